@@ -1,0 +1,139 @@
+"""The feature cache: one zarr v3 store per (checkpoint, network), read as an xarray Dataset.
+
+Layout (every array chunked along ``image``; dimension names are stored in zarr v3 metadata):
+
+    image                (image,)                       str, the coordinate: ids relative to the source
+    done, failed         (image,)                       bool; ``done`` is written last for a chunk
+    image_height/width   (image,)                       int32, the original size in pixels
+    tokens_224           (image, patch, channel)        last-block tokens, before any final norm
+    cls_tokens_224       (image, channel)               when the network has a class token
+    attention_224        (image, head, query, key)      last block; covers every token (0 = CLS if any)
+    attention_blocks_224 (image, block, head, query, key)  with ``--attention all``
+    keys_480             (image, patch, channel)        last-block keys, heads concatenated
+    cls_keys_480         (image, channel)
+    tokens_96            (image, patch, channel)
+    results/<name>/      one group per analysis, written by ``save_results``
+
+The manifest lives in the root group's attributes under ``manifest``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+
+from .errors import ProbeError
+
+DEFAULT_ROOT = Path("cache")
+
+# which ``probe extract`` flag produces each array, for the error that says how to get it
+ARRAY_FLAGS = {
+    "tokens_224": "--views 224",
+    "attention_224": "--views 224 --attention last",
+    "attention_blocks_224": "--views 224 --attention all",
+    "keys_480": "--views 480",
+    "tokens_96": "--views 96",
+}
+
+
+def cache_root(cache: str | Path | None = None) -> Path:
+    """``--cache`` if given, else ``$PROBE_CACHE``, else ``./cache``."""
+    if cache is not None:
+        return Path(cache)
+    env = os.environ.get("PROBE_CACHE")
+    return Path(env) if env else DEFAULT_ROOT
+
+
+def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
+    """``<root>/<file stem>-<sha256[:8]>/<network>.zarr``."""
+    return Path(root) / f"{Path(checkpoint).stem}-{sha256[:8]}" / f"{network}.zarr"
+
+
+def open_store(path: str | Path, *, done_only: bool = True) -> xr.Dataset:
+    """Open a store lazily (dask chunks along ``image``).
+
+    With ``done_only`` the dataset holds only images whose extraction finished and did not
+    fail, so a reader during a write never sees a half-written image.
+    """
+    path = Path(path)
+    if not (path / "zarr.json").is_file():
+        raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_zarr(path, consolidated=False, chunks={})
+    if "manifest" not in ds.attrs:
+        raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
+    if done_only and "done" in ds:
+        keep = ds["done"].values.astype(bool)
+        if "failed" in ds:
+            keep &= ~ds["failed"].values.astype(bool)
+        ds = ds.isel(image=np.flatnonzero(keep))
+    ds.attrs["store"] = str(path)
+    return ds
+
+
+def manifest(ds_or_path: xr.Dataset | str | Path) -> dict[str, Any]:
+    """The store's manifest (a plain dict)."""
+    if isinstance(ds_or_path, xr.Dataset):
+        return dict(ds_or_path.attrs["manifest"])
+    group = zarr.open_group(Path(ds_or_path), mode="r")
+    return dict(group.attrs["manifest"])
+
+
+def require(ds: xr.Dataset, name: str) -> xr.DataArray:
+    """The array ``name``, or an error that names the extract flag producing it."""
+    if name not in ds:
+        flag = ARRAY_FLAGS.get(name, "")
+        fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
+        raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
+    return ds[name]
+
+
+def results_path(store: str | Path, name: str) -> Path:
+    return Path(store) / "results" / name
+
+
+def save_results(store: str | Path, name: str, results: xr.Dataset, attrs: dict[str, Any] | None = None) -> Path:
+    """Write one analysis' results into ``<store>/results/<name>`` atomically (temp, rename)."""
+    target = results_path(store, name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    results = results.copy()
+    results.attrs.update(attrs or {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
+    if target.exists():
+        old = target.with_name(f".{name}.old-{os.getpid()}")
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(target)
+    return target
+
+
+def load_results(store: str | Path, name: str) -> xr.Dataset | None:
+    """The saved results ``name`` of a store, or None when that analysis has not run."""
+    target = results_path(store, name)
+    if not (target / "zarr.json").is_file():
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return xr.open_zarr(target, consolidated=False).load()
+
+
+def list_results(store: str | Path) -> list[str]:
+    root = Path(store) / "results"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "zarr.json").is_file())
