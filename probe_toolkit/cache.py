@@ -137,3 +137,123 @@ def list_results(store: str | Path) -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "zarr.json").is_file())
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing: a store is created once with its full image list; chunks are then filled in any
+# order (by shards, by reruns) and a chunk's ``done`` flags are written after its data.
+
+# manifest fields that must agree before a process may write into an existing store
+IDENTITY = ("checkpoint", "network", "arch", "views", "interpolation", "attention", "dtype", "image_list_sha256", "chunk")
+
+
+def identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {k: manifest.get(k) for k in IDENTITY}
+
+
+def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    a, b = identity(old), identity(new)
+    if isinstance(a.get("checkpoint"), dict) and isinstance(b.get("checkpoint"), dict):
+        a["checkpoint"] = a["checkpoint"].get("sha256")
+        b["checkpoint"] = b["checkpoint"].get("sha256")
+    return [k for k in IDENTITY if a[k] != b[k]]
+
+
+class StoreWriter:
+    """Fills a created store chunk by chunk; see ``create_store``."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.group = zarr.open_group(self.path, mode="r+")
+        self.manifest = dict(self.group.attrs["manifest"])
+        self.chunk = int(self.manifest["chunk"])
+        self.n_images = int(self.group["done"].shape[0])
+
+    def arrays(self) -> list[str]:
+        return [name for name in self.group.array_keys() if name not in ("image", "done", "failed", "image_height", "image_width")]
+
+    def done(self) -> np.ndarray:
+        return np.asarray(self.group["done"][:], dtype=bool)
+
+    def chunk_ranges(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+        """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
+        i, n = shard
+        n_chunks = -(-self.n_images // self.chunk)
+        lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
+        return [(c * self.chunk, min((c + 1) * self.chunk, self.n_images)) for c in range(lo, hi)]
+
+    def todo(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+        done = self.done()
+        return [(a, b) for a, b in self.chunk_ranges(shard) if not done[a:b].all()]
+
+    def write(self, start: int, data: dict[str, np.ndarray], sizes: np.ndarray, failed: np.ndarray) -> None:
+        """Write one chunk's arrays, then its ``failed`` flags, then its ``done`` flags (last)."""
+        stop = start + len(failed)
+        for name, values in data.items():
+            self.group[name][start:stop] = values
+        self.group["image_height"][start:stop] = sizes[:, 0]
+        self.group["image_width"][start:stop] = sizes[:, 1]
+        self.group["failed"][start:stop] = failed
+        self.group["done"][start:stop] = np.ones(stop - start, dtype=bool)
+
+
+def create_store(
+    path: str | Path,
+    manifest: dict[str, Any],
+    image_ids: list[str],
+    arrays: dict[str, tuple[tuple[str, ...], tuple[int, ...]]],
+) -> StoreWriter:
+    """Create the store (or reopen it when its manifest matches) and return a writer.
+
+    ``arrays`` maps a name to its dimension names and shape after ``image``. A store written
+    with another checkpoint, network, view setting or image list is refused. Creation holds a
+    lock file so that shards starting at once create it exactly once.
+    """
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunk = int(manifest["chunk"])
+    dtype = np.dtype(manifest["dtype"])
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (path / "zarr.json").is_file():
+            group = zarr.open_group(path, mode="r")
+            old = dict(group.attrs.get("manifest", {}))
+            bad = _mismatch(old, manifest)
+            if bad:
+                raise ProbeError(
+                    path,
+                    f"was written with other settings ({', '.join(bad)} differ)",
+                    "use another --cache root or delete the store to start again",
+                )
+            missing = [name for name in arrays if name not in group]
+            if missing:
+                raise ProbeError(path, f"lacks arrays {missing} for these settings", "delete the store and extract again")
+            return StoreWriter(path)
+        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        n = len(image_ids)
+        group = zarr.open_group(tmp, mode="w", zarr_format=3)
+        image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"])
+        if n:
+            image[:] = np.asarray(image_ids, dtype=object)
+        for name, kind in (("done", bool), ("failed", bool)):
+            group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False)
+        for name in ("image_height", "image_width"):
+            group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0)
+        compressors = [zarr.codecs.ZstdCodec(level=1)]
+        for name, (dims, shape) in arrays.items():
+            group.create_array(
+                name,
+                shape=(n, *shape),
+                dtype=dtype,
+                chunks=(chunk, *shape),
+                dimension_names=["image", *dims],
+                fill_value=np.nan,
+                compressors=compressors,
+            )
+        group.attrs["manifest"] = manifest
+        tmp.rename(path)
+        return StoreWriter(path)
