@@ -381,11 +381,15 @@ def grid_of(n: int) -> int:
     return g
 
 
-def decode_image(keys: np.ndarray, settings: Settings = Settings()) -> ImageMasks:
-    """Masks of one image from its keys (N × C, N = G²); pure."""
+def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None) -> ImageMasks:
+    """Masks of one image from its keys (N × C, N = G²); pure.
+
+    ``cos`` may pass the image's cosines already computed with ``settings.center`` (sweeps).
+    """
     n = np.shape(keys)[0]
     grid = grid_of(n)
-    cos = cosines(keys, center=settings.center)
+    if cos is None:
+        cos = cosines(keys, center=settings.center)
     painted = np.zeros(n, dtype=bool)
     rows: list[tuple] = []
     previous: np.ndarray | None = None
