@@ -62,6 +62,7 @@ def write_panel(folder: Path, scenes: list[Scene], grid: int, extra_annotations:
         pixels = np.full((scene.height, scene.width, 3), 90, dtype=np.uint8)
         for obj in scene.objects:
             pixels[pixel_mask(scene, grid, obj)] = (220, 80, 40)
+        (images / scene.name).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(pixels).save(images / scene.name)
         coco["images"].append({"id": 100 + i, "file_name": scene.name, "height": scene.height, "width": scene.width})
         for k, obj in enumerate(scene.objects):
