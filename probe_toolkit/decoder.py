@@ -264,12 +264,14 @@ class _Unsettled(Exception):
 
 def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: float) -> tuple[float, np.ndarray]:
     """Largest eigenpair by ARPACK: a short Lanczos basis first (it suffices when the eigenvalue
-    is well separated), a longer one when that does not converge in a few restarts (clusters)."""
+    is well separated), a longer one when that does not converge in a few restarts (clusters).
+    A near-degenerate pair may not converge in 100 restarts of the long basis either; the
+    caller then falls back to the dense solver."""
     n = op.shape[0]
     try:
         values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(16, n - 1), maxiter=4)
     except scipy.sparse.linalg.ArpackNoConvergence:
-        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(48, n - 1), maxiter=20 * n)
+        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(48, n - 1), maxiter=100)
     return float(values[0]), vectors[:, 0] / np.linalg.norm(vectors[:, 0])
 
 
@@ -278,8 +280,9 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
 
     ARPACK (Lanczos, tol at machine precision) finds μ2 = 1 − λ2 and y; a second run with y
     deflated too estimates μ3 for the eigengap, to a tolerance set by that gap (a Lanczos
-    estimate: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves small graphs
-    and any case ARPACK does not settle (no convergence, or a residual it should not have).
+    estimate: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves
+    small graphs and any case ARPACK does not settle (no convergence, or a residual it should
+    not have). The start vector comes from ``seed``, so runs repeat exactly.
     """
     n = graph.n
     scale, top, apply = _normalized(graph)
