@@ -8,7 +8,8 @@ mask for CorLoc is LOST's patch-aligned box [xmin, ymin, xmax + 1, ymax + 1] in 
 to the original image as [xmin·W/G, ymin·H/G, (xmax+1)·W/G, (ymax+1)·H/G] (continuous pixels).
 
 Results JSON: a list of COCO results, one per mask: ``image_id`` (the panel's COCO id when a
-panel was given, else the image's position in the store), ``file_name`` (the store's image id,
+panel was given, and then only that panel's images are listed; else the image's position in
+the store), ``file_name`` (the store's image id,
 which ``probe score`` uses to match a panel), ``category_id`` 1, ``segmentation`` (RLE from
 pycocotools, ``counts`` a str, ``size`` [height, width]), ``bbox`` (``toBbox``, [x, y, w, h]),
 ``score``, ``area``, ``mask`` (its index in the image, 0 = the first cut) and ``patch_box``

@@ -147,3 +147,12 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
     saved = cache.load_results(report.store, "decoder")
     assert saved.sizes["patch"] == 900 and saved["n_masks"].min() >= 1
     assert not (root / "ledger.jsonl").exists()
+
+
+def test_the_default_sweep_grid_has_144_settings_in_48_decodes():
+    from probe_toolkit.decoding import load_grid
+
+    grid = load_grid(None)
+    assert len(grid) == 144 and len(set(grid)) == 144
+    assert len({(s.preset, s.center, s.tau, s.eps) for s in grid}) == 48
+    assert {s.rule for s in grid} == {"tokencut", "maskcut"} and {s.masks for s in grid} == {1, 2, 3}
