@@ -211,3 +211,18 @@ def test_cli_entropy(attention_store, tmp_path):
     assert payload["arrays"]["detail_effective"]["image"] == "img00002.jpg"
     assert saved.attrs["command"] == "probe entropy" and saved.attrs["patch"] == 7
     assert saved.attrs["store_manifest"]["network"] == "teacher"
+
+
+def test_extracted_stores(tiny_stores):
+    """Stores written by `probe extract` from tiny checkpoints: with and without a class token."""
+    dino = open_store(tiny_stores["dino"])
+    result = ent.entropy(dino["attention_224"], class_token=True, blocks=dino["attention_blocks_224"], patch=34, n_boot=50)
+    assert result.attrs["n_keys"] == 197 and "cls_effective" in result
+    assert result.sizes["block"] == 2 and result.sizes["head"] == 2
+    plain = plain_entropy_loop(dino["attention_224"].values, class_token=True)
+    assert np.allclose(result["patch_effective"].values, plain["patch_effective"], rtol=1e-4)
+    assert np.allclose(result["block_patch_effective"].values[:, -1], result["patch_effective"].values, rtol=1e-5)
+    selfpatch = open_store(tiny_stores["selfpatch"])
+    result = ent.entropy(selfpatch["attention_224"], class_token=False, n_boot=50)
+    assert result.attrs["n_keys"] == 196 and "cls_effective" not in result
+    assert np.all((result["patch_effective"].values >= 1) & (result["patch_effective"].values <= 196))

@@ -16,7 +16,7 @@ import xarray as xr
 from analysis_stores import make_store
 
 from probe_toolkit import neighbours as nb
-from probe_toolkit.cache import load_results, open_store
+from probe_toolkit.cache import load_results, open_store, require
 from probe_toolkit.errors import ProbeError
 from probe_toolkit.stats import bootstrap_mean
 
@@ -181,7 +181,7 @@ def token_store(tmp_path):
 def test_store_statistics_and_summary(token_store):
     path, arrays, failed = token_store
     ds = open_store(path)
-    result = nb.neighbours(ds["tokens_224"], 14, n_boot=200, seed=3)
+    result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3)
     kept = arrays["tokens_224"][~failed]
     plain = plain_statistics(kept, 14)
     assert result.sizes["image"] == 8 and "img00004.jpg" not in list(result.image.values)
@@ -195,26 +195,25 @@ def test_store_statistics_and_summary(token_store):
     assert np.allclose(result.anchor_top_in_window.values, plain["top_in_window_count"].mean(0) / 8)
     assert int(result.wrapped_links) == 164 and result.attrs["distance"].startswith("chebyshev (torus)")
     # the same numbers with other chunking and on a dask.distributed client
-    again = nb.neighbours(ds["tokens_224"], 14, n_boot=200, seed=3, chunk=3)
+    again = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, chunk=3)
     assert np.array_equal(again.summary_high.values, result.summary_high.values)
     from distributed import Client
 
     with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
-        remote = nb.neighbours(ds["tokens_224"], 14, n_boot=200, seed=3, client=client)
+        remote = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, client=client)
     assert np.array_equal(remote.top_in_window.values, result.top_in_window.values)
 
 
 def test_grid_picks_its_array_and_names_the_flag(token_store, tmp_path):
     path, arrays, failed = token_store
     ds = open_store(path)
-    result = nb.neighbours(ds[nb.grid_array(6)], 6, n_boot=50)
+    result = nb.neighbours(require(ds, nb.grid_array(6)), 6, n_boot=50)
     assert int(result.wrapped_links) == 68 and result.attrs["array"] == "tokens_96"
     with pytest.raises(ProbeError):
-        nb.neighbours(ds["tokens_224"], 6)
+        nb.neighbours(require(ds, "tokens_224"), 6)
     with pytest.raises(ProbeError):
         nb.grid_array(30)
     only224 = make_store(tmp_path / "other" / "teacher.zarr", {"tokens_224": arrays["tokens_224"]})
-    from probe_toolkit.cache import require
 
     with pytest.raises(ProbeError, match="--views 96"):
         require(open_store(only224), nb.grid_array(6))
@@ -232,7 +231,7 @@ def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
     ds = open_store(path)
     tracemalloc.start()
     try:
-        result = nb.neighbours(ds["tokens_224"], 14, n_boot=100, workers=2)
+        result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=100, workers=2)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -253,9 +252,9 @@ def test_cli_neighbours_side_by_side(token_store, tmp_path):
     path, arrays, _ = token_store
     other = make_store(tmp_path / "second-11111111" / "teacher.zarr", {"tokens_224": block_tokens(14, 3)}, chunk=2)
     out = tmp_path / "n.json"
-    run = CliRunner().invoke(app, ["neighbours", str(path), str(other), "--grid", "14", "--json", str(out), "--boot", "100", "-q"])
+    run = CliRunner().invoke(app, ["neighbours", str(path), str(other), "--grid", "14", "--json", str(out), "--boot", "100", "-q"], env={"COLUMNS": "200"})
     assert run.exit_code == 0, run.output
-    assert "ckpt-00000000/teacher.zarr" in run.output and "second-11111111/teacher.zarr" in run.output
+    assert "ckpt-00000000" in run.output and "second-11111111" in run.output  # one column per store
     assert "164 / 1568 (10.5 %)" in run.output and "chebyshev (torus)" in run.output
     payload = json.loads(out.read_text())
     blocks = payload["stores"][str(other)]
@@ -282,3 +281,19 @@ def test_cli_missing_array_is_one_line_and_exit_2(tmp_path):
     assert run.returncode == 2
     assert "has no array tokens_96" in run.stderr and "--views 96" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_extracted_stores(tiny_stores):
+    """Stores written by `probe extract` from tiny checkpoints, at both grids."""
+    for store in tiny_stores.values():
+        ds = open_store(store)
+        for grid in (14, 6):
+            tokens = require(ds, nb.grid_array(grid))
+            result = nb.neighbours(tokens, grid, n_boot=50)
+            direct = nb.image_statistics(torch.from_numpy(tokens.values), grid)
+            plain = plain_statistics(tokens.values, grid)
+            for name in nb.STATISTICS:
+                assert np.array_equal(result[name].values, direct[name]), (store, grid, name)
+                # a random tiny network's tokens are nearly parallel: cosines a few 1e-7 apart
+                # rank differently in float32 and float64, so allow a few of the 1,568 links
+                assert np.allclose(result[name].values, plain[name], atol=5e-3), (store, grid, name)

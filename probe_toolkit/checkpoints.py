@@ -1,0 +1,299 @@
+"""Read a checkpoint file safely, recognise its layout, and hand over a clean backbone state dict.
+
+Layouts recognised without being told (see ``reference/dino_selfpatch.md``):
+
+- ``dino-backbone``: DINO's released backbone file, flat, 150 keys, ``cls_token``, 197-row
+  ``pos_embed`` and a final ``norm``.
+- ``selfpatch-backbone``: 147 keys, 196-row ``pos_embed``, no class token, no final norm (also
+  what ``probe convert`` writes).
+- ``dino-full`` / ``selfpatch-full``: training checkpoints with ``teacher`` and ``student`` entries;
+  student keys carry ``module.``; submodules ``backbone.``, ``head.`` (DINO) or ``ca_head.``,
+  ``c_head.``, ``p_head.`` (SelfPatch); ``args`` is an ``argparse.Namespace``.
+- ``probe-training``: what this project's ``training/`` writes (the full layout, ``args`` as plain
+  data with ``"trainer": "probe-training"``).
+- Any of these wrapped in a ``state_dict`` or ``model`` entry.
+
+Prefixes are stripped only as prefixes, and the backbone must match the architecture inferred
+from its own tensors key for key: a missing or unexpected key is an error that lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import pickle
+import re
+import zipfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ProbeError
+
+HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
+NETWORKS = ("teacher", "student")
+TRAINER_MARK = "probe-training"
+# DINO's first published full checkpoints used older names inside the heads (dino #30, #65)
+OLD_HEAD_NAMES = {"projection_head.": "mlp.", "prototypes.": "last_layer."}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A ViT's shape, inferred from its tensors so tiny test models and ViT-S/16 share one path."""
+
+    width: int
+    depth: int
+    heads: int
+    patch: int
+    class_token: bool
+    final_norm: bool
+    pos_grid: int  # side of the grid the position table was trained on (14 for 224 px)
+    mlp_hidden: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+VIT_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=1536)
+
+
+@dataclass
+class Checkpoint:
+    """One network of one file: its backbone weights under timm's names, and what came with it."""
+
+    path: Path
+    sha256: str
+    format: str
+    network: str
+    arch: Arch
+    backbone: dict[str, torch.Tensor]
+    heads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    converted: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's view of this checkpoint."""
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "format": self.format,
+            "network": self.network,
+            "converted": self.converted,
+        }
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_file(path: str | Path) -> Any:
+    """``torch.load`` with ``weights_only=True``; only ``argparse.Namespace`` is allow-listed."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProbeError(path, "no such checkpoint file", "check the path")
+    if path.stat().st_size == 0:
+        raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
+        if not found:
+            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)", "the file may be truncated or of another kind; fetch it again") from None
+        what = ".".join(part for part in found.groups() if part)
+        raise ProbeError(
+            path,
+            f"refused: unpickling it would need {what}, which could run code",
+            "only tensors, plain containers and argparse.Namespace are accepted; re-save the weights as a state dict",
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
+        raise ProbeError(
+            path,
+            f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",
+            "the file may be truncated or of another kind; fetch it again",
+        ) from None
+
+
+def _unwrap(obj: Any, path: Path) -> Any:
+    for wrapper in ("state_dict", "model"):
+        if isinstance(obj, dict) and not (set(obj) & set(NETWORKS)) and isinstance(obj.get(wrapper), dict):
+            obj = obj[wrapper]
+    return obj
+
+
+def _strip(key: str, prefix: str) -> str:
+    return key[len(prefix):] if key.startswith(prefix) else key
+
+
+def _split(state: dict[str, Any], path: Path) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """Backbone and heads of one network's state dict; ``module.`` is stripped as a prefix only."""
+    state = {_strip(k, "module."): v for k, v in state.items()}
+    if not any(k.startswith("backbone.") for k in state):
+        return state, {}
+    backbone: dict[str, torch.Tensor] = {}
+    heads: dict[str, dict[str, torch.Tensor]] = {}
+    stray = []
+    for key, value in state.items():
+        if key.startswith("backbone."):
+            backbone[key[len("backbone."):]] = value
+            continue
+        prefix = next((p for p in HEAD_PREFIXES if key.startswith(p)), None)
+        if prefix is None:
+            stray.append(key)
+            continue
+        name = key[len(prefix):]
+        for old, new in OLD_HEAD_NAMES.items():
+            name = new + name[len(old):] if name.startswith(old) else name
+        heads.setdefault(prefix[:-1], {})[name] = value
+    if stray:
+        raise ProbeError(path, f"has keys outside backbone and the known heads: {sorted(stray)[:8]}", "is it a DINO or SelfPatch checkpoint?")
+    return backbone, heads
+
+
+def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
+    """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
+    for key in ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"):
+        if key not in backbone:
+            found = ", ".join(sorted(backbone)[:5]) or "nothing"
+            raise ProbeError(path, f"is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint")
+    proj = backbone["patch_embed.proj.weight"]
+    if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
+        raise ProbeError(path, f"patch_embed.proj.weight has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
+    width, patch = int(proj.shape[0]), int(proj.shape[2])
+    depth = 1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k)))
+    class_token = "cls_token" in backbone
+    rows = int(backbone["pos_embed"].shape[1]) - int(class_token)
+    grid = math.isqrt(rows)
+    if grid * grid != rows:
+        raise ProbeError(path, f"pos_embed has {rows} patch rows, not a square grid", "is the class-token row missing or extra?")
+    head_count = heads if heads is not None else max(width // 64, 1)
+    if width % head_count:
+        raise ProbeError(path, f"width {width} is not divisible by {head_count} heads", "pass --heads")
+    return Arch(
+        width=width,
+        depth=depth,
+        heads=head_count,
+        patch=patch,
+        class_token=class_token,
+        final_norm="norm.weight" in backbone,
+        pos_grid=grid,
+        mlp_hidden=int(backbone["blocks.0.mlp.fc1.weight"].shape[0]),
+    )
+
+
+def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
+    """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names)."""
+    from .backbone import build_vit
+
+    return {k: tuple(v.shape) for k, v in build_vit(arch, device="meta").state_dict().items()}
+
+
+def check_backbone(backbone: dict[str, torch.Tensor], arch: Arch, path: Path) -> None:
+    """Strict: missing, unexpected or misshapen keys are an error that lists them."""
+    expected = expected_shapes(arch)
+    missing = sorted(set(expected) - set(backbone))
+    unexpected = sorted(set(backbone) - set(expected))
+    misshapen = sorted(k for k in set(expected) & set(backbone) if tuple(backbone[k].shape) != expected[k])
+    if missing or unexpected or misshapen:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}")
+        if misshapen:
+            parts.append(f"wrong shape {[(k, tuple(backbone[k].shape), expected[k]) for k in misshapen[:5]]}")
+        raise ProbeError(path, "backbone keys do not match a ViT: " + "; ".join(parts), "is it another architecture?")
+
+
+def _format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbone: dict[str, Any]) -> str:
+    if not full:
+        return "dino-backbone" if "cls_token" in backbone else "selfpatch-backbone"
+    args = extra.get("args")
+    if isinstance(args, dict) and args.get("trainer") == TRAINER_MARK:
+        return TRAINER_MARK
+    return "selfpatch-full" if "ca_head" in heads else "dino-full"
+
+
+def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False) -> Checkpoint:
+    """Read ``path`` safely and return the chosen network's backbone, checked key for key."""
+    path = Path(path)
+    if network not in NETWORKS:
+        raise ProbeError(None, f"--network {network!r} is not one of {NETWORKS}", "use teacher or student")
+    obj = _unwrap(read_file(path), path)
+    if not isinstance(obj, dict) or not obj:
+        raise ProbeError(path, "holds no state dict (empty or not a dict)", "pass a checkpoint that holds network weights")
+    full = bool(set(obj) & set(NETWORKS))
+    extra: dict[str, Any] = {}
+    if full:
+        if not isinstance(obj.get(network), dict):
+            present = [k for k in NETWORKS if k in obj]
+            raise ProbeError(path, f"is a training checkpoint without a {network!r} entry (it has {present})", f"pass --network {present[0]}" if present else "pass another file")
+        state = obj[network]
+        extra = {k: v for k, v in obj.items() if k not in NETWORKS}
+        if isinstance(extra.get("args"), argparse.Namespace):
+            extra["args"] = vars(extra["args"])
+    else:
+        state = obj
+    not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
+    if not_tensors:
+        raise ProbeError(path, f"entries {not_tensors[:5]} are not tensors", "pass a state dict or a DINO/SelfPatch checkpoint")
+    backbone, head_states = _split(state, path)
+    arch = infer_arch(backbone, path, heads)
+    check_backbone(backbone, arch, path)
+    checkpoint = Checkpoint(
+        path=path,
+        sha256=sha256_file(path),
+        format=_format(full, head_states, extra, backbone),
+        network=network,
+        arch=arch,
+        backbone=backbone,
+        heads=head_states,
+        extra=extra,
+    )
+    return to_selfpatch(checkpoint) if convert else checkpoint
+
+
+def convert_backbone(backbone: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """DINO → SelfPatch-style backbone: drop ``cls_token``, ``pos_embed`` row 0 and ``norm.*``."""
+    out = {k: v for k, v in backbone.items() if k != "cls_token" and not k.startswith("norm.")}
+    out["pos_embed"] = backbone["pos_embed"][:, 1:, :].clone()
+    return out
+
+
+def to_selfpatch(checkpoint: Checkpoint) -> Checkpoint:
+    """The same network without class token and final norm (1,536 parameters fewer at ViT-S)."""
+    if not checkpoint.arch.class_token:
+        raise ProbeError(checkpoint.path, "has no class token to drop (already SelfPatch-style)", "omit --convert")
+    backbone = convert_backbone(checkpoint.backbone)
+    arch = replace(checkpoint.arch, class_token=False, final_norm=False)
+    check_backbone(backbone, arch, checkpoint.path)
+    return replace(checkpoint, backbone=backbone, arch=arch, converted=True, heads={})
+
+
+def parameter_count(state: dict[str, torch.Tensor]) -> int:
+    return sum(int(v.numel()) for v in state.values())
+
+
+def save_state(state: dict[str, Any], out: str | Path) -> Path:
+    """``torch.save`` to a temporary name, then rename: never a half-written checkpoint."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    torch.save(state, tmp)
+    tmp.replace(out)
+    return out
+
+
+def convert_file(source: str | Path, out: str | Path, network: str = "teacher") -> tuple[int, int]:
+    """``probe convert``: write the SelfPatch-style backbone of a DINO file; returns (before, after) counts."""
+    checkpoint = load_checkpoint(source, network=network)
+    converted = to_selfpatch(checkpoint)
+    save_state(converted.backbone, out)
+    return parameter_count(checkpoint.backbone), parameter_count(converted.backbone)
