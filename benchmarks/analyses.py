@@ -97,11 +97,12 @@ def torus_chebyshev(grid: int, i: int, j: int) -> int:
 
 
 def plain_neighbours(tokens: np.ndarray, k: int = 4, top: int = 8, q: float = 0.2, m: int = 48) -> np.ndarray:
-    """Image by image, anchor by anchor: the same ten statistics as ``neighbours``."""
+    """Image by image, anchor by anchor: the same ten statistics as ``neighbours`` (float64, the
+    reference: float32 can swap two cosines that differ by less than its rounding)."""
     cands = windows(GRID)
     plain = [set(c) for c in windows_plain(GRID)]
     out = []
-    for image in tokens.astype(np.float32):
+    for image in tokens.astype(np.float64):
         unit = image / np.linalg.norm(image, axis=1, keepdims=True)
         sim = unit @ unit.T
         theta = np.quantile(sim[np.triu_indices(N, 1)], q)
@@ -239,7 +240,7 @@ def main() -> None:
             read_a = from_store(path, "attention_224", args.per_image, lambda x: np.zeros(len(x)))
             if r == 0:  # warm-up; check that all three compute the same numbers
                 ours = np.stack([found["neighbours"][s].values[: args.plain] for s in found["neighbours"].statistic.values], 1)
-                print(f"neighbours: max |toolkit - plain loop| {np.abs(ours - plain_n[1]).max():.2e}, |per-image - plain loop| {np.abs(image_n[1][: args.plain] - plain_n[1]).max():.2e}")
+                print(f"neighbours: max |toolkit - plain loop| {np.abs(ours - plain_n[1]).max():.2e}, |per-image (float32) - plain loop| {np.abs(image_n[1][: args.plain] - plain_n[1]).max():.2e}")
                 e = found["entropy"]
                 ours_e = np.stack([e.patch_entropy.values, e.patch_effective.values, e.distance.values], -1)[: args.plain]
                 print(f"entropy: max |toolkit - plain loop| {np.abs(ours_e - plain_e[1]).max():.2e}, |per-image - plain loop| {np.abs(image_e[1][: args.plain] - plain_e[1]).max():.2e}")

@@ -160,17 +160,23 @@ def _provenance(ds, command: str) -> dict:
     return {"command": command, **provenance.stamp(), "store_manifest": store}
 
 
-def _run_over_stores(stores: list[Path], analyse, quiet: bool) -> dict:
-    """Open each store, run ``analyse(ds, progress)`` with a progress bar; results by store path."""
+def _run_over_stores(stores: list[Path], analyse, quiet: bool, dask_address: str | None) -> dict:
+    """Open each store, run ``analyse(ds, progress, client)`` with a progress bar; by store path."""
     from .cache import open_store
+    from .chunked import connect
     from .progress import bar
 
     results = {}
-    with bar("images", quiet) as progress:
-        for store in dict.fromkeys(stores):  # each store once, in the order given
-            ds = open_store(store)
-            task = progress.add_task(str(store), total=ds.sizes.get("image", 0))
-            results[str(store)] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n)))
+    client = connect(dask_address)
+    try:
+        with bar("images", quiet) as progress:
+            for store in dict.fromkeys(stores):  # each store once, in the order given
+                ds = open_store(store)
+                task = progress.add_task(str(store), total=ds.sizes.get("image", 0))
+                results[str(store)] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
+    finally:
+        if client is not None:
+            client.close()
     return results
 
 
@@ -198,12 +204,9 @@ def entropy_command(
     """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
     from . import summaries
     from .cache import require, save_results
-    from .chunked import connect
     from .entropy import entropy
 
-    client = connect(dask_address)
-
-    def analyse(ds, progress):
+    def analyse(ds, progress, client):
         arch = ds.attrs["manifest"].get("arch", {})
         blocks = ds["attention_blocks_224"] if "attention_blocks_224" in ds else None
         return entropy(
@@ -211,7 +214,7 @@ def entropy_command(
             n_boot=boot, seed=seed, client=client, progress=progress,
         )
 
-    runs = _run_over_stores(stores, analyse, quiet)
+    runs = _run_over_stores(stores, analyse, quiet, dask_address)
     results = {store: result for store, (_, result) in runs.items()}
     console.print(summaries.entropy_table(results))
     payload = {"analysis": "entropy", "stores": {}}
@@ -247,18 +250,16 @@ def neighbours_command(
     """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
     from . import summaries
     from .cache import require, save_results
-    from .chunked import connect
     from .neighbours import grid_array, neighbours
 
     array = grid_array(grid)
-    client = connect(dask_address)
 
-    def analyse(ds, progress):
+    def analyse(ds, progress, client):
         return neighbours(
             require(ds, array), grid, k=k, top=top, wrap=not no_wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress,
         )
 
-    runs = _run_over_stores(stores, analyse, quiet)
+    runs = _run_over_stores(stores, analyse, quiet, dask_address)
     results = {store: result for store, (_, result) in runs.items()}
     console.print(summaries.neighbours_table(results))
     name = f"neighbours_g{grid}" + ("_nowrap" if no_wrap else "")

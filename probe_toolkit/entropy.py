@@ -72,7 +72,7 @@ def row_entropy(rows) -> torch.Tensor:
     if isinstance(rows, np.ndarray) and rows.dtype == np.float16:
         terms, bits = _float16_terms(), rows.view(np.uint16)
         if bits.ndim < 3:
-            return torch.from_numpy(np.take(terms, bits).sum(-1, dtype=np.float32))
+            return torch.from_numpy(np.asarray(np.take(terms, bits).sum(-1, dtype=np.float32)))
         # one leading slice at a time: the float32 terms of a whole chunk are never held at once
         out = np.empty(bits.shape[:-1], dtype=np.float32)
         for i in range(bits.shape[0]):

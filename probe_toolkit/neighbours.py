@@ -129,7 +129,8 @@ def image_statistics(
     table = selection.window(grid, wrap, device=device)
     candidates = selection.window_cosine(None, grid, wrap, similarity=sim)
     chosen = selection.window_topk(None, grid, k, wrap, similarity=sim)
-    picked = torch.zeros_like(candidates, dtype=torch.bool).scatter_(2, chosen.position, chosen.valid)
+    slots = torch.arange(selection.WINDOW_SIZE, device=device)
+    picked = (chosen.position[..., None] == slots).any(-2)  # (B, N, 8); invalid positions are -1
     others = table.valid & ~picked
     finite = torch.where(torch.isfinite(candidates), candidates, torch.zeros_like(candidates))
     out["positive_cosine"] = _masked_mean(finite, picked)

@@ -5,8 +5,9 @@ them, so the statistics describe exactly the sets the losses see (course Part 4 
 Part 5). Everything is batched torch on any device, without gradient: ``tokens`` is a
 (B, N, D) tensor (a numpy array is accepted too) of one crop size, N = G² patches, and the
 similarity of two patches is the cosine of their L2-normalised tokens, computed in float32.
-Ties are broken towards the lower patch index (or window position) through unique integer
-keys (``_order_key``), so a selection never depends on the kernel's tie order.
+Ties are broken towards the lower patch index (or window position): a row whose top values
+hold a tie is ranked again with unique integer keys (``_select``, ``_order_key``), so a
+selection never depends on the kernel's tie order, on CPU or GPU.
 
 Public API (shapes for B crops of N = G² patches):
 
@@ -250,6 +251,7 @@ def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
     return low + frac * (high - low)
 
 
+@torch.no_grad()
 def window_theta(cosines: torch.Tensor | Sequence[torch.Tensor], mode: str = "batch-median", q: float = 0.5) -> torch.Tensor | list[torch.Tensor]:
     """θ of the threshold rule from window cosines (B, N, 8) (-inf = padding, ignored).
 
@@ -271,10 +273,11 @@ def window_theta(cosines: torch.Tensor | Sequence[torch.Tensor], mode: str = "ba
         out = []
         for p in parts:
             flat = p.reshape(p.shape[0], -1)
-            if torch.isfinite(flat).all():
-                out.append(quantile(flat, q))
-            else:  # unequal link counts per crop cannot happen (the table is shared); keep it exact anyway
-                out.append(torch.stack([quantile(row[torch.isfinite(row)], q) for row in flat]))
+            finite = torch.isfinite(flat)
+            if bool((finite == finite[:1]).all()):  # the padding (no wrap) is the same in every crop
+                out.append(quantile(flat[:, finite[0]], q))
+            else:
+                out.append(torch.stack([quantile(row[ok], q) for row, ok in zip(flat, finite)]))
     return out if many else out[0]
 
 

@@ -264,7 +264,11 @@ def test_cli_neighbours_side_by_side(token_store, tmp_path):
     assert saved.attrs["command"] == "probe neighbours" and saved.attrs["k"] == 4
     assert saved.top_in_window.dims == ("image",)
 
-    run = CliRunner().invoke(app, ["neighbours", str(path), "--grid", "6", "--no-wrap", "--distance", "euclidean", "--boot", "50", "-q"])
+    from distributed import LocalCluster
+
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        args = ["neighbours", str(path), "--grid", "6", "--no-wrap", "--distance", "euclidean", "--boot", "50", "-q"]
+        run = CliRunner().invoke(app, args + ["--dask-address", cluster.scheduler_address])
     assert run.exit_code == 0, run.output
     saved = load_results(path, "neighbours_g6_nowrap")
     assert saved.attrs["distance"].startswith("euclidean (plain grid)") and int(saved.wrapped_links) == 0

@@ -192,6 +192,10 @@ def test_window_threshold_modes():
     plain = selection.window_cosine(t14, 14, wrap=False).numpy()
     theta = np.median(plain[:, valid])
     assert np.array_equal(keep.numpy(), (plain >= theta) & valid)
+    keep = selection.window_threshold(t14, 14, mode="crop-quantile", q=0.3, wrap=False)
+    for crop in range(2):
+        theta = np.quantile(plain[crop][valid], 0.3)
+        assert np.array_equal(keep[crop].numpy(), (plain[crop] >= theta) & valid)
     with pytest.raises(ProbeError):
         selection.window_threshold(t14, 14, mode="median")
 
