@@ -135,9 +135,10 @@ def _tokens(tokens: torch.Tensor | np.ndarray) -> torch.Tensor:
 
 @torch.no_grad()
 def cosine(tokens: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """(B, N, N) float32 cosine of every pair of patches of each crop."""
+    """(B, N, N) float32 cosine of every pair of patches of each crop (float32 even under autocast)."""
     unit = F.normalize(_tokens(tokens).float(), dim=-1)
-    return torch.bmm(unit, unit.transpose(1, 2))
+    with torch.autocast(device_type=unit.device.type, enabled=False):
+        return torch.bmm(unit, unit.transpose(1, 2))
 
 
 def _similarity(tokens, similarity) -> torch.Tensor:

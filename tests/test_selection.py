@@ -283,6 +283,8 @@ def test_selection_runs_without_grad_on_a_batch():
     rule = selection.contrastive(tokens)
     assert not rule.theta.requires_grad
     assert selection.cosine(tokens).shape == (2, 196, 196)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as inside a mixed-precision training step
+        assert selection.cosine(tokens).dtype == torch.float32
 
 
 def test_tie_order_is_exact_on_the_fast_path_and_the_fallback():
