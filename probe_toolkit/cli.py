@@ -142,6 +142,24 @@ def make_checkpoint(
     console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")
 
 
+@app.command()
+def doctor(cache: CacheOpt = None) -> None:
+    """Check this machine: library versions, threads, device, cache root, Chromium."""
+    from rich.table import Table
+
+    from .cache import cache_root
+    from .doctor import checks
+
+    table = Table("check", "", "detail")
+    results = checks(cache_root(cache))
+    for check in results:
+        mark = "[green]ok[/]" if check.ok else ("[red]FAIL[/]" if check.required else "[yellow]missing[/]")
+        table.add_row(check.name, mark, check.detail)
+    console.print(table)
+    if not all(c.ok for c in results if c.required):
+        raise typer.Exit(1)
+
+
 # --- analyses: entropy and neighbours (probe_toolkit/entropy.py, neighbours.py, selection.py) ---
 
 StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
@@ -149,6 +167,7 @@ JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the 
 DaskOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
 BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
+PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
 
 def _provenance(ds, command: str) -> dict:
@@ -156,11 +175,11 @@ def _provenance(ds, command: str) -> dict:
     from . import provenance
 
     meta = ds.attrs.get("manifest", {})
-    store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision")}
-    return {"command": command, **provenance.stamp(), "store_manifest": store}
+    store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision", "n_images")}
+    return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0))}
 
 
-def _run_over_stores(stores: list[Path], analyse, quiet: bool, dask_address: str | None) -> dict:
+def _run_over_stores(stores: list[Path], analyse, quiet: bool, dask_address: str | None, partial: bool) -> dict:
     """Open each store, run ``analyse(ds, progress, client)`` with a progress bar; by store path."""
     from .cache import open_store
     from .chunked import connect
@@ -171,7 +190,7 @@ def _run_over_stores(stores: list[Path], analyse, quiet: bool, dask_address: str
     try:
         with bar("images", quiet) as progress:
             for store in dict.fromkeys(stores):  # each store once, in the order given
-                ds = open_store(store)
+                ds = open_store(store, allow_partial=partial)
                 task = progress.add_task(str(store), total=ds.sizes.get("image", 0))
                 results[str(store)] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
     finally:
@@ -199,6 +218,7 @@ def entropy_command(
     dask_address: DaskOpt = None,
     seed: SeedOpt = 0,
     boot: BootOpt = 1000,
+    partial: PartialOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
@@ -214,7 +234,7 @@ def entropy_command(
             n_boot=boot, seed=seed, client=client, progress=progress,
         )
 
-    runs = _run_over_stores(stores, analyse, quiet, dask_address)
+    runs = _run_over_stores(stores, analyse, quiet, dask_address, partial)
     results = {store: result for store, (_, result) in runs.items()}
     console.print(summaries.entropy_table(results))
     payload = {"analysis": "entropy", "stores": {}}
@@ -245,6 +265,7 @@ def neighbours_command(
     dask_address: DaskOpt = None,
     seed: SeedOpt = 0,
     boot: BootOpt = 1000,
+    partial: PartialOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
@@ -259,7 +280,7 @@ def neighbours_command(
             require(ds, array), grid, k=k, top=top, wrap=not no_wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress,
         )
 
-    runs = _run_over_stores(stores, analyse, quiet, dask_address)
+    runs = _run_over_stores(stores, analyse, quiet, dask_address, partial)
     results = {store: result for store, (_, result) in runs.items()}
     console.print(summaries.neighbours_table(results))
     name = f"neighbours_g{grid}" + ("_nowrap" if no_wrap else "")

@@ -36,15 +36,18 @@ DIMS = {
 }
 
 
-def make_store(path: Path, arrays: dict[str, np.ndarray], chunk: int = 4, class_token: bool = False, failed: np.ndarray | None = None) -> Path:
-    """A finished store holding ``arrays`` (each with a leading image axis)."""
+def make_store(
+    path: Path, arrays: dict[str, np.ndarray], chunk: int = 4, class_token: bool = False, failed: np.ndarray | None = None, chunks_written: int | None = None
+) -> Path:
+    """A store holding ``arrays`` (each with a leading image axis); all chunks written unless
+    ``chunks_written`` says how many (an extraction still running)."""
     n = len(next(iter(arrays.values())))
     meta = manifest(chunk, class_token)
     meta["n_images"] = n
     ids = [f"img{i:05d}.jpg" for i in range(n)]
     writer = create_store(path, meta, ids, {name: (DIMS[name], value.shape[1:]) for name, value in arrays.items()})
     failed = np.zeros(n, dtype=bool) if failed is None else failed
-    for start in range(0, n, chunk):
+    for start in range(0, n, chunk)[:chunks_written]:
         stop = min(start + chunk, n)
         sizes = np.tile([480, 640], (stop - start, 1))
         writer.write(start, {name: value[start:stop] for name, value in arrays.items()}, sizes, failed[start:stop])

@@ -301,3 +301,18 @@ def test_extracted_stores(tiny_stores):
                 # a random tiny network's tokens are nearly parallel: cosines a few 1e-7 apart
                 # rank differently in float32 and float64, so allow a few of the 1,568 links
                 assert np.allclose(result[name].values, plain[name], atol=5e-3), (store, grid, name)
+
+
+def test_cli_refuses_a_growing_store_unless_partial(tmp_path):
+    from typer.testing import CliRunner
+
+    from probe_toolkit.cli import app
+
+    rng = np.random.default_rng(1)
+    path = make_store(tmp_path / "growing" / "teacher.zarr", {"tokens_224": rng.standard_normal((8, 196, 8)).astype(np.float16)}, chunk=4, chunks_written=1)
+    run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "20"])
+    assert isinstance(run.exception, ProbeError) and "incomplete: 4/8" in str(run.exception)
+    run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "20", "--partial"])
+    assert run.exit_code == 0, run.output
+    saved = load_results(path, "neighbours_g14")
+    assert saved.sizes["image"] == 4 and saved.attrs["images_read"] == 4 and saved.attrs["store_manifest"]["n_images"] == 8
