@@ -212,7 +212,7 @@ class FitSettings:
     weight_decays: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)  # strongest first: ties keep it
     holdout: float = 0.2  # share of the train panel's images held out to choose the weight decay
     seed: int = 0  # the hold-out split
-    tolerance: float = 1e-5  # stop when every gradient entry of the mean loss is smaller
+    tolerance: float = 1e-4  # stop when every gradient entry of the mean loss is smaller (sklearn's default tol)
 
     def as_dict(self) -> dict[str, Any]:
         return {
