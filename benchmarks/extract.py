@@ -5,7 +5,7 @@ decode, views, forward with hooks, zarr writes) is timed against ``vit.forward_f
 already-decoded tensors of the same images. Rounds are interleaved and medians compared, as
 ``reference/baselines.md`` advises on this noisy machine. Prints the ratios and a JSON line.
 
-    python benchmarks/extract.py [--images-224 64] [--images-480 16] [--rounds 3]
+    python benchmarks/extract.py [--images-224 128] [--images-480 32] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: P
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images-224", type=int, default=64)
-    parser.add_argument("--images-480", type=int, default=16)
+    parser.add_argument("--images-224", type=int, default=128)
+    parser.add_argument("--images-480", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.manual_seed(0)
