@@ -350,7 +350,7 @@ def ledger_verify(cache: CacheOpt = None) -> None:
         err_console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
     if problems:
         raise typer.Exit(1)
-    console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact")
+    console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
 
 
 # --- linear probes ---

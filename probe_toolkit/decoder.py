@@ -238,6 +238,9 @@ def _dense_cut(graph: Graph, scale: np.ndarray) -> Cut:
     normal = scale[:, None] * w * scale[None, :]
     n = graph.n
     values, vectors = scipy.linalg.eigh(normal, subset_by_index=[n - 3, n - 1])
+    if vectors.shape[1] < 3:  # LAPACK's evr may return fewer pairs on a flat spectrum
+        values, vectors = scipy.linalg.eigh(normal, driver="evd")
+        values, vectors = values[-3:], vectors[:, -3:]
     y = vectors[:, 1]
     residual = float(np.linalg.norm(normal @ y - values[1] * y))
     lam2, lam3 = 1.0 - values[1], 1.0 - values[0]

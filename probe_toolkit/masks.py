@@ -113,7 +113,7 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
     dims2 = ("image", "mask")
     return xr.Dataset(
         {
-            "mask": (("image", "mask", "patch"), decoded.masks),
+            "masks": (("image", "mask", "patch"), decoded.masks),
             "score": (dims2, decoded.score),
             "lambda2": (dims2, decoded.lambda2),
             "lambda3": (dims2, decoded.lambda3),
@@ -136,7 +136,7 @@ def decoded_from_dataset(ds: xr.Dataset) -> Decoded:
 
     settings = Settings(**{k: v for k, v in ds.attrs.get("settings", {}).items() if k in Settings.__dataclass_fields__})
     return Decoded(
-        masks=ds["mask"].values.astype(bool),
+        masks=ds["masks"].values.astype(bool),
         score=ds["score"].values,
         lambda2=ds["lambda2"].values,
         lambda3=ds["lambda3"].values,
