@@ -391,4 +391,4 @@ def linear_probe(
         table.add_row(o.name, *(f"{100 * o.scores[k]:.2f}" for k in keys), f"{o.chosen:g}")
     console.print(table)
     console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
-                  f"{len(report.label_space.ids)} categories + background; seed {seed}; saved as results/linear_{report.level}", highlight=False)
+                  f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)

@@ -32,7 +32,7 @@ counts as 0); accuracy counts non-ignored patches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
