@@ -169,6 +169,7 @@ app.add_typer(ledger_app, name="ledger")
 
 PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
 UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
 
 
 def _ticker(progress, label: str):
@@ -207,6 +208,7 @@ def decode(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
     panel: PanelOpt = None,
     unseal: UnsealOpt = None,
+    threads: ThreadsOpt = 1,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -218,7 +220,7 @@ def decode(
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
-                            on_start=_ticker(progress, "decode"))
+                            on_start=_ticker(progress, "decode"), threads=threads)
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
@@ -258,6 +260,7 @@ def decode_sweep(
     top: Annotated[int, typer.Option(help="Rows of the table to print (best first).")] = 20,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
     unseal: UnsealOpt = None,
+    threads: ThreadsOpt = 1,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -270,7 +273,7 @@ def decode_sweep(
 
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
-                           on_start=_ticker(progress, "sweep"))
+                           on_start=_ticker(progress, "sweep"), threads=threads)
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}")
     for column in ("preset", "center", "tau", "eps", "masks", "segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou"):

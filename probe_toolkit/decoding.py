@@ -29,9 +29,10 @@ from typing import Any, Callable
 
 import numpy as np
 import xarray as xr
+from threadpoolctl import threadpool_limits
 
 from . import cache, provenance
-from .decoder import PRESETS, Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
 from .errors import ProbeError
 from .masks import coco_results, decoder_dataset, write_json
 from .panels import LabelRead, read_labels
@@ -115,14 +116,19 @@ def _blocks(keys: xr.DataArray, step: int = 16):
         yield start, np.asarray(keys.isel(image=slice(start, min(start + step, n))).values)
 
 
-def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None) -> Decoded:
-    """Decode every image of a lazy (image, patch, channel) array, block by block."""
+def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1) -> Decoded:
+    """Decode every image of a lazy (image, patch, channel) array, block by block.
+
+    BLAS runs with ``threads`` threads: one image's problems are small, and a busy machine
+    makes multi-threaded OpenBLAS spin (60× slower measured on the shared 2-core box).
+    """
     results: list[ImageMasks] = []
-    for _, block in _blocks(keys):
-        for k in block:
-            results.append(decode_image(k, settings))
-            if on_image:
-                on_image()
+    with threadpool_limits(limits=threads):
+        for _, block in _blocks(keys):
+            for k in block:
+                results.append(decode_image(k, settings))
+                if on_image:
+                    on_image()
     return collate(results, settings, keys.sizes["patch"])
 
 
@@ -173,12 +179,13 @@ def run_decode(
     unseal: str | None = None,
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
+    threads: int = 1,
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel."""
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
-    decoded = decode_keys(src.keys, settings, tick)
+    decoded = decode_keys(src.keys, settings, tick, threads)
     seconds = time.perf_counter() - t0
     cache.save_results(
         src.store,
@@ -338,6 +345,7 @@ def run_sweep(
     unseal: str | None = None,
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
+    threads: int = 1,
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting."""
     settings_list = load_grid(grid)
@@ -352,15 +360,16 @@ def run_sweep(
         groups[key] = max(groups.get(key, 0), s.masks)
     per_group: dict[tuple, list[ImageMasks]] = {key: [] for key in groups}
     tick = on_start(len(src.image_ids)) if on_start else None
-    for _, block in _blocks(src.keys):
-        for keys in block:
-            cos = {c: cosines(keys, center=c) for c in {key[1] for key in groups}}
-            for key, most in groups.items():
-                preset, center, tau, eps = key
-                s = Settings.from_preset(preset, center=center, tau=tau, eps=eps, masks=most)
-                per_group[key].append(decode_image(keys, s, cos=cos[center]))
-            if tick:
-                tick()
+    with threadpool_limits(limits=threads):
+        for _, block in _blocks(src.keys):
+            for keys in block:
+                cos = {c: cosines(keys, center=c) for c in {key[1] for key in groups}}
+                for key, most in groups.items():
+                    preset, center, tau, eps = key
+                    s = Settings.from_preset(preset, center=center, tau=tau, eps=eps, masks=most)
+                    per_group[key].append(decode_image(keys, s, cos=cos[center]))
+                if tick:
+                    tick()
     decoded = {key: collate(rows, Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=groups[key]), src.keys.sizes["patch"])
                for key, rows in per_group.items()}
     # every mask exists before the labels are read, once, for the whole grid

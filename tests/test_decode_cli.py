@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from probe_toolkit import cache, ledger, panels
 from probe_toolkit.cli import app, main
 from probe_toolkit.extract import Settings as ExtractSettings, extract
-from scenes import Scene, make_store, planted_keys, write_panel
+from decoder_scenes import Scene, make_store, planted_keys, write_panel
 
 runner = CliRunner()
 GRID = 16

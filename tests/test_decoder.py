@@ -10,7 +10,7 @@ import scipy.sparse.linalg
 
 from probe_toolkit import decoder
 from probe_toolkit.decoder import Settings, decode, decode_image
-from scenes import planted_keys, region
+from decoder_scenes import planted_keys, region
 
 
 def tokencut_reference(keys: np.ndarray, tau: float, eps: float, center: bool) -> np.ndarray:

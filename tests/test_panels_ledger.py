@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from probe_toolkit import ledger, panels
 from probe_toolkit.cli import app
 from probe_toolkit.errors import ProbeError
-from scenes import Scene, write_panel
+from decoder_scenes import Scene, write_panel
 
 runner = CliRunner()
 
