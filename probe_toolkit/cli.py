@@ -527,3 +527,24 @@ def linear_probe(
     console.print(table)
     console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
+
+
+# --- report (probe_toolkit/report/) ---
+
+
+@app.command("report")
+def report_command(
+    stores: Annotated[list[Path], typer.Argument(help="Stores to report on, side by side (checkpoint comparison).")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
+    follow: Annotated[Optional[str], typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
+    patch: Annotated[int, typer.Option("--patch", help="Patch of the 224 view to follow (course: 34, the dog's nose).")] = 34,
+    cache: CacheOpt = None,
+) -> None:
+    """Write report.md, a self-contained report.html with a patch explorer, and the figures as PNG."""
+    from .report import write_report
+
+    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache)
+    present = [s.title for s in written.report.sections if s.present]
+    absent = [s.title for s in written.report.sections if not s.present]
+    console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "
+                  f"{len(present)} sections present{', not yet: ' + '; '.join(absent) if absent else ''}", soft_wrap=True)

@@ -1,0 +1,13 @@
+"""``probe report``: the analyses' saved results as one document, stores side by side.
+
+Modules, one job each: ``sources`` (what is read: stores, results, the followed image, ledgers,
+training logs), ``followed`` (the followed image's rows and cosines, prepared once),
+``sections`` (what exists, gathered into sections), ``figures`` (matplotlib), ``explorer``
+(the interactive explorer's quantised data), ``html`` and ``markdown`` (the two renderings),
+``references`` (numbers measured on other weights), ``build`` (the atomic write).
+"""
+
+from .build import Written, default_name, write_report
+from .sections import gather
+
+__all__ = ["Written", "default_name", "gather", "write_report"]

@@ -1,0 +1,74 @@
+"""The report as plain data: sections of tables, figures and notes, rendered twice.
+
+Sections are gathered once (``sections.py``) into these blocks, then written as Markdown
+(``markdown.py``) and as self-contained HTML (``html.py``); neither renderer decides what a
+report says, so the two can never disagree about which sections exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    name: str  # file name of the PNG beside the report, e.g. "03-attention.png"
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Note:
+    """One paragraph. ``kind``: ``text``; ``missing`` (what is not there and the command that
+    would produce it); ``reference`` (numbers measured on other weights)."""
+
+    text: str
+    kind: str = "text"
+
+
+@dataclass
+class Explorer:
+    """The interactive patch explorer's data (JSON-ready; large arrays as base64 uint8)."""
+
+    data: dict[str, Any]
+
+
+Block = Union[Table, Figure, Note, Explorer]
+
+
+@dataclass
+class Section:
+    key: str  # stable id: anchors in the HTML, ``data-section`` for tests
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def present(self) -> bool:
+        """A section is present when it shows something beyond lines saying what is missing."""
+        return any(not (isinstance(b, Note) and b.kind == "missing") for b in self.blocks)
+
+    def missing(self, text: str) -> None:
+        self.blocks.append(Note(text, "missing"))
+
+    def figures(self) -> list[Figure]:
+        return [b for b in self.blocks if isinstance(b, Figure)]
+
+
+@dataclass
+class Report:
+    title: str
+    stores: list[str]  # labels, in the order given
+    follow: str | None
+    patch: int
+    sections: list[Section]
+
+    def section(self, key: str) -> Section:
+        return next(s for s in self.sections if s.key == key)

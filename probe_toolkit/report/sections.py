@@ -1,0 +1,563 @@
+"""Gather what exists into sections: each present only when its results (or arrays) exist, and
+saying in one line, when they do not, which command would produce them.
+
+Every section shows the stores side by side (one column or panel per store), and numbers
+measured on other weights sit in their own labelled column or note (``references``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from .. import masks as mask_geometry
+from ..errors import ProbeError
+from ..summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, _cell, summary
+from . import figures, followed, references
+from .content import Explorer, Figure, Note, Report, Section, Table
+from .explorer import explorer_data, store_data
+from .sources import LedgerBook, Picture, StoreView, choose_follow, followed_picture, open_stores, original_image, read_ledgers, training_run
+
+# the command that produces each missing piece
+HOW = {
+    "tokens": "run `probe extract CKPT --views 224`",
+    "attention": "run `probe extract CKPT --views 224 --attention last`",
+    "blocks": "run `probe extract CKPT --views 224 --attention all`",
+    "entropy": "run `probe entropy STORE... --patch {patch}`",
+    "neighbours_g14": "run `probe neighbours STORE... --grid 14`",
+    "neighbours_g6": "run `probe neighbours STORE... --grid 6` (needs `--views 96`)",
+    "decoder": "run `probe decode STORE` (needs `--views 480`)",
+    "scores": "run `probe decode STORE --panel NAME` or `probe score MASKS.json --panel NAME`",
+    "sweep": "run `probe decode-sweep STORE --panel NAME`",
+    "linear_patch": "run `probe linear STORE... --train PANEL --val PANEL`",
+    "linear_image": "run `probe linear STORE... --train PANEL --val PANEL --level image`",
+    "training": "only checkpoints trained with `probe train` (training/) have `log.jsonl` beside them",
+}
+OTHER = references.OTHER_WEIGHTS
+MAX_MASK_IMAGES = 4
+MASK_WIDTH = 320  # display width of the decoder overlays, pixels
+
+
+@dataclass
+class Context:
+    stores: list[StoreView]
+    follow: str | None
+    patch: int
+    picture: Picture | None
+    book: LedgerBook
+    attention: dict[str, followed.Attention | None] = field(default_factory=dict)
+    neighbours: dict[str, followed.Neighbours | None] = field(default_factory=dict)
+    numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def figure(self, stem: str, png: bytes, caption: str) -> Figure:
+        return Figure(f"{next(self.numbers):02d}-{stem}.png", png, caption)
+
+    @property
+    def labels(self) -> list[str]:
+        return [s.label for s in self.stores]
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    return "–" if x is None or not np.isfinite(x) else f"{100 * float(x):.{digits}f} %"
+
+
+def _names(stores: list[StoreView]) -> str:
+    return ", ".join(s.label for s in stores)
+
+
+def _lacking(section: Section, stores: list[StoreView], what: str, how: str) -> None:
+    """One line naming the stores that lack something and the command that makes it."""
+    if stores:
+        section.missing(f"No {what} for {_names(stores)}: {how}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# manifests
+
+
+def manifests(ctx: Context) -> Section:
+    section = Section("manifests", "Stores and their manifests")
+    rows: dict[str, list[str]] = {}
+
+    def put(field_name: str, values: list[str]) -> None:
+        rows[field_name] = values
+
+    m = [s.manifest for s in ctx.stores]
+    ck = [x.get("checkpoint") or {} for x in m]
+    arch = [x.get("arch") or {} for x in m]
+    put("store", [str(s.path) for s in ctx.stores])
+    put("checkpoint", [str(c.get("path", "?")) for c in ck])
+    put("checkpoint sha256", [str(c.get("sha256", "?"))[:16] for c in ck])
+    put("format", [f"{c.get('format', '?')}{' (converted)' if c.get('converted') else ''}" for c in ck])
+    put("network", [str(x.get("network", "?")) for x in m])
+    put("architecture", [f"width {a.get('width')}, depth {a.get('depth')}, heads {a.get('heads')}, patch {a.get('patch')}" for a in arch])
+    put("class token / final norm", [f"{'yes' if a.get('class_token') else 'no'} / {'yes' if a.get('final_norm') else 'no'}" for a in arch])
+    put("views (px)", [", ".join(str(v) for v in x.get("views", [])) for x in m])
+    put("interpolation", [str(x.get("interpolation", "?")) for x in m])
+    put("attention", [str(x.get("attention", "?")) for x in m])
+    put("dtype", [str(x.get("dtype", "?")) for x in m])
+    put("images finished", [f"{len(s.image_ids)} of {s.manifest.get('n_images', '?')}" for s in ctx.stores])
+    put("image source", [str(x.get("image_source", "?")) for x in m])
+    put("toolkit", [f"{x.get('toolkit_version', '?')} ({str(x.get('git_revision', '?'))[:12]})" for x in m])
+    put("extracted", [str(x.get("date", "?")) for x in m])
+    put("results", [", ".join(s.results) or "none yet" for s in ctx.stores])
+    section.blocks.append(Table(["", *ctx.labels], [[k, *v] for k, v in rows.items()], "What each store was extracted from and with."))
+    return section
+
+
+# ----------------------------------------------------------------------------------------------
+# the followed image and the explorer
+
+
+def _grid_of(ctx: Context) -> int:
+    for store in ctx.stores:
+        found = ctx.neighbours.get(store.label)
+        if found is not None:
+            return found.grid
+        att = ctx.attention.get(store.label)
+        if att is not None:
+            return int(round(att.n_patches**0.5))
+    return 14
+
+
+def followed_image(ctx: Context) -> Section:
+    section = Section("followed", "The followed image and its patch grid")
+    if ctx.follow is None or ctx.picture is None or ctx.picture.rgb is None:
+        section.missing(ctx.picture.note if ctx.picture and ctx.picture.note else "No finished image to follow in these stores.")
+        return section
+    grid = _grid_of(ctx)
+    r, c = divmod(ctx.patch, grid)
+    section.blocks.append(Note(
+        f"Image `{ctx.follow}`, its 224-pixel view (short side to 224 px with PIL bicubic, centre crop), cut into {grid} × {grid} "
+        f"patches numbered row by row from 0 at the top left: patch = {grid}·row + column. The followed patch {ctx.patch} sits in "
+        f"row {r}, column {c} (outlined)."))
+    if ctx.picture.note:
+        section.blocks.append(Note(ctx.picture.note))
+    png = figures.followed_image(ctx.picture.rgb, grid, ctx.patch, f"{ctx.follow}: {grid}×{grid} patches, followed patch {ctx.patch}")
+    section.blocks.append(ctx.figure("followed-image", png, f"The 224-pixel view of {ctx.follow} with every patch's number; patch {ctx.patch} outlined."))
+    return section
+
+
+def explorer(ctx: Context) -> Section:
+    section = Section("explorer", "Patch explorer")
+    usable = [s for s in ctx.stores if ctx.attention.get(s.label) is not None or ctx.neighbours.get(s.label) is not None]
+    if ctx.follow is None or not usable:
+        section.missing(f"Nothing to explore: the explorer needs the followed image's 224 attention or tokens; {HOW['attention']}.")
+        return section
+    grid = _grid_of(ctx)
+    data = []
+    for store in ctx.stores:
+        note = "" if store in usable else f"no 224 attention or tokens of {ctx.follow}"
+        data.append(store_data(store, ctx.attention.get(store.label), ctx.neighbours.get(store.label), note))
+    window = followed.selection.window(grid, wrap=True).index.numpy()
+    picture = ctx.picture or Picture(None, "", "")
+    section.blocks.append(Note(
+        "Click a patch of the image (or open the page at `#patch=N`): every store shows that patch's row of the last block's "
+        "attention, the mean over heads large and each head small, scaled to its largest weight, the five largest weights "
+        "outlined in blue; and the cosine of its token to every patch, with its 3×3 window (SelfPatch's wrap-around, dashed), "
+        "the window's top k (thick) and the crop's 8 most similar (dots). Networks with a class token can show the class "
+        "token's row instead. Weights and cosines are stored with 8 bits."))
+    section.blocks.append(Explorer(explorer_data(data, grid, ctx.patch, ctx.follow, picture, window)))
+    return section
+
+
+# ----------------------------------------------------------------------------------------------
+# attention of the followed patch
+
+
+def _weights_cell(ranked: np.ndarray, weights_row: np.ndarray, start: int) -> str:
+    return ", ".join(f"{'[CLS]' if k < 0 else int(k)}: {weights_row[k + start]:.3f}" for k in ranked)
+
+
+def _row_table(label: str, att: followed.Attention, query: int, what: str) -> Table:
+    rows = []
+    for h in range(att.weights.shape[0]):
+        cls = f"{att.weights[h, query, 0]:.3f}" if att.start else "–"
+        rows.append([str(h), f"{att.effective[h, query]:.1f}", f"{100 * att.effective[h, query] / att.weights.shape[-1]:.1f} %",
+                     _weights_cell(att.ranked[h, query], att.weights[h, query], att.start), cls])
+    return Table(["head", "e^H", "e^H / T", "five largest weights (patch: weight)", "weight on [CLS]"], rows, f"{label}: {what}, last block")
+
+
+def attention(ctx: Context) -> Section:
+    section = Section("attention", f"Where patch {ctx.patch} looks: attention per head")
+    if ctx.follow is None:
+        section.missing("No image to follow.")
+        return section
+    grid = _grid_of(ctx)
+    without, no_blocks = [], []
+    for store in ctx.stores:
+        att = ctx.attention.get(store.label)
+        if att is None:
+            without.append(store)
+            continue
+        q = att.start + ctx.patch
+        png = figures.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, ctx.patch,
+                                     f"{store.label}: row of patch {ctx.patch}, last block", att.cls_weight(q))
+        section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {ctx.patch}'s row of the last block's attention in every head; "
+                                                                 "five largest weights outlined, the patch itself dashed."))
+        section.blocks.append(_row_table(store.label, att, q, f"row of patch {ctx.patch}"))
+        if att.start:
+            png = figures.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
+                                         f"{store.label}: the class token's row, last block")
+            section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
+            section.blocks.append(_row_table(store.label, att, 0, "the class token's row"))
+        through = followed.blocks(store, ctx.follow, ctx.patch)
+        if through is None:
+            no_blocks.append(store)
+            continue
+        png = figures.block_rows(through.rows, through.effective, through.blocks, grid, ctx.patch, f"{store.label}: patch {ctx.patch} through the blocks")
+        section.blocks.append(ctx.figure("attention-blocks", png, f"{store.label}: patch {ctx.patch}'s row in every block (rows) and head (columns)."))
+        section.blocks.append(Table(["block", *[f"head {h}" for h in range(through.effective.shape[1])]],
+                                    [[str(b), *[f"{v:.1f}" for v in through.effective[i]]] for i, b in enumerate(through.blocks)],
+                                    f"{store.label}: e^H of patch {ctx.patch}'s row in every block and head"))
+    if any(s.class_token for s in ctx.stores if ctx.attention.get(s.label) is not None):
+        ref = references.COURSE_CLS_TOP5
+        section.blocks.append(Note(f"Course, {OTHER}: under the {ref.what}, the five largest weights of the class token's row sit on "
+                                   f"{ref.value} ({ref.dataset}; {ref.source}).", "reference"))
+    _lacking(section, without, f"last-block attention of {ctx.follow}", HOW["attention"])
+    _lacking(section, no_blocks, "attention of every block", HOW["blocks"])
+    return section
+
+
+# ----------------------------------------------------------------------------------------------
+# attention entropy (results/entropy)
+
+
+def entropy(ctx: Context) -> Section:
+    section = Section("entropy", "Attention spread: entropy and e^H")
+    found = {s.label: s.result("entropy") for s in ctx.stores if s.result("entropy") is not None}
+    how = HOW["entropy"].format(patch=ctx.patch)
+    if not found:
+        section.missing(f"No attention entropy yet: {how}.")
+        return section
+    labels = list(found)
+    level = int(round(100 * float(next(iter(found.values())).attrs.get("level", 0.95))))
+    sums = {label: summary(ds) for label, ds in found.items()}
+    rows = []
+    for name, (text, share) in ENTROPY_LABELS.items():
+        if not any(name in s for s in sums.values()):
+            continue
+        cells = [_cell(s[name]["mean"], s[name]["low"], s[name]["high"], share) if name in s else "–" for s in sums.values()]
+        ref = references.column(name, references.COURSE_ATTENTION)
+        rows.append([text, *cells, ref])
+    rows.append(["keys per row T", *[str(ds.attrs.get("n_keys")) for ds in found.values()], "–"])
+    rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()], "–"])
+    section.blocks.append(Table(["statistic", *labels, f"course ({OTHER})"], rows,
+                                f"Last block, patch rows over all keys; mean over images [{level} % bootstrap interval]."))
+    heads = max(ds.sizes["head"] for ds in found.values())
+    per_head = []
+    for h in range(heads):
+        row = [str(h)]
+        for ds in found.values():
+            if h >= ds.sizes["head"]:
+                row.append("–")
+                continue
+            cls = f", [CLS] row {float(ds.set_cls_effective.values[h]):.1f}" if "set_cls_effective" in ds else ""
+            row.append(f"{float(ds.set_patch_effective.values[h]):.1f} ({_pct(ds.set_patch_share.values[h])}), distance {float(ds.set_distance.values[h]):.2f}{cls}")
+        per_head.append(row)
+    section.blocks.append(Table(["head", *labels], per_head, "Per head: mean e^H of a patch row (share of T), mean attention distance (patches)."))
+    png = figures.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
+                                       {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()},
+                                       [(0.25, "¼: SelfPatch (course)"), (0.5, "½: run 2 (course)"), (0.8, "⅘: converted DINO (course)")])
+    section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed, stores overlaid; "
+                                                               f"dotted: the course's shares of T for the released networks ({OTHER})."))
+    blocks = {label: ds for label, ds in found.items() if "set_block_patch_effective" in ds}
+    if blocks:
+        png = figures.block_spread({label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
+                                   {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()})
+        section.blocks.append(ctx.figure("entropy-blocks", png, "Mean e^H of a patch row in every block, per head."))
+    section.blocks.append(Note(f"Course, {OTHER} (Part 2 §2.6): across all rows of all six heads, a row of the released SelfPatch network is "
+                               "worth less than a quarter of the patches, a row of the converted DINO network about four fifths, a row of "
+                               "run 2's teacher a little over half. DINO's attention masks (60 % of the class token's attention) reach a "
+                               "Jaccard of 45.9 on PASCAL VOC12 (27.3 supervised, 22.0 random weights).", "reference"))
+    _lacking(section, [s for s in ctx.stores if s.label not in found], "attention entropy", how)
+    return section
+
+
+# ----------------------------------------------------------------------------------------------
+# neighbours: the followed patch's cosine map, and the premise statistics
+
+
+def neighbour_map(ctx: Context) -> Section:
+    section = Section("neighbour-map", f"Patch {ctx.patch}'s neighbours: cosine to every patch")
+    have = [(s, ctx.neighbours[s.label]) for s in ctx.stores if ctx.neighbours.get(s.label) is not None]
+    if ctx.follow is None or not have:
+        section.missing(f"No 224 tokens of the followed image: {HOW['tokens']}.")
+        return section
+    grid = have[0][1].grid
+    window = have[0][1].window[ctx.patch]
+    maps, rows = [], []
+    for store, n in have:
+        topk, crop = n.topk[ctx.patch], n.top_crop[ctx.patch]
+        maps.append((store.label, n.cosine[ctx.patch], topk, crop))
+        inside = [int(p) for p in crop if p in set(window.tolist())]
+        rows.append([store.label, ", ".join(str(int(p)) for p in window),
+                     ", ".join(f"{int(p)}: {n.cosine[ctx.patch, p]:.3f}" for p in topk),
+                     ", ".join(f"{int(p)}{'*' if int(p) in inside else ''}: {n.cosine[ctx.patch, p]:.3f}" for p in crop),
+                     f"{len(inside)} of {len(crop)}"])
+    png = figures.cosine_maps(maps, grid, ctx.patch, window)
+    section.blocks.append(ctx.figure("neighbour-map", png, f"Cosine of patch {ctx.patch}'s token to every patch of {ctx.follow}; dashed: its 3×3 window "
+                                                           "(SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar."))
+    k = ", ".join(f"{s.label}: k = {n.k}" for s, n in have)
+    section.blocks.append(Table(["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window"], rows,
+                                f"Anchor {ctx.patch} of {ctx.follow} ({k})."))
+    if ctx.patch in references.COURSE_ANCHORS:
+        section.blocks.append(Note(f"Course, {OTHER} (Part 4 §4.8, released DINO + SelfPatch teacher on the course's photograph): anchor "
+                                   f"{ctx.patch} has {references.COURSE_ANCHORS[ctx.patch]} of its 8 most similar patches in its window.", "reference"))
+    _lacking(section, [s for s in ctx.stores if ctx.neighbours.get(s.label) is None], f"224 tokens of {ctx.follow}", HOW["tokens"])
+    return section
+
+
+PREMISE_RESULTS = ("neighbours_g14", "neighbours_g14_nowrap", "neighbours_g6", "neighbours_g6_nowrap")
+
+
+def premise(ctx: Context) -> Section:
+    section = Section("premise", "Premise statistics: do the most similar patches lie in the window?")
+    any_found = False
+    for name in PREMISE_RESULTS:
+        found = {s.label: s.result(name) for s in ctx.stores if s.result(name) is not None}
+        if not found:
+            continue
+        any_found = True
+        first = next(iter(found.values()))
+        level = int(round(100 * float(first.attrs.get("level", 0.95))))
+        sums = {label: summary(ds) for label, ds in found.items()}
+        course = name.startswith("neighbours_g14")
+        rows = []
+        for stat, (text, share) in NEIGHBOUR_LABELS.items():
+            if not any(stat in s for s in sums.values()):
+                continue
+            cells = [_cell(s[stat]["mean"], s[stat]["low"], s[stat]["high"], share) if stat in s else "–" for s in sums.values()]
+            rows.append([text.format(**first.attrs), *cells, references.column(stat, references.COURSE_PREMISE) if course else "–"])
+        rows.append(["wrapped candidate links", *[f"{int(ds.wrapped_links)} of {int(ds.links)}" for ds in found.values()], "–"])
+        rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()], "–"])
+        wrap = "SelfPatch's wrap-around" if first.attrs.get("wrap") else "no wrap"
+        section.blocks.append(Table(["statistic", *found, f"course ({OTHER})"], rows,
+                                    f"{name}: grid {first.attrs.get('grid')}, {wrap}, {first.attrs.get('distance', '')}; "
+                                    f"mean over images [{level} % bootstrap interval]."))
+        if name == "neighbours_g14":
+            png = figures.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
+                                     f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
+                                     "share of the top 8 inside the window")
+            section.blocks.append(ctx.figure("premise-anchors", png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
+        _lacking(section, [s for s in ctx.stores if s.label not in found], f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
+    if not any_found:
+        section.missing(f"No premise statistics yet: {HOW['neighbours_g14']} (and, for the 96 view, {HOW['neighbours_g6'].removeprefix('run ')}).")
+    else:
+        section.blocks.append(Note(f"Course, {OTHER} (Part 4 §4.8): on the released model only 43.6 % of an anchor's 8 most similar patches lie "
+                                   "inside its 3×3 window, at a mean grid distance of 2.65, and 58.7 % of its 4 most similar, at 224 pixels.", "reference"))
+    return section
+
+
+# ----------------------------------------------------------------------------------------------
+# decoder masks and scores
+
+
+def _display(rgb: np.ndarray | None, height: int, width: int) -> np.ndarray:
+    w = MASK_WIDTH
+    h = max(1, int(round(height * w / max(width, 1))))
+    if rgb is None:
+        return np.full((h, w, 3), 128, dtype=np.uint8)
+    return np.asarray(Image.fromarray(rgb).resize((w, h), Image.Resampling.BILINEAR))
+
+
+def decoder(ctx: Context) -> Section:
+    section = Section("decoder", "Decoder masks (label-free)")
+    found = {s.label: (s, s.result("decoder")) for s in ctx.stores if s.result("decoder") is not None}
+    if not found:
+        section.missing(f"No decoder masks yet: {HOW['decoder']}.")
+        return section
+    rows = []
+    for label, (store, ds) in found.items():
+        st = ds.attrs.get("settings", {})
+        n = ds["n_masks"].values
+        rows.append([label, str(st.get("preset", "?")), f"{st.get('tau', '?')}", f"{st.get('eps', '?')}", str(st.get("center", "?")),
+                     str(st.get("masks", "?")), str(ds.sizes["image"]), f"{int(n.sum())} ({n.mean():.2f} per image)",
+                     str(int(ds["degenerate"].values.sum())), f"{float(ds.attrs.get('seconds', float('nan'))):.1f}"])
+    section.blocks.append(Table(["store", "preset", "τ", "ε", "centred", "masks ≤", "images", "masks found", "degenerate eigengap", "seconds"], rows,
+                                "Settings and counts of each store's saved decoder run (results/decoder)."))
+    order: list[str] = []
+    for _, ds in found.values():
+        for i in ([ctx.follow] if ctx.follow else []) + [str(v) for v in ds.image.values]:
+            if i not in order:
+                order.append(i)
+    chosen = [i for i in order if any(i in [str(v) for v in ds.image.values] for _, ds in found.values())][:MAX_MASK_IMAGES]
+    pictures, overlays = [], {label: [] for label in found}
+    for image_id in chosen:
+        store0 = next(s for s, ds in found.values() if image_id in [str(v) for v in ds.image.values])
+        idx = store0.image_ids.index(image_id) if image_id in store0.image_ids else None
+        height = int(store0.ds["image_height"].values[idx]) if idx is not None else 480
+        width = int(store0.ds["image_width"].values[idx]) if idx is not None else 480
+        rgb = _display(original_image(ctx.stores, image_id), height, width)
+        pictures.append((image_id, rgb))
+        for label, (_, ds) in found.items():
+            ids = [str(v) for v in ds.image.values]
+            if image_id not in ids:
+                overlays[label].append(None)
+                continue
+            i = ids.index(image_id)
+            k = int(ds["n_masks"].values[i])
+            patch_masks = ds["masks"].values[i, :k].astype(bool)
+            overlays[label].append(np.stack([mask_geometry.upsample(m, rgb.shape[0], rgb.shape[1]) for m in patch_masks]) if k else np.zeros((0, *rgb.shape[:2]), bool))
+    png = figures.mask_overlays(pictures, overlays)
+    section.blocks.append(ctx.figure("decoder-masks", png, "Decoder masks over sample images (first cut first), one column per store; "
+                                                           "masks are cut on the 480 view's patch grid and mapped back to the whole image."))
+    _lacking(section, [s for s in ctx.stores if s.label not in found], "decoder masks", HOW["decoder"])
+    return section
+
+
+SCORE_ROWS = [(f"{kind}_{m}", f"{kind} {m}") for kind in ("segm", "bbox") for m in ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")]
+
+
+def _score_value(ds, key: str) -> float:
+    if key in ("corloc", "mean_best_iou"):
+        return float(ds[key].values)
+    kind, metric = key.split("_", 1)
+    return float(ds[kind].sel(metric=metric).values)
+
+
+def scores(ctx: Context) -> Section:
+    section = Section("scores", "Decoder scores against panels (labels read through the ledger)")
+    panels = sorted({name.removeprefix("scores_") for s in ctx.stores for name in s.results if name.startswith("scores_")})
+    for panel in panels:
+        found = {s.label: s.result(f"scores_{panel}") for s in ctx.stores if s.result(f"scores_{panel}") is not None}
+        rows = []
+        for key, text in [*SCORE_ROWS, ("corloc", "CorLoc"), ("mean_best_iou", "mean best IoU")]:
+            rows.append([text, *[_pct(_score_value(ds, key), 2) for ds in found.values()], references.column(key, references.ANCHORS)])
+        role = next(iter(found.values())).attrs.get("role", "?")
+        section.blocks.append(Table(["metric", *found, f"published anchors ({OTHER}; other protocols and datasets)"], rows,
+                                    f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."))
+        prov = []
+        for label, ds in found.items():
+            st = ds.attrs.get("settings", {})
+            counts = ds.attrs.get("counts", {})
+            prov.append([label, ctx.book.describe(ds.attrs.get("ledger_entry")),
+                         f"{st.get('preset', '?')}, τ {st.get('tau', '?')}, ε {st.get('eps', '?')}, centred {st.get('center', '?')}, at most {st.get('masks', '?')} mask(s)",
+                         ", ".join(f"{k} {v}" for k, v in counts.items())])
+        section.blocks.append(Table(["store", "ledger entry of the label read", "decoder settings", "counts"], prov, f"Where the scores on {panel} came from."))
+        _lacking(section, [s for s in ctx.stores if s.label not in found], f"scores on {panel}", HOW["scores"].replace("NAME", panel))
+    sweeps = sorted({name.removeprefix("sweep_") for s in ctx.stores for name in s.results if name.startswith("sweep_")})
+    for panel in sweeps:
+        for store in ctx.stores:
+            ds = store.result(f"sweep_{panel}")
+            if ds is None:
+                continue
+            metric = str(ds.attrs.get("metric", "segm_AP"))
+            values = np.asarray(ds[metric].values, dtype=np.float64)
+            order = np.argsort(-np.nan_to_num(values, nan=-1.0), kind="stable")[:5]
+            best = int(ds.attrs.get("best", order[0]))
+            cols = ["preset", "center", "tau", "eps", "masks"]
+            rows = [[("★ " if int(i) == best else "") + str(ds["preset"].values[i]), *[str(ds[c].values[i]) for c in cols[1:]],
+                     *[_pct(float(ds[m].values[i]), 2) for m in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc")]] for i in order]
+            section.blocks.append(Table([*cols, "segm AP", "segm AP50", "bbox AP50", "CorLoc"], rows,
+                                        f"{store.label}: the 5 best of {ds.sizes['setting']} decoder settings on {panel} by {metric} (★ chosen); "
+                                        f"{ctx.book.describe(ds.attrs.get('ledger_entry'))}."))
+    if not panels and not sweeps:
+        section.missing(f"No scores yet: {HOW['scores']}; to choose the settings, {HOW['sweep']}.")
+    if ctx.book.chains:
+        section.blocks.append(Note("; ".join(f"ledger {path}: {'chain intact' if not problems else 'BROKEN: ' + ' / '.join(problems[:3])}"
+                                             for path, problems in ctx.book.chains.items()) + "."))
+    return section
+
+
+def linear(ctx: Context) -> Section:
+    section = Section("linear", "Linear probes on the frozen tokens (labels read through the ledger)")
+    any_found = False
+    for level, metrics in (("patch", (("miou", "patch mIoU"), ("accuracy", "patch accuracy"), ("miou_dense", "dense mIoU (original pixels)"))),
+                           ("image", (("map", "mAP (categories present)"),))):
+        found = {s.label: s.result(f"linear_{level}") for s in ctx.stores if s.result(f"linear_{level}") is not None}
+        if not found:
+            continue
+        any_found = True
+        rows = [[text, *[_pct(float(ds[key].values), 2) for ds in found.values()]] for key, text in metrics]
+        rows.append(["chosen regularisation", *[str(ds.attrs.get("settings", {}).get("weight_decay" if level == "patch" else "c", "?")) for ds in found.values()]])
+        section.blocks.append(Table(["", *found], rows, f"Linear probe, {level} level, in %."))
+        prov = []
+        for label, ds in found.items():
+            led = ds.attrs.get("ledger", {})
+            pan = ds.attrs.get("panels", {})
+            prov.append([label, f"{pan.get('train', {}).get('name', '?')}: {ctx.book.describe(led.get('train'))}",
+                         f"{pan.get('val', {}).get('name', '?')}: {ctx.book.describe(led.get('val'))}"])
+        section.blocks.append(Table(["store", "train labels (fit)", "val labels (score)"], prov, f"Where the {level}-level probe's labels came from."))
+        per = "class" if level == "patch" else "category"
+        score = "iou" if level == "patch" else "ap"
+        names = list(dict.fromkeys(str(c) for ds in found.values() for c in ds[per].values))
+        table = []
+        for name in names:
+            table.append([name, *[_pct(float(ds[score].sel({per: name}).values), 1) if name in [str(c) for c in ds[per].values] else "–" for ds in found.values()]])
+        section.blocks.append(Table([per, *found], table, f"Per {per}: {'IoU' if level == 'patch' else 'AP'} on the val panel, in %."))
+        _lacking(section, [s for s in ctx.stores if s.label not in found], f"{level}-level probe", HOW[f"linear_{level}"])
+    if not any_found:
+        section.missing(f"No linear probes yet: {HOW['linear_patch']} (and with `--level image`).")
+    return section
+
+
+# ----------------------------------------------------------------------------------------------
+# training curves and the reference table
+
+
+def training(ctx: Context) -> Section:
+    section = Section("training", "Training curves")
+    runs = {s.label: run for s in ctx.stores if (run := training_run(s)) is not None}
+    if not runs:
+        section.missing(f"No training log beside any checkpoint: {HOW['training']}.")
+        return section
+    rows = []
+    for label, run in runs.items():
+        last = run.log[-1] if run.log else {}
+        meta = run.manifest
+        init = meta.get("init") or {}
+        start = init.get("sha256", "")[:12] if isinstance(init, dict) and init.get("sha256") else ("random" if isinstance(init, dict) and "random" in init else "?")
+        rows.append([label, str(run.folder), str(meta.get("run", "?")), str(meta.get("rule", "?")), start, str(len(run.log)),
+                     str(last.get("epoch", "?")), f"{last.get('loss', float('nan')):.4f}" if "loss" in last else "–", str(meta.get("status", "?"))])
+    section.blocks.append(Table(["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"], rows,
+                                "Runs of training/ that wrote the stores' checkpoints."))
+    png = figures.training_curves({label: run.log for label, run in runs.items()})
+    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl)."))
+    _lacking(section, [s for s in ctx.stores if s.label not in runs], "training log beside the checkpoint", HOW["training"])
+    return section
+
+
+def reference_values(ctx: Context) -> Section:
+    section = Section("references", f"Reference values ({OTHER})")
+    every = [*references.COURSE_ATTENTION, references.COURSE_CLS_TOP5, *references.COURSE_JACCARD, *references.COURSE_PREMISE, *references.ANCHORS]
+    rows = [[r.statistic, r.value, r.what, r.dataset, r.source, r.tag] for r in every]
+    section.blocks.append(Table(["statistic", "value", "network / method", "data", "source", "tag"], rows,
+                                "Tags: course = the course text; [R] read in the repository; [T] third-party page; [I] issue thread; "
+                                "[M] recalled from the paper, not verified (shared/reference/decoders.md)."))
+    return section
+
+
+BUILDERS: tuple[Callable[[Context], Section], ...] = (
+    manifests, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, training, reference_values,
+)
+
+
+def _check_patch(stores: list[StoreView], patch: int, ctx: Context) -> None:
+    sizes = {s.label: a.n_patches for s in stores if (a := ctx.attention.get(s.label)) is not None}
+    sizes.update({s.label: n.cosine.shape[0] for s in stores if (n := ctx.neighbours.get(s.label)) is not None})
+    for label, n in sizes.items():
+        if not 0 <= patch < n:
+            raise ProbeError("--patch", f"{patch} is outside 0..{n - 1} of {label}'s grid", "pick a patch of the 224 view's grid (the course follows 34)")
+
+
+def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None) -> Report:
+    """Open the stores, read their results and the followed image, and build every section."""
+    if not stores:
+        raise ProbeError("probe report", "no store given", "pass one or more stores written by `probe extract`")
+    views = open_stores(stores)
+    image_id = choose_follow(views, follow)
+    ctx = Context(views, image_id, int(patch), None, read_ledgers(views, cache_dir))
+    if image_id is not None:
+        ctx.picture = followed_picture(views, image_id)
+        for store in views:
+            ctx.attention[store.label] = followed.attention(store, image_id)
+            ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
+        _check_patch(views, ctx.patch, ctx)
+    title = "probe report: " + " vs ".join(ctx.labels)
+    return Report(title, ctx.labels, image_id, ctx.patch, [build(ctx) for build in BUILDERS])

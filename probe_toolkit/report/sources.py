@@ -1,0 +1,204 @@
+"""What a report reads: the stores, their saved results, the followed image, the ledger, training logs.
+
+The report never recomputes an analysis: numbers come from ``<store>/results/<name>``. What it
+does read from a store's arrays is one image's attention rows and tokens, to draw them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .. import cache, images, ledger
+from ..errors import ProbeError
+from ..summaries import store_label
+from .figures import tokens_picture
+
+VIEW = 224
+
+
+@dataclass
+class StoreView:
+    """One store as the report sees it: its finished images, manifest and saved results."""
+
+    path: Path
+    label: str
+    ds: xr.Dataset
+    manifest: dict[str, Any]
+    results: dict[str, xr.Dataset] = field(default_factory=dict)
+
+    @property
+    def class_token(self) -> bool:
+        return bool(self.manifest.get("arch", {}).get("class_token", False))
+
+    @property
+    def image_ids(self) -> list[str]:
+        return [str(v) for v in self.ds["image"].values]
+
+    def has(self, array: str, image_id: str | None = None) -> bool:
+        return array in self.ds and (image_id is None or image_id in self.image_ids)
+
+    def image_values(self, array: str, image_id: str) -> np.ndarray:
+        """One image's slice of a stored array, as float32 (stores hold float16 by default)."""
+        return np.asarray(self.ds[array].sel(image=image_id).values, dtype=np.float32)
+
+    def result(self, name: str) -> xr.Dataset | None:
+        return self.results.get(name)
+
+
+def open_stores(paths: list[Path]) -> list[StoreView]:
+    """Each store once, in the order given, with every saved result loaded; labels made unique."""
+    views: list[StoreView] = []
+    for path in dict.fromkeys(Path(p) for p in paths):
+        ds = cache.open_store(path)
+        results = {name: found for name in cache.list_results(path) if (found := cache.load_results(path, name)) is not None}
+        views.append(StoreView(path, store_label(str(path)), ds, cache.manifest(ds), results))
+    seen: dict[str, int] = {}
+    for view in views:
+        count = seen.get(view.label, 0)
+        seen[view.label] = count + 1
+        if count:
+            view.label = f"{view.label} ({count + 1})"
+    return views
+
+
+def choose_follow(stores: list[StoreView], follow: str | None) -> str | None:
+    """``--follow`` when a store holds it; else the first image (of the first store) held by all."""
+    if follow is not None:
+        if not any(follow in s.image_ids for s in stores):
+            sample = ", ".join(stores[0].image_ids[:3]) if stores else ""
+            raise ProbeError("--follow", f"{follow!r} is not a finished image of any store", f"pass an image id such as {sample}")
+        return follow
+    if not stores or not stores[0].image_ids:
+        return None
+    common = [i for i in stores[0].image_ids if all(i in s.image_ids for s in stores[1:])]
+    return (common or stores[0].image_ids)[0]
+
+
+@dataclass
+class Picture:
+    """The followed image's 224 view, and a note when it had to be drawn from tokens."""
+
+    rgb: np.ndarray | None
+    source: str
+    note: str = ""
+
+
+def image_file(store: StoreView, image_id: str) -> Path | None:
+    source = store.manifest.get("image_source")
+    if not source:
+        return None
+    path = Path(source) / image_id
+    return path if path.is_file() else None
+
+
+def original_image(stores: list[StoreView], image_id: str) -> np.ndarray | None:
+    """The image at its original size, from the first store whose ``image_source`` still holds it."""
+    for store in stores:
+        path = image_file(store, image_id)
+        if path is not None:
+            try:
+                return np.asarray(images.load_image(path))
+            except ProbeError:
+                continue
+    return None
+
+
+def followed_picture(stores: list[StoreView], image_id: str) -> Picture:
+    """The 224 view as the extractor made it (same PIL path), or a drawing of the tokens."""
+    looked = []
+    for store in stores:
+        path = image_file(store, image_id)
+        if path is None:
+            looked.append(str(Path(store.manifest.get("image_source") or "?") / image_id))
+            continue
+        try:
+            return Picture(np.asarray(images.view(images.load_image(path), VIEW)), str(path))
+        except ProbeError as error:
+            looked.append(f"{path} ({error.line()})")
+    for store in stores:
+        if store.has("tokens_224", image_id):
+            tokens = store.image_values("tokens_224", image_id)
+            grid = int(round(np.sqrt(tokens.shape[0])))
+            note = (f"The image file is gone (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
+                    f"of {store.label}: their first three principal components as RGB, one colour per patch.")
+            return Picture(tokens_picture(tokens, grid), f"tokens of {store.label}", note)
+    return Picture(None, "", f"No picture of {image_id}: its file is gone and no store holds its 224 tokens.")
+
+
+# ----------------------------------------------------------------------------------------------
+# the ledger: every label read that a result names
+
+
+@dataclass
+class LedgerBook:
+    """Ledger entries by id, from every ledger found, and whether each chain holds."""
+
+    entries: dict[str, tuple[Path, ledger.Entry]] = field(default_factory=dict)
+    chains: dict[Path, list[str]] = field(default_factory=dict)  # ledger file → problems (empty: intact)
+
+    def describe(self, entry_id: str | None) -> str:
+        """``entry 3 (a1b2c3d4e5f6): 2025-… score of panel val (val), 4 images``, or what is known."""
+        if not entry_id:
+            return "–"
+        found = self.entries.get(entry_id)
+        if found is None:
+            return f"{entry_id[:12]} (not in any ledger found)"
+        _, entry = found
+        f = entry.fields
+        unseal = f", unsealed: {f['unseal']}" if f.get("unseal") else ""
+        return f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), {f.get('images', '?')} images{unseal}"
+
+
+def read_ledgers(stores: list[StoreView], cache_dir: str | Path | None) -> LedgerBook:
+    """Ledgers of the cache root (``--cache``, ``$PROBE_CACHE``, ``./cache``) and of the stores' roots."""
+    roots = [cache.cache_root(cache_dir)] + [s.path.parent.parent for s in stores] + [s.path.parent for s in stores]
+    book = LedgerBook()
+    for root in dict.fromkeys(Path(r).resolve() for r in roots):
+        if not (root / ledger.LEDGER).is_file():
+            continue
+        book.chains[root / ledger.LEDGER] = [str(p) for p in ledger.verify(root)]
+        for entry in ledger.entries(root):
+            book.entries.setdefault(entry.id, (root, entry))
+    return book
+
+
+# ----------------------------------------------------------------------------------------------
+# training runs: a checkpoint written by training/ sits in a run folder with log.jsonl
+
+
+@dataclass
+class TrainingRun:
+    folder: Path
+    log: list[dict[str, Any]]
+    manifest: dict[str, Any]
+
+
+def training_run(store: StoreView) -> TrainingRun | None:
+    """The run folder of the store's checkpoint when it holds ``log.jsonl`` (training/'s layout)."""
+    checkpoint = (store.manifest.get("checkpoint") or {}).get("path")
+    if not checkpoint:
+        return None
+    folder = Path(checkpoint).parent
+    log_path = folder / "log.jsonl"
+    if not log_path.is_file():
+        return None
+    rows = []
+    for line in log_path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by a crash; the run's own resume trims it
+    meta_path = folder / "manifest.json"
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except ValueError:
+        meta = {}
+    return TrainingRun(folder, rows, meta)

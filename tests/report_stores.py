@@ -1,0 +1,107 @@
+"""Stores for the report's tests: copies of the session's tiny stores without their results, the
+analyses run on them through their own command line, a labelled panel over the synthetic scenes
+and a store whose checkpoint sits in a training run folder.
+
+Plain helpers (not fixtures), so each test module builds only what it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from probe_toolkit import cache
+from probe_toolkit.cli import app
+from probe_toolkit.extract import Settings, extract
+
+runner = CliRunner()
+
+# conftest.image_dir's synthetic scenes: (size, boxes x0, y0, x1, y1)
+SCENES = {
+    "one.png": ((640, 480), [(160, 120, 400, 360)]),
+    "two.png": ((480, 480), [(32, 32, 176, 176), (304, 304, 448, 448)]),
+}
+
+
+def invoke(*args) -> str:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, f"probe {' '.join(map(str, args))}: {result.output}\n{result.exception!r}"
+    return result.output
+
+
+def bare_copies(stores: dict[str, Path], root: Path) -> dict[str, Path]:
+    """Each store copied to ``root/<checkpoint folder>/<network>.zarr`` without its results."""
+    out = {}
+    for name, path in stores.items():
+        target = root / path.parent.name / path.name
+        shutil.copytree(path, target, ignore=lambda folder, names, top=str(path): ["results"] if folder == top and "results" in names else [])
+        out[name] = target
+    return out
+
+
+def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
+    """A COCO file with the scenes' exact boxes, registered as panels ``scenes`` (val) and
+    ``scenes-train`` (train) on the scenes folder."""
+    coco = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "box"}]}
+    for i, (name, ((w, h), boxes)) in enumerate(SCENES.items(), 1):
+        coco["images"].append({"id": i, "file_name": name, "width": w, "height": h})
+        for x0, y0, x1, y1 in boxes:
+            coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": i, "category_id": 1, "iscrowd": 0,
+                                        "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]], "bbox": [x0, y0, x1 - x0, y1 - y0],
+                                        "area": (x1 - x0) * (y1 - y0)})
+    path = root / "scenes.json"
+    path.write_text(json.dumps(coco))
+    for name, role in (("scenes", "val"), ("scenes-train", "train")):
+        invoke("panel", "add", name, "--annotations", path, "--images", image_dir / "scenes", "--role", role, "--cache", cache_dir)
+    return path
+
+
+LOG_STEPS = 12
+
+
+def training_store(checkpoint: Path, image_dir: Path, root: Path) -> Path:
+    """A store of a checkpoint kept in a run folder laid out as training/ writes it: checkpoint.pth,
+    log.jsonl (one object per step, training.LOG_FIELDS names) and manifest.json."""
+    run = root / "runs" / "tiny-run"
+    run.mkdir(parents=True)
+    shutil.copy(checkpoint, run / "checkpoint.pth")
+    rows = [{"step": s, "epoch": s // 4, "loss": 9.0 - math.log1p(s), "loss_image": 8.5 - math.log1p(s), "loss_patch": 0.5 - 0.01 * s,
+             "positives_per_anchor": 4.0, "lr_backbone": 1e-5 * min(1.0, (s + 1) / 4), "lr_heads": 1e-4, "weight_decay": 0.04,
+             "momentum": 0.996, "grad_norm": 2.0 / (1 + s), "last_layer_frozen": s < 4, "step_time_s": 0.2, "data_time_s": 0.01,
+             "images_per_s": 20.0, "time": 1.7e9 + s} for s in range(LOG_STEPS)]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 12, "cut by a cra')
+    (run / "manifest.json").write_text(json.dumps({"trainer": "probe-training", "run": "tiny-run", "rule": "selfpatch",
+                                                   "init": {"random": "trunc-normal 0.02", "seed": 0}, "status": "finished"}))
+    return extract(run / "checkpoint.pth", image_dir, settings=Settings(views=(224,), attention="last", chunk=4),
+                   cache_dir=root / "cache", quiet=True, batch_size=4).store
+
+
+# ----------------------------------------------------------------------------------------------
+# plain re-implementations the tests compare the report with (different code paths)
+
+
+def plain_window(grid: int, anchor: int) -> list[int]:
+    """SelfPatch's 3×3 window with wrap-around, by hand: the 8 neighbours modulo the grid side."""
+    r, c = divmod(anchor, grid)
+    return sorted(((r + dr) % grid) * grid + (c + dc) % grid for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr, dc) != (0, 0))
+
+
+def plain_cosine(tokens: np.ndarray) -> np.ndarray:
+    x = np.asarray(tokens, dtype=np.float64)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return x @ x.T
+
+
+def plain_rank(values: np.ndarray, candidates: list[int], n: int) -> list[int]:
+    """The n candidates of largest value, largest first, ties to the lower index (a Python sort)."""
+    return sorted(candidates, key=lambda j: (-float(values[j]), j))[:n]
+
+
+def stored(store: Path, array: str, image_id: str) -> np.ndarray:
+    ds = cache.open_store(store)
+    return np.asarray(ds[array].sel(image=image_id).values)

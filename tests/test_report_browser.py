@@ -1,0 +1,115 @@
+"""The explorer in a real browser: headless Chromium opens report.html from disk, a real mouse click
+on a patch redraws every map, and what the page shows agrees with plain computations.
+
+Chromium is driven over the DevTools pipe (``cdp.py``, stdlib only). A missing Chromium fails
+this test (CI installs Debian's ``chromium``) unless ``PROBE_SKIP_BROWSER=1`` says to skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cdp import Browser
+from probe_toolkit.doctor import find_browser
+from probe_toolkit.report import write_report
+from report_stores import bare_copies, plain_cosine, plain_rank, plain_window, stored
+
+G = 14
+
+
+def chromium() -> str:
+    found = find_browser()
+    if found is None:
+        if os.environ.get("PROBE_SKIP_BROWSER") == "1":
+            pytest.skip("PROBE_SKIP_BROWSER=1 and no Chromium found")
+        pytest.fail("Chromium not found (apt-get install chromium, or set PROBE_CHROMIUM); PROBE_SKIP_BROWSER=1 skips this test")
+    return found
+
+
+@pytest.fixture(scope="module")
+def page(tiny_stores, tmp_path_factory):
+    root = tmp_path_factory.mktemp("report-browser")
+    stores = bare_copies(tiny_stores, root / "cache")
+    written = write_report([stores["dino"], stores["selfpatch"]], root / "report")
+    return SimpleNamespace(stores=stores, written=written, url=written.html.resolve().as_uri())
+
+
+def _state(browser: Browser) -> dict:
+    return json.loads(browser.evaluate("JSON.stringify(window.probeExplorer.state)"))
+
+
+def _click_patch(browser: Browser, patch: int) -> None:
+    box = browser.evaluate("(function () { var c = document.getElementById('pe-image'); c.scrollIntoView({block: 'start'});"
+                           " var r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    r, c = divmod(patch, G)
+    browser.click(box[0] + (c + 0.5) * box[2] / G, box[1] + (r + 0.5) * box[3] / G)
+
+
+def _click_button(browser: Browser, query: str) -> None:
+    box = browser.evaluate(f"(function () {{ var b = document.querySelector('button[data-query=\"{query}\"]'); b.scrollIntoView({{block: 'center'}});"
+                           " var r = b.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    browser.click(box[0] + box[2] / 2, box[1] + box[3] / 2)
+
+
+def _expected(page, label: str, patch: int, query: str = "patch") -> dict:
+    """What the page must show for one store, from the stored arrays by plain Python."""
+    store = page.stores["dino" if label.startswith("dino") else "selfpatch"]
+    image = page.written.report.follow
+    weights = stored(store, "attention_224", image).astype(np.float64)
+    start = weights.shape[-1] - G * G
+    row = 0 if query == "cls" else start + patch
+    top5 = [[k - start for k in plain_rank(weights[h, row], list(range(weights.shape[-1])), 5)] for h in range(weights.shape[0])]
+    sim = plain_cosine(stored(store, "tokens_224", image))
+    return {"top5": top5, "topk": plain_rank(sim[patch], plain_window(G, patch), 4),
+            "topCrop": plain_rank(sim[patch], [j for j in range(G * G) if j != patch], 8)}
+
+
+def test_clicking_a_patch_redraws_every_map(page, tmp_path):
+    with Browser(chromium(), tmp_path / "profile", width=1400, height=1100) as browser:
+        browser.call("Network.enable")
+        browser.open(page.url)
+        assert browser.wait_for("window.probeExplorer && window.probeExplorer.state.ready && window.probeExplorer.state.picture")
+        before = _state(browser)
+        labels = page.written.report.stores
+        assert before["patch"] == 34 and browser.evaluate("document.body.dataset.patch") == "34"
+        assert set(before["stores"]) == set(labels)
+
+        _click_patch(browser, 0)  # a real mouse click, through Chromium's input pipeline
+        after = _state(browser)
+        assert after["patch"] == 0 and after["query"] == "patch"
+        assert browser.evaluate("document.body.dataset.patch") == "0" and browser.evaluate("location.hash") == "#patch=0"
+        assert sorted(after["window"]) == plain_window(G, 0)
+        for label in labels:
+            old, new = before["stores"][label], after["stores"][label]
+            assert all(a != b for a, b in zip(old["heads"], new["heads"])) and old["mean"] != new["mean"] and old["cosine"] != new["cosine"]
+            want = _expected(page, label, 0)
+            assert new["top5"] == want["top5"] and new["topk"] == want["topk"] and new["topCrop"] == want["topCrop"]
+            assert new["inWindow"] == len(set(want["topCrop"]) & set(plain_window(G, 0)))
+        shot = browser.screenshot(tmp_path / "explorer-patch-0.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+        # the class token's row: the DINO store redraws, the store without a class token says so
+        _click_button(browser, "cls")
+        cls = _state(browser)
+        dino = next(label for label in labels if label.startswith("dino"))
+        plain = next(label for label in labels if not label.startswith("dino"))
+        assert cls["query"] == "cls" and browser.evaluate("location.hash") == "#patch=0&query=cls"
+        assert cls["stores"][dino]["top5"] == _expected(page, dino, 0, "cls")["top5"]
+        assert cls["stores"][dino]["heads"] != after["stores"][dino]["heads"]
+        assert cls["stores"][plain]["top5"] == [] and cls["stores"][plain]["cosine"] == after["stores"][plain]["cosine"]
+
+        # a fragment chooses the patch when the page opens, and when it changes later
+        browser.open("about:blank")
+        browser.open(page.url + "#patch=100")
+        assert browser.wait_for("window.probeExplorer && window.probeExplorer.state.ready")
+        assert _state(browser)["patch"] == 100 and _state(browser)["query"] == "patch"
+        browser.evaluate("location.hash = '#patch=150&query=cls'")
+        assert browser.wait_for("window.probeExplorer.state.patch === 150 && window.probeExplorer.state.query === 'cls'")
+
+        requests = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+        assert requests and all(url.startswith(("file:", "data:")) for url in requests), requests
