@@ -172,7 +172,7 @@ def attention_rows(
     order = np.argsort(-mean, kind="stable")[:5]
     image = _weight_map(big, mean, grid, order, patch, "mean over heads", labels=True)
     for h in range(heads):
-        ax = fig.add_subplot(spec[h % 2, 2 + h // 2])
+        ax = fig.add_subplot(spec[h // columns, 2 + h % columns])
         extra = f", [CLS] {cls_weight[h]:.2f}" if cls_weight is not None else ""
         _weight_map(ax, rows[h], grid, tops[h], patch, f"head {h}: e^H {effective[h]:.1f}{extra}")
     fig.colorbar(image, ax=big, orientation="horizontal", fraction=0.05, pad=0.02, label="weight / the map's largest weight")
@@ -183,18 +183,16 @@ def attention_rows(
 def block_rows(rows: np.ndarray, effective: np.ndarray, blocks: Sequence[int], grid: int, patch: int, title: str) -> bytes:
     """The followed patch's row in every block (rows) and head (columns), each map to its own maximum."""
     n_blocks, heads = rows.shape[:2]
-    fig = Figure(figsize=(1.25 * heads + 0.8, 1.25 * n_blocks + 0.6))
+    fig = Figure(figsize=(1.3 * heads + 0.8, 1.45 * n_blocks + 0.4), layout="constrained")
     axes = fig.subplots(n_blocks, heads, squeeze=False)
     for b in range(n_blocks):
         for h in range(heads):
             ax = axes[b, h]
             row = rows[b, h]
             tops = np.argsort(-row, kind="stable")[:5]
-            _weight_map(ax, row, grid, tops, patch, f"e^H {effective[b, h]:.1f}")
+            _weight_map(ax, row, grid, tops, patch, (f"head {h}: " if b == 0 else "") + f"e^H {effective[b, h]:.1f}")
             if h == 0:
                 ax.set_ylabel(f"block {blocks[b]}", fontsize=8)
-            if b == 0:
-                ax.set_title(f"head {h}\ne^H {effective[b, h]:.1f}", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return png(fig)
 

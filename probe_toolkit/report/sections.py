@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from .. import masks as mask_geometry
+from .. import selection
 from ..errors import ProbeError
 from ..summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, _cell, summary
 from . import figures, followed, references
@@ -154,7 +155,7 @@ def explorer(ctx: Context) -> Section:
     for store in ctx.stores:
         note = "" if store in usable else f"no 224 attention or tokens of {ctx.follow}"
         data.append(store_data(store, ctx.attention.get(store.label), ctx.neighbours.get(store.label), note))
-    window = followed.selection.window(grid, wrap=True).index.numpy()
+    window = selection.window(grid, wrap=True).index.numpy()
     picture = ctx.picture or Picture(None, "", "")
     section.blocks.append(Note(
         "Click a patch of the image (or open the page at `#patch=N`): every store shows that patch's row of the last block's "
@@ -381,29 +382,23 @@ def decoder(ctx: Context) -> Section:
                      str(int(ds["degenerate"].values.sum())), f"{float(ds.attrs.get('seconds', float('nan'))):.1f}"])
     section.blocks.append(Table(["store", "preset", "τ", "ε", "centred", "masks ≤", "images", "masks found", "degenerate eigengap", "seconds"], rows,
                                 "Settings and counts of each store's saved decoder run (results/decoder)."))
-    order: list[str] = []
-    for _, ds in found.values():
-        for i in ([ctx.follow] if ctx.follow else []) + [str(v) for v in ds.image.values]:
-            if i not in order:
-                order.append(i)
-    chosen = [i for i in order if any(i in [str(v) for v in ds.image.values] for _, ds in found.values())][:MAX_MASK_IMAGES]
+    ids = {label: [str(v) for v in ds.image.values] for label, (_, ds) in found.items()}
+    order = ([ctx.follow] if ctx.follow else []) + [i for label in ids for i in ids[label]]
+    chosen = [i for i in dict.fromkeys(order) if any(i in held for held in ids.values())][:MAX_MASK_IMAGES]
     pictures, overlays = [], {label: [] for label in found}
     for image_id in chosen:
-        store0 = next(s for s, ds in found.values() if image_id in [str(v) for v in ds.image.values])
-        idx = store0.image_ids.index(image_id) if image_id in store0.image_ids else None
-        height = int(store0.ds["image_height"].values[idx]) if idx is not None else 480
-        width = int(store0.ds["image_width"].values[idx]) if idx is not None else 480
+        holder = next((s for s in ctx.stores if image_id in s.image_ids), None)
+        k = holder.image_ids.index(image_id) if holder else 0
+        height, width = (int(holder.ds["image_height"].values[k]), int(holder.ds["image_width"].values[k])) if holder else (480, 480)
         rgb = _display(original_image(ctx.stores, image_id), height, width)
         pictures.append((image_id, rgb))
         for label, (_, ds) in found.items():
-            ids = [str(v) for v in ds.image.values]
-            if image_id not in ids:
+            if image_id not in ids[label]:
                 overlays[label].append(None)
                 continue
-            i = ids.index(image_id)
-            k = int(ds["n_masks"].values[i])
-            patch_masks = ds["masks"].values[i, :k].astype(bool)
-            overlays[label].append(np.stack([mask_geometry.upsample(m, rgb.shape[0], rgb.shape[1]) for m in patch_masks]) if k else np.zeros((0, *rgb.shape[:2]), bool))
+            i = ids[label].index(image_id)
+            patch_masks = ds["masks"].values[i, : int(ds["n_masks"].values[i])].astype(bool)
+            overlays[label].append(np.stack([mask_geometry.upsample(m, *rgb.shape[:2]) for m in patch_masks]) if len(patch_masks) else np.zeros((0, *rgb.shape[:2]), bool))
     png = figures.mask_overlays(pictures, overlays)
     section.blocks.append(ctx.figure("decoder-masks", png, "Decoder masks over sample images (first cut first), one column per store; "
                                                            "masks are cut on the 480 view's patch grid and mapped back to the whole image."))

@@ -86,6 +86,27 @@
     return h.toString(16);
   }
 
+  function bar(table, left, right) {  // a colour scale drawn from the same table as the maps
+    var box = el("span", { "class": "pe-scale" }), c = el("canvas", { width: "128", height: "10" }), ctx = c.getContext("2d");
+    for (var x = 0; x < 128; x++) {
+      var t = 2 * x;
+      ctx.fillStyle = "rgb(" + table[3 * t] + "," + table[3 * t + 1] + "," + table[3 * t + 2] + ")";
+      ctx.fillRect(x, 0, 1, 10);
+    }
+    box.appendChild(el("span", {}, left)); box.appendChild(c); box.appendChild(el("span", {}, right));
+    return box;
+  }
+  function legend() {
+    var box = el("div", { "class": "pe-legend" });
+    box.appendChild(el("span", {}, "attention (each map to its own largest weight):"));
+    box.appendChild(bar(lut.weight, "0", "max"));
+    box.appendChild(el("span", {}, "cosine:"));
+    box.appendChild(bar(lut.cosine, "−1", "+1"));
+    box.appendChild(el("span", {}, "blue squares: five largest weights · dashed white: the patch · on the cosine map: × the patch, " +
+      "dashed: its 3×3 window (wraps around), thick: the window's top k, dots: the crop's 8 most similar"));
+    return box;
+  }
+
   // ---- the page ----
   var controls = el("div", { "class": "pe-controls" });
   var readout = el("span", { "class": "pe-readout" });
@@ -98,11 +119,12 @@
     buttons[q] = b; controls.appendChild(b);
   });
   root.appendChild(controls);
+  root.appendChild(legend());
   var body = el("div", { "class": "pe-body" });
   root.appendChild(body);
 
   var picture = el("div", { "class": "pe-picture" });
-  var cellPx = Math.floor(448 / G);
+  var cellPx = Math.floor(392 / G);
   var imageCanvas = el("canvas", { width: String(cellPx * G), height: String(cellPx * G), id: "pe-image", "aria-label": "the followed image; click a patch" });
   picture.appendChild(imageCanvas);
   picture.appendChild(el("p", { "class": "pe-caption" }, data.image + (data.pictureNote ? " — " + data.pictureNote : "")));
@@ -122,7 +144,7 @@
     var v = { box: box, heads: [], captions: [] };
     if (s.att) {
       var att = el("div", { "class": "pe-attention" });
-      v.mean = el("canvas", { width: String(G * 16), height: String(G * 16), "class": "pe-mean" });
+      v.mean = el("canvas", { width: String(G * 14), height: String(G * 14), "class": "pe-mean" });
       var meanBox = el("figure", {});
       meanBox.appendChild(v.mean);
       v.meanCaption = el("figcaption", {}, "");
@@ -131,7 +153,7 @@
       var heads = el("div", { "class": "pe-heads" });
       for (var h = 0; h < s.meta.heads; h++) {
         var f = el("figure", {});
-        var c = el("canvas", { width: String(G * 8), height: String(G * 8), "class": "pe-head", "data-head": String(h) });
+        var c = el("canvas", { width: String(G * 7), height: String(G * 7), "class": "pe-head", "data-head": String(h) });
         var cap = el("figcaption", {}, "");
         f.appendChild(c); f.appendChild(cap); heads.appendChild(f);
         v.heads.push(c); v.captions.push(cap);
@@ -143,7 +165,7 @@
     }
     if (s.cos) {
       var cf = el("figure", { "class": "pe-cosine" });
-      v.cosine = el("canvas", { width: String(G * 16), height: String(G * 16), "class": "pe-cos" });
+      v.cosine = el("canvas", { width: String(G * 14), height: String(G * 14), "class": "pe-cos" });
       v.cosineCaption = el("figcaption", {}, "");
       cf.appendChild(v.cosine); cf.appendChild(v.cosineCaption);
       box.appendChild(cf);
