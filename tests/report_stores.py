@@ -105,3 +105,21 @@ def plain_rank(values: np.ndarray, candidates: list[int], n: int) -> list[int]:
 def stored(store: Path, array: str, image_id: str) -> np.ndarray:
     ds = cache.open_store(store)
     return np.asarray(ds[array].sel(image=image_id).values)
+
+
+def synthetic_store(path: Path, grid: int, heads: int = 2, channels: int = 8, seed: int = 0) -> Path:
+    """A store on any patch grid (e.g. 28 × 28, a ViT-S/8 at 224 px) with random tokens and softmax
+    attention rows, written with ``cache.create_store``; its image file does not exist."""
+    rng = np.random.default_rng(seed)
+    n = grid * grid
+    manifest = {"checkpoint": {"path": str(path.parent / "synthetic.pth"), "sha256": "cd" * 32, "format": "synthetic"}, "network": "teacher",
+                "arch": {"width": channels, "depth": 1, "heads": heads, "patch": 224 // grid, "class_token": False, "final_norm": False},
+                "views": [224], "interpolation": "dino", "attention": "last", "dtype": "float16", "chunk": 1, "n_images": 1,
+                "image_list_sha256": "x", "image_source": str(path.parent / "no-such-folder")}
+    writer = cache.create_store(path, manifest, ["gone.jpg"], {"tokens_224": (("patch_224", "channel"), (n, channels)),
+                                                               "attention_224": (("head", "query", "key"), (heads, n, n))})
+    scores = rng.normal(0, 2, (1, heads, n, n))
+    rows = np.exp(scores - scores.max(-1, keepdims=True))
+    writer.write(0, {"tokens_224": rng.normal(0, 1, (1, n, channels)).astype(np.float16), "attention_224": (rows / rows.sum(-1, keepdims=True)).astype(np.float16)},
+                 np.array([[480, 640]]), np.zeros(1, dtype=bool))
+    return path

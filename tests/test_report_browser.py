@@ -17,7 +17,7 @@ import pytest
 from cdp import Browser
 from probe_toolkit.doctor import find_browser
 from probe_toolkit.report import write_report
-from report_stores import bare_copies, plain_cosine, plain_rank, plain_window, stored
+from report_stores import bare_copies, plain_cosine, plain_rank, plain_window, stored, synthetic_store
 
 G = 14
 
@@ -43,11 +43,11 @@ def _state(browser: Browser) -> dict:
     return json.loads(browser.evaluate("JSON.stringify(window.probeExplorer.state)"))
 
 
-def _click_patch(browser: Browser, patch: int) -> None:
+def _click_patch(browser: Browser, patch: int, grid: int = G) -> None:
     box = browser.evaluate("(function () { var c = document.getElementById('pe-image'); c.scrollIntoView({block: 'start'});"
                            " var r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
-    r, c = divmod(patch, G)
-    browser.click(box[0] + (c + 0.5) * box[2] / G, box[1] + (r + 0.5) * box[3] / G)
+    r, c = divmod(patch, grid)
+    browser.click(box[0] + (c + 0.5) * box[2] / grid, box[1] + (r + 0.5) * box[3] / grid)
 
 
 def _click_button(browser: Browser, query: str) -> None:
@@ -113,3 +113,24 @@ def test_clicking_a_patch_redraws_every_map(page, tmp_path):
 
         requests = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
         assert requests and all(url.startswith(("file:", "data:")) for url in requests), requests
+
+
+def test_a_28_by_28_grid_uses_two_byte_indices(tmp_path):
+    """784 patches (a ViT-S/8 at 224 px) need two bytes per patch index; no image file: drawn from tokens."""
+    grid = 28
+    store = synthetic_store(tmp_path / "s8-cdcdcdcd" / "teacher.zarr", grid)
+    written = write_report([store], tmp_path / "report", patch=700)
+    with Browser(chromium(), tmp_path / "profile", width=1400, height=1100) as browser:
+        browser.open(written.html.resolve().as_uri())
+        assert browser.wait_for("window.probeExplorer && window.probeExplorer.state.ready && window.probeExplorer.state.picture")
+        assert _state(browser)["patch"] == 700
+        _click_patch(browser, 783, grid)
+        state = _state(browser)
+        (label,) = written.report.stores
+        weights = stored(store, "attention_224", "gone.jpg").astype(np.float64)
+        sim = plain_cosine(stored(store, "tokens_224", "gone.jpg"))
+        shown = state["stores"][label]
+        assert state["patch"] == 783 and sorted(state["window"]) == plain_window(grid, 783)
+        assert shown["top5"] == [plain_rank(weights[h, 783], list(range(grid * grid)), 5) for h in range(2)]
+        assert shown["topk"] == plain_rank(sim[783], plain_window(grid, 783), 4)
+        assert shown["topCrop"] == plain_rank(sim[783], list(range(783)), 8)

@@ -7,8 +7,10 @@ Quantisation (what a reader of the page sees is exact up to half a step):
   round(255 · w / max); a map is drawn scaled to its largest weight anyway (brightest = largest);
 - cosine: round(127.5 · (c + 1)) on [-1, 1], so the value 128 is a cosine of about 0;
 - rankings (five largest keys of each row; the window, its top k and the crop's top 8 of each
-  anchor) are computed exactly in Python (``followed``) and stored as patch indices, 255 for the
-  class token, so the page never ranks quantised values.
+  anchor) are computed exactly in Python (``followed``) and stored as patch indices, one byte
+  each while a grid has fewer than 255 patches (two bytes, little-endian, beyond: ViT-S/8 at
+  224 has 784), with the largest value of the width standing for the class token, so the page
+  never ranks quantised values.
 
 The page (``assets/explorer.js``) reads the JSON in ``<script id="probe-explorer-data">``.
 """
@@ -24,12 +26,23 @@ from . import figures
 from .followed import Attention, Neighbours
 from .sources import Picture, StoreView
 
-CLASS_TOKEN_KEY = 255
-
 
 def b64(array: np.ndarray | bytes) -> str:
+    """uint8 data (or raw bytes) as base64 text."""
     raw = array if isinstance(array, bytes) else np.ascontiguousarray(array, dtype=np.uint8).tobytes()
     return base64.b64encode(raw).decode("ascii")
+
+
+def index_width(n_patches: int) -> int:
+    """Bytes per stored patch index: 1 below 255 patches, else 2 (the top value marks the class token)."""
+    return 1 if n_patches < 255 else 2
+
+
+def indices(values: np.ndarray, n_patches: int) -> str:
+    """Patch indices as base64 (uint8 or little-endian uint16); negative (the class token) → the top value."""
+    dtype = np.uint8 if index_width(n_patches) == 1 else np.dtype("<u2")
+    top = np.iinfo(dtype).max
+    return b64(np.ascontiguousarray(np.where(np.asarray(values) < 0, top, values), dtype=dtype).tobytes())
 
 
 def quantise_rows(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,28 +57,19 @@ def quantise_cosine(cosine: np.ndarray) -> np.ndarray:
     return np.clip(np.rint((np.asarray(cosine, dtype=np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
 
 
-def dequantise_cosine(q: np.ndarray) -> np.ndarray:
-    return q.astype(np.float32) / 127.5 - 1.0
-
-
-def _keys(ranked: np.ndarray) -> np.ndarray:
-    return np.where(ranked < 0, CLASS_TOKEN_KEY, ranked).astype(np.uint8)
-
-
 def store_data(store: StoreView, attention: Attention | None, neighbours: Neighbours | None, note: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {"label": store.label, "classToken": store.class_token, "note": note, "attention": None, "cosine": None}
     if attention is not None:
         heads, tokens, _ = attention.weights.shape
-        if attention.n_patches >= CLASS_TOKEN_KEY:
-            raise ValueError(f"{attention.n_patches} patches do not fit the explorer's 8-bit patch index")
         q, top = quantise_rows(attention.weights)
         out.update(
             heads=heads, tokens=tokens, start=attention.start, attention=b64(q),
-            rowMax=[float(f"{v:.4g}") for v in top.ravel()], top=b64(_keys(attention.ranked)),
+            rowMax=[float(f"{v:.4g}") for v in top.ravel()], top=indices(attention.ranked, attention.n_patches),
             effective=[round(float(v), 2) for v in attention.effective.ravel()],
         )
     if neighbours is not None:
-        out.update(cosine=b64(quantise_cosine(neighbours.cosine)), k=neighbours.k, topk=b64(neighbours.topk), topCrop=b64(neighbours.top_crop))
+        n = neighbours.cosine.shape[0]
+        out.update(cosine=b64(quantise_cosine(neighbours.cosine)), k=neighbours.k, topk=indices(neighbours.topk, n), topCrop=indices(neighbours.top_crop, n))
     return out
 
 
@@ -78,6 +82,7 @@ def explorer_data(stores: list[dict[str, Any]], grid: int, patch: int, image_id:
         "picture": ("data:image/png;base64," + b64(figures.image_png(picture.rgb))) if picture.rgb is not None else None,
         "pictureNote": picture.note,
         "lut": {"weight": b64(figures.colour_table(figures.WEIGHT_CMAP)), "cosine": b64(figures.colour_table(figures.COSINE_CMAP))},
-        "window": b64(window),
+        "window": indices(window, grid * grid),
+        "indexBytes": index_width(grid * grid),
         "stores": stores,
     }

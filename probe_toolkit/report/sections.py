@@ -153,8 +153,11 @@ def explorer(ctx: Context) -> Section:
     grid = _grid_of(ctx)
     data = []
     for store in ctx.stores:
+        att, near = ctx.attention.get(store.label), ctx.neighbours.get(store.label)
         note = "" if store in usable else f"no 224 attention or tokens of {ctx.follow}"
-        data.append(store_data(store, ctx.attention.get(store.label), ctx.neighbours.get(store.label), note))
+        if (att is not None and att.n_patches != grid * grid) or (near is not None and near.grid != grid):
+            att, near, note = None, None, f"its grid is not the explorer's {grid} × {grid} (see the figures below)"
+        data.append(store_data(store, att, near, note))
     window = selection.window(grid, wrap=True).index.numpy()
     picture = ctx.picture or Picture(None, "", "")
     section.blocks.append(Note(
@@ -189,13 +192,13 @@ def attention(ctx: Context) -> Section:
     if ctx.follow is None:
         section.missing("No image to follow.")
         return section
-    grid = _grid_of(ctx)
     without, no_blocks = [], []
     for store in ctx.stores:
         att = ctx.attention.get(store.label)
         if att is None:
             without.append(store)
             continue
+        grid = int(round(att.n_patches**0.5))
         q = att.start + ctx.patch
         png = figures.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, ctx.patch,
                                      f"{store.label}: row of patch {ctx.patch}, last block", att.cls_weight(q))
@@ -291,6 +294,8 @@ def neighbour_map(ctx: Context) -> Section:
         section.missing(f"No 224 tokens of the followed image: {HOW['tokens']}.")
         return section
     grid = have[0][1].grid
+    other = [s for s, n in have if n.grid != grid]
+    have = [(s, n) for s, n in have if n.grid == grid]
     window = have[0][1].window[ctx.patch]
     maps, rows = [], []
     for store, n in have:
@@ -311,6 +316,9 @@ def neighbour_map(ctx: Context) -> Section:
         section.blocks.append(Note(f"Course, {OTHER} (Part 4 §4.8, released DINO + SelfPatch teacher on the course's photograph): anchor "
                                    f"{ctx.patch} has {references.COURSE_ANCHORS[ctx.patch]} of its 8 most similar patches in its window.", "reference"))
     _lacking(section, [s for s in ctx.stores if ctx.neighbours.get(s.label) is None], f"224 tokens of {ctx.follow}", HOW["tokens"])
+    if other:
+        section.blocks.append(Note(f"Not drawn beside {have[0][0].label}: {_names(other)}, whose 224 view has another patch grid "
+                                   f"(report them separately)."))
     return section
 
 

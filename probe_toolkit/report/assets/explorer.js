@@ -29,17 +29,24 @@
     return node;
   }
 
-  var G = data.grid, N = G * G, CLS = 255;
+  var G = data.grid, N = G * G, CLS = data.indexBytes === 2 ? 65535 : 255;
+  function patchIndices(b64) {  // patch indices: one byte each, or two (little-endian) on grids of 255 patches or more
+    var raw = bytes(b64);
+    if (data.indexBytes !== 2) { return raw; }
+    var out = new Uint16Array(raw.length / 2);
+    for (var i = 0; i < out.length; i++) { out[i] = raw[2 * i] | (raw[2 * i + 1] << 8); }
+    return out;
+  }
   var lut = { weight: bytes(data.lut.weight), cosine: bytes(data.lut.cosine) };
-  var windowTable = bytes(data.window);
+  var windowTable = patchIndices(data.window);
   var stores = data.stores.map(function (s) {
     return {
       meta: s,
       att: s.attention ? bytes(s.attention) : null,
-      top: s.top ? bytes(s.top) : null,
+      top: s.top ? patchIndices(s.top) : null,
       cos: s.cosine ? bytes(s.cosine) : null,
-      topk: s.topk ? bytes(s.topk) : null,
-      topCrop: s.topCrop ? bytes(s.topCrop) : null
+      topk: s.topk ? patchIndices(s.topk) : null,
+      topCrop: s.topCrop ? patchIndices(s.topCrop) : null
     };
   });
   var anyClassToken = stores.some(function (s) { return s.meta.classToken && s.att; });
