@@ -354,3 +354,44 @@ def ledger_verify(cache: CacheOpt = None) -> None:
     if problems:
         raise typer.Exit(1)
     console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
+
+
+# --- linear probes ---
+
+
+@app.command("linear")
+def linear_probe(
+    stores: Annotated[list[Path], typer.Argument(help="Stores to compare (each holds, or sits beside, the panels' images).")],
+    train: Annotated[str, typer.Option("--train", help="Panel whose labels fit the probe (and choose its regularisation).")],
+    val: Annotated[str, typer.Option("--val", help="Panel whose labels score it, read only after every fit.")],
+    level: Annotated[str, typer.Option("--level", help="patch (dense, mIoU) or image (categories present, mAP).")] = "patch",
+    epochs: Annotated[int, typer.Option("--epochs", help="Most L-BFGS iterations of the dense probe (each a full pass over the train patches).")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the train hold-out that chooses the regularisation.")] = 0,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the table and its settings as JSON.")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Linear probes on the frozen 224 tokens: fit on --train, score on --val, one table for all stores."""
+    from rich.table import Table
+
+    from .linear import FitSettings
+    from .probing import run_linear
+
+    def step(what: str) -> None:
+        if not quiet:
+            err_console.print(f"[dim]{what}[/]", highlight=False)
+
+    report = run_linear(stores, train, val, level=level, settings=FitSettings(epochs=epochs, seed=seed), unseal=unseal,
+                        cache_dir=cache, json_path=json_path, on_step=step)
+    columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
+    keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
+    table = Table(title=f"linear probe ({report.level}): {train} → {val}")
+    table.add_column("store")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for o in report.outcomes:
+        table.add_row(o.name, *(f"{100 * o.scores[k]:.2f}" for k in keys), f"{o.chosen:g}")
+    console.print(table)
+    console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+                  f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
