@@ -35,10 +35,8 @@ def main() -> None:
     except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
+    except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
+        if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
             error.show()
             sys.exit(error.exit_code)
         raise
