@@ -35,10 +35,8 @@ def main() -> None:
     except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
+    except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
+        if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
             error.show()
             sys.exit(error.exit_code)
         raise
@@ -158,6 +156,243 @@ def doctor(cache: CacheOpt = None) -> None:
     console.print(table)
     if not all(c.ok for c in results if c.required):
         raise typer.Exit(1)
+
+
+# --- decoder, panels, ledger, scoring ---
+
+panel_app = typer.Typer(no_args_is_help=True, help="Labelled image sets (COCO file + image folder + role).")
+ledger_app = typer.Typer(no_args_is_help=True, help="The hash-chained record of every read of labels.")
+app.add_typer(panel_app, name="panel")
+app.add_typer(ledger_app, name="ledger")
+
+PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
+UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
+
+
+def _ticker(progress, label: str):
+    def start(total: int):
+        task = progress.add_task(label, total=total)
+        return lambda: progress.advance(task)
+
+    return start
+
+
+def _scores_table(title: str, scores) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("", "AP", "AP50", "AP75", "AR1", "AR10", "AR100"):
+        table.add_column(column, justify="right")
+    for kind in ("segm", "bbox"):
+        values = getattr(scores, kind)
+        table.add_row(kind, *(f"{100 * values[m]:.2f}" for m in ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")))
+    console.print(table)
+    console.print(f"CorLoc {100 * scores.corloc:.2f} %   mean best IoU {100 * scores.mean_best_iou:.2f} %   "
+                  f"({scores.counts['images']} images, {scores.counts['objects']} objects, {scores.counts['masks']} masks)")
+
+
+@app.command()
+def decode(
+    store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480).")],
+    size: Annotated[int, typer.Option(help="View whose keys to cut (keys_<size>).")] = 480,
+    preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut or maskcut.")] = None,
+    tau: Annotated[Optional[float], typer.Option(help="Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).")] = None,
+    eps: Annotated[Optional[float], typer.Option(help="Weight of the other edges (1e-5).")] = None,
+    masks: Annotated[Optional[int], typer.Option(help="Masks per image: MaskCut's loop when > 1.")] = None,
+    center: Annotated[Optional[bool], typer.Option("--center/--no-center", help="Subtract each image's mean key (thesis: on).")] = None,
+    settings: Annotated[Optional[Path], typer.Option("--settings", help="Settings file (default <cache>/decoder-settings.json from the sweep).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="COCO results JSON (default <store>/results/decoder-masks.json).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
+    panel: PanelOpt = None,
+    unseal: UnsealOpt = None,
+    threads: ThreadsOpt = 1,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
+    from .decoding import resolve_settings, run_decode
+    from .masks import write_json
+    from .progress import bar
+
+    chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
+    with bar("images", quiet) as progress:
+        report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
+                            on_start=_ticker(progress, "decode"), threads=threads)
+    s = report.settings
+    console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
+                  f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
+    if report.scores is not None:
+        _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    if json_path:
+        write_json(json_path, report.summary())
+
+
+@app.command()
+def score(
+    masks_file: Annotated[Path, typer.Argument(help="COCO results JSON written by probe decode.")],
+    panel: Annotated[str, typer.Option("--panel", help="Registered panel to score on.")],
+    unseal: UnsealOpt = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the scores as JSON here.")] = None,
+    cache: CacheOpt = None,
+) -> None:
+    """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
+    from .decoding import run_score
+    from .masks import write_json
+
+    report = run_score(masks_file, panel, unseal=unseal, cache_dir=cache)
+    _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    if report.saved:
+        console.print(f"saved → {report.saved}")
+    if json_path:
+        write_json(json_path, {"scores": report.scores.table(), "counts": report.scores.counts, "ledger_entry": report.ledger_entry})
+
+
+@app.command("decode-sweep")
+def decode_sweep(
+    store: Annotated[Path, typer.Argument(help="A store with keys_480.")],
+    panel: Annotated[str, typer.Option("--panel", help="Validation panel to choose the settings on.")],
+    grid: Annotated[Optional[Path], typer.Option(help="TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.")] = None,
+    metric: Annotated[str, typer.Option(help="Score that picks the best setting.")] = "segm_AP",
+    settings_out: Annotated[Optional[Path], typer.Option("--settings-out", help="Where to write the best settings (default <cache>/decoder-settings.json).")] = None,
+    top: Annotated[int, typer.Option(help="Rows of the table to print (best first).")] = 20,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
+    unseal: UnsealOpt = None,
+    threads: ThreadsOpt = 1,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
+    from rich.table import Table
+
+    from .decoding import run_sweep
+    from .masks import write_json
+    from .progress import bar
+
+    with bar("images", quiet) as progress:
+        report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
+                           on_start=_ticker(progress, "sweep"), threads=threads)
+    rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
+    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}")
+    for column in ("preset", "center", "tau", "eps", "masks", "segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou"):
+        table.add_column(column, justify="right")
+    for r in rows[:top]:
+        table.add_row(r["preset"], str(r["center"]), f"{r['tau']:g}", f"{r['eps']:g}", str(r["masks"]),
+                      *(f"{100 * r[c]:.2f}" for c in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou")))
+    console.print(table)
+    b = report.best
+    console.print(f"best: {b.preset}, centred {b.center}, τ {b.tau}, ε {b.eps}, {b.masks} masks → {report.settings_file}")
+    if json_path:
+        write_json(json_path, {"metric": metric, "ledger_entry": report.ledger_entry, "table": report.table})
+
+
+@panel_app.command("add")
+def panel_add(
+    name: Annotated[str, typer.Argument(help="Panel name (letters, digits, - and _).")],
+    annotations: Annotated[Path, typer.Option("--annotations", help="COCO annotation file (not opened now).")],
+    images: Annotated[Path, typer.Option("--images", help="The panel's image folder.")],
+    role: Annotated[str, typer.Option("--role", help="train, val or test (test panels are sealed).")],
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
+    cache: CacheOpt = None,
+) -> None:
+    """Register a panel in <cache>/panels.toml."""
+    from .panels import add_panel
+
+    p = add_panel(name, annotations, images, role, cache=cache, replace=replace)
+    console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
+
+
+@panel_app.command("list")
+def panel_list(cache: CacheOpt = None) -> None:
+    """List the registered panels."""
+    from rich.table import Table
+
+    from .panels import list_panels
+
+    table = Table(title="panels")
+    for column in ("name", "role", "annotations", "images", "added"):
+        table.add_column(column)
+    for p in list_panels(cache):
+        table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), str(p.annotations), str(p.images), p.added)
+    console.print(table)
+
+
+@ledger_app.command("show")
+def ledger_show(
+    last: Annotated[Optional[int], typer.Option(help="Only the last N entries.")] = None,
+    cache: CacheOpt = None,
+) -> None:
+    """Every read of labels: when, which panel, how many images, why, for which checkpoint."""
+    from rich.table import Table
+
+    from .cache import cache_root
+    from .ledger import entries
+
+    rows = entries(cache_root(cache))
+    table = Table(title=f"ledger ({len(rows)} entries)")
+    for column in ("n", "id", "time", "panel", "role", "images", "purpose", "checkpoint", "unseal"):
+        table.add_column(column)
+    for e in rows[-last:] if last else rows:
+        f = e.fields
+        table.add_row(str(e.n), e.id[:12], f.get("time", ""), f.get("panel", ""), f.get("role", ""), str(f.get("images", "")),
+                      f.get("purpose", ""), (f.get("checkpoint") or "")[:12], f.get("unseal") or "")
+    console.print(table)
+
+
+@ledger_app.command("verify")
+def ledger_verify(cache: CacheOpt = None) -> None:
+    """Check the hash chain; names every edited, inserted or deleted line (exit 1 if any)."""
+    from .cache import cache_root
+    from .ledger import LEDGER, entries, verify
+
+    root = cache_root(cache)
+    problems = verify(root)
+    for p in problems:
+        err_console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
+    if problems:
+        raise typer.Exit(1)
+    console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
+
+
+# --- linear probes ---
+
+
+@app.command("linear")
+def linear_probe(
+    stores: Annotated[list[Path], typer.Argument(help="Stores to compare (each holds, or sits beside, the panels' images).")],
+    train: Annotated[str, typer.Option("--train", help="Panel whose labels fit the probe (and choose its regularisation).")],
+    val: Annotated[str, typer.Option("--val", help="Panel whose labels score it, read only after every fit.")],
+    level: Annotated[str, typer.Option("--level", help="patch (dense, mIoU) or image (categories present, mAP).")] = "patch",
+    epochs: Annotated[int, typer.Option("--epochs", help="Most L-BFGS iterations of the dense probe (each a full pass over the train patches).")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the train hold-out that chooses the regularisation.")] = 0,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the table and its settings as JSON.")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Linear probes on the frozen 224 tokens: fit on --train, score on --val, one table for all stores."""
+    from rich.table import Table
+
+    from .linear import FitSettings
+    from .probing import run_linear
+
+    def step(what: str) -> None:
+        if not quiet:
+            err_console.print(f"[dim]{what}[/]", highlight=False)
+
+    report = run_linear(stores, train, val, level=level, settings=FitSettings(epochs=epochs, seed=seed), unseal=unseal,
+                        cache_dir=cache, json_path=json_path, on_step=step)
+    columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
+    keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
+    table = Table(title=f"linear probe ({report.level}): {train} → {val}")
+    table.add_column("store")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for o in report.outcomes:
+        table.add_row(o.name, *(f"{100 * o.scores[k]:.2f}" for k in keys), f"{o.chosen:g}")
+    console.print(table)
+    console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+                  f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
 
 
 # --- analyses: entropy and neighbours (probe_toolkit/entropy.py, neighbours.py, selection.py) ---

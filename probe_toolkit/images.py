@@ -78,28 +78,58 @@ def load_image(path: str | Path) -> Image.Image:
         raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it, or skip it with --on-error skip") from None
 
 
-def _short_side(image: Image.Image, size: int) -> Image.Image:
-    width, height = image.size
-    if width <= height:
-        new = (size, int(size * height / width))
-    else:
-        new = (int(size * width / height), size)
-    return image.resize(new, Image.Resampling.BICUBIC)
+@dataclass(frozen=True)
+class ViewGeometry:
+    """Where a view's pixels come from: the original is resized to ``resized`` (width, height),
+    then ``box`` (left, top, right, bottom, in resized pixels) is cut out.
+
+    One home for the arithmetic: ``view`` uses it to make the pixels, and label code uses it
+    to carry masks through the same resize and crop.
+    """
+
+    size: int
+    original: tuple[int, int]
+    resized: tuple[int, int]
+    box: tuple[int, int, int, int]
+
+    def source_centres(self) -> tuple[np.ndarray, np.ndarray]:
+        """The original-image (x, y) coordinates of the centres of the view's columns and rows."""
+        (w, h), (nw, nh) = self.original, self.resized
+        left, top = self.box[:2]
+        offsets = np.arange(self.size, dtype=np.float64) + 0.5
+        return (offsets + left) * w / nw, (offsets + top) * h / nh
+
+    def source_region(self) -> tuple[int, int, int, int]:
+        """The original pixels (x0, y0, x1, y1; end exclusive) whose centres fall inside the view.
+
+        Pixel x is inside when ``left <= (x + 0.5) * nw / w < right``; exact integer arithmetic.
+        """
+        (w, h), (nw, nh) = self.original, self.resized
+        left, top, right, bottom = self.box
+
+        def first(edge: int, n_orig: int, n_new: int) -> int:  # ceil(edge * n_orig / n_new - 0.5)
+            return -((n_new - 2 * edge * n_orig) // (2 * n_new))
+
+        return first(left, w, nw), first(top, h, nh), min(first(right, w, nw), w), min(first(bottom, h, nh), h)
 
 
-def _centre_crop(image: Image.Image, size: int) -> Image.Image:
-    width, height = image.size
-    left, top = int(round((width - size) / 2.0)), int(round((height - size) / 2.0))
-    return image.crop((left, top, left + size, top + size))
+def geometry(width: int, height: int, size: int) -> ViewGeometry:
+    """The geometry of the ``size`` view of a ``width`` × ``height`` image (see the module docstring)."""
+    if size == 480:
+        return ViewGeometry(size, (width, height), (480, 480), (0, 0, 480, 480))
+    if size not in (96, 224):
+        raise ValueError(f"views are {VIEWS}, not {size}")
+    # short side to ``size``, the long side truncated (torchvision's Resize)
+    resized = (size, int(size * height / width)) if width <= height else (int(size * width / height), size)
+    left, top = int(round((resized[0] - size) / 2.0)), int(round((resized[1] - size) / 2.0))
+    return ViewGeometry(size, (width, height), resized, (left, top, left + size, top + size))
 
 
 def view(image: Image.Image, size: int) -> Image.Image:
     """The ``size`` view of an RGB image (96 and 224: short side + centre crop; 480: squash)."""
-    if size == 480:
-        return image.resize((480, 480), Image.Resampling.BICUBIC)
-    if size in (96, 224):
-        return _centre_crop(_short_side(image, size), size)
-    raise ValueError(f"views are {VIEWS}, not {size}")
+    g = geometry(*image.size, size)
+    resized = image.resize(g.resized, Image.Resampling.BICUBIC)
+    return resized if g.box == (0, 0, *g.resized) else resized.crop(g.box)
 
 
 def normalise(image: Image.Image) -> torch.Tensor:

@@ -1,0 +1,529 @@
+"""Label-free object masks: a normalized cut on one image's last-block keys.
+
+Per image (keys N × C on a G × G grid, N = G²), following TokenCut and MaskCut:
+
+1. Centre (preset ``thesis``): subtract the image's mean key. L2-normalise; a zero key stays zero.
+2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
+3. Fiedler vector x: second smallest generalized eigenvector of (D − W) x = λ D x. Solved as the
+   second largest eigenvector y of 𝒩 = D^-½ W D^-½, whose largest (eigenvalue 1) is known
+   exactly, D^½ 1, and is deflated; ARPACK finds y, dense ``eigh`` of 𝒩 is the fallback and the
+   solver for small N. Always x = D^-½ y (the pitfall of CutLER #74 is forgetting this).
+4. Sign: x is oriented so that x[argmax |x|] > 0 (lowest index on ties), so the solver's sign
+   never matters. Bipartition B = {x > mean(x)}, the plain mean as TokenCut.
+5. Foreground: rule ``tokencut`` keeps B (the side holding argmax |x|), seed argmax |x|; rule
+   ``maskcut`` takes the other side when ≥ 3 of the 4 corner patches lie in B, seeded at
+   argmax(−x) (MaskCut's signed seed). MaskCut's own rule depends on the solver's sign in that
+   one case; oriented as above it is MaskCut's rule for the sign with a positive seed.
+6. Mask: the 4-connected component of the foreground side that holds the seed.
+
+Several masks (``masks`` > 1) run MaskCut's loop: the keys of patches already found are zeroed
+(their edges all become ε), the cut is taken again, and the loop stops explicitly when a new
+component overlaps the previous one by IoU > 0.5 (stop ``overlap``), covers ≤ 1 % of the patches
+(``small``), lies inside earlier masks (``covered``), or ≤ 1 % of the patches remain (``exhausted``).
+MaskCut instead blanks that mask and re-solves the unchanged graph, which returns the same cut
+and accepts it on the next round (compared then with an empty mask): we stop instead. No CRF.
+
+Exactness: cosines are computed in float32 and every entry within the float32 error bound of τ
+is recomputed in float64, so the graph is the float64 graph. A mask is *certified* when the
+eigenvector error bound (residual + a dense solver's rounding) / eigengap cannot move any patch
+across the mean, flip the sign or move the seed out of the mask; an image with an uncertified
+cut or an eigengap below ``gap_tol`` is flagged ``degenerate``. Unflagged masks equal those of
+``scipy.linalg.eigh(D − W, D, subset_by_index=[1, 2])`` with TokenCut's post-processing.
+
+Score of a mask, in [0, 1]: (1 − λ2/λ3) · (1 − ncut/2). The relative eigengap says how clearly
+the graph prefers this cut to the next one; ncut = cut/vol(M) + cut/vol(rest) ∈ [0, 2] is the
+normalized cut of the final mask itself. A cheap, unambiguous cut scores near 1; it is a ranking
+for COCO AP (no ties decided by input order), not a calibrated probability.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+import scipy.linalg
+import scipy.ndimage
+import scipy.sparse
+import scipy.sparse.linalg
+
+from .errors import ProbeError
+
+RULES = ("tokencut", "maskcut")
+PRESETS: dict[str, dict] = {
+    # the thesis: centred keys, TokenCut's graph and rule, τ = 0.2 (course Part 1 §1.2, Part 6)
+    "thesis": dict(center=True, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
+    # TokenCut exactly: uncentred keys, τ = 0.2, ε = 1e-5 (TokenCut README and argparse)
+    "tokencut": dict(center=False, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
+    # MaskCut: τ = 0.15 (README, submitit script; maskcut.py's argparse says 0.2), N = 3
+    "maskcut": dict(center=False, rule="maskcut", tau=0.15, eps=1e-5, masks=3),
+}
+STOPS = ("count", "overlap", "small", "covered", "exhausted")
+SOLVERS = ("arpack", "dense")
+DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One decoder setting; ``Settings.from_preset`` fills the preset's defaults."""
+
+    preset: str = "thesis"
+    center: bool = True
+    rule: str = "tokencut"
+    tau: float = 0.2
+    eps: float = 1e-5
+    masks: int = 1
+    overlap: float = 0.5  # MaskCut: stop when IoU(new, previous) > 0.5
+    min_area: float = 0.01  # MaskCut: stop when a new mask covers ≤ 1 % of the patches
+    gap_tol: float = 1e-6  # flag an image whose eigengap (on λ ∈ [0, 2]) is below this
+    seed: int = 0  # ARPACK's start vector
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset thesis")
+        if self.rule not in RULES:
+            raise ProbeError(None, f"rule {self.rule!r} is not one of {', '.join(RULES)}", "use tokencut or maskcut")
+        if not -1.0 <= self.tau < 1.0:
+            raise ProbeError(None, f"--tau {self.tau} is not a cosine in [-1, 1)", "use e.g. --tau 0.2")
+        if not 0.0 < self.eps < 1.0:
+            raise ProbeError(None, f"--eps {self.eps} must be in (0, 1) (ε keeps the graph connected)", "use --eps 1e-5")
+        if self.masks < 1:
+            raise ProbeError(None, f"--masks {self.masks} must be at least 1", "use --masks 1")
+
+    @classmethod
+    def from_preset(cls, preset: str = "thesis", **overrides) -> "Settings":
+        """The preset's defaults, with every override that is not None applied."""
+        if preset not in PRESETS:
+            raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset thesis")
+        values = dict(PRESETS[preset], preset=preset)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def with_(self, **changes) -> "Settings":
+        return replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------------
+# the graph
+
+
+@dataclass(frozen=True)
+class Cosines:
+    """Unit keys in float64 and their cosines in float32 with a proven error ``band``."""
+
+    unit: np.ndarray  # (N, C) float64
+    approx: np.ndarray  # (N, N) float32
+    band: float
+
+
+def cosines(keys: np.ndarray, *, center: bool) -> Cosines:
+    """Centre (optionally) and L2-normalise the keys; cosines in float32 (exact near τ later)."""
+    keys = np.asarray(keys, dtype=np.float64)
+    if keys.ndim != 2 or keys.shape[0] < 4:
+        raise ProbeError(None, f"keys of shape {keys.shape} are not (patch ≥ 4, channel)", "pass one image's keys")
+    if not np.isfinite(keys).all():
+        raise ProbeError(None, "keys hold NaN or inf", "re-extract the image (its row in the store is unfinished?)")
+    if center:
+        keys = keys - keys.mean(axis=0)
+    norm = np.linalg.norm(keys, axis=1, keepdims=True)
+    unit = np.divide(keys, norm, out=np.zeros_like(keys), where=norm > 0)
+    f32 = unit.astype(np.float32)
+    # |float32 dot − float64 dot| ≤ (C + 2)·u32 for unit vectors: rounding of the inputs and a
+    # C-term float32 accumulation (Higham's γ_C bound with Cauchy–Schwarz), with 2× headroom
+    band = 2.0 * (keys.shape[1] + 2) * float(np.finfo(np.float32).eps)
+    return Cosines(unit=unit, approx=f32 @ f32.T, band=band)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """W = (1 − ε)·A + ε·11ᵀ with A the 0/1 adjacency (cos > τ); sparse when A is sparse."""
+
+    adjacency: np.ndarray | scipy.sparse.csr_array  # float64 0/1
+    eps: float
+    degree: np.ndarray  # (N,) = row sums of W
+
+    @property
+    def n(self) -> int:
+        return self.degree.shape[0]
+
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """W @ v (v of shape (N,) or (N, k))."""
+        return (1.0 - self.eps) * (self.adjacency @ v) + self.eps * v.sum(axis=0)
+
+    def dense(self) -> np.ndarray:
+        a = self.adjacency.toarray() if scipy.sparse.issparse(self.adjacency) else self.adjacency
+        return np.where(a > 0, 1.0, self.eps)
+
+
+def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np.ndarray:
+    """The boolean adjacency cos > τ, exactly as float64 would decide it.
+
+    Patches in ``painted`` have zeroed keys (MaskCut), so their cosines with every patch,
+    themselves included, are 0.
+    """
+    approx = cos.approx
+    a = approx > tau
+    near = np.abs(approx - np.float32(tau)) <= cos.band
+    if painted is not None and painted.any():
+        a[painted, :] = 0.0 > tau
+        a[:, painted] = 0.0 > tau
+        near[painted, :] = False
+        near[:, painted] = False
+    rows, cols = np.nonzero(near)
+    if rows.size:
+        exact = np.einsum("ij,ij->i", cos.unit[rows], cos.unit[cols])
+        a[rows, cols] = exact > tau
+    return a
+
+
+def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None = None) -> Graph:
+    """TokenCut's binary graph on the keys; A is stored sparse when under half full."""
+    a = adjacency(cos, tau, painted)
+    n = a.shape[0]
+    count = a.sum(axis=1, dtype=np.int64)
+    degree = count + eps * (n - count)
+    if count.sum() < 0.5 * n * n:
+        cols = np.nonzero(a)[1].astype(np.int32)  # row-major, so already grouped by row
+        indptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int32)
+        matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr), shape=(n, n))
+    else:
+        matrix = a.astype(np.float64)
+    return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64))
+
+
+# ----------------------------------------------------------------------------------------------
+# the cut
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The Fiedler vector x (D-normalised, xᵀDx = 1, arbitrary sign) and what bounds its error."""
+
+    x: np.ndarray
+    lambda2: float
+    lambda3: float  # estimate; ``lambda3_low`` is a lower bound
+    lambda3_low: float
+    residual: float  # ‖𝒩y − μy‖ of the unit vector y = D^½ x
+    solver: str
+
+    @property
+    def gap(self) -> float:
+        """Distance of λ2 from the rest of the spectrum (λ1 = 0 and λ3)."""
+        return min(self.lambda2, self.lambda3_low - self.lambda2)
+
+    def error(self, scale: np.ndarray) -> np.ndarray:
+        """Per-patch bound on |x̂ − x| against any backward-stable dense solver (Davis–Kahan)."""
+        n = self.x.shape[0]
+        noise = self.residual + 16.0 * n * float(np.finfo(np.float64).eps)
+        gap = self.gap
+        if not gap > 0:
+            return np.full(n, np.inf)
+        return scale * (noise / gap)
+
+
+def _normalized(graph: Graph) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """D^-½, the known top eigenvector D^½1/‖·‖ of 𝒩, and v ↦ 𝒩v with D^-½AD^-½ formed once."""
+    scale = 1.0 / np.sqrt(graph.degree)
+    top = np.sqrt(graph.degree)
+    top /= np.linalg.norm(top)
+    a = graph.adjacency
+    if scipy.sparse.issparse(a):
+        rows = np.repeat(np.arange(graph.n), np.diff(a.indptr))
+        normal = scipy.sparse.csr_array(((1.0 - graph.eps) * scale[rows] * scale[a.indices], a.indices, a.indptr), shape=a.shape)
+    else:
+        normal = (1.0 - graph.eps) * (scale[:, None] * a * scale[None, :])
+    eps = graph.eps
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        return normal @ v + eps * scale * (scale @ v)
+
+    return scale, top, apply
+
+
+def _dense_cut(graph: Graph, scale: np.ndarray) -> Cut:
+    w = graph.dense()
+    normal = scale[:, None] * w * scale[None, :]
+    n = graph.n
+    values, vectors = scipy.linalg.eigh(normal, subset_by_index=[n - 3, n - 1], driver="evx")  # evx: 3× evr here
+    if vectors.shape[1] < 3:  # LAPACK may return fewer pairs on a flat spectrum
+        values, vectors = scipy.linalg.eigh(normal, driver="evd")
+        values, vectors = values[-3:], vectors[:, -3:]
+    y = vectors[:, 1]
+    residual = float(np.linalg.norm(normal @ y - values[1] * y))
+    lam2, lam3 = 1.0 - values[1], 1.0 - values[0]
+    return Cut(x=scale * y, lambda2=lam2, lambda3=lam3, lambda3_low=lam3 - residual, residual=residual, solver="dense")
+
+
+class _Unsettled(Exception):
+    """ARPACK returned, but not the eigenpair we asked for."""
+
+
+def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: float) -> tuple[float, np.ndarray]:
+    """Largest eigenpair by ARPACK: a short Lanczos basis first (it suffices when the eigenvalue
+    is well separated), a longer one when that does not converge in a few restarts (clusters).
+    A near-degenerate pair may not converge in 100 restarts of the long basis either; the
+    caller then falls back to the dense solver."""
+    n = op.shape[0]
+    try:
+        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(16, n - 1), maxiter=4)
+    except scipy.sparse.linalg.ArpackNoConvergence:
+        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(48, n - 1), maxiter=100)
+    return float(values[0]), vectors[:, 0] / np.linalg.norm(vectors[:, 0])
+
+
+def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
+    """Second smallest generalized eigenpair of (D − W, D), via 𝒩 with D^½1 deflated.
+
+    ARPACK (Lanczos, tol at machine precision) finds μ2 = 1 − λ2 and y; a second run with y
+    deflated too estimates μ3 for the eigengap, to a tolerance set by that gap (a Lanczos
+    estimate: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves
+    small graphs and any case ARPACK does not settle (no convergence, or a residual it should
+    not have). The start vector comes from ``seed``, so runs repeat exactly.
+    """
+    n = graph.n
+    scale, top, apply = _normalized(graph)
+    if n <= DENSE_BELOW:
+        return _dense_cut(graph, scale)
+
+    def operator(deflate: list[np.ndarray]) -> scipy.sparse.linalg.LinearOperator:
+        def matvec(v: np.ndarray) -> np.ndarray:
+            v = v.ravel()
+            out = apply(v)
+            for u in deflate:  # eigenvalue moved to μ − 2 ≤ −1, the bottom of 𝒩's spectrum
+                out -= 2.0 * u * (u @ v)
+            return out
+
+        return scipy.sparse.linalg.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+
+    start = np.random.default_rng(seed).standard_normal(n)
+    try:
+        mu2, y = _largest(operator([top]), start, 0.0)
+        residual = float(np.linalg.norm(apply(y) - mu2 * y))
+        if residual > 1e-8 or abs(y @ top) > 1e-6:
+            raise _Unsettled
+        # μ3 only sizes the eigengap μ2 − μ3: start loose (cheap when μ3 sits in the bulk) and
+        # tighten until the residual is a small fraction of the gap it measures
+        below = operator([top, y])
+        z, tol = start, 1e-2
+        for _ in range(4):
+            mu3, z = _largest(below, z, tol)
+            r3 = float(np.linalg.norm(below.matvec(z) - mu3 * z))
+            if r3 <= 0.25 * (mu2 - mu3):
+                break
+            tol = max(0.05 * abs(mu2 - mu3), 1e-12)
+    except (scipy.sparse.linalg.ArpackNoConvergence, scipy.sparse.linalg.ArpackError, _Unsettled):
+        return _dense_cut(graph, scale)
+    return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="arpack")
+
+
+# ----------------------------------------------------------------------------------------------
+# from the vector to a mask
+
+
+def corners(grid: int) -> np.ndarray:
+    n = grid * grid
+    return np.array([0, grid - 1, n - grid, n - 1])
+
+
+def orient(x: np.ndarray) -> np.ndarray:
+    """x with x[argmax |x|] > 0 (lowest index on ties): the solver's sign no longer matters."""
+    return -x if x[int(np.argmax(np.abs(x)))] < 0 else x
+
+
+def foreground(x: np.ndarray, grid: int, rule: str) -> tuple[np.ndarray, int, bool]:
+    """(side, seed, reversed) for an oriented x: B = {x > mean}, then the rule."""
+    side = x > x.mean()
+    if rule == "maskcut" and int(side[corners(grid)].sum()) >= 3:
+        return ~side, int(np.argmax(-x)), True
+    return side, int(np.argmax(x)), False
+
+
+def component(side: np.ndarray, seed: int, grid: int) -> np.ndarray:
+    """The 4-connected component of ``side`` (flat, on the G × G grid) that holds ``seed``."""
+    labels, _ = scipy.ndimage.label(side.reshape(grid, grid))
+    flat = labels.ravel()
+    return flat == flat[seed]
+
+
+def certified(x: np.ndarray, error: np.ndarray, mask: np.ndarray, seed: int, reversed_: bool) -> bool:
+    """True when no x within ``error`` of this one (same sign) could give another mask."""
+    if not np.isfinite(error).all():
+        return False
+    mean_shift = error.mean()
+    if (np.abs(x - x.mean()) <= error + mean_shift).any():
+        return False  # a patch could cross the threshold (corners included)
+    peak = int(np.argmax(np.abs(x)))
+    rivals = np.abs(x) >= abs(x[peak]) - (error + error[peak])
+    if (x[rivals] < 0).any():
+        return False  # the orientation could flip
+    signed = -x if reversed_ else x
+    rivals = signed >= signed[seed] - (error + error[seed])
+    return bool(mask[rivals].all())  # another seed candidate would pick the same component
+
+
+def ncut_value(graph: Graph, mask: np.ndarray) -> float:
+    """cut(M, M̄)/vol(M) + cut(M, M̄)/vol(M̄) on this graph; 2 (the worst) when M̄ is empty."""
+    m = mask.astype(np.float64)
+    vol = float(graph.degree @ m)
+    rest = float(graph.degree.sum()) - vol
+    if vol <= 0 or rest <= 0 or not mask.any() or mask.all():
+        return 2.0
+    cut = vol - float(m @ graph.matvec(m))
+    return max(cut, 0.0) / vol + max(cut, 0.0) / rest
+
+
+def mask_score(cut: Cut, ncut: float) -> float:
+    """(1 − λ2/λ3)·(1 − ncut/2), in [0, 1]; see the module docstring."""
+    relative_gap = (cut.lambda3 - cut.lambda2) / cut.lambda3 if cut.lambda3 > 0 else 0.0
+    return float(np.clip(relative_gap, 0.0, 1.0) * np.clip(1.0 - ncut / 2.0, 0.0, 1.0))
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# one image, then many
+
+
+@dataclass
+class ImageMasks:
+    """The masks of one image (patch level, flat over the G × G grid) and how they were found."""
+
+    masks: np.ndarray  # (M, N) bool, M ≥ 1
+    score: np.ndarray  # (M,)
+    lambda2: np.ndarray
+    lambda3: np.ndarray
+    gap: np.ndarray
+    ncut: np.ndarray
+    solver: list[str]
+    degenerate: bool
+    stop: str
+    cuts: int  # eigenproblems solved (the last may have been rejected)
+
+
+def grid_of(n: int) -> int:
+    g = math.isqrt(n)
+    if g * g != n:
+        raise ProbeError(None, f"{n} patches are not a square grid", "pass keys of a square view (480 px → 30 × 30)")
+    return g
+
+
+def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None) -> ImageMasks:
+    """Masks of one image from its keys (N × C, N = G²); pure.
+
+    ``cos`` may pass the image's cosines already computed with ``settings.center`` (sweeps).
+    """
+    n = np.shape(keys)[0]
+    grid = grid_of(n)
+    if cos is None:
+        cos = cosines(keys, center=settings.center)
+    painted = np.zeros(n, dtype=bool)
+    rows: list[tuple] = []
+    previous: np.ndarray | None = None
+    degenerate, stop, cuts = False, "count", 0
+    for t in range(settings.masks):
+        if t > 0 and (~painted).sum() <= settings.min_area * n:
+            stop = "exhausted"
+            break
+        graph = key_graph(cos, settings.tau, settings.eps, painted if t else None)
+        cut = normalized_cut(graph, seed=settings.seed)
+        cuts += 1
+        x = orient(cut.x)
+        side, seed, reversed_ = foreground(x, grid, settings.rule)
+        found = component(side, seed, grid)
+        error = cut.error(1.0 / np.sqrt(graph.degree))
+        degenerate |= cut.gap < settings.gap_tol or not certified(x, error, found, seed, reversed_)
+        if previous is not None:
+            if iou(found, previous) > settings.overlap:
+                stop = "overlap"
+                break
+            if found.sum() <= settings.min_area * n:
+                stop = "small"
+                break
+        mask = found & ~painted
+        if not mask.any():
+            stop = "covered"
+            break
+        ncut = ncut_value(graph, mask)
+        rows.append((mask, mask_score(cut, ncut), cut.lambda2, cut.lambda3, cut.gap, ncut, cut.solver))
+        previous = found
+        painted |= found
+    masks, score, lam2, lam3, gap, ncut, solver = zip(*rows)
+    return ImageMasks(
+        masks=np.stack(masks),
+        score=np.array(score),
+        lambda2=np.array(lam2),
+        lambda3=np.array(lam3),
+        gap=np.array(gap),
+        ncut=np.array(ncut),
+        solver=list(solver),
+        degenerate=bool(degenerate),
+        stop=stop,
+        cuts=cuts,
+    )
+
+
+@dataclass
+class Decoded:
+    """Masks of a batch of images, padded to ``slots`` masks per image (unused slots empty/NaN)."""
+
+    masks: np.ndarray  # (image, mask, patch) bool
+    score: np.ndarray  # (image, mask) float, NaN where no mask
+    lambda2: np.ndarray
+    lambda3: np.ndarray
+    gap: np.ndarray
+    ncut: np.ndarray
+    n_masks: np.ndarray  # (image,) int
+    degenerate: np.ndarray  # (image,) bool
+    stop: np.ndarray  # (image,) int, index into STOPS
+    dense_solves: np.ndarray  # (image,) int, cuts solved by the dense fallback
+    cuts: np.ndarray  # (image,) int
+    settings: Settings = field(default_factory=Settings)
+
+    @property
+    def grid(self) -> int:
+        return grid_of(self.masks.shape[2])
+
+
+def collate(results: list[ImageMasks], settings: Settings, n: int) -> Decoded:
+    """Stack per-image results into padded arrays."""
+    b, slots = len(results), settings.masks
+    out = Decoded(
+        masks=np.zeros((b, slots, n), dtype=bool),
+        score=np.full((b, slots), np.nan),
+        lambda2=np.full((b, slots), np.nan),
+        lambda3=np.full((b, slots), np.nan),
+        gap=np.full((b, slots), np.nan),
+        ncut=np.full((b, slots), np.nan),
+        n_masks=np.zeros(b, dtype=np.int32),
+        degenerate=np.zeros(b, dtype=bool),
+        stop=np.zeros(b, dtype=np.int8),
+        dense_solves=np.zeros(b, dtype=np.int32),
+        cuts=np.zeros(b, dtype=np.int32),
+        settings=settings,
+    )
+    for i, r in enumerate(results):
+        m = r.masks.shape[0]
+        out.masks[i, :m] = r.masks
+        for name in ("score", "lambda2", "lambda3", "gap", "ncut"):
+            getattr(out, name)[i, :m] = getattr(r, name)
+        out.n_masks[i] = m
+        out.degenerate[i] = r.degenerate
+        out.stop[i] = STOPS.index(r.stop)
+        out.dense_solves[i] = sum(s == "dense" for s in r.solver)
+        out.cuts[i] = r.cuts
+    return out
+
+
+def decode(keys, settings: Settings = Settings()) -> Decoded:
+    """Masks of a batch: ``keys`` (image, patch, channel), any array-like (numpy, float16 ok)."""
+    keys = np.asarray(keys)
+    if keys.ndim != 3:
+        raise ProbeError(None, f"keys of shape {keys.shape} are not (image, patch, channel)", "pass keys_480")
+    return collate([decode_image(k, settings) for k in keys], settings, keys.shape[1])

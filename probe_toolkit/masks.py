@@ -1,0 +1,152 @@
+"""Patch masks → masks at each image's original size, COCO results JSON, the saved decoder results.
+
+Geometry. The 480 view is the whole image squashed to 480 × 480 (``images.view``), so patch
+(r, c) of the G × G grid (G = 30 at patch 16) covers the original rows [r·H/G, (r+1)·H/G) and
+columns [c·W/G, (c+1)·W/G), whatever the aspect ratio. Upsampling is nearest: original pixel
+(i, j), centred at (i + ½, j + ½), takes patch (⌊(i + ½)·G/H⌋, ⌊(j + ½)·G/W⌋). The box of a
+mask for CorLoc is LOST's patch-aligned box [xmin, ymin, xmax + 1, ymax + 1] in patches, mapped
+to the original image as [xmin·W/G, ymin·H/G, (xmax+1)·W/G, (ymax+1)·H/G] (continuous pixels).
+
+Results JSON: a list of COCO results, one per mask: ``image_id`` (the panel's COCO id when a
+panel was given, and then only that panel's images are listed; else the image's position in
+the store), ``file_name`` (the store's image id,
+which ``probe score`` uses to match a panel), ``category_id`` 1, ``segmentation`` (RLE from
+pycocotools, ``counts`` a str, ``size`` [height, width]), ``bbox`` (``toBbox``, [x, y, w, h]),
+``score``, ``area``, ``mask`` (its index in the image, 0 = the first cut) and ``patch_box``
+(the patch-aligned box above, [x1, y1, x2, y2], which CorLoc uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from pycocotools import mask as mask_utils
+
+from .decoder import STOPS, Decoded, grid_of
+
+
+def pixel_patches(size: int, grid: int) -> np.ndarray:
+    """Patch index of each pixel row (or column) of an original side of ``size`` pixels."""
+    return np.minimum(((np.arange(size) + 0.5) * grid / size).astype(np.int64), grid - 1)
+
+
+def upsample(patch_mask: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(G, G) or flat (G²,) bool → (height, width) bool, nearest (see module doc)."""
+    m = np.asarray(patch_mask, dtype=bool)
+    if m.ndim == 1:
+        g = grid_of(m.shape[0])
+        m = m.reshape(g, g)
+    g = m.shape[0]
+    return m[np.ix_(pixel_patches(int(height), g), pixel_patches(int(width), g))]
+
+
+def encode(mask: np.ndarray) -> dict[str, Any]:
+    """COCO RLE of an (H, W) bool mask, ``counts`` as str (JSON-ready)."""
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle["counts"] = rle["counts"].decode("ascii")
+    return rle
+
+
+def decode_rle(rle: dict[str, Any]) -> np.ndarray:
+    return mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii") if isinstance(rle["counts"], str) else rle["counts"]}).astype(bool)
+
+
+def patch_box(patch_mask: np.ndarray, height: int, width: int) -> list[float]:
+    """LOST's patch-aligned box of a mask, in original pixels, [x1, y1, x2, y2]."""
+    m = np.asarray(patch_mask, dtype=bool)
+    g = grid_of(m.size)
+    rows, cols = np.nonzero(m.reshape(g, g))
+    if rows.size == 0:
+        return [0.0, 0.0, 0.0, 0.0]
+    return [float(cols.min() * width / g), float(rows.min() * height / g), float((cols.max() + 1) * width / g), float((rows.max() + 1) * height / g)]
+
+
+def coco_results(
+    decoded: Decoded,
+    image_ids: list[str],
+    heights: np.ndarray,
+    widths: np.ndarray,
+    coco_ids: dict[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """COCO results for every mask; with ``coco_ids`` only images of that map are included."""
+    out = []
+    for i, sid in enumerate(image_ids):
+        if coco_ids is not None and sid not in coco_ids:
+            continue
+        h, w = int(heights[i]), int(widths[i])
+        for k in range(int(decoded.n_masks[i])):
+            full = upsample(decoded.masks[i, k], h, w)
+            rle = encode(full)
+            box = mask_utils.toBbox(rle).tolist()
+            out.append(
+                {
+                    "image_id": int(coco_ids[sid]) if coco_ids is not None else i,
+                    "file_name": sid,
+                    "category_id": 1,
+                    "segmentation": rle,
+                    "bbox": [float(v) for v in box],
+                    "score": float(decoded.score[i, k]),
+                    "area": float(mask_utils.area(rle)),
+                    "mask": k,
+                    "patch_box": patch_box(decoded.masks[i, k], h, w),
+                }
+            )
+    return out
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write JSON atomically (temp name, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=None, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
+    """The patch-level results saved as ``results/decoder`` (dims image, mask, patch)."""
+    dims2 = ("image", "mask")
+    return xr.Dataset(
+        {
+            "masks": (("image", "mask", "patch"), decoded.masks),
+            "score": (dims2, decoded.score),
+            "lambda2": (dims2, decoded.lambda2),
+            "lambda3": (dims2, decoded.lambda3),
+            "gap": (dims2, decoded.gap),
+            "ncut": (dims2, decoded.ncut),
+            "n_masks": ("image", decoded.n_masks),
+            "degenerate": ("image", decoded.degenerate),
+            "stop": ("image", decoded.stop),
+            "cuts": ("image", decoded.cuts),
+            "dense_solves": ("image", decoded.dense_solves),
+        },
+        coords={"image": np.asarray(image_ids, dtype=object), "mask": np.arange(decoded.masks.shape[1])},
+        attrs={"grid": grid_of(decoded.masks.shape[2]), "stops": list(STOPS)},
+    )
+
+
+def decoded_from_dataset(ds: xr.Dataset) -> Decoded:
+    """The inverse of ``decoder_dataset`` (settings come from its attrs)."""
+    from .decoder import Settings
+
+    settings = Settings(**{k: v for k, v in ds.attrs.get("settings", {}).items() if k in Settings.__dataclass_fields__})
+    return Decoded(
+        masks=ds["masks"].values.astype(bool),
+        score=ds["score"].values,
+        lambda2=ds["lambda2"].values,
+        lambda3=ds["lambda3"].values,
+        gap=ds["gap"].values,
+        ncut=ds["ncut"].values,
+        n_masks=ds["n_masks"].values,
+        degenerate=ds["degenerate"].values.astype(bool),
+        stop=ds["stop"].values,
+        dense_solves=ds["dense_solves"].values,
+        cuts=ds["cuts"].values,
+        settings=settings,
+    )

@@ -1,0 +1,332 @@
+"""Panels: labelled image sets, and the one function that opens their annotation files.
+
+A panel is a COCO annotation file, an image folder and a role (``train``, ``val``, ``test``),
+registered by name in ``panels.toml`` in the cache root::
+
+    [val1k]
+    annotations = "/data/coco/val1k.json"
+    images = "/data/coco/val2017"
+    role = "val"
+    added = "2026-05-09T08:00:00+00:00"
+
+Registering a panel does not open its annotation file. ``read_labels`` is the only code in the
+toolkit that does: it reads the bytes once, hashes them, builds the pycocotools ``COCO`` object in
+memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test`` panel is sealed:
+``read_labels`` refuses it unless given an ``unseal`` reason, which the ledger records.
+
+Image ids. A store's image ids are paths relative to the folder it was extracted from
+(``probe extract --panel NAME`` extracts from the panel's image folder). A panel image matches a
+store id when its COCO ``file_name`` equals the id, or, failing that, when one is the other with
+leading folders added (``val2017/x.jpg`` ↔ ``x.jpg``) and exactly one candidate exists.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import sys
+import threading
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from . import ledger, provenance
+from .cache import cache_root
+from .errors import ProbeError
+
+REGISTRY = "panels.toml"
+ROLES = ("train", "val", "test")
+NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class Panel:
+    name: str
+    annotations: Path
+    images: Path
+    role: str
+    added: str = ""
+
+    @property
+    def sealed(self) -> bool:
+        return self.role == "test"
+
+
+# ----------------------------------------------------------------------------------------------
+# the registry (never opens an annotation file)
+
+
+def _toml_string(value: str) -> str:
+    # a JSON string with non-ASCII kept literal is a valid TOML basic string, DEL aside
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _registry_path(cache: str | Path | None) -> Path:
+    return cache_root(cache) / REGISTRY
+
+
+def load_registry(cache: str | Path | None = None) -> dict[str, Panel]:
+    path = _registry_path(cache)
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ProbeError(path, f"is not valid TOML ({error})", "fix or delete it, then `probe panel add` again") from None
+    panels = {}
+    for name, table in data.items():
+        try:
+            panels[name] = Panel(name, Path(table["annotations"]), Path(table["images"]), table["role"], table.get("added", ""))
+        except (KeyError, TypeError):
+            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role", "re-add it with `probe panel add --replace`") from None
+    return panels
+
+
+def _write_registry(path: Path, panels: dict[str, Panel]) -> None:
+    lines = ["# probe panels, written by `probe panel add`: one table per panel", ""]
+    for panel in sorted(panels.values(), key=lambda p: p.name):
+        lines += [
+            f"[{panel.name}]",
+            f"annotations = {_toml_string(str(panel.annotations))}",
+            f"images = {_toml_string(str(panel.images))}",
+            f"role = {_toml_string(panel.role)}",
+            f"added = {_toml_string(panel.added)}",
+            "",
+        ]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("\n".join(lines), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False) -> Panel:
+    """Register a panel (paths made absolute). Checks that the files exist without opening them."""
+    if not NAME.match(name):
+        raise ProbeError(None, f"panel name {name!r} may only hold letters, digits, - and _", "e.g. probe panel add val1k ...")
+    if role not in ROLES:
+        raise ProbeError(None, f"--role {role!r} is not one of {', '.join(ROLES)}", "use --role val")
+    annotations, images = Path(annotations).resolve(), Path(images).resolve()
+    if not annotations.is_file():
+        raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
+    if not images.is_dir():
+        raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
+    path = _registry_path(cache)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".panels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        panels = load_registry(cache)
+        if name in panels and not replace:
+            raise ProbeError(path, f"already has a panel {name!r}", "choose another name, or pass --replace")
+        panel = Panel(name, annotations, images, role, provenance.now())
+        panels[name] = panel
+        _write_registry(path, panels)
+    return panel
+
+
+def get_panel(name: str, cache: str | Path | None = None) -> Panel:
+    panels = load_registry(cache)
+    if name not in panels:
+        known = ", ".join(sorted(panels)) or "none"
+        raise ProbeError(_registry_path(cache), f"has no panel {name!r} (registered: {known})", "add it with `probe panel add NAME --annotations A.json --images DIR --role val`")
+    return panels[name]
+
+
+def list_panels(cache: str | Path | None = None) -> list[Panel]:
+    return sorted(load_registry(cache).values(), key=lambda p: p.name)
+
+
+def panel_images(name: str, cache: str | Path | None = None) -> Path:
+    """The image folder of a panel (for ``probe extract --panel``); labels are not touched."""
+    return get_panel(name, cache).images
+
+
+# ----------------------------------------------------------------------------------------------
+# matching store ids to a panel's file names
+
+
+def _clean(path: str) -> str:
+    path = path.replace("\\", "/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
+def match_images(store_ids: Iterable[str], file_names: dict[int, str]) -> dict[str, int]:
+    """store id → COCO image id for every store id that matches one panel image (see module doc)."""
+    by_name: dict[str, int] = {}
+    for image_id, name in file_names.items():
+        by_name.setdefault(_clean(name), image_id)
+    by_tail: dict[str, list[str]] = {}
+    for name in by_name:
+        parts = name.split("/")
+        for k in range(1, len(parts)):
+            by_tail.setdefault("/".join(parts[k:]), []).append(name)
+    out: dict[str, int] = {}
+    taken: dict[int, str] = {}
+    for sid in store_ids:
+        clean = _clean(sid)
+        if clean in by_name:
+            candidates = [clean]
+        else:
+            parts = clean.split("/")
+            candidates = [t for t in ("/".join(parts[k:]) for k in range(1, len(parts))) if t in by_name]
+            candidates += by_tail.get(clean, [])
+            candidates = sorted(set(candidates))
+        if len(candidates) > 1:
+            raise ProbeError(None, f"store image {sid!r} matches several panel images ({', '.join(candidates[:3])})", "extract from the panel's image folder so ids equal file names")
+        if candidates:
+            image_id = by_name[candidates[0]]
+            if image_id in taken:
+                raise ProbeError(None, f"panel image {candidates[0]!r} matches store images {taken[image_id]!r} and {sid!r}", "extract from the panel's image folder so ids equal file names")
+            taken[image_id] = sid
+            out[sid] = image_id
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the one function that opens annotation files
+
+_inside = threading.local()
+
+
+@dataclass
+class LabelRead:
+    """What ``read_labels`` hands out: the labels, and the ledger entry that recorded the read."""
+
+    coco: Any  # pycocotools.coco.COCO, restricted to the images read
+    entry_id: str
+    entry: dict[str, Any]
+    panel: Panel
+    image_map: dict[str, int] = field(default_factory=dict)  # store id → COCO image id (when images were given)
+
+    @property
+    def image_ids(self) -> list[int]:
+        return sorted(self.coco.getImgIds())
+
+
+def _coco(dataset: dict[str, Any]):
+    from pycocotools.coco import COCO
+
+    coco = COCO()
+    coco.dataset = dataset
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def read_labels(
+    panel: str | Panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    images: Sequence[str] | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> LabelRead:
+    """Open a panel's annotations, write the ledger entry, then return the labels.
+
+    ``images`` (store ids) restricts what is handed out to the panel images they match; the
+    ledger records how many images' labels left this function and the hash of their names.
+    A sealed (``test``) panel needs ``unseal``, a reason; it is recorded.
+    """
+    root = cache_root(cache)
+    if isinstance(panel, str):
+        panel = get_panel(panel, cache)
+    if not purpose:
+        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
+    if panel.sealed and not (unseal and unseal.strip()):
+        raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
+    _inside.active = True
+    try:
+        raw = panel.annotations.read_bytes()
+    except OSError as error:
+        raise ProbeError(panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`") from None
+    finally:
+        _inside.active = False
+    try:
+        dataset = json.loads(raw)
+        if not isinstance(dataset, dict) or not isinstance(dataset.get("images"), list) or not isinstance(dataset.get("annotations"), list):
+            raise ValueError("no images/annotations lists")
+    except ValueError as error:
+        raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
+    file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
+    image_map: dict[str, int] = {}
+    if images is not None:
+        image_map = match_images(images, file_names)
+        keep = set(image_map.values())
+        dataset = dict(dataset)
+        dataset["images"] = [im for im in dataset["images"] if int(im["id"]) in keep]
+        dataset["annotations"] = [a for a in dataset["annotations"] if int(a["image_id"]) in keep]
+    dataset.setdefault("categories", [])
+    names = sorted(_clean(str(im.get("file_name", ""))) for im in dataset["images"])
+    entry = ledger.append(
+        root,
+        {
+            "time": provenance.now(),
+            "panel": panel.name,
+            "role": panel.role,
+            "annotations": str(panel.annotations),
+            "annotation_sha256": hashlib.sha256(raw).hexdigest(),
+            "images": len(names),
+            "images_sha256": provenance.list_hash(names),
+            "purpose": purpose,
+            "command": command if command is not None else shlex.join(sys.argv),
+            "checkpoint": checkpoint,
+            "unseal": unseal.strip() if unseal else None,
+        },
+    )
+    return LabelRead(coco=_coco(dataset), entry_id=entry.id, entry=entry.fields, panel=panel, image_map=image_map)
+
+
+# ----------------------------------------------------------------------------------------------
+# a guard that proves the rule: nothing else opens an annotation file
+
+
+@contextlib.contextmanager
+def forbid_label_reads(paths: Iterable[str | Path]) -> Iterator[list[str]]:
+    """Within the block, opening any of ``paths`` outside ``read_labels`` raises ProbeError.
+
+    Patches ``builtins.open``, ``io.open`` and ``os.open`` (``Path.open``/``read_bytes``/
+    ``read_text`` and ``json.load`` on a file all pass through them). Yields the list of
+    annotation paths ``read_labels`` opened meanwhile. For tests, and for stages that want
+    the rule enforced while they run.
+    """
+    forbidden = {os.path.realpath(p) for p in paths}
+    allowed: list[str] = []
+    real_open, real_io_open, real_os_open = builtins.open, io.open, os.open
+
+    def check(file: Any) -> None:
+        if isinstance(file, int):
+            return
+        try:
+            name = os.path.realpath(os.fspath(file))
+        except TypeError:
+            return
+        if name in forbidden:
+            if getattr(_inside, "active", False):
+                allowed.append(name)
+                return
+            raise ProbeError(name, "an annotation file was opened outside panels.read_labels", "read labels only through read_labels (it writes the ledger)")
+
+    def guarded_open(file, *args, **kwargs):
+        check(file)
+        return real_open(file, *args, **kwargs)
+
+    def guarded_os_open(path, *args, **kwargs):
+        check(path)
+        return real_os_open(path, *args, **kwargs)
+
+    builtins.open = io.open = guarded_open
+    os.open = guarded_os_open
+    try:
+        yield allowed
+    finally:
+        builtins.open, io.open, os.open = real_open, real_io_open, real_os_open

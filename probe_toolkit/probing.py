@@ -1,0 +1,397 @@
+"""The pipeline behind ``probe linear``: stores and panels in, fitted probes and scores out.
+
+Order, which the ledger shows: every store is checked for both panels' images (from the panels'
+image folders, no label read); the train panel's labels are read (ledger purpose
+``linear-<level>: fit``); every store's probe is fitted; only then are the val panel's labels
+read (``linear-<level>: score``) and the probes scored. Val labels never reach a fit or a
+choice of regularisation.
+
+A store holds a panel's images when every image of the panel's folder is a finished image of it,
+and the store was extracted from that folder or from one above it (ids then carry the
+sub-folder: one store extracted from ``data/`` serves panels on ``data/train`` and ``data/val``).
+``probe extract CKPT --panel NAME`` writes ``<network>-panel-NAME.zarr`` beside the checkpoint's
+other stores; when the STORE given lacks a panel's images, that sibling of the same checkpoint
+and network is used. Results are saved into the STORE given.
+
+Results saved per store (``cache.save_results``), ``linear_patch``:
+
+    miou, accuracy, miou_dense        ()                  val scores, fractions in [0, 1]
+    iou, iou_dense                    (class)             per class; NaN where the union is empty
+    confusion, confusion_dense        (class, predicted)  val counts (patches / original pixels)
+    holdout_miou                      (weight_decay)      train hold-out mIoU that chose the decay
+    prediction                        (image, patch)      val argmax class, int16
+    weight (class, channel), bias (class), channel_mean, channel_scale (channel): the probe
+    coords: class (names, background first), category_id (class; 0 = background),
+            predicted (= class), weight_decay, image (val panel ids: paths relative to its
+            folder, the COCO file_name)
+
+``linear_image``:
+
+    map                               ()                  val mean average precision
+    ap                                (category)          per category; NaN without a val positive
+    holdout_map                       (c)                 train hold-out mAP that chose C
+    score                             (image, category)   val decision scores
+    coords: category (names), category_id (category), c, image
+
+attrs of both: ``level``, ``settings`` (fit settings, chosen weight decay or C, label rule),
+``label_space``, ``ledger`` ({train, val}: entry ids), ``panels`` ({train, val}: name, role),
+``counts``, ``feature``, ``dense_resolution``, ``manifest`` (the store's), ``provenance``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+import xarray as xr
+
+from . import cache, images, linear, provenance
+from .errors import ProbeError
+from .masks import write_json
+from .panels import LabelRead, Panel, get_panel, read_labels
+
+Level = Literal["patch", "image"]
+DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
+
+
+@dataclass
+class Source:
+    """One STORE argument: where each panel's tokens are, and what to call it in the table."""
+
+    store: Path  # the store given; results go here
+    name: str
+    manifest: dict[str, Any]
+    panel_stores: dict[str, tuple[xr.Dataset, list[str]]] = field(default_factory=dict)  # panel → (dataset, its ids there)
+
+
+@dataclass
+class Outcome:
+    store: Path
+    name: str
+    scores: dict[str, float]
+    chosen: float
+    saved: Path
+
+
+@dataclass
+class LinearReport:
+    level: str
+    outcomes: list[Outcome]
+    ledger: dict[str, str]
+    label_space: linear.LabelSpace
+    settings: dict[str, Any]
+
+
+# ----------------------------------------------------------------------------------------------
+# stores and panels (no labels)
+
+
+def store_name(manifest: dict[str, Any]) -> str:
+    checkpoint = manifest.get("checkpoint", {})
+    converted = " converted" if checkpoint.get("converted") else ""
+    return f"{Path(str(checkpoint.get('path', '?'))).stem} ({manifest.get('network', '?')}{converted})"
+
+
+def _sibling(store: Path, panel: str) -> Path:
+    base = store.name.removesuffix(".zarr").split("-panel-")[0]
+    return store.parent / f"{base}-panel-{panel}.zarr"
+
+
+def _same_network(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a["checkpoint"]["sha256"] == b["checkpoint"]["sha256"] and a.get("network") == b.get("network") and a.get("arch") == b.get("arch")
+
+
+def panel_ids(panel: Panel) -> list[str]:
+    """The panel's images as paths relative to its folder (= the COCO ``file_name``s); no label read."""
+    return [ref.id for ref in images.list_images(panel.images)]
+
+
+def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+    """The store ids of a panel's images when this store holds all of them (finished), else None.
+
+    A store records the folder it was extracted from (``image_source``). When that folder still
+    exists, it must be the panel's folder or hold it (ids then carry the sub-folder), so that two
+    panels whose folders share file names are never confused; a store without a usable record is
+    matched on the ids alone.
+    """
+    prefix = ""
+    source = cache.manifest(ds).get("image_source")
+    if source and Path(source).is_dir():
+        source_dir, panel_dir = Path(source).resolve(), panel.images.resolve()
+        if panel_dir != source_dir:
+            if not panel_dir.is_relative_to(source_dir):
+                return None
+            prefix = panel_dir.relative_to(source_dir).as_posix() + "/"
+    wanted = [prefix + i for i in ids]
+    return wanted if not set(wanted) - set(ds.image.values.tolist()) else None
+
+
+def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: Level) -> Source:
+    """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing."""
+    store = Path(store)
+    ds = cache.open_store(store)
+    meta = cache.manifest(ds)
+    source = Source(store, store_name(meta), meta)
+    for panel, ids in panels:
+        candidates = [ds]
+        sibling = _sibling(store, panel.name)
+        if sibling.resolve() != store.resolve() and (sibling / "zarr.json").is_file():
+            other = cache.open_store(sibling)
+            if _same_network(meta, cache.manifest(other)):
+                candidates.append(other)
+        for candidate in candidates:
+            found = ids_in(candidate, panel, ids)
+            if found is not None:
+                source.panel_stores[panel.name] = (candidate, found)
+                break
+        else:
+            missing = sorted(set(ids) - set(ds.image.values.tolist()))
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
+                    else f"was extracted from another folder than panel {panel.name!r}'s ({panel.images})")
+            raise ProbeError(
+                store,
+                f"{what}, and no {sibling.name} of the same network beside it holds them",
+                f"run `probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']}"
+                f"{' --convert' if meta['checkpoint'].get('converted') else ''}`",
+            )
+        array = "tokens_224" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens_224"
+        cache.require(source.panel_stores[panel.name][0], array)
+    return source
+
+
+def features(ds: xr.Dataset, ids: Sequence[str], level: Level, class_token: bool) -> np.ndarray:
+    """float32 tokens (image, patch, channel) at patch level; (image, channel) at image level."""
+    if level == "image" and class_token:
+        return cache.require(ds, "cls_tokens_224").sel(image=list(ids)).values.astype(np.float32)
+    tokens = cache.require(ds, "tokens_224").sel(image=list(ids)).values.astype(np.float32)
+    return tokens.mean(1) if level == "image" else tokens
+
+
+def image_sizes(ds: xr.Dataset, ids: Sequence[str]) -> list[tuple[int, int]]:
+    """(width, height) of the originals, as the store recorded them."""
+    sub = ds[["image_width", "image_height"]].sel(image=list(ids))
+    return list(zip(sub.image_width.values.astype(int).tolist(), sub.image_height.values.astype(int).tolist()))
+
+
+def _labelled(read: LabelRead, source: Source, panel: str, ids: Sequence[str]) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """Positions (in ``ids``) of the images the annotation file covers, their COCO ids and sizes.
+
+    Sizes come from the store and must agree with the annotation file's.
+    """
+    ds, store_ids = source.panel_stores[panel]
+    sizes = image_sizes(ds, store_ids)
+    keep = [(k, read.image_map[sid], sizes[k]) for k, sid in enumerate(ids) if sid in read.image_map]
+    if not keep:
+        raise ProbeError(read.panel.annotations, f"annotates none of panel {read.panel.name!r}'s images", "check the file names in its images list")
+    for k, cid, (w, h) in keep:
+        record = read.coco.imgs[cid]
+        if (int(record.get("width", -1)), int(record.get("height", -1))) != (w, h):
+            raise ProbeError(read.panel.annotations, f"says {ids[k]} is {record.get('width')}×{record.get('height')}, the image is {w}×{h}", "fix the annotation file's width and height")
+    return [k[0] for k in keep], [k[1] for k in keep], [k[2] for k in keep]
+
+
+def panel_features(source: Source, panel: str, positions: Sequence[int], level: Level) -> np.ndarray:
+    ds, store_ids = source.panel_stores[panel]
+    return features(ds, [store_ids[k] for k in positions], level, bool(source.manifest["arch"].get("class_token")))
+
+
+# ----------------------------------------------------------------------------------------------
+# labels → arrays
+
+
+def patch_targets(read: LabelRead, coco_ids: Sequence[int], sizes: Sequence[tuple[int, int]], space: linear.LabelSpace) -> np.ndarray:
+    """(image, patch) classes of the 224 view (see ``linear``'s docstring for the rule)."""
+    n = len(space.patch_classes)
+    out = [
+        linear.patch_labels(linear.view_labels(linear.class_map(read.coco, cid, space), images.geometry(w, h, linear.VIEW)), n)
+        for cid, (w, h) in zip(coco_ids, sizes)
+    ]
+    return np.stack(out) if out else np.zeros((0, 196), np.int16)
+
+
+def _space_of(read: LabelRead) -> linear.LabelSpace:
+    return linear.LabelSpace.from_categories(read.coco.dataset.get("categories", []))
+
+
+# ----------------------------------------------------------------------------------------------
+# the run
+
+
+def run_linear(
+    stores: Sequence[str | Path],
+    train: str,
+    val: str,
+    *,
+    level: Level = "patch",
+    settings: linear.FitSettings = linear.FitSettings(),
+    unseal: str | None = None,
+    cache_dir: str | Path | None = None,
+    json_path: str | Path | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> LinearReport:
+    """Fit on the train panel, then score on the val panel, for every store; save and report."""
+    step = on_step or (lambda _: None)
+    if level not in ("patch", "image"):
+        raise ProbeError(None, f"--level {level!r} is not patch or image", "use --level patch")
+    if not stores:
+        raise ProbeError(None, "no STORE given", "pass one or more stores written by probe extract")
+    train_panel, val_panel = get_panel(train, cache_dir), get_panel(val, cache_dir)
+    if train_panel.name == val_panel.name:
+        raise ProbeError(None, f"--train and --val are both {train!r}", "score on a separate val panel")
+    if train_panel.role == "test":
+        raise ProbeError(train_panel.name, "is a sealed test panel and cannot be fitted on", "fit on a train (or val) panel")
+    if val_panel.role == "train":
+        raise ProbeError(val_panel.name, "has role train; scores are read on a val or test panel", "register the val images with --role val")
+    train_ids, val_ids = panel_ids(train_panel), panel_ids(val_panel)
+    sources = [locate(s, [(train_panel, train_ids), (val_panel, val_ids)], level) for s in stores]
+    checkpoints = ",".join(dict.fromkeys(s.manifest["checkpoint"]["sha256"] for s in sources))
+    command = shlex.join(["probe", *sys.argv[1:]]) if sys.argv else "probe linear"
+
+    # 1. train labels, then every fit
+    train_read = read_labels(train_panel, purpose=f"linear-{level}: fit", checkpoint=checkpoints, images=train_ids, cache=cache_dir, command=command)
+    space = _space_of(train_read)
+    if not space.ids:
+        raise ProbeError(train_panel.annotations, "lists no categories", "a probe needs the panel's categories")
+    t_pos, t_coco, t_sizes = _labelled(train_read, sources[0], train_panel.name, train_ids)
+    if len(t_pos) < 2:
+        raise ProbeError(train_panel.name, f"annotates {len(t_pos)} image; choosing the regularisation needs at least 2", "use a larger train panel")
+    if level == "patch":
+        t_targets = patch_targets(train_read, t_coco, t_sizes, space)
+    else:
+        t_targets = linear.image_categories(train_read.coco, t_coco, space)
+    fits: list[Any] = []
+    for source in sources:
+        step(f"fit {source.name}")
+        x = panel_features(source, train_panel.name, t_pos, level)
+        if level == "patch":
+            fits.append(linear.fit_patch_level(x, t_targets, len(space.patch_classes), settings))
+        else:
+            fits.append(linear.fit_image_level(x, t_targets, holdout=settings.holdout, seed=settings.seed))
+
+    # 2. only now the val labels
+    val_read = read_labels(val_panel, purpose=f"linear-{level}: score", checkpoint=checkpoints, images=val_ids, unseal=unseal, cache=cache_dir, command=command)
+    extra = space.missing(_space_of(val_read))
+    if extra:
+        raise ProbeError(val_panel.annotations, f"has categories the train panel lacks ({', '.join(extra[:5])})", "use panels with one label space")
+    v_pos, v_coco, v_sizes = _labelled(val_read, sources[0], val_panel.name, val_ids)
+    v_ids = [val_ids[k] for k in v_pos]
+    v_targets = patch_targets(val_read, v_coco, v_sizes, space) if level == "patch" else linear.image_categories(val_read.coco, v_coco, space)
+    ledger_ids = {"train": train_read.entry_id, "val": val_read.entry_id}
+    common = {
+        "level": level,
+        "label_space": space.as_dict(),
+        "ledger": ledger_ids,
+        "panels": {"train": {"name": train_panel.name, "role": train_panel.role}, "val": {"name": val_panel.name, "role": val_panel.role}},
+        "provenance": provenance.stamp(),
+    }
+    outcomes = []
+    for source, fit in zip(sources, fits):
+        step(f"score {source.name}")
+        x = panel_features(source, val_panel.name, v_pos, level)
+        attrs = {**common, "manifest": source.manifest}
+        if level == "patch":
+            ds, scores = patch_results(fit, x, v_targets, val_read, v_coco, v_sizes, v_ids, space, settings)
+            attrs.update(
+                feature="tokens_224", dense_resolution=DENSE_RESOLUTION,
+                settings={**settings.as_dict(), "weight_decay": fit.probe.weight_decay, "label_rule": LABEL_RULE},
+                counts={"train_images": len(t_pos), "train_patches": fit.n_fit_patches, "train_patches_ignored": fit.n_ignored_patches,
+                        "val_images": len(v_pos), "val_patches": int((v_targets != linear.IGNORE).sum()),
+                        "val_patches_ignored": int((v_targets == linear.IGNORE).sum())},
+            )
+            chosen = fit.probe.weight_decay
+        else:
+            ds, scores = image_results(fit, x, v_targets, v_ids, space)
+            class_token = bool(source.manifest["arch"].get("class_token"))
+            attrs.update(
+                feature="cls_tokens_224" if class_token else "tokens_224, mean over patches",
+                settings={"classifier": "StandardScaler + OneVsRest(LogisticRegression(lbfgs, max_iter=1000))", "cs": list(linear.IMAGE_CS),
+                          "c": fit.c, "holdout": settings.holdout, "seed": settings.seed},
+                counts={"train_images": len(t_pos), "val_images": len(v_pos), "val_positives": v_targets.sum(0).astype(int).tolist()},
+            )
+            chosen = fit.c
+        saved = cache.save_results(source.store, f"linear_{level}", ds, attrs)
+        outcomes.append(Outcome(source.store, source.name, scores, chosen, saved))
+    report = LinearReport(level, outcomes, ledger_ids, space, settings.as_dict())
+    if json_path is not None:
+        write_json(json_path, report_json(report))
+    return report
+
+
+LABEL_RULE = (
+    f"class map at original size (crowd = ignore, then instances by decreasing area), nearest into the 224 view; "
+    f"a patch takes the class covering most of its 16x16 pixels if it covers >= {linear.MAJORITY:.0%}, else ignore ({linear.IGNORE})"
+)
+
+
+def patch_results(
+    fit: linear.PatchFit, tokens: np.ndarray, labels: np.ndarray, read: LabelRead, coco_ids: Sequence[int],
+    sizes: Sequence[tuple[int, int]], ids: Sequence[str], space: linear.LabelSpace, settings: linear.FitSettings,
+) -> tuple[xr.Dataset, dict[str, float]]:
+    """Score a fitted dense probe on the val panel: patch and dense confusions, the saved Dataset."""
+    n = len(space.patch_classes)
+    logits = fit.probe.logits(tokens)  # (image, patch, class)
+    predicted = logits.argmax(-1).astype(np.int16)
+    conf = linear.confusion(labels, predicted, n)
+    dense = np.zeros((n, n), dtype=np.int64)
+    g = int(round(np.sqrt(tokens.shape[1])))
+    for i, (cid, (w, h)) in enumerate(zip(coco_ids, sizes)):
+        geometry = images.geometry(w, h, linear.VIEW)
+        x0, y0, x1, y1 = geometry.source_region()
+        region = linear.class_map(read.coco, cid, space)[y0:y1, x0:x1]
+        dense += linear.dense_confusion(logits[i].T.reshape(n, g, g), region, geometry, n)
+    scores = {"miou": linear.mean_iou(conf), "accuracy": linear.accuracy(conf), "miou_dense": linear.mean_iou(dense)}
+    names = list(space.patch_classes)
+    ds = xr.Dataset(
+        {
+            "miou": ((), scores["miou"]), "accuracy": ((), scores["accuracy"]), "miou_dense": ((), scores["miou_dense"]),
+            "iou": ("class", linear.iou(conf)), "iou_dense": ("class", linear.iou(dense)),
+            "confusion": (("class", "predicted"), conf), "confusion_dense": (("class", "predicted"), dense),
+            "holdout_miou": ("weight_decay", fit.holdout_miou),
+            "prediction": (("image", "patch"), predicted),
+            "weight": (("class", "channel"), fit.probe.weight), "bias": ("class", fit.probe.bias),
+            "channel_mean": ("channel", fit.probe.mean), "channel_scale": ("channel", fit.probe.scale),
+        },
+        coords={
+            "class": np.asarray(names, dtype=object), "predicted": np.asarray(names, dtype=object),
+            "category_id": ("class", np.asarray([0, *space.ids], dtype=np.int64)),
+            "weight_decay": np.asarray(settings.weight_decays, dtype=np.float64),
+            "image": np.asarray(list(ids), dtype=object),
+        },
+    )
+    return ds, scores
+
+
+def image_results(fit: linear.ImageFit, features_val: np.ndarray, targets: np.ndarray, ids: Sequence[str], space: linear.LabelSpace) -> tuple[xr.Dataset, dict[str, float]]:
+    scores_val = linear.image_scores(fit.model, features_val)
+    ap = linear.average_precision(targets, scores_val)
+    m = float(np.nanmean(ap)) if np.isfinite(ap).any() else float("nan")
+    ds = xr.Dataset(
+        {"map": ((), m), "ap": ("category", ap), "holdout_map": ("c", fit.holdout_map), "score": (("image", "category"), scores_val)},
+        coords={
+            "category": np.asarray(space.names, dtype=object), "category_id": ("category", np.asarray(space.ids, dtype=np.int64)),
+            "c": np.asarray(linear.IMAGE_CS, dtype=np.float64), "image": np.asarray(list(ids), dtype=object),
+        },
+    )
+    return ds, {"map": m}
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def report_json(report: LinearReport) -> dict[str, Any]:
+    """The table as JSON (NaN scores become null)."""
+    return {
+        "level": report.level,
+        "ledger": report.ledger,
+        "label_space": report.label_space.as_dict(),
+        "settings": report.settings,
+        "stores": [
+            {"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen, "saved": str(o.saved)} for o in report.outcomes
+        ],
+    }

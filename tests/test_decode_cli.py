@@ -1,0 +1,158 @@
+"""``probe decode``, ``probe score``, ``probe decode-sweep`` and ``probe panel`` end to end on
+synthetic stores whose objects are exact rectangles, and the label-hygiene rule around them."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from probe_toolkit import cache, ledger, panels
+from probe_toolkit.cli import app, main
+from probe_toolkit.extract import Settings as ExtractSettings, extract
+from decoder_scenes import Scene, make_store, planted_keys, write_panel
+
+runner = CliRunner()
+GRID = 16
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """Four images (one or two objects each), their store, and a val and a test panel."""
+    scenes = [
+        Scene("one.png", 96, 128, [(3, 9, 4, 12)]),
+        Scene("two.png", 160, 160, [(2, 7, 2, 7), (9, 14, 8, 14)]),
+        Scene("tall.png", 192, 64, [(5, 12, 6, 10)]),
+        Scene("wide.png", 64, 192, [(6, 11, 3, 13)]),
+    ]
+    keys = np.stack([planted_keys(GRID, s.objects, channels=24, noise=0.01, seed=i) for i, s in enumerate(scenes)])
+    store = make_store(tmp_path / "store.zarr", scenes, keys)
+    annotations, images = write_panel(tmp_path / "panel", scenes, GRID)
+    root = tmp_path / "cache"
+    for name, role in (("val", "val"), ("held", "test")):
+        result = runner.invoke(app, ["panel", "add", name, "--annotations", str(annotations), "--images", str(images), "--role", role, "--cache", str(root)])
+        assert result.exit_code == 0, result.output
+    return store, annotations, root
+
+
+def _main(args: list[str], capsys) -> tuple[int, str]:
+    old = sys.argv
+    sys.argv = ["probe", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err
+
+
+def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
+    store, annotations, root = setup
+    with panels.forbid_label_reads([annotations]):
+        result = runner.invoke(app, ["decode", str(store), "--preset", "maskcut", "--masks", "2", "--cache", str(root), "-q",
+                                     "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")])
+        listed = runner.invoke(app, ["panel", "list", "--cache", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "held" in listed.output and "sealed" in listed.output
+    assert not (root / "ledger.jsonl").exists()
+    res = json.loads((tmp_path / "m.json").read_text())
+    assert {r["image_id"] for r in res} == {0, 1, 2, 3} and all(isinstance(r["segmentation"]["counts"], str) for r in res)
+    saved = cache.load_results(store, "decoder")
+    assert dict(saved.sizes) == {"image": 4, "mask": 2, "patch": GRID * GRID}
+    assert saved.attrs["settings"]["preset"] == "maskcut" and saved.attrs["manifest"]["checkpoint"]["sha256"] == "ab" * 32
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["images"] == 4 and summary["masks"] == int(saved["n_masks"].sum())
+
+
+def test_decode_on_a_panel_scores_exact_masks_perfectly(setup, tmp_path):
+    store, annotations, root = setup
+    with panels.forbid_label_reads([annotations]) as opened:
+        result = runner.invoke(app, ["decode", str(store), "--preset", "maskcut", "--tau", "0.2", "--masks", "2", "--panel", "val",
+                                     "--cache", str(root), "-q", "--out", str(tmp_path / "m.json")])
+    assert result.exit_code == 0, result.output
+    assert len(opened) == 1  # exactly one read, by read_labels
+    scores = cache.load_results(store, "scores_val")
+    entries = ledger.entries(root)
+    assert len(entries) == 1 and scores.attrs["ledger_entry"] == entries[0].id
+    assert entries[0].fields["images"] == 4 and entries[0].fields["checkpoint"] == "ab" * 32
+    # every object is found exactly, one mask per object, so every AP is 1
+    np.testing.assert_allclose(scores["segm"].sel(metric=["AP", "AP50", "AP75", "AR10", "AR100"]).values, 1.0)
+    np.testing.assert_allclose(scores["bbox"].sel(metric="AP").values, 1.0)
+    assert float(scores["corloc"]) == 1.0 and float(scores["mean_best_iou"]) == pytest.approx(1.0)
+    assert dict(scores.sizes) == {"metric": 6, "image": 4, "object": 5}
+    assert set(scores["object_image"].values) == {"one.png", "two.png", "tall.png", "wide.png"}
+    # scoring the written JSON again: same numbers, a second ledger entry
+    again = runner.invoke(app, ["score", str(tmp_path / "m.json"), "--panel", "val", "--cache", str(root), "--json", str(tmp_path / "sc.json")])
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "sc.json").read_text())["scores"]["segm_AP"] == pytest.approx(1.0)
+    assert len(ledger.entries(root)) == 2 and ledger.verify(root) == []
+
+
+def test_sealed_panel_and_missing_keys_exit_2(setup, tmp_path, capsys):
+    store, annotations, root = setup
+    code, err = _main(["decode", str(store), "--panel", "held", "--cache", str(root), "-q"], capsys)
+    assert code == 2 and "sealed" in err and "--unseal" in err
+    assert not (root / "ledger.jsonl").exists()
+    code, _ = _main(["decode", str(store), "--panel", "held", "--unseal", "final table", "--cache", str(root), "-q"], capsys)
+    assert code == 0 and ledger.entries(root)[-1].fields["unseal"] == "final table"
+    scenes = [Scene("x.png", 32, 32)]
+    bare = cache.create_store(tmp_path / "bare.zarr", {"chunk": 1, "dtype": "float32", "checkpoint": {}}, ["x.png"],
+                              {"tokens_224": (("patch_224", "channel"), (4, 3))})
+    bare.write(0, {"tokens_224": np.zeros((1, 4, 3), np.float32)}, np.array([[32, 32]]), np.zeros(1, bool))
+    code, err = _main(["decode", str(tmp_path / "bare.zarr"), "--cache", str(root), "-q"], capsys)
+    assert code == 2 and "keys_480" in err and "--views 480" in err
+    assert scenes
+
+
+def test_sweep_reads_labels_once_and_its_best_settings_drive_decode(setup, tmp_path):
+    store, annotations, root = setup
+    grid = tmp_path / "grid.toml"
+    grid.write_text('preset = ["tokencut", "maskcut"]\ncenter = [true, false]\ntau = [0.2, 0.99]\nmasks = [1, 2]\n')
+    with panels.forbid_label_reads([annotations]):
+        result = runner.invoke(app, ["decode-sweep", str(store), "--panel", "val", "--grid", str(grid), "--cache", str(root), "-q",
+                                     "--json", str(tmp_path / "table.json")])
+    assert result.exit_code == 0, result.output
+    assert len(ledger.entries(root)) == 1 and "sweep of 16" in ledger.entries(root)[0].fields["purpose"]
+    table = json.loads((tmp_path / "table.json").read_text())["table"]
+    assert len(table) == 16
+    best = json.loads((root / "decoder-settings.json").read_text())
+    assert best["chosen_by"]["ledger_entry"] == ledger.entries(root)[0].id and best["chosen_by"]["grid_size"] == 16
+    assert best["settings"]["tau"] == 0.2 and best["settings"]["masks"] == 2  # τ = 0.99 links nothing; two objects need two masks
+    sweep = cache.load_results(store, "sweep_val")
+    assert sweep.sizes["setting"] == 16 and sweep.attrs["ledger_entry"] == best["chosen_by"]["ledger_entry"]
+    # a later decode uses the sweep's settings, and says so
+    later = runner.invoke(app, ["decode", str(store), "--cache", str(root), "-q"])
+    assert later.exit_code == 0, later.output
+    saved = cache.load_results(store, "decoder")
+    assert saved.attrs["settings"] == best["settings"] and "decoder-settings.json" in saved.attrs["settings_source"]
+    assert len(ledger.entries(root)) == 1
+
+
+def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path, tiny_checkpoints, image_dir):
+    """Extraction from a panel's folder and decoding its keys, under the guard."""
+    scenes = [Scene("scenes/one.png", 480, 640, [])]
+    annotations, _ = write_panel(tmp_path / "p", scenes, GRID)
+    root = tmp_path / "cache"
+    panels.add_panel("v", annotations, image_dir, "val", cache=root)
+    with panels.forbid_label_reads([annotations]):
+        report = extract(tiny_checkpoints["dino-full"], panels.panel_images("v", root), settings=ExtractSettings(views=(480,), attention="none", chunk=4),
+                         cache_dir=root, quiet=True, batch_size=4)
+        result = runner.invoke(app, ["decode", str(report.store), "--cache", str(root), "-q"])
+    assert result.exit_code == 0, result.output
+    saved = cache.load_results(report.store, "decoder")
+    assert saved.sizes["patch"] == 900 and saved["n_masks"].min() >= 1
+    assert not (root / "ledger.jsonl").exists()
+
+
+def test_the_default_sweep_grid_has_144_settings_in_48_decodes():
+    from probe_toolkit.decoding import load_grid
+
+    grid = load_grid(None)
+    assert len(grid) == 144 and len(set(grid)) == 144
+    assert len({(s.preset, s.center, s.tau, s.eps) for s in grid}) == 48
+    assert {s.rule for s in grid} == {"tokencut", "maskcut"} and {s.masks for s in grid} == {1, 2, 3}
