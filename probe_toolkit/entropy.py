@@ -1,0 +1,216 @@
+"""How spread is each attention row? Entropy, its exponent, and mean attention distance.
+
+Course Part 2 §2.6. For a softmax row a over the keys, H = −Σ a ln a in nats (0 · ln 0 = 0),
+computed in float32 from the stored rows as they are (float16 rows sum to 1 within ~1e-3; no
+renormalisation), and e^H, the number of equally weighted tokens that would be as spread:
+ln T and T for a uniform row over T keys, 0 and 1 for a one-hot row.
+
+Rows and keys. The stored rows are full softmax rows over every token of the network
+(``attention_224``: query and key cover T = N + 1 tokens with index 0 the class token when the
+network has one, else T = N = 196). A patch row's entropy is taken over all T keys, the class
+token's column included, because that is the distribution the network used; the share
+e^H / T divides by the same T (the row's length). The class token's own row (query 0) is
+summarised separately and never mixed into the patch rows.
+
+Mean attention distance (Dosovitskiy et al. 2021; the textbook's Eq. 11.5.3): for a patch
+query i, Σ_j a_ij ‖u_i − u_j‖ / Σ_j a_ij over patch keys j only (the class token is excluded as
+query and as key and the row renormalised over the patches), u the patch centres, Euclidean, in
+patch units (× 16 for pixels at ViT-S/16); averaged over the queries of a head and image.
+
+Results (``probe entropy`` saves them as ``results/entropy`` in the store):
+
+  per image:  patch_entropy, patch_effective, distance                 (image, head)
+              cls_entropy, cls_effective                               (image, head)  with a class token
+              block_patch_entropy, block_patch_effective, block_distance,
+              block_cls_effective                                      (image, block, head)  with all blocks
+              detail_effective (image, head), detail_weight and detail_key (image, head, rank)
+              and detail_block_* with ``block``: the followed patch (``--patch``), its row's
+              e^H and five largest weights; a key is a patch index, -1 for the class token
+  over set:   set_<name> (head) or (block, head): the mean over images of each per-image array;
+              set_patch_share, set_cls_share (head): set mean e^H / T
+              summary_mean, summary_low, summary_high (statistic): the head-averaged statistics
+              (patch_entropy, patch_effective, patch_share, distance, cls_*) with a seeded
+              percentile-bootstrap interval over images
+  attrs:      n_keys (T), n_patches (N), grid, class_token, patch, n_boot, seed, level
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+import torch
+import xarray as xr
+
+from .chunked import map_images
+from .errors import ProbeError
+from .grid import grid_distance, grid_side
+from .stats import bootstrap_mean
+
+TOP_WEIGHTS = 5  # the course outlines each head's five largest weights
+
+
+def row_entropy(rows) -> torch.Tensor:
+    """H = −Σ a ln a over the last axis, in nats, float32; zeros contribute 0."""
+    a = torch.as_tensor(rows).float()
+    return -torch.special.xlogy(a, a).sum(-1)
+
+
+def effective_number(rows) -> torch.Tensor:
+    """e^H: how many equally weighted keys would be as spread as the row."""
+    return torch.exp(row_entropy(rows))
+
+
+def attention_distance(attention, class_token: bool) -> torch.Tensor:
+    """Mean attention distance (…, head) of attention (…, head, T, T), patch units; see module doc."""
+    a = torch.as_tensor(attention).float()
+    start = 1 if class_token else 0
+    patches = a[..., start:, start:]
+    grid = grid_side(patches.shape[-1], "attention")
+    distance = torch.tensor(grid_distance(grid, "euclidean", torus=False), device=a.device)
+    weighted = (patches * distance).sum(-1) / patches.sum(-1)
+    return weighted.mean(-1)
+
+
+def row_statistics(attention, class_token: bool) -> dict[str, torch.Tensor]:
+    """Per head means of one block's attention (…, head, T, T): entropy, e^H, distance, CLS row."""
+    a = torch.as_tensor(attention).float()
+    start = 1 if class_token else 0
+    entropy = row_entropy(a)  # (…, head, T)
+    out = {
+        "patch_entropy": entropy[..., start:].mean(-1),
+        "patch_effective": torch.exp(entropy[..., start:]).mean(-1),
+        "distance": attention_distance(a, class_token),
+    }
+    if class_token:
+        out["cls_entropy"] = entropy[..., 0]
+        out["cls_effective"] = torch.exp(entropy[..., 0])
+    return out
+
+
+def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHTS) -> dict[str, torch.Tensor]:
+    """One patch's row in every head (…, head, T, T): its e^H and ``top`` largest weights.
+
+    Keys come back as patch indices (-1 for the class token); ties go to the lower key.
+    """
+    a = torch.as_tensor(attention).float()
+    start = 1 if class_token else 0
+    n_patches = a.shape[-1] - start
+    if not 0 <= patch < n_patches:
+        raise ProbeError("--patch", f"{patch} is outside 0..{n_patches - 1}", "pick a patch of the grid")
+    row = a[..., start + patch, :]
+    order = torch.sort(row, dim=-1, descending=True, stable=True)
+    return {
+        "detail_effective": effective_number(row),
+        "detail_weight": order.values[..., :top],
+        "detail_key": order.indices[..., :top] - start,
+    }
+
+
+@torch.no_grad()
+def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None) -> dict[str, np.ndarray]:
+    a = torch.from_numpy(np.asarray(attention))
+    out = row_statistics(a, class_token)
+    if patch is not None:
+        out.update(patch_detail(a, patch, class_token))
+    if blocks is not None:
+        per_block: dict[str, list[torch.Tensor]] = {}
+        for b in range(blocks.shape[1]):
+            block = torch.from_numpy(np.ascontiguousarray(blocks[:, b]))
+            found = row_statistics(block, class_token)
+            if patch is not None:
+                found.update(patch_detail(block, patch, class_token))
+            for name, value in found.items():
+                per_block.setdefault(name, []).append(value)
+        for name, values in per_block.items():
+            prefix, rest = ("detail_block_", name[len("detail_"):]) if name.startswith("detail_") else ("block_", name)
+            out[prefix + rest] = torch.stack(values, dim=1)
+    return {name: value.cpu().numpy() for name, value in out.items()}
+
+
+def _dims(name: str) -> tuple[str, ...]:
+    dims = ["image"]
+    if name.startswith(("block_", "detail_block_")):
+        dims.append("block")
+    dims.append("head")
+    if name.endswith(("_weight", "_key")):
+        dims.append("rank")
+    return tuple(dims)
+
+
+def entropy(
+    attention: xr.DataArray,
+    *,
+    class_token: bool,
+    blocks: xr.DataArray | None = None,
+    patch: int | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    chunk: int | None = None,
+    client=None,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks."""
+    if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
+        raise ProbeError(attention.name, f"has shape {attention.shape}", "pass (image, head, query, key) attention")
+    n_keys = attention.shape[-1]
+    n_patches = n_keys - int(class_token)
+    grid = grid_side(n_patches, str(attention.name))
+    arrays = {"attention": attention}
+    if blocks is not None:
+        arrays["blocks"] = blocks
+    per_image = map_images(
+        functools.partial(_chunk, class_token=class_token, patch=patch), arrays, chunk=chunk, client=client, workers=workers, progress=progress
+    )
+
+    data: dict[str, tuple] = {}
+    for name, values in per_image.items():
+        data[name] = (_dims(name), values)
+    for name, values in per_image.items():
+        if not name.startswith("detail_"):
+            data[f"set_{name}"] = (_dims(name)[1:], values.mean(0))
+    for prefix in ("", "block_"):
+        for kind in ("patch", "cls"):
+            if f"{prefix}{kind}_effective" in per_image:
+                data[f"set_{prefix}{kind}_share"] = (_dims(f"{prefix}{kind}_effective")[1:], per_image[f"{prefix}{kind}_effective"].mean(0) / n_keys)
+
+    summary = {
+        "patch_entropy": per_image["patch_entropy"].mean(1),
+        "patch_effective": per_image["patch_effective"].mean(1),
+        "patch_share": per_image["patch_effective"].mean(1) / n_keys,
+        "distance": per_image["distance"].mean(1),
+    }
+    if class_token:
+        summary.update(
+            cls_entropy=per_image["cls_entropy"].mean(1),
+            cls_effective=per_image["cls_effective"].mean(1),
+            cls_share=per_image["cls_effective"].mean(1) / n_keys,
+        )
+    interval = bootstrap_mean(np.stack(list(summary.values()), axis=1), n_boot=n_boot, seed=seed, level=level)
+    data.update(summary_mean=("statistic", interval.mean), summary_low=("statistic", interval.low), summary_high=("statistic", interval.high))
+
+    images = attention["image"].values if "image" in attention.coords else np.arange(attention.shape[0])
+    coords = {"image": images, "head": np.arange(attention.shape[1]), "statistic": list(summary)}
+    if blocks is not None:
+        coords["block"] = blocks["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
+    if patch is not None:
+        coords["rank"] = np.arange(1, TOP_WEIGHTS + 1)
+    attrs = dict(
+        n_keys=n_keys,
+        n_patches=n_patches,
+        grid=grid,
+        class_token=bool(class_token),
+        patch=-1 if patch is None else int(patch),
+        array=str(attention.name),
+        blocks=blocks is not None,
+        entropy_unit="nats",
+        distance_unit="patches (Euclidean between patch centres; x16 for pixels)",
+        n_images=int(len(images)),
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+    )
+    return xr.Dataset(data, coords=coords, attrs=attrs)

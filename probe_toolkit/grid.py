@@ -1,0 +1,57 @@
+"""Patch-grid geometry: where patch i sits, and how far apart two patches are.
+
+Patches are numbered row-major on a G × G grid (course Part 2): patch i sits at row i // G,
+column i % G. Distances are in patch units (one grid step = 16 pixels at ViT-S/16). One home
+for this geometry, shared by the window statistics (``neighbours``) and the mean attention
+distance (``entropy``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .errors import ProbeError
+
+METRICS = ("chebyshev", "euclidean")
+
+
+def grid_side(n_patches: int, where: str = "grid") -> int:
+    """G for a square grid of ``n_patches`` patches, or an error when it is not square."""
+    side = int(round(n_patches**0.5))
+    if side * side != n_patches:
+        raise ProbeError(where, f"{n_patches} patches do not form a square grid", "store square views only")
+    return side
+
+
+def positions(grid: int) -> np.ndarray:
+    """(G², 2) int64 (row, column) of every patch, row-major."""
+    flat = np.arange(grid * grid)
+    return np.stack([flat // grid, flat % grid], axis=1)
+
+
+@functools.lru_cache(maxsize=32)
+def _distance(grid: int, metric: str, torus: bool) -> np.ndarray:
+    pos = positions(grid)
+    delta = np.abs(pos[:, None, :] - pos[None, :, :])
+    if torus:
+        delta = np.minimum(delta, grid - delta)
+    if metric == "chebyshev":
+        out = delta.max(-1).astype(np.float32)
+    else:
+        out = np.sqrt((delta**2).sum(-1)).astype(np.float32)
+    out.setflags(write=False)
+    return out
+
+
+def grid_distance(grid: int, metric: str = "chebyshev", torus: bool = True) -> np.ndarray:
+    """(G², G²) float32 distance between patch centres, in patch units (read-only).
+
+    ``metric``: ``chebyshev`` (max of row and column steps: the 3×3 window is distance ≤ 1)
+    or ``euclidean``. ``torus``: measure on the wrapped grid, as SelfPatch's window wraps
+    (a step across the border counts 1); else on the plain grid.
+    """
+    if metric not in METRICS:
+        raise ProbeError("--distance", f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    return _distance(int(grid), metric, bool(torus))

@@ -1,0 +1,220 @@
+"""Do a patch's most similar patches lie in SelfPatch's 3×3 window? (course Part 4 §4.2, §4.8)
+
+The premise statistics of a checkpoint's tokens, per image and over the set, with the
+selection rules of ``selection`` (the very code ``training/`` uses). Similarity is the cosine
+of the last-block tokens (float32 from the stored float16); an anchor's ranking covers the
+N − 1 other patches of its crop, ties to the lower index.
+
+Results (``probe neighbours`` saves them as ``results/neighbours_g<G>`` in the store,
+``neighbours_g<G>_nowrap`` with ``--no-wrap``; settings in the attrs):
+
+  per image (dim ``image``):
+    top_in_window          share of each anchor's ``top`` (8) most similar patches of the crop
+                           that lie in its window, averaged over anchors (course: 43.6 %)
+    top_distance           their mean grid distance to the anchor, in patch units, with the
+                           metric named in attrs ``distance`` (course: 2.65)
+    topk_in_window         the same share for the ``k`` (4) most similar (course: 58.7 %)
+    positive_cosine        mean cosine of SelfPatch's window positives (top k of the window)
+    other_cosine           mean cosine of the window candidates left out
+    wrapped_positive_share share of SelfPatch's positives reached through the wrap
+    contrastive_in_window  share of the contrastive rule's positives inside the window
+    contrastive_distance   their mean grid distance to the anchor
+    negative_count_mean    the contrastive rule's negatives per anchor, averaged
+    negative_theta         the crop's low threshold (``negative_quantile`` of pairwise cosine)
+  per image and anchor (dims ``image``, ``patch``):
+    top_in_window_count    how many of the anchor's ``top`` most similar lie in its window (uint8)
+    negative_count         the contrastive rule's negatives of the anchor (int16; positives are
+                           always ``k``)
+  over the set:
+    summary_mean, summary_low, summary_high (``statistic``): mean over images of every
+        per-image statistic above, and its seeded percentile-bootstrap interval over images
+    anchor_top_in_window (``patch``): top_in_window per anchor position, mean over images
+    negative_count_histogram (``count`` = 0..max_negatives): anchors with that many negatives
+    links, wrapped_links, wrapped_share: the window's anchor–candidate links and how many wrap
+        (structural: 12G − 4 of 8G² with the wrap, 0 without)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+import torch
+import xarray as xr
+
+from . import selection
+from .chunked import map_images
+from .errors import ProbeError
+from .grid import grid_distance, grid_side
+from .stats import bootstrap_mean
+
+# which stored array holds the tokens of a grid (ViT-S/16: 224 px → 14 × 14, 96 px → 6 × 6)
+GRID_ARRAYS = {14: "tokens_224", 6: "tokens_96"}
+
+STATISTICS = (
+    "top_in_window",
+    "top_distance",
+    "topk_in_window",
+    "positive_cosine",
+    "other_cosine",
+    "wrapped_positive_share",
+    "contrastive_in_window",
+    "contrastive_distance",
+    "negative_count_mean",
+    "negative_theta",
+)
+
+
+def grid_array(grid: int) -> str:
+    """The store array read for ``--grid``."""
+    if grid not in GRID_ARRAYS:
+        raise ProbeError("--grid", f"{grid} has no stored tokens", f"use one of {sorted(GRID_ARRAYS)}")
+    return GRID_ARRAYS[grid]
+
+
+def _membership(grid: int, wrap: bool, device) -> torch.Tensor:
+    """(N, N) bool: candidate j lies in anchor i's window."""
+    table = selection.window(grid, wrap, device=device)
+    n = table.index.shape[0]
+    inside = torch.zeros(n, n + 1, dtype=torch.bool, device=device)
+    inside.scatter_(1, torch.where(table.valid, table.index, n), True)
+    return inside[:, :n]
+
+
+def _take(matrix: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """matrix (N, N) or (B, N, N) read at each anchor's columns ``index`` (B, N, m)."""
+    b, n, _ = index.shape
+    return torch.gather(matrix.expand(b, n, matrix.shape[-1]), 2, index)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per image (first axis) mean of ``values`` where ``mask``; NaN where nothing is kept."""
+    mask = mask.to(values.dtype)
+    return (values * mask).flatten(1).sum(1) / mask.flatten(1).sum(1)
+
+
+@torch.no_grad()
+def image_statistics(
+    tokens,
+    grid: int,
+    k: int = 4,
+    top: int = 8,
+    wrap: bool = True,
+    metric: str = "chebyshev",
+    negative_quantile: float = 0.2,
+    max_negatives: int = 48,
+) -> dict[str, np.ndarray]:
+    """The premise statistics of a batch of crops ``tokens`` (B, N, D): numpy arrays, first axis B."""
+    sim = selection.cosine(tokens)
+    b, n, _ = sim.shape
+    if n != grid * grid:
+        raise ProbeError("tokens", f"have {n} patches, not the {grid * grid} of --grid {grid}", "pick the grid of the view")
+    if not 1 <= top < n or not 1 <= k < n:
+        raise ProbeError("--top/--k", f"top={top}, k={k} with {n} patches", f"use values in 1..{n - 1}")
+    device = sim.device
+    inside = _membership(grid, wrap, device)
+    distance = torch.tensor(grid_distance(grid, metric, torus=wrap), device=device)
+
+    ranked = selection.most_similar(sim, max(top, k))
+    top_inside = _take(inside, ranked[..., :top])
+    out = {
+        "top_in_window": top_inside.float().mean((1, 2)),
+        "top_distance": _take(distance, ranked[..., :top]).mean((1, 2)),
+        "topk_in_window": _take(inside, ranked[..., :k]).float().mean((1, 2)),
+        "top_in_window_count": top_inside.sum(-1).to(torch.uint8),
+    }
+
+    # SelfPatch's rule: the k most similar of the window, against the candidates it leaves out
+    table = selection.window(grid, wrap, device=device)
+    candidates = selection.window_cosine(None, grid, wrap, similarity=sim)
+    chosen = selection.window_topk(None, grid, k, wrap, similarity=sim)
+    picked = torch.zeros_like(candidates, dtype=torch.bool).scatter_(2, chosen.position, chosen.valid)
+    others = table.valid & ~picked
+    finite = torch.where(torch.isfinite(candidates), candidates, torch.zeros_like(candidates))
+    out["positive_cosine"] = _masked_mean(finite, picked)
+    out["other_cosine"] = _masked_mean(finite, others)
+    wrapped = table.wrapped.expand(b, n, selection.WINDOW_SIZE)
+    out["wrapped_positive_share"] = _masked_mean(wrapped.float(), picked)
+
+    # our rule: positives and negatives anywhere in the crop
+    rule = selection.contrastive(None, k, negative_quantile, max_negatives, similarity=sim)
+    counts = rule.negative_valid.sum(-1)
+    out["contrastive_in_window"] = _take(inside, rule.positive).float().mean((1, 2))
+    out["contrastive_distance"] = _take(distance, rule.positive).mean((1, 2))
+    out["negative_count_mean"] = counts.float().mean(1)
+    out["negative_theta"] = rule.theta
+    out["negative_count"] = counts.to(torch.int16)
+    return {name: value.cpu().numpy() for name, value in out.items()}
+
+
+def _chunk(tokens: np.ndarray, **settings) -> dict[str, np.ndarray]:
+    return image_statistics(torch.from_numpy(np.asarray(tokens)), **settings)
+
+
+def structure(grid: int, wrap: bool) -> dict[str, float]:
+    """The window's links: 8 per anchor, and how many of them wrap (12G − 4 with the wrap)."""
+    table = selection.window(grid, wrap)
+    links = int(table.valid.sum())
+    wrapped = int(table.wrapped.sum())
+    return {"links": links, "wrapped_links": wrapped, "wrapped_share": wrapped / links}
+
+
+def neighbours(
+    tokens: xr.DataArray,
+    grid: int,
+    *,
+    k: int = 4,
+    top: int = 8,
+    wrap: bool = True,
+    metric: str = "chebyshev",
+    negative_quantile: float = 0.2,
+    max_negatives: int = 48,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    chunk: int | None = None,
+    client=None,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> xr.Dataset:
+    """Premise statistics of a store's tokens (image, patch, channel), chunk by chunk over images."""
+    if tokens.ndim != 3:
+        raise ProbeError(tokens.name, f"has dims {tokens.dims}", "pass (image, patch, channel) tokens")
+    side = grid_side(tokens.shape[1], str(tokens.name))
+    if side != grid:
+        raise ProbeError(tokens.name, f"holds a {side}×{side} grid, not {grid}×{grid}", f"use --grid {side}")
+    grid_distance(grid, metric)  # validates the metric name before any work
+    settings = dict(grid=grid, k=k, top=top, wrap=wrap, metric=metric, negative_quantile=negative_quantile, max_negatives=max_negatives)
+    per_image = map_images(
+        functools.partial(_chunk, **settings), {"tokens": tokens}, chunk=chunk, client=client, workers=workers, progress=progress
+    )
+
+    n = grid * grid
+    images = tokens["image"].values if "image" in tokens.coords else np.arange(tokens.shape[0])
+    table = np.stack([per_image[name] for name in STATISTICS], axis=1)
+    interval = bootstrap_mean(table, n_boot=n_boot, seed=seed, level=level)
+    histogram = np.bincount(per_image["negative_count"].ravel().astype(np.int64), minlength=max_negatives + 1)
+    data = {name: ("image", per_image[name].astype(np.float32)) for name in STATISTICS}
+    data.update(
+        top_in_window_count=(("image", "patch"), per_image["top_in_window_count"]),
+        negative_count=(("image", "patch"), per_image["negative_count"]),
+        summary_mean=("statistic", interval.mean),
+        summary_low=("statistic", interval.low),
+        summary_high=("statistic", interval.high),
+        anchor_top_in_window=("patch", per_image["top_in_window_count"].mean(0) / top),
+        negative_count_histogram=("count", histogram[: max_negatives + 1]),
+        **{name: ((), value) for name, value in structure(grid, wrap).items()},
+    )
+    coords = {"image": images, "patch": np.arange(n), "statistic": list(STATISTICS), "count": np.arange(max_negatives + 1)}
+    attrs = dict(
+        settings,
+        distance=f"{metric} ({'torus' if wrap else 'plain grid'}), patch units",
+        array=str(tokens.name),
+        n_images=int(len(images)),
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+        positives_per_anchor=k,
+    )
+    return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -1,0 +1,42 @@
+"""Set-level summaries of per-image statistics: the mean and a bootstrap interval over images.
+
+Images are the unit of resampling (anchors of one image are not independent). The interval is
+the percentile bootstrap: resample the images with replacement ``n_boot`` times from a seeded
+generator, take the mean each time, and read the (1 ± level)/2 quantiles of those means.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .errors import ProbeError
+
+
+class Interval(NamedTuple):
+    mean: np.ndarray  # (S,) the mean over images
+    low: np.ndarray  # (S,) lower bound of the interval
+    high: np.ndarray  # (S,) upper bound
+
+
+def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> Interval:
+    """Mean of ``values`` (image, S) over images with a percentile-bootstrap interval per column."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:
+        values = values[:, None]
+    n = values.shape[0]
+    if n == 0:
+        raise ProbeError(None, "no images to summarise", "run the analysis on a store with finished images")
+    if n_boot < 1 or not 0 < level < 1:
+        raise ProbeError("--boot", f"n_boot={n_boot}, level={level}", "use n_boot >= 1 and 0 < level < 1")
+    rng = np.random.default_rng(seed)
+    means = np.empty((n_boot, values.shape[1]))
+    step = max(1, 4_000_000 // max(n, 1))
+    for start in range(0, n_boot, step):
+        stop = min(start + step, n_boot)
+        picks = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = values[picks].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+    return Interval(values.mean(axis=0), low, high)
