@@ -5,16 +5,18 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     image                (image,)                       str, the coordinate: ids relative to the source
     done, failed         (image,)                       bool; ``done`` is written last for a chunk
     image_height/width   (image,)                       int32, the original size in pixels
-    tokens_224           (image, patch, channel)        last-block tokens, before any final norm
+    tokens_224           (image, patch_224, channel)    last-block tokens, before any final norm
     cls_tokens_224       (image, channel)               when the network has a class token
     attention_224        (image, head, query, key)      last block; covers every token (0 = CLS if any)
     attention_blocks_224 (image, block, head, query, key)  with ``--attention all``
-    keys_480             (image, patch, channel)        last-block keys, heads concatenated
+    keys_480             (image, patch_480, channel)    last-block keys, heads concatenated
     cls_keys_480         (image, channel)
-    tokens_96            (image, patch, channel)
+    tokens_96            (image, patch_96, channel)
     results/<name>/      one group per analysis, written by ``save_results``
 
-The manifest lives in the root group's attributes under ``manifest``.
+Patch dimensions carry their view because one Dataset cannot hold two sizes of one dimension;
+``require(ds, name)`` returns an array with the plain dimension name ``patch``. The manifest
+lives in the root group's attributes under ``manifest``.
 """
 
 from __future__ import annotations
@@ -88,12 +90,13 @@ def manifest(ds_or_path: xr.Dataset | str | Path) -> dict[str, Any]:
 
 
 def require(ds: xr.Dataset, name: str) -> xr.DataArray:
-    """The array ``name``, or an error that names the extract flag producing it."""
+    """The array ``name`` with its patch dimension named ``patch``, or an error naming the extract flag."""
     if name not in ds:
         flag = ARRAY_FLAGS.get(name, "")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
-    return ds[name]
+    array = ds[name]
+    return array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
 
 
 def results_path(store: str | Path, name: str) -> Path:
@@ -257,3 +260,25 @@ def create_store(
         group.attrs["manifest"] = manifest
         tmp.rename(path)
         return StoreWriter(path)
+
+
+def describe_store(path: str | Path) -> list[tuple[str, str]]:
+    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results."""
+    ds = open_store(path, done_only=False)
+    meta = manifest(ds)
+    done = ds["done"].values.astype(bool)
+    failed = ds["failed"].values.astype(bool)
+    n = len(done)
+    rows = [
+        ("images", f"{int(done.sum())}/{n} done ({100.0 * done.sum() / max(n, 1):.1f} %), {int(failed.sum())} failed"),
+        ("checkpoint", f"{meta['checkpoint']['path']} ({meta['checkpoint']['format']}, sha256 {meta['checkpoint']['sha256'][:12]})"),
+        ("network", str(meta["network"]) + (" (converted)" if meta["checkpoint"].get("converted") else "")),
+        ("arch", ", ".join(f"{k}={v}" for k, v in meta["arch"].items())),
+    ]
+    for name in ("views", "interpolation", "attention", "dtype", "chunk", "image_source", "image_list_sha256", "toolkit_version", "git_revision", "date"):
+        rows.append((name, str(meta.get(name))))
+    for name, var in ds.data_vars.items():
+        if name not in ("done", "failed", "image_height", "image_width"):
+            rows.append((f"array {name}", f"{dict(zip(var.dims, var.shape))} {var.dtype}"))
+    rows.append(("results", ", ".join(list_results(path)) or "none yet"))
+    return rows

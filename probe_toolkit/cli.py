@@ -42,3 +42,101 @@ def main() -> None:
             error.show()
             sys.exit(error.exit_code)
         raise
+
+
+# --- foundation: checkpoints, extraction, stores ---
+
+
+@app.command()
+def extract(
+    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
+    images: Annotated[Optional[Path], typer.Option("--images", help="Folder of photographs (recursive).")] = None,
+    panel: Annotated[Optional[str], typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
+    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), 480 (keys).")] = "224,480",
+    attention: Annotated[str, typer.Option(help="Attention maps at 224: last, all (12 blocks) or none.")] = "last",
+    dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 16,
+    chunk: Annotated[int, typer.Option(help="Images per zarr chunk (the unit of resume and sharding).")] = 16,
+    network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
+    heads: Annotated[Optional[int], typer.Option(help="Attention heads (default width/64).")] = None,
+    convert: Annotated[bool, typer.Option("--convert", help="Drop class token and final norm first (SelfPatch-style).")] = False,
+    interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: dino or timm.")] = "dino",
+    shard: Annotated[Optional[str], typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
+    on_error: Annotated[str, typer.Option("--on-error", help="fail, or skip unreadable images and record them.")] = "fail",
+    limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (whole chunks).")] = None,
+    store: Annotated[Optional[Path], typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Cache the last block's tokens (224), keys (480) and attention (224) of a checkpoint."""
+    from .extract import Settings, extract as run
+    from .errors import ProbeError
+
+    if (images is None) == (panel is None):
+        raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
+    if on_error not in ("fail", "skip"):
+        raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
+    if attention not in ("last", "all", "none") or interp not in ("dino", "timm"):
+        raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and dino|timm")
+    source = images
+    if panel is not None:
+        from .panels import panel_images
+
+        source = panel_images(panel, cache)
+        if store is None:
+            from .cache import cache_root, store_path
+            from .checkpoints import sha256_file
+
+            store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
+    settings = Settings(views=tuple(int(v) for v in views.split(",") if v), attention=attention, dtype=dtype, chunk=chunk, interpolation=interp)
+    report = run(
+        checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
+        shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
+    )
+    for line in report.skipped:
+        err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
+    console.print(f"{report.store}: {report.done}/{report.n_images} images done ({report.written} written now, {len(report.skipped)} skipped)")
+
+
+@app.command()
+def convert(
+    source: Annotated[Path, typer.Argument(help="A DINO file (backbone or full checkpoint).")],
+    out: Annotated[Path, typer.Argument(help="Where to write the SelfPatch-style backbone.")],
+    network: Annotated[str, typer.Option(help="teacher or student, for full checkpoints.")] = "teacher",
+) -> None:
+    """Write the SelfPatch-style backbone of a DINO file (no class token, no final norm)."""
+    from .checkpoints import convert_file
+
+    before, after = convert_file(source, out, network)
+    console.print(f"{source} → {out}: {before:,} → {after:,} parameters ({before - after:,} dropped: cls_token, pos_embed row 0, norm)")
+
+
+@app.command()
+def info(store: Annotated[Path, typer.Argument(help="A store written by probe extract.")]) -> None:
+    """Print a store's manifest, its arrays and how complete it is."""
+    from rich.table import Table
+
+    from .cache import describe_store
+
+    table = Table(title=str(store), show_header=False)
+    for field, value in describe_store(store):
+        table.add_row(field, value)
+    console.print(table)
+
+
+@app.command("make-checkpoint")
+def make_checkpoint(
+    out: Annotated[Path, typer.Argument(help="File to write.")],
+    layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, ...")] = "dino-full",
+    arch: Annotated[str, typer.Option(help="tiny (seconds on a CPU) or vit-s16 (the released size).")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+) -> None:
+    """Write a random-weight checkpoint in a released layout (to try the pipeline offline)."""
+    from .errors import ProbeError
+    from .samples import ARCHS, LAYOUTS, write_checkpoint
+
+    if layout not in LAYOUTS or arch not in ARCHS:
+        raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(LAYOUTS)}; archs: {', '.join(ARCHS)}")
+    write_checkpoint(out, layout, ARCHS[arch], seed)
+    console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")

@@ -1,0 +1,117 @@
+"""Image sources and the three views every store is built from.
+
+- 224: short side to 224 (PIL bicubic, long side truncated as torchvision's Resize does), centre
+  crop 224. A 640×480 photo becomes 298×224 and the crop starts 37 px from the left.
+- 480: the whole image squashed to 480×480 (the decoder's view, MaskCut's protocol).
+- 96: short side to 96, centre crop 96.
+
+Every view is normalised with ImageNet's mean and standard deviation. Files are decoded with
+their EXIF orientation applied; greyscale, palette, RGBA, CMYK and 16-bit images become RGB.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import ProbeError
+
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
+VIEWS = (96, 224, 480)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """One image of a source: its id (path relative to the source folder) and its file."""
+
+    id: str
+    path: Path
+
+
+def list_images(folder: str | Path) -> list[ImageRef]:
+    """Every image file under ``folder``, recursively, sorted by id; hidden files are skipped."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ProbeError(folder, "is not a folder", "pass --images DIR with your photographs")
+    refs = [
+        ImageRef(p.relative_to(folder).as_posix(), p)
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix.lower() in EXTENSIONS and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
+    if not refs:
+        raise ProbeError(folder, f"holds no images ({', '.join(sorted(EXTENSIONS))})", "point --images at a folder of photographs")
+    return sorted(refs, key=lambda r: r.id)
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if values.max(initial=0) > 255 else 255.0
+        image = Image.fromarray(np.clip(values / top * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    return image.convert("RGB")
+
+
+def load_image(path: str | Path) -> Image.Image:
+    """Decode one file to RGB; an unreadable file is a ProbeError naming it."""
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                image = ImageOps.exif_transpose(opened)
+                image.load()
+                return _to_rgb(image)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise ProbeError(path, f"is larger than PIL's decompression-bomb limit ({error})", "downscale it, or skip it with --on-error skip") from None
+    except UnidentifiedImageError:
+        raise ProbeError(path, "is not an image PIL can read", "remove it from the folder, or skip it with --on-error skip") from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it, or skip it with --on-error skip") from None
+
+
+def _short_side(image: Image.Image, size: int) -> Image.Image:
+    width, height = image.size
+    if width <= height:
+        new = (size, int(size * height / width))
+    else:
+        new = (int(size * width / height), size)
+    return image.resize(new, Image.Resampling.BICUBIC)
+
+
+def _centre_crop(image: Image.Image, size: int) -> Image.Image:
+    width, height = image.size
+    left, top = int(round((width - size) / 2.0)), int(round((height - size) / 2.0))
+    return image.crop((left, top, left + size, top + size))
+
+
+def view(image: Image.Image, size: int) -> Image.Image:
+    """The ``size`` view of an RGB image (96 and 224: short side + centre crop; 480: squash)."""
+    if size == 480:
+        return image.resize((480, 480), Image.Resampling.BICUBIC)
+    if size in (96, 224):
+        return _centre_crop(_short_side(image, size), size)
+    raise ValueError(f"views are {VIEWS}, not {size}")
+
+
+def normalise(image: Image.Image) -> torch.Tensor:
+    """(3, H, W) float32, ImageNet mean and std."""
+    array = (np.asarray(image, dtype=np.float32) / 255.0 - MEAN) / STD
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+def views(image: Image.Image, sizes: tuple[int, ...]) -> dict[int, torch.Tensor]:
+    return {size: normalise(view(image, size)) for size in sizes}
+
+
+def sample_photos() -> Path:
+    """The real photographs shipped with the package (scikit-image's bundle, see SOURCES.md)."""
+    return Path(__file__).parent / "data" / "photos"

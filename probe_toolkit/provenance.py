@@ -1,0 +1,53 @@
+"""What every manifest records about where a number came from: code, libraries, time."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import subprocess
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+
+LIBRARIES = ("torch", "timm", "numpy", "scipy", "scikit-learn", "xarray", "zarr", "dask", "pycocotools", "pillow")
+
+
+@lru_cache(maxsize=1)
+def git_revision() -> str:
+    """The toolkit's git commit (with ``-dirty`` when the tree has changes), or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5)
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@lru_cache(maxsize=1)
+def library_versions() -> dict[str, str]:
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def list_hash(items: list[str]) -> str:
+    """sha256 of a list of ids, one per line: the identity of an image list."""
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()
+
+
+def stamp() -> dict[str, object]:
+    """The common manifest fields."""
+    return {"toolkit_version": __version__, "git_revision": git_revision(), "libraries": library_versions(), "date": now()}
