@@ -452,3 +452,30 @@ def test_command_lines(photos, tmp_path, capsys):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli" / "checkpoint.pth").exists()
     assert '"micro_batch": 2' in result.output  # the resolved config is printed
+
+
+class _Reads(torch.utils.data.Dataset):
+    def __init__(self, path):
+        self.path = path
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, index):
+        with open(self.path) as handle:
+            return len(handle.read())
+
+
+def test_open_watch_reports_files_read_in_loader_workers(tmp_path):
+    from training import hygiene
+
+    decoy = tmp_path / "instances_val.json"
+    decoy.write_text("{}")
+    (tmp_path / "run").mkdir()
+    watch = hygiene.Watch(run_dir=str(tmp_path / "run"), images=frozenset())
+    with watch:
+        loader = torch.utils.data.DataLoader(_Reads(decoy), num_workers=1, worker_init_fn=watch.worker_init)
+        assert [int(x) for x in loader] == [2]
+    assert watch.other == []  # the main process opened nothing of the kind
+    summary = hygiene.summary(watch, "0" * 64, 0)
+    assert summary["other_files_opened"] == [str(decoy)] and not summary["no_annotation_opened"]

@@ -4,9 +4,9 @@ Training reads images only (course Part 1 §1.6). A ``sys.addaudithook`` hook se
 event of the process, and of each data-loader worker (installed again by ``worker_init``). Each
 path is sorted: an image of the run's list, the config, a checkpoint the run reads, the run's own
 outputs, code and system files (the Python installation, the two packages' sources, ``/proc``,
-``/sys``, ``/dev``, ``/etc``, ``/usr``), or *other*. Any *other* file is appended to
-``other-opens.txt`` in the run folder at once (so workers report too) and listed in the manifest;
-an empty list is what the manifest's ``no_annotation_opened: true`` rests on.
+``/sys``, ``/dev``, ``/etc``, ``/usr``, multiprocessing's ``pymp-*`` scratch), or *other*. Any
+*other* file is appended to ``other-opens.txt`` in the run folder at once (so workers report
+too) and listed in the manifest; an empty list is what ``no_annotation_opened: true`` rests on.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import site
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,8 @@ def _prefixes() -> tuple[str, ...]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
     here = Path(__file__).resolve().parent
     roots |= {str(here), str(here.parent / "probe_toolkit")}
-    return tuple(os.path.join(os.path.abspath(r), "") for r in roots if r) + SYSTEM
+    scratch = os.path.join(tempfile.gettempdir(), "pymp-")  # multiprocessing's own scratch folders
+    return tuple(os.path.join(os.path.abspath(r), "") for r in roots if r) + SYSTEM + (scratch,)
 
 
 @dataclass
