@@ -26,9 +26,13 @@ Interpolation = Literal["dino", "timm"]
 AttentionMode = Literal["last", "all", "none"]
 
 
-def build_vit(arch: Arch, device: str | torch.device | None = None) -> VisionTransformer:
-    """timm's VisionTransformer with exactly the keys and settings of DINO / SelfPatch for ``arch``."""
+def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool = True) -> VisionTransformer:
+    """timm's VisionTransformer with exactly the keys and settings of DINO / SelfPatch for ``arch``.
+
+    ``init=False`` skips timm's random initialisation (seconds at ViT-S) when weights are loaded next.
+    """
     return VisionTransformer(
+        weight_init="" if init else "skip",
         img_size=arch.pos_grid * arch.patch,
         patch_size=arch.patch,
         embed_dim=arch.width,
@@ -85,18 +89,18 @@ class Readout:
 class Backbone(nn.Module):
     """A checkpoint's ViT: ``forward`` gives patch tokens (training), ``readout`` the cached views."""
 
-    def __init__(self, arch: Arch, interpolation: Interpolation = "dino"):
+    def __init__(self, arch: Arch, interpolation: Interpolation = "dino", init: bool = True):
         super().__init__()
         self.arch = arch
         self.interpolation = interpolation
-        self.vit = build_vit(arch)
+        self.vit = build_vit(arch, init=init)
         # views of other sizes are allowed; the position table is interpolated per grid below
         self.vit.patch_embed.strict_img_size = False
         self.prefix = int(arch.class_token)
 
     @classmethod
     def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "dino") -> "Backbone":
-        model = cls(checkpoint.arch, interpolation)
+        model = cls(checkpoint.arch, interpolation, init=False)
         model.vit.load_state_dict(checkpoint.backbone, strict=True)
         return model.eval()
 

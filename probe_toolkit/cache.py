@@ -58,11 +58,13 @@ def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
     return Path(root) / f"{Path(checkpoint).stem}-{sha256[:8]}" / f"{network}.zarr"
 
 
-def open_store(path: str | Path, *, done_only: bool = True) -> xr.Dataset:
+def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True) -> xr.Dataset:
     """Open a store lazily (dask chunks along ``image``).
 
     With ``done_only`` the dataset holds only images whose extraction finished and did not
-    fail, so a reader during a write never sees a half-written image.
+    fail, so a reader during a write never sees a half-written image. Without
+    ``allow_partial`` a store whose extraction has not finished is an error (analyses refuse
+    to summarise a set that is still growing unless asked with ``--partial``).
     """
     path = Path(path)
     if not (path / "zarr.json").is_file():
@@ -72,6 +74,10 @@ def open_store(path: str | Path, *, done_only: bool = True) -> xr.Dataset:
         ds = xr.open_zarr(path, consolidated=False, chunks={})
     if "manifest" not in ds.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
+    if not allow_partial and "done" in ds:
+        done = ds["done"].values.astype(bool)
+        if not done.all():
+            raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")
     if done_only and "done" in ds:
         keep = ds["done"].values.astype(bool)
         if "failed" in ds:

@@ -104,8 +104,10 @@ def read_file(path: str | Path) -> Any:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        found = re.search(r"(?:GLOBAL|global) ([\w.]+(?: [\w.]+)?)", str(error))
-        what = found.group(1).replace(" ", ".") if found else "a Python global"
+        found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
+        if not found:
+            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)", "the file may be truncated or of another kind; fetch it again") from None
+        what = ".".join(part for part in found.groups() if part)
         raise ProbeError(
             path,
             f"refused: unpickling it would need {what}, which could run code",

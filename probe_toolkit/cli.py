@@ -142,6 +142,24 @@ def make_checkpoint(
     console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")
 
 
+@app.command()
+def doctor(cache: CacheOpt = None) -> None:
+    """Check this machine: library versions, threads, device, cache root, Chromium."""
+    from rich.table import Table
+
+    from .cache import cache_root
+    from .doctor import checks
+
+    table = Table("check", "", "detail")
+    results = checks(cache_root(cache))
+    for check in results:
+        mark = "[green]ok[/]" if check.ok else ("[red]FAIL[/]" if check.required else "[yellow]missing[/]")
+        table.add_row(check.name, mark, check.detail)
+    console.print(table)
+    if not all(c.ok for c in results if c.required):
+        raise typer.Exit(1)
+
+
 # --- training (companion: training/, imported only inside the command) ---
 
 

@@ -9,6 +9,7 @@ threads beside the forward pass.
 
 from __future__ import annotations
 
+import errno
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -188,6 +189,16 @@ def _scatter(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return full
 
 
+def _written(pending: Future, path: Path) -> None:
+    """Wait for a chunk write; a full disk or a failing device becomes one clear line."""
+    try:
+        pending.result()
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ProbeError(path, "ran out of disk space while writing a chunk", "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
+        raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
+
+
 def extract(
     checkpoint_path: str | Path,
     image_dir: str | Path,
@@ -246,12 +257,12 @@ def extract(
                 for array_name, (_, shape) in plan.items():
                     data[array_name] = _scatter(data[array_name], ok) if array_name in data else np.full((len(ok), *shape), np.nan, dtype=settings.dtype)
             if pending is not None:
-                pending.result()
+                _written(pending, path)
             pending = saver.submit(writer.write, start, data, original, failed)
             report.written += int(ok.sum())
             report.skipped += errors
             progress.advance(task, stop - start)
         if pending is not None:
-            pending.result()
+            _written(pending, path)
     report.done = int(writer.done().sum())
     return report

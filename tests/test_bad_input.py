@@ -1,0 +1,111 @@
+"""Bad images and bad stores: converted when they can be, one clear line and exit 2 when not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from probe_toolkit.cache import open_store, require
+from probe_toolkit.errors import ProbeError
+from probe_toolkit.extract import Settings, extract
+from probe_toolkit.images import list_images, load_image
+
+PROBE = [sys.executable, "-m", "probe_toolkit"]
+
+
+def run_probe(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*PROBE, *args], capture_output=True, text=True)
+
+
+def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_modes_are_converted_not_failed(tmp_path, photos):
+    base = Image.open(photos / "chelsea.jpg")
+    base.convert("CMYK").save(tmp_path / "cmyk.jpg")
+    base.convert("P").save(tmp_path / "palette.png")
+    base.convert("RGBA").save(tmp_path / "rgba.png")
+    ramp = (np.arange(64 * 64).reshape(64, 64) * 16).astype(np.uint16)
+    Image.fromarray(ramp).save(tmp_path / "sixteen.png")
+    for name in ("cmyk.jpg", "palette.png", "rgba.png", "sixteen.png"):
+        assert load_image(tmp_path / name).mode == "RGB"
+    sixteen = np.asarray(load_image(tmp_path / "sixteen.png"))[..., 0]
+    assert sixteen[0, 0] == 0 and sixteen[-1, -1] == round(65520 / 65535 * 255)  # scaled, not clipped
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    picture = Image.new("RGB", (64, 32), "white")
+    exif = picture.getexif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    picture.save(tmp_path / "rotated.jpg", exif=exif)
+    assert load_image(tmp_path / "rotated.jpg").size == (32, 64)
+
+
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        ("zero.jpg", b"", "not an image"),
+        ("text.jpg", b"this is not a picture", "not an image"),
+        ("corrupt.jpg", b"\xff\xd8\xff\xe0" + b"\x00" * 64, "not an image PIL can read"),
+    ],
+)
+def test_unreadable_files_name_themselves(tmp_path, name, content, needle):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ProbeError, match=needle) as error:
+        load_image(tmp_path / name)
+    assert name in error.value.line()
+
+
+def test_truncated_jpeg(tmp_path, photos):
+    data = (photos / "rocket.jpg").read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ProbeError, match="truncated"):
+        load_image(tmp_path / "cut.jpg")
+
+
+def test_decompression_bomb_is_refused(tmp_path):
+    Image.new("1", (10_000, 10_000)).save(tmp_path / "bomb.png")  # 1e8 pixels, a few kB on disk
+    with pytest.raises(ProbeError, match="decompression-bomb"):
+        load_image(tmp_path / "bomb.png")
+
+
+def test_folder_without_images_and_other_files(tmp_path, tiny_checkpoints):
+    (tmp_path / "notes.txt").write_text("not a picture")
+    one_line_error(run_probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(tmp_path)), "holds no images")
+    with pytest.raises(ProbeError, match="is not a folder"):
+        list_images(tmp_path / "missing")
+
+
+def test_cli_bad_image_exits_2_and_skip_records_it(tmp_path, tiny_checkpoints, photos):
+    (tmp_path / "a.jpg").write_bytes((photos / "coffee.jpg").read_bytes())
+    (tmp_path / "b.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "readme.txt").write_text("other files are not images and are not read")
+    ckpt = str(tiny_checkpoints["dino-backbone"])
+    one_line_error(run_probe("extract", ckpt, "--images", str(tmp_path), "--views", "224", "--cache", str(tmp_path / "c"), "-q"), "b.jpg", "--on-error skip")
+    # nothing half written: the store holds no finished image, and a skip run completes it
+    skipped = run_probe("extract", ckpt, "--images", str(tmp_path), "--views", "224", "--cache", str(tmp_path / "c"), "-q", "--on-error", "skip")
+    assert skipped.returncode == 0 and "b.jpg" in skipped.stderr and "2/2 images done" in skipped.stdout
+
+
+def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_dir):
+    report = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), chunk=2), store=tmp_path / "s.zarr", limit=2, quiet=True)
+    with pytest.raises(ProbeError, match=r"incomplete: 2/7.*--partial"):
+        open_store(report.store, allow_partial=False)
+    assert open_store(report.store).sizes["image"] == 2
+    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract` with --views 480"):
+        require(open_store(report.store), "keys_480")
+
+
+def test_not_a_store(tmp_path):
+    with pytest.raises(ProbeError, match="not a probe store"):
+        open_store(tmp_path)
