@@ -1,8 +1,8 @@
 """How spread is each attention row? Entropy, its exponent, and mean attention distance.
 
 Course Part 2 §2.6. For a softmax row a over the keys, H = −Σ a ln a in nats (0 · ln 0 = 0),
-computed in float32 from the stored rows as they are (float16 rows sum to 1 within ~1e-3; no
-renormalisation), and e^H, the number of equally weighted tokens that would be as spread:
+computed from the stored rows as they are (float16 rows sum to 1 within ~1e-3; no
+renormalisation; each float16 weight's term −a ln a comes from a table made in float64), and e^H, the number of equally weighted tokens that would be as spread:
 ln T and T for a uniform row over T keys, 0 and 1 for a one-hot row.
 
 Rows and keys. The stored rows are full softmax rows over every token of the network
@@ -51,8 +51,33 @@ from .stats import bootstrap_mean
 TOP_WEIGHTS = 5  # the course outlines each head's five largest weights
 
 
+@functools.lru_cache(maxsize=1)
+def _float16_terms() -> np.ndarray:
+    """−x ln x for every float16 bit pattern, computed in float64, stored as float32."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float64)
+    with np.errstate(all="ignore"):
+        terms = np.where(x > 0, -x * np.log(x), np.where(x == 0, 0.0, np.nan))
+    return terms.astype(np.float32)
+
+
 def row_entropy(rows) -> torch.Tensor:
-    """H = −Σ a ln a over the last axis, in nats, float32; zeros contribute 0."""
+    """H = −Σ a ln a over the last axis, in nats, float32; zeros contribute 0.
+
+    Stored rows are float16, which has only 65,536 values: their terms −a ln a are looked up
+    in a table computed once in float64 (exact to float32, and faster than a logarithm per
+    weight); other inputs are computed in float32 with ``xlogy``.
+    """
+    if isinstance(rows, torch.Tensor) and rows.dtype == torch.float16 and rows.device.type == "cpu":
+        rows = rows.numpy()
+    if isinstance(rows, np.ndarray) and rows.dtype == np.float16:
+        terms, bits = _float16_terms(), rows.view(np.uint16)
+        if bits.ndim < 3:
+            return torch.from_numpy(np.take(terms, bits).sum(-1, dtype=np.float32))
+        # one leading slice at a time: the float32 terms of a whole chunk are never held at once
+        out = np.empty(bits.shape[:-1], dtype=np.float32)
+        for i in range(bits.shape[0]):
+            out[i] = np.take(terms, bits[i]).sum(-1, dtype=np.float32)
+        return torch.from_numpy(out)
     a = torch.as_tensor(rows).float()
     return -torch.special.xlogy(a, a).sum(-1)
 
@@ -68,20 +93,22 @@ def attention_distance(attention, class_token: bool) -> torch.Tensor:
     start = 1 if class_token else 0
     patches = a[..., start:, start:]
     grid = grid_side(patches.shape[-1], "attention")
-    distance = torch.tensor(grid_distance(grid, "euclidean", torus=False), device=a.device)
-    weighted = (patches * distance).sum(-1) / patches.sum(-1)
-    return weighted.mean(-1)
+    distance = grid_distance(grid, "euclidean", torus=False)
+    if patches.device.type == "cpu":  # numpy's einsum is one fused pass here; torch's is a product, then a sum
+        weighted = torch.from_numpy(np.einsum("...qk,qk->...q", patches.numpy(), distance))
+    else:
+        weighted = (patches * torch.tensor(distance, device=a.device)).sum(-1)
+    return (weighted / patches.sum(-1)).mean(-1)
 
 
 def row_statistics(attention, class_token: bool) -> dict[str, torch.Tensor]:
     """Per head means of one block's attention (…, head, T, T): entropy, e^H, distance, CLS row."""
-    a = torch.as_tensor(attention).float()
     start = 1 if class_token else 0
-    entropy = row_entropy(a)  # (…, head, T)
+    entropy = row_entropy(attention)  # (…, head, T)
     out = {
         "patch_entropy": entropy[..., start:].mean(-1),
         "patch_effective": torch.exp(entropy[..., start:]).mean(-1),
-        "distance": attention_distance(a, class_token),
+        "distance": attention_distance(attention, class_token),
     }
     if class_token:
         out["cls_entropy"] = entropy[..., 0]
@@ -110,14 +137,14 @@ def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHT
 
 @torch.no_grad()
 def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None) -> dict[str, np.ndarray]:
-    a = torch.from_numpy(np.asarray(attention))
+    a = np.asarray(attention)
     out = row_statistics(a, class_token)
     if patch is not None:
         out.update(patch_detail(a, patch, class_token))
     if blocks is not None:
         per_block: dict[str, list[torch.Tensor]] = {}
         for b in range(blocks.shape[1]):
-            block = torch.from_numpy(np.ascontiguousarray(blocks[:, b]))
+            block = np.ascontiguousarray(blocks[:, b])
             found = row_statistics(block, class_token)
             if patch is not None:
                 found.update(patch_detail(block, patch, class_token))

@@ -5,8 +5,8 @@ them, so the statistics describe exactly the sets the losses see (course Part 4 
 Part 5). Everything is batched torch on any device, without gradient: ``tokens`` is a
 (B, N, D) tensor (a numpy array is accepted too) of one crop size, N = G² patches, and the
 similarity of two patches is the cosine of their L2-normalised tokens, computed in float32.
-Ties are broken towards the lower patch index (or window position) by stable sorts, so a
-selection never depends on the sort kernel.
+Ties are broken towards the lower patch index (or window position) through unique integer
+keys (``_order_key``), so a selection never depends on the kernel's tie order.
 
 Public API (shapes for B crops of N = G² patches):
 
@@ -60,7 +60,8 @@ class Window(NamedTuple):
 
 
 class WindowTopK(NamedTuple):
-    """SelfPatch's positives: ``position`` in the window table (0..7), patch ``index``, ``valid``."""
+    """SelfPatch's positives: ``position`` in the window table (0..7), patch ``index``, ``valid``
+    (False only without the wrap, where a border anchor has fewer than k candidates; -1 there)."""
 
     position: torch.Tensor
     index: torch.Tensor
@@ -159,13 +160,52 @@ def window_cosine(tokens, grid: int, wrap: bool = True, similarity: torch.Tensor
     return values.masked_fill(~table.valid, float("-inf"))
 
 
-def _descending(values: torch.Tensor, n: int) -> torch.Tensor:
-    """Indices of the n largest along the last axis, ties to the lower index (a stable sort)."""
-    return torch.sort(values, dim=-1, descending=True, stable=True).indices[..., :n]
+def _order_key(values: torch.Tensor, largest: bool = True) -> torch.Tensor:
+    """Unique int64 keys whose largest come first in the order asked for, ties to the lower index.
+
+    The float's bits are mapped to an int32 of the same order (negative floats have their
+    magnitude bits flipped; ``~`` reverses it for ``largest=False``), then scaled by N and given
+    N − 1 − index. Every key is unique, so ``torch.topk`` of the keys is exact and deterministic,
+    and much cheaper than a stable sort.
+    """
+    bits = (values.float() + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0
+    ordered = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)
+    if not largest:
+        ordered = ~ordered
+    n = values.shape[-1]
+    return ordered * n + (n - 1 - torch.arange(n, device=values.device))
 
 
-def _ascending(values: torch.Tensor, n: int) -> torch.Tensor:
-    return torch.sort(values, dim=-1, descending=False, stable=True).indices[..., :n]
+def _select(values: torch.Tensor, n: int, largest: bool) -> torch.Tensor:
+    """Indices of the n largest (or smallest) along the last axis, in that order, ties to the
+    lower index; infinite values are padding and may come in any order among themselves.
+
+    Fast path: ``torch.topk`` of n + 1 values; when no two finite values among them are equal,
+    the n chosen and their order are fully determined by the values. Rows with a tie are redone
+    exactly with the unique integer keys of ``_order_key``.
+    """
+    count = values.shape[-1]
+    found = torch.topk(values, min(n + 1, count), dim=-1, largest=largest, sorted=True)
+    top = found.values
+    tied = ((top[..., 1:] == top[..., :-1]) & torch.isfinite(top[..., 1:])).any(-1)
+    index = found.indices[..., :n]
+    if bool(tied.any()):
+        rows = tied.reshape(-1).nonzero().squeeze(1)
+        flat = index.reshape(-1, n).clone()
+        exact = torch.topk(_order_key(values.reshape(-1, count)[rows], largest), n, dim=-1).indices
+        flat[rows] = exact
+        index = flat.view(index.shape)
+    return index
+
+
+def _largest(values: torch.Tensor, n: int) -> torch.Tensor:
+    """Indices of the n largest along the last axis, largest first, ties to the lower index."""
+    return _select(values, n, largest=True)
+
+
+def _smallest(values: torch.Tensor, n: int) -> torch.Tensor:
+    """Indices of the n smallest along the last axis, smallest first, ties to the lower index."""
+    return _select(values, n, largest=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,30 +218,36 @@ def window_topk(tokens, grid: int, k: int = 4, wrap: bool = True, similarity: to
     if not 1 <= k <= WINDOW_SIZE:
         raise ProbeError("--k", f"{k} is outside 1..8", "choose how many of the 8 candidates to keep")
     values = window_cosine(tokens, grid, wrap, similarity)
-    position = _descending(values, k)
+    position = _largest(values, k)
     table = window(grid, wrap, device=values.device)
     b, n = values.shape[:2]
     index = torch.gather(table.index.expand(b, n, WINDOW_SIZE), 2, position)
     valid = torch.gather(table.valid.expand(b, n, WINDOW_SIZE), 2, position)
-    return WindowTopK(position, index.masked_fill(~valid, -1), valid)
+    return WindowTopK(position.masked_fill(~valid, -1), index.masked_fill(~valid, -1), valid)
 
 
 def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
     """Quantile along the last axis with linear interpolation (numpy's default method).
 
-    Works at any size (``torch.quantile`` refuses inputs above 2^24 values) and on any device.
+    One selection (``kthvalue``) and one pass for the next order statistic, not a sort; any size
+    (``torch.quantile`` refuses inputs above 2^24 values) and on any device.
     """
     if not 0.0 <= q <= 1.0:
         raise ProbeError("quantile", f"{q} is outside [0, 1]", "pass a fraction")
-    ordered = torch.sort(values, dim=-1).values
-    n = ordered.shape[-1]
+    n = values.shape[-1]
     if n == 0:
         raise ProbeError("quantile", "no values", "pass at least one value")
     position = q * (n - 1)
     lo = int(np.floor(position))
-    hi = min(lo + 1, n - 1)
     frac = position - lo
-    return ordered[..., lo] + frac * (ordered[..., hi] - ordered[..., lo])
+    low = torch.kthvalue(values, lo + 1, dim=-1).values
+    if frac == 0.0:
+        return low
+    # the next order statistic: low itself when it occurs beyond rank lo, else the least value above it
+    repeated = (values <= low.unsqueeze(-1)).sum(-1) > lo + 1
+    above = values.masked_fill(values <= low.unsqueeze(-1), float("inf")).min(-1).values
+    high = torch.where(repeated, low, above)
+    return low + frac * (high - low)
 
 
 def window_theta(cosines: torch.Tensor | Sequence[torch.Tensor], mode: str = "batch-median", q: float = 0.5) -> torch.Tensor | list[torch.Tensor]:
@@ -260,7 +306,7 @@ def window_threshold(
 def most_similar(similarity: torch.Tensor, n: int) -> torch.Tensor:
     """(B, N, n) int64: each anchor's n most similar other patches of its crop, most similar first."""
     eye = torch.eye(similarity.shape[-1], dtype=torch.bool, device=similarity.device)
-    return _descending(similarity.masked_fill(eye, float("-inf")), n)
+    return _largest(similarity.masked_fill(eye, float("-inf")), n)
 
 
 def _pair_quantile(similarity: torch.Tensor, q: float) -> torch.Tensor:
@@ -293,12 +339,12 @@ def contrastive(
     if not 1 <= k < n:
         raise ProbeError("k", f"{k} positives cannot be drawn from {n - 1} other patches", f"use 1 <= k < {n}")
     eye = torch.eye(n, dtype=torch.bool, device=sim.device)
-    positive = _descending(sim.masked_fill(eye, float("-inf")), k)
+    positive = _largest(sim.masked_fill(eye, float("-inf")), k)
     theta = _pair_quantile(sim, negative_quantile)
     allowed = (sim <= theta[:, None, None]) & ~eye
     allowed.scatter_(2, positive, False)
     m = min(max_negatives, n)
-    negative = _ascending(sim.masked_fill(~allowed, float("inf")), m)
+    negative = _smallest(sim.masked_fill(~allowed, float("inf")), m)
     negative_valid = torch.gather(allowed, 2, negative)
     if m < max_negatives:  # tiny grids: pad to the promised width
         pad = max_negatives - m

@@ -29,8 +29,8 @@ def manifest(chunk: int, class_token: bool = False, dtype: str = "float16") -> d
 
 
 DIMS = {
-    "tokens_224": ("patch", "channel"),
-    "tokens_96": ("patch", "channel"),
+    "tokens_224": ("patch_224", "channel"),
+    "tokens_96": ("patch_96", "channel"),
     "attention_224": ("head", "query", "key"),
     "attention_blocks_224": ("block", "head", "query", "key"),
 }

@@ -1,0 +1,299 @@
+"""Window-neighbour statistics: known answers, a plain per-image loop, bounded memory, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+from analysis_stores import make_store
+
+from probe_toolkit import neighbours as nb
+from probe_toolkit.cache import load_results, open_store, require
+from probe_toolkit.errors import ProbeError
+from probe_toolkit.stats import bootstrap_mean
+
+# ----------------------------------------------------------------------------------------------
+# an independent reimplementation: image by image, anchor by anchor, float64
+
+
+def ring(grid: int, anchor: int, wrap: bool) -> list[int]:
+    """The window's candidates in ascending order (the course's definition, from coordinates)."""
+    r, c = divmod(anchor, grid)
+    cells = set()
+    for dr in (-1, 0, 1):
+        for dc in (-1, 0, 1):
+            if (dr, dc) == (0, 0):
+                continue
+            rr, cc = r + dr, c + dc
+            if wrap:
+                cells.add((rr % grid) * grid + cc % grid)
+            elif 0 <= rr < grid and 0 <= cc < grid:
+                cells.add(rr * grid + cc)
+    return sorted(cells)
+
+
+def steps(grid: int, i: int, j: int, metric: str, torus: bool) -> float:
+    dr, dc = abs(i // grid - j // grid), abs(i % grid - j % grid)
+    if torus:
+        dr, dc = min(dr, grid - dr), min(dc, grid - dc)
+    return float(max(dr, dc)) if metric == "chebyshev" else math.hypot(dr, dc)
+
+
+def plain_statistics(tokens: np.ndarray, grid: int, k=4, top=8, wrap=True, metric="chebyshev", q=0.2, m=48) -> dict[str, np.ndarray]:
+    n = grid * grid
+    names = list(nb.STATISTICS) + ["top_in_window_count", "negative_count"]
+    out = {name: [] for name in names}
+    for image in tokens.astype(np.float64):
+        unit = image / np.linalg.norm(image, axis=1, keepdims=True)
+        sim = unit @ unit.T
+        theta = np.quantile(sim[np.triu_indices(n, 1)], q)
+        acc = {name: [] for name in names}
+        pos_cos, oth_cos, pos_wrap = [], [], []
+        for a in range(n):
+            cands = ring(grid, a, wrap)
+            plain = ring(grid, a, False)
+            order = sorted((j for j in range(n) if j != a), key=lambda j: -sim[a, j])
+            inside = [j in cands for j in order[:top]]
+            acc["top_in_window_count"].append(sum(inside))
+            acc["top_in_window"].extend(inside)
+            acc["top_distance"].extend(steps(grid, a, j, metric, wrap) for j in order[:top])
+            acc["topk_in_window"].extend(j in cands for j in order[:k])
+            ranked = sorted(range(len(cands)), key=lambda p: -sim[a, cands[p]])
+            chosen = [cands[p] for p in ranked[:k]]
+            pos_cos.extend(sim[a, j] for j in chosen)
+            oth_cos.extend(sim[a, cands[p]] for p in ranked[k:])
+            pos_wrap.extend(j not in plain for j in chosen)
+            acc["contrastive_in_window"].extend(j in cands for j in order[:k])
+            acc["contrastive_distance"].extend(steps(grid, a, j, metric, wrap) for j in order[:k])
+            negatives = [j for j in order[k:] if sim[a, j] <= theta]
+            acc["negative_count"].append(min(len(negatives), m))
+        for name in ("top_in_window", "top_distance", "topk_in_window", "contrastive_in_window", "contrastive_distance"):
+            out[name].append(np.mean(acc[name]))
+        out["positive_cosine"].append(np.mean(pos_cos))
+        out["other_cosine"].append(np.mean(oth_cos))
+        out["wrapped_positive_share"].append(np.mean(pos_wrap))
+        out["negative_count_mean"].append(np.mean(acc["negative_count"]))
+        out["negative_theta"].append(theta)
+        out["top_in_window_count"].append(acc["top_in_window_count"])
+        out["negative_count"].append(acc["negative_count"])
+    return {name: np.array(values) for name, values in out.items()}
+
+
+@pytest.mark.parametrize(
+    "grid,settings",
+    [
+        (14, {}),
+        (14, {"wrap": False, "metric": "euclidean"}),
+        (6, {"k": 3, "top": 5}),
+        (6, {"wrap": False}),
+    ],
+)
+def test_image_statistics_match_a_plain_loop(grid, settings):
+    rng = np.random.default_rng(grid)
+    tokens = rng.standard_normal((3, grid * grid, 32)).astype(np.float16)
+    found = nb.image_statistics(torch.from_numpy(tokens), grid, **settings)
+    plain = plain_statistics(tokens, grid, **settings)
+    for name, expected in plain.items():
+        assert found[name].shape == expected.shape, name
+        assert np.allclose(found[name], expected, atol=1e-5), name
+
+
+# ----------------------------------------------------------------------------------------------
+# known answers
+
+
+def block_tokens(grid: int, images: int = 2) -> np.ndarray:
+    """Equal tokens within 2 × 2 blocks of the grid, orthogonal between blocks."""
+    side = grid // 2
+    tokens = np.zeros((images, grid * grid, side * side), dtype=np.float16)
+    for p in range(grid * grid):
+        r, c = divmod(p, grid)
+        tokens[:, p, (r // 2) * side + c // 2] = 1.0
+    return tokens
+
+
+@pytest.mark.parametrize("grid", [14, 6])
+def test_two_by_two_blocks(grid):
+    tokens = torch.from_numpy(block_tokens(grid))
+    # an anchor's 3 block partners (cosine 1) are its 3 most similar patches, all in its window
+    found = nb.image_statistics(tokens, grid, k=3, top=3)
+    assert np.all(found["top_in_window"] == 1.0) and np.all(found["topk_in_window"] == 1.0)
+    assert np.all(found["top_distance"] == 1.0)
+    assert np.all(found["top_in_window_count"] == 3)
+    assert np.allclose(nb.image_statistics(tokens, grid, k=3, top=3, metric="euclidean")["top_distance"], (2 + math.sqrt(2)) / 3)
+    # the contrastive rule with k = 3 takes exactly the partners
+    assert np.all(found["contrastive_in_window"] == 1.0) and np.all(found["contrastive_distance"] == 1.0)
+    # SelfPatch's k = 4 keeps the 3 partners and one candidate of cosine 0: (3 + 0) / 4
+    found = nb.image_statistics(tokens, grid, k=4, top=8)
+    assert np.allclose(found["positive_cosine"], 0.75) and np.allclose(found["other_cosine"], 0.0)
+    # partners never wrap, so at most one positive in 4 does
+    assert np.all(found["wrapped_positive_share"] <= 0.25)
+    # pairwise cosines: 6 of each block's pairs are 1, the rest 0, so θ = 0 and every other
+    # non-positive patch is a negative; capped at 48 at grid 14, 36 − 1 − 4 = 31 at grid 6
+    assert np.all(found["negative_theta"] == 0.0)
+    assert np.all(found["negative_count"] == min(48, grid * grid - 5))
+
+
+def test_structure_counts():
+    assert nb.structure(14, True) == {"links": 1568, "wrapped_links": 164, "wrapped_share": 164 / 1568}
+    assert nb.structure(6, True)["wrapped_links"] == 68
+    assert nb.structure(14, False)["wrapped_links"] == 0 and nb.structure(14, False)["links"] == 1404
+
+
+def test_bootstrap_interval():
+    values = np.random.default_rng(0).normal(size=(200, 2))
+    first = bootstrap_mean(values, n_boot=500, seed=7)
+    again = bootstrap_mean(values, n_boot=500, seed=7)
+    assert np.array_equal(first.low, again.low) and np.array_equal(first.high, again.high)
+    assert np.all(first.low < first.mean) and np.all(first.mean < first.high)
+    # about ±1.96 standard errors
+    se = values.std(axis=0, ddof=1) / math.sqrt(200)
+    assert np.allclose(first.high - first.low, 2 * 1.96 * se, rtol=0.2)
+    constant = bootstrap_mean(np.full((5, 1), 0.25))
+    assert constant.low[0] == constant.high[0] == 0.25
+
+
+# ----------------------------------------------------------------------------------------------
+# over a store
+
+
+@pytest.fixture
+def token_store(tmp_path):
+    rng = np.random.default_rng(5)
+    arrays = {
+        "tokens_224": rng.standard_normal((9, 196, 24)).astype(np.float16),
+        "tokens_96": rng.standard_normal((9, 36, 24)).astype(np.float16),
+    }
+    failed = np.zeros(9, dtype=bool)
+    failed[4] = True  # a failed image is never read
+    path = make_store(tmp_path / "ckpt-00000000" / "teacher.zarr", arrays, chunk=4, failed=failed)
+    return path, arrays, failed
+
+
+def test_store_statistics_and_summary(token_store):
+    path, arrays, failed = token_store
+    ds = open_store(path)
+    result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3)
+    kept = arrays["tokens_224"][~failed]
+    plain = plain_statistics(kept, 14)
+    assert result.sizes["image"] == 8 and "img00004.jpg" not in list(result.image.values)
+    for name in nb.STATISTICS:
+        assert np.allclose(result[name].values, plain[name], atol=1e-5), name
+    assert np.array_equal(result["negative_count"].values, plain["negative_count"])
+    index = list(result.statistic.values).index("top_in_window")
+    assert np.isclose(result.summary_mean.values[index], plain["top_in_window"].mean())
+    assert result.summary_low.values[index] <= result.summary_mean.values[index] <= result.summary_high.values[index]
+    assert int(result.negative_count_histogram.sum()) == 8 * 196
+    assert np.allclose(result.anchor_top_in_window.values, plain["top_in_window_count"].mean(0) / 8)
+    assert int(result.wrapped_links) == 164 and result.attrs["distance"].startswith("chebyshev (torus)")
+    # the same numbers with other chunking and on a dask.distributed client
+    again = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, chunk=3)
+    assert np.array_equal(again.summary_high.values, result.summary_high.values)
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        remote = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, client=client)
+    assert np.array_equal(remote.top_in_window.values, result.top_in_window.values)
+
+
+def test_grid_picks_its_array_and_names_the_flag(token_store, tmp_path):
+    path, arrays, failed = token_store
+    ds = open_store(path)
+    result = nb.neighbours(require(ds, nb.grid_array(6)), 6, n_boot=50)
+    assert int(result.wrapped_links) == 68 and result.attrs["array"] == "tokens_96"
+    with pytest.raises(ProbeError):
+        nb.neighbours(require(ds, "tokens_224"), 6)
+    with pytest.raises(ProbeError):
+        nb.grid_array(30)
+    only224 = make_store(tmp_path / "other" / "teacher.zarr", {"tokens_224": arrays["tokens_224"]})
+
+    with pytest.raises(ProbeError, match="--views 96"):
+        require(open_store(only224), nb.grid_array(6))
+
+
+def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
+    """The tokens are 3 × the cap; the peak of traced (numpy) memory stays under the cap."""
+    rng = np.random.default_rng(6)
+    tokens = rng.standard_normal((256, 196, 384)).astype(np.float16)
+    path = make_store(tmp_path / "big" / "teacher.zarr", {"tokens_224": tokens}, chunk=4)
+    size = tokens.nbytes  # 38.5 MB
+    first = nb.image_statistics(torch.from_numpy(tokens[:2]), 14)
+    del tokens
+    cap = size // 3
+    ds = open_store(path)
+    tracemalloc.start()
+    try:
+        result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=100, workers=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < cap, f"peak {peak / 1e6:.1f} MB over the cap {cap / 1e6:.1f} MB (store {size / 1e6:.1f} MB)"
+    assert result.sizes["image"] == 256
+    assert np.allclose(result.top_in_window.values[:2], first["top_in_window"])
+
+
+# ----------------------------------------------------------------------------------------------
+# the command
+
+
+def test_cli_neighbours_side_by_side(token_store, tmp_path):
+    from typer.testing import CliRunner
+
+    from probe_toolkit.cli import app
+
+    path, arrays, _ = token_store
+    other = make_store(tmp_path / "second-11111111" / "teacher.zarr", {"tokens_224": block_tokens(14, 3)}, chunk=2)
+    out = tmp_path / "n.json"
+    run = CliRunner().invoke(app, ["neighbours", str(path), str(other), "--grid", "14", "--json", str(out), "--boot", "100", "-q"], env={"COLUMNS": "200"})
+    assert run.exit_code == 0, run.output
+    assert "ckpt-00000000" in run.output and "second-11111111" in run.output  # one column per store
+    assert "164 / 1568 (10.5 %)" in run.output and "chebyshev (torus)" in run.output
+    payload = json.loads(out.read_text())
+    blocks = payload["stores"][str(other)]
+    assert blocks["summary"]["positive_cosine"]["mean"] == pytest.approx(0.75)
+    assert blocks["arrays"]["wrapped_links"]["values"] == 164
+    saved = load_results(path, "neighbours_g14")
+    assert saved.attrs["command"] == "probe neighbours" and saved.attrs["k"] == 4
+    assert saved.top_in_window.dims == ("image",)
+
+    run = CliRunner().invoke(app, ["neighbours", str(path), "--grid", "6", "--no-wrap", "--distance", "euclidean", "--boot", "50", "-q"])
+    assert run.exit_code == 0, run.output
+    saved = load_results(path, "neighbours_g6_nowrap")
+    assert saved.attrs["distance"].startswith("euclidean (plain grid)") and int(saved.wrapped_links) == 0
+
+
+def test_cli_missing_array_is_one_line_and_exit_2(tmp_path):
+    rng = np.random.default_rng(0)
+    path = make_store(tmp_path / "x" / "teacher.zarr", {"tokens_224": rng.standard_normal((2, 196, 8)).astype(np.float16)})
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, "-c", "from probe_toolkit.cli import main; main()", "neighbours", str(path), "--grid", "6", "-q"],
+        capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert run.returncode == 2
+    assert "has no array tokens_96" in run.stderr and "--views 96" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_extracted_stores(tiny_stores):
+    """Stores written by `probe extract` from tiny checkpoints, at both grids."""
+    for store in tiny_stores.values():
+        ds = open_store(store)
+        for grid in (14, 6):
+            tokens = require(ds, nb.grid_array(grid))
+            result = nb.neighbours(tokens, grid, n_boot=50)
+            direct = nb.image_statistics(torch.from_numpy(tokens.values), grid)
+            plain = plain_statistics(tokens.values, grid)
+            for name in nb.STATISTICS:
+                assert np.array_equal(result[name].values, direct[name]), (store, grid, name)
+                # a random tiny network's tokens are nearly parallel: cosines a few 1e-7 apart
+                # rank differently in float32 and float64, so allow a few of the 1,568 links
+                assert np.allclose(result[name].values, plain[name], atol=5e-3), (store, grid, name)
