@@ -295,7 +295,7 @@ def test_other_rules_step(rule):
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
+def train_photos(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     folder = root / "train"
     folder.mkdir()
@@ -308,14 +308,14 @@ def photos(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny_run(photos, tmp_path_factory):
+def tiny_run(train_photos, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "a"
     config = out.parent / "tiny.toml"
     shutil.copy(Path(__file__).parents[1] / "training" / "configs" / "tiny.toml", config)
     _opened.clear()
     _recording[0] = True
     try:
-        run = train(config, {"data.images": str(photos), "run.out": str(out), "optim.epochs": 2, "save.every": 1})
+        run = train(config, {"data.images": str(train_photos), "run.out": str(out), "optim.epochs": 2, "save.every": 1})
     finally:
         _recording[0] = False
     return run, config, list(_opened)
@@ -359,12 +359,12 @@ def test_checkpoint_round_trips_through_the_toolkit_loader(tiny_run):
             torch.testing.assert_close(tokens, ours.eval().backbone(x))
 
 
-def test_resume_continues_the_same_trajectory(tiny_run, photos, tmp_path):
+def test_resume_continues_the_same_trajectory(tiny_run, train_photos, tmp_path):
     run, config, _ = tiny_run
     resumed = tmp_path / "b"
     resumed.mkdir()
     shutil.copy(run.dir / "checkpoint0001.pth", resumed / "checkpoint.pth")
-    again = train(config, {"data.images": str(photos), "run.out": str(resumed), "optim.epochs": 2, "save.every": 1})
+    again = train(config, {"data.images": str(train_photos), "run.out": str(resumed), "optim.epochs": 2, "save.every": 1})
     first = [json.loads(line) for line in run.log.read_text().splitlines()]
     second = [json.loads(line) for line in again.log.read_text().splitlines()]
     assert [r["step"] for r in second] == [1]
@@ -379,16 +379,16 @@ def test_resume_continues_the_same_trajectory(tiny_run, photos, tmp_path):
     assert json.loads(again.manifest.read_text())["resumed_from"]["rng"] == "restored"
 
 
-def test_resume_refuses_other_settings(tiny_run, photos, tmp_path):
+def test_resume_refuses_other_settings(tiny_run, train_photos, tmp_path):
     run, config, _ = tiny_run
     shutil.copy(run.dir / "checkpoint0001.pth", tmp_path / "checkpoint.pth")
     with pytest.raises(ProbeError, match="other settings"):
-        train(config, {"data.images": str(photos), "run.out": str(tmp_path), "optim.epochs": 3, "save.every": 1})
+        train(config, {"data.images": str(train_photos), "run.out": str(tmp_path), "optim.epochs": 3, "save.every": 1})
 
 
-def test_only_images_config_and_checkpoints_are_opened(tiny_run, photos):
+def test_only_images_config_and_checkpoints_are_opened(tiny_run, train_photos):
     run, config, opened = tiny_run
-    images = {str(p.resolve()) for p in photos.iterdir() if p.suffix == ".jpg"}
+    images = {str(p.resolve()) for p in train_photos.iterdir() if p.suffix == ".jpg"}
     system = tuple(os.path.join(os.path.abspath(p), "") for p in {sys.prefix, sys.base_prefix}) + ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/")
     data = [p for p in opened if not p.startswith(system) and not p.endswith((".py", ".pyc", ".so"))]
     assert data, "the watcher saw nothing"
@@ -438,7 +438,7 @@ def test_configs_load_and_bad_settings_are_named():
         load_config("tiny", ["optim.epochs=two"])
 
 
-def test_command_lines(photos, tmp_path, capsys):
+def test_command_lines(train_photos, tmp_path, capsys):
     from training.__main__ import main
 
     assert main(["tiny", "--quiet"]) == 2  # no image folder
@@ -448,7 +448,7 @@ def test_command_lines(photos, tmp_path, capsys):
 
     from probe_toolkit.cli import app
 
-    result = CliRunner().invoke(app, ["train", "tiny", "--set", f"data.images={photos}", "--set", f"run.out={tmp_path / 'cli'}", "--set", "optim.epochs=1", "--quiet"])
+    result = CliRunner().invoke(app, ["train", "tiny", "--set", f"data.images={train_photos}", "--set", f"run.out={tmp_path / 'cli'}", "--set", "optim.epochs=1", "--quiet"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli" / "checkpoint.pth").exists()
     assert '"micro_batch": 2' in result.output  # the resolved config is printed
