@@ -479,3 +479,19 @@ def test_open_watch_reports_files_read_in_loader_workers(tmp_path):
     assert watch.other == []  # the main process opened nothing of the kind
     summary = hygiene.summary(watch, "0" * 64, 0)
     assert summary["other_files_opened"] == [str(decoy)] and not summary["no_annotation_opened"]
+
+
+def test_window_without_wrap_masks_missing_candidates():
+    """Without the wrap a corner anchor has 3 candidates: the 4th slot is padding and must not enter its target."""
+    torch.manual_seed(4)
+    cfg = load_config("tiny")
+    net, _, _ = build_networks(cfg)
+    x = torch.randn(1, 36, 128)
+    sel = rules.select(x, RuleCfg(name="selfpatch", wrap=False))
+    assert sel.positive_valid[0, 0].sum() == 3 and sel.positive_valid[0, 14].all()
+    with torch.no_grad():
+        masked = net.ca_head(x, sel.positive, sel.positive_valid)[0, 1:]
+        corner = net.ca_head.summarise(x[:, sel.positive[0, 0][sel.positive_valid[0, 0]]])
+    torch.testing.assert_close(masked[0], net.ca_head.norm(corner)[0], rtol=1e-5, atol=1e-6)
+    t = trainer(**{"rule.wrap": False, "optim.warmup_epochs": 0})
+    assert math.isfinite(train_step(t, fixed_batch(), step=0, epoch=0)["loss"])

@@ -136,8 +136,8 @@ def teacher_targets(t: Trainer, tokens: list[torch.Tensor], counts: list[int], t
     if rule.name == "contrastive":
         outs = [t.teacher.heads(x, patch="embedding") for x in tokens]
     else:
-        valid = rule.name == "threshold"
-        outs = [t.teacher.heads(x, "logits", s.positive, s.positive_valid if valid else None) for x, s in zip(tokens, sets)]
+        # padding (-1) exists under the threshold rule and without the wrap; the mask keeps it out
+        outs = [t.teacher.heads(x, "logits", s.positive, None if bool(s.positive_valid.all()) else s.positive_valid) for x, s in zip(tokens, sets)]
     per_crop = [p for s, c in zip(sets, counts) for p in split_selection(s, c)]
     return Targets(views([o.image for o in outs], counts), views([o.patch for o in outs], counts), per_crop)
 
@@ -149,7 +149,7 @@ def loss_parts(t: Trainer, student: list[Output], target: Targets, counts: list[
     patch = views([o.patch for o in student], counts)
     if rule.name in ("selfpatch", "threshold"):
         used = [s.positive_valid.any(-1) for s in target.sets]
-        parts["loss_patch"] = t.loss.patch(patch, target.patch, used if rule.name == "threshold" else None)
+        parts["loss_patch"] = t.loss.patch(patch, target.patch, used)
         parts["positives_per_anchor"] = torch.stack([s.positive_valid.float().sum(-1).mean() for s in target.sets]).mean()
         if rule.name == "threshold":
             parts["anchors_without_positive"] = torch.stack([(~u).float().mean() for u in used]).mean()

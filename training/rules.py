@@ -41,18 +41,21 @@ def grid_of(tokens: torch.Tensor) -> int:
 def batch_theta(tokens: list[torch.Tensor], rule: RuleCfg, distributed: bool) -> torch.Tensor | None:
     """θ of the threshold rule's batch median over every window link of a step (``tokens``: every group of every micro-batch).
 
-    Under DDP the links of all processes are gathered first, so θ is the median of the whole
-    global batch, as on one card. Other rules and modes: None.
+    Under DDP the window cosines of all processes are gathered first, so θ is the median of the
+    whole global batch, as on one card (``selection.window_theta`` over the list). Other rules
+    and modes: None.
     """
     if rule.name != "threshold" or rule.theta_mode != "batch-median":
         return None
-    links = torch.cat([selection.window_cosine(t, grid_of(t), rule.wrap).reshape(-1) for t in tokens])
-    links = links[torch.isfinite(links)]
+    cosines = [selection.window_cosine(t, grid_of(t), rule.wrap) for t in tokens]
     if distributed:
-        gathered = [torch.empty_like(links) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, links)
-        links = torch.cat(gathered)
-    return selection.quantile(links, 0.5)
+        gathered = []
+        for c in cosines:
+            parts = [torch.empty_like(c) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, c.contiguous())
+            gathered.append(torch.cat(parts))
+        cosines = gathered
+    return selection.window_theta(cosines, mode="batch-median")[0][0]
 
 
 def select(tokens: torch.Tensor, rule: RuleCfg, theta: torch.Tensor | None = None) -> Selection:
