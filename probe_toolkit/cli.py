@@ -525,3 +525,21 @@ def neighbours_command(
         payload["stores"][store] = summaries.set_level(result)
     if json_path is not None:
         _write_json(json_path, payload)
+
+
+# --- training (companion: training/, imported only inside the command) ---
+
+
+@app.command()
+def train(
+    config: Annotated[str, typer.Argument(help="A TOML config, or a shipped one: selfpatch, contrastive, dino, tiny.")],
+    sets: Annotated[Optional[list[str]], typer.Option("--set", help="Override one setting, section.key=value (repeatable).")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train DINO, SelfPatch or the contrastive rule; write checkpoints that probe extract reads."""
+    from training import load_config, train as run_training
+
+    resolved = load_config(config, sets or [])
+    console.print_json(resolved.to_json())
+    run = run_training(config, sets or [], quiet=quiet)
+    console.print(f"{run.steps} steps over {run.epochs} epochs; checkpoint {run.checkpoint}; log {run.log}; manifest {run.manifest}")
