@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from probe_toolkit.atomic import write_json
 from probe_toolkit import provenance
 from probe_toolkit.checkpoints import load_checkpoint, sha256_file, to_selfpatch
 from probe_toolkit.errors import ProbeError
@@ -264,9 +265,7 @@ def weights_sha256(network: torch.nn.Module) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    write_json(path, json.loads(json.dumps(data, default=str)), indent=2)
 
 
 def _trim_log(log: Path, step: int) -> None:
