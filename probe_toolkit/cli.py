@@ -35,10 +35,8 @@ def main() -> None:
     except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
+    except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
+        if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
             error.show()
             sys.exit(error.exit_code)
         raise
@@ -214,7 +212,7 @@ def decode(
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
     from .decoding import resolve_settings, run_decode
-    from .masks import write_json
+    from .atomic import write_json
     from .progress import bar
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
@@ -240,7 +238,7 @@ def score(
 ) -> None:
     """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
     from .decoding import run_score
-    from .masks import write_json
+    from .atomic import write_json
 
     report = run_score(masks_file, panel, unseal=unseal, cache_dir=cache)
     _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
@@ -268,7 +266,7 @@ def decode_sweep(
     from rich.table import Table
 
     from .decoding import run_sweep
-    from .masks import write_json
+    from .atomic import write_json
     from .progress import bar
 
     with bar("images", quiet) as progress:
@@ -356,138 +354,6 @@ def ledger_verify(cache: CacheOpt = None) -> None:
     console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
 
 
-# --- analyses: entropy and neighbours (probe_toolkit/entropy.py, neighbours.py, selection.py) ---
-
-StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
-JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the numbers to this JSON file.")]
-DaskOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
-BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
-PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
-
-
-def _provenance(ds, command: str) -> dict:
-    """What a saved result must say about where it came from: this run, and the store it read."""
-    from . import provenance
-
-    meta = ds.attrs.get("manifest", {})
-    store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision", "n_images")}
-    return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0))}
-
-
-def _run_over_stores(stores: list[Path], analyse, quiet: bool, dask_address: str | None, partial: bool) -> dict:
-    """Open each store, run ``analyse(ds, progress, client)`` with a progress bar; by store path."""
-    from .cache import open_store
-    from .chunked import connect
-    from .progress import bar
-
-    results = {}
-    client = connect(dask_address)
-    try:
-        with bar("images", quiet) as progress:
-            for store in dict.fromkeys(stores):  # each store once, in the order given
-                ds = open_store(store, allow_partial=partial)
-                task = progress.add_task(str(store), total=ds.sizes.get("image", 0))
-                results[str(store)] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
-    finally:
-        if client is not None:
-            client.close()
-    return results
-
-
-def _write_json(path: Path, payload: dict) -> None:
-    import json
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(path)
-
-
-@app.command("entropy")
-def entropy_command(
-    stores: StoresArg,
-    patch: Annotated[Optional[int], typer.Option("--patch", help="Follow this patch (course: 34, the dog's nose).")] = None,
-    image: Annotated[Optional[str], typer.Option("--image", help="Image id for the --patch tables (default: the first).")] = None,
-    json_path: JsonOpt = None,
-    dask_address: DaskOpt = None,
-    seed: SeedOpt = 0,
-    boot: BootOpt = 1000,
-    partial: PartialOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
-    from . import summaries
-    from .cache import require, save_results
-    from .entropy import entropy
-
-    def analyse(ds, progress, client):
-        arch = ds.attrs["manifest"].get("arch", {})
-        blocks = ds["attention_blocks_224"] if "attention_blocks_224" in ds else None
-        return entropy(
-            require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), blocks=blocks, patch=patch,
-            n_boot=boot, seed=seed, client=client, progress=progress,
-        )
-
-    runs = _run_over_stores(stores, analyse, quiet, dask_address, partial)
-    results = {store: result for store, (_, result) in runs.items()}
-    console.print(summaries.entropy_table(results))
-    payload = {"analysis": "entropy", "stores": {}}
-    for store, (ds, result) in runs.items():
-        save_results(store, "entropy", result, _provenance(ds, "probe entropy"))
-        index = None
-        if patch is not None:
-            ids = [str(i) for i in result.image.values]
-            if image is not None and image not in ids:
-                raise ProbeError(store, f"has no finished image {image!r}", "pass an id from the store's image list")
-            index = ids.index(image) if image is not None else 0
-            for table in summaries.detail_tables(store, result, index):
-                console.print(table)
-        payload["stores"][store] = summaries.set_level(result, index)
-    if json_path is not None:
-        _write_json(json_path, payload)
-
-
-@app.command("neighbours")
-def neighbours_command(
-    stores: StoresArg,
-    grid: Annotated[int, typer.Option("--grid", help="14 reads tokens_224, 6 reads tokens_96.")] = 14,
-    k: Annotated[int, typer.Option("--k", help="Positives per anchor (SelfPatch k_num = 4).")] = 4,
-    top: Annotated[int, typer.Option("--top", help="How many of the most similar patches to test against the window.")] = 8,
-    no_wrap: Annotated[bool, typer.Option("--no-wrap", help="Plain borders instead of SelfPatch's wrap-around.")] = False,
-    distance: Annotated[str, typer.Option("--distance", help="chebyshev or euclidean (on the torus unless --no-wrap).")] = "chebyshev",
-    json_path: JsonOpt = None,
-    dask_address: DaskOpt = None,
-    seed: SeedOpt = 0,
-    boot: BootOpt = 1000,
-    partial: PartialOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
-    from . import summaries
-    from .cache import require, save_results
-    from .neighbours import grid_array, neighbours
-
-    array = grid_array(grid)
-
-    def analyse(ds, progress, client):
-        return neighbours(
-            require(ds, array), grid, k=k, top=top, wrap=not no_wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress,
-        )
-
-    runs = _run_over_stores(stores, analyse, quiet, dask_address, partial)
-    results = {store: result for store, (_, result) in runs.items()}
-    console.print(summaries.neighbours_table(results))
-    name = f"neighbours_g{grid}" + ("_nowrap" if no_wrap else "")
-    payload = {"analysis": name, "stores": {}}
-    for store, (ds, result) in runs.items():
-        save_results(store, name, result, _provenance(ds, "probe neighbours"))
-        payload["stores"][store] = summaries.set_level(result)
-    if json_path is not None:
-        _write_json(json_path, payload)
-
-
 # --- linear probes ---
 
 
@@ -527,6 +393,82 @@ def linear_probe(
     console.print(table)
     console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
+
+
+# --- analyses: entropy and neighbours (probe_toolkit/entropy.py, neighbours.py, selection.py) ---
+
+StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
+JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the numbers to this JSON file.")]
+DaskOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
+BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
+PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
+
+
+@app.command("entropy")
+def entropy_command(
+    stores: StoresArg,
+    patch: Annotated[Optional[int], typer.Option("--patch", help="Follow this patch (course: 34, the dog's nose).")] = None,
+    image: Annotated[Optional[str], typer.Option("--image", help="Image id for the --patch tables (default: the first).")] = None,
+    json_path: JsonOpt = None,
+    dask_address: DaskOpt = None,
+    seed: SeedOpt = 0,
+    boot: BootOpt = 1000,
+    partial: PartialOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
+    from . import summaries
+    from .analyses import run_entropy
+
+    run = run_entropy(stores, patch=patch, image=image, json_path=json_path, dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet)
+    console.print(summaries.entropy_table(run.results))
+    if run.followed is not None:
+        for store, result in run.results.items():
+            for table in summaries.detail_tables(store, result, run.followed):
+                console.print(table)
+
+
+@app.command("neighbours")
+def neighbours_command(
+    stores: StoresArg,
+    grid: Annotated[int, typer.Option("--grid", help="14 reads tokens_224, 6 reads tokens_96.")] = 14,
+    k: Annotated[int, typer.Option("--k", help="Positives per anchor (SelfPatch k_num = 4).")] = 4,
+    top: Annotated[int, typer.Option("--top", help="How many of the most similar patches to test against the window.")] = 8,
+    no_wrap: Annotated[bool, typer.Option("--no-wrap", help="Plain borders instead of SelfPatch's wrap-around.")] = False,
+    distance: Annotated[str, typer.Option("--distance", help="chebyshev or euclidean (on the torus unless --no-wrap).")] = "chebyshev",
+    json_path: JsonOpt = None,
+    dask_address: DaskOpt = None,
+    seed: SeedOpt = 0,
+    boot: BootOpt = 1000,
+    partial: PartialOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
+    from . import summaries
+    from .analyses import run_neighbours
+
+    run = run_neighbours(stores, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
+                         dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet)
+    console.print(summaries.neighbours_table(run.results))
+
+
+# --- training (companion: training/, imported only inside the command) ---
+
+
+@app.command()
+def train(
+    config: Annotated[str, typer.Argument(help="A TOML config, or a shipped one: selfpatch, contrastive, dino, tiny.")],
+    sets: Annotated[Optional[list[str]], typer.Option("--set", help="Override one setting, section.key=value (repeatable).")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train DINO, SelfPatch or the contrastive rule; write checkpoints that probe extract reads."""
+    from training import load_config, train as run_training
+
+    resolved = load_config(config, sets or [])
+    console.print_json(resolved.to_json())
+    run = run_training(config, sets or [], quiet=quiet)
+    console.print(f"{run.steps} steps over {run.epochs} epochs; checkpoint {run.checkpoint}; log {run.log}; manifest {run.manifest}")
 
 
 # --- report (probe_toolkit/report/) ---

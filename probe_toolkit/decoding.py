@@ -34,7 +34,8 @@ from threadpoolctl import threadpool_limits
 from . import cache, provenance
 from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
 from .errors import ProbeError
-from .masks import coco_results, decoder_dataset, write_json
+from .atomic import write_json
+from .masks import coco_results, decoder_dataset
 from .panels import LabelRead, read_labels
 from .scoring import METRICS, Scores, evaluate
 

@@ -18,9 +18,6 @@ pycocotools, ``counts`` a str, ``size`` [height, width]), ``bbox`` (``toBbox``, 
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -97,16 +94,6 @@ def coco_results(
                 }
             )
     return out
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Write JSON atomically (temp name, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=None, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:

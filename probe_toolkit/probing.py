@@ -51,7 +51,7 @@ import xarray as xr
 
 from . import cache, images, linear, provenance
 from .errors import ProbeError
-from .masks import write_json
+from .atomic import write_json
 from .panels import LabelRead, Panel, get_panel, read_labels
 
 Level = Literal["patch", "image"]

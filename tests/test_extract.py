@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 import xarray as xr
 import zarr
 

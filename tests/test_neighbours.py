@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import xarray as xr
 from analysis_stores import make_store
 
 from probe_toolkit import neighbours as nb

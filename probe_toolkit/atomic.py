@@ -1,0 +1,19 @@
+"""Files appear whole or not at all: write to a temporary name beside the target, then rename."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
+    """JSON written atomically (temp name, then ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    separators = None if indent else (",", ":")
+    tmp.write_text(json.dumps(obj, indent=indent, separators=separators) + "\n")
+    os.replace(tmp, path)
+    return path
