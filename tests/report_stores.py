@@ -8,7 +8,6 @@ Plain helpers (not fixtures), so each test module builds only what it needs.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 
@@ -61,24 +60,20 @@ def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
     return path
 
 
-LOG_STEPS = 12
+TRAIN_EPOCHS = 3
 
 
-def training_store(checkpoint: Path, image_dir: Path, root: Path) -> Path:
-    """A store of a checkpoint kept in a run folder laid out as training/ writes it: checkpoint.pth,
-    log.jsonl (one object per step, training.LOG_FIELDS names) and manifest.json."""
-    run = root / "runs" / "tiny-run"
-    run.mkdir(parents=True)
-    shutil.copy(checkpoint, run / "checkpoint.pth")
-    rows = [{"step": s, "epoch": s // 4, "loss": 9.0 - math.log1p(s), "loss_image": 8.5 - math.log1p(s), "loss_patch": 0.5 - 0.01 * s,
-             "positives_per_anchor": 4.0, "lr_backbone": 1e-5 * min(1.0, (s + 1) / 4), "lr_heads": 1e-4, "weight_decay": 0.04,
-             "momentum": 0.996, "grad_norm": 2.0 / (1 + s), "last_layer_frozen": s < 4, "step_time_s": 0.2, "data_time_s": 0.01,
-             "images_per_s": 20.0, "time": 1.7e9 + s} for s in range(LOG_STEPS)]
-    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 12, "cut by a cra')
-    (run / "manifest.json").write_text(json.dumps({"trainer": "probe-training", "run": "tiny-run", "rule": "selfpatch",
-                                                   "init": {"random": "trunc-normal 0.02", "seed": 0}, "status": "finished"}))
-    return extract(run / "checkpoint.pth", image_dir, settings=Settings(views=(224,), attention="last", chunk=4),
-                   cache_dir=root / "cache", quiet=True, batch_size=4).store
+def training_store(image_dir: Path, root: Path) -> tuple[Path, Path]:
+    """A real tiny run of training/ (seconds on a CPU), a line cut by a crash appended to its log,
+    and the store of its checkpoint; returns (store, run folder)."""
+    from training import train
+
+    run = train("tiny", {"data.images": str(image_dir), "run.out": str(root / "runs" / "tiny-run"), "optim.epochs": TRAIN_EPOCHS}, quiet=True)
+    with open(run.log, "a") as log:
+        log.write('{"step": 99, "cut by a cra')
+    store = extract(run.checkpoint, image_dir, settings=Settings(views=(224,), attention="last", chunk=4),
+                    cache_dir=root / "cache", quiet=True, batch_size=4).store
+    return store, Path(run.dir)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from probe_toolkit.cli import main
 from probe_toolkit.extract import Settings, extract
 from probe_toolkit.report import build, default_name, html as report_html, write_report
 from probe_toolkit.report.content import Figure, Note, Table
-from report_stores import (LOG_STEPS, bare_copies, invoke, plain_cosine, plain_rank, plain_window, scenes_panels, stored,
+from report_stores import (bare_copies, invoke, plain_cosine, plain_rank, plain_window, scenes_panels, stored,
                            training_store)
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "references"}
@@ -37,7 +37,7 @@ def bare(tiny_stores, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def full(tiny_stores, tiny_checkpoints, image_dir, tmp_path_factory):
+def full(tiny_stores, image_dir, tmp_path_factory):
     """Every analysis run through its CLI on copies of the tiny stores, plus a store from a training run folder."""
     root = tmp_path_factory.mktemp("report-full")
     cache_dir = root / "cache"
@@ -54,9 +54,9 @@ def full(tiny_stores, tiny_checkpoints, image_dir, tmp_path_factory):
     invoke("decode-sweep", dino, "--panel", "scenes", "--grid", grid, "--settings-out", root / "best.json", "--cache", cache_dir, "-q")
     invoke("linear", dino, selfpatch, "--train", "scenes-train", "--val", "scenes", "--epochs", 5, "--cache", cache_dir, "-q")
     invoke("linear", dino, selfpatch, "--train", "scenes-train", "--val", "scenes", "--level", "image", "--cache", cache_dir, "-q")
-    run = training_store(tiny_checkpoints["selfpatch-full"], image_dir, root)
+    run, run_dir = training_store(image_dir, root)
     written = write_report([dino, selfpatch, run], root / "report", follow="scenes/one.png", patch=PATCH, cache_dir=cache_dir)
-    return SimpleNamespace(root=root, cache=cache_dir, dino=dino, selfpatch=selfpatch, run=run, written=written)
+    return SimpleNamespace(root=root, cache=cache_dir, dino=dino, selfpatch=selfpatch, run=run, run_dir=run_dir, written=written)
 
 
 def _text(section) -> str:
@@ -214,8 +214,10 @@ def test_training_section_reads_the_run_folder(full):
     section = full.written.report.section("training")
     table = _table(section, "Runs of training/")
     row = _row(table, full.written.report.stores[2])
-    assert row[1] == str(full.root / "runs" / "tiny-run")
-    assert row[5] == str(LOG_STEPS)  # the line cut by a crash is skipped
+    logged = [json.loads(line) for line in (full.run_dir / "log.jsonl").read_text().splitlines()[:-1]]
+    manifest = json.loads((full.run_dir / "manifest.json").read_text())
+    assert row[1] == str(full.run_dir) and row[2] == manifest["run"] and row[3] == manifest["rule"]
+    assert row[5] == str(len(logged)) and row[7] == f"{logged[-1]['loss']:.4f}"  # the line cut by a crash is skipped
     assert any(f.name.endswith("training-curves.png") for f in section.figures())
 
 

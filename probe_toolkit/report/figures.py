@@ -361,7 +361,7 @@ def training_curves(runs: dict[str, list[dict]]) -> bytes:
             points = [(r["step"], r[field]) for r in rows if field in r and r[field] is not None and "step" in r]
             if points:
                 x, y = zip(*points)
-                ax.plot(x, y, color=store_colour(i), linewidth=1.3, label=name)
+                ax.plot(x, y, color=store_colour(i), linewidth=1.3, label=name, marker="o" if len(x) < 40 else None, markersize=3)
         ax.set_xlabel("step")
         ax.set_ylabel(label, fontsize=8)
         ax.set_title(label, fontsize=9)

@@ -377,12 +377,12 @@ def _display(rgb: np.ndarray | None, height: int, width: int) -> np.ndarray:
 
 def decoder(ctx: Context) -> Section:
     section = Section("decoder", "Decoder masks (label-free)")
-    found = {s.label: (s, s.result("decoder")) for s in ctx.stores if s.result("decoder") is not None}
+    found = {s.label: s.result("decoder") for s in ctx.stores if s.result("decoder") is not None}
     if not found:
         section.missing(f"No decoder masks yet: {HOW['decoder']}.")
         return section
     rows = []
-    for label, (store, ds) in found.items():
+    for label, ds in found.items():
         st = ds.attrs.get("settings", {})
         n = ds["n_masks"].values
         rows.append([label, str(st.get("preset", "?")), f"{st.get('tau', '?')}", f"{st.get('eps', '?')}", str(st.get("center", "?")),
@@ -390,7 +390,7 @@ def decoder(ctx: Context) -> Section:
                      str(int(ds["degenerate"].values.sum())), f"{float(ds.attrs.get('seconds', float('nan'))):.1f}"])
     section.blocks.append(Table(["store", "preset", "τ", "ε", "centred", "masks ≤", "images", "masks found", "degenerate eigengap", "seconds"], rows,
                                 "Settings and counts of each store's saved decoder run (results/decoder)."))
-    ids = {label: [str(v) for v in ds.image.values] for label, (_, ds) in found.items()}
+    ids = {label: [str(v) for v in ds.image.values] for label, ds in found.items()}
     order = ([ctx.follow] if ctx.follow else []) + [i for label in ids for i in ids[label]]
     chosen = [i for i in dict.fromkeys(order) if any(i in held for held in ids.values())][:MAX_MASK_IMAGES]
     pictures, overlays = [], {label: [] for label in found}
@@ -400,7 +400,7 @@ def decoder(ctx: Context) -> Section:
         height, width = (int(holder.ds["image_height"].values[k]), int(holder.ds["image_width"].values[k])) if holder else (480, 480)
         rgb = _display(original_image(ctx.stores, image_id), height, width)
         pictures.append((image_id, rgb))
-        for label, (_, ds) in found.items():
+        for label, ds in found.items():
             if image_id not in ids[label]:
                 overlays[label].append(None)
                 continue
