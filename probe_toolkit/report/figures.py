@@ -3,8 +3,9 @@
 One home for how a patch grid is drawn (``patch_map``, ``outline``, ``grid_lines``), for the
 colour map of each quantity and for the store palette, so that every map of the report reads
 the same way; the interactive explorer takes its colour tables from the same colour maps
-(``colour_table``). Figures are built on ``matplotlib.figure.Figure`` directly, never through
-pyplot, so nothing depends on a global backend or leaks open figures.
+(``colour_table``). Figures are built on ``matplotlib.figure.Figure`` and drawn by the Agg
+canvas explicitly, never through pyplot, so nothing depends on a global backend or display,
+and no figure stays open.
 
 Colours: attention weights use ``inferno`` (perceptually uniform, brighter = more weight, as the
 course draws them); cosine uses ``RdBu_r`` on the fixed range [-1, 1] (a diverging map that
@@ -19,6 +20,7 @@ from typing import Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from PIL import Image
@@ -45,6 +47,7 @@ def colour_table(name: str) -> bytes:
 
 def png(fig: Figure) -> bytes:
     out = io.BytesIO()
+    FigureCanvasAgg(fig)  # the Agg canvas, whatever matplotlib's default backend is
     fig.savefig(out, format="png", dpi=DPI, bbox_inches="tight")
     return out.getvalue()
 
