@@ -20,6 +20,7 @@ import numpy as np
 import xarray as xr
 
 from .errors import ProbeError
+from .memory import keep_memory_flat
 
 ChunkFn = Callable[..., dict[str, np.ndarray]]
 
@@ -61,6 +62,7 @@ def map_images(
     (default 2), each holding one chunk at a time. ``progress(n_images)`` is called as chunks
     finish.
     """
+    keep_memory_flat()
     data = _aligned(arrays, chunk)
     names = list(data)
     n_chunks = len(next(iter(data.values())).chunks[0])

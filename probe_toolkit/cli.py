@@ -27,6 +27,9 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.
 
 def main() -> None:
     """Console entry point: bad input becomes one line on stderr and exit status 2."""
+    from .memory import keep_memory_flat
+
+    keep_memory_flat()
     try:
         app(standalone_mode=False)
     except ProbeError as error:
@@ -469,6 +472,24 @@ def train(
     console.print_json(resolved.to_json())
     run = run_training(config, sets or [], quiet=quiet)
     console.print(f"{run.steps} steps over {run.epochs} epochs; checkpoint {run.checkpoint}; log {run.log}; manifest {run.manifest}")
+
+
+# --- demo ---
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the report (and the demo's own cache, under work/) go.")] = Path("reports/demo"),
+    quick: Annotated[bool, typer.Option("--quick", help="Shorter training and smaller panels (the tests' mode).")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The whole toolkit offline on shipped photographs and scenes: train, extract, measure, decode, probe, report."""
+    from .demo import run_demo
+
+    result = run_demo(out, quick=quick, quiet=quiet, say=lambda line: err_console.print(f"[dim]{line}[/]", highlight=False))
+    console.print(f"demo done in {sum(result.seconds.values()):.0f} s; stores: {', '.join(map(str, result.stores))}")
+    if result.html is not None:
+        console.print(f"report: {result.html.resolve()}")
 
 
 # --- report (probe_toolkit/report/) ---

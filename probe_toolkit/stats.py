@@ -32,7 +32,7 @@ def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level:
         raise ProbeError("--boot", f"n_boot={n_boot}, level={level}", "use n_boot >= 1 and 0 < level < 1")
     rng = np.random.default_rng(seed)
     means = np.empty((n_boot, values.shape[1]))
-    step = max(1, 4_000_000 // max(n, 1))
+    step = max(1, 500_000 // max(n, 1))  # resampled index rows per pass: bounded memory at any n
     for start in range(0, n_boot, step):
         stop = min(start + step, n_boot)
         picks = rng.integers(0, n, size=(stop - start, n))

@@ -17,7 +17,7 @@ import pytest
 from probe_toolkit import cache, ledger
 from probe_toolkit.cli import main
 from probe_toolkit.extract import Settings, extract
-from probe_toolkit.report import build, default_name, html as report_html, write_report
+from probe_toolkit.report import build, default_name, html as report_html, render_report, write_report
 from probe_toolkit.report.content import Figure, Note, Table
 from report_stores import (bare_copies, invoke, plain_cosine, plain_rank, plain_window, scenes_panels, stored,
                            training_store)
@@ -276,20 +276,30 @@ def test_missing_image_file_is_drawn_from_tokens(tiny_checkpoints, tmp_path):
 # writing and the command line
 
 
-def test_write_replaces_a_report_whole_or_not_at_all(bare, monkeypatch, tmp_path):
+def test_write_replaces_its_own_files_and_leaves_the_rest(bare, monkeypatch, tmp_path):
+    """The report owns report.md, report.html and figures/ in its folder: other files stay (probe demo
+    keeps its cache beside its report); a failed write leaves the previous report and no temporary files."""
     stores = [bare.stores["dino"]]
     out = tmp_path / "r"
+    (out / "work").mkdir(parents=True)
+    (out / "work" / "keep.txt").write_text("the demo's cache")
+    (out / "notes.md").write_text("mine")
     first = write_report(stores, out, patch=5)
     assert first.report.patch == 5 and "patch 5" in first.markdown.read_text()
+    (out / "figures" / "99-stale.png").write_bytes(b"old")
+    second = render_report(stores, out, patch=6)
+    assert second == out / "report.html" and "patch 6" in (out / "report.md").read_text()
+    assert not (out / "figures" / "99-stale.png").exists()  # the figures folder is the report's, replaced whole
+    assert (out / "work" / "keep.txt").read_text() == "the demo's cache" and (out / "notes.md").read_text() == "mine"
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(report_html, "render", broken)
     with pytest.raises(RuntimeError):
-        write_report(stores, out, patch=6)
-    assert "patch 5" in (out / "report.md").read_text()  # the old report, untouched
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no temporary folder left
+        write_report(stores, out, patch=7)
+    assert "patch 6" in (out / "report.md").read_text() and "patch 6" in (out / "report.html").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "notes.md", "report.html", "report.md", "work"]
 
 
 def test_same_labels_are_made_unique(bare, tmp_path):

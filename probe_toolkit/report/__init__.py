@@ -7,7 +7,7 @@ training logs), ``followed`` (the followed image's rows and cosines, prepared on
 ``references`` (numbers measured on other weights), ``build`` (the atomic write).
 """
 
-from .build import Written, default_name, write_report
+from .build import Written, default_name, render_report, write_report
 from .sections import gather
 
-__all__ = ["Written", "default_name", "gather", "write_report"]
+__all__ = ["Written", "default_name", "gather", "render_report", "write_report"]

@@ -1,8 +1,10 @@
-"""Write a report folder atomically: ``report.md``, ``report.html`` and ``figures/*.png``.
+"""Write a report into a folder: ``report.md``, ``report.html`` and ``figures/*.png``.
 
-Everything is written into a hidden temporary folder beside the target and renamed into place
-at the end, so a reader (or a crash) never sees half a report; an older report of the same
-name is replaced whole.
+The folder may hold other things (``probe demo`` keeps its cache beside its report), so the
+report owns exactly those three entries and never touches anything else. Everything is first
+written into a hidden temporary folder inside the target, then renamed into place (the figures
+folder, then the Markdown, then the HTML, each an atomic rename on one filesystem); a failure
+before that leaves the previous report as it was and no temporary files behind.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .content import Report
 from .sections import gather
 
 DEFAULT_ROOT = Path("reports")
+OWNED = ("report.md", "report.html", markdown.FIGURES)
 
 
 @dataclass
@@ -41,13 +44,26 @@ def default_name(stores: list[Path]) -> str:
     return name
 
 
+def _swap_in(tmp: Path, target: Path) -> None:
+    """Move the finished files from ``tmp`` into ``target``; an old figures folder goes whole."""
+    figures, old = target / markdown.FIGURES, target / f".{markdown.FIGURES}.old-{os.getpid()}"
+    if figures.exists():
+        figures.rename(old)
+    (tmp / markdown.FIGURES).rename(figures)
+    for name in ("report.md", "report.html"):
+        os.replace(tmp / name, target / name)
+    if old.exists():
+        shutil.rmtree(old)
+
+
 def write_report(
     stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None
 ) -> Written:
+    """Gather the stores' results and write the report into ``out`` (default reports/<name>)."""
     report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir)
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    target.mkdir(parents=True, exist_ok=True)
+    tmp = target / f".report.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
@@ -55,20 +71,24 @@ def write_report(
         figures = []
         for section in report.sections:
             for f in section.figures():
-                path = tmp / markdown.FIGURES / f.name
-                path.write_bytes(f.png)
+                (tmp / markdown.FIGURES / f.name).write_bytes(f.png)
                 figures.append(target / markdown.FIGURES / f.name)
         generated = provenance.now()
         (tmp / "report.md").write_text(markdown.render(report, generated), encoding="utf-8")
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(target)
+        _swap_in(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
     return Written(target, target / "report.md", target / "report.html", figures, report)
+
+
+def render_report(
+    stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34,
+    cache_dir: str | Path | None = None, quiet: bool = True,
+) -> Path:
+    """``write_report`` for callers that want only the page (``probe demo``): the HTML's path.
+
+    ``quiet`` is accepted for symmetry with the other pipelines; a report prints nothing.
+    """
+    return write_report(stores, out, follow=follow, patch=patch, cache_dir=cache_dir).html

@@ -1,0 +1,120 @@
+"""``probe demo``: the whole toolkit, offline, on a CPU, in minutes.
+
+Everything it needs ships with the package or is made on the spot: the real photographs of
+``data/photos``, two labelled panels of synthetic scenes with exact masks (``scenes.py``;
+``demo-train`` and ``demo-val``), and a tiny SelfPatch network (the real design, 2 blocks of
+width 128) at random initialisation and after a short run of ``training/``. Both networks are
+extracted, measured (entropy, neighbours), decoded and scored on the val panel, probed, and
+compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
+touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import panels, scenes
+from .analyses import run_entropy, run_neighbours
+from .extract import Settings, extract
+from .images import sample_photos
+from .samples import TINY, write_checkpoint
+
+FOLLOW = "photos/chelsea.jpg"  # the followed image: a real photograph with one clear animal
+
+
+@dataclass
+class Demo:
+    out: Path
+    html: Path | None = None
+    stores: list[Path] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _data(work: Path, quick: bool) -> Path:
+    """photos/ (the shipped photographs) and the two panels' folders, under one image root."""
+    root = work / "data"
+    photos = root / "photos"
+    if not photos.is_dir():
+        photos.mkdir(parents=True)
+        for path in sorted(sample_photos().glob("*.jpg")):
+            shutil.copy(path, photos / path.name)
+    for name, count, seed in (("demo-train", 6 if quick else 16, 1), ("demo-val", 4 if quick else 8, 2)):
+        if not (root / name / "annotations.json").is_file():
+            scenes.write_panel(root / name, count, seed)
+    return root
+
+
+def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print) -> Demo:
+    """Run every stage; ``quick`` shortens training and the panels (the test suite's mode)."""
+    out = Path(out)
+    work = out / "work"
+    cache = work / "cache"
+    demo = Demo(out=out)
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        demo.seconds[stage] = round(now - clock, 2)
+        clock = now
+        say(f"{stage}: {demo.seconds[stage]:.1f} s")
+
+    root = _data(work, quick)
+    for name, role in (("demo-train", "train"), ("demo-val", "val")):
+        if name not in {p.name for p in panels.list_panels(cache)}:
+            panels.add_panel(name, annotations=root / name / "annotations.json", images=root / name / "images", role=role, cache=cache)
+    lap("data and panels")
+
+    random_init = work / "checkpoints" / "tiny-random.pth"
+    if not random_init.is_file():
+        write_checkpoint(random_init, "selfpatch-full", TINY, seed=0)
+    from training import train
+
+    run = train("tiny", {
+        "data.images": str(root / "photos"),
+        "run.out": str(work / "runs" / "tiny-selfpatch"),
+        "init.checkpoint": str(random_init),
+        "optim.epochs": 2 if quick else 6,
+    }, quiet=quiet)
+    lap("training (tiny SelfPatch, from the random network)")
+
+    settings = Settings(views=(96, 224, 480), attention="all", chunk=8)
+    for checkpoint in (random_init, run.checkpoint):
+        demo.stores.append(extract(checkpoint, root, settings=settings, cache_dir=cache, batch_size=8, quiet=quiet).store)
+    lap("extraction (96, 224, 480)")
+
+    run_entropy(demo.stores, patch=34, image=FOLLOW, quiet=quiet)
+    for grid in (14, 6):
+        run_neighbours(demo.stores, grid=grid, quiet=quiet)
+    lap("entropy and neighbours")
+
+    from .decoding import resolve_settings, run_decode
+
+    chosen, source = resolve_settings(preset="thesis", overrides={}, settings_file=None, cache_dir=cache)
+    for store in demo.stores:
+        run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
+    lap("decoder, scored on demo-val")
+
+    from .linear import FitSettings
+    from .probing import run_linear
+
+    for level in ("patch", "image"):
+        run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
+    lap("linear probes (demo-train → demo-val)")
+
+    demo.html = _report(demo.stores, out, quiet)
+    lap("report")
+    return demo
+
+
+def _report(stores: list[Path], out: Path, quiet: bool) -> Path | None:
+    """The comparison report of both networks, following patch 34 of the followed photograph."""
+    try:
+        from .report import render_report
+    except ImportError:  # the report package lands separately
+        return None
+    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet)
