@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from . import ledger, provenance
 from .cache import cache_root
 from .errors import ProbeError
+from .images import list_images
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
@@ -117,6 +118,7 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
+    list_images(images)  # a folder holding no images is refused here, before it is registered
     path = _registry_path(cache)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".panels.lock", "w") as lock:
@@ -258,6 +260,12 @@ def read_labels(
     except ValueError as error:
         raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
+    if not file_names:
+        raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
+    absent = sorted(name for name in file_names.values() if not (panel.images / name).is_file())
+    if absent:
+        raise ProbeError(panel.annotations, f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
+                         "point --images at the folder the file_name entries are relative to (`probe panel add --replace`)")
     image_map: dict[str, int] = {}
     if images is not None:
         image_map = match_images(images, file_names)

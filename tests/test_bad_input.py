@@ -108,3 +108,45 @@ def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_di
 def test_not_a_store(tmp_path):
     with pytest.raises(ProbeError, match="not a probe store"):
         open_store(tmp_path)
+
+
+# --- panels ---------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def panel_dir(tmp_path):
+    from probe_toolkit.scenes import write_panel
+
+    annotations = write_panel(tmp_path / "panel", 2, seed=5)
+    return tmp_path / "panel", annotations
+
+
+def _add(cache, annotations, images, name="p"):
+    return run_probe("panel", "add", name, "--annotations", str(annotations), "--images", str(images), "--role", "val", "--cache", str(cache))
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("this is { not json", "is not a COCO annotation file"),
+        ('{"info": {}, "licenses": []}', "is not a COCO annotation file"),
+        ('{"images": [], "annotations": [], "categories": []}', "lists no images"),
+        ('{"images": [{"id": 1, "file_name": "ghost.png", "width": 8, "height": 8}], "annotations": [], "categories": []}', "not in"),
+    ],
+)
+def test_bad_annotation_files_are_one_line_at_the_first_read(tmp_path, panel_dir, content, needle):
+    folder, _ = panel_dir
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    cache = tmp_path / "cache"
+    assert _add(cache, bad, folder / "images").returncode == 0  # registering never opens the file
+    (tmp_path / "masks.json").write_text("[]")
+    result = run_probe("score", str(tmp_path / "masks.json"), "--panel", "p", "--cache", str(cache))
+    one_line_error(result, "bad.json", needle)
+
+
+def test_a_panel_without_images_is_refused(tmp_path, panel_dir):
+    _, annotations = panel_dir
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one_line_error(_add(tmp_path / "cache", annotations, empty), "holds no images")
