@@ -29,7 +29,7 @@ FOLLOW = "photos/chelsea.jpg"  # the followed image: a real photograph with one 
 @dataclass
 class Demo:
     out: Path
-    html: Path | None = None
+    html: Path | None = None  # set when the report is written, the last stage
     stores: list[Path] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -111,10 +111,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     return demo
 
 
-def _report(stores: list[Path], out: Path, quiet: bool) -> Path | None:
+def _report(stores: list[Path], out: Path, quiet: bool) -> Path:
     """The comparison report of both networks, following patch 34 of the followed photograph."""
-    try:
-        from .report import render_report
-    except ImportError:  # the report package lands separately
-        return None
+    from .report import render_report
+
     return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet)

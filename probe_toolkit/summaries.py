@@ -41,7 +41,7 @@ def store_label(store: str) -> str:
     return "/".join(parts[-2:])
 
 
-def _cell(mean: float, low: float, high: float, share: bool) -> str:
+def cell(mean: float, low: float, high: float, share: bool) -> str:
     if share:
         return f"{100 * mean:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
@@ -68,7 +68,7 @@ def summary_table(results: dict[str, xr.Dataset], labels: dict[str, tuple[str, b
         row = [label.format(**first.attrs)]
         for ds in results.values():
             found = summary(ds).get(name)
-            row.append(_cell(found["mean"], found["low"], found["high"], share) if found else "–")
+            row.append(cell(found["mean"], found["low"], found["high"], share) if found else "–")
         table.add_row(*row)
     return table
 

@@ -32,6 +32,7 @@ def test_registry_round_trips_and_never_opens_the_annotations(tmp_path, panel_fi
         panels.add_panel("val-1", annotations, images, "val", cache=root)
         odd = tmp_path / 'we"ird ü\\dir'
         odd.mkdir()
+        (odd / "a.png").write_bytes((images / "a.png").read_bytes())
         panels.add_panel("held_out", annotations, odd, "test", cache=root)
         listed = panels.list_panels(root)
         assert panels.panel_images("val-1", root) == images.resolve()

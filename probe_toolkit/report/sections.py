@@ -18,7 +18,7 @@ from PIL import Image
 from .. import masks as mask_geometry
 from .. import selection
 from ..errors import ProbeError
-from ..summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, _cell, summary
+from ..summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from . import figures, followed, references
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
@@ -246,7 +246,7 @@ def entropy(ctx: Context) -> Section:
     for name, (text, share) in ENTROPY_LABELS.items():
         if not any(name in s for s in sums.values()):
             continue
-        cells = [_cell(s[name]["mean"], s[name]["low"], s[name]["high"], share) if name in s else "–" for s in sums.values()]
+        cells = [cell(s[name]["mean"], s[name]["low"], s[name]["high"], share) if name in s else "–" for s in sums.values()]
         ref = references.column(name, references.COURSE_ATTENTION)
         rows.append([text, *cells, ref])
     rows.append(["keys per row T", *[str(ds.attrs.get("n_keys")) for ds in found.values()], "–"])
@@ -341,7 +341,7 @@ def premise(ctx: Context) -> Section:
         for stat, (text, share) in NEIGHBOUR_LABELS.items():
             if not any(stat in s for s in sums.values()):
                 continue
-            cells = [_cell(s[stat]["mean"], s[stat]["low"], s[stat]["high"], share) if stat in s else "–" for s in sums.values()]
+            cells = [cell(s[stat]["mean"], s[stat]["low"], s[stat]["high"], share) if stat in s else "–" for s in sums.values()]
             rows.append([text.format(**first.attrs), *cells, references.column(stat, references.COURSE_PREMISE) if course else "–"])
         rows.append(["wrapped candidate links", *[f"{int(ds.wrapped_links)} of {int(ds.links)}" for ds in found.values()], "–"])
         rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()], "–"])

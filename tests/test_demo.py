@@ -1,0 +1,28 @@
+"""probe demo in its reduced mode: every stage runs offline and the report has every section."""
+
+from __future__ import annotations
+
+from probe_toolkit import ledger
+from probe_toolkit.cache import list_results, open_store
+from probe_toolkit.demo import run_demo
+from probe_toolkit.report.sections import gather
+
+
+def test_demo_quick_produces_a_report_with_every_section(tmp_path):
+    out = tmp_path / "demo"
+    demo = run_demo(out, quick=True, quiet=True, say=lambda _: None)
+    assert demo.html is not None and demo.html.is_file() and (out / "report.md").is_file()
+    assert len(demo.stores) == 2
+    formats = sorted(open_store(s).attrs["manifest"]["checkpoint"]["format"] for s in demo.stores)
+    assert formats == ["probe-training", "selfpatch-full"]  # trained by training/, and its random start
+    for store in demo.stores:
+        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "linear_patch", "linear_image"} <= set(list_results(store))
+    report = gather(demo.stores, follow="photos/chelsea.jpg", patch=34, cache_dir=out / "work" / "cache")
+    absent = [s.key for s in report.sections if not s.present]
+    assert not absent, f"sections without content: {absent}"
+    # the labels the demo read are all in the ledger, chain intact, and none of them is a test panel
+    root = out / "work" / "cache"
+    assert ledger.verify(root) == []
+    entries = ledger.entries(root)
+    assert entries and {e.fields["role"] for e in entries} <= {"train", "val"}
+    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val"}
