@@ -10,17 +10,36 @@ timm's ``resample_abs_pos_embed`` is the option ``interpolation="timm"``.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Iterator, Literal
+from typing import Any, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import VisionTransformer
+from torch import nn
 
-from .checkpoints import Arch
+
+@dataclass(frozen=True)
+class Arch:
+    """A ViT's shape, inferred from its tensors so tiny test models and ViT-S/16 share one path."""
+
+    width: int
+    depth: int
+    heads: int
+    patch: int
+    class_token: bool
+    final_norm: bool
+    pos_grid: int  # side of the grid the position table was trained on (14 for 224 px)
+    mlp_hidden: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+VIT_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=1536)
+
 
 Interpolation = Literal["dino", "timm"]
 AttentionMode = Literal["last", "all", "none"]
@@ -100,6 +119,7 @@ class Backbone(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "dino") -> "Backbone":
+        """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly."""
         model = cls(checkpoint.arch, interpolation, init=False)
         model.vit.load_state_dict(checkpoint.backbone, strict=True)
         return model.eval()

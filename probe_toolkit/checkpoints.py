@@ -25,12 +25,13 @@ import math
 import pickle
 import re
 import zipfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .backbone import VIT_S16, Arch, build_vit  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 from .errors import ProbeError
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
@@ -40,24 +41,6 @@ TRAINER_MARK = "probe-training"
 OLD_HEAD_NAMES = {"projection_head.": "mlp.", "prototypes.": "last_layer."}
 
 
-@dataclass(frozen=True)
-class Arch:
-    """A ViT's shape, inferred from its tensors so tiny test models and ViT-S/16 share one path."""
-
-    width: int
-    depth: int
-    heads: int
-    patch: int
-    class_token: bool
-    final_norm: bool
-    pos_grid: int  # side of the grid the position table was trained on (14 for 224 px)
-    mlp_hidden: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-VIT_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=1536)
 
 
 @dataclass
@@ -190,8 +173,6 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
 
 def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names)."""
-    from .backbone import build_vit
-
     return {k: tuple(v.shape) for k, v in build_vit(arch, device="meta").state_dict().items()}
 
 

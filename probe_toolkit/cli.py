@@ -71,8 +71,9 @@ def extract(
     quiet: QuietOpt = False,
 ) -> None:
     """Cache the last block's tokens (224), keys (480) and attention (224) of a checkpoint."""
-    from .extract import Settings, extract as run
     from .errors import ProbeError
+    from .extract import Settings
+    from .extract import extract as run
 
     if (images is None) == (panel is None):
         raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
@@ -214,8 +215,8 @@ def decode(
     quiet: QuietOpt = False,
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
-    from .decoding import resolve_settings, run_decode
     from .atomic import write_json
+    from .decoding import resolve_settings, run_decode
     from .progress import bar
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
@@ -240,8 +241,8 @@ def score(
     cache: CacheOpt = None,
 ) -> None:
     """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
-    from .decoding import run_score
     from .atomic import write_json
+    from .decoding import run_score
 
     report = run_score(masks_file, panel, unseal=unseal, cache_dir=cache)
     _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
@@ -268,8 +269,8 @@ def decode_sweep(
     """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
     from rich.table import Table
 
-    from .decoding import run_sweep
     from .atomic import write_json
+    from .decoding import run_sweep
     from .progress import bar
 
     with bar("images", quiet) as progress:
@@ -466,7 +467,8 @@ def train(
     quiet: QuietOpt = False,
 ) -> None:
     """Train DINO, SelfPatch or the contrastive rule; write checkpoints that probe extract reads."""
-    from training import load_config, train as run_training
+    from training import load_config
+    from training import train as run_training
 
     resolved = load_config(config, sets or [])
     console.print_json(resolved.to_json())

@@ -32,9 +32,9 @@ import xarray as xr
 from threadpoolctl import threadpool_limits
 
 from . import cache, provenance
+from .atomic import write_json
 from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
 from .errors import ProbeError
-from .atomic import write_json
 from .masks import coco_results, decoder_dataset
 from .panels import LabelRead, read_labels
 from .scoring import METRICS, Scores, evaluate

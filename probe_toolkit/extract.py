@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from . import cache, images, provenance
-from .backbone import AttentionMode, Backbone, Interpolation
-from .checkpoints import Arch, Checkpoint, load_checkpoint
+from .backbone import Arch, AttentionMode, Backbone, Interpolation
+from .checkpoints import Checkpoint, load_checkpoint
 from .errors import ProbeError
 from .progress import bar
 

@@ -50,8 +50,8 @@ import numpy as np
 import xarray as xr
 
 from . import cache, images, linear, provenance
-from .errors import ProbeError
 from .atomic import write_json
+from .errors import ProbeError
 from .panels import LabelRead, Panel, get_panel, read_labels
 
 Level = Literal["patch", "image"]

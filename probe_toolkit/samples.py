@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .backbone import build_vit
-from .checkpoints import Arch, VIT_S16, save_state
+from .backbone import VIT_S16, Arch, build_vit
+from .checkpoints import save_state
 
 TINY = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=512)
 LAYOUTS = ("dino-backbone", "selfpatch-backbone", "dino-full", "selfpatch-full", "dino-full-wrapped", "selfpatch-backbone-wrapped")

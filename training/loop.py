@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from probe_toolkit.atomic import write_json
 from probe_toolkit import provenance
+from probe_toolkit.atomic import write_json
 from probe_toolkit.checkpoints import load_checkpoint, sha256_file, to_selfpatch
 from probe_toolkit.errors import ProbeError
 from probe_toolkit.progress import bar

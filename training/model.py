@@ -12,12 +12,11 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from timm.layers import DropPath, Mlp
 from torch import nn
 from torch.nn.utils import parametrizations
-from timm.layers import DropPath, Mlp
 
-from probe_toolkit.backbone import Backbone
-from probe_toolkit.checkpoints import Arch
+from probe_toolkit.backbone import Arch, Backbone
 
 from .config import ModelCfg
 

@@ -22,7 +22,17 @@ from ..summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from . import figures, followed, references
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
-from .sources import LedgerBook, Picture, StoreView, choose_follow, followed_picture, open_stores, original_image, read_ledgers, training_run
+from .sources import (
+    LedgerBook,
+    Picture,
+    StoreView,
+    choose_follow,
+    followed_picture,
+    open_stores,
+    original_image,
+    read_ledgers,
+    training_run,
+)
 
 # the command that produces each missing piece
 HOW = {
