@@ -49,23 +49,6 @@ def main() -> None:
         means = rng.standard_normal((2, channels))
         return (means[disc.astype(int)] + 2.0 * rng.standard_normal((grid * grid, channels))).astype(np.float16)
 
-    def tokencut(k: np.ndarray, tau: float, eps: float, center: bool) -> np.ndarray:
-        f = k.astype(np.float64)
-        if center:
-            f = f - f.mean(axis=0)
-        f = f / np.linalg.norm(f, axis=1, keepdims=True)
-        w = np.where(f @ f.T > tau, 1.0, eps)
-        d = np.diag(w.sum(axis=1))
-        _, vectors = scipy.linalg.eigh(d - w, d, subset_by_index=[1, 2])
-        x = vectors[:, 0]
-        seed = np.argmax(np.abs(x))
-        side = x > x.mean()
-        if not side[seed]:
-            side = ~side
-        g = int(np.sqrt(len(x)))
-        labels, _ = scipy.ndimage.label(side.reshape(g, g))
-        return (labels == labels.reshape(-1)[seed]).reshape(-1)
-
     rng = np.random.default_rng(args.seed)
     rows = []
     for grid, count in ((30, args.images), (60, args.images_large)):
@@ -79,7 +62,7 @@ def main() -> None:
                 out = decode_image(k, settings)
                 ours.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                mask = tokencut(k, settings.tau, settings.eps, settings.center)
+                mask = decoder.tokencut_dense(k, settings.tau, settings.eps, settings.center)
                 ref.append(time.perf_counter() - t)
                 solvers += out.solver
                 # the eigensolve alone, on the same graph: ours (ARPACK on 𝒩) vs dense generalized eigh

@@ -527,3 +527,27 @@ def decode(keys, settings: Settings = Settings()) -> Decoded:
     if keys.ndim != 3:
         raise ProbeError(None, f"keys of shape {keys.shape} are not (image, patch, channel)", "pass keys_480")
     return collate([decode_image(k, settings) for k in keys], settings, keys.shape[1])
+
+
+def tokencut_dense(keys: np.ndarray, tau: float = 0.2, eps: float = 1e-5, center: bool = False) -> np.ndarray:
+    """TokenCut exactly as published, one mask: the reference the fast path is held against.
+
+    float64 cosines, dense W and D, ``scipy.linalg.eigh(D − W, D, subset_by_index=[1, 2])``,
+    threshold at the plain mean, the side holding argmax |x|, its 4-connected component. It
+    shares no code with ``normalized_cut`` (tests and ``benchmarks/decoder.py`` compare them).
+    """
+    f = np.asarray(keys, dtype=np.float64)
+    if center:
+        f = f - f.mean(axis=0)
+    f = f / np.linalg.norm(f, axis=1, keepdims=True)
+    w = np.where(f @ f.T > tau, 1.0, eps)
+    d = np.diag(w.sum(axis=1))
+    _, vectors = scipy.linalg.eigh(d - w, d, subset_by_index=[1, 2])
+    x = vectors[:, 0]
+    seed = int(np.argmax(np.abs(x)))
+    side = x > np.sum(x) / len(x)
+    if not side[seed]:
+        side = ~side
+    g = int(round(np.sqrt(len(x))))
+    labels, _ = scipy.ndimage.label(side.reshape(g, g))
+    return (labels == labels.reshape(-1)[seed]).reshape(-1)

