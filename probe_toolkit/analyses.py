@@ -39,16 +39,18 @@ def result_provenance(ds: xr.Dataset, command: str) -> dict:
     return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0))}
 
 
-def _over_stores(stores: list[Path], analyse: Callable, quiet: bool, dask_address: str | None, partial: bool) -> dict[str, tuple[xr.Dataset, xr.Dataset]]:
-    """Open each store once and run ``analyse(ds, progress, client)`` with a progress bar."""
+def _over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None, partial: bool) -> dict[str, tuple[xr.Dataset, xr.Dataset]]:
+    """Open every store and check it holds ``needs`` first, then run ``analyse(ds, progress, client)``."""
+    opened = {str(store): open_store(store, allow_partial=partial) for store in dict.fromkeys(stores)}
+    for ds in opened.values():
+        require(ds, needs)
     runs = {}
     client = connect(dask_address)
     try:
         with bar("images", quiet) as progress:
-            for store in dict.fromkeys(stores):
-                ds = open_store(store, allow_partial=partial)
-                task = progress.add_task(str(store), total=ds.sizes.get("image", 0))
-                runs[str(store)] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
+            for store, ds in opened.items():
+                task = progress.add_task(store, total=ds.sizes.get("image", 0))
+                runs[store] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
     finally:
         if client is not None:
             client.close()
@@ -88,7 +90,7 @@ def run_entropy(
             n_boot=boot, seed=seed, client=client, progress=progress,
         )
 
-    runs = _over_stores(stores, analyse, quiet, dask_address, partial)
+    runs = _over_stores(stores, analyse, "attention_224", quiet, dask_address, partial)
     followed = None
     if patch is not None:
         followed = 0
@@ -123,5 +125,5 @@ def run_neighbours(
     def analyse(ds, progress, client):
         return neighbours(require(ds, array), grid, k=k, top=top, wrap=wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress)
 
-    runs = _over_stores(stores, analyse, quiet, dask_address, partial)
+    runs = _over_stores(stores, analyse, array, quiet, dask_address, partial)
     return _finish(f"neighbours_g{grid}" + ("" if wrap else "_nowrap"), "probe neighbours", runs, json_path)
