@@ -135,6 +135,15 @@ def parse_shard(shard: str | None) -> tuple[int, int]:
     return i, n
 
 
+def resolve_device(device: str) -> torch.device:
+    """``auto``: the GPU when there is one (torchrun's LOCAL_RANK picks which), else the CPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    return torch.device(device)
+
+
 def _load(refs: list[images.ImageRef], sizes: tuple[int, ...], on_error: OnError):
     """Decode and cut views for one chunk; failed images are recorded, not silently dropped."""
     batch: dict[int, list[torch.Tensor]] = {s: [] for s in sizes}
@@ -233,7 +242,7 @@ def extract(
             total += b - a
         todo = kept
 
-    torch_device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
+    torch_device = resolve_device(device)
     backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
     sizes = tuple(sorted(settings.views))
     report = Report(store=path, n_images=len(refs))
