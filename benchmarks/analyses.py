@@ -35,9 +35,9 @@ import numpy as np
 import torch
 import zarr
 
-from probe_toolkit.cache import create_store, open_store, require
-from probe_toolkit.entropy import entropy
-from probe_toolkit.neighbours import neighbours
+from probe_toolkit.analyses.entropy import entropy
+from probe_toolkit.analyses.neighbours import neighbours
+from probe_toolkit.store.cache import create_store, open_store, require
 
 GRID, CHANNELS, HEADS, CHUNK = 14, 384, 6, 16
 N = GRID * GRID

@@ -40,8 +40,8 @@ def main() -> None:
 
     threadpool_limits(limits=args.threads)  # both sides, whatever the environment said
 
-    from probe_toolkit import decoder
-    from probe_toolkit.decoder import Settings, decode_image
+    from probe_toolkit.analyses import decoder
+    from probe_toolkit.analyses.decoder import Settings, decode_image
 
     def keys(rng, grid: int, channels: int = 384) -> np.ndarray:
         yy, xx = np.mgrid[:grid, :grid]

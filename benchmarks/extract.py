@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from probe_toolkit import images
-from probe_toolkit.backbone import Backbone
-from probe_toolkit.checkpoints import VIT_S16, load_checkpoint
-from probe_toolkit.extract import Settings, extract
-from probe_toolkit.samples import write_checkpoint
+from probe_toolkit.demo.samples import write_checkpoint
+from probe_toolkit.store import images
+from probe_toolkit.store.backbone import Backbone
+from probe_toolkit.store.checkpoints import VIT_S16, load_checkpoint
+from probe_toolkit.store.extract import Settings, extract
 
 
 def image_folder(root: Path, count: int) -> Path:
@@ -94,7 +94,7 @@ def main() -> None:
 
 
 def _pos(model: Backbone, size: int) -> torch.Tensor:
-    from probe_toolkit.backbone import interpolate_pos_embed
+    from probe_toolkit.store.backbone import interpolate_pos_embed
 
     return interpolate_pos_embed(model.vit.pos_embed.detach(), size // 16, model.prefix, "dino")
 

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 import torch
 
-from probe_toolkit import linear
+from probe_toolkit.analyses import linear
 
 
 def tokens(n_images: int, classes: int, rng: np.random.Generator, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .errors import ProbeError
+from .infra.errors import ProbeError
 
 app = typer.Typer(
     name="probe",
@@ -27,7 +27,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.
 
 def main() -> None:
     """Console entry point: bad input becomes one line on stderr and exit status 2."""
-    from .memory import keep_memory_flat
+    from .infra.memory import keep_memory_flat
 
     keep_memory_flat()
     try:
@@ -71,9 +71,9 @@ def extract(
     quiet: QuietOpt = False,
 ) -> None:
     """Cache the last block's tokens (224), keys (480) and attention (224) of a checkpoint."""
-    from .errors import ProbeError
-    from .extract import Settings
-    from .extract import extract as run
+    from .infra.errors import ProbeError
+    from .store.extract import Settings
+    from .store.extract import extract as run
 
     if (images is None) == (panel is None):
         raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
@@ -83,12 +83,12 @@ def extract(
         raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and dino|timm")
     source = images
     if panel is not None:
-        from .panels import panel_images
+        from .labels.panels import panel_images
 
         source = panel_images(panel, cache)
         if store is None:
-            from .cache import cache_root, store_path
-            from .checkpoints import sha256_file
+            from .store.cache import cache_root, store_path
+            from .store.checkpoints import sha256_file
 
             store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
     settings = Settings(views=tuple(int(v) for v in views.split(",") if v), attention=attention, dtype=dtype, chunk=chunk, interpolation=interp)
@@ -108,7 +108,7 @@ def convert(
     network: Annotated[str, typer.Option(help="teacher or student, for full checkpoints.")] = "teacher",
 ) -> None:
     """Write the SelfPatch-style backbone of a DINO file (no class token, no final norm)."""
-    from .checkpoints import convert_file
+    from .store.checkpoints import convert_file
 
     before, after = convert_file(source, out, network)
     console.print(f"{source} → {out}: {before:,} → {after:,} parameters ({before - after:,} dropped: cls_token, pos_embed row 0, norm)")
@@ -119,7 +119,7 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
     """Print a store's manifest, its arrays and how complete it is."""
     from rich.table import Table
 
-    from .cache import describe_store
+    from .store.cache import describe_store
 
     table = Table(title=str(store), show_header=False)
     for field, value in describe_store(store):
@@ -135,8 +135,8 @@ def make_checkpoint(
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
 ) -> None:
     """Write a random-weight checkpoint in a released layout (to try the pipeline offline)."""
-    from .errors import ProbeError
-    from .samples import ARCHS, LAYOUTS, write_checkpoint
+    from .demo.samples import ARCHS, LAYOUTS, write_checkpoint
+    from .infra.errors import ProbeError
 
     if layout not in LAYOUTS or arch not in ARCHS:
         raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(LAYOUTS)}; archs: {', '.join(ARCHS)}")
@@ -149,8 +149,8 @@ def doctor(cache: CacheOpt = None) -> None:
     """Check this machine: library versions, threads, device, cache root, Chromium."""
     from rich.table import Table
 
-    from .cache import cache_root
-    from .doctor import checks
+    from .demo.doctor import checks
+    from .store.cache import cache_root
 
     table = Table("check", "", "detail")
     results = checks(cache_root(cache))
@@ -215,9 +215,9 @@ def decode(
     quiet: QuietOpt = False,
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
-    from .atomic import write_json
-    from .decoding import resolve_settings, run_decode
-    from .progress import bar
+    from .commands.decode import resolve_settings, run_decode
+    from .infra.atomic import write_json
+    from .infra.progress import bar
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
@@ -241,8 +241,8 @@ def score(
     cache: CacheOpt = None,
 ) -> None:
     """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
-    from .atomic import write_json
-    from .decoding import run_score
+    from .commands.decode import run_score
+    from .infra.atomic import write_json
 
     report = run_score(masks_file, panel, unseal=unseal, cache_dir=cache)
     _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
@@ -269,9 +269,9 @@ def decode_sweep(
     """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
     from rich.table import Table
 
-    from .atomic import write_json
-    from .decoding import run_sweep
-    from .progress import bar
+    from .commands.decode import run_sweep
+    from .infra.atomic import write_json
+    from .infra.progress import bar
 
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
@@ -300,7 +300,7 @@ def panel_add(
     cache: CacheOpt = None,
 ) -> None:
     """Register a panel in <cache>/panels.toml."""
-    from .panels import add_panel
+    from .labels.panels import add_panel
 
     p = add_panel(name, annotations, images, role, cache=cache, replace=replace)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
@@ -311,7 +311,7 @@ def panel_list(cache: CacheOpt = None) -> None:
     """List the registered panels."""
     from rich.table import Table
 
-    from .panels import list_panels
+    from .labels.panels import list_panels
 
     table = Table(title="panels")
     for column in ("name", "role", "annotations", "images", "added"):
@@ -329,8 +329,8 @@ def ledger_show(
     """Every read of labels: when, which panel, how many images, why, for which checkpoint."""
     from rich.table import Table
 
-    from .cache import cache_root
-    from .ledger import entries
+    from .labels.ledger import entries
+    from .store.cache import cache_root
 
     rows = entries(cache_root(cache))
     table = Table(title=f"ledger ({len(rows)} entries)")
@@ -346,8 +346,8 @@ def ledger_show(
 @ledger_app.command("verify")
 def ledger_verify(cache: CacheOpt = None) -> None:
     """Check the hash chain; names every edited, inserted or deleted line (exit 1 if any)."""
-    from .cache import cache_root
-    from .ledger import LEDGER, entries, verify
+    from .labels.ledger import LEDGER, entries, verify
+    from .store.cache import cache_root
 
     root = cache_root(cache)
     problems = verify(root)
@@ -377,8 +377,8 @@ def linear_probe(
     """Linear probes on the frozen 224 tokens: fit on --train, score on --val, one table for all stores."""
     from rich.table import Table
 
-    from .linear import FitSettings
-    from .probing import run_linear
+    from .analyses.linear import FitSettings
+    from .commands.linear import run_linear
 
     def step(what: str) -> None:
         if not quiet:
@@ -399,7 +399,7 @@ def linear_probe(
                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
 
 
-# --- analyses: entropy and neighbours (probe_toolkit/entropy.py, neighbours.py, selection.py) ---
+# --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---
 
 StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
 JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the numbers to this JSON file.")]
@@ -422,8 +422,8 @@ def entropy_command(
     quiet: QuietOpt = False,
 ) -> None:
     """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
-    from . import summaries
-    from .analyses import run_entropy
+    from .commands import summaries
+    from .commands.entropy import run_entropy
 
     run = run_entropy(stores, patch=patch, image=image, json_path=json_path, dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet)
     console.print(summaries.entropy_table(run.results))
@@ -449,8 +449,8 @@ def neighbours_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
-    from . import summaries
-    from .analyses import run_neighbours
+    from .commands import summaries
+    from .commands.neighbours import run_neighbours
 
     run = run_neighbours(stores, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
                          dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet)
@@ -486,7 +486,7 @@ def demo(
     quiet: QuietOpt = False,
 ) -> None:
     """The whole toolkit offline on shipped photographs and scenes: train, extract, measure, decode, probe, report."""
-    from .demo import run_demo
+    from .demo.run import run_demo
 
     result = run_demo(out, quick=quick, quiet=quiet, say=lambda line: err_console.print(f"[dim]{line}[/]", highlight=False))
     console.print(f"demo done in {sum(result.seconds.values()):.0f} s; stores: {', '.join(map(str, result.stores))}")

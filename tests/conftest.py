@@ -12,9 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from probe_toolkit.extract import Settings, extract
-from probe_toolkit.images import sample_photos
-from probe_toolkit.samples import LAYOUTS, TINY, write_checkpoint
+from probe_toolkit.demo.samples import LAYOUTS, TINY, sample_photos, write_checkpoint
+from probe_toolkit.store.extract import Settings, extract
 
 torch.set_num_threads(2)
 

@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
 
-from probe_toolkit import cache
+from probe_toolkit.store import cache
 
 
 @dataclass

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from probe_toolkit import cache
 from probe_toolkit.cli import app
-from probe_toolkit.extract import Settings, extract
+from probe_toolkit.store import cache
+from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()
 

@@ -1,6 +1,6 @@
 """The readout against an independent forward written from the course's equations, and the views.
 
-The reference below shares no code with timm or probe_toolkit.backbone: patches are cut with
+The reference below shares no code with timm or probe_toolkit.store.backbone: patches are cut with
 ``unfold``, LayerNorm, softmax, exact GELU and bicubic interpolation are written out.
 """
 
@@ -13,9 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-from probe_toolkit.backbone import Backbone, interpolate_pos_embed
-from probe_toolkit.checkpoints import load_checkpoint
-from probe_toolkit.images import normalise, view
+from probe_toolkit.store.backbone import Backbone, interpolate_pos_embed
+from probe_toolkit.store.checkpoints import load_checkpoint
+from probe_toolkit.store.images import normalise, view
 
 
 def cubic_matrix(n_in: int, n_out: int, scale: float, a: float = -0.75) -> np.ndarray:

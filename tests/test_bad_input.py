@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from probe_toolkit.cache import open_store, require
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.extract import Settings, extract
-from probe_toolkit.images import list_images, load_image
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.cache import open_store, require
+from probe_toolkit.store.extract import Settings, extract
+from probe_toolkit.store.images import list_images, load_image
 
 PROBE = [sys.executable, "-m", "probe_toolkit"]
 
@@ -115,7 +115,7 @@ def test_not_a_store(tmp_path):
 
 @pytest.fixture()
 def panel_dir(tmp_path):
-    from probe_toolkit.scenes import write_panel
+    from probe_toolkit.demo.scenes import write_panel
 
     annotations = write_panel(tmp_path / "panel", 2, seed=5)
     return tmp_path / "panel", annotations

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from probe_toolkit.backbone import build_vit
-from probe_toolkit.checkpoints import VIT_S16, convert_backbone, load_checkpoint, parameter_count, read_file
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.samples import LAYOUTS, TINY, make_checkpoint, write_checkpoint
+from probe_toolkit.demo.samples import LAYOUTS, TINY, make_checkpoint, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.backbone import build_vit
+from probe_toolkit.store.checkpoints import VIT_S16, convert_backbone, load_checkpoint, parameter_count, read_file
 
 
 def test_course_parameter_counts():
@@ -156,7 +156,7 @@ def test_truncated_file_is_refused(tmp_path, tiny_checkpoints):
 
 
 def test_convert_drops_exactly_the_class_token_parts(tmp_path, tiny_checkpoints):
-    from probe_toolkit.checkpoints import convert_file
+    from probe_toolkit.store.checkpoints import convert_file
 
     before, after = convert_file(tiny_checkpoints["dino-full"], tmp_path / "conv.pth")
     assert before - after == 128 + 128 + 2 * 128  # cls_token, pos row 0, norm weight and bias

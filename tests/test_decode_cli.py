@@ -8,12 +8,14 @@ import sys
 
 import numpy as np
 import pytest
+from decoder_scenes import Scene, make_store, planted_keys, write_panel
 from typer.testing import CliRunner
 
-from probe_toolkit import cache, ledger, panels
 from probe_toolkit.cli import app, main
-from probe_toolkit.extract import Settings as ExtractSettings, extract
-from decoder_scenes import Scene, make_store, planted_keys, write_panel
+from probe_toolkit.labels import ledger, panels
+from probe_toolkit.store import cache
+from probe_toolkit.store.extract import Settings as ExtractSettings
+from probe_toolkit.store.extract import extract
 
 runner = CliRunner()
 GRID = 16
@@ -150,7 +152,7 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
 
 
 def test_the_default_sweep_grid_has_144_settings_in_48_decodes():
-    from probe_toolkit.decoding import load_grid
+    from probe_toolkit.commands.decode import load_grid
 
     grid = load_grid(None)
     assert len(grid) == 144 and len(set(grid)) == 144

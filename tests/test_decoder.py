@@ -7,10 +7,10 @@ import pytest
 import scipy.linalg
 import scipy.ndimage
 import scipy.sparse.linalg
-
-from probe_toolkit import decoder
-from probe_toolkit.decoder import Settings, decode, decode_image
 from decoder_scenes import planted_keys, region
+
+from probe_toolkit.analyses import decoder
+from probe_toolkit.analyses.decoder import Settings, decode, decode_image
 
 
 @pytest.mark.parametrize("grid", [12, 30])  # dense path (N ≤ 256) and ARPACK path
@@ -177,7 +177,7 @@ def test_settings_are_validated_and_presets_fill_defaults():
     assert Settings.from_preset("maskcut").tau == 0.15 and Settings.from_preset("maskcut").masks == 3
     assert Settings.from_preset("tokencut").center is False and Settings.from_preset("thesis").center is True
     assert Settings.from_preset("thesis", tau=None, masks=2).masks == 2
-    from probe_toolkit.errors import ProbeError
+    from probe_toolkit.infra.errors import ProbeError
 
     for bad in (dict(tau=1.5), dict(eps=0.0), dict(masks=0)):
         with pytest.raises(ProbeError):

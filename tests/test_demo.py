@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from probe_toolkit import ledger
-from probe_toolkit.cache import list_results, open_store
-from probe_toolkit.demo import run_demo
+from probe_toolkit.demo.run import run_demo
+from probe_toolkit.labels import ledger
 from probe_toolkit.report.sections import gather
+from probe_toolkit.store.cache import list_results, open_store
 
 
 def test_demo_quick_produces_a_report_with_every_section(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import torch
 from analysis_stores import make_store, softmax
 
-from probe_toolkit import entropy as ent
-from probe_toolkit.cache import load_results, open_store
-from probe_toolkit.errors import ProbeError
+from probe_toolkit.analyses import entropy as ent
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.cache import load_results, open_store
 
 
 def test_uniform_rows_give_ln_n_and_n():

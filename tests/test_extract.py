@@ -10,12 +10,12 @@ import pytest
 import xarray as xr
 import zarr
 
-from probe_toolkit import images
-from probe_toolkit.backbone import Backbone
-from probe_toolkit.cache import open_store, require
-from probe_toolkit.checkpoints import load_checkpoint
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.extract import Settings, extract
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store import images
+from probe_toolkit.store.backbone import Backbone
+from probe_toolkit.store.cache import open_store, require
+from probe_toolkit.store.checkpoints import load_checkpoint
+from probe_toolkit.store.extract import Settings, extract
 
 
 def test_store_layout_and_manifest(tiny_stores, image_dir):

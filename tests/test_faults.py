@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import zarr
 
-from probe_toolkit.cache import open_store
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.extract import Settings, extract
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.cache import open_store
+from probe_toolkit.store.extract import Settings, extract
 
 PROBE = [sys.executable, "-m", "probe_toolkit"]
 SETTINGS = ["--views", "224,480", "--chunk", "2", "--batch-size", "2", "-q"]

@@ -7,13 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import synthetic_scene
 from PIL import Image
 from pycocotools import mask as coco_mask
 
-from conftest import synthetic_scene
-from probe_toolkit import cache, images, ledger, linear, probing
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.panels import add_panel
+from probe_toolkit.analyses import linear
+from probe_toolkit.commands import linear as probing
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.labels import ledger
+from probe_toolkit.labels.panels import add_panel
+from probe_toolkit.store import cache, images
 
 # ----------------------------------------------------------------------------------------------
 # geometry and labels
@@ -267,7 +270,7 @@ def sizes_of(folder: Path, ids: list[str]) -> list[tuple[int, int]]:
 
 def test_patch_labels_of_a_hand_made_coco_panel(panels):
     """The squares cover exactly the patches they were drawn on, polygons and RLE alike, at every aspect ratio."""
-    from probe_toolkit.panels import read_labels
+    from probe_toolkit.labels.panels import read_labels
 
     read = read_labels("tr", purpose="test", images=sorted(panels["tr"]), cache=panels["cache"])
     ids = sorted(panels["tr"])
@@ -405,7 +408,7 @@ def test_cli_table_and_one_line_errors(panels, stores, monkeypatch, capsys):
 
 def test_on_a_store_the_real_extractor_wrote_from_the_panels_parent_folder(panels, tiny_checkpoints, tmp_path):
     """One store extracted from the folder above both panels (ids ``tr/…``, ``va/…``; tiny random network)."""
-    from probe_toolkit.extract import Settings, extract
+    from probe_toolkit.store.extract import Settings, extract
 
     store = extract(tiny_checkpoints["dino-full"], panels["root"], settings=Settings(views=(224,), attention="none", chunk=8),
                     store=tmp_path / "teacher.zarr", quiet=True, batch_size=8).store

@@ -14,10 +14,10 @@ import pytest
 import torch
 from analysis_stores import make_store
 
-from probe_toolkit import neighbours as nb
-from probe_toolkit.cache import load_results, open_store, require
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.stats import bootstrap_mean
+from probe_toolkit.analyses import neighbours as nb
+from probe_toolkit.analyses.stats import bootstrap_mean
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.cache import load_results, open_store, require
 
 # ----------------------------------------------------------------------------------------------
 # an independent reimplementation: image by image, anchor by anchor, float64

@@ -8,12 +8,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from decoder_scenes import Scene, write_panel
 from typer.testing import CliRunner
 
-from probe_toolkit import ledger, panels
 from probe_toolkit.cli import app
-from probe_toolkit.errors import ProbeError
-from decoder_scenes import Scene, write_panel
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.labels import ledger, panels
 
 runner = CliRunner()
 

@@ -13,14 +13,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, scenes_panels, stored, training_store
 
-from probe_toolkit import cache, ledger
 from probe_toolkit.cli import main
-from probe_toolkit.extract import Settings, extract
-from probe_toolkit.report import build, default_name, html as report_html, render_report, write_report
+from probe_toolkit.labels import ledger
+from probe_toolkit.report import build, default_name, render_report, write_report
+from probe_toolkit.report import html as report_html
 from probe_toolkit.report.content import Figure, Note, Table
-from report_stores import (bare_copies, invoke, plain_cosine, plain_rank, plain_window, scenes_panels, stored,
-                           training_store)
+from probe_toolkit.store import cache
+from probe_toolkit.store.extract import Settings, extract
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "references"}
 FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "decoder": "probe decode", "scores": "probe decode",
@@ -260,7 +261,7 @@ def test_the_page_fetches_nothing(bare):
 def test_missing_image_file_is_drawn_from_tokens(tiny_checkpoints, tmp_path):
     folder = tmp_path / "gone"
     folder.mkdir()
-    from probe_toolkit.images import sample_photos
+    from probe_toolkit.demo.samples import sample_photos
 
     shutil.copy(sample_photos() / "chelsea.jpg", folder / "cat.jpg")
     store = extract(tiny_checkpoints["selfpatch-full"], folder, settings=Settings(views=(224,), attention="last", chunk=1),

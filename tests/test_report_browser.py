@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from cdp import Browser
-from probe_toolkit.doctor import find_browser
-from probe_toolkit.report import write_report
 from report_stores import bare_copies, plain_cosine, plain_rank, plain_window, stored, synthetic_store
+
+from probe_toolkit.demo.doctor import find_browser
+from probe_toolkit.report import write_report
 
 G = 14
 

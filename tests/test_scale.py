@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from analysis_stores import manifest, softmax
-from probe_toolkit.cache import create_store, load_results
+
+from probe_toolkit.store.cache import create_store, load_results
 
 N_IMAGES = 20_000
 CHUNK = 64

@@ -9,8 +9,8 @@ import pytest
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
-from probe_toolkit import masks, scoring
-from probe_toolkit.decoder import Settings, decode
+from probe_toolkit.analyses.decoder import Settings, decode
+from probe_toolkit.labels import masks, scoring
 
 
 def _coco(dataset: dict) -> COCO:

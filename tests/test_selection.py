@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from probe_toolkit import selection
-from probe_toolkit.errors import ProbeError
+from probe_toolkit.analyses import selection
+from probe_toolkit.infra.errors import ProbeError
 
 
 def selfpatch_local_index(n_patches: int, k_size: int = 3) -> np.ndarray:

@@ -18,14 +18,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from probe_toolkit.backbone import Backbone
-from probe_toolkit.checkpoints import TRAINER_MARK, VIT_S16, load_checkpoint
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.images import sample_photos
-from probe_toolkit.samples import TINY, make_checkpoint, write_checkpoint
-
-from training import load_config, train
-from training import losses, rules, schedules, state
+from probe_toolkit.demo.samples import TINY, make_checkpoint, sample_photos, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.backbone import Backbone
+from probe_toolkit.store.checkpoints import TRAINER_MARK, VIT_S16, load_checkpoint
+from training import load_config, losses, rules, schedules, state, train
 from training.config import ModelCfg, RuleCfg
 from training.distributed import Dist
 from training.loop import LOG_FIELDS, build_networks, build_trainer, train_step
@@ -77,7 +74,7 @@ def test_parameter_counts_at_vit_s16():
 
 
 def test_saved_names_are_selfpatch_keys():
-    """The released layout (written independently by probe_toolkit.samples) has exactly our keys and shapes."""
+    """The released layout (written independently by probe_toolkit.demo.samples) has exactly our keys and shapes."""
     cfg = load_config("tiny")
     student, teacher, _ = build_networks(cfg)
     ours = state.released_names(teacher.state_dict())

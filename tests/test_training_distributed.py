@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from probe_toolkit.images import sample_photos
-
+from probe_toolkit.demo.samples import sample_photos
 from training import train
 
 ROOT = Path(__file__).resolve().parents[1]

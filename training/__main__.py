@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from probe_toolkit.errors import ProbeError
+from probe_toolkit.infra.errors import ProbeError
 
 from .config import load_config
 from .loop import train

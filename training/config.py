@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from probe_toolkit.errors import ProbeError
+from probe_toolkit.infra.errors import ProbeError
 
 CONFIGS = Path(__file__).parent / "configs"
 RULES = ("selfpatch", "threshold", "contrastive", "none")

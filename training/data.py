@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.images import list_images, load_image
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.images import list_images, load_image
 
 from .augment import MultiCrop
 from .config import DataCfg

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from probe_toolkit.errors import ProbeError
+from probe_toolkit.infra.errors import ProbeError
 
 
 @dataclass(frozen=True)

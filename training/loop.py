@@ -22,11 +22,11 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from probe_toolkit import provenance
-from probe_toolkit.atomic import write_json
-from probe_toolkit.checkpoints import load_checkpoint, sha256_file, to_selfpatch
-from probe_toolkit.errors import ProbeError
-from probe_toolkit.progress import bar
+from probe_toolkit.infra import provenance
+from probe_toolkit.infra.atomic import write_json
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.progress import bar
+from probe_toolkit.store.checkpoints import load_checkpoint, sha256_file, to_selfpatch
 
 from . import hygiene, losses, rules, schedules, state
 from .config import Config, config_path, load_config

@@ -2,7 +2,7 @@
 
 Keys match SelfPatch's ``MultiCropWrapper`` exactly (``backbone.*``, ``ca_head.*``, ``c_head.*``,
 ``p_head.*``; ``reference/dino_selfpatch.md`` §2.2–§2.5), so released heads load and what this
-trainer saves loads in SelfPatch's code. The backbone is ``probe_toolkit.backbone.Backbone``
+trainer saves loads in SelfPatch's code. The backbone is ``probe_toolkit.store.backbone.Backbone``
 (timm's ViT, no class token, no final norm); nothing here is a second ViT.
 """
 
@@ -16,7 +16,7 @@ from timm.layers import DropPath, Mlp
 from torch import nn
 from torch.nn.utils import parametrizations
 
-from probe_toolkit.backbone import Arch, Backbone
+from probe_toolkit.store.backbone import Arch, Backbone
 
 from .config import ModelCfg
 

@@ -1,4 +1,4 @@
-"""Which patches each anchor learns from: the configured rule, through ``probe_toolkit.selection``.
+"""Which patches each anchor learns from: the configured rule, through ``probe_toolkit.analyses.selection``.
 
 No selection code lives here; this module only calls the shared rules (the ones ``probe
 neighbours`` measures) on the teacher's raw last-block tokens, one crop size at a time, and hands
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from probe_toolkit import selection
+from probe_toolkit.analyses import selection
 
 from .config import RuleCfg
 

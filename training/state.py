@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from probe_toolkit.checkpoints import TRAINER_MARK, Checkpoint, read_file, save_state
-from probe_toolkit.errors import ProbeError
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store.checkpoints import TRAINER_MARK, Checkpoint, read_file, save_state
 
 from .model import Network
 

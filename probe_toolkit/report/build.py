@@ -16,8 +16,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import provenance
-from ..summaries import store_label
+from ..commands.summaries import store_label
+from ..infra import provenance
 from . import html, markdown
 from .content import Report
 from .sections import gather

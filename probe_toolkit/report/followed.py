@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import selection
-from ..entropy import TOP_WEIGHTS, effective_number
+from ..analyses import selection
+from ..analyses.entropy import TOP_WEIGHTS, effective_number
 from .sources import StoreView
 
 TOP_CROP = 8  # the course's "8 most similar patches" (Part 4 §4.8)

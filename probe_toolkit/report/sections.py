@@ -15,10 +15,10 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from .. import masks as mask_geometry
-from .. import selection
-from ..errors import ProbeError
-from ..summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
+from ..analyses import selection
+from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
+from ..infra.errors import ProbeError
+from ..labels import masks as mask_geometry
 from . import figures, followed, references
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .. import cache, images, ledger
-from ..errors import ProbeError
-from ..summaries import store_label
+from ..commands.summaries import store_label
+from ..infra.errors import ProbeError
+from ..labels import ledger
+from ..store import cache, images
 from .figures import tokens_picture
 
 VIEW = 224

@@ -49,10 +49,12 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import xarray as xr
 
-from . import cache, images, linear, provenance
-from .atomic import write_json
-from .errors import ProbeError
-from .panels import LabelRead, Panel, get_panel, read_labels
+from ..analyses import linear
+from ..infra import provenance
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..labels.panels import LabelRead, Panel, get_panel, read_labels
+from ..store import cache, images
 
 Level = Literal["patch", "image"]
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .backbone import VIT_S16, Arch, build_vit
-from .checkpoints import save_state
+from ..store.backbone import VIT_S16, Arch, build_vit
+from ..store.checkpoints import save_state
 
 TINY = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=512)
 LAYOUTS = ("dino-backbone", "selfpatch-backbone", "dino-full", "selfpatch-full", "dino-full-wrapped", "selfpatch-backbone-wrapped")
@@ -114,3 +114,8 @@ def make_checkpoint(layout: str, arch: Arch = TINY, seed: int = 0) -> dict:
 def write_checkpoint(path: str | Path, layout: str = "dino-full", arch: Arch = TINY, seed: int = 0) -> Path:
     """Write a random-weight checkpoint of ``layout`` to ``path`` (atomically)."""
     return save_state(make_checkpoint(layout, arch, seed), path)
+
+
+def sample_photos() -> Path:
+    """The real photographs shipped with the package (scikit-image's bundle, see SOURCES.md)."""
+    return Path(__file__).parent / "data" / "photos"

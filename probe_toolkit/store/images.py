@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -140,8 +140,3 @@ def normalise(image: Image.Image) -> torch.Tensor:
 
 def views(image: Image.Image, sizes: tuple[int, ...]) -> dict[int, torch.Tensor]:
     return {size: normalise(view(image, size)) for size in sizes}
-
-
-def sample_photos() -> Path:
-    """The real photographs shipped with the package (scikit-image's bundle, see SOURCES.md)."""
-    return Path(__file__).parent / "data" / "photos"

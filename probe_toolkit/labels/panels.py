@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import ledger, provenance
-from .cache import cache_root
-from .errors import ProbeError
-from .images import list_images
+from ..infra import provenance
+from ..infra.errors import ProbeError
+from ..store.cache import cache_root
+from ..store.images import list_images
+from . import ledger
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")

@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 METRICS = ("chebyshev", "euclidean")
 

@@ -31,7 +31,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 DEFAULT_ROOT = Path("cache")
 

@@ -31,13 +31,14 @@ import numpy as np
 import xarray as xr
 from threadpoolctl import threadpool_limits
 
-from . import cache, provenance
-from .atomic import write_json
-from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
-from .errors import ProbeError
-from .masks import coco_results, decoder_dataset
-from .panels import LabelRead, read_labels
-from .scoring import METRICS, Scores, evaluate
+from ..analyses.decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from ..infra import provenance
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..labels.masks import coco_results, decoder_dataset
+from ..labels.panels import LabelRead, read_labels
+from ..labels.scoring import METRICS, Scores, evaluate
+from ..store import cache
 
 SETTINGS_FILE = "decoder-settings.json"
 
@@ -303,7 +304,7 @@ def load_grid(path: str | Path | None) -> list[Settings]:
         try:
             data = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as error:
-            raise ProbeError(path, f"is not a readable TOML grid ({error})", "see DEFAULT_GRID in probe_toolkit/decoding.py") from None
+            raise ProbeError(path, f"is not a readable TOML grid ({error})", "see DEFAULT_GRID in probe_toolkit/commands/decode.py") from None
         unknown = set(data) - set(DEFAULT_GRID)
         if unknown:
             raise ProbeError(path, f"has unknown axes {sorted(unknown)}", f"use {', '.join(DEFAULT_GRID)}")

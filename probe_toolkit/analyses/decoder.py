@@ -48,7 +48,7 @@ import scipy.ndimage
 import scipy.sparse
 import scipy.sparse.linalg
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 RULES = ("tokencut", "maskcut")
 PRESETS: dict[str, dict] = {

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .provenance import library_versions
+from ..infra.provenance import library_versions
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 

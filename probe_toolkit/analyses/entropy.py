@@ -43,8 +43,8 @@ import numpy as np
 import torch
 import xarray as xr
 
-from .chunked import map_images
-from .errors import ProbeError
+from ..infra.chunked import map_images
+from ..infra.errors import ProbeError
 from .grid import grid_distance, grid_side
 from .stats import bootstrap_mean
 

@@ -43,9 +43,9 @@ import numpy as np
 import torch
 import xarray as xr
 
+from ..infra.chunked import map_images
+from ..infra.errors import ProbeError
 from . import selection
-from .chunked import map_images
-from .errors import ProbeError
 from .grid import grid_distance, grid_side
 from .stats import bootstrap_mean
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 LEDGER = "ledger.jsonl"
 HEAD = "ledger.head"

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from .images import ViewGeometry
+from ..store.images import ViewGeometry
 
 IGNORE = -1
 BACKGROUND = 0

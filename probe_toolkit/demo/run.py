@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import panels, scenes
-from .analyses import run_entropy, run_neighbours
-from .extract import Settings, extract
-from .images import sample_photos
-from .samples import TINY, write_checkpoint
+from ..commands.entropy import run_entropy
+from ..commands.neighbours import run_neighbours
+from ..labels import panels
+from ..store.extract import Settings, extract
+from . import scenes
+from .samples import TINY, sample_photos, write_checkpoint
 
 FOLLOW = "photos/chelsea.jpg"  # the followed image: a real photograph with one clear animal
 
@@ -98,15 +99,15 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_neighbours(demo.stores, grid=grid, quiet=quiet)
     lap("entropy and neighbours")
 
-    from .decoding import resolve_settings, run_decode
+    from ..commands.decode import resolve_settings, run_decode
 
     chosen, source = resolve_settings(preset="thesis", overrides={}, settings_file=None, cache_dir=cache)
     for store in demo.stores:
         run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
 
-    from .linear import FitSettings
-    from .probing import run_linear
+    from ..analyses.linear import FitSettings
+    from ..commands.linear import run_linear
 
     for level in ("patch", "image"):
         run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
@@ -119,6 +120,6 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
 
 def _report(stores: list[Path], out: Path, quiet: bool) -> Path:
     """The comparison report of both networks, following patch 34 of the followed photograph."""
-    from .report import render_report
+    from ..report import render_report
 
     return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 
 class Interval(NamedTuple):

@@ -24,7 +24,7 @@ import numpy as np
 import xarray as xr
 from pycocotools import mask as mask_utils
 
-from .decoder import STOPS, Decoded, grid_of
+from ..analyses.decoder import STOPS, Decoded, grid_of
 
 
 def pixel_patches(size: int, grid: int) -> np.ndarray:
@@ -120,7 +120,7 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
 
 def decoded_from_dataset(ds: xr.Dataset) -> Decoded:
     """The inverse of ``decoder_dataset`` (settings come from its attrs)."""
-    from .decoder import Settings
+    from ..analyses.decoder import Settings
 
     settings = Settings(**{k: v for k, v in ds.attrs.get("settings", {}).items() if k in Settings.__dataclass_fields__})
     return Decoded(

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import ProbeError
+from ..infra.errors import ProbeError
 
 WINDOW_SIZE = 8  # the 3×3 window without its centre (SelfPatch `get_local_index(N, k_size=3)`)
 MODES = ("batch-median", "crop-quantile")

@@ -19,11 +19,12 @@ from typing import Literal
 import numpy as np
 import torch
 
-from . import cache, images, provenance
+from ..infra import provenance
+from ..infra.errors import ProbeError
+from ..infra.progress import bar
+from . import cache, images
 from .backbone import Arch, AttentionMode, Backbone, Interpolation
 from .checkpoints import Checkpoint, load_checkpoint
-from .errors import ProbeError
-from .progress import bar
 
 OnError = Literal["fail", "skip"]
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
+from ..infra.errors import ProbeError
 from .backbone import VIT_S16, Arch, build_vit  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
-from .errors import ProbeError
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
 NETWORKS = ("teacher", "student")

@@ -1,0 +1,44 @@
+"""``probe entropy``: attention entropy of every store, saved as ``results/entropy``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..infra.errors import ProbeError
+from ..store.cache import require
+from .runs import Run, finish, over_stores
+
+
+def run_entropy(
+    stores: list[Path],
+    *,
+    patch: int | None = None,
+    image: str | None = None,
+    json_path: Path | None = None,
+    dask_address: str | None = None,
+    seed: int = 0,
+    boot: int = 1000,
+    partial: bool = False,
+    quiet: bool = False,
+) -> Run:
+    """``probe entropy``: saved as ``results/entropy`` in each store."""
+    from ..analyses.entropy import entropy
+
+    def analyse(ds, progress, client):
+        arch = ds.attrs["manifest"].get("arch", {})
+        blocks = ds["attention_blocks_224"] if "attention_blocks_224" in ds else None
+        return entropy(
+            require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), blocks=blocks, patch=patch,
+            n_boot=boot, seed=seed, client=client, progress=progress,
+        )
+
+    runs = over_stores(stores, analyse, "attention_224", quiet, dask_address, partial)
+    followed = None
+    if patch is not None:
+        followed = 0
+        for store, (_, result) in runs.items():
+            ids = [str(i) for i in result.image.values]
+            if image is not None and image not in ids:
+                raise ProbeError(store, f"has no finished image {image!r}", "pass an id from the store's image list")
+            followed = ids.index(image) if image is not None else 0
+    return finish("entropy", "probe entropy", runs, json_path, followed)

@@ -1,0 +1,68 @@
+"""What ``probe entropy`` and ``probe neighbours`` share: open every store, measure, save, report.
+
+The measurements themselves are pure (``analyses.entropy``, ``analyses.neighbours``: arrays in,
+datasets out); this module opens each store (refusing an unfinished one unless ``partial``),
+runs the measurement chunk by chunk (locally or on a dask.distributed scheduler), saves the
+result in the store's results group with where it came from, and writes the numbers as JSON
+when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import xarray as xr
+
+from ..infra import provenance
+from ..infra.atomic import write_json
+from ..infra.chunked import connect
+from ..infra.progress import bar
+from ..store.cache import open_store, require, save_results
+from . import summaries
+
+
+@dataclass
+class Run:
+    """One analysis over several stores, by store path, in the order given."""
+
+    name: str
+    results: dict[str, xr.Dataset]
+    followed: int | None = None  # index of the image whose --patch detail is reported
+    payload: dict = field(default_factory=dict)
+
+
+def result_provenance(ds: xr.Dataset, command: str) -> dict:
+    """What a saved result says about where it came from: this run, and the store it read."""
+    meta = ds.attrs.get("manifest", {})
+    store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision", "n_images")}
+    return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0))}
+
+
+def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None, partial: bool) -> dict[str, tuple[xr.Dataset, xr.Dataset]]:
+    """Open every store and check it holds ``needs`` first, then run ``analyse(ds, progress, client)``."""
+    opened = {str(store): open_store(store, allow_partial=partial) for store in dict.fromkeys(stores)}
+    for ds in opened.values():
+        require(ds, needs)
+    runs = {}
+    client = connect(dask_address)
+    try:
+        with bar("images", quiet) as progress:
+            for store, ds in opened.items():
+                task = progress.add_task(store, total=ds.sizes.get("image", 0))
+                runs[store] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
+    finally:
+        if client is not None:
+            client.close()
+    return runs
+
+
+def finish(name: str, command: str, runs: dict, json_path: Path | None, followed: int | None = None) -> Run:
+    payload = {"analysis": name, "stores": {}}
+    for store, (ds, result) in runs.items():
+        save_results(store, name, result, result_provenance(ds, command))
+        payload["stores"][store] = summaries.set_level(result, followed)
+    if json_path is not None:
+        write_json(json_path, payload, indent=1)
+    return Run(name, {store: result for store, (_, result) in runs.items()}, followed, payload)

@@ -1,0 +1,82 @@
+"""The package's folders are the flow's stages, and no module imports from a later stage.
+
+Read statically (every import statement, also those inside functions), so a lazy import cannot
+hide a backwards arrow. ``training/`` may use the toolkit; only ``cli`` and ``demo`` (the way in)
+may start a training run, and nothing else in the toolkit imports ``training``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import probe_toolkit
+
+PACKAGE = Path(probe_toolkit.__file__).parent
+STAGES = ["infra", "store", "analyses", "labels", "commands", "report", "demo", "cli"]
+ROOT_MODULES = {"__init__": "infra", "__main__": "cli", "cli": "cli"}
+
+
+def stage_of(module: str) -> str:
+    head = module.split(".")[0]
+    return ROOT_MODULES.get(head, head)
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted module under probe_toolkit) for every toolkit import in the file."""
+    here = path.relative_to(PACKAGE).with_suffix("").parts
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(here[: len(here) - node.level])
+                target = base + (node.module.split(".") if node.module else [])
+                names = [".".join(target + [alias.name]) for alias in node.names] if not node.module else [".".join(target)]
+            elif node.module and node.module.split(".")[0] == "probe_toolkit":
+                rest = node.module.split(".")[1:]
+                names = [".".join(rest + [alias.name]) for alias in node.names] if not rest else [".".join(rest)]
+            else:
+                continue
+            found += [(node.lineno, name) for name in names if name]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name.split(".", 1)[1]) for alias in node.names if alias.name.startswith("probe_toolkit.")]
+    return found
+
+
+def test_every_module_sits_in_a_stage_folder():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.stem not in ROOT_MODULES)
+    assert loose == []
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert folders == sorted(STAGES[:-1])
+
+
+def test_no_module_imports_from_a_later_stage():
+    backwards = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        mine = stage_of(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        for line, module in imported_modules(path):
+            theirs = stage_of(module)
+            if theirs == "__version__":
+                continue
+            assert theirs in STAGES, f"{path}:{line} imports {module}, which is in no stage"
+            if STAGES.index(theirs) > STAGES.index(mine):
+                backwards.append(f"{path.relative_to(PACKAGE)}:{line} ({mine}) imports {module} ({theirs})")
+    assert backwards == []
+
+
+def test_only_the_way_in_starts_training():
+    starters = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(name.split(".")[0] == "training" for name in names):
+                starters.append(stage_of(".".join(path.relative_to(PACKAGE).with_suffix("").parts)))
+    assert set(starters) <= {"cli", "demo"}
+
+
+def test_training_imports_the_toolkit_by_its_stage_paths():
+    """training/ uses the backbone and the selection rules from the toolkit (one home for each)."""
+    text = "\n".join(p.read_text() for p in (PACKAGE.parent / "training").rglob("*.py"))
+    assert "from probe_toolkit.store.backbone import" in text
+    assert "from probe_toolkit.analyses import selection" in text
