@@ -64,10 +64,10 @@ def test_resume_after_interruption_gives_the_same_store(tmp_path, tiny_checkpoin
     whole = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "whole.zarr", quiet=True).store
     part = tmp_path / "part.zarr"
     first = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=part, limit=3, quiet=True)
-    assert first.done == 4  # whole chunks of 2
-    assert open_store(part).sizes["image"] == 4 and open_store(part, done_only=False).sizes["image"] == 7
+    assert first.done == 3 and first.written == 3 and first.left == 4  # at most N, cut inside a chunk
+    assert open_store(part).sizes["image"] == 3 and open_store(part, done_only=False).sizes["image"] == 7
     again = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=part, quiet=True)
-    assert again.written == 3 and again.done == 7
+    assert again.written == 4 and again.done == 7
     a, b = _arrays(whole), _arrays(part)
     assert a.keys() == b.keys()
     for name in a:
@@ -83,13 +83,29 @@ def test_shards_fill_one_store(tmp_path, tiny_checkpoints, image_dir):
     assert np.array_equal(_arrays(path)["tokens_224"], _arrays(whole)["tokens_224"])
 
 
-def test_mismatched_store_is_refused(tmp_path, tiny_checkpoints, image_dir):
+def test_a_store_grows_and_other_settings_are_refused(tmp_path, tiny_checkpoints, image_dir):
     path = tmp_path / "s.zarr"
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,)), store=path, quiet=True)
-    with pytest.raises(ProbeError, match="views differ"):
-        extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480)), store=path, quiet=True)
+    before = _arrays(path)
+    grown = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480)), store=path, quiet=True)
+    assert grown.written == 7 and grown.done == 7
+    after = _arrays(path)
+    for name in ("tokens_224", "attention_224", "cls_tokens_224", "done_224", "grid_rows_224"):
+        assert np.array_equal(before[name], after[name], equal_nan=True), name  # untouched
+    whole = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480)), store=tmp_path / "w.zarr", quiet=True).store
+    assert np.array_equal(after["keys_480"], _arrays(whole)["keys_480"])
+    m = open_store(path).attrs["manifest"]
+    assert m["views"] == [224, 480] and m["per_view"]["480"]["resample"] == "bicubic" and m["grown"][0]["views"] == ["480"]
+    assert after["done_480"].all() and after["done"].all()
+    with pytest.raises(ProbeError, match="224 view with other settings.*attention"):
+        extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), attention="all"), store=path, quiet=True)
+    with pytest.raises(ProbeError, match="480 view with other settings.*resample"):
+        extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(480,), resample="lanczos"), store=path, quiet=True)
+    with pytest.raises(ProbeError, match="dtype differ"):
+        extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), dtype="float32"), store=path, quiet=True)
     with pytest.raises(ProbeError, match="checkpoint"):
         extract(tiny_checkpoints["dino-full"], image_dir, settings=Settings(views=(224,)), store=path, quiet=True)
+    assert np.array_equal(_arrays(path)["tokens_224"], before["tokens_224"], equal_nan=True)
 
 
 def test_corrupt_image_fails_or_is_skipped(tmp_path, tiny_checkpoints, photos):

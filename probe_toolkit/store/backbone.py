@@ -70,26 +70,26 @@ def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool =
     )
 
 
-def interpolate_pos_embed(pos_embed: torch.Tensor, grid: int, prefix: int, method: Interpolation = "dino") -> torch.Tensor:
-    """The position table for a ``grid`` × ``grid`` input; ``prefix`` class-token rows stay first.
+def interpolate_pos_embed(pos_embed: torch.Tensor, grid: int | tuple[int, int], prefix: int, method: Interpolation = "dino") -> torch.Tensor:
+    """The position table for a ``grid`` × ``grid`` (or rows × cols) input; ``prefix`` class-token rows stay first.
 
     ``dino``: ``F.interpolate(scale_factor=((g+0.1)/g0,)*2, mode="bicubic")`` in the table's dtype,
     skipped at the trained grid, as in DINO's and SelfPatch's ``interpolate_pos_encoding``.
     ``timm``: ``resample_abs_pos_embed`` (size-based, antialiased), agreeing with DINO only at g0.
     """
-    rows = pos_embed.shape[1] - prefix
-    g0 = int(round(rows**0.5))
-    if grid == g0:
+    rows, cols = (grid, grid) if isinstance(grid, int) else grid
+    g0 = int(round((pos_embed.shape[1] - prefix) ** 0.5))
+    if rows == cols == g0:
         return pos_embed
     if method == "timm":
-        return resample_abs_pos_embed(pos_embed, new_size=(grid, grid), old_size=(g0, g0), num_prefix_tokens=prefix)
+        return resample_abs_pos_embed(pos_embed, new_size=(rows, cols), old_size=(g0, g0), num_prefix_tokens=prefix)
     width = pos_embed.shape[-1]
     table = pos_embed[:, prefix:].reshape(1, g0, g0, width).permute(0, 3, 1, 2)
-    scale = (grid + 0.1) / g0
-    table = F.interpolate(table, scale_factor=(scale, scale), mode="bicubic", align_corners=False)
-    if table.shape[-2:] != (grid, grid):
-        raise AssertionError(f"DINO interpolation gave {tuple(table.shape[-2:])}, expected {(grid, grid)}")
-    table = table.permute(0, 2, 3, 1).reshape(1, grid * grid, width)
+    scale = ((rows + 0.1) / g0, (cols + 0.1) / g0)
+    table = F.interpolate(table, scale_factor=scale, mode="bicubic", align_corners=False)
+    if table.shape[-2:] != (rows, cols):
+        raise AssertionError(f"DINO interpolation gave {tuple(table.shape[-2:])}, expected {(rows, cols)}")
+    table = table.permute(0, 2, 3, 1).reshape(1, rows * cols, width)
     return torch.cat([pos_embed[:, :prefix], table], dim=1)
 
 
@@ -126,9 +126,9 @@ class Backbone(nn.Module):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """Patch embedding, class token, position table: (B, prefix + N, D)."""
-        if images.shape[-1] != images.shape[-2] or images.shape[-1] % self.arch.patch:
-            raise ValueError(f"views are square multiples of {self.arch.patch} px, got {tuple(images.shape[-2:])}")
-        grid = images.shape[-1] // self.arch.patch
+        if images.shape[-1] % self.arch.patch or images.shape[-2] % self.arch.patch:
+            raise ValueError(f"views are multiples of {self.arch.patch} px, got {tuple(images.shape[-2:])}")
+        grid = (images.shape[-2] // self.arch.patch, images.shape[-1] // self.arch.patch)
         x = self.vit.patch_embed(images)
         if self.prefix:
             x = torch.cat([self.vit.cls_token.expand(x.shape[0], -1, -1), x], dim=1)

@@ -3,8 +3,10 @@
 Layout (every array chunked along ``image``; dimension names are stored in zarr v3 metadata):
 
     image                (image,)                       str, the coordinate: ids relative to the source
-    done, failed         (image,)                       bool; ``done`` is written last for a chunk
+    done, failed         (image,)                       bool: every view done / any view failed
     image_height/width   (image,)                       int32, the original size in pixels
+    done_<view>, failed_<view>        (image,)          bool, per view; ``done_<view>`` written after its arrays
+    grid_rows_<view>, grid_cols_<view> (image,)         int32, each image's patch grid in that view
     tokens_224           (image, patch_224, channel)    last-block tokens, before any final norm
     cls_tokens_224       (image, channel)               when the network has a class token
     attention_224        (image, head, query, key)      last block; covers every token (0 = CLS if any)
@@ -12,11 +14,14 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     keys_480             (image, patch_480, channel)    last-block keys, heads concatenated
     cls_keys_480         (image, channel)
     tokens_96            (image, patch_96, channel)
+    keys_native, tokens_native (image, patch_native, channel)  padded to the set's largest grid
     results/<name>/      one group per analysis, written by ``save_results``
 
 Patch dimensions carry their view because one Dataset cannot hold two sizes of one dimension;
-``require(ds, name)`` returns an array with the plain dimension name ``patch``. The manifest
-lives in the root group's attributes under ``manifest``.
+``require(ds, name)`` returns an array with the plain dimension name ``patch``. Image i's
+patches are the first rows_i * cols_i entries of it, row-major (``store.grids``); the rest is
+NaN padding. The manifest lives in the root group's attributes under ``manifest``, with one
+entry per view under ``per_view``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import xarray as xr
 import zarr
 
 from ..infra.errors import ProbeError
+from . import grids
 
 DEFAULT_ROOT = Path("cache")
 
@@ -42,6 +48,8 @@ ARRAY_FLAGS = {
     "attention_blocks_224": "--views 224 --attention all",
     "keys_480": "--views 480",
     "tokens_96": "--views 96",
+    "keys_native": "--views native",
+    "tokens_native": "--views native",
 }
 
 
@@ -58,13 +66,15 @@ def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
     return Path(root) / f"{Path(checkpoint).stem}-{sha256[:8]}" / f"{network}.zarr"
 
 
-def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True) -> xr.Dataset:
+def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None) -> xr.Dataset:
     """Open a store lazily (dask chunks along ``image``).
 
     With ``done_only`` the dataset holds only images whose extraction finished and did not
     fail, so a reader during a write never sees a half-written image. Without
     ``allow_partial`` a store whose extraction has not finished is an error (analyses refuse
-    to summarise a set that is still growing unless asked with ``--partial``).
+    to summarise a set that is still growing unless asked with ``--partial``). ``arrays``
+    names what the reader will read: completeness is then judged by those arrays' views only
+    (a store growing a new view stays complete for the views it already had).
     """
     path = Path(path)
     if not (path / "zarr.json").is_file():
@@ -74,17 +84,26 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
         ds = xr.open_zarr(path, consolidated=False, chunks={})
     if "manifest" not in ds.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
-    if not allow_partial and "done" in ds:
-        done = ds["done"].values.astype(bool)
-        if not done.all():
-            raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")
-    if done_only and "done" in ds:
-        keep = ds["done"].values.astype(bool)
-        if "failed" in ds:
-            keep &= ~ds["failed"].values.astype(bool)
+    done, failed = _flags(ds, [arrays] if isinstance(arrays, str) else arrays)
+    if not allow_partial and done is not None and not done.all():
+        raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")
+    if done_only and done is not None:
+        keep = done & ~failed if failed is not None else done
         ds = ds.isel(image=np.flatnonzero(keep))
     ds.attrs["store"] = str(path)
     return ds
+
+
+def _flags(ds: xr.Dataset, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(done, failed) per image: of the views ``arrays`` belong to, else of the whole store."""
+    views = sorted({grids.view_of(a) for a in arrays}) if arrays else []
+    if views and all(f"done_{v}" in ds and f"failed_{v}" in ds for v in views):
+        done = np.logical_and.reduce([ds[f"done_{v}"].values.astype(bool) for v in views])
+        failed = np.logical_or.reduce([ds[f"failed_{v}"].values.astype(bool) for v in views])
+        return done, failed
+    done = ds["done"].values.astype(bool) if "done" in ds else None
+    failed = ds["failed"].values.astype(bool) if "failed" in ds else None
+    return done, failed
 
 
 def manifest(ds_or_path: xr.Dataset | str | Path) -> dict[str, Any]:
@@ -98,7 +117,7 @@ def manifest(ds_or_path: xr.Dataset | str | Path) -> dict[str, Any]:
 def require(ds: xr.Dataset, name: str) -> xr.DataArray:
     """The array ``name`` with its patch dimension named ``patch``, or an error naming the extract flag."""
     if name not in ds:
-        flag = ARRAY_FLAGS.get(name, "")
+        flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
     array = ds[name]
@@ -150,10 +169,16 @@ def list_results(store: str | Path) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------
 # Writing: a store is created once with its full image list; chunks are then filled in any
-# order (by shards, by reruns) and a chunk's ``done`` flags are written after its data.
+# order (by shards, by reruns). Each view has its own ``done_<view>`` / ``failed_<view>`` flags,
+# written after its arrays; the global ``done`` (every view done) and ``failed`` (any view
+# failed) follow. A store grows: a later run may add views beside the existing ones.
 
 # manifest fields that must agree before a process may write into an existing store
-IDENTITY = ("checkpoint", "network", "arch", "views", "interpolation", "attention", "dtype", "image_list_sha256", "chunk")
+IDENTITY = ("checkpoint", "network", "arch", "interpolation", "dtype", "image_list_sha256", "chunk")
+# per-view facts that must agree before a process may write into an existing view
+VIEW_IDENTITY = ("attention", "resample", "patches")
+FLAGS = ("image", "done", "failed", "image_height", "image_width")
+PER_VIEW = ("done_", "failed_", "grid_rows_", "grid_cols_")
 
 
 def identity(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +193,26 @@ def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [k for k in IDENTITY if a[k] != b[k]]
 
 
+def view_facts(manifest: dict[str, Any], view: str) -> dict[str, Any]:
+    """The manifest's facts about one view; stores written before views had their own entry
+    were all bicubic with the store-wide attention setting at 224."""
+    facts = dict((manifest.get("per_view") or {}).get(view, {}))
+    if not facts and view in [str(v) for v in manifest.get("views", [])]:
+        facts = {"resample": "bicubic"} if view == "480" else {}
+        if view == "224":
+            facts["attention"] = manifest.get("attention")
+    return facts
+
+
+def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return [k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+
+
+def _view_arrays(group: zarr.Group, view: str) -> list[str]:
+    """Every array that belongs to ``view``: its data, flags and grids."""
+    return [name for name in group.array_keys() if name not in FLAGS and grids.view_of(name) == view]
+
+
 class StoreWriter:
     """Fills a created store chunk by chunk; see ``create_store``."""
 
@@ -177,12 +222,17 @@ class StoreWriter:
         self.manifest = dict(self.group.attrs["manifest"])
         self.chunk = int(self.manifest["chunk"])
         self.n_images = int(self.group["done"].shape[0])
+        self.views = [str(v) for v in self.manifest.get("views", [])]
 
     def arrays(self) -> list[str]:
-        return [name for name in self.group.array_keys() if name not in ("image", "done", "failed", "image_height", "image_width")]
+        return [name for name in self.group.array_keys() if name not in FLAGS and not name.startswith(PER_VIEW)]
 
-    def done(self) -> np.ndarray:
-        return np.asarray(self.group["done"][:], dtype=bool)
+    def done(self, view: str | None = None) -> np.ndarray:
+        name = "done" if view is None else f"done_{view}"
+        return np.asarray(self.group[name][:], dtype=bool)
+
+    def grid(self, view: str) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.group[f"grid_rows_{view}"][:]), np.asarray(self.group[f"grid_cols_{view}"][:])
 
     def chunk_ranges(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
         """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
@@ -191,81 +241,244 @@ class StoreWriter:
         lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
         return [(c * self.chunk, min((c + 1) * self.chunk, self.n_images)) for c in range(lo, hi)]
 
-    def todo(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
-        done = self.done()
-        return [(a, b) for a, b in self.chunk_ranges(shard) if not done[a:b].all()]
+    def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int]]:
+        """Runs (start, stop) of images some of ``views`` still lack, never crossing a chunk; the
+        images of a run lack the same views."""
+        views = self.views if views is None else views
+        missing = np.stack([~self.done(view) for view in views], axis=1) if views else np.zeros((self.n_images, 0), dtype=bool)
+        runs = []
+        for a, b in self.chunk_ranges(shard):
+            position = a
+            while position < b:
+                if not missing[position].any():
+                    position += 1
+                    continue
+                stop = position + 1
+                while stop < b and np.array_equal(missing[stop], missing[position]):
+                    stop += 1
+                runs.append((position, stop))
+                position = stop
+        return runs
 
     def write(self, start: int, data: dict[str, np.ndarray], sizes: np.ndarray, failed: np.ndarray) -> None:
-        """Write one chunk's arrays, then its ``failed`` flags, then its ``done`` flags (last)."""
-        stop = start + len(failed)
-        for name, values in data.items():
-            self.group[name][start:stop] = values
-        self.group["image_height"][start:stop] = sizes[:, 0]
-        self.group["image_width"][start:stop] = sizes[:, 1]
+        """Write every view of images ``start:start+len(failed)``: arrays, then flags (``done`` last)."""
+        self.write_views(start, {view: ({k: v for k, v in data.items() if grids.view_of(k) == view}, failed) for view in self.views}, sizes)
+
+    def write_views(self, start: int, views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]], sizes: np.ndarray) -> None:
+        """Write some views of images ``start:stop``: each view's arrays and ``failed_<view>``, then
+        the sizes, then each ``done_<view>``, then the global flags (``done`` last)."""
+        stop = start + len(sizes)
+        for view, (data, failed) in views.items():
+            for name, values in data.items():
+                self.group[name][start:stop] = values
+            self.group[f"failed_{view}"][start:stop] = failed
+        known = np.asarray(sizes)[:, 0] > 0
+        if known.any():
+            for column, name in enumerate(("image_height", "image_width")):
+                current = np.asarray(self.group[name][start:stop])
+                self.group[name][start:stop] = np.where(known, np.asarray(sizes)[:, column], current)
+        for view in views:
+            self.group[f"done_{view}"][start:stop] = np.ones(stop - start, dtype=bool)
+        self._settle(start, stop)
+
+    def _settle(self, start: int, stop: int) -> None:
+        """The global flags of images ``start:stop`` from the views' own."""
+        done = np.ones(stop - start, dtype=bool)
+        failed = np.zeros(stop - start, dtype=bool)
+        for view in self.views:
+            done &= np.asarray(self.group[f"done_{view}"][start:stop], dtype=bool)
+            failed |= np.asarray(self.group[f"failed_{view}"][start:stop], dtype=bool)
         self.group["failed"][start:stop] = failed
-        self.group["done"][start:stop] = np.ones(stop - start, dtype=bool)
+        self.group["done"][start:stop] = done
+
+
+ArrayPlan = dict[str, tuple[tuple[str, ...], tuple[int, ...]]]
+Grids = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
+    """Grids of the views in ``arrays`` when the caller gives none: square, from the patch count."""
+    out: Grids = {}
+    for dims, shape in arrays.values():
+        for dim, size in zip(dims, shape):
+            if dim.startswith("patch_"):
+                side = int(round(size**0.5))
+                out[dim[len("patch_"):]] = (np.full(n, side, dtype=np.int32), np.full(n, side, dtype=np.int32))
+    return out
+
+
+def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.ndarray, np.ndarray], chunk: int, dtype: np.dtype) -> None:
+    n = int(group["done"].shape[0])
+    for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True)
+    for name, values in ((f"grid_rows_{view}", grid[0]), (f"grid_cols_{view}", grid[1])):
+        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, overwrite=True)
+        if n:
+            array[:] = np.asarray(values, dtype=np.int32)
+    compressors = [zarr.codecs.ZstdCodec(level=1)]
+    for name, (dims, shape) in arrays.items():
+        group.create_array(
+            name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
+            fill_value=np.nan, compressors=compressors, overwrite=True,
+        )
+
+
+def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
+    """Give a store written before views had their own flags and grids those arrays (same values)."""
+    for view in [str(v) for v in manifest.get("views", [])]:
+        if f"done_{view}" in group:
+            continue
+        chunk = int(manifest["chunk"])
+        n = int(group["done"].shape[0])
+        for flag in ("done", "failed"):
+            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True)
+            if n:
+                group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
+        plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
+        rows, cols = _square_grids(plan, n).get(view, (np.zeros(n, np.int32), np.zeros(n, np.int32)))
+        for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
+            group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, overwrite=True)
+            if n:
+                group[name][:] = values
+
+
+def _untouched(path: Path, group: zarr.Group, names: list[str]) -> bool:
+    """No image of these flag arrays is done and no analysis has saved results: safe to rebuild."""
+    return not list_results(path) and not any(np.asarray(group[name][:], dtype=bool).any() for name in names if name in group)
+
+
+def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: ArrayPlan, view_grids: Grids) -> None:
+    tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    n, chunk, dtype = len(image_ids), int(manifest["chunk"]), np.dtype(manifest["dtype"])
+    group = zarr.open_group(tmp, mode="w", zarr_format=3)
+    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"])
+    if n:
+        image[:] = np.asarray(image_ids, dtype=object)
+    for name, kind in (("done", bool), ("failed", bool)):
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False)
+    for name in ("image_height", "image_width"):
+        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0)
+    for view, grid in view_grids.items():
+        _add_view(group, view, {k: v for k, v in arrays.items() if grids.view_of(k) == view}, grid, chunk, dtype)
+    group.attrs["manifest"] = manifest
+    tmp.rename(path)
+
+
+def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) -> dict[str, Any]:
+    """The old manifest with the added views' entries (per_view, geometry, views) from the new one."""
+    merged = dict(old)
+    order = {name: i for i, name in enumerate(("96", "224", "480", "native"))}
+    views = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
+    merged["views"] = [views[k] for k in sorted(views, key=lambda k: order.get(k, 99))]
+    per_view = {v: view_facts(old, v) for v in views if v not in added}
+    per_view.update({v: new.get("per_view", {}).get(v, {}) for v in added})
+    merged["per_view"] = per_view
+    geometry = dict(old.get("view_geometry", {}))
+    geometry.update({v: new.get("view_geometry", {}).get(v) for v in added if v in new.get("view_geometry", {})})
+    merged["view_geometry"] = geometry
+    if "224" in added and "attention" in new:
+        merged["attention"] = new["attention"]
+    merged.setdefault("grown", []).append({"views": added, "date": new.get("date"), "git_revision": new.get("git_revision")})
+    return merged
 
 
 def create_store(
     path: str | Path,
     manifest: dict[str, Any],
     image_ids: list[str],
-    arrays: dict[str, tuple[tuple[str, ...], tuple[int, ...]]],
+    arrays: ArrayPlan,
+    view_grids: Grids | None = None,
 ) -> StoreWriter:
-    """Create the store (or reopen it when its manifest matches) and return a writer.
+    """Create the store, or reopen it and add the views it lacks, and return a writer.
 
-    ``arrays`` maps a name to its dimension names and shape after ``image``. A store written
-    with another checkpoint, network, view setting or image list is refused. Creation holds a
-    lock file so that shards starting at once create it exactly once.
+    ``arrays`` maps a name ``<kind>_<view>`` to its dimension names and shape after ``image``;
+    ``view_grids`` gives each view's per-image (rows, cols) (default: square, from the patch
+    count). A store written with another checkpoint, network, dtype, chunk or image list is
+    refused, and so is an existing view asked with other settings (attention, resample), unless
+    nothing of it was written yet: a store (or a view) with no finished image and no results
+    takes the new settings, so a run that failed early never blocks the corrected one. Creation
+    holds a lock file so that shards starting at once create or grow it exactly once.
     """
     import fcntl
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    chunk = int(manifest["chunk"])
-    dtype = np.dtype(manifest["dtype"])
+    view_grids = view_grids if view_grids is not None else _square_grids(arrays, len(image_ids))
     with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (path / "zarr.json").is_file():
-            group = zarr.open_group(path, mode="r")
+            group = zarr.open_group(path, mode="r+")
             old = dict(group.attrs.get("manifest", {}))
             bad = _mismatch(old, manifest)
-            if bad:
+            if bad and _untouched(path, group, ["done", *(f"done_{v}" for v in old.get("views", []))]):
+                shutil.rmtree(path)
+            elif bad:
                 raise ProbeError(
                     path,
                     f"was written with other settings ({', '.join(bad)} differ)",
-                    "use another --cache root or delete the store to start again",
+                    "use another --cache root or --store, or delete the store to start again",
                 )
-            missing = [name for name in arrays if name not in group]
-            if missing:
-                raise ProbeError(path, f"lacks arrays {missing} for these settings", "delete the store and extract again")
-            return StoreWriter(path)
-        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        n = len(image_ids)
-        group = zarr.open_group(tmp, mode="w", zarr_format=3)
-        image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"])
-        if n:
-            image[:] = np.asarray(image_ids, dtype=object)
-        for name, kind in (("done", bool), ("failed", bool)):
-            group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False)
-        for name in ("image_height", "image_width"):
-            group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0)
-        compressors = [zarr.codecs.ZstdCodec(level=1)]
-        for name, (dims, shape) in arrays.items():
-            group.create_array(
-                name,
-                shape=(n, *shape),
-                dtype=dtype,
-                chunks=(chunk, *shape),
-                dimension_names=["image", *dims],
-                fill_value=np.nan,
-                compressors=compressors,
-            )
-        group.attrs["manifest"] = manifest
-        tmp.rename(path)
+            else:
+                _grow(path, group, old, manifest, arrays, view_grids)
+                return StoreWriter(path)
+        _fresh(path, manifest, image_ids, arrays, view_grids)
         return StoreWriter(path)
+
+
+def _grow(path: Path, group: zarr.Group, old: dict[str, Any], manifest: dict[str, Any], arrays: ArrayPlan, view_grids: Grids) -> None:
+    """Add the views of ``manifest`` the store lacks; check the ones it has (see ``create_store``)."""
+    _upgrade(group, old)
+    existing = [str(v) for v in old.get("views", [])]
+    added = []
+    for view, grid in view_grids.items():
+        planned = {k: v for k, v in arrays.items() if grids.view_of(k) == view}
+        if view in existing:
+            differ = _view_mismatch(view_facts(old, view), (manifest.get("per_view") or {}).get(view, {}))
+            shapes = {name: tuple(group[name].shape[1:]) for name in planned if name in group}
+            differ += [f"{name} shape" for name, (_, shape) in planned.items() if shapes.get(name) != tuple(shape)]
+            if not differ:
+                continue
+            if not _untouched(path, group, [f"done_{view}"]):
+                raise ProbeError(
+                    path,
+                    f"holds the {view} view with other settings ({', '.join(differ)} differ)",
+                    "extract into another --store, or delete the store to start again",
+                )
+            for name in _view_arrays(group, view):
+                del group[name]
+        _add_view(group, view, planned, grid, int(old["chunk"]), np.dtype(old["dtype"]))
+        added.append(view)
+    if added:
+        merged = _merge_manifest(old, manifest, added)
+        group.attrs["manifest"] = merged
+        n = int(group["done"].shape[0])
+        if n:
+            group["done"][:] = np.zeros(n, dtype=bool)  # an image is done when every view is
+
+
+def _describe_view(ds: xr.Dataset, meta: dict[str, Any], view: str) -> str:
+    """One line for a view: its grid(s), filter, attention, and how many images it holds."""
+    facts = view_facts(meta, view)
+    try:
+        rows, cols = grids.view_grid(ds, view)
+    except ProbeError:
+        return "no arrays"
+    pairs = sorted(set(zip(rows.tolist(), cols.tolist())) - {(0, 0)}, key=lambda rc: rc[0] * rc[1])
+    if len(pairs) == 1:
+        grid = f"{pairs[0][0]}x{pairs[0][1]} patches"
+    elif pairs:
+        grid = f"per-image grids {pairs[0][0]}x{pairs[0][1]} to {pairs[-1][0]}x{pairs[-1][1]} (patch dimension {ds.sizes.get(f'patch_{view}')})"
+    else:
+        grid = "no grid"
+    patch = (meta.get("arch") or {}).get("patch")
+    parts = [grid + (f" at /{patch}" if patch else "")]
+    parts += [f"{key} {facts[key]}" for key in ("resample", "attention") if facts.get(key)]
+    if f"done_{view}" in ds:
+        done = ds[f"done_{view}"].values.astype(bool)
+        parts.append(f"{int(done.sum())}/{done.size} done, {int(ds[f'failed_{view}'].values.astype(bool).sum())} failed")
+    return "; ".join(parts)
 
 
 def describe_store(path: str | Path) -> list[tuple[str, str]]:
@@ -283,8 +496,10 @@ def describe_store(path: str | Path) -> list[tuple[str, str]]:
     ]
     for name in ("views", "interpolation", "attention", "dtype", "chunk", "image_source", "image_list_sha256", "toolkit_version", "git_revision", "date"):
         rows.append((name, str(meta.get(name))))
+    for view in grids.views_in(ds):
+        rows.append((f"view {view}", _describe_view(ds, meta, view)))
     for name, var in ds.data_vars.items():
-        if name not in ("done", "failed", "image_height", "image_width"):
+        if name not in FLAGS and not name.startswith(PER_VIEW):
             rows.append((f"array {name}", f"{dict(zip(var.dims, var.shape))} {var.dtype}"))
     rows.append(("results", ", ".join(list_results(path)) or "none yet"))
     return rows

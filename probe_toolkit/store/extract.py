@@ -1,10 +1,11 @@
-"""Checkpoint + images → the store: one forward pass per view, written chunk by chunk.
+"""Checkpoint + images → the store: one forward pass per view, written run by run.
 
-Work is cut into the store's chunks along ``image``; a chunk's arrays are written whole and its
-``done`` flags last, so a killed run resumes where it stopped and gives the same store as an
-uninterrupted one, and shards (``--shard i/n``, or torchrun's RANK/WORLD_SIZE) write disjoint,
-chunk-aligned ranges of one store. Decoding the next chunk and writing the last one run in
-threads beside the forward pass.
+Work is cut into runs of images inside the store's chunks; a run's arrays are written whole and
+its ``done_<view>`` flags last, so a killed run resumes where it stopped and gives the same store
+as an uninterrupted one, and shards (``--shard i/n``, or torchrun's RANK/WORLD_SIZE) write
+disjoint, chunk-aligned ranges of one store. A store grows: a later run with new views adds them
+beside the existing ones. Decoding the next run and writing the last one run in threads beside
+the forward pass. An image is marked done only when every value of its arrays is finite.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 import torch
@@ -22,31 +23,52 @@ import torch
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.progress import bar
-from . import cache, images
+from . import arrays, cache, images
 from .backbone import Arch, AttentionMode, Backbone, Interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
 OnError = Literal["fail", "skip"]
+RESAMPLES = tuple(images.RESAMPLE)
+
+
+def at_least(option: str, value: int | None, minimum: int, example: str) -> None:
+    """Numeric options are checked where they enter: one line naming the option."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ProbeError(None, f"{option} {value!r} must be a whole number of at least {minimum}", f"use e.g. {option} {example}")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything that decides a store's contents (recorded in its manifest)."""
+    """Everything that decides a store's contents (recorded in its manifest).
 
-    views: tuple[int, ...] = (224, 480)
+    ``views``: any of 96, 224, 480 and "native"; ``resample``: the 480 view's filter.
+    """
+
+    views: tuple[int | str, ...] = (224, 480)
     attention: AttentionMode = "last"
     dtype: str = "float16"
     chunk: int = 16
     interpolation: Interpolation = "dino"
+    resample: str = "bicubic"
 
     def __post_init__(self) -> None:
-        bad = [v for v in self.views if v not in images.VIEWS]
-        if bad or not self.views:
-            raise ProbeError(None, f"--views {','.join(map(str, self.views))} is not a subset of {images.VIEWS}", "use e.g. --views 224,480")
+        if not self.views:
+            raise ProbeError(None, "--views is empty", "use e.g. --views 224,480")
+        for view in self.views:
+            images.view_name(view)
         if self.dtype not in ("float16", "float32"):
             raise ProbeError(None, f"--dtype {self.dtype} is not float16 or float32", "use --dtype float16")
-        if self.chunk < 1:
-            raise ProbeError(None, f"--chunk {self.chunk} must be at least 1", "use --chunk 16")
+        at_least("--chunk", self.chunk, 1, "16")
+        if self.resample not in RESAMPLES:
+            raise ProbeError(None, f"--resample {self.resample!r} is not one of {', '.join(RESAMPLES)}", "use --resample lanczos (MaskCut's filter) or bicubic")
+
+    @property
+    def names(self) -> list[str]:
+        """The canonical view names, in a fixed order."""
+        given = {images.view_name(v) for v in self.views}
+        return [v for v in images.VIEW_NAMES if v in given]
 
 
 @dataclass
@@ -56,51 +78,50 @@ class Report:
     written: int = 0
     skipped: list[str] = field(default_factory=list)
     done: int = 0
+    views: list[str] = field(default_factory=list)
+    left: int = 0  # images of this shard still to do after a --limit run
+    limit: int | None = None
 
 
-def plan_arrays(arch: Arch, settings: Settings) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+def patch_counts(arch: Arch, settings: Settings, native_patches: int = 0) -> dict[str, int]:
+    """Each view's patch dimension: rows x cols of a fixed view, the set's largest grid for native."""
+    out = {}
+    for view in settings.names:
+        if view == images.NATIVE:
+            out[view] = max(int(native_patches), 1)
+        else:
+            rows, cols = images.fixed_grid(view, arch.patch)
+            out[view] = rows * cols
+    return out
+
+
+def plan_arrays(arch: Arch, settings: Settings, native_patches: int = 0) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
     """Array names, dimension names and shapes (after ``image``) for these settings.
 
-    Patch dimensions carry their view (``patch_224``, ``patch_480``, ``patch_96``) because one
+    Patch dimensions carry their view (``patch_224``, ``patch_480``, ``patch_native``) because one
     xarray Dataset cannot hold two sizes of one dimension; ``cache.require`` hands arrays out
     with the plain name ``patch``.
     """
-    def grid(size: int) -> int:
-        return (size // arch.patch) ** 2
-
     plan: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
-    d, cls = arch.width, arch.class_token
-    if 224 in settings.views:
-        plan["tokens_224"] = (("patch_224", "channel"), (grid(224), d))
-        if cls:
-            plan["cls_tokens_224"] = (("channel",), (d,))
-        t = grid(224) + int(cls)
-        if settings.attention != "none":
-            plan["attention_224"] = (("head", "query", "key"), (arch.heads, t, t))
-        if settings.attention == "all":
-            plan["attention_blocks_224"] = (("block", "head", "query", "key"), (arch.depth, arch.heads, t, t))
-    if 480 in settings.views:
-        plan["keys_480"] = (("patch_480", "channel"), (grid(480), d))
-        if cls:
-            plan["cls_keys_480"] = (("channel",), (d,))
-    if 96 in settings.views:
-        plan["tokens_96"] = (("patch_96", "channel"), (grid(96), d))
-        if cls:
-            plan["cls_tokens_96"] = (("channel",), (d,))
+    for view, patches in patch_counts(arch, settings, native_patches).items():
+        plan.update(arrays.view_arrays(view, arch, patches, settings.attention))
     return plan
 
 
-def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str) -> dict:
+def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str, native_patches: int = 0) -> dict:
+    arch = checkpoint.arch
+    counts = patch_counts(arch, settings, native_patches)
     return {
         "kind": "probe-store",
         **provenance.stamp(),
         "checkpoint": checkpoint.describe(),
         "network": checkpoint.network,
-        "arch": checkpoint.arch.as_dict(),
-        "views": sorted(settings.views),
+        "arch": arch.as_dict(),
+        "views": [images.manifest_view(v) for v in settings.names],
+        "per_view": {v: arrays.view_facts(v, arch, counts[v], settings.attention, settings.resample) for v in settings.names},
         "interpolation": settings.interpolation,
         "attention": settings.attention,
-        "attention_has_cls": checkpoint.arch.class_token,
+        "attention_has_cls": arch.class_token,
         "dtype": settings.dtype,
         "chunk": settings.chunk,
         "image_source": source,
@@ -114,12 +135,31 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "gelu": "exact (erf)",
         },
         "view_geometry": {
-            "96": "short side 96 (PIL bicubic), centre crop 96",
-            "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
-            "480": "squash to 480x480 (PIL bicubic)",
+            **{v: arrays.geometry(v, settings.resample) for v in settings.names},
             "normalisation": "ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)",
         },
     }
+
+
+def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError) -> tuple[np.ndarray, np.ndarray]:
+    """Each image's native grid from its file header (0 x 0 for one that cannot have one, with skip)."""
+    rows, cols = np.zeros(len(refs), dtype=np.int32), np.zeros(len(refs), dtype=np.int32)
+    for i, ref in enumerate(refs):
+        try:
+            width, height = images.header_size(ref.path)
+            _check_native(ref, width, height, patch)
+        except ProbeError:
+            if on_error == "fail":
+                raise
+            continue
+        rows[i], cols[i] = images.native_grid(width, height, patch)
+    return rows, cols
+
+
+def _check_native(ref: images.ImageRef, width: int, height: int, patch: int) -> None:
+    if width < patch or height < patch:
+        raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its native view has no patch",
+                         "remove it, or record it as failed with --on-error skip")
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
@@ -145,58 +185,117 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _load(refs: list[images.ImageRef], sizes: tuple[int, ...], on_error: OnError):
-    """Decode and cut views for one chunk; failed images are recorded, not silently dropped."""
-    batch: dict[int, list[torch.Tensor]] = {s: [] for s in sizes}
+@dataclass
+class Loaded:
+    """One run's decoded images: the fixed views stacked, native tensors one by one."""
+
+    fixed: dict[str, tuple[list[int], torch.Tensor | None]]
+    native: list[tuple[int, torch.Tensor]]
+    original: np.ndarray  # (n, 2) height, width; 0 where the file could not be read
+    failed: dict[str, np.ndarray]  # per view: images that cannot have it
+    errors: list[str]
+
+
+def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None, on_error: OnError) -> Loaded:
+    """Decode and cut the views of one run; failed images are recorded, not silently dropped."""
+    fixed: dict[str, list[torch.Tensor]] = {v: [] for v in views if v != images.NATIVE}
+    where: dict[str, list[int]] = {v: [] for v in fixed}
+    native: list[tuple[int, torch.Tensor]] = []
     original = np.zeros((len(refs), 2), dtype=np.int32)
-    failed = np.zeros(len(refs), dtype=bool)
+    failed = {v: np.zeros(len(refs), dtype=bool) for v in views}
     errors: list[str] = []
+
+    def fail(i: int, error: ProbeError, which: list[str]) -> None:
+        if on_error == "fail":
+            raise error
+        for v in which:
+            failed[v][i] = True
+        errors.append(error.line())
+
     for i, ref in enumerate(refs):
         try:
             picture = images.load_image(ref.path)
         except ProbeError as error:
-            if on_error == "fail":
-                raise
-            failed[i] = True
-            errors.append(error.line())
+            fail(i, error, views)
             continue
         original[i] = (picture.height, picture.width)
-        for size, tensor in images.views(picture, sizes).items():
-            batch[size].append(tensor)
-    stacked = {s: torch.stack(v) if v else None for s, v in batch.items()}
-    return stacked, original, failed, errors
+        for v in fixed:
+            fixed[v].append(images.normalise(images.view(picture, int(v), settings.resample)))
+            where[v].append(i)
+        if images.NATIVE in views:
+            try:
+                _check_native(ref, picture.width, picture.height, patch)
+                expected = (int(grid[0][i]), int(grid[1][i]))
+                if images.native_grid(picture.width, picture.height, patch) != expected:
+                    raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
+            except ProbeError as error:
+                fail(i, error, [images.NATIVE])
+                continue
+            native.append((i, images.native(picture, patch)))
+    stacked = {v: (where[v], torch.stack(t) if t else None) for v, t in fixed.items()}
+    return Loaded(stacked, native, original, failed, errors)
 
 
-def _run(backbone: Backbone, view: torch.Tensor, size: int, settings: Settings, batch_size: int, device: torch.device) -> dict[str, np.ndarray]:
-    """Forward one view of a chunk in batches; returns the arrays this view contributes."""
+def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None]) -> dict[str, np.ndarray]:
+    """Forward one view of some images in batches; returns the arrays this view contributes."""
     dtype = np.dtype(settings.dtype)
+    reads = arrays.READS[view]
     parts: dict[str, list[np.ndarray]] = {}
-    want_keys = size == 480
-    attention: AttentionMode = settings.attention if size == 224 else "none"
+    attention: AttentionMode = settings.attention if "attention" in reads else "none"
 
     def put(name: str, value: torch.Tensor | None) -> None:
         if value is not None:
             parts.setdefault(name, []).append(value.float().cpu().numpy().astype(dtype))
 
-    for start in range(0, view.shape[0], batch_size):
-        out = backbone.readout(view[start:start + batch_size].to(device), keys=want_keys, attention=attention)
-        if size == 480:
-            put("keys_480", out.keys)
-            put("cls_keys_480", out.cls_key)
-        else:
-            put(f"tokens_{size}", out.tokens)
-            put(f"cls_tokens_{size}", out.cls_token)
-        if size == 224:
-            put("attention_224", out.attention)
-            put("attention_blocks_224", out.attention_blocks)
+    for start in range(0, pixels.shape[0], batch_size):
+        batch = pixels[start:start + batch_size]
+        out = backbone.readout(batch.to(device), keys="keys" in reads, attention=attention)
+        if "keys" in reads:
+            put(f"keys_{view}", out.keys)
+            put(f"cls_keys_{view}", out.cls_key)
+        if "tokens" in reads:
+            put(f"tokens_{view}", out.tokens)
+            put(f"cls_tokens_{view}", out.cls_token)
+        if "attention" in reads:
+            put(f"attention_{view}", out.attention)
+            put(f"attention_blocks_{view}", out.attention_blocks)
+        tick(batch.shape[0])
     return {name: np.concatenate(chunks) for name, chunks in parts.items()}
 
 
-def _scatter(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Rows of the images that loaded, placed back among NaN rows for those that failed."""
-    full = np.full((len(ok), *values.shape[1:]), np.nan, dtype=values.dtype)
-    full[ok] = values
-    return full
+def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick) -> dict[str, np.ndarray]:
+    """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value."""
+    names = [name for name in plan if name.endswith(f"_{view}")]
+    data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
+    if view != images.NATIVE:
+        where, pixels = loaded.fixed[view]
+        if pixels is not None:
+            for name, values in _run(backbone, pixels, view, settings, batch_size, device, tick).items():
+                data[name][where] = values
+        return data
+    shapes: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
+    for i, tensor in loaded.native:
+        shapes.setdefault(tuple(tensor.shape), []).append((i, tensor))
+    for group in shapes.values():  # one batch shape per grid: images of one size forward together
+        where = [i for i, _ in group]
+        out = _run(backbone, torch.stack([t for _, t in group]), view, settings, batch_size, device, tick)
+        for name, values in out.items():
+            if name.startswith("cls_"):
+                data[name][where] = values
+            else:
+                data[name][where, : values.shape[1]] = values
+    return data
+
+
+def _finite(data: dict[str, np.ndarray], view: str, rows: np.ndarray, cols: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Images (among ``ok``) whose every value in the valid region of this view is finite."""
+    good = ok.copy()
+    for name, values in data.items():
+        for i in np.flatnonzero(good):
+            region = values[i, : int(rows[i]) * int(cols[i])] if name.startswith(("tokens_", "keys_")) else values[i]
+            if region.size == 0 or not np.isfinite(region).all():
+                good[i] = False
+    return good
 
 
 def _written(pending: Future, path: Path) -> None:
@@ -207,6 +306,21 @@ def _written(pending: Future, path: Path) -> None:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ProbeError(path, "ran out of disk space while writing a chunk", "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
         raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
+
+
+def _limited(runs: list[tuple[int, int]], limit: int | None) -> tuple[list[tuple[int, int]], int]:
+    """At most ``limit`` images: the last run is cut inside its chunk. Returns (runs, images left)."""
+    total = sum(b - a for a, b in runs)
+    if limit is None:
+        return runs, 0
+    kept, taken = [], 0
+    for a, b in runs:
+        if taken >= limit:
+            break
+        take = min(b - a, limit - taken)
+        kept.append((a, a + take))
+        taken += take
+    return kept, total - taken
 
 
 def extract(
@@ -226,53 +340,77 @@ def extract(
     device: str = "auto",
     quiet: bool = False,
 ) -> Report:
-    """``probe extract``: fill the store of ``checkpoint_path`` with the views of ``image_dir``."""
+    """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``."""
+    at_least("--batch-size", batch_size, 1, "16")
+    at_least("--limit", limit, 1, "100")
+    at_least("--heads", heads, 1, "6")
+    shard_range = parse_shard(shard)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+    patch = checkpoint.arch.patch
     refs = images.list_images(image_dir)
-    name = network + ("-converted" if convert else "")
-    path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
-    plan = plan_arrays(checkpoint.arch, settings)
-    writer = cache.create_store(path, build_manifest(checkpoint, settings, refs, str(image_dir)), [r.id for r in refs], plan)
-    todo = writer.todo(parse_shard(shard))
-    if limit is not None:
-        kept, total = [], 0
-        for a, b in todo:
-            if total >= limit:
-                break
-            kept.append((a, b))
-            total += b - a
-        todo = kept
-
+    views = settings.names
+    grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
+             for v in views if v != images.NATIVE for r, c in [images.fixed_grid(v, patch)]}
+    if images.NATIVE in views:
+        grids[images.NATIVE] = native_grids(refs, patch, on_error)
+    native_patches = int((grids[images.NATIVE][0] * grids[images.NATIVE][1]).max(initial=0)) if images.NATIVE in grids else 0
     torch_device = resolve_device(device)
     backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
-    sizes = tuple(sorted(settings.views))
-    report = Report(store=path, n_images=len(refs))
 
-    def load(rng: tuple[int, int]):
-        return _load(refs[rng[0]:rng[1]], sizes, on_error)
+    name = network + ("-converted" if convert else "")
+    path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
+    plan = plan_arrays(checkpoint.arch, settings, native_patches)
+    manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
+    writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
+    todo, left = _limited(writer.todo(shard_range, views), limit)
+    report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
+
+    def load(run: tuple[int, int]) -> Loaded:
+        a, b = run
+        native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
+        return _load(refs[a:b], _needed(writer, views, a, b), settings, patch, native, on_error)
 
     with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
         task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b in todo))
         pending: Future | None = None
         upcoming = loader.submit(load, todo[0]) if todo else None
         for index, (start, stop) in enumerate(todo):
-            views, original, failed, errors = upcoming.result()
+            loaded = upcoming.result()
             upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-            ok = ~failed
-            data: dict[str, np.ndarray] = {}
-            for size in sizes:
-                if views[size] is not None:
-                    data.update(_run(backbone, views[size], size, settings, batch_size, torch_device))
-            if not ok.all():
-                for array_name, (_, shape) in plan.items():
-                    data[array_name] = _scatter(data[array_name], ok) if array_name in data else np.full((len(ok), *shape), np.nan, dtype=settings.dtype)
+            n, needed = stop - start, list(loaded.failed)
+            ticked = [0.0]
+
+            def tick(count: int, share: float = 1.0 / len(needed)) -> None:
+                ticked[0] += count * share
+                progress.advance(task, count * share)
+
+            out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
+            any_ok = np.zeros(n, dtype=bool)
+            for view in needed:
+                data = _view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
+                ok = ~loaded.failed[view]
+                good = _finite(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
+                for i in np.flatnonzero(ok & ~good):
+                    error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                    if on_error == "fail":
+                        raise error
+                    loaded.errors.append(error.line())
+                    for values in data.values():
+                        values[i] = np.nan
+                out[view] = (data, ~good)
+                any_ok |= good
             if pending is not None:
                 _written(pending, path)
-            pending = saver.submit(writer.write, start, data, original, failed)
-            report.written += int(ok.sum())
-            report.skipped += errors
-            progress.advance(task, stop - start)
+            pending = saver.submit(writer.write_views, start, out, loaded.original)
+            report.written += int(any_ok.sum())
+            report.skipped += loaded.errors
+            progress.advance(task, n - ticked[0])
         if pending is not None:
             _written(pending, path)
-    report.done = int(writer.done().sum())
+    report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
     return report
+
+
+def _needed(writer: cache.StoreWriter, views: list[str], start: int, stop: int) -> list[str]:
+    """The views images ``start:stop`` still lack (a run never mixes done and undone images of a view)."""
+    return [v for v in views if not writer.done(v)[start:stop].all()]

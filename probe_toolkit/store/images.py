@@ -1,9 +1,13 @@
-"""Image sources and the three views every store is built from.
+"""Image sources and the views every store is built from.
 
 - 224: short side to 224 (PIL bicubic, long side truncated as torchvision's Resize does), centre
   crop 224. A 640×480 photo becomes 298×224 and the crop starts 37 px from the left.
-- 480: the whole image squashed to 480×480 (the decoder's view, MaskCut's protocol).
+- 480: the whole image squashed to 480×480 (the decoder's view), PIL bicubic by default or PIL
+  LANCZOS (``resample="lanczos"``, as CutLER's ``maskcut/maskcut.py`` resizes).
 - 96: short side to 96, centre crop 96.
+- native: the image at its own size, normalised, then zero-padded at the right and bottom to a
+  multiple of the patch size, as TokenCut's ``main_tokencut.py`` and LOST's ``main_lost.py`` pad
+  it (``ceil(h / p) * p`` rows, ``ceil(w / p) * p`` columns). Its grid differs per image.
 
 Every view is normalised with ImageNet's mean and standard deviation. Files are decoded with
 their EXIF orientation applied; greyscale, palette, RGBA, CMYK and 16-bit images become RGB.
@@ -25,6 +29,50 @@ MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 VIEWS = (96, 224, 480)
+NATIVE = "native"
+VIEW_NAMES = ("96", "224", "480", NATIVE)
+RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
+
+
+def view_name(view: int | str) -> str:
+    """The canonical name of a view ("96", "224", "480", "native"); anything else is bad input."""
+    name = str(view).strip().lower()
+    if name not in VIEW_NAMES:
+        raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native")
+    return name
+
+
+def manifest_view(name: str) -> int | str:
+    """How the manifest lists a view: fixed views as their size in pixels, ``native`` by name."""
+    return name if name == NATIVE else int(name)
+
+
+def fixed_grid(view: str, patch: int) -> tuple[int, int]:
+    """(rows, cols) of a fixed square view at this patch size (224 at /16: 14 x 14; at /8: 28 x 28)."""
+    size = int(view)
+    if size % patch:
+        raise ProbeError(None, f"the {view} view is not a multiple of the checkpoint's {patch}-px patch", f"use views whose size divides by {patch}, or --views native")
+    return size // patch, size // patch
+
+
+def native_grid(width: int, height: int, patch: int) -> tuple[int, int]:
+    """(rows, cols) of the native view: the image zero-padded up to whole patches."""
+    return -(-height // patch), -(-width // patch)
+
+
+def header_size(path: str | Path) -> tuple[int, int]:
+    """(width, height) after EXIF orientation, read from the file's header without decoding it."""
+    path = Path(path)
+    try:
+        with Image.open(path) as opened:
+            width, height = opened.size
+            if opened.getexif().get(0x0112) in (5, 6, 7, 8):  # transposed orientations swap the sides
+                width, height = height, width
+    except UnidentifiedImageError:
+        raise ProbeError(path, "is not an image PIL can read", "remove it from the folder, or skip it with --on-error skip") from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise ProbeError(path, f"has an unreadable header ({error})", "replace it, or skip it with --on-error skip") from None
+    return width, height
 
 
 @dataclass(frozen=True)
@@ -125,10 +173,13 @@ def geometry(width: int, height: int, size: int) -> ViewGeometry:
     return ViewGeometry(size, (width, height), resized, (left, top, left + size, top + size))
 
 
-def view(image: Image.Image, size: int) -> Image.Image:
-    """The ``size`` view of an RGB image (96 and 224: short side + centre crop; 480: squash)."""
+def view(image: Image.Image, size: int, resample: str = "bicubic") -> Image.Image:
+    """The ``size`` view of an RGB image (96 and 224: short side + centre crop; 480: squash).
+
+    ``resample`` (bicubic or lanczos) is the 480 view's filter; 96 and 224 are always bicubic.
+    """
     g = geometry(*image.size, size)
-    resized = image.resize(g.resized, Image.Resampling.BICUBIC)
+    resized = image.resize(g.resized, RESAMPLE[resample] if size == 480 else Image.Resampling.BICUBIC)
     return resized if g.box == (0, 0, *g.resized) else resized.crop(g.box)
 
 
@@ -138,5 +189,14 @@ def normalise(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
 
 
-def views(image: Image.Image, sizes: tuple[int, ...]) -> dict[int, torch.Tensor]:
-    return {size: normalise(view(image, size)) for size in sizes}
+def native(image: Image.Image, patch: int) -> torch.Tensor:
+    """The native view: (3, rows * patch, cols * patch), normalised first, zeros at the right and bottom."""
+    pixels = normalise(image)
+    rows, cols = native_grid(image.width, image.height, patch)
+    padded = torch.zeros((3, rows * patch, cols * patch), dtype=pixels.dtype)
+    padded[:, : image.height, : image.width] = pixels
+    return padded
+
+
+def views(image: Image.Image, sizes: tuple[int, ...], resample: str = "bicubic") -> dict[int, torch.Tensor]:
+    return {size: normalise(view(image, size, resample)) for size in sizes}

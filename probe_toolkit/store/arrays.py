@@ -1,0 +1,61 @@
+"""What each view contributes to a store: its arrays, their shapes, and the facts the manifest keeps.
+
+One table for every view, so extraction, the manifest and ``probe info`` agree: 224 gives tokens
+(and attention), 480 keys, 96 tokens, native keys and tokens. A view's patch count follows from
+the view and the checkpoint's patch size (224 at /16: 14 x 14, at /8: 28 x 28); the native view's
+patch dimension is the largest grid of the set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import images
+from .backbone import Arch
+
+# what one forward pass of each view is read for
+READS = {"96": ("tokens",), "224": ("tokens", "attention"), "480": ("keys",), "native": ("keys", "tokens")}
+
+GEOMETRY = {
+    "96": "short side 96 (PIL bicubic), centre crop 96",
+    "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
+    "480": "squash to 480x480 (PIL {resample})",
+    "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
+              "(TokenCut main_tokencut.py, LOST main_lost.py)",
+}
+
+
+def view_arrays(view: str, arch: Arch, patches: int, attention: str) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+    """Array names, dimension names and shapes (after ``image``) of one view with ``patches`` patches."""
+    plan: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+    d, cls = arch.width, arch.class_token
+    reads = READS[view]
+    for kind in ("tokens", "keys"):
+        if kind in reads:
+            plan[f"{kind}_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
+            if cls:
+                plan[f"cls_{kind}_{view}"] = (("channel",), (d,))
+    if "attention" in reads and attention != "none":
+        t = patches + int(cls)
+        plan[f"attention_{view}"] = (("head", "query", "key"), (arch.heads, t, t))
+        if attention == "all":
+            plan[f"attention_blocks_{view}"] = (("block", "head", "query", "key"), (arch.depth, arch.heads, t, t))
+    return plan
+
+
+def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: str) -> dict[str, Any]:
+    """The manifest's entry for one view (``per_view``): grid, filter, attention, arrays."""
+    facts: dict[str, Any] = {"patch": arch.patch, "patches": patches, "geometry": geometry(view, resample)}
+    if view == images.NATIVE:
+        facts.update(rows=None, cols=None, grid="per image, in grid_rows_native / grid_cols_native")
+    else:
+        rows, cols = images.fixed_grid(view, arch.patch)
+        facts.update(rows=rows, cols=cols)
+    facts["resample"] = resample if view == "480" else ("none" if view == images.NATIVE else "bicubic")
+    facts["attention"] = attention if "attention" in READS[view] else "none"
+    facts["arrays"] = sorted(view_arrays(view, arch, patches, attention))
+    return facts
+
+
+def geometry(view: str, resample: str = "bicubic") -> str:
+    return GEOMETRY[view].format(resample=resample)
