@@ -53,7 +53,8 @@ def extract(
     checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
     images: Annotated[Optional[Path], typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[Optional[str], typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
-    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), 480 (keys).")] = "224,480",
+    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST). A later run may add views to a store.")] = "224,480",
+    resample: Annotated[Optional[str], typer.Option("--resample", help="Filter of the 480 squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
     attention: Annotated[str, typer.Option(help="Attention maps at 224: last, all (12 blocks) or none.")] = "last",
     dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 16,
@@ -64,7 +65,7 @@ def extract(
     interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: dino or timm.")] = "dino",
     shard: Annotated[Optional[str], typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
     on_error: Annotated[str, typer.Option("--on-error", help="fail, or skip unreadable images and record them.")] = "fail",
-    limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (whole chunks).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
     store: Annotated[Optional[Path], typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     cache: CacheOpt = None,
@@ -91,14 +92,19 @@ def extract(
             from .store.checkpoints import sha256_file
 
             store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
-    settings = Settings(views=tuple(int(v) for v in views.split(",") if v), attention=attention, dtype=dtype, chunk=chunk, interpolation=interp)
+    view_list = tuple(v.strip() for v in views.split(",") if v.strip())
+    if resample is not None and "480" not in view_list:
+        raise ProbeError(None, f"--resample {resample} applies to the 480 view, which --views {views} does not include", "add 480 to --views, or drop --resample")
+    settings = Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic")
     report = run(
         checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
         shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
     )
     for line in report.skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
-    console.print(f"{report.store}: {report.done}/{report.n_images} images done ({report.written} written now, {len(report.skipped)} skipped)")
+    console.print(f"{report.store}: {report.done}/{report.n_images} images done in views {','.join(report.views)} ({report.written} written now, {len(report.skipped)} skipped)", soft_wrap=True)
+    if report.limit is not None and report.left:
+        console.print(f"--limit {report.limit}: {report.left} images of this shard left; rerun the same command to continue", soft_wrap=True)
 
 
 @app.command()
@@ -116,7 +122,7 @@ def convert(
 
 @app.command()
 def info(store: Annotated[Path, typer.Argument(help="A store written by probe extract.")]) -> None:
-    """Print a store's manifest, its arrays and how complete it is."""
+    """Print a store's manifest, each view's grid and completeness, its arrays."""
     from rich.table import Table
 
     from .store.cache import describe_store

@@ -96,7 +96,7 @@ class StoreKeys:
 
 
 def open_keys(store: str | Path, size: int = 480) -> StoreKeys:
-    ds = cache.open_store(store)
+    ds = cache.open_store(store, arrays=f"keys_{size}")
     keys = cache.require(ds, f"keys_{size}")
     meta = cache.manifest(ds)
     if ds.sizes.get("image", 0) == 0:

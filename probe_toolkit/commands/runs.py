@@ -42,7 +42,7 @@ def result_provenance(ds: xr.Dataset, command: str) -> dict:
 
 def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None, partial: bool) -> dict[str, tuple[xr.Dataset, xr.Dataset]]:
     """Open every store and check it holds ``needs`` first, then run ``analyse(ds, progress, client)``."""
-    opened = {str(store): open_store(store, allow_partial=partial) for store in dict.fromkeys(stores)}
+    opened = {str(store): open_store(store, allow_partial=partial, arrays=needs) for store in dict.fromkeys(stores)}
     for ds in opened.values():
         require(ds, needs)
     runs = {}

@@ -245,7 +245,8 @@ def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings
 
     def put(name: str, value: torch.Tensor | None) -> None:
         if value is not None:
-            parts.setdefault(name, []).append(value.float().cpu().numpy().astype(dtype))
+            with np.errstate(over="ignore"):  # an overflow becomes inf, which _finite then refuses
+                parts.setdefault(name, []).append(value.float().cpu().numpy().astype(dtype))
 
     for start in range(0, pixels.shape[0], batch_size):
         batch = pixels[start:start + batch_size]

@@ -1,0 +1,238 @@
+"""The store's views and grids: native (padded as TokenCut/LOST), the 480 filter, /8 grids, growth,
+integrity at the boundary and in the values.
+
+The native reference below pads and cuts patches with plain numpy loops and interpolates the
+position table with explicit cubic matrices in float64; only timm's blocks are shared (they are
+held to the equations in test_backbone).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from PIL import Image
+from test_backbone import cubic_matrix, layer_norm
+
+from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store import grids, images
+from probe_toolkit.store.backbone import Backbone
+from probe_toolkit.store.cache import describe_store, open_store, require
+from probe_toolkit.store.checkpoints import load_checkpoint
+from probe_toolkit.store.extract import Settings, extract
+
+
+
+class Ran:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture()
+def probe(monkeypatch, capsys):
+    """The CLI's entry point run in this process (a subprocess costs seconds of imports each)."""
+    from probe_toolkit.cli import main
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["probe", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        out = capsys.readouterr()
+        return Ran(code, out.out, out.err)
+
+    return run
+
+SIZES = {"wide.png": (70, 40), "tall.png": (33, 64), "one.png": (16, 16), "exact.png": (48, 32)}  # width, height
+
+
+@pytest.fixture(scope="module")
+def odd_sizes(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("odd")
+    rng = np.random.default_rng(4)
+    for name, (w, h) in SIZES.items():
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(folder / name)
+    return folder
+
+
+def reference_native(backbone: Backbone, picture: Image.Image, patch: int):
+    """Tokens and keys of the zero-padded image (float64), and its (rows, cols)."""
+    x = (np.asarray(picture, dtype=np.float64) / 255.0 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    h, w = x.shape[:2]
+    rows, cols = math.ceil(h / patch), math.ceil(w / patch)
+    padded = np.zeros((rows * patch, cols * patch, 3))
+    padded[:h, :w] = x
+    sd = {k: v.double() for k, v in backbone.vit.state_dict().items()}
+    weight = sd["patch_embed.proj.weight"].numpy()  # (D, 3, p, p)
+    d = weight.shape[0]
+    z = np.zeros((rows * cols, d))
+    for r in range(rows):
+        for c in range(cols):
+            piece = padded[r * patch:(r + 1) * patch, c * patch:(c + 1) * patch].transpose(2, 0, 1)
+            z[r * cols + c] = np.tensordot(weight, piece, axes=3) + sd["patch_embed.proj.bias"].numpy()
+    pos = sd["pos_embed"][0].numpy()
+    prefix = pos.shape[0] - TINY.pos_grid ** 2
+    g0 = TINY.pos_grid
+    table = pos[prefix:].reshape(g0, g0, d)
+    if (rows, cols) != (g0, g0):
+        table = np.einsum("ij,jkc,lk->ilc", cubic_matrix(g0, rows, (rows + 0.1) / g0), table, cubic_matrix(g0, cols, (cols + 0.1) / g0))
+    z = z + table.reshape(rows * cols, d)
+    if prefix:
+        z = np.concatenate([sd["cls_token"][0].numpy() + pos[:prefix], z])
+    tokens = torch.from_numpy(z)[None]
+    blocks = copy.deepcopy(backbone.vit.blocks).double()
+    with torch.no_grad():
+        before_last = blocks[:-1](tokens)
+        last = blocks[-1]
+        normed = layer_norm(before_last, last.norm1.weight, last.norm1.bias)
+        keys = (normed @ last.attn.qkv.weight.T + last.attn.qkv.bias)[..., d:2 * d]
+        out = blocks(tokens)
+    return out[0, prefix:].numpy(), keys[0, prefix:].numpy(), (rows, cols)
+
+
+def test_native_view_equals_the_padded_forward(tmp_path, tiny_checkpoints, odd_sizes):
+    report = extract(tiny_checkpoints["dino-backbone"], odd_sizes, settings=Settings(views=("native",), dtype="float32", chunk=3),
+                     store=tmp_path / "n.zarr", batch_size=2, quiet=True)
+    assert report.done == 4
+    ds = open_store(report.store, arrays="keys_native")
+    m = ds.attrs["manifest"]
+    assert m["views"] == ["native"] and m["per_view"]["native"]["patches"] == 15 and "attention_native" not in ds
+    assert ds.keys_native.shape == (4, 15, 128) and ds.tokens_native.dims == ("image", "patch_native", "channel")
+    rows, cols = grids.view_grid(ds, "native")
+    ids = list(ds.image.values)
+    expected = {name: (math.ceil(h / 16), math.ceil(w / 16)) for name, (w, h) in SIZES.items()}
+    assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected == {"wide.png": (3, 5), "tall.png": (4, 3), "one.png": (1, 1), "exact.png": (2, 3)}
+    backbone = Backbone.from_checkpoint(load_checkpoint(tiny_checkpoints["dino-backbone"]))
+    keys = require(ds, "keys_native").values
+    tokens = require(ds, "tokens_native").values
+    for k, name in enumerate(ids):
+        ref_tokens, ref_keys, grid = reference_native(backbone, images.load_image(odd_sizes / name), 16)
+        n = grid[0] * grid[1]
+        assert grids.image_patches(keys[k], *grid).shape == (*grid, 128)
+        assert np.abs(keys[k, :n] - ref_keys).max() < 1e-4, name
+        assert np.abs(tokens[k, :n] - ref_tokens).max() < 1e-4, name
+        assert np.isnan(keys[k, n:]).all()  # padding nothing may read
+    # row-major: the patch at (r, c) of a wide image is entry r * cols + c
+    assert grids.valid_mask(rows, cols, 15).sum() == 15 + 12 + 1 + 6
+
+
+def test_native_image_smaller_than_a_patch(probe, tmp_path, tiny_checkpoints, odd_sizes):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for name in ("wide.png", "tall.png"):
+        (folder / name).write_bytes((odd_sizes / name).read_bytes())
+    Image.new("RGB", (40, 9)).save(folder / "strip.png")
+    ckpt = str(tiny_checkpoints["dino-backbone"])
+    store = tmp_path / "s.zarr"
+    run = probe("extract", ckpt, "--images", str(folder), "--views", "native", "--store", str(store), "-q")
+    assert run.returncode == 2 and run.stderr.strip().count("\n") == 0
+    assert "strip.png" in run.stderr and "smaller than one 16-px patch" in run.stderr and "Traceback" not in run.stderr
+    assert not store.exists()
+    run = probe("extract", ckpt, "--images", str(folder), "--views", "224,native", "--store", str(store), "-q", "--on-error", "skip")
+    assert run.returncode == 0, run.stderr
+    assert "strip.png" in run.stderr
+    full = open_store(store, done_only=False)
+    strip = list(full.image.values).index("strip.png")
+    assert full.failed_native.values[strip] and not full.failed_224.values[strip] and full.done_native.values.all()
+    assert "strip.png" in open_store(store, arrays="tokens_224").image.values
+    assert "strip.png" not in open_store(store, arrays="keys_native").image.values
+
+
+def test_lanczos_480_changes_pixels_and_says_so(probe, tmp_path, tiny_checkpoints, photos):
+    photo = images.load_image(photos / "chelsea.jpg")
+    bicubic, lanczos = (np.asarray(images.view(photo, 480, r), dtype=np.int16) for r in ("bicubic", "lanczos"))
+    assert np.array_equal(lanczos, np.asarray(photo.resize((480, 480), Image.Resampling.LANCZOS)))
+    assert np.abs(bicubic - lanczos).max() >= 5 and (bicubic != lanczos).mean() > 0.1
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "chelsea.jpg").write_bytes((photos / "chelsea.jpg").read_bytes())
+    run = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(folder), "--views", "480",
+                "--resample", "lanczos", "--dtype", "float32", "--store", str(tmp_path / "l.zarr"), "-q")
+    assert run.returncode == 0, run.stderr
+    ds = open_store(tmp_path / "l.zarr")
+    m = ds.attrs["manifest"]
+    assert m["per_view"]["480"]["resample"] == "lanczos" and "lanczos" in m["view_geometry"]["480"]
+    backbone = Backbone.from_checkpoint(load_checkpoint(tiny_checkpoints["dino-backbone"]))
+    pixels = images.normalise(photo.resize((480, 480), Image.Resampling.LANCZOS))[None]
+    assert np.abs(ds.keys_480.values[0] - backbone.readout(pixels, keys=True, attention="none").keys[0].numpy()).max() < 1e-4
+    assert any(k == "view 480" and "resample lanczos" in v for k, v in describe_store(tmp_path / "l.zarr"))
+    bad = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(folder), "--views", "224", "--resample", "lanczos")
+    assert bad.returncode == 2 and "--resample" in bad.stderr
+
+
+def test_grids_follow_the_patch_size(tmp_path, photos):
+    arch8 = replace(TINY, patch=8, pos_grid=28, width=64, heads=2, mlp_hidden=128, depth=1)
+    ckpt = write_checkpoint(tmp_path / "s8.pth", "dino-backbone", arch8, seed=3)
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("chelsea.jpg", "coffee.jpg"):
+        (folder / name).write_bytes((photos / name).read_bytes())
+    report = extract(ckpt, folder, settings=Settings(views=(224, 96), attention="none"), store=tmp_path / "s8.zarr", quiet=True)
+    ds = open_store(report.store)
+    assert ds.tokens_224.shape == (2, 784, 64) and ds.tokens_96.shape == (2, 144, 64)
+    assert grids.fixed_grid(ds, "224") == (28, 28) and grids.fixed_grid(ds, "96") == (12, 12)
+    assert ds.attrs["manifest"]["per_view"]["224"]["rows"] == 28
+    rows = dict(describe_store(report.store))
+    assert rows["view 224"].startswith("28x28 patches at /8")
+
+
+def test_numeric_options_are_checked_at_the_boundary(probe, tmp_path, tiny_checkpoints, odd_sizes):
+    ckpt = str(tiny_checkpoints["dino-backbone"])
+    for option, value in (("--batch-size", "-4"), ("--batch-size", "0"), ("--chunk", "0"), ("--limit", "0"), ("--limit", "-3"), ("--heads", "0"), ("--shard", "2/2")):
+        store = tmp_path / f"{option}{value}.zarr"
+        run = probe("extract", ckpt, "--images", str(odd_sizes), "--views", "224", "--store", str(store), "-q", option, value)
+        assert run.returncode == 2 and run.stderr.strip().count("\n") == 0 and "Traceback" not in run.stderr, (option, value, run.stderr)
+        assert (option if option != "--shard" else "shard") in run.stderr, run.stderr
+        assert not store.exists()
+    for views in ("224,999", "natve"):
+        run = probe("extract", ckpt, "--images", str(odd_sizes), "--views", views, "-q")
+        assert run.returncode == 2 and "--views" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_limit_is_at_most_n_and_says_so(probe, tmp_path, tiny_checkpoints, odd_sizes):
+    store = tmp_path / "l.zarr"
+    run = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(odd_sizes), "--views", "224",
+                "--store", str(store), "-q", "--limit", "3")
+    assert run.returncode == 0, run.stderr
+    assert "3/4 images done" in run.stdout and "--limit 3: 1 images of this shard left" in run.stdout
+    assert open_store(store).sizes["image"] == 3
+
+
+def test_non_finite_values_are_never_marked_done(tmp_path, odd_sizes):
+    sd = torch.load(write_checkpoint(tmp_path / "ok.pth", "dino-backbone", TINY, seed=1), weights_only=True)
+    sd["patch_embed.proj.bias"] = sd["patch_embed.proj.bias"] + 1e5  # float16 overflows past 65504
+    torch.save(sd, tmp_path / "big.pth")
+    with pytest.raises(ProbeError, match=r"exact.png: gives non-finite values in the 224 view.*--on-error skip"):
+        extract(tmp_path / "big.pth", odd_sizes, settings=Settings(views=(224,)), store=tmp_path / "a.zarr", quiet=True)
+    report = extract(tmp_path / "big.pth", odd_sizes, settings=Settings(views=(224,)), store=tmp_path / "a.zarr", on_error="skip", quiet=True)
+    assert report.written == 0 and len(report.skipped) == 4 and all("non-finite" in line for line in report.skipped)
+    full = open_store(report.store, done_only=False)
+    assert full.failed.values.all() and open_store(report.store).sizes["image"] == 0
+    fine = extract(tmp_path / "big.pth", odd_sizes, settings=Settings(views=(224,), dtype="float32"), store=tmp_path / "b.zarr", quiet=True)
+    assert fine.written == 4
+
+
+def test_a_failed_first_run_leaves_nothing_that_blocks_the_fix(tmp_path, tiny_checkpoints, odd_sizes):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    (folder / "a-broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    for name in ("wide.png", "tall.png"):
+        (folder / name).write_bytes((odd_sizes / name).read_bytes())
+    store = tmp_path / "s.zarr"
+    with pytest.raises(ProbeError, match="a-broken.jpg"):
+        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=store, quiet=True)
+    report = extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(480,), chunk=4), store=store, on_error="skip", quiet=True)
+    assert report.written == 2
+    m = open_store(store).attrs["manifest"]
+    assert m["views"] == [480] and m["chunk"] == 4
+    assert zarr.open_group(store, mode="r")["keys_480"].chunks[0] == 4
