@@ -26,6 +26,7 @@ entry per view under ``per_view``.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import warnings
@@ -311,16 +312,22 @@ def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.nd
     n = int(group["done"].shape[0])
     for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
         group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True)
-    for name, values in ((f"grid_rows_{view}", grid[0]), (f"grid_cols_{view}", grid[1])):
-        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, overwrite=True)
-        if n:
-            array[:] = np.asarray(values, dtype=np.int32)
+    _write_grid(group, view, grid[0], grid[1])
     compressors = [zarr.codecs.ZstdCodec(level=1)]
     for name, (dims, shape) in arrays.items():
         group.create_array(
             name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
             fill_value=np.nan, compressors=compressors, overwrite=True,
         )
+
+
+def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray) -> None:
+    """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image)."""
+    n = int(group["done"].shape[0])
+    for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
+        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True)
+        if n:
+            array[:] = np.asarray(values, dtype=np.int32)
 
 
 def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
@@ -335,11 +342,7 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
             if n:
                 group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
         plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
-        rows, cols = _square_grids(plan, n).get(view, (np.zeros(n, np.int32), np.zeros(n, np.int32)))
-        for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
-            group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, overwrite=True)
-            if n:
-                group[name][:] = values
+        _write_grid(group, view, *_square_grids(plan, n).get(view, (np.zeros(n, np.int32), np.zeros(n, np.int32))))
 
 
 def _untouched(path: Path, group: zarr.Group, names: list[str]) -> bool:
@@ -421,10 +424,23 @@ def create_store(
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
-                _grow(path, group, old, manifest, arrays, view_grids)
+                _no_space(path, lambda: _grow(path, group, old, manifest, arrays, view_grids))
                 return StoreWriter(path)
-        _fresh(path, manifest, image_ids, arrays, view_grids)
+        _no_space(path, lambda: _fresh(path, manifest, image_ids, arrays, view_grids))
         return StoreWriter(path)
+
+
+def _no_space(path: Path, step) -> None:
+    """Creating or growing a store on a full disk is one line; a half-made new store is removed."""
+    try:
+        step()
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ProbeError(path, "ran out of disk space while the store was being created or grown", "free space and rerun the same command") from None
 
 
 def _grow(path: Path, group: zarr.Group, old: dict[str, Any], manifest: dict[str, Any], arrays: ArrayPlan, view_grids: Grids) -> None:
