@@ -236,3 +236,29 @@ def test_a_failed_first_run_leaves_nothing_that_blocks_the_fix(tmp_path, tiny_ch
     m = open_store(store).attrs["manifest"]
     assert m["views"] == [480] and m["chunk"] == 4
     assert zarr.open_group(store, mode="r")["keys_480"].chunks[0] == 4
+
+
+def test_progress_advances_per_image(tmp_path, monkeypatch, tiny_checkpoints, odd_sizes):
+    from contextlib import contextmanager
+
+    import probe_toolkit.store.extract as extraction
+
+    steps = []
+
+    class Recorder:
+        def add_task(self, description, total):
+            steps.append(("total", total))
+            return 0
+
+        def advance(self, task, amount):
+            steps.append(("advance", amount))
+
+    @contextmanager
+    def fake_bar(unit, quiet):
+        yield Recorder()
+
+    monkeypatch.setattr(extraction, "bar", fake_bar)
+    extract(tiny_checkpoints["dino-backbone"], odd_sizes, settings=Settings(views=(224, 480), chunk=4), store=tmp_path / "p.zarr", batch_size=1, quiet=True)
+    moves = [amount for kind, amount in steps if kind == "advance" and amount]
+    assert steps[0] == ("total", 4) and moves[0] == pytest.approx(0.5)  # one image, one of its two views
+    assert sum(moves) == pytest.approx(4) and len(moves) == 8

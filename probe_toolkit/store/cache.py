@@ -27,6 +27,7 @@ entry per view under ``per_view``.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 import warnings
@@ -223,7 +224,7 @@ class StoreWriter:
         self.manifest = dict(self.group.attrs["manifest"])
         self.chunk = int(self.manifest["chunk"])
         self.n_images = int(self.group["done"].shape[0])
-        self.views = [str(v) for v in self.manifest.get("views", [])]
+        self.views = sorted(name[len("done_"):] for name in self.group.array_keys() if name.startswith("done_"))
 
     def arrays(self) -> list[str]:
         return [name for name in self.group.array_keys() if name not in FLAGS and not name.startswith(PER_VIEW)]
@@ -298,14 +299,19 @@ Grids = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
-    """Grids of the views in ``arrays`` when the caller gives none: square, from the patch count."""
-    out: Grids = {}
-    for dims, shape in arrays.values():
+    """Grids of the views in ``arrays`` when the caller gives none: square, from the patch count
+    (or, for a view holding only attention, from its token count less a class token)."""
+    sides: dict[str, int] = {}
+    for name, (dims, shape) in arrays.items():
+        view = grids.view_of(name)
         for dim, size in zip(dims, shape):
             if dim.startswith("patch_"):
-                side = int(round(size**0.5))
-                out[dim[len("patch_"):]] = (np.full(n, side, dtype=np.int32), np.full(n, side, dtype=np.int32))
-    return out
+                sides[view] = math.isqrt(size)
+            elif dim == "query" and view not in sides:
+                side = math.isqrt(size)
+                sides[view] = side if side * side == size else math.isqrt(size - 1)
+        sides.setdefault(view, 0)
+    return {view: (np.full(n, side, dtype=np.int32), np.full(n, side, dtype=np.int32)) for view, side in sides.items()}
 
 
 def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.ndarray, np.ndarray], chunk: int, dtype: np.dtype) -> None:
@@ -408,7 +414,7 @@ def create_store(
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    view_grids = view_grids if view_grids is not None else _square_grids(arrays, len(image_ids))
+    view_grids = {**_square_grids(arrays, len(image_ids)), **(view_grids or {})}
     with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (path / "zarr.json").is_file():
@@ -490,7 +496,7 @@ def _describe_view(ds: xr.Dataset, meta: dict[str, Any], view: str) -> str:
         grid = "no grid"
     patch = (meta.get("arch") or {}).get("patch")
     parts = [grid + (f" at /{patch}" if patch else "")]
-    parts += [f"{key} {facts[key]}" for key in ("resample", "attention") if facts.get(key)]
+    parts += [f"{key} {facts[key]}" for key in ("resample", "attention") if facts.get(key) not in (None, "none")]
     if f"done_{view}" in ds:
         done = ds[f"done_{view}"].values.astype(bool)
         parts.append(f"{int(done.sum())}/{done.size} done, {int(ds[f'failed_{view}'].values.astype(bool).sum())} failed")
@@ -510,11 +516,12 @@ def describe_store(path: str | Path) -> list[tuple[str, str]]:
         ("network", str(meta["network"]) + (" (converted)" if meta["checkpoint"].get("converted") else "")),
         ("arch", ", ".join(f"{k}={v}" for k, v in meta["arch"].items())),
     ]
-    for name in ("views", "interpolation", "attention", "dtype", "chunk", "image_source", "image_list_sha256", "toolkit_version", "git_revision", "date"):
+    rows.append(("views", ", ".join(str(v) for v in meta.get("views", []))))
+    for name in ("interpolation", "attention", "dtype", "chunk", "image_source", "image_list_sha256", "toolkit_version", "git_revision", "date"):
         rows.append((name, str(meta.get(name))))
     for view in grids.views_in(ds):
         rows.append((f"view {view}", _describe_view(ds, meta, view)))
-    for name, var in ds.data_vars.items():
+    for name, var in sorted(ds.data_vars.items()):
         if name not in FLAGS and not name.startswith(PER_VIEW):
             rows.append((f"array {name}", f"{dict(zip(var.dims, var.shape))} {var.dtype}"))
     rows.append(("results", ", ".join(list_results(path)) or "none yet"))
