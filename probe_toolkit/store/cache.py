@@ -243,9 +243,9 @@ class StoreWriter:
         lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
         return [(c * self.chunk, min((c + 1) * self.chunk, self.n_images)) for c in range(lo, hi)]
 
-    def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int]]:
-        """Runs (start, stop) of images some of ``views`` still lack, never crossing a chunk; the
-        images of a run lack the same views."""
+    def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
+        """Runs (start, stop, views lacking) of images some of ``views`` still lack, never crossing
+        a chunk; the images of a run lack the same views. Flags are read once."""
         views = self.views if views is None else views
         missing = np.stack([~self.done(view) for view in views], axis=1) if views else np.zeros((self.n_images, 0), dtype=bool)
         runs = []
@@ -258,7 +258,7 @@ class StoreWriter:
                 stop = position + 1
                 while stop < b and np.array_equal(missing[stop], missing[position]):
                     stop += 1
-                runs.append((position, stop))
+                runs.append((position, stop, tuple(v for v, lacking in zip(views, missing[position]) if lacking)))
                 position = stop
         return runs
 

@@ -309,17 +309,17 @@ def _written(pending: Future, path: Path) -> None:
         raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
 
 
-def _limited(runs: list[tuple[int, int]], limit: int | None) -> tuple[list[tuple[int, int]], int]:
+def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) -> tuple[list[tuple[int, int, tuple[str, ...]]], int]:
     """At most ``limit`` images: the last run is cut inside its chunk. Returns (runs, images left)."""
-    total = sum(b - a for a, b in runs)
+    total = sum(b - a for a, b, _ in runs)
     if limit is None:
         return runs, 0
     kept, taken = [], 0
-    for a, b in runs:
+    for a, b, views in runs:
         if taken >= limit:
             break
         take = min(b - a, limit - taken)
-        kept.append((a, a + take))
+        kept.append((a, a + take, views))
         taken += take
     return kept, total - taken
 
@@ -366,16 +366,16 @@ def extract(
     todo, left = _limited(writer.todo(shard_range, views), limit)
     report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 
-    def load(run: tuple[int, int]) -> Loaded:
-        a, b = run
+    def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
+        a, b, needed = run
         native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
-        return _load(refs[a:b], _needed(writer, views, a, b), settings, patch, native, on_error)
+        return _load(refs[a:b], list(needed), settings, patch, native, on_error)
 
     with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
-        task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b in todo))
+        task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
         pending: Future | None = None
         upcoming = loader.submit(load, todo[0]) if todo else None
-        for index, (start, stop) in enumerate(todo):
+        for index, (start, stop, _) in enumerate(todo):
             loaded = upcoming.result()
             upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
             n, needed = stop - start, list(loaded.failed)
@@ -410,8 +410,3 @@ def extract(
             _written(pending, path)
     report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
     return report
-
-
-def _needed(writer: cache.StoreWriter, views: list[str], start: int, stop: int) -> list[str]:
-    """The views images ``start:stop`` still lack (a run never mixes done and undone images of a view)."""
-    return [v for v in views if not writer.done(v)[start:stop].all()]
