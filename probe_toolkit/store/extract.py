@@ -120,7 +120,7 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         "views": [images.manifest_view(v) for v in settings.names],
         "per_view": {v: arrays.view_facts(v, arch, counts[v], settings.attention, settings.resample) for v in settings.names},
         "interpolation": settings.interpolation,
-        "attention": settings.attention,
+        "attention": settings.attention if "224" in settings.names else "none",  # the 224 view's maps
         "attention_has_cls": arch.class_token,
         "dtype": settings.dtype,
         "chunk": settings.chunk,
