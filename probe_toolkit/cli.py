@@ -130,17 +130,20 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
 @app.command("make-checkpoint")
 def make_checkpoint(
     out: Annotated[Path, typer.Argument(help="File to write.")],
-    layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, ...")] = "dino-full",
-    arch: Annotated[str, typer.Option(help="tiny (seconds on a CPU) or vit-s16 (the released size).")] = "tiny",
+    layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, dinov2-backbone, dinov2-reg-backbone, ...")] = "dino-full",
+    arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), dinov2-b14(-reg).")] = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
 ) -> None:
     """Write a random-weight checkpoint in a released layout (to try the pipeline offline)."""
-    from .demo.samples import ARCHS, LAYOUTS, write_checkpoint
+    from .demo.samples import ALL_LAYOUTS, ARCHS, write_checkpoint
     from .infra.errors import ProbeError
 
-    if layout not in LAYOUTS or arch not in ARCHS:
-        raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(LAYOUTS)}; archs: {', '.join(ARCHS)}")
-    write_checkpoint(out, layout, ARCHS[arch], seed)
+    if layout not in ALL_LAYOUTS or arch not in ARCHS:
+        raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(ALL_LAYOUTS)}; archs: {', '.join(ARCHS)}")
+    try:
+        write_checkpoint(out, layout, ARCHS[arch], seed)
+    except ValueError as error:
+        raise ProbeError(None, f"--layout {layout} --arch {arch}: {error}", "DINOv2 layouts take a dinov2 arch, DINO/SelfPatch layouts the others") from None
     console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")
 
 
