@@ -61,7 +61,7 @@ def extract(
     network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
     heads: Annotated[Optional[int], typer.Option(help="Attention heads (default width/64).")] = None,
     convert: Annotated[bool, typer.Option("--convert", help="Drop class token and final norm first (SelfPatch-style).")] = False,
-    interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: dino or timm.")] = "dino",
+    interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: auto (the checkpoint's own code: dinov2-reg for DINOv2 register models, else dino), dino, dinov2-reg or timm.")] = "auto",
     shard: Annotated[Optional[str], typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
     on_error: Annotated[str, typer.Option("--on-error", help="fail, or skip unreadable images and record them.")] = "fail",
     limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (whole chunks).")] = None,
@@ -79,8 +79,8 @@ def extract(
         raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
     if on_error not in ("fail", "skip"):
         raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
-    if attention not in ("last", "all", "none") or interp not in ("dino", "timm"):
-        raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and dino|timm")
+    if attention not in ("last", "all", "none") or interp not in ("auto", "dino", "dinov2-reg", "timm"):
+        raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and auto|dino|dinov2-reg|timm")
     source = images
     if panel is not None:
         from .labels.panels import panel_images
@@ -439,7 +439,8 @@ def entropy_command(
 @app.command("neighbours")
 def neighbours_command(
     stores: StoresArg,
-    grid: Annotated[int, typer.Option("--grid", help="14 reads tokens_224, 6 reads tokens_96.")] = 14,
+    view: Annotated[Optional[str], typer.Option("--view", help="224 (default) or 96: the view's tokens, at whatever grid the store holds (ViT-S/16 at 224: 14x14; ViT-S/8: 28x28).")] = None,
+    grid: Annotated[Optional[int], typer.Option("--grid", help="Accepted when it is the grid the store holds (picks the view with that grid).")] = None,
     k: Annotated[int, typer.Option("--k", help="Positives per anchor (SelfPatch k_num = 4).")] = 4,
     top: Annotated[int, typer.Option("--top", help="How many of the most similar patches to test against the window.")] = 8,
     no_wrap: Annotated[bool, typer.Option("--no-wrap", help="Plain borders instead of SelfPatch's wrap-around.")] = False,
@@ -455,7 +456,7 @@ def neighbours_command(
     from .commands import summaries
     from .commands.neighbours import run_neighbours
 
-    run = run_neighbours(stores, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
+    run = run_neighbours(stores, view=view, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
                          dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet)
     console.print(summaries.neighbours_table(run.results))
 

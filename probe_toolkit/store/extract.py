@@ -23,7 +23,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.progress import bar
 from . import cache, images
-from .backbone import Arch, AttentionMode, Backbone, Interpolation
+from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
 OnError = Literal["fail", "skip"]
@@ -37,7 +37,7 @@ class Settings:
     attention: AttentionMode = "last"
     dtype: str = "float16"
     chunk: int = 16
-    interpolation: Interpolation = "dino"
+    interpolation: Interpolation = "auto"  # the checkpoint's own rule (backbone.resolve_interpolation)
 
     def __post_init__(self) -> None:
         bad = [v for v in self.views if v not in images.VIEWS]
@@ -74,7 +74,9 @@ def plan_arrays(arch: Arch, settings: Settings) -> dict[str, tuple[tuple[str, ..
         plan["tokens_224"] = (("patch_224", "channel"), (grid(224), d))
         if cls:
             plan["cls_tokens_224"] = (("channel",), (d,))
-        t = grid(224) + int(cls)
+        if arch.registers:
+            plan["registers_224"] = (("register", "channel"), (arch.registers, d))
+        t = grid(224) + arch.prefix
         if settings.attention != "none":
             plan["attention_224"] = (("head", "query", "key"), (arch.heads, t, t))
         if settings.attention == "all":
@@ -87,6 +89,8 @@ def plan_arrays(arch: Arch, settings: Settings) -> dict[str, tuple[tuple[str, ..
         plan["tokens_96"] = (("patch_96", "channel"), (grid(96), d))
         if cls:
             plan["cls_tokens_96"] = (("channel",), (d,))
+        if arch.registers:
+            plan["registers_96"] = (("register", "channel"), (arch.registers, d))
     return plan
 
 
@@ -98,9 +102,12 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         "network": checkpoint.network,
         "arch": checkpoint.arch.as_dict(),
         "views": sorted(settings.views),
-        "interpolation": settings.interpolation,
+        "interpolation": resolve_interpolation(settings.interpolation, checkpoint.arch),
+        "interpolation_rule": RULES[resolve_interpolation(settings.interpolation, checkpoint.arch)],
         "attention": settings.attention,
         "attention_has_cls": checkpoint.arch.class_token,
+        "attention_prefix": checkpoint.arch.prefix,  # tokens before the patches: class, then registers
+        "registers": checkpoint.arch.registers,
         "dtype": settings.dtype,
         "chunk": settings.chunk,
         "image_source": source,
@@ -109,7 +116,8 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         "readout": {
             "tokens": "last block output, before any final norm; class token in cls_* arrays",
             "keys": "last block k = W_k LN1(z) + b_k, heads concatenated in head order",
-            "attention": "last block softmax(q k^T / sqrt(head_dim)) per head, explicit, over every token",
+            "attention": "last block softmax(q k^T / sqrt(head_dim)) per head, explicit, over every token (class, registers, patches)",
+            "registers": "DINOv2 register tokens' last block output, in registers_* arrays, never among the patches",
             "layernorm_eps": 1e-6,
             "gelu": "exact (erf)",
         },
@@ -118,6 +126,7 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
             "480": "squash to 480x480 (PIL bicubic)",
             "normalisation": "ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)",
+            "patch_grid": f"view side // {checkpoint.arch.patch}; pixels beyond the last whole patch unused",
         },
     }
 
@@ -186,6 +195,7 @@ def _run(backbone: Backbone, view: torch.Tensor, size: int, settings: Settings, 
         else:
             put(f"tokens_{size}", out.tokens)
             put(f"cls_tokens_{size}", out.cls_token)
+            put(f"registers_{size}", out.registers)
         if size == 224:
             put("attention_224", out.attention)
             put("attention_blocks_224", out.attention_blocks)
