@@ -20,7 +20,7 @@ from ..analyses import selection
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
-from . import figures, followed, references
+from . import figures, followed, references, registers
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
 from .sources import (
@@ -221,6 +221,10 @@ def attention(ctx: Context) -> Section:
                                          f"{store.label}: the class token's row, last block")
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
             section.blocks.append(_row_table(store.label, att, 0, "the class token's row"))
+        if att.registers:  # DINOv2's register tokens, drawn as the registers paper draws them (report/registers.py)
+            png = registers.register_maps(att, grid, f"{store.label}: class token and registers, last block, mean over heads")
+            section.blocks.append(ctx.figure("attention-registers", png, f"{store.label}: where the class token and each of the {att.registers} "
+                                                                         "register tokens look (Darcet et al. 2024, Vision Transformers Need Registers, Fig. 9)."))
         through = followed.blocks(store, ctx.follow, ctx.patch)
         if through is None:
             no_blocks.append(store)
@@ -343,6 +347,13 @@ def premise_results(ctx: Context) -> list[str]:
     return [*PREMISE_RESULTS, *others]
 
 
+def _other_grid(store: StoreView, name: str, array: str | None) -> bool:
+    """Whether ``store`` holds the same view's premise statistics at another grid (another patch size)."""
+    wrap = name.endswith("_nowrap")
+    return any(other != name and other.endswith("_nowrap") == wrap and found.attrs.get("array") == array
+               for other, found in store.results.items() if re.fullmatch(r"neighbours_g\d+(_nowrap)?", other))
+
+
 def premise(ctx: Context) -> Section:
     section = Section("premise", "Premise statistics: do the most similar patches lie in the window?")
     any_found = False
@@ -372,7 +383,8 @@ def premise(ctx: Context) -> Section:
                                      f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
                                      "share of the top 8 inside the window")
             section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
-        _lacking(section, [s for s in ctx.stores if s.label not in found], f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
+        lacking = [s for s in ctx.stores if s.label not in found and not _other_grid(s, name, first.attrs.get("array"))]
+        _lacking(section, lacking, f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
     if not any_found:
         section.missing(f"No premise statistics yet: {HOW['neighbours_g14']} (and, for the 96 view, {HOW['neighbours_g6'].removeprefix('run ')}).")
     else:
