@@ -18,6 +18,7 @@ from report_stores import invoke
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses import selection
+from probe_toolkit.analyses.grid import grid_distance
 from probe_toolkit.cli import app
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY_DINOV2_REG, TINY_P8, write_checkpoint
@@ -176,3 +177,17 @@ def test_backbone_torch_forward_unchanged_for_training():
     backbone = Backbone(TINY_DINOV2_REG).eval()
     x = torch.randn(1, 3, 224, 224)
     assert backbone(x).shape == (1, 256, TINY_DINOV2_REG.width)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (12, 20), (28, 17)])
+def test_window_facts_on_rectangular_grids(shape):
+    """A native view's rows x cols grid: the wrap takes rows and columns modulo their own sides."""
+    rows, cols = shape
+    table = selection.window(shape, wrap=True)
+    assert table.index.shape == (rows * cols, 8) and int(table.wrapped.sum()) == 6 * (rows + cols) - 4
+    for anchor in (0, cols - 1, rows * cols - 1, cols + 1):
+        r, c = divmod(anchor, cols)
+        plain = sorted(((r + dr) % rows) * cols + (c + dc) % cols for dr in (-1, 0, 1) for dc in (-1, 0, 1) if dr or dc)
+        assert table.index[anchor].tolist() == plain
+    distance = grid_distance(shape, "chebyshev", torus=True)
+    assert distance[0, rows * cols - 1] == 1.0 and distance[0, (rows // 2) * cols] == rows // 2
