@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import synthetic_scene
-from report_stores import invoke
+from report_stores import box_coco, invoke
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses import selection
@@ -36,17 +36,6 @@ SCENES = {  # role/name: (size, boxes)
 }
 
 
-def coco(entries: dict[str, tuple]) -> dict:
-    out = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "box"}]}
-    for i, (name, ((w, h), boxes)) in enumerate(entries.items(), 1):
-        out["images"].append({"id": i, "file_name": name, "width": w, "height": h})
-        for x0, y0, x1, y1 in boxes:
-            out["annotations"].append({"id": len(out["annotations"]) + 1, "image_id": i, "category_id": 1, "iscrowd": 0,
-                                       "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]], "bbox": [x0, y0, x1 - x0, y1 - y0],
-                                       "area": (x1 - x0) * (y1 - y0)})
-    return out
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("archs-pipeline")
@@ -56,7 +45,7 @@ def pipeline(tmp_path_factory):
         synthetic_scene(photos / name, size, boxes, seed=10 + i)
     for role in ("train", "val"):
         entries = {k.split("/")[1]: v for k, v in SCENES.items() if k.startswith(role)}
-        (root / f"{role}.json").write_text(json.dumps(coco(entries)))
+        (root / f"{role}.json").write_text(json.dumps(box_coco(entries)))
         invoke("panel", "add", f"boxes-{role}", "--annotations", root / f"{role}.json", "--images", photos / role, "--role", role, "--cache", cache_dir)
     stores = {}
     for i, (name, (layout, arch, _)) in enumerate(NETWORKS.items()):
