@@ -59,7 +59,13 @@ class Arch:
         return 0 if self.registers else int(self.class_token)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The manifest's ``arch``; ``registers`` and ``layerscale`` only where set, so a DINO or
+        SelfPatch store written before DINOv2 was supported keeps its identity (and resumes)."""
+        out = asdict(self)
+        for key, default in (("registers", 0), ("layerscale", False)):
+            if out[key] == default:
+                del out[key]
+        return out
 
 
 VIT_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=1536)
