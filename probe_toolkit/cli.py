@@ -62,7 +62,7 @@ def extract(
     network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
     heads: Annotated[Optional[int], typer.Option(help="Attention heads (default width/64).")] = None,
     convert: Annotated[bool, typer.Option("--convert", help="Drop class token and final norm first (SelfPatch-style).")] = False,
-    interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: dino or timm.")] = "dino",
+    interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: auto (the checkpoint's own code: dinov2-reg for DINOv2 register models, else dino), dino, dinov2-reg or timm.")] = "auto",
     shard: Annotated[Optional[str], typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
     on_error: Annotated[str, typer.Option("--on-error", help="fail, or skip unreadable images and record them.")] = "fail",
     limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
@@ -80,8 +80,8 @@ def extract(
         raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
     if on_error not in ("fail", "skip"):
         raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
-    if attention not in ("last", "all", "none") or interp not in ("dino", "timm"):
-        raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and dino|timm")
+    if attention not in ("last", "all", "none") or interp not in ("auto", "dino", "dinov2-reg", "timm"):
+        raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and auto|dino|dinov2-reg|timm")
     source = images
     if panel is not None:
         from .labels.panels import panel_images
@@ -136,17 +136,20 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
 @app.command("make-checkpoint")
 def make_checkpoint(
     out: Annotated[Path, typer.Argument(help="File to write.")],
-    layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, ...")] = "dino-full",
-    arch: Annotated[str, typer.Option(help="tiny (seconds on a CPU) or vit-s16 (the released size).")] = "tiny",
+    layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, dinov2-backbone, dinov2-reg-backbone, ...")] = "dino-full",
+    arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), dinov2-b14(-reg).")] = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
 ) -> None:
     """Write a random-weight checkpoint in a released layout (to try the pipeline offline)."""
-    from .demo.samples import ARCHS, LAYOUTS, write_checkpoint
+    from .demo.samples import ALL_LAYOUTS, ARCHS, write_checkpoint
     from .infra.errors import ProbeError
 
-    if layout not in LAYOUTS or arch not in ARCHS:
-        raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(LAYOUTS)}; archs: {', '.join(ARCHS)}")
-    write_checkpoint(out, layout, ARCHS[arch], seed)
+    if layout not in ALL_LAYOUTS or arch not in ARCHS:
+        raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(ALL_LAYOUTS)}; archs: {', '.join(ARCHS)}")
+    try:
+        write_checkpoint(out, layout, ARCHS[arch], seed)
+    except ValueError as error:
+        raise ProbeError(None, f"--layout {layout} --arch {arch}: {error}", "DINOv2 layouts take a dinov2 arch, DINO/SelfPatch layouts the others") from None
     console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")
 
 
@@ -442,7 +445,8 @@ def entropy_command(
 @app.command("neighbours")
 def neighbours_command(
     stores: StoresArg,
-    grid: Annotated[int, typer.Option("--grid", help="14 reads tokens_224, 6 reads tokens_96.")] = 14,
+    view: Annotated[Optional[str], typer.Option("--view", help="224 (default) or 96: the view's tokens, at whatever grid the store holds (ViT-S/16 at 224: 14x14; ViT-S/8: 28x28).")] = None,
+    grid: Annotated[Optional[int], typer.Option("--grid", help="Accepted when it is the grid the store holds (picks the view with that grid).")] = None,
     k: Annotated[int, typer.Option("--k", help="Positives per anchor (SelfPatch k_num = 4).")] = 4,
     top: Annotated[int, typer.Option("--top", help="How many of the most similar patches to test against the window.")] = 8,
     no_wrap: Annotated[bool, typer.Option("--no-wrap", help="Plain borders instead of SelfPatch's wrap-around.")] = False,
@@ -458,7 +462,7 @@ def neighbours_command(
     from .commands import summaries
     from .commands.neighbours import run_neighbours
 
-    run = run_neighbours(stores, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
+    run = run_neighbours(stores, view=view, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
                          dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet)
     console.print(summaries.neighbours_table(run.results))
 

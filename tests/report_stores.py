@@ -43,18 +43,23 @@ def bare_copies(stores: dict[str, Path], root: Path) -> dict[str, Path]:
     return out
 
 
-def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
-    """A COCO file with the scenes' exact boxes, registered as panels ``scenes`` (val) and
-    ``scenes-train`` (train) on the scenes folder."""
+def box_coco(entries: dict[str, tuple[tuple[int, int], list[tuple[int, int, int, int]]]]) -> dict:
+    """A COCO dict of one category, ``box``: per file name its (width, height) and exact boxes as polygons."""
     coco = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "box"}]}
-    for i, (name, ((w, h), boxes)) in enumerate(SCENES.items(), 1):
+    for i, (name, ((w, h), boxes)) in enumerate(entries.items(), 1):
         coco["images"].append({"id": i, "file_name": name, "width": w, "height": h})
         for x0, y0, x1, y1 in boxes:
             coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": i, "category_id": 1, "iscrowd": 0,
                                         "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]], "bbox": [x0, y0, x1 - x0, y1 - y0],
                                         "area": (x1 - x0) * (y1 - y0)})
+    return coco
+
+
+def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
+    """A COCO file with the scenes' exact boxes, registered as panels ``scenes`` (val) and
+    ``scenes-train`` (train) on the scenes folder."""
     path = root / "scenes.json"
-    path.write_text(json.dumps(coco))
+    path.write_text(json.dumps(box_coco(SCENES)))
     for name, role in (("scenes", "val"), ("scenes-train", "train")):
         invoke("panel", "add", name, "--annotations", path, "--images", image_dir / "scenes", "--role", role, "--cache", cache_dir)
     return path

@@ -206,16 +206,16 @@ def test_store_statistics_and_summary(token_store):
 def test_grid_picks_its_array_and_names_the_flag(token_store, tmp_path):
     path, arrays, failed = token_store
     ds = open_store(path)
-    result = nb.neighbours(require(ds, nb.grid_array(6)), 6, n_boot=50)
+    result = nb.neighbours(require(ds, nb.view_array(96)), 6, n_boot=50)
     assert int(result.wrapped_links) == 68 and result.attrs["array"] == "tokens_96"
     with pytest.raises(ProbeError):
         nb.neighbours(require(ds, "tokens_224"), 6)
     with pytest.raises(ProbeError):
-        nb.grid_array(30)
+        nb.view_array(480)
     only224 = make_store(tmp_path / "other" / "teacher.zarr", {"tokens_224": arrays["tokens_224"]})
 
     with pytest.raises(ProbeError, match="--views 96"):
-        require(open_store(only224), nb.grid_array(6))
+        require(open_store(only224), nb.view_array(96))
 
 
 def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
@@ -278,7 +278,7 @@ def test_cli_missing_array_is_one_line_and_exit_2(tmp_path):
     path = make_store(tmp_path / "x" / "teacher.zarr", {"tokens_224": rng.standard_normal((2, 196, 8)).astype(np.float16)})
     root = Path(__file__).resolve().parents[1]
     run = subprocess.run(
-        [sys.executable, "-c", "from probe_toolkit.cli import main; main()", "neighbours", str(path), "--grid", "6", "-q"],
+        [sys.executable, "-c", "from probe_toolkit.cli import main; main()", "neighbours", str(path), "--view", "96", "-q"],
         capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     )
     assert run.returncode == 2
@@ -290,8 +290,8 @@ def test_extracted_stores(tiny_stores):
     """Stores written by `probe extract` from tiny checkpoints, at both grids."""
     for store in tiny_stores.values():
         ds = open_store(store)
-        for grid in (14, 6):
-            tokens = require(ds, nb.grid_array(grid))
+        for grid, view in ((14, 224), (6, 96)):
+            tokens = require(ds, nb.view_array(view))
             result = nb.neighbours(tokens, grid, n_boot=50)
             direct = nb.image_statistics(torch.from_numpy(tokens.values), grid)
             plain = plain_statistics(tokens.values, grid)

@@ -6,14 +6,15 @@ renormalisation; each float16 weight's term −a ln a comes from a table made in
 ln T and T for a uniform row over T keys, 0 and 1 for a one-hot row.
 
 Rows and keys. The stored rows are full softmax rows over every token of the network
-(``attention_224``: query and key cover T = N + 1 tokens with index 0 the class token when the
-network has one, else T = N = 196). A patch row's entropy is taken over all T keys, the class
-token's column included, because that is the distribution the network used; the share
-e^H / T divides by the same T (the row's length). The class token's own row (query 0) is
-summarised separately and never mixed into the patch rows.
+(``attention_224``: query and key cover T = P + N tokens, the P prefix tokens first: the class
+token when the network has one, then DINOv2's R register tokens; T = N without either, e.g.
+196 at ViT-S/16, 784 at ViT-S/8). A patch row's entropy is taken over all T keys, the class
+token's and the registers' columns included, because that is the distribution the network used;
+the share e^H / T divides by the same T (the row's length). The class token's own row (query 0)
+is summarised separately and never mixed into the patch rows; register rows are not patch rows.
 
 Mean attention distance (Dosovitskiy et al. 2021; the textbook's Eq. 11.5.3): for a patch
-query i, Σ_j a_ij ‖u_i − u_j‖ / Σ_j a_ij over patch keys j only (the class token is excluded as
+query i, Σ_j a_ij ‖u_i − u_j‖ / Σ_j a_ij over patch keys j only (the prefix is excluded as
 query and as key and the row renormalised over the patches), u the patch centres, Euclidean, in
 patch units (× 16 for pixels at ViT-S/16); averaged over the queries of a head and image.
 
@@ -25,13 +26,14 @@ Results (``probe entropy`` saves them as ``results/entropy`` in the store):
               block_cls_effective                                      (image, block, head)  with all blocks
               detail_effective (image, head), detail_weight and detail_key (image, head, rank)
               and detail_block_* with ``block``: the followed patch (``--patch``), its row's
-              e^H and five largest weights; a key is a patch index, -1 for the class token
+              e^H and five largest weights; a key is a patch index, -1 for the class token,
+              -2 for a register token
   over set:   set_<name> (head) or (block, head): the mean over images of each per-image array;
               set_patch_share, set_cls_share (head): set mean e^H / T
               summary_mean, summary_low, summary_high (statistic): the head-averaged statistics
               (patch_entropy, patch_effective, patch_share, distance, cls_*) with a seeded
               percentile-bootstrap interval over images
-  attrs:      n_keys (T), n_patches (N), grid, class_token, patch, n_boot, seed, level
+  attrs:      n_keys (T), n_patches (N), grid, class_token, registers, patch, n_boot, seed, level
 """
 
 from __future__ import annotations
@@ -87,10 +89,10 @@ def effective_number(rows) -> torch.Tensor:
     return torch.exp(row_entropy(rows))
 
 
-def attention_distance(attention, class_token: bool) -> torch.Tensor:
+def attention_distance(attention, class_token: bool, registers: int = 0) -> torch.Tensor:
     """Mean attention distance (…, head) of attention (…, head, T, T), patch units; see module doc."""
     a = torch.as_tensor(attention).float()
-    start = 1 if class_token else 0
+    start = int(class_token) + registers
     patches = a[..., start:, start:]
     grid = grid_side(patches.shape[-1], "attention")
     distance = grid_distance(grid, "euclidean", torus=False)
@@ -101,14 +103,14 @@ def attention_distance(attention, class_token: bool) -> torch.Tensor:
     return (weighted / patches.sum(-1)).mean(-1)
 
 
-def row_statistics(attention, class_token: bool) -> dict[str, torch.Tensor]:
+def row_statistics(attention, class_token: bool, registers: int = 0) -> dict[str, torch.Tensor]:
     """Per head means of one block's attention (…, head, T, T): entropy, e^H, distance, CLS row."""
-    start = 1 if class_token else 0
+    start = int(class_token) + registers
     entropy = row_entropy(attention)  # (…, head, T)
     out = {
         "patch_entropy": entropy[..., start:].mean(-1),
         "patch_effective": torch.exp(entropy[..., start:]).mean(-1),
-        "distance": attention_distance(attention, class_token),
+        "distance": attention_distance(attention, class_token, registers),
     }
     if class_token:
         out["cls_entropy"] = entropy[..., 0]
@@ -116,13 +118,13 @@ def row_statistics(attention, class_token: bool) -> dict[str, torch.Tensor]:
     return out
 
 
-def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHTS) -> dict[str, torch.Tensor]:
+def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHTS, registers: int = 0) -> dict[str, torch.Tensor]:
     """One patch's row in every head (…, head, T, T): its e^H and ``top`` largest weights.
 
-    Keys come back as patch indices (-1 for the class token); ties go to the lower key.
+    Keys come back as patch indices (-1 for the class token, -2 for a register); ties go to the lower key.
     """
     a = torch.as_tensor(attention).float()
-    start = 1 if class_token else 0
+    start = int(class_token) + registers
     n_patches = a.shape[-1] - start
     if not 0 <= patch < n_patches:
         raise ProbeError("--patch", f"{patch} is outside 0..{n_patches - 1}", "pick a patch of the grid")
@@ -131,23 +133,30 @@ def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHT
     return {
         "detail_effective": effective_number(row),
         "detail_weight": order.values[..., :top],
-        "detail_key": order.indices[..., :top] - start,
+        "detail_key": _key_names(order.indices[..., :top], int(class_token), start),
     }
 
 
+def _key_names(index: torch.Tensor, cls: int, start: int) -> torch.Tensor:
+    """Token index → patch index; the class token → -1, a register → -2."""
+    out = index - start
+    out = torch.where((index >= cls) & (index < start), torch.full_like(out, -2), out)
+    return torch.where(index < cls, torch.full_like(out, -1), out)
+
+
 @torch.no_grad()
-def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None) -> dict[str, np.ndarray]:
+def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None, registers: int = 0) -> dict[str, np.ndarray]:
     a = np.asarray(attention)
-    out = row_statistics(a, class_token)
+    out = row_statistics(a, class_token, registers)
     if patch is not None:
-        out.update(patch_detail(a, patch, class_token))
+        out.update(patch_detail(a, patch, class_token, registers=registers))
     if blocks is not None:
         per_block: dict[str, list[torch.Tensor]] = {}
         for b in range(blocks.shape[1]):
             block = np.ascontiguousarray(blocks[:, b])
-            found = row_statistics(block, class_token)
+            found = row_statistics(block, class_token, registers)
             if patch is not None:
-                found.update(patch_detail(block, patch, class_token))
+                found.update(patch_detail(block, patch, class_token, registers=registers))
             for name, value in found.items():
                 per_block.setdefault(name, []).append(value)
         for name, values in per_block.items():
@@ -170,6 +179,7 @@ def entropy(
     attention: xr.DataArray,
     *,
     class_token: bool,
+    registers: int = 0,
     blocks: xr.DataArray | None = None,
     patch: int | None = None,
     n_boot: int = 1000,
@@ -184,13 +194,13 @@ def entropy(
     if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
         raise ProbeError(attention.name, f"has shape {attention.shape}", "pass (image, head, query, key) attention")
     n_keys = attention.shape[-1]
-    n_patches = n_keys - int(class_token)
+    n_patches = n_keys - int(class_token) - registers
     grid = grid_side(n_patches, str(attention.name))
     arrays = {"attention": attention}
     if blocks is not None:
         arrays["blocks"] = blocks
     per_image = map_images(
-        functools.partial(_chunk, class_token=class_token, patch=patch), arrays, chunk=chunk, client=client, workers=workers, progress=progress
+        functools.partial(_chunk, class_token=class_token, patch=patch, registers=registers), arrays, chunk=chunk, client=client, workers=workers, progress=progress
     )
 
     data: dict[str, tuple] = {}
@@ -230,11 +240,12 @@ def entropy(
         n_patches=n_patches,
         grid=grid,
         class_token=bool(class_token),
+        registers=int(registers),
         patch=-1 if patch is None else int(patch),
         array=str(attention.name),
         blocks=blocks is not None,
         entropy_unit="nats",
-        distance_unit="patches (Euclidean between patch centres; x16 for pixels)",
+        distance_unit="patches (Euclidean between patch centres; times the patch size for pixels)",
         n_images=int(len(images)),
         n_boot=n_boot,
         seed=seed,

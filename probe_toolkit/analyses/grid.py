@@ -1,7 +1,9 @@
 """Patch-grid geometry: where patch i sits, and how far apart two patches are.
 
 Patches are numbered row-major on a G × G grid (course Part 2): patch i sits at row i // G,
-column i % G. Distances are in patch units (one grid step = 16 pixels at ViT-S/16). One home
+column i % G; a rectangular grid (a native view) is given as (rows, cols), patch i at row
+i // cols, column i % cols. Distances are in patch units (one grid step = the patch size in
+pixels: 16 at ViT-S/16, 8 at ViT-S/8, 14 at DINOv2). One home
 for this geometry, shared by the window statistics (``neighbours``) and the mean attention
 distance (``entropy``).
 """
@@ -25,18 +27,24 @@ def grid_side(n_patches: int, where: str = "grid") -> int:
     return side
 
 
-def positions(grid: int) -> np.ndarray:
-    """(G², 2) int64 (row, column) of every patch, row-major."""
-    flat = np.arange(grid * grid)
-    return np.stack([flat // grid, flat % grid], axis=1)
+def grid_shape(grid: int | tuple[int, int]) -> tuple[int, int]:
+    """(rows, cols) of a grid given as its side G (square) or as (rows, cols)."""
+    return (int(grid), int(grid)) if np.ndim(grid) == 0 else (int(grid[0]), int(grid[1]))
+
+
+def positions(grid: int | tuple[int, int]) -> np.ndarray:
+    """(N, 2) int64 (row, column) of every patch, row-major."""
+    rows, cols = grid_shape(grid)
+    flat = np.arange(rows * cols)
+    return np.stack([flat // cols, flat % cols], axis=1)
 
 
 @functools.lru_cache(maxsize=32)
-def _distance(grid: int, metric: str, torus: bool) -> np.ndarray:
-    pos = positions(grid)
+def _distance(shape: tuple[int, int], metric: str, torus: bool) -> np.ndarray:
+    pos = positions(shape)
     delta = np.abs(pos[:, None, :] - pos[None, :, :])
     if torus:
-        delta = np.minimum(delta, grid - delta)
+        delta = np.minimum(delta, np.asarray(shape) - delta)
     if metric == "chebyshev":
         out = delta.max(-1).astype(np.float32)
     else:
@@ -45,8 +53,8 @@ def _distance(grid: int, metric: str, torus: bool) -> np.ndarray:
     return out
 
 
-def grid_distance(grid: int, metric: str = "chebyshev", torus: bool = True) -> np.ndarray:
-    """(G², G²) float32 distance between patch centres, in patch units (read-only).
+def grid_distance(grid: int | tuple[int, int], metric: str = "chebyshev", torus: bool = True) -> np.ndarray:
+    """(N, N) float32 distance between patch centres, in patch units (read-only).
 
     ``metric``: ``chebyshev`` (max of row and column steps: the 3×3 window is distance ≤ 1)
     or ``euclidean``. ``torus``: measure on the wrapped grid, as SelfPatch's window wraps
@@ -54,4 +62,4 @@ def grid_distance(grid: int, metric: str = "chebyshev", torus: bool = True) -> n
     """
     if metric not in METRICS:
         raise ProbeError("--distance", f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
-    return _distance(int(grid), metric, bool(torus))
+    return _distance(grid_shape(grid), metric, bool(torus))

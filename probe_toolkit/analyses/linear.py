@@ -7,14 +7,14 @@ and the val panel only after every fit is done (Part 1 §1.6).
 
 Two protocols (reference/ecosystem.md §3):
 
-- ``patch`` (dense): each of the 196 patches gets a class from the panel's masks (below), a
+- ``patch`` (dense): each patch of the 224 view (196 at /16, 784 at /8, 256 at /14) gets a class from the panel's masks (below), a
   torch linear layer maps a token to class logits (features standardised with the train
   statistics; zero start; full-batch L-BFGS; loss = mean cross-entropy + ``weight_decay``/2 ·
   ‖W‖², the L2-regularised multinomial logistic regression, solved to its optimum). The weight
   decay is chosen on a hold-out of the train panel's images, never on val. Scores: patch mIoU
   and accuracy, and dense mIoU with the logits sampled bilinearly at every original pixel of
   the crop region (the original image's pixels whose centres fall inside the 224 view).
-- ``image``: the class token (networks that have one) or the mean of the 196 tokens → the
+- ``image``: the class token (networks that have one) or the mean of the patch tokens → the
   categories present (multi-label), scikit-learn one-vs-rest LogisticRegression with C chosen
   on the same kind of train hold-out; score: mean average precision.
 
@@ -22,8 +22,8 @@ Patch labels. Instances (COCO polygons or RLE, decoded by pycocotools) are paint
 map at the original size: crowd regions first as ignore, then instances by decreasing area so
 that small objects lie on top; class 0 is background (no category). The map is carried into
 the 224 view by the view's own geometry (nearest: each view pixel takes the label under its
-centre), and a patch takes the class (background included) covering most of its 16 × 16
-pixels if that class covers at least ``MAJORITY`` = 50 % of them; otherwise the patch is
+centre), and a patch takes the class (background included) covering most of its p × p
+pixels (p the patch size) if that class covers at least ``MAJORITY`` = 50 % of them; otherwise the patch is
 ignored (``IGNORE`` = -1), as are patches whose pixels are mostly crowd.
 
 mIoU averages the classes whose union is non-empty (a class absent from val but predicted
@@ -111,11 +111,12 @@ def view_labels(classes: np.ndarray, geometry: ViewGeometry) -> np.ndarray:
 
 
 def patch_labels(view: np.ndarray, n_classes: int, patch: int = PATCH, majority: float = MAJORITY) -> np.ndarray:
-    """Per patch (row-major, patch 14r + c), the class covering most of its pixels, or IGNORE.
+    """Per patch (row-major, patch G·r + c on the G × G grid, G = view // patch), the class covering most of its pixels, or IGNORE.
 
     Ignore pixels (crowd) count for no class; ties go to the lower class index.
     """
     g = view.shape[0] // patch
+    view = view[: g * patch, : g * patch]  # pixels beyond the last whole patch, as the backbone drops them
     blocks = view.reshape(g, patch, g, patch).transpose(0, 2, 1, 3).reshape(g * g, patch * patch)
     counts = np.stack([(blocks == k).sum(1) for k in range(n_classes)], axis=1)
     best = counts.argmax(1)
@@ -176,7 +177,7 @@ def average_precision(targets: np.ndarray, scores: np.ndarray) -> np.ndarray:
 def dense_confusion(logits: np.ndarray, region_classes: np.ndarray, geometry: ViewGeometry, n_classes: int) -> np.ndarray:
     """Confusion of one image at the original resolution of its crop region.
 
-    ``logits`` (class, 14, 14) live on the view's patch centres; each original pixel of the
+    ``logits`` (class, G, G) live on the view's patch centres; each original pixel of the
     region (``geometry.source_region()``) samples them bilinearly at its exact position in the
     view (grid_sample, align_corners=False, border padding), and its argmax is compared with
     ``region_classes`` (the class map cut to that region).

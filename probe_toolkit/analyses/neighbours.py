@@ -49,8 +49,9 @@ from . import selection
 from .grid import grid_distance, grid_side
 from .stats import bootstrap_mean
 
-# which stored array holds the tokens of a grid (ViT-S/16: 224 px → 14 × 14, 96 px → 6 × 6)
-GRID_ARRAYS = {14: "tokens_224", 6: "tokens_96"}
+# the views whose tokens the store holds; the grid follows from the view and the patch
+# (224 px: 14 × 14 at /16, 28 × 28 at /8, 16 × 16 at /14; 96 px: 6 × 6 at /16, 12 × 12 at /8)
+VIEWS = ("224", "96")
 
 STATISTICS = (
     "top_in_window",
@@ -66,11 +67,11 @@ STATISTICS = (
 )
 
 
-def grid_array(grid: int) -> str:
-    """The store array read for ``--grid``."""
-    if grid not in GRID_ARRAYS:
-        raise ProbeError("--grid", f"{grid} has no stored tokens", f"use one of {sorted(GRID_ARRAYS)}")
-    return GRID_ARRAYS[grid]
+def view_array(view: str | int) -> str:
+    """The store array read for ``--view``."""
+    if str(view) not in VIEWS:
+        raise ProbeError("--view", f"{view} has no stored tokens", f"use one of {', '.join(VIEWS)}")
+    return f"tokens_{view}"
 
 
 def _membership(grid: int, wrap: bool, device) -> torch.Tensor:
@@ -184,7 +185,7 @@ def neighbours(
         raise ProbeError(tokens.name, f"has dims {tokens.dims}", "pass (image, patch, channel) tokens")
     side = grid_side(tokens.shape[1], str(tokens.name))
     if side != grid:
-        raise ProbeError(tokens.name, f"holds a {side}×{side} grid, not {grid}×{grid}", f"use --grid {side}")
+        raise ProbeError(tokens.name, f"holds a {side}×{side} grid, not {grid}×{grid}", f"pass --grid {side}, or only --view")
     grid_distance(grid, metric)  # validates the metric name before any work
     settings = dict(grid=grid, k=k, top=top, wrap=wrap, metric=metric, negative_quantile=negative_quantile, max_negatives=max_negatives)
     per_image = map_images(

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from ..infra.errors import ProbeError
+from .grid import grid_shape
 
 WINDOW_SIZE = 8  # the 3×3 window without its centre (SelfPatch `get_local_index(N, k_size=3)`)
 MODES = ("batch-median", "crop-quantile")
@@ -84,40 +85,42 @@ class Contrastive(NamedTuple):
 
 
 @functools.lru_cache(maxsize=32)
-def _window(grid: int, wrap: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    flat = np.arange(grid * grid)
-    row, col = flat // grid, flat % grid
+def _window(rows: int, cols: int, wrap: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    flat = np.arange(rows * cols)
+    row, col = flat // cols, flat % cols
     offsets = [(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr, dc) != (0, 0)]
     r = row[:, None] + np.array([dr for dr, _ in offsets])[None, :]
     c = col[:, None] + np.array([dc for _, dc in offsets])[None, :]
-    inside = (r >= 0) & (r < grid) & (c >= 0) & (c < grid)
+    inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
     if wrap:
         # SelfPatch: offsets modulo the grid side, then `nonzero()` of the flattened 3×3 mask,
         # that is the 8 flat indices in ascending order
-        index = np.sort((r % grid) * grid + (c % grid), axis=1)
+        index = np.sort((r % rows) * cols + (c % cols), axis=1)
         valid = np.ones_like(index, dtype=bool)
-        crow, ccol = index // grid, index % grid
+        crow, ccol = index // cols, index % cols
         wrapped = (np.abs(crow - row[:, None]) > 1) | (np.abs(ccol - col[:, None]) > 1)
     else:
-        big = grid * grid
-        index = np.sort(np.where(inside, r * grid + c, big), axis=1)
+        big = rows * cols
+        index = np.sort(np.where(inside, r * cols + c, big), axis=1)
         valid = index < big
         index = np.where(valid, index, -1)
         wrapped = np.zeros_like(valid)
     return index.astype(np.int64), valid, wrapped
 
 
-def window(grid: int, wrap: bool = True, device: torch.device | str | None = None) -> Window:
-    """The (G², 8) candidate table, exactly as SelfPatch's ``get_local_index`` builds it.
+def window(grid: int | tuple[int, int], wrap: bool = True, device: torch.device | str | None = None) -> Window:
+    """The (N, 8) candidate table, exactly as SelfPatch's ``get_local_index`` builds it.
 
-    With ``wrap`` (SelfPatch's code) the window continues on the opposite edge, so every anchor
-    has 8 candidates and 12G − 4 of the 8G² links wrap. Without it, border anchors have 3 or 5
+    ``grid`` is the side G of a square grid (N = G²) or (rows, cols) of a rectangular one
+    (patch i at row i // cols, column i % cols). With ``wrap`` (SelfPatch's code) the window
+    continues on the opposite edge, so every anchor has 8 candidates and 12G − 4 of the 8G²
+    links wrap (6(rows + cols) − 4 on a rectangle). Without it, border anchors have 3 or 5
     candidates and the rest of their row is padding (-1, ``valid`` False).
     """
-    grid = int(grid)
-    if grid < 3:
-        raise ProbeError("grid", f"{grid} is too small for a 3×3 window", "use a grid side of at least 3")
-    index, valid, wrapped = _window(grid, bool(wrap))
+    rows, cols = grid_shape(grid)
+    if min(rows, cols) < 3:
+        raise ProbeError("grid", f"{rows}×{cols} is too small for a 3×3 window", "use a grid side of at least 3")
+    index, valid, wrapped = _window(rows, cols, bool(wrap))
     as_tensor = functools.partial(torch.tensor, device=device)
     return Window(as_tensor(index), as_tensor(valid), as_tensor(wrapped))
 
@@ -156,7 +159,8 @@ def window_cosine(tokens, grid: int, wrap: bool = True, similarity: torch.Tensor
     table = window(grid, wrap, device=sim.device)
     n = sim.shape[-1]
     if n != table.index.shape[0]:
-        raise ProbeError("tokens", f"have {n} patches, not {table.index.shape[0]} of a {grid}×{grid} grid", "pass --grid to match the view")
+        rows, cols = grid_shape(grid)
+        raise ProbeError("tokens", f"have {n} patches, not {table.index.shape[0]} of a {rows}×{cols} grid", "pass the grid of the view")
     index = table.index.clamp(min=0).expand(sim.shape[0], n, WINDOW_SIZE)
     values = torch.gather(sim, 2, index)
     return values.masked_fill(~table.valid, float("-inf"))

@@ -206,14 +206,19 @@ def panel_features(source: Source, panel: str, positions: Sequence[int], level: 
 # labels → arrays
 
 
-def patch_targets(read: LabelRead, coco_ids: Sequence[int], sizes: Sequence[tuple[int, int]], space: linear.LabelSpace) -> np.ndarray:
-    """(image, patch) classes of the 224 view (see ``linear``'s docstring for the rule)."""
+def patch_targets(read: LabelRead, coco_ids: Sequence[int], sizes: Sequence[tuple[int, int]], space: linear.LabelSpace, patch: int = linear.PATCH) -> np.ndarray:
+    """(image, patch) classes of the 224 view on the grid of ``patch`` px patches (see ``linear``'s docstring for the rule)."""
     n = len(space.patch_classes)
     out = [
-        linear.patch_labels(linear.view_labels(linear.class_map(read.coco, cid, space), images.geometry(w, h, linear.VIEW)), n)
+        linear.patch_labels(linear.view_labels(linear.class_map(read.coco, cid, space), images.geometry(w, h, linear.VIEW)), n, patch)
         for cid, (w, h) in zip(coco_ids, sizes)
     ]
-    return np.stack(out) if out else np.zeros((0, 196), np.int16)
+    return np.stack(out) if out else np.zeros((0, (linear.VIEW // patch) ** 2), np.int16)
+
+
+def store_patch(source: Source) -> int:
+    """The patch size of a store's network (its 224 view's grid is 224 // patch)."""
+    return int(source.manifest["arch"].get("patch", linear.PATCH))
 
 
 def _space_of(read: LabelRead) -> linear.LabelSpace:
@@ -262,8 +267,8 @@ def run_linear(
     t_pos, t_coco, t_sizes = _labelled(train_read, sources[0], train_panel.name, train_ids)
     if len(t_pos) < 2:
         raise ProbeError(train_panel.name, f"annotates {len(t_pos)} image; choosing the regularisation needs at least 2", "use a larger train panel")
-    if level == "patch":
-        t_targets = patch_targets(train_read, t_coco, t_sizes, space)
+    if level == "patch":  # one label grid per patch size among the stores (ViT-S/16: 14 x 14, ViT-S/8: 28 x 28)
+        t_targets = {p: patch_targets(train_read, t_coco, t_sizes, space, p) for p in dict.fromkeys(map(store_patch, sources))}
     else:
         t_targets = linear.image_categories(train_read.coco, t_coco, space)
     fits: list[Any] = []
@@ -271,7 +276,7 @@ def run_linear(
         step(f"fit {source.name}")
         x = panel_features(source, train_panel.name, t_pos, level)
         if level == "patch":
-            fits.append(linear.fit_patch_level(x, t_targets, len(space.patch_classes), settings))
+            fits.append(linear.fit_patch_level(x, t_targets[store_patch(source)], len(space.patch_classes), settings))
         else:
             fits.append(linear.fit_image_level(x, t_targets, holdout=settings.holdout, seed=settings.seed))
 
@@ -282,7 +287,10 @@ def run_linear(
         raise ProbeError(val_panel.annotations, f"has categories the train panel lacks ({', '.join(extra[:5])})", "use panels with one label space")
     v_pos, v_coco, v_sizes = _labelled(val_read, sources[0], val_panel.name, val_ids)
     v_ids = [val_ids[k] for k in v_pos]
-    v_targets = patch_targets(val_read, v_coco, v_sizes, space) if level == "patch" else linear.image_categories(val_read.coco, v_coco, space)
+    if level == "patch":
+        v_by_patch = {p: patch_targets(val_read, v_coco, v_sizes, space, p) for p in dict.fromkeys(map(store_patch, sources))}
+    else:
+        v_targets = linear.image_categories(val_read.coco, v_coco, space)
     ledger_ids = {"train": train_read.entry_id, "val": val_read.entry_id}
     common = {
         "level": level,
@@ -297,10 +305,12 @@ def run_linear(
         x = panel_features(source, val_panel.name, v_pos, level)
         attrs = {**common, "manifest": source.manifest}
         if level == "patch":
+            v_targets = v_by_patch[store_patch(source)]
             ds, scores = patch_results(fit, x, v_targets, val_read, v_coco, v_sizes, v_ids, space, settings)
             attrs.update(
                 feature="tokens_224", dense_resolution=DENSE_RESOLUTION,
                 settings={**settings.as_dict(), "weight_decay": fit.probe.weight_decay, "label_rule": LABEL_RULE},
+                patch=store_patch(source),
                 counts={"train_images": len(t_pos), "train_patches": fit.n_fit_patches, "train_patches_ignored": fit.n_ignored_patches,
                         "val_images": len(v_pos), "val_patches": int((v_targets != linear.IGNORE).sum()),
                         "val_patches_ignored": int((v_targets == linear.IGNORE).sum())},
@@ -326,7 +336,7 @@ def run_linear(
 
 LABEL_RULE = (
     f"class map at original size (crowd = ignore, then instances by decreasing area), nearest into the 224 view; "
-    f"a patch takes the class covering most of its 16x16 pixels if it covers >= {linear.MAJORITY:.0%}, else ignore ({linear.IGNORE})"
+    f"a patch takes the class covering most of its pixels (16x16 at /16, 8x8 at /8, 14x14 at /14) if it covers >= {linear.MAJORITY:.0%}, else ignore ({linear.IGNORE})"
 )
 
 

@@ -1,17 +1,60 @@
-"""``probe neighbours``: window-neighbour statistics of every store, saved as ``results/neighbours_g<grid>``."""
+"""``probe neighbours``: window-neighbour statistics of every store, saved as ``results/neighbours_g<grid>``.
+
+The view (224 or 96) picks the tokens; the grid is whatever that view holds in each store
+(ViT-S/16 at 224 px: 14 × 14; ViT-S/8: 28 × 28; DINOv2 /14: 16 × 16), so stores of different
+patch sizes can be measured in one call, each saved under its own grid's name.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..store.cache import require
+from ..analyses.grid import grid_side
+from ..infra.errors import ProbeError
+from ..store.cache import open_store, require
 from .runs import Run, finish, over_stores
+
+DEFAULT_VIEW = "224"
+
+
+def held_grids(store: Path) -> dict[str, int]:
+    """The grid side each token view of a store holds, from its arrays' shapes."""
+    from ..analyses.neighbours import VIEWS
+
+    ds = open_store(store, done_only=False)
+    return {view: grid_side(ds[f"tokens_{view}"].shape[1], f"tokens_{view}") for view in VIEWS if f"tokens_{view}" in ds}
+
+
+def choose_view(stores: list[Path], view: str | None, grid: int | None) -> str:
+    """``--view`` as given (default 224), or the view whose grid is ``--grid`` in every store.
+
+    ``--grid`` is kept for old command lines: it must be the grid the store holds, else one
+    line names the grids it has.
+    """
+    from ..analyses.neighbours import view_array
+
+    if grid is None:
+        view = DEFAULT_VIEW if view is None else str(view)
+        view_array(view)
+        return view
+    for store in dict.fromkeys(stores):
+        held = held_grids(store)
+        matching = [v for v, g in held.items() if g == grid]
+        if (view is None and not matching) or (view is not None and held.get(str(view), grid) != grid):
+            has = ", ".join(f"{g}×{g} at the {v} view" for v, g in held.items()) or "no token view"
+            fix = f"pass --view {view or DEFAULT_VIEW} without --grid" if held else "run `probe extract` with --views 224"
+            raise ProbeError(store, f"holds {has}, not a {grid}×{grid} grid (--grid {grid})", fix)
+        if view is None:
+            view = matching[0]
+    view_array(view)
+    return str(view)
 
 
 def run_neighbours(
     stores: list[Path],
     *,
-    grid: int = 14,
+    view: str | None = None,
+    grid: int | None = None,
     k: int = 4,
     top: int = 8,
     wrap: bool = True,
@@ -24,12 +67,16 @@ def run_neighbours(
     quiet: bool = False,
 ) -> Run:
     """``probe neighbours``: saved as ``results/neighbours_g<grid>`` (``_nowrap`` without the wrap)."""
-    from ..analyses.neighbours import grid_array, neighbours
+    from ..analyses.neighbours import neighbours, view_array
 
-    array = grid_array(grid)
+    array = view_array(choose_view(stores, view, grid))
 
     def analyse(ds, progress, client):
-        return neighbours(require(ds, array), grid, k=k, top=top, wrap=wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress)
+        tokens = require(ds, array)
+        side = grid_side(tokens.shape[1], array)
+        return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress)
 
     runs = over_stores(stores, analyse, array, quiet, dask_address, partial)
-    return finish(f"neighbours_g{grid}" + ("" if wrap else "_nowrap"), "probe neighbours", runs, json_path)
+    suffix = "" if wrap else "_nowrap"
+    names = {store: f"neighbours_g{result.attrs['grid']}{suffix}" for store, (_, result) in runs.items()}
+    return finish(next(iter(names.values()), "neighbours"), "probe neighbours", runs, json_path, names=names)

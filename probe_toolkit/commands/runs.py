@@ -58,11 +58,15 @@ def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, 
     return runs
 
 
-def finish(name: str, command: str, runs: dict, json_path: Path | None, followed: int | None = None) -> Run:
+def finish(name: str, command: str, runs: dict, json_path: Path | None, followed: int | None = None, names: dict[str, str] | None = None) -> Run:
+    """Save each store's result (under ``names[store]`` where stores differ, e.g. by grid) and the JSON."""
+    names = names or {}
     payload = {"analysis": name, "stores": {}}
     for store, (ds, result) in runs.items():
-        save_results(store, name, result, result_provenance(ds, command))
+        save_results(store, names.get(store, name), result, result_provenance(ds, command))
         payload["stores"][store] = summaries.set_level(result, followed)
+        if store in names:
+            payload["stores"][store]["result"] = names[store]
     if json_path is not None:
         write_json(json_path, payload, indent=1)
     return Run(name, {store: result for store, (_, result) in runs.items()}, followed, payload)

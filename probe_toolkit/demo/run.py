@@ -95,8 +95,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("extraction (96, 224, 480)")
 
     run_entropy(demo.stores, patch=34, image=FOLLOW, quiet=quiet)
-    for grid in (14, 6):
-        run_neighbours(demo.stores, grid=grid, quiet=quiet)
+    for view in ("224", "96"):
+        run_neighbours(demo.stores, view=view, quiet=quiet)
     lap("entropy and neighbours")
 
     from ..commands.decode import resolve_settings, run_decode

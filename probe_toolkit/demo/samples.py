@@ -1,8 +1,9 @@
 """Checkpoints made on the spot, in the exact released layouts, from random weights.
 
 They let the pipeline run with no download (the README's first command, the tests): the same
-keys, prefixes, heads, ``args`` and loss centres as DINO's and SelfPatch's files, at ViT-S/16
-size or at a tiny width and depth that runs in seconds on a CPU.
+keys, prefixes, heads, ``args`` and loss centres as DINO's and SelfPatch's files, and the keys
+of DINOv2's released backbones (LayerScale, ``mask_token``, ``register_tokens``), at a released
+size (``RELEASED``) or at a tiny width and depth that runs in seconds on a CPU.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from pathlib import Path
 
 import torch
 
-from ..store.backbone import VIT_S16, Arch, build_vit
+from ..store.backbone import RELEASED, VIT_S16, Arch, build_vit  # noqa: F401  (VIT_S16 kept for callers)
 from ..store.checkpoints import save_state
 
 TINY = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=512)
+# tiny versions of the other families: patch 8 (DINO ViT-S/8-like) and DINOv2 with registers
+TINY_P8 = replace(TINY, patch=8, pos_grid=28)
+TINY_DINOV2_REG = replace(TINY, patch=14, pos_grid=37, layerscale=True, registers=4)
+TINY_DINOV2 = replace(TINY_DINOV2_REG, registers=0)
+DINOV2_LAYOUTS = ("dinov2-backbone", "dinov2-reg-backbone")
 LAYOUTS = ("dino-backbone", "selfpatch-backbone", "dino-full", "selfpatch-full", "dino-full-wrapped", "selfpatch-backbone-wrapped")
-ARCHS = {"tiny": TINY, "vit-s16": VIT_S16}
+ALL_LAYOUTS = (*LAYOUTS, *DINOV2_LAYOUTS)
+ARCHS = {"tiny": TINY, "tiny-p8": TINY_P8, "tiny-dinov2": TINY_DINOV2, "tiny-dinov2-reg": TINY_DINOV2_REG, **RELEASED}
 
 
 def random_backbone(arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -29,6 +36,28 @@ def random_backbone(arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
     for key, value in state.items():
         if key.endswith(".bias") or "norm" in key:
             value.add_(0.05 * torch.randn(value.shape, generator=generator))
+        elif key.endswith(".gamma"):  # LayerScale: trained DINOv2 gammas are far from their init of 1
+            value.copy_(0.1 + 0.05 * torch.randn(value.shape, generator=generator))
+        elif key == "reg_token":
+            value.normal_(0.0, 0.02, generator=generator)
+    return state
+
+
+def dinov2_file(arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The flat dict of DINOv2's ``*_pretrain.pth``: timm's keys in DINOv2's names and table.
+
+    DINOv2 keeps a class row in ``pos_embed`` even with registers, calls them
+    ``register_tokens``, and stores iBOT's ``mask_token`` (1, D).
+    """
+    arch = replace(arch, class_token=True, final_norm=True, layerscale=True)
+    state = random_backbone(arch, seed)
+    generator = torch.Generator().manual_seed(seed + 2)
+    width = arch.width
+    if arch.registers:
+        state["register_tokens"] = state.pop("reg_token")
+        class_row = 0.02 * torch.randn(1, 1, width, generator=generator)
+        state["pos_embed"] = torch.cat([class_row, state["pos_embed"]], dim=1)
+    state["mask_token"] = 0.02 * torch.randn(1, width, generator=generator)
     return state
 
 
@@ -73,8 +102,14 @@ def _prefixed(parts: dict[str, dict[str, torch.Tensor]], prefix: str = "") -> di
 
 def make_checkpoint(layout: str, arch: Arch = TINY, seed: int = 0) -> dict:
     """The object a released file of ``layout`` holds (DINO backbone layouts keep the class token)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
+    if layout not in ALL_LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {ALL_LAYOUTS}")
+    if layout in DINOV2_LAYOUTS:
+        if not arch.layerscale:
+            raise ValueError(f"layout {layout!r} needs a DINOv2 arch (LayerScale), e.g. {', '.join(a for a in ARCHS if 'dinov2' in a)}")
+        return dinov2_file(replace(arch, registers=(arch.registers or 4) if layout == "dinov2-reg-backbone" else 0), seed)
+    if arch.registers or arch.layerscale:
+        raise ValueError(f"layout {layout!r} is a DINO/SelfPatch layout, which has no LayerScale or register tokens")
     selfpatch = layout.startswith("selfpatch")
     arch = replace(arch, class_token=not selfpatch, final_norm=not selfpatch)
     teacher = random_backbone(arch, seed)
@@ -94,12 +129,12 @@ def make_checkpoint(layout: str, arch: Arch = TINY, seed: int = 0) -> dict:
                 "p_head": dino_head(arch.width, pout, hidden, bottleneck, s + 2),
             }
         loss = {"center": torch.zeros(1, 1, out), "patch_center": torch.zeros(1, pout)}
-        arch_name = "vit_small"
+        arch_name = _arch_name(arch)
     else:
         def heads(s: int) -> dict[str, dict[str, torch.Tensor]]:
             return {"head": dino_head(arch.width, out, hidden, bottleneck, s)}
         loss = {"center": torch.zeros(1, out)}
-        arch_name = "vit_small"
+        arch_name = _arch_name(arch)
     full = {
         "student": _prefixed({"backbone": student, **heads(seed + 200)}, "module."),
         "teacher": _prefixed({"backbone": teacher, **heads(seed + 300)}),
@@ -109,6 +144,11 @@ def make_checkpoint(layout: str, arch: Arch = TINY, seed: int = 0) -> dict:
         "dino_loss": loss,
     }
     return {"model": full} if layout == "dino-full-wrapped" else full
+
+
+def _arch_name(arch: Arch) -> str:
+    """DINO's ``--arch`` for a width (vit_small 384, vit_base 768; tiny models pass as vit_small)."""
+    return "vit_base" if arch.width >= 768 else "vit_small"
 
 
 def write_checkpoint(path: str | Path, layout: str = "dino-full", arch: Arch = TINY, seed: int = 0) -> Path:

@@ -8,9 +8,9 @@ Quantisation (what a reader of the page sees is exact up to half a step):
 - cosine: round(127.5 · (c + 1)) on [-1, 1], so the value 128 is a cosine of about 0;
 - rankings (five largest keys of each row; the window, its top k and the crop's top 8 of each
   anchor) are computed exactly in Python (``followed``) and stored as patch indices, one byte
-  each while a grid has fewer than 255 patches (two bytes, little-endian, beyond: ViT-S/8 at
-  224 has 784), with the largest value of the width standing for the class token, so the page
-  never ranks quantised values.
+  each while a grid has fewer than 254 patches (two bytes, little-endian, beyond: ViT-S/8 at
+  224 has 784), with the largest value of the width standing for the class token and the one
+  below it for a DINOv2 register token, so the page never ranks quantised values.
 
 The page (``assets/explorer.js``) reads the JSON in ``<script id="probe-explorer-data">``.
 """
@@ -34,15 +34,16 @@ def b64(array: np.ndarray | bytes) -> str:
 
 
 def index_width(n_patches: int) -> int:
-    """Bytes per stored patch index: 1 below 255 patches, else 2 (the top value marks the class token)."""
-    return 1 if n_patches < 255 else 2
+    """Bytes per stored patch index: 1 below 254 patches, else 2 (the top two values mark the class and register tokens)."""
+    return 1 if n_patches < 254 else 2
 
 
 def indices(values: np.ndarray, n_patches: int) -> str:
     """Patch indices as base64 (uint8 or little-endian uint16); negative (the class token) → the top value."""
     dtype = np.uint8 if index_width(n_patches) == 1 else np.dtype("<u2")
     top = np.iinfo(dtype).max
-    return b64(np.ascontiguousarray(np.where(np.asarray(values) < 0, top, values), dtype=dtype).tobytes())
+    values = np.asarray(values)
+    return b64(np.ascontiguousarray(np.where(values == -2, top - 1, np.where(values < 0, top, values)), dtype=dtype).tobytes())
 
 
 def quantise_rows(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,9 +31,10 @@ class Attention:
     """Last-block attention of one image: ``weights`` (head, T, T) over every token."""
 
     weights: np.ndarray
-    start: int  # 1 when token 0 is the class token
+    start: int  # tokens before the patches: 1 for the class token, plus DINOv2's registers
     effective: np.ndarray  # (head, T) e^H of every row
-    ranked: np.ndarray  # (head, T, 5) the five largest keys of every row, as patch indices (-1: class token)
+    ranked: np.ndarray  # (head, T, 5) the five largest keys of every row, as patch indices (-1: class token, -2: register)
+    registers: int = 0
 
     @property
     def n_patches(self) -> int:
@@ -44,21 +45,23 @@ class Attention:
         return self.weights[:, query, self.start:]
 
     def cls_weight(self, query: int) -> np.ndarray | None:
-        return self.weights[:, query, 0] if self.start else None
+        return self.weights[:, query, 0] if self.start > self.registers else None
 
 
-def ranked_keys(weights: np.ndarray, start: int, top: int = TOP_WEIGHTS) -> np.ndarray:
-    """The ``top`` largest keys of every row (…, T), largest first, ties to the lower key; patch indices."""
+def ranked_keys(weights: np.ndarray, start: int, top: int = TOP_WEIGHTS, registers: int = 0) -> np.ndarray:
+    """The ``top`` largest keys of every row (…, T), largest first, ties to the lower key; patch indices
+    (-1 the class token, -2 a register, as ``entropy.patch_detail`` names them)."""
     order = np.argsort(-np.asarray(weights, dtype=np.float32), axis=-1, kind="stable")[..., :top]
-    return order - start
+    cls = start - registers
+    return np.where(order < cls, -1, np.where(order < start, -2, order - start))
 
 
 def attention(store: StoreView, image_id: str, array: str = "attention_224") -> Attention | None:
     if not store.has(array, image_id):
         return None
     weights = store.image_values(array, image_id)
-    start = 1 if store.class_token else 0
-    return Attention(weights, start, effective_number(weights).numpy(), ranked_keys(weights, start))
+    start = store.prefix
+    return Attention(weights, start, effective_number(weights).numpy(), ranked_keys(weights, start, registers=store.registers), store.registers)
 
 
 @dataclass
@@ -73,7 +76,7 @@ class Blocks:
 def blocks(store: StoreView, image_id: str, patch: int) -> Blocks | None:
     if not store.has("attention_blocks_224", image_id):
         return None
-    start = 1 if store.class_token else 0
+    start = store.prefix
     array = store.ds["attention_blocks_224"].sel(image=image_id).isel(query=start + patch)
     rows = np.asarray(array.values, dtype=np.float32)  # (block, head, T)
     labels = [int(b) for b in array["block"].values] if "block" in array.coords else list(range(1, rows.shape[0] + 1))
@@ -106,8 +109,8 @@ def neighbours(store: StoreView, image_id: str, k: int = DEFAULT_K) -> Neighbour
 
 def store_k(store: StoreView) -> int:
     """The k of the store's own neighbours result (``--k``), else SelfPatch's 4."""
-    for name in ("neighbours_g14", "neighbours_g14_nowrap"):
+    for name in sorted(store.results):
         found = store.result(name)
-        if found is not None and "k" in found.attrs:
+        if name.startswith("neighbours_g") and found.attrs.get("array") == "tokens_224" and "k" in found.attrs:
             return int(found.attrs["k"])
     return DEFAULT_K

@@ -8,6 +8,7 @@ measured on other weights sit in their own labelled column or note (``references
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -19,7 +20,7 @@ from ..analyses import selection
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
-from . import figures, followed, references
+from . import figures, followed, references, registers
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
 from .sources import (
@@ -40,8 +41,8 @@ HOW = {
     "attention": "run `probe extract CKPT --views 224 --attention last`",
     "blocks": "run `probe extract CKPT --views 224 --attention all`",
     "entropy": "run `probe entropy STORE... --patch {patch}`",
-    "neighbours_g14": "run `probe neighbours STORE... --grid 14`",
-    "neighbours_g6": "run `probe neighbours STORE... --grid 6` (needs `--views 96`)",
+    "neighbours_g14": "run `probe neighbours STORE...` (the 224 view, at the grid the store holds)",
+    "neighbours_g6": "run `probe neighbours STORE... --view 96` (needs `--views 96`)",
     "decoder": "run `probe decode STORE` (needs `--views 480`)",
     "scores": "run `probe decode STORE --panel NAME` or `probe score MASKS.json --panel NAME`",
     "sweep": "run `probe decode-sweep STORE --panel NAME`",
@@ -220,6 +221,10 @@ def attention(ctx: Context) -> Section:
                                          f"{store.label}: the class token's row, last block")
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
             section.blocks.append(_row_table(store.label, att, 0, "the class token's row"))
+        if att.registers:  # DINOv2's register tokens, drawn as the registers paper draws them (report/registers.py)
+            png = registers.register_maps(att, grid, f"{store.label}: class token and registers, last block, mean over heads")
+            section.blocks.append(ctx.figure("attention-registers", png, f"{store.label}: where the class token and each of the {att.registers} "
+                                                                         "register tokens look (Darcet et al. 2024, Vision Transformers Need Registers, Fig. 9)."))
         through = followed.blocks(store, ctx.follow, ctx.patch)
         if through is None:
             no_blocks.append(store)
@@ -335,10 +340,24 @@ def neighbour_map(ctx: Context) -> Section:
 PREMISE_RESULTS = ("neighbours_g14", "neighbours_g14_nowrap", "neighbours_g6", "neighbours_g6_nowrap")
 
 
+def premise_results(ctx: Context) -> list[str]:
+    """ViT-S/16's names first, then every other grid's (ViT-S/8: g28, g12; DINOv2 /14: g16, g6), larger grids first."""
+    held = {name for s in ctx.stores for name in s.results if re.fullmatch(r"neighbours_g\d+(_nowrap)?", name)}
+    others = sorted(held - set(PREMISE_RESULTS), key=lambda n: (-int(re.search(r"\d+", n).group()), n))
+    return [*PREMISE_RESULTS, *others]
+
+
+def _other_grid(store: StoreView, name: str, array: str | None) -> bool:
+    """Whether ``store`` holds the same view's premise statistics at another grid (another patch size)."""
+    wrap = name.endswith("_nowrap")
+    return any(other != name and other.endswith("_nowrap") == wrap and found.attrs.get("array") == array
+               for other, found in store.results.items() if re.fullmatch(r"neighbours_g\d+(_nowrap)?", other))
+
+
 def premise(ctx: Context) -> Section:
     section = Section("premise", "Premise statistics: do the most similar patches lie in the window?")
     any_found = False
-    for name in PREMISE_RESULTS:
+    for name in premise_results(ctx):
         found = {s.label: s.result(name) for s in ctx.stores if s.result(name) is not None}
         if not found:
             continue
@@ -359,12 +378,13 @@ def premise(ctx: Context) -> Section:
         section.blocks.append(Table(["statistic", *found, f"course ({OTHER})"], rows,
                                     f"{name}: grid {first.attrs.get('grid')}, {wrap}, {first.attrs.get('distance', '')}; "
                                     f"mean over images [{level} % bootstrap interval]."))
-        if name == "neighbours_g14":
+        if first.attrs.get("array") == "tokens_224" and not name.endswith("_nowrap"):
             png = figures.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
                                      f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
                                      "share of the top 8 inside the window")
-            section.blocks.append(ctx.figure("premise-anchors", png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
-        _lacking(section, [s for s in ctx.stores if s.label not in found], f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
+            section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
+        lacking = [s for s in ctx.stores if s.label not in found and not _other_grid(s, name, first.attrs.get("array"))]
+        _lacking(section, lacking, f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
     if not any_found:
         section.missing(f"No premise statistics yet: {HOW['neighbours_g14']} (and, for the 96 view, {HOW['neighbours_g6'].removeprefix('run ')}).")
     else:

@@ -38,6 +38,15 @@ class StoreView:
         return bool(self.manifest.get("arch", {}).get("class_token", False))
 
     @property
+    def registers(self) -> int:
+        return int(self.manifest.get("arch", {}).get("registers", 0))
+
+    @property
+    def prefix(self) -> int:
+        """Tokens before the patches in the stored attention: the class token, then the registers."""
+        return int(self.class_token) + self.registers
+
+    @property
     def image_ids(self) -> list[str]:
         return [str(v) for v in self.ds["image"].values]
 

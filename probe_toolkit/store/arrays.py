@@ -35,8 +35,10 @@ def view_arrays(view: str, arch: Arch, patches: int, attention: str) -> dict[str
             plan[f"{kind}_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
             if cls:
                 plan[f"cls_{kind}_{view}"] = (("channel",), (d,))
+    if "tokens" in reads and arch.registers:  # DINOv2's register tokens, kept out of the patch arrays
+        plan[f"registers_{view}"] = (("register", "channel"), (arch.registers, d))
     if "attention" in reads and attention != "none":
-        t = patches + int(cls)
+        t = patches + arch.prefix  # class token, then registers, then patches
         plan[f"attention_{view}"] = (("head", "query", "key"), (arch.heads, t, t))
         if attention == "all":
             plan[f"attention_blocks_{view}"] = (("block", "head", "query", "key"), (arch.depth, arch.heads, t, t))

@@ -1,16 +1,28 @@
 """The timm ViT for a checkpoint, and the readout of its last block: tokens, keys, attention.
 
-No hand-written ViT: blocks, patch embedding and norms are timm's ``VisionTransformer``, built
-with DINO's settings (LayerNorm eps 1e-6, exact GELU, qkv bias). The one thing done here is
-the position table for grids other than the trained one, with DINO's own interpolation by
-default (bicubic, ``scale_factor=(g+0.1)/g0``, no antialias, untouched at the trained grid);
-timm's ``resample_abs_pos_embed`` is the option ``interpolation="timm"``.
+No hand-written ViT: blocks, patch embedding, LayerScale and norms are timm's
+``VisionTransformer``, built with DINO's settings (LayerNorm eps 1e-6, exact GELU, qkv bias;
+DINOv2 adds LayerScale ``ls1``/``ls2`` and, in its register models, register tokens). The one
+thing done here is the position table for grids other than the trained one, by one of the
+rules in ``INTERPOLATIONS`` (``auto`` picks the rule of the checkpoint's own code):
+
+- ``dino``: bicubic, ``scale_factor=(g+0.1)/g0``, no antialias (facebookresearch/dino
+  ``vision_transformer.py``; also DINOv2's ``interpolate_pos_encoding`` with its default
+  ``interpolate_offset=0.1``, the setting of DINOv2's models without registers);
+- ``dinov2-reg``: bicubic, ``size=(rows, cols)``, antialias, in float32 (DINOv2's
+  ``hub/backbones.py`` builds its register models with ``interpolate_offset=0.0,
+  interpolate_antialias=True``, so ``interpolate_pos_encoding`` takes its ``size`` branch);
+- ``timm``: timm's ``resample_abs_pos_embed`` (size-based, antialiased).
+
+Every rule leaves the table untouched at the trained grid. Views whose side is not a multiple
+of the patch use the largest multiple from the top-left corner (the pixels a strided patch
+convolution never reaches, as in DINO's ``PatchEmbed``).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, Iterator, Literal
 
@@ -31,23 +43,71 @@ class Arch:
     patch: int
     class_token: bool
     final_norm: bool
-    pos_grid: int  # side of the grid the position table was trained on (14 for 224 px)
+    pos_grid: int  # side of the grid the position table was trained on (14 for 224 px, 37 for DINOv2's 518 px)
     mlp_hidden: int
+    registers: int = 0  # DINOv2's register tokens (between the class token and the patches)
+    layerscale: bool = False  # DINOv2's per-channel LayerScale on both residual branches
+
+    @property
+    def prefix(self) -> int:
+        """Tokens before the patches in every sequence: the class token, then the registers."""
+        return int(self.class_token) + self.registers
+
+    @property
+    def pos_prefix(self) -> int:
+        """Rows of the position table before the patch rows (timm's ``no_embed_class`` has none)."""
+        return 0 if self.registers else int(self.class_token)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The manifest's ``arch``; ``registers`` and ``layerscale`` only where set, so a DINO or
+        SelfPatch store written before DINOv2 was supported keeps its identity (and resumes)."""
+        out = asdict(self)
+        for key, default in (("registers", 0), ("layerscale", False)):
+            if out[key] == default:
+                del out[key]
+        return out
 
 
 VIT_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=1536)
+VIT_S8 = replace(VIT_S16, patch=8, pos_grid=28)
+VIT_B16 = Arch(width=768, depth=12, heads=12, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=3072)
+VIT_B8 = replace(VIT_B16, patch=8, pos_grid=28)
+# DINOv2 (facebookresearch/dinov2 hub/backbones.py: img_size 518, patch 14, init_values 1.0)
+DINOV2_S14 = replace(VIT_S16, patch=14, pos_grid=37, layerscale=True)
+DINOV2_B14 = replace(VIT_B16, patch=14, pos_grid=37, layerscale=True)
+DINOV2_S14_REG = replace(DINOV2_S14, registers=4)
+DINOV2_B14_REG = replace(DINOV2_B14, registers=4)
+# the released sizes by name (``probe make-checkpoint --arch``, ``benchmarks/extract.py --arch``)
+RELEASED = {
+    "vit-s16": VIT_S16, "vit-s8": VIT_S8, "vit-b16": VIT_B16, "vit-b8": VIT_B8,
+    "dinov2-s14": DINOV2_S14, "dinov2-s14-reg": DINOV2_S14_REG, "dinov2-b14": DINOV2_B14, "dinov2-b14-reg": DINOV2_B14_REG,
+}
 
 
-Interpolation = Literal["dino", "timm"]
+Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
+INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
+RULES = {
+    "dino": "bicubic, scale_factor (g+0.1)/g0, no antialias (facebookresearch/dino vision_transformer.py; DINOv2 with interpolate_offset=0.1)",
+    "dinov2-reg": "bicubic, size (rows, cols), antialias, float32 (DINOv2 register models: interpolate_offset=0.0, interpolate_antialias=True)",
+    "timm": "timm resample_abs_pos_embed (bicubic, size, antialias)",
+}
 AttentionMode = Literal["last", "all", "none"]
 
 
-def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool = True) -> VisionTransformer:
-    """timm's VisionTransformer with exactly the keys and settings of DINO / SelfPatch for ``arch``.
+def resolve_interpolation(method: str, arch: Arch) -> str:
+    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ)."""
+    if method not in INTERPOLATIONS:
+        raise ValueError(f"interpolation {method!r} is not one of {INTERPOLATIONS}")
+    if method != "auto":
+        return method
+    return "dinov2-reg" if arch.registers else "dino"
 
+
+def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool = True) -> VisionTransformer:
+    """timm's VisionTransformer with exactly the keys and settings of DINO / SelfPatch / DINOv2 for ``arch``.
+
+    Register models use timm's ``reg_token`` with ``no_embed_class`` (the class row of DINOv2's
+    table is folded into the class token when a file is read, as timm's own DINOv2 loader does).
     ``init=False`` skips timm's random initialisation (seconds at ViT-S) when weights are loaded next.
     """
     return VisionTransformer(
@@ -59,7 +119,10 @@ def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool =
         num_heads=arch.heads,
         mlp_ratio=arch.mlp_hidden / arch.width,
         qkv_bias=True,
+        init_values=1.0 if arch.layerscale else None,
         class_token=arch.class_token,
+        reg_tokens=arch.registers,
+        no_embed_class=bool(arch.registers),
         global_pool="token" if arch.class_token else "",
         final_norm=arch.final_norm,
         fc_norm=False,
@@ -70,72 +133,94 @@ def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool =
     )
 
 
-def interpolate_pos_embed(pos_embed: torch.Tensor, grid: int | tuple[int, int], prefix: int, method: Interpolation = "dino") -> torch.Tensor:
-    """The position table for a ``grid`` × ``grid`` (or rows × cols) input; ``prefix`` class-token rows stay first.
+def _grid(grid: int | tuple[int, int]) -> tuple[int, int]:
+    return (int(grid), int(grid)) if isinstance(grid, int) else (int(grid[0]), int(grid[1]))
 
-    ``dino``: ``F.interpolate(scale_factor=((g+0.1)/g0,)*2, mode="bicubic")`` in the table's dtype,
-    skipped at the trained grid, as in DINO's and SelfPatch's ``interpolate_pos_encoding``.
-    ``timm``: ``resample_abs_pos_embed`` (size-based, antialiased), agreeing with DINO only at g0.
+
+def interpolate_pos_embed(pos_embed: torch.Tensor, grid: int | tuple[int, int], prefix: int, method: Interpolation = "dino") -> torch.Tensor:
+    """The position table for a ``rows`` × ``cols`` input (``grid`` an int for a square); ``prefix`` rows stay first.
+
+    ``dino``: ``F.interpolate(scale_factor=((rows+0.1)/g0, (cols+0.1)/g0), mode="bicubic")`` in the
+    table's dtype, as in DINO's and SelfPatch's ``interpolate_pos_encoding``. ``dinov2-reg``:
+    ``F.interpolate(size=(rows, cols), mode="bicubic", antialias=True)`` in float32, as DINOv2's
+    register models. ``timm``: ``resample_abs_pos_embed``. All skip the trained grid.
     """
-    rows, cols = (grid, grid) if isinstance(grid, int) else grid
-    g0 = int(round((pos_embed.shape[1] - prefix) ** 0.5))
-    if rows == cols == g0:
+    rows, cols = _grid(grid)
+    n = pos_embed.shape[1] - prefix
+    g0 = int(round(n**0.5))
+    if (rows, cols) == (g0, g0):
         return pos_embed
     if method == "timm":
         return resample_abs_pos_embed(pos_embed, new_size=(rows, cols), old_size=(g0, g0), num_prefix_tokens=prefix)
     width = pos_embed.shape[-1]
     table = pos_embed[:, prefix:].reshape(1, g0, g0, width).permute(0, 3, 1, 2)
-    scale = ((rows + 0.1) / g0, (cols + 0.1) / g0)
-    table = F.interpolate(table, scale_factor=scale, mode="bicubic", align_corners=False)
+    if method == "dinov2-reg":
+        table = F.interpolate(table.float(), size=(rows, cols), mode="bicubic", antialias=True).to(pos_embed.dtype)
+    elif method == "dino":
+        scale = ((rows + 0.1) / g0, (cols + 0.1) / g0)
+        table = F.interpolate(table, scale_factor=scale, mode="bicubic", align_corners=False)
+    else:
+        raise ValueError(f"interpolation {method!r} is not one of {INTERPOLATIONS[1:]}")
     if table.shape[-2:] != (rows, cols):
-        raise AssertionError(f"DINO interpolation gave {tuple(table.shape[-2:])}, expected {(rows, cols)}")
+        raise AssertionError(f"{method} interpolation gave {tuple(table.shape[-2:])}, expected {(rows, cols)}")
     table = table.permute(0, 2, 3, 1).reshape(1, rows * cols, width)
     return torch.cat([pos_embed[:, :prefix], table], dim=1)
 
 
 @dataclass
 class Readout:
-    """What one forward pass of one view gives. Patch arrays exclude the class token."""
+    """What one forward pass of one view gives. Patch arrays exclude the class and register tokens."""
 
     tokens: torch.Tensor  # (B, N, D) last block output, before any final norm
     keys: torch.Tensor | None  # (B, N, D) k = W_k LN1(z) + b_k of the last block, heads concatenated
     cls_token: torch.Tensor | None  # (B, D)
     cls_key: torch.Tensor | None  # (B, D)
-    attention: torch.Tensor | None  # (B, heads, T, T) last block softmax over every token (0 = CLS)
+    attention: torch.Tensor | None  # (B, heads, T, T) last block softmax over every token (class, registers, patches)
     attention_blocks: torch.Tensor | None  # (B, blocks, heads, T, T) with attention="all"
+    registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens
+    grid: tuple[int, int] = (0, 0)  # (rows, cols) of the patches
 
 
 class Backbone(nn.Module):
     """A checkpoint's ViT: ``forward`` gives patch tokens (training), ``readout`` the cached views."""
 
-    def __init__(self, arch: Arch, interpolation: Interpolation = "dino", init: bool = True):
+    def __init__(self, arch: Arch, interpolation: Interpolation = "auto", init: bool = True):
         super().__init__()
         self.arch = arch
-        self.interpolation = interpolation
+        self.interpolation = resolve_interpolation(interpolation, arch)
         self.vit = build_vit(arch, init=init)
         # views of other sizes are allowed; the position table is interpolated per grid below
         self.vit.patch_embed.strict_img_size = False
-        self.prefix = int(arch.class_token)
+        self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "dino") -> "Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> "Backbone":
         """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly."""
         model = cls(checkpoint.arch, interpolation, init=False)
         model.vit.load_state_dict(checkpoint.backbone, strict=True)
         return model.eval()
 
+    def grid_of(self, height: int, width: int) -> tuple[int, int]:
+        """(rows, cols) of patches a ``height`` × ``width`` view gives."""
+        return height // self.arch.patch, width // self.arch.patch
+
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """Patch embedding, class token, position table: (B, prefix + N, D)."""
-        if images.shape[-1] % self.arch.patch or images.shape[-2] % self.arch.patch:
-            raise ValueError(f"views are multiples of {self.arch.patch} px, got {tuple(images.shape[-2:])}")
-        grid = (images.shape[-2] // self.arch.patch, images.shape[-1] // self.arch.patch)
-        x = self.vit.patch_embed(images)
-        if self.prefix:
+        """Patch embedding, class and register tokens, position table: (B, prefix + N, D)."""
+        rows, cols = self.grid_of(*images.shape[-2:])
+        if rows < 1 or cols < 1:
+            raise ValueError(f"a view of {tuple(images.shape[-2:])} px holds no {self.arch.patch} px patch")
+        p = self.arch.patch
+        x = self.vit.patch_embed(images[..., : rows * p, : cols * p])
+        table = interpolate_pos_embed(self.vit.pos_embed, (rows, cols), self.arch.pos_prefix, self.interpolation)
+        if self.arch.pos_prefix:  # DINO: the class token has its own row of the table
             x = torch.cat([self.vit.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        return x + interpolate_pos_embed(self.vit.pos_embed, grid, self.prefix, self.interpolation)
+            return x + table
+        x = x + table  # SelfPatch (no class token), or DINOv2 with registers (no_embed_class)
+        front = [t.expand(x.shape[0], -1, -1) for t in (self.vit.cls_token, self.vit.reg_token) if t is not None]
+        return torch.cat([*front, x], dim=1) if front else x
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Last-block patch tokens (B, N, D), class token dropped, no final norm."""
+        """Last-block patch tokens (B, N, D), class and register tokens dropped, no final norm."""
         return self.vit.blocks(self.embed(images))[:, self.prefix:]
 
     @contextmanager
@@ -173,14 +258,16 @@ class Backbone(nn.Module):
         """One forward pass: tokens, keys and attention of the last block, from the same pass."""
         with self._taps(keys, attention) as taps:
             x = self.vit.blocks(self.embed(images))
-        p = self.prefix
+        p, c = self.prefix, int(self.arch.class_token)
         k = taps["keys"][0] if keys else None
         maps = torch.stack(taps["attention"], dim=1) if taps["attention"] else None
         return Readout(
             tokens=x[:, p:],
             keys=k[:, p:] if k is not None else None,
-            cls_token=x[:, 0] if p else None,
-            cls_key=k[:, 0] if (p and k is not None) else None,
+            cls_token=x[:, 0] if c else None,
+            cls_key=k[:, 0] if (c and k is not None) else None,
             attention=maps[:, -1] if maps is not None else None,
             attention_blocks=maps if attention == "all" else None,
+            registers=x[:, c:p] if p > c else None,
+            grid=self.grid_of(*images.shape[-2:]),
         )

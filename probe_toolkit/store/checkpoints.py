@@ -11,6 +11,14 @@ Layouts recognised without being told (see ``reference/dino_selfpatch.md``):
   ``c_head.``, ``p_head.`` (SelfPatch); ``args`` is an ``argparse.Namespace``.
 - ``probe-training``: what this project's ``training/`` writes (the full layout, ``args`` as plain
   data with ``"trainer": "probe-training"``).
+- ``dinov2-backbone`` / ``dinov2-reg-backbone``: DINOv2's released ``*_pretrain.pth`` files
+  (facebookresearch/dinov2 ``hub/backbones.py`` loads them strictly): LayerScale
+  ``blocks.i.ls1.gamma`` / ``ls2.gamma``, an unused ``mask_token`` (iBOT's masked-patch
+  embedding, kept as the head ``mask_token``), a 37 × 37 table trained at 518 px, and in the
+  register models ``register_tokens`` (1, 4, D) that take no row of the position table. These
+  are read into timm's names as timm's own DINOv2 loader does: ``register_tokens`` becomes
+  ``reg_token`` and the table's class row is added to ``cls_token`` (DINOv2 adds it to the class
+  token in every forward, so the sum is the same float32 operation).
 - Any of these wrapped in a ``state_dict`` or ``model`` entry.
 
 Prefixes are stripped only as prefixes, and the backbone must match the architecture inferred
@@ -35,6 +43,8 @@ from ..infra.errors import ProbeError
 from .backbone import VIT_S16, Arch, build_vit  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
+# tensors of a backbone file that the readout never uses, kept as named heads (strict loading)
+UNUSED_BACKBONE_KEYS = {"mask_token": "mask_token"}
 NETWORKS = ("teacher", "student")
 TRAINER_MARK = "probe-training"
 # DINO's first published full checkpoints used older names inside the heads (dino #30, #65)
@@ -140,6 +150,25 @@ def _split(state: dict[str, Any], path: Path) -> tuple[dict[str, torch.Tensor], 
     return backbone, heads
 
 
+def from_dinov2(backbone: dict[str, torch.Tensor], heads: dict[str, dict[str, torch.Tensor]]) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """DINOv2's names → timm's: ``mask_token`` set aside as a head, registers as ``reg_token``.
+
+    With registers, timm's model has no table row for the class token (``no_embed_class``),
+    so that row is added to ``cls_token`` here, once, instead of in every forward pass.
+    """
+    out = dict(backbone)
+    heads = dict(heads)
+    for key, head in UNUSED_BACKBONE_KEYS.items():
+        if key in out:
+            heads[head] = {key: out.pop(key)}
+    if "register_tokens" in out:
+        out["reg_token"] = out.pop("register_tokens")
+        if "cls_token" in out and "pos_embed" in out:
+            out["cls_token"] = out["cls_token"] + out["pos_embed"][:, :1]
+            out["pos_embed"] = out["pos_embed"][:, 1:]
+    return out, heads
+
+
 def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
     """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
     for key in ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"):
@@ -152,7 +181,8 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
     width, patch = int(proj.shape[0]), int(proj.shape[2])
     depth = 1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k)))
     class_token = "cls_token" in backbone
-    rows = int(backbone["pos_embed"].shape[1]) - int(class_token)
+    registers = int(backbone["reg_token"].shape[1]) if "reg_token" in backbone else 0
+    rows = int(backbone["pos_embed"].shape[1]) - int(class_token and not registers)
     grid = math.isqrt(rows)
     if grid * grid != rows:
         raise ProbeError(path, f"pos_embed has {rows} patch rows, not a square grid", "is the class-token row missing or extra?")
@@ -168,6 +198,8 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
         final_norm="norm.weight" in backbone,
         pos_grid=grid,
         mlp_hidden=int(backbone["blocks.0.mlp.fc1.weight"].shape[0]),
+        registers=registers,
+        layerscale="blocks.0.ls1.gamma" in backbone,
     )
 
 
@@ -195,6 +227,10 @@ def check_backbone(backbone: dict[str, torch.Tensor], arch: Arch, path: Path) ->
 
 def _format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbone: dict[str, Any]) -> str:
     if not full:
+        if "reg_token" in backbone:
+            return "dinov2-reg-backbone"
+        if "mask_token" in heads or "blocks.0.ls1.gamma" in backbone:
+            return "dinov2-backbone"
         return "dino-backbone" if "cls_token" in backbone else "selfpatch-backbone"
     args = extra.get("args")
     if isinstance(args, dict) and args.get("trainer") == TRAINER_MARK:
@@ -225,7 +261,7 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
     not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if not_tensors:
         raise ProbeError(path, f"entries {not_tensors[:5]} are not tensors", "pass a state dict or a DINO/SelfPatch checkpoint")
-    backbone, head_states = _split(state, path)
+    backbone, head_states = from_dinov2(*_split(state, path))
     arch = infer_arch(backbone, path, heads)
     check_backbone(backbone, arch, path)
     checkpoint = Checkpoint(
@@ -252,6 +288,8 @@ def to_selfpatch(checkpoint: Checkpoint) -> Checkpoint:
     """The same network without class token and final norm (1,536 parameters fewer at ViT-S)."""
     if not checkpoint.arch.class_token:
         raise ProbeError(checkpoint.path, "has no class token to drop (already SelfPatch-style)", "omit --convert")
+    if checkpoint.arch.registers:
+        raise ProbeError(checkpoint.path, f"has {checkpoint.arch.registers} register tokens, which a SelfPatch-style backbone has no place for", "omit --convert")
     backbone = convert_backbone(checkpoint.backbone)
     arch = replace(checkpoint.arch, class_token=False, final_norm=False)
     check_backbone(backbone, arch, checkpoint.path)

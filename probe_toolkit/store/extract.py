@@ -24,7 +24,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.progress import bar
 from . import arrays, cache, images
-from .backbone import Arch, AttentionMode, Backbone, Interpolation
+from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
 OnError = Literal["fail", "skip"]
@@ -50,7 +50,7 @@ class Settings:
     attention: AttentionMode = "last"
     dtype: str = "float16"
     chunk: int = 16
-    interpolation: Interpolation = "dino"
+    interpolation: Interpolation = "auto"  # the checkpoint's own rule (backbone.resolve_interpolation)
     resample: str = "bicubic"
 
     def __post_init__(self) -> None:
@@ -119,9 +119,12 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         "arch": arch.as_dict(),
         "views": [images.manifest_view(v) for v in settings.names],
         "per_view": {v: arrays.view_facts(v, arch, counts[v], settings.attention, settings.resample) for v in settings.names},
-        "interpolation": settings.interpolation,
+        "interpolation": resolve_interpolation(settings.interpolation, arch),
+        "interpolation_rule": RULES[resolve_interpolation(settings.interpolation, arch)],
         "attention": settings.attention if "224" in settings.names else "none",  # the 224 view's maps
         "attention_has_cls": arch.class_token,
+        "attention_prefix": arch.prefix,  # tokens before the patches: class, then registers
+        "registers": arch.registers,
         "dtype": settings.dtype,
         "chunk": settings.chunk,
         "image_source": source,
@@ -130,13 +133,15 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         "readout": {
             "tokens": "last block output, before any final norm; class token in cls_* arrays",
             "keys": "last block k = W_k LN1(z) + b_k, heads concatenated in head order",
-            "attention": "last block softmax(q k^T / sqrt(head_dim)) per head, explicit, over every token",
+            "attention": "last block softmax(q k^T / sqrt(head_dim)) per head, explicit, over every token (class, registers, patches)",
+            "registers": "DINOv2 register tokens' last block output, in registers_* arrays, never among the patches",
             "layernorm_eps": 1e-6,
             "gelu": "exact (erf)",
         },
         "view_geometry": {
             **{v: arrays.geometry(v, settings.resample) for v in settings.names},
             "normalisation": "ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)",
+            "patch_grid": f"view side // {checkpoint.arch.patch}; pixels beyond the last whole patch unused",
         },
     }
 
@@ -257,6 +262,7 @@ def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings
         if "tokens" in reads:
             put(f"tokens_{view}", out.tokens)
             put(f"cls_tokens_{view}", out.cls_token)
+            put(f"registers_{view}", out.registers)
         if "attention" in reads:
             put(f"attention_{view}", out.attention)
             put(f"attention_blocks_{view}", out.attention_blocks)

@@ -224,8 +224,8 @@
           var keys = [];
           for (var r = 0; r < 5; r++) {
             var key = s.top[(h * T + q) * 5 + r];
-            keys.push(key === CLS ? -1 : key);
-            outline(v.heads[h], key === CLS ? -1 : key, "#56B4E9", 2);
+            keys.push(key === CLS ? -1 : key === CLS - 1 ? -2 : key);  // -2: a register token
+            outline(v.heads[h], key >= CLS - 1 ? -1 : key, "#56B4E9", 2);
           }
           if (!useCls) { outline(v.heads[h], state.patch, "white", 1, [3, 2]); }
           var eff = s.meta.effective[h * T + q];
