@@ -48,10 +48,10 @@ def manifest_view(name: str) -> int | str:
 
 
 def fixed_grid(view: str, patch: int) -> tuple[int, int]:
-    """(rows, cols) of a fixed square view at this patch size (224 at /16: 14 x 14; at /8: 28 x 28)."""
+    """(rows, cols) of a fixed square view at this patch size (224 at /16: 14 x 14; at /8: 28 x 28;
+    at /14: 16 x 16, and 96 or 480 give 6 x 6 or 34 x 34: the backbone reads the whole patches from
+    the top left and leaves the last pixels unused, as DINO's visualize_attention.py crops)."""
     size = int(view)
-    if size % patch:
-        raise ProbeError(None, f"the {view} view is not a multiple of the checkpoint's {patch}-px patch", f"use views whose size divides by {patch}, or --views native")
     return size // patch, size // patch
 
 
