@@ -29,20 +29,34 @@ def main() -> None:
     """Console entry point: bad input becomes one line on stderr and exit status 2."""
     from .infra.memory import keep_memory_flat
 
+    from .infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, os_error_line
+
     keep_memory_flat()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
+    except IntegrityError as error:
+        err_console.print(f"[bold red]integrity:[/] {error.line()}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTEGRITY)
     except ProbeError as error:
         err_console.print(f"[bold red]error:[/] {error.line()}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
+    except Interrupted as error:
+        err_console.print(f"[bold yellow]interrupted:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as error:  # a full disk, a read-only folder, a file where a folder belongs: one line, not a traceback
+        err_console.print(f"[bold red]error:[/] {os_error_line(error)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
         if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
             error.show()
             sys.exit(error.exit_code)
         raise
+    if code == EXIT_INTERRUPTED:
+        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 # --- foundation: checkpoints, extraction, stores ---
@@ -81,6 +95,8 @@ def extract(
         raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
     if attention not in ("last", "all", "none") or interp not in ("dino", "timm"):
         raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and dino|timm")
+    if store is not None and store.exists() and not store.is_dir():
+        raise ProbeError(store, "is a file, not a store folder (--store)", "pass --store a new path or an existing store")
     source = images
     if panel is not None:
         from .labels.panels import panel_images
@@ -92,10 +108,15 @@ def extract(
 
             store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
     settings = Settings(views=tuple(int(v) for v in views.split(",") if v), attention=attention, dtype=dtype, chunk=chunk, interpolation=interp)
-    report = run(
-        checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
-        shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
-    )
+    try:
+        report = run(
+            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
+            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
+        )
+    except KeyboardInterrupt:
+        from .infra.errors import Interrupted
+
+        raise Interrupted("probe extract stopped; the store keeps every finished chunk and is resumable: rerun the same command") from None
     for line in report.skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
     console.print(f"{report.store}: {report.done}/{report.n_images} images done ({report.written} written now, {len(report.skipped)} skipped)")

@@ -14,6 +14,10 @@ def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     separators = None if indent else (",", ":")
-    tmp.write_text(json.dumps(obj, indent=indent, separators=separators) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=indent, separators=separators) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or Ctrl-C leaves neither a half file nor the temp name
+        tmp.unlink(missing_ok=True)
+        raise
     return path

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..commands.summaries import store_label
-from ..infra import provenance
+from ..infra import litter, provenance
 from . import html, markdown
 from .content import Report
 from .sections import gather
@@ -63,6 +63,7 @@ def write_report(
     report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir)
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
     target.mkdir(parents=True, exist_ok=True)
+    litter.sweep(target)  # a killed report's .report.tmp-PID and .figures.old-PID
     tmp = target / f".report.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)

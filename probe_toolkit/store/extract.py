@@ -138,6 +138,10 @@ def parse_shard(shard: str | None) -> tuple[int, int]:
 
 def resolve_device(device: str) -> torch.device:
     """``auto``: the GPU when there is one (torchrun's LOCAL_RANK picks which), else the CPU."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ProbeError(None, f"--device {device!r} is not auto, cpu or cuda", "use --device auto")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbeError(None, "--device cuda asked for, but no CUDA device is visible", "use --device cpu (or auto)")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and "LOCAL_RANK" in os.environ:
@@ -227,6 +231,7 @@ def extract(
     quiet: bool = False,
 ) -> Report:
     """``probe extract``: fill the store of ``checkpoint_path`` with the views of ``image_dir``."""
+    torch_device = resolve_device(device)  # before anything is written: a wrong device leaves nothing behind
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
     name = network + ("-converted" if convert else "")
@@ -243,7 +248,6 @@ def extract(
             total += b - a
         todo = kept
 
-    torch_device = resolve_device(device)
     backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
     sizes = tuple(sorted(settings.views))
     report = Report(store=path, n_images=len(refs))
