@@ -105,7 +105,12 @@ def require(ds: xr.Dataset, name: str) -> xr.DataArray:
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
     array = ds[name]
-    return array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
+    array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
+    if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
+        from ..infra.chunked import fingerprint
+
+        array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]))
+    return array
 
 
 def results_path(store: str | Path, name: str) -> Path:
