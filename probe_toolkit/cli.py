@@ -56,7 +56,8 @@ def main() -> None:
         raise
     if code == EXIT_INTERRUPTED:
         err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
-    sys.exit(code if isinstance(code, int) else 0)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 # --- foundation: checkpoints, extraction, stores ---

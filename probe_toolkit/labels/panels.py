@@ -42,7 +42,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
 from ..store.images import list_images
-from . import ledger
+from . import hygiene, ledger
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
@@ -130,6 +130,7 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
         panel = Panel(name, annotations, images, role, provenance.now())
         panels[name] = panel
         _write_registry(path, panels)
+        hygiene.forget(path.parent, name)  # its images are remembered again at its next read
     return panel
 
 
@@ -260,6 +261,7 @@ def read_labels(
             raise ValueError("no images/annotations lists")
     except ValueError as error:
         raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
+    hygiene.unknown_image_ids(panel.annotations, dataset)
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
     if not file_names:
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
@@ -275,6 +277,12 @@ def read_labels(
         dataset["images"] = [im for im in dataset["images"] if int(im["id"]) in keep]
         dataset["annotations"] = [a for a in dataset["annotations"] if int(a["image_id"]) in keep]
     dataset.setdefault("categories", [])
+    sizes = hygiene.check_sizes(panel.annotations, panel.images, dataset["images"])
+    dataset = dict(dataset)
+    dataset["annotations"], clipped = hygiene.clip_geometry(dataset["annotations"], sizes)
+    hashes = hygiene.content_hashes(panel.images, dataset["images"])
+    annotation_sha256 = hashlib.sha256(raw).hexdigest()
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes)
     names = sorted(_clean(str(im.get("file_name", ""))) for im in dataset["images"])
     entry = ledger.append(
         root,
@@ -283,15 +291,20 @@ def read_labels(
             "panel": panel.name,
             "role": panel.role,
             "annotations": str(panel.annotations),
-            "annotation_sha256": hashlib.sha256(raw).hexdigest(),
+            "annotation_sha256": annotation_sha256,
             "images": len(names),
             "images_sha256": provenance.list_hash(names),
+            "images_content_sha256": provenance.list_hash(sorted(hashes)),
+            "clipped": clipped,
             "purpose": purpose,
             "command": command if command is not None else shlex.join(sys.argv),
             "checkpoint": checkpoint,
             "unseal": unseal.strip() if unseal else None,
         },
     )
+    if clipped:
+        print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it "
+              f"(ledger entry {entry.id[:12]})", file=sys.stderr)
     return LabelRead(coco=_coco(dataset), entry_id=entry.id, entry=entry.fields, panel=panel, image_map=image_map)
 
 
