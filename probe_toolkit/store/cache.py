@@ -264,6 +264,7 @@ def create_store(
             if missing:
                 raise ProbeError(path, f"lacks arrays {missing} for these settings", "delete the store and extract again")
             return StoreWriter(path)
+        litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename
         tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
         if tmp.exists():
             shutil.rmtree(tmp)
