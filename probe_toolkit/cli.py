@@ -180,7 +180,10 @@ def doctor(cache: CacheOpt = None) -> None:
         mark = "[green]ok[/]" if check.ok else ("[red]FAIL[/]" if check.required else "[yellow]missing[/]")
         table.add_row(check.name, mark, check.detail)
     console.print(table)
-    if not all(c.ok for c in results if c.required):
+    failed = [c.name for c in results if c.required and not c.ok]
+    if failed:
+        err_console.print(f"[bold red]doctor:[/] {len(failed)} required check{'s' if len(failed) > 1 else ''} failed "
+                          f"({', '.join(failed)}); see the table above", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -194,6 +197,12 @@ app.add_typer(ledger_app, name="ledger")
 PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
 UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
+
+
+def _at_least(option: str, value: int, low: int) -> None:
+    """A numeric option refused at the boundary, before any work (one line, exit 2)."""
+    if value < low:
+        raise ProbeError(None, f"{option} {value} must be at least {low}", f"use e.g. {option} {max(low, 1)}")
 
 
 def _ticker(progress, label: str):
@@ -240,6 +249,8 @@ def decode(
     from .commands.decode import resolve_settings, run_decode
     from .infra.atomic import write_json
     from .infra.progress import bar
+
+    _at_least("--threads", threads, 1)
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
@@ -294,6 +305,9 @@ def decode_sweep(
     from .commands.decode import run_sweep
     from .infra.atomic import write_json
     from .infra.progress import bar
+
+    _at_least("--top", top, 1)
+    _at_least("--threads", threads, 1)
 
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
@@ -371,12 +385,15 @@ def ledger_verify(cache: CacheOpt = None) -> None:
     from .labels.ledger import LEDGER, entries, verify
     from .store.cache import cache_root
 
+    from .infra.errors import IntegrityError
+
     root = cache_root(cache)
     problems = verify(root)
     for p in problems:
-        err_console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
     if problems:
-        raise typer.Exit(1)
+        more = f" (and {len(problems) - 1} more, listed above)" if len(problems) > 1 else ""
+        raise IntegrityError(root / LEDGER, f"the hash chain is broken: {problems[0]}{more}", "restore the ledger from a copy; its results' ledger entries cannot be trusted")
     console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
 
 
@@ -401,6 +418,8 @@ def linear_probe(
 
     from .analyses.linear import FitSettings
     from .commands.linear import run_linear
+
+    _at_least("--epochs", epochs, 1)
 
     def step(what: str) -> None:
         if not quiet:

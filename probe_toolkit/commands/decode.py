@@ -37,7 +37,7 @@ from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError
 from ..labels.masks import coco_results, decoder_dataset
-from ..labels.panels import LabelRead, read_labels
+from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
 from ..store.completion import computed_on
@@ -213,6 +213,8 @@ def run_decode(
     threads: int = 1,
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel."""
+    if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
+        check_readable(panel, unseal, cache_dir)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
@@ -387,6 +389,7 @@ def run_sweep(
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
+    check_readable(panel, unseal, cache_dir)
     src = open_keys(store)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}

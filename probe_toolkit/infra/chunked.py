@@ -108,10 +108,13 @@ def map_images(
         ids = [str(i) for i in first["image"].values]
         bounds = np.cumsum((0,) + next(iter(data.values())).chunks[0])
         stored = {name: str(array.name) for name, array in arrays.items()}
-        futures = [
-            client.submit(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]], key=f"probe-chunk-{mark[:8]}-{i}-{time.monotonic_ns()}", pure=False)
-            for i in range(n_chunks)
-        ]
+        try:
+            futures = [
+                client.submit(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]], key=f"probe-chunk-{mark[:8]}-{i}-{time.monotonic_ns()}", pure=False)
+                for i in range(n_chunks)
+            ]
+        except Exception as error:  # a client whose scheduler is gone
+            raise _lost(client, f"went away before the run ({type(error).__name__})") from None
         for i, result in _gather(client, futures):
             parts[i] = result
             if progress:

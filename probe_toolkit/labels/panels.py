@@ -225,6 +225,16 @@ def _coco(dataset: dict[str, Any]):
     return coco
 
 
+def check_readable(panel: str | Panel, unseal: str | None = None, cache: str | Path | None = None) -> Panel:
+    """The panel, if it is registered and may be read (a sealed one needs an unseal reason);
+    commands call it before their work so that a refused read costs nothing."""
+    if isinstance(panel, str):
+        panel = get_panel(panel, cache)
+    if panel.sealed and not (unseal and unseal.strip()):
+        raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
+    return panel
+
+
 def read_labels(
     panel: str | Panel,
     *,
@@ -242,12 +252,9 @@ def read_labels(
     A sealed (``test``) panel needs ``unseal``, a reason; it is recorded.
     """
     root = cache_root(cache)
-    if isinstance(panel, str):
-        panel = get_panel(panel, cache)
+    panel = check_readable(panel, unseal, cache)
     if not purpose:
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
-    if panel.sealed and not (unseal and unseal.strip()):
-        raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
     _inside.active = True
     try:
         raw = panel.annotations.read_bytes()
