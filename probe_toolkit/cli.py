@@ -312,10 +312,13 @@ def decode_sweep(
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
                            on_start=_ticker(progress, "sweep"), threads=threads)
+    from rich import box
+
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
-    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}")
-    for column in ("preset", "center", "tau", "eps", "masks", "segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou"):
-        table.add_column(column, justify="right")
+    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
+    for column in ("preset", "centred", "τ", "ε", "masks", "segm\nAP", "segm\nAP50", "bbox\nAP50", "CorLoc", "best\nIoU"):
+        table.add_column(column, justify="right", no_wrap=True)
     for r in rows[:top]:
         table.add_row(r["preset"], str(r["center"]), f"{r['tau']:g}", f"{r['eps']:g}", str(r["masks"]),
                       *(f"{100 * r[c]:.2f}" for c in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou")))

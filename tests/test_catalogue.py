@@ -599,3 +599,136 @@ def test_case(case: Case, w, monkeypatch):
 
 def test_the_catalogue_is_long_enough():
     assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+
+
+# ----------------------------------------------------------------------------------------------
+# what the catalogue's cases cannot show one by one
+
+
+def test_killed_runs_litter_is_swept_and_never_read(w):
+    """``.NAME.tmp-PID`` / ``.NAME.old-PID`` of a dead process: not listed, not reported, gone after the next run."""
+    dead = 2**22 + 12345  # above Linux's default pid_max: no such process
+    results = w.store / "results"
+    for name in (f".entropy.tmp-{dead}", f".entropy.old-{dead}", f".ghost.tmp-{dead}"):
+        (results / name).mkdir(parents=True, exist_ok=True)
+        (results / name / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    info = probe("info", w.store, env={"COLUMNS": "200"})
+    assert info.code == 0 and ".entropy.tmp" not in info.out and "ghost" not in info.out
+    assert ".entropy" not in cache.list_results(w.store)
+    assert probe("entropy", w.store, "--boot", "20", "-q").code == 0
+    assert not [p.name for p in results.iterdir() if litter.is_litter(p.name)]
+    out = w.root / "out" / "swept"
+    (out / f".report.tmp-{dead}" / "figures").mkdir(parents=True)
+    (out / f".figures.old-{dead}").mkdir()
+    assert probe("report", _store_224(w), "--out", out, "--cache", w.cache).code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md"]
+
+
+def test_partial_results_are_marked_stale_in_the_report(w):
+    """entropy on 1 of 2 images (--partial), then the store is finished: the report says so."""
+    path = w.root / "stores" / "stale" / "teacher.zarr"
+    args = ["extract", w.ckpt, "--images", w.small, "--views", "224", "--chunk", "1", "--store", path, *w.q]
+    assert probe(*args, "--limit", "1").code == 0
+    assert probe("entropy", path, "--boot", "20", "--partial", "-q").code == 0
+    record = cache.load_results(path, "entropy").attrs["computed_on"]
+    assert record["images"] == 1 and record["store"]["done"] == 1 and record["store"]["total"] == 2
+    assert probe(*args).code == 0  # finish the store
+    other = _store_224(w)
+    assert probe("entropy", other, "--boot", "20", "-q").code == 0
+    out = w.root / "out" / "stale-report"
+    assert probe("report", path, other, "--out", out, "--cache", w.cache).code == 0
+    text = (out / "report.md").read_text()
+    assert "STALE: computed on 1 images; the store now has 2 of 2 done" in text
+    assert "entropy: the stores were measured on different image sets" in text and "1 images in common" in text
+
+
+def test_stores_open_with_plain_open_zarr_without_warnings(w):
+    import warnings
+
+    import xarray as xr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_zarr(w.store)
+    assert "tokens_224" in ds and ds.sizes["image"] == 4
+
+
+def test_output_fits_80_columns(w):
+    """Tables at 80 columns: no line wider, and the sweep's score headers stay distinct."""
+    runs = [probe("entropy", w.store, "--boot", "20", "-q", env={"COLUMNS": "80"}),
+            probe("neighbours", w.store, "--boot", "20", "-q", env={"COLUMNS": "80"}),
+            probe("decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b80.json", *w.q, env={"COLUMNS": "80"})]
+    for run in runs:
+        assert run.code == 0, run.err
+        assert max(len(line) for line in run.out.splitlines()) <= 80, run.out
+    assert "tokencut" in runs[2].out and "…" not in runs[2].out, runs[2].out  # nothing cut short
+    header = "\n".join(runs[2].out.splitlines()[1:4])
+    assert header.count("AP50") == 2 and "segm" in header and "bbox" in header and "CorLoc" in header, runs[2].out
+
+
+def test_a_rank_stops_when_its_launcher_dies(tmp_path):
+    """A process standing in for torchrun starts a rank (new session, as torchrun does) and is
+    SIGKILLed; the rank, watching its parent, exits within seconds instead of training on."""
+    import signal
+    import subprocess
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    pid_file = tmp_path / "rank.pid"
+    rank = ("import os, time; from training.distributed import stop_with_launcher; stop_with_launcher(0, interval=0.1); "
+            f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)")
+    launcher = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True); time.sleep(60)"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    parent = subprocess.Popen([sys.executable, "-c", launcher], env=env)
+    try:
+        for _ in range(1200):
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        for _ in range(100):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the rank outlived its launcher by 5 s")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_cluster_tasks_prove_they_read_the_clients_store(w):
+    """On a real local dask cluster: another store at the path, or unfinished images there, fail
+    the run naming the worker; the proven run equals the local one."""
+    import zarr
+
+    from probe_toolkit.analyses.neighbours import neighbours
+    from probe_toolkit.infra.errors import IntegrityError
+    from probe_toolkit.store.cache import open_store, require
+
+    _clusters(w)
+    source = w.root / "stores" / "proof" / "teacher.zarr"
+    shutil.copytree(_store_224(w), source)
+    other = w.root / "stores" / "proof-other" / "teacher.zarr"
+    assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--dtype", "float32", "--store", other, *w.q).code == 0
+    client = chunked.connect(w.cluster)
+    try:
+        tokens = require(open_store(source), "tokens_224")
+        local = neighbours(tokens, 14, n_boot=20)
+        assert np.array_equal(neighbours(tokens, 14, n_boot=20, client=client).top_in_window.values, local.top_in_window.values)
+        source.rename(source.with_name("away.zarr"))
+        shutil.copytree(other, source)  # a private mount holding another store at the same path
+        with pytest.raises(IntegrityError, match=r"dask worker .* sees another store"):
+            neighbours(tokens, 14, n_boot=20, client=client)
+        shutil.rmtree(source)
+        source.with_name("away.zarr").rename(source)
+        zarr.open_group(str(source), mode="r+", use_consolidated=False)["done"][1] = False  # a copy that is behind
+        with pytest.raises(IntegrityError, match=r"dask worker .* as unfinished \(e\.g\. 'b\.png'\)"):
+            neighbours(tokens, 14, n_boot=20, client=client)
+    finally:
+        client.close()
