@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..commands.summaries import store_label
 from ..infra import litter, provenance
+from ..infra.errors import ProbeError
 from . import html, markdown
 from .content import Report
 from .sections import gather
@@ -78,6 +79,8 @@ def write_report(
         (tmp / "report.md").write_text(markdown.render(report, generated), encoding="utf-8")
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
         _swap_in(tmp, target)
+    except OSError as error:  # a full disk: the previous report stays as it was
+        raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun `probe report`") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

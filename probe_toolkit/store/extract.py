@@ -237,7 +237,10 @@ def extract(
     name = network + ("-converted" if convert else "")
     path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
     plan = plan_arrays(checkpoint.arch, settings)
-    writer = cache.create_store(path, build_manifest(checkpoint, settings, refs, str(image_dir)), [r.id for r in refs], plan)
+    try:
+        writer = cache.create_store(path, build_manifest(checkpoint, settings, refs, str(image_dir)), [r.id for r in refs], plan)
+    except OSError as error:  # a full disk or a read-only folder while the store is created: nothing is left but swept names
+        raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
     todo = writer.todo(parse_shard(shard))
     if limit is not None:
         kept, total = [], 0
