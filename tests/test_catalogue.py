@@ -469,39 +469,32 @@ def _hide_store_after_open(w, mp):
     w.restore_store = lambda: hidden.rename(w.store) if hidden.exists() else None
 
 
-def _workers_die(w, mp):
-    _clusters(w)
-    cluster = _local_cluster(1)
-    w.dying = cluster.scheduler_address
+def _cluster_fails_after_connect(w, mp, attribute: str, fault: Callable) -> None:
+    """A fresh one-worker cluster at ``w.<attribute>``; ``fault(cluster, client)`` strikes right
+    after the command has connected (so before or while its chunks run)."""
     from probe_toolkit.commands import runs
 
+    _clusters(w)
+    cluster = _local_cluster(1)
+    w.clusters.append(cluster)
+    setattr(w, attribute, cluster.scheduler_address)
     real = runs.connect
     mp.setattr(chunked, "STALL_SECONDS", 1.0)
 
     def connect(address):
         client = real(address)
-        for worker in list(cluster.workers.values()):
-            client.sync(worker.close)
+        fault(cluster, client)
         return client
 
     mp.setattr(runs, "connect", connect)
-    w.later = cluster
+
+
+def _workers_die(w, mp):
+    _cluster_fails_after_connect(w, mp, "dying", lambda cluster, client: [client.sync(worker.close) for worker in list(cluster.workers.values())])
 
 
 def _scheduler_dies(w, mp):
-    cluster = _local_cluster(1)
-    w.doomed = cluster.scheduler_address
-    from probe_toolkit.commands import runs
-
-    real = runs.connect
-    mp.setattr(chunked, "STALL_SECONDS", 1.0)
-
-    def connect(address):
-        client = real(address)
-        cluster.close()
-        return client
-
-    mp.setattr(runs, "connect", connect)
+    _cluster_fails_after_connect(w, mp, "doomed", lambda cluster, client: cluster.close())
 
 
 def _interrupted_decode(w):
