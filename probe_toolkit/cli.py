@@ -26,10 +26,9 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.
 
 
 def main() -> None:
-    """Console entry point: bad input becomes one line on stderr and exit status 2."""
-    from .infra.memory import keep_memory_flat
-
+    """Console entry point: a failure is one line on stderr and a status (2 bad input, 1 integrity, 130 interrupted)."""
     from .infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, os_error_line
+    from .infra.memory import keep_memory_flat
 
     keep_memory_flat()
     try:
