@@ -26,23 +26,37 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.
 
 
 def main() -> None:
-    """Console entry point: bad input becomes one line on stderr and exit status 2."""
+    """Console entry point: a failure is one line on stderr and a status (2 bad input, 1 integrity, 130 interrupted)."""
+    from .infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, os_error_line
     from .infra.memory import keep_memory_flat
 
     keep_memory_flat()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
+    except IntegrityError as error:
+        err_console.print(f"[bold red]integrity:[/] {error.line()}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTEGRITY)
     except ProbeError as error:
         err_console.print(f"[bold red]error:[/] {error.line()}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
+    except Interrupted as error:
+        err_console.print(f"[bold yellow]interrupted:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as error:  # a full disk, a read-only folder, a file where a folder belongs: one line, not a traceback
+        err_console.print(f"[bold red]error:[/] {os_error_line(error)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
         if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
             error.show()
             sys.exit(error.exit_code)
         raise
+    if code == EXIT_INTERRUPTED:
+        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 # --- foundation: checkpoints, extraction, stores ---
@@ -82,6 +96,8 @@ def extract(
         raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
     if attention not in ("last", "all", "none") or interp not in ("auto", "dino", "dinov2-reg", "timm"):
         raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and auto|dino|dinov2-reg|timm")
+    if store is not None and store.exists() and not store.is_dir():
+        raise ProbeError(store, "is a file, not a store folder (--store)", "pass --store a new path or an existing store")
     source = images
     if panel is not None:
         from .labels.panels import panel_images
@@ -96,10 +112,15 @@ def extract(
     if resample is not None and "480" not in view_list:
         raise ProbeError(None, f"--resample {resample} applies to the 480 view, which --views {views} does not include", "add 480 to --views, or drop --resample")
     settings = Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic")
-    report = run(
-        checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
-        shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
-    )
+    try:
+        report = run(
+            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
+            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
+        )
+    except KeyboardInterrupt:
+        from .infra.errors import Interrupted
+
+        raise Interrupted("probe extract stopped; the store keeps every finished chunk and is resumable: rerun the same command") from None
     for line in report.skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
     console.print(f"{report.store}: {report.done}/{report.n_images} images done in views {','.join(report.views)} ({report.written} written now, {len(report.skipped)} skipped)", soft_wrap=True)
@@ -167,7 +188,10 @@ def doctor(cache: CacheOpt = None) -> None:
         mark = "[green]ok[/]" if check.ok else ("[red]FAIL[/]" if check.required else "[yellow]missing[/]")
         table.add_row(check.name, mark, check.detail)
     console.print(table)
-    if not all(c.ok for c in results if c.required):
+    failed = [c.name for c in results if c.required and not c.ok]
+    if failed:
+        err_console.print(f"[bold red]doctor:[/] {len(failed)} required check{'s' if len(failed) > 1 else ''} failed "
+                          f"({', '.join(failed)}); see the table above", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -181,6 +205,12 @@ app.add_typer(ledger_app, name="ledger")
 PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
 UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
+
+
+def _at_least(option: str, value: int, low: int) -> None:
+    """A numeric option refused at the boundary, before any work (one line, exit 2)."""
+    if value < low:
+        raise ProbeError(None, f"{option} {value} must be at least {low}", f"use e.g. {option} {max(low, 1)}")
 
 
 def _ticker(progress, label: str):
@@ -227,6 +257,8 @@ def decode(
     from .commands.decode import resolve_settings, run_decode
     from .infra.atomic import write_json
     from .infra.progress import bar
+
+    _at_least("--threads", threads, 1)
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
@@ -282,13 +314,19 @@ def decode_sweep(
     from .infra.atomic import write_json
     from .infra.progress import bar
 
+    _at_least("--top", top, 1)
+    _at_least("--threads", threads, 1)
+
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
                            on_start=_ticker(progress, "sweep"), threads=threads)
+    from rich import box
+
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
-    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}")
-    for column in ("preset", "center", "tau", "eps", "masks", "segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou"):
-        table.add_column(column, justify="right")
+    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
+    for column in ("preset", "centred", "τ", "ε", "masks", "segm\nAP", "segm\nAP50", "bbox\nAP50", "CorLoc", "best\nIoU"):
+        table.add_column(column, justify="right", no_wrap=True)
     for r in rows[:top]:
         table.add_row(r["preset"], str(r["center"]), f"{r['tau']:g}", f"{r['eps']:g}", str(r["masks"]),
                       *(f"{100 * r[c]:.2f}" for c in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou")))
@@ -358,12 +396,15 @@ def ledger_verify(cache: CacheOpt = None) -> None:
     from .labels.ledger import LEDGER, entries, verify
     from .store.cache import cache_root
 
+    from .infra.errors import IntegrityError
+
     root = cache_root(cache)
     problems = verify(root)
     for p in problems:
-        err_console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
     if problems:
-        raise typer.Exit(1)
+        more = f" (and {len(problems) - 1} more, listed above)" if len(problems) > 1 else ""
+        raise IntegrityError(root / LEDGER, f"the hash chain is broken: {problems[0]}{more}", "restore the ledger from a copy; its results' ledger entries cannot be trusted")
     console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
 
 
@@ -388,6 +429,8 @@ def linear_probe(
 
     from .analyses.linear import FitSettings
     from .commands.linear import run_linear
+
+    _at_least("--epochs", epochs, 1)
 
     def step(what: str) -> None:
         if not quiet:

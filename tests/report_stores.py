@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
@@ -59,9 +60,20 @@ def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
     """A COCO file with the scenes' exact boxes, registered as panels ``scenes`` (val) and
     ``scenes-train`` (train) on the scenes folder."""
     path = root / "scenes.json"
-    path.write_text(json.dumps(box_coco(SCENES)))
-    for name, role in (("scenes", "val"), ("scenes-train", "train")):
-        invoke("panel", "add", name, "--annotations", path, "--images", image_dir / "scenes", "--role", role, "--cache", cache_dir)
+    coco = box_coco(SCENES)
+    path.write_text(json.dumps(coco))
+    invoke("panel", "add", "scenes", "--annotations", path, "--images", image_dir / "scenes", "--role", "val", "--cache", cache_dir)
+    # the train panel holds other images (panels of two roles may not share one): the photographs, a centred box each
+    train = {"images": [], "annotations": [], "categories": coco["categories"]}
+    for i, name in enumerate(sorted(p.name for p in image_dir.glob("*.jpg")), 1):
+        with Image.open(image_dir / name) as picture:
+            w, h = picture.size
+        train["images"].append({"id": i, "file_name": name, "width": w, "height": h})
+        x0, y0, x1, y1 = w // 4, h // 4, 3 * w // 4, 3 * h // 4
+        train["annotations"].append({"id": i, "image_id": i, "category_id": 1, "iscrowd": 0, "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]],
+                                     "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0)})
+    (root / "photos-train.json").write_text(json.dumps(train))
+    invoke("panel", "add", "scenes-train", "--annotations", root / "photos-train.json", "--images", image_dir, "--role", "train", "--cache", cache_dir)
     return path
 
 

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 from decoder_scenes import Scene, make_store, planted_keys, write_panel
 from typer.testing import CliRunner
 
@@ -34,8 +35,12 @@ def setup(tmp_path):
     store = make_store(tmp_path / "store.zarr", scenes, keys)
     annotations, images = write_panel(tmp_path / "panel", scenes, GRID)
     root = tmp_path / "cache"
-    for name, role in (("val", "val"), ("held", "test")):
-        result = runner.invoke(app, ["panel", "add", name, "--annotations", str(annotations), "--images", str(images), "--role", role, "--cache", str(root)])
+    held = tmp_path / "held"  # a test panel may not share images with the val panel: the same layout, other pixels
+    held.mkdir()
+    for picture in images.iterdir():
+        Image.open(picture).transpose(Image.Transpose.ROTATE_180).save(held / picture.name)
+    for name, role, folder in (("val", "val", images), ("held", "test", held)):
+        result = runner.invoke(app, ["panel", "add", name, "--annotations", str(annotations), "--images", str(folder), "--role", role, "--cache", str(root)])
         assert result.exit_code == 0, result.output
     return store, annotations, root
 

@@ -1,8 +1,9 @@
 """The explorer in a real browser: headless Chromium opens report.html from disk, a real mouse click
 on a patch redraws every map, and what the page shows agrees with plain computations.
 
-Chromium is driven over the DevTools pipe (``cdp.py``, stdlib only). A missing Chromium fails
-this test (CI installs Debian's ``chromium``) unless ``PROBE_SKIP_BROWSER=1`` says to skip.
+Chromium is driven over the DevTools pipe (``cdp.py``, stdlib only). A missing Chromium skips
+this test with the reason, unless ``PROBE_REQUIRE_BROWSER=1`` (set by ``.ci/run``, which installs Debian's
+``chromium``) makes it required.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ G = 14
 def chromium() -> str:
     found = find_browser()
     if found is None:
-        if os.environ.get("PROBE_SKIP_BROWSER") == "1":
-            pytest.skip("PROBE_SKIP_BROWSER=1 and no Chromium found")
-        pytest.fail("Chromium not found (apt-get install chromium, or set PROBE_CHROMIUM); PROBE_SKIP_BROWSER=1 skips this test")
+        if os.environ.get("PROBE_REQUIRE_BROWSER") != "1":
+            pytest.skip("no Chromium found (apt-get install chromium, or set PROBE_CHROMIUM); CI sets PROBE_REQUIRE_BROWSER=1 to require it")
+        pytest.fail("PROBE_REQUIRE_BROWSER=1 but Chromium not found (apt-get install chromium, or set PROBE_CHROMIUM)")
     return found
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -41,12 +44,35 @@ def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:
     raise ProbeError("run.device", f"{preference!r} is not auto, cpu or cuda", "pick one")
 
 
+def stop_with_launcher(rank: int, interval: float = 0.5) -> threading.Thread:
+    """Exit this process when its launcher dies.
+
+    torchrun starts each rank in a session of its own, so a SIGKILL to the launcher's process
+    group never reaches the ranks, which would train on to the end. A daemon thread watches the
+    parent pid; when the launcher is gone (the rank is re-parented) it prints one line and exits
+    with status 143 at once (no collective can finish without the launcher's other ranks)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent or os.getppid() == 1:  # re-parented: the launcher is gone
+                print(f"training rank {rank}: its launcher (pid {parent}) is gone; stopping", file=sys.stderr, flush=True)
+                os._exit(143)
+
+    thread = threading.Thread(target=watch, name="launcher-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def init_distributed(device: str = "auto") -> Dist:
     """Join torchrun's group when ``WORLD_SIZE`` > 1 (``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR/PORT`` from the environment)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch_device = pick_device(device, local_rank)
+    if world > 1:
+        stop_with_launcher(rank)
     owned = world > 1 and not dist.is_initialized()
     if owned:
         dist.init_process_group(backend="nccl" if torch_device.type == "cuda" else "gloo")

@@ -23,6 +23,7 @@ import itertools
 import json
 import time
 import tomllib
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -34,11 +35,12 @@ from threadpoolctl import threadpool_limits
 from ..analyses.decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
 from ..infra import provenance
 from ..infra.atomic import write_json
-from ..infra.errors import ProbeError
+from ..infra.errors import IntegrityError, ProbeError
 from ..labels.masks import coco_results, decoder_dataset
-from ..labels.panels import LabelRead, read_labels
+from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
+from ..store.completion import computed_on
 
 SETTINGS_FILE = "decoder-settings.json"
 
@@ -170,6 +172,33 @@ def _meta_path(masks_file: Path) -> Path:
     return masks_file.with_name(masks_file.name.removesuffix(".json") + ".meta.json")
 
 
+# The decoder's outputs are one unit: ``results/decoder`` and the masks' metadata carry one
+# ``unit`` id, and the metadata holds the sha256 of the masks file, written last. A run killed
+# between the writes leaves a masks file whose hash its metadata does not hold, which
+# ``probe score`` refuses, so masks are never scored under another run's settings.
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def bound_meta(masks_file: Path) -> dict[str, Any]:
+    """The metadata of a masks file, checked against the file (``{}`` for foreign masks files)."""
+    meta_path = _meta_path(masks_file)
+    if not meta_path.is_file():
+        return {}
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as error:
+        raise IntegrityError(meta_path, f"is not readable JSON ({error})", "rerun `probe decode` to write the masks again") from None
+    if meta.get("masks_sha256") != _file_sha256(masks_file):
+        raise IntegrityError(masks_file, f"does not match {meta_path.name} (the two come from different `probe decode` runs, one interrupted)",
+                             "rerun `probe decode` to write the masks and their settings again")
+    return meta
+
+
 def run_decode(
     store: str | Path,
     settings: Settings,
@@ -184,17 +213,20 @@ def run_decode(
     threads: int = 1,
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel."""
+    if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
+        check_readable(panel, unseal, cache_dir)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     decoded = decode_keys(src.keys, settings, tick, threads)
     seconds = time.perf_counter() - t0
+    unit = uuid.uuid4().hex
     cache.save_results(
         src.store,
         "decoder",
         decoder_dataset(decoded, src.image_ids),
         {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size,
-         "seconds": seconds, "provenance": provenance.stamp()},
+         "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids)},
     )
     masks_file = Path(out) if out else cache.results_path(src.store, "decoder-masks.json")
     report = DecodeReport(
@@ -210,11 +242,12 @@ def run_decode(
     results = coco_results(decoded, src.image_ids, src.heights, src.widths, coco_ids)
     write_json(masks_file, results)
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
-                                        "panel": panel, "image_id": "panel COCO id" if panel else "store position"})
+                                        "panel": panel, "image_id": "panel COCO id" if panel else "store position",
+                                        "unit": unit, "masks_sha256": _file_sha256(masks_file)})
     if labels is not None:
         report.scores = evaluate(labels.coco, results)
         report.ledger_entry = labels.entry_id
-        save_scores(src.store, report.scores, labels, settings, src.manifest, masks_file)
+        save_scores(src.store, report.scores, labels, settings, src.manifest, masks_file, unit=unit)
     return report
 
 
@@ -247,8 +280,11 @@ def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
     )
 
 
-def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None) -> Path:
+def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None,
+                unit: str | None = None) -> Path:
     attrs = {
+        "unit": unit or "",
+        "computed_on": computed_on(store, sorted(labels.image_map), scope="panel"),
         "ledger_entry": labels.entry_id,
         "panel": labels.panel.name,
         "role": labels.panel.role,
@@ -278,8 +314,7 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
             raise ValueError("not a list of results")
     except (OSError, ValueError) as error:
         raise ProbeError(masks_file, f"is not a COCO results JSON ({error})", "pass the file `probe decode --out` wrote") from None
-    meta_path = _meta_path(masks_file)
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = bound_meta(masks_file)
     if any("file_name" not in r for r in results):
         raise ProbeError(masks_file, "has results without file_name, so they cannot be matched to a panel", "score masks written by `probe decode`")
     names = sorted({r["file_name"] for r in results})
@@ -289,7 +324,7 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
     saved = None
     store = Path(meta["store"]) if meta.get("store") else None
     if store is not None and (store / "zarr.json").is_file():
-        saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file)
+        saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))
     return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
 
 
@@ -354,6 +389,7 @@ def run_sweep(
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
+    check_readable(panel, unseal, cache_dir)
     src = open_keys(store)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
@@ -403,5 +439,5 @@ def run_sweep(
     )
     cache.save_results(src.store, f"sweep_{labels.panel.name}", sweep,
                        {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest,
-                        "provenance": provenance.stamp()})
+                        "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)})
     return SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id, settings_file=settings_file)

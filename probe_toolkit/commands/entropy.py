@@ -26,7 +26,7 @@ def run_entropy(
 
     def analyse(ds, progress, client):
         arch = ds.attrs["manifest"].get("arch", {})
-        blocks = ds["attention_blocks_224"] if "attention_blocks_224" in ds else None
+        blocks = require(ds, "attention_blocks_224") if "attention_blocks_224" in ds else None
         return entropy(
             require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), registers=int(arch.get("registers", 0)),
             blocks=blocks, patch=patch,

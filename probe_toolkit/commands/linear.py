@@ -55,6 +55,7 @@ from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..labels.panels import LabelRead, Panel, get_panel, read_labels
 from ..store import cache, images
+from ..store.completion import computed_on
 
 Level = Literal["patch", "image"]
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
@@ -303,7 +304,7 @@ def run_linear(
     for source, fit in zip(sources, fits):
         step(f"score {source.name}")
         x = panel_features(source, val_panel.name, v_pos, level)
-        attrs = {**common, "manifest": source.manifest}
+        attrs = {**common, "manifest": source.manifest, "computed_on": computed_on(source.store, v_ids, scope="panel")}
         if level == "patch":
             v_targets = v_by_patch[store_patch(source)]
             ds, scores = patch_results(fit, x, v_targets, val_read, v_coco, v_sizes, v_ids, space, settings)

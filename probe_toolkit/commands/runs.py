@@ -20,6 +20,7 @@ from ..infra.atomic import write_json
 from ..infra.chunked import connect
 from ..infra.progress import bar
 from ..store.cache import open_store, require, save_results
+from ..store.completion import computed_on
 from . import summaries
 
 
@@ -37,7 +38,8 @@ def result_provenance(ds: xr.Dataset, command: str) -> dict:
     """What a saved result says about where it came from: this run, and the store it read."""
     meta = ds.attrs.get("manifest", {})
     store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision", "n_images")}
-    return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0))}
+    return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0)),
+            "computed_on": computed_on(ds.attrs["store"], ds["image"].values) if ds.attrs.get("store") else {}}
 
 
 def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None, partial: bool) -> dict[str, tuple[xr.Dataset, xr.Dataset]]:

@@ -6,11 +6,22 @@ module feeds it the chunks of the lazily opened store (xarray over dask, chunked
 ``image``) a few at a time, on local threads or on a dask.distributed cluster, and
 concatenates the small per-image results in image order. Only the chunks in flight are ever in
 memory, never the store.
+
+On a cluster every chunk task reads its own images (a worker that reads what another worker
+read could hide a worker that sees nothing): it opens the store by path, proves it is the store
+the client opened (a fingerprint of the manifest), that its images are listed and finished
+(``done`` set, ``failed`` not), and only then reads them. A worker without the store, with
+another store at that path or with an unfinished copy fails the command with one line naming
+the worker (zarr would otherwise hand it NaN fill values). Every wait on the cluster is bounded.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable, Mapping
 
@@ -19,10 +30,25 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from .errors import ProbeError
+from .errors import IntegrityError, ProbeError
 from .memory import keep_memory_flat
 
 ChunkFn = Callable[..., dict[str, np.ndarray]]
+
+CONNECT_SECONDS = 10.0  # a scheduler answers its identity within this, or it is not one
+STALL_SECONDS = 30.0  # no chunk finished and no worker alive this long: the run is given up
+POLL_SECONDS = 1.0
+
+
+def fingerprint(manifest: dict) -> str:
+    """What a worker compares to prove it opened the client's store (sha256 of the manifest)."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def store_source(array: xr.DataArray) -> tuple[str, str] | None:
+    """(store path, fingerprint) that ``store.cache.require`` attached to a store array, if any."""
+    path, mark = array.attrs.get("probe_store"), array.attrs.get("probe_fingerprint")
+    return (str(path), str(mark)) if path and mark else None
 
 
 def _dask(array: xr.DataArray, chunk: int | None) -> da.Array:
@@ -74,12 +100,23 @@ def map_images(
 
     parts: list[dict[str, np.ndarray] | None] = [None] * n_chunks
     if client is not None:
-        from distributed import as_completed as dist_completed
-
-        futures = client.compute([task(i) for i in range(n_chunks)])
-        order = {f.key: i for i, f in enumerate(futures)}
-        for future, result in dist_completed(futures, with_results=True):
-            parts[order[future.key]] = result
+        sources = {store_source(array) for array in arrays.values()}
+        if len(sources) != 1 or None in sources:
+            raise ProbeError(None, "a cluster run needs arrays opened from one store (store.cache.require)", "open the store with probe_toolkit.store.cache.open_store")
+        (store, mark), = sources
+        first = next(iter(arrays.values()))
+        ids = [str(i) for i in first["image"].values]
+        bounds = np.cumsum((0,) + next(iter(data.values())).chunks[0])
+        stored = {name: str(array.name) for name, array in arrays.items()}
+        try:
+            futures = [
+                client.submit(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]], key=f"probe-chunk-{mark[:8]}-{i}-{time.monotonic_ns()}", pure=False)
+                for i in range(n_chunks)
+            ]
+        except Exception as error:  # a client whose scheduler is gone
+            raise _lost(client, f"went away before the run ({type(error).__name__})") from None
+        for i, result in _gather(client, futures):
+            parts[i] = result
             if progress:
                 progress(_length(result))
     else:
@@ -105,13 +142,145 @@ def _length(result: dict[str, np.ndarray]) -> int:
     return len(next(iter(result.values())))
 
 
+# ----------------------------------------------------------------------------------------------
+# on the cluster: proven reads, bounded waits
+
+_known_ids: dict[tuple[str, str], dict[str, int]] = {}  # per worker process: (store, fingerprint) → id → position
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        return f"dask worker {worker.name} ({worker.address})"
+    except (ImportError, ValueError):
+        return "dask worker (unknown)"
+
+
+def _proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
+    """On a worker: prove this is the client's store and the images are finished, then read them."""
+    import zarr
+
+    worker = _worker_name()
+    fix = "mount the store at the same path on every worker (or run without --dask-address)"
+    try:
+        group = zarr.open_group(store, mode="r", use_consolidated=False)
+        manifest = dict(group.attrs["manifest"])
+    except Exception as error:  # missing path, permission, not a store: all mean "cannot read"
+        raise IntegrityError(worker, f"cannot read the store {store} ({type(error).__name__}: {error})", fix) from None
+    if fingerprint(manifest) != mark:
+        raise IntegrityError(worker, f"sees another store at {store} (its manifest differs from the client's)", fix)
+    known = _known_ids.get((store, mark))
+    if known is None:
+        known = _known_ids[(store, mark)] = {str(v): i for i, v in enumerate(group["image"][:])}
+    missing = [i for i in ids if i not in known]
+    if missing:
+        raise IntegrityError(worker, f"finds no image {missing[0]!r} in {store}", fix)
+    positions = np.asarray([known[i] for i in ids], dtype=np.int64)
+    done = np.asarray(group["done"].get_orthogonal_selection((positions,)), dtype=bool)
+    failed = np.asarray(group["failed"].get_orthogonal_selection((positions,)), dtype=bool)
+    if not done.all() or failed.any():
+        bad = ids[int(np.flatnonzero(~done | failed)[0])]
+        raise IntegrityError(worker, f"reads {int((~done | failed).sum())} of {len(ids)} images of {store} as unfinished (e.g. {bad!r})", fix)
+    blocks = {name: np.asarray(group[array].get_orthogonal_selection((positions,))) for name, array in stored.items()}
+    return fn(**blocks)
+
+
+def _lost(client, why: str) -> ProbeError:
+    return ProbeError(getattr(client, "_probe_address", "the dask scheduler"), why, "check the scheduler and its workers, then rerun (nothing was saved)")
+
+
+def _alive_workers(client) -> int | None:
+    """Workers the scheduler knows now (None when the scheduler does not answer in time)."""
+    try:
+        info = client.sync(client.scheduler.identity, callback_timeout=POLL_SECONDS * 5)
+        return len(info.get("workers", {}))
+    except Exception:
+        return None
+
+
+def _gather(client, futures):
+    """(index, result) as futures finish; a lost scheduler, a cluster with no workers left or a
+    task's failure ends the wait with one line."""
+    from distributed import wait
+
+    index = {f.key: i for i, f in enumerate(futures)}
+    pending = set(futures)
+    quiet_since = time.monotonic()
+    while pending:
+        try:
+            finished, pending = wait(pending, timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            finished = set()
+        except Exception as error:
+            raise _lost(client, f"went away mid-run ({type(error).__name__})") from None
+        for future in finished:
+            try:
+                result = future.result(timeout=POLL_SECONDS * 5)
+            except ProbeError:
+                raise
+            except Exception as error:
+                name = type(error).__name__
+                if name in ("KilledWorker", "CancelledError", "FutureCancelledError", "CommClosedError", "TimeoutError"):
+                    raise _lost(client, f"lost a chunk task mid-run ({name}: {error})") from None
+                raise
+            yield index[future.key], result
+        if finished:
+            quiet_since = time.monotonic()
+            continue
+        if client.status not in ("running", "connecting"):
+            raise _lost(client, f"went away mid-run (client {client.status})")
+        if time.monotonic() - quiet_since > STALL_SECONDS:
+            workers = _alive_workers(client)
+            if workers is None:
+                raise _lost(client, f"stopped answering for {STALL_SECONDS:.0f} s mid-run")
+            if workers == 0:
+                raise _lost(client, f"has no workers left (none for {STALL_SECONDS:.0f} s)")
+            quiet_since = time.monotonic()
+
+
+async def _identity(address: str, seconds: float) -> dict:
+    from distributed.comm import connect as comm_connect
+
+    comm = await comm_connect(address, timeout=seconds)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
 def connect(address: str | None):
-    """A dask.distributed Client for ``--dask-address`` (None: run on local threads)."""
+    """A dask.distributed Client for ``--dask-address`` (None: run on local threads).
+
+    The address must parse, answer a scheduler's identity within ``CONNECT_SECONDS`` (a port
+    that accepts connections but speaks something else would otherwise hang the client) and
+    have at least one worker."""
     if not address:
         return None
+    import logging
+
     from distributed import Client
 
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # the failure is reported as one line, not as the client's log
+
+    fix = "start one with `dask scheduler` (and `dask worker ADDRESS`) or drop --dask-address"
     try:
-        return Client(address, timeout="10s")
-    except OSError as error:
-        raise ProbeError(address, f"no dask scheduler answers ({error})", "start one with `dask scheduler` or drop --dask-address") from None
+        identity = asyncio.run(asyncio.wait_for(_identity(address, CONNECT_SECONDS), CONNECT_SECONDS))
+    except (ValueError, TypeError) as error:
+        raise ProbeError(address, f"is not a dask scheduler address ({error})", "use --dask-address tcp://HOST:8786") from None
+    except (OSError, asyncio.TimeoutError) as error:
+        raise ProbeError(address, f"no dask scheduler answers ({type(error).__name__}{': ' + str(error) if str(error) else ''})", fix) from None
+    except Exception as error:
+        raise ProbeError(address, f"does not speak the dask protocol ({type(error).__name__})", fix) from None
+    if not isinstance(identity, dict) or identity.get("type") != "Scheduler":
+        raise ProbeError(address, "answers, but is not a dask scheduler", fix)
+    if not identity.get("workers"):
+        raise ProbeError(address, "is a dask scheduler with no workers", "start workers with `dask worker ADDRESS`")
+    try:
+        client = Client(address, timeout=f"{CONNECT_SECONDS:.0f}s")
+    except (OSError, TimeoutError) as error:
+        raise ProbeError(address, f"no dask scheduler answers ({error})", fix) from None
+    client._probe_address = address
+    return client

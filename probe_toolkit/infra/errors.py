@@ -1,12 +1,21 @@
-"""One kind of error for bad input: it names the file, the problem and the fix.
+"""The errors a user sees as one line, and the exit status each gives.
 
-The CLI prints such an error as one line and exits with status 2; everything else is a bug
-and keeps its traceback.
+``ProbeError``: bad input a user can fix; it names the file, the problem and the fix (exit 2).
+``IntegrityError``: the data cannot be trusted (a broken ledger chain, a worker that read
+another store, masks whose metadata disagree): exit 1. ``Interrupted``: Ctrl-C, with what the
+interrupted command left (exit 130). Everything else is a bug and keeps its traceback, except
+``OSError`` (a full disk, a file where a folder belongs), which the CLI prints as one line.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_INTEGRITY = 1
+EXIT_INTERRUPTED = 130
 
 
 class ProbeError(Exception):
@@ -18,7 +27,38 @@ class ProbeError(Exception):
         self.fix = fix
         super().__init__(self.line())
 
+    def __reduce__(self):  # raised on a dask worker, it must arrive whole on the client
+        return (type(self), (self.where or None, self.problem, self.fix))
+
     def line(self) -> str:
         head = f"{self.where}: " if self.where else ""
         tail = f"; {self.fix}" if self.fix else ""
         return f"{head}{self.problem}{tail}"
+
+
+class IntegrityError(ProbeError):
+    """What was read or recorded cannot be trusted (exit status 1, not 2)."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C: the message says what the command leaves behind and how to go on."""
+
+
+_OS_FIXES = {
+    errno.ENOSPC: "free disk space and rerun the same command",
+    errno.EDQUOT: "free disk space (quota) and rerun the same command",
+    errno.EACCES: "make it writable or choose another path",
+    errno.EROFS: "choose a path on a writable filesystem",
+    errno.ENOTDIR: "a file stands where a folder is needed: move it or choose another path",
+    errno.EEXIST: "a file stands where a folder is needed: move it or choose another path",
+    errno.EISDIR: "a folder stands where a file is needed: choose another path",
+    errno.ENOENT: "check the path",
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """An OSError as ``<file>: <strerror>; <fix>``."""
+    where = error.filename if error.filename is not None else ""
+    problem = error.strerror or str(error) or type(error).__name__
+    fix = _OS_FIXES.get(error.errno or -1, "check the disk and the path, then rerun")
+    return ProbeError(os.fspath(where) if where != "" else None, problem, fix).line()

@@ -42,7 +42,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
 from ..store.images import list_images
-from . import ledger
+from . import hygiene, ledger
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
@@ -130,6 +130,7 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
         panel = Panel(name, annotations, images, role, provenance.now())
         panels[name] = panel
         _write_registry(path, panels)
+        hygiene.forget(path.parent, name)  # its images are remembered again at its next read
     return panel
 
 
@@ -224,6 +225,16 @@ def _coco(dataset: dict[str, Any]):
     return coco
 
 
+def check_readable(panel: str | Panel, unseal: str | None = None, cache: str | Path | None = None) -> Panel:
+    """The panel, if it is registered and may be read (a sealed one needs an unseal reason);
+    commands call it before their work so that a refused read costs nothing."""
+    if isinstance(panel, str):
+        panel = get_panel(panel, cache)
+    if panel.sealed and not (unseal and unseal.strip()):
+        raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
+    return panel
+
+
 def read_labels(
     panel: str | Panel,
     *,
@@ -241,12 +252,9 @@ def read_labels(
     A sealed (``test``) panel needs ``unseal``, a reason; it is recorded.
     """
     root = cache_root(cache)
-    if isinstance(panel, str):
-        panel = get_panel(panel, cache)
+    panel = check_readable(panel, unseal, cache)
     if not purpose:
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
-    if panel.sealed and not (unseal and unseal.strip()):
-        raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
     _inside.active = True
     try:
         raw = panel.annotations.read_bytes()
@@ -260,6 +268,7 @@ def read_labels(
             raise ValueError("no images/annotations lists")
     except ValueError as error:
         raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
+    hygiene.unknown_image_ids(panel.annotations, dataset)
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
     if not file_names:
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
@@ -275,6 +284,12 @@ def read_labels(
         dataset["images"] = [im for im in dataset["images"] if int(im["id"]) in keep]
         dataset["annotations"] = [a for a in dataset["annotations"] if int(a["image_id"]) in keep]
     dataset.setdefault("categories", [])
+    sizes = hygiene.check_sizes(panel.annotations, panel.images, dataset["images"])
+    dataset = dict(dataset)
+    dataset["annotations"], clipped = hygiene.clip_geometry(dataset["annotations"], sizes)
+    hashes = hygiene.content_hashes(panel.images, dataset["images"])
+    annotation_sha256 = hashlib.sha256(raw).hexdigest()
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes)
     names = sorted(_clean(str(im.get("file_name", ""))) for im in dataset["images"])
     entry = ledger.append(
         root,
@@ -283,15 +298,20 @@ def read_labels(
             "panel": panel.name,
             "role": panel.role,
             "annotations": str(panel.annotations),
-            "annotation_sha256": hashlib.sha256(raw).hexdigest(),
+            "annotation_sha256": annotation_sha256,
             "images": len(names),
             "images_sha256": provenance.list_hash(names),
+            "images_content_sha256": provenance.list_hash(sorted(hashes)),
+            "clipped": clipped,
             "purpose": purpose,
             "command": command if command is not None else shlex.join(sys.argv),
             "checkpoint": checkpoint,
             "unseal": unseal.strip() if unseal else None,
         },
     )
+    if clipped:
+        print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it "
+              f"(ledger entry {entry.id[:12]})", file=sys.stderr)
     return LabelRead(coco=_coco(dataset), entry_id=entry.id, entry=entry.fields, panel=panel, image_map=image_map)
 
 

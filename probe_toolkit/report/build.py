@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..commands.summaries import store_label
-from ..infra import provenance
+from ..infra import litter, provenance
+from ..infra.errors import ProbeError
 from . import html, markdown
 from .content import Report
 from .sections import gather
@@ -63,6 +64,7 @@ def write_report(
     report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir)
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
     target.mkdir(parents=True, exist_ok=True)
+    litter.sweep(target)  # a killed report's .report.tmp-PID and .figures.old-PID
     tmp = target / f".report.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -77,6 +79,8 @@ def write_report(
         (tmp / "report.md").write_text(markdown.render(report, generated), encoding="utf-8")
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
         _swap_in(tmp, target)
+    except OSError as error:  # a full disk: the previous report stays as it was
+        raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun `probe report`") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -23,6 +23,7 @@ from ..labels import masks as mask_geometry
 from . import figures, followed, references, registers
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
+from .freshness import freshness
 from .sources import (
     LedgerBook,
     Picture,
@@ -567,7 +568,7 @@ def reference_values(ctx: Context) -> Section:
 
 
 BUILDERS: tuple[Callable[[Context], Section], ...] = (
-    manifests, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, training, reference_values,
+    manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, training, reference_values,
 )
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
+from ..infra import litter
 from ..infra.errors import ProbeError
 from . import grids
 
@@ -57,10 +58,12 @@ ARRAY_FLAGS = {
 
 def cache_root(cache: str | Path | None = None) -> Path:
     """``--cache`` if given, else ``$PROBE_CACHE``, else ``./cache``."""
-    if cache is not None:
-        return Path(cache)
     env = os.environ.get("PROBE_CACHE")
-    return Path(env) if env else DEFAULT_ROOT
+    root = Path(cache) if cache is not None else Path(env) if env else DEFAULT_ROOT
+    if root.exists() and not root.is_dir():
+        where = "--cache" if cache is not None else "$PROBE_CACHE" if env else "./cache"
+        raise ProbeError(root, f"is a file, not a cache folder ({where})", "pass --cache a folder, or move the file")
+    return root
 
 
 def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
@@ -123,7 +126,12 @@ def require(ds: xr.Dataset, name: str) -> xr.DataArray:
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
     array = ds[name]
-    return array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
+    array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
+    if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
+        from ..infra.chunked import fingerprint
+
+        array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]))
+    return array
 
 
 def results_path(store: str | Path, name: str) -> Path:
@@ -134,14 +142,21 @@ def save_results(store: str | Path, name: str, results: xr.Dataset, attrs: dict[
     """Write one analysis' results into ``<store>/results/<name>`` atomically (temp, rename)."""
     target = results_path(store, name)
     target.parent.mkdir(parents=True, exist_ok=True)
+    litter.sweep(target.parent)  # what killed runs left (their process is gone) goes first
     tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     results = results.copy()
     results.attrs.update(attrs or {})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        results.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
+    except BaseException as error:  # a full disk, Ctrl-C: no half-written result stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun the analysis; the previous result is kept") from None
+        raise
     if target.exists():
         old = target.with_name(f".{name}.old-{os.getpid()}")
         target.rename(old)
@@ -149,7 +164,16 @@ def save_results(store: str | Path, name: str, results: xr.Dataset, attrs: dict[
         shutil.rmtree(old)
     else:
         tmp.rename(target)
+    consolidate(store)
     return target
+
+
+def consolidate(store: str | Path) -> None:
+    """Rewrite the consolidated metadata after arrays or groups change, so that a plain
+    ``xarray.open_zarr(store)`` opens without a warning (probe's own readers never use it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's note that consolidation is not yet in the v3 spec
+        zarr.consolidate_metadata(str(store))
 
 
 def load_results(store: str | Path, name: str) -> xr.Dataset | None:
@@ -166,7 +190,7 @@ def list_results(store: str | Path) -> list[str]:
     root = Path(store) / "results"
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "zarr.json").is_file())
+    return sorted(p.name for p in root.iterdir() if (p / "zarr.json").is_file() and not litter.is_litter(p.name))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,7 +244,7 @@ class StoreWriter:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.group = zarr.open_group(self.path, mode="r+")
+        self.group = zarr.open_group(self.path, mode="r+", use_consolidated=False)
         self.manifest = dict(self.group.attrs["manifest"])
         self.chunk = int(self.manifest["chunk"])
         self.n_images = int(self.group["done"].shape[0])
@@ -372,6 +396,7 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
     for view, grid in view_grids.items():
         _add_view(group, view, {k: v for k, v in arrays.items() if grids.view_of(k) == view}, grid, chunk, dtype)
     group.attrs["manifest"] = manifest
+    consolidate(tmp)
     tmp.rename(path)
 
 
@@ -418,7 +443,7 @@ def create_store(
     with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (path / "zarr.json").is_file():
-            group = zarr.open_group(path, mode="r+")
+            group = zarr.open_group(path, mode="r+", use_consolidated=False)
             old = dict(group.attrs.get("manifest", {}))
             bad = _mismatch(old, manifest)
             if bad and _untouched(path, group, ["done", *(f"done_{v}" for v in old.get("views", []))]):
@@ -432,6 +457,7 @@ def create_store(
             else:
                 _no_space(path, lambda: _grow(path, group, old, manifest, arrays, view_grids))
                 return StoreWriter(path)
+        litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename
         _no_space(path, lambda: _fresh(path, manifest, image_ids, arrays, view_grids))
         return StoreWriter(path)
 
@@ -475,6 +501,7 @@ def _grow(path: Path, group: zarr.Group, old: dict[str, Any], manifest: dict[str
     if added:
         merged = _merge_manifest(old, manifest, added)
         group.attrs["manifest"] = merged
+        consolidate(path)
         n = int(group["done"].shape[0])
         if n:
             group["done"][:] = np.zeros(n, dtype=bool)  # an image is done when every view is

@@ -106,7 +106,7 @@ def read_file(path: str | Path) -> Any:
             f"refused: unpickling it would need {what}, which could run code",
             "only tensors, plain containers and argparse.Namespace are accepted; re-save the weights as a state dict",
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as error:
         raise ProbeError(
             path,
             f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",

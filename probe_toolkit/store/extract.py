@@ -183,6 +183,10 @@ def parse_shard(shard: str | None) -> tuple[int, int]:
 
 def resolve_device(device: str) -> torch.device:
     """``auto``: the GPU when there is one (torchrun's LOCAL_RANK picks which), else the CPU."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ProbeError(None, f"--device {device!r} is not auto, cpu or cuda", "use --device auto")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbeError(None, "--device cuda asked for, but no CUDA device is visible", "use --device cpu (or auto)")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and "LOCAL_RANK" in os.environ:
@@ -368,7 +372,10 @@ def extract(
     path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
     plan = plan_arrays(checkpoint.arch, settings, native_patches)
     manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
-    writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
+    try:
+        writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
+    except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
+        raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
     todo, left = _limited(writer.todo(shard_range, views), limit)
     report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 

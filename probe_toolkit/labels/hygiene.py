@@ -1,0 +1,155 @@
+"""Label hygiene, checked by ``panels.read_labels`` before any label leaves it.
+
+- An annotation naming an image id the file does not list is refused.
+- An image whose recorded ``width``/``height`` disagree with its file is refused (scores would
+  be computed on the wrong geometry).
+- Boxes and polygons reaching outside their image are clipped to it; how many is recorded in
+  the ledger entry and shown.
+- The same image (by content, so copies under other names count) in panels of two roles is
+  refused, naming both panels and an image: a probe fitted on its train panel would be scored
+  on its own training images. ``panel-images.json`` in the cache root remembers the content
+  hashes of every panel's images read so far, by panel and role.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+
+INDEX = "panel-images.json"
+
+
+def unknown_image_ids(annotations_path: Path, dataset: dict[str, Any]) -> None:
+    listed = {int(im["id"]) for im in dataset["images"]}
+    for ann in dataset["annotations"]:
+        if int(ann.get("image_id", -1)) not in listed:
+            raise ProbeError(annotations_path, f"annotation {ann.get('id')!r} names image id {ann.get('image_id')!r}, which the file's images list lacks",
+                             "fix the annotation file (every annotation's image_id must be listed under images)")
+
+
+def _file_size(path: Path) -> tuple[set[tuple[int, int]], str | None]:
+    """The (width, height) a file may be annotated at: as stored, and as its EXIF orientation shows it."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as picture:
+            width, height = picture.size
+            orientation = picture.getexif().get(0x0112, 1)
+    except (OSError, UnidentifiedImageError) as error:
+        return set(), f"cannot be read ({error})"
+    sizes = {(width, height)}
+    if orientation in (5, 6, 7, 8):
+        sizes.add((height, width))
+    return sizes, None
+
+
+def check_sizes(annotations_path: Path, folder: Path, images: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """Refuse an image whose recorded width/height disagree with its file; return id → (width, height)."""
+    out = {}
+    for im in images:
+        path = folder / str(im.get("file_name", ""))
+        sizes, problem = _file_size(path)
+        if problem:
+            raise ProbeError(path, problem, "replace the file or drop it from the panel")
+        recorded = (im.get("width"), im.get("height"))
+        if None not in recorded and (int(recorded[0]), int(recorded[1])) not in sizes:
+            actual = next(iter(sorted(sizes)))
+            raise ProbeError(annotations_path, f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, but the file is {actual[0]}×{actual[1]}",
+                             "fix width/height in the annotation file, or point the panel at the images it was made for")
+        out[int(im["id"])] = (int(recorded[0]), int(recorded[1])) if None not in recorded else next(iter(sorted(sizes)))
+    return out
+
+
+def _clip_box(box: list[float], width: int, height: int) -> list[float]:
+    x, y, w, h = (float(v) for v in box)
+    x0, y0 = min(max(x, 0.0), width), min(max(y, 0.0), height)
+    x1, y1 = min(max(x + w, 0.0), width), min(max(y + h, 0.0), height)
+    return [x0, y0, x1 - x0, y1 - y0]
+
+
+def clip_geometry(annotations: list[dict[str, Any]], sizes: dict[int, tuple[int, int]]) -> tuple[list[dict[str, Any]], int]:
+    """Boxes and polygons clipped to their image; returns the annotations and how many changed."""
+    out, clipped = [], 0
+    for ann in annotations:
+        size = sizes.get(int(ann["image_id"]))
+        if size is None:
+            out.append(ann)
+            continue
+        width, height = size
+        changed = dict(ann)
+        if isinstance(ann.get("bbox"), list) and len(ann["bbox"]) == 4:
+            changed["bbox"] = _clip_box(ann["bbox"], width, height)
+        if isinstance(ann.get("segmentation"), list):
+            polygons = []
+            for polygon in ann["segmentation"]:
+                xs = [min(max(float(v), 0.0), width) for v in polygon[0::2]]
+                ys = [min(max(float(v), 0.0), height) for v in polygon[1::2]]
+                polygons.append([c for pair in zip(xs, ys) for c in pair])
+            changed["segmentation"] = polygons
+        elif isinstance(ann.get("segmentation"), dict) and ann["segmentation"].get("size"):
+            if [int(v) for v in ann["segmentation"]["size"]] != [height, width]:
+                raise ProbeError(None, f"annotation {ann.get('id')!r}: its RLE mask is {ann['segmentation']['size']} (h, w), its image {height}×{width}",
+                                 "fix the annotation file: an RLE mask has its image's size")
+        if changed.get("bbox") != ann.get("bbox") or changed.get("segmentation") != ann.get("segmentation"):
+            clipped += 1
+        out.append(changed)
+    return out, clipped
+
+
+def content_hashes(folder: Path, images: list[dict[str, Any]]) -> dict[str, str]:
+    """sha256 of each image file's bytes → its file name."""
+    out = {}
+    for im in images:
+        name = str(im.get("file_name", ""))
+        digest = hashlib.sha256()
+        with open(folder / name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        out[digest.hexdigest()] = name
+    return out
+
+
+def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: dict[str, str]) -> None:
+    """Refuse images that a panel of another role holds too; then remember this panel's."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{INDEX}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = root / INDEX
+        try:
+            index = json.loads(path.read_text()) if path.is_file() else {}
+        except ValueError:
+            index = {}  # an unreadable index is rebuilt from the reads that follow
+        for other, seen in sorted(index.items()):
+            if other == panel_name or seen.get("role") == role:
+                continue
+            shared = sorted(set(hashes) & set(seen.get("hashes", {})))
+            if shared:
+                first = shared[0]
+                raise ProbeError(panel_name, f"({role}) shares {len(shared)} images with panel {other!r} ({seen.get('role')}), "
+                                 f"e.g. {hashes[first]!r} = {seen['hashes'][first]!r} (same content)",
+                                 "remove the shared images from one panel: a panel of one role must not hold another's images")
+        mine = index.get(panel_name, {})
+        kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
+        index[panel_name] = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes}}
+        write_json(path, index)
+
+
+def forget(root: Path, panel_name: str) -> None:
+    """Drop a panel's remembered images (it was replaced by ``probe panel add --replace``)."""
+    path = root / INDEX
+    if not path.is_file():
+        return
+    with open(root / f".{INDEX}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            index = json.loads(path.read_text())
+        except ValueError:
+            index = {}
+        if index.pop(panel_name, None) is not None:
+            write_json(path, index)

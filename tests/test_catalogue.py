@@ -1,0 +1,735 @@
+"""The catalogue of bad inputs and faults: every case drives the real CLI (``cli.main``, in this
+process) and asserts what README's "Guarantees" promise:
+
+- the exit status (2 bad input, 1 integrity failure, 130 interrupted);
+- exactly one line on stderr, naming the file or option, and no traceback;
+- nothing left behind that a rerun or another command would read (the cache, the store and the
+  output folders are as they were, apart from lock files and temporary names the next run sweeps);
+- the rerun with the corrected input succeeds (exit 0).
+
+Fixtures are built once per module: a tiny checkpoint, four small synthetic scenes, one store,
+a train and a val panel. Cluster cases run on a real local dask cluster (threads, one process).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import traceback
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import numpy as np
+import pytest
+from conftest import synthetic_scene
+
+from probe_toolkit import cli
+from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.infra import chunked, litter
+from probe_toolkit.store import cache
+from probe_toolkit.store.checkpoints import sha256_file
+
+# ----------------------------------------------------------------------------------------------
+# running the CLI in this process
+
+
+@dataclass
+class Result:
+    code: int | str
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def probe(*args, env: dict[str, str] | None = None) -> Result:
+    """``probe ARGS`` through ``cli.main`` (exit status, stdout, stderr); a traceback is a result too."""
+    out, err = io.StringIO(), io.StringIO()
+    argv, saved = sys.argv, {k: os.environ.get(k) for k in (env or {})}
+    sys.argv = ["probe", *map(str, args)]
+    os.environ.update(env or {})
+    code: int | str = 0
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            cli.main()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a traceback is what the catalogue exists to catch
+        err.write(traceback.format_exc())
+        code = "traceback"
+    finally:
+        sys.argv = argv
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def tree(*roots: Path) -> dict[str, int]:
+    """Every path under ``roots`` with its size (lock files aside: they hold nothing)."""
+    found = {}
+    for root in roots:
+        if root.is_file():
+            found[str(root)] = root.stat().st_size
+        elif root.is_dir():
+            for path in root.rglob("*"):
+                if not path.name.endswith(".lock"):
+                    found[str(path)] = path.stat().st_size if path.is_file() else -1
+    return found
+
+
+def litter_in(*roots: Path) -> list[str]:
+    return [p for p in tree(*roots) if any(litter.is_litter(part) for part in Path(p).parts)]
+
+
+# ----------------------------------------------------------------------------------------------
+# the module's world: checkpoint, scenes, store, panels
+
+SCENES = {  # name: ((width, height), boxes)
+    "a.png": ((96, 80), [(16, 16, 64, 56)]),
+    "b.png": ((80, 96), [(8, 24, 56, 88)]),
+    "c.png": ((112, 80), [(40, 8, 96, 64)]),
+    "d.png": ((80, 80), [(8, 8, 40, 40), (48, 48, 72, 72)]),
+}
+
+
+def coco(names: list[str], **changes) -> dict:
+    data = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "box"}]}
+    for i, name in enumerate(names, 1):
+        (w, h), boxes = SCENES[name]
+        data["images"].append({"id": i, "file_name": name, "width": w, "height": h})
+        for x0, y0, x1, y1 in boxes:
+            data["annotations"].append({"id": len(data["annotations"]) + 1, "image_id": i, "category_id": 1, "iscrowd": 0,
+                                        "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]], "bbox": [x0, y0, x1 - x0, y1 - y0],
+                                        "area": (x1 - x0) * (y1 - y0)})
+    data.update(changes)
+    return data
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    root = tmp_path_factory.mktemp("catalogue")
+    images = root / "scenes"
+    images.mkdir()
+    for seed, (name, (size, boxes)) in enumerate(SCENES.items()):
+        synthetic_scene(images / name, size, boxes, seed=seed)
+    small = root / "small"
+    small.mkdir()
+    for name in ("a.png", "b.png"):
+        shutil.copy(images / name, small / name)
+    world = SimpleNamespace(root=root, images=images, small=small, cache=root / "cache", ckpt=write_checkpoint(root / "tiny.pth", "dino-full", TINY, seed=0))
+    world.count = iter(range(10_000))
+    world.fresh = lambda stem="s": root / "stores" / f"{stem}-{next(world.count)}" / "teacher.zarr"
+    q = ["--cache", world.cache, "-q"]
+    world.q = q
+    made = probe("extract", world.ckpt, "--images", images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", *q)
+    assert made.code == 0, made.err
+    world.store = cache.store_path(world.cache, world.ckpt, sha256_file(world.ckpt), "teacher")
+    (root / "train.json").write_text(json.dumps(coco(["a.png", "b.png"])))
+    (root / "val.json").write_text(json.dumps(coco(["c.png", "d.png"])))
+    for name, role in (("tr", "train"), ("va", "val"), ("sealed", "test")):
+        source = "train.json" if role == "train" else "val.json"
+        folder = images
+        if role == "test":  # other pixels under the val panel's names: no panel shares an image with another role
+            folder = root / "held"
+            folder.mkdir()
+            from PIL import Image
+
+            for n in ("c.png", "d.png"):
+                Image.open(images / n).transpose(Image.Transpose.ROTATE_180).save(folder / n)
+        assert probe("panel", "add", name, "--annotations", root / source, "--images", folder, "--role", role, "--cache", world.cache).code == 0
+    assert probe("decode", world.store, "--panel", "va", *q).code == 0
+    world.masks = world.store / "results" / "decoder-masks.json"
+    yield world
+    for cluster in getattr(world, "clusters", []):
+        cluster.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# the cases
+
+Args = Callable[[SimpleNamespace], list]
+
+
+@dataclass
+class Case:
+    id: str
+    bad: Args
+    code: int
+    needles: tuple[str, ...]
+    fix: Args | None
+    setup: Callable | None = None  # (w, monkeypatch) -> None, undone before the fix
+    after: Callable | None = None  # (w) -> None, the user's correction between the two runs
+    xfail: str | None = None
+    resumable: bool = False  # the failed run may leave a consistent, unfinished store that the rerun completes
+    roots: Callable[[SimpleNamespace], list[Path]] = field(default=lambda w: [w.cache, w.root / "stores", w.root / "out"])
+
+
+def extract(w, *more, store=None, images=None):
+    return ["extract", w.ckpt, "--images", images or w.small, "--views", "224", "--store", store or w.fresh(), *more, *w.q]
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def panel_file(name: str, data) -> Callable:
+    """A val panel registered on a broken annotation file (``data``: dict, or raw text)."""
+
+    def setup(w, monkeypatch):
+        path = w.root / "bad" / f"{name}.json"
+        write(path, data if isinstance(data, str) else json.dumps(data))
+        assert probe("panel", "add", name, "--annotations", path, "--images", w.images, "--role", "val", "--replace", "--cache", w.cache).code == 0
+
+    return setup
+
+
+def repair_panel(name: str) -> Callable:
+    def after(w):
+        assert probe("panel", "add", name, "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--replace", "--cache", w.cache).code == 0
+
+    return after
+
+
+STORE = "fixed on the store branch"
+
+CASES = [
+    # --- probe extract: options ---
+    Case("batch-size-0", lambda w: extract(w, "--batch-size", "0"), 2, ("--batch-size",), lambda w: extract(w, "--batch-size", "2"), xfail=STORE),
+    Case("batch-size-negative", lambda w: extract(w, "--batch-size", "-4"), 2, ("--batch-size",), lambda w: extract(w, "--batch-size", "2"), xfail=STORE),
+    Case("chunk-0", lambda w: extract(w, "--chunk", "0"), 2, ("--chunk",), lambda w: extract(w, "--chunk", "2")),
+    Case("limit-negative", lambda w: extract(w, "--limit", "-1"), 2, ("--limit",), lambda w: extract(w, "--limit", "1"), xfail=STORE),
+    Case("views-unknown", lambda w: extract(w, "--views", "123"), 2, ("--views",), lambda w: extract(w)),
+    Case("dtype-unknown", lambda w: extract(w, "--dtype", "float64"), 2, ("--dtype",), lambda w: extract(w, "--dtype", "float32")),
+    Case("attention-unknown", lambda w: extract(w, "--attention", "some"), 2, ("--attention",), lambda w: extract(w, "--attention", "none")),
+    Case("interp-unknown", lambda w: extract(w, "--interp", "nearest"), 2, ("--interp",), lambda w: extract(w, "--interp", "timm")),
+    Case("on-error-unknown", lambda w: extract(w, "--on-error", "maybe"), 2, ("--on-error",), lambda w: extract(w, "--on-error", "skip")),
+    Case("shard-out-of-range", lambda w: extract(w, "--shard", "3/2"), 2, ("shard 3/2",), lambda w: extract(w, "--shard", "0/1"), xfail=STORE),
+    Case("shard-not-i-n", lambda w: extract(w, "--shard", "half"), 2, ("--shard",), lambda w: extract(w, "--shard", "0/1"), xfail=STORE),
+    Case("network-unknown", lambda w: extract(w, "--network", "pupil"), 2, ("pupil",), lambda w: extract(w, "--network", "student")),
+    Case("device-unknown", lambda w: extract(w, "--device", "tpu"), 2, ("--device",), lambda w: extract(w, "--device", "cpu")),
+    Case("device-cuda-without-gpu", lambda w: extract(w, "--device", "cuda"), 2, ("--device cuda",), lambda w: extract(w, "--device", "cpu")),
+    Case("neither-images-nor-panel", lambda w: ["extract", w.ckpt, "--store", w.fresh(), *w.q], 2, ("--images",), lambda w: extract(w)),
+    Case("both-images-and-panel", lambda w: extract(w, "--panel", "va"), 2, ("--panel",), lambda w: extract(w)),
+    Case("panel-unknown", lambda w: ["extract", w.ckpt, "--panel", "nope", "--store", w.fresh(), *w.q], 2, ("nope",),
+         lambda w: ["extract", w.ckpt, "--panel", "va", "--views", "224", "--store", w.fresh(), *w.q]),
+    # --- probe extract: paths ---
+    Case("store-is-a-file", lambda w: extract(w, store=write(w.root / "out" / "file.zarr", "x")), 2, ("file.zarr", "is a file"), lambda w: extract(w),
+         after=lambda w: (w.root / "out" / "file.zarr").unlink()),
+    Case("cache-root-is-a-file", lambda w: ["extract", w.ckpt, "--images", w.small, "--views", "224", "--cache", write(w.root / "out" / "cachefile", "x"), "-q"],
+         2, ("cachefile", "is a file"), lambda w: ["extract", w.ckpt, "--images", w.small, "--views", "224", "--cache", w.root / "out" / "cache2", "-q"]),
+    Case("probe-cache-env-is-a-file", lambda w: ["panel", "list"], 2, ("envfile", "PROBE_CACHE"), lambda w: ["panel", "list", "--cache", w.cache],
+         setup=lambda w, mp: mp.setenv("PROBE_CACHE", str(write(w.root / "out" / "envfile", "x")))),
+    Case("images-folder-missing", lambda w: extract(w, images=w.root / "nowhere"), 2, ("nowhere",), lambda w: extract(w)),
+    Case("images-folder-empty", lambda w: extract(w, images=w.root / "out" / "empty"), 2, ("empty",), lambda w: extract(w),
+         setup=lambda w, mp: (w.root / "out" / "empty").mkdir(parents=True, exist_ok=True)),
+    Case("corrupt-image", lambda w: extract(w, images=w.root / "out" / "corrupt"), 2, ("broken.png",),
+         lambda w: extract(w, images=w.root / "out" / "corrupt"),
+         setup=lambda w, mp: (shutil.copytree(w.small, w.root / "out" / "corrupt", dirs_exist_ok=True), write(w.root / "out" / "corrupt" / "broken.png", b"\x89PNG\r\n")),
+         after=lambda w: (w.root / "out" / "corrupt" / "broken.png").unlink(), xfail=STORE),
+    Case("checkpoint-missing", lambda w: ["extract", w.root / "none.pth", "--images", w.small, "--store", w.fresh(), *w.q], 2, ("none.pth",), lambda w: extract(w)),
+    Case("checkpoint-not-a-checkpoint", lambda w: ["extract", write(w.root / "out" / "text.pth", "hello"), "--images", w.small, "--store", w.fresh(), *w.q],
+         2, ("text.pth",), lambda w: extract(w)),
+    Case("checkpoint-truncated", lambda w: ["extract", w.root / "out" / "cut.pth", "--images", w.small, "--store", w.fresh(), *w.q], 2, ("cut.pth",),
+         lambda w: extract(w), setup=lambda w, mp: write(w.root / "out" / "cut.pth", w.ckpt.read_bytes()[: w.ckpt.stat().st_size // 2])),
+    Case("store-of-other-settings", lambda w: ["extract", w.ckpt, "--images", w.images, "--views", "224,480", "--dtype", "float32", "--chunk", "2", *w.q],
+         2, ("dtype",), lambda w: ["extract", w.ckpt, "--images", w.images, "--views", "224,480", "--dtype", "float32", "--store", w.fresh(), *w.q]),
+    Case("full-disk-creating-a-store", lambda w: extract(w, store=w.root / "stores" / "disk" / "teacher.zarr"), 2, ("disk/teacher.zarr", "No space left"),
+         lambda w: extract(w, store=w.root / "stores" / "disk" / "teacher.zarr"),
+         setup=lambda w, mp: mp.setattr(cache, "consolidate", _enospc)),
+    Case("full-disk-writing-a-chunk", lambda w: extract(w, store=w.root / "stores" / "chunk" / "teacher.zarr"), 2, ("disk space",),
+         lambda w: extract(w, store=w.root / "stores" / "chunk" / "teacher.zarr"),
+         setup=lambda w, mp: mp.setattr(cache.StoreWriter, "write", _enospc), resumable=True),
+    Case("ctrl-c-during-extract", lambda w: extract(w, "--chunk", "1", store=w.root / "stores" / "int" / "teacher.zarr"), 130, ("resumable", "rerun"),
+         lambda w: extract(w, "--chunk", "1", store=w.root / "stores" / "int" / "teacher.zarr"), setup=lambda w, mp: _interrupt_second_chunk(mp), resumable=True),
+    # --- analyses: stores and options ---
+    Case("entropy-not-a-store", lambda w: ["entropy", w.root, "-q"], 2, ("not a probe store",), lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
+    Case("entropy-boot-0", lambda w: ["entropy", w.store, "--boot", "0", "-q"], 2, ("--boot",), lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
+    Case("entropy-patch-outside", lambda w: ["entropy", w.store, "--patch", "999", "--boot", "20", "-q"], 2, ("--patch",),
+         lambda w: ["entropy", w.store, "--patch", "34", "--boot", "20", "-q"]),
+    Case("entropy-image-unknown", lambda w: ["entropy", w.store, "--patch", "3", "--image", "zz.png", "--boot", "20", "-q"], 2, ("zz.png",),
+         lambda w: ["entropy", w.store, "--patch", "3", "--image", "a.png", "--boot", "20", "-q"]),
+    Case("entropy-incomplete-store", lambda w: ["entropy", w.root / "stores" / "part" / "teacher.zarr", "--boot", "20", "-q"], 2, ("incomplete", "--partial"),
+         lambda w: ["entropy", w.root / "stores" / "part" / "teacher.zarr", "--boot", "20", "--partial", "-q"],
+         setup=lambda w, mp: _partial_store(w)),
+    Case("neighbours-grid-without-view", lambda w: ["neighbours", w.store, "--grid", "6", "--boot", "20", "-q"], 2, ("--views 96",),
+         lambda w: ["neighbours", w.store, "--grid", "14", "--boot", "20", "-q"]),
+    Case("neighbours-grid-unknown", lambda w: ["neighbours", w.store, "--grid", "7", "-q"], 2, ("--grid",), lambda w: ["neighbours", w.store, "--boot", "20", "-q"]),
+    Case("neighbours-top-0", lambda w: ["neighbours", w.store, "--top", "0", "-q"], 2, ("--top",), lambda w: ["neighbours", w.store, "--boot", "20", "-q"]),
+    Case("neighbours-k-0", lambda w: ["neighbours", w.store, "--k", "0", "-q"], 2, ("--k",), lambda w: ["neighbours", w.store, "--boot", "20", "-q"]),
+    Case("neighbours-distance-unknown", lambda w: ["neighbours", w.store, "--distance", "manhattan", "-q"], 2, ("--distance",),
+         lambda w: ["neighbours", w.store, "--distance", "euclidean", "--boot", "20", "-q"]),
+    Case("full-disk-saving-results", lambda w: ["entropy", w.store, "--boot", "20", "-q"], 2, ("results/entropy", "could not be written"),
+         lambda w: ["entropy", w.store, "--boot", "20", "-q"], setup=lambda w, mp: mp.setattr("xarray.Dataset.to_zarr", _enospc)),
+    Case("json-into-a-folder", lambda w: ["entropy", w.store, "--boot", "20", "--json", w.root / "out", "-q"], 2, (str(Path("out")),),
+         lambda w: ["entropy", w.store, "--boot", "20", "--json", w.root / "out" / "e.json", "-q"], setup=lambda w, mp: (w.root / "out").mkdir(exist_ok=True),
+         roots=lambda w: [w.root / "out"]),
+    # --- dask ---
+    Case("dask-address-malformed", lambda w: ["entropy", w.store, "--dask-address", "garbage", "-q"], 2, ("garbage",),
+         lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
+    Case("dask-address-closed-port", lambda w: ["entropy", w.store, "--dask-address", f"tcp://127.0.0.1:{_closed_port()}", "-q"], 2, ("no dask scheduler answers",),
+         lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
+    Case("dask-address-not-a-scheduler", lambda w: ["entropy", w.store, "--dask-address", w.listener, "-q"], 2, ("tcp://127.0.0.1",),
+         lambda w: ["entropy", w.store, "--boot", "20", "-q"], setup=lambda w, mp: _listener(w)),
+    Case("dask-scheduler-without-workers", lambda w: ["entropy", w.store, "--dask-address", w.empty_cluster, "-q"], 2, ("no workers",),
+         lambda w: ["entropy", w.store, "--boot", "20", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _clusters(w)),
+    Case("dask-worker-cannot-read-the-store", lambda w: ["entropy", w.store, "--boot", "20", "--dask-address", w.cluster, "-q"], 1, ("dask worker", "cannot read the store"),
+         lambda w: ["entropy", w.store, "--boot", "20", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _hide_store_after_open(w, mp)),
+    Case("dask-workers-all-die", lambda w: ["neighbours", w.store, "--boot", "20", "--dask-address", w.dying, "-q"], 2, ("no workers left",),
+         lambda w: ["neighbours", w.store, "--boot", "20", "-q"], setup=lambda w, mp: _workers_die(w, mp)),
+    Case("dask-scheduler-dies-mid-run", lambda w: ["neighbours", w.store, "--boot", "20", "--dask-address", w.doomed, "-q"], 2, ("mid-run",),
+         lambda w: ["neighbours", w.store, "--boot", "20", "-q"], setup=lambda w, mp: _scheduler_dies(w, mp)),
+    # --- decode, score, sweep ---
+    Case("decode-not-a-store", lambda w: ["decode", w.root, *w.q], 2, ("not a probe store",), lambda w: ["decode", w.store, *w.q]),
+    Case("decode-without-keys", lambda w: ["decode", w.root / "stores" / "k224" / "teacher.zarr", *w.q], 2, ("--views 480",),
+         lambda w: ["decode", w.store, *w.q], setup=lambda w, mp: _store_224(w)),
+    Case("decode-preset-unknown", lambda w: ["decode", w.store, "--preset", "fancy", *w.q], 2, ("--preset",), lambda w: ["decode", w.store, "--preset", "tokencut", *w.q]),
+    Case("decode-tau-outside", lambda w: ["decode", w.store, "--tau", "2", *w.q], 2, ("--tau",), lambda w: ["decode", w.store, "--tau", "0.2", *w.q]),
+    Case("decode-eps-0", lambda w: ["decode", w.store, "--eps", "0", *w.q], 2, ("--eps",), lambda w: ["decode", w.store, "--eps", "1e-5", *w.q]),
+    Case("decode-masks-0", lambda w: ["decode", w.store, "--masks", "0", *w.q], 2, ("--masks",), lambda w: ["decode", w.store, "--masks", "1", *w.q]),
+    Case("decode-threads-0", lambda w: ["decode", w.store, "--threads", "0", *w.q], 2, ("--threads",), lambda w: ["decode", w.store, "--threads", "1", *w.q]),
+    Case("decode-size-unknown", lambda w: ["decode", w.store, "--size", "333", *w.q], 2, ("keys_333",), lambda w: ["decode", w.store, "--size", "480", *w.q]),
+    Case("decode-settings-missing", lambda w: ["decode", w.store, "--settings", w.root / "none.json", *w.q], 2, ("none.json",), lambda w: ["decode", w.store, *w.q]),
+    Case("decode-settings-not-settings", lambda w: ["decode", w.store, "--settings", write(w.root / "out" / "s.json", "[1]"), *w.q], 2, ("s.json",),
+         lambda w: ["decode", w.store, *w.q]),
+    Case("decode-panel-unknown", lambda w: ["decode", w.store, "--panel", "nope", *w.q], 2, ("nope",), lambda w: ["decode", w.store, "--panel", "va", *w.q]),
+    Case("decode-sealed-panel", lambda w: ["decode", w.store, "--panel", "sealed", *w.q], 2, ("sealed", "--unseal"),
+         lambda w: ["decode", w.store, "--panel", "sealed", "--unseal", "final numbers", *w.q]),
+    Case("score-not-json", lambda w: ["score", write(w.root / "out" / "m.json", "{"), "--panel", "va", "--cache", w.cache], 2, ("m.json",),
+         lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache]),
+    Case("score-masks-of-another-run", lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache], 1, ("decoder-masks.json", "different"),
+         lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache], setup=lambda w, mp: _interrupted_decode(w),
+         after=lambda w: _redecode(w)),
+    Case("sweep-metric-unknown", lambda w: ["decode-sweep", w.store, "--panel", "va", "--metric", "best", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q],
+         2, ("--metric",), lambda w: ["decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q]),
+    Case("sweep-grid-not-toml", lambda w: ["decode-sweep", w.store, "--panel", "va", "--grid", write(w.root / "bad" / "g.toml", "tau = ["), *w.q], 2, ("g.toml",),
+         lambda w: ["decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q]),
+    Case("sweep-top-0", lambda w: ["decode-sweep", w.store, "--panel", "va", "--top", "0", "--grid", _grid(w), *w.q], 2, ("--top",),
+         lambda w: ["decode-sweep", w.store, "--panel", "va", "--top", "3", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q]),
+    # --- panels and their labels ---
+    Case("panel-name-bad", lambda w: ["panel", "add", "no spaces", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+         2, ("no spaces",), lambda w: ["panel", "add", "spaces", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("panel-role-bad", lambda w: ["panel", "add", "r", "--annotations", w.root / "val.json", "--images", w.images, "--role", "dev", "--cache", w.cache],
+         2, ("--role",), lambda w: ["panel", "add", "r", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("panel-annotations-missing", lambda w: ["panel", "add", "m", "--annotations", w.root / "no.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+         2, ("no.json",), lambda w: ["panel", "add", "m", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("panel-images-not-a-folder", lambda w: ["panel", "add", "f", "--annotations", w.root / "val.json", "--images", w.root / "val.json", "--role", "val", "--cache", w.cache],
+         2, ("val.json",), lambda w: ["panel", "add", "f", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("panel-exists", lambda w: ["panel", "add", "va", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+         2, ("--replace",), lambda w: ["panel", "add", "va", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--replace", "--cache", w.cache]),
+    Case("annotations-not-json", lambda w: ["score", w.masks, "--panel", "p1", "--cache", w.cache], 2, ("p1.json",),
+         lambda w: ["score", w.masks, "--panel", "p1", "--cache", w.cache], setup=panel_file("p1", "{not json"), after=repair_panel("p1")),
+    Case("annotations-name-missing-files", lambda w: ["score", w.masks, "--panel", "p2", "--cache", w.cache], 2, ("p2.json", "gone.png"),
+         lambda w: ["score", w.masks, "--panel", "p2", "--cache", w.cache],
+         setup=panel_file("p2", coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone.png", "width": 8, "height": 8}])),
+         after=repair_panel("p2")),
+    Case("annotations-unknown-image-id", lambda w: ["score", w.masks, "--panel", "p3", "--cache", w.cache], 2, ("p3.json", "image id 77"),
+         lambda w: ["score", w.masks, "--panel", "p3", "--cache", w.cache],
+         setup=panel_file("p3", coco(["c.png", "d.png"], annotations=[*coco(["c.png", "d.png"])["annotations"], {"id": 50, "image_id": 77, "category_id": 1, "bbox": [0, 0, 1, 1], "segmentation": [[0, 0, 1, 0, 1, 1]], "area": 1, "iscrowd": 0}])),
+         after=repair_panel("p3")),
+    Case("annotations-size-disagrees", lambda w: ["score", w.masks, "--panel", "p4", "--cache", w.cache], 2, ("p4.json", "c.png", "112×80"),
+         lambda w: ["score", w.masks, "--panel", "p4", "--cache", w.cache],
+         setup=panel_file("p4", coco(["c.png", "d.png"], images=[dict(im, width=224, height=224) if im["file_name"] == "c.png" else im for im in coco(["c.png", "d.png"])["images"]])),
+         after=repair_panel("p4")),
+    Case("panels-of-two-roles-share-images", lambda w: ["score", w.root / "copycat-masks.json", "--panel", "copycat", "--cache", w.cache], 2,
+         ("copycat", "same content"), lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache],
+         setup=lambda w, mp: _copycat(w), after=lambda w: _copycat(w, undo=True)),
+    Case("panels-toml-corrupt", lambda w: ["panel", "list", "--cache", w.root / "out" / "c3"], 2, ("panels.toml",),
+         lambda w: ["panel", "list", "--cache", w.root / "out" / "c3"], setup=lambda w, mp: write(w.root / "out" / "c3" / "panels.toml", "[broken"),
+         after=lambda w: (w.root / "out" / "c3" / "panels.toml").unlink()),
+    Case("linear-level-unknown", lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "pixel", *w.q], 2, ("--level",),
+         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "image", *w.q]),
+    Case("linear-epochs-0", lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--epochs", "0", *w.q], 2, ("--epochs",),
+         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--epochs", "3", *w.q]),
+    # --- ledger ---
+    Case("ledger-line-edited", lambda w: ["ledger", "verify", "--cache", w.cache], 1, ("ledger.jsonl",), lambda w: ["ledger", "verify", "--cache", w.cache],
+         setup=lambda w, mp: _tamper(w, "edit"), after=lambda w: _tamper(w, "restore")),
+    Case("ledger-line-deleted", lambda w: ["ledger", "verify", "--cache", w.cache], 1, ("ledger.jsonl",), lambda w: ["ledger", "verify", "--cache", w.cache],
+         setup=lambda w, mp: _tamper(w, "delete"), after=lambda w: _tamper(w, "restore")),
+    # --- report, info, doctor, the rest ---
+    Case("report-not-a-store", lambda w: ["report", w.root, "--out", w.root / "out" / "r"], 2, ("not a probe store",),
+         lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r", "--cache", w.cache]),
+    Case("report-patch-outside", lambda w: ["report", _store_224(w), "--patch", "999", "--out", w.root / "out" / "r", "--cache", w.cache], 2, ("--patch",),
+         lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r", "--cache", w.cache]),
+    Case("report-follow-unknown", lambda w: ["report", _store_224(w), "--follow", "zz.png", "--out", w.root / "out" / "r", "--cache", w.cache], 2, ("--follow",),
+         lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r", "--cache", w.cache]),
+    Case("report-out-is-a-file", lambda w: ["report", _store_224(w), "--out", write(w.root / "out" / "rfile", "x"), "--cache", w.cache], 2, ("rfile",),
+         lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r", "--cache", w.cache]),
+    Case("full-disk-writing-the-report", lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r3", "--cache", w.cache], 2, ("r3", "No space left"),
+         lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r", "--cache", w.cache],
+         setup=lambda w, mp: mp.setattr("probe_toolkit.report.markdown.render", _enospc)),
+    Case("info-not-a-store", lambda w: ["info", w.root], 2, ("not a probe store",), lambda w: ["info", w.store]),
+    Case("doctor-required-check-fails", lambda w: ["doctor", "--cache", w.cache], 1, ("required check",), lambda w: ["doctor", "--cache", w.cache],
+         setup=lambda w, mp: mp.setattr("probe_toolkit.demo.doctor.library_versions", lambda: {}.fromkeys(("torch", "timm", "zarr", "xarray", "pycocotools", "numpy", "scipy", "scikit-learn"), "absent"))),
+    Case("convert-source-missing", lambda w: ["convert", w.root / "none.pth", w.root / "out" / "c.pth"], 2, ("none.pth",),
+         lambda w: ["convert", w.ckpt, w.root / "out" / "c.pth"]),
+    Case("make-checkpoint-layout-unknown", lambda w: ["make-checkpoint", w.root / "out" / "m.pth", "--layout", "odd"], 2, ("--layout",),
+         lambda w: ["make-checkpoint", w.root / "out" / "m.pth"]),
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# the faults' machinery
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _interrupt_second_chunk(mp):
+    from probe_toolkit.store.backbone import Backbone
+
+    real, calls = Backbone.readout, []
+
+    def readout(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    mp.setattr(Backbone, "readout", readout)
+
+
+def _partial_store(w):
+    path = w.root / "stores" / "part" / "teacher.zarr"
+    if not path.exists():
+        assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--chunk", "1", "--limit", "1", "--store", path, *w.q).code == 0
+
+
+def _store_224(w) -> Path:
+    path = w.root / "stores" / "k224" / "teacher.zarr"
+    if not path.exists():
+        assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--store", path, *w.q).code == 0
+    return path
+
+
+def _grid(w) -> Path:
+    return write(w.root / "grid.toml", 'preset = ["tokencut"]\ncenter = [true]\ntau = [0.2]\nmasks = [1]\n')
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listener(w):
+    """A port that accepts connections and never answers (not a scheduler)."""
+    if getattr(w, "listener", None):
+        return
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(8)], daemon=True).start()
+    w.listener = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    w.keep = (server, held)
+
+
+def _local_cluster(workers: int):
+    from distributed import LocalCluster
+
+    return LocalCluster(processes=False, n_workers=workers, threads_per_worker=1, dashboard_address=None)
+
+
+def _clusters(w):
+    if not getattr(w, "cluster", None):
+        w.clusters = [_local_cluster(1), _local_cluster(0)]
+        w.cluster, w.empty_cluster = (c.scheduler_address for c in w.clusters)
+
+
+def _hide_store_after_open(w, mp):
+    """The client opens the store; its workers then find nothing at that path (another machine)."""
+    _clusters(w)
+    from probe_toolkit.commands import runs
+
+    real = runs.connect
+    hidden = w.store.with_name("hidden.zarr")
+
+    def connect(address):
+        w.store.rename(hidden)
+        return real(address)
+
+    mp.setattr(runs, "connect", connect)
+    w.restore_store = lambda: hidden.rename(w.store) if hidden.exists() else None
+
+
+def _cluster_fails_after_connect(w, mp, attribute: str, fault: Callable) -> None:
+    """A fresh one-worker cluster at ``w.<attribute>``; ``fault(cluster, client)`` strikes right
+    after the command has connected (so before or while its chunks run)."""
+    from probe_toolkit.commands import runs
+
+    _clusters(w)
+    cluster = _local_cluster(1)
+    w.clusters.append(cluster)
+    setattr(w, attribute, cluster.scheduler_address)
+    real = runs.connect
+    mp.setattr(chunked, "STALL_SECONDS", 1.0)
+
+    def connect(address):
+        client = real(address)
+        fault(cluster, client)
+        return client
+
+    mp.setattr(runs, "connect", connect)
+
+
+def _workers_die(w, mp):
+    _cluster_fails_after_connect(w, mp, "dying", lambda cluster, client: [client.sync(worker.close) for worker in list(cluster.workers.values())])
+
+
+def _scheduler_dies(w, mp):
+    _cluster_fails_after_connect(w, mp, "doomed", lambda cluster, client: cluster.close())
+
+
+def _interrupted_decode(w):
+    """A decode killed between its writes: the masks of one run beside the metadata of another."""
+    masks = json.loads(w.masks.read_text())
+    for entry in masks:
+        entry["score"] = 0.5
+    w.masks.write_text(json.dumps(masks))
+
+
+def _redecode(w):
+    assert probe("decode", w.store, *w.q).code == 0
+
+
+def _copycat(w, undo: bool = False):
+    """A train panel holding a copy of a val image under another name, read once (so its images are known)."""
+    folder = w.root / "copycat"
+    if undo:  # the user replaces the panel by one without the copy
+        assert probe("panel", "add", "copycat", "--annotations", w.root / "train.json", "--images", w.images, "--role", "train", "--replace", "--cache", w.cache).code == 0
+        return
+    folder.mkdir(exist_ok=True)
+    shutil.copy(w.images / "a.png", folder / "a.png")
+    shutil.copy(w.images / "c.png", folder / "copy-of-c.png")
+    data = coco(["a.png", "c.png"])
+    data["images"][1]["file_name"] = "copy-of-c.png"
+    write(w.root / "copycat.json", json.dumps(data))
+    assert probe("panel", "add", "copycat", "--annotations", w.root / "copycat.json", "--images", folder, "--role", "train", "--replace", "--cache", w.cache).code == 0
+    masks = [dict(m, file_name="copy-of-c.png") for m in json.loads(w.masks.read_text()) if m["file_name"] == "c.png"]
+    write(w.root / "copycat-masks.json", json.dumps(masks))  # masks of the copy (written elsewhere: no metadata)
+
+
+_saved_ledger: dict[str, bytes] = {}
+
+
+def _tamper(w, how: str):
+    path = w.cache / "ledger.jsonl"
+    if how == "restore":
+        path.write_bytes(_saved_ledger.pop("ledger"))
+        return
+    _saved_ledger["ledger"] = data = path.read_bytes()
+    lines = data.split(b"\n")
+    if how == "edit":
+        lines[0] = lines[0].replace(b'"purpose":"score"', b'"purpose":"scoreX"')
+    else:
+        del lines[0]
+    path.write_bytes(b"\n".join(lines))
+
+
+# ----------------------------------------------------------------------------------------------
+# the catalogue test
+
+
+def refused(result: Result, code: int, needles: tuple[str, ...]) -> None:
+    assert result.code == code, f"exit {result.code}, wanted {code}\nstderr: {result.err}\nstdout: {result.out}"
+    assert "Traceback" not in result.err, result.err
+    assert len(result.lines) == 1, f"wanted one line on stderr, got {len(result.lines)}:\n{result.err}"
+    for needle in needles:
+        assert needle in result.lines[0], f"{needle!r} not in {result.lines[0]!r}"
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=False, reason=c.xfail)] if c.xfail else []) for c in CASES])
+def test_case(case: Case, w, monkeypatch):
+    if case.id == "device-cuda-without-gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is visible here")
+    monkeypatch.setattr(chunked, "CONNECT_SECONDS", 2.0)  # bounded waits, kept short here
+    if case.setup:
+        case.setup(w, monkeypatch)
+    roots = case.roots(w)
+    args = case.bad(w)  # (files a case names are made here, before the snapshot)
+    before = tree(*roots)
+    result = probe(*args)
+    monkeypatch.undo()
+    if getattr(w, "restore_store", None):
+        w.restore_store()
+        w.restore_store = None
+    refused(result, case.code, case.needles)
+    after = tree(*roots)
+    new = {p for p in set(after) - set(before) if after[p] >= 0 and not any(litter.is_litter(part) for part in Path(p).parts)}
+    if case.resumable:
+        new = {p for p in new if ".zarr" not in p}
+    changed = {p for p in set(after) & set(before) if after[p] != before[p] and not p.endswith(("ledger.jsonl", "ledger.head"))}
+    assert not new, f"left behind: {sorted(new)[:5]}"
+    assert not changed or case.id.startswith("ledger"), f"changed: {sorted(changed)[:5]}"
+    if case.after:
+        case.after(w)
+    if case.fix is not None:
+        fix = tuple(map(str, case.fix(w)))
+        if fix[0] == "report" and fix in _reports_done:
+            return  # this very report was rendered by an earlier case, and nothing it reads has changed since
+        rerun = probe(*fix)
+        assert rerun.code == 0, f"the corrected rerun failed ({rerun.code}):\n{rerun.err}"
+        assert "Traceback" not in rerun.err
+        assert not litter_in(*roots), litter_in(*roots)
+        if fix[0] == "report":
+            _reports_done.add(fix)
+
+
+_reports_done: set[tuple[str, ...]] = set()
+
+
+def test_the_catalogue_is_long_enough():
+    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+
+
+# ----------------------------------------------------------------------------------------------
+# what the catalogue's cases cannot show one by one
+
+
+def test_killed_runs_litter_is_swept_and_never_read(w):
+    """``.NAME.tmp-PID`` / ``.NAME.old-PID`` of a dead process: not listed, not reported, gone after the next run."""
+    dead = 2**22 + 12345  # above Linux's default pid_max: no such process
+    results = w.store / "results"
+    for name in (f".entropy.tmp-{dead}", f".entropy.old-{dead}", f".ghost.tmp-{dead}"):
+        (results / name).mkdir(parents=True, exist_ok=True)
+        (results / name / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    info = probe("info", w.store, env={"COLUMNS": "200"})
+    assert info.code == 0 and ".entropy.tmp" not in info.out and "ghost" not in info.out
+    assert ".entropy" not in cache.list_results(w.store)
+    assert probe("entropy", w.store, "--boot", "20", "-q").code == 0
+    assert not [p.name for p in results.iterdir() if litter.is_litter(p.name)]
+    out = w.root / "out" / "swept"
+    (out / f".report.tmp-{dead}" / "figures").mkdir(parents=True)
+    (out / f".figures.old-{dead}").mkdir()
+    assert probe("report", _store_224(w), "--out", out, "--cache", w.cache).code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md"]
+
+
+def test_partial_results_are_marked_stale_in_the_report(w):
+    """entropy on 1 of 2 images (--partial), then the store is finished: the report says so."""
+    path = w.root / "stores" / "stale" / "teacher.zarr"
+    args = ["extract", w.ckpt, "--images", w.small, "--views", "224", "--chunk", "1", "--store", path, *w.q]
+    assert probe(*args, "--limit", "1").code == 0
+    assert probe("entropy", path, "--boot", "20", "--partial", "-q").code == 0
+    record = cache.load_results(path, "entropy").attrs["computed_on"]
+    assert record["images"] == 1 and record["store"]["done"] == 1 and record["store"]["total"] == 2
+    assert probe(*args).code == 0  # finish the store
+    other = _store_224(w)
+    assert probe("entropy", other, "--boot", "20", "-q").code == 0
+    out = w.root / "out" / "stale-report"
+    assert probe("report", path, other, "--out", out, "--cache", w.cache).code == 0
+    text = (out / "report.md").read_text()
+    assert "STALE: computed on 1 images; the store now has 2 of 2 done" in text
+    assert "entropy: the stores were measured on different image sets" in text and "1 images in common" in text
+
+
+def test_stores_open_with_plain_open_zarr_without_warnings(w):
+    import warnings
+
+    import xarray as xr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = xr.open_zarr(w.store)
+    assert "tokens_224" in ds and ds.sizes["image"] == 4
+
+
+def test_output_fits_80_columns(w):
+    """Tables at 80 columns: no line wider, and the sweep's score headers stay distinct."""
+    runs = [probe("entropy", w.store, "--boot", "20", "-q", env={"COLUMNS": "80"}),
+            probe("neighbours", w.store, "--boot", "20", "-q", env={"COLUMNS": "80"}),
+            probe("decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b80.json", *w.q, env={"COLUMNS": "80"})]
+    for run in runs:
+        assert run.code == 0, run.err
+        assert max(len(line) for line in run.out.splitlines()) <= 80, run.out
+    assert "tokencut" in runs[2].out and "…" not in runs[2].out, runs[2].out  # nothing cut short
+    header = "\n".join(runs[2].out.splitlines()[1:4])
+    assert header.count("AP50") == 2 and "segm" in header and "bbox" in header and "CorLoc" in header, runs[2].out
+
+
+def test_a_rank_stops_when_its_launcher_dies(tmp_path):
+    """A process standing in for torchrun starts a rank (new session, as torchrun does) and is
+    SIGKILLed; the rank, watching its parent, exits within seconds instead of training on."""
+    import signal
+    import subprocess
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    pid_file = tmp_path / "rank.pid"
+    rank = ("import os, time; from training.distributed import stop_with_launcher; stop_with_launcher(0, interval=0.1); "
+            f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)")
+    launcher = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True); time.sleep(60)"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    parent = subprocess.Popen([sys.executable, "-c", launcher], env=env)
+    try:
+        for _ in range(1200):
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        for _ in range(100):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the rank outlived its launcher by 5 s")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_cluster_tasks_prove_they_read_the_clients_store(w):
+    """On a real local dask cluster: another store at the path, or unfinished images there, fail
+    the run naming the worker; the proven run equals the local one."""
+    import zarr
+
+    from probe_toolkit.analyses.neighbours import neighbours
+    from probe_toolkit.infra.errors import IntegrityError
+    from probe_toolkit.store.cache import open_store, require
+
+    _clusters(w)
+    source = w.root / "stores" / "proof" / "teacher.zarr"
+    shutil.copytree(_store_224(w), source)
+    other = w.root / "stores" / "proof-other" / "teacher.zarr"
+    assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--dtype", "float32", "--store", other, *w.q).code == 0
+    client = chunked.connect(w.cluster)
+    try:
+        tokens = require(open_store(source), "tokens_224")
+        local = neighbours(tokens, 14, n_boot=20)
+        assert np.array_equal(neighbours(tokens, 14, n_boot=20, client=client).top_in_window.values, local.top_in_window.values)
+        source.rename(source.with_name("away.zarr"))
+        shutil.copytree(other, source)  # a private mount holding another store at the same path
+        with pytest.raises(IntegrityError, match=r"dask worker .* sees another store"):
+            neighbours(tokens, 14, n_boot=20, client=client)
+        shutil.rmtree(source)
+        source.with_name("away.zarr").rename(source)
+        zarr.open_group(str(source), mode="r+", use_consolidated=False)["done"][1] = False  # a copy that is behind
+        with pytest.raises(IntegrityError, match=r"dask worker .* as unfinished \(e\.g\. 'b\.png'\)"):
+            neighbours(tokens, 14, n_boot=20, client=client)
+    finally:
+        client.close()
