@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -372,6 +373,7 @@ def extract(
     path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
     plan = plan_arrays(checkpoint.arch, settings, native_patches)
     manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
+    existed = (path / "zarr.json").is_file()
     try:
         writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
     except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
@@ -384,42 +386,50 @@ def extract(
         native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
         return _load(refs[a:b], list(needed), settings, patch, native, on_error)
 
-    with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
-        task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
-        pending: Future | None = None
-        upcoming = loader.submit(load, todo[0]) if todo else None
-        for index, (start, stop, _) in enumerate(todo):
-            loaded = upcoming.result()
-            upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-            n, needed = stop - start, list(loaded.failed)
-            ticked = [0.0]
+    try:
+        with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
+            task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
+            pending: Future | None = None
+            upcoming = loader.submit(load, todo[0]) if todo else None
+            for index, (start, stop, _) in enumerate(todo):
+                loaded = upcoming.result()
+                upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
+                n, needed = stop - start, list(loaded.failed)
+                ticked = [0.0]
 
-            def tick(count: int, share: float = 1.0 / len(needed)) -> None:
-                ticked[0] += count * share
-                progress.advance(task, count * share)
+                def tick(count: int, share: float = 1.0 / len(needed)) -> None:
+                    ticked[0] += count * share
+                    progress.advance(task, count * share)
 
-            out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
-            any_ok = np.zeros(n, dtype=bool)
-            for view in needed:
-                data = _view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
-                ok = ~loaded.failed[view]
-                good = _finite(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
-                for i in np.flatnonzero(ok & ~good):
-                    error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
-                    if on_error == "fail":
-                        raise error
-                    loaded.errors.append(error.line())
-                    for values in data.values():
-                        values[i] = np.nan
-                out[view] = (data, ~good)
-                any_ok |= good
+                out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
+                any_ok = np.zeros(n, dtype=bool)
+                for view in needed:
+                    data = _view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
+                    ok = ~loaded.failed[view]
+                    good = _finite(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
+                    for i in np.flatnonzero(ok & ~good):
+                        error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                        if on_error == "fail":
+                            raise error
+                        loaded.errors.append(error.line())
+                        for values in data.values():
+                            values[i] = np.nan
+                    out[view] = (data, ~good)
+                    any_ok |= good
+                if pending is not None:
+                    _written(pending, path)
+                pending = saver.submit(writer.write_views, start, out, loaded.original)
+                report.written += int(any_ok.sum())
+                report.skipped += loaded.errors
+                progress.advance(task, n - ticked[0])
             if pending is not None:
                 _written(pending, path)
-            pending = saver.submit(writer.write_views, start, out, loaded.original)
-            report.written += int(any_ok.sum())
-            report.skipped += loaded.errors
-            progress.advance(task, n - ticked[0])
-        if pending is not None:
-            _written(pending, path)
+    except BaseException:
+        # a run that made the store and then failed before finishing any image leaves nothing
+        # behind, so the corrected command starts clean (an unsharded run only: a shard's store
+        # may already be another shard's)
+        if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
+            shutil.rmtree(path, ignore_errors=True)
+        raise
     report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
     return report
