@@ -185,6 +185,10 @@ def _ticker(progress, label: str):
 def _scores_table(title: str, scores) -> None:
     from rich.table import Table
 
+    if not hasattr(scores, "segm"):  # a saliency panel (labels/saliency.py)
+        console.print(f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
+                      f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)")
+        return
     table = Table(title=title)
     for column in ("", "AP", "AP50", "AP75", "AR1", "AR10", "AR100"):
         table.add_column(column, justify="right")
@@ -200,7 +204,7 @@ def _scores_table(title: str, scores) -> None:
 def decode(
     store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480).")],
     size: Annotated[int, typer.Option(help="View whose keys to cut (keys_<size>).")] = 480,
-    preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut or maskcut.")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).")] = None,
     eps: Annotated[Optional[float], typer.Option(help="Weight of the other edges (1e-5).")] = None,
     masks: Annotated[Optional[int], typer.Option(help="Masks per image: MaskCut's loop when > 1.")] = None,
@@ -293,16 +297,28 @@ def decode_sweep(
 @panel_app.command("add")
 def panel_add(
     name: Annotated[str, typer.Argument(help="Panel name (letters, digits, - and _).")],
-    annotations: Annotated[Path, typer.Option("--annotations", help="COCO annotation file (not opened now).")],
-    images: Annotated[Path, typer.Option("--images", help="The panel's image folder.")],
     role: Annotated[str, typer.Option("--role", help="train, val or test (test panels are sealed).")],
+    annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
+    images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
+    voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
+    split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut).")] = "trainval",
+    no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
+    coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
+    masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
     cache: CacheOpt = None,
 ) -> None:
-    """Register a panel in <cache>/panels.toml."""
+    """Register a panel in <cache>/panels.toml: a COCO file, a VOC folder, COCO20k or a saliency mask folder."""
     from .labels.panels import add_panel
 
-    p = add_panel(name, annotations, images, role, cache=cache, replace=replace)
+    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None)) if value is not None]
+    if len(given) > 1:
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k")
+    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
+    source = voc if kind == "voc" else masks if kind == "saliency" else annotations
+    if source is None or (kind == "coco" and images is None):
+        raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
+    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind == "voc" else "", no_hard=no_hard)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 
 

@@ -151,10 +151,10 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
     assert not (root / "ledger.jsonl").exists()
 
 
-def test_the_default_sweep_grid_has_144_settings_in_48_decodes():
+def test_the_default_sweep_grid_has_148_settings_in_52_decodes():
     from probe_toolkit.commands.decode import load_grid
 
-    grid = load_grid(None)
-    assert len(grid) == 144 and len(set(grid)) == 144
-    assert len({(s.preset, s.center, s.tau, s.eps) for s in grid}) == 48
-    assert {s.rule for s in grid} == {"tokencut", "maskcut"} and {s.masks for s in grid} == {1, 2, 3}
+    grid = load_grid(None)  # 144 cuts, and LOST and DSM once per centring (τ, ε, masks do not apply)
+    assert len(grid) == 148 and len(set(grid)) == 148
+    assert len({(s.preset, s.center, s.tau, s.eps) for s in grid}) == 52
+    assert {s.rule for s in grid} == {"tokencut", "maskcut", "lost", "dsm"} and {s.masks for s in grid} == {1, 2, 3}

@@ -31,11 +31,12 @@ import numpy as np
 import xarray as xr
 from threadpoolctl import threadpool_limits
 
-from ..analyses.decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from ..analyses.decoder import SINGLE, Decoded, ImageMasks, Settings, collate, cosines, decode_image
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..labels.masks import coco_results, decoder_dataset
+from ..labels import saliency
 from ..labels.panels import LabelRead, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
@@ -44,7 +45,7 @@ SETTINGS_FILE = "decoder-settings.json"
 
 # The default sweep: 2 rules × 2 centrings × 6 τ × 2 ε × 3 mask counts = 144 settings.
 DEFAULT_GRID: dict[str, list] = {
-    "preset": ["tokencut", "maskcut"],  # the foreground rule; centring is its own axis
+    "preset": ["tokencut", "maskcut", "lost", "dsm"],  # the rule; centring is its own axis (lost, dsm: 2 settings each)
     "center": [True, False],
     "tau": [0.0, 0.1, 0.15, 0.2, 0.25, 0.3],
     "eps": [1e-5, 1e-3],
@@ -211,7 +212,11 @@ def run_decode(
     write_json(masks_file, results)
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position"})
-    if labels is not None:
+    if labels is not None and labels.panel.kind == "saliency":
+        report.scores = saliency.score_results(labels.coco, results)
+        report.ledger_entry = labels.entry_id
+        save_saliency(src.store, report.scores, labels, settings, src.manifest)
+    elif labels is not None:
         report.scores = evaluate(labels.coco, results)
         report.ledger_entry = labels.entry_id
         save_scores(src.store, report.scores, labels, settings, src.manifest, masks_file)
@@ -262,6 +267,20 @@ def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settin
     return cache.save_results(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
 
 
+def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "") -> Path:
+    """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU."""
+    ds = xr.Dataset(
+        {**{k: ((), v) for k, v in scores.table().items()},
+         "f_curve": ("threshold", scores.f_curve), "image_iou": ("image", scores.per_image_iou),
+         "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64))},
+        coords={"threshold": np.arange(saliency.BINS) / saliency.BINS, "image": np.arange(len(scores.image_ids))},
+    )
+    attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
+             "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
+             "provenance": provenance.stamp()}
+    return cache.save_results(store, f"saliency_{labels.panel.name}", ds, attrs)
+
+
 @dataclass
 class ScoreReport:
     scores: Scores
@@ -285,9 +304,14 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
     names = sorted({r["file_name"] for r in results})
     labels = read_labels(panel, purpose="score", checkpoint=meta.get("checkpoint"), images=names, unseal=unseal, cache=cache_dir)
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
-    scores = evaluate(labels.coco, mapped)
-    saved = None
     store = Path(meta["store"]) if meta.get("store") else None
+    saved = None
+    if labels.panel.kind == "saliency":
+        scores = saliency.score_results(labels.coco, mapped)
+        if store is not None and (store / "zarr.json").is_file():
+            saved = save_saliency(store, scores, labels, Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__}), cache.manifest(store))
+        return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
+    scores = evaluate(labels.coco, mapped)
     if store is not None and (store / "zarr.json").is_file():
         saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file)
     return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
@@ -312,7 +336,12 @@ def load_grid(path: str | Path | None) -> list[Settings]:
         axes = {k: list(data[k]) if k in data else [getattr(thesis, k) if k != "preset" else "tokencut"] for k in DEFAULT_GRID}
     out = []
     for preset, center, tau, eps, masks in itertools.product(*(axes[k] for k in DEFAULT_GRID)):
-        out.append(Settings.from_preset(str(preset), center=bool(center), tau=float(tau), eps=float(eps), masks=int(masks)))
+        if Settings.from_preset(str(preset)).rule in SINGLE:  # τ, ε and the mask count do not apply: one setting per centring
+            s = Settings.from_preset(str(preset), center=bool(center))
+        else:
+            s = Settings.from_preset(str(preset), center=bool(center), tau=float(tau), eps=float(eps), masks=int(masks))
+        if s not in out:
+            out.append(s)
     return out
 
 
@@ -354,6 +383,10 @@ def run_sweep(
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
+    from ..labels.panels import get_panel
+
+    if get_panel(panel, cache_dir).kind == "saliency":
+        raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
     src = open_keys(store)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
