@@ -212,6 +212,7 @@ def decode(
     settings: Annotated[Optional[Path], typer.Option("--settings", help="Settings file (default <cache>/decoder-settings.json from the sweep).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="COCO results JSON (default <store>/results/decoder-masks.json).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
+    refine: Annotated[Optional[str], typer.Option("--refine", help="bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS).")] = None,
     panel: PanelOpt = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
@@ -226,7 +227,7 @@ def decode(
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
-                            on_start=_ticker(progress, "decode"), threads=threads)
+                            on_start=_ticker(progress, "decode"), threads=threads, refine=refine)
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")

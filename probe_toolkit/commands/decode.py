@@ -183,8 +183,17 @@ def run_decode(
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
     threads: int = 1,
+    refine: str | None = None,
 ) -> DecodeReport:
-    """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel."""
+    """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
+
+    ``refine="bilateral"`` scores a saliency panel on TokenCut's bilateral-solver output of each
+    first mask (``analyses/bilateral.py``), computed on the panel's photographs.
+    """
+    if refine not in (None, "bilateral"):
+        raise ProbeError(None, f"--refine {refine!r} is not bilateral", "use --refine bilateral or leave it out")
+    if refine and panel is None:
+        raise ProbeError(None, "--refine bilateral refines masks for saliency scores, so it needs --panel", "pass --panel with a saliency panel")
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
@@ -212,10 +221,13 @@ def run_decode(
     write_json(masks_file, results)
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position"})
+    if refine and labels is not None and labels.panel.kind != "saliency":
+        raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
     if labels is not None and labels.panel.kind == "saliency":
-        report.scores = saliency.score_results(labels.coco, results)
+        soft = refine_bilateral(labels, results) if refine else None
+        report.scores = saliency.score_results(labels.coco, results, soft)
         report.ledger_entry = labels.entry_id
-        save_saliency(src.store, report.scores, labels, settings, src.manifest)
+        save_saliency(src.store, report.scores, labels, settings, src.manifest, refine or "")
     elif labels is not None:
         report.scores = evaluate(labels.coco, results)
         report.ledger_entry = labels.entry_id
@@ -265,6 +277,23 @@ def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settin
         "provenance": provenance.stamp(),
     }
     return cache.save_results(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
+
+
+def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+    """TokenCut's bilateral-solver output of each image's first mask, on the panel's photograph."""
+    from ..analyses.bilateral import refine
+    from ..labels.masks import decode_rle
+    from ..store.images import load_image
+
+    first: dict[int, dict[str, Any]] = {}
+    for r in results:
+        if int(r["image_id"]) not in first or r.get("mask", 0) < first[int(r["image_id"])].get("mask", 0):
+            first[int(r["image_id"])] = r
+    out = {}
+    for image_id, r in first.items():
+        photo = np.asarray(load_image(labels.panel.images / labels.coco.imgs[image_id]["file_name"]).convert("RGB"))
+        out[image_id] = refine(photo, decode_rle(r["segmentation"]))
+    return out
 
 
 def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "") -> Path:
