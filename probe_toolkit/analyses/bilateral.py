@@ -51,21 +51,24 @@ def grid_coordinates(image: np.ndarray, s: BilateralSettings) -> np.ndarray:
 
 def splat_and_blur(coords: np.ndarray) -> tuple[scipy.sparse.csr_array, scipy.sparse.csr_array]:
     """S (vertices × pixels) and B (vertices × vertices, [1 2 1] in each dimension)."""
-    vertices, inverse = np.unique(coords, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    nv, npx = len(vertices), len(coords)
-    splat = scipy.sparse.csr_array((np.ones(npx), (inverse, np.arange(npx))), shape=(nv, npx))
-    index = {tuple(v): i for i, v in enumerate(vertices.tolist())}
+    low = coords.min(axis=0) - 1
+    shape = tuple(int(v) for v in coords.max(axis=0) - low + 2)  # one free cell either side: ±1 stays inside
+    keys = np.ravel_multi_index((coords - low).T, shape)
+    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    vertices = coords[first] - low
+    nv, npx = len(unique), len(coords)
+    splat = scipy.sparse.csr_array((np.ones(npx), (inverse.ravel(), np.arange(npx))), shape=(nv, npx))
     rows, cols = [], []
     for d in range(coords.shape[1]):
         for step in (-1, 1):
             shifted = vertices.copy()
             shifted[:, d] += step
-            for i, v in enumerate(shifted.tolist()):
-                j = index.get(tuple(v))
-                if j is not None:
-                    rows.append(i)
-                    cols.append(j)
+            wanted = np.ravel_multi_index(shifted.T, shape)
+            at = np.minimum(np.searchsorted(unique, wanted), nv - 1)
+            found = np.flatnonzero(unique[at] == wanted)
+            rows.append(found)
+            cols.append(at[found])
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
     neighbours = scipy.sparse.csr_array((np.ones(len(rows)), (rows, cols)), shape=(nv, nv))
     blur = neighbours + 2 * coords.shape[1] * scipy.sparse.identity(nv, format="csr")
     return splat, scipy.sparse.csr_array(blur)
