@@ -275,8 +275,19 @@ def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settin
         "masks_file": str(masks_file) if masks_file else "",
         "units": "fractions in [0, 1]",
         "provenance": provenance.stamp(),
+        **_benchmark_attrs(labels),
     }
     return cache.save_results(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
+
+
+def _benchmark_attrs(labels: LabelRead) -> dict[str, Any]:
+    """Which published benchmark the panel is (report/discovery.py puts the published numbers beside it)."""
+    from ..labels.kinds import COCO20K_SIZE, benchmark
+
+    out: dict[str, Any] = {"kind": labels.panel.kind, "benchmark": benchmark(labels.panel), "no_hard": labels.panel.no_hard}
+    if labels.panel.kind == "coco20k":
+        out["coco20k_images"] = f"{labels.coco.dataset.get('coco20k_found', 0)} of {COCO20K_SIZE}"
+    return out
 
 
 def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[int, np.ndarray]:
@@ -306,7 +317,7 @@ def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRea
     )
     attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
              "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
-             "provenance": provenance.stamp()}
+             "provenance": provenance.stamp(), **_benchmark_attrs(labels)}
     return cache.save_results(store, f"saliency_{labels.panel.name}", ds, attrs)
 
 

@@ -137,3 +137,15 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
+
+
+def benchmark(panel) -> str:
+    """The published benchmark a panel is, read from its kind and folder names ("" when unknown)."""
+    text = f"{panel.annotations} {panel.images}".upper().replace("_", "-")
+    if panel.kind == "voc":
+        return "VOC07" if "2007" in text else "VOC12" if "2012" in text else ""
+    if panel.kind == "coco20k":
+        return "COCO20k"
+    if panel.kind == "saliency":
+        return next((name for name in ("ECSSD", "DUTS-TE", "DUT-OMRON") if name in text), "")
+    return ""
