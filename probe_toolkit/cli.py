@@ -231,6 +231,8 @@ def decode(
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
+    for warning in report.extra.get("warnings", []):
+        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     if report.scores is not None:
         _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     if json_path:

@@ -497,3 +497,14 @@ def test_refine_bilateral_scores_the_soft_output_on_a_saliency_panel(tmp_path, c
     assert 0.9 < float(saved["iou"]) <= 1.0 and float(saved["mae"]) < 0.05
     code, err = _main(["decode", str(store), "--refine", "bilateral", "--cache", str(root), "-q"], capsys)
     assert code == 2 and "--panel" in err
+
+
+def test_each_preset_says_its_published_view_and_maskcut_warns_on_a_bicubic_store(tmp_path, capsys):
+    scenes = [Scene("a.png", 64, 64, [(3, 9, 4, 12)]), Scene("b.png", 64, 64, [(2, 7, 2, 7)])]
+    keys = np.stack([planted_keys(GRID, s.objects, channels=24, noise=0.01, seed=i) for i, s in enumerate(scenes)])
+    store = make_store(tmp_path / "store.zarr", scenes, keys)
+    for preset, view in (("maskcut", "480 lanczos"), ("lost", "native"), ("dsm", "native")):
+        code, err = _main(["decode", str(store), "--preset", preset, "--cache", str(tmp_path / "c"), "-q", "--json", str(tmp_path / "s.json")], capsys)
+        summary = json.loads((tmp_path / "s.json").read_text())
+        assert code == 0 and summary["published_view"] == view and len(summary["warnings"]) == 1
+        assert ("LANCZOS" in err and "--resample lanczos" in err) if preset == "maskcut" else "native view" in err

@@ -164,7 +164,23 @@ class DecodeReport:
         }
         if self.scores is not None:
             out.update(scores=self.scores.table(), counts=self.scores.counts, ledger_entry=self.ledger_entry)
+        out.update(self.extra)
         return out
+
+
+def view_check(preset: str, size: int | str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The view a preset was published with, and a warning when this store's view is not it."""
+    from ..analyses.decoder import PUBLISHED_VIEW
+
+    published = PUBLISHED_VIEW.get(preset, "")
+    resample = str(manifest.get("resample") or "bicubic")
+    warnings = []
+    if preset == "maskcut" and resample != "lanczos":
+        warnings.append(f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
+                        "(MaskCut's masks change with the filter): extract with --views 480 --resample lanczos to match it")
+    elif published.startswith("native") and str(size) != "native":
+        warnings.append(f"--preset {preset} was published on each image at its own size (native view); these are the {size} view's keys")
+    return {"published_view": published, "warnings": warnings}
 
 
 def _meta_path(masks_file: Path) -> Path:
@@ -211,6 +227,7 @@ def run_decode(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
         dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=masks_file,
+        extra=view_check(settings.preset, size, src.manifest),
     )
     coco_ids = None
     labels: LabelRead | None = None
