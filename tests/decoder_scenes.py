@@ -94,3 +94,21 @@ def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2
         stop = min(start + chunk, n)
         writer.write(start, {"keys_480": keys[start:stop]}, sizes[start:stop], np.zeros(stop - start, dtype=bool))
     return path
+
+
+def run_main(args: list[str], capsys) -> tuple[int, str]:
+    """``probe ARGS`` through ``cli.main`` (one-line errors, exit codes): (status, stderr)."""
+    import sys
+
+    from probe_toolkit.cli import main
+
+    old = sys.argv
+    sys.argv = ["probe", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err

@@ -4,14 +4,13 @@ synthetic stores whose objects are exact rectangles, and the label-hygiene rule 
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
-from decoder_scenes import Scene, make_store, planted_keys, write_panel
+from decoder_scenes import Scene, make_store, planted_keys, run_main, write_panel
 from typer.testing import CliRunner
 
-from probe_toolkit.cli import app, main
+from probe_toolkit.cli import app
 from probe_toolkit.labels import ledger, panels
 from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings as ExtractSettings
@@ -40,17 +39,7 @@ def setup(tmp_path):
     return store, annotations, root
 
 
-def _main(args: list[str], capsys) -> tuple[int, str]:
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+_main = run_main
 
 
 def test_decode_without_a_panel_reads_no_label(setup, tmp_path):

@@ -4,21 +4,20 @@ saliency scores, and the LOST and DSM presets, each held to a plain re-implement
 from __future__ import annotations
 
 import json
-import sys
 from collections import deque
 
 import numpy as np
 import pytest
 import scipy.sparse
 import scipy.sparse.linalg
-from decoder_scenes import Scene, make_store, planted_keys
+from decoder_scenes import Scene, make_store, planted_keys, run_main
 from PIL import Image
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses.decoder import Settings, decode_image
 from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
 from probe_toolkit.analyses.lost import lost
-from probe_toolkit.cli import app, main
+from probe_toolkit.cli import app
 from probe_toolkit.commands.decode import load_grid
 from probe_toolkit.labels import ledger, panels
 from probe_toolkit.labels import saliency as sal
@@ -29,17 +28,7 @@ runner = CliRunner()
 GRID = 16
 
 
-def _main(args: list[str], capsys) -> tuple[int, str]:
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+_main = run_main
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ image matching and the ledger do not change:
 
 - ``voc``: ``<DIR>/Annotations/<id>.xml`` for every id of ``<DIR>/ImageSets/Main/<split>.txt``,
   images in ``<DIR>/JPEGImages`` (``labels/voc.py``: LOST's box convention, ``no_hard``).
-- ``coco20k``: a COCO-2014 train annotation file restricted to the 19,817 images of LOST and
+- ``coco20k``: a COCO-2014 train annotation file (read and parsed as any COCO panel) restricted to the 19,817 images of LOST and
   TokenCut (``data/coco20k_filenames.txt``, byte-identical to their ``coco_20k_filenames.txt``;
   selected by the image id in each file name, as their ``select_coco_20k``), crowd boxes removed
   (their ``extract_gt_COCO(remove_iscrowd=True)``). Images of the list missing from the file are
@@ -20,7 +20,6 @@ The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(byte
 from __future__ import annotations
 
 import hashlib
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -88,21 +87,15 @@ def _voc(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     return _digest(parts), voc.coco_dataset(records, no_hard=panel.no_hard)
 
 
-def _coco20k(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
-    raw = read(panel.annotations)
-    try:
-        dataset = json.loads(raw)
-        if not isinstance(dataset, dict) or not isinstance(dataset.get("images"), list) or not isinstance(dataset.get("annotations"), list):
-            raise ValueError("no images/annotations lists")
-    except ValueError as error:
-        raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "pass instances_train2014.json") from None
+def coco20k_subset(dataset: dict[str, Any], where: Path) -> dict[str, Any]:
+    """A COCO-2014 train dataset restricted to the COCO20k images, crowd annotations removed."""
     keep = set(coco20k_ids())
     images = [im for im in dataset["images"] if int(im["id"]) in keep]
     if not images:
-        raise ProbeError(panel.annotations, "holds none of the 19,817 COCO20k images", "pass COCO-2014 train annotations (instances_train2014.json)")
+        raise ProbeError(where, "holds none of the 19,817 COCO20k images", "pass COCO-2014 train annotations (instances_train2014.json)")
     found = {int(im["id"]) for im in images}
     anns = [a for a in dataset["annotations"] if int(a["image_id"]) in found and a.get("iscrowd", 0) != 1]
-    return raw, {"images": images, "annotations": anns, "categories": dataset.get("categories", []), "coco20k_found": len(found)}
+    return {"images": images, "annotations": anns, "categories": dataset.get("categories", []), "coco20k_found": len(found)}
 
 
 def _saliency(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
@@ -133,7 +126,7 @@ def _saliency(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
 def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     """(bytes to hash, COCO dataset) of a panel whose kind is not plain COCO; ``read`` (path → bytes)
     is ``read_labels``' reader, the one way label files are opened."""
-    loaders = {"voc": _voc, "coco20k": _coco20k, "saliency": _saliency}
+    loaders = {"voc": _voc, "saliency": _saliency}
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)

@@ -261,7 +261,7 @@ def read_labels(
         raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
     _inside.active = True
     try:
-        if panel.kind != "coco":
+        if panel.kind not in ("coco", "coco20k"):
             from .kinds import load_dataset
 
             raw, dataset = load_dataset(panel, lambda path: Path(path).read_bytes())  # raw: what the annotation hash is taken of
@@ -271,13 +271,17 @@ def read_labels(
         raise ProbeError(getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`") from None
     finally:
         _inside.active = False
-    if panel.kind == "coco":
+    if panel.kind in ("coco", "coco20k"):
         try:
             dataset = json.loads(raw)
             if not isinstance(dataset, dict) or not isinstance(dataset.get("images"), list) or not isinstance(dataset.get("annotations"), list):
                 raise ValueError("no images/annotations lists")
         except ValueError as error:
             raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
+        if panel.kind == "coco20k":
+            from .kinds import coco20k_subset
+
+            dataset = coco20k_subset(dataset, panel.annotations)
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
     if not file_names:
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
