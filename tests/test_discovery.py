@@ -361,6 +361,11 @@ def test_saliency_panel_scores_the_decoded_masks(tmp_path):
     assert summary["mae"] == pytest.approx(mae) and 0 < summary["iou"] < 1
     saved = cache.load_results(store, "saliency_ecssd")
     assert float(saved["iou"]) == pytest.approx(iou) and saved.attrs["ledger_entry"] == ledger.entries(root)[0].id
+    # scoring the written masks again gives the same numbers, through a second ledger entry
+    again = runner.invoke(app, ["score", str(cache.results_path(store, "decoder-masks.json")), "--panel", "ecssd", "--cache", str(root),
+                                "--json", str(tmp_path / "sc.json")])
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "sc.json").read_text())["scores"]["max_f"] == pytest.approx(f) and len(ledger.entries(root)) == 2
 
 
 @pytest.mark.parametrize("problem", ["size", "grey"])
@@ -497,3 +502,24 @@ def test_each_preset_says_its_published_view_and_maskcut_warns_on_a_bicubic_stor
         summary = json.loads((tmp_path / "s.json").read_text())
         assert code == 0 and summary["published_view"] == view and len(summary["warnings"]) == 1
         assert ("LANCZOS" in err and "--resample lanczos" in err) if preset == "maskcut" else "native view" in err
+
+
+def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metric(tmp_path, capsys):
+    scenes = [Scene("000001.jpg", 64, 96, [(3, 9, 4, 12)]), Scene("000002.jpg", 80, 80, [(2, 7, 2, 7)])]
+    keys = np.stack([lost_keys(GRID, s.objects, seed=i) for i, s in enumerate(scenes)])
+    store = make_store(tmp_path / "store.zarr", scenes, keys)
+    write_voc(tmp_path / "VOC2007", {"000001": (96, 64, [("dog", (25, 13, 72, 36), 0, 0)]),
+                                     "000002": (80, 80, [("cat", (13, 11, 35, 35), 0, 0)])})
+    root = tmp_path / "cache"
+    assert runner.invoke(app, ["panel", "add", "voc07", "--voc", str(tmp_path / "VOC2007"), "--role", "val", "--cache", str(root)]).exit_code == 0
+    grid = tmp_path / "grid.toml"
+    grid.write_text('preset = ["tokencut", "lost", "dsm"]\ncenter = [false]\ntau = [0.2, 0.5]\n')
+    code, err = run_main(["decode-sweep", str(store), "--panel", "voc07", "--grid", str(grid), "--cache", str(root), "-q"], capsys)
+    assert code == 2 and "--metric segm_AP" in err and "corloc" in err and not (root / "decoder-settings.json").exists()
+    code, _ = run_main(["decode-sweep", str(store), "--panel", "voc07", "--grid", str(grid), "--metric", "corloc", "--cache", str(root), "-q",
+                        "--json", str(tmp_path / "t.json")], capsys)
+    table = json.loads((tmp_path / "t.json").read_text())["table"]
+    assert code == 0 and [r["rule"] for r in table] == ["tokencut", "tokencut", "lost", "dsm"]
+    assert next(r for r in table if r["rule"] == "lost")["corloc"] == 1.0  # both planted boxes found
+    saved = cache.load_results(store, "sweep_voc07")
+    assert saved.sizes["setting"] == 4

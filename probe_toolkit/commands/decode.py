@@ -477,7 +477,10 @@ def run_sweep(
         table.append({"preset": s.preset, "rule": s.rule, "center": s.center, "tau": s.tau, "eps": s.eps, "masks": s.masks,
                       **scores.table(), "degenerate": int(d.degenerate.sum()), "mean_masks": float(d.n_masks.mean())})
     values = np.array([row[metric] for row in table], dtype=np.float64)
-    best_index = int(np.nanargmax(values)) if np.isfinite(values).any() else 0  # first of equals: grid order
+    if not np.isfinite(values).any():  # e.g. segm AP on a box-only VOC panel: no setting can be chosen by it
+        raise ProbeError(f"--metric {metric}", f"is undefined on panel {panel} for every setting (a box-only panel has no mask scores)",
+                         "use --metric corloc or a bbox metric")
+    best_index = int(np.nanargmax(values))  # first of equals: grid order
     best = settings_list[best_index]
     settings_file = Path(settings_out) if settings_out else settings_path(cache_dir)
     write_json(settings_file, {
