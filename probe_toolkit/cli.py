@@ -213,6 +213,7 @@ def decode(
     out: Annotated[Optional[Path], typer.Option(help="COCO results JSON (default <store>/results/decoder-masks.json).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
     refine: Annotated[Optional[str], typer.Option("--refine", help="bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS).")] = None,
+    color_lambda: Annotated[Optional[float], typer.Option("--color-lambda", help="dsm: weight of DSM's KNN colour affinity (0, off, as published).")] = None,
     panel: PanelOpt = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
@@ -224,7 +225,8 @@ def decode(
     from .infra.atomic import write_json
     from .infra.progress import bar
 
-    chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
+    chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda),
+                                      settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
                             on_start=_ticker(progress, "decode"), threads=threads, refine=refine)

@@ -79,14 +79,15 @@ def write_panel(folder: Path, scenes: list[Scene], grid: int, extra_annotations:
     return path, images
 
 
-def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2) -> Path:
-    """A store with ``keys_480`` (image, patch, channel) for ``scenes`` (ids = file names)."""
+def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2, **extra) -> Path:
+    """A store with ``keys_480`` (image, patch, channel) for ``scenes`` (ids = file names); ``extra``
+    manifest entries (e.g. ``image_source``)."""
     n, patches, channels = keys.shape
     manifest = {
         "kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "ab" * 32, "format": "synthetic"},
         "network": "teacher", "arch": {"width": channels, "patch": 16, "class_token": False}, "views": [480],
         "interpolation": "dino", "attention": "none", "dtype": "float32", "chunk": chunk,
-        "image_list_sha256": "0" * 64, "n_images": n,
+        "image_list_sha256": "0" * 64, "n_images": n, **extra,
     }
     writer = cache.create_store(path, manifest, [s.name for s in scenes], {"keys_480": (("patch_480", "channel"), (patches, channels))})
     sizes = np.array([[s.height, s.width] for s in scenes])

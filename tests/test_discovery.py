@@ -172,6 +172,18 @@ def test_dsm_colour_term_is_symmetric_and_changes_the_graph_only_when_weighted()
     image = rng.random((5, 6, 3))
     w = knn_color_affinity(image)
     assert (abs(w - w.T)).max() == 0 and w.shape == (30, 30)
+    # DSM's knn_affinity by brute force: each (k, weight) links every pixel to its k nearest
+    # (itself included) in (r, g, b, weight·x, weight·y), both ways, duplicates summed
+    h, wd = 5, 6
+    plain = np.zeros((30, 30))
+    for k, weight in ((20, 2.0), (10, 0.1)):
+        feats = [[*image[i // wd, i % wd], weight * (i % wd) / (wd - 1), weight * (i // wd) / (h - 1)] for i in range(30)]
+        for i in range(30):
+            dist = [sum((a - b) ** 2 for a, b in zip(feats[i], feats[j])) for j in range(30)]
+            for j in sorted(range(30), key=lambda j: dist[j])[:k]:
+                plain[i, j] += 1
+                plain[j, i] += 1
+    np.testing.assert_array_equal(w.toarray(), plain)
     keys = rng.standard_normal((30, 8))
     plain = dsm(keys, (5, 6))
     same = dsm(keys, (5, 6), color=w.toarray(), color_lambda=0.0)
@@ -523,3 +535,25 @@ def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metri
     assert next(r for r in table if r["rule"] == "lost")["corloc"] == 1.0  # both planted boxes found
     saved = cache.load_results(store, "sweep_voc07")
     assert saved.sizes["setting"] == 4
+
+
+def test_dsm_colour_term_reads_the_stores_photographs(tmp_path, capsys):
+    scenes = [Scene("a.png", 64, 64, [(3, 9, 4, 12)]), Scene("b.png", 48, 80, [(2, 7, 2, 7)])]
+    rng = np.random.default_rng(5)
+    (tmp_path / "img").mkdir()
+    photos = {}
+    for s in scenes:
+        photos[s.name] = rng.integers(0, 255, (s.height, s.width, 3)).astype(np.uint8)
+        Image.fromarray(photos[s.name]).save(tmp_path / "img" / s.name)
+    keys = rng.standard_normal((2, GRID * GRID, 8)).astype(np.float32) + 0.3
+    store = make_store(tmp_path / "store.zarr", scenes, keys, image_source=str(tmp_path / "img"))
+    code, err = run_main(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "-q"], capsys)
+    assert code == 0, err
+    saved = cache.load_results(store, "decoder")
+    for i, s in enumerate(scenes):
+        small = np.asarray(Image.fromarray(photos[s.name]).resize((GRID, GRID), Image.BILINEAR), dtype=np.float64) / 255
+        want = dsm(keys[i], (GRID, GRID), color=knn_color_affinity(small), color_lambda=10.0).mask
+        assert np.array_equal(saved["masks"].values[i, 0], want)
+    assert not np.array_equal(saved["masks"].values[0, 0], dsm(keys[0], (GRID, GRID)).mask)
+    code, err = run_main(["decode", str(store), "--preset", "lost", "--color-lambda", "1", "--cache", str(tmp_path / "c"), "-q"], capsys)
+    assert code == 2 and "--color-lambda" in err

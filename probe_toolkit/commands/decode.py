@@ -135,6 +135,31 @@ def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], N
     return collate(results, settings, keys.sizes["patch"])
 
 
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None) -> Decoded:
+    """DSM with its colour term: each photograph (the store's ``image_source``) resized bilinearly to
+    the patch grid, /255, as DSM's ``_extract_eig``, gives the KNN colour affinity."""
+    from PIL import Image
+
+    from ..analyses.dsm import knn_color_affinity
+    from ..analyses.decoder import grid_of
+    from ..store.images import load_image
+
+    source = src.manifest.get("image_source")
+    if not source or not Path(source).is_dir():
+        raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
+    g = grid_of(src.keys.sizes["patch"])
+    results = []
+    with threadpool_limits(limits=1):
+        for start, block in _blocks(src.keys):
+            for k, keys in enumerate(block):
+                photo = load_image(Path(source) / src.image_ids[start + k]).resize((g, g), Image.BILINEAR)
+                color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
+                results.append(decode_image(keys, settings, color=color))
+                if on_image:
+                    on_image()
+    return collate(results, settings, src.keys.sizes["patch"])
+
+
 @dataclass
 class DecodeReport:
     store: Path
@@ -213,7 +238,7 @@ def run_decode(
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
-    decoded = decode_keys(src.keys, settings, tick, threads)
+    decoded = decode_with_colour(src, settings, tick) if settings.color_lambda else decode_keys(src.keys, settings, tick, threads)
     seconds = time.perf_counter() - t0
     cache.save_results(
         src.store,
