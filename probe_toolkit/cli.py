@@ -335,10 +335,11 @@ def panel_list(cache: CacheOpt = None) -> None:
     from .labels.panels import list_panels
 
     table = Table(title="panels")
-    for column in ("name", "role", "annotations", "images", "added"):
+    for column in ("name", "role", "kind", "annotations", "images", "added"):
         table.add_column(column)
     for p in list_panels(cache):
-        table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), str(p.annotations), str(p.images), p.added)
+        kind = p.kind + (f" {p.split}" if p.split else "") + (" no-hard" if p.no_hard else "")
+        table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), kind, str(p.annotations), str(p.images), p.added)
     console.print(table)
 
 

@@ -300,6 +300,11 @@ def test_voc_bad_folders_and_files_exit_2_with_one_line(tmp_path, capsys):
     (root / "Annotations" / "a.xml").write_text("<annotation><size><width>x</width>")
     with pytest.raises(Exception, match="is not XML"):
         panels.read_labels("v", purpose="test", cache=cache_dir)
+    # through the CLI: one line naming the file, exit 2, no scores and no ledger line
+    store = make_store(tmp_path / "store.zarr", [Scene("a.jpg", 32, 32, [(2, 9, 2, 9)])], lost_keys(GRID, [(2, 9, 2, 9)])[None])
+    code, err = _main(["decode", str(store), "--preset", "lost", "--panel", "v", "--cache", str(cache_dir), "-q", "--json", str(tmp_path / "s.json")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "a.xml" in err and "is not XML" in err
+    assert not (tmp_path / "s.json").exists() and not (store / "results" / "scores_v").exists()
     assert not (cache_dir / "ledger.jsonl").exists()  # a refused file leaves no ledger line
 
 
