@@ -404,16 +404,21 @@ def test_saliency_mask_of_another_size_or_not_binary_exits_2(tmp_path, capsys, p
     assert "saliency_ecssd" not in str(list((store / "results").iterdir()) if (store / "results").exists() else [])
 
 
-def test_lost_on_a_voc_panel_gives_corloc_by_lost_iou(tmp_path):
-    """``probe decode --preset lost --panel voc`` against CorLoc counted here by hand."""
+def voc_store(tmp_path, second_box):
+    """Two images with one planted object each, their store, and a VOC07 panel ``voc07``: image 1's box
+    is its object exactly (1-based, inclusive), image 2's box is ``second_box``."""
     scenes = [Scene("000001.jpg", 64, 96, [(3, 9, 4, 12)]), Scene("000002.jpg", 80, 80, [(2, 7, 2, 7)])]
     keys = np.stack([lost_keys(GRID, s.objects, seed=i) for i, s in enumerate(scenes)])
     store = make_store(tmp_path / "store.zarr", scenes, keys)
-    # image 1: the planted box exactly (1-based VOC); image 2: a box far off the object
-    write_voc(tmp_path / "VOC2007", {"000001": (96, 64, [("dog", (25, 13, 72, 36), 0, 0)]),
-                                     "000002": (80, 80, [("cat", (60, 60, 80, 80), 0, 0)])})
+    write_voc(tmp_path / "VOC2007", {"000001": (96, 64, [("dog", (25, 13, 72, 36), 0, 0)]), "000002": (80, 80, [("cat", second_box, 0, 0)])})
     root = tmp_path / "cache"
     assert runner.invoke(app, ["panel", "add", "voc07", "--voc", str(tmp_path / "VOC2007"), "--role", "val", "--cache", str(root)]).exit_code == 0
+    return store, root
+
+
+def test_lost_on_a_voc_panel_gives_corloc_by_lost_iou(tmp_path):
+    """``probe decode --preset lost --panel voc`` against CorLoc counted here by hand."""
+    store, root = voc_store(tmp_path, (60, 60, 80, 80))  # image 2's box lies far off its object
     result = runner.invoke(app, ["decode", str(store), "--preset", "lost", "--panel", "voc07", "--cache", str(root), "-q",
                                  "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
@@ -522,13 +527,7 @@ def test_each_preset_says_its_published_view_and_maskcut_warns_on_a_bicubic_stor
 
 
 def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metric(tmp_path, capsys):
-    scenes = [Scene("000001.jpg", 64, 96, [(3, 9, 4, 12)]), Scene("000002.jpg", 80, 80, [(2, 7, 2, 7)])]
-    keys = np.stack([lost_keys(GRID, s.objects, seed=i) for i, s in enumerate(scenes)])
-    store = make_store(tmp_path / "store.zarr", scenes, keys)
-    write_voc(tmp_path / "VOC2007", {"000001": (96, 64, [("dog", (25, 13, 72, 36), 0, 0)]),
-                                     "000002": (80, 80, [("cat", (13, 11, 35, 35), 0, 0)])})
-    root = tmp_path / "cache"
-    assert runner.invoke(app, ["panel", "add", "voc07", "--voc", str(tmp_path / "VOC2007"), "--role", "val", "--cache", str(root)]).exit_code == 0
+    store, root = voc_store(tmp_path, (13, 11, 35, 35))  # both boxes are the planted objects
     grid = tmp_path / "grid.toml"
     grid.write_text('preset = ["tokencut", "lost", "dsm"]\ncenter = [false]\ntau = [0.2, 0.5]\n')
     code, err = run_main(["decode-sweep", str(store), "--panel", "voc07", "--grid", str(grid), "--cache", str(root), "-q"], capsys)
