@@ -224,6 +224,10 @@ def _ticker(progress, label: str):
 def _scores_table(title: str, scores) -> None:
     from rich.table import Table
 
+    if not hasattr(scores, "segm"):  # a saliency panel (labels/saliency.py)
+        console.print(f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
+                      f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)")
+        return
     table = Table(title=title)
     for column in ("", "AP", "AP50", "AP75", "AR1", "AR10", "AR100"):
         table.add_column(column, justify="right")
@@ -239,7 +243,7 @@ def _scores_table(title: str, scores) -> None:
 def decode(
     store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480).")],
     size: Annotated[int, typer.Option(help="View whose keys to cut (keys_<size>).")] = 480,
-    preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut or maskcut.")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).")] = None,
     eps: Annotated[Optional[float], typer.Option(help="Weight of the other edges (1e-5).")] = None,
     masks: Annotated[Optional[int], typer.Option(help="Masks per image: MaskCut's loop when > 1.")] = None,
@@ -247,6 +251,8 @@ def decode(
     settings: Annotated[Optional[Path], typer.Option("--settings", help="Settings file (default <cache>/decoder-settings.json from the sweep).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="COCO results JSON (default <store>/results/decoder-masks.json).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
+    refine: Annotated[Optional[str], typer.Option("--refine", help="bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS).")] = None,
+    color_lambda: Annotated[Optional[float], typer.Option("--color-lambda", help="dsm: weight of DSM's KNN colour affinity (0, off, as published).")] = None,
     panel: PanelOpt = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
@@ -260,13 +266,16 @@ def decode(
 
     _at_least("--threads", threads, 1)
 
-    chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
+    chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda),
+                                      settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
-                            on_start=_ticker(progress, "decode"), threads=threads)
+                            on_start=_ticker(progress, "decode"), threads=threads, refine=refine)
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
+    for warning in report.extra.get("warnings", []):
+        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     if report.scores is not None:
         _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     if json_path:
@@ -340,16 +349,28 @@ def decode_sweep(
 @panel_app.command("add")
 def panel_add(
     name: Annotated[str, typer.Argument(help="Panel name (letters, digits, - and _).")],
-    annotations: Annotated[Path, typer.Option("--annotations", help="COCO annotation file (not opened now).")],
-    images: Annotated[Path, typer.Option("--images", help="The panel's image folder.")],
     role: Annotated[str, typer.Option("--role", help="train, val or test (test panels are sealed).")],
+    annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
+    images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
+    voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
+    split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut).")] = "trainval",
+    no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
+    coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
+    masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
     cache: CacheOpt = None,
 ) -> None:
-    """Register a panel in <cache>/panels.toml."""
+    """Register a panel in <cache>/panels.toml: a COCO file, a VOC folder, COCO20k or a saliency mask folder."""
     from .labels.panels import add_panel
 
-    p = add_panel(name, annotations, images, role, cache=cache, replace=replace)
+    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None)) if value is not None]
+    if len(given) > 1:
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k")
+    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
+    source = voc if kind == "voc" else masks if kind == "saliency" else annotations
+    if source is None or (kind == "coco" and images is None):
+        raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
+    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind == "voc" else "", no_hard=no_hard)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 
 
@@ -361,10 +382,11 @@ def panel_list(cache: CacheOpt = None) -> None:
     from .labels.panels import list_panels
 
     table = Table(title="panels")
-    for column in ("name", "role", "annotations", "images", "added"):
+    for column in ("name", "role", "kind", "annotations", "images", "added"):
         table.add_column(column)
     for p in list_panels(cache):
-        table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), str(p.annotations), str(p.images), p.added)
+        kind = p.kind + (f" {p.split}" if p.split else "") + (" no-hard" if p.no_hard else "")
+        table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), kind, str(p.annotations), str(p.images), p.added)
     console.print(table)
 
 

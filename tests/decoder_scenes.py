@@ -79,14 +79,15 @@ def write_panel(folder: Path, scenes: list[Scene], grid: int, extra_annotations:
     return path, images
 
 
-def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2) -> Path:
-    """A store with ``keys_480`` (image, patch, channel) for ``scenes`` (ids = file names)."""
+def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2, **extra) -> Path:
+    """A store with ``keys_480`` (image, patch, channel) for ``scenes`` (ids = file names); ``extra``
+    manifest entries (e.g. ``image_source``)."""
     n, patches, channels = keys.shape
     manifest = {
         "kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "ab" * 32, "format": "synthetic"},
         "network": "teacher", "arch": {"width": channels, "patch": 16, "class_token": False}, "views": [480],
         "interpolation": "dino", "attention": "none", "dtype": "float32", "chunk": chunk,
-        "image_list_sha256": "0" * 64, "n_images": n,
+        "image_list_sha256": "0" * 64, "n_images": n, **extra,
     }
     writer = cache.create_store(path, manifest, [s.name for s in scenes], {"keys_480": (("patch_480", "channel"), (patches, channels))})
     sizes = np.array([[s.height, s.width] for s in scenes])
@@ -94,3 +95,21 @@ def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2
         stop = min(start + chunk, n)
         writer.write(start, {"keys_480": keys[start:stop]}, sizes[start:stop], np.zeros(stop - start, dtype=bool))
     return path
+
+
+def run_main(args: list[str], capsys) -> tuple[int, str]:
+    """``probe ARGS`` through ``cli.main`` (one-line errors, exit codes): (status, stderr)."""
+    import sys
+
+    from probe_toolkit.cli import main
+
+    old = sys.argv
+    sys.argv = ["probe", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err

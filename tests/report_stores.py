@@ -77,6 +77,21 @@ def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
     return path
 
 
+def saliency_panel(image_dir: Path, root: Path, cache_dir: Path) -> Path:
+    """The scenes' boxes as binary saliency masks (0 / 255 PNGs), registered as panel ``scenes-sal``."""
+    from PIL import Image
+
+    masks = root / "scenes-masks"
+    masks.mkdir()
+    for name, ((w, h), boxes) in SCENES.items():
+        m = np.zeros((h, w), np.uint8)
+        for x0, y0, x1, y1 in boxes:
+            m[y0:y1, x0:x1] = 255
+        Image.fromarray(m).save(masks / name)
+    invoke("panel", "add", "scenes-sal", "--images", image_dir / "scenes", "--masks", masks, "--role", "val", "--cache", cache_dir)
+    return masks
+
+
 TRAIN_EPOCHS = 3
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from test_backbone import cubic_matrix, layer_norm
 
-from probe_toolkit.demo.samples import TINY, TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
+from probe_toolkit.demo.samples import TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit
 from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file

@@ -4,15 +4,14 @@ synthetic stores whose objects are exact rectangles, and the label-hygiene rule 
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
 from PIL import Image
-from decoder_scenes import Scene, make_store, planted_keys, write_panel
+from decoder_scenes import Scene, make_store, planted_keys, run_main, write_panel
 from typer.testing import CliRunner
 
-from probe_toolkit.cli import app, main
+from probe_toolkit.cli import app
 from probe_toolkit.labels import ledger, panels
 from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings as ExtractSettings
@@ -45,17 +44,7 @@ def setup(tmp_path):
     return store, annotations, root
 
 
-def _main(args: list[str], capsys) -> tuple[int, str]:
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+_main = run_main
 
 
 def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
@@ -156,10 +145,10 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
     assert not (root / "ledger.jsonl").exists()
 
 
-def test_the_default_sweep_grid_has_144_settings_in_48_decodes():
+def test_the_default_sweep_grid_has_148_settings_in_52_decodes():
     from probe_toolkit.commands.decode import load_grid
 
-    grid = load_grid(None)
-    assert len(grid) == 144 and len(set(grid)) == 144
-    assert len({(s.preset, s.center, s.tau, s.eps) for s in grid}) == 48
-    assert {s.rule for s in grid} == {"tokencut", "maskcut"} and {s.masks for s in grid} == {1, 2, 3}
+    grid = load_grid(None)  # 144 cuts, and LOST and DSM once per centring (τ, ε, masks do not apply)
+    assert len(grid) == 148 and len(set(grid)) == 148
+    assert len({(s.preset, s.center, s.tau, s.eps) for s in grid}) == 52
+    assert {s.rule for s in grid} == {"tokencut", "maskcut", "lost", "dsm"} and {s.masks for s in grid} == {1, 2, 3}

@@ -183,4 +183,4 @@ def test_settings_are_validated_and_presets_fill_defaults():
         with pytest.raises(ProbeError):
             Settings.from_preset("thesis", **bad)
     with pytest.raises(ProbeError):
-        Settings.from_preset("lost")
+        Settings.from_preset("nosuch")

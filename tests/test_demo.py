@@ -16,7 +16,7 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     formats = sorted(open_store(s).attrs["manifest"]["checkpoint"]["format"] for s in demo.stores)
     assert formats == ["probe-training", "selfpatch-full"]  # trained by training/, and its random start
     for store in demo.stores:
-        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "linear_patch", "linear_image"} <= set(list_results(store))
+        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch", "linear_image"} <= set(list_results(store))
     report = gather(demo.stores, follow="photos/chelsea.jpg", patch=34, cache_dir=out / "work" / "cache")
     absent = [s.key for s in report.sections if not s.present]
     assert not absent, f"sections without content: {absent}"
@@ -25,4 +25,4 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     assert ledger.verify(root) == []
     entries = ledger.entries(root)
     assert entries and {e.fields["role"] for e in entries} <= {"train", "val"}
-    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val"}
+    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal"}  # demo-sal: the val scenes as saliency masks

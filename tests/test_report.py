@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, scenes_panels, stored, training_store
+from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, saliency_panel, scenes_panels, stored, training_store
 
 from probe_toolkit.cli import main
 from probe_toolkit.labels import ledger
@@ -25,7 +25,7 @@ from probe_toolkit.store.extract import Settings, extract
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "references"}
 FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "decoder": "probe decode", "scores": "probe decode",
-                "linear": "probe linear", "training": "probe train"}
+                "linear": "probe linear", "training": "probe train", "discovery": "probe decode"}
 PATCH = 34
 
 
@@ -49,6 +49,8 @@ def full(tiny_stores, image_dir, tmp_path_factory):
     invoke("neighbours", dino, selfpatch, "--grid", 6, "--boot", 50, "-q")
     scenes_panels(image_dir, root, cache_dir)
     invoke("decode", dino, "--panel", "scenes", "--preset", "maskcut", "--masks", 2, "--cache", cache_dir, "-q")
+    saliency_panel(image_dir, root, cache_dir)  # same settings as the next decode, which replaces results/decoder
+    invoke("decode", selfpatch, "--panel", "scenes-sal", "--cache", cache_dir, "-q")
     invoke("decode", selfpatch, "--panel", "scenes", "--cache", cache_dir, "-q")
     grid = root / "grid.toml"
     grid.write_text('preset = ["tokencut"]\ncenter = [true]\ntau = [0.1, 0.2]\nmasks = [1]\n')
@@ -339,3 +341,13 @@ def test_cli_defaults_and_one_line_errors(bare, monkeypatch, tmp_path, capsys):
     assert code == 2 and "--patch" in err and "0..195" in err
     code, _, err = _main(["report", tmp_path / "nothing.zarr"], capsys)
     assert code == 2 and "not a probe store" in err
+
+
+def test_discovery_section_shows_saliency_scores_beside_tokencuts(full):
+    """The saliency panel's scores as saved, in the discovery section, with the published line labelled."""
+    from probe_toolkit.store import cache as store_cache
+
+    saved = store_cache.load_results(full.selfpatch, "saliency_scenes-sal")
+    text = _text(full.written.report.section("discovery"))
+    assert f"{100 * float(saved['max_f'].values):.1f}" in text and f"{100 * float(saved['iou'].values):.1f}" in text
+    assert saved.attrs["kind"] == "saliency" and "β² = 0.3" in text

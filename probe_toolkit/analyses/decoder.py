@@ -49,8 +49,11 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from ..infra.errors import ProbeError
+from .dsm import dsm
+from .lost import lost
 
-RULES = ("tokencut", "maskcut")
+RULES = ("tokencut", "maskcut", "lost", "dsm")
+SINGLE = ("lost", "dsm")  # rules that are not a cut: one mask, τ, ε and the mask count unused
 PRESETS: dict[str, dict] = {
     # the thesis: centred keys, TokenCut's graph and rule, τ = 0.2 (course Part 1 §1.2, Part 6)
     "thesis": dict(center=True, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
@@ -58,7 +61,14 @@ PRESETS: dict[str, dict] = {
     "tokencut": dict(center=False, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
     # MaskCut: τ = 0.15 (README, submitit script; maskcut.py's argparse says 0.2), N = 3
     "maskcut": dict(center=False, rule="maskcut", tau=0.15, eps=1e-5, masks=3),
+    # LOST: raw keys, k = 100 (valeoai/LOST main_lost.py, object_discovery.py); analyses/lost.py
+    "lost": dict(center=False, rule="lost", tau=0.0, eps=1e-5, masks=1, k_patches=100),
+    # Deep Spectral Methods: unit keys, positive affinity, Fiedler vector > 0 (extract.py, object_discovery.py)
+    "dsm": dict(center=False, rule="dsm", tau=0.0, eps=1e-5, masks=1),
 }
+# the view each preset's numbers were published with (TokenCut/LOST/DSM: the image at its own size,
+# padded (DSM: cropped) to a multiple of the patch; MaskCut: squashed to 480 × 480 with LANCZOS)
+PUBLISHED_VIEW = {"thesis": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native"}
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
@@ -78,6 +88,8 @@ class Settings:
     min_area: float = 0.01  # MaskCut: stop when a new mask covers ≤ 1 % of the patches
     gap_tol: float = 1e-6  # flag an image whose eigengap (on λ ∈ [0, 2]) is below this
     seed: int = 0  # ARPACK's start vector
+    k_patches: int = 100  # LOST: lowest-degree patches of the seed expansion
+    color_lambda: float = 0.0  # DSM: weight of the KNN colour affinity (0 as published in extract_eigs)
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -90,6 +102,10 @@ class Settings:
             raise ProbeError(None, f"--eps {self.eps} must be in (0, 1) (ε keeps the graph connected)", "use --eps 1e-5")
         if self.masks < 1:
             raise ProbeError(None, f"--masks {self.masks} must be at least 1", "use --masks 1")
+        if self.color_lambda and self.rule != "dsm":
+            raise ProbeError(None, f"--color-lambda applies to --preset dsm, not {self.preset}", "drop --color-lambda")
+        if self.rule in SINGLE and self.masks != 1:
+            raise ProbeError(None, f"--preset {self.preset} finds one object per image, not --masks {self.masks}", "drop --masks")
 
     @classmethod
     def from_preset(cls, preset: str = "thesis", **overrides) -> "Settings":
@@ -414,12 +430,39 @@ def grid_of(n: int) -> int:
     return g
 
 
-def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None) -> ImageMasks:
+def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], color=None) -> ImageMasks:
+    """One mask by LOST or DSM (``settings.rule``), on a rows × cols grid.
+
+    Score: LOST 1 − d_seed/N (a seed with fewer positive links is more object-like, LOST's
+    premise); DSM the relative eigengap (λ3 − λ2)/λ3. Rankings for COCO AP, not probabilities.
+    """
+    keys = np.asarray(keys, dtype=np.float64)
+    if settings.center:
+        keys = keys - keys.mean(axis=0)
+    nan = np.array([np.nan])
+    if settings.rule == "lost":
+        r = lost(keys, grid, settings.k_patches)
+        score = 1.0 - float(r.degree[r.seed]) / keys.shape[0]
+        return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
+                          solver=["lost"], degenerate=r.flagged, stop="count", cuts=0)
+    d = dsm(keys, grid, color=color, color_lambda=settings.color_lambda, gap_tol=settings.gap_tol)
+    lam2, lam3 = float(d.eigenvalues[1]), float(d.eigenvalues[2])
+    score = float(np.clip((lam3 - lam2) / lam3, 0.0, 1.0)) if lam3 > 0 else 0.0
+    return ImageMasks(masks=d.mask[None], score=np.array([score]), lambda2=np.array([lam2]), lambda3=np.array([lam3]),
+                      gap=np.array([lam3 - lam2]), ncut=nan, solver=["dsm"], degenerate=d.flagged, stop="count", cuts=1)
+
+
+def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None, grid: tuple[int, int] | None = None,
+                 color=None) -> ImageMasks:
     """Masks of one image from its keys (N × C, N = G²); pure.
 
     ``cos`` may pass the image's cosines already computed with ``settings.center`` (sweeps).
+    ``grid`` (rows, cols) is needed only off the square (LOST and DSM accept any grid); ``color``
+    is DSM's colour affinity of the image at patch resolution (``dsm.knn_color_affinity``).
     """
     n = np.shape(keys)[0]
+    if settings.rule in SINGLE:
+        return decode_single(keys, settings, grid or (grid_of(n), grid_of(n)), color)
     grid = grid_of(n)
     if cos is None:
         cos = cosines(keys, center=settings.center)

@@ -32,11 +32,12 @@ import numpy as np
 import xarray as xr
 from threadpoolctl import threadpool_limits
 
-from ..analyses.decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from ..analyses.decoder import SINGLE, Decoded, ImageMasks, Settings, collate, cosines, decode_image
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError
 from ..labels.masks import coco_results, decoder_dataset
+from ..labels import saliency
 from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
@@ -46,7 +47,7 @@ SETTINGS_FILE = "decoder-settings.json"
 
 # The default sweep: 2 rules × 2 centrings × 6 τ × 2 ε × 3 mask counts = 144 settings.
 DEFAULT_GRID: dict[str, list] = {
-    "preset": ["tokencut", "maskcut"],  # the foreground rule; centring is its own axis
+    "preset": ["tokencut", "maskcut", "lost", "dsm"],  # the rule; centring is its own axis (lost, dsm: 2 settings each)
     "center": [True, False],
     "tau": [0.0, 0.1, 0.15, 0.2, 0.25, 0.3],
     "eps": [1e-5, 1e-3],
@@ -136,6 +137,31 @@ def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], N
     return collate(results, settings, keys.sizes["patch"])
 
 
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None) -> Decoded:
+    """DSM with its colour term: each photograph (the store's ``image_source``) resized bilinearly to
+    the patch grid, /255, as DSM's ``_extract_eig``, gives the KNN colour affinity."""
+    from PIL import Image
+
+    from ..analyses.dsm import knn_color_affinity
+    from ..analyses.decoder import grid_of
+    from ..store.images import load_image
+
+    source = src.manifest.get("image_source")
+    if not source or not Path(source).is_dir():
+        raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
+    g = grid_of(src.keys.sizes["patch"])
+    results = []
+    with threadpool_limits(limits=1):
+        for start, block in _blocks(src.keys):
+            for k, keys in enumerate(block):
+                photo = load_image(Path(source) / src.image_ids[start + k]).resize((g, g), Image.BILINEAR)
+                color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
+                results.append(decode_image(keys, settings, color=color))
+                if on_image:
+                    on_image()
+    return collate(results, settings, src.keys.sizes["patch"])
+
+
 @dataclass
 class DecodeReport:
     store: Path
@@ -165,7 +191,23 @@ class DecodeReport:
         }
         if self.scores is not None:
             out.update(scores=self.scores.table(), counts=self.scores.counts, ledger_entry=self.ledger_entry)
+        out.update(self.extra)
         return out
+
+
+def view_check(preset: str, size: int | str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The view a preset was published with, and a warning when this store's view is not it."""
+    from ..analyses.decoder import PUBLISHED_VIEW
+
+    published = PUBLISHED_VIEW.get(preset, "")
+    resample = str(manifest.get("resample") or "bicubic")
+    warnings = []
+    if preset == "maskcut" and resample != "lanczos":
+        warnings.append(f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
+                        "(MaskCut's masks change with the filter): extract with --views 480 --resample lanczos to match it")
+    elif published.startswith("native") and str(size) != "native":
+        warnings.append(f"--preset {preset} was published on each image at its own size (native view); these are the {size} view's keys")
+    return {"published_view": published, "warnings": warnings}
 
 
 def _meta_path(masks_file: Path) -> Path:
@@ -211,14 +253,23 @@ def run_decode(
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
     threads: int = 1,
+    refine: str | None = None,
 ) -> DecodeReport:
-    """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel."""
+    """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
+
+    ``refine="bilateral"`` scores a saliency panel on TokenCut's bilateral-solver output of each
+    first mask (``analyses/bilateral.py``), computed on the panel's photographs.
+    """
+    if refine not in (None, "bilateral"):
+        raise ProbeError(None, f"--refine {refine!r} is not bilateral", "use --refine bilateral or leave it out")
+    if refine and panel is None:
+        raise ProbeError(None, "--refine bilateral refines masks for saliency scores, so it needs --panel", "pass --panel with a saliency panel")
     if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
         check_readable(panel, unseal, cache_dir)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
-    decoded = decode_keys(src.keys, settings, tick, threads)
+    decoded = decode_with_colour(src, settings, tick) if settings.color_lambda else decode_keys(src.keys, settings, tick, threads)
     seconds = time.perf_counter() - t0
     unit = uuid.uuid4().hex
     cache.save_results(
@@ -233,6 +284,7 @@ def run_decode(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
         dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=masks_file,
+        extra=view_check(settings.preset, size, src.manifest),
     )
     coco_ids = None
     labels: LabelRead | None = None
@@ -244,7 +296,14 @@ def run_decode(
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position",
                                         "unit": unit, "masks_sha256": _file_sha256(masks_file)})
-    if labels is not None:
+    if refine and labels is not None and labels.panel.kind != "saliency":
+        raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
+    if labels is not None and labels.panel.kind == "saliency":
+        soft = refine_bilateral(labels, results) if refine else None
+        report.scores = saliency.score_results(labels.coco, results, soft)
+        report.ledger_entry = labels.entry_id
+        save_saliency(src.store, report.scores, labels, settings, src.manifest, refine or "")
+    elif labels is not None:
         report.scores = evaluate(labels.coco, results)
         report.ledger_entry = labels.entry_id
         save_scores(src.store, report.scores, labels, settings, src.manifest, masks_file, unit=unit)
@@ -294,8 +353,50 @@ def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settin
         "masks_file": str(masks_file) if masks_file else "",
         "units": "fractions in [0, 1]",
         "provenance": provenance.stamp(),
+        **_benchmark_attrs(labels),
     }
     return cache.save_results(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
+
+
+def _benchmark_attrs(labels: LabelRead) -> dict[str, Any]:
+    """Which published benchmark the panel is (report/discovery.py puts the published numbers beside it)."""
+    from ..labels.kinds import COCO20K_SIZE, benchmark
+
+    out: dict[str, Any] = {"kind": labels.panel.kind, "benchmark": benchmark(labels.panel), "no_hard": labels.panel.no_hard}
+    if labels.panel.kind == "coco20k":
+        out["coco20k_images"] = f"{labels.coco.dataset.get('coco20k_found', 0)} of {COCO20K_SIZE}"
+    return out
+
+
+def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+    """TokenCut's bilateral-solver output of each image's first mask, on the panel's photograph."""
+    from ..analyses.bilateral import refine
+    from ..labels.masks import decode_rle
+    from ..store.images import load_image
+
+    first: dict[int, dict[str, Any]] = {}
+    for r in results:
+        if int(r["image_id"]) not in first or r.get("mask", 0) < first[int(r["image_id"])].get("mask", 0):
+            first[int(r["image_id"])] = r
+    out = {}
+    for image_id, r in first.items():
+        photo = np.asarray(load_image(labels.panel.images / labels.coco.imgs[image_id]["file_name"]).convert("RGB"))
+        out[image_id] = refine(photo, decode_rle(r["segmentation"]))
+    return out
+
+
+def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "") -> Path:
+    """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU."""
+    ds = xr.Dataset(
+        {**{k: ((), v) for k, v in scores.table().items()},
+         "f_curve": ("threshold", scores.f_curve), "image_iou": ("image", scores.per_image_iou),
+         "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64))},
+        coords={"threshold": np.arange(saliency.BINS) / saliency.BINS, "image": np.arange(len(scores.image_ids))},
+    )
+    attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
+             "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
+             "provenance": provenance.stamp(), **_benchmark_attrs(labels)}
+    return cache.save_results(store, f"saliency_{labels.panel.name}", ds, attrs)
 
 
 @dataclass
@@ -320,9 +421,14 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
     names = sorted({r["file_name"] for r in results})
     labels = read_labels(panel, purpose="score", checkpoint=meta.get("checkpoint"), images=names, unseal=unseal, cache=cache_dir)
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
-    scores = evaluate(labels.coco, mapped)
-    saved = None
     store = Path(meta["store"]) if meta.get("store") else None
+    saved = None
+    if labels.panel.kind == "saliency":
+        scores = saliency.score_results(labels.coco, mapped)
+        if store is not None and (store / "zarr.json").is_file():
+            saved = save_saliency(store, scores, labels, Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__}), cache.manifest(store))
+        return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
+    scores = evaluate(labels.coco, mapped)
     if store is not None and (store / "zarr.json").is_file():
         saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))
     return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
@@ -347,7 +453,12 @@ def load_grid(path: str | Path | None) -> list[Settings]:
         axes = {k: list(data[k]) if k in data else [getattr(thesis, k) if k != "preset" else "tokencut"] for k in DEFAULT_GRID}
     out = []
     for preset, center, tau, eps, masks in itertools.product(*(axes[k] for k in DEFAULT_GRID)):
-        out.append(Settings.from_preset(str(preset), center=bool(center), tau=float(tau), eps=float(eps), masks=int(masks)))
+        if Settings.from_preset(str(preset)).rule in SINGLE:  # τ, ε and the mask count do not apply: one setting per centring
+            s = Settings.from_preset(str(preset), center=bool(center))
+        else:
+            s = Settings.from_preset(str(preset), center=bool(center), tau=float(tau), eps=float(eps), masks=int(masks))
+        if s not in out:
+            out.append(s)
     return out
 
 
@@ -390,6 +501,10 @@ def run_sweep(
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
     check_readable(panel, unseal, cache_dir)
+    from ..labels.panels import get_panel
+
+    if get_panel(panel, cache_dir).kind == "saliency":
+        raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
     src = open_keys(store)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
@@ -423,7 +538,10 @@ def run_sweep(
         table.append({"preset": s.preset, "rule": s.rule, "center": s.center, "tau": s.tau, "eps": s.eps, "masks": s.masks,
                       **scores.table(), "degenerate": int(d.degenerate.sum()), "mean_masks": float(d.n_masks.mean())})
     values = np.array([row[metric] for row in table], dtype=np.float64)
-    best_index = int(np.nanargmax(values)) if np.isfinite(values).any() else 0  # first of equals: grid order
+    if not np.isfinite(values).any():  # e.g. segm AP on a box-only VOC panel: no setting can be chosen by it
+        raise ProbeError(f"--metric {metric}", f"is undefined on panel {panel} for every setting (a box-only panel has no mask scores)",
+                         "use --metric corloc or a bbox metric")
+    best_index = int(np.nanargmax(values))  # first of equals: grid order
     best = settings_list[best_index]
     settings_file = Path(settings_out) if settings_out else settings_path(cache_dir)
     write_json(settings_file, {

@@ -4,7 +4,8 @@ Everything it needs ships with the package or is made on the spot: the real phot
 ``data/photos``, two labelled panels of synthetic scenes with exact masks (``scenes.py``;
 ``demo-train`` and ``demo-val``), and a tiny SelfPatch network (the real design, 2 blocks of
 width 128) at random initialisation and after a short run of ``training/``. Both networks are
-extracted, measured (entropy, neighbours), decoded and scored on the val panel, probed, and
+extracted, measured (entropy, neighbours), decoded and scored on the val panel (and by LOST on
+the same scenes as a saliency panel, ``demo-sal``), probed, and
 compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
@@ -68,6 +69,9 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     for name, role in (("demo-train", "train"), ("demo-val", "val")):
         if name not in {p.name for p in panels.list_panels(cache)}:
             panels.add_panel(name, annotations=root / name / "annotations.json", images=root / name / "images", role=role, cache=cache)
+    if "demo-sal" not in {p.name for p in panels.list_panels(cache)}:  # the val scenes as a saliency benchmark
+        masks = scenes.write_masks(work / "saliency-masks", 4 if quick else 8, 2)  # outside the image root: never extracted
+        panels.add_panel("demo-sal", masks, root / "demo-val" / "images", "val", cache=cache, kind="saliency")
     lap("data and panels")
 
     random_init = work / "checkpoints" / "tiny-random.pth"
@@ -102,7 +106,9 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     from ..commands.decode import resolve_settings, run_decode
 
     chosen, source = resolve_settings(preset="thesis", overrides={}, settings_file=None, cache_dir=cache)
-    for store in demo.stores:
+    lost, lost_source = resolve_settings(preset="lost", overrides={}, settings_file=None, cache_dir=cache)
+    for store in demo.stores:  # LOST on the saliency panel first: the thesis decode then leaves its masks in results/decoder
+        run_decode(store, lost, settings_source=lost_source, panel="demo-sal", cache_dir=cache)
         run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
 

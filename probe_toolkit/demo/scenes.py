@@ -96,3 +96,17 @@ def write_panel(folder: str | Path, count: int, seed: int) -> Path:
     annotations = folder / "annotations.json"
     annotations.write_text(json.dumps(coco, indent=1))
     return annotations
+
+
+def write_masks(folder: str | Path, count: int, seed: int) -> Path:
+    """The same scenes as ``write_panel(_, count, seed)`` as binary saliency masks (0 and 255, as
+    ECSSD ships), one PNG per image under the image's name; a folder apart from the image root."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        pixels, objects = scene(seed * 1000 + i)
+        salient = np.zeros(pixels.shape[:2], dtype=bool)
+        for _, mask in objects:
+            salient |= mask
+        Image.fromarray(salient.astype(np.uint8) * 255).save(folder / f"scene_{seed:03d}_{i:03d}.png", optimize=False)
+    return folder

@@ -46,6 +46,7 @@ from . import hygiene, ledger
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
+KINDS = ("coco", "voc", "coco20k", "saliency")  # kinds other than coco: labels/kinds.py
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -56,6 +57,9 @@ class Panel:
     images: Path
     role: str
     added: str = ""
+    kind: str = "coco"  # see KINDS; ``annotations`` is a VOC devkit folder or a mask folder for voc / saliency
+    split: str = ""  # voc: ImageSets/Main/<split>.txt
+    no_hard: bool = False  # voc: drop difficult/truncated boxes and images left without one (LOST --no_hard)
 
     @property
     def sealed(self) -> bool:
@@ -86,7 +90,8 @@ def load_registry(cache: str | Path | None = None) -> dict[str, Panel]:
     panels = {}
     for name, table in data.items():
         try:
-            panels[name] = Panel(name, Path(table["annotations"]), Path(table["images"]), table["role"], table.get("added", ""))
+            panels[name] = Panel(name, Path(table["annotations"]), Path(table["images"]), table["role"], table.get("added", ""),
+                                 table.get("kind", "coco"), table.get("split", ""), bool(table.get("no_hard", False)))
         except (KeyError, TypeError):
             raise ProbeError(path, f"panel {name!r} lacks annotations, images or role", "re-add it with `probe panel add --replace`") from None
     return panels
@@ -101,21 +106,28 @@ def _write_registry(path: Path, panels: dict[str, Panel]) -> None:
             f"images = {_toml_string(str(panel.images))}",
             f"role = {_toml_string(panel.role)}",
             f"added = {_toml_string(panel.added)}",
-            "",
         ]
+        if panel.kind != "coco":
+            lines += [f"kind = {_toml_string(panel.kind)}", f"split = {_toml_string(panel.split)}", f"no_hard = {str(panel.no_hard).lower()}"]
+        lines.append("")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text("\n".join(lines), encoding="utf-8")
     os.replace(tmp, path)
 
 
-def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False) -> Panel:
+def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False,
+              kind: str = "coco", split: str = "", no_hard: bool = False) -> Panel:
     """Register a panel (paths made absolute). Checks that the files exist without opening them."""
+    if kind != "coco":
+        from .kinds import check_layout
+
+        annotations, images = check_layout(kind, Path(annotations), Path(images) if images else None, split)
     if not NAME.match(name):
         raise ProbeError(None, f"panel name {name!r} may only hold letters, digits, - and _", "e.g. probe panel add val1k ...")
     if role not in ROLES:
         raise ProbeError(None, f"--role {role!r} is not one of {', '.join(ROLES)}", "use --role val")
     annotations, images = Path(annotations).resolve(), Path(images).resolve()
-    if not annotations.is_file():
+    if kind == "coco" and not annotations.is_file():
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
@@ -127,7 +139,7 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
         panels = load_registry(cache)
         if name in panels and not replace:
             raise ProbeError(path, f"already has a panel {name!r}", "choose another name, or pass --replace")
-        panel = Panel(name, annotations, images, role, provenance.now())
+        panel = Panel(name, annotations, images, role, provenance.now(), kind, split, no_hard)
         panels[name] = panel
         _write_registry(path, panels)
         hygiene.forget(path.parent, name)  # its images are remembered again at its next read
@@ -257,18 +269,28 @@ def read_labels(
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
     _inside.active = True
     try:
-        raw = panel.annotations.read_bytes()
+        if panel.kind not in ("coco", "coco20k"):
+            from .kinds import load_dataset
+
+            raw, dataset = load_dataset(panel, lambda path: Path(path).read_bytes())  # raw: what the annotation hash is taken of
+        else:
+            raw = panel.annotations.read_bytes()
     except OSError as error:
-        raise ProbeError(panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`") from None
+        raise ProbeError(getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`") from None
     finally:
         _inside.active = False
-    try:
-        dataset = json.loads(raw)
-        if not isinstance(dataset, dict) or not isinstance(dataset.get("images"), list) or not isinstance(dataset.get("annotations"), list):
-            raise ValueError("no images/annotations lists")
-    except ValueError as error:
-        raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
-    hygiene.unknown_image_ids(panel.annotations, dataset)
+    if panel.kind in ("coco", "coco20k"):
+        try:
+            dataset = json.loads(raw)
+            if not isinstance(dataset, dict) or not isinstance(dataset.get("images"), list) or not isinstance(dataset.get("annotations"), list):
+                raise ValueError("no images/annotations lists")
+        except ValueError as error:
+            raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
+        hygiene.unknown_image_ids(panel.annotations, dataset)
+        if panel.kind == "coco20k":
+            from .kinds import coco20k_subset
+
+            dataset = coco20k_subset(dataset, panel.annotations)
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
     if not file_names:
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")

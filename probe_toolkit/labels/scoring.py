@@ -12,6 +12,8 @@
   no non-crowd box count as misses (LOST's convention).
 - Mean best IoU: for every non-crowd ground-truth object, the best mask IoU over the image's
   masks (0 when none), averaged over objects.
+- Box-only panels (Pascal VOC, ``labels/voc.py``): ground truth without outlines has no mask
+  scores, so ``segm`` and mean best IoU are NaN; CorLoc and ``bbox`` AP are computed as above.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def first_box(dets: list[dict[str, Any]]) -> np.ndarray | None:
 
 def evaluate(coco, results: list[dict[str, Any]]) -> Scores:
     """Every score of ``results`` (COCO results, class-agnostic) on the images of ``coco``."""
+    boxes_only = bool(coco.dataset["annotations"]) and not any("segmentation" in a for a in coco.dataset["annotations"])
     gt = _ground_truth(coco)
     image_ids = sorted(gt.getImgIds())
     keep = set(image_ids)
@@ -148,7 +151,7 @@ def evaluate(coco, results: list[dict[str, Any]]) -> Scores:
             first_iou[n] = float(ious.max())
             hits[n] = bool((ious >= 0.5).any())
         objects = [a for a in anns if a.get("iscrowd", 0) != 1]
-        if not objects:
+        if not objects or boxes_only:
             continue
         gt_rles = [gt.annToRLE(a) for a in objects]
         if dets:
@@ -163,7 +166,7 @@ def evaluate(coco, results: list[dict[str, Any]]) -> Scores:
 
     best_arr = np.asarray(best, dtype=np.float64)
     return Scores(
-        segm=coco_ap(gt, results, image_ids, "segm"),
+        segm={k: float("nan") for k in METRICS} if boxes_only else coco_ap(gt, results, image_ids, "segm"),
         bbox=coco_ap(gt, results, image_ids, "bbox"),
         corloc=float(hits.mean()) if len(image_ids) else float("nan"),
         mean_best_iou=float(best_arr.mean()) if best_arr.size else float("nan"),

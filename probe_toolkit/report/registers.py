@@ -8,7 +8,6 @@ them. The figure is drawn from the stored rows (``attention_224``, prefix = clas
 
 from __future__ import annotations
 
-import numpy as np
 from matplotlib.figure import Figure
 
 from . import figures
