@@ -172,6 +172,11 @@ app.add_typer(ledger_app, name="ledger")
 PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
 UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
+# where per-image analyses run (infra/runner.py): every local core, a dask cluster, a backend
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core).")]
+ClusterOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]
 
 
 def _ticker(progress, label: str):
@@ -211,6 +216,10 @@ def decode(
     panel: PanelOpt = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
+    backend: BackendOpt = "scipy",
+    device: DeviceOpt = "cpu",
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -222,7 +231,8 @@ def decode(
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
-                            on_start=_ticker(progress, "decode"), threads=threads)
+                            on_start=_ticker(progress, "decode"), threads=threads, workers=workers, dask_address=dask_address,
+                            backend=backend, device=device)
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
@@ -263,6 +273,10 @@ def decode_sweep(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
+    backend: BackendOpt = "scipy",
+    device: DeviceOpt = "cpu",
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -275,7 +289,8 @@ def decode_sweep(
 
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
-                           on_start=_ticker(progress, "sweep"), threads=threads)
+                           on_start=_ticker(progress, "sweep"), threads=threads, workers=workers, dask_address=dask_address,
+                           backend=backend, device=device)
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}")
     for column in ("preset", "center", "tau", "eps", "masks", "segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou"):

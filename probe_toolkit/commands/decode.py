@@ -20,6 +20,7 @@ file (``--settings``, else ``<cache>/decoder-settings.json`` written by the swee
 from __future__ import annotations
 
 import itertools
+from functools import partial
 import json
 import time
 import tomllib
@@ -29,10 +30,11 @@ from typing import Any, Callable
 
 import numpy as np
 import xarray as xr
-from threadpoolctl import threadpool_limits
 
-from ..analyses.decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from ..analyses.decoder import Decoded, Settings
+from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, group_arrays, sweep_block
 from ..infra import provenance
+from ..infra.runner import Where, map_images, placed
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..labels.masks import coco_results, decoder_dataset
@@ -112,26 +114,24 @@ def open_keys(store: str | Path, size: int = 480) -> StoreKeys:
     )
 
 
-def _blocks(keys: xr.DataArray, step: int = 16):
-    n = keys.sizes["image"]
-    for start in range(0, n, step):
-        yield start, np.asarray(keys.isel(image=slice(start, min(start + step, n))).values)
+def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
+    """A per-image tick as the runner's per-block progress."""
+    if on_image is None:
+        return None
+    return lambda n: [on_image() for _ in range(n)]
 
 
-def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1) -> Decoded:
-    """Decode every image of a lazy (image, patch, channel) array, block by block.
+def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
+                where: Where = Where(), backend: str = "scipy", device: str = "cpu") -> Decoded:
+    """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
-    BLAS runs with ``threads`` threads: one image's problems are small, and a busy machine
-    makes multi-threaded OpenBLAS spin (60× slower measured on the shared 2-core box).
+    Each image is computed alone with one BLAS thread (``threads`` when this process computes):
+    one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
+    slower measured on the shared 2-core box). Results do not depend on ``where``.
     """
-    results: list[ImageMasks] = []
-    with threadpool_limits(limits=threads):
-        for _, block in _blocks(keys):
-            for k in block:
-                results.append(decode_image(k, settings))
-                if on_image:
-                    on_image()
-    return collate(results, settings, keys.sizes["patch"])
+    fn = partial(decode_block, settings=settings, backend=backend, device=device)
+    arrays = map_images(fn, {"keys": keys}, where=where, threads=threads, progress=_ticks(on_image))
+    return as_decoded(arrays, settings)
 
 
 @dataclass
@@ -182,12 +182,21 @@ def run_decode(
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
     threads: int = 1,
+    workers: int | None = 1,
+    dask_address: str | None = None,
+    backend: str = "scipy",
+    device: str = "cpu",
 ) -> DecodeReport:
-    """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel."""
+    """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
+
+    ``workers``: local processes (None: every core); ``dask_address``: a dask.distributed cluster.
+    """
+    check_backend(backend, device)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
-    decoded = decode_keys(src.keys, settings, tick, threads)
+    with placed(workers, dask_address) as where:
+        decoded = decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device)
     seconds = time.perf_counter() - t0
     cache.save_results(
         src.store,
@@ -348,32 +357,29 @@ def run_sweep(
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
     threads: int = 1,
+    workers: int | None = 1,
+    dask_address: str | None = None,
+    backend: str = "scipy",
+    device: str = "cpu",
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting."""
     settings_list = load_grid(grid)
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
+    check_backend(backend, device)
     src = open_keys(store)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
     for s in settings_list:
         key = (s.preset, s.center, s.tau, s.eps)
         groups[key] = max(groups.get(key, 0), s.masks)
-    per_group: dict[tuple, list[ImageMasks]] = {key: [] for key in groups}
+    group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
     tick = on_start(len(src.image_ids)) if on_start else None
-    with threadpool_limits(limits=threads):
-        for _, block in _blocks(src.keys):
-            for keys in block:
-                cos = {c: cosines(keys, center=c) for c in {key[1] for key in groups}}
-                for key, most in groups.items():
-                    preset, center, tau, eps = key
-                    s = Settings.from_preset(preset, center=center, tau=tau, eps=eps, masks=most)
-                    per_group[key].append(decode_image(keys, s, cos=cos[center]))
-                if tick:
-                    tick()
-    decoded = {key: collate(rows, Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=groups[key]), src.keys.sizes["patch"])
-               for key, rows in per_group.items()}
+    fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
+    with placed(workers, dask_address) as where:
+        arrays = map_images(fn, {"keys": src.keys}, where=where, threads=threads, progress=_ticks(tick))
+    decoded = {key: as_decoded(group_arrays(arrays, g), s) for g, (key, s) in enumerate(zip(groups, group_settings))}
     # every mask exists before the labels are read, once, for the whole grid
     labels = read_labels(panel, purpose=f"sweep of {len(settings_list)} decoder settings", checkpoint=src.checkpoint,
                          images=src.image_ids, unseal=unseal, cache=cache_dir)
