@@ -120,3 +120,19 @@ def test_cuda_absent_is_one_line(store, tmp_path, capsys):
         pytest.skip("a CUDA device is present")
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--backend", "torch", "--device", "cuda"], capsys)
     assert code == 2 and "no CUDA device" in err and len(err.strip().splitlines()) == 1
+
+
+def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path, capsys):
+    from probe_toolkit.store import cache
+
+    masks = {}
+    for backend in ("scipy", "torch"):
+        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--backend", backend,
+                           "--workers", "2" if backend == "torch" else "1", "--out", str(tmp_path / f"{backend}.json")], capsys)
+        assert code == 0, err
+        masks[backend] = cache.load_results(store, "decoder").load()
+    a, b = masks["scipy"], masks["torch"]
+    ok = ~a["degenerate"].values & ~b["degenerate"].values
+    assert ok.sum() >= 5
+    np.testing.assert_array_equal(a["masks"].values[ok], b["masks"].values[ok])
+    np.testing.assert_array_equal(a["n_masks"].values[ok], b["n_masks"].values[ok])

@@ -203,7 +203,7 @@ def run_decode(
         "decoder",
         decoder_dataset(decoded, src.image_ids),
         {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size,
-         "seconds": seconds, "provenance": provenance.stamp()},
+         "seconds": seconds, "provenance": provenance.stamp(), "backend": backend},
     )
     masks_file = Path(out) if out else cache.results_path(src.store, "decoder-masks.json")
     report = DecodeReport(
