@@ -203,8 +203,12 @@ def _scores_table(title: str, scores) -> None:
 
 @app.command()
 def decode(
-    store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480).")],
+    store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480), or a checkpoint with --images.")],
     size: Annotated[int, typer.Option(help="View whose keys to cut (keys_<size>).")] = 480,
+    images: StreamImagesOpt = None,
+    shard: StreamShardOpt = None,
+    batch_size: StreamBatchOpt = 16,
+    chunk: StreamChunkOpt = 16,
     preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut or maskcut.")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).")] = None,
     eps: Annotated[Optional[float], typer.Option(help="Weight of the other edges (1e-5).")] = None,
@@ -229,6 +233,11 @@ def decode(
     from .infra.progress import bar
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center), settings_file=settings, cache_dir=cache)
+    if images is not None:
+        if panel is not None or dask_address is not None:
+            raise ProbeError(None, "--images streams without --panel or --dask-address", "score the masks JSON with `probe score`; shard with --shard or torchrun")
+        return _decode_stream(store, images, chosen, source, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
+                              backend=backend, device=device, cache=cache, quiet=quiet, json_path=json_path)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
                             on_start=_ticker(progress, "decode"), threads=threads, workers=workers, dask_address=dask_address,
@@ -240,6 +249,32 @@ def decode(
         _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     if json_path:
         write_json(json_path, report.summary())
+
+
+# streaming (commands/stream.py): checkpoint + images → masks, keys kept in memory only
+StreamImagesOpt = Annotated[Optional[Path], typer.Option("--images", help="Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.")]
+StreamShardOpt = Annotated[Optional[str], typer.Option("--shard", help="With --images: i/n, this process's share (default from torchrun RANK/WORLD_SIZE).")]
+StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images: images per forward pass.")]
+StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: images per chunk (the unit of resume and sharding).")]
+
+
+def _decode_stream(checkpoint: Path, images: Path, chosen, source: str, *, size, shard, batch_size, chunk, workers, backend, device, cache, quiet, json_path) -> None:
+    from .commands.stream import run_stream
+    from .infra.atomic import write_json
+    from .infra.progress import bar
+
+    with bar("images", quiet) as progress:
+        def start(total: int):
+            task = progress.add_task("stream", total=total)
+            return lambda n: progress.advance(task, n)
+
+        report = run_stream(checkpoint, images, chosen, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
+                            backend=backend, device=device, cache_dir=cache, settings_source=source, on_start=start)
+    tail = f"masks → {report.masks_file}" if report.masks_file else "other shards still running; the last to finish writes the masks"
+    console.print(f"{report.store}: {report.done}/{report.n_images} images decoded ({report.written} now, in {report.seconds:.1f} s); {tail}")
+    if json_path:
+        write_json(json_path, {"store": str(report.store), "images": report.n_images, "done": report.done, "written": report.written,
+                               "masks_file": str(report.masks_file) if report.masks_file else None, "settings": chosen.as_dict()})
 
 
 @app.command()

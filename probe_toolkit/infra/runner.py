@@ -12,14 +12,15 @@ have ``image`` as their first axis. The runner cuts the images into blocks and c
 
 and concatenates the results in image order. Every image is computed alone by the same code
 with one BLAS thread, so the results are bit-identical whatever the worker count or cluster.
-``shard(i, n)`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
-or torchrun's RANK/WORLD_SIZE, as ``probe extract`` takes them).
+``shard_range`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
+or torchrun's RANK/WORLD_SIZE, parsed as ``probe extract`` parses them).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -48,20 +49,6 @@ def check_workers(workers: int | None) -> int:
     if workers < 1:
         raise ProbeError(None, f"--workers {workers} must be at least 1", "drop --workers to use every core, or give e.g. --workers 2")
     return int(workers)
-
-
-def parse_shard(shard: str | None) -> tuple[int, int]:
-    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
-    if shard:
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
-    else:
-        i, n = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if not 0 <= i < n:
-        raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
-    return i, n
 
 
 def shard_range(n_images: int, block: int, shard: tuple[int, int]) -> tuple[int, int]:
@@ -110,7 +97,7 @@ def _one_thread() -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1)
-    if "torch" in __import__("sys").modules:
+    if "torch" in sys.modules:
         import torch
 
         torch.set_num_threads(1)
@@ -123,6 +110,22 @@ def _call(fn: BlockFn, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[
         return fn(**arrays)
 
 
+@contextmanager
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """``workers`` local processes with one BLAS thread each (None when ``workers`` ≤ 1).
+
+    fork starts a worker in milliseconds (spawn: a second or more of imports each); the workers
+    never touch the parent's zarr I/O thread (the parent reads). torch's thread pools do not
+    survive a fork, so once torch is loaded the workers are spawned.
+    """
+    if workers <= 1:
+        yield None
+        return
+    context = multiprocessing.get_context("spawn" if "torch" in sys.modules else "fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_one_thread) as pool:
+        yield pool
+
+
 def map_blocks(
     fn: BlockFn,
     read: Callable[[int, int], dict[str, np.ndarray]],
@@ -130,32 +133,37 @@ def map_blocks(
     *,
     workers: int = 1,
     threads: int = 1,
+    pool: ProcessPoolExecutor | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """``fn(**read(a, b))`` for every range, here or on ``workers`` processes; results in order.
 
     ``threads``: BLAS threads when this process computes (``workers=1``); workers use one.
-
+    ``pool``: an open ``process_pool`` to reuse across calls (streaming calls once per chunk).
     ``read`` runs in this process (it may hold an open store); at most two blocks per worker are
     in flight, so memory stays bounded by a few blocks however large the set.
     """
     if not ranges:
         raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
     parts: list[dict[str, np.ndarray]] = []
+    workers = min(workers, len(ranges))  # one block: no process is worth starting
     if workers <= 1:
         for a, b in ranges:
             parts.append(_call(fn, read(a, b), threads))
             if progress:
                 progress(b - a)
     else:
-        # spawn: a forked child would inherit the parent's zarr I/O thread and torch's state
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(workers, len(ranges)), mp_context=context, initializer=_one_thread) as pool:
-            for (a, b), result in _bounded(pool, fn, read, ranges, 2 * workers):
+        with (process_pool(workers) if pool is None else _reuse(pool)) as running:
+            for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
                 parts.append(result)
                 if progress:
                     progress(b - a)
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+
+
+@contextmanager
+def _reuse(pool: ProcessPoolExecutor) -> Iterator[ProcessPoolExecutor]:
+    yield pool
 
 
 def _bounded(pool: ProcessPoolExecutor, fn: BlockFn, read, ranges, depth: int) -> Iterator[tuple[tuple[int, int], dict]]:
