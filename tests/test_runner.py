@@ -127,7 +127,7 @@ def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path
 
     masks = {}
     for backend in ("scipy", "torch"):
-        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--backend", backend,
+        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "tokencut", "--backend", backend,
                            "--workers", "1", "--out", str(tmp_path / f"{backend}.json")], capsys)
         assert code == 0, err
         masks[backend] = cache.load_results(store, "decoder").load()

@@ -8,10 +8,11 @@ the two costly steps run batched on the device:
   float64 cosine within float64's own error band of τ (about 1e-13) could be decided otherwise
   by another summation order (the scipy path's ``einsum``), so it is flagged ``degenerate``.
 - The Fiedler vector: the second eigenvector y of 𝒩 = D^-½ W D^-½, whose top eigenvector D^½1
-  is known and deflated (𝒩 − 2 t tᵀ moves it to the bottom). Small graphs (N ≤ 256) and any
-  image whose iteration does not settle get a batched dense ``eigh`` of 𝒩; the others a batched
-  LOBPCG (block of 3, float64, Rayleigh–Ritz on [X, R, P]) that stops per image when the
-  residual of y is at rounding level and that of the third vector sizes the eigengap. x = D^-½ y.
+  is known. Graphs up to ``DENSE_UP_TO`` patches (a 480 view at /16 has 900), and any image whose
+  iteration does not settle, get a batched dense float64 ``eigh`` of 𝒩 (what a GPU does fastest
+  at that size); larger ones (MaskCut's 3,600) a batched LOBPCG on 𝒩 − ttᵀ (block of 8, float64,
+  Rayleigh–Ritz on [X, R, P]) run until every image's residual of y is small and that of the
+  next vector sizes the eigengap. x = D^-½ y.
 
 Orientation, threshold, foreground rule, component, score and the certificate are decoder.py's
 own functions on the CPU, so a certified mask here is the exact mask, as the scipy path's is.
@@ -29,7 +30,6 @@ import torch
 
 from ..infra.errors import ProbeError
 from .decoder import (
-    DENSE_BELOW,
     Cut,
     ImageMasks,
     Settings,
@@ -42,10 +42,12 @@ from .decoder import (
     orient,
 )
 
+DENSE_UP_TO = 1024  # measured on the CPU at N = 900: dense eigh 0.3 s per image, LOBPCG 1.3 s (clustered spectra)
 MEMORY = 2**29  # bytes of float64 N × N matrices one sub-batch may hold on the device
-TOL = 1e-12  # LOBPCG: residual of y at which an image stops (‖𝒩‖ ≤ 1)
+TOL = 1e-9  # LOBPCG: residual of y at which an image stops (‖𝒩‖ ≤ 1); the certificate takes the rest
 SETTLED = 1e-8  # larger residuals than this go to the dense solver, as on the scipy path
 MAX_ITER = 400
+BLOCK = 8  # vectors per image: the gap to the 9th eigenvalue, not the 3rd, sets the rate
 
 
 @contextmanager
@@ -128,10 +130,14 @@ def _orthonormal(basis: torch.Tensor, against: torch.Tensor) -> torch.Tensor:
 
 
 def _lobpcg(normal: torch.Tensor, top: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Largest 3 eigenpairs of 𝒩 − 2ttᵀ by a batched LOBPCG: (θ (b, 3) descending, X (b, N, 3), ‖r‖ (b, 3))."""
+    """Largest eigenpairs of 𝒩 − ttᵀ by a batched LOBPCG: (θ (b, k) descending, X (b, N, k), ‖r‖ (b, k)).
+
+    ttᵀ moves the known eigenvalue 1 to 0, inside the bulk (not to −1: a wider spectrum slows
+    LOBPCG, whose rate is set by the gap relative to the spectrum's width).
+    """
 
     def apply(v: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(normal, v) - 2.0 * top[:, :, None] * (top[:, None, :] @ v)
+        return torch.bmm(normal, v) - top[:, :, None] * (top[:, None, :] @ v)
 
     x = start.expand(normal.shape[0], -1, -1).clone()
     x = x - top[:, :, None] * (top[:, None, :] @ x)
@@ -162,13 +168,13 @@ def _lobpcg(normal: torch.Tensor, top: torch.Tensor, start: torch.Tensor) -> tup
     return theta, x, (ax - x * theta[:, None, :]).norm(dim=1)
 
 
-def cuts(normal: torch.Tensor, scale: torch.Tensor, top: torch.Tensor, seed: int) -> list[Cut]:
+def cuts(normal: torch.Tensor, scale: torch.Tensor, top: torch.Tensor, seed: int, dense_up_to: int = DENSE_UP_TO) -> list[Cut]:
     """The Fiedler cut of every graph of the batch (see the module docstring)."""
     n = normal.shape[1]
     solved: list[tuple | None] = [None] * normal.shape[0]
     names = ["dense"] * normal.shape[0]
-    if n > DENSE_BELOW:
-        start = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, 3))).to(normal)
+    if n > dense_up_to:
+        start = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, BLOCK))).to(normal)
         theta, x, rnorm = _lobpcg(normal, top, start)
         y = x[:, :, 0]
         off = (y * top).sum(dim=1).abs()
@@ -207,8 +213,12 @@ def _check(keys: np.ndarray) -> None:
         raise ProbeError(None, "keys hold NaN or inf", "re-extract the image (its row in the store is unfinished?)")
 
 
-def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu", threads: int | None = 1) -> list[ImageMasks]:
-    """Masks of every image of ``keys`` (image, patch, channel), as ``decoder.decode_image`` would."""
+def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu", threads: int | None = 1,
+                 dense_up_to: int = DENSE_UP_TO) -> list[ImageMasks]:
+    """Masks of every image of ``keys`` (image, patch, channel), as ``decoder.decode_image`` would.
+
+    ``dense_up_to``: the largest graph solved by dense ``eigh`` (larger: LOBPCG).
+    """
     keys = np.asarray(keys)
     _check(keys)
     b, n, _ = keys.shape
@@ -216,11 +226,11 @@ def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: s
     with cpu_threads(threads if device == "cpu" else None), torch.no_grad():
         out: list[ImageMasks] = []
         for start in range(0, b, per):
-            out += _decode(keys[start:start + per], settings, torch.device(device))
+            out += _decode(keys[start:start + per], settings, torch.device(device), dense_up_to)
         return out
 
 
-def _decode(keys: np.ndarray, settings: Settings, device: torch.device) -> list[ImageMasks]:
+def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up_to: int) -> list[ImageMasks]:
     b, n, _ = keys.shape
     grid = grid_of(n)
     graphs = Graphs(unit_keys(torch.from_numpy(keys.astype(np.float64)).to(device), settings.center))
@@ -241,7 +251,7 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device) -> list[
         which = torch.tensor(active, device=device)
         a, tie = graphs.adjacency(which, settings.tau, torch.from_numpy(painted[active]).to(device))
         normal, scale, top = normalized(a, settings.eps)
-        found_cuts = cuts(normal, scale, top, settings.seed)
+        found_cuts = cuts(normal, scale, top, settings.seed, dense_up_to)
         del normal
         degree = (1.0 / scale.cpu().numpy() ** 2)
         tie = tie.cpu().numpy()
