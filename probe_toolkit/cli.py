@@ -241,7 +241,10 @@ def decode(
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
                             on_start=_ticker(progress, "decode"), threads=threads, workers=workers, dask_address=dask_address,
-                            backend=backend, device=device)
+                            backend=backend, device=device, shard=shard)
+    if report.masks_file is None:  # a shard that finished before the others
+        console.print(f"shard {shard or 'of torchrun'} done; waiting for shards {report.extra['waiting_for_shards']} (the last one writes the masks)")
+        return
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
@@ -253,7 +256,7 @@ def decode(
 
 # streaming (commands/stream.py): checkpoint + images → masks, keys kept in memory only
 StreamImagesOpt = Annotated[Optional[Path], typer.Option("--images", help="Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.")]
-StreamShardOpt = Annotated[Optional[str], typer.Option("--shard", help="With --images: i/n, this process's share (default from torchrun RANK/WORLD_SIZE).")]
+StreamShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
 StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images: images per forward pass.")]
 StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: images per chunk (the unit of resume and sharding).")]
 

@@ -136,3 +136,23 @@ def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path
     assert ok.sum() >= 5
     np.testing.assert_array_equal(a["masks"].values[ok], b["masks"].values[ok])
     np.testing.assert_array_equal(a["n_masks"].values[ok], b["n_masks"].values[ok])
+
+
+def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path, capsys):
+    from probe_toolkit.store import cache
+
+    code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1"], capsys)
+    assert code == 0, err
+    whole = cache.load_results(store, "decoder").load()
+    masks = (store / "results" / "decoder-masks.json").read_text()
+    (store / "results" / "decoder-masks.json").unlink()
+    for i in (2, 0, 1):  # the last shard to finish assembles
+        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1",
+                           "--shard", f"{i}/3"], capsys)
+        assert code == 0, err
+        assert (store / "results" / "decoder-masks.json").exists() == (i == 1)
+    assert cache.load_results(store, "decoder-part-0-of-3").sizes["image"] == 2  # whole chunks of 2
+    again = cache.load_results(store, "decoder").load()
+    for name in whole.data_vars:
+        assert np.array_equal(whole[name].values, again[name].values, equal_nan=whole[name].dtype.kind == "f"), name
+    assert (store / "results" / "decoder-masks.json").read_text() == masks

@@ -20,6 +20,7 @@ file (``--settings``, else ``<cache>/decoder-settings.json`` written by the swee
 from __future__ import annotations
 
 import itertools
+import os
 from functools import partial
 import json
 import time
@@ -35,6 +36,7 @@ from ..analyses.decoder import Decoded, Settings
 from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, group_arrays, sweep_block
 from ..infra import provenance
 from ..infra.runner import Where, map_images, placed
+from .decode_shards import decode_shard
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..labels.masks import coco_results, decoder_dataset
@@ -144,7 +146,7 @@ class DecodeReport:
     degenerate: int
     dense_solves: int
     seconds: float
-    masks_file: Path
+    masks_file: Path | None
     scores: Scores | None = None
     ledger_entry: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -159,7 +161,8 @@ class DecodeReport:
             "degenerate": self.degenerate,
             "dense_solves": self.dense_solves,
             "seconds": round(self.seconds, 3),
-            "masks_file": str(self.masks_file),
+            "masks_file": str(self.masks_file) if self.masks_file else None,
+            **self.extra,
         }
         if self.scores is not None:
             out.update(scores=self.scores.table(), counts=self.scores.counts, ledger_entry=self.ledger_entry)
@@ -186,17 +189,25 @@ def run_decode(
     dask_address: str | None = None,
     backend: str = "scipy",
     device: str = "cpu",
+    shard: str | None = None,
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
-    ``workers``: local processes (None: every core); ``dask_address``: a dask.distributed cluster.
+    ``workers``: local processes (None: every core); ``dask_address``: a dask.distributed cluster;
+    ``shard``: ``i/n``, this process's share (``commands.decode_shards``).
     """
     check_backend(backend, device)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     with placed(workers, dask_address) as where:
-        decoded = decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device)
+        if shard is None and "WORLD_SIZE" not in os.environ:
+            decoded = decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device)
+        else:
+            decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
+            if decoded is None:
+                return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
+                                    degenerate=0, dense_solves=0, seconds=time.perf_counter() - t0, masks_file=None, extra={"waiting_for_shards": missing})
     seconds = time.perf_counter() - t0
     cache.save_results(
         src.store,
