@@ -6,25 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from decoder_scenes import planted_keys
+from test_decoder import _structured
 
 from probe_toolkit.analyses import decoder
 from probe_toolkit.analyses.decoder import Settings, decode_image
 from probe_toolkit.analyses.decoder_torch import decode_batch
 
 
-def _structured(rng, grid: int, channels: int = 48) -> np.ndarray:
-    yy, xx = np.mgrid[:grid, :grid]
-    r = rng.uniform(0.15, 0.35) * grid
-    disc = ((yy - rng.uniform(0.3, 0.7) * grid) ** 2 + (xx - rng.uniform(0.3, 0.7) * grid) ** 2 < r * r).reshape(-1)
-    means = rng.standard_normal((2, channels))
-    return (means[disc.astype(int)] + rng.uniform(1.0, 2.5) * rng.standard_normal((grid * grid, channels))).astype(np.float16)
-
-
 @pytest.mark.parametrize("grid", [12, 22])  # batched dense eigh, and batched LOBPCG (forced above N = 256)
 @pytest.mark.parametrize("preset, masks", [("thesis", 1), ("tokencut", 1), ("maskcut", 3)])
 def test_certified_masks_equal_the_scipy_path(grid, preset, masks):
     rng = np.random.default_rng(grid + masks)
-    keys = np.stack([_structured(rng, grid) for _ in range(5)] + [rng.standard_normal((grid * grid, 48)).astype(np.float16)])
+    keys = np.stack([_structured(rng, grid) for _ in range(5)] + [rng.standard_normal((grid * grid, 64)).astype(np.float16)])
     settings = Settings.from_preset(preset, masks=masks)
     ours = decode_batch(keys, settings, dense_up_to=256)
     compared = 0

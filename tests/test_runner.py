@@ -4,16 +4,15 @@ placements are one line and exit 2."""
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 
 import numpy as np
 import pytest
 from decoder_scenes import Scene, make_store, planted_keys
+from test_decode_cli import _main
 
 from probe_toolkit.analyses.decoder import Settings, decode_image
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
-from probe_toolkit.cli import main
 from probe_toolkit.commands.decode import decode_keys, open_keys
 from probe_toolkit.infra import runner
 from probe_toolkit.infra.runner import Where, map_images
@@ -85,19 +84,6 @@ def test_a_shard_computes_its_images_only(store):
     a, b = runner.shard_range(7, 2, (1, 3))
     part = map_images(partial(decode_block, settings=settings), {"keys": src.keys}, image_range=(a, b), where=Where(workers=2))
     _same(part, {k: v[a:b] for k, v in full.items()})
-
-
-def _main(args, capsys):
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, says", [

@@ -20,7 +20,6 @@ from ..analyses.decoder_blocks import as_decoded, decode_block
 from ..infra.runner import Where, map_images, shard_range
 from ..labels.masks import decoded_from_dataset, decoder_dataset
 from ..store import cache
-from ..store.extract import parse_shard
 
 
 def part_name(i: int, n: int) -> str:
@@ -30,6 +29,8 @@ def part_name(i: int, n: int) -> str:
 def decode_shard(src, settings: Settings, shard: str | None, *, where: Where, backend: str, device: str, threads: int = 1,
                  on_image=None) -> tuple[Decoded | None, list[int]]:
     """(all parts as one ``Decoded``, []) once every shard is in, else (None, missing shards)."""
+    from ..store.extract import parse_shard  # here: extract brings torch, which decoding never needs
+
     i, n = parse_shard(shard)
     block = int(src.manifest.get("chunk") or 16)
     a, b = shard_range(len(src.image_ids), block, (i, n))
