@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--images-large", type=int, default=None, help="images at N = 3600 (default 1; --full 3)")
     parser.add_argument("--store-images", type=int, default=None, help="images of the whole-machine store (default 24; --full 96)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the whole-machine runs (default 2; --full 5)")
+    parser.add_argument("--only", choices=("per-core", "machine", "torch"), help="run one part only")
     parser.add_argument("--full", action="store_true", help="more images and rounds, and the torch backend at N = 3600")
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads for both sides (decode's default is 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -66,7 +67,7 @@ def main() -> None:
 
     rng = np.random.default_rng(args.seed)
     rows = []
-    for grid, count in ((30, args.images), (60, args.images_large)):
+    for grid, count in ((30, args.images), (60, args.images_large)) if args.only in (None, "per-core") else ():
         for preset in ("thesis", "tokencut"):
             settings = Settings.from_preset(preset)
             ours, ref, ours_solve, ref_solve, same, flagged, solvers = [], [], [], [], 0, 0, []
@@ -107,8 +108,9 @@ def main() -> None:
             print(f"N={row['n']:5d} {preset:9s} ours {row['ours_s'] * 1e3:8.1f} ms  dense eigh {row['dense_s'] * 1e3:9.1f} ms  "
                   f"ratio {row['ratio']:6.1f}× (target {target}×) | eigensolve alone {row['ours_solve_s'] * 1e3:7.1f} vs "
                   f"{row['dense_solve_s'] * 1e3:8.1f} ms = {row['solve_ratio']:5.1f}× | identical {same}/{count}, flagged {flagged}", flush=True)
-    machine = whole_machine(keys, rng, args.store_images, args.rounds)
-    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large) for grid in ((30, 60) if full else (30,))]
+    machine = whole_machine(keys, rng, args.store_images, args.rounds) if args.only in (None, "machine") else None
+    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large)
+               for grid in ((30, 60) if full else (30,))] if args.only in (None, "torch") else []
     print(json.dumps({"benchmark": "decoder", "threads": args.threads, "cpu": platform.processor() or platform.machine(),
                       "cores": os.cpu_count(), "load": os.getloadavg()[0], "rows": rows, "whole_machine": machine, "torch": backend}))
 
@@ -135,22 +137,35 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
             writer.write(a, {"keys_480": data[a:b]}, np.tile([480, 640], (b - a, 1)), np.zeros(b - a, dtype=bool))
         settings = Settings.from_preset("thesis")
         times: dict[int, list[float]] = {1: [], local_cores(): []}
+        cpu: dict[int, list[float]] = {w: [] for w in times}
         saved: dict[int, object] = {}
         for _ in range(rounds):
             for workers in times:
-                t = time.perf_counter()
+                c, t = _cpu(), time.perf_counter()
                 run_decode(path, settings, workers=workers, cache_dir=tmp)
                 times[workers].append(time.perf_counter() - t)
+                cpu[workers].append(_cpu() - c)
                 saved[workers] = cache.load_results(path, "decoder").load()
         one, every = (statistics.median(times[w]) for w in times)
         a, b = saved.values()
         identical = all(np.array_equal(a[v].values, b[v].values, equal_nan=a[v].dtype.kind == "f") for v in a.data_vars)
         assert identical, "every-core decode differs from the one-core decode"
     row = {"images": count, "cores": local_cores(), "one_core_img_s": count / one, "every_core_img_s": count / every, "ratio": one / every,
-           "identical": identical}
+           "identical": identical, "cpu_s": {w: statistics.median(v) for w, v in cpu.items()}, "share_of_cores": {
+               w: statistics.median(c / t for c, t in zip(cpu[w], times[w])) for w in times}}
     print(f"probe decode, {count} images at N=900: one core {row['one_core_img_s']:6.1f} img/s, {row['cores']} cores "
-          f"{row['every_core_img_s']:6.1f} img/s = {row['ratio']:.2f}× (target 1.8× on 2 cores) | arrays identical {identical}", flush=True)
+          f"{row['every_core_img_s']:6.1f} img/s = {row['ratio']:.2f}× (target 1.8× on 2 cores) | arrays identical {identical} | "
+          f"CPU seconds used {row['cpu_s'][1]:.1f} / {row['cpu_s'][local_cores()]:.1f}, cores actually obtained "
+          f"{row['share_of_cores'][1]:.2f} / {row['share_of_cores'][local_cores()]:.2f} (other load shows here)", flush=True)
     return row
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the worker processes)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def torch_backend(keys, rng, grid: int, count: int) -> dict:

@@ -173,7 +173,7 @@ PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this 
 UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
 # where per-image analyses run (infra/runner.py): every local core, a dask cluster, a backend
-WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core).")]
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core; one with --device cuda).")]
 ClusterOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]

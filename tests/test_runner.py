@@ -96,7 +96,6 @@ def test_a_shard_computes_its_images_only(store):
 def test_bad_placements_are_one_line_and_exit_2(store, tmp_path, capsys, args, says):
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), *args], capsys)
     assert code == 2 and says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert not (store / "results" / "decoder").exists() or (store / "results" / "decoder").is_dir()
 
 
 def test_cuda_absent_is_one_line(store, tmp_path, capsys):

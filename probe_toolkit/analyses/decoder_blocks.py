@@ -37,6 +37,11 @@ def check_backend(backend: str, device: str = "cpu") -> None:
             raise ProbeError(None, f"--device {device}: no CUDA device is available here", "use --device cpu (or run on a machine with a GPU)")
 
 
+def default_workers(workers: int | None, device: str) -> int | None:
+    """One process drives a GPU (it batches the images itself); on the CPU, every core."""
+    return 1 if workers is None and device != "cpu" else workers
+
+
 def _solve(keys: np.ndarray, settings: Settings, backend: str, device: str) -> list[ImageMasks]:
     if backend == "torch":
         from .decoder_torch import decode_batch

@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 from ..analyses.decoder import Decoded, Settings
-from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, group_arrays, sweep_block
+from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
 from ..infra import provenance
 from ..infra.runner import Where, map_images, placed
 from .decode_shards import decode_shard
@@ -197,6 +197,7 @@ def run_decode(
     ``shard``: ``i/n``, this process's share (``commands.decode_shards``).
     """
     check_backend(backend, device)
+    workers = default_workers(workers, device)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
@@ -379,6 +380,7 @@ def run_sweep(
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
     check_backend(backend, device)
+    workers = default_workers(workers, device)
     src = open_keys(store)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from ..analyses.decoder import Decoded, Settings, collate
-from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block
+from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
@@ -89,6 +89,7 @@ def run_stream(
     ``stop_after``: process at most this many chunks now (the rest resumes on the next run).
     """
     check_backend(backend, device)
+    workers = default_workers(workers, device)
     extraction = readout.Settings(views=(size,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
