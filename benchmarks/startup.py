@@ -3,7 +3,7 @@
 Each command runs on a store of two images (a tiny random ViT, made here), so nearly all of its
 wall time is start-up: interpreter, imports, opening the store, writing the result. The
 baseline is a bare ``python -c pass`` in the same rounds. Rounds are interleaved and medians
-compared (``reference/baselines.md``: this machine is noisy). Target: under 1.5 s each, judged on
+compared (this machine is noisy). Target: under 1.5 s each, judged on
 the CPU seconds a run uses (its wall time on a quiet machine; wall time is printed beside it).
 
     python benchmarks/startup.py [--rounds 3] [--full]

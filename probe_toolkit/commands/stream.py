@@ -29,7 +29,7 @@ from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..infra.runner import map_blocks, placed, process_pool
+from ..infra.runner import check_workers, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
 from ..store import extract as readout
@@ -90,6 +90,7 @@ def run_stream(
     """
     check_backend(backend, device)
     workers = default_workers(workers, device)
+    check_workers(workers)  # before anything is created
     extraction = readout.Settings(views=(size,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
