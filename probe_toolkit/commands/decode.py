@@ -20,12 +20,12 @@ file (``--settings``, else ``<cache>/decoder-settings.json`` written by the swee
 from __future__ import annotations
 
 import itertools
-import os
-from functools import partial
 import json
+import os
 import time
 import tomllib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,14 +35,14 @@ import xarray as xr
 from ..analyses.decoder import Decoded, Settings
 from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
 from ..infra import provenance
-from ..infra.runner import Where, map_images, placed
-from .decode_shards import decode_shard
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.runner import Where, map_images, placed
 from ..labels.masks import coco_results, decoder_dataset
 from ..labels.panels import LabelRead, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
+from .decode_shards import decode_shard
 
 SETTINGS_FILE = "decoder-settings.json"
 
