@@ -141,3 +141,16 @@ def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path,
     for name in whole.data_vars:
         assert np.array_equal(whole[name].values, again[name].values, equal_nan=whole[name].dtype.kind == "f"), name
     assert (store / "results" / "decoder-masks.json").read_text() == masks
+
+
+def test_bad_input_in_a_worker_comes_back_as_the_same_one_line_error():
+    import pickle
+
+    from probe_toolkit.infra.errors import ProbeError
+
+    error = pickle.loads(pickle.dumps(ProbeError("store.zarr", "keys hold NaN", "re-extract")))
+    assert error.line() == "store.zarr: keys hold NaN; re-extract"
+    bad = {"keys": np.full((4, GRID * GRID, 8), np.nan, dtype=np.float32)}
+    with pytest.raises(ProbeError, match="NaN"):
+        runner.map_blocks(partial(decode_block, settings=Settings()), lambda a, b: {k: v[a:b] for k, v in bad.items()},
+                          [(0, 2), (2, 4)], workers=2)

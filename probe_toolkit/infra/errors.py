@@ -18,6 +18,10 @@ class ProbeError(Exception):
         self.fix = fix
         super().__init__(self.line())
 
+    def __reduce__(self):
+        """Pickle by the three parts, so the error crosses a process or cluster boundary intact."""
+        return (type(self), (self.where or None, self.problem, self.fix))
+
     def line(self) -> str:
         head = f"{self.where}: " if self.where else ""
         tail = f"; {self.fix}" if self.fix else ""
