@@ -205,6 +205,11 @@ app.add_typer(ledger_app, name="ledger")
 PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
 UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
+# where per-image analyses run (infra/runner.py): every local core, a dask cluster, a backend
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core; one with --device cuda).")]
+ClusterOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]
 
 
 def _at_least(option: str, value: int, low: int) -> None:
@@ -241,8 +246,12 @@ def _scores_table(title: str, scores) -> None:
 
 @app.command()
 def decode(
-    store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480).")],
+    store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480), or a checkpoint with --images.")],
     size: Annotated[int, typer.Option(help="View whose keys to cut (keys_<size>).")] = 480,
+    images: StreamImagesOpt = None,
+    shard: StreamShardOpt = None,
+    batch_size: StreamBatchOpt = 16,
+    chunk: StreamChunkOpt = 16,
     preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).")] = None,
     eps: Annotated[Optional[float], typer.Option(help="Weight of the other edges (1e-5).")] = None,
@@ -256,6 +265,10 @@ def decode(
     panel: PanelOpt = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
+    backend: BackendOpt = "scipy",
+    device: DeviceOpt = "cpu",
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -268,9 +281,18 @@ def decode(
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda),
                                       settings_file=settings, cache_dir=cache)
+    if images is not None:
+        if panel is not None or dask_address is not None:
+            raise ProbeError(None, "--images streams without --panel or --dask-address", "score the masks JSON with `probe score`; shard with --shard or torchrun")
+        return _decode_stream(store, images, chosen, source, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
+                              backend=backend, device=device, cache=cache, quiet=quiet, json_path=json_path)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
-                            on_start=_ticker(progress, "decode"), threads=threads, refine=refine)
+                            on_start=_ticker(progress, "decode"), threads=threads, refine=refine, workers=workers, dask_address=dask_address,
+                            backend=backend, device=device, shard=shard)
+    if report.masks_file is None:  # a shard that finished before the others
+        console.print(f"shard {shard or 'of torchrun'} done; waiting for shards {report.extra['waiting_for_shards']} (the last one writes the masks)")
+        return
     s = report.settings
     console.print(f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
                   f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
@@ -280,6 +302,32 @@ def decode(
         _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     if json_path:
         write_json(json_path, report.summary())
+
+
+# streaming (commands/stream.py): checkpoint + images → masks, keys kept in memory only
+StreamImagesOpt = Annotated[Optional[Path], typer.Option("--images", help="Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.")]
+StreamShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
+StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images: images per forward pass.")]
+StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: images per chunk (the unit of resume and sharding).")]
+
+
+def _decode_stream(checkpoint: Path, images: Path, chosen, source: str, *, size, shard, batch_size, chunk, workers, backend, device, cache, quiet, json_path) -> None:
+    from .commands.stream import run_stream
+    from .infra.atomic import write_json
+    from .infra.progress import bar
+
+    with bar("images", quiet) as progress:
+        def start(total: int):
+            task = progress.add_task("stream", total=total)
+            return lambda n: progress.advance(task, n)
+
+        report = run_stream(checkpoint, images, chosen, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
+                            backend=backend, device=device, cache_dir=cache, settings_source=source, on_start=start)
+    tail = f"masks → {report.masks_file}" if report.masks_file else "other shards still running; the last to finish writes the masks"
+    console.print(f"{report.store}: {report.done}/{report.n_images} images decoded ({report.written} now, in {report.seconds:.1f} s); {tail}")
+    if json_path:
+        write_json(json_path, {"store": str(report.store), "images": report.n_images, "done": report.done, "written": report.written,
+                               "masks_file": str(report.masks_file) if report.masks_file else None, "settings": chosen.as_dict()})
 
 
 @app.command()
@@ -313,6 +361,10 @@ def decode_sweep(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
+    backend: BackendOpt = "scipy",
+    device: DeviceOpt = "cpu",
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -328,7 +380,8 @@ def decode_sweep(
 
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
-                           on_start=_ticker(progress, "sweep"), threads=threads)
+                           on_start=_ticker(progress, "sweep"), threads=threads, workers=workers, dask_address=dask_address,
+                           backend=backend, device=device)
     from rich import box
 
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))

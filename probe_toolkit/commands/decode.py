@@ -21,27 +21,31 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 import tomllib
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import xarray as xr
-from threadpoolctl import threadpool_limits
 
-from ..analyses.decoder import SINGLE, Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from ..analyses.decoder import SINGLE, Decoded, Settings, collate, decode_image
+from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError
+from ..infra.runner import Where, map_images, placed
 from ..labels.masks import coco_results, decoder_dataset
 from ..labels import saliency
 from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
 from ..store.completion import computed_on
+from .decode_shards import decode_shard
 
 SETTINGS_FILE = "decoder-settings.json"
 
@@ -115,26 +119,24 @@ def open_keys(store: str | Path, size: int = 480) -> StoreKeys:
     )
 
 
-def _blocks(keys: xr.DataArray, step: int = 16):
-    n = keys.sizes["image"]
-    for start in range(0, n, step):
-        yield start, np.asarray(keys.isel(image=slice(start, min(start + step, n))).values)
+def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
+    """A per-image tick as the runner's per-block progress."""
+    if on_image is None:
+        return None
+    return lambda n: [on_image() for _ in range(n)]
 
 
-def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1) -> Decoded:
-    """Decode every image of a lazy (image, patch, channel) array, block by block.
+def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
+                where: Where = Where(), backend: str = "scipy", device: str = "cpu") -> Decoded:
+    """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
-    BLAS runs with ``threads`` threads: one image's problems are small, and a busy machine
-    makes multi-threaded OpenBLAS spin (60× slower measured on the shared 2-core box).
+    Each image is computed alone with one BLAS thread (``threads`` when this process computes):
+    one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
+    slower measured on the shared 2-core box). Results do not depend on ``where``.
     """
-    results: list[ImageMasks] = []
-    with threadpool_limits(limits=threads):
-        for _, block in _blocks(keys):
-            for k in block:
-                results.append(decode_image(k, settings))
-                if on_image:
-                    on_image()
-    return collate(results, settings, keys.sizes["patch"])
+    fn = partial(decode_block, settings=settings, backend=backend, device=device)
+    arrays = map_images(fn, {"keys": keys}, where=where, threads=threads, progress=_ticks(on_image))
+    return as_decoded(arrays, settings)
 
 
 def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None) -> Decoded:
@@ -149,10 +151,14 @@ def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[]
     source = src.manifest.get("image_source")
     if not source or not Path(source).is_dir():
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
+    from threadpoolctl import threadpool_limits
+
     g = grid_of(src.keys.sizes["patch"])
     results = []
+    n = src.keys.sizes["image"]
     with threadpool_limits(limits=1):
-        for start, block in _blocks(src.keys):
+        for start in range(0, n, 16):
+            block = np.asarray(src.keys.isel(image=slice(start, min(start + 16, n))).values)
             for k, keys in enumerate(block):
                 photo = load_image(Path(source) / src.image_ids[start + k]).resize((g, g), Image.BILINEAR)
                 color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
@@ -172,7 +178,7 @@ class DecodeReport:
     degenerate: int
     dense_solves: int
     seconds: float
-    masks_file: Path
+    masks_file: Path | None
     scores: Scores | None = None
     ledger_entry: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -187,7 +193,8 @@ class DecodeReport:
             "degenerate": self.degenerate,
             "dense_solves": self.dense_solves,
             "seconds": round(self.seconds, 3),
-            "masks_file": str(self.masks_file),
+            "masks_file": str(self.masks_file) if self.masks_file else None,
+            **self.extra,
         }
         if self.scores is not None:
             out.update(scores=self.scores.table(), counts=self.scores.counts, ledger_entry=self.ledger_entry)
@@ -254,11 +261,18 @@ def run_decode(
     on_start: Callable[[int], Callable[[], None]] | None = None,
     threads: int = 1,
     refine: str | None = None,
+    workers: int | None = 1,
+    dask_address: str | None = None,
+    backend: str = "scipy",
+    device: str = "cpu",
+    shard: str | None = None,
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
     ``refine="bilateral"`` scores a saliency panel on TokenCut's bilateral-solver output of each
-    first mask (``analyses/bilateral.py``), computed on the panel's photographs.
+    first mask (``analyses/bilateral.py``), computed on the panel's photographs. ``workers``:
+    local processes (None: every core); ``dask_address``: a dask.distributed cluster; ``shard``:
+    ``i/n``, this process's share (``commands.decode_shards``).
     """
     if refine not in (None, "bilateral"):
         raise ProbeError(None, f"--refine {refine!r} is not bilateral", "use --refine bilateral or leave it out")
@@ -266,10 +280,21 @@ def run_decode(
         raise ProbeError(None, "--refine bilateral refines masks for saliency scores, so it needs --panel", "pass --panel with a saliency panel")
     if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
         check_readable(panel, unseal, cache_dir)
+    check_backend(backend, device)
+    workers = default_workers(workers, device)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
-    decoded = decode_with_colour(src, settings, tick) if settings.color_lambda else decode_keys(src.keys, settings, tick, threads)
+    with placed(workers, dask_address) as where:
+        if settings.color_lambda:
+            decoded = decode_with_colour(src, settings, tick)
+        elif shard is None and "WORLD_SIZE" not in os.environ:
+            decoded = decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device)
+        else:
+            decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
+            if decoded is None:
+                return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
+                                    degenerate=0, dense_solves=0, seconds=time.perf_counter() - t0, masks_file=None, extra={"waiting_for_shards": missing})
     seconds = time.perf_counter() - t0
     unit = uuid.uuid4().hex
     cache.save_results(
@@ -277,7 +302,8 @@ def run_decode(
         "decoder",
         decoder_dataset(decoded, src.image_ids),
         {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size,
-         "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids)},
+         "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids),
+         "backend": backend},
     )
     masks_file = Path(out) if out else cache.results_path(src.store, "decoder-masks.json")
     report = DecodeReport(
@@ -494,12 +520,18 @@ def run_sweep(
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
     threads: int = 1,
+    workers: int | None = 1,
+    dask_address: str | None = None,
+    backend: str = "scipy",
+    device: str = "cpu",
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting."""
     settings_list = load_grid(grid)
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
+    check_backend(backend, device)
+    workers = default_workers(workers, device)
     check_readable(panel, unseal, cache_dir)
     from ..labels.panels import get_panel
 
@@ -511,20 +543,12 @@ def run_sweep(
     for s in settings_list:
         key = (s.preset, s.center, s.tau, s.eps)
         groups[key] = max(groups.get(key, 0), s.masks)
-    per_group: dict[tuple, list[ImageMasks]] = {key: [] for key in groups}
+    group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
     tick = on_start(len(src.image_ids)) if on_start else None
-    with threadpool_limits(limits=threads):
-        for _, block in _blocks(src.keys):
-            for keys in block:
-                cos = {c: cosines(keys, center=c) for c in {key[1] for key in groups}}
-                for key, most in groups.items():
-                    preset, center, tau, eps = key
-                    s = Settings.from_preset(preset, center=center, tau=tau, eps=eps, masks=most)
-                    per_group[key].append(decode_image(keys, s, cos=cos[center]))
-                if tick:
-                    tick()
-    decoded = {key: collate(rows, Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=groups[key]), src.keys.sizes["patch"])
-               for key, rows in per_group.items()}
+    fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
+    with placed(workers, dask_address) as where:
+        arrays = map_images(fn, {"keys": src.keys}, where=where, threads=threads, progress=_ticks(tick))
+    decoded = {key: as_decoded(group_arrays(arrays, g), s) for g, (key, s) in enumerate(zip(groups, group_settings))}
     # every mask exists before the labels are read, once, for the whole grid
     labels = read_labels(panel, purpose=f"sweep of {len(settings_list)} decoder settings", checkpoint=src.checkpoint,
                          images=src.image_ids, unseal=unseal, cache=cache_dir)

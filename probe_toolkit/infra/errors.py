@@ -27,7 +27,8 @@ class ProbeError(Exception):
         self.fix = fix
         super().__init__(self.line())
 
-    def __reduce__(self):  # raised on a dask worker, it must arrive whole on the client
+    def __reduce__(self):
+        """Pickle by the three parts, so the error crosses a process or cluster boundary intact."""
         return (type(self), (self.where or None, self.problem, self.fix))
 
     def line(self) -> str:

@@ -41,7 +41,6 @@ from typing import Any, Iterable, Iterator, Sequence
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
-from ..store.images import list_images
 from . import hygiene, ledger
 
 REGISTRY = "panels.toml"
@@ -131,6 +130,8 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
+    from ..store.images import list_images  # here: it brings torch, which reading panels never needs
+
     list_images(images)  # a folder holding no images is refused here, before it is registered
     path = _registry_path(cache)
     path.parent.mkdir(parents=True, exist_ok=True)

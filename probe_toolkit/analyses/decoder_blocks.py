@@ -1,0 +1,90 @@
+"""A block of images → the decoder's arrays: the unit a runner ships to a worker.
+
+``decode_block`` and ``sweep_block`` are pure, picklable (top-level, settings as arguments) and
+return plain arrays with ``image`` first, so ``infra.runner`` can run them on local processes or
+a dask cluster and concatenate them; ``as_decoded`` turns the arrays back into ``Decoded``.
+The backend is ``scipy`` (``decoder.decode_image``, one image at a time) or ``torch``
+(``decoder_torch.decode_batch``, the whole block at once, on the CPU or a GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+
+from ..infra.errors import ProbeError
+from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+
+BACKENDS = ("scipy", "torch")
+ARRAYS = tuple(f.name for f in fields(Decoded) if f.name != "settings")
+
+
+def check_backend(backend: str, device: str = "cpu") -> None:
+    """``--backend`` / ``--device`` at the boundary: the backend exists, the device is there."""
+    if backend not in BACKENDS:
+        raise ProbeError(None, f"--backend {backend!r} is not one of {', '.join(BACKENDS)}", "use --backend scipy or --backend torch")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ProbeError(None, f"--device {device!r} is not cpu or cuda", "use --device cpu or --device cuda")
+    if backend == "scipy" and device != "cpu":
+        raise ProbeError(None, f"--device {device} needs --backend torch (the scipy backend runs on the CPU)", "add --backend torch")
+    if backend == "torch":
+        try:
+            import torch
+        except ImportError:
+            raise ProbeError(None, "--backend torch needs torch, which is not installed", "pip install torch, or use --backend scipy") from None
+        if device != "cpu" and not torch.cuda.is_available():
+            raise ProbeError(None, f"--device {device}: no CUDA device is available here", "use --device cpu (or run on a machine with a GPU)")
+
+
+def default_workers(workers: int | None, device: str) -> int | None:
+    """One process drives a GPU (it batches the images itself); on the CPU, every core."""
+    return 1 if workers is None and device != "cpu" else workers
+
+
+def _solve(keys: np.ndarray, settings: Settings, backend: str, device: str) -> list[ImageMasks]:
+    if backend == "torch":
+        from .decoder_torch import decode_batch
+
+        return decode_batch(keys, settings, device=device)
+    return [decode_image(k, settings) for k in keys]
+
+
+def _arrays(decoded: Decoded) -> dict[str, np.ndarray]:
+    return {name: getattr(decoded, name) for name in ARRAYS}
+
+
+def decode_block(keys: np.ndarray, *, settings: Settings, backend: str = "scipy", device: str = "cpu") -> dict[str, np.ndarray]:
+    """Masks of a block of images (image, patch, channel) as the arrays of ``Decoded``."""
+    keys = np.asarray(keys)
+    return _arrays(collate(_solve(keys, settings, backend, device), settings, keys.shape[1]))
+
+
+def as_decoded(arrays: dict[str, np.ndarray], settings: Settings) -> Decoded:
+    return Decoded(**{name: arrays[name] for name in ARRAYS}, settings=settings)
+
+
+def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "scipy", device: str = "cpu") -> dict[str, np.ndarray]:
+    """Every setting of ``groups`` on a block; arrays named ``<group index>/<field>``.
+
+    The cosines of each image are computed once per centring and shared by the settings.
+    """
+    keys = np.asarray(keys)
+    out: dict[str, np.ndarray] = {}
+    if backend == "torch":
+        for g, s in enumerate(groups):
+            out.update({f"{g}/{k}": v for k, v in decode_block(keys, settings=s, backend=backend, device=device).items()})
+        return out
+    rows: list[list[ImageMasks]] = [[] for _ in groups]
+    for k in keys:
+        cos = {c: cosines(k, center=c) for c in {s.center for s in groups}}
+        for g, s in enumerate(groups):
+            rows[g].append(decode_image(k, s, cos=cos[s.center]))
+    for g, s in enumerate(groups):
+        out.update({f"{g}/{k}": v for k, v in _arrays(collate(rows[g], s, keys.shape[1])).items()})
+    return out
+
+
+def group_arrays(arrays: dict[str, np.ndarray], g: int) -> dict[str, np.ndarray]:
+    prefix = f"{g}/"
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}

@@ -1,0 +1,65 @@
+"""``probe decode STORE --shard i/n`` (or under torchrun): each process decodes its share.
+
+Shard i of n decodes a contiguous range of whole store chunks (``runner.shard_range``) and saves
+it as ``results/decoder-part-<i>-of-<n>``, with the settings, backend and the store's image
+list. The shard that finds all n parts present, written with the same settings on the same
+images, concatenates them (in image order, so the arrays equal a one-process decode bit for
+bit) and hands them back for the usual ``results/decoder`` and masks JSON; the others report
+which shards they are waiting for. A rerun of a shard simply replaces its part.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import xarray as xr
+
+from ..analyses.decoder import Decoded, Settings
+from ..analyses.decoder_blocks import as_decoded, decode_block
+from ..infra.runner import Where, map_images, shard_range
+from ..labels.masks import decoded_from_dataset, decoder_dataset
+from ..store import cache
+
+
+def part_name(i: int, n: int) -> str:
+    return f"decoder-part-{i}-of-{n}"
+
+
+def decode_shard(src, settings: Settings, shard: str | None, *, where: Where, backend: str, device: str, threads: int = 1,
+                 on_image=None) -> tuple[Decoded | None, list[int]]:
+    """(all parts as one ``Decoded``, []) once every shard is in, else (None, missing shards)."""
+    from ..store.extract import parse_shard  # here: extract brings torch, which decoding never needs
+
+    i, n = parse_shard(shard)
+    block = int(src.manifest.get("chunk") or 16)
+    a, b = shard_range(len(src.image_ids), block, (i, n))
+    identity = {"settings": settings.as_dict(), "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"),
+                "images": src.image_ids}
+    if b > a:
+        fn = partial(decode_block, settings=settings, backend=backend, device=device)
+        progress = (lambda k: [on_image() for _ in range(k)]) if on_image else None
+        arrays = map_images(fn, {"keys": src.keys}, where=where, image_range=(a, b), block=block, threads=threads, progress=progress)
+        part = decoder_dataset(as_decoded(arrays, settings), src.image_ids[a:b])
+    else:  # more shards than chunks: this one has nothing to do, and says so in an empty part
+        part = decoder_dataset(as_decoded(_empty(settings, src.keys.sizes["patch"]), settings), [])
+    cache.save_results(src.store, part_name(i, n), part, {**identity, "range": [a, b]})
+    parts, missing = [], []
+    for j in range(n):
+        saved = cache.load_results(src.store, part_name(j, n))
+        if saved is None or {k: saved.attrs.get(k) for k in identity} != identity:
+            missing.append(j)
+        else:
+            parts.append(saved)
+    if missing:
+        return None, missing
+    whole = xr.concat([p for p in parts if p.sizes["image"]], dim="image")
+    whole.attrs["settings"] = settings.as_dict()
+    return decoded_from_dataset(whole), []
+
+
+def _empty(settings: Settings, patches: int) -> dict[str, np.ndarray]:
+    from ..analyses.decoder import collate
+
+    empty = collate([], settings, patches)
+    return {name: getattr(empty, name) for name in empty.__dataclass_fields__ if name != "settings"}

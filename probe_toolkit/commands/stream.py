@@ -1,0 +1,150 @@
+"""``probe decode CKPT --images DIR``: decode a set too large to cache, keys never written.
+
+Keys at 480 px for MaskCut's ViT-B/8 are 3,600 × 768 values per image (7 TB in float16 for
+ImageNet). Streaming reads each chunk of images through ``probe extract``'s own readout
+(``store.extract``: the same loading, views, forward pass and the same cast to the store's
+dtype), decodes the keys in memory through the runner, and writes only the decoder's arrays.
+
+The output is a masks store (``<cache>/<stem>-<sha8>/<network>-masks-<size>.zarr``), written
+with the feature store's writer: chunks along ``image``, each chunk's ``done`` flags last, so a
+killed run resumes by chunk and shards (``--shard i/n`` or torchrun's RANK/WORLD_SIZE) fill
+disjoint ranges. Its manifest is the extraction manifest plus the decoder settings, which a
+rerun must match. When every image is done, the run that finishes it saves
+``results/decoder`` and ``results/decoder-masks.json`` in the masks store, as ``probe decode
+STORE`` saves them in a feature store: the same arrays, bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..analyses.decoder import Decoded, Settings, collate
+from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers
+from ..infra import provenance
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..infra.runner import check_workers, map_blocks, placed, process_pool
+from ..labels.masks import coco_results, decoder_dataset
+from ..store import cache, images
+from ..store import extract as readout
+from ..store.checkpoints import load_checkpoint
+
+DTYPE = "float64"  # every decoder array round-trips exactly (bools, ints and float64 values)
+
+
+@dataclass
+class StreamReport:
+    store: Path  # the masks store
+    n_images: int
+    written: int
+    done: int
+    seconds: float
+    masks_file: Path | None  # written once every image is done
+    decoded: Decoded | None
+
+
+def _plan(slots: int, patches: int) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+    per_mask = ("score", "lambda2", "lambda3", "gap", "ncut")
+    plan = {"masks": (("mask", "patch"), (slots, patches))}
+    plan.update({name: (("mask",), (slots,)) for name in per_mask})
+    plan.update({name: ((), ()) for name in ARRAYS if name not in plan})
+    return plan
+
+
+def masks_store_path(root: Path, checkpoint: Path, sha256: str, network: str, size: int) -> Path:
+    return cache.store_path(root, checkpoint, sha256, f"{network}-masks-{size}")
+
+
+def run_stream(
+    checkpoint_path: str | Path,
+    image_dir: str | Path,
+    settings: Settings,
+    *,
+    size: int = 480,
+    network: str = "teacher",
+    convert: bool = False,
+    heads: int | None = None,
+    dtype: str = "float16",
+    interpolation: str = "dino",
+    chunk: int = 16,
+    batch_size: int = 16,
+    store: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    shard: str | None = None,
+    workers: int | None = 1,
+    backend: str = "scipy",
+    device: str = "cpu",
+    settings_source: str = "",
+    on_start: Callable[[int], Callable[[int], None]] | None = None,
+    stop_after: int | None = None,
+) -> StreamReport:
+    """Stream ``image_dir`` through the checkpoint and the decoder; see the module docstring.
+
+    ``stop_after``: process at most this many chunks now (the rest resumes on the next run).
+    """
+    check_backend(backend, device)
+    workers = default_workers(workers, device)
+    check_workers(workers)  # before anything is created
+    extraction = readout.Settings(views=(size,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
+    checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+    refs = images.list_images(image_dir)
+    name = network + ("-converted" if convert else "")
+    path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, size)
+    meta = readout.build_manifest(checkpoint, extraction, refs, str(image_dir))
+    meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype)
+    patches = (size // checkpoint.arch.patch) ** 2
+    writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches))
+    for key in ("decoder", "backend", "keys_dtype"):
+        if writer.manifest.get(key) != meta[key]:
+            raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
+                             "pass the same decoder options, or another --store / --cache")
+    todo = writer.todo(readout.parse_shard(shard))
+    if stop_after is not None:
+        todo = todo[:stop_after]
+    tick = on_start(sum(b - a for a, b in todo)) if on_start else None
+    backbone = readout.Backbone.from_checkpoint(checkpoint, interpolation).to(readout.resolve_device("auto"))
+    fn = partial(decode_block, settings=settings, backend=backend, device=device)
+    t0 = time.perf_counter()
+    written = 0
+    with placed(workers, None) as where, process_pool(where.workers) as pool:
+        for start, stop in todo:
+            views, original, failed, _ = readout._load(refs[start:stop], (size,), "fail")
+            keys = readout._run(backbone, views[size], size, extraction, batch_size, readout.resolve_device("auto"))[f"keys_{size}"]
+            step = max(1, -(-len(keys) // (2 * where.workers)))
+            ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
+            arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick)
+            writer.write(start, {k: v.astype(DTYPE) for k, v in arrays.items()}, original, failed)
+            written += stop - start
+    seconds = time.perf_counter() - t0
+    done = writer.done()
+    report = StreamReport(store=path, n_images=len(refs), written=written, done=int(done.sum()), seconds=seconds, masks_file=None, decoded=None)
+    if done.all():
+        report.decoded, report.masks_file = finish(path, settings, settings_source)
+    return report
+
+
+def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np.ndarray, np.ndarray]:
+    """The masks store's arrays as ``Decoded`` (the dtypes ``collate`` gives), ids and sizes."""
+    ds = cache.open_store(path, done_only=False)
+    empty = collate([], settings, 1)
+    arrays = {name: ds[name].values.astype(getattr(empty, name).dtype) for name in ARRAYS}
+    return (as_decoded(arrays, settings), [str(v) for v in ds["image"].values],
+            ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64))
+
+
+def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decoded, Path]:
+    """Every image is done: save ``results/decoder`` and the masks JSON beside them."""
+    decoded, ids, heights, widths = load_decoded(path, settings)
+    meta = cache.manifest(path)
+    cache.save_results(path, "decoder", decoder_dataset(decoded, ids),
+                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": meta["views"][0],
+                        "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
+    masks_file = cache.results_path(path, "decoder-masks.json")
+    write_json(masks_file, coco_results(decoded, ids, heights, widths, None))
+    return decoded, masks_file

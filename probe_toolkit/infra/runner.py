@@ -1,0 +1,214 @@
+"""Run a per-image analysis on every local core, on a dask.distributed cluster, or as one shard.
+
+An analysis hands the runner a pure, picklable function ``fn(**blocks) -> dict[str, ndarray]``
+over an image block of its arrays (the same contract as ``chunked.map_images``), whose results
+have ``image`` as their first axis. The runner cuts the images into blocks and calls ``fn``
+
+- in this process (``workers=1``), or on ``workers`` local processes, each limited to one BLAS
+  thread (per-image problems are small, and a busy machine makes multi-threaded BLAS spin);
+  this process reads the blocks and ships the arrays, so the workers never open a store;
+- on a dask.distributed cluster (``client``), through ``chunked.map_images``: the same client
+  code, and the same checks, as ``probe entropy`` and ``probe neighbours``;
+
+and concatenates the results in image order. Every image is computed alone by the same code
+with one BLAS thread, so the results are bit-identical whatever the worker count or cluster.
+``shard_range`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
+or torchrun's RANK/WORLD_SIZE, parsed as ``probe extract`` parses them).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections import deque
+from contextlib import contextmanager
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from .errors import ProbeError
+
+BlockFn = Callable[..., dict[str, np.ndarray]]
+
+
+def local_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_workers(workers: int | None) -> int:
+    """``--workers``: None means every local core; 0 or less is refused."""
+    if workers is None:
+        return local_cores()
+    if workers < 1:
+        raise ProbeError(None, f"--workers {workers} must be at least 1", "drop --workers to use every core, or give e.g. --workers 2")
+    return int(workers)
+
+
+def shard_range(n_images: int, block: int, shard: tuple[int, int]) -> tuple[int, int]:
+    """Images [start, stop) of shard i of n: whole blocks, contiguous, disjoint, covering all."""
+    i, n = shard
+    blocks = -(-n_images // block)
+    return min(n_images, (i * blocks) // n * block), min(n_images, ((i + 1) * blocks) // n * block)
+
+
+def blocks(n_images: int, block: int) -> list[tuple[int, int]]:
+    return [(a, min(a + block, n_images)) for a in range(0, n_images, block)]
+
+
+def block_size(n_images: int, workers: int, largest: int = 16) -> int:
+    """Images per block: at most ``largest`` (a store chunk), small enough to keep every worker busy."""
+    return max(1, min(largest, -(-n_images // (4 * workers))))
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a per-image analysis runs: ``workers`` local processes, or a dask ``client``."""
+
+    workers: int = 1
+    client: Any = None
+
+
+@contextmanager
+def placed(workers: int | None = None, dask_address: str | None = None) -> Iterator[Where]:
+    """``--workers`` / ``--dask-address`` as a ``Where``; the cluster's client is closed after."""
+    if dask_address:
+        if workers is not None:
+            raise ProbeError(None, "--workers and --dask-address were both given", "drop --workers: the cluster's workers run the analysis")
+        from .chunked import connect
+
+        client = connect(dask_address)
+        try:
+            yield Where(client=client)
+        finally:
+            client.close()
+    else:
+        yield Where(workers=check_workers(workers))
+
+
+def _one_thread() -> None:
+    """Worker start: one BLAS thread (numpy/scipy's OpenBLAS, and torch's pool if it is loaded)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def _call(fn: BlockFn, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=threads):
+        return fn(**arrays)
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """``workers`` local processes with one BLAS thread each (None when ``workers`` ≤ 1).
+
+    fork starts a worker in milliseconds (spawn: a second or more of imports each); the workers
+    never touch the parent's zarr I/O thread (the parent reads). torch's thread pools do not
+    survive a fork, so once torch is loaded the workers are spawned.
+    """
+    if workers <= 1:
+        yield None
+        return
+    context = multiprocessing.get_context("spawn" if "torch" in sys.modules else "fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_one_thread) as pool:
+        yield pool
+
+
+def map_blocks(
+    fn: BlockFn,
+    read: Callable[[int, int], dict[str, np.ndarray]],
+    ranges: list[tuple[int, int]],
+    *,
+    workers: int = 1,
+    threads: int = 1,
+    pool: ProcessPoolExecutor | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """``fn(**read(a, b))`` for every range, here or on ``workers`` processes; results in order.
+
+    ``threads``: BLAS threads when this process computes (``workers=1``); workers use one.
+    ``pool``: an open ``process_pool`` to reuse across calls (streaming calls once per chunk).
+    ``read`` runs in this process (it may hold an open store); at most two blocks per worker are
+    in flight, so memory stays bounded by a few blocks however large the set.
+    """
+    if not ranges:
+        raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
+    parts: list[dict[str, np.ndarray]] = []
+    workers = min(workers, len(ranges))  # one block: no process is worth starting
+    if workers <= 1:
+        for a, b in ranges:
+            parts.append(_call(fn, read(a, b), threads))
+            if progress:
+                progress(b - a)
+    else:
+        with (process_pool(workers) if pool is None else _reuse(pool)) as running:
+            for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
+                parts.append(result)
+                if progress:
+                    progress(b - a)
+    return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+
+
+@contextmanager
+def _reuse(pool: ProcessPoolExecutor) -> Iterator[ProcessPoolExecutor]:
+    yield pool
+
+
+def _bounded(pool: ProcessPoolExecutor, fn: BlockFn, read, ranges, depth: int) -> Iterator[tuple[tuple[int, int], dict]]:
+    """Submit blocks ahead (``depth`` at most) and yield results in submission order."""
+    pending: deque[tuple[tuple[int, int], Future]] = deque()
+    todo = iter(ranges)
+    for rng in todo:
+        pending.append((rng, pool.submit(_call, fn, read(*rng))))
+        if len(pending) >= depth:
+            break
+    while pending:
+        rng, future = pending.popleft()
+        yield rng, future.result()
+        nxt = next(todo, None)
+        if nxt is not None:
+            pending.append((nxt, pool.submit(_call, fn, read(*nxt))))
+
+
+def map_images(
+    fn: BlockFn,
+    arrays: Mapping[str, Any],
+    *,
+    where: Where = Where(),
+    image_range: tuple[int, int] | None = None,
+    block: int = 16,
+    threads: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
+
+    ``image_range`` restricts the run to images [start, stop) (a shard). On a dask ``client``
+    the blocks are read by the cluster's workers (``chunked.map_images``); locally this process
+    reads each block and the workers compute.
+    """
+    first = next(iter(arrays.values()))
+    start, stop = image_range if image_range is not None else (0, first.sizes["image"])
+    if where.client is not None:
+        from .chunked import map_images as on_cluster
+
+        part = {name: a.isel(image=slice(start, stop)) for name, a in arrays.items()}
+        return on_cluster(fn, part, chunk=block, client=where.client, progress=progress)
+
+    def read(a: int, b: int) -> dict[str, np.ndarray]:
+        return {name: np.asarray(array.isel(image=slice(a, b)).values) for name, array in arrays.items()}
+
+    size = block_size(stop - start, where.workers, block)
+    ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
+    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress)

@@ -1,0 +1,156 @@
+"""The runner (infra/runner.py): ``probe decode`` and ``probe decode-sweep`` give bit-identical
+results in this process, on two local processes, and on a real local dask cluster; bad
+placements are one line and exit 2."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+from decoder_scenes import Scene, make_store, planted_keys
+from test_decode_cli import _main
+
+from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
+from probe_toolkit.commands.decode import decode_keys, open_keys
+from probe_toolkit.infra import runner
+from probe_toolkit.infra.runner import Where, map_images
+
+GRID = 20  # N = 400: the ARPACK path, not the small-graph dense one
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Seven images (chunks of 2, a ragged end) of noisy planted objects."""
+    rng = np.random.default_rng(0)
+    scenes, keys = [], []
+    for i in range(7):
+        r, c = rng.integers(2, 10, size=2)
+        objects = [(int(r), int(r) + 6, int(c), int(c) + 7)] + ([(14, 18, 12, 19)] if i % 2 else [])
+        scenes.append(Scene(f"img{i}.png", 80, 120, objects))
+        keys.append(planted_keys(GRID, objects, channels=32, noise=0.6, seed=i))
+    return make_store(tmp_path_factory.mktemp("runner") / "store.zarr", scenes, np.stack(keys))
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+        assert np.array_equal(a[name], b[name], equal_nan=a[name].dtype.kind == "f"), name
+
+
+def _arrays(decoded) -> dict:
+    return {name: getattr(decoded, name) for name in ARRAYS}
+
+
+def test_one_and_two_workers_equal_a_plain_loop(store):
+    settings = Settings.from_preset("maskcut", masks=2)
+    src = open_keys(store)
+    plain = [decode_image(k, settings) for k in src.keys.values]  # the serial loop, no runner
+    one = _arrays(decode_keys(src.keys, settings, where=Where(workers=1)))
+    two = _arrays(decode_keys(src.keys, settings, where=Where(workers=2)))
+    _same(one, two)
+    for i, result in enumerate(plain):
+        m = result.masks.shape[0]
+        assert one["n_masks"][i] == m and np.array_equal(one["masks"][i, :m], result.masks)
+        assert np.array_equal(one["lambda2"][i, :m], result.lambda2) and one["degenerate"][i] == result.degenerate
+    assert one["n_masks"].sum() >= 8  # the loop found second masks: the comparison is not of empty arrays
+
+
+def test_a_real_local_dask_cluster_gives_the_same_bits(store):
+    distributed = pytest.importorskip("distributed")
+    settings = Settings.from_preset("thesis")
+    src = open_keys(store)
+    here = _arrays(decode_keys(src.keys, settings, where=Where(workers=1)))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        there = _arrays(decode_keys(src.keys, settings, where=Where(client=client)))
+    _same(here, there)
+
+
+def test_shards_cover_every_image_once_in_whole_blocks():
+    for n_images, block, shards in ((7, 2, 3), (16, 16, 4), (100, 16, 7), (3, 4, 5)):
+        ranges = [runner.shard_range(n_images, block, (i, shards)) for i in range(shards)]
+        covered = np.concatenate([np.arange(a, b) for a, b in ranges])
+        assert np.array_equal(covered, np.arange(n_images))
+        assert all(a % block == 0 for a, b in ranges if b > a)
+
+
+def test_a_shard_computes_its_images_only(store):
+    settings = Settings.from_preset("tokencut")
+    src = open_keys(store)
+    full = map_images(partial(decode_block, settings=settings), {"keys": src.keys})
+    a, b = runner.shard_range(7, 2, (1, 3))
+    part = map_images(partial(decode_block, settings=settings), {"keys": src.keys}, image_range=(a, b), where=Where(workers=2))
+    _same(part, {k: v[a:b] for k, v in full.items()})
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--workers", "0"], "--workers 0"),
+    (["--workers", "-3"], "--workers -3"),
+    (["--backend", "jax"], "--backend 'jax'"),
+    (["--device", "cuda"], "--backend torch"),
+    (["--workers", "2", "--dask-address", "tcp://127.0.0.1:1"], "--dask-address"),
+])
+def test_bad_placements_are_one_line_and_exit_2(store, tmp_path, capsys, args, says):
+    code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), *args], capsys)
+    assert code == 2 and says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cuda_absent_is_one_line(store, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--backend", "torch", "--device", "cuda"], capsys)
+    assert code == 2 and "no CUDA device" in err and len(err.strip().splitlines()) == 1
+
+
+def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path, capsys):
+    from probe_toolkit.store import cache
+
+    masks = {}
+    for backend in ("scipy", "torch"):
+        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "tokencut", "--backend", backend,
+                           "--workers", "1", "--out", str(tmp_path / f"{backend}.json")], capsys)
+        assert code == 0, err
+        masks[backend] = cache.load_results(store, "decoder").load()
+    a, b = masks["scipy"], masks["torch"]
+    ok = ~a["degenerate"].values & ~b["degenerate"].values
+    assert ok.sum() >= 5
+    np.testing.assert_array_equal(a["masks"].values[ok], b["masks"].values[ok])
+    np.testing.assert_array_equal(a["n_masks"].values[ok], b["n_masks"].values[ok])
+
+
+def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path, capsys):
+    from probe_toolkit.store import cache
+
+    code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1"], capsys)
+    assert code == 0, err
+    whole = cache.load_results(store, "decoder").load()
+    masks = (store / "results" / "decoder-masks.json").read_text()
+    (store / "results" / "decoder-masks.json").unlink()
+    for i in (2, 0, 1):  # the last shard to finish assembles
+        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1",
+                           "--shard", f"{i}/3"], capsys)
+        assert code == 0, err
+        assert (store / "results" / "decoder-masks.json").exists() == (i == 1)
+    assert cache.load_results(store, "decoder-part-0-of-3").sizes["image"] == 2  # whole chunks of 2
+    again = cache.load_results(store, "decoder").load()
+    for name in whole.data_vars:
+        assert np.array_equal(whole[name].values, again[name].values, equal_nan=whole[name].dtype.kind == "f"), name
+    assert (store / "results" / "decoder-masks.json").read_text() == masks
+
+
+def test_bad_input_in_a_worker_comes_back_as_the_same_one_line_error():
+    import pickle
+
+    from probe_toolkit.infra.errors import ProbeError
+
+    error = pickle.loads(pickle.dumps(ProbeError("store.zarr", "keys hold NaN", "re-extract")))
+    assert error.line() == "store.zarr: keys hold NaN; re-extract"
+    bad = {"keys": np.full((4, GRID * GRID, 8), np.nan, dtype=np.float32)}
+    with pytest.raises(ProbeError, match="NaN"):
+        runner.map_blocks(partial(decode_block, settings=Settings()), lambda a, b: {k: v[a:b] for k, v in bad.items()},
+                          [(0, 2), (2, 4)], workers=2)

@@ -1,0 +1,78 @@
+"""Streaming (``probe decode CKPT --images DIR``, commands/stream.py): keys in memory only, the
+same masks as extract-then-decode bit for bit, resumable by chunk after an interruption, and
+shards that fill one masks store."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from probe_toolkit.analyses.decoder import Settings
+from probe_toolkit.analyses.decoder_blocks import ARRAYS
+from probe_toolkit.cli import main
+from probe_toolkit.commands.decode import run_decode
+from probe_toolkit.commands.stream import run_stream
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store import cache
+from probe_toolkit.store.extract import Settings as ExtractSettings
+from probe_toolkit.store.extract import extract
+
+SETTINGS = Settings.from_preset("maskcut", masks=2)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_checkpoints, image_dir):
+    """Extract-then-decode: the keys go through the store, then ``probe decode``'s pipeline."""
+    root = tmp_path_factory.mktemp("stream-ref")
+    store = extract(tiny_checkpoints["dino-full"], image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2),
+                    cache_dir=root, quiet=True, batch_size=2).store
+    report = run_decode(store, SETTINGS, cache_dir=root, workers=1)
+    return cache.load_results(store, "decoder"), json.loads(report.masks_file.read_text())
+
+
+def _same_as_reference(stream_store, reference):
+    saved, results = reference
+    streamed = cache.load_results(stream_store, "decoder")
+    assert list(streamed["image"].values) == list(saved["image"].values)
+    for name in ARRAYS:
+        a, b = saved[name].values, streamed[name].values
+        assert a.dtype == b.dtype, name
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    assert json.loads(cache.results_path(stream_store, "decoder-masks.json").read_text()) == results
+    assert saved["n_masks"].sum() >= 7
+
+
+def test_streaming_equals_extract_then_decode_and_resumes(tmp_path, tiny_checkpoints, image_dir, reference, capsys):
+    ckpt = tiny_checkpoints["dino-full"]
+    kwargs = dict(chunk=2, batch_size=2, cache_dir=tmp_path)  # the default masks store, which the CLI finds too
+    # shard 1 of 2 runs to its end, shard 0 is interrupted after one chunk: nothing is assembled yet
+    second = run_stream(ckpt, image_dir, SETTINGS, shard="1/2", workers=2, **kwargs)
+    assert second.written == 3 and second.masks_file is None
+    first = run_stream(ckpt, image_dir, SETTINGS, shard="0/2", stop_after=1, **kwargs)
+    assert first.written == 2 and first.done == 5 and first.masks_file is None
+    store = first.store
+    assert store.name == "teacher-masks-480.zarr" and not cache.results_path(store, "decoder").exists()
+    # the rerun (the CLI, every core) does only the missing chunk and assembles the results
+    old = sys.argv
+    sys.argv = ["probe", "decode", str(ckpt), "--images", str(image_dir), "--preset", "maskcut", "--masks", "2", "--chunk", "2",
+                "--batch-size", "2", "--shard", "0/2", "--cache", str(tmp_path), "-q", "--json", str(tmp_path / "s.json")]
+    try:
+        main()
+    finally:
+        sys.argv = old
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["written"] == 2 and summary["done"] == 7 and summary["masks_file"]
+    _same_as_reference(store, reference)
+
+
+def test_streaming_in_one_run_and_other_settings_are_refused(tmp_path, tiny_checkpoints, image_dir, reference):
+    ckpt = tiny_checkpoints["dino-full"]
+    store = tmp_path / "masks.zarr"
+    report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=store, workers=1)
+    assert report.done == 7 and report.masks_file is not None
+    _same_as_reference(store, reference)
+    with pytest.raises(ProbeError, match="another decoder"):
+        run_stream(ckpt, image_dir, SETTINGS.with_(tau=0.3), chunk=2, batch_size=2, store=store)
