@@ -49,12 +49,15 @@ class StreamReport:
     decoded: Decoded | None
 
 
+VIEW = "decoded"  # the masks store's one "view": its arrays are ``<name>_decoded``, with their own flags
+
+
 def _plan(slots: int, patches: int) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
     per_mask = ("score", "lambda2", "lambda3", "gap", "ncut")
     plan = {"masks": (("mask", "patch"), (slots, patches))}
     plan.update({name: (("mask",), (slots,)) for name in per_mask})
     plan.update({name: ((), ()) for name in ARRAYS if name not in plan})
-    return plan
+    return {f"{name}_{VIEW}": spec for name, spec in plan.items()}
 
 
 def masks_store_path(root: Path, checkpoint: Path, sha256: str, network: str, size: int) -> Path:
@@ -91,13 +94,15 @@ def run_stream(
     check_backend(backend, device)
     workers = default_workers(workers, device)
     check_workers(workers)  # before anything is created
-    extraction = readout.Settings(views=(size,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
+    view = str(size)
+    extraction = readout.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
     name = network + ("-converted" if convert else "")
     path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, size)
     meta = readout.build_manifest(checkpoint, extraction, refs, str(image_dir))
-    meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype)
+    meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype,
+                views=[VIEW], keys_view=view, per_view={})
     patches = (size // checkpoint.arch.patch) ** 2
     writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches))
     for key in ("decoder", "backend", "keys_dtype"):
@@ -107,19 +112,20 @@ def run_stream(
     todo = writer.todo(readout.parse_shard(shard))
     if stop_after is not None:
         todo = todo[:stop_after]
-    tick = on_start(sum(b - a for a, b in todo)) if on_start else None
+    tick = on_start(sum(b - a for a, b, _ in todo)) if on_start else None
     backbone = readout.Backbone.from_checkpoint(checkpoint, interpolation).to(readout.resolve_device("auto"))
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
     t0 = time.perf_counter()
     written = 0
     with placed(workers, None) as where, process_pool(where.workers) as pool:
-        for start, stop in todo:
-            views, original, failed, _ = readout._load(refs[start:stop], (size,), "fail")
-            keys = readout._run(backbone, views[size], size, extraction, batch_size, readout.resolve_device("auto"))[f"keys_{size}"]
+        for start, stop, _ in todo:
+            loaded = readout._load(refs[start:stop], [view], extraction, checkpoint.arch.patch, None, "fail")
+            pixels = loaded.fixed[view][1]
+            keys = readout._run(backbone, pixels, view, extraction, batch_size, readout.resolve_device("auto"), lambda n: None)[f"keys_{view}"]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
             arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick)
-            writer.write(start, {k: v.astype(DTYPE) for k, v in arrays.items()}, original, failed)
+            writer.write(start, {f"{k}_{VIEW}": v.astype(DTYPE) for k, v in arrays.items()}, loaded.original, loaded.failed[view])
             written += stop - start
     seconds = time.perf_counter() - t0
     done = writer.done()
@@ -133,7 +139,7 @@ def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np
     """The masks store's arrays as ``Decoded`` (the dtypes ``collate`` gives), ids and sizes."""
     ds = cache.open_store(path, done_only=False)
     empty = collate([], settings, 1)
-    arrays = {name: ds[name].values.astype(getattr(empty, name).dtype) for name in ARRAYS}
+    arrays = {name: ds[f"{name}_{VIEW}"].values.astype(getattr(empty, name).dtype) for name in ARRAYS}
     return (as_decoded(arrays, settings), [str(v) for v in ds["image"].values],
             ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64))
 
@@ -143,7 +149,7 @@ def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decode
     decoded, ids, heights, widths = load_decoded(path, settings)
     meta = cache.manifest(path)
     cache.save_results(path, "decoder", decoder_dataset(decoded, ids),
-                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": meta["views"][0],
+                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(meta["keys_view"]),
                         "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
     masks_file = cache.results_path(path, "decoder-masks.json")
     write_json(masks_file, coco_results(decoded, ids, heights, widths, None))
