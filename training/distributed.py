@@ -56,7 +56,7 @@ def stop_with_launcher(rank: int, interval: float = 0.5) -> threading.Thread:
     def watch() -> None:
         while True:
             time.sleep(interval)
-            if os.getppid() != parent or os.getppid() == 1:  # re-parented: the launcher is gone
+            if os.getppid() != parent:  # re-parented (to init or a subreaper): the launcher is gone
                 print(f"training rank {rank}: its launcher (pid {parent}) is gone; stopping", file=sys.stderr, flush=True)
                 os._exit(143)
 
