@@ -293,16 +293,24 @@ def decode_sweep(
 @panel_app.command("add")
 def panel_add(
     name: Annotated[str, typer.Argument(help="Panel name (letters, digits, - and _).")],
-    annotations: Annotated[Path, typer.Option("--annotations", help="COCO annotation file (not opened now).")],
-    images: Annotated[Path, typer.Option("--images", help="The panel's image folder.")],
     role: Annotated[str, typer.Option("--role", help="train, val or test (test panels are sealed).")],
+    annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
+    images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder.")] = None,
+    classes_from_folders: Annotated[Optional[Path], typer.Option("--classes-from-folders", help="A folder with one sub-folder of images per class (ImageNet's layout): a classification panel.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
     cache: CacheOpt = None,
 ) -> None:
     """Register a panel in <cache>/panels.toml."""
     from .labels.panels import add_panel
 
-    p = add_panel(name, annotations, images, role, cache=cache, replace=replace)
+    if classes_from_folders is not None:
+        if annotations is not None or images is not None:
+            raise ProbeError("--classes-from-folders", "cannot be combined with --annotations or --images", "give either the class folder or a COCO file and its images")
+        p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
+    elif annotations is None or images is None:
+        raise ProbeError("probe panel add", "needs --annotations FILE and --images DIR (COCO), or --classes-from-folders DIR", "e.g. probe panel add val1k --annotations a.json --images val2017/ --role val")
+    else:
+        p = add_panel(name, annotations, images, role, cache=cache, replace=replace)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 
 
@@ -397,6 +405,48 @@ def linear_probe(
     console.print(table)
     console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
+
+
+# --- frozen-feature protocols of DINO and SelfPatch (commands/knn.py, attention_masks.py, propagate.py) ---
+
+
+@app.command("knn")
+def knn_command(
+    store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images.")],
+    train: Annotated[str, typer.Option("--train", help="Panel whose images vote (class folders, or COCO: largest category).")],
+    val: Annotated[str, typer.Option("--val", help="Panel whose images are classified and scored.")],
+    k: Annotated[str, typer.Option("--k", help="Neighbour counts, all in one pass (DINO's eval_knn.py: 10,20,100,200).")] = "10,20,100,200",
+    temperature: Annotated[float, typer.Option("--temperature", help="Vote weight exp(cos / T) (DINO: 0.07).")] = 0.07,
+    feature: Annotated[str, typer.Option("--feature", help="auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).")] = "auto",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the accuracies and settings as JSON.")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k."""
+    from rich.table import Table
+
+    from .commands.knn import run_knn
+    from .infra.progress import bar
+
+    try:
+        ks = [int(v) for v in k.split(",") if v.strip()]
+    except ValueError:
+        raise ProbeError("--k", f"{k!r} is not a list of integers", "use --k 10,20,100,200") from None
+    with bar("images", quiet) as progress:
+        task = progress.add_task("k-NN", total=None)
+        report = run_knn(store, train, val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
+                         json_path=json_path, progress=lambda n: progress.advance(task, n))
+    table = Table(title=f"k-NN: {train} → {val} ({report.counts['train']} → {report.counts['val']} images, {report.counts['classes']} classes)")
+    for column in ("k", "top-1", "top-5"):
+        table.add_column(column, justify="right")
+    for kk, t1, t5 in zip(report.result.ks, report.result.top1, report.result.top5):
+        table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
+    console.print(table)
+    console.print(f"feature: {report.feature}; T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+                  f"saved as results/knn", highlight=False, soft_wrap=True)
+    if report.counts["classes"] <= 5:
+        console.print("top-5 is undefined with 5 classes or fewer (shown as –)", highlight=False)
 
 
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---
