@@ -449,6 +449,41 @@ def knn_command(
         console.print("top-5 is undefined with 5 classes or fewer (shown as –)", highlight=False)
 
 
+@app.command("attention-masks")
+def attention_masks_command(
+    store: Annotated[Path, typer.Argument(help="A store with attention_224 (or tokens_224 for SelfPatch's aggregation head).")],
+    panel: Annotated[Optional[str], typer.Option("--panel", help="Score the masks by Jaccard against this panel's objects (read through the ledger).")] = None,
+    mass: Annotated[float, typer.Option("--mass", help="Share of the row's attention each head's mask holds (DINO: 0.6).")] = 0.6,
+    row: Annotated[str, typer.Option("--row", help="auto, cls (class token), aggregation (SelfPatch's ca_head) or mean (of the patch rows).")] = "auto",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the Jaccards and settings as JSON.")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")] = None,
+    partial: Annotated[bool, typer.Option("--partial", help="Use a store still being extracted (its finished images).")] = False,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """DINO's attention masks (facebookresearch/dino visualize_attention.py): per head, 60 % of the mass; Jaccard per head and best head."""
+    from rich.table import Table
+
+    from .commands.attention_masks import run_attention_masks
+    from .infra.progress import bar
+
+    with bar("images", quiet) as progress:
+        task = progress.add_task("masks", total=None)
+        report = run_attention_masks(store, panel=panel, mass=mass, row=row, unseal=unseal, cache_dir=cache, json_path=json_path,
+                                     partial=partial, on_block=lambda n: progress.advance(task, n))
+    console.print(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of {report.summary()['row_text']}; "
+                  f"saved as results/attention_masks", highlight=False, soft_wrap=True)
+    if report.jaccard_mean is not None:
+        table = Table(title=f"Jaccard on {panel} (ledger entry {report.ledger[:12]}; {report.scored} images, {report.counts['objects']} objects)")
+        table.add_column("")
+        for h in range(len(report.jaccard_mean)):
+            table.add_column(f"head {h}", justify="right")
+        table.add_column("best head", justify="right")
+        table.add_column("per object (dino #54)", justify="right")
+        table.add_row("Jaccard (%)", *[f"{100 * v:.1f}" for v in report.jaccard_mean], f"{100 * report.best_mean:.1f}", f"{100 * report.per_object_mean:.1f}")
+        console.print(table)
+
+
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---
 
 StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]

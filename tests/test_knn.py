@@ -109,8 +109,6 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     assert summary["top5"] == [None, None, None]
     # the same vote recomputed here from the stored class tokens and the checkpoint's final norm
     ds = cache.open_store(store)
-    import torch
-
     from probe_toolkit.store.checkpoints import load_checkpoint
 
     ck = load_checkpoint(root / "dino.pth")
@@ -131,7 +129,6 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     assert list(saved.k.values) == [1, 3, 12] and saved.attrs["feature"] == "cls-normed"
     purposes = [e.fields["purpose"] for e in ledger.entries(tmp_path / "cache")]
     assert purposes == ["knn: neighbours' classes", "knn: score"]
-    del torch
 
 
 def _main(args, capsys):
