@@ -484,6 +484,46 @@ def attention_masks_command(
         console.print(table)
 
 
+@app.command("propagate")
+def propagate_command(
+    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (any layout probe extract reads).")],
+    davis_dir: Annotated[Path, typer.Option("--davis", help="DAVIS-2017 folder: JPEGImages/480p, Annotations/480p, ImageSets/2017.")],
+    out: Annotated[Path, typer.Option("--out", help="Where the indexed PNGs (one folder per sequence) and the J&F tables go.")],
+    n_last_frames: Annotated[int, typer.Option("--n-last-frames", help="Previous frames in the context besides the first (DINO: 7).")] = 7,
+    size_mask_neighborhood: Annotated[int, typer.Option("--size-mask-neighborhood", help="Window radius in patches (DINO: 12; 0: no window).")] = 12,
+    topk: Annotated[int, typer.Option("--topk", help="Sources per target patch, chosen over all context frames (DINO: 5).")] = 5,
+    subset: Annotated[str, typer.Option("--set", help="ImageSets/2017/<set>.txt lists the sequences.")] = "val",
+    sequence: Annotated[Optional[list[str]], typer.Option("--sequence", help="Only this sequence (repeatable).")] = None,
+    network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
+    no_score: Annotated[bool, typer.Option("--no-score", help="Write the predictions only; read no annotation but the first frames'.")] = False,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Save results/davis here (default: the checkpoint's store, when it exists).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the J&F tables and settings as JSON.")] = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """DAVIS-2017 label propagation (facebookresearch/dino eval_video_segmentation.py), scored as davis2017-evaluation does."""
+    from rich.table import Table
+
+    from .commands.propagate import Settings, run_propagate
+    from .infra.progress import bar
+
+    with bar("frames", quiet) as progress:
+        task = progress.add_task("propagate", total=None)
+        report = run_propagate(checkpoint, davis_dir, out, settings=Settings(n_last_frames, size_mask_neighborhood, topk, subset), network=network,
+                               sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache, json_path=json_path,
+                               on_frame=lambda n: progress.advance(task, n))
+    console.print(f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}", highlight=False)
+    if report.global_scores is not None:
+        table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
+        for column in ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay"):
+            table.add_column(column, justify="right")
+        table.add_row(*[f"{report.global_scores[c]:.3f}" for c in ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")])
+        console.print(table)
+        console.print(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv"
+                      + (f"; saved as {report.saved}" if report.saved else ""), highlight=False, soft_wrap=True)
+
+
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---
 
 StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
