@@ -48,7 +48,7 @@ def frame_tensor(rgb: np.ndarray, short: int = SHORT_SIDE) -> torch.Tensor:
     """
     height, width = rgb.shape[:2]
     w, h = frame_size(width, height, short)
-    x = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float().unsqueeze(0)
+    x = torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1).float().unsqueeze(0)
     x = F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False, antialias=False)[0] / 255.0
     mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
     return (x - mean) / std
@@ -100,7 +100,7 @@ def to_labels(soft: torch.Tensor, patch: int, size: tuple[int, int]) -> np.ndarr
     lo = up.amin((1, 2), keepdim=True)
     hi = (up - lo).amax((1, 2), keepdim=True)
     normed = torch.where(up.amax((1, 2), keepdim=True) > 0, (up - lo) / torch.where(hi > 0, hi, torch.ones_like(hi)), up)
-    labels = normed.argmax(0).numpy().astype(np.uint8)
+    labels = torch.max(normed, dim=0).indices.numpy().astype(np.uint8)  # the script's torch.max
     return np.asarray(Image.fromarray(labels).resize(size, Image.Resampling.NEAREST))
 
 
