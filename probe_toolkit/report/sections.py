@@ -19,7 +19,7 @@ from ..analyses import selection
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
-from . import figures, followed, references
+from . import figures, followed, protocols, references
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
 from .sources import (
@@ -547,7 +547,7 @@ def reference_values(ctx: Context) -> Section:
 
 
 BUILDERS: tuple[Callable[[Context], Section], ...] = (
-    manifests, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, training, reference_values,
+    manifests, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, *protocols.SECTIONS, training, reference_values,
 )
 
 
