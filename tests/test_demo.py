@@ -25,4 +25,5 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     assert ledger.verify(root) == []
     entries = ledger.entries(root)
     assert entries and {e.fields["role"] for e in entries} <= {"train", "val"}
-    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val"}
+    davis = str((out / "work" / "davis").resolve())
+    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", f"davis:{davis}"}
