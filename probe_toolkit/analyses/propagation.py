@@ -83,15 +83,18 @@ class Propagated:
 
 def propagate_frame(target: torch.Tensor, context: torch.Tensor, segs: torch.Tensor, near: torch.Tensor | None, topk: int,
                     temperature: float = TEMPERATURE) -> torch.Tensor:
-    """One target frame. ``target`` (N, D) and ``context`` (M, N, D) normalised; ``segs`` (M, C, N) → (C, N)."""
-    aff = torch.exp(torch.einsum("mnd,td->mnt", context, target) / temperature)  # (M, source, target)
+    """One target frame. ``target`` (N, D) and ``context`` (M, N, D) normalised; ``segs`` (M, C, N) → (C, N).
+
+    Laid out target-major (target, context · source) so that the cut-off runs along contiguous memory.
+    """
+    m, n, _ = context.shape
+    aff = torch.exp(target @ context.reshape(m * n, -1).T / temperature)  # (target, M·source)
     if near is not None:
-        aff = aff * near.unsqueeze(0)
-    aff = aff.reshape(-1, target.shape[0])  # (M·source, target)
-    cut = aff.topk(topk, dim=0).values.min(0).values
+        aff = (aff.view(-1, m, n) * near.unsqueeze(1)).view(-1, m * n)
+    cut = aff.topk(topk, dim=1).values[:, -1:]
     aff = torch.where(aff < cut, torch.zeros((), dtype=aff.dtype), aff)
-    aff = aff / aff.sum(0, keepdim=True)
-    return segs.permute(1, 0, 2).reshape(segs.shape[1], -1) @ aff
+    aff = aff / aff.sum(1, keepdim=True)
+    return (aff @ segs.permute(0, 2, 1).reshape(m * n, -1)).T
 
 
 def to_labels(soft: torch.Tensor, patch: int, size: tuple[int, int]) -> np.ndarray:
