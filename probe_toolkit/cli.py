@@ -437,14 +437,14 @@ def knn_command(
         task = progress.add_task("k-NN", total=None)
         report = run_knn(store, train, val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
                          json_path=json_path, progress=lambda n: progress.advance(task, n))
-    table = Table(title=f"k-NN: {train} → {val} ({report.counts['train']} → {report.counts['val']} images, {report.counts['classes']} classes)")
+    table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")
     for kk, t1, t5 in zip(report.result.ks, report.result.top1, report.result.top5):
         table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
     console.print(table)
-    console.print(f"feature: {report.feature}; T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
-                  f"saved as results/knn", highlight=False, soft_wrap=True)
+    console.print(f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
+                  f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn", highlight=False, soft_wrap=True)
     if report.counts["classes"] <= 5:
         console.print("top-5 is undefined with 5 classes or fewer (shown as –)", highlight=False)
 
