@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
+from cli_runs import probe_main
 from pycocotools import mask as mask_utils
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses import attention_masks as am
-from probe_toolkit.cli import app, main
+from probe_toolkit.cli import app
 from probe_toolkit.labels import ledger
 from probe_toolkit.store import cache, images
 from probe_toolkit.store.checkpoints import load_checkpoint
@@ -162,25 +162,15 @@ def test_command_scores_the_class_token_masks(tiny_stores, scene_panel, tmp_path
     assert [e.fields["purpose"] for e in ledger.entries(c)][-1] == "attention-masks: score"
 
 
-def _main(args, capsys):
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
-
-
 def test_selfpatch_uses_its_aggregation_head_and_refuses_cls(tiny_stores, capsys, tmp_path):
     out = tmp_path / "s.json"
-    code, err = _main(["attention-masks", str(tiny_stores["selfpatch"]), "--json", str(out), "-q"], capsys)
+    code, printed = probe_main(["attention-masks", str(tiny_stores["selfpatch"]), "--json", str(out), "-q"], capsys)
+    err = printed.err
     assert code == 0, err
     assert json.loads(out.read_text())["row"] == "aggregation"
-    code, err = _main(["attention-masks", str(tiny_stores["selfpatch"]), "--row", "cls", "-q"], capsys)
+    code, printed = probe_main(["attention-masks", str(tiny_stores["selfpatch"]), "--row", "cls", "-q"], capsys)
+    err = printed.err
     assert code == 2 and "no class token" in err and len(err.strip().splitlines()) == 1
-    code, err = _main(["attention-masks", str(tiny_stores["selfpatch"]), "--mass", "1.5", "-q"], capsys)
+    code, printed = probe_main(["attention-masks", str(tiny_stores["selfpatch"]), "--mass", "1.5", "-q"], capsys)
+    err = printed.err
     assert code == 2 and "--mass" in err

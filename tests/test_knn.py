@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
+from cli_runs import probe_main
 from PIL import Image
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses import knn
-from probe_toolkit.cli import app, main
+from probe_toolkit.cli import app
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.store import cache
@@ -131,25 +131,13 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     assert purposes == ["knn: neighbours' classes", "knn: score"]
 
 
-def _main(args, capsys):
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
-
-
 def test_bad_classification_panels_are_one_line(tmp_path, capsys):
     one = tmp_path / "one"
     _image(one / "cat" / "a.png", (10, 10, 10), 0)
     flat = tmp_path / "flat"
     _image(flat / "a.png", (10, 10, 10), 0)
     for folder, needle in ((one, "1 class folder"), (flat, "outside any class folder")):
-        code, err = _main(["panel", "add", "p", "--classes-from-folders", str(folder), "--role", "train", "--cache", str(tmp_path / "c")], capsys)
+        code, printed = probe_main(["panel", "add", "p", "--classes-from-folders", str(folder), "--role", "train", "--cache", str(tmp_path / "c")], capsys)
+        err = printed.err
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "c" / "panels.toml").exists()

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 
 import numpy as np
 import pytest
+from cli_runs import probe_main
 import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from probe_toolkit.cli import main
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.labels import davis, ledger
@@ -166,23 +165,10 @@ def video(tmp_path_factory):
     return root, checkpoint
 
 
-def _main(args, capsys):
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr()
-
-
 def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):
     root, checkpoint = video
     out, c = root / "out", root / "cache"
-    code, printed = _main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c),
+    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c),
                            "--n-last-frames", "2", "--json", str(root / "p.json"), "-q"], capsys)
     assert code == 0, printed.err
     model = Backbone.from_checkpoint(load_checkpoint(checkpoint))
@@ -227,8 +213,8 @@ def test_bad_davis_folders_are_one_line(video, capsys, tmp_path):
         (broken(lambda d: (d / "ImageSets" / "2017" / "val.txt").unlink()), "is missing"),
     ]
     for folder, needle in cases:
-        code, printed = _main(["propagate", str(checkpoint), "--davis", str(folder), "--out", str(folder / "out"), "--cache", str(tmp_path / "c"), "-q"], capsys)
+        code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(folder), "--out", str(folder / "out"), "--cache", str(tmp_path / "c"), "-q"], capsys)
         assert code == 2 and needle in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
         assert not (folder / "out" / "shapes").exists()
-    code, printed = _main(["propagate", str(checkpoint), "--davis", str(cases[0][0]), "--out", str(tmp_path / "o"), "--topk", "0", "-q"], capsys)
+    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(cases[0][0]), "--out", str(tmp_path / "o"), "--topk", "0", "-q"], capsys)
     assert code == 2 and "--topk" in printed.err

@@ -104,10 +104,11 @@ def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.dev
 
 
 def _write_sequence(out: Path, name: str, files: dict[str, bytes]) -> None:
-    """All of a sequence's PNGs appear at once: written into a hidden folder, then renamed."""
+    """All of a sequence's PNGs appear at once: written into a hidden folder, then renamed.
+    Hidden folders a killed run left for this sequence are removed first."""
+    for stale in [*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = out / f".{name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     for file, data in files.items():
         (tmp / file).write_bytes(data)

@@ -38,8 +38,13 @@ def _pct(x: Any, digits: int = 1) -> str:
     return "–" if not np.isfinite(v) else f"{100 * v:.{digits}f}"
 
 
-def _found(ctx, name: str) -> dict:
-    return {s.label: s.result(name) for s in ctx.stores if s.result(name) is not None}
+def _begin(ctx, key: str, title: str, result: str, what: str) -> tuple[Section, dict]:
+    """The section and each store's saved ``result``; a line saying how to make it when none has it."""
+    section = Section(key, title)
+    found = {s.label: s.result(result) for s in ctx.stores if s.result(result) is not None}
+    if not found:
+        section.missing(f"No {what} yet: {HOW[result]}.")
+    return section, found
 
 
 def _lacking(section: Section, ctx, found: dict, what: str, how: str) -> None:
@@ -49,10 +54,8 @@ def _lacking(section: Section, ctx, found: dict, what: str, how: str) -> None:
 
 
 def knn(ctx) -> Section:
-    section = Section("knn", "k-NN classification on frozen features (DINO's eval_knn.py)")
-    found = _found(ctx, "knn")
+    section, found = _begin(ctx, "knn", "k-NN classification on frozen features (DINO's eval_knn.py)", "knn", "k-NN results")
     if not found:
-        section.missing(f"No k-NN results yet: {HOW['knn']}.")
         return section
     for label, ds in found.items():
         rows = [[str(int(k)), _pct(ds.top1.values[i], 2), _pct(ds.top5.values[i], 2)] for i, k in enumerate(ds.k.values)]
@@ -98,10 +101,9 @@ def head_masks(rgb: np.ndarray, masks: np.ndarray, grid: tuple[int, int], title:
 
 
 def attention_masks(ctx) -> Section:
-    section = Section("attention-masks", "Attention masks: 60 % of the attention per head (DINO's visualize_attention.py)")
-    found = _found(ctx, "attention_masks")
+    section, found = _begin(ctx, "attention-masks", "Attention masks: 60 % of the attention per head (DINO's visualize_attention.py)",
+                            "attention_masks", "attention masks")
     if not found:
-        section.missing(f"No attention masks yet: {HOW['attention_masks']}.")
         return section
     for label, ds in found.items():
         mass = float(ds.attrs.get("mass", 0.6))
@@ -129,10 +131,8 @@ def attention_masks(ctx) -> Section:
 
 
 def propagation(ctx) -> Section:
-    section = Section("davis", "DAVIS-2017 label propagation (DINO's eval_video_segmentation.py)")
-    found = _found(ctx, "davis")
+    section, found = _begin(ctx, "davis", "DAVIS-2017 label propagation (DINO's eval_video_segmentation.py)", "davis", "label propagation")
     if not found:
-        section.missing(f"No label propagation yet: {HOW['davis']}.")
         return section
     columns = (("jf_mean", "J&F-Mean"), ("j", "J-Mean"), ("f", "F-Mean"))
     rows = [[label, *[f"{float(ds[key].values):.3f}" for key, _ in columns], str(len(ds.attrs.get("sequences", []))), str(ds.attrs.get("frames", "?"))]
