@@ -410,12 +410,19 @@ def panel_add(
     no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
     coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
     masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
+    classes_from_folders: Annotated[Optional[Path], typer.Option("--classes-from-folders", help="A folder with one sub-folder of images per class (ImageNet's layout): a classification panel.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
     cache: CacheOpt = None,
 ) -> None:
     """Register a panel in <cache>/panels.toml: a COCO file, a VOC folder, COCO20k or a saliency mask folder."""
     from .labels.panels import add_panel
 
+    if classes_from_folders is not None:
+        if any(v is not None for v in (annotations, images, voc, masks)) or coco20k:
+            raise ProbeError("--classes-from-folders", "cannot be combined with --annotations, --images, --voc, --masks or --coco20k", "give either the class folder or another kind of panel")
+        p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
+        console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
+        return
     given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None)) if value is not None]
     if len(given) > 1:
         raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k")
@@ -524,6 +531,123 @@ def linear_probe(
     console.print(table)
     console.print(f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}", highlight=False)
+
+
+# --- frozen-feature protocols of DINO and SelfPatch (commands/knn.py, attention_masks.py, propagate.py) ---
+
+
+@app.command("knn")
+def knn_command(
+    store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images.")],
+    train: Annotated[str, typer.Option("--train", help="Panel whose images vote (class folders, or COCO: largest category).")],
+    val: Annotated[str, typer.Option("--val", help="Panel whose images are classified and scored.")],
+    k: Annotated[str, typer.Option("--k", help="Neighbour counts, all in one pass (DINO's eval_knn.py: 10,20,100,200).")] = "10,20,100,200",
+    temperature: Annotated[float, typer.Option("--temperature", help="Vote weight exp(cos / T) (DINO: 0.07).")] = 0.07,
+    feature: Annotated[str, typer.Option("--feature", help="auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).")] = "auto",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the accuracies and settings as JSON.")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k."""
+    from rich.table import Table
+
+    from .commands.knn import run_knn
+    from .infra.progress import bar
+
+    try:
+        ks = [int(v) for v in k.split(",") if v.strip()]
+    except ValueError:
+        raise ProbeError("--k", f"{k!r} is not a list of integers", "use --k 10,20,100,200") from None
+    with bar("images", quiet) as progress:
+        task = progress.add_task("k-NN", total=None)
+        report = run_knn(store, train, val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
+                         json_path=json_path, progress=lambda n: progress.advance(task, n))
+    table = Table(title=f"k-NN: {train} → {val}")
+    for column in ("k", "top-1", "top-5"):
+        table.add_column(column, justify="right")
+    for kk, t1, t5 in zip(report.result.ks, report.result.top1, report.result.top5):
+        table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
+    console.print(table)
+    console.print(f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
+                  f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn", highlight=False, soft_wrap=True)
+    if report.counts["classes"] <= 5:
+        console.print("top-5 is undefined with 5 classes or fewer (shown as –)", highlight=False)
+
+
+@app.command("attention-masks")
+def attention_masks_command(
+    store: Annotated[Path, typer.Argument(help="A store with attention_224 (or tokens_224 for SelfPatch's aggregation head).")],
+    panel: Annotated[Optional[str], typer.Option("--panel", help="Score the masks by Jaccard against this panel's objects (read through the ledger).")] = None,
+    mass: Annotated[float, typer.Option("--mass", help="Share of the row's attention each head's mask holds (DINO: 0.6).")] = 0.6,
+    row: Annotated[str, typer.Option("--row", help="auto, cls (class token), aggregation (SelfPatch's ca_head) or mean (of the patch rows).")] = "auto",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the Jaccards and settings as JSON.")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")] = None,
+    partial: Annotated[bool, typer.Option("--partial", help="Use a store still being extracted (its finished images).")] = False,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """DINO's attention masks (facebookresearch/dino visualize_attention.py): per head, 60 % of the mass; Jaccard per head and best head."""
+    from rich.table import Table
+
+    from .commands.attention_masks import run_attention_masks
+    from .infra.progress import bar
+
+    with bar("images", quiet) as progress:
+        task = progress.add_task("masks", total=None)
+        report = run_attention_masks(store, panel=panel, mass=mass, row=row, unseal=unseal, cache_dir=cache, json_path=json_path,
+                                     partial=partial, on_block=lambda n: progress.advance(task, n))
+    console.print(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of {report.summary()['row_text']}; "
+                  f"saved as results/attention_masks", highlight=False, soft_wrap=True)
+    if report.jaccard_mean is not None:
+        table = Table(title=f"Jaccard on {panel} (ledger entry {report.ledger[:12]}; {report.scored} images, {report.counts['objects']} objects)")
+        table.add_column("")
+        for h in range(len(report.jaccard_mean)):
+            table.add_column(f"head {h}", justify="right")
+        table.add_column("best head", justify="right")
+        table.add_column("per object (dino #54)", justify="right")
+        table.add_row("Jaccard (%)", *[f"{100 * v:.1f}" for v in report.jaccard_mean], f"{100 * report.best_mean:.1f}", f"{100 * report.per_object_mean:.1f}")
+        console.print(table)
+
+
+@app.command("propagate")
+def propagate_command(
+    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (any layout probe extract reads).")],
+    davis_dir: Annotated[Path, typer.Option("--davis", help="DAVIS-2017 folder: JPEGImages/480p, Annotations/480p, ImageSets/2017.")],
+    out: Annotated[Path, typer.Option("--out", help="Where the indexed PNGs (one folder per sequence) and the J&F tables go.")],
+    n_last_frames: Annotated[int, typer.Option("--n-last-frames", help="Previous frames in the context besides the first (DINO: 7).")] = 7,
+    size_mask_neighborhood: Annotated[int, typer.Option("--size-mask-neighborhood", help="Window radius in patches (DINO: 12; 0: no window).")] = 12,
+    topk: Annotated[int, typer.Option("--topk", help="Sources per target patch, chosen over all context frames (DINO: 5).")] = 5,
+    subset: Annotated[str, typer.Option("--set", help="ImageSets/2017/<set>.txt lists the sequences.")] = "val",
+    sequence: Annotated[Optional[list[str]], typer.Option("--sequence", help="Only this sequence (repeatable).")] = None,
+    network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
+    no_score: Annotated[bool, typer.Option("--no-score", help="Write the predictions only; read no annotation but the first frames'.")] = False,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Save results/davis here (default: the checkpoint's store, when it exists).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the J&F tables and settings as JSON.")] = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """DAVIS-2017 label propagation (facebookresearch/dino eval_video_segmentation.py), scored as davis2017-evaluation does."""
+    from rich.table import Table
+
+    from .commands.propagate import Settings, run_propagate
+    from .infra.progress import bar
+
+    with bar("frames", quiet) as progress:
+        task = progress.add_task("propagate", total=None)
+        report = run_propagate(checkpoint, davis_dir, out, settings=Settings(n_last_frames, size_mask_neighborhood, topk, subset), network=network,
+                               sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache, json_path=json_path,
+                               on_frame=lambda n: progress.advance(task, n))
+    console.print(f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}", highlight=False)
+    if report.global_scores is not None:
+        table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
+        for column in ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay"):
+            table.add_column(column, justify="right")
+        table.add_row(*[f"{report.global_scores[c]:.3f}" for c in ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")])
+        console.print(table)
+        console.print(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv"
+                      + (f"; saved as {report.saved}" if report.saved else ""), highlight=False, soft_wrap=True)
 
 
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---

@@ -25,4 +25,6 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     assert ledger.verify(root) == []
     entries = ledger.entries(root)
     assert entries and {e.fields["role"] for e in entries} <= {"train", "val"}
-    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal"}  # demo-sal: the val scenes as saliency masks
+    davis = str((out / "work" / "davis").resolve())
+    # demo-sal: the val scenes as saliency masks; davis: the synthetic video's first frames
+    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}"}

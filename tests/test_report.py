@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from protocol_stores import protocol_results
 from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, saliency_panel, scenes_panels, stored, training_store
 
 from probe_toolkit.cli import main
@@ -25,7 +26,8 @@ from probe_toolkit.store.extract import Settings, extract
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "references"}
 FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "decoder": "probe decode", "scores": "probe decode",
-                "linear": "probe linear", "training": "probe train", "discovery": "probe decode"}
+                "linear": "probe linear", "training": "probe train", "discovery": "probe decode",
+                "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate"}
 PATCH = 34
 
 
@@ -57,6 +59,7 @@ def full(tiny_stores, image_dir, tmp_path_factory):
     invoke("decode-sweep", dino, "--panel", "scenes", "--grid", grid, "--settings-out", root / "best.json", "--cache", cache_dir, "-q")
     invoke("linear", dino, selfpatch, "--train", "scenes-train", "--val", "scenes", "--epochs", 5, "--cache", cache_dir, "-q")
     invoke("linear", dino, selfpatch, "--train", "scenes-train", "--val", "scenes", "--level", "image", "--cache", cache_dir, "-q")
+    protocol_results(dino, image_dir, root, cache_dir)
     run, run_dir = training_store(image_dir, root)
     written = write_report([dino, selfpatch, run], root / "report", follow="scenes/one.png", patch=PATCH, cache_dir=cache_dir)
     return SimpleNamespace(root=root, cache=cache_dir, dino=dino, selfpatch=selfpatch, run=run, run_dir=run_dir, written=written)

@@ -5,7 +5,8 @@ Everything it needs ships with the package or is made on the spot: the real phot
 ``demo-train`` and ``demo-val``), and a tiny SelfPatch network (the real design, 2 blocks of
 width 128) at random initialisation and after a short run of ``training/``. Both networks are
 extracted, measured (entropy, neighbours), decoded and scored on the val panel (and by LOST on
-the same scenes as a saliency panel, ``demo-sal``), probed, and
+the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's protocols (k-NN,
+attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), and
 compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
@@ -118,6 +119,20 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     for level in ("patch", "image"):
         run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
+
+    from ..commands.attention_masks import run_attention_masks
+    from ..commands.knn import run_knn
+    from ..commands.propagate import run_propagate
+    from .video import write_davis
+
+    davis = work / "davis"
+    if not (davis / "ImageSets").is_dir():
+        write_davis(davis, {"shapes": 4}, size=(96, 72))
+    for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
+        run_knn(store, "demo-train", "demo-val", ks=(1, 3, 5), cache_dir=cache)
+        run_attention_masks(store, panel="demo-val", cache_dir=cache)
+        run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
+    lap("k-NN, attention masks, DAVIS label propagation")
 
     demo.html = _report(demo.stores, out, quiet)
     lap("report")

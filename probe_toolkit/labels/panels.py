@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
@@ -45,18 +47,18 @@ from . import hygiene, ledger
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
-KINDS = ("coco", "voc", "coco20k", "saliency")  # kinds other than coco: labels/kinds.py
+KINDS = ("coco", "voc", "coco20k", "saliency", "classes")  # kinds other than coco: labels/kinds.py
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 @dataclass(frozen=True)
 class Panel:
     name: str
-    annotations: Path
+    annotations: Path  # a COCO file; for a class-folder panel, the folder itself
     images: Path
     role: str
     added: str = ""
-    kind: str = "coco"  # see KINDS; ``annotations`` is a VOC devkit folder or a mask folder for voc / saliency
+    kind: str = "coco"  # see KINDS (classes: one sub-folder per class, the ImageNet layout); ``annotations`` is a VOC devkit folder or a mask folder for voc / saliency
     split: str = ""  # voc: ImageSets/Main/<split>.txt
     no_hard: bool = False  # voc: drop difficult/truncated boxes and images left without one (LOST --no_hard)
 
@@ -116,8 +118,12 @@ def _write_registry(path: Path, panels: dict[str, Panel]) -> None:
 
 def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False,
               kind: str = "coco", split: str = "", no_hard: bool = False) -> Panel:
-    """Register a panel (paths made absolute). Checks that the files exist without opening them."""
-    if kind != "coco":
+    """Register a panel (paths made absolute). Checks that the files exist without opening them.
+
+    ``kind="classes"``: ``images`` holds one sub-folder per class and ``annotations`` is that
+    same folder; at least two classes must hold images.
+    """
+    if kind not in ("coco", "classes"):
         from .kinds import check_layout
 
         annotations, images = check_layout(kind, Path(annotations), Path(images) if images else None, split)
@@ -126,7 +132,9 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
     if role not in ROLES:
         raise ProbeError(None, f"--role {role!r} is not one of {', '.join(ROLES)}", "use --role val")
     annotations, images = Path(annotations).resolve(), Path(images).resolve()
-    if kind == "coco" and not annotations.is_file():
+    if kind == "classes":
+        _folder_classes(images)
+    elif kind == "coco" and not annotations.is_file():
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
@@ -268,6 +276,8 @@ def read_labels(
     panel = check_readable(panel, unseal, cache)
     if not purpose:
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
+    if panel.kind == "classes":
+        raise ProbeError(panel.name, "is a classes panel, not an annotated one", "use it where image classes are read (probe knn)")
     _inside.active = True
     try:
         if panel.kind not in ("coco", "coco20k"):
@@ -382,3 +392,203 @@ def forbid_label_reads(paths: Iterable[str | Path]) -> Iterator[list[str]]:
         yield allowed
     finally:
         builtins.open, io.open, os.open = real_open, real_io_open, real_os_open
+
+
+# ----------------------------------------------------------------------------------------------
+# image classes: a class-folder panel's sub-folders, or a COCO panel's largest category
+
+
+def _folder_classes(folder: Path) -> list[str]:
+    """The sub-folders of ``folder`` that hold images (sorted, as torchvision's ImageFolder); at least two."""
+    if not folder.is_dir():
+        raise ProbeError(folder, "is not a folder", "pass --classes-from-folders with a folder holding one sub-folder per class")
+    refs = list_images(folder)
+    loose = [r.id for r in refs if "/" not in r.id]
+    if loose:
+        raise ProbeError(folder, f"holds {len(loose)} images outside any class folder (e.g. {loose[0]!r})",
+                         "put every image in the sub-folder of its class (DIR/CLASS/IMAGE.jpg)")
+    classes = sorted({r.id.split("/", 1)[0] for r in refs})
+    if len(classes) < 2:
+        raise ProbeError(folder, f"has {len(classes)} class folder{'' if len(classes) == 1 else 's'} ({', '.join(classes) or 'none'})",
+                         "a classification panel needs at least two classes, one sub-folder each")
+    return classes
+
+
+@dataclass
+class ClassLabels:
+    """One class per image, handed out by ``read_classes`` after its ledger entry."""
+
+    image_ids: list[str]  # paths relative to the panel's folder (class-folder panels: CLASS/FILE)
+    labels: np.ndarray  # (image,) int64 index into ``classes``
+    classes: list[str]
+    entry_id: str
+    panel: Panel
+    rule: str  # how an image's class was decided
+    dropped: int = 0  # panel images without a class (COCO images with no annotation)
+
+
+def read_classes(
+    panel: str | Panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> ClassLabels:
+    """Each image's class, after the ledger entry: the class folder it sits in, or, for a COCO
+    panel, the category covering the largest annotated area (non-crowd ``area`` summed per
+    category; equal areas go to the lower category id)."""
+    if isinstance(panel, str):
+        panel = get_panel(panel, cache)
+    if panel.kind == "coco":
+        read = read_labels(panel, purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)
+        cats = sorted(int(c["id"]) for c in read.coco.dataset.get("categories", []))
+        names = {int(c["id"]): str(c.get("name", c["id"])) for c in read.coco.dataset.get("categories", [])}
+        ids, labels, dropped = [], [], 0
+        for image_id in read.image_ids:
+            area: dict[int, float] = {}
+            for ann in read.coco.imgToAnns.get(image_id, []):
+                if not ann.get("iscrowd", 0):
+                    area[int(ann["category_id"])] = area.get(int(ann["category_id"]), 0.0) + float(ann.get("area", 0.0))
+            if not area:
+                dropped += 1
+                continue
+            best = min(area, key=lambda c: (-area[c], c))
+            ids.append(_clean(str(read.coco.imgs[image_id]["file_name"])))
+            labels.append(cats.index(best))
+        if len({*labels}) < 2:
+            raise ProbeError(panel.annotations, f"gives its images {len({*labels})} distinct largest categories", "a classification panel needs at least two classes")
+        return ClassLabels(ids, np.asarray(labels, np.int64), [names[c] for c in cats], read.entry_id, panel, "largest annotated category (summed area)", dropped)
+    if panel.sealed and not (unseal and unseal.strip()):
+        raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
+    classes = _folder_classes(panel.images)
+    refs = list_images(panel.images)
+    ids = [r.id for r in refs]
+    listing = "\n".join(ids).encode()
+    entry = ledger.append(
+        cache_root(cache),
+        {
+            "time": provenance.now(),
+            "panel": panel.name,
+            "role": panel.role,
+            "annotations": str(panel.annotations),
+            "annotation_sha256": hashlib.sha256(listing).hexdigest(),
+            "images": len(ids),
+            "images_sha256": provenance.list_hash(sorted(ids)),
+            "purpose": purpose,
+            "command": command if command is not None else shlex.join(sys.argv),
+            "checkpoint": checkpoint,
+            "unseal": unseal.strip() if unseal else None,
+        },
+    )
+    labels = np.asarray([classes.index(i.split("/", 1)[0]) for i in ids], np.int64)
+    return ClassLabels(ids, labels, classes, entry.id, panel, "class folder")
+
+
+# ----------------------------------------------------------------------------------------------
+# DAVIS folders (JPEGImages/480p/SEQ/*.jpg, Annotations/480p/SEQ/*.png, ImageSets/2017/SET.txt)
+
+
+@dataclass(frozen=True)
+class DavisSequence:
+    name: str
+    frames: list[Path]  # sorted JPEGs
+    annotations: Path  # the sequence's annotation folder (opened only by the readers below)
+
+
+def davis_sequences(root: str | Path, subset: str = "val", resolution: str = "480p") -> list[DavisSequence]:
+    """The sequences of a DAVIS folder and their frames; checks the layout, opens no annotation."""
+    root = Path(root)
+    listing = root / "ImageSets" / "2017" / f"{subset}.txt"
+    if not listing.is_file():
+        raise ProbeError(listing, "is missing", "pass --davis with a DAVIS-2017 folder (JPEGImages/, Annotations/, ImageSets/2017/)")
+    names = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
+    if not names:
+        raise ProbeError(listing, "lists no sequence", "list one sequence name per line")
+    out = []
+    for name in names:
+        folder = root / "JPEGImages" / resolution / name
+        frames = sorted(folder.glob("*.jpg")) if folder.is_dir() else []
+        if not frames:
+            raise ProbeError(folder, "holds no frames (*.jpg)", f"restore the frames of {name}, or remove it from {listing.name}")
+        if len(frames) < 2:
+            raise ProbeError(folder, "holds a single frame; there is nothing to propagate to", f"remove {name} from {listing.name}")
+        annotations = root / "Annotations" / resolution / name
+        if not (annotations / f"{frames[0].stem}.png").is_file():
+            raise ProbeError(annotations / f"{frames[0].stem}.png", "is missing (the first frame's annotation)", "restore the sequence's Annotations folder")
+        out.append(DavisSequence(name, frames, annotations))
+    return out
+
+
+def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None, subset: str) -> tuple[list[bytes], str]:
+    _inside.active = True
+    try:
+        raw = [f.read_bytes() for f in files]
+    except OSError as error:
+        raise ProbeError(error.filename, f"cannot be read ({error.strerror})", "restore the DAVIS annotations") from None
+    finally:
+        _inside.active = False
+    digest = hashlib.sha256()
+    for f, data in zip(files, raw):
+        digest.update(f"{f.parent.name}/{f.name}\n".encode())
+        digest.update(hashlib.sha256(data).digest())
+    names = [f"{f.parent.name}/{f.name}" for f in files]
+    entry = ledger.append(
+        cache_root(cache),
+        {
+            "time": provenance.now(),
+            "panel": f"davis:{root.resolve()}",
+            "role": "val" if subset != "test-dev" else "test",
+            "annotations": str((root / "Annotations").resolve()),
+            "annotation_sha256": digest.hexdigest(),
+            "images": len(files),
+            "images_sha256": provenance.list_hash(sorted(names)),
+            "purpose": purpose,
+            "command": command if command is not None else shlex.join(sys.argv),
+            "checkpoint": checkpoint,
+            "unseal": None,
+        },
+    )
+    return raw, entry.id
+
+
+def _indexed(data: bytes, where: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            palette = image.getpalette() if image.mode == "P" else None
+            array = np.asarray(image if image.mode in ("P", "L") else image.convert("L"))
+    except OSError as error:
+        raise ProbeError(where, f"is not a readable annotation PNG ({error})", "restore the DAVIS annotations") from None
+    return array.copy(), (np.asarray(palette, np.uint8).reshape(-1, 3) if palette is not None else None)
+
+
+def read_first_annotations(root: str | Path, sequences: Sequence[DavisSequence], *, purpose: str = "propagate: first frame",
+                           checkpoint: str | None = None, cache: str | Path | None = None, command: str | None = None,
+                           subset: str = "val") -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]], str]:
+    """Each sequence's first-frame annotation (indexed array, palette): the only label propagation reads; one ledger entry."""
+    files = [s.annotations / f"{s.frames[0].stem}.png" for s in sequences]
+    raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
+    return {s.name: _indexed(data, f) for s, f, data in zip(sequences, files, raw)}, entry
+
+
+def read_davis_annotations(root: str | Path, sequences: Sequence[DavisSequence], *, purpose: str = "propagate: score",
+                           checkpoint: str | None = None, cache: str | Path | None = None, command: str | None = None,
+                           subset: str = "val") -> tuple[dict[str, list[np.ndarray]], str]:
+    """Every frame's annotation of every sequence, for the scorer only; one ledger entry."""
+    files: list[Path] = []
+    for s in sequences:
+        for frame in s.frames:
+            path = s.annotations / f"{frame.stem}.png"
+            if not path.is_file():
+                raise ProbeError(path, "is missing", "the scorer needs every frame's annotation (restore the Annotations folder)")
+            files.append(path)
+    raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
+    out: dict[str, list[np.ndarray]] = {}
+    k = 0
+    for s in sequences:
+        out[s.name] = [_indexed(raw[k + i], files[k + i])[0] for i in range(len(s.frames))]
+        k += len(s.frames)
+    return out, entry

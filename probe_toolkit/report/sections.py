@@ -20,7 +20,7 @@ from ..analyses import selection
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
-from . import figures, followed, references, registers
+from . import figures, followed, protocols, references, registers
 from .discovery import discovery
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
@@ -569,7 +569,7 @@ def reference_values(ctx: Context) -> Section:
 
 
 BUILDERS: tuple[Callable[[Context], Section], ...] = (
-    manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, training, reference_values,
+    manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, *protocols.SECTIONS, training, reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )
 

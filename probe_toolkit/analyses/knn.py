@@ -1,0 +1,142 @@
+"""DINO's weighted k-NN classifier on frozen image features, in bounded memory.
+
+The rule of facebookresearch/dino ``eval_knn.py`` (``knn_classifier``): features L2-normalised,
+cosine similarity to every train image, the k most similar train images vote for their class
+with weight exp(cos / T), T = 0.07; the class with the largest summed weight is the prediction,
+top-1 and top-5 accuracy over the test images. Several k are answered in one pass: the running
+top-k is kept for the largest k and the smaller k read its first entries (the list is sorted).
+
+What differs from the script, on purpose:
+
+- the similarities are computed in blocks of test × train images with a running top-k, so
+  memory is (test block) × (train block + k) whatever the panel sizes (the script holds a
+  (N_test / 100) × N_train block and splits the test set into ``N_test // 100`` chunks, which
+  fails below 100 test images);
+- top-5 is the true class among the 5 largest votes when there are more than 5 classes; with 5
+  classes or fewer it is undefined (the script's ``narrow`` fails), and reported as NaN;
+- ties between classes of equal vote go to the lower class index (a stable sort); train images
+  of equal cosine are listed by train index (which of them survive a cut at the k-th place is
+  torch.topk's choice, as in the script).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+KS = (10, 20, 100, 200)  # DINO's eval_knn.py default nb_knn
+TEMPERATURE = 0.07  # DINO's eval_knn.py default
+TEST_BLOCK = 1024
+TRAIN_BLOCK = 8192
+
+
+@dataclass
+class KnnResult:
+    """Accuracies per k (fractions; top-5 NaN with 5 classes or fewer) and the predictions."""
+
+    ks: tuple[int, ...]
+    top1: np.ndarray  # (k,)
+    top5: np.ndarray  # (k,)
+    predictions: np.ndarray  # (k, test) int64 predicted class
+    neighbours: np.ndarray  # (test, n) int64 indices of the n most similar train images, best first
+    similarity: np.ndarray  # (test, n) float32 their cosines
+
+
+def normalise(features: torch.Tensor) -> torch.Tensor:
+    return F.normalize(features.float(), dim=1, p=2)
+
+
+def running_topk(test: torch.Tensor, train_blocks: Callable[[], Iterable[tuple[int, torch.Tensor]]], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest cosines of each (normalised) test row over every train block, sorted.
+
+    ``train_blocks()`` yields (offset, normalised block); offsets make the indices global. Only
+    (test rows) × (k + block) values are held at once.
+    """
+    best_val = torch.full((test.shape[0], 0), -float("inf"))
+    best_idx = torch.zeros((test.shape[0], 0), dtype=torch.int64)
+    for offset, block in train_blocks():
+        sim = test @ block.T
+        idx = torch.arange(offset, offset + block.shape[0]).expand(test.shape[0], -1)
+        vals = torch.cat([best_val, sim], dim=1)
+        inds = torch.cat([best_idx, idx], dim=1)
+        m = min(k, vals.shape[1])
+        top_val, where = vals.topk(m, dim=1, largest=True, sorted=True)
+        best_val, best_idx = top_val, inds.gather(1, where)
+    # equal cosines at any rank: order them by train index (a stable, documented tie-break)
+    order = np.lexsort((best_idx.numpy(), -best_val.numpy().astype(np.float64)), axis=1)
+    order = torch.from_numpy(order)
+    return best_val.gather(1, order), best_idx.gather(1, order)
+
+
+def vote(similarity: torch.Tensor, labels: torch.Tensor, n_classes: int, temperature: float) -> torch.Tensor:
+    """(test, classes) summed weights exp(cos / T) of the given neighbours' classes."""
+    weights = (similarity / temperature).exp()
+    out = torch.zeros(similarity.shape[0], n_classes, dtype=weights.dtype)
+    return out.scatter_add_(1, labels, weights)
+
+
+def ranked_classes(votes: torch.Tensor) -> torch.Tensor:
+    """Classes by decreasing vote; equal votes keep the lower class first."""
+    return torch.from_numpy(np.argsort(-votes.numpy(), axis=1, kind="stable"))
+
+
+def classify(
+    train: Callable[[int, int], np.ndarray],
+    n_train: int,
+    train_labels: np.ndarray,
+    test: Callable[[int, int], np.ndarray],
+    n_test: int,
+    test_labels: np.ndarray,
+    n_classes: int,
+    *,
+    ks: Sequence[int] = KS,
+    temperature: float = TEMPERATURE,
+    test_block: int = TEST_BLOCK,
+    train_block: int = TRAIN_BLOCK,
+    keep: int = 5,
+    progress: Callable[[int], None] | None = None,
+) -> KnnResult:
+    """Weighted k-NN for every k in ``ks`` in one pass.
+
+    ``train(a, b)`` and ``test(a, b)`` return rows a..b of the (unnormalised) features, so a
+    caller can read them lazily from a store; only one block of each is held at a time.
+    """
+    ks = tuple(sorted(int(k) for k in ks))
+    if not ks or ks[0] < 1 or ks[-1] > n_train:
+        raise ValueError(f"k must lie in 1..{n_train} (the train images), got {ks}")
+    kmax = ks[-1]
+    labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
+    targets = np.asarray(test_labels, dtype=np.int64)
+    five = min(5, n_classes) if n_classes > 5 else 0
+
+    def blocks():
+        for a in range(0, n_train, train_block):
+            b = min(a + train_block, n_train)
+            yield a, normalise(torch.as_tensor(np.asarray(train(a, b))))
+
+    predictions = np.zeros((len(ks), n_test), np.int64)
+    hit1 = np.zeros(len(ks))
+    hit5 = np.zeros(len(ks))
+    keep = min(keep, kmax)
+    neighbours = np.zeros((n_test, keep), np.int64)
+    similarity = np.zeros((n_test, keep), np.float32)
+    for a in range(0, n_test, test_block):
+        b = min(a + test_block, n_test)
+        queries = normalise(torch.as_tensor(np.asarray(test(a, b))))
+        top_val, top_idx = running_topk(queries, blocks, kmax)
+        neighbours[a:b], similarity[a:b] = top_idx[:, :keep].numpy(), top_val[:, :keep].numpy()
+        truth = targets[a:b]
+        for j, k in enumerate(ks):
+            ranked = ranked_classes(vote(top_val[:, :k], labels[top_idx[:, :k]], n_classes, temperature)).numpy()
+            predictions[j, a:b] = ranked[:, 0]
+            hit1[j] += float((ranked[:, 0] == truth).sum())
+            if five:
+                hit5[j] += float((ranked[:, :five] == truth[:, None]).any(1).sum())
+        if progress is not None:
+            progress(b - a)
+    top5 = hit5 / n_test if five else np.full(len(ks), np.nan)
+    return KnnResult(ks, hit1 / n_test, top5, predictions, neighbours, similarity)

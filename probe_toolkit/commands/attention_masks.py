@@ -1,0 +1,200 @@
+"""``probe attention-masks STORE [--panel NAME]``: DINO's 60 % attention masks, scored by Jaccard.
+
+Reads the store's 224 view: the last block's attention (``attention_224``) for the class-token
+row and the mean of the patch rows, or the patch tokens (``tokens_224``) for SelfPatch's
+aggregation head, whose weights come from the store's checkpoint (``store.parts``). Masks are
+made for every finished image, without a label; with ``--panel`` the panel's labels are read
+through the ledger (purpose ``attention-masks: score``) and each image's masks are compared with
+its objects in the same 224 view: every COCO instance (crowd regions left out) carried into the
+view by the view's own resize and crop (each view pixel takes the object under its centre);
+objects with no pixel in the view, and images left with none, are not scored (counted).
+
+Resolution: masks nearest-upsampled by the patch size onto the view (224 × 224 at /16 and /14).
+DINO's script squashes the image to 480 × 480 instead; its paper's evaluation code is private.
+
+Results ``results/attention_masks``:
+
+    mask               (image, head, patch)   uint8, the kept patches
+    jaccard            (image, head)          IoU with the union of the objects (NaN: not scored)
+    best               (image)                best head per image (union)
+    per_object         (image)                dino #54: best head per object, mean over objects
+    jaccard_mean (head), best_mean, per_object_mean: means over the scored images
+    attrs: row (cls | aggregation | mean), mass, resolution, panel, ledger, counts, provenance
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import xarray as xr
+
+from ..analyses import attention_masks as am
+from ..analyses.linear import view_labels
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..labels.panels import read_labels
+from ..store import cache, images, parts
+from .runs import result_provenance
+
+ROWS = ("auto", "cls", "aggregation", "mean")
+ROW_TEXT = {
+    "cls": "the class token's row of the last block (DINO's visualize_attention.py)",
+    "aggregation": "SelfPatch's aggregation head (ca_head): its last class-attention block's query over the patch tokens",
+    "mean": "the mean of the last block's patch rows (no class token, no aggregation head)",
+}
+RESOLUTION = "the 224 view's pixels; masks nearest-upsampled by the patch size; objects carried into the view by its resize and crop"
+VIEW = 224
+BLOCK = 64  # images per read
+
+
+@dataclass
+class MasksReport:
+    store: Path
+    row: str
+    mass: float
+    n_images: int
+    scored: int
+    jaccard_mean: np.ndarray | None = None
+    best_mean: float | None = None
+    per_object_mean: float | None = None
+    ledger: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    saved: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "store": str(self.store), "row": self.row, "row_text": ROW_TEXT[self.row], "mass": self.mass, "resolution": RESOLUTION,
+            "images": self.n_images, "scored": self.scored, "ledger": self.ledger, "counts": self.counts,
+            "jaccard_per_head": None if self.jaccard_mean is None else [float(v) for v in self.jaccard_mean],
+            "best_head": self.best_mean, "per_object": self.per_object_mean,
+        }
+
+
+def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict | None]:
+    if row not in ROWS:
+        raise ProbeError("--row", f"{row!r} is not one of {', '.join(ROWS)}", "use --row auto")
+    token = bool(meta.get("arch", {}).get("class_token"))
+    if row == "cls" and not token:
+        raise ProbeError(store, "has no class token, so no class-token attention", "use --row aggregation (SelfPatch's ca_head) or --row mean")
+    head = None
+    if row in ("auto", "aggregation") and not token:
+        head = parts.aggregation_head(meta, store)
+        if row == "aggregation" and head is None:
+            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)", "use --row mean")
+    if row == "auto":
+        row = "cls" if token else ("aggregation" if head is not None else "mean")
+    return row, head
+
+
+def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
+    """The 224 view's (rows, cols), from the store's grid arrays when it has them, else square."""
+    if "grid_rows_224" in ds and ds.sizes.get("image", 0):
+        return int(ds["grid_rows_224"].values[0]), int(ds["grid_cols_224"].values[0])
+    side = int(round(n_patches**0.5))
+    if side * side != n_patches:
+        raise ProbeError(ds.attrs.get("store"), f"holds {n_patches} patches at 224, not a square grid", "re-extract with probe extract --views 224")
+    return side, side
+
+
+def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, on_block: Callable[[int], None] | None = None) -> np.ndarray:
+    """(image, head, patch) bool masks of every image, read in blocks."""
+    name = "tokens_224" if row == "aggregation" else "attention_224"
+    array = cache.require(ds, name)
+    prefix = int(bool(ds.attrs["manifest"].get("arch", {}).get("class_token")))
+    out = []
+    for a in range(0, ds.sizes["image"], BLOCK):
+        values = np.asarray(array.isel(image=slice(a, a + BLOCK)).values, dtype=np.float32)
+        if row == "cls":
+            rows = am.class_rows(values)
+        elif row == "aggregation":
+            rows = am.aggregation_rows(values, head, heads)
+        else:
+            rows = am.mean_patch_rows(values, prefix)
+        out.append(am.mass_masks(rows, mass))
+        if on_block is not None:
+            on_block(len(values))
+    return np.concatenate(out) if out else np.zeros((0, heads, 0), bool)
+
+
+def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarray:
+    """(object, 224, 224) bool: every non-crowd instance carried into the 224 view."""
+    geometry = images.geometry(width, height, VIEW)
+    masks = []
+    for ann in coco.imgToAnns.get(image_id, []):
+        if ann.get("iscrowd", 0):
+            continue
+        carried = view_labels(coco.annToMask(ann).astype(np.int16), geometry).astype(bool)
+        if carried.any():
+            masks.append(carried)
+    return np.stack(masks) if masks else np.zeros((0, VIEW, VIEW), bool)
+
+
+def run_attention_masks(
+    store: str | Path,
+    *,
+    panel: str | None = None,
+    mass: float = am.MASS,
+    row: str = "auto",
+    unseal: str | None = None,
+    cache_dir: str | Path | None = None,
+    json_path: str | Path | None = None,
+    partial: bool = False,
+    on_block: Callable[[int], None] | None = None,
+    command: str = "probe attention-masks",
+) -> MasksReport:
+    if not 0.0 < mass < 1.0:
+        raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
+    store = Path(store)
+    ds = cache.open_store(store, allow_partial=partial)
+    meta = cache.manifest(ds)
+    row, head = choose_row(row, meta, store)
+    cache.require(ds, "tokens_224" if row == "aggregation" else "attention_224")
+    heads = int(meta.get("arch", {}).get("heads", 1))
+    patch = int(meta.get("arch", {}).get("patch", 16))
+    masks = masks_of_store(ds, row, head, mass, heads, on_block)
+    n, h, p = masks.shape
+    rows, cols = grid_of(ds, p)
+    ids = [str(i) for i in ds.image.values]
+    data = {"mask": (("image", "head", "patch"), masks.astype(np.uint8))}
+    report = MasksReport(store, row, float(mass), n, 0)
+    attrs: dict[str, Any] = {"row": row, "row_text": ROW_TEXT[row], "mass": float(mass), "resolution": RESOLUTION, "grid": [rows, cols],
+                             "patch": patch, "source": "facebookresearch/dino visualize_attention.py; Jaccard rules: dino issue #54"}
+    if panel is not None:
+        read = read_labels(panel, purpose="attention-masks: score", checkpoint=(meta.get("checkpoint") or {}).get("sha256"), images=ids, unseal=unseal, cache=cache_dir)
+        union = np.full((n, h), np.nan)
+        best = np.full(n, np.nan)
+        per_object = np.full(n, np.nan)
+        widths, heights = ds.image_width.values.astype(int), ds.image_height.values.astype(int)
+        objects_seen = 0
+        for i, sid in enumerate(ids):
+            if sid not in read.image_map:
+                continue
+            cid = read.image_map[sid]
+            record = read.coco.imgs[cid]
+            if (int(record.get("width", -1)), int(record.get("height", -1))) != (widths[i], heights[i]):
+                raise ProbeError(read.panel.annotations, f"says {sid} is {record.get('width')}×{record.get('height')}, the image is {widths[i]}×{heights[i]}",
+                                 "fix the annotation file's width and height")
+            objects = view_objects(read.coco, cid, widths[i], heights[i])
+            if not len(objects):
+                continue
+            objects_seen += len(objects)
+            score = am.jaccard(am.upsample(masks[i], rows, cols, patch), objects)
+            union[i], best[i], per_object[i] = score.union, score.best_union, score.per_object
+        scored = int(np.isfinite(best).sum())
+        if scored == 0:
+            raise ProbeError(read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images", "score on a panel whose images the store holds")
+        data.update({"jaccard": (("image", "head"), union), "best": ("image", best), "per_object": ("image", per_object),
+                     "jaccard_mean": ("head", np.nanmean(union, 0)), "best_mean": np.nanmean(best), "per_object_mean": np.nanmean(per_object)})
+        report.scored, report.ledger = scored, read.entry_id
+        report.jaccard_mean, report.best_mean, report.per_object_mean = np.nanmean(union, 0), float(np.nanmean(best)), float(np.nanmean(per_object))
+        report.counts = {"images": n, "in_panel": len(read.image_map), "scored": scored, "objects": objects_seen}
+        attrs.update({"panel": {"name": read.panel.name, "role": read.panel.role}, "ledger_entry": read.entry_id, "counts": report.counts})
+    result = xr.Dataset(data, coords={"image": ids, "head": np.arange(h)})
+    attrs["provenance"] = result_provenance(ds, command)
+    report.saved = cache.save_results(store, "attention_masks", result, attrs)
+    if json_path is not None:
+        write_json(json_path, report.summary(), indent=1)
+    return report

@@ -1,0 +1,192 @@
+"""``probe knn STORE --train PANEL --val PANEL``: DINO's weighted k-NN on frozen image features.
+
+Order, which the ledger shows: the store is checked for both panels' images (no label read);
+the train panel's classes are read (purpose ``knn: neighbours' classes``), then the val panel's
+(``knn: score``); the classifier runs once for every k. Labels are image classes: a class-folder
+panel's sub-folders, or a COCO panel's largest annotated category (``panels.read_classes``).
+
+The feature, stated in every output:
+
+- ``cls-normed`` (the default where the network has a class token and a final norm): the class
+  token after the final LayerNorm, DINO's ``eval_knn.py`` feature; the norm's weights are read
+  from the store's checkpoint (``store.parts``), sha256 checked;
+- ``cls``: the stored class token (before any final norm);
+- ``mean``: the mean of the last block's patch tokens (the default without a class token).
+
+The view is the store's 224 view (short side 224, centre crop 224); DINO's script resizes the
+short side to 256 before its 224 crop, so the crop covers the central 87.5 % there and the
+whole short side here. Results ``results/knn``:
+
+    top1, top5        (k)            fractions; top5 NaN with 5 classes or fewer
+    prediction        (k, image)     predicted class index of every val image
+    neighbour         (image, rank)  the 5 most similar train images (index into train_image)
+    similarity        (image, rank)  their cosines
+    label             (image)        the val images' classes
+    coords: k, image (val store ids), train_image (train store ids), class (names)
+    attrs: feature, view, temperature, ledger {train, val}, panels, counts, provenance
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import xarray as xr
+
+from ..analyses import knn
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..labels.panels import ClassLabels, get_panel, read_classes
+from ..store import cache, parts
+from .linear import locate, panel_ids
+from .runs import result_provenance
+
+FEATURES = ("auto", "cls-normed", "cls", "mean")
+VIEW = "224 view: short side to 224 px (PIL bicubic), centre crop 224 (DINO's eval_knn.py: short side 256, centre crop 224)"
+
+
+@dataclass
+class KnnReport:
+    store: Path
+    name: str
+    result: knn.KnnResult
+    feature: str
+    classes: list[str]
+    counts: dict[str, int]
+    ledger: dict[str, str]
+    saved: Path
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "store": str(self.store), "name": self.name, "feature": self.feature, "view": VIEW,
+            "temperature": knn.TEMPERATURE, "ledger": self.ledger, "counts": self.counts, "classes": self.classes,
+            "k": list(self.result.ks), "top1": [float(v) for v in self.result.top1],
+            "top5": [None if not np.isfinite(v) else float(v) for v in self.result.top5],
+        }
+
+
+def choose_feature(feature: str, arch: dict[str, Any], where: Path) -> str:
+    if feature not in FEATURES:
+        raise ProbeError("--feature", f"{feature!r} is not one of {', '.join(FEATURES)}", "use --feature auto")
+    token = bool(arch.get("class_token"))
+    if feature == "auto":
+        return ("cls-normed" if arch.get("final_norm") else "cls") if token else "mean"
+    if feature.startswith("cls") and not token:
+        raise ProbeError(where, "has no class token (its network has none)", "use --feature mean (mean-pooled patch tokens)")
+    if feature == "cls-normed" and not arch.get("final_norm"):
+        raise ProbeError(where, "comes from a network without a final norm", "use --feature cls")
+    return feature
+
+
+def describe(feature: str, checkpoint: str) -> str:
+    return {
+        "cls-normed": f"class token after the final LayerNorm (weights from {checkpoint}), L2-normalised",
+        "cls": "class token as stored (before any final norm), L2-normalised",
+        "mean": "mean of the last block's patch tokens (no class token used), L2-normalised",
+    }[feature]
+
+
+def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None) -> Callable[[int, int], np.ndarray]:
+    """Rows a..b of the chosen feature, read from the store only when asked."""
+    array = cache.require(ds, "cls_tokens_224" if feature.startswith("cls") else "tokens_224")
+    ids = list(ids)
+
+    def rows(a: int, b: int) -> np.ndarray:
+        values = np.asarray(array.sel(image=ids[a:b]).values, dtype=np.float32)
+        if feature == "mean":
+            return values.mean(1)
+        if norm is not None:
+            with torch.no_grad():
+                return norm(torch.from_numpy(values)).numpy()
+        return values
+
+    return rows
+
+
+def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[str], where: Path) -> list[str]:
+    mapping = dict(zip(panel_order, store_order))
+    missing = [i for i in labels.image_ids if i not in mapping]
+    if missing:
+        raise ProbeError(where, f"lacks {len(missing)} labelled images of panel {labels.panel.name!r} (e.g. {missing[0]!r})", "extract from the panel's folder")
+    return [mapping[i] for i in labels.image_ids]
+
+
+def run_knn(
+    store: str | Path,
+    train: str,
+    val: str,
+    *,
+    ks: Sequence[int] = knn.KS,
+    temperature: float = knn.TEMPERATURE,
+    feature: str = "auto",
+    unseal: str | None = None,
+    cache_dir: str | Path | None = None,
+    json_path: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
+    command: str = "probe knn",
+) -> KnnReport:
+    """Classify the val panel's images by their nearest train images; save ``results/knn``."""
+    if not ks or any(int(k) < 1 for k in ks):
+        raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
+    if not temperature > 0:
+        raise ProbeError("--temperature", f"{temperature} must be positive", "use DINO's 0.07")
+    train_panel, val_panel = get_panel(train, cache_dir), get_panel(val, cache_dir)
+    if train_panel.name == val_panel.name:
+        raise ProbeError(None, f"--train and --val are both {train!r}", "score on a separate val panel")
+    if train_panel.role == "test":
+        raise ProbeError(train_panel.name, "is a sealed test panel and cannot hold the neighbours", "use a train panel for --train")
+    store = Path(store)
+    panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
+    source = locate(store, panels, "image")
+    meta = source.manifest
+    chosen = choose_feature(feature, meta.get("arch", {}), store)
+    norm = parts.final_norm(meta, store) if chosen == "cls-normed" else None
+    checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
+    train_labels = read_classes(train_panel, purpose="knn: neighbours' classes", checkpoint=checkpoint, cache=cache_dir)
+    val_labels = read_classes(val_panel, purpose="knn: score", checkpoint=checkpoint, unseal=unseal, cache=cache_dir)
+    classes = train_labels.classes
+    unknown = sorted(set(val_labels.classes[i] for i in set(val_labels.labels.tolist())) - set(classes))
+    if unknown:
+        raise ProbeError(val_panel.images, f"has classes the train panel lacks ({', '.join(unknown[:5])})", "give both panels the same class folders")
+    val_targets = np.asarray([classes.index(val_labels.classes[i]) for i in val_labels.labels], np.int64)
+    ks = tuple(sorted(set(int(k) for k in ks)))
+    n_train = len(train_labels.image_ids)
+    if ks[-1] > n_train:
+        raise ProbeError("--k", f"{ks[-1]} exceeds the {n_train} train images of {train_panel.name!r}", f"use k ≤ {n_train}, e.g. --k {','.join(str(k) for k in ks if k <= n_train) or '1'}")
+    train_ds, train_found = source.panel_stores[train_panel.name]
+    val_ds, val_found = source.panel_stores[val_panel.name]
+    train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
+    val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
+    result = knn.classify(
+        reader(train_ds, train_ids, chosen, norm), n_train, train_labels.labels,
+        reader(val_ds, val_ids, chosen, norm), len(val_ids), val_targets, len(classes),
+        ks=ks, temperature=temperature, progress=progress,
+    )
+    text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")))
+    counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
+    ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
+    ds = xr.Dataset(
+        {
+            "top1": ("k", result.top1), "top5": ("k", result.top5),
+            "prediction": (("k", "image"), result.predictions.astype(np.int32)),
+            "neighbour": (("image", "rank"), result.neighbours.astype(np.int32)),
+            "similarity": (("image", "rank"), result.similarity),
+            "label": ("image", val_targets.astype(np.int32)),
+        },
+        coords={"k": list(ks), "image": val_ids, "train_image": train_ids, "class": classes},
+    )
+    attrs = {
+        "feature": chosen, "feature_text": text, "view": VIEW, "temperature": float(temperature), "ledger": ledger,
+        "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
+                   "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
+        "counts": counts, "source": "facebookresearch/dino eval_knn.py (knn_classifier)",
+        "provenance": result_provenance(train_ds, command),
+    }
+    saved = cache.save_results(store, "knn", ds, attrs)
+    report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved)
+    if json_path is not None:
+        write_json(json_path, report.summary(), indent=1)
+    return report

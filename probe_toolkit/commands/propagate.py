@@ -1,0 +1,250 @@
+"""``probe propagate CKPT --davis DIR --out DIR``: DAVIS-2017 label propagation and its J&F.
+
+The backbone runs in memory, sequence by sequence (frames are read, never cached in a store):
+each frame at DINO's size (short side 480, long side floored to a multiple of 64; normalised with
+std 0.228, 0.224, 0.225), its last-block patch tokens after the final norm
+(``backbone.normed_patch_tokens``), then ``analyses.propagation``. Labels: the first frame's
+annotation of every sequence is read once, through the ledger (purpose ``propagate: first
+frame``); the scorer alone reads the other frames' annotations, after every prediction is
+written (``propagate: score``, a second entry), unless ``--no-score``.
+
+Written under ``--out``: ``<sequence>/<frame>.png`` indexed PNGs in DAVIS's layout with the
+first annotation's palette (the first frame is its annotation, as the script writes it), each
+sequence swapped in whole; then davis2017-evaluation's tables ``global_results-<set>.csv`` and
+``per-sequence_results-<set>.csv`` (three decimals). Results ``results/davis`` go into
+``--store`` (or the checkpoint's default store when it exists):
+
+    j_mean, j_recall, j_decay, f_mean, f_recall, f_decay   (object)   per object of every sequence
+    jf_mean, j, f                                          ()         the global means
+    coords: object ("<sequence>_<n>", as the repository names them)
+    attrs: settings, ledger {first_frames, score}, sequences, frame size rule, provenance
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import xarray as xr
+from PIL import Image
+
+from ..analyses import propagation
+from ..infra import provenance
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..labels import davis
+from ..labels.panels import davis_sequences, read_davis_annotations, read_first_annotations
+from ..store import cache
+from ..store.backbone import Backbone, normed_patch_tokens
+from ..store.checkpoints import load_checkpoint
+from ..store.images import load_image
+
+BATCH = 8  # frames per forward pass
+
+
+@dataclass
+class Settings:
+    n_last: int = propagation.N_LAST
+    radius: int = propagation.RADIUS
+    topk: int = propagation.TOPK
+    subset: str = "val"
+
+    def check(self) -> None:
+        for name, value, least in (("--n-last-frames", self.n_last, 1), ("--size-mask-neighborhood", self.radius, 0), ("--topk", self.topk, 1)):
+            if int(value) != value or value < least:
+                raise ProbeError(name, f"{value} must be an integer ≥ {least}", "DINO's defaults: --n-last-frames 7 --size-mask-neighborhood 12 --topk 5")
+
+
+@dataclass
+class PropagationReport:
+    out: Path
+    sequences: list[str]
+    frames: int
+    seconds: float
+    scores: list[davis.SequenceScores] = field(default_factory=list)
+    global_scores: dict[str, float] | None = None
+    ledger: dict[str, str] = field(default_factory=dict)
+    saved: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"out": str(self.out), "sequences": self.sequences, "frames": self.frames, "seconds": self.seconds, "ledger": self.ledger,
+                "global": self.global_scores, "objects": [r for s in self.scores for r in s.rows()]}
+
+
+def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:
+    image = Image.fromarray(np.asarray(labels, np.uint8), mode="P")
+    image.putpalette(palette.astype(np.uint8).ravel().tolist())
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.device, batch: int = BATCH):
+    """Yield (rows·cols, D) features per frame, the forward pass batched over frames."""
+    size = None
+    for a in range(0, len(frames), batch):
+        tensors = []
+        for path in frames[a:a + batch]:
+            rgb = np.asarray(load_image(path))
+            if size is None:
+                size = rgb.shape[:2]
+            elif rgb.shape[:2] != size:
+                raise ProbeError(path, f"is {rgb.shape[1]}×{rgb.shape[0]}, the sequence's first frame {size[1]}×{size[0]}", "give every frame of a sequence one size")
+            tensors.append(propagation.frame_tensor(rgb))
+        feats = normed_patch_tokens(model, torch.stack(tensors).to(device)).float().cpu()
+        yield from feats
+
+
+def _write_sequence(out: Path, name: str, files: dict[str, bytes]) -> None:
+    """All of a sequence's PNGs appear at once: written into a hidden folder, then renamed.
+    Hidden folders a killed run left for this sequence are removed first."""
+    for stale in [*out.glob(f".{name}.tmp-*"), *out.glob(f".{name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = out / f".{name}.tmp-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    for file, data in files.items():
+        (tmp / file).write_bytes(data)
+    target = out / name
+    if target.exists():
+        old = out / f".{name}.old-{os.getpid()}"
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(target)
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: list[list[Any]]) -> None:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in row])
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(buffer.getvalue())
+    os.replace(tmp, path)
+
+
+def write_tables(out: Path, subset: str, scores: list[davis.SequenceScores], overall: dict[str, float]) -> tuple[Path, Path]:
+    """davis2017-evaluation's two CSV tables."""
+    g = out / f"global_results-{subset}.csv"
+    s = out / f"per-sequence_results-{subset}.csv"
+    _write_csv(g, davis.GLOBAL_COLUMNS, [[overall[c] for c in davis.GLOBAL_COLUMNS]])
+    _write_csv(s, ("Sequence", "J-Mean", "F-Mean"), [[r["Sequence"], r["J-Mean"], r["F-Mean"]] for q in scores for r in q.rows()])
+    return g, s
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ProbeError("--device", "cuda was asked for but no GPU is visible", "use --device cpu (or auto)")
+    if name not in ("cpu", "cuda"):
+        raise ProbeError("--device", f"{name!r} is not auto, cpu or cuda", "use --device auto")
+    return torch.device(name)
+
+
+def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float]) -> xr.Dataset:
+    rows = [r for s in scores for r in s.rows()]
+    data = {key.lower().replace("-", "_"): ("object", np.array([r[key] for r in rows], np.float64))
+            for key in ("J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")}
+    data.update({"jf_mean": overall["J&F-Mean"], "j": overall["J-Mean"], "f": overall["F-Mean"]})
+    return xr.Dataset(data, coords={"object": [str(r["Sequence"]) for r in rows]})
+
+
+def run_propagate(
+    checkpoint: str | Path,
+    davis_dir: str | Path,
+    out: str | Path,
+    *,
+    settings: Settings = Settings(),
+    network: str = "teacher",
+    sequences: Sequence[str] | None = None,
+    score: bool = True,
+    store: str | Path | None = None,
+    device: str = "auto",
+    cache_dir: str | Path | None = None,
+    json_path: str | Path | None = None,
+    on_frame: Callable[[int], None] | None = None,
+    command: str = "probe propagate",
+) -> PropagationReport:
+    settings.check()
+    davis_dir, out = Path(davis_dir), Path(out)
+    if store is not None and not (Path(store) / "zarr.json").is_file():
+        raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
+    found = davis_sequences(davis_dir, settings.subset)
+    if sequences:
+        names = {s.name for s in found}
+        unknown = [s for s in sequences if s not in names]
+        if unknown:
+            raise ProbeError("--sequence", f"{unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}")
+        found = [s for s in found if s.name in set(sequences)]
+    target_device = _device(device)
+    ck = load_checkpoint(checkpoint, network=network)
+    model = Backbone.from_checkpoint(ck).to(target_device)
+    firsts, first_entry = read_first_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
+    for seq in found:
+        annotation, _ = firsts[seq.name]
+        with Image.open(seq.frames[0]) as frame:
+            size = frame.size
+        if annotation.shape != (size[1], size[0]):
+            raise ProbeError(seq.annotations / f"{seq.frames[0].stem}.png", f"is {annotation.shape[1]}×{annotation.shape[0]}, its frame {size[0]}×{size[1]}",
+                             "give the first frame's annotation the frame's size")
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    predictions: dict[str, list[np.ndarray]] = {}
+    patch = ck.arch.patch
+    for seq in found:
+        annotation, palette = firsts[seq.name]
+        palette = palette if palette is not None else davis.davis_palette()
+        height, width = annotation.shape
+        w, h = propagation.frame_size(width, height)
+        rows, cols = h // patch, w // patch
+        first = propagation.first_labels(annotation, rows, cols)
+        files = {f"{seq.frames[0].stem}.png": indexed_png(annotation, palette)}
+        labels = [annotation]
+        stream = propagation.propagate(sequence_features(model, seq.frames, target_device), first, rows, cols, patch, (width, height),
+                                       n_last=settings.n_last, radius=settings.radius, topk=settings.topk)
+        for frame, result in zip(seq.frames[1:], stream):
+            files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
+            labels.append(result.labels)
+            if on_frame is not None:
+                on_frame(1)
+        _write_sequence(out, seq.name, files)
+        predictions[seq.name] = labels
+    seconds = time.perf_counter() - start
+    report = PropagationReport(out, [s.name for s in found], sum(len(s.frames) for s in found), seconds, ledger={"first_frames": first_entry})
+    if not score:
+        return report
+    truth, score_entry = read_davis_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
+    report.ledger["score"] = score_entry
+    for seq in found:
+        try:
+            report.scores.append(davis.score_sequence(seq.name, truth[seq.name], predictions[seq.name]))
+        except ValueError as error:
+            raise ProbeError(seq.annotations, str(error), "every frame needs an annotation of the frame's size; a sequence needs 3 frames or more") from None
+    report.global_scores = davis.global_row(report.scores)
+    write_tables(out, settings.subset, report.scores, report.global_scores)
+    target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
+    if (target / "zarr.json").is_file():
+        attrs = {"settings": {"n_last_frames": settings.n_last, "size_mask_neighborhood": settings.radius, "topk": settings.topk,
+                              "temperature": propagation.TEMPERATURE, "subset": settings.subset},
+                 "frame_size": "short side 480, long side floored to a multiple of 64; mean (0.485, 0.456, 0.406), std (0.228, 0.224, 0.225)",
+                 "feature": "last-block patch tokens after the final norm (none for networks without one), L2-normalised",
+                 "ledger": report.ledger, "sequences": report.sequences, "frames": report.frames, "davis": str(davis_dir.resolve()),
+                 "out": str(out.resolve()), "checkpoint": ck.describe(),
+                 "source": "facebookresearch/dino eval_video_segmentation.py; davisvideochallenge/davis2017-evaluation",
+                 "provenance": {"command": command, **provenance.stamp()}}
+        report.saved = cache.save_results(target, "davis", results_dataset(report.scores, report.global_scores), attrs)
+    if json_path is not None:
+        write_json(json_path, report.summary(), indent=1)
+    return report
+

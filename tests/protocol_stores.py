@@ -1,0 +1,42 @@
+"""The frozen-feature protocols run on a report test's store through their own command line:
+k-NN on two COCO panels over the store's photographs (disjoint images, two categories), the
+attention masks scored on the scenes panel, and label propagation on a synthetic DAVIS folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from report_stores import invoke
+
+from probe_toolkit.demo.video import write_davis
+from probe_toolkit.store import cache
+
+KNN_TRAIN = {"astronaut.jpg": 1, "chelsea.jpg": 2, "coffee.jpg": 1, "scenes/one.png": 2}
+KNN_VAL = {"rocket.jpg": 1, "camera.jpg": 2, "scenes/two.png": 2}
+
+
+def _coco(path: Path, labels: dict[str, int], store: Path) -> Path:
+    ds = cache.open_store(store)
+    ids = [str(i) for i in ds.image.values]
+    coco = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "thing"}, {"id": 2, "name": "other"}]}
+    for n, (name, cat) in enumerate(labels.items(), 1):
+        k = ids.index(name)
+        w, h = int(ds.image_width.values[k]), int(ds.image_height.values[k])
+        coco["images"].append({"id": n, "file_name": name, "width": w, "height": h})
+        coco["annotations"].append({"id": n, "image_id": n, "category_id": cat, "iscrowd": 0, "area": float(w * h // 4),
+                                    "bbox": [0, 0, w // 2, h // 2], "segmentation": [[0, 0, w // 2, 0, w // 2, h // 2, 0, h // 2]]})
+    path.write_text(json.dumps(coco))
+    return path
+
+
+def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) -> None:
+    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels) and results/davis in ``store``."""
+    for name, labels, role in (("classes-train", KNN_TRAIN, "train"), ("classes-val", KNN_VAL, "val")):
+        invoke("panel", "add", name, "--annotations", _coco(root / f"{name}.json", labels, store), "--images", image_dir, "--role", role, "--cache", cache_dir)
+    invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,3", "--cache", cache_dir, "-q")
+    invoke("attention-masks", store, "--panel", "scenes", "--cache", cache_dir, "-q")
+    checkpoint = cache.manifest(store)["checkpoint"]["path"]
+    davis = write_davis(root / "DAVIS", {"shapes": 3}, size=(64, 48))
+    invoke("propagate", checkpoint, "--davis", davis, "--out", root / "davis-out", "--store", store, "--cache", cache_dir, "-q")

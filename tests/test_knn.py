@@ -1,0 +1,143 @@
+"""``probe knn``: DINO's weighted k-NN against a brute-force numpy vote, and end to end on class folders."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_runs import probe_main
+from PIL import Image
+from typer.testing import CliRunner
+
+from probe_toolkit.analyses import knn
+from probe_toolkit.cli import app
+from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.labels import ledger
+from probe_toolkit.store import cache
+from probe_toolkit.store.extract import Settings, extract
+
+runner = CliRunner()
+
+
+def brute_force(train, train_labels, test, n_classes, k, T):
+    """Every test image against every train image in float64, one image at a time."""
+    tr = train / np.linalg.norm(train, axis=1, keepdims=True)
+    preds, top5 = [], []
+    for q in test:
+        q = q / np.linalg.norm(q)
+        sims = tr @ q
+        order = sorted(range(len(sims)), key=lambda i: (-sims[i], i))[:k]
+        votes = np.zeros(n_classes)
+        for i in order:
+            votes[train_labels[i]] += np.exp(sims[i] / T)
+        ranked = sorted(range(n_classes), key=lambda c: (-votes[c], c))
+        preds.append(ranked[0])
+        top5.append(ranked[:5])
+    return np.array(preds), top5
+
+
+def clustered(n, centres, rng, spread=1.2):
+    n_classes, dim = centres.shape
+    labels = rng.integers(0, n_classes, n)
+    return (centres[labels] + spread * rng.normal(size=(n, dim))).astype(np.float32), labels
+
+
+@pytest.mark.parametrize("n_classes", [7, 3])
+def test_blocked_running_topk_equals_brute_force(n_classes):
+    rng = np.random.default_rng(n_classes)
+    centres = rng.normal(size=(n_classes, 16))
+    train, train_labels = clustered(230, centres, rng)
+    test, test_labels = clustered(37, centres, rng)  # fewer than 100 test images: DINO's chunking would fail
+    ks = (10, 20, 100, 200)
+    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes,
+                          ks=ks, test_block=8, train_block=50)
+    for j, k in enumerate(ks):
+        preds, top5 = brute_force(train.astype(np.float64), train_labels, test.astype(np.float64), n_classes, k, 0.07)
+        np.testing.assert_array_equal(result.predictions[j], preds)
+        assert result.top1[j] == pytest.approx(np.mean(preds == test_labels))
+        if n_classes > 5:
+            assert result.top5[j] == pytest.approx(np.mean([t in r for t, r in zip(test_labels, top5)]))
+        else:
+            assert np.isnan(result.top5[j])  # undefined with 5 classes or fewer, never a crash or a fake 100 %
+    # the kept neighbours are the 5 most similar, best first
+    tr = train / np.linalg.norm(train, axis=1, keepdims=True)
+    sims = (test / np.linalg.norm(test, axis=1, keepdims=True)) @ tr.T
+    np.testing.assert_array_equal(result.neighbours, np.argsort(-sims, axis=1, kind="stable")[:, :5])
+    assert 0.5 < result.top1[1] <= 1.0  # the clusters are separable: a wrong vote would not reach this
+
+
+def test_k_above_the_train_set_is_refused():
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(ValueError):
+        knn.classify(lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), 2, ks=(10,))
+
+
+def _image(path, colour, seed):
+    rng = np.random.default_rng(seed)
+    pixels = np.clip(np.array(colour)[None, None] + rng.normal(0, 20, (64, 80, 3)), 0, 255).astype(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path)
+
+
+@pytest.fixture(scope="module")
+def class_folders(tmp_path_factory):
+    """train/ and val/ with one sub-folder per class, a tiny network's store over both."""
+    root = tmp_path_factory.mktemp("knn")
+    colours = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
+    for split, n in (("train", 4), ("val", 2)):
+        for c, (name, colour) in enumerate(colours.items()):
+            for i in range(n):
+                _image(root / "data" / split / name / f"{i}.png", colour, seed=100 * c + 10 * i + (split == "val"))
+    checkpoint = write_checkpoint(root / "dino.pth", "dino-full", TINY, seed=0)
+    store = extract(checkpoint, root / "data", settings=Settings(views=(224,), attention="none", chunk=8), cache_dir=root / "cache", quiet=True).store
+    return root, store
+
+
+def test_knn_command_end_to_end(class_folders, tmp_path):
+    root, store = class_folders
+    c = str(tmp_path / "cache")
+    for name, role in (("tr", "train"), ("va", "val")):
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c])
+        assert r.exit_code == 0, r.output
+    out = tmp_path / "knn.json"
+    r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "--json", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(out.read_text())
+    assert summary["feature"].startswith("class token after the final LayerNorm")
+    assert summary["counts"] == {"train": 12, "val": 6, "classes": 3, "val_dropped": 0, "train_dropped": 0}
+    assert summary["top5"] == [None, None, None]
+    # the same vote recomputed here from the stored class tokens and the checkpoint's final norm
+    ds = cache.open_store(store)
+    from probe_toolkit.store.checkpoints import load_checkpoint
+
+    ck = load_checkpoint(root / "dino.pth")
+    w, b = ck.backbone["norm.weight"].double().numpy(), ck.backbone["norm.bias"].double().numpy()
+
+    def feats(prefix):
+        ids = [i for i in ds.image.values.tolist() if i.startswith(prefix)]
+        x = ds.cls_tokens_224.sel(image=ids).values.astype(np.float64)
+        x = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-6) * w + b
+        return x, np.array([["blue", "green", "red"].index(i.split("/")[1]) for i in ids])
+
+    tr, trl = feats("train/")
+    va, val = feats("val/")
+    for j, k in enumerate((1, 3, 12)):
+        preds, _ = brute_force(tr, trl, va, 3, k, 0.07)
+        assert summary["top1"][j] == pytest.approx(np.mean(preds == val))
+    saved = cache.load_results(store, "knn")
+    assert list(saved.k.values) == [1, 3, 12] and saved.attrs["feature"] == "cls-normed"
+    purposes = [e.fields["purpose"] for e in ledger.entries(tmp_path / "cache")]
+    assert purposes == ["knn: neighbours' classes", "knn: score"]
+
+
+def test_bad_classification_panels_are_one_line(tmp_path, capsys):
+    one = tmp_path / "one"
+    _image(one / "cat" / "a.png", (10, 10, 10), 0)
+    flat = tmp_path / "flat"
+    _image(flat / "a.png", (10, 10, 10), 0)
+    for folder, needle in ((one, "1 class folder"), (flat, "outside any class folder")):
+        code, printed = probe_main(["panel", "add", "p", "--classes-from-folders", str(folder), "--role", "train", "--cache", str(tmp_path / "c")], capsys)
+        err = printed.err
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "c" / "panels.toml").exists()

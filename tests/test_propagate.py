@@ -1,0 +1,220 @@
+"""``probe propagate``: J&F on hand-computed cases, and label propagation against a plain per-frame
+loop written here (DINO's procedure step by step) on a synthetic DAVIS folder."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from cli_runs import probe_main
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.demo.video import write_davis
+from probe_toolkit.labels import davis, ledger
+from probe_toolkit.store.backbone import Backbone, normed_patch_tokens
+from probe_toolkit.store.checkpoints import load_checkpoint
+
+BLOCK = np.zeros((10, 10), bool)
+BLOCK[1:3, 1:3] = True
+
+
+def test_boundary_map_by_hand():
+    expected = np.zeros((10, 10), bool)
+    expected[0:3, 0:3] = True
+    expected[1, 1] = False
+    np.testing.assert_array_equal(davis.seg2bmap(BLOCK), expected)
+
+
+def test_region_and_boundary_by_hand():
+    shifted = np.roll(BLOCK, 1, axis=1)
+    assert davis.region_iou(BLOCK, shifted) == pytest.approx(2 / 6)
+    assert davis.region_iou(np.zeros((4, 4)), np.zeros((4, 4))) == 1.0
+    assert davis.tolerance((10, 10)) == 1 and davis.tolerance((480, 854)) == 8
+    # shifted by 3 columns: 3 of 8 boundary pixels within 1 pixel of the other boundary, both ways
+    assert davis.boundary_f(BLOCK, np.roll(BLOCK, 3, axis=1)) == pytest.approx(3 / 8)
+    assert davis.boundary_f(BLOCK, BLOCK) == 1.0
+    assert davis.boundary_f(BLOCK, np.zeros_like(BLOCK)) == 0.0
+    assert davis.boundary_f(np.zeros_like(BLOCK), np.zeros_like(BLOCK)) == 1.0
+
+
+def plain_f(truth, pred, r):
+    """F with pixel loops: a boundary pixel matches when one of the other boundary lies within dx² + dy² ≤ r²."""
+    def bmap(seg):
+        h, w = seg.shape
+        out = np.zeros_like(seg)
+        for y in range(h):
+            for x in range(w):
+                nbrs = [(y, x + 1), (y + 1, x), (y + 1, x + 1)] if y < h - 1 and x < w - 1 else [(y, x + 1)] if y == h - 1 and x < w - 1 else [(y + 1, x)] if x == w - 1 and y < h - 1 else []
+                out[y, x] = any(seg[y, x] != (seg[a, b] if a < h and b < w else False) for a, b in nbrs)
+        return out
+
+    def matched(a, b):
+        pts = np.argwhere(b)
+        return sum(any((y - py) ** 2 + (x - px) ** 2 <= r * r for py, px in pts) for y, x in np.argwhere(a))
+
+    fb, gb = bmap(pred), bmap(truth)
+    if not fb.sum() or not gb.sum():
+        return None
+    p, q = matched(fb, gb) / fb.sum(), matched(gb, fb) / gb.sum()
+    return 0.0 if p + q == 0 else 2 * p * q / (p + q)
+
+
+def test_boundary_f_equals_pixel_loops_on_random_shapes():
+    from skimage.morphology import disk
+
+    np.testing.assert_array_equal(davis.disk(3), disk(3).astype(bool))
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        truth = np.zeros((20, 30), bool)
+        pred = np.zeros((20, 30), bool)
+        y, x = rng.integers(2, 12), rng.integers(2, 20)
+        truth[y:y + 6, x:x + 8] = True
+        pred[max(0, y + rng.integers(-2, 3)):y + 7, max(0, x + rng.integers(-3, 3)):x + 9] = True
+        expected = plain_f(truth, pred, davis.tolerance(truth.shape))
+        assert davis.boundary_f(truth, pred) == pytest.approx(expected)
+
+
+def test_statistics_and_first_last_frames_by_hand():
+    mean, recall, decay = davis.statistics(np.array([1, 1, 0, 0, 0.6, 0.4, 0.8, 0.2]))
+    assert (mean, recall) == (pytest.approx(0.5), pytest.approx(0.5))
+    assert decay == pytest.approx((1 + 1 + 0) / 3 - (0.4 + 0.8 + 0.2) / 3)  # bins [0:3] and [5:8]
+    truth = [np.where(BLOCK, 1, 0).astype(np.uint8)] * 4
+    wrong = np.zeros((10, 10), np.uint8)
+    pred = [wrong, truth[1], np.roll(truth[2], 1, axis=1), wrong]  # first and last wrong: not scored
+    s = davis.score_sequence("seq", truth, pred)
+    np.testing.assert_allclose(s.j, [[1.0, 2 / 6]])
+    row = davis.global_row([s])
+    assert row["J-Mean"] == pytest.approx((1 + 1 / 3) / 2)
+    assert row["J&F-Mean"] == pytest.approx((row["J-Mean"] + row["F-Mean"]) / 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# propagation against DINO's procedure written out per frame
+
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.228, 0.224, 0.225)
+
+
+def plain_frame(path):
+    rgb = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32)
+    h0, w0 = rgb.shape[:2]
+    if h0 > w0:
+        tw, th = 480, int((480 * h0 / w0) // 64 * 64)
+    else:
+        th, tw = 480, int((480 * w0 / h0) // 64 * 64)
+    x = F.interpolate(torch.from_numpy(rgb).permute(2, 0, 1)[None], size=(th, tw), mode="bilinear", align_corners=False)[0] / 255.0
+    for c in range(3):
+        x[c] = (x[c] - MEAN[c]) / STD[c]
+    return x
+
+
+def plain_propagation(model, frames, annotation, n_last=7, radius=12, topk=5):
+    """eval_video_segmentation.py's loop: one frame at a time, the window built cell by cell."""
+    patch = model.arch.patch
+    h0, w0 = annotation.shape
+    first = plain_frame(frames[0])
+    h, w = first.shape[1] // patch, first.shape[2] // patch
+    small = np.array(Image.fromarray(annotation).resize((w, h), Image.Resampling.NEAREST))
+    n = int(small.max()) + 1
+    first_seg = torch.zeros(1, n, h, w)
+    for c in range(n):
+        first_seg[0, c] = torch.from_numpy(small == c).float()
+    mask = torch.zeros(h, w, h, w)
+    for i in range(h):
+        for j in range(w):
+            mask[i, j, max(0, i - radius):i + radius + 1, max(0, j - radius):j + radius + 1] = 1
+    mask = mask.reshape(h * w, h * w)
+    feat1 = normed_patch_tokens(model, first[None])[0].T  # dim × hw, unnormalised
+    queue, out = [], []
+    for path in frames[1:]:
+        feat_tar = normed_patch_tokens(model, plain_frame(path)[None])[0]  # hw × dim
+        sources = torch.stack([feat1] + [q[0] for q in queue])
+        segs = torch.cat([first_seg] + [q[1] for q in queue])
+        m = sources.shape[0]
+        tar = F.normalize(feat_tar, dim=1, p=2).unsqueeze(0).repeat(m, 1, 1)
+        aff = torch.exp(torch.bmm(tar, F.normalize(sources, dim=1, p=2)) / 0.1) * mask.unsqueeze(0)
+        aff = aff.transpose(2, 1).reshape(-1, h * w)
+        tk_min = torch.topk(aff, dim=0, k=topk).values.min(dim=0).values
+        aff[aff < tk_min] = 0
+        aff = aff / aff.sum(0, keepdim=True)
+        segs = segs.reshape(m, n, -1).transpose(2, 1).reshape(-1, n).T
+        seg_tar = torch.mm(segs, aff).reshape(1, n, h, w)
+        if len(queue) == n_last:
+            queue.pop(0)
+        queue.append([feat_tar.T, seg_tar.clone()])
+        up = F.interpolate(seg_tar, scale_factor=patch, mode="bilinear", align_corners=False, recompute_scale_factor=False)[0]
+        for c in range(n):
+            if up[c].max() > 0:
+                up[c] = up[c] - up[c].min()
+                up[c] = up[c] / up[c].max()
+        labels = torch.max(up, dim=0).indices.numpy().astype(np.uint8)
+        out.append(np.array(Image.fromarray(labels).resize((w0, h0), Image.Resampling.NEAREST)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    root = tmp_path_factory.mktemp("davis")
+    write_davis(root / "DAVIS", {"shapes": 4, "pair": 3}, size=(120, 96), seed=3)
+    checkpoint = write_checkpoint(root / "dino.pth", "dino-full", TINY, seed=0)
+    return root, checkpoint
+
+
+def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):
+    root, checkpoint = video
+    out, c = root / "out", root / "cache"
+    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c),
+                           "--n-last-frames", "2", "--json", str(root / "p.json"), "-q"], capsys)
+    assert code == 0, printed.err
+    model = Backbone.from_checkpoint(load_checkpoint(checkpoint))
+    scores = []
+    for seq in ("shapes", "pair"):
+        frames = sorted((root / "DAVIS" / "JPEGImages" / "480p" / seq).glob("*.jpg"))
+        truth = [np.array(Image.open(root / "DAVIS" / "Annotations" / "480p" / seq / f"{f.stem}.png")) for f in frames]
+        expected = plain_propagation(model, frames, truth[0], n_last=2)
+        written = [Image.open(out / seq / f"{f.stem}.png") for f in frames]
+        assert all(im.mode == "P" for im in written)
+        assert written[1].getpalette()[:9] == [0, 0, 0, 128, 0, 0, 0, 128, 0]  # the first annotation's palette
+        np.testing.assert_array_equal(np.array(written[0]), truth[0])
+        for got, want in zip(written[1:], expected):
+            np.testing.assert_array_equal(np.array(got), want)
+        scores.append(davis.score_sequence(seq, truth, [truth[0], *expected]))
+    overall = davis.global_row(scores)
+    with open(out / "global_results-val.csv") as handle:
+        table = list(csv.DictReader(handle))
+    assert float(table[0]["J&F-Mean"]) == pytest.approx(overall["J&F-Mean"], abs=5e-4)
+    assert overall["J&F-Mean"] > 0.3  # the shapes are tracked, not lost
+    with open(out / "per-sequence_results-val.csv") as handle:
+        assert [r["Sequence"] for r in csv.DictReader(handle)] == ["shapes_1", "shapes_2", "pair_1", "pair_2"]
+    purposes = [e.fields["purpose"] for e in ledger.entries(c)]
+    assert purposes == ["propagate: first frame", "propagate: score"]
+    assert [e.fields["images"] for e in ledger.entries(c)] == [2, 7]
+    assert json.loads((root / "p.json").read_text())["global"]["J&F-Mean"] == pytest.approx(overall["J&F-Mean"])
+
+
+def test_bad_davis_folders_are_one_line(video, capsys, tmp_path):
+    root, checkpoint = video
+
+    def broken(change):
+        folder = tmp_path / f"d{len(list(tmp_path.iterdir()))}"
+        write_davis(folder, {"shapes": 3}, size=(64, 48))
+        change(folder)
+        return folder
+
+    cases = [
+        (broken(lambda d: [p.unlink() for p in (d / "JPEGImages" / "480p" / "shapes").glob("*.jpg")]), "holds no frames"),
+        (broken(lambda d: [p.unlink() for p in sorted((d / "JPEGImages" / "480p" / "shapes").glob("*.jpg"))[1:]]), "single frame"),
+        (broken(lambda d: Image.new("P", (32, 32)).save(d / "Annotations" / "480p" / "shapes" / "00000.png")), "32×32"),
+        (broken(lambda d: (d / "ImageSets" / "2017" / "val.txt").unlink()), "is missing"),
+    ]
+    for folder, needle in cases:
+        code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(folder), "--out", str(folder / "out"), "--cache", str(tmp_path / "c"), "-q"], capsys)
+        assert code == 2 and needle in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
+        assert not (folder / "out" / "shapes").exists()
+    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(cases[0][0]), "--out", str(tmp_path / "o"), "--topk", "0", "-q"], capsys)
+    assert code == 2 and "--topk" in printed.err
