@@ -402,6 +402,8 @@ def _folder_classes(folder: Path) -> list[str]:
     """The sub-folders of ``folder`` that hold images (sorted, as torchvision's ImageFolder); at least two."""
     if not folder.is_dir():
         raise ProbeError(folder, "is not a folder", "pass --classes-from-folders with a folder holding one sub-folder per class")
+    from ..store.images import list_images  # here: it brings torch, which reading panels never needs
+
     refs = list_images(folder)
     loose = [r.id for r in refs if "/" not in r.id]
     if loose:
@@ -463,6 +465,8 @@ def read_classes(
     if panel.sealed and not (unseal and unseal.strip()):
         raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
     classes = _folder_classes(panel.images)
+    from ..store.images import list_images
+
     refs = list_images(panel.images)
     ids = [r.id for r in refs]
     listing = "\n".join(ids).encode()
