@@ -2,7 +2,7 @@
 
 Per image (keys N × C on a G × G grid, N = G²), following TokenCut and MaskCut:
 
-1. Centre (preset ``thesis``): subtract the image's mean key. L2-normalise; a zero key stays zero.
+1. Centre (preset ``centred``): subtract the image's mean key. L2-normalise; a zero key stays zero.
 2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
 3. Fiedler vector x: second smallest generalized eigenvector of (D − W) x = λ D x. Solved as the
    second largest eigenvector y of 𝒩 = D^-½ W D^-½, whose largest (eigenvalue 1) is known
@@ -52,13 +52,14 @@ from ..infra.errors import ProbeError
 
 RULES = ("tokencut", "maskcut")
 PRESETS: dict[str, dict] = {
-    # the thesis: centred keys, TokenCut's graph and rule, τ = 0.2 (course Part 1 §1.2, Part 6)
-    "thesis": dict(center=True, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
+    # centred keys (each image's mean key subtracted), otherwise TokenCut's graph and rule, τ = 0.2
+    "centred": dict(center=True, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
     # TokenCut exactly: uncentred keys, τ = 0.2, ε = 1e-5 (TokenCut README and argparse)
     "tokencut": dict(center=False, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
     # MaskCut: τ = 0.15 (README, submitit script; maskcut.py's argparse says 0.2), N = 3
     "maskcut": dict(center=False, rule="maskcut", tau=0.15, eps=1e-5, masks=3),
 }
+ALIASES = {"thesis": "centred"}  # former preset names, still accepted
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
@@ -68,7 +69,7 @@ DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
 class Settings:
     """One decoder setting; ``Settings.from_preset`` fills the preset's defaults."""
 
-    preset: str = "thesis"
+    preset: str = "centred"
     center: bool = True
     rule: str = "tokencut"
     tau: float = 0.2
@@ -80,8 +81,9 @@ class Settings:
     seed: int = 0  # ARPACK's start vector
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "preset", ALIASES.get(self.preset, self.preset))
         if self.preset not in PRESETS:
-            raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset thesis")
+            raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
         if self.rule not in RULES:
             raise ProbeError(None, f"rule {self.rule!r} is not one of {', '.join(RULES)}", "use tokencut or maskcut")
         if not -1.0 <= self.tau < 1.0:
@@ -92,10 +94,11 @@ class Settings:
             raise ProbeError(None, f"--masks {self.masks} must be at least 1", "use --masks 1")
 
     @classmethod
-    def from_preset(cls, preset: str = "thesis", **overrides) -> "Settings":
+    def from_preset(cls, preset: str = "centred", **overrides) -> "Settings":
         """The preset's defaults, with every override that is not None applied."""
+        preset = ALIASES.get(preset, preset)
         if preset not in PRESETS:
-            raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset thesis")
+            raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
         values = dict(PRESETS[preset], preset=preset)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -1,6 +1,6 @@
 """Patch-grid geometry: where patch i sits, and how far apart two patches are.
 
-Patches are numbered row-major on a G × G grid (course Part 2): patch i sits at row i // G,
+Patches are numbered row-major on a G × G grid (as timm's patch embedding flattens them): patch i sits at row i // G,
 column i % G. Distances are in patch units (one grid step = 16 pixels at ViT-S/16). One home
 for this geometry, shared by the window statistics (``neighbours``) and the mean attention
 distance (``entropy``).

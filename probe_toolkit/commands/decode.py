@@ -76,7 +76,7 @@ def resolve_settings(
                 raise ProbeError(path, f"is not a decoder settings file ({error})", "rerun `probe decode-sweep` or delete it") from None
             changed = {k: v for k, v in overrides.items() if v is not None}
             return base.with_(**changed), f"{path}" + (f" + {sorted(changed)}" if changed else "")
-        preset = "thesis"
+        preset = "centred"
     return Settings.from_preset(preset, **overrides), f"preset {preset}"
 
 
@@ -298,7 +298,7 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
 
 
 def load_grid(path: str | Path | None) -> list[Settings]:
-    """The settings of a grid file (TOML lists per axis; a missing axis keeps the thesis value)."""
+    """The settings of a grid file (TOML lists per axis; a missing axis keeps the centred preset's value)."""
     axes = dict(DEFAULT_GRID)
     if path is not None:
         try:
@@ -308,8 +308,8 @@ def load_grid(path: str | Path | None) -> list[Settings]:
         unknown = set(data) - set(DEFAULT_GRID)
         if unknown:
             raise ProbeError(path, f"has unknown axes {sorted(unknown)}", f"use {', '.join(DEFAULT_GRID)}")
-        thesis = Settings.from_preset("thesis")
-        axes = {k: list(data[k]) if k in data else [getattr(thesis, k) if k != "preset" else "tokencut"] for k in DEFAULT_GRID}
+        centred = Settings.from_preset("centred")
+        axes = {k: list(data[k]) if k in data else [getattr(centred, k) if k != "preset" else "tokencut"] for k in DEFAULT_GRID}
     out = []
     for preset, center, tau, eps, masks in itertools.product(*(axes[k] for k in DEFAULT_GRID)):
         out.append(Settings.from_preset(str(preset), center=bool(center), tau=float(tau), eps=float(eps), masks=int(masks)))

@@ -101,7 +101,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
 
     from ..commands.decode import resolve_settings, run_decode
 
-    chosen, source = resolve_settings(preset="thesis", overrides={}, settings_file=None, cache_dir=cache)
+    chosen, source = resolve_settings(preset="centred", overrides={}, settings_file=None, cache_dir=cache)
     for store in demo.stores:
         run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
