@@ -503,12 +503,13 @@ def report_command(
     out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
     follow: Annotated[Optional[str], typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
     patch: Annotated[int, typer.Option("--patch", help="Patch of the 224 view to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14).")] = 34,
+    formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
     cache: CacheOpt = None,
 ) -> None:
-    """Write report.md, a self-contained report.html with a patch explorer, and the figures as PNG."""
+    """Write report.md, a self-contained report.html with a patch explorer, figures (PNG, PDF, SVG) and tables (CSV, LaTeX)."""
     from .report import write_report
 
-    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache)
+    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats)
     present = [s.title for s in written.report.sections if s.present]
     absent = [s.title for s in written.report.sections if not s.present]
     console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "

@@ -119,7 +119,7 @@ def test_a_28_by_28_grid_uses_two_byte_indices(tmp_path):
     """784 patches (a ViT-S/8 at 224 px) need two bytes per patch index; no image file: drawn from tokens."""
     grid = 28
     store = synthetic_store(tmp_path / "s8-cdcdcdcd" / "teacher.zarr", grid)
-    written = write_report([store], tmp_path / "report", patch=700)
+    written = write_report([store], tmp_path / "report", patch=700, formats="png")
     with Browser(chromium(), tmp_path / "profile", width=1400, height=1100) as browser:
         browser.open(written.html.resolve().as_uri())
         assert browser.wait_for("window.probeExplorer && window.probeExplorer.state.ready && window.probeExplorer.state.picture")

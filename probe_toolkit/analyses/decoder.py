@@ -408,6 +408,8 @@ class ImageMasks:
     degenerate: bool
     stop: str
     cuts: int  # eigenproblems solved (the last may have been rejected)
+    fiedler: np.ndarray | None = None  # (N,) the first cut's oriented Fiedler vector x (TokenCut's figure)
+    seed: int = -1  # the first cut's seed patch
 
 
 def grid_of(n: int) -> int:
@@ -430,6 +432,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
     rows: list[tuple] = []
     previous: np.ndarray | None = None
     degenerate, stop, cuts = False, "count", 0
+    first: tuple[np.ndarray, int] | None = None
     for t in range(settings.masks):
         if t > 0 and (~painted).sum() <= settings.min_area * n:
             stop = "exhausted"
@@ -440,6 +443,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
         x = orient(cut.x)
         side, seed, reversed_ = foreground(x, grid, settings.rule)
         found = component(side, seed, grid)
+        first = first or (x, seed)
         error = cut.error(1.0 / np.sqrt(graph.degree))
         degenerate |= cut.gap < settings.gap_tol or not certified(x, error, found, seed, reversed_)
         if previous is not None:
@@ -469,6 +473,8 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
         degenerate=bool(degenerate),
         stop=stop,
         cuts=cuts,
+        fiedler=None if first is None else first[0].astype(np.float32),
+        seed=-1 if first is None else int(first[1]),
     )
 
 
@@ -488,6 +494,8 @@ class Decoded:
     dense_solves: np.ndarray  # (image,) int, cuts solved by the dense fallback
     cuts: np.ndarray  # (image,) int
     settings: Settings = field(default_factory=Settings)
+    fiedler: np.ndarray | None = None  # (image, patch) float32, the first cut's oriented Fiedler vector
+    seed: np.ndarray | None = None  # (image,) int, the first cut's seed patch
 
     @property
     def grid(self) -> int:
@@ -510,8 +518,12 @@ def collate(results: list[ImageMasks], settings: Settings, n: int) -> Decoded:
         dense_solves=np.zeros(b, dtype=np.int32),
         cuts=np.zeros(b, dtype=np.int32),
         settings=settings,
+        fiedler=np.full((b, n), np.nan, dtype=np.float32),
+        seed=np.full(b, -1, dtype=np.int32),
     )
     for i, r in enumerate(results):
+        if r.fiedler is not None:
+            out.fiedler[i], out.seed[i] = r.fiedler, r.seed
         m = r.masks.shape[0]
         out.masks[i, :m] = r.masks
         for name in ("score", "lambda2", "lambda3", "gap", "ncut"):

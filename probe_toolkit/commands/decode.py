@@ -4,7 +4,8 @@ a panel's labels through the ledger.
 
 Results written into the store (``cache.save_results``):
 
-- ``decoder``: the patch masks and their numbers (``masks.decoder_dataset``), attrs ``manifest``,
+- ``decoder``: the patch masks and their numbers, and each image's first Fiedler vector and
+  seed (``masks.decoder_dataset``), attrs ``manifest``,
   ``settings``, ``settings_source``, ``size``, ``seconds``, ``provenance``.
 - ``scores_<panel>``: ``segm``/``bbox`` (metric), ``corloc``, ``mean_best_iou``, ``corloc_hit`` and
   ``first_box_iou`` (image), ``best_iou`` and ``object_image`` (object); attrs ``ledger_entry``,
@@ -323,7 +324,7 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
     return Decoded(
         masks=decoded.masks[:, sl], score=decoded.score[:, sl], lambda2=decoded.lambda2[:, sl], lambda3=decoded.lambda3[:, sl],
         gap=decoded.gap[:, sl], ncut=decoded.ncut[:, sl], n_masks=n, degenerate=decoded.degenerate, stop=decoded.stop,
-        dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings,
+        dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings, fiedler=decoded.fiedler, seed=decoded.seed,
     )
 
 
