@@ -49,8 +49,10 @@ def _data(work: Path, quick: bool) -> Path:
     return root
 
 
-def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print) -> Demo:
-    """Run every stage; ``quick`` shortens training and the panels (the test suite's mode)."""
+def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print,
+             formats: str | None = None) -> Demo:
+    """Run every stage; ``quick`` shortens training and the panels (the test suite's mode);
+    ``formats``: the report's figure files (default PNG, PDF and SVG)."""
     out = Path(out)
     work = out / "work"
     cache = work / "cache"
@@ -113,13 +115,13 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
 
-    demo.html = _report(demo.stores, out, quiet)
+    demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
     return demo
 
 
-def _report(stores: list[Path], out: Path, quiet: bool) -> Path:
+def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:
     """The comparison report of both networks, following patch 34 of the followed photograph."""
     from ..report import render_report
 
-    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet)
+    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats)

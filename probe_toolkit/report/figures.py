@@ -106,6 +106,7 @@ def legible(fig: Figure) -> None:
     from matplotlib.text import Text
 
     floor = MIN_PT * fig.get_figwidth() / COLUMN_IN
+    fig.draw_without_rendering()  # tick labels exist only once the figure has been laid out
     for t in fig.findobj(Text):
         if t.get_text().strip() and t.get_gid() != "dense" and t.get_fontsize() < floor:
             t.set_fontsize(floor)
@@ -462,7 +463,7 @@ def mask_overlays(pictures: list[tuple[str, np.ndarray]], masks: dict[str, list[
     display size, or None when the store has no decoder result for the image.
     """
     n_rows, n_cols = len(pictures), len(masks)
-    fig = Figure(figsize=(2.2 * n_cols + 0.2, 2.0 * n_rows + 0.4))
+    fig = Figure(figsize=(2.2 * n_cols + 0.2, 2.0 * n_rows + 0.4), layout="constrained")
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     for c, (label, per_image) in enumerate(masks.items()):
         for r, (image_id, rgb) in enumerate(pictures):
@@ -479,7 +480,6 @@ def mask_overlays(pictures: list[tuple[str, np.ndarray]], masks: dict[str, list[
             n = 0 if found is None else len(found)
             text = f"{image_id.rsplit('/', 1)[-1]}: {n} mask{'s' if n != 1 else ''}"
             ax.set_title(f"{wrap(label)}\n{text}" if r == 0 else text, fontsize=8)
-    fig.tight_layout()
     return png(fig)
 
 
@@ -502,11 +502,11 @@ CURVES = (
 
 
 def training_curves(runs: dict[str, list[dict]]) -> bytes:
-    """Each logged quantity against the optimiser step, one line per run."""
+    """Each logged quantity against the optimiser step, one line per run (the title names it)."""
     present = [(field, label) for field, label in CURVES if any(field in r for rows in runs.values() for r in rows)]
     columns = min(3, max(1, len(present)))
     n_rows = -(-len(present) // columns)
-    fig = Figure(figsize=(2.5 * columns + 0.3, 2.0 * n_rows + 0.5))
+    fig = Figure(figsize=(2.3 * columns + 0.3, 1.8 * n_rows + 0.7), layout="constrained")
     axes = fig.subplots(n_rows, columns, squeeze=False)
     for k in range(n_rows * columns):
         ax = axes[k // columns, k % columns]
@@ -519,11 +519,13 @@ def training_curves(runs: dict[str, list[dict]]) -> bytes:
             if points:
                 x, y = zip(*points)
                 ax.plot(x, y, color=store_colour(i), linewidth=1.3, label=name, marker="o" if len(x) < 40 else None, markersize=3)
-        ax.set_xlabel("step")
-        ax.set_ylabel(label, fontsize=8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True, nbins=4))
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))
+        if k // columns == n_rows - 1 or k + columns >= len(present):
+            ax.set_xlabel("step", fontsize=9)
         ax.set_title(label, fontsize=9)
-    axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncol=min(2, len(names)), fontsize=9, frameon=False)
     return png(fig)
 
 
