@@ -338,7 +338,7 @@ def shared_bins(arrays: Sequence[np.ndarray], count: int = 20) -> np.ndarray:
     values = np.concatenate([np.ravel(a) for a in arrays if np.size(a)]) if arrays else np.zeros(1)
     values = values[np.isfinite(values)]
     low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
-    pad = max(1e-3 * max(abs(high), 1.0), 0.05 * (high - low))
+    pad = 0.05 * (high - low) if high > low else max(1e-3 * abs(high), 0.5)
     return np.linspace(low - pad, high + pad, count + 1)
 
 
