@@ -441,7 +441,8 @@ def scores(ctx: Context) -> Section:
         matched = comparable(ctx, found, rows)
         role = next(iter(found.values())).attrs.get("role", "?")
         section.blocks.append(Table(["metric", *found, *(["published, same protocol and data"] if matched else [])], rows,
-                                    f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."))
+                                    f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."
+                                    + ("" if matched else " No published number shares this panel's protocol and data (see the last section).")))
         prov = []
         for label, ds in found.items():
             st = ds.attrs.get("settings", {})
