@@ -41,3 +41,17 @@ def test_product_text_has_no_private_vocabulary():
             if "ALIASES = {" in line:
                 continue
             assert not re.search(r"course|thesis|shared/reference|dog's nose|run 2's", line, re.I), f"{path.name}:{n}: {line.strip()}"
+
+
+def test_an_unknown_figure_format_is_one_line_before_anything_is_read(tmp_path):
+    import pytest
+
+    from probe_toolkit.infra.errors import ProbeError
+    from probe_toolkit.report import write_report
+    from probe_toolkit.report.build import parse_formats
+
+    assert parse_formats("pdf") == ("png", "pdf") and parse_formats(None) == ("png", "pdf", "svg")
+    with pytest.raises(ProbeError) as error:
+        write_report([tmp_path / "no-such.zarr"], tmp_path / "r", formats="png,eps")
+    assert "--format" in error.value.line() and "eps" in error.value.line()
+    assert not (tmp_path / "r").exists()
