@@ -2,7 +2,7 @@
 
 Both run in this process on the same keys (a noisy disc on a noisy background, 384 channels,
 float16 as stored) at N = 900 (30 × 30, our 480 view) and N = 3600 (60 × 60, MaskCut's size),
-for the thesis preset (centred keys) and for TokenCut's (uncentred). It times the whole
+for the centred preset (centred keys) and for TokenCut's (uncentred). It times the whole
 per-image decode (keys → mask) and, separately, the eigensolve alone on the same graph. The baseline is TokenCut's
 pipeline as published: float64 cosines, dense W and D, ``scipy.linalg.eigh(D − W, D,
 subset_by_index=[1, 2])``, mean threshold, argmax |x| seed, 4-connected component. The masks
@@ -52,7 +52,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     rows = []
     for grid, count in ((30, args.images), (60, args.images_large)):
-        for preset in ("thesis", "tokencut"):
+        for preset in ("centred", "tokencut"):
             settings = Settings.from_preset(preset)
             ours, ref, ours_solve, ref_solve, same, flagged, solvers = [], [], [], [], 0, 0, []
             decode_image(keys(rng, grid), settings)  # warm-up (imports, BLAS)
