@@ -31,12 +31,12 @@ def _probe(*args) -> str:
 
     from probe_toolkit import cli
 
-    width = cli.console.width
+    saved = cli.console._width  # None: the width follows the terminal; restored exactly, so later output is as before
     cli.console.width = WIDTH
     try:
         result = CliRunner().invoke(cli.app, [str(a) for a in args])
     finally:
-        cli.console.width = width
+        cli.console._width = saved
     if result.exit_code != 0:
         raise RuntimeError(f"probe {' '.join(map(str, args))} failed: {result.output}")
     return "\n".join(line.rstrip() for line in result.stdout.splitlines()).strip("\n") + "\n"
