@@ -4,7 +4,7 @@ on the CPU beside the scipy one.
 
 1. Per core. Both run in this process on the same keys (a noisy disc on a noisy background, 384
    channels, float16 as stored) at N = 900 (30 × 30, our 480 view) and N = 3600 (60 × 60,
-   MaskCut's size), for the thesis preset (centred keys) and for TokenCut's (uncentred). It
+   MaskCut's size), for the centred preset (centred keys) and for TokenCut's (uncentred). It
    times the whole per-image decode (keys → mask) and, separately, the eigensolve alone on the
    same graph. The baseline is TokenCut's pipeline as published: float64 cosines, dense W and D,
    ``scipy.linalg.eigh(D − W, D, subset_by_index=[1, 2])``, mean threshold, argmax |x| seed,
@@ -68,7 +68,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     rows = []
     for grid, count in ((30, args.images), (60, args.images_large)) if args.only in (None, "per-core") else ():
-        for preset in ("thesis", "tokencut"):
+        for preset in ("centred", "tokencut"):
             settings = Settings.from_preset(preset)
             ours, ref, ours_solve, ref_solve, same, flagged, solvers = [], [], [], [], 0, 0, []
             decode_image(keys(rng, grid), settings)  # warm-up (imports, BLAS)
@@ -135,7 +135,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
         for a in range(0, count, 16):
             b = min(a + 16, count)
             writer.write(a, {"keys_480": data[a:b]}, np.tile([480, 640], (b - a, 1)), np.zeros(b - a, dtype=bool))
-        settings = Settings.from_preset("thesis")
+        settings = Settings.from_preset("centred")
         times: dict[int, list[float]] = {1: [], local_cores(): []}
         cpu: dict[int, list[float]] = {w: [] for w in times}
         saved: dict[int, object] = {}
@@ -175,7 +175,7 @@ def torch_backend(keys, rng, grid: int, count: int) -> dict:
     from probe_toolkit.analyses.decoder import Settings, decode_image
     from probe_toolkit.analyses.decoder_torch import decode_batch
 
-    settings = Settings.from_preset("thesis")
+    settings = Settings.from_preset("centred")
     batch = np.stack([keys(rng, grid) for _ in range(max(count, 1))])
     decode_batch(batch[:1], settings)  # warm-up
     t = time.perf_counter()

@@ -252,11 +252,11 @@ def decode(
     shard: StreamShardOpt = None,
     batch_size: StreamBatchOpt = 16,
     chunk: StreamChunkOpt = 16,
-    preset: Annotated[Optional[str], typer.Option(help="thesis (centred, default), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="centred (default: centred keys, TokenCut's graph), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
     tau: Annotated[Optional[float], typer.Option(help="Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).")] = None,
     eps: Annotated[Optional[float], typer.Option(help="Weight of the other edges (1e-5).")] = None,
     masks: Annotated[Optional[int], typer.Option(help="Masks per image: MaskCut's loop when > 1.")] = None,
-    center: Annotated[Optional[bool], typer.Option("--center/--no-center", help="Subtract each image's mean key (thesis: on).")] = None,
+    center: Annotated[Optional[bool], typer.Option("--center/--no-center", help="Subtract each image's mean key (centred preset: on).")] = None,
     settings: Annotated[Optional[Path], typer.Option("--settings", help="Settings file (default <cache>/decoder-settings.json from the sweep).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="COCO results JSON (default <store>/results/decoder-masks.json).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
@@ -663,7 +663,7 @@ PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store s
 @app.command("entropy")
 def entropy_command(
     stores: StoresArg,
-    patch: Annotated[Optional[int], typer.Option("--patch", help="Follow this patch (course: 34, the dog's nose).")] = None,
+    patch: Annotated[Optional[int], typer.Option("--patch", help="Follow this patch of the 224 view (patch = G·row + column).")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Image id for the --patch tables (default: the first).")] = None,
     json_path: JsonOpt = None,
     dask_address: DaskOpt = None,
@@ -754,13 +754,14 @@ def report_command(
     stores: Annotated[list[Path], typer.Argument(help="Stores to report on, side by side (checkpoint comparison).")],
     out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
     follow: Annotated[Optional[str], typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
-    patch: Annotated[int, typer.Option("--patch", help="Patch of the 224 view to follow (course: 34, the dog's nose).")] = 34,
+    patch: Annotated[int, typer.Option("--patch", help="Patch of the 224 view to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14).")] = 34,
+    formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
     cache: CacheOpt = None,
 ) -> None:
-    """Write report.md, a self-contained report.html with a patch explorer, and the figures as PNG."""
+    """Write report.md, a self-contained report.html with a patch explorer, figures (PNG, PDF, SVG) and tables (CSV, LaTeX)."""
     from .report import write_report
 
-    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache)
+    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats)
     present = [s.title for s in written.report.sections if s.present]
     absent = [s.title for s in written.report.sections if not s.present]
     console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "

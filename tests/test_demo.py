@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from probe_toolkit.demo.run import run_demo
 from probe_toolkit.labels import ledger
 from probe_toolkit.report.sections import gather
@@ -10,7 +13,7 @@ from probe_toolkit.store.cache import list_results, open_store
 
 def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     out = tmp_path / "demo"
-    demo = run_demo(out, quick=True, quiet=True, say=lambda _: None)
+    demo = run_demo(out, quick=True, quiet=True, say=lambda _: None, formats="png")
     assert demo.html is not None and demo.html.is_file() and (out / "report.md").is_file()
     assert len(demo.stores) == 2
     formats = sorted(open_store(s).attrs["manifest"]["checkpoint"]["format"] for s in demo.stores)
@@ -28,3 +31,13 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     davis = str((out / "work" / "davis").resolve())
     # demo-sal: the val scenes as saliency masks; davis: the synthetic video's first frames
     assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}"}
+
+    # the README's example blocks are what the commands print on this demo (tools/readme_examples.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import readme_examples
+
+    readme = readme_examples.blocks(readme_examples.README.read_text(encoding="utf-8"))
+    printed = readme_examples.examples(demo.stores, root)
+    assert set(printed) <= set(readme)
+    for name, text in printed.items():
+        assert readme_examples.volatile(readme[name]) == readme_examples.volatile(text), f"README example {name!r} differs: rerun tools/readme_examples.py"

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from cdp import Browser
-from report_stores import bare_copies, plain_cosine, plain_rank, plain_window, stored, synthetic_store
+from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, stored, synthetic_store
 
 from probe_toolkit.demo.doctor import find_browser
 from probe_toolkit.report import write_report
@@ -36,7 +36,8 @@ def chromium() -> str:
 def page(tiny_stores, tmp_path_factory):
     root = tmp_path_factory.mktemp("report-browser")
     stores = bare_copies(tiny_stores, root / "cache")
-    written = write_report([stores["dino"], stores["selfpatch"]], root / "report")
+    invoke("decode", stores["selfpatch"], "--cache", root / "cache", "-q")  # the decoder's sections, without labels
+    written = write_report([stores["dino"], stores["selfpatch"]], root / "report", cache_dir=root / "cache", formats="png")
     return SimpleNamespace(stores=stores, written=written, url=written.html.resolve().as_uri())
 
 
@@ -120,7 +121,7 @@ def test_a_28_by_28_grid_uses_two_byte_indices(tmp_path):
     """784 patches (a ViT-S/8 at 224 px) need two bytes per patch index; no image file: drawn from tokens."""
     grid = 28
     store = synthetic_store(tmp_path / "s8-cdcdcdcd" / "teacher.zarr", grid)
-    written = write_report([store], tmp_path / "report", patch=700)
+    written = write_report([store], tmp_path / "report", patch=700, formats="png")
     with Browser(chromium(), tmp_path / "profile", width=1400, height=1100) as browser:
         browser.open(written.html.resolve().as_uri())
         assert browser.wait_for("window.probeExplorer && window.probeExplorer.state.ready && window.probeExplorer.state.picture")
@@ -135,3 +136,24 @@ def test_a_28_by_28_grid_uses_two_byte_indices(tmp_path):
         assert shown["top5"] == [plain_rank(weights[h, 783], list(range(grid * grid)), 5) for h in range(2)]
         assert shown["topk"] == plain_rank(sim[783], plain_window(grid, 783), 4)
         assert shown["topCrop"] == plain_rank(sim[783], list(range(783)), 8)
+
+
+def test_new_sections_render_in_the_browser(page, tmp_path):
+    """PCA, Fiedler vectors and the published-elsewhere table: present, every figure decoded, and
+    the published numbers listed once each with a source."""
+    with Browser(chromium(), tmp_path / "profile", width=1000, height=900) as browser:
+        browser.open(page.url)
+        assert browser.wait_for("document.readyState === 'complete'")
+        present = browser.evaluate("Array.from(document.querySelectorAll('section[data-present=true]')).map(s => s.id)")
+        assert {"token-pca", "decoder", "decoder-cuts", "references"} <= set(present)
+        images = browser.evaluate("Array.from(document.querySelectorAll('section figure img')).map(i => [i.complete, i.naturalWidth, "
+                                  "i.closest('section').id])")
+        assert images and all(done and width > 100 for done, width, _ in images), images
+        assert {"token-pca", "decoder-cuts"} <= {section for _, _, section in images}
+        rows = browser.evaluate("Array.from(document.querySelectorAll('#references tbody tr')).map(r => "
+                                "Array.from(r.cells).map(c => c.textContent))")
+        assert rows and len({tuple(r) for r in rows}) == len(rows)
+        assert all(r[-1].strip() for r in rows) and not any("_" in r[0] for r in rows)
+        text = browser.evaluate("document.body.innerText")
+        assert not any(word in text.lower() for word in ("course", "thesis"))
+        browser.screenshot(tmp_path / "report-new-sections.png")

@@ -2,7 +2,7 @@
 
 Per image (keys N × C on a G × G grid, N = G²), following TokenCut and MaskCut:
 
-1. Centre (preset ``thesis``): subtract the image's mean key. L2-normalise; a zero key stays zero.
+1. Centre (preset ``centred``): subtract the image's mean key. L2-normalise; a zero key stays zero.
 2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
 3. Fiedler vector x: second smallest generalized eigenvector of (D − W) x = λ D x. Solved as the
    second largest eigenvector y of 𝒩 = D^-½ W D^-½, whose largest (eigenvalue 1) is known
@@ -55,8 +55,8 @@ from .lost import lost
 RULES = ("tokencut", "maskcut", "lost", "dsm")
 SINGLE = ("lost", "dsm")  # rules that are not a cut: one mask, τ, ε and the mask count unused
 PRESETS: dict[str, dict] = {
-    # the thesis: centred keys, TokenCut's graph and rule, τ = 0.2 (course Part 1 §1.2, Part 6)
-    "thesis": dict(center=True, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
+    # centred keys (each image's mean key subtracted), otherwise TokenCut's graph and rule, τ = 0.2
+    "centred": dict(center=True, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
     # TokenCut exactly: uncentred keys, τ = 0.2, ε = 1e-5 (TokenCut README and argparse)
     "tokencut": dict(center=False, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
     # MaskCut: τ = 0.15 (README, submitit script; maskcut.py's argparse says 0.2), N = 3
@@ -68,7 +68,9 @@ PRESETS: dict[str, dict] = {
 }
 # the view each preset's numbers were published with (TokenCut/LOST/DSM: the image at its own size,
 # padded (DSM: cropped) to a multiple of the patch; MaskCut: squashed to 480 × 480 with LANCZOS)
-PUBLISHED_VIEW = {"thesis": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native"}
+PUBLISHED_VIEW = {"centred": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native"}
+
+ALIASES = {"thesis": "centred"}  # former preset names, still accepted
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
@@ -78,7 +80,7 @@ DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
 class Settings:
     """One decoder setting; ``Settings.from_preset`` fills the preset's defaults."""
 
-    preset: str = "thesis"
+    preset: str = "centred"
     center: bool = True
     rule: str = "tokencut"
     tau: float = 0.2
@@ -92,8 +94,9 @@ class Settings:
     color_lambda: float = 0.0  # DSM: weight of the KNN colour affinity (0 as published in extract_eigs)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "preset", ALIASES.get(self.preset, self.preset))
         if self.preset not in PRESETS:
-            raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset thesis")
+            raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
         if self.rule not in RULES:
             raise ProbeError(None, f"rule {self.rule!r} is not one of {', '.join(RULES)}", "use tokencut or maskcut")
         if not -1.0 <= self.tau < 1.0:
@@ -108,10 +111,11 @@ class Settings:
             raise ProbeError(None, f"--preset {self.preset} finds one object per image, not --masks {self.masks}", "drop --masks")
 
     @classmethod
-    def from_preset(cls, preset: str = "thesis", **overrides) -> "Settings":
+    def from_preset(cls, preset: str = "centred", **overrides) -> "Settings":
         """The preset's defaults, with every override that is not None applied."""
+        preset = ALIASES.get(preset, preset)
         if preset not in PRESETS:
-            raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset thesis")
+            raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
         values = dict(PRESETS[preset], preset=preset)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -421,6 +425,8 @@ class ImageMasks:
     degenerate: bool
     stop: str
     cuts: int  # eigenproblems solved (the last may have been rejected)
+    fiedler: np.ndarray | None = None  # (N,) the first cut's oriented Fiedler vector x (TokenCut's figure)
+    seed: int = -1  # the first cut's seed patch
 
 
 def grid_of(n: int) -> int:
@@ -470,6 +476,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
     rows: list[tuple] = []
     previous: np.ndarray | None = None
     degenerate, stop, cuts = False, "count", 0
+    first: tuple[np.ndarray, int] | None = None
     for t in range(settings.masks):
         if t > 0 and (~painted).sum() <= settings.min_area * n:
             stop = "exhausted"
@@ -480,6 +487,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
         x = orient(cut.x)
         side, seed, reversed_ = foreground(x, grid, settings.rule)
         found = component(side, seed, grid)
+        first = first or (x, seed)
         error = cut.error(1.0 / np.sqrt(graph.degree))
         degenerate |= cut.gap < settings.gap_tol or not certified(x, error, found, seed, reversed_)
         if previous is not None:
@@ -509,6 +517,8 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
         degenerate=bool(degenerate),
         stop=stop,
         cuts=cuts,
+        fiedler=None if first is None else first[0].astype(np.float32),
+        seed=-1 if first is None else int(first[1]),
     )
 
 
@@ -528,6 +538,8 @@ class Decoded:
     dense_solves: np.ndarray  # (image,) int, cuts solved by the dense fallback
     cuts: np.ndarray  # (image,) int
     settings: Settings = field(default_factory=Settings)
+    fiedler: np.ndarray | None = None  # (image, patch) float32, the first cut's oriented Fiedler vector
+    seed: np.ndarray | None = None  # (image,) int, the first cut's seed patch
 
     @property
     def grid(self) -> int:
@@ -550,8 +562,12 @@ def collate(results: list[ImageMasks], settings: Settings, n: int) -> Decoded:
         dense_solves=np.zeros(b, dtype=np.int32),
         cuts=np.zeros(b, dtype=np.int32),
         settings=settings,
+        fiedler=np.full((b, n), np.nan, dtype=np.float32),
+        seed=np.full(b, -1, dtype=np.int32),
     )
     for i, r in enumerate(results):
+        if r.fiedler is not None:
+            out.fiedler[i], out.seed[i] = r.fiedler, r.seed
         m = r.masks.shape[0]
         out.masks[i, :m] = r.masks
         for name in ("score", "lambda2", "lambda3", "gap", "ncut"):

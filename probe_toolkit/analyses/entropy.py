@@ -1,6 +1,6 @@
 """How spread is each attention row? Entropy, its exponent, and mean attention distance.
 
-Course Part 2 §2.6. For a softmax row a over the keys, H = −Σ a ln a in nats (0 · ln 0 = 0),
+For a softmax row a over the keys, H = −Σ a ln a in nats (0 · ln 0 = 0),
 computed from the stored rows as they are (float16 rows sum to 1 within ~1e-3; no
 renormalisation; each float16 weight's term −a ln a comes from a table made in float64), and e^H, the number of equally weighted tokens that would be as spread:
 ln T and T for a uniform row over T keys, 0 and 1 for a one-hot row.
@@ -50,7 +50,7 @@ from ..infra.errors import ProbeError
 from .grid import grid_distance, grid_side
 from .stats import bootstrap_mean
 
-TOP_WEIGHTS = 5  # the course outlines each head's five largest weights
+TOP_WEIGHTS = 5  # each head's five largest weights are listed and outlined
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,6 +1,6 @@
 """Patch-grid geometry: where patch i sits, and how far apart two patches are.
 
-Patches are numbered row-major on a G × G grid (course Part 2): patch i sits at row i // G,
+Patches are numbered row-major on a G × G grid (as timm's patch embedding flattens them): patch i sits at row i // G,
 column i % G; a rectangular grid (a native view) is given as (rows, cols), patch i at row
 i // cols, column i % cols. Distances are in patch units (one grid step = the patch size in
 pixels: 16 at ViT-S/16, 8 at ViT-S/8, 14 at DINOv2). One home

@@ -1,11 +1,12 @@
 """Linear probes on the frozen tokens at 224 px: how linearly the tokens separate the categories.
 
-The thesis reads each checkpoint a second way (course Part 2 §2.5, Part 6): one linear layer,
+A second reading of each checkpoint: one linear layer,
 trained with labels after training, on the teacher's last-block tokens of the 224 view. Labels
 come only from panels, read through the one ledgered function, the train panel before fitting
-and the val panel only after every fit is done (Part 1 §1.6).
+and the val panel only after every fit is done.
 
-Two protocols (reference/ecosystem.md §3):
+Two protocols (the dense linear probe of DINOv2, Oquab et al. 2023, facebookresearch/dinov2;
+the image-level multi-label probe):
 
 - ``patch`` (dense): each patch of the 224 view (196 at /16, 784 at /8, 256 at /14) gets a class from the panel's masks (below), a
   torch linear layer maps a token to class logits (features standardised with the train

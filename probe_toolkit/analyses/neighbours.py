@@ -1,4 +1,4 @@
-"""Do a patch's most similar patches lie in SelfPatch's 3×3 window? (course Part 4 §4.2, §4.8)
+"""Do a patch's most similar patches lie in SelfPatch's 3×3 window? (Yun et al., CVPR 2022; alinlab/SelfPatch)
 
 The premise statistics of a checkpoint's tokens, per image and over the set, with the
 selection rules of ``selection`` (the very code ``training/`` uses). Similarity is the cosine
@@ -10,10 +10,10 @@ Results (``probe neighbours`` saves them as ``results/neighbours_g<G>`` in the s
 
   per image (dim ``image``):
     top_in_window          share of each anchor's ``top`` (8) most similar patches of the crop
-                           that lie in its window, averaged over anchors (course: 43.6 %)
+                           that lie in its window, averaged over anchors
     top_distance           their mean grid distance to the anchor, in patch units, with the
-                           metric named in attrs ``distance`` (course: 2.65)
-    topk_in_window         the same share for the ``k`` (4) most similar (course: 58.7 %)
+                           metric named in attrs ``distance``
+    topk_in_window         the same share for the ``k`` (4) most similar
     positive_cosine        mean cosine of SelfPatch's window positives (top k of the window)
     other_cosine           mean cosine of the window candidates left out
     wrapped_positive_share share of SelfPatch's positives reached through the wrap

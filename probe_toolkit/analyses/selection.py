@@ -1,8 +1,8 @@
 """Selection rules: which patches an anchor is pulled towards (positives) or pushed from (negatives).
 
 The one home of these rules: ``probe neighbours`` measures them and ``training/`` trains with
-them, so the statistics describe exactly the sets the losses see (course Part 4 §4.2, §4.8;
-Part 5). Everything is batched torch on any device, without gradient: ``tokens`` is a
+them, so the statistics describe exactly the sets the losses see (SelfPatch: Yun et al.,
+CVPR 2022, alinlab/SelfPatch; and the contrastive rule below). Everything is batched torch on any device, without gradient: ``tokens`` is a
 (B, N, D) tensor (a numpy array is accepted too) of one crop size, N = G² patches, and the
 similarity of two patches is the cosine of their L2-normalised tokens, computed in float32.
 Ties are broken towards the lower patch index (or window position): a row whose top values
@@ -332,7 +332,7 @@ def contrastive(
     max_negatives: int = 48,
     similarity: torch.Tensor | None = None,
 ) -> Contrastive:
-    """Our rule (course Part 5): positives and negatives anywhere in the crop.
+    """The contrastive rule: positives and negatives anywhere in the crop.
 
     Positives: the k most similar OTHER patches of the crop, ties to the lower index.
     Negatives: the patches j ≠ i whose cosine to the anchor is at or below θ, never one of its

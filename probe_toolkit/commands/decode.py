@@ -4,7 +4,8 @@ a panel's labels through the ledger.
 
 Results written into the store (``cache.save_results``):
 
-- ``decoder``: the patch masks and their numbers (``masks.decoder_dataset``), attrs ``manifest``,
+- ``decoder``: the patch masks and their numbers, and each image's first Fiedler vector and
+  seed (``masks.decoder_dataset``), attrs ``manifest``,
   ``settings``, ``settings_source``, ``size``, ``seconds``, ``provenance``.
 - ``scores_<panel>``: ``segm``/``bbox`` (metric), ``corloc``, ``mean_best_iou``, ``corloc_hit`` and
   ``first_box_iou`` (image), ``best_iou`` and ``object_image`` (object); attrs ``ledger_entry``,
@@ -83,7 +84,7 @@ def resolve_settings(
                 raise ProbeError(path, f"is not a decoder settings file ({error})", "rerun `probe decode-sweep` or delete it") from None
             changed = {k: v for k, v in overrides.items() if v is not None}
             return base.with_(**changed), f"{path}" + (f" + {sorted(changed)}" if changed else "")
-        preset = "thesis"
+        preset = "centred"
     return Settings.from_preset(preset, **overrides), f"preset {preset}"
 
 
@@ -465,7 +466,7 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
 
 
 def load_grid(path: str | Path | None) -> list[Settings]:
-    """The settings of a grid file (TOML lists per axis; a missing axis keeps the thesis value)."""
+    """The settings of a grid file (TOML lists per axis; a missing axis keeps the centred preset's value)."""
     axes = dict(DEFAULT_GRID)
     if path is not None:
         try:
@@ -475,8 +476,8 @@ def load_grid(path: str | Path | None) -> list[Settings]:
         unknown = set(data) - set(DEFAULT_GRID)
         if unknown:
             raise ProbeError(path, f"has unknown axes {sorted(unknown)}", f"use {', '.join(DEFAULT_GRID)}")
-        thesis = Settings.from_preset("thesis")
-        axes = {k: list(data[k]) if k in data else [getattr(thesis, k) if k != "preset" else "tokencut"] for k in DEFAULT_GRID}
+        centred = Settings.from_preset("centred")
+        axes = {k: list(data[k]) if k in data else [getattr(centred, k) if k != "preset" else "tokencut"] for k in DEFAULT_GRID}
     out = []
     for preset, center, tau, eps, masks in itertools.product(*(axes[k] for k in DEFAULT_GRID)):
         if Settings.from_preset(str(preset)).rule in SINGLE:  # τ, ε and the mask count do not apply: one setting per centring
@@ -495,7 +496,7 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
     return Decoded(
         masks=decoded.masks[:, sl], score=decoded.score[:, sl], lambda2=decoded.lambda2[:, sl], lambda3=decoded.lambda3[:, sl],
         gap=decoded.gap[:, sl], ncut=decoded.ncut[:, sl], n_masks=n, degenerate=decoded.degenerate, stop=decoded.stop,
-        dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings,
+        dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings, fiedler=decoded.fiedler, seed=decoded.seed,
     )
 
 

@@ -51,8 +51,10 @@ def _data(work: Path, quick: bool) -> Path:
     return root
 
 
-def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print) -> Demo:
-    """Run every stage; ``quick`` shortens training and the panels (the test suite's mode)."""
+def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print,
+             formats: str | None = None) -> Demo:
+    """Run every stage; ``quick`` shortens training and the panels (the test suite's mode);
+    ``formats``: the report's figure files (default PNG, PDF and SVG)."""
     out = Path(out)
     work = out / "work"
     cache = work / "cache"
@@ -106,9 +108,9 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
 
     from ..commands.decode import resolve_settings, run_decode
 
-    chosen, source = resolve_settings(preset="thesis", overrides={}, settings_file=None, cache_dir=cache)
+    chosen, source = resolve_settings(preset="centred", overrides={}, settings_file=None, cache_dir=cache)
     lost, lost_source = resolve_settings(preset="lost", overrides={}, settings_file=None, cache_dir=cache)
-    for store in demo.stores:  # LOST on the saliency panel first: the thesis decode then leaves its masks in results/decoder
+    for store in demo.stores:  # LOST on the saliency panel first: the centred decode then leaves its masks in results/decoder
         run_decode(store, lost, settings_source=lost_source, panel="demo-sal", cache_dir=cache)
         run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
@@ -134,13 +136,13 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
 
-    demo.html = _report(demo.stores, out, quiet)
+    demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
     return demo
 
 
-def _report(stores: list[Path], out: Path, quiet: bool) -> Path:
+def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:
     """The comparison report of both networks, following patch 34 of the followed photograph."""
     from ..report import render_report
 
-    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet)
+    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats)

@@ -99,8 +99,10 @@ def coco_results(
 def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
     """The patch-level results saved as ``results/decoder`` (dims image, mask, patch)."""
     dims2 = ("image", "mask")
+    vectors = {} if decoded.fiedler is None else {"fiedler": (("image", "patch"), decoded.fiedler), "seed": ("image", decoded.seed)}
     return xr.Dataset(
         {
+            **vectors,
             "masks": (("image", "mask", "patch"), decoded.masks),
             "score": (dims2, decoded.score),
             "lambda2": (dims2, decoded.lambda2),
@@ -136,4 +138,6 @@ def decoded_from_dataset(ds: xr.Dataset) -> Decoded:
         dense_solves=ds["dense_solves"].values,
         cuts=ds["cuts"].values,
         settings=settings,
+        fiedler=ds["fiedler"].values if "fiedler" in ds else None,
+        seed=ds["seed"].values if "seed" in ds else None,
     )

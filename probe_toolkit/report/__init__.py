@@ -4,7 +4,9 @@ Modules, one job each: ``sources`` (what is read: stores, results, the followed 
 training logs), ``followed`` (the followed image's rows and cosines, prepared once),
 ``sections`` (what exists, gathered into sections), ``figures`` (matplotlib), ``explorer``
 (the interactive explorer's quantised data), ``html`` and ``markdown`` (the two renderings),
-``references`` (numbers measured on other weights), ``build`` (the atomic write).
+``references`` (published numbers, their sources and when one is comparable), ``published``
+(where the report prints them), ``pictures`` (token PCA, Fiedler vectors with ground truth),
+``tables`` (CSV and LaTeX copies of every table), ``build`` (the atomic write).
 """
 
 from .build import Written, default_name, render_report, write_report

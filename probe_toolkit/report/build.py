@@ -1,7 +1,9 @@
-"""Write a report into a folder: ``report.md``, ``report.html`` and ``figures/*.png``.
+"""Write a report into a folder: ``report.md``, ``report.html``, ``figures/`` (each figure as PNG,
+and as PDF and SVG unless ``formats`` says otherwise) and ``tables/`` (each table as CSV and
+LaTeX tabular).
 
 The folder may hold other things (``probe demo`` keeps its cache beside its report), so the
-report owns exactly those three entries and never touches anything else. Everything is first
+report owns exactly those four entries and never touches anything else. Everything is first
 written into a hidden temporary folder inside the target, then renamed into place (the figures
 folder, then the Markdown, then the HTML, each an atomic rename on one filesystem); a failure
 before that leaves the previous report as it was and no temporary files behind.
@@ -15,16 +17,18 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ..commands.summaries import store_label
 from ..infra import litter, provenance
 from ..infra.errors import ProbeError
-from . import html, markdown
+from . import html, markdown, tables
 from .content import Report
+from .figures import FORMATS
 from .sections import gather
 
 DEFAULT_ROOT = Path("reports")
-OWNED = ("report.md", "report.html", markdown.FIGURES)
+OWNED = ("report.md", "report.html", markdown.FIGURES, tables.FOLDER)
 
 
 @dataclass
@@ -46,21 +50,37 @@ def default_name(stores: list[Path]) -> str:
 
 
 def _swap_in(tmp: Path, target: Path) -> None:
-    """Move the finished files from ``tmp`` into ``target``; an old figures folder goes whole."""
-    figures, old = target / markdown.FIGURES, target / f".{markdown.FIGURES}.old-{os.getpid()}"
-    if figures.exists():
-        figures.rename(old)
-    (tmp / markdown.FIGURES).rename(figures)
+    """Move the finished files from ``tmp`` into ``target``; old figures and tables folders go whole."""
+    olds = []
+    for folder in (markdown.FIGURES, tables.FOLDER):
+        current, old = target / folder, target / f".{folder}.old-{os.getpid()}"
+        if current.exists():
+            current.rename(old)
+            olds.append(old)
+        (tmp / folder).rename(current)
     for name in ("report.md", "report.html"):
         os.replace(tmp / name, target / name)
-    if old.exists():
+    for old in olds:
         shutil.rmtree(old)
 
 
+def parse_formats(formats: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``png,pdf,svg`` → ("png", "pdf", "svg"); PNG is always written (the HTML embeds it)."""
+    if formats is None:
+        return FORMATS
+    items = [f.strip().lower() for f in (formats.split(",") if isinstance(formats, str) else formats) if f.strip()]
+    bad = [f for f in items if f not in FORMATS]
+    if bad:
+        raise ProbeError("--format", f"{', '.join(bad)} is not one of {', '.join(FORMATS)}", "use e.g. --format png,pdf,svg")
+    return tuple(dict.fromkeys(["png", *items]))
+
+
 def write_report(
-    stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None
+    stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None,
+    formats: str | Sequence[str] | None = None,
 ) -> Written:
     """Gather the stores' results and write the report into ``out`` (default reports/<name>)."""
+    kinds = parse_formats(formats)
     report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir)
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
     target.mkdir(parents=True, exist_ok=True)
@@ -70,11 +90,19 @@ def write_report(
         shutil.rmtree(tmp)
     try:
         (tmp / markdown.FIGURES).mkdir(parents=True)
+        (tmp / tables.FOLDER).mkdir()
         figures = []
         for section in report.sections:
             for f in section.figures():
                 (tmp / markdown.FIGURES / f.name).write_bytes(f.png)
                 figures.append(target / markdown.FIGURES / f.name)
+                for kind in kinds[1:]:
+                    if hasattr(f.png, "vector"):  # a figure drawn by figures.png; raw PNG bytes have no vector form
+                        name = f.name.removesuffix(".png") + f".{kind}"
+                        (tmp / markdown.FIGURES / name).write_bytes(f.png.vector(kind))
+        for stem, table in tables.named_tables(report):
+            (tmp / tables.FOLDER / f"{stem}.csv").write_text(tables.csv_text(table), encoding="utf-8")
+            (tmp / tables.FOLDER / f"{stem}.tex").write_text(tables.latex(table), encoding="utf-8")
         generated = provenance.now()
         (tmp / "report.md").write_text(markdown.render(report, generated), encoding="utf-8")
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
@@ -89,10 +117,10 @@ def write_report(
 
 def render_report(
     stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34,
-    cache_dir: str | Path | None = None, quiet: bool = True,
+    cache_dir: str | Path | None = None, quiet: bool = True, formats: str | Sequence[str] | None = None,
 ) -> Path:
     """``write_report`` for callers that want only the page (``probe demo``): the HTML's path.
 
     ``quiet`` is accepted for symmetry with the other pipelines; a report prints nothing.
     """
-    return write_report(stores, out, follow=follow, patch=patch, cache_dir=cache_dir).html
+    return write_report(stores, out, follow=follow, patch=patch, cache_dir=cache_dir, formats=formats).html

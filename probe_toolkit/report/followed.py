@@ -22,7 +22,7 @@ from ..analyses import selection
 from ..analyses.entropy import TOP_WEIGHTS, effective_number
 from .sources import StoreView
 
-TOP_CROP = 8  # the course's "8 most similar patches" (Part 4 §4.8)
+TOP_CROP = 8  # the crop's 8 most similar patches, as the premise statistics count them
 DEFAULT_K = 4  # SelfPatch's positives per anchor
 
 

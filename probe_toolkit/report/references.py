@@ -1,101 +1,137 @@
-"""Numbers measured on other weights, printed beside ours so a reader sees at once how far apart they are.
+"""Published numbers, each with its source, and the rule that decides where a report prints one.
 
-Two kinds, each with where it comes from:
+Every number names where it was published: a repository and file (read there) or a paper and
+its figure or table. A reference sits beside a measurement only when the measurement's
+protocol and data match the reference's (``matches``); every other reference goes to the
+report's "published elsewhere" table, never beside a score it cannot be compared with.
 
-- the course's numbers for the released networks (Part 2 §2.6, Part 4 §4.8), measured by the
-  course's bundle script on its own photographs (tag ``course``);
-- the published anchors' numbers as gathered in ``shared/reference/decoders.md``, with that
-  file's tags: ``[R]`` read in the repository, ``[T]`` third-party page, ``[I]`` issue thread,
-  ``[M]`` recalled from the paper, not verified.
+A measurement matches a reference when all of these hold:
 
-None of them was measured on the stores of a report: they are landmarks, not targets, and the
-report labels every one "measured on other weights". Values are in the unit the report prints
-(percent for shares and scores).
+- the metric is the same (``statistic``);
+- the method's protocol is the same: the decoder preset (``tokencut`` is TokenCut's and LOST's
+  graph on uncentred keys, no other preset is theirs), the view the keys were cut at (their
+  code runs at each image's own size: view ``native``) and the architecture (ViT-S/16);
+- the data are the same: the panel holds exactly the dataset's number of images and its name
+  names the dataset (``voc07``, ``voc12``, ``coco20k``, ``val2017``).
+
+No synthetic panel, no 480 view and no centred decoder meets that, so the demo's scores are
+shown alone and every reference of this module lands in "published elsewhere".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
-OTHER_WEIGHTS = "measured on other weights"
+OTHER_WEIGHTS = "published elsewhere: other data or protocol"
+
+# the published metrics a measurement can sit beside, with their labels in the report
+LABELS = {
+    "corloc": "CorLoc (%)",
+    "bbox_AP50": "box AP50 (%)",
+    "segm_AP": "mask AP (%)",
+    "jaccard": "Jaccard of attention masks (%)",
+}
+
+
+@dataclass(frozen=True)
+class Data:
+    """A published dataset split: its name, how many images it holds, and tags that name it."""
+
+    name: str
+    images: int
+    tags: tuple[str, ...]
+
+
+VOC07 = Data("PASCAL VOC07 trainval", 5011, ("voc07", "voc2007"))
+VOC12 = Data("PASCAL VOC12 trainval", 11540, ("voc12", "voc2012"))
+COCO20K = Data("COCO20k (19,817 COCO train2014 images)", 19817, ("coco20k",))
+COCO_VAL = Data("COCO val2017", 5000, ("val2017",))
+VOC12_VAL = Data("PASCAL VOC12 val", 1449, ("voc12", "voc2012"))
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How the number was measured: the decoder preset, the view of the keys, the architecture."""
+
+    method: str  # as printed: "TokenCut", "LOST", ...
+    preset: str | None  # the probe decoder preset that is this method, None when probe has none
+    view: str = "native"
+    arch: str = "ViT-S/16"
 
 
 @dataclass(frozen=True)
 class Reference:
-    """One published or course number; ``statistic`` names the measured quantity it sits beside."""
+    statistic: str  # the result key it may sit beside: "corloc", "bbox_AP50", ...
+    value: float
+    protocol: Protocol
+    data: Data
+    source: str  # "repository file" or "paper, figure/table"
+    note: str = ""
 
-    statistic: str
-    value: str  # as printed: "43.6 %", "< 25 %", "68.8"
-    what: str  # network and setting it was measured on
-    dataset: str
-    source: str
-    tag: str
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.statistic, self.statistic)
 
     def cell(self) -> str:
-        """The compact form used in a table's reference column."""
-        return f"{self.value} ({self.what}, {self.dataset}; {self.cite()})"
-
-    def cite(self) -> str:
-        return self.source if self.tag == "course" else f"{self.source} {self.tag}"
+        return f"{self.value:g} ({self.protocol.method}, {self.protocol.arch}, {self.data.name}; {self.source})"
 
 
-COURSE_ATTENTION = (
-    Reference("patch_share", "< 25 %", "released SelfPatch teacher", "the course's followed photograph", "course Part 2 §2.6", "course"),
-    Reference("patch_share", "≈ 80 %", "converted DINO, no class token", "the course's followed photograph", "course Part 2 §2.6", "course"),
-    Reference("patch_share", "a little over 50 %", "run 2's teacher after 20 epochs", "the course's followed photograph", "course Part 2 §2.6", "course"),
-)
+TOKENCUT = Protocol("TokenCut", "tokencut")
+LOST = Protocol("LOST", None)
+CUTLER = Protocol("CutLER (a detector trained on MaskCut's masks)", None, view="detector input")
+DINO_ATTENTION = Protocol("DINO attention masks (60 % of the class token's mass, best head)", None, view="native")
 
-# the original DINO network's class-token row, head 1, on the course's photograph (Part 2 §2.6)
-COURSE_CLS_TOP5 = Reference("cls_top5", "patches 63, 49, 35, 33, 47", "original DINO network (head 1)", "the course's followed photograph", "course Part 2 §2.6", "course")
-
-COURSE_JACCARD = (
-    Reference("jaccard", "45.9", "DINO ViT-S/16, 60 % of the class token's attention, max over heads", "PASCAL VOC12 val", "course Part 2 §2.6; decoders.md §6", "[I]"),
-    Reference("jaccard", "27.3", "supervised ViT-S/16", "PASCAL VOC12 val", "course Part 2 §2.6", "course"),
-    Reference("jaccard", "22.0", "random weights", "PASCAL VOC12 val", "course Part 2 §2.6", "course"),
-)
-
-COURSE_PREMISE = (
-    Reference("top_in_window", "43.6 %", "released DINO + SelfPatch teacher, top 8", "the course's photographs, 224 px", "course Part 4 §4.8", "course"),
-    Reference("top_distance", "2.65", "released DINO + SelfPatch teacher, top 8", "the course's photographs, 224 px", "course Part 4 §4.8", "course"),
-    Reference("topk_in_window", "58.7 %", "released DINO + SelfPatch teacher, top 4", "the course's photographs, 224 px", "course Part 4 §4.8", "course"),
-)
-
-# the followed photograph's anchors (Part 4 §4.8): how many of the 8 most similar lie in the window
-COURSE_ANCHORS = {34: 7, 0: 3}
-
-# the published anchors (decoders.md), unsupervised object discovery with DINO features
-ANCHORS = (
-    Reference("corloc", "68.8", "TokenCut, DINO ViT-S/16", "VOC07 trainval", "TokenCut README", "[R]"),
-    Reference("corloc", "72.1", "TokenCut, DINO ViT-S/16", "VOC12 trainval", "TokenCut README", "[R]"),
-    Reference("corloc", "58.8", "TokenCut, DINO ViT-S/16", "COCO20k", "TokenCut README", "[R]"),
-    Reference("corloc", "61.9", "LOST, DINO ViT-S/16", "VOC07 trainval", "LOST README", "[R]"),
-    Reference("corloc", "64.0", "LOST, DINO ViT-S/16", "VOC12 trainval", "LOST README", "[R]"),
-    Reference("corloc", "50.7", "LOST, DINO ViT-S/16", "COCO20k", "LOST README", "[R]"),
-    Reference("corloc", "62.7", "Deep Spectral Methods, DINO ViT-S/16", "VOC07 trainval", "via TokenCut TPAMI margins", "[T]"),
-    Reference("corloc", "66.4", "Deep Spectral Methods, DINO ViT-S/16", "VOC12 trainval", "via TokenCut TPAMI margins", "[T]"),
-    Reference("corloc", "52.2", "Deep Spectral Methods, DINO ViT-S/16", "COCO20k", "paper", "[M]"),
-    Reference("corloc", "72.5", "FOUND, DINO ViT-S/8 (trained 1×1 conv)", "VOC07 trainval", "paper", "[M]"),
-    Reference("segm_AP", "2.2", "MaskCut, training-free", "COCO val2017 (mask AP)", "ProMerge README; CutLER #70", "[T]"),
-    Reference("segm_AP", "1.7", "MaskCut, a user's reproduction", "COCO val2017 (mask AP)", "CutLER #70", "[I]"),
-    Reference("segm_AP", "3.0", "MaskCut, training-free", "COCO20K", "third-party listing", "[T]"),
-    Reference("bbox_AP", "2.4", "TokenCut, class-agnostic", "COCO val2017", "paperswithcode listing via CutLER", "[T]"),
-    Reference("bbox_AP50", "4.8", "TokenCut, class-agnostic", "COCO val2017", "paperswithcode listing via CutLER", "[T]"),
-    Reference("bbox_AP75", "1.9", "TokenCut, class-agnostic", "COCO val2017", "paperswithcode listing via CutLER", "[T]"),
-    Reference("bbox_AP50", "21.9", "CutLER (a detector trained on MaskCut's masks)", "COCO val2017", "CutLER README", "[R]"),
-    Reference("jaccard", "45.9", "DINO ViT-S/16 attention, 60 % mass", "PASCAL VOC12 val", "dino #54; course", "[I]"),
+PUBLISHED: tuple[Reference, ...] = (
+    Reference("corloc", 68.8, TOKENCUT, VOC07, "YangtaoWANG95/TokenCut README.md"),
+    Reference("corloc", 72.1, TOKENCUT, VOC12, "YangtaoWANG95/TokenCut README.md"),
+    Reference("corloc", 58.8, TOKENCUT, COCO20K, "YangtaoWANG95/TokenCut README.md"),
+    Reference("corloc", 61.9, LOST, VOC07, "valeoai/LOST README.md"),
+    Reference("corloc", 64.0, LOST, VOC12, "valeoai/LOST README.md"),
+    Reference("corloc", 50.7, LOST, COCO20K, "valeoai/LOST README.md"),
+    Reference("bbox_AP50", 21.9, CUTLER, COCO_VAL, "facebookresearch/CutLER README.md", "class-agnostic, zero-shot"),
+    Reference("jaccard", 45.9, DINO_ATTENTION, VOC12_VAL, "Caron et al., ICCV 2021, Fig. 4", "DINO ViT-S/16"),
+    Reference("jaccard", 27.3, DINO_ATTENTION, VOC12_VAL, "Caron et al., ICCV 2021, Fig. 4", "supervised ViT-S/16"),
+    Reference("jaccard", 22.0, DINO_ATTENTION, VOC12_VAL, "Caron et al., ICCV 2021, Fig. 4", "random weights"),
 )
 
 
-def for_statistic(name: str, table: tuple[Reference, ...]) -> list[Reference]:
-    return [r for r in table if r.statistic == name]
+@dataclass(frozen=True)
+class Measurement:
+    """What a saved score was measured with, as far as its result records it."""
+
+    statistic: str
+    preset: str
+    view: str
+    arch: str
+    images: int
+    names: tuple[str, ...] = field(default_factory=tuple)  # the panel's name
 
 
-def column(name: str, table: tuple[Reference, ...]) -> str:
-    """Every reference for ``name`` in one table cell, grouped by method and source: one cited
-    list of values per method ("–" when there is none)."""
-    groups: dict[tuple[str, str], list[Reference]] = {}
-    for r in for_statistic(name, table):
-        groups.setdefault((r.what, r.cite()), []).append(r)
-    if not groups:
-        return "–"
-    return "; ".join(f"{what}: {', '.join(f'{r.value} ({r.dataset})' for r in refs)} [{cite}]" for (what, cite), refs in groups.items())
+def arch_name(arch: dict) -> str:
+    """``ViT-S/16`` for width 384, depth 12, patch 16; the plain numbers otherwise."""
+    known = {(384, 12): "ViT-S", (768, 12): "ViT-B", (192, 12): "ViT-Ti", (1024, 24): "ViT-L"}
+    base = known.get((arch.get("width"), arch.get("depth")), f"width {arch.get('width')}, depth {arch.get('depth')}")
+    return f"{base}/{arch.get('patch')}"
+
+
+def _names_dataset(names: tuple[str, ...], data: Data) -> bool:
+    text = " ".join(names).lower()
+    return any(re.search(rf"(^|[^a-z0-9]){tag}($|[^a-z0-9])", text) for tag in data.tags)
+
+
+def matches(ref: Reference, m: Measurement) -> bool:
+    """Same metric, same protocol (preset, view, architecture) and same data (see the module doc)."""
+    p = ref.protocol
+    return (ref.statistic == m.statistic and p.preset is not None and p.preset == m.preset and p.view == m.view
+            and p.arch == m.arch and ref.data.images == m.images and _names_dataset(m.names, ref.data))
+
+
+def beside(measurement: Measurement) -> list[Reference]:
+    """The references a measurement may be printed beside (usually none)."""
+    return [r for r in PUBLISHED if matches(r, measurement)]
+
+
+def elsewhere(shown: set[Reference]) -> list[Reference]:
+    """Every reference not printed beside a measurement, once each, in the table's order."""
+    return [r for r in dict.fromkeys(PUBLISHED) if r not in shown]

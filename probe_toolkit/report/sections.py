@@ -1,8 +1,9 @@
 """Gather what exists into sections: each present only when its results (or arrays) exist, and
 saying in one line, when they do not, which command would produce them.
 
-Every section shows the stores side by side (one column or panel per store), and numbers
-measured on other weights sit in their own labelled column or note (``references``).
+Every section shows the stores side by side (one column or panel per store). A published number
+sits beside a score only when protocol and data match; the rest are in their own table
+(``published``, ``references``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from ..analyses import selection
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
-from . import figures, followed, protocols, references, registers
+from . import figures, followed, protocols, registers
 from .discovery import discovery
+from .pictures import decoder_cuts, token_pca
+from .published import comparable, reference_values
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
 from .freshness import freshness
@@ -52,7 +55,6 @@ HOW = {
     "linear_image": "run `probe linear STORE... --train PANEL --val PANEL --level image`",
     "training": "only checkpoints trained with `probe train` (training/) have `log.jsonl` beside them",
 }
-OTHER = references.OTHER_WEIGHTS
 MAX_MASK_IMAGES = 4
 MASK_WIDTH = 320  # display width of the decoder overlays, pixels
 
@@ -67,6 +69,8 @@ class Context:
     attention: dict[str, followed.Attention | None] = field(default_factory=dict)
     neighbours: dict[str, followed.Neighbours | None] = field(default_factory=dict)
     numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
+    shown: set = field(default_factory=set)  # published numbers printed beside a measurement
+    cache_dir: str | Path | None = None  # where the ledger of a label read for a figure goes
 
     def figure(self, stem: str, png: bytes, caption: str) -> Figure:
         return Figure(f"{next(self.numbers):02d}-{stem}.png", png, caption)
@@ -206,6 +210,10 @@ def attention(ctx: Context) -> Section:
         section.missing("No image to follow.")
         return section
     without, no_blocks = [], []
+    # one weight scale for every store's maps of the followed patch (and one for the class token's)
+    held = [a for s in ctx.stores if (a := ctx.attention.get(s.label)) is not None]
+    scale = figures.weight_scale(*[a.patch_rows(a.start + ctx.patch) for a in held])
+    cls_scale = figures.weight_scale(*[a.patch_rows(0) for a in held if a.start])
     for store in ctx.stores:
         att = ctx.attention.get(store.label)
         if att is None:
@@ -214,13 +222,13 @@ def attention(ctx: Context) -> Section:
         grid = int(round(att.n_patches**0.5))
         q = att.start + ctx.patch
         png = figures.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, ctx.patch,
-                                     f"{store.label}: row of patch {ctx.patch}, last block", att.cls_weight(q))
+                                     f"{store.label}: row of patch {ctx.patch}, last block", att.cls_weight(q), vmax=scale)
         section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {ctx.patch}'s row of the last block's attention in every head; "
                                                                  "five largest weights outlined, the patch itself dashed."))
         section.blocks.append(_row_table(store.label, att, q, f"row of patch {ctx.patch}"))
         if att.start:
             png = figures.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
-                                         f"{store.label}: the class token's row, last block")
+                                         f"{store.label}: the class token's row, last block", vmax=cls_scale)
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
             section.blocks.append(_row_table(store.label, att, 0, "the class token's row"))
         if att.registers:  # DINOv2's register tokens, drawn as the registers paper draws them (report/registers.py)
@@ -236,10 +244,6 @@ def attention(ctx: Context) -> Section:
         section.blocks.append(Table(["block", *[f"head {h}" for h in range(through.effective.shape[1])]],
                                     [[str(b), *[f"{v:.1f}" for v in through.effective[i]]] for i, b in enumerate(through.blocks)],
                                     f"{store.label}: e^H of patch {ctx.patch}'s row in every block and head"))
-    if any(s.class_token for s in ctx.stores if ctx.attention.get(s.label) is not None):
-        ref = references.COURSE_CLS_TOP5
-        section.blocks.append(Note(f"Course, {OTHER}: under the {ref.what}, the five largest weights of the class token's row sit on "
-                                   f"{ref.value} ({ref.dataset}; {ref.source}).", "reference"))
     _lacking(section, without, f"last-block attention of {ctx.follow}", HOW["attention"])
     _lacking(section, no_blocks, "attention of every block", HOW["blocks"])
     return section
@@ -264,11 +268,10 @@ def entropy(ctx: Context) -> Section:
         if not any(name in s for s in sums.values()):
             continue
         cells = [cell(s[name]["mean"], s[name]["low"], s[name]["high"], share) if name in s else "–" for s in sums.values()]
-        ref = references.column(name, references.COURSE_ATTENTION)
-        rows.append([text, *cells, ref])
-    rows.append(["keys per row T", *[str(ds.attrs.get("n_keys")) for ds in found.values()], "–"])
-    rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()], "–"])
-    section.blocks.append(Table(["statistic", *labels, f"course ({OTHER})"], rows,
+        rows.append([text, *cells])
+    rows.append(["keys per row T", *[str(ds.attrs.get("n_keys")) for ds in found.values()]])
+    rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
+    section.blocks.append(Table(["statistic", *labels], rows,
                                 f"Last block, patch rows over all keys; mean over images [{level} % bootstrap interval]."))
     heads = max(ds.sizes["head"] for ds in found.values())
     per_head = []
@@ -283,19 +286,19 @@ def entropy(ctx: Context) -> Section:
         per_head.append(row)
     section.blocks.append(Table(["head", *labels], per_head, "Per head: mean e^H of a patch row (share of T), mean attention distance (patches)."))
     png = figures.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
-                                       {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()},
-                                       [(0.25, "¼: SelfPatch (course)"), (0.5, "½: run 2 (course)"), (0.8, "⅘: converted DINO (course)")])
-    section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed, stores overlaid; "
-                                                               f"dotted: the course's shares of T for the released networks ({OTHER})."))
+                                       {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()})
+    section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed: "
+                                                               "one outline per store on shared bins fitted to the data; dotted: T, a uniform row."))
     blocks = {label: ds for label, ds in found.items() if "set_block_patch_effective" in ds}
     if blocks:
         png = figures.block_spread({label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
                                    {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()})
         section.blocks.append(ctx.figure("entropy-blocks", png, "Mean e^H of a patch row in every block, per head."))
-    section.blocks.append(Note(f"Course, {OTHER} (Part 2 §2.6): across all rows of all six heads, a row of the released SelfPatch network is "
-                               "worth less than a quarter of the patches, a row of the converted DINO network about four fifths, a row of "
-                               "run 2's teacher a little over half. DINO's attention masks (60 % of the class token's attention) reach a "
-                               "Jaccard of 45.9 on PASCAL VOC12 (27.3 supervised, 22.0 random weights).", "reference"))
+        png = figures.per_block({label: ds.set_block_distance.values for label, ds in blocks.items() if "set_block_distance" in ds},
+                                {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()},
+                                "mean attention distance (patches)")
+        section.blocks.append(ctx.figure("attention-distance-blocks", png, "Mean attention distance of the patch rows (Dosovitskiy et al., ICLR 2021, "
+                                                                         "Fig. 7: the attention-weighted distance to every patch) per head against block."))
     _lacking(section, [s for s in ctx.stores if s.label not in found], "attention entropy", how)
     return section
 
@@ -329,9 +332,6 @@ def neighbour_map(ctx: Context) -> Section:
     k = ", ".join(f"{s.label}: k = {n.k}" for s, n in have)
     section.blocks.append(Table(["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window"], rows,
                                 f"Anchor {ctx.patch} of {ctx.follow} ({k})."))
-    if ctx.patch in references.COURSE_ANCHORS:
-        section.blocks.append(Note(f"Course, {OTHER} (Part 4 §4.8, released DINO + SelfPatch teacher on the course's photograph): anchor "
-                                   f"{ctx.patch} has {references.COURSE_ANCHORS[ctx.patch]} of its 8 most similar patches in its window.", "reference"))
     _lacking(section, [s for s in ctx.stores if ctx.neighbours.get(s.label) is None], f"224 tokens of {ctx.follow}", HOW["tokens"])
     if other:
         section.blocks.append(Note(f"Not drawn beside {have[0][0].label}: {_names(other)}, whose 224 view has another patch grid "
@@ -367,17 +367,16 @@ def premise(ctx: Context) -> Section:
         first = next(iter(found.values()))
         level = int(round(100 * float(first.attrs.get("level", 0.95))))
         sums = {label: summary(ds) for label, ds in found.items()}
-        course = name.startswith("neighbours_g14")
         rows = []
         for stat, (text, share) in NEIGHBOUR_LABELS.items():
             if not any(stat in s for s in sums.values()):
                 continue
             cells = [cell(s[stat]["mean"], s[stat]["low"], s[stat]["high"], share) if stat in s else "–" for s in sums.values()]
-            rows.append([text.format(**first.attrs), *cells, references.column(stat, references.COURSE_PREMISE) if course else "–"])
-        rows.append(["wrapped candidate links", *[f"{int(ds.wrapped_links)} of {int(ds.links)}" for ds in found.values()], "–"])
-        rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()], "–"])
+            rows.append([text.format(**first.attrs), *cells])
+        rows.append(["wrapped candidate links", *[f"{int(ds.wrapped_links)} of {int(ds.links)}" for ds in found.values()]])
+        rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
         wrap = "SelfPatch's wrap-around" if first.attrs.get("wrap") else "no wrap"
-        section.blocks.append(Table(["statistic", *found, f"course ({OTHER})"], rows,
+        section.blocks.append(Table(["statistic", *found], rows,
                                     f"{name}: grid {first.attrs.get('grid')}, {wrap}, {first.attrs.get('distance', '')}; "
                                     f"mean over images [{level} % bootstrap interval]."))
         if first.attrs.get("array") == "tokens_224" and not name.endswith("_nowrap"):
@@ -389,9 +388,6 @@ def premise(ctx: Context) -> Section:
         _lacking(section, lacking, f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
     if not any_found:
         section.missing(f"No premise statistics yet: {HOW['neighbours_g14']} (and, for the 96 view, {HOW['neighbours_g6'].removeprefix('run ')}).")
-    else:
-        section.blocks.append(Note(f"Course, {OTHER} (Part 4 §4.8): on the released model only 43.6 % of an anchor's 8 most similar patches lie "
-                                   "inside its 3×3 window, at a mean grid distance of 2.65, and 58.7 % of its 4 most similar, at 224 pixels.", "reference"))
     return section
 
 
@@ -463,10 +459,12 @@ def scores(ctx: Context) -> Section:
         found = {s.label: s.result(f"scores_{panel}") for s in ctx.stores if s.result(f"scores_{panel}") is not None}
         rows = []
         for key, text in [*SCORE_ROWS, ("corloc", "CorLoc"), ("mean_best_iou", "mean best IoU")]:
-            rows.append([text, *[_pct(_score_value(ds, key), 2) for ds in found.values()], references.column(key, references.ANCHORS)])
+            rows.append([text, *[_pct(_score_value(ds, key), 2) for ds in found.values()]])
+        matched = comparable(ctx, found, rows)
         role = next(iter(found.values())).attrs.get("role", "?")
-        section.blocks.append(Table(["metric", *found, f"published anchors ({OTHER}; other protocols and datasets)"], rows,
-                                    f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."))
+        section.blocks.append(Table(["metric", *found, *(["published, same protocol and data"] if matched else [])], rows,
+                                    f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."
+                                    + ("" if matched else " No published number shares this panel's protocol and data (see the last section).")))
         prov = []
         for label, ds in found.items():
             st = ds.attrs.get("settings", {})
@@ -558,18 +556,9 @@ def training(ctx: Context) -> Section:
     return section
 
 
-def reference_values(ctx: Context) -> Section:
-    section = Section("references", f"Reference values ({OTHER})")
-    every = [*references.COURSE_ATTENTION, references.COURSE_CLS_TOP5, *references.COURSE_JACCARD, *references.COURSE_PREMISE, *references.ANCHORS]
-    rows = [[r.statistic, r.value, r.what, r.dataset, r.source, r.tag] for r in every]
-    section.blocks.append(Table(["statistic", "value", "network / method", "data", "source", "tag"], rows,
-                                "Tags: course = the course text; [R] read in the repository; [T] third-party page; [I] issue thread; "
-                                "[M] recalled from the paper, not verified (shared/reference/decoders.md)."))
-    return section
-
-
 BUILDERS: tuple[Callable[[Context], Section], ...] = (
-    manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, premise, decoder, scores, linear, *protocols.SECTIONS, training, reference_values,
+    manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, token_pca, premise, decoder, decoder_cuts, scores, linear,
+    *protocols.SECTIONS, training, reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )
 
@@ -579,7 +568,7 @@ def _check_patch(stores: list[StoreView], patch: int, ctx: Context) -> None:
     sizes.update({s.label: n.cosine.shape[0] for s in stores if (n := ctx.neighbours.get(s.label)) is not None})
     for label, n in sizes.items():
         if not 0 <= patch < n:
-            raise ProbeError("--patch", f"{patch} is outside 0..{n - 1} of {label}'s grid", "pick a patch of the 224 view's grid (the course follows 34)")
+            raise ProbeError("--patch", f"{patch} is outside 0..{n - 1} of {label}'s grid", "pick a patch of the 224 view's grid, 0 at the top left")
 
 
 def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None) -> Report:
@@ -588,7 +577,7 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
         raise ProbeError("probe report", "no store given", "pass one or more stores written by `probe extract`")
     views = open_stores(stores)
     image_id = choose_follow(views, follow)
-    ctx = Context(views, image_id, int(patch), None, read_ledgers(views, cache_dir))
+    ctx = Context(views, image_id, int(patch), None, read_ledgers(views, cache_dir), cache_dir=cache_dir)
     if image_id is not None:
         ctx.picture = followed_picture(views, image_id)
         for store in views:

@@ -1,6 +1,7 @@
 """Read a checkpoint file safely, recognise its layout, and hand over a clean backbone state dict.
 
-Layouts recognised without being told (see ``reference/dino_selfpatch.md``):
+Layouts recognised without being told (as facebookresearch/dino and alinlab/SelfPatch
+save them):
 
 - ``dino-backbone``: DINO's released backbone file, flat, 150 keys, ``cls_token``, 197-row
   ``pos_embed`` and a final ``norm``.
