@@ -1,6 +1,7 @@
 """Label-free object masks: a normalized cut on one image's last-block keys.
 
-Per image (keys N × C on a G × G grid, N = G²), following TokenCut and MaskCut:
+Per image (keys N × C on its rows × cols grid, N = rows·cols; G × G for the square views),
+following TokenCut and MaskCut:
 
 1. Centre (preset ``centred``): subtract the image's mean key. L2-normalise; a zero key stays zero.
 2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
@@ -344,9 +345,16 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
 # from the vector to a mask
 
 
-def corners(grid: int) -> np.ndarray:
-    n = grid * grid
-    return np.array([0, grid - 1, n - grid, n - 1])
+def shape_of(grid: int | tuple[int, int]) -> tuple[int, int]:
+    """(rows, cols) of a grid given as its side G or as (rows, cols)."""
+    return (int(grid), int(grid)) if np.isscalar(grid) else (int(grid[0]), int(grid[1]))
+
+
+def corners(grid: int | tuple[int, int]) -> np.ndarray:
+    """The flat indices of the top-left, top-right, bottom-left and bottom-right patches."""
+    rows, cols = shape_of(grid)
+    n = rows * cols
+    return np.array([0, cols - 1, n - cols, n - 1])
 
 
 def orient(x: np.ndarray) -> np.ndarray:
@@ -354,7 +362,7 @@ def orient(x: np.ndarray) -> np.ndarray:
     return -x if x[int(np.argmax(np.abs(x)))] < 0 else x
 
 
-def foreground(x: np.ndarray, grid: int, rule: str) -> tuple[np.ndarray, int, bool]:
+def foreground(x: np.ndarray, grid: int | tuple[int, int], rule: str) -> tuple[np.ndarray, int, bool]:
     """(side, seed, reversed) for an oriented x: B = {x > mean}, then the rule."""
     side = x > x.mean()
     if rule == "maskcut" and int(side[corners(grid)].sum()) >= 3:
@@ -362,9 +370,9 @@ def foreground(x: np.ndarray, grid: int, rule: str) -> tuple[np.ndarray, int, bo
     return side, int(np.argmax(x)), False
 
 
-def component(side: np.ndarray, seed: int, grid: int) -> np.ndarray:
-    """The 4-connected component of ``side`` (flat, on the G × G grid) that holds ``seed``."""
-    labels, _ = scipy.ndimage.label(side.reshape(grid, grid))
+def component(side: np.ndarray, seed: int, grid: int | tuple[int, int]) -> np.ndarray:
+    """The 4-connected component of ``side`` (flat, on the grid) that holds ``seed``."""
+    labels, _ = scipy.ndimage.label(side.reshape(shape_of(grid)))
     flat = labels.ravel()
     return flat == flat[seed]
 
@@ -460,16 +468,20 @@ def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], c
 
 def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None, grid: tuple[int, int] | None = None,
                  color=None) -> ImageMasks:
-    """Masks of one image from its keys (N × C, N = G²); pure.
+    """Masks of one image from its keys (N × C on a rows × cols grid, square by default); pure.
 
     ``cos`` may pass the image's cosines already computed with ``settings.center`` (sweeps).
-    ``grid`` (rows, cols) is needed only off the square (LOST and DSM accept any grid); ``color``
+    ``grid`` (rows, cols) is needed only off the square (the native view); ``color``
     is DSM's colour affinity of the image at patch resolution (``dsm.knn_color_affinity``).
     """
     n = np.shape(keys)[0]
+    if grid is None:
+        grid = (grid_of(n), grid_of(n))
+    elif int(grid[0]) * int(grid[1]) != n:
+        raise ProbeError(None, f"keys of {n} patches do not fill a {grid[0]} × {grid[1]} grid", "pass the image's first rows·cols patches")
     if settings.rule in SINGLE:
-        return decode_single(keys, settings, grid or (grid_of(n), grid_of(n)), color)
-    grid = grid_of(n)
+        return decode_single(keys, settings, grid, color)
+    grid = shape_of(grid)
     if cos is None:
         cos = cosines(keys, center=settings.center)
     painted = np.zeros(n, dtype=bool)
@@ -540,9 +552,13 @@ class Decoded:
     settings: Settings = field(default_factory=Settings)
     fiedler: np.ndarray | None = None  # (image, patch) float32, the first cut's oriented Fiedler vector
     seed: np.ndarray | None = None  # (image,) int, the first cut's seed patch
+    grids: np.ndarray | None = None  # (image, 2) int rows, cols of a per-image view (native); None: square
+    patch: int = 0  # the patch size in pixels of a per-image view (its masks' geometry)
 
     @property
     def grid(self) -> int:
+        if self.grids is not None:
+            raise ProbeError(None, "the masks have a grid per image (native view)", "read each image's grid from Decoded.grids")
         return grid_of(self.masks.shape[2])
 
 
@@ -566,10 +582,11 @@ def collate(results: list[ImageMasks], settings: Settings, n: int) -> Decoded:
         seed=np.full(b, -1, dtype=np.int32),
     )
     for i, r in enumerate(results):
+        p = r.masks.shape[1]  # a per-image grid fills the first rows·cols patches; the rest stays empty/NaN
         if r.fiedler is not None:
-            out.fiedler[i], out.seed[i] = r.fiedler, r.seed
+            out.fiedler[i, :p], out.seed[i] = r.fiedler, r.seed
         m = r.masks.shape[0]
-        out.masks[i, :m] = r.masks
+        out.masks[i, :m, :p] = r.masks
         for name in ("score", "lambda2", "lambda3", "gap", "ncut"):
             getattr(out, name)[i, :m] = getattr(r, name)
         out.n_masks[i] = m

@@ -17,7 +17,7 @@ from ..infra.errors import ProbeError
 from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
 
 BACKENDS = ("scipy", "torch")
-ARRAYS = tuple(f.name for f in fields(Decoded) if f.name != "settings")
+ARRAYS = tuple(f.name for f in fields(Decoded) if f.name not in ("settings", "grids", "patch"))
 
 
 def check_backend(backend: str, device: str = "cpu") -> None:
@@ -42,29 +42,41 @@ def default_workers(workers: int | None, device: str) -> int | None:
     return 1 if workers is None and device != "cpu" else workers
 
 
-def _solve(keys: np.ndarray, settings: Settings, backend: str, device: str) -> list[ImageMasks]:
+def per_image(keys: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None):
+    """(keys, grid) of each image: its first rows·cols patches on (rows, cols), or square (None)."""
+    if rows is None:
+        return [(k, None) for k in keys]
+    return [(k[: int(r) * int(c)], (int(r), int(c))) for k, r, c in zip(keys, rows, cols)]
+
+
+def _solve(keys: np.ndarray, settings: Settings, backend: str, device: str, rows=None, cols=None) -> list[ImageMasks]:
     if backend == "torch":
+        if rows is not None:
+            raise ProbeError("--backend torch", "batches square grids only, not a grid per image (native view)", "use --backend scipy with --view native")
         from .decoder_torch import decode_batch
 
         return decode_batch(keys, settings, device=device)
-    return [decode_image(k, settings) for k in keys]
+    return [decode_image(k, settings, grid=g) for k, g in per_image(keys, rows, cols)]
 
 
 def _arrays(decoded: Decoded) -> dict[str, np.ndarray]:
     return {name: getattr(decoded, name) for name in ARRAYS}
 
 
-def decode_block(keys: np.ndarray, *, settings: Settings, backend: str = "scipy", device: str = "cpu") -> dict[str, np.ndarray]:
-    """Masks of a block of images (image, patch, channel) as the arrays of ``Decoded``."""
+def decode_block(keys: np.ndarray, *, settings: Settings, backend: str = "scipy", device: str = "cpu",
+                 rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Masks of a block of images (image, patch, channel) as the arrays of ``Decoded``; ``rows``,
+    ``cols`` (image,): each image's own grid (native view), its padding patches never read."""
     keys = np.asarray(keys)
-    return _arrays(collate(_solve(keys, settings, backend, device), settings, keys.shape[1]))
+    return _arrays(collate(_solve(keys, settings, backend, device, rows, cols), settings, keys.shape[1]))
 
 
 def as_decoded(arrays: dict[str, np.ndarray], settings: Settings) -> Decoded:
     return Decoded(**{name: arrays[name] for name in ARRAYS}, settings=settings)
 
 
-def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "scipy", device: str = "cpu") -> dict[str, np.ndarray]:
+def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "scipy", device: str = "cpu",
+                rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every setting of ``groups`` on a block; arrays named ``<group index>/<field>``.
 
     The cosines of each image are computed once per centring and shared by the settings.
@@ -73,15 +85,15 @@ def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "sci
     out: dict[str, np.ndarray] = {}
     if backend == "torch":
         for g, s in enumerate(groups):
-            out.update({f"{g}/{k}": v for k, v in decode_block(keys, settings=s, backend=backend, device=device).items()})
+            out.update({f"{g}/{k}": v for k, v in decode_block(keys, settings=s, backend=backend, device=device, rows=rows, cols=cols).items()})
         return out
-    rows: list[list[ImageMasks]] = [[] for _ in groups]
-    for k in keys:
+    found: list[list[ImageMasks]] = [[] for _ in groups]
+    for k, grid in per_image(keys, rows, cols):
         cos = {c: cosines(k, center=c) for c in {s.center for s in groups}}
         for g, s in enumerate(groups):
-            rows[g].append(decode_image(k, s, cos=cos[s.center]))
+            found[g].append(decode_image(k, s, cos=cos[s.center], grid=grid))
     for g, s in enumerate(groups):
-        out.update({f"{g}/{k}": v for k, v in _arrays(collate(rows[g], s, keys.shape[1])).items()})
+        out.update({f"{g}/{k}": v for k, v in _arrays(collate(found[g], s, keys.shape[1])).items()})
     return out
 
 

@@ -46,9 +46,11 @@ from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache
 from ..store.completion import computed_on
+from ..store.grids import view_grid
 from .decode_shards import decode_shard
 
 SETTINGS_FILE = "decoder-settings.json"
+NATIVE = "native"  # the view of each image at its own size (store.images.NATIVE; that module brings torch)
 
 # The default sweep: 2 rules × 2 centrings × 6 τ × 2 ε × 3 mask counts = 144 settings.
 DEFAULT_GRID: dict[str, list] = {
@@ -101,22 +103,67 @@ class StoreKeys:
     widths: np.ndarray
     keys: xr.DataArray  # (image, patch, channel), lazy
     checkpoint: str | None
+    view: str = "480"
+    grids: np.ndarray | None = None  # (image, 2) rows, cols of the native view; None for the square views
+    patch: int = 0  # the native view's patch size in pixels
+
+    def grid_arrays(self) -> dict[str, xr.DataArray]:
+        """The per-image grid as runner inputs (``rows``, ``cols`` beside ``keys``); none for square views."""
+        if self.grids is None:
+            return {}
+        return {"rows": xr.DataArray(self.grids[:, 0], dims="image"), "cols": xr.DataArray(self.grids[:, 1], dims="image")}
+
+    def with_grids(self, decoded: Decoded) -> Decoded:
+        """``decoded`` carrying this view's per-image grid and patch size (its masks' geometry)."""
+        if self.grids is not None:
+            decoded.grids, decoded.patch = self.grids, self.patch
+        return decoded
 
 
-def open_keys(store: str | Path, size: int = 480) -> StoreKeys:
-    ds = cache.open_store(store, arrays=f"keys_{size}")
-    keys = cache.require(ds, f"keys_{size}")
+def check_view(size: int | str) -> str:
+    """``--view`` / ``--size``: ``native`` or a fixed view's side in pixels (480 by default)."""
+    view = str(size)
+    if view != NATIVE and not view.isdigit():
+        raise ProbeError(f"--view {view}", "is neither native nor a fixed view's size", "use --view 480 or --view native")
+    return view
+
+
+def native_grids(store: str | Path, ds: xr.Dataset, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, int]:
+    """(image, 2) rows, cols of the native view and its patch, checked against the padded image:
+    rows = ⌈H/p⌉, cols = ⌈W/p⌉ (zero-padded at the right and bottom, as TokenCut's and LOST's code)."""
+    meta = cache.manifest(ds)
+    patch = int(((meta.get("per_view") or {}).get(NATIVE) or {}).get("patch") or (meta.get("arch") or {}).get("patch") or 0)
+    if patch < 1:
+        raise ProbeError(store, "does not record the native view's patch size", "extract the store again with this version")
+    rows, cols = view_grid(ds, NATIVE)
+    bad = np.flatnonzero((rows != -(-heights // patch)) | (cols != -(-widths // patch)))
+    if bad.size:
+        i = int(bad[0])
+        raise IntegrityError(store, f"image {ds['image'].values[i]}'s native grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels "
+                             f"padded to /{patch} ({bad.size} such images)", "extract the native view again")
+    return np.stack([rows, cols], axis=1), patch
+
+
+def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
+    view = check_view(size)
+    ds = cache.open_store(store, arrays=f"keys_{view}")
+    keys = cache.require(ds, f"keys_{view}")
     meta = cache.manifest(ds)
     if ds.sizes.get("image", 0) == 0:
         raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")
+    heights, widths = ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64)
+    grids, patch = native_grids(store, ds, heights, widths) if view == NATIVE else (None, 0)
     return StoreKeys(
         store=Path(store),
         manifest=meta,
         image_ids=[str(v) for v in ds["image"].values],
-        heights=ds["image_height"].values.astype(np.int64),
-        widths=ds["image_width"].values.astype(np.int64),
+        heights=heights,
+        widths=widths,
         keys=keys,
         checkpoint=(meta.get("checkpoint") or {}).get("sha256"),
+        view=view,
+        grids=grids,
+        patch=patch,
     )
 
 
@@ -128,15 +175,16 @@ def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
 
 
 def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
-                where: Where = Where(), backend: str = "scipy", device: str = "cpu") -> Decoded:
+                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, xr.DataArray] | None = None) -> Decoded:
     """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
     Each image is computed alone with one BLAS thread (``threads`` when this process computes):
     one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
-    slower measured on the shared 2-core box). Results do not depend on ``where``.
+    slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: the
+    native view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
     """
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
-    arrays = map_images(fn, {"keys": keys}, where=where, threads=threads, progress=_ticks(on_image))
+    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image))
     return as_decoded(arrays, settings)
 
 
@@ -154,19 +202,27 @@ def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[]
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
     from threadpoolctl import threadpool_limits
 
-    g = grid_of(src.keys.sizes["patch"])
     results = []
     n = src.keys.sizes["image"]
     with threadpool_limits(limits=1):
         for start in range(0, n, 16):
             block = np.asarray(src.keys.isel(image=slice(start, min(start + 16, n))).values)
             for k, keys in enumerate(block):
-                photo = load_image(Path(source) / src.image_ids[start + k]).resize((g, g), Image.BILINEAR)
+                photo = load_image(Path(source) / src.image_ids[start + k]).convert("RGB")
+                if src.grids is None:
+                    g = grid_of(src.keys.sizes["patch"])
+                    rows, cols = g, g
+                else:  # the padded image (zeros at the right and bottom), as the keys saw it
+                    rows, cols = (int(v) for v in src.grids[start + k])
+                    padded = Image.new("RGB", (cols * src.patch, rows * src.patch))
+                    padded.paste(photo, (0, 0))
+                    photo, keys = padded, keys[: rows * cols]
+                photo = photo.resize((cols, rows), Image.BILINEAR)
                 color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
-                results.append(decode_image(keys, settings, color=color))
+                results.append(decode_image(keys, settings, color=color, grid=(rows, cols)))
                 if on_image:
                     on_image()
-    return collate(results, settings, src.keys.sizes["patch"])
+    return src.with_grids(collate(results, settings, src.keys.sizes["patch"]))
 
 
 @dataclass
@@ -218,6 +274,17 @@ def view_check(preset: str, size: int | str, manifest: dict[str, Any]) -> dict[s
     return {"published_view": published, "warnings": warnings}
 
 
+def refuse_per_image_grid(size: int | str, *, backend: str = "scipy", shard: str | None = None) -> None:
+    """The native view (a grid per image) decodes on the scipy backend, in one process or on a
+    cluster; the torch backend batches square grids, and shards save square parts."""
+    if check_view(size) != NATIVE:
+        return
+    if backend == "torch":
+        raise ProbeError("--backend torch", "batches square grids only, not the native view's grid per image", "use --backend scipy with --view native")
+    if shard is not None or "WORLD_SIZE" in os.environ:
+        raise ProbeError("--shard", "shards decode the square views only, not the native view", "decode --view native in one process (--workers or --dask-address)")
+
+
 def _meta_path(masks_file: Path) -> Path:
     return masks_file.with_name(masks_file.name.removesuffix(".json") + ".meta.json")
 
@@ -254,7 +321,7 @@ def run_decode(
     settings: Settings,
     *,
     settings_source: str = "",
-    size: int = 480,
+    size: int | str = 480,
     out: str | Path | None = None,
     panel: str | None = None,
     unseal: str | None = None,
@@ -283,6 +350,7 @@ def run_decode(
         check_readable(panel, unseal, cache_dir)
     check_backend(backend, device)
     workers = default_workers(workers, device)
+    refuse_per_image_grid(size, backend=backend, shard=shard)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
@@ -290,7 +358,7 @@ def run_decode(
         if settings.color_lambda:
             decoded = decode_with_colour(src, settings, tick)
         elif shard is None and "WORLD_SIZE" not in os.environ:
-            decoded = decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device)
+            decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays()))
         else:
             decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
             if decoded is None:
@@ -302,7 +370,7 @@ def run_decode(
         src.store,
         "decoder",
         decoder_dataset(decoded, src.image_ids),
-        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size,
+        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view,
          "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids),
          "backend": backend},
     )
@@ -497,6 +565,7 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
         masks=decoded.masks[:, sl], score=decoded.score[:, sl], lambda2=decoded.lambda2[:, sl], lambda3=decoded.lambda3[:, sl],
         gap=decoded.gap[:, sl], ncut=decoded.ncut[:, sl], n_masks=n, degenerate=decoded.degenerate, stop=decoded.stop,
         dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings, fiedler=decoded.fiedler, seed=decoded.seed,
+        grids=decoded.grids, patch=decoded.patch,
     )
 
 
@@ -525,6 +594,7 @@ def run_sweep(
     dask_address: str | None = None,
     backend: str = "scipy",
     device: str = "cpu",
+    size: int | str = 480,
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting."""
     settings_list = load_grid(grid)
@@ -538,7 +608,8 @@ def run_sweep(
 
     if get_panel(panel, cache_dir).kind == "saliency":
         raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
-    src = open_keys(store)
+    refuse_per_image_grid(size, backend=backend)
+    src = open_keys(store, size)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
     for s in settings_list:
@@ -548,8 +619,8 @@ def run_sweep(
     tick = on_start(len(src.image_ids)) if on_start else None
     fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
     with placed(workers, dask_address) as where:
-        arrays = map_images(fn, {"keys": src.keys}, where=where, threads=threads, progress=_ticks(tick))
-    decoded = {key: as_decoded(group_arrays(arrays, g), s) for g, (key, s) in enumerate(zip(groups, group_settings))}
+        arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
+    decoded = {key: src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, (key, s) in enumerate(zip(groups, group_settings))}
     # every mask exists before the labels are read, once, for the whole grid
     labels = read_labels(panel, purpose=f"sweep of {len(settings_list)} decoder settings", checkpoint=src.checkpoint,
                          images=src.image_ids, unseal=unseal, cache=cache_dir)

@@ -7,6 +7,13 @@ columns [c·W/G, (c+1)·W/G), whatever the aspect ratio. Upsampling is nearest: 
 mask for CorLoc is LOST's patch-aligned box [xmin, ymin, xmax + 1, ymax + 1] in patches, mapped
 to the original image as [xmin·W/G, ymin·H/G, (xmax+1)·W/G, (ymax+1)·H/G] (continuous pixels).
 
+The native view is the image at its own size, zero-padded at the right and bottom to a multiple
+of the patch size p (TokenCut's and LOST's ``main_*.py``), so its rows × cols grid (rows = ⌈H/p⌉,
+cols = ⌈W/p⌉) is the image's own: patch (r, c) covers the original pixels [r·p, (r+1)·p) ×
+[c·p, (c+1)·p), clipped at the image edge, and pixel (i, j) takes patch (⌊i/p⌋, ⌊j/p⌋). Its box
+is [xmin·p, ymin·p, (xmax+1)·p, (ymax+1)·p] clipped to [0, W] × [0, H], as LOST's ``detect_box``
+clips it to the initial image size.
+
 Results JSON: a list of COCO results, one per mask: ``image_id`` (the panel's COCO id when a
 panel was given, and then only that panel's images are listed; else the image's position in
 the store), ``file_name`` (the store's image id,
@@ -40,6 +47,21 @@ def upsample(patch_mask: np.ndarray, height: int, width: int) -> np.ndarray:
         m = m.reshape(g, g)
     g = m.shape[0]
     return m[np.ix_(pixel_patches(int(height), g), pixel_patches(int(width), g))]
+
+
+def upsample_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> np.ndarray:
+    """(rows, cols) bool on the native grid → (height, width) bool: pixel (i, j) takes patch (⌊i/p⌋, ⌊j/p⌋)."""
+    m = np.asarray(patch_mask, dtype=bool)
+    return m[np.ix_(np.arange(int(height)) // patch, np.arange(int(width)) // patch)]
+
+
+def patch_box_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> list[float]:
+    """LOST's box of a (rows, cols) native mask in original pixels, [x1, y1, x2, y2], clipped to the image."""
+    rows, cols = np.nonzero(np.asarray(patch_mask, dtype=bool))
+    if rows.size == 0:
+        return [0.0, 0.0, 0.0, 0.0]
+    return [float(cols.min() * patch), float(rows.min() * patch), float(min((cols.max() + 1) * patch, width)),
+            float(min((rows.max() + 1) * patch, height))]
 
 
 def encode(mask: np.ndarray) -> dict[str, Any]:
@@ -77,7 +99,12 @@ def coco_results(
             continue
         h, w = int(heights[i]), int(widths[i])
         for k in range(int(decoded.n_masks[i])):
-            full = upsample(decoded.masks[i, k], h, w)
+            if decoded.grids is not None:  # native: the image's own grid, its first rows·cols patches
+                r, c = (int(v) for v in decoded.grids[i])
+                on_grid = decoded.masks[i, k, : r * c].reshape(r, c)
+                full, box_patches = upsample_native(on_grid, h, w, decoded.patch), patch_box_native(on_grid, h, w, decoded.patch)
+            else:
+                full, box_patches = upsample(decoded.masks[i, k], h, w), patch_box(decoded.masks[i, k], h, w)
             rle = encode(full)
             box = mask_utils.toBbox(rle).tolist()
             out.append(
@@ -90,7 +117,7 @@ def coco_results(
                     "score": float(decoded.score[i, k]),
                     "area": float(mask_utils.area(rle)),
                     "mask": k,
-                    "patch_box": patch_box(decoded.masks[i, k], h, w),
+                    "patch_box": box_patches,
                 }
             )
     return out
@@ -100,6 +127,11 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
     """The patch-level results saved as ``results/decoder`` (dims image, mask, patch)."""
     dims2 = ("image", "mask")
     vectors = {} if decoded.fiedler is None else {"fiedler": (("image", "patch"), decoded.fiedler), "seed": ("image", decoded.seed)}
+    if decoded.grids is not None:  # native: masks padded to the view's most patches, each image's grid beside them
+        vectors.update(grid_rows=("image", np.asarray(decoded.grids[:, 0], dtype=np.int64)), grid_cols=("image", np.asarray(decoded.grids[:, 1], dtype=np.int64)))
+        grid_attrs = {"grid": "per image (grid_rows, grid_cols)", "view": "native", "patch_size": int(decoded.patch)}
+    else:
+        grid_attrs = {"grid": grid_of(decoded.masks.shape[2])}
     return xr.Dataset(
         {
             **vectors,
@@ -116,7 +148,7 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
             "dense_solves": ("image", decoded.dense_solves),
         },
         coords={"image": np.asarray(image_ids, dtype=object), "mask": np.arange(decoded.masks.shape[1])},
-        attrs={"grid": grid_of(decoded.masks.shape[2]), "stops": list(STOPS)},
+        attrs={**grid_attrs, "stops": list(STOPS)},
     )
 
 
@@ -140,4 +172,6 @@ def decoded_from_dataset(ds: xr.Dataset) -> Decoded:
         settings=settings,
         fiedler=ds["fiedler"].values if "fiedler" in ds else None,
         seed=ds["seed"].values if "seed" in ds else None,
+        grids=np.stack([ds["grid_rows"].values, ds["grid_cols"].values], axis=1) if "grid_rows" in ds else None,
+        patch=int(ds.attrs.get("patch_size", 0)),
     )
