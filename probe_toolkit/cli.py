@@ -196,6 +196,7 @@ def doctor(cache: CacheOpt = None) -> None:
 
 
 # --- decoder, panels, ledger, scoring ---
+DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default) or native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py).")]
 
 panel_app = typer.Typer(no_args_is_help=True, help="Labelled image sets (COCO file + image folder + role).")
 ledger_app = typer.Typer(no_args_is_help=True, help="The hash-chained record of every read of labels.")
@@ -247,7 +248,8 @@ def _scores_table(title: str, scores) -> None:
 @app.command()
 def decode(
     store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480), or a checkpoint with --images.")],
-    size: Annotated[int, typer.Option(help="View whose keys to cut (keys_<size>).")] = 480,
+    size: Annotated[int, typer.Option(help="Fixed view whose keys to cut (keys_<size>); --view overrides it.")] = 480,
+    view: DecodeViewOpt = None,
     images: StreamImagesOpt = None,
     shard: StreamShardOpt = None,
     batch_size: StreamBatchOpt = 16,
@@ -281,7 +283,10 @@ def decode(
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda),
                                       settings_file=settings, cache_dir=cache)
+    size = view or size  # --view 480|native (keys_<view>); --size stays the fixed views' spelling
     if images is not None:
+        if str(size) == "native":
+            raise ProbeError("--view native", "is decoded from a store's keys_native, not streamed with --images", "run `probe extract --views native`, then `probe decode STORE --view native`")
         if panel is not None or dask_address is not None:
             raise ProbeError(None, "--images streams without --panel or --dask-address", "score the masks JSON with `probe score`; shard with --shard or torchrun")
         return _decode_stream(store, images, chosen, source, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
@@ -357,6 +362,7 @@ def decode_sweep(
     grid: Annotated[Optional[Path], typer.Option(help="TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.")] = None,
     metric: Annotated[str, typer.Option(help="Score that picks the best setting.")] = "segm_AP",
     settings_out: Annotated[Optional[Path], typer.Option("--settings-out", help="Where to write the best settings (default <cache>/decoder-settings.json).")] = None,
+    view: DecodeViewOpt = None,
     top: Annotated[int, typer.Option(help="Rows of the table to print (best first).")] = 20,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
     unseal: UnsealOpt = None,
@@ -381,7 +387,7 @@ def decode_sweep(
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
                            on_start=_ticker(progress, "sweep"), threads=threads, workers=workers, dask_address=dask_address,
-                           backend=backend, device=device)
+                           backend=backend, device=device, size=view or 480)
     from rich import box
 
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))

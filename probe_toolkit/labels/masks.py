@@ -123,6 +123,22 @@ def coco_results(
     return out
 
 
+def saved_masks(ds: xr.Dataset, i: int, height: int, width: int, original: tuple[int, int]) -> np.ndarray:
+    """(masks, height, width) bool: image i's masks of saved ``results/decoder`` drawn at height ×
+    width, through the view's geometry (``original``: the image's own (H, W), which the native view needs)."""
+    n = int(ds["n_masks"].values[i])
+    patch_masks = ds["masks"].values[i, :n].astype(bool)
+    if not n:
+        return np.zeros((0, height, width), bool)
+    if "grid_rows" not in ds:
+        return np.stack([upsample(m, height, width) for m in patch_masks])
+    r, c, p = int(ds["grid_rows"].values[i]), int(ds["grid_cols"].values[i]), int(ds.attrs["patch_size"])
+    h, w = original
+    rows = np.minimum(((np.arange(height) + 0.5) * h / height).astype(np.int64), h - 1) // p
+    cols = np.minimum(((np.arange(width) + 0.5) * w / width).astype(np.int64), w - 1) // p
+    return np.stack([m[: r * c].reshape(r, c)[np.ix_(rows, cols)] for m in patch_masks])
+
+
 def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
     """The patch-level results saved as ``results/decoder`` (dims image, mask, patch)."""
     dims2 = ("image", "mask")

@@ -433,8 +433,7 @@ def decoder(ctx: Context) -> Section:
                 overlays[label].append(None)
                 continue
             i = ids[label].index(image_id)
-            patch_masks = ds["masks"].values[i, : int(ds["n_masks"].values[i])].astype(bool)
-            overlays[label].append(np.stack([mask_geometry.upsample(m, *rgb.shape[:2]) for m in patch_masks]) if len(patch_masks) else np.zeros((0, *rgb.shape[:2]), bool))
+            overlays[label].append(mask_geometry.saved_masks(ds, i, *rgb.shape[:2], original=(height, width)))
     png = figures.mask_overlays(pictures, overlays)
     section.blocks.append(ctx.figure("decoder-masks", png, "Decoder masks over sample images (first cut first), one column per store; "
                                                            "masks are cut on the 480 view's patch grid and mapped back to the whole image."))

@@ -1,0 +1,238 @@
+"""``probe decode --view native``: each image cut on its own rows x cols grid, masks at its own size.
+
+The references below are plain, independent re-implementations written here (float64, dense
+``scipy.linalg.eigh`` of the generalized problem, loops over the grid), run image by image on the
+(rows, cols) keys that TokenCut's and LOST's code would see on the zero-padded image.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.ndimage
+from decoder_scenes import run_main
+from PIL import Image
+from pycocotools import mask as mask_utils
+from typer.testing import CliRunner
+
+from probe_toolkit.cli import app
+from probe_toolkit.labels.masks import decode_rle
+from probe_toolkit.store import cache
+
+runner = CliRunner()
+P = 16
+# (name, height, width, planted objects as patch rectangles (r0, r1, c0, c1) on the native grid)
+SCENES = [
+    ("wide.png", 100, 170, [(4, 7, 7, 11)]),  # 7 x 11, the object touches the bottom-right (partial) patches
+    ("tall.png", 150, 90, [(1, 5, 1, 4), (6, 9, 2, 5)]),  # 10 x 6
+    ("low.png", 64, 130, [(1, 3, 2, 6)]),  # 4 x 9
+]
+
+
+def grid_of(h, w):
+    return -(-h // P), -(-w // P)
+
+
+def planted(rows, cols, objects, seed, channels=12, noise=0.05):
+    rng = np.random.default_rng(seed)
+    label = np.zeros((rows, cols), dtype=int)
+    for k, (r0, r1, c0, c1) in enumerate(objects):
+        label[r0:r1, c0:c1] = k + 1
+    means = np.linalg.qr(rng.standard_normal((channels, len(objects) + 1)))[0].T
+    return (means[label.ravel()] + noise * rng.standard_normal((rows * cols, channels))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    """A store holding only keys_native (NaN padding past each image's rows·cols patches)."""
+    folder = tmp_path_factory.mktemp("native")
+    grids = [grid_of(h, w) for _, h, w, _ in SCENES]
+    most = max(r * c for r, c in grids)
+    keys = np.full((len(SCENES), most, 12), np.nan, dtype=np.float32)
+    per_image = []
+    for i, ((_, h, w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
+        per_image.append(planted(r, c, objects, seed=i))
+        keys[i, : r * c] = per_image[-1]
+    manifest = {"kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},
+                "network": "teacher", "arch": {"width": 12, "patch": P, "class_token": False}, "views": ["native"],
+                "per_view": {"native": {"patch": P, "patches": most}}, "interpolation": "dino", "attention": "none",
+                "dtype": "float32", "chunk": 2, "image_list_sha256": "0" * 64, "n_images": len(SCENES)}
+    rows = np.array([g[0] for g in grids]), np.array([g[1] for g in grids])
+    store = folder / "store.zarr"
+    writer = cache.create_store(store, manifest, [s[0] for s in SCENES], {"keys_native": (("patch_native", "channel"), (most, 12))},
+                                view_grids={"native": rows})
+    sizes = np.array([[h, w] for _, h, w, _ in SCENES])
+    for start in range(0, len(SCENES), 2):
+        stop = min(start + 2, len(SCENES))
+        writer.write(start, {"keys_native": keys[start:stop]}, sizes[start:stop], np.zeros(stop - start, dtype=bool))
+    return store, per_image, grids
+
+
+# ----------------------------------------------------------------------------------------------
+# the references, plain
+
+
+def ref_fiedler(keys, tau, eps, center, painted=None):
+    f = np.asarray(keys, dtype=np.float64)
+    if center:
+        f = f - f.mean(axis=0)
+    if painted is not None:
+        f = np.where(painted[:, None], 0.0, f)
+    norm = np.linalg.norm(f, axis=1, keepdims=True)
+    f = np.divide(f, norm, out=np.zeros_like(f), where=norm > 0)
+    w = np.where(f @ f.T > tau, 1.0, eps)
+    d = np.diag(w.sum(axis=1))
+    _, vectors = scipy.linalg.eigh(d - w, d, subset_by_index=[1, 2])
+    x = vectors[:, 0]
+    return -x if x[np.argmax(np.abs(x))] < 0 else x
+
+
+def ref_component(side, seed, rows, cols, structure=None):
+    labels, _ = scipy.ndimage.label(side.reshape(rows, cols), structure=structure)
+    return (labels == labels.reshape(-1)[seed]).reshape(-1)
+
+
+def ref_tokencut(keys, rows, cols, center):
+    x = ref_fiedler(keys, 0.2, 1e-5, center)
+    return [ref_component(x > x.mean(), int(np.argmax(x)), rows, cols)]
+
+
+def ref_maskcut(keys, rows, cols, tau=0.15, count=3):
+    n = rows * cols
+    corners = [0, cols - 1, n - cols, n - 1]
+    painted, previous, out = np.zeros(n, bool), None, []
+    for t in range(count):
+        if t and (~painted).sum() <= 0.01 * n:
+            break
+        x = ref_fiedler(keys, tau, 1e-5, False, painted if t else None)
+        side = x > x.mean()
+        seed = int(np.argmax(x))
+        if sum(side[k] for k in corners) >= 3:
+            side, seed = ~side, int(np.argmax(-x))
+        found = ref_component(side, seed, rows, cols)
+        if previous is not None and ((found & previous).sum() / (found | previous).sum() > 0.5 or found.sum() <= 0.01 * n):
+            break
+        mask = found & ~painted
+        if not mask.any():
+            break
+        out.append(mask)
+        previous, painted = found, painted | found
+    return out
+
+
+def ref_lost(keys, rows, cols, k=100):
+    a = np.asarray(keys, dtype=np.float64) @ np.asarray(keys, dtype=np.float64).T
+    degree = [sum(1 for j in range(len(a)) if j != i and a[i, j] > 0) for i in range(len(a))]
+    order = sorted(range(len(a)), key=lambda i: (degree[i], i))
+    seed = order[0]
+    similar = [p for p in order[:k] if a[seed, p] > 0]
+    expansion = a[similar].sum(axis=0)
+    return [ref_component(expansion > 0, seed, rows, cols)]
+
+
+def ref_dsm(keys, rows, cols):
+    f = np.asarray(keys, dtype=np.float64)
+    f = f / np.linalg.norm(f, axis=1, keepdims=True)
+    w = np.maximum(f @ f.T, 0.0)
+    w = w / w.max()
+    d = np.diag(np.maximum(w.sum(axis=1), 1e-12))
+    _, vectors = scipy.linalg.eigh(d - w, d, subset_by_index=[1, 2])
+    v = vectors[:, 0]
+    v = -v if v[np.argmax(np.abs(v))] < 0 else v
+    if 0.5 < np.mean(v > 0) < 1.0:
+        v = -v
+    labels, count = scipy.ndimage.label((v > 0).reshape(rows, cols), structure=np.ones((3, 3)))
+    sizes = [(labels == k).sum() for k in range(1, count + 1)]
+    return [(labels == 1 + int(np.argmax(sizes))).reshape(-1)]
+
+
+REFERENCES = {
+    "centred": lambda k, r, c: ref_tokencut(k, r, c, True),
+    "tokencut": lambda k, r, c: ref_tokencut(k, r, c, False),
+    "maskcut": ref_maskcut,
+    "lost": ref_lost,
+    "dsm": ref_dsm,
+}
+
+
+def pixels(patch_mask, rows, cols, h, w):
+    """The original-size mask, pixel by pixel: pixel (y, x) lies in native patch (y // p, x // p)."""
+    grid = patch_mask.reshape(rows, cols)
+    out = np.zeros((h, w), dtype=bool)
+    for y in range(h):
+        for x in range(w):
+            out[y, x] = grid[y // P, x // P]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", list(REFERENCES))
+def test_every_preset_cuts_each_image_on_its_own_grid(native, preset, tmp_path):
+    store, per_image, grids = native
+    out = tmp_path / "m.json"
+    result = runner.invoke(app, ["decode", str(store), "--view", "native", "--preset", preset, "-q", "--workers", "1",
+                                 "--out", str(out), "--cache", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    saved = cache.load_results(store, "decoder")
+    assert saved.attrs["view"] == "native" and saved.sizes["patch"] == max(r * c for r, c in grids)
+    np.testing.assert_array_equal(saved["grid_rows"].values, [g[0] for g in grids])
+    np.testing.assert_array_equal(saved["grid_cols"].values, [g[1] for g in grids])
+    results = json.loads(out.read_text())
+    for i, ((name, h, w, _), keys, (r, c)) in enumerate(zip(SCENES, per_image, grids)):
+        expected = REFERENCES[preset](keys, r, c)
+        n = int(saved["n_masks"].values[i])
+        assert n == len(expected), (preset, name)
+        masks = saved["masks"].values[i].astype(bool)
+        for k, ref in enumerate(expected):
+            np.testing.assert_array_equal(masks[k, : r * c], ref, err_msg=f"{preset} {name} mask {k}")
+        assert not masks[:, r * c :].any()  # padding never becomes a mask
+        mine = sorted((x for x in results if x["file_name"] == name), key=lambda x: x["mask"])
+        assert [x["segmentation"]["size"] for x in mine] == [[h, w]] * n
+        for x, ref in zip(mine, expected):
+            np.testing.assert_array_equal(decode_rle(x["segmentation"]), pixels(ref, r, c, h, w))
+
+
+def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
+    """The object at the bottom-right of wide.png (patches rows 4..6, cols 7..10 of 7 x 11) is the
+    pixel box [112, 64, 170, 100]: the last row and column of patches are clipped at the edge."""
+    store, _, _ = native
+    folder = tmp_path / "panel"
+    (folder / "images").mkdir(parents=True)
+    coco = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "thing"}]}
+    for i, (name, h, w, objects) in enumerate(SCENES, start=1):
+        Image.fromarray(np.full((h, w, 3), 90, np.uint8)).save(folder / "images" / name)
+        coco["images"].append({"id": i, "file_name": name, "height": h, "width": w})
+        for r0, r1, c0, c1 in objects:
+            m = np.zeros((h, w), dtype=bool)
+            m[r0 * P : r1 * P, c0 * P : c1 * P] = True  # numpy clips at the image edge
+            rle = mask_utils.encode(np.asfortranarray(m.astype(np.uint8)))
+            rle["counts"] = rle["counts"].decode("ascii")
+            coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": i, "category_id": 1, "segmentation": rle,
+                                        "bbox": mask_utils.toBbox(rle).tolist(), "area": float(m.sum()), "iscrowd": 0})
+    (folder / "panel.json").write_text(json.dumps(coco))
+    root = tmp_path / "cache"
+    added = runner.invoke(app, ["panel", "add", "val", "--annotations", str(folder / "panel.json"), "--images", str(folder / "images"),
+                                "--role", "val", "--cache", str(root)])
+    assert added.exit_code == 0, added.output
+    out = tmp_path / "m.json"
+    result = runner.invoke(app, ["decode", str(store), "--view", "native", "--preset", "tokencut", "--panel", "val", "-q", "--workers", "1",
+                                 "--out", str(out), "--cache", str(root)])
+    assert result.exit_code == 0, result.output
+    wide = next(x for x in json.loads(out.read_text()) if x["file_name"] == "wide.png")
+    assert wide["patch_box"] == [112.0, 64.0, 170.0, 100.0]
+    assert wide["bbox"] == [112.0, 64.0, 58.0, 36.0]
+    scores = cache.load_results(store, "scores_val")
+    assert float(scores["corloc"]) == 1.0
+
+
+def test_native_refuses_the_torch_backend_and_a_bad_view_in_one_line(native, tmp_path, capsys):
+    store, _, _ = native
+    code, err = run_main(["decode", str(store), "--view", "native", "--backend", "torch", "-q", "--cache", str(tmp_path / "c")], capsys)
+    assert code == 2 and "--backend torch" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, err = run_main(["decode", str(store), "--view", "natve", "-q", "--cache", str(tmp_path / "c")], capsys)
+    assert code == 2 and "--view natve" in err
