@@ -41,7 +41,9 @@ def planted(rows, cols, objects, seed, channels=12, noise=0.05):
     label = np.zeros((rows, cols), dtype=int)
     for k, (r0, r1, c0, c1) in enumerate(objects):
         label[r0:r1, c0:c1] = k + 1
-    means = np.linalg.qr(rng.standard_normal((channels, len(objects) + 1)))[0].T
+    basis = np.linalg.qr(rng.standard_normal((channels, len(objects) + 1)))[0].T
+    # objects point away from the background (dot -0.5), so LOST's positive graph separates them too
+    means = np.vstack([basis[0], -0.5 * basis[0] + np.sqrt(0.75) * basis[1:]])
     return (means[label.ravel()] + noise * rng.standard_normal((rows * cols, channels))).astype(np.float32)
 
 
