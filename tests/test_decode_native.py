@@ -36,27 +36,38 @@ def grid_of(h, w):
     return -(-h // P), -(-w // P)
 
 
-def planted(rows, cols, objects, seed, channels=12, noise=0.05):
+def planted(rows, cols, objects, seed, channels=12, noise=0.05, away=False):
+    """Keys with a mean per object and one for the background: orthogonal (a well-posed Fiedler
+    vector for the cuts and DSM), or with objects pointing away from the background (dot -0.5),
+    so that LOST's positive graph separates them (with orthogonal means it spans the grid)."""
     rng = np.random.default_rng(seed)
     label = np.zeros((rows, cols), dtype=int)
     for k, (r0, r1, c0, c1) in enumerate(objects):
         label[r0:r1, c0:c1] = k + 1
-    basis = np.linalg.qr(rng.standard_normal((channels, len(objects) + 1)))[0].T
-    # objects point away from the background (dot -0.5), so LOST's positive graph separates them too
-    means = np.vstack([basis[0], -0.5 * basis[0] + np.sqrt(0.75) * basis[1:]])
+    means = np.linalg.qr(rng.standard_normal((channels, len(objects) + 1)))[0].T
+    if away:
+        means = np.vstack([means[0], -0.5 * means[0] + np.sqrt(0.75) * means[1:]])
     return (means[label.ravel()] + noise * rng.standard_normal((rows * cols, channels))).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
+    return make_native(tmp_path_factory.mktemp("native"), away=False)
+
+
+@pytest.fixture(scope="module")
+def native_away(tmp_path_factory):
+    return make_native(tmp_path_factory.mktemp("away"), away=True)
+
+
+def make_native(folder, away):
     """A store holding only keys_native (NaN padding past each image's rows·cols patches)."""
-    folder = tmp_path_factory.mktemp("native")
     grids = [grid_of(h, w) for _, h, w, _ in SCENES]
     most = max(r * c for r, c in grids)
     keys = np.full((len(SCENES), most, 12), np.nan, dtype=np.float32)
     per_image = []
     for i, ((_, h, w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
-        per_image.append(planted(r, c, objects, seed=i))
+        per_image.append(planted(r, c, objects, seed=i, away=away))
         keys[i, : r * c] = per_image[-1]
     manifest = {"kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},
                 "network": "teacher", "arch": {"width": 12, "patch": P, "class_token": False}, "views": ["native"],
@@ -174,8 +185,8 @@ def pixels(patch_mask, rows, cols, h, w):
 
 
 @pytest.mark.parametrize("preset", list(REFERENCES))
-def test_every_preset_cuts_each_image_on_its_own_grid(native, preset, tmp_path):
-    store, per_image, grids = native
+def test_every_preset_cuts_each_image_on_its_own_grid(native, native_away, preset, tmp_path):
+    store, per_image, grids = native_away if preset == "lost" else native
     out = tmp_path / "m.json"
     result = runner.invoke(app, ["decode", str(store), "--view", "native", "--preset", preset, "-q", "--workers", "1",
                                  "--out", str(out), "--cache", str(tmp_path / "cache")])
