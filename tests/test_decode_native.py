@@ -241,6 +241,13 @@ def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
     assert wide["bbox"] == [112.0, 64.0, 58.0, 36.0]
     scores = cache.load_results(store, "scores_val")
     assert float(scores["corloc"]) == 1.0
+    # the sweep decodes the same native keys: TokenCut finds every planted box, LOST's k = 100 graph here does not
+    (tmp_path / "g.toml").write_text('preset = ["tokencut", "lost"]\ncenter = [false]\ntau = [0.2]\neps = [1e-5]\nmasks = [1]\n')
+    swept = runner.invoke(app, ["decode-sweep", str(store), "--view", "native", "--panel", "val", "--grid", str(tmp_path / "g.toml"),
+                                "--metric", "corloc", "-q", "--workers", "1", "--cache", str(root), "--json", str(tmp_path / "t.json")])
+    assert swept.exit_code == 0, swept.output
+    table = {row["preset"]: row for row in json.loads((tmp_path / "t.json").read_text())["table"]}
+    assert table["tokencut"]["corloc"] == 1.0 and table["lost"]["corloc"] < 1.0
 
 
 def test_native_refuses_the_torch_backend_and_a_bad_view_in_one_line(native, tmp_path, capsys):
