@@ -621,7 +621,7 @@ def test_killed_runs_litter_is_swept_and_never_read(w):
     (out / f".report.tmp-{dead}" / "figures").mkdir(parents=True)
     (out / f".figures.old-{dead}").mkdir()
     assert probe("report", _store_224(w), "--out", out, "--cache", w.cache).code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md", "tables"]
 
 
 def test_partial_results_are_marked_stale_in_the_report(w):

@@ -62,7 +62,7 @@ def full(tiny_stores, image_dir, tmp_path_factory):
     protocol_results(dino, image_dir, root, cache_dir)
     run, run_dir = training_store(image_dir, root)
     written = write_report([dino, selfpatch, run], root / "report", follow="scenes/one.png", patch=PATCH, cache_dir=cache_dir, formats="png")
-    return SimpleNamespace(root=root, cache=cache_dir, dino=dino, selfpatch=selfpatch, run=run, run_dir=run_dir, written=written)
+    return SimpleNamespace(root=root, cache=cache_dir, dino=dino, selfpatch=selfpatch, run=run, run_dir=run_dir, written=written, image_dir=image_dir)
 
 
 def _text(section) -> str:
@@ -427,3 +427,80 @@ def test_decoder_cuts_show_the_saved_fiedler_vector_and_ground_truth(full):
     assert len(section.figures()) == 2 and "dashed: the objects of panel scenes" in section.figures()[0].caption
     reads = [e for e in ledger.entries(full.cache) if e.fields.get("purpose") == "report"]
     assert reads and {e.fields["panel"] for e in reads} == {"scenes"}
+
+
+def _shown(figure) -> list[list[np.ndarray]]:
+    """Per visible panel of a drawn figure, the arrays of its images in drawing order."""
+    return [[np.asarray(im.get_array()) for im in ax.get_images()] for ax in figure.axes if ax.get_visible() and ax.get_images()]
+
+
+def test_knn_grid_shows_the_saved_nearest_train_images(full):
+    from probe_toolkit.store import images
+
+    saved = cache.load_results(full.dino, "knn")
+    train, classes = [str(v) for v in saved.train_image.values], [str(v) for v in saved["class"].values]
+    (grid,) = [f for f in full.written.report.section("knn").figures() if "knn-retrieval" in f.name]
+    queries = [str(v) for v in saved.image.values[:3]]
+    expected = []
+    for q, query in enumerate(queries):
+        ranked = [train[int(t)] for t in saved.neighbour.values[q]]
+        assert len(ranked) == min(5, int(saved.k.values.max())) and len(set(ranked)) == len(ranked)
+        part = f"{query} ({classes[int(saved.label.values[q])]}) → " + ", ".join(
+            f"{n} ({float(s):.3f})" for n, s in zip(ranked, saved.similarity.values[q]))
+        assert part in grid.caption
+        expected += [query, *ranked]
+    # each panel shows the 224 view of the file the caption names, query first
+    drawn = _shown(grid.png.figure)
+    assert len(drawn) == len(expected)
+    for image_id, arrays in zip(expected, drawn):
+        view = np.asarray(images.view(images.load_image(full.image_dir / image_id), 224))
+        assert np.array_equal(arrays[0], view), image_id
+
+
+def test_knn_neighbours_are_the_plain_cosine_ranking(full):
+    """The saved top ranks are the most similar train images by a float64 cosine of the normed class tokens."""
+    import torch
+
+    from probe_toolkit.store import parts
+
+    saved = cache.load_results(full.dino, "knn")
+    assert saved.attrs["feature"] == "cls-normed"
+    ds = cache.open_store(full.dino)
+    norm = parts.final_norm(cache.manifest(ds), full.dino)
+
+    def feats(ids):
+        raw = torch.from_numpy(np.asarray(ds["cls_tokens_224"].sel(image=ids).values, np.float32))
+        with torch.no_grad():
+            x = norm(raw).numpy().astype(np.float64)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    train = [str(v) for v in saved.train_image.values]
+    cos = feats([str(v) for v in saved.image.values]) @ feats(train).T
+    for q in range(cos.shape[0]):
+        order = sorted(range(len(train)), key=lambda t: (-round(cos[q, t], 5), t))[: saved.sizes["rank"]]
+        assert [int(t) for t in saved.neighbour.values[q]] == order
+        assert np.allclose(saved.similarity.values[q], cos[q, order], atol=1e-4)
+
+
+def test_propagation_strip_shows_the_written_masks_beside_the_first_annotation(full):
+    from pathlib import Path
+
+    from PIL import Image
+
+    saved = cache.load_results(full.dino, "davis")
+    out, davis = Path(saved.attrs["out"]) / "shapes", Path(saved.attrs["davis"])
+    written = sorted(out.glob("*.png"))
+    (strip,) = [f for f in full.written.report.section("davis").figures() if "davis-strip" in f.name]
+    assert f"sequence shapes, frames {', '.join(p.stem for p in written)} of {len(written)}" in strip.caption
+    assert str(out) in strip.caption
+    # the first PNG is the ground truth the command was given
+    first = np.asarray(Image.open(davis / "Annotations" / "480p" / "shapes" / f"{written[0].stem}.png"))
+    assert np.array_equal(np.asarray(Image.open(written[0])), first)
+    panels = _shown(strip.png.figure)
+    assert len(panels) == len(written)
+    for png, (rgb, *overlays) in zip(written, panels):
+        labels = np.asarray(Image.open(png))
+        assert np.array_equal(rgb, np.asarray(Image.open(davis / "JPEGImages" / "480p" / "shapes" / f"{png.stem}.jpg").convert("RGB")))
+        assert len(overlays) == len(np.unique(labels[labels > 0]))
+        for n, fill in zip(sorted(np.unique(labels[labels > 0])), overlays):
+            assert np.array_equal(fill[..., 3] > 0, labels == n)

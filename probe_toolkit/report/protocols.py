@@ -12,7 +12,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
-from . import figures
+from . import figures, protocol_figures
 from .content import Note, Section, Table
 
 ELSEWHERE = "published elsewhere (other weights and data; not comparable with the numbers above)"
@@ -67,6 +67,11 @@ def knn(ctx) -> Section:
         led = ds.attrs.get("ledger", {})
         section.blocks.append(Note(f"{label}: feature — {ds.attrs.get('feature_text', '?')}; view — {ds.attrs.get('view', '?')}. "
                                    f"Labels: train {ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
+        if "neighbour" in ds:
+            grid, gone = protocol_figures.knn_figure(ctx, next(s for s in ctx.stores if s.label == label), ds)
+            section.blocks.append(grid)
+            if gone:
+                section.blocks.append(Note(f"{label}: the image files of {', '.join(gone)} are gone; drawn from their tokens' PCA."))
     section.blocks.append(Note(f"{ELSEWHERE}: {KNN_PUBLISHED}", "reference"))
     _lacking(section, ctx, found, "k-NN results", HOW["knn"])
     return section
@@ -149,6 +154,7 @@ def propagation(ctx) -> Section:
                                     f"{st.get('size_mask_neighborhood')}, top {st.get('topk')}; predictions in {ds.attrs.get('out', '?')}."))
         section.blocks.append(Note(f"{label}: frames — {ds.attrs.get('frame_size', '?')}; features — {ds.attrs.get('feature', '?')}. Labels: first frames "
                                    f"{ctx.book.describe(led.get('first_frames'))}; scorer {ctx.book.describe(led.get('score'))}."))
+        section.blocks.append(protocol_figures.propagation_figure(ctx, label, ds))
     section.blocks.append(Note(f"{ELSEWHERE}: {DAVIS_PUBLISHED}", "reference"))
     _lacking(section, ctx, found, "label propagation", HOW["davis"])
     return section
