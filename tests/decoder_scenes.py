@@ -99,17 +99,7 @@ def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2
 
 def run_main(args: list[str], capsys) -> tuple[int, str]:
     """``probe ARGS`` through ``cli.main`` (one-line errors, exit codes): (status, stderr)."""
-    import sys
+    from cli_runs import probe_main
 
-    from probe_toolkit.cli import main
-
-    old = sys.argv
-    sys.argv = ["probe", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+    code, captured = probe_main(args, capsys)
+    return code, captured.err

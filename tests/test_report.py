@@ -8,15 +8,14 @@ import base64
 import json
 import re
 import shutil
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from cli_runs import probe_main
 from protocol_stores import protocol_results
 from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, saliency_panel, scenes_panels, stored, training_store
 
-from probe_toolkit.cli import main
 from probe_toolkit.labels import ledger
 from probe_toolkit.report import build, default_name, render_report, write_report
 from probe_toolkit.report import html as report_html
@@ -320,16 +319,7 @@ def test_same_labels_are_made_unique(bare, tmp_path):
 
 
 def _main(args, capsys) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["probe", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code
-    finally:
-        sys.argv = old
-    captured = capsys.readouterr()
+    code, captured = probe_main(args, capsys)
     return code, captured.out, captured.err
 
 
