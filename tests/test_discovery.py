@@ -561,3 +561,16 @@ def test_dsm_colour_term_reads_the_stores_photographs(tmp_path, capsys):
     assert not np.array_equal(saved["masks"].values[0, 0], dsm(keys[0], (GRID, GRID)).mask)
     code, err = run_main(["decode", str(store), "--preset", "lost", "--color-lambda", "1", "--cache", str(tmp_path / "c"), "-q"], capsys)
     assert code == 2 and "--color-lambda" in err
+
+
+def test_maskcut_reads_the_filter_from_the_480_views_manifest_entry():
+    """A LANCZOS 480 view (the store's per-view entry) is MaskCut's own: no warning; bicubic warns."""
+    from probe_toolkit.commands.decode import view_check
+
+    lanczos = {"views": ["480"], "per_view": {"480": {"resample": "lanczos"}}}
+    bicubic = {"views": ["480"], "per_view": {"480": {"resample": "bicubic"}}}
+    old = {"views": [480]}  # written before views had their own entry: bicubic
+    assert view_check("maskcut", 480, lanczos)["warnings"] == []
+    assert len(view_check("maskcut", 480, bicubic)["warnings"]) == 1
+    assert len(view_check("maskcut", 480, old)["warnings"]) == 1
+    assert view_check("tokencut", "native", lanczos)["warnings"] == []

@@ -264,7 +264,7 @@ def view_check(preset: str, size: int | str, manifest: dict[str, Any]) -> dict[s
     from ..analyses.decoder import PUBLISHED_VIEW
 
     published = PUBLISHED_VIEW.get(preset, "")
-    resample = str(manifest.get("resample") or "bicubic")
+    resample = str(cache.view_facts(manifest, "480").get("resample") or manifest.get("resample") or "bicubic")
     warnings = []
     if preset == "maskcut" and resample != "lanczos":
         warnings.append(f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
