@@ -37,8 +37,9 @@ def _build(path: Path) -> int:
     base_tokens = rng.standard_normal((CHUNK, 196, channels)).astype(np.float16)
     base_attention = softmax(rng.standard_normal((CHUNK, heads, 196, 196)) * 2).astype(np.float16)
     for start in range(0, N_IMAGES, CHUNK):
-        order = rng.permutation(CHUNK)
-        writer.write(start, {"tokens_224": base_tokens[order], "attention_224": base_attention[order]}, np.tile([480, 640], (CHUNK, 1)), np.zeros(CHUNK, dtype=bool))
+        n = min(CHUNK, N_IMAGES - start)  # the last chunk is short
+        order = rng.permutation(CHUNK)[:n]
+        writer.write(start, {"tokens_224": base_tokens[order], "attention_224": base_attention[order]}, np.tile([480, 640], (n, 1)), np.zeros(n, dtype=bool))
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
