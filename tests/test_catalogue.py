@@ -732,3 +732,16 @@ def test_cluster_tasks_prove_they_read_the_clients_store(w):
             neighbours(tokens, 14, n_boot=20, client=client)
     finally:
         client.close()
+
+
+def test_out_of_image_geometry_is_clipped_counted_and_ledgered(w):
+    from probe_toolkit.labels import ledger
+
+    data = coco(["c.png", "d.png"])
+    data["annotations"][0]["bbox"] = [40, 8, 200, 64]  # reaches 128 px past c.png's right edge (112 wide)
+    data["annotations"][0]["segmentation"] = [[40, 8, 240, 8, 240, 72, 40, 72]]
+    panel_file("clip", data)(w, None)
+    run = probe("score", w.masks, "--panel", "clip", "--cache", w.cache)
+    assert run.code == 0, run.err
+    assert "1 annotations reached outside their image and were clipped" in run.err
+    assert ledger.entries(w.cache)[-1].fields["clipped"] == 1
