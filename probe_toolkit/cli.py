@@ -590,6 +590,8 @@ def attention_masks_command(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the Jaccards and settings as JSON.")] = None,
     unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")] = None,
     partial: Annotated[bool, typer.Option("--partial", help="Use a store still being extracted (its finished images).")] = False,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -602,7 +604,7 @@ def attention_masks_command(
     with bar("images", quiet) as progress:
         task = progress.add_task("masks", total=None)
         report = run_attention_masks(store, panel=panel, mass=mass, row=row, unseal=unseal, cache_dir=cache, json_path=json_path,
-                                     partial=partial, on_block=lambda n: progress.advance(task, n))
+                                     partial=partial, on_block=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address)
     console.print(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of {report.summary()['row_text']}; "
                   f"saved as results/attention_masks", highlight=False, soft_wrap=True)
     if report.jaccard_mean is not None:

@@ -117,3 +117,17 @@ def jaccard(head_masks: np.ndarray, objects: np.ndarray) -> ImageJaccard:
     per_head = iou(m, union_gt[None])[:, 0]
     per_object = iou(m, o).max(0).mean()
     return ImageJaccard(per_head, float(per_head.max()), float(per_object))
+
+
+def masks_block(values: np.ndarray, *, row: str, head: dict[str, torch.Tensor] | None, heads: int, prefix: int, mass: float) -> dict[str, np.ndarray]:
+    """A block of images' stored arrays → ``{"mask": (image, head, N) uint8}``: the unit the runner
+    ships to a worker (attention (image, head, T, T) for ``cls``/``mean``, tokens (image, N, D)
+    for ``aggregation``)."""
+    values = np.asarray(values, dtype=np.float32)
+    if row == "cls":
+        rows = class_rows(values)
+    elif row == "aggregation":
+        rows = aggregation_rows(values, head, heads)
+    else:
+        rows = mean_patch_rows(values, prefix)
+    return {"mask": mass_masks(rows, mass).astype(np.uint8)}

@@ -25,6 +25,7 @@ Results ``results/attention_masks``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import functools
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,6 +36,7 @@ from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.runner import Where, map_images, placed, torch_threads
 from ..labels.panels import read_labels
 from ..store import cache, images, parts
 from .runs import result_provenance
@@ -47,7 +49,6 @@ ROW_TEXT = {
 }
 RESOLUTION = "the 224 view's pixels; masks nearest-upsampled by the patch size; objects carried into the view by its resize and crop"
 VIEW = 224
-BLOCK = 64  # images per read
 
 
 @dataclass
@@ -99,24 +100,19 @@ def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
     return side, side
 
 
-def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, on_block: Callable[[int], None] | None = None) -> np.ndarray:
-    """(image, head, patch) bool masks of every image, read in blocks."""
+def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, on_block: Callable[[int], None] | None = None,
+                   where: Where = Where()) -> np.ndarray:
+    """(image, head, patch) bool masks of every image, block by block through the runner: blocks of
+    the store's chunk whatever the worker count, so the masks are the same bits on any placement."""
     name = "tokens_224" if row == "aggregation" else "attention_224"
     array = cache.require(ds, name)
     prefix = int(bool(ds.attrs["manifest"].get("arch", {}).get("class_token")))
-    out = []
-    for a in range(0, ds.sizes["image"], BLOCK):
-        values = np.asarray(array.isel(image=slice(a, a + BLOCK)).values, dtype=np.float32)
-        if row == "cls":
-            rows = am.class_rows(values)
-        elif row == "aggregation":
-            rows = am.aggregation_rows(values, head, heads)
-        else:
-            rows = am.mean_patch_rows(values, prefix)
-        out.append(am.mass_masks(rows, mass))
-        if on_block is not None:
-            on_block(len(values))
-    return np.concatenate(out) if out else np.zeros((0, heads, 0), bool)
+    if ds.sizes["image"] == 0:
+        return np.zeros((0, heads, 0), bool)
+    fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
+    block = int(ds.attrs["manifest"].get("chunk") or 16)
+    with torch_threads(1):
+        return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block)["mask"].astype(bool)
 
 
 def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarray:
@@ -144,7 +140,11 @@ def run_attention_masks(
     partial: bool = False,
     on_block: Callable[[int], None] | None = None,
     command: str = "probe attention-masks",
+    workers: int | None = 1,
+    dask_address: str | None = None,
 ) -> MasksReport:
+    """Masks of every finished image (``workers`` local processes, None: every core; or the dask
+    cluster at ``dask_address``), saved; scored by Jaccard on ``panel`` when given."""
     if not 0.0 < mass < 1.0:
         raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
     store = Path(store)
@@ -154,7 +154,8 @@ def run_attention_masks(
     cache.require(ds, "tokens_224" if row == "aggregation" else "attention_224")
     heads = int(meta.get("arch", {}).get("heads", 1))
     patch = int(meta.get("arch", {}).get("patch", 16))
-    masks = masks_of_store(ds, row, head, mass, heads, on_block)
+    with placed(workers, dask_address) as where:
+        masks = masks_of_store(ds, row, head, mass, heads, on_block, where)
     n, h, p = masks.shape
     rows, cols = grid_of(ds, p)
     ids = [str(i) for i in ds.image.values]

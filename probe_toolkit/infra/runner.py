@@ -191,12 +191,15 @@ def map_images(
     block: int = 16,
     threads: int = 1,
     progress: Callable[[int], None] | None = None,
+    fixed: bool = False,
 ) -> dict[str, np.ndarray]:
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
     ``image_range`` restricts the run to images [start, stop) (a shard). On a dask ``client``
     the blocks are read by the cluster's workers (``chunked.map_images``); locally this process
-    reads each block and the workers compute.
+    reads each block and the workers compute. ``fixed``: blocks of exactly ``block`` images
+    whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
+    round differently on another block shape.
     """
     first = next(iter(arrays.values()))
     start, stop = image_range if image_range is not None else (0, first.sizes["image"])
@@ -209,6 +212,20 @@ def map_images(
     def read(a: int, b: int) -> dict[str, np.ndarray]:
         return {name: np.asarray(array.isel(image=slice(a, b)).values) for name, array in arrays.items()}
 
-    size = block_size(stop - start, where.workers, block)
+    size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
     return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress)
+
+
+@contextmanager
+def torch_threads(n: int = 1) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` for a block (restored after): a block computed in
+    this process rounds as it does on a one-thread worker."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
