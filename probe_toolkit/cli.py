@@ -509,6 +509,8 @@ def linear_probe(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the train hold-out that chooses the regularisation.")] = 0,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the table and its settings as JSON.")] = None,
     unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -552,6 +554,8 @@ def knn_command(
     feature: Annotated[str, typer.Option("--feature", help="auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).")] = "auto",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the accuracies and settings as JSON.")] = None,
     unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -568,7 +572,7 @@ def knn_command(
     with bar("images", quiet) as progress:
         task = progress.add_task("k-NN", total=None)
         report = run_knn(store, train, val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
-                         json_path=json_path, progress=lambda n: progress.advance(task, n))
+                         json_path=json_path, progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address)
     table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")

@@ -29,6 +29,11 @@ def _same(a: dict, b: dict) -> None:
         assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
 
 
+def _numbers(summary: dict) -> dict:
+    """A JSON summary without its ledger entries (each run reads the labels again: a new entry)."""
+    return {k: v for k, v in summary.items() if k != "ledger"}
+
+
 def _run(args: list, capsys) -> None:
     code, printed = probe_main(args, capsys)
     assert code == 0, printed.err
@@ -63,4 +68,56 @@ def test_attention_masks_same_bits_at_one_two_workers_and_on_a_cluster(tiny_stor
     assert one[0]["mask"].shape[0] == 7 and 0 < one[0]["mask"].mean() < 1  # two blocks of the store's chunk of 4
     for other in ("2", cluster):
         _same(one[0], got[other][0])
-        assert one[1] == got[other][1]
+        assert _numbers(one[1]) == _numbers(got[other][1])
+
+
+# ----------------------------------------------------------------------------------------------
+# probe knn
+
+from test_knn import class_folders  # noqa: E402,F401  (the fixture: a tiny network's store over train/ and val/ class folders)
+
+
+@pytest.fixture(scope="module")
+def knn_panels(class_folders, tmp_path_factory):
+    root, store = class_folders
+    c = tmp_path_factory.mktemp("knn-cache")
+    from probe_toolkit.cli import app
+    from typer.testing import CliRunner
+
+    for name, split in (("tr", "train"), ("va", "val")):
+        r = CliRunner().invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", str(c)])
+        assert r.exit_code == 0, r.output
+    return store, c
+
+
+def test_knn_same_bits_at_one_two_workers_and_on_a_cluster(knn_panels, tmp_path, capsys, cluster, monkeypatch):
+    from probe_toolkit.analyses import knn
+
+    store, c = knn_panels
+    monkeypatch.setattr(knn, "TEST_BLOCK", 2)  # 6 val images: 3 blocks of rows
+    monkeypatch.setattr(knn, "TRAIN_BLOCK", 5)  # 12 train images: the bank in 3 blocks
+    got = {}
+    for place in (["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]):
+        out = tmp_path / f"{place[-1].replace('/', '_')}.json"
+        _run(["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", str(c), "--json", str(out), "-q", *place], capsys)
+        got[place[-1]] = (_saved(store, "knn"), json.loads(out.read_text()))
+        assert not list((store / "results").glob(".knn-bank*"))  # the bank file goes with the run
+    one = got["1"]
+    assert one[1]["top1"][0] > 0.5 and one[0]["similarity"].shape == (6, 5)
+    for other in ("2", cluster):
+        _same(one[0], got[other][0])
+        assert _numbers(one[1]) == _numbers(got[other][1])
+    # the same numbers as the one-process classifier on the same features
+    from probe_toolkit.commands.knn import reader
+
+    ds = cache.open_store(store)
+    saved = cache.load_results(store, "knn")
+    train_ids, val_ids = list(saved.train_image.values), list(saved.image.values)
+    from probe_toolkit.store import parts
+
+    norm = parts.final_norm(cache.manifest(ds), store)
+    labels = np.array([["blue", "green", "red"].index(i.split("/")[1]) for i in train_ids])
+    plain = knn.classify(reader(ds, train_ids, "cls-normed", norm), 12, labels, reader(ds, val_ids, "cls-normed", norm), 6,
+                         saved.label.values, 3, ks=(1, 3, 12), test_block=2, train_block=5)
+    np.testing.assert_array_equal(plain.predictions, one[0]["prediction"])
+    np.testing.assert_array_equal(plain.top1, saved.top1.values)

@@ -84,6 +84,66 @@ def ranked_classes(votes: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.argsort(-votes.numpy(), axis=1, kind="stable"))
 
 
+def nearest(queries: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, torch.Tensor]]], k: int) -> dict[str, np.ndarray]:
+    """A block of (unnormalised) test rows → their k most similar train images, best first:
+    ``similarity`` (rows, k) float32 cosines and ``neighbour`` (rows, k) int64 train indices.
+    Each row's answer depends on that row and the train blocks only, so blocks of rows can be
+    computed anywhere and concatenated."""
+    top_val, top_idx = running_topk(normalise(torch.as_tensor(np.asarray(queries))), train_blocks, k)
+    return {"similarity": top_val.numpy(), "neighbour": top_idx.numpy()}
+
+
+def features(values: np.ndarray, feature: str, norm: torch.nn.Module | None) -> np.ndarray:
+    """Stored rows (class tokens, or patch tokens for ``mean``) → the chosen feature, unnormalised."""
+    values = np.asarray(values, dtype=np.float32)
+    if feature == "mean":
+        return values.mean(1)
+    if norm is not None:
+        with torch.no_grad():
+            return norm(torch.from_numpy(values)).numpy()
+    return values
+
+
+def nearest_block(values: np.ndarray, *, bank, feature: str, norm: torch.nn.Module | None, k: int, train_block: int) -> dict[str, np.ndarray]:
+    """A block of test images' stored rows → their k nearest train images: the unit a runner ships
+    to a worker. ``bank.value()`` is the (train, D) normalised train features (``runner.Shared``,
+    mapped once per worker), taken ``train_block`` rows at a time; one torch thread, as on every worker."""
+    matrix = bank.value()
+
+    def blocks():
+        for a in range(0, matrix.shape[0], train_block):
+            yield a, torch.from_numpy(np.array(matrix[a:a + train_block]))
+
+    from ..infra.runner import torch_threads
+
+    with torch_threads(1):
+        return nearest(features(values, feature, norm), blocks, k)
+
+
+def ranked_votes(similarity: np.ndarray, neighbour: np.ndarray, train_labels: np.ndarray, n_classes: int, ks: Sequence[int],
+                 temperature: float, width: int) -> np.ndarray:
+    """(rows, k, width) the ``width`` classes of largest vote of each row, for every k in ``ks``."""
+    labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
+    sim, idx = torch.from_numpy(np.ascontiguousarray(similarity)), torch.from_numpy(np.ascontiguousarray(neighbour))
+    return np.stack([ranked_classes(vote(sim[:, :k], labels[idx[:, :k]], n_classes, temperature)).numpy()[:, :width] for k in ks], axis=1)
+
+
+def scored(ks: Sequence[int], ranked: np.ndarray, test_labels: np.ndarray, n_classes: int, neighbour: np.ndarray, similarity: np.ndarray,
+           keep: int = 5) -> KnnResult:
+    """Accuracies of the ranked classes (``ranked_votes``) against the test rows' classes."""
+    targets = np.asarray(test_labels, dtype=np.int64)
+    n_test = len(targets)
+    five = min(5, n_classes) if n_classes > 5 else 0
+    top1 = (ranked[:, :, 0] == targets[:, None]).sum(0) / n_test
+    top5 = (ranked[:, :, :five] == targets[:, None, None]).any(2).sum(0) / n_test if five else np.full(len(ks), np.nan)
+    return KnnResult(tuple(ks), top1, top5, ranked[:, :, 0].T.astype(np.int64), neighbour[:, :keep], similarity[:, :keep])
+
+
+def vote_width(n_classes: int) -> int:
+    """Classes kept per row for the scores: the top five where top-5 is defined, else the first."""
+    return min(5, n_classes) if n_classes > 5 else 1
+
+
 def classify(
     train: Callable[[int, int], np.ndarray],
     n_train: int,
@@ -100,43 +160,28 @@ def classify(
     keep: int = 5,
     progress: Callable[[int], None] | None = None,
 ) -> KnnResult:
-    """Weighted k-NN for every k in ``ks`` in one pass.
+    """Weighted k-NN for every k in ``ks`` in one pass, in this process.
 
     ``train(a, b)`` and ``test(a, b)`` return rows a..b of the (unnormalised) features, so a
     caller can read them lazily from a store; only one block of each is held at a time.
+    ``commands/knn.py`` runs the same functions (``nearest`` per test block) on the runner.
     """
     ks = tuple(sorted(int(k) for k in ks))
     if not ks or ks[0] < 1 or ks[-1] > n_train:
         raise ValueError(f"k must lie in 1..{n_train} (the train images), got {ks}")
-    kmax = ks[-1]
-    labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
-    targets = np.asarray(test_labels, dtype=np.int64)
-    five = min(5, n_classes) if n_classes > 5 else 0
 
     def blocks():
         for a in range(0, n_train, train_block):
             b = min(a + train_block, n_train)
             yield a, normalise(torch.as_tensor(np.asarray(train(a, b))))
 
-    predictions = np.zeros((len(ks), n_test), np.int64)
-    hit1 = np.zeros(len(ks))
-    hit5 = np.zeros(len(ks))
-    keep = min(keep, kmax)
-    neighbours = np.zeros((n_test, keep), np.int64)
-    similarity = np.zeros((n_test, keep), np.float32)
+    parts = []
     for a in range(0, n_test, test_block):
         b = min(a + test_block, n_test)
-        queries = normalise(torch.as_tensor(np.asarray(test(a, b))))
-        top_val, top_idx = running_topk(queries, blocks, kmax)
-        neighbours[a:b], similarity[a:b] = top_idx[:, :keep].numpy(), top_val[:, :keep].numpy()
-        truth = targets[a:b]
-        for j, k in enumerate(ks):
-            ranked = ranked_classes(vote(top_val[:, :k], labels[top_idx[:, :k]], n_classes, temperature)).numpy()
-            predictions[j, a:b] = ranked[:, 0]
-            hit1[j] += float((ranked[:, 0] == truth).sum())
-            if five:
-                hit5[j] += float((ranked[:, :five] == truth[:, None]).any(1).sum())
+        parts.append(nearest(test(a, b), blocks, ks[-1]))
         if progress is not None:
             progress(b - a)
-    top5 = hit5 / n_test if five else np.full(len(ks), np.nan)
-    return KnnResult(ks, hit1 / n_test, top5, predictions, neighbours, similarity)
+    similarity = np.concatenate([p["similarity"] for p in parts])
+    neighbour = np.concatenate([p["neighbour"] for p in parts])
+    ranked = ranked_votes(similarity, neighbour, train_labels, n_classes, ks, temperature, vote_width(n_classes))
+    return scored(ks, ranked, test_labels, n_classes, neighbour, similarity, min(keep, ks[-1]))

@@ -28,6 +28,7 @@ whole short side here. Results ``results/knn``:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -39,6 +40,7 @@ import xarray as xr
 from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.runner import map_images, placed, shared
 from ..labels.panels import ClassLabels, get_panel, read_classes
 from ..store import cache, parts
 from .linear import locate, panel_ids
@@ -89,21 +91,22 @@ def describe(feature: str, checkpoint: str) -> str:
     }[feature]
 
 
+def feature_array(ds: xr.Dataset, ids: Sequence[str], feature: str) -> xr.DataArray:
+    """The stored array the feature is made from, lazily, at the given images (in their order)."""
+    return cache.require(ds, "cls_tokens_224" if feature.startswith("cls") else "tokens_224").sel(image=list(ids))
+
+
 def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None) -> Callable[[int, int], np.ndarray]:
     """Rows a..b of the chosen feature, read from the store only when asked."""
-    array = cache.require(ds, "cls_tokens_224" if feature.startswith("cls") else "tokens_224")
-    ids = list(ids)
+    array = feature_array(ds, ids, feature)
+    return lambda a, b: knn.features(array.isel(image=slice(a, b)).values, feature, norm)
 
-    def rows(a: int, b: int) -> np.ndarray:
-        values = np.asarray(array.sel(image=ids[a:b]).values, dtype=np.float32)
-        if feature == "mean":
-            return values.mean(1)
-        if norm is not None:
-            with torch.no_grad():
-                return norm(torch.from_numpy(values)).numpy()
-        return values
 
-    return rows
+def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None) -> np.ndarray:
+    """(train, D) the train images' features, L2-normalised block by block, as the workers use them."""
+    rows = reader(ds, ids, feature, norm)
+    n = len(ids)
+    return np.concatenate([knn.normalise(torch.as_tensor(rows(a, min(a + knn.TRAIN_BLOCK, n)))).numpy() for a in range(0, n, knn.TRAIN_BLOCK)])
 
 
 def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[str], where: Path) -> list[str]:
@@ -127,8 +130,13 @@ def run_knn(
     json_path: str | Path | None = None,
     progress: Callable[[int], None] | None = None,
     command: str = "probe knn",
+    workers: int | None = 1,
+    dask_address: str | None = None,
 ) -> KnnReport:
-    """Classify the val panel's images by their nearest train images; save ``results/knn``."""
+    """Classify the val panel's images by their nearest train images; save ``results/knn``.
+
+    Blocks of val rows run on ``workers`` local processes (None: every core) or the dask cluster
+    at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per worker)."""
     if not ks or any(int(k) < 1 for k in ks):
         raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
     if not temperature > 0:
@@ -160,11 +168,12 @@ def run_knn(
     val_ds, val_found = source.panel_stores[val_panel.name]
     train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
-    result = knn.classify(
-        reader(train_ds, train_ids, chosen, norm), n_train, train_labels.labels,
-        reader(val_ds, val_ids, chosen, norm), len(val_ids), val_targets, len(classes),
-        ks=ks, temperature=temperature, progress=progress,
-    )
+    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm), cache.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
+        fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
+        near = map_images(fn, {"values": feature_array(val_ds, val_ids, chosen)}, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress)
+    width = knn.vote_width(len(classes))
+    ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
+    result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
     text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")))
     counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
     ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
