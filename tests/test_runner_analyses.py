@@ -121,3 +121,35 @@ def test_knn_same_bits_at_one_two_workers_and_on_a_cluster(knn_panels, tmp_path,
                          saved.label.values, 3, ks=(1, 3, 12), test_block=2, train_block=5)
     np.testing.assert_array_equal(plain.predictions, one[0]["prediction"])
     np.testing.assert_array_equal(plain.top1, saved.top1.values)
+
+
+# ----------------------------------------------------------------------------------------------
+# probe decode --preset dsm --color-lambda (the photographs read block by block)
+
+
+def test_dsm_colour_term_same_bits_at_one_two_workers_and_on_a_cluster(tmp_path, capsys, cluster):
+    from decoder_scenes import Scene, make_store
+    from PIL import Image
+
+    from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
+
+    grid = 8
+    scenes = [Scene("a.png", 64, 64, [(3, 9, 4, 12)]), Scene("b.png", 48, 80, [(2, 7, 2, 7)]), Scene("c.png", 40, 40, [(1, 5, 1, 5)])]
+    rng = np.random.default_rng(5)
+    (tmp_path / "img").mkdir()
+    photos = {}
+    for s in scenes:
+        photos[s.name] = rng.integers(0, 255, (s.height, s.width, 3)).astype(np.uint8)
+        Image.fromarray(photos[s.name]).save(tmp_path / "img" / s.name)
+    keys = rng.standard_normal((3, grid * grid, 8)).astype(np.float32) + 0.3
+    store = make_store(tmp_path / "store.zarr", scenes, keys, image_source=str(tmp_path / "img"))
+    got = {}
+    for place in (["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]):
+        _run(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "-q", *place], capsys)
+        got[place[-1]] = (_saved(store, "decoder"), (store / "results" / "decoder-masks.json").read_text())
+    for other in ("2", cluster):
+        _same(got["1"][0], got[other][0])
+        assert got["1"][1] == got[other][1]
+    for i, s in enumerate(scenes):  # DSM's own rule on the photograph, computed here
+        small = np.asarray(Image.fromarray(photos[s.name]).resize((grid, grid), Image.BILINEAR), dtype=np.float64) / 255
+        assert np.array_equal(got["1"][0]["masks"][i, 0], dsm(keys[i], (grid, grid), color=knn_color_affinity(small), color_lambda=10.0).mask)

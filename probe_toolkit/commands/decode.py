@@ -111,7 +111,9 @@ class StoreKeys:
         """The per-image grid as runner inputs (``rows``, ``cols`` beside ``keys``); none for square views."""
         if self.grids is None:
             return {}
-        return {"rows": xr.DataArray(self.grids[:, 0], dims="image"), "cols": xr.DataArray(self.grids[:, 1], dims="image")}
+        attrs = dict(self.keys.attrs)  # the store's arrays, as a cluster worker reads them
+        return {"rows": xr.DataArray(self.grids[:, 0], dims="image", name=f"grid_rows_{self.view}", attrs=attrs),
+                "cols": xr.DataArray(self.grids[:, 1], dims="image", name=f"grid_cols_{self.view}", attrs=attrs)}
 
     def with_grids(self, decoded: Decoded) -> Decoded:
         """``decoded`` carrying this view's per-image grid and patch size (its masks' geometry)."""
@@ -188,41 +190,18 @@ def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], N
     return as_decoded(arrays, settings)
 
 
-def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None) -> Decoded:
-    """DSM with its colour term: each photograph (the store's ``image_source``) resized bilinearly to
-    the patch grid, /255, as DSM's ``_extract_eig``, gives the KNN colour affinity."""
-    from PIL import Image
-
-    from ..analyses.dsm import knn_color_affinity
-    from ..analyses.decoder import grid_of
-    from ..store.images import load_image
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
+    """DSM with its colour term, through the runner (``commands.decode_colour``): each block reads
+    its images' photographs from the store's ``image_source``."""
+    from .decode_colour import colour_block, names_array
 
     source = src.manifest.get("image_source")
     if not source or not Path(source).is_dir():
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
-    from threadpoolctl import threadpool_limits
-
-    results = []
-    n = src.keys.sizes["image"]
-    with threadpool_limits(limits=1):
-        for start in range(0, n, 16):
-            block = np.asarray(src.keys.isel(image=slice(start, min(start + 16, n))).values)
-            for k, keys in enumerate(block):
-                photo = load_image(Path(source) / src.image_ids[start + k]).convert("RGB")
-                if src.grids is None:
-                    g = grid_of(src.keys.sizes["patch"])
-                    rows, cols = g, g
-                else:  # the padded image (zeros at the right and bottom), as the keys saw it
-                    rows, cols = (int(v) for v in src.grids[start + k])
-                    padded = Image.new("RGB", (cols * src.patch, rows * src.patch))
-                    padded.paste(photo, (0, 0))
-                    photo, keys = padded, keys[: rows * cols]
-                photo = photo.resize((cols, rows), Image.BILINEAR)
-                color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
-                results.append(decode_image(keys, settings, color=color, grid=(rows, cols)))
-                if on_image:
-                    on_image()
-    return src.with_grids(collate(results, settings, src.keys.sizes["patch"]))
+    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch)
+    arrays = map_images(fn, {"keys": src.keys, "names": names_array(src.keys, src.image_ids), **src.grid_arrays()}, where=where,
+                        progress=_ticks(on_image))
+    return src.with_grids(as_decoded(arrays, settings))
 
 
 @dataclass
@@ -356,7 +335,7 @@ def run_decode(
     t0 = time.perf_counter()
     with placed(workers, dask_address) as where:
         if settings.color_lambda:
-            decoded = decode_with_colour(src, settings, tick)
+            decoded = decode_with_colour(src, settings, tick, where=where)
         elif shard is None and "WORLD_SIZE" not in os.environ:
             decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays()))
         else:

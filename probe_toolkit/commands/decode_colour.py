@@ -1,0 +1,51 @@
+"""DSM's colour term as a runner block (``probe decode --preset dsm --color-lambda L``).
+
+Each image's photograph (the store's ``image_source``) is resized bilinearly to its patch grid,
+/255, as DSM's ``_extract_eig`` does, and gives the KNN colour affinity beside its keys. The block
+reads its images' photographs itself, so local processes and dask workers (which mount the image
+folder as they mount the store) decode their images alone, the same bits as one process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ..analyses.decoder import Settings
+
+
+def names_array(keys: xr.DataArray, image_ids: list[str]) -> xr.DataArray:
+    """The images' store ids as a runner input beside ``keys`` (a cluster worker reads the store's ``image``)."""
+    return xr.DataArray(np.asarray(image_ids, dtype=object), dims="image", coords={"image": keys["image"].values}, name="image",
+                        attrs=dict(keys.attrs))
+
+
+def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int,
+                 rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A block of images → the decoder's arrays, each image decoded with its colour affinity."""
+    from PIL import Image
+
+    from ..analyses.decoder import collate, decode_image, grid_of
+    from ..analyses.decoder_blocks import ARRAYS
+    from ..analyses.dsm import knn_color_affinity
+    from ..store.images import load_image
+
+    keys = np.asarray(keys)
+    results = []
+    for i, image_keys in enumerate(keys):
+        photo = load_image(Path(source) / str(names[i])).convert("RGB")
+        if rows is None:
+            side = grid_of(keys.shape[1])
+            r, c = side, side
+        else:  # the padded image (zeros at the right and bottom), as the keys saw it
+            r, c = int(rows[i]), int(cols[i])
+            padded = Image.new("RGB", (c * patch, r * patch))
+            padded.paste(photo, (0, 0))
+            photo, image_keys = padded, image_keys[: r * c]
+        photo = photo.resize((c, r), Image.BILINEAR)
+        color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
+        results.append(decode_image(image_keys, settings, color=color, grid=(r, c)))
+    decoded = collate(results, settings, keys.shape[1])
+    return {name: getattr(decoded, name) for name in ARRAYS}
