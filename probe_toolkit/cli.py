@@ -636,6 +636,7 @@ def propagate_command(
     no_score: Annotated[bool, typer.Option("--no-score", help="Write the predictions only; read no annotation but the first frames'.")] = False,
     store: Annotated[Optional[Path], typer.Option("--store", help="Save results/davis here (default: the checkpoint's store, when it exists).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Local processes, one sequence and one torch thread each (default: every core; one on a GPU).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the J&F tables and settings as JSON.")] = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
@@ -650,7 +651,7 @@ def propagate_command(
         task = progress.add_task("propagate", total=None)
         report = run_propagate(checkpoint, davis_dir, out, settings=Settings(n_last_frames, size_mask_neighborhood, topk, subset), network=network,
                                sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache, json_path=json_path,
-                               on_frame=lambda n: progress.advance(task, n))
+                               on_frame=lambda n: progress.advance(task, n), workers=workers)
     console.print(f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}", highlight=False)
     if report.global_scores is not None:
         table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")

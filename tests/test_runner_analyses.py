@@ -56,9 +56,8 @@ def cluster():
 # probe attention-masks
 
 
-@pytest.mark.parametrize("kind", ["dino", "selfpatch"])  # the class token's row (numpy); SelfPatch's ca_head (torch)
-def test_attention_masks_same_bits_at_one_two_workers_and_on_a_cluster(tiny_stores, tmp_path, capsys, cluster, kind):
-    store = tiny_stores[kind]
+def test_attention_masks_same_bits_at_one_two_workers_and_on_a_cluster(tiny_stores, tmp_path, capsys, cluster):
+    store = tiny_stores["selfpatch"]  # SelfPatch's aggregation head: a torch forward over each block
     got = {}
     for place in (["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]):
         out = tmp_path / f"{place[-1].replace('/', '_')}.json"
@@ -153,3 +152,84 @@ def test_dsm_colour_term_same_bits_at_one_two_workers_and_on_a_cluster(tmp_path,
     for i, s in enumerate(scenes):  # DSM's own rule on the photograph, computed here
         small = np.asarray(Image.fromarray(photos[s.name]).resize((grid, grid), Image.BILINEAR), dtype=np.float64) / 255
         assert np.array_equal(got["1"][0]["masks"][i, 0], dsm(keys[i], (grid, grid), color=knn_color_affinity(small), color_lambda=10.0).mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# probe propagate (one sequence per task, spawned workers)
+
+from test_propagate import video  # noqa: E402,F401  (the fixture: a two-sequence DAVIS folder and a tiny checkpoint)
+
+
+def test_propagate_same_bits_at_one_and_two_workers(video, tmp_path, capsys):
+    root, checkpoint = video
+    got = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}"
+        _run(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(tmp_path / "c"), "--n-last-frames", "2",
+              "--workers", workers, "--json", str(tmp_path / f"p{workers}.json"), "-q"], capsys)
+        files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+        got[workers] = ({str(f): (out / f).read_bytes() for f in files}, _numbers(json.loads((tmp_path / f"p{workers}.json").read_text())))
+    assert len(got["1"][0]) == 4 + 3 + 2  # both sequences' PNGs, the two tables
+    assert got["1"][0] == got["2"][0]
+    one, two = got["1"][1], got["2"][1]
+    assert {k: v for k, v in one.items() if k not in ("seconds", "out")} == {k: v for k, v in two.items() if k not in ("seconds", "out")}
+
+
+# ----------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_workers_zero_is_one_line_for_every_command(tiny_stores, knn_panels, video, tmp_path, capsys):
+    root, checkpoint = video
+    store, c = knn_panels
+    for args in (["attention-masks", tiny_stores["dino"], "-q"],
+                 ["knn", store, "--train", "tr", "--val", "va", "--k", "1", "--cache", c, "-q"],
+                 ["propagate", checkpoint, "--davis", root / "DAVIS", "--out", tmp_path / "o", "--cache", tmp_path / "c", "-q"]):
+        _one_line([*args, "--workers", "0"], capsys, 2, "--workers 0")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(tiny_stores, tmp_path, capsys, cluster, monkeypatch):
+    """The client opens the store; its workers then find nothing at that path (another machine)."""
+    import shutil
+
+    store = tmp_path / "copy.zarr"
+    shutil.copytree(tiny_stores["dino"], store)
+    hidden = store.with_name("hidden.zarr")
+    real = chunked.connect
+
+    def connect(address):
+        store.rename(hidden)
+        return real(address)
+
+    monkeypatch.setattr(chunked, "connect", connect)
+    try:
+        _one_line(["attention-masks", store, "--dask-address", cluster, "-q"], capsys, 1, "cannot read the store")
+    finally:
+        hidden.rename(store)
+    monkeypatch.setattr(chunked, "connect", real)
+    _run(["attention-masks", store, "--dask-address", cluster, "-q"], capsys)
+    assert cache.load_results(store, "attention_masks")["mask"].shape[0] == 7
+
+
+def test_ctrl_c_midway_is_130_and_the_rerun_gives_the_same_masks(tiny_stores, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    store = tmp_path / "copy.zarr"
+    shutil.copytree(tiny_stores["dino"], store)
+    real = runner._bounded
+
+    def interrupted(*args, **kwargs):
+        for n, item in enumerate(real(*args, **kwargs)):
+            if n == 1:
+                raise KeyboardInterrupt
+            yield item
+
+    monkeypatch.setattr(runner, "_bounded", interrupted)
+    got, printed = probe_main(["attention-masks", store, "--workers", "2", "-q"], capsys)
+    assert got == 130 and "rerun" in printed.err
+    assert cache.load_results(store, "attention_masks") is None  # nothing half-written
+    monkeypatch.setattr(runner, "_bounded", real)
+    _run(["attention-masks", store, "--workers", "2", "-q"], capsys)
+    _run(["attention-masks", tiny_stores["dino"], "--workers", "1", "-q"], capsys)
+    _same(_saved(store, "attention_masks"), _saved(tiny_stores["dino"], "attention_masks"))

@@ -28,6 +28,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,6 +41,7 @@ from ..analyses import propagation
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.runner import check_workers, map_blocks
 from ..labels import davis
 from ..labels.panels import davis_sequences, read_davis_annotations, read_first_annotations
 from ..store import cache
@@ -152,6 +154,66 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@dataclass(frozen=True)
+class Job:
+    """What every sequence task shares (small, pickled with each task): the checkpoint (loaded
+    once per worker, its sha256 checked), the settings, and each sequence's frames and palette."""
+
+    checkpoint: str
+    sha256: str
+    network: str
+    device: str
+    settings: Settings
+    out: str
+    patch: int
+    names: tuple[str, ...]
+    frames: tuple[tuple[str, ...], ...]
+    palettes: tuple[np.ndarray, ...]
+
+
+_models: dict[tuple, Backbone] = {}  # per process: (checkpoint, sha256, network, device) → the backbone
+
+
+def _model(job: Job) -> Backbone:
+    key = (job.checkpoint, job.sha256, job.network, job.device)
+    if key not in _models:
+        from ..infra.errors import IntegrityError
+        from ..infra.runner import worker_name
+
+        ck = load_checkpoint(job.checkpoint, network=job.network)
+        if ck.sha256 != job.sha256:
+            raise IntegrityError(worker_name(), f"reads another checkpoint at {job.checkpoint} than the client", "leave the checkpoint in place while the run lasts")
+        _models[key] = Backbone.from_checkpoint(ck).to(torch.device(job.device))
+    return _models[key]
+
+
+def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> dict[str, np.ndarray]:
+    """Sequences ``index`` (their first annotations beside them) → their PNGs written under the
+    job's ``out`` (each sequence swapped in whole) and ``labels``: per sequence, the list of every
+    frame's labels. The runner's unit: one torch thread, as on every worker."""
+    from ..infra.runner import torch_threads
+
+    model, out = _model(job), Path(job.out)
+    done = np.empty(len(index), dtype=object)
+    with torch_threads(1):
+        for j, (i, first_annotation) in enumerate(zip(index, annotation)):
+            name, frames, palette = job.names[i], [Path(f) for f in job.frames[i]], job.palettes[i]
+            height, width = first_annotation.shape
+            w, h = propagation.frame_size(width, height)
+            rows, cols = h // job.patch, w // job.patch
+            first = propagation.first_labels(first_annotation, rows, cols)
+            files = {f"{frames[0].stem}.png": indexed_png(first_annotation, palette)}
+            labels = [first_annotation]
+            stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device)), first, rows, cols, job.patch,
+                                           (width, height), n_last=job.settings.n_last, radius=job.settings.radius, topk=job.settings.topk)
+            for frame, result in zip(frames[1:], stream):
+                files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
+                labels.append(result.labels)
+            _write_sequence(out, name, files)
+            done[j] = labels
+    return {"labels": done}
+
+
 def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float]) -> xr.Dataset:
     rows = [r for s in scores for r in s.rows()]
     data = {key.lower().replace("-", "_"): ("object", np.array([r[key] for r in rows], np.float64))
@@ -175,8 +237,14 @@ def run_propagate(
     json_path: str | Path | None = None,
     on_frame: Callable[[int], None] | None = None,
     command: str = "probe propagate",
+    workers: int | None = 1,
 ) -> PropagationReport:
+    """Propagate every sequence (one runner task each: ``workers`` local processes, None: every
+    core, one on a GPU), write its PNGs, then score. Every sequence runs on one torch thread
+    wherever it runs, so the PNGs and scores are the same bits at any worker count."""
     settings.check()
+    target_device = _device(device)
+    workers = check_workers(1 if workers is None and target_device.type != "cpu" else workers)
     davis_dir, out = Path(davis_dir), Path(out)
     if store is not None and not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
@@ -187,7 +255,6 @@ def run_propagate(
         if unknown:
             raise ProbeError("--sequence", f"{unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}")
         found = [s for s in found if s.name in set(sequences)]
-    target_device = _device(device)
     ck = load_checkpoint(checkpoint, network=network)
     model = Backbone.from_checkpoint(ck).to(target_device)
     firsts, first_entry = read_first_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
@@ -200,26 +267,30 @@ def run_propagate(
                              "give the first frame's annotation the frame's size")
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    predictions: dict[str, list[np.ndarray]] = {}
-    patch = ck.arch.patch
-    for seq in found:
-        annotation, palette = firsts[seq.name]
-        palette = palette if palette is not None else davis.davis_palette()
-        height, width = annotation.shape
-        w, h = propagation.frame_size(width, height)
-        rows, cols = h // patch, w // patch
-        first = propagation.first_labels(annotation, rows, cols)
-        files = {f"{seq.frames[0].stem}.png": indexed_png(annotation, palette)}
-        labels = [annotation]
-        stream = propagation.propagate(sequence_features(model, seq.frames, target_device), first, rows, cols, patch, (width, height),
-                                       n_last=settings.n_last, radius=settings.radius, topk=settings.topk)
-        for frame, result in zip(seq.frames[1:], stream):
-            files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
-            labels.append(result.labels)
+    palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in found]
+    job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
+              tuple(s.name for s in found), tuple(tuple(str(f) for f in s.frames) for s in found), tuple(palettes))
+    _models[(job.checkpoint, job.sha256, job.network, job.device)] = model  # this process has it loaded already
+
+    def read(a: int, b: int) -> dict[str, np.ndarray]:
+        annotations = np.empty(b - a, dtype=object)
+        for j, i in enumerate(range(a, b)):
+            annotations[j] = firsts[found[i].name][0]
+        return {"index": np.arange(a, b), "annotation": annotations}
+
+    finished = iter(found)
+
+    def progress(n: int) -> None:  # sequences finish in order: their frames past the first
+        for _ in range(n):
             if on_frame is not None:
-                on_frame(1)
-        _write_sequence(out, seq.name, files)
-        predictions[seq.name] = labels
+                on_frame(len(next(finished).frames) - 1)
+
+    try:
+        done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(found))],
+                          workers=workers, progress=progress)
+    finally:
+        _models.clear()
+    predictions: dict[str, list[np.ndarray]] = {seq.name: list(labels) for seq, labels in zip(found, done["labels"])}
     seconds = time.perf_counter() - start
     report = PropagationReport(out, [s.name for s in found], sum(len(s.frames) for s in found), seconds, ledger={"first_frames": first_entry})
     if not score:
