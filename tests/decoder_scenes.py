@@ -103,3 +103,16 @@ def run_main(args: list[str], capsys) -> tuple[int, str]:
 
     code, captured = probe_main(args, capsys)
     return code, captured.err
+
+
+def photo_store(folder: Path, scenes: list[Scene], grid: int, seed: int = 5) -> tuple[Path, dict[str, np.ndarray], np.ndarray]:
+    """(store, photographs by name, keys): random photographs written under ``folder/img`` and a
+    store of random keys on a grid × grid view whose ``image_source`` is that folder (DSM's colour term)."""
+    rng = np.random.default_rng(seed)
+    (folder / "img").mkdir()
+    photos = {}
+    for s in scenes:
+        photos[s.name] = rng.integers(0, 255, (s.height, s.width, 3)).astype(np.uint8)
+        Image.fromarray(photos[s.name]).save(folder / "img" / s.name)
+    keys = rng.standard_normal((len(scenes), grid * grid, 8)).astype(np.float32) + 0.3
+    return make_store(folder / "store.zarr", scenes, keys, image_source=str(folder / "img")), photos, keys

@@ -38,7 +38,7 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
     for name, labels, role in (("classes-train", KNN_TRAIN, "train"), ("classes-val", KNN_VAL, "val")):
         invoke("panel", "add", name, "--annotations", _coco(root / f"{name}.json", labels, store), "--images", image_dir, "--role", role, "--cache", cache_dir)
     invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,3", "--cache", cache_dir, "-q")
-    invoke("attention-masks", store, "--panel", "scenes", "--cache", cache_dir, "-q")
+    invoke("attention-masks", store, "--panel", "scenes", "--cache", cache_dir, "--workers", "1", "-q")  # test_runner_analyses runs the pools
     checkpoint = cache.manifest(store)["checkpoint"]["path"]
     davis = write_davis(root / "DAVIS", {"shapes": 3}, size=(64, 48))
-    invoke("propagate", checkpoint, "--davis", davis, "--out", root / "davis-out", "--store", store, "--cache", cache_dir, "-q")
+    invoke("propagate", checkpoint, "--davis", davis, "--out", root / "davis-out", "--store", store, "--cache", cache_dir, "--workers", "1", "-q")

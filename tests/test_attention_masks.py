@@ -134,7 +134,7 @@ def scene_panel(image_dir, tmp_path_factory):
 def test_command_scores_the_class_token_masks(tiny_stores, scene_panel, tmp_path):
     c, boxes = scene_panel
     out = tmp_path / "m.json"
-    r = runner.invoke(app, ["attention-masks", str(tiny_stores["dino"]), "--panel", "scenes", "--cache", str(c), "--json", str(out), "-q"])
+    r = runner.invoke(app, ["attention-masks", str(tiny_stores["dino"]), "--panel", "scenes", "--cache", str(c), "--json", str(out), "--workers", "1", "-q"])
     assert r.exit_code == 0, r.output
     summary = json.loads(out.read_text())
     assert summary["row"] == "cls" and summary["scored"] == 2
@@ -164,7 +164,7 @@ def test_command_scores_the_class_token_masks(tiny_stores, scene_panel, tmp_path
 
 def test_selfpatch_uses_its_aggregation_head_and_refuses_cls(tiny_stores, capsys, tmp_path):
     out = tmp_path / "s.json"
-    code, printed = probe_main(["attention-masks", str(tiny_stores["selfpatch"]), "--json", str(out), "-q"], capsys)
+    code, printed = probe_main(["attention-masks", str(tiny_stores["selfpatch"]), "--json", str(out), "--workers", "1", "-q"], capsys)
     err = printed.err
     assert code == 0, err
     assert json.loads(out.read_text())["row"] == "aggregation"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 import scipy.sparse.linalg
-from decoder_scenes import Scene, make_store, planted_keys, run_main
+from decoder_scenes import Scene, make_store, photo_store, planted_keys, run_main
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -543,15 +543,8 @@ def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metri
 
 def test_dsm_colour_term_reads_the_stores_photographs(tmp_path, capsys):
     scenes = [Scene("a.png", 64, 64, [(3, 9, 4, 12)]), Scene("b.png", 48, 80, [(2, 7, 2, 7)])]
-    rng = np.random.default_rng(5)
-    (tmp_path / "img").mkdir()
-    photos = {}
-    for s in scenes:
-        photos[s.name] = rng.integers(0, 255, (s.height, s.width, 3)).astype(np.uint8)
-        Image.fromarray(photos[s.name]).save(tmp_path / "img" / s.name)
-    keys = rng.standard_normal((2, GRID * GRID, 8)).astype(np.float32) + 0.3
-    store = make_store(tmp_path / "store.zarr", scenes, keys, image_source=str(tmp_path / "img"))
-    code, err = run_main(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "-q"], capsys)
+    store, photos, keys = photo_store(tmp_path, scenes, GRID)
+    code, err = run_main(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "--workers", "1", "-q"], capsys)
     assert code == 0, err
     saved = cache.load_results(store, "decoder")
     for i, s in enumerate(scenes):

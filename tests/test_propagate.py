@@ -169,7 +169,7 @@ def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):
     root, checkpoint = video
     out, c = root / "out", root / "cache"
     code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c),
-                           "--n-last-frames", "2", "--json", str(root / "p.json"), "-q"], capsys)
+                           "--n-last-frames", "2", "--json", str(root / "p.json"), "--workers", "1", "-q"], capsys)
     assert code == 0, printed.err
     model = Backbone.from_checkpoint(load_checkpoint(checkpoint))
     scores = []
