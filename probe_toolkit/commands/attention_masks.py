@@ -112,7 +112,8 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
     block = int(ds.attrs["manifest"].get("chunk") or 16)
     with torch_threads(1):
-        return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block)["mask"].astype(bool)
+        return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block,
+                          torch_free=row != "aggregation")["mask"].astype(bool)
 
 
 def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarray:

@@ -200,7 +200,7 @@ def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[]
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
     fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch)
     arrays = map_images(fn, {"keys": src.keys, "names": names_array(src.keys, src.image_ids), **src.grid_arrays()}, where=where,
-                        progress=_ticks(on_image))
+                        progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
 
 

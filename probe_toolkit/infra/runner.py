@@ -113,17 +113,18 @@ def _call(fn: BlockFn, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[
 
 
 @contextmanager
-def process_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+def process_pool(workers: int, torch_free: bool = False) -> Iterator[ProcessPoolExecutor | None]:
     """``workers`` local processes with one BLAS thread each (None when ``workers`` ≤ 1).
 
     fork starts a worker in milliseconds (spawn: a second or more of imports each); the workers
     never touch the parent's zarr I/O thread (the parent reads). torch's thread pools do not
-    survive a fork, so once torch is loaded the workers are spawned.
+    survive a fork, so once torch is loaded the workers are spawned, unless the caller says its
+    blocks compute nothing with torch (``torch_free``: numpy / scipy only).
     """
     if workers <= 1:
         yield None
         return
-    context = multiprocessing.get_context("spawn" if "torch" in sys.modules else "fork")
+    context = multiprocessing.get_context("spawn" if "torch" in sys.modules and not torch_free else "fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_one_thread) as pool:
         yield pool
 
@@ -137,6 +138,7 @@ def map_blocks(
     threads: int = 1,
     pool: ProcessPoolExecutor | None = None,
     progress: Callable[[int], None] | None = None,
+    torch_free: bool = False,
 ) -> dict[str, np.ndarray]:
     """``fn(**read(a, b))`` for every range, here or on ``workers`` processes; results in order.
 
@@ -155,7 +157,7 @@ def map_blocks(
             if progress:
                 progress(b - a)
     else:
-        with (process_pool(workers) if pool is None else _reuse(pool)) as running:
+        with (process_pool(workers, torch_free) if pool is None else _reuse(pool)) as running:
             for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
                 parts.append(result)
                 if progress:
@@ -194,6 +196,7 @@ def map_images(
     threads: int = 1,
     progress: Callable[[int], None] | None = None,
     fixed: bool = False,
+    torch_free: bool = False,
 ) -> dict[str, np.ndarray]:
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
@@ -201,7 +204,8 @@ def map_images(
     the blocks are read by the cluster's workers (``chunked.map_images``); locally this process
     reads each block and the workers compute. ``fixed``: blocks of exactly ``block`` images
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
-    round differently on another block shape.
+    round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
+    torch, so local workers may be forked even once torch is loaded (``process_pool``).
     """
     first = next(iter(arrays.values()))
     start, stop = image_range if image_range is not None else (0, first.sizes["image"])
@@ -216,7 +220,7 @@ def map_images(
 
     size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
-    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress)
+    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free)
 
 
 @contextmanager
