@@ -596,6 +596,7 @@ def attention_masks_command(
     partial: Annotated[bool, typer.Option("--partial", help="Use a store still being extracted (its finished images).")] = False,
     workers: WorkersOpt = None,
     dask_address: ClusterOpt = None,
+    shard: StreamShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -608,7 +609,11 @@ def attention_masks_command(
     with bar("images", quiet) as progress:
         task = progress.add_task("masks", total=None)
         report = run_attention_masks(store, panel=panel, mass=mass, row=row, unseal=unseal, cache_dir=cache, json_path=json_path,
-                                     partial=partial, on_block=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address)
+                                     partial=partial, on_block=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address,
+                                     shard=shard)
+    if report.waiting:
+        console.print(f"shard {shard or 'of torchrun'} done; waiting for shards {report.waiting} (the last one saves results/attention_masks)")
+        return
     console.print(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of {report.summary()['row_text']}; "
                   f"saved as results/attention_masks", highlight=False, soft_wrap=True)
     if report.jaccard_mean is not None:

@@ -74,6 +74,23 @@ def test_attention_masks_same_bits_at_one_two_workers_and_on_a_cluster(tiny_stor
         assert _numbers(one[1]) == _numbers(got[other][1])
 
 
+def test_attention_mask_shards_assemble_the_one_process_result(tiny_stores, tmp_path, capsys):
+    import shutil
+
+    store = tmp_path / "copy.zarr"
+    shutil.copytree(tiny_stores["dino"], store)
+    _run(["attention-masks", store, "--workers", "1", "-q"], capsys)
+    whole = _saved(store, "attention_masks")
+    shutil.rmtree(store / "results" / "attention_masks")
+    for i in (2, 0, 1):  # 7 images in chunks of 4: shard 0 has none; the last to finish assembles
+        code, printed = probe_main(["attention-masks", store, "--workers", "1", "--shard", f"{i}/3"], capsys)
+        assert code == 0, printed.err
+        assert (cache.load_results(store, "attention_masks") is not None) == (i == 1)
+        assert ("waiting for shards" in printed.out) == (i != 1)
+    assert cache.load_results(store, "attention_masks-part-1-of-3").sizes["image"] == 4
+    _same(whole, _saved(store, "attention_masks"))
+
+
 # ----------------------------------------------------------------------------------------------
 # probe knn
 

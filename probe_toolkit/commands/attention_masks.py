@@ -24,8 +24,9 @@ Results ``results/attention_masks``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import functools
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -64,6 +65,7 @@ class MasksReport:
     ledger: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     saved: Path | None = None
+    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -101,7 +103,7 @@ def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
 
 
 def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, on_block: Callable[[int], None] | None = None,
-                   where: Where = Where()) -> np.ndarray:
+                   where: Where = Where(), image_range: tuple[int, int] | None = None) -> np.ndarray:
     """(image, head, patch) bool masks of every image, block by block through the runner: blocks of
     the store's chunk whatever the worker count, so the masks are the same bits on any placement."""
     name = "tokens_224" if row == "aggregation" else "attention_224"
@@ -112,8 +114,23 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
     block = int(ds.attrs["manifest"].get("chunk") or 16)
     with torch_threads(1):
-        return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block,
+        return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block, image_range=image_range,
                           torch_free=row != "aggregation")["mask"].astype(bool)
+
+
+def shard_masks(ds: xr.Dataset, store: Path, shard: str | None, row: str, head: dict | None, mass: float, heads: int,
+                on_block: Callable[[int], None] | None, where: Where) -> tuple[np.ndarray | None, list[int]]:
+    """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
+    from . import shards
+
+    which = shards.parse(shard)
+    ids = [str(i) for i in ds.image.values]
+    a, b = shards.image_range(which, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
+    masks = masks_of_store(ds, row, head, mass, heads, on_block, where, (a, b)) if b > a else np.zeros((0, heads, 0), bool)
+    part = xr.Dataset({"mask": (("image", "head", "patch"), masks.astype(np.uint8))}, coords={"image": ids[a:b]})
+    identity = {"row": row, "mass": float(mass), "images_sha256": shards.images_sha256(ids)}
+    whole, missing = shards.gather(store, "attention_masks", which, part, identity)
+    return (None if whole is None else whole["mask"].values.astype(bool)), missing
 
 
 def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarray:
@@ -143,9 +160,11 @@ def run_attention_masks(
     command: str = "probe attention-masks",
     workers: int | None = 1,
     dask_address: str | None = None,
+    shard: str | None = None,
 ) -> MasksReport:
     """Masks of every finished image (``workers`` local processes, None: every core; or the dask
-    cluster at ``dask_address``), saved; scored by Jaccard on ``panel`` when given."""
+    cluster at ``dask_address``; ``shard`` i/n: this process's share, ``commands.shards``), saved;
+    scored by Jaccard on ``panel`` when given (by the shard that completes the set)."""
     if not 0.0 < mass < 1.0:
         raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
     store = Path(store)
@@ -156,7 +175,12 @@ def run_attention_masks(
     heads = int(meta.get("arch", {}).get("heads", 1))
     patch = int(meta.get("arch", {}).get("patch", 16))
     with placed(workers, dask_address) as where:
-        masks = masks_of_store(ds, row, head, mass, heads, on_block, where)
+        if shard is None and "WORLD_SIZE" not in os.environ:
+            masks = masks_of_store(ds, row, head, mass, heads, on_block, where)
+        else:
+            masks, missing = shard_masks(ds, store, shard, row, head, mass, heads, on_block, where)
+            if masks is None:  # a shard that finished before the others
+                return MasksReport(store, row, float(mass), ds.sizes["image"], 0, waiting=missing)
     n, h, p = masks.shape
     rows, cols = grid_of(ds, p)
     ids = [str(i) for i in ds.image.values]
