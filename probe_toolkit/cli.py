@@ -556,6 +556,7 @@ def knn_command(
     unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
     workers: WorkersOpt = None,
     dask_address: ClusterOpt = None,
+    shard: StreamShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -572,7 +573,10 @@ def knn_command(
     with bar("images", quiet) as progress:
         task = progress.add_task("k-NN", total=None)
         report = run_knn(store, train, val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
-                         json_path=json_path, progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address)
+                         json_path=json_path, progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address, shard=shard)
+    if report.waiting:
+        console.print(f"shard {shard or 'of torchrun'} done; waiting for shards {report.waiting} (the last one saves results/knn)")
+        return
     table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")

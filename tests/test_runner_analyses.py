@@ -6,6 +6,7 @@ store and Ctrl-C are one line with the right status, and the rerun works."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -75,8 +76,6 @@ def test_attention_masks_same_bits_at_one_two_workers_and_on_a_cluster(tiny_stor
 
 
 def test_attention_mask_shards_assemble_the_one_process_result(tiny_stores, tmp_path, capsys):
-    import shutil
-
     store = tmp_path / "copy.zarr"
     shutil.copytree(tiny_stores["dino"], store)
     _run(["attention-masks", store, "--workers", "1", "-q"], capsys)
@@ -135,6 +134,24 @@ def test_knn_same_bits_at_one_two_workers_and_on_a_cluster(knn_panels, tmp_path,
                          saved.label.values, 3, ks=(1, 3, 12), test_block=2, train_block=5)
     np.testing.assert_array_equal(plain.predictions, one[0]["prediction"])
     np.testing.assert_array_equal(plain.top1, saved.top1.values)
+
+
+def test_knn_shards_assemble_the_one_process_result(knn_panels, tmp_path, capsys, monkeypatch):
+    from probe_toolkit.analyses import knn
+
+    store, c = knn_panels
+    monkeypatch.setattr(knn, "TEST_BLOCK", 4)  # 6 val rows: shards of 4 and 2 rows, and an empty one
+    args = ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3", "--cache", str(c), "--workers", "1", "-q"]
+    _run(args, capsys)
+    whole = _saved(store, "knn")
+    shutil.rmtree(store / "results" / "knn")
+    for i in (0, 2, 1):
+        code, printed = probe_main([*args, "--shard", f"{i}/3"], capsys)
+        assert code == 0, printed.err
+        assert ("waiting for shards" in printed.out) == (i != 1)
+        assert (cache.load_results(store, "knn") is not None) == (i == 1)
+    assert cache.load_results(store, "knn-part-2-of-3").sizes["image"] == 2
+    _same(whole, _saved(store, "knn"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,8 +213,6 @@ def test_workers_zero_is_one_line_for_every_command(tiny_stores, knn_panels, vid
 
 def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(tiny_stores, tmp_path, capsys, cluster, monkeypatch):
     """The client opens the store; its workers then find nothing at that path (another machine)."""
-    import shutil
-
     store = tmp_path / "copy.zarr"
     shutil.copytree(tiny_stores["dino"], store)
     hidden = store.with_name("hidden.zarr")
@@ -218,8 +233,6 @@ def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(
 
 
 def test_ctrl_c_midway_is_130_and_the_rerun_gives_the_same_masks(tiny_stores, tmp_path, capsys, monkeypatch):
-    import shutil
-
     store = tmp_path / "copy.zarr"
     shutil.copytree(tiny_stores["dino"], store)
     real = runner._bounded

@@ -13,13 +13,12 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-import xarray as xr
 
 from ..analyses.decoder import Decoded, Settings
 from ..analyses.decoder_blocks import as_decoded, decode_block
 from ..infra.runner import Where, map_images, shard_range
 from ..labels.masks import decoded_from_dataset, decoder_dataset
-from ..store import cache
+from .shards import gather
 
 
 def part_name(i: int, n: int) -> str:
@@ -43,17 +42,10 @@ def decode_shard(src, settings: Settings, shard: str | None, *, where: Where, ba
         part = decoder_dataset(as_decoded(arrays, settings), src.image_ids[a:b])
     else:  # more shards than chunks: this one has nothing to do, and says so in an empty part
         part = decoder_dataset(as_decoded(_empty(settings, src.keys.sizes["patch"]), settings), [])
-    cache.save_results(src.store, part_name(i, n), part, {**identity, "range": [a, b]})
-    parts, missing = [], []
-    for j in range(n):
-        saved = cache.load_results(src.store, part_name(j, n))
-        if saved is None or {k: saved.attrs.get(k) for k in identity} != identity:
-            missing.append(j)
-        else:
-            parts.append(saved)
-    if missing:
+    part.attrs["range"] = [a, b]
+    whole, missing = gather(src.store, "decoder", (i, n), part, identity)
+    if whole is None:
         return None, missing
-    whole = xr.concat([p for p in parts if p.sizes["image"]], dim="image")
     whole.attrs["settings"] = settings.as_dict()
     return decoded_from_dataset(whole), []
 

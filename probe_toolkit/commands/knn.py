@@ -29,7 +29,8 @@ whole short side here. Results ``results/knn``:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -59,7 +60,8 @@ class KnnReport:
     classes: list[str]
     counts: dict[str, int]
     ledger: dict[str, str]
-    saved: Path
+    saved: Path | None
+    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -109,6 +111,26 @@ def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.
     return np.concatenate([knn.normalise(torch.as_tensor(rows(a, min(a + knn.TRAIN_BLOCK, n)))).numpy() for a in range(0, n, knn.TRAIN_BLOCK)])
 
 
+def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
+                  k: int, where, progress) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+    """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
+    from . import shards
+
+    which = shards.parse(shard)
+    a, b = shards.image_range(which, len(val_ids), knn.TEST_BLOCK)
+    if b > a:
+        near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, image_range=(a, b))
+    else:
+        near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
+    part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
+    identity = {"feature": feature, "k": int(k), "test_block": int(knn.TEST_BLOCK), "train_block": int(knn.TRAIN_BLOCK),
+                "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
+    whole, missing = shards.gather(store, "knn", which, part, identity)
+    if whole is None:
+        return None, missing
+    return {name: whole[name].values for name in near}, []
+
+
 def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[str], where: Path) -> list[str]:
     mapping = dict(zip(panel_order, store_order))
     missing = [i for i in labels.image_ids if i not in mapping]
@@ -132,11 +154,13 @@ def run_knn(
     command: str = "probe knn",
     workers: int | None = 1,
     dask_address: str | None = None,
+    shard: str | None = None,
 ) -> KnnReport:
     """Classify the val panel's images by their nearest train images; save ``results/knn``.
 
     Blocks of val rows run on ``workers`` local processes (None: every core) or the dask cluster
-    at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per worker)."""
+    at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per worker); ``shard``
+    i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
     if not ks or any(int(k) < 1 for k in ks):
         raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
     if not temperature > 0:
@@ -170,7 +194,13 @@ def run_knn(
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
     with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm), cache.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
-        near = map_images(fn, {"values": feature_array(val_ds, val_ids, chosen)}, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress)
+        values = {"values": feature_array(val_ds, val_ids, chosen)}
+        if shard is None and "WORLD_SIZE" not in os.environ:
+            near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress)
+        else:
+            near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, ks[-1], where, progress)
+            if near is None:  # a shard that finished before the others
+                return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing)
     width = knn.vote_width(len(classes))
     ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
     result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
