@@ -269,11 +269,12 @@ class Shared:
                                      "mount the store at the same path on every worker (or run without --dask-address)") from None
             if digest != self.sha256:
                 raise IntegrityError(worker_name(), f"reads another file at {self.path} than the client wrote", "rerun the command (another run wrote there)")
+            _shared.clear()  # one run's at a time: a long-lived dask worker lets the last run's file go
             _shared[self.sha256] = np.load(self.path, mmap_mode="r")
         return _shared[self.sha256]
 
 
-_shared: dict[str, np.ndarray] = {}  # per process: sha256 → the mapped array
+_shared: dict[str, np.ndarray] = {}  # per process: sha256 → the mapped array (the current run's)
 
 
 @contextmanager
