@@ -159,8 +159,9 @@ def run_knn(
     """Classify the val panel's images by their nearest train images; save ``results/knn``.
 
     Blocks of val rows run on ``workers`` local processes (None: every core) or the dask cluster
-    at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per worker); ``shard``
-    i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
+    at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per
+    worker; this process holds it whole, train × D float32, e.g. 2 GB for ImageNet at D = 384);
+    ``shard`` i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
     if not ks or any(int(k) < 1 for k in ks):
         raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
     if not temperature > 0:
