@@ -161,23 +161,64 @@ def cosines(keys: np.ndarray, *, center: bool) -> Cosines:
 
 @dataclass(frozen=True)
 class Graph:
-    """W = (1 − ε)·A + ε·11ᵀ with A the 0/1 adjacency (cos > τ); sparse when A is sparse."""
+    """W = (1 − ε)·A + ε·11ᵀ with A the 0/1 adjacency (cos > τ), stored as a sparse 0/1 matrix:
+    A itself, or its complement Ā = 11ᵀ − A when A is more than half full (``complement``), so
+    the stored matrix holds at most half the entries and every product with W stays sparse."""
 
-    adjacency: np.ndarray | scipy.sparse.csr_array  # float64 0/1
+    adjacency: scipy.sparse.csr_array  # float64 0/1: A, or Ā when ``complement``
     eps: float
     degree: np.ndarray  # (N,) = row sums of W
+    complement: bool = False
 
     @property
     def n(self) -> int:
         return self.degree.shape[0]
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
-        """W @ v (v of shape (N,) or (N, k))."""
+        """W @ v (v of shape (N,) or (N, k)); with Ā stored, W v = Σv − (1 − ε)·Ā v."""
+        if self.complement:
+            return v.sum(axis=0) - (1.0 - self.eps) * (self.adjacency @ v)
         return (1.0 - self.eps) * (self.adjacency @ v) + self.eps * v.sum(axis=0)
 
     def dense(self) -> np.ndarray:
-        a = self.adjacency.toarray() if scipy.sparse.issparse(self.adjacency) else self.adjacency
-        return np.where(a > 0, 1.0, self.eps)
+        a = self.adjacency.toarray() > 0
+        return np.where(a != self.complement, 1.0, self.eps)
+
+
+ROWS = 64  # cosine rows decided at once: the float32 block and its masks stay in cache
+
+
+def _decided(cos: Cosines, tau: float, painted: np.ndarray | None) -> np.ndarray:
+    """cos > τ as float64 decides it, row block by row block, into an (N, 2^k ≥ N) bool array
+    whose padding columns are False (a power-of-two row stride makes column indices a bit mask).
+
+    Outside ±band of τ the float32 cosine decides; inside, the float64 dot of the unit keys.
+    Patches in ``painted`` have zeroed keys (MaskCut): their cosines, self included, are 0.
+    """
+    approx, n = cos.approx, cos.approx.shape[0]
+    stride = 1 << max(n - 1, 1).bit_length()
+    # float32 thresholds one ulp outside τ ± band: every entry not between them is decided by float32
+    above = np.nextafter(np.float32(tau + cos.band), np.float32(np.inf))
+    below = np.nextafter(np.float32(tau - cos.band), np.float32(-np.inf))
+    out = np.zeros((n, stride), dtype=bool)
+    near = np.empty((ROWS, n), dtype=bool)
+    zero = 0.0 > tau  # the decision for a painted patch's cosines
+    cols = np.flatnonzero(painted) if painted is not None and painted.any() else None
+    for start in range(0, n, ROWS):
+        stop = min(start + ROWS, n)
+        block, a, m = approx[start:stop], out[start:stop, :n], near[: stop - start]
+        np.greater(block, above, out=a)
+        np.greater_equal(block, below, out=m)
+        m ^= a  # below ≤ approx ≤ above
+        if cols is not None:
+            a[:, cols], m[:, cols] = zero, False
+            rows = painted[start:stop]
+            a[rows], m[rows] = zero, False
+        hit = np.flatnonzero(m)
+        if hit.size:
+            r, c = hit // n, hit % n
+            a[r, c] = np.einsum("ij,ij->i", cos.unit[start + r], cos.unit[c]) > tau
+    return out
 
 
 def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np.ndarray:
@@ -186,34 +227,24 @@ def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np
     Patches in ``painted`` have zeroed keys (MaskCut), so their cosines with every patch,
     themselves included, are 0.
     """
-    approx = cos.approx
-    a = approx > tau
-    near = np.abs(approx - np.float32(tau)) <= cos.band
-    if painted is not None and painted.any():
-        a[painted, :] = 0.0 > tau
-        a[:, painted] = 0.0 > tau
-        near[painted, :] = False
-        near[:, painted] = False
-    rows, cols = np.nonzero(near)
-    if rows.size:
-        exact = np.einsum("ij,ij->i", cos.unit[rows], cos.unit[cols])
-        a[rows, cols] = exact > tau
-    return a
+    return _decided(cos, tau, painted)[:, : cos.approx.shape[0]]
 
 
 def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None = None) -> Graph:
-    """TokenCut's binary graph on the keys; A is stored sparse when under half full."""
-    a = adjacency(cos, tau, painted)
-    n = a.shape[0]
-    count = a.sum(axis=1, dtype=np.int64)
+    """TokenCut's binary graph on the keys; the sparse 0/1 matrix of A, or of Ā when A is over half full."""
+    a = _decided(cos, tau, painted)
+    n, stride = a.shape[0], a.shape[1]
+    count = np.count_nonzero(a, axis=1)
     degree = count + eps * (n - count)
-    if count.sum() < 0.5 * n * n:
-        cols = np.nonzero(a)[1].astype(np.int32)  # row-major, so already grouped by row
-        indptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int32)
-        matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr), shape=(n, n))
-    else:
-        matrix = a.astype(np.float64)
-    return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64))
+    complement = bool(count.sum() > 0.5 * n * n)
+    if complement:
+        a[:, :n] ^= True
+        count = n - count
+    cols = (np.flatnonzero(a) & (stride - 1)).astype(np.int32)  # row-major, so already grouped by row
+    indptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(count, out=indptr[1:])
+    matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr), shape=(n, n))
+    return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64), complement=complement)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,20 +278,23 @@ class Cut:
 
 
 def _normalized(graph: Graph) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
-    """D^-½, the known top eigenvector D^½1/‖·‖ of 𝒩, and v ↦ 𝒩v with D^-½AD^-½ formed once."""
+    """D^-½, the known top eigenvector D^½1/‖·‖ of 𝒩, and v ↦ 𝒩v = D^-½WD^-½v through the
+    stored 0/1 matrix (A, or Ā = 11ᵀ − A), scaled on the vectors: no N × N matrix is formed."""
     scale = 1.0 / np.sqrt(graph.degree)
     top = np.sqrt(graph.degree)
     top /= np.linalg.norm(top)
-    a = graph.adjacency
-    if scipy.sparse.issparse(a):
-        rows = np.repeat(np.arange(graph.n), np.diff(a.indptr))
-        normal = scipy.sparse.csr_array(((1.0 - graph.eps) * scale[rows] * scale[a.indices], a.indices, a.indptr), shape=a.shape)
-    else:
-        normal = (1.0 - graph.eps) * (scale[:, None] * a * scale[None, :])
-    eps = graph.eps
+    a, eps = graph.adjacency, graph.eps
+    if graph.complement:  # W u = Σu − (1 − ε)·Ā u
 
-    def apply(v: np.ndarray) -> np.ndarray:
-        return normal @ v + eps * scale * (scale @ v)
+        def apply(v: np.ndarray) -> np.ndarray:
+            u = scale * v
+            return scale * (u.sum() - (1.0 - eps) * (a @ u))
+
+    else:  # W u = (1 − ε)·A u + ε·Σu
+
+        def apply(v: np.ndarray) -> np.ndarray:
+            u = scale * v
+            return scale * ((1.0 - eps) * (a @ u) + eps * u.sum())
 
     return scale, top, apply
 
