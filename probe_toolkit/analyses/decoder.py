@@ -75,6 +75,8 @@ ALIASES = {"thesis": "centred"}  # former preset names, still accepted
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
+SETTLED = 1e-15  # Lanczos residual estimate at which ARPACK (tol 0) settles the vector in one short cycle
+SETTLE_NCV = 8  # ARPACK's basis for that cycle
 
 
 @dataclass(frozen=True)
@@ -233,17 +235,19 @@ def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np
 def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None = None) -> Graph:
     """TokenCut's binary graph on the keys; the sparse 0/1 matrix of A, or of Ā when A is over half full."""
     a = _decided(cos, tau, painted)
-    n, stride = a.shape[0], a.shape[1]
-    count = np.count_nonzero(a, axis=1)
+    n, stride = a.shape
+    flat = np.flatnonzero(a)  # sorted, so each row's entries lie between multiples of the stride
+    edges = np.arange(n + 1, dtype=np.int64) * stride
+    indptr = np.searchsorted(flat, edges)
+    count = np.diff(indptr)
     degree = count + eps * (n - count)
-    complement = bool(count.sum() > 0.5 * n * n)
+    complement = bool(flat.size > 0.5 * n * n)
     if complement:
         a[:, :n] ^= True
-        count = n - count
-    cols = (np.flatnonzero(a) & (stride - 1)).astype(np.int32)  # row-major, so already grouped by row
-    indptr = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(count, out=indptr[1:])
-    matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr), shape=(n, n))
+        flat = np.flatnonzero(a)
+        indptr = np.searchsorted(flat, edges)
+    cols = (flat & (stride - 1)).astype(np.int32)
+    matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr.astype(np.int32)), shape=(n, n))
     return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64), complement=complement)
 
 
@@ -317,25 +321,59 @@ class _Unsettled(Exception):
     """ARPACK returned, but not the eigenpair we asked for."""
 
 
-def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: float) -> tuple[float, np.ndarray]:
+def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: float, short: int = 16) -> tuple[float, np.ndarray]:
     """Largest eigenpair by ARPACK: a short Lanczos basis first (it suffices when the eigenvalue
     is well separated), a longer one when that does not converge in a few restarts (clusters).
     A near-degenerate pair may not converge in 100 restarts of the long basis either; the
     caller then falls back to the dense solver."""
     n = op.shape[0]
     try:
-        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(16, n - 1), maxiter=4)
+        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(short, n - 1), maxiter=4)
     except scipy.sparse.linalg.ArpackNoConvergence:
         values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(48, n - 1), maxiter=100)
     return float(values[0]), vectors[:, 0] / np.linalg.norm(vectors[:, 0])
 
 
+def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, wanted: int,
+             settled: Callable[[np.ndarray, np.ndarray], bool], *, least: int = 16, most: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """The ``wanted`` largest Ritz pairs (values descending, unit vectors as rows) of a symmetric
+    operator on the Krylov space of ``start``.
+
+    Plain Lanczos with full reorthogonalisation (twice, so no spurious copies) and no restarts:
+    nothing the space has learnt is thrown away, as an implicit restart does. The space grows,
+    checked every 4 steps and never below ``least`` vectors (what an ARPACK run with 16 vectors
+    builds first), until ``settled(values, estimates)``, the estimates being Lanczos's residual
+    norms β·|s_last|, or until ``most`` vectors (the caller checks residuals explicitly).
+    """
+    n = start.shape[0]
+    most = max(wanted + 1, min(most, n - 1))
+    basis = np.empty((most + 1, n))
+    basis[0] = start / np.linalg.norm(start)
+    alpha, beta = np.empty(most), np.empty(most)
+    for j in range(most):
+        w = matvec(basis[j])
+        alpha[j] = basis[j] @ w
+        q = basis[: j + 1]
+        w -= q.T @ (q @ w)
+        w -= q.T @ (q @ w)
+        beta[j] = np.linalg.norm(w)
+        last = beta[j] <= 1e-14 or j + 1 == most  # an invariant subspace, or the longest run
+        if j + 1 >= wanted and (last or (j + 1 >= least and (j + 1 - least) % 4 == 0)):
+            values, vectors = scipy.linalg.eigh_tridiagonal(alpha[: j + 1], beta[:j], select="i", select_range=(j + 1 - wanted, j))
+            values, vectors = values[::-1], vectors[:, ::-1]
+            if last or settled(values, beta[j] * np.abs(vectors[-1])):
+                ritz = vectors.T @ q
+                return values, ritz / np.linalg.norm(ritz, axis=1, keepdims=True)
+        basis[j + 1] = w / beta[j]
+    raise AssertionError("unreachable")
+
+
 def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
     """Second smallest generalized eigenpair of (D − W, D), via 𝒩 with D^½1 deflated.
 
-    ARPACK (Lanczos, tol at machine precision) finds μ2 = 1 − λ2 and y; a second run with y
-    deflated too estimates μ3 for the eigengap, to a tolerance set by that gap (a Lanczos
-    estimate: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves
+    ARPACK (Lanczos, tol at machine precision) finds μ2 = 1 − λ2 and y; a second Lanczos run
+    with y deflated too estimates μ3 for the eigengap, to a tolerance set by that gap
+    (``_gap_estimate``: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves
     small graphs and any case ARPACK does not settle (no convergence, or a residual it should
     not have). The start vector comes from ``seed``, so runs repeat exactly.
     """
@@ -355,21 +393,24 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
         return scipy.sparse.linalg.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
 
     start = np.random.default_rng(seed).standard_normal(n)
+    deflated = operator([top])
     try:
-        mu2, y = _largest(operator([top]), start, 0.0)
+        # one Lanczos run brings y to ARPACK's tolerance and μ3's Ritz pair to a fraction of the gap
+        values, vectors = _lanczos(deflated.matvec, start, 2, lambda t, r: r[0] <= SETTLED and r[1] <= 0.25 * (t[0] - t[1]))
+        mu2, y = _largest(deflated, vectors[0], 0.0, short=SETTLE_NCV)  # ARPACK settles μ2 from that vector
         residual = float(np.linalg.norm(apply(y) - mu2 * y))
         if residual > 1e-8 or abs(y @ top) > 1e-6:
             raise _Unsettled
-        # μ3 only sizes the eigengap μ2 − μ3: start loose (cheap when μ3 sits in the bulk) and
-        # tighten until the residual is a small fraction of the gap it measures
-        below = operator([top, y])
-        z, tol = start, 1e-2
-        for _ in range(4):
-            mu3, z = _largest(below, z, tol)
-            r3 = float(np.linalg.norm(below.matvec(z) - mu3 * z))
-            if r3 <= 0.25 * (mu2 - mu3):
-                break
-            tol = max(0.05 * abs(mu2 - mu3), 1e-12)
+        # μ3 only sizes the eigengap μ2 − μ3: its Ritz pair, with y deflated, measured explicitly;
+        # a second run on the deflated operator when that residual is not a small fraction of the gap
+        below = operator([top, y]).matvec
+        mu3, z = float(values[1]), vectors[1] - y * (y @ vectors[1])
+        z /= np.linalg.norm(z)
+        r3 = float(np.linalg.norm(below(z) - mu3 * z))
+        if not r3 <= 0.25 * (mu2 - mu3):
+            (mu3,), (z,) = _lanczos(below, start, 1, lambda t, r: r[0] <= 0.25 * (mu2 - t[0]))
+            mu3 = float(mu3)
+            r3 = float(np.linalg.norm(below(z) - mu3 * z))
     except (scipy.sparse.linalg.ArpackNoConvergence, scipy.sparse.linalg.ArpackError, _Unsettled):
         return _dense_cut(graph, scale)
     return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="arpack")
