@@ -7,7 +7,7 @@ following TokenCut and MaskCut:
 2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
 3. Fiedler vector x: second smallest generalized eigenvector of (D − W) x = λ D x. Solved as the
    second largest eigenvector y of 𝒩 = D^-½ W D^-½, whose largest (eigenvalue 1) is known
-   exactly, D^½ 1, and is deflated; ARPACK finds y, dense ``eigh`` of 𝒩 is the fallback and the
+   exactly, D^½ 1, and is deflated; Lanczos then ARPACK find y, dense ``eigh`` of 𝒩 is the fallback and the
    solver for small N. Always x = D^-½ y (the pitfall of CutLER #74 is forgetting this).
 4. Sign: x is oriented so that x[argmax |x|] > 0 (lowest index on ties), so the solver's sign
    never matters. Bipartition B = {x > mean(x)}, the plain mean as TokenCut.
@@ -371,9 +371,11 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
 def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
     """Second smallest generalized eigenpair of (D − W, D), via 𝒩 with D^½1 deflated.
 
-    ARPACK (Lanczos, tol at machine precision) finds μ2 = 1 − λ2 and y; a second Lanczos run
-    with y deflated too estimates μ3 for the eigengap, to a tolerance set by that gap
-    (``_gap_estimate``: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves
+    A Lanczos run without restarts (``_lanczos``) brings y to machine precision and gives μ3's
+    Ritz pair; ARPACK (tol at machine precision), started from that y, settles μ2 = 1 − λ2 and y
+    in one short cycle. μ3 sizes the eigengap: θ3 ≤ μ3 (interlacing), its residual ‖r3‖ with y
+    deflated is measured and must be under a quarter of the gap (else a Lanczos run on the
+    deflated operator refines it), and the gap's lower bound takes θ3 + ‖r3‖. Dense ``eigh`` of 𝒩 serves
     small graphs and any case ARPACK does not settle (no convergence, or a residual it should
     not have). The start vector comes from ``seed``, so runs repeat exactly.
     """
