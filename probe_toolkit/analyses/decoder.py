@@ -339,7 +339,7 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
     """The ``wanted`` largest Ritz pairs (values descending, unit vectors as rows) of a symmetric
     operator on the Krylov space of ``start``.
 
-    Plain Lanczos with full reorthogonalisation (twice, so no spurious copies) and no restarts:
+    Plain Lanczos with full reorthogonalisation (so no spurious copies) and no restarts:
     nothing the space has learnt is thrown away, as an implicit restart does. The space grows,
     checked every 4 steps and never below ``least`` vectors (what an ARPACK run with 16 vectors
     builds first), until ``settled(values, estimates)``, the estimates being Lanczos's residual
@@ -353,10 +353,16 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
     for j in range(most):
         w = matvec(basis[j])
         alpha[j] = basis[j] @ w
+        w -= alpha[j] * basis[j]
+        if j:
+            w -= beta[j - 1] * basis[j - 1]
         q = basis[: j + 1]
-        w -= q.T @ (q @ w)
-        w -= q.T @ (q @ w)
+        before = np.linalg.norm(w)
+        w -= q.T @ (q @ w)  # full reorthogonalisation, again when it removed much (DGKS, as ARPACK)
         beta[j] = np.linalg.norm(w)
+        if beta[j] < 0.7071 * before:
+            w -= q.T @ (q @ w)
+            beta[j] = np.linalg.norm(w)
         last = beta[j] <= 1e-14 or j + 1 == most  # an invariant subspace, or the longest run
         if j + 1 >= wanted and (last or (j + 1 >= least and (j + 1 - least) % 4 == 0)):
             values, vectors = scipy.linalg.eigh_tridiagonal(alpha[: j + 1], beta[:j], select="i", select_range=(j + 1 - wanted, j))
