@@ -63,8 +63,12 @@ def blocks(n_images: int, block: int) -> list[tuple[int, int]]:
 
 
 def block_size(n_images: int, workers: int, largest: int = 16) -> int:
-    """Images per block: at most ``largest`` (a store chunk), small enough to keep every worker busy."""
-    return max(1, min(largest, -(-n_images // (4 * workers))))
+    """Images per block: at most ``largest`` (a store chunk), small enough to keep every worker
+    busy; halved from ``largest`` while that stays even, so blocks tile the store's chunks."""
+    want, size = max(1, -(-n_images // (4 * workers))), max(1, largest)
+    while size > want and size % 2 == 0:
+        size //= 2
+    return min(size, want)
 
 
 @dataclass(frozen=True)
