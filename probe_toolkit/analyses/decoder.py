@@ -246,7 +246,7 @@ def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None =
         a[:, :n] ^= True
         flat = np.flatnonzero(a)
         indptr = np.searchsorted(flat, edges)
-    cols = (flat & (stride - 1)).astype(np.int32)
+    cols = np.bitwise_and(flat, stride - 1, out=flat).astype(np.int32)
     matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr.astype(np.int32)), shape=(n, n))
     return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64), complement=complement)
 
@@ -364,6 +364,8 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
             w -= q.T @ (q @ w)
             beta[j] = np.linalg.norm(w)
         last = beta[j] <= 1e-14 or j + 1 == most  # an invariant subspace, or the longest run
+        if last and j + 1 < wanted:
+            raise _Unsettled  # the start spans an invariant subspace smaller than the pairs wanted
         if j + 1 >= wanted and (last or (j + 1 >= least and (j + 1 - least) % 4 == 0)):
             values, vectors = scipy.linalg.eigh_tridiagonal(alpha[: j + 1], beta[:j], select="i", select_range=(j + 1 - wanted, j))
             values, vectors = values[::-1], vectors[:, ::-1]
@@ -390,7 +392,7 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
     if n <= DENSE_BELOW:
         return _dense_cut(graph, scale)
 
-    def operator(deflate: list[np.ndarray]) -> scipy.sparse.linalg.LinearOperator:
+    def deflated(deflate: list[np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         def matvec(v: np.ndarray) -> np.ndarray:
             v = v.ravel()
             out = apply(v)
@@ -398,20 +400,21 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
                 out -= 2.0 * u * (u @ v)
             return out
 
-        return scipy.sparse.linalg.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+        return matvec
 
     start = np.random.default_rng(seed).standard_normal(n)
-    deflated = operator([top])
+    first = deflated([top])
     try:
         # one Lanczos run brings y to ARPACK's tolerance and μ3's Ritz pair to a fraction of the gap
-        values, vectors = _lanczos(deflated.matvec, start, 2, lambda t, r: r[0] <= SETTLED and r[1] <= 0.25 * (t[0] - t[1]))
-        mu2, y = _largest(deflated, vectors[0], 0.0, short=SETTLE_NCV)  # ARPACK settles μ2 from that vector
+        values, vectors = _lanczos(first, start, 2, lambda t, r: r[0] <= SETTLED and r[1] <= 0.25 * (t[0] - t[1]))
+        operator = scipy.sparse.linalg.LinearOperator((n, n), matvec=first, dtype=np.float64)
+        mu2, y = _largest(operator, vectors[0], 0.0, short=SETTLE_NCV)  # ARPACK settles μ2 from that vector
         residual = float(np.linalg.norm(apply(y) - mu2 * y))
         if residual > 1e-8 or abs(y @ top) > 1e-6:
             raise _Unsettled
         # μ3 only sizes the eigengap μ2 − μ3: its Ritz pair, with y deflated, measured explicitly;
         # a second run on the deflated operator when that residual is not a small fraction of the gap
-        below = operator([top, y]).matvec
+        below = deflated([top, y])
         mu3, z = float(values[1]), vectors[1] - y * (y @ vectors[1])
         z /= np.linalg.norm(z)
         r3 = float(np.linalg.norm(below(z) - mu3 * z))
