@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,12 @@ from typing import Callable, Literal
 
 import numpy as np
 import torch
+import zarr
 
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.progress import bar
-from . import arrays, cache, images
+from . import arrays, cache, grids, images
 from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
@@ -82,6 +84,9 @@ class Report:
     views: list[str] = field(default_factory=list)
     left: int = 0  # images of this shard still to do after a --limit run
     limit: int | None = None
+    # wall seconds: "setup" (checkpoint read and hash, network, store) and "images" (decode,
+    # forward, writes), so that a benchmark can tell fixed costs from per-image ones
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def patch_counts(arch: Arch, settings: Settings, native_patches: int = 0) -> dict[str, int]:
@@ -145,6 +150,22 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "patch_grid": f"view side // {checkpoint.arch.patch}; pixels beyond the last whole patch unused",
         },
     }
+
+
+def _kept_layout(path: Path, plan: dict) -> dict:
+    """A view written before it held its register tokens (``registers_480`` came later) resumes
+    without them: its finished images have none, so the store keeps the layout it was made with."""
+    if not (path / "zarr.json").is_file():
+        return plan
+    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    present = set(group.array_keys())
+
+    def started(view: str) -> bool:
+        flag = f"done_{view}" if f"done_{view}" in present else "done"
+        held = any(grids.view_of(a) == view for a in present if a not in cache.FLAGS and not a.startswith(cache.PER_VIEW))
+        return held and bool(np.asarray(group[flag][:]).any())
+
+    return {name: spec for name, spec in plan.items() if not (name.startswith("registers_") and name not in present and started(grids.view_of(name)))}
 
 
 def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +289,7 @@ def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings
         if "tokens" in reads:
             put(f"tokens_{view}", out.tokens)
             put(f"cls_tokens_{view}", out.cls_token)
-            put(f"registers_{view}", out.registers)
+        put(f"registers_{view}", out.registers)  # every view of a register model (None otherwise)
         if "attention" in reads:
             put(f"attention_{view}", out.attention)
             put(f"attention_blocks_{view}", out.attention_blocks)
@@ -282,6 +303,7 @@ def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int
     if view != images.NATIVE:
         where, pixels = loaded.fixed[view]
         out = _run(backbone, pixels, view, settings, batch_size, device, tick) if pixels is not None else {}
+        out = {name: values for name, values in out.items() if name in plan}
         if len(where) == n and sorted(out) == sorted(names) and all(out[k].shape == (n, *plan[k][1]) for k in names):
             return out  # every image decoded: the arrays as they come, no NaN-filled copy
         data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
@@ -295,7 +317,7 @@ def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int
     for group in shapes.values():  # one batch shape per grid: images of one size forward together
         where = [i for i, _ in group]
         out = _run(backbone, torch.stack([t for _, t in group]), view, settings, batch_size, device, tick)
-        for name, values in out.items():
+        for name, values in ((k, v) for k, v in out.items() if k in plan):
             if name.startswith("cls_"):
                 data[name][where] = values
             else:
@@ -371,6 +393,7 @@ def extract(
     quiet: bool = False,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``."""
+    started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
     at_least("--heads", heads, 1, "6")
@@ -389,7 +412,7 @@ def extract(
 
     name = network + ("-converted" if convert else "")
     path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
-    plan = plan_arrays(checkpoint.arch, settings, native_patches)
+    plan = _kept_layout(path, plan_arrays(checkpoint.arch, settings, native_patches))
     manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
     existed = (path / "zarr.json").is_file()
     try:
@@ -404,6 +427,7 @@ def extract(
         native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
         return _load(refs[a:b], list(needed), settings, patch, native, on_error)
 
+    report.seconds["setup"] = time.perf_counter() - started
     try:
         with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
             task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
@@ -450,4 +474,5 @@ def extract(
             shutil.rmtree(path, ignore_errors=True)
         raise
     report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
+    report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
     return report
