@@ -93,3 +93,17 @@ def test_a_480_view_written_without_registers_resumes_as_it_was(setup):
     ds = cache.open_store(store)
     assert "registers_480" not in ds and ds["keys_480"].shape[0] == 2
     assert np.isfinite(ds["keys_480"].values).all()
+
+
+def test_normalise_is_the_plain_float32_arithmetic_for_every_value():
+    """The look-up table holds every uint8 value of every channel: an image holding them all, normalised
+    plainly here ((v / 255 - mean) / std in float32, channel by channel), matches bit for bit."""
+    from PIL import Image
+
+    v = np.stack(np.meshgrid(np.arange(256), np.arange(256), indexing="ij"), -1).astype(np.uint8)
+    pixels = np.concatenate([v, 255 - v[..., :1]], -1)  # every value in every channel
+    got = images.normalise(Image.fromarray(pixels, "RGB")).numpy()
+    mean, std = np.float32([0.485, 0.456, 0.406]), np.float32([0.229, 0.224, 0.225])
+    for c in range(3):
+        plain = (pixels[..., c].astype(np.float32) / np.float32(255.0) - mean[c]) / std[c]
+        assert plain.dtype == np.float32 and np.array_equal(got[c].view(np.int32), plain.view(np.int32)), c
