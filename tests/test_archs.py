@@ -18,12 +18,11 @@ import pytest
 import torch
 from test_backbone import cubic_matrix, layer_norm
 
-from probe_toolkit.demo.samples import TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
+from probe_toolkit.demo.samples import TINY_B8, TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit
 from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file
 
-TINY_B8 = replace(TINY_P8, width=192, heads=3, mlp_hidden=768)  # ViT-B/8's shape at tiny size (width/64 heads)
 CASES = {
     "s8-backbone": ("dino-backbone", TINY_P8),
     "s8-full": ("dino-full", TINY_P8),

@@ -1,7 +1,9 @@
 """From file to report on the other grids: a ViT-S/8-like network (patch 8: 28 × 28 at 224 px,
-60 × 60 at 480) and a DINOv2-with-registers-like one (patch 14, 4 registers: 16 × 16 at 224),
-every command through its command line (extract, entropy, neighbours, decode, linear, report),
-with the stored arrays, the window facts and the saved numbers checked against the grids.
+60 × 60 at 480), a ViT-B/8-like one (DINO's backbone-file layout, ViT-B's head width at tiny
+size) and a DINOv2-with-registers-like one (patch 14, 4 registers: 16 × 16 at 224), beside a
+ViT-S/16-like one, every command through its command line (extract, entropy, neighbours,
+decode, linear, report), with the stored arrays, the window facts and the saved numbers checked
+against the grids, and one report over all four, each store on its own grid.
 """
 
 from __future__ import annotations
@@ -13,20 +15,21 @@ import numpy as np
 import pytest
 import torch
 from conftest import synthetic_scene
-from report_stores import box_coco, invoke
+from report_stores import box_coco, invoke, plain_follow
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses import selection
 from probe_toolkit.analyses.grid import grid_distance
 from probe_toolkit.cli import app
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.demo.samples import TINY_DINOV2_REG, TINY_P8, write_checkpoint
+from probe_toolkit.demo.samples import TINY, TINY_B8, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.store import cache
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.images import list_images, load_image, views
 
-NETWORKS = {"s8": ("dino-full", TINY_P8, 8), "dinov2reg": ("dinov2-reg-backbone", TINY_DINOV2_REG, 14)}
+NETWORKS = {"s16": ("dino-full", TINY, 16), "s8": ("dino-full", TINY_P8, 8), "b8": ("dino-backbone", TINY_B8, 8),
+            "dinov2reg": ("dinov2-reg-backbone", TINY_DINOV2_REG, 14)}
 SCENES = {  # role/name: (size, boxes)
     "train/a.png": ((320, 240), [(80, 60, 200, 180)]),
     "train/b.png": ((240, 240), [(16, 16, 100, 100), (150, 150, 230, 230)]),
@@ -50,9 +53,12 @@ def pipeline(tmp_path_factory):
     for i, (name, (layout, arch, _)) in enumerate(NETWORKS.items()):
         checkpoint = write_checkpoint(root / f"{name}.pth", layout, arch, seed=i)
         store = root / "stores" / name / "teacher.zarr"
-        invoke("extract", checkpoint, "--images", photos, "--views", "96,224,480", "--chunk", 2, "--batch-size", 2,
+        views = "224,480" if name == "b8" else "96,224,480"  # the 96 view at patch 8 is the S/8's already
+        invoke("extract", checkpoint, "--images", photos, "--views", views, "--chunk", 2, "--batch-size", 2,
                "--store", store, "--cache", cache_dir, "-q")
-        commands = [("entropy", store, "--patch", 5), ("neighbours", store), ("neighbours", store, "--view", 96), ("decode", store, "--panel", "boxes-val")]
+        commands = [("entropy", store, "--patch", 5), ("neighbours", store), ("decode", store, "--panel", "boxes-val")]
+        if "96" in views:
+            commands.append(("neighbours", store, "--view", 96))
         if arch.registers:  # MaskCut's loop on 3,600 patches (patch 8 at 480 px) takes too long for the suite; /14 has 1,156
             commands.append(("decode", store, "--preset", "maskcut", "--masks", 2))
         for command in commands:
@@ -60,7 +66,7 @@ def pipeline(tmp_path_factory):
         invoke("linear", store, "--train", "boxes-train", "--val", "boxes-val", "--epochs", 5, "--cache", cache_dir, "-q")
         stores[name] = (store, checkpoint)
     report = root / "report"
-    invoke("report", *(s for s, _ in stores.values()), "--out", report, "--patch", 5, "--cache", cache_dir)
+    invoke("report", *(s for s, _ in stores.values()), "--out", report, "--patch", 5, "--format", "png", "--cache", cache_dir)
     return root, photos, stores, report
 
 
@@ -72,6 +78,8 @@ def test_store_holds_each_views_grid_and_registers_apart(pipeline, name):
     ds = cache.open_store(store)
     meta = cache.manifest(ds)
     for view, array in ((224, "tokens_224"), (96, "tokens_96"), (480, "keys_480")):
+        if name == "b8" and view == 96:  # extracted at 224 and 480 only
+            continue
         assert ds[array].shape[1] == (view // patch) ** 2, (name, array)
     prefix = 1 + arch.registers
     assert meta["attention_prefix"] == prefix and meta["registers"] == arch.registers
@@ -110,7 +118,7 @@ def test_saved_results_follow_the_grid(pipeline, name):
     rows = a[:, :, 1 + arch.registers:, :]
     plain = np.exp(-(np.where(rows > 0, rows * np.log(np.where(rows > 0, rows, 1)), 0)).sum(-1)).mean(-1)
     assert np.allclose(entropy["patch_effective"].values, plain, rtol=1e-3)
-    for view, grid in ((224, g224), (96, g96)):
+    for view, grid in ((224, g224), (96, g96))[: 1 if name == "b8" else 2]:
         found = cache.load_results(store, f"neighbours_g{grid}")
         assert found is not None and found.attrs["grid"] == grid and found.attrs["array"] == f"tokens_{view}"
         assert int(found.wrapped_links) == 12 * grid - 4 and int(found.links) == 8 * grid * grid
@@ -122,11 +130,18 @@ def test_saved_results_follow_the_grid(pipeline, name):
 def test_report_shows_both_grids(pipeline):
     _, _, stores, report = pipeline
     page = (report / "report.html").read_text()
-    assert "neighbours_g28" in page and "neighbours_g16" in page
+    assert "neighbours_g28" in page and "neighbours_g16" in page and "neighbours_g14" in page
     data = json.loads(re.search(r'<script[^>]*id="probe-explorer-data"[^>]*>(.*?)</script>', page, re.S).group(1))
-    assert data["grid"] in (28, 16) and data["indexBytes"] == 2
-    drawn = [s for s in data["stores"] if s["attention"] is not None]
-    assert drawn and all(s["start"] == (5 if s["tokens"] == 261 else 1) for s in drawn)
+    assert data["grid"] == [14, 14] and data["patch"] == 5  # --patch 5 on the first store's grid (ViT-S/16: row 0, column 5)
+    drawn = {name: s for name, s in zip(NETWORKS, data["stores"]) if s["attention"] is not None and s["cosine"] is not None}
+    assert set(drawn) == set(NETWORKS)
+    for name, (_, arch, patch) in NETWORKS.items():
+        grid = 224 // patch
+        entry = drawn[name]
+        assert (entry["rows"], entry["cols"], entry["size"], entry["indexBytes"]) == (grid, grid, patch, 1 if grid * grid < 254 else 2)
+        assert entry["start"] == 1 + arch.registers and entry["tokens"] == 1 + arch.registers + grid * grid
+        assert entry["patch"] == plain_follow(5, (14, 14, 16), (grid, grid), patch)
+    assert [drawn[n]["patch"] for n in NETWORKS] == [5, 10, 10, 6]  # the centre of (0, 5) is pixel (8, 88)
     figures = sorted(p.name for p in (report / "figures").iterdir())
     assert any("attention-registers" in name for name in figures)  # DINOv2's registers drawn beside the class token
     assert "No premise statistics (neighbours_g28) for dinov2reg" not in page  # another grid is not a missing result
