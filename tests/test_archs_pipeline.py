@@ -9,6 +9,7 @@ against the grids, and one report over all four, each store on its own grid.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -23,13 +24,15 @@ from probe_toolkit.analyses.grid import grid_distance
 from probe_toolkit.cli import app
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY, TINY_B8, TINY_DINOV2_REG, TINY_P8, write_checkpoint
-from probe_toolkit.store import cache
+from probe_toolkit.store import cache, grids
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.images import list_images, load_image, views
 
 NETWORKS = {"s16": ("dino-full", TINY, 16), "s8": ("dino-full", TINY_P8, 8), "b8": ("dino-backbone", TINY_B8, 8),
             "dinov2reg": ("dinov2-reg-backbone", TINY_DINOV2_REG, 14)}
+# the B/8 cuts each image at its own size (the native view: 30-40 patches a side at /8) where the S/8 cuts 60 × 60 at 480
+VIEWS = {"s16": "224,480", "s8": "96,224,480", "b8": "224,native", "dinov2reg": "96,224,480"}
 SCENES = {  # role/name: (size, boxes)
     "train/a.png": ((320, 240), [(80, 60, 200, 180)]),
     "train/b.png": ((240, 240), [(16, 16, 100, 100), (150, 150, 230, 230)]),
@@ -53,10 +56,11 @@ def pipeline(tmp_path_factory):
     for i, (name, (layout, arch, _)) in enumerate(NETWORKS.items()):
         checkpoint = write_checkpoint(root / f"{name}.pth", layout, arch, seed=i)
         store = root / "stores" / name / "teacher.zarr"
-        views = "224,480" if name == "b8" else "96,224,480"  # the 96 view at patch 8 is the S/8's already
+        views = VIEWS[name]
         invoke("extract", checkpoint, "--images", photos, "--views", views, "--chunk", 2, "--batch-size", 2,
                "--store", store, "--cache", cache_dir, "-q")
-        commands = [("entropy", store, "--patch", 5), ("neighbours", store), ("decode", store, "--panel", "boxes-val")]
+        commands = [("entropy", store, "--patch", 5), ("neighbours", store),
+                    ("decode", store, "--panel", "boxes-val", *(("--view", "native") if "native" in views else ()))]
         if "96" in views:
             commands.append(("neighbours", store, "--view", 96))
         if arch.registers:  # MaskCut's loop on 3,600 patches (patch 8 at 480 px) takes too long for the suite; /14 has 1,156
@@ -78,9 +82,14 @@ def test_store_holds_each_views_grid_and_registers_apart(pipeline, name):
     ds = cache.open_store(store)
     meta = cache.manifest(ds)
     for view, array in ((224, "tokens_224"), (96, "tokens_96"), (480, "keys_480")):
-        if name == "b8" and view == 96:  # extracted at 224 and 480 only
+        if str(view) not in VIEWS[name].split(","):
             continue
         assert ds[array].shape[1] == (view // patch) ** 2, (name, array)
+    if "native" in VIEWS[name]:  # each image on its own ceil(h / p) × ceil(w / p) grid, as TokenCut and LOST pad
+        rows, cols = grids.view_grid(ds, "native")
+        for image, r, c in zip(ds["image"].values, rows, cols):
+            width, height = SCENES[str(image)][0]
+            assert (r, c) == (math.ceil(height / patch), math.ceil(width / patch)), image
     prefix = 1 + arch.registers
     assert meta["attention_prefix"] == prefix and meta["registers"] == arch.registers
     assert ds["attention_224"].shape[-1] == prefix + (224 // patch) ** 2
@@ -118,7 +127,7 @@ def test_saved_results_follow_the_grid(pipeline, name):
     rows = a[:, :, 1 + arch.registers:, :]
     plain = np.exp(-(np.where(rows > 0, rows * np.log(np.where(rows > 0, rows, 1)), 0)).sum(-1)).mean(-1)
     assert np.allclose(entropy["patch_effective"].values, plain, rtol=1e-3)
-    for view, grid in ((224, g224), (96, g96))[: 1 if name == "b8" else 2]:
+    for view, grid in ((224, g224), (96, g96))[: 2 if "96" in VIEWS[name] else 1]:
         found = cache.load_results(store, f"neighbours_g{grid}")
         assert found is not None and found.attrs["grid"] == grid and found.attrs["array"] == f"tokens_{view}"
         assert int(found.wrapped_links) == 12 * grid - 4 and int(found.links) == 8 * grid * grid
