@@ -66,7 +66,7 @@ def pipeline(tmp_path_factory):
         if arch.registers:  # MaskCut's loop on 3,600 patches (patch 8 at 480 px) takes too long for the suite; /14 has 1,156
             commands.append(("decode", store, "--preset", "maskcut", "--masks", 2))
         for command in commands:
-            invoke(*command, "--cache", cache_dir, "-q") if command[0] == "decode" else invoke(*command, "--boot", 50, "-q")
+            invoke(*command, "--workers", 1, "--cache", cache_dir, "-q") if command[0] == "decode" else invoke(*command, "--boot", 50, "-q")  # tiny: in process
         invoke("linear", store, "--train", "boxes-train", "--val", "boxes-val", "--epochs", 5, "--cache", cache_dir, "-q")
         stores[name] = (store, checkpoint)
     report = root / "report"
