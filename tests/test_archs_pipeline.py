@@ -23,6 +23,7 @@ from probe_toolkit.analyses import selection
 from probe_toolkit.analyses.grid import grid_distance
 from probe_toolkit.cli import app
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.demo.video import write_davis
 from probe_toolkit.demo.samples import TINY, TINY_B8, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.store import cache, grids
 from probe_toolkit.store.backbone import Backbone
@@ -52,6 +53,7 @@ def pipeline(tmp_path_factory):
         entries = {k.split("/")[1]: v for k, v in SCENES.items() if k.startswith(role)}
         (root / f"{role}.json").write_text(json.dumps(box_coco(entries)))
         invoke("panel", "add", f"boxes-{role}", "--annotations", root / f"{role}.json", "--images", photos / role, "--role", role, "--cache", cache_dir)
+    davis = write_davis(root / "DAVIS", {"shapes": 3}, size=(64, 48))
     stores = {}
     for i, (name, (layout, arch, _)) in enumerate(NETWORKS.items()):
         checkpoint = write_checkpoint(root / f"{name}.pth", layout, arch, seed=i)
@@ -68,6 +70,10 @@ def pipeline(tmp_path_factory):
         for command in commands:
             invoke(*command, "--workers", 1, "--cache", cache_dir, "-q") if command[0] == "decode" else invoke(*command, "--boot", 50, "-q")  # tiny: in process
         invoke("linear", store, "--train", "boxes-train", "--val", "boxes-val", "--epochs", 5, "--cache", cache_dir, "-q")
+        invoke("knn", store, "--train", "boxes-train", "--val", "boxes-val", "--k", "1,2", "--json", root / f"{name}-knn.json", "--cache", cache_dir, "-q")
+        invoke("attention-masks", store, "--panel", "boxes-val", "--json", root / f"{name}-masks.json", "--cache", cache_dir, "-q")
+        if name in ("s8", "dinov2reg"):  # DAVIS-style propagation at 480 px: 60 × 80 patches a frame at /8, 34 × 45 at /14
+            invoke("propagate", checkpoint, "--davis", davis, "--out", root / f"{name}-davis", "--store", store, "--json", root / f"{name}-davis.json", "-q")
         stores[name] = (store, checkpoint)
     report = root / "report"
     invoke("report", *(s for s, _ in stores.values()), "--out", report, "--patch", 5, "--format", "png", "--cache", cache_dir)
@@ -154,6 +160,25 @@ def test_report_shows_both_grids(pipeline):
     figures = sorted(p.name for p in (report / "figures").iterdir())
     assert any("attention-registers" in name for name in figures)  # DINOv2's registers drawn beside the class token
     assert "No premise statistics (neighbours_g28) for dinov2reg" not in page  # another grid is not a missing result
+
+
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_knn_masks_and_propagation_ran_on_the_grid(pipeline, name):
+    root, _, stores, _ = pipeline
+    store, _ = stores[name]
+    _, arch, patch = NETWORKS[name]
+    g224 = 224 // patch
+    knn = cache.load_results(store, "knn")
+    assert knn is not None and list(knn["k"].values) == [1, 2] and knn["prediction"].shape == (2, 2)  # two val images
+    masks = cache.load_results(store, "attention_masks")
+    assert masks["mask"].shape == (4, arch.heads, g224 * g224)  # one mask per head on the store's own grid
+    kept = masks["mask"].values.astype(bool).sum(-1)
+    assert (kept >= 1).all() and (kept < g224 * g224).all()
+    assert np.isfinite(masks["jaccard"].sel(image=[i for i in masks.image.values if str(i).startswith("val/")]).values).all()
+    if name in ("s8", "dinov2reg"):
+        davis = cache.load_results(store, "davis")
+        assert davis is not None
+        assert len(list((root / f"{name}-davis" / "shapes").glob("*.png"))) == 3  # one indexed PNG a frame
 
 
 @pytest.mark.parametrize("grid", [3, 6, 12, 14, 16, 28, 60])

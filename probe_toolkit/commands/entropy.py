@@ -6,7 +6,6 @@ from pathlib import Path
 
 from ..infra.errors import ProbeError
 from ..store.cache import require
-from ..store.grids import fixed_grid
 from .runs import Run, finish, over_stores
 
 
@@ -30,7 +29,7 @@ def run_entropy(
         blocks = require(ds, "attention_blocks_224") if "attention_blocks_224" in ds else None
         return entropy(
             require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), registers=int(arch.get("registers", 0)),
-            blocks=blocks, patch=patch, grid=fixed_grid(ds, "224"),
+            blocks=blocks, patch=patch,
             n_boot=boot, seed=seed, client=client, progress=progress,
         )
 

@@ -211,9 +211,9 @@ def _weights_cell(att: followed.Attention, head: int, query: int) -> str:
     a patch index, [CLS], or [REG r] for DINOv2's register r."""
     row = att.weights[head, query]
     cls = att.start - att.registers
-    names = {t: "[CLS]" if t < cls else f"[REG {t - cls}]" if t < att.start else str(t - att.start) for t in range(att.start)}
+    prefix = ["[CLS]"] * cls + [f"[REG {r}]" for r in range(att.registers)]
     order = np.argsort(-np.asarray(row, dtype=np.float32), kind="stable")[: att.ranked.shape[-1]]
-    return ", ".join(f"{names.get(int(t), str(int(t) - att.start))}: {row[t]:.3f}" for t in order)
+    return ", ".join(f"{prefix[t] if t < att.start else t - att.start}: {row[t]:.3f}" for t in order)
 
 
 def _row_table(label: str, att: followed.Attention, query: int, what: str) -> Table:
@@ -234,7 +234,7 @@ def attention(ctx: Context) -> Section:
     # one weight scale for every store's maps of the followed patch (and one for the class token's)
     held = [(s, a) for s in ctx.stores if (a := ctx.attention.get(s.label)) is not None]
     scale = figures.weight_scale(*[a.patch_rows(a.start + ctx.patch_of(s)) for s, a in held if ctx.patch_of(s) is not None])
-    cls_scale = figures.weight_scale(*[a.patch_rows(0) for _, a in held if a.start])
+    cls_scale = figures.weight_scale(*[a.patch_rows(0) for _, a in held if a.start > a.registers])
     for line in _other_grids(ctx):
         section.blocks.append(Note(line + "."))
     for store in ctx.stores:
@@ -251,7 +251,7 @@ def attention(ctx: Context) -> Section:
         section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {patch}'s row of the last block's attention in every head; "
                                                                  "five largest weights outlined, the patch itself dashed."))
         section.blocks.append(_row_table(store.label, att, q, f"row of patch {patch}"))
-        if att.start:
+        if att.start > att.registers:  # the network has a class token (token 0)
             png = figures.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
                                          f"{store.label}: the class token's row, last block", vmax=cls_scale)
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
