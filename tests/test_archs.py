@@ -21,7 +21,7 @@ from test_backbone import cubic_matrix, layer_norm
 
 from probe_toolkit.demo.samples import TINY_B8, TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit
+from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit, normed_patch_tokens
 from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file
 
 CASES = {
@@ -158,6 +158,25 @@ def test_layout_loads_and_readout_equals_plain_forward(files, name):
                 assert mine is None, field
             else:
                 assert (mine.double() - theirs).abs().max() < 1e-5, (name, size, field)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_video_features_equal_plain_forward_on_rectangular_frames(files, name):
+    """Label propagation's features (after the final norm) on a frame whose sides are no multiple
+    of the patch: the network's own position rule and registers, the last pixels unused."""
+    _, arch = CASES[name]
+    checkpoint = load_checkpoint(files[name])
+    backbone = Backbone.from_checkpoint(checkpoint)
+    sd = file_backbone(files[name])
+    torch.manual_seed(7)
+    frames = torch.randn(2, 3, 61, 90)  # 4 × 6 patches at /14, 3 × 5 at /16, 7 × 11 at /8
+    got = normed_patch_tokens(backbone, frames)
+    rows, cols = 61 // arch.patch, 90 // arch.patch
+    ref = plain_forward(sd, arch.heads, frames, "dinov2-reg" if arch.registers else "dino")["tokens"]
+    if "norm.weight" in sd:
+        ref = layer_norm(ref, sd["norm.weight"].double(), sd["norm.bias"].double())
+    assert got.shape == (2, rows * cols, arch.width)
+    assert (got.double() - ref).abs().max() < 1e-5, name
 
 
 def test_registers_matter_and_rules_differ(files):
