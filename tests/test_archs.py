@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from test_backbone import cubic_matrix, layer_norm
 
-from probe_toolkit.demo.samples import TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
+from probe_toolkit.demo.samples import TINY_B8, TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit
+from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit, normed_patch_tokens
 from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file
 
-TINY_B8 = replace(TINY_P8, width=192, heads=3, mlp_hidden=768)  # ViT-B/8's shape at tiny size (width/64 heads)
 CASES = {
     "s8-backbone": ("dino-backbone", TINY_P8),
     "s8-full": ("dino-full", TINY_P8),
@@ -160,6 +160,25 @@ def test_layout_loads_and_readout_equals_plain_forward(files, name):
                 assert (mine.double() - theirs).abs().max() < 1e-5, (name, size, field)
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_video_features_equal_plain_forward_on_rectangular_frames(files, name):
+    """Label propagation's features (after the final norm) on a frame whose sides are no multiple
+    of the patch: the network's own position rule and registers, the last pixels unused."""
+    _, arch = CASES[name]
+    checkpoint = load_checkpoint(files[name])
+    backbone = Backbone.from_checkpoint(checkpoint)
+    sd = file_backbone(files[name])
+    torch.manual_seed(7)
+    frames = torch.randn(2, 3, 61, 90)  # 4 × 6 patches at /14, 3 × 5 at /16, 7 × 11 at /8
+    got = normed_patch_tokens(backbone, frames)
+    rows, cols = 61 // arch.patch, 90 // arch.patch
+    ref = plain_forward(sd, arch.heads, frames, "dinov2-reg" if arch.registers else "dino")["tokens"]
+    if "norm.weight" in sd:
+        ref = layer_norm(ref, sd["norm.weight"].double(), sd["norm.bias"].double())
+    assert got.shape == (2, rows * cols, arch.width)
+    assert (got.double() - ref).abs().max() < 1e-5, name
+
+
 def test_registers_matter_and_rules_differ(files):
     """A wrong rule or dropped registers would be visible: the reference tells them apart."""
     sd = file_backbone(files["dinov2-reg"])
@@ -202,3 +221,37 @@ def test_released_sizes_parameter_counts(name):
     assert parameter_count(state) + (d if arch.layerscale else 0) + (d if arch.registers else 0) == expected
     if name == "vit-s16":
         assert expected == 21_665_664
+
+
+def readme_networks() -> dict[str, list[str]]:
+    """README "Supported networks": network → (layouts, tensors, parameters, 224 px grid, 480 px grid)."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Supported networks", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| network")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_readme_lists_every_released_layout_with_its_count():
+    """Every released size in the README's table, with the tensors and parameters of its file counted
+    from timm's model (built on the meta device) plus what the file holds beside it."""
+    table = readme_networks()
+    expected = {}
+    for name, arch in RELEASED.items():
+        d, p = arch.width, arch.patch
+        state = build_vit(arch, device="meta").state_dict()
+        # DINOv2 files add mask_token; with registers the file's position table keeps the class row timm folds away
+        tensors = len(state) + (1 if arch.layerscale else 0)
+        params = parameter_count(state) + (d if arch.layerscale else 0) + (d if arch.registers else 0)
+        size = {384: "S", 768: "B"}[d]
+        grids = [f"{224 // p} × {224 // p}", f"{480 // p} × {480 // p}"]
+        if arch.layerscale:
+            expected[f"DINOv2 ViT-{size}/{p}" + (", 4 registers" if arch.registers else "")] = (name, tensors, params, grids)
+        else:  # SelfPatch's backbone has no class token (nor its position row) and no final norm
+            expected[f"DINO ViT-{size}/{p}"] = (name, tensors, params, grids)
+            expected[f"SelfPatch-style ViT-{size}/{p}"] = (None, tensors - 3, params - 4 * d, grids)
+    assert set(table) == set(expected)
+    for label, (name, tensors, params, grids) in expected.items():
+        layouts, shown_tensors, shown_params, *shown_grids = table[label]
+        assert name is None or f"(`{name}`)" in layouts, label
+        assert (int(shown_tensors), int(shown_params.replace(",", "")), shown_grids) == (tensors, params, grids), label
+    assert table["DINO ViT-S/16"][2] == "21,665,664" and table["DINOv2 ViT-B/14, 4 registers"][2] == "86,583,552"

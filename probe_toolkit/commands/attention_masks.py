@@ -108,7 +108,8 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
     the store's chunk whatever the worker count, so the masks are the same bits on any placement."""
     name = "tokens_224" if row == "aggregation" else "attention_224"
     array = cache.require(ds, name)
-    prefix = int(bool(ds.attrs["manifest"].get("arch", {}).get("class_token")))
+    arch = ds.attrs["manifest"].get("arch", {})
+    prefix = int(bool(arch.get("class_token"))) + int(arch.get("registers", 0))  # the class token, then DINOv2's registers
     if ds.sizes["image"] == 0:
         return np.zeros((0, heads, 0), bool)
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)

@@ -195,9 +195,18 @@ class Backbone(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> "Backbone":
-        """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly."""
-        model = cls(checkpoint.arch, interpolation, init=False)
-        model.vit.load_state_dict(checkpoint.backbone, strict=True)
+        """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly.
+
+        Built on the meta device and handed the file's tensors (as the float32, contiguous
+        parameters a copy would make): no throw-away initialisation and no second copy of the
+        weights, which cost about a second at ViT-B. The checkpoint's tensors become the
+        parameters, so they are shared, not copied.
+        """
+        with torch.device("meta"):
+            model = cls(checkpoint.arch, interpolation, init=False)
+        shapes = model.vit.state_dict()
+        state = {k: v.to(shapes[k].dtype).contiguous() if k in shapes else v for k, v in checkpoint.backbone.items()}
+        model.vit.load_state_dict(state, strict=True, assign=True)
         return model.eval()
 
     def grid_of(self, height: int, width: int) -> tuple[int, int]:
@@ -260,14 +269,14 @@ class Backbone(nn.Module):
             x = self.vit.blocks(self.embed(images))
         p, c = self.prefix, int(self.arch.class_token)
         k = taps["keys"][0] if keys else None
-        maps = torch.stack(taps["attention"], dim=1) if taps["attention"] else None
+        maps = taps["attention"]  # stacked only for every block: the last block's map is not copied
         return Readout(
             tokens=x[:, p:],
             keys=k[:, p:] if k is not None else None,
             cls_token=x[:, 0] if c else None,
             cls_key=k[:, 0] if (c and k is not None) else None,
-            attention=maps[:, -1] if maps is not None else None,
-            attention_blocks=maps if attention == "all" else None,
+            attention=maps[-1] if maps else None,
+            attention_blocks=torch.stack(maps, dim=1) if attention == "all" and maps else None,
             registers=x[:, c:p] if p > c else None,
             grid=self.grid_of(*images.shape[-2:]),
         )
@@ -277,33 +286,14 @@ class Backbone(nn.Module):
 # frames of any shape (DAVIS label propagation): rectangular grids, features after the final norm
 
 
-def pos_embed_rect(pos_embed: torch.Tensor, rows: int, cols: int, prefix: int) -> torch.Tensor:
-    """The position table for a ``rows`` × ``cols`` grid by DINO's ``interpolate_pos_encoding``:
-    bicubic with ``scale_factor=((rows+0.1)/g0, (cols+0.1)/g0)``; square grids go through
-    ``interpolate_pos_embed`` (the same formula)."""
-    if rows == cols:
-        return interpolate_pos_embed(pos_embed, rows, prefix, "dino")
-    width = pos_embed.shape[-1]
-    g0 = int(round((pos_embed.shape[1] - prefix) ** 0.5))
-    table = pos_embed[:, prefix:].reshape(1, g0, g0, width).permute(0, 3, 1, 2)
-    table = F.interpolate(table, scale_factor=((rows + 0.1) / g0, (cols + 0.1) / g0), mode="bicubic", align_corners=False)
-    if table.shape[-2:] != (rows, cols):
-        raise AssertionError(f"DINO interpolation gave {tuple(table.shape[-2:])}, expected {(rows, cols)}")
-    return torch.cat([pos_embed[:, :prefix], table.permute(0, 2, 3, 1).reshape(1, rows * cols, width)], dim=1)
-
-
 @torch.inference_mode()
 def normed_patch_tokens(model: Backbone, frames: torch.Tensor) -> torch.Tensor:
-    """(B, 3, H, W), H and W multiples of the patch → (B, rows·cols, D): last-block patch tokens
-    after the final norm when the network has one (DINO's ``get_intermediate_layers(n=1)``),
-    class token dropped."""
-    patch = model.arch.patch
-    rows, cols = frames.shape[-2] // patch, frames.shape[-1] // patch
-    if frames.shape[-2] % patch or frames.shape[-1] % patch:
-        raise ValueError(f"frames must be multiples of {patch} px, got {tuple(frames.shape[-2:])}")
-    x = model.vit.patch_embed(frames)
-    if model.prefix:
-        x = torch.cat([model.vit.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-    x = model.vit.blocks(x + pos_embed_rect(model.vit.pos_embed, rows, cols, model.prefix))
-    x = model.vit.norm(x)  # an Identity without a final norm
+    """(B, 3, H, W) → (B, rows·cols, D): last-block patch tokens after the final norm when the
+    network has one (DINO's ``get_intermediate_layers(n=1)``), class and register tokens dropped.
+
+    The same embedding as every view (``Backbone.embed``: the network's own position-table rule,
+    register tokens in place); a side that is not a multiple of the patch (480 px at /14) leaves
+    its last pixels unused, as DINO's ``visualize_attention.py`` crops.
+    """
+    x = model.vit.norm(model.vit.blocks(model.embed(frames)))  # the norm is an Identity without one
     return x[:, model.prefix:]
