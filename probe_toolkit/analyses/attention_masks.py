@@ -128,7 +128,10 @@ def masks_block(values: np.ndarray, *, row: str, head: dict[str, torch.Tensor] |
     if row == "cls":
         rows = class_rows(values, prefix)
     elif row == "aggregation":
-        rows = aggregation_rows(values, head, heads)
+        from ..infra.runner import torch_threads
+
+        with torch_threads(1):  # one torch thread on a worker
+            rows = aggregation_rows(values, head, heads)
     else:
         rows = mean_patch_rows(values, prefix)
     return {"mask": mass_masks(rows, mass).astype(np.uint8)}

@@ -107,7 +107,7 @@ def features(values: np.ndarray, feature: str, norm: torch.nn.Module | None) -> 
 def nearest_block(values: np.ndarray, *, bank, feature: str, norm: torch.nn.Module | None, k: int, train_block: int) -> dict[str, np.ndarray]:
     """A block of test images' stored rows → their k nearest train images: the unit a runner ships
     to a worker. ``bank.value()`` is the (train, D) normalised train features (``runner.Shared``,
-    mapped once per worker), taken ``train_block`` rows at a time; one torch thread, as on every worker."""
+    mapped once per worker), taken ``train_block`` rows at a time; one torch thread on a worker."""
     matrix = bank.value()
 
     def blocks():

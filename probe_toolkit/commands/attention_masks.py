@@ -37,7 +37,7 @@ from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..infra.runner import Where, map_images, placed, torch_threads
+from ..infra.runner import Where, map_images, placed
 from ..labels.panels import read_labels
 from ..store import cache, images, parts
 from .runs import result_provenance
@@ -114,9 +114,8 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
         return np.zeros((0, heads, 0), bool)
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
     block = int(ds.attrs["manifest"].get("chunk") or 16)
-    with torch_threads(1):
-        return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block, image_range=image_range,
-                          torch_free=row != "aggregation")["mask"].astype(bool)
+    return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block, image_range=image_range,
+                      torch_free=row != "aggregation")["mask"].astype(bool)
 
 
 def shard_masks(ds: xr.Dataset, store: Path, shard: str | None, row: str, head: dict | None, mass: float, heads: int,

@@ -252,16 +252,17 @@ class _ChunkReader:
 
 @contextmanager
 def torch_threads(n: int = 1) -> Iterator[None]:
-    """torch's intra-op threads set to ``n`` for a block (restored after): a block computed in
-    this process rounds as it does on a one-thread worker."""
+    """In a worker process, torch's intra-op threads set to ``n`` for a block (a spawned worker
+    loads torch only with its first block, after ``_one_thread``). In the command's own process
+    torch's threads are left alone: setting them also fixes MKL's and OpenMP's counts for
+    whatever runs later in that process (measured: a linear probe trained after it changed)."""
+    if multiprocessing.parent_process() is None:
+        yield
+        return
     import torch
 
-    before = torch.get_num_threads()
     torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    yield
 
 
 def worker_name() -> str:
