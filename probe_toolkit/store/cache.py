@@ -38,9 +38,11 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from ..infra import litter
+from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+
+lazy_dask.defer()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
 DEFAULT_ROOT = Path("cache")
 
