@@ -1,0 +1,56 @@
+"""A command imports only what it uses: which heavy libraries a run loads (a module check, not a timing).
+
+Each command runs in a fresh interpreter (the CLI's own ``main``), then lists the heavy modules
+that ended up in ``sys.modules``. ``probe info`` and ``probe decode`` must load neither torch
+(1.8 s of imports), nor dask.array or distributed (about a second between them: xarray's dask
+chunk manager and its type check would bring them), nor matplotlib, scikit-learn, timm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("torch", "timm", "sklearn", "matplotlib", "distributed", "dask.array", "pycocotools.coco")
+
+PROGRAM = """
+import json, sys
+from probe_toolkit.cli import main
+args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["probe", *args]
+try:
+    main()
+except SystemExit as error:
+    assert not error.code, error.code
+print(json.dumps(sorted(m for m in sys.modules if m in heavy)))
+"""
+
+
+def loaded_by(args: list[str]) -> list[str]:
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", PROGRAM, json.dumps(args), json.dumps(HEAVY)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture()
+def store(tiny_stores, tmp_path) -> Path:
+    """A private copy of the tiny DINO store (decode writes its results into the store)."""
+    return Path(shutil.copytree(tiny_stores["dino"], tmp_path / "teacher.zarr"))
+
+
+def test_info_and_decode_load_no_heavy_library(store, tmp_path):
+    assert loaded_by(["info", str(store)]) == []
+    assert loaded_by(["decode", str(store), "-q", "--workers", "1", "--preset", "tokencut", "--cache", str(tmp_path / "cache")]) == []
+    assert (store / "results" / "decoder" / "zarr.json").is_file()  # the run did decode
+
+
+def test_entropy_loads_torch_for_its_arithmetic_and_nothing_for_dask(store):
+    assert loaded_by(["entropy", str(store), "-q", "--boot", "10"]) == ["torch"]
