@@ -77,8 +77,9 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     """Open a store lazily: xarray's lazy zarr arrays, read only where a command indexes them.
 
     No dask here: its chunk manager imports dask.array and distributed (about a second of a
-    command's start-up); ``infra.chunked`` turns the arrays into dask arrays where a command
-    really runs on a cluster. The manifest and the flags are read with zarr directly.
+    command's start-up). Readers index the arrays a block of images at a time (the runners in
+    ``infra``); on a cluster (``--dask-address``) each worker reads its own chunks with zarr.
+    The manifest and the flags are read with zarr directly.
 
     With ``done_only`` the dataset holds only images whose extraction finished and did not
     fail, so a reader during a write never sees a half-written image. Without
