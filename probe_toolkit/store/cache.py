@@ -193,7 +193,7 @@ def load_results(store: str | Path, name: str) -> xr.Dataset | None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return xr.open_zarr(target, consolidated=False).load()
+        return xr.open_dataset(target, engine="zarr", consolidated=False, chunks=None).load()  # no dask: it would import dask.array and distributed
 
 
 def list_results(store: str | Path) -> list[str]:
