@@ -50,11 +50,13 @@ def _children_cpu() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def timed(args: list[str], env: dict) -> tuple[float, float]:
+def timed(args: list[str], env: dict, cwd: Path) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one run; CPU time is what a quiet machine's wall would be
-    for a start-up that runs on one thread, and hardly moves when other work shares the CPU."""
+    for a start-up that runs on one thread, and hardly moves when other work shares the CPU.
+    ``cwd`` is a folder without the toolkit: ``python -m`` puts the working folder first on the
+    path, which would shadow the checkout named by PYTHONPATH."""
     c, t = _children_cpu(), time.perf_counter()
-    run = subprocess.run(args, env=env, capture_output=True, text=True)
+    run = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - t
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed: {run.stderr[-500:]}")
@@ -95,11 +97,11 @@ def main() -> None:
         times: dict[tuple[str, str], list[tuple[float, float]]] = {(name, tree): [] for name in chosen for tree in trees}
         for name, command in chosen.items():  # warm the page cache (and write the results the report reads) once
             for tree in trees:
-                timed(command, envs[tree])
+                timed(command, envs[tree], root)
         for _ in range(args.rounds):
             for name, command in chosen.items():
                 for tree in trees:
-                    times[(name, tree)].append(timed(command, envs[tree]))
+                    times[(name, tree)].append(timed(command, envs[tree], root))
             loads.append(os.getloadavg()[0])
     rows = []
     for (name, tree), values in times.items():
