@@ -54,3 +54,24 @@ def test_info_and_decode_load_no_heavy_library(store, tmp_path):
 
 def test_entropy_loads_torch_for_its_arithmetic_and_nothing_for_dask(store):
     assert loaded_by(["entropy", str(store), "-q", "--boot", "10"]) == ["torch"]
+
+
+def test_xarray_still_knows_a_dask_array_when_there_is_one():
+    """The deferred check (infra/lazy_dask) answers as xarray's own once dask.array is imported."""
+    import numpy as np
+    import xarray as xr
+
+    import probe_toolkit.store.cache  # noqa: F401  (installs the deferral)
+    from probe_toolkit.infra import lazy_dask
+    from xarray.namedarray.pycompat import array_type, is_chunked_array
+
+    assert lazy_dask.defer()
+    import dask.array as da
+
+    lazy = xr.DataArray(da.zeros((4, 3), chunks=2))
+    assert isinstance(lazy.data, da.Array) and lazy.chunks == ((2, 2), (2, 1))
+    assert is_chunked_array(lazy.data) and not is_chunked_array(np.zeros(3))
+    assert isinstance(lazy.data, array_type("dask")) and not isinstance(np.zeros(3), array_type("dask"))
+    masked = xr.DataArray(da.ma.masked_array(da.arange(3.0), mask=[True, False, False]))
+    assert np.array_equal(masked.values, [np.nan, 1.0, 2.0], equal_nan=True)  # xarray's masked-dask branch still taken
+    assert xr.Dataset({"a": ("x", np.arange(4))}).chunk({"x": 2}).chunks == {"x": (2, 2)}
