@@ -7,7 +7,7 @@ following TokenCut and MaskCut:
 2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
 3. Fiedler vector x: second smallest generalized eigenvector of (D − W) x = λ D x. Solved as the
    second largest eigenvector y of 𝒩 = D^-½ W D^-½, whose largest (eigenvalue 1) is known
-   exactly, D^½ 1, and is deflated; ARPACK finds y, dense ``eigh`` of 𝒩 is the fallback and the
+   exactly, D^½ 1, and is deflated; Lanczos then ARPACK find y, dense ``eigh`` of 𝒩 is the fallback and the
    solver for small N. Always x = D^-½ y (the pitfall of CutLER #74 is forgetting this).
 4. Sign: x is oriented so that x[argmax |x|] > 0 (lowest index on ties), so the solver's sign
    never matters. Bipartition B = {x > mean(x)}, the plain mean as TokenCut.
@@ -75,6 +75,8 @@ ALIASES = {"thesis": "centred"}  # former preset names, still accepted
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
+SETTLED = 1e-15  # Lanczos residual estimate at which ARPACK (tol 0) settles the vector in one short cycle
+SETTLE_NCV = 4  # ARPACK's basis for that cycle (a settled vector converges in its first)
 
 
 @dataclass(frozen=True)
@@ -161,23 +163,64 @@ def cosines(keys: np.ndarray, *, center: bool) -> Cosines:
 
 @dataclass(frozen=True)
 class Graph:
-    """W = (1 − ε)·A + ε·11ᵀ with A the 0/1 adjacency (cos > τ); sparse when A is sparse."""
+    """W = (1 − ε)·A + ε·11ᵀ with A the 0/1 adjacency (cos > τ), stored as a sparse 0/1 matrix:
+    A itself, or its complement Ā = 11ᵀ − A when A is more than half full (``complement``), so
+    the stored matrix holds at most half the entries and every product with W stays sparse."""
 
-    adjacency: np.ndarray | scipy.sparse.csr_array  # float64 0/1
+    adjacency: scipy.sparse.csr_array  # float64 0/1: A, or Ā when ``complement``
     eps: float
     degree: np.ndarray  # (N,) = row sums of W
+    complement: bool = False
 
     @property
     def n(self) -> int:
         return self.degree.shape[0]
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
-        """W @ v (v of shape (N,) or (N, k))."""
+        """W @ v (v of shape (N,) or (N, k)); with Ā stored, W v = Σv − (1 − ε)·Ā v."""
+        if self.complement:
+            return v.sum(axis=0) - (1.0 - self.eps) * (self.adjacency @ v)
         return (1.0 - self.eps) * (self.adjacency @ v) + self.eps * v.sum(axis=0)
 
     def dense(self) -> np.ndarray:
-        a = self.adjacency.toarray() if scipy.sparse.issparse(self.adjacency) else self.adjacency
-        return np.where(a > 0, 1.0, self.eps)
+        a = self.adjacency.toarray() > 0
+        return np.where(a != self.complement, 1.0, self.eps)
+
+
+ROWS = 64  # cosine rows decided at once: the float32 block and its masks stay in cache
+
+
+def _decided(cos: Cosines, tau: float, painted: np.ndarray | None) -> np.ndarray:
+    """cos > τ as float64 decides it, row block by row block, into an (N, 2^k ≥ N) bool array
+    whose padding columns are False (a power-of-two row stride makes column indices a bit mask).
+
+    Outside ±band of τ the float32 cosine decides; inside, the float64 dot of the unit keys.
+    Patches in ``painted`` have zeroed keys (MaskCut): their cosines, self included, are 0.
+    """
+    approx, n = cos.approx, cos.approx.shape[0]
+    stride = 1 << max(n - 1, 1).bit_length()
+    # float32 thresholds one ulp outside τ ± band: every entry not between them is decided by float32
+    above = np.nextafter(np.float32(tau + cos.band), np.float32(np.inf))
+    below = np.nextafter(np.float32(tau - cos.band), np.float32(-np.inf))
+    out = np.zeros((n, stride), dtype=bool)
+    near = np.empty((ROWS, n), dtype=bool)
+    zero = 0.0 > tau  # the decision for a painted patch's cosines
+    cols = np.flatnonzero(painted) if painted is not None and painted.any() else None
+    for start in range(0, n, ROWS):
+        stop = min(start + ROWS, n)
+        block, a, m = approx[start:stop], out[start:stop, :n], near[: stop - start]
+        np.greater(block, above, out=a)
+        np.greater_equal(block, below, out=m)
+        m ^= a  # below ≤ approx ≤ above
+        if cols is not None:
+            a[:, cols], m[:, cols] = zero, False
+            rows = painted[start:stop]
+            a[rows], m[rows] = zero, False
+        hit = np.flatnonzero(m)
+        if hit.size:
+            r, c = hit // n, hit % n
+            a[r, c] = np.einsum("ij,ij->i", cos.unit[start + r], cos.unit[c]) > tau
+    return out
 
 
 def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np.ndarray:
@@ -186,34 +229,26 @@ def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np
     Patches in ``painted`` have zeroed keys (MaskCut), so their cosines with every patch,
     themselves included, are 0.
     """
-    approx = cos.approx
-    a = approx > tau
-    near = np.abs(approx - np.float32(tau)) <= cos.band
-    if painted is not None and painted.any():
-        a[painted, :] = 0.0 > tau
-        a[:, painted] = 0.0 > tau
-        near[painted, :] = False
-        near[:, painted] = False
-    rows, cols = np.nonzero(near)
-    if rows.size:
-        exact = np.einsum("ij,ij->i", cos.unit[rows], cos.unit[cols])
-        a[rows, cols] = exact > tau
-    return a
+    return _decided(cos, tau, painted)[:, : cos.approx.shape[0]]
 
 
 def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None = None) -> Graph:
-    """TokenCut's binary graph on the keys; A is stored sparse when under half full."""
-    a = adjacency(cos, tau, painted)
-    n = a.shape[0]
-    count = a.sum(axis=1, dtype=np.int64)
+    """TokenCut's binary graph on the keys; the sparse 0/1 matrix of A, or of Ā when A is over half full."""
+    a = _decided(cos, tau, painted)
+    n, stride = a.shape
+    flat = np.flatnonzero(a)  # sorted, so each row's entries lie between multiples of the stride
+    edges = np.arange(n + 1, dtype=np.int64) * stride
+    indptr = np.searchsorted(flat, edges)
+    count = np.diff(indptr)
     degree = count + eps * (n - count)
-    if count.sum() < 0.5 * n * n:
-        cols = np.nonzero(a)[1].astype(np.int32)  # row-major, so already grouped by row
-        indptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int32)
-        matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr), shape=(n, n))
-    else:
-        matrix = a.astype(np.float64)
-    return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64))
+    complement = bool(flat.size > 0.5 * n * n)
+    if complement:
+        a[:, :n] ^= True
+        flat = np.flatnonzero(a)
+        indptr = np.searchsorted(flat, edges)
+    cols = np.bitwise_and(flat, stride - 1, out=flat).astype(np.int32)
+    matrix = scipy.sparse.csr_array((np.ones(cols.size), cols, indptr.astype(np.int32)), shape=(n, n))
+    return Graph(adjacency=matrix, eps=float(eps), degree=degree.astype(np.float64), complement=complement)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,20 +282,23 @@ class Cut:
 
 
 def _normalized(graph: Graph) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
-    """D^-½, the known top eigenvector D^½1/‖·‖ of 𝒩, and v ↦ 𝒩v with D^-½AD^-½ formed once."""
+    """D^-½, the known top eigenvector D^½1/‖·‖ of 𝒩, and v ↦ 𝒩v = D^-½WD^-½v through the
+    stored 0/1 matrix (A, or Ā = 11ᵀ − A), scaled on the vectors: no N × N matrix is formed."""
     scale = 1.0 / np.sqrt(graph.degree)
     top = np.sqrt(graph.degree)
     top /= np.linalg.norm(top)
-    a = graph.adjacency
-    if scipy.sparse.issparse(a):
-        rows = np.repeat(np.arange(graph.n), np.diff(a.indptr))
-        normal = scipy.sparse.csr_array(((1.0 - graph.eps) * scale[rows] * scale[a.indices], a.indices, a.indptr), shape=a.shape)
-    else:
-        normal = (1.0 - graph.eps) * (scale[:, None] * a * scale[None, :])
-    eps = graph.eps
+    a, eps = graph.adjacency, graph.eps
+    if graph.complement:  # W u = Σu − (1 − ε)·Ā u
 
-    def apply(v: np.ndarray) -> np.ndarray:
-        return normal @ v + eps * scale * (scale @ v)
+        def apply(v: np.ndarray) -> np.ndarray:
+            u = scale * v
+            return scale * (u.sum() - (1.0 - eps) * (a @ u))
+
+    else:  # W u = (1 − ε)·A u + ε·Σu
+
+        def apply(v: np.ndarray) -> np.ndarray:
+            u = scale * v
+            return scale * ((1.0 - eps) * (a @ u) + eps * u.sum())
 
     return scale, top, apply
 
@@ -283,25 +321,69 @@ class _Unsettled(Exception):
     """ARPACK returned, but not the eigenpair we asked for."""
 
 
-def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: float) -> tuple[float, np.ndarray]:
+def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: float, short: int = 16) -> tuple[float, np.ndarray]:
     """Largest eigenpair by ARPACK: a short Lanczos basis first (it suffices when the eigenvalue
     is well separated), a longer one when that does not converge in a few restarts (clusters).
     A near-degenerate pair may not converge in 100 restarts of the long basis either; the
     caller then falls back to the dense solver."""
     n = op.shape[0]
     try:
-        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(16, n - 1), maxiter=4)
+        values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(short, n - 1), maxiter=4)
     except scipy.sparse.linalg.ArpackNoConvergence:
         values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(48, n - 1), maxiter=100)
     return float(values[0]), vectors[:, 0] / np.linalg.norm(vectors[:, 0])
 
 
+def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, wanted: int,
+             settled: Callable[[np.ndarray, np.ndarray], bool], *, least: int = 16, most: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """The ``wanted`` largest Ritz pairs (values descending, unit vectors as rows) of a symmetric
+    operator on the Krylov space of ``start``.
+
+    Plain Lanczos with full reorthogonalisation (so no spurious copies) and no restarts:
+    nothing the space has learnt is thrown away, as an implicit restart does. The space grows,
+    checked every 4 steps and never below ``least`` vectors (what an ARPACK run with 16 vectors
+    builds first), until ``settled(values, estimates)``, the estimates being Lanczos's residual
+    norms β·|s_last|, or until ``most`` vectors (the caller checks residuals explicitly).
+    """
+    n = start.shape[0]
+    most = max(wanted + 1, min(most, n - 1))
+    basis = np.empty((most + 1, n))
+    basis[0] = start / np.linalg.norm(start)
+    alpha, beta = np.empty(most), np.empty(most)
+    for j in range(most):
+        w = matvec(basis[j])
+        alpha[j] = basis[j] @ w
+        w -= alpha[j] * basis[j]
+        if j:
+            w -= beta[j - 1] * basis[j - 1]
+        q = basis[: j + 1]
+        before = np.linalg.norm(w)
+        w -= q.T @ (q @ w)  # full reorthogonalisation, again when it removed much (DGKS, as ARPACK)
+        beta[j] = np.linalg.norm(w)
+        if beta[j] < 0.7071 * before:
+            w -= q.T @ (q @ w)
+            beta[j] = np.linalg.norm(w)
+        last = beta[j] <= 1e-14 or j + 1 == most  # an invariant subspace, or the longest run
+        if last and j + 1 < wanted:
+            raise _Unsettled  # the start spans an invariant subspace smaller than the pairs wanted
+        if j + 1 >= wanted and (last or (j + 1 >= least and (j + 1 - least) % 4 == 0)):
+            values, vectors = scipy.linalg.eigh_tridiagonal(alpha[: j + 1], beta[:j], select="i", select_range=(j + 1 - wanted, j))
+            values, vectors = values[::-1], vectors[:, ::-1]
+            if last or settled(values, beta[j] * np.abs(vectors[-1])):
+                ritz = vectors.T @ q
+                return values, ritz / np.linalg.norm(ritz, axis=1, keepdims=True)
+        basis[j + 1] = w / beta[j]
+    raise AssertionError("unreachable")
+
+
 def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
     """Second smallest generalized eigenpair of (D − W, D), via 𝒩 with D^½1 deflated.
 
-    ARPACK (Lanczos, tol at machine precision) finds μ2 = 1 − λ2 and y; a second run with y
-    deflated too estimates μ3 for the eigengap, to a tolerance set by that gap (a Lanczos
-    estimate: θ3 ≤ μ3, and the gap's lower bound takes θ3 + ‖r3‖). Dense ``eigh`` of 𝒩 serves
+    A Lanczos run without restarts (``_lanczos``) brings y to machine precision and gives μ3's
+    Ritz pair; ARPACK (tol at machine precision), started from that y, settles μ2 = 1 − λ2 and y
+    in one short cycle. μ3 sizes the eigengap: θ3 ≤ μ3 (interlacing), its residual ‖r3‖ with y
+    deflated is measured and must be under a quarter of the gap (else a Lanczos run on the
+    deflated operator refines it), and the gap's lower bound takes θ3 + ‖r3‖. Dense ``eigh`` of 𝒩 serves
     small graphs and any case ARPACK does not settle (no convergence, or a residual it should
     not have). The start vector comes from ``seed``, so runs repeat exactly.
     """
@@ -310,7 +392,7 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
     if n <= DENSE_BELOW:
         return _dense_cut(graph, scale)
 
-    def operator(deflate: list[np.ndarray]) -> scipy.sparse.linalg.LinearOperator:
+    def deflated(deflate: list[np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         def matvec(v: np.ndarray) -> np.ndarray:
             v = v.ravel()
             out = apply(v)
@@ -318,24 +400,28 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
                 out -= 2.0 * u * (u @ v)
             return out
 
-        return scipy.sparse.linalg.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+        return matvec
 
     start = np.random.default_rng(seed).standard_normal(n)
+    first = deflated([top])
     try:
-        mu2, y = _largest(operator([top]), start, 0.0)
+        # one Lanczos run brings y to ARPACK's tolerance and μ3's Ritz pair to a fraction of the gap
+        values, vectors = _lanczos(first, start, 2, lambda t, r: r[0] <= SETTLED and r[1] <= 0.25 * (t[0] - t[1]))
+        operator = scipy.sparse.linalg.LinearOperator((n, n), matvec=first, dtype=np.float64)
+        mu2, y = _largest(operator, vectors[0], 0.0, short=SETTLE_NCV)  # ARPACK settles μ2 from that vector
         residual = float(np.linalg.norm(apply(y) - mu2 * y))
         if residual > 1e-8 or abs(y @ top) > 1e-6:
             raise _Unsettled
-        # μ3 only sizes the eigengap μ2 − μ3: start loose (cheap when μ3 sits in the bulk) and
-        # tighten until the residual is a small fraction of the gap it measures
-        below = operator([top, y])
-        z, tol = start, 1e-2
-        for _ in range(4):
-            mu3, z = _largest(below, z, tol)
-            r3 = float(np.linalg.norm(below.matvec(z) - mu3 * z))
-            if r3 <= 0.25 * (mu2 - mu3):
-                break
-            tol = max(0.05 * abs(mu2 - mu3), 1e-12)
+        # μ3 only sizes the eigengap μ2 − μ3: its Ritz pair, with y deflated, measured explicitly;
+        # a second run on the deflated operator when that residual is not a small fraction of the gap
+        below = deflated([top, y])
+        mu3, z = float(values[1]), vectors[1] - y * (y @ vectors[1])
+        z /= np.linalg.norm(z)
+        r3 = float(np.linalg.norm(below(z) - mu3 * z))
+        if not r3 <= 0.25 * (mu2 - mu3):
+            (mu3,), (z,) = _lanczos(below, start, 1, lambda t, r: r[0] <= 0.25 * (mu2 - t[0]))
+            mu3 = float(mu3)
+            r3 = float(np.linalg.norm(below(z) - mu3 * z))
     except (scipy.sparse.linalg.ArpackNoConvergence, scipy.sparse.linalg.ArpackError, _Unsettled):
         return _dense_cut(graph, scale)
     return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="arpack")

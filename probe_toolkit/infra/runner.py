@@ -63,8 +63,12 @@ def blocks(n_images: int, block: int) -> list[tuple[int, int]]:
 
 
 def block_size(n_images: int, workers: int, largest: int = 16) -> int:
-    """Images per block: at most ``largest`` (a store chunk), small enough to keep every worker busy."""
-    return max(1, min(largest, -(-n_images // (4 * workers))))
+    """Images per block: at most ``largest`` (a store chunk), small enough to keep every worker
+    busy; halved from ``largest`` while that stays even, so blocks tile the store's chunks."""
+    want, size = max(1, -(-n_images // (4 * workers))), max(1, largest)
+    while size > want and size % 2 == 0:
+        size //= 2
+    return min(size, want)
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,32 @@ def map_images(
         part = {name: a.isel(image=slice(start, stop)) for name, a in arrays.items()}
         return on_cluster(fn, part, chunk=block, client=where.client, progress=progress)
 
-    def read(a: int, b: int) -> dict[str, np.ndarray]:
-        return {name: np.asarray(array.isel(image=slice(a, b)).values) for name, array in arrays.items()}
-
+    read = _ChunkReader(arrays, start, stop)
     size = block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
     return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress)
+
+
+class _ChunkReader:
+    """``read(a, b)`` for blocks in order: each store chunk the blocks fall in is read (and
+    decompressed) once, not once per block when blocks are smaller than a chunk."""
+
+    def __init__(self, arrays: Mapping[str, Any], start: int, stop: int) -> None:
+        self.arrays, self.span, self.held = arrays, (0, 0), {}
+        edges = {start, stop}
+        for array in arrays.values():
+            chunks = getattr(array, "chunks", None)  # dask-backed: one tuple of sizes per dim
+            if chunks:
+                edges.update(int(e) for e in np.cumsum((0, *chunks[array.dims.index("image")])))
+        self.edges = np.array(sorted(e for e in edges if start <= e <= stop))
+
+    def __call__(self, a: int, b: int) -> dict[str, np.ndarray]:
+        lo, hi = self.span
+        if not (lo <= a and b <= hi):
+            lo = int(self.edges[self.edges <= a].max())
+            hi = int(self.edges[self.edges >= b].min())
+            if hi - lo > 4 * (b - a) + 64:  # a chunk far larger than the block: read the block alone
+                lo, hi = a, b
+            self.span = lo, hi
+            self.held = {name: np.asarray(array.isel(image=slice(lo, hi)).values) for name, array in self.arrays.items()}
+        return {name: np.ascontiguousarray(v[a - lo : b - lo]) for name, v in self.held.items()}
