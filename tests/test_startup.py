@@ -75,3 +75,25 @@ def test_xarray_still_knows_a_dask_array_when_there_is_one():
     masked = xr.DataArray(da.ma.masked_array(da.arange(3.0), mask=[True, False, False]))
     assert np.array_equal(masked.values, [np.nan, 1.0, 2.0], equal_nan=True)  # xarray's masked-dask branch still taken
     assert xr.Dataset({"a": ("x", np.arange(4))}).chunk({"x": 2}).chunks == {"x": (2, 2)}
+
+
+def test_store_arrays_know_their_chunks_without_dask(tmp_path):
+    """open_store records the zarr chunks along ``image`` among the finished images, where dask kept
+    them as its chunks, so the runner still reads each chunk once (``infra.runner._ChunkReader``)."""
+    import numpy as np
+    from analysis_stores import make_store
+
+    from probe_toolkit.infra import runner
+    from probe_toolkit.infra.chunked import image_chunk_edges
+    from probe_toolkit.store.cache import open_store, require
+
+    tokens = np.random.default_rng(0).standard_normal((10, 196, 8)).astype(np.float16)
+    failed = np.zeros(10, dtype=bool)
+    failed[5] = True
+    path = make_store(tmp_path / "teacher.zarr", {"tokens_224": tokens}, chunk=4, failed=failed)
+    array = require(open_store(path), "tokens_224")
+    assert image_chunk_edges(array) == [0, 4, 7, 9]  # chunks 0-3 | 4, 6, 7 | 8, 9 of the store
+    reader = runner._ChunkReader({"tokens": array}, 0, 9)
+    assert reader.edges.tolist() == [0, 4, 7, 9]
+    assert np.array_equal(reader(4, 6)["tokens"], tokens[[4, 6]]) and reader.span == (4, 7)
+    assert np.array_equal(reader(6, 7)["tokens"], tokens[[7]]) and reader.span == (4, 7)  # the held chunk, not a new read

@@ -72,6 +72,17 @@ def _bounds(arrays: Mapping[str, xr.DataArray], chunk: int | None) -> list[int]:
     return [*range(0, n, step), n] if n else [0]
 
 
+def image_chunk_edges(array) -> list[int]:
+    """Where the store's chunks begin along ``image``, in the array's own positions, and its end:
+    a dask array's chunks, or those ``store.cache.open_store`` recorded (the zarr chunks, after
+    unfinished images were dropped); [] when unknown. Readers use them to read each chunk once."""
+    chunks = getattr(array, "chunks", None)
+    if chunks:
+        return [int(e) for e in np.cumsum((0, *chunks[array.dims.index("image")]))]
+    edges = getattr(array, "encoding", {}).get("probe_image_edges")
+    return [int(e) for e in edges] if edges is not None else []
+
+
 def _block(array, a: int, b: int) -> np.ndarray:
     """Images ``a:b`` of an array (lazy, dask-backed or in memory), read now."""
     part = array[a:b]

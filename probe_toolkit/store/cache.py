@@ -100,12 +100,25 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = xr.open_dataset(path, engine="zarr", consolidated=False, chunks=None, cache=False)
+    kept = np.arange(ds.sizes.get("image", 0))
     if done_only and done is not None:
         keep = done & ~failed if failed is not None else done
         if not keep.all():
-            ds = ds.isel(image=np.flatnonzero(keep))
+            kept = np.flatnonzero(keep)
+            ds = ds.isel(image=kept)
+    _record_chunk_edges(ds, kept)
     ds.attrs["store"] = str(path)
     return ds
+
+
+def _record_chunk_edges(ds: xr.Dataset, kept: np.ndarray) -> None:
+    """Each image array's zarr chunk boundaries among the kept images (``infra.chunked.image_chunk_edges``),
+    where dask would have kept them as its chunks: readers then read each chunk once."""
+    for variable in ds.variables.values():
+        chunks = variable.encoding.get("chunks")
+        if chunks and variable.dims and variable.dims[0] == "image" and variable.ndim > 1:
+            starts = np.flatnonzero(np.diff(kept // int(chunks[0]))) + 1
+            variable.encoding["probe_image_edges"] = [0, *starts.tolist(), int(kept.size)]
 
 
 def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
