@@ -760,7 +760,7 @@ def report_command(
     stores: Annotated[list[Path], typer.Argument(help="Stores to report on, side by side (checkpoint comparison).")],
     out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
     follow: Annotated[Optional[str], typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
-    patch: Annotated[int, typer.Option("--patch", help="Patch of the 224 view to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14).")] = 34,
+    patch: Annotated[int, typer.Option("--patch", help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other grids follow the patch under its centre.")] = 34,
     formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
     cache: CacheOpt = None,
 ) -> None:

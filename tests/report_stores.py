@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,17 @@ def plain_window(grid: int, anchor: int) -> list[int]:
     return sorted(((r + dr) % grid) * grid + (c + dc) % grid for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr, dc) != (0, 0))
 
 
+def plain_follow(patch: int, ref: tuple[int, int], grid: tuple[int, int], size: int) -> int | None:
+    """The patch of ``grid`` (``size``-pixel patches) holding the centre of ``patch`` of ``ref`` (rows, cols, size),
+    by a loop over its rows and columns with exact fractions; a centre on a border belongs to the patch before it."""
+    rows0, cols0, size0 = ref
+    r0, c0 = divmod(patch, cols0)
+    y, x = (r0 + Fraction(1, 2)) * size0, (c0 + Fraction(1, 2)) * size0
+    row = next((r for r in range(grid[0]) if r * size < y <= (r + 1) * size), None)
+    col = next((c for c in range(grid[1]) if c * size < x <= (c + 1) * size), None)
+    return None if row is None or col is None else row * grid[1] + col
+
+
 def plain_cosine(tokens: np.ndarray) -> np.ndarray:
     x = np.asarray(tokens, dtype=np.float64)
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -134,18 +146,22 @@ def stored(store: Path, array: str, image_id: str) -> np.ndarray:
     return np.asarray(ds[array].sel(image=image_id).values)
 
 
-def synthetic_store(path: Path, grid: int, heads: int = 2, channels: int = 8, seed: int = 0) -> Path:
+def synthetic_store(path: Path, grid: int, heads: int = 2, channels: int = 8, seed: int = 0, *, class_token: bool = False, registers: int = 0,
+                    patch: int | None = None) -> Path:
     """A store on any patch grid (e.g. 28 × 28, a ViT-S/8 at 224 px) with random tokens and softmax
-    attention rows, written with ``cache.create_store``; its image file does not exist."""
+    attention rows over ``class_token`` + ``registers`` prefix tokens and the patches, written with
+    ``cache.create_store``; its image file does not exist."""
     rng = np.random.default_rng(seed)
     n = grid * grid
+    t = int(class_token) + registers + n
     manifest = {"checkpoint": {"path": str(path.parent / "synthetic.pth"), "sha256": "cd" * 32, "format": "synthetic"}, "network": "teacher",
-                "arch": {"width": channels, "depth": 1, "heads": heads, "patch": 224 // grid, "class_token": False, "final_norm": False},
+                "arch": {"width": channels, "depth": 1, "heads": heads, "patch": patch or 224 // grid, "class_token": class_token, "final_norm": False,
+                         "registers": registers},
                 "views": [224], "interpolation": "dino", "attention": "last", "dtype": "float16", "chunk": 1, "n_images": 1,
-                "image_list_sha256": "x", "image_source": str(path.parent / "no-such-folder")}
+                "image_list_sha256": "x", "image_source": str(path.parent / "no-such-folder"), "attention_prefix": t - n, "registers": registers}
     writer = cache.create_store(path, manifest, ["gone.jpg"], {"tokens_224": (("patch_224", "channel"), (n, channels)),
-                                                               "attention_224": (("head", "query", "key"), (heads, n, n))})
-    scores = rng.normal(0, 2, (1, heads, n, n))
+                                                               "attention_224": (("head", "query", "key"), (heads, t, t))})
+    scores = rng.normal(0, 2, (1, heads, t, t))
     rows = np.exp(scores - scores.max(-1, keepdims=True))
     writer.write(0, {"tokens_224": rng.normal(0, 1, (1, n, channels)).astype(np.float16), "attention_224": (rows / rows.sum(-1, keepdims=True)).astype(np.float16)},
                  np.array([[480, 640]]), np.zeros(1, dtype=bool))

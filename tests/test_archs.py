@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from test_backbone import cubic_matrix, layer_norm
 
-from probe_toolkit.demo.samples import TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
+from probe_toolkit.demo.samples import TINY_B8, TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit
 from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file
 
-TINY_B8 = replace(TINY_P8, width=192, heads=3, mlp_hidden=768)  # ViT-B/8's shape at tiny size (width/64 heads)
 CASES = {
     "s8-backbone": ("dino-backbone", TINY_P8),
     "s8-full": ("dino-full", TINY_P8),
@@ -202,3 +202,37 @@ def test_released_sizes_parameter_counts(name):
     assert parameter_count(state) + (d if arch.layerscale else 0) + (d if arch.registers else 0) == expected
     if name == "vit-s16":
         assert expected == 21_665_664
+
+
+def readme_networks() -> dict[str, list[str]]:
+    """README "Supported networks": network → (layouts, tensors, parameters, 224 px grid, 480 px grid)."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Supported networks", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| network")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
+
+
+def test_readme_lists_every_released_layout_with_its_count():
+    """Every released size in the README's table, with the tensors and parameters of its file counted
+    from timm's model (built on the meta device) plus what the file holds beside it."""
+    table = readme_networks()
+    expected = {}
+    for name, arch in RELEASED.items():
+        d, p = arch.width, arch.patch
+        state = build_vit(arch, device="meta").state_dict()
+        # DINOv2 files add mask_token; with registers the file's position table keeps the class row timm folds away
+        tensors = len(state) + (1 if arch.layerscale else 0)
+        params = parameter_count(state) + (d if arch.layerscale else 0) + (d if arch.registers else 0)
+        size = {384: "S", 768: "B"}[d]
+        grids = [f"{224 // p} × {224 // p}", f"{480 // p} × {480 // p}"]
+        if arch.layerscale:
+            expected[f"DINOv2 ViT-{size}/{p}" + (", 4 registers" if arch.registers else "")] = (name, tensors, params, grids)
+        else:  # SelfPatch's backbone has no class token (nor its position row) and no final norm
+            expected[f"DINO ViT-{size}/{p}"] = (name, tensors, params, grids)
+            expected[f"SelfPatch-style ViT-{size}/{p}"] = (None, tensors - 3, params - 4 * d, grids)
+    assert set(table) == set(expected)
+    for label, (name, tensors, params, grids) in expected.items():
+        layouts, shown_tensors, shown_params, *shown_grids = table[label]
+        assert name is None or f"(`{name}`)" in layouts, label
+        assert (int(shown_tensors), int(shown_params.replace(",", "")), shown_grids) == (tensors, params, grids), label
+    assert table["DINO ViT-S/16"][2] == "21,665,664" and table["DINOv2 ViT-B/14, 4 registers"][2] == "86,583,552"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from probe_toolkit.store.backbone import Backbone, interpolate_pos_embed
+from probe_toolkit.store.backbone import Backbone, build_vit, interpolate_pos_embed
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.images import normalise, view
 
@@ -152,3 +152,24 @@ def test_patch_r_c_is_number_14r_plus_c(tiny_checkpoints):
     with torch.no_grad():
         diff = (backbone.vit.patch_embed(marked) - backbone.vit.patch_embed(blank)).abs().sum(-1)[0]
     assert diff.nonzero().flatten().tolist() == [14 * r + c] == [34]
+
+
+def test_from_checkpoint_equals_a_network_loaded_by_copy(tmp_path):
+    """The meta-device build with the file's tensors assigned is the network a plain build and a
+    copying ``load_state_dict`` give, bit for bit, and a float16 file still gives float32 parameters."""
+    from probe_toolkit.demo.samples import TINY, make_checkpoint
+    from probe_toolkit.store.checkpoints import save_state
+
+    half = {k: v.half() for k, v in make_checkpoint("dino-backbone", TINY, 4).items()}
+    checkpoint = load_checkpoint(save_state(half, tmp_path / "half.pth"))
+    model = Backbone.from_checkpoint(checkpoint)
+    plain = build_vit(checkpoint.arch, init=False)
+    plain.load_state_dict(checkpoint.backbone, strict=True)
+    assert {p.dtype for p in model.parameters()} == {torch.float32} and all(p.is_contiguous() for p in model.parameters())
+    for name, value in plain.state_dict().items():
+        assert torch.equal(model.vit.state_dict()[name], value), name
+    images = torch.randn(2, 3, 224, 224)
+    plain.patch_embed.strict_img_size = False
+    with torch.inference_mode():
+        expected = plain.blocks(plain._pos_embed(plain.patch_embed(images)))
+    assert torch.equal(model.readout(images, keys=False, attention="none").tokens, expected[:, 1:])

@@ -79,6 +79,45 @@ def test_attention_distance_reference_heads():
     assert math.isclose(float(ent.attention_distance(with_cls, True)), pairwise(grid).mean(), rel_tol=1e-5)
 
 
+def plain_distance(rows: np.ndarray, prefix: int, n_rows: int, n_cols: int) -> np.ndarray:
+    """Mean attention distance per head by loops in float64 on an n_rows × n_cols grid (patch i at
+    row i // n_cols, column i % n_cols): each patch row renormalised over the patch keys."""
+    heads = rows.shape[0]
+    out = np.zeros(heads)
+    n = n_rows * n_cols
+    for h in range(heads):
+        total = 0.0
+        for i in range(n):
+            row = [float(rows[h, prefix + i, prefix + j]) for j in range(n)]
+            mass = sum(row)
+            total += sum(w * math.hypot(i // n_cols - j // n_cols, i % n_cols - j % n_cols) for j, w in enumerate(row)) / mass
+        out[h] = total / n
+    return out
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (2, 7)])
+def test_attention_distance_on_a_rectangular_grid(shape):
+    """A native view's rows × cols grid, with a class token and two registers in front."""
+    n_rows, n_cols = shape
+    prefix, heads = 3, 2
+    t = prefix + n_rows * n_cols
+    rows = softmax(np.random.default_rng(n_rows).normal(0, 2, (1, heads, t, t)))
+    found = ent.attention_distance(torch.from_numpy(rows), class_token=True, registers=2, grid=shape)
+    assert np.allclose(found.numpy()[0], plain_distance(rows[0], prefix, n_rows, n_cols), rtol=1e-5)
+    # a square read of the same rows would be another number: the grid matters
+    transposed = ent.attention_distance(torch.from_numpy(rows), class_token=True, registers=2, grid=(n_cols, n_rows))
+    assert not np.allclose(transposed.numpy(), found.numpy(), rtol=1e-3)
+    # through the store-level analysis, with the grid in the attributes
+    import xarray as xr
+
+    da = xr.DataArray(rows.astype(np.float32), dims=("image", "head", "query", "key"), name="attention_native")
+    saved = ent.entropy(da, class_token=True, registers=2, grid=shape, n_boot=10)
+    assert np.allclose(saved["distance"].values[0], plain_distance(rows[0], prefix, n_rows, n_cols), rtol=1e-5)
+    assert (saved.attrs["grid_rows"], saved.attrs["grid_cols"], saved.attrs["grid"]) == (n_rows, n_cols, [n_rows, n_cols])
+    with pytest.raises(ProbeError, match="not the 4 × 4 grid"):
+        ent.entropy(da, class_token=True, registers=2, grid=(4, 4), n_boot=10)
+
+
 def test_row_statistics_keep_the_class_token_apart():
     # 1 class token + 4 patches (2 × 2 grid); patch rows are full rows over all 5 keys
     a = torch.zeros(1, 1, 5, 5)

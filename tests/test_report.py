@@ -236,10 +236,11 @@ def test_training_section_reads_the_run_folder(full):
 
 def test_explorer_data_is_exact_up_to_half_a_quantisation_step(bare):
     data = _explorer(bare.written.html.read_text())
-    assert data["grid"] == 14 and data["patch"] == PATCH and data["picture"].startswith("data:image/png;base64,")
-    window = np.frombuffer(base64.b64decode(data["window"]), np.uint8).reshape(196, 8)
-    assert all(sorted(window[a].tolist()) == plain_window(14, a) for a in (0, 13, PATCH, 195))
+    assert data["grid"] == [14, 14] and data["patch"] == PATCH and data["picture"].startswith("data:image/png;base64,")
     for entry, store in zip(data["stores"], (bare.stores["dino"], bare.stores["selfpatch"])):
+        assert (entry["rows"], entry["cols"], entry["size"], entry["patch"], entry["indexBytes"]) == (14, 14, 16, PATCH, 1)
+        window = np.frombuffer(base64.b64decode(entry["window"]), np.uint8).reshape(196, 8)
+        assert all(sorted(window[a].tolist()) == plain_window(14, a) for a in (0, 13, PATCH, 195))
         weights = stored(store, "attention_224", data["image"]).astype(np.float64)
         heads, t = entry["heads"], entry["tokens"]
         assert entry["classToken"] == (t == 197) and (heads, t) == weights.shape[:2]

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from cdp import Browser
-from report_stores import bare_copies, invoke, plain_cosine, plain_rank, plain_window, stored, synthetic_store
+from report_stores import bare_copies, invoke, plain_cosine, plain_follow, plain_rank, plain_window, stored, synthetic_store
 
 from probe_toolkit.demo.doctor import find_browser
 from probe_toolkit.report import write_report
@@ -157,3 +157,41 @@ def test_new_sections_render_in_the_browser(page, tmp_path):
         text = browser.evaluate("document.body.innerText")
         assert not any(word in text.lower() for word in ("course", "thesis"))
         browser.screenshot(tmp_path / "report-new-sections.png")
+
+
+def test_a_mixed_grid_report_draws_every_store_on_its_own_grid(tmp_path):
+    """14 × 14 (class token), 28 × 28 and 16 × 16 with 4 registers in one page: each store follows the
+    patch under the centre of the picture's patch, and a register's row is drawn where the network has one."""
+    specs = {"s16": (14, 16, dict(class_token=True)), "s8": (28, 8, {}), "v2reg": (16, 14, dict(class_token=True, registers=4))}
+    stores = {name: synthetic_store(tmp_path / f"{name}-{i}{i}{i}{i}" / "teacher.zarr", grid, seed=i, **kw)
+              for i, (name, (grid, _, kw)) in enumerate(specs.items())}
+    written = write_report(list(stores.values()), tmp_path / "report", patch=34, formats="png")
+    labels = dict(zip(stores, written.report.stores))
+
+    def expect(state: dict, patch: int, query: str = "patch") -> None:
+        for name, (grid, size, kw) in specs.items():
+            shown, want = state["stores"][labels[name]], plain_follow(patch, (14, 14, 16), (grid, grid), size)
+            assert shown["patch"] == want and shown["grid"] == [grid, grid], name
+            weights = stored(stores[name], "attention_224", "gone.jpg").astype(np.float64)
+            cls, start = int(kw.get("class_token", False)), int(kw.get("class_token", False)) + kw.get("registers", 0)
+            row = start + want if query == "patch" else cls + int(query[3:]) if int(query[3:]) < kw.get("registers", 0) else None
+            names = lambda k: -1 if k < cls else -2 if k < start else k - start  # noqa: E731
+            assert shown["top5"] == ([] if row is None else [[names(k) for k in plain_rank(weights[h, row], list(range(weights.shape[-1])), 5)]
+                                                             for h in range(weights.shape[0])]), (name, query)
+            sim = plain_cosine(stored(stores[name], "tokens_224", "gone.jpg"))
+            assert sorted(shown["window"]) == plain_window(grid, want) and shown["topk"] == plain_rank(sim[want], plain_window(grid, want), 4)
+
+    with Browser(chromium(), tmp_path / "profile", width=1400, height=1100) as browser:
+        browser.open(written.html.resolve().as_uri())
+        assert browser.wait_for("window.probeExplorer && window.probeExplorer.state.ready && window.probeExplorer.state.picture")
+        expect(_state(browser), 34)
+        _click_patch(browser, 195, 14)  # a real click on the last patch, centred at pixel (216, 216): (26, 26) at /8 (a border: upper left), (15, 15) at /14
+        state = _state(browser)
+        assert state["patch"] == 195 and [state["stores"][labels[n]]["patch"] for n in specs] == [195, 26 * 28 + 26, 255]
+        expect(state, 195)
+        _click_button(browser, "reg1")
+        assert _state(browser)["query"] == "reg1" and browser.evaluate("location.hash") == "#patch=195&query=reg1"
+        expect(_state(browser), 195, "reg1")
+        browser.evaluate("location.hash = '#patch=100&query=reg3'")
+        assert browser.wait_for("window.probeExplorer.state.patch === 100 && window.probeExplorer.state.query === 'reg3'")
+        expect(_state(browser), 100, "reg3")

@@ -32,9 +32,10 @@ import torch
 MASS = 0.6  # visualize_attention.py's --threshold in the paper's figures
 
 
-def class_rows(attention: np.ndarray) -> np.ndarray:
-    """(..., head, T, T) attention with the class token at 0 → (..., head, N) its row over the patches, renormalised."""
-    rows = np.asarray(attention, dtype=np.float64)[..., 0, 1:]
+def class_rows(attention: np.ndarray, prefix: int = 1) -> np.ndarray:
+    """(..., head, T, T) attention with the class token at 0 → (..., head, N) its row over the patches, renormalised
+    (``prefix``: tokens before the patches, 1 + DINOv2's registers, whose keys are left out like the class token's)."""
+    rows = np.asarray(attention, dtype=np.float64)[..., 0, prefix:]
     return rows / rows.sum(-1, keepdims=True)
 
 

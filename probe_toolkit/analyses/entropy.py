@@ -16,7 +16,9 @@ is summarised separately and never mixed into the patch rows; register rows are 
 Mean attention distance (Dosovitskiy et al. 2021; the textbook's Eq. 11.5.3): for a patch
 query i, Σ_j a_ij ‖u_i − u_j‖ / Σ_j a_ij over patch keys j only (the prefix is excluded as
 query and as key and the row renormalised over the patches), u the patch centres, Euclidean, in
-patch units (× 16 for pixels at ViT-S/16); averaged over the queries of a head and image.
+patch units (× 16 for pixels at ViT-S/16); averaged over the queries of a head and image. The
+patches lie on the view's grid, square (G × G) or rectangular (rows × cols, patch i at row
+i // cols, column i % cols), so a row-major rectangle is measured on its own rows and columns.
 
 Results (``probe entropy`` saves them as ``results/entropy`` in the store):
 
@@ -33,7 +35,7 @@ Results (``probe entropy`` saves them as ``results/entropy`` in the store):
               summary_mean, summary_low, summary_high (statistic): the head-averaged statistics
               (patch_entropy, patch_effective, patch_share, distance, cls_*) with a seeded
               percentile-bootstrap interval over images
-  attrs:      n_keys (T), n_patches (N), grid, class_token, registers, patch, n_boot, seed, level
+  attrs:      n_keys (T), n_patches (N), grid (G, or [rows, cols]), grid_rows, grid_cols, class_token, registers, patch, n_boot, seed, level
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import xarray as xr
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
-from .grid import grid_distance, grid_side
+from .grid import grid_distance, grid_shape, grid_side
 from .stats import bootstrap_mean
 
 TOP_WEIGHTS = 5  # each head's five largest weights are listed and outlined
@@ -89,13 +91,21 @@ def effective_number(rows) -> torch.Tensor:
     return torch.exp(row_entropy(rows))
 
 
-def attention_distance(attention, class_token: bool, registers: int = 0) -> torch.Tensor:
-    """Mean attention distance (…, head) of attention (…, head, T, T), patch units; see module doc."""
+def attention_distance(attention, class_token: bool, registers: int = 0, grid: int | tuple[int, int] | None = None) -> torch.Tensor:
+    """Mean attention distance (…, head) of attention (…, head, T, T), patch units; see module doc.
+
+    ``grid``: the patches' grid, its side G or (rows, cols) for a rectangular one (patch i at row
+    i // cols, column i % cols); by default the square grid of the patch count.
+    """
     a = torch.as_tensor(attention).float()
     start = int(class_token) + registers
     patches = a[..., start:, start:]
-    grid = grid_side(patches.shape[-1], "attention")
-    distance = grid_distance(grid, "euclidean", torus=False)
+    if grid is None:
+        grid = grid_side(patches.shape[-1], "attention")
+    rows, cols = grid_shape(grid)
+    if rows * cols != patches.shape[-1]:
+        raise ProbeError("attention", f"has {patches.shape[-1]} patch keys, not the {rows} × {cols} grid's {rows * cols}", "pass the grid the rows were computed on")
+    distance = grid_distance((rows, cols), "euclidean", torus=False)
     if patches.device.type == "cpu":  # numpy's einsum is one fused pass here; torch's is a product, then a sum
         weighted = torch.from_numpy(np.einsum("...qk,qk->...q", patches.numpy(), distance))
     else:
@@ -103,14 +113,14 @@ def attention_distance(attention, class_token: bool, registers: int = 0) -> torc
     return (weighted / patches.sum(-1)).mean(-1)
 
 
-def row_statistics(attention, class_token: bool, registers: int = 0) -> dict[str, torch.Tensor]:
-    """Per head means of one block's attention (…, head, T, T): entropy, e^H, distance, CLS row."""
+def row_statistics(attention, class_token: bool, registers: int = 0, grid: int | tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+    """Per head means of one block's attention (…, head, T, T): entropy, e^H, distance (on ``grid``), CLS row."""
     start = int(class_token) + registers
     entropy = row_entropy(attention)  # (…, head, T)
     out = {
         "patch_entropy": entropy[..., start:].mean(-1),
         "patch_effective": torch.exp(entropy[..., start:]).mean(-1),
-        "distance": attention_distance(attention, class_token, registers),
+        "distance": attention_distance(attention, class_token, registers, grid),
     }
     if class_token:
         out["cls_entropy"] = entropy[..., 0]
@@ -145,16 +155,17 @@ def _key_names(index: torch.Tensor, cls: int, start: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None, registers: int = 0) -> dict[str, np.ndarray]:
+def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None, registers: int = 0,
+           grid: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     a = np.asarray(attention)
-    out = row_statistics(a, class_token, registers)
+    out = row_statistics(a, class_token, registers, grid)
     if patch is not None:
         out.update(patch_detail(a, patch, class_token, registers=registers))
     if blocks is not None:
         per_block: dict[str, list[torch.Tensor]] = {}
         for b in range(blocks.shape[1]):
             block = np.ascontiguousarray(blocks[:, b])
-            found = row_statistics(block, class_token, registers)
+            found = row_statistics(block, class_token, registers, grid)
             if patch is not None:
                 found.update(patch_detail(block, patch, class_token, registers=registers))
             for name, value in found.items():
@@ -182,6 +193,7 @@ def entropy(
     registers: int = 0,
     blocks: xr.DataArray | None = None,
     patch: int | None = None,
+    grid: int | tuple[int, int] | None = None,
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
@@ -190,17 +202,23 @@ def entropy(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> xr.Dataset:
-    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks."""
+    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks.
+
+    ``grid``: the view's patch grid, G or (rows, cols) (``store.grids.fixed_grid``); by default the
+    square grid of the patch count.
+    """
     if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
         raise ProbeError(attention.name, f"has shape {attention.shape}", "pass (image, head, query, key) attention")
     n_keys = attention.shape[-1]
     n_patches = n_keys - int(class_token) - registers
-    grid = grid_side(n_patches, str(attention.name))
+    rows, cols = grid_shape(grid if grid is not None else grid_side(n_patches, str(attention.name)))
+    if rows * cols != n_patches:
+        raise ProbeError(attention.name, f"has {n_patches} patch keys, not the {rows} × {cols} grid's {rows * cols}", "pass the grid the store holds")
     arrays = {"attention": attention}
     if blocks is not None:
         arrays["blocks"] = blocks
     per_image = map_images(
-        functools.partial(_chunk, class_token=class_token, patch=patch, registers=registers), arrays, chunk=chunk, client=client, workers=workers, progress=progress
+        functools.partial(_chunk, class_token=class_token, patch=patch, registers=registers, grid=(rows, cols)), arrays, chunk=chunk, client=client, workers=workers, progress=progress
     )
 
     data: dict[str, tuple] = {}
@@ -238,7 +256,9 @@ def entropy(
     attrs = dict(
         n_keys=n_keys,
         n_patches=n_patches,
-        grid=grid,
+        grid=rows if rows == cols else [rows, cols],
+        grid_rows=rows,
+        grid_cols=cols,
         class_token=bool(class_token),
         registers=int(registers),
         patch=-1 if patch is None else int(patch),

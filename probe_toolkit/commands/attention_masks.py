@@ -103,12 +103,13 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
     """(image, head, patch) bool masks of every image, read in blocks."""
     name = "tokens_224" if row == "aggregation" else "attention_224"
     array = cache.require(ds, name)
-    prefix = int(bool(ds.attrs["manifest"].get("arch", {}).get("class_token")))
+    arch = ds.attrs["manifest"].get("arch", {})
+    prefix = int(bool(arch.get("class_token"))) + int(arch.get("registers", 0))  # the class token, then DINOv2's registers
     out = []
     for a in range(0, ds.sizes["image"], BLOCK):
         values = np.asarray(array.isel(image=slice(a, a + BLOCK)).values, dtype=np.float32)
         if row == "cls":
-            rows = am.class_rows(values)
+            rows = am.class_rows(values, prefix)
         elif row == "aggregation":
             rows = am.aggregation_rows(values, head, heads)
         else:

@@ -20,6 +20,7 @@ from ..store.checkpoints import save_state
 TINY = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=512)
 # tiny versions of the other families: patch 8 (DINO ViT-S/8-like) and DINOv2 with registers
 TINY_P8 = replace(TINY, patch=8, pos_grid=28)
+TINY_B8 = replace(TINY_P8, width=192, heads=3, mlp_hidden=768)  # ViT-B/8's shape at tiny size (head width 64, as ViT-B's 768 / 12)
 TINY_DINOV2_REG = replace(TINY, patch=14, pos_grid=37, layerscale=True, registers=4)
 TINY_DINOV2 = replace(TINY_DINOV2_REG, registers=0)
 DINOV2_LAYOUTS = ("dinov2-backbone", "dinov2-reg-backbone")

@@ -12,6 +12,12 @@ Quantisation (what a reader of the page sees is exact up to half a step):
   224 has 784), with the largest value of the width standing for the class token and the one
   below it for a DINOv2 register token, so the page never ranks quantised values.
 
+Every store is drawn on its own 224 grid (``rows``, ``cols``, patch ``size`` in pixels, its own
+index width and window table); the picture carries the first store's grid, which ``--patch``
+and ``#patch=N`` index, and each store follows the patch under that patch's centre
+(``patches.py``). DINOv2's register tokens get their own rows (``registers``), drawn as the
+report's register figure draws them (Darcet et al. 2024, Fig. 9).
+
 The page (``assets/explorer.js``) reads the JSON in ``<script id="probe-explorer-data">``.
 """
 
@@ -22,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from ..analyses import selection
 from . import figures
 from .followed import Attention, Neighbours
-from .sources import Picture, StoreView
+from .patches import Followed
+from .sources import VIEW, Picture, StoreView
 
 
 def b64(array: np.ndarray | bytes) -> str:
@@ -58,8 +66,15 @@ def quantise_cosine(cosine: np.ndarray) -> np.ndarray:
     return np.clip(np.rint((np.asarray(cosine, dtype=np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
 
 
-def store_data(store: StoreView, attention: Attention | None, neighbours: Neighbours | None, note: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {"label": store.label, "classToken": store.class_token, "note": note, "attention": None, "cosine": None}
+def store_data(store: StoreView, attention: Attention | None, neighbours: Neighbours | None, note: str = "",
+               followed: Followed | None = None) -> dict[str, Any]:
+    """One store's panel: its own 224 grid (rows, cols, patch size), followed patch and window table, and its maps."""
+    out: dict[str, Any] = {"label": store.label, "classToken": store.class_token, "registers": store.registers, "note": note,
+                           "attention": None, "cosine": None, "rows": None, "cols": None, "size": None, "patch": None, "follows": ""}
+    if followed is not None:
+        n = followed.rows * followed.cols
+        out.update(rows=followed.rows, cols=followed.cols, size=followed.size, patch=followed.patch, follows=followed.line,
+                   indexBytes=index_width(n), window=indices(selection.window(followed.grid, wrap=True).index.numpy(), n))
     if attention is not None:
         heads, tokens, _ = attention.weights.shape
         q, top = quantise_rows(attention.weights)
@@ -74,16 +89,17 @@ def store_data(store: StoreView, attention: Attention | None, neighbours: Neighb
     return out
 
 
-def explorer_data(stores: list[dict[str, Any]], grid: int, patch: int, image_id: str, picture: Picture, window: np.ndarray) -> dict[str, Any]:
+def explorer_data(stores: list[dict[str, Any]], reference: Followed, image_id: str, picture: Picture) -> dict[str, Any]:
+    """The page's data: the picture and its grid (the first store's, which ``--patch`` and ``#patch=N`` index), every store's panel."""
     return {
-        "version": 1,
-        "grid": grid,
-        "patch": patch,
+        "version": 2,
+        "grid": [reference.rows, reference.cols],
+        "size": reference.size,
+        "view": VIEW,
+        "patch": reference.patch,
         "image": image_id,
         "picture": ("data:image/png;base64," + b64(figures.image_png(picture.rgb))) if picture.rgb is not None else None,
         "pictureNote": picture.note,
         "lut": {"weight": b64(figures.colour_table(figures.WEIGHT_CMAP)), "cosine": b64(figures.colour_table(figures.COSINE_CMAP))},
-        "window": indices(window, grid * grid),
-        "indexBytes": index_width(grid * grid),
         "stores": stores,
     }

@@ -20,6 +20,7 @@ import torch
 
 from ..analyses import selection
 from ..analyses.entropy import TOP_WEIGHTS, effective_number
+from ..store import grids
 from .sources import StoreView
 
 TOP_CROP = 8  # the crop's 8 most similar patches, as the premise statistics count them
@@ -92,14 +93,15 @@ class Neighbours:
     topk: np.ndarray  # (N, k) the window's k most similar, most similar first
     top_crop: np.ndarray  # (N, 8) the crop's 8 most similar other patches
     k: int
-    grid: int
+    grid: int | tuple[int, int]  # the store's 224 grid (store/grids.py): its side, (rows, cols) were it not square
 
 
 def neighbours(store: StoreView, image_id: str, k: int = DEFAULT_K) -> Neighbours | None:
     if not store.has("tokens_224", image_id):
         return None
-    tokens = torch.from_numpy(store.image_values("tokens_224", image_id))[None]
-    grid = int(round(tokens.shape[1] ** 0.5))
+    rows, cols = grids.fixed_grid(store.ds, "224")
+    tokens = torch.from_numpy(store.image_values("tokens_224", image_id)[: rows * cols])[None]
+    grid = int(rows) if rows == cols else (int(rows), int(cols))
     sim = selection.cosine(tokens)
     table = selection.window(grid, wrap=True)
     chosen = selection.window_topk(None, grid, k, wrap=True, similarity=sim)

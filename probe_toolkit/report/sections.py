@@ -17,7 +17,6 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from ..analyses import selection
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
@@ -27,6 +26,7 @@ from .pictures import decoder_cuts, token_pca
 from .published import comparable, reference_values
 from .content import Explorer, Figure, Note, Report, Section, Table
 from .explorer import explorer_data, store_data
+from .patches import Followed, follow_patches
 from .freshness import freshness
 from .sources import (
     LedgerBook,
@@ -68,6 +68,7 @@ class Context:
     book: LedgerBook
     attention: dict[str, followed.Attention | None] = field(default_factory=dict)
     neighbours: dict[str, followed.Neighbours | None] = field(default_factory=dict)
+    followed: dict[str, Followed] = field(default_factory=dict)  # each store's followed patch on its own grid (patches.py)
     numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
     shown: set = field(default_factory=set)  # published numbers printed beside a measurement
     cache_dir: str | Path | None = None  # where the ledger of a label read for a figure goes
@@ -78,6 +79,11 @@ class Context:
     @property
     def labels(self) -> list[str]:
         return [s.label for s in self.stores]
+
+    def patch_of(self, store: StoreView) -> int | None:
+        """The followed patch on ``store``'s own 224 grid (``--patch`` reads the first store's); None when it follows none."""
+        found = self.followed.get(store.label)
+        return found.patch if found is not None else self.patch
 
 
 def _pct(x: float, digits: int = 1) -> str:
@@ -133,14 +139,16 @@ def manifests(ctx: Context) -> Section:
 
 
 def _grid_of(ctx: Context) -> int:
-    for store in ctx.stores:
-        found = ctx.neighbours.get(store.label)
-        if found is not None:
-            return found.grid
-        att = ctx.attention.get(store.label)
-        if att is not None:
-            return int(round(att.n_patches**0.5))
+    """The side of the first store's 224 grid: the one the followed image is drawn with and ``--patch`` reads."""
+    for found in ctx.followed.values():
+        return found.rows
     return 14
+
+
+def _other_grids(ctx: Context) -> list[str]:
+    """One line per store on another grid than the first: which patch it follows (patches.py)."""
+    grids = {f.grid for f in ctx.followed.values()}
+    return [f.line for f in list(ctx.followed.values())[1:]] if len(grids) > 1 else []
 
 
 def followed_image(ctx: Context) -> Section:
@@ -154,6 +162,10 @@ def followed_image(ctx: Context) -> Section:
         f"Image `{ctx.follow}`, its 224-pixel view (short side to 224 px with PIL bicubic, centre crop), cut into {grid} × {grid} "
         f"patches numbered row by row from 0 at the top left: patch = {grid}·row + column. The followed patch {ctx.patch} sits in "
         f"row {r}, column {c} (outlined)."))
+    mapped = _other_grids(ctx)
+    if mapped:
+        section.blocks.append(Note("Stores on other grids follow the patch under its centre (a centre on a border goes to the upper / left "
+                                   "patch): " + "; ".join(mapped) + "."))
     if ctx.picture.note:
         section.blocks.append(Note(ctx.picture.note))
     png = figures.followed_image(ctx.picture.rgb, grid, ctx.patch, f"{ctx.follow}: {grid}×{grid} patches, followed patch {ctx.patch}")
@@ -167,23 +179,26 @@ def explorer(ctx: Context) -> Section:
     if ctx.follow is None or not usable:
         section.missing(f"Nothing to explore: the explorer needs the followed image's 224 attention or tokens; {HOW['attention']}.")
         return section
-    grid = _grid_of(ctx)
     data = []
     for store in ctx.stores:
-        att, near = ctx.attention.get(store.label), ctx.neighbours.get(store.label)
+        att, near, where = ctx.attention.get(store.label), ctx.neighbours.get(store.label), ctx.followed.get(store.label)
         note = "" if store in usable else f"no 224 attention or tokens of {ctx.follow}"
-        if (att is not None and att.n_patches != grid * grid) or (near is not None and near.grid != grid):
-            att, near, note = None, None, f"its grid is not the explorer's {grid} × {grid} (see the figures below)"
-        data.append(store_data(store, att, near, note))
-    window = selection.window(grid, wrap=True).index.numpy()
+        if store in usable and where is not None and where.patch is None:
+            att, near, note = None, None, where.line
+        data.append(store_data(store, att, near, note, where if store in usable else None))
+    reference = next(iter(ctx.followed.values()))
     picture = ctx.picture or Picture(None, "", "")
+    grids = dict.fromkeys(f"{f.rows} × {f.cols}" for f in ctx.followed.values())
     section.blocks.append(Note(
         "Click a patch of the image (or open the page at `#patch=N`): every store shows that patch's row of the last block's "
         "attention, the mean over heads large and each head small, scaled to its largest weight, the five largest weights "
         "outlined in blue; and the cosine of its token to every patch, with its 3×3 window (SelfPatch's wrap-around, dashed), "
         "the window's top k (thick) and the crop's 8 most similar (dots). Networks with a class token can show the class "
-        "token's row instead. Weights and cosines are stored with 8 bits."))
-    section.blocks.append(Explorer(explorer_data(data, grid, ctx.patch, ctx.follow, picture, window)))
+        "token's row instead, DINOv2's register tokens each register's row (Darcet et al. 2024, Fig. 9). "
+        "Weights and cosines are stored with 8 bits."
+        + (f" Each store is drawn on its own grid ({', '.join(grids)}); the picture's grid is the first store's, and the others follow "
+           "the patch under the chosen patch's centre (a centre on a border goes to the upper / left patch)." if len(grids) > 1 else "")))
+    section.blocks.append(Explorer(explorer_data(data, reference, ctx.follow, picture)))
     return section
 
 
@@ -191,16 +206,22 @@ def explorer(ctx: Context) -> Section:
 # attention of the followed patch
 
 
-def _weights_cell(ranked: np.ndarray, weights_row: np.ndarray, start: int) -> str:
-    return ", ".join(f"{'[CLS]' if k < 0 else int(k)}: {weights_row[k + start]:.3f}" for k in ranked)
+def _weights_cell(att: followed.Attention, head: int, query: int) -> str:
+    """The row's five largest weights, ranked as ``att.ranked`` (stable: ties to the lower token), each key named:
+    a patch index, [CLS], or [REG r] for DINOv2's register r."""
+    row = att.weights[head, query]
+    cls = att.start - att.registers
+    prefix = ["[CLS]"] * cls + [f"[REG {r}]" for r in range(att.registers)]
+    order = np.argsort(-np.asarray(row, dtype=np.float32), kind="stable")[: att.ranked.shape[-1]]
+    return ", ".join(f"{prefix[t] if t < att.start else t - att.start}: {row[t]:.3f}" for t in order)
 
 
 def _row_table(label: str, att: followed.Attention, query: int, what: str) -> Table:
     rows = []
     for h in range(att.weights.shape[0]):
-        cls = f"{att.weights[h, query, 0]:.3f}" if att.start else "–"
+        cls = f"{att.weights[h, query, 0]:.3f}" if att.start > att.registers else "–"
         rows.append([str(h), f"{att.effective[h, query]:.1f}", f"{100 * att.effective[h, query] / att.weights.shape[-1]:.1f} %",
-                     _weights_cell(att.ranked[h, query], att.weights[h, query], att.start), cls])
+                     _weights_cell(att, h, query), cls])
     return Table(["head", "e^H", "e^H / T", "five largest weights (patch: weight)", "weight on [CLS]"], rows, f"{label}: {what}, last block")
 
 
@@ -211,22 +232,26 @@ def attention(ctx: Context) -> Section:
         return section
     without, no_blocks = [], []
     # one weight scale for every store's maps of the followed patch (and one for the class token's)
-    held = [a for s in ctx.stores if (a := ctx.attention.get(s.label)) is not None]
-    scale = figures.weight_scale(*[a.patch_rows(a.start + ctx.patch) for a in held])
-    cls_scale = figures.weight_scale(*[a.patch_rows(0) for a in held if a.start])
+    held = [(s, a) for s in ctx.stores if (a := ctx.attention.get(s.label)) is not None]
+    scale = figures.weight_scale(*[a.patch_rows(a.start + ctx.patch_of(s)) for s, a in held if ctx.patch_of(s) is not None])
+    cls_scale = figures.weight_scale(*[a.patch_rows(0) for _, a in held if a.start > a.registers])
+    for line in _other_grids(ctx):
+        section.blocks.append(Note(line + "."))
     for store in ctx.stores:
-        att = ctx.attention.get(store.label)
+        att, patch = ctx.attention.get(store.label), ctx.patch_of(store)
         if att is None:
             without.append(store)
             continue
+        if patch is None:  # its grid leaves the followed pixel unused: the line above says so
+            continue
         grid = int(round(att.n_patches**0.5))
-        q = att.start + ctx.patch
-        png = figures.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, ctx.patch,
-                                     f"{store.label}: row of patch {ctx.patch}, last block", att.cls_weight(q), vmax=scale)
-        section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {ctx.patch}'s row of the last block's attention in every head; "
+        q = att.start + patch
+        png = figures.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, patch,
+                                     f"{store.label}: row of patch {patch}, last block", att.cls_weight(q), vmax=scale)
+        section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {patch}'s row of the last block's attention in every head; "
                                                                  "five largest weights outlined, the patch itself dashed."))
-        section.blocks.append(_row_table(store.label, att, q, f"row of patch {ctx.patch}"))
-        if att.start:
+        section.blocks.append(_row_table(store.label, att, q, f"row of patch {patch}"))
+        if att.start > att.registers:  # the network has a class token (token 0)
             png = figures.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
                                          f"{store.label}: the class token's row, last block", vmax=cls_scale)
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
@@ -235,15 +260,15 @@ def attention(ctx: Context) -> Section:
             png = registers.register_maps(att, grid, f"{store.label}: class token and registers, last block, mean over heads")
             section.blocks.append(ctx.figure("attention-registers", png, f"{store.label}: where the class token and each of the {att.registers} "
                                                                          "register tokens look (Darcet et al. 2024, Vision Transformers Need Registers, Fig. 9)."))
-        through = followed.blocks(store, ctx.follow, ctx.patch)
+        through = followed.blocks(store, ctx.follow, patch)
         if through is None:
             no_blocks.append(store)
             continue
-        png = figures.block_rows(through.rows, through.effective, through.blocks, grid, ctx.patch, f"{store.label}: patch {ctx.patch} through the blocks")
-        section.blocks.append(ctx.figure("attention-blocks", png, f"{store.label}: patch {ctx.patch}'s row in every block (rows) and head (columns)."))
+        png = figures.block_rows(through.rows, through.effective, through.blocks, grid, patch, f"{store.label}: patch {patch} through the blocks")
+        section.blocks.append(ctx.figure("attention-blocks", png, f"{store.label}: patch {patch}'s row in every block (rows) and head (columns)."))
         section.blocks.append(Table(["block", *[f"head {h}" for h in range(through.effective.shape[1])]],
                                     [[str(b), *[f"{v:.1f}" for v in through.effective[i]]] for i, b in enumerate(through.blocks)],
-                                    f"{store.label}: e^H of patch {ctx.patch}'s row in every block and head"))
+                                    f"{store.label}: e^H of patch {patch}'s row in every block and head"))
     _lacking(section, without, f"last-block attention of {ctx.follow}", HOW["attention"])
     _lacking(section, no_blocks, "attention of every block", HOW["blocks"])
     return section
@@ -313,29 +338,32 @@ def neighbour_map(ctx: Context) -> Section:
     if ctx.follow is None or not have:
         section.missing(f"No 224 tokens of the followed image: {HOW['tokens']}.")
         return section
-    grid = have[0][1].grid
-    other = [s for s, n in have if n.grid != grid]
-    have = [(s, n) for s, n in have if n.grid == grid]
-    window = have[0][1].window[ctx.patch]
-    maps, rows = [], []
-    for store, n in have:
-        topk, crop = n.topk[ctx.patch], n.top_crop[ctx.patch]
-        maps.append((store.label, n.cosine[ctx.patch], topk, crop))
-        inside = [int(p) for p in crop if p in set(window.tolist())]
-        rows.append([store.label, ", ".join(str(int(p)) for p in window),
-                     ", ".join(f"{int(p)}: {n.cosine[ctx.patch, p]:.3f}" for p in topk),
-                     ", ".join(f"{int(p)}{'*' if int(p) in inside else ''}: {n.cosine[ctx.patch, p]:.3f}" for p in crop),
-                     f"{len(inside)} of {len(crop)}"])
-    png = figures.cosine_maps(maps, grid, ctx.patch, window)
-    section.blocks.append(ctx.figure("neighbour-map", png, f"Cosine of patch {ctx.patch}'s token to every patch of {ctx.follow}; dashed: its 3×3 window "
-                                                           "(SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar."))
+    rows, by_grid = [], {}
+    for store, n in have:  # one figure per grid: stores on another grid follow the patch under the centre (patches.py)
+        if ctx.patch_of(store) is not None:
+            by_grid.setdefault(n.grid, []).append((store, n))
+    for grid, group in by_grid.items():
+        anchor = ctx.patch_of(group[0][0])
+        window = group[0][1].window[anchor]
+        maps = []
+        for store, n in group:
+            topk, crop = n.topk[anchor], n.top_crop[anchor]
+            maps.append((store.label, n.cosine[anchor], topk, crop))
+            inside = [int(p) for p in crop if p in set(window.tolist())]
+            rows.append([store.label, ", ".join(str(int(p)) for p in window),
+                         ", ".join(f"{int(p)}: {n.cosine[anchor, p]:.3f}" for p in topk),
+                         ", ".join(f"{int(p)}{'*' if int(p) in inside else ''}: {n.cosine[anchor, p]:.3f}" for p in crop),
+                         f"{len(inside)} of {len(crop)}", f"{anchor} of {grid} × {grid}"])
+        png = figures.cosine_maps(maps, grid, anchor, window)
+        where = "" if len(by_grid) == 1 else f" ({grid} × {grid} grid)"
+        section.blocks.append(ctx.figure("neighbour-map", png, f"Cosine of patch {anchor}'s token to every patch of {ctx.follow}{where}; dashed: its 3×3 "
+                                                               "window (SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar."))
     k = ", ".join(f"{s.label}: k = {n.k}" for s, n in have)
-    section.blocks.append(Table(["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window"], rows,
-                                f"Anchor {ctx.patch} of {ctx.follow} ({k})."))
+    section.blocks.append(Table(["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window", "anchor (its grid)"], rows,
+                                f"Anchor {ctx.patch} of {ctx.follow}, on each store's own grid ({k})."))
     _lacking(section, [s for s in ctx.stores if ctx.neighbours.get(s.label) is None], f"224 tokens of {ctx.follow}", HOW["tokens"])
-    if other:
-        section.blocks.append(Note(f"Not drawn beside {have[0][0].label}: {_names(other)}, whose 224 view has another patch grid "
-                                   f"(report them separately)."))
+    for line in _other_grids(ctx):
+        section.blocks.append(Note(line + "."))
     return section
 
 
@@ -562,14 +590,6 @@ BUILDERS: tuple[Callable[[Context], Section], ...] = (
 )
 
 
-def _check_patch(stores: list[StoreView], patch: int, ctx: Context) -> None:
-    sizes = {s.label: a.n_patches for s in stores if (a := ctx.attention.get(s.label)) is not None}
-    sizes.update({s.label: n.cosine.shape[0] for s in stores if (n := ctx.neighbours.get(s.label)) is not None})
-    for label, n in sizes.items():
-        if not 0 <= patch < n:
-            raise ProbeError("--patch", f"{patch} is outside 0..{n - 1} of {label}'s grid", "pick a patch of the 224 view's grid, 0 at the top left")
-
-
 def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None) -> Report:
     """Open the stores, read their results and the followed image, and build every section."""
     if not stores:
@@ -582,6 +602,6 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
         for store in views:
             ctx.attention[store.label] = followed.attention(store, image_id)
             ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
-        _check_patch(views, ctx.patch, ctx)
+        ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
     return Report(title, ctx.labels, image_id, ctx.patch, [build(ctx) for build in BUILDERS])

@@ -1,7 +1,8 @@
 """What each view contributes to a store: its arrays, their shapes, and the facts the manifest keeps.
 
 One table for every view, so extraction, the manifest and ``probe info`` agree: 224 gives tokens
-(and attention), 480 keys, 96 tokens, native keys and tokens. A view's patch count follows from
+(and attention), 480 keys, 96 tokens, native keys and tokens; a register model's views each give
+their register tokens' last-block output too (``registers_<view>``). A view's patch count follows from
 the view and the checkpoint's patch size (224 at /16: 14 x 14, at /8: 28 x 28); the native view's
 patch dimension is the largest grid of the set.
 """
@@ -35,7 +36,7 @@ def view_arrays(view: str, arch: Arch, patches: int, attention: str) -> dict[str
             plan[f"{kind}_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
             if cls:
                 plan[f"cls_{kind}_{view}"] = (("channel",), (d,))
-    if "tokens" in reads and arch.registers:  # DINOv2's register tokens, kept out of the patch arrays
+    if arch.registers:  # DINOv2's register tokens' output, kept out of the patch arrays, in every view
         plan[f"registers_{view}"] = (("register", "channel"), (arch.registers, d))
     if "attention" in reads and attention != "none":
         t = patches + arch.prefix  # class token, then registers, then patches

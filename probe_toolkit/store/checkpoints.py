@@ -34,6 +34,7 @@ import math
 import pickle
 import re
 import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -206,7 +207,7 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
 
 def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names)."""
-    return {k: tuple(v.shape) for k, v in build_vit(arch, device="meta").state_dict().items()}
+    return {k: tuple(v.shape) for k, v in build_vit(arch, device="meta", init=False).state_dict().items()}
 
 
 def check_backbone(backbone: dict[str, torch.Tensor], arch: Arch, path: Path) -> None:
@@ -244,6 +245,14 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
     path = Path(path)
     if network not in NETWORKS:
         raise ProbeError(None, f"--network {network!r} is not one of {NETWORKS}", "use teacher or student")
+    with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside torch.load: ~0.4 s at ViT-B
+        digest = hasher.submit(sha256_file, path)
+        checkpoint = _read_network(path, network, heads, digest)
+    return to_selfpatch(checkpoint) if convert else checkpoint
+
+
+def _read_network(path: Path, network: str, heads: int | None, digest: Future) -> Checkpoint:
+    """One network of the file; ``digest`` is the file's sha256, computed meanwhile."""
     obj = _unwrap(read_file(path), path)
     if not isinstance(obj, dict) or not obj:
         raise ProbeError(path, "holds no state dict (empty or not a dict)", "pass a checkpoint that holds network weights")
@@ -265,9 +274,9 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
     backbone, head_states = from_dinov2(*_split(state, path))
     arch = infer_arch(backbone, path, heads)
     check_backbone(backbone, arch, path)
-    checkpoint = Checkpoint(
+    return Checkpoint(
         path=path,
-        sha256=sha256_file(path),
+        sha256=digest.result(),
         format=_format(full, head_states, extra, backbone),
         network=network,
         arch=arch,
@@ -275,7 +284,6 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
         heads=head_states,
         extra=extra,
     )
-    return to_selfpatch(checkpoint) if convert else checkpoint
 
 
 def convert_backbone(backbone: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

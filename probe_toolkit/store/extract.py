@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,12 @@ from typing import Callable, Literal
 
 import numpy as np
 import torch
+import zarr
 
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.progress import bar
-from . import arrays, cache, images
+from . import arrays, cache, grids, images
 from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
@@ -82,6 +84,9 @@ class Report:
     views: list[str] = field(default_factory=list)
     left: int = 0  # images of this shard still to do after a --limit run
     limit: int | None = None
+    # wall seconds: "setup" (checkpoint read and hash, network, store) and "images" (decode,
+    # forward, writes), so that a benchmark can tell fixed costs from per-image ones
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def patch_counts(arch: Arch, settings: Settings, native_patches: int = 0) -> dict[str, int]:
@@ -145,6 +150,22 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "patch_grid": f"view side // {checkpoint.arch.patch}; pixels beyond the last whole patch unused",
         },
     }
+
+
+def _kept_layout(path: Path, plan: dict) -> dict:
+    """A view written before it held its register tokens (``registers_480`` came later) resumes
+    without them: its finished images have none, so the store keeps the layout it was made with."""
+    if not (path / "zarr.json").is_file():
+        return plan
+    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    present = set(group.array_keys())
+
+    def started(view: str) -> bool:
+        flag = f"done_{view}" if f"done_{view}" in present else "done"
+        held = any(grids.view_of(a) == view for a in present if a not in cache.FLAGS and not a.startswith(cache.PER_VIEW))
+        return held and bool(np.asarray(group[flag][:]).any())
+
+    return {name: spec for name, spec in plan.items() if not (name.startswith("registers_") and name not in present and started(grids.view_of(name)))}
 
 
 def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError) -> tuple[np.ndarray, np.ndarray]:
@@ -248,15 +269,16 @@ def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, pat
 
 def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None]) -> dict[str, np.ndarray]:
     """Forward one view of some images in batches; returns the arrays this view contributes."""
-    dtype = np.dtype(settings.dtype)
+    dtype = getattr(torch, settings.dtype)
     reads = arrays.READS[view]
     parts: dict[str, list[np.ndarray]] = {}
     attention: AttentionMode = settings.attention if "attention" in reads else "none"
 
     def put(name: str, value: torch.Tensor | None) -> None:
+        # torch rounds to float16 as numpy's astype does (nearest even; an overflow becomes inf,
+        # which _finite then refuses), several times faster, and on the device before the copy
         if value is not None:
-            with np.errstate(over="ignore"):  # an overflow becomes inf, which _finite then refuses
-                parts.setdefault(name, []).append(value.float().cpu().numpy().astype(dtype))
+            parts.setdefault(name, []).append(value.float().to(dtype).cpu().numpy())
 
     for start in range(0, pixels.shape[0], batch_size):
         batch = pixels[start:start + batch_size]
@@ -267,31 +289,35 @@ def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings
         if "tokens" in reads:
             put(f"tokens_{view}", out.tokens)
             put(f"cls_tokens_{view}", out.cls_token)
-            put(f"registers_{view}", out.registers)
+        put(f"registers_{view}", out.registers)  # every view of a register model (None otherwise)
         if "attention" in reads:
             put(f"attention_{view}", out.attention)
             put(f"attention_blocks_{view}", out.attention_blocks)
         tick(batch.shape[0])
-    return {name: np.concatenate(chunks) for name, chunks in parts.items()}
+    return {name: chunks[0] if len(chunks) == 1 else np.concatenate(chunks) for name, chunks in parts.items()}
 
 
 def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick) -> dict[str, np.ndarray]:
     """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value."""
     names = [name for name in plan if name.endswith(f"_{view}")]
-    data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
     if view != images.NATIVE:
         where, pixels = loaded.fixed[view]
-        if pixels is not None:
-            for name, values in _run(backbone, pixels, view, settings, batch_size, device, tick).items():
-                data[name][where] = values
+        out = _run(backbone, pixels, view, settings, batch_size, device, tick) if pixels is not None else {}
+        out = {name: values for name, values in out.items() if name in plan}
+        if len(where) == n and sorted(out) == sorted(names) and all(out[k].shape == (n, *plan[k][1]) for k in names):
+            return out  # every image decoded: the arrays as they come, no NaN-filled copy
+        data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
+        for name, values in out.items():
+            data[name][where] = values
         return data
+    data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
     shapes: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
     for i, tensor in loaded.native:
         shapes.setdefault(tuple(tensor.shape), []).append((i, tensor))
     for group in shapes.values():  # one batch shape per grid: images of one size forward together
         where = [i for i, _ in group]
         out = _run(backbone, torch.stack([t for _, t in group]), view, settings, batch_size, device, tick)
-        for name, values in out.items():
+        for name, values in ((k, v) for k, v in out.items() if k in plan):
             if name.startswith("cls_"):
                 data[name][where] = values
             else:
@@ -303,11 +329,25 @@ def _finite(data: dict[str, np.ndarray], view: str, rows: np.ndarray, cols: np.n
     """Images (among ``ok``) whose every value in the valid region of this view is finite."""
     good = ok.copy()
     for name, values in data.items():
-        for i in np.flatnonzero(good):
-            region = values[i, : int(rows[i]) * int(cols[i])] if name.startswith(("tokens_", "keys_")) else values[i]
-            if region.size == 0 or not np.isfinite(region).all():
-                good[i] = False
+        patches = name.startswith(("tokens_", "keys_"))
+        if patches and np.any(rows * cols < values.shape[1]):  # padded grids: each image's own region
+            for i in np.flatnonzero(good):
+                region = values[i, : int(rows[i]) * int(cols[i])]
+                good[i] &= region.size > 0 and bool(_finite_rows(region[None])[0])
+        else:
+            good &= _finite_rows(values) & (rows * cols > 0 if patches else True)
     return good
+
+
+def _finite_rows(values: np.ndarray) -> np.ndarray:
+    """Per image (first axis): every value finite. float16 by its exponent bits (inf and NaN have
+    them all set), which reads the attention maps several times faster than ``np.isfinite``."""
+    flat = values.reshape(values.shape[0], -1)
+    if flat.shape[1] == 0:
+        return np.zeros(flat.shape[0], dtype=bool)
+    if flat.dtype == np.float16:
+        return (flat.view(np.uint16) & 0x7C00).max(axis=1) < 0x7C00
+    return np.isfinite(flat).all(axis=1)
 
 
 def _written(pending: Future, path: Path) -> None:
@@ -353,6 +393,7 @@ def extract(
     quiet: bool = False,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``."""
+    started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
     at_least("--heads", heads, 1, "6")
@@ -371,7 +412,7 @@ def extract(
 
     name = network + ("-converted" if convert else "")
     path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
-    plan = plan_arrays(checkpoint.arch, settings, native_patches)
+    plan = _kept_layout(path, plan_arrays(checkpoint.arch, settings, native_patches))
     manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
     existed = (path / "zarr.json").is_file()
     try:
@@ -386,6 +427,7 @@ def extract(
         native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
         return _load(refs[a:b], list(needed), settings, patch, native, on_error)
 
+    report.seconds["setup"] = time.perf_counter() - started
     try:
         with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
             task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
@@ -432,4 +474,5 @@ def extract(
             shutil.rmtree(path, ignore_errors=True)
         raise
     report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
+    report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
     return report

@@ -105,7 +105,7 @@ def _to_rgb(image: Image.Image) -> Image.Image:
         image = Image.fromarray(np.clip(values / top * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
-    return image.convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")  # (convert would copy an RGB image)
 
 
 def load_image(path: str | Path) -> Image.Image:
@@ -115,9 +115,9 @@ def load_image(path: str | Path) -> Image.Image:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as opened:
-                image = ImageOps.exif_transpose(opened)
-                image.load()
-                return _to_rgb(image)
+                opened.load()
+                ImageOps.exif_transpose(opened, in_place=True)  # no copy when the orientation is upright
+                return _to_rgb(opened)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ProbeError(path, f"is larger than PIL's decompression-bomb limit ({error})", "downscale it, or skip it with --on-error skip") from None
     except UnidentifiedImageError:
@@ -183,10 +183,21 @@ def view(image: Image.Image, size: int, resample: str = "bicubic") -> Image.Imag
     return resized if g.box == (0, 0, *g.resized) else resized.crop(g.box)
 
 
+# every uint8 value of each channel normalised by the very float32 operations a whole image takes
+# ((v / 255 - mean) / std, elementwise): a look-up gives the same values in a third of the time
+NORMALISED = ((np.arange(256, dtype=np.float32)[:, None] / 255.0 - MEAN) / STD).T.copy()
+
+
 def normalise(image: Image.Image) -> torch.Tensor:
     """(3, H, W) float32, ImageNet mean and std."""
-    array = (np.asarray(image, dtype=np.float32) / 255.0 - MEAN) / STD
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+    pixels = np.asarray(image)
+    if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] != 3:
+        array = (pixels.astype(np.float32) / 255.0 - MEAN) / STD
+        return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+    out = np.empty((3, *pixels.shape[:2]), dtype=np.float32)
+    for channel in range(3):
+        np.take(NORMALISED[channel], pixels[..., channel], out=out[channel])
+    return torch.from_numpy(out)
 
 
 def native(image: Image.Image, patch: int) -> torch.Tensor:
