@@ -6,10 +6,13 @@ baseline is a bare ``python -c pass`` in the same rounds. Rounds are interleaved
 compared (this machine is noisy). Target: under 1.5 s each, judged on
 the CPU seconds a run uses (its wall time on a quiet machine; wall time is printed beside it).
 
-    python benchmarks/startup.py [--rounds 3] [--full]
+    python benchmarks/startup.py [--rounds 3] [--full] [--compare OTHER_CHECKOUT]
 
-``--full`` adds the analyses that import torch for their own arithmetic (entropy, neighbours).
-Prints a table and one JSON line.
+``--full`` adds the analyses that import torch for their own arithmetic (entropy, neighbours)
+and ``probe report`` (which draws its figures with matplotlib: not a fixed cost, no target).
+``--compare DIR`` runs every command a second time in each round with another checkout of the
+toolkit first on the path (e.g. ``/work/main`` before a change), interleaved, on the same store,
+and prints both. Prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -47,52 +50,70 @@ def _children_cpu() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def timed(args: list[str], env: dict) -> tuple[float, float]:
+def timed(args: list[str], env: dict, cwd: Path) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one run; CPU time is what a quiet machine's wall would be
-    for a start-up that runs on one thread, and hardly moves when other work shares the CPU."""
+    for a start-up that runs on one thread, and hardly moves when other work shares the CPU.
+    ``cwd`` is a folder without the toolkit: ``python -m`` puts the working folder first on the
+    path, which would shadow the checkout named by PYTHONPATH."""
     c, t = _children_cpu(), time.perf_counter()
-    run = subprocess.run(args, env=env, capture_output=True, text=True)
+    run = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - t
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed: {run.stderr[-500:]}")
     return seconds, _children_cpu() - c
 
 
+def commands(store: str, root: Path, full: bool) -> dict[str, list[str]]:
+    probe = [sys.executable, "-m", "probe_toolkit"]
+    cache = ["--cache", str(root / "cache")]
+    chosen = {
+        "python -c pass (baseline)": [sys.executable, "-c", "pass"],
+        "probe --help": [*probe, "--help"],
+        "probe info STORE": [*probe, "info", store],
+        "probe decode STORE --workers 1": [*probe, "decode", store, "-q", "--workers", "1", "--preset", "tokencut", *cache],
+        "probe decode STORE (every core)": [*probe, "decode", store, "-q", "--preset", "tokencut", *cache],
+    }
+    if full:
+        chosen["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "10"]
+        chosen["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "10"]
+        chosen["probe report STORE (draws figures)"] = [*probe, "report", store, "--out", str(root / "report"), "--format", "png", *cache]
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--full", action="store_true", help="also entropy and neighbours")
+    parser.add_argument("--full", action="store_true", help="also entropy, neighbours and report")
+    parser.add_argument("--compare", type=Path, help="another checkout of the toolkit, run interleaved (e.g. main before a change)")
     args = parser.parse_args()
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    probe = [sys.executable, "-m", "probe_toolkit"]
+    trees = {"this": Path(__file__).resolve().parents[1]}
+    if args.compare is not None:
+        trees["other"] = args.compare.resolve()
+    envs = {tree: dict(os.environ, PYTHONPATH=str(path)) for tree, path in trees.items()}
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        store = str(build_store(root))
-        cache = ["--cache", str(root / "cache")]
-        commands = {
-            "python -c pass (baseline)": [sys.executable, "-c", "pass"],
-            "probe --help": [*probe, "--help"],
-            "probe info STORE": [*probe, "info", store],
-            "probe decode STORE --workers 1": [*probe, "decode", store, "-q", "--workers", "1", "--preset", "tokencut", *cache],
-            "probe decode STORE (every core)": [*probe, "decode", store, "-q", "--preset", "tokencut", *cache],
-        }
-        if args.full:
-            commands["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "10"]
-            commands["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "10"]
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for name, command in commands.items():  # warm the page cache once
-            timed(command, env)
+        chosen = commands(str(build_store(root)), root, args.full)
+        times: dict[tuple[str, str], list[tuple[float, float]]] = {(name, tree): [] for name in chosen for tree in trees}
+        for name, command in chosen.items():  # warm the page cache (and write the results the report reads) once
+            for tree in trees:
+                timed(command, envs[tree], root)
         for _ in range(args.rounds):
-            for name, command in commands.items():
-                times[name].append(timed(command, env))
+            for name, command in chosen.items():
+                for tree in trees:
+                    times[(name, tree)].append(timed(command, envs[tree], root))
+            loads.append(os.getloadavg()[0])
     rows = []
-    for name, values in times.items():
+    for (name, tree), values in times.items():
         wall, cpu = statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
-        rows.append({"command": name, "median_wall_s": wall, "median_cpu_s": cpu})
-        mark = "" if name.startswith("python") else ("  ok" if cpu < TARGET else f"  over the {TARGET} s target")
-        print(f"{name:34s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
+        rows.append({"command": name, "tree": str(trees[tree]), "median_wall_s": wall, "median_cpu_s": cpu})
+        target = name.startswith("probe") and "figures" not in name
+        mark = ("  ok" if cpu < TARGET else f"  over the {TARGET} s target") if target else ""
+        label = name if len(trees) == 1 else f"{name} [{tree}]"
+        print(f"{label:44s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
+    print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
     print(json.dumps({"benchmark": "startup", "target_s": TARGET, "cpu": platform.processor() or platform.machine(),
-                      "cores": os.cpu_count(), "load": os.getloadavg()[0], "rows": rows}))
+                      "cores": os.cpu_count(), "load": max(loads), "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import numpy as np
 import scipy.linalg
 import scipy.ndimage
 import scipy.sparse
-import scipy.spatial
 
 from ..infra.errors import ProbeError
 
@@ -66,6 +65,8 @@ def affinity(keys: np.ndarray, color: np.ndarray | scipy.sparse.spmatrix | None 
 def knn_color_affinity(image: np.ndarray, neighbors: tuple[int, ...] = (20, 10), weights: tuple[float, ...] = (2.0, 0.1)) -> scipy.sparse.csr_array:
     """DSM's ``knn_affinity`` of an (h, w, 3) image in [0, 1]: for each (k, weight), link every pixel
     to its k nearest in (r, g, b, weight·x, weight·y), x and y in [0, 1]; symmetric, duplicates summed."""
+    import scipy.spatial  # only the colour term needs it; decode's start-up does not
+
     h, w = image.shape[:2]
     n = h * w
     rgb = np.asarray(image, dtype=np.float64).reshape(n, 3)

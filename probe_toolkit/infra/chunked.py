@@ -2,8 +2,9 @@
 
 An analysis gives a function from numpy blocks (the image chunks of one or more arrays of the
 store, aligned along ``image``) to a dict of numpy arrays whose first axis is ``image``. This
-module feeds it the chunks of the lazily opened store (xarray over dask, chunked along
-``image``) a few at a time, on local threads or on a dask.distributed cluster, and
+module feeds it the chunks of the lazily opened store (xarray's lazy zarr arrays, read one
+chunk along ``image`` per call) a few at a time, on local threads or on a dask.distributed
+cluster (imported only then), and
 concatenates the small per-image results in image order. Only the chunks in flight are ever in
 memory, never the store.
 
@@ -25,8 +26,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable, Mapping
 
-import dask
-import dask.array as da
 import numpy as np
 import xarray as xr
 
@@ -51,25 +50,43 @@ def store_source(array: xr.DataArray) -> tuple[str, str] | None:
     return (str(path), str(mark)) if path and mark else None
 
 
-def _dask(array: xr.DataArray, chunk: int | None) -> da.Array:
-    data = array.data
-    if not isinstance(data, da.Array):
-        data = da.from_array(np.asarray(data), chunks=(chunk or 16,) + tuple(-1 for _ in data.shape[1:]))
-    return data
+def _store_chunk(array) -> int:
+    """Images per call when the caller names none: the array's own chunks along ``image`` (zarr's,
+    as the store was written), else 16."""
+    chunks = getattr(array, "encoding", {}).get("chunks")
+    return int(chunks[0]) if chunks else 16
 
 
-def _aligned(arrays: Mapping[str, xr.DataArray], chunk: int | None) -> dict[str, da.Array]:
-    """Dask arrays of every input on one common chunking along ``image``, whole along the rest."""
-    out = {name: _dask(array, chunk) for name, array in arrays.items()}
-    first = next(iter(out.values()))
-    target = chunk if chunk is not None else first.chunks[0]
-    for name, data in out.items():
-        if data.shape[0] != first.shape[0]:
-            raise ProbeError(name, f"has {data.shape[0]} images, not {first.shape[0]}", "pass arrays of one store")
-        whole = all(len(c) == 1 for c in data.chunks[1:])
-        if chunk is not None or data.chunks[0] != first.chunks[0] or not whole:
-            out[name] = data.rechunk({0: target, **{axis: -1 for axis in range(1, data.ndim)}})
-    return out
+def _bounds(arrays: Mapping[str, xr.DataArray], chunk: int | None) -> list[int]:
+    """Where the image calls start and stop: ``chunk`` images each, else the first array's own
+    chunking (a dask array's chunks, a stored array's zarr chunks)."""
+    first = next(iter(arrays.values()))
+    n = int(first.shape[0])
+    for name, array in arrays.items():
+        if array.shape[0] != n:
+            raise ProbeError(name, f"has {array.shape[0]} images, not {n}", "pass arrays of one store")
+    own = getattr(first, "chunks", None) if chunk is None else None
+    if own:  # a dask-backed array: its own chunks, as before
+        return [int(v) for v in np.cumsum((0,) + tuple(own[0]))]
+    step = chunk if chunk is not None else _store_chunk(first)
+    return [*range(0, n, step), n] if n else [0]
+
+
+def image_chunk_edges(array) -> list[int]:
+    """Where the store's chunks begin along ``image``, in the array's own positions, and its end:
+    a dask array's chunks, or those ``store.cache.open_store`` recorded (the zarr chunks, after
+    unfinished images were dropped); [] when unknown. Readers use them to read each chunk once."""
+    chunks = getattr(array, "chunks", None)
+    if chunks:
+        return [int(e) for e in np.cumsum((0, *chunks[array.dims.index("image")]))]
+    edges = getattr(array, "encoding", {}).get("probe_image_edges")
+    return [int(e) for e in edges] if edges is not None else []
+
+
+def _block(array, a: int, b: int) -> np.ndarray:
+    """Images ``a:b`` of an array (lazy, dask-backed or in memory), read now."""
+    part = array[a:b]
+    return np.asarray(part.values if isinstance(part, xr.DataArray) else part)
 
 
 def map_images(
@@ -85,18 +102,19 @@ def map_images(
 
     ``chunk``: images per call (default: the store's own chunks). ``client``: a
     ``dask.distributed.Client`` to run the calls on its workers; else ``workers`` local threads
-    (default 2), each holding one chunk at a time. ``progress(n_images)`` is called as chunks
-    finish.
+    (default 2), each reading and holding one chunk at a time (no dask: a local run never pays
+    for importing it). ``progress(n_images)`` is called as chunks finish.
     """
     keep_memory_flat()
-    data = _aligned(arrays, chunk)
-    names = list(data)
-    n_chunks = len(next(iter(data.values())).chunks[0])
-    if n_chunks == 0 or next(iter(data.values())).shape[0] == 0:
+    bounds = _bounds(arrays, chunk)
+    names = list(arrays)
+    n_chunks = len(bounds) - 1
+    if n_chunks <= 0:
         raise ProbeError(None, "no finished images in the store", "run `probe extract` first")
 
-    def task(i: int):
-        return dask.delayed(_call)(fn, names, *[data[name].blocks[i] for name in names])
+    def task(i: int) -> dict[str, np.ndarray]:
+        a, b = bounds[i], bounds[i + 1]
+        return _call(fn, names, *[_block(arrays[name], a, b) for name in names])
 
     parts: list[dict[str, np.ndarray] | None] = [None] * n_chunks
     if client is not None:
@@ -106,7 +124,6 @@ def map_images(
         (store, mark), = sources
         first = next(iter(arrays.values()))
         ids = [str(i) for i in first["image"].values]
-        bounds = np.cumsum((0,) + next(iter(data.values())).chunks[0])
         stored = {name: str(array.name) for name, array in arrays.items()}
         try:
             futures = [
@@ -122,7 +139,7 @@ def map_images(
     else:
         workers = workers or min(2, os.cpu_count() or 1)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            running = {pool.submit(_local, task(i)): i for i in range(n_chunks)}
+            running = {pool.submit(task, i): i for i in range(n_chunks)}
             for future in as_completed(running):
                 parts[running[future]] = future.result()
                 if progress:
@@ -132,10 +149,6 @@ def map_images(
 
 def _call(fn: ChunkFn, names: list[str], *blocks: np.ndarray) -> dict[str, np.ndarray]:
     return fn(**dict(zip(names, blocks)))
-
-
-def _local(task) -> dict[str, np.ndarray]:
-    return task.compute(scheduler="synchronous")
 
 
 def _length(result: dict[str, np.ndarray]) -> int:

@@ -231,11 +231,11 @@ class _ChunkReader:
 
     def __init__(self, arrays: Mapping[str, Any], start: int, stop: int) -> None:
         self.arrays, self.span, self.held = arrays, (0, 0), {}
+        from .chunked import image_chunk_edges
+
         edges = {start, stop}
         for array in arrays.values():
-            chunks = getattr(array, "chunks", None)  # dask-backed: one tuple of sizes per dim
-            if chunks:
-                edges.update(int(e) for e in np.cumsum((0, *chunks[array.dims.index("image")])))
+            edges.update(image_chunk_edges(array))  # dask's chunks, or the store's as open_store recorded them
         self.edges = np.array(sorted(e for e in edges if start <= e <= stop))
 
     def __call__(self, a: int, b: int) -> dict[str, np.ndarray]:

@@ -38,9 +38,11 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from ..infra import litter
+from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+
+lazy_dask.defer()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
 DEFAULT_ROOT = Path("cache")
 
@@ -72,7 +74,12 @@ def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
 
 
 def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None) -> xr.Dataset:
-    """Open a store lazily (dask chunks along ``image``).
+    """Open a store lazily: xarray's lazy zarr arrays, read only where a command indexes them.
+
+    No dask here: its chunk manager imports dask.array and distributed (about a second of a
+    command's start-up). Readers index the arrays a block of images at a time (the runners in
+    ``infra``); on a cluster (``--dask-address``) each worker reads its own chunks with zarr.
+    The manifest and the flags are read with zarr directly.
 
     With ``done_only`` the dataset holds only images whose extraction finished and did not
     fail, so a reader during a write never sees a half-written image. Without
@@ -84,31 +91,47 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     path = Path(path)
     if not (path / "zarr.json").is_file():
         raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ds = xr.open_zarr(path, consolidated=False, chunks={})
-    if "manifest" not in ds.attrs:
+    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    if "manifest" not in group.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
-    done, failed = _flags(ds, [arrays] if isinstance(arrays, str) else arrays)
+    done, failed = _flags(group, [arrays] if isinstance(arrays, str) else arrays)
     if not allow_partial and done is not None and not done.all():
         raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_dataset(path, engine="zarr", consolidated=False, chunks=None, cache=False)
+    kept = np.arange(ds.sizes.get("image", 0))
     if done_only and done is not None:
         keep = done & ~failed if failed is not None else done
-        ds = ds.isel(image=np.flatnonzero(keep))
+        if not keep.all():
+            kept = np.flatnonzero(keep)
+            ds = ds.isel(image=kept)
+    _record_chunk_edges(ds, kept)
     ds.attrs["store"] = str(path)
     return ds
 
 
-def _flags(ds: xr.Dataset, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _record_chunk_edges(ds: xr.Dataset, kept: np.ndarray) -> None:
+    """Each image array's zarr chunk boundaries among the kept images (``infra.chunked.image_chunk_edges``),
+    where dask would have kept them as its chunks: readers then read each chunk once."""
+    for variable in ds.variables.values():
+        chunks = variable.encoding.get("chunks")
+        if chunks and variable.dims and variable.dims[0] == "image" and variable.ndim > 1:
+            starts = np.flatnonzero(np.diff(kept // int(chunks[0]))) + 1
+            variable.encoding["probe_image_edges"] = [0, *starts.tolist(), int(kept.size)]
+
+
+def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(done, failed) per image: of the views ``arrays`` belong to, else of the whole store."""
+    def read(name: str) -> np.ndarray:
+        return np.asarray(group[name][:], dtype=bool)
+
     views = sorted({grids.view_of(a) for a in arrays}) if arrays else []
-    if views and all(f"done_{v}" in ds and f"failed_{v}" in ds for v in views):
-        done = np.logical_and.reduce([ds[f"done_{v}"].values.astype(bool) for v in views])
-        failed = np.logical_or.reduce([ds[f"failed_{v}"].values.astype(bool) for v in views])
+    if views and all(f"done_{v}" in group and f"failed_{v}" in group for v in views):
+        done = np.logical_and.reduce([read(f"done_{v}") for v in views])
+        failed = np.logical_or.reduce([read(f"failed_{v}") for v in views])
         return done, failed
-    done = ds["done"].values.astype(bool) if "done" in ds else None
-    failed = ds["failed"].values.astype(bool) if "failed" in ds else None
-    return done, failed
+    return (read("done") if "done" in group else None), (read("failed") if "failed" in group else None)
 
 
 def manifest(ds_or_path: xr.Dataset | str | Path) -> dict[str, Any]:
@@ -183,7 +206,7 @@ def load_results(store: str | Path, name: str) -> xr.Dataset | None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return xr.open_zarr(target, consolidated=False).load()
+        return xr.open_dataset(target, engine="zarr", consolidated=False, chunks=None).load()  # no dask: it would import dask.array and distributed
 
 
 def list_results(store: str | Path) -> list[str]:

@@ -1,0 +1,90 @@
+"""Keep xarray from importing dask just to ask whether an array is a dask array.
+
+xarray answers "is this data a dask array?" (when it builds any variable from numpy data) by
+importing ``dask.array`` whenever dask is installed: about half a second of CPU in every
+command that builds a result, though probe's local runs never make a dask array. No object can
+be a ``dask.array.Array`` before ``dask.array.core`` is imported, so ``defer`` gives xarray a
+stand-in type whose ``isinstance`` check reads dask's class from ``sys.modules`` when it is
+there and answers False otherwise: the same answer, without the import. Once a cluster run
+imports dask.array, the check is dask's own.
+
+Likewise xarray asks ``dask.base.is_dask_collection`` (importing dask, about 0.15 s) of every
+index it builds; dask's answer for an object without a ``__dask_graph__`` method (a numpy
+array) is False, so that case is answered here and every other one is still dask's. Where
+xarray's internals differ from what this expects, nothing is changed (start-up is slower,
+never wrong).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cached_property
+
+
+class _DaskArrayType(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        core = sys.modules.get("dask.array.core")
+        real = getattr(core, "Array", None)
+        return real is not None and isinstance(obj, real)
+
+    def __subclasscheck__(cls, other: type) -> bool:
+        core = sys.modules.get("dask.array.core")
+        real = getattr(core, "Array", None)
+        return real is not None and issubclass(other, real)
+
+
+class DaskArray(metaclass=_DaskArrayType):
+    """Stands for ``dask.array.Array`` in isinstance checks, without importing it."""
+
+
+class _DeferredDask:
+    """What xarray caches about the dask module, with the module and version read on demand."""
+
+    type = (DaskArray,)
+    available = True
+
+    @cached_property
+    def module(self):
+        import dask
+
+        return dask
+
+    @cached_property
+    def version(self):
+        from packaging.version import Version
+
+        return Version(self.module.__version__)
+
+
+def defer() -> bool:
+    """Install the stand-in in xarray's cache of duck-array modules (True when installed)."""
+    if importlib.util.find_spec("dask") is None:
+        return False
+    try:
+        from xarray.namedarray import pycompat
+    except ImportError:
+        return False
+    cached = getattr(pycompat, "_cached_duck_array_modules", None)
+    if not isinstance(cached, dict) or not hasattr(pycompat, "array_type"):
+        return False
+    cached.setdefault("dask", _DeferredDask())
+    _answer_plain_arrays()
+    return cached["dask"].__class__ is _DeferredDask
+
+
+def _answer_plain_arrays() -> None:
+    """xarray's ``is_dask_collection``, answering objects without ``__dask_graph__`` itself."""
+    from xarray.namedarray import utils
+
+    ask_dask = getattr(utils, "is_dask_collection", None)
+    if ask_dask is None or getattr(ask_dask, "_probe_deferred", False):
+        return
+
+    def is_dask_collection(x: object) -> bool:
+        if not hasattr(x, "__dask_graph__"):  # dask.base.is_dask_collection's own first test
+            return False
+        return ask_dask(x)
+
+    is_dask_collection._probe_deferred = True
+    utils.is_dask_collection = is_dask_collection
