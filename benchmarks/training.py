@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="steps of the tiny config (the first is not timed)")
     parser.add_argument("--full-steps", type=int, default=2, help="steps at ViT-S/16 (the first is not timed when > 1)")
     parser.add_argument("--micro-batch", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=32, help="images per step at ViT-S/16 (256 = the thesis's 8 × 32)")
+    parser.add_argument("--batch", type=int, default=32, help="images per step at ViT-S/16 (a batch of 256 runs as 8 × 32)")
     parser.add_argument("--rule", default="selfpatch")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")

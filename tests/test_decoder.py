@@ -14,7 +14,7 @@ from probe_toolkit.analyses.decoder import Settings, decode, decode_image
 
 
 @pytest.mark.parametrize("grid", [12, 30])  # dense path (N ≤ 256) and ARPACK path
-@pytest.mark.parametrize("preset", ["thesis", "tokencut"])
+@pytest.mark.parametrize("preset", ["centred", "tokencut"])
 def test_planted_two_region_partition_is_found(grid, preset):
     obj = (grid // 4, grid // 2 + 1, grid // 3, grid // 3 + grid // 4)
     keys = planted_keys(grid, [obj], channels=24, noise=0.01, seed=grid)
@@ -44,7 +44,7 @@ def test_masks_equal_the_dense_generalized_reference_unless_flagged(kind):
         keys = rng.standard_normal((grid * grid, 12)).astype(np.float16) if kind == "random" else _structured(rng, grid)
         for center in (True, False):
             tau = (0.2, 0.1, 0.3)[i % 3]
-            out = decode_image(keys, Settings.from_preset("thesis", center=center, tau=tau))
+            out = decode_image(keys, Settings.from_preset("centred", center=center, tau=tau))
             if out.degenerate:
                 flagged += 1
                 continue
@@ -80,7 +80,7 @@ def test_negating_the_eigenvector_changes_nothing(monkeypatch):
     blocks = region(grid, corner_blocks).any(axis=0)
     corner_keys[blocks] = corner_keys[0]
     cases = [
-        (planted_keys(grid, [(4, 10, 5, 12)], seed=1), "thesis"),
+        (planted_keys(grid, [(4, 10, 5, 12)], seed=1), "centred"),
         (planted_keys(grid, [(2, 7, 2, 7), (9, 14, 8, 14)], seed=2), "maskcut"),
         (corner_keys, "maskcut"),
     ]
@@ -129,7 +129,7 @@ def test_maskcut_loop_finds_two_separated_objects_and_stops():
     grid = 20
     objects = [(2, 8, 2, 9), (11, 18, 10, 17)]
     keys = planted_keys(grid, objects, channels=24, noise=0.1, seed=5)
-    for preset in ("maskcut", "thesis"):
+    for preset in ("maskcut", "centred"):
         out = decode_image(keys, Settings.from_preset(preset, masks=4))
         truth = region(grid, objects)
         found = {tuple(np.flatnonzero(m)) for m in out.masks[:2]}
@@ -175,12 +175,12 @@ def test_batches_pad_to_the_mask_count_and_scores_rank_images():
 
 def test_settings_are_validated_and_presets_fill_defaults():
     assert Settings.from_preset("maskcut").tau == 0.15 and Settings.from_preset("maskcut").masks == 3
-    assert Settings.from_preset("tokencut").center is False and Settings.from_preset("thesis").center is True
-    assert Settings.from_preset("thesis", tau=None, masks=2).masks == 2
+    assert Settings.from_preset("tokencut").center is False and Settings.from_preset("centred").center is True
+    assert Settings.from_preset("centred", tau=None, masks=2).masks == 2
     from probe_toolkit.infra.errors import ProbeError
 
     for bad in (dict(tau=1.5), dict(eps=0.0), dict(masks=0)):
         with pytest.raises(ProbeError):
-            Settings.from_preset("thesis", **bad)
+            Settings.from_preset("centred", **bad)
     with pytest.raises(ProbeError):
         Settings.from_preset("nosuch")

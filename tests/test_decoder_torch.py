@@ -14,7 +14,7 @@ from probe_toolkit.analyses.decoder_torch import decode_batch
 
 
 @pytest.mark.parametrize("grid", [12, 18])  # batched dense eigh, and batched LOBPCG (forced above N = 256)
-@pytest.mark.parametrize("preset, masks", [("thesis", 1), ("tokencut", 1), ("maskcut", 3)])
+@pytest.mark.parametrize("preset, masks", [("centred", 1), ("tokencut", 1), ("maskcut", 3)])
 def test_certified_masks_equal_the_scipy_path(grid, preset, masks):
     rng = np.random.default_rng(grid + masks)
     keys = np.stack([_structured(rng, grid) for _ in range(5)] + [rng.standard_normal((grid * grid, 64)).astype(np.float16)])

@@ -34,12 +34,11 @@ def test_every_reference_names_a_published_source_once():
 
 
 def test_product_text_has_no_private_vocabulary():
-    """No "course", "thesis" (but the old preset name kept as an alias) or files outside the repository."""
-    files = [ROOT / "README.md", *sorted((ROOT / "probe_toolkit").rglob("*.py"))]
+    """No "course", "thesis" or files outside the repository, in the toolkit, training and benchmarks."""
+    files = [ROOT / "README.md", *sorted((ROOT / "probe_toolkit").rglob("*.py")), *sorted((ROOT / "training").rglob("*.py")),
+             *sorted((ROOT / "training").rglob("*.toml")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
     for path in files:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if "ALIASES = {" in line:
-                continue
             assert not re.search(r"course|thesis|shared/reference|dog's nose|run 2's", line, re.I), f"{path.name}:{n}: {line.strip()}"
 
 

@@ -60,7 +60,7 @@ def test_one_and_two_workers_equal_a_plain_loop(store):
 
 def test_a_real_local_dask_cluster_gives_the_same_bits(store):
     distributed = pytest.importorskip("distributed")
-    settings = Settings.from_preset("thesis")
+    settings = Settings.from_preset("centred")
     src = open_keys(store)
     here = _arrays(decode_keys(src.keys, settings, where=Where(workers=1)))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \

@@ -1,7 +1,8 @@
 """A run's settings: TOML in, ``--set section.key=value`` on top, one resolved copy saved with the run.
 
-Defaults are SelfPatch's and the thesis's (``reference/dino_selfpatch.md`` §2.8, course Part 1
-§1.4–§1.7, Part 4 §4.6); each config in ``training/configs/`` states only what differs.
+Defaults are those of SelfPatch's released code (alinlab/SelfPatch ``main_selfpatch.py``, Yun et al.,
+CVPR 2022) and DINO's (facebookresearch/dino ``main_dino.py``); each config in ``training/configs/``
+states only what differs.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class RuleCfg:
 
 @dataclass
 class LossCfg:
-    teacher_temp: float = 0.04  # SelfPatch's code and the thesis runs (constant)
+    teacher_temp: float = 0.04  # SelfPatch's code (constant)
     student_temp: float = 0.1
     center_momentum: float = 0.9
 
@@ -92,7 +93,7 @@ class OptimCfg:
     micro_batch: int = 32  # images per forward; accumulation = batch / (micro × processes)
     epochs: int = 20
     warmup_epochs: int = 10
-    lr_backbone: float = 1e-5  # course §1.4: backbone peak 1e-5, heads 1e-4
+    lr_backbone: float = 1e-5  # backbone peak 1e-5, heads 1e-4 (continuing a released network)
     lr_heads: float = 1e-4
     min_lr: float = 1e-6
     weight_decay: float = 0.04  # DINO/SelfPatch: cosine 0.04 -> 0.4 on weights, 0 on biases and norms

@@ -1,6 +1,6 @@
 """Label hygiene: watch every file a run opens, and say in the manifest that no annotation was among them.
 
-Training reads images only (course Part 1 §1.6). A ``sys.addaudithook`` hook sees every ``open``
+Training reads images only: no label may reach a self-supervised run. A ``sys.addaudithook`` hook sees every ``open``
 event of the process, and of each data-loader worker (installed again by ``worker_init``). Each
 path is sorted: an image of the run's list, the config, a checkpoint the run reads, the run's own
 outputs, code and system files (the Python installation, the two packages' sources, ``/proc``,

@@ -71,7 +71,6 @@ PRESETS: dict[str, dict] = {
 # padded (DSM: cropped) to a multiple of the patch; MaskCut: squashed to 480 × 480 with LANCZOS)
 PUBLISHED_VIEW = {"centred": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native"}
 
-ALIASES = {"thesis": "centred"}  # former preset names, still accepted
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
@@ -97,7 +96,6 @@ class Settings:
     color_lambda: float = 0.0  # DSM: weight of the KNN colour affinity (0 as published in extract_eigs)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "preset", ALIASES.get(self.preset, self.preset))
         if self.preset not in PRESETS:
             raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
         if self.rule not in RULES:
@@ -116,7 +114,6 @@ class Settings:
     @classmethod
     def from_preset(cls, preset: str = "centred", **overrides) -> "Settings":
         """The preset's defaults, with every override that is not None applied."""
-        preset = ALIASES.get(preset, preset)
         if preset not in PRESETS:
             raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
         values = dict(PRESETS[preset], preset=preset)
