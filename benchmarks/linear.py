@@ -5,8 +5,8 @@ on standardised float32 tokens, mean cross-entropy + wd/2·‖W‖² for the pro
 torch) and C = 1/(wd·n) for scikit-learn (lbfgs, its default solver). Features are synthetic
 (image, patch, channel) tokens at ViT-S/16 size (384 channels, 196 patches): class directions
 under Gaussian noise with a shared offset, a background class covering most patches, as a
-panel's tokens would. Rounds are interleaved and medians compared (reference/baselines.md:
-differences under about 15 % are noise on this machine). Prints the table and a JSON line.
+panel's tokens would. Rounds are interleaved and medians compared (differences
+under about 15 % are noise on this machine). Prints the table and a JSON line.
 
     python benchmarks/linear.py [--train-images 100] [--val-images 25] [--classes 8] [--rounds 5]
 """

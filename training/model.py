@@ -1,7 +1,7 @@
 """SelfPatch's network: the toolkit's backbone, the aggregation module and two DINO heads.
 
 Keys match SelfPatch's ``MultiCropWrapper`` exactly (``backbone.*``, ``ca_head.*``, ``c_head.*``,
-``p_head.*``; ``reference/dino_selfpatch.md`` §2.2–§2.5), so released heads load and what this
+``p_head.*``; alinlab/SelfPatch ``main_selfpatch.py`` and ``vision_transformer.py``), so released heads load and what this
 trainer saves loads in SelfPatch's code. The backbone is ``probe_toolkit.store.backbone.Backbone``
 (timm's ViT, no class token, no final norm); nothing here is a second ViT.
 """

@@ -1,6 +1,6 @@
 """The checkpoint file: DINO's and SelfPatch's full layout, readable with ``torch.load(weights_only=True)``.
 
-Top level (``reference/dino_selfpatch.md`` §1.5, §2.2):
+Top level (as facebookresearch/dino ``main_dino.py`` and alinlab/SelfPatch ``main_selfpatch.py`` save it):
 
 - ``student``: ``module.backbone.*`` (147 SelfPatch-style keys), ``module.ca_head.*``,
   ``module.c_head.*``, ``module.p_head.*``; ``last_layer.weight_g`` / ``last_layer.weight_v``.
