@@ -154,3 +154,36 @@ def test_bad_input_in_a_worker_comes_back_as_the_same_one_line_error():
     with pytest.raises(ProbeError, match="NaN"):
         runner.map_blocks(partial(decode_block, settings=Settings()), lambda a, b: {k: v[a:b] for k, v in bad.items()},
                           [(0, 2), (2, 4)], workers=2)
+
+
+def _long_dot(values: np.ndarray, *, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """A task whose one matmul has a long inner dimension: MKL splits it between threads."""
+    import torch
+
+    return {"dot": (torch.from_numpy(values) @ torch.from_numpy(weights)).numpy()}
+
+
+def test_every_task_computes_under_one_thread_at_any_worker_count():
+    """--workers 1 computes in this process, which runs torch on 2 threads (conftest); the
+    runner sets one thread per task there as on a worker, so the bits are the same, and this
+    process's threads are restored after (a later two-thread product is unchanged)."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((8, 100_000)).astype(np.float32)
+    weights = rng.standard_normal((100_000, 2)).astype(np.float32)
+    fn = partial(_long_dot, weights=weights)
+    ranges = [(0, 4), (4, 8)]
+    threads = torch.get_num_threads()
+    two_before = fn(values)["dot"]
+    torch.set_num_threads(1)
+    one_thread = np.concatenate([fn(values[a:b])["dot"] for a, b in ranges])  # the plain reference: one thread, block by block
+    torch.set_num_threads(threads)
+    read = lambda a, b: {"values": values[a:b]}  # noqa: E731
+    here = runner.map_blocks(fn, read, ranges, workers=1)["dot"]
+    assert torch.get_num_threads() == threads
+    assert np.array_equal(fn(values)["dot"], two_before)  # this process's own threads, as before the run
+    there = runner.map_blocks(fn, read, ranges, workers=2)["dot"]
+    assert np.array_equal(here, one_thread) and np.array_equal(there, one_thread)
+    if threads < 2 or np.array_equal(np.concatenate([fn(values[a:b])["dot"] for a, b in ranges]), one_thread):
+        pytest.skip("this machine's BLAS does not split the product between threads: the identity shows nothing here")

@@ -13,7 +13,8 @@ have ``image`` as their first axis. The runner cuts the images into blocks and c
   code, and the same checks, as ``probe entropy`` and ``probe neighbours``;
 
 and concatenates the results in image order. Every image is computed alone by the same code
-with one BLAS thread, so the results are bit-identical whatever the worker count or cluster.
+with one BLAS thread and one torch thread (``task_threads``, in this process too), so the results
+are bit-identical whatever the worker count or cluster.
 ``shard_range`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
 or torchrun's RANK/WORLD_SIZE, parsed as ``probe extract`` parses them).
 """
@@ -28,6 +29,7 @@ from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -111,12 +113,38 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
-def _call(fn: BlockFn, arrays: "dict[str, np.ndarray] | StoreBlock", threads: int = 1) -> dict[str, np.ndarray]:
+@contextmanager
+def task_threads(threads: int = 1) -> Iterator[None]:
+    """Every task computes under ``threads`` BLAS / OpenMP threads and as many torch threads, in
+    this process as on a worker, so its arithmetic is the same at any worker count (a matmul
+    with a long inner dimension is split between threads, and rounds otherwise). Restored after:
+    torch's count is read before the OpenMP limit (inside it torch reports the limit, and
+    "restoring" that left MKL on one thread for what ran later, e.g. a linear probe)."""
     from threadpoolctl import threadpool_limits
 
+    torch = sys.modules.get("torch")  # not imported here: a task that needs it brought it
+    before = torch.get_num_threads() if torch is not None else None
+    with threadpool_limits(limits=threads):
+        if torch is None:
+            yield
+            return
+        torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+
+def _in_task_threads(fn: BlockFn, **arrays: np.ndarray) -> dict[str, np.ndarray]:
+    """``fn`` on a dask worker, under one thread as a local task (``task_threads``)."""
+    with task_threads(1):
+        return fn(**arrays)
+
+
+def _call(fn: BlockFn, arrays: "dict[str, np.ndarray] | StoreBlock", threads: int = 1) -> dict[str, np.ndarray]:
     if isinstance(arrays, StoreBlock):  # on a worker: it reads its own block
         arrays = arrays.load()
-    with threadpool_limits(limits=threads):
+    with task_threads(threads):
         return fn(**arrays)
 
 
@@ -234,7 +262,7 @@ def map_images(
         from .chunked import map_images as on_cluster
 
         part = {name: a.isel(image=slice(start, stop)) for name, a in arrays.items()}
-        whole = on_cluster(fn, part, chunk=block, client=where.client, progress=progress)
+        whole = on_cluster(partial(_in_task_threads, fn), part, chunk=block, client=where.client, progress=progress)
         if each:
             each(start, stop, whole)
         return whole
@@ -312,10 +340,9 @@ class _ChunkReader:
 
 @contextmanager
 def torch_threads(n: int = 1) -> Iterator[None]:
-    """In a worker process, torch's intra-op threads set to ``n`` for a block (a spawned worker
-    loads torch only with its first block, after ``_one_thread``). In the command's own process
-    torch's threads are left alone: setting them also fixes MKL's and OpenMP's counts for
-    whatever runs later in that process (measured: a linear probe trained after it changed)."""
+    """In a worker process, torch's intra-op threads set to ``n`` for a block whose code imported
+    torch itself (after ``task_threads`` looked). In the command's own process ``task_threads``
+    has set (and will restore) them already."""
     if multiprocessing.parent_process() is None:
         yield
         return
