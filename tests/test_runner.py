@@ -77,6 +77,14 @@ def test_shards_cover_every_image_once_in_whole_blocks():
         assert all(a % block == 0 for a, b in ranges if b > a)
 
 
+def test_tapered_blocks_end_small_and_cover_every_image_once():
+    for n_images, block, workers in ((384, 16, 2), (7, 1, 2), (100, 8, 3), (5, 2, 1), (9, 4, 2)):
+        ranges = runner.tapered(runner.blocks(n_images, block), workers)
+        assert np.array_equal(np.concatenate([np.arange(a, b) for a, b in ranges]), np.arange(n_images)) and all(b > a for a, b in ranges)
+    ranges = runner.tapered(runner.blocks(384, 16), 2)
+    assert ranges[:22] == runner.blocks(352, 16) and ranges[22:] == [(352, 360), (360, 368), (368, 376), (376, 384)]
+
+
 def test_a_shard_computes_its_images_only(store):
     settings = Settings.from_preset("tokencut")
     src = open_keys(store)

@@ -77,6 +77,17 @@ def block_size(n_images: int, workers: int, largest: int = 16) -> int:
     return min(size, want)
 
 
+def tapered(ranges: list[tuple[int, int]], workers: int) -> list[tuple[int, int]]:
+    """The last ``workers`` blocks cut in halves when every worker has several blocks: the run
+    ends with small blocks, so a worker that finishes first waits half a block for the others,
+    not a whole one (a split block's chunk is read twice, about 1 % of its decode time)."""
+    if workers <= 1 or len(ranges) < 3 * workers:
+        return ranges
+    cut = len(ranges) - workers
+    last = [[(a, (a + b) // 2), ((a + b) // 2, b)] if b - a > 1 else [(a, b)] for a, b in ranges[cut:]]
+    return ranges[:cut] + [part for parts in last for part in parts]
+
+
 @dataclass(frozen=True)
 class Where:
     """Where a per-image analysis runs: ``workers`` local processes, or a dask ``client``."""
@@ -269,6 +280,8 @@ def map_images(
 
     size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
+    if not fixed:
+        ranges = tapered(ranges, where.workers)
     source = _one_store(arrays) if min(where.workers, len(ranges)) > 1 else None
     read = _Coordinates(arrays, *source) if source else _ChunkReader(arrays, start, stop)
     return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each)
