@@ -77,6 +77,25 @@ def test_shards_cover_every_image_once_in_whole_blocks():
         assert all(a % block == 0 for a, b in ranges if b > a)
 
 
+def test_workers_read_a_store_growing_another_view(store, tmp_path):
+    """Adding a view clears the store's own ``done`` (an image is done when every view is); the
+    workers, which read their blocks themselves, judge the keys' view by its flags, as
+    ``open_store`` does, so two workers decode what one does."""
+    import shutil
+
+    import zarr
+
+    grown = tmp_path / "grown.zarr"
+    shutil.copytree(store, grown)
+    group = zarr.open_group(grown, mode="r+", use_consolidated=False)
+    assert bool(np.asarray(group["done_480"][:]).all())
+    group["done"][:] = np.zeros(7, dtype=bool)
+    settings = Settings.from_preset("tokencut")
+    src = open_keys(grown)
+    assert len(src.image_ids) == 7
+    _same(_arrays(decode_keys(src.keys, settings, where=Where(workers=1))), _arrays(decode_keys(src.keys, settings, where=Where(workers=2))))
+
+
 def test_tapered_blocks_end_small_and_cover_every_image_once():
     for n_images, block, workers in ((384, 16, 2), (7, 1, 2), (100, 8, 3), (5, 2, 1), (9, 4, 2)):
         ranges = runner.tapered(runner.blocks(n_images, block), workers)
