@@ -257,8 +257,8 @@ def map_images(
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
     ``image_range`` restricts the run to images [start, stop) (a shard). On a dask ``client``
-    the blocks are read by the cluster's workers (``chunked.map_images``); locally this process
-    reads each block and the workers compute. ``fixed``: blocks of exactly ``block`` images
+    the blocks are read by the cluster's workers (``chunked.map_images``); locally each worker
+    reads its own (below), and this process reads when it computes. ``fixed``: blocks of exactly ``block`` images
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
     torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``:
