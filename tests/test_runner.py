@@ -96,6 +96,26 @@ def test_workers_read_a_store_growing_another_view(store, tmp_path):
     _same(_arrays(decode_keys(src.keys, settings, where=Where(workers=1))), _arrays(decode_keys(src.keys, settings, where=Where(workers=2))))
 
 
+def test_masks_json_encoded_block_by_block_is_the_whole_sets(store, tmp_path):
+    """``probe decode`` encodes each block's masks as it arrives: the JSON at 1 and 2 workers is
+    the one ``coco_results`` writes for the whole decode at once."""
+    import json
+
+    from probe_toolkit.commands.decode import run_decode
+    from probe_toolkit.labels.masks import coco_results
+
+    settings = Settings.from_preset("maskcut", masks=2)
+    texts = {}
+    for workers in (1, 2):
+        out = tmp_path / f"masks{workers}.json"
+        run_decode(store, settings, workers=workers, out=out, cache_dir=tmp_path)
+        texts[workers] = out.read_text()
+    src = open_keys(store)
+    whole = coco_results(decode_keys(src.keys, settings), src.image_ids, src.heights, src.widths)
+    assert texts[1] == texts[2] and json.loads(texts[1]) == json.loads(json.dumps(whole))
+    assert len(whole) >= 8 and sorted({r["image_id"] for r in whole}) == list(range(7))
+
+
 def test_tapered_blocks_end_small_and_cover_every_image_once():
     for n_images, block, workers in ((384, 16, 2), (7, 1, 2), (100, 8, 3), (5, 2, 1), (9, 4, 2)):
         ranges = runner.tapered(runner.blocks(n_images, block), workers)
