@@ -93,3 +93,37 @@ def test_the_fiedler_vector_and_mask_equal_a_plain_dense_solve(common, grid):
         side = ~side
     labels, _ = scipy.ndimage.label(side.reshape(grid, grid))
     np.testing.assert_array_equal(out.masks[0], labels.reshape(-1) == labels.reshape(-1)[seed])
+
+
+@pytest.mark.parametrize("preset, common", [("centred", 0.0), ("tokencut", 0.9)])
+def test_a_cut_certified_early_is_within_its_bound_of_a_plain_dense_solve(preset, common):
+    """The run stops once the mask is certified (residual far above machine precision): the
+    Fiedler vector is then within ``Cut.error`` of the dense one, λ2 within 1e-8, the mask its."""
+    grid = 24
+    keys = _keys(grid, common, seed=5)
+    settings = Settings.from_preset(preset)
+    graph = decoder.key_graph(decoder.cosines(keys, center=settings.center), settings.tau, settings.eps)
+    scale = 1.0 / np.sqrt(graph.degree)
+    checked: list[float] = []
+
+    def enough(cut):
+        checked.append(cut.residual)
+        return decoder.certified_cut(cut, scale, (grid, grid), settings)[-1]
+
+    cut = decoder.normalized_cut(graph, enough=enough)
+    assert cut.solver == "lanczos" and cut.residual > 1e-13  # stopped before machine precision
+    assert checked[-1] == cut.residual  # the certificate saw the measured residual it returns
+    k = np.array(keys, dtype=np.float64)
+    if settings.center:
+        k -= k.mean(axis=0)
+    w = _plain_w(k, settings.tau, settings.eps)
+    x, lam2, _ = _plain_fiedler(w)
+    x = x / np.sqrt((x * w.sum(axis=1)) @ x)
+    x *= np.sign(x @ cut.x)
+    bound = cut.error(scale)
+    assert (np.abs(cut.x - x) <= bound).all()
+    assert np.abs(cut.x - x).max() > 1e-3 * bound.max()  # the bound is not vacuous here
+    assert cut.lambda2 == pytest.approx(lam2, rel=1e-8)
+    out = decode_image(keys, settings)
+    assert out.solver == ["lanczos"] and not out.degenerate
+    np.testing.assert_array_equal(out.masks[0], decoder.tokencut_dense(keys, settings.tau, settings.eps, settings.center))

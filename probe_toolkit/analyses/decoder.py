@@ -72,10 +72,11 @@ PRESETS: dict[str, dict] = {
 PUBLISHED_VIEW = {"centred": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native"}
 
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
-SOLVERS = ("arpack", "dense")
+SOLVERS = ("lanczos", "arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
 SETTLED = 1e-15  # Lanczos residual estimate at which ARPACK (tol 0) settles the vector in one short cycle
 SETTLE_NCV = 4  # ARPACK's basis for that cycle (a settled vector converges in its first)
+PRECISE = 1e-8  # relative accuracy of λ2 (and so of the score) at which a certified cut may stop early
 
 
 @dataclass(frozen=True)
@@ -268,14 +269,21 @@ class Cut:
         """Distance of λ2 from the rest of the spectrum (λ1 = 0 and λ3)."""
         return min(self.lambda2, self.lambda3_low - self.lambda2)
 
+    @property
+    def precise(self) -> bool:
+        """λ2 known to ``PRECISE`` relative: the Rayleigh quotient is off by at most ‖r‖²/gap."""
+        return self.gap > 0 and self.residual**2 <= PRECISE * self.lambda2 * self.gap
+
     def error(self, scale: np.ndarray) -> np.ndarray:
-        """Per-patch bound on |x̂ − x| against any backward-stable dense solver (Davis–Kahan)."""
+        """Per-patch bound on |x̂ − x| against any backward-stable dense solver (Davis–Kahan:
+        sin θ ≤ s = noise/gap, so ‖ŷ − y‖ = 2 sin(θ/2) ≤ s·√(2/(1 + √(1 − s²))), 1 + s²/8 + …)."""
         n = self.x.shape[0]
         noise = self.residual + 16.0 * n * float(np.finfo(np.float64).eps)
         gap = self.gap
-        if not gap > 0:
+        if not gap > 0 or not noise < gap:
             return np.full(n, np.inf)
-        return scale * (noise / gap)
+        s = noise / gap
+        return scale * (s * math.sqrt(2.0 / (1.0 + math.sqrt(1.0 - s * s))))
 
 
 def _normalized(graph: Graph) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
@@ -332,15 +340,17 @@ def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: flo
 
 
 def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, wanted: int,
-             settled: Callable[[np.ndarray, np.ndarray], bool], *, least: int = 16, most: int = 400) -> tuple[np.ndarray, np.ndarray]:
+             settled: Callable[[np.ndarray, np.ndarray, Callable[[int], np.ndarray]], bool], *, least: int = 16,
+             most: int = 400) -> tuple[np.ndarray, np.ndarray]:
     """The ``wanted`` largest Ritz pairs (values descending, unit vectors as rows) of a symmetric
     operator on the Krylov space of ``start``.
 
     Plain Lanczos with full reorthogonalisation (so no spurious copies) and no restarts:
     nothing the space has learnt is thrown away, as an implicit restart does. The space grows,
     checked every 4 steps and never below ``least`` vectors (what an ARPACK run with 16 vectors
-    builds first), until ``settled(values, estimates)``, the estimates being Lanczos's residual
-    norms β·|s_last|, or until ``most`` vectors (the caller checks residuals explicitly).
+    builds first), until ``settled(values, estimates, ritz)``, the estimates being Lanczos's
+    residual norms β·|s_last| and ``ritz(k)`` the first k Ritz vectors (computed on demand), or
+    until ``most`` vectors (the caller checks residuals explicitly).
     """
     n = start.shape[0]
     most = max(wanted + 1, min(most, n - 1))
@@ -366,14 +376,18 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
         if j + 1 >= wanted and (last or (j + 1 >= least and (j + 1 - least) % 4 == 0)):
             values, vectors = scipy.linalg.eigh_tridiagonal(alpha[: j + 1], beta[:j], select="i", select_range=(j + 1 - wanted, j))
             values, vectors = values[::-1], vectors[:, ::-1]
-            if last or settled(values, beta[j] * np.abs(vectors[-1])):
-                ritz = vectors.T @ q
-                return values, ritz / np.linalg.norm(ritz, axis=1, keepdims=True)
+
+            def ritz(k: int) -> np.ndarray:
+                rows = vectors[:, :k].T @ q
+                return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+            if last or settled(values, beta[j] * np.abs(vectors[-1]), ritz):
+                return values, ritz(wanted)
         basis[j + 1] = w / beta[j]
     raise AssertionError("unreachable")
 
 
-def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
+def normalized_cut(graph: Graph, *, seed: int = 0, enough: Callable[[Cut], bool] | None = None) -> Cut:
     """Second smallest generalized eigenpair of (D − W, D), via 𝒩 with D^½1 deflated.
 
     A Lanczos run without restarts (``_lanczos``) brings y to machine precision and gives μ3's
@@ -383,6 +397,13 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
     deflated operator refines it), and the gap's lower bound takes θ3 + ‖r3‖. Dense ``eigh`` of 𝒩 serves
     small graphs and any case ARPACK does not settle (no convergence, or a residual it should
     not have). The start vector comes from ``seed``, so runs repeat exactly.
+
+    ``enough(cut)`` (the caller's certificate) stops the run early: at a check where it holds
+    for the Ritz pairs with their residuals measured explicitly (y's, and z's with y deflated,
+    under a quarter of the gap) and λ2 is known to ``PRECISE`` relative (Rayleigh quotient error
+    ≤ ‖r‖²/gap), that cut is returned (solver ``lanczos``); the error bound of ``Cut.error`` is
+    as rigorous at that residual as at machine precision. Where it never holds, the run goes on
+    to machine precision as without it.
     """
     n = graph.n
     scale, top, apply = _normalized(graph)
@@ -401,9 +422,27 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
 
     start = np.random.default_rng(seed).standard_normal(n)
     first = deflated([top])
+    early: list[Cut] = []
+
+    def settled(t: np.ndarray, r: np.ndarray, ritz: Callable[[int], np.ndarray]) -> bool:
+        if not r[1] <= 0.25 * (t[0] - t[1]):
+            return False  # μ3's Ritz value is not yet within a quarter of the gap
+        if enough is not None:
+            # first on Lanczos's own estimates (one Ritz vector), then on measured residuals
+            guess = Cut(x=scale * ritz(1)[0], lambda2=1.0 - t[0], lambda3=1.0 - t[1], lambda3_low=1.0 - t[1] - r[1],
+                        residual=float(r[0]), solver="lanczos")
+            if guess.precise and enough(guess):
+                cut = _measured(apply, first, top, scale, float(t[1]), ritz(2))
+                if cut is not None and cut.precise and enough(cut):
+                    early.append(cut)
+                    return True
+        return r[0] <= SETTLED
+
     try:
         # one Lanczos run brings y to ARPACK's tolerance and μ3's Ritz pair to a fraction of the gap
-        values, vectors = _lanczos(first, start, 2, lambda t, r: r[0] <= SETTLED and r[1] <= 0.25 * (t[0] - t[1]))
+        values, vectors = _lanczos(first, start, 2, settled)
+        if early:
+            return early[0]
         operator = scipy.sparse.linalg.LinearOperator((n, n), matvec=first, dtype=np.float64)
         mu2, y = _largest(operator, vectors[0], 0.0, short=SETTLE_NCV)  # ARPACK settles μ2 from that vector
         residual = float(np.linalg.norm(apply(y) - mu2 * y))
@@ -416,12 +455,31 @@ def normalized_cut(graph: Graph, *, seed: int = 0) -> Cut:
         z /= np.linalg.norm(z)
         r3 = float(np.linalg.norm(below(z) - mu3 * z))
         if not r3 <= 0.25 * (mu2 - mu3):
-            (mu3,), (z,) = _lanczos(below, start, 1, lambda t, r: r[0] <= 0.25 * (mu2 - t[0]))
+            (mu3,), (z,) = _lanczos(below, start, 1, lambda t, r, _: r[0] <= 0.25 * (mu2 - t[0]))
             mu3 = float(mu3)
             r3 = float(np.linalg.norm(below(z) - mu3 * z))
     except (scipy.sparse.linalg.ArpackNoConvergence, scipy.sparse.linalg.ArpackError, _Unsettled):
         return _dense_cut(graph, scale)
     return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="arpack")
+
+
+def _measured(apply: Callable[[np.ndarray], np.ndarray], first: Callable[[np.ndarray], np.ndarray], top: np.ndarray,
+              scale: np.ndarray, mu3: float, ritz: np.ndarray) -> Cut | None:
+    """The cut of the Ritz pairs (y, θ2), (z, θ3) with every residual measured: μ2 as y's Rayleigh
+    quotient, ‖𝒩y − μ2y‖, and ‖r3‖ of z with y deflated; None when y is not orthogonal to the
+    top vector or z's residual is not under a quarter of the gap."""
+    y = ritz[0]
+    ny = apply(y)
+    mu2 = float(y @ ny)
+    residual = float(np.linalg.norm(ny - mu2 * y))
+    if abs(y @ top) > 1e-6:
+        return None
+    z = ritz[1] - y * (y @ ritz[1])
+    z /= np.linalg.norm(z)
+    r3 = float(np.linalg.norm(first(z) - 2.0 * y * (y @ z) - mu3 * z))
+    if not r3 <= 0.25 * (mu2 - mu3):
+        return None
+    return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="lanczos")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -474,6 +532,16 @@ def certified(x: np.ndarray, error: np.ndarray, mask: np.ndarray, seed: int, rev
     signed = -x if reversed_ else x
     rivals = signed >= signed[seed] - (error + error[seed])
     return bool(mask[rivals].all())  # another seed candidate would pick the same component
+
+
+def certified_cut(cut: Cut, scale: np.ndarray, grid: tuple[int, int], settings: Settings) -> tuple[np.ndarray, int, np.ndarray, bool]:
+    """(oriented x, seed, mask, certified) of one cut under the settings' rule; certified also
+    asks an eigengap of at least ``gap_tol``."""
+    x = orient(cut.x)
+    side, seed, reversed_ = foreground(x, grid, settings.rule)
+    found = component(side, seed, grid)
+    ok = cut.gap >= settings.gap_tol and certified(x, cut.error(scale), found, seed, reversed_)
+    return x, seed, found, ok
 
 
 def ncut_value(graph: Graph, mask: np.ndarray) -> float:
@@ -577,14 +645,12 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
             stop = "exhausted"
             break
         graph = key_graph(cos, settings.tau, settings.eps, painted if t else None)
-        cut = normalized_cut(graph, seed=settings.seed)
+        scale = 1.0 / np.sqrt(graph.degree)
+        cut = normalized_cut(graph, seed=settings.seed, enough=lambda c: certified_cut(c, scale, grid, settings)[-1])
         cuts += 1
-        x = orient(cut.x)
-        side, seed, reversed_ = foreground(x, grid, settings.rule)
-        found = component(side, seed, grid)
+        x, seed, found, ok = certified_cut(cut, scale, grid, settings)
         first = first or (x, seed)
-        error = cut.error(1.0 / np.sqrt(graph.degree))
-        degenerate |= cut.gap < settings.gap_tol or not certified(x, error, found, seed, reversed_)
+        degenerate |= not ok
         if previous is not None:
             if iou(found, previous) > settings.overlap:
                 stop = "overlap"
