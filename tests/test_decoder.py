@@ -66,9 +66,10 @@ def test_the_graph_is_decided_in_float64_even_next_to_tau():
         c = tau + delta
         keys.append(c * base + np.sqrt(1 - c * c) * ortho)
     keys = np.array([base, *keys, *rng.standard_normal((9, 32))])
-    cos = decoder.cosines(keys, center=False)
+    cos = decoder.cosines(keys, center=False, shared=True)
     exact = (cos.unit @ cos.unit.T) > tau
     np.testing.assert_array_equal(decoder.adjacency(cos, tau), exact)
+    np.testing.assert_array_equal(decoder.adjacency(decoder.cosines(keys, center=False), tau), exact)  # row blocks of products
     assert not np.array_equal(cos.approx > tau, exact)  # float32 alone would get some wrong
 
 

@@ -134,15 +134,23 @@ class Settings:
 
 @dataclass(frozen=True)
 class Cosines:
-    """Unit keys in float64 and their cosines in float32 with a proven error ``band``."""
+    """Unit keys in float64 and float32, and the proven error ``band`` of a float32 cosine;
+    ``approx`` holds every float32 cosine when several graphs share them (sweeps, MaskCut's
+    rounds), else each graph computes its row blocks of them as it decides them."""
 
     unit: np.ndarray  # (N, C) float64
-    approx: np.ndarray  # (N, N) float32
+    single: np.ndarray  # (N, C) float32
     band: float
+    approx: np.ndarray | None = None  # (N, N) float32, or None
+
+    @property
+    def n(self) -> int:
+        return self.unit.shape[0]
 
 
-def cosines(keys: np.ndarray, *, center: bool) -> Cosines:
-    """Centre (optionally) and L2-normalise the keys; cosines in float32 (exact near τ later)."""
+def cosines(keys: np.ndarray, *, center: bool, shared: bool = False) -> Cosines:
+    """Centre (optionally) and L2-normalise the keys; float32 cosines (exact near τ later),
+    all of them computed now when ``shared`` (several graphs on the same keys)."""
     keys = np.asarray(keys, dtype=np.float64)
     if keys.ndim != 2 or keys.shape[0] < 4:
         raise ProbeError(None, f"keys of shape {keys.shape} are not (patch ≥ 4, channel)", "pass one image's keys")
@@ -156,7 +164,7 @@ def cosines(keys: np.ndarray, *, center: bool) -> Cosines:
     # |float32 dot − float64 dot| ≤ (C + 2)·u32 for unit vectors: rounding of the inputs and a
     # C-term float32 accumulation (Higham's γ_C bound with Cauchy–Schwarz), with 2× headroom
     band = 2.0 * (keys.shape[1] + 2) * float(np.finfo(np.float32).eps)
-    return Cosines(unit=unit, approx=f32 @ f32.T, band=band)
+    return Cosines(unit=unit, single=f32, band=band, approx=f32 @ f32.T if shared else None)
 
 
 @dataclass(frozen=True)
@@ -185,39 +193,50 @@ class Graph:
         return np.where(a != self.complement, 1.0, self.eps)
 
 
-ROWS = 64  # cosine rows decided at once: the float32 block and its masks stay in cache
+ROWS = 256  # cosine rows computed and decided at once (a float32 product of this height runs at full speed)
 
 
 def _decided(cos: Cosines, tau: float, painted: np.ndarray | None) -> np.ndarray:
-    """cos > τ as float64 decides it, row block by row block, into an (N, 2^k ≥ N) bool array
-    whose padding columns are False (a power-of-two row stride makes column indices a bit mask).
+    """cos > τ as float64 decides it, into an (N, 2^k ≥ N) bool array whose padding columns are
+    False (a power-of-two row stride makes column indices a bit mask).
 
-    Outside ±band of τ the float32 cosine decides; inside, the float64 dot of the unit keys.
+    Row block by row block, the upper triangle only (its cosines by one float32 product per
+    block, or read from ``cos.approx``), each block's decisions copied to the lower triangle:
+    the decisions are exact, hence symmetric. Outside ±band of τ the float32 cosine decides;
+    inside, the float64 dot of the unit keys (the same products either way round).
     Patches in ``painted`` have zeroed keys (MaskCut): their cosines, self included, are 0.
     """
-    approx, n = cos.approx, cos.approx.shape[0]
+    n = cos.n
     stride = 1 << max(n - 1, 1).bit_length()
     # float32 thresholds one ulp outside τ ± band: every entry not between them is decided by float32
     above = np.nextafter(np.float32(tau + cos.band), np.float32(np.inf))
     below = np.nextafter(np.float32(tau - cos.band), np.float32(-np.inf))
     out = np.zeros((n, stride), dtype=bool)
-    near = np.empty((ROWS, n), dtype=bool)
+    scratch = np.empty(min(ROWS, n) * n, dtype=np.float32) if cos.approx is None else None
+    near = np.empty(min(ROWS, n) * n, dtype=bool)
     zero = 0.0 > tau  # the decision for a painted patch's cosines
-    cols = np.flatnonzero(painted) if painted is not None and painted.any() else None
+    painted = painted if painted is not None and painted.any() else None
     for start in range(0, n, ROWS):
         stop = min(start + ROWS, n)
-        block, a, m = approx[start:stop], out[start:stop, :n], near[: stop - start]
+        shape = (stop - start, n - start)
+        if scratch is None:
+            block = cos.approx[start:stop, start:]
+        else:
+            block = np.matmul(cos.single[start:stop], cos.single[start:].T, out=scratch[: shape[0] * shape[1]].reshape(shape))
+        a, m = out[start:stop, start:n], near[: shape[0] * shape[1]].reshape(shape)
         np.greater(block, above, out=a)
         np.greater_equal(block, below, out=m)
         m ^= a  # below ≤ approx ≤ above
-        if cols is not None:
+        if painted is not None:
+            cols = painted[start:]
             a[:, cols], m[:, cols] = zero, False
             rows = painted[start:stop]
             a[rows], m[rows] = zero, False
         hit = np.flatnonzero(m)
         if hit.size:
-            r, c = hit // n, hit % n
-            a[r, c] = np.einsum("ij,ij->i", cos.unit[start + r], cos.unit[c]) > tau
+            r, c = hit // shape[1], hit % shape[1]
+            a[r, c] = np.einsum("ij,ij->i", cos.unit[start + r], cos.unit[start + c]) > tau
+        out[stop:n, start:stop] = a[:, stop - start:].T
     return out
 
 
@@ -227,7 +246,7 @@ def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np
     Patches in ``painted`` have zeroed keys (MaskCut), so their cosines with every patch,
     themselves included, are 0.
     """
-    return _decided(cos, tau, painted)[:, : cos.approx.shape[0]]
+    return _decided(cos, tau, painted)[:, : cos.n]
 
 
 def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None = None) -> Graph:
@@ -634,7 +653,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
         return decode_single(keys, settings, grid, color)
     grid = shape_of(grid)
     if cos is None:
-        cos = cosines(keys, center=settings.center)
+        cos = cosines(keys, center=settings.center, shared=settings.masks > 1)
     painted = np.zeros(n, dtype=bool)
     rows: list[tuple] = []
     previous: np.ndarray | None = None
