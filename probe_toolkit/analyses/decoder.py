@@ -567,7 +567,7 @@ def certified(x: np.ndarray, error: np.ndarray, mask: np.ndarray, seed: int, rev
     return bool(mask[rivals].all())  # another seed candidate would pick the same component
 
 
-def certified_cut(cut: Cut, scale: np.ndarray, grid: tuple[int, int], settings: Settings) -> tuple[np.ndarray, int, np.ndarray, bool]:
+def certified_cut(cut: Cut, scale: np.ndarray, grid: int | tuple[int, int], settings: Settings) -> tuple[np.ndarray, int, np.ndarray, bool]:
     """(oriented x, seed, mask, certified) of one cut under the settings' rule; certified also
     asks an eigengap of at least ``gap_tol``."""
     x = orient(cut.x)
