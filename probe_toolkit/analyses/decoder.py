@@ -282,6 +282,7 @@ class Cut:
     lambda3_low: float
     residual: float  # ‖𝒩y − μy‖ of the unit vector y = D^½ x
     solver: str
+    steps: int = 0  # Lanczos vectors built (0: dense solve)
 
     @property
     def gap(self) -> float:
@@ -360,9 +361,9 @@ def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: flo
 
 def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, wanted: int,
              settled: Callable[[np.ndarray, np.ndarray, Callable[[int], np.ndarray]], bool], *, least: int = 16,
-             most: int = 400) -> tuple[np.ndarray, np.ndarray]:
+             most: int = 400) -> tuple[np.ndarray, np.ndarray, int]:
     """The ``wanted`` largest Ritz pairs (values descending, unit vectors as rows) of a symmetric
-    operator on the Krylov space of ``start``.
+    operator on the Krylov space of ``start``, and that space's dimension.
 
     Plain Lanczos with full reorthogonalisation (so no spurious copies) and no restarts:
     nothing the space has learnt is thrown away, as an implicit restart does. The space grows,
@@ -401,7 +402,7 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
                 return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
             if last or settled(values, beta[j] * np.abs(vectors[-1]), ritz):
-                return values, ritz(wanted)
+                return values, ritz(wanted), j + 1
         basis[j + 1] = w / beta[j]
     raise AssertionError("unreachable")
 
@@ -459,9 +460,9 @@ def normalized_cut(graph: Graph, *, seed: int = 0, enough: Callable[[Cut], bool]
 
     try:
         # one Lanczos run brings y to ARPACK's tolerance and μ3's Ritz pair to a fraction of the gap
-        values, vectors = _lanczos(first, start, 2, settled)
+        values, vectors, steps = _lanczos(first, start, 2, settled)
         if early:
-            return early[0]
+            return replace(early[0], steps=steps)
         operator = scipy.sparse.linalg.LinearOperator((n, n), matvec=first, dtype=np.float64)
         mu2, y = _largest(operator, vectors[0], 0.0, short=SETTLE_NCV)  # ARPACK settles μ2 from that vector
         residual = float(np.linalg.norm(apply(y) - mu2 * y))
@@ -474,12 +475,12 @@ def normalized_cut(graph: Graph, *, seed: int = 0, enough: Callable[[Cut], bool]
         z /= np.linalg.norm(z)
         r3 = float(np.linalg.norm(below(z) - mu3 * z))
         if not r3 <= 0.25 * (mu2 - mu3):
-            (mu3,), (z,) = _lanczos(below, start, 1, lambda t, r, _: r[0] <= 0.25 * (mu2 - t[0]))
-            mu3 = float(mu3)
+            (mu3,), (z,), more = _lanczos(below, start, 1, lambda t, r, _: r[0] <= 0.25 * (mu2 - t[0]))
+            mu3, steps = float(mu3), steps + more
             r3 = float(np.linalg.norm(below(z) - mu3 * z))
     except (scipy.sparse.linalg.ArpackNoConvergence, scipy.sparse.linalg.ArpackError, _Unsettled):
         return _dense_cut(graph, scale)
-    return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="arpack")
+    return Cut(x=scale * y, lambda2=1.0 - mu2, lambda3=1.0 - mu3, lambda3_low=1.0 - mu3 - r3, residual=residual, solver="arpack", steps=steps)
 
 
 def _start(degree: np.ndarray, top: np.ndarray, seed: int) -> np.ndarray:
