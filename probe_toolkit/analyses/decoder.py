@@ -7,7 +7,8 @@ following TokenCut and MaskCut:
 2. Graph: W_ij = 1 where cos(k_i, k_j) > τ, else ε (self-loops included, as in TokenCut).
 3. Fiedler vector x: second smallest generalized eigenvector of (D − W) x = λ D x. Solved as the
    second largest eigenvector y of 𝒩 = D^-½ W D^-½, whose largest (eigenvalue 1) is known
-   exactly, D^½ 1, and is deflated; Lanczos then ARPACK find y, dense ``eigh`` of 𝒩 is the fallback and the
+   exactly, D^½ 1, and is deflated; Lanczos finds y, stopping once the mask below is certified
+   (else at machine precision, ARPACK settling y), dense ``eigh`` of 𝒩 is the fallback and the
    solver for small N. Always x = D^-½ y (the pitfall of CutLER #74 is forgetting this).
 4. Sign: x is oriented so that x[argmax |x|] > 0 (lowest index on ties), so the solver's sign
    never matters. Bipartition B = {x > mean(x)}, the plain mean as TokenCut.
@@ -29,7 +30,8 @@ is recomputed in float64, so the graph is the float64 graph. A mask is *certifie
 eigenvector error bound (residual + a dense solver's rounding) / eigengap cannot move any patch
 across the mean, flip the sign or move the seed out of the mask; an image with an uncertified
 cut or an eigengap below ``gap_tol`` is flagged ``degenerate``. Unflagged masks equal those of
-``scipy.linalg.eigh(D − W, D, subset_by_index=[1, 2])`` with TokenCut's post-processing.
+``scipy.linalg.eigh(D − W, D, subset_by_index=[1, 2])`` with TokenCut's post-processing. The
+saved Fiedler vector is within that bound of the exact one, λ2 within ``PRECISE`` relative.
 
 Score of a mask, in [0, 1]: (1 − λ2/λ3) · (1 − ncut/2). The relative eigengap says how clearly
 the graph prefers this cut to the next one; ncut = cut/vol(M) + cut/vol(rest) ∈ [0, 2] is the
