@@ -36,7 +36,10 @@ saved Fiedler vector is within that bound of the exact one, λ2 within ``PRECISE
 Score of a mask, in [0, 1]: (1 − λ2/λ3) · (1 − ncut/2). The relative eigengap says how clearly
 the graph prefers this cut to the next one; ncut = cut/vol(M) + cut/vol(rest) ∈ [0, 2] is the
 normalized cut of the final mask itself. A cheap, unambiguous cut scores near 1; it is a ranking
-for COCO AP (no ties decided by input order), not a calibrated probability.
+for COCO AP (no ties decided by input order), not a calibrated probability. λ3 is Lanczos's
+Ritz estimate where the run stopped (within a quarter of the eigengap of the true λ3, as the
+certificate requires, and at least ``lambda3_low``): a run stopped early by the certificate
+gives it to a few per cent in a clustered spectrum, a run to machine precision exactly.
 """
 
 from __future__ import annotations
