@@ -57,6 +57,15 @@ class _DeferredDask:
         return Version(self.module.__version__)
 
 
+def xarray():
+    """xarray, imported with the stand-in installed: what a module imports where it builds
+    variables after reading a store with zarr alone (``store.direct``), so that no dask comes with it."""
+    defer()
+    import xarray as xr
+
+    return xr
+
+
 def defer() -> bool:
     """Install the stand-in in xarray's cache of duck-array modules (True when installed)."""
     if importlib.util.find_spec("dask") is None:
