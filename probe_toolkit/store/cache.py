@@ -558,7 +558,7 @@ def _grow(path: Path, group: zarr.Group, old: dict[str, Any], manifest: dict[str
             group["done"][:] = np.zeros(n, dtype=bool)  # an image is done when every view is
 
 
-def _describe_view(ds: xr.Dataset, meta: dict[str, Any], view: str) -> str:
+def _describe_view(ds: xr.Dataset | StoreData, meta: dict[str, Any], view: str) -> str:
     """One line for a view: its grid(s), filter, attention, and how many images it holds."""
     facts = view_facts(meta, view)
     try:
@@ -582,8 +582,8 @@ def _describe_view(ds: xr.Dataset, meta: dict[str, Any], view: str) -> str:
 
 
 def describe_store(path: str | Path) -> list[tuple[str, str]]:
-    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results."""
-    ds = open_store(path, done_only=False)
+    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results (read with zarr alone)."""
+    ds = open_store(path, done_only=False, plain=True)
     meta = manifest(ds)
     done = ds["done"].values.astype(bool)
     failed = ds["failed"].values.astype(bool)
