@@ -707,8 +707,8 @@ def tokencut_dense(keys: np.ndarray, tau: float = 0.2, eps: float = 1e-5, center
     side = x > np.sum(x) / len(x)
     if not side[seed]:
         side = ~side
-    import scipy.ndimage  # the reference alone: the fast path labels with grid.components
+    from scipy import ndimage  # the reference alone: the fast path labels with grid.components
 
     g = int(round(np.sqrt(len(x))))
-    labels, _ = scipy.ndimage.label(side.reshape(g, g))
+    labels, _ = ndimage.label(side.reshape(g, g))
     return (labels == labels.reshape(-1)[seed]).reshape(-1)
