@@ -63,20 +63,20 @@ def test_attention_distance_reference_heads():
     grid = 6
     n = grid * grid
     # a head looking only at its own patch: 0
-    assert float(ent.attention_distance(torch.eye(n)[None], class_token=False)) == 0.0
+    assert ent.attention_distance(torch.eye(n)[None], class_token=False).item() == 0.0
     # a uniform head: the mean pairwise distance of the grid (the textbook's reference value)
     uniform = torch.full((1, n, n), 1.0 / n)
-    assert math.isclose(float(ent.attention_distance(uniform, False)), pairwise(grid).mean(), rel_tol=1e-5)
+    assert math.isclose(ent.attention_distance(uniform, False).item(), pairwise(grid).mean(), rel_tol=1e-5)
     # every query on its right-hand neighbour where it has one, else on itself: (G-1)/G
     right = torch.zeros(1, n, n)
     for i in range(n):
         right[0, i, i + 1 if i % grid < grid - 1 else i] = 1.0
-    assert math.isclose(float(ent.attention_distance(right, False)), (grid - 1) / grid, rel_tol=1e-6)
+    assert math.isclose(ent.attention_distance(right, False).item(), (grid - 1) / grid, rel_tol=1e-6)
     # the class token is excluded as query and key and the patch part renormalised
     with_cls = torch.zeros(1, n + 1, n + 1)
     with_cls[0, :, 0] = 0.5
     with_cls[0, :, 1:] = 0.5 / n
-    assert math.isclose(float(ent.attention_distance(with_cls, True)), pairwise(grid).mean(), rel_tol=1e-5)
+    assert math.isclose(ent.attention_distance(with_cls, True).item(), pairwise(grid).mean(), rel_tol=1e-5)
 
 
 def plain_distance(rows: np.ndarray, prefix: int, n_rows: int, n_cols: int) -> np.ndarray:
@@ -126,10 +126,10 @@ def test_row_statistics_keep_the_class_token_apart():
     for p in range(4):
         a[0, 0, 1 + p, 1 + p] = 0.5
     found = ent.row_statistics(a, class_token=True)
-    assert math.isclose(float(found["cls_entropy"]), math.log(5), rel_tol=1e-6)
-    assert math.isclose(float(found["patch_entropy"]), math.log(2), rel_tol=1e-6)  # CLS column counted
-    assert math.isclose(float(found["patch_effective"]), 2.0, rel_tol=1e-6)
-    assert float(found["distance"]) == 0.0  # renormalised over patches: all on itself
+    assert math.isclose(found["cls_entropy"].item(), math.log(5), rel_tol=1e-6)
+    assert math.isclose(found["patch_entropy"].item(), math.log(2), rel_tol=1e-6)  # CLS column counted
+    assert math.isclose(found["patch_effective"].item(), 2.0, rel_tol=1e-6)
+    assert found["distance"].item() == 0.0  # renormalised over patches: all on itself
 
 
 def test_patch_detail_top_weights_and_class_key():
