@@ -89,7 +89,7 @@ class StoreData:
             members = sorted(group.arrays())
         for name, array in members:
             dims = tuple(array.metadata.dimension_names or ())
-            self.variables[name] = StoreArray(array, name, dims, kept, image)
+            self.variables[name] = StoreArray(array, name, dims, kept, image, encoding={"chunks": tuple(array.chunks)})  # as xarray's encoding
         self.sizes: dict[str, int] = {}
         for var in self.variables.values():
             self.sizes.update(var.sizes)
