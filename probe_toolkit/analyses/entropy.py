@@ -53,10 +53,13 @@ import numpy as np
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
 from .grid import grid_distance, grid_shape, grid_side
+from ..store.plain import Results
 from .stats import bootstrap_mean
 
 if TYPE_CHECKING:
     import xarray as xr
+
+    from ..store.direct import StoreArray
 
 TOP_WEIGHTS = 5  # each head's five largest weights are listed and outlined
 
@@ -190,11 +193,11 @@ def _dims(name: str) -> tuple[str, ...]:
 
 
 def entropy(
-    attention: xr.DataArray,
+    attention: xr.DataArray | StoreArray,
     *,
     class_token: bool,
     registers: int = 0,
-    blocks: xr.DataArray | None = None,
+    blocks: xr.DataArray | StoreArray | None = None,
     patch: int | None = None,
     grid: int | tuple[int, int] | None = None,
     n_boot: int = 1000,
@@ -204,8 +207,9 @@ def entropy(
     client=None,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> xr.Dataset:
-    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks.
+) -> Results:
+    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks;
+    a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout.
 
     ``grid``: the view's patch grid, G or (rows, cols) (``store.grids.fixed_grid``); by default the
     square grid of the patch count.
@@ -250,10 +254,10 @@ def entropy(
     interval = bootstrap_mean(np.stack(list(summary.values()), axis=1), n_boot=n_boot, seed=seed, level=level)
     data.update(summary_mean=("statistic", interval.mean), summary_low=("statistic", interval.low), summary_high=("statistic", interval.high))
 
-    images = attention["image"].values if "image" in attention.coords else np.arange(attention.shape[0])
+    images = attention.coords["image"].values if "image" in attention.coords else np.arange(attention.shape[0])
     coords = {"image": images, "head": np.arange(attention.shape[1]), "statistic": list(summary)}
     if blocks is not None:
-        coords["block"] = blocks["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
+        coords["block"] = blocks.coords["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
     if patch is not None:
         coords["rank"] = np.arange(1, TOP_WEIGHTS + 1)
     attrs = dict(
@@ -274,6 +278,4 @@ def entropy(
         seed=seed,
         level=level,
     )
-    from ..infra.lazy_dask import xarray
-
-    return xarray().Dataset(data, coords=coords, attrs=attrs)
+    return Results(data, coords=coords, attrs=attrs)

@@ -26,7 +26,8 @@ NAN_FILL = base64.standard_b64encode(struct.pack("<d", float("nan"))).decode()  
 
 class Results:
     """Named arrays over named dimensions, the dimension coordinates and the attributes: the part
-    of ``xarray.Dataset`` a result needs (``ds[name].values``, ``name in ds``, ``ds.attrs``, ``ds.sizes``)."""
+    of ``xarray.Dataset`` a result's readers use (``ds[name].values``, ``ds.name``, ``name in ds``,
+    ``ds.attrs``, ``ds.sizes``, ``ds.data_vars``)."""
 
     def __init__(self, data_vars: dict[str, tuple[Any, Any]], coords: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None):
         self.variables: dict[str, Variable] = {}
@@ -51,7 +52,17 @@ class Results:
         return self.variables[name]
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name in self.variables if name not in self.coord_names)
+        return iter(self.data_vars)
+
+    def __getattr__(self, name: str) -> Variable:
+        variables = self.__dict__.get("variables", {})
+        if name.startswith("_") or name not in variables:
+            raise AttributeError(name)
+        return variables[name]
+
+    @property
+    def data_vars(self) -> dict[str, Variable]:
+        return {name: var for name, var in self.variables.items() if name not in self.coord_names}
 
     def copy(self) -> Results:
         out = Results({}, attrs=self.attrs)
@@ -79,6 +90,10 @@ class Variable:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
 
 
 def _attr(value: Any) -> Any:
