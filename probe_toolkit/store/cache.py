@@ -37,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from ..infra import litter
+from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+
+lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -51,8 +53,6 @@ if TYPE_CHECKING:
 def _xarray():
     """xarray, imported where a reader or writer needs it (it brings pandas: half a second), with
     dask's deferral installed first (it would import dask.array to type-check numpy data)."""
-    from ..infra import lazy_dask
-
     return lazy_dask.xarray()
 
 DEFAULT_ROOT = Path("cache")
