@@ -179,3 +179,18 @@ def test_store_arrays_know_their_chunks_without_dask(tmp_path):
     assert reader.edges.tolist() == [0, 4, 7, 9]
     assert np.array_equal(reader(4, 6)["tokens"], tokens[[4, 6]]) and reader.span == (4, 7)
     assert np.array_equal(reader(6, 7)["tokens"], tokens[[7]]) and reader.span == (4, 7)  # the held chunk, not a new read
+
+
+def test_entropy_results_are_written_as_xarray_writes_them(store, tmp_path):
+    """probe entropy's results (string coordinates from the store, fixed-width statistic names,
+    scalars of every dtype) written by store.plain and by xarray: the same files, byte for byte."""
+    from probe_toolkit.analyses.entropy import entropy
+    from probe_toolkit.store import plain
+    from probe_toolkit.store.cache import open_store, require
+
+    ds = open_store(store, plain=True)
+    result = entropy(require(ds, "attention_224"), class_token=True, blocks=require(ds, "attention_blocks_224"), patch=3, n_boot=10)
+    plain.write(result, tmp_path / "plain")
+    result.to_xarray().to_zarr(tmp_path / "xarray", mode="w", consolidated=False, zarr_format=3)
+    ours, theirs = _files(tmp_path / "plain"), _files(tmp_path / "xarray")
+    assert sorted(ours) == sorted(theirs) and [f for f in ours if ours[f] != theirs[f]] == []
