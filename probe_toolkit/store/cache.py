@@ -1,4 +1,4 @@
-"""The feature cache: one zarr v3 store per (checkpoint, network), read as an xarray Dataset.
+"""The feature cache: one zarr v3 store per (checkpoint, network), read as an xarray Dataset or with zarr alone (``store.direct``).
 
 Layout (every array chunked along ``image``; dimension names are stored in zarr v3 metadata):
 
