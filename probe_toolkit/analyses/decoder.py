@@ -50,12 +50,12 @@ from typing import Callable
 
 import numpy as np
 import scipy.linalg
-import scipy.ndimage
 import scipy.sparse
 import scipy.sparse.linalg
 
 from ..infra.errors import ProbeError
 from .dsm import dsm
+from .grid import components
 from .lost import lost
 
 RULES = ("tokencut", "maskcut", "lost", "dsm")
@@ -552,7 +552,7 @@ def foreground(x: np.ndarray, grid: int | tuple[int, int], rule: str) -> tuple[n
 
 def component(side: np.ndarray, seed: int, grid: int | tuple[int, int]) -> np.ndarray:
     """The 4-connected component of ``side`` (flat, on the grid) that holds ``seed``."""
-    labels, _ = scipy.ndimage.label(side.reshape(shape_of(grid)))
+    labels, _ = components(side.reshape(shape_of(grid)))
     flat = labels.ravel()
     return flat == flat[seed]
 
@@ -812,6 +812,8 @@ def tokencut_dense(keys: np.ndarray, tau: float = 0.2, eps: float = 1e-5, center
     side = x > np.sum(x) / len(x)
     if not side[seed]:
         side = ~side
+    from scipy import ndimage  # the reference alone: the fast path labels with grid.components
+
     g = int(round(np.sqrt(len(x))))
-    labels, _ = scipy.ndimage.label(side.reshape(g, g))
+    labels, _ = ndimage.label(side.reshape(g, g))
     return (labels == labels.reshape(-1)[seed]).reshape(-1)
