@@ -24,6 +24,7 @@ import torch
 import zarr
 
 from ..infra import provenance
+from ..infra.memory import reusing_blocks
 from ..infra.errors import ProbeError
 from ..infra.progress import bar
 from . import arrays, cache, grids, images
@@ -429,7 +430,7 @@ def extract(
 
     report.seconds["setup"] = time.perf_counter() - started
     try:
-        with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
+        with reusing_blocks(), ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
             task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
             pending: Future | None = None
             upcoming = loader.submit(load, todo[0]) if todo else None
