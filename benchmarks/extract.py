@@ -73,8 +73,6 @@ def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]],
     inputs, then runs ``bare_forward`` for each view it is sent until it is sent None."""
     from contextlib import nullcontext
 
-    from probe_toolkit.infra.memory import reusing_blocks
-
     if threads:
         torch.set_num_threads(threads)
     loaded = load_checkpoint(checkpoint)
@@ -87,6 +85,8 @@ def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]],
         vit.patch_embed.strict_img_size = False
         bare[size] = vit.eval()
         inputs[size] = decoded(folder, size, loaded.arch.patch)
+    if reuse:
+        from probe_toolkit.infra.memory import reusing_blocks
     with reusing_blocks() if reuse else nullcontext():
         connection.send("ready")
         while (size := connection.recv()) is not None:

@@ -262,6 +262,14 @@ def _view_arrays(group: zarr.Group, view: str) -> list[str]:
     return [name for name in group.array_keys() if name not in FLAGS and grids.view_of(name) == view]
 
 
+def chunk_ranges(n_images: int, chunk: int, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+    """The chunk-aligned (start, stop) ranges of shard i of n of a store of ``n_images``."""
+    i, n = shard
+    n_chunks = -(-n_images // chunk)
+    lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
+    return [(c * chunk, min((c + 1) * chunk, n_images)) for c in range(lo, hi)]
+
+
 class StoreWriter:
     """Fills a created store chunk by chunk; see ``create_store``."""
 
@@ -285,10 +293,7 @@ class StoreWriter:
 
     def chunk_ranges(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
         """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
-        i, n = shard
-        n_chunks = -(-self.n_images // self.chunk)
-        lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
-        return [(c * self.chunk, min((c + 1) * self.chunk, self.n_images)) for c in range(lo, hi)]
+        return chunk_ranges(self.n_images, self.chunk, shard)
 
     def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
         """Runs (start, stop, views lacking) of images some of ``views`` still lack, never crossing
