@@ -89,3 +89,20 @@ def test_reused_blocks_are_not_faulted_in_again_and_the_pin_comes_back():
     assert min(seen["before"]) > 0  # pinned: every large block is a fresh mapping
     assert seen["inside"][-1] * 10 <= min(seen["before"])  # reused: the same pages serve again
     assert min(seen["after"]) * 10 >= min(seen["before"]) * 9  # the pin is back
+
+
+def test_chunks_are_plain_zstd_frames(tmp_path, tiny_checkpoints, image_dir):
+    """The GIL-releasing encoder (store/codec.py) writes frames any zstd reader decodes to the values."""
+    from numcodecs import Zstd
+
+    from probe_toolkit.store.codec import ZstdReleasingGil
+
+    path = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), chunk=4), store=tmp_path / "s.zarr", quiet=True).store
+    group = zarr.open_group(path, mode="r")
+    assert isinstance(group["attention_224"].compressors[0], ZstdReleasingGil)
+    assert '"name": "zstd"' in (path / "attention_224" / "zarr.json").read_text()
+    for name in ("attention_224", "tokens_224"):
+        values = group[name][:4]
+        frame = path / name / "c" / "/".join(["0"] * values.ndim)  # the first chunk (one along every other axis)
+        raw = Zstd(level=1).decode(frame.read_bytes())
+        assert np.array_equal(np.frombuffer(raw, dtype=np.float16).reshape(values.shape), values)

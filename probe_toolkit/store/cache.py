@@ -41,6 +41,7 @@ import zarr
 from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+from .codec import encode_without_gil
 
 lazy_dask.defer()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
@@ -274,6 +275,7 @@ class StoreWriter:
     """Fills a created store chunk by chunk; see ``create_store``."""
 
     def __init__(self, path: Path):
+        encode_without_gil()  # chunks compressed beside the forward pass (store/codec.py)
         self.path = Path(path)
         self.group = zarr.open_group(self.path, mode="r+", use_consolidated=False)
         self.manifest = dict(self.group.attrs["manifest"])
