@@ -63,7 +63,9 @@ def reusing_blocks() -> Iterator[bool]:
     taken effect (the command line), else the values glibc's own rule settles at (threshold at
     its 32 MiB ceiling, trim at twice that), and freed heap memory is handed back.
     """
-    applied = _mallopt(M_MMAP_MAX, 0) and _mallopt(M_TRIM_THRESHOLD, NO_TRIM)
+    applied = _mallopt(M_MMAP_MAX, 0)
+    if applied:
+        _mallopt(M_TRIM_THRESHOLD, NO_TRIM)
     try:
         yield applied
     finally:

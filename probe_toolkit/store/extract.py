@@ -25,8 +25,8 @@ import torch
 import zarr
 
 from ..infra import provenance
-from ..infra.memory import reusing_blocks
 from ..infra.errors import ProbeError
+from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
 from . import arrays, cache, grids, images
 from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
