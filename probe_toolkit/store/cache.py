@@ -40,6 +40,7 @@ import zarr
 from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+from .codec import encode_without_gil
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
@@ -288,10 +289,19 @@ def _view_arrays(group: zarr.Group, view: str) -> list[str]:
     return [name for name in group.array_keys() if name not in FLAGS and grids.view_of(name) == view]
 
 
+def chunk_ranges(n_images: int, chunk: int, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+    """The chunk-aligned (start, stop) ranges of shard i of n of a store of ``n_images``."""
+    i, n = shard
+    n_chunks = -(-n_images // chunk)
+    lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
+    return [(c * chunk, min((c + 1) * chunk, n_images)) for c in range(lo, hi)]
+
+
 class StoreWriter:
     """Fills a created store chunk by chunk; see ``create_store``."""
 
     def __init__(self, path: Path):
+        encode_without_gil()  # chunks compressed beside the forward pass (store/codec.py)
         self.path = Path(path)
         self.group = zarr.open_group(self.path, mode="r+", use_consolidated=False)
         self.manifest = dict(self.group.attrs["manifest"])
@@ -311,10 +321,7 @@ class StoreWriter:
 
     def chunk_ranges(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
         """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
-        i, n = shard
-        n_chunks = -(-self.n_images // self.chunk)
-        lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
-        return [(c * self.chunk, min((c + 1) * self.chunk, self.n_images)) for c in range(lo, hi)]
+        return chunk_ranges(self.n_images, self.chunk, shard)
 
     def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
         """Runs (start, stop, views lacking) of images some of ``views`` still lack, never crossing
