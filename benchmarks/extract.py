@@ -17,6 +17,13 @@ machine slows both sides alike. Three ratios per view:
 The 224 view stores each head's attention over every token, which only an explicit softmax
 forms (the bare forward's fused kernel never does): that is part of what is measured.
 
+The bare forward runs in a process of its own, as a user's script would: glibc's allocator
+there keeps its default rule (``mallopt`` settings are process-wide and cannot be undone, so it
+must not share a process with the probe). The probe side runs under the command line's settings
+(``probe`` pins glibc's mmap threshold at start-up, ``infra.memory.keep_memory_flat``; extraction
+then reuses its blocks, ``infra.memory.reusing_blocks``). ``--bare-reuse`` gives the bare side
+the same block reuse, which leaves the probe's own costs beside the forward.
+
     python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|...] [--full]
 
 The default is a short run (8 images at 224 and 2 at 480, one timed round, under about a
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import platform
 import shutil
 import statistics
@@ -38,6 +46,7 @@ from pathlib import Path
 import torch
 
 from probe_toolkit.demo.samples import sample_photos, write_checkpoint
+from probe_toolkit.infra.memory import keep_memory_flat
 from probe_toolkit.store import images
 from probe_toolkit.store.backbone import RELEASED, Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
@@ -57,6 +66,31 @@ def decoded(folder: Path, size: int, patch: int) -> torch.Tensor:
     """The bare side's input: the images decoded and cut as extract cuts them, before timing."""
     side = size // patch * patch  # timm wants whole patches (480 px at /14: 476)
     return torch.stack([images.views(images.load_image(r.path), (size,))[size][:, :side, :side] for r in images.list_images(folder)])
+
+
+def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]], threads: int | None, reuse: bool) -> None:
+    """The bare side's process: builds a timm model per view from the same file, decodes the
+    inputs, then runs ``bare_forward`` for each view it is sent until it is sent None."""
+    from contextlib import nullcontext
+
+    if threads:
+        torch.set_num_threads(threads)
+    loaded = load_checkpoint(checkpoint)
+    bare, inputs = {}, {}
+    for size, (folder, _) in plan.items():
+        # the same weights, the same position table: a timm model built for this input size
+        model = Backbone.from_checkpoint(loaded)
+        vit = model.vit
+        vit.pos_embed = torch.nn.Parameter(_pos(model, size))
+        vit.patch_embed.strict_img_size = False
+        bare[size] = vit.eval()
+        inputs[size] = decoded(folder, size, loaded.arch.patch)
+    if reuse:
+        from probe_toolkit.infra.memory import reusing_blocks
+    with reusing_blocks() if reuse else nullcontext():
+        connection.send("ready")
+        while (size := connection.recv()) is not None:
+            connection.send(bare_forward(bare[size], inputs[size], plan[size][1]))
 
 
 def bare_forward(vit: torch.nn.Module, tensors: torch.Tensor, batch: int) -> dict[str, float]:
@@ -98,7 +132,9 @@ def main() -> None:
     parser.add_argument("--images-480", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch threads on both sides (default: torch's own); 1 measures CPU work cleanly on a shared machine")
+    parser.add_argument("--bare-reuse", action="store_true", help="the bare side reuses freed blocks as extraction does (infra.memory.reusing_blocks)")
     args = parser.parse_args()
+    keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
     if args.threads:
         torch.set_num_threads(args.threads)
     mode = FULL if args.full else SHORT
@@ -111,27 +147,29 @@ def main() -> None:
         root = Path(tmp)
         checkpoint = write_checkpoint(root / f"{args.arch}_random.pth", layout_of(args.arch), arch)
         plan = {224: (image_folder(root, n224), min(16, n224)), 480: (image_folder(root, n480), min(8, n480))}
-        loaded = load_checkpoint(checkpoint)
-        bare, inputs = {}, {}
-        for size, (folder, _) in plan.items():
-            # the same weights, the same position table: a timm model built for this input size
-            model = Backbone.from_checkpoint(loaded)
-            vit = model.vit
-            vit.pos_embed = torch.nn.Parameter(_pos(model, size))
-            vit.patch_embed.strict_img_size = False
-            bare[size] = vit.eval()
-            inputs[size] = decoded(folder, size, arch.patch)
+        ours, theirs = multiprocessing.get_context("spawn").Pipe()
+        worker = multiprocessing.get_context("spawn").Process(target=bare_worker, args=(theirs, checkpoint, plan, args.threads, args.bare_reuse), daemon=True)
+        worker.start()
+        assert ours.recv() == "ready"
+
+        def bare_side(size: int) -> dict[str, float]:
+            ours.send(size)
+            return ours.recv()
+
         results: dict[int, dict[str, list[dict[str, float]]]] = {s: {"probe": [], "bare": []} for s in plan}
         for r in range(rounds + 1):  # round 0 warms up
             for size, (folder, batch) in plan.items():
-                sides = [("bare", lambda: bare_forward(bare[size], inputs[size], batch)),
+                sides = [("bare", lambda: bare_side(size)),
                          ("probe", lambda: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}"))]
                 for side, run in sides if r % 2 else sides[::-1]:  # the order alternates
                     measured = run()
                     if r:
                         results[size][side].append(measured)
+        ours.send(None)
+        worker.join()
     line = {"benchmark": "extract", "arch": args.arch, "mode": "full" if args.full else "short", "images_224": n224, "images_480": n480, "rounds": rounds,
-            "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", "torch": torch.__version__}
+            "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", "torch": torch.__version__,
+            "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default"}
     for size, res in results.items():
         med = {side: {k: statistics.median(m[k] for m in res[side]) for k in res[side][0]} for side in res}
         probe, base = med["probe"], med["bare"]

@@ -66,9 +66,10 @@ def test_the_graph_is_decided_in_float64_even_next_to_tau():
         c = tau + delta
         keys.append(c * base + np.sqrt(1 - c * c) * ortho)
     keys = np.array([base, *keys, *rng.standard_normal((9, 32))])
-    cos = decoder.cosines(keys, center=False)
+    cos = decoder.cosines(keys, center=False, shared=True)
     exact = (cos.unit @ cos.unit.T) > tau
     np.testing.assert_array_equal(decoder.adjacency(cos, tau), exact)
+    np.testing.assert_array_equal(decoder.adjacency(decoder.cosines(keys, center=False), tau), exact)  # row blocks of products
     assert not np.array_equal(cos.approx > tau, exact)  # float32 alone would get some wrong
 
 
@@ -148,19 +149,29 @@ def test_a_graph_without_structure_is_flagged_degenerate():
     assert out.degenerate
 
 
-def test_arpack_failure_falls_back_to_the_dense_solver(monkeypatch):
+def test_solver_failures_fall_back_to_the_dense_solver(monkeypatch):
     grid = 20
     keys = planted_keys(grid, [(3, 9, 4, 12)], seed=9)
     before = decode_image(keys, Settings())
+    assert before.solver == ["lanczos"]  # certified before machine precision: the run stopped early
+    monkeypatch.setattr(decoder, "PRECISE", 0.0)  # no early stop: Lanczos to machine precision, ARPACK settles
+    settled = decode_image(keys, Settings())
 
     def refuse(*args, **kwargs):
         raise scipy.sparse.linalg.ArpackNoConvergence("no", np.zeros(0), np.zeros((grid * grid, 0)))
 
     monkeypatch.setattr(scipy.sparse.linalg, "eigsh", refuse)
     after = decode_image(keys, Settings())
-    assert before.solver == ["arpack"] and after.solver == ["dense"]
-    np.testing.assert_array_equal(after.masks, before.masks)
-    np.testing.assert_allclose(after.lambda2, before.lambda2, rtol=1e-8)
+
+    def unsettled(*args, **kwargs):
+        raise decoder._Unsettled
+
+    monkeypatch.setattr(decoder, "_lanczos", unsettled)
+    lost = decode_image(keys, Settings())
+    assert settled.solver == ["arpack"] and after.solver == ["dense"] and lost.solver == ["dense"]
+    for out in (settled, after, lost):
+        np.testing.assert_array_equal(out.masks, before.masks)
+        np.testing.assert_allclose(out.lambda2, before.lambda2, rtol=1e-8)
 
 
 def test_batches_pad_to_the_mask_count_and_scores_rank_images():

@@ -35,7 +35,7 @@ def test_hand_computed_row():
     row = np.array([0.5, 0.25, 0.25, 0.0], dtype=np.float32)
     assert math.isclose(float(ent.row_entropy(row)), 1.5 * math.log(2), rel_tol=1e-6)
     assert math.isclose(float(ent.effective_number(row)), 2**1.5, rel_tol=1e-6)
-    assert ent.row_entropy(torch.zeros(3, 4)).dtype == torch.float32
+    assert ent.row_entropy(torch.zeros(3, 4)).dtype == np.float32  # numpy out, whether torch or numpy came in
 
 
 def test_float16_rows_through_the_table_match_float64():
@@ -46,9 +46,9 @@ def test_float16_rows_through_the_table_match_float64():
     expected = -np.where(wide > 0, wide * np.log(np.where(wide > 0, wide, 1.0)), 0.0).sum(-1)
     for given in (rows, torch.from_numpy(rows), rows[0, 0]):
         found = ent.row_entropy(given)
-        assert found.dtype == torch.float32
-        assert np.allclose(found.numpy(), expected if given.ndim == 3 else expected[0, 0], rtol=1e-6, atol=1e-6)
-    assert np.allclose(ent.row_entropy(rows.astype(np.float32)).numpy(), expected, rtol=1e-5)
+        assert found.dtype == np.float32
+        assert np.allclose(found, expected if given.ndim == 3 else expected[0, 0], rtol=1e-6, atol=1e-6)
+    assert np.allclose(ent.row_entropy(rows.astype(np.float32)), expected, rtol=1e-5)
 
 
 def pairwise(grid: int) -> np.ndarray:
@@ -63,20 +63,20 @@ def test_attention_distance_reference_heads():
     grid = 6
     n = grid * grid
     # a head looking only at its own patch: 0
-    assert float(ent.attention_distance(torch.eye(n)[None], class_token=False)) == 0.0
+    assert ent.attention_distance(torch.eye(n)[None], class_token=False).item() == 0.0
     # a uniform head: the mean pairwise distance of the grid (the textbook's reference value)
     uniform = torch.full((1, n, n), 1.0 / n)
-    assert math.isclose(float(ent.attention_distance(uniform, False)), pairwise(grid).mean(), rel_tol=1e-5)
+    assert math.isclose(ent.attention_distance(uniform, False).item(), pairwise(grid).mean(), rel_tol=1e-5)
     # every query on its right-hand neighbour where it has one, else on itself: (G-1)/G
     right = torch.zeros(1, n, n)
     for i in range(n):
         right[0, i, i + 1 if i % grid < grid - 1 else i] = 1.0
-    assert math.isclose(float(ent.attention_distance(right, False)), (grid - 1) / grid, rel_tol=1e-6)
+    assert math.isclose(ent.attention_distance(right, False).item(), (grid - 1) / grid, rel_tol=1e-6)
     # the class token is excluded as query and key and the patch part renormalised
     with_cls = torch.zeros(1, n + 1, n + 1)
     with_cls[0, :, 0] = 0.5
     with_cls[0, :, 1:] = 0.5 / n
-    assert math.isclose(float(ent.attention_distance(with_cls, True)), pairwise(grid).mean(), rel_tol=1e-5)
+    assert math.isclose(ent.attention_distance(with_cls, True).item(), pairwise(grid).mean(), rel_tol=1e-5)
 
 
 def plain_distance(rows: np.ndarray, prefix: int, n_rows: int, n_cols: int) -> np.ndarray:
@@ -103,10 +103,10 @@ def test_attention_distance_on_a_rectangular_grid(shape):
     t = prefix + n_rows * n_cols
     rows = softmax(np.random.default_rng(n_rows).normal(0, 2, (1, heads, t, t)))
     found = ent.attention_distance(torch.from_numpy(rows), class_token=True, registers=2, grid=shape)
-    assert np.allclose(found.numpy()[0], plain_distance(rows[0], prefix, n_rows, n_cols), rtol=1e-5)
+    assert np.allclose(found[0], plain_distance(rows[0], prefix, n_rows, n_cols), rtol=1e-5)
     # a square read of the same rows would be another number: the grid matters
     transposed = ent.attention_distance(torch.from_numpy(rows), class_token=True, registers=2, grid=(n_cols, n_rows))
-    assert not np.allclose(transposed.numpy(), found.numpy(), rtol=1e-3)
+    assert not np.allclose(transposed, found, rtol=1e-3)
     # through the store-level analysis, with the grid in the attributes
     import xarray as xr
 
@@ -126,10 +126,10 @@ def test_row_statistics_keep_the_class_token_apart():
     for p in range(4):
         a[0, 0, 1 + p, 1 + p] = 0.5
     found = ent.row_statistics(a, class_token=True)
-    assert math.isclose(float(found["cls_entropy"]), math.log(5), rel_tol=1e-6)
-    assert math.isclose(float(found["patch_entropy"]), math.log(2), rel_tol=1e-6)  # CLS column counted
-    assert math.isclose(float(found["patch_effective"]), 2.0, rel_tol=1e-6)
-    assert float(found["distance"]) == 0.0  # renormalised over patches: all on itself
+    assert math.isclose(found["cls_entropy"].item(), math.log(5), rel_tol=1e-6)
+    assert math.isclose(found["patch_entropy"].item(), math.log(2), rel_tol=1e-6)  # CLS column counted
+    assert math.isclose(found["patch_effective"].item(), 2.0, rel_tol=1e-6)
+    assert found["distance"].item() == 0.0  # renormalised over patches: all on itself
 
 
 def test_patch_detail_top_weights_and_class_key():
@@ -138,7 +138,7 @@ def test_patch_detail_top_weights_and_class_key():
     a[0, 1, 3] = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0])
     found = ent.patch_detail(a, patch=2, class_token=True, top=3)
     assert found["detail_key"][0, 0].tolist() == [-1, 1, 2]
-    assert np.allclose(found["detail_weight"][0, 0].numpy(), [0.4, 0.2, 0.2])
+    assert np.allclose(found["detail_weight"][0, 0], [0.4, 0.2, 0.2])
     assert found["detail_key"][0, 1, 0] == 2 and float(found["detail_effective"][0, 1]) == 1.0
     with pytest.raises(ProbeError):
         ent.patch_detail(a, patch=4, class_token=True)
@@ -278,3 +278,30 @@ def test_extracted_stores(tiny_stores):
     result = ent.entropy(selfpatch["attention_224"], class_token=False, n_boot=50)
     assert result.attrs["n_keys"] == 196 and "cls_effective" not in result
     assert np.all((result["patch_effective"].values >= 1) & (result["patch_effective"].values <= 196))
+
+
+def test_numpy_arithmetic_agrees_with_torch_reductions(attention_store):
+    """The entropy arithmetic moved from torch to numpy (so ``probe entropy`` imports no torch): the
+    torch formulas it replaced, written here, give the same keys and weights bit for bit and every
+    mean to float32 precision (numpy's pairwise sums and torch's vectorised ones may round the last bits apart)."""
+    path, attention, _ = attention_store
+    a = torch.from_numpy(attention.astype(np.float32))
+    table = torch.from_numpy(np.take(ent._float16_terms(), attention.view(np.uint16)).sum(-1, dtype=np.float32))  # H per row, as before
+    start, grid = 1, 6
+    centres = torch.stack(torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij"), -1).reshape(-1, 2).double()
+    distance = torch.cdist(centres, centres).float()
+    patches = a[..., start:, start:]
+    expected = {
+        "patch_entropy": table[..., start:].mean(-1),
+        "patch_effective": torch.exp(table[..., start:]).mean(-1),
+        "cls_effective": torch.exp(table[..., 0]),
+        "distance": ((patches * distance).sum(-1) / patches.sum(-1)).mean(-1),
+    }
+    result = ent.entropy(open_store(path)["attention_224"], class_token=True, patch=7, n_boot=10)
+    for name, value in expected.items():
+        found = result[name].values
+        assert found.dtype == np.float32, name
+        assert np.allclose(found, value.numpy(), rtol=2e-6, atol=0), name
+    order = torch.sort(a[..., start + 7, :], dim=-1, descending=True, stable=True)
+    assert np.array_equal(result["detail_weight"].values, order.values[..., :5].numpy())
+    assert np.array_equal(result["detail_key"].values, np.where(order.indices[..., :5].numpy() < 1, -1, order.indices[..., :5].numpy() - 1))

@@ -3,7 +3,12 @@
 Each command runs in a fresh interpreter (the CLI's own ``main``), then lists the heavy modules
 that ended up in ``sys.modules``. ``probe info`` and ``probe decode`` must load neither torch
 (1.8 s of imports), nor dask.array or distributed (about a second between them: xarray's dask
-chunk manager and its type check would bring them), nor matplotlib, scikit-learn, timm.
+chunk manager and its type check would bring them), nor matplotlib, scikit-learn, timm, nor
+xarray and pandas (half a second: they read the store with zarr alone, ``store/direct.py``, and
+decode writes its results with ``store/plain.py``), nor scipy.ndimage (0.15 s: connected
+components come from scipy.sparse.csgraph). ``probe entropy`` loads no torch. What these
+commands read and write instead is checked here too: the same values as xarray's reading, the
+same bytes as xarray's writing.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("torch", "timm", "sklearn", "matplotlib", "distributed", "dask.array", "pycocotools.coco")
+HEAVY = ("torch", "timm", "sklearn", "matplotlib", "distributed", "dask.array", "pycocotools.coco", "xarray", "pandas", "scipy.ndimage")
 
 PROGRAM = """
 import json, sys
@@ -52,8 +57,85 @@ def test_info_and_decode_load_no_heavy_library(store, tmp_path):
     assert (store / "results" / "decoder" / "zarr.json").is_file()  # the run did decode
 
 
-def test_entropy_loads_torch_for_its_arithmetic_and_nothing_for_dask(store):
-    assert loaded_by(["entropy", str(store), "-q", "--boot", "10"]) == ["torch"]
+def test_entropy_loads_no_torch_and_nothing_for_dask(store):
+    assert loaded_by(["entropy", str(store), "-q", "--boot", "10"]) == []  # numpy arithmetic, the store read and the result written with zarr alone
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_results_written_without_xarray_are_the_bytes_xarray_writes(tmp_path):
+    """store.plain.write against xarray's own to_zarr: every metadata and chunk file the same,
+    for the decoder's results (square and native), an empty shard's part and zarr's own chunking."""
+    import numpy as np
+
+    from probe_toolkit.analyses.decoder import Settings, collate
+    from probe_toolkit.labels.masks import decoder_dataset
+    from probe_toolkit.store import plain
+
+    rng = np.random.default_rng(0)
+    decoded = collate([], Settings.from_preset("tokencut"), 900)
+    n, k, patches = 3, 2, 900
+    for name, shape in (("masks", (n, k, patches)), ("score", (n, k)), ("lambda2", (n, k)), ("lambda3", (n, k)), ("gap", (n, k)), ("ncut", (n, k))):
+        dtype = getattr(decoded, name).dtype
+        setattr(decoded, name, (rng.random(shape) > 0.5).astype(dtype) if dtype == bool else rng.standard_normal(shape).astype(dtype))
+    for name in ("n_masks", "degenerate", "stop", "cuts", "dense_solves"):
+        dtype = getattr(decoded, name).dtype
+        setattr(decoded, name, np.asarray([0, 1, 0], dtype=dtype))
+    decoded.fiedler, decoded.seed = rng.standard_normal((n, patches)).astype(np.float32), np.asarray([4, 0, 9], dtype=np.int32)
+    square = decoder_dataset(decoded, ["a.jpg", "b.jpg", "c.jpg"])
+    decoded.grids, decoded.patch = np.asarray([[30, 30], [20, 30], [30, 25]]), 16
+    native = decoder_dataset(decoded, ["a.jpg", "b.jpg", "c.jpg"])
+    empty = decoder_dataset(collate([], Settings.from_preset("tokencut"), 900), [])
+    large = plain.Results({"fiedler": (("image", "patch"), rng.standard_normal((3000, 900)).astype(np.float32)),
+                           "masks": (("image", "mask", "patch"), rng.random((3000, 2, 900)) > 0.5), "corloc": ((), 0.25)},
+                          coords={"image": np.asarray([f"{i}.jpg" for i in range(3000)], dtype=object)}, attrs={"grid": np.int64(30), "stops": ["count"]})
+    for name, results in (("square", square), ("native", native), ("empty", empty), ("large", large)):
+        results.attrs.update(manifest={"views": [224, 480]}, seconds=0.5)
+        plain.write(results, tmp_path / f"{name}-plain")
+        results.to_xarray().to_zarr(tmp_path / f"{name}-xarray", mode="w", consolidated=False, zarr_format=3)
+        ours, theirs = _files(tmp_path / f"{name}-plain"), _files(tmp_path / f"{name}-xarray")
+        assert sorted(ours) == sorted(theirs), name
+        assert [f for f in ours if ours[f] != theirs[f]] == [], name
+    assert len([f for f in _files(tmp_path / "large-plain") if f.startswith("fiedler/c/")]) > 1  # zarr chose several chunks
+
+
+def test_decode_saves_what_it_saved_through_xarray(store, tmp_path):
+    """probe decode's saved arrays, read back with xarray, equal a reference written by xarray from them."""
+    import numpy as np
+
+    from probe_toolkit.store.cache import load_results
+
+    assert loaded_by(["decode", str(store), "-q", "--workers", "1", "--preset", "tokencut", "--cache", str(tmp_path / "cache")]) == []
+    saved = load_results(store, "decoder")
+    assert saved["masks"].dims == ("image", "mask", "patch") and saved["masks"].dtype == bool
+    assert saved["fiedler"].dtype == np.float32 and saved["image"].values.tolist() == sorted(saved["image"].values.tolist())
+    assert saved.attrs["grid"] == 30 and saved.attrs["settings"]["preset"] == "tokencut"
+
+
+def test_stores_read_with_zarr_alone_match_xarray(tmp_path):
+    """open_store(plain=True): the same arrays, dimensions, values and images as xarray's reading,
+    with an unfinished image dropped, and the same lines from probe info."""
+    import numpy as np
+    from analysis_stores import make_store
+
+    from probe_toolkit.store.cache import open_store, require
+
+    tokens = np.random.default_rng(1).standard_normal((10, 196, 8)).astype(np.float16)
+    failed = np.zeros(10, dtype=bool)
+    failed[[2, 5]] = True
+    path = make_store(tmp_path / "teacher.zarr", {"tokens_224": tokens}, chunk=4, failed=failed)
+    for done_only in (True, False):
+        ours, theirs = open_store(path, plain=True, done_only=done_only), open_store(path, done_only=done_only)
+        assert dict(ours.sizes) == dict(theirs.sizes) and sorted(ours.data_vars) == sorted(theirs.data_vars)
+        for name in theirs.variables:
+            assert ours[name].dims == theirs[name].dims, name
+            assert np.array_equal(ours[name].values, theirs[name].values), name
+        mine, xr_array = require(ours, "tokens_224"), require(theirs, "tokens_224")
+        assert mine.dims == xr_array.dims and mine.attrs == xr_array.attrs and mine.encoding["probe_image_edges"] == xr_array.encoding["probe_image_edges"]
+        assert np.array_equal(mine.isel(image=slice(1, 4)).values, xr_array.isel(image=slice(1, 4)).values)
+        assert np.array_equal(mine.coords["image"].values, xr_array.coords["image"].values)
 
 
 def test_xarray_still_knows_a_dask_array_when_there_is_one():
@@ -97,3 +179,18 @@ def test_store_arrays_know_their_chunks_without_dask(tmp_path):
     assert reader.edges.tolist() == [0, 4, 7, 9]
     assert np.array_equal(reader(4, 6)["tokens"], tokens[[4, 6]]) and reader.span == (4, 7)
     assert np.array_equal(reader(6, 7)["tokens"], tokens[[7]]) and reader.span == (4, 7)  # the held chunk, not a new read
+
+
+def test_entropy_results_are_written_as_xarray_writes_them(store, tmp_path):
+    """probe entropy's results (string coordinates from the store, fixed-width statistic names,
+    scalars of every dtype) written by store.plain and by xarray: the same files, byte for byte."""
+    from probe_toolkit.analyses.entropy import entropy
+    from probe_toolkit.store import plain
+    from probe_toolkit.store.cache import open_store, require
+
+    ds = open_store(store, plain=True)
+    result = entropy(require(ds, "attention_224"), class_token=True, blocks=require(ds, "attention_blocks_224"), patch=3, n_boot=10)
+    plain.write(result, tmp_path / "plain")
+    result.to_xarray().to_zarr(tmp_path / "xarray", mode="w", consolidated=False, zarr_format=3)
+    ours, theirs = _files(tmp_path / "plain"), _files(tmp_path / "xarray")
+    assert sorted(ours) == sorted(theirs) and [f for f in ours if ours[f] != theirs[f]] == []

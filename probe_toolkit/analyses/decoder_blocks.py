@@ -89,7 +89,8 @@ def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "sci
         return out
     found: list[list[ImageMasks]] = [[] for _ in groups]
     for k, grid in per_image(keys, rows, cols):
-        cos = {c: cosines(k, center=c) for c in {s.center for s in groups}}
+        # all cosines kept where several settings (or MaskCut's rounds) decide graphs on them
+        cos = {c: cosines(k, center=c, shared=sum(s.masks for s in groups if s.center == c) > 1) for c in {s.center for s in groups}}
         for g, s in enumerate(groups):
             found[g].append(decode_image(k, s, cos=cos[s.center], grid=grid))
     for g, s in enumerate(groups):

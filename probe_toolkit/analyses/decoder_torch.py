@@ -33,13 +33,10 @@ from .decoder import (
     Cut,
     ImageMasks,
     Settings,
-    certified,
-    component,
-    foreground,
+    certified_cut,
     grid_of,
     iou,
     mask_score,
-    orient,
 )
 
 DENSE_UP_TO = 1024  # measured on the CPU at N = 900: dense eigh 0.3 s per image, LOBPCG 1.3 s (clustered spectra)
@@ -258,11 +255,8 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up
         for slot, i in enumerate(list(active)):
             cut = found_cuts[slot]
             solved[i] += 1
-            x = orient(cut.x)
-            side, seed, reversed_ = foreground(x, grid, settings.rule)
-            found = component(side, seed, grid)
-            error = cut.error(scale[slot].cpu().numpy())
-            degenerate[i] |= bool(tie[slot]) or cut.gap < settings.gap_tol or not certified(x, error, found, seed, reversed_)
+            x, seed, found, ok = certified_cut(cut, scale[slot].cpu().numpy(), grid, settings)
+            degenerate[i] |= bool(tie[slot]) or not ok
             reason = None
             if previous[i] is not None:
                 if iou(found, previous[i]) > settings.overlap:

@@ -29,12 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
-import scipy.ndimage
 import scipy.sparse
 
 from ..infra.errors import ProbeError
-
-EIGHT = np.ones((3, 3), dtype=bool)
+from .grid import components
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,7 @@ def knn_color_affinity(image: np.ndarray, neighbors: tuple[int, ...] = (20, 10),
 
 def largest_component(mask: np.ndarray) -> np.ndarray:
     """The largest 8-connected component of a 2-D mask (lowest label on ties), flat."""
-    labels, count = scipy.ndimage.label(mask, structure=EIGHT)
+    labels, count = components(mask, eight=True)
     if count == 0:
         return np.zeros(mask.size, dtype=bool)
     sizes = np.bincount(labels.ravel())[1:]

@@ -36,21 +36,30 @@ Results (``probe entropy`` saves them as ``results/entropy`` in the store):
               (patch_entropy, patch_effective, patch_share, distance, cls_*) with a seeded
               percentile-bootstrap interval over images
   attrs:      n_keys (T), n_patches (N), grid (G, or [rows, cols]), grid_rows, grid_cols, class_token, registers, patch, n_boot, seed, level
+
+The arithmetic is numpy's (so ``probe entropy`` never imports torch, 1.8 s of start-up); the
+functions take numpy arrays or CPU torch tensors and return numpy arrays. Float32 means and sums
+are numpy's pairwise sums, which may round in the last bit where torch's reductions (used before)
+rounded otherwise: results agree with them to float32 precision (``tests/test_entropy.py``).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
-import xarray as xr
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
 from .grid import grid_distance, grid_shape, grid_side
+from ..store.plain import Results
 from .stats import bootstrap_mean
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.direct import StoreArray
 
 TOP_WEIGHTS = 5  # each head's five largest weights are listed and outlined
 
@@ -64,40 +73,41 @@ def _float16_terms() -> np.ndarray:
     return terms.astype(np.float32)
 
 
-def row_entropy(rows) -> torch.Tensor:
+def row_entropy(rows) -> np.ndarray:
     """H = −Σ a ln a over the last axis, in nats, float32; zeros contribute 0.
 
     Stored rows are float16, which has only 65,536 values: their terms −a ln a are looked up
     in a table computed once in float64 (exact to float32, and faster than a logarithm per
-    weight); other inputs are computed in float32 with ``xlogy``.
+    weight); other inputs are computed in float32 (0 · ln 0 = 0, as ``xlogy``).
     """
-    if isinstance(rows, torch.Tensor) and rows.dtype == torch.float16 and rows.device.type == "cpu":
-        rows = rows.numpy()
-    if isinstance(rows, np.ndarray) and rows.dtype == np.float16:
+    rows = np.asarray(rows)
+    if rows.dtype == np.float16:
         terms, bits = _float16_terms(), rows.view(np.uint16)
         if bits.ndim < 3:
-            return torch.from_numpy(np.asarray(np.take(terms, bits).sum(-1, dtype=np.float32)))
+            return np.asarray(np.take(terms, bits).sum(-1, dtype=np.float32))
         # one leading slice at a time: the float32 terms of a whole chunk are never held at once
         out = np.empty(bits.shape[:-1], dtype=np.float32)
         for i in range(bits.shape[0]):
             out[i] = np.take(terms, bits[i]).sum(-1, dtype=np.float32)
-        return torch.from_numpy(out)
-    a = torch.as_tensor(rows).float()
-    return -torch.special.xlogy(a, a).sum(-1)
+        return out
+    a = rows.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(a == 0, np.float32(0), a * np.log(a))
+    return np.asarray(-terms.sum(-1))
 
 
-def effective_number(rows) -> torch.Tensor:
+def effective_number(rows) -> np.ndarray:
     """e^H: how many equally weighted keys would be as spread as the row."""
-    return torch.exp(row_entropy(rows))
+    return np.exp(row_entropy(rows))
 
 
-def attention_distance(attention, class_token: bool, registers: int = 0, grid: int | tuple[int, int] | None = None) -> torch.Tensor:
+def attention_distance(attention, class_token: bool, registers: int = 0, grid: int | tuple[int, int] | None = None) -> np.ndarray:
     """Mean attention distance (…, head) of attention (…, head, T, T), patch units; see module doc.
 
     ``grid``: the patches' grid, its side G or (rows, cols) for a rectangular one (patch i at row
     i // cols, column i % cols); by default the square grid of the patch count.
     """
-    a = torch.as_tensor(attention).float()
+    a = np.asarray(attention).astype(np.float32)
     start = int(class_token) + registers
     patches = a[..., start:, start:]
     if grid is None:
@@ -106,55 +116,51 @@ def attention_distance(attention, class_token: bool, registers: int = 0, grid: i
     if rows * cols != patches.shape[-1]:
         raise ProbeError("attention", f"has {patches.shape[-1]} patch keys, not the {rows} × {cols} grid's {rows * cols}", "pass the grid the rows were computed on")
     distance = grid_distance((rows, cols), "euclidean", torus=False)
-    if patches.device.type == "cpu":  # numpy's einsum is one fused pass here; torch's is a product, then a sum
-        weighted = torch.from_numpy(np.einsum("...qk,qk->...q", patches.numpy(), distance))
-    else:
-        weighted = (patches * torch.tensor(distance, device=a.device)).sum(-1)
+    weighted = np.einsum("...qk,qk->...q", patches, distance)  # one fused pass
     return (weighted / patches.sum(-1)).mean(-1)
 
 
-def row_statistics(attention, class_token: bool, registers: int = 0, grid: int | tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+def row_statistics(attention, class_token: bool, registers: int = 0, grid: int | tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     """Per head means of one block's attention (…, head, T, T): entropy, e^H, distance (on ``grid``), CLS row."""
     start = int(class_token) + registers
     entropy = row_entropy(attention)  # (…, head, T)
     out = {
         "patch_entropy": entropy[..., start:].mean(-1),
-        "patch_effective": torch.exp(entropy[..., start:]).mean(-1),
+        "patch_effective": np.exp(entropy[..., start:]).mean(-1),
         "distance": attention_distance(attention, class_token, registers, grid),
     }
     if class_token:
         out["cls_entropy"] = entropy[..., 0]
-        out["cls_effective"] = torch.exp(entropy[..., 0])
+        out["cls_effective"] = np.exp(entropy[..., 0])
     return out
 
 
-def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHTS, registers: int = 0) -> dict[str, torch.Tensor]:
+def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHTS, registers: int = 0) -> dict[str, np.ndarray]:
     """One patch's row in every head (…, head, T, T): its e^H and ``top`` largest weights.
 
     Keys come back as patch indices (-1 for the class token, -2 for a register); ties go to the lower key.
     """
-    a = torch.as_tensor(attention).float()
+    a = np.asarray(attention).astype(np.float32)
     start = int(class_token) + registers
     n_patches = a.shape[-1] - start
     if not 0 <= patch < n_patches:
         raise ProbeError("--patch", f"{patch} is outside 0..{n_patches - 1}", "pick a patch of the grid")
     row = a[..., start + patch, :]
-    order = torch.sort(row, dim=-1, descending=True, stable=True)
+    order = np.argsort(-row, axis=-1, kind="stable")[..., :top]  # descending, the lower key first on ties
     return {
         "detail_effective": effective_number(row),
-        "detail_weight": order.values[..., :top],
-        "detail_key": _key_names(order.indices[..., :top], int(class_token), start),
+        "detail_weight": np.take_along_axis(row, order, axis=-1),
+        "detail_key": _key_names(order, int(class_token), start),
     }
 
 
-def _key_names(index: torch.Tensor, cls: int, start: int) -> torch.Tensor:
+def _key_names(index: np.ndarray, cls: int, start: int) -> np.ndarray:
     """Token index → patch index; the class token → -1, a register → -2."""
     out = index - start
-    out = torch.where((index >= cls) & (index < start), torch.full_like(out, -2), out)
-    return torch.where(index < cls, torch.full_like(out, -1), out)
+    out = np.where((index >= cls) & (index < start), -2, out)
+    return np.where(index < cls, -1, out)
 
 
-@torch.no_grad()
 def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None, registers: int = 0,
            grid: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     a = np.asarray(attention)
@@ -162,7 +168,7 @@ def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_tok
     if patch is not None:
         out.update(patch_detail(a, patch, class_token, registers=registers))
     if blocks is not None:
-        per_block: dict[str, list[torch.Tensor]] = {}
+        per_block: dict[str, list[np.ndarray]] = {}
         for b in range(blocks.shape[1]):
             block = np.ascontiguousarray(blocks[:, b])
             found = row_statistics(block, class_token, registers, grid)
@@ -172,8 +178,8 @@ def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_tok
                 per_block.setdefault(name, []).append(value)
         for name, values in per_block.items():
             prefix, rest = ("detail_block_", name[len("detail_"):]) if name.startswith("detail_") else ("block_", name)
-            out[prefix + rest] = torch.stack(values, dim=1)
-    return {name: value.cpu().numpy() for name, value in out.items()}
+            out[prefix + rest] = np.stack(values, axis=1)
+    return {name: np.asarray(value) for name, value in out.items()}
 
 
 def _dims(name: str) -> tuple[str, ...]:
@@ -187,11 +193,11 @@ def _dims(name: str) -> tuple[str, ...]:
 
 
 def entropy(
-    attention: xr.DataArray,
+    attention: xr.DataArray | StoreArray,
     *,
     class_token: bool,
     registers: int = 0,
-    blocks: xr.DataArray | None = None,
+    blocks: xr.DataArray | StoreArray | None = None,
     patch: int | None = None,
     grid: int | tuple[int, int] | None = None,
     n_boot: int = 1000,
@@ -201,8 +207,9 @@ def entropy(
     client=None,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> xr.Dataset:
-    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks.
+) -> Results:
+    """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks;
+    a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout.
 
     ``grid``: the view's patch grid, G or (rows, cols) (``store.grids.fixed_grid``); by default the
     square grid of the patch count.
@@ -247,10 +254,10 @@ def entropy(
     interval = bootstrap_mean(np.stack(list(summary.values()), axis=1), n_boot=n_boot, seed=seed, level=level)
     data.update(summary_mean=("statistic", interval.mean), summary_low=("statistic", interval.low), summary_high=("statistic", interval.high))
 
-    images = attention["image"].values if "image" in attention.coords else np.arange(attention.shape[0])
+    images = attention.coords["image"].values if "image" in attention.coords else np.arange(attention.shape[0])
     coords = {"image": images, "head": np.arange(attention.shape[1]), "statistic": list(summary)}
     if blocks is not None:
-        coords["block"] = blocks["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
+        coords["block"] = blocks.coords["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
     if patch is not None:
         coords["rank"] = np.arange(1, TOP_WEIGHTS + 1)
     attrs = dict(
@@ -271,4 +278,4 @@ def entropy(
         seed=seed,
         level=level,
     )
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    return Results(data, coords=coords, attrs=attrs)

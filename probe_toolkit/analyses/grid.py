@@ -63,3 +63,30 @@ def grid_distance(grid: int | tuple[int, int], metric: str = "chebyshev", torus:
     if metric not in METRICS:
         raise ProbeError("--distance", f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
     return _distance(grid_shape(grid), metric, bool(torus))
+
+
+def components(mask: np.ndarray, eight: bool = False) -> tuple[np.ndarray, int]:
+    """(labels, count) of a 2-D bool mask's 4- (or 8-) connected components: ``scipy.ndimage.label``'s
+    answer (0 outside, components numbered from 1 in the row-major order of their first patch),
+    found by ``scipy.sparse.csgraph``, which the decoder's eigensolvers load anyway (scipy.ndimage
+    would add 0.15 s to every decoding command's start-up)."""
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import connected_components
+
+    mask = np.asarray(mask, dtype=bool)
+    rows, cols = mask.shape
+    on = np.flatnonzero(mask.ravel())
+    index = np.full(mask.size, -1, dtype=np.int64)
+    index[on] = np.arange(on.size)
+    grid = index.reshape(rows, cols)
+    steps = [(grid[:, :-1], grid[:, 1:]), (grid[:-1, :], grid[1:, :])]  # right, down
+    if eight:
+        steps += [(grid[:-1, :-1], grid[1:, 1:]), (grid[:-1, 1:], grid[1:, :-1])]  # down-right, down-left
+    a = np.concatenate([p.ravel() for p, _ in steps])
+    b = np.concatenate([q.ravel() for _, q in steps])
+    linked = (a >= 0) & (b >= 0)
+    graph = coo_array((np.ones(int(linked.sum())), (a[linked], b[linked])), shape=(on.size, on.size))
+    count, numbers = connected_components(graph, directed=False)  # numbered as first met, lowest patch first
+    labels = np.zeros(mask.size, dtype=np.int32)
+    labels[on] = numbers + 1
+    return labels.reshape(rows, cols), int(count)

@@ -10,7 +10,7 @@ On one image's keys K (N × C, **not** normalised, CLS dropped) on a rows × col
    result repeats across runs and devices.
 4. Seed expansion: P = the first ``k`` = 100 patches of that order; S = {p ∈ P : A_sp > 0}
    (s itself, as A_ss = ‖k_s‖² > 0); M_j = Σ_{p ∈ S} A_pj.
-5. Mask: the 4-connected component of {M > 0} that holds s (``scipy.ndimage.label``'s default).
+5. Mask: the 4-connected component of {M > 0} that holds s (``scipy.ndimage.label``'s default, as ``grid.components`` finds it).
    M_s > 0 whenever k_s ≠ 0 (every p in S has A_sp > 0); a zero seed key empties S, where LOST
    raises ``ValueError``; here that image gets an empty mask and is flagged, so it counts as a
    CorLoc miss instead of stopping the run.
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.ndimage
 
 from ..infra.errors import ProbeError
+from .grid import components
 
 K_PATCHES = 100
 
@@ -58,7 +58,7 @@ def lost(keys: np.ndarray, grid: tuple[int, int], k: int = K_PATCHES) -> LostRes
     potentials = order[:k]
     similar = potentials[a[seed, potentials] > 0]
     expansion = a[similar].sum(axis=0)
-    labels, _ = scipy.ndimage.label((expansion > 0).reshape(rows, cols))
+    labels, _ = components((expansion > 0).reshape(rows, cols))
     flat = labels.ravel()
     if flat[seed] == 0:
         return LostResult(np.zeros(n, dtype=bool), seed, degree, expansion, True)

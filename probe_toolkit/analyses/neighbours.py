@@ -37,17 +37,21 @@ Results (``probe neighbours`` saves them as ``results/neighbours_g<G>`` in the s
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
-import xarray as xr
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
 from . import selection
 from .grid import grid_distance, grid_side
 from .stats import bootstrap_mean
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.direct import StoreArray
 
 # the views whose tokens the store holds; the grid follows from the view and the patch
 # (224 px: 14 × 14 at /16, 28 × 28 at /8, 16 × 16 at /14; 96 px: 6 × 6 at /16, 12 × 12 at /8)
@@ -163,7 +167,7 @@ def structure(grid: int, wrap: bool) -> dict[str, float]:
 
 
 def neighbours(
-    tokens: xr.DataArray,
+    tokens: xr.DataArray | StoreArray,
     grid: int,
     *,
     k: int = 4,
@@ -193,7 +197,7 @@ def neighbours(
     )
 
     n = grid * grid
-    images = tokens["image"].values if "image" in tokens.coords else np.arange(tokens.shape[0])
+    images = tokens.coords["image"].values if "image" in tokens.coords else np.arange(tokens.shape[0])
     table = np.stack([per_image[name] for name in STATISTICS], axis=1)
     interval = bootstrap_mean(table, n_boot=n_boot, seed=seed, level=level)
     histogram = np.bincount(per_image["negative_count"].ravel().astype(np.int64), minlength=max_negatives + 1)
@@ -219,4 +223,6 @@ def neighbours(
         level=level,
         positives_per_anchor=k,
     )
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    from ..infra.lazy_dask import xarray
+
+    return xarray().Dataset(data, coords=coords, attrs=attrs)

@@ -29,14 +29,13 @@ import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import xarray as xr
 
 from ..analyses.decoder import SINGLE, Decoded, Settings, collate, decode_image
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
-from ..infra import provenance
+from ..infra import lazy_dask, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.runner import Where, map_images, placed
@@ -48,6 +47,11 @@ from ..store import cache
 from ..store.completion import computed_on
 from ..store.grids import view_grid
 from .decode_shards import decode_shard
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.direct import StoreArray, StoreData
 
 SETTINGS_FILE = "decoder-settings.json"
 NATIVE = "native"  # the view of each image at its own size (store.images.NATIVE; that module brings torch)
@@ -101,19 +105,23 @@ class StoreKeys:
     image_ids: list[str]
     heights: np.ndarray
     widths: np.ndarray
-    keys: xr.DataArray  # (image, patch, channel), lazy
+    keys: StoreArray  # (image, patch, channel), lazy, read with zarr alone (store.direct)
     checkpoint: str | None
     view: str = "480"
     grids: np.ndarray | None = None  # (image, 2) rows, cols of the native view; None for the square views
     patch: int = 0  # the native view's patch size in pixels
+    data: StoreData | None = None  # the opened store, for the runner inputs read beside the keys
 
-    def grid_arrays(self) -> dict[str, xr.DataArray]:
-        """The per-image grid as runner inputs (``rows``, ``cols`` beside ``keys``); none for square views."""
+    def store_array(self, name: str) -> StoreArray:
+        """Another array of the store at the keys' images, as a runner input (a cluster worker reads it by name)."""
+        return cache.require(self.data, name)
+
+    def grid_arrays(self) -> dict[str, StoreArray]:
+        """The per-image grid as runner inputs (``rows``, ``cols`` beside ``keys``); none for square views.
+        They are the store's arrays, whose values ``native_grids`` checked."""
         if self.grids is None:
             return {}
-        attrs = dict(self.keys.attrs)  # the store's arrays, as a cluster worker reads them
-        return {"rows": xr.DataArray(self.grids[:, 0], dims="image", name=f"grid_rows_{self.view}", attrs=attrs),
-                "cols": xr.DataArray(self.grids[:, 1], dims="image", name=f"grid_cols_{self.view}", attrs=attrs)}
+        return {"rows": self.store_array(f"grid_rows_{self.view}"), "cols": self.store_array(f"grid_cols_{self.view}")}
 
     def with_grids(self, decoded: Decoded) -> Decoded:
         """``decoded`` carrying this view's per-image grid and patch size (its masks' geometry)."""
@@ -130,7 +138,7 @@ def check_view(size: int | str) -> str:
     return view
 
 
-def native_grids(store: str | Path, ds: xr.Dataset, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, int]:
+def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, int]:
     """(image, 2) rows, cols of the native view and its patch, checked against the padded image:
     rows = ⌈H/p⌉, cols = ⌈W/p⌉ (zero-padded at the right and bottom, as TokenCut's and LOST's code)."""
     meta = cache.manifest(ds)
@@ -148,7 +156,7 @@ def native_grids(store: str | Path, ds: xr.Dataset, heights: np.ndarray, widths:
 
 def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
     view = check_view(size)
-    ds = cache.open_store(store, arrays=f"keys_{view}")
+    ds = cache.open_store(store, arrays=f"keys_{view}", plain=True)
     keys = cache.require(ds, f"keys_{view}")
     meta = cache.manifest(ds)
     if ds.sizes.get("image", 0) == 0:
@@ -166,6 +174,7 @@ def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
         view=view,
         grids=grids,
         patch=patch,
+        data=ds,
     )
 
 
@@ -176,8 +185,8 @@ def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
     return lambda n: [on_image() for _ in range(n)]
 
 
-def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
-                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, xr.DataArray] | None = None,
+def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
+                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, StoreArray] | None = None,
                 each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None) -> Decoded:
     """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
@@ -195,13 +204,13 @@ def decode_keys(keys: xr.DataArray, settings: Settings, on_image: Callable[[], N
 def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
     """DSM with its colour term, through the runner (``commands.decode_colour``): each block reads
     its images' photographs from the store's ``image_source``."""
-    from .decode_colour import colour_block, names_array
+    from .decode_colour import colour_block
 
     source = src.manifest.get("image_source")
     if not source or not Path(source).is_dir():
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
     fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch)
-    arrays = map_images(fn, {"keys": src.keys, "names": names_array(src.keys, src.image_ids), **src.grid_arrays()}, where=where,
+    arrays = map_images(fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}, where=where,
                         progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
 
@@ -425,6 +434,7 @@ def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
     inverse = {v: k for k, v in labels.image_map.items()}
     files = {i: labels.coco.imgs[i].get("file_name", str(i)) for i in scores.image_ids}
     name = lambda i: inverse.get(i, files.get(i, str(i)))  # noqa: E731
+    xr = lazy_dask.xarray()
     return xr.Dataset(
         {
             "segm": ("metric", [scores.segm[m] for m in METRICS]),
@@ -493,7 +503,7 @@ def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[i
 
 def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "") -> Path:
     """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU."""
-    ds = xr.Dataset(
+    ds = lazy_dask.xarray().Dataset(
         {**{k: ((), v) for k, v in scores.table().items()},
          "f_curve": ("threshold", scores.f_curve), "image_iou": ("image", scores.per_image_iou),
          "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64))},
@@ -658,7 +668,7 @@ def run_sweep(
                       "checkpoint": src.checkpoint, "date": provenance.now()},
     })
     columns = list(table[0])
-    sweep = xr.Dataset(
+    sweep = lazy_dask.xarray().Dataset(
         {c: ("setting", np.asarray([row[c] for row in table], dtype=object if c in ("preset", "rule") else None)) for c in columns},
         coords={"setting": np.arange(len(table))},
     )

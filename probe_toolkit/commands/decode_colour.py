@@ -11,15 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
 
 from ..analyses.decoder import Settings
-
-
-def names_array(keys: xr.DataArray, image_ids: list[str]) -> xr.DataArray:
-    """The images' store ids as a runner input beside ``keys`` (a cluster worker reads the store's ``image``)."""
-    return xr.DataArray(np.asarray(image_ids, dtype=object), dims="image", coords={"image": keys["image"].values}, name="image",
-                        attrs=dict(keys.attrs))
 
 
 def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int,

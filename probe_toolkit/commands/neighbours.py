@@ -21,7 +21,7 @@ def held_grids(store: Path) -> dict[str, int]:
     """The grid side each token view of a store holds, from its arrays' shapes."""
     from ..analyses.neighbours import VIEWS
 
-    ds = open_store(store, done_only=False)
+    ds = open_store(store, done_only=False, plain=True)
     return {view: grid_side(ds[f"tokens_{view}"].shape[1], f"tokens_{view}") for view in VIEWS if f"tokens_{view}" in ds}
 
 

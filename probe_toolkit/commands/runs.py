@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-import xarray as xr
+from typing import TYPE_CHECKING, Callable
 
 from ..infra import provenance
 from ..infra.atomic import write_json
@@ -23,18 +21,24 @@ from ..store.cache import open_store, require, save_results
 from ..store.completion import computed_on
 from . import summaries
 
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.direct import StoreData
+    from ..store.plain import Results
+
 
 @dataclass
 class Run:
     """One analysis over several stores, by store path, in the order given."""
 
     name: str
-    results: dict[str, xr.Dataset]
+    results: dict[str, xr.Dataset | Results]
     followed: int | None = None  # index of the image whose --patch detail is reported
     payload: dict = field(default_factory=dict)
 
 
-def result_provenance(ds: xr.Dataset, command: str) -> dict:
+def result_provenance(ds: xr.Dataset | StoreData, command: str) -> dict:
     """What a saved result says about where it came from: this run, and the store it read."""
     meta = ds.attrs.get("manifest", {})
     store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision", "n_images")}
@@ -42,9 +46,11 @@ def result_provenance(ds: xr.Dataset, command: str) -> dict:
             "computed_on": computed_on(ds.attrs["store"], ds["image"].values) if ds.attrs.get("store") else {}}
 
 
-def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None, partial: bool) -> dict[str, tuple[xr.Dataset, xr.Dataset]]:
-    """Open every store and check it holds ``needs`` first, then run ``analyse(ds, progress, client)``."""
-    opened = {str(store): open_store(store, allow_partial=partial, arrays=needs) for store in dict.fromkeys(stores)}
+def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None,
+                partial: bool) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
+    """Open every store (with zarr alone: ``store.direct``) and check it holds ``needs`` first, then
+    run ``analyse(ds, progress, client)``."""
+    opened = {str(store): open_store(store, allow_partial=partial, arrays=needs, plain=True) for store in dict.fromkeys(stores)}
     for ds in opened.values():
         require(ds, needs)
     runs = {}

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-import xarray as xr
+from typing import TYPE_CHECKING, Any
 
 from ..infra.runner import shard_range
 from ..store import cache
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.plain import Results
 
 
 def sharded(shard: str | None) -> bool:
@@ -43,7 +46,7 @@ def images_sha256(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
-def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
+def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
     """Save this shard's part; (every part concatenated along ``image``, []) once all are in,
     else (None, the shards still missing)."""
     i, n = shard
@@ -58,4 +61,8 @@ def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Datase
     if missing:
         return None, missing
     filled = [p for p in parts if p.sizes.get("image", 0)]
-    return (xr.concat(filled, dim="image") if filled else parts[0]), []
+    if not filled:
+        return parts[0], []
+    from ..infra.lazy_dask import xarray
+
+    return xarray().concat(filled, dim="image"), []

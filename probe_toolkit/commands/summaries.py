@@ -4,11 +4,13 @@ plain JSON-ready dicts. Pure: result Datasets in, tables or dicts out; the CLI p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 from rich.table import Table
+
+if TYPE_CHECKING:
+    import xarray as xr  # or store.plain.Results, which answers the same questions
 
 # neighbours statistics: label, and whether the value is a share (printed in %)
 NEIGHBOUR_LABELS = {

@@ -24,13 +24,15 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
-import xarray as xr
 
 from .errors import IntegrityError, ProbeError
 from .memory import keep_memory_flat
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 ChunkFn = Callable[..., dict[str, np.ndarray]]
 
@@ -84,9 +86,9 @@ def image_chunk_edges(array) -> list[int]:
 
 
 def _block(array, a: int, b: int) -> np.ndarray:
-    """Images ``a:b`` of an array (lazy, dask-backed or in memory), read now."""
+    """Images ``a:b`` of an array (lazy, dask-backed, read with zarr alone, or in memory), read now."""
     part = array[a:b]
-    return np.asarray(part.values if isinstance(part, xr.DataArray) else part)
+    return np.asarray(getattr(part, "values", part))  # an xarray DataArray or a store.direct.StoreArray: read now
 
 
 def map_images(
@@ -123,7 +125,7 @@ def map_images(
             raise ProbeError(None, "a cluster run needs arrays opened from one store (store.cache.require)", "open the store with probe_toolkit.store.cache.open_store")
         (store, mark), = sources
         first = next(iter(arrays.values()))
-        ids = [str(i) for i in first["image"].values]
+        ids = [str(i) for i in first.coords["image"].values]
         stored = {name: str(array.name) for name, array in arrays.items()}
         try:
             futures = [

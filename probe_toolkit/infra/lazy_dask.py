@@ -17,6 +17,7 @@ never wrong).
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import sys
 from functools import cached_property
@@ -55,6 +56,45 @@ class _DeferredDask:
         from packaging.version import Version
 
         return Version(self.module.__version__)
+
+
+def xarray():
+    """xarray, imported with the stand-in installed (``defer_on_import`` does the same for a plain
+    ``import xarray``)."""
+    defer()
+    import xarray as xr
+
+    return xr
+
+
+class _AfterXarray(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when ``xarray`` is about to be imported, wraps its loader so that
+    ``defer`` runs as soon as the package has loaded, before any variable is built."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "xarray":
+            return None
+        sys.meta_path.remove(self)  # once, and not while the real finders look
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            defer()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def defer_on_import() -> None:
+    """Install the stand-in when xarray is imported, wherever that happens (now, if it is already):
+    stores open without xarray (``store.direct``), so importing the store no longer brings it."""
+    if "xarray" in sys.modules:
+        defer()
+    elif not any(isinstance(f, _AfterXarray) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterXarray())
 
 
 def defer() -> bool:

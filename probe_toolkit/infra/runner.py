@@ -320,7 +320,7 @@ class _Coordinates:
     def __init__(self, arrays: Mapping[str, Any], store: str, mark: str) -> None:
         self.stored = {name: str(array.name) for name, array in arrays.items()}
         self.store, self.mark = store, mark
-        self.ids = [str(i) for i in next(iter(arrays.values()))["image"].values]
+        self.ids = [str(i) for i in next(iter(arrays.values())).coords["image"].values]
 
     def __call__(self, a: int, b: int) -> StoreBlock:
         return StoreBlock(self.stored, self.store, self.mark, tuple(self.ids[a:b]))

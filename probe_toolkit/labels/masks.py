@@ -25,13 +25,16 @@ pycocotools, ``counts`` a str, ``size`` [height, width]), ``bbox`` (``toBbox``, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 from pycocotools import mask as mask_utils
 
 from ..analyses.decoder import STOPS, Decoded, grid_of
+from ..store.plain import Results
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def pixel_patches(size: int, grid: int) -> np.ndarray:
@@ -139,8 +142,9 @@ def saved_masks(ds: xr.Dataset, i: int, height: int, width: int, original: tuple
     return np.stack([m[: r * c].reshape(r, c)[np.ix_(rows, cols)] for m in patch_masks])
 
 
-def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
-    """The patch-level results saved as ``results/decoder`` (dims image, mask, patch)."""
+def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> Results:
+    """The patch-level results saved as ``results/decoder`` (dims image, mask, patch); written
+    without xarray (``store.plain``), read back as an xarray Dataset."""
     dims2 = ("image", "mask")
     vectors = {} if decoded.fiedler is None else {"fiedler": (("image", "patch"), decoded.fiedler), "seed": ("image", decoded.seed)}
     if decoded.grids is not None:  # native: masks padded to the view's most patches, each image's grid beside them
@@ -148,7 +152,7 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
         grid_attrs = {"grid": "per image (grid_rows, grid_cols)", "view": "native", "patch_size": int(decoded.patch)}
     else:
         grid_attrs = {"grid": grid_of(decoded.masks.shape[2])}
-    return xr.Dataset(
+    return Results(
         {
             **vectors,
             "masks": (("image", "mask", "patch"), decoded.masks),
@@ -168,7 +172,7 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> xr.Dataset:
     )
 
 
-def decoded_from_dataset(ds: xr.Dataset) -> Decoded:
+def decoded_from_dataset(ds: xr.Dataset | Results) -> Decoded:
     """The inverse of ``decoder_dataset`` (settings come from its attrs)."""
     from ..analyses.decoder import Settings
 

@@ -62,7 +62,7 @@ def attention(store: StoreView, image_id: str, array: str = "attention_224") -> 
         return None
     weights = store.image_values(array, image_id)
     start = store.prefix
-    return Attention(weights, start, effective_number(weights).numpy(), ranked_keys(weights, start, registers=store.registers), store.registers)
+    return Attention(weights, start, effective_number(weights), ranked_keys(weights, start, registers=store.registers), store.registers)
 
 
 @dataclass
@@ -81,7 +81,7 @@ def blocks(store: StoreView, image_id: str, patch: int) -> Blocks | None:
     array = store.ds["attention_blocks_224"].sel(image=image_id).isel(query=start + patch)
     rows = np.asarray(array.values, dtype=np.float32)  # (block, head, T)
     labels = [int(b) for b in array["block"].values] if "block" in array.coords else list(range(1, rows.shape[0] + 1))
-    return Blocks(rows[..., start:], effective_number(rows).numpy(), labels)
+    return Blocks(rows[..., start:], effective_number(rows), labels)
 
 
 @dataclass

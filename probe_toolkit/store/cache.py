@@ -1,4 +1,4 @@
-"""The feature cache: one zarr v3 store per (checkpoint, network), read as an xarray Dataset.
+"""The feature cache: one zarr v3 store per (checkpoint, network), read as an xarray Dataset or with zarr alone (``store.direct``).
 
 Layout (every array chunked along ``image``; dimension names are stored in zarr v3 metadata):
 
@@ -32,17 +32,29 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 import zarr
 
 from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+from .codec import encode_without_gil
 
-lazy_dask.defer()  # before xarray builds a variable: it would import dask.array to type-check numpy data
+lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from .direct import StoreData
+    from .plain import Results
+
+
+def _xarray():
+    """xarray, imported where a reader or writer needs it (it brings pandas: half a second), with
+    dask's deferral installed first (it would import dask.array to type-check numpy data)."""
+    return lazy_dask.xarray()
 
 DEFAULT_ROOT = Path("cache")
 
@@ -73,13 +85,15 @@ def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
     return Path(root) / f"{Path(checkpoint).stem}-{sha256[:8]}" / f"{network}.zarr"
 
 
-def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None) -> xr.Dataset:
+def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None,
+               plain: bool = False) -> xr.Dataset | StoreData:
     """Open a store lazily: xarray's lazy zarr arrays, read only where a command indexes them.
 
     No dask here: its chunk manager imports dask.array and distributed (about a second of a
     command's start-up). Readers index the arrays a block of images at a time (the runners in
     ``infra``); on a cluster (``--dask-address``) each worker reads its own chunks with zarr.
-    The manifest and the flags are read with zarr directly.
+    The manifest and the flags are read with zarr directly. ``plain``: the same arrays and
+    images as a ``store.direct.StoreData``, read with zarr alone (no xarray, no pandas).
 
     With ``done_only`` the dataset holds only images whose extraction finished and did not
     fail, so a reader during a write never sees a half-written image. Without
@@ -97,21 +111,28 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     done, failed = _flags(group, [arrays] if isinstance(arrays, str) else arrays)
     if not allow_partial and done is not None and not done.all():
         raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ds = xr.open_dataset(path, engine="zarr", consolidated=False, chunks=None, cache=False)
-    kept = np.arange(ds.sizes.get("image", 0))
+    n = int(group["image"].shape[0]) if "image" in group else 0
+    kept, dropped = np.arange(n), False
     if done_only and done is not None:
         keep = done & ~failed if failed is not None else done
         if not keep.all():
-            kept = np.flatnonzero(keep)
+            kept, dropped = np.flatnonzero(keep), True
+    if plain:
+        from .direct import StoreData
+
+        ds = StoreData(group, kept if dropped else None, dict(group.attrs))
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = _xarray().open_dataset(path, engine="zarr", consolidated=False, chunks=None, cache=False)
+        if dropped:
             ds = ds.isel(image=kept)
     _record_chunk_edges(ds, kept)
     ds.attrs["store"] = str(path)
     return ds
 
 
-def _record_chunk_edges(ds: xr.Dataset, kept: np.ndarray) -> None:
+def _record_chunk_edges(ds: xr.Dataset | StoreData, kept: np.ndarray) -> None:
     """Each image array's zarr chunk boundaries among the kept images (``infra.chunked.image_chunk_edges``),
     where dask would have kept them as its chunks: readers then read each chunk once."""
     for variable in ds.variables.values():
@@ -134,15 +155,15 @@ def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | No
     return (read("done") if "done" in group else None), (read("failed") if "failed" in group else None)
 
 
-def manifest(ds_or_path: xr.Dataset | str | Path) -> dict[str, Any]:
+def manifest(ds_or_path: xr.Dataset | StoreData | str | Path) -> dict[str, Any]:
     """The store's manifest (a plain dict)."""
-    if isinstance(ds_or_path, xr.Dataset):
+    if not isinstance(ds_or_path, (str, Path)):
         return dict(ds_or_path.attrs["manifest"])
     group = zarr.open_group(Path(ds_or_path), mode="r")
     return dict(group.attrs["manifest"])
 
 
-def require(ds: xr.Dataset, name: str) -> xr.DataArray:
+def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     """The array ``name`` with its patch dimension named ``patch``, or an error naming the extract flag."""
     if name not in ds:
         flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
@@ -161,8 +182,9 @@ def results_path(store: str | Path, name: str) -> Path:
     return Path(store) / "results" / name
 
 
-def save_results(store: str | Path, name: str, results: xr.Dataset, attrs: dict[str, Any] | None = None) -> Path:
-    """Write one analysis' results into ``<store>/results/<name>`` atomically (temp, rename)."""
+def save_results(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dict[str, Any] | None = None) -> Path:
+    """Write one analysis' results into ``<store>/results/<name>`` atomically (temp, rename).
+    A ``store.plain.Results`` is written without xarray, in the layout xarray gives a Dataset."""
     target = results_path(store, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     litter.sweep(target.parent)  # what killed runs left (their process is gone) goes first
@@ -174,7 +196,12 @@ def save_results(store: str | Path, name: str, results: xr.Dataset, attrs: dict[
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            results.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
+            if hasattr(results, "to_zarr"):
+                results.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
+            else:
+                from .plain import write
+
+                write(results, tmp)
     except BaseException as error:  # a full disk, Ctrl-C: no half-written result stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, OSError):
@@ -206,7 +233,7 @@ def load_results(store: str | Path, name: str) -> xr.Dataset | None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return xr.open_dataset(target, engine="zarr", consolidated=False, chunks=None).load()  # no dask: it would import dask.array and distributed
+        return _xarray().open_dataset(target, engine="zarr", consolidated=False, chunks=None).load()  # no dask: it would import dask.array and distributed
 
 
 def list_results(store: str | Path) -> list[str]:
@@ -262,10 +289,19 @@ def _view_arrays(group: zarr.Group, view: str) -> list[str]:
     return [name for name in group.array_keys() if name not in FLAGS and grids.view_of(name) == view]
 
 
+def chunk_ranges(n_images: int, chunk: int, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+    """The chunk-aligned (start, stop) ranges of shard i of n of a store of ``n_images``."""
+    i, n = shard
+    n_chunks = -(-n_images // chunk)
+    lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
+    return [(c * chunk, min((c + 1) * chunk, n_images)) for c in range(lo, hi)]
+
+
 class StoreWriter:
     """Fills a created store chunk by chunk; see ``create_store``."""
 
     def __init__(self, path: Path):
+        encode_without_gil()  # chunks compressed beside the forward pass (store/codec.py)
         self.path = Path(path)
         self.group = zarr.open_group(self.path, mode="r+", use_consolidated=False)
         self.manifest = dict(self.group.attrs["manifest"])
@@ -285,10 +321,7 @@ class StoreWriter:
 
     def chunk_ranges(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
         """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
-        i, n = shard
-        n_chunks = -(-self.n_images // self.chunk)
-        lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
-        return [(c * self.chunk, min((c + 1) * self.chunk, self.n_images)) for c in range(lo, hi)]
+        return chunk_ranges(self.n_images, self.chunk, shard)
 
     def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
         """Runs (start, stop, views lacking) of images some of ``views`` still lack, never crossing
@@ -532,7 +565,7 @@ def _grow(path: Path, group: zarr.Group, old: dict[str, Any], manifest: dict[str
             group["done"][:] = np.zeros(n, dtype=bool)  # an image is done when every view is
 
 
-def _describe_view(ds: xr.Dataset, meta: dict[str, Any], view: str) -> str:
+def _describe_view(ds: xr.Dataset | StoreData, meta: dict[str, Any], view: str) -> str:
     """One line for a view: its grid(s), filter, attention, and how many images it holds."""
     facts = view_facts(meta, view)
     try:
@@ -556,8 +589,8 @@ def _describe_view(ds: xr.Dataset, meta: dict[str, Any], view: str) -> str:
 
 
 def describe_store(path: str | Path) -> list[tuple[str, str]]:
-    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results."""
-    ds = open_store(path, done_only=False)
+    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results (read with zarr alone)."""
+    ds = open_store(path, done_only=False, plain=True)
     meta = manifest(ds)
     done = ds["done"].values.astype(bool)
     failed = ds["failed"].values.astype(bool)

@@ -5,7 +5,8 @@ its ``done_<view>`` flags last, so a killed run resumes where it stopped and giv
 as an uninterrupted one, and shards (``--shard i/n``, or torchrun's RANK/WORLD_SIZE) write
 disjoint, chunk-aligned ranges of one store. A store grows: a later run with new views adds them
 beside the existing ones. Decoding the next run and writing the last one run in threads beside
-the forward pass. An image is marked done only when every value of its arrays is finite.
+the forward pass (the first run already while the checkpoint is read). An image is marked done
+only when every value of its arrays is finite.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import zarr
 
 from ..infra import provenance
 from ..infra.errors import ProbeError
+from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
 from . import arrays, cache, grids, images
 from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
@@ -375,6 +377,26 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
     return kept, total - taken
 
 
+def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
+    """Start decoding the run a new store begins with while the checkpoint is read and the network
+    built (the fixed views only: the native view needs the checkpoint's patch size).
+
+    Returns (run, future); the loop takes the future only when its first run is this one (a
+    resumed store starts elsewhere and decodes its own), so the same images are decoded the
+    same way either way, and a bad image's error comes where it came before, when the run is
+    taken. The thread ends once the run is decoded.
+    """
+    ranges = cache.chunk_ranges(len(refs), settings.chunk, shard)
+    if images.NATIVE in views or not ranges:
+        return None
+    a, b = ranges[0]
+    run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
+    decoder = ThreadPoolExecutor(1)
+    future = decoder.submit(_load, refs[run[0]:run[1]], list(views), settings, 0, None, on_error)
+    decoder.shutdown(wait=False)
+    return run, future
+
+
 def extract(
     checkpoint_path: str | Path,
     image_dir: str | Path,
@@ -398,10 +420,16 @@ def extract(
     at_least("--limit", limit, 1, "100")
     at_least("--heads", heads, 1, "6")
     shard_range = parse_shard(shard)
-    checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
-    patch = checkpoint.arch.patch
-    refs = images.list_images(image_dir)
     views = settings.names
+    try:
+        refs, unlisted = images.list_images(image_dir), None
+    except ProbeError as error:  # told after the checkpoint's own errors, as before
+        refs, unlisted = [], error
+    early = _decode_first_run(refs, views, settings, shard_range, limit, on_error)
+    checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+    if unlisted is not None:
+        raise unlisted
+    patch = checkpoint.arch.patch
     grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
              for v in views if v != images.NATIVE for r, c in [images.fixed_grid(v, patch)]}
     if images.NATIVE in views:
@@ -429,10 +457,10 @@ def extract(
 
     report.seconds["setup"] = time.perf_counter() - started
     try:
-        with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
+        with reusing_blocks(), ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
             task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
             pending: Future | None = None
-            upcoming = loader.submit(load, todo[0]) if todo else None
+            upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
             for index, (start, stop, _) in enumerate(todo):
                 loaded = upcoming.result()
                 upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None

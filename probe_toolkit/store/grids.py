@@ -11,11 +11,14 @@ fixed views only, so their grid follows from the patch count.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from ..infra.errors import ProbeError
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def view_of(array: str) -> str:

@@ -1,0 +1,113 @@
+"""A store read with zarr alone: what ``probe info`` and ``probe decode`` need of it, without xarray.
+
+xarray brings pandas (about half a second of a command's start-up); these commands only list the
+arrays and read blocks of images. ``StoreData`` answers like the ``xarray.Dataset`` that
+``store.cache.open_store`` returns (``ds[name]``, ``name in ds``, ``ds.attrs``, ``ds.sizes``,
+``ds.dims``, ``ds.data_vars``), and each ``StoreArray`` like its lazy ``DataArray`` (``dims``,
+``sizes``, ``attrs``, ``encoding``, ``isel(image=...)``, ``values``, ``rename``), restricted to the
+same images; the values are the bytes zarr reads, which are xarray's (a store's arrays carry no
+CF attributes). ``store.cache.open_store(..., plain=True)`` opens one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+import zarr
+
+
+class StoreArray:
+    """One array of a store at the images ``kept`` (positions in the store; None: all), read when
+    ``values`` is asked for."""
+
+    def __init__(self, array: zarr.Array, name: str, dims: tuple[str, ...], kept: np.ndarray | None,
+                 image: zarr.Array | None = None, attrs: dict[str, Any] | None = None, encoding: dict[str, Any] | None = None):
+        self.array, self.name, self.dims, self.kept, self.image = array, name, tuple(dims), kept, image
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.encoding: dict[str, Any] = dict(encoding or {})
+        shape = list(array.shape)
+        if kept is not None and self.dims and self.dims[0] == "image":
+            shape[0] = int(kept.size)
+        self.shape = tuple(shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.shape))
+
+    @property
+    def coords(self) -> dict[str, StoreArray]:
+        """The ``image`` ids of these images (what a cluster run names its chunks by)."""
+        if self.image is None or not self.dims or self.dims[0] != "image":
+            return {}
+        return {"image": StoreArray(self.image, "image", ("image",), self.kept)}
+
+    def isel(self, image: slice) -> StoreArray:
+        """These images ``image`` (a slice of positions among them), still unread."""
+        if self.dims[0] != "image":
+            raise ValueError(f"{self.name} has no image dimension")
+        n = self.array.shape[0] if self.kept is None else self.kept.size
+        kept = np.arange(n)[image] if self.kept is None else self.kept[image]
+        out = StoreArray(self.array, self.name, self.dims, np.asarray(kept, dtype=np.int64), self.image, self.attrs, self.encoding)
+        out.encoding.pop("probe_image_edges", None)
+        return out
+
+    def __getitem__(self, images: slice) -> StoreArray:
+        """Images ``images`` along the first dimension (``image``), as ``DataArray[a:b]``."""
+        return self.isel(image=images)
+
+    @property
+    def values(self) -> np.ndarray:
+        if self.kept is None or not self.dims or self.dims[0] != "image":
+            return np.asarray(self.array[...])
+        if self.kept.size and np.array_equal(self.kept, np.arange(self.kept[0], self.kept[0] + self.kept.size)):
+            return np.asarray(self.array[int(self.kept[0]) : int(self.kept[0]) + self.kept.size])  # contiguous: one slice read
+        return np.asarray(self.array.get_orthogonal_selection((self.kept,)))
+
+    def rename(self, names: dict[str, str]) -> StoreArray:
+        return StoreArray(self.array, self.name, tuple(names.get(d, d) for d in self.dims), self.kept, self.image, self.attrs, self.encoding)
+
+
+class StoreData:
+    """The arrays of a store at the images ``kept``, by name, with the root attributes (the manifest)."""
+
+    def __init__(self, group: zarr.Group, kept: np.ndarray | None, attrs: dict[str, Any]):
+        image = group["image"] if "image" in group else None
+        self.attrs = dict(attrs)
+        self.variables: dict[str, StoreArray] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr's note on the results folder (a group of groups written later)
+            members = sorted(group.arrays())
+        for name, array in members:
+            dims = tuple(array.metadata.dimension_names or ())
+            self.variables[name] = StoreArray(array, name, dims, kept, image, encoding={"chunks": tuple(array.chunks)})  # as xarray's encoding
+        self.sizes: dict[str, int] = {}
+        for var in self.variables.values():
+            self.sizes.update(var.sizes)
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return self.sizes
+
+    @property
+    def data_vars(self) -> dict[str, StoreArray]:
+        """Every array but the ``image`` coordinate, as ``Dataset.data_vars``."""
+        return {name: var for name, var in self.variables.items() if name not in self.sizes or var.dims != (name,)}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.variables
+
+    def __getitem__(self, name: str) -> StoreArray:
+        return self.variables[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data_vars)

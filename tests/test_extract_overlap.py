@@ -1,0 +1,108 @@
+"""What extraction overlaps with the forward pass changes nothing stored: the first run decoded
+while the checkpoint is read, and freed blocks reused (infra/memory.py) instead of mapped anew."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.store import extract as extraction
+from probe_toolkit.store.extract import Settings, extract
+
+
+def _arrays(path):
+    group = zarr.open_group(path, mode="r")
+    return {name: group[name][:] for name in group.array_keys()}
+
+
+def test_first_run_decoded_during_setup_gives_the_same_store(tmp_path, tiny_checkpoints, image_dir, monkeypatch):
+    settings = Settings(views=(224, 480), chunk=3)
+    taken = []
+    real = extraction._decode_first_run
+
+    def watched(*args):
+        early = real(*args)
+        taken.append(early[0])
+        return early
+
+    monkeypatch.setattr(extraction, "_decode_first_run", watched)
+    early = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "early.zarr", batch_size=2, quiet=True)
+    assert taken == [(0, 3, ("224", "480"))] and early.done == 7
+    # a second shard's first run and a --limit cut inside it are guessed too
+    extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "shard.zarr", shard="1/2", limit=1, batch_size=2, quiet=True)
+    assert taken[-1] == (3, 4, ("224", "480"))
+    monkeypatch.setattr(extraction, "_decode_first_run", lambda *args: None)
+    plain = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "plain.zarr", batch_size=2, quiet=True)
+    a, b = _arrays(early.store), _arrays(plain.store)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name], equal_nan=a[name].dtype.kind == "f"), name
+
+
+def test_a_bad_image_in_the_early_run_fails_as_before(tmp_path, tiny_checkpoints, photos):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    (folder / "a-broken.jpg").write_bytes((photos / "rocket.jpg").read_bytes()[:300])
+    (folder / "b.jpg").write_bytes((photos / "coffee.jpg").read_bytes())
+    with pytest.raises(ProbeError, match="a-broken.jpg.*--on-error skip"):
+        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,)), store=tmp_path / "a.zarr", quiet=True)
+    assert not (tmp_path / "a.zarr").exists()  # nothing left that blocks the corrected run
+    # the checkpoint's error still comes before the image folder's
+    with pytest.raises(ProbeError, match="no such checkpoint"):
+        extract(tmp_path / "missing.pth", tmp_path / "no-folder", settings=Settings(views=(224,)), store=tmp_path / "b.zarr", quiet=True)
+    with pytest.raises(ProbeError, match="no-folder.*not a folder"):
+        extract(tiny_checkpoints["dino-backbone"], tmp_path / "no-folder", settings=Settings(views=(224,)), store=tmp_path / "b.zarr", quiet=True)
+
+
+REUSE = """
+import json, resource
+import numpy as np
+from probe_toolkit.infra.memory import keep_memory_flat, reusing_blocks
+
+def faults():  # page faults of allocating, touching and freeing a 64 MiB block
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = np.ones(1 << 23)
+    del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+pinned = keep_memory_flat()
+before = [faults() for _ in range(3)]
+with reusing_blocks() as applied:
+    inside = [faults() for _ in range(3)]
+after = [faults() for _ in range(3)]
+print(json.dumps({"pinned": pinned, "applied": applied, "before": before, "inside": inside, "after": after}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_reused_blocks_are_not_faulted_in_again_and_the_pin_comes_back():
+    out = subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    if not (seen["pinned"] and seen["applied"]):
+        pytest.skip("not glibc")
+    assert min(seen["before"]) > 0  # pinned: every large block is a fresh mapping
+    assert seen["inside"][-1] * 10 <= min(seen["before"])  # reused: the same pages serve again
+    assert min(seen["after"]) * 10 >= min(seen["before"]) * 9  # the pin is back
+
+
+def test_chunks_are_plain_zstd_frames(tmp_path, tiny_checkpoints, image_dir):
+    """The GIL-releasing encoder (store/codec.py) writes frames any zstd reader decodes to the values."""
+    from numcodecs import Zstd
+
+    from probe_toolkit.store.codec import ZstdReleasingGil
+
+    path = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), chunk=4), store=tmp_path / "s.zarr", quiet=True).store
+    group = zarr.open_group(path, mode="r")
+    assert isinstance(group["attention_224"].compressors[0], ZstdReleasingGil)
+    assert '"name": "zstd"' in (path / "attention_224" / "zarr.json").read_text()
+    for name in ("attention_224", "tokens_224"):
+        values = group[name][:4]
+        frame = path / name / "c" / "/".join(["0"] * values.ndim)  # the first chunk (one along every other axis)
+        raw = Zstd(level=1).decode(frame.read_bytes())
+        assert np.array_equal(np.frombuffer(raw, dtype=np.float16).reshape(values.shape), values)
