@@ -149,25 +149,29 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
         settings = Settings.from_preset("centred")
         times: dict[int, list[float]] = {1: [], local_cores(): []}
         cpu: dict[int, list[float]] = {w: [] for w in times}
+        parent: dict[int, list[float]] = {w: [] for w in times}  # this process alone: reading, assembling, saving
         saved: dict[int, object] = {}
         for _ in range(rounds):
             for workers in times:
-                c, t = _cpu(), time.perf_counter()
+                c, p, t = _cpu(), time.process_time(), time.perf_counter()
                 run_decode(path, settings, workers=workers, cache_dir=tmp)
                 times[workers].append(time.perf_counter() - t)
                 cpu[workers].append(_cpu() - c)
+                parent[workers].append(time.process_time() - p)
                 saved[workers] = cache.load_results(path, "decoder").load()
         one, every = (statistics.median(times[w]) for w in times)
         a, b = saved.values()
         identical = all(np.array_equal(a[v].values, b[v].values, equal_nan=a[v].dtype.kind == "f") for v in a.data_vars)
         assert identical, "every-core decode differs from the one-core decode"
     row = {"images": count, "cores": local_cores(), "one_core_img_s": count / one, "every_core_img_s": count / every, "ratio": one / every,
-           "identical": identical, "cpu_s": {w: statistics.median(v) for w, v in cpu.items()}, "share_of_cores": {
+           "identical": identical, "cpu_s": {w: statistics.median(v) for w, v in cpu.items()},
+           "parent_cpu_s": {w: statistics.median(v) for w, v in parent.items()}, "share_of_cores": {
                w: statistics.median(c / t for c, t in zip(cpu[w], times[w])) for w in times}}
     print(f"probe decode, {count} images at N=900: one core {row['one_core_img_s']:6.1f} img/s, {row['cores']} cores "
           f"{row['every_core_img_s']:6.1f} img/s = {row['ratio']:.2f}× (target 1.8× on 2 cores) | arrays identical {identical} | "
           f"CPU seconds used {row['cpu_s'][1]:.1f} / {row['cpu_s'][local_cores()]:.1f}, cores actually obtained "
-          f"{row['share_of_cores'][1]:.2f} / {row['share_of_cores'][local_cores()]:.2f} (other load shows here)", flush=True)
+          f"{row['share_of_cores'][1]:.2f} / {row['share_of_cores'][local_cores()]:.2f} (other load shows here); CPU seconds of "
+          f"this process alone {row['parent_cpu_s'][1]:.1f} / {row['parent_cpu_s'][local_cores()]:.1f}", flush=True)
     return row
 
 

@@ -77,6 +77,53 @@ def test_shards_cover_every_image_once_in_whole_blocks():
         assert all(a % block == 0 for a, b in ranges if b > a)
 
 
+def test_workers_read_a_store_growing_another_view(store, tmp_path):
+    """Adding a view clears the store's own ``done`` (an image is done when every view is); the
+    workers, which read their blocks themselves, judge the keys' view by its flags, as
+    ``open_store`` does, so two workers decode what one does."""
+    import shutil
+
+    import zarr
+
+    grown = tmp_path / "grown.zarr"
+    shutil.copytree(store, grown)
+    group = zarr.open_group(grown, mode="r+", use_consolidated=False)
+    assert bool(np.asarray(group["done_480"][:]).all())
+    group["done"][:] = np.zeros(7, dtype=bool)
+    settings = Settings.from_preset("tokencut")
+    src = open_keys(grown)
+    assert len(src.image_ids) == 7
+    _same(_arrays(decode_keys(src.keys, settings, where=Where(workers=1))), _arrays(decode_keys(src.keys, settings, where=Where(workers=2))))
+
+
+def test_masks_json_encoded_block_by_block_is_the_whole_sets(store, tmp_path):
+    """``probe decode`` encodes each block's masks as it arrives: the JSON at 1 and 2 workers is
+    the one ``coco_results`` writes for the whole decode at once."""
+    import json
+
+    from probe_toolkit.commands.decode import run_decode
+    from probe_toolkit.labels.masks import coco_results
+
+    settings = Settings.from_preset("maskcut", masks=2)
+    texts = {}
+    for workers in (1, 2):
+        out = tmp_path / f"masks{workers}.json"
+        run_decode(store, settings, workers=workers, out=out, cache_dir=tmp_path)
+        texts[workers] = out.read_text()
+    src = open_keys(store)
+    whole = coco_results(decode_keys(src.keys, settings), src.image_ids, src.heights, src.widths)
+    assert texts[1] == texts[2] and json.loads(texts[1]) == json.loads(json.dumps(whole))
+    assert len(whole) >= 8 and sorted({r["image_id"] for r in whole}) == list(range(7))
+
+
+def test_tapered_blocks_end_small_and_cover_every_image_once():
+    for n_images, block, workers in ((384, 16, 2), (7, 1, 2), (100, 8, 3), (5, 2, 1), (9, 4, 2)):
+        ranges = runner.tapered(runner.blocks(n_images, block), workers)
+        assert np.array_equal(np.concatenate([np.arange(a, b) for a, b in ranges]), np.arange(n_images)) and all(b > a for a, b in ranges)
+    ranges = runner.tapered(runner.blocks(384, 16), 2)
+    assert ranges[:22] == runner.blocks(352, 16) and ranges[22:] == [(352, 360), (360, 368), (368, 376), (376, 384)]
+
+
 def test_a_shard_computes_its_images_only(store):
     settings = Settings.from_preset("tokencut")
     src = open_keys(store)
@@ -154,3 +201,36 @@ def test_bad_input_in_a_worker_comes_back_as_the_same_one_line_error():
     with pytest.raises(ProbeError, match="NaN"):
         runner.map_blocks(partial(decode_block, settings=Settings()), lambda a, b: {k: v[a:b] for k, v in bad.items()},
                           [(0, 2), (2, 4)], workers=2)
+
+
+def _long_dot(values: np.ndarray, *, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """A task whose one matmul has a long inner dimension: MKL splits it between threads."""
+    import torch
+
+    return {"dot": (torch.from_numpy(values) @ torch.from_numpy(weights)).numpy()}
+
+
+def test_every_task_computes_under_one_thread_at_any_worker_count():
+    """--workers 1 computes in this process, which runs torch on 2 threads (conftest); the
+    runner sets one thread per task there as on a worker, so the bits are the same, and this
+    process's threads are restored after (a later two-thread product is unchanged)."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((8, 100_000)).astype(np.float32)
+    weights = rng.standard_normal((100_000, 2)).astype(np.float32)
+    fn = partial(_long_dot, weights=weights)
+    ranges = [(0, 4), (4, 8)]
+    threads = torch.get_num_threads()
+    two_before = fn(values)["dot"]
+    torch.set_num_threads(1)
+    one_thread = np.concatenate([fn(values[a:b])["dot"] for a, b in ranges])  # the plain reference: one thread, block by block
+    torch.set_num_threads(threads)
+    read = lambda a, b: {"values": values[a:b]}  # noqa: E731
+    here = runner.map_blocks(fn, read, ranges, workers=1)["dot"]
+    assert torch.get_num_threads() == threads
+    assert np.array_equal(fn(values)["dot"], two_before)  # this process's own threads, as before the run
+    there = runner.map_blocks(fn, read, ranges, workers=2)["dot"]
+    assert np.array_equal(here, one_thread) and np.array_equal(there, one_thread)
+    if threads < 2 or np.array_equal(np.concatenate([fn(values[a:b])["dot"] for a, b in ranges]), one_thread):
+        pytest.skip("this machine's BLAS does not split the product between threads: the identity shows nothing here")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..analyses.decoder import SINGLE, Decoded, Settings, collate, decode_image
-from ..analyses.decoder_blocks import as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
+from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
 from ..infra import lazy_dask, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError
@@ -186,16 +186,18 @@ def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
 
 
 def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
-                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, StoreArray] | None = None) -> Decoded:
+                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, StoreArray] | None = None,
+                each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None) -> Decoded:
     """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
     Each image is computed alone with one BLAS thread (``threads`` when this process computes):
     one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
     slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: the
     native view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
+    ``each``: the runner's per-block hook (``BlockResults``).
     """
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
-    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image))
+    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image), each=each)
     return as_decoded(arrays, settings)
 
 
@@ -211,6 +213,32 @@ def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[]
     arrays = map_images(fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}, where=where,
                         progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
+
+
+class BlockResults:
+    """The masks JSON's entries, encoded block by block as the runner hands the blocks over: this
+    process draws and RLE-encodes one block's masks while the workers decode the next ones,
+    instead of encoding every mask after the last block. Entries are kept by store position;
+    ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set."""
+
+    def __init__(self, src: StoreKeys, settings: Settings) -> None:
+        self.src, self.settings, self.parts = src, settings, []
+
+    def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
+        block = as_decoded(arrays, self.settings)
+        if self.src.grids is not None:
+            block.grids, block.patch = self.src.grids[a:b], self.src.patch
+        self.parts.append((a, coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])))
+
+    def add(self, decoded: Decoded) -> None:
+        """A whole decode at once (the colour term's and the shards' paths)."""
+        self(0, len(self.src.image_ids), {name: getattr(decoded, name) for name in ARRAYS})
+
+    def entries(self, coco_ids: dict[str, int] | None = None) -> list[dict[str, Any]]:
+        """Every entry in image order; with ``coco_ids`` only that map's images, under their COCO ids."""
+        if coco_ids is None:
+            return [dict(r, image_id=a + r["image_id"]) for a, part in self.parts for r in part]
+        return [dict(r, image_id=int(coco_ids[r["file_name"]])) for _, part in self.parts for r in part if r["file_name"] in coco_ids]
 
 
 @dataclass
@@ -342,16 +370,20 @@ def run_decode(
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
+    encoded = BlockResults(src, settings)
     with placed(workers, dask_address) as where:
         if settings.color_lambda:
             decoded = decode_with_colour(src, settings, tick, where=where)
+            encoded.add(decoded)
         elif shard is None and "WORLD_SIZE" not in os.environ:
-            decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays()))
+            decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
+                                                 grids=src.grid_arrays(), each=encoded))
         else:
             decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
             if decoded is None:
                 return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
                                     degenerate=0, dense_solves=0, seconds=time.perf_counter() - t0, masks_file=None, extra={"waiting_for_shards": missing})
+            encoded.add(decoded)
     seconds = time.perf_counter() - t0
     unit = uuid.uuid4().hex
     cache.save_results(
@@ -374,7 +406,7 @@ def run_decode(
     if panel is not None:  # the masks exist and are saved before any label is read
         labels = read_labels(panel, purpose="score", checkpoint=src.checkpoint, images=src.image_ids, unseal=unseal, cache=cache_dir)
         coco_ids = labels.image_map
-    results = coco_results(decoded, src.image_ids, src.heights, src.widths, coco_ids)
+    results = encoded.entries(coco_ids)
     write_json(masks_file, results)
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position",

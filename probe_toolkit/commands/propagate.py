@@ -190,7 +190,7 @@ def _model(job: Job) -> Backbone:
 def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> dict[str, np.ndarray]:
     """Sequences ``index`` (their first annotations beside them) → their PNGs written under the
     job's ``out`` (each sequence swapped in whole) and ``labels``: per sequence, the list of every
-    frame's labels. The runner's unit: one torch thread on a worker."""
+    frame's labels. The runner's unit: one torch thread, on a worker as in this process."""
     from ..infra.runner import torch_threads
 
     model, out = _model(job), Path(job.out)
@@ -240,8 +240,8 @@ def run_propagate(
     workers: int | None = 1,
 ) -> PropagationReport:
     """Propagate every sequence (one runner task each: ``workers`` local processes, None: every
-    core, one on a GPU), write its PNGs, then score. A worker runs its sequence on one torch
-    thread (this process on its own threads); the tests check the same bits at 1 and 2 workers."""
+    core, one on a GPU), write its PNGs, then score. Every sequence runs on one torch thread, on a
+    worker as in this process (``runner.task_threads``); the tests check the same bits at 1 and 2 workers."""
     settings.check()
     target_device = _device(device)
     workers = check_workers(1 if workers is None and target_device.type != "cpu" else workers)

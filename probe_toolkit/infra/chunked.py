@@ -11,7 +11,7 @@ memory, never the store.
 On a cluster every chunk task reads its own images (a worker that reads what another worker
 read could hide a worker that sees nothing): it opens the store by path, proves it is the store
 the client opened (a fingerprint of the manifest), that its images are listed and finished
-(``done`` set, ``failed`` not), and only then reads them. A worker without the store, with
+(its views' ``done`` set, ``failed`` not), and only then reads them. A worker without the store, with
 another store at that path or with an unfinished copy fails the command with one line naming
 the worker (zarr would otherwise hand it NaN fill values). Every wait on the cluster is bounded.
 """
@@ -164,17 +164,40 @@ _known_ids: dict[tuple[str, str], dict[str, int]] = {}  # per worker process: (s
 
 
 def _worker_name() -> str:
-    try:
-        from distributed import get_worker
+    from .runner import worker_name
 
-        worker = get_worker()
-        return f"dask worker {worker.name} ({worker.address})"
-    except (ImportError, ValueError):
-        return "dask worker (unknown)"
+    return worker_name()
 
 
 def _proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
     """On a worker: prove this is the client's store and the images are finished, then read them."""
+    return fn(**proven_read(stored, store, mark, ids))
+
+
+def _rows(array, positions: np.ndarray) -> np.ndarray:
+    """Rows ``positions`` of a zarr array: a slice when they are consecutive (zarr then copies
+    each chunk's part once, not element by element as an orthogonal selection does)."""
+    if positions.size and int(positions[-1]) - int(positions[0]) == positions.size - 1 and bool((np.diff(positions) == 1).all()):
+        return np.asarray(array[int(positions[0]) : int(positions[-1]) + 1])
+    return np.asarray(array.get_orthogonal_selection((positions,)))
+
+
+def _flags(group, arrays, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(done, failed) of the images at ``positions`` for the views the arrays belong to (their
+    name's last part, ``keys_480`` → 480), as ``store.cache.open_store`` judged them: a store
+    growing another view stays readable for the views it has; else the store's own flags."""
+    views = sorted({name.rsplit("_", 1)[-1] for name in arrays if name != "image"})
+    if views and all(f"done_{v}" in group and f"failed_{v}" in group for v in views):
+        done = np.logical_and.reduce([np.asarray(_rows(group[f"done_{v}"], positions), dtype=bool) for v in views])
+        failed = np.logical_or.reduce([np.asarray(_rows(group[f"failed_{v}"], positions), dtype=bool) for v in views])
+        return done, failed
+    return np.asarray(_rows(group["done"], positions), dtype=bool), np.asarray(_rows(group["failed"], positions), dtype=bool)
+
+
+def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
+    """Images ``ids`` of the store arrays ``stored`` (argument name → array), read by this process
+    (a dask worker, or a local worker process of ``infra.runner``) once it has proven that the
+    store at ``store`` is the client's (its manifest's ``mark``) and that the images are finished."""
     import zarr
 
     worker = _worker_name()
@@ -193,13 +216,11 @@ def _proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids
     if missing:
         raise IntegrityError(worker, f"finds no image {missing[0]!r} in {store}", fix)
     positions = np.asarray([known[i] for i in ids], dtype=np.int64)
-    done = np.asarray(group["done"].get_orthogonal_selection((positions,)), dtype=bool)
-    failed = np.asarray(group["failed"].get_orthogonal_selection((positions,)), dtype=bool)
+    done, failed = _flags(group, stored.values(), positions)
     if not done.all() or failed.any():
         bad = ids[int(np.flatnonzero(~done | failed)[0])]
         raise IntegrityError(worker, f"reads {int((~done | failed).sum())} of {len(ids)} images of {store} as unfinished (e.g. {bad!r})", fix)
-    blocks = {name: np.asarray(group[array].get_orthogonal_selection((positions,))) for name, array in stored.items()}
-    return fn(**blocks)
+    return {name: _rows(group[array], positions) for name, array in stored.items()}
 
 
 def _lost(client, why: str) -> ProbeError:

@@ -6,12 +6,15 @@ have ``image`` as their first axis. The runner cuts the images into blocks and c
 
 - in this process (``workers=1``), or on ``workers`` local processes, each limited to one BLAS
   thread (per-image problems are small, and a busy machine makes multi-threaded BLAS spin);
-  this process reads the blocks and ships the arrays, so the workers never open a store;
+  this process ships each block's coordinates (``StoreBlock``) and the worker reads and
+  decompresses the block itself, with the proofs a dask worker makes, so this process's one core
+  never serialises the reads of every core's work;
 - on a dask.distributed cluster (``client``), through ``chunked.map_images``: the same client
   code, and the same checks, as ``probe entropy`` and ``probe neighbours``;
 
 and concatenates the results in image order. Every image is computed alone by the same code
-with one BLAS thread, so the results are bit-identical whatever the worker count or cluster.
+with one BLAS thread and one torch thread (``task_threads``, in this process too), so the results
+are bit-identical whatever the worker count or cluster.
 ``shard_range`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
 or torchrun's RANK/WORLD_SIZE, parsed as ``probe extract`` parses them).
 """
@@ -26,6 +29,7 @@ from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -73,6 +77,17 @@ def block_size(n_images: int, workers: int, largest: int = 16) -> int:
     return min(size, want)
 
 
+def tapered(ranges: list[tuple[int, int]], workers: int) -> list[tuple[int, int]]:
+    """The last ``workers`` blocks cut in halves when every worker has several blocks: the run
+    ends with small blocks, so a worker that finishes first waits half a block for the others,
+    not a whole one (a split block's chunk is read twice, about 1 % of its decode time)."""
+    if workers <= 1 or len(ranges) < 3 * workers:
+        return ranges
+    cut = len(ranges) - workers
+    last = [[(a, (a + b) // 2), ((a + b) // 2, b)] if b - a > 1 else [(a, b)] for a, b in ranges[cut:]]
+    return ranges[:cut] + [part for parts in last for part in parts]
+
+
 @dataclass(frozen=True)
 class Where:
     """Where a per-image analysis runs: ``workers`` local processes, or a dask ``client``."""
@@ -109,10 +124,38 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
-def _call(fn: BlockFn, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
+@contextmanager
+def task_threads(threads: int = 1) -> Iterator[None]:
+    """Every task computes under ``threads`` BLAS / OpenMP threads and as many torch threads, in
+    this process as on a worker, so its arithmetic is the same at any worker count (a matmul
+    with a long inner dimension is split between threads, and rounds otherwise). Restored after:
+    torch's count is read before the OpenMP limit (inside it torch reports the limit, and
+    "restoring" that left MKL on one thread for what ran later, e.g. a linear probe)."""
     from threadpoolctl import threadpool_limits
 
+    torch = sys.modules.get("torch")  # not imported here: a task that needs it brought it
+    before = torch.get_num_threads() if torch is not None else None
     with threadpool_limits(limits=threads):
+        if torch is None:
+            yield
+            return
+        torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+
+def _in_task_threads(fn: BlockFn, **arrays: np.ndarray) -> dict[str, np.ndarray]:
+    """``fn`` on a dask worker, under one thread as a local task (``task_threads``)."""
+    with task_threads(1):
+        return fn(**arrays)
+
+
+def _call(fn: BlockFn, arrays: "dict[str, np.ndarray] | StoreBlock", threads: int = 1) -> dict[str, np.ndarray]:
+    if isinstance(arrays, StoreBlock):  # on a worker: it reads its own block
+        arrays = arrays.load()
+    with task_threads(threads):
         return fn(**arrays)
 
 
@@ -120,8 +163,8 @@ def _call(fn: BlockFn, arrays: dict[str, np.ndarray], threads: int = 1) -> dict[
 def process_pool(workers: int, torch_free: bool = False) -> Iterator[ProcessPoolExecutor | None]:
     """``workers`` local processes with one BLAS thread each (None when ``workers`` ≤ 1).
 
-    fork starts a worker in milliseconds (spawn: a second or more of imports each); the workers
-    never touch the parent's zarr I/O thread (the parent reads). torch's thread pools do not
+    fork starts a worker in milliseconds (spawn: a second or more of imports each); zarr starts
+    a fresh I/O loop in a forked worker (its ``register_at_fork`` hook). torch's thread pools do not
     survive a fork, so once torch is loaded the workers are spawned, unless the caller says its
     blocks compute nothing with torch (``torch_free``: numpy / scipy only).
     """
@@ -143,13 +186,17 @@ def map_blocks(
     pool: ProcessPoolExecutor | None = None,
     progress: Callable[[int], None] | None = None,
     torch_free: bool = False,
+    each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """``fn(**read(a, b))`` for every range, here or on ``workers`` processes; results in order.
 
     ``threads``: BLAS threads when this process computes (``workers=1``); workers use one.
     ``pool``: an open ``process_pool`` to reuse across calls (streaming calls once per chunk).
     ``read`` runs in this process (it may hold an open store); at most two blocks per worker are
-    in flight, so memory stays bounded by a few blocks however large the set.
+    in flight, so memory stays bounded by a few blocks however large the set. ``read`` may return
+    a ``StoreBlock`` instead of arrays: the worker then reads the block itself. ``each(a, b,
+    result)``: called here with every block's result, in order, while the workers compute the next
+    ones (a command assembles its output as the blocks come, not after the last).
     """
     if not ranges:
         raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
@@ -158,12 +205,16 @@ def map_blocks(
     if workers <= 1:
         for a, b in ranges:
             parts.append(_call(fn, read(a, b), threads))
+            if each:
+                each(a, b, parts[-1])
             if progress:
                 progress(b - a)
     else:
         with (process_pool(workers, torch_free) if pool is None else _reuse(pool)) as running:
             for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
                 parts.append(result)
+                if each:
+                    each(a, b, result)
                 if progress:
                     progress(b - a)
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
@@ -201,15 +252,20 @@ def map_images(
     progress: Callable[[int], None] | None = None,
     fixed: bool = False,
     torch_free: bool = False,
+    each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
     ``image_range`` restricts the run to images [start, stop) (a shard). On a dask ``client``
-    the blocks are read by the cluster's workers (``chunked.map_images``); locally this process
-    reads each block and the workers compute. ``fixed``: blocks of exactly ``block`` images
+    the blocks are read by the cluster's workers (``chunked.map_images``); locally each worker
+    reads its own (below), and this process reads when it computes. ``fixed``: blocks of exactly ``block`` images
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
-    torch, so local workers may be forked even once torch is loaded (``process_pool``).
+    torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``:
+    as in ``map_blocks`` (on a cluster, once, with the whole range's result).
+
+    Local workers read their own blocks (``StoreBlock``) when every array is one store's; arrays
+    made in memory are read here and shipped.
     """
     first = next(iter(arrays.values()))
     start, stop = image_range if image_range is not None else (0, first.sizes["image"])
@@ -217,12 +273,57 @@ def map_images(
         from .chunked import map_images as on_cluster
 
         part = {name: a.isel(image=slice(start, stop)) for name, a in arrays.items()}
-        return on_cluster(fn, part, chunk=block, client=where.client, progress=progress)
+        whole = on_cluster(partial(_in_task_threads, fn), part, chunk=block, client=where.client, progress=progress)
+        if each:
+            each(start, stop, whole)
+        return whole
 
-    read = _ChunkReader(arrays, start, stop)
     size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
-    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free)
+    if not fixed:
+        ranges = tapered(ranges, where.workers)
+    source = _one_store(arrays) if min(where.workers, len(ranges)) > 1 else None
+    read = _Coordinates(arrays, *source) if source else _ChunkReader(arrays, start, stop)
+    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each)
+
+
+@dataclass(frozen=True)
+class StoreBlock:
+    """A block as its coordinates (the store, its fingerprint, the arrays, the images' ids): what
+    this process ships to a local worker, which reads and decompresses the block itself with the
+    proofs a dask worker makes (``chunked.proven_read``). This process then neither reads nor
+    pickles the block's arrays, and the reads run on every core, not on this process's one."""
+
+    stored: dict[str, str]  # fn's argument name → the store array
+    store: str
+    mark: str
+    ids: tuple[str, ...]
+
+    def load(self) -> dict[str, np.ndarray]:
+        from .chunked import proven_read
+
+        return proven_read(self.stored, self.store, self.mark, list(self.ids))
+
+
+def _one_store(arrays: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(store, fingerprint) when every array is one store's (``cache.require``'s attrs), else None
+    (arrays made in memory: this process reads and ships them)."""
+    from .chunked import store_source
+
+    sources = {store_source(array) if hasattr(array, "attrs") else None for array in arrays.values()}
+    return next(iter(sources)) if len(sources) == 1 and None not in sources else None
+
+
+class _Coordinates:
+    """``read(a, b)`` as a ``StoreBlock``: the ids of images a..b (the arrays' own positions)."""
+
+    def __init__(self, arrays: Mapping[str, Any], store: str, mark: str) -> None:
+        self.stored = {name: str(array.name) for name, array in arrays.items()}
+        self.store, self.mark = store, mark
+        self.ids = [str(i) for i in next(iter(arrays.values())).coords["image"].values]
+
+    def __call__(self, a: int, b: int) -> StoreBlock:
+        return StoreBlock(self.stored, self.store, self.mark, tuple(self.ids[a:b]))
 
 
 class _ChunkReader:
@@ -252,10 +353,9 @@ class _ChunkReader:
 
 @contextmanager
 def torch_threads(n: int = 1) -> Iterator[None]:
-    """In a worker process, torch's intra-op threads set to ``n`` for a block (a spawned worker
-    loads torch only with its first block, after ``_one_thread``). In the command's own process
-    torch's threads are left alone: setting them also fixes MKL's and OpenMP's counts for
-    whatever runs later in that process (measured: a linear probe trained after it changed)."""
+    """In a worker process, torch's intra-op threads set to ``n`` for a block whose code imported
+    torch itself (after ``task_threads`` looked). In the command's own process ``task_threads``
+    has set (and will restore) them already."""
     if multiprocessing.parent_process() is None:
         yield
         return
@@ -266,7 +366,10 @@ def torch_threads(n: int = 1) -> Iterator[None]:
 
 
 def worker_name() -> str:
-    """This process as a worker-side error names it: its dask worker, else its process id."""
+    """This process as a worker-side error names it: its dask worker, else its process id (a
+    local worker never imports distributed to ask)."""
+    if "distributed" not in sys.modules:
+        return f"worker process {os.getpid()}"
     try:
         from distributed import get_worker
 
