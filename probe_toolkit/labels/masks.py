@@ -49,13 +49,13 @@ def upsample(patch_mask: np.ndarray, height: int, width: int) -> np.ndarray:
         g = grid_of(m.shape[0])
         m = m.reshape(g, g)
     g = m.shape[0]
-    return m[np.ix_(pixel_patches(int(height), g), pixel_patches(int(width), g))]
+    return m.T[np.ix_(pixel_patches(int(width), g), pixel_patches(int(height), g))].T  # column-major, as RLE reads it
 
 
 def upsample_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> np.ndarray:
     """(rows, cols) bool on the native grid → (height, width) bool: pixel (i, j) takes patch (⌊i/p⌋, ⌊j/p⌋)."""
     m = np.asarray(patch_mask, dtype=bool)
-    return m[np.ix_(np.arange(int(height)) // patch, np.arange(int(width)) // patch)]
+    return m.T[np.ix_(np.arange(int(width)) // patch, np.arange(int(height)) // patch)].T  # column-major, as RLE reads it
 
 
 def patch_box_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> list[float]:
@@ -68,8 +68,10 @@ def patch_box_native(patch_mask: np.ndarray, height: int, width: int, patch: int
 
 
 def encode(mask: np.ndarray) -> dict[str, Any]:
-    """COCO RLE of an (H, W) bool mask, ``counts`` as str (JSON-ready)."""
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    """COCO RLE of an (H, W) bool mask, ``counts`` as str (JSON-ready); a column-major bool mask
+    (as ``upsample`` draws it) is encoded without a copy."""
+    mask = np.asarray(mask)
+    rle = mask_utils.encode(np.asfortranarray(mask.view(np.uint8) if mask.dtype == bool else mask.astype(np.uint8)))
     rle["counts"] = rle["counts"].decode("ascii")
     return rle
 
