@@ -194,3 +194,26 @@ def test_entropy_results_are_written_as_xarray_writes_them(store, tmp_path):
     result.to_xarray().to_zarr(tmp_path / "xarray", mode="w", consolidated=False, zarr_format=3)
     ours, theirs = _files(tmp_path / "plain"), _files(tmp_path / "xarray")
     assert sorted(ours) == sorted(theirs) and [f for f in ours if ours[f] != theirs[f]] == []
+
+
+def test_library_versions_are_the_metadata_versions():
+    """The manifest's library versions, read from each METADATA file's Version line, are what
+    importlib.metadata.version parses out of the whole file."""
+    from importlib import metadata
+
+    from probe_toolkit.infra import provenance
+
+    versions = provenance.library_versions.__wrapped__()
+    for name in provenance.LIBRARIES:
+        try:
+            expected = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            expected = "absent"
+        assert versions[name] == expected, name
+    assert versions["numpy"] == np_version()
+
+
+def np_version() -> str:
+    import numpy
+
+    return numpy.__version__
