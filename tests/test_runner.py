@@ -145,6 +145,16 @@ def test_bad_placements_are_one_line_and_exit_2(store, tmp_path, capsys, args, s
     assert code == 2 and says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_bad_workers_are_refused_before_the_progress_bar(store, tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(store), "--cache", str(tmp_path), "--workers", "0"],
+                         capture_output=True, text=True, cwd=tmp_path)  # no -q: a started decode draws its progress to stderr
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and "--workers 0" in lines[0]
+
+
 def test_cuda_absent_is_one_line(store, tmp_path, capsys):
     import torch
 

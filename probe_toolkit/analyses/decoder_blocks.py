@@ -14,6 +14,7 @@ from dataclasses import fields
 import numpy as np
 
 from ..infra.errors import ProbeError
+from ..infra.runner import check_workers
 from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
 
 BACKENDS = ("scipy", "torch")
@@ -38,7 +39,10 @@ def check_backend(backend: str, device: str = "cpu") -> None:
 
 
 def default_workers(workers: int | None, device: str) -> int | None:
-    """One process drives a GPU (it batches the images itself); on the CPU, every core."""
+    """One process drives a GPU (it batches the images itself); on the CPU, every core. A bad
+    ``--workers`` is refused here, before the store is opened and a progress bar drawn."""
+    if workers is not None:
+        check_workers(workers)
     return 1 if workers is None and device != "cpu" else workers
 
 
