@@ -82,6 +82,7 @@ def extract(
     limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
     store: Annotated[Optional[Path], typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    decoders: Annotated[Optional[int], typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass (default: the cores it leaves free; at least 1).")] = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -115,7 +116,7 @@ def extract(
     try:
         report = run(
             checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
-            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, quiet=quiet,
+            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet,
         )
     except KeyboardInterrupt:
         from .infra.errors import Interrupted

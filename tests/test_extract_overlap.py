@@ -1,11 +1,13 @@
 """What extraction overlaps with the forward pass changes nothing stored: the first run decoded
-while the checkpoint is read, and freed blocks reused (infra/memory.py) instead of mapped anew."""
+while the checkpoint is read, images decoded on several threads, and freed blocks reused
+(infra/memory.py) instead of mapped anew."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import zarr
 
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import extract as extraction
+from probe_toolkit.store import images
 from probe_toolkit.store.extract import Settings, extract
 
 
@@ -58,6 +61,76 @@ def test_a_bad_image_in_the_early_run_fails_as_before(tmp_path, tiny_checkpoints
         extract(tmp_path / "missing.pth", tmp_path / "no-folder", settings=Settings(views=(224,)), store=tmp_path / "b.zarr", quiet=True)
     with pytest.raises(ProbeError, match="no-folder.*not a folder"):
         extract(tiny_checkpoints["dino-backbone"], tmp_path / "no-folder", settings=Settings(views=(224,)), store=tmp_path / "b.zarr", quiet=True)
+
+
+def _mixed_folder(tmp_path, photos):
+    """Photos with a broken file and one too small for a /16 native view, in the middle of runs."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    names = sorted(p.name for p in photos.glob("*.jpg"))
+    for i, name in enumerate(names):
+        (folder / f"{i:02d}-{name}").write_bytes((photos / name).read_bytes())
+    (folder / "03a-broken.jpg").write_bytes((photos / names[0]).read_bytes()[:300])
+    images.load_image(photos / names[1]).resize((9, 12)).save(folder / "05a-tiny.png")
+    return folder
+
+
+def test_any_number_of_decoding_threads_gives_the_same_store(tmp_path, tiny_checkpoints, photos, monkeypatch):
+    folder = _mixed_folder(tmp_path, photos)
+    seen, real = set(), images.load_image
+
+    def watched(path):
+        seen.add(threading.current_thread().name.split("_")[0])
+        return real(path)
+
+    monkeypatch.setattr(images, "load_image", watched)
+    settings = Settings(views=(224, 480, "native"), chunk=3)
+    stores = {}
+    for n in (1, 3):
+        seen.clear()
+        report = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"d{n}.zarr", on_error="skip",
+                         batch_size=2, decoders=n, quiet=True)
+        assert seen == {"probe-decode"}  # every image decoded on the pool, none on the loop
+        stores[n] = (report, _arrays(report.store))
+    (one, a), (three, b) = stores[1], stores[3]
+    assert one.skipped == three.skipped and len(one.skipped) == 2
+    assert "03a-broken.jpg" in one.skipped[0] and "05a-tiny.png" in one.skipped[1]  # in image order
+    assert one.written == three.written == 8 and one.done == three.done == 9 and a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name], equal_nan=a[name].dtype.kind == "f"), name
+    assert a["failed_native"].sum() == 2 and a["failed_224"].sum() == 1
+
+
+def test_the_first_bad_image_in_image_order_fails_the_run(tmp_path, tiny_checkpoints, photos, monkeypatch):
+    folder = _mixed_folder(tmp_path, photos)
+    (folder / "04a-broken.jpg").write_bytes(b"not an image")
+    real = images.load_image
+
+    def slow_first_break(path):  # the later broken file is found first
+        if "03a-broken" in str(path):
+            threading.Event().wait(0.3)
+        return real(path)
+
+    monkeypatch.setattr(images, "load_image", slow_first_break)
+    with pytest.raises(ProbeError, match="03a-broken.jpg"):
+        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=8), store=tmp_path / "s.zarr", decoders=4, quiet=True)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_decoding_threads_default_to_the_cores_the_forward_leaves(monkeypatch):
+    monkeypatch.setattr(extraction.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(extraction.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(extraction.torch, "get_num_threads", lambda: 8)
+    assert extraction.decoder_threads(None, "auto") == 1  # torch takes every core
+    monkeypatch.setattr(extraction.torch, "get_num_threads", lambda: 2)
+    assert extraction.decoder_threads(None, "cpu") == 6
+    monkeypatch.setattr(extraction.torch.cuda, "is_available", lambda: True)
+    assert extraction.decoder_threads(None, "auto") == 7  # beside a GPU: every core but one
+    assert extraction.decoder_threads(None, "cpu") == 6
+    monkeypatch.setattr(extraction.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert extraction.decoder_threads(None, "cuda") == 16 and extraction.decoder_threads(3, "cuda") == 3
+    with pytest.raises(ProbeError, match="--decoders 0 must be a whole number of at least 1"):
+        extraction.decoder_threads(0, "auto")
 
 
 REUSE = """

@@ -12,6 +12,7 @@ only when every value of its arrays is finite.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 import time
@@ -229,9 +230,61 @@ class Loaded:
     errors: list[str]
 
 
-def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None, on_error: OnError) -> Loaded:
-    """Decode and cut the views of one run; failed images are recorded, not silently dropped."""
-    fixed: dict[str, list[torch.Tensor]] = {v: [] for v in views if v != images.NATIVE}
+@dataclass
+class _Picture:
+    """One file decoded and cut: its size, its fixed views, its native view, or why not."""
+
+    size: tuple[int, int] = (0, 0)  # height, width
+    fixed: dict[str, torch.Tensor] = field(default_factory=dict)
+    native: torch.Tensor | None = None
+    error: ProbeError | None = None  # the file cannot be read: no view
+    native_error: ProbeError | None = None  # the file has no native view (too small, or changed)
+
+
+def _picture(ref: images.ImageRef, expected: tuple[int, int] | None, *, fixed: list[str], native: bool, resample: str, patch: int) -> _Picture:
+    """Decode and cut one image (runs on a decoding thread: PIL and numpy release the GIL)."""
+    try:
+        picture = images.load_image(ref.path)
+    except ProbeError as error:
+        return _Picture(error=error)
+    out = _Picture(size=(picture.height, picture.width))
+    for v in fixed:
+        out.fixed[v] = images.normalise(images.view(picture, int(v), resample))
+    if native:
+        try:
+            _check_native(ref, picture.width, picture.height, patch)
+            if images.native_grid(picture.width, picture.height, patch) != expected:
+                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
+            out.native = images.native(picture, patch)
+        except ProbeError as error:
+            out.native_error = error
+    return out
+
+
+def decoder_threads(asked: int | None, device: str) -> int:
+    """Threads that decode and cut images beside the forward pass (``--decoders``).
+
+    By default the cores the forward pass leaves free: all but torch's threads on the CPU (one
+    when torch takes every core, as it does by default), all but one beside a GPU, where a
+    single decoding thread (about 200 images/s at 224 px) would starve the network; at most 16.
+    More threads never change a value: each image is decoded alone and the run is assembled in
+    image order.
+    """
+    at_least("--decoders", asked, 1, "4")
+    if asked:
+        return int(asked)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    gpu = device in ("auto", "cuda") and torch.cuda.is_available()
+    return max(1, min(16, cores - (1 if gpu else torch.get_num_threads())))
+
+
+def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None,
+          on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
+    """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
+    order; failed images are recorded, not silently dropped, and the first one (in image order)
+    fails the run when ``on_error`` is fail."""
+    fixed_views = [v for v in views if v != images.NATIVE]
+    fixed: dict[str, list[torch.Tensor]] = {v: [] for v in fixed_views}
     where: dict[str, list[int]] = {v: [] for v in fixed}
     native: list[tuple[int, torch.Tensor]] = []
     original = np.zeros((len(refs), 2), dtype=np.int32)
@@ -245,26 +298,22 @@ def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, pat
             failed[v][i] = True
         errors.append(error.line())
 
-    for i, ref in enumerate(refs):
-        try:
-            picture = images.load_image(ref.path)
-        except ProbeError as error:
-            fail(i, error, views)
+    wants_native = images.NATIVE in views
+    expected = [(int(grid[0][i]), int(grid[1][i])) if wants_native else None for i in range(len(refs))]
+    decode = functools.partial(_picture, fixed=fixed_views, native=wants_native, resample=settings.resample, patch=patch)
+    pictures = pool.map(decode, refs, expected) if pool is not None else map(decode, refs, expected)
+    for i, picture in enumerate(pictures):
+        if picture.error is not None:
+            fail(i, picture.error, views)
             continue
-        original[i] = (picture.height, picture.width)
+        original[i] = picture.size
         for v in fixed:
-            fixed[v].append(images.normalise(images.view(picture, int(v), settings.resample)))
+            fixed[v].append(picture.fixed[v])
             where[v].append(i)
-        if images.NATIVE in views:
-            try:
-                _check_native(ref, picture.width, picture.height, patch)
-                expected = (int(grid[0][i]), int(grid[1][i]))
-                if images.native_grid(picture.width, picture.height, patch) != expected:
-                    raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
-            except ProbeError as error:
-                fail(i, error, [images.NATIVE])
-                continue
-            native.append((i, images.native(picture, patch)))
+        if picture.native_error is not None:
+            fail(i, picture.native_error, [images.NATIVE])
+        elif picture.native is not None:
+            native.append((i, picture.native))
     stacked = {v: (where[v], torch.stack(t) if t else None) for v, t in fixed.items()}
     return Loaded(stacked, native, original, failed, errors)
 
@@ -377,7 +426,8 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
     return kept, total - taken
 
 
-def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
+def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError,
+                      pool: ThreadPoolExecutor) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
     """Start decoding the run a new store begins with while the checkpoint is read and the network
     built (the fixed views only: the native view needs the checkpoint's patch size).
 
@@ -392,7 +442,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
     decoder = ThreadPoolExecutor(1)
-    future = decoder.submit(_load, refs[run[0]:run[1]], list(views), settings, 0, None, on_error)
+    future = decoder.submit(_load, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool)
     decoder.shutdown(wait=False)
     return run, future
 
@@ -412,6 +462,7 @@ def extract(
     limit: int | None = None,
     batch_size: int = 16,
     device: str = "auto",
+    decoders: int | None = None,
     quiet: bool = False,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``."""
@@ -419,88 +470,89 @@ def extract(
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
     at_least("--heads", heads, 1, "6")
-    shard_range = parse_shard(shard)
-    views = settings.names
-    try:
-        refs, unlisted = images.list_images(image_dir), None
-    except ProbeError as error:  # told after the checkpoint's own errors, as before
-        refs, unlisted = [], error
-    early = _decode_first_run(refs, views, settings, shard_range, limit, on_error)
-    checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
-    if unlisted is not None:
-        raise unlisted
-    patch = checkpoint.arch.patch
-    grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
-             for v in views if v != images.NATIVE for r, c in [images.fixed_grid(v, patch)]}
-    if images.NATIVE in views:
-        grids[images.NATIVE] = native_grids(refs, patch, on_error)
-    native_patches = int((grids[images.NATIVE][0] * grids[images.NATIVE][1]).max(initial=0)) if images.NATIVE in grids else 0
-    torch_device = resolve_device(device)
-    backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
+    with ThreadPoolExecutor(decoder_threads(decoders, device), thread_name_prefix="probe-decode") as decoding:
+        shard_range = parse_shard(shard)
+        views = settings.names
+        try:
+            refs, unlisted = images.list_images(image_dir), None
+        except ProbeError as error:  # told after the checkpoint's own errors, as before
+            refs, unlisted = [], error
+        early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding)
+        checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+        if unlisted is not None:
+            raise unlisted
+        patch = checkpoint.arch.patch
+        grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
+                 for v in views if v != images.NATIVE for r, c in [images.fixed_grid(v, patch)]}
+        if images.NATIVE in views:
+            grids[images.NATIVE] = native_grids(refs, patch, on_error)
+        native_patches = int((grids[images.NATIVE][0] * grids[images.NATIVE][1]).max(initial=0)) if images.NATIVE in grids else 0
+        torch_device = resolve_device(device)
+        backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
-    name = network + ("-converted" if convert else "")
-    path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
-    plan = _kept_layout(path, plan_arrays(checkpoint.arch, settings, native_patches))
-    manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
-    existed = (path / "zarr.json").is_file()
-    try:
-        writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
-    except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
-        raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
-    todo, left = _limited(writer.todo(shard_range, views), limit)
-    report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
+        name = network + ("-converted" if convert else "")
+        path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
+        plan = _kept_layout(path, plan_arrays(checkpoint.arch, settings, native_patches))
+        manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
+        existed = (path / "zarr.json").is_file()
+        try:
+            writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
+        except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
+            raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
+        todo, left = _limited(writer.todo(shard_range, views), limit)
+        report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 
-    def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
-        a, b, needed = run
-        native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
-        return _load(refs[a:b], list(needed), settings, patch, native, on_error)
+        def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
+            a, b, needed = run
+            native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
+            return _load(refs[a:b], list(needed), settings, patch, native, on_error, decoding)
 
-    report.seconds["setup"] = time.perf_counter() - started
-    try:
-        with reusing_blocks(), ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
-            task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
-            pending: Future | None = None
-            upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
-            for index, (start, stop, _) in enumerate(todo):
-                loaded = upcoming.result()
-                upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-                n, needed = stop - start, list(loaded.failed)
-                ticked = [0.0]
+        report.seconds["setup"] = time.perf_counter() - started
+        try:
+            with reusing_blocks(), ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
+                task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
+                pending: Future | None = None
+                upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
+                for index, (start, stop, _) in enumerate(todo):
+                    loaded = upcoming.result()
+                    upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
+                    n, needed = stop - start, list(loaded.failed)
+                    ticked = [0.0]
 
-                def tick(count: int, share: float = 1.0 / len(needed)) -> None:
-                    ticked[0] += count * share
-                    progress.advance(task, count * share)
+                    def tick(count: int, share: float = 1.0 / len(needed)) -> None:
+                        ticked[0] += count * share
+                        progress.advance(task, count * share)
 
-                out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
-                any_ok = np.zeros(n, dtype=bool)
-                for view in needed:
-                    data = _view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
-                    ok = ~loaded.failed[view]
-                    good = _finite(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
-                    for i in np.flatnonzero(ok & ~good):
-                        error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
-                        if on_error == "fail":
-                            raise error
-                        loaded.errors.append(error.line())
-                        for values in data.values():
-                            values[i] = np.nan
-                    out[view] = (data, ~good)
-                    any_ok |= good
+                    out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
+                    any_ok = np.zeros(n, dtype=bool)
+                    for view in needed:
+                        data = _view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
+                        ok = ~loaded.failed[view]
+                        good = _finite(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
+                        for i in np.flatnonzero(ok & ~good):
+                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                            if on_error == "fail":
+                                raise error
+                            loaded.errors.append(error.line())
+                            for values in data.values():
+                                values[i] = np.nan
+                        out[view] = (data, ~good)
+                        any_ok |= good
+                    if pending is not None:
+                        _written(pending, path)
+                    pending = saver.submit(writer.write_views, start, out, loaded.original)
+                    report.written += int(any_ok.sum())
+                    report.skipped += loaded.errors
+                    progress.advance(task, n - ticked[0])
                 if pending is not None:
                     _written(pending, path)
-                pending = saver.submit(writer.write_views, start, out, loaded.original)
-                report.written += int(any_ok.sum())
-                report.skipped += loaded.errors
-                progress.advance(task, n - ticked[0])
-            if pending is not None:
-                _written(pending, path)
-    except BaseException:
-        # a run that made the store and then failed before finishing any image leaves nothing
-        # behind, so the corrected command starts clean (an unsharded run only: a shard's store
-        # may already be another shard's)
-        if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
-            shutil.rmtree(path, ignore_errors=True)
-        raise
-    report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
-    report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
-    return report
+        except BaseException:
+            # a run that made the store and then failed before finishing any image leaves nothing
+            # behind, so the corrected command starts clean (an unsharded run only: a shard's store
+            # may already be another shard's)
+            if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
+        report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
+        return report
