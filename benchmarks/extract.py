@@ -24,7 +24,14 @@ must not share a process with the probe). The probe side runs under the command 
 then reuses its blocks, ``infra.memory.reusing_blocks``). ``--bare-reuse`` gives the bare side
 the same block reuse, which leaves the probe's own costs beside the forward.
 
-    python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|...] [--full]
+    python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|...] [--full] [--threads 1]
+    python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]
+
+``--threads 1`` leaves one core of two free beside the forward pass, as every GPU node does
+(there the decoding threads run beside the network, not in its place). ``--decoding`` measures
+what a fast forward pass waits for: the tiny network of the tests (about a millisecond per
+image at 224 px, one torch thread), so that images decoded and cut per second bound the run;
+``extract`` with one decoding thread against every free core (``--decoders``), same store.
 
 The default is a short run (8 images at 224 and 2 at 480, one timed round, under about a
 minute for ViT-S/16 on two cores), where the fixed costs weigh on ``whole``; ``--full`` times
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import platform
 import shutil
 import statistics
@@ -103,12 +111,12 @@ def bare_forward(vit: torch.nn.Module, tensors: torch.Tensor, batch: int) -> dic
     return {"wall": len(tensors) / wall, "cpu": len(tensors) / cpu}
 
 
-def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: Path, tag: str) -> dict[str, float]:
+def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: Path, tag: str, decoders: int | None = None) -> dict[str, float]:
     """Images per second of ``extract`` into a new store: whole call, per-image part, CPU."""
     settings = Settings(views=(size,), attention="last" if size == 224 else "none", chunk=batch)
     n = len(images.list_images(folder))
     start, cpu = time.perf_counter(), time.process_time()
-    report = extract(checkpoint, folder, settings=settings, store=root / f"{tag}.zarr", batch_size=batch, quiet=True)
+    report = extract(checkpoint, folder, settings=settings, store=root / f"{tag}.zarr", batch_size=batch, decoders=decoders, quiet=True)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     shutil.rmtree(root / f"{tag}.zarr")
     seconds = getattr(report, "seconds", None) or {"images": wall, "setup": 0.0}  # (an older probe, for a before/after run)
@@ -124,6 +132,37 @@ def layout_of(name: str) -> str:
     return "dinov2-reg-backbone" if arch.registers else "dinov2-backbone" if arch.layerscale else "dino-backbone"
 
 
+def decoding(count: int, rounds: int) -> None:
+    """Decode-bound extraction (tiny network, one torch thread): one decoding thread against
+    every core but torch's, interleaved rounds, medians; the stores must be identical."""
+    import numpy as np
+    import zarr
+
+    from probe_toolkit.demo.samples import TINY
+
+    torch.set_num_threads(1)
+    free = max(2, len(os.sched_getaffinity(0)) - 1) if hasattr(os, "sched_getaffinity") else 2
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        checkpoint = write_checkpoint(root / "tiny.pth", "dino-backbone", TINY)
+        folder = image_folder(root, count)
+        rates: dict[int, list[float]] = {1: [], free: []}
+        for r in range(rounds + 1):  # round 0 warms up
+            for n in (1, free) if r % 2 else (free, 1):
+                measured = probe_extract(checkpoint, folder, 224, 16, root, f"d{n}-r{r}", decoders=n)
+                if r:
+                    rates[n].append(measured["images"])
+        one, many = (statistics.median(rates[n]) for n in (1, free))
+        stores = [extract(checkpoint, folder, settings=Settings(views=(224,)), store=root / f"same{n}.zarr", decoders=n, quiet=True).store for n in (1, free)]
+        groups = [zarr.open_group(s, mode="r") for s in stores]
+        same = all(np.array_equal(groups[0][k][:], groups[1][k][:], equal_nan=True) for k in groups[0].array_keys())
+    print(f"decode-bound extraction (tiny network, 224 px, {count} images, {rounds} rounds): 1 decoding thread {one:.1f} img/s, "
+          f"{free} threads {many:.1f} img/s: {many / one:.2f}x; stores identical: {same}")
+    print(json.dumps({"benchmark": "extract-decoding", "images": count, "rounds": rounds, "decoders": free, "one_img_s": round(one, 2),
+                      "many_img_s": round(many, 2), "speedup": round(many / one, 3), "identical": same,
+                      "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", choices=list(RELEASED), default="vit-s16", help="released size, random weights in its own layout")
@@ -133,8 +172,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch threads on both sides (default: torch's own); 1 measures CPU work cleanly on a shared machine")
     parser.add_argument("--bare-reuse", action="store_true", help="the bare side reuses freed blocks as extraction does (infra.memory.reusing_blocks)")
+    parser.add_argument("--decoding", action="store_true", help="decode-bound extraction: one decoding thread against every free core")
     args = parser.parse_args()
     keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
+    if args.decoding:
+        return decoding(args.images_224 or 96, args.rounds or 3)
     if args.threads:
         torch.set_num_threads(args.threads)
     mode = FULL if args.full else SHORT

@@ -4,6 +4,7 @@ Keys at 480 px for MaskCut's ViT-B/8 are 3,600 × 768 values per image (7 TB in 
 ImageNet). Streaming reads each chunk of images through ``probe extract``'s own readout
 (``store.extract``: the same loading, views, forward pass and the same cast to the store's
 dtype), decodes the keys in memory through the runner, and writes only the decoder's arrays.
+The next chunk's images are decoded (on extraction's decoding threads) while one runs.
 
 The output is a masks store (``<cache>/<stem>-<sha8>/<network>-masks-<size>.zarr``), written
 with the feature store's writer: chunks along ``image``, each chunk's ``done`` flags last, so a
@@ -17,6 +18,7 @@ STORE`` saves them in a feature store: the same arrays, bit for bit.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -113,15 +115,23 @@ def run_stream(
     if stop_after is not None:
         todo = todo[:stop_after]
     tick = on_start(sum(b - a for a, b, _ in todo)) if on_start else None
-    backbone = readout.Backbone.from_checkpoint(checkpoint, interpolation).to(readout.resolve_device("auto"))
+    forward_device = readout.resolve_device("auto")
+    backbone = readout.Backbone.from_checkpoint(checkpoint, interpolation).to(forward_device)
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
     t0 = time.perf_counter()
     written = 0
-    with placed(workers, None) as where, process_pool(where.workers) as pool:
-        for start, stop, _ in todo:
-            loaded = readout._load(refs[start:stop], [view], extraction, checkpoint.arch.patch, None, "fail")
+    with (placed(workers, None) as where, process_pool(where.workers) as pool,
+          ThreadPoolExecutor(readout.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
+
+        def load(run: tuple[int, int, tuple[str, ...]]) -> readout.Loaded:  # the next chunk's images, decoded while this one runs
+            return readout._load(refs[run[0]:run[1]], [view], extraction, checkpoint.arch.patch, None, "fail", decoding)
+
+        upcoming = loader.submit(load, todo[0]) if todo else None
+        for index, (start, stop, _) in enumerate(todo):
+            loaded = upcoming.result()
+            upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
             pixels = loaded.fixed[view][1]
-            keys = readout._run(backbone, pixels, view, extraction, batch_size, readout.resolve_device("auto"), lambda n: None)[f"keys_{view}"]
+            keys = readout._run(backbone, pixels, view, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
             arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick)
