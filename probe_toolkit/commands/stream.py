@@ -31,6 +31,7 @@ from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.memory import reusing_blocks
 from ..infra.runner import check_workers, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
@@ -120,18 +121,18 @@ def run_stream(
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
     t0 = time.perf_counter()
     written = 0
-    with (placed(workers, None) as where, process_pool(where.workers) as pool,
+    with (placed(workers, None) as where, process_pool(where.workers) as pool, reusing_blocks(),
           ThreadPoolExecutor(readout.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> readout.Loaded:  # the next chunk's images, decoded while this one runs
-            return readout._load(refs[run[0]:run[1]], [view], extraction, checkpoint.arch.patch, None, "fail", decoding)
+            return readout.load_run(refs[run[0]:run[1]], [view], extraction, checkpoint.arch.patch, None, "fail", decoding)
 
         upcoming = loader.submit(load, todo[0]) if todo else None
         for index, (start, stop, _) in enumerate(todo):
             loaded = upcoming.result()
             upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
             pixels = loaded.fixed[view][1]
-            keys = readout._run(backbone, pixels, view, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
+            keys = readout.forward_view(backbone, pixels, view, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
             arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick)

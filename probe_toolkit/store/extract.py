@@ -278,7 +278,7 @@ def decoder_threads(asked: int | None, device: str) -> int:
     return max(1, min(16, cores - (1 if gpu else torch.get_num_threads())))
 
 
-def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None,
+def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None,
           on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
     """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
     order; failed images are recorded, not silently dropped, and the first one (in image order)
@@ -318,7 +318,7 @@ def _load(refs: list[images.ImageRef], views: list[str], settings: Settings, pat
     return Loaded(stacked, native, original, failed, errors)
 
 
-def _run(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None]) -> dict[str, np.ndarray]:
+def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None]) -> dict[str, np.ndarray]:
     """Forward one view of some images in batches; returns the arrays this view contributes."""
     dtype = getattr(torch, settings.dtype)
     reads = arrays.READS[view]
@@ -353,7 +353,7 @@ def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int
     names = [name for name in plan if name.endswith(f"_{view}")]
     if view != images.NATIVE:
         where, pixels = loaded.fixed[view]
-        out = _run(backbone, pixels, view, settings, batch_size, device, tick) if pixels is not None else {}
+        out = forward_view(backbone, pixels, view, settings, batch_size, device, tick) if pixels is not None else {}
         out = {name: values for name, values in out.items() if name in plan}
         if len(where) == n and sorted(out) == sorted(names) and all(out[k].shape == (n, *plan[k][1]) for k in names):
             return out  # every image decoded: the arrays as they come, no NaN-filled copy
@@ -367,7 +367,7 @@ def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int
         shapes.setdefault(tuple(tensor.shape), []).append((i, tensor))
     for group in shapes.values():  # one batch shape per grid: images of one size forward together
         where = [i for i, _ in group]
-        out = _run(backbone, torch.stack([t for _, t in group]), view, settings, batch_size, device, tick)
+        out = forward_view(backbone, torch.stack([t for _, t in group]), view, settings, batch_size, device, tick)
         for name, values in ((k, v) for k, v in out.items() if k in plan):
             if name.startswith("cls_"):
                 data[name][where] = values
@@ -442,7 +442,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
     decoder = ThreadPoolExecutor(1)
-    future = decoder.submit(_load, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool)
+    future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool)
     decoder.shutdown(wait=False)
     return run, future
 
@@ -470,7 +470,10 @@ def extract(
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
     at_least("--heads", heads, 1, "6")
-    with ThreadPoolExecutor(decoder_threads(decoders, device), thread_name_prefix="probe-decode") as decoding:
+    # freed blocks are reused from the first decoded image on (under the command line's pinned
+    # mmap threshold every decoded view was a fresh mapping: decoding ran 1.6x slower, and its
+    # threads queued on the kernel's mapping lock)
+    with reusing_blocks(), ThreadPoolExecutor(decoder_threads(decoders, device), thread_name_prefix="probe-decode") as decoding:
         shard_range = parse_shard(shard)
         views = settings.names
         try:
@@ -505,11 +508,11 @@ def extract(
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
             native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
-            return _load(refs[a:b], list(needed), settings, patch, native, on_error, decoding)
+            return load_run(refs[a:b], list(needed), settings, patch, native, on_error, decoding)
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
-            with reusing_blocks(), ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
+            with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 pending: Future | None = None
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
