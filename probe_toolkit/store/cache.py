@@ -359,17 +359,22 @@ class StoreWriter:
         known = np.asarray(sizes)[:, 0] > 0
         if known.any():
             for column, name in enumerate(("image_height", "image_width")):
-                current = np.asarray(self.group[name][start:stop])
-                self.group[name][start:stop] = np.where(known, np.asarray(sizes)[:, column], current)
+                given = np.asarray(sizes)[:, column]
+                # an unreadable image keeps the size an earlier run recorded (read only then)
+                self.group[name][start:stop] = given if known.all() else np.where(known, given, np.asarray(self.group[name][start:stop]))
         for view in views:
             self.group[f"done_{view}"][start:stop] = np.ones(stop - start, dtype=bool)
-        self._settle(start, stop)
+        self._settle(start, stop, {view: np.asarray(failed, dtype=bool) for view, (_, failed) in views.items()})
 
-    def _settle(self, start: int, stop: int) -> None:
-        """The global flags of images ``start:stop`` from the views' own."""
+    def _settle(self, start: int, stop: int, written: dict[str, np.ndarray]) -> None:
+        """The global flags of images ``start:stop`` from the views' own: those ``written`` just
+        now (done, and failed as given) from hand, the others read back."""
         done = np.ones(stop - start, dtype=bool)
         failed = np.zeros(stop - start, dtype=bool)
         for view in self.views:
+            if view in written:
+                failed |= written[view]
+                continue
             done &= np.asarray(self.group[f"done_{view}"][start:stop], dtype=bool)
             failed |= np.asarray(self.group[f"failed_{view}"][start:stop], dtype=bool)
         self.group["failed"][start:stop] = failed
