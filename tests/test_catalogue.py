@@ -212,6 +212,7 @@ CASES = [
     Case("batch-size-0", lambda w: extract(w, "--batch-size", "0"), 2, ("--batch-size",), lambda w: extract(w, "--batch-size", "2")),
     Case("batch-size-negative", lambda w: extract(w, "--batch-size", "-4"), 2, ("--batch-size",), lambda w: extract(w, "--batch-size", "2")),
     Case("chunk-0", lambda w: extract(w, "--chunk", "0"), 2, ("--chunk",), lambda w: extract(w, "--chunk", "2")),
+    Case("decoders-0", lambda w: extract(w, "--decoders", "0"), 2, ("--decoders",), lambda w: extract(w, "--decoders", "2")),
     Case("limit-negative", lambda w: extract(w, "--limit", "-1"), 2, ("--limit",), lambda w: extract(w, "--limit", "1")),
     Case("views-unknown", lambda w: extract(w, "--views", "123"), 2, ("--views",), lambda w: extract(w)),
     Case("dtype-unknown", lambda w: extract(w, "--dtype", "float64"), 2, ("--dtype",), lambda w: extract(w, "--dtype", "float32")),
