@@ -29,7 +29,8 @@ the same block reuse, which leaves the probe's own costs beside the forward.
 
 ``--threads 1`` leaves one core of two free beside the forward pass, as every GPU node does.
 ``--decoding`` measures what a fast (GPU) forward pass waits for: images decoded and cut per
-second by extraction's own loading, on one thread against one per core (``--decoders``).
+second by extraction's own loading, on one thread against one per core (``--decoders``), and
+images written per second by its writer, one run at a time against several at once.
 
 The default is a short run (8 images at 224 and 2 at 480, one timed round, under about a
 minute for ViT-S/16 on two cores), where the fixed costs weigh on ``whole``; ``--full`` times
@@ -56,7 +57,7 @@ from probe_toolkit.infra.memory import keep_memory_flat, reusing_blocks
 from probe_toolkit.store import images
 from probe_toolkit.store.backbone import RELEASED, Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
-from probe_toolkit.store.extract import Settings, extract
+from probe_toolkit.store.extract import SAVERS, Settings, extract
 
 
 def image_folder(root: Path, count: int) -> Path:
@@ -157,11 +158,54 @@ def decoding(count: int, rounds: int) -> None:
         one, many = (statistics.median(rates[n]) for n in (1, cores))
         serial, parallel = decode_all(1)[1], decode_all(cores)[1]
         same = all(torch.equal(a.fixed[v][1], b.fixed[v][1]) for a, b in zip(serial, parallel) for v in a.fixed)
+        write_one, write_many, written_same = writing(Path(tmp), count, rounds, cores)
     print(f"decoding and cutting images (224 + 480 views, {count} images, {rounds} rounds): 1 thread {one:.1f} img/s, "
           f"{cores} threads {many:.1f} img/s: {many / one:.2f}x; pixels identical: {same}")
+    print(f"writing runs of 16 (ViT-S/16 at 224 px: tokens + attention, float16, zstd): 1 run at a time {write_one:.1f} img/s, "
+          f"{min(cores, SAVERS)} at once {write_many:.1f} img/s: {write_many / write_one:.2f}x; chunks identical: {written_same}")
     print(json.dumps({"benchmark": "extract-decoding", "images": count, "rounds": rounds, "threads": cores, "one_img_s": round(one, 2),
                       "many_img_s": round(many, 2), "speedup": round(many / one, 3), "identical": same,
+                      "write_one_img_s": round(write_one, 2), "write_many_img_s": round(write_many, 2), "write_identical": written_same,
                       "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
+
+
+def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, float, bool]:
+    """Images per second of ``StoreWriter.write_views`` (the extraction's writer) over runs of 16
+    of one fixed float16 payload, one run at a time against ``min(cores, SAVERS)`` at once, into
+    fresh stores; the stores' chunks must be byte-identical."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from probe_toolkit.store.cache import create_store
+    from probe_toolkit.store.extract import plan_arrays
+
+    arch, settings = RELEASED["vit-s16"], Settings(views=(224,))
+    plan = plan_arrays(arch, settings)
+    rng = np.random.default_rng(0)
+    data = {name: rng.random((16, *shape), dtype=np.float32).astype(np.float16) for name, (_, shape) in plan.items()}
+    ids = [f"{i:05d}" for i in range(count)]
+    savers = min(cores, SAVERS)
+
+    def write_all(threads: int, tag: str) -> float:
+        store = root / f"w{tag}.zarr"
+        writer = create_store(store, {"chunk": 16, "dtype": "float16", "views": [224]}, ids, plan)
+        runs = range(0, count, 16)
+        with reusing_blocks(), ThreadPoolExecutor(threads) as pool:
+            start = time.perf_counter()
+            list(pool.map(lambda a: writer.write_views(a, {"224": ({k: v[: min(16, count - a)] for k, v in data.items()}, np.zeros(min(16, count - a), bool))},
+                                                       np.full((min(16, count - a), 2), 224)), runs))
+            return count / (time.perf_counter() - start)
+
+    rates: dict[int, list[float]] = {1: [], savers: []}
+    for r in range(rounds + 1):
+        for n in (1, savers) if r % 2 else (savers, 1):
+            rate = write_all(n, f"{n}-{r}")
+            if r:
+                rates[n].append(rate)
+    chunks = [sorted((p.relative_to(root / f"w{n}-1.zarr"), p.read_bytes()) for p in (root / f"w{n}-1.zarr").rglob("*")
+                     if p.is_file() and "c" in p.relative_to(root / f"w{n}-1.zarr").parts) for n in (1, savers)]
+    return statistics.median(rates[1]), statistics.median(rates[savers]), bool(chunks[0]) and chunks[0] == chunks[1]
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ def extract(
     limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
     store: Annotated[Optional[Path], typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    decoders: Annotated[Optional[int], typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass (default: the cores it leaves free; at least 1).")] = None,
+    decoders: Annotated[Optional[int], typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass, and runs written at once, up to 4 (default: the cores it leaves free; at least 1).")] = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:

@@ -101,6 +101,38 @@ def test_any_number_of_decoding_threads_gives_the_same_store(tmp_path, tiny_chec
     assert a["failed_native"].sum() == 2 and a["failed_224"].sum() == 1
 
 
+def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(tmp_path, tiny_checkpoints, image_dir, monkeypatch):
+    """Several savers write runs of different chunks together; two runs of one chunk (a store grown
+    where part of a chunk already has a view) are written one after the other."""
+    from probe_toolkit.store import cache
+
+    live, overlaps, real = {}, [], cache.StoreWriter.write_views
+
+    def watched(self, start, views, sizes):
+        home = start // self.chunk
+        if live:
+            overlaps.append((home, set(live.values())))
+        live[start] = home
+        try:
+            threading.Event().wait(0.05)
+            return real(self, start, views, sizes)
+        finally:
+            del live[start]
+
+    monkeypatch.setattr(cache.StoreWriter, "write_views", watched)
+    grown = tmp_path / "grown.zarr"
+    extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), chunk=2), store=grown, limit=3, decoders=1, quiet=True)
+    overlaps.clear()
+    extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=grown, batch_size=2, decoders=3, quiet=True)
+    assert overlaps and all(home not in others for home, others in overlaps)  # concurrent, never within a chunk
+    monkeypatch.setattr(cache.StoreWriter, "write_views", real)
+    one = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=tmp_path / "one.zarr",
+                  batch_size=2, decoders=1, quiet=True)
+    a, b = _arrays(grown), _arrays(one.store)
+    for name in a:
+        assert np.array_equal(a[name], b[name], equal_nan=a[name].dtype.kind == "f"), name
+
+
 def test_the_first_bad_image_in_image_order_fails_the_run(tmp_path, tiny_checkpoints, photos, monkeypatch):
     folder = _mixed_folder(tmp_path, photos)
     (folder / "04a-broken.jpg").write_bytes(b"not an image")

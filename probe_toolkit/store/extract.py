@@ -5,8 +5,10 @@ its ``done_<view>`` flags last, so a killed run resumes where it stopped and giv
 as an uninterrupted one, and shards (``--shard i/n``, or torchrun's RANK/WORLD_SIZE) write
 disjoint, chunk-aligned ranges of one store. A store grows: a later run with new views adds them
 beside the existing ones. Decoding the next run and writing the last one run in threads beside
-the forward pass (the first run already while the checkpoint is read). An image is marked done
-only when every value of its arrays is finite.
+the forward pass (the first run already while the checkpoint is read); where the forward pass
+leaves cores free (beside a GPU), images are decoded on several threads and several runs
+written at once, which never changes a stored value. An image is marked done only when every
+value of its arrays is finite.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 import os
 import shutil
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +37,7 @@ from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resol
 from .checkpoints import Checkpoint, load_checkpoint
 
 OnError = Literal["fail", "skip"]
+SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
 RESAMPLES = tuple(images.RESAMPLE)
 
 
@@ -266,9 +270,10 @@ def decoder_threads(asked: int | None, device: str) -> int:
 
     By default the cores the forward pass leaves free: all but torch's threads on the CPU (one
     when torch takes every core, as it does by default), all but one beside a GPU, where a
-    single decoding thread (about 200 images/s at 224 px) would starve the network; at most 16.
-    More threads never change a value: each image is decoded alone and the run is assembled in
-    image order.
+    single thread (decoding about 200 images/s at 224 px, writing about 300) would starve the
+    network; at most 16. As many runs, up to ``SAVERS``, are written at once. More threads never
+    change a value: each image is decoded alone, each run assembled in image order and written
+    to its own chunks.
     """
     at_least("--decoders", asked, 1, "4")
     if asked:
@@ -473,7 +478,9 @@ def extract(
     # freed blocks are reused from the first decoded image on (under the command line's pinned
     # mmap threshold every decoded view was a fresh mapping: decoding ran 1.6x slower, and its
     # threads queued on the kernel's mapping lock)
-    with reusing_blocks(), ThreadPoolExecutor(decoder_threads(decoders, device), thread_name_prefix="probe-decode") as decoding:
+    threads = decoder_threads(decoders, device)
+    savers = min(SAVERS, threads)
+    with reusing_blocks(), ThreadPoolExecutor(threads, thread_name_prefix="probe-decode") as decoding:
         shard_range = parse_shard(shard)
         views = settings.names
         try:
@@ -512,9 +519,9 @@ def extract(
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
-            with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(1) as saver, bar("images", quiet) as progress:
+            with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(savers) as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
-                pending: Future | None = None
+                writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
                 for index, (start, stop, _) in enumerate(todo):
                     loaded = upcoming.result()
@@ -541,14 +548,17 @@ def extract(
                                 values[i] = np.nan
                         out[view] = (data, ~good)
                         any_ok |= good
-                    if pending is not None:
-                        _written(pending, path)
-                    pending = saver.submit(writer.write_views, start, out, loaded.original)
+                    # runs of other chunks are written at once (their arrays and flags share no chunk);
+                    # two runs of one chunk never are
+                    home = start // writer.chunk
+                    while writes and (len(writes) >= savers or writes[-1][0] == home):
+                        _written(writes.popleft()[1], path)
+                    writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
                     report.written += int(any_ok.sum())
                     report.skipped += loaded.errors
                     progress.advance(task, n - ticked[0])
-                if pending is not None:
-                    _written(pending, path)
+                while writes:
+                    _written(writes.popleft()[1], path)
         except BaseException:
             # a run that made the store and then failed before finishing any image leaves nothing
             # behind, so the corrected command starts clean (an unsharded run only: a shard's store
