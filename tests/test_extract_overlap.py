@@ -149,6 +149,34 @@ def test_the_first_bad_image_in_image_order_fails_the_run(tmp_path, tiny_checkpo
     assert not (tmp_path / "s.zarr").exists()
 
 
+def test_the_bomb_check_holds_on_every_decoding_thread_and_the_filters_are_left_alone(tmp_path, photos):
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+
+    from PIL import Image
+
+    Image.new("1", (10_000, 10_000)).save(tmp_path / "bomb.png")  # 1e8 pixels: PIL warns, the probe refuses
+    Image.new("1", (10_000, 10_000)).save(tmp_path / "bomb.gif")
+    files = [*sorted(photos.glob("*.jpg")), tmp_path / "bomb.png", tmp_path / "bomb.gif"] * 6
+    before = list(warnings.filters)
+
+    def outcome(path):
+        try:
+            return images.load_image(path).size
+        except ProbeError as error:
+            return "refused" if "decompression-bomb" in str(error) else str(error)
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with ThreadPoolExecutor(6) as pool:
+            seen = list(pool.map(outcome, files))
+        after = list(warnings.filters)
+    assert [s for s, f in zip(seen, files) if "bomb" in f.name] == ["refused"] * 12
+    assert all(isinstance(s, tuple) for s, f in zip(seen, files) if "bomb" not in f.name)
+    assert not [w for w in shown if issubclass(w.category, Image.DecompressionBombWarning)]  # refused, never just printed
+    assert after[1:] == before and list(warnings.filters) == before
+
+
 def test_decoding_threads_default_to_the_cores_the_forward_leaves(monkeypatch):
     monkeypatch.setattr(extraction.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(extraction.torch.cuda, "is_available", lambda: False)

@@ -15,6 +15,7 @@ their EXIF orientation applied; greyscale, palette, RGBA, CMYK and 16-bit images
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,22 +109,45 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")  # (convert would copy an RGB image)
 
 
+# ``warnings.catch_warnings`` changes the process's filters: threads decoding at once would undo
+# each other's (a bomb then decoded, or the filter left on for good). One thread at a time
+# changes them, for PIL's size checks: JPEG, PNG, BMP and PPM check only when the file is
+# opened, so they decode outside the lock; formats that check frames again while decoding
+# (GIF, TIFF, WebP, MPO, ...) decode inside it.
+_FILTERS = threading.Lock()
+_CHECKED_AT_OPEN = frozenset({"JPEG", "PNG", "BMP", "PPM"})
+
+
 def load_image(path: str | Path) -> Image.Image:
-    """Decode one file to RGB; an unreadable file is a ProbeError naming it."""
+    """Decode one file to RGB; an unreadable file is a ProbeError naming it. Safe on several
+    threads at once (extraction's decoding threads)."""
     path = Path(path)
     try:
-        with warnings.catch_warnings():
+        with _FILTERS, warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
-                opened.load()
-                ImageOps.exif_transpose(opened, in_place=True)  # no copy when the orientation is upright
-                return _to_rgb(opened)
+            opened = Image.open(path)
+            if opened.format not in _CHECKED_AT_OPEN:
+                _decoded(opened)
+        with opened:
+            _decoded(opened)
+            ImageOps.exif_transpose(opened, in_place=True)  # no copy when the orientation is upright
+            return _to_rgb(opened)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ProbeError(path, f"is larger than PIL's decompression-bomb limit ({error})", "downscale it, or skip it with --on-error skip") from None
     except UnidentifiedImageError:
         raise ProbeError(path, "is not an image PIL can read", "remove it from the folder, or skip it with --on-error skip") from None
     except (OSError, SyntaxError, ValueError) as error:
         raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it, or skip it with --on-error skip") from None
+
+
+def _decoded(opened: Image.Image) -> None:
+    """Decode the pixels (once: ``load`` returns at once when they are there); a file that fails
+    is closed before the error goes on."""
+    try:
+        opened.load()
+    except BaseException:
+        opened.close()
+        raise
 
 
 @dataclass(frozen=True)
