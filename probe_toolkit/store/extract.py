@@ -319,7 +319,7 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
             fail(i, picture.native_error, [images.NATIVE])
         elif picture.native is not None:
             native.append((i, picture.native))
-    stacked = {v: (where[v], torch.stack(t) if t else None) for v, t in fixed.items()}
+    stacked = {v: (where[v], images.stack(t) if t else None) for v, t in fixed.items()}
     return Loaded(stacked, native, original, failed, errors)
 
 

@@ -226,11 +226,18 @@ def normalise(image: Image.Image) -> torch.Tensor:
 
 def native(image: Image.Image, patch: int) -> torch.Tensor:
     """The native view: (3, rows * patch, cols * patch), normalised first, zeros at the right and bottom."""
-    pixels = normalise(image)
+    pixels = normalise(image).numpy()
     rows, cols = native_grid(image.width, image.height, patch)
-    padded = torch.zeros((3, rows * patch, cols * patch), dtype=pixels.dtype)
+    padded = np.zeros((3, rows * patch, cols * patch), dtype=pixels.dtype)  # numpy: see ``stack``
     padded[:, : image.height, : image.width] = pixels
-    return padded
+    return torch.from_numpy(padded)
+
+
+def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` of CPU tensors, copied by numpy: a torch copy this large runs in parallel,
+    and on a thread other than the main one each such call starts its own OpenMP team, whose
+    threads then spin on the cores the forward pass runs on. The same values."""
+    return torch.from_numpy(np.stack([t.numpy() for t in tensors]))
 
 
 def views(image: Image.Image, sizes: tuple[int, ...], resample: str = "bicubic") -> dict[int, torch.Tensor]:
