@@ -270,10 +270,10 @@ def decoder_threads(asked: int | None, device: str) -> int:
 
     By default the cores the forward pass leaves free: all but torch's threads on the CPU (one
     when torch takes every core, as it does by default), all but one beside a GPU, where a
-    single thread (decoding about 200 images/s at 224 px, writing about 300) would starve the
-    network; at most 16. As many runs, up to ``SAVERS``, are written at once. More threads never
-    change a value: each image is decoded alone, each run assembled in image order and written
-    to its own chunks.
+    single thread (decoding and cutting about 60 images/s at 224 + 480 px, writing about 250 at
+    224 px: ``benchmarks/extract.py --decoding``) would starve the network; at most 16. As
+    many runs, up to ``SAVERS``, are written at once. More threads never change a value: each
+    image is decoded alone, each run assembled in image order and written to its own chunks.
     """
     at_least("--decoders", asked, 1, "4")
     if asked:
@@ -284,7 +284,7 @@ def decoder_threads(asked: int | None, device: str) -> int:
 
 
 def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None,
-          on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
+             on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
     """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
     order; failed images are recorded, not silently dropped, and the first one (in image order)
     fails the run when ``on_error`` is fail."""
