@@ -308,6 +308,20 @@ class StoreWriter:
         self.chunk = int(self.manifest["chunk"])
         self.n_images = int(self.group["done"].shape[0])
         self.views = sorted(name[len("done_"):] for name in self.group.array_keys() if name.startswith("done_"))
+        self._opened: dict[tuple[str, bool], zarr.Array] = {}
+
+    def _array(self, name: str, every_chunk: bool = False) -> zarr.Array:
+        """An array to write, opened once per writer: each ``group[name]`` reads and parses its
+        metadata again (~0.5 ms, about ten per run), and an array's metadata does not change
+        once the store is created. ``every_chunk`` (the data arrays): each chunk is written,
+        all-NaN or not (the same values read back), as zarr's test for an all-fill chunk passes
+        over it once more, half the CPU of writing attention."""
+        key = (name, every_chunk)
+        array = self._opened.get(key)
+        if array is None:  # threads writing at once may both open it: the same array either way
+            array = self.group[name]
+            self._opened[key] = array = array.with_config({"write_empty_chunks": True}) if every_chunk else array
+        return array
 
     def arrays(self) -> list[str]:
         return [name for name in self.group.array_keys() if name not in FLAGS and not name.startswith(PER_VIEW)]
@@ -352,18 +366,16 @@ class StoreWriter:
         stop = start + len(sizes)
         for view, (data, failed) in views.items():
             for name, values in data.items():
-                # every chunk is written, all-NaN or not (the same values read back): zarr's test for
-                # an all-fill chunk passes over it once more, half the CPU of writing attention
-                self.group[name].with_config({"write_empty_chunks": True})[start:stop] = values
-            self.group[f"failed_{view}"][start:stop] = failed
+                self._array(name, every_chunk=True)[start:stop] = values
+            self._array(f"failed_{view}")[start:stop] = failed
         known = np.asarray(sizes)[:, 0] > 0
         if known.any():
             for column, name in enumerate(("image_height", "image_width")):
                 given = np.asarray(sizes)[:, column]
                 # an unreadable image keeps the size an earlier run recorded (read only then)
-                self.group[name][start:stop] = given if known.all() else np.where(known, given, np.asarray(self.group[name][start:stop]))
+                self._array(name)[start:stop] = given if known.all() else np.where(known, given, np.asarray(self._array(name)[start:stop]))
         for view in views:
-            self.group[f"done_{view}"][start:stop] = np.ones(stop - start, dtype=bool)
+            self._array(f"done_{view}")[start:stop] = np.ones(stop - start, dtype=bool)
         self._settle(start, stop, {view: np.asarray(failed, dtype=bool) for view, (_, failed) in views.items()})
 
     def _settle(self, start: int, stop: int, written: dict[str, np.ndarray]) -> None:
@@ -375,10 +387,10 @@ class StoreWriter:
             if view in written:
                 failed |= written[view]
                 continue
-            done &= np.asarray(self.group[f"done_{view}"][start:stop], dtype=bool)
-            failed |= np.asarray(self.group[f"failed_{view}"][start:stop], dtype=bool)
-        self.group["failed"][start:stop] = failed
-        self.group["done"][start:stop] = done
+            done &= np.asarray(self._array(f"done_{view}")[start:stop], dtype=bool)
+            failed |= np.asarray(self._array(f"failed_{view}")[start:stop], dtype=bool)
+        self._array("failed")[start:stop] = failed
+        self._array("done")[start:stop] = done
 
 
 ArrayPlan = dict[str, tuple[tuple[str, ...], tuple[int, ...]]]
