@@ -33,8 +33,24 @@ def brute_force(train, train_labels, test, n_classes, k, T):
             votes[train_labels[i]] += np.exp(sims[i] / T)
         ranked = sorted(range(n_classes), key=lambda c: (-votes[c], c))
         preds.append(ranked[0])
-        top5.append(ranked[:5])
+        top5.append([c for c in ranked[:5] if votes[c] > 0])  # a class no neighbour voted for is no hit
     return np.array(preds), top5
+
+
+def dino_knn_classifier(train, train_labels, test, test_labels, k, T, num_classes=1000):
+    """facebookresearch/dino eval_knn.py ``knn_classifier`` as its main() calls it (num_classes
+    left at 1000), written out here in torch; one chunk (it needs 100 test images or more)."""
+    import torch
+
+    train = torch.nn.functional.normalize(torch.as_tensor(train), dim=1)
+    test = torch.nn.functional.normalize(torch.as_tensor(test), dim=1)
+    targets, candidates = torch.as_tensor(test_labels), torch.as_tensor(train_labels)
+    distances, indices = (test @ train.T).topk(k, largest=True, sorted=True)
+    retrieved = torch.gather(candidates.view(1, -1).expand(len(test), -1), 1, indices)
+    one_hot = torch.zeros(len(test) * k, num_classes).scatter_(1, retrieved.reshape(-1, 1), 1)
+    probs = (one_hot.view(len(test), k, num_classes) * distances.div(T).exp().view(len(test), k, 1)).sum(1)
+    correct = probs.sort(1, True)[1].eq(targets.view(-1, 1))
+    return correct[:, :1].sum().item() / len(test), correct[:, :min(5, k)].sum().item() / len(test)
 
 
 def clustered(n, centres, rng, spread=1.2):
@@ -49,7 +65,7 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     centres = rng.normal(size=(n_classes, 16))
     train, train_labels = clustered(230, centres, rng)
     test, test_labels = clustered(37, centres, rng)  # fewer than 100 test images: DINO's chunking would fail
-    ks = (10, 20, 100, 200)
+    ks = (1, 3, 10, 20, 100, 200)  # k < 5: at most k classes hold votes
     result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes,
                           ks=ks, test_block=8, train_block=50)
     for j, k in enumerate(ks):
@@ -64,7 +80,28 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     tr = train / np.linalg.norm(train, axis=1, keepdims=True)
     sims = (test / np.linalg.norm(test, axis=1, keepdims=True)) @ tr.T
     np.testing.assert_array_equal(result.neighbours, np.argsort(-sims, axis=1, kind="stable")[:, :5])
-    assert 0.5 < result.top1[1] <= 1.0  # the clusters are separable: a wrong vote would not reach this
+    assert 0.5 < result.top1[3] <= 1.0  # the clusters are separable: a wrong vote would not reach this
+
+
+def test_top5_counts_as_dinos_script():
+    """Against DINO's own formula: a class without votes is no top-5 hit (its 1000 class columns
+    bury it among empty ones), and with k < 5 only k classes can be. Spread-out clusters leave
+    many test images with fewer than 5 voted classes, where the two rules would differ."""
+    rng = np.random.default_rng(5)
+    n_classes = 12
+    centres = rng.normal(size=(n_classes, 16))
+    train, train_labels = clustered(400, centres, rng, spread=2.5)
+    test, test_labels = clustered(300, centres, rng, spread=2.5)
+    ks = (1, 2, 3, 10, 20)
+    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes, ks=ks)
+    for j, k in enumerate(ks):
+        top1, top5 = dino_knn_classifier(train, train_labels, test, test_labels, k, 0.07)
+        assert result.top1[j] == pytest.approx(top1)
+        assert result.top5[j] == pytest.approx(top5)
+    # the old rule (empty classes in index order) counted more: this data tells the two apart
+    votes_k1 = result.top5[0]
+    assert votes_k1 == pytest.approx(result.top1[0])  # k = 1: one voted class, top-5 is top-1
+    assert result.top5[2] < 1.0
 
 
 def test_k_above_the_train_set_is_refused():
@@ -101,9 +138,10 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
         r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c])
         assert r.exit_code == 0, r.output
     out = tmp_path / "knn.json"
-    r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "--json", str(out), "-q"])
+    r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--temperature", "0.2", "--cache", c, "--json", str(out), "-q"])
     assert r.exit_code == 0, r.output
     summary = json.loads(out.read_text())
+    assert summary["temperature"] == 0.2  # the T the vote used, not DINO's default
     assert summary["feature"].startswith("class token after the final LayerNorm")
     assert summary["counts"] == {"train": 12, "val": 6, "classes": 3, "val_dropped": 0, "train_dropped": 0}
     assert summary["top5"] == [None, None, None]
@@ -123,12 +161,24 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     tr, trl = feats("train/")
     va, val = feats("val/")
     for j, k in enumerate((1, 3, 12)):
-        preds, _ = brute_force(tr, trl, va, 3, k, 0.07)
+        preds, _ = brute_force(tr, trl, va, 3, k, 0.2)
         assert summary["top1"][j] == pytest.approx(np.mean(preds == val))
     saved = cache.load_results(store, "knn")
-    assert list(saved.k.values) == [1, 3, 12] and saved.attrs["feature"] == "cls-normed"
+    assert list(saved.k.values) == [1, 3, 12] and saved.attrs["feature"] == "cls-normed" and saved.attrs["temperature"] == 0.2
     purposes = [e.fields["purpose"] for e in ledger.entries(tmp_path / "cache")]
     assert purposes == ["knn: neighbours' classes", "knn: score"]
+
+
+def test_knn_refuses_a_val_panel_of_role_train(class_folders, tmp_path, capsys):
+    """Scores are read on a val (or test) panel: one registered as train is refused before any label is read."""
+    root, store = class_folders
+    c = str(tmp_path / "cache")
+    for name, split in (("tr", "train"), ("also-train", "val")):
+        code, printed = probe_main(["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", "train", "--cache", c], capsys)
+        assert code == 0, printed.err
+    code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "also-train", "--cache", c, "-q"], capsys)
+    assert code == 2 and "has role train" in printed.err and len(printed.err.strip().splitlines()) == 1
+    assert not ledger.entries(tmp_path / "cache")  # refused before any label was read
 
 
 def test_bad_classification_panels_are_one_line(tmp_path, capsys):

@@ -6,14 +6,19 @@ with weight exp(cos / T), T = 0.07; the class with the largest summed weight is 
 top-1 and top-5 accuracy over the test images. Several k are answered in one pass: the running
 top-k is kept for the largest k and the smaller k read its first entries (the list is sorted).
 
+Top-5 as the script counts it: the true class among the 5 classes of largest vote, where only
+a class some neighbour voted for can count. The script scores 1000 class columns whatever the
+panel (``num_classes=1000`` is never passed), so a class without votes sits among hundreds of
+empty columns and is not a hit, and with k < 5 at most k classes hold votes (its
+``narrow(1, 0, min(5, k))``).
+
 What differs from the script, on purpose:
 
 - the similarities are computed in blocks of test × train images with a running top-k, so
-  memory is (test block) × (train block + k) whatever the panel sizes (the script holds a
-  (N_test / 100) × N_train block and splits the test set into ``N_test // 100`` chunks, which
-  fails below 100 test images);
-- top-5 is the true class among the 5 largest votes when there are more than 5 classes; with 5
-  classes or fewer it is undefined (the script's ``narrow`` fails), and reported as NaN;
+  memory is (test block) × (train block + k) whatever the panel sizes (the script holds one
+  chunk of ``N_test // 100`` test images × N_train at a time, and fails below 100 test images);
+- with 5 classes or fewer, top-5 is reported as NaN: the script gives a number there (the share
+  of images whose class got any vote), which says nothing about a ranking;
 - ties between classes of equal vote go to the lower class index (a stable sort); train images
   of equal cosine are listed by train index (which of them survive a cut at the k-th place is
   torch.topk's choice, as in the script).
@@ -80,8 +85,14 @@ def vote(similarity: torch.Tensor, labels: torch.Tensor, n_classes: int, tempera
 
 
 def ranked_classes(votes: torch.Tensor) -> torch.Tensor:
-    """Classes by decreasing vote; equal votes keep the lower class first."""
-    return torch.from_numpy(np.argsort(-votes.numpy(), axis=1, kind="stable"))
+    """Classes by decreasing vote, equal votes keeping the lower class first; after the first
+    (the prediction, whatever its vote), -1 in place of the classes no neighbour voted for, which
+    are never a top-5 hit. (Only a very small --temperature makes exp(cos / T) underflow to 0.)"""
+    values = votes.numpy()
+    order = np.argsort(-values, axis=1, kind="stable")
+    voted = np.take_along_axis(values, order, axis=1) > 0
+    voted[:, 0] = True
+    return torch.from_numpy(np.where(voted, order, -1))
 
 
 def nearest(queries: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, torch.Tensor]]], k: int) -> dict[str, np.ndarray]:

@@ -42,7 +42,7 @@ from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images, placed, shared
-from ..labels.panels import ClassLabels, get_panel, read_classes
+from ..labels.panels import ClassLabels, read_classes, train_and_val
 from ..store import cache, parts
 from .linear import locate, panel_ids
 from .runs import result_provenance
@@ -62,11 +62,12 @@ class KnnReport:
     ledger: dict[str, str]
     saved: Path | None
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
+    temperature: float = knn.TEMPERATURE
 
     def summary(self) -> dict[str, Any]:
         return {
             "store": str(self.store), "name": self.name, "feature": self.feature, "view": VIEW,
-            "temperature": knn.TEMPERATURE, "ledger": self.ledger, "counts": self.counts, "classes": self.classes,
+            "temperature": self.temperature, "ledger": self.ledger, "counts": self.counts, "classes": self.classes,
             "k": list(self.result.ks), "top1": [float(v) for v in self.result.top1],
             "top5": [None if not np.isfinite(v) else float(v) for v in self.result.top5],
         }
@@ -166,11 +167,7 @@ def run_knn(
         raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
     if not temperature > 0:
         raise ProbeError("--temperature", f"{temperature} must be positive", "use DINO's 0.07")
-    train_panel, val_panel = get_panel(train, cache_dir), get_panel(val, cache_dir)
-    if train_panel.name == val_panel.name:
-        raise ProbeError(None, f"--train and --val are both {train!r}", "score on a separate val panel")
-    if train_panel.role == "test":
-        raise ProbeError(train_panel.name, "is a sealed test panel and cannot hold the neighbours", "use a train panel for --train")
+    train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the neighbours")
     store = Path(store)
     panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
     source = locate(store, panels, "image")
@@ -201,7 +198,8 @@ def run_knn(
         else:
             near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, ks[-1], where, progress)
             if near is None:  # a shard that finished before the others
-                return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing)
+                return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing,
+                                 temperature=float(temperature))
     width = knn.vote_width(len(classes))
     ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
     result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
@@ -226,7 +224,7 @@ def run_knn(
         "provenance": result_provenance(train_ds, command),
     }
     saved = cache.save_results(store, "knn", ds, attrs)
-    report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved)
+    report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved, temperature=float(temperature))
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     return report

@@ -53,7 +53,7 @@ from ..analyses import linear
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..labels.panels import LabelRead, Panel, get_panel, read_labels
+from ..labels.panels import LabelRead, Panel, read_labels, train_and_val
 from ..store import cache, images
 from ..store.completion import computed_on
 
@@ -248,13 +248,7 @@ def run_linear(
         raise ProbeError(None, f"--level {level!r} is not patch or image", "use --level patch")
     if not stores:
         raise ProbeError(None, "no STORE given", "pass one or more stores written by probe extract")
-    train_panel, val_panel = get_panel(train, cache_dir), get_panel(val, cache_dir)
-    if train_panel.name == val_panel.name:
-        raise ProbeError(None, f"--train and --val are both {train!r}", "score on a separate val panel")
-    if train_panel.role == "test":
-        raise ProbeError(train_panel.name, "is a sealed test panel and cannot be fitted on", "fit on a train (or val) panel")
-    if val_panel.role == "train":
-        raise ProbeError(val_panel.name, "has role train; scores are read on a val or test panel", "register the val images with --role val")
+    train_panel, val_panel = train_and_val(train, val, cache_dir)
     train_ids, val_ids = panel_ids(train_panel), panel_ids(val_panel)
     sources = [locate(s, [(train_panel, train_ids), (val_panel, val_ids)], level) for s in stores]
     checkpoints = ",".join(dict.fromkeys(s.manifest["checkpoint"]["sha256"] for s in sources))

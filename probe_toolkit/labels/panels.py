@@ -163,6 +163,20 @@ def get_panel(name: str, cache: str | Path | None = None) -> Panel:
     return panels[name]
 
 
+def train_and_val(train: str, val: str, cache: str | Path | None = None, *, use: str = "be fitted on") -> tuple[Panel, Panel]:
+    """The two panels of a fit-then-score protocol (linear probe, k-NN), refused when the score
+    could see the fit's own labels: one panel for both, a sealed test panel to fit on (``use``
+    names what the train panel does), or a val panel registered with role train."""
+    train_panel, val_panel = get_panel(train, cache), get_panel(val, cache)
+    if train_panel.name == val_panel.name:
+        raise ProbeError(None, f"--train and --val are both {train!r}", "score on a separate val panel")
+    if train_panel.role == "test":
+        raise ProbeError(train_panel.name, f"is a sealed test panel and cannot {use}", "use a train (or val) panel for --train")
+    if val_panel.role == "train":
+        raise ProbeError(val_panel.name, "has role train; scores are read on a val or test panel", "register the val images with --role val")
+    return train_panel, val_panel
+
+
 def list_panels(cache: str | Path | None = None) -> list[Panel]:
     return sorted(load_registry(cache).values(), key=lambda p: p.name)
 
