@@ -141,7 +141,27 @@ def test_corloc_by_hand_with_crowd_and_rounding():
     assert sorted(s.object_ids.tolist()) == [1, 2, 3]
 
 
+def lost_bbox_iou(box1, box2, eps=1e-7):
+    """valeoai/LOST datasets.py ``bbox_iou`` (x1y1x2y2), written out here in torch, called as
+    main_lost.py calls it: on int64 tensors of the predicted box and the ground-truth boxes."""
+    import torch
+
+    box1, box2 = torch.from_numpy(np.asarray(box1, np.int64)), torch.from_numpy(np.asarray(box2, np.int64)).T
+    inter = (torch.min(box1[2], box2[2]) - torch.max(box1[0], box2[0])).clamp(0) * (torch.min(box1[3], box2[3]) - torch.max(box1[1], box2[1])).clamp(0)
+    w1, h1 = box1[2] - box1[0], box1[3] - box1[1] + eps
+    w2, h2 = box2[2] - box2[0], box2[3] - box2[1] + eps
+    return (inter / (w1 * h1 + w2 * h2 - inter + eps)).numpy()
+
+
 def test_box_iou_matches_lost_formula():
     box = np.array([0.0, 0.0, 10.0, 10.0])
     got = scoring.box_iou(box, np.array([[5.0, 5.0, 15.0, 15.0], [20.0, 20.0, 30.0, 30.0]]))
     np.testing.assert_allclose(got, [25 / 175, 0.0], rtol=1e-6)
+    # an IoU of exactly one half is a hit in LOST (its float32 arithmetic loses eps), and here
+    for pred, gt in (([0, 0, 32, 32], [[0, 0, 32, 64]]), ([16, 0, 336, 240], [[16, 0, 336, 480], [0, 0, 8, 8]])):
+        ours, theirs = scoring.box_iou(np.array(pred), np.array(gt)), lost_bbox_iou(pred, gt)
+        assert ours[0] == theirs[0] == 0.5
+    rng = np.random.default_rng(0)  # and bit for bit on random integer boxes
+    for _ in range(200):
+        corners = np.sort(rng.integers(0, 700, size=(6, 2, 2)), axis=1).reshape(6, 4)  # [x1, y1, x2, y2], x1 ≤ x2, y1 ≤ y2
+        np.testing.assert_array_equal(scoring.box_iou(corners[0], corners[1:]), lost_bbox_iou(corners[0], corners[1:]))

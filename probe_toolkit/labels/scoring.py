@@ -8,8 +8,10 @@
   decoder's scores make ties rare.
 - CorLoc (LOST ``main_lost.py``, copied by TokenCut): one box per image, the patch-aligned box of
   the first mask; a hit when IoU ≥ 0.5 with any non-crowd ground-truth box of the image, whose
-  [x, y, x+w, y+h] is rounded to integers; IoU with eps 1e-7 as LOST's ``bbox_iou``. Images with
-  no non-crowd box count as misses (LOST's convention).
+  [x, y, x+w, y+h] is rounded to integers; IoU with eps 1e-7 in float32 as LOST's ``bbox_iou``
+  computes it (``box_iou``). Images with no non-crowd box count as misses: LOST has no rule for
+  them (``--no_hard`` leaves out VOC images left without boxes, as a ``--no-hard`` panel does;
+  any other such image stops its script), so a panel holding them has no peer figure.
 - Mean best IoU: for every non-crowd ground-truth object, the best mask IoU over the image's
   masks (0 when none), averaged over objects.
 - Box-only panels (Pascal VOC, ``labels/voc.py``): ground truth without outlines has no mask
@@ -95,14 +97,23 @@ def coco_ap(gt, results: list[dict[str, Any]], image_ids: list[int], iou_type: s
 
 
 def box_iou(box: np.ndarray, boxes: np.ndarray, eps: float = 1e-7) -> np.ndarray:
-    """IoU of one [x1, y1, x2, y2] box with many, as LOST's ``bbox_iou`` (eps on heights and union)."""
+    """IoU of one [x1, y1, x2, y2] box with many, as LOST's ``bbox_iou`` computes it (eps on
+    heights and union), float32 values.
+
+    LOST and TokenCut call it on integer (int64) boxes; adding eps promotes to torch's float32,
+    so the arithmetic below is float32 in the same order. There eps vanishes against any
+    height of a pixel or more, and an IoU of exactly 0.5 stays 0.5, a hit; in float64 it would
+    land just under 0.5, a miss. The intersection is exact, as their integer one is.
+    """
+    box = np.asarray(box, dtype=np.float64)
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     iw = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
     ih = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
-    inter = iw * ih
-    w1, h1 = box[2] - box[0], box[3] - box[1] + eps
-    w2, h2 = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1] + eps
-    return inter / (w1 * h1 + w2 * h2 - inter + eps)
+    inter = (iw * ih).astype(np.float32)
+    e = np.float32(eps)
+    w1, h1 = np.float32(box[2] - box[0]), np.float32(box[3] - box[1]) + e
+    w2, h2 = (boxes[:, 2] - boxes[:, 0]).astype(np.float32), (boxes[:, 3] - boxes[:, 1]).astype(np.float32) + e
+    return inter / (w1 * h1 + w2 * h2 - inter + e)
 
 
 def gt_boxes(anns: list[dict[str, Any]]) -> np.ndarray:
