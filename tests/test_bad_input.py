@@ -42,12 +42,18 @@ def test_modes_are_converted_not_failed(tmp_path, photos):
     assert sixteen[0, 0] == 0 and sixteen[-1, -1] == round(65520 / 65535 * 255)  # scaled, not clipped
 
 
-def test_exif_orientation_is_applied(tmp_path):
-    picture = Image.new("RGB", (64, 32), "white")
+def test_exif_orientation_is_left_as_stored(tmp_path):
+    """The pixels as stored, as the peers' loaders (PIL open + convert, no EXIF transpose) read them."""
+    from probe_toolkit.store.images import header_size
+
+    rng = np.random.default_rng(0)
+    picture = Image.fromarray(rng.integers(0, 255, (32, 64, 3), dtype=np.uint8))
     exif = picture.getexif()
     exif[0x0112] = 6  # rotate 90 degrees clockwise on display
-    picture.save(tmp_path / "rotated.jpg", exif=exif)
-    assert load_image(tmp_path / "rotated.jpg").size == (32, 64)
+    picture.save(tmp_path / "rotated.png", exif=exif)
+    peer = Image.open(tmp_path / "rotated.png").convert("RGB")
+    assert load_image(tmp_path / "rotated.png").size == (64, 32) == peer.size == header_size(tmp_path / "rotated.png")
+    np.testing.assert_array_equal(np.asarray(load_image(tmp_path / "rotated.png")), np.asarray(peer))
 
 
 @pytest.mark.parametrize(
@@ -150,3 +156,19 @@ def test_a_panel_without_images_is_refused(tmp_path, panel_dir):
     empty = tmp_path / "empty"
     empty.mkdir()
     one_line_error(_add(tmp_path / "cache", annotations, empty), "holds no images")
+
+
+def test_an_annotation_sized_as_the_exif_orientation_shows_it_is_refused(tmp_path):
+    """Images are read as stored: an annotation made on the rotated display would not line up."""
+    from probe_toolkit.labels import hygiene
+
+    picture = Image.new("RGB", (64, 32), "white")
+    exif = picture.getexif()
+    exif[0x0112] = 6
+    picture.save(tmp_path / "rotated.jpg", exif=exif)
+    stored = [{"id": 1, "file_name": "rotated.jpg", "width": 64, "height": 32}]
+    assert hygiene.check_sizes(tmp_path / "a.json", tmp_path, stored) == {1: (64, 32)}
+    shown = [{"id": 1, "file_name": "rotated.jpg", "width": 32, "height": 64}]
+    with pytest.raises(ProbeError, match="EXIF orientation") as refused:
+        hygiene.check_sizes(tmp_path / "a.json", tmp_path, shown)
+    assert "as stored" in refused.value.line() and "\n" not in refused.value.line()

@@ -33,8 +33,9 @@ def unknown_image_ids(annotations_path: Path, dataset: dict[str, Any]) -> None:
                              "fix the annotation file (every annotation's image_id must be listed under images)")
 
 
-def _file_size(path: Path) -> tuple[set[tuple[int, int]], str | None]:
-    """The (width, height) a file may be annotated at: as stored, and as its EXIF orientation shows it."""
+def _file_size(path: Path) -> tuple[tuple[int, int] | None, bool, str | None]:
+    """(width, height) as stored, which annotations must match (images are read as stored, as the
+    peers' loaders read them); whether the EXIF orientation shows the file rotated by 90°; a problem."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -42,11 +43,8 @@ def _file_size(path: Path) -> tuple[set[tuple[int, int]], str | None]:
             width, height = picture.size
             orientation = picture.getexif().get(0x0112, 1)
     except (OSError, UnidentifiedImageError) as error:
-        return set(), f"cannot be read ({error})"
-    sizes = {(width, height)}
-    if orientation in (5, 6, 7, 8):
-        sizes.add((height, width))
-    return sizes, None
+        return None, False, f"cannot be read ({error})"
+    return (width, height), orientation in (5, 6, 7, 8), None
 
 
 def check_sizes(annotations_path: Path, folder: Path, images: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
@@ -54,15 +52,18 @@ def check_sizes(annotations_path: Path, folder: Path, images: list[dict[str, Any
     out = {}
     for im in images:
         path = folder / str(im.get("file_name", ""))
-        sizes, problem = _file_size(path)
+        actual, rotated, problem = _file_size(path)
         if problem:
             raise ProbeError(path, problem, "replace the file or drop it from the panel")
         recorded = (im.get("width"), im.get("height"))
-        if None not in recorded and (int(recorded[0]), int(recorded[1])) not in sizes:
-            actual = next(iter(sorted(sizes)))
+        if None not in recorded and (int(recorded[0]), int(recorded[1])) != actual:
+            if rotated and (int(recorded[1]), int(recorded[0])) == actual:
+                raise ProbeError(annotations_path, f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, as its EXIF orientation shows it; "
+                                 f"the file stores {actual[0]}×{actual[1]} pixels, which probe reads as stored (as DINO's, LOST's and TokenCut's loaders do)",
+                                 "annotate the stored pixels, or rotate the files themselves first (e.g. exiftran -ai) and re-add the panel")
             raise ProbeError(annotations_path, f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, but the file is {actual[0]}×{actual[1]}",
                              "fix width/height in the annotation file, or point the panel at the images it was made for")
-        out[int(im["id"])] = (int(recorded[0]), int(recorded[1])) if None not in recorded else next(iter(sorted(sizes)))
+        out[int(im["id"])] = (int(recorded[0]), int(recorded[1])) if None not in recorded else actual
     return out
 
 

@@ -9,8 +9,11 @@
   multiple of the patch size, as TokenCut's ``main_tokencut.py`` and LOST's ``main_lost.py`` pad
   it (``ceil(h / p) * p`` rows, ``ceil(w / p) * p`` columns). Its grid differs per image.
 
-Every view is normalised with ImageNet's mean and standard deviation. Files are decoded with
-their EXIF orientation applied; greyscale, palette, RGBA, CMYK and 16-bit images become RGB.
+Every view is normalised with ImageNet's mean and standard deviation. Files are decoded as
+stored, their EXIF orientation tag left unapplied, as the peers' loaders read them (PIL's
+``open(...).convert("RGB")`` in torchvision's ImageFolder, COCO and VOC datasets, which DINO,
+LOST and TokenCut use), so features match theirs and boxes annotated on the stored pixels line
+up; greyscale, palette, RGBA, CMYK and 16-bit images become RGB.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
 
@@ -62,13 +65,12 @@ def native_grid(width: int, height: int, patch: int) -> tuple[int, int]:
 
 
 def header_size(path: str | Path) -> tuple[int, int]:
-    """(width, height) after EXIF orientation, read from the file's header without decoding it."""
+    """(width, height) as stored (no EXIF orientation, as ``load_image``), read from the file's
+    header without decoding it."""
     path = Path(path)
     try:
         with Image.open(path) as opened:
             width, height = opened.size
-            if opened.getexif().get(0x0112) in (5, 6, 7, 8):  # transposed orientations swap the sides
-                width, height = height, width
     except UnidentifiedImageError:
         raise ProbeError(path, "is not an image PIL can read", "remove it from the folder, or skip it with --on-error skip") from None
     except (OSError, SyntaxError, ValueError) as error:
@@ -130,7 +132,6 @@ def load_image(path: str | Path) -> Image.Image:
                 _decoded(opened)
         with opened:
             _decoded(opened)
-            ImageOps.exif_transpose(opened, in_place=True)  # no copy when the orientation is upright
             return _to_rgb(opened)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ProbeError(path, f"is larger than PIL's decompression-bomb limit ({error})", "downscale it, or skip it with --on-error skip") from None
