@@ -67,7 +67,7 @@ def extract(
     checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
     images: Annotated[Optional[Path], typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[Optional[str], typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
-    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST). A later run may add views to a store.")] = "224,480",
+    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by probe knn), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST). A later run may add views to a store.")] = "224,480",
     resample: Annotated[Optional[str], typer.Option("--resample", help="Filter of the 480 squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
     attention: Annotated[str, typer.Option(help="Attention maps at 224: last, all (12 blocks) or none.")] = "last",
     dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
@@ -564,7 +564,7 @@ def knn_command(
     """DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k."""
     from rich.table import Table
 
-    from .commands.knn import run_knn
+    from .commands.knn import run_knn, view_text
     from .infra.progress import bar
 
     try:
@@ -586,6 +586,7 @@ def knn_command(
     console.print(table)
     console.print(f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
                   f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn", highlight=False, soft_wrap=True)
+    console.print(f"view: {view_text(report.view)}", highlight=False, soft_wrap=True)
     if report.counts["classes"] <= 5:
         console.print("top-5 is undefined with 5 classes or fewer (shown as –)", highlight=False)
 

@@ -191,3 +191,57 @@ def test_bad_classification_panels_are_one_line(tmp_path, capsys):
         err = printed.err
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "c" / "panels.toml").exists()
+
+
+def test_knn_reads_dinos_eval_view_when_the_store_has_it(class_folders, tmp_path):
+    """A store with only the 224 view is read and says so; grown with eval224 (short side 256,
+    crop 224, DINO's eval_knn.py transform), the same command reads that view: its predictions
+    and cosines are a brute force on the eval224 class tokens, not on the 224 ones."""
+    root, _ = class_folders
+    c = str(tmp_path / "cache")
+    for name, split in (("tr", "train"), ("va", "val")):
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", c])
+        assert r.exit_code == 0, r.output
+    store, out = tmp_path / "s.zarr", tmp_path / "knn.json"
+    ks = (1, 3, 12)
+
+    def knn_json():
+        r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "--json", str(out), "-q"])
+        assert r.exit_code == 0, r.output
+        return json.loads(out.read_text()), r.output
+
+    extract(root / "dino.pth", root / "data", settings=Settings(views=(224,), attention="none", chunk=8), store=store, quiet=True)
+    old, printed = knn_json()
+    assert old["view"] == "224" and "not DINO's" in old["view_text"] and "probe extract --views eval224" in old["view_text"]
+    assert "probe extract --views eval224" in printed.replace("\n", " ")
+    assert cache.load_results(store, "knn").attrs["view"] == "224"
+    extract(root / "dino.pth", root / "data", settings=Settings(views=("eval224",), chunk=8), store=store, quiet=True)
+    summary, _ = knn_json()
+    saved = cache.load_results(store, "knn")
+    assert summary["view"] == saved.attrs["view"] == "eval224"
+    assert summary["view_text"] == saved.attrs["view_text"] and summary["view_text"].startswith("eval224 view: short side 256")
+    assert "not DINO's" not in summary["view_text"]
+    ds = cache.open_store(store)
+    from probe_toolkit.store.checkpoints import load_checkpoint
+
+    ck = load_checkpoint(root / "dino.pth")
+    w, b = ck.backbone["norm.weight"].double().numpy(), ck.backbone["norm.bias"].double().numpy()
+
+    def feats(view, ids):
+        x = ds[f"cls_tokens_{view}"].sel(image=ids).values.astype(np.float64)
+        return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-6) * w + b
+
+    train_ids, val_ids = [str(i) for i in saved.train_image.values], [str(i) for i in saved.image.values]
+    train_labels = np.array([saved["class"].values.tolist().index(i.split("/")[1]) for i in train_ids])
+    val_labels = saved.label.values
+    cosines = {}
+    for view in ("eval224", "224"):
+        tr, va = feats(view, train_ids), feats(view, val_ids)
+        cosines[view] = np.sort((va / np.linalg.norm(va, axis=1, keepdims=True)) @ (tr / np.linalg.norm(tr, axis=1, keepdims=True)).T, axis=1)[:, ::-1][:, :5]
+        if view == "eval224":
+            for j, k in enumerate(ks):
+                preds, _ = brute_force(tr, train_labels, va, 3, k, 0.07)
+                np.testing.assert_array_equal(saved.prediction.values[j], preds)
+                assert summary["top1"][j] == pytest.approx(np.mean(preds == val_labels))
+    np.testing.assert_allclose(saved.similarity.values, cosines["eval224"], atol=1e-5)
+    assert np.abs(saved.similarity.values - cosines["224"]).max() > 1e-3  # the 224 view's features would give other cosines

@@ -262,3 +262,59 @@ def test_progress_advances_per_image(tmp_path, monkeypatch, tiny_checkpoints, od
     moves = [amount for kind, amount in steps if kind == "advance" and amount]
     assert steps[0] == ("total", 4) and moves[0] == pytest.approx(0.5)  # one image, one of its two views
     assert sum(moves) == pytest.approx(4) and len(moves) == 8
+
+
+EVAL_SIZES = ((640, 480), (333, 500), (257, 256), (500, 375), (200, 300))  # width, height; 200 px: the short side grows
+
+
+def dino_eval_transform():
+    """facebookresearch/dino eval_knn.py's val transform, built with torchvision itself."""
+    from torchvision import transforms
+
+    return transforms.Compose([
+        transforms.Resize(256, interpolation=transforms.InterpolationMode.BICUBIC), transforms.CenterCrop(224),
+        transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    ])
+
+
+def test_eval224_view_is_torchvisions_resize_256_centre_crop_224():
+    transform = dino_eval_transform()
+    rng = np.random.default_rng(7)
+    g = images.geometry(640, 480, "eval224")
+    assert g.resized == (341, 256) and g.box == (58, 16, 282, 240)  # int(256 * 640 / 480) = 341; round(58.5) = 58
+    for w, h in EVAL_SIZES:
+        photo = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        ours = images.normalise(images.view(photo, "eval224"))
+        assert ours.shape == (3, 224, 224) and torch.equal(ours, transform(photo)), (w, h)  # bit for bit
+        assert not torch.equal(ours, images.normalise(images.view(photo, 224)))  # another crop than the 224 view
+    assert images.fixed_grid("eval224", 16) == (14, 14) and images.fixed_grid("eval224", 8) == (28, 28)
+    assert images.view_name("EVAL224") == "eval224" and images.manifest_view("eval224") == "eval224"
+
+
+def test_eval224_store_holds_the_forward_of_dinos_transform(probe, tmp_path, tiny_checkpoints):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    rng = np.random.default_rng(8)
+    for w, h in EVAL_SIZES[:4]:
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / f"{w}x{h}.png")
+    ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "e.zarr"
+    run = probe("extract", ckpt, "--images", folder, "--views", "224,eval224", "--batch-size", "4", "--store", store, "-q")
+    assert run.returncode == 0, run.stderr
+    ds = open_store(store)
+    m = ds.attrs["manifest"]
+    assert m["views"] == [224, "eval224"] and m["per_view"]["eval224"]["arrays"] == ["cls_tokens_eval224", "tokens_eval224"]
+    assert (m["per_view"]["eval224"]["rows"], m["per_view"]["eval224"]["cols"]) == (14, 14) and "eval_knn.py" in m["view_geometry"]["eval224"]
+    assert not [a for a in ds.data_vars if a.endswith("_eval224") and a.startswith(("keys", "attention", "cls_keys"))]
+    assert ds.tokens_eval224.dtype == np.float16 and ds.tokens_eval224.shape == (4, 196, 128)
+    transform = dino_eval_transform()
+    ids = list(ds.image.values)
+    pixels = torch.stack([transform(images.load_image(folder / i)) for i in ids])
+    backbone = Backbone.from_checkpoint(load_checkpoint(ckpt))
+    with torch.no_grad():
+        out = backbone.readout(pixels, keys=False, attention="none")
+    expected, expected_cls = out.tokens.to(torch.float16).numpy(), out.cls_token.to(torch.float16).numpy()
+    assert np.array_equal(ds.tokens_eval224.values, expected) and np.array_equal(ds.cls_tokens_eval224.values, expected_cls)
+    assert np.abs(ds.tokens_224.values.astype(np.float32) - expected.astype(np.float32)).max() > 0.01  # the 224 view is another image
+    info = probe("info", store)
+    assert info.returncode == 0 and "eval224" in info.stdout
+    assert dict(describe_store(store))["view eval224"].startswith("14x14 patches at /16")

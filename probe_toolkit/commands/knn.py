@@ -13,9 +13,10 @@ The feature, stated in every output:
 - ``cls``: the stored class token (before any final norm);
 - ``mean``: the mean of the last block's patch tokens (the default without a class token).
 
-The view is the store's 224 view (short side 224, centre crop 224); DINO's script resizes the
-short side to 256 before its 224 crop, so the crop covers the central 87.5 % there and the
-whole short side here. Results ``results/knn``:
+The view is the store's ``eval224`` view where both panels' stores hold it: short side 256,
+centre crop 224, DINO's ``eval_knn.py`` transform (``probe extract --views eval224``). A store
+with only the 224 view (short side 224, centre crop 224: the crop covers the whole short side,
+not its central 87.5 %) is still read, and every output says so. Results ``results/knn``:
 
     top1, top5        (k)            fractions; top5 NaN with 5 classes or fewer
     prediction        (k, image)     predicted class index of every val image
@@ -23,7 +24,7 @@ whole short side here. Results ``results/knn``:
     similarity        (image, rank)  their cosines
     label             (image)        the val images' classes
     coords: k, image (val store ids), train_image (train store ids), class (names)
-    attrs: feature, view, temperature, ledger {train, val}, panels, counts, provenance
+    attrs: feature, view (its name), view_text, temperature, ledger {train, val}, panels, counts, provenance
 """
 
 from __future__ import annotations
@@ -43,12 +44,30 @@ from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images, placed, shared
 from ..labels.panels import ClassLabels, read_classes, train_and_val
-from ..store import cache, parts
+from ..store import arrays, cache, images, parts
 from .linear import locate, panel_ids
 from .runs import result_provenance
 
 FEATURES = ("auto", "cls-normed", "cls", "mean")
-VIEW = "224 view: short side to 224 px (PIL bicubic), centre crop 224 (DINO's eval_knn.py: short side 256, centre crop 224)"
+VIEWS = (images.EVAL, "224")  # DINO's evaluation view first; the 224 view where a store lacks it
+
+
+def view_text(view: str) -> str:
+    """What the features saw, and, off DINO's view, how to get it."""
+    text = f"{view} view: {arrays.geometry(view)}"
+    if view != images.EVAL:
+        text += (f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): "
+                 f"`probe extract --views {images.EVAL}` adds that view")
+    return text
+
+
+def stored_name(feature: str, view: str) -> str:
+    return f"{'cls_tokens' if feature.startswith('cls') else 'tokens'}_{view}"
+
+
+def choose_view(datasets: Sequence[xr.Dataset], feature: str) -> str:
+    """DINO's evaluation view where every dataset holds the feature's array in it, else the 224 view."""
+    return next((v for v in VIEWS if all(stored_name(feature, v) in ds for ds in datasets)), "224")
 
 
 @dataclass
@@ -63,10 +82,11 @@ class KnnReport:
     saved: Path | None
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
     temperature: float = knn.TEMPERATURE
+    view: str = images.EVAL
 
     def summary(self) -> dict[str, Any]:
         return {
-            "store": str(self.store), "name": self.name, "feature": self.feature, "view": VIEW,
+            "store": str(self.store), "name": self.name, "feature": self.feature, "view": self.view, "view_text": view_text(self.view),
             "temperature": self.temperature, "ledger": self.ledger, "counts": self.counts, "classes": self.classes,
             "k": list(self.result.ks), "top1": [float(v) for v in self.result.top1],
             "top5": [None if not np.isfinite(v) else float(v) for v in self.result.top5],
@@ -94,26 +114,26 @@ def describe(feature: str, checkpoint: str) -> str:
     }[feature]
 
 
-def feature_array(ds: xr.Dataset, ids: Sequence[str], feature: str) -> xr.DataArray:
+def feature_array(ds: xr.Dataset, ids: Sequence[str], feature: str, view: str) -> xr.DataArray:
     """The stored array the feature is made from, lazily, at the given images (in their order)."""
-    return cache.require(ds, "cls_tokens_224" if feature.startswith("cls") else "tokens_224").sel(image=list(ids))
+    return cache.require(ds, stored_name(feature, view)).sel(image=list(ids))
 
 
-def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None) -> Callable[[int, int], np.ndarray]:
+def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None, view: str) -> Callable[[int, int], np.ndarray]:
     """Rows a..b of the chosen feature, read from the store only when asked."""
-    array = feature_array(ds, ids, feature)
+    array = feature_array(ds, ids, feature, view)
     return lambda a, b: knn.features(array.isel(image=slice(a, b)).values, feature, norm)
 
 
-def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None) -> np.ndarray:
+def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None, view: str) -> np.ndarray:
     """(train, D) the train images' features, L2-normalised block by block, as the workers use them."""
-    rows = reader(ds, ids, feature, norm)
+    rows = reader(ds, ids, feature, norm, view)
     n = len(ids)
     return np.concatenate([knn.normalise(torch.as_tensor(rows(a, min(a + knn.TRAIN_BLOCK, n)))).numpy() for a in range(0, n, knn.TRAIN_BLOCK)])
 
 
 def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
-                  k: int, where, progress) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+                  view: str, k: int, where, progress) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
@@ -124,7 +144,7 @@ def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataA
     else:
         near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
     part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
-    identity = {"feature": feature, "k": int(k), "test_block": int(knn.TEST_BLOCK), "train_block": int(knn.TRAIN_BLOCK),
+    identity = {"feature": feature, "view": view, "k": int(k), "test_block": int(knn.TEST_BLOCK), "train_block": int(knn.TRAIN_BLOCK),
                 "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
     whole, missing = shards.gather(store, "knn", which, part, identity)
     if whole is None:
@@ -170,7 +190,7 @@ def run_knn(
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the neighbours")
     store = Path(store)
     panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
-    source = locate(store, panels, "image")
+    source = locate(store, panels, "image", VIEWS)
     meta = source.manifest
     chosen = choose_feature(feature, meta.get("arch", {}), store)
     norm = parts.final_norm(meta, store) if chosen == "cls-normed" else None
@@ -190,16 +210,17 @@ def run_knn(
     val_ds, val_found = source.panel_stores[val_panel.name]
     train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
-    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm), cache.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
+    view = choose_view([train_ds, val_ds], chosen)
+    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), cache.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
-        values = {"values": feature_array(val_ds, val_ids, chosen)}
+        values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         if shard is None and "WORLD_SIZE" not in os.environ:
             near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress)
         else:
-            near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, ks[-1], where, progress)
+            near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress)
             if near is None:  # a shard that finished before the others
                 return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing,
-                                 temperature=float(temperature))
+                                 temperature=float(temperature), view=view)
     width = knn.vote_width(len(classes))
     ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
     result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
@@ -217,14 +238,14 @@ def run_knn(
         coords={"k": list(ks), "image": val_ids, "train_image": train_ids, "class": classes},
     )
     attrs = {
-        "feature": chosen, "feature_text": text, "view": VIEW, "temperature": float(temperature), "ledger": ledger,
+        "feature": chosen, "feature_text": text, "view": view, "view_text": view_text(view), "temperature": float(temperature), "ledger": ledger,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
                    "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
         "counts": counts, "source": "facebookresearch/dino eval_knn.py (knn_classifier)",
         "provenance": result_provenance(train_ds, command),
     }
     saved = cache.save_results(store, "knn", ds, attrs)
-    report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved, temperature=float(temperature))
+    report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved, temperature=float(temperature), view=view)
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     return report

@@ -133,8 +133,10 @@ def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None
     return wanted if not set(wanted) - set(ds.image.values.tolist()) else None
 
 
-def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: Level) -> Source:
-    """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing."""
+def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: Level, views: Sequence[str] = ("224",)) -> Source:
+    """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing.
+
+    Each must hold the level's array in one of ``views`` (the error names the first)."""
     store = Path(store)
     ds = cache.open_store(store)
     meta = cache.manifest(ds)
@@ -162,8 +164,9 @@ def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: 
                 f"run `probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']}"
                 f"{' --convert' if meta['checkpoint'].get('converted') else ''}`",
             )
-        array = "tokens_224" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens_224"
-        cache.require(source.panel_stores[panel.name][0], array)
+        kind = "tokens" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens"
+        held = source.panel_stores[panel.name][0]
+        cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))
     return source
 
 

@@ -65,7 +65,7 @@ def knn(ctx) -> Section:
                                     f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images, {counts.get('classes', '?')} classes); "
                                     f"T = {ds.attrs.get('temperature')}; top-5 is undefined (–) with 5 classes or fewer."))
         led = ds.attrs.get("ledger", {})
-        section.blocks.append(Note(f"{label}: feature — {ds.attrs.get('feature_text', '?')}; view — {ds.attrs.get('view', '?')}. "
+        section.blocks.append(Note(f"{label}: feature — {ds.attrs.get('feature_text', '?')}; view — {ds.attrs.get('view_text', ds.attrs.get('view', '?'))}. "
                                    f"Labels: train {ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
         if "neighbour" in ds:
             grid, gone = protocol_figures.knn_figure(ctx, next(s for s in ctx.stores if s.label == label), ds)

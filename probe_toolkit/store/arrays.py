@@ -1,7 +1,8 @@
 """What each view contributes to a store: its arrays, their shapes, and the facts the manifest keeps.
 
 One table for every view, so extraction, the manifest and ``probe info`` agree: 224 gives tokens
-(and attention), 480 keys, 96 tokens, native keys and tokens; a register model's views each give
+(and attention), eval224 tokens (the k-NN and linear features of DINO's evaluation transform, so no
+attention), 480 keys, 96 tokens, native keys and tokens; a register model's views each give
 their register tokens' last-block output too (``registers_<view>``). A view's patch count follows from
 the view and the checkpoint's patch size (224 at /16: 14 x 14, at /8: 28 x 28); the native view's
 patch dimension is the largest grid of the set.
@@ -15,11 +16,13 @@ from . import images
 from .backbone import Arch
 
 # what one forward pass of each view is read for
-READS = {"96": ("tokens",), "224": ("tokens", "attention"), "480": ("keys",), "native": ("keys", "tokens")}
+READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",), "native": ("keys", "tokens")}
 
 GEOMETRY = {
     "96": "short side 96 (PIL bicubic), centre crop 96",
     "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
+    images.EVAL: "short side 256 (PIL bicubic, long side truncated), centre crop 224 "
+                 "(facebookresearch/dino eval_knn.py, eval_linear.py: Resize(256, interpolation=3), CenterCrop(224))",
     "480": "squash to 480x480 (PIL {resample})",
     "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
               "(TokenCut main_tokencut.py, LOST main_lost.py)",

@@ -11,6 +11,7 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     cls_tokens_224       (image, channel)               when the network has a class token
     attention_224        (image, head, query, key)      last block; covers every token (0 = CLS if any)
     attention_blocks_224 (image, block, head, query, key)  with ``--attention all``
+    tokens_eval224, cls_tokens_eval224              the same at DINO's evaluation view (short side 256, crop 224)
     keys_480             (image, patch_480, channel)    last-block keys, heads concatenated
     cls_keys_480         (image, channel)
     tokens_96            (image, patch_96, channel)
@@ -478,7 +479,7 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
 def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) -> dict[str, Any]:
     """The old manifest with the added views' entries (per_view, geometry, views) from the new one."""
     merged = dict(old)
-    order = {name: i for i, name in enumerate(("96", "224", "480", "native"))}
+    order = {name: i for i, name in enumerate(("96", "224", "eval224", "480", "native"))}  # images.VIEW_NAMES (that module brings torch)
     views = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
     merged["views"] = [views[k] for k in sorted(views, key=lambda k: order.get(k, 99))]
     per_view = {v: view_facts(old, v) for v in views if v not in added}

@@ -53,7 +53,7 @@ def at_least(option: str, value: int | None, minimum: int, example: str) -> None
 class Settings:
     """Everything that decides a store's contents (recorded in its manifest).
 
-    ``views``: any of 96, 224, 480 and "native"; ``resample``: the 480 view's filter.
+    ``views``: any of 96, 224, "eval224", 480 and "native"; ``resample``: the 480 view's filter.
     """
 
     views: tuple[int | str, ...] = (224, 480)
@@ -253,7 +253,7 @@ def _picture(ref: images.ImageRef, expected: tuple[int, int] | None, *, fixed: l
         return _Picture(error=error)
     out = _Picture(size=(picture.height, picture.width))
     for v in fixed:
-        out.fixed[v] = images.normalise(images.view(picture, int(v), resample))
+        out.fixed[v] = images.normalise(images.view(picture, v, resample))
     if native:
         try:
             _check_native(ref, picture.width, picture.height, patch)

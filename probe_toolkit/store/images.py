@@ -2,6 +2,9 @@
 
 - 224: short side to 224 (PIL bicubic, long side truncated as torchvision's Resize does), centre
   crop 224. A 640×480 photo becomes 298×224 and the crop starts 37 px from the left.
+- eval224: short side to 256, centre crop 224, the evaluation transform of facebookresearch/dino
+  ``eval_knn.py`` and ``eval_linear.py`` (``Resize(256, interpolation=3)``, ``CenterCrop(224)``):
+  the crop covers the central 87.5 % of the short side. A 640×480 photo becomes 341×256.
 - 480: the whole image squashed to 480×480 (the decoder's view), PIL bicubic by default or PIL
   LANCZOS (``resample="lanczos"``, as CutLER's ``maskcut/maskcut.py`` resizes).
 - 96: short side to 96, centre crop 96.
@@ -33,13 +36,16 @@ MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 VIEWS = (96, 224, 480)
+EVAL = "eval224"
 NATIVE = "native"
-VIEW_NAMES = ("96", "224", "480", NATIVE)
+VIEW_NAMES = ("96", "224", EVAL, "480", NATIVE)
+# the views cut as torchvision's Resize(short) + CenterCrop(side) cut them: name -> (short, side)
+CROPPED = {"96": (96, 96), "224": (224, 224), EVAL: (256, 224)}
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
 
 
 def view_name(view: int | str) -> str:
-    """The canonical name of a view ("96", "224", "480", "native"); anything else is bad input."""
+    """The canonical name of a view ("96", "224", "eval224", "480", "native"); anything else is bad input."""
     name = str(view).strip().lower()
     if name not in VIEW_NAMES:
         raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native")
@@ -47,15 +53,21 @@ def view_name(view: int | str) -> str:
 
 
 def manifest_view(name: str) -> int | str:
-    """How the manifest lists a view: fixed views as their size in pixels, ``native`` by name."""
-    return name if name == NATIVE else int(name)
+    """How the manifest lists a view: a view named by its size as that size in pixels, the others by name."""
+    return int(name) if name.isdigit() else name
+
+
+def view_side(view: int | str) -> int:
+    """The side in pixels of a fixed square view (``eval224``: 224)."""
+    name = str(view)
+    return CROPPED[name][1] if name in CROPPED else int(name)
 
 
 def fixed_grid(view: str, patch: int) -> tuple[int, int]:
     """(rows, cols) of a fixed square view at this patch size (224 at /16: 14 x 14; at /8: 28 x 28;
     at /14: 16 x 16, and 96 or 480 give 6 x 6 or 34 x 34: the backbone reads the whole patches from
     the top left and leaves the last pixels unused, as DINO's visualize_attention.py crops)."""
-    size = int(view)
+    size = view_side(view)
     return size // patch, size // patch
 
 
@@ -186,25 +198,28 @@ class ViewGeometry:
         return first(left, w, nw), first(top, h, nh), min(first(right, w, nw), w), min(first(bottom, h, nh), h)
 
 
-def geometry(width: int, height: int, size: int) -> ViewGeometry:
-    """The geometry of the ``size`` view of a ``width`` × ``height`` image (see the module docstring)."""
-    if size == 480:
-        return ViewGeometry(size, (width, height), (480, 480), (0, 0, 480, 480))
-    if size not in (96, 224):
-        raise ValueError(f"views are {VIEWS}, not {size}")
-    # short side to ``size``, the long side truncated (torchvision's Resize)
-    resized = (size, int(size * height / width)) if width <= height else (int(size * width / height), size)
-    left, top = int(round((resized[0] - size) / 2.0)), int(round((resized[1] - size) / 2.0))
-    return ViewGeometry(size, (width, height), resized, (left, top, left + size, top + size))
+def geometry(width: int, height: int, size: int | str) -> ViewGeometry:
+    """The geometry of view ``size`` (96, 224, 480 or "eval224") of a ``width`` × ``height`` image
+    (see the module docstring)."""
+    name = str(size)
+    if name == "480":
+        return ViewGeometry(480, (width, height), (480, 480), (0, 0, 480, 480))
+    if name not in CROPPED:
+        raise ValueError(f"fixed views are {', '.join(v for v in VIEW_NAMES if v != NATIVE)}, not {size}")
+    short, side = CROPPED[name]
+    # torchvision's Resize(short): the long side truncated; its CenterCrop(side): offsets rounded
+    resized = (short, int(short * height / width)) if width <= height else (int(short * width / height), short)
+    left, top = int(round((resized[0] - side) / 2.0)), int(round((resized[1] - side) / 2.0))
+    return ViewGeometry(side, (width, height), resized, (left, top, left + side, top + side))
 
 
-def view(image: Image.Image, size: int, resample: str = "bicubic") -> Image.Image:
-    """The ``size`` view of an RGB image (96 and 224: short side + centre crop; 480: squash).
+def view(image: Image.Image, size: int | str, resample: str = "bicubic") -> Image.Image:
+    """View ``size`` of an RGB image (96, 224, eval224: short side + centre crop; 480: squash).
 
-    ``resample`` (bicubic or lanczos) is the 480 view's filter; 96 and 224 are always bicubic.
+    ``resample`` (bicubic or lanczos) is the 480 view's filter; the others are always bicubic.
     """
     g = geometry(*image.size, size)
-    resized = image.resize(g.resized, RESAMPLE[resample] if size == 480 else Image.Resampling.BICUBIC)
+    resized = image.resize(g.resized, RESAMPLE[resample] if str(size) == "480" else Image.Resampling.BICUBIC)
     return resized if g.box == (0, 0, *g.resized) else resized.crop(g.box)
 
 
@@ -241,5 +256,5 @@ def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.from_numpy(np.stack([t.numpy() for t in tensors]))
 
 
-def views(image: Image.Image, sizes: tuple[int, ...], resample: str = "bicubic") -> dict[int, torch.Tensor]:
+def views(image: Image.Image, sizes: tuple[int | str, ...], resample: str = "bicubic") -> dict[int | str, torch.Tensor]:
     return {size: normalise(view(image, size, resample)) for size in sizes}
