@@ -14,6 +14,7 @@ from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
+from probe_toolkit.labels.panels import read_classes
 from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
@@ -245,3 +246,42 @@ def test_knn_reads_dinos_eval_view_when_the_store_has_it(class_folders, tmp_path
                 assert summary["top1"][j] == pytest.approx(np.mean(preds == val_labels))
     np.testing.assert_allclose(saved.similarity.values, cosines["eval224"], atol=1e-5)
     assert np.abs(saved.similarity.values - cosines["224"]).max() > 1e-3  # the 224 view's features would give other cosines
+
+
+def test_class_folder_panels_of_two_roles_may_not_share_an_image(class_folders, tmp_path, capsys, monkeypatch):
+    """A val image that is a train image under another name (same bytes) is refused before any
+    label is read, as for COCO panels; unchanged files are hashed once, a changed file again."""
+    import shutil
+
+    from probe_toolkit.infra.errors import ProbeError
+    from probe_toolkit.labels import hygiene
+
+    root, _ = class_folders
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data)
+    shutil.copyfile(data / "train" / "red" / "0.png", data / "val" / "blue" / "copy.png")
+    c = tmp_path / "cache"
+    for name, split in (("tr", "train"), ("va", "val")):
+        code, printed = probe_main(["panel", "add", name, "--classes-from-folders", str(data / split), "--role", split, "--cache", str(c)], capsys)
+        assert code == 0, printed.err
+    hashed = []
+    real = hygiene._file_sha256
+    monkeypatch.setattr(hygiene, "_file_sha256", lambda path: hashed.append(path.name) or real(path))
+
+    def read(name):
+        return read_classes(name, purpose="test", cache=c, command="test")
+
+    assert len(read("tr").image_ids) == 12 and len(hashed) == 12
+    with pytest.raises(ProbeError) as refused:
+        read("va")
+    assert "(val) shares 1 images with panel 'tr' (train), e.g. 'blue/copy.png' = 'red/0.png' (same content)" in str(refused.value)
+    assert len(hashed) == 12 + 7 and len(ledger.entries(c)) == 1  # the val labels were never read
+    assert not (c / "panel-hashes.json").read_text().count("/val/")  # a refused read leaves the cache as it was
+    (data / "val" / "blue" / "copy.png").unlink()
+    hashed.clear()
+    assert len(read("va").image_ids) == 6 and len(hashed) == 6
+    hashed.clear()
+    assert len(read("va").image_ids) == 6 and hashed == []  # nothing changed: a stat per file, no read
+    _image(data / "val" / "red" / "0.png", (1, 2, 3), seed=5)  # new bytes under an old name
+    read("va")
+    assert hashed == ["0.png"]

@@ -5,8 +5,11 @@ trained with labels after training, on the teacher's last-block tokens of the 22
 come only from panels, read through the one ledgered function, the train panel before fitting
 and the val panel only after every fit is done.
 
-Two protocols (the dense linear probe of DINOv2, Oquab et al. 2023, facebookresearch/dinov2;
-the image-level multi-label probe):
+Two protocols, both fitted to their optimum on cached features rather than trained by SGD with
+augmentations (so their numbers are not the published probes': DINOv2's dense probe, Oquab et al.
+2023, facebookresearch/dinov2 with mmsegmentation, trains a BatchNorm + 1 × 1 convolution on the
+normed tokens with SGD; this one is the convex problem on the pre-norm tokens, with no random
+seed or schedule to tune):
 
 - ``patch`` (dense): each patch of the 224 view (196 at /16, 784 at /8, 256 at /14) gets a class from the panel's masks (below), a
   torch linear layer maps a token to class logits (features standardised with the train

@@ -8,7 +8,8 @@
 - The same image (by content, so copies under other names count) in panels of two roles is
   refused, naming both panels and an image: a probe fitted on its train panel would be scored
   on its own training images. ``panel-images.json`` in the cache root remembers the content
-  hashes of every panel's images read so far, by panel and role.
+  hashes of every panel's images read so far, by panel and role. Class-folder panels (k-NN,
+  linear) are held to the same rule as COCO panels.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 
 INDEX = "panel-images.json"
+MEMO = "panel-hashes.json"
 
 
 def unknown_image_ids(annotations_path: Path, dataset: dict[str, Any]) -> None:
@@ -103,29 +105,52 @@ def clip_geometry(annotations: list[dict[str, Any]], sizes: dict[int, tuple[int,
     return out, clipped
 
 
-def content_hashes(folder: Path, images: list[dict[str, Any]]) -> dict[str, str]:
-    """sha256 of each image file's bytes → its file name."""
-    out = {}
-    for im in images:
-        name = str(im.get("file_name", ""))
-        digest = hashlib.sha256()
-        with open(folder / name, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        out[digest.hexdigest()] = name
-    return out
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: dict[str, str]) -> None:
-    """Refuse images that a panel of another role holds too; then remember this panel's."""
+def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[dict[str, str], dict[str, list]]:
+    """(sha256 of each image file's bytes → its file name, the memo entries hashed afresh).
+
+    A file is hashed again only when its size or modification time changed since the last read:
+    ``panel-hashes.json`` in the cache root keeps each absolute path's [size, mtime_ns, sha256]
+    (written by ``check_overlap`` once the panel passes), so reading an ImageNet-sized panel a
+    second time costs a stat per file, not 140 GB of reads.
+    """
+    memo = _read_json(root / MEMO)
+    out, fresh = {}, {}
+    for name in names:
+        path = (folder / name).absolute()
+        stat = path.stat()
+        seen = memo.get(str(path))
+        if not (isinstance(seen, list) and len(seen) == 3 and seen[:2] == [stat.st_size, stat.st_mtime_ns]):
+            seen = fresh[str(path)] = [stat.st_size, stat.st_mtime_ns, _file_sha256(path)]
+        out[seen[2]] = name
+    return out, fresh
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object kept in the cache root; an unreadable one only costs its rebuilding."""
+    try:
+        found = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: dict[str, str],
+                  fresh: dict[str, list] | None = None) -> None:
+    """Refuse images that a panel of another role holds too; then remember this panel's, and the
+    files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it)."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{INDEX}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         path = root / INDEX
-        try:
-            index = json.loads(path.read_text()) if path.is_file() else {}
-        except ValueError:
-            index = {}  # an unreadable index is rebuilt from the reads that follow
+        index = _read_json(path)  # an unreadable index is rebuilt from the reads that follow
         for other, seen in sorted(index.items()):
             if other == panel_name or seen.get("role") == role:
                 continue
@@ -137,8 +162,11 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
                                  "remove the shared images from one panel: a panel of one role must not hold another's images")
         mine = index.get(panel_name, {})
         kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
-        index[panel_name] = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes}}
-        write_json(path, index)
+        entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes}}
+        if index.get(panel_name) != entry:  # an unchanged panel's read writes nothing
+            write_json(path, {**index, panel_name: entry})
+        if fresh:
+            write_json(root / MEMO, {**_read_json(root / MEMO), **fresh})
 
 
 def forget(root: Path, panel_name: str) -> None:

@@ -334,9 +334,9 @@ def read_labels(
     sizes = hygiene.check_sizes(panel.annotations, panel.images, dataset["images"])
     dataset = dict(dataset)
     dataset["annotations"], clipped = hygiene.clip_geometry(dataset["annotations"], sizes)
-    hashes = hygiene.content_hashes(panel.images, dataset["images"])
+    hashes, fresh = hygiene.content_hashes(root, panel.images, [str(im.get("file_name", "")) for im in dataset["images"]])
     annotation_sha256 = hashlib.sha256(raw).hexdigest()
-    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes)
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
     names = sorted(_clean(str(im.get("file_name", ""))) for im in dataset["images"])
     entry = ledger.append(
         root,
@@ -484,8 +484,10 @@ def read_classes(
     refs = list_images(panel.images)
     ids = [r.id for r in refs]
     listing = "\n".join(ids).encode()
+    root = cache_root(cache)
+    hygiene.check_overlap(root, panel.name, panel.role, hashlib.sha256(listing).hexdigest(), *hygiene.content_hashes(root, panel.images, ids))
     entry = ledger.append(
-        cache_root(cache),
+        root,
         {
             "time": provenance.now(),
             "panel": panel.name,
