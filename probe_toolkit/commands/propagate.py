@@ -177,8 +177,7 @@ _models: dict[tuple, Backbone] = {}  # per process: (checkpoint, sha256, network
 def _model(job: Job) -> Backbone:
     key = (job.checkpoint, job.sha256, job.network, job.device)
     if key not in _models:
-        from ..infra.errors import IntegrityError
-        from ..infra.runner import worker_name
+        from ..infra.errors import IntegrityError, worker_name
 
         ck = load_checkpoint(job.checkpoint, network=job.network)
         if ck.sha256 != job.sha256:

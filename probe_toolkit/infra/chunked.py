@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
-from .errors import IntegrityError, ProbeError
+from .errors import IntegrityError, ProbeError, worker_name
 from .memory import keep_memory_flat
 
 if TYPE_CHECKING:
@@ -163,12 +163,6 @@ def _length(result: dict[str, np.ndarray]) -> int:
 _known_ids: dict[tuple[str, str], dict[str, int]] = {}  # per worker process: (store, fingerprint) → id → position
 
 
-def _worker_name() -> str:
-    from .runner import worker_name
-
-    return worker_name()
-
-
 def _proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
     """On a worker: prove this is the client's store and the images are finished, then read them."""
     return fn(**proven_read(stored, store, mark, ids))
@@ -200,7 +194,7 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     store at ``store`` is the client's (its manifest's ``mark``) and that the images are finished."""
     import zarr
 
-    worker = _worker_name()
+    worker = worker_name()
     fix = "mount the store at the same path on every worker (or run without --dask-address)"
     try:
         group = zarr.open_group(store, mode="r", use_consolidated=False)

@@ -5,12 +5,14 @@
 another store, masks whose metadata disagree): exit 1. ``Interrupted``: Ctrl-C, with what the
 interrupted command left (exit 130). Everything else is a bug and keeps its traceback, except
 ``OSError`` (a full disk, a file where a folder belongs), which the CLI prints as one line.
+``worker_name``: how an error raised on a worker names where it happened.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -63,3 +65,17 @@ def os_error_line(error: OSError) -> str:
     problem = error.strerror or str(error) or type(error).__name__
     fix = _OS_FIXES.get(error.errno or -1, "check the disk and the path, then rerun")
     return ProbeError(os.fspath(where) if where != "" else None, problem, fix).line()
+
+
+def worker_name() -> str:
+    """This process as a worker-side error names it: its dask worker, else its process id (a
+    local worker never imports distributed to ask)."""
+    if "distributed" not in sys.modules:
+        return f"worker process {os.getpid()}"
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        return f"dask worker {worker.name} ({worker.address})"
+    except (ImportError, ValueError):
+        return f"worker process {os.getpid()}"

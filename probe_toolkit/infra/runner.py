@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from .errors import ProbeError
+from .errors import ProbeError, worker_name
 
 BlockFn = Callable[..., dict[str, np.ndarray]]
 
@@ -363,20 +363,6 @@ def torch_threads(n: int = 1) -> Iterator[None]:
 
     torch.set_num_threads(n)
     yield
-
-
-def worker_name() -> str:
-    """This process as a worker-side error names it: its dask worker, else its process id (a
-    local worker never imports distributed to ask)."""
-    if "distributed" not in sys.modules:
-        return f"worker process {os.getpid()}"
-    try:
-        from distributed import get_worker
-
-        worker = get_worker()
-        return f"dask worker {worker.name} ({worker.address})"
-    except (ImportError, ValueError):
-        return f"worker process {os.getpid()}"
 
 
 @dataclass(frozen=True)
