@@ -1,8 +1,10 @@
-"""``probe decode --view native``: each image cut on its own rows x cols grid, masks at its own size.
+"""``probe decode --view native`` and ``--view native_crop``: each image cut on its own rows x cols
+grid, masks at its own size.
 
 The references below are plain, independent re-implementations written here (float64, dense
 ``scipy.linalg.eigh`` of the generalized problem, loops over the grid), run image by image on the
-(rows, cols) keys that TokenCut's and LOST's code would see on the zero-padded image.
+(rows, cols) keys that TokenCut's and LOST's code would see on the zero-padded image, or DSM's
+on the image cut to whole patches (native_crop).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ SCENES = [
 ]
 
 
-def grid_of(h, w):
-    return -(-h // P), -(-w // P)
+def grid_of(h, w, view="native"):
+    """native: padded up to whole patches (TokenCut, LOST); native_crop: cut down to them (DSM)."""
+    return (h // P, w // P) if view == "native_crop" else (-(-h // P), -(-w // P))
 
 
 def planted(rows, cols, objects, seed, channels=12, noise=0.05, away=False):
@@ -60,9 +63,19 @@ def native_away(tmp_path_factory):
     return make_native(tmp_path_factory.mktemp("away"), away=True)
 
 
-def make_native(folder, away):
-    """A store holding only keys_native (NaN padding past each image's rows·cols patches)."""
-    grids = [grid_of(h, w) for _, h, w, _ in SCENES]
+@pytest.fixture(scope="module")
+def native_crop(tmp_path_factory):
+    return make_native(tmp_path_factory.mktemp("crop"), away=False, view="native_crop")
+
+
+@pytest.fixture(scope="module")
+def native_crop_away(tmp_path_factory):
+    return make_native(tmp_path_factory.mktemp("crop-away"), away=True, view="native_crop")
+
+
+def make_native(folder, away, view="native"):
+    """A store holding only keys_<view> (NaN padding past each image's rows·cols patches)."""
+    grids = [grid_of(h, w, view) for _, h, w, _ in SCENES]
     most = max(r * c for r, c in grids)
     keys = np.full((len(SCENES), most, 12), np.nan, dtype=np.float32)
     per_image = []
@@ -70,17 +83,17 @@ def make_native(folder, away):
         per_image.append(planted(r, c, objects, seed=i, away=away))
         keys[i, : r * c] = per_image[-1]
     manifest = {"kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},
-                "network": "teacher", "arch": {"width": 12, "patch": P, "class_token": False}, "views": ["native"],
-                "per_view": {"native": {"patch": P, "patches": most}}, "interpolation": "dino", "attention": "none",
+                "network": "teacher", "arch": {"width": 12, "patch": P, "class_token": False}, "views": [view],
+                "per_view": {view: {"patch": P, "patches": most}}, "interpolation": "dino", "attention": "none",
                 "dtype": "float32", "chunk": 2, "image_list_sha256": "0" * 64, "n_images": len(SCENES)}
     rows = np.array([g[0] for g in grids]), np.array([g[1] for g in grids])
     store = folder / "store.zarr"
-    writer = cache.create_store(store, manifest, [s[0] for s in SCENES], {"keys_native": (("patch_native", "channel"), (most, 12))},
-                                view_grids={"native": rows})
+    writer = cache.create_store(store, manifest, [s[0] for s in SCENES], {f"keys_{view}": ((f"patch_{view}", "channel"), (most, 12))},
+                                view_grids={view: rows})
     sizes = np.array([[h, w] for _, h, w, _ in SCENES])
     for start in range(0, len(SCENES), 2):
         stop = min(start + 2, len(SCENES))
-        writer.write(start, {"keys_native": keys[start:stop]}, sizes[start:stop], np.zeros(stop - start, dtype=bool))
+        writer.write(start, {f"keys_{view}": keys[start:stop]}, sizes[start:stop], np.zeros(stop - start, dtype=bool))
     return store, per_image, grids
 
 
@@ -172,27 +185,30 @@ REFERENCES = {
 
 
 def pixels(patch_mask, rows, cols, h, w):
-    """The original-size mask, pixel by pixel: pixel (y, x) lies in native patch (y // p, x // p)."""
+    """The original-size mask, pixel by pixel: pixel (y, x) lies in patch (y // p, x // p), or in
+    none past the grid (native_crop's last < p rows and columns)."""
     grid = patch_mask.reshape(rows, cols)
     out = np.zeros((h, w), dtype=bool)
     for y in range(h):
         for x in range(w):
-            out[y, x] = grid[y // P, x // P]
+            out[y, x] = y // P < rows and x // P < cols and grid[y // P, x // P]
     return out
 
 
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("view", ["native", "native_crop"])
 @pytest.mark.parametrize("preset", list(REFERENCES))
-def test_every_preset_cuts_each_image_on_its_own_grid(native, native_away, preset, tmp_path):
-    store, per_image, grids = native_away if preset == "lost" else native
+def test_every_preset_cuts_each_image_on_its_own_grid(request, preset, view, tmp_path):
+    store, per_image, grids = request.getfixturevalue(view + ("_away" if preset == "lost" else ""))
+    assert grids == [grid_of(h, w, view) for _, h, w, _ in SCENES]
     out = tmp_path / "m.json"
-    result = runner.invoke(app, ["decode", str(store), "--view", "native", "--preset", preset, "-q", "--workers", "1",
+    result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", preset, "-q", "--workers", "1",
                                  "--out", str(out), "--cache", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
     saved = cache.load_results(store, "decoder")
-    assert saved.attrs["view"] == "native" and saved.sizes["patch"] == max(r * c for r, c in grids)
+    assert saved.attrs["view"] == view and saved.sizes["patch"] == max(r * c for r, c in grids)
     np.testing.assert_array_equal(saved["grid_rows"].values, [g[0] for g in grids])
     np.testing.assert_array_equal(saved["grid_cols"].values, [g[1] for g in grids])
     results = json.loads(out.read_text())
@@ -207,7 +223,11 @@ def test_every_preset_cuts_each_image_on_its_own_grid(native, native_away, prese
         mine = sorted((x for x in results if x["file_name"] == name), key=lambda x: x["mask"])
         assert [x["segmentation"]["size"] for x in mine] == [[h, w]] * n
         for x, ref in zip(mine, expected):
-            np.testing.assert_array_equal(decode_rle(x["segmentation"]), pixels(ref, r, c, h, w))
+            full = decode_rle(x["segmentation"])
+            np.testing.assert_array_equal(full, pixels(ref, r, c, h, w))
+            assert not full[r * P :].any() and not full[:, c * P :].any()  # native_crop: the strip under no patch is 0
+            x1, y1, x2, y2 = x["patch_box"]
+            assert x2 <= min(c * P, w) and y2 <= min(r * P, h) and x1 % P == 0 and y1 % P == 0  # patch-aligned, inside the view
 
 
 def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
@@ -256,3 +276,80 @@ def test_native_refuses_the_torch_backend_and_a_bad_view_in_one_line(native, tmp
     assert code == 2 and "--backend torch" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     code, err = run_main(["decode", str(store), "--view", "natve", "-q", "--cache", str(tmp_path / "c")], capsys)
     assert code == 2 and "--view natve" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# DSM on the view its code reads: lukemelas/deep-spectral-segmentation extract/extract.py cuts each
+# image to whole patches (images[:, :, :H_patch * P, :W_patch * P]), the native_crop view
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory, tiny_checkpoints):
+    """Synthetic scenes of SCENES' sizes (none a multiple of 16 on both sides), extracted with the
+    tiny DINO checkpoint in both own-size views."""
+    from conftest import synthetic_scene
+
+    folder = tmp_path_factory.mktemp("scenes")
+    for i, (name, h, w, objects) in enumerate(SCENES):
+        synthetic_scene(folder / name, (w, h), [(c0 * P, r0 * P, c1 * P, r1 * P) for r0, r1, c0, c1 in objects], seed=i)
+    store = folder / "store.zarr"
+    result = runner.invoke(app, ["extract", str(tiny_checkpoints["dino-full"]), "--images", str(folder), "--views", "native,native_crop",
+                                 "--dtype", "float32", "--store", str(store), "-q"])
+    assert result.exit_code == 0, result.output
+    return store, folder
+
+
+def decode_dsm(store, view, tmp_path, *extra):
+    out, summary = tmp_path / f"{view}.json", tmp_path / f"{view}-summary.json"
+    result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", "dsm", *extra, "-q", "--workers", "1",
+                                 "--out", str(out), "--json", str(summary), "--cache", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    masks = {x["file_name"]: decode_rle(x["segmentation"]) for x in json.loads(out.read_text())}
+    return cache.load_results(store, "decoder"), masks, json.loads(summary.read_text())
+
+
+def test_dsm_on_native_crop_is_dsms_rule_on_the_cut_images_keys(extracted, tmp_path):
+    store, _ = extracted
+    ds = cache.open_store(store, arrays="keys_native_crop")
+    keys = cache.require(ds, "keys_native_crop").values
+    saved, crop_masks, summary = decode_dsm(store, "native_crop", tmp_path)
+    assert summary["published_view"] == "native_crop" and summary["warnings"] == []
+    ids = [str(v) for v in saved.image.values]
+    for i, name in enumerate(ids):
+        _, h, w, _ = next(s for s in SCENES if s[0] == name)
+        r, c = grid_of(h, w, "native_crop")
+        assert (int(saved["grid_rows"].values[i]), int(saved["grid_cols"].values[i])) == (r, c)
+        (expected,) = ref_dsm(keys[i, : r * c], r, c)
+        np.testing.assert_array_equal(saved["masks"].values[i, 0, : r * c].astype(bool), expected, err_msg=name)
+        full = crop_masks[name]
+        assert full.shape == (h, w) and not full[r * P :].any() and not full[:, c * P :].any()  # the uncut strip: no patch, 0
+        np.testing.assert_array_equal(full, pixels(expected, r, c, h, w))
+    _, native_masks, native_summary = decode_dsm(store, "native", tmp_path)
+    assert native_summary["published_view"] == "native_crop" and len(native_summary["warnings"]) == 1
+    assert "cut to whole patches (native_crop view); these are the native view's keys" in native_summary["warnings"][0]
+    differ = [name for name in ids if not np.array_equal(native_masks[name], crop_masks[name])]
+    assert differ, "the padded and the cut image give the same DSM masks on every image"
+
+
+def test_dsm_colour_term_on_native_crop_resizes_the_whole_photograph(extracted, tmp_path):
+    """DSM's extract.py resizes the file itself to the cut grid (Image.open(...).resize((W_pad_lr,
+    H_pad_lr), Image.BILINEAR), W_pad_lr = W // P): the colour affinity of the whole photograph."""
+    from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
+
+    store, folder = extracted
+    keys = cache.require(cache.open_store(store, arrays="keys_native_crop"), "keys_native_crop").values
+    saved, _, _ = decode_dsm(store, "native_crop", tmp_path, "--color-lambda", "10")
+    for i, name in enumerate(str(v) for v in saved.image.values):
+        r, c = int(saved["grid_rows"].values[i]), int(saved["grid_cols"].values[i])
+        small = np.asarray(Image.open(folder / name).convert("RGB").resize((c, r), Image.BILINEAR), dtype=np.float64) / 255
+        want = dsm(keys[i, : r * c], (r, c), color=knn_color_affinity(small), color_lambda=10.0).mask
+        np.testing.assert_array_equal(saved["masks"].values[i, 0, : r * c].astype(bool), want, err_msg=name)
+
+
+def test_native_crop_on_a_store_without_it_says_how_to_get_it(native, tmp_path, capsys):
+    store, _, _ = native
+    code, err = run_main(["decode", str(store), "--view", "native_crop", "--preset", "dsm", "-q", "--cache", str(tmp_path / "c")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "has no array keys_native_crop" in err and "rerun `probe extract` with --views native_crop" in err
+    code, err = run_main(["decode", str(store), "--view", "native_crop", "--backend", "torch", "-q", "--cache", str(tmp_path / "c")], capsys)
+    assert code == 2 and "--backend torch" in err and "native_crop" in err and len(err.strip().splitlines()) == 1

@@ -519,11 +519,11 @@ def test_each_preset_says_its_published_view_and_maskcut_warns_on_a_bicubic_stor
     scenes = [Scene("a.png", 64, 64, [(3, 9, 4, 12)]), Scene("b.png", 64, 64, [(2, 7, 2, 7)])]
     keys = np.stack([planted_keys(GRID, s.objects, channels=24, noise=0.01, seed=i) for i, s in enumerate(scenes)])
     store = make_store(tmp_path / "store.zarr", scenes, keys)
-    for preset, view in (("maskcut", "480 lanczos"), ("lost", "native"), ("dsm", "native")):
+    for preset, view in (("maskcut", "480 lanczos"), ("lost", "native"), ("dsm", "native_crop")):
         code, err = _main(["decode", str(store), "--preset", preset, "--cache", str(tmp_path / "c"), "-q", "--json", str(tmp_path / "s.json")], capsys)
         summary = json.loads((tmp_path / "s.json").read_text())
         assert code == 0 and summary["published_view"] == view and len(summary["warnings"]) == 1
-        assert ("LANCZOS" in err and "--resample lanczos" in err) if preset == "maskcut" else "native view" in err
+        assert ("LANCZOS" in err and "--resample lanczos" in err) if preset == "maskcut" else f"({view} view)" in err
 
 
 def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metric(tmp_path, capsys):
@@ -567,3 +567,6 @@ def test_maskcut_reads_the_filter_from_the_480_views_manifest_entry():
     assert len(view_check("maskcut", 480, bicubic)["warnings"]) == 1
     assert len(view_check("maskcut", 480, old)["warnings"]) == 1
     assert view_check("tokencut", "native", lanczos)["warnings"] == []
+    assert view_check("dsm", "native_crop", lanczos)["warnings"] == []  # DSM's own view: cut to whole patches
+    assert "(native_crop view); these are the native view's keys" in view_check("dsm", "native", lanczos)["warnings"][0]
+    assert "(native view); these are the native_crop view's keys" in view_check("lost", "native_crop", lanczos)["warnings"][0]

@@ -318,3 +318,94 @@ def test_eval224_store_holds_the_forward_of_dinos_transform(probe, tmp_path, tin
     info = probe("info", store)
     assert info.returncode == 0 and "eval224" in info.stdout
     assert dict(describe_store(store))["view eval224"].startswith("14x14 patches at /16")
+
+
+# ----------------------------------------------------------------------------------------------
+# native_crop: each image at its own size, cut at the right and bottom to whole patches, as
+# lukemelas/deep-spectral-segmentation extract/extract.py does (ToTensor + Normalize, then
+# images[:, :, :H_patch * P, :W_patch * P])
+
+CROP_SIZES = ((333, 500), (257, 256), (200, 300), (64, 48))  # width, height
+
+
+def dsm_cut(photo: Image.Image, patch: int) -> torch.Tensor:
+    """DSM's pixels, built with torchvision itself: ToTensor + ImageNet Normalize, then the top-left whole patches."""
+    from torchvision import transforms
+
+    x = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])(photo)
+    h, w = x.shape[1:]
+    return x[:, : h // patch * patch, : w // patch * patch]
+
+
+@pytest.mark.parametrize("patch", [16, 8])
+def test_native_crop_view_is_torchvisions_tensor_cut_to_whole_patches(patch):
+    rng = np.random.default_rng(11)
+    for w, h in CROP_SIZES:
+        photo = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        ours = images.native(photo, patch, crop=True)
+        assert images.native_grid(w, h, patch, crop=True) == (h // patch, w // patch)
+        assert ours.shape == (3, h // patch * patch, w // patch * patch) and torch.equal(ours, dsm_cut(photo, patch)), (w, h, patch)  # bit for bit
+        padded = images.native(photo, patch)  # the same pixels where both have them; native adds zeros instead
+        assert torch.equal(padded[:, : ours.shape[1], : ours.shape[2]], ours)
+        assert padded.shape[1:] == (math.ceil(h / patch) * patch, math.ceil(w / patch) * patch)
+    assert images.native_grid(333, 500, 16, crop=True) == (31, 20) and images.native_grid(333, 500, 16) == (32, 21)
+    assert images.view_name("Native_Crop") == "native_crop" and images.OWN_SIZE == ("native", "native_crop")
+
+
+def test_native_crop_store_holds_the_forward_of_the_cut_image(probe, tmp_path, tiny_checkpoints, odd_sizes):
+    ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "c.zarr"
+    run = probe("extract", ckpt, "--images", odd_sizes, "--views", "native,native_crop", "--store", store, "-q")
+    assert run.returncode == 0, run.stderr
+    ds = open_store(store)
+    m = ds.attrs["manifest"]
+    assert m["views"] == ["native", "native_crop"] and m["per_view"]["native_crop"]["patches"] == 8
+    assert "extract/extract.py" in m["view_geometry"]["native_crop"] and m["per_view"]["native_crop"]["resample"] == "none"
+    assert sorted(a for a in ds.data_vars if a.endswith("_native_crop")) == [
+        "cls_keys_native_crop", "cls_tokens_native_crop", "done_native_crop", "failed_native_crop",
+        "grid_cols_native_crop", "grid_rows_native_crop", "keys_native_crop", "tokens_native_crop"]
+    rows, cols = grids.view_grid(ds, "native_crop")
+    ids = list(ds.image.values)
+    expected = {name: (h // 16, w // 16) for name, (w, h) in SIZES.items()}
+    assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected == {"wide.png": (2, 4), "tall.png": (4, 2), "one.png": (1, 1), "exact.png": (2, 3)}
+    backbone = Backbone.from_checkpoint(load_checkpoint(ckpt))
+    keys, tokens = require(ds, "keys_native_crop").values, require(ds, "tokens_native_crop").values
+    for k, name in enumerate(ids):
+        grid = expected[name]
+        n = grid[0] * grid[1]
+        with torch.no_grad():  # each image's grid is its own shape here, so extraction forwarded it alone too
+            out = backbone.readout(dsm_cut(images.load_image(odd_sizes / name), 16)[None], keys=True, attention="none")
+        assert np.array_equal(keys[k, :n], out.keys[0].to(torch.float16).numpy()), name  # float16, bit for bit
+        assert np.array_equal(tokens[k, :n], out.tokens[0].to(torch.float16).numpy()), name
+        assert np.array_equal(ds.cls_keys_native_crop.values[k], out.cls_key[0].to(torch.float16).numpy()), name
+        assert np.isnan(keys[k, n:]).all() and np.isnan(tokens[k, n:]).all()  # the patch dimension's padding, unused
+    native_keys = require(ds, "keys_native").values
+    exact, wide = ids.index("exact.png"), ids.index("wide.png")
+    assert np.array_equal(keys[exact, :6], native_keys[exact, :6])  # 48 x 32: a multiple of the patch, nothing to pad or cut
+    assert not np.array_equal(keys[wide, :8], native_keys[wide, :8])  # 70 x 40: another image, another position table
+    info = probe("info", store)
+    assert info.returncode == 0 and "view native_crop" in info.stdout
+    line = dict(describe_store(store))["view native_crop"]
+    assert line.startswith("per-image grids 1x1 to ") and "(patch dimension 8) at /16; 4/4 done" in line
+
+
+def test_native_crop_image_smaller_than_a_patch(probe, tmp_path, tiny_checkpoints, odd_sizes):
+    """9 px high is no whole 16-px patch: native_crop has no grid for it, said in one line, or
+    recorded as failed in that view alone with --on-error skip (its 224 view is kept)."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    (folder / "wide.png").write_bytes((odd_sizes / "wide.png").read_bytes())
+    Image.new("RGB", (40, 9)).save(folder / "strip.png")
+    ckpt, store = str(tiny_checkpoints["dino-backbone"]), tmp_path / "s.zarr"
+    run = probe("extract", ckpt, "--images", folder, "--views", "native_crop", "--store", store, "-q")
+    assert run.returncode == 2 and run.stderr.strip().count("\n") == 0 and "Traceback" not in run.stderr
+    assert "strip.png: is 40x9 px, smaller than one 16-px patch, so its native_crop view has no patch" in run.stderr and "--on-error skip" in run.stderr
+    assert not store.exists()
+    run = probe("extract", ckpt, "--images", folder, "--views", "224,native_crop", "--store", store, "-q", "--on-error", "skip")
+    assert run.returncode == 0, run.stderr
+    assert "strip.png" in run.stderr
+    full = open_store(store, done_only=False)
+    strip = list(full.image.values).index("strip.png")
+    assert full.failed_native_crop.values[strip] and not full.failed_224.values[strip] and full.done_native_crop.values.all()
+    assert (int(full.grid_rows_native_crop.values[strip]), int(full.grid_cols_native_crop.values[strip])) == (0, 0)
+    assert list(open_store(store, arrays="keys_native_crop").image.values) == ["wide.png"]
+    assert "strip.png" in open_store(store, arrays="tokens_224").image.values

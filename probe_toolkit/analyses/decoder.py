@@ -72,9 +72,10 @@ PRESETS: dict[str, dict] = {
     # Deep Spectral Methods: unit keys, positive affinity, Fiedler vector > 0 (extract.py, object_discovery.py)
     "dsm": dict(center=False, rule="dsm", tau=0.0, eps=1e-5, masks=1),
 }
-# the view each preset's numbers were published with (TokenCut/LOST/DSM: the image at its own size,
-# padded (DSM: cropped) to a multiple of the patch; MaskCut: squashed to 480 × 480 with LANCZOS)
-PUBLISHED_VIEW = {"centred": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native"}
+# the view each preset's numbers were published with (TokenCut/LOST: the image at its own size,
+# zero-padded to whole patches, main_tokencut.py / main_lost.py; DSM: cut to whole patches,
+# extract/extract.py and object-localization/main.py --eigenseg; MaskCut: squashed to 480 × 480 with LANCZOS)
+PUBLISHED_VIEW = {"centred": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native_crop"}
 
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
 SOLVERS = ("lanczos", "arpack", "dense")
@@ -661,7 +662,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
     """Masks of one image from its keys (N × C on a rows × cols grid, square by default); pure.
 
     ``cos`` may pass the image's cosines already computed with ``settings.center`` (sweeps).
-    ``grid`` (rows, cols) is needed only off the square (the native view); ``color``
+    ``grid`` (rows, cols) is needed only off the square (the own-size views); ``color``
     is DSM's colour affinity of the image at patch resolution (``dsm.knn_color_affinity``).
     """
     n = np.shape(keys)[0]
@@ -740,13 +741,14 @@ class Decoded:
     settings: Settings = field(default_factory=Settings)
     fiedler: np.ndarray | None = None  # (image, patch) float32, the first cut's oriented Fiedler vector
     seed: np.ndarray | None = None  # (image,) int, the first cut's seed patch
-    grids: np.ndarray | None = None  # (image, 2) int rows, cols of a per-image view (native); None: square
+    grids: np.ndarray | None = None  # (image, 2) int rows, cols of a per-image view (native, native_crop); None: square
     patch: int = 0  # the patch size in pixels of a per-image view (its masks' geometry)
+    view: str = "native"  # which per-image view, named in the saved results
 
     @property
     def grid(self) -> int:
         if self.grids is not None:
-            raise ProbeError(None, "the masks have a grid per image (native view)", "read each image's grid from Decoded.grids")
+            raise ProbeError(None, f"the masks have a grid per image ({self.view} view)", "read each image's grid from Decoded.grids")
         return grid_of(self.masks.shape[2])
 
 

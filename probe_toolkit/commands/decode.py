@@ -54,7 +54,9 @@ if TYPE_CHECKING:
     from ..store.direct import StoreArray, StoreData
 
 SETTINGS_FILE = "decoder-settings.json"
-NATIVE = "native"  # the view of each image at its own size (store.images.NATIVE; that module brings torch)
+# the views of each image at its own size, zero-padded up or cut down to whole patches
+# (store.images.OWN_SIZE; that module brings torch), and how a warning names each
+OWN_SIZE = {"native": "zero-padded to whole patches (native view)", "native_crop": "cut to whole patches (native_crop view)"}
 
 # The default sweep: 2 rules × 2 centrings × 6 τ × 2 ε × 3 mask counts = 144 settings.
 DEFAULT_GRID: dict[str, list] = {
@@ -108,8 +110,8 @@ class StoreKeys:
     keys: StoreArray  # (image, patch, channel), lazy, read with zarr alone (store.direct)
     checkpoint: str | None
     view: str = "480"
-    grids: np.ndarray | None = None  # (image, 2) rows, cols of the native view; None for the square views
-    patch: int = 0  # the native view's patch size in pixels
+    grids: np.ndarray | None = None  # (image, 2) rows, cols of an own-size view; None for the square views
+    patch: int = 0  # the own-size view's patch size in pixels
     data: StoreData | None = None  # the opened store, for the runner inputs read beside the keys
 
     def store_array(self, name: str) -> StoreArray:
@@ -126,31 +128,41 @@ class StoreKeys:
     def with_grids(self, decoded: Decoded) -> Decoded:
         """``decoded`` carrying this view's per-image grid and patch size (its masks' geometry)."""
         if self.grids is not None:
-            decoded.grids, decoded.patch = self.grids, self.patch
+            decoded.grids, decoded.patch, decoded.view = self.grids, self.patch, self.view
         return decoded
 
 
 def check_view(size: int | str) -> str:
-    """``--view`` / ``--size``: ``native`` or a fixed view's side in pixels (480 by default)."""
+    """``--view`` / ``--size``: an own-size view (native, native_crop) or a fixed view's side in pixels (480 by default)."""
     view = str(size)
-    if view != NATIVE and not view.isdigit():
-        raise ProbeError(f"--view {view}", "is neither native nor a fixed view's size", "use --view 480 or --view native")
+    if view not in OWN_SIZE and not view.isdigit():
+        raise ProbeError(f"--view {view}", "is neither native, native_crop nor a fixed view's size", "use --view 480, --view native or --view native_crop")
     return view
 
 
-def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, int]:
-    """(image, 2) rows, cols of the native view and its patch, checked against the padded image:
-    rows = ⌈H/p⌉, cols = ⌈W/p⌉ (zero-padded at the right and bottom, as TokenCut's and LOST's code)."""
+def own_size_grid(heights: np.ndarray, widths: np.ndarray, patch: int, view: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) an own-size view must have: ⌈H/p⌉ × ⌈W/p⌉ padded (native, as TokenCut's and
+    LOST's code), ⌊H/p⌋ × ⌊W/p⌋ cut (native_crop, as DSM's extract.py)."""
+    if view == "native_crop":
+        return heights // patch, widths // patch
+    return -(-heights // patch), -(-widths // patch)
+
+
+def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndarray, widths: np.ndarray, view: str = "native") -> tuple[np.ndarray, int]:
+    """(image, 2) rows, cols of an own-size view and its patch, checked against the image's size
+    (``own_size_grid``): a store whose grids disagree was not cut as its view says."""
     meta = cache.manifest(ds)
-    patch = int(((meta.get("per_view") or {}).get(NATIVE) or {}).get("patch") or (meta.get("arch") or {}).get("patch") or 0)
+    patch = int(((meta.get("per_view") or {}).get(view) or {}).get("patch") or (meta.get("arch") or {}).get("patch") or 0)
     if patch < 1:
-        raise ProbeError(store, "does not record the native view's patch size", "extract the store again with this version")
-    rows, cols = view_grid(ds, NATIVE)
-    bad = np.flatnonzero((rows != -(-heights // patch)) | (cols != -(-widths // patch)))
+        raise ProbeError(store, f"does not record the {view} view's patch size", "extract the store again with this version")
+    rows, cols = view_grid(ds, view)
+    want_rows, want_cols = own_size_grid(heights, widths, patch, view)
+    bad = np.flatnonzero((rows != want_rows) | (cols != want_cols))
     if bad.size:
         i = int(bad[0])
-        raise IntegrityError(store, f"image {ds['image'].values[i]}'s native grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels "
-                             f"padded to /{patch} ({bad.size} such images)", "extract the native view again")
+        edge = "cut" if view == "native_crop" else "padded"
+        raise IntegrityError(store, f"image {ds['image'].values[i]}'s {view} grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels "
+                             f"{edge} to /{patch} ({bad.size} such images)", f"extract the {view} view again")
     return np.stack([rows, cols], axis=1), patch
 
 
@@ -162,7 +174,7 @@ def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
     if ds.sizes.get("image", 0) == 0:
         raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")
     heights, widths = ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64)
-    grids, patch = native_grids(store, ds, heights, widths) if view == NATIVE else (None, 0)
+    grids, patch = native_grids(store, ds, heights, widths, view) if view in OWN_SIZE else (None, 0)
     return StoreKeys(
         store=Path(store),
         manifest=meta,
@@ -192,8 +204,8 @@ def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: C
 
     Each image is computed alone with one BLAS thread (``threads`` when this process computes):
     one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
-    slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: the
-    native view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
+    slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: an
+    own-size view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
     ``each``: the runner's per-block hook (``BlockResults``).
     """
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
@@ -209,7 +221,7 @@ def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[]
     source = src.manifest.get("image_source")
     if not source or not Path(source).is_dir():
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
-    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch)
+    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=src.view == "native")
     arrays = map_images(fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}, where=where,
                         progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
@@ -227,7 +239,7 @@ class BlockResults:
     def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
         block = as_decoded(arrays, self.settings)
         if self.src.grids is not None:
-            block.grids, block.patch = self.src.grids[a:b], self.src.patch
+            block.grids, block.patch, block.view = self.src.grids[a:b], self.src.patch, self.src.view
         self.parts.append((a, coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])))
 
     def add(self, decoded: Decoded) -> None:
@@ -285,20 +297,21 @@ def view_check(preset: str, size: int | str, manifest: dict[str, Any]) -> dict[s
     if preset == "maskcut" and resample != "lanczos":
         warnings.append(f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
                         "(MaskCut's masks change with the filter): extract with --views 480 --resample lanczos to match it")
-    elif published.startswith("native") and str(size) != "native":
-        warnings.append(f"--preset {preset} was published on each image at its own size (native view); these are the {size} view's keys")
+    elif published in OWN_SIZE and str(size) != published:
+        warnings.append(f"--preset {preset} was published on each image at its own size, {OWN_SIZE[published]}; these are the {size} view's keys")
     return {"published_view": published, "warnings": warnings}
 
 
 def refuse_per_image_grid(size: int | str, *, backend: str = "scipy", shard: str | None = None) -> None:
-    """The native view (a grid per image) decodes on the scipy backend, in one process or on a
+    """The own-size views (a grid per image) decode on the scipy backend, in one process or on a
     cluster; the torch backend batches square grids, and shards save square parts."""
-    if check_view(size) != NATIVE:
+    view = check_view(size)
+    if view not in OWN_SIZE:
         return
     if backend == "torch":
-        raise ProbeError("--backend torch", "batches square grids only, not the native view's grid per image", "use --backend scipy with --view native")
+        raise ProbeError("--backend torch", f"batches square grids only, not the {view} view's grid per image", f"use --backend scipy with --view {view}")
     if shard is not None or "WORLD_SIZE" in os.environ:
-        raise ProbeError("--shard", "shards decode the square views only, not the native view", "decode --view native in one process (--workers or --dask-address)")
+        raise ProbeError("--shard", f"shards decode the square views only, not the {view} view", f"decode --view {view} in one process (--workers or --dask-address)")
 
 
 def _meta_path(masks_file: Path) -> Path:
@@ -586,7 +599,7 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
         masks=decoded.masks[:, sl], score=decoded.score[:, sl], lambda2=decoded.lambda2[:, sl], lambda3=decoded.lambda3[:, sl],
         gap=decoded.gap[:, sl], ncut=decoded.ncut[:, sl], n_masks=n, degenerate=decoded.degenerate, stop=decoded.stop,
         dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings, fiedler=decoded.fiedler, seed=decoded.seed,
-        grids=decoded.grids, patch=decoded.patch,
+        grids=decoded.grids, patch=decoded.patch, view=decoded.view,
     )
 
 

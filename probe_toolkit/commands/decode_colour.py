@@ -1,7 +1,11 @@
 """DSM's colour term as a runner block (``probe decode --preset dsm --color-lambda L``).
 
 Each image's photograph (the store's ``image_source``) is resized bilinearly to its patch grid,
-/255, as DSM's ``_extract_eig`` does, and gives the KNN colour affinity beside its keys. The block
+/255, as DSM's ``_extract_eig`` does, and gives the KNN colour affinity beside its keys. DSM resizes
+the whole file (lukemelas/deep-spectral-segmentation ``extract/extract.py``: ``Image.open(image_file)
+.resize((W_pad_lr, H_pad_lr), Image.BILINEAR)``, the grid ⌊H/P⌋ × ⌊W/P⌋ of its cropped keys), so the
+square views and native_crop resize the photograph as stored; the native view's keys saw the
+zero-padded image, so its photograph is padded the same way first. The block
 reads its images' photographs itself, so local processes and dask workers (which mount the image
 folder as they mount the store) decode their images alone, the same bits as one process.
 """
@@ -15,9 +19,10 @@ import numpy as np
 from ..analyses.decoder import Settings
 
 
-def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int,
+def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int, padded: bool = False,
                  rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """A block of images → the decoder's arrays, each image decoded with its colour affinity."""
+    """A block of images → the decoder's arrays, each image decoded with its colour affinity;
+    ``padded``: the keys are the native view's (the photograph padded as they saw it)."""
     from PIL import Image
 
     from ..analyses.decoder import collate, decode_image, grid_of
@@ -32,11 +37,13 @@ def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, sou
         if rows is None:
             side = grid_of(keys.shape[1])
             r, c = side, side
-        else:  # the padded image (zeros at the right and bottom), as the keys saw it
+        else:  # an own-size view: the image's own grid, its first rows·cols patches
             r, c = int(rows[i]), int(cols[i])
-            padded = Image.new("RGB", (c * patch, r * patch))
-            padded.paste(photo, (0, 0))
-            photo, image_keys = padded, image_keys[: r * c]
+            image_keys = image_keys[: r * c]
+            if padded:  # zeros at the right and bottom, as the native view's keys saw it
+                canvas = Image.new("RGB", (c * patch, r * patch))
+                canvas.paste(photo, (0, 0))
+                photo = canvas
         photo = photo.resize((c, r), Image.BILINEAR)
         color = knn_color_affinity(np.asarray(photo, dtype=np.float64) / 255.0)
         results.append(decode_image(image_keys, settings, color=color, grid=(r, c)))

@@ -176,11 +176,19 @@ def _rows(array, positions: np.ndarray) -> np.ndarray:
     return np.asarray(array.get_orthogonal_selection((positions,)))
 
 
+def _view_of(group, name: str) -> str:
+    """The view an array belongs to, as the store's flags name it: the longest tail of its name
+    with a ``done_<tail>`` flag (``keys_native_crop`` → native_crop, not crop), else its last part."""
+    parts = name.split("_")
+    tails = ["_".join(parts[k:]) for k in range(1, len(parts))]
+    return next((tail for tail in tails if f"done_{tail}" in group), parts[-1])
+
+
 def _flags(group, arrays, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(done, failed) of the images at ``positions`` for the views the arrays belong to (their
-    name's last part, ``keys_480`` → 480), as ``store.cache.open_store`` judged them: a store
+    name's view, ``keys_480`` → 480), as ``store.cache.open_store`` judged them: a store
     growing another view stays readable for the views it has; else the store's own flags."""
-    views = sorted({name.rsplit("_", 1)[-1] for name in arrays if name != "image"})
+    views = sorted({_view_of(group, name) for name in arrays if name != "image"})
     if views and all(f"done_{v}" in group and f"failed_{v}" in group for v in views):
         done = np.logical_and.reduce([np.asarray(_rows(group[f"done_{v}"], positions), dtype=bool) for v in views])
         failed = np.logical_or.reduce([np.asarray(_rows(group[f"failed_{v}"], positions), dtype=bool) for v in views])

@@ -14,6 +14,11 @@ cols = ⌈W/p⌉) is the image's own: patch (r, c) covers the original pixels [r
 is [xmin·p, ymin·p, (xmax+1)·p, (ymax+1)·p] clipped to [0, W] × [0, H], as LOST's ``detect_box``
 clips it to the initial image size.
 
+The native_crop view is the image cut at the right and bottom to whole patches (DSM's
+``extract/extract.py``), rows = ⌊H/p⌋, cols = ⌊W/p⌋: patch (r, c) covers the same pixels
+[r·p, (r+1)·p) × [c·p, (c+1)·p), and the last H − rows·p rows and W − cols·p columns of the image
+lie under no patch, so they are 0 in every mask; its boxes lie inside the cut area.
+
 Results JSON: a list of COCO results, one per mask: ``image_id`` (the panel's COCO id when a
 panel was given, and then only that panel's images are listed; else the image's position in
 the store), ``file_name`` (the store's image id,
@@ -52,14 +57,24 @@ def upsample(patch_mask: np.ndarray, height: int, width: int) -> np.ndarray:
     return m.T[np.ix_(pixel_patches(int(width), g), pixel_patches(int(height), g))].T  # column-major, as RLE reads it
 
 
-def upsample_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> np.ndarray:
-    """(rows, cols) bool on the native grid → (height, width) bool: pixel (i, j) takes patch (⌊i/p⌋, ⌊j/p⌋)."""
+def on_grid(patch_mask: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``patch_mask[rows][:, cols]`` of a (rows, cols) mask, False where an index lies past the grid
+    (native_crop's strip under no patch); column-major, as RLE reads it."""
     m = np.asarray(patch_mask, dtype=bool)
-    return m.T[np.ix_(np.arange(int(width)) // patch, np.arange(int(height)) // patch)].T  # column-major, as RLE reads it
+    framed = np.zeros((m.shape[1] + 1, m.shape[0] + 1), dtype=bool)  # transposed, one empty row and column beyond
+    framed[: m.shape[1], : m.shape[0]] = m.T
+    return framed[np.ix_(np.minimum(cols, m.shape[1]), np.minimum(rows, m.shape[0]))].T
+
+
+def upsample_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> np.ndarray:
+    """(rows, cols) bool on an own-size grid → (height, width) bool: pixel (i, j) takes patch
+    (⌊i/p⌋, ⌊j/p⌋), and is 0 past the grid (native_crop's uncovered right and bottom)."""
+    return on_grid(patch_mask, np.arange(int(height)) // patch, np.arange(int(width)) // patch)
 
 
 def patch_box_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> list[float]:
-    """LOST's box of a (rows, cols) native mask in original pixels, [x1, y1, x2, y2], clipped to the image."""
+    """LOST's box of a (rows, cols) own-size mask in original pixels, [x1, y1, x2, y2], clipped to
+    the image (native's padded last patches; native_crop's boxes lie inside the cut area)."""
     rows, cols = np.nonzero(np.asarray(patch_mask, dtype=bool))
     if rows.size == 0:
         return [0.0, 0.0, 0.0, 0.0]
@@ -104,10 +119,10 @@ def coco_results(
             continue
         h, w = int(heights[i]), int(widths[i])
         for k in range(int(decoded.n_masks[i])):
-            if decoded.grids is not None:  # native: the image's own grid, its first rows·cols patches
+            if decoded.grids is not None:  # an own-size view: the image's own grid, its first rows·cols patches
                 r, c = (int(v) for v in decoded.grids[i])
-                on_grid = decoded.masks[i, k, : r * c].reshape(r, c)
-                full, box_patches = upsample_native(on_grid, h, w, decoded.patch), patch_box_native(on_grid, h, w, decoded.patch)
+                grid_mask = decoded.masks[i, k, : r * c].reshape(r, c)
+                full, box_patches = upsample_native(grid_mask, h, w, decoded.patch), patch_box_native(grid_mask, h, w, decoded.patch)
             else:
                 full, box_patches = upsample(decoded.masks[i, k], h, w), patch_box(decoded.masks[i, k], h, w)
             rle = encode(full)
@@ -130,7 +145,7 @@ def coco_results(
 
 def saved_masks(ds: xr.Dataset, i: int, height: int, width: int, original: tuple[int, int]) -> np.ndarray:
     """(masks, height, width) bool: image i's masks of saved ``results/decoder`` drawn at height ×
-    width, through the view's geometry (``original``: the image's own (H, W), which the native view needs)."""
+    width, through the view's geometry (``original``: the image's own (H, W), which the own-size views need)."""
     n = int(ds["n_masks"].values[i])
     patch_masks = ds["masks"].values[i, :n].astype(bool)
     if not n:
@@ -141,7 +156,7 @@ def saved_masks(ds: xr.Dataset, i: int, height: int, width: int, original: tuple
     h, w = original
     rows = np.minimum(((np.arange(height) + 0.5) * h / height).astype(np.int64), h - 1) // p
     cols = np.minimum(((np.arange(width) + 0.5) * w / width).astype(np.int64), w - 1) // p
-    return np.stack([m[: r * c].reshape(r, c)[np.ix_(rows, cols)] for m in patch_masks])
+    return np.stack([on_grid(m[: r * c].reshape(r, c), rows, cols) for m in patch_masks])
 
 
 def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> Results:
@@ -149,9 +164,9 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> Results:
     without xarray (``store.plain``), read back as an xarray Dataset."""
     dims2 = ("image", "mask")
     vectors = {} if decoded.fiedler is None else {"fiedler": (("image", "patch"), decoded.fiedler), "seed": ("image", decoded.seed)}
-    if decoded.grids is not None:  # native: masks padded to the view's most patches, each image's grid beside them
+    if decoded.grids is not None:  # an own-size view: masks padded to the view's most patches, each image's grid beside them
         vectors.update(grid_rows=("image", np.asarray(decoded.grids[:, 0], dtype=np.int64)), grid_cols=("image", np.asarray(decoded.grids[:, 1], dtype=np.int64)))
-        grid_attrs = {"grid": "per image (grid_rows, grid_cols)", "view": "native", "patch_size": int(decoded.patch)}
+        grid_attrs = {"grid": "per image (grid_rows, grid_cols)", "view": decoded.view, "patch_size": int(decoded.patch)}
     else:
         grid_attrs = {"grid": grid_of(decoded.masks.shape[2])}
     return Results(
@@ -196,4 +211,5 @@ def decoded_from_dataset(ds: xr.Dataset | Results) -> Decoded:
         seed=ds["seed"].values if "seed" in ds else None,
         grids=np.stack([ds["grid_rows"].values, ds["grid_cols"].values], axis=1) if "grid_rows" in ds else None,
         patch=int(ds.attrs.get("patch_size", 0)),
+        view=str(ds.attrs.get("view") or "native"),
     )

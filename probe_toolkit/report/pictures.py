@@ -100,8 +100,8 @@ def decoder_cuts(ctx: "Context") -> Section:
         section.missing("No Fiedler vectors saved: run `probe decode STORE` (decoder results from this version keep each image's first vector).")
         return section
     for label, (store, ds) in with_vector.items():
-        if "grid_rows" in ds:  # the figure draws one square grid; the native view has a grid per image
-            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the native view (a grid per image).")
+        if "grid_rows" in ds:  # the figure draws one square grid; the own-size views have a grid per image
+            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view (a grid per image).")
             continue
         ids = [str(v) for v in ds.image.values]
         scored = next((store.result(n) for n in sorted(store.results) if n.startswith("scores_")), None)

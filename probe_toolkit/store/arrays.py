@@ -2,10 +2,10 @@
 
 One table for every view, so extraction, the manifest and ``probe info`` agree: 224 gives tokens
 (and attention), eval224 tokens (the k-NN and linear features of DINO's evaluation transform, so no
-attention), 480 keys, 96 tokens, native keys and tokens; a register model's views each give
-their register tokens' last-block output too (``registers_<view>``). A view's patch count follows from
-the view and the checkpoint's patch size (224 at /16: 14 x 14, at /8: 28 x 28); the native view's
-patch dimension is the largest grid of the set.
+attention), 480 keys, 96 tokens, the own-size views (native, padded; native_crop, cut) keys and
+tokens; a register model's views each give their register tokens' last-block output too
+(``registers_<view>``). A view's patch count follows from the view and the checkpoint's patch size
+(224 at /16: 14 x 14, at /8: 28 x 28); an own-size view's patch dimension is the largest grid of the set.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from . import images
 from .backbone import Arch
 
 # what one forward pass of each view is read for
-READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",), "native": ("keys", "tokens")}
+READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",),
+         images.NATIVE: ("keys", "tokens"), images.NATIVE_CROP: ("keys", "tokens")}
 
 GEOMETRY = {
     "96": "short side 96 (PIL bicubic), centre crop 96",
@@ -26,6 +27,8 @@ GEOMETRY = {
     "480": "squash to 480x480 (PIL {resample})",
     "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
               "(TokenCut main_tokencut.py, LOST main_lost.py)",
+    images.NATIVE_CROP: "own size, normalised, cut at the right and bottom to floor(h/p) x floor(w/p) patches, top left kept "
+                        "(lukemelas/deep-spectral-segmentation extract/extract.py, object-localization/main.py --eigenseg)",
 }
 
 
@@ -52,12 +55,12 @@ def view_arrays(view: str, arch: Arch, patches: int, attention: str) -> dict[str
 def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: str) -> dict[str, Any]:
     """The manifest's entry for one view (``per_view``): grid, filter, attention, arrays."""
     facts: dict[str, Any] = {"patch": arch.patch, "patches": patches, "geometry": geometry(view, resample)}
-    if view == images.NATIVE:
-        facts.update(rows=None, cols=None, grid="per image, in grid_rows_native / grid_cols_native")
+    if view in images.OWN_SIZE:
+        facts.update(rows=None, cols=None, grid=f"per image, in grid_rows_{view} / grid_cols_{view}")
     else:
         rows, cols = images.fixed_grid(view, arch.patch)
         facts.update(rows=rows, cols=cols)
-    facts["resample"] = resample if view == "480" else ("none" if view == images.NATIVE else "bicubic")
+    facts["resample"] = resample if view == "480" else ("none" if view in images.OWN_SIZE else "bicubic")
     facts["attention"] = attention if "attention" in READS[view] else "none"
     facts["arrays"] = sorted(view_arrays(view, arch, patches, attention))
     return facts

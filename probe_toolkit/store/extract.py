@@ -53,7 +53,7 @@ def at_least(option: str, value: int | None, minimum: int, example: str) -> None
 class Settings:
     """Everything that decides a store's contents (recorded in its manifest).
 
-    ``views``: any of 96, 224, "eval224", 480 and "native"; ``resample``: the 480 view's filter.
+    ``views``: any of 96, 224, "eval224", 480, "native" and "native_crop"; ``resample``: the 480 view's filter.
     """
 
     views: tuple[int | str, ...] = (224, 480)
@@ -96,34 +96,36 @@ class Report:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def patch_counts(arch: Arch, settings: Settings, native_patches: int = 0) -> dict[str, int]:
-    """Each view's patch dimension: rows x cols of a fixed view, the set's largest grid for native."""
+def patch_counts(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, int]:
+    """Each view's patch dimension: rows x cols of a fixed view, the set's largest grid for an
+    own-size view (``own_patches``: view -> that grid's patch count)."""
     out = {}
     for view in settings.names:
-        if view == images.NATIVE:
-            out[view] = max(int(native_patches), 1)
+        if view in images.OWN_SIZE:
+            out[view] = max(int((own_patches or {}).get(view, 0)), 1)
         else:
             rows, cols = images.fixed_grid(view, arch.patch)
             out[view] = rows * cols
     return out
 
 
-def plan_arrays(arch: Arch, settings: Settings, native_patches: int = 0) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+def plan_arrays(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
     """Array names, dimension names and shapes (after ``image``) for these settings.
 
-    Patch dimensions carry their view (``patch_224``, ``patch_480``, ``patch_native``) because one
+    Patch dimensions carry their view (``patch_224``, ``patch_480``, ``patch_native``, ...) because one
     xarray Dataset cannot hold two sizes of one dimension; ``cache.require`` hands arrays out
     with the plain name ``patch``.
     """
     plan: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
-    for view, patches in patch_counts(arch, settings, native_patches).items():
+    for view, patches in patch_counts(arch, settings, own_patches).items():
         plan.update(arrays.view_arrays(view, arch, patches, settings.attention))
     return plan
 
 
-def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str, native_patches: int = 0) -> dict:
+def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str,
+                   own_patches: dict[str, int] | None = None) -> dict:
     arch = checkpoint.arch
-    counts = patch_counts(arch, settings, native_patches)
+    counts = patch_counts(arch, settings, own_patches)
     return {
         "kind": "probe-store",
         **provenance.stamp(),
@@ -175,25 +177,34 @@ def _kept_layout(path: Path, plan: dict) -> dict:
     return {name: spec for name, spec in plan.items() if not (name.startswith("registers_") and name not in present and started(grids.view_of(name)))}
 
 
-def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError) -> tuple[np.ndarray, np.ndarray]:
-    """Each image's native grid from its file header (0 x 0 for one that cannot have one, with skip)."""
-    rows, cols = np.zeros(len(refs), dtype=np.int32), np.zeros(len(refs), dtype=np.int32)
+def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each image's grid in each own-size view of ``views``, from its file header read once (0 x 0
+    where it cannot have one, with skip)."""
+    out = {v: (np.zeros(len(refs), dtype=np.int32), np.zeros(len(refs), dtype=np.int32)) for v in views}
     for i, ref in enumerate(refs):
         try:
             width, height = images.header_size(ref.path)
-            _check_native(ref, width, height, patch)
         except ProbeError:
             if on_error == "fail":
                 raise
             continue
-        rows[i], cols[i] = images.native_grid(width, height, patch)
-    return rows, cols
+        for view, (rows, cols) in out.items():
+            try:
+                rows[i], cols[i] = _own_grid(ref, width, height, patch, view)
+            except ProbeError:
+                if on_error == "fail":
+                    raise
+    return out
 
 
-def _check_native(ref: images.ImageRef, width: int, height: int, patch: int) -> None:
+def _own_grid(ref: images.ImageRef, width: int, height: int, patch: int, view: str) -> tuple[int, int]:
+    """The image's grid in an own-size view. One smaller than a patch on a side is its file's
+    error in both: cut, nothing of it is left; padded, the native view has always refused it."""
     if width < patch or height < patch:
-        raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its native view has no patch",
+        raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its {view} view has no patch",
                          "remove it, or record it as failed with --on-error skip")
+    return images.native_grid(width, height, patch, images.crops(view))
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
@@ -225,10 +236,10 @@ def resolve_device(device: str) -> torch.device:
 
 @dataclass
 class Loaded:
-    """One run's decoded images: the fixed views stacked, native tensors one by one."""
+    """One run's decoded images: the fixed views stacked, each own-size view's tensors one by one."""
 
     fixed: dict[str, tuple[list[int], torch.Tensor | None]]
-    native: list[tuple[int, torch.Tensor]]
+    own: dict[str, list[tuple[int, torch.Tensor]]]  # own-size view -> (image, pixels)
     original: np.ndarray  # (n, 2) height, width; 0 where the file could not be read
     failed: dict[str, np.ndarray]  # per view: images that cannot have it
     errors: list[str]
@@ -236,17 +247,18 @@ class Loaded:
 
 @dataclass
 class _Picture:
-    """One file decoded and cut: its size, its fixed views, its native view, or why not."""
+    """One file decoded and cut: its size, its fixed views, its own-size views, or why not."""
 
     size: tuple[int, int] = (0, 0)  # height, width
     fixed: dict[str, torch.Tensor] = field(default_factory=dict)
-    native: torch.Tensor | None = None
+    own: dict[str, torch.Tensor] = field(default_factory=dict)  # own-size view -> pixels
     error: ProbeError | None = None  # the file cannot be read: no view
-    native_error: ProbeError | None = None  # the file has no native view (too small, or changed)
+    own_error: dict[str, ProbeError] = field(default_factory=dict)  # own-size views it has not (too small, or changed)
 
 
-def _picture(ref: images.ImageRef, expected: tuple[int, int] | None, *, fixed: list[str], native: bool, resample: str, patch: int) -> _Picture:
-    """Decode and cut one image (runs on a decoding thread: PIL and numpy release the GIL)."""
+def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixed: list[str], resample: str, patch: int) -> _Picture:
+    """Decode and cut one image (runs on a decoding thread: PIL and numpy release the GIL);
+    ``expected``: its grid in each own-size view asked for, as the store was created with."""
     try:
         picture = images.load_image(ref.path)
     except ProbeError as error:
@@ -254,14 +266,13 @@ def _picture(ref: images.ImageRef, expected: tuple[int, int] | None, *, fixed: l
     out = _Picture(size=(picture.height, picture.width))
     for v in fixed:
         out.fixed[v] = images.normalise(images.view(picture, v, resample))
-    if native:
+    for view, grid in expected.items():
         try:
-            _check_native(ref, picture.width, picture.height, patch)
-            if images.native_grid(picture.width, picture.height, patch) != expected:
+            if _own_grid(ref, picture.width, picture.height, patch, view) != grid:
                 raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
-            out.native = images.native(picture, patch)
+            out.own[view] = images.native(picture, patch, images.crops(view))
         except ProbeError as error:
-            out.native_error = error
+            out.own_error[view] = error
     return out
 
 
@@ -283,15 +294,16 @@ def decoder_threads(asked: int | None, device: str) -> int:
     return max(1, min(16, cores - (1 if gpu else torch.get_num_threads())))
 
 
-def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int, grid: tuple[np.ndarray, np.ndarray] | None,
-             on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
+def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int,
+             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
     """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
     order; failed images are recorded, not silently dropped, and the first one (in image order)
-    fails the run when ``on_error`` is fail."""
-    fixed_views = [v for v in views if v != images.NATIVE]
+    fails the run when ``on_error`` is fail. ``grid``: each own-size view's (rows, cols) of these images."""
+    fixed_views = [v for v in views if v not in images.OWN_SIZE]
+    own_views = [v for v in views if v in images.OWN_SIZE]
     fixed: dict[str, list[torch.Tensor]] = {v: [] for v in fixed_views}
     where: dict[str, list[int]] = {v: [] for v in fixed}
-    native: list[tuple[int, torch.Tensor]] = []
+    own: dict[str, list[tuple[int, torch.Tensor]]] = {v: [] for v in own_views}
     original = np.zeros((len(refs), 2), dtype=np.int32)
     failed = {v: np.zeros(len(refs), dtype=bool) for v in views}
     errors: list[str] = []
@@ -303,9 +315,8 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
             failed[v][i] = True
         errors.append(error.line())
 
-    wants_native = images.NATIVE in views
-    expected = [(int(grid[0][i]), int(grid[1][i])) if wants_native else None for i in range(len(refs))]
-    decode = functools.partial(_picture, fixed=fixed_views, native=wants_native, resample=settings.resample, patch=patch)
+    expected = [{v: (int(grid[v][0][i]), int(grid[v][1][i])) for v in own_views} for i in range(len(refs))]
+    decode = functools.partial(_picture, fixed=fixed_views, resample=settings.resample, patch=patch)
     pictures = pool.map(decode, refs, expected) if pool is not None else map(decode, refs, expected)
     for i, picture in enumerate(pictures):
         if picture.error is not None:
@@ -315,12 +326,13 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
         for v in fixed:
             fixed[v].append(picture.fixed[v])
             where[v].append(i)
-        if picture.native_error is not None:
-            fail(i, picture.native_error, [images.NATIVE])
-        elif picture.native is not None:
-            native.append((i, picture.native))
+        for view in own_views:
+            if view in picture.own_error:
+                fail(i, picture.own_error[view], [view])
+            else:
+                own[view].append((i, picture.own[view]))
     stacked = {v: (where[v], images.stack(t) if t else None) for v, t in fixed.items()}
-    return Loaded(stacked, native, original, failed, errors)
+    return Loaded(stacked, own, original, failed, errors)
 
 
 def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None]) -> dict[str, np.ndarray]:
@@ -355,8 +367,8 @@ def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: 
 
 def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick) -> dict[str, np.ndarray]:
     """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value."""
-    names = [name for name in plan if name.endswith(f"_{view}")]
-    if view != images.NATIVE:
+    names = [name for name in plan if grids.view_of(name) == view]
+    if view not in images.OWN_SIZE:
         where, pixels = loaded.fixed[view]
         out = forward_view(backbone, pixels, view, settings, batch_size, device, tick) if pixels is not None else {}
         out = {name: values for name, values in out.items() if name in plan}
@@ -368,7 +380,7 @@ def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int
         return data
     data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
     shapes: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
-    for i, tensor in loaded.native:
+    for i, tensor in loaded.own[view]:
         shapes.setdefault(tuple(tensor.shape), []).append((i, tensor))
     for group in shapes.values():  # one batch shape per grid: images of one size forward together
         where = [i for i, _ in group]
@@ -434,7 +446,7 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
 def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError,
                       pool: ThreadPoolExecutor) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
     """Start decoding the run a new store begins with while the checkpoint is read and the network
-    built (the fixed views only: the native view needs the checkpoint's patch size).
+    built (the fixed views only: the own-size views need the checkpoint's patch size).
 
     Returns (run, future); the loop takes the future only when its first run is this one (a
     resumed store starts elsewhere and decodes its own), so the same images are decoded the
@@ -442,7 +454,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     taken. The thread ends once the run is decoded.
     """
     ranges = cache.chunk_ranges(len(refs), settings.chunk, shard)
-    if images.NATIVE in views or not ranges:
+    if any(v in images.OWN_SIZE for v in views) or not ranges:
         return None
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
@@ -492,18 +504,19 @@ def extract(
         if unlisted is not None:
             raise unlisted
         patch = checkpoint.arch.patch
+        own_views = tuple(v for v in views if v in images.OWN_SIZE)
         grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
-                 for v in views if v != images.NATIVE for r, c in [images.fixed_grid(v, patch)]}
-        if images.NATIVE in views:
-            grids[images.NATIVE] = native_grids(refs, patch, on_error)
-        native_patches = int((grids[images.NATIVE][0] * grids[images.NATIVE][1]).max(initial=0)) if images.NATIVE in grids else 0
+                 for v in views if v not in own_views for r, c in [images.fixed_grid(v, patch)]}
+        if own_views:
+            grids.update(native_grids(refs, patch, on_error, own_views))
+        own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
         torch_device = resolve_device(device)
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
         path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
-        plan = _kept_layout(path, plan_arrays(checkpoint.arch, settings, native_patches))
-        manifest = build_manifest(checkpoint, settings, refs, str(image_dir), native_patches)
+        plan = _kept_layout(path, plan_arrays(checkpoint.arch, settings, own_patches))
+        manifest = build_manifest(checkpoint, settings, refs, str(image_dir), own_patches)
         existed = (path / "zarr.json").is_file()
         try:
             writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
@@ -514,8 +527,8 @@ def extract(
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
-            native = (grids[images.NATIVE][0][a:b], grids[images.NATIVE][1][a:b]) if images.NATIVE in grids else None
-            return load_run(refs[a:b], list(needed), settings, patch, native, on_error, decoding)
+            own = {v: (grids[v][0][a:b], grids[v][1][a:b]) for v in own_views}
+            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding)
 
         report.seconds["setup"] = time.perf_counter() - started
         try:

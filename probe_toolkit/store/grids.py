@@ -4,7 +4,7 @@ A view's patch arrays (``tokens_<view>``, ``keys_<view>``) hold up to the view's
 count along ``patch_<view>``. Image i's patches are the first ``rows_i * cols_i`` entries,
 row-major on its rows_i x cols_i grid; the rest is padding (NaN) that nothing may read. The
 per-image grids live in ``grid_rows_<view>`` / ``grid_cols_<view>`` (constant for the fixed
-views, one per image for ``native``). Stores written before these arrays existed hold square
+views, one per image for ``native`` and ``native_crop``). Stores written before these arrays existed hold square
 fixed views only, so their grid follows from the patch count.
 """
 
@@ -21,9 +21,14 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
+# views whose name holds an underscore (``store.images.VIEW_NAMES``; that module brings torch)
+JOINED_VIEWS = ("native_crop",)
+
+
 def view_of(array: str) -> str:
-    """The view an array belongs to: ``tokens_224`` -> ``224``, ``keys_native`` -> ``native``."""
-    return array.rsplit("_", 1)[-1]
+    """The view an array belongs to: ``tokens_224`` -> ``224``, ``keys_native`` -> ``native``,
+    ``grid_rows_native_crop`` -> ``native_crop``."""
+    return next((v for v in JOINED_VIEWS if array.endswith(f"_{v}")), array.rsplit("_", 1)[-1])
 
 
 def views_in(ds: xr.Dataset) -> list[str]:

@@ -11,6 +11,13 @@
 - native: the image at its own size, normalised, then zero-padded at the right and bottom to a
   multiple of the patch size, as TokenCut's ``main_tokencut.py`` and LOST's ``main_lost.py`` pad
   it (``ceil(h / p) * p`` rows, ``ceil(w / p) * p`` columns). Its grid differs per image.
+- native_crop: the image at its own size, normalised, then cut at the right and bottom to whole
+  patches (``floor(h / p) * p`` rows, ``floor(w / p) * p`` columns, the top left kept), as
+  lukemelas/deep-spectral-segmentation crops it (``extract/extract.py``: ``images[:, :, :H_patch * P,
+  :W_patch * P]``; ``object-localization/main.py --eigenseg``). The last < p rows and columns are
+  read by no patch. Its grid differs per image.
+
+The two own-size views (``OWN_SIZE``) are one machinery with an edge rule, pad or crop.
 
 Every view is normalised with ImageNet's mean and standard deviation. Files are decoded as
 stored, their EXIF orientation tag left unapplied, as the peers' loaders read them (PIL's
@@ -38,17 +45,19 @@ EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
 VIEWS = (96, 224, 480)
 EVAL = "eval224"
 NATIVE = "native"
-VIEW_NAMES = ("96", "224", EVAL, "480", NATIVE)
+NATIVE_CROP = "native_crop"
+OWN_SIZE = (NATIVE, NATIVE_CROP)  # each image at its own size: padded up, or cut down, to whole patches
+VIEW_NAMES = ("96", "224", EVAL, "480", NATIVE, NATIVE_CROP)
 # the views cut as torchvision's Resize(short) + CenterCrop(side) cut them: name -> (short, side)
 CROPPED = {"96": (96, 96), "224": (224, 224), EVAL: (256, 224)}
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
 
 
 def view_name(view: int | str) -> str:
-    """The canonical name of a view ("96", "224", "eval224", "480", "native"); anything else is bad input."""
+    """The canonical name of a view ("96", "224", "eval224", "480", "native", "native_crop"); anything else is bad input."""
     name = str(view).strip().lower()
     if name not in VIEW_NAMES:
-        raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native")
+        raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native,native_crop")
     return name
 
 
@@ -71,8 +80,16 @@ def fixed_grid(view: str, patch: int) -> tuple[int, int]:
     return size // patch, size // patch
 
 
-def native_grid(width: int, height: int, patch: int) -> tuple[int, int]:
-    """(rows, cols) of the native view: the image zero-padded up to whole patches."""
+def crops(view: str) -> bool:
+    """The own-size view's edge rule: cut down to whole patches (native_crop), else padded up (native)."""
+    return str(view) == NATIVE_CROP
+
+
+def native_grid(width: int, height: int, patch: int, crop: bool = False) -> tuple[int, int]:
+    """(rows, cols) of an own-size view: the image zero-padded up to whole patches (native), or
+    with ``crop`` cut down to them (native_crop: 0 on a side shorter than one patch)."""
+    if crop:
+        return height // patch, width // patch
     return -(-height // patch), -(-width // patch)
 
 
@@ -205,7 +222,7 @@ def geometry(width: int, height: int, size: int | str) -> ViewGeometry:
     if name == "480":
         return ViewGeometry(480, (width, height), (480, 480), (0, 0, 480, 480))
     if name not in CROPPED:
-        raise ValueError(f"fixed views are {', '.join(v for v in VIEW_NAMES if v != NATIVE)}, not {size}")
+        raise ValueError(f"fixed views are {', '.join(v for v in VIEW_NAMES if v not in OWN_SIZE)}, not {size}")
     short, side = CROPPED[name]
     # torchvision's Resize(short): the long side truncated; its CenterCrop(side): offsets rounded
     resized = (short, int(short * height / width)) if width <= height else (int(short * width / height), short)
@@ -240,13 +257,16 @@ def normalise(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def native(image: Image.Image, patch: int) -> torch.Tensor:
-    """The native view: (3, rows * patch, cols * patch), normalised first, zeros at the right and bottom."""
+def native(image: Image.Image, patch: int, crop: bool = False) -> torch.Tensor:
+    """An own-size view: (3, rows * patch, cols * patch), normalised first, then zeros at the right
+    and bottom (native) or, with ``crop``, the right and bottom cut off (native_crop). One rule
+    for both: the image's top-left pixels that fit the grid, on a zero canvas of the grid's size."""
     pixels = normalise(image).numpy()
-    rows, cols = native_grid(image.width, image.height, patch)
-    padded = np.zeros((3, rows * patch, cols * patch), dtype=pixels.dtype)  # numpy: see ``stack``
-    padded[:, : image.height, : image.width] = pixels
-    return torch.from_numpy(padded)
+    rows, cols = native_grid(image.width, image.height, patch, crop)
+    height, width = min(rows * patch, image.height), min(cols * patch, image.width)
+    canvas = np.zeros((3, rows * patch, cols * patch), dtype=pixels.dtype)  # numpy: see ``stack``
+    canvas[:, :height, :width] = pixels[:, :height, :width]
+    return torch.from_numpy(canvas)
 
 
 def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
