@@ -421,6 +421,37 @@ def test_init_from_selfpatch_full_loads_heads_and_from_dino_converts(tmp_path):
     assert torch.equal(student.backbone.vit.pos_embed, released["backbone.pos_embed"][:, 1:])
 
 
+def test_a_start_from_a_file_with_heads_takes_its_teacher_centres(tmp_path):
+    """SelfPatch's and DINO's resume puts the file's centres back: a run continued from a released
+    file starts from them, not from zero targets; a head not taken keeps a zero centre."""
+    from probe_toolkit.store.checkpoints import save_state
+
+    raw = make_checkpoint("selfpatch-full", TINY)
+    g = torch.Generator().manual_seed(3)
+    raw["dino_loss"] = {k: torch.randn(v.shape, generator=g) for k, v in raw["dino_loss"].items()}
+    path = save_state(raw, tmp_path / "sp.pth")
+    t, info = build_trainer(load_config("tiny", {"init.checkpoint": str(path)}), CPU, 4)
+    assert info["centres"] == ["center", "patch_center"]
+    assert torch.equal(t.loss.center, raw["dino_loss"]["center"]) and torch.equal(t.loss.patch_center, raw["dino_loss"]["patch_center"])
+    t, info = build_trainer(load_config("tiny", {"init.checkpoint": str(path), "init.heads": False}), CPU, 4)
+    assert info["centres"] == [] and not t.loss.center.any() and not t.loss.patch_center.any()
+    t, info = build_trainer(load_config("tiny", {"init.checkpoint": str(write_checkpoint(tmp_path / "d.pth", "dino-full", TINY))}), CPU, 4)
+    assert info["centres"] == [] and not t.loss.center.any()  # DINO's head is not SelfPatch's c_head
+
+
+def test_random_prototype_directions_keep_nn_linear_default():
+    """DINO and SelfPatch apply trunc-normal(0.02) before the weight-normed last layer is made, so its
+    directions v keep nn.Linear's Kaiming-uniform U(-1/sqrt(fan_in), 1/sqrt(fan_in)); lengths g are 1."""
+    torch.manual_seed(0)
+    net, _, _ = build_networks(load_config("tiny"))
+    for head in (net.c_head, net.p_head):
+        weight = head.last_layer.parametrizations.weight
+        v, bound = weight.original1, 1 / math.sqrt(weight.original1.shape[1])
+        assert v.abs().max() <= bound and v.abs().max() > 0.98 * bound
+        assert v.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)  # a uniform's std, not 0.02
+        assert torch.equal(weight.original0, torch.ones_like(weight.original0))
+
+
 def test_configs_load_and_bad_settings_are_named():
     for name in ("selfpatch", "contrastive", "dino", "tiny"):
         load_config(name)

@@ -1,8 +1,11 @@
 """A run's settings: TOML in, ``--set section.key=value`` on top, one resolved copy saved with the run.
 
-Defaults are those of SelfPatch's released code (alinlab/SelfPatch ``main_selfpatch.py``, Yun et al.,
-CVPR 2022) and DINO's (facebookresearch/dino ``main_dino.py``); each config in ``training/configs/``
-states only what differs.
+The loss, heads, augmentations, schedules' shapes, clipping and EMA are those of SelfPatch's released
+code (alinlab/SelfPatch ``main_selfpatch.py``, Yun et al., CVPR 2022) and DINO's (facebookresearch/dino
+``main_dino.py``); the run's scale is set to continue a released network (separate backbone and head
+learning rates without the batch/256 scaling, 20 epochs, batch 256, bf16, a checkpoint every 5
+epochs), not to reproduce their from-scratch runs. Each config in ``training/configs/`` states only
+what differs.
 """
 
 from __future__ import annotations

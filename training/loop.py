@@ -278,14 +278,19 @@ def _trim_log(log: Path, step: int) -> None:
     tmp.replace(log)
 
 
-def build_networks(cfg: Config) -> tuple[Network, Network, dict | None]:
-    """Student and teacher with the same weights: random (trunc-normal 0.02) or from ``init.checkpoint``."""
+def initial_checkpoint(cfg: Config):
+    """The network ``init.checkpoint`` names, in SelfPatch's layout, or None for a random start."""
+    if not cfg.init.checkpoint:
+        return None
+    checkpoint = load_checkpoint(cfg.init.checkpoint, network=cfg.init.network)
+    return to_selfpatch(checkpoint) if checkpoint.arch.class_token else checkpoint  # DINO's backbone: drop class token, its position row and the final norm
+
+
+def build_networks(cfg: Config, checkpoint=None) -> tuple[Network, Network, dict | None]:
+    """Student and teacher with the same weights: random (trunc-normal 0.02) or from ``init.checkpoint``
+    (read here unless the caller passes it, already read)."""
     init_info = None
-    checkpoint = None
-    if cfg.init.checkpoint:
-        checkpoint = load_checkpoint(cfg.init.checkpoint, network=cfg.init.network)
-        if checkpoint.arch.class_token:
-            checkpoint = to_selfpatch(checkpoint)  # DINO's backbone: drop class token, its position row and the final norm
+    checkpoint = checkpoint if checkpoint is not None else initial_checkpoint(cfg)
     arch = checkpoint.arch if checkpoint else training_arch(cfg.model)
     student = Network(arch, cfg.model)
     init_random(student)
@@ -306,12 +311,15 @@ def build_networks(cfg: Config) -> tuple[Network, Network, dict | None]:
 def build_trainer(cfg: Config, ctx: Dist, steps_per_epoch: int) -> tuple[Trainer, dict | None]:
     """Networks (same seed on every process: same initial weights), DDP, AdamW groups, the loss and its centres."""
     torch.manual_seed(cfg.run.seed)
-    student, teacher, init_info = build_networks(cfg)
+    checkpoint = initial_checkpoint(cfg)
+    student, teacher, init_info = build_networks(cfg, checkpoint)
     student.to(ctx.device)
     teacher.to(ctx.device)
     model = DDP(student, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None) if ctx.distributed else student
     optimizer = torch.optim.AdamW(param_groups(student, cfg.optim))
     loss = losses.CentredLoss(cfg.model.image_prototypes, cfg.model.patch_prototypes, cfg.loss.teacher_temp, cfg.loss.student_temp, cfg.loss.center_momentum).to(ctx.device)
+    if checkpoint is not None:
+        init_info["centres"] = state.load_centres(loss, checkpoint, init_info["loaded"])
     torch.manual_seed(cfg.run.seed + ctx.rank)  # per-process randomness (stochastic depth)
     trainer = Trainer(
         cfg, ctx, student, teacher, model, optimizer, loss,

@@ -8,6 +8,8 @@ trainer saves loads in SelfPatch's code. The backbone is ``probe_toolkit.store.b
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 
 import torch
@@ -213,7 +215,10 @@ def init_random(network: Network) -> None:
     """DINO's and SelfPatch's init: trunc-normal(0.02) for Linear weights, position table and query; 0 biases; LayerNorm 1/0.
 
     The patch-embedding convolution keeps PyTorch's default, as in both codes. Prototype lengths
-    g are 1, their directions v trunc-normal like any Linear weight before weight norm.
+    g are 1 and their directions v keep ``nn.Linear``'s default (Kaiming-uniform, a = √5): both
+    codes apply their init before the weight-normed last layer exists (DINO's and SelfPatch's
+    ``DINOHead.__init__``), so it never reaches v; a trunc-normal(0.02) v would be about half as
+    long and take steps about 1.8 times larger under weight norm.
     """
     for module in network.modules():
         if isinstance(module, nn.Linear) and not parametrizations_of(module):
@@ -227,7 +232,7 @@ def init_random(network: Network) -> None:
     nn.init.trunc_normal_(network.ca_head.cls_token, std=0.02)
     for head in (network.c_head, network.p_head):
         weight = head.last_layer.parametrizations.weight
-        nn.init.trunc_normal_(weight.original1, std=0.02)
+        nn.init.kaiming_uniform_(weight.original1, a=math.sqrt(5))  # nn.Linear.reset_parameters
         weight.original0.fill_(1.0)
 
 

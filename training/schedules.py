@@ -21,7 +21,8 @@ def cosine(step: int, total: int, start: float, end: float, warmup: int = 0, war
 
 
 def learning_rate(step: int, total: int, warmup: int, peak: float, final: float) -> float:
-    """Warm-up from 0 to ``peak``, cosine to ``final`` (DINO: peak 5e-4·batch/256, final 1e-6)."""
+    """Warm-up from 0 to ``peak``, cosine to ``final``, as DINO's ``cosine_scheduler`` (whose peak is
+    5e-4·batch/256; the caller's ``peak`` is taken as given, unscaled)."""
     return cosine(step, total, peak, final, warmup=warmup)
 
 

@@ -93,6 +93,25 @@ def load_init(network: Network, checkpoint: Checkpoint, heads: bool) -> list[str
     return loaded
 
 
+# which loaded head each of the loss's centres belongs to
+CENTRE_OF = {"center": "c_head", "patch_center": "p_head"}
+
+
+@torch.no_grad()
+def load_centres(loss: nn.Module, checkpoint: Checkpoint, loaded: list[str]) -> list[str]:
+    """The file's teacher centres (its ``dino_loss`` entry) for the heads taken from it, as
+    SelfPatch and DINO resume them; a head started afresh keeps a zero centre. Returns the names."""
+    saved = checkpoint.extra.get("dino_loss")
+    taken = []
+    for name, head in CENTRE_OF.items():
+        value = saved.get(name) if isinstance(saved, dict) else None
+        own = getattr(loss, name)
+        if head in loaded and isinstance(value, torch.Tensor) and value.numel() == own.numel():
+            own.copy_(value.reshape(own.shape).to(own))  # DINO keeps (1, P), SelfPatch (1, 1, P)
+            taken.append(name)
+    return taken
+
+
 def checkpoint_state(student: nn.Module, teacher: nn.Module, optimizer, loss: nn.Module, epoch: int, step: int, args: dict[str, Any], rng: dict) -> dict[str, Any]:
     student_state = released_names(student.state_dict())
     return {
