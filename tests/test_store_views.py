@@ -350,6 +350,7 @@ def test_native_crop_view_is_torchvisions_tensor_cut_to_whole_patches(patch):
         assert padded.shape[1:] == (math.ceil(h / patch) * patch, math.ceil(w / patch) * patch)
     assert images.native_grid(333, 500, 16, crop=True) == (31, 20) and images.native_grid(333, 500, 16) == (32, 21)
     assert images.view_name("Native_Crop") == "native_crop" and images.OWN_SIZE == ("native", "native_crop")
+    assert images.view_name("native-crop") == "native_crop"
 
 
 def test_native_crop_store_holds_the_forward_of_the_cut_image(probe, tmp_path, tiny_checkpoints, odd_sizes):

@@ -134,7 +134,7 @@ class StoreKeys:
 
 def check_view(size: int | str) -> str:
     """``--view`` / ``--size``: an own-size view (native, native_crop) or a fixed view's side in pixels (480 by default)."""
-    view = str(size)
+    view = str(size).strip().lower().replace("-", "_")
     if view not in OWN_SIZE and not view.isdigit():
         raise ProbeError(f"--view {view}", "is neither native, native_crop nor a fixed view's size", "use --view 480, --view native or --view native_crop")
     return view

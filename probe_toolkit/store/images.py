@@ -55,7 +55,7 @@ RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LAN
 
 def view_name(view: int | str) -> str:
     """The canonical name of a view ("96", "224", "eval224", "480", "native", "native_crop"); anything else is bad input."""
-    name = str(view).strip().lower()
+    name = str(view).strip().lower().replace("-", "_")  # native-crop spelled as on a command line
     if name not in VIEW_NAMES:
         raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native,native_crop")
     return name
