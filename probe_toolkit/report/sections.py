@@ -431,6 +431,14 @@ def _display(rgb: np.ndarray | None, height: int, width: int) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize((w, h), Image.Resampling.BILINEAR))
 
 
+def _cut_on(ds) -> str:
+    """The view a decoder run cut its masks on, in words."""
+    view = str(ds.attrs.get("view") or ds.attrs.get("size") or "480")
+    if "grid_rows" in ds:
+        return f"the {view} view, a grid per image"
+    return f"the {view} view" if not view.isdigit() else f"the {view} view ({view} × {view} px)"
+
+
 def decoder(ctx: Context) -> Section:
     section = Section("decoder", "Decoder masks (label-free)")
     found = {s.label: s.result("decoder") for s in ctx.stores if s.result("decoder") is not None}
@@ -463,8 +471,9 @@ def decoder(ctx: Context) -> Section:
             i = ids[label].index(image_id)
             overlays[label].append(mask_geometry.saved_masks(ds, i, *rgb.shape[:2], original=(height, width)))
     png = figures.mask_overlays(pictures, overlays)
+    views = "; ".join(f"{label}: {_cut_on(ds)}" for label, ds in found.items())
     section.blocks.append(ctx.figure("decoder-masks", png, "Decoder masks over sample images (first cut first), one column per store; "
-                                                           "masks are cut on the 480 view's patch grid and mapped back to the whole image."))
+                                                           f"masks are cut on the patch grid of each store's view ({views}) and mapped back to the whole image."))
     _lacking(section, [s for s in ctx.stores if s.label not in found], "decoder masks", HOW["decoder"])
     return section
 
