@@ -118,6 +118,7 @@ def test_every_section_appears_once_its_results_exist(full):
     entropy = _text(report.section("entropy"))
     assert f"No attention entropy for {labels[2]}: run `probe entropy" in entropy
     assert f"No decoder masks for {labels[2]}" in _text(report.section("decoder"))
+    assert f"{labels[0]}: the 480 view (480 × 480 px)" in _text(report.section("decoder"))  # the view the masks were cut on
     assert f"No premise statistics (neighbours_g6) for {labels[2]}" in _text(report.section("premise"))
     assert f"No training log beside the checkpoint for {labels[0]}, {labels[1]}" in _text(report.section("training"))
     assert f"No attention of every block for {labels[1]}, {labels[2]}" in _text(report.section("attention"))
@@ -495,3 +496,13 @@ def test_propagation_strip_shows_the_written_masks_beside_the_first_annotation(f
         assert len(overlays) == len(np.unique(labels[labels > 0]))
         for n, fill in zip(sorted(np.unique(labels[labels > 0])), overlays):
             assert np.array_equal(fill[..., 3] > 0, labels == n)
+
+
+def test_decoder_caption_names_each_runs_view():
+    import xarray as xr
+
+    from probe_toolkit.report.sections import _cut_on
+
+    own = xr.Dataset({"grid_rows": ("image", np.array([3, 4]))}, attrs={"view": "native_crop", "size": "native_crop"})
+    assert _cut_on(own) == "the native_crop view, a grid per image"
+    assert _cut_on(xr.Dataset(attrs={"view": "480", "size": 480})) == "the 480 view (480 × 480 px)"
