@@ -59,17 +59,18 @@ def running_topk(test: torch.Tensor, train_blocks: Callable[[], Iterable[tuple[i
     """The k largest cosines of each (normalised) test row over every train block, sorted.
 
     ``train_blocks()`` yields (offset, normalised block); offsets make the indices global. Only
-    (test rows) × (k + block) values are held at once.
+    (test rows) × (block) values are held at once. Each block's own k best are merged with the
+    running k best (the k best of a union are among the k best of each part), so no block-wide
+    index table or concatenation is ever built.
     """
     best_val = torch.full((test.shape[0], 0), -float("inf"))
     best_idx = torch.zeros((test.shape[0], 0), dtype=torch.int64)
     for offset, block in train_blocks():
         sim = test @ block.T
-        idx = torch.arange(offset, offset + block.shape[0]).expand(test.shape[0], -1)
-        vals = torch.cat([best_val, sim], dim=1)
-        inds = torch.cat([best_idx, idx], dim=1)
-        m = min(k, vals.shape[1])
-        top_val, where = vals.topk(m, dim=1, largest=True, sorted=True)
+        block_val, block_idx = sim.topk(min(k, sim.shape[1]), dim=1, largest=True, sorted=False)  # the merge sorts
+        vals = torch.cat([best_val, block_val], dim=1)
+        inds = torch.cat([best_idx, block_idx + offset], dim=1)
+        top_val, where = vals.topk(min(k, vals.shape[1]), dim=1, largest=True, sorted=True)
         best_val, best_idx = top_val, inds.gather(1, where)
     # equal cosines at any rank: order them by train index (a stable, documented tie-break)
     order = np.lexsort((best_idx.numpy(), -best_val.numpy().astype(np.float64)), axis=1)
