@@ -494,6 +494,8 @@ def _benchmark_attrs(labels: LabelRead) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": labels.panel.kind, "benchmark": benchmark(labels.panel), "no_hard": labels.panel.no_hard}
     if labels.panel.kind == "coco20k":
         out["coco20k_images"] = f"{labels.coco.dataset.get('coco20k_found', 0)} of {COCO20K_SIZE}"
+    if labels.panel.kind == "saliency":
+        out["grey_ground_truth"] = labels.coco.dataset.get("saliency_grey", {"masks": 0, "pixels": 0})  # counted as foreground
     return out
 
 

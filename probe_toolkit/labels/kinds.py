@@ -10,8 +10,10 @@ image matching and the ledger do not change:
   selected by the image id in each file name, as their ``select_coco_20k``), crowd boxes removed
   (their ``extract_gt_COCO(remove_iscrowd=True)``). Images of the list missing from the file are
   counted, not invented: ``coco20k_found`` says how many of 19,817 a panel holds.
-- ``saliency``: an image folder and a folder of binary masks named like the images (``x.jpg`` →
-  ``x.png``), one annotation per image whose segmentation is the mask (RLE).
+- ``saliency``: an image folder and a folder of masks named like the images (``x.jpg`` →
+  ``x.png``), one annotation per image whose segmentation is the mask (RLE), foreground every grey
+  above 0 as TokenCut scores it; ``saliency_grey`` counts the masks and pixels strictly between 0
+  and 255 that this rule decided.
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -105,7 +107,7 @@ def _saliency(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     from ..store.images import list_images
     from .masks import encode
 
-    images, annotations, parts = [], [], []
+    images, annotations, parts, grey = [], [], [], [0, 0]
     for n, ref in enumerate(list_images(panel.images), start=1):
         path = saliency.mask_for(Path(ref.id), panel.annotations)
         if path is None:
@@ -115,12 +117,14 @@ def _saliency(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
             size = im.size
         raw = read(path)
         parts.append((str(path.relative_to(panel.annotations)), raw))
-        mask = saliency.read_mask(raw, path, size)
+        mask, in_between = saliency.read_mask(raw, path, size)
+        grey = [grey[0] + bool(in_between), grey[1] + in_between]
         rle = encode(mask)
         images.append({"id": n, "file_name": ref.id, "height": size[1], "width": size[0]})
         annotations.append({"id": n, "image_id": n, "category_id": 1, "segmentation": rle, "area": float(mask.sum()),
                             "bbox": [float(v) for v in mask_utils.toBbox(rle)], "iscrowd": 0})
-    return _digest(parts), {"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "salient"}]}
+    return _digest(parts), {"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "salient"}],
+                            "saliency_grey": {"masks": grey[0], "pixels": grey[1]}}
 
 
 def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:

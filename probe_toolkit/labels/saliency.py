@@ -1,8 +1,9 @@
-"""Saliency ground truth (a folder of binary masks, as ECSSD, DUTS-TE and DUT-OMRON ship) and the
+"""Saliency ground truth (a folder of masks, as ECSSD, DUTS-TE and DUT-OMRON ship) and the
 scores TokenCut reports on it.
 
 Definitions (TokenCut ``unsupervised_saliency_detection/metric.py``; predictions and masks at the
-image's own size, foreground = a mask value > 0.5, i.e. 255 in the shipped PNGs):
+image's own size, foreground = an 8-bit mask value > 0.5, i.e. any grey above 0; DUTS-TE's
+masks have anti-aliased grey edges, which count as foreground):
 
 - **maxFβ**, β² = 0.3: for every image and each of 255 thresholds t ∈ {0, 1/255, …, 254/255},
   precision and recall of {prediction > t} (precision 1 when nothing is predicted, recall 1 when
@@ -14,7 +15,7 @@ image's own size, foreground = a mask value > 0.5, i.e. 255 in the shipped PNGs)
   makes its mean NaN; here that image's IoU is 1.)
 - **MAE** and **S-measure** (α = 0.5): ``pysodmetrics`` (``py_sod_metrics.MAE``, ``Smeasure``) on
   the prediction as 8-bit grey (× 255, rounded), which that library min–max normalises like
-  MATLAB's ``mapminmax``, and the mask thresholded at 128; means over images.
+  MATLAB's ``mapminmax``, and the binarised mask (× 255); means over images.
 
 Pure: the masks' bytes are read by ``panels.read_labels`` (which writes the ledger first).
 """
@@ -34,8 +35,14 @@ BINS = 255
 MASK_SUFFIXES = (".png", ".bmp", ".jpg")
 
 
-def read_mask(raw: bytes, where: Path, size: tuple[int, int]) -> np.ndarray:
-    """A binary ground-truth mask (H, W) bool from its file's bytes; ``size`` is its image's (W, H)."""
+def read_mask(raw: bytes, where: Path, size: tuple[int, int]) -> tuple[np.ndarray, int]:
+    """(the ground-truth mask (H, W) bool, how many of its pixels were neither 0 nor 255) from its
+    file's bytes; ``size`` is its image's (W, H).
+
+    Foreground is every pixel above 0 of the 8-bit grey mask, as TokenCut scores it (its
+    ``metric.py`` compares the mask read with ``convert('L')`` to 0.5): DUTS-TE's masks are not all
+    binary (anti-aliased edges), and a 0/1 mask counts its ones. The grey pixels are counted, so a
+    panel says how much this rule decided."""
     from PIL import Image
 
     try:
@@ -46,11 +53,9 @@ def read_mask(raw: bytes, where: Path, size: tuple[int, int]) -> np.ndarray:
     if (grey.shape[1], grey.shape[0]) != tuple(size):
         raise ProbeError(where, f"is {grey.shape[1]}×{grey.shape[0]} but its image is {size[0]}×{size[1]}",
                          "give each image the mask of its own size")
-    values = np.unique(grey)
-    if not (set(values.tolist()) <= {0, 255} or set(values.tolist()) <= {0, 1}):
-        raise ProbeError(where, f"is not binary ({values.size} grey levels, e.g. {int(values[values % 255 != 0][0])})",
-                         "give binary masks (0 background, 255 object)")
-    return grey > 0
+    binary = grey > 0
+    in_between = int(np.count_nonzero(binary & (grey < 255))) if grey.max(initial=0) > 1 else 0  # a 0/1 mask has none
+    return binary, in_between
 
 
 def mask_for(image: Path, masks: Path) -> Path | None:
