@@ -223,6 +223,33 @@ def test_schedules_follow_dino():
         assert schedules.teacher_momentum(step, 140, 0.996) == pytest.approx(m[step], rel=1e-12)
 
 
+@pytest.mark.parametrize("warmup_epochs", [0, 1, 2, 30])
+def test_teacher_temperature_warms_up_per_epoch_as_dino(warmup_epochs):
+    """DINOLoss.teacher_temp_schedule (main_dino.py, main_selfpatch.py), written out with numpy."""
+    epochs = 40
+    plain = np.concatenate((np.linspace(0.04, 0.07, warmup_epochs), np.ones(epochs - warmup_epochs) * 0.07))
+    assert [schedules.teacher_temperature(e, warmup_epochs, 0.04, 0.07) for e in range(epochs)] == plain.tolist()  # exactly
+
+
+def test_a_step_uses_its_epochs_teacher_temperature():
+    """The targets are sharpened with the epoch's temperature: a warm-up run's step equals, loss for
+    loss, the step of a run held at that temperature, and the log says which it was."""
+    sets = {"optim.warmup_epochs": 0, "loss.teacher_temp": 0.07, "loss.warmup_teacher_temp": 0.04, "loss.warmup_teacher_temp_epochs": 3}
+
+    def step(epoch, **more):
+        torch.manual_seed(0)
+        return train_step(trainer(**{**sets, **more}), fixed_batch(), step=0, epoch=epoch)
+
+    records = {e: step(e) for e in (0, 1, 5)}
+    assert [records[e]["teacher_temp"] for e in (0, 1, 5)] == [0.04, np.linspace(0.04, 0.07, 3)[1], 0.07]
+    held = {e: step(e, **{"loss.warmup_teacher_temp_epochs": 0, "loss.teacher_temp": records[e]["teacher_temp"]}) for e in (0, 5)}
+    for e in (0, 5):
+        assert records[e]["loss"] == held[e]["loss"] and records[e]["loss_patch"] == held[e]["loss_patch"]
+    assert records[0]["loss_image"] != records[5]["loss_image"]
+    with pytest.raises(ProbeError, match="warmup_teacher_temp_epochs"):
+        load_config("tiny", {"loss.warmup_teacher_temp_epochs": 100})
+
+
 # ----------------------------------------------------------------------------------------------
 # the step, on a fixed synthetic batch
 

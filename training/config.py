@@ -85,7 +85,9 @@ class RuleCfg:
 
 @dataclass
 class LossCfg:
-    teacher_temp: float = 0.04  # SelfPatch's code (constant)
+    teacher_temp: float = 0.04  # after the warm-up (DINO's and SelfPatch's default 0.04, constant)
+    warmup_teacher_temp: float = 0.04  # the first epoch's; linear to teacher_temp over the warm-up epochs
+    warmup_teacher_temp_epochs: int = 0  # DINO's default 0 (its ViT-S/16 recipe: 0.04 -> 0.07 over 30)
     student_temp: float = 0.1
     center_momentum: float = 0.9
 
@@ -179,6 +181,11 @@ def validate(config: Config, source: str = "config") -> None:
         raise ProbeError(source, f"optim.batch_size {o.batch_size} is not a multiple of optim.micro_batch {o.micro_batch}", "change one of them")
     if o.epochs < 1 or o.warmup_epochs < 0 or o.warmup_epochs > o.epochs:
         raise ProbeError(source, f"epochs {o.epochs} / warmup_epochs {o.warmup_epochs} do not fit", "need 0 <= warmup_epochs <= epochs, epochs >= 1")
+    if not 0 <= config.loss.warmup_teacher_temp_epochs <= o.epochs:
+        raise ProbeError(source, f"loss.warmup_teacher_temp_epochs {config.loss.warmup_teacher_temp_epochs} does not fit {o.epochs} epochs",
+                         "need 0 <= loss.warmup_teacher_temp_epochs <= optim.epochs")
+    if min(config.loss.teacher_temp, config.loss.warmup_teacher_temp, config.loss.student_temp) <= 0:
+        raise ProbeError(source, "a loss temperature is not positive", "temperatures divide the scores: give values > 0 (DINO: 0.04 teacher, 0.1 student)")
     if config.init.network not in ("teacher", "student"):
         raise ProbeError(source, f"init.network {config.init.network!r} is not teacher or student", "pick one")
     if not 0 < config.rule.negative_quantile < 1:

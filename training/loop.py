@@ -50,6 +50,7 @@ LOG_FIELDS = {
     "lr_heads": "learning rate of the head groups at this step",
     "weight_decay": "weight decay of the decayed groups at this step",
     "momentum": "teacher EMA momentum used after this step",
+    "teacher_temp": "the teacher's temperature this epoch (loss.warmup_teacher_temp -> loss.teacher_temp)",
     "grad_norm": "norm of all gradients before per-tensor clipping",
     "last_layer_frozen": "true while the prototype layers are held fixed",
     "step_time_s": "wall time of the step (data wait included)",
@@ -167,6 +168,7 @@ def train_step(t: Trainer, micro_batches: list[list[torch.Tensor]], step: int, e
     # 1. schedules, plain functions of the step
     wd = schedules.weight_decay(step, t.total_steps, cfg.optim.weight_decay, cfg.optim.weight_decay_end)
     momentum = schedules.teacher_momentum(step, t.total_steps, cfg.optim.momentum_teacher)
+    t.loss.teacher_temp = schedules.teacher_temperature(epoch, cfg.loss.warmup_teacher_temp_epochs, cfg.loss.warmup_teacher_temp, cfg.loss.teacher_temp)
     for group in t.optimizer.param_groups:
         group["lr"] = schedules.learning_rate(step, t.total_steps, t.warmup_steps, group["peak"], cfg.optim.min_lr)
         group["weight_decay"] = wd if group["decay"] else 0.0
@@ -208,7 +210,8 @@ def train_step(t: Trainer, micro_batches: list[list[torch.Tensor]], step: int, e
     if theta is not None:
         record["theta"] = float(theta)
     lrs = {g["name"].split("/")[0]: g["lr"] for g in t.optimizer.param_groups}
-    record.update(lr_backbone=lrs.get("backbone", 0.0), lr_heads=lrs.get("heads", 0.0), weight_decay=wd, momentum=momentum, grad_norm=grad_norm, last_layer_frozen=frozen)
+    record.update(lr_backbone=lrs.get("backbone", 0.0), lr_heads=lrs.get("heads", 0.0), weight_decay=wd, momentum=momentum,
+                  teacher_temp=t.loss.teacher_temp, grad_norm=grad_norm, last_layer_frozen=frozen)
     return record
 
 

@@ -34,3 +34,14 @@ def weight_decay(step: int, total: int, start: float, end: float) -> float:
 def teacher_momentum(step: int, total: int, base: float) -> float:
     """EMA momentum, cosine from ``base`` (0.996) to 1."""
     return cosine(step, total, base, 1.0)
+
+
+def teacher_temperature(epoch: int, warmup_epochs: int, warmup: float, final: float) -> float:
+    """The teacher's temperature in ``epoch``: element ``epoch`` of DINO's and SelfPatch's
+    ``concatenate(linspace(warmup, final, warmup_epochs), ones(rest) * final)`` (per epoch, not per
+    step; numpy's linspace computes ``i * step + start`` and ends exactly on ``final``)."""
+    if epoch >= warmup_epochs:
+        return final
+    if epoch == warmup_epochs - 1 and warmup_epochs > 1:
+        return final
+    return epoch * ((final - warmup) / (warmup_epochs - 1)) + warmup if warmup_epochs > 1 else warmup
