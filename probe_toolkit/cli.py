@@ -67,7 +67,7 @@ def extract(
     checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
     images: Annotated[Optional[Path], typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[Optional[str], typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
-    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by probe knn), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST), native_crop (keys, tokens; own size, cut to whole patches as DSM's extract.py). A later run may add views to a store.")] = "224,480",
+    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by probe knn), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST), native_crop (keys, tokens; own size, cut to whole patches as DSM's extract.py), native_resized (keys, tokens; resized with LANCZOS to round(side/p) patches as TokenCut's saliency get_saliency.py). A later run may add views to a store.")] = "224,480",
     resample: Annotated[Optional[str], typer.Option("--resample", help="Filter of the 480 squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
     attention: Annotated[str, typer.Option(help="Attention maps at 224: last, all (12 blocks) or none.")] = "last",
     dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
@@ -197,7 +197,7 @@ def doctor(cache: CacheOpt = None) -> None:
 
 
 # --- decoder, panels, ledger, scoring ---
-DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), or native_crop: cut to whole patches (DSM's extract/extract.py).")]
+DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's unsupervised_saliency_detection/get_saliency.py).")]
 
 panel_app = typer.Typer(no_args_is_help=True, help="Labelled image sets (COCO file + image folder + role).")
 ledger_app = typer.Typer(no_args_is_help=True, help="The hash-chained record of every read of labels.")
@@ -276,7 +276,7 @@ def decode(
     quiet: QuietOpt = False,
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
-    from .commands.decode import resolve_settings, run_decode
+    from .commands.decode import OWN_SIZE, check_view, resolve_settings, run_decode
     from .infra.atomic import write_json
     from .infra.progress import bar
 
@@ -284,10 +284,10 @@ def decode(
 
     chosen, source = resolve_settings(preset=preset, overrides=dict(tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda),
                                       settings_file=settings, cache_dir=cache)
-    size = view or size  # --view 480|native|native_crop (keys_<view>); --size stays the fixed views' spelling
+    size = view or size  # --view 480|native|native_crop|native_resized (keys_<view>); --size stays the fixed views' spelling
     if images is not None:
-        if str(size) in ("native", "native_crop"):
-            raise ProbeError(f"--view {size}", f"is decoded from a store's keys_{size}, not streamed with --images", f"run `probe extract --views {size}`, then `probe decode STORE --view {size}`")
+        if (own := check_view(size)) in OWN_SIZE:
+            raise ProbeError(f"--view {own}", f"is decoded from a store's keys_{own}, not streamed with --images", f"run `probe extract --views {own}`, then `probe decode STORE --view {own}`")
         if panel is not None or dask_address is not None:
             raise ProbeError(None, "--images streams without --panel or --dask-address", "score the masks JSON with `probe score`; shard with --shard or torchrun")
         return _decode_stream(store, images, chosen, source, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
@@ -349,6 +349,8 @@ def score(
     from .infra.atomic import write_json
 
     report = run_score(masks_file, panel, unseal=unseal, cache_dir=cache)
+    for warning in report.warnings:
+        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     _scores_table(f"{panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     if report.saved:
         console.print(f"saved → {report.saved}")

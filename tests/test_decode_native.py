@@ -1,10 +1,12 @@
-"""``probe decode --view native`` and ``--view native_crop``: each image cut on its own rows x cols
-grid, masks at its own size.
+"""``probe decode --view native``, ``--view native_crop`` and ``--view native_resized``: each image
+cut on its own rows x cols grid, masks at its own size.
 
 The references below are plain, independent re-implementations written here (float64, dense
 ``scipy.linalg.eigh`` of the generalized problem, loops over the grid), run image by image on the
 (rows, cols) keys that TokenCut's and LOST's code would see on the zero-padded image, or DSM's
-on the image cut to whole patches (native_crop).
+on the image cut to whole patches (native_crop), or TokenCut's saliency code's on the image
+resized to round(side/p) patches (native_resized), whose masks come back by torch's
+``F.interpolate(mode='nearest')`` as its object_discovery.py brings them.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.ndimage
+import torch
 from decoder_scenes import run_main
 from PIL import Image
 from pycocotools import mask as mask_utils
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from probe_toolkit.labels.masks import decode_rle
+from probe_toolkit.labels.masks import decode_rle, saved_masks
 from probe_toolkit.store import cache
 
 runner = CliRunner()
@@ -35,7 +38,10 @@ SCENES = [
 
 
 def grid_of(h, w, view="native"):
-    """native: padded up to whole patches (TokenCut, LOST); native_crop: cut down to them (DSM)."""
+    """native: padded up to whole patches (TokenCut, LOST); native_crop: cut down to them (DSM);
+    native_resized: round(side/p), Python's round (TokenCut's resize_pil), at least 1."""
+    if view == "native_resized":
+        return max(1, round(h / P)), max(1, round(w / P))
     return (h // P, w // P) if view == "native_crop" else (-(-h // P), -(-w // P))
 
 
@@ -71,6 +77,16 @@ def native_crop(tmp_path_factory):
 @pytest.fixture(scope="module")
 def native_crop_away(tmp_path_factory):
     return make_native(tmp_path_factory.mktemp("crop-away"), away=True, view="native_crop")
+
+
+@pytest.fixture(scope="module")
+def native_resized(tmp_path_factory):
+    return make_native(tmp_path_factory.mktemp("resized"), away=False, view="native_resized")
+
+
+@pytest.fixture(scope="module")
+def native_resized_away(tmp_path_factory):
+    return make_native(tmp_path_factory.mktemp("resized-away"), away=True, view="native_resized")
 
 
 def make_native(folder, away, view="native"):
@@ -184,9 +200,17 @@ REFERENCES = {
 }
 
 
-def pixels(patch_mask, rows, cols, h, w):
+def interpolated(patch_mask, rows, cols, h, w):
+    """TokenCut's saliency masks at the original size: torch's F.interpolate(size=(h, w), mode='nearest')."""
+    grid = torch.from_numpy(np.asarray(patch_mask, dtype=bool).reshape(rows, cols))
+    return (torch.nn.functional.interpolate(grid[None, None].float(), size=(h, w), mode="nearest")[0, 0] > 0).numpy()
+
+
+def pixels(patch_mask, rows, cols, h, w, view="native"):
     """The original-size mask, pixel by pixel: pixel (y, x) lies in patch (y // p, x // p), or in
-    none past the grid (native_crop's last < p rows and columns)."""
+    none past the grid (native_crop's last < p rows and columns); resized, torch's nearest."""
+    if view == "native_resized":
+        return interpolated(patch_mask, rows, cols, h, w)
     grid = patch_mask.reshape(rows, cols)
     out = np.zeros((h, w), dtype=bool)
     for y in range(h):
@@ -198,7 +222,7 @@ def pixels(patch_mask, rows, cols, h, w):
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("view", ["native", "native_crop"])
+@pytest.mark.parametrize("view", ["native", "native_crop", "native_resized"])
 @pytest.mark.parametrize("preset", list(REFERENCES))
 def test_every_preset_cuts_each_image_on_its_own_grid(request, preset, view, tmp_path):
     store, per_image, grids = request.getfixturevalue(view + ("_away" if preset == "lost" else ""))
@@ -224,10 +248,44 @@ def test_every_preset_cuts_each_image_on_its_own_grid(request, preset, view, tmp
         assert [x["segmentation"]["size"] for x in mine] == [[h, w]] * n
         for x, ref in zip(mine, expected):
             full = decode_rle(x["segmentation"])
-            np.testing.assert_array_equal(full, pixels(ref, r, c, h, w))
+            np.testing.assert_array_equal(full, pixels(ref, r, c, h, w, view))
+            assert x["patch_box"] == box_of_patches(ref, r, c, h, w, view)
+            if view == "native_resized":
+                continue
             assert not full[r * P :].any() and not full[:, c * P :].any()  # native_crop: the strip under no patch is 0
             x1, y1, x2, y2 = x["patch_box"]
             assert x2 <= min(c * P, w) and y2 <= min(r * P, h) and x1 % P == 0 and y1 % P == 0  # patch-aligned, inside the view
+
+
+def box_of_patches(patch_mask, rows, cols, h, w, view):
+    """LOST's box of the mask's patches, in pixels: the pixel extent of the filled patch rectangle
+    drawn as the mask is drawn (so box and mask agree in every view)."""
+    r, c = np.nonzero(np.asarray(patch_mask, dtype=bool).reshape(rows, cols))
+    filled = np.zeros((rows, cols), dtype=bool)
+    filled[r.min() : r.max() + 1, c.min() : c.max() + 1] = True
+    ys, xs = np.nonzero(pixels(filled.ravel(), rows, cols, h, w, view))
+    return [float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)]
+
+
+@pytest.mark.parametrize("h, w", [(500, 333), (256, 257), (300, 200), (24, 40), (264, 280), (122, 382), (9, 23)])
+def test_native_resized_masks_come_back_as_torchs_nearest_interpolate(h, w):
+    """Random patch masks on the round(h/16) x round(w/16) grid, drawn at h x w by labels.masks,
+    equal F.interpolate(mode='nearest') (float32 source indices: 122 x 382 has borders where the
+    exact quotient y * rows / h picks another patch), and the box is the mask's patches' extent."""
+    from probe_toolkit.labels.masks import patch_box_native, upsample_native
+
+    rows, cols = grid_of(h, w, "native_resized")
+    if (h, w) == (122, 382):  # the exact quotient picks patch 4 for row 61 and 12 for column 191; torch picks 3 and 11
+        assert 61 * rows // h == 4 and 191 * cols // w == 12
+        assert interpolated(np.arange(rows) == 3, rows, 1, h, 1)[61, 0] and interpolated(np.arange(cols) == 11, 1, cols, 1, w)[0, 191]
+    rng = np.random.default_rng(h * w)
+    for _ in range(3):
+        mask = rng.random((rows, cols)) < 0.4
+        mask[rng.integers(rows), rng.integers(cols)] = True
+        ours = upsample_native(mask, h, w, P, "native_resized")
+        assert ours.shape == (h, w)
+        np.testing.assert_array_equal(ours, interpolated(mask, rows, cols, h, w))
+        assert patch_box_native(mask, h, w, P, "native_resized") == box_of_patches(mask, rows, cols, h, w, "native_resized")
 
 
 def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
@@ -286,14 +344,14 @@ def test_native_refuses_the_torch_backend_and_a_bad_view_in_one_line(native, tmp
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory, tiny_checkpoints):
     """Synthetic scenes of SCENES' sizes (none a multiple of 16 on both sides), extracted with the
-    tiny DINO checkpoint in both own-size views."""
+    tiny DINO checkpoint in the three own-size views."""
     from conftest import synthetic_scene
 
     folder = tmp_path_factory.mktemp("scenes")
     for i, (name, h, w, objects) in enumerate(SCENES):
         synthetic_scene(folder / name, (w, h), [(c0 * P, r0 * P, c1 * P, r1 * P) for r0, r1, c0, c1 in objects], seed=i)
     store = folder / "store.zarr"
-    result = runner.invoke(app, ["extract", str(tiny_checkpoints["dino-full"]), "--images", str(folder), "--views", "native,native_crop",
+    result = runner.invoke(app, ["extract", str(tiny_checkpoints["dino-full"]), "--images", str(folder), "--views", "native,native_crop,native_resized",
                                  "--dtype", "float32", "--store", str(store), "-q"])
     assert result.exit_code == 0, result.output
     return store, folder
@@ -331,14 +389,16 @@ def test_dsm_on_native_crop_is_dsms_rule_on_the_cut_images_keys(extracted, tmp_p
     assert differ, "the padded and the cut image give the same DSM masks on every image"
 
 
-def test_dsm_colour_term_on_native_crop_resizes_the_whole_photograph(extracted, tmp_path):
+@pytest.mark.parametrize("view", ["native_crop", "native_resized"])
+def test_dsm_colour_term_on_native_crop_resizes_the_whole_photograph(extracted, tmp_path, view):
     """DSM's extract.py resizes the file itself to the cut grid (Image.open(...).resize((W_pad_lr,
-    H_pad_lr), Image.BILINEAR), W_pad_lr = W // P): the colour affinity of the whole photograph."""
+    H_pad_lr), Image.BILINEAR), W_pad_lr = W // P): the colour affinity of the whole photograph.
+    native_resized's keys saw the whole photograph too, so its photograph is resized the same way."""
     from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
 
     store, folder = extracted
-    keys = cache.require(cache.open_store(store, arrays="keys_native_crop"), "keys_native_crop").values
-    saved, _, _ = decode_dsm(store, "native_crop", tmp_path, "--color-lambda", "10")
+    keys = cache.require(cache.open_store(store, arrays=f"keys_{view}"), f"keys_{view}").values
+    saved, _, _ = decode_dsm(store, view, tmp_path, "--color-lambda", "10")
     for i, name in enumerate(str(v) for v in saved.image.values):
         r, c = int(saved["grid_rows"].values[i]), int(saved["grid_cols"].values[i])
         small = np.asarray(Image.open(folder / name).convert("RGB").resize((c, r), Image.BILINEAR), dtype=np.float64) / 255
@@ -353,3 +413,69 @@ def test_native_crop_on_a_store_without_it_says_how_to_get_it(native, tmp_path, 
     assert "has no array keys_native_crop" in err and "rerun `probe extract` with --views native_crop" in err
     code, err = run_main(["decode", str(store), "--view", "native_crop", "--backend", "torch", "-q", "--cache", str(tmp_path / "c")], capsys)
     assert code == 2 and "--backend torch" in err and "native_crop" in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# TokenCut's saliency table on the view its script reads: unsupervised_saliency_detection/
+# get_saliency.py resizes each image with LANCZOS to round(side/16)*16 (native_resized)
+
+
+def saliency_panel(folder, root):
+    """The planted boxes as 0/255 mask PNGs named like the scenes, registered as panel ``sal``."""
+    masks = folder.parent / (folder.name + "-masks")
+    masks.mkdir(exist_ok=True)
+    for name, h, w, objects in SCENES:
+        m = np.zeros((h, w), np.uint8)
+        for r0, r1, c0, c1 in objects:
+            m[r0 * P : r1 * P, c0 * P : c1 * P] = 255
+        Image.fromarray(m).save(masks / name)
+    added = runner.invoke(app, ["panel", "add", "sal", "--images", str(folder), "--masks", str(masks), "--role", "val", "--cache", str(root)])
+    assert added.exit_code == 0, added.output
+
+
+def test_tokencut_on_native_resized_is_tokencuts_cut_of_the_resized_images_keys(extracted, tmp_path):
+    store, folder = extracted
+    root = tmp_path / "cache"
+    saliency_panel(folder, root)
+    keys = cache.require(cache.open_store(store, arrays="keys_native_resized"), "keys_native_resized").values
+
+    def decode(view):
+        out, summary = tmp_path / f"{view}.json", tmp_path / f"{view}-summary.json"
+        result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", "tokencut", "--panel", "sal", "-q", "--workers", "1",
+                                     "--out", str(out), "--json", str(summary), "--cache", str(root)])
+        assert result.exit_code == 0, result.output
+        return cache.load_results(store, "decoder"), json.loads(out.read_text()), json.loads(summary.read_text())
+
+    saved, results, summary = decode("native-resized")  # the hyphen spelling
+    assert saved.attrs["view"] == "native_resized"
+    assert summary["published_view"] == "native_resized" and summary["warnings"] == []
+    assert cache.load_results(store, "saliency_sal").attrs["view"] == "native_resized"
+    for i, name in enumerate(str(v) for v in saved.image.values):
+        _, h, w, _ = next(s for s in SCENES if s[0] == name)
+        r, c = grid_of(h, w, "native_resized")
+        assert (int(saved["grid_rows"].values[i]), int(saved["grid_cols"].values[i])) == (r, c)
+        (expected,) = ref_tokencut(keys[i, : r * c], r, c, False)
+        np.testing.assert_array_equal(saved["masks"].values[i, 0, : r * c].astype(bool), expected, err_msg=name)
+        (entry,) = [x for x in results if x["file_name"] == name]
+        np.testing.assert_array_equal(decode_rle(entry["segmentation"]), interpolated(expected, r, c, h, w))
+        np.testing.assert_array_equal(saved_masks(saved, i, h, w, (h, w))[0], interpolated(expected, r, c, h, w))  # the report's drawing
+    assert grid_of(100, 170, "native_resized") == (6, 11) != grid_of(100, 170, "native")  # wide.png: another grid, not only a border
+    _, _, native_summary = decode("native")
+    assert native_summary["published_view"] == "native_resized" and len(native_summary["warnings"]) == 1
+    assert native_summary["warnings"][0].startswith("TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes "
+                                                    "each image with LANCZOS to round(·/16)·16; these are the native view's keys")
+    from probe_toolkit.commands.decode import run_score
+
+    scored = {view: run_score(tmp_path / f"{view}.json", "sal", cache_dir=root).warnings for view in ("native-resized", "native")}
+    assert scored["native-resized"] == [] and scored["native"] == native_summary["warnings"]  # probe score says it too
+    code = runner.invoke(app, ["decode", str(store), "--view", "native_resized", "--preset", "tokencut", "-q", "--workers", "1",
+                               "--out", str(tmp_path / "x.json"), "--json", str(tmp_path / "x-summary.json"), "--cache", str(root)])
+    assert code.exit_code == 0, code.output  # no panel: CorLoc's published view (native) is the one named
+    assert json.loads((tmp_path / "x-summary.json").read_text())["published_view"] == "native"
+
+
+def test_native_resized_on_a_store_without_it_says_how_to_get_it(native, tmp_path, capsys):
+    store, _, _ = native
+    code, err = run_main(["decode", str(store), "--view", "native_resized", "--preset", "tokencut", "-q", "--cache", str(tmp_path / "c")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "has no array keys_native_resized" in err and "rerun `probe extract` with --views native_resized" in err

@@ -342,14 +342,14 @@ def test_native_crop_view_is_torchvisions_tensor_cut_to_whole_patches(patch):
     rng = np.random.default_rng(11)
     for w, h in CROP_SIZES:
         photo = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-        ours = images.native(photo, patch, crop=True)
-        assert images.native_grid(w, h, patch, crop=True) == (h // patch, w // patch)
+        ours = images.native(photo, patch, "native_crop")
+        assert images.native_grid(w, h, patch, "native_crop") == (h // patch, w // patch)
         assert ours.shape == (3, h // patch * patch, w // patch * patch) and torch.equal(ours, dsm_cut(photo, patch)), (w, h, patch)  # bit for bit
         padded = images.native(photo, patch)  # the same pixels where both have them; native adds zeros instead
         assert torch.equal(padded[:, : ours.shape[1], : ours.shape[2]], ours)
         assert padded.shape[1:] == (math.ceil(h / patch) * patch, math.ceil(w / patch) * patch)
-    assert images.native_grid(333, 500, 16, crop=True) == (31, 20) and images.native_grid(333, 500, 16) == (32, 21)
-    assert images.view_name("Native_Crop") == "native_crop" and images.OWN_SIZE == ("native", "native_crop")
+    assert images.native_grid(333, 500, 16, "native_crop") == (31, 20) and images.native_grid(333, 500, 16) == (32, 21)
+    assert images.view_name("Native_Crop") == "native_crop" and images.OWN_SIZE == ("native", "native_crop", "native_resized")
     assert images.view_name("native-crop") == "native_crop"
 
 
@@ -410,3 +410,83 @@ def test_native_crop_image_smaller_than_a_patch(probe, tmp_path, tiny_checkpoint
     assert (int(full.grid_rows_native_crop.values[strip]), int(full.grid_cols_native_crop.values[strip])) == (0, 0)
     assert list(open_store(store, arrays="keys_native_crop").image.values) == ["wide.png"]
     assert "strip.png" in open_store(store, arrays="tokens_224").image.values
+
+
+# ----------------------------------------------------------------------------------------------
+# native_resized: the whole image resized with PIL LANCZOS to round(w/p)*p x round(h/p)*p, then
+# ToTensor + Normalize, as TokenCut's unsupervised_saliency_detection/utils.py resize_pil and
+# get_saliency.py read it (Python's round: halves to even)
+
+RESIZED_SIZES = ((333, 500), (257, 256), (200, 300), (40, 24), (264, 280), (23, 9))  # width, height
+
+
+def tokencut_resized(photo: Image.Image, patch: int) -> torch.Tensor:
+    """TokenCut's saliency pixels, built with PIL and torchvision themselves."""
+    from torchvision import transforms
+
+    w, h = photo.size
+    resized = photo.resize((int(round(w / patch)) * patch, int(round(h / patch)) * patch), Image.LANCZOS)
+    return transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])(resized)
+
+
+@pytest.mark.parametrize("patch", [16, 8])
+def test_native_resized_view_is_tokencuts_lanczos_resize_then_torchvision(patch):
+    rng = np.random.default_rng(12)
+    sizes = RESIZED_SIZES if patch == 16 else RESIZED_SIZES[:2]
+    for w, h in sizes:
+        photo = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        ours = images.native(photo, patch, "native_resized")
+        assert images.native_grid(w, h, patch, "native_resized") == (round(h / patch), round(w / patch))
+        assert ours.shape == (3, round(h / patch) * patch, round(w / patch) * patch)
+        assert torch.equal(ours, tokencut_resized(photo, patch)), (w, h, patch)  # bit for bit
+    # the grids, halves to even as Python's round: 24/16 = 1.5 -> 2, 40/16 = 2.5 -> 2, 264/16 = 16.5 -> 16, 280/16 = 17.5 -> 18
+    assert images.native_grid(40, 24, 16, "native_resized") == (2, 2)
+    assert images.native_grid(264, 280, 16, "native_resized") == (18, 16)
+    assert images.native_grid(333, 500, 16, "native_resized") == (31, 21)  # native: 32 x 21, native_crop: 31 x 20
+    assert images.native_grid(257, 256, 16, "native_resized") == (16, 16) and images.native_grid(257, 256, 8, "native_resized") == (32, 32)
+    assert images.native_grid(23, 7, 16, "native_resized") == (1, 1)  # round(7/16) = 0: at least one patch a side
+    assert images.native(Image.new("RGB", (23, 7)), 16, "native_resized").shape == (3, 16, 16)
+    assert images.view_name("native-resized") == "native_resized"
+
+
+def test_native_resized_store_holds_the_forward_of_the_resized_image(probe, tmp_path, tiny_checkpoints, odd_sizes):
+    ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "r.zarr"
+    run = probe("extract", ckpt, "--images", odd_sizes, "--views", "native-resized", "--store", store, "-q")
+    assert run.returncode == 0, run.stderr
+    ds = open_store(store)
+    m = ds.attrs["manifest"]
+    assert m["views"] == ["native_resized"] and m["per_view"]["native_resized"]["patches"] == 8
+    assert "resize_pil" in m["view_geometry"]["native_resized"] and m["per_view"]["native_resized"]["resample"] == "lanczos"
+    assert sorted(a for a in ds.data_vars if a.endswith("_native_resized")) == [
+        "cls_keys_native_resized", "cls_tokens_native_resized", "done_native_resized", "failed_native_resized",
+        "grid_cols_native_resized", "grid_rows_native_resized", "keys_native_resized", "tokens_native_resized"]
+    rows, cols = grids.view_grid(ds, "native_resized")
+    ids = list(ds.image.values)
+    expected = {name: (round(h / 16), round(w / 16)) for name, (w, h) in SIZES.items()}
+    # wide 70 x 40: 2.5 rows -> 2 (native pads to 3); tall 33 x 64: 2.06 cols -> 2 (native 3)
+    assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected == {"wide.png": (2, 4), "tall.png": (4, 2), "one.png": (1, 1), "exact.png": (2, 3)}
+    backbone = Backbone.from_checkpoint(load_checkpoint(ckpt))
+    keys, tokens = require(ds, "keys_native_resized").values, require(ds, "tokens_native_resized").values
+    for k, name in enumerate(ids):
+        n = expected[name][0] * expected[name][1]
+        with torch.no_grad():
+            out = backbone.readout(tokencut_resized(images.load_image(odd_sizes / name), 16)[None], keys=True, attention="none")
+        assert np.array_equal(keys[k, :n], out.keys[0].to(torch.float16).numpy()), name  # float16, bit for bit
+        assert np.array_equal(tokens[k, :n], out.tokens[0].to(torch.float16).numpy()), name
+        assert np.array_equal(ds.cls_keys_native_resized.values[k], out.cls_key[0].to(torch.float16).numpy()), name
+        assert np.isnan(keys[k, n:]).all()
+    line = dict(describe_store(store))["view native_resized"]
+    assert line.startswith("per-image grids 1x1 to ") and "4/4 done" in line
+
+
+def test_native_resized_takes_an_image_smaller_than_a_patch_as_one_patch(probe, tmp_path, tiny_checkpoints):
+    """40 x 9 px has no whole 16-px patch (native, native_crop refuse it); resized it is
+    round(9/16) = 1 row by round(40/16) = 2 columns, as TokenCut's resize_pil makes it."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.new("RGB", (40, 9), (200, 30, 60)).save(folder / "strip.png")
+    store = tmp_path / "s.zarr"
+    run = probe("extract", tiny_checkpoints["dino-backbone"], "--images", folder, "--views", "native_resized", "--store", store, "-q")
+    assert run.returncode == 0, run.stderr
+    ds = open_store(store)
+    assert (int(ds.grid_rows_native_resized.values[0]), int(ds.grid_cols_native_resized.values[0])) == (1, 2)

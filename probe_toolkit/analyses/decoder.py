@@ -75,6 +75,9 @@ PRESETS: dict[str, dict] = {
 # the view each preset's numbers were published with (TokenCut/LOST: the image at its own size,
 # zero-padded to whole patches, main_tokencut.py / main_lost.py; DSM: cut to whole patches,
 # extract/extract.py and object-localization/main.py --eigenseg; MaskCut: squashed to 480 × 480 with LANCZOS)
+# TokenCut's saliency table was computed on another view, the whole image resized with LANCZOS to
+# round(side/p) patches (unsupervised_saliency_detection/get_saliency.py): native_resized, which
+# commands.decode.published_view names for saliency panels
 PUBLISHED_VIEW = {"centred": "480", "tokencut": "native", "maskcut": "480 lanczos", "lost": "native", "dsm": "native_crop"}
 
 STOPS = ("count", "overlap", "small", "covered", "exhausted")
@@ -741,7 +744,7 @@ class Decoded:
     settings: Settings = field(default_factory=Settings)
     fiedler: np.ndarray | None = None  # (image, patch) float32, the first cut's oriented Fiedler vector
     seed: np.ndarray | None = None  # (image,) int, the first cut's seed patch
-    grids: np.ndarray | None = None  # (image, 2) int rows, cols of a per-image view (native, native_crop); None: square
+    grids: np.ndarray | None = None  # (image, 2) int rows, cols of a per-image view (native, native_crop, native_resized); None: square
     patch: int = 0  # the patch size in pixels of a per-image view (its masks' geometry)
     view: str = "native"  # which per-image view, named in the saved results
 

@@ -56,7 +56,7 @@ def per_image(keys: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None
 def _solve(keys: np.ndarray, settings: Settings, backend: str, device: str, rows=None, cols=None) -> list[ImageMasks]:
     if backend == "torch":
         if rows is not None:
-            raise ProbeError("--backend torch", "batches square grids only, not a grid per image (native, native_crop views)", "use --backend scipy with --view native or native_crop")
+            raise ProbeError("--backend torch", "batches square grids only, not a grid per image (the own-size views native, native_crop, native_resized)", "use --backend scipy with an own-size --view")
         from .decoder_torch import decode_batch
 
         return decode_batch(keys, settings, device=device)
@@ -70,7 +70,7 @@ def _arrays(decoded: Decoded) -> dict[str, np.ndarray]:
 def decode_block(keys: np.ndarray, *, settings: Settings, backend: str = "scipy", device: str = "cpu",
                  rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Masks of a block of images (image, patch, channel) as the arrays of ``Decoded``; ``rows``,
-    ``cols`` (image,): each image's own grid (native, native_crop views), its padding patches never read."""
+    ``cols`` (image,): each image's own grid (the own-size views), its padding patches never read."""
     keys = np.asarray(keys)
     return _arrays(collate(_solve(keys, settings, backend, device, rows, cols), settings, keys.shape[1]))
 

@@ -1,7 +1,7 @@
 """Patch-grid geometry: where patch i sits, and how far apart two patches are.
 
 Patches are numbered row-major on a G × G grid (as timm's patch embedding flattens them): patch i sits at row i // G,
-column i % G; a rectangular grid (an own-size view, native or native_crop) is given as (rows, cols), patch i at row
+column i % G; a rectangular grid (an own-size view: native, native_crop, native_resized) is given as (rows, cols), patch i at row
 i // cols, column i % cols. Distances are in patch units (one grid step = the patch size in
 pixels: 16 at ViT-S/16, 8 at ViT-S/8, 14 at DINOv2). One home
 for this geometry, shared by the window statistics (``neighbours``) and the mean attention

@@ -43,7 +43,7 @@ from ..labels.masks import coco_results, decoder_dataset
 from ..labels import saliency
 from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
-from ..store import cache
+from ..store import cache, own_size
 from ..store.completion import computed_on
 from ..store.grids import view_grid
 from .decode_shards import decode_shard
@@ -54,9 +54,11 @@ if TYPE_CHECKING:
     from ..store.direct import StoreArray, StoreData
 
 SETTINGS_FILE = "decoder-settings.json"
-# the views of each image at its own size, zero-padded up or cut down to whole patches
-# (store.images.OWN_SIZE; that module brings torch), and how a warning names each
-OWN_SIZE = {"native": "zero-padded to whole patches (native view)", "native_crop": "cut to whole patches (native_crop view)"}
+# the views of each image at its own size, zero-padded up, cut down or resized to whole patches
+# (store.own_size, torch-free), and how a warning names each
+OWN_SIZE = own_size.DESCRIBED
+# the view TokenCut's saliency table was computed on (unsupervised_saliency_detection/get_saliency.py)
+SALIENCY_VIEW = {"tokencut": own_size.NATIVE_RESIZED}
 
 # The default sweep: 2 rules × 2 centrings × 6 τ × 2 ε × 3 mask counts = 144 settings.
 DEFAULT_GRID: dict[str, list] = {
@@ -133,19 +135,19 @@ class StoreKeys:
 
 
 def check_view(size: int | str) -> str:
-    """``--view`` / ``--size``: an own-size view (native, native_crop) or a fixed view's side in pixels (480 by default)."""
+    """``--view`` / ``--size``: an own-size view (native, native_crop, native_resized; ``-`` for ``_``
+    accepted) or a fixed view's side in pixels (480 by default)."""
     view = str(size).strip().lower().replace("-", "_")
     if view not in OWN_SIZE and not view.isdigit():
-        raise ProbeError(f"--view {view}", "is neither native, native_crop nor a fixed view's size", "use --view 480, --view native or --view native_crop")
+        raise ProbeError(f"--view {view}", f"is neither {', '.join(OWN_SIZE)} nor a fixed view's size", "use --view 480, --view native, --view native_crop or --view native_resized")
     return view
 
 
 def own_size_grid(heights: np.ndarray, widths: np.ndarray, patch: int, view: str) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols) an own-size view must have: ⌈H/p⌉ × ⌈W/p⌉ padded (native, as TokenCut's and
-    LOST's code), ⌊H/p⌋ × ⌊W/p⌋ cut (native_crop, as DSM's extract.py)."""
-    if view == "native_crop":
-        return heights // patch, widths // patch
-    return -(-heights // patch), -(-widths // patch)
+    """(rows, cols) an own-size view must have (``own_size.cells``): ⌈H/p⌉ × ⌈W/p⌉ padded (native,
+    as TokenCut's and LOST's code), ⌊H/p⌋ × ⌊W/p⌋ cut (native_crop, as DSM's extract.py),
+    round(H/p) × round(W/p) resized (native_resized, as TokenCut's saliency code)."""
+    return own_size.cells(heights, patch, view), own_size.cells(widths, patch, view)
 
 
 def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndarray, widths: np.ndarray, view: str = "native") -> tuple[np.ndarray, int]:
@@ -160,7 +162,7 @@ def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndar
     bad = np.flatnonzero((rows != want_rows) | (cols != want_cols))
     if bad.size:
         i = int(bad[0])
-        edge = "cut" if view == "native_crop" else "padded"
+        edge = own_size.VERB[own_size.rule(view)]
         raise IntegrityError(store, f"image {ds['image'].values[i]}'s {view} grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels "
                              f"{edge} to /{patch} ({bad.size} such images)", f"extract the {view} view again")
     return np.stack([rows, cols], axis=1), patch
@@ -221,7 +223,7 @@ def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[]
     source = src.manifest.get("image_source")
     if not source or not Path(source).is_dir():
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
-    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=src.view == "native")
+    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD)
     arrays = map_images(fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}, where=where,
                         progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
@@ -287,19 +289,46 @@ class DecodeReport:
         return out
 
 
-def view_check(preset: str, size: int | str, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The view a preset was published with, and a warning when this store's view is not it."""
+def published_view(preset: str, panel_kind: str | None = None) -> str:
+    """The view a preset's numbers on this kind of panel were published with: PUBLISHED_VIEW (the
+    CorLoc and AP code), except TokenCut's saliency table, which its own script computed on
+    another view (``SALIENCY_VIEW``)."""
     from ..analyses.decoder import PUBLISHED_VIEW
 
-    published = PUBLISHED_VIEW.get(preset, "")
+    if panel_kind == "saliency" and preset in SALIENCY_VIEW:
+        return SALIENCY_VIEW[preset]
+    return PUBLISHED_VIEW.get(preset, "")
+
+
+def saliency_warning(view: str, manifest: dict[str, Any]) -> str:
+    """The one line for TokenCut saliency scores on keys of a view other than its saliency script's."""
+    p = int((manifest.get("arch") or {}).get("patch") or 16)
+    return (f"TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes each image with LANCZOS to "
+            f"round(·/{p})·{p}; these are the {view} view's keys: extract with --views native_resized and decode with --view native_resized to match it")
+
+
+def view_check(preset: str, size: int | str, manifest: dict[str, Any], panel_kind: str | None = None) -> dict[str, Any]:
+    """The view a preset was published with on this kind of panel (``published_view``), and a
+    warning when this store's view is not it."""
+    published = published_view(preset, panel_kind)
     resample = str(cache.view_facts(manifest, "480").get("resample") or manifest.get("resample") or "bicubic")
     warnings = []
     if preset == "maskcut" and resample != "lanczos":
         warnings.append(f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
                         "(MaskCut's masks change with the filter): extract with --views 480 --resample lanczos to match it")
+    elif panel_kind == "saliency" and preset in SALIENCY_VIEW and str(size) != published:
+        warnings.append(saliency_warning(str(size), manifest))
     elif published in OWN_SIZE and str(size) != published:
         warnings.append(f"--preset {preset} was published on each image at its own size, {OWN_SIZE[published]}; these are the {size} view's keys")
     return {"published_view": published, "warnings": warnings}
+
+
+def panel_kind(panel: str | None, cache_dir: str | Path | None) -> str | None:
+    """The kind of a registered panel (coco, voc, coco20k, saliency), None without one: which
+    published view a run's scores are to be compared with."""
+    from ..labels.panels import get_panel
+
+    return get_panel(panel, cache_dir).kind if panel is not None else None
 
 
 def refuse_per_image_grid(size: int | str, *, backend: str = "scipy", shard: str | None = None) -> None:
@@ -412,7 +441,7 @@ def run_decode(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
         dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=masks_file,
-        extra=view_check(settings.preset, size, src.manifest),
+        extra=view_check(settings.preset, src.view, src.manifest, panel_kind(panel, cache_dir)),
     )
     coco_ids = None
     labels: LabelRead | None = None
@@ -422,7 +451,7 @@ def run_decode(
     results = encoded.entries(coco_ids)
     write_json(masks_file, results)
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
-                                        "panel": panel, "image_id": "panel COCO id" if panel else "store position",
+                                        "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
                                         "unit": unit, "masks_sha256": _file_sha256(masks_file)})
     if refine and labels is not None and labels.panel.kind != "saliency":
         raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
@@ -430,7 +459,7 @@ def run_decode(
         soft = refine_bilateral(labels, results) if refine else None
         report.scores = saliency.score_results(labels.coco, results, soft)
         report.ledger_entry = labels.entry_id
-        save_saliency(src.store, report.scores, labels, settings, src.manifest, refine or "")
+        save_saliency(src.store, report.scores, labels, settings, src.manifest, refine or "", view=src.view)
     elif labels is not None:
         report.scores = evaluate(labels.coco, results)
         report.ledger_entry = labels.entry_id
@@ -516,8 +545,10 @@ def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[i
     return out
 
 
-def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "") -> Path:
-    """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU."""
+def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "",
+                  view: str | None = None) -> Path:
+    """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU;
+    ``view``: the view the masks were cut on, where known (TokenCut's table is native_resized's)."""
     ds = lazy_dask.xarray().Dataset(
         {**{k: ((), v) for k, v in scores.table().items()},
          "f_curve": ("threshold", scores.f_curve), "image_iou": ("image", scores.per_image_iou),
@@ -526,7 +557,7 @@ def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRea
     )
     attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
              "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
-             "provenance": provenance.stamp(), **_benchmark_attrs(labels)}
+             "provenance": provenance.stamp(), **_benchmark_attrs(labels), **({"view": view} if view else {})}
     return cache.save_results(store, f"saliency_{labels.panel.name}", ds, attrs)
 
 
@@ -535,6 +566,7 @@ class ScoreReport:
     scores: Scores
     ledger_entry: str
     saved: Path | None
+    warnings: list[str] = field(default_factory=list)  # the masks' view is not the one the preset was published on for this panel
 
 
 def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, cache_dir: str | Path | None = None) -> ScoreReport:
@@ -556,9 +588,13 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
     saved = None
     if labels.panel.kind == "saliency":
         scores = saliency.score_results(labels.coco, mapped)
-        if store is not None and (store / "zarr.json").is_file():
-            saved = save_saliency(store, scores, labels, Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__}), cache.manifest(store))
-        return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
+        settings = Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__})
+        in_store = store is not None and (store / "zarr.json").is_file()
+        manifest = cache.manifest(store) if in_store else {}
+        if in_store:
+            saved = save_saliency(store, scores, labels, settings, manifest, view=meta.get("view"))
+        warnings = view_check(settings.preset, meta["view"], manifest, "saliency")["warnings"] if meta.get("view") else []
+        return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved, warnings=warnings)
     scores = evaluate(labels.coco, mapped)
     if store is not None and (store / "zarr.json").is_file():
         saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))

@@ -4,7 +4,8 @@ Each image's photograph (the store's ``image_source``) is resized bilinearly to 
 /255, as DSM's ``_extract_eig`` does, and gives the KNN colour affinity beside its keys. DSM resizes
 the whole file (lukemelas/deep-spectral-segmentation ``extract/extract.py``: ``Image.open(image_file)
 .resize((W_pad_lr, H_pad_lr), Image.BILINEAR)``, the grid ⌊H/P⌋ × ⌊W/P⌋ of its cropped keys), so the
-square views and native_crop resize the photograph as stored; the native view's keys saw the
+square views, native_crop and native_resized resize the photograph as stored (native_resized's
+keys saw the whole image resized, as the square views' did); the native view's keys saw the
 zero-padded image, so its photograph is padded the same way first. The block
 reads its images' photographs itself, so local processes and dask workers (which mount the image
 folder as they mount the store) decode their images alone, the same bits as one process.

@@ -19,6 +19,16 @@ The native_crop view is the image cut at the right and bottom to whole patches (
 [r·p, (r+1)·p) × [c·p, (c+1)·p), and the last H − rows·p rows and W − cols·p columns of the image
 lie under no patch, so they are 0 in every mask; its boxes lie inside the cut area.
 
+The native_resized view is the whole image resized with LANCZOS to rows = round(H/p), cols =
+round(W/p) patches (TokenCut's saliency code, ``unsupervised_saliency_detection/utils.py``), and
+its masks come back as TokenCut's ``object_discovery.py`` brings them, ``F.interpolate(size=(H,
+W), mode='nearest')``: pixel (i, j) takes patch (⌊i·rows/H⌋, ⌊j·cols/W⌋), the quotient taken in
+float32 as torch takes it (``store.own_size.pixel_cells``; exact rationals differ on a few
+borders). Its box is the pixels whose patches lie in the patch box, so box and mask agree.
+
+One rule for the three own-size views: ``pixel_cells`` maps pixels to patches, and the box of
+patches [c0, c1) is the pixels that map into it, [first pixel of c0, first pixel of c1).
+
 Results JSON: a list of COCO results, one per mask: ``image_id`` (the panel's COCO id when a
 panel was given, and then only that panel's images are listed; else the image's position in
 the store), ``file_name`` (the store's image id,
@@ -36,6 +46,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from ..analyses.decoder import STOPS, Decoded, grid_of
+from ..store import own_size
 from ..store.plain import Results
 
 if TYPE_CHECKING:
@@ -66,20 +77,31 @@ def on_grid(patch_mask: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.nd
     return framed[np.ix_(np.minimum(cols, m.shape[1]), np.minimum(rows, m.shape[0]))].T
 
 
-def upsample_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> np.ndarray:
-    """(rows, cols) bool on an own-size grid → (height, width) bool: pixel (i, j) takes patch
-    (⌊i/p⌋, ⌊j/p⌋), and is 0 past the grid (native_crop's uncovered right and bottom)."""
-    return on_grid(patch_mask, np.arange(int(height)) // patch, np.arange(int(width)) // patch)
+def upsample_native(patch_mask: np.ndarray, height: int, width: int, patch: int, view: str = "native") -> np.ndarray:
+    """(rows, cols) bool on an own-size grid → (height, width) bool: pixel (i, j) takes the patch
+    ``own_size.pixel_cells`` gives it (⌊i/p⌋ padded or cut, torch's nearest resized), and is 0
+    past the grid (native_crop's uncovered right and bottom)."""
+    m = np.asarray(patch_mask, dtype=bool)
+    return on_grid(m, own_size.pixel_cells(height, m.shape[0], patch, view), own_size.pixel_cells(width, m.shape[1], patch, view))
 
 
-def patch_box_native(patch_mask: np.ndarray, height: int, width: int, patch: int) -> list[float]:
-    """LOST's box of a (rows, cols) own-size mask in original pixels, [x1, y1, x2, y2], clipped to
-    the image (native's padded last patches; native_crop's boxes lie inside the cut area)."""
-    rows, cols = np.nonzero(np.asarray(patch_mask, dtype=bool))
+def pixel_span(first: int, end: int, pixel_cells: np.ndarray) -> tuple[float, float]:
+    """The original pixels [x0, x1) whose patch lies in [first, end): the side of a box drawn
+    from the same mapping as the mask, so the two agree in every own-size view."""
+    return float(np.searchsorted(pixel_cells, first)), float(np.searchsorted(pixel_cells, end))
+
+
+def patch_box_native(patch_mask: np.ndarray, height: int, width: int, patch: int, view: str = "native") -> list[float]:
+    """LOST's box of a (rows, cols) own-size mask in original pixels, [x1, y1, x2, y2]: the pixels
+    mapped into its patch box. Padded, [xmin·p, (xmax+1)·p] clipped to the image as LOST's
+    ``detect_box`` clips it; cut, inside the cut area; resized, where the nearest mapping puts it."""
+    m = np.asarray(patch_mask, dtype=bool)
+    rows, cols = np.nonzero(m)
     if rows.size == 0:
         return [0.0, 0.0, 0.0, 0.0]
-    return [float(cols.min() * patch), float(rows.min() * patch), float(min((cols.max() + 1) * patch, width)),
-            float(min((rows.max() + 1) * patch, height))]
+    x1, x2 = pixel_span(int(cols.min()), int(cols.max()) + 1, own_size.pixel_cells(width, m.shape[1], patch, view))
+    y1, y2 = pixel_span(int(rows.min()), int(rows.max()) + 1, own_size.pixel_cells(height, m.shape[0], patch, view))
+    return [x1, y1, x2, y2]
 
 
 def encode(mask: np.ndarray) -> dict[str, Any]:
@@ -122,7 +144,8 @@ def coco_results(
             if decoded.grids is not None:  # an own-size view: the image's own grid, its first rows·cols patches
                 r, c = (int(v) for v in decoded.grids[i])
                 grid_mask = decoded.masks[i, k, : r * c].reshape(r, c)
-                full, box_patches = upsample_native(grid_mask, h, w, decoded.patch), patch_box_native(grid_mask, h, w, decoded.patch)
+                full = upsample_native(grid_mask, h, w, decoded.patch, decoded.view)
+                box_patches = patch_box_native(grid_mask, h, w, decoded.patch, decoded.view)
             else:
                 full, box_patches = upsample(decoded.masks[i, k], h, w), patch_box(decoded.masks[i, k], h, w)
             rle = encode(full)
@@ -153,9 +176,10 @@ def saved_masks(ds: xr.Dataset, i: int, height: int, width: int, original: tuple
     if "grid_rows" not in ds:
         return np.stack([upsample(m, height, width) for m in patch_masks])
     r, c, p = int(ds["grid_rows"].values[i]), int(ds["grid_cols"].values[i]), int(ds.attrs["patch_size"])
+    view = str(ds.attrs.get("view") or "native")
     h, w = original
-    rows = np.minimum(((np.arange(height) + 0.5) * h / height).astype(np.int64), h - 1) // p
-    cols = np.minimum(((np.arange(width) + 0.5) * w / width).astype(np.int64), w - 1) // p
+    rows = own_size.pixel_cells(h, r, p, view)[np.minimum(((np.arange(height) + 0.5) * h / height).astype(np.int64), h - 1)]
+    cols = own_size.pixel_cells(w, c, p, view)[np.minimum(((np.arange(width) + 0.5) * w / width).astype(np.int64), w - 1)]
     return np.stack([on_grid(m[: r * c].reshape(r, c), rows, cols) for m in patch_masks])
 
 

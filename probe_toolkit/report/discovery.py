@@ -1,6 +1,11 @@
 """Object discovery on the field's benchmarks: CorLoc on VOC07 / VOC12 / COCO20k and the saliency
 scores, each beside the published DINO ViT-S/16 numbers of TokenCut and LOST (their READMEs),
 labelled as measured on other weights until a store holds the released checkpoint's keys.
+
+TokenCut's two tables come from two views of each image: its CorLoc from ``main_tokencut.py``,
+which zero-pads the image to whole patches (view ``native``), its saliency from
+``unsupervised_saliency_detection/get_saliency.py``, which resizes it with LANCZOS to
+round(side/16)·16 (view ``native_resized``); each row names the view its masks were cut on.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ def discovery(ctx) -> Section:
             elif name.startswith("saliency_"):
                 refine = attrs.get("refine", "")
                 ref = SALIENCY.get((bench, refine))
-                saliency_rows.append([store.label, name.removeprefix("saliency_"), bench, preset + (" + BS" if refine else ""),
+                view = f", {attrs['view']} view" if attrs.get("view") else ""
+                saliency_rows.append([store.label, name.removeprefix("saliency_"), bench, preset + (" + BS" if refine else "") + view,
                                       *(_pct(ds[k].values) for k in ("max_f", "iou", "accuracy")),
                                       f"{float(ds['mae'].values):.3f}", f"{float(ds['s_measure'].values):.3f}",
                                       (" / ".join(f"{v}" for v in ref) + f" ({OTHER_WEIGHTS})") if ref else "–", where])
@@ -59,8 +65,10 @@ def discovery(ctx) -> Section:
                                      "published maxFβ / IoU / accuracy, TokenCut ViT-S/16 (README)", "ledger entry"],
                                     saliency_rows, "Saliency as TokenCut's metric.py computes it (β² = 0.3, 255 thresholds, dataset-level max); MAE and S-measure by pysodmetrics."))
     if corloc_rows or saliency_rows:
-        section.blocks.append(Note("The published numbers use DINO's released ViT-S/16 at each image's own size; a store of other weights "
-                                   "or another view (480 squash) is not expected to match them.", "reference"))
+        section.blocks.append(Note("The published numbers use DINO's released ViT-S/16 at each image's own size: TokenCut's CorLoc on the "
+                                   "image zero-padded to whole patches (main_tokencut.py, view native), its saliency on the image resized with "
+                                   "LANCZOS to round(side/16)·16 (unsupervised_saliency_detection/get_saliency.py, view native_resized); a store "
+                                   "of other weights or another view (480 squash) is not expected to match them.", "reference"))
     else:
         section.missing(f"No object-discovery benchmark scores yet: {HOW}.")
     return section

@@ -11,7 +11,8 @@ A measurement matches a reference when all of these hold:
 - the method's protocol is the same: the decoder preset (``tokencut`` is TokenCut's and LOST's
   graph on uncentred keys, no other preset is theirs), the view the keys were cut at (their
   code runs at each image's own size, zero-padded: view ``native``; DSM's cuts it to whole
-  patches: view ``native_crop``) and the architecture (ViT-S/16);
+  patches: view ``native_crop``; TokenCut's saliency script resizes it instead, view
+  ``native_resized``, whose numbers are report.discovery's) and the architecture (ViT-S/16);
 - the data are the same: the panel holds exactly the dataset's number of images and its name
   names the dataset (``voc07``, ``voc12``, ``coco20k``, ``val2017``).
 

@@ -2,7 +2,7 @@
 
 One table for every view, so extraction, the manifest and ``probe info`` agree: 224 gives tokens
 (and attention), eval224 tokens (the k-NN and linear features of DINO's evaluation transform, so no
-attention), 480 keys, 96 tokens, the own-size views (native, padded; native_crop, cut) keys and
+attention), 480 keys, 96 tokens, the own-size views (native, padded; native_crop, cut; native_resized, resized) keys and
 tokens; a register model's views each give their register tokens' last-block output too
 (``registers_<view>``). A view's patch count follows from the view and the checkpoint's patch size
 (224 at /16: 14 x 14, at /8: 28 x 28); an own-size view's patch dimension is the largest grid of the set.
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import images
+from . import images, own_size
 from .backbone import Arch
 
 # what one forward pass of each view is read for
 READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",),
-         images.NATIVE: ("keys", "tokens"), images.NATIVE_CROP: ("keys", "tokens")}
+         **{view: ("keys", "tokens") for view in images.OWN_SIZE}}
 
 GEOMETRY = {
     "96": "short side 96 (PIL bicubic), centre crop 96",
@@ -29,6 +29,8 @@ GEOMETRY = {
               "(TokenCut main_tokencut.py, LOST main_lost.py)",
     images.NATIVE_CROP: "own size, normalised, cut at the right and bottom to floor(h/p) x floor(w/p) patches, top left kept "
                         "(lukemelas/deep-spectral-segmentation extract/extract.py, object-localization/main.py --eigenseg)",
+    images.NATIVE_RESIZED: "whole image resized (PIL LANCZOS) to round(w/p)*p x round(h/p)*p, at least one patch a side, normalised "
+                           "(TokenCut unsupervised_saliency_detection/utils.py resize_pil, get_saliency.py)",
 }
 
 
@@ -60,10 +62,15 @@ def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: st
     else:
         rows, cols = images.fixed_grid(view, arch.patch)
         facts.update(rows=rows, cols=cols)
-    facts["resample"] = resample if view == "480" else ("none" if view in images.OWN_SIZE else "bicubic")
+    facts["resample"] = resample if view == "480" else own_size_resample(view) if view in images.OWN_SIZE else "bicubic"
     facts["attention"] = attention if "attention" in READS[view] else "none"
     facts["arrays"] = sorted(view_arrays(view, arch, patches, attention))
     return facts
+
+
+def own_size_resample(view: str) -> str:
+    """The filter an own-size view resamples with: LANCZOS resized (TokenCut's ``resize_pil``), none padded or cut."""
+    return "lanczos" if own_size.rule(view) == own_size.RESIZE else "none"
 
 
 def geometry(view: str, resample: str = "bicubic") -> str:

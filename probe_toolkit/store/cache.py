@@ -17,6 +17,7 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     tokens_96            (image, patch_96, channel)
     keys_native, tokens_native (image, patch_native, channel)  padded to the set's largest grid
     keys_native_crop, tokens_native_crop (image, patch_native_crop, channel)  the same, each image cut to whole patches
+    keys_native_resized, tokens_native_resized (image, patch_native_resized, channel)  the same, each image resized (LANCZOS) to round(side/p) patches
     results/<name>/      one group per analysis, written by ``save_results``
 
 Patch dimensions carry their view because one Dataset cannot hold two sizes of one dimension;
@@ -71,6 +72,8 @@ ARRAY_FLAGS = {
     "tokens_native": "--views native",
     "keys_native_crop": "--views native_crop",
     "tokens_native_crop": "--views native_crop",
+    "keys_native_resized": "--views native_resized",
+    "tokens_native_resized": "--views native_resized",
 }
 
 
@@ -482,7 +485,7 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
 def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) -> dict[str, Any]:
     """The old manifest with the added views' entries (per_view, geometry, views) from the new one."""
     merged = dict(old)
-    order = {name: i for i, name in enumerate(("96", "224", "eval224", "480", "native", "native_crop"))}  # images.VIEW_NAMES (that module brings torch)
+    order = {name: i for i, name in enumerate(("96", "224", "eval224", "480", "native", "native_crop", "native_resized"))}  # images.VIEW_NAMES (that module brings torch)
     views = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
     merged["views"] = [views[k] for k in sorted(views, key=lambda k: order.get(k, 99))]
     per_view = {v: view_facts(old, v) for v in views if v not in added}

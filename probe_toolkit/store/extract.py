@@ -32,7 +32,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
-from . import arrays, cache, grids, images
+from . import arrays, cache, grids, images, own_size
 from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
@@ -200,11 +200,12 @@ def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, vie
 
 def _own_grid(ref: images.ImageRef, width: int, height: int, patch: int, view: str) -> tuple[int, int]:
     """The image's grid in an own-size view. One smaller than a patch on a side is its file's
-    error in both: cut, nothing of it is left; padded, the native view has always refused it."""
-    if width < patch or height < patch:
+    error when cut (nothing of it is left) or padded (the native view has always refused it);
+    resized, it becomes one patch on that side (``own_size.needs_whole_patch``)."""
+    if own_size.needs_whole_patch(view) and (width < patch or height < patch):
         raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its {view} view has no patch",
                          "remove it, or record it as failed with --on-error skip")
-    return images.native_grid(width, height, patch, images.crops(view))
+    return images.native_grid(width, height, patch, view)
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
@@ -270,7 +271,7 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
         try:
             if _own_grid(ref, picture.width, picture.height, patch, view) != grid:
                 raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
-            out.own[view] = images.native(picture, patch, images.crops(view))
+            out.own[view] = images.native(picture, patch, view)
         except ProbeError as error:
             out.own_error[view] = error
     return out

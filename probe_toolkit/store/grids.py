@@ -4,7 +4,7 @@ A view's patch arrays (``tokens_<view>``, ``keys_<view>``) hold up to the view's
 count along ``patch_<view>``. Image i's patches are the first ``rows_i * cols_i`` entries,
 row-major on its rows_i x cols_i grid; the rest is padding (NaN) that nothing may read. The
 per-image grids live in ``grid_rows_<view>`` / ``grid_cols_<view>`` (constant for the fixed
-views, one per image for ``native`` and ``native_crop``). Stores written before these arrays existed hold square
+views, one per image for the own-size views ``native``, ``native_crop``, ``native_resized``). Stores written before these arrays existed hold square
 fixed views only, so their grid follows from the patch count.
 """
 
@@ -16,18 +16,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..infra.errors import ProbeError
+from . import own_size
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
 # views whose name holds an underscore (``store.images.VIEW_NAMES``; that module brings torch)
-JOINED_VIEWS = ("native_crop",)
+JOINED_VIEWS = tuple(v for v in own_size.VIEWS if "_" in v)
 
 
 def view_of(array: str) -> str:
     """The view an array belongs to: ``tokens_224`` -> ``224``, ``keys_native`` -> ``native``,
-    ``grid_rows_native_crop`` -> ``native_crop``."""
+    ``grid_rows_native_crop`` -> ``native_crop``, ``keys_native_resized`` -> ``native_resized``."""
     return next((v for v in JOINED_VIEWS if array.endswith(f"_{v}")), array.rsplit("_", 1)[-1])
 
 

@@ -16,8 +16,13 @@
   lukemelas/deep-spectral-segmentation crops it (``extract/extract.py``: ``images[:, :, :H_patch * P,
   :W_patch * P]``; ``object-localization/main.py --eigenseg``). The last < p rows and columns are
   read by no patch. Its grid differs per image.
+- native_resized: the whole image resized with PIL LANCZOS to ``round(w / p) * p`` × ``round(h / p)
+  * p`` (Python's round, halves to even; at least one patch a side), then normalised, as TokenCut's
+  saliency code reads it (``unsupervised_saliency_detection/utils.py`` ``resize_pil``, called by
+  ``get_saliency.py``). Its grid differs per image, and from native's for about half of the sides.
 
-The two own-size views (``OWN_SIZE``) are one machinery with an edge rule, pad or crop.
+The three own-size views (``OWN_SIZE``) are one machinery with an edge rule, pad, crop or resize
+(``store.own_size``: the grid and the way masks come back to the original pixels).
 
 Every view is normalised with ImageNet's mean and standard deviation. Files are decoded as
 stored, their EXIF orientation tag left unapplied, as the peers' loaders read them (PIL's
@@ -38,26 +43,26 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
+from . import own_size
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 VIEWS = (96, 224, 480)
 EVAL = "eval224"
-NATIVE = "native"
-NATIVE_CROP = "native_crop"
-OWN_SIZE = (NATIVE, NATIVE_CROP)  # each image at its own size: padded up, or cut down, to whole patches
-VIEW_NAMES = ("96", "224", EVAL, "480", NATIVE, NATIVE_CROP)
+NATIVE, NATIVE_CROP, NATIVE_RESIZED = own_size.NATIVE, own_size.NATIVE_CROP, own_size.NATIVE_RESIZED
+OWN_SIZE = own_size.VIEWS  # each image at its own size: padded up, cut down, or resized to whole patches
+VIEW_NAMES = ("96", "224", EVAL, "480", *OWN_SIZE)
 # the views cut as torchvision's Resize(short) + CenterCrop(side) cut them: name -> (short, side)
 CROPPED = {"96": (96, 96), "224": (224, 224), EVAL: (256, 224)}
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
 
 
 def view_name(view: int | str) -> str:
-    """The canonical name of a view ("96", "224", "eval224", "480", "native", "native_crop"); anything else is bad input."""
+    """The canonical name of a view ("96", "224", "eval224", "480", "native", "native_crop", "native_resized"); anything else is bad input."""
     name = str(view).strip().lower().replace("-", "_")  # native-crop spelled as on a command line
     if name not in VIEW_NAMES:
-        raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native,native_crop")
+        raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native,native_resized")
     return name
 
 
@@ -80,17 +85,11 @@ def fixed_grid(view: str, patch: int) -> tuple[int, int]:
     return size // patch, size // patch
 
 
-def crops(view: str) -> bool:
-    """The own-size view's edge rule: cut down to whole patches (native_crop), else padded up (native)."""
-    return str(view) == NATIVE_CROP
-
-
-def native_grid(width: int, height: int, patch: int, crop: bool = False) -> tuple[int, int]:
-    """(rows, cols) of an own-size view: the image zero-padded up to whole patches (native), or
-    with ``crop`` cut down to them (native_crop: 0 on a side shorter than one patch)."""
-    if crop:
-        return height // patch, width // patch
-    return -(-height // patch), -(-width // patch)
+def native_grid(width: int, height: int, patch: int, view: str = NATIVE) -> tuple[int, int]:
+    """(rows, cols) of an own-size view (``own_size.cells``): zero-padded up to whole patches
+    (native), cut down to them (native_crop: 0 on a side shorter than one patch), or resized to
+    round(side / p) of them (native_resized)."""
+    return own_size.cells(height, patch, view), own_size.cells(width, patch, view)
 
 
 def header_size(path: str | Path) -> tuple[int, int]:
@@ -257,12 +256,15 @@ def normalise(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def native(image: Image.Image, patch: int, crop: bool = False) -> torch.Tensor:
-    """An own-size view: (3, rows * patch, cols * patch), normalised first, then zeros at the right
-    and bottom (native) or, with ``crop``, the right and bottom cut off (native_crop). One rule
-    for both: the image's top-left pixels that fit the grid, on a zero canvas of the grid's size."""
+def native(image: Image.Image, patch: int, view: str = NATIVE) -> torch.Tensor:
+    """An own-size view: (3, rows * patch, cols * patch). Padded or cut (native, native_crop):
+    normalised first, then the image's top-left pixels that fit the grid on a zero canvas of the
+    grid's size. Resized (native_resized): the whole image resized with LANCZOS to the grid's
+    pixels, then normalised, as TokenCut's ``resize_pil`` then ``ToTensor`` + ``Normalize``."""
+    rows, cols = native_grid(image.width, image.height, patch, view)
+    if own_size.rule(view) == own_size.RESIZE:
+        return normalise(image.resize((cols * patch, rows * patch), Image.Resampling.LANCZOS))
     pixels = normalise(image).numpy()
-    rows, cols = native_grid(image.width, image.height, patch, crop)
     height, width = min(rows * patch, image.height), min(cols * patch, image.width)
     canvas = np.zeros((3, rows * patch, cols * patch), dtype=pixels.dtype)  # numpy: see ``stack``
     canvas[:, :height, :width] = pixels[:, :height, :width]
