@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -87,7 +88,12 @@ def test_a_store_grows_and_other_settings_are_refused(tmp_path, tiny_checkpoints
     path = tmp_path / "s.zarr"
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,)), store=path, quiet=True)
     before = _arrays(path)
-    grown = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480)), store=path, quiet=True)
+    from probe_toolkit.store import cache
+
+    cache.save_results(path, "entropy", xr.Dataset({"h": ("image", np.zeros(7))}), {})  # results/ beside the arrays
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # zarr's note on the results/ folder is not the user's
+        grown = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480)), store=path, quiet=True)
     assert grown.written == 7 and grown.done == 7
     after = _arrays(path)
     for name in ("tokens_224", "attention_224", "cls_tokens_224", "done_224", "grid_rows_224"):

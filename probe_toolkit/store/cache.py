@@ -291,9 +291,17 @@ def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
 
 
+def array_names(group: zarr.Group) -> list[str]:
+    """The store's arrays. ``results/`` is a plain folder (result groups, mask files) beside them,
+    not a zarr node, and zarr warns about it on every listing: that note is not the user's."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Object at .* is not recognized as a component of a Zarr hierarchy")
+        return list(group.array_keys())
+
+
 def _view_arrays(group: zarr.Group, view: str) -> list[str]:
     """Every array that belongs to ``view``: its data, flags and grids."""
-    return [name for name in group.array_keys() if name not in FLAGS and grids.view_of(name) == view]
+    return [name for name in array_names(group) if name not in FLAGS and grids.view_of(name) == view]
 
 
 def chunk_ranges(n_images: int, chunk: int, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
@@ -314,7 +322,7 @@ class StoreWriter:
         self.manifest = dict(self.group.attrs["manifest"])
         self.chunk = int(self.manifest["chunk"])
         self.n_images = int(self.group["done"].shape[0])
-        self.views = sorted(name[len("done_"):] for name in self.group.array_keys() if name.startswith("done_"))
+        self.views = sorted(name[len("done_"):] for name in array_names(self.group) if name.startswith("done_"))
         self._opened: dict[tuple[str, bool], zarr.Array] = {}
 
     def _array(self, name: str, every_chunk: bool = False) -> zarr.Array:
@@ -331,7 +339,7 @@ class StoreWriter:
         return array
 
     def arrays(self) -> list[str]:
-        return [name for name in self.group.array_keys() if name not in FLAGS and not name.startswith(PER_VIEW)]
+        return [name for name in array_names(self.group) if name not in FLAGS and not name.startswith(PER_VIEW)]
 
     def done(self, view: str | None = None) -> np.ndarray:
         name = "done" if view is None else f"done_{view}"

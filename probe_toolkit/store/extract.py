@@ -167,7 +167,7 @@ def _kept_layout(path: Path, plan: dict) -> dict:
     if not (path / "zarr.json").is_file():
         return plan
     group = zarr.open_group(path, mode="r", use_consolidated=False)
-    present = set(group.array_keys())
+    present = set(cache.array_names(group))
 
     def started(view: str) -> bool:
         flag = f"done_{view}" if f"done_{view}" in present else "done"
