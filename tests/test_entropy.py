@@ -305,3 +305,14 @@ def test_numpy_arithmetic_agrees_with_torch_reductions(attention_store):
     order = torch.sort(a[..., start + 7, :], dim=-1, descending=True, stable=True)
     assert np.array_equal(result["detail_weight"].values, order.values[..., :5].numpy())
     assert np.array_equal(result["detail_key"].values, np.where(order.indices[..., :5].numpy() < 1, -1, order.indices[..., :5].numpy() - 1))
+
+
+def test_followed_row_names_class_and_register_keys():
+    """A followed row's largest weights name their keys: patches by index, -1 the class token, -2 a register."""
+    import xarray as xr
+
+    from probe_toolkit.commands.summaries import _weights
+
+    ds = xr.Dataset({"detail_key": (("image", "head", "rank"), np.array([[[-1, -2, 5]]])),
+                     "detail_weight": (("image", "head", "rank"), np.array([[[0.5, 0.3, 0.2]]]))})
+    assert _weights(ds, "detail_", (0, 0)) == "cls:0.500  reg:0.300  5:0.200"

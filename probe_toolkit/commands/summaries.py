@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import xarray as xr  # or store.plain.Results, which answers the same questions
 
 # neighbours statistics: label, and whether the value is a share (printed in %)
+KEY_NAMES = {-1: "cls", -2: "reg"}  # the non-patch keys of a followed row (analyses.entropy: -1 class token, -2 a register)
 NEIGHBOUR_LABELS = {
     "top_in_window": ("top {top} most similar inside the window", True),
     "top_distance": ("their mean grid distance ({distance})", False),
@@ -112,7 +113,7 @@ def entropy_table(results: dict[str, xr.Dataset]) -> Table:
 def _weights(ds: xr.Dataset, prefix: str, index: tuple) -> str:
     keys = ds[f"{prefix}key"].values[index]
     weights = ds[f"{prefix}weight"].values[index]
-    return "  ".join(f"{'cls' if k < 0 else int(k)}:{w:.3f}" for k, w in zip(keys, weights))
+    return "  ".join(f"{KEY_NAMES.get(int(k), 'prefix') if k < 0 else int(k)}:{w:.3f}" for k, w in zip(keys, weights))
 
 
 def detail_tables(store: str, ds: xr.Dataset, image: int) -> list[Table]:
