@@ -26,7 +26,7 @@ from .content import Note, Section
 from .sources import original_image
 
 if TYPE_CHECKING:
-    from .sections import Context
+    from .context import Context
 
 PCA_IMAGES = 4
 CUT_IMAGES = 3

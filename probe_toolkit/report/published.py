@@ -11,7 +11,7 @@ from . import references
 from .content import Note, Section, Table
 
 if TYPE_CHECKING:
-    from .sections import Context
+    from .context import Context
 
 # the score table's row keys that a published metric may sit beside
 SCORE_KEYS = {"corloc": "CorLoc", "bbox_AP50": "bbox AP50", "segm_AP": "segm AP"}

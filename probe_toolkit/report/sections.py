@@ -8,9 +8,7 @@ sits beside a score only when protocol and data match; the rest are in their own
 
 from __future__ import annotations
 
-import itertools
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -24,12 +22,12 @@ from . import figures, followed, protocols, registers
 from .discovery import discovery
 from .pictures import decoder_cuts, token_pca
 from .published import comparable, reference_values
-from .content import Explorer, Figure, Note, Report, Section, Table
+from .content import Explorer, Note, Report, Section, Table
+from .context import Context
 from .explorer import explorer_data, store_data
-from .patches import Followed, follow_patches
+from .patches import follow_patches
 from .freshness import freshness
 from .sources import (
-    LedgerBook,
     Picture,
     StoreView,
     choose_follow,
@@ -57,33 +55,6 @@ HOW = {
 }
 MAX_MASK_IMAGES = 4
 MASK_WIDTH = 320  # display width of the decoder overlays, pixels
-
-
-@dataclass
-class Context:
-    stores: list[StoreView]
-    follow: str | None
-    patch: int
-    picture: Picture | None
-    book: LedgerBook
-    attention: dict[str, followed.Attention | None] = field(default_factory=dict)
-    neighbours: dict[str, followed.Neighbours | None] = field(default_factory=dict)
-    followed: dict[str, Followed] = field(default_factory=dict)  # each store's followed patch on its own grid (patches.py)
-    numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
-    shown: set = field(default_factory=set)  # published numbers printed beside a measurement
-    cache_dir: str | Path | None = None  # where the ledger of a label read for a figure goes
-
-    def figure(self, stem: str, png: bytes, caption: str) -> Figure:
-        return Figure(f"{next(self.numbers):02d}-{stem}.png", png, caption)
-
-    @property
-    def labels(self) -> list[str]:
-        return [s.label for s in self.stores]
-
-    def patch_of(self, store: StoreView) -> int | None:
-        """The followed patch on ``store``'s own 224 grid (``--patch`` reads the first store's); None when it follows none."""
-        found = self.followed.get(store.label)
-        return found.patch if found is not None else self.patch
 
 
 def _pct(x: float, digits: int = 1) -> str:
