@@ -30,6 +30,7 @@ entry per view under ``per_view``.
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import shutil
@@ -292,11 +293,23 @@ def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def array_names(group: zarr.Group) -> list[str]:
-    """The store's arrays. ``results/`` is a plain folder (result groups, mask files) beside them,
-    not a zarr node, and zarr warns about it on every listing: that note is not the user's."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Object at .* is not recognized as a component of a Zarr hierarchy")
+    """The store's arrays, read from its folder: the sub-folders whose ``zarr.json`` is an array's.
+
+    ``results/`` is a plain folder (result groups, mask files) beside the arrays, not a zarr
+    node, and zarr's own listing warns about it every time. A filter cannot silence that: zarr
+    warns on its event-loop thread, and the process's warning filters are changed by other
+    threads too (``warnings.catch_warnings`` is not thread-safe), so a filter here would hold only
+    some of the time."""
+    root = getattr(group.store, "root", None)
+    if root is None:  # not a local folder: zarr's listing (its warning included)
         return list(group.array_keys())
+    folder = Path(root) / group.path
+    names = []
+    for entry in sorted(folder.iterdir()):
+        meta = entry / "zarr.json"
+        if entry.is_dir() and meta.is_file() and json.loads(meta.read_text()).get("node_type") == "array":
+            names.append(entry.name)
+    return names
 
 
 def _view_arrays(group: zarr.Group, view: str) -> list[str]:
