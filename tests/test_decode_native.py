@@ -60,33 +60,21 @@ def planted(rows, cols, objects, seed, channels=12, noise=0.05, away=False):
 
 
 @pytest.fixture(scope="module")
-def native(tmp_path_factory):
-    return make_native(tmp_path_factory.mktemp("native"), away=False)
+def native_stores(tmp_path_factory):
+    """(view, away) -> that view's store of the scenes, made once per module on first use."""
+    made = {}
+
+    def store(view="native", away=False):
+        if (view, away) not in made:
+            made[view, away] = make_native(tmp_path_factory.mktemp(f"{view}-{'away' if away else 'centre'}"), away=away, view=view)
+        return made[view, away]
+
+    return store
 
 
 @pytest.fixture(scope="module")
-def native_away(tmp_path_factory):
-    return make_native(tmp_path_factory.mktemp("away"), away=True)
-
-
-@pytest.fixture(scope="module")
-def native_crop(tmp_path_factory):
-    return make_native(tmp_path_factory.mktemp("crop"), away=False, view="native_crop")
-
-
-@pytest.fixture(scope="module")
-def native_crop_away(tmp_path_factory):
-    return make_native(tmp_path_factory.mktemp("crop-away"), away=True, view="native_crop")
-
-
-@pytest.fixture(scope="module")
-def native_resized(tmp_path_factory):
-    return make_native(tmp_path_factory.mktemp("resized"), away=False, view="native_resized")
-
-
-@pytest.fixture(scope="module")
-def native_resized_away(tmp_path_factory):
-    return make_native(tmp_path_factory.mktemp("resized-away"), away=True, view="native_resized")
+def native(native_stores):
+    return native_stores()
 
 
 def make_native(folder, away, view="native"):
@@ -224,8 +212,8 @@ def pixels(patch_mask, rows, cols, h, w, view="native"):
 
 @pytest.mark.parametrize("view", ["native", "native_crop", "native_resized"])
 @pytest.mark.parametrize("preset", list(REFERENCES))
-def test_every_preset_cuts_each_image_on_its_own_grid(request, preset, view, tmp_path):
-    store, per_image, grids = request.getfixturevalue(view + ("_away" if preset == "lost" else ""))
+def test_every_preset_cuts_each_image_on_its_own_grid(native_stores, preset, view, tmp_path):
+    store, per_image, grids = native_stores(view, away=preset == "lost")
     assert grids == [grid_of(h, w, view) for _, h, w, _ in SCENES]
     out = tmp_path / "m.json"
     result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", preset, "-q", "--workers", "1",

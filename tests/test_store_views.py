@@ -353,6 +353,28 @@ def test_native_crop_view_is_torchvisions_tensor_cut_to_whole_patches(patch):
     assert images.view_name("native-crop") == "native_crop"
 
 
+def assert_own_size_store_is_the_forward(ds, view, ckpt, folder, pixels, expected):
+    """The view's arrays, each image's grid (``expected``: name -> (rows, cols)), and its keys,
+    tokens and class key equal, float16 bit for bit, to the backbone's forward on ``pixels(photo)``
+    (each image forwarded alone: its grid is its own shape); the patch dimension's padding NaN."""
+    assert sorted(a for a in ds.data_vars if a.endswith(f"_{view}")) == sorted(
+        f"{kind}_{view}" for kind in ("cls_keys", "cls_tokens", "done", "failed", "grid_cols", "grid_rows", "keys", "tokens"))
+    rows, cols = grids.view_grid(ds, view)
+    ids = list(ds.image.values)
+    assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected
+    backbone = Backbone.from_checkpoint(load_checkpoint(ckpt))
+    keys, tokens, cls_keys = (require(ds, f"{kind}_{view}").values for kind in ("keys", "tokens", "cls_keys"))
+    for k, name in enumerate(ids):
+        n = expected[name][0] * expected[name][1]
+        with torch.no_grad():
+            out = backbone.readout(pixels(images.load_image(folder / name))[None], keys=True, attention="none")
+        assert np.array_equal(keys[k, :n], out.keys[0].to(torch.float16).numpy()), name
+        assert np.array_equal(tokens[k, :n], out.tokens[0].to(torch.float16).numpy()), name
+        assert np.array_equal(cls_keys[k], out.cls_key[0].to(torch.float16).numpy()), name
+        assert np.isnan(keys[k, n:]).all() and np.isnan(tokens[k, n:]).all()
+    return ids, keys
+
+
 def test_native_crop_store_holds_the_forward_of_the_cut_image(probe, tmp_path, tiny_checkpoints, odd_sizes):
     ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "c.zarr"
     run = probe("extract", ckpt, "--images", odd_sizes, "--views", "native,native_crop", "--store", store, "-q")
@@ -361,24 +383,9 @@ def test_native_crop_store_holds_the_forward_of_the_cut_image(probe, tmp_path, t
     m = ds.attrs["manifest"]
     assert m["views"] == ["native", "native_crop"] and m["per_view"]["native_crop"]["patches"] == 8
     assert "extract/extract.py" in m["view_geometry"]["native_crop"] and m["per_view"]["native_crop"]["resample"] == "none"
-    assert sorted(a for a in ds.data_vars if a.endswith("_native_crop")) == [
-        "cls_keys_native_crop", "cls_tokens_native_crop", "done_native_crop", "failed_native_crop",
-        "grid_cols_native_crop", "grid_rows_native_crop", "keys_native_crop", "tokens_native_crop"]
-    rows, cols = grids.view_grid(ds, "native_crop")
-    ids = list(ds.image.values)
     expected = {name: (h // 16, w // 16) for name, (w, h) in SIZES.items()}
-    assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected == {"wide.png": (2, 4), "tall.png": (4, 2), "one.png": (1, 1), "exact.png": (2, 3)}
-    backbone = Backbone.from_checkpoint(load_checkpoint(ckpt))
-    keys, tokens = require(ds, "keys_native_crop").values, require(ds, "tokens_native_crop").values
-    for k, name in enumerate(ids):
-        grid = expected[name]
-        n = grid[0] * grid[1]
-        with torch.no_grad():  # each image's grid is its own shape here, so extraction forwarded it alone too
-            out = backbone.readout(dsm_cut(images.load_image(odd_sizes / name), 16)[None], keys=True, attention="none")
-        assert np.array_equal(keys[k, :n], out.keys[0].to(torch.float16).numpy()), name  # float16, bit for bit
-        assert np.array_equal(tokens[k, :n], out.tokens[0].to(torch.float16).numpy()), name
-        assert np.array_equal(ds.cls_keys_native_crop.values[k], out.cls_key[0].to(torch.float16).numpy()), name
-        assert np.isnan(keys[k, n:]).all() and np.isnan(tokens[k, n:]).all()  # the patch dimension's padding, unused
+    assert expected == {"wide.png": (2, 4), "tall.png": (4, 2), "one.png": (1, 1), "exact.png": (2, 3)}
+    ids, keys = assert_own_size_store_is_the_forward(ds, "native_crop", ckpt, odd_sizes, lambda photo: dsm_cut(photo, 16), expected)
     native_keys = require(ds, "keys_native").values
     exact, wide = ids.index("exact.png"), ids.index("wide.png")
     assert np.array_equal(keys[exact, :6], native_keys[exact, :6])  # 48 x 32: a multiple of the patch, nothing to pad or cut
@@ -457,24 +464,10 @@ def test_native_resized_store_holds_the_forward_of_the_resized_image(probe, tmp_
     m = ds.attrs["manifest"]
     assert m["views"] == ["native_resized"] and m["per_view"]["native_resized"]["patches"] == 8
     assert "resize_pil" in m["view_geometry"]["native_resized"] and m["per_view"]["native_resized"]["resample"] == "lanczos"
-    assert sorted(a for a in ds.data_vars if a.endswith("_native_resized")) == [
-        "cls_keys_native_resized", "cls_tokens_native_resized", "done_native_resized", "failed_native_resized",
-        "grid_cols_native_resized", "grid_rows_native_resized", "keys_native_resized", "tokens_native_resized"]
-    rows, cols = grids.view_grid(ds, "native_resized")
-    ids = list(ds.image.values)
     expected = {name: (round(h / 16), round(w / 16)) for name, (w, h) in SIZES.items()}
     # wide 70 x 40: 2.5 rows -> 2 (native pads to 3); tall 33 x 64: 2.06 cols -> 2 (native 3)
-    assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected == {"wide.png": (2, 4), "tall.png": (4, 2), "one.png": (1, 1), "exact.png": (2, 3)}
-    backbone = Backbone.from_checkpoint(load_checkpoint(ckpt))
-    keys, tokens = require(ds, "keys_native_resized").values, require(ds, "tokens_native_resized").values
-    for k, name in enumerate(ids):
-        n = expected[name][0] * expected[name][1]
-        with torch.no_grad():
-            out = backbone.readout(tokencut_resized(images.load_image(odd_sizes / name), 16)[None], keys=True, attention="none")
-        assert np.array_equal(keys[k, :n], out.keys[0].to(torch.float16).numpy()), name  # float16, bit for bit
-        assert np.array_equal(tokens[k, :n], out.tokens[0].to(torch.float16).numpy()), name
-        assert np.array_equal(ds.cls_keys_native_resized.values[k], out.cls_key[0].to(torch.float16).numpy()), name
-        assert np.isnan(keys[k, n:]).all()
+    assert expected == {"wide.png": (2, 4), "tall.png": (4, 2), "one.png": (1, 1), "exact.png": (2, 3)}
+    assert_own_size_store_is_the_forward(ds, "native_resized", ckpt, odd_sizes, lambda photo: tokencut_resized(photo, 16), expected)
     line = dict(describe_store(store))["view native_resized"]
     assert line.startswith("per-image grids 1x1 to ") and "4/4 done" in line
 
