@@ -9,6 +9,9 @@ compared; the ratio is matmul seconds / k-NN seconds (target ≥ 0.8). Prints a 
     python benchmarks/knn.py [--train 20000] [--test 2000] [--rounds 3] [--full]
 
 ``--full`` uses 100,000 train and 10,000 test images (the plain matmul then holds 4 GB).
+``--parts`` also times one block's pieces (1,024 test × 8,192 train, medians of 5): its products,
+the top-200 of its rows (what each block adds to the running selection), and the comparison with
+a running 200th value (what pruning by it would cost before any saving).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--full", action="store_true")
+    parser.add_argument("--parts", action="store_true", help="also time one block's products, top-k and pruning comparison")
     args = parser.parse_args()
     if args.full:
         args.train, args.test = 100_000, 10_000
@@ -71,11 +75,35 @@ def main() -> None:
     print(f"  plain matmul (all similarities)   {plain_s:7.3f} s   {pairs / plain_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['plain']]}")
     print(f"  probe k-NN (blocks, top-200, 4 k) {knn_s:7.3f} s   {pairs / knn_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['knn']]}")
     print(f"  ratio {plain_s / knn_s:.2f} (target ≥ 0.8); top-1 at k = 20: {100 * result.top1[1]:.2f} %")
+    parts = block_parts(train, test) if args.parts else {}
+    for name, seconds in parts.items():
+        print(f"  one block (1,024 × 8,192): {name.replace('_', ' '):<24} {1e3 * seconds:7.1f} ms")
     print(json.dumps({
-        "benchmark": "knn", "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
         "train": args.train, "test": args.test, "dim": args.dim, "rounds": args.rounds,
         "plain_s": round(plain_s, 4), "knn_s": round(knn_s, 4), "ratio": round(plain_s / knn_s, 3), "top1_k20": round(float(result.top1[1]), 5),
     }))
+
+
+def block_parts(train: np.ndarray, test: np.ndarray, rounds: int = 5) -> dict[str, float]:
+    """Median seconds of one block's pieces: products, top-k (k = 200, unsorted as ``running_topk``
+    takes it), and the comparison with each row's running 200th value."""
+    a = F.normalize(torch.from_numpy(test[: knn.TEST_BLOCK]), dim=1)
+    b = F.normalize(torch.from_numpy(train[: knn.TRAIN_BLOCK]), dim=1)
+    sim = a @ b.T
+    floor = sim.topk(200, dim=1).values[:, -1:]
+    pieces = {"products": lambda: a @ b.T, "top-200": lambda: sim.topk(200, dim=1, sorted=False),
+              "compare with 200th": lambda: (sim >= floor).sum(1)}
+    out = {}
+    for name, fn in pieces.items():
+        fn()
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        out[name.replace(" ", "_")] = statistics.median(times)
+    return out
 
 
 if __name__ == "__main__":
