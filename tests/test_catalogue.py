@@ -276,8 +276,8 @@ CASES = [
          lambda w: ["neighbours", w.store, "--distance", "euclidean", "--boot", "20", "-q"]),
     Case("full-disk-saving-results", lambda w: ["entropy", w.store, "--boot", "20", "-q"], 2, ("results/entropy", "could not be written"),
          lambda w: ["entropy", w.store, "--boot", "20", "-q"], setup=lambda w, mp: mp.setattr("probe_toolkit.store.plain.write", _enospc)),  # entropy writes with store.plain
-    Case("full-disk-saving-results-through-xarray", lambda w: ["neighbours", w.store, "--boot", "20", "-q"], 2, ("results/neighbours_g14", "could not be written"),
-         lambda w: ["neighbours", w.store, "--boot", "20", "-q"], setup=lambda w, mp: mp.setattr("xarray.Dataset.to_zarr", _enospc)),
+    Case("full-disk-saving-results-through-xarray", lambda w: ["attention-masks", w.store, "-q"], 2, ("results/attention_masks", "could not be written"),
+         lambda w: ["attention-masks", w.store, "-q"], setup=lambda w, mp: mp.setattr("xarray.Dataset.to_zarr", _enospc)),
     Case("json-into-a-folder", lambda w: ["entropy", w.store, "--boot", "20", "--json", w.root / "out", "-q"], 2, (str(Path("out")),),
          lambda w: ["entropy", w.store, "--boot", "20", "--json", w.root / "out" / "e.json", "-q"], setup=lambda w, mp: (w.root / "out").mkdir(exist_ok=True),
          roots=lambda w: [w.root / "out"]),

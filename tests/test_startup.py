@@ -6,7 +6,8 @@ that ended up in ``sys.modules``. ``probe info`` and ``probe decode`` must load 
 chunk manager and its type check would bring them), nor matplotlib, scikit-learn, timm, nor
 xarray and pandas (half a second: they read the store with zarr alone, ``store/direct.py``, and
 decode writes its results with ``store/plain.py``), nor scipy.ndimage (0.15 s: connected
-components come from scipy.sparse.csgraph). ``probe entropy`` loads no torch. What these
+components come from scipy.sparse.csgraph). ``probe entropy`` loads no torch, ``probe neighbours``
+only torch (the selection rules training runs, ``analyses/selection.py``). What these
 commands read and write instead is checked here too: the same values as xarray's reading, the
 same bytes as xarray's writing.
 """
@@ -59,6 +60,11 @@ def test_info_and_decode_load_no_heavy_library(store, tmp_path):
 
 def test_entropy_loads_no_torch_and_nothing_for_dask(store):
     assert loaded_by(["entropy", str(store), "-q", "--boot", "10"]) == []  # numpy arithmetic, the store read and the result written with zarr alone
+
+
+def test_neighbours_loads_torch_for_its_rules_and_nothing_else_heavy(store):
+    # the selection rules training runs (analyses/selection.py) are torch; the rest as entropy
+    assert loaded_by(["neighbours", str(store), "-q", "--boot", "10"]) == ["torch"]
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -181,15 +187,30 @@ def test_store_arrays_know_their_chunks_without_dask(tmp_path):
     assert np.array_equal(reader(6, 7)["tokens"], tokens[[7]]) and reader.span == (4, 7)  # the held chunk, not a new read
 
 
-def test_entropy_results_are_written_as_xarray_writes_them(store, tmp_path):
-    """probe entropy's results (string coordinates from the store, fixed-width statistic names,
-    scalars of every dtype) written by store.plain and by xarray: the same files, byte for byte."""
+def _entropy(ds):
     from probe_toolkit.analyses.entropy import entropy
-    from probe_toolkit.store import plain
-    from probe_toolkit.store.cache import open_store, require
+    from probe_toolkit.store.cache import require
 
-    ds = open_store(store, plain=True)
-    result = entropy(require(ds, "attention_224"), class_token=True, blocks=require(ds, "attention_blocks_224"), patch=3, n_boot=10)
+    return entropy(require(ds, "attention_224"), class_token=True, blocks=require(ds, "attention_blocks_224"), patch=3, n_boot=10)
+
+
+def _neighbours(ds):
+    from probe_toolkit.analyses.neighbours import neighbours
+    from probe_toolkit.store.cache import require
+
+    tokens = require(ds, "tokens_224")
+    return neighbours(tokens, int(round(tokens.shape[1] ** 0.5)), k=2, top=3, n_boot=10)
+
+
+@pytest.mark.parametrize("analysis", [_entropy, _neighbours], ids=["entropy", "neighbours"])
+def test_analysis_results_are_written_as_xarray_writes_them(analysis, store, tmp_path):
+    """Results that store.plain writes (string coordinates from the store, fixed-width statistic
+    names, 0-d scalars of every dtype, integer tables), written by store.plain and by xarray:
+    the same files, byte for byte."""
+    from probe_toolkit.store import plain
+    from probe_toolkit.store.cache import open_store
+
+    result = analysis(open_store(store, plain=True))
     plain.write(result, tmp_path / "plain")
     result.to_xarray().to_zarr(tmp_path / "xarray", mode="w", consolidated=False, zarr_format=3)
     ours, theirs = _files(tmp_path / "plain"), _files(tmp_path / "xarray")

@@ -44,6 +44,7 @@ import torch
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
+from ..store.plain import Results
 from . import selection
 from .grid import grid_distance, grid_side
 from .stats import bootstrap_mean
@@ -183,8 +184,10 @@ def neighbours(
     client=None,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> xr.Dataset:
-    """Premise statistics of a store's tokens (image, patch, channel), chunk by chunk over images."""
+) -> Results:
+    """Premise statistics of a store's tokens (image, patch, channel), chunk by chunk over images:
+    a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout without
+    importing xarray and pandas (half a second of the command's start-up)."""
     if tokens.ndim != 3:
         raise ProbeError(tokens.name, f"has dims {tokens.dims}", "pass (image, patch, channel) tokens")
     side = grid_side(tokens.shape[1], str(tokens.name))
@@ -223,6 +226,4 @@ def neighbours(
         level=level,
         positives_per_anchor=k,
     )
-    from ..infra.lazy_dask import xarray
-
-    return xarray().Dataset(data, coords=coords, attrs=attrs)
+    return Results(data, coords=coords, attrs=attrs)

@@ -95,6 +95,15 @@ class Variable:
     def dtype(self) -> np.dtype:
         return self.data.dtype
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.asarray(self.data, dtype=dtype)
+
+    def __int__(self) -> int:  # a 0-d value, as ``int(ds.links)`` reads a DataArray
+        return int(self.data)
+
+    def __float__(self) -> float:
+        return float(self.data)
+
 
 def _attr(value: Any) -> Any:
     """An attribute value as xarray stores it (``encode_zarr_attr_value``)."""
