@@ -243,6 +243,36 @@ def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
 # the command
 
 
+def test_cli_neighbours_whole_window_leaves_no_other_candidates(token_store, tmp_path):
+    """--k 8 takes the whole window: the cosine of the candidates left out is undefined, printed
+    "–" and written as JSON null (strict JSON, no NaN), and the positives' cosine is every
+    window candidate's mean."""
+    from typer.testing import CliRunner
+
+    from probe_toolkit.cli import app
+
+    path, arrays, failed = token_store
+    out = tmp_path / "k8.json"
+    run = CliRunner().invoke(app, ["neighbours", str(path), "--k", "8", "--json", str(out), "--boot", "20", "-q"], env={"COLUMNS": "200"})
+    assert run.exit_code == 0, run.output
+    row = next(line for line in run.output.splitlines() if "other window candidates" in line)
+    assert "–" in row and "nan" not in row.lower()
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in the JSON")
+
+    summary = json.loads(out.read_text(), parse_constant=refuse)["stores"][str(path)]["summary"]
+    assert summary["other_cosine"] == {"mean": None, "low": None, "high": None}
+    kept = arrays["tokens_224"][~failed].astype(np.float64)
+    unit = kept / np.linalg.norm(kept, axis=-1, keepdims=True)
+    sim = unit @ unit.transpose(0, 2, 1)
+    g = 14  # every anchor's 8 torus neighbours, written out independently of analyses.selection
+    rows, cols = np.divmod(np.arange(g * g), g)
+    window = [((rows + dr) % g) * g + (cols + dc) % g for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr, dc) != (0, 0)]
+    expected = np.mean([sim[:, np.arange(g * g), w].mean() for w in window])
+    assert summary["positive_cosine"]["mean"] == pytest.approx(expected, abs=1e-3)
+
+
 def test_cli_neighbours_side_by_side(token_store, tmp_path):
     from typer.testing import CliRunner
 

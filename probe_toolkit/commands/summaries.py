@@ -44,16 +44,25 @@ def store_label(store: str) -> str:
     return "/".join(parts[-2:])
 
 
-def cell(mean: float, low: float, high: float, share: bool) -> str:
+def cell(mean: float | None, low: float | None, high: float | None, share: bool) -> str:
+    if mean is None or low is None or high is None:  # undefined (``summary``)
+        return "–"
     if share:
         return f"{100 * mean:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
 
-def summary(ds: xr.Dataset) -> dict[str, dict[str, float]]:
+def _number(value: Any) -> float | None:
+    """A summary value; None (JSON null, "–" in a table) where it is undefined: NaN when no
+    image has a value, e.g. the window candidates left out by ``--k 8``."""
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def summary(ds: xr.Dataset) -> dict[str, dict[str, float | None]]:
     """``{statistic: {mean, low, high}}`` from a result's summary variables."""
     return {
-        str(name): {"mean": float(ds.summary_mean.values[i]), "low": float(ds.summary_low.values[i]), "high": float(ds.summary_high.values[i])}
+        str(name): {"mean": _number(ds.summary_mean.values[i]), "low": _number(ds.summary_low.values[i]), "high": _number(ds.summary_high.values[i])}
         for i, name in enumerate(ds.statistic.values)
     }
 
