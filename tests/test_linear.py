@@ -379,6 +379,14 @@ def test_a_store_without_the_panels_images_is_refused_before_any_label_read(pane
         probing.run_linear([stores["good"], lonely], "tr", "va", settings=SMALL, cache_dir=root)
     line = error.value.line()
     assert "lacks 3 of the 10 images of panel 'tr' (img07.png, img08.png, img09.png)" in line and "probe extract /ckpt/cccc.pth --panel tr" in line
+    # a store extracted from the folder above the panel's (its ids carry the sub-folder) that misses one image
+    folder = panels["folders"]["tr"]
+    above = panels["root"] / "stores/above-eeeeeeee/teacher.zarr"
+    ids = sorted(panels["tr"])[:9]
+    make_store(above, [f"{folder.name}/{i}" for i in ids], np.zeros((9, 196, 8), np.float32), sizes_of(folder, ids), sha="e" * 64, source=folder.parent)
+    with pytest.raises(ProbeError) as error:
+        probing.run_linear([stores["good"], above], "tr", "va", settings=SMALL, cache_dir=root)
+    assert f"lacks 1 of the 10 images of panel 'tr' ({folder.name}/img09.png)" in error.value.line()
     # the train panel's store has files named img00..img05, as the val panel does, but from the train folder
     alone = panels["root"] / "stores/alone-dddddddd/teacher.zarr"
     ids = sorted(panels["tr"])

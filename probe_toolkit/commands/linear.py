@@ -113,8 +113,8 @@ def panel_ids(panel: Panel) -> list[str]:
     return [ref.id for ref in images.list_images(panel.images)]
 
 
-def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
-    """The store ids of a panel's images when this store holds all of them (finished), else None.
+def wanted_ids(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+    """The ids a panel's images have in this store, or None when it was extracted from another folder.
 
     A store records the folder it was extracted from (``image_source``). When that folder still
     exists, it must be the panel's folder or hold it (ids then carry the sub-folder), so that two
@@ -129,8 +129,13 @@ def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None
             if not panel_dir.is_relative_to(source_dir):
                 return None
             prefix = panel_dir.relative_to(source_dir).as_posix() + "/"
-    wanted = [prefix + i for i in ids]
-    return wanted if not set(wanted) - set(ds.image.values.tolist()) else None
+    return [prefix + i for i in ids]
+
+
+def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+    """The store ids of a panel's images when this store holds all of them (finished), else None."""
+    wanted = wanted_ids(ds, panel, ids)
+    return wanted if wanted is not None and not set(wanted) - set(ds.image.values.tolist()) else None
 
 
 def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: Level, views: Sequence[str] = ("224",)) -> Source:
@@ -154,7 +159,8 @@ def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: 
                 source.panel_stores[panel.name] = (candidate, found)
                 break
         else:
-            missing = sorted(set(ids) - set(ds.image.values.tolist()))
+            wanted = wanted_ids(ds, panel, ids)
+            missing = sorted(set(wanted) - set(ds.image.values.tolist())) if wanted is not None else []
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
                     else f"was extracted from another folder than panel {panel.name!r}'s ({panel.images})")
