@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -235,14 +236,17 @@ def _scores_table(title: str, scores) -> None:
         console.print(f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
                       f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)")
         return
+    def pct(value: float, unit: str = "") -> str:  # NaN: undefined (segm and mean best IoU on a panel of boxes)
+        return f"{100 * value:.2f}{unit}" if math.isfinite(value) else "–"
+
     table = Table(title=title)
     for column in ("", "AP", "AP50", "AP75", "AR1", "AR10", "AR100"):
         table.add_column(column, justify="right")
     for kind in ("segm", "bbox"):
         values = getattr(scores, kind)
-        table.add_row(kind, *(f"{100 * values[m]:.2f}" for m in ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")))
+        table.add_row(kind, *(pct(values[m]) for m in ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")))
     console.print(table)
-    console.print(f"CorLoc {100 * scores.corloc:.2f} %   mean best IoU {100 * scores.mean_best_iou:.2f} %   "
+    console.print(f"CorLoc {pct(scores.corloc, ' %')}   mean best IoU {pct(scores.mean_best_iou, ' %')}   "
                   f"({scores.counts['images']} images, {scores.counts['objects']} objects, {scores.counts['masks']} masks)")
 
 

@@ -439,14 +439,19 @@ def test_lost_on_a_voc_panel_gives_corloc_by_lost_iou(tmp_path):
     result = runner.invoke(app, ["decode", str(store), "--preset", "lost", "--panel", "voc07", "--cache", str(root), "-q",
                                  "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "s.json").read_text())
-    res = {r["file_name"]: r for r in json.loads((tmp_path / "m.json").read_text())}
+    def refuse(constant):
+        raise AssertionError(f"{constant} in the JSON")
+
+    summary = json.loads((tmp_path / "s.json").read_text(), parse_constant=refuse)  # strict JSON
+    res = {r["file_name"]: r for r in json.loads((tmp_path / "m.json").read_text(), parse_constant=refuse)}
     hits = []
     for name, gt in (("000001.jpg", (24, 12, 72, 36)), ("000002.jpg", (59, 59, 80, 80))):
         hits.append(plain_iou(res[name]["patch_box"], gt) >= 0.5)
     assert hits == [True, False]
     assert summary["scores"]["corloc"] == 0.5 and summary["settings"]["rule"] == "lost"
-    assert summary["scores"]["segm_AP"] != summary["scores"]["segm_AP"]  # NaN: VOC has no outlines
+    assert summary["scores"]["segm_AP"] is None and summary["scores"]["mean_best_iou"] is None  # undefined: VOC has no outlines
+    segm = next(line for line in result.output.splitlines() if "segm" in line)
+    assert segm.count("–") == 6 and "nan" not in result.output and "mean best IoU –" in result.output
 
 
 # ----------------------------------------------------------------------------------------------

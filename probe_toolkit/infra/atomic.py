@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,32 @@ from typing import Any
 from .errors import ProbeError
 
 
+def undefined_as_null(obj: Any) -> Any:
+    """``obj`` with every non-finite float (an undefined value: segm AP on a panel of boxes, a
+    mean over nothing) as None, so it is written as JSON null: Python's NaN token is not JSON,
+    and other readers (jq, JavaScript's JSON.parse) refuse the whole file."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: undefined_as_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [undefined_as_null(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, indent: int | None = None, separators: tuple[str, str] | None = None) -> str:
+    """Strict JSON: undefined values as null (``undefined_as_null``)."""
+    return json.dumps(undefined_as_null(obj), indent=indent, separators=separators, allow_nan=False)
+
+
 def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
-    """JSON written atomically (temp name, then ``os.replace``)."""
+    """JSON written atomically (temp name, then ``os.replace``), undefined values as null."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     separators = None if indent else (",", ":")
     try:
-        tmp.write_text(json.dumps(obj, indent=indent, separators=separators) + "\n")
+        tmp.write_text(json_text(obj, indent, separators) + "\n")
         os.replace(tmp, path)
     except BaseException as error:  # a full disk or Ctrl-C leaves neither a half file nor the temp name
         tmp.unlink(missing_ok=True)

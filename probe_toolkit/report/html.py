@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import re
 from importlib import resources
 
+from ..infra.atomic import json_text
 from .content import Explorer, Figure, Note, Report, Section, Table
 
 # nothing may be fetched: images only from data: URIs, script and style only inline
@@ -45,7 +45,7 @@ def note(n: Note) -> str:
 
 def explorer(e: Explorer) -> str:
     # "</" cannot end the script element early once escaped; the JSON stays valid
-    payload = json.dumps(e.data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json_text(e.data, separators=(",", ":")).replace("</", "<\\/")
     return (f'<div id="probe-explorer" class="explorer" data-patch="{int(e.data["patch"])}"></div>'
             f'<script type="application/json" id="probe-explorer-data">{payload}</script>')
 
