@@ -84,6 +84,51 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     assert 0.5 < result.top1[3] <= 1.0  # the clusters are separable: a wrong vote would not reach this
 
 
+@pytest.mark.parametrize("order", ["shuffled", "by class"])
+def test_running_topk_over_many_blocks_keeps_the_exact_neighbours(order):
+    """Late blocks of a large train set enter the running top-200 through a small top-m with a
+    fall-back for rows it may miss (analyses.knn._candidates); the kept neighbours are those of
+    a float64 sort of every similarity, in a shuffled set and in one sorted by class (where a
+    query's own class fills one late block and its rows fall back)."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(12, 24))
+    train, labels = clustered(24000, centres, rng, spread=2.0)
+    if order == "by class":
+        train = train[np.argsort(labels, kind="stable")]
+    test, _ = clustered(40, centres, rng, spread=2.0)
+    calls = []
+
+    def blocks():
+        for a in range(0, len(train), 1000):
+            calls.append(a)
+            yield a, knn.normalise(torch.from_numpy(train[a:a + 1000]))
+
+    sizes = []
+    original = knn._candidates
+
+    def spy(sim, k, floor, expected):
+        out = original(sim, k, floor, expected)
+        sizes.append(out[0].shape[1])
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(knn, "_candidates", spy)
+        value, index = knn.running_topk(knn.normalise(torch.from_numpy(test)), blocks, 200)
+    assert len(calls) == 24 and min(sizes) < 200  # the small top-m did run
+    calls.clear()
+    # every similarity, block by block as the products are made (float32), then sorted whole
+    queries = knn.normalise(torch.from_numpy(test))
+    sims = np.concatenate([(queries @ block.T).numpy() for _, block in blocks()], axis=1)
+    expected = np.argsort(-sims.astype(np.float64), axis=1, kind="stable")[:, :200]
+    np.testing.assert_array_equal(index.numpy(), expected)
+    np.testing.assert_array_equal(value.numpy(), np.take_along_axis(sims, expected, 1))
+    tr = train.astype(np.float64) / np.linalg.norm(train.astype(np.float64), axis=1, keepdims=True)
+    exact = np.argsort(-(test.astype(np.float64) @ tr.T), axis=1, kind="stable")[:, :200]  # float64: only near-ties differ
+    assert np.mean([len(set(a) & set(b)) for a, b in zip(index.numpy(), exact)]) > 199.5
+
+
 def test_top5_counts_as_dinos_script():
     """Against DINO's own formula: a class without votes is no top-5 hit (its 1000 class columns
     bury it among empty ones), and with k < 5 only k classes can be. Spread-out clusters leave
