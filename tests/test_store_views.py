@@ -267,6 +267,14 @@ def test_progress_advances_per_image(tmp_path, monkeypatch, tiny_checkpoints, od
 EVAL_SIZES = ((640, 480), (333, 500), (257, 256), (500, 375), (200, 300))  # width, height; 200 px: the short side grows
 
 
+def extracted(probe, ckpt, folder, views: str, store, *options) -> tuple:
+    """``probe extract`` of ``folder`` in ``views`` into ``store``, which must succeed: (store, manifest)."""
+    run = probe("extract", ckpt, "--images", folder, "--views", views, "--store", store, "-q", *options)
+    assert run.returncode == 0, run.stderr
+    ds = open_store(store)
+    return ds, ds.attrs["manifest"]
+
+
 def dino_eval_transform():
     """facebookresearch/dino eval_knn.py's val transform, built with torchvision itself."""
     from torchvision import transforms
@@ -298,10 +306,7 @@ def test_eval224_store_holds_the_forward_of_dinos_transform(probe, tmp_path, tin
     for w, h in EVAL_SIZES[:4]:
         Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / f"{w}x{h}.png")
     ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "e.zarr"
-    run = probe("extract", ckpt, "--images", folder, "--views", "224,eval224", "--batch-size", "4", "--store", store, "-q")
-    assert run.returncode == 0, run.stderr
-    ds = open_store(store)
-    m = ds.attrs["manifest"]
+    ds, m = extracted(probe, ckpt, folder, "224,eval224", store, "--batch-size", "4")
     assert m["views"] == [224, "eval224"] and m["per_view"]["eval224"]["arrays"] == ["cls_tokens_eval224", "tokens_eval224"]
     assert (m["per_view"]["eval224"]["rows"], m["per_view"]["eval224"]["cols"]) == (14, 14) and "eval_knn.py" in m["view_geometry"]["eval224"]
     assert not [a for a in ds.data_vars if a.endswith("_eval224") and a.startswith(("keys", "attention", "cls_keys"))]
@@ -377,10 +382,7 @@ def assert_own_size_store_is_the_forward(ds, view, ckpt, folder, pixels, expecte
 
 def test_native_crop_store_holds_the_forward_of_the_cut_image(probe, tmp_path, tiny_checkpoints, odd_sizes):
     ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "c.zarr"
-    run = probe("extract", ckpt, "--images", odd_sizes, "--views", "native,native_crop", "--store", store, "-q")
-    assert run.returncode == 0, run.stderr
-    ds = open_store(store)
-    m = ds.attrs["manifest"]
+    ds, m = extracted(probe, ckpt, odd_sizes, "native,native_crop", store)
     assert m["views"] == ["native", "native_crop"] and m["per_view"]["native_crop"]["patches"] == 8
     assert "extract/extract.py" in m["view_geometry"]["native_crop"] and m["per_view"]["native_crop"]["resample"] == "none"
     expected = {name: (h // 16, w // 16) for name, (w, h) in SIZES.items()}
@@ -458,10 +460,7 @@ def test_native_resized_view_is_tokencuts_lanczos_resize_then_torchvision(patch)
 
 def test_native_resized_store_holds_the_forward_of_the_resized_image(probe, tmp_path, tiny_checkpoints, odd_sizes):
     ckpt, store = tiny_checkpoints["dino-full"], tmp_path / "r.zarr"
-    run = probe("extract", ckpt, "--images", odd_sizes, "--views", "native-resized", "--store", store, "-q")
-    assert run.returncode == 0, run.stderr
-    ds = open_store(store)
-    m = ds.attrs["manifest"]
+    ds, m = extracted(probe, ckpt, odd_sizes, "native-resized", store)
     assert m["views"] == ["native_resized"] and m["per_view"]["native_resized"]["patches"] == 8
     assert "resize_pil" in m["view_geometry"]["native_resized"] and m["per_view"]["native_resized"]["resample"] == "lanczos"
     expected = {name: (round(h / 16), round(w / 16)) for name, (w, h) in SIZES.items()}
