@@ -245,7 +245,7 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
     path = Path(path)
     if network not in NETWORKS:
         raise ProbeError(None, f"--network {network!r} is not one of {NETWORKS}", "use teacher or student")
-    with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside torch.load: ~0.4 s at ViT-B
+    with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside the read (read_file, weights only): ~0.4 s at ViT-B
         digest = hasher.submit(sha256_file, path)
         checkpoint = _read_network(path, network, heads, digest)
     return to_selfpatch(checkpoint) if convert else checkpoint
