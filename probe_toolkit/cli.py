@@ -236,6 +236,7 @@ def _scores_table(title: str, scores) -> None:
         console.print(f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
                       f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)")
         return
+
     def pct(value: float, unit: str = "") -> str:  # NaN: undefined (segm and mean best IoU on a panel of boxes)
         return f"{100 * value:.2f}{unit}" if math.isfinite(value) else "–"
 

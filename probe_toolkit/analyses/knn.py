@@ -92,7 +92,7 @@ def _candidates(sim: torch.Tensor, k: int, floor: torch.Tensor | None, expected:
     above a row's floor is a candidate either way, so the merged top-k holds the same values;
     only which of several equal to the k-th survive is topk's choice, as with one topk over
     the whole row (DINO's script). torch.topk's cost grows with m: on a late block of a large
-    train set (ImageNet's 1.28 M images are 157 blocks) this is several times cheaper.
+    train set (ImageNet's 1.28 M images are 313 blocks) this is several times cheaper.
     """
     width = min(k, sim.shape[1])
     m = 16

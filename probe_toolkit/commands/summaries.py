@@ -44,25 +44,19 @@ def store_label(store: str) -> str:
     return "/".join(parts[-2:])
 
 
-def cell(mean: float | None, low: float | None, high: float | None, share: bool) -> str:
-    if mean is None or low is None or high is None:  # undefined (``summary``)
+def cell(mean: float, low: float, high: float, share: bool) -> str:
+    if not np.isfinite([mean, low, high]).all():  # undefined: no image has a value (the candidates --k 8 leaves out)
         return "–"
     if share:
         return f"{100 * mean:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
 
-def _number(value: Any) -> float | None:
-    """A summary value; None (JSON null, "–" in a table) where it is undefined: NaN when no
-    image has a value, e.g. the window candidates left out by ``--k 8``."""
-    value = float(value)
-    return value if np.isfinite(value) else None
-
-
-def summary(ds: xr.Dataset) -> dict[str, dict[str, float | None]]:
-    """``{statistic: {mean, low, high}}`` from a result's summary variables."""
+def summary(ds: xr.Dataset) -> dict[str, dict[str, float]]:
+    """``{statistic: {mean, low, high}}`` from a result's summary variables (NaN where undefined,
+    which ``write_json`` writes as null)."""
     return {
-        str(name): {"mean": _number(ds.summary_mean.values[i]), "low": _number(ds.summary_low.values[i]), "high": _number(ds.summary_high.values[i])}
+        str(name): {"mean": float(ds.summary_mean.values[i]), "low": float(ds.summary_low.values[i]), "high": float(ds.summary_high.values[i])}
         for i, name in enumerate(ds.statistic.values)
     }
 
