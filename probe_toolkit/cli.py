@@ -655,6 +655,8 @@ def propagate_command(
     store: Annotated[Optional[Path], typer.Option("--store", help="Save results/davis here (default: the checkpoint's store, when it exists).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     workers: Annotated[Optional[int], typer.Option("--workers", help="Local processes, one sequence and one torch thread each (default: every core; one on a GPU).")] = None,
+    dask_address: ClusterOpt = None,
+    shard: Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the sequences (default from torchrun RANK/WORLD_SIZE); the last to finish scores.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the J&F tables and settings as JSON.")] = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
@@ -669,8 +671,10 @@ def propagate_command(
         task = progress.add_task("propagate", total=None)
         report = run_propagate(checkpoint, davis_dir, out, settings=Settings(n_last_frames, size_mask_neighborhood, topk, subset), network=network,
                                sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache, json_path=json_path,
-                               on_frame=lambda n: progress.advance(task, n), workers=workers)
+                               on_frame=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address, shard=shard)
     console.print(f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}", highlight=False)
+    if report.waiting:
+        console.print(f"shard {shard or 'of torchrun'} done; waiting for shards {report.waiting} (the last one scores every sequence)")
     if report.global_scores is not None:
         table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
         for column in ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay"):
@@ -685,7 +689,6 @@ def propagate_command(
 
 StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
 JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the numbers to this JSON file.")]
-DaskOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
 BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
@@ -697,7 +700,7 @@ def entropy_command(
     patch: Annotated[Optional[int], typer.Option("--patch", help="Follow this patch of the 224 view (patch = G·row + column).")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Image id for the --patch tables (default: the first).")] = None,
     json_path: JsonOpt = None,
-    dask_address: DaskOpt = None,
+    dask_address: ClusterOpt = None,
     seed: SeedOpt = 0,
     boot: BootOpt = 1000,
     partial: PartialOpt = False,
@@ -725,7 +728,7 @@ def neighbours_command(
     no_wrap: Annotated[bool, typer.Option("--no-wrap", help="Plain borders instead of SelfPatch's wrap-around.")] = False,
     distance: Annotated[str, typer.Option("--distance", help="chebyshev or euclidean (on the torus unless --no-wrap).")] = "chebyshev",
     json_path: JsonOpt = None,
-    dask_address: DaskOpt = None,
+    dask_address: ClusterOpt = None,
     seed: SeedOpt = 0,
     boot: BootOpt = 1000,
     partial: PartialOpt = False,

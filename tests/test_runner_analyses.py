@@ -1,7 +1,8 @@
 """The runner (infra/runner.py) behind ``probe attention-masks``, ``probe knn``, ``probe propagate``
 and DSM's colour term: every saved array and JSON number is the same bits at one and two local
-processes and on a real local dask cluster; bad placements, a cluster whose workers lack the
-store and Ctrl-C are one line with the right status, and the rerun works."""
+processes and on a real local dask cluster (and in two shards of ``propagate``); bad placements,
+a cluster whose workers lack the store or the DAVIS folder, a PNG changed before the last shard
+scores and Ctrl-C are one line with the right status, and the rerun works."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from cli_runs import probe_main
 from test_knn import class_folders  # noqa: F401  (fixture: a tiny network's store over train/ and val/ class folders)
 from test_propagate import video  # noqa: F401  (fixture: a two-sequence DAVIS folder and a tiny checkpoint)
@@ -160,7 +162,6 @@ def test_knn_shards_assemble_the_one_process_result(knn_panels, tmp_path, capsys
 
 def test_dsm_colour_term_same_bits_at_one_two_workers_and_on_a_cluster(tmp_path, capsys, cluster):
     from decoder_scenes import Scene, photo_store
-    from PIL import Image
 
     from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
 
@@ -182,19 +183,49 @@ def test_dsm_colour_term_same_bits_at_one_two_workers_and_on_a_cluster(tmp_path,
 # ----------------------------------------------------------------------------------------------
 # probe propagate (one sequence per task, spawned workers)
 
-def test_propagate_same_bits_at_one_and_two_workers(video, tmp_path, capsys):
+def _propagated(video, out: Path, json_path: Path, capsys, *place: str) -> tuple[dict[str, bytes], dict]:
+    """Run ``probe propagate`` (two sequences, 4 and 3 frames) into ``out``: (every file's bytes
+    but the shards' notes, the JSON summary without ledger, time and folder)."""
     root, checkpoint = video
-    got = {}
-    for workers in ("1", "2"):
-        out = tmp_path / f"out{workers}"
-        _run(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(tmp_path / "c"), "--n-last-frames", "2",
-              "--workers", workers, "--json", str(tmp_path / f"p{workers}.json"), "-q"], capsys)
-        files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
-        got[workers] = ({str(f): (out / f).read_bytes() for f in files}, _numbers(json.loads((tmp_path / f"p{workers}.json").read_text())))
-    assert len(got["1"][0]) == 4 + 3 + 2  # both sequences' PNGs, the two tables
-    assert got["1"][0] == got["2"][0]
-    one, two = got["1"][1], got["2"][1]
-    assert {k: v for k, v in one.items() if k not in ("seconds", "out")} == {k: v for k, v in two.items() if k not in ("seconds", "out")}
+    _run(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(out.parent / "c"), "--n-last-frames", "2",
+          "--json", str(json_path), "-q", *place], capsys)
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".shards" not in p.parts)
+    summary = _numbers(json.loads(json_path.read_text()))
+    return {str(f): (out / f).read_bytes() for f in files}, {k: v for k, v in summary.items() if k not in ("seconds", "out")}
+
+
+def test_propagate_same_bits_at_one_and_two_workers_and_on_a_cluster(video, tmp_path, capsys, cluster):
+    got = {place[-1]: _propagated(video, tmp_path / f"out{i}", tmp_path / f"p{i}.json", capsys, *place)
+           for i, place in enumerate((["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]))}
+    one = got["1"]
+    assert len(one[0]) == 4 + 3 + 2  # both sequences' PNGs, the two tables
+    assert 0 < one[1]["global"]["J&F-Mean"] <= 1
+    for other in ("2", cluster):
+        assert got[other] == one
+
+
+def test_propagate_shards_score_what_every_shard_wrote(video, tmp_path, capsys):
+    """Two shards (one sequence each) give the one-process files and numbers; the first waits for
+    the second; a PNG changed behind the scorer's back is one line (exit 1), and the shard's
+    rerun, which writes it again, scores."""
+    whole = _propagated(video, tmp_path / "one" / "out", tmp_path / "one.json", capsys, "--workers", "1")
+    out = tmp_path / "two" / "out"
+    code, printed = probe_main(["propagate", str(video[1]), "--davis", str(video[0] / "DAVIS"), "--out", str(out), "--cache", str(tmp_path / "two" / "c"),
+                                "--n-last-frames", "2", "--shard", "0/2", "--workers", "1"], capsys)
+    assert code == 0 and "waiting for shards [1]" in printed.out
+    assert not list(out.glob("*.csv"))
+    first = sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))[0]
+    png = sorted(first.glob("*.png"))[-1]
+    good = png.read_bytes()
+    labels = np.asarray(Image.open(png)).copy()
+    labels[0, 0] = 1 - labels[0, 0]
+    Image.fromarray(labels, mode="P").save(png)
+    _one_line(["propagate", video[1], "--davis", video[0] / "DAVIS", "--out", out, "--cache", tmp_path / "two" / "c", "--n-last-frames", "2",
+               "--shard", "1/2", "--workers", "1", "-q"], capsys, 1, "does not hold the PNGs this run wrote")
+    assert not list(out.glob("*.csv"))
+    got = _propagated(video, out, tmp_path / "two.json", capsys, "--shard", "0/2", "--workers", "1")
+    assert png.read_bytes() == good
+    assert got == whole
 
 
 # ----------------------------------------------------------------------------------------------
@@ -209,6 +240,24 @@ def test_workers_zero_is_one_line_for_every_command(tiny_stores, knn_panels, vid
                  ["propagate", checkpoint, "--davis", root / "DAVIS", "--out", tmp_path / "o", "--cache", tmp_path / "c", "-q"]):
         _one_line([*args, "--workers", "0"], capsys, 2, "--workers 0")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_cluster_whose_workers_lack_the_davis_folder_is_one_line(video, tmp_path, capsys, cluster, monkeypatch):
+    """The client reads the first frames; its workers then find no frames at that path."""
+    from probe_toolkit.commands import propagate
+
+    root, checkpoint = video
+    davis = tmp_path / "DAVIS"
+    shutil.copytree(root / "DAVIS", davis)
+    real = propagate.map_blocks
+
+    def elsewhere(*args, **kwargs):
+        davis.rename(davis.with_name("hidden"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(propagate, "map_blocks", elsewhere)
+    _one_line(["propagate", checkpoint, "--davis", davis, "--out", tmp_path / "o", "--cache", tmp_path / "c", "--dask-address", cluster, "-q"],
+              capsys, 1, "give every worker the DAVIS folder")
 
 
 def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(tiny_stores, tmp_path, capsys, cluster, monkeypatch):

@@ -11,7 +11,11 @@ written (``propagate: score``, a second entry), unless ``--no-score``.
 Written under ``--out``: ``<sequence>/<frame>.png`` indexed PNGs in DAVIS's layout with the
 first annotation's palette (the first frame is its annotation, as the script writes it), each
 sequence swapped in whole; then davis2017-evaluation's tables ``global_results-<set>.csv`` and
-``per-sequence_results-<set>.csv`` (three decimals). Results ``results/davis`` go into
+``per-sequence_results-<set>.csv`` (three decimals). The scorer reads the predictions back
+from those PNGs (as davis2017-evaluation reads a results folder) and checks each sequence's
+against the digest of what was written, so sequences propagated on a dask cluster
+(``--dask-address``) or by other shards (``--shard i/n``, torchrun; shares noted in
+``<out>/.shards/``, the last shard scores) are scored only as written. Results ``results/davis`` go into
 ``--store`` (or the checkpoint's default store when it exists):
 
     j_mean, j_recall, j_decay, f_mean, f_recall, f_decay   (object)   per object of every sequence
@@ -23,7 +27,9 @@ sequence swapped in whole; then davis2017-evaluation's tables ``global_results-<
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import json
 import os
 import shutil
 import time
@@ -40,13 +46,14 @@ from PIL import Image
 from ..analyses import propagation
 from ..infra import provenance
 from ..infra.atomic import write_json
-from ..infra.errors import ProbeError
-from ..infra.runner import check_workers, map_blocks
+from ..infra.errors import IntegrityError, ProbeError, worker_name
+from ..infra.runner import map_blocks, placed, shard_range, torch_threads
 from ..labels import davis
-from ..labels.panels import davis_sequences, read_davis_annotations, read_first_annotations
+from ..labels.panels import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
 from ..store import cache
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
+from ..store.extract import parse_shard
 from ..store.images import load_image
 
 BATCH = 8  # frames per forward pass
@@ -75,6 +82,7 @@ class PropagationReport:
     global_scores: dict[str, float] | None = None
     ledger: dict[str, str] = field(default_factory=dict)
     saved: Path | None = None
+    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def summary(self) -> dict[str, Any]:
         return {"out": str(self.out), "sequences": self.sequences, "frames": self.frames, "seconds": self.seconds, "ledger": self.ledger,
@@ -177,8 +185,8 @@ _models: dict[tuple, Backbone] = {}  # per process: (checkpoint, sha256, network
 def _model(job: Job) -> Backbone:
     key = (job.checkpoint, job.sha256, job.network, job.device)
     if key not in _models:
-        from ..infra.errors import IntegrityError, worker_name
-
+        if job.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ProbeError(worker_name(), "has no CUDA device, which this run computes on", "use --device cpu, or workers with a GPU")
         ck = load_checkpoint(job.checkpoint, network=job.network)
         if ck.sha256 != job.sha256:
             raise IntegrityError(worker_name(), f"reads another checkpoint at {job.checkpoint} than the client", "leave the checkpoint in place while the run lasts")
@@ -186,17 +194,26 @@ def _model(job: Job) -> Backbone:
     return _models[key]
 
 
+def png_digest(files: dict[str, bytes]) -> str:
+    """sha256 of a sequence's PNGs (names and bytes, in frame order): what the scorer checks it reads."""
+    digest = hashlib.sha256()
+    for file, data in files.items():
+        digest.update(file.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
 def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> dict[str, np.ndarray]:
     """Sequences ``index`` (their first annotations beside them) → their PNGs written under the
-    job's ``out`` (each sequence swapped in whole) and ``labels``: per sequence, the list of every
-    frame's labels. The runner's unit: one torch thread, on a worker as in this process."""
-    from ..infra.runner import torch_threads
-
+    job's ``out`` (each sequence swapped in whole) and ``digest``: per sequence, ``png_digest`` of
+    what was written. The runner's unit: one torch thread, on a worker as in this process."""
     model, out = _model(job), Path(job.out)
     done = np.empty(len(index), dtype=object)
     with torch_threads(1):
         for j, (i, first_annotation) in enumerate(zip(index, annotation)):
             name, frames, palette = job.names[i], [Path(f) for f in job.frames[i]], job.palettes[i]
+            missing = next((f for f in frames if not f.is_file()), None)
+            if missing is not None:  # a cluster worker without the client's DAVIS folder
+                raise IntegrityError(worker_name(), f"cannot read {missing}", "give every worker the DAVIS folder at the path this machine reads")
             height, width = first_annotation.shape
             w, h = propagation.frame_size(width, height)
             rows, cols = h // job.patch, w // job.patch
@@ -209,8 +226,44 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
                 files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
                 labels.append(result.labels)
             _write_sequence(out, name, files)
-            done[j] = labels
-    return {"labels": done}
+            done[j] = png_digest(files)
+    return {"digest": done}
+
+
+def read_predictions(out: Path, sequence: DavisSequence, digest: str) -> list[np.ndarray]:
+    """A sequence's predicted labels, read back from its PNGs under ``out`` (as
+    davis2017-evaluation reads a results folder), after checking they are the ones written."""
+    folder = out / sequence.name
+    files: dict[str, bytes] = {}
+    for frame in sequence.frames:
+        path = folder / f"{frame.stem}.png"
+        files[path.name] = path.read_bytes() if path.is_file() else b""
+    if png_digest(files) != digest:
+        raise IntegrityError(folder, "does not hold the PNGs this run wrote (changed, or written where this machine does not see them)",
+                         "give every worker and shard one shared --out folder, leave it alone while the run lasts, and rerun")
+    return [np.asarray(Image.open(io.BytesIO(data))) for data in files.values()]
+
+
+def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], digests: dict[str, str],
+                 first_frames: str) -> tuple[dict[str, str], str, list[int]]:
+    """Save this shard's share (``<out>/.shards/propagate-part-<i>-of-<n>.json``: the run's
+    identity, each sequence's ``png_digest`` and the ledger entry of its first frames); once every
+    share of the same identity is in: (every sequence's digest, the shards' ledger entries, []),
+    else (.., .., the shards still missing). A rerun of a shard replaces its share."""
+    i, n = shard
+    folder = out / ".shards"
+    folder.mkdir(exist_ok=True)
+    write_json(folder / f"propagate-part-{i}-of-{n}.json", {"identity": identity, "digests": digests, "first_frames": first_frames}, indent=1)
+    every, entries, waiting = {}, [], []
+    for j in range(n):
+        path = folder / f"propagate-part-{j}-of-{n}.json"
+        part = json.loads(path.read_text()) if path.is_file() else None
+        if part is None or part.get("identity") != identity:
+            waiting.append(j)
+            continue
+        every.update(part["digests"])
+        entries.append(part["first_frames"])
+    return every, " ".join(e for e in entries if e), waiting
 
 
 def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float]) -> xr.Dataset:
@@ -237,13 +290,19 @@ def run_propagate(
     on_frame: Callable[[int], None] | None = None,
     command: str = "probe propagate",
     workers: int | None = 1,
+    dask_address: str | None = None,
+    shard: str | None = None,
 ) -> PropagationReport:
     """Propagate every sequence (one runner task each: ``workers`` local processes, None: every
-    core, one on a GPU), write its PNGs, then score. Every sequence runs on one torch thread, on a
-    worker as in this process (``runner.task_threads``); the tests check the same bits at 1 and 2 workers."""
+    core, one on a GPU; or the dask cluster at ``dask_address``), write its PNGs, then score them
+    as read back from ``out``. Every sequence runs on one torch thread, on a worker as in this
+    process (``runner.task_threads``); the tests check the same bits at 1 and 2 workers and on a
+    cluster. ``shard`` i/n (or torchrun): this process's contiguous share of the sequences; the
+    shard that finds every share written (``gather_parts``) scores them all."""
     settings.check()
     target_device = _device(device)
-    workers = check_workers(1 if workers is None and target_device.type != "cpu" else workers)
+    if workers is None and target_device.type != "cpu" and not dask_address:
+        workers = 1
     davis_dir, out = Path(davis_dir), Path(out)
     if store is not None and not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
@@ -254,42 +313,52 @@ def run_propagate(
         if unknown:
             raise ProbeError("--sequence", f"{unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}")
         found = [s for s in found if s.name in set(sequences)]
-    ck = load_checkpoint(checkpoint, network=network)
-    model = Backbone.from_checkpoint(ck).to(target_device)
-    firsts, first_entry = read_first_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
-    for seq in found:
-        annotation, _ = firsts[seq.name]
-        with Image.open(seq.frames[0]) as frame:
-            size = frame.size
-        if annotation.shape != (size[1], size[0]):
-            raise ProbeError(seq.annotations / f"{seq.frames[0].stem}.png", f"is {annotation.shape[1]}×{annotation.shape[0]}, its frame {size[0]}×{size[1]}",
-                             "give the first frame's annotation the frame's size")
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in found]
-    job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
-              tuple(s.name for s in found), tuple(tuple(str(f) for f in s.frames) for s in found), tuple(palettes))
-    _models[(job.checkpoint, job.sha256, job.network, job.device)] = model  # this process has it loaded already
+    which = parse_shard(shard) if shard is not None or "WORLD_SIZE" in os.environ else None
+    mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
+    with placed(workers, dask_address) as where:
+        ck = load_checkpoint(checkpoint, network=network)
+        model = Backbone.from_checkpoint(ck).to(target_device)
+        firsts, first_entry = read_first_annotations(davis_dir, mine, checkpoint=ck.sha256, cache=cache_dir) if mine else ({}, "")
+        for seq in mine:
+            annotation, _ = firsts[seq.name]
+            with Image.open(seq.frames[0]) as frame:
+                size = frame.size
+            if annotation.shape != (size[1], size[0]):
+                raise ProbeError(seq.annotations / f"{seq.frames[0].stem}.png", f"is {annotation.shape[1]}×{annotation.shape[0]}, its frame {size[0]}×{size[1]}",
+                                 "give the first frame's annotation the frame's size")
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in mine]
+        job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
+                  tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes))
+        _models[(job.checkpoint, job.sha256, job.network, job.device)] = model  # this process has it loaded already
 
-    def read(a: int, b: int) -> dict[str, np.ndarray]:
-        annotations = np.empty(b - a, dtype=object)
-        for j, i in enumerate(range(a, b)):
-            annotations[j] = firsts[found[i].name][0]
-        return {"index": np.arange(a, b), "annotation": annotations}
+        def read(a: int, b: int) -> dict[str, np.ndarray]:
+            annotations = np.empty(b - a, dtype=object)
+            for j, i in enumerate(range(a, b)):
+                annotations[j] = firsts[mine[i].name][0]
+            return {"index": np.arange(a, b), "annotation": annotations}
 
-    finished = iter(found)
+        finished = iter(mine)
 
-    def progress(n: int) -> None:  # sequences finish in order: their frames past the first
-        for _ in range(n):
-            if on_frame is not None:
-                on_frame(len(next(finished).frames) - 1)
+        def progress(n: int) -> None:  # sequences finish in order: their frames past the first
+            for _ in range(n):
+                if on_frame is not None:
+                    on_frame(len(next(finished).frames) - 1)
 
-    try:
-        done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(found))],
-                          workers=workers, progress=progress)
-    finally:
-        _models.clear()
-    predictions: dict[str, list[np.ndarray]] = {seq.name: list(labels) for seq, labels in zip(found, done["labels"])}
+        try:
+            done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(mine))],
+                              workers=where.workers, client=where.client, progress=progress)["digest"] if mine else []
+        finally:
+            _models.clear()
+    digests = {seq.name: str(d) for seq, d in zip(mine, done)}
+    if which is not None:
+        identity = {"checkpoint": ck.sha256, "network": network, "sequences": [s.name for s in found],
+                    "settings": {"n_last": settings.n_last, "radius": settings.radius, "topk": settings.topk, "subset": settings.subset}}
+        digests, first_entry, waiting = gather_parts(out, which, identity, digests, first_entry)
+        if waiting:
+            return PropagationReport(out, [s.name for s in mine], sum(len(s.frames) for s in mine), time.perf_counter() - start,
+                                     ledger={"first_frames": first_entry}, waiting=waiting)
     seconds = time.perf_counter() - start
     report = PropagationReport(out, [s.name for s in found], sum(len(s.frames) for s in found), seconds, ledger={"first_frames": first_entry})
     if not score:
@@ -297,8 +366,9 @@ def run_propagate(
     truth, score_entry = read_davis_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
     report.ledger["score"] = score_entry
     for seq in found:
+        predicted = read_predictions(out, seq, digests[seq.name])
         try:
-            report.scores.append(davis.score_sequence(seq.name, truth[seq.name], predictions[seq.name]))
+            report.scores.append(davis.score_sequence(seq.name, truth[seq.name], predicted))
         except ValueError as error:
             raise ProbeError(seq.annotations, str(error), "every frame needs an annotation of the frame's size; a sequence needs 3 frames or more") from None
     report.global_scores = davis.global_row(report.scores)

@@ -133,8 +133,8 @@ def map_images(
                 for i in range(n_chunks)
             ]
         except Exception as error:  # a client whose scheduler is gone
-            raise _lost(client, f"went away before the run ({type(error).__name__})") from None
-        for i, result in _gather(client, futures):
+            raise lost_cluster(client, f"went away before the run ({type(error).__name__})") from None
+        for i, result in gather(client, futures):
             parts[i] = result
             if progress:
                 progress(_length(result))
@@ -225,7 +225,7 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     return {name: _rows(group[array], positions) for name, array in stored.items()}
 
 
-def _lost(client, why: str) -> ProbeError:
+def lost_cluster(client, why: str) -> ProbeError:
     return ProbeError(getattr(client, "_probe_address", "the dask scheduler"), why, "check the scheduler and its workers, then rerun (nothing was saved)")
 
 
@@ -238,8 +238,8 @@ def _alive_workers(client) -> int | None:
         return None
 
 
-def _gather(client, futures):
-    """(index, result) as futures finish; a lost scheduler, a cluster with no workers left or a
+def gather(client, futures):
+    """(index, result) as a cluster's futures finish (``runner.map_blocks`` waits with it too); a lost scheduler, a cluster with no workers left or a
     task's failure ends the wait with one line."""
     from distributed import wait
 
@@ -252,7 +252,7 @@ def _gather(client, futures):
         except TimeoutError:
             finished = set()
         except Exception as error:
-            raise _lost(client, f"went away mid-run ({type(error).__name__})") from None
+            raise lost_cluster(client, f"went away mid-run ({type(error).__name__})") from None
         for future in finished:
             try:
                 result = future.result(timeout=POLL_SECONDS * 5)
@@ -261,20 +261,20 @@ def _gather(client, futures):
             except Exception as error:
                 name = type(error).__name__
                 if name in ("KilledWorker", "CancelledError", "FutureCancelledError", "CommClosedError", "TimeoutError"):
-                    raise _lost(client, f"lost a chunk task mid-run ({name}: {error})") from None
+                    raise lost_cluster(client, f"lost a chunk task mid-run ({name}: {error})") from None
                 raise
             yield index[future.key], result
         if finished:
             quiet_since = time.monotonic()
             continue
         if client.status not in ("running", "connecting"):
-            raise _lost(client, f"went away mid-run (client {client.status})")
+            raise lost_cluster(client, f"went away mid-run (client {client.status})")
         if time.monotonic() - quiet_since > STALL_SECONDS:
             workers = _alive_workers(client)
             if workers is None:
-                raise _lost(client, f"stopped answering for {STALL_SECONDS:.0f} s mid-run")
+                raise lost_cluster(client, f"stopped answering for {STALL_SECONDS:.0f} s mid-run")
             if workers == 0:
-                raise _lost(client, f"has no workers left (none for {STALL_SECONDS:.0f} s)")
+                raise lost_cluster(client, f"has no workers left (none for {STALL_SECONDS:.0f} s)")
             quiet_since = time.monotonic()
 
 

@@ -10,7 +10,8 @@ have ``image`` as their first axis. The runner cuts the images into blocks and c
   decompresses the block itself, with the proofs a dask worker makes, so this process's one core
   never serialises the reads of every core's work;
 - on a dask.distributed cluster (``client``), through ``chunked.map_images``: the same client
-  code, and the same checks, as ``probe entropy`` and ``probe neighbours``;
+  code, and the same checks, as ``probe entropy`` and ``probe neighbours`` (``map_blocks`` with a
+  ``client``, for blocks that are not a store's, e.g. DAVIS sequences, waits the same way);
 
 and concatenates the results in image order. Every image is computed alone by the same code
 with one BLAS thread and one torch thread (``task_threads``, in this process too), so the results
@@ -25,6 +26,7 @@ import hashlib
 import multiprocessing
 import os
 import sys
+import time
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -187,8 +189,10 @@ def map_blocks(
     progress: Callable[[int], None] | None = None,
     torch_free: bool = False,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
+    client: Any = None,
 ) -> dict[str, np.ndarray]:
-    """``fn(**read(a, b))`` for every range, here or on ``workers`` processes; results in order.
+    """``fn(**read(a, b))`` for every range, here, on ``workers`` processes or on a dask
+    ``client``'s workers; results in order.
 
     ``threads``: BLAS threads when this process computes (``workers=1``); workers use one.
     ``pool``: an open ``process_pool`` to reuse across calls (streaming calls once per chunk).
@@ -196,13 +200,21 @@ def map_blocks(
     in flight, so memory stays bounded by a few blocks however large the set. ``read`` may return
     a ``StoreBlock`` instead of arrays: the worker then reads the block itself. ``each(a, b,
     result)``: called here with every block's result, in order, while the workers compute the next
-    ones (a command assembles its output as the blocks come, not after the last).
+    ones (a command assembles its output as the blocks come, not after the last). ``client``:
+    every block is read here and runs on the cluster under one thread (``task_threads``), as a
+    local worker runs it; results wait as ``chunked.map_images``'s do (a lost scheduler or
+    worker is one line).
     """
     if not ranges:
         raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
     parts: list[dict[str, np.ndarray]] = []
     workers = min(workers, len(ranges))  # one block: no process is worth starting
-    if workers <= 1:
+    if client is not None:
+        parts = _on_cluster(client, fn, read, ranges, progress)
+        if each:
+            for (a, b), part in zip(ranges, parts):
+                each(a, b, part)
+    elif workers <= 1:
         for a, b in ranges:
             parts.append(_call(fn, read(a, b), threads))
             if each:
@@ -218,6 +230,24 @@ def map_blocks(
                 if progress:
                     progress(b - a)
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+
+
+def _on_cluster(client, fn: BlockFn, read, ranges: list[tuple[int, int]], progress) -> list[dict[str, np.ndarray]]:
+    from .chunked import gather, lost_cluster
+
+    tag = time.monotonic_ns()
+    try:
+        futures = [client.submit(_call, fn, read(a, b), 1, key=f"probe-block-{a}-{b}-{tag}", pure=False) for a, b in ranges]
+    except ProbeError:
+        raise
+    except Exception as error:  # a client whose scheduler is gone
+        raise lost_cluster(client, f"went away before the run ({type(error).__name__})") from None
+    parts: list[dict[str, np.ndarray] | None] = [None] * len(ranges)
+    for i, result in gather(client, futures):
+        parts[i] = result
+        if progress:
+            progress(ranges[i][1] - ranges[i][0])
+    return parts
 
 
 @contextmanager
