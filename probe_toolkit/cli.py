@@ -379,6 +379,7 @@ def decode_sweep(
     dask_address: ClusterOpt = None,
     backend: BackendOpt = "scipy",
     device: DeviceOpt = "cpu",
+    shard: StreamShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -395,7 +396,10 @@ def decode_sweep(
     with bar("images", quiet) as progress:
         report = run_sweep(store, panel, grid=grid, metric=metric, settings_out=settings_out, unseal=unseal, cache_dir=cache,
                            on_start=_ticker(progress, "sweep"), threads=threads, workers=workers, dask_address=dask_address,
-                           backend=backend, device=device, size=view or 480)
+                           backend=backend, device=device, size=view or 480, shard=shard)
+    if report.waiting:
+        console.print(f"shard {shard or 'of torchrun'} done; waiting for shards {report.waiting} (the last one scores every setting)")
+        return
     from rich import box
 
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
+from cli_runs import probe_main
 from decoder_scenes import Scene, make_store, planted_keys, run_main, write_panel
 from typer.testing import CliRunner
 
@@ -127,6 +128,32 @@ def test_sweep_reads_labels_once_and_its_best_settings_drive_decode(setup, tmp_p
     saved = cache.load_results(store, "decoder")
     assert saved.attrs["settings"] == best["settings"] and "decoder-settings.json" in saved.attrs["settings_source"]
     assert len(ledger.entries(root)) == 1
+
+
+def test_sweep_shards_read_labels_once_and_give_the_one_process_table(setup, tmp_path, capsys):
+    """Two shards (two images each) decode every setting of the grid; the first waits without
+    reading a label, the second assembles the parts, reads the panel once and scores: the same
+    table, best setting and saved sweep as one process."""
+    store, annotations, root = setup
+    grid = tmp_path / "grid.toml"
+    grid.write_text('preset = ["tokencut", "lost"]\ncenter = [true, false]\ntau = [0.2]\nmasks = [1, 2]\n')
+    args = ["decode-sweep", str(store), "--panel", "val", "--grid", str(grid), "--cache", str(root), "--workers", "1"]
+    assert _main([*args, "-q", "--json", str(tmp_path / "one.json"), "--settings-out", str(tmp_path / "one-best.json")], capsys) == (0, "")
+    one = json.loads((tmp_path / "one.json").read_text())["table"]
+    one_sweep = cache.load_results(store, "sweep_val").load()
+    shards = [*args, "--json", str(tmp_path / "two.json"), "--settings-out", str(tmp_path / "two-best.json")]
+    with panels.forbid_label_reads([annotations]) as opened:
+        code, printed = probe_main([*shards, "--shard", "0/2"], capsys)
+        assert code == 0 and "waiting for shards [1]" in printed.out
+        assert len(opened) == 0 and not (tmp_path / "two.json").exists()  # no label read yet
+    assert _main([*shards, "-q", "--shard", "1/2"], capsys) == (0, "")
+    assert json.loads((tmp_path / "two.json").read_text())["table"] == one
+    best = [json.loads((tmp_path / f"{k}-best.json").read_text()) for k in ("one", "two")]
+    assert best[0]["settings"] == best[1]["settings"]
+    assert best[1]["chosen_by"]["ledger_entry"] in {e.id for e in ledger.entries(root)}  # the scoring shard's read is in the ledger
+    sweep = cache.load_results(store, "sweep_val").load()
+    for name in one_sweep.data_vars:
+        assert list(sweep[name].values) == list(one_sweep[name].values), name
 
 
 def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path, tiny_checkpoints, image_dir):

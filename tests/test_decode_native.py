@@ -316,6 +316,30 @@ def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
     assert table["tokencut"]["corloc"] == 1.0 and table["lost"]["corloc"] < 1.0
 
 
+@pytest.mark.parametrize("view", ["native", "native_resized"])
+def test_own_size_shards_assemble_the_one_process_decode(native_stores, view, tmp_path, capsys):
+    """Two shards of whole chunks (2 + 1 images, each on its own grid) give the one-process arrays
+    and masks JSON, and the shards' arrays still carry each image's grid."""
+    import shutil
+
+    store = tmp_path / "store.zarr"
+    shutil.copytree(native_stores(view)[0], store)
+    args = ["decode", str(store), "--view", view, "--preset", "tokencut", "-q", "--workers", "1", "--cache", str(tmp_path / "c")]
+    assert run_main(args, capsys)[0] == 0
+    whole = cache.load_results(store, "decoder").load()
+    one = (store / "results" / "decoder-masks.json").read_text()
+    shutil.rmtree(store / "results")
+    assert run_main([*args, "--shard", "0/2"], capsys) == (0, "")
+    assert cache.load_results(store, "decoder") is None and cache.load_results(store, "decoder-part-0-of-2")["masks"].shape[0] == 2
+    assert run_main([*args, "--shard", "1/2"], capsys)[0] == 0
+    sharded = cache.load_results(store, "decoder").load()
+    assert set(sharded.variables) == set(whole.variables)
+    for name in whole.variables:
+        np.testing.assert_array_equal(sharded[name].values, whole[name].values, err_msg=name)
+    np.testing.assert_array_equal(sharded["grid_rows"].values, [grid_of(h, w, view)[0] for _, h, w, _ in SCENES])
+    assert (store / "results" / "decoder-masks.json").read_text() == one
+
+
 def test_native_refuses_the_torch_backend_and_a_bad_view_in_one_line(native, tmp_path, capsys):
     store, _, _ = native
     code, err = run_main(["decode", str(store), "--view", "native", "--backend", "torch", "-q", "--cache", str(tmp_path / "c")], capsys)

@@ -160,7 +160,7 @@ def test_knn_shards_assemble_the_one_process_result(knn_panels, tmp_path, capsys
 # probe decode --preset dsm --color-lambda (the photographs read block by block)
 
 
-def test_dsm_colour_term_same_bits_at_one_two_workers_and_on_a_cluster(tmp_path, capsys, cluster):
+def test_dsm_colour_term_same_bits_at_one_two_workers_on_a_cluster_and_in_shards(tmp_path, capsys, cluster):
     from decoder_scenes import Scene, photo_store
 
     from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
@@ -172,7 +172,13 @@ def test_dsm_colour_term_same_bits_at_one_two_workers_and_on_a_cluster(tmp_path,
     for place in (["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]):
         _run(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "-q", *place], capsys)
         got[place[-1]] = (_saved(store, "decoder"), (store / "results" / "decoder-masks.json").read_text())
-    for other in ("2", cluster):
+    shutil.rmtree(store / "results")
+    code, printed = probe_main(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "--shard", "0/2"], capsys)
+    assert code == 0 and "waiting for shards [1]" in printed.out and not (store / "results" / "decoder").exists()
+    assert cache.load_results(store, "decoder-part-0-of-2")["masks"].shape[0] == 2  # the first chunk of two images
+    _run(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "-q", "--shard", "1/2"], capsys)
+    got["shards"] = (_saved(store, "decoder"), (store / "results" / "decoder-masks.json").read_text())
+    for other in ("2", cluster, "shards"):
         _same(got["1"][0], got[other][0])
         assert got["1"][1] == got[other][1]
     for i, s in enumerate(scenes):  # DSM's own rule on the photograph, computed here

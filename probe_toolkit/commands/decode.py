@@ -46,7 +46,7 @@ from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache, own_size
 from ..store.completion import computed_on
 from ..store.grids import view_grid
-from .decode_shards import decode_shard
+from .decode_shards import decode_shard, sweep_shard
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -127,10 +127,11 @@ class StoreKeys:
             return {}
         return {"rows": self.store_array(f"grid_rows_{self.view}"), "cols": self.store_array(f"grid_cols_{self.view}")}
 
-    def with_grids(self, decoded: Decoded) -> Decoded:
-        """``decoded`` carrying this view's per-image grid and patch size (its masks' geometry)."""
+    def with_grids(self, decoded: Decoded, start: int = 0, stop: int | None = None) -> Decoded:
+        """``decoded`` (images [start, stop) of the store) carrying this view's per-image grid and
+        patch size (its masks' geometry)."""
         if self.grids is not None:
-            decoded.grids, decoded.patch, decoded.view = self.grids, self.patch, self.view
+            decoded.grids, decoded.patch, decoded.view = self.grids[start:stop], self.patch, self.view
         return decoded
 
 
@@ -215,17 +216,22 @@ def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: C
     return as_decoded(arrays, settings)
 
 
-def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
-    """DSM with its colour term, through the runner (``commands.decode_colour``): each block reads
-    its images' photographs from the store's ``image_source``."""
+def colour_task(src: StoreKeys, settings: Settings) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
+    """DSM with its colour term as a runner task (``commands.decode_colour``): the block function
+    and its arrays; each block reads its images' photographs from the store's ``image_source``."""
     from .decode_colour import colour_block
 
     source = src.manifest.get("image_source")
     if not source or not Path(source).is_dir():
         raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
     fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD)
-    arrays = map_images(fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}, where=where,
-                        progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
+    return fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}
+
+
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
+    """DSM with its colour term, through the runner, every image of the store."""
+    fn, arrays = colour_task(src, settings)
+    arrays = map_images(fn, arrays, where=where, progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
 
 
@@ -239,9 +245,7 @@ class BlockResults:
         self.src, self.settings, self.parts = src, settings, []
 
     def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
-        block = as_decoded(arrays, self.settings)
-        if self.src.grids is not None:
-            block.grids, block.patch, block.view = self.src.grids[a:b], self.src.patch, self.src.view
+        block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
         self.parts.append((a, coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])))
 
     def add(self, decoded: Decoded) -> None:
@@ -331,16 +335,12 @@ def panel_kind(panel: str | None, cache_dir: str | Path | None) -> str | None:
     return get_panel(panel, cache_dir).kind if panel is not None else None
 
 
-def refuse_per_image_grid(size: int | str, *, backend: str = "scipy", shard: str | None = None) -> None:
-    """The own-size views (a grid per image) decode on the scipy backend, in one process or on a
-    cluster; the torch backend batches square grids, and shards save square parts."""
+def refuse_per_image_grid(size: int | str, *, backend: str = "scipy") -> None:
+    """The own-size views (a grid per image) decode on the scipy backend (locally, on a cluster
+    or in shards); the torch backend batches square grids."""
     view = check_view(size)
-    if view not in OWN_SIZE:
-        return
-    if backend == "torch":
+    if view in OWN_SIZE and backend == "torch":
         raise ProbeError("--backend torch", f"batches square grids only, not the {view} view's grid per image", f"use --backend scipy with --view {view}")
-    if shard is not None or "WORLD_SIZE" in os.environ:
-        raise ProbeError("--shard", f"shards decode the square views only, not the {view} view", f"decode --view {view} in one process (--workers or --dask-address)")
 
 
 def _meta_path(masks_file: Path) -> Path:
@@ -408,20 +408,22 @@ def run_decode(
         check_readable(panel, unseal, cache_dir)
     check_backend(backend, device)
     workers = default_workers(workers, device)
-    refuse_per_image_grid(size, backend=backend, shard=shard)
+    refuse_per_image_grid(size, backend=backend)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
     with placed(workers, dask_address) as where:
-        if settings.color_lambda:
-            decoded = decode_with_colour(src, settings, tick, where=where)
-            encoded.add(decoded)
-        elif shard is None and "WORLD_SIZE" not in os.environ:
-            decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
-                                                 grids=src.grid_arrays(), each=encoded))
+        if shard is None and "WORLD_SIZE" not in os.environ:
+            if settings.color_lambda:
+                decoded = decode_with_colour(src, settings, tick, where=where)
+                encoded.add(decoded)
+            else:
+                decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
+                                                     grids=src.grid_arrays(), each=encoded))
         else:
-            decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
+            task = colour_task(src, settings) if settings.color_lambda else None
+            decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
             if decoded is None:
                 return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
                                     degenerate=0, dense_solves=0, seconds=time.perf_counter() - t0, masks_file=None, extra={"waiting_for_shards": missing})
@@ -644,11 +646,12 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
 @dataclass
 class SweepReport:
     table: list[dict[str, Any]]  # one row per setting: settings + scores
-    best: Settings
+    best: Settings | None
     best_row: dict[str, Any]
     metric: str
     ledger_entry: str
-    settings_file: Path
+    settings_file: Path | None
+    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
 
 def run_sweep(
@@ -667,8 +670,11 @@ def run_sweep(
     backend: str = "scipy",
     device: str = "cpu",
     size: int | str = 480,
+    shard: str | None = None,
 ) -> SweepReport:
-    """Decode every setting of the grid (label-free), read the panel once, score every setting."""
+    """Decode every setting of the grid (label-free), read the panel once, score every setting.
+    ``shard`` i/n (or torchrun): this process decodes its share of the images under every
+    setting; the shard that finds every share saved scores (the others return ``waiting``)."""
     settings_list = load_grid(grid)
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
@@ -689,10 +695,16 @@ def run_sweep(
         groups[key] = max(groups.get(key, 0), s.masks)
     group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
     tick = on_start(len(src.image_ids)) if on_start else None
-    fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
     with placed(workers, dask_address) as where:
-        arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
-    decoded = {key: src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, (key, s) in enumerate(zip(groups, group_settings))}
+        if shard is None and "WORLD_SIZE" not in os.environ:
+            fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
+            arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
+            per_group = [src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, s in enumerate(group_settings)]
+        else:
+            per_group, missing = sweep_shard(src, group_settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
+            if per_group is None:
+                return SweepReport(table=[], best=None, best_row={}, metric=metric, ledger_entry="", settings_file=None, waiting=missing)
+    decoded = dict(zip(groups, per_group))
     # every mask exists before the labels are read, once, for the whole grid
     labels = read_labels(panel, purpose=f"sweep of {len(settings_list)} decoder settings", checkpoint=src.checkpoint,
                          images=src.image_ids, unseal=unseal, cache=cache_dir)
