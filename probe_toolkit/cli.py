@@ -293,10 +293,10 @@ def decode(
     if images is not None:
         if (own := check_view(size)) in OWN_SIZE:
             raise ProbeError(f"--view {own}", f"is decoded from a store's keys_{own}, not streamed with --images", f"run `probe extract --views {own}`, then `probe decode STORE --view {own}`")
-        if panel is not None or dask_address is not None:
-            raise ProbeError(None, "--images streams without --panel or --dask-address", "score the masks JSON with `probe score`; shard with --shard or torchrun")
+        if panel is not None:
+            raise ProbeError(None, "--images streams without --panel", "score the masks JSON with `probe score`")
         return _decode_stream(store, images, chosen, source, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
-                              backend=backend, device=device, cache=cache, quiet=quiet, json_path=json_path)
+                              dask_address=dask_address, backend=backend, device=device, cache=cache, quiet=quiet, json_path=json_path)
     with bar("images", quiet) as progress:
         report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache,
                             on_start=_ticker(progress, "decode"), threads=threads, refine=refine, workers=workers, dask_address=dask_address,
@@ -322,7 +322,8 @@ StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images
 StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: images per chunk (the unit of resume and sharding).")]
 
 
-def _decode_stream(checkpoint: Path, images: Path, chosen, source: str, *, size, shard, batch_size, chunk, workers, backend, device, cache, quiet, json_path) -> None:
+def _decode_stream(checkpoint: Path, images: Path, chosen, source: str, *, size, shard, batch_size, chunk, workers, dask_address, backend, device, cache,
+                   quiet, json_path) -> None:
     from .commands.stream import run_stream
     from .infra.atomic import write_json
     from .infra.progress import bar
@@ -333,7 +334,7 @@ def _decode_stream(checkpoint: Path, images: Path, chosen, source: str, *, size,
             return lambda n: progress.advance(task, n)
 
         report = run_stream(checkpoint, images, chosen, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,
-                            backend=backend, device=device, cache_dir=cache, settings_source=source, on_start=start)
+                            dask_address=dask_address, backend=backend, device=device, cache_dir=cache, settings_source=source, on_start=start)
     tail = f"masks → {report.masks_file}" if report.masks_file else "other shards still running; the last to finish writes the masks"
     console.print(f"{report.store}: {report.done}/{report.n_images} images decoded ({report.written} now, in {report.seconds:.1f} s); {tail}")
     if json_path:

@@ -76,3 +76,17 @@ def test_streaming_in_one_run_and_other_settings_are_refused(tmp_path, tiny_chec
     _same_as_reference(store, reference)
     with pytest.raises(ProbeError, match="another decoder"):
         run_stream(ckpt, image_dir, SETTINGS.with_(tau=0.3), chunk=2, batch_size=2, store=store)
+
+
+def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkpoints, image_dir, reference):
+    """The forward pass runs here, each chunk's keys are decoded on the cluster's workers."""
+    distributed = pytest.importorskip("distributed")
+    ckpt = tiny_checkpoints["dino-full"]
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        with pytest.raises(ProbeError, match="--workers and --dask-address"):
+            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", workers=2, dask_address=cluster.scheduler_address)
+        assert not (tmp_path / "no.zarr").exists()  # refused before the masks store is made
+        report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr", workers=None,
+                            dask_address=cluster.scheduler_address)
+    assert report.done == 7 and report.masks_file is not None
+    _same_as_reference(tmp_path / "masks.zarr", reference)

@@ -38,12 +38,14 @@ def check_backend(backend: str, device: str = "cpu") -> None:
             raise ProbeError(None, f"--device {device}: no CUDA device is available here", "use --device cpu (or run on a machine with a GPU)")
 
 
-def default_workers(workers: int | None, device: str) -> int | None:
-    """One process drives a GPU (it batches the images itself); on the CPU, every core. A bad
-    ``--workers`` is refused here, before the store is opened and a progress bar drawn."""
+def default_workers(workers: int | None, device: str, dask_address: str | None = None) -> int | None:
+    """One process drives a GPU (it batches the images itself); on the CPU, every core; on a
+    cluster, its workers (``--workers`` is then left as given, for ``runner.placed`` to refuse
+    beside ``--dask-address``). A bad ``--workers`` is refused here, before the store is opened
+    and a progress bar drawn."""
     if workers is not None:
         check_workers(workers)
-    return 1 if workers is None and device != "cpu" else workers
+    return 1 if workers is None and device != "cpu" and not dask_address else workers
 
 
 def per_image(keys: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None):

@@ -407,7 +407,7 @@ def run_decode(
     if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
         check_readable(panel, unseal, cache_dir)
     check_backend(backend, device)
-    workers = default_workers(workers, device)
+    workers = default_workers(workers, device, dask_address)
     refuse_per_image_grid(size, backend=backend)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
@@ -680,7 +680,7 @@ def run_sweep(
     if metric not in known:
         raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
     check_backend(backend, device)
-    workers = default_workers(workers, device)
+    workers = default_workers(workers, device, dask_address)
     check_readable(panel, unseal, cache_dir)
     from ..labels.panels import get_panel
 

@@ -32,7 +32,7 @@ from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
-from ..infra.runner import check_workers, map_blocks, placed, process_pool
+from ..infra.runner import check_placement, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
 from ..store import extract as readout
@@ -84,6 +84,7 @@ def run_stream(
     cache_dir: str | Path | None = None,
     shard: str | None = None,
     workers: int | None = 1,
+    dask_address: str | None = None,
     backend: str = "scipy",
     device: str = "cpu",
     settings_source: str = "",
@@ -93,10 +94,12 @@ def run_stream(
     """Stream ``image_dir`` through the checkpoint and the decoder; see the module docstring.
 
     ``stop_after``: process at most this many chunks now (the rest resumes on the next run).
+    ``dask_address``: the forward pass runs here (a GPU's process), each chunk's keys are shipped
+    to the cluster's workers in blocks and decoded there (one BLAS thread each, the same bits).
     """
     check_backend(backend, device)
-    workers = default_workers(workers, device)
-    check_workers(workers)  # before anything is created
+    workers = default_workers(workers, device, dask_address)
+    check_placement(workers, dask_address)  # before anything is created
     view = str(size)
     extraction = readout.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
@@ -121,7 +124,7 @@ def run_stream(
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
     t0 = time.perf_counter()
     written = 0
-    with (placed(workers, None) as where, process_pool(where.workers) as pool, reusing_blocks(),
+    with (placed(workers, dask_address) as where, process_pool(where.workers) as pool, reusing_blocks(),
           ThreadPoolExecutor(readout.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> readout.Loaded:  # the next chunk's images, decoded while this one runs
@@ -135,7 +138,7 @@ def run_stream(
             keys = readout.forward_view(backbone, pixels, view, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
-            arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick)
+            arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick, client=where.client)
             writer.write(start, {f"{k}_{VIEW}": v.astype(DTYPE) for k, v in arrays.items()}, loaded.original, loaded.failed[view])
             written += stop - start
     seconds = time.perf_counter() - t0

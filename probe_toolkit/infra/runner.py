@@ -98,12 +98,19 @@ class Where:
     client: Any = None
 
 
+def check_placement(workers: int | None, dask_address: str | None) -> None:
+    """``--workers`` and ``--dask-address`` exclude each other; a bad ``--workers`` is refused."""
+    if dask_address and workers is not None:
+        raise ProbeError(None, "--workers and --dask-address were both given", "drop --workers: the cluster's workers run the analysis")
+    if not dask_address:
+        check_workers(workers)
+
+
 @contextmanager
 def placed(workers: int | None = None, dask_address: str | None = None) -> Iterator[Where]:
     """``--workers`` / ``--dask-address`` as a ``Where``; the cluster's client is closed after."""
+    check_placement(workers, dask_address)
     if dask_address:
-        if workers is not None:
-            raise ProbeError(None, "--workers and --dask-address were both given", "drop --workers: the cluster's workers run the analysis")
         from .chunked import connect
 
         client = connect(dask_address)
