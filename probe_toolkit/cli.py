@@ -281,7 +281,7 @@ def decode(
     quiet: QuietOpt = False,
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
-    from .commands.decode import OWN_SIZE, check_view, resolve_settings, run_decode
+    from .commands.decode import resolve_settings, run_decode
     from .infra.atomic import write_json
     from .infra.progress import bar
 
@@ -291,8 +291,6 @@ def decode(
                                       settings_file=settings, cache_dir=cache)
     size = view or size  # --view 480|native|native_crop|native_resized (keys_<view>); --size stays the fixed views' spelling
     if images is not None:
-        if (own := check_view(size)) in OWN_SIZE:
-            raise ProbeError(f"--view {own}", f"is decoded from a store's keys_{own}, not streamed with --images", f"run `probe extract --views {own}`, then `probe decode STORE --view {own}`")
         if panel is not None:
             raise ProbeError(None, "--images streams without --panel", "score the masks JSON with `probe score`")
         return _decode_stream(store, images, chosen, source, size=size, shard=shard, batch_size=batch_size, chunk=chunk, workers=workers,

@@ -90,3 +90,47 @@ def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkp
                             dask_address=cluster.scheduler_address)
     assert report.done == 7 and report.masks_file is not None
     _same_as_reference(tmp_path / "masks.zarr", reference)
+
+
+@pytest.mark.parametrize("view", ["native", "native_crop"])
+def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_checkpoints, image_dir, view):
+    """Each image on its own grid (read from its header, as extraction reads it): the masks store
+    keeps every image's grid, and its arrays and masks JSON equal extract-then-decode's."""
+    ckpt = tiny_checkpoints["dino-full"]
+    settings = Settings.from_preset("tokencut")
+    store = extract(ckpt, image_dir, settings=ExtractSettings(views=(view,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
+                    batch_size=2).store
+    ref = run_decode(store, settings, size=view, cache_dir=tmp_path / "ref", workers=1)
+    saved = cache.load_results(store, "decoder")
+    assert len(set(zip(saved["grid_rows"].values, saved["grid_cols"].values))) > 1  # the images' grids differ
+    report = run_stream(ckpt, image_dir, settings, size=view, chunk=2, batch_size=2, cache_dir=tmp_path, workers=2)
+    assert report.done == 7 and report.store.name == f"teacher-masks-{view}.zarr"
+    streamed = cache.load_results(report.store, "decoder")
+    for name in [*ARRAYS, "grid_rows", "grid_cols"]:
+        a, b = saved[name].values, streamed[name].values
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    assert streamed.attrs["view"] == view and streamed.attrs["patch_size"] == 16
+    assert json.loads(report.masks_file.read_text()) == json.loads(ref.masks_file.read_text())
+    with pytest.raises(ProbeError, match="--backend torch"):
+        run_stream(ckpt, image_dir, settings, size=view, store=tmp_path / "t.zarr", backend="torch")
+
+
+def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path, tiny_checkpoints, image_dir):
+    """Each block reads its images' files from the streamed folder (a store's image_source)."""
+    ckpt = tiny_checkpoints["dino-full"]
+    settings = Settings.from_preset("dsm", color_lambda=10.0)
+    store = extract(ckpt, image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
+                    batch_size=2).store
+    ref = run_decode(store, settings, cache_dir=tmp_path / "ref", workers=1)
+    saved = cache.load_results(store, "decoder").load()
+    plain = run_decode(store, Settings.from_preset("dsm"), out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", workers=1)
+    assert json.loads(plain.masks_file.read_text()) != json.loads(ref.masks_file.read_text())  # the colour term moves masks here
+    # a run that finished nothing with other settings does not block this one
+    assert run_stream(ckpt, image_dir, Settings.from_preset("dsm"), chunk=2, store=tmp_path / "m.zarr", stop_after=0).done == 0
+    report = run_stream(ckpt, image_dir, settings, chunk=2, batch_size=2, store=tmp_path / "m.zarr", workers=2)
+    assert report.done == 7
+    streamed = cache.load_results(report.store, "decoder")
+    for name in ARRAYS:
+        a, b = saved[name].values, streamed[name].values
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    assert json.loads(report.masks_file.read_text()) == json.loads(ref.masks_file.read_text())

@@ -17,6 +17,7 @@ STORE`` saves them in a feature store: the same arrays, bit for bit.
 
 from __future__ import annotations
 
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ def _plan(slots: int, patches: int) -> dict[str, tuple[tuple[str, ...], tuple[in
     return {f"{name}_{VIEW}": spec for name, spec in plan.items()}
 
 
-def masks_store_path(root: Path, checkpoint: Path, sha256: str, network: str, size: int) -> Path:
+def masks_store_path(root: Path, checkpoint: Path, sha256: str, network: str, size: int | str) -> Path:
     return cache.store_path(root, checkpoint, sha256, f"{network}-masks-{size}")
 
 
@@ -72,7 +73,7 @@ def run_stream(
     image_dir: str | Path,
     settings: Settings,
     *,
-    size: int = 480,
+    size: int | str = 480,
     network: str = "teacher",
     convert: bool = False,
     heads: int | None = None,
@@ -100,17 +101,28 @@ def run_stream(
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_placement(workers, dask_address)  # before anything is created
-    view = str(size)
+    from .decode import check_view, refuse_per_image_grid
+
+    view = check_view(size)
+    refuse_per_image_grid(view, backend=backend)
     extraction = readout.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
     name = network + ("-converted" if convert else "")
-    path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, size)
+    path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, view)
     meta = readout.build_manifest(checkpoint, extraction, refs, str(image_dir))
     meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype,
                 views=[VIEW], keys_view=view, per_view={})
-    patches = (size // checkpoint.arch.patch) ** 2
-    writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches))
+    own = view in images.OWN_SIZE
+    if own:  # each image's grid from its header, as extraction reads it; masks padded to the most patches
+        rows, cols = readout.native_grids(refs, checkpoint.arch.patch, "fail", (view,))[view]
+        patches, grid = int((rows * cols).max(initial=0)), {VIEW: (rows, cols)}
+    else:
+        patches, grid = (int(size) // checkpoint.arch.patch) ** 2, None
+    writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
+    if any(writer.manifest.get(key) != meta[key] for key in ("decoder", "backend", "keys_dtype")) and not writer.done().any():
+        shutil.rmtree(path)  # nothing of the other settings was finished: a failed run never blocks the corrected one
+        writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
     for key in ("decoder", "backend", "keys_dtype"):
         if writer.manifest.get(key) != meta[key]:
             raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
@@ -121,24 +133,41 @@ def run_stream(
     tick = on_start(sum(b - a for a, b, _ in todo)) if on_start else None
     forward_device = readout.resolve_device("auto")
     backbone = readout.Backbone.from_checkpoint(checkpoint, interpolation).to(forward_device)
-    fn = partial(decode_block, settings=settings, backend=backend, device=device)
+    if settings.color_lambda:  # DSM's colour term: each block reads its images' files, as from a store's image_source
+        from ..store.own_size import EDGE, PAD
+        from .decode_colour import colour_block
+
+        fn = partial(colour_block, settings=settings, source=str(image_dir), patch=checkpoint.arch.patch, padded=EDGE.get(view) == PAD)
+    else:
+        fn = partial(decode_block, settings=settings, backend=backend, device=device)
+    names = np.array([r.id for r in refs], dtype=object)
+    key_plan = {f"keys_{view}": ((f"patch_{view}", "channel"), (patches, checkpoint.arch.width))}
     t0 = time.perf_counter()
     written = 0
     with (placed(workers, dask_address) as where, process_pool(where.workers) as pool, reusing_blocks(),
           ThreadPoolExecutor(readout.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> readout.Loaded:  # the next chunk's images, decoded while this one runs
-            return readout.load_run(refs[run[0]:run[1]], [view], extraction, checkpoint.arch.patch, None, "fail", decoding)
+            a, b = run[0], run[1]
+            return readout.load_run(refs[a:b], [view], extraction, checkpoint.arch.patch, {view: (rows[a:b], cols[a:b])} if own else None, "fail", decoding)
 
         upcoming = loader.submit(load, todo[0]) if todo else None
         for index, (start, stop, _) in enumerate(todo):
             loaded = upcoming.result()
             upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-            pixels = loaded.fixed[view][1]
-            keys = readout.forward_view(backbone, pixels, view, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
+            keys = readout.view_data(backbone, loaded, view, key_plan, stop - start, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
-            arrays = map_blocks(fn, lambda a, b: {"keys": keys[a:b]}, ranges, workers=where.workers, pool=pool, progress=tick, client=where.client)
+
+            def block(a: int, b: int, start: int = start) -> dict[str, np.ndarray]:
+                out = {"keys": keys[a:b]}
+                if own:
+                    out.update(rows=rows[start + a:start + b], cols=cols[start + a:start + b])
+                if settings.color_lambda:
+                    out["names"] = names[start + a:start + b]
+                return out
+
+            arrays = map_blocks(fn, block, ranges, workers=where.workers, pool=pool, progress=tick, client=where.client)
             writer.write(start, {f"{k}_{VIEW}": v.astype(DTYPE) for k, v in arrays.items()}, loaded.original, loaded.failed[view])
             written += stop - start
     seconds = time.perf_counter() - t0
@@ -150,11 +179,17 @@ def run_stream(
 
 
 def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np.ndarray, np.ndarray]:
-    """The masks store's arrays as ``Decoded`` (the dtypes ``collate`` gives), ids and sizes."""
+    """The masks store's arrays as ``Decoded`` (the dtypes ``collate`` gives; an own-size view's
+    grids, patch size and view beside them), ids and sizes."""
     ds = cache.open_store(path, done_only=False)
     empty = collate([], settings, 1)
     arrays = {name: ds[f"{name}_{VIEW}"].values.astype(getattr(empty, name).dtype) for name in ARRAYS}
-    return (as_decoded(arrays, settings), [str(v) for v in ds["image"].values],
+    decoded = as_decoded(arrays, settings)
+    meta = cache.manifest(path)
+    if meta["keys_view"] in images.OWN_SIZE:
+        decoded.grids = np.stack([ds[f"grid_rows_{VIEW}"].values, ds[f"grid_cols_{VIEW}"].values], axis=1).astype(np.int64)
+        decoded.patch, decoded.view = int(meta["arch"]["patch"]), meta["keys_view"]
+    return (decoded, [str(v) for v in ds["image"].values],
             ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64))
 
 
@@ -163,7 +198,8 @@ def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decode
     decoded, ids, heights, widths = load_decoded(path, settings)
     meta = cache.manifest(path)
     cache.save_results(path, "decoder", decoder_dataset(decoded, ids),
-                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(meta["keys_view"]),
+                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(meta["keys_view"]) if meta["keys_view"].isdigit() else meta["keys_view"],
+                        "view": meta["keys_view"],
                         "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
     masks_file = cache.results_path(path, "decoder-masks.json")
     write_json(masks_file, coco_results(decoded, ids, heights, widths, None))

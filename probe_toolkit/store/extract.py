@@ -366,7 +366,7 @@ def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: 
     return {name: chunks[0] if len(chunks) == 1 else np.concatenate(chunks) for name, chunks in parts.items()}
 
 
-def _view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick) -> dict[str, np.ndarray]:
+def view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick) -> dict[str, np.ndarray]:
     """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value."""
     names = [name for name in plan if grids.view_of(name) == view]
     if view not in images.OWN_SIZE:
@@ -550,7 +550,7 @@ def extract(
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = _view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
+                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
                         ok = ~loaded.failed[view]
                         good = _finite(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
