@@ -340,12 +340,31 @@ def test_own_size_shards_assemble_the_one_process_decode(native_stores, view, tm
     assert (store / "results" / "decoder-masks.json").read_text() == one
 
 
-def test_native_refuses_the_torch_backend_and_a_bad_view_in_one_line(native, tmp_path, capsys):
+@pytest.mark.parametrize("view", ["native", "native_crop"])
+def test_the_torch_backend_batches_each_grid_and_gives_the_scipy_masks(native_stores, view, tmp_path, capsys):
+    """Images of one grid decode as one batch; every certified mask equals the scipy path's, and
+    the masks JSON draws each on its own grid."""
+    store, _, grids = native_stores(view)
+    got = {}
+    for backend in ("scipy", "torch"):
+        out = tmp_path / f"{backend}.json"
+        code, err = run_main(["decode", str(store), "--view", view, "--preset", "tokencut", "--masks", "2", "--backend", backend, "-q",
+                              "--workers", "1", "--out", str(out), "--cache", str(tmp_path / "c")], capsys)
+        assert code == 0, err
+        got[backend] = (cache.load_results(store, "decoder").load(), json.loads(out.read_text()))
+    (scipy_ds, scipy_json), (torch_ds, torch_json) = got["scipy"], got["torch"]
+    assert not torch_ds["degenerate"].values.any() and torch_ds.attrs["backend"] == "torch"
+    for name in ("masks", "n_masks", "grid_rows", "grid_cols"):
+        np.testing.assert_array_equal(torch_ds[name].values, scipy_ds[name].values, err_msg=name)
+    np.testing.assert_allclose(torch_ds["score"].values, scipy_ds["score"].values, rtol=1e-6)
+    assert [x["segmentation"] for x in torch_json] == [x["segmentation"] for x in scipy_json]
+    assert len({tuple(g) for g in grids}) == len(grids)  # three grids: three batches of one
+
+
+def test_a_bad_view_is_one_line(native, tmp_path, capsys):
     store, _, _ = native
-    code, err = run_main(["decode", str(store), "--view", "native", "--backend", "torch", "-q", "--cache", str(tmp_path / "c")], capsys)
-    assert code == 2 and "--backend torch" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     code, err = run_main(["decode", str(store), "--view", "natve", "-q", "--cache", str(tmp_path / "c")], capsys)
-    assert code == 2 and "--view natve" in err
+    assert code == 2 and "--view natve" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -423,8 +442,6 @@ def test_native_crop_on_a_store_without_it_says_how_to_get_it(native, tmp_path, 
     code, err = run_main(["decode", str(store), "--view", "native_crop", "--preset", "dsm", "-q", "--cache", str(tmp_path / "c")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "has no array keys_native_crop" in err and "rerun `probe extract` with --views native_crop" in err
-    code, err = run_main(["decode", str(store), "--view", "native_crop", "--backend", "torch", "-q", "--cache", str(tmp_path / "c")], capsys)
-    assert code == 2 and "--backend torch" in err and "native_crop" in err and len(err.strip().splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------------------------

@@ -111,8 +111,6 @@ def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_ch
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
     assert streamed.attrs["view"] == view and streamed.attrs["patch_size"] == 16
     assert json.loads(report.masks_file.read_text()) == json.loads(ref.masks_file.read_text())
-    with pytest.raises(ProbeError, match="--backend torch"):
-        run_stream(ckpt, image_dir, settings, size=view, store=tmp_path / "t.zarr", backend="torch")
 
 
 def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path, tiny_checkpoints, image_dir):

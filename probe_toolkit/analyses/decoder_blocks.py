@@ -57,11 +57,9 @@ def per_image(keys: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None
 
 def _solve(keys: np.ndarray, settings: Settings, backend: str, device: str, rows=None, cols=None) -> list[ImageMasks]:
     if backend == "torch":
-        if rows is not None:
-            raise ProbeError("--backend torch", "batches square grids only, not a grid per image (the own-size views native, native_crop, native_resized)", "use --backend scipy with an own-size --view")
-        from .decoder_torch import decode_batch
+        from .decoder_torch import decode_batch, decode_grids
 
-        return decode_batch(keys, settings, device=device)
+        return decode_batch(keys, settings, device=device) if rows is None else decode_grids(keys, rows, cols, settings, device=device)
     return [decode_image(k, settings, grid=g) for k, g in per_image(keys, rows, cols)]
 
 

@@ -17,7 +17,8 @@ the two costly steps run batched on the device:
 Orientation, threshold, foreground rule, component, score and the certificate are decoder.py's
 own functions on the CPU, so a certified mask here is the exact mask, as the scipy path's is.
 Runs with one CPU thread by default so results do not depend on how many processes share a
-machine.
+machine. The own-size views (a grid per image) batch the images of each grid together
+(``decode_grids``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .decoder import (
     ImageMasks,
     Settings,
     certified_cut,
+    decode_image,
     grid_of,
     iou,
     mask_score,
@@ -211,10 +213,11 @@ def _check(keys: np.ndarray) -> None:
 
 
 def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu", threads: int | None = 1,
-                 dense_up_to: int = DENSE_UP_TO) -> list[ImageMasks]:
+                 dense_up_to: int = DENSE_UP_TO, grid: tuple[int, int] | None = None) -> list[ImageMasks]:
     """Masks of every image of ``keys`` (image, patch, channel), as ``decoder.decode_image`` would.
 
-    ``dense_up_to``: the largest graph solved by dense ``eigh`` (larger: LOBPCG).
+    ``dense_up_to``: the largest graph solved by dense ``eigh`` (larger: LOBPCG). ``grid``: the
+    (rows, cols) every image of the batch lies on (square from the patch count by default).
     """
     keys = np.asarray(keys)
     _check(keys)
@@ -223,13 +226,31 @@ def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: s
     with cpu_threads(threads if device == "cpu" else None), torch.no_grad():
         out: list[ImageMasks] = []
         for start in range(0, b, per):
-            out += _decode(keys[start:start + per], settings, torch.device(device), dense_up_to)
+            out += _decode(keys[start:start + per], settings, torch.device(device), dense_up_to, grid or grid_of(n))
         return out
 
 
-def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up_to: int) -> list[ImageMasks]:
+def decode_grids(keys: np.ndarray, rows: np.ndarray, cols: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu",
+                 threads: int | None = 1) -> list[ImageMasks]:
+    """The own-size views (a grid per image, keys padded past rows·cols): images of one grid are
+    batched together, each on its first rows·cols patches; results in image order."""
+    keys = np.asarray(keys)
+    out: list[ImageMasks | None] = [None] * len(keys)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (r, c) in enumerate(zip(rows, cols)):
+        groups.setdefault((int(r), int(c)), []).append(i)
+    for (r, c), where in groups.items():
+        if r * c < 4:  # too few patches for a batched solve: the scipy path's own function
+            found = [decode_image(keys[i, : r * c], settings, grid=(r, c)) for i in where]
+        else:
+            found = decode_batch(keys[where, : r * c], settings, device=device, threads=threads, grid=(r, c))
+        for i, result in zip(where, found):
+            out[i] = result
+    return out
+
+
+def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up_to: int, grid: int | tuple[int, int]) -> list[ImageMasks]:
     b, n, _ = keys.shape
-    grid = grid_of(n)
     graphs = Graphs(unit_keys(torch.from_numpy(keys.astype(np.float64)).to(device), settings.center))
     painted = np.zeros((b, n), dtype=bool)
     rows: list[list[tuple]] = [[] for _ in range(b)]

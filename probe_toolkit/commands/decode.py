@@ -335,14 +335,6 @@ def panel_kind(panel: str | None, cache_dir: str | Path | None) -> str | None:
     return get_panel(panel, cache_dir).kind if panel is not None else None
 
 
-def refuse_per_image_grid(size: int | str, *, backend: str = "scipy") -> None:
-    """The own-size views (a grid per image) decode on the scipy backend (locally, on a cluster
-    or in shards); the torch backend batches square grids."""
-    view = check_view(size)
-    if view in OWN_SIZE and backend == "torch":
-        raise ProbeError("--backend torch", f"batches square grids only, not the {view} view's grid per image", f"use --backend scipy with --view {view}")
-
-
 def _meta_path(masks_file: Path) -> Path:
     return masks_file.with_name(masks_file.name.removesuffix(".json") + ".meta.json")
 
@@ -408,7 +400,7 @@ def run_decode(
         check_readable(panel, unseal, cache_dir)
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
-    refuse_per_image_grid(size, backend=backend)
+    check_view(size)
     src = open_keys(store, size)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
@@ -686,7 +678,7 @@ def run_sweep(
 
     if get_panel(panel, cache_dir).kind == "saliency":
         raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
-    refuse_per_image_grid(size, backend=backend)
+    check_view(size)
     src = open_keys(store, size)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}

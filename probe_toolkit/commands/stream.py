@@ -101,10 +101,9 @@ def run_stream(
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_placement(workers, dask_address)  # before anything is created
-    from .decode import check_view, refuse_per_image_grid
+    from .decode import check_view
 
     view = check_view(size)
-    refuse_per_image_grid(view, backend=backend)
     extraction = readout.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
