@@ -353,7 +353,7 @@ def run_propagate(
             _models.clear()
     digests = {seq.name: str(d) for seq, d in zip(mine, done)}
     if which is not None:
-        identity = {"checkpoint": ck.sha256, "network": network, "sequences": [s.name for s in found],
+        identity = {"checkpoint": ck.sha256, "network": network, "davis": str(davis_dir.resolve()), "sequences": [s.name for s in found],
                     "settings": {"n_last": settings.n_last, "radius": settings.radius, "topk": settings.topk, "subset": settings.subset}}
         digests, first_entry, waiting = gather_parts(out, which, identity, digests, first_entry)
         if waiting:
