@@ -23,35 +23,17 @@ from ..labels.masks import decoded_from_dataset, decoder_dataset
 from .shards import gather
 
 
-def part_name(i: int, n: int) -> str:
-    return f"decoder-part-{i}-of-{n}"
-
-
 def decode_shard(src, settings: Settings, shard: str | None, *, where: Where, backend: str, device: str, threads: int = 1,
                  on_image=None, task: tuple | None = None) -> tuple[Decoded | None, list[int]]:
     """(all parts as one ``Decoded``, []) once every shard is in, else (None, missing shards).
     ``task``: (block function, arrays) in place of the keys' decode (DSM's colour term,
     ``decode.colour_task``; it computes nothing with torch)."""
-    from ..store.extract import parse_shard  # here: extract brings torch, which decoding never needs
-
-    i, n = parse_shard(shard)
-    block = int(src.manifest.get("chunk") or 16)
-    a, b = shard_range(len(src.image_ids), block, (i, n))
+    fn, arrays = task or (partial(decode_block, settings=settings, backend=backend, device=device), {"keys": src.keys, **src.grid_arrays()})
+    which, (a, b), computed = _share(src, shard, fn, arrays, where, threads, on_image, torch_free=task is not None)
+    decoded = as_decoded(computed if computed is not None else _empty(settings, src.keys.sizes["patch"]), settings)
     identity = {"settings": settings.as_dict(), "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"),
                 "images": src.image_ids}
-    if b > a:
-        fn, arrays = task or (partial(decode_block, settings=settings, backend=backend, device=device), {"keys": src.keys, **src.grid_arrays()})
-        progress = (lambda k: [on_image() for _ in range(k)]) if on_image else None
-        arrays = map_images(fn, arrays, where=where, image_range=(a, b), block=block, threads=threads, progress=progress, torch_free=task is not None)
-        part = decoder_dataset(src.with_grids(as_decoded(arrays, settings), a, b), src.image_ids[a:b])
-    else:  # more shards than chunks: this one has nothing to do, and says so in an empty part
-        part = decoder_dataset(src.with_grids(as_decoded(_empty(settings, src.keys.sizes["patch"]), settings), a, a), [])
-    part.attrs["range"] = [a, b]
-    whole, missing = gather(src.store, "decoder", (i, n), part, identity)
-    if whole is None:
-        return None, missing
-    whole.attrs["settings"] = settings.as_dict()
-    return src.with_grids(decoded_from_dataset(whole)), []
+    return _gathered(src, "decoder", which, (a, b), decoded, identity)
 
 
 def sweep_shard(src, groups: list[Settings], shard: str | None, *, where: Where, backend: str, device: str, threads: int = 1,
@@ -59,30 +41,45 @@ def sweep_shard(src, groups: list[Settings], shard: str | None, *, where: Where,
     """``probe decode-sweep --shard i/n``: this shard's images under every setting group, saved as
     one part per group (``results/decoder-sweep-g<k>-part-<i>-of-<n>``); (every group's
     ``Decoded`` over all images, []) once every shard is in, else (None, missing shards)."""
-    from ..store.extract import parse_shard
-
-    i, n = parse_shard(shard)
-    block = int(src.manifest.get("chunk") or 16)
-    a, b = shard_range(len(src.image_ids), block, (i, n))
+    fn = partial(sweep_block, groups=groups, backend=backend, device=device)
+    which, (a, b), computed = _share(src, shard, fn, {"keys": src.keys, **src.grid_arrays()}, where, threads, on_image)
     identity = {"groups": [s.as_dict() for s in groups], "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"),
                 "images": src.image_ids, "view": src.view}
-    if b > a:
-        fn = partial(sweep_block, groups=groups, backend=backend, device=device)
-        progress = (lambda k: [on_image() for _ in range(k)]) if on_image else None
-        arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, image_range=(a, b), block=block, threads=threads, progress=progress)
-        blocks = [as_decoded(group_arrays(arrays, g), s) for g, s in enumerate(groups)]
-    else:
-        blocks = [as_decoded(_empty(s, src.keys.sizes["patch"]), s) for s in groups]
-    wholes, missing = [], []
-    for g, (s, decoded) in enumerate(zip(groups, blocks)):  # every group's part is saved before any is missed
-        part = decoder_dataset(src.with_grids(decoded, a, b), src.image_ids[a:b])
-        part.attrs["range"] = [a, b]
-        whole, lacking = gather(src.store, f"decoder-sweep-g{g}", (i, n), part, identity)
-        missing = sorted(set(missing) | set(lacking))
-        if whole is not None:
-            whole.attrs["settings"] = s.as_dict()
-            wholes.append(src.with_grids(decoded_from_dataset(whole)))
-    return (None, missing) if missing else (wholes, [])
+    wholes, missing = [], set()
+    for g, s in enumerate(groups):  # every group's part is saved before any is waited for
+        decoded = as_decoded(group_arrays(computed, g) if computed is not None else _empty(s, src.keys.sizes["patch"]), s)
+        whole, lacking = _gathered(src, f"decoder-sweep-g{g}", which, (a, b), decoded, identity)
+        wholes.append(whole)
+        missing |= set(lacking)
+    return (None, sorted(missing)) if missing else (wholes, [])
+
+
+def _share(src, shard: str | None, fn, arrays: dict, where: Where, threads: int, on_image, torch_free: bool = False):
+    """(i, n), this shard's image range (whole store chunks) and ``fn`` over it (None when the
+    range is empty: more shards than chunks)."""
+    from ..store.extract import parse_shard  # here: extract brings torch, which decoding never needs
+
+    which = parse_shard(shard)
+    block = int(src.manifest.get("chunk") or 16)
+    a, b = shard_range(len(src.image_ids), block, which)
+    if b <= a:
+        return which, (a, b), None
+    progress = (lambda k: [on_image() for _ in range(k)]) if on_image else None
+    computed = map_images(fn, arrays, where=where, image_range=(a, b), block=block, threads=threads, progress=progress, torch_free=torch_free)
+    return which, (a, b), computed
+
+
+def _gathered(src, name: str, which: tuple[int, int], rng: tuple[int, int], decoded: Decoded, identity: dict) -> tuple[Decoded | None, list[int]]:
+    """Save this shard's part of ``name`` (each image's grid with it); every part as one
+    ``Decoded`` once all are in (in image order), else (None, the shards still missing)."""
+    a, b = rng
+    part = decoder_dataset(src.with_grids(decoded, a, b), src.image_ids[a:b])
+    part.attrs["range"] = [a, b]
+    whole, missing = gather(src.store, name, which, part, identity)
+    if whole is None:
+        return None, missing
+    whole.attrs["settings"] = decoded.settings.as_dict()
+    return src.with_grids(decoded_from_dataset(whole)), []
 
 
 def _empty(settings: Settings, patches: int) -> dict[str, np.ndarray]:

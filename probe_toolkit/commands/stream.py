@@ -196,10 +196,10 @@ def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decode
     """Every image is done: save ``results/decoder`` and the masks JSON beside them."""
     decoded, ids, heights, widths = load_decoded(path, settings)
     meta = cache.manifest(path)
+    view = meta["keys_view"]
     cache.save_results(path, "decoder", decoder_dataset(decoded, ids),
-                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(meta["keys_view"]) if meta["keys_view"].isdigit() else meta["keys_view"],
-                        "view": meta["keys_view"],
-                        "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
+                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(view) if view.isdigit() else view,
+                        "view": view, "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
     masks_file = cache.results_path(path, "decoder-masks.json")
     write_json(masks_file, coco_results(decoded, ids, heights, widths, None))
     return decoded, masks_file

@@ -127,17 +127,8 @@ def map_images(
         first = next(iter(arrays.values()))
         ids = [str(i) for i in first.coords["image"].values]
         stored = {name: str(array.name) for name, array in arrays.items()}
-        try:
-            futures = [
-                client.submit(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]], key=f"probe-chunk-{mark[:8]}-{i}-{time.monotonic_ns()}", pure=False)
-                for i in range(n_chunks)
-            ]
-        except Exception as error:  # a client whose scheduler is gone
-            raise lost_cluster(client, f"went away before the run ({type(error).__name__})") from None
-        for i, result in gather(client, futures):
-            parts[i] = result
-            if progress:
-                progress(_length(result))
+        calls = [(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]]) for i in range(n_chunks)]
+        parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, result: progress(_length(result)) if progress else None)
     else:
         workers = workers or min(2, os.cpu_count() or 1)
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -225,6 +216,23 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     return {name: _rows(group[array], positions) for name, array in stored.items()}
 
 
+def on_cluster(client, calls: list[tuple], tag: str, done: Callable[[int, dict], None] | None = None) -> list[dict[str, np.ndarray]]:
+    """Every call ``(fn, *args)`` as a task on the cluster; their results in order. ``done(i,
+    result)`` as each finishes. A scheduler gone before or during the run, a cluster with no
+    workers left or a lost task ends the wait with one line (``gather``)."""
+    stamp = time.monotonic_ns()
+    try:
+        futures = [client.submit(*call, key=f"{tag}-{i}-{stamp}", pure=False) for i, call in enumerate(calls)]
+    except Exception as error:  # a client whose scheduler is gone
+        raise lost_cluster(client, f"went away before the run ({type(error).__name__})") from None
+    parts: list[dict[str, np.ndarray] | None] = [None] * len(calls)
+    for i, result in gather(client, futures):
+        parts[i] = result
+        if done:
+            done(i, result)
+    return parts
+
+
 def lost_cluster(client, why: str) -> ProbeError:
     return ProbeError(getattr(client, "_probe_address", "the dask scheduler"), why, "check the scheduler and its workers, then rerun (nothing was saved)")
 
@@ -239,8 +247,8 @@ def _alive_workers(client) -> int | None:
 
 
 def gather(client, futures):
-    """(index, result) as a cluster's futures finish (``runner.map_blocks`` waits with it too); a lost scheduler, a cluster with no workers left or a
-    task's failure ends the wait with one line."""
+    """(index, result) as a cluster's futures finish; a lost scheduler, a cluster with no workers
+    left or a task's failure ends the wait with one line."""
     from distributed import wait
 
     index = {f.key: i for i, f in enumerate(futures)}

@@ -26,7 +26,6 @@ import hashlib
 import multiprocessing
 import os
 import sys
-import time
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -240,21 +239,10 @@ def map_blocks(
 
 
 def _on_cluster(client, fn: BlockFn, read, ranges: list[tuple[int, int]], progress) -> list[dict[str, np.ndarray]]:
-    from .chunked import gather, lost_cluster
+    from .chunked import on_cluster
 
-    tag = time.monotonic_ns()
-    try:
-        futures = [client.submit(_call, fn, read(a, b), 1, key=f"probe-block-{a}-{b}-{tag}", pure=False) for a, b in ranges]
-    except ProbeError:
-        raise
-    except Exception as error:  # a client whose scheduler is gone
-        raise lost_cluster(client, f"went away before the run ({type(error).__name__})") from None
-    parts: list[dict[str, np.ndarray] | None] = [None] * len(ranges)
-    for i, result in gather(client, futures):
-        parts[i] = result
-        if progress:
-            progress(ranges[i][1] - ranges[i][0])
-    return parts
+    calls = [(_call, fn, read(a, b), 1) for a, b in ranges]
+    return on_cluster(client, calls, f"probe-block-{ranges[0][0]}", lambda i, _: progress(ranges[i][1] - ranges[i][0]) if progress else None)
 
 
 @contextmanager
