@@ -9,6 +9,18 @@ import torch
 from probe_toolkit.analyses import selection
 from probe_toolkit.infra.errors import ProbeError
 
+LIBRARIES = ("numpy", "torch")  # every rule runs on both: neighbours on numpy, training on torch
+
+
+def given(array, library: str):
+    """A test input in the library under test."""
+    array = np.asarray(array)
+    return array if library == "numpy" else torch.from_numpy(array)
+
+
+def plain(x) -> np.ndarray:
+    return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
 
 def selfpatch_local_index(n_patches: int, k_size: int = 3) -> np.ndarray:
     """SelfPatch's `get_local_index`, transcribed loop for loop: per anchor a row and a column
@@ -45,7 +57,9 @@ def plain_window(grid: int, anchor: int) -> list[int]:
 
 def test_window_course_anchors():
     table = selection.window(14)
-    assert table.index.shape == (196, 8) and table.index.dtype == torch.int64
+    assert table.index.shape == (196, 8) and table.index.dtype == np.int64
+    on_torch = selection.window(14, device="cpu")
+    assert on_torch.index.dtype == torch.int64 and np.array_equal(on_torch.index.numpy(), table.index)
     assert table.index[0].tolist() == [1, 13, 14, 15, 27, 182, 183, 195]
     assert table.index[15].tolist() == [0, 1, 2, 14, 16, 28, 29, 30]
     assert bool(table.valid.all())
@@ -53,14 +67,14 @@ def test_window_course_anchors():
 
 @pytest.mark.parametrize("grid", [3, 4, 6, 7, 14, 16])
 def test_window_is_selfpatch_get_local_index(grid):
-    assert np.array_equal(selection.window(grid).index.numpy(), selfpatch_local_index(grid * grid))
+    assert np.array_equal(selection.window(grid).index, selfpatch_local_index(grid * grid))
 
 
 def test_wrapped_links_course_counts():
     at14, at6 = selection.window(14), selection.window(6)
-    assert int(at14.wrapped.sum()) == 164 and at14.wrapped.numel() == 1568
+    assert int(at14.wrapped.sum()) == 164 and at14.wrapped.size == 1568
     assert round(100 * 164 / 1568, 1) == 10.5
-    assert int(at6.wrapped.sum()) == 68 and at6.wrapped.numel() == 288
+    assert int(at6.wrapped.sum()) == 68 and at6.wrapped.size == 288
     assert round(100 * 68 / 288, 1) == 23.6
     for grid in range(3, 31):
         assert int(selection.window(grid).wrapped.sum()) == 12 * grid - 4
@@ -117,16 +131,17 @@ def plain_window_topk(tokens: np.ndarray, grid: int, k: int, wrap: bool) -> tupl
     return positions, indices
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("grid,wrap", [(14, True), (6, True), (6, False)])
-def test_window_topk_matches_a_plain_loop(grid, wrap):
+def test_window_topk_matches_a_plain_loop(grid, wrap, library):
     rng = np.random.default_rng(grid)
     tokens = rng.standard_normal((3, grid * grid, 32)).astype(np.float32)
-    chosen = selection.window_topk(torch.from_numpy(tokens), grid, k=4, wrap=wrap)
+    chosen = selection.window_topk(given(tokens, library), grid, k=4, wrap=wrap)
     positions, indices = plain_window_topk(tokens, grid, 4, wrap)
     assert chosen.position.shape == chosen.index.shape == chosen.valid.shape == (3, grid * grid, 4)
-    assert np.array_equal(chosen.index.numpy(), indices)
-    valid = chosen.valid.numpy()
-    assert np.array_equal(chosen.position.numpy(), positions)
+    assert np.array_equal(plain(chosen.index), indices)
+    valid = plain(chosen.valid)
+    assert np.array_equal(plain(chosen.position), positions)
     assert np.array_equal(valid, indices >= 0)
 
 
@@ -159,7 +174,7 @@ def test_window_topk_accepts_numpy_and_keeps_padding_invalid():
 def test_window_threshold_fixed_theta_matches_a_plain_loop():
     rng = np.random.default_rng(1)
     tokens = rng.standard_normal((2, 36, 16)).astype(np.float32)
-    keep = selection.window_threshold(tokens, 6, theta=0.1).numpy()
+    keep = selection.window_threshold(tokens, 6, theta=0.1)
     table = selfpatch_local_index(36)
     for crop in range(2):
         unit = tokens[crop] / np.linalg.norm(tokens[crop], axis=1, keepdims=True)
@@ -168,42 +183,45 @@ def test_window_threshold_fixed_theta_matches_a_plain_loop():
             assert keep[crop, anchor].tolist() == expected
 
 
-def test_window_threshold_modes():
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_window_threshold_modes(library):
     rng = np.random.default_rng(2)
-    t14 = torch.from_numpy(rng.standard_normal((2, 196, 16)).astype(np.float32))
-    t6 = torch.from_numpy(rng.standard_normal((3, 36, 16)).astype(np.float32))
-    c14 = selection.window_cosine(t14, 14).numpy()
-    c6 = selection.window_cosine(t6, 6).numpy()
+    t14 = given(rng.standard_normal((2, 196, 16)).astype(np.float32), library)
+    t6 = given(rng.standard_normal((3, 36, 16)).astype(np.float32), library)
+    c14 = plain(selection.window_cosine(t14, 14))
+    c6 = plain(selection.window_cosine(t6, 6))
     # crop quantile: each crop its own
     keep = selection.window_threshold(t14, 14, mode="crop-quantile", q=0.75)
     for crop in range(2):
         theta = np.quantile(c14[crop].ravel(), 0.75)
-        assert np.array_equal(keep[crop].numpy(), c14[crop] >= theta)
+        assert np.array_equal(plain(keep[crop]), c14[crop] >= theta)
     # batch median over both crop sizes at once (the selector study's one median per step)
-    theta14, theta6 = selection.window_theta([torch.from_numpy(c14), torch.from_numpy(c6)], "batch-median")
+    theta14, theta6 = selection.window_theta([given(c14, library), given(c6, library)], "batch-median")
     median = np.median(np.concatenate([c14.ravel(), c6.ravel()]))
     assert theta14.shape == (2,) and theta6.shape == (3,)
-    assert np.allclose(theta14.numpy(), median) and np.allclose(theta6.numpy(), median)
+    assert np.allclose(plain(theta14), median) and np.allclose(plain(theta6), median)
     keep6 = selection.window_threshold(t6, 6, theta=theta6)
-    assert np.array_equal(keep6.numpy(), c6 >= median)
+    assert np.array_equal(plain(keep6), c6 >= median)
     # batch median within one call; padding (no wrap) is never kept nor counted
     keep = selection.window_threshold(t14, 14, mode="batch-median", wrap=False)
-    valid = selection.window(14, wrap=False).valid.numpy()
-    plain = selection.window_cosine(t14, 14, wrap=False).numpy()
-    theta = np.median(plain[:, valid])
-    assert np.array_equal(keep.numpy(), (plain >= theta) & valid)
+    valid = selection.window(14, wrap=False).valid
+    cosines = plain(selection.window_cosine(t14, 14, wrap=False))
+    theta = np.median(cosines[:, valid])
+    assert np.array_equal(plain(keep), (cosines >= theta) & valid)
     keep = selection.window_threshold(t14, 14, mode="crop-quantile", q=0.3, wrap=False)
     for crop in range(2):
-        theta = np.quantile(plain[crop][valid], 0.3)
-        assert np.array_equal(keep[crop].numpy(), (plain[crop] >= theta) & valid)
+        theta = np.quantile(cosines[crop][valid], 0.3)
+        assert np.array_equal(plain(keep[crop]), (cosines[crop] >= theta) & valid)
     with pytest.raises(ProbeError):
         selection.window_threshold(t14, 14, mode="median")
 
 
-def test_quantile_is_numpys_linear_method():
-    values = torch.from_numpy(np.random.default_rng(3).standard_normal((4, 101)))
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_quantile_is_numpys_linear_method(library):
+    values = np.random.default_rng(3).standard_normal((4, 101))
+    values[1, :40] = 0.25  # a repeated order statistic
     for q in (0.0, 0.2, 0.5, 0.93, 1.0):
-        assert np.allclose(selection.quantile(values, q).numpy(), np.quantile(values.numpy(), q, axis=-1))
+        assert np.allclose(plain(selection.quantile(given(values, library), q)), np.quantile(values, q, axis=-1))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,24 +276,24 @@ def plain_contrastive(tokens: np.ndarray, k: int, q: float, m: int):
     return positives, negatives, thetas
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("n", [36, 196])
-def test_contrastive_matches_a_plain_loop(n):
+def test_contrastive_matches_a_plain_loop(n, library):
     rng = np.random.default_rng(n)
     tokens = rng.standard_normal((2, n, 24))
-    rule = selection.contrastive(torch.from_numpy(tokens.astype(np.float32)), k=4, negative_quantile=0.2, max_negatives=48)
+    rule = selection.contrastive(given(tokens.astype(np.float32), library), k=4, negative_quantile=0.2, max_negatives=48)
     positives, negatives, thetas = plain_contrastive(tokens, 4, 0.2, 48)
     assert rule.positive.shape == (2, n, 4) and rule.negative.shape == (2, n, 48)
-    assert np.array_equal(rule.positive.numpy(), positives)
-    assert np.array_equal(rule.negative.numpy(), negatives)
-    assert np.array_equal(rule.negative_valid.numpy(), negatives >= 0)
-    assert np.allclose(rule.theta.numpy(), thetas, atol=1e-5)
+    assert np.array_equal(plain(rule.positive), positives)
+    assert np.array_equal(plain(rule.negative), negatives)
+    assert np.array_equal(plain(rule.negative_valid), negatives >= 0)
+    assert np.allclose(plain(rule.theta), thetas, atol=1e-5)
     # the cap binds at 196 patches (about 39 of 195 lie below the 20th percentile) but never
     # beyond 48, and no negative is the anchor or one of its positives
-    counts = rule.negative_valid.sum(-1)
-    assert int(counts.max()) <= 48
-    anchors = torch.arange(n)[None, :, None]
-    assert not bool((rule.negative == anchors).any())
-    assert not bool((rule.negative[..., :, None] == rule.positive[..., None, :]).any())
+    negative, positive = plain(rule.negative), plain(rule.positive)
+    assert int(plain(rule.negative_valid).sum(-1).max()) <= 48
+    assert not (negative == np.arange(n)[None, :, None]).any()
+    assert not (negative[..., :, None] == positive[..., None, :]).any()
 
 
 def test_selection_runs_without_grad_on_a_batch():
@@ -295,10 +313,46 @@ def test_tie_order_is_exact_on_the_fast_path_and_the_fallback():
     values[1, 1, 7] = np.inf
     values[2, 2, 9] = -np.inf
     distinct = rng.permutation(60)[None, None, :].repeat(40, 1).astype(np.float64)  # no ties
-    for array in (values, distinct):
-        tensor = torch.from_numpy(array.astype(np.float32))
+    for array, library in [(a, lib) for a in (values, distinct) for lib in LIBRARIES]:
+        given_values = given(array.astype(np.float32), library)
         for n in (1, 8, 48):
-            largest = selection._largest(tensor, n).numpy()
-            smallest = selection._smallest(tensor, n).numpy()
+            largest = plain(selection._largest(given_values, n))
+            smallest = plain(selection._smallest(given_values, n))
             assert np.array_equal(largest, np.argsort(-array.astype(np.float32), axis=-1, kind="stable")[..., :n])
             assert np.array_equal(smallest, np.argsort(array.astype(np.float32), axis=-1, kind="stable")[..., :n])
+
+
+# ----------------------------------------------------------------------------------------------
+# one rule, two libraries
+
+
+@pytest.mark.parametrize("grid,wrap", [(6, True), (6, False), (14, True), ((3, 5), True), ((3, 5), False)])
+def test_numpy_and_torch_select_the_same_sets(grid, wrap):
+    """Written once: on the same similarities (rounded to eighths, so ties everywhere) every rule's
+    numpy result is its torch result, bit for bit, so ``probe neighbours`` (numpy) measures the
+    very sets training (torch) uses."""
+    rows, cols = grid if isinstance(grid, tuple) else (grid, grid)
+    n = rows * cols
+    tokens = np.random.default_rng(n).standard_normal((3, n, 8)).astype(np.float32)
+    unit = tokens / np.linalg.norm(tokens, axis=-1, keepdims=True)
+    sim = (np.round(unit @ unit.transpose(0, 2, 1) * 8) / 8).astype(np.float32)
+    found = {}
+    for library in LIBRARIES:
+        s = given(sim, library)
+        cosines = selection.window_cosine(None, grid, wrap, similarity=s)
+        found[library] = [
+            cosines,
+            *selection.window_topk(None, grid, 3, wrap, similarity=s),
+            selection.window_threshold(None, grid, mode="crop-quantile", q=0.3, wrap=wrap, similarity=s),
+            selection.window_threshold(None, grid, theta=0.25, wrap=wrap, similarity=s),
+            selection.window_theta(cosines, "batch-median"),
+            selection.most_similar(s, 8),
+            *selection.contrastive(similarity=s, k=4, negative_quantile=0.2, max_negatives=48),
+        ]
+    assert len(found["numpy"]) == 13
+    for ours, theirs in zip(found["numpy"], found["torch"]):
+        assert isinstance(ours, np.ndarray) and isinstance(theirs, torch.Tensor)
+        assert ours.dtype == theirs.numpy().dtype and np.array_equal(ours, theirs.numpy())
+    # the cosine itself: float32 either way, to rounding
+    numpy_cos, torch_cos = selection.cosine(tokens), selection.cosine(torch.from_numpy(tokens))
+    assert numpy_cos.dtype == np.float32 and np.allclose(numpy_cos, torch_cos.numpy(), atol=1e-6)

@@ -40,7 +40,6 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
@@ -79,28 +78,32 @@ def view_array(view: str | int) -> str:
     return f"tokens_{view}"
 
 
-def _membership(grid: int, wrap: bool, device) -> torch.Tensor:
+def _membership(grid: int, wrap: bool) -> np.ndarray:
     """(N, N) bool: candidate j lies in anchor i's window."""
-    table = selection.window(grid, wrap, device=device)
+    table = selection.window(grid, wrap)
     n = table.index.shape[0]
-    inside = torch.zeros(n, n + 1, dtype=torch.bool, device=device)
-    inside.scatter_(1, torch.where(table.valid, table.index, n), True)
+    inside = np.zeros((n, n + 1), dtype=bool)
+    np.put_along_axis(inside, np.where(table.valid, table.index, n), True, axis=1)
     return inside[:, :n]
 
 
-def _take(matrix: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def _take(matrix: np.ndarray, index: np.ndarray) -> np.ndarray:
     """matrix (N, N) or (B, N, N) read at each anchor's columns ``index`` (B, N, m)."""
-    b, n, _ = index.shape
-    return torch.gather(matrix.expand(b, n, matrix.shape[-1]), 2, index)
+    return np.take_along_axis(np.broadcast_to(matrix, index.shape[:2] + matrix.shape[-1:]), index, axis=2)
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Per image (first axis) mean of ``values`` where ``mask``; NaN where nothing is kept."""
-    mask = mask.to(values.dtype)
-    return (values * mask).flatten(1).sum(1) / mask.flatten(1).sum(1)
+    mask = np.broadcast_to(mask, values.shape).astype(values.dtype)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (values * mask).reshape(len(values), -1).sum(1) / mask.reshape(len(values), -1).sum(1)
 
 
-@torch.no_grad()
+def _mean(values: np.ndarray) -> np.ndarray:
+    """Per image mean over anchors and their picks, in float32."""
+    return values.astype(np.float32).mean((1, 2), dtype=np.float32)
+
+
 def image_statistics(
     tokens,
     grid: int,
@@ -111,52 +114,53 @@ def image_statistics(
     negative_quantile: float = 0.2,
     max_negatives: int = 48,
 ) -> dict[str, np.ndarray]:
-    """The premise statistics of a batch of crops ``tokens`` (B, N, D): numpy arrays, first axis B."""
-    sim = selection.cosine(tokens)
+    """The premise statistics of a batch of crops ``tokens`` (B, N, D): numpy arrays, first axis B.
+
+    Computed with numpy (a CPU torch tensor is read as one): the selection rules are the ones
+    training runs on torch tensors, and this process never needs torch's import."""
+    sim = selection.cosine(np.asarray(tokens))
     b, n, _ = sim.shape
     if n != grid * grid:
         raise ProbeError("tokens", f"have {n} patches, not the {grid * grid} of --grid {grid}", "pick the grid of the view")
     if not 1 <= top < n or not 1 <= k < n:
         raise ProbeError("--top/--k", f"top={top}, k={k} with {n} patches", f"use values in 1..{n - 1}")
-    device = sim.device
-    inside = _membership(grid, wrap, device)
-    distance = torch.tensor(grid_distance(grid, metric, torus=wrap), device=device)
+    inside = _membership(grid, wrap)
+    distance = np.asarray(grid_distance(grid, metric, torus=wrap))
 
     ranked = selection.most_similar(sim, max(top, k))
     top_inside = _take(inside, ranked[..., :top])
     out = {
-        "top_in_window": top_inside.float().mean((1, 2)),
+        "top_in_window": _mean(top_inside),
         "top_distance": _take(distance, ranked[..., :top]).mean((1, 2)),
-        "topk_in_window": _take(inside, ranked[..., :k]).float().mean((1, 2)),
-        "top_in_window_count": top_inside.sum(-1).to(torch.uint8),
+        "topk_in_window": _mean(_take(inside, ranked[..., :k])),
+        "top_in_window_count": top_inside.sum(-1).astype(np.uint8),
     }
 
     # SelfPatch's rule: the k most similar of the window, against the candidates it leaves out
-    table = selection.window(grid, wrap, device=device)
+    table = selection.window(grid, wrap)
     candidates = selection.window_cosine(None, grid, wrap, similarity=sim)
     chosen = selection.window_topk(None, grid, k, wrap, similarity=sim)
-    slots = torch.arange(selection.WINDOW_SIZE, device=device)
+    slots = np.arange(selection.WINDOW_SIZE)
     picked = (chosen.position[..., None] == slots).any(-2)  # (B, N, 8); invalid positions are -1
     others = table.valid & ~picked
-    finite = torch.where(torch.isfinite(candidates), candidates, torch.zeros_like(candidates))
+    finite = np.where(np.isfinite(candidates), candidates, np.float32(0))
     out["positive_cosine"] = _masked_mean(finite, picked)
     out["other_cosine"] = _masked_mean(finite, others)
-    wrapped = table.wrapped.expand(b, n, selection.WINDOW_SIZE)
-    out["wrapped_positive_share"] = _masked_mean(wrapped.float(), picked)
+    out["wrapped_positive_share"] = _masked_mean(np.broadcast_to(table.wrapped, picked.shape).astype(np.float32), picked)
 
     # our rule: positives and negatives anywhere in the crop
     rule = selection.contrastive(None, k, negative_quantile, max_negatives, similarity=sim)
     counts = rule.negative_valid.sum(-1)
-    out["contrastive_in_window"] = _take(inside, rule.positive).float().mean((1, 2))
+    out["contrastive_in_window"] = _mean(_take(inside, rule.positive))
     out["contrastive_distance"] = _take(distance, rule.positive).mean((1, 2))
-    out["negative_count_mean"] = counts.float().mean(1)
+    out["negative_count_mean"] = counts.astype(np.float32).mean(1, dtype=np.float32)
     out["negative_theta"] = rule.theta
-    out["negative_count"] = counts.to(torch.int16)
-    return {name: value.cpu().numpy() for name, value in out.items()}
+    out["negative_count"] = counts.astype(np.int16)
+    return out
 
 
 def _chunk(tokens: np.ndarray, **settings) -> dict[str, np.ndarray]:
-    return image_statistics(torch.from_numpy(np.asarray(tokens)), **settings)
+    return image_statistics(np.asarray(tokens), **settings)
 
 
 def structure(grid: int, wrap: bool) -> dict[str, float]:

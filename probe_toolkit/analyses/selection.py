@@ -2,17 +2,20 @@
 
 The one home of these rules: ``probe neighbours`` measures them and ``training/`` trains with
 them, so the statistics describe exactly the sets the losses see (SelfPatch: Yun et al.,
-CVPR 2022, alinlab/SelfPatch; and the contrastive rule below). Everything is batched torch on any device, without gradient: ``tokens`` is a
-(B, N, D) tensor (a numpy array is accepted too) of one crop size, N = G² patches, and the
+CVPR 2022, alinlab/SelfPatch; and the contrastive rule below). Everything is batched and
+without gradient, on torch tensors (any device: training) or numpy arrays (``probe neighbours``,
+which then never imports torch), each written once in the operations of ``arrays``: a result is
+of its input's library. ``tokens`` is (B, N, D) of one crop size, N = G² patches, and the
 similarity of two patches is the cosine of their L2-normalised tokens, computed in float32.
 Ties are broken towards the lower patch index (or window position): a row whose top values
-hold a tie is ranked again with unique integer keys (``_select``, ``_order_key``), so a
-selection never depends on the kernel's tie order, on CPU or GPU.
+hold a tie is ranked again (``arrays.Torch.select``; numpy sorts stably), so a selection never
+depends on a kernel's tie order, on CPU or GPU, in either library.
 
 Public API (shapes for B crops of N = G² patches):
 
     window(grid, wrap=True, device=None) -> Window(index (N, 8) int64, valid (N, 8) bool,
-                                                   wrapped (N, 8) bool)
+                                                   wrapped (N, 8) bool), numpy arrays, or
+                                                   torch tensors on ``device`` when given
     cosine(tokens) -> (B, N, N) float32
     window_cosine(tokens, grid, wrap=True, similarity=None) -> (B, N, 8) float32, -inf where invalid
     window_topk(tokens, grid, k=4, wrap=True, similarity=None)
@@ -26,8 +29,7 @@ Public API (shapes for B crops of N = G² patches):
                        negative (B, N, M) int64, negative_valid (B, N, M) bool, theta (B,) float32)
     quantile(values, q) -> linear-interpolated quantile along the last axis (numpy's default)
 
-Invalid entries of an index tensor are -1 and their mask is False. Use ``.cpu().numpy()`` on
-any result for numpy.
+Invalid entries of an index array are -1 and their mask is False.
 """
 
 from __future__ import annotations
@@ -35,12 +37,16 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple, Sequence
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from ..infra.errors import ProbeError
+from .arrays import library, without_grad
 from .grid import grid_shape
+
+if TYPE_CHECKING:
+    import torch
 
 WINDOW_SIZE = 8  # the 3×3 window without its centre (SelfPatch `get_local_index(N, k_size=3)`)
 MODES = ("batch-median", "crop-quantile")
@@ -56,28 +62,28 @@ class Window(NamedTuple):
              ``wrap=False``, where such links do not exist).
     """
 
-    index: torch.Tensor
-    valid: torch.Tensor
-    wrapped: torch.Tensor
+    index: np.ndarray | torch.Tensor
+    valid: np.ndarray | torch.Tensor
+    wrapped: np.ndarray | torch.Tensor
 
 
 class WindowTopK(NamedTuple):
     """SelfPatch's positives: ``position`` in the window table (0..7), patch ``index``, ``valid``
     (False only without the wrap, where a border anchor has fewer than k candidates; -1 there)."""
 
-    position: torch.Tensor
-    index: torch.Tensor
-    valid: torch.Tensor
+    position: np.ndarray | torch.Tensor
+    index: np.ndarray | torch.Tensor
+    valid: np.ndarray | torch.Tensor
 
 
 class Contrastive(NamedTuple):
     """The contrastive rule's sets; ``theta`` is each crop's low threshold of pairwise cosine."""
 
-    positive: torch.Tensor
-    positive_valid: torch.Tensor
-    negative: torch.Tensor
-    negative_valid: torch.Tensor
-    theta: torch.Tensor
+    positive: np.ndarray | torch.Tensor
+    positive_valid: np.ndarray | torch.Tensor
+    negative: np.ndarray | torch.Tensor
+    negative_valid: np.ndarray | torch.Tensor
+    theta: np.ndarray | torch.Tensor
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,7 +115,8 @@ def _window(rows: int, cols: int, wrap: bool) -> tuple[np.ndarray, np.ndarray, n
 
 
 def window(grid: int | tuple[int, int], wrap: bool = True, device: torch.device | str | None = None) -> Window:
-    """The (N, 8) candidate table, exactly as SelfPatch's ``get_local_index`` builds it.
+    """The (N, 8) candidate table, exactly as SelfPatch's ``get_local_index`` builds it: numpy
+    arrays, or torch tensors on ``device`` when one is given.
 
     ``grid`` is the side G of a square grid (N = G²) or (rows, cols) of a rectangular one
     (patch i at row i // cols, column i % cols). With ``wrap`` (SelfPatch's code) the window
@@ -120,31 +127,39 @@ def window(grid: int | tuple[int, int], wrap: bool = True, device: torch.device 
     rows, cols = grid_shape(grid)
     if min(rows, cols) < 3:
         raise ProbeError("grid", f"{rows}×{cols} is too small for a 3×3 window", "use a grid side of at least 3")
-    index, valid, wrapped = _window(rows, cols, bool(wrap))
-    as_tensor = functools.partial(torch.tensor, device=device)
-    return Window(as_tensor(index), as_tensor(valid), as_tensor(wrapped))
+    tables = _window(rows, cols, bool(wrap))
+    if device is None:
+        return Window(*(table.copy() for table in tables))
+    import torch
+
+    return Window(*(torch.tensor(table, device=device) for table in tables))
+
+
+def _window_like(grid, wrap: bool, like) -> Window:
+    """The candidate table in ``like``'s library, on its device."""
+    xp = library(like)
+    return Window(*(xp.table(table, like) for table in window(grid, wrap)))
 
 
 # ----------------------------------------------------------------------------------------------
 # similarity
 
 
-def _tokens(tokens: torch.Tensor | np.ndarray) -> torch.Tensor:
-    tokens = torch.as_tensor(tokens)
+def _tokens(tokens):
+    tokens = library(tokens).asarray(tokens)
     if tokens.ndim != 3:
         raise ProbeError("tokens", f"have shape {tuple(tokens.shape)}", "pass (crops, patches, channels)")
     return tokens
 
 
-@torch.no_grad()
-def cosine(tokens: torch.Tensor | np.ndarray) -> torch.Tensor:
+@without_grad
+def cosine(tokens):
     """(B, N, N) float32 cosine of every pair of patches of each crop (float32 even under autocast)."""
-    unit = F.normalize(_tokens(tokens).float(), dim=-1)
-    with torch.autocast(device_type=unit.device.type, enabled=False):
-        return torch.bmm(unit, unit.transpose(1, 2))
+    tokens = _tokens(tokens)
+    return library(tokens).cosine(tokens)
 
 
-def _similarity(tokens, similarity) -> torch.Tensor:
+def _similarity(tokens, similarity):
     if similarity is not None:
         return similarity
     if tokens is None:
@@ -152,186 +167,134 @@ def _similarity(tokens, similarity) -> torch.Tensor:
     return cosine(tokens)
 
 
-@torch.no_grad()
-def window_cosine(tokens, grid: int, wrap: bool = True, similarity: torch.Tensor | None = None) -> torch.Tensor:
+@without_grad
+def window_cosine(tokens, grid: int, wrap: bool = True, similarity=None):
     """(B, N, 8) float32 cosine of each anchor to its window candidates; -inf on padding."""
     sim = _similarity(tokens, similarity)
-    table = window(grid, wrap, device=sim.device)
+    xp = library(sim)
+    table = _window_like(grid, wrap, sim)
     n = sim.shape[-1]
     if n != table.index.shape[0]:
         rows, cols = grid_shape(grid)
         raise ProbeError("tokens", f"have {n} patches, not {table.index.shape[0]} of a {rows}×{cols} grid", "pass the grid of the view")
-    index = table.index.clamp(min=0).expand(sim.shape[0], n, WINDOW_SIZE)
-    values = torch.gather(sim, 2, index)
-    return values.masked_fill(~table.valid, float("-inf"))
+    index = xp.fill(table.index, ~table.valid, 0)
+    return xp.fill(xp.gather(sim, xp.expand(index, (sim.shape[0], n, WINDOW_SIZE))), ~table.valid, float("-inf"))
 
 
-def _order_key(values: torch.Tensor, largest: bool = True) -> torch.Tensor:
-    """Unique int64 keys whose largest come first in the order asked for, ties to the lower index.
-
-    The float's bits are mapped to an int32 of the same order (negative floats have their
-    magnitude bits flipped; ``~`` reverses it for ``largest=False``), then scaled by N and given
-    N − 1 − index. Every key is unique, so ``torch.topk`` of the keys is exact and deterministic,
-    and much cheaper than a stable sort.
-    """
-    bits = (values.float() + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0
-    ordered = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)
-    if not largest:
-        ordered = ~ordered
-    n = values.shape[-1]
-    return ordered * n + (n - 1 - torch.arange(n, device=values.device))
-
-
-def _select(values: torch.Tensor, n: int, largest: bool) -> torch.Tensor:
-    """Indices of the n largest (or smallest) along the last axis, in that order, ties to the
-    lower index; infinite values are padding and may come in any order among themselves.
-
-    Fast path: ``torch.topk`` of n + 1 values; when no two finite values among them are equal,
-    the n chosen and their order are fully determined by the values. Rows with a tie are redone
-    exactly with the unique integer keys of ``_order_key``.
-    """
-    count = values.shape[-1]
-    found = torch.topk(values, min(n + 1, count), dim=-1, largest=largest, sorted=True)
-    top = found.values
-    tied = ((top[..., 1:] == top[..., :-1]) & torch.isfinite(top[..., 1:])).any(-1)
-    index = found.indices[..., :n]
-    if bool(tied.any()):
-        rows = tied.reshape(-1).nonzero().squeeze(1)
-        flat = index.reshape(-1, n).clone()
-        exact = torch.topk(_order_key(values.reshape(-1, count)[rows], largest), n, dim=-1).indices
-        flat[rows] = exact
-        index = flat.view(index.shape)
-    return index
-
-
-def _largest(values: torch.Tensor, n: int) -> torch.Tensor:
+def _largest(values, n: int):
     """Indices of the n largest along the last axis, largest first, ties to the lower index."""
-    return _select(values, n, largest=True)
+    return library(values).select(values, n, largest=True)
 
 
-def _smallest(values: torch.Tensor, n: int) -> torch.Tensor:
+def _smallest(values, n: int):
     """Indices of the n smallest along the last axis, smallest first, ties to the lower index."""
-    return _select(values, n, largest=False)
+    return library(values).select(values, n, largest=False)
 
 
 # ----------------------------------------------------------------------------------------------
 # the rules
 
 
-@torch.no_grad()
-def window_topk(tokens, grid: int, k: int = 4, wrap: bool = True, similarity: torch.Tensor | None = None) -> WindowTopK:
+@without_grad
+def window_topk(tokens, grid: int, k: int = 4, wrap: bool = True, similarity=None) -> WindowTopK:
     """SelfPatch's rule: each anchor's k most similar window candidates (k = 4, ``k_num``)."""
     if not 1 <= k <= WINDOW_SIZE:
         raise ProbeError("--k", f"{k} is outside 1..8", "choose how many of the 8 candidates to keep")
     values = window_cosine(tokens, grid, wrap, similarity)
+    xp = library(values)
     position = _largest(values, k)
-    table = window(grid, wrap, device=values.device)
-    b, n = values.shape[:2]
-    index = torch.gather(table.index.expand(b, n, WINDOW_SIZE), 2, position)
-    valid = torch.gather(table.valid.expand(b, n, WINDOW_SIZE), 2, position)
-    return WindowTopK(position.masked_fill(~valid, -1), index.masked_fill(~valid, -1), valid)
+    table = _window_like(grid, wrap, values)
+    index = xp.gather(table.index, position)
+    valid = xp.gather(table.valid, position)
+    return WindowTopK(xp.fill(position, ~valid, -1), xp.fill(index, ~valid, -1), valid)
 
 
-def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+def quantile(values, q: float):
     """Quantile along the last axis with linear interpolation (numpy's default method).
 
-    One selection (``kthvalue``) and one pass for the next order statistic, not a sort; any size
-    (``torch.quantile`` refuses inputs above 2^24 values) and on any device.
+    One selection (k-th value) and one pass for the next order statistic, not a sort; any size
+    (``torch.quantile`` refuses inputs above 2^24 values), on any device, in either library.
     """
     if not 0.0 <= q <= 1.0:
         raise ProbeError("quantile", f"{q} is outside [0, 1]", "pass a fraction")
     n = values.shape[-1]
     if n == 0:
         raise ProbeError("quantile", "no values", "pass at least one value")
+    xp = library(values)
     position = q * (n - 1)
     lo = int(np.floor(position))
     frac = position - lo
-    low = torch.kthvalue(values, lo + 1, dim=-1).values
+    low = xp.kth(values, lo + 1)
     if frac == 0.0:
         return low
     # the next order statistic: low itself when it occurs beyond rank lo, else the least value above it
-    repeated = (values <= low.unsqueeze(-1)).sum(-1) > lo + 1
-    above = values.masked_fill(values <= low.unsqueeze(-1), float("inf")).min(-1).values
-    high = torch.where(repeated, low, above)
+    at_or_below = values <= low[..., None]
+    repeated = at_or_below.sum(-1) > lo + 1
+    above = xp.row_min(xp.fill(values, at_or_below, float("inf")))
+    high = xp.where(repeated, low, above)
     return low + frac * (high - low)
 
 
-@torch.no_grad()
-def window_theta(cosines: torch.Tensor | Sequence[torch.Tensor], mode: str = "batch-median", q: float = 0.5) -> torch.Tensor | list[torch.Tensor]:
+@without_grad
+def window_theta(cosines, mode: str = "batch-median", q: float = 0.5):
     """θ of the threshold rule from window cosines (B, N, 8) (-inf = padding, ignored).
 
     ``batch-median``: one median over every valid anchor–candidate link of the batch; pass a
     list of cosines of several crop sizes (grids 14 and 6) to take one median over all of them,
     as the earlier selector study did (1,392,640 links per step). ``crop-quantile``: each
     crop's own quantile ``q`` of its links. Returns θ per crop, (B,) float32 (a list with one
-    (B_i,) tensor per input when a list is given).
+    (B_i,) array per input when a list is given).
     """
     if mode not in MODES:
         raise ProbeError("mode", f"unknown threshold mode {mode!r}", f"use one of {', '.join(MODES)}")
     many = isinstance(cosines, (list, tuple))
     parts = list(cosines) if many else [cosines]
+    xp = library(parts[0])
     if mode == "batch-median":
-        links = torch.cat([p[torch.isfinite(p)].reshape(-1) for p in parts])
+        links = xp.concat([p[xp.isfinite(p)].reshape(-1) for p in parts])
         theta = quantile(links, 0.5)
-        out = [theta.expand(p.shape[0]).clone() for p in parts]
+        out = [xp.copy(xp.expand(theta, (p.shape[0],))) for p in parts]
     else:
         out = []
         for p in parts:
             flat = p.reshape(p.shape[0], -1)
-            finite = torch.isfinite(flat)
+            finite = xp.isfinite(flat)
             if bool((finite == finite[:1]).all()):  # the padding (no wrap) is the same in every crop
                 out.append(quantile(flat[:, finite[0]], q))
             else:
-                out.append(torch.stack([quantile(row[ok], q) for row, ok in zip(flat, finite)]))
+                out.append(xp.stack([quantile(row[ok], q) for row, ok in zip(flat, finite)]))
     return out if many else out[0]
 
 
-@torch.no_grad()
-def window_threshold(
-    tokens,
-    grid: int,
-    theta: float | torch.Tensor | None = None,
-    mode: str = "crop-quantile",
-    q: float = 0.5,
-    wrap: bool = True,
-    similarity: torch.Tensor | None = None,
-) -> torch.Tensor:
+@without_grad
+def window_threshold(tokens, grid: int, theta=None, mode: str = "crop-quantile", q: float = 0.5, wrap: bool = True, similarity=None):
     """(B, N, 8) bool: keep the window candidates with cosine ≥ θ (the selector study's rule).
 
-    θ is ``theta`` when given (a number, or a (B,) tensor from ``window_theta`` when one median
+    θ is ``theta`` when given (a number, or a (B,) array from ``window_theta`` when one median
     must cover several crop sizes), else set by ``mode`` over this call's crops.
     """
     values = window_cosine(tokens, grid, wrap, similarity)
     if theta is None:
         theta = window_theta(values, mode, q)
-    theta = torch.as_tensor(theta, dtype=values.dtype, device=values.device)
+    theta = library(values).scalar(theta, values)
     if theta.ndim == 1:
         theta = theta[:, None, None]
     return values >= theta  # -inf padding never passes
 
 
-@torch.no_grad()
-def most_similar(similarity: torch.Tensor, n: int) -> torch.Tensor:
+@without_grad
+def most_similar(similarity, n: int):
     """(B, N, n) int64: each anchor's n most similar other patches of its crop, most similar first."""
-    eye = torch.eye(similarity.shape[-1], dtype=torch.bool, device=similarity.device)
-    return _largest(similarity.masked_fill(eye, float("-inf")), n)
+    xp = library(similarity)
+    return _largest(xp.fill(similarity, xp.eye(similarity.shape[-1], similarity), float("-inf")), n)
 
 
-def _pair_quantile(similarity: torch.Tensor, q: float) -> torch.Tensor:
-    n = similarity.shape[-1]
-    upper = torch.triu_indices(n, n, offset=1, device=similarity.device)
-    pairs = similarity[:, upper[0], upper[1]]
-    return quantile(pairs, q)
+def _pair_quantile(similarity, q: float):
+    return quantile(library(similarity).upper(similarity), q)
 
 
-@torch.no_grad()
-def contrastive(
-    tokens=None,
-    k: int = 4,
-    negative_quantile: float = 0.2,
-    max_negatives: int = 48,
-    similarity: torch.Tensor | None = None,
-) -> Contrastive:
+@without_grad
+def contrastive(tokens=None, k: int = 4, negative_quantile: float = 0.2, max_negatives: int = 48, similarity=None) -> Contrastive:
     """The contrastive rule: positives and negatives anywhere in the crop.
 
     Positives: the k most similar OTHER patches of the crop, ties to the lower index.
@@ -343,21 +306,19 @@ def contrastive(
     Shapes: positive (B, N, k), negative (B, N, max_negatives); -1 where invalid.
     """
     sim = _similarity(tokens, similarity)
+    xp = library(sim)
     b, n, _ = sim.shape
     if not 1 <= k < n:
         raise ProbeError("k", f"{k} positives cannot be drawn from {n - 1} other patches", f"use 1 <= k < {n}")
-    eye = torch.eye(n, dtype=torch.bool, device=sim.device)
-    positive = _largest(sim.masked_fill(eye, float("-inf")), k)
+    eye = xp.eye(n, sim)
+    positive = _largest(xp.fill(sim, eye, float("-inf")), k)
     theta = _pair_quantile(sim, negative_quantile)
-    allowed = (sim <= theta[:, None, None]) & ~eye
-    allowed.scatter_(2, positive, False)
+    allowed = xp.cleared((sim <= theta[:, None, None]) & ~eye, positive)
     m = min(max_negatives, n)
-    negative = _smallest(sim.masked_fill(~allowed, float("inf")), m)
-    negative_valid = torch.gather(allowed, 2, negative)
+    negative = _smallest(xp.fill(sim, ~allowed, float("inf")), m)
+    negative_valid = xp.gather(allowed, negative)
     if m < max_negatives:  # tiny grids: pad to the promised width
-        pad = max_negatives - m
-        negative = F.pad(negative, (0, pad), value=-1)
-        negative_valid = F.pad(negative_valid, (0, pad), value=False)
-    negative = negative.masked_fill(~negative_valid, -1)
-    positive_valid = torch.ones_like(positive, dtype=torch.bool)
-    return Contrastive(positive, positive_valid, negative, negative_valid, theta)
+        negative = xp.pad_last(negative, max_negatives - m, -1)
+        negative_valid = xp.pad_last(negative_valid, max_negatives - m, False)
+    negative = xp.fill(negative, ~negative_valid, -1)
+    return Contrastive(positive, xp.ones_bool(positive), negative, negative_valid, theta)

@@ -74,7 +74,7 @@ def store_data(store: StoreView, attention: Attention | None, neighbours: Neighb
     if followed is not None:
         n = followed.rows * followed.cols
         out.update(rows=followed.rows, cols=followed.cols, size=followed.size, patch=followed.patch, follows=followed.line,
-                   indexBytes=index_width(n), window=indices(selection.window(followed.grid, wrap=True).index.numpy(), n))
+                   indexBytes=index_width(n), window=indices(selection.window(followed.grid, wrap=True).index, n))
     if attention is not None:
         heads, tokens, _ = attention.weights.shape
         q, top = quantise_rows(attention.weights)

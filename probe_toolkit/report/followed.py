@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..analyses import selection
 from ..analyses.entropy import TOP_WEIGHTS, effective_number
@@ -100,13 +99,13 @@ def neighbours(store: StoreView, image_id: str, k: int = DEFAULT_K) -> Neighbour
     if not store.has("tokens_224", image_id):
         return None
     rows, cols = grids.fixed_grid(store.ds, "224")
-    tokens = torch.from_numpy(store.image_values("tokens_224", image_id)[: rows * cols])[None]
+    tokens = store.image_values("tokens_224", image_id)[: rows * cols][None]
     grid = int(rows) if rows == cols else (int(rows), int(cols))
     sim = selection.cosine(tokens)
     table = selection.window(grid, wrap=True)
     chosen = selection.window_topk(None, grid, k, wrap=True, similarity=sim)
     crop = selection.most_similar(sim, TOP_CROP)
-    return Neighbours(sim[0].numpy(), table.index.numpy(), chosen.index[0].numpy(), crop[0].numpy(), k, grid)
+    return Neighbours(sim[0], table.index, chosen.index[0], crop[0], k, grid)
 
 
 def store_k(store: StoreView) -> int:
