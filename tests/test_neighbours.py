@@ -196,6 +196,9 @@ def test_store_statistics_and_summary(token_store):
     # the same numbers with other chunking and on a dask.distributed client
     again = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, chunk=3)
     assert np.array_equal(again.summary_high.values, result.summary_high.values)
+    one, two = (nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, chunk=2, workers=w) for w in (1, 2))
+    for name in (*nb.STATISTICS, "negative_count", "top_in_window_count", "summary_mean", "summary_high"):
+        assert np.array_equal(one[name].values, two[name].values, equal_nan=True), name
     from distributed import Client
 
     with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:

@@ -105,7 +105,10 @@ def map_images(
     ``chunk``: images per call (default: the store's own chunks). ``client``: a
     ``dask.distributed.Client`` to run the calls on its workers; else ``workers`` local threads
     (default 2), each reading and holding one chunk at a time (no dask: a local run never pays
-    for importing it). ``progress(n_images)`` is called as chunks finish.
+    for importing it), under one BLAS thread: the workers are the parallelism (OpenBLAS called
+    from two threads at once with two threads each ran neighbours' numpy at half speed), and a
+    chunk's arithmetic is the same at any worker count. ``progress(n_images)`` is called as
+    chunks finish.
     """
     keep_memory_flat()
     bounds = _bounds(arrays, chunk)
@@ -130,8 +133,10 @@ def map_images(
         calls = [(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]]) for i in range(n_chunks)]
         parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, result: progress(_length(result)) if progress else None)
     else:
+        from threadpoolctl import threadpool_limits
+
         workers = workers or min(2, os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=workers) as pool:
             running = {pool.submit(task, i): i for i in range(n_chunks)}
             for future in as_completed(running):
                 parts[running[future]] = future.result()
