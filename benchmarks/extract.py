@@ -26,11 +26,19 @@ the same block reuse, which leaves the probe's own costs beside the forward.
 
     python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|...] [--full] [--threads 1]
     python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]
+    python benchmarks/extract.py --budget [--arch vit-s16] [--images-224 64] [--rounds 3]
 
 ``--threads 1`` leaves one core of two free beside the forward pass, as every GPU node does.
 ``--decoding`` measures what a fast (GPU) forward pass waits for: images decoded and cut per
 second by extraction's own loading, on one thread against one per core (``--decoders``), and
 images written per second by its writer, one run at a time against several at once.
+
+``--budget`` says where a CPU extraction's time goes at 224 px, per image in CPU milliseconds on
+one thread, each stage alone: timm's bare forward, extraction's forward with its readout and
+float16 copies (``forward_view``), decoding and cutting (``load_run``), and writing the run
+(``StoreWriter.write_views``). Where the forward pass takes every core, decoding and writing can
+only take cores from it, so bare forward / (extraction's forward + decoding + writing) bounds the
+224 ratio there.
 
 The default is a short run (8 images at 224 and 2 at 480, one timed round, under about a
 minute for ViT-S/16 on two cores), where the fixed costs weigh on ``whole``; ``--full`` times
@@ -169,6 +177,61 @@ def decoding(count: int, rounds: int) -> None:
                       "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
 
 
+def budget(arch_name: str, count: int, rounds: int) -> None:
+    """Per-image CPU milliseconds of each extraction stage at 224 px on one thread (``--budget``):
+    interleaved rounds after a warm-up, medians; prints the bound they set on the 224 ratio when
+    the forward pass takes every core."""
+    import numpy as np
+
+    from probe_toolkit.store.cache import create_store
+    from probe_toolkit.store.extract import forward_view, load_run, plan_arrays
+
+    torch.set_num_threads(1)
+    arch = RELEASED[arch_name]
+    settings = Settings(views=(224,), attention="last", chunk=16)
+    cpu = torch.device("cpu")
+    with tempfile.TemporaryDirectory() as tmp, reusing_blocks(), torch.inference_mode():
+        root = Path(tmp)
+        refs = images.list_images(image_folder(root, count))
+        loaded = load_checkpoint(write_checkpoint(root / "random.pth", layout_of(arch_name), arch))
+        backbone = Backbone.from_checkpoint(loaded).eval()
+        vit = Backbone.from_checkpoint(loaded).vit.eval()
+        runs = [load_run(refs[a:a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)]
+        outputs = [forward_view(backbone, run.fixed["224"][1], "224", settings, 16, cpu, lambda n: None) for run in runs]
+        plan = plan_arrays(arch, settings)
+        stores = iter(range(10**6))
+
+        def write_all() -> None:
+            writer = create_store(root / f"w{next(stores)}.zarr", {"chunk": 16, "dtype": "float16", "views": [224]}, [r.id for r in refs], plan)
+            for a, out in zip(range(0, count, 16), outputs):
+                n = len(next(iter(out.values())))
+                writer.write_views(a, {"224": (out, np.zeros(n, bool))}, np.full((n, 2), 224))
+
+        stages = {
+            "bare forward": lambda: [vit.forward_features(run.fixed["224"][1]) for run in runs],
+            "extraction's forward": lambda: [forward_view(backbone, run.fixed["224"][1], "224", settings, 16, cpu, lambda n: None) for run in runs],
+            "decoding and cutting": lambda: [load_run(refs[a:a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)],
+            "writing": write_all,
+        }
+        times: dict[str, list[float]] = {name: [] for name in stages}
+        for r in range(rounds + 1):  # round 0 warms up
+            for name, stage in (list(stages.items()) if r % 2 else list(stages.items())[::-1]):
+                start = time.process_time()
+                stage()
+                if r:
+                    times[name].append(1000 * (time.process_time() - start) / count)
+    ms = {name: statistics.median(t) for name, t in times.items()}
+    for name, value in ms.items():
+        print(f"{name:24s} {value:7.2f} ms CPU per image (one thread, {count} images, {rounds} rounds)")
+    forward = ms["extraction's forward"]
+    bound = ms["bare forward"] / (forward + ms["decoding and cutting"] + ms["writing"])
+    print(f"bound on the 224 ratio where the forward takes every core: {bound:.3f} "
+          f"(extraction's forward / bare forward on one thread: {forward / ms['bare forward']:.3f})")
+    print(json.dumps({"benchmark": "extract-budget", "arch": arch_name, "images": count, "rounds": rounds,
+                      "ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "bound_224": round(bound, 3),
+                      "machine": f"{platform.processor() or platform.machine()}, 1 thread"}))
+
+
 def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, float, bool]:
     """Images per second of ``StoreWriter.write_views`` (the extraction's writer) over runs of 16
     of one fixed float16 payload, one run at a time against ``min(cores, SAVERS)`` at once, into
@@ -218,10 +281,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads on both sides (default: torch's own); 1 measures CPU work cleanly on a shared machine")
     parser.add_argument("--bare-reuse", action="store_true", help="the bare side reuses freed blocks as extraction does (infra.memory.reusing_blocks)")
     parser.add_argument("--decoding", action="store_true", help="images decoded and cut per second: one thread against one per core")
+    parser.add_argument("--budget", action="store_true", help="per-image CPU of each stage at 224 px on one thread, and the bound they set")
     args = parser.parse_args()
     keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
     if args.decoding:
         return decoding(args.images_224 or 96, args.rounds or 3)
+    if args.budget:
+        return budget(args.arch, args.images_224 or 64, args.rounds or 3)
     if args.threads:
         torch.set_num_threads(args.threads)
     mode = FULL if args.full else SHORT
