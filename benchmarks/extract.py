@@ -63,7 +63,8 @@ import torch
 from probe_toolkit.demo.samples import sample_photos, write_checkpoint
 from probe_toolkit.infra.memory import keep_memory_flat, reusing_blocks
 from probe_toolkit.store import images
-from probe_toolkit.store.backbone import RELEASED, Backbone
+from probe_toolkit.store.architectures import RELEASED
+from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.extract import SAVERS, Settings, extract
 

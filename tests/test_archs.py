@@ -21,7 +21,8 @@ from test_backbone import cubic_matrix, layer_norm
 
 from probe_toolkit.demo.samples import TINY_B8, TINY_DINOV2, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.backbone import RELEASED, Backbone, build_vit, normed_patch_tokens
+from probe_toolkit.store.architectures import RELEASED
+from probe_toolkit.store.backbone import Backbone, build_vit, normed_patch_tokens
 from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file
 
 CASES = {

@@ -87,6 +87,39 @@ def test_missing_and_unexpected_keys_are_listed(tmp_path):
     assert "blocks.1.mlp.fc2.bias" in str(error.value) and "blocks.1.extra.weight" in str(error.value)
 
 
+def test_a_file_checked_before_is_not_checked_again_and_any_other_is(tmp_path, monkeypatch):
+    """A store re-reads its checkpoint by the sha256 it was extracted from: those very bytes passed
+    the key check (which builds timm's network) then; a file with another digest is checked in
+    full and a malformed one refused as before."""
+    from probe_toolkit.store import checkpoints
+
+    good = write_checkpoint(tmp_path / "good.pth", "dino-full", TINY, seed=1)
+    digest = checkpoints.sha256_file(good)
+    calls = []
+    real_check = checkpoints.check_backbone
+    monkeypatch.setattr(checkpoints, "check_backbone", lambda *a: calls.append(a[2]) or real_check(*a))
+    again = load_checkpoint(good, checked_sha256=digest)
+    assert calls == [] and again.sha256 == digest
+    assert torch.equal(again.backbone["pos_embed"], load_checkpoint(good).backbone["pos_embed"]) and calls == [good]
+    state = make_checkpoint("dino-backbone")
+    del state["blocks.1.mlp.fc2.bias"]
+    bad = _save(state, tmp_path / "bad.pth")
+    with pytest.raises(ProbeError, match="blocks.1.mlp.fc2.bias"):
+        load_checkpoint(bad, checked_sha256=digest)  # another file under a known name: checked, refused
+
+
+def test_a_store_refuses_a_checkpoint_replaced_after_extraction(tmp_path):
+    from probe_toolkit.store import parts
+    from probe_toolkit.store.checkpoints import sha256_file
+
+    path = write_checkpoint(tmp_path / "c.pth", "selfpatch-full", TINY, seed=1)
+    manifest = {"checkpoint": {"path": str(path), "sha256": sha256_file(path), "format": "selfpatch-full"}, "network": "teacher", "arch": {"heads": 2}}
+    assert parts.aggregation_head(manifest, "store.zarr") is not None
+    write_checkpoint(path, "selfpatch-full", TINY, seed=2)  # other weights at the same path
+    with pytest.raises(ProbeError, match="sha256 differs"):
+        parts.aggregation_head(manifest, "store.zarr")
+
+
 def test_prefixes_are_stripped_only_as_prefixes(tmp_path):
     full = make_checkpoint("dino-full")
     teacher = full["teacher"]

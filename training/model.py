@@ -18,7 +18,8 @@ from timm.layers import DropPath, Mlp
 from torch import nn
 from torch.nn.utils import parametrizations
 
-from probe_toolkit.store.backbone import Arch, Backbone
+from probe_toolkit.store.architectures import Arch
+from probe_toolkit.store.backbone import Backbone
 
 from .config import ModelCfg
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from ..store.backbone import RELEASED, VIT_S16, Arch, build_vit  # noqa: F401  (VIT_S16 kept for callers)
+from ..store.architectures import RELEASED, VIT_S16, Arch  # noqa: F401  (VIT_S16 kept for callers)
+from ..store.backbone import build_vit
 from ..store.checkpoints import save_state
 
 TINY = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=512)

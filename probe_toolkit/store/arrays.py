@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import images, own_size
-from .backbone import Arch
+from .architectures import Arch
 
 # what one forward pass of each view is read for
 READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",),

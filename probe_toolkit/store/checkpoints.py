@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from ..infra.errors import ProbeError
-from .backbone import VIT_S16, Arch, build_vit  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
+from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
 # tensors of a backbone file that the readout never uses, kept as named heads (strict loading)
@@ -206,7 +206,10 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
 
 
 def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
-    """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names)."""
+    """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names). timm is
+    imported here, when a checkpoint is read, not by every command that names this module."""
+    from .backbone import build_vit
+
     return {k: tuple(v.shape) for k, v in build_vit(arch, device="meta", init=False).state_dict().items()}
 
 
@@ -240,18 +243,24 @@ def _format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbone: 
     return "selfpatch-full" if "ca_head" in heads else "dino-full"
 
 
-def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False) -> Checkpoint:
-    """Read ``path`` safely and return the chosen network's backbone, checked key for key."""
+def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False,
+                    checked_sha256: str | None = None) -> Checkpoint:
+    """Read ``path`` safely and return the chosen network's backbone, checked key for key.
+
+    ``checked_sha256``: the digest of a file read and checked before (a store's manifest keeps
+    the one it was extracted from). A file with that digest is those very bytes, so the key check
+    (which builds timm's network: timm and torchvision, over a second of imports) is not
+    repeated; a file with any other digest is checked in full."""
     path = Path(path)
     if network not in NETWORKS:
         raise ProbeError(None, f"--network {network!r} is not one of {NETWORKS}", "use teacher or student")
     with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside the read (read_file, weights only): ~0.4 s at ViT-B
         digest = hasher.submit(sha256_file, path)
-        checkpoint = _read_network(path, network, heads, digest)
+        checkpoint = _read_network(path, network, heads, digest, checked_sha256)
     return to_selfpatch(checkpoint) if convert else checkpoint
 
 
-def _read_network(path: Path, network: str, heads: int | None, digest: Future) -> Checkpoint:
+def _read_network(path: Path, network: str, heads: int | None, digest: Future, checked_sha256: str | None) -> Checkpoint:
     """One network of the file; ``digest`` is the file's sha256, computed meanwhile."""
     obj = _unwrap(read_file(path), path)
     if not isinstance(obj, dict) or not obj:
@@ -273,7 +282,8 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future) -
         raise ProbeError(path, f"entries {not_tensors[:5]} are not tensors", "pass a state dict or a DINO/SelfPatch checkpoint")
     backbone, head_states = from_dinov2(*_split(state, path))
     arch = infer_arch(backbone, path, heads)
-    check_backbone(backbone, arch, path)
+    if checked_sha256 is None or digest.result() != checked_sha256:
+        check_backbone(backbone, arch, path)
     return Checkpoint(
         path=path,
         sha256=digest.result(),

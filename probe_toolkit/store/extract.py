@@ -33,7 +33,8 @@ from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
 from . import arrays, cache, grids, images, own_size
-from .backbone import RULES, Arch, AttentionMode, Backbone, Interpolation, resolve_interpolation
+from .architectures import Arch
+from .backbone import RULES, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
 
 OnError = Literal["fail", "skip"]

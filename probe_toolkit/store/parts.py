@@ -19,13 +19,15 @@ from .checkpoints import load_checkpoint
 
 
 def store_checkpoint(manifest: dict[str, Any], where: str | Path, why: str):
-    """The manifest's checkpoint (same network, same conversion), its sha256 checked."""
+    """The manifest's checkpoint (same network, same conversion), its sha256 checked (its keys were
+    checked when the store was extracted from it)."""
     info = manifest.get("checkpoint") or {}
     path = Path(str(info.get("path", "")))
     if not path.is_file():
         raise ProbeError(where, f"names checkpoint {path}, which is gone; {why} needs it", "restore the file at that path")
     heads = (manifest.get("arch") or {}).get("heads")
-    checkpoint = load_checkpoint(path, network=str(manifest.get("network", "teacher")), heads=heads, convert=bool(info.get("converted")))
+    checkpoint = load_checkpoint(path, network=str(manifest.get("network", "teacher")), heads=heads, convert=bool(info.get("converted")),
+                                 checked_sha256=info.get("sha256"))
     if checkpoint.sha256 != info.get("sha256"):
         raise ProbeError(path, "is not the file this store was extracted from (sha256 differs)", "restore the original checkpoint")
     return checkpoint
