@@ -8,8 +8,10 @@ the CPU seconds a run uses (its wall time on a quiet machine; wall time is print
 
     python benchmarks/startup.py [--rounds 3] [--full] [--compare OTHER_CHECKOUT]
 
-``--full`` adds the analyses that import torch for their own arithmetic (entropy, neighbours)
-and ``probe report`` (which draws its figures with matplotlib: not a fixed cost, no target).
+``--full`` adds ``entropy`` and ``neighbours``, the two protocols that compute with torch on a
+store of four labelled scenes (``knn``: DINO's ``torch.topk`` tie rule; ``attention-masks``:
+DINO's script, on local worker processes that each import torch), and ``probe report`` (which
+draws its figures with matplotlib: not a fixed cost, no target).
 ``--compare DIR`` runs every command a second time in each round with another checkout of the
 toolkit first on the path (e.g. ``/work/main`` before a change), interleaved, on the same store,
 and prints both. Prints a table and one JSON line.
@@ -45,6 +47,21 @@ def build_store(root: Path) -> Path:
     return extract(ckpt, folder, settings=Settings(views=(224, 480), chunk=2), cache_dir=root / "cache", quiet=True).store
 
 
+def build_panel_store(root: Path) -> Path:
+    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``."""
+    from probe_toolkit.demo import scenes
+    from probe_toolkit.demo.samples import TINY, write_checkpoint
+    from probe_toolkit.labels.panels import add_panel
+    from probe_toolkit.store.extract import Settings, extract
+
+    data = root / "scenes"
+    for name, count, seed, role in (("bench-train", 4, 1, "train"), ("bench-val", 2, 2, "val")):
+        annotations = scenes.write_panel(data / name, count, seed)
+        add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
+    ckpt = write_checkpoint(root / "tiny-panels.pth", "dino-full", TINY, 1)
+    return extract(ckpt, data, settings=Settings(views=(224,), chunk=2), cache_dir=root / "cache", quiet=True).store
+
+
 def _children_cpu() -> float:
     use = resource.getrusage(resource.RUSAGE_CHILDREN)
     return use.ru_utime + use.ru_stime
@@ -63,7 +80,7 @@ def timed(args: list[str], env: dict, cwd: Path) -> tuple[float, float]:
     return seconds, _children_cpu() - c
 
 
-def commands(store: str, root: Path, full: bool) -> dict[str, list[str]]:
+def commands(store: str, root: Path, full: bool, panel_store: str = "") -> dict[str, list[str]]:
     probe = [sys.executable, "-m", "probe_toolkit"]
     cache = ["--cache", str(root / "cache")]
     chosen = {
@@ -76,6 +93,8 @@ def commands(store: str, root: Path, full: bool) -> dict[str, list[str]]:
     if full:
         chosen["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "10"]
         chosen["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "10"]
+        chosen["probe knn STORE (torch)"] = [*probe, "knn", panel_store, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", *cache]
+        chosen["probe attention-masks STORE (torch)"] = [*probe, "attention-masks", panel_store, "--panel", "bench-val", "-q", *cache]
         chosen["probe report STORE (draws figures)"] = [*probe, "report", store, "--out", str(root / "report"), "--format", "png", *cache]
     return chosen
 
@@ -93,7 +112,7 @@ def main() -> None:
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        chosen = commands(str(build_store(root)), root, args.full)
+        chosen = commands(str(build_store(root)), root, args.full, str(build_panel_store(root)) if args.full else "")
         times: dict[tuple[str, str], list[tuple[float, float]]] = {(name, tree): [] for name in chosen for tree in trees}
         for name, command in chosen.items():  # warm the page cache (and write the results the report reads) once
             for tree in trees:
