@@ -40,4 +40,4 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     printed = readme_examples.examples(demo.stores, root)
     assert set(printed) <= set(readme)
     for name, text in printed.items():
-        assert readme_examples.volatile(readme[name]) == readme_examples.volatile(text), f"README example {name!r} differs: rerun tools/readme_examples.py"
+        assert readme_examples.volatile(readme[name], name) == readme_examples.volatile(text, name), f"README example {name!r} differs: rerun tools/readme_examples.py"
