@@ -47,7 +47,7 @@ class Numpy:
         """A numpy table in ``like``'s library and on its device."""
         return array
 
-    def scalar(self, value, like: np.ndarray) -> np.ndarray:
+    def asarray_like(self, value, like: np.ndarray) -> np.ndarray:
         return np.asarray(value, dtype=like.dtype)
 
     def cosine(self, tokens: np.ndarray) -> np.ndarray:
@@ -142,7 +142,7 @@ class Torch:
     def table(self, array: np.ndarray, like):
         return self.torch.as_tensor(array, device=like.device)
 
-    def scalar(self, value, like):
+    def asarray_like(self, value, like):
         return self.torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
     def cosine(self, tokens):

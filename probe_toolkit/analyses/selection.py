@@ -276,7 +276,7 @@ def window_threshold(tokens, grid: int, theta=None, mode: str = "crop-quantile",
     values = window_cosine(tokens, grid, wrap, similarity)
     if theta is None:
         theta = window_theta(values, mode, q)
-    theta = library(values).scalar(theta, values)
+    theta = library(values).asarray_like(theta, values)
     if theta.ndim == 1:
         theta = theta[:, None, None]
     return values >= theta  # -inf padding never passes
