@@ -158,17 +158,36 @@ def test_a_panel_without_images_is_refused(tmp_path, panel_dir):
     one_line_error(_add(tmp_path / "cache", annotations, empty), "holds no images")
 
 
-def test_an_annotation_sized_as_the_exif_orientation_shows_it_is_refused(tmp_path):
+@pytest.mark.parametrize("suffix", ["jpg", "png"])
+def test_an_annotation_sized_as_the_exif_orientation_shows_it_is_refused(tmp_path, suffix):
     """Images are read as stored: an annotation made on the rotated display would not line up."""
     from probe_toolkit.labels import hygiene
 
     picture = Image.new("RGB", (64, 32), "white")
     exif = picture.getexif()
     exif[0x0112] = 6
-    picture.save(tmp_path / "rotated.jpg", exif=exif)
-    stored = [{"id": 1, "file_name": "rotated.jpg", "width": 64, "height": 32}]
+    picture.save(tmp_path / f"rotated.{suffix}", exif=exif)
+    stored = [{"id": 1, "file_name": f"rotated.{suffix}", "width": 64, "height": 32}]
     assert hygiene.check_sizes(tmp_path / "a.json", tmp_path, stored) == {1: (64, 32)}
-    shown = [{"id": 1, "file_name": "rotated.jpg", "width": 32, "height": 64}]
+    shown = [{"id": 1, "file_name": f"rotated.{suffix}", "width": 32, "height": 64}]
     with pytest.raises(ProbeError, match="EXIF orientation") as refused:
         hygiene.check_sizes(tmp_path / "a.json", tmp_path, shown)
     assert "as stored" in refused.value.line() and "\n" not in refused.value.line()
+    Image.new("RGB", (32, 64), "white").save(tmp_path / f"upright.{suffix}")
+    upright = [{"id": 2, "file_name": f"upright.{suffix}", "width": 64, "height": 32}]
+    with pytest.raises(ProbeError, match="but the file is 32×64"):  # no orientation: the plain mismatch
+        hygiene.check_sizes(tmp_path / "a.json", tmp_path, upright)
+
+
+def test_a_label_read_takes_sizes_from_the_headers(tmp_path, monkeypatch):
+    """Sizes come from each file's header: no image of a panel is decoded (a PNG's EXIF, which may
+    follow its pixels, is looked for only where a size disagrees)."""
+    from PIL import ImageFile
+
+    from probe_toolkit.labels import hygiene
+
+    for i, suffix in enumerate(("png", "jpg")):
+        Image.new("RGB", (40 + i, 30), "white").save(tmp_path / f"{i}.{suffix}")
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: pytest.fail(f"{self.filename} was decoded"))
+    listed = [{"id": i, "file_name": f"{i}.{suffix}", "width": 40 + i, "height": 30} for i, suffix in enumerate(("png", "jpg"))]
+    assert hygiene.check_sizes(tmp_path / "a.json", tmp_path, listed) == {0: (40, 30), 1: (41, 30)}

@@ -35,18 +35,29 @@ def unknown_image_ids(annotations_path: Path, dataset: dict[str, Any]) -> None:
                              "fix the annotation file (every annotation's image_id must be listed under images)")
 
 
-def _file_size(path: Path) -> tuple[tuple[int, int] | None, bool, str | None]:
+def _file_size(path: Path) -> tuple[tuple[int, int] | None, str | None]:
     """(width, height) as stored, which annotations must match (images are read as stored, as the
-    peers' loaders read them); whether the EXIF orientation shows the file rotated by 90°; a problem."""
+    peers' loaders read them), from the file's header alone; or a problem."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as picture:
-            width, height = picture.size
-            orientation = picture.getexif().get(0x0112, 1)
+            return picture.size, None
     except (OSError, UnidentifiedImageError) as error:
-        return None, False, f"cannot be read ({error})"
-    return (width, height), orientation in (5, 6, 7, 8), None
+        return None, f"cannot be read ({error})"
+
+
+def _rotated(path: Path) -> bool:
+    """Whether the file's EXIF orientation shows it turned by 90°. Asked only of a file whose size
+    disagrees with its annotation: a PNG's EXIF may follow its pixels, so Pillow decodes the whole
+    image to find it (every PNG of a panel, on every label read, when this was asked of all)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as picture:
+            return picture.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+    except (OSError, UnidentifiedImageError):
+        return False
 
 
 def check_sizes(annotations_path: Path, folder: Path, images: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
@@ -54,12 +65,12 @@ def check_sizes(annotations_path: Path, folder: Path, images: list[dict[str, Any
     out = {}
     for im in images:
         path = folder / str(im.get("file_name", ""))
-        actual, rotated, problem = _file_size(path)
+        actual, problem = _file_size(path)
         if problem:
             raise ProbeError(path, problem, "replace the file or drop it from the panel")
         recorded = (im.get("width"), im.get("height"))
         if None not in recorded and (int(recorded[0]), int(recorded[1])) != actual:
-            if rotated and (int(recorded[1]), int(recorded[0])) == actual:
+            if (int(recorded[1]), int(recorded[0])) == actual and _rotated(path):
                 raise ProbeError(annotations_path, f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, as its EXIF orientation shows it; "
                                  f"the file stores {actual[0]}×{actual[1]} pixels, which probe reads as stored (as DINO's, LOST's and TokenCut's loaders do)",
                                  "annotate the stored pixels, or rotate the files themselves first (e.g. exiftran -ai) and re-add the panel")
