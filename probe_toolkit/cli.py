@@ -29,8 +29,10 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.
 def main() -> None:
     """Console entry point: a failure is one line on stderr and a status (2 bad input, 1 integrity, 130 interrupted)."""
     from .infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, os_error_line
+    from .infra.collector import fewer_full_collections
     from .infra.memory import keep_memory_flat
 
+    fewer_full_collections()  # before the command's imports (torch, timm)
     keep_memory_flat()
     try:
         code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here

@@ -122,9 +122,13 @@ def placed(workers: int | None = None, dask_address: str | None = None) -> Itera
 
 
 def _one_thread() -> None:
-    """Worker start: one BLAS thread (numpy/scipy's OpenBLAS, and torch's pool if it is loaded)."""
+    """Worker start: one BLAS thread (numpy/scipy's OpenBLAS, and torch's pool if it is loaded),
+    and the command line's collection thresholds before the tasks' imports."""
     from threadpoolctl import threadpool_limits
 
+    from .collector import fewer_full_collections
+
+    fewer_full_collections()
     threadpool_limits(limits=1)
     if "torch" in sys.modules:
         import torch
