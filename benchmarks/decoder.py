@@ -15,6 +15,7 @@ on the CPU beside the scipy one.
    a batch against ``decode_image`` per image; certified masks must be identical.
 
     python benchmarks/decoder.py [--full] [--images 4 --images-large 1 --threads 1] [--clock cpu|wall]
+    python benchmarks/decoder.py --only torch --full --device cuda --images 256 --images-large 16   (on a GPU)
 
 Per-core times are CPU seconds of this process by default (one BLAS thread both sides, so CPU
 time is each side's work, unaffected by other load); ``--clock wall`` times wall seconds.
@@ -44,6 +45,8 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="more images and rounds, and the torch backend at N = 3600")
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads for both sides (decode's default is 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="the torch backend's device (cuda: a GPU solves each batch; the scipy side stays on one CPU thread)")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="per-core times: CPU seconds of this process (default; robust on a shared machine) or wall seconds")
     args = parser.parse_args()
@@ -120,7 +123,7 @@ def main() -> None:
                   f"{row['dense_solve_s'] * 1e3:8.1f} ms = {row['solve_ratio']:5.1f}× ({row['lanczos_steps']:.0f} Lanczos steps) | identical {same}/{count}, "
                   f"flagged {flagged}", flush=True)
     machine = whole_machine(keys, rng, args.store_images, args.rounds) if args.only in (None, "machine") else None
-    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large)
+    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large, args.device)
                for grid in ((30, 60) if full else (30,))] if args.only in (None, "torch") else []
     print(json.dumps({"benchmark": "decoder", "threads": args.threads, "clock": args.clock, "cpu": platform.processor() or platform.machine(),
                       "cores": os.cpu_count(), "load": os.getloadavg()[0], "rows": rows, "whole_machine": machine, "torch": backend}))
@@ -183,8 +186,10 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def torch_backend(keys, rng, grid: int, count: int) -> dict:
-    """The torch backend on the CPU (one thread), a batch at once, against the scipy path."""
+def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu") -> dict:
+    """The torch backend on ``device`` (the CPU: one thread), a batch at once, against the scipy
+    path on one CPU thread. The batch's masks come back to the host, so the time includes the
+    GPU's work to the last image."""
     import numpy as np
 
     from probe_toolkit.analyses.decoder import Settings, decode_image
@@ -192,9 +197,10 @@ def torch_backend(keys, rng, grid: int, count: int) -> dict:
 
     settings = Settings.from_preset("centred")
     batch = np.stack([keys(rng, grid) for _ in range(max(count, 1))])
-    decode_batch(batch[:1], settings)  # warm-up
+    threads = 1 if device == "cpu" else None
+    decode_batch(batch[:1], settings, device=device, threads=threads)  # warm-up (kernels, the device's start)
     t = time.perf_counter()
-    ours = decode_batch(batch, settings)
+    ours = decode_batch(batch, settings, device=device, threads=threads)
     torch_s = (time.perf_counter() - t) / len(batch)
     t = time.perf_counter()
     ref = [decode_image(k, settings) for k in batch]
@@ -202,9 +208,15 @@ def torch_backend(keys, rng, grid: int, count: int) -> dict:
     both = [(a, b) for a, b in zip(ours, ref) if not a.degenerate and not b.degenerate]
     same = sum(np.array_equal(a.masks, b.masks) for a, b in both)
     assert same == len(both), "a certified torch mask differs from the scipy path's"
-    row = {"n": grid * grid, "images": len(batch), "torch_s": torch_s, "scipy_s": scipy_s, "ratio": scipy_s / torch_s, "identical": same,
-           "certified_both": len(both), "solvers": sorted({s for r in ours for s in r.solver})}
-    print(f"torch backend (CPU, 1 thread) N={grid * grid}: {torch_s * 1e3:8.1f} ms per image vs scipy {scipy_s * 1e3:8.1f} ms "
+    name = "CPU, 1 thread"
+    if device == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name()
+    row = {"n": grid * grid, "device": name, "images": len(batch), "images_per_s": 1.0 / torch_s, "torch_s": torch_s, "scipy_s": scipy_s,
+           "ratio": scipy_s / torch_s, "identical": same, "certified_both": len(both), "solvers": sorted({s for r in ours for s in r.solver})}
+    print(f"torch backend ({name}) N={grid * grid}: {torch_s * 1e3:8.1f} ms per image ({1.0 / torch_s:.1f} img/s, batch of {len(batch)}) "
+          f"vs scipy (1 CPU thread) {scipy_s * 1e3:8.1f} ms "
           f"= {row['ratio']:.2f}× | identical {same}/{len(both)} certified by both", flush=True)
     return row
 

@@ -29,6 +29,10 @@ the same block reuse, which leaves the probe's own costs beside the forward.
     python benchmarks/extract.py --budget [--arch vit-s16] [--images-224 64] [--rounds 3]
 
 ``--threads 1`` leaves one core of two free beside the forward pass, as every GPU node does.
+``--device cuda`` (the default where a GPU is visible) runs both sides on the GPU: the bare
+forward on tensors already decoded onto it, timed until its last batch finishes; extraction
+decodes on the host's cores and copies each batch over, as it runs for users (on a GPU the
+ratio says how much of the network's speed the whole pipeline keeps).
 ``--decoding`` measures what a fast (GPU) forward pass waits for: images decoded and cut per
 second by extraction's own loading, on one thread against one per core (``--decoders``), and
 images written per second by its writer, one run at a time against several at once.
@@ -84,9 +88,10 @@ def decoded(folder: Path, size: int, patch: int) -> torch.Tensor:
     return torch.stack([images.views(images.load_image(r.path), (size,))[size][:, :side, :side] for r in images.list_images(folder)])
 
 
-def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]], threads: int | None, reuse: bool) -> None:
+def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]], threads: int | None, reuse: bool, device: str = "cpu") -> None:
     """The bare side's process: builds a timm model per view from the same file, decodes the
-    inputs, then runs ``bare_forward`` for each view it is sent until it is sent None."""
+    inputs (onto ``device``, as a user's script that holds them there would), then runs
+    ``bare_forward`` for each view it is sent until it is sent None."""
     from contextlib import nullcontext
 
     if threads:
@@ -99,8 +104,8 @@ def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]],
         vit = model.vit
         vit.pos_embed = torch.nn.Parameter(_pos(model, size))
         vit.patch_embed.strict_img_size = False
-        bare[size] = vit.eval()
-        inputs[size] = decoded(folder, size, loaded.arch.patch)
+        bare[size] = vit.eval().to(device)
+        inputs[size] = decoded(folder, size, loaded.arch.patch).to(device)
     with reusing_blocks() if reuse else nullcontext():
         connection.send("ready")
         while (size := connection.recv()) is not None:
@@ -108,21 +113,28 @@ def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]],
 
 
 def bare_forward(vit: torch.nn.Module, tensors: torch.Tensor, batch: int) -> dict[str, float]:
-    """Images per second of timm's forward, wall and CPU (every thread)."""
+    """Images per second of timm's forward, wall and CPU (every thread); on a GPU, until its
+    last batch has finished."""
+    cuda = tensors.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(tensors.device)
     start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for i in range(0, len(tensors), batch):
             vit.forward_features(tensors[i:i + batch])
+    if cuda:
+        torch.cuda.synchronize(tensors.device)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"wall": len(tensors) / wall, "cpu": len(tensors) / cpu}
 
 
-def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: Path, tag: str, decoders: int | None = None) -> dict[str, float]:
-    """Images per second of ``extract`` into a new store: whole call, per-image part, CPU."""
+def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: Path, tag: str, decoders: int | None = None,
+                  device: str = "cpu") -> dict[str, float]:
+    """Images per second of ``extract`` into a new store on ``device``: whole call, per-image part, CPU."""
     settings = Settings(views=(size,), attention="last" if size == 224 else "none", chunk=batch)
     n = len(images.list_images(folder))
     start, cpu = time.perf_counter(), time.process_time()
-    report = extract(checkpoint, folder, settings=settings, store=root / f"{tag}.zarr", batch_size=batch, decoders=decoders, quiet=True)
+    report = extract(checkpoint, folder, settings=settings, store=root / f"{tag}.zarr", batch_size=batch, decoders=decoders, quiet=True, device=device)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     shutil.rmtree(root / f"{tag}.zarr")
     seconds = getattr(report, "seconds", None) or {"images": wall, "setup": 0.0}  # (an older probe, for a before/after run)
@@ -283,6 +295,9 @@ def main() -> None:
     parser.add_argument("--bare-reuse", action="store_true", help="the bare side reuses freed blocks as extraction does (infra.memory.reusing_blocks)")
     parser.add_argument("--decoding", action="store_true", help="images decoded and cut per second: one thread against one per core")
     parser.add_argument("--budget", action="store_true", help="per-image CPU of each stage at 224 px on one thread, and the bound they set")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded")
+    parser.add_argument("--batch", type=int, default=None, help="images per forward pass on both sides (default 16 at 224, 8 at 480)")
     args = parser.parse_args()
     keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
     if args.decoding:
@@ -296,13 +311,16 @@ def main() -> None:
     n480 = args.images_480 if args.images_480 is not None else mode["images_480"]
     rounds = args.rounds if args.rounds is not None else mode["rounds"]
     arch = RELEASED[args.arch]
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is visible")
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         checkpoint = write_checkpoint(root / f"{args.arch}_random.pth", layout_of(args.arch), arch)
-        plan = {224: (image_folder(root, n224), min(16, n224)), 480: (image_folder(root, n480), min(8, n480))}
+        plan = {224: (image_folder(root, n224), min(args.batch or 16, n224)), 480: (image_folder(root, n480), min(args.batch or 8, n480))}
         ours, theirs = multiprocessing.get_context("spawn").Pipe()
-        worker = multiprocessing.get_context("spawn").Process(target=bare_worker, args=(theirs, checkpoint, plan, args.threads, args.bare_reuse), daemon=True)
+        worker = multiprocessing.get_context("spawn").Process(target=bare_worker, args=(theirs, checkpoint, plan, args.threads, args.bare_reuse, device), daemon=True)
         worker.start()
         assert ours.recv() == "ready"
 
@@ -314,7 +332,7 @@ def main() -> None:
         for r in range(rounds + 1):  # round 0 warms up
             for size, (folder, batch) in plan.items():
                 sides = [("bare", lambda: bare_side(size)),
-                         ("probe", lambda: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}"))]
+                         ("probe", lambda: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device))]
                 for side, run in sides if r % 2 else sides[::-1]:  # the order alternates
                     measured = run()
                     if r:
@@ -323,6 +341,7 @@ def main() -> None:
         worker.join()
     line = {"benchmark": "extract", "arch": args.arch, "mode": "full" if args.full else "short", "images_224": n224, "images_480": n480, "rounds": rounds,
             "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default"}
     for size, res in results.items():
         med = {side: {k: statistics.median(m[k] for m in res[side]) for k in res[side][0]} for side in res}

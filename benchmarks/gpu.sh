@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU figures of the scale benchmarks in one short run, for a lent GPU machine (about 8
+# minutes on one GPU; nothing here is needed to build or test the toolkit):
+#   1. extraction against a bare timm forward on the same GPU, ViT-S/16 at 224 and 480 px
+#      (benchmarks/extract.py --device cuda);
+#   2. the torch decoder backend's images per second at N = 900 and 3,600 on the GPU, beside the
+#      scipy path on one CPU thread, certified masks compared (benchmarks/decoder.py --device cuda).
+# Each log goes to $OUT (or ./gpu-logs), with nvidia-smi's name of the GPU first.
+#
+# A machine whose Python lacks some of the toolkit's libraries takes them as wheels from .whl/
+# (benchmarks/gpu_wheels.sh fetches them on a machine with a package index); they are installed
+# into /tmp/site, outside the machine's own environment.
+#
+#   bash benchmarks/gpu_wheels.sh           # here, once (fills .whl/, about 19 MB)
+#   bash benchmarks/gpu.sh                  # on the GPU machine, from the repository's root, .whl/ carried
+#   DEVICE=cpu SCALE=small bash benchmarks/gpu.sh   # the same steps on a CPU, a few images (a dry run)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-logs}"
+mkdir -p "$out"
+device="${DEVICE:-cuda}"
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
+  export PYTHONPATH="$PWD:/tmp/site"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONUNBUFFERED=1
+python="${PYTHON:-python3}"
+if [ "${SCALE:-full}" = small ]; then
+  extract_args=(--images-224 16 --images-480 4 --rounds 1)
+  decoder_args=(--images 2 --images-large 1)
+else
+  extract_args=(--images-224 2048 --images-480 512 --rounds 3 --batch 64)
+  decoder_args=(--images 256 --images-large 16)
+fi
+{ nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
+# every import the two benchmarks make, before any timed work: a missing library is one line here
+"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, timm, zarr; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
+status=0
+timeout 300 "$python" benchmarks/extract.py --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract.log" || status=1
+timeout 240 "$python" benchmarks/decoder.py --only torch --full --device "$device" "${decoder_args[@]}" 2>&1 | tee "$out/decoder.log" || status=1
+exit $status
