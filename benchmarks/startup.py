@@ -7,8 +7,14 @@ compared (this machine is noisy). Target: under 1.5 s each, judged on
 the CPU seconds a run uses (its wall time on a quiet machine; wall time is printed beside it).
 
     python benchmarks/startup.py [--rounds 3] [--full] [--compare OTHER_CHECKOUT]
+    python benchmarks/startup.py --collections [--rounds 5]
 
-``--full`` adds ``entropy`` and ``neighbours``, the two protocols that compute with torch on a
+``--collections`` counts the full garbage collections, and the CPU seconds they take, while a
+fresh interpreter imports torch and timm, under CPython's thresholds and under probe's
+(``infra/collector.py``).
+
+``--full`` adds ``python -c 'import torch'`` (what every command computing with torch pays
+first), ``entropy`` and ``neighbours``, the two protocols that compute with torch on a
 store of four labelled scenes (``knn``: DINO's ``torch.topk`` tie rule; ``attention-masks``:
 DINO's script, on local worker processes that each import torch), and ``probe report`` (which
 draws its figures with matplotlib: not a fixed cost, no target).
@@ -91,6 +97,7 @@ def commands(store: str, root: Path, full: bool, panel_store: str = "") -> dict[
         "probe decode STORE (every core)": [*probe, "decode", store, "-q", "--preset", "tokencut", *cache],
     }
     if full:
+        chosen["python -c 'import torch' (torch alone)"] = [sys.executable, "-c", "import torch"]
         chosen["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "10"]
         chosen["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "10"]
         chosen["probe knn STORE (torch)"] = [*probe, "knn", panel_store, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", *cache]
@@ -99,12 +106,55 @@ def commands(store: str, root: Path, full: bool, panel_store: str = "") -> dict[
     return chosen
 
 
+SWEEPS = """
+import gc, json, sys, time
+if sys.argv[1] == "probe":
+    from probe_toolkit.infra.collector import fewer_full_collections
+    fewer_full_collections()
+full = [0, 0.0]
+def count(phase, info, started=[0.0]):
+    if info["generation"] != 2:
+        return
+    if phase == "start":
+        started[0] = time.thread_time()
+    else:
+        full[0] += 1
+        full[1] += time.thread_time() - started[0]
+gc.callbacks.append(count)
+start = time.process_time()
+import torch, timm  # noqa: F401
+print(json.dumps([full[0], full[1], time.process_time() - start]))
+"""
+
+
+def collections(rounds: int) -> None:
+    """``--collections``: full (oldest-generation) collections and their CPU seconds while importing
+    torch and timm, in fresh interpreters under CPython's thresholds and under probe's
+    (``infra.collector``), interleaved rounds, medians."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    runs: dict[str, list[list[float]]] = {"cpython": [], "probe": []}
+    for r in range(rounds):
+        for mode in ("cpython", "probe") if r % 2 == 0 else ("probe", "cpython"):
+            out = subprocess.run([sys.executable, "-c", SWEEPS, mode], env=env, capture_output=True, text=True, check=True)
+            runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    rows = {}
+    for mode, values in runs.items():
+        sweeps, gc_s, import_s = (statistics.median(v[i] for v in values) for i in range(3))
+        rows[mode] = {"full_collections": sweeps, "their_cpu_s": gc_s, "import_cpu_s": import_s}
+        print(f"import torch, timm under {mode:8s} thresholds: {sweeps:.0f} full collections, {gc_s:.3f} s CPU in them, "
+              f"{import_s:.2f} s CPU for the import ({rounds} rounds, medians)")
+    print(json.dumps({"benchmark": "startup-collections", "rounds": rounds, "cpu": platform.processor() or platform.machine(), "rows": rows}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="also entropy, neighbours and report")
     parser.add_argument("--compare", type=Path, help="another checkout of the toolkit, run interleaved (e.g. main before a change)")
+    parser.add_argument("--collections", action="store_true", help="full garbage collections while importing torch and timm, CPython's thresholds against probe's")
     args = parser.parse_args()
+    if args.collections:
+        return collections(args.rounds)
     trees = {"this": Path(__file__).resolve().parents[1]}
     if args.compare is not None:
         trees["other"] = args.compare.resolve()
