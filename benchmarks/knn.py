@@ -12,7 +12,9 @@ compared; the ratio is matmul seconds / k-NN seconds (target ≥ 0.8). Prints a 
 ``--parts`` also times one block's pieces (1,024 test × 4,096 train, medians of 5): its products,
 the top-200 of its rows (what an early block adds to the running selection), the top-16 (the
 least a late block of a large train set takes: ``knn._candidates``), and counting the values
-above a running 200th value (a bool reduction, which is why the selection does not count).
+above a running 200th value (a bool reduction, which is why the selection does not count); and
+beside them numpy's own: the products by numpy's BLAS and the top-200 by ``np.argpartition``
+(each library at its default threads), the measurement behind moving k-NN off torch.
 ``--train 100000`` or ``300000`` shows the late blocks' saving (a 20,000-image train set has no
 late block: five blocks, each still expected to hold many of the 200 best).
 """
@@ -97,8 +99,11 @@ def block_parts(train: np.ndarray, test: np.ndarray, rounds: int = 5) -> dict[st
     b = F.normalize(torch.from_numpy(train[: knn.TRAIN_BLOCK]), dim=1)
     sim = a @ b.T
     floor = sim.topk(200, dim=1).values[:, -1:]
+    a_np, b_np, sim_np = a.numpy(), b.numpy(), sim.numpy()
+    width = sim_np.shape[1]
     pieces = {"products": lambda: a @ b.T, "top-200": lambda: sim.topk(200, dim=1, sorted=False),
-              "top-16": lambda: sim.topk(16, dim=1, sorted=False), "count above 200th": lambda: (sim >= floor).sum(1)}
+              "top-16": lambda: sim.topk(16, dim=1, sorted=False), "count above 200th": lambda: (sim >= floor).sum(1),
+              "numpy products": lambda: a_np @ b_np.T, "numpy argpartition 200": lambda: np.argpartition(sim_np, width - 200, axis=1)[:, -200:]}
     out = {}
     for name, fn in pieces.items():
         fn()
