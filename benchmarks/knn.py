@@ -14,7 +14,7 @@ the top-200 of its rows (what an early block adds to the running selection), the
 least a late block of a large train set takes: ``knn._candidates``), and counting the values
 above a running 200th value (a bool reduction, which is why the selection does not count); and
 beside them numpy's own: the products by numpy's BLAS and the top-200 by ``np.argpartition``
-(each library at its default threads), the measurement behind moving k-NN off torch.
+(each library at its default threads): what a k-NN in numpy, without torch, would cost.
 ``--train 100000`` or ``300000`` shows the late blocks' saving (a 20,000-image train set has no
 late block: five blocks, each still expected to hold many of the 200 best).
 """
