@@ -1,0 +1,117 @@
+"""Which store holds a panel's images: ``probe linear`` and ``probe knn`` read labelled panels
+from stores, and neither reads a label to find them.
+
+A store holds a panel's images when every image of the panel's folder is a finished image of it,
+and the store was extracted from that folder or from one above it (ids then carry the
+sub-folder: one store extracted from ``data/`` serves panels on ``data/train`` and ``data/val``).
+``probe extract CKPT --panel NAME`` writes ``<network>-panel-NAME.zarr`` beside the checkpoint's
+other stores; when the STORE given lacks a panel's images, that sibling of the same checkpoint
+and network is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import xarray as xr
+
+from ..infra.errors import ProbeError
+from ..labels.panels import Panel
+from ..store import cache, images
+
+Level = Literal["patch", "image"]
+
+
+@dataclass
+class Source:
+    """One STORE argument: where each panel's tokens are, and what to call it in the table."""
+
+    store: Path  # the store given; results go here
+    name: str
+    manifest: dict[str, Any]
+    panel_stores: dict[str, tuple[xr.Dataset, list[str]]] = field(default_factory=dict)  # panel → (dataset, its ids there)
+
+
+def store_name(manifest: dict[str, Any]) -> str:
+    checkpoint = manifest.get("checkpoint", {})
+    converted = " converted" if checkpoint.get("converted") else ""
+    return f"{Path(str(checkpoint.get('path', '?'))).stem} ({manifest.get('network', '?')}{converted})"
+
+
+def _sibling(store: Path, panel: str) -> Path:
+    base = store.name.removesuffix(".zarr").split("-panel-")[0]
+    return store.parent / f"{base}-panel-{panel}.zarr"
+
+
+def _same_network(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a["checkpoint"]["sha256"] == b["checkpoint"]["sha256"] and a.get("network") == b.get("network") and a.get("arch") == b.get("arch")
+
+
+def panel_ids(panel: Panel) -> list[str]:
+    """The panel's images as paths relative to its folder (= the COCO ``file_name``s); no label read."""
+    return [ref.id for ref in images.list_images(panel.images)]
+
+
+def wanted_ids(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+    """The ids a panel's images have in this store, or None when it was extracted from another folder.
+
+    A store records the folder it was extracted from (``image_source``). When that folder still
+    exists, it must be the panel's folder or hold it (ids then carry the sub-folder), so that two
+    panels whose folders share file names are never confused; a store without a usable record is
+    matched on the ids alone.
+    """
+    prefix = ""
+    source = cache.manifest(ds).get("image_source")
+    if source and Path(source).is_dir():
+        source_dir, panel_dir = Path(source).resolve(), panel.images.resolve()
+        if panel_dir != source_dir:
+            if not panel_dir.is_relative_to(source_dir):
+                return None
+            prefix = panel_dir.relative_to(source_dir).as_posix() + "/"
+    return [prefix + i for i in ids]
+
+
+def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+    """The store ids of a panel's images when this store holds all of them (finished), else None."""
+    wanted = wanted_ids(ds, panel, ids)
+    return wanted if wanted is not None and not set(wanted) - set(ds.image.values.tolist()) else None
+
+
+def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: Level, views: Sequence[str] = ("224",)) -> Source:
+    """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing.
+
+    Each must hold the level's array in one of ``views`` (the error names the first)."""
+    store = Path(store)
+    ds = cache.open_store(store)
+    meta = cache.manifest(ds)
+    source = Source(store, store_name(meta), meta)
+    for panel, ids in panels:
+        candidates = [ds]
+        sibling = _sibling(store, panel.name)
+        if sibling.resolve() != store.resolve() and (sibling / "zarr.json").is_file():
+            other = cache.open_store(sibling)
+            if _same_network(meta, cache.manifest(other)):
+                candidates.append(other)
+        for candidate in candidates:
+            found = ids_in(candidate, panel, ids)
+            if found is not None:
+                source.panel_stores[panel.name] = (candidate, found)
+                break
+        else:
+            wanted = wanted_ids(ds, panel, ids)
+            missing = sorted(set(wanted) - set(ds.image.values.tolist())) if wanted is not None else []
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
+                    else f"was extracted from another folder than panel {panel.name!r}'s ({panel.images})")
+            raise ProbeError(
+                store,
+                f"{what}, and no {sibling.name} of the same network beside it holds them",
+                f"run `probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']}"
+                f"{' --convert' if meta['checkpoint'].get('converted') else ''}`",
+            )
+        kind = "tokens" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens"
+        held = source.panel_stores[panel.name][0]
+        cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))
+    return source
