@@ -517,6 +517,8 @@ def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) 
     merged["view_geometry"] = geometry
     if "224" in added and "attention" in new:
         merged["attention"] = new["attention"]
+    if "final_norm" in new:  # a store extracted before the final norm was recorded (same checkpoint: identity agrees)
+        merged.setdefault("final_norm", new["final_norm"])
     merged.setdefault("grown", []).append({"views": added, "date": new.get("date"), "git_revision": new.get("git_revision")})
     return merged
 

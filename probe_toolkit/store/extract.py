@@ -32,7 +32,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
-from . import arrays, cache, grids, images, own_size
+from . import arrays, cache, grids, images, own_size, parts
 from .architectures import Arch
 from .backbone import RULES, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
@@ -127,6 +127,7 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
                    own_patches: dict[str, int] | None = None) -> dict:
     arch = checkpoint.arch
     counts = patch_counts(arch, settings, own_patches)
+    norm = parts.record_final_norm(checkpoint.backbone)
     return {
         "kind": "probe-store",
         **provenance.stamp(),
@@ -159,6 +160,7 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "normalisation": "ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)",
             "patch_grid": f"view side // {checkpoint.arch.patch}; pixels beyond the last whole patch unused",
         },
+        **({"final_norm": norm} if norm is not None else {}),  # for DINO's k-NN feature, without the checkpoint (store.parts)
     }
 
 

@@ -5,22 +5,34 @@ the network: DINO's k-NN reads the class token *after* the final LayerNorm (``ev
 and SelfPatch's image summary is its aggregation head ``ca_head``. Both are read here from the
 file the manifest names, after checking its sha256, so a number is never computed with the
 weights of another file.
+
+The final LayerNorm is small (two vectors), so extraction records it in the store's manifest
+(``final_norm``, ``record_final_norm``) and ``probe knn`` applies it with numpy, reading no
+checkpoint and importing no torch; stores extracted before that reread it from the checkpoint.
 """
 
 from __future__ import annotations
 
+import base64
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 
 from ..infra.errors import ProbeError
-from .checkpoints import load_checkpoint
+
+if TYPE_CHECKING:
+    import torch
+
+EPS = 1e-6  # DINO's vision_transformer.py: partial(nn.LayerNorm, eps=1e-6)
 
 
 def store_checkpoint(manifest: dict[str, Any], where: str | Path, why: str):
     """The manifest's checkpoint (same network, same conversion), its sha256 checked (its keys were
     checked when the store was extracted from it)."""
+    from .checkpoints import load_checkpoint
+
     info = manifest.get("checkpoint") or {}
     path = Path(str(info.get("path", "")))
     if not path.is_file():
@@ -33,20 +45,56 @@ def store_checkpoint(manifest: dict[str, Any], where: str | Path, why: str):
     return checkpoint
 
 
-def final_norm(manifest: dict[str, Any], where: str | Path) -> torch.nn.LayerNorm | None:
-    """The network's final LayerNorm (eps 1e-6), or None when it has none."""
+@dataclass(frozen=True)
+class FinalNorm:
+    """The network's final LayerNorm as two float32 vectors; applied in float64 and rounded to
+    float32 (torch's float32 kernel differs from that by at most an ulp or so)."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    eps: float = EPS
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, np.float64)
+        centred = x - x.mean(-1, keepdims=True)
+        scaled = centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + self.eps)
+        return (scaled * self.weight + self.bias).astype(np.float32)
+
+
+def _encode(vector: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(vector, "<f4").tobytes()).decode("ascii")
+
+
+def _decode(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), "<f4").copy()
+
+
+def record_final_norm(backbone: dict[str, "torch.Tensor"]) -> dict[str, Any] | None:
+    """The manifest's ``final_norm`` entry for a backbone state dict (None without a final norm)."""
+    if "norm.weight" not in backbone:
+        return None
+    weight, bias = (backbone[f"norm.{k}"].detach().float().cpu().numpy() for k in ("weight", "bias"))
+    return {"weight": _encode(weight), "bias": _encode(bias), "eps": EPS, "encoding": "float32 little-endian, base64"}
+
+
+def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:
+    """The network's final LayerNorm (eps 1e-6), or None when it has none: from the manifest, else
+    (a store extracted before extraction recorded it) from the checkpoint, sha256 checked."""
     if not manifest.get("arch", {}).get("final_norm"):
         return None
+    recorded = manifest.get("final_norm")
+    if isinstance(recorded, dict):
+        weight, bias = _decode(recorded["weight"]), _decode(recorded["bias"])
+        if weight.shape != bias.shape or weight.shape[0] != int(manifest["arch"]["width"]):
+            raise ProbeError(where, f"records a final norm of {weight.shape[0]} channels for a network of width {manifest['arch']['width']}",
+                             "extract the store again")
+        return FinalNorm(weight, bias, float(recorded.get("eps", EPS)))
     checkpoint = store_checkpoint(manifest, where, "the final norm (DINO's k-NN feature)")
-    weight, bias = checkpoint.backbone["norm.weight"], checkpoint.backbone["norm.bias"]
-    norm = torch.nn.LayerNorm(weight.shape[0], eps=1e-6)
-    with torch.no_grad():
-        norm.weight.copy_(weight.float())
-        norm.bias.copy_(bias.float())
-    return norm.eval()
+    weight, bias = (checkpoint.backbone[f"norm.{k}"].float().numpy() for k in ("weight", "bias"))
+    return FinalNorm(weight, bias)
 
 
-def aggregation_head(manifest: dict[str, Any], where: str | Path) -> dict[str, torch.Tensor] | None:
+def aggregation_head(manifest: dict[str, Any], where: str | Path) -> "dict[str, torch.Tensor] | None":
     """SelfPatch's ``ca_head`` weights when the checkpoint holds them, else None."""
     info = manifest.get("checkpoint") or {}
     if "selfpatch" not in str(info.get("format", "")) and "probe-training" not in str(info.get("format", "")):
