@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
@@ -86,12 +88,10 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
 
 @pytest.mark.parametrize("order", ["shuffled", "by class"])
 def test_running_topk_over_many_blocks_keeps_the_exact_neighbours(order):
-    """Late blocks of a large train set enter the running top-200 through a small top-m with a
-    fall-back for rows it may miss (analyses.knn._candidates); the kept neighbours are those of
-    a float64 sort of every similarity, in a shuffled set and in one sorted by class (where a
-    query's own class fills one late block and its rows fall back)."""
-    import torch
-
+    """Late blocks of a large train set enter the running top-200 through the few values above
+    each row's running 200th (analyses.knn.block_candidates), rows holding more than 200 of them
+    through their own 200th; the kept neighbours are those of a float64 sort of every similarity,
+    in a shuffled set and in one sorted by class (where a query's own class fills one late block)."""
     rng = np.random.default_rng(5)
     centres = rng.normal(size=(12, 24))
     train, labels = clustered(24000, centres, rng, spread=2.0)
@@ -103,30 +103,67 @@ def test_running_topk_over_many_blocks_keeps_the_exact_neighbours(order):
     def blocks():
         for a in range(0, len(train), 1000):
             calls.append(a)
-            yield a, knn.normalise(torch.from_numpy(train[a:a + 1000]))
+            yield a, knn.normalise(train[a:a + 1000])
 
     sizes = []
-    original = knn._candidates
+    original = knn.block_candidates
 
-    def spy(sim, k, floor, expected):
-        out = original(sim, k, floor, expected)
-        sizes.append(out[0].shape[1])
+    def spy(sim, offset, k, floor):
+        out = original(sim, offset, k, floor)
+        sizes.append(out.shape[1])
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knn, "_candidates", spy)
-        value, index = knn.running_topk(knn.normalise(torch.from_numpy(test)), blocks, 200)
-    assert len(calls) == 24 and min(sizes) < 200  # the small top-m did run
+        mp.setattr(knn, "block_candidates", spy)
+        value, index = knn.running_topk(knn.normalise(test), blocks, 200)
+    assert len(calls) == 24 and min(sizes) < 50  # the late blocks brought few candidates
     calls.clear()
     # every similarity, block by block as the products are made (float32), then sorted whole
-    queries = knn.normalise(torch.from_numpy(test))
-    sims = np.concatenate([(queries @ block.T).numpy() for _, block in blocks()], axis=1)
+    queries = knn.normalise(test)
+    sims = np.concatenate([queries @ block.T for _, block in blocks()], axis=1)
     expected = np.argsort(-sims.astype(np.float64), axis=1, kind="stable")[:, :200]
-    np.testing.assert_array_equal(index.numpy(), expected)
-    np.testing.assert_array_equal(value.numpy(), np.take_along_axis(sims, expected, 1))
+    np.testing.assert_array_equal(index, expected)
+    np.testing.assert_array_equal(value, np.take_along_axis(sims, expected, 1))
     tr = train.astype(np.float64) / np.linalg.norm(train.astype(np.float64), axis=1, keepdims=True)
     exact = np.argsort(-(test.astype(np.float64) @ tr.T), axis=1, kind="stable")[:, :200]  # float64: only near-ties differ
-    assert np.mean([len(set(a) & set(b)) for a, b in zip(index.numpy(), exact)]) > 199.5
+    assert np.mean([len(set(a) & set(b)) for a, b in zip(index, exact)]) > 199.5
+
+
+def test_ties_at_every_rank_go_to_the_lower_train_index():
+    """Cosines rounded to a few values tie everywhere, also across the k-th place, and blocks of
+    every width (narrower than k, wider, one column) meet them: the kept neighbours are a stable
+    float64 sort's (equal cosines by train index), and -0.0 ranks as 0.0."""
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n, dim = int(rng.integers(50, 1500)), int(rng.integers(2, 5))
+        train = np.round(rng.normal(size=(n, dim)) * 2) / 2
+        train[np.abs(train).sum(1) == 0, 0] = 1.0
+        if trial % 3 == 0:
+            train = np.repeat(train[: n // 10 + 1], 10, axis=0)[:n]  # runs of identical images
+        test = np.round(rng.normal(size=(17, dim)) * 2) / 2
+        test[np.abs(test).sum(1) == 0, 0] = -1.0
+        test[0] = 0.0
+        test[0, 0] = 1.0
+        train[:5, 0] = 0.0  # with test[0] = e_0: cosines of exactly ±0.0 beside positive ones
+        train[:5, 1:] = np.where(train[:5, 1:] == 0, 1.0, train[:5, 1:])
+        train[:3] = -train[:3]
+        k, width = int(rng.integers(1, min(n, 300) + 1)), int(rng.choice([1, 7, 64, 400]))
+        tr, te = knn.normalise(train), knn.normalise(test)
+        value, index = knn.running_topk(te, lambda: ((a, tr[a:a + width]) for a in range(0, n, width)), k)
+        sims = np.concatenate([te @ tr[a:a + width].T for a in range(0, n, width)], axis=1).astype(np.float64)
+        expected = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(index, expected)
+        np.testing.assert_array_equal(value, np.take_along_axis(sims, expected, 1).astype(np.float32))
+
+
+def test_keys_order_cosines_then_indices_and_decode_exactly():
+    values = np.array([-1.0, -0.5, -0.0, 0.0, 1e-30, 0.25, 0.25, 1.0, -np.inf], np.float32)
+    index = np.array([3, 1, 7, 2, 5, 9, 4, 0, 6])
+    order = np.argsort(knn.keys(values, index))
+    assert index[order].tolist() == [0, 4, 9, 5, 2, 7, 1, 3, 6]  # larger cosine first; equal ones (0.25; ±0.0) by index
+    back, where = knn.unkey(knn.keys(values, index))
+    np.testing.assert_array_equal(back, values + np.float32(0))  # -0.0 comes back as 0.0
+    np.testing.assert_array_equal(where, index)
 
 
 def test_top5_counts_as_dinos_script():
@@ -330,3 +367,57 @@ def test_class_folder_panels_of_two_roles_may_not_share_an_image(class_folders, 
     _image(data / "val" / "red" / "0.png", (1, 2, 3), seed=5)  # new bytes under an old name
     read("va")
     assert hashed == ["0.png"]
+
+
+def test_knn_imports_no_torch_and_needs_no_checkpoint_with_a_recorded_norm(class_folders, tmp_path):
+    """Extraction records the final LayerNorm in the manifest, so ``probe knn`` reads neither torch
+    nor the checkpoint; a store extracted before that (no ``final_norm`` in its manifest) rereads
+    the norm from the checkpoint, sha256 checked, and gives the same numbers."""
+    import shutil
+
+    import zarr
+    from test_startup import loaded_by
+
+    root, store = class_folders
+    c = str(tmp_path / "cache")
+    for name, split in (("tr", "train"), ("va", "val")):
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", c])
+        assert r.exit_code == 0, r.output
+    copy = Path(shutil.copytree(store, tmp_path / "teacher.zarr"))
+    meta = cache.manifest(copy)
+    assert meta["final_norm"]["encoding"] == "float32 little-endian, base64"
+    args = ["--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "-q", "--workers", "1"]
+    heavy = loaded_by(["knn", str(copy), *args, "--json", str(tmp_path / "new.json")])
+    assert "torch" not in heavy and "timm" not in heavy
+    recorded = cache.load_results(copy, "knn")
+    group = zarr.open_group(copy, mode="r+", use_consolidated=False)
+    old = dict(group.attrs["manifest"])
+    del old["final_norm"]
+    group.attrs["manifest"] = old
+    cache.consolidate(copy)
+    assert "torch" in loaded_by(["knn", str(copy), *args, "--json", str(tmp_path / "old.json")])
+    reread = cache.load_results(copy, "knn")
+    for name in ("prediction", "neighbour", "similarity", "top1"):
+        np.testing.assert_array_equal(recorded[name].values, reread[name].values)
+    assert json.loads((tmp_path / "new.json").read_text())["top1"] == json.loads((tmp_path / "old.json").read_text())["top1"]
+
+
+def test_recorded_final_norm_is_torchs_layernorm():
+    import torch
+
+    from probe_toolkit.store import parts
+
+    rng = np.random.default_rng(0)
+    weight, bias = torch.from_numpy(rng.normal(size=48).astype(np.float32)), torch.from_numpy(rng.normal(size=48).astype(np.float32))
+    manifest = {"arch": {"final_norm": True, "width": 48}, "final_norm": parts.record_final_norm({"norm.weight": weight, "norm.bias": bias})}
+    norm = parts.final_norm(manifest, "store.zarr")
+    x = (3 * rng.normal(size=(64, 48)) + 1).astype(np.float32)
+    layer = torch.nn.LayerNorm(48, eps=1e-6)
+    layer.load_state_dict({"weight": weight, "bias": bias})
+    with torch.no_grad():
+        expected = layer(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(norm.weight, weight.numpy())
+    np.testing.assert_allclose(norm(x), expected, rtol=0, atol=4e-6)
+    manifest["arch"]["width"] = 64
+    with pytest.raises(ProbeError, match="final norm of 48 channels"):
+        parts.final_norm(manifest, "store.zarr")

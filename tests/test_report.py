@@ -450,15 +450,18 @@ def test_knn_grid_shows_the_saved_nearest_train_images(full):
 
 
 def test_knn_neighbours_are_the_plain_cosine_ranking(full):
-    """The saved top ranks are the most similar train images by a float64 cosine of the normed class tokens."""
+    """The saved top ranks are the most similar train images by a float64 cosine of the class
+    tokens put through the checkpoint's final LayerNorm (torch's, here)."""
     import torch
 
-    from probe_toolkit.store import parts
+    from probe_toolkit.store.checkpoints import load_checkpoint
 
     saved = cache.load_results(full.dino, "knn")
     assert saved.attrs["feature"] == "cls-normed"
     ds = cache.open_store(full.dino)
-    norm = parts.final_norm(cache.manifest(ds), full.dino)
+    backbone = load_checkpoint(cache.manifest(ds)["checkpoint"]["path"]).backbone
+    norm = torch.nn.LayerNorm(backbone["norm.weight"].shape[0], eps=1e-6)
+    norm.load_state_dict({"weight": backbone["norm.weight"], "bias": backbone["norm.bias"]})
 
     def feats(ids):
         raw = torch.from_numpy(np.asarray(ds["cls_tokens_224"].sel(image=ids).values, np.float32))

@@ -1,4 +1,4 @@
-"""DINO's weighted k-NN classifier on frozen image features, in bounded memory.
+"""DINO's weighted k-NN classifier on frozen image features, in bounded memory, in numpy.
 
 The rule of facebookresearch/dino ``eval_knn.py`` (``knn_classifier``): features L2-normalised,
 cosine similarity to every train image, the k most similar train images vote for their class
@@ -19,9 +19,11 @@ What differs from the script, on purpose:
   chunk of ``N_test // 100`` test images × N_train at a time, and fails below 100 test images);
 - with 5 classes or fewer, top-5 is reported as NaN: the script gives a number there (the share
   of images whose class got any vote), which says nothing about a ranking;
-- ties between classes of equal vote go to the lower class index (a stable sort); train images
-  of equal cosine are listed by train index (which of them survive a cut at the k-th place is
-  torch.topk's choice, as in the script).
+- ties have a rule: train images of equal cosine rank by train index, the lower first, also at
+  the k-th place (the script leaves the cut to ``torch.topk``); classes of equal vote rank by
+  class index;
+- it runs on numpy (float32 products by BLAS, as the script's float32 matmul), so ``probe knn``
+  does not import torch.
 """
 
 from __future__ import annotations
@@ -30,13 +32,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 KS = (10, 20, 100, 200)  # DINO's eval_knn.py default nb_knn
 TEMPERATURE = 0.07  # DINO's eval_knn.py default
 TEST_BLOCK = 1024
 TRAIN_BLOCK = 4096
+EMPTY = np.uint64(np.iinfo(np.uint64).max)  # a free place in a running list: worse than every key
 
 
 @dataclass
@@ -51,127 +52,151 @@ class KnnResult:
     similarity: np.ndarray  # (test, n) float32 their cosines
 
 
-def normalise(features: torch.Tensor) -> torch.Tensor:
-    return F.normalize(features.float(), dim=1, p=2)
+def normalise(features: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm (at least 1e-12), in float32: torch's ``F.normalize``."""
+    x = np.asarray(features, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.float32(1e-12))
 
 
-def running_topk(test: torch.Tensor, train_blocks: Callable[[], Iterable[tuple[int, torch.Tensor]]], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k largest cosines of each (normalised) test row over every train block, sorted.
+# A neighbour is one uint64 key: the cosine's order-preserving bits, inverted, above the train
+# index. Keys are unique and the smaller key is the better neighbour (larger cosine; on equal
+# cosines, the lower index), so a partition of keys selects exactly, with no tie to settle.
 
-    ``train_blocks()`` yields (offset, normalised block); offsets make the indices global. Only
-    (test rows) × (block) values are held at once. Each block's candidates (``_candidates``) are
-    merged with the running k best (the k best of a union are among the k best of each part),
-    so no block-wide index table or concatenation is ever built.
+def keys(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Keys of cosines (float32) at train indices (below 2**32)."""
+    bits = (np.asarray(values, np.float32) + np.float32(0)).view(np.uint32)  # + 0: -0.0 ranks as 0.0
+    ordered = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))  # larger cosine, larger bits
+    return ((~ordered).astype(np.uint64) << np.uint64(32)) | np.asarray(index, np.uint64)
+
+
+def unkey(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cosines float32, train indices int64) of keys."""
+    ordered = (~(key >> np.uint64(32))).astype(np.uint32)
+    bits = np.where(ordered >> np.uint32(31), ordered & np.uint32(0x7FFFFFFF), ~ordered)
+    return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def _kth_largest(sim: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k-th largest value (a partition of the values: a third of an argpartition's cost)."""
+    width = sim.shape[1]
+    return np.partition(sim, width - k, axis=1)[:, width - k]
+
+
+def block_candidates(sim: np.ndarray, offset: int, k: int, floor: np.ndarray | None) -> np.ndarray:
+    """Keys of a block's values that can enter each row's running top-k, padded with ``EMPTY``.
+
+    After the running list is full, only values above the row's k-th running cosine ``floor``
+    can enter (an equal one has a higher train index, so it ranks below); a late block of a large
+    set holds few of them per row (k × block width / images seen, were the set in no particular
+    order). A row with more than k of them (a block of its own class, in a set sorted by class),
+    and every row before the list is full (``floor`` None), takes its values at or above its own
+    k-th largest: its k best, and any equal to the k-th (their indices settle the cut, in the merge).
     """
-    best_val = torch.full((test.shape[0], 0), -float("inf"))
-    best_idx = torch.zeros((test.shape[0], 0), dtype=torch.int64)
+    rows, width = sim.shape
+    if floor is None and width <= k:
+        cols = np.broadcast_to(np.arange(width), sim.shape)
+        return keys(sim, offset + cols)
+    if floor is None:
+        above = sim >= _kth_largest(sim, k)[:, None]
+    else:
+        above = sim > floor[:, None]
+        counts = np.count_nonzero(above, axis=1)
+        crowded = np.flatnonzero(counts > k)
+        if len(crowded):
+            above[crowded] = sim[crowded] >= _kth_largest(sim[crowded], k)[:, None]
+    flat = np.flatnonzero(above)
+    r = flat // width
+    counts = np.bincount(r, minlength=rows)
+    out = np.full((rows, int(counts.max(initial=0))), EMPTY, np.uint64)
+    out[r, np.arange(len(r)) - (np.cumsum(counts) - counts)[r]] = keys(sim.ravel()[flat], offset + flat - r * width)
+    return out
+
+
+def running_topk(test: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest cosines of each (normalised) test row over every train block, sorted, equal
+    cosines by train index; (cosines float32, train indices int64), each (rows, k).
+
+    ``train_blocks()`` yields (offset, normalised block) in increasing offset; offsets make the
+    indices global. Only (test rows) × (block) values are held at once: each block's candidates
+    (``block_candidates``) are merged with the running k best.
+    """
+    best = np.full((test.shape[0], k), EMPTY, np.uint64)
     seen = 0
     for offset, block in train_blocks():
-        sim = test @ block.T
-        floor = best_val[:, -1] if best_val.shape[1] == k else None
-        block_val, block_idx = _candidates(sim, k, floor, k * sim.shape[1] / max(seen, 1))
+        sim = test @ np.asarray(block, np.float32).T
+        floor = unkey(best.max(1))[0] if seen >= k else None
+        merged = np.concatenate([best, block_candidates(sim, offset, k, floor)], axis=1)
+        if merged.shape[1] > k:
+            merged = np.take_along_axis(merged, np.argpartition(merged, k - 1, axis=1)[:, :k], axis=1)
+        best = merged
         seen += sim.shape[1]
-        vals = torch.cat([best_val, block_val], dim=1)
-        inds = torch.cat([best_idx, block_idx + offset], dim=1)
-        top_val, where = vals.topk(min(k, vals.shape[1]), dim=1, largest=True, sorted=True)
-        best_val, best_idx = top_val, inds.gather(1, where)
-    # equal cosines at any rank: order them by train index (a stable, documented tie-break)
-    order = np.lexsort((best_idx.numpy(), -best_val.numpy().astype(np.float64)), axis=1)
-    order = torch.from_numpy(order)
-    return best_val.gather(1, order), best_idx.gather(1, order)
+    return unkey(np.sort(best, axis=1))
 
 
-def _candidates(sim: torch.Tensor, k: int, floor: torch.Tensor | None, expected: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """A block's values (and block-local indices) that can enter each row's running top-k.
-
-    Its own k best, unsorted; or, once the running list is full and its k-th value ``floor``
-    leaves few winners (about ``expected`` per row, k × block width / columns seen, were the
-    train images in no particular order), its m best for a small m (at least twice that), with
-    the k best recomputed for the rows whose m-th value still beats ``floor`` (more than m of
-    theirs may: a block of a query's own class, in a set sorted by class). Every value
-    above a row's floor is a candidate either way, so the merged top-k holds the same values;
-    only which of several equal to the k-th survive is topk's choice, as with one topk over
-    the whole row (DINO's script). torch.topk's cost grows with m: on a late block of a large
-    train set (ImageNet's 1.28 M images are 313 blocks) this is several times cheaper.
-    """
-    width = min(k, sim.shape[1])
-    m = 16
-    while m < 2 * expected:
-        m *= 2
-    if floor is None or 2 * m >= width:
-        return sim.topk(width, dim=1, largest=True, sorted=False)
-    small_val, small_idx = sim.topk(m, dim=1, largest=True, sorted=False)
-    over = torch.nonzero(small_val.amin(dim=1) > floor).squeeze(1)
-    if over.numel() == 0:
-        return small_val, small_idx
-    full_val, full_idx = sim[over].topk(width, dim=1, largest=True, sorted=False)
-    block_val = torch.full((sim.shape[0], width), -float("inf"))
-    block_idx = torch.zeros((sim.shape[0], width), dtype=torch.int64)
-    block_val[:, :m], block_idx[:, :m] = small_val, small_idx
-    block_val[over], block_idx[over] = full_val, full_idx
-    return block_val, block_idx
-
-
-def vote(similarity: torch.Tensor, labels: torch.Tensor, n_classes: int, temperature: float) -> torch.Tensor:
-    """(test, classes) summed weights exp(cos / T) of the given neighbours' classes."""
-    weights = (similarity / temperature).exp()
-    out = torch.zeros(similarity.shape[0], n_classes, dtype=weights.dtype)
-    return out.scatter_add_(1, labels, weights)
-
-
-def ranked_classes(votes: torch.Tensor) -> torch.Tensor:
+def ranked_classes(votes: np.ndarray) -> np.ndarray:
     """Classes by decreasing vote, equal votes keeping the lower class first; after the first
     (the prediction, whatever its vote), -1 in place of the classes no neighbour voted for, which
     are never a top-5 hit. (Only a very small --temperature makes exp(cos / T) underflow to 0.)"""
-    values = votes.numpy()
-    order = np.argsort(-values, axis=1, kind="stable")
-    voted = np.take_along_axis(values, order, axis=1) > 0
+    order = np.argsort(-votes, axis=1, kind="stable")
+    voted = np.take_along_axis(votes, order, axis=1) > 0
     voted[:, 0] = True
-    return torch.from_numpy(np.where(voted, order, -1))
+    return np.where(voted, order, -1)
 
 
-def nearest(queries: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, torch.Tensor]]], k: int) -> dict[str, np.ndarray]:
+def _ranked_votes(similarity: np.ndarray, labels: np.ndarray, n_classes: int, temperature: float, ks: Sequence[int], width: int) -> list[np.ndarray]:
+    """For every k in ``ks`` (ascending), the ``width`` first ``ranked_classes`` of the summed
+    weights exp(cos / T) of the first k neighbours' classes: float32, added in rank order, in one
+    pass over the ranks."""
+    weights = np.exp(np.asarray(similarity, np.float32) / np.float32(temperature))
+    votes = np.zeros((similarity.shape[0], n_classes), np.float32)
+    rows = np.arange(similarity.shape[0])
+    out, done = [], 0
+    for k in ks:
+        for rank in range(done, k):
+            votes[rows, labels[:, rank]] += weights[:, rank]
+        done = k
+        out.append(ranked_classes(votes)[:, :width])
+    return out
+
+
+def nearest(queries: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]], k: int) -> dict[str, np.ndarray]:
     """A block of (unnormalised) test rows → their k most similar train images, best first:
     ``similarity`` (rows, k) float32 cosines and ``neighbour`` (rows, k) int64 train indices.
     Each row's answer depends on that row and the train blocks only, so blocks of rows can be
     computed anywhere and concatenated."""
-    top_val, top_idx = running_topk(normalise(torch.as_tensor(np.asarray(queries))), train_blocks, k)
-    return {"similarity": top_val.numpy(), "neighbour": top_idx.numpy()}
+    value, index = running_topk(normalise(queries), train_blocks, k)
+    return {"similarity": value, "neighbour": index}
 
 
-def features(values: np.ndarray, feature: str, norm: torch.nn.Module | None) -> np.ndarray:
-    """Stored rows (class tokens, or patch tokens for ``mean``) → the chosen feature, unnormalised."""
+def features(values: np.ndarray, feature: str, norm: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+    """Stored rows (class tokens, or patch tokens for ``mean``) → the chosen feature, unnormalised;
+    ``norm``: the network's final LayerNorm (``store.parts.FinalNorm``) for ``cls-normed``."""
     values = np.asarray(values, dtype=np.float32)
     if feature == "mean":
         return values.mean(1)
-    if norm is not None:
-        with torch.no_grad():
-            return norm(torch.from_numpy(values)).numpy()
-    return values
+    return norm(values) if norm is not None else values
 
 
-def nearest_block(values: np.ndarray, *, bank, feature: str, norm: torch.nn.Module | None, k: int, train_block: int) -> dict[str, np.ndarray]:
+def nearest_block(values: np.ndarray, *, bank, feature: str, norm, k: int, train_block: int) -> dict[str, np.ndarray]:
     """A block of test images' stored rows → their k nearest train images: the unit a runner ships
     to a worker. ``bank.value()`` is the (train, D) normalised train features (``runner.Shared``,
-    mapped once per worker), taken ``train_block`` rows at a time; one torch thread on a worker."""
+    mapped once per worker), taken ``train_block`` rows at a time (the runner's one BLAS thread)."""
     matrix = bank.value()
 
     def blocks():
         for a in range(0, matrix.shape[0], train_block):
-            yield a, torch.from_numpy(np.array(matrix[a:a + train_block]))
+            yield a, np.asarray(matrix[a:a + train_block])
 
-    from ..infra.runner import torch_threads
-
-    with torch_threads(1):
-        return nearest(features(values, feature, norm), blocks, k)
+    return nearest(features(values, feature, norm), blocks, k)
 
 
 def ranked_votes(similarity: np.ndarray, neighbour: np.ndarray, train_labels: np.ndarray, n_classes: int, ks: Sequence[int],
                  temperature: float, width: int) -> np.ndarray:
     """(rows, k, width) the ``width`` classes of largest vote of each row, for every k in ``ks``."""
-    labels = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
-    sim, idx = torch.from_numpy(np.ascontiguousarray(similarity)), torch.from_numpy(np.ascontiguousarray(neighbour))
-    return np.stack([ranked_classes(vote(sim[:, :k], labels[idx[:, :k]], n_classes, temperature)).numpy()[:, :width] for k in ks], axis=1)
+    labels = np.asarray(train_labels, np.int64)[np.asarray(neighbour)]
+    order = sorted(range(len(ks)), key=lambda j: ks[j])
+    ranked = _ranked_votes(similarity, labels, n_classes, temperature, [ks[j] for j in order], width)
+    return np.stack([ranked[order.index(j)] for j in range(len(ks))], axis=1)
 
 
 def scored(ks: Sequence[int], ranked: np.ndarray, test_labels: np.ndarray, n_classes: int, neighbour: np.ndarray, similarity: np.ndarray,
@@ -215,11 +240,12 @@ def classify(
     ks = tuple(sorted(int(k) for k in ks))
     if not ks or ks[0] < 1 or ks[-1] > n_train:
         raise ValueError(f"k must lie in 1..{n_train} (the train images), got {ks}")
+    if n_train >= 2**32:
+        raise ValueError(f"{n_train} train images: at most 2**32 - 1")
 
     def blocks():
         for a in range(0, n_train, train_block):
-            b = min(a + train_block, n_train)
-            yield a, normalise(torch.as_tensor(np.asarray(train(a, b))))
+            yield a, normalise(train(a, min(a + train_block, n_train)))
 
     parts = []
     for a in range(0, n_test, test_block):

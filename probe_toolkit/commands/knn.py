@@ -8,8 +8,9 @@ panel's sub-folders, or a COCO panel's largest annotated category (``panels.read
 The feature, stated in every output:
 
 - ``cls-normed`` (the default where the network has a class token and a final norm): the class
-  token after the final LayerNorm, DINO's ``eval_knn.py`` feature; the norm's weights are read
-  from the store's checkpoint (``store.parts``), sha256 checked;
+  token after the final LayerNorm, DINO's ``eval_knn.py`` feature; the norm's weights are those
+  extraction recorded from the checkpoint (``store.parts``; a store extracted before that rereads
+  them from the checkpoint, sha256 checked);
 - ``cls``: the stored class token (before any final norm);
 - ``mean``: the mean of the last block's patch tokens (the default without a class token).
 
@@ -36,7 +37,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
 import xarray as xr
 
 from ..analyses import knn
@@ -45,7 +45,7 @@ from ..infra.errors import ProbeError
 from ..infra.runner import map_images, placed, shared
 from ..labels.panels import ClassLabels, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
-from .linear import locate, panel_ids
+from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 FEATURES = ("auto", "cls-normed", "cls", "mean")
@@ -119,17 +119,17 @@ def feature_array(ds: xr.Dataset, ids: Sequence[str], feature: str, view: str) -
     return cache.require(ds, stored_name(feature, view)).sel(image=list(ids))
 
 
-def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None, view: str) -> Callable[[int, int], np.ndarray]:
+def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> Callable[[int, int], np.ndarray]:
     """Rows a..b of the chosen feature, read from the store only when asked."""
     array = feature_array(ds, ids, feature, view)
     return lambda a, b: knn.features(array.isel(image=slice(a, b)).values, feature, norm)
 
 
-def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: torch.nn.Module | None, view: str) -> np.ndarray:
+def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> np.ndarray:
     """(train, D) the train images' features, L2-normalised block by block, as the workers use them."""
     rows = reader(ds, ids, feature, norm, view)
     n = len(ids)
-    return np.concatenate([knn.normalise(torch.as_tensor(rows(a, min(a + knn.TRAIN_BLOCK, n)))).numpy() for a in range(0, n, knn.TRAIN_BLOCK)])
+    return np.concatenate([knn.normalise(rows(a, min(a + knn.TRAIN_BLOCK, n))) for a in range(0, n, knn.TRAIN_BLOCK)])
 
 
 def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
@@ -140,7 +140,7 @@ def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataA
     which = shards.parse(shard)
     a, b = shards.image_range(which, len(val_ids), knn.TEST_BLOCK)
     if b > a:
-        near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, image_range=(a, b))
+        near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, image_range=(a, b), torch_free=True)
     else:
         near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
     part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
@@ -215,7 +215,7 @@ def run_knn(
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         if shard is None and "WORLD_SIZE" not in os.environ:
-            near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress)
+            near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, torch_free=True)
         else:
             near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress)
             if near is None:  # a shard that finished before the others

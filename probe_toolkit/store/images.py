@@ -37,13 +37,16 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
 from . import own_size
+
+if TYPE_CHECKING:  # torch is imported where pixels become tensors: listing images and their geometry need none
+    import torch
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -246,6 +249,8 @@ NORMALISED = ((np.arange(256, dtype=np.float32)[:, None] / 255.0 - MEAN) / STD).
 
 def normalise(image: Image.Image) -> torch.Tensor:
     """(3, H, W) float32, ImageNet mean and std."""
+    import torch
+
     pixels = np.asarray(image)
     if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] != 3:
         array = (pixels.astype(np.float32) / 255.0 - MEAN) / STD
@@ -261,6 +266,8 @@ def native(image: Image.Image, patch: int, view: str = NATIVE) -> torch.Tensor:
     normalised first, then the image's top-left pixels that fit the grid on a zero canvas of the
     grid's size. Resized (native_resized): the whole image resized with LANCZOS to the grid's
     pixels, then normalised, as TokenCut's ``resize_pil`` then ``ToTensor`` + ``Normalize``."""
+    import torch
+
     rows, cols = native_grid(image.width, image.height, patch, view)
     if own_size.rule(view) == own_size.RESIZE:
         return normalise(image.resize((cols * patch, rows * patch), Image.Resampling.LANCZOS))
@@ -275,6 +282,8 @@ def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     """``torch.stack`` of CPU tensors, copied by numpy: a torch copy this large runs in parallel,
     and on a thread other than the main one each such call starts its own OpenMP team, whose
     threads then spin on the cores the forward pass runs on. The same values."""
+    import torch
+
     return torch.from_numpy(np.stack([t.numpy() for t in tensors]))
 
 
