@@ -8,7 +8,9 @@ xarray and pandas (half a second: they read the store with zarr alone, ``store/d
 decode writes its results with ``store/plain.py``), nor scipy.ndimage (0.15 s: connected
 components come from scipy.sparse.csgraph). ``probe entropy`` and ``probe neighbours`` load no
 torch either (neighbours runs the selection rules training runs, ``analyses/selection.py``, on
-numpy arrays; ``tests/test_selection.py`` holds them to the torch results). What these
+numpy arrays; ``tests/test_selection.py`` holds them to the torch results), and neither does
+``probe attention-masks`` on a network with a class token (``probe knn``'s is checked in
+``tests/test_knn.py``, on labelled panels). What these
 commands read and write instead is checked here too: the same values as xarray's reading, the
 same bytes as xarray's writing.
 """
@@ -66,6 +68,13 @@ def test_entropy_loads_no_torch_and_nothing_for_dask(store):
 def test_neighbours_loads_no_heavy_library(store):
     # the selection rules training runs (analyses/selection.py), here on numpy arrays
     assert loaded_by(["neighbours", str(store), "-q", "--boot", "10"]) == []
+
+
+def test_attention_masks_of_a_class_token_load_no_torch(store, tmp_path):
+    # DINO's rule reads the stored attention; only SelfPatch's aggregation head computes with torch
+    heavy = loaded_by(["attention-masks", str(store), "-q", "--workers", "1", "--cache", str(tmp_path / "cache")])
+    assert "torch" not in heavy and "timm" not in heavy
+    assert (store / "results" / "attention_masks" / "zarr.json").is_file()  # the run did compute
 
 
 FULL_SWEEPS = """

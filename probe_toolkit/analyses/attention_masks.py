@@ -25,9 +25,12 @@ ViT-S/16 on PASCAL VOC12, come from private code described in dino issue #54):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # only SelfPatch's aggregation head computes with torch
+    import torch
 
 MASS = 0.6  # visualize_attention.py's --threshold in the paper's figures
 
@@ -45,12 +48,14 @@ def mean_patch_rows(attention: np.ndarray, prefix: int = 0) -> np.ndarray:
     return rows / rows.sum(-1, keepdims=True)
 
 
-def aggregation_rows(tokens: np.ndarray, head: dict[str, torch.Tensor], heads: int) -> np.ndarray:
+def aggregation_rows(tokens: np.ndarray, head: "dict[str, torch.Tensor]", heads: int) -> np.ndarray:
     """(image, N, D) backbone tokens → (image, head, N): SelfPatch ``ca_head``'s last block's class attention.
 
     Each class-attention block: u = norm1([c, t]); q from u[0] only, scaled by d^-½; k, v from
     all of u; softmax over 1 + N; c += proj(attn v); c += mlp(norm2(c)). The tokens are not updated.
     """
+    import torch
+
     t = torch.as_tensor(np.asarray(tokens, dtype=np.float32))
     b, n, d = t.shape
     blocks = sorted({int(k.split(".")[1]) for k in head if k.startswith("cls_blocks.")})

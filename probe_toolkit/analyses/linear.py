@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-import torch
 
 from ..store.images import ViewGeometry
 
@@ -192,6 +191,8 @@ def dense_confusion(logits: np.ndarray, region_classes: np.ndarray, geometry: Vi
     u = (np.arange(x0, x1) + 0.5) * nw / w - left  # view coordinates of the pixel centres
     v = (np.arange(y0, y1) + 0.5) * nh / h - top
     grid = np.stack(np.meshgrid(u / geometry.size * 2 - 1, v / geometry.size * 2 - 1, indexing="xy"), axis=-1)
+    import torch  # here, not at the top: the label maps above serve probe attention-masks, which needs no torch
+
     sampled = torch.nn.functional.grid_sample(
         torch.as_tensor(logits, dtype=torch.float32)[None],
         torch.as_tensor(grid, dtype=torch.float32)[None],
@@ -255,6 +256,8 @@ def standardiser(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_patch_probe(features: np.ndarray, labels: np.ndarray, n_classes: int, weight_decay: float, settings: FitSettings) -> PatchProbe:
     """Fit the linear layer on (row, channel) features and row labels (IGNORE rows are skipped)."""
+    import torch
+
     keep = np.asarray(labels) != IGNORE
     x_all = np.asarray(features, dtype=np.float32)[keep]
     channels = x_all.shape[1]
