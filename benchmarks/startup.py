@@ -14,10 +14,10 @@ fresh interpreter imports torch and timm, under CPython's thresholds and under p
 (``infra/collector.py``).
 
 ``--full`` adds ``python -c 'import torch'`` (what every command computing with torch pays
-first), ``entropy`` and ``neighbours``, the two protocols that compute with torch on a
-store of four labelled scenes (``knn``: DINO's ``torch.topk`` tie rule; ``attention-masks``:
-DINO's script, on local worker processes that each import torch), and ``probe report`` (which
-draws its figures with matplotlib: not a fixed cost, no target).
+first), ``entropy`` and ``neighbours``, the two frozen-feature protocols that read labelled panels,
+on a store of four labelled scenes (``knn`` and ``attention-masks``: both on numpy now, torch
+imported only for an old store's final norm or SelfPatch's aggregation head), and ``probe
+report`` (which draws its figures with matplotlib: not a fixed cost, no target).
 ``--compare DIR`` runs every command a second time in each round with another checkout of the
 toolkit first on the path (e.g. ``/work/main`` before a change), interleaved, on the same store,
 and prints both. Prints a table and one JSON line.
@@ -100,8 +100,8 @@ def commands(store: str, root: Path, full: bool, panel_store: str = "") -> dict[
         chosen["python -c 'import torch' (torch alone)"] = [sys.executable, "-c", "import torch"]
         chosen["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "10"]
         chosen["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "10"]
-        chosen["probe knn STORE (torch)"] = [*probe, "knn", panel_store, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", *cache]
-        chosen["probe attention-masks STORE (torch)"] = [*probe, "attention-masks", panel_store, "--panel", "bench-val", "-q", *cache]
+        chosen["probe knn STORE (two panels)"] = [*probe, "knn", panel_store, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", *cache]
+        chosen["probe attention-masks STORE (a panel)"] = [*probe, "attention-masks", panel_store, "--panel", "bench-val", "-q", *cache]
         chosen["probe report STORE (draws figures)"] = [*probe, "report", store, "--out", str(root / "report"), "--format", "png", *cache]
     return chosen
 
