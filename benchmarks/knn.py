@@ -15,7 +15,7 @@ k-NN seconds (target ≥ 0.8). Prints a table and a JSON line.
 ``--parts`` also times one block's pieces (1,024 test × 4,096 train, medians of 5): its products,
 each row's 200th largest value (``np.partition``: how the first block finds its 200 best), the
 values above a running 200th gathered as keys (what a later block adds: ``knn.block_candidates``),
-and the merge of 200 running keys with 200 new ones; beside them ``np.argpartition``'s top-200 and
+and the merge of 200 running keys with 200 new ones (a value partition: keys carry their index); beside them ``np.argpartition``'s top-200 and
 torch's products and ``topk`` (each library at its default threads), the pieces the selection
 does not use.
 """
@@ -131,7 +131,7 @@ def block_parts(train: np.ndarray, test: np.ndarray, rounds: int = 5) -> dict[st
     width = sim.shape[1]
     pieces = {"products": lambda: a @ b.T, "200th largest": lambda: knn._kth_largest(sim, 200),
               "above floor as keys": lambda: knn.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, floor),
-              "merge 200 + 200": lambda: np.argpartition(merged, 199, axis=1),
+              "merge 200 + 200": lambda: np.partition(merged, 199, axis=1),
               "argpartition 200": lambda: np.argpartition(sim, width - 200, axis=1)[:, -200:],
               "torch products": lambda: ta @ tb.T, "torch top-200": lambda: tsim.topk(200, dim=1, sorted=False)}
     out = {}

@@ -96,17 +96,17 @@ def block_candidates(sim: np.ndarray, offset: int, k: int, floor: np.ndarray | N
     if floor is None and width <= k:
         cols = np.broadcast_to(np.arange(width), sim.shape)
         return keys(sim, offset + cols)
-    if floor is None:
-        above = sim >= _kth_largest(sim, k)[:, None]
-    else:
-        above = sim > floor[:, None]
-        counts = np.count_nonzero(above, axis=1)
-        crowded = np.flatnonzero(counts > k)
-        if len(crowded):
-            above[crowded] = sim[crowded] >= _kth_largest(sim[crowded], k)[:, None]
-    flat = np.flatnonzero(above)
+    threshold = _kth_largest(sim, k) if floor is None else floor
+    flat = np.flatnonzero(sim >= threshold[:, None] if floor is None else sim > threshold[:, None])
     r = flat // width
     counts = np.bincount(r, minlength=rows)
+    crowded = np.flatnonzero(counts > k) if floor is not None else ()
+    if len(crowded):  # those rows keep their values at or above their own k-th largest
+        own = np.full(rows, -np.inf, np.float32)
+        own[crowded] = _kth_largest(sim[crowded], k)
+        flat = flat[sim.ravel()[flat] >= own[r]]
+        r = flat // width
+        counts = np.bincount(r, minlength=rows)
     out = np.full((rows, int(counts.max(initial=0))), EMPTY, np.uint64)
     out[r, np.arange(len(r)) - (np.cumsum(counts) - counts)[r]] = keys(sim.ravel()[flat], offset + flat - r * width)
     return out
@@ -126,9 +126,7 @@ def running_topk(test: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int
         sim = test @ np.asarray(block, np.float32).T
         floor = unkey(best.max(1))[0] if seen >= k else None
         merged = np.concatenate([best, block_candidates(sim, offset, k, floor)], axis=1)
-        if merged.shape[1] > k:
-            merged = np.take_along_axis(merged, np.argpartition(merged, k - 1, axis=1)[:, :k], axis=1)
-        best = merged
+        best = np.partition(merged, k - 1, axis=1)[:, :k] if merged.shape[1] > k else merged  # keys carry their index
         seen += sim.shape[1]
     return unkey(np.sort(best, axis=1))
 
