@@ -421,3 +421,6 @@ def test_recorded_final_norm_is_torchs_layernorm():
     manifest["arch"]["width"] = 64
     with pytest.raises(ProbeError, match="final norm of 48 channels"):
         parts.final_norm(manifest, "store.zarr")
+    manifest["final_norm"]["bias"] = "not base64!"
+    with pytest.raises(ProbeError, match="unreadable final norm"):
+        parts.final_norm(manifest, "store.zarr")

@@ -84,7 +84,10 @@ def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:
         return None
     recorded = manifest.get("final_norm")
     if isinstance(recorded, dict):
-        weight, bias = _decode(recorded["weight"]), _decode(recorded["bias"])
+        try:
+            weight, bias = _decode(recorded["weight"]), _decode(recorded["bias"])
+        except (KeyError, TypeError, ValueError) as error:  # binascii.Error is a ValueError
+            raise ProbeError(where, f"records an unreadable final norm ({type(error).__name__})", "extract the store again") from None
         if weight.shape != bias.shape or weight.shape[0] != int(manifest["arch"]["width"]):
             raise ProbeError(where, f"records a final norm of {weight.shape[0]} channels for a network of width {manifest['arch']['width']}",
                              "extract the store again")
