@@ -139,6 +139,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
     from probe_toolkit.analyses.decoder import Settings
     from probe_toolkit.commands.decode import run_decode
     from probe_toolkit.infra.runner import local_cores
+    from probe_toolkit.results import records
     from probe_toolkit.store import cache
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,7 +162,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
                 times[workers].append(time.perf_counter() - t)
                 cpu[workers].append(_cpu() - c)
                 parent[workers].append(time.process_time() - p)
-                saved[workers] = cache.load_results(path, "decoder").load()
+                saved[workers] = records.load(path, "decoder").load()
         one, every = (statistics.median(times[w]) for w in times)
         a, b = saved.values()
         identical = all(np.array_equal(a[v].values, b[v].values, equal_nan=a[v].dtype.kind == "f") for v in a.data_vars)

@@ -29,6 +29,7 @@ from analyses import build_store  # noqa: E402  (the synthetic store of benchmar
 
 from probe_toolkit.commands.attention_masks import run_attention_masks  # noqa: E402
 from probe_toolkit.store import cache  # noqa: E402
+from probe_toolkit.results import records
 
 
 def cpu() -> float:
@@ -40,7 +41,7 @@ def timed(store: Path, workers: int) -> tuple[float, float, np.ndarray]:
     wall, used = time.perf_counter(), cpu()
     run_attention_masks(store, row="mean", workers=workers)
     wall, used = time.perf_counter() - wall, cpu() - used
-    return wall, used, cache.load_results(store, "attention_masks")["mask"].values
+    return wall, used, records.load(store, "attention_masks")["mask"].values
 
 
 def main() -> None:

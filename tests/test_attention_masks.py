@@ -14,6 +14,7 @@ from probe_toolkit.analyses import attention_masks as am
 from probe_toolkit.cli import app
 from probe_toolkit.labels import ledger
 from probe_toolkit.store import cache, images
+from probe_toolkit.results import records
 from probe_toolkit.store.checkpoints import load_checkpoint
 
 runner = CliRunner()
@@ -157,7 +158,7 @@ def test_command_scores_the_class_token_masks(tiny_stores, scene_panel, tmp_path
         best.append(max(plain_iou(m, 14, 16, union) for m in masks))
     assert summary["per_object"] == pytest.approx(np.mean(per_object), abs=1e-9)
     assert summary["best_head"] == pytest.approx(np.mean(best), abs=1e-9)
-    saved = cache.load_results(tiny_stores["dino"], "attention_masks")
+    saved = records.load(tiny_stores["dino"], "attention_masks")
     assert saved["mask"].shape == (ds.sizes["image"], 2, 196)
     assert [e.fields["purpose"] for e in ledger.entries(c)][-1] == "attention-masks: score"
 

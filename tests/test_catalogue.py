@@ -36,6 +36,7 @@ from probe_toolkit import cli
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra import chunked, litter
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 from probe_toolkit.store.checkpoints import sha256_file
 
 # ----------------------------------------------------------------------------------------------
@@ -617,7 +618,7 @@ def test_killed_runs_litter_is_swept_and_never_read(w):
         (results / name / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
     info = probe("info", w.store, env={"COLUMNS": "200"})
     assert info.code == 0 and ".entropy.tmp" not in info.out and "ghost" not in info.out
-    assert ".entropy" not in cache.list_results(w.store)
+    assert ".entropy" not in records.results(w.store)
     assert probe("entropy", w.store, "--boot", "20", "-q").code == 0
     assert not [p.name for p in results.iterdir() if litter.is_litter(p.name)]
     out = w.root / "out" / "swept"
@@ -633,7 +634,7 @@ def test_partial_results_are_marked_stale_in_the_report(w):
     args = ["extract", w.ckpt, "--images", w.small, "--views", "224", "--chunk", "1", "--store", path, *w.q]
     assert probe(*args, "--limit", "1").code == 0
     assert probe("entropy", path, "--boot", "20", "--partial", "-q").code == 0
-    record = cache.load_results(path, "entropy").attrs["computed_on"]
+    record = records.load(path, "entropy").attrs["computed_on"]
     assert record["images"] == 1 and record["store"]["done"] == 1 and record["store"]["total"] == 2
     assert probe(*args).code == 0  # finish the store
     other = _store_224(w)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from probe_toolkit.cli import app
 from probe_toolkit.labels import ledger, panels
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract
 
@@ -59,7 +60,7 @@ def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
     assert not (root / "ledger.jsonl").exists()
     res = json.loads((tmp_path / "m.json").read_text())
     assert {r["image_id"] for r in res} == {0, 1, 2, 3} and all(isinstance(r["segmentation"]["counts"], str) for r in res)
-    saved = cache.load_results(store, "decoder")
+    saved = records.load(store, "decoder")
     assert dict(saved.sizes) == {"image": 4, "mask": 2, "patch": GRID * GRID}
     assert saved.attrs["settings"]["preset"] == "maskcut" and saved.attrs["manifest"]["checkpoint"]["sha256"] == "ab" * 32
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -73,7 +74,7 @@ def test_decode_on_a_panel_scores_exact_masks_perfectly(setup, tmp_path):
                                      "--cache", str(root), "-q", "--out", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
     assert len(opened) == 1  # exactly one read, by read_labels
-    scores = cache.load_results(store, "scores_val")
+    scores = records.load(store, "scores_val")
     entries = ledger.entries(root)
     assert len(entries) == 1 and scores.attrs["ledger_entry"] == entries[0].id
     assert entries[0].fields["images"] == 4 and entries[0].fields["checkpoint"] == "ab" * 32
@@ -120,12 +121,12 @@ def test_sweep_reads_labels_once_and_its_best_settings_drive_decode(setup, tmp_p
     best = json.loads((root / "decoder-settings.json").read_text())
     assert best["chosen_by"]["ledger_entry"] == ledger.entries(root)[0].id and best["chosen_by"]["grid_size"] == 16
     assert best["settings"]["tau"] == 0.2 and best["settings"]["masks"] == 2  # τ = 0.99 links nothing; two objects need two masks
-    sweep = cache.load_results(store, "sweep_val")
+    sweep = records.load(store, "sweep_val")
     assert sweep.sizes["setting"] == 16 and sweep.attrs["ledger_entry"] == best["chosen_by"]["ledger_entry"]
     # a later decode uses the sweep's settings, and says so
     later = runner.invoke(app, ["decode", str(store), "--cache", str(root), "-q"])
     assert later.exit_code == 0, later.output
-    saved = cache.load_results(store, "decoder")
+    saved = records.load(store, "decoder")
     assert saved.attrs["settings"] == best["settings"] and "decoder-settings.json" in saved.attrs["settings_source"]
     assert len(ledger.entries(root)) == 1
 
@@ -140,7 +141,7 @@ def test_sweep_shards_read_labels_once_and_give_the_one_process_table(setup, tmp
     args = ["decode-sweep", str(store), "--panel", "val", "--grid", str(grid), "--cache", str(root), "--workers", "1"]
     assert _main([*args, "-q", "--json", str(tmp_path / "one.json"), "--settings-out", str(tmp_path / "one-best.json")], capsys) == (0, "")
     one = json.loads((tmp_path / "one.json").read_text())["table"]
-    one_sweep = cache.load_results(store, "sweep_val").load()
+    one_sweep = records.load(store, "sweep_val").load()
     shards = [*args, "--json", str(tmp_path / "two.json"), "--settings-out", str(tmp_path / "two-best.json")]
     with panels.forbid_label_reads([annotations]) as opened:
         code, printed = probe_main([*shards, "--shard", "0/2"], capsys)
@@ -151,7 +152,7 @@ def test_sweep_shards_read_labels_once_and_give_the_one_process_table(setup, tmp
     best = [json.loads((tmp_path / f"{k}-best.json").read_text()) for k in ("one", "two")]
     assert best[0]["settings"] == best[1]["settings"]
     assert best[1]["chosen_by"]["ledger_entry"] in {e.id for e in ledger.entries(root)}  # the scoring shard's read is in the ledger
-    sweep = cache.load_results(store, "sweep_val").load()
+    sweep = records.load(store, "sweep_val").load()
     for name in one_sweep.data_vars:
         assert list(sweep[name].values) == list(one_sweep[name].values), name
 
@@ -167,7 +168,7 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
                          cache_dir=root, quiet=True, batch_size=4)
         result = runner.invoke(app, ["decode", str(report.store), "--cache", str(root), "-q"])
     assert result.exit_code == 0, result.output
-    saved = cache.load_results(report.store, "decoder")
+    saved = records.load(report.store, "decoder")
     assert saved.sizes["patch"] == 900 and saved["n_masks"].min() >= 1
     assert not (root / "ledger.jsonl").exists()
 

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from probe_toolkit.cli import app
 from probe_toolkit.labels.masks import decode_rle, saved_masks
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 
 runner = CliRunner()
 P = 16
@@ -219,7 +220,7 @@ def test_every_preset_cuts_each_image_on_its_own_grid(native_stores, preset, vie
     result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", preset, "-q", "--workers", "1",
                                  "--out", str(out), "--cache", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
-    saved = cache.load_results(store, "decoder")
+    saved = records.load(store, "decoder")
     assert saved.attrs["view"] == view and saved.sizes["patch"] == max(r * c for r, c in grids)
     np.testing.assert_array_equal(saved["grid_rows"].values, [g[0] for g in grids])
     np.testing.assert_array_equal(saved["grid_cols"].values, [g[1] for g in grids])
@@ -305,7 +306,7 @@ def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
     wide = next(x for x in json.loads(out.read_text()) if x["file_name"] == "wide.png")
     assert wide["patch_box"] == [112.0, 64.0, 170.0, 100.0]
     assert wide["bbox"] == [112.0, 64.0, 58.0, 36.0]
-    scores = cache.load_results(store, "scores_val")
+    scores = records.load(store, "scores_val")
     assert float(scores["corloc"]) == 1.0
     # the sweep decodes the same native keys: TokenCut finds every planted box, LOST's k = 100 graph here does not
     (tmp_path / "g.toml").write_text('preset = ["tokencut", "lost"]\ncenter = [false]\ntau = [0.2]\neps = [1e-5]\nmasks = [1]\n')
@@ -326,13 +327,13 @@ def test_own_size_shards_assemble_the_one_process_decode(native_stores, view, tm
     shutil.copytree(native_stores(view)[0], store)
     args = ["decode", str(store), "--view", view, "--preset", "tokencut", "-q", "--workers", "1", "--cache", str(tmp_path / "c")]
     assert run_main(args, capsys)[0] == 0
-    whole = cache.load_results(store, "decoder").load()
+    whole = records.load(store, "decoder").load()
     one = (store / "results" / "decoder-masks.json").read_text()
     shutil.rmtree(store / "results")
     assert run_main([*args, "--shard", "0/2"], capsys) == (0, "")
-    assert cache.load_results(store, "decoder") is None and cache.load_results(store, "decoder-part-0-of-2")["masks"].shape[0] == 2
+    assert records.load(store, "decoder") is None and records.load(store, "decoder-part-0-of-2")["masks"].shape[0] == 2
     assert run_main([*args, "--shard", "1/2"], capsys)[0] == 0
-    sharded = cache.load_results(store, "decoder").load()
+    sharded = records.load(store, "decoder").load()
     assert set(sharded.variables) == set(whole.variables)
     for name in whole.variables:
         np.testing.assert_array_equal(sharded[name].values, whole[name].values, err_msg=name)
@@ -351,7 +352,7 @@ def test_the_torch_backend_batches_each_grid_and_gives_the_scipy_masks(native_st
         code, err = run_main(["decode", str(store), "--view", view, "--preset", "tokencut", "--masks", "2", "--backend", backend, "-q",
                               "--workers", "1", "--out", str(out), "--cache", str(tmp_path / "c")], capsys)
         assert code == 0, err
-        got[backend] = (cache.load_results(store, "decoder").load(), json.loads(out.read_text()))
+        got[backend] = (records.load(store, "decoder").load(), json.loads(out.read_text()))
     (scipy_ds, scipy_json), (torch_ds, torch_json) = got["scipy"], got["torch"]
     assert not torch_ds["degenerate"].values.any() and torch_ds.attrs["backend"] == "torch"
     for name in ("masks", "n_masks", "grid_rows", "grid_cols"):
@@ -394,7 +395,7 @@ def decode_dsm(store, view, tmp_path, *extra):
                                  "--out", str(out), "--json", str(summary), "--cache", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
     masks = {x["file_name"]: decode_rle(x["segmentation"]) for x in json.loads(out.read_text())}
-    return cache.load_results(store, "decoder"), masks, json.loads(summary.read_text())
+    return records.load(store, "decoder"), masks, json.loads(summary.read_text())
 
 
 def test_dsm_on_native_crop_is_dsms_rule_on_the_cut_images_keys(extracted, tmp_path):
@@ -473,12 +474,12 @@ def test_tokencut_on_native_resized_is_tokencuts_cut_of_the_resized_images_keys(
         result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", "tokencut", "--panel", "sal", "-q", "--workers", "1",
                                      "--out", str(out), "--json", str(summary), "--cache", str(root)])
         assert result.exit_code == 0, result.output
-        return cache.load_results(store, "decoder"), json.loads(out.read_text()), json.loads(summary.read_text())
+        return records.load(store, "decoder"), json.loads(out.read_text()), json.loads(summary.read_text())
 
     saved, results, summary = decode("native-resized")  # the hyphen spelling
     assert saved.attrs["view"] == "native_resized"
     assert summary["published_view"] == "native_resized" and summary["warnings"] == []
-    assert cache.load_results(store, "saliency_sal").attrs["view"] == "native_resized"
+    assert records.load(store, "saliency_sal").attrs["view"] == "native_resized"
     for i, name in enumerate(str(v) for v in saved.image.values):
         _, h, w, _ = next(s for s in SCENES if s[0] == name)
         r, c = grid_of(h, w, "native_resized")

@@ -23,6 +23,7 @@ from probe_toolkit.labels import ledger, panels
 from probe_toolkit.labels import saliency as sal
 from probe_toolkit.labels.kinds import COCO20K_SIZE, coco20k_ids
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 
 runner = CliRunner()
 GRID = 16
@@ -376,10 +377,10 @@ def test_saliency_panel_scores_the_decoded_masks(tmp_path):
     f, iou, acc, mae = plain_metrics([p.astype(float) for p in preds], [truth[n] > 0 for n in ("a.png", "b.png", "c.png", "d.png")])
     assert summary["max_f"] == pytest.approx(f) and summary["iou"] == pytest.approx(iou) and summary["accuracy"] == pytest.approx(acc)
     assert summary["mae"] == pytest.approx(mae) and 0 < summary["iou"] < 1
-    saved = cache.load_results(store, "saliency_ecssd")
+    saved = records.load(store, "saliency_ecssd")
     assert float(saved["iou"]) == pytest.approx(iou) and saved.attrs["ledger_entry"] == ledger.entries(root)[0].id
     # scoring the written masks again gives the same numbers, through a second ledger entry
-    again = runner.invoke(app, ["score", str(cache.results_path(store, "decoder-masks.json")), "--panel", "ecssd", "--cache", str(root),
+    again = runner.invoke(app, ["score", str(records.results_path(store, "decoder-masks.json")), "--panel", "ecssd", "--cache", str(root),
                                 "--json", str(tmp_path / "sc.json")])
     assert again.exit_code == 0, again.output
     assert json.loads((tmp_path / "sc.json").read_text())["scores"]["max_f"] == pytest.approx(f) and len(ledger.entries(root)) == 2
@@ -406,7 +407,7 @@ def test_grey_mask_pixels_are_foreground_as_tokencut_scores_them(tmp_path):
     assert summary["max_f"] == pytest.approx(f) and summary["iou"] == pytest.approx(iou) and summary["accuracy"] == pytest.approx(acc)
     assert summary["iou"] < 1  # the grey column is object, which the prediction misses
     grey = sum(int(((truth[n] > 0) & (truth[n] < 255)).sum()) for n in names)
-    assert grey > 0 and cache.load_results(store, "saliency_ecssd").attrs["grey_ground_truth"] == {"masks": 4, "pixels": grey}
+    assert grey > 0 and records.load(store, "saliency_ecssd").attrs["grey_ground_truth"] == {"masks": 4, "pixels": grey}
 
 
 def test_saliency_mask_of_another_size_exits_2(tmp_path, capsys):
@@ -529,7 +530,7 @@ def test_refine_bilateral_scores_the_soft_output_on_a_saliency_panel(tmp_path, c
     result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--refine", "bilateral", "--cache", str(root),
                                  "-q", "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
-    saved = cache.load_results(store, "saliency_ecssd")
+    saved = records.load(store, "saliency_ecssd")
     assert saved.attrs["refine"] == "bilateral"
     # the object has its own colour, so the solver keeps it (lower IoU would mean it bled or shrank)
     assert 0.9 < float(saved["iou"]) <= 1.0 and float(saved["mae"]) < 0.05
@@ -559,7 +560,7 @@ def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metri
     table = json.loads((tmp_path / "t.json").read_text())["table"]
     assert code == 0 and [r["rule"] for r in table] == ["tokencut", "tokencut", "lost", "dsm"]
     assert next(r for r in table if r["rule"] == "lost")["corloc"] == 1.0  # both planted boxes found
-    saved = cache.load_results(store, "sweep_voc07")
+    saved = records.load(store, "sweep_voc07")
     assert saved.sizes["setting"] == 4
 
 
@@ -568,7 +569,7 @@ def test_dsm_colour_term_reads_the_stores_photographs(tmp_path, capsys):
     store, photos, keys = photo_store(tmp_path, scenes, GRID)
     code, err = run_main(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "--workers", "1", "-q"], capsys)
     assert code == 0, err
-    saved = cache.load_results(store, "decoder")
+    saved = records.load(store, "decoder")
     for i, s in enumerate(scenes):
         small = np.asarray(Image.fromarray(photos[s.name]).resize((GRID, GRID), Image.BILINEAR), dtype=np.float64) / 255
         want = dsm(keys[i], (GRID, GRID), color=knn_color_affinity(small), color_lambda=10.0).mask

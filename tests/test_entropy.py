@@ -12,7 +12,8 @@ from analysis_stores import make_store, softmax
 
 from probe_toolkit.analyses import entropy as ent
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.cache import load_results, open_store
+from probe_toolkit.store.cache import open_store
+from probe_toolkit.results import records
 
 
 def test_uniform_rows_give_ln_n_and_n():
@@ -258,7 +259,7 @@ def test_cli_entropy(attention_store, tmp_path):
     assert run.exit_code == 0, run.output
     assert "patch 7 of img00002.jpg" in run.output and "through the blocks" in run.output
     payload = json.loads(out.read_text())["stores"][str(path)]
-    saved = load_results(path, "entropy")
+    saved = records.load(path, "entropy")
     assert np.isclose(payload["summary"]["patch_effective"]["mean"], float(saved.summary_mean.values[1]))
     assert payload["arrays"]["detail_effective"]["image"] == "img00002.jpg"
     assert saved.attrs["command"] == "probe entropy" and saved.attrs["patch"] == 7

@@ -12,6 +12,7 @@ import zarr
 
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import images
+from probe_toolkit.results import records
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.cache import open_store, require
 from probe_toolkit.store.checkpoints import load_checkpoint
@@ -146,7 +147,7 @@ def test_a_store_with_results_grows_without_zarrs_warning(tmp_path, tiny_checkpo
     first = subprocess.run([*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "224", "--store", str(store), "-q"],
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    cache.save_results(store, "entropy", xr.Dataset({"h": ("image", np.zeros(7))}), {})
+    records.save(store, "entropy", xr.Dataset({"h": ("image", np.zeros(7))}), {})
     grown = subprocess.run([*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "96", "--store", str(store), "-q"],
                            capture_output=True, text=True)
     assert grown.returncode == 0 and "7/7 images done" in grown.stdout

@@ -18,6 +18,7 @@ from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()
@@ -246,7 +247,7 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     for j, k in enumerate((1, 3, 12)):
         preds, _ = brute_force(tr, trl, va, 3, k, 0.2)
         assert summary["top1"][j] == pytest.approx(np.mean(preds == val))
-    saved = cache.load_results(store, "knn")
+    saved = records.load(store, "knn")
     assert list(saved.k.values) == [1, 3, 12] and saved.attrs["feature"] == "cls-normed" and saved.attrs["temperature"] == 0.2
     purposes = [e.fields["purpose"] for e in ledger.entries(tmp_path / "cache")]
     assert purposes == ["knn: neighbours' classes", "knn: score"]
@@ -297,10 +298,10 @@ def test_knn_reads_dinos_eval_view_when_the_store_has_it(class_folders, tmp_path
     old, printed = knn_json()
     assert old["view"] == "224" and "not DINO's" in old["view_text"] and "probe extract --views eval224" in old["view_text"]
     assert "probe extract --views eval224" in printed.replace("\n", " ")
-    assert cache.load_results(store, "knn").attrs["view"] == "224"
+    assert records.load(store, "knn").attrs["view"] == "224"
     extract(root / "dino.pth", root / "data", settings=Settings(views=("eval224",), chunk=8), store=store, quiet=True)
     summary, _ = knn_json()
-    saved = cache.load_results(store, "knn")
+    saved = records.load(store, "knn")
     assert summary["view"] == saved.attrs["view"] == "eval224"
     assert summary["view_text"] == saved.attrs["view_text"] and summary["view_text"].startswith("eval224 view: short side 256")
     assert "not DINO's" not in summary["view_text"]
@@ -389,14 +390,14 @@ def test_knn_imports_no_torch_and_needs_no_checkpoint_with_a_recorded_norm(class
     args = ["--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "-q", "--workers", "1"]
     heavy = loaded_by(["knn", str(copy), *args, "--json", str(tmp_path / "new.json")])
     assert "torch" not in heavy and "timm" not in heavy
-    recorded = cache.load_results(copy, "knn")
+    recorded = records.load(copy, "knn")
     group = zarr.open_group(copy, mode="r+", use_consolidated=False)
     old = dict(group.attrs["manifest"])
     del old["final_norm"]
     group.attrs["manifest"] = old
     cache.consolidate(copy)
     assert "torch" in loaded_by(["knn", str(copy), *args, "--json", str(tmp_path / "old.json")])
-    reread = cache.load_results(copy, "knn")
+    reread = records.load(copy, "knn")
     for name in ("prediction", "neighbour", "similarity", "top1"):
         np.testing.assert_array_equal(recorded[name].values, reread[name].values)
     assert json.loads((tmp_path / "new.json").read_text())["top1"] == json.loads((tmp_path / "old.json").read_text())["top1"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import probe_toolkit
 
 PACKAGE = Path(probe_toolkit.__file__).parent
-STAGES = ["infra", "store", "analyses", "labels", "commands", "report", "demo", "cli"]
-ROOT_MODULES = {"__init__": "infra", "__main__": "cli", "cli": "cli"}
+STAGES = ["infra", "store", "analyses", "labels", "results", "commands", "protocols", "report", "demo", "cli"]
+ROOT_MODULES = {"_version": "infra", "__init__": "cli", "__main__": "cli", "cli": "cli"}
 
 
 def stage_of(module: str) -> str:

@@ -17,6 +17,7 @@ from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import add_panel
 from probe_toolkit.store import cache, images
+from probe_toolkit.results import records
 
 # ----------------------------------------------------------------------------------------------
 # geometry and labels
@@ -319,7 +320,7 @@ def test_run_fits_before_reading_val_and_saves_the_documented_results(panels, st
     assert good.scores["miou"] > 0.99 and good.scores["accuracy"] > 0.99 and good.scores["miou_dense"] > 0.8
     background = np.mean([panels["va"][i] == 0 for i in panels["va"]])
     assert rand.scores["accuracy"] <= background + 0.01 and rand.scores["miou"] < 0.5  # random tokens: no better than "all background"
-    ds = cache.load_results(stores["good"], "linear_patch")
+    ds = records.load(stores["good"], "linear_patch")
     assert list(ds["class"].values) == ["background", "cat", "dog"] and list(ds.category_id.values) == [0, 3, 7]
     assert ds.iou.dims == ("class",) and ds.confusion.dims == ("class", "predicted") and ds.prediction.dims == ("image", "patch")
     assert ds.weight.dims == ("class", "channel") and ds.holdout_miou.dims == ("weight_decay",) and ds.prediction.shape == (6, 196)
@@ -362,7 +363,7 @@ def dense_by_scipy(ds, val_store: Path, panels) -> np.ndarray:
 def test_image_level(panels, stores):
     report = probing.run_linear([stores["good"]], "tr", "va", level="image", settings=SMALL, cache_dir=panels["cache"])
     assert report.outcomes[0].scores["map"] > 0.95
-    ds = cache.load_results(stores["good"], "linear_image")
+    ds = records.load(stores["good"], "linear_image")
     assert ds.ap.dims == ("category",) and ds.score.dims == ("image", "category") and ds.attrs["feature"] == "cls_tokens_224"
     purposes = [e.fields["purpose"] for e in ledger.entries(panels["cache"])[-2:]]
     assert purposes == ["linear-image: fit", "linear-image: score"]
@@ -422,6 +423,6 @@ def test_on_a_store_the_real_extractor_wrote_from_the_panels_parent_folder(panel
                     store=tmp_path / "teacher.zarr", quiet=True, batch_size=8).store
     assert "va/img00.png" in cache.open_store(store).image.values
     report = probing.run_linear([store], "tr", "va", settings=linear.FitSettings(epochs=3, weight_decays=(1e-2,)), cache_dir=panels["cache"])
-    ds = cache.load_results(store, "linear_patch")
+    ds = records.load(store, "linear_patch")
     assert ds.weight.shape == (3, 128) and ds.prediction.shape == (6, 196) and 0 <= report.outcomes[0].scores["accuracy"] <= 1
     assert list(ds.image.values) == sorted(panels["va"])

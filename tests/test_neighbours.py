@@ -18,7 +18,8 @@ from threadpoolctl import threadpool_limits
 from probe_toolkit.analyses import neighbours as nb
 from probe_toolkit.analyses.stats import bootstrap_mean
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.cache import load_results, open_store, require
+from probe_toolkit.store.cache import open_store, require
+from probe_toolkit.results import records
 
 # ----------------------------------------------------------------------------------------------
 # an independent reimplementation: image by image, anchor by anchor, float64
@@ -293,7 +294,7 @@ def test_cli_neighbours_side_by_side(token_store, tmp_path):
     blocks = payload["stores"][str(other)]
     assert blocks["summary"]["positive_cosine"]["mean"] == pytest.approx(0.75)
     assert blocks["arrays"]["wrapped_links"]["values"] == 164
-    saved = load_results(path, "neighbours_g14")
+    saved = records.load(path, "neighbours_g14")
     assert saved.attrs["command"] == "probe neighbours" and saved.attrs["k"] == 4
     assert saved.top_in_window.dims == ("image",)
 
@@ -303,7 +304,7 @@ def test_cli_neighbours_side_by_side(token_store, tmp_path):
         args = ["neighbours", str(path), "--grid", "6", "--no-wrap", "--distance", "euclidean", "--boot", "50", "-q"]
         run = CliRunner().invoke(app, args + ["--dask-address", cluster.scheduler_address])
     assert run.exit_code == 0, run.output
-    saved = load_results(path, "neighbours_g6_nowrap")
+    saved = records.load(path, "neighbours_g6_nowrap")
     assert saved.attrs["distance"].startswith("euclidean (plain grid)") and int(saved.wrapped_links) == 0
 
 
@@ -351,5 +352,5 @@ def test_cli_refuses_a_growing_store_unless_partial(tmp_path):
     assert isinstance(run.exception, ProbeError) and "incomplete: 4/8" in str(run.exception)
     run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "20", "--partial"])
     assert run.exit_code == 0, run.output
-    saved = load_results(path, "neighbours_g14")
+    saved = records.load(path, "neighbours_g14")
     assert saved.sizes["image"] == 4 and saved.attrs["images_read"] == 4 and saved.attrs["store_manifest"]["n_images"] == 8

@@ -21,6 +21,7 @@ from probe_toolkit.report import build, default_name, render_report, write_repor
 from probe_toolkit.report import html as report_html
 from probe_toolkit.report.content import Figure, Note, Table
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "token-pca", "references"}
@@ -159,7 +160,7 @@ def test_attention_tables_rank_the_stored_row_like_the_entropy_result(full):
         weights = stored(store, "attention_224", image).astype(np.float64)  # float16 values, exactly
         start = 1 if cache.manifest(store)["arch"]["class_token"] else 0
         table = _table(section, f"{label}: row of patch {PATCH}")
-        saved = cache.load_results(store, "entropy")
+        saved = records.load(store, "entropy")
         index = [str(i) for i in saved.image.values].index(image)
         for head in range(weights.shape[0]):
             row = weights[head, start + PATCH]
@@ -189,13 +190,13 @@ def test_premise_and_scores_carry_their_references_and_ledger_entries(full):
     report = full.written.report
     premise = _table(report.section("premise"), "neighbours_g14:")
     assert len(premise.header) == 3  # the two stores, no unpublished reference column
-    saved = cache.load_results(full.dino, "neighbours_g14")
+    saved = records.load(full.dino, "neighbours_g14")
     mean = float(saved.summary_mean.sel(statistic="top_in_window"))
     assert _row(premise, "top 8 most similar inside the window")[1].startswith(f"{100 * mean:.1f} %")
 
     scores = report.section("scores")
     table = _table(scores, "Panel scenes (val)")
-    saved = cache.load_results(full.dino, "scores_scenes")
+    saved = records.load(full.dino, "scores_scenes")
     assert _row(table, "CorLoc")[1] == f"{100 * float(saved.corloc):.2f} %"
     # a 2-image synthetic panel at 480 px matches no published protocol and data: no reference beside it
     assert table.header == ["metric", *report.stores[:2]]
@@ -214,7 +215,7 @@ def test_premise_and_scores_carry_their_references_and_ledger_entries(full):
     assert "★ tokencut" in _text(scores)  # the sweep's chosen setting
 
     linear = _text(report.section("linear"))
-    saved = cache.load_results(full.dino, "linear_patch")
+    saved = records.load(full.dino, "linear_patch")
     for role in ("train", "val"):
         assert f"({saved.attrs['ledger'][role][:12]})" in linear
     assert "patch mIoU" in linear and "mAP (categories present)" in linear
@@ -346,7 +347,7 @@ def test_discovery_section_shows_saliency_scores_beside_tokencuts(full):
     """The saliency panel's scores as saved, in the discovery section, with the published line labelled."""
     from probe_toolkit.store import cache as store_cache
 
-    saved = store_cache.load_results(full.selfpatch, "saliency_scenes-sal")
+    saved = records.load(full.selfpatch, "saliency_scenes-sal")
     text = _text(full.written.report.section("discovery"))
     assert f"{100 * float(saved['max_f'].values):.1f}" in text and f"{100 * float(saved['iou'].values):.1f}" in text
     assert saved.attrs["kind"] == "saliency" and "β² = 0.3" in text
@@ -404,7 +405,7 @@ def test_decoder_cuts_show_the_saved_fiedler_vector_and_ground_truth(full):
     """The saved vector is TokenCut's: a plain dense generalized eigenproblem in float64 gives it."""
     import scipy.linalg
 
-    saved = cache.load_results(full.selfpatch, "decoder")
+    saved = records.load(full.selfpatch, "decoder")
     keys = np.asarray(cache.open_store(full.selfpatch)["keys_480"].values[0], dtype=np.float64)
     keys = keys - keys.mean(0)  # the centred preset
     unit = keys / np.linalg.norm(keys, axis=1, keepdims=True)
@@ -429,7 +430,7 @@ def _shown(figure) -> list[list[np.ndarray]]:
 def test_knn_grid_shows_the_saved_nearest_train_images(full):
     from probe_toolkit.store import images
 
-    saved = cache.load_results(full.dino, "knn")
+    saved = records.load(full.dino, "knn")
     train, classes = [str(v) for v in saved.train_image.values], [str(v) for v in saved["class"].values]
     (grid,) = [f for f in full.written.report.section("knn").figures() if "knn-retrieval" in f.name]
     queries = [str(v) for v in saved.image.values[:3]]
@@ -456,7 +457,7 @@ def test_knn_neighbours_are_the_plain_cosine_ranking(full):
 
     from probe_toolkit.store.checkpoints import load_checkpoint
 
-    saved = cache.load_results(full.dino, "knn")
+    saved = records.load(full.dino, "knn")
     assert saved.attrs["feature"] == "cls-normed"
     ds = cache.open_store(full.dino)
     backbone = load_checkpoint(cache.manifest(ds)["checkpoint"]["path"]).backbone
@@ -482,7 +483,7 @@ def test_propagation_strip_shows_the_written_masks_beside_the_first_annotation(f
 
     from PIL import Image
 
-    saved = cache.load_results(full.dino, "davis")
+    saved = records.load(full.dino, "davis")
     out, davis = Path(saved.attrs["out"]) / "shapes", Path(saved.attrs["davis"])
     written = sorted(out.glob("*.png"))
     (strip,) = [f for f in full.written.report.section("davis").figures() if "davis-strip" in f.name]

@@ -12,6 +12,7 @@ from decoder_scenes import Scene, make_store, planted_keys
 from test_decode_cli import _main
 
 from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.results import records
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
 from probe_toolkit.commands.decode import decode_keys, open_keys
 from probe_toolkit.infra import runner
@@ -172,7 +173,7 @@ def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path
         code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "tokencut", "--backend", backend,
                            "--workers", "1", "--out", str(tmp_path / f"{backend}.json")], capsys)
         assert code == 0, err
-        masks[backend] = cache.load_results(store, "decoder").load()
+        masks[backend] = records.load(store, "decoder").load()
     a, b = masks["scipy"], masks["torch"]
     ok = ~a["degenerate"].values & ~b["degenerate"].values
     assert ok.sum() >= 5
@@ -185,7 +186,7 @@ def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path,
 
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1"], capsys)
     assert code == 0, err
-    whole = cache.load_results(store, "decoder").load()
+    whole = records.load(store, "decoder").load()
     masks = (store / "results" / "decoder-masks.json").read_text()
     (store / "results" / "decoder-masks.json").unlink()
     for i in (2, 0, 1):  # the last shard to finish assembles
@@ -193,8 +194,8 @@ def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path,
                            "--shard", f"{i}/3"], capsys)
         assert code == 0, err
         assert (store / "results" / "decoder-masks.json").exists() == (i == 1)
-    assert cache.load_results(store, "decoder-part-0-of-3").sizes["image"] == 2  # whole chunks of 2
-    again = cache.load_results(store, "decoder").load()
+    assert records.load(store, "decoder-part-0-of-3").sizes["image"] == 2  # whole chunks of 2
+    again = records.load(store, "decoder").load()
     for name in whole.data_vars:
         assert np.array_equal(whole[name].values, again[name].values, equal_nan=whole[name].dtype.kind == "f"), name
     assert (store / "results" / "decoder-masks.json").read_text() == masks

@@ -21,10 +21,11 @@ from typer.testing import CliRunner
 from probe_toolkit.cli import app
 from probe_toolkit.infra import chunked, runner
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 
 
 def _saved(store: Path, name: str) -> dict[str, np.ndarray]:
-    ds = cache.load_results(store, name).load()
+    ds = records.load(store, name).load()
     return {k: ds[k].values for k in [*ds.data_vars, *ds.coords]}
 
 
@@ -86,9 +87,9 @@ def test_attention_mask_shards_assemble_the_one_process_result(tiny_stores, tmp_
     for i in (2, 0, 1):  # 7 images in chunks of 4: shard 0 has none; the last to finish assembles
         code, printed = probe_main(["attention-masks", store, "--workers", "1", "--shard", f"{i}/3"], capsys)
         assert code == 0, printed.err
-        assert (cache.load_results(store, "attention_masks") is not None) == (i == 1)
+        assert (records.load(store, "attention_masks") is not None) == (i == 1)
         assert ("waiting for shards" in printed.out) == (i != 1)
-    assert cache.load_results(store, "attention_masks-part-1-of-3").sizes["image"] == 4
+    assert records.load(store, "attention_masks-part-1-of-3").sizes["image"] == 4
     _same(whole, _saved(store, "attention_masks"))
 
 
@@ -126,7 +127,7 @@ def test_knn_same_bits_at_one_two_workers_and_on_a_cluster(knn_panels, tmp_path,
     from probe_toolkit.commands.knn import reader
 
     ds = cache.open_store(store)
-    saved = cache.load_results(store, "knn")
+    saved = records.load(store, "knn")
     train_ids, val_ids = list(saved.train_image.values), list(saved.image.values)
     from probe_toolkit.store import parts
 
@@ -151,8 +152,8 @@ def test_knn_shards_assemble_the_one_process_result(knn_panels, tmp_path, capsys
         code, printed = probe_main([*args, "--shard", f"{i}/3"], capsys)
         assert code == 0, printed.err
         assert ("waiting for shards" in printed.out) == (i != 1)
-        assert (cache.load_results(store, "knn") is not None) == (i == 1)
-    assert cache.load_results(store, "knn-part-2-of-3").sizes["image"] == 2
+        assert (records.load(store, "knn") is not None) == (i == 1)
+    assert records.load(store, "knn-part-2-of-3").sizes["image"] == 2
     _same(whole, _saved(store, "knn"))
 
 
@@ -175,7 +176,7 @@ def test_dsm_colour_term_same_bits_at_one_two_workers_on_a_cluster_and_in_shards
     shutil.rmtree(store / "results")
     code, printed = probe_main(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "--shard", "0/2"], capsys)
     assert code == 0 and "waiting for shards [1]" in printed.out and not (store / "results" / "decoder").exists()
-    assert cache.load_results(store, "decoder-part-0-of-2")["masks"].shape[0] == 2  # the first chunk of two images
+    assert records.load(store, "decoder-part-0-of-2")["masks"].shape[0] == 2  # the first chunk of two images
     _run(["decode", str(store), "--preset", "dsm", "--color-lambda", "10", "--cache", str(tmp_path / "c"), "-q", "--shard", "1/2"], capsys)
     got["shards"] = (_saved(store, "decoder"), (store / "results" / "decoder-masks.json").read_text())
     for other in ("2", cluster, "shards"):
@@ -284,7 +285,7 @@ def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(
         hidden.rename(store)
     monkeypatch.setattr(chunked, "connect", real)
     _run(["attention-masks", store, "--dask-address", cluster, "-q"], capsys)
-    assert cache.load_results(store, "attention_masks")["mask"].shape[0] == 7
+    assert records.load(store, "attention_masks")["mask"].shape[0] == 7
 
 
 def test_ctrl_c_midway_is_130_and_the_rerun_gives_the_same_masks(tiny_stores, tmp_path, capsys, monkeypatch):
@@ -302,7 +303,7 @@ def test_ctrl_c_midway_is_130_and_the_rerun_gives_the_same_masks(tiny_stores, tm
     monkeypatch.setattr(runner, "_bounded", interrupted)
     got, printed = probe_main(["attention-masks", store, "--workers", "2", "-q"], capsys)
     assert got == 130 and "rerun" in printed.err
-    assert cache.load_results(store, "attention_masks") is None  # nothing half-written
+    assert records.load(store, "attention_masks") is None  # nothing half-written
     monkeypatch.setattr(runner, "_bounded", real)
     _run(["attention-masks", store, "--workers", "1", "-q"], capsys)
     from probe_toolkit.analyses import attention_masks as am

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from analysis_stores import manifest, softmax
 
-from probe_toolkit.store.cache import create_store, load_results
+from probe_toolkit.store.cache import create_store
+
+from probe_toolkit.results import records
 
 N_IMAGES = 20_000
 CHUNK = 64
@@ -75,7 +77,7 @@ def test_twenty_thousand_images_in_bounded_memory(tmp_path):
         assert peak < CAP, f"{name}: peak RSS {peak / 2**20:.0f} MiB"
         numbers = json.loads((tmp_path / f"{name}.json").read_text())["stores"][str(store)]
         assert numbers  # the set-level statistics came back
-        saved = load_results(store, name)
+        saved = records.load(store, name)
         assert saved.sizes["image"] == N_IMAGES
 
 

@@ -17,6 +17,7 @@ from probe_toolkit.commands.decode import run_decode
 from probe_toolkit.commands.stream import run_stream
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import cache
+from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract
 
@@ -30,18 +31,18 @@ def reference(tmp_path_factory, tiny_checkpoints, image_dir):
     store = extract(tiny_checkpoints["dino-full"], image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2),
                     cache_dir=root, quiet=True, batch_size=2).store
     report = run_decode(store, SETTINGS, cache_dir=root, workers=1)
-    return cache.load_results(store, "decoder"), json.loads(report.masks_file.read_text())
+    return records.load(store, "decoder"), json.loads(report.masks_file.read_text())
 
 
 def _same_as_reference(stream_store, reference):
     saved, results = reference
-    streamed = cache.load_results(stream_store, "decoder")
+    streamed = records.load(stream_store, "decoder")
     assert list(streamed["image"].values) == list(saved["image"].values)
     for name in ARRAYS:
         a, b = saved[name].values, streamed[name].values
         assert a.dtype == b.dtype, name
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
-    assert json.loads(cache.results_path(stream_store, "decoder-masks.json").read_text()) == results
+    assert json.loads(records.results_path(stream_store, "decoder-masks.json").read_text()) == results
     assert saved["n_masks"].sum() >= 7
 
 
@@ -54,7 +55,7 @@ def test_streaming_equals_extract_then_decode_and_resumes(tmp_path, tiny_checkpo
     first = run_stream(ckpt, image_dir, SETTINGS, shard="0/2", stop_after=1, **kwargs)
     assert first.written == 2 and first.done == 5 and first.masks_file is None
     store = first.store
-    assert store.name == "teacher-masks-480.zarr" and not cache.results_path(store, "decoder").exists()
+    assert store.name == "teacher-masks-480.zarr" and not records.results_path(store, "decoder").exists()
     # the rerun (the CLI, every core) does only the missing chunk and assembles the results
     old = sys.argv
     sys.argv = ["probe", "decode", str(ckpt), "--images", str(image_dir), "--preset", "maskcut", "--masks", "2", "--chunk", "2",
@@ -101,11 +102,11 @@ def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_ch
     store = extract(ckpt, image_dir, settings=ExtractSettings(views=(view,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
                     batch_size=2).store
     ref = run_decode(store, settings, size=view, cache_dir=tmp_path / "ref", workers=1)
-    saved = cache.load_results(store, "decoder")
+    saved = records.load(store, "decoder")
     assert len(set(zip(saved["grid_rows"].values, saved["grid_cols"].values))) > 1  # the images' grids differ
     report = run_stream(ckpt, image_dir, settings, size=view, chunk=2, batch_size=2, cache_dir=tmp_path, workers=2)
     assert report.done == 7 and report.store.name == f"teacher-masks-{view}.zarr"
-    streamed = cache.load_results(report.store, "decoder")
+    streamed = records.load(report.store, "decoder")
     for name in [*ARRAYS, "grid_rows", "grid_cols"]:
         a, b = saved[name].values, streamed[name].values
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
@@ -120,14 +121,14 @@ def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path,
     store = extract(ckpt, image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
                     batch_size=2).store
     ref = run_decode(store, settings, cache_dir=tmp_path / "ref", workers=1)
-    saved = cache.load_results(store, "decoder").load()
+    saved = records.load(store, "decoder").load()
     plain = run_decode(store, Settings.from_preset("dsm"), out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", workers=1)
     assert json.loads(plain.masks_file.read_text()) != json.loads(ref.masks_file.read_text())  # the colour term moves masks here
     # a run that finished nothing with other settings does not block this one
     assert run_stream(ckpt, image_dir, Settings.from_preset("dsm"), chunk=2, store=tmp_path / "m.zarr", stop_after=0).done == 0
     report = run_stream(ckpt, image_dir, settings, chunk=2, batch_size=2, store=tmp_path / "m.zarr", workers=2)
     assert report.done == 7
-    streamed = cache.load_results(report.store, "decoder")
+    streamed = records.load(report.store, "decoder")
     for name in ARRAYS:
         a, b = saved[name].values, streamed[name].values
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name

@@ -40,6 +40,7 @@ from ..infra.errors import ProbeError
 from ..infra.runner import Where, map_images, placed
 from ..labels.panels import read_labels
 from ..store import cache, images, parts
+from ..results import records
 from .runs import result_provenance
 
 ROWS = ("auto", "cls", "aggregation", "mean")
@@ -220,7 +221,7 @@ def run_attention_masks(
         attrs.update({"panel": {"name": read.panel.name, "role": read.panel.role}, "ledger_entry": read.entry_id, "counts": report.counts})
     result = xr.Dataset(data, coords={"image": ids, "head": np.arange(h)})
     attrs["provenance"] = result_provenance(ds, command)
-    report.saved = cache.save_results(store, "attention_masks", result, attrs)
+    report.saved = records.save(store, "attention_masks", result, attrs)
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     return report

@@ -44,6 +44,7 @@ from ..labels import saliency
 from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
 from ..store import cache, own_size
+from ..results import records
 from ..store.completion import computed_on
 from ..store.grids import view_grid
 from .decode_shards import decode_shard, sweep_shard
@@ -422,7 +423,7 @@ def run_decode(
             encoded.add(decoded)
     seconds = time.perf_counter() - t0
     unit = uuid.uuid4().hex
-    cache.save_results(
+    records.save(
         src.store,
         "decoder",
         decoder_dataset(decoded, src.image_ids),
@@ -430,7 +431,7 @@ def run_decode(
          "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids),
          "backend": backend},
     )
-    masks_file = Path(out) if out else cache.results_path(src.store, "decoder-masks.json")
+    masks_file = Path(out) if out else records.results_path(src.store, "decoder-masks.json")
     report = DecodeReport(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
@@ -507,7 +508,7 @@ def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settin
         "provenance": provenance.stamp(),
         **_benchmark_attrs(labels),
     }
-    return cache.save_results(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
+    return records.save(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
 
 
 def _benchmark_attrs(labels: LabelRead) -> dict[str, Any]:
@@ -552,7 +553,7 @@ def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRea
     attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
              "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
              "provenance": provenance.stamp(), **_benchmark_attrs(labels), **({"view": view} if view else {})}
-    return cache.save_results(store, f"saliency_{labels.panel.name}", ds, attrs)
+    return records.save(store, f"saliency_{labels.panel.name}", ds, attrs)
 
 
 @dataclass
@@ -727,7 +728,7 @@ def run_sweep(
         {c: ("setting", np.asarray([row[c] for row in table], dtype=object if c in ("preset", "rule") else None)) for c in columns},
         coords={"setting": np.arange(len(table))},
     )
-    cache.save_results(src.store, f"sweep_{labels.panel.name}", sweep,
+    records.save(src.store, f"sweep_{labels.panel.name}", sweep,
                        {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest,
                         "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)})
     return SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id, settings_file=settings_file)

@@ -45,6 +45,7 @@ from ..infra.errors import ProbeError
 from ..infra.runner import map_images, placed, shared
 from ..labels.panels import ClassLabels, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
+from ..results import records
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
@@ -211,7 +212,7 @@ def run_knn(
     train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
     view = choose_view([train_ds, val_ds], chosen)
-    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), cache.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
+    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         if shard is None and "WORLD_SIZE" not in os.environ:
@@ -244,7 +245,7 @@ def run_knn(
         "counts": counts, "source": "facebookresearch/dino eval_knn.py (knn_classifier)",
         "provenance": result_provenance(train_ds, command),
     }
-    saved = cache.save_results(store, "knn", ds, attrs)
+    saved = records.save(store, "knn", ds, attrs)
     report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved, temperature=float(temperature), view=view)
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)

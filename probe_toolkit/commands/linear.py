@@ -51,6 +51,7 @@ from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..labels.panels import LabelRead, read_labels, train_and_val
 from ..store import cache, images
+from ..results import records
 from ..store.completion import computed_on
 from .panel_stores import Level, Source, locate, panel_ids
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
@@ -228,7 +229,7 @@ def run_linear(
                 counts={"train_images": len(t_pos), "val_images": len(v_pos), "val_positives": v_targets.sum(0).astype(int).tolist()},
             )
             chosen = fit.c
-        saved = cache.save_results(source.store, f"linear_{level}", ds, attrs)
+        saved = records.save(source.store, f"linear_{level}", ds, attrs)
         outcomes.append(Outcome(source.store, source.name, scores, chosen, saved))
     report = LinearReport(level, outcomes, ledger_ids, space, settings.as_dict())
     if json_path is not None:

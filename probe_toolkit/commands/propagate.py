@@ -51,6 +51,7 @@ from ..infra.runner import map_blocks, placed, shard_range, torch_threads
 from ..labels import davis
 from ..labels.panels import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
 from ..store import cache
+from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
 from ..store.extract import parse_shard
@@ -383,7 +384,7 @@ def run_propagate(
                  "out": str(out.resolve()), "checkpoint": ck.describe(),
                  "source": "facebookresearch/dino eval_video_segmentation.py; davisvideochallenge/davis2017-evaluation",
                  "provenance": {"command": command, **provenance.stamp()}}
-        report.saved = cache.save_results(target, "davis", results_dataset(report.scores, report.global_scores), attrs)
+        report.saved = records.save(target, "davis", results_dataset(report.scores, report.global_scores), attrs)
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     return report

@@ -17,7 +17,8 @@ from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.chunked import connect
 from ..infra.progress import bar
-from ..store.cache import open_store, require, save_results
+from ..store.cache import open_store, require
+from ..results import records
 from ..store.completion import computed_on
 from . import summaries
 
@@ -71,7 +72,7 @@ def finish(name: str, command: str, runs: dict, json_path: Path | None, followed
     names = names or {}
     payload = {"analysis": name, "stores": {}}
     for store, (ds, result) in runs.items():
-        save_results(store, names.get(store, name), result, result_provenance(ds, command))
+        records.save(store, names.get(store, name), result, result_provenance(ds, command))
         payload["stores"][store] = summaries.set_level(result, followed)
         if store in names:
             payload["stores"][store]["result"] = names[store]

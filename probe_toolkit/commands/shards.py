@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..infra.runner import shard_range
 from ..store import cache
+from ..results import records
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -50,10 +51,10 @@ def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Datase
     """Save this shard's part; (every part concatenated along ``image``, []) once all are in,
     else (None, the shards still missing)."""
     i, n = shard
-    cache.save_results(store, f"{name}-part-{i}-of-{n}", part, identity)
+    records.save(store, f"{name}-part-{i}-of-{n}", part, identity)
     parts, missing = [], []
     for j in range(n):
-        saved = cache.load_results(store, f"{name}-part-{j}-of-{n}")
+        saved = records.load(store, f"{name}-part-{j}-of-{n}")
         if saved is None or {k: saved.attrs.get(k) for k in identity} != identity:
             missing.append(j)
         else:

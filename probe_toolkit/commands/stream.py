@@ -36,6 +36,7 @@ from ..infra.memory import reusing_blocks
 from ..infra.runner import check_placement, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
+from ..results import records
 from ..store import extract as readout
 from ..store.checkpoints import load_checkpoint
 
@@ -197,9 +198,9 @@ def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decode
     decoded, ids, heights, widths = load_decoded(path, settings)
     meta = cache.manifest(path)
     view = meta["keys_view"]
-    cache.save_results(path, "decoder", decoder_dataset(decoded, ids),
+    records.save(path, "decoder", decoder_dataset(decoded, ids),
                        {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(view) if view.isdigit() else view,
                         "view": view, "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
-    masks_file = cache.results_path(path, "decoder-masks.json")
+    masks_file = records.results_path(path, "decoder-masks.json")
     write_json(masks_file, coco_results(decoded, ids, heights, widths, None))
     return decoded, masks_file

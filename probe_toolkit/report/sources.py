@@ -18,6 +18,7 @@ from ..commands.summaries import store_label
 from ..infra.errors import ProbeError
 from ..labels import ledger
 from ..store import cache, images
+from ..results import records
 from .figures import tokens_picture
 
 VIEW = 224
@@ -66,7 +67,7 @@ def open_stores(paths: list[Path]) -> list[StoreView]:
     views: list[StoreView] = []
     for path in dict.fromkeys(Path(p) for p in paths):
         ds = cache.open_store(path)
-        results = {name: found for name in cache.list_results(path) if (found := cache.load_results(path, name)) is not None}
+        results = {name: found for name in records.results(path) if (found := records.load(path, name)) is not None}
         views.append(StoreView(path, store_label(str(path)), ds, cache.manifest(ds), results))
     seen: dict[str, int] = {}
     for view in views:

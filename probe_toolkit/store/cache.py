@@ -18,7 +18,7 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     keys_native, tokens_native (image, patch_native, channel)  padded to the set's largest grid
     keys_native_crop, tokens_native_crop (image, patch_native_crop, channel)  the same, each image cut to whole patches
     keys_native_resized, tokens_native_resized (image, patch_native_resized, channel)  the same, each image resized (LANCZOS) to round(side/p) patches
-    results/<name>/      one group per analysis, written by ``save_results``
+    results/<name>/<run id>/  one record per run of an analysis (``results.records``), never replaced
 
 Patch dimensions carry their view because one Dataset cannot hold two sizes of one dimension;
 ``require(ds, name)`` returns an array with the plain dimension name ``patch``. Image i's
@@ -44,6 +44,7 @@ import zarr
 from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
 from . import grids
+from .views import NAMES as VIEW_ORDER
 from .codec import encode_without_gil
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
@@ -186,69 +187,12 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     return array
 
 
-def results_path(store: str | Path, name: str) -> Path:
-    return Path(store) / "results" / name
-
-
-def save_results(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dict[str, Any] | None = None) -> Path:
-    """Write one analysis' results into ``<store>/results/<name>`` atomically (temp, rename).
-    A ``store.plain.Results`` is written without xarray, in the layout xarray gives a Dataset."""
-    target = results_path(store, name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    litter.sweep(target.parent)  # what killed runs left (their process is gone) goes first
-    tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    results = results.copy()
-    results.attrs.update(attrs or {})
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if hasattr(results, "to_zarr"):
-                results.to_zarr(tmp, mode="w", consolidated=False, zarr_format=3)
-            else:
-                from .plain import write
-
-                write(results, tmp)
-    except BaseException as error:  # a full disk, Ctrl-C: no half-written result stays behind
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(error, OSError):
-            raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun the analysis; the previous result is kept") from None
-        raise
-    if target.exists():
-        old = target.with_name(f".{name}.old-{os.getpid()}")
-        target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(target)
-    consolidate(store)
-    return target
-
-
 def consolidate(store: str | Path) -> None:
     """Rewrite the consolidated metadata after arrays or groups change, so that a plain
     ``xarray.open_zarr(store)`` opens without a warning (probe's own readers never use it)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr's note that consolidation is not yet in the v3 spec
         zarr.consolidate_metadata(str(store))
-
-
-def load_results(store: str | Path, name: str) -> xr.Dataset | None:
-    """The saved results ``name`` of a store, or None when that analysis has not run."""
-    target = results_path(store, name)
-    if not (target / "zarr.json").is_file():
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _xarray().open_dataset(target, engine="zarr", consolidated=False, chunks=None).load()  # no dask: it would import dask.array and distributed
-
-
-def list_results(store: str | Path) -> list[str]:
-    root = Path(store) / "results"
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "zarr.json").is_file() and not litter.is_litter(p.name))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -480,7 +424,8 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
 
 def _untouched(path: Path, group: zarr.Group, names: list[str]) -> bool:
     """No image of these flag arrays is done and no analysis has saved results: safe to rebuild."""
-    return not list_results(path) and not any(np.asarray(group[name][:], dtype=bool).any() for name in names if name in group)
+    held = path / "results"  # any analysis output, record or file
+    return not (held.is_dir() and any(held.iterdir())) and not any(np.asarray(group[name][:], dtype=bool).any() for name in names if name in group)
 
 
 def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: ArrayPlan, view_grids: Grids) -> None:
@@ -506,10 +451,10 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
 def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) -> dict[str, Any]:
     """The old manifest with the added views' entries (per_view, geometry, views) from the new one."""
     merged = dict(old)
-    order = {name: i for i, name in enumerate(("96", "224", "eval224", "480", "native", "native_crop", "native_resized"))}  # images.VIEW_NAMES (that module brings torch)
-    views = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
-    merged["views"] = [views[k] for k in sorted(views, key=lambda k: order.get(k, 99))]
-    per_view = {v: view_facts(old, v) for v in views if v not in added}
+    order = {name: i for i, name in enumerate(VIEW_ORDER)}
+    held = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
+    merged["views"] = [held[k] for k in sorted(held, key=lambda k: order.get(k, 99))]
+    per_view = {v: view_facts(old, v) for v in held if v not in added}
     per_view.update({v: new.get("per_view", {}).get(v, {}) for v in added})
     merged["per_view"] = per_view
     geometry = dict(old.get("view_geometry", {}))
@@ -656,5 +601,4 @@ def describe_store(path: str | Path) -> list[tuple[str, str]]:
     for name, var in sorted(ds.data_vars.items()):
         if name not in FLAGS and not name.startswith(PER_VIEW):
             rows.append((f"array {name}", f"{dict(zip(var.dims, var.shape))} {var.dtype}"))
-    rows.append(("results", ", ".join(list_results(path)) or "none yet"))
     return rows

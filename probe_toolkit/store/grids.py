@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..infra.errors import ProbeError
-from . import own_size
+from . import own_size, views
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
 # views whose name holds an underscore (``store.images.VIEW_NAMES``; that module brings torch)
-JOINED_VIEWS = tuple(v for v in own_size.VIEWS if "_" in v)
+JOINED_VIEWS = views.JOINED
 
 
 def view_of(array: str) -> str:

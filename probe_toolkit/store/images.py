@@ -43,7 +43,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
-from . import own_size
+from . import own_size, views
 
 if TYPE_CHECKING:  # torch is imported where pixels become tensors: listing images and their geometry need none
     import torch
@@ -55,7 +55,7 @@ VIEWS = (96, 224, 480)
 EVAL = "eval224"
 NATIVE, NATIVE_CROP, NATIVE_RESIZED = own_size.NATIVE, own_size.NATIVE_CROP, own_size.NATIVE_RESIZED
 OWN_SIZE = own_size.VIEWS  # each image at its own size: padded up, cut down, or resized to whole patches
-VIEW_NAMES = ("96", "224", EVAL, "480", *OWN_SIZE)
+VIEW_NAMES = views.NAMES  # store/views.py defines every view once
 # the views cut as torchvision's Resize(short) + CenterCrop(side) cut them: name -> (short, side)
 CROPPED = {"96": (96, 96), "224": (224, 224), EVAL: (256, 224)}
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}

@@ -1,0 +1,1 @@
+"""Results: records of runs (``records``), their listing and comparability, their tables."""

@@ -1,0 +1,62 @@
+"""Every view, defined once: its name, how an image becomes its input, the filter, the grid
+rule, the arrays it yields, and the published code it follows.
+
+Torch-free plain data, read by extraction (``store.images``), the grids (``store.grids``), the
+cache, the decoders, ``probe list`` and the CLI's help. ``view(name)`` accepts the command-line
+spellings (``native-crop``) and the fixed views' sizes as integers (``--size 480``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..infra.settings import SettingError
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    rule: str  # how the image becomes the network's input
+    filter: str  # the resampling filter
+    grid: str  # how the patch grid follows from the image
+    arrays: tuple[str, ...]  # what extraction writes for it
+    reference: str  # the published code it follows
+    fixed: bool = True  # one size for every image (False: each image at its own size)
+
+
+TABLE: tuple[View, ...] = (
+    View("96", "short side 96, centre crop 96", "bicubic", "96/p square", ("tokens_96",), "alinlab/SelfPatch (local crops)"),
+    View("224", "short side 224, centre crop 224", "bicubic", "224/p square", ("tokens_224", "cls_tokens_224", "attention_224", "attention_blocks_224"),
+         "facebookresearch/dino visualize_attention.py"),
+    View("eval224", "short side 256, centre crop 224", "bicubic", "224/p square", ("tokens_eval224", "cls_tokens_eval224"), "facebookresearch/dino eval_knn.py"),
+    View("480", "squashed to 480 × 480", "bicubic (lanczos with --resample, CutLER maskcut.py)", "480/p square", ("keys_480", "cls_keys_480"),
+         "facebookresearch/CutLER maskcut/maskcut.py"),
+    View("native", "own size, zero-padded at right and bottom to whole patches", "none", "⌈side/p⌉", ("keys_native", "tokens_native"),
+         "YangtaoWANG95/TokenCut main_tokencut.py; valeoai/LOST main_lost.py", fixed=False),
+    View("native_crop", "own size, cut at right and bottom to whole patches", "none", "⌊side/p⌋", ("keys_native_crop", "tokens_native_crop"),
+         "lukemelas/deep-spectral-segmentation extract/extract.py", fixed=False),
+    View("native_resized", "own size, resized to round(side/p) patches", "LANCZOS", "round(side/p), at least 1", ("keys_native_resized", "tokens_native_resized"),
+         "YangtaoWANG95/TokenCut unsupervised_saliency_detection/get_saliency.py", fixed=False),
+)
+BY_NAME = {v.name: v for v in TABLE}
+NAMES = tuple(BY_NAME)
+FIXED = tuple(v.name for v in TABLE if v.fixed)
+OWN_SIZE = tuple(v.name for v in TABLE if not v.fixed)
+JOINED = tuple(v for v in NAMES if "_" in v)  # names an array suffix cannot split at its last underscore
+
+
+def canonical(name: int | str) -> str:
+    """The table's name of a view given as typed (``480``, ``native-crop``, ``NATIVE``)."""
+    text = str(name).strip().lower().replace("-", "_")
+    if text not in BY_NAME:
+        raise SettingError("view", f"view {name!r} is not one of {', '.join(NAMES)}", "pick a view from `probe list`")
+    return text
+
+
+def view(name: int | str) -> View:
+    return BY_NAME[canonical(name)]
+
+
+def of_array(array: str) -> str:
+    """The view an array belongs to (``keys_native_crop`` → ``native_crop``)."""
+    return next((v for v in JOINED if array.endswith(f"_{v}")), array.rsplit("_", 1)[-1])
