@@ -1,3 +1,26 @@
-"""probe: what a frozen self-supervised ViT-S/16 checkpoint learned about patches."""
+"""probe: what a frozen self-supervised ViT checkpoint learned about patches.
 
-__version__ = "0.1.0"
+The Python API is one call over the protocol registry, the same the ``probe`` CLI makes:
+
+    import probe_toolkit as probe
+    run = probe.run("knn", "cache/dino-1a2b3c4d/teacher.zarr", train="imagenet-train", val="imagenet-val")
+    probe.list_protocols()  # every registered protocol, with its settings and references
+"""
+
+from ._version import __version__
+
+__all__ = ["__version__", "list_protocols", "run"]
+
+
+def run(name, source=None, **keywords):
+    """Run one protocol (``probe_toolkit.protocols.api.run``); returns its ``Run``, records included."""
+    from .protocols.api import run as run_protocol
+
+    return run_protocol(name, source, **keywords)
+
+
+def list_protocols():
+    """The registered protocols (``probe_toolkit.protocols.registry``)."""
+    from .protocols.registry import protocols as registered
+
+    return registered()

@@ -22,11 +22,12 @@ from typer.testing import CliRunner
 
 from probe_toolkit.analyses import selection
 from probe_toolkit.analyses.grid import grid_distance
-from probe_toolkit.cli import app
+from probe_toolkit.cli import app, flagged
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.demo.samples import TINY, TINY_B8, TINY_DINOV2_REG, TINY_P8, write_checkpoint
 from probe_toolkit.store import cache, grids
+from probe_toolkit.results import records
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.images import list_images, load_image, views
@@ -132,7 +133,7 @@ def test_saved_results_follow_the_grid(pipeline, name):
     store, _ = stores[name]
     _, arch, patch = NETWORKS[name]
     g224, g96 = 224 // patch, 96 // patch
-    entropy = cache.load_results(store, "entropy")
+    entropy = records.load(store, "entropy")
     assert entropy.attrs["grid"] == g224 and entropy.attrs["n_patches"] == g224 * g224
     assert entropy.attrs["n_keys"] == g224 * g224 + 1 + arch.registers and entropy.attrs["registers"] == arch.registers
     # the patch rows' mean e^H, recomputed plainly from the stored rows (the prefix rows left out)
@@ -142,12 +143,12 @@ def test_saved_results_follow_the_grid(pipeline, name):
     plain = np.exp(-(np.where(rows > 0, rows * np.log(np.where(rows > 0, rows, 1)), 0)).sum(-1)).mean(-1)
     assert np.allclose(entropy["patch_effective"].values, plain, rtol=1e-3)
     for view, grid in ((224, g224), (96, g96))[: 2 if "96" in VIEWS[name] else 1]:
-        found = cache.load_results(store, f"neighbours_g{grid}")
+        found = records.load(store, f"neighbours_g{grid}")
         assert found is not None and found.attrs["grid"] == grid and found.attrs["array"] == f"tokens_{view}"
         assert int(found.wrapped_links) == 12 * grid - 4 and int(found.links) == 8 * grid * grid
-    decoder = cache.load_results(store, "decoder")
+    decoder = records.load(store, "decoder")
     assert decoder is not None
-    assert cache.load_results(store, "linear_patch") is not None
+    assert records.load(store, "linear_patch") is not None
 
 
 def test_report_shows_both_grids(pipeline):
@@ -176,15 +177,15 @@ def test_knn_masks_and_propagation_ran_on_the_grid(pipeline, name):
     store, _ = stores[name]
     _, arch, patch = NETWORKS[name]
     g224 = 224 // patch
-    knn = cache.load_results(store, "knn")
+    knn = records.load(store, "knn")
     assert knn is not None and list(knn["k"].values) == [1, 2] and knn["prediction"].shape == (2, 2)  # two val images
-    masks = cache.load_results(store, "attention_masks")
+    masks = records.load(store, "attention_masks")
     assert masks["mask"].shape == (4, arch.heads, g224 * g224)  # one mask per head on the store's own grid
     kept = masks["mask"].values.astype(bool).sum(-1)
     assert (kept >= 1).all() and (kept < g224 * g224).all()
     assert np.isfinite(masks["jaccard"].sel(image=[i for i in masks.image.values if str(i).startswith("val/")]).values).all()
     if name == "s8":
-        davis = cache.load_results(store, "davis")
+        davis = records.load(store, "davis")
         assert davis is not None
         assert len(list((root / f"{name}-davis" / "shapes").glob("*.png"))) == 3  # one indexed PNG a frame
 
@@ -195,7 +196,7 @@ def test_propagation_at_patch_14(pipeline):
     root, _, stores, _ = pipeline
     store, checkpoint = stores["dinov2reg"]
     invoke("propagate", checkpoint, "--davis", root / "DAVIS", "--out", root / "dinov2reg-davis", "--store", store, "-q")
-    davis = cache.load_results(store, "davis")
+    davis = records.load(store, "davis")
     assert davis is not None and np.isfinite(davis["j_mean"].values.astype(float)).all()
     pngs = sorted((root / "dinov2reg-davis" / "shapes").glob("*.png"))
     assert len(pngs) == 3 and all(Image.open(p).size == (64, 48) for p in pngs)
@@ -224,9 +225,9 @@ def test_grid_option_names_the_grid_the_store_holds(pipeline):
     assert "28×28 at the 224 view" in line and "12×12 at the 96 view" in line and "--view 224" in line
     ok = CliRunner().invoke(app, ["neighbours", str(store), "--grid", "12", "--boot", "20", "-q"])
     assert ok.exit_code == 0, ok.output
-    assert cache.load_results(store, "neighbours_g12").attrs["array"] == "tokens_96"
+    assert records.load(store, "neighbours_g12").attrs["array"] == "tokens_96"
     bad_view = CliRunner().invoke(app, ["neighbours", str(store), "--view", "480", "-q"])
-    assert isinstance(bad_view.exception, ProbeError) and "--view" in bad_view.exception.line()
+    assert isinstance(bad_view.exception, ProbeError) and "--view must be one of 224, 96" in flagged(bad_view.exception)  # as main() prints it
 
 
 def test_backbone_torch_forward_unchanged_for_training():

@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 
 LIBRARIES = ("torch", "timm", "numpy", "scipy", "scikit-learn", "xarray", "zarr", "dask", "pycocotools", "pillow")
 

@@ -1,0 +1,61 @@
+"""The ``probe`` command line: parse, call one function, print. No science and no table lives here.
+
+Each command module declares its flags and calls the Python API (``protocols.api.run``) or a
+store, panel or report function; ``results/tables.py`` says what a run prints.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .app import app, console, err_console, flag  # noqa: F401  (the app and consoles, for tests and the entry point)
+from . import stores, discovery, panels, protocols, workflow  # noqa: F401,E402  (each registers its commands)
+
+
+def main() -> None:
+    """Console entry point: a failure is one line on stderr and a status (2 bad input, 1 integrity, 130 interrupted)."""
+    from ..infra.collector import fewer_full_collections
+    from ..infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, ProbeError, os_error_line
+    from ..infra.memory import keep_memory_flat
+    from ..infra.settings import SettingError
+
+    fewer_full_collections()  # before the command's imports (torch, timm)
+    keep_memory_flat()
+    try:
+        code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
+    except IntegrityError as error:
+        err_console.print(f"[bold red]integrity:[/] {error.line()}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTEGRITY)
+    except SettingError as error:  # the API names the parameter; the command line names its flag
+        err_console.print(f"[bold red]error:[/] {flagged(error)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except ProbeError as error:
+        err_console.print(f"[bold red]error:[/] {error.line()}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except Interrupted as error:
+        err_console.print(f"[bold yellow]interrupted:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as error:  # a full disk, a read-only folder, a file where a folder belongs: one line, not a traceback
+        err_console.print(f"[bold red]error:[/] {os_error_line(error)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
+        if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
+            error.show()
+            sys.exit(error.exit_code)
+        raise
+    if code == EXIT_INTERRUPTED:
+        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def flagged(error) -> str:
+    """A setting's error with its parameter spelled as the flag (``tau must ...`` → ``--tau must ...``)."""
+    import re
+
+    return re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", flag(error.parameter), error.line())

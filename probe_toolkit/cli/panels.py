@@ -1,0 +1,103 @@
+"""Panels (labelled image sets) and the ledger of label reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..infra.errors import ProbeError
+from .app import CacheOpt, console, ledger_app, panel_app
+
+
+@panel_app.command("add")
+def panel_add(
+    name: Annotated[str, typer.Argument(help="Panel name (letters, digits, - and _).")],
+    role: Annotated[str, typer.Option("--role", help="train, val or test (test panels are sealed).")],
+    annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
+    images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
+    voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
+    split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut).")] = "trainval",
+    no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
+    coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
+    masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
+    classes_from_folders: Annotated[Optional[Path], typer.Option("--classes-from-folders", help="A folder with one sub-folder of images per class (ImageNet's layout): a classification panel.")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
+    cache: CacheOpt = None,
+) -> None:
+    """Register a panel in <cache>/panels.toml: a COCO file, a VOC folder, COCO20k or a saliency mask folder."""
+    from ..labels.panels import add_panel
+
+    if classes_from_folders is not None:
+        if any(v is not None for v in (annotations, images, voc, masks)) or coco20k:
+            raise ProbeError("--classes-from-folders", "cannot be combined with --annotations, --images, --voc, --masks or --coco20k", "give either the class folder or another kind of panel")
+        p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
+        console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
+        return
+    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None)) if value is not None]
+    if len(given) > 1:
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k")
+    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
+    source = voc if kind == "voc" else masks if kind == "saliency" else annotations
+    if source is None or (kind == "coco" and images is None):
+        raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
+    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind == "voc" else "", no_hard=no_hard)
+    console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
+
+
+@panel_app.command("list")
+def panel_list(cache: CacheOpt = None) -> None:
+    """List the registered panels."""
+    from rich.table import Table
+
+    from ..labels.panels import list_panels
+
+    table = Table(title="panels")
+    for column in ("name", "role", "kind", "annotations", "images", "added"):
+        table.add_column(column)
+    for p in list_panels(cache):
+        kind = p.kind + (f" {p.split}" if p.split else "") + (" no-hard" if p.no_hard else "")
+        table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), kind, str(p.annotations), str(p.images), p.added)
+    console.print(table)
+
+
+@ledger_app.command("show")
+def ledger_show(
+    last: Annotated[Optional[int], typer.Option(help="Only the last N entries.")] = None,
+    cache: CacheOpt = None,
+) -> None:
+    """Every read of labels: when, which panel, how many images, why, for which checkpoint."""
+    from rich.table import Table
+
+    from ..labels.ledger import entries
+    from ..store.cache import cache_root
+
+    rows = entries(cache_root(cache))
+    table = Table(title=f"ledger ({len(rows)} entries)")
+    for column in ("n", "id", "time", "panel", "role", "images", "purpose", "checkpoint", "unseal"):
+        table.add_column(column)
+    for e in rows[-last:] if last else rows:
+        f = e.fields
+        table.add_row(str(e.n), e.id[:12], f.get("time", ""), f.get("panel", ""), f.get("role", ""), str(f.get("images", "")),
+                      f.get("purpose", ""), (f.get("checkpoint") or "")[:12], f.get("unseal") or "")
+    console.print(table)
+
+
+@ledger_app.command("verify")
+def ledger_verify(cache: CacheOpt = None) -> None:
+    """Check the hash chain; names every edited, inserted or deleted line (exit 1 if any)."""
+    from ..labels.ledger import LEDGER, entries, verify
+    from ..store.cache import cache_root
+
+    from ..infra.errors import IntegrityError
+
+    root = cache_root(cache)
+    problems = verify(root)
+    for p in problems:
+        console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
+    if problems:
+        more = f" (and {len(problems) - 1} more, listed above)" if len(problems) > 1 else ""
+        raise IntegrityError(root / LEDGER, f"the hash chain is broken: {problems[0]}{more}", "restore the ledger from a copy; its results' ledger entries cannot be trusted")
+    console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
+

@@ -1,0 +1,65 @@
+"""Training, the demo and the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..infra.errors import ProbeError
+from .app import QuietOpt, CacheOpt, app, console, err_console
+
+
+@app.command()
+def train(
+    config: Annotated[str, typer.Argument(help="A TOML config, or a shipped one: selfpatch, contrastive, dino, tiny.")],
+    sets: Annotated[Optional[list[str]], typer.Option("--set", help="Override one setting, section.key=value (repeatable).")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train DINO, SelfPatch or the contrastive rule; write checkpoints that probe extract reads."""
+    from training import load_config
+    from training import train as run_training
+
+    resolved = load_config(config, sets or [])
+    console.print_json(resolved.to_json())
+    run = run_training(config, sets or [], quiet=quiet)
+    console.print(f"{run.steps} steps over {run.epochs} epochs; checkpoint {run.checkpoint}; log {run.log}; manifest {run.manifest}")
+
+
+# --- demo ---
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the report (and the demo's own cache, under work/) go.")] = Path("reports/demo"),
+    quick: Annotated[bool, typer.Option("--quick", help="Shorter training and smaller panels (the tests' mode).")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The whole toolkit offline on shipped photographs and scenes: train, extract, measure, decode, probe, report."""
+    from ..demo.run import run_demo
+
+    result = run_demo(out, quick=quick, quiet=quiet, say=lambda line: err_console.print(f"[dim]{line}[/]", highlight=False))
+    console.print(f"demo done in {sum(result.seconds.values()):.0f} s; stores: {', '.join(map(str, result.stores))}")
+    if result.html is not None:
+        console.print(f"report: {result.html.resolve()}")
+
+
+# --- report (probe_toolkit/report/) ---
+
+
+@app.command("report")
+def report_command(
+    stores: Annotated[list[Path], typer.Argument(help="Stores to report on, side by side (checkpoint comparison).")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
+    follow: Annotated[Optional[str], typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
+    patch: Annotated[int, typer.Option("--patch", help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other grids follow the patch under its centre.")] = 34,
+    formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
+    cache: CacheOpt = None,
+) -> None:
+    """Write report.md, a self-contained report.html with a patch explorer, figures (PNG, PDF, SVG) and tables (CSV, LaTeX)."""
+    from ..report import write_report
+
+    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats)
+    present = [s.title for s in written.report.sections if s.present]
+    absent = [s.title for s in written.report.sections if not s.present]

@@ -1,0 +1,11 @@
+"""The panel kinds ``probe panel add`` reads, each with its file layout and the code it follows
+(``probe list`` prints this table; the readers live in ``panels``, ``kinds``, ``saliency``, ``davis``)."""
+
+KINDS = {
+    "coco": "a COCO annotation JSON and an image folder (pycocotools)",
+    "voc": "Pascal VOC devkit: Annotations/, JPEGImages/, ImageSets/Main/<split>.txt (valeoai/LOST datasets.py)",
+    "coco20k": "COCO-2014 train restricted to LOST's and TokenCut's 19,817 images, crowd boxes removed (valeoai/LOST datasets.py)",
+    "saliency": "an image folder and binary masks named like the images: ECSSD, DUTS-TE, DUT-OMRON (YangtaoWANG95/TokenCut unsupervised_saliency_detection)",
+    "classes": "one sub-folder of images per class, ImageNet's layout (facebookresearch/dino eval_knn.py)",
+    "davis": "DAVIS-2017: JPEGImages/480p, Annotations/480p, ImageSets/2017 (davisvideochallenge/davis2017-evaluation), read by probe propagate --davis",
+}

@@ -1,0 +1,102 @@
+"""The Python API: ``probe_toolkit.run(name, source, **keywords)`` runs one registered protocol
+and returns its ``Run``, the same call the CLI makes.
+
+    import probe_toolkit as probe
+    run = probe.run("decode", "cache/dino-1a2b3c4d/teacher.zarr", preset="tokencut", view="native", panel="voc07")
+    run.records[0].path       # <store>/results/decoder/<run id>
+    run.report.scores.corloc  # what the command printed
+
+Keywords are split three ways, by name: the protocol's settings (validated by its frozen
+dataclass, errors naming the parameter), the placement (``workers``, ``dask_address``, ``shard``,
+``backend``, ``device``, ``threads``, or ``placement=Placement(...)``), and the run's inputs
+and options (``panel``, ``train``, ``val``, ``unseal``, ``cache_dir``, ``json_path``, ...).
+Every record the run saves carries one run id, its settings, inputs and placement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..infra.errors import ProbeError
+from ..infra.placement import Placement
+from ..results import records
+from .registry import Protocol, get
+
+PLACEMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Placement))
+
+
+@dataclass
+class Run:
+    """One run of a protocol: what it was asked, where it ran, what it saved, what it reported."""
+
+    protocol: str
+    run_id: str
+    settings: Any
+    placement: Placement
+    report: Any
+    records: list[records.Record]
+
+
+def split(protocol: Protocol, keywords: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """(settings, placement, inputs) keywords, by name."""
+    fields = {f.name for f in dataclasses.fields(protocol.settings)}
+    settings = {k: v for k, v in keywords.items() if k in fields}
+    placement = {k: v for k, v in keywords.items() if k in PLACEMENT_FIELDS and k not in fields}
+    rest = {k: v for k, v in keywords.items() if k not in settings and k not in placement}
+    return settings, placement, rest
+
+
+def _absolute(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value.absolute())
+    if isinstance(value, (list, tuple)):
+        return [_absolute(v) for v in value]
+    return value
+
+
+def run(name: str, source: Any = None, *, placement: Placement | None = None, **keywords: Any) -> Run:
+    """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file)."""
+    protocol = get(name)
+    given_settings, given_placement, inputs = split(protocol, keywords)
+    settings = protocol.settings.build(**given_settings)  # refuses a bad value before any work
+    if placement is None:
+        placement = Placement.parse(**given_placement)
+    elif given_placement:
+        raise ProbeError(None, f"{', '.join(given_placement)} given beside placement=", "give either a Placement or its fields")
+    first = protocol.source
+    if source is not None:
+        inputs[first] = [Path(s) for s in source] if first == "stores" and isinstance(source, (list, tuple)) else \
+            [Path(source)] if first == "stores" else Path(source) if isinstance(source, (str, Path)) else source
+    recorded = {k: _absolute(v) for k, v in inputs.items() if not callable(v) and k not in ("quiet", "json_path")}
+    context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded)
+    with records.opened(context):
+        report = protocol.execute(settings, placement, **inputs)
+    return Run(name, context.run_id, settings, placement, report, saved_by(context.run_id, inputs, report))
+
+
+def saved_by(run_id: str, inputs: dict[str, Any], report: Any) -> list[records.Record]:
+    """The records of this run, looked for in every store it read or wrote."""
+    candidates: list[Path] = []
+    for key in ("store", "stores"):
+        value = inputs.get(key)
+        candidates += [Path(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
+    for attribute in ("store",):
+        value = getattr(report, attribute, None)
+        if isinstance(value, (str, Path)):
+            candidates.append(Path(value))
+    for value in (getattr(report, "results", None) or {}) if isinstance(getattr(report, "results", None), dict) else {}:
+        candidates.append(Path(value))
+    saved = getattr(report, "saved", None)
+    if isinstance(saved, Path) and len(saved.parents) > 2:
+        candidates.append(saved.parents[2] if saved.parent.parent.name == "results" else saved.parents[1])
+    for outcome in getattr(report, "outcomes", None) or []:
+        store = getattr(outcome, "store", None)
+        if isinstance(store, (str, Path)):
+            candidates.append(Path(store))
+    found = []
+    for store in dict.fromkeys(c.absolute() for c in candidates):
+        found += [r for r in records.every_record(store) if r.run_id == run_id]
+    return found

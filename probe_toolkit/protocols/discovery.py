@@ -1,0 +1,156 @@
+"""Object discovery: ``decode`` (label-free masks by a normalized cut on the keys, with the
+presets of TokenCut, MaskCut, LOST and DSM), ``score`` (COCO AP, CorLoc, saliency scores on a
+panel) and ``decode-sweep`` (the best setting chosen on a val panel)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..infra.settings import Settings, at_least, one_of, positive, within
+from .registry import Protocol, Reads, Reference, register
+
+KEY_VIEWS = ("480", "native", "native_crop", "native_resized")  # views whose keys the decoders cut
+PRESET_NAMES = ("centred", "tokencut", "maskcut", "lost", "dsm")
+
+REFERENCES = (
+    Reference("Wang et al., Self-Supervised Transformers for Unsupervised Object Discovery using Normalized Cut (CVPR 2022)", "YangtaoWANG95/TokenCut main_tokencut.py, object_discovery.py"),
+    Reference("Wang et al., Cut and Learn for Unsupervised Object Detection and Instance Segmentation (CVPR 2023)", "facebookresearch/CutLER maskcut/maskcut.py"),
+    Reference("Siméoni et al., Localizing Objects with Self-Supervised Transformers and no Labels (BMVC 2021)", "valeoai/LOST main_lost.py, object_discovery.py"),
+    Reference("Melas-Kyriazi et al., Deep Spectral Methods (CVPR 2022)", "lukemelas/deep-spectral-segmentation extract/extract.py"),
+)
+
+
+@dataclass(frozen=True)
+class DecodeSettings(Settings):
+    preset: str | None = None  # None: the sweep's settings file when there is one, else centred
+    tau: float | None = None
+    eps: float | None = None
+    masks: int | None = None
+    center: bool | None = None
+    color_lambda: float | None = None
+    view: str = "480"
+    refine: str | None = None  # bilateral: TokenCut's bilateral solver before saliency scores
+    settings_file: str | None = None
+
+    def check(self) -> None:
+        if self.preset is not None:
+            one_of("preset", self.preset, PRESET_NAMES)
+        if self.tau is not None:
+            within("tau", self.tau, -1.0, 1.0)
+        if self.eps is not None:
+            within("eps", self.eps, 0.0, 1.0, closed="()")
+        if self.masks is not None:
+            at_least("masks", self.masks, 1)
+        if self.color_lambda is not None:
+            at_least("color_lambda", self.color_lambda, 0.0)
+        one_of("view", str(self.view), KEY_VIEWS)
+        if self.refine is not None:
+            one_of("refine", self.refine, ("bilateral",))
+
+
+def _decoder_settings(settings: DecodeSettings, cache_dir):
+    from ..commands.decode import resolve_settings
+
+    overrides = dict(tau=settings.tau, eps=settings.eps, masks=settings.masks, center=settings.center, color_lambda=settings.color_lambda)
+    return resolve_settings(preset=settings.preset, overrides=overrides, settings_file=settings.settings_file, cache_dir=cache_dir)
+
+
+def decode(settings: DecodeSettings, placement, *, store, panel=None, unseal=None, out=None, cache_dir=None, on_start=None, **_):
+    from ..commands.decode import run_decode
+
+    chosen, source = _decoder_settings(settings, cache_dir)
+    size = int(settings.view) if settings.view == "480" else settings.view
+    report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache_dir,
+                        on_start=on_start, threads=placement.threads, refine=settings.refine, workers=placement.workers,
+                        dask_address=placement.dask_address, backend=placement.backend, device=placement.device, shard=placement.shard)
+    report.extra.setdefault("settings_source", source)
+    return report
+
+
+def stream(settings: DecodeSettings, placement, *, checkpoint, images, batch_size=16, chunk=16, cache_dir=None, on_start=None, **_):
+    """``decode CKPT --images DIR``: keys kept in memory batch by batch, only masks written."""
+    from ..commands.stream import run_stream
+
+    chosen, source = _decoder_settings(settings, cache_dir)
+    size = int(settings.view) if settings.view == "480" else settings.view
+    report = run_stream(checkpoint, images, chosen, size=size, shard=placement.shard, batch_size=batch_size, chunk=chunk, workers=placement.workers,
+                        dask_address=placement.dask_address, backend=placement.backend, device=placement.device, cache_dir=cache_dir,
+                        settings_source=source, on_start=on_start)
+    report.chosen = chosen
+    return report
+
+
+@dataclass(frozen=True)
+class ScoreSettings(Settings):
+    """Scoring has no free parameter: COCO's evaluator, class-agnostic, as TokenCut and LOST score."""
+
+
+def score(settings: ScoreSettings, placement, *, masks_file, panel, unseal=None, cache_dir=None, **_):
+    from ..commands.decode import run_score
+
+    return run_score(masks_file, panel, unseal=unseal, cache_dir=cache_dir)
+
+
+@dataclass(frozen=True)
+class SweepSettings(Settings):
+    grid: str | None = None  # TOML grid; default 144 settings
+    metric: str = "segm_AP"
+    view: str = "480"
+    settings_out: str | None = None
+
+    def check(self) -> None:
+        one_of("view", str(self.view), KEY_VIEWS)
+
+
+def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cache_dir=None, on_start=None, **_):
+    from ..commands.decode import run_sweep
+
+    size = int(settings.view) if settings.view == "480" else settings.view
+    return run_sweep(store, panel, grid=settings.grid, metric=settings.metric, settings_out=settings.settings_out, unseal=unseal, cache_dir=cache_dir,
+                     on_start=on_start, threads=placement.threads, workers=placement.workers, dask_address=placement.dask_address,
+                     backend=placement.backend, device=placement.device, size=size, shard=placement.shard)
+
+
+register(Protocol(
+    name="decode",
+    summary="Label-free object masks by a normalized cut on the keys (TokenCut, MaskCut, LOST, DSM presets); scored when a panel is given.",
+    settings=DecodeSettings,
+    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency")),
+    results=("decoder", "scores_<panel>", "saliency_<panel>"),
+    references=REFERENCES,
+    differences="Every preset reproduces its repository's masks on the same keys; eigenvectors are computed by scipy's eigsh (or torch's eigh) and certified, "
+                "and an image whose eigengap is too small is flagged degenerate rather than decided by solver noise.",
+    execute=decode,
+))
+register(Protocol(
+    name="decode-stream",
+    summary="decode on a checkpoint and an image folder: keys kept in memory batch by batch, only masks written.",
+    settings=DecodeSettings,
+    reads=Reads(views=KEY_VIEWS, source="checkpoint"),
+    results=("decoder",),
+    references=REFERENCES,
+    differences="As decode; the keys are never written.",
+    execute=stream,
+    source="checkpoint",
+))
+register(Protocol(
+    name="score",
+    summary="Score a masks file on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU, or saliency scores.",
+    settings=ScoreSettings,
+    reads=Reads(labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency"), source="masks"),
+    results=("scores_<panel>", "saliency_<panel>"),
+    references=REFERENCES[:1] + REFERENCES[2:3],
+    differences="pycocotools' COCOeval with one category; CorLoc as LOST counts it (IoU ≥ 0.5 with any box).",
+    execute=score,
+    source="masks_file",
+))
+register(Protocol(
+    name="decode-sweep",
+    summary="Decode a grid of settings, read the val panel's labels once, and keep the best setting.",
+    settings=SweepSettings,
+    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k")),
+    results=("sweep_<panel>",),
+    references=REFERENCES,
+    differences="The published methods fix their settings by hand; the sweep chooses them on a val panel only (a test panel is sealed).",
+    execute=sweep,
+))

@@ -1,0 +1,44 @@
+"""``entropy``: how spread each attention row is (entropy, e^H, e^H / T, mean attention distance)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..infra.settings import Settings, at_least
+from .registry import Protocol, Reads, Reference, register
+
+BOOT_FLOOR = 1  # resamples of the bootstrap over images
+
+
+@dataclass(frozen=True)
+class EntropySettings(Settings):
+    patch: int | None = None  # follow this patch of the 224 grid (patch = G·row + column)
+    image: str | None = None  # image id of the followed tables (default: the first)
+    seed: int = 0  # seed of the bootstrap over images
+    boot: int = 1000  # bootstrap resamples of the 95 % intervals
+    partial: bool = False  # summarise a store still being extracted
+
+    def check(self) -> None:
+        if self.patch is not None:
+            at_least("patch", self.patch, 0)
+        at_least("boot", self.boot, BOOT_FLOOR)
+
+
+def execute(settings: EntropySettings, placement, *, stores, json_path=None, quiet=True, **_):
+    from ..commands.entropy import run_entropy
+
+    return run_entropy(list(stores), patch=settings.patch, image=settings.image, json_path=json_path, dask_address=placement.dask_address,
+                       seed=settings.seed, boot=settings.boot, partial=settings.partial, quiet=quiet)
+
+
+PROTOCOL = register(Protocol(
+    name="entropy",
+    summary="How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
+    settings=EntropySettings,
+    reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",)),
+    results=("entropy",),
+    references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino vision_transformer.py"),),
+    differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",
+    execute=execute,
+    source="stores",
+))

@@ -1,0 +1,152 @@
+"""What each protocol prints at the terminal: rich tables and lines built from a run's report.
+
+Pure presentation: a report (the dataclass a command returns) in, a list of rich renderables or
+strings out. The CLI prints them; nothing here reads a store or computes a number.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
+
+
+def _pct(value: float, unit: str = "") -> str:  # NaN: undefined (segm and mean best IoU on a panel of boxes)
+    return f"{100 * value:.2f}{unit}" if math.isfinite(value) else "–"
+
+
+def scores(title: str, scores: Any) -> list[Any]:
+    """Detection scores (COCO AP per kind, CorLoc, mean best IoU) or a saliency panel's scores."""
+    if not hasattr(scores, "segm"):  # a saliency panel (labels/saliency.py)
+        return [f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
+                f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)"]
+    table = Table(title=title)
+    for column in ("", *METRICS):
+        table.add_column(column, justify="right")
+    for kind in ("segm", "bbox"):
+        values = getattr(scores, kind)
+        table.add_row(kind, *(_pct(values[m]) for m in METRICS))
+    return [table, f"CorLoc {_pct(scores.corloc, ' %')}   mean best IoU {_pct(scores.mean_best_iou, ' %')}   "
+                   f"({scores.counts['images']} images, {scores.counts['objects']} objects, {scores.counts['masks']} masks)"]
+
+
+def decode_summary(report: Any, source: str) -> str:
+    s = report.settings
+    return (f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
+            f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
+
+
+def sweep(report: Any, panel: str, metric: str, top: int) -> list[Any]:
+    rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
+    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
+    for column in ("preset", "centred", "τ", "ε", "masks", "segm\nAP", "segm\nAP50", "bbox\nAP50", "CorLoc", "best\nIoU"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in rows[:top]:
+        table.add_row(r["preset"], str(r["center"]), f"{r['tau']:g}", f"{r['eps']:g}", str(r["masks"]),
+                      *(f"{100 * r[c]:.2f}" for c in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou")))
+    b = report.best
+    return [table, f"best: {b.preset}, centred {b.center}, τ {b.tau}, ε {b.eps}, {b.masks} masks → {report.settings_file}"]
+
+
+def linear(report: Any, train: str, val: str, seed: int) -> list[Any]:
+    columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
+    keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
+    table = Table(title=f"linear probe ({report.level}): {train} → {val}")
+    table.add_column("store")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for o in report.outcomes:
+        table.add_row(o.name, *(f"{100 * o.scores[k]:.2f}" for k in keys), f"{o.chosen:g}")
+    return [table, f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
+
+
+def knn(report: Any, train: str, val: str, temperature: float, view_line: str) -> list[Any]:
+    table = Table(title=f"k-NN: {train} → {val}")
+    for column in ("k", "top-1", "top-5"):
+        table.add_column(column, justify="right")
+    for kk, t1, t5 in zip(report.result.ks, report.result.top1, report.result.top5):
+        table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
+    lines = [table, f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
+                    f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn", f"view: {view_line}"]
+    if report.counts["classes"] <= 5:
+        lines.append("top-5 is undefined with 5 classes or fewer (shown as –)")
+    return lines
+
+
+def attention_masks(report: Any, panel: str | None) -> list[Any]:
+    lines: list[Any] = [f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of {report.summary()['row_text']}; "
+                        f"saved as results/attention_masks"]
+    if report.jaccard_mean is not None:
+        table = Table(title=f"Jaccard on {panel} (ledger entry {report.ledger[:12]}; {report.scored} images, {report.counts['objects']} objects)")
+        table.add_column("")
+        for h in range(len(report.jaccard_mean)):
+            table.add_column(f"head {h}", justify="right")
+        table.add_column("best head", justify="right")
+        table.add_column("per object (dino #54)", justify="right")
+        table.add_row("Jaccard (%)", *[f"{100 * v:.1f}" for v in report.jaccard_mean], f"{100 * report.best_mean:.1f}", f"{100 * report.per_object_mean:.1f}")
+        lines.append(table)
+    return lines
+
+
+DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
+
+
+def propagate(report: Any, subset: str) -> list[Any]:
+    if report.global_scores is None:
+        return []
+    table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
+    for column in DAVIS_COLUMNS:
+        table.add_column(column, justify="right")
+    table.add_row(*[f"{report.global_scores[c]:.3f}" for c in DAVIS_COLUMNS])
+    return [table, f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else "")]
+
+
+def records(found: list[Any]) -> Table:
+    """``probe results``: every record of a store, oldest first."""
+    table = Table(title=f"{len(found)} records", box=box.SIMPLE_HEAD)
+    for column in ("result", "run id", "created", "settings"):
+        table.add_column(column, overflow="fold", no_wrap=column == "run id")
+    for r in found:
+        settings = r.meta.get("settings") or {}
+        text = ", ".join(f"{k}={v}" for k, v in settings.items() if v is not None and v != []) or ("(written before records)" if r.meta.get("legacy") else "–")
+        table.add_row(r.result, r.run_id, r.created, text)
+    return table
+
+
+def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], panel_kinds: dict[str, str]) -> list[Table]:
+    """``probe list``: protocols, views, architectures and panel kinds, each with its reference."""
+    out = []
+    table = Table(title="protocols", box=box.SIMPLE_HEAD)
+    for column in ("name", "reads", "follows"):
+        table.add_column(column, overflow="fold")
+    for p in protocols:
+        reads = ", ".join(p.reads.views) or p.reads.source
+        follows = "\n".join(dict.fromkeys(r.code.split()[0] for r in p.references))
+        table.add_row(p.name, reads + (" + labels" if p.reads.labels else ""), follows)
+    out.append(table)
+    table = Table(title="views", box=box.SIMPLE_HEAD)
+    for column in ("view", "geometry", "follows"):
+        table.add_column(column, overflow="fold")
+    for v in views:
+        table.add_row(v.name, v.rule, v.reference)
+    out.append(table)
+    table = Table(title="architectures", box=box.SIMPLE_HEAD)
+    for column in ("name", "shape"):
+        table.add_column(column, overflow="fold")
+    for name, arch in archs.items():
+        prefix = f", {arch.registers} registers" if arch.registers else ""
+        table.add_row(name, f"/{arch.patch}, width {arch.width}, depth {arch.depth}, {arch.heads} heads{prefix}")
+    out.append(table)
+    table = Table(title="panel kinds", box=box.SIMPLE_HEAD)
+    for column in ("kind", "layout"):
+        table.add_column(column, overflow="fold")
+    for kind, text in panel_kinds.items():
+        table.add_row(kind, text)
+    out.append(table)
+    return out

@@ -1,0 +1,197 @@
+"""The contract every protocol passes through: the registry, self-validating settings, one
+placement, records that are never overwritten, the Python API equal to the CLI, one view table."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from cli_runs import probe_main
+
+import probe_toolkit as probe
+from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.placement import Placement
+from probe_toolkit.infra.settings import SettingError
+from probe_toolkit.protocols import api, registry
+from probe_toolkit.results import records
+from probe_toolkit.store import grids, images, views
+
+EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate"}
+
+# (protocol, a bad value, the parameter its error must name)
+BAD = [
+    ("entropy", {"boot": 0}, "boot"),
+    ("entropy", {"patch": -1}, "patch"),
+    ("neighbours", {"k": 9}, "k"),
+    ("neighbours", {"distance": "cosine"}, "distance"),
+    ("decode", {"tau": 1.0}, "tau"),
+    ("decode", {"eps": 0.0}, "eps"),
+    ("decode", {"masks": 0}, "masks"),
+    ("decode", {"view": "512"}, "view"),
+    ("decode", {"preset": "ncut"}, "preset"),
+    ("decode-sweep", {"view": "224"}, "view"),
+    ("linear", {"level": "pixel"}, "level"),
+    ("linear", {"epochs": 0}, "epochs"),
+    ("knn", {"temperature": 0.0}, "temperature"),
+    ("knn", {"ks": (10, 0)}, "ks"),
+    ("knn", {"feature": "gap"}, "feature"),
+    ("attention-masks", {"mass": 1.0}, "mass"),
+    ("attention-masks", {"row": "first"}, "row"),
+    ("propagate", {"topk": 0}, "topk"),
+    ("propagate", {"n_last_frames": 0}, "n_last_frames"),
+]
+
+
+def _tree_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def store(tiny_stores, tmp_path) -> Path:
+    """A private copy of the tiny DINO store (the session's store is shared), without results."""
+    copy = tmp_path / "teacher.zarr"
+    shutil.copytree(tiny_stores["dino"], copy, ignore=shutil.ignore_patterns("results"))
+    return copy
+
+
+def test_the_registry_holds_every_protocol_each_declared_once():
+    found = {p.name: p for p in probe.list_protocols()}
+    assert set(found) == EXPECTED
+    for p in found.values():
+        assert dataclasses.is_dataclass(p.settings) and p.settings.__dataclass_params__.frozen, p.name
+        assert p.references and all(r.paper and r.code for r in p.references), p.name
+        assert p.summary and p.differences and p.results, p.name
+        p.settings()  # the defaults are valid
+    with pytest.raises(ProbeError, match="no protocol named 'ncut'.*protocols: entropy"):
+        registry.get("ncut")
+
+
+@pytest.mark.parametrize("name,given,parameter", BAD, ids=[f"{n}-{p}" for n, _, p in BAD])
+def test_settings_refuse_bad_values_naming_the_parameter(name, given, parameter):
+    with pytest.raises(SettingError) as caught:
+        registry.get(name).make_settings(**given)
+    assert caught.value.parameter == parameter
+    assert caught.value.problem.startswith(f"{parameter} must") or caught.value.problem.startswith(f"{parameter} ")
+    assert "--" not in caught.value.problem  # the science layer names parameters, not flags
+
+
+def test_an_unknown_setting_is_refused_with_the_known_ones():
+    with pytest.raises(SettingError, match="taus is not a setting.*known: center, color_lambda, eps"):
+        registry.get("decode").make_settings(taus=0.3)
+
+
+def test_the_cli_names_the_flag_where_the_api_names_the_parameter(store, capsys):
+    code, printed = probe_main(["entropy", store, "--boot", "0", "-q"], capsys)
+    assert code == 2 and printed.err.strip().startswith("error: --boot must be at least 1") and "Traceback" not in printed.err
+    code, printed = probe_main(["decode", store, "--tau", "1.5", "-q"], capsys)
+    assert code == 2 and "--tau must lie in [-1, 1), got 1.5" in printed.err
+    assert not (store / "results").exists()  # refused before any work
+
+
+def test_placement_parses_once_and_reaches_the_protocol_unchanged(monkeypatch, store):
+    assert Placement.parse(environ={"RANK": "1", "WORLD_SIZE": "3"}).shard == "1/3"
+    assert Placement.parse(environ={"RANK": "1", "WORLD_SIZE": "3"}, shard="0/2").shard == "0/2"  # the option wins
+    assert Placement.parse(environ={}).shard is None and Placement.parse(environ={}).shard_pair() == (0, 1)
+    for bad, parameter in (({"workers": 0}, "workers"), ({"shard": "3/3"}, "shard"), ({"backend": "jax"}, "backend"), ({"threads": 0}, "threads")):
+        with pytest.raises(SettingError) as caught:
+            Placement(**bad)
+        assert caught.value.parameter == parameter
+    protocol = registry.get("entropy")
+    seen = []
+    fake = dataclasses.replace(protocol, execute=lambda settings, placement, **inputs: seen.append(placement))
+    monkeypatch.setitem(registry._REGISTRY, "entropy", fake)
+    where = Placement(workers=2, dask_address=None, shard="0/1")
+    api.run("entropy", [store], placement=where)
+    assert seen == [where] and seen[0] is where
+    api.run("entropy", [store], workers=3)
+    assert seen[1] == Placement(workers=3)
+
+
+def test_two_runs_give_two_records_and_neither_is_changed(store):
+    first = probe.run("entropy", store, boot=20)
+    assert [r.result for r in first.records] == ["entropy"]
+    record = first.records[0]
+    assert record.path == store / "results" / "entropy" / first.run_id
+    meta = json.loads((record.path / "record.json").read_text())
+    assert meta["protocol"] == "entropy" and meta["settings"]["boot"] == 20 and meta["placement"]["threads"] == 1
+    assert meta["inputs"]["stores"] == [str(store.absolute())] and meta["toolkit_version"] == probe.__version__
+    before = _tree_hash(record.path)
+    second = probe.run("entropy", store, boot=30, seed=1)
+    assert second.run_id != first.run_id and second.run_id > first.run_id
+    assert [r.run_id for r in records.runs(store, "entropy")] == [first.run_id, second.run_id]
+    assert _tree_hash(record.path) == before  # the first record is untouched
+    assert records.load(store, "entropy").attrs["record"]["run_id"] == second.run_id  # the latest by default
+    assert records.load(store, "entropy", run=first.run_id).attrs["record"]["run_id"] == first.run_id
+
+
+def test_a_run_saving_several_results_gives_them_one_run_id(store, tmp_path):
+    run = probe.run("decode", store, preset="tokencut", view="480", workers=1, out=tmp_path / "masks.json")
+    assert [r.result for r in run.records] == ["decoder"] and run.records[0].run_id == run.run_id
+    meta = run.records[0].meta
+    assert meta["settings"]["preset"] == "tokencut" and meta["inputs"]["out"] == str((tmp_path / "masks.json").absolute())
+
+
+def test_results_written_before_records_still_read_and_are_kept(store):
+    legacy = store / "results" / "entropy"
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    xr.Dataset({"h": ("image", np.arange(3.0))}, attrs={"date": "2026-12-01T00:00:00+00:00"}).to_zarr(legacy, zarr_format=3, consolidated=False)
+    found = records.runs(store, "entropy")
+    assert [r.run_id for r in found] == ["legacy"] and found[0].meta["legacy"] and found[0].created.startswith("2026-12-01")
+    assert list(records.load(store, "entropy")["h"].values) == [0.0, 1.0, 2.0]
+    run = probe.run("entropy", store, boot=20)
+    assert [r.run_id for r in records.runs(store, "entropy")] == ["legacy", run.run_id]  # migrated, not replaced
+    assert list(records.load(store, "entropy", run="legacy")["h"].values) == [0.0, 1.0, 2.0]
+    assert "h" not in records.load(store, "entropy")
+
+
+def test_shard_parts_keep_one_slot_each(store):
+    part = xr.Dataset({"x": ("image", np.zeros(2))})
+    path = records.save(store, "decoder-part-0-of-2", part, {"a": 1})
+    assert path == store / "results" / "decoder-part-0-of-2"
+    again = records.save(store, "decoder-part-0-of-2", part, {"a": 2})
+    assert again == path and records.load(store, "decoder-part-0-of-2").attrs["a"] == 2
+    assert not records.every_record(store)  # parts are a run's working state, not records
+
+
+def test_the_api_and_the_cli_give_identical_numbers(store, capsys, tmp_path):
+    code, printed = probe_main(["entropy", store, "--boot", "50", "--seed", "3", "-q", "--json", tmp_path / "cli.json"], capsys)
+    assert code == 0, printed.err
+    by_cli = records.load(store, "entropy")
+    run = probe.run("entropy", [store], boot=50, seed=3, json_path=tmp_path / "api.json")
+    by_api = records.load(store, "entropy")
+    assert by_api.attrs["record"]["run_id"] == run.run_id != by_cli.attrs["record"]["run_id"]
+    for name in by_cli.data_vars:
+        assert np.array_equal(by_cli[name].values, by_api[name].values, equal_nan=True), name
+    assert json.loads((tmp_path / "cli.json").read_text()) == json.loads((tmp_path / "api.json").read_text())
+
+
+def test_probe_results_lists_every_record_and_probe_list_the_catalogue(store, capsys):
+    first = probe.run("entropy", store, boot=20)
+    second = probe.run("neighbours", store, boot=20)
+    code, printed = probe_main(["results", store], capsys)
+    assert code == 0 and first.run_id in printed.out and second.run_id in printed.out and "neighbours_g" in printed.out
+    code, printed = probe_main(["results", store, "--result", "knn"], capsys)
+    assert code == 2 and "holds no record of 'knn'" in printed.err
+    code, printed = probe_main(["list"], capsys)
+    assert code == 0
+    for name in (*EXPECTED, *views.NAMES, "vit-s16", "davis", "facebookresearch/dino", "valeoai/LOST"):
+        assert name in printed.out, name
+
+
+def test_views_are_declared_once():
+    assert images.VIEW_NAMES == views.NAMES
+    assert grids.JOINED_VIEWS == views.JOINED == ("native_crop", "native_resized")
+    assert views.canonical("native-crop") == "native_crop" and views.canonical(480) == "480"
+    assert views.of_array("keys_native_resized") == "native_resized" and views.of_array("tokens_224") == "224"
+    with pytest.raises(SettingError, match="view '512' is not one of 96, 224, eval224, 480, native"):
+        views.canonical("512")
+    assert set(views.OWN_SIZE) == {"native", "native_crop", "native_resized"}
