@@ -77,11 +77,11 @@ def parse_formats(formats: str | Sequence[str] | None) -> tuple[str, ...]:
 
 def write_report(
     stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None,
-    formats: str | Sequence[str] | None = None,
+    formats: str | Sequence[str] | None = None, run: str | None = None,
 ) -> Written:
     """Gather the stores' results and write the report into ``out`` (default reports/<name>)."""
     kinds = parse_formats(formats)
-    report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir)
+    report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir, run=run)
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
     target.mkdir(parents=True, exist_ok=True)
     litter.sweep(target)  # a killed report's .report.tmp-PID and .figures.old-PID

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ..results.records import incomparable
 from ..store.completion import completion, staleness
 from .content import Note, Section, Table
 
@@ -23,6 +24,7 @@ def freshness(ctx) -> Section:
     section = Section("freshness", "Result freshness")
     rows, stale = [], []
     by_result: dict[str, dict[str, tuple[str | None, set[str] | None, int | None]]] = {}
+    settings: dict[str, dict[str, dict | None]] = {}
     for store in ctx.stores:
         now = completion(store.path)
         for name, ds in sorted(store.results.items()):
@@ -32,14 +34,22 @@ def freshness(ctx) -> Section:
             if why:
                 stale.append(f"{store.label} {name}")
             images = record.get("images")
-            rows.append([store.label, name, "?" if images is None else str(images), f"{now['done']} of {now['total']}", status])
+            made = ds.attrs.get("record") if isinstance(ds.attrs.get("record"), dict) else {}
+            rows.append([store.label, name, made.get("run_id", "before records"), "?" if images is None else str(images), f"{now['done']} of {now['total']}", status])
+            settings.setdefault(name, {})[store.label] = made.get("settings")
             ids = {str(i) for i in ds["image"].values} if "image" in ds.coords else None
             by_result.setdefault(name, {})[store.label] = (record.get("images_sha256"), ids, images)
     if not rows:
         section.missing("No saved results yet.")
-        return section
-    section.blocks.append(Table(["store", "result", "images used", "store done now", "status"], rows,
-                                "Each saved result against its store now; a stale result is shown in its section as it was computed."))
+        for name, found in sorted(settings.items()):
+        differ = incomparable(found)
+        if differ:
+            section.blocks.append(Note(f"{name}: the stores' records differ in {', '.join(differ)}; their numbers come from different settings "
+                                       "and are not compared as equals (rerun with the same settings, or pick records with --run)."))
+    return section
+    section.blocks.append(Table(["store", "result", "run", "images used", "store done now", "status"], rows,
+                                "Each store's latest record of each result (probe results STORE lists them all) against its store now; "
+                                "a stale result is shown in its section as it was computed."))
     if stale:
         section.blocks.append(Note(f"Stale: {', '.join(stale)}. Rerun those analyses on the finished store before comparing their numbers."))
     for name, found in sorted(by_result.items()):
@@ -50,4 +60,9 @@ def freshness(ctx) -> Section:
             counts = ", ".join(f"{label}: {n if n is not None else '?'}" for label, (_, _, n) in found.items())
             section.blocks.append(Note(f"{name}: the stores were measured on different image sets ({counts}{common}); "
                                        "their numbers describe different images and are not compared as equals."))
+    for name, found in sorted(settings.items()):
+        differ = incomparable(found)
+        if differ:
+            section.blocks.append(Note(f"{name}: the stores' records differ in {', '.join(differ)}; their numbers come from different settings "
+                                       "and are not compared as equals (rerun with the same settings, or pick records with --run)."))
     return section

@@ -570,11 +570,12 @@ BUILDERS: tuple[Callable[[Context], Section], ...] = (
 )
 
 
-def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None) -> Report:
-    """Open the stores, read their results and the followed image, and build every section."""
+def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None) -> Report:
+    """Open the stores, read their results (the latest records, or run ``run``'s) and the followed
+    image, and build every section."""
     if not stores:
         raise ProbeError("probe report", "no store given", "pass one or more stores written by `probe extract`")
-    views = open_stores(stores)
+    views = open_stores(stores, run)
     image_id = choose_follow(views, follow)
     ctx = Context(views, image_id, int(patch), None, read_ledgers(views, cache_dir), cache_dir=cache_dir)
     if image_id is not None:

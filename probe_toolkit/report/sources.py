@@ -62,12 +62,20 @@ class StoreView:
         return self.results.get(name)
 
 
-def open_stores(paths: list[Path]) -> list[StoreView]:
-    """Each store once, in the order given, with every saved result loaded; labels made unique."""
+def open_stores(paths: list[Path], run: str | None = None) -> list[StoreView]:
+    """Each store once, in the order given, with the latest record of every result loaded (the
+    record of run ``run`` where a result has one); labels made unique."""
     views: list[StoreView] = []
     for path in dict.fromkeys(Path(p) for p in paths):
         ds = cache.open_store(path)
-        results = {name: found for name in records.results(path) if (found := records.load(path, name)) is not None}
+        results = {}
+        for name in records.results(path):
+            if records.is_part(name):
+                continue
+            chosen = records.find(path, name, run) if run is not None else None
+            found = records.load(path, name, run=chosen.run_id if chosen is not None else None)
+            if found is not None:
+                results[name] = found
         views.append(StoreView(path, store_label(str(path)), ds, cache.manifest(ds), results))
     seen: dict[str, int] = {}
     for view in views:

@@ -249,7 +249,7 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     results = results.copy()
     results.attrs.update(attrs or {})
     if meta:
-        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version")}
+        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings") if k in meta}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -287,3 +287,14 @@ def load(store: str | Path, name: str, run: str | None = None) -> xr.Dataset | N
         warnings.simplefilter("ignore")
         # no dask: it would import dask.array and distributed
         return lazy_dask.xarray().open_dataset(found.path, engine="zarr", consolidated=False, chunks=None).load()
+
+
+def incomparable(settings: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The settings on which records of one result (by label) differ: two records share a table
+    only where this is empty. A record written before records (no settings) is never assumed equal."""
+    if len(settings) < 2:
+        return []
+    if any(v is None for v in settings.values()):
+        return ["settings not recorded"]
+    keys = sorted(set().union(*(v.keys() for v in settings.values())))
+    return [k for k in keys if len({json.dumps(v.get(k), sort_keys=True, default=str) for v in settings.values()}) > 1]
