@@ -306,7 +306,7 @@ CASES = [
     Case("decode-eps-0", lambda w: ["decode", w.store, "--eps", "0", *w.q], 2, ("--eps",), lambda w: ["decode", w.store, "--eps", "1e-5", *w.q]),
     Case("decode-masks-0", lambda w: ["decode", w.store, "--masks", "0", *w.q], 2, ("--masks",), lambda w: ["decode", w.store, "--masks", "1", *w.q]),
     Case("decode-threads-0", lambda w: ["decode", w.store, "--threads", "0", *w.q], 2, ("--threads",), lambda w: ["decode", w.store, "--threads", "1", *w.q]),
-    Case("decode-size-unknown", lambda w: ["decode", w.store, "--size", "333", *w.q], 2, ("keys_333",), lambda w: ["decode", w.store, "--size", "480", *w.q]),
+    Case("decode-size-unknown", lambda w: ["decode", w.store, "--size", "333", *w.q], 2, ("view '333'", "is not one of"), lambda w: ["decode", w.store, "--size", "480", *w.q]),
     Case("decode-settings-missing", lambda w: ["decode", w.store, "--settings", w.root / "none.json", *w.q], 2, ("none.json",), lambda w: ["decode", w.store, *w.q]),
     Case("decode-settings-not-settings", lambda w: ["decode", w.store, "--settings", write(w.root / "out" / "s.json", "[1]"), *w.q], 2, ("s.json",),
          lambda w: ["decode", w.store, *w.q]),

@@ -91,9 +91,9 @@ def test_an_unknown_setting_is_refused_with_the_known_ones():
 
 def test_the_cli_names_the_flag_where_the_api_names_the_parameter(store, capsys):
     code, printed = probe_main(["entropy", store, "--boot", "0", "-q"], capsys)
-    assert code == 2 and printed.err.strip().startswith("error: --boot must be at least 1") and "Traceback" not in printed.err
+    assert code == 2 and printed.err.strip().startswith("error: --boot 0 must be at least 1") and "Traceback" not in printed.err
     code, printed = probe_main(["decode", store, "--tau", "1.5", "-q"], capsys)
-    assert code == 2 and "--tau must lie in [-1, 1), got 1.5" in printed.err
+    assert code == 2 and "--tau 1.5 must lie in [-1, 1)" in printed.err
     assert not (store / "results").exists()  # refused before any work
 
 

@@ -58,4 +58,5 @@ def flagged(error) -> str:
     """A setting's error with its parameter spelled as the flag (``tau must ...`` → ``--tau must ...``)."""
     import re
 
-    return re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", flag(error.parameter), error.line())
+    line = re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", flag(error.parameter), error.line())
+    return line.replace(f"{flag(error.parameter)}=", f"{flag(error.parameter)} ")

@@ -55,9 +55,11 @@ PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store s
 
 def show(renderables: list[Any]) -> None:
     """Print a protocol's presentation (``results/tables.py``): tables, and lines as typed."""
+    from ..results.tables import Unwrapped
+
     for item in renderables:
         if isinstance(item, str):
-            console.print(item, highlight=False, soft_wrap=True)
+            console.print(item, highlight=False, soft_wrap=isinstance(item, Unwrapped))
         else:
             console.print(item)
 

@@ -64,3 +64,5 @@ def report_command(
     written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats, run=run)
     present = [s.title for s in written.report.sections if s.present]
     absent = [s.title for s in written.report.sections if not s.present]
+    console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "
+                  f"{len(present)} sections present{', not yet: ' + '; '.join(absent) if absent else ''}", soft_wrap=True)

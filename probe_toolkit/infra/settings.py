@@ -28,7 +28,7 @@ class SettingError(ProbeError):
 
 def at_least(name: str, value: int | float, low: int | float, *, why: str = "") -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value < low:
-        raise SettingError(name, f"{name} must be at least {low}{' (' + why + ')' if why else ''}, got {value!r}", f"use e.g. {name}={max(low, 1)}")
+        raise SettingError(name, f"{name} {value!r} must be at least {low}{' (' + why + ')' if why else ''}", f"use e.g. {name}={max(low, 1)}")
 
 
 def within(name: str, value: float, low: float, high: float, *, closed: str = "[)") -> None:
@@ -36,18 +36,18 @@ def within(name: str, value: float, low: float, high: float, *, closed: str = "[
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value >= low if closed[0] == "[" else value > low) and (value <= high if closed[1] == "]" else value < high)
     if not ok:
-        raise SettingError(name, f"{name} must lie in {closed[0]}{low:g}, {high:g}{closed[1]}, got {value!r}", f"pick {name} inside that interval")
+        raise SettingError(name, f"{name} {value!r} must lie in {closed[0]}{low:g}, {high:g}{closed[1]}", f"pick {name} inside that interval")
 
 
 def positive(name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise SettingError(name, f"{name} must be a positive number, got {value!r}", f"use e.g. {name}=0.1")
+        raise SettingError(name, f"{name} {value!r} must be a positive number", f"use e.g. {name}=0.1")
 
 
 def one_of(name: str, value: Any, allowed: Iterable[Any]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
-        raise SettingError(name, f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}", f"use {name}={allowed[0]!r}")
+        raise SettingError(name, f"{name} {value!r} is not one of {', '.join(map(str, allowed))}", f"use e.g. {name}={allowed[0]!r}")
 
 
 class Settings:

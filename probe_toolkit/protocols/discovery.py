@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, at_least, one_of, positive, within
+from ..infra.settings import SettingError, Settings, at_least, one_of, within
+from ..store import views
 from .registry import Protocol, Reads, Reference, register
 
-KEY_VIEWS = ("480", "native", "native_crop", "native_resized")  # views whose keys the decoders cut
+KEY_VIEWS = tuple(v.name for v in views.TABLE if any(a.startswith("keys_") for a in v.arrays))  # the views whose keys the decoders cut
+
+
+def key_view(settings) -> None:
+    """The view as the table spells it (``native-crop`` → ``native_crop``), and one with keys."""
+    name = views.canonical(settings.view)
+    if name not in KEY_VIEWS:
+        raise SettingError("view", f"view {settings.view!r} holds no keys: the decoders cut {', '.join(KEY_VIEWS)}", "pick one of those views")
+    object.__setattr__(settings, "view", name)
 PRESET_NAMES = ("centred", "tokencut", "maskcut", "lost", "dsm")
 
 REFERENCES = (
@@ -43,7 +52,7 @@ class DecodeSettings(Settings):
             at_least("masks", self.masks, 1)
         if self.color_lambda is not None:
             at_least("color_lambda", self.color_lambda, 0.0)
-        one_of("view", str(self.view), KEY_VIEWS)
+        key_view(self)
         if self.refine is not None:
             one_of("refine", self.refine, ("bilateral",))
 
@@ -99,7 +108,7 @@ class SweepSettings(Settings):
     settings_out: str | None = None
 
     def check(self) -> None:
-        one_of("view", str(self.view), KEY_VIEWS)
+        key_view(self)
 
 
 def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cache_dir=None, on_start=None, **_):

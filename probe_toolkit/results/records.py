@@ -291,10 +291,10 @@ def load(store: str | Path, name: str, run: str | None = None) -> xr.Dataset | N
 
 def incomparable(settings: dict[str, dict[str, Any] | None]) -> list[str]:
     """The settings on which records of one result (by label) differ: two records share a table
-    only where this is empty. A record written before records (no settings) is never assumed equal."""
+    only where this is empty. Records that did not record their settings (written before records,
+    or saved outside ``api.run``) are left out: nothing is claimed of them."""
+    settings = {k: v for k, v in settings.items() if isinstance(v, dict)}
     if len(settings) < 2:
         return []
-    if any(v is None for v in settings.values()):
-        return ["settings not recorded"]
     keys = sorted(set().union(*(v.keys() for v in settings.values())))
     return [k for k in keys if len({json.dumps(v.get(k), sort_keys=True, default=str) for v in settings.values()}) > 1]

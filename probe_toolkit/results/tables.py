@@ -15,6 +15,10 @@ from rich.table import Table
 METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
 
 
+class Unwrapped(str):
+    """A line printed whole (a path or a ledger id must not break); other lines wrap at the terminal."""
+
+
 def _pct(value: float, unit: str = "") -> str:  # NaN: undefined (segm and mean best IoU on a panel of boxes)
     return f"{100 * value:.2f}{unit}" if math.isfinite(value) else "–"
 
@@ -72,16 +76,17 @@ def knn(report: Any, train: str, val: str, temperature: float, view_line: str) -
         table.add_column(column, justify="right")
     for kk, t1, t5 in zip(report.result.ks, report.result.top1, report.result.top5):
         table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
-    lines = [table, f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
-                    f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn", f"view: {view_line}"]
+    lines = [table, Unwrapped(f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
+                              f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn"),
+             Unwrapped(f"view: {view_line}")]
     if report.counts["classes"] <= 5:
         lines.append("top-5 is undefined with 5 classes or fewer (shown as –)")
     return lines
 
 
 def attention_masks(report: Any, panel: str | None) -> list[Any]:
-    lines: list[Any] = [f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of {report.summary()['row_text']}; "
-                        f"saved as results/attention_masks"]
+    lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
+                                  f"{report.summary()['row_text']}; saved as results/attention_masks")]
     if report.jaccard_mean is not None:
         table = Table(title=f"Jaccard on {panel} (ledger entry {report.ledger[:12]}; {report.scored} images, {report.counts['objects']} objects)")
         table.add_column("")
@@ -104,7 +109,7 @@ def propagate(report: Any, subset: str) -> list[Any]:
     for column in DAVIS_COLUMNS:
         table.add_column(column, justify="right")
     table.add_row(*[f"{report.global_scores[c]:.3f}" for c in DAVIS_COLUMNS])
-    return [table, f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else "")]
+    return [table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
 
 
 def records(found: list[Any]) -> Table:

@@ -49,7 +49,7 @@ def canonical(name: int | str) -> str:
     """The table's name of a view given as typed (``480``, ``native-crop``, ``NATIVE``)."""
     text = str(name).strip().lower().replace("-", "_")
     if text not in BY_NAME:
-        raise SettingError("view", f"view {name!r} is not one of {', '.join(NAMES)}", "pick a view from `probe list`")
+        raise SettingError("view", f"view {name!r} is not one of {', '.join(NAMES)}", "pick a view that `probe list` names")
     return text
 
 
