@@ -195,3 +195,24 @@ def test_views_are_declared_once():
     with pytest.raises(SettingError, match="view '512' is not one of 96, 224, eval224, 480, native"):
         views.canonical("512")
     assert set(views.OWN_SIZE) == {"native", "native_crop", "native_resized"}
+
+
+def test_a_store_holding_none_of_a_panels_images_is_refused_before_any_label_read(tmp_path, capsys):
+    from decoder_scenes import Scene, make_store, planted_keys, write_panel
+
+    from probe_toolkit.labels import panels
+
+    held = [Scene("one.png", 96, 128, [(3, 9, 4, 12)]), Scene("two.png", 160, 160, [(2, 7, 2, 7)])]
+    other = [Scene("three.png", 96, 128, [(3, 9, 4, 12)]), Scene("four.png", 160, 160, [(2, 7, 2, 7)])]
+    keys = np.stack([planted_keys(16, s.objects, channels=24, noise=0.01, seed=i) for i, s in enumerate(held)])
+    store = make_store(tmp_path / "store.zarr", held, keys)
+    root = tmp_path / "cache"
+    for name, scenes in (("va", other), ("mine", held)):
+        annotations, folder = write_panel(tmp_path / name, scenes, 16)
+        panels.add_panel(name, annotations, folder, "val", cache=root)
+    code, printed = probe_main(["decode", store, "--panel", "va", "--cache", root, "-q"], capsys)
+    assert code == 2 and "holds none of the 2 images of panel 'va'" in printed.err and len(printed.err.strip().splitlines()) == 1
+    assert not (root / "ledger.jsonl").exists() and not (store / "results").exists()  # no label read, no work
+    run = probe.run("decode", store, panel="mine", cache_dir=root, workers=1)
+    assert run.records and run.records[0].meta["inputs"]["coverage"] == {"panel": "mine", "panel_images": 2, "held": 2}
+    assert {r.result for r in run.records} == {"decoder", "scores_mine"} and len({r.run_id for r in run.records}) == 1

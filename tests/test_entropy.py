@@ -312,7 +312,7 @@ def test_followed_row_names_class_and_register_keys():
     """A followed row's largest weights name their keys: patches by index, -1 the class token, -2 a register."""
     import xarray as xr
 
-    from probe_toolkit.commands.summaries import _weights
+    from probe_toolkit.results.summaries import _weights
 
     ds = xr.Dataset({"detail_key": (("image", "head", "rank"), np.array([[[-1, -2, 5]]])),
                      "detail_weight": (("image", "head", "rank"), np.array([[[0.5, 0.3, 0.2]]]))})

@@ -164,7 +164,7 @@ def entropy_command(
 ) -> None:
     """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
 
-    from ..commands import summaries
+    from ..results import summaries
 
     found = run("entropy", stores, patch=patch, image=image, json_path=json_path, dask_address=dask_address, seed=seed, boot=boot, partial=partial,
                 quiet=quiet).report
@@ -193,7 +193,7 @@ def neighbours_command(
 ) -> None:
     """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
 
-    from ..commands import summaries
+    from ..results import summaries
 
     found = run("neighbours", stores, view=view, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
                 dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet).report

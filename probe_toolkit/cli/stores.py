@@ -36,9 +36,7 @@ def extract(
     quiet: QuietOpt = False,
 ) -> None:
     """Cache the last block's tokens (224), keys (480) and attention (224) of a checkpoint."""
-    from ..infra.errors import ProbeError
-    from ..store.extract import Settings
-    from ..store.extract import extract as run
+    from ..store import views as view_table
 
     if (images is None) == (panel is None):
         raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
@@ -59,8 +57,18 @@ def extract(
 
             store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
     view_list = tuple(v.strip() for v in views.split(",") if v.strip())
+    for view in view_list:  # option errors before torch and timm are imported
+        if view.lower().replace("-", "_") not in view_table.NAMES:
+            raise ProbeError(None, f"--views {view} is not one of {', '.join(view_table.NAMES)}", "use e.g. --views 224,480 or --views native,native_resized")
+    if dtype not in ("float16", "float32"):
+        raise ProbeError(None, f"--dtype {dtype} is not float16 or float32", "use --dtype float16")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ProbeError(None, f"--device {device!r} is not auto, cpu or cuda", "use --device auto")
     if resample is not None and "480" not in view_list:
         raise ProbeError(None, f"--resample {resample} applies to the 480 view, which --views {views} does not include", "add 480 to --views, or drop --resample")
+    from ..store.extract import Settings
+    from ..store.extract import extract as run
+
     settings = Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic")
     try:
         report = run(

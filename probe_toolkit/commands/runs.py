@@ -20,7 +20,7 @@ from ..infra.progress import bar
 from ..store.cache import open_store, require
 from ..results import records
 from ..store.completion import computed_on
-from . import summaries
+from ..results import summaries
 
 if TYPE_CHECKING:
     import xarray as xr

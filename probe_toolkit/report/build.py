@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..commands.summaries import store_label
+from ..results.summaries import store_label
 from ..infra import litter, provenance
 from ..infra.errors import ProbeError
 from . import html, markdown, tables

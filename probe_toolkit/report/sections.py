@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
+from ..results.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
 from . import figures, followed, protocols, registers

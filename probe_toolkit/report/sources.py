@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ..commands.summaries import store_label
+from ..results.summaries import store_label
 from ..infra.errors import ProbeError
 from ..labels import ledger
 from ..store import cache, images

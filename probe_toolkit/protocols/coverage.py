@@ -1,0 +1,43 @@
+"""Before a protocol reads a panel's labels: does the store hold the panel's images?
+
+A store that holds none of them would be scored on nothing and print a plausible 0.00 (every
+COCO metric of an empty match); that run is refused here, before any label is read and before
+any work. The check lists the panel's image folder only (no annotation is opened): a panel's
+images are held when their ids in the store (``commands.panel_stores.wanted_ids``: the
+sub-folder prefix when the store was extracted from a folder above the panel's) or, for a store
+extracted elsewhere, their file names are finished images of the store. The coverage found goes
+into the run's record beside its scores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..infra.errors import ProbeError
+
+
+def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """``{"panel", "panel_images", "held"}`` for a store and a registered panel, or a ProbeError
+    when the store holds none of the panel's images."""
+    from ..commands.panel_stores import panel_ids, wanted_ids
+    from ..labels.panels import get_panel
+    from ..store import cache
+
+    found = get_panel(panel, cache_dir)
+    if found.kind == "classes" or found.images is None or not Path(found.images).is_dir():
+        return {"panel": panel, "panel_images": None, "held": None}  # the command's own checks name what is wrong
+    ids = panel_ids(found)
+    ds = cache.open_store(store)
+    held_ids = {str(i) for i in ds.image.values.tolist()}
+    wanted = wanted_ids(ds, found, ids)
+    held = len(set(wanted) & held_ids) if wanted is not None else 0
+    if not held:  # a store extracted from another folder: matched by file name, as the label read matches
+        names = {Path(i).name for i in held_ids}
+        held = sum(Path(i).name in names for i in ids)
+    if ids and not held:
+        meta = cache.manifest(ds)
+        raise ProbeError(store, f"holds none of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe no image",
+                         f"extract them first: probe extract {meta.get('checkpoint', {}).get('path', 'CKPT')} --images {found.images}, "
+                         "and pass that store")
+    return {"panel": panel, "panel_images": len(ids), "held": held}
