@@ -137,11 +137,12 @@ def convert(
     source: Annotated[Path, typer.Argument(help="A DINO file (backbone or full checkpoint).")],
     out: Annotated[Path, typer.Argument(help="Where to write the SelfPatch-style backbone.")],
     network: Annotated[str, typer.Option(help="teacher or student, for full checkpoints.")] = "teacher",
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists (never the source itself).")] = False,
 ) -> None:
     """Write the SelfPatch-style backbone of a DINO file (no class token, no final norm)."""
     from .store.checkpoints import convert_file
 
-    before, after = convert_file(source, out, network)
+    before, after = convert_file(source, out, network, force=force)
     console.print(f"{source} → {out}: {before:,} → {after:,} parameters ({before - after:,} dropped: cls_token, pos_embed row 0, norm)")
 
 
@@ -164,6 +165,7 @@ def make_checkpoint(
     layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, dinov2-backbone, dinov2-reg-backbone, ...")] = "dino-full",
     arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), dinov2-b14(-reg).")] = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Write a random-weight checkpoint in a released layout (to try the pipeline offline)."""
     from .demo.samples import ALL_LAYOUTS, ARCHS, write_checkpoint
@@ -172,7 +174,7 @@ def make_checkpoint(
     if layout not in ALL_LAYOUTS or arch not in ARCHS:
         raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(ALL_LAYOUTS)}; archs: {', '.join(ARCHS)}")
     try:
-        write_checkpoint(out, layout, ARCHS[arch], seed)
+        write_checkpoint(out, layout, ARCHS[arch], seed, force=force)
     except ValueError as error:
         raise ProbeError(None, f"--layout {layout} --arch {arch}: {error}", "DINOv2 layouts take a dinov2 arch, DINO/SelfPatch layouts the others") from None
     console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")
@@ -562,7 +564,7 @@ def knn_command(
     store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images.")],
     train: Annotated[str, typer.Option("--train", help="Panel whose images vote (class folders, or COCO: largest category).")],
     val: Annotated[str, typer.Option("--val", help="Panel whose images are classified and scored.")],
-    k: Annotated[str, typer.Option("--k", help="Neighbour counts, all in one pass (DINO's eval_knn.py: 10,20,100,200).")] = "10,20,100,200",
+    k: Annotated[Optional[str], typer.Option("--k", help="Neighbour counts, all in one pass (default DINO's eval_knn.py: 10,20,100,200, narrowed to the train panel's size).")] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="Vote weight exp(cos / T) (DINO: 0.07).")] = 0.07,
     feature: Annotated[str, typer.Option("--feature", help="auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).")] = "auto",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the accuracies and settings as JSON.")] = None,
@@ -580,7 +582,7 @@ def knn_command(
     from .infra.progress import bar
 
     try:
-        ks = [int(v) for v in k.split(",") if v.strip()]
+        ks = None if k is None else [int(v) for v in k.split(",") if v.strip()]
     except ValueError:
         raise ProbeError("--k", f"{k!r} is not a list of integers", "use --k 10,20,100,200") from None
     with bar("images", quiet) as progress:
