@@ -45,9 +45,9 @@ def full(tiny_stores, image_dir, tmp_path_factory):
     cache_dir = root / "cache"
     stores = bare_copies(tiny_stores, cache_dir)
     dino, selfpatch = stores["dino"], stores["selfpatch"]
-    invoke("entropy", dino, selfpatch, "--patch", PATCH, "--boot", 50, "-q")
-    invoke("neighbours", dino, selfpatch, "--grid", 14, "--boot", 50, "-q")
-    invoke("neighbours", dino, selfpatch, "--grid", 6, "--boot", 50, "-q")
+    invoke("entropy", dino, selfpatch, "--patch", PATCH, "--boot", 100, "-q")
+    invoke("neighbours", dino, selfpatch, "--grid", 14, "--boot", 100, "-q")
+    invoke("neighbours", dino, selfpatch, "--grid", 6, "--boot", 100, "-q")
     scenes_panels(image_dir, root, cache_dir)
     invoke("decode", dino, "--panel", "scenes", "--preset", "maskcut", "--masks", 2, "--cache", cache_dir, "-q")
     saliency_panel(image_dir, root, cache_dir)  # same settings as the next decode, which replaces results/decoder
