@@ -60,7 +60,8 @@ class Output:
                 return True
         return False
 
-    def _refuse_foreign(self, names: Iterable[str]) -> None:
+    def check(self, names: Iterable[str]) -> None:
+        """Refuse (one line) a file or folder of the user's standing where probe would write one of ``names``."""
         for name in names:
             path = self.folder / name
             if (path.exists() or path.is_symlink()) and not self.owns(name):
@@ -77,7 +78,7 @@ class Output:
     def adopt(self, group: str, names: Sequence[str]) -> None:
         """List ``names`` (files, or folders as ``name/``) as ``group``'s before probe writes them
         there itself (``probe demo`` keeps its cache in ``work/``); refused if the user's stand there."""
-        self._refuse_foreign(n.rstrip("/") for n in names)
+        self.check(n.rstrip("/") for n in names)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.groups[group] = sorted({*self.groups.get(group, []), *names})
         self._write()
@@ -86,7 +87,7 @@ class Output:
         """Move ``staged/<name>`` to ``folder/<name>`` for every name (in the given order), and
         delete ``group``'s old files that ``names`` no longer has; nothing else is touched."""
         names = list(dict.fromkeys(names))
-        self._refuse_foreign(names)
+        self.check(names)
         old = list(self.groups.get(group, []))
         self.folder.mkdir(parents=True, exist_ok=True)
         self.groups[group] = sorted({*old, *names})
