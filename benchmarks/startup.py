@@ -98,8 +98,8 @@ def commands(store: str, root: Path, full: bool, panel_store: str = "") -> dict[
     }
     if full:
         chosen["python -c 'import torch' (torch alone)"] = [sys.executable, "-c", "import torch"]
-        chosen["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "10"]
-        chosen["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "10"]
+        chosen["probe entropy STORE"] = [*probe, "entropy", store, "-q", "--boot", "100"]
+        chosen["probe neighbours STORE"] = [*probe, "neighbours", store, "-q", "--boot", "100"]
         chosen["probe knn STORE (two panels)"] = [*probe, "knn", panel_store, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", *cache]
         chosen["probe attention-masks STORE (a panel)"] = [*probe, "attention-masks", panel_store, "--panel", "bench-val", "-q", *cache]
         chosen["probe report STORE (draws figures)"] = [*probe, "report", store, "--out", str(root / "report"), "--format", "png", *cache]

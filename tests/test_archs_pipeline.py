@@ -77,7 +77,7 @@ def pipeline(tmp_path_factory):
         if arch.registers:  # MaskCut's loop on 3,600 patches (patch 8 at 480 px) takes too long for the suite; /14 has 1,156
             commands.append(("decode", store, "--preset", "maskcut", "--masks", 2))
         for command in commands:
-            invoke(*command, "--workers", 1, "--cache", cache_dir, "-q") if command[0] == "decode" else invoke(*command, "--boot", 50, "-q")  # tiny: in process
+            invoke(*command, "--workers", 1, "--cache", cache_dir, "-q") if command[0] == "decode" else invoke(*command, "--boot", 100, "-q")  # tiny: in process
         invoke("linear", store, "--train", "boxes-train", "--val", "boxes-val", "--epochs", 5, "--cache", cache_dir, "-q")
         invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,2", "--json", root / f"{name}-knn.json", "--cache", cache_dir, "-q")
         invoke("attention-masks", store, "--panel", "boxes-val", "--json", root / f"{name}-masks.json", "--cache", cache_dir, "-q")
@@ -223,7 +223,7 @@ def test_grid_option_names_the_grid_the_store_holds(pipeline):
     assert isinstance(result.exception, ProbeError)  # main() prints it as one line, exit 2
     line = result.exception.line()
     assert "28×28 at the 224 view" in line and "12×12 at the 96 view" in line and "--view 224" in line
-    ok = CliRunner().invoke(app, ["neighbours", str(store), "--grid", "12", "--boot", "20", "-q"])
+    ok = CliRunner().invoke(app, ["neighbours", str(store), "--grid", "12", "--boot", "100", "-q"])
     assert ok.exit_code == 0, ok.output
     assert records.load(store, "neighbours_g12").attrs["array"] == "tokens_96"
     bad_view = CliRunner().invoke(app, ["neighbours", str(store), "--view", "480", "-q"])

@@ -259,44 +259,44 @@ CASES = [
     Case("ctrl-c-during-extract", lambda w: extract(w, "--chunk", "1", store=w.root / "stores" / "int" / "teacher.zarr"), 130, ("resumable", "rerun"),
          lambda w: extract(w, "--chunk", "1", store=w.root / "stores" / "int" / "teacher.zarr"), setup=lambda w, mp: _interrupt_second_chunk(mp), resumable=True),
     # --- analyses: stores and options ---
-    Case("entropy-not-a-store", lambda w: ["entropy", w.root, "-q"], 2, ("not a probe store",), lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
-    Case("entropy-boot-0", lambda w: ["entropy", w.store, "--boot", "0", "-q"], 2, ("--boot",), lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
-    Case("entropy-patch-outside", lambda w: ["entropy", w.store, "--patch", "999", "--boot", "20", "-q"], 2, ("--patch",),
-         lambda w: ["entropy", w.store, "--patch", "34", "--boot", "20", "-q"]),
-    Case("entropy-image-unknown", lambda w: ["entropy", w.store, "--patch", "3", "--image", "zz.png", "--boot", "20", "-q"], 2, ("zz.png",),
-         lambda w: ["entropy", w.store, "--patch", "3", "--image", "a.png", "--boot", "20", "-q"]),
-    Case("entropy-incomplete-store", lambda w: ["entropy", w.root / "stores" / "part" / "teacher.zarr", "--boot", "20", "-q"], 2, ("incomplete", "--partial"),
-         lambda w: ["entropy", w.root / "stores" / "part" / "teacher.zarr", "--boot", "20", "--partial", "-q"],
+    Case("entropy-not-a-store", lambda w: ["entropy", w.root, "-q"], 2, ("not a probe store",), lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
+    Case("entropy-boot-0", lambda w: ["entropy", w.store, "--boot", "0", "-q"], 2, ("--boot",), lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
+    Case("entropy-patch-outside", lambda w: ["entropy", w.store, "--patch", "999", "--boot", "100", "-q"], 2, ("--patch",),
+         lambda w: ["entropy", w.store, "--patch", "34", "--boot", "100", "-q"]),
+    Case("entropy-image-unknown", lambda w: ["entropy", w.store, "--patch", "3", "--image", "zz.png", "--boot", "100", "-q"], 2, ("zz.png",),
+         lambda w: ["entropy", w.store, "--patch", "3", "--image", "a.png", "--boot", "100", "-q"]),
+    Case("entropy-incomplete-store", lambda w: ["entropy", w.root / "stores" / "part" / "teacher.zarr", "--boot", "100", "-q"], 2, ("incomplete", "--partial"),
+         lambda w: ["entropy", w.root / "stores" / "part" / "teacher.zarr", "--boot", "100", "--partial", "-q"],
          setup=lambda w, mp: _partial_store(w)),
-    Case("neighbours-grid-without-view", lambda w: ["neighbours", w.store, "--grid", "6", "--boot", "20", "-q"], 2, ("--grid 6",),
-         lambda w: ["neighbours", w.store, "--grid", "14", "--boot", "20", "-q"]),
-    Case("neighbours-grid-unknown", lambda w: ["neighbours", w.store, "--grid", "7", "-q"], 2, ("--grid",), lambda w: ["neighbours", w.store, "--boot", "20", "-q"]),
-    Case("neighbours-top-0", lambda w: ["neighbours", w.store, "--top", "0", "-q"], 2, ("--top",), lambda w: ["neighbours", w.store, "--boot", "20", "-q"]),
-    Case("neighbours-k-0", lambda w: ["neighbours", w.store, "--k", "0", "-q"], 2, ("--k",), lambda w: ["neighbours", w.store, "--boot", "20", "-q"]),
+    Case("neighbours-grid-without-view", lambda w: ["neighbours", w.store, "--grid", "6", "--boot", "100", "-q"], 2, ("--grid 6",),
+         lambda w: ["neighbours", w.store, "--grid", "14", "--boot", "100", "-q"]),
+    Case("neighbours-grid-unknown", lambda w: ["neighbours", w.store, "--grid", "7", "-q"], 2, ("--grid",), lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
+    Case("neighbours-top-0", lambda w: ["neighbours", w.store, "--top", "0", "-q"], 2, ("--top",), lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
+    Case("neighbours-k-0", lambda w: ["neighbours", w.store, "--k", "0", "-q"], 2, ("--k",), lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
     Case("neighbours-distance-unknown", lambda w: ["neighbours", w.store, "--distance", "manhattan", "-q"], 2, ("--distance",),
-         lambda w: ["neighbours", w.store, "--distance", "euclidean", "--boot", "20", "-q"]),
-    Case("full-disk-saving-results", lambda w: ["entropy", w.store, "--boot", "20", "-q"], 2, ("results/entropy", "could not be written"),
-         lambda w: ["entropy", w.store, "--boot", "20", "-q"], setup=lambda w, mp: mp.setattr("probe_toolkit.store.plain.write", _enospc)),  # entropy writes with store.plain
+         lambda w: ["neighbours", w.store, "--distance", "euclidean", "--boot", "100", "-q"]),
+    Case("full-disk-saving-results", lambda w: ["entropy", w.store, "--boot", "100", "-q"], 2, ("results/entropy", "could not be written"),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=lambda w, mp: mp.setattr("probe_toolkit.store.plain.write", _enospc)),  # entropy writes with store.plain
     Case("full-disk-saving-results-through-xarray", lambda w: ["attention-masks", w.store, "-q"], 2, ("results/attention_masks", "could not be written"),
          lambda w: ["attention-masks", w.store, "-q"], setup=lambda w, mp: mp.setattr("xarray.Dataset.to_zarr", _enospc)),
-    Case("json-into-a-folder", lambda w: ["entropy", w.store, "--boot", "20", "--json", w.root / "out", "-q"], 2, (str(Path("out")),),
-         lambda w: ["entropy", w.store, "--boot", "20", "--json", w.root / "out" / "e.json", "-q"], setup=lambda w, mp: (w.root / "out").mkdir(exist_ok=True),
+    Case("json-into-a-folder", lambda w: ["entropy", w.store, "--boot", "100", "--json", w.root / "out", "-q"], 2, (str(Path("out")),),
+         lambda w: ["entropy", w.store, "--boot", "100", "--json", w.root / "out" / "e.json", "-q"], setup=lambda w, mp: (w.root / "out").mkdir(exist_ok=True),
          roots=lambda w: [w.root / "out"]),
     # --- dask ---
     Case("dask-address-malformed", lambda w: ["entropy", w.store, "--dask-address", "garbage", "-q"], 2, ("garbage",),
-         lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
     Case("dask-address-closed-port", lambda w: ["entropy", w.store, "--dask-address", f"tcp://127.0.0.1:{_closed_port()}", "-q"], 2, ("no dask scheduler answers",),
-         lambda w: ["entropy", w.store, "--boot", "20", "-q"]),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
     Case("dask-address-not-a-scheduler", lambda w: ["entropy", w.store, "--dask-address", w.listener, "-q"], 2, ("tcp://127.0.0.1",),
-         lambda w: ["entropy", w.store, "--boot", "20", "-q"], setup=lambda w, mp: _listener(w)),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=lambda w, mp: _listener(w)),
     Case("dask-scheduler-without-workers", lambda w: ["entropy", w.store, "--dask-address", w.empty_cluster, "-q"], 2, ("no workers",),
-         lambda w: ["entropy", w.store, "--boot", "20", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _clusters(w)),
-    Case("dask-worker-cannot-read-the-store", lambda w: ["entropy", w.store, "--boot", "20", "--dask-address", w.cluster, "-q"], 1, ("dask worker", "cannot read the store"),
-         lambda w: ["entropy", w.store, "--boot", "20", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _hide_store_after_open(w, mp)),
-    Case("dask-workers-all-die", lambda w: ["neighbours", w.store, "--boot", "20", "--dask-address", w.dying, "-q"], 2, ("no workers left",),
-         lambda w: ["neighbours", w.store, "--boot", "20", "-q"], setup=lambda w, mp: _workers_die(w, mp)),
-    Case("dask-scheduler-dies-mid-run", lambda w: ["neighbours", w.store, "--boot", "20", "--dask-address", w.doomed, "-q"], 2, ("mid-run",),
-         lambda w: ["neighbours", w.store, "--boot", "20", "-q"], setup=lambda w, mp: _scheduler_dies(w, mp)),
+         lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _clusters(w)),
+    Case("dask-worker-cannot-read-the-store", lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], 1, ("dask worker", "cannot read the store"),
+         lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _hide_store_after_open(w, mp)),
+    Case("dask-workers-all-die", lambda w: ["neighbours", w.store, "--boot", "100", "--dask-address", w.dying, "-q"], 2, ("no workers left",),
+         lambda w: ["neighbours", w.store, "--boot", "100", "-q"], setup=lambda w, mp: _workers_die(w, mp)),
+    Case("dask-scheduler-dies-mid-run", lambda w: ["neighbours", w.store, "--boot", "100", "--dask-address", w.doomed, "-q"], 2, ("mid-run",),
+         lambda w: ["neighbours", w.store, "--boot", "100", "-q"], setup=lambda w, mp: _scheduler_dies(w, mp)),
     # --- decode, score, sweep ---
     Case("decode-not-a-store", lambda w: ["decode", w.root, *w.q], 2, ("not a probe store",), lambda w: ["decode", w.store, *w.q]),
     Case("decode-without-keys", lambda w: ["decode", w.root / "stores" / "k224" / "teacher.zarr", *w.q], 2, ("--views 480",),
@@ -383,6 +383,44 @@ CASES = [
          lambda w: ["convert", w.ckpt, w.root / "out" / "c.pth"]),
     Case("make-checkpoint-layout-unknown", lambda w: ["make-checkpoint", w.root / "out" / "m.pth", "--layout", "odd"], 2, ("--layout",),
          lambda w: ["make-checkpoint", w.root / "out" / "m.pth"]),
+    # --- files the user owns: never lost ---
+    Case("report-into-a-users-folder", lambda w: ["report", _store_224(w), "--out", w.root / "out" / "mine", "--cache", w.cache], 2,
+         ("out/mine", "not probe's output folder", "pick a new --out"), lambda w: ["report", _store_224(w), "--out", w.root / "out" / "mine-report", "--cache", w.cache],
+         setup=lambda w, mp: _users_folder(w.root / "out" / "mine")),
+    Case("report-over-a-users-file-in-its-folder", lambda w: ["report", _store_224(w), "--out", w.root / "out" / "own", "--cache", w.cache], 2,
+         ("own/report.html", "not a file probe wrote", "pick a new --out"), lambda w: ["report", _store_224(w), "--out", w.root / "out" / "own", "--cache", w.cache],
+         setup=lambda w, mp: _users_file_in_own_folder(w), after=lambda w: (w.root / "out" / "own" / "report.html").unlink()),
+    Case("make-checkpoint-exists", lambda w: ["make-checkpoint", w.root / "out" / "exists.pth"], 2, ("exists.pth", "already exists", "--force"),
+         lambda w: ["make-checkpoint", w.root / "out" / "exists.pth", "--force"], setup=lambda w, mp: write(w.root / "out" / "exists.pth", "my file")),
+    Case("convert-onto-its-source", lambda w: ["convert", w.ckpt, w.ckpt], 2, ("tiny.pth", "source file", "another path"),
+         lambda w: ["convert", w.ckpt, w.root / "out" / "conv.pth"], roots=lambda w: [w.ckpt, w.root / "out"]),
+    Case("convert-onto-its-source-by-a-link-with-force", lambda w: ["convert", w.ckpt, w.root / "out" / "link.pth", "--force"], 2, ("link.pth", "source file"),
+         lambda w: ["convert", w.ckpt, w.root / "out" / "conv-forced.pth", "--force"], setup=lambda w, mp: _link(w.root / "out" / "link.pth", w.ckpt),
+         roots=lambda w: [w.ckpt, w.root / "out"]),
+    Case("convert-onto-its-source-spelled-otherwise", lambda w: ["convert", w.ckpt, w.root / "out" / ".." / w.ckpt.name], 2, ("source file",),
+         lambda w: ["convert", w.ckpt, w.root / "out" / "conv-2.pth"], roots=lambda w: [w.ckpt, w.root / "out"]),
+    Case("convert-out-exists", lambda w: ["convert", w.ckpt, w.root / "out" / "taken.pth"], 2, ("taken.pth", "already exists", "--force"),
+         lambda w: ["convert", w.ckpt, w.root / "out" / "taken.pth", "--force"], setup=lambda w, mp: write(w.root / "out" / "taken.pth", "my file")),
+    # --- numbers without meaning ---
+    Case("entropy-boot-1", lambda w: ["entropy", w.store, "--boot", "1", "-q"], 2, ("--boot", "1 resamples", "the floor is 100"),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
+    Case("entropy-boot-2", lambda w: ["entropy", w.store, "--boot", "2", "-q"], 2, ("--boot", "floor is 100"), lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
+    Case("neighbours-boot-99", lambda w: ["neighbours", w.store, "--boot", "99", "-q"], 2, ("--boot", "floor is 100"),
+         lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
+    Case("chunk-absurd", lambda w: extract(w, "--chunk", "100000000"), 2, ("--chunk 100000000", "1024"), lambda w: extract(w, "--chunk", "2")),
+    # --- refusals that need no compute come before any compute and any ledger line ---
+    Case("knn-k-above-the-train-panel", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1,50", *w.q], 2,
+         ("--k", "50 exceeds the 6 train images", "ktr", "--k 1"), lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1,3", *w.q]),
+    Case("knn-sealed-val-panel", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "ksealed", *w.q], 2, ("ksealed", "sealed", "--unseal"),
+         lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "ksealed", "--unseal", "final numbers", *w.q]),
+    Case("knn-one-panel-for-both", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "ktr", *w.q], 2, ("--train and --val",),
+         lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", *w.q]),
+    Case("knn-val-holds-a-train-image", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kcopy", *w.q], 2, ("kcopy", "shares 1 images", "ktr"),
+         lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", *w.q]),
+    Case("linear-sealed-val-panel", lambda w: ["linear", w.store, "--train", "tr", "--val", "sealed", "--level", "image", *w.q], 2, ("sealed", "--unseal"),
+         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "image", *w.q]),
+    Case("linear-one-panel-for-both", lambda w: ["linear", w.store, "--train", "tr", "--val", "tr", "--level", "image", *w.q], 2, ("--train and --val",),
+         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "image", *w.q]),
 ]
 
 
@@ -412,6 +450,59 @@ def _partial_store(w):
     path = w.root / "stores" / "part" / "teacher.zarr"
     if not path.exists():
         assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--chunk", "1", "--limit", "1", "--store", path, *w.q).code == 0
+
+
+def _users_folder(folder: Path) -> None:
+    """A folder of the user's: their figure, their table, their report.md (no probe manifest)."""
+    write(folder / "figures" / "fig1-my-result.jpg", b"my figure")
+    write(folder / "tables" / "t1.tex", "my table")
+    write(folder / "report.md", "my own report")
+
+
+def _users_file_in_own_folder(w) -> None:
+    """probe's report folder, in which the user put their own report.html (probe's manifest does
+    not list it: here the report's own is taken off its list, as if the user had replaced it)."""
+    from probe_toolkit.infra import owned
+
+    folder = w.root / "out" / "own"
+    assert probe("report", _store_224(w), "--out", folder, "--cache", w.cache).code == 0
+    manifest = json.loads((folder / owned.MANIFEST).read_text())
+    manifest["files"]["report"].remove("report.html")
+    (folder / owned.MANIFEST).write_text(json.dumps(manifest))
+    (folder / "report.html").write_text("my page")
+
+
+def _link(link: Path, target: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(target)
+
+
+def _knn_store(w) -> Path:
+    """Class folders (3 classes: 2 train, 1 val, 1 test image each, and a val folder holding a
+    copy of one train image), their store, panels ktr (train), kva (val), ksealed (test), kcopy (val)."""
+    path = w.root / "stores" / "knn" / "teacher.zarr"
+    if path.exists():
+        return path
+    from PIL import Image
+
+    data = w.root / "kdata"
+    colours = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
+    for split, n in (("train", 2), ("val", 1), ("test", 1)):
+        for c, (name, colour) in enumerate(colours.items()):
+            for i in range(n):
+                rng = np.random.default_rng(100 * c + 10 * i + {"train": 0, "val": 1, "test": 2}[split])
+                pixels = np.clip(np.array(colour)[None, None] + rng.normal(0, 20, (48, 64, 3)), 0, 255).astype(np.uint8)
+                (data / split / name).mkdir(parents=True, exist_ok=True)
+                Image.fromarray(pixels).save(data / split / name / f"{i}.png")
+    for name in colours:  # kcopy: the val images, one of them swapped for a train image's copy
+        shutil.copytree(data / "val" / name, data / "copy" / name)
+    shutil.copy(data / "train" / "red" / "0.png", data / "copy" / "red" / "0.png")
+    assert probe("extract", w.ckpt, "--images", data, "--views", "224", "--attention", "none", "--store", path, *w.q).code == 0
+    for name, split, role in (("ktr", "train", "train"), ("kva", "val", "val"), ("ksealed", "test", "test"), ("kcopy", "copy", "val")):
+        added = probe("panel", "add", name, "--classes-from-folders", data / split, "--role", role, "--cache", w.cache)
+        assert added.code == 0, added.err
+    return path
 
 
 def _store_224(w) -> Path:
@@ -571,6 +662,8 @@ def test_case(case: Case, w, monkeypatch):
     roots = case.roots(w)
     args = case.bad(w)  # (files a case names are made here, before the snapshot)
     before = tree(*roots)
+    ledger_file = w.cache / "ledger.jsonl"
+    ledger_before = ledger_file.read_bytes() if ledger_file.is_file() else b""
     result = probe(*args)
     monkeypatch.undo()
     if getattr(w, "restore_store", None):
@@ -583,6 +676,8 @@ def test_case(case: Case, w, monkeypatch):
         new = {p for p in new if ".zarr" not in p}
     changed = {p for p in set(after) & set(before) if after[p] != before[p] and not p.endswith(("ledger.jsonl", "ledger.head"))}
     assert not new, f"left behind: {sorted(new)[:5]}"
+    if not case.id.startswith("ledger"):  # refused before any label was read: not a line more in the ledger
+        assert (ledger_file.read_bytes() if ledger_file.is_file() else b"") == ledger_before, "the refused run wrote to the ledger"
     assert not changed or case.id.startswith("ledger"), f"changed: {sorted(changed)[:5]}"
     if case.after:
         case.after(w)
@@ -619,13 +714,13 @@ def test_killed_runs_litter_is_swept_and_never_read(w):
     info = probe("info", w.store, env={"COLUMNS": "200"})
     assert info.code == 0 and ".entropy.tmp" not in info.out and "ghost" not in info.out
     assert ".entropy" not in records.results(w.store)
-    assert probe("entropy", w.store, "--boot", "20", "-q").code == 0
+    assert probe("entropy", w.store, "--boot", "100", "-q").code == 0
     assert not [p.name for p in results.iterdir() if litter.is_litter(p.name)]
     out = w.root / "out" / "swept"
     (out / f".report.tmp-{dead}" / "figures").mkdir(parents=True)
     (out / f".figures.old-{dead}").mkdir()
     assert probe("report", _store_224(w), "--out", out, "--cache", w.cache).code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md", "tables"]
+    assert sorted(p.name for p in out.iterdir()) == [".probe-output.json", "figures", "report.html", "report.md", "tables"]
 
 
 def test_partial_results_are_marked_stale_in_the_report(w):
@@ -633,12 +728,12 @@ def test_partial_results_are_marked_stale_in_the_report(w):
     path = w.root / "stores" / "stale" / "teacher.zarr"
     args = ["extract", w.ckpt, "--images", w.small, "--views", "224", "--chunk", "1", "--store", path, *w.q]
     assert probe(*args, "--limit", "1").code == 0
-    assert probe("entropy", path, "--boot", "20", "--partial", "-q").code == 0
+    assert probe("entropy", path, "--boot", "100", "--partial", "-q").code == 0
     record = records.load(path, "entropy").attrs["computed_on"]
     assert record["images"] == 1 and record["store"]["done"] == 1 and record["store"]["total"] == 2
     assert probe(*args).code == 0  # finish the store
     other = _store_224(w)
-    assert probe("entropy", other, "--boot", "20", "-q").code == 0
+    assert probe("entropy", other, "--boot", "100", "-q").code == 0
     out = w.root / "out" / "stale-report"
     assert probe("report", path, other, "--out", out, "--cache", w.cache).code == 0
     text = (out / "report.md").read_text()
@@ -659,8 +754,8 @@ def test_stores_open_with_plain_open_zarr_without_warnings(w):
 
 def test_output_fits_80_columns(w):
     """Tables at 80 columns: no line wider, and the sweep's score headers stay distinct."""
-    runs = [probe("entropy", w.store, "--boot", "20", "-q", env={"COLUMNS": "80"}),
-            probe("neighbours", w.store, "--boot", "20", "-q", env={"COLUMNS": "80"}),
+    runs = [probe("entropy", w.store, "--boot", "100", "-q", env={"COLUMNS": "80"}),
+            probe("neighbours", w.store, "--boot", "100", "-q", env={"COLUMNS": "80"}),
             probe("decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b80.json", *w.q, env={"COLUMNS": "80"})]
     for run in runs:
         assert run.code == 0, run.err
@@ -751,3 +846,33 @@ def test_out_of_image_geometry_is_clipped_counted_and_ledgered(w):
     assert run.code == 0, run.err
     assert "1 annotations reached outside their image and were clipped" in run.err
     assert ledger.entries(w.cache)[-1].fields["clipped"] == 1
+
+
+def test_report_twice_into_its_own_folder_keeps_the_users_files(w):
+    """probe report into its own folder again: the user's figure in figures/, table in tables/
+    and notes beside report.md stay byte for byte; the manifest lists only probe's files."""
+    from probe_toolkit.infra import owned
+
+    out = w.root / "out" / "twice"
+    args = ["report", _store_224(w), "--out", out, "--cache", w.cache]
+    assert probe(*args).code == 0
+    mine = {out / "figures" / "fig1-my-result.jpg": b"my figure", out / "tables" / "t1.tex": b"my table", out / "notes.md": b"mine"}
+    for path, data in mine.items():
+        write(path, data)
+    (out / "report.md").write_text("edited by hand")  # probe's own file: the rerun replaces it
+    again = probe(*args)
+    assert again.code == 0, again.err
+    assert all(path.read_bytes() == data for path, data in mine.items())
+    assert (out / "report.md").read_text() != "edited by hand"
+    listed = json.loads((out / owned.MANIFEST).read_text())["files"]["report"]
+    assert "report.md" in listed and "report.html" in listed and not {"figures/fig1-my-result.jpg", "tables/t1.tex", "notes.md"} & set(listed)
+    assert all((out / name).is_file() for name in listed)
+
+
+def test_knn_narrows_dinos_default_ks_to_the_train_panel_with_a_note(w):
+    """Without --k, DINO's 10,20,100,200 cannot apply to 6 train images: narrowed, said on stderr, recorded."""
+    store = _knn_store(w)
+    run = probe("knn", store, "--train", "ktr", "--val", "kva", *w.q)
+    assert run.code == 0, run.err
+    assert run.lines == ["note: --k 10,20,100,200 (DINO's default) narrowed to --k 6: panel 'ktr' has 6 train images"]
+    assert list(records.load(store, "knn").k.values) == [6]

@@ -91,7 +91,7 @@ def test_an_unknown_setting_is_refused_with_the_known_ones():
 
 def test_the_cli_names_the_flag_where_the_api_names_the_parameter(store, capsys):
     code, printed = probe_main(["entropy", store, "--boot", "0", "-q"], capsys)
-    assert code == 2 and printed.err.strip().startswith("error: --boot 0 must be at least 1") and "Traceback" not in printed.err
+    assert code == 2 and printed.err.strip().startswith("error: --boot 0: 0 resamples are too few") and "Traceback" not in printed.err
     code, printed = probe_main(["decode", store, "--tau", "1.5", "-q"], capsys)
     assert code == 2 and "--tau 1.5 must lie in [-1, 1)" in printed.err
     assert not (store / "results").exists()  # refused before any work
@@ -117,15 +117,15 @@ def test_placement_parses_once_and_reaches_the_protocol_unchanged(monkeypatch, s
 
 
 def test_two_runs_give_two_records_and_neither_is_changed(store):
-    first = probe.run("entropy", store, boot=20)
+    first = probe.run("entropy", store, boot=100)
     assert [r.result for r in first.records] == ["entropy"]
     record = first.records[0]
     assert record.path == store / "results" / "entropy" / first.run_id
     meta = json.loads((record.path / "record.json").read_text())
-    assert meta["protocol"] == "entropy" and meta["settings"]["boot"] == 20 and meta["placement"]["threads"] == 1
+    assert meta["protocol"] == "entropy" and meta["settings"]["boot"] == 100 and meta["placement"]["threads"] == 1
     assert meta["inputs"]["stores"] == [str(store.absolute())] and meta["toolkit_version"] == probe.__version__
     before = _tree_hash(record.path)
-    second = probe.run("entropy", store, boot=30, seed=1)
+    second = probe.run("entropy", store, boot=120, seed=1)
     assert second.run_id != first.run_id and second.run_id > first.run_id
     assert [r.run_id for r in records.runs(store, "entropy")] == [first.run_id, second.run_id]
     assert _tree_hash(record.path) == before  # the first record is untouched
@@ -147,7 +147,7 @@ def test_results_written_before_records_still_read_and_are_kept(store):
     found = records.runs(store, "entropy")
     assert [r.run_id for r in found] == ["legacy"] and found[0].meta["legacy"] and found[0].created.startswith("2026-12-01")
     assert list(records.load(store, "entropy")["h"].values) == [0.0, 1.0, 2.0]
-    run = probe.run("entropy", store, boot=20)
+    run = probe.run("entropy", store, boot=100)
     assert [r.run_id for r in records.runs(store, "entropy")] == ["legacy", run.run_id]  # migrated, not replaced
     assert list(records.load(store, "entropy", run="legacy")["h"].values) == [0.0, 1.0, 2.0]
     assert "h" not in records.load(store, "entropy")
@@ -163,10 +163,10 @@ def test_shard_parts_keep_one_slot_each(store):
 
 
 def test_the_api_and_the_cli_give_identical_numbers(store, capsys, tmp_path):
-    code, printed = probe_main(["entropy", store, "--boot", "50", "--seed", "3", "-q", "--json", tmp_path / "cli.json"], capsys)
+    code, printed = probe_main(["entropy", store, "--boot", "150", "--seed", "3", "-q", "--json", tmp_path / "cli.json"], capsys)
     assert code == 0, printed.err
     by_cli = records.load(store, "entropy")
-    run = probe.run("entropy", [store], boot=50, seed=3, json_path=tmp_path / "api.json")
+    run = probe.run("entropy", [store], boot=150, seed=3, json_path=tmp_path / "api.json")
     by_api = records.load(store, "entropy")
     assert by_api.attrs["record"]["run_id"] == run.run_id != by_cli.attrs["record"]["run_id"]
     for name in by_cli.data_vars:
@@ -175,8 +175,8 @@ def test_the_api_and_the_cli_give_identical_numbers(store, capsys, tmp_path):
 
 
 def test_probe_results_lists_every_record_and_probe_list_the_catalogue(store, capsys):
-    first = probe.run("entropy", store, boot=20)
-    second = probe.run("neighbours", store, boot=20)
+    first = probe.run("entropy", store, boot=100)
+    second = probe.run("neighbours", store, boot=100)
     code, printed = probe_main(["results", store], capsys)
     assert code == 0 and first.run_id in printed.out and second.run_id in printed.out and "neighbours_g" in printed.out
     code, printed = probe_main(["results", store, "--result", "knn"], capsys)

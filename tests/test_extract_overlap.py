@@ -102,29 +102,34 @@ def test_any_number_of_decoding_threads_gives_the_same_store(tmp_path, tiny_chec
 
 
 def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(tmp_path, tiny_checkpoints, image_dir, monkeypatch):
-    """Several savers write runs of different chunks together; two runs of one chunk (a store grown
-    where part of a chunk already has a view) are written one after the other."""
+    """Several savers may write runs of different chunks together; two runs of one chunk (a store
+    grown where part of a chunk already has a view) never are. Asserted on results only: whatever
+    the threads' interleaving, no write starts on a chunk another write holds, and the grown
+    store equals one written by a single saver. (Whether writes overlapped at all is up to the
+    scheduler, so it is not asserted.)"""
     from probe_toolkit.store import cache
 
-    live, overlaps, real = {}, [], cache.StoreWriter.write_views
+    lock, live, shared, written, real = threading.Lock(), {}, [], [], cache.StoreWriter.write_views
 
     def watched(self, start, views, sizes):
         home = start // self.chunk
-        if live:
-            overlaps.append((home, set(live.values())))
-        live[start] = home
+        with lock:
+            if home in live.values():
+                shared.append(home)
+            live[start] = home
+            written.append(home)
         try:
-            threading.Event().wait(0.05)
             return real(self, start, views, sizes)
         finally:
-            del live[start]
+            with lock:
+                del live[start]
 
     monkeypatch.setattr(cache.StoreWriter, "write_views", watched)
     grown = tmp_path / "grown.zarr"
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), chunk=2), store=grown, limit=3, decoders=1, quiet=True)
-    overlaps.clear()
+    written.clear()
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=grown, batch_size=2, decoders=3, quiet=True)
-    assert overlaps and all(home not in others for home, others in overlaps)  # concurrent, never within a chunk
+    assert written and not shared  # runs were written, and none began on a chunk another run was writing
     monkeypatch.setattr(cache.StoreWriter, "write_views", real)
     one = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=tmp_path / "one.zarr",
                   batch_size=2, decoders=1, quiet=True)

@@ -258,7 +258,7 @@ def test_cli_neighbours_whole_window_leaves_no_other_candidates(token_store, tmp
 
     path, arrays, failed = token_store
     out = tmp_path / "k8.json"
-    run = CliRunner().invoke(app, ["neighbours", str(path), "--k", "8", "--json", str(out), "--boot", "20", "-q"], env={"COLUMNS": "200"})
+    run = CliRunner().invoke(app, ["neighbours", str(path), "--k", "8", "--json", str(out), "--boot", "100", "-q"], env={"COLUMNS": "200"})
     assert run.exit_code == 0, run.output
     row = next(line for line in run.output.splitlines() if "other window candidates" in line)
     assert "–" in row and "nan" not in row.lower()
@@ -301,7 +301,7 @@ def test_cli_neighbours_side_by_side(token_store, tmp_path):
     from distributed import LocalCluster
 
     with LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
-        args = ["neighbours", str(path), "--grid", "6", "--no-wrap", "--distance", "euclidean", "--boot", "50", "-q"]
+        args = ["neighbours", str(path), "--grid", "6", "--no-wrap", "--distance", "euclidean", "--boot", "100", "-q"]
         run = CliRunner().invoke(app, args + ["--dask-address", cluster.scheduler_address])
     assert run.exit_code == 0, run.output
     saved = records.load(path, "neighbours_g6_nowrap")
@@ -348,9 +348,9 @@ def test_cli_refuses_a_growing_store_unless_partial(tmp_path):
 
     rng = np.random.default_rng(1)
     path = make_store(tmp_path / "growing" / "teacher.zarr", {"tokens_224": rng.standard_normal((8, 196, 8)).astype(np.float16)}, chunk=4, chunks_written=1)
-    run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "20"])
+    run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "100"])
     assert isinstance(run.exception, ProbeError) and "incomplete: 4/8" in str(run.exception)
-    run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "20", "--partial"])
+    run = CliRunner().invoke(app, ["neighbours", str(path), "-q", "--boot", "100", "--partial"])
     assert run.exit_code == 0, run.output
     saved = records.load(path, "neighbours_g14")
     assert saved.sizes["image"] == 4 and saved.attrs["images_read"] == 4 and saved.attrs["store_manifest"]["n_images"] == 8

@@ -218,3 +218,23 @@ def test_bad_davis_folders_are_one_line(video, capsys, tmp_path):
         assert not (folder / "out" / "shapes").exists()
     code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(cases[0][0]), "--out", str(tmp_path / "o"), "--topk", "0", "-q"], capsys)
     assert code == 2 and "--topk" in printed.err
+
+
+def test_out_of_the_users_is_refused_before_any_label_and_a_rerun_keeps_the_users_files(video, capsys, tmp_path):
+    """--out is probe's output folder: a non-empty folder without probe's manifest is refused in
+    one line before a label is read; in its own folder a rerun keeps what the user added."""
+    root, checkpoint = video
+    mine, c = tmp_path / "mine", tmp_path / "cache"
+    (mine / "shapes").mkdir(parents=True)
+    (mine / "shapes" / "my-notes.txt").write_text("mine")
+    args = ["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--sequence", "pair", "--n-last-frames", "2", "--workers", "1", "--cache", str(c), "-q"]
+    code, printed = probe_main([*args, "--out", str(mine)], capsys)
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and "not probe's output folder" in printed.err and "pick a new --out" in printed.err
+    assert not ledger.entries(c) and sorted(p.name for p in mine.rglob("*")) == ["my-notes.txt", "shapes"]
+    own = tmp_path / "own"
+    code, printed = probe_main([*args, "--out", str(own)], capsys)
+    assert code == 0, printed.err
+    (own / "my-notes.txt").write_text("mine")
+    code, printed = probe_main([*args, "--out", str(own)], capsys)
+    assert code == 0, printed.err
+    assert (own / "my-notes.txt").read_text() == "mine" and (own / "pair").is_dir()

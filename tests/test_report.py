@@ -46,9 +46,9 @@ def full(tiny_stores, image_dir, tmp_path_factory):
     cache_dir = root / "cache"
     stores = bare_copies(tiny_stores, cache_dir)
     dino, selfpatch = stores["dino"], stores["selfpatch"]
-    invoke("entropy", dino, selfpatch, "--patch", PATCH, "--boot", 50, "-q")
-    invoke("neighbours", dino, selfpatch, "--grid", 14, "--boot", 50, "-q")
-    invoke("neighbours", dino, selfpatch, "--grid", 6, "--boot", 50, "-q")
+    invoke("entropy", dino, selfpatch, "--patch", PATCH, "--boot", 100, "-q")
+    invoke("neighbours", dino, selfpatch, "--grid", 14, "--boot", 100, "-q")
+    invoke("neighbours", dino, selfpatch, "--grid", 6, "--boot", 100, "-q")
     scenes_panels(image_dir, root, cache_dir)
     invoke("decode", dino, "--panel", "scenes", "--preset", "maskcut", "--masks", 2, "--cache", cache_dir, "-q")
     saliency_panel(image_dir, root, cache_dir)  # same settings as the next decode, which replaces results/decoder
@@ -289,20 +289,31 @@ def test_missing_image_file_is_drawn_from_tokens(tiny_checkpoints, tmp_path):
 
 
 def test_write_replaces_its_own_files_and_leaves_the_rest(bare, monkeypatch, tmp_path):
-    """The report owns report.md, report.html and figures/ in its folder: other files stay (probe demo
-    keeps its cache beside its report); a failed write leaves the previous report and no temporary files."""
+    """The report replaces only the files its folder's manifest lists as probe's: files the user
+    added (even inside figures/ and tables/) stay; a figure the report no longer writes goes; a
+    failed write leaves the previous report and no temporary files."""
+    import json
+
+    from probe_toolkit.infra import owned
+    from probe_toolkit.infra.errors import ProbeError
+
     stores = [bare.stores["dino"]]
     out = tmp_path / "r"
-    (out / "work").mkdir(parents=True)
-    (out / "work" / "keep.txt").write_text("the demo's cache")
-    (out / "notes.md").write_text("mine")
-    first = write_report(stores, out, patch=5, formats="png")
+    first = write_report(stores, out, patch=5, formats="png,svg")
     assert first.report.patch == 5 and "patch 5" in first.markdown.read_text()
-    (out / "figures" / "99-stale.png").write_bytes(b"old")
+    svgs = sorted(p.name for p in (out / "figures").glob("*.svg"))
+    assert svgs
+    (out / "figures" / "fig1-my-result.jpg").write_bytes(b"mine")
+    (out / "tables" / "t1.tex").write_text("my table")
+    (out / "notes.md").write_text("mine")
     second = render_report(stores, out, patch=6, formats="png")
     assert second == out / "report.html" and "patch 6" in (out / "report.md").read_text()
-    assert not (out / "figures" / "99-stale.png").exists()  # the figures folder is the report's, replaced whole
-    assert (out / "work" / "keep.txt").read_text() == "the demo's cache" and (out / "notes.md").read_text() == "mine"
+    assert not list((out / "figures").glob("*.svg"))  # the report's own figures it no longer writes
+    assert (out / "figures" / "fig1-my-result.jpg").read_bytes() == b"mine" and (out / "tables" / "t1.tex").read_text() == "my table"
+    assert (out / "notes.md").read_text() == "mine"
+    listed = json.loads((out / owned.MANIFEST).read_text())["files"]["report"]
+    assert "report.md" in listed and "figures/fig1-my-result.jpg" not in listed and "notes.md" not in listed
+    assert sorted(listed) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name not in ("fig1-my-result.jpg", "t1.tex", "notes.md", owned.MANIFEST))
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
@@ -311,7 +322,18 @@ def test_write_replaces_its_own_files_and_leaves_the_rest(bare, monkeypatch, tmp
     with pytest.raises(RuntimeError):
         write_report(stores, out, patch=7, formats="png")
     assert "patch 6" in (out / "report.md").read_text() and "patch 6" in (out / "report.html").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["figures", "notes.md", "report.html", "report.md", "tables", "work"]
+    assert sorted(p.name for p in out.iterdir()) == [owned.MANIFEST, "figures", "notes.md", "report.html", "report.md", "tables"]
+    monkeypatch.undo()
+
+    # a folder of the user's (no manifest) is refused whole, before any work, and left as it was
+    mine = tmp_path / "mine"
+    (mine / "figures").mkdir(parents=True)
+    (mine / "figures" / "fig1-my-result.jpg").write_bytes(b"mine")
+    (mine / "report.md").write_text("my own report")
+    with pytest.raises(ProbeError, match=r"not probe's output folder.*pick a new --out"):
+        write_report(stores, mine, formats="png")
+    assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == ["figures", "figures/fig1-my-result.jpg", "report.md"]
+    assert (mine / "report.md").read_text() == "my own report"
 
 
 def test_same_labels_are_made_unique(bare, tmp_path):

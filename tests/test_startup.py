@@ -62,12 +62,12 @@ def test_info_and_decode_load_no_heavy_library(store, tmp_path):
 
 
 def test_entropy_loads_no_torch_and_nothing_for_dask(store):
-    assert loaded_by(["entropy", str(store), "-q", "--boot", "10"]) == []  # numpy arithmetic, the store read and the result written with zarr alone
+    assert loaded_by(["entropy", str(store), "-q", "--boot", "100"]) == []  # numpy arithmetic, the store read and the result written with zarr alone
 
 
 def test_neighbours_loads_no_heavy_library(store):
     # the selection rules training runs (analyses/selection.py), here on numpy arrays
-    assert loaded_by(["neighbours", str(store), "-q", "--boot", "10"]) == []
+    assert loaded_by(["neighbours", str(store), "-q", "--boot", "100"]) == []
 
 
 def test_attention_masks_of_a_class_token_load_no_torch(store, tmp_path):

@@ -48,7 +48,7 @@ def knn_command(
     store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images.")],
     train: Annotated[str, typer.Option("--train", help="Panel whose images vote (class folders, or COCO: largest category).")],
     val: Annotated[str, typer.Option("--val", help="Panel whose images are classified and scored.")],
-    k: Annotated[str, typer.Option("--k", help="Neighbour counts, all in one pass (DINO's eval_knn.py: 10,20,100,200).")] = "10,20,100,200",
+    k: Annotated[Optional[str], typer.Option("--k", help="Neighbour counts, all in one pass (default DINO's eval_knn.py: 10,20,100,200, narrowed to the train panel's size).")] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="Vote weight exp(cos / T) (DINO: 0.07).")] = 0.07,
     feature: Annotated[str, typer.Option("--feature", help="auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).")] = "auto",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the accuracies and settings as JSON.")] = None,
@@ -66,7 +66,7 @@ def knn_command(
     from ..results import tables
 
     try:
-        ks = tuple(int(v) for v in k.split(",") if v.strip())
+        ks = None if k is None else tuple(int(v) for v in k.split(",") if v.strip())
     except ValueError:
         raise ProbeError("--k", f"{k!r} is not a list of integers", "use --k 10,20,100,200") from None
     with bar("images", quiet) as progress:

@@ -91,11 +91,12 @@ def convert(
     source: Annotated[Path, typer.Argument(help="A DINO file (backbone or full checkpoint).")],
     out: Annotated[Path, typer.Argument(help="Where to write the SelfPatch-style backbone.")],
     network: Annotated[str, typer.Option(help="teacher or student, for full checkpoints.")] = "teacher",
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists (never the source itself).")] = False,
 ) -> None:
     """Write the SelfPatch-style backbone of a DINO file (no class token, no final norm)."""
     from ..store.checkpoints import convert_file
 
-    before, after = convert_file(source, out, network)
+    before, after = convert_file(source, out, network, force=force)
     console.print(f"{source} → {out}: {before:,} → {after:,} parameters ({before - after:,} dropped: cls_token, pos_embed row 0, norm)")
 
 
@@ -120,6 +121,7 @@ def make_checkpoint(
     layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, dinov2-backbone, dinov2-reg-backbone, ...")] = "dino-full",
     arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), dinov2-b14(-reg).")] = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Write a random-weight checkpoint in a released layout (to try the pipeline offline)."""
     from ..demo.samples import ALL_LAYOUTS, ARCHS, write_checkpoint
@@ -128,7 +130,7 @@ def make_checkpoint(
     if layout not in ALL_LAYOUTS or arch not in ARCHS:
         raise ProbeError(None, f"--layout {layout} / --arch {arch} unknown", f"layouts: {', '.join(ALL_LAYOUTS)}; archs: {', '.join(ARCHS)}")
     try:
-        write_checkpoint(out, layout, ARCHS[arch], seed)
+        write_checkpoint(out, layout, ARCHS[arch], seed, force=force)
     except ValueError as error:
         raise ProbeError(None, f"--layout {layout} --arch {arch}: {error}", "DINOv2 layouts take a dinov2 arch, DINO/SelfPatch layouts the others") from None
     console.print(f"wrote {out} ({layout}, {arch}, seed {seed})")

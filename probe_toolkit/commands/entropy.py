@@ -23,6 +23,9 @@ def run_entropy(
 ) -> Run:
     """``probe entropy``: saved as ``results/entropy`` in each store."""
     from ..analyses.entropy import entropy
+    from ..analyses.stats import check_boot
+
+    check_boot(boot)  # before any store is opened
 
     def analyse(ds, progress, client):
         arch = ds.attrs["manifest"].get("arch", {})

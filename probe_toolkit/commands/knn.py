@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -43,7 +44,7 @@ from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images, placed, shared
-from ..labels.panels import ClassLabels, read_classes, train_and_val
+from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
 from ..results import records
 from .panel_stores import locate, panel_ids
@@ -161,12 +162,29 @@ def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[st
     return [mapping[i] for i in labels.image_ids]
 
 
+def fitting_ks(ks: Sequence[int], n_train: int, panel: str, given: bool) -> tuple[tuple[int, ...], str | None]:
+    """The ks a train panel of ``n_train`` images can answer (``n_train``: its image folder's
+    count, known without reading a label), and the note to print when they were narrowed. A k
+    above it given on the command line is refused; DINO's default list is narrowed to the ks
+    that fit (to ``n_train`` alone when none does)."""
+    ks = tuple(sorted(set(int(k) for k in ks)))
+    fit = tuple(k for k in ks if k <= n_train)
+    if fit == ks:
+        return ks, None
+    if given:
+        raise ProbeError("--k", f"{ks[-1]} exceeds the {n_train} train images of panel {panel!r}",
+                         f"use k ≤ {n_train}, e.g. --k {','.join(map(str, fit)) or n_train}")
+    fit = fit or (n_train,)
+    return fit, (f"note: --k {','.join(map(str, ks))} (DINO's default) narrowed to --k {','.join(map(str, fit))}: "
+                 f"panel {panel!r} has {n_train} train images")
+
+
 def run_knn(
     store: str | Path,
     train: str,
     val: str,
     *,
-    ks: Sequence[int] = knn.KS,
+    ks: Sequence[int] | None = None,
     temperature: float = knn.TEMPERATURE,
     feature: str = "auto",
     unseal: str | None = None,
@@ -180,17 +198,30 @@ def run_knn(
 ) -> KnnReport:
     """Classify the val panel's images by their nearest train images; save ``results/knn``.
 
+    ``ks``: None is DINO's 10, 20, 100, 200, narrowed to the ks the train panel can answer; ks
+    given are refused when one exceeds the train images (both before any label is read).
+
     Blocks of val rows run on ``workers`` local processes (None: every core) or the dask cluster
     at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per
     worker; this process holds it whole, train × D float32, e.g. 2 GB for ImageNet at D = 384);
     ``shard`` i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
+    given = ks is not None
+    ks = tuple(knn.KS if ks is None else ks)
     if not ks or any(int(k) < 1 for k in ks):
         raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
     if not temperature > 0:
         raise ProbeError("--temperature", f"{temperature} must be positive", "use DINO's 0.07")
+    # every refusal that needs no label and no compute comes here, before the first ledger line
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the neighbours")
+    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
     store = Path(store)
     panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
+    ks, narrowed = fitting_ks(ks, len(panels[0][1]), train_panel.name, given)
+    if train_panel.kind == val_panel.kind == "classes":  # class folders: every image is the panel's, known without a label
+        from ..labels import hygiene
+        from ..store.cache import cache_root
+
+        hygiene.check_apart(*((p.name, p.role, p.images, ids) for p, ids in panels), cache_root(cache_dir))
     source = locate(store, panels, "image", VIEWS)
     meta = source.manifest
     chosen = choose_feature(feature, meta.get("arch", {}), store)
@@ -203,15 +234,16 @@ def run_knn(
     if unknown:
         raise ProbeError(val_panel.images, f"has classes the train panel lacks ({', '.join(unknown[:5])})", "give both panels the same class folders")
     val_targets = np.asarray([classes.index(val_labels.classes[i]) for i in val_labels.labels], np.int64)
-    ks = tuple(sorted(set(int(k) for k in ks)))
     n_train = len(train_labels.image_ids)
-    if ks[-1] > n_train:
-        raise ProbeError("--k", f"{ks[-1]} exceeds the {n_train} train images of {train_panel.name!r}", f"use k ≤ {n_train}, e.g. --k {','.join(str(k) for k in ks if k <= n_train) or '1'}")
+    if ks[-1] > n_train:  # a COCO panel annotating fewer images than its folder holds: known only now
+        ks, narrowed = fitting_ks(knn.KS if not given else ks, n_train, train_panel.name, given)
     train_ds, train_found = source.panel_stores[train_panel.name]
     val_ds, val_found = source.panel_stores[val_panel.name]
     train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
     view = choose_view([train_ds, val_ds], chosen)
+    if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
+        print(narrowed, file=sys.stderr)
     with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}

@@ -49,7 +49,7 @@ from ..analyses import linear
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..labels.panels import LabelRead, read_labels, train_and_val
+from ..labels.panels import LabelRead, check_readable, read_labels, train_and_val
 from ..store import cache, images
 from ..results import records
 from ..store.completion import computed_on
@@ -157,6 +157,7 @@ def run_linear(
     if not stores:
         raise ProbeError(None, "no STORE given", "pass one or more stores written by probe extract")
     train_panel, val_panel = train_and_val(train, val, cache_dir)
+    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: refused before any label read or fit
     train_ids, val_ids = panel_ids(train_panel), panel_ids(val_panel)
     sources = [locate(s, [(train_panel, train_ids), (val_panel, val_ids)], level) for s in stores]
     checkpoints = ",".join(dict.fromkeys(s.manifest["checkpoint"]["sha256"] for s in sources))

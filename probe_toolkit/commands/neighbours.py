@@ -68,6 +68,9 @@ def run_neighbours(
 ) -> Run:
     """``probe neighbours``: saved as ``results/neighbours_g<grid>`` (``_nowrap`` without the wrap)."""
     from ..analyses.neighbours import neighbours, view_array
+    from ..analyses.stats import check_boot
+
+    check_boot(boot)  # before any store is opened
 
     array = view_array(choose_view(stores, view, grid))
 

@@ -44,7 +44,7 @@ import xarray as xr
 from PIL import Image
 
 from ..analyses import propagation
-from ..infra import provenance
+from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
 from ..infra.runner import map_blocks, placed, shard_range, torch_threads
@@ -316,6 +316,11 @@ def run_propagate(
         found = [s for s in found if s.name in set(sequences)]
     which = parse_shard(shard) if shard is not None or "WORLD_SIZE" in os.environ else None
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
+    # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;
+    # every shard lists the same entries (all sequences', the tables, .shards/), so their manifests agree
+    output = owned.claim(out, "--out")
+    entries = [*(f"{s.name}/" for s in found), f"global_results-{settings.subset}.csv", f"per-sequence_results-{settings.subset}.csv", ".shards/"]
+    output.check(e.rstrip("/") for e in entries)
     with placed(workers, dask_address) as where:
         ck = load_checkpoint(checkpoint, network=network)
         model = Backbone.from_checkpoint(ck).to(target_device)
@@ -327,7 +332,7 @@ def run_propagate(
             if annotation.shape != (size[1], size[0]):
                 raise ProbeError(seq.annotations / f"{seq.frames[0].stem}.png", f"is {annotation.shape[1]}×{annotation.shape[0]}, its frame {size[0]}×{size[1]}",
                                  "give the first frame's annotation the frame's size")
-        out.mkdir(parents=True, exist_ok=True)
+        output.adopt("propagate", entries)  # listed before any of them is written
         start = time.perf_counter()
         palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in mine]
         job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,

@@ -55,7 +55,10 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
              formats: str | None = None) -> Demo:
     """Run every stage; ``quick`` shortens training and the panels (the test suite's mode);
     ``formats``: the report's figure files (default PNG, PDF and SVG)."""
+    from ..infra import owned
+
     out = Path(out)
+    owned.claim(out, "--out").adopt("demo", ["work/"])  # the user's own folder is refused; the report beside work/ is probe's
     work = out / "work"
     cache = work / "cache"
     demo = Demo(out=out)

@@ -153,8 +153,12 @@ def _arch_name(arch: Arch) -> str:
     return "vit_base" if arch.width >= 768 else "vit_small"
 
 
-def write_checkpoint(path: str | Path, layout: str = "dino-full", arch: Arch = TINY, seed: int = 0) -> Path:
-    """Write a random-weight checkpoint of ``layout`` to ``path`` (atomically)."""
+def write_checkpoint(path: str | Path, layout: str = "dino-full", arch: Arch = TINY, seed: int = 0, *, force: bool = True) -> Path:
+    """Write a random-weight checkpoint of ``layout`` to ``path`` (atomically); an existing file
+    is replaced only with ``force`` (``probe make-checkpoint`` passes its ``--force``)."""
+    from ..infra.owned import refuse_existing
+
+    refuse_existing(path, force, "checkpoint file")
     return save_state(make_checkpoint(layout, arch, seed), path)
 
 

@@ -180,6 +180,21 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
             write_json(root / MEMO, {**_read_json(root / MEMO), **fresh})
 
 
+def check_apart(first: tuple[str, str, Path, list[str]], second: tuple[str, str, Path, list[str]], root: Path) -> None:
+    """Refuse two panels (name, role, folder, image names) of different roles that hold an image
+    of the same content, before either's labels are read (no ledger line, nothing remembered)."""
+    (name_a, role_a, folder_a, names_a), (name_b, role_b, folder_b, names_b) = first, second
+    if role_a == role_b:
+        return
+    hashes_a, _ = content_hashes(root, folder_a, names_a)
+    hashes_b, _ = content_hashes(root, folder_b, names_b)
+    shared = sorted(set(hashes_a) & set(hashes_b))
+    if shared:
+        raise ProbeError(name_b, f"({role_b}) shares {len(shared)} images with panel {name_a!r} ({role_a}), "
+                         f"e.g. {hashes_b[shared[0]]!r} = {hashes_a[shared[0]]!r} (same content)",
+                         "remove the shared images from one panel: a panel of one role must not hold another's images")
+
+
 def forget(root: Path, panel_name: str) -> None:
     """Drop a panel's remembered images (it was replaced by ``probe panel add --replace``)."""
     path = root / INDEX

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analyses.stats import check_boot
 from ..infra.settings import Settings, at_least
 from .registry import Protocol, Reads, Reference, register
 
-BOOT_FLOOR = 1  # resamples of the bootstrap over images
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class EntropySettings(Settings):
     def check(self) -> None:
         if self.patch is not None:
             at_least("patch", self.patch, 0)
-        at_least("boot", self.boot, BOOT_FLOOR)
+        check_boot(self.boot)
 
 
 def execute(settings: EntropySettings, placement, *, stores, json_path=None, quiet=True, **_):

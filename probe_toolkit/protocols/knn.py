@@ -12,15 +12,16 @@ FEATURES = ("auto", "cls-normed", "cls", "mean")
 
 @dataclass(frozen=True)
 class KnnSettings(Settings):
-    ks: tuple[int, ...] = (10, 20, 100, 200)  # DINO's eval_knn.py nb_knn
+    ks: tuple[int, ...] | None = None  # None: DINO's eval_knn.py nb_knn (10, 20, 100, 200), narrowed to the train panel's size
     temperature: float = 0.07  # DINO's eval_knn.py
     feature: str = "auto"
 
     def check(self) -> None:
-        if not self.ks:
-            at_least("ks", 0, 1)
-        for k in self.ks:
-            at_least("ks", k, 1)
+        if self.ks is not None:
+            if not self.ks:
+                at_least("ks", 0, 1)
+            for k in self.ks:
+                at_least("ks", k, 1)
         positive("temperature", self.temperature)
         one_of("feature", self.feature, FEATURES)
 
@@ -28,7 +29,7 @@ class KnnSettings(Settings):
 def execute(settings: KnnSettings, placement, *, store, train, val, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
     from ..commands.knn import run_knn
 
-    return run_knn(store, train, val, ks=list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal, cache_dir=cache_dir,
+    return run_knn(store, train, val, ks=None if settings.ks is None else list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal, cache_dir=cache_dir,
                    json_path=json_path, progress=progress, workers=placement.workers, dask_address=placement.dask_address, shard=placement.shard)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analyses.stats import check_boot
 from ..infra.settings import Settings, at_least, one_of, within
 from .registry import Protocol, Reads, Reference, register
 
@@ -28,7 +29,7 @@ class NeighboursSettings(Settings):
         within("k", self.k, 1, 8, closed="[]")
         at_least("top", self.top, 1)
         one_of("distance", self.distance, ("chebyshev", "euclidean"))
-        at_least("boot", self.boot, 1)
+        check_boot(self.boot)
 
 
 def execute(settings: NeighboursSettings, placement, *, stores, json_path=None, quiet=True, **_):

@@ -2,10 +2,13 @@
 and as PDF and SVG unless ``formats`` says otherwise) and ``tables/`` (each table as CSV and
 LaTeX tabular).
 
-The folder may hold other things (``probe demo`` keeps its cache beside its report), so the
-report owns exactly those four entries and never touches anything else. Everything is first
-written into a hidden temporary folder inside the target, then renamed into place (the figures
-folder, then the Markdown, then the HTML, each an atomic rename on one filesystem); a failure
+The folder is probe's output folder (``infra.owned``): new, empty, or carrying probe's manifest
+``.probe-output.json``; a non-empty folder without it is refused before any work. The report
+replaces or deletes only the files the manifest lists as the report's: a file the user added
+(a figure in ``figures/``, a table in ``tables/``, notes beside ``report.md``) stays, and a file
+of the user's where the report would write is refused. Everything is first written into a
+hidden temporary folder inside the target, then each file renamed into place (figures and
+tables, then the Markdown, then the HTML, each an atomic rename on one filesystem); a failure
 before that leaves the previous report as it was and no temporary files behind.
 """
 
@@ -19,16 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..results.summaries import store_label
-from ..infra import litter, provenance
+from ..infra import litter, owned, provenance
 from ..infra.errors import ProbeError
 from . import html, markdown, tables
 from .content import Report
+from ..results.summaries import store_label
 from .figures import FORMATS
 from .sections import gather
 
 DEFAULT_ROOT = Path("reports")
-OWNED = ("report.md", "report.html", markdown.FIGURES, tables.FOLDER)
 
 
 @dataclass
@@ -49,19 +51,18 @@ def default_name(stores: list[Path]) -> str:
     return name
 
 
-def _swap_in(tmp: Path, target: Path) -> None:
-    """Move the finished files from ``tmp`` into ``target``; old figures and tables folders go whole."""
-    olds = []
-    for folder in (markdown.FIGURES, tables.FOLDER):
-        current, old = target / folder, target / f".{folder}.old-{os.getpid()}"
-        if current.exists():
-            current.rename(old)
-            olds.append(old)
-        (tmp / folder).rename(current)
-    for name in ("report.md", "report.html"):
-        os.replace(tmp / name, target / name)
-    for old in olds:
-        shutil.rmtree(old)
+GROUP = "report"  # the report's files in the folder's manifest
+
+
+def _swap_in(tmp: Path, output: owned.Output) -> None:
+    """Move the finished files from ``tmp`` into the output folder, each by an atomic rename
+    (figures and tables first, the pages last); the report's old files that this one no longer
+    has go; files the manifest does not list as probe's are never touched."""
+    files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+    pages = [n for n in ("report.md", "report.html") if n in files]
+    for folder in (markdown.FIGURES, tables.FOLDER):  # present even when a report has no table
+        (output.folder / folder).mkdir(parents=True, exist_ok=True)
+    output.replace(GROUP, tmp, [*(n for n in files if n not in pages), *pages])
 
 
 def parse_formats(formats: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -81,8 +82,9 @@ def write_report(
 ) -> Written:
     """Gather the stores' results and write the report into ``out`` (default reports/<name>)."""
     kinds = parse_formats(formats)
-    report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir, run=run)
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
+    output = owned.claim(target, "--out")  # the user's own folder is refused before any work
+    report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir, run=run)
     target.mkdir(parents=True, exist_ok=True)
     litter.sweep(target)  # a killed report's .report.tmp-PID and .figures.old-PID
     tmp = target / f".report.tmp-{os.getpid()}"
@@ -106,7 +108,7 @@ def write_report(
         generated = provenance.now()
         (tmp / "report.md").write_text(markdown.render(report, generated), encoding="utf-8")
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
-        _swap_in(tmp, target)
+        _swap_in(tmp, output)
     except OSError as error:  # a full disk: the previous report stays as it was
         raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun `probe report`") from None
     finally:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import os
 import pickle
 import re
 import zipfile
@@ -323,14 +324,26 @@ def save_state(state: dict[str, Any], out: str | Path) -> Path:
     """``torch.save`` to a temporary name, then rename: never a half-written checkpoint."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    torch.save(state, tmp)
-    tmp.replace(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # a killed run's name, swept as litter
+    try:
+        torch.save(state, tmp)
+        tmp.replace(out)
+    except BaseException:  # a full disk or Ctrl-C leaves neither a half file nor the temporary name
+        tmp.unlink(missing_ok=True)
+        raise
     return out
 
 
-def convert_file(source: str | Path, out: str | Path, network: str = "teacher") -> tuple[int, int]:
-    """``probe convert``: write the SelfPatch-style backbone of a DINO file; returns (before, after) counts."""
+def convert_file(source: str | Path, out: str | Path, network: str = "teacher", *, force: bool = False) -> tuple[int, int]:
+    """``probe convert``: write the SelfPatch-style backbone of a DINO file; returns (before, after) counts.
+
+    ``out`` is never ``source`` (under any spelling or link: the DINO file would be lost), and an
+    existing ``out`` is replaced only with ``force``; both are refused before the source is read."""
+    from ..infra.owned import refuse_existing, same_file
+
+    if Path(source).exists() and same_file(source, out):
+        raise ProbeError(out, f"is the source file {source} itself; converting in place would lose the DINO checkpoint", "write the converted backbone to another path")
+    refuse_existing(out, force, "checkpoint file")
     checkpoint = load_checkpoint(source, network=network)
     converted = to_selfpatch(checkpoint)
     save_state(converted.backbone, out)

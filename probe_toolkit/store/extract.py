@@ -40,6 +40,12 @@ from .checkpoints import Checkpoint, load_checkpoint
 OnError = Literal["fail", "skip"]
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
 RESAMPLES = tuple(images.RESAMPLE)
+# Most images per zarr chunk. A chunk is the unit of writing and resume: a run's arrays are
+# assembled and written whole per chunk, so one chunk's arrays are held in memory at once. At
+# ViT-S/16 with the default views (tokens 224, attention 224, keys 480 in float16) an image
+# takes about 1.3 MB, so 1024 images are about 1.3 GB (ViT-B, or --attention all: several GB);
+# beyond that a chunk no longer fits a laptop, and resume granularity is lost for nothing.
+MAX_CHUNK = 1024
 
 
 def at_least(option: str, value: int | None, minimum: int, example: str) -> None:
@@ -72,6 +78,9 @@ class Settings:
         if self.dtype not in ("float16", "float32"):
             raise ProbeError(None, f"--dtype {self.dtype} is not float16 or float32", "use --dtype float16")
         at_least("--chunk", self.chunk, 1, "16")
+        if self.chunk > MAX_CHUNK:  # refused here, before a store is created or an array allocated
+            raise ProbeError(None, f"--chunk {self.chunk} is more than {MAX_CHUNK} images per chunk (a chunk's arrays are held in memory "
+                             f"whole while written: about 1.3 MB per image at ViT-S/16)", "use e.g. --chunk 16 (the default)")
         if self.resample not in RESAMPLES:
             raise ProbeError(None, f"--resample {self.resample!r} is not one of {', '.join(RESAMPLES)}", "use --resample lanczos (MaskCut's filter) or bicubic")
 
