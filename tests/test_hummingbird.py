@@ -271,3 +271,33 @@ def test_segment_end_to_end_recovers_a_separable_scene():
     pred = hb.segment(feats(truth), bank, s, (8, 8))
     assert np.array_equal(pred, truth)
     assert hb.miou(hb.confusion(truth, pred, 3)).iou.tolist() == [1.0, 1.0, 0.0]
+
+
+def test_bank_rows_from_an_iterator_are_the_banks_rows():
+    rng = np.random.default_rng(6)
+    maps = [rng.integers(0, 4, (8, 8)) for _ in range(3)]
+    s = hb.HummingbirdSettings(memory_size=10, seed=1, input_size=8, patch_size=2, n_classes=4)
+    rows = hb.bank_rows(iter(maps), 3, 4, s)
+    bank = hb.build_bank(rng.standard_normal((3, 16, 5)), maps, s)
+    assert rows.per_view == 3 and np.array_equal(rows.view, bank.view) and np.array_equal(rows.patch, bank.patch)
+    assert np.array_equal(rows.labels, bank.labels)
+    with pytest.raises(ValueError, match="2 label maps for 3 views"):
+        hb.bank_rows(iter(maps[:2]), 3, 4, s)
+    with pytest.raises(ValueError, match="does not tile a 4x4 patch grid"):
+        hb.bank_rows([np.zeros((8, 6))], 1, 4, s)
+
+
+def test_upsampling_and_label_resizing_agree_with_torch():
+    torch = pytest.importorskip("torch")
+    tvf = pytest.importorskip("torchvision.transforms.functional")
+    from torchvision.transforms import InterpolationMode
+
+    rng = np.random.default_rng(7)
+    grid = rng.random((4, 4, 5)).astype(np.float32)
+    for size in ((64, 64), (13, 9)):
+        want = torch.nn.functional.interpolate(torch.from_numpy(grid).permute(2, 0, 1)[None], size=size, mode="bilinear")[0].numpy()
+        np.testing.assert_allclose(hb.upsample(grid, size), want, atol=1e-6)
+    labels = rng.integers(0, 21, (37, 50)).astype(np.uint8)
+    for size in ((64, 64), (20, 31)):
+        want = tvf.resize(torch.from_numpy(labels)[None], list(size), interpolation=InterpolationMode.NEAREST)[0].numpy()
+        assert np.array_equal(hb.resize_nearest(labels, size), want)

@@ -54,7 +54,7 @@ caller's (``labels/voc_segmentation.py`` reads the label maps through the ledger
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -137,9 +137,8 @@ def patch_distributions(label_map: np.ndarray, patch_size: int, n_classes: int, 
         raise ValueError(f"label map holds values outside 0..{n_classes - 1} and {ignore_index}")
     gh, gw = h // patch_size, w // patch_size
     cells = y.reshape(gh, patch_size, gw, patch_size).transpose(0, 2, 1, 3).reshape(gh * gw, patch_size * patch_size)
-    counts = np.zeros((gh * gw, n_classes), np.int64)
-    np.add.at(counts, (np.repeat(np.arange(gh * gw), cells.shape[1]), cells.ravel()), 1)
-    return (counts / cells.shape[1]).astype(np.float32)
+    counts = np.bincount((np.arange(gh * gw)[:, None] * n_classes + cells).ravel(), minlength=gh * gw * n_classes)
+    return (counts.reshape(gh * gw, n_classes) / cells.shape[1]).astype(np.float32)
 
 
 def patches_per_view(memory_size: int, views: int) -> int:
@@ -168,6 +167,17 @@ def sample_patches(distribution: np.ndarray, n: int, rng: np.random.Generator) -
 
 
 @dataclass
+class BankRows:
+    """Which train patches a bank holds and their label distributions: the part of the bank
+    decided by labels and the seed alone (features play no part in the choice)."""
+
+    view: np.ndarray  # (rows,) int64 the train view
+    patch: np.ndarray  # (rows,) int64 the patch within it (row-major)
+    labels: np.ndarray  # (rows, classes) float32 label distributions
+    per_view: int | None  # patches per view of a bounded bank (None: all)
+
+
+@dataclass
 class MemoryBank:
     """The bank: normalised features, label distributions, and where each row came from."""
 
@@ -175,42 +185,59 @@ class MemoryBank:
     labels: np.ndarray  # (rows, classes) float32 label distributions
     view: np.ndarray  # (rows,) int64 the train view
     patch: np.ndarray  # (rows,) int64 the patch within it (row-major)
-    per_view: int | None  # patches per view of a bounded bank (None: all)
+    per_view: int | None
 
 
-def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings: HummingbirdSettings) -> MemoryBank:
-    """The memory bank of ``views`` train views: ``features`` (views, patches, D) patch tokens and
-    ``label_maps`` (views, H, W) at the view's size (H = grid × patch size).
+def _tile(label_map: np.ndarray, grid: int) -> int:
+    """The patch size at which a square ``grid`` tiles a label map."""
+    h, w = np.shape(label_map)
+    if h != w or h % grid:
+        raise ValueError(f"a label map of {h}x{w} does not tile a {grid}x{grid} patch grid")
+    return h // grid
 
-    Unbounded (``settings.memory_size`` None): every patch. Bounded: ``patches_per_view`` patches
-    of each view by ``sample_patches``, with one generator seeded ``settings.seed`` drawn view by
-    view in order, rows in view order.
+
+def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: HummingbirdSettings) -> BankRows:
+    """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
+    view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do).
+
+    Unbounded (``settings.memory_size`` None): every patch of every view. Bounded:
+    ``patches_per_view`` patches of each view by ``sample_patches``, from one generator seeded
+    ``settings.seed`` and drawn view by view; rows in view order.
     """
-    x = np.asarray(features, np.float32)
-    if x.ndim != 3:
-        raise ValueError(f"features must be (views, patches, channels), got shape {x.shape}")
-    views, patches, _ = x.shape
-    if len(label_maps) != views:
-        raise ValueError(f"{len(label_maps)} label maps for {views} views")
-    dists = []
-    for y in label_maps:
-        y = np.asarray(y)
-        size = int(round(np.sqrt(patches)))
-        if size * size != patches or y.shape[0] % size or y.shape[0] // size != y.shape[1] // size or y.shape[1] % size:
-            raise ValueError(f"a label map of shape {y.shape} does not tile the {patches}-patch square grid")
-        dists.append(patch_distributions(y, y.shape[0] // size, settings.n_classes, settings.ignore_index))
-    if settings.memory_size is None:
-        rows = [np.arange(patches)] * views
-        per_view = None
-    else:
+    per_view = None
+    if settings.memory_size is not None:
         if settings.memory_size < views:
             raise ValueError(f"memory_size must be at least the number of train views ({views}), got {settings.memory_size}")
         per_view = patches_per_view(settings.memory_size, views)
-        rng = np.random.default_rng(settings.seed)
-        rows = [sample_patches(d, per_view, rng) for d in dists]
-    view = np.concatenate([np.full(len(r), i, np.int64) for i, r in enumerate(rows)])
-    patch = np.concatenate(rows).astype(np.int64)
-    return MemoryBank(normalise(x[view, patch]), np.stack(dists)[view, patch], view, patch, per_view)
+    rng = np.random.default_rng(settings.seed)
+    view, patch, labels, seen = [], [], [], 0
+    for i, y in enumerate(label_maps):
+        d = patch_distributions(y, _tile(y, grid), settings.n_classes, settings.ignore_index)
+        rows = np.arange(d.shape[0]) if per_view is None else sample_patches(d, per_view, rng)
+        view.append(np.full(len(rows), i, np.int64))
+        patch.append(rows.astype(np.int64))
+        labels.append(d[rows])
+        seen += 1
+    if seen != views:
+        raise ValueError(f"{seen} label maps for {views} views")
+    return BankRows(np.concatenate(view), np.concatenate(patch), np.concatenate(labels), per_view)
+
+
+def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings: HummingbirdSettings) -> MemoryBank:
+    """The memory bank of train views held in memory: ``features`` (views, patches, D) patch
+    tokens (patches a square grid, row-major) and their ``label_maps`` (``bank_rows``); the
+    chosen rows' features L2-normalised. A caller reading a store picks ``bank_rows`` first and
+    then reads only those rows' features."""
+    x = np.asarray(features, np.float32)
+    if x.ndim != 3:
+        raise ValueError(f"features must be (views, patches, channels), got shape {x.shape}")
+    grid = int(round(np.sqrt(x.shape[1])))
+    if grid * grid != x.shape[1]:
+        raise ValueError(f"{x.shape[1]} patches are not a square grid")
+    if len(label_maps) != x.shape[0]:
+        raise ValueError(f"{len(label_maps)} label maps for {x.shape[0]} views")
+    rows = bank_rows(label_maps, x.shape[0], grid, settings)
+    return MemoryBank(normalise(x[rows.view, rows.patch]), rows.labels, rows.view, rows.patch, rows.per_view)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,12 +301,16 @@ def _bilinear_axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def upsample(scores: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """(classes, H, W) float32: (gh, gw, classes) grid scores resized bilinearly to ``size``
-    (half-pixel centres, edges clamped: ``F.interpolate(mode="bilinear", align_corners=False)``)."""
+    (half-pixel centres, edges clamped: ``F.interpolate(mode="bilinear", align_corners=False)``;
+    equal to torch's within a float32 rounding or two, as its kernel rounds its sums in another way)."""
     s = np.asarray(scores, np.float32)
     (y0, y1, wy), (x0, x1, wx) = _bilinear_axis(s.shape[0], size[0]), _bilinear_axis(s.shape[1], size[1])
-    rows = s[y0] * (1 - wy)[:, None, None] + s[y1] * wy[:, None, None]  # (H, gw, C)
-    out = rows[:, x0] * (1 - wx)[None, :, None] + rows[:, x1] * wx[None, :, None]  # (H, W, C)
-    return np.ascontiguousarray(out.transpose(2, 0, 1))
+    ay, ax = (1 - wy)[:, None, None], (1 - wx)[None, :, None]
+    by, bx = wy[:, None, None], wx[None, :, None]
+    # torch's order: along the width in each of the two source rows, then between the rows
+    top = ax * s[y0][:, x0] + bx * s[y0][:, x1]  # (H, W, C)
+    bottom = ax * s[y1][:, x0] + bx * s[y1][:, x1]
+    return np.ascontiguousarray((ay * top + by * bottom).transpose(2, 0, 1))
 
 
 def predict(soft_labels: np.ndarray, grid: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
