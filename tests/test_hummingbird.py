@@ -301,3 +301,10 @@ def test_upsampling_and_label_resizing_agree_with_torch():
     for size in ((64, 64), (20, 31)):
         want = tvf.resize(torch.from_numpy(labels)[None], list(size), interpolation=InterpolationMode.NEAREST)[0].numpy()
         assert np.array_equal(hb.resize_nearest(labels, size), want)
+
+
+def test_views_must_be_whole_augmentation_epochs():
+    s = hb.HummingbirdSettings(augmentation_epochs=2, input_size=4, patch_size=2, n_classes=2)
+    with pytest.raises(ValueError, match="3 train views are not 2 augmentation epochs"):
+        hb.bank_rows([np.zeros((4, 4))] * 3, 3, 2, s)
+    assert len(hb.bank_rows([np.zeros((4, 4))] * 4, 4, 2, s).patch) == 16

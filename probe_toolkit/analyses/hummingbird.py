@@ -32,6 +32,17 @@ The rule of vpariza/open-hummingbird-eval 2.0 (commit 5e79da2), ``hbird/hbird_ev
   ``hbird/utils/image_transformations.py``), and the prediction is upsampled to that size;
   ``resize_nearest`` is that resize (torch's legacy nearest: source = floor(dst · in / out)).
 
+Views (the caller's, listed here so that a command can reproduce them; ``hbird/utils/transforms.py``
+and ``image_transformations.py``): train views are ``RandomResizedCrop`` of the image and its label
+together to input × input (scale (0.5, 2.0), ratio (3/4, 4/3), torchvision's ``get_params``: a
+draw of scale above 1 cannot fit the image and is drawn again, up to ten tries before it takes
+the whole image centre-cropped to the ratio range, so crops cover 50-100 % of the image), image bilinear with
+antialias, label nearest; then colour jitter (brightness, contrast, saturation, hue 0.1, each
+applied with probability 0.5); val views squash image and label to input × input (bilinear with
+antialias / nearest). Normalisation mean (0.485, 0.456, 0.406), std **(0.229, 0.224, 0.255)**
+(0.255 for blue, not ImageNet's 0.225). eval.py's features: the backbone's
+``forward_features`` patch tokens (timm: after the final norm), class token dropped.
+
 What differs, on purpose:
 
 - retrieval is exact (blocked products with the running top-k of ``analyses/knn.py``): no
@@ -64,7 +75,7 @@ K = 30  # hbird/hbird_eval.py hbird_evaluation n_neighbours
 TEMPERATURE = 0.02  # hbird/hbird_eval.py HbirdEvaluation._cross_attention beta
 IGNORE_INDEX = 255  # hbird/hbird_eval.py hbird_evaluation ignore_index (VOC's boundary label)
 VOC_CLASSES = 21  # hbird/data/voc/voc_data.py CLASS_IDX_TO_NAME: background + 20 objects
-INPUT_SIZE = 512  # README.md "image size of (512,512) for the dino"
+INPUT_SIZE = 512  # README.md "image size of (512,512) for the dino" (hbird_evaluation's own default is 224)
 PATCH_SIZE = 16  # ViT-S/16
 SEED = 123  # eval.py RunConfig.seed
 AUGMENTATION_EPOCHS = 2  # README.md "two dataset augmentation epochs" (hbird_evaluation's default is 1)
@@ -204,6 +215,8 @@ def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings:
     ``patches_per_view`` patches of each view by ``sample_patches``, from one generator seeded
     ``settings.seed`` and drawn view by view; rows in view order.
     """
+    if views % settings.augmentation_epochs:
+        raise ValueError(f"{views} train views are not {settings.augmentation_epochs} augmentation epochs of the same images")
     per_view = None
     if settings.memory_size is not None:
         if settings.memory_size < views:
