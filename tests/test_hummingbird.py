@@ -308,3 +308,13 @@ def test_views_must_be_whole_augmentation_epochs():
     with pytest.raises(ValueError, match="3 train views are not 2 augmentation epochs"):
         hb.bank_rows([np.zeros((4, 4))] * 3, 3, 2, s)
     assert len(hb.bank_rows([np.zeros((4, 4))] * 4, 4, 2, s).patch) == 16
+
+
+def test_answers_do_not_depend_on_how_queries_are_batched():
+    rng = np.random.default_rng(8)
+    bank = hb.normalise(rng.standard_normal((500, 64)))
+    queries = rng.standard_normal((70, 64)).astype(np.float32)
+    whole = hb.nearest(queries, bank, 30, 128)
+    parts = [hb.nearest(queries[a:a + b], bank, 30, 128) for a, b in ((0, 1), (1, 16), (17, 53))]
+    assert np.array_equal(np.concatenate([p[1] for p in parts]), whole[1])
+    assert np.array_equal(np.concatenate([p[0] for p in parts]), whole[0])
