@@ -14,6 +14,9 @@ image matching and the ledger do not change:
   ``x.png``), one annotation per image whose segmentation is the mask (RLE), foreground every grey
   above 0 as TokenCut scores it; ``saliency_grey`` counts the masks and pixels strictly between 0
   and 255 that this rule decided.
+- ``voc-segmentation``: a VOC2012 folder's class masks (``labels/voc_segmentation.py``); its
+  labels are label maps, not a COCO dataset, so they are read by ``voc_segmentation.read_label_maps``
+  (same ledger entry and seal), never by ``read_labels``.
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
-from . import saliency, voc
+from . import saliency, voc, voc_segmentation
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -59,7 +62,9 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         if images is None:
             raise ProbeError(None, "a COCO20k panel needs --images (the train2014 folder)", "pass --images train2014/")
         return annotations.resolve(), images.resolve()
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency", "use --voc, --coco20k or --masks")
+    if kind == voc_segmentation.KIND:
+        return voc_segmentation.check_layout(annotations, images, split)
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_segmentation.KIND}", "use --voc, --coco20k or --masks")
 
 
 def coco20k_ids() -> list[int]:
@@ -131,6 +136,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     """(bytes to hash, COCO dataset) of a panel whose kind is not plain COCO; ``read`` (path → bytes)
     is ``read_labels``' reader, the one way label files are opened."""
     loaders = {"voc": _voc, "saliency": _saliency}
+    if panel.kind == voc_segmentation.KIND:
+        raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
+                         "read it with labels.voc_segmentation.read_label_maps (probe hummingbird)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
@@ -141,6 +149,8 @@ def benchmark(panel) -> str:
     text = f"{panel.annotations} {panel.images}".upper().replace("_", "-")
     if panel.kind == "voc":
         return "VOC07" if "2007" in text else "VOC12" if "2012" in text else ""
+    if panel.kind == voc_segmentation.KIND:
+        return "VOC12-seg" if "2012" in text else ""
     if panel.kind == "coco20k":
         return "COCO20k"
     if panel.kind == "saliency":

@@ -47,7 +47,7 @@ from . import hygiene, ledger
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
-KINDS = ("coco", "voc", "coco20k", "saliency", "classes")  # kinds other than coco: labels/kinds.py
+KINDS = ("coco", "voc", "coco20k", "saliency", "classes", "voc-segmentation")  # kinds other than coco: labels/kinds.py
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -1,0 +1,180 @@
+"""Pascal VOC 2012 semantic segmentation panels: class label maps, read only through the ledger.
+
+Layout of a VOC2012 devkit year folder (the ``VOCdevkit/VOC2012`` of the release)::
+
+    JPEGImages/<id>.jpg
+    SegmentationClass/<id>.png                  palette PNG: 0 background, 1..20 the classes,
+                                                255 the boundary / "void" band (ignored in scores)
+    SegmentationClassAug/<id>.png               trainaug only: the SBD-augmented masks
+                                                (8-bit grey PNGs, same values)
+    ImageSets/Segmentation/{train,val,trainaug}.txt   one id a line
+
+``trainaug`` (10,582 images) is the list open-hummingbird-eval builds its VOC memory from
+(``file_sets/voc/full/trainaug.txt``); it reads those masks from ``SegmentationClassAug``
+(``hbird/data/voc/voc_data.py``: trainaug and train from SegmentationClassAug, val from
+SegmentationClass). Here ``train`` and ``val`` read ``SegmentationClass`` (the release's own
+masks, where every train id has one) and ``trainaug`` reads ``SegmentationClassAug``.
+
+A label map is handed out as the PNG's indices (mode P or L), uint8, at the image's size; any
+value outside 0..20 and 255 is refused naming the file. ``check_layout`` (when the panel is
+added) names the first missing image or mask and how many are missing, without opening a mask;
+``read_label_maps`` opens the masks, writes the ledger entry, and only then returns them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..infra import provenance
+from ..infra.errors import ProbeError
+from ..store.cache import cache_root
+from . import hygiene, ledger
+
+KIND = "voc-segmentation"
+SPLITS = ("train", "val", "trainaug")
+CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+           "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
+IGNORE = 255  # VOC's boundary band
+FIX_LAYOUT = "pass the VOC2012 folder holding JPEGImages/, SegmentationClass/ and ImageSets/Segmentation/"
+
+
+def mask_folder(root: Path, split: str) -> Path:
+    """Where a split's masks are: SegmentationClassAug for trainaug, SegmentationClass otherwise."""
+    return root / ("SegmentationClassAug" if split == "trainaug" else "SegmentationClass")
+
+
+def split_file(root: Path, split: str) -> Path:
+    return root / "ImageSets" / "Segmentation" / f"{split}.txt"
+
+
+def split_ids(raw: bytes) -> list[str]:
+    """Image ids of an ``ImageSets/Segmentation/<split>.txt`` file, in its order."""
+    return [line.split()[0] for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
+
+
+def _missing(paths: list[Path], listing: Path) -> None:
+    absent = [p for p in paths if not p.is_file()]
+    if absent:
+        more = f" (and {len(absent) - 1} more of the {len(paths)} files it lists)" if len(absent) > 1 else ""
+        raise ProbeError(absent[0], f"is missing, listed in {listing}{more}", "restore the devkit's files, or use the split file that matches them")
+
+
+def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Path, Path]:
+    """(the year folder, the image folder) of a new panel, resolved; the split file, its images
+    and its masks checked to exist (the first missing one named), no mask opened."""
+    root = annotations.resolve()
+    split = split or "val"
+    if split not in SPLITS:
+        raise ProbeError(None, f"--split {split!r} is not one of {', '.join(SPLITS)}", "pass --split train, val or trainaug")
+    if not root.is_dir():
+        raise ProbeError(root, "is not a folder", FIX_LAYOUT)
+    listing = split_file(root, split)
+    if not listing.is_file():
+        raise ProbeError(listing, "does not exist", f"{FIX_LAYOUT} (trainaug.txt comes with the SBD-augmented masks)")
+    masks = mask_folder(root, split)
+    if not masks.is_dir():
+        raise ProbeError(masks, "is not a folder", FIX_LAYOUT if split != "trainaug" else "put the SBD-augmented masks in SegmentationClassAug/")
+    jpegs = images.resolve() if images else root / "JPEGImages"
+    ids = split_ids(listing.read_bytes())  # a list of image ids, not labels
+    if not ids:
+        raise ProbeError(listing, "lists no image", "list one image id a line")
+    _missing([jpegs / f"{i}.jpg" for i in ids], listing)
+    _missing([masks / f"{i}.png" for i in ids], listing)
+    return root, jpegs
+
+
+def decode(raw: bytes, where: Path, n_classes: int = len(CLASSES)) -> np.ndarray:
+    """(H, W) uint8 class indices of one mask PNG (palette or grey); other values than 0..20
+    and 255, or a colour PNG, are refused naming ``where``."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            if image.mode not in ("P", "L"):
+                raise ProbeError(where, f"is a {image.mode} image, not a palette or grey mask of class indices",
+                                 "use SegmentationClass/ (palette PNGs), not SegmentationObject or a colour rendering")
+            array = np.asarray(image).copy()
+    except OSError as error:
+        raise ProbeError(where, f"is not a readable PNG ({error})", "restore the file from the devkit") from None
+    bad = np.setdiff1d(np.unique(array), np.r_[np.arange(n_classes), IGNORE])
+    if bad.size:
+        raise ProbeError(where, f"holds values {bad[:5].tolist()} outside 0..{n_classes - 1} and {IGNORE}", "use the devkit's class masks")
+    return array.astype(np.uint8)
+
+
+@dataclass
+class SegmentationLabels:
+    """What ``read_label_maps`` hands out, after its ledger entry."""
+
+    ids: list[str]  # image file names relative to the panel's image folder (<id>.jpg), in the split's order
+    maps: list[np.ndarray]  # (H, W) uint8 class indices, 255 ignored
+    classes: tuple[str, ...]
+    entry_id: str
+    panel: object  # panels.Panel
+    image_map: dict[str, str]  # store id → file name (when store ids were given)
+
+
+def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None,
+                    unseal: str | None = None, cache: str | Path | None = None, command: str | None = None) -> SegmentationLabels:
+    """Open a segmentation panel's masks, write the ledger entry, then return the label maps.
+
+    ``images`` (store ids) restricts what is read and handed out to the split's images they
+    match (``panels.match_images``); a sealed (``test``) panel needs ``unseal``, recorded.
+    """
+    from . import panels
+
+    panel = panels.check_readable(panel, unseal, cache)
+    if panel.kind != KIND:
+        raise ProbeError(panel.name, f"is a {panel.kind} panel, not a {KIND} one", f"register the VOC2012 folder with kind {KIND}")
+    if not purpose:
+        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
+    root, split = panel.annotations, panel.split or "val"
+    listing, masks = split_file(root, split), mask_folder(root, split)
+    panels._inside.active = True
+    try:
+        listing_raw = listing.read_bytes()
+        names = [f"{i}.jpg" for i in split_ids(listing_raw)]
+        image_map: dict[str, str] = {}
+        if images is not None:
+            matched = panels.match_images(images, dict(enumerate(names)))
+            image_map = {sid: names[n] for sid, n in matched.items()}
+            keep = set(image_map.values())
+            names = [n for n in names if n in keep]
+        files = [masks / f"{Path(n).stem}.png" for n in names]
+        _missing(files, listing)
+        raw = [f.read_bytes() for f in files]
+    except OSError as error:
+        raise ProbeError(getattr(error, "filename", None) or root, f"cannot be read ({error.strerror})", "restore the devkit's files") from None
+    finally:
+        panels._inside.active = False
+    maps = [decode(data, f) for f, data in zip(files, raw)]
+    digest = hashlib.sha256(listing.name.encode() + b"\0" + hashlib.sha256(listing_raw).digest())
+    for f, data in zip(files, raw):
+        digest.update(f.name.encode() + b"\0" + hashlib.sha256(data).digest())
+    annotation_sha256 = digest.hexdigest()
+    store = cache_root(cache)
+    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
+    hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
+    entry = ledger.append(store, {
+        "time": provenance.now(),
+        "panel": panel.name,
+        "role": panel.role,
+        "annotations": str(masks),
+        "annotation_sha256": annotation_sha256,
+        "images": len(names),
+        "images_sha256": provenance.list_hash(sorted(names)),
+        "images_content_sha256": provenance.list_hash(sorted(hashes)),
+        "purpose": purpose,
+        "command": command if command is not None else shlex.join(sys.argv),
+        "checkpoint": checkpoint,
+        "unseal": unseal.strip() if unseal else None,
+    })
+    return SegmentationLabels(names, maps, CLASSES, entry.id, panel, image_map)
