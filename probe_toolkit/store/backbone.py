@@ -41,12 +41,18 @@ RULES = {
     "dino": "bicubic, scale_factor (g+0.1)/g0, no antialias (facebookresearch/dino vision_transformer.py; DINOv2 with interpolate_offset=0.1)",
     "dinov2-reg": "bicubic, size (rows, cols), antialias, float32 (DINOv2 register models: interpolate_offset=0.0, interpolate_antialias=True)",
     "timm": "timm resample_abs_pos_embed (bicubic, size, antialias)",
+    "none": "no position table: DINOv3's RoPE is computed per grid (any multiple of the patch is native), nothing interpolated",
 }
 AttentionMode = Literal["last", "all", "none"]
 
 
 def resolve_interpolation(method: str, arch: Arch) -> str:
-    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ)."""
+    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ; DINOv3
+    has no table, so ``none``, and any other rule is refused rather than recorded untrue)."""
+    if arch.family == "dinov3":
+        if method not in ("auto", "none"):
+            raise ValueError(f"interpolation {method!r}: a DINOv3 network has no position table (RoPE); use auto")
+        return "none"
     if method not in INTERPOLATIONS:
         raise ValueError(f"interpolation {method!r} is not one of {INTERPOLATIONS}")
     if method != "auto":
