@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-
 import pytest
 import torch
 
@@ -246,15 +245,31 @@ def test_released_sizes_load_as_every_layout(name):
         assert abs(millions - expected) / expected < 0.03, millions
 
 
-def test_timm_periods_equal_the_formula():
-    model = Backbone.from_checkpoint(load_checkpoint_tiny())
+def test_timm_periods_equal_the_formula(tmp_path):
+    """timm computes the same float32 periods as DINOv3's formula, and its key bias is a zero buffer."""
+    model = Backbone.from_checkpoint(load_checkpoint(write_checkpoint(tmp_path / "t.pth", "dinov3-timm", TINY_DINOV3, 0)))
     assert torch.equal(model.vit.rope.periods, dinov3_layouts.rope_periods(64))
     assert model.vit.blocks[0].attn.k_bias.abs().max() == 0
 
 
-def load_checkpoint_tiny():
-    import tempfile
-    from pathlib import Path
+def test_heads_of_a_file_without_periods(tmp_path):
+    """An official file says its head width by its periods; a transformers file by the config.json
+    save_pretrained writes beside it; else --heads, else the released sizes (width / 64 here)."""
+    import json
 
-    folder = Path(tempfile.mkdtemp())
-    return load_checkpoint(write_checkpoint(folder / "t.pth", "dinov3-timm", replace(TINY_DINOV3), 0))
+    arch = replace(TINY_DINOV3, heads=4)  # head width 32
+    official = load_checkpoint(_write(tmp_path, "dinov3-official", arch))
+    assert official.arch.heads == 4
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    path = write_checkpoint(folder / "model.safetensors", "dinov3-hf", arch, 1)
+    assert load_checkpoint(path).arch.heads == 2
+    assert load_checkpoint(path, heads=4).arch.heads == 4
+    (folder / "config.json").write_text(json.dumps({"model_type": "dinov3_vit", "num_attention_heads": 4}))
+    hf = load_checkpoint(path)
+    assert hf.arch == arch
+    images = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(4))
+    a, b = (Backbone.from_checkpoint(c).readout(images) for c in (official, hf))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.attention, b.attention)
+    with pytest.raises(ProbeError, match="heads"):
+        load_checkpoint(_write(tmp_path, "dinov3-official", arch), heads=2)
