@@ -70,3 +70,11 @@ def test_dinov3_store_arrays_and_manifest(dinov3_stores, image_dir):
     assert np.array_equal(row.attention_224.values, out224.attention[0].numpy())
     assert np.array_equal(row.tokens_224.values, out224.tokens[0].numpy())
     assert np.array_equal(row.cls_tokens_224.values, out224.cls_token[0].numpy())
+
+
+def test_an_interpolation_rule_is_refused_in_one_line(dinov3_stores, image_dir, tmp_path):
+    from probe_toolkit.infra.errors import ProbeError
+
+    path, _ = dinov3_stores["dinov3-official"]
+    with pytest.raises(ProbeError, match="no position table"):
+        extract(path, image_dir, settings=Settings(views=(224,), interpolation="dino"), store=tmp_path / "x.zarr", quiet=True)

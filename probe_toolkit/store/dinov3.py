@@ -114,7 +114,9 @@ class Dinov3Backbone(nn.Module):
     def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> "Dinov3Backbone":
         """Eval-mode network, the checkpoint's tensors assigned strictly (float32, contiguous), its periods set."""
         if interpolation not in ("auto", "none"):
-            raise ValueError(f"a DINOv3 network has no position table to interpolate (interpolation {interpolation!r})")
+            from ..infra.errors import ProbeError
+
+            raise ProbeError(checkpoint.path, f"is a DINOv3 network (RoPE), which has no position table for --interpolation {interpolation}", "omit --interpolation")
         model = cls(checkpoint.arch, init=False, device="meta")
         shapes = model.vit.state_dict()
         state = {k: v for k, v in checkpoint.backbone.items() if k != PERIODS_KEY}
