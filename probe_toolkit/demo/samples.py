@@ -9,12 +9,14 @@ size (``RELEASED``) or at a tiny width and depth that runs in seconds on a CPU.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from ..store.architectures import RELEASED, VIT_S16, Arch  # noqa: F401  (VIT_S16 kept for callers)
+from ..store import dinov3_layouts
+from ..store.architectures import DINOV3_RELEASED, RELEASED, VIT_S16, Arch  # noqa: F401  (VIT_S16 kept for callers)
 from ..store.backbone import build_vit
 from ..store.checkpoints import save_state
 
@@ -24,10 +26,16 @@ TINY_P8 = replace(TINY, patch=8, pos_grid=28)
 TINY_B8 = replace(TINY_P8, width=192, heads=3, mlp_hidden=768)  # ViT-B/8's shape at tiny size (head width 64, as ViT-B's 768 / 12)
 TINY_DINOV2_REG = replace(TINY, patch=14, pos_grid=37, layerscale=True, registers=4)
 TINY_DINOV2 = replace(TINY_DINOV2_REG, registers=0)
+# DINOv3 at tiny size: head width 64 as every released size but 7B, 4 storage tokens
+TINY_DINOV3 = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=0, mlp_hidden=512,
+                   registers=4, layerscale=True, family="dinov3")
+TINY_DINOV3_SWIGLU = replace(TINY_DINOV3, ffn="swiglu", mlp_hidden=344)  # S+/H+'s SwiGLU feed-forward
 DINOV2_LAYOUTS = ("dinov2-backbone", "dinov2-reg-backbone")
+DINOV3_LAYOUTS = dinov3_layouts.LAYOUTS  # dinov3-official, dinov3-timm, dinov3-hf (safetensors)
 LAYOUTS = ("dino-backbone", "selfpatch-backbone", "dino-full", "selfpatch-full", "dino-full-wrapped", "selfpatch-backbone-wrapped")
-ALL_LAYOUTS = (*LAYOUTS, *DINOV2_LAYOUTS)
-ARCHS = {"tiny": TINY, "tiny-p8": TINY_P8, "tiny-dinov2": TINY_DINOV2, "tiny-dinov2-reg": TINY_DINOV2_REG, **RELEASED}
+ALL_LAYOUTS = (*LAYOUTS, *DINOV2_LAYOUTS, *DINOV3_LAYOUTS)
+ARCHS = {"tiny": TINY, "tiny-p8": TINY_P8, "tiny-dinov2": TINY_DINOV2, "tiny-dinov2-reg": TINY_DINOV2_REG,
+         "tiny-dinov3": TINY_DINOV3, "tiny-dinov3-swiglu": TINY_DINOV3_SWIGLU, **RELEASED, **DINOV3_RELEASED}
 
 
 def random_backbone(arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -42,6 +50,44 @@ def random_backbone(arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
             value.copy_(0.1 + 0.05 * torch.randn(value.shape, generator=generator))
         elif key == "reg_token":
             value.normal_(0.0, 0.02, generator=generator)
+    return state
+
+
+def dinov3_backbone(arch: Arch, seed: int = 0) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """timm's DINOv3 network at random, in timm's names with its float32 ``rope.periods``, every
+    parameter made to matter: LayerScale far from its 1e-5 init, biases, norms and tokens perturbed."""
+    torch.manual_seed(seed)
+    state = build_vit(arch).state_dict()
+    generator = torch.Generator().manual_seed(seed + 1)
+    for key, value in state.items():
+        if key.endswith(("bias", ".q_bias", ".v_bias")) or "norm" in key:
+            value.add_(0.05 * torch.randn(value.shape, generator=generator))
+        elif key.endswith((".gamma_1", ".gamma_2")):
+            value.copy_(0.1 + 0.05 * torch.randn(value.shape, generator=generator))
+        elif key in ("reg_token", "cls_token"):
+            value.normal_(0.0, 0.02, generator=generator)
+    state["rope.periods"] = dinov3_layouts.rope_periods(arch.width // arch.heads)
+    heads = {"mask_token": {"mask_token": 0.02 * torch.randn(1, arch.width, generator=generator)}}
+    return state, heads
+
+
+def dinov3_file(layout: str, arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The flat dict of a DINOv3 file in ``layout``. The official one's key bias is random, not zero,
+    and masked by ``bias_mask`` as in the released files, so loading must apply the mask."""
+    if arch.family != "dinov3":
+        raise ValueError(f"layout {layout!r} needs a DINOv3 arch, e.g. {', '.join(a for a in ARCHS if 'dinov3' in a)}")
+    backbone, heads = dinov3_backbone(arch, seed)
+    head_dim = arch.width // arch.heads
+    if layout == "dinov3-timm":
+        return dinov3_layouts.to_timm(backbone, head_dim)
+    if layout == "dinov3-hf":
+        return dinov3_layouts.to_hf(backbone, head_dim, heads)
+    state = dinov3_layouts.to_official(backbone, heads)
+    generator = torch.Generator().manual_seed(seed + 3)
+    for key, value in state.items():
+        if key.endswith(".attn.qkv.bias"):
+            third = value.shape[0] // 3
+            value[third: 2 * third] = 0.5 * torch.randn(third, generator=generator)
     return state
 
 
@@ -106,6 +152,10 @@ def make_checkpoint(layout: str, arch: Arch = TINY, seed: int = 0) -> dict:
     """The object a released file of ``layout`` holds (DINO backbone layouts keep the class token)."""
     if layout not in ALL_LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {ALL_LAYOUTS}")
+    if layout in DINOV3_LAYOUTS:
+        return dinov3_file(layout, arch, seed)
+    if arch.family == "dinov3":
+        raise ValueError(f"layout {layout!r} is not a DINOv3 layout ({', '.join(DINOV3_LAYOUTS)})")
     if layout in DINOV2_LAYOUTS:
         if not arch.layerscale:
             raise ValueError(f"layout {layout!r} needs a DINOv2 arch (LayerScale), e.g. {', '.join(a for a in ARCHS if 'dinov2' in a)}")
@@ -154,12 +204,32 @@ def _arch_name(arch: Arch) -> str:
 
 
 def write_checkpoint(path: str | Path, layout: str = "dino-full", arch: Arch = TINY, seed: int = 0, *, force: bool = True) -> Path:
-    """Write a random-weight checkpoint of ``layout`` to ``path`` (atomically); an existing file
-    is replaced only with ``force`` (``probe make-checkpoint`` passes its ``--force``)."""
+    """Write a random-weight checkpoint of ``layout`` to ``path`` (atomically; ``dinov3-hf`` as
+    safetensors); an existing file is replaced only with ``force`` (``probe make-checkpoint``
+    passes its ``--force``)."""
     from ..infra.owned import refuse_existing
 
     refuse_existing(path, force, "checkpoint file")
-    return save_state(make_checkpoint(layout, arch, seed), path)
+    state = make_checkpoint(layout, arch, seed)
+    if layout == "dinov3-hf":
+        return save_safetensors(state, path)
+    return save_state(state, path)
+
+
+def save_safetensors(state: dict[str, torch.Tensor], out: str | Path) -> Path:
+    """A safetensors file as ``save_pretrained`` writes one (metadata format pt), to a temporary
+    name first (pid-suffixed, so a killed run's is recognised and swept)."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        save_file({k: v.contiguous().clone() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
 
 
 def sample_photos() -> Path:

@@ -23,8 +23,11 @@ class Arch:
     final_norm: bool
     pos_grid: int  # side of the grid the position table was trained on (14 for 224 px, 37 for DINOv2's 518 px)
     mlp_hidden: int
-    registers: int = 0  # DINOv2's register tokens (between the class token and the patches)
-    layerscale: bool = False  # DINOv2's per-channel LayerScale on both residual branches
+    registers: int = 0  # DINOv2's register tokens / DINOv3's storage tokens (between the class token and the patches)
+    layerscale: bool = False  # DINOv2's / DINOv3's per-channel LayerScale on both residual branches
+    family: str = "vit"  # "dinov3": timm's Eva with axial RoPE (base 100), no position table, LayerNorm eps 1e-5
+    ffn: str = "mlp"  # "swiglu": DINOv3's SwiGLU feed-forward (S+/16, L+/16, H+/16, 7B/16); mlp_hidden is its width
+    qkv_bias: bool = True  # DINOv3 7B/16 has no q/k/v bias at all
 
     @property
     def prefix(self) -> int:
@@ -37,10 +40,11 @@ class Arch:
         return 0 if self.registers else int(self.class_token)
 
     def as_dict(self) -> dict[str, Any]:
-        """The manifest's ``arch``; ``registers`` and ``layerscale`` only where set, so a DINO or
-        SelfPatch store written before DINOv2 was supported keeps its identity (and resumes)."""
+        """The manifest's ``arch``; ``registers``, ``layerscale`` and the DINOv3 fields only where set,
+        so a DINO or SelfPatch store written before DINOv2 or DINOv3 were supported keeps its
+        identity (and resumes)."""
         out = asdict(self)
-        for key, default in (("registers", 0), ("layerscale", False)):
+        for key, default in (("registers", 0), ("layerscale", False), ("family", "vit"), ("ffn", "mlp"), ("qkv_bias", True)):
             if out[key] == default:
                 del out[key]
         return out
@@ -55,6 +59,24 @@ DINOV2_S14 = replace(VIT_S16, patch=14, pos_grid=37, layerscale=True)
 DINOV2_B14 = replace(VIT_B16, patch=14, pos_grid=37, layerscale=True)
 DINOV2_S14_REG = replace(DINOV2_S14, registers=4)
 DINOV2_B14_REG = replace(DINOV2_B14, registers=4)
+# DINOv3 (facebookresearch/dinov3 hub/backbones.py, commit 6876159): patch 16, 4 storage tokens,
+# LayerScale, RoPE instead of a position table (pos_grid 0: there is no table to interpolate).
+# SwiGLU widths are DINOv3's SwiGLUFFN: int(width * ffn_ratio * 2/3) rounded up to align_to (8; 64 at 7B).
+DINOV3_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=0, mlp_hidden=1536,
+                  registers=4, layerscale=True, family="dinov3")
+DINOV3_S16_PLUS = replace(DINOV3_S16, ffn="swiglu")  # ffn_ratio 6: int(2304 * 2/3) = 1536
+DINOV3_B16 = replace(DINOV3_S16, width=768, heads=12, mlp_hidden=3072)
+DINOV3_L16 = replace(DINOV3_S16, width=1024, depth=24, heads=16, mlp_hidden=4096)
+DINOV3_L16_PLUS = replace(DINOV3_L16, ffn="swiglu")  # ffn_ratio 6: int(6144 * 2/3) = 4096
+DINOV3_H16_PLUS = replace(DINOV3_S16, width=1280, depth=32, heads=20, mlp_hidden=5120, ffn="swiglu")  # int(7680 * 2/3)
+DINOV3_7B16 = replace(DINOV3_S16, width=4096, depth=40, heads=32, mlp_hidden=8192, ffn="swiglu", qkv_bias=False)  # ffn_ratio 3, head width 128
+# kept apart from RELEASED (whose sizes the README's table and the DINO/DINOv2 count tests enumerate);
+# ``probe make-checkpoint --arch`` offers both
+DINOV3_RELEASED = {
+    "vit-s16-dinov3": DINOV3_S16, "vit-s16plus-dinov3": DINOV3_S16_PLUS, "vit-b16-dinov3": DINOV3_B16,
+    "vit-l16-dinov3": DINOV3_L16, "vit-l16plus-dinov3": DINOV3_L16_PLUS, "vit-h16plus-dinov3": DINOV3_H16_PLUS,
+    "vit-7b16-dinov3": DINOV3_7B16,
+}
 # the released sizes by name (``probe make-checkpoint --arch``, ``benchmarks/extract.py --arch``)
 RELEASED = {
     "vit-s16": VIT_S16, "vit-s8": VIT_S8, "vit-b16": VIT_B16, "vit-b8": VIT_B8,

@@ -41,12 +41,18 @@ RULES = {
     "dino": "bicubic, scale_factor (g+0.1)/g0, no antialias (facebookresearch/dino vision_transformer.py; DINOv2 with interpolate_offset=0.1)",
     "dinov2-reg": "bicubic, size (rows, cols), antialias, float32 (DINOv2 register models: interpolate_offset=0.0, interpolate_antialias=True)",
     "timm": "timm resample_abs_pos_embed (bicubic, size, antialias)",
+    "none": "no position table: DINOv3's RoPE is computed per grid (any multiple of the patch is native), nothing interpolated",
 }
 AttentionMode = Literal["last", "all", "none"]
 
 
 def resolve_interpolation(method: str, arch: Arch) -> str:
-    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ)."""
+    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ; DINOv3
+    has no table, so ``none``, and any other rule is refused rather than recorded untrue)."""
+    if arch.family == "dinov3":
+        if method not in ("auto", "none"):
+            raise ValueError(f"interpolation {method!r}: a DINOv3 network has no position table (RoPE); use auto")
+        return "none"
     if method not in INTERPOLATIONS:
         raise ValueError(f"interpolation {method!r} is not one of {INTERPOLATIONS}")
     if method != "auto":
@@ -60,7 +66,12 @@ def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool =
     Register models use timm's ``reg_token`` with ``no_embed_class`` (the class row of DINOv2's
     table is folded into the class token when a file is read, as timm's own DINOv2 loader does).
     ``init=False`` skips timm's random initialisation (seconds at ViT-S) when weights are loaded next.
+    A DINOv3 arch gets timm's DINOv3 ``Eva`` instead (``store.dinov3``).
     """
+    if arch.family == "dinov3":
+        from .dinov3 import build_dinov3
+
+        return build_dinov3(arch, device=device, init=init)
     return VisionTransformer(
         weight_init="" if init else "skip",
         img_size=arch.pos_grid * arch.patch,
@@ -128,8 +139,9 @@ class Readout:
     cls_key: torch.Tensor | None  # (B, D)
     attention: torch.Tensor | None  # (B, heads, T, T) last block softmax over every token (class, registers, patches)
     attention_blocks: torch.Tensor | None  # (B, blocks, heads, T, T) with attention="all"
-    registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens
+    registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens / DINOv3's storage tokens
     grid: tuple[int, int] = (0, 0)  # (rows, cols) of the patches
+    sequence: Any = None  # DINOv3 only: ``store.dinov3.Sequence`` (normed tokens, q and k before and after RoPE)
 
 
 class Backbone(nn.Module):
@@ -151,8 +163,12 @@ class Backbone(nn.Module):
         Built on the meta device and handed the file's tensors (as the float32, contiguous
         parameters a copy would make): no throw-away initialisation and no second copy of the
         weights, which cost about a second at ViT-B. The checkpoint's tensors become the
-        parameters, so they are shared, not copied.
+        parameters, so they are shared, not copied. A DINOv3 checkpoint gets ``store.dinov3.Dinov3Backbone``.
         """
+        if checkpoint.arch.family == "dinov3":
+            from .dinov3 import Dinov3Backbone
+
+            return Dinov3Backbone.from_checkpoint(checkpoint, interpolation)
         with torch.device("meta"):
             model = cls(checkpoint.arch, interpolation, init=False)
         shapes = model.vit.state_dict()
@@ -244,7 +260,10 @@ def normed_patch_tokens(model: Backbone, frames: torch.Tensor) -> torch.Tensor:
 
     The same embedding as every view (``Backbone.embed``: the network's own position-table rule,
     register tokens in place); a side that is not a multiple of the patch (480 px at /14) leaves
-    its last pixels unused, as DINO's ``visualize_attention.py`` crops.
+    its last pixels unused, as DINO's ``visualize_attention.py`` crops. A DINOv3 network runs its own
+    (RoPE) forward.
     """
+    if hasattr(model, "normed_patch_tokens"):
+        return model.normed_patch_tokens(frames)
     x = model.vit.norm(model.vit.blocks(model.embed(frames)))  # the norm is an Identity without one
     return x[:, model.prefix:]

@@ -20,6 +20,11 @@ save them):
   are read into timm's names as timm's own DINOv2 loader does: ``register_tokens`` becomes
   ``reg_token`` and the table's class row is added to ``cls_token`` (DINOv2 adds it to the class
   token in every forward, so the sum is the same float32 operation).
+- ``dinov3-official`` / ``dinov3-timm`` / ``dinov3-hf``: a DINOv3 ViT as facebookresearch/dinov3
+  saves it, as timm's ``Eva`` names it, or as transformers' ``DINOv3ViTModel`` safetensors file
+  (``store.dinov3_layouts`` names every key and reads the three into timm's names; the official
+  key bias is masked to zero by its ``bias_mask``). A ``.safetensors`` file is read with the
+  ``safetensors`` package (no pickle at all).
 - Any of these wrapped in a ``state_dict`` or ``model`` entry.
 
 Prefixes are stripped only as prefixes, and the backbone must match the architecture inferred
@@ -43,6 +48,7 @@ from typing import Any
 import torch
 
 from ..infra.errors import ProbeError
+from . import dinov3_layouts
 from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
@@ -89,13 +95,36 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def is_safetensors(path: Path) -> bool:
+    """A safetensors file opens with its header's length (8 bytes, little-endian) and then ``{``."""
+    with open(path, "rb") as handle:
+        head = handle.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return 2 <= int.from_bytes(head[:8], "little") < 1 << 30  # a truncated file is still one, refused by its reader
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (Hugging Face's format: a JSON header and raw bytes, no code)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ProbeError(path, f"is not a readable safetensors file ({str(error).splitlines()[0][:120]})", "the file may be truncated; fetch it again") from None
+
+
 def read_file(path: str | Path) -> Any:
-    """``torch.load`` with ``weights_only=True``; only ``argparse.Namespace`` is allow-listed."""
+    """``torch.load`` with ``weights_only=True``; only ``argparse.Namespace`` is allow-listed.
+    A safetensors file is read by the ``safetensors`` package instead."""
     path = Path(path)
     if not path.is_file():
         raise ProbeError(path, "no such checkpoint file", "check the path")
     if path.stat().st_size == 0:
         raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
+    if is_safetensors(path):
+        return read_safetensors(path)
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
@@ -208,10 +237,76 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
 
 def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names). timm is
-    imported here, when a checkpoint is read, not by every command that names this module."""
+    imported here, when a checkpoint is read, not by every command that names this module.
+    A DINOv3 backbone also carries its RoPE periods (``rope.periods``, head width / 4)."""
     from .backbone import build_vit
 
-    return {k: tuple(v.shape) for k, v in build_vit(arch, device="meta", init=False).state_dict().items()}
+    shapes = {k: tuple(v.shape) for k, v in build_vit(arch, device="meta", init=False).state_dict().items()}
+    if arch.family == "dinov3":
+        shapes["rope.periods"] = (arch.width // arch.heads // 4,)
+    return shapes
+
+
+# heads of the released DINOv3 ViTs by width (hub/backbones.py); a file without RoPE periods
+# (timm's, or transformers' without its config.json) does not say its head count otherwise
+DINOV3_HEADS = {384: 6, 768: 12, 1024: 16, 1280: 20, 4096: 32}
+
+
+def dinov3_heads(backbone: dict[str, torch.Tensor], width: int, path: Path, heads: int | None) -> int:
+    """Head count: from the RoPE periods (head width / 4 of them) of an official file, else ``heads``,
+    else a transformers ``config.json`` beside the file, else the released sizes, else width / 64."""
+    periods = backbone.get("rope.periods")
+    if periods is not None and periods.ndim == 1 and periods.numel() and width % (4 * periods.numel()) == 0:
+        found = width // (4 * periods.numel())
+        if heads is not None and heads != found:
+            raise ProbeError(path, f"its rope.periods ({periods.numel()}) give {found} heads, not --heads {heads}", f"pass --heads {found} or omit it")
+        return found
+    if heads is not None:
+        return heads
+    config = path.with_name("config.json")
+    if config.is_file():
+        import json
+
+        try:
+            value = json.loads(config.read_text(encoding="utf-8")).get("num_attention_heads")
+        except (ValueError, OSError):
+            value = None
+        if isinstance(value, int) and value > 0:
+            return value
+    return DINOV3_HEADS.get(width, max(width // 64, 1))
+
+
+def infer_dinov3_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
+    """Width, depth, patch, storage tokens, feed-forward and bias of a DINOv3 backbone in timm's names."""
+    swiglu = "blocks.0.mlp.fc1_g.weight" in backbone
+    fc1 = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
+    for key in ("patch_embed.proj.weight", fc1):
+        if key not in backbone:
+            found = ", ".join(sorted(backbone)[:5]) or "nothing"
+            raise ProbeError(path, f"is not a DINOv3 ViT backbone (no {key} in timm's names; found {found}...)", "pass a DINOv3 checkpoint")
+    proj = backbone["patch_embed.proj.weight"]
+    if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
+        raise ProbeError(path, f"its patch embedding has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
+    width, patch = int(proj.shape[0]), int(proj.shape[2])
+    head_count = dinov3_heads(backbone, width, path, heads)
+    if width % head_count or (width // head_count) % 4:
+        raise ProbeError(path, f"width {width} does not split into {head_count} heads of a multiple of 4", "pass --heads")
+    reg = backbone.get("reg_token")
+    return Arch(
+        width=width,
+        depth=1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k))),
+        heads=head_count,
+        patch=patch,
+        class_token=True,
+        final_norm=True,
+        pos_grid=0,
+        mlp_hidden=int(backbone[fc1].shape[0]),
+        registers=int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0,
+        layerscale=True,
+        family="dinov3",
+        ffn="swiglu" if swiglu else "mlp",
+        qkv_bias="blocks.0.attn.q_bias" in backbone,
+    )
 
 
 def check_backbone(backbone: dict[str, torch.Tensor], arch: Arch, path: Path) -> None:
@@ -228,7 +323,8 @@ def check_backbone(backbone: dict[str, torch.Tensor], arch: Arch, path: Path) ->
             parts.append(f"unexpected {unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}")
         if misshapen:
             parts.append(f"wrong shape {[(k, tuple(backbone[k].shape), expected[k]) for k in misshapen[:5]]}")
-        raise ProbeError(path, "backbone keys do not match a ViT: " + "; ".join(parts), "is it another architecture?")
+        what = f"a DINOv3 ViT in timm's names ({arch.width} wide, {arch.heads} heads)" if arch.family == "dinov3" else "a ViT"
+        raise ProbeError(path, f"backbone keys do not match {what}: " + "; ".join(parts), "is it another architecture?")
 
 
 def _format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbone: dict[str, Any]) -> str:
@@ -281,20 +377,43 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if not_tensors:
         raise ProbeError(path, f"entries {not_tensors[:5]} are not tensors", "pass a state dict or a DINO/SelfPatch checkpoint")
-    backbone, head_states = from_dinov2(*_split(state, path))
-    arch = infer_arch(backbone, path, heads)
+    dinov3 = None if full else dinov3_layouts.detect(state)
+    if dinov3:
+        backbone, head_states, arch = read_dinov3(state, dinov3, path, heads)
+    else:
+        backbone, head_states = from_dinov2(*_split(state, path))
+        arch = infer_arch(backbone, path, heads)
     if checked_sha256 is None or digest.result() != checked_sha256:
         check_backbone(backbone, arch, path)
     return Checkpoint(
         path=path,
         sha256=digest.result(),
-        format=_format(full, head_states, extra, backbone),
+        format=dinov3 or _format(full, head_states, extra, backbone),
         network=network,
         arch=arch,
         backbone=backbone,
         heads=head_states,
         extra=extra,
     )
+
+
+def read_dinov3(state: dict[str, torch.Tensor], layout: str, path: Path, heads: int | None) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]], Arch]:
+    """A DINOv3 file's backbone in timm's names (with ``rope.periods``), its heads and its shape."""
+    if layout == "dinov3-official":
+        try:
+            backbone, head_states = dinov3_layouts.from_official(state)
+        except dinov3_layouts.LayoutError as error:
+            raise ProbeError(path, str(error), "pass the network's own released file") from None
+        return backbone, head_states, infer_dinov3_arch(backbone, path, heads)
+    # timm's and transformers' files carry no periods: the head count decides their number
+    proj = state.get("patch_embed.proj.weight", state.get("embeddings.patch_embeddings.weight"))
+    width = int(proj.shape[0]) if proj is not None and proj.ndim else 0
+    head_dim = width // dinov3_heads({}, width, path, heads) if width else 64
+    try:
+        backbone, head_states = dinov3_layouts.to_timm_names(state, layout, head_dim)
+    except dinov3_layouts.LayoutError as error:
+        raise ProbeError(path, str(error), "pass the network's own released file") from None
+    return backbone, head_states, infer_dinov3_arch(backbone, path, heads)
 
 
 def convert_backbone(backbone: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -308,6 +427,8 @@ def to_selfpatch(checkpoint: Checkpoint) -> Checkpoint:
     """The same network without class token and final norm (1,536 parameters fewer at ViT-S)."""
     if not checkpoint.arch.class_token:
         raise ProbeError(checkpoint.path, "has no class token to drop (already SelfPatch-style)", "omit --convert")
+    if checkpoint.arch.family == "dinov3":
+        raise ProbeError(checkpoint.path, "is a DINOv3 network (RoPE, storage tokens), which a SelfPatch-style backbone has no place for", "omit --convert")
     if checkpoint.arch.registers:
         raise ProbeError(checkpoint.path, f"has {checkpoint.arch.registers} register tokens, which a SelfPatch-style backbone has no place for", "omit --convert")
     backbone = convert_backbone(checkpoint.backbone)

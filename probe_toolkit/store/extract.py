@@ -136,7 +136,8 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
                    own_patches: dict[str, int] | None = None) -> dict:
     arch = checkpoint.arch
     counts = patch_counts(arch, settings, own_patches)
-    norm = parts.record_final_norm(checkpoint.backbone)
+    dinov3 = arch.family == "dinov3"
+    norm = parts.record_final_norm(checkpoint.backbone, eps=1e-5 if dinov3 else parts.EPS)
     return {
         "kind": "probe-store",
         **provenance.stamp(),
@@ -161,8 +162,12 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "keys": "last block k = W_k LN1(z) + b_k, heads concatenated in head order",
             "attention": "last block softmax(q k^T / sqrt(head_dim)) per head, explicit, over every token (class, registers, patches)",
             "registers": "DINOv2 register tokens' last block output, in registers_* arrays, never among the patches",
-            "layernorm_eps": 1e-6,
+            "layernorm_eps": 1e-5 if dinov3 else 1e-6,
             "gelu": "exact (erf)",
+            **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys before RoPE, the key bias "
+                          "masked to zero (bias_mask); attention over class, storage and patch tokens after RoPE "
+                          "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
+                "native_views": "every view: RoPE is computed per grid, no position table is interpolated"} if dinov3 else {}),
         },
         "view_geometry": {
             **{v: arrays.geometry(v, settings.resample) for v in settings.names},

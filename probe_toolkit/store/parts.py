@@ -69,12 +69,13 @@ def _decode(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), "<f4").copy()
 
 
-def record_final_norm(backbone: dict[str, "torch.Tensor"]) -> dict[str, Any] | None:
-    """The manifest's ``final_norm`` entry for a backbone state dict (None without a final norm)."""
+def record_final_norm(backbone: dict[str, "torch.Tensor"], eps: float = EPS) -> dict[str, Any] | None:
+    """The manifest's ``final_norm`` entry for a backbone state dict (None without a final norm);
+    ``eps`` is the network's (1e-5 for DINOv3's ``layernormbf16``)."""
     if "norm.weight" not in backbone:
         return None
     weight, bias = (backbone[f"norm.{k}"].detach().float().cpu().numpy() for k in ("weight", "bias"))
-    return {"weight": _encode(weight), "bias": _encode(bias), "eps": EPS, "encoding": "float32 little-endian, base64"}
+    return {"weight": _encode(weight), "bias": _encode(bias), "eps": eps, "encoding": "float32 little-endian, base64"}
 
 
 def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:

@@ -1,0 +1,234 @@
+"""DINOv3 ViTs as timm builds them, and their readout: tokens, q and k before and after RoPE, attention.
+
+No hand-written ViT: the network is timm's ``Eva`` as registered for DINOv3 (``timm/models/eva.py``,
+``vit_small_patch16_dinov3_qkvb`` and its SwiGLU / bias-free siblings) with the width, depth, heads
+and feed-forward width of the checkpoint: LayerNorm eps 1e-5, LayerScale, 4 storage tokens as
+``reg_token``, axial RoPE (base 100, coordinates ``2(i + 0.5)/n - 1`` per axis, rotate-half, patch
+tokens only), no position table. That is DINOv3's own forward (facebookresearch/dinov3
+``dinov3/models/vision_transformer.py``, ``layers/rope_position_encoding.py``,
+``layers/attention.py``); the RoPE periods are the checkpoint's (``rope.periods`` of a backbone
+read by ``store.checkpoints``), so a released file's bfloat16-rounded periods are used as released.
+
+Any multiple of the patch is a native input size (RoPE is computed per grid, nothing is
+interpolated); a side that is not a multiple uses its largest multiple from the top-left corner,
+as DINOv3's strided patch convolution does.
+
+The readout is timm's own ``forward_features``, with hooks that keep the last block's input to
+the attention (and the RoPE table it is given) and the tokens before and after the final norm.
+timm attends through ``F.scaled_dot_product_attention``, which forms no matrix, so q and k are
+recomputed from that same input with the block's own weights, rotated by timm's own
+``apply_rot_embed_cat``, and the attention is formed explicitly as softmax(q kᵀ / √d) over all
+1 + 4 + N tokens. The network's outputs are not touched by any of this.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .architectures import Arch
+
+# timm's registered DINOv3 models by (feed-forward, qkv bias); every shape is overridden from the Arch
+TIMM_MODELS = {
+    ("mlp", True): "vit_small_patch16_dinov3_qkvb",
+    ("mlp", False): "vit_small_patch16_dinov3",
+    ("swiglu", True): "vit_small_plus_patch16_dinov3_qkvb",
+    ("swiglu", False): "vit_small_plus_patch16_dinov3",
+}
+PERIODS_KEY = "rope.periods"  # a backbone entry beside the state dict: timm keeps the periods as a non-persistent buffer
+
+
+def timm_model_name(arch: Arch) -> str:
+    return TIMM_MODELS[(arch.ffn, arch.qkv_bias)]
+
+
+def build_dinov3(arch: Arch, device: str | torch.device | None = None, init: bool = True) -> nn.Module:
+    """timm's DINOv3 ``Eva`` for ``arch`` (``init`` is timm's own initialisation, cheap on the meta device)."""
+    import timm
+
+    if arch.family != "dinov3":
+        raise ValueError(f"arch family {arch.family!r} is not dinov3")
+    extra = {"swiglu_align_to": 1} if arch.ffn == "swiglu" else {}  # mlp_hidden is already DINOv3's aligned width
+    model = timm.create_model(
+        timm_model_name(arch),
+        pretrained=False,
+        patch_size=arch.patch,
+        embed_dim=arch.width,
+        depth=arch.depth,
+        num_heads=arch.heads,
+        mlp_ratio=(arch.mlp_hidden + 0.5) / arch.width,  # timm takes int(width * ratio) = mlp_hidden
+        num_reg_tokens=arch.registers,
+        num_classes=0,
+        global_pool="token",
+        device=device,
+        **extra,
+    )
+    first = model.blocks[0].mlp
+    hidden = (first.fc1_g if arch.ffn == "swiglu" else first.fc1).out_features
+    if hidden != arch.mlp_hidden:
+        raise AssertionError(f"timm built a feed-forward of {hidden}, not {arch.mlp_hidden}")
+    return model
+
+
+def _materialise_buffers(model: nn.Module) -> None:
+    """Non-persistent buffers left on the meta device (timm's zero key bias, the RoPE periods) are
+    made real and filled by the modules' own ``init_non_persistent_buffers``."""
+    for module in model.modules():
+        meta = [name for name, buf in module._buffers.items() if buf is not None and buf.is_meta]
+        for name in meta:
+            buf = module._buffers[name]
+            module._buffers[name] = torch.empty(buf.shape, dtype=buf.dtype, device="cpu")
+        if meta and hasattr(module, "init_non_persistent_buffers"):
+            module.init_non_persistent_buffers()
+
+
+@dataclass
+class Sequence:
+    """Whole-sequence arrays of the last block, token order [class, storage 1..R, patches], heads concatenated."""
+
+    normed: torch.Tensor  # (B, T, D) after the final norm
+    queries: torch.Tensor  # (B, T, D) q = W_q LN1(z) + b_q, before RoPE
+    keys: torch.Tensor  # (B, T, D) k = W_k LN1(z) (the key bias is masked to zero), before RoPE
+    queries_rope: torch.Tensor  # (B, T, D) after RoPE (the prefix is not rotated)
+    keys_rope: torch.Tensor  # (B, T, D)
+
+
+class Dinov3Backbone(nn.Module):
+    """A DINOv3 checkpoint's network with ``store.backbone.Backbone``'s face (``forward``, ``readout``)."""
+
+    interpolation = "none"  # RoPE: every grid is native
+
+    def __init__(self, arch: Arch, init: bool = True, device: str | torch.device | None = None):
+        super().__init__()
+        self.arch = arch
+        self.vit = build_dinov3(arch, device=device, init=init)
+        self.prefix = arch.prefix
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> "Dinov3Backbone":
+        """Eval-mode network, the checkpoint's tensors assigned strictly (float32, contiguous), its periods set."""
+        if interpolation not in ("auto", "none"):
+            from ..infra.errors import ProbeError
+
+            raise ProbeError(checkpoint.path, f"is a DINOv3 network (RoPE), which has no position table for --interpolation {interpolation}", "omit --interpolation")
+        model = cls(checkpoint.arch, init=False, device="meta")
+        shapes = model.vit.state_dict()
+        state = {k: v for k, v in checkpoint.backbone.items() if k != PERIODS_KEY}
+        state = {k: v.to(shapes[k].dtype).contiguous() if k in shapes else v for k, v in state.items()}
+        model.vit.load_state_dict(state, strict=True, assign=True)
+        _materialise_buffers(model.vit)
+        periods = checkpoint.backbone[PERIODS_KEY]
+        if periods.shape != model.vit.rope.periods.shape:
+            raise ValueError(f"rope.periods has shape {tuple(periods.shape)}, not {tuple(model.vit.rope.periods.shape)}")
+        model.vit.rope.periods.copy_(periods.float())
+        return model.eval()
+
+    def grid_of(self, height: int, width: int) -> tuple[int, int]:
+        return height // self.arch.patch, width // self.arch.patch
+
+    def _crop(self, images: torch.Tensor) -> torch.Tensor:
+        rows, cols = self.grid_of(*images.shape[-2:])
+        if rows < 1 or cols < 1:
+            raise ValueError(f"a view of {tuple(images.shape[-2:])} px holds no {self.arch.patch} px patch")
+        p = self.arch.patch
+        return images[..., : rows * p, : cols * p]
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Last-block patch tokens (B, N, D), class and storage tokens dropped, no final norm."""
+        with self._taps("none") as taps:
+            self.vit.forward_features(self._crop(images))
+        return taps["prenorm"][0][:, self.prefix:]
+
+    @torch.inference_mode()
+    def normed_patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, N, D) patch tokens after the final norm (DINOv3's ``x_norm_patchtokens``)."""
+        return self.vit.forward_features(self._crop(images))[:, self.prefix:]
+
+    @contextmanager
+    def _taps(self, attention: str) -> Iterator[dict[str, list]]:
+        """Hooks for one pass, always removed: the final norm's input and output, and each watched
+        block's attention input with its RoPE table."""
+        taps: dict[str, list] = {"prenorm": [], "normed": [], "attn_in": []}
+        blocks = list(self.vit.blocks)
+        watched = {"last": blocks[-1:], "all": blocks, "none": []}[attention]
+        handles = []
+
+        def on_norm(module, args, output):
+            taps["prenorm"].append(args[0])
+            taps["normed"].append(output)
+
+        def on_attn(module, args, kwargs):
+            taps["attn_in"].append((module, args[0], kwargs.get("rope")))
+
+        try:
+            handles.append(self.vit.norm.register_forward_hook(on_norm))
+            for block in watched:
+                handles.append(block.attn.register_forward_pre_hook(on_attn, with_kwargs=True))
+            yield taps
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    @staticmethod
+    def queries_keys(attn: nn.Module, x: torch.Tensor, rope: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """q, k before and after RoPE, (B, heads, T, d), from an ``EvaAttention``'s input, as its forward computes them."""
+        from timm.layers.pos_embed_sincos import apply_rot_embed_cat
+
+        b, t, _ = x.shape
+        bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias)) if attn.q_bias is not None else None
+        qkv = F.linear(x, weight=attn.qkv.weight, bias=bias)
+        q, k, _ = qkv.reshape(b, t, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = attn.q_norm(q), attn.k_norm(k)
+        if rope is None:
+            return q, k, q, k
+        n = attn.num_prefix_tokens
+        half = getattr(attn, "rotate_half", False)
+        q_rope = torch.cat([q[:, :, :n], apply_rot_embed_cat(q[:, :, n:], rope, half=half)], dim=2).type_as(q)
+        k_rope = torch.cat([k[:, :, :n], apply_rot_embed_cat(k[:, :, n:], rope, half=half)], dim=2).type_as(k)
+        return q, k, q_rope, k_rope
+
+    @staticmethod
+    def explicit_attention(q_rope: torch.Tensor, k_rope: torch.Tensor) -> torch.Tensor:
+        """softmax(q kᵀ / √d) over every token, (B, heads, T, T)."""
+        scores = q_rope @ k_rope.transpose(-2, -1) / math.sqrt(q_rope.shape[-1])
+        return scores.softmax(dim=-1)
+
+    @torch.inference_mode()
+    def readout(self, images: torch.Tensor, keys: bool = True, attention: str = "last"):
+        """One pass of timm's forward: tokens before and after the final norm, last-block q and k
+        before and after RoPE, explicit attention; patch arrays exclude the 1 + 4 prefix tokens."""
+        from .backbone import Readout
+
+        watch = attention if attention != "none" else ("last" if keys else "none")
+        with self._taps(watch) as taps:
+            self.vit.forward_features(self._crop(images))
+        x, normed = taps["prenorm"][0], taps["normed"][0]
+        b, t, d = x.shape
+        p = self.prefix
+        sequence = None
+        maps = []
+        for i, (attn, h, rope) in enumerate(taps["attn_in"]):
+            q, k, q_rope, k_rope = self.queries_keys(attn, h, rope)
+            if attention != "none":
+                maps.append(self.explicit_attention(q_rope, k_rope))
+            if i == len(taps["attn_in"]) - 1:
+                flat = [a.transpose(1, 2).reshape(b, t, d) for a in (q, k, q_rope, k_rope)]
+                sequence = Sequence(normed, *flat)
+        k_all = sequence.keys if sequence is not None else None
+        return Readout(
+            tokens=x[:, p:],
+            keys=k_all[:, p:] if keys and k_all is not None else None,
+            cls_token=x[:, 0],
+            cls_key=k_all[:, 0] if keys and k_all is not None else None,
+            attention=maps[-1] if maps else None,
+            attention_blocks=torch.stack(maps, dim=1) if attention == "all" and maps else None,
+            registers=x[:, 1:p] if p > 1 else None,
+            grid=self.grid_of(*images.shape[-2:]),
+            sequence=sequence,
+        )
