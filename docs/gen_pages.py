@@ -13,7 +13,8 @@ build, never to ``docs/`` on disk, so no generated text is ever edited by hand o
 - ``training.md``: ``training/README.md``.
 
 ``on_page_markdown`` replaces ``<!-- readme-example: NAME -->`` with the README's example block of
-that name (``tools/readme_examples.py`` keeps those equal to what the commands print).
+that name (``tools/readme_examples.py`` keeps those equal to what the commands print), and
+``<!-- generated: NAME -->`` with the text ``GENERATED[NAME]`` makes (``architectures``: the released sizes).
 
     python docs/gen_pages.py OUT     # writes the generated pages into OUT, to read them without mkdocs
 """
@@ -189,6 +190,22 @@ def panel_kinds_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def architectures_table() -> str:
+    """The released sizes by name (``probe_toolkit.store.architectures.RELEASED``; ``probe list`` prints the same)."""
+    from probe_toolkit.store.architectures import RELEASED
+
+    out = ["| name (`--arch`) | patch | width | depth | heads | MLP hidden | class token | final norm | position grid | registers | LayerScale |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, a in RELEASED.items():
+        out.append(f"| `{name}` | {a.patch} | {a.width} | {a.depth} | {a.heads} | {a.mlp_hidden} | {'yes' if a.class_token else 'no'} | "
+                   f"{'yes' if a.final_norm else 'no'} | {a.pos_grid} × {a.pos_grid} | {a.registers} | {'yes' if a.layerscale else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
+# the placeholders a hand-written page may hold, each replaced by text generated from the code
+GENERATED = {"architectures": architectures_table}
+
+
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:
     """Every JSON line appended under ``folder`` (``*.jsonl``), in file then line order."""
     found = []
@@ -292,6 +309,7 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
+    markdown = re.sub(r"<!-- generated: ([\w-]+) -->\n", lambda m: GENERATED[m[1]](), markdown)
     if "<!-- readme-example:" not in markdown:
         return markdown
     blocks = readme_examples()

@@ -103,3 +103,11 @@ def test_mkdocs_build_strict(tmp_path):
     for protocol in protocols():
         assert (site / "protocols" / protocol.name / "index.html").is_file()
     assert (site / "api" / "index.html").is_file() and (site / "benchmarks" / "index.html").is_file()
+
+
+def test_architectures_table_lists_every_released_size():
+    from probe_toolkit.store.architectures import RELEASED
+
+    table = gen_pages().architectures_table()
+    assert all(f"| `{name}` |" in table for name in RELEASED)
+    assert "<!-- generated: architectures -->" in (ROOT / "docs" / "checkpoints.md").read_text(encoding="utf-8")
