@@ -1,0 +1,331 @@
+"""The generated pages of the documentation site, written from the code that defines them.
+
+Run by mkdocs as a hook (``hooks:`` in ``mkdocs.yml``): ``on_files`` adds the pages below to the
+build, never to ``docs/`` on disk, so no generated text is ever edited by hand or goes stale.
+
+- ``protocols/<name>.md`` for every protocol of ``probe_toolkit.protocols.registry.protocols()``:
+  summary, settings table (from the frozen dataclass's fields, defaults and comments), what it
+  reads and the results it writes, the published references, what differs from them;
+- ``protocols/index.md``: the table of every protocol (and the nav's Protocols section);
+- ``views.md`` from ``probe_toolkit.store.views.TABLE`` and ``panel-kinds.md`` from
+  ``probe_toolkit.labels.catalogue.KINDS``;
+- ``benchmarks.md`` from the JSON records the benchmarks append (``benchmarks/records/*.jsonl``);
+- ``training.md``: ``training/README.md``.
+
+``on_page_markdown`` replaces ``<!-- readme-example: NAME -->`` with the README's example block of
+that name (``tools/readme_examples.py`` keeps those equal to what the commands print), and
+``<!-- generated: NAME -->`` with the text ``GENERATED[NAME]`` makes (``architectures``: the released sizes).
+
+    python docs/gen_pages.py OUT     # writes the generated pages into OUT, to read them without mkdocs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RECORDS = ROOT / "benchmarks" / "records"  # where the benchmarks' JSON lines are appended
+REPO = "../"  # how a generated page at depth one reaches the site's root pages
+
+# a protocol -> the manual page that describes its command at length (a new protocol without one
+# still gets its generated page; only the link is missing)
+MANUAL = {
+    "entropy": "commands/entropy.md",
+    "neighbours": "commands/neighbours.md",
+    "decode": "commands/decode.md",
+    "decode-stream": "commands/decode.md",
+    "decode-sweep": "commands/decode.md",
+    "score": "commands/decode.md",
+    "linear": "commands/linear.md",
+    "knn": "commands/frozen-features.md",
+    "attention-masks": "commands/frozen-features.md",
+    "propagate": "commands/frozen-features.md",
+}
+
+
+def _cell(value: object) -> str:
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return text
+
+
+def _code(value: object) -> str:
+    return f"`{value}`" if str(value) != "" else ""
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """The comment written beside each field of a settings dataclass (``tau: float = 0.2  # ...``)."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass.__module__ == "builtins":
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for line in source.splitlines():
+            match = re.match(r"^\s+(\w+)\s*:\s*[^#]+?#\s*(.+)$", line)
+            if match:
+                found[match[1]] = match[2].strip()
+    return found
+
+
+def settings_rows(cls: type) -> list[tuple[str, str, str, str, str]]:
+    """(parameter, flag, type, default, comment) for every field of a protocol's settings."""
+    from probe_toolkit.cli.app import flag
+
+    comments = field_comments(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = repr(f.default_factory())  # type: ignore[misc]
+        else:
+            default = "(required)"
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        rows.append((f.name, flag(f.name), kind, default, comments.get(f.name, "")))
+    return rows
+
+
+def cli_commands() -> set[str]:
+    """The names of the ``probe`` commands (typer's, or the function's name with dashes)."""
+    from probe_toolkit import cli
+
+    return {c.name or c.callback.__name__.replace("_", "-") for c in cli.app.registered_commands}
+
+
+def placement_fields() -> list[str]:
+    from probe_toolkit.infra.placement import Placement
+
+    return [f.name for f in dataclasses.fields(Placement)]
+
+
+def protocol_page(protocol, commands: set[str] | None = None) -> str:
+    reads = protocol.reads
+    commands = cli_commands() if commands is None else commands
+    out = [f"# `{protocol.name}`", "", protocol.summary, ""]
+    python = f"`probe.run(\"{protocol.name}\", {protocol.source}, ...)` in Python ([Python API]({REPO}api.md))"
+    if protocol.name in commands:
+        out += [f"Run it: `probe {protocol.name} --help` on the command line, or {python}; its first input is `{protocol.source}`.", ""]
+    else:
+        out += [f"Run it: {python}; its first input is `{protocol.source}`. On the command line it is reached "
+                "through another command (see the manual below).", ""]
+    manual = MANUAL.get(protocol.name)
+    if manual:
+        out += [f"The command at length: [manual]({REPO}{manual}).", ""]
+    out += ["## Settings", ""]
+    rows = settings_rows(protocol.settings)
+    if rows:
+        out += [f"`{protocol.settings.__name__}`, a frozen dataclass that checks itself (errors name the parameter).", "",
+                "| parameter | flag | type | default | note |", "|---|---|---|---|---|"]
+        out += [f"| `{name}` | `{flag}` | `{_cell(kind)}` | `{_cell(default)}` | {_cell(note)} |" for name, flag, kind, default, note in rows]
+    else:
+        out += ["No settings: the run is defined by its inputs."]
+    out += ["", "Placement (where the work runs, not what it computes): " + ", ".join(f"`{name}`" for name in placement_fields())
+            + f" — see [Scaling out]({REPO}scaling.md).", ""]
+    out += ["## What it reads", ""]
+    out += [f"- **source**: {reads.source}"]
+    if reads.arrays:
+        out += ["- **arrays**: " + ", ".join(f"`{a}`" for a in reads.arrays)]
+    if reads.views:
+        out += ["- **views**: " + ", ".join(f"[`{v}`]({REPO}views.md#{_anchor(v)})" for v in reads.views)]
+    if reads.labels:
+        kinds = ", ".join(f"[`{k}`]({REPO}panel-kinds.md#{_anchor(k, 'kind')})" for k in reads.panel_kinds) or "any"
+        out += [f"- **labels**: yes, through a panel and the ledger (panel kinds: {kinds})"]
+    else:
+        out += ["- **labels**: none"]
+    out += ["", "## What it writes", ""]
+    out += [f"- `results/{r}/<run id>/` (a record: `record.json` beside the arrays; see [records]({REPO}store.md#records))" for r in protocol.results]
+    out += ["", "`<panel>` and `<grid>` stand for the run's panel name and grid.", ""]
+    out += ["## Published references", ""]
+    out += [f"- {ref.paper} — code: `{ref.code}`" for ref in protocol.references] or ["- none"]
+    out += ["", "## What differs from the reference", "", protocol.differences or "Nothing stated.", ""]
+    return "\n".join(out)
+
+
+def _anchor(text: str, prefix: str = "view") -> str:
+    return prefix + "-" + re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
+
+
+def protocols_index(protocols) -> str:
+    out = ["# Protocols", "",
+           "Every protocol is declared once in `probe_toolkit/protocols/` and registered; this page and each "
+           "protocol's page are generated from that registry (`probe list` prints the same).", "",
+           "| protocol | summary | results |", "|---|---|---|"]
+    for p in protocols:
+        out.append(f"| [`{p.name}`]({p.name}.md) | {_cell(p.summary)} | {', '.join(f'`{r}`' for r in p.results)} |")
+    return "\n".join(out) + "\n"
+
+
+def views_page() -> str:
+    from probe_toolkit.store.views import TABLE
+
+    out = ["# Views", "",
+           "Every view is defined once, in `probe_toolkit/store/views.py` (torch-free); extraction, the grids, the store, "
+           "the decoders, `probe list` and this page read that table. On the command line `native-crop` and `native_crop` "
+           "are the same view. How the arrays are laid out: [The store layout](store.md).", "",
+           "| view | rule | filter | grid | arrays | size | follows |", "|---|---|---|---|---|---|---|"]
+    for v in TABLE:
+        out.append(f"| <span id=\"{_anchor(v.name)}\"></span>`{v.name}` | {_cell(v.rule)} | {_cell(v.filter)} | {_cell(v.grid)} | "
+                   f"{', '.join(f'`{a}`' for a in v.arrays)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
+    return "\n".join(out) + "\n"
+
+
+def panel_kinds_page() -> str:
+    from probe_toolkit.labels.catalogue import KINDS
+
+    out = ["# Panel kinds", "",
+           "What `probe panel add` reads (from `probe_toolkit/labels/catalogue.py`; `probe list` prints the same). "
+           "Labels enter only through panels, and every read is written to the ledger first: [panels and the ledger](commands/panels.md).", "",
+           "| kind | layout and the code it follows |", "|---|---|"]
+    out += [f"| <span id=\"{_anchor(k, 'kind')}\"></span>`{k}` | {_cell(v)} |" for k, v in KINDS.items()]
+    return "\n".join(out) + "\n"
+
+
+def architectures_table() -> str:
+    """The released sizes by name (``probe_toolkit.store.architectures.RELEASED``; ``probe list`` prints the same)."""
+    from probe_toolkit.store.architectures import RELEASED
+
+    out = ["| name (`--arch`) | patch | width | depth | heads | MLP hidden | class token | final norm | position grid | registers | LayerScale |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, a in RELEASED.items():
+        out.append(f"| `{name}` | {a.patch} | {a.width} | {a.depth} | {a.heads} | {a.mlp_hidden} | {'yes' if a.class_token else 'no'} | "
+                   f"{'yes' if a.final_norm else 'no'} | {a.pos_grid} × {a.pos_grid} | {a.registers} | {'yes' if a.layerscale else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
+# the placeholders a hand-written page may hold, each replaced by text generated from the code
+GENERATED = {"architectures": architectures_table}
+
+
+def benchmark_records(folder: Path = RECORDS) -> list[dict]:
+    """Every JSON line appended under ``folder`` (``*.jsonl``), in file then line order."""
+    found = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                record = json.loads(line)
+                record.setdefault("benchmark", path.stem)
+                record["_source"] = f"{path.name}:{number}"
+                found.append(record)
+    return found
+
+
+def _scripts() -> list[tuple[str, str]]:
+    """(script, first line of its docstring) for every benchmark script."""
+    import ast
+
+    out = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        out.append((path.name, doc.strip().split("\n\n")[0].replace("\n", " ")))
+    return out
+
+
+def benchmarks_page(folder: Path = RECORDS) -> str:
+    records = benchmark_records(folder)
+    out = ["# Benchmarks", "",
+           "Each script in `benchmarks/` measures the toolkit and a baseline in the same process and prints one JSON "
+           "line of results. Appended to `benchmarks/records/<name>.jsonl`, those lines are the only source of this "
+           "page's tables: no figure here is typed by hand.", "",
+           "```bash", "python benchmarks/knn.py | tail -n 1 >> benchmarks/records/knn.jsonl", "```", ""]
+    if not records:
+        out += ["!!! note \"No records yet\"",
+                "    None were recorded on this machine yet: `benchmarks/records/` holds no JSON lines. The figures measured "
+                "before records existed are kept, dated, on [History](history.md).", ""]
+    else:
+        by_name: dict[str, list[dict]] = {}
+        for record in records:
+            by_name.setdefault(str(record["benchmark"]), []).append(record)
+        for name, rows in by_name.items():
+            keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("benchmark", "_source")))
+            out += [f"## {name}", "", "| " + " | ".join(keys + ["record"]) + " |", "|" + "---|" * (len(keys) + 1)]
+            for r in rows:
+                cells = [_cell(json.dumps(r[k]) if isinstance(r.get(k), (dict, list)) else r.get(k, "")) for k in keys]
+                out.append("| " + " | ".join(cells + [f"`{r['_source']}`"]) + " |")
+            out.append("")
+    out += ["## The scripts", "", "| script | what it measures |", "|---|---|"]
+    out += [f"| `benchmarks/{name}` | {_cell(doc)} |" for name, doc in _scripts()]
+    return "\n".join(out) + "\n"
+
+
+def training_page() -> str:
+    text = (ROOT / "training" / "README.md").read_text(encoding="utf-8")
+    return text
+
+
+def pages() -> dict[str, str]:
+    """Every generated page, by its path inside the site's sources."""
+    from probe_toolkit.protocols.registry import protocols
+
+    registered = protocols()
+    commands = cli_commands()
+    out = {f"protocols/{p.name}.md": protocol_page(p, commands) for p in registered}
+    out["protocols/index.md"] = protocols_index(registered)
+    out["views.md"] = views_page()
+    out["panel-kinds.md"] = panel_kinds_page()
+    out["benchmarks.md"] = benchmarks_page()
+    out["training.md"] = training_page()
+    return out
+
+
+def readme_examples() -> dict[str, str]:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import readme_examples as tool
+    finally:
+        sys.path.pop(0)
+    return tool.blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+
+
+# --- mkdocs hooks ---
+
+def on_config(config):
+    """The nav's ``Protocols`` section, filled from the registry (mkdocs.yml names only its index)."""
+    from probe_toolkit.protocols.registry import protocols
+
+    for item in config["nav"] or []:
+        if isinstance(item, dict) and "Protocols" in item:
+            item["Protocols"] = ["protocols/index.md"] + [{p.name: f"protocols/{p.name}.md"} for p in protocols()]
+    return config
+
+
+def on_files(files, config):
+    from mkdocs.structure.files import File
+
+    for path, content in pages().items():
+        if files.get_file_from_path(path) is not None:
+            files.remove(files.get_file_from_path(path))
+        files.append(File.generated(config, path, content=content))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    markdown = re.sub(r"<!-- generated: ([\w-]+) -->\n", lambda m: GENERATED[m[1]](), markdown)
+    if "<!-- readme-example:" not in markdown:
+        return markdown
+    blocks = readme_examples()
+
+    def block(match: re.Match) -> str:
+        name = match[1]
+        if name not in blocks:
+            raise ValueError(f"{page.file.src_uri}: the README has no example block {name!r}")
+        return f"```\n{blocks[name]}```\n"
+
+    return re.sub(r"<!-- readme-example: ([\w-]+) -->\n", block, markdown)
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "build/docs-generated")
+    for path, content in pages().items():
+        (target / path).parent.mkdir(parents=True, exist_ok=True)
+        (target / path).write_text(content, encoding="utf-8")
+    print(f"wrote {len(pages())} pages under {target}")

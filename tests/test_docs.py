@@ -1,0 +1,113 @@
+"""The documentation site: a generated page for every registered protocol, a README a newcomer
+reads in two minutes whose links all land, every command two clicks from it, and a strict build."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from probe_toolkit.protocols.registry import protocols
+
+ROOT = Path(__file__).resolve().parents[1]
+README_LINES = 250
+
+
+def gen_pages():
+    spec = importlib.util.spec_from_file_location("gen_pages", ROOT / "docs" / "gen_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_protocol_has_a_generated_page():
+    pages = gen_pages().pages()
+    for protocol in protocols():
+        page = pages[f"protocols/{protocol.name}.md"]
+        assert page.startswith(f"# `{protocol.name}`")
+        assert protocol.summary in page and protocol.differences in page
+        for field in protocol.settings.__dataclass_fields__:
+            assert f"| `{field}` |" in page, f"{protocol.name}: setting {field} missing from its page"
+        for result in protocol.results:
+            assert f"results/{result}/" in page
+        for reference in protocol.references:
+            assert reference.paper in page and reference.code in page
+        assert f"[`{protocol.name}`]({protocol.name}.md)" in pages["protocols/index.md"]
+
+
+def test_settings_table_reads_defaults_and_comments():
+    from probe_toolkit.protocols.knn import KnnSettings
+
+    rows = {row[0]: row for row in gen_pages().settings_rows(KnnSettings)}
+    assert rows["ks"][1] == "--k"  # the CLI's one flag table
+    assert rows["ks"][3] == "(10, 20, 100, 200)" and "eval_knn.py" in rows["ks"][4]
+    assert rows["temperature"][3] == "0.07"
+
+
+def test_views_page_lists_every_view():
+    from probe_toolkit.store.views import TABLE
+
+    page = gen_pages().views_page()
+    for view in TABLE:
+        assert f"`{view.name}`" in page and view.reference in page
+
+
+def test_benchmarks_page_comes_from_records_only(tmp_path):
+    gen = gen_pages()
+    empty = gen.benchmarks_page(tmp_path / "none")
+    assert "None were recorded on this machine yet" in empty
+    (tmp_path / "knn.jsonl").write_text(json.dumps({"benchmark": "knn", "ratio": 1.234, "cpu": "test-cpu"}) + "\n")
+    page = gen.benchmarks_page(tmp_path)
+    assert "## knn" in page and "1.234" in page and "test-cpu" in page and "knn.jsonl:1" in page
+    assert "None were recorded" not in page
+
+
+def test_readme_is_short_and_its_links_land():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_LINES
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into the site"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert missing == []  # generated pages exist only in the built site: the README links to files
+
+
+def test_every_command_is_two_clicks_from_the_readme():
+    from probe_toolkit import cli
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "(docs/commands/index.md)" in readme
+    manual = (ROOT / "docs" / "commands" / "index.md").read_text(encoding="utf-8")
+    names = [c.name or c.callback.__name__.replace("_", "-") for c in cli.app.registered_commands]
+    names += [g.name for g in cli.app.registered_groups]
+    unlisted = [name for name in names if f"`probe {name}" not in manual]
+    assert unlisted == []
+    for target in re.findall(r"\]\(([\w.-]+\.md)\)", manual):
+        assert (ROOT / "docs" / "commands" / target).is_file(), target
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
+                    reason="mkdocs and mkdocstrings are not installed (pip install -e '.[docs]')")
+def test_mkdocs_build_strict(tmp_path):
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "WARNING -" not in done.stderr
+    for protocol in protocols():
+        assert (site / "protocols" / protocol.name / "index.html").is_file()
+    assert (site / "api" / "index.html").is_file() and (site / "benchmarks" / "index.html").is_file()
+
+
+def test_architectures_table_lists_every_released_size():
+    from probe_toolkit.store.architectures import RELEASED
+
+    table = gen_pages().architectures_table()
+    assert all(f"| `{name}` |" in table for name in RELEASED)
+    assert "<!-- generated: architectures -->" in (ROOT / "docs" / "checkpoints.md").read_text(encoding="utf-8")
