@@ -46,7 +46,7 @@ def test_settings_table_reads_defaults_and_comments():
 
     rows = {row[0]: row for row in gen_pages().settings_rows(KnnSettings)}
     assert rows["ks"][1] == "--k"  # the CLI's one flag table
-    assert rows["ks"][3] == "(10, 20, 100, 200)" and "eval_knn.py" in rows["ks"][4]
+    assert rows["ks"][3] == "None" and "eval_knn.py" in rows["ks"][4] and "narrowed" in rows["ks"][4]
     assert rows["temperature"][3] == "0.07"
 
 
