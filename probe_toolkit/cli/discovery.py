@@ -13,8 +13,8 @@ from .app import (BackendOpt, CacheOpt, ClusterOpt, DeviceOpt, JsonOpt, PanelOpt
 
 DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's unsupervised_saliency_detection/get_saliency.py).")]
 
+# streaming (commands/stream.py): checkpoint + images → masks, keys kept in memory only
 StreamImagesOpt = Annotated[Optional[Path], typer.Option("--images", help="Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.")]
-StreamShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
 StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images: images per forward pass.")]
 StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: images per chunk (the unit of resume and sharding).")]
 
@@ -25,7 +25,7 @@ def decode(
     size: Annotated[int, typer.Option(help="Fixed view whose keys to cut (keys_<size>); --view overrides it.")] = 480,
     view: DecodeViewOpt = None,
     images: StreamImagesOpt = None,
-    shard: StreamShardOpt = None,
+    shard: ShardOpt = None,
     batch_size: StreamBatchOpt = 16,
     chunk: StreamChunkOpt = 16,
     preset: Annotated[Optional[str], typer.Option(help="centred (default: centred keys, TokenCut's graph), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
@@ -89,13 +89,6 @@ def decode(
         write_json(json_path, report.summary())
 
 
-# streaming (commands/stream.py): checkpoint + images → masks, keys kept in memory only
-StreamImagesOpt = Annotated[Optional[Path], typer.Option("--images", help="Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.")]
-StreamShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
-StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images: images per forward pass.")]
-StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: images per chunk (the unit of resume and sharding).")]
-
-
 @app.command()
 def score(
     masks_file: Annotated[Path, typer.Argument(help="COCO results JSON written by probe decode.")],
@@ -134,7 +127,7 @@ def decode_sweep(
     dask_address: ClusterOpt = None,
     backend: BackendOpt = "scipy",
     device: DeviceOpt = "cpu",
-    shard: StreamShardOpt = None,
+    shard: ShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:

@@ -164,10 +164,10 @@ def list_command() -> None:
     from ..labels.catalogue import KINDS
     from ..protocols.registry import protocols
     from ..results.tables import catalogue
-    from ..store.architectures import RELEASED
+    from ..store.architectures import DINOV3_RELEASED, RELEASED
     from ..store.views import TABLE
 
-    for table in catalogue(protocols(), list(TABLE), RELEASED, KINDS):
+    for table in catalogue(protocols(), list(TABLE), {**RELEASED, **DINOV3_RELEASED}, KINDS):
         console.print(table)
 
 

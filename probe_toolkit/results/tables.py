@@ -145,8 +145,9 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     for column in ("name", "shape"):
         table.add_column(column, overflow="fold")
     for name, arch in archs.items():
-        prefix = f", {arch.registers} registers" if arch.registers else ""
-        table.add_row(name, f"/{arch.patch}, width {arch.width}, depth {arch.depth}, {arch.heads} heads{prefix}")
+        prefix = f", {arch.registers} {'storage tokens' if arch.family == 'dinov3' else 'registers'}" if arch.registers else ""
+        rope = ", RoPE" if arch.family == "dinov3" else ""
+        table.add_row(name, f"/{arch.patch}, width {arch.width}, depth {arch.depth}, {arch.heads} heads{prefix}{rope}")
     out.append(table)
     table = Table(title="panel kinds", box=box.SIMPLE_HEAD)
     for column in ("kind", "layout"):
