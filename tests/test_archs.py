@@ -225,9 +225,10 @@ def test_released_sizes_parameter_counts(name):
 
 
 def readme_networks() -> dict[str, list[str]]:
-    """README "Supported networks": network → (layouts, tensors, parameters, 224 px grid, 480 px grid)."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Supported networks", 1)[1].split("\n## ", 1)[0]
+    """The documentation's "Supported networks" (docs/checkpoints.md): network → (layouts, tensors,
+    parameters, 224 px grid, 480 px grid)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "checkpoints.md").read_text(encoding="utf-8")
+    section = text.split("## Supported networks", 1)[1].split("\n## ", 1)[0]
     rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| network")]
     return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows}
 
