@@ -216,3 +216,24 @@ def test_a_store_holding_none_of_a_panels_images_is_refused_before_any_label_rea
     run = probe.run("decode", store, panel="mine", cache_dir=root, workers=1)
     assert run.records and run.records[0].meta["inputs"]["coverage"] == {"panel": "mine", "panel_images": 2, "held": 2}
     assert {r.result for r in run.records} == {"decoder", "scores_mine"} and len({r.run_id for r in run.records}) == 1
+
+
+def test_a_dinov3_store_runs_through_the_protocols(tmp_path, photos):
+    """DINOv3's 1 + 4 + N tokens through extraction, entropy, neighbours, the decoders and the
+    attention masks, each run kept as its own record (tiny random network, the shipped photos)."""
+    from probe_toolkit.demo.samples import ARCHS, write_checkpoint
+    from probe_toolkit.store.extract import Settings, extract
+
+    checkpoint = write_checkpoint(tmp_path / "v3.pth", "dinov3-official", ARCHS["tiny-dinov3"], seed=0)
+    store = extract(checkpoint, photos, settings=Settings(views=("224", "native", "native_crop"), chunk=4), store=tmp_path / "s.zarr", quiet=True, batch_size=4).store
+    from probe_toolkit.store import cache
+
+    assert cache.open_store(store)["attention_224"].shape[-1] == 1 + 4 + 14 * 14  # class, 4 storage tokens, patches
+    assert probe.run("entropy", store, boot=100).records
+    probe.run("neighbours", store, boot=100)
+    for preset in ("tokencut", "lost", "dsm"):
+        run = probe.run("decode", store, preset=preset, view="native_crop" if preset == "dsm" else "native", workers=1, out=tmp_path / f"{preset}.json")
+        assert run.report.n_images == 7 and run.report.n_masks == 7, preset
+    masks = probe.run("attention-masks", store, workers=1)
+    assert masks.report.n_images == 7
+    assert [r.result for r in records.every_record(store)].count("decoder") == 3

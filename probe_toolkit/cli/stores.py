@@ -177,6 +177,7 @@ def results_command(
     result: Annotated[Optional[str], typer.Option("--result", help="Only the records of this result (e.g. decoder, scores_voc07).")] = None,
 ) -> None:
     """List a store's records: every run of every protocol, oldest first (none is ever overwritten)."""
+    from ..protocols.registry import protocols
     from ..results import records
     from ..results.tables import records as records_table
 
@@ -185,4 +186,4 @@ def results_command(
     found = records.runs(store, result) if result else records.every_record(store)
     if result and not found:
         raise ProbeError(store, f"holds no record of {result!r}", f"results it holds: {', '.join(records.results(store)) or 'none yet'}")
-    console.print(records_table(found))
+    console.print(records_table(found, {p.name: p.settings().as_dict() for p in protocols()}))

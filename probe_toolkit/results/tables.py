@@ -112,15 +112,21 @@ def propagate(report: Any, subset: str) -> list[Any]:
     return [table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
 
 
-def records(found: list[Any]) -> Table:
-    """``probe results``: every record of a store, oldest first."""
+def records(found: list[Any], defaults: dict[str, dict[str, Any]] | None = None) -> Table:
+    """``probe results``: every record of a store, oldest first; the settings shown are those
+    that differ from the protocol's defaults (``defaults``: protocol → its default settings)."""
+    defaults = defaults or {}
     table = Table(title=f"{len(found)} records", box=box.SIMPLE_HEAD)
-    for column in ("result", "run id", "created", "settings"):
-        table.add_column(column, overflow="fold", no_wrap=column == "run id")
+    for column in ("result", "run id (UTC time it began)", "settings"):
+        table.add_column(column, overflow="fold", no_wrap=column != "settings")
     for r in found:
-        settings = r.meta.get("settings") or {}
-        text = ", ".join(f"{k}={v}" for k, v in settings.items() if v is not None and v != []) or ("(written before records)" if r.meta.get("legacy") else "–")
-        table.add_row(r.result, r.run_id, r.created, text)
+        settings = r.meta.get("settings")
+        base = defaults.get(r.protocol, {})
+        if settings is None:
+            text = "(written before records)" if r.meta.get("legacy") else "–"
+        else:
+            text = ", ".join(f"{k}={v}" for k, v in settings.items() if v != base.get(k, object())) or "defaults"
+        table.add_row(r.result, r.run_id, text)
     return table
 
 
