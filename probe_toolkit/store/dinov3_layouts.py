@@ -1,6 +1,6 @@
 """DINOv3 ViT state dicts in their three published layouts, read into timm's names and written back.
 
-One network, three spellings (``/work/shared/reference/frontier.md``, "DINOv3"):
+One network, three spellings (DINOv3, Siméoni et al. 2025; facebookresearch/dinov3 and its Hugging Face port):
 
 - ``dinov3-official``: what facebookresearch/dinov3 saves and ``hub/backbones.py`` loads strictly
   (``dinov3/models/vision_transformer.py``, ``layers/attention.py``, ``layers/layer_scale.py``,
