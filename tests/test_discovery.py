@@ -14,7 +14,8 @@ from decoder_scenes import Scene, make_store, photo_store, planted_keys, run_mai
 from PIL import Image
 from typer.testing import CliRunner
 
-from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses.decoder import decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
 from probe_toolkit.analyses.lost import lost
 from probe_toolkit.cli import app

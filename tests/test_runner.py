@@ -11,7 +11,8 @@ import pytest
 from decoder_scenes import Scene, make_store, planted_keys
 from test_decode_cli import _main
 
-from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses.decoder import decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.results import records
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
 from probe_toolkit.commands.decode import decode_keys, open_keys

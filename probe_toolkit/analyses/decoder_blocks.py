@@ -15,7 +15,9 @@ import numpy as np
 
 from ..infra.errors import ProbeError
 from ..infra.runner import check_workers
-from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from .decoder import Decoded, ImageMasks, collate, decode_image
+from .decoder_graph import cosines
+from .decoder_settings import Settings
 
 BACKENDS = ("scipy", "torch")
 ARRAYS = tuple(f.name for f in fields(Decoded) if f.name not in ("settings", "grids", "patch", "view"))

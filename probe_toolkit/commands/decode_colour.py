@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analyses.decoder import Settings
+from ..analyses.decoder_settings import Settings
 
 
 def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int, padded: bool = False,
