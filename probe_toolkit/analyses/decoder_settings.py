@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 
 RULES = ("tokencut", "maskcut", "lost", "dsm")
 SINGLE = ("lost", "dsm")  # rules that are not a cut: one mask, τ, ε and the mask count unused
@@ -50,25 +51,25 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
-            raise ProbeError(None, f"--preset {self.preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
+            raise _unknown_preset(self.preset)
         if self.rule not in RULES:
             raise ProbeError(None, f"rule {self.rule!r} is not one of {', '.join(RULES)}", "use tokencut or maskcut")
         if not -1.0 <= self.tau < 1.0:
-            raise ProbeError(None, f"--tau {self.tau} is not a cosine in [-1, 1)", "use e.g. --tau 0.2")
+            raise SettingError("tau", f"tau must lie in [-1, 1), got {self.tau!r}", "use e.g. tau=0.2 (a cosine)")
         if not 0.0 < self.eps < 1.0:
-            raise ProbeError(None, f"--eps {self.eps} must be in (0, 1) (ε keeps the graph connected)", "use --eps 1e-5")
+            raise SettingError("eps", f"eps must lie in (0, 1), got {self.eps!r}", "use eps=1e-5 (ε keeps the graph connected)")
         if self.masks < 1:
-            raise ProbeError(None, f"--masks {self.masks} must be at least 1", "use --masks 1")
+            raise SettingError("masks", f"masks must be at least 1, got {self.masks!r}", "use masks=1")
         if self.color_lambda and self.rule != "dsm":
-            raise ProbeError(None, f"--color-lambda applies to --preset dsm, not {self.preset}", "drop --color-lambda")
+            raise SettingError("color_lambda", f"color_lambda applies to the dsm preset, not {self.preset}", "drop color_lambda")
         if self.rule in SINGLE and self.masks != 1:
-            raise ProbeError(None, f"--preset {self.preset} finds one object per image, not --masks {self.masks}", "drop --masks")
+            raise SettingError("masks", f"the {self.preset} preset finds one object per image, not masks={self.masks}", "drop masks")
 
     @classmethod
     def from_preset(cls, preset: str = "centred", **overrides) -> "Settings":
         """The preset's defaults, with every override that is not None applied."""
         if preset not in PRESETS:
-            raise ProbeError(None, f"--preset {preset!r} is not one of {', '.join(PRESETS)}", "use --preset centred")
+            raise _unknown_preset(preset)
         values = dict(PRESETS[preset], preset=preset)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -78,3 +79,7 @@ class Settings:
 
     def with_(self, **changes) -> "Settings":
         return replace(self, **changes)
+
+
+def _unknown_preset(preset: str) -> SettingError:
+    return SettingError("preset", f"preset must be one of {', '.join(PRESETS)}, got {preset!r}", "use preset='centred'")
