@@ -41,12 +41,7 @@ def freshness(ctx) -> Section:
             by_result.setdefault(name, {})[store.label] = (record.get("images_sha256"), ids, images)
     if not rows:
         section.missing("No saved results yet.")
-        for name, found in sorted(settings.items()):
-        differ = incomparable(found)
-        if differ:
-            section.blocks.append(Note(f"{name}: the stores' records differ in {', '.join(differ)}; their numbers come from different settings "
-                                       "and are not compared as equals (rerun with the same settings, or pick records with --run)."))
-    return section
+        return section
     section.blocks.append(Table(["store", "result", "run", "images used", "store done now", "status"], rows,
                                 "Each store's latest record of each result (probe results STORE lists them all) against its store now; "
                                 "a stale result is shown in its section as it was computed."))
