@@ -18,7 +18,7 @@ from PIL import Image
 from ..commands.summaries import ENTROPY_LABELS, NEIGHBOUR_LABELS, cell, summary
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
-from . import figures, followed, protocols, registers
+from . import figures_attention, figures_maps, figures_training, followed, protocols, registers
 from .discovery import discovery
 from .pictures import decoder_cuts, token_pca
 from .published import comparable, reference_values
@@ -139,7 +139,7 @@ def followed_image(ctx: Context) -> Section:
                                    "patch): " + "; ".join(mapped) + "."))
     if ctx.picture.note:
         section.blocks.append(Note(ctx.picture.note))
-    png = figures.followed_image(ctx.picture.rgb, grid, ctx.patch, f"{ctx.follow}: {grid}×{grid} patches, followed patch {ctx.patch}")
+    png = figures_maps.followed_image(ctx.picture.rgb, grid, ctx.patch, f"{ctx.follow}: {grid}×{grid} patches, followed patch {ctx.patch}")
     section.blocks.append(ctx.figure("followed-image", png, f"The 224-pixel view of {ctx.follow} with every patch's number; patch {ctx.patch} outlined."))
     return section
 
@@ -204,8 +204,8 @@ def attention(ctx: Context) -> Section:
     without, no_blocks = [], []
     # one weight scale for every store's maps of the followed patch (and one for the class token's)
     held = [(s, a) for s in ctx.stores if (a := ctx.attention.get(s.label)) is not None]
-    scale = figures.weight_scale(*[a.patch_rows(a.start + ctx.patch_of(s)) for s, a in held if ctx.patch_of(s) is not None])
-    cls_scale = figures.weight_scale(*[a.patch_rows(0) for _, a in held if a.start > a.registers])
+    scale = figures_attention.weight_scale(*[a.patch_rows(a.start + ctx.patch_of(s)) for s, a in held if ctx.patch_of(s) is not None])
+    cls_scale = figures_attention.weight_scale(*[a.patch_rows(0) for _, a in held if a.start > a.registers])
     for line in _other_grids(ctx):
         section.blocks.append(Note(line + "."))
     for store in ctx.stores:
@@ -217,13 +217,13 @@ def attention(ctx: Context) -> Section:
             continue
         grid = int(round(att.n_patches**0.5))
         q = att.start + patch
-        png = figures.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, patch,
+        png = figures_attention.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, patch,
                                      f"{store.label}: row of patch {patch}, last block", att.cls_weight(q), vmax=scale)
         section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {patch}'s row of the last block's attention in every head; "
                                                                  "five largest weights outlined, the patch itself dashed."))
         section.blocks.append(_row_table(store.label, att, q, f"row of patch {patch}"))
         if att.start > att.registers:  # the network has a class token (token 0)
-            png = figures.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
+            png = figures_attention.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
                                          f"{store.label}: the class token's row, last block", vmax=cls_scale)
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
             section.blocks.append(_row_table(store.label, att, 0, "the class token's row"))
@@ -235,7 +235,7 @@ def attention(ctx: Context) -> Section:
         if through is None:
             no_blocks.append(store)
             continue
-        png = figures.block_rows(through.rows, through.effective, through.blocks, grid, patch, f"{store.label}: patch {patch} through the blocks")
+        png = figures_attention.block_rows(through.rows, through.effective, through.blocks, grid, patch, f"{store.label}: patch {patch} through the blocks")
         section.blocks.append(ctx.figure("attention-blocks", png, f"{store.label}: patch {patch}'s row in every block (rows) and head (columns)."))
         section.blocks.append(Table(["block", *[f"head {h}" for h in range(through.effective.shape[1])]],
                                     [[str(b), *[f"{v:.1f}" for v in through.effective[i]]] for i, b in enumerate(through.blocks)],
@@ -281,16 +281,16 @@ def entropy(ctx: Context) -> Section:
             row.append(f"{float(ds.set_patch_effective.values[h]):.1f} ({_pct(ds.set_patch_share.values[h])}), distance {float(ds.set_distance.values[h]):.2f}{cls}")
         per_head.append(row)
     section.blocks.append(Table(["head", *labels], per_head, "Per head: mean e^H of a patch row (share of T), mean attention distance (patches)."))
-    png = figures.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
+    png = figures_attention.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
                                        {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()})
     section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed: "
                                                                "one outline per store on shared bins fitted to the data; dotted: T, a uniform row."))
     blocks = {label: ds for label, ds in found.items() if "set_block_patch_effective" in ds}
     if blocks:
-        png = figures.block_spread({label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
+        png = figures_attention.block_spread({label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
                                    {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()})
         section.blocks.append(ctx.figure("entropy-blocks", png, "Mean e^H of a patch row in every block, per head."))
-        png = figures.per_block({label: ds.set_block_distance.values for label, ds in blocks.items() if "set_block_distance" in ds},
+        png = figures_attention.per_block({label: ds.set_block_distance.values for label, ds in blocks.items() if "set_block_distance" in ds},
                                 {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()},
                                 "mean attention distance (patches)")
         section.blocks.append(ctx.figure("attention-distance-blocks", png, "Mean attention distance of the patch rows (Dosovitskiy et al., ICLR 2021, "
@@ -325,7 +325,7 @@ def neighbour_map(ctx: Context) -> Section:
                          ", ".join(f"{int(p)}: {n.cosine[anchor, p]:.3f}" for p in topk),
                          ", ".join(f"{int(p)}{'*' if int(p) in inside else ''}: {n.cosine[anchor, p]:.3f}" for p in crop),
                          f"{len(inside)} of {len(crop)}", f"{anchor} of {grid} × {grid}"])
-        png = figures.cosine_maps(maps, grid, anchor, window)
+        png = figures_maps.cosine_maps(maps, grid, anchor, window)
         where = "" if len(by_grid) == 1 else f" ({grid} × {grid} grid)"
         section.blocks.append(ctx.figure("neighbour-map", png, f"Cosine of patch {anchor}'s token to every patch of {ctx.follow}{where}; dashed: its 3×3 "
                                                                "window (SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar."))
@@ -379,7 +379,7 @@ def premise(ctx: Context) -> Section:
                                     f"{name}: grid {first.attrs.get('grid')}, {wrap}, {first.attrs.get('distance', '')}; "
                                     f"mean over images [{level} % bootstrap interval]."))
         if first.attrs.get("array") == "tokens_224" and not name.endswith("_nowrap"):
-            png = figures.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
+            png = figures_maps.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
                                      f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
                                      "share of the top 8 inside the window")
             section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
@@ -441,7 +441,7 @@ def decoder(ctx: Context) -> Section:
                 continue
             i = ids[label].index(image_id)
             overlays[label].append(mask_geometry.saved_masks(ds, i, *rgb.shape[:2], original=(height, width)))
-    png = figures.mask_overlays(pictures, overlays)
+    png = figures_maps.mask_overlays(pictures, overlays)
     views = "; ".join(f"{label}: {_cut_on(ds)}" for label, ds in found.items())
     section.blocks.append(ctx.figure("decoder-masks", png, "Decoder masks over sample images (first cut first), one column per store; "
                                                            f"masks are cut on the patch grid of each store's view ({views}) and mapped back to the whole image."))
@@ -557,7 +557,7 @@ def training(ctx: Context) -> Section:
                      str(last.get("epoch", "?")), f"{last.get('loss', float('nan')):.4f}" if "loss" in last else "–", str(meta.get("status", "?"))])
     section.blocks.append(Table(["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"], rows,
                                 "Runs of training/ that wrote the stores' checkpoints."))
-    png = figures.training_curves({label: run.log for label, run in runs.items()})
+    png = figures_training.training_curves({label: run.log for label, run in runs.items()})
     section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl)."))
     _lacking(section, [s for s in ctx.stores if s.label not in runs], "training log beside the checkpoint", HOW["training"])
     return section
