@@ -505,7 +505,7 @@ def test_propagation_strip_shows_the_written_masks_beside_the_first_annotation(f
 def test_decoder_caption_names_each_runs_view():
     import xarray as xr
 
-    from probe_toolkit.report.sections import _cut_on
+    from probe_toolkit.report.sections_decoder import _cut_on
 
     own = xr.Dataset({"grid_rows": ("image", np.array([3, 4]))}, attrs={"view": "native_crop", "size": "native_crop"})
     assert _cut_on(own) == "the native_crop view, a grid per image"
