@@ -250,6 +250,29 @@ class LabelRead:
         return sorted(self.coco.getImgIds())
 
 
+def _log_read(root: Path, *, panel: str, role: str, annotations: str, annotation_sha256: str, names: Sequence[str], purpose: str,
+              command: str | None, checkpoint: str | None, unseal: str | None, **more: Any) -> ledger.Entry:
+    """The ledger entry of one read of labels, appended before any label leaves: the panel and its
+    role, the annotation bytes' hash, the images handed out (their count and the hash of their
+    sorted names), ``more`` (what this kind of read adds), why, by which command, for which
+    checkpoint, and the unseal reason. The one place a read's entry is assembled."""
+    fields = {
+        "time": provenance.now(),
+        "panel": panel,
+        "role": role,
+        "annotations": annotations,
+        "annotation_sha256": annotation_sha256,
+        "images": len(names),
+        "images_sha256": provenance.list_hash(sorted(names)),
+        **more,
+        "purpose": purpose,
+        "command": command if command is not None else shlex.join(sys.argv),
+        "checkpoint": checkpoint,
+        "unseal": unseal.strip() if unseal else None,
+    }
+    return ledger.append(root, fields)
+
+
 def _coco(dataset: dict[str, Any]):
     from pycocotools.coco import COCO
 
@@ -338,24 +361,9 @@ def read_labels(
     annotation_sha256 = hashlib.sha256(raw).hexdigest()
     hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
     names = sorted(_clean(str(im.get("file_name", ""))) for im in dataset["images"])
-    entry = ledger.append(
-        root,
-        {
-            "time": provenance.now(),
-            "panel": panel.name,
-            "role": panel.role,
-            "annotations": str(panel.annotations),
-            "annotation_sha256": annotation_sha256,
-            "images": len(names),
-            "images_sha256": provenance.list_hash(names),
-            "images_content_sha256": provenance.list_hash(sorted(hashes)),
-            "clipped": clipped,
-            "purpose": purpose,
-            "command": command if command is not None else shlex.join(sys.argv),
-            "checkpoint": checkpoint,
-            "unseal": unseal.strip() if unseal else None,
-        },
-    )
+    entry = _log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=annotation_sha256, names=names,
+                      purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
+                      images_content_sha256=provenance.list_hash(sorted(hashes)), clipped=clipped)
     if clipped:
         print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it "
               f"(ledger entry {entry.id[:12]})", file=sys.stderr)
@@ -486,22 +494,8 @@ def read_classes(
     listing = "\n".join(ids).encode()
     root = cache_root(cache)
     hygiene.check_overlap(root, panel.name, panel.role, hashlib.sha256(listing).hexdigest(), *hygiene.content_hashes(root, panel.images, ids))
-    entry = ledger.append(
-        root,
-        {
-            "time": provenance.now(),
-            "panel": panel.name,
-            "role": panel.role,
-            "annotations": str(panel.annotations),
-            "annotation_sha256": hashlib.sha256(listing).hexdigest(),
-            "images": len(ids),
-            "images_sha256": provenance.list_hash(sorted(ids)),
-            "purpose": purpose,
-            "command": command if command is not None else shlex.join(sys.argv),
-            "checkpoint": checkpoint,
-            "unseal": unseal.strip() if unseal else None,
-        },
-    )
+    entry = _log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=hashlib.sha256(listing).hexdigest(),
+                      names=ids, purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal)
     labels = np.asarray([classes.index(i.split("/", 1)[0]) for i in ids], np.int64)
     return ClassLabels(ids, labels, classes, entry.id, panel, "class folder")
 
@@ -554,22 +548,9 @@ def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | N
         digest.update(f"{f.parent.name}/{f.name}\n".encode())
         digest.update(hashlib.sha256(data).digest())
     names = [f"{f.parent.name}/{f.name}" for f in files]
-    entry = ledger.append(
-        cache_root(cache),
-        {
-            "time": provenance.now(),
-            "panel": f"davis:{root.resolve()}",
-            "role": "val" if subset != "test-dev" else "test",
-            "annotations": str((root / "Annotations").resolve()),
-            "annotation_sha256": digest.hexdigest(),
-            "images": len(files),
-            "images_sha256": provenance.list_hash(sorted(names)),
-            "purpose": purpose,
-            "command": command if command is not None else shlex.join(sys.argv),
-            "checkpoint": checkpoint,
-            "unseal": None,
-        },
-    )
+    entry = _log_read(cache_root(cache), panel=f"davis:{root.resolve()}", role="val" if subset != "test-dev" else "test",
+                      annotations=str((root / "Annotations").resolve()), annotation_sha256=digest.hexdigest(), names=names,
+                      purpose=purpose, command=command, checkpoint=checkpoint, unseal=None)
     return raw, entry.id
 
 
