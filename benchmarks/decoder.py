@@ -65,8 +65,9 @@ def main() -> None:
 
     threadpool_limits(limits=args.threads)  # both sides, whatever the environment said
 
-    from probe_toolkit.analyses import decoder
-    from probe_toolkit.analyses.decoder import Settings, decode_image
+    from probe_toolkit.analyses import decoder, decoder_cut, decoder_graph, decoder_masks
+    from probe_toolkit.analyses.decoder import decode_image
+    from probe_toolkit.analyses.decoder_settings import Settings
 
     def keys(rng, grid: int, channels: int = 384) -> np.ndarray:
         yy, xx = np.mgrid[:grid, :grid]
@@ -93,10 +94,10 @@ def main() -> None:
                 solvers += out.solver
                 # the eigensolve alone, on the same graph: ours (Lanczos on 𝒩 until decode's certificate holds, as
                 # decode runs it) vs dense generalized eigh
-                graph = decoder.key_graph(decoder.cosines(k, center=settings.center), settings.tau, settings.eps)
+                graph = decoder_graph.key_graph(decoder_graph.cosines(k, center=settings.center), settings.tau, settings.eps)
                 scale = 1.0 / np.sqrt(graph.degree)
                 t = clock()
-                cut = decoder.normalized_cut(graph, enough=lambda c: decoder.certified_cut(c, scale, (grid, grid), settings)[-1])
+                cut = decoder_cut.normalized_cut(graph, enough=lambda c: decoder_masks.certified_cut(c, scale, (grid, grid), settings)[-1])
                 ours_solve.append(clock() - t)
                 steps.append(cut.steps)
                 w = graph.dense()
@@ -136,7 +137,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
 
     import numpy as np
 
-    from probe_toolkit.analyses.decoder import Settings
+    from probe_toolkit.analyses.decoder_settings import Settings
     from probe_toolkit.commands.decode import run_decode
     from probe_toolkit.infra.runner import local_cores
     from probe_toolkit.results import records
@@ -193,7 +194,8 @@ def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu") -> dict
     GPU's work to the last image."""
     import numpy as np
 
-    from probe_toolkit.analyses.decoder import Settings, decode_image
+    from probe_toolkit.analyses.decoder import decode_image
+    from probe_toolkit.analyses.decoder_settings import Settings
     from probe_toolkit.analyses.decoder_torch import decode_batch
 
     settings = Settings.from_preset("centred")

@@ -13,7 +13,7 @@ from decoder_scenes import Scene, make_store, planted_keys, run_main, write_pane
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from probe_toolkit.labels import ledger, panels
+from probe_toolkit.labels import guard, ledger, panels
 from probe_toolkit.store import cache
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
@@ -51,7 +51,7 @@ _main = run_main
 
 def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
     store, annotations, root = setup
-    with panels.forbid_label_reads([annotations]):
+    with guard.forbid_label_reads([annotations]):
         result = runner.invoke(app, ["decode", str(store), "--preset", "maskcut", "--masks", "2", "--cache", str(root), "-q",
                                      "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")])
         listed = runner.invoke(app, ["panel", "list", "--cache", str(root)])
@@ -69,7 +69,7 @@ def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
 
 def test_decode_on_a_panel_scores_exact_masks_perfectly(setup, tmp_path):
     store, annotations, root = setup
-    with panels.forbid_label_reads([annotations]) as opened:
+    with guard.forbid_label_reads([annotations]) as opened:
         result = runner.invoke(app, ["decode", str(store), "--preset", "maskcut", "--tau", "0.2", "--masks", "2", "--panel", "val",
                                      "--cache", str(root), "-q", "--out", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
@@ -111,7 +111,7 @@ def test_sweep_reads_labels_once_and_its_best_settings_drive_decode(setup, tmp_p
     store, annotations, root = setup
     grid = tmp_path / "grid.toml"
     grid.write_text('preset = ["tokencut", "maskcut"]\ncenter = [true, false]\ntau = [0.2, 0.99]\nmasks = [1, 2]\n')
-    with panels.forbid_label_reads([annotations]):
+    with guard.forbid_label_reads([annotations]):
         result = runner.invoke(app, ["decode-sweep", str(store), "--panel", "val", "--grid", str(grid), "--cache", str(root), "-q",
                                      "--json", str(tmp_path / "table.json")])
     assert result.exit_code == 0, result.output
@@ -143,7 +143,7 @@ def test_sweep_shards_read_labels_once_and_give_the_one_process_table(setup, tmp
     one = json.loads((tmp_path / "one.json").read_text())["table"]
     one_sweep = records.load(store, "sweep_val").load()
     shards = [*args, "--json", str(tmp_path / "two.json"), "--settings-out", str(tmp_path / "two-best.json")]
-    with panels.forbid_label_reads([annotations]) as opened:
+    with guard.forbid_label_reads([annotations]) as opened:
         code, printed = probe_main([*shards, "--shard", "0/2"], capsys)
         assert code == 0 and "waiting for shards [1]" in printed.out
         assert len(opened) == 0 and not (tmp_path / "two.json").exists()  # no label read yet
@@ -163,7 +163,7 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
     annotations, _ = write_panel(tmp_path / "p", scenes, GRID)
     root = tmp_path / "cache"
     panels.add_panel("v", annotations, image_dir, "val", cache=root)
-    with panels.forbid_label_reads([annotations]):
+    with guard.forbid_label_reads([annotations]):
         report = extract(tiny_checkpoints["dino-full"], panels.panel_images("v", root), settings=ExtractSettings(views=(480,), attention="none", chunk=4),
                          cache_dir=root, quiet=True, batch_size=4)
         result = runner.invoke(app, ["decode", str(report.store), "--cache", str(root), "-q"])

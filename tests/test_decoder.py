@@ -9,8 +9,9 @@ import scipy.ndimage
 import scipy.sparse.linalg
 from decoder_scenes import planted_keys, region
 
-from probe_toolkit.analyses import decoder
-from probe_toolkit.analyses.decoder import Settings, decode, decode_image
+from probe_toolkit.analyses import decoder, decoder_cut, decoder_graph, decoder_masks
+from probe_toolkit.analyses.decoder import decode, decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 
 
 @pytest.mark.parametrize("grid", [12, 30])  # dense path (N ≤ 256) and ARPACK path
@@ -23,7 +24,7 @@ def test_planted_two_region_partition_is_found(grid, preset):
     np.testing.assert_array_equal(out.masks[0], region(grid, [obj])[0])
     assert not out.degenerate
     assert 0.0 < out.score[0] <= 1.0
-    assert out.solver == ["dense" if grid * grid <= decoder.DENSE_BELOW else "arpack"]
+    assert out.solver == ["dense" if grid * grid <= decoder_cut.DENSE_BELOW else "arpack"]
 
 
 def _structured(rng, grid: int, channels: int = 64) -> np.ndarray:
@@ -66,10 +67,10 @@ def test_the_graph_is_decided_in_float64_even_next_to_tau():
         c = tau + delta
         keys.append(c * base + np.sqrt(1 - c * c) * ortho)
     keys = np.array([base, *keys, *rng.standard_normal((9, 32))])
-    cos = decoder.cosines(keys, center=False, shared=True)
+    cos = decoder_graph.cosines(keys, center=False, shared=True)
     exact = (cos.unit @ cos.unit.T) > tau
-    np.testing.assert_array_equal(decoder.adjacency(cos, tau), exact)
-    np.testing.assert_array_equal(decoder.adjacency(decoder.cosines(keys, center=False), tau), exact)  # row blocks of products
+    np.testing.assert_array_equal(decoder_graph.adjacency(cos, tau), exact)
+    np.testing.assert_array_equal(decoder_graph.adjacency(decoder_graph.cosines(keys, center=False), tau), exact)  # row blocks of products
     assert not np.array_equal(cos.approx > tau, exact)  # float32 alone would get some wrong
 
 
@@ -86,11 +87,11 @@ def test_negating_the_eigenvector_changes_nothing(monkeypatch):
         (corner_keys, "maskcut"),
     ]
     plain = [decode_image(k, Settings.from_preset(p)) for k, p in cases]
-    real = decoder.normalized_cut
+    real = decoder_cut.normalized_cut
 
     def negated(*args, **kwargs):
         cut = real(*args, **kwargs)
-        return decoder.Cut(x=-cut.x, lambda2=cut.lambda2, lambda3=cut.lambda3, lambda3_low=cut.lambda3_low, residual=cut.residual, solver=cut.solver)
+        return decoder_cut.Cut(x=-cut.x, lambda2=cut.lambda2, lambda3=cut.lambda3, lambda3_low=cut.lambda3_low, residual=cut.residual, solver=cut.solver)
 
     monkeypatch.setattr(decoder, "normalized_cut", negated)
     for (k, p), before in zip(cases, plain):
@@ -107,9 +108,9 @@ def test_foreground_rules_and_the_corner_rule_by_hand():
     x[[0, 3, 12]] = [0.9, 0.5, 0.4]  # three corners high, peak at patch 0
     x[[5, 6, 9, 10]] = -0.3  # the centre low; its most negative entry is patch 10
     x[10] = -0.35
-    side, seed, reversed_ = decoder.foreground(x, grid, "tokencut")
+    side, seed, reversed_ = decoder_masks.foreground(x, grid, "tokencut")
     assert (seed, reversed_) == (0, False) and side[[0, 3, 12]].all()
-    side, seed, reversed_ = decoder.foreground(x, grid, "maskcut")
+    side, seed, reversed_ = decoder_masks.foreground(x, grid, "maskcut")
     assert (seed, reversed_) == (10, True)
     np.testing.assert_array_equal(side, ~(x > x.mean()))
 
@@ -120,7 +121,7 @@ def test_only_the_four_connected_component_holding_the_seed_is_kept():
     side[0:2, 0:2] = True  # the seed's blob
     side[2, 2] = True  # touches the blob only diagonally
     side[4, 0:3] = True  # a separate blob
-    mask = decoder.component(side.reshape(-1), seed=0, grid=grid).reshape(grid, grid)
+    mask = decoder_masks.component(side.reshape(-1), seed=0, grid=grid).reshape(grid, grid)
     expected = np.zeros_like(side)
     expected[0:2, 0:2] = True
     np.testing.assert_array_equal(mask, expected)
@@ -154,7 +155,7 @@ def test_solver_failures_fall_back_to_the_dense_solver(monkeypatch):
     keys = planted_keys(grid, [(3, 9, 4, 12)], seed=9)
     before = decode_image(keys, Settings())
     assert before.solver == ["lanczos"]  # certified before machine precision: the run stopped early
-    monkeypatch.setattr(decoder, "PRECISE", 0.0)  # no early stop: Lanczos to machine precision, ARPACK settles
+    monkeypatch.setattr(decoder_cut, "PRECISE", 0.0)  # no early stop: Lanczos to machine precision, ARPACK settles
     settled = decode_image(keys, Settings())
 
     def refuse(*args, **kwargs):
@@ -164,9 +165,9 @@ def test_solver_failures_fall_back_to_the_dense_solver(monkeypatch):
     after = decode_image(keys, Settings())
 
     def unsettled(*args, **kwargs):
-        raise decoder._Unsettled
+        raise decoder_cut._Unsettled
 
-    monkeypatch.setattr(decoder, "_lanczos", unsettled)
+    monkeypatch.setattr(decoder_cut, "_lanczos", unsettled)
     lost = decode_image(keys, Settings())
     assert settled.solver == ["arpack"] and after.solver == ["dense"] and lost.solver == ["dense"]
     for out in (settled, after, lost):

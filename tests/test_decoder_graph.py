@@ -8,8 +8,9 @@ import pytest
 import scipy.linalg
 import scipy.ndimage
 
-from probe_toolkit.analyses import decoder
-from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses import decoder, decoder_cut, decoder_graph, decoder_masks
+from probe_toolkit.analyses.decoder import decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 
 
 def _keys(grid: int, common: float, seed: int, noise: float = 0.29) -> np.ndarray:
@@ -44,14 +45,14 @@ def _plain_fiedler(w: np.ndarray) -> tuple[np.ndarray, float, float]:
 def test_the_stored_graph_is_the_dense_float64_graph(common, complement):
     keys = _keys(18, common, seed=1)
     tau, eps = 0.2, 1e-5
-    graph = decoder.key_graph(decoder.cosines(keys, center=False), tau, eps)
+    graph = decoder_graph.key_graph(decoder_graph.cosines(keys, center=False), tau, eps)
     w = _plain_w(keys, tau, eps)
     assert graph.complement is complement
     np.testing.assert_array_equal(graph.dense(), w)
     np.testing.assert_allclose(graph.degree, w.sum(axis=1), rtol=1e-13)
     v = np.random.default_rng(2).standard_normal((w.shape[0], 3))
     np.testing.assert_allclose(graph.matvec(v), w @ v, rtol=1e-11, atol=1e-11)
-    scale, top, apply = decoder._normalized(graph)
+    scale, top, apply = decoder_cut._normalized(graph)
     normal = w / np.sqrt(np.outer(w.sum(axis=1), w.sum(axis=1)))
     np.testing.assert_allclose(apply(v[:, 0]), normal @ v[:, 0], rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(normal @ top, top, atol=1e-12)  # D^½1 is 𝒩's top eigenvector
@@ -62,7 +63,7 @@ def test_painted_patches_are_cut_from_the_complement_graph():
     painted = np.zeros(keys.shape[0], dtype=bool)
     painted[[0, 5, 17, 100, 200]] = True
     for tau in (0.2, -0.1):  # a negative τ joins a painted patch (cosine 0) to everything
-        graph = decoder.key_graph(decoder.cosines(keys, center=False), tau, 1e-5, painted)
+        graph = decoder_graph.key_graph(decoder_graph.cosines(keys, center=False), tau, 1e-5, painted)
         assert graph.complement
         np.testing.assert_array_equal(graph.dense(), _plain_w(keys, tau, 1e-5, painted))
 
@@ -73,9 +74,9 @@ def test_the_fiedler_vector_and_mask_equal_a_plain_dense_solve(common, grid):
     keys = _keys(grid, common, seed=grid)
     settings = Settings.from_preset("tokencut")
     w = _plain_w(keys, settings.tau, settings.eps)
-    graph = decoder.key_graph(decoder.cosines(keys, center=False), settings.tau, settings.eps)
+    graph = decoder_graph.key_graph(decoder_graph.cosines(keys, center=False), settings.tau, settings.eps)
     assert graph.complement is (common > 0)
-    cut = decoder.normalized_cut(graph)
+    cut = decoder_cut.normalized_cut(graph)
     assert cut.solver == "arpack"
     x, lam2, lam3 = _plain_fiedler(w)
     x = x / np.sqrt((x * w.sum(axis=1)) @ x)  # xᵀDx = 1, as the decoder's x
@@ -102,15 +103,15 @@ def test_a_cut_certified_early_is_within_its_bound_of_a_plain_dense_solve(preset
     grid = 24
     keys = _keys(grid, common, seed=5)
     settings = Settings.from_preset(preset)
-    graph = decoder.key_graph(decoder.cosines(keys, center=settings.center), settings.tau, settings.eps)
+    graph = decoder_graph.key_graph(decoder_graph.cosines(keys, center=settings.center), settings.tau, settings.eps)
     scale = 1.0 / np.sqrt(graph.degree)
     checked: list[float] = []
 
     def enough(cut):
         checked.append(cut.residual)
-        return decoder.certified_cut(cut, scale, (grid, grid), settings)[-1]
+        return decoder_masks.certified_cut(cut, scale, (grid, grid), settings)[-1]
 
-    cut = decoder.normalized_cut(graph, enough=enough)
+    cut = decoder_cut.normalized_cut(graph, enough=enough)
     assert cut.solver == "lanczos"  # stopped by the certificate, ARPACK never ran
     if preset == "centred":  # a clustered spectrum: certified long before machine precision
         assert cut.residual > 1e-10
@@ -147,7 +148,7 @@ def test_the_start_vector_leaning_on_the_degrees_still_finds_a_fiedler_vector_or
     right[..., 1] += 1.0
     keys = np.concatenate([left, right], axis=1).reshape(grid * grid, channels)
     settings = Settings.from_preset("tokencut")
-    graph = decoder.key_graph(decoder.cosines(keys, center=False), settings.tau, settings.eps)
+    graph = decoder_graph.key_graph(decoder_graph.cosines(keys, center=False), settings.tau, settings.eps)
     degree = graph.degree.reshape(grid, grid)
     np.testing.assert_array_equal(degree, degree[:, ::-1])  # mirror-symmetric degrees
     w = _plain_w(keys, settings.tau, settings.eps)
@@ -159,8 +160,8 @@ def test_the_start_vector_leaning_on_the_degrees_still_finds_a_fiedler_vector_or
     assert abs(lean @ y) <= 1e-9 * np.linalg.norm(lean) * np.linalg.norm(y)  # the degree half adds nothing along y
     x = x / np.sqrt((x * w.sum(axis=1)) @ x)
     scale = 1.0 / np.sqrt(graph.degree)
-    for enough in (None, lambda c: decoder.certified_cut(c, scale, (grid, grid), settings)[-1]):
-        cut = decoder.normalized_cut(graph, enough=enough)
+    for enough in (None, lambda c: decoder_masks.certified_cut(c, scale, (grid, grid), settings)[-1]):
+        cut = decoder_cut.normalized_cut(graph, enough=enough)
         np.testing.assert_allclose(np.sign(x @ cut.x) * cut.x, x, atol=1e-9 * np.abs(x).max())
     side = (x > x.mean()).reshape(grid, grid)
     left, right = side[:, : grid // 2], side[:, grid // 2 :]

@@ -8,8 +8,9 @@ import pytest
 from decoder_scenes import planted_keys
 from test_decoder import _structured
 
-from probe_toolkit.analyses import decoder
-from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses import decoder, decoder_cut
+from probe_toolkit.analyses.decoder import decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.decoder_torch import decode_batch
 
 
@@ -32,7 +33,7 @@ def test_certified_masks_equal_the_scipy_path(grid, preset, masks):
         if masks == 1:
             np.testing.assert_array_equal(theirs.masks[0], decoder.tokencut_dense(k, settings.tau, settings.eps, settings.center))
     assert compared >= 4
-    assert {s for r in ours for s in r.solver} == ({"dense"} if grid * grid <= decoder.DENSE_BELOW else {"lobpcg"})
+    assert {s for r in ours for s in r.solver} == ({"dense"} if grid * grid <= decoder_cut.DENSE_BELOW else {"lobpcg"})
 
 
 def test_planted_objects_are_found_in_one_batch():

@@ -14,12 +14,13 @@ from decoder_scenes import Scene, make_store, photo_store, planted_keys, run_mai
 from PIL import Image
 from typer.testing import CliRunner
 
-from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses.decoder import decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
 from probe_toolkit.analyses.lost import lost
 from probe_toolkit.cli import app
 from probe_toolkit.commands.decode import load_grid
-from probe_toolkit.labels import ledger, panels
+from probe_toolkit.labels import guard, ledger, panels
 from probe_toolkit.labels import saliency as sal
 from probe_toolkit.labels.kinds import COCO20K_SIZE, coco20k_ids
 from probe_toolkit.store import cache
@@ -275,7 +276,7 @@ def test_voc_panel_reads_boxes_as_lost_does_and_no_hard_drops_hard_images(tmp_pa
         result = runner.invoke(app, ["panel", "add", name, "--voc", str(root), "--split", "trainval", "--role", "val", "--cache", str(cache_dir), *extra])
         assert result.exit_code == 0, result.output
     notes = sorted((root / "Annotations").iterdir())
-    with panels.forbid_label_reads(notes) as opened:
+    with guard.forbid_label_reads(notes) as opened:
         full = panels.read_labels("voc07", purpose="test", cache=cache_dir)
         easy = panels.read_labels("voc07easy", purpose="test", cache=cache_dir)
     assert len(opened) == 4 and len(ledger.entries(cache_dir)) == 2
@@ -364,7 +365,7 @@ def test_saliency_panel_scores_the_decoded_masks(tmp_path):
 
     store, root, truth = saliency_setup(tmp_path, shifted)
     masks = sorted((tmp_path / "gt").iterdir())
-    with panels.forbid_label_reads(masks) as opened:
+    with guard.forbid_label_reads(masks) as opened:
         result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--cache", str(root), "-q",
                                      "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output

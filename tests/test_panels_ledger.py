@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.labels import ledger, panels
+from probe_toolkit.labels import guard, ledger, matching, panels
 
 runner = CliRunner()
 
@@ -28,7 +28,7 @@ def panel_files(tmp_path):
 def test_registry_round_trips_and_never_opens_the_annotations(tmp_path, panel_files):
     annotations, images = panel_files
     root = tmp_path / "cache"
-    with panels.forbid_label_reads([annotations]):
+    with guard.forbid_label_reads([annotations]):
         panels.add_panel("val-1", annotations, images, "val", cache=root)
         odd = tmp_path / 'we"ird ü\\dir'
         odd.mkdir()
@@ -72,7 +72,7 @@ def test_a_sealed_test_panel_needs_an_unseal_reason(tmp_path, panel_files):
     annotations, images = panel_files
     root = tmp_path / "cache"
     panels.add_panel("t", annotations, images, "test", cache=root)
-    with panels.forbid_label_reads([annotations]):
+    with guard.forbid_label_reads([annotations]):
         for reason in (None, "  "):
             with pytest.raises(ProbeError, match="sealed"):
                 panels.read_labels("t", purpose="score", unseal=reason, cache=root)
@@ -83,10 +83,10 @@ def test_a_sealed_test_panel_needs_an_unseal_reason(tmp_path, panel_files):
 
 def test_store_ids_match_file_names():
     names = {1: "a.jpg", 2: "val2017/b.jpg", 3: "x/c.jpg", 4: "y/c.jpg"}
-    assert panels.match_images(["a.jpg", "./b.jpg", "q/val2017/b.jpg", "zzz.jpg"][:2], names) == {"a.jpg": 1, "./b.jpg": 2}
-    assert panels.match_images(["photos/a.jpg", "x/c.jpg"], names) == {"photos/a.jpg": 1, "x/c.jpg": 3}
+    assert matching.match_images(["a.jpg", "./b.jpg", "q/val2017/b.jpg", "zzz.jpg"][:2], names) == {"a.jpg": 1, "./b.jpg": 2}
+    assert matching.match_images(["photos/a.jpg", "x/c.jpg"], names) == {"photos/a.jpg": 1, "x/c.jpg": 3}
     with pytest.raises(ProbeError, match="several"):
-        panels.match_images(["c.jpg"], names)
+        matching.match_images(["c.jpg"], names)
 
 
 def _ledger_with(root: Path, n: int) -> list[bytes]:
@@ -155,7 +155,7 @@ def test_the_guard_catches_any_other_open_of_an_annotation_file(tmp_path, panel_
     annotations, images = panel_files
     root = tmp_path / "cache"
     panels.add_panel("v", annotations, images, "val", cache=root)
-    with panels.forbid_label_reads([annotations]) as opened:
+    with guard.forbid_label_reads([annotations]) as opened:
         for sneak in (lambda: open(annotations).read(), lambda: annotations.read_text(), lambda: json.load(annotations.open()),
                       lambda: annotations.read_bytes()):
             with pytest.raises(ProbeError, match="outside panels.read_labels"):

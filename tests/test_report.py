@@ -403,7 +403,7 @@ def test_every_figure_is_also_pdf_and_svg_and_every_table_csv_and_latex(bare):
 def test_figures_are_legible_at_one_column_and_attention_shares_one_scale(full):
     from matplotlib.image import AxesImage
 
-    from probe_toolkit.report import figures
+    from probe_toolkit.report import figures, figures_attention
 
     for section in full.written.report.sections:
         for f in section.figures():
@@ -415,11 +415,11 @@ def test_figures_are_legible_at_one_column_and_attention_shares_one_scale(full):
     assert len(scales) == 1 and next(iter(scales))[0] == 0.0  # every map of every store on one scale from 0
     # a uniform row is drawn uniform: one colour over the whole map
     row = np.full((2, 196), 1 / 196)
-    drawn = figures.attention_rows(row, np.zeros((2, 5), int), np.full(2, 196.0), 14, 34, "uniform", vmax=0.05)
+    drawn = figures_attention.attention_rows(row, np.zeros((2, 5), int), np.full(2, 196.0), 14, 34, "uniform", vmax=0.05)
     for im in drawn.figure.findobj(AxesImage):
         assert np.ptp(im.get_array()) < 1e-9 and im.norm.vmax == 0.05
     # histogram bins span the data, not 0..T
-    bins = figures.shared_bins([np.array([[195.1, 195.9]]), np.array([[195.5, 195.6]])])
+    bins = figures_attention.shared_bins([np.array([[195.1, 195.9]]), np.array([[195.5, 195.6]])])
     assert 195.0 < bins[0] < 195.1 and 195.9 < bins[-1] < 196.0
 
 
@@ -527,7 +527,7 @@ def test_propagation_strip_shows_the_written_masks_beside_the_first_annotation(f
 def test_decoder_caption_names_each_runs_view():
     import xarray as xr
 
-    from probe_toolkit.report.sections import _cut_on
+    from probe_toolkit.report.sections_decoder import _cut_on
 
     own = xr.Dataset({"grid_rows": ("image", np.array([3, 4]))}, attrs={"view": "native_crop", "size": "native_crop"})
     assert _cut_on(own) == "the native_crop view, a grid per image"

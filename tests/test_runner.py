@@ -11,7 +11,8 @@ import pytest
 from decoder_scenes import Scene, make_store, planted_keys
 from test_decode_cli import _main
 
-from probe_toolkit.analyses.decoder import Settings, decode_image
+from probe_toolkit.analyses.decoder import decode_image
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.results import records
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
 from probe_toolkit.commands.decode import decode_keys, open_keys
@@ -135,9 +136,9 @@ def test_a_shard_computes_its_images_only(store):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--workers", "0"], "--workers 0"),
-    (["--workers", "-3"], "--workers -3"),
-    (["--backend", "jax"], "--backend 'jax'"),
+    (["--workers", "0"], "--workers must be at least 1, got 0"),
+    (["--workers", "-3"], "--workers must be at least 1, got -3"),
+    (["--backend", "jax"], "--backend must be one of scipy, torch, got 'jax'"),
     (["--device", "cuda"], "--backend torch"),
     (["--workers", "2", "--dask-address", "tcp://127.0.0.1:1"], "--dask-address"),
 ])
@@ -153,7 +154,7 @@ def test_bad_workers_are_refused_before_the_progress_bar(store, tmp_path):
     run = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(store), "--cache", str(tmp_path), "--workers", "0"],
                          capture_output=True, text=True, cwd=tmp_path)  # no -q: a started decode draws its progress to stderr
     lines = (run.stdout + run.stderr).strip().splitlines()
-    assert run.returncode == 2 and len(lines) == 1 and "--workers 0" in lines[0]
+    assert run.returncode == 2 and len(lines) == 1 and "--workers must be at least 1, got 0" in lines[0]
 
 
 def test_cuda_absent_is_one_line(store, tmp_path, capsys):
@@ -162,7 +163,7 @@ def test_cuda_absent_is_one_line(store, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--backend", "torch", "--device", "cuda"], capsys)
-    assert code == 2 and "no CUDA device" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--device cuda is not available here: torch sees no CUDA GPU" in err and len(err.strip().splitlines()) == 1
 
 
 def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path, capsys):

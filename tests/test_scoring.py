@@ -9,7 +9,8 @@ import pytest
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
-from probe_toolkit.analyses.decoder import Settings, decode
+from probe_toolkit.analyses.decoder import decode
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.labels import masks, scoring
 
 

@@ -117,7 +117,8 @@ def test_results_written_without_xarray_are_the_bytes_xarray_writes(tmp_path):
     for the decoder's results (square and native), an empty shard's part and zarr's own chunking."""
     import numpy as np
 
-    from probe_toolkit.analyses.decoder import Settings, collate
+    from probe_toolkit.analyses.decoder import collate
+    from probe_toolkit.analyses.decoder_settings import Settings
     from probe_toolkit.labels.masks import decoder_dataset
     from probe_toolkit.store import plain
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from probe_toolkit.analyses.decoder import Settings
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.decoder_blocks import ARRAYS
 from probe_toolkit.cli import main
 from probe_toolkit.commands.decode import run_decode

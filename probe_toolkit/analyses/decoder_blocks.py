@@ -13,9 +13,11 @@ from dataclasses import fields
 
 import numpy as np
 
-from ..infra.errors import ProbeError
 from ..infra.runner import check_workers
-from .decoder import Decoded, ImageMasks, Settings, collate, cosines, decode_image
+from ..infra.settings import SettingError
+from .decoder import Decoded, ImageMasks, collate, decode_image
+from .decoder_graph import cosines
+from .decoder_settings import Settings
 
 BACKENDS = ("scipy", "torch")
 ARRAYS = tuple(f.name for f in fields(Decoded) if f.name not in ("settings", "grids", "patch", "view"))
@@ -24,18 +26,18 @@ ARRAYS = tuple(f.name for f in fields(Decoded) if f.name not in ("settings", "gr
 def check_backend(backend: str, device: str = "cpu") -> None:
     """``--backend`` / ``--device`` at the boundary: the backend exists, the device is there."""
     if backend not in BACKENDS:
-        raise ProbeError(None, f"--backend {backend!r} is not one of {', '.join(BACKENDS)}", "use --backend scipy or --backend torch")
+        raise SettingError("backend", f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}", "use backend='scipy' or backend='torch'")
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise ProbeError(None, f"--device {device!r} is not cpu or cuda", "use --device cpu or --device cuda")
+        raise SettingError("device", f"device must be cpu or cuda, got {device!r}", "use device='cpu' or device='cuda'")
     if backend == "scipy" and device != "cpu":
-        raise ProbeError(None, f"--device {device} needs --backend torch (the scipy backend runs on the CPU)", "add --backend torch")
+        raise SettingError("backend", f"device {device} needs backend torch (scipy runs on the CPU)", "set backend='torch'")
     if backend == "torch":
         try:
             import torch
         except ImportError:
-            raise ProbeError(None, "--backend torch needs torch, which is not installed", "pip install torch, or use --backend scipy") from None
+            raise SettingError("backend", "backend torch needs torch, which is not installed", "pip install torch, or use backend='scipy'") from None
         if device != "cpu" and not torch.cuda.is_available():
-            raise ProbeError(None, f"--device {device}: no CUDA device is available here", "use --device cpu (or run on a machine with a GPU)")
+            raise SettingError("device", f"device {device} is not available here: torch sees no CUDA GPU", "use device='cpu' (or run on a machine with a GPU)")
 
 
 def default_workers(workers: int | None, device: str, dask_address: str | None = None) -> int | None:

@@ -30,16 +30,10 @@ import numpy as np
 import torch
 
 from ..infra.errors import ProbeError
-from .decoder import (
-    Cut,
-    ImageMasks,
-    Settings,
-    certified_cut,
-    decode_image,
-    grid_of,
-    iou,
-    mask_score,
-)
+from .decoder import ImageMasks, decode_image, grid_of
+from .decoder_cut import Cut
+from .decoder_masks import certified_cut, iou, mask_score
+from .decoder_settings import Settings
 
 DENSE_UP_TO = 1024  # measured on the CPU at N = 900: dense eigh 0.3 s per image, LOBPCG 1.3 s (clustered spectra)
 MEMORY = 2**29  # bytes of float64 N × N matrices one sub-batch may hold on the device

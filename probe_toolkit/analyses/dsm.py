@@ -32,6 +32,7 @@ import scipy.linalg
 import scipy.sparse
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 from .grid import components
 
 
@@ -55,7 +56,7 @@ def affinity(keys: np.ndarray, color: np.ndarray | scipy.sparse.spmatrix | None 
         w /= top
     if color_lambda:
         if color is None:
-            raise ProbeError(None, "a colour weight was given without the image's colour affinity", "pass the image or drop --color-lambda")
+            raise SettingError("color_lambda", "color_lambda was given without the image's colour affinity", "pass the image's colour, or drop color_lambda")
         w = w + color_lambda * (color.toarray() if scipy.sparse.issparse(color) else np.asarray(color))
     return w
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 from .grid import grid_distance, grid_shape, grid_side
 from ..store.plain import Results
 from .stats import bootstrap_mean
@@ -144,7 +145,7 @@ def patch_detail(attention, patch: int, class_token: bool, top: int = TOP_WEIGHT
     start = int(class_token) + registers
     n_patches = a.shape[-1] - start
     if not 0 <= patch < n_patches:
-        raise ProbeError("--patch", f"{patch} is outside 0..{n_patches - 1}", "pick a patch of the grid")
+        raise SettingError("patch", f"patch {patch} is outside 0..{n_patches - 1}", "pick one of the grid's patches")
     row = a[..., start + patch, :]
     order = np.argsort(-row, axis=-1, kind="stable")[..., :top]  # descending, the lower key first on ties
     return {

@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 
 METRICS = ("chebyshev", "euclidean")
 
@@ -61,7 +62,7 @@ def grid_distance(grid: int | tuple[int, int], metric: str = "chebyshev", torus:
     (a step across the border counts 1); else on the plain grid.
     """
     if metric not in METRICS:
-        raise ProbeError("--distance", f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+        raise SettingError("distance", f"distance must be one of {', '.join(METRICS)}, got {metric!r}", f"use distance={METRICS[0]!r}")
     return _distance(grid_shape(grid), metric, bool(torus))
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..infra.chunked import map_images
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 from ..store.plain import Results
 from . import selection
 from .grid import grid_distance, grid_side
@@ -74,7 +75,7 @@ STATISTICS = (
 def view_array(view: str | int) -> str:
     """The store array read for ``--view``."""
     if str(view) not in VIEWS:
-        raise ProbeError("--view", f"{view} has no stored tokens", f"use one of {', '.join(VIEWS)}")
+        raise SettingError("view", f"view {view} has no stored tokens", f"use one of {', '.join(VIEWS)}")
     return f"tokens_{view}"
 
 
@@ -121,9 +122,11 @@ def image_statistics(
     sim = selection.cosine(np.asarray(tokens))
     b, n, _ = sim.shape
     if n != grid * grid:
-        raise ProbeError("tokens", f"have {n} patches, not the {grid * grid} of --grid {grid}", "pick the grid of the view")
-    if not 1 <= top < n or not 1 <= k < n:
-        raise ProbeError("--top/--k", f"top={top}, k={k} with {n} patches", f"use values in 1..{n - 1}")
+        raise SettingError("grid", f"the tokens have {n} patches, not the {grid * grid} of grid {grid}", "drop grid (the view sets it)")
+    if not 1 <= top < n:
+        raise SettingError("top", f"top must lie in 1..{n - 1} with {n} patches, got {top!r}", f"use top in 1..{n - 1}")
+    if not 1 <= k < n:
+        raise SettingError("k", f"k must lie in 1..{n - 1} with {n} patches, got {k!r}", f"use k in 1..{n - 1}")
     inside = _membership(grid, wrap)
     distance = np.asarray(grid_distance(grid, metric, torus=wrap))
 
@@ -196,7 +199,7 @@ def neighbours(
         raise ProbeError(tokens.name, f"has dims {tokens.dims}", "pass (image, patch, channel) tokens")
     side = grid_side(tokens.shape[1], str(tokens.name))
     if side != grid:
-        raise ProbeError(tokens.name, f"holds a {side}×{side} grid, not {grid}×{grid}", f"pass --grid {side}, or only --view")
+        raise SettingError("grid", f"{tokens.name} holds {side}×{side} patches, not grid {grid}×{grid}", f"use grid={side}, or drop grid (the view sets it)")
     grid_distance(grid, metric)  # validates the metric name before any work
     settings = dict(grid=grid, k=k, top=top, wrap=wrap, metric=metric, negative_quantile=negative_quantile, max_negatives=max_negatives)
     per_image = map_images(

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 from .arrays import library, without_grad
 from .grid import grid_shape
 
@@ -199,7 +200,7 @@ def _smallest(values, n: int):
 def window_topk(tokens, grid: int, k: int = 4, wrap: bool = True, similarity=None) -> WindowTopK:
     """SelfPatch's rule: each anchor's k most similar window candidates (k = 4, ``k_num``)."""
     if not 1 <= k <= WINDOW_SIZE:
-        raise ProbeError("--k", f"{k} is outside 1..8", "choose how many of the 8 candidates to keep")
+        raise SettingError("k", f"k must lie in 1..{WINDOW_SIZE}, got {k!r}", f"choose how many of the {WINDOW_SIZE} candidates to keep")
     values = window_cosine(tokens, grid, wrap, similarity)
     xp = library(values)
     position = _largest(values, k)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 
 
 # The fewest resamples ``probe entropy`` and ``probe neighbours`` accept for their 95 % intervals.
@@ -50,8 +51,10 @@ def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level:
     n = values.shape[0]
     if n == 0:
         raise ProbeError(None, "no images to summarise", "run the analysis on a store with finished images")
-    if n_boot < 1 or not 0 < level < 1:
-        raise ProbeError("--boot", f"n_boot={n_boot}, level={level}", "use n_boot >= 1 and 0 < level < 1")
+    if n_boot < 1:
+        raise SettingError("n_boot", f"n_boot must be at least 1, got {n_boot!r}", "use e.g. n_boot=1000")
+    if not 0 < level < 1:
+        raise SettingError("level", f"level must lie in (0, 1), got {level!r}", "use e.g. level=0.95")
     rng = np.random.default_rng(seed)
     means = np.empty((n_boot, values.shape[1]))
     step = max(1, 500_000 // max(n, 1))  # resampled index rows per pass: bounded memory at any n

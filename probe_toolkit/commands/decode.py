@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..analyses.decoder import SINGLE, Decoded, Settings, collate, decode_image
+from ..analyses.decoder import Decoded, collate, decode_image
+from ..analyses.decoder_settings import SINGLE, Settings
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers, group_arrays, sweep_block
 from ..infra import lazy_dask, provenance
 from ..infra.atomic import write_json
@@ -298,7 +299,7 @@ def published_view(preset: str, panel_kind: str | None = None) -> str:
     """The view a preset's numbers on this kind of panel were published with: PUBLISHED_VIEW (the
     CorLoc and AP code), except TokenCut's saliency table, which its own script computed on
     another view (``SALIENCY_VIEW``)."""
-    from ..analyses.decoder import PUBLISHED_VIEW
+    from ..analyses.decoder_settings import PUBLISHED_VIEW
 
     if panel_kind == "saliency" and preset in SALIENCY_VIEW:
         return SALIENCY_VIEW[preset]

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analyses.decoder import Settings
+# imported with the module, not in the block: a worker unpickling colour_block loads scipy's
+# BLAS here, before the task's thread limit (infra.runner.task_threads) is entered, which binds
+# only the libraries already loaded; loaded inside it, eigh would run on every core and round otherwise
+from ..analyses.decoder import collate, decode_image, grid_of
+from ..analyses.decoder_settings import Settings
 
 
 def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int, padded: bool = False,
@@ -26,7 +30,6 @@ def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, sou
     ``padded``: the keys are the native view's (the photograph padded as they saw it)."""
     from PIL import Image
 
-    from ..analyses.decoder import collate, decode_image, grid_of
     from ..analyses.decoder_blocks import ARRAYS
     from ..analyses.dsm import knn_color_affinity
     from ..store.images import load_image

@@ -49,7 +49,7 @@ from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
 from ..infra.runner import map_blocks, placed, shard_range, torch_threads
 from ..labels import davis
-from ..labels.panels import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
+from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
 from ..store import cache
 from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens

@@ -27,7 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..analyses.decoder import Decoded, Settings, collate
+from ..analyses.decoder import Decoded, collate
+from ..analyses.decoder_settings import Settings
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers
 from ..infra import provenance
 from ..infra.atomic import write_json

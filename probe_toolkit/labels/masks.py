@@ -215,7 +215,7 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> Results:
 
 def decoded_from_dataset(ds: xr.Dataset | Results) -> Decoded:
     """The inverse of ``decoder_dataset`` (settings come from its attrs)."""
-    from ..analyses.decoder import Settings
+    from ..analyses.decoder_settings import Settings
 
     settings = Settings(**{k: v for k, v in ds.attrs.get("settings", {}).items() if k in Settings.__dataclass_fields__})
     return Decoded(

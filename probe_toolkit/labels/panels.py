@@ -17,12 +17,16 @@ memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test``
 Image ids. A store's image ids are paths relative to the folder it was extracted from
 (``probe extract --panel NAME`` extracts from the panel's image folder). A panel image matches a
 store id when its COCO ``file_name`` equals the id, or, failing that, when one is the other with
-leading folders added (``val2017/x.jpg`` ↔ ``x.jpg``) and exactly one candidate exists.
+leading folders added (``val2017/x.jpg`` ↔ ``x.jpg``) and exactly one candidate exists
+(``matching.py``).
+
+Beside this module: ``guard.py`` (``forbid_label_reads``, which proves that nothing else opens an
+annotation file) and ``davis_folders.py`` (DAVIS sequences and their annotation readers, which
+write their ledger entries through ``log_read`` here).
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import fcntl
 import hashlib
@@ -32,11 +36,10 @@ import os
 import re
 import shlex
 import sys
-import threading
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,6 +47,8 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
 from . import hygiene, ledger
+from .guard import inside
+from .matching import clean_name, match_images
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
@@ -187,52 +192,7 @@ def panel_images(name: str, cache: str | Path | None = None) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------
-# matching store ids to a panel's file names
-
-
-def _clean(path: str) -> str:
-    path = path.replace("\\", "/")
-    while path.startswith("./"):
-        path = path[2:]
-    return path
-
-
-def match_images(store_ids: Iterable[str], file_names: dict[int, str]) -> dict[str, int]:
-    """store id → COCO image id for every store id that matches one panel image (see module doc)."""
-    by_name: dict[str, int] = {}
-    for image_id, name in file_names.items():
-        by_name.setdefault(_clean(name), image_id)
-    by_tail: dict[str, list[str]] = {}
-    for name in by_name:
-        parts = name.split("/")
-        for k in range(1, len(parts)):
-            by_tail.setdefault("/".join(parts[k:]), []).append(name)
-    out: dict[str, int] = {}
-    taken: dict[int, str] = {}
-    for sid in store_ids:
-        clean = _clean(sid)
-        if clean in by_name:
-            candidates = [clean]
-        else:
-            parts = clean.split("/")
-            candidates = [t for t in ("/".join(parts[k:]) for k in range(1, len(parts))) if t in by_name]
-            candidates += by_tail.get(clean, [])
-            candidates = sorted(set(candidates))
-        if len(candidates) > 1:
-            raise ProbeError(None, f"store image {sid!r} matches several panel images ({', '.join(candidates[:3])})", "extract from the panel's image folder so ids equal file names")
-        if candidates:
-            image_id = by_name[candidates[0]]
-            if image_id in taken:
-                raise ProbeError(None, f"panel image {candidates[0]!r} matches store images {taken[image_id]!r} and {sid!r}", "extract from the panel's image folder so ids equal file names")
-            taken[image_id] = sid
-            out[sid] = image_id
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
 # the one function that opens annotation files
-
-_inside = threading.local()
 
 
 @dataclass
@@ -248,6 +208,29 @@ class LabelRead:
     @property
     def image_ids(self) -> list[int]:
         return sorted(self.coco.getImgIds())
+
+
+def log_read(root: Path, *, panel: str, role: str, annotations: str, annotation_sha256: str, names: Sequence[str], purpose: str,
+              command: str | None, checkpoint: str | None, unseal: str | None, **more: Any) -> ledger.Entry:
+    """The ledger entry of one read of labels, appended before any label leaves: the panel and its
+    role, the annotation bytes' hash, the images handed out (their count and the hash of their
+    sorted names), ``more`` (what this kind of read adds), why, by which command, for which
+    checkpoint, and the unseal reason. The one place a read's entry is assembled."""
+    fields = {
+        "time": provenance.now(),
+        "panel": panel,
+        "role": role,
+        "annotations": annotations,
+        "annotation_sha256": annotation_sha256,
+        "images": len(names),
+        "images_sha256": provenance.list_hash(sorted(names)),
+        **more,
+        "purpose": purpose,
+        "command": command if command is not None else shlex.join(sys.argv),
+        "checkpoint": checkpoint,
+        "unseal": unseal.strip() if unseal else None,
+    }
+    return ledger.append(root, fields)
 
 
 def _coco(dataset: dict[str, Any]):
@@ -292,7 +275,7 @@ def read_labels(
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
     if panel.kind == "classes":
         raise ProbeError(panel.name, "is a classes panel, not an annotated one", "use it where image classes are read (probe knn)")
-    _inside.active = True
+    inside.active = True
     try:
         if panel.kind not in ("coco", "coco20k"):
             from .kinds import load_dataset
@@ -303,7 +286,7 @@ def read_labels(
     except OSError as error:
         raise ProbeError(getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`") from None
     finally:
-        _inside.active = False
+        inside.active = False
     if panel.kind in ("coco", "coco20k"):
         try:
             dataset = json.loads(raw)
@@ -337,75 +320,14 @@ def read_labels(
     hashes, fresh = hygiene.content_hashes(root, panel.images, [str(im.get("file_name", "")) for im in dataset["images"]])
     annotation_sha256 = hashlib.sha256(raw).hexdigest()
     hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    names = sorted(_clean(str(im.get("file_name", ""))) for im in dataset["images"])
-    entry = ledger.append(
-        root,
-        {
-            "time": provenance.now(),
-            "panel": panel.name,
-            "role": panel.role,
-            "annotations": str(panel.annotations),
-            "annotation_sha256": annotation_sha256,
-            "images": len(names),
-            "images_sha256": provenance.list_hash(names),
-            "images_content_sha256": provenance.list_hash(sorted(hashes)),
-            "clipped": clipped,
-            "purpose": purpose,
-            "command": command if command is not None else shlex.join(sys.argv),
-            "checkpoint": checkpoint,
-            "unseal": unseal.strip() if unseal else None,
-        },
-    )
+    names = sorted(clean_name(str(im.get("file_name", ""))) for im in dataset["images"])
+    entry = log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=annotation_sha256, names=names,
+                      purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
+                      images_content_sha256=provenance.list_hash(sorted(hashes)), clipped=clipped)
     if clipped:
         print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it "
               f"(ledger entry {entry.id[:12]})", file=sys.stderr)
     return LabelRead(coco=_coco(dataset), entry_id=entry.id, entry=entry.fields, panel=panel, image_map=image_map)
-
-
-# ----------------------------------------------------------------------------------------------
-# a guard that proves the rule: nothing else opens an annotation file
-
-
-@contextlib.contextmanager
-def forbid_label_reads(paths: Iterable[str | Path]) -> Iterator[list[str]]:
-    """Within the block, opening any of ``paths`` outside ``read_labels`` raises ProbeError.
-
-    Patches ``builtins.open``, ``io.open`` and ``os.open`` (``Path.open``/``read_bytes``/
-    ``read_text`` and ``json.load`` on a file all pass through them). Yields the list of
-    annotation paths ``read_labels`` opened meanwhile. For tests, and for stages that want
-    the rule enforced while they run.
-    """
-    forbidden = {os.path.realpath(p) for p in paths}
-    allowed: list[str] = []
-    real_open, real_io_open, real_os_open = builtins.open, io.open, os.open
-
-    def check(file: Any) -> None:
-        if isinstance(file, int):
-            return
-        try:
-            name = os.path.realpath(os.fspath(file))
-        except TypeError:
-            return
-        if name in forbidden:
-            if getattr(_inside, "active", False):
-                allowed.append(name)
-                return
-            raise ProbeError(name, "an annotation file was opened outside panels.read_labels", "read labels only through read_labels (it writes the ledger)")
-
-    def guarded_open(file, *args, **kwargs):
-        check(file)
-        return real_open(file, *args, **kwargs)
-
-    def guarded_os_open(path, *args, **kwargs):
-        check(path)
-        return real_os_open(path, *args, **kwargs)
-
-    builtins.open = io.open = guarded_open
-    os.open = guarded_os_open
-    try:
-        yield allowed
-    finally:
-        builtins.open, io.open, os.open = real_open, real_io_open, real_os_open
 
 
 # ----------------------------------------------------------------------------------------------
@@ -471,7 +393,7 @@ def read_classes(
                 dropped += 1
                 continue
             best = min(area, key=lambda c: (-area[c], c))
-            ids.append(_clean(str(read.coco.imgs[image_id]["file_name"])))
+            ids.append(clean_name(str(read.coco.imgs[image_id]["file_name"])))
             labels.append(cats.index(best))
         if len({*labels}) < 2:
             raise ProbeError(panel.annotations, f"gives its images {len({*labels})} distinct largest categories", "a classification panel needs at least two classes")
@@ -486,129 +408,7 @@ def read_classes(
     listing = "\n".join(ids).encode()
     root = cache_root(cache)
     hygiene.check_overlap(root, panel.name, panel.role, hashlib.sha256(listing).hexdigest(), *hygiene.content_hashes(root, panel.images, ids))
-    entry = ledger.append(
-        root,
-        {
-            "time": provenance.now(),
-            "panel": panel.name,
-            "role": panel.role,
-            "annotations": str(panel.annotations),
-            "annotation_sha256": hashlib.sha256(listing).hexdigest(),
-            "images": len(ids),
-            "images_sha256": provenance.list_hash(sorted(ids)),
-            "purpose": purpose,
-            "command": command if command is not None else shlex.join(sys.argv),
-            "checkpoint": checkpoint,
-            "unseal": unseal.strip() if unseal else None,
-        },
-    )
+    entry = log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=hashlib.sha256(listing).hexdigest(),
+                      names=ids, purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal)
     labels = np.asarray([classes.index(i.split("/", 1)[0]) for i in ids], np.int64)
     return ClassLabels(ids, labels, classes, entry.id, panel, "class folder")
-
-
-# ----------------------------------------------------------------------------------------------
-# DAVIS folders (JPEGImages/480p/SEQ/*.jpg, Annotations/480p/SEQ/*.png, ImageSets/2017/SET.txt)
-
-
-@dataclass(frozen=True)
-class DavisSequence:
-    name: str
-    frames: list[Path]  # sorted JPEGs
-    annotations: Path  # the sequence's annotation folder (opened only by the readers below)
-
-
-def davis_sequences(root: str | Path, subset: str = "val", resolution: str = "480p") -> list[DavisSequence]:
-    """The sequences of a DAVIS folder and their frames; checks the layout, opens no annotation."""
-    root = Path(root)
-    listing = root / "ImageSets" / "2017" / f"{subset}.txt"
-    if not listing.is_file():
-        raise ProbeError(listing, "is missing", "pass --davis with a DAVIS-2017 folder (JPEGImages/, Annotations/, ImageSets/2017/)")
-    names = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
-    if not names:
-        raise ProbeError(listing, "lists no sequence", "list one sequence name per line")
-    out = []
-    for name in names:
-        folder = root / "JPEGImages" / resolution / name
-        frames = sorted(folder.glob("*.jpg")) if folder.is_dir() else []
-        if not frames:
-            raise ProbeError(folder, "holds no frames (*.jpg)", f"restore the frames of {name}, or remove it from {listing.name}")
-        if len(frames) < 2:
-            raise ProbeError(folder, "holds a single frame; there is nothing to propagate to", f"remove {name} from {listing.name}")
-        annotations = root / "Annotations" / resolution / name
-        if not (annotations / f"{frames[0].stem}.png").is_file():
-            raise ProbeError(annotations / f"{frames[0].stem}.png", "is missing (the first frame's annotation)", "restore the sequence's Annotations folder")
-        out.append(DavisSequence(name, frames, annotations))
-    return out
-
-
-def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None, subset: str) -> tuple[list[bytes], str]:
-    _inside.active = True
-    try:
-        raw = [f.read_bytes() for f in files]
-    except OSError as error:
-        raise ProbeError(error.filename, f"cannot be read ({error.strerror})", "restore the DAVIS annotations") from None
-    finally:
-        _inside.active = False
-    digest = hashlib.sha256()
-    for f, data in zip(files, raw):
-        digest.update(f"{f.parent.name}/{f.name}\n".encode())
-        digest.update(hashlib.sha256(data).digest())
-    names = [f"{f.parent.name}/{f.name}" for f in files]
-    entry = ledger.append(
-        cache_root(cache),
-        {
-            "time": provenance.now(),
-            "panel": f"davis:{root.resolve()}",
-            "role": "val" if subset != "test-dev" else "test",
-            "annotations": str((root / "Annotations").resolve()),
-            "annotation_sha256": digest.hexdigest(),
-            "images": len(files),
-            "images_sha256": provenance.list_hash(sorted(names)),
-            "purpose": purpose,
-            "command": command if command is not None else shlex.join(sys.argv),
-            "checkpoint": checkpoint,
-            "unseal": None,
-        },
-    )
-    return raw, entry.id
-
-
-def _indexed(data: bytes, where: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            palette = image.getpalette() if image.mode == "P" else None
-            array = np.asarray(image if image.mode in ("P", "L") else image.convert("L"))
-    except OSError as error:
-        raise ProbeError(where, f"is not a readable annotation PNG ({error})", "restore the DAVIS annotations") from None
-    return array.copy(), (np.asarray(palette, np.uint8).reshape(-1, 3) if palette is not None else None)
-
-
-def read_first_annotations(root: str | Path, sequences: Sequence[DavisSequence], *, purpose: str = "propagate: first frame",
-                           checkpoint: str | None = None, cache: str | Path | None = None, command: str | None = None,
-                           subset: str = "val") -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]], str]:
-    """Each sequence's first-frame annotation (indexed array, palette): the only label propagation reads; one ledger entry."""
-    files = [s.annotations / f"{s.frames[0].stem}.png" for s in sequences]
-    raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
-    return {s.name: _indexed(data, f) for s, f, data in zip(sequences, files, raw)}, entry
-
-
-def read_davis_annotations(root: str | Path, sequences: Sequence[DavisSequence], *, purpose: str = "propagate: score",
-                           checkpoint: str | None = None, cache: str | Path | None = None, command: str | None = None,
-                           subset: str = "val") -> tuple[dict[str, list[np.ndarray]], str]:
-    """Every frame's annotation of every sequence, for the scorer only; one ledger entry."""
-    files: list[Path] = []
-    for s in sequences:
-        for frame in s.frames:
-            path = s.annotations / f"{frame.stem}.png"
-            if not path.is_file():
-                raise ProbeError(path, "is missing", "the scorer needs every frame's annotation (restore the Annotations folder)")
-            files.append(path)
-    raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
-    out: dict[str, list[np.ndarray]] = {}
-    k = 0
-    for s in sequences:
-        out[s.name] = [_indexed(raw[k + i], files[k + i])[0] for i in range(len(s.frames))]
-        k += len(s.frames)
-    return out, entry

@@ -21,7 +21,7 @@ from PIL import Image
 from ..infra.errors import ProbeError
 from ..labels import masks as mask_geometry
 from ..labels.panels import read_labels
-from . import figures
+from . import figures, figures_maps
 from .content import Note, Section
 from .sources import original_image
 
@@ -55,13 +55,13 @@ def token_pca(ctx: "Context") -> Section:
     per_store = {}
     for store in same:
         tokens = [store.image_values("tokens_224", i) for i in chosen]
-        colours, share = figures.principal_rgb(tokens)
+        colours, share = figures_maps.principal_rgb(tokens)
         per_store[store.label] = (colours, share)
     pictures = []
     for image_id in chosen:
         rgb = original_image(ctx.stores, image_id)
         pictures.append((image_id, None if rgb is None else np.asarray(Image.fromarray(rgb).resize((224, 224), Image.Resampling.BILINEAR))))
-    png = figures.pca_grids(pictures, per_store, grid)
+    png = figures_maps.pca_grids(pictures, per_store, grid)
     section.blocks.append(ctx.figure("token-pca", png, f"Each store's last-block patch tokens of {len(chosen)} images projected on their first three "
                                                        "principal components (one PCA per store over these images together), as red, green and blue; "
                                                        "the left column is the image, squashed to a square for the comparison."))
@@ -126,7 +126,7 @@ def decoder_cuts(ctx: "Context") -> Section:
             up = np.stack([mask_geometry.upsample(m, *shape[image_id]) for m in patch_masks]) if len(patch_masks) else np.zeros((0, *shape[image_id]), bool)
             items.append((image_id, ds["fiedler"].values[i], int(ds["seed"].values[i]), pictures[image_id], up,
                           None if truth is None else truth.get(image_id)))
-        png = figures.fiedler_panels(items, grid, figures.wrap(label, 40))
+        png = figures_maps.fiedler_panels(items, grid, figures.wrap(label, 40))
         caption = (f"{label}: the first cut's Fiedler vector x on the {grid} × {grid} grid of the decoder's view (white line: the cut at mean(x); "
                    "×: the seed), beside the masks mapped back to the image")
         if truth is not None:

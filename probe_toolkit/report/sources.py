@@ -19,7 +19,7 @@ from ..infra.errors import ProbeError
 from ..labels import ledger
 from ..store import cache, images
 from ..results import records
-from .figures import tokens_picture
+from .figures_maps import tokens_picture
 
 VIEW = 224
 
