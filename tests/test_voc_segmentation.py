@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.labels import kinds, ledger, panels, voc_segmentation as vs
+from probe_toolkit.labels import guard, kinds, ledger, panels, voc_segmentation as vs
 
 IDS = {"train": ["2007_000032", "2007_000039"], "val": ["2007_000033", "2008_000001"], "trainaug": ["2007_000032", "2007_000039", "2011_003276"]}
 
@@ -56,7 +56,7 @@ def _all_masks(root: Path) -> list[Path]:
 def test_added_without_opening_a_mask_then_read_through_the_ledger(tmp_path, voc):
     root, written = voc
     cache = tmp_path / "cache"
-    with panels.forbid_label_reads(_all_masks(root)) as opened:
+    with guard.forbid_label_reads(_all_masks(root)) as opened:
         panel = panels.add_panel("voc-val", root, "", "val", cache=cache, kind=vs.KIND, split="val")
         assert panel.images == root / "JPEGImages" and panel.annotations == root
         assert opened == []
@@ -107,7 +107,7 @@ def test_a_sealed_panel_needs_a_reason_and_the_coco_reader_refuses_the_kind(tmp_
     root, _ = voc
     cache = tmp_path / "cache"
     panels.add_panel("voc-test", root, "", "test", cache=cache, kind=vs.KIND, split="val")
-    with panels.forbid_label_reads(_all_masks(root)):
+    with guard.forbid_label_reads(_all_masks(root)):
         with pytest.raises(ProbeError, match="sealed test panel"):
             vs.read_label_maps("voc-test", purpose="score", cache=cache)
         with pytest.raises(ProbeError, match="segmentation panel: its labels are label maps"):

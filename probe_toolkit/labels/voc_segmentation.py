@@ -127,9 +127,11 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     """Open a segmentation panel's masks, write the ledger entry, then return the label maps.
 
     ``images`` (store ids) restricts what is read and handed out to the split's images they
-    match (``panels.match_images``); a sealed (``test``) panel needs ``unseal``, recorded.
+    match (``matching.match_images``); a sealed (``test``) panel needs ``unseal``, recorded.
     """
     from . import panels
+    from .guard import inside
+    from .matching import match_images
 
     panel = panels.check_readable(panel, unseal, cache)
     if panel.kind != KIND:
@@ -138,13 +140,13 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
     root, split = panel.annotations, panel.split or "val"
     listing, masks = split_file(root, split), mask_folder(root, split)
-    panels._inside.active = True
+    inside.active = True
     try:
         listing_raw = listing.read_bytes()
         names = [f"{i}.jpg" for i in split_ids(listing_raw)]
         image_map: dict[str, str] = {}
         if images is not None:
-            matched = panels.match_images(images, dict(enumerate(names)))
+            matched = match_images(images, dict(enumerate(names)))
             image_map = {sid: names[n] for sid, n in matched.items()}
             keep = set(image_map.values())
             names = [n for n in names if n in keep]
@@ -154,7 +156,7 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     except OSError as error:
         raise ProbeError(getattr(error, "filename", None) or root, f"cannot be read ({error.strerror})", "restore the devkit's files") from None
     finally:
-        panels._inside.active = False
+        inside.active = False
     maps = [decode(data, f) for f, data in zip(files, raw)]
     digest = hashlib.sha256(listing.name.encode() + b"\0" + hashlib.sha256(listing_raw).digest())
     for f, data in zip(files, raw):
