@@ -41,6 +41,19 @@ from pathlib import Path
 TARGET = 1.5
 
 
+def cpu_model() -> str:
+    """The processor's name as the kernel gives it (``/proc/cpuinfo``), for the record."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+REFUSED = "999"  # the bad view of the option-error row: that run must exit 2 (before torch and timm are imported)
+
+
 def build_store(root: Path) -> Path:
     from probe_toolkit.demo.samples import TINY, sample_photos, write_checkpoint
     from probe_toolkit.store.extract import Settings, extract
@@ -81,7 +94,7 @@ def timed(args: list[str], env: dict, cwd: Path) -> tuple[float, float]:
     c, t = _children_cpu(), time.perf_counter()
     run = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - t
-    if run.returncode != 0:
+    if run.returncode != (2 if REFUSED in args else 0):
         raise SystemExit(f"{' '.join(args)} failed: {run.stderr[-500:]}")
     return seconds, _children_cpu() - c
 
@@ -93,6 +106,7 @@ def commands(store: str, root: Path, full: bool, panel_store: str = "") -> dict[
         "python -c pass (baseline)": [sys.executable, "-c", "pass"],
         "probe --help": [*probe, "--help"],
         "probe info STORE": [*probe, "info", store],
+        "probe extract --views 999 (option error)": [*probe, "extract", str(root / "tiny.pth"), "--images", str(root / "images"), "--views", REFUSED],
         "probe decode STORE --workers 1": [*probe, "decode", store, "-q", "--workers", "1", "--preset", "tokencut", *cache],
         "probe decode STORE (every core)": [*probe, "decode", store, "-q", "--preset", "tokencut", *cache],
     }
@@ -181,8 +195,8 @@ def main() -> None:
         label = name if len(trees) == 1 else f"{name} [{tree}]"
         print(f"{label:44s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    print(json.dumps({"benchmark": "startup", "target_s": TARGET, "cpu": platform.processor() or platform.machine(),
-                      "cores": os.cpu_count(), "load": max(loads), "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
+    print(json.dumps({"benchmark": "startup", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
+                      "target_s": TARGET, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": max(loads), "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
 
 
 if __name__ == "__main__":

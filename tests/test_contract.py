@@ -116,6 +116,17 @@ def test_placement_parses_once_and_reaches_the_protocol_unchanged(monkeypatch, s
     assert seen[1] == Placement(workers=3)
 
 
+def test_run_ids_sort_in_the_order_runs_began_even_if_the_clock_is_set_back(monkeypatch):
+    import datetime as dt
+
+    monkeypatch.setattr(records, "_last", None)  # restored after the test: later runs keep the real clock
+
+    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc))
+    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    assert earlier_clock > later and earlier_clock.startswith("20270101-000000-000001")
+    assert records.RUN_ID.match(later) and records.RUN_ID.match(earlier_clock)
+
+
 def test_two_runs_give_two_records_and_neither_is_changed(store):
     first = probe.run("entropy", store, boot=100)
     assert [r.result for r in first.records] == ["entropy"]

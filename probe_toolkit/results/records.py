@@ -47,6 +47,7 @@ PART = re.compile(r"-part-\d+-of-\d+$")
 RUN_ID = re.compile(r"^(?:\d{8}-\d{6}-\d{6}-\d{2}[0-9a-f]{2}|legacy)$")
 
 _counter = itertools.count()
+_last: _dt.datetime | None = None  # the last run id's time in this process
 
 
 def is_part(name: str) -> bool:
@@ -57,7 +58,11 @@ def is_part(name: str) -> bool:
 def new_run_id(now: _dt.datetime | None = None) -> str:
     """``YYYYMMDD-HHMMSS-ffffff-<counter><pid>``: UTC, sorts by creation time; the counter and the
     process id's last hex digits keep two runs of one microsecond apart."""
+    global _last
     now = now or _dt.datetime.now(_dt.timezone.utc)
+    if _last is not None and now <= _last:  # a clock set back never makes a later run sort first (in this process)
+        now = _last + _dt.timedelta(microseconds=1)
+    _last = now
     return f"{now:%Y%m%d-%H%M%S-%f}-{next(_counter) % 100:02d}{os.getpid() & 0xFF:02x}"
 
 
