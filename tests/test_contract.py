@@ -229,6 +229,27 @@ def test_a_store_holding_none_of_a_panels_images_is_refused_before_any_label_rea
     assert {r.result for r in run.records} == {"decoder", "scores_mine"} and len({r.run_id for r in run.records}) == 1
 
 
+def test_a_store_holding_part_of_a_panel_is_refused_unless_allowed(tmp_path, capsys):
+    from decoder_scenes import Scene, make_store, planted_keys, write_panel
+
+    from probe_toolkit.labels import panels
+
+    held = [Scene("one.png", 96, 128, [(3, 9, 4, 12)]), Scene("two.png", 160, 160, [(2, 7, 2, 7)])]
+    keys = np.stack([planted_keys(16, s.objects, channels=24, noise=0.01, seed=i) for i, s in enumerate(held)])
+    store = make_store(tmp_path / "store.zarr", held, keys)
+    root = tmp_path / "cache"
+    annotations, folder = write_panel(tmp_path / "wide", [*held, Scene("three.png", 96, 128, [(3, 9, 4, 12)])], 16)
+    panels.add_panel("wide", annotations, folder, "val", cache=root)
+    code, printed = probe_main(["decode", store, "--panel", "wide", "--cache", root, "-q"], capsys)
+    assert code == 2 and "holds 2 of the 3 images of panel 'wide'" in printed.err and "--allow-partial" in printed.err
+    assert len(printed.err.strip().splitlines()) == 1
+    assert not (root / "ledger.jsonl").exists() and not (store / "results").exists()
+    code, printed = probe_main(["decode", store, "--panel", "wide", "--allow-partial", "--cache", root, "-q"], capsys)
+    assert code == 0, printed.err
+    (record,) = [r for r in records.every_record(store) if r.result == "scores_wide"]
+    assert record.meta["inputs"]["coverage"] == {"panel": "wide", "panel_images": 3, "held": 2}
+
+
 def test_a_dinov3_store_runs_through_the_protocols(tmp_path, photos):
     """DINOv3's 1 + 4 + N tokens through extraction, entropy, neighbours, the decoders and the
     attention masks, each run kept as its own record (tiny random network, the shipped photos)."""

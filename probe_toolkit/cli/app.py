@@ -50,6 +50,7 @@ DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend
 StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
 BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
+AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (BackendOpt, CacheOpt, ClusterOpt, DeviceOpt, JsonOpt, PanelOpt, QuietOpt, ShardOpt, ThreadsOpt, UnsealOpt, WorkersOpt, app, console,
+from .app import (AllowPartialOpt, BackendOpt, CacheOpt, ClusterOpt, DeviceOpt, JsonOpt, PanelOpt, QuietOpt, ShardOpt, ThreadsOpt, UnsealOpt, WorkersOpt, app, console,
                   err_console, run, show, ticker, waiting_line)
 
 DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's unsupervised_saliency_detection/get_saliency.py).")]
@@ -39,6 +39,7 @@ def decode(
     refine: Annotated[Optional[str], typer.Option("--refine", help="bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS).")] = None,
     color_lambda: Annotated[Optional[float], typer.Option("--color-lambda", help="dsm: weight of DSM's KNN colour affinity (0, off, as published).")] = None,
     panel: PanelOpt = None,
+    allow_partial: AllowPartialOpt = False,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
     workers: WorkersOpt = None,
@@ -76,7 +77,7 @@ def decode(
                                    "masks_file": str(report.masks_file) if report.masks_file else None, "settings": report.chosen.as_dict()})
         return
     with bar("images", quiet) as progress:
-        report = run("decode", store, out=out, panel=panel, unseal=unseal, cache_dir=cache, on_start=ticker(progress, "decode"), **chosen, **placement).report
+        report = run("decode", store, out=out, panel=panel, allow_partial=allow_partial, unseal=unseal, cache_dir=cache, on_start=ticker(progress, "decode"), **chosen, **placement).report
     if report.masks_file is None:  # a shard that finished before the others
         console.print(waiting_line(shard, report.extra["waiting_for_shards"], "the last one writes the masks"))
         return
@@ -121,6 +122,7 @@ def decode_sweep(
     view: DecodeViewOpt = None,
     top: Annotated[int, typer.Option(help="Rows of the table to print (best first).")] = 20,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
+    allow_partial: AllowPartialOpt = False,
     unseal: UnsealOpt = None,
     threads: ThreadsOpt = 1,
     workers: WorkersOpt = None,
@@ -139,7 +141,7 @@ def decode_sweep(
     if top < 1:
         raise ProbeError(None, f"--top {top} must be at least 1", "use e.g. --top 20")
     with bar("images", quiet) as progress:
-        report = run("decode-sweep", store, panel=panel, grid=grid, metric=metric, settings_out=settings_out, view=str(view or 480), unseal=unseal,
+        report = run("decode-sweep", store, panel=panel, grid=grid, metric=metric, settings_out=settings_out, view=str(view or 480), allow_partial=allow_partial, unseal=unseal,
                      cache_dir=cache, on_start=ticker(progress, "sweep"), threads=threads, workers=workers, dask_address=dask_address,
                      backend=backend, device=device, shard=shard).report
     if report.waiting:

@@ -70,11 +70,12 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, **
     if source is not None:
         inputs[first] = [Path(s) for s in source] if first == "stores" and isinstance(source, (list, tuple)) else \
             [Path(source)] if first == "stores" else Path(source) if isinstance(source, (str, Path)) else source
+    allow_partial = bool(inputs.pop("allow_partial", False))
     recorded = {k: _absolute(v) for k, v in inputs.items() if not callable(v) and k not in ("quiet", "json_path")}
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
         from .coverage import panel_coverage
 
-        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"))  # before any label is read
+        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), allow_partial)  # before any label read
     context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded)
     with records.opened(context):
         report = protocol.execute(settings, placement, **inputs)

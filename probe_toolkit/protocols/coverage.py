@@ -6,7 +6,9 @@ any work. The check lists the panel's image folder only (no annotation is opened
 images are held when their ids in the store (``commands.panel_stores.wanted_ids``: the
 sub-folder prefix when the store was extracted from a folder above the panel's) or, for a store
 extracted elsewhere, their file names are finished images of the store. The coverage found goes
-into the run's record beside its scores.
+into the run's record beside its scores. A store holding only part of the panel is refused too,
+unless the caller allows it (``allow_partial``, ``--allow-partial``): the scores would then
+describe a subset the user did not choose, and the record says which share it was.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 from ..infra.errors import ProbeError
 
 
-def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None) -> dict[str, Any]:
+def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False) -> dict[str, Any]:
     """``{"panel", "panel_images", "held"}`` for a store and a registered panel, or a ProbeError
-    when the store holds none of the panel's images."""
+    when the store holds none of the panel's images (or only some, unless ``allow_partial``)."""
     from ..commands.panel_stores import panel_ids, wanted_ids
     from ..labels.panels import get_panel
     from ..store import cache
@@ -35,9 +37,11 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
     if not held:  # a store extracted from another folder: matched by file name, as the label read matches
         names = {Path(i).name for i in held_ids}
         held = sum(Path(i).name in names for i in ids)
+    extract = f"probe extract {cache.manifest(ds).get('checkpoint', {}).get('path', 'CKPT')} --images {found.images}"
     if ids and not held:
-        meta = cache.manifest(ds)
         raise ProbeError(store, f"holds none of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe no image",
-                         f"extract them first: probe extract {meta.get('checkpoint', {}).get('path', 'CKPT')} --images {found.images}, "
-                         "and pass that store")
+                         f"extract them first: {extract}, and pass that store")
+    if ids and held < len(ids) and not allow_partial:
+        raise ProbeError(store, f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
+                         f"extract the panel's images ({extract}) or pass --allow-partial to score the {held} held")
     return {"panel": panel, "panel_images": len(ids), "held": held}
