@@ -117,6 +117,7 @@ class StoreKeys:
     grids: np.ndarray | None = None  # (image, 2) rows, cols of an own-size view; None for the square views
     patch: int = 0  # the own-size view's patch size in pixels
     data: StoreData | None = None  # the opened store, for the runner inputs read beside the keys
+    keys_kind: str = "plain"  # plain: keys_<view>; rope: DINOv3's keys_rope_<view> (store.views.keys_array)
 
     def store_array(self, name: str) -> StoreArray:
         """Another array of the store at the keys' images, as a runner input (a cluster worker reads it by name)."""
@@ -171,10 +172,14 @@ def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndar
     return np.stack([rows, cols], axis=1), patch
 
 
-def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
+def open_keys(store: str | Path, size: int | str = 480, keys: str = "plain") -> StoreKeys:
+    """The store's keys of one view: before RoPE (``plain``) or, on a DINOv3 store, after it (``rope``)."""
     view = check_view(size)
-    ds = cache.open_store(store, arrays=f"keys_{view}", plain=True)
-    keys = cache.require(ds, f"keys_{view}")
+    ds = cache.open_store(store, arrays=f"keys_{view}", plain=True)  # one view: the same done flags for either kind
+    name = _key_array(store, cache.manifest(ds), view, keys)
+    if name not in ds and f"keys_{view}" in ds:
+        raise ProbeError(store, f"was extracted before keys after RoPE were stored (it has no {name})", "extract into a new store, or pass --keys plain")
+    keys_array = cache.require(ds, name)
     meta = cache.manifest(ds)
     if ds.sizes.get("image", 0) == 0:
         raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")
@@ -186,13 +191,23 @@ def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
         image_ids=[str(v) for v in ds["image"].values],
         heights=heights,
         widths=widths,
-        keys=keys,
+        keys=keys_array,
         checkpoint=(meta.get("checkpoint") or {}).get("sha256"),
         view=view,
         grids=grids,
         patch=patch,
         data=ds,
+        keys_kind=keys,
     )
+
+
+def _key_array(store: str | Path, meta: dict[str, Any], view: str, keys: str) -> str:
+    from ..store.views import keys_array
+
+    try:
+        return keys_array(meta.get("arch") or {}, view, keys)
+    except ValueError as error:
+        raise ProbeError(store, str(error), "use --keys plain") from None
 
 
 def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
@@ -386,6 +401,7 @@ def run_decode(
     backend: str = "scipy",
     device: str = "cpu",
     shard: str | None = None,
+    keys: str = "plain",
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
@@ -403,7 +419,7 @@ def run_decode(
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_view(size)
-    src = open_keys(store, size)
+    src = open_keys(store, size, keys)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
@@ -428,7 +444,7 @@ def run_decode(
         src.store,
         "decoder",
         decoder_dataset(decoded, src.image_ids),
-        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view,
+        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view, "keys": src.keys_kind,
          "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids),
          "backend": backend},
     )
@@ -448,7 +464,7 @@ def run_decode(
     write_json(masks_file, results)
     write_json(_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
-                                        "unit": unit, "masks_sha256": _file_sha256(masks_file)})
+                                        "keys": src.keys_kind, "unit": unit, "masks_sha256": _file_sha256(masks_file)})
     if refine and labels is not None and labels.panel.kind != "saliency":
         raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
     if labels is not None and labels.panel.kind == "saliency":
@@ -665,6 +681,7 @@ def run_sweep(
     device: str = "cpu",
     size: int | str = 480,
     shard: str | None = None,
+    keys: str = "plain",
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting.
     ``shard`` i/n (or torchrun): this process decodes its share of the images under every
@@ -681,7 +698,7 @@ def run_sweep(
     if get_panel(panel, cache_dir).kind == "saliency":
         raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
     check_view(size)
-    src = open_keys(store, size)
+    src = open_keys(store, size, keys)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
     for s in settings_list:
@@ -730,6 +747,6 @@ def run_sweep(
         coords={"setting": np.arange(len(table))},
     )
     records.save(src.store, f"sweep_{labels.panel.name}", sweep,
-                       {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest,
+                       {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest, "keys": src.keys_kind,
                         "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)})
     return SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id, settings_file=settings_file)

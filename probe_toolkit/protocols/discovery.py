@@ -40,6 +40,7 @@ class DecodeSettings(Settings):
     view: str = "480"
     refine: str | None = None  # bilateral: TokenCut's bilateral solver before saliency scores
     settings_file: str | None = None
+    keys: str = "plain"  # DINOv3: plain (before RoPE, measured better for cuts) or rope (after RoPE, as its attention uses them); store.views.KEY_KINDS
 
     def check(self) -> None:
         if self.preset is not None:
@@ -53,6 +54,7 @@ class DecodeSettings(Settings):
         if self.color_lambda is not None:
             at_least("color_lambda", self.color_lambda, 0.0)
         key_view(self)
+        one_of("keys", self.keys, views.KEY_KINDS)
         if self.refine is not None:
             one_of("refine", self.refine, ("bilateral",))
 
@@ -71,7 +73,8 @@ def decode(settings: DecodeSettings, placement, *, store, panel=None, unseal=Non
     size = int(settings.view) if settings.view == "480" else settings.view
     report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache_dir,
                         on_start=on_start, threads=placement.threads, refine=settings.refine, workers=placement.workers,
-                        dask_address=placement.dask_address, backend=placement.backend, device=placement.device, shard=placement.shard)
+                        dask_address=placement.dask_address, backend=placement.backend, device=placement.device, shard=placement.shard,
+                        keys=settings.keys)
     report.extra.setdefault("settings_source", source)
     return report
 
@@ -84,7 +87,7 @@ def stream(settings: DecodeSettings, placement, *, checkpoint, images, batch_siz
     size = int(settings.view) if settings.view == "480" else settings.view
     report = run_stream(checkpoint, images, chosen, size=size, shard=placement.shard, batch_size=batch_size, chunk=chunk, workers=placement.workers,
                         dask_address=placement.dask_address, backend=placement.backend, device=placement.device, cache_dir=cache_dir,
-                        settings_source=source, on_start=on_start)
+                        settings_source=source, on_start=on_start, keys=settings.keys)
     report.chosen = chosen
     return report
 
@@ -106,9 +109,11 @@ class SweepSettings(Settings):
     metric: str = "segm_AP"
     view: str = "480"
     settings_out: str | None = None
+    keys: str = "plain"
 
     def check(self) -> None:
         key_view(self)
+        one_of("keys", self.keys, views.KEY_KINDS)
 
 
 def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cache_dir=None, on_start=None, **_):
@@ -117,7 +122,7 @@ def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cach
     size = int(settings.view) if settings.view == "480" else settings.view
     return run_sweep(store, panel, grid=settings.grid, metric=settings.metric, settings_out=settings.settings_out, unseal=unseal, cache_dir=cache_dir,
                      on_start=on_start, threads=placement.threads, workers=placement.workers, dask_address=placement.dask_address,
-                     backend=placement.backend, device=placement.device, size=size, shard=placement.shard)
+                     backend=placement.backend, device=placement.device, size=size, shard=placement.shard, keys=settings.keys)
 
 
 register(Protocol(
@@ -128,7 +133,9 @@ register(Protocol(
     results=("decoder", "scores_<panel>", "saliency_<panel>"),
     references=REFERENCES,
     differences="Every preset reproduces its repository's masks on the same keys; eigenvectors are computed by scipy's eigsh (or torch's eigh) and certified, "
-                "and an image whose eigengap is too small is flagged degenerate rather than decided by solver noise.",
+                "and an image whose eigengap is too small is flagged degenerate rather than decided by solver noise. "
+                "DINOv3 (no published object discovery; facebookresearch/dinov3#213 asks for TokenCut): its keys before RoPE by default "
+                "(keys: plain), measured better for cuts than those after RoPE (keys: rope; benchmarks/dinov3_keys.py, docs/checkpoints.md).",
     execute=decode,
 ))
 register(Protocol(
