@@ -96,7 +96,24 @@ def attention_masks(report: Any, panel: str | None) -> list[Any]:
         table.add_column("per object (dino #54)", justify="right")
         table.add_row("Jaccard (%)", *[f"{100 * v:.1f}" for v in report.jaccard_mean], f"{100 * report.best_mean:.1f}", f"{100 * report.per_object_mean:.1f}")
         lines.append(table)
+    if report.looks is not None:
+        lines.append(looks_table(report.looks))
     return lines
+
+
+LOOKS_COLUMNS = (("on_class", "on the class token"), ("on_storage", "on the storage tokens"), ("on_patches", "on the patches"),
+                 ("mask_share", "its mask (share of the patches)"))
+
+
+def looks_table(looks: dict[str, list]) -> Any:
+    """Where the class token and each storage (register) token look, mean over images and heads (%)."""
+    table = Table(title="where the prefix tokens look: attention share, mean over images and heads (%)")
+    table.add_column("token")
+    for _, text in LOOKS_COLUMNS:
+        table.add_column(text, justify="right")
+    for i, token in enumerate(looks["token"]):
+        table.add_row(token, *[f"{100 * looks[key][i]:.1f}" for key, _ in LOOKS_COLUMNS])
+    return table
 
 
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
