@@ -137,6 +137,10 @@ class Frames:
             return propagation.first_labels(annotation, rows, cols)
         return v3_first_labels(annotation, rows, cols)
 
+    def window(self, rows: int, cols: int, radius: int) -> torch.Tensor | None:
+        """The notebook's circle; None for DINO's square, which ``propagation.propagate`` builds itself."""
+        return circle_window(rows, cols, radius) if self.shape == "circle" and radius > 0 else None
+
     def labels(self, soft: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
         if self.preset == "dino":
             from . import propagation

@@ -235,7 +235,7 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
             first = rule.first(first_annotation, rows, cols)
             files = {f"{frames[0].stem}.png": indexed_png(first_annotation, palette)}
             labels = [first_annotation]
-            near = tracking.circle_window(rows, cols, job.settings.radius) if rule.shape == "circle" else None
+            near = rule.window(rows, cols, job.settings.radius)
             stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device), rule=rule), first, rows, cols, job.patch,
                                            (width, height), n_last=job.settings.n_last, radius=job.settings.radius, topk=job.settings.topk,
                                            temperature=job.settings.temperature, near=near, labels=rule.labels)
