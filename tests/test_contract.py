@@ -45,6 +45,10 @@ BAD = [
     ("attention-masks", {"row": "first"}, "row"),
     ("propagate", {"topk": 0}, "topk"),
     ("propagate", {"n_last_frames": 0}, "n_last_frames"),
+    ("propagate", {"preset": "dinov2"}, "preset"),
+    ("propagate", {"temperature": 0.0}, "temperature"),
+    ("decode", {"keys": "after"}, "keys"),
+    ("decode-sweep", {"keys": "auto"}, "keys"),
 ]
 
 
