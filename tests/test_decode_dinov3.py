@@ -48,7 +48,7 @@ def test_decode_reads_the_keys_asked_for_and_records_which(dinov3_store, tmp_pat
     runs = {}
     for keys, source in (("plain", plain), ("rope", rotated)):
         run = probe.run("decode", store, preset="tokencut", keys=keys, workers=1, out=tmp_path / f"{keys}.json")
-        assert run.records[0].meta["settings"]["keys"] == keys
+        assert run.records[0].meta["settings"]["keys"] == keys and run.report.extra["keys"] == keys
         got = _masks(store, keys)
         compared = 0
         for i in range(n):
@@ -71,6 +71,8 @@ def test_keys_after_rope_are_refused_where_there_are_none(dinov3_store, photos, 
                    store=tmp_path / "dino.zarr", quiet=True).store
     code, printed = probe_main(["decode", str(dino), "--keys", "rope", "--workers", "1", "-q"], capsys)
     assert code == 2 and "position table, not RoPE" in printed.err and len(printed.err.strip().splitlines()) == 1
+    code, printed = probe_main(["decode", str(store), "--keys", "rope", "--workers", "1", "-q", "--out", str(tmp_path / "r.json")], capsys)
+    assert code == 0 and "keys after RoPE" in printed.out.replace("\n", " ")
     code, printed = probe_main(["decode", str(store), "--keys", "after", "--workers", "1", "-q"], capsys)
     assert code == 2 and "--keys" in printed.err and len(printed.err.strip().splitlines()) == 1
     # a DINOv3 store extracted before keys after RoPE were stored

@@ -183,7 +183,7 @@ def run_decode(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
         dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=masks_file,
-        extra=view_check(settings.preset, src.view, src.manifest, panel_kind(panel, cache_dir)),
+        extra={**view_check(settings.preset, src.view, src.manifest, panel_kind(panel, cache_dir)), "keys": src.keys_kind},
     )
     coco_ids = None
     labels: LabelRead | None = None

@@ -41,7 +41,8 @@ def scores(title: str, scores: Any) -> list[Any]:
 def decode_summary(report: Any, source: str) -> str:
     s = report.settings
     return (f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
-            f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
+            f"≤ {s.masks} masks; {source}{'; keys after RoPE' if report.extra.get('keys') == 'rope' else ''}) in {report.seconds:.1f} s; "
+            f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
 def sweep(report: Any, panel: str, metric: str, top: int) -> list[Any]:
