@@ -41,8 +41,7 @@ def execute(settings: PropagateSettings, placement, *, checkpoint, davis, out, n
     run = Run(s.n_last_frames, s.size_mask_neighborhood, s.topk, s.subset, s.preset, TEMPERATURE[s.preset] if s.temperature is None else s.temperature,
               SHORT_SIDE[s.preset] if s.short_side is None else s.short_side)
     return run_propagate(checkpoint, davis, out, settings=run, network=network,
-                         sequences=sequences, score=score, store=store, device=placement.device, cache_dir=cache_dir, json_path=json_path,
-                         on_frame=on_frame, workers=placement.workers, dask_address=placement.dask_address, shard=placement.shard)
+                         sequences=sequences, score=score, store=store, cache_dir=cache_dir, json_path=json_path, on_frame=on_frame, placement=placement)
 
 
 PROTOCOL = register(Protocol(
