@@ -22,7 +22,7 @@ from PIL import Image
 
 from probe_toolkit.demo.samples import TINY_DINOV3, write_checkpoint
 from probe_toolkit.demo.video import write_davis
-from probe_toolkit.protocols.propagate import PropagateSettings
+from probe_toolkit.protocols import registry
 from probe_toolkit.results import records
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
@@ -86,7 +86,7 @@ def notebook_tracking(model, frames, first_mask, short_side, size=12, topk=5, te
 
 
 def test_the_preset_fills_the_notebooks_values():
-    s = PropagateSettings.build(preset="dinov3-tracking")
+    s = registry.get("propagate").make_settings(preset="dinov3-tracking")  # through the registry: importing the module first would reorder it
     assert (s.n_last_frames, s.size_mask_neighborhood, s.topk) == (7, 12, 5)
     from probe_toolkit.analyses import tracking
 
