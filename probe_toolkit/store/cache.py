@@ -43,7 +43,7 @@ import zarr
 
 from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
-from . import grids
+from . import grids, integrity
 from .views import NAMES as VIEW_ORDER
 from .codec import encode_without_gil
 
@@ -114,6 +114,7 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     path = Path(path)
     if not (path / "zarr.json").is_file():
         raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
+    integrity.install()  # a chunk that does not decode is one line (store/integrity.py)
     group = zarr.open_group(path, mode="r", use_consolidated=False)
     if "manifest" not in group.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
@@ -178,6 +179,8 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
         flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
+    if ds.attrs.get("store"):  # every chunk of a finished image is there before it is read (store/integrity.py)
+        integrity.check_present(ds.attrs["store"], [name])
     array = ds[name]
     array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
@@ -388,9 +391,10 @@ def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
 def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.ndarray, np.ndarray], chunk: int, dtype: np.dtype) -> None:
     n = int(group["done"].shape[0])
     for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True)
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True,
+                           compressors=integrity.compressors())
     _write_grid(group, view, grid[0], grid[1])
-    compressors = [zarr.codecs.ZstdCodec(level=1)]
+    compressors = integrity.compressors()  # zstd, then a crc32c checksum of each chunk
     for name, (dims, shape) in arrays.items():
         group.create_array(
             name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
@@ -402,7 +406,8 @@ def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray
     """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image)."""
     n = int(group["done"].shape[0])
     for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
-        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True)
+        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True,
+                                   compressors=integrity.compressors())
         if n:
             array[:] = np.asarray(values, dtype=np.int32)
 
@@ -415,7 +420,8 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
         chunk = int(manifest["chunk"])
         n = int(group["done"].shape[0])
         for flag in ("done", "failed"):
-            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True)
+            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True,
+                               compressors=integrity.compressors())
             if n:
                 group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
         plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
@@ -434,13 +440,14 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
         shutil.rmtree(tmp)
     n, chunk, dtype = len(image_ids), int(manifest["chunk"]), np.dtype(manifest["dtype"])
     group = zarr.open_group(tmp, mode="w", zarr_format=3)
-    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"])
+    checked = integrity.compressors()  # every array: zstd, then a crc32c checksum of each chunk
+    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"], compressors=checked)
     if n:
         image[:] = np.asarray(image_ids, dtype=object)
     for name, kind in (("done", bool), ("failed", bool)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False)
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False, compressors=checked)
     for name in ("image_height", "image_width"):
-        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0)
+        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, compressors=checked)
     for view, grid in view_grids.items():
         _add_view(group, view, {k: v for k, v in arrays.items() if grids.view_of(k) == view}, grid, chunk, dtype)
     group.attrs["manifest"] = manifest
@@ -589,6 +596,7 @@ def describe_store(path: str | Path) -> list[tuple[str, str]]:
     n = len(done)
     rows = [
         ("images", f"{int(done.sum())}/{n} done ({100.0 * done.sum() / max(n, 1):.1f} %), {int(failed.sum())} failed"),
+        ("chunks", integrity.chunk_summary(path)),  # a stat per chunk: a finished image's missing chunk shows here
         ("checkpoint", f"{meta['checkpoint']['path']} ({meta['checkpoint']['format']}, sha256 {meta['checkpoint']['sha256'][:12]})"),
         ("network", str(meta["network"]) + (" (converted)" if meta["checkpoint"].get("converted") else "")),
         ("arch", ", ".join(f"{k}={v}" for k, v in meta["arch"].items())),

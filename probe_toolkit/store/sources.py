@@ -1,0 +1,78 @@
+"""Where a store's photographs are, as an absolute folder, and what their bytes were.
+
+``probe extract`` records ``image_source`` absolute. Stores written before recorded it as typed,
+relative to whatever folder the command ran in; such a path is resolved against the store's own
+location (the store's folder and each folder above it, nearest first), taking the first folder
+that holds every image of the store, never against the current directory, and refused in one
+line when none does. ``digests`` hashes the photographs a command is about to hand to workers, so
+each worker proves it read the same bytes (``check``) instead of whatever its machine holds at that path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..infra.errors import IntegrityError, ProbeError, worker_name
+
+
+def _holds(folder: Path, ids: list[str]) -> bool:
+    return folder.is_dir() and all((folder / i).is_file() for i in ids)
+
+
+def _ids(store: str | Path) -> list[str]:
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    return [str(v) for v in group["image"][:]] if "image" in group else []
+
+
+def image_folder(store: str | Path, meta: dict[str, Any], ids: list[str] | None = None) -> Path:
+    """The store's photographs' folder, absolute; one line when it cannot be found."""
+    source = meta.get("image_source")
+    if not source:
+        raise ProbeError(store, "does not say where its photographs are (no image_source)", "extract it from an image folder")
+    path = Path(str(source))
+    if path.is_absolute():
+        if not path.is_dir():
+            raise ProbeError(store, f"was extracted from {path}, which is gone", f"restore the photographs at {path}")
+        return path
+    ids = _ids(store) if ids is None else ids
+    for above in [Path(store).resolve(), *Path(store).resolve().parents]:
+        if _holds(above / path, ids):
+            return above / path
+    raise ProbeError(store, f"records its photographs' folder as {source!r}, relative to wherever it was extracted, and no folder of that "
+                            "name beside the store or above it holds its images",
+                     f"record the folder: rerun its `probe extract` with --images /absolute/path/to/{path.name} --store {store}")
+
+
+def image_folder_or_none(store: str | Path, meta: dict[str, Any]) -> Path | None:
+    try:
+        return image_folder(store, meta)
+    except Exception:
+        return None
+
+
+def file_digest(path: str | Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def digests(folder: Path, names: Iterable[str]) -> dict[str, str]:
+    """sha256 of each photograph (by its id), read once here."""
+    return {str(n): file_digest(folder / str(n)) for n in names}
+
+
+def read_checked(path: str | Path, sha256: str) -> bytes:
+    """A file's bytes on a worker, checked against the digest the client took: another file at
+    that path (another machine's folder, a changed photograph) is one line, never another number."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise IntegrityError(worker_name(), f"cannot read {path} ({type(error).__name__})",
+                             "give every worker the folder at the path the command was given (absolute)") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise IntegrityError(worker_name(), f"reads other bytes at {path} than the command hashed (sha256 {sha256[:12]})",
+                             "give every worker the same folder at that path, and leave it alone while the run lasts")
+    return data
