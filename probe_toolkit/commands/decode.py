@@ -218,21 +218,21 @@ def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: C
     return as_decoded(arrays, settings)
 
 
-def colour_task(src: StoreKeys, settings: Settings) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
+def colour_task(src: StoreKeys, settings: Settings, photos: tuple) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
     """DSM with its colour term as a runner task (``commands.decode_colour``): the block function
-    and its arrays; each block reads its images' photographs from the store's ``image_source``."""
+    and its arrays; each block reads its images' photographs from ``photos`` (``decode_colour.photographs``:
+    the store's ``image_source``, absolute, and each photograph's sha256, checked by whoever reads it)."""
     from .decode_colour import colour_block
 
-    source = src.manifest.get("image_source")
-    if not source or not Path(source).is_dir():
-        raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
-    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD)
+    source, digests = photos
+    fn = partial(colour_block, settings=settings, source=source, patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD, photos=digests)
     return fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}
 
 
-def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where(),
+                       photos: tuple) -> Decoded:
     """DSM with its colour term, through the runner, every image of the store."""
-    fn, arrays = colour_task(src, settings)
+    fn, arrays = colour_task(src, settings, photos)
     arrays = map_images(fn, arrays, where=where, progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
 
@@ -407,16 +407,20 @@ def run_decode(
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
-    with placed(workers, dask_address) as where:
+    from contextlib import nullcontext
+
+    from .decode_colour import photographs
+
+    with placed(workers, dask_address) as where, (photographs(src) if settings.color_lambda else nullcontext()) as photos:
         if shard is None and "WORLD_SIZE" not in os.environ:
             if settings.color_lambda:
-                decoded = decode_with_colour(src, settings, tick, where=where)
+                decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
                 encoded.add(decoded)
             else:
                 decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
                                                      grids=src.grid_arrays(), each=encoded))
         else:
-            task = colour_task(src, settings) if settings.color_lambda else None
+            task = colour_task(src, settings, photos) if settings.color_lambda else None
             decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
             if decoded is None:
                 return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,

@@ -544,10 +544,13 @@ def extract(
             writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
-        if repair and existed:  # once the store's settings were found to agree (create_store)
+        if existed:  # once the store's settings were found to agree (create_store)
             from .integrity import repair as mark_damaged
+            from .sources import record_absolute
 
-            mark_damaged(path, list(views))
+            record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
+            if repair:
+                mark_damaged(path, list(views))
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 

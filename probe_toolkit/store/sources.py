@@ -42,9 +42,12 @@ def image_folder(store: str | Path, meta: dict[str, Any], ids: list[str] | None 
     for above in [Path(store).resolve(), *Path(store).resolve().parents]:
         if _holds(above / path, ids):
             return above / path
+    from .integrity import extract_arguments
+
+    again = " ".join(extract_arguments(meta, [str(v) for v in meta.get("views", [])], f"/absolute/path/to/{path.name}"))
     raise ProbeError(store, f"records its photographs' folder as {source!r}, relative to wherever it was extracted, and no folder of that "
                             "name beside the store or above it holds its images",
-                     f"record the folder: rerun its `probe extract` with --images /absolute/path/to/{path.name} --store {store}")
+                     f"record the folder (nothing is extracted again): probe extract {again} --store {store}")
 
 
 def image_folder_or_none(store: str | Path, meta: dict[str, Any]) -> Path | None:
@@ -76,3 +79,21 @@ def read_checked(path: str | Path, sha256: str) -> bytes:
         raise IntegrityError(worker_name(), f"reads other bytes at {path} than the command hashed (sha256 {sha256[:12]})",
                              "give every worker the same folder at that path, and leave it alone while the run lasts")
     return data
+
+
+def record_absolute(store: str | Path, source: str | Path) -> bool:
+    """A store written before sources were recorded absolute, extracted again from ``source`` (its
+    image list agreed, ``cache.create_store``): its manifest now names that folder, absolute.
+    True when it changed."""
+    import zarr
+
+    from .cache import consolidate
+
+    group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
+    meta = dict(group.attrs.get("manifest", {}))
+    if Path(str(meta.get("image_source") or "")).is_absolute():
+        return False
+    meta["image_source"] = str(Path(source).resolve())
+    group.attrs["manifest"] = meta
+    consolidate(store)
+    return True
