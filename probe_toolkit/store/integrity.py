@@ -185,41 +185,48 @@ def _chunk_keys(array: zarr.Array, chunk: int) -> list[str]:
     return [array.metadata.encode_chunk_key((chunk, *more)) for more in itertools.product(*rest)]
 
 
-def required_chunks(group: zarr.Group, name: str, positions: np.ndarray | None = None) -> list[int]:
-    """Image chunks of array ``name`` that must exist: those holding a finished image (of ``positions`` only, if given)."""
+def required_chunks(group: zarr.Group, name: str, positions: np.ndarray | None = None, memo: dict | None = None) -> list[int]:
+    """Image chunks of array ``name`` that must exist: those holding a finished image, judged by
+    the store's flags; with ``positions``, those holding these images, which the caller has proven
+    finished (a worker, ``chunked.proven_read``: no flag is read again for each block)."""
     array = group[name]
     n = int(array.shape[0]) if array.shape else 0
     if n == 0 or kind(name) == "flag":
         return []
     if kind(name) == "whole":
         return list(range(array.cdata_shape[0]))
-    finished = _finished(group, None if kind(name) == "sizes" else _view(name))
     if positions is not None:
-        keep = np.zeros(n, dtype=bool)
-        keep[np.asarray(positions, dtype=np.int64)] = True
-        finished = finished & keep
+        return sorted({int(i) // int(array.chunks[0]) for i in np.asarray(positions, dtype=np.int64)})
+    view = None if kind(name) == "sizes" else _view(name)
+    memo = {} if memo is None else memo  # one read of a view's flags for all its arrays
+    if view not in memo:
+        memo[view] = _finished(group, view)
+    finished = memo[view]
     return sorted({int(i) // int(array.chunks[0]) for i in np.flatnonzero(finished)})
 
 
-def missing_chunks(store: str | Path, group: zarr.Group, name: str, positions: np.ndarray | None = None) -> list[int]:
+def missing_chunks(store: str | Path, group: zarr.Group, name: str, positions: np.ndarray | None = None, memo: dict | None = None) -> list[int]:
     """Image chunks of ``name`` that hold a finished image and whose file is not there."""
     array = group[name]
     folder = Path(store) / name
-    return [c for c in required_chunks(group, name, positions) if not all((folder / key).is_file() for key in _chunk_keys(array, c))]
+    return [c for c in required_chunks(group, name, positions, memo) if not all((folder / key).is_file() for key in _chunk_keys(array, c))]
 
 
 def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray | None = None, group: zarr.Group | None = None) -> None:
     """Before a read: every chunk of ``names`` holding a finished image is there (a stat per
     chunk), else ``DamagedChunk`` for the first one missing."""
     store = str(store)
-    group = group if group is not None else zarr.open_group(store, mode="r", use_consolidated=False)
+    if group is None:
+        if not (Path(store) / "zarr.json").is_file():
+            return  # not a store on this machine's disk: its reader says so
+        group = zarr.open_group(store, mode="r", use_consolidated=False)
     for name in names:
         if name not in group or name == "image":
             continue
         gone = missing_chunks(store, group, name, positions)
         if gone:
             raise DamagedChunk(store, name, gone[0], "is missing, though it holds finished images" + (f" ({len(gone)} such chunks)" if len(gone) > 1 else ""))
-    if "image" in group and missing_chunks(store, group, "image"):
+    if "image" in group and missing_chunks(store, group, "image", None):
         raise DamagedChunk(store, "image", 0, "is missing")
 
 
@@ -320,13 +327,13 @@ def verify(store: str | Path, views: list[str] | None = None) -> Verified:
     if not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store (no zarr.json)", "run `probe extract` first")
     group = zarr.open_group(store, mode="r", use_consolidated=False)
-    damaged, read, checksummed = [], 0, True
+    damaged, read, checksummed, memo = [], 0, True, {}
     for name in _names(group):
         if views is not None and kind(name) in ("data",) and _view(name) not in views:
             continue
         array = group[name]
         checksummed &= has_checksums(array)
-        gone = set(missing_chunks(store, group, name))
+        gone = set(missing_chunks(store, group, name, None, memo))
         damaged += [(name, c, "is missing, though it holds finished images") for c in sorted(gone)]
         if not array.shape or array.shape[0] == 0:
             continue
@@ -388,9 +395,10 @@ def _clear(store: str, group: zarr.Group, name: str, lo: int, hi: int) -> None:
 def chunk_summary(store: str | Path) -> str:
     """``probe info``'s row: chunk files of finished images present or missing (stat only, no read)."""
     group = zarr.open_group(str(store), mode="r", use_consolidated=False)
-    gone = [(n, c, "is missing, though it holds finished images") for n in _names(group) for c in missing_chunks(store, group, n)]
+    memo: dict = {}
+    gone = [(n, c, "is missing, though it holds finished images") for n in _names(group) for c in missing_chunks(store, group, n, None, memo)]
     sums = all(has_checksums(group[n]) for n in _names(group))
     tail = "crc32c checksums" if sums else "no checksums (written before they were added)"
     if not gone:
         return f"every chunk of a finished image present; {tail}; `probe info --verify` reads them all"
-    return "{1}; {2}".format(*describe(store, gone)) + " (MISSING)"
+    return "MISSING: {1}; {2}".format(*describe(store, gone))
