@@ -95,6 +95,7 @@ DAMAGE = [  # (command, array, how, what the line says); chunk 1 holds c.png and
     ("attention-masks", "attention_224", "flip", "fails its checksum"),  # read through xarray
     ("info", "keys_480", "truncate", "fails its checksum"),
     ("decode", "image_height", "flip", "fails its checksum"),  # the shared sizes: every view is extracted again
+    ("entropy", "image_width", "delete", "is missing"),  # checked by every command that opens the store
 ]
 
 ARGS = {"neighbours": ["--boot", "100", "-q"], "entropy": ["--boot", "100", "-q"], "decode": ["-q"], "attention-masks": ["-q"], "info": []}

@@ -212,6 +212,11 @@ def missing_chunks(store: str | Path, group: zarr.Group, name: str, positions: n
     return [c for c in required_chunks(group, name, positions, memo) if not all((folder / key).is_file() for key in _chunk_keys(array, c))]
 
 
+def shared_arrays(group: zarr.Group) -> list[str]:
+    """The arrays every reader reads beside its own: the image list, the grids, the sizes."""
+    return [name for name in _names(group) if kind(name) in ("whole", "sizes")]
+
+
 def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray | None = None, group: zarr.Group | None = None) -> None:
     """Before a read: every chunk of ``names`` holding a finished image is there (a stat per
     chunk), else ``DamagedChunk`` for the first one missing."""
