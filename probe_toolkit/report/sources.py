@@ -109,10 +109,12 @@ class Picture:
 
 
 def image_file(store: StoreView, image_id: str) -> Path | None:
-    source = store.manifest.get("image_source")
-    if not source:
+    from ..store.sources import image_folder_or_none
+
+    source = image_folder_or_none(store.path, store.manifest)  # absolute; an older relative one resolved against the store
+    if source is None:
         return None
-    path = Path(source) / image_id
+    path = source / image_id
     return path if path.is_file() else None
 
 
