@@ -273,6 +273,18 @@ def test_photographs_changed_since_extraction_are_refused(t):
     refused(result, 2, ("c.png", "64×64", "112×80", "restore"))
     (folder / "c.png").write_bytes(kept)
     assert probe("decode", store, "--preset", "dsm", "--color-lambda", "1", "-q").code == 0
+    synthetic_scene(folder / "d.png", SCENES["d.png"][0], [], seed=9)  # the same size, other pixels: only the recorded sha256 sees it
+    refused(probe("decode", store, "--preset", "dsm", "--color-lambda", "1", "-q"), 2, ("d.png", "not the photograph the store was extracted from"))
+    damage(_leaf(store / "keys_480" / "c" / "1"), "flip")  # c.png, d.png: --repair would extract d.png from other pixels
+    result = probe("decode", store, "-q")
+    refused(result, 1, ("keys_480", "fails its checksum", "--repair"))
+    before = tree(store)
+    refused(probe(*_fix_command(result.lines[0].replace(str(t.images.resolve()), str(folder.resolve()))), "-q"), 2,
+            ("d.png", "not the photograph the store was extracted from"))
+    assert tree(store) == before  # refused before any change
+    (folder / "d.png").write_bytes((t.images / "d.png").read_bytes())
+    assert probe(*_fix_command(result.lines[0].replace(str(t.images.resolve()), str(folder.resolve()))), "-q").code == 0
+    assert probe("decode", store, "--preset", "dsm", "--color-lambda", "1", "-q").code == 0
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

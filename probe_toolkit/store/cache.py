@@ -209,7 +209,7 @@ def consolidate(store: str | Path) -> None:
 IDENTITY = ("checkpoint", "network", "arch", "interpolation", "dtype", "image_list_sha256", "chunk")
 # per-view facts that must agree before a process may write into an existing view
 VIEW_IDENTITY = ("attention", "resample", "patches")
-FLAGS = ("image", "done", "failed", "image_height", "image_width")
+FLAGS = ("image", "done", "failed", "image_height", "image_width", "image_sha256")  # image_sha256: store/sources.py
 PER_VIEW = ("done_", "failed_", "grid_rows_", "grid_cols_")
 
 

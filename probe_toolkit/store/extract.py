@@ -546,11 +546,11 @@ def extract(
             raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
         if existed:  # once the store's settings were found to agree (create_store)
             from .integrity import repair as mark_damaged
-            from .sources import record_absolute
+            from .sources import check_unchanged, record_absolute
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
-            if repair:
-                mark_damaged(path, list(views))
+            if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change
+                mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 
@@ -608,6 +608,9 @@ def extract(
             if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
                 shutil.rmtree(path, ignore_errors=True)
             raise
+        from .sources import record_digests
+
+        record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
         report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
         return report

@@ -166,8 +166,8 @@ def kind(name: str) -> str:
     """``whole`` (one chunk written at creation), ``flag``, ``sizes`` or ``data``."""
     if name in WHOLE or name.startswith(("grid_rows_", "grid_cols_")):
         return "whole"
-    if name in FLAG_PREFIXES or name.startswith(tuple(f"{p}_" for p in FLAG_PREFIXES)):
-        return "flag"
+    if name in FLAG_PREFIXES or name.startswith(tuple(f"{p}_" for p in FLAG_PREFIXES)) or name == "image_sha256":
+        return "flag"  # written after the images it describes: not required to be there
     if name in SIZES:
         return "sizes"
     return "data"
@@ -354,10 +354,11 @@ def verify(store: str | Path, views: list[str] | None = None) -> Verified:
     return Verified(store, damaged, read, checksummed)
 
 
-def repair(store: str | Path, views: list[str]) -> int:
+def repair(store: str | Path, views: list[str], check=None) -> int:
     """Before ``probe extract --repair``: remove the damaged chunk files of ``views`` (and of the
     shared flags and sizes) and mark the images they cover unfinished in those views, so the
-    extraction writes them again. The number of images marked."""
+    extraction writes them again. ``check(positions)`` runs first, before anything changes (the
+    photographs must be those extracted). The number of images marked."""
     found = verify(store, views)
     if not found.damaged:
         return 0
@@ -365,6 +366,10 @@ def repair(store: str | Path, views: list[str]) -> int:
     if any(kind(a) == "whole" for a, _, _ in found.damaged):
         raise IntegrityError(store, "its image list or grids are damaged, which --repair cannot write again", "extract it again into a new --store")
     group = zarr.open_group(store, mode="r+", use_consolidated=False)
+    if check is not None:
+        n = int(group["image"].shape[0])
+        spans = [(c * int(group[a].chunks[0]), min((c + 1) * int(group[a].chunks[0]), n)) for a, c, _ in found.damaged]
+        check(sorted({i for lo, hi in spans for i in range(lo, hi)}))
     marked: set[int] = set()
     for name, chunk, _ in found.damaged:
         array = group[name]

@@ -97,3 +97,73 @@ def record_absolute(store: str | Path, source: str | Path) -> bool:
     group.attrs["manifest"] = meta
     consolidate(store)
     return True
+
+
+# ----------------------------------------------------------------------------------------------
+# each photograph's sha256, recorded beside the store's arrays
+
+DIGESTS = "image_sha256"  # (image, byte) uint8: the sha256 of each image's file as extracted; zeros: not recorded
+
+
+def record_digests(store: str | Path, folder: str | Path) -> int:
+    """After ``probe extract``: the sha256 of every finished image's file that has none recorded
+    yet (an older store gets them on its next extraction), in ``image_sha256``. Each shard
+    writes its own chunks (an image's row is written by whoever finds it finished and unrecorded:
+    the same bytes either way). The number recorded now."""
+    import fcntl
+
+    import numpy as np
+    import zarr
+
+    from . import integrity
+
+    store, folder = Path(store), Path(folder)
+    with open(store.parent / f".{store.name}.lock", "w") as lock:  # the lock under which the store is created or grown
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
+        n, chunk = int(group["image"].shape[0]), int(group["done"].chunks[0])
+        if DIGESTS not in group:
+            group.create_array(DIGESTS, shape=(n, 32), dtype="uint8", chunks=(chunk, 32), dimension_names=["image", "sha256_byte"],
+                               fill_value=0, compressors=integrity.compressors())
+    array = group[DIGESTS]
+    ids = [str(v) for v in group["image"][:]]
+    finished = np.asarray(group["done"][:], dtype=bool) & ~np.asarray(group["failed"][:], dtype=bool)
+    recorded = 0
+    for c in range(-(-n // chunk)):
+        lo, hi = c * chunk, min((c + 1) * chunk, n)
+        rows = np.asarray(array[lo:hi])
+        todo = [i for i in range(lo, hi) if finished[i] and not rows[i - lo].any() and (folder / ids[i]).is_file()]
+        if not todo:
+            continue
+        for i in todo:
+            rows[i - lo] = np.frombuffer(bytes.fromhex(file_digest(folder / ids[i])), dtype=np.uint8)
+        array[lo:hi] = rows
+        recorded += len(todo)
+    return recorded
+
+
+def recorded_digests(store: str | Path, positions) -> list[str | None]:
+    """The sha256 recorded for the images at ``positions`` (None: not recorded)."""
+    import numpy as np
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    if DIGESTS not in group:
+        return [None] * len(positions)
+    rows = np.asarray(group[DIGESTS].get_orthogonal_selection((np.asarray(positions, dtype=np.int64),)))
+    return [row.tobytes().hex() if row.any() else None for row in rows]
+
+
+def check_unchanged(store: str | Path, folder: str | Path, ids: list[str], positions) -> None:
+    """The files of images ``ids`` (at ``positions`` of the store) in ``folder`` are the bytes the
+    store was extracted from, where it recorded them: else one line naming the first that differs."""
+    folder = Path(folder)
+    for name, want in zip(ids, recorded_digests(store, positions)):
+        if want is None:
+            continue
+        path = folder / name
+        if not path.is_file():
+            raise ProbeError(path, "is gone, but the store was extracted from it", f"restore the photographs at {folder}")
+        if file_digest(path) != want:
+            raise ProbeError(path, f"is not the photograph the store was extracted from (sha256 {want[:12]} recorded)",
+                             "restore the photographs the store was extracted from (or extract a new store from these)")
