@@ -116,6 +116,7 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
     import zarr
 
     from . import integrity
+    from .cache import consolidate
 
     store, folder = Path(store), Path(folder)
     with open(store.parent / f".{store.name}.lock", "w") as lock:  # the lock under which the store is created or grown
@@ -125,6 +126,7 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
         if DIGESTS not in group:
             group.create_array(DIGESTS, shape=(n, 32), dtype="uint8", chunks=(chunk, 32), dimension_names=["image", "sha256_byte"],
                                fill_value=0, compressors=integrity.compressors())
+            consolidate(store)  # plain xarray.open_zarr lists it too
     array = group[DIGESTS]
     ids = [str(v) for v in group["image"][:]]
     finished = np.asarray(group["done"][:], dtype=bool) & ~np.asarray(group["failed"][:], dtype=bool)
