@@ -168,11 +168,11 @@ def test_a_worker_that_finds_a_chunk_missing_says_so(t, monkeypatch):
     worker reads it (another machine's copy of the store): one line, not NaN tokens."""
     from distributed import LocalCluster
 
-    from probe_toolkit.commands import runs
+    from probe_toolkit.infra import cluster as cluster_side
 
     store = _copy(t)
     cluster = LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None)
-    real = runs.connect
+    real = cluster_side.connect
 
     def connect(address):
         client = real(address)
@@ -180,7 +180,7 @@ def test_a_worker_that_finds_a_chunk_missing_says_so(t, monkeypatch):
         return client
 
     try:
-        monkeypatch.setattr(runs, "connect", connect)
+        monkeypatch.setattr(cluster_side, "connect", connect)
         result = probe("neighbours", store, "--boot", "100", "--dask-address", cluster.scheduler_address, "-q")
         refused(result, 1, ("tokens_224", "chunk 1", "is missing"))
     finally:

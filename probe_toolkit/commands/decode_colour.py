@@ -27,7 +27,7 @@ from ..analyses.decoder_settings import Settings
 
 
 if TYPE_CHECKING:
-    from ..infra.runner import Shared
+    from ..infra.shared import Shared
 
 
 def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int, padded: bool = False,
@@ -82,7 +82,7 @@ def photographs(src) -> Iterator[tuple[str, Shared]]:
     directory), each photograph's size checked against the size the store recorded at extraction,
     and their sha256 as a ``runner.Shared`` table, so that every worker proves it reads these bytes."""
     from ..infra.errors import ProbeError
-    from ..infra.runner import shared
+    from ..infra.shared import shared
     from ..results import records
     from ..store.images import header_size
     from ..store.sources import file_digest, image_folder, recorded_digests
