@@ -5,6 +5,7 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     image                (image,)                       str, the coordinate: ids relative to the source
     done, failed         (image,)                       bool: every view done / any view failed
     image_height/width   (image,)                       int32, the original size in pixels
+    image_sha256         (image, sha256_byte)           uint8, each image file's sha256 as extracted (store/sources.py)
     done_<view>, failed_<view>        (image,)          bool, per view; ``done_<view>`` written after its arrays
     grid_rows_<view>, grid_cols_<view> (image,)         int32, each image's patch grid in that view
     tokens_224           (image, patch_224, channel)    last-block tokens, before any final norm
