@@ -6,13 +6,15 @@ surfaces as a codec's exception deep inside zarr's event loop. This module turns
 line that names the store, the array, the chunk, the images it covers and the command that
 re-extracts only those:
 
-- **Checksums.** Arrays a store creates from now on end their codec chain with zarr v3's
-  ``crc32c`` codec (``compressors``): a chunk whose bytes changed fails its checksum on read.
-  Stores written before keep reading (their chunks are checked for presence and decodability only).
+- **Checksums.** A store's arrays end their codec chain with zarr v3's ``crc32c`` codec
+  (``compressors``): a chunk whose bytes changed fails its checksum on read. Stores written
+  before checksums were added keep reading (their chunks are checked for presence and
+  decodability only: a flipped byte inside a zstd frame may still decode).
 - **Presence.** ``extract`` writes every chunk of a data array that holds a finished image
   (``StoreWriter`` writes all-NaN chunks too), so a finished image whose chunk file is absent
   is damage. ``check_present`` stats those files before a command reads an array
-  (``cache.require``) and on every worker before it reads its block (``chunked.proven_read``).
+  (``cache.require``; the image list, grids and sizes in ``cache.open_store``) and on every
+  worker before it reads its block (``cluster.proven_read``).
 - **Decoding.** ``install`` makes ``CheckedPipeline`` zarr's codec pipeline (zarr's own
   extension point, ``codec_pipeline.path``): a chunk that fails to decode raises ``DamagedChunk``,
   whose line is worked out only when it is printed (outside zarr's event loop).
@@ -188,7 +190,7 @@ def _chunk_keys(array: zarr.Array, chunk: int) -> list[str]:
 def required_chunks(group: zarr.Group, name: str, positions: np.ndarray | None = None, memo: dict | None = None) -> list[int]:
     """Image chunks of array ``name`` that must exist: those holding a finished image, judged by
     the store's flags; with ``positions``, those holding these images, which the caller has proven
-    finished (a worker, ``chunked.proven_read``: no flag is read again for each block)."""
+    finished (a worker, ``cluster.proven_read``: no flag is read again for each block)."""
     array = group[name]
     n = int(array.shape[0]) if array.shape else 0
     if n == 0 or kind(name) == "flag":
@@ -291,6 +293,9 @@ def extract_arguments(meta: dict[str, Any], views: list[str], source: str | Path
         args += ["--network", network]
     if info.get("converted"):
         args.append("--convert")
+    arch = meta.get("arch") or {}
+    if arch.get("heads") and arch.get("width") and int(arch["heads"]) != int(arch["width"]) // 64:
+        args += ["--heads", str(arch["heads"])]
     if meta.get("interpolation"):
         args += ["--interp", str(meta["interpolation"])]
     per_view = meta.get("per_view") or {}
