@@ -91,8 +91,17 @@ class Drawing(bytes):
 
     def vector(self, fmt: str) -> bytes:
         out = io.BytesIO()
-        self.figure.savefig(out, format=fmt, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if fmt in ("pdf", "svg") else None)
+        self.figure.savefig(out, format=fmt, dpi=DPI, bbox_inches="tight", metadata=_metadata(fmt))
         return out.getvalue()
+
+
+def _metadata(fmt: str) -> dict | None:
+    """No date (the same figure gives the same bytes); the creator names probe's version."""
+    if fmt not in ("pdf", "svg"):
+        return None
+    from .._version import __version__
+
+    return {"Date": None, "Creator": f"probe {__version__}"}
 
 
 def smallest_text(fig: Figure) -> float:

@@ -18,6 +18,7 @@ from typing import Callable
 
 from ..infra.errors import ProbeError
 from . import figures_maps, figures_training, followed, protocols
+from .caveats import add_caveats, store_caveats
 from .content import Explorer, Note, Report, Section, Table
 from .context import Context
 from .discovery import discovery
@@ -63,6 +64,7 @@ def manifests(ctx: Context) -> Section:
     put("toolkit", [f"{x.get('toolkit_version', '?')} ({str(x.get('git_revision', '?'))[:12]})" for x in m])
     put("extracted", [str(x.get("date", "?")) for x in m])
     put("results", [", ".join(s.results) or "none yet" for s in ctx.stores])
+    put("made up by probe", ["; ".join(store_caveats(s)) or "nothing marked" for s in ctx.stores])
     section.blocks.append(Table(["", *ctx.labels], [[k, *v] for k, v in rows.items()], "What each store was extracted from and with."))
     return section
 
@@ -191,12 +193,13 @@ BUILDERS: tuple[Callable[[Context], Section], ...] = (
 )
 
 
-def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None) -> Report:
+def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None,
+           labels: dict[Path, str] | None = None) -> Report:
     """Open the stores, read their results (the latest records, or run ``run``'s) and the followed
-    image, and build every section."""
+    image, and build every section; ``labels`` titles stores (``--label NAME=STORE``)."""
     if not stores:
         raise ProbeError("probe report", "no store given", "pass one or more stores written by `probe extract`")
-    views = open_stores(stores, run)
+    views = open_stores(stores, run, labels)
     image_id = choose_follow(views, follow)
     ctx = Context(views, image_id, int(patch), None, read_ledgers(views, cache_dir), cache_dir=cache_dir)
     if image_id is not None:
@@ -206,4 +209,14 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
             ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
         ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
-    return Report(title, ctx.labels, image_id, ctx.patch, [build(ctx) for build in BUILDERS])
+    sections = [build(ctx) for build in BUILDERS]
+    add_caveats(sections, views)
+    return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
+
+
+def toolkit_version() -> str:
+    """``probe 0.4.0 (git 1a2b3c4d5e6f)``: the code that wrote a report, as records name theirs."""
+    from .._version import __version__
+    from ..infra.provenance import git_revision
+
+    return f"probe {__version__} (git {git_revision()[:12]})"

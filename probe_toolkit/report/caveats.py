@@ -1,0 +1,65 @@
+"""A caveat beside every section whose numbers or pictures come from random weights or synthetic
+images (``infra.origin``'s markers): a reader who skims to one figure, say a DAVIS J&F of a
+random network on drawn shapes, learns there that it checks the pipeline and measures no method.
+
+A section gets the caveat of each store it shows (its tables, figures and notes name the store's
+label), and the DAVIS section the caveat of the video folder its result read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..infra import origin
+from .content import Figure, Note, Section, Table
+
+MAX_FOLDERS = 64  # image folders looked at per store (ids share few parent folders)
+
+
+def store_caveats(store) -> list[str]:
+    """What of ``store`` probe made up: its checkpoint's random weights, its images' synthetic folders."""
+    found = []
+    checkpoint = store.manifest.get("checkpoint") or {}
+    weights = origin.random_weights(checkpoint.get("path"), checkpoint.get("sha256"))
+    if weights:
+        found.append(f"{store.label} has {weights}")
+    source = store.manifest.get("image_source")
+    if source:
+        folders = list(dict.fromkeys(str(Path(i).parent) for i in store.image_ids))[:MAX_FOLDERS]
+        marks = {f: origin.synthetic(Path(source) / f, stop=source) for f in folders}
+        drawn = sorted({what for what in marks.values() if what})
+        if drawn:
+            whose = f"{store.label}'s images are" if all(marks.values()) else f"some of {store.label}'s images are"
+            found.append(f"{whose} {'; '.join(drawn)}")
+    return found
+
+
+def _text(section: Section) -> str:
+    parts = []
+    for block in section.blocks:
+        if isinstance(block, Table):
+            parts += [block.caption, *block.header, *(c for row in block.rows for c in row)]
+        elif isinstance(block, Figure):
+            parts.append(block.caption)
+        elif isinstance(block, Note) and block.kind != "missing":
+            parts.append(block.text)
+    return "\n".join(parts)
+
+
+def add_caveats(sections: list[Section], stores) -> None:
+    """Put one caveat note first in each present section that shows a store probe made up."""
+    per_store = {s.label: store_caveats(s) for s in stores}
+    for section in sections:
+        if not section.present:
+            continue
+        text = _text(section)
+        lines = [line for label, found in per_store.items() if label in text for line in found]
+        if section.key == "davis":
+            for store in stores:
+                ds = store.result("davis")
+                what = origin.synthetic(ds.attrs.get("davis")) if ds is not None else None
+                if what:
+                    lines.append(f"the video {store.label}'s J&F was measured on is {what}")
+        if lines:
+            section.blocks.insert(0, Note(f"Not a measurement of a method: {'; '.join(dict.fromkeys(lines))}. "
+                                          "These numbers and pictures check the pipeline only.", "caveat"))
