@@ -114,7 +114,7 @@ def test_every_section_appears_once_its_results_exist(full):
     report = full.written.report
     assert all(s.present for s in report.sections), [s.key for s in report.sections if not s.present]
     labels = report.stores
-    assert len(labels) == 3 and labels[2].startswith("checkpoint-")
+    assert labels == ["dino-full (teacher)", "selfpatch-full (teacher)", "checkpoint (teacher)"]  # checkpoint and network, no folder hash
     # stores that lack a result get one line naming them and the command, inside a present section
     entropy = _text(report.section("entropy"))
     assert f"No attention entropy for {labels[2]}: run `probe entropy" in entropy
@@ -280,7 +280,7 @@ def test_missing_image_file_is_drawn_from_tokens(tiny_checkpoints, tmp_path):
     shutil.rmtree(folder)
     written = write_report([store], tmp_path / "r", patch=0, formats="png")
     section = written.report.section("followed")
-    assert section.present and "image file is gone" in _text(section) and "principal components" in _text(section)
+    assert section.present and "image file was not found" in _text(section) and "principal components" in _text(section)
     assert _explorer(written.html.read_text())["picture"].startswith("data:image/png")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..infra import origin
-from .content import Figure, Note, Section, Table
+from .content import Explorer, Figure, Note, Section, Table
 
 MAX_FOLDERS = 64  # image folders looked at per store (ids share few parent folders)
 
@@ -43,6 +43,8 @@ def _text(section: Section) -> str:
             parts.append(block.caption)
         elif isinstance(block, Note) and block.kind != "missing":
             parts.append(block.text)
+        elif isinstance(block, Explorer):
+            parts += [str(s.get("label", "")) for s in block.data.get("stores", [])]
     return "\n".join(parts)
 
 

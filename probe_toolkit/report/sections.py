@@ -181,9 +181,20 @@ def training(ctx: Context) -> Section:
     section.blocks.append(Table(["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"], rows,
                                 "Runs of training/ that wrote the stores' checkpoints."))
     png = figures_training.training_curves({label: run.log for label, run in runs.items()})
-    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl)."))
+    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl). "
+                                     + why_total(runs)))
     _lacking(section, [s for s in ctx.stores if s.label not in runs], "training log beside the checkpoint", HOW["training"])
     return section
+
+
+def why_total(runs: dict) -> str:
+    """Why the total loss lies below the patch loss: L = L_global + λ·L_patch (or λ·L_con), with
+    SelfPatch's λ = 0.1 by default (training/config.py), so the patch term enters at a tenth."""
+    weights = {label: (run.config.get("rule") or {}).get("weight") for label, run in runs.items()}
+    known = {label: w for label, w in weights.items() if isinstance(w, (int, float))}
+    said = ", ".join(f"{label}: λ = {w:g}" for label, w in known.items()) if known else "λ as each run's config sets it, 0.1 by default as in SelfPatch"
+    return ("The total loss is L = L_global + λ·L_patch (λ·L_con for the contrastive rule): the patch term enters weighted by λ "
+            f"({said}), so with λ < 1 the total can lie below the patch loss.")
 
 
 BUILDERS: tuple[Callable[[Context], Section], ...] = (

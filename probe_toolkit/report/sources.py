@@ -183,10 +183,10 @@ def followed_picture(stores: list[StoreView], image_id: str) -> Picture:
         if store.has("tokens_224", image_id):
             tokens = store.image_values("tokens_224", image_id)
             grid = int(round(np.sqrt(tokens.shape[0])))
-            note = (f"The image file is gone (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
+            note = (f"The image file was not found (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
                     f"of {store.label}: their first three principal components as RGB, one colour per patch.")
             return Picture(tokens_picture(tokens, grid), f"tokens of {store.label}", note)
-    return Picture(None, "", f"No picture of {image_id}: its file is gone and no store holds its 224 tokens.")
+    return Picture(None, "", f"No picture of {image_id}: its file was not found and no store holds its 224 tokens.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -235,6 +235,7 @@ class TrainingRun:
     folder: Path
     log: list[dict[str, Any]]
     manifest: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config.json (λ: config["rule"]["weight"])
 
 
 def training_run(store: StoreView) -> TrainingRun | None:
@@ -259,4 +260,8 @@ def training_run(store: StoreView) -> TrainingRun | None:
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     except ValueError:
         meta = {}
-    return TrainingRun(folder, rows, meta)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return TrainingRun(folder, rows, meta, config if isinstance(config, dict) else {})
