@@ -639,11 +639,11 @@ def test_random_weights_and_the_synthetic_video_are_said_where_they_are_shown(fu
     for key in ("entropy", "knn", "attention-masks", "linear", "davis"):
         first = report.section(key).blocks[0]
         assert isinstance(first, Note) and first.kind == "caveat", key
-        assert f"{dino} has random weights made by probe (dino-full" in first.text, key
-    assert "a synthetic DAVIS folder drawn by probe" in report.section("davis").blocks[0].text
+        assert f"{dino} — random weights made by probe (dino-full" in first.text, key
+    assert "'s J&F — a synthetic DAVIS folder drawn by probe" in report.section("davis").blocks[0].text
     # the trained store is not said to be random (its checkpoint carries no marker)
     caveats = [b.text for b in report.section("training").blocks if isinstance(b, Note) and b.kind == "caveat"]
-    assert not any(f"{report.stores[2]} has random" in text for text in caveats)
+    assert not any(f"{report.stores[2]} — random" in text for text in caveats)
 
 
 def test_freshness_says_the_stores_shared_their_images(full):

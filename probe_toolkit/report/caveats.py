@@ -8,6 +8,7 @@ label), and the DAVIS section the caveat of the video folder its result read.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..infra import origin
@@ -17,20 +18,26 @@ MAX_FOLDERS = 64  # image folders looked at per store (ids share few parent fold
 
 
 def store_caveats(store) -> list[str]:
-    """What of ``store`` probe made up: its checkpoint's random weights, its images' synthetic folders."""
+    """What of ``store`` probe made up, in phrases without its name: its checkpoint's random
+    weights; how many of its images lie in folders probe drew."""
     found = []
     checkpoint = store.manifest.get("checkpoint") or {}
     weights = origin.random_weights(checkpoint.get("path"), checkpoint.get("sha256"))
     if weights:
-        found.append(f"{store.label} has {weights}")
+        found.append(weights)
     source = store.manifest.get("image_source")
     if source:
-        folders = list(dict.fromkeys(str(Path(i).parent) for i in store.image_ids))[:MAX_FOLDERS]
-        marks = {f: origin.synthetic(Path(source) / f, stop=source) for f in folders}
-        drawn = sorted({what for what in marks.values() if what})
+        folders: dict[str, int] = {}
+        for image_id in store.image_ids:
+            folder = str(Path(image_id).parent)
+            folders[folder] = folders.get(folder, 0) + 1
+        checked = dict(list(folders.items())[:MAX_FOLDERS])
+        marks = {f: origin.synthetic(Path(source) / f, stop=source) for f in checked}
+        drawn = [f for f, what in marks.items() if what]
         if drawn:
-            whose = f"{store.label}'s images are" if all(marks.values()) else f"some of {store.label}'s images are"
-            found.append(f"{whose} {'; '.join(drawn)}")
+            count = sum(checked[f] for f in drawn)
+            kinds = " and ".join(dict.fromkeys(re.sub(r" \(seed \d+\)", "", str(marks[f])) for f in drawn))
+            found.append(f"{count} of its {len(store.image_ids)} images are {kinds}")
     return found
 
 
@@ -55,13 +62,13 @@ def add_caveats(sections: list[Section], stores) -> None:
         if not section.present:
             continue
         text = _text(section)
-        lines = [line for label, found in per_store.items() if label in text for line in found]
+        lines = [f"{label} — {', '.join(found)}" for label, found in per_store.items() if found and label in text]
         if section.key == "davis":
             for store in stores:
                 ds = store.result("davis")
                 what = origin.synthetic(ds.attrs.get("davis")) if ds is not None else None
                 if what:
-                    lines.append(f"the video {store.label}'s J&F was measured on is {what}")
+                    lines.append(f"the video of {store.label}'s J&F — {what}")
         if lines:
             section.blocks.insert(0, Note(f"Not a measurement of a method: {'; '.join(dict.fromkeys(lines))}. "
                                           "These numbers and pictures check the pipeline only.", "caveat"))

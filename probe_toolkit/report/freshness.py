@@ -36,7 +36,7 @@ def _compare(found: dict[str, tuple[str | None, set[str] | None, int | None]]) -
                 "their numbers describe different images and are not compared as equals.")
     unknown = [label for label, (h, _, _) in found.items() if h is None]
     if unknown:
-        return f"whether the stores used the same images cannot be checked: {', '.join(unknown)} recorded no image list (rerun to record it)."
+        return f"whether the stores used the same images cannot be checked: {', '.join(unknown)} recorded no image list."
     if len({h for h, _, _ in found.values()}) == 1:
         return None
     counts = ", ".join(f"{label}: {n if n is not None else '?'}" for label, (_, _, n) in found.items())

@@ -41,6 +41,14 @@ def fit(text: str, chars: int) -> str:
     return text[:head] + "…" + text[len(text) - (chars - 1 - head):]
 
 
+def name_lines(name: str, chars: int) -> str:
+    """A file name on at most two lines of ``chars`` characters, its middle cut when longer."""
+    if len(name) <= chars:
+        return name
+    name = fit(name, 2 * chars)
+    return name[:chars] + "\n" + name[chars:]
+
+
 TILE_IN = 1.3  # a tile's side, inches
 CHAR_EM = 0.62  # a DejaVu Sans character's mean advance, in em (digits 0.64, lower case ~0.6)
 
@@ -48,7 +56,7 @@ CHAR_EM = 0.62  # a DejaVu Sans character's mean advance, in em (digits 0.64, lo
 def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list[list[tuple[str, np.ndarray | None, float]]]) -> figures.Drawing:
     """Rows: a query (id, 224 view, its class) then its neighbours (id, 224 view, cosine), best first.
 
-    Titles are two short lines (``query · class`` or ``#rank · cosine``, then the file name) cut to
+    Titles are short lines (the query's class, or ``#rank · cosine``; then the file name on up to two) cut to
     what one tile holds at the font size the figure is printed with (``figures.legible`` enlarges
     text to 6 pt at one column), so no title runs into its neighbour however long the names; the
     full ids are in the caption. A tile whose picture is missing says so instead of staying blank."""
@@ -56,10 +64,10 @@ def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list
     width = TILE_IN * columns + 0.2
     size = max(7.0, figures.MIN_PT * width / figures.COLUMN_IN)  # the size legible() leaves the titles at
     chars = max(4, int(0.92 * TILE_IN * 72 / (CHAR_EM * size)))
-    fig = MplFigure(figsize=(width, (TILE_IN + 2.6 * size / 72 + 0.15) * len(queries) + 0.2), layout="constrained")
+    fig = MplFigure(figsize=(width, (TILE_IN + 3.8 * size / 72 + 0.15) * len(queries) + 0.2), layout="constrained")
     axes = fig.subplots(len(queries), columns, squeeze=False)
     for r, ((image_id, rgb, cls), found) in enumerate(zip(queries, neighbours)):
-        cells = [(rgb, fit(f"query · {cls}", chars), image_id, figures.PALETTE[0])]
+        cells = [(rgb, fit(cls, chars), image_id, figures.PALETTE[0])]  # the query: its class, framed
         cells += [(n_rgb, fit(f"#{rank} · {sim:.2f}", chars), n_id, None) for rank, (n_id, n_rgb, sim) in enumerate(found, 1)]
         for c in range(columns):
             ax = axes[r, c]
@@ -73,7 +81,7 @@ def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list
                 ax.imshow(picture)
             else:
                 ax.text(0.5, 0.5, "no picture:\nfile and\ntokens gone", ha="center", va="center", fontsize=size, transform=ax.transAxes)
-            ax.set_title(f"{head}\n{fit(image_id.rsplit('/', 1)[-1], chars)}", fontsize=size)
+            ax.set_title(f"{head}\n{name_lines(image_id.rsplit('/', 1)[-1], chars)}", fontsize=size)
             if frame is not None:  # the query is framed in the first store colour, thick
                 for spine in ax.spines.values():
                     spine.set_edgecolor(frame)
