@@ -229,3 +229,23 @@ def test_latex_is_plain_ascii_with_symbols_as_math():
     assert out.isascii()
     for part in (r"$\beta$", r"$\tau$", r"$\Lambda$", r"$\Omega$", r"$\varepsilon$", "cafe", r"$\rightarrow$", r"1 \%", r"x\_y", r"\#", r"\&"):
         assert part in out, part
+
+
+def test_store_columns_stay_whole_at_80_columns():
+    """A terminal of 80 columns folds a store's column title onto more lines instead of cutting it
+    to an ellipsis, so two stores of one checkpoint family stay told apart."""
+    from rich.console import Console
+
+    from probe_toolkit.results.summaries import ENTROPY_LABELS, summary_table
+
+    stats = ["patch_entropy", "patch_effective", "patch_share", "distance"]
+    ds = xr.Dataset({"summary_mean": ("statistic", [5.277, 195.783, 0.999, 7.286]), "summary_low": ("statistic", [5.276, 195.742, 0.998, 7.282]),
+                     "summary_high": ("statistic", [5.278, 195.819, 0.999, 7.29])}, coords={"statistic": stats})
+    stores = ["cache/dino_deitsmall16_pretrain-1a2b3c4d/teacher.zarr", "cache/dino_deitsmall16_pretrain-5e6f7a8b/teacher.zarr"]
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(summary_table({s: ds for s in stores}, ENTROPY_LABELS, "spread"))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
+    columns = ["".join(cells) for cells in zip(*[[c.strip() for c in line.split("┃")[2:4]] for line in text.splitlines() if line.startswith("┃")])]
+    assert columns == ["dino_deitsmall16_pretrain-1a2b3c4d/teacher.zarr", "dino_deitsmall16_pretrain-5e6f7a8b/teacher.zarr"]
+    assert "195.783" in text and "99.9 %" in text
