@@ -666,3 +666,16 @@ def test_the_report_and_its_figures_name_probes_version(bare):
     assert f"by probe {__version__} (git " in bare.written.html.read_text()
     pdf = next((bare.written.folder / "figures").glob("*.pdf")).read_bytes()
     assert f"probe {__version__}".encode() in pdf
+
+
+def test_every_record_names_probes_version(full):
+    """Run records, the decoder's masks record and every ledger entry name the probe that wrote them."""
+    from probe_toolkit import __version__
+
+    for store in (full.dino, full.selfpatch):
+        found = sorted((store / "results").glob("*/*/record.json"))
+        assert found and all(json.loads(p.read_text())["toolkit_version"] == __version__ for p in found)
+        meta = json.loads((store / "results" / "decoder-masks.meta.json").read_text())
+        assert meta["toolkit_version"] == __version__ and meta["git_revision"]
+    entries = ledger.entries(full.cache)
+    assert entries and all(e.fields["toolkit_version"] == __version__ for e in entries)
