@@ -149,6 +149,12 @@ def test_entropy_table_shows_the_saved_results(full):
             h = -np.where(rows > 0, rows * np.log(rows), 0.0).sum(-1)
         plain = np.exp(h[..., start:]).mean(-1).mean(-1).mean()
         assert float(row[column].split(" ")[0]) == pytest.approx(plain, abs=2e-3)
+        # per head, one number per cell: the same mean for each head alone
+        per_head = _table(full.written.report.section("entropy"), "Per head")
+        label = full.written.report.stores[column - 1]
+        shown = {int(r[1]): float(r[2]) for r in per_head.rows if r[0] == label}
+        want = np.exp(h[..., start:]).mean(-1).mean(0)
+        assert sorted(shown) == list(range(len(want))) and all(shown[k] == pytest.approx(want[k], abs=0.06) for k in shown)
     assert len(table.header) == 3  # no unpublished reference column
 
 

@@ -120,18 +120,14 @@ def entropy(ctx: Context) -> Section:
     rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
     section.blocks.append(Table(["statistic", *labels], rows,
                                 f"Last block, patch rows over all keys; mean over images [{level} % bootstrap interval]."))
-    heads = max(ds.sizes["head"] for ds in found.values())
     per_head = []
-    for h in range(heads):
-        row = [str(h)]
-        for ds in found.values():
-            if h >= ds.sizes["head"]:
-                row.append("–")
-                continue
-            cls = f", [CLS] row {float(ds.set_cls_effective.values[h]):.1f}" if "set_cls_effective" in ds else ""
-            row.append(f"{float(ds.set_patch_effective.values[h]):.1f} ({_pct(ds.set_patch_share.values[h])}), distance {float(ds.set_distance.values[h]):.2f}{cls}")
-        per_head.append(row)
-    section.blocks.append(Table(["head", *labels], per_head, "Per head: mean e^H of a patch row (share of T), mean attention distance (patches)."))
+    for label, ds in found.items():  # one row per store and head: one number per cell
+        for h in range(ds.sizes["head"]):
+            cls = f"{float(ds.set_cls_effective.values[h]):.1f}" if "set_cls_effective" in ds else "–"
+            per_head.append([label, str(h), f"{float(ds.set_patch_effective.values[h]):.1f}", _pct(ds.set_patch_share.values[h]),
+                             f"{float(ds.set_distance.values[h]):.2f}", cls])
+    section.blocks.append(Table(["store", "head", "mean e^H (tokens)", "share of T", "distance (patches)", "[CLS] row e^H"], per_head,
+                                "Per head: mean e^H of a patch row, its share of T, mean attention distance; the class token's row where there is one."))
     png = figures_attention.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
                                        {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()})
     section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed: "
