@@ -106,6 +106,16 @@ def test_random_weights_and_synthetic_images_get_a_caveat_where_they_are_shown(t
     assert row[2] == "nothing marked" and "random weights (test)" in row[1]
     assert "> **Caveat:** Not a measurement of a method: A — random weights (test)" in written.markdown.read_text()
     assert 'class="note caveat"' in written.html.read_text()
+    # each figure showing A carries the caveat in its caption and drawn into its image; B's own do not
+    stamp = "Not a measurement of a method: random weights and synthetic data made by probe"
+    figures = [f for s in written.report.sections for f in s.figures()]
+    mine = [f for f in figures if f.caption.startswith(f"{stamp}. A:")]
+    theirs = [f for f in figures if f.caption.startswith("B:")]
+    assert mine and theirs
+    for f in mine:
+        assert stamp in [t.get_text() for t in f.png.figure.texts]
+        assert (written.folder / "figures" / f.name).read_bytes() == bytes(f.png)  # the stamped image is the one written
+    assert all(stamp not in [t.get_text() for t in f.png.figure.texts] for f in theirs)
 
 
 def test_probe_marks_its_random_checkpoints_for_their_bytes_only(tmp_path):

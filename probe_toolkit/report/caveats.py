@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from ..infra import origin
+from . import figures
 from .content import Explorer, Figure, Note, Section, Table
 
 MAX_FOLDERS = 64  # image folders looked at per store (ids share few parent folders)
@@ -55,20 +56,49 @@ def _text(section: Section) -> str:
     return "\n".join(parts)
 
 
+def _kinds(phrases: list[str]) -> list[str]:
+    """The short names of what the phrases say probe made up: random weights, synthetic data."""
+    text = " ".join(phrases)
+    return [k for k, cue in (("random weights", "random weights"), ("synthetic data", "synthetic")) if cue in text]
+
+
+def stamp(figure: Figure, kinds: list[str]) -> Figure:
+    """The figure with a line under it saying what it shows is made up, drawn into the image, so
+    a PNG or PDF copied into a paper carries the caveat with it; its caption opens with it too."""
+    line = f"Not a measurement of a method: {' and '.join(kinds)} made by probe"
+    png = figure.png
+    if hasattr(png, "figure"):  # a figures.Drawing: redraw it with the line
+        png.figure.text(0.5, 0.0, line, ha="center", va="top", fontsize=8, color="#D55E00", fontweight="bold")
+        png = figures.png(png.figure)
+    return Figure(figure.name, png, f"{line}. {figure.caption}")
+
+
 def add_caveats(sections: list[Section], stores) -> None:
-    """Put one caveat note first in each present section that shows a store probe made up."""
+    """Put one caveat note first in each present section that shows a store probe made up, and
+    stamp each of its figures that shows one (named in its caption, or every store when it names none)."""
     per_store = {s.label: store_caveats(s) for s in stores}
     for section in sections:
         if not section.present:
             continue
         text = _text(section)
-        lines = [f"{label} — {', '.join(found)}" for label, found in per_store.items() if found and label in text]
+        shown = {label: found for label, found in per_store.items() if found and label in text}
+        lines = [f"{label} — {', '.join(found)}" for label, found in shown.items()]
+        video = []
         if section.key == "davis":
             for store in stores:
                 ds = store.result("davis")
                 what = origin.synthetic(ds.attrs.get("davis")) if ds is not None else None
                 if what:
-                    lines.append(f"the video of {store.label}'s J&F — {what}")
-        if lines:
-            section.blocks.insert(0, Note(f"Not a measurement of a method: {'; '.join(dict.fromkeys(lines))}. "
-                                          "These numbers and pictures check the pipeline only.", "caveat"))
+                    video.append(f"the video of {store.label}'s J&F — {what}")
+        if not lines and not video:
+            continue
+        section.blocks.insert(0, Note(f"Not a measurement of a method: {'; '.join(dict.fromkeys(lines + video))}. "
+                                      "These numbers and pictures check the pipeline only.", "caveat"))
+        for i, block in enumerate(section.blocks):
+            if not isinstance(block, Figure):
+                continue
+            named = [label for label in per_store if label in block.caption]
+            phrases = [p for label in (named or list(per_store)) for p in shown.get(label, [])] + video
+            kinds = _kinds(phrases)
+            if kinds:
+                section.blocks[i] = stamp(block, kinds)
