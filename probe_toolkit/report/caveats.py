@@ -15,7 +15,8 @@ from ..infra import origin
 from . import figures
 from .content import Explorer, Figure, Note, Section, Table
 
-MAX_FOLDERS = 64  # image folders looked at per store (ids share few parent folders)
+MAX_FOLDERS = 64
+UNCAVEATED = {"training"}  # a training run's own log: the store's weights and images are not what it shows  # image folders looked at per store (ids share few parent folders)
 
 
 def store_caveats(store) -> list[str]:
@@ -63,13 +64,22 @@ def _kinds(phrases: list[str]) -> list[str]:
 
 
 def stamp(figure: Figure, kinds: list[str]) -> Figure:
-    """The figure with a line under it saying what it shows is made up, drawn into the image, so
+    """The figure with a line over it saying what it shows is made up, drawn into the image, so
     a PNG or PDF copied into a paper carries the caveat with it; its caption opens with it too."""
     line = f"Not a measurement of a method: {' and '.join(kinds)} made by probe"
     png = figure.png
-    if hasattr(png, "figure"):  # a figures.Drawing: redraw it with the line
-        png.figure.text(0.5, 0.0, line, ha="center", va="top", fontsize=8, color="#D55E00", fontweight="bold")
-        png = figures.png(png.figure)
+    if hasattr(png, "figure"):  # a figures.Drawing: redraw it with the line under everything it holds (legends included)
+        fig = png.figure
+        fig.set_dpi(figures.DPI)  # laid out and measured as it is saved: legends placed in pixels stay put
+        figures.legible(fig)  # the sizes it will be saved with, laid out once more
+        try:
+            fig.set_layout_engine("none")  # keep that layout: a layout engine would move legends onto the line
+        except RuntimeError:
+            pass
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        # above everything: a legend placed "outside lower" is anchored to the figure's edge, which a tight save moves
+        fig.text(0.5, (box.y1 + 0.06) / fig.get_figheight(), line, ha="center", va="bottom", fontsize=8, color="#D55E00", fontweight="bold")
+        png = figures.png(fig)
     return Figure(figure.name, png, f"{line}. {figure.caption}")
 
 
@@ -78,7 +88,7 @@ def add_caveats(sections: list[Section], stores) -> None:
     stamp each of its figures that shows one (named in its caption, or every store when it names none)."""
     per_store = {s.label: store_caveats(s) for s in stores}
     for section in sections:
-        if not section.present:
+        if not section.present or section.key in UNCAVEATED:
             continue
         text = _text(section)
         shown = {label: found for label, found in per_store.items() if found and label in text}
