@@ -194,7 +194,8 @@ def run_decode(
     write_json(masks_file, results)
     write_json(masks_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
-                                        "unit": unit, "masks_sha256": file_sha256(masks_file)})
+                                        "unit": unit, "masks_sha256": file_sha256(masks_file),
+                                        "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
     if refine and labels is not None and labels.panel.kind != "saliency":
         raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
     if labels is not None and labels.panel.kind == "saliency":
