@@ -25,7 +25,6 @@ Results ``results/attention_masks``:
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,6 +36,7 @@ from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.placement import launcher_shard
 from ..infra.runner import Where, map_images, placed
 from ..labels.panels import read_labels
 from ..store import cache, images, parts
@@ -176,7 +176,7 @@ def run_attention_masks(
     heads = int(meta.get("arch", {}).get("heads", 1))
     patch = int(meta.get("arch", {}).get("patch", 16))
     with placed(workers, dask_address) as where:
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if shard is None and launcher_shard() is None:
             masks = masks_of_store(ds, row, head, mass, heads, on_block, where)
         else:
             masks, missing = shard_masks(ds, store, shard, row, head, mass, heads, on_block, where)

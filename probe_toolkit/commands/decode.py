@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 import tomllib
 import uuid
@@ -39,6 +38,7 @@ from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_
 from ..infra import lazy_dask, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError
+from ..infra.placement import launcher_shard
 from ..infra.runner import Where, map_images, placed
 from ..labels.masks import coco_results, decoder_dataset
 from ..labels import saliency
@@ -408,7 +408,7 @@ def run_decode(
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
     with placed(workers, dask_address) as where:
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if shard is None and launcher_shard() is None:
             if settings.color_lambda:
                 decoded = decode_with_colour(src, settings, tick, where=where)
                 encoded.add(decoded)
@@ -690,7 +690,7 @@ def run_sweep(
     group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
     tick = on_start(len(src.image_ids)) if on_start else None
     with placed(workers, dask_address) as where:
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if shard is None and launcher_shard() is None:
             fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
             arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
             per_group = [src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, s in enumerate(group_settings)]

@@ -31,7 +31,6 @@ not its central 87.5 %) is still read, and every output says so. Results ``resul
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ import xarray as xr
 from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.placement import launcher_shard
 from ..infra.runner import map_images, placed, shared
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
@@ -247,7 +247,7 @@ def run_knn(
     with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if shard is None and launcher_shard() is None:
             near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, torch_free=True)
         else:
             near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress)

@@ -47,6 +47,7 @@ from ..analyses import propagation
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
+from ..infra.placement import launcher_shard
 from ..infra.runner import map_blocks, placed, shard_range, torch_threads
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
@@ -314,7 +315,7 @@ def run_propagate(
         if unknown:
             raise ProbeError("--sequence", f"{unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}")
         found = [s for s in found if s.name in set(sequences)]
-    which = parse_shard(shard) if shard is not None or "WORLD_SIZE" in os.environ else None
+    which = parse_shard(shard) if shard is not None or launcher_shard() is not None else None
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
     # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;
     # every shard lists the same entries (all sequences', the tables, .shards/), so their manifests agree

@@ -10,10 +10,10 @@ others report which shards they wait for. A rerun of a shard replaces its part.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..infra.placement import launcher_shard
 from ..infra.runner import shard_range
 from ..store import cache
 from ..results import records
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def sharded(shard: str | None) -> bool:
     """Whether this run is one shard: ``--shard`` given, or started by torchrun."""
-    return shard is not None or "WORLD_SIZE" in os.environ
+    return shard is not None or launcher_shard() is not None
 
 
 def parse(shard: str | None) -> tuple[int, int]:

@@ -49,7 +49,7 @@ import torch
 
 from ..infra.errors import ProbeError
 from . import dinov3_layouts
-from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
+from .architectures import VIT_S16, Arch, heads_from_args  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
 # tensors of a backbone file that the readout never uses, kept as named heads (strict loading)
@@ -383,6 +383,7 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     else:
         backbone, head_states = from_dinov2(*_split(state, path))
         arch = infer_arch(backbone, path, heads)
+        _heads_agree(arch, extra, heads, path)
     if checked_sha256 is None or digest.result() != checked_sha256:
         check_backbone(backbone, arch, path)
     return Checkpoint(
@@ -395,6 +396,14 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
         heads=head_states,
         extra=extra,
     )
+
+
+def _heads_agree(arch: Arch, extra: dict[str, Any], heads: int | None, path: Path) -> None:
+    """The file's own shape wins: ``--heads`` that re-splits a network its ``args.arch`` fixes is refused."""
+    fixed = heads_from_args(extra.get("args"), arch.width)
+    if heads is not None and fixed and fixed[1] != heads:
+        raise ProbeError(path, f"its args.arch {fixed[0]!r} has {fixed[1]} heads of {arch.width // fixed[1]} channels, not --heads {heads}",
+                         "omit --heads (the file says how many)")
 
 
 def read_dinov3(state: dict[str, torch.Tensor], layout: str, path: Path, heads: int | None) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]], Arch]:

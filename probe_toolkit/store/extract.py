@@ -233,7 +233,9 @@ def parse_shard(shard: str | None) -> tuple[int, int]:
         except ValueError:
             raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
     else:
-        i, n = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        from ..infra.placement import launcher_shard
+
+        i, n = (int(x) for x in (launcher_shard() or "0/1").split("/"))
     if not 0 <= i < n:
         raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
     return i, n
