@@ -32,7 +32,7 @@ from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
-from . import arrays, cache, grids, images, own_size, parts
+from . import arrays, cache, footprint, grids, images, own_size, parts
 from .architectures import Arch
 from .backbone import RULES, AttentionMode, Backbone, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint, load_checkpoint
@@ -531,6 +531,7 @@ def extract(
             grids.update(native_grids(refs, patch, on_error, own_views))
         own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
         torch_device = resolve_device(device)
+        footprint.check_own_views([r.id for r in refs], grids, own_views, checkpoint.arch, torch_device.type)
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
