@@ -147,6 +147,21 @@ def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarra
     return np.stack(masks) if masks else np.zeros((0, VIEW, VIEW), bool)
 
 
+# panel kinds whose labels hold no object mask to take a Jaccard with (kinds.py)
+MASKLESS = {"voc": "VOC detection boxes, no masks", "classes": "one class per image, no objects"}
+
+
+def needs_masks(panel: str, cache_dir: str | Path | None) -> None:
+    """The Jaccard compares a mask with object masks: a panel of boxes or classes is refused
+    before any work and any label read (it ended in a KeyError on 'segmentation')."""
+    from ..labels.panels import get_panel
+
+    kind = get_panel(panel, cache_dir).kind
+    if kind in MASKLESS:
+        raise ProbeError(panel, f"is a {kind} panel ({MASKLESS[kind]}), and attention masks are scored by Jaccard against object masks",
+                         "score on a COCO panel (instance masks), a --coco20k or a saliency (--masks) panel")
+
+
 def run_attention_masks(
     store: str | Path,
     *,
@@ -168,6 +183,8 @@ def run_attention_masks(
     scored by Jaccard on ``panel`` when given (by the shard that completes the set)."""
     if not 0.0 < mass < 1.0:
         raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
+    if panel is not None:
+        needs_masks(panel, cache_dir)
     store = Path(store)
     ds = cache.open_store(store, allow_partial=partial)
     meta = cache.manifest(ds)
