@@ -84,10 +84,11 @@ def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict |
     if row == "cls" and not token:
         raise ProbeError(store, "has no class token, so no class-token attention", "use --row aggregation (SelfPatch's ca_head) or --row mean")
     head = None
-    if row in ("auto", "aggregation") and not token:
+    if row == "aggregation" or (row == "auto" and not token):  # asked for by name, whatever the class token
         head = parts.aggregation_head(meta, store)
         if row == "aggregation" and head is None:
-            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)", "use --row mean")
+            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)",
+                             "use --row cls (its class token) or --row mean" if token else "use --row mean")
     if row == "auto":
         row = "cls" if token else ("aggregation" if head is not None else "mean")
     return row, head

@@ -177,6 +177,9 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     if name not in ds:
         flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
+        held = _same_array_other_views(ds.attrs.get("store"), name)
+        if held:  # the same array of another view: reading that view is the nearer fix
+            fix = f"it holds {', '.join(f'{name[: -len(grids.view_of(name))]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
     array = ds[name]
     array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
@@ -185,6 +188,16 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
 
         array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]))
     return array
+
+
+def _same_array_other_views(store: str | Path | None, name: str) -> list[str]:
+    """The other views whose keys or tokens (the kind of ``name``) the store's folder holds."""
+    view = grids.view_of(name)
+    kind = name[: -len(view) - 1] if name.endswith(f"_{view}") else ""
+    if kind not in ("keys", "tokens") or store is None or not Path(store).is_dir():
+        return []
+    found = [grids.view_of(p.name) for p in Path(store).iterdir() if p.name.startswith(f"{kind}_") and p.name != name]
+    return sorted({v for v in found if v in VIEW_ORDER}, key=VIEW_ORDER.index)
 
 
 def consolidate(store: str | Path) -> None:

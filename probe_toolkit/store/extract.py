@@ -29,7 +29,7 @@ import torch
 import zarr
 
 from ..infra import provenance
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, os_fix
 from ..infra.memory import reusing_blocks
 from ..infra.progress import bar
 from . import arrays, cache, footprint, grids, images, own_size, parts
@@ -542,7 +542,7 @@ def extract(
         try:
             writer = cache.create_store(path, manifest, [r.id for r in refs], plan, grids)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
-            raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
+            raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 
