@@ -514,7 +514,7 @@ def create_store(
             elif bad:
                 raise ProbeError(
                     path,
-                    f"was written with other settings ({', '.join(bad)} differ)",
+                    f"was written with other settings (differing: {', '.join(_named_differences(bad, group, image_ids))})",
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
@@ -523,6 +523,21 @@ def create_store(
         litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename
         _no_space(path, lambda: _fresh(path, manifest, image_ids, arrays, view_grids))
         return StoreWriter(path)
+
+
+def _named_differences(bad: list[str], group: zarr.Group, image_ids: list[str]) -> list[str]:
+    """``bad`` as a user reads it: the image list names the images added and removed."""
+    if "image_list_sha256" not in bad or "image" not in group:
+        return bad
+    held = [str(i) for i in group["image"][:].tolist()]
+    added, removed = sorted(set(image_ids) - set(held)), sorted(set(held) - set(image_ids))
+
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    changes = [f"{len(added)} added: {some(added)}" if added else "", f"{len(removed)} removed: {some(removed)}" if removed else ""]
+    said = "; ".join(c for c in changes if c) or "the same images in another order"
+    return [f"the image list ({said})" if k == "image_list_sha256" else k for k in bad]
 
 
 def _no_space(path: Path, step) -> None:
