@@ -913,7 +913,33 @@ _reports_done: set[tuple[str, ...]] = set()
 
 
 def test_the_catalogue_is_long_enough():
-    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+    assert len(CASES) >= 150 and len({c.id for c in CASES}) == len(CASES)
+
+
+def test_a_lost_scheduler_prints_probes_line_and_no_client_log(w, monkeypatch):
+    """distributed's logging config gives its loggers levels of their own: silencing the parent
+    alone let a lost scheduler print two tracebacks (36 lines) before probe's one line."""
+    import logging
+
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep(level=logging.NOTSET)
+    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.core", "distributed.comm", "distributed.utils")]
+    for logger in loggers:
+        logger.addHandler(keep)
+    try:
+        _scheduler_dies(w, monkeypatch)
+        result = probe("neighbours", w.store, "--boot", "100", "--dask-address", w.doomed, "-q")
+    finally:
+        for logger in loggers:
+            logger.removeHandler(keep)
+    refused(result, 2, ("mid-run",))
+    assert all(logging.getLogger(n).getEffectiveLevel() > logging.CRITICAL for n in ("distributed", "distributed.client", "distributed.worker"))
+    assert not [r for r in seen if r.levelno >= logging.WARNING], [r.getMessage() for r in seen][:3]
 
 
 # ----------------------------------------------------------------------------------------------

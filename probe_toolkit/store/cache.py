@@ -43,7 +43,7 @@ import zarr
 
 from ..infra import lazy_dask, litter
 from ..infra.errors import ProbeError
-from . import grids
+from . import grids, hints
 from .views import NAMES as VIEW_ORDER
 from .codec import encode_without_gil
 
@@ -177,7 +177,7 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     if name not in ds:
         flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
-        held = _same_array_other_views(ds.attrs.get("store"), name)
+        held = hints.other_views(ds.attrs.get("store"), name, grids.view_of(name), VIEW_ORDER)
         if held:  # the same array of another view: reading that view is the nearer fix
             fix = f"it holds {', '.join(f'{name[: -len(grids.view_of(name))]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
@@ -188,16 +188,6 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
 
         array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]))
     return array
-
-
-def _same_array_other_views(store: str | Path | None, name: str) -> list[str]:
-    """The other views whose keys or tokens (the kind of ``name``) the store's folder holds."""
-    view = grids.view_of(name)
-    kind = name[: -len(view) - 1] if name.endswith(f"_{view}") else ""
-    if kind not in ("keys", "tokens") or store is None or not Path(store).is_dir():
-        return []
-    found = [grids.view_of(p.name) for p in Path(store).iterdir() if p.name.startswith(f"{kind}_") and p.name != name]
-    return sorted({v for v in found if v in VIEW_ORDER}, key=VIEW_ORDER.index)
 
 
 def consolidate(store: str | Path) -> None:
@@ -514,7 +504,7 @@ def create_store(
             elif bad:
                 raise ProbeError(
                     path,
-                    f"was written with other settings (differing: {', '.join(_named_differences(bad, group, image_ids))})",
+                    f"was written with other settings (differing: {', '.join(hints.named_differences(bad, _ids(group), image_ids))})",
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
@@ -525,19 +515,8 @@ def create_store(
         return StoreWriter(path)
 
 
-def _named_differences(bad: list[str], group: zarr.Group, image_ids: list[str]) -> list[str]:
-    """``bad`` as a user reads it: the image list names the images added and removed."""
-    if "image_list_sha256" not in bad or "image" not in group:
-        return bad
-    held = [str(i) for i in group["image"][:].tolist()]
-    added, removed = sorted(set(image_ids) - set(held)), sorted(set(held) - set(image_ids))
-
-    def some(names: list[str]) -> str:
-        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-    changes = [f"{len(added)} added: {some(added)}" if added else "", f"{len(removed)} removed: {some(removed)}" if removed else ""]
-    said = "; ".join(c for c in changes if c) or "the same images in another order"
-    return [f"the image list ({said})" if k == "image_list_sha256" else k for k in bad]
+def _ids(group: zarr.Group) -> list[str]:
+    return [str(i) for i in group["image"][:].tolist()] if "image" in group else []
 
 
 def _no_space(path: Path, step) -> None:

@@ -48,8 +48,8 @@ from typing import Any
 import torch
 
 from ..infra.errors import ProbeError
-from . import dinov3_layouts
-from .architectures import VIT_S16, Arch, heads_from_args  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
+from . import dinov3_layouts, hints
+from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 
 HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
 # tensors of a backbone file that the readout never uses, kept as named heads (strict loading)
@@ -115,17 +115,6 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise ProbeError(path, f"is not a readable safetensors file ({str(error).splitlines()[0][:120]})", "the file may be truncated; fetch it again") from None
 
 
-# a compressed download is not truncated: the fix is to decompress it (magic bytes → how)
-MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
-COMPRESSED = {"gzip": "gzip -dc", "bzip2": "bzip2 -dc", "xz": "xz -dc", "zstd": "zstd -dc"}
-
-
-def _compression(path: Path) -> str | None:
-    with open(path, "rb") as handle:
-        head = handle.read(6)
-    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
-
-
 def read_file(path: str | Path) -> Any:
     """``torch.load`` with ``weights_only=True``; only ``argparse.Namespace`` is allow-listed.
     A safetensors file is read by the ``safetensors`` package instead."""
@@ -136,9 +125,7 @@ def read_file(path: str | Path) -> Any:
         raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
     if is_safetensors(path):
         return read_safetensors(path)
-    compressed = _compression(path)
-    if compressed:
-        raise ProbeError(path, f"is {compressed}-compressed, not a checkpoint as saved", f"decompress it first ({COMPRESSED[compressed]} {path} > checkpoint.pth) and pass the result")
+    hints.refuse_compressed(path)  # a compressed download is not truncated
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
@@ -220,10 +207,7 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
     for key in ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"):
         if key not in backbone:
             found = ", ".join(sorted(backbone)[:5]) or "nothing"
-            prefix = next((k[: -len(key)] for k in sorted(backbone) if k.endswith("." + key)), None)
-            if prefix:  # e.g. a PyTorch Lightning module's attribute: model.patch_embed...
-                raise ProbeError(path, f"holds a ViT under the key prefix {prefix!r} (e.g. {prefix}{key}), as a PyTorch Lightning module saves its attribute",
-                                 f"save the network's own state dict without the prefix ({{k.removeprefix({prefix!r}): v for k, v in sd.items()}}) and pass that file")
+            hints.refuse_prefixed(backbone, key, path)  # e.g. a PyTorch Lightning module's model.patch_embed...
             raise ProbeError(path, f"is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint")
     proj = backbone["patch_embed.proj.weight"]
     if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
@@ -401,7 +385,7 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     else:
         backbone, head_states = from_dinov2(*_split(state, path))
         arch = infer_arch(backbone, path, heads)
-        _heads_agree(arch, extra, heads, path)
+        hints.heads_agree(arch, extra, heads, path)
     if checked_sha256 is None or digest.result() != checked_sha256:
         check_backbone(backbone, arch, path)
     return Checkpoint(
@@ -414,14 +398,6 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
         heads=head_states,
         extra=extra,
     )
-
-
-def _heads_agree(arch: Arch, extra: dict[str, Any], heads: int | None, path: Path) -> None:
-    """The file's own shape wins: ``--heads`` that re-splits a network its ``args.arch`` fixes is refused."""
-    fixed = heads_from_args(extra.get("args"), arch.width)
-    if heads is not None and fixed and fixed[1] != heads:
-        raise ProbeError(path, f"its args.arch {fixed[0]!r} has {fixed[1]} heads of {arch.width // fixed[1]} channels, not --heads {heads}",
-                         "omit --heads (the file says how many)")
 
 
 def read_dinov3(state: dict[str, torch.Tensor], layout: str, path: Path, heads: int | None) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]], Arch]:
