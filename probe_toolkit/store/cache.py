@@ -504,7 +504,7 @@ def create_store(
             elif bad:
                 raise ProbeError(
                     path,
-                    f"was written with other settings (differing: {', '.join(hints.named_differences(bad, _ids(group), image_ids))})",
+                    f"was written with other settings ({', '.join(hints.named_differences(bad, _ids(group), image_ids))} differ)",
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
