@@ -244,7 +244,7 @@ def test_a_run_lost_mid_way_says_which_sequences_it_left_in_out(video, capsys, t
     """A cluster lost after the first sequence: the one line says that sequence's PNGs are in
     --out (each written whole), not "nothing was saved"; the rerun writes every sequence."""
     from probe_toolkit.commands import propagate as command
-    from probe_toolkit.infra.chunked import lost_cluster
+    from probe_toolkit.infra.cluster import lost_cluster
 
     root, checkpoint = video
     out, c = tmp_path / "out", tmp_path / "cache"

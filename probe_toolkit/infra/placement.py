@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from .errors import ProbeError
 from .settings import SettingError, at_least, one_of
 
 
@@ -72,16 +73,31 @@ def launcher_shard(environ: Mapping[str, str] | None = None) -> str | None:
     if "TORCHELASTIC_RUN_ID" not in environ:
         if world.strip() in ("", "1") and rank.strip() in ("", "0"):
             return None  # one process of one: nothing to shard
-        from .errors import ProbeError
-
         raise ProbeError("environment", f"RANK={rank} WORLD_SIZE={world} are set, but torchrun did not start this process (no TORCHELASTIC_RUN_ID)",
                          f"unset RANK and WORLD_SIZE for the whole run, or pass --shard {rank}/{world} to run that share on purpose")
     try:
         return f"{int(rank)}/{int(world)}"
     except ValueError:
-        from .errors import ProbeError
-
         raise ProbeError("environment", f"torchrun's RANK={rank!r} WORLD_SIZE={world!r} are not numbers", "start the run with torchrun again") from None
+
+
+def sharded(shard: str | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this run is one shard: ``--shard`` given, or started by torchrun."""
+    return shard is not None or launcher_shard(environ) is not None
+
+
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
+    if shard:
+        try:
+            i, n = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
+    else:
+        i, n = (int(x) for x in (launcher_shard() or "0/1").split("/"))
+    if not 0 <= i < n:
+        raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
+    return i, n
 
 
 def shard_of(text: str) -> tuple[int, int]:

@@ -22,9 +22,8 @@ convolution never reaches, as in DINO's ``PatchEmbed``).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator, Literal
+from typing import Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +32,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from .architectures import Arch
+from .readout import Readout, whole_patches
 
 
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
@@ -129,21 +129,6 @@ def interpolate_pos_embed(pos_embed: torch.Tensor, grid: int | tuple[int, int], 
     return torch.cat([pos_embed[:, :prefix], table], dim=1)
 
 
-@dataclass
-class Readout:
-    """What one forward pass of one view gives. Patch arrays exclude the class and register tokens."""
-
-    tokens: torch.Tensor  # (B, N, D) last block output, before any final norm
-    keys: torch.Tensor | None  # (B, N, D) k = W_k LN1(z) + b_k of the last block, heads concatenated
-    cls_token: torch.Tensor | None  # (B, D)
-    cls_key: torch.Tensor | None  # (B, D)
-    attention: torch.Tensor | None  # (B, heads, T, T) last block softmax over every token (class, registers, patches)
-    attention_blocks: torch.Tensor | None  # (B, blocks, heads, T, T) with attention="all"
-    registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens / DINOv3's storage tokens
-    grid: tuple[int, int] = (0, 0)  # (rows, cols) of the patches
-    sequence: Any = None  # DINOv3 only: ``store.dinov3.Sequence`` (normed tokens, q and k before and after RoPE)
-
-
 class Backbone(nn.Module):
     """A checkpoint's ViT: ``forward`` gives patch tokens (training), ``readout`` the cached views."""
 
@@ -182,11 +167,8 @@ class Backbone(nn.Module):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """Patch embedding, class and register tokens, position table: (B, prefix + N, D)."""
-        rows, cols = self.grid_of(*images.shape[-2:])
-        if rows < 1 or cols < 1:
-            raise ValueError(f"a view of {tuple(images.shape[-2:])} px holds no {self.arch.patch} px patch")
-        p = self.arch.patch
-        x = self.vit.patch_embed(images[..., : rows * p, : cols * p])
+        images, rows, cols = whole_patches(images, self.arch.patch)
+        x = self.vit.patch_embed(images)
         table = interpolate_pos_embed(self.vit.pos_embed, (rows, cols), self.arch.pos_prefix, self.interpolation)
         if self.arch.pos_prefix:  # DINO: the class token has its own row of the table
             x = torch.cat([self.vit.cls_token.expand(x.shape[0], -1, -1), x], dim=1)

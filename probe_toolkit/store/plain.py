@@ -4,7 +4,7 @@
 of a command's start-up): a ``Results`` holds named arrays with their dimension names, the
 dimension coordinates and the attributes, and ``write`` creates the same zarr v3 arrays xarray
 would (``tests/test_startup.py`` compares every file byte for byte), so every reader still opens
-them with ``xarray.open_zarr`` or ``store.cache.load_results``. What xarray adds on writing, and
+them with ``xarray.open_zarr`` or ``results.records.load``. What xarray adds on writing, and
 this module repeats: floating-point arrays get ``fill_value`` NaN and the CF attribute
 ``_FillValue`` (NaN as a little-endian float64 in base64); object arrays of ``str`` become zarr
 strings (an empty one float64, as xarray infers it); attribute values that are numpy arrays or scalars become lists and Python scalars;
@@ -24,7 +24,24 @@ import numpy as np
 NAN_FILL = base64.standard_b64encode(struct.pack("<d", float("nan"))).decode()  # xarray's FillValueCoder for NaN
 
 
-class Results:
+class Variables:
+    """What a Dataset answers about its variables by name (``name in ds``, ``ds[name]``, iteration
+    over the data variables), for ``Results`` and ``store.direct.StoreData`` alike."""
+
+    variables: dict[str, Any]
+    data_vars: dict[str, Any]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.variables
+
+    def __getitem__(self, name: str) -> Any:
+        return self.variables[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data_vars)
+
+
+class Results(Variables):
     """Named arrays over named dimensions, the dimension coordinates and the attributes: the part
     of ``xarray.Dataset`` a result's readers use (``ds[name].values``, ``ds.name``, ``name in ds``,
     ``ds.attrs``, ``ds.sizes``, ``ds.data_vars``)."""
@@ -44,15 +61,6 @@ class Results:
             for dim, size in zip(var.dims, var.data.shape):
                 if self.sizes.setdefault(dim, size) != size:
                     raise ValueError(f"{name}: dimension {dim} is {size} long, elsewhere {self.sizes[dim]}")
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.variables
-
-    def __getitem__(self, name: str) -> Variable:
-        return self.variables[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data_vars)
 
     def __getattr__(self, name: str) -> Variable:
         variables = self.__dict__.get("variables", {})
