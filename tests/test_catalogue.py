@@ -661,7 +661,7 @@ def _os_fault(target: str, code: int, message: str) -> Callable:
 
 
 def _store_os_fault(code: int, message: str) -> Callable:
-    return lambda w, mp: mp.setattr(cache, "consolidate", _raise_os(code, message))
+    return lambda w, mp: mp.setattr(create, "consolidate", _raise_os(code, message))
 
 
 def _compressed(w, how: str) -> Path:
