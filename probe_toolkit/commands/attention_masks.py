@@ -88,10 +88,11 @@ def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict |
     if row == "cls" and not token:
         raise ProbeError(store, "has no class token, so no class-token attention", "use --row aggregation (SelfPatch's ca_head) or --row mean")
     head = None
-    if row in ("auto", "aggregation") and not token:
+    if row == "aggregation" or (row == "auto" and not token):  # asked for by name, whatever the class token
         head = parts.aggregation_head(meta, store)
         if row == "aggregation" and head is None:
-            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)", "use --row mean")
+            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)",
+                             "use --row cls (its class token) or --row mean" if token else "use --row mean")
     if row == "auto":
         row = "cls" if token else ("aggregation" if head is not None else "mean")
     return row, head
@@ -163,6 +164,21 @@ def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarra
     return np.stack(masks) if masks else np.zeros((0, VIEW, VIEW), bool)
 
 
+# panel kinds whose labels hold no object mask to take a Jaccard with (kinds.py)
+MASKLESS = {"voc": "VOC detection boxes, no masks", "classes": "one class per image, no objects"}
+
+
+def needs_masks(panel: str, cache_dir: str | Path | None) -> None:
+    """The Jaccard compares a mask with object masks: a panel of boxes or classes is refused
+    before any work and any label read (it ended in a KeyError on 'segmentation')."""
+    from ..labels.panels import get_panel
+
+    kind = get_panel(panel, cache_dir).kind
+    if kind in MASKLESS:
+        raise ProbeError(panel, f"is a {kind} panel ({MASKLESS[kind]}), and attention masks are scored by Jaccard against object masks",
+                         "score on a COCO panel (instance masks), a --coco20k or a saliency (--masks) panel")
+
+
 def run_attention_masks(
     store: str | Path,
     *,
@@ -183,6 +199,8 @@ def run_attention_masks(
     workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
     if not 0.0 < mass < 1.0:
         raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
+    if panel is not None:
+        needs_masks(panel, cache_dir)
     store = Path(store)
     ds = cache.open_store(store, allow_partial=partial)
     meta = cache.manifest(ds)

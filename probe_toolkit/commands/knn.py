@@ -46,7 +46,7 @@ from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement, sharded
-from ..infra.runner import map_images, placed
+from ..infra.runner import check_placement, map_images, placed
 from ..infra.shared import shared
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
@@ -220,6 +220,7 @@ def run_knn(
     if not temperature > 0:
         raise ProbeError("--temperature", f"{temperature} must be positive", "use DINO's 0.07")
     # every refusal that needs no label and no compute comes here, before the first ledger line
+    check_placement(workers, dask_address)
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the neighbours")
     check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
     store = Path(store)

@@ -370,6 +370,10 @@ def run_propagate(
         try:
             done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(mine))],
                               workers=where.workers, client=where.client, progress=progress)["digest"] if mine else []
+        except ProbeError as error:  # say what the failed run leaves under --out: the sequences written whole so far
+            written = sum((out / seq.name).is_dir() for seq in mine)
+            kept = f"{written} sequences' PNGs are in {out}, each whole (the rerun writes them again)" if written else f"nothing was written in {out}"
+            raise type(error)(error.where or None, error.problem, f"{error.fix}; {kept}" if error.fix else kept) from None
         finally:
             _models.clear()
     digests = {seq.name: str(d) for seq, d in zip(mine, done)}

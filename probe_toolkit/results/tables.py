@@ -34,8 +34,12 @@ def scores(title: str, scores: Any) -> list[Any]:
     for kind in ("segm", "bbox"):
         values = getattr(scores, kind)
         table.add_row(kind, *(_pct(values[m]) for m in METRICS))
+    objects = scores.counts["objects"]
+    boxes = "" if scores.counts.get("objects_with_masks", objects) == objects else f" ({scores.counts.get('objects_with_masks')} with masks)"
+    if not scores.counts.get("objects_with_masks", objects) and objects:
+        boxes = " as boxes, no masks: no mean best IoU"
     return [table, f"CorLoc {_pct(scores.corloc, ' %')}   mean best IoU {_pct(scores.mean_best_iou, ' %')}   "
-                   f"({scores.counts['images']} images, {scores.counts['objects']} objects, {scores.counts['masks']} masks)"]
+                   f"({scores.counts['images']} images, {objects} objects{boxes}, {scores.counts['masks']} masks)"]
 
 
 def decode_summary(report: Any, source: str) -> str:
