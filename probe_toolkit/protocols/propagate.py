@@ -40,7 +40,9 @@ PROTOCOL = register(Protocol(
     results=("davis",),
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_video_segmentation.py"),
                 Reference("Pont-Tuset et al., The 2017 DAVIS Challenge", "davisvideochallenge/davis2017-evaluation")),
-    differences="Frames are resampled in float where the reference reads them with OpenCV on 8-bit images: F may differ in the third decimal.",
+    differences=("Frames are read as the reference reads them (cv2.imread, cv2.resize INTER_LINEAR on the 8-bit frame, BGR → RGB), "
+                 "but a sequence's forward passes are batched 8 frames at a time where the script runs one frame per pass. "
+                 "The soft patch-level segmentation of every frame is kept in the record (soft_<sequence>), which the script discards."),
     execute=execute,
     source="checkpoint",
 ))
