@@ -283,7 +283,7 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
         return _Picture(error=error)
     out = _Picture(size=(picture.height, picture.width))
     for v in fixed:
-        out.fixed[v] = images.normalise(images.view(picture, v, resample))
+        out.fixed[v] = images.fixed_view(picture, v, resample, patch)
     for view, grid in expected.items():
         try:
             if _own_grid(ref, picture.width, picture.height, patch, view) != grid:
@@ -472,7 +472,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     taken. The thread ends once the run is decoded.
     """
     ranges = cache.chunk_ranges(len(refs), settings.chunk, shard)
-    if any(v in images.OWN_SIZE for v in views) or not ranges:
+    if any(v in images.OWN_SIZE or v == images.SQUARE for v in views) or not ranges:  # square800 pads to the patch size
         return None
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
