@@ -180,3 +180,25 @@ def test_a_broken_panel_is_refused_when_added_one_line_per_problem(tmp_path, cap
     assert not (tmp_path / "c" / "panels.toml").exists()
     code, printed = probe_main(["panel", "add", "bad", "--spair", str(folder), "--split", "train", "--role", "val", "--cache", str(tmp_path / "c")], capsys)
     assert code == 2 and "--split 'train'" in printed.err
+
+
+def test_the_report_shows_the_saved_pck_and_draws_one_pair(spair):
+    from probe_toolkit.report.content import Figure, Table
+    from probe_toolkit.report.sections import gather
+
+    _, _, cache, store = spair
+    record = load(store, "correspond")
+    if record is None:
+        from probe_toolkit.protocols.api import run
+
+        run("correspond", store, panel="sp-test", unseal="report", cache_dir=cache, workers=1)
+        record = load(store, "correspond")
+    section = next(s for s in gather([store], cache_dir=cache).sections if s.key == "correspond")
+    tables = [b for b in section.blocks if isinstance(b, Table)]
+    means = {(row[1], b): row[2 + i] for row in tables[0].rows for i, b in enumerate(("0", "1", "2", "all"))}
+    for t in record.threshold.values:
+        for b in ("0", "1", "2", "all"):
+            value = float(record.pck_mean.sel(bin=b, threshold=t))
+            assert means[(f"{float(t):g}", b)] == (f"{value:.1f}" if np.isfinite(value) else "–")
+    figures = [b for b in section.blocks if isinstance(b, Figure)]
+    assert len(figures) == 1 and figures[0].png[:8] == b"\x89PNG\r\n\x1a\n" and "square800" in figures[0].caption

@@ -43,7 +43,7 @@ from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 VIEW = images.SQUARE
-BLOCK = 16  # pairs per runner task
+BLOCK = 64  # pairs per runner task (a category's pairs share images: each is read and normalised once a block)
 BIN_NAMES = ("0", "1", "2", "all")
 
 
@@ -74,19 +74,20 @@ class CorrespondReport:
                                for k, c in enumerate(self.categories)}}
 
 
-def pair_block(source: np.ndarray, target: np.ndarray, source_kps: np.ndarray, target_kps: np.ndarray, scale: np.ndarray, *,
+def pair_block(images: np.ndarray, source: np.ndarray, target: np.ndarray, source_kps: np.ndarray, target_kps: np.ndarray, scale: np.ndarray, *,
                rows: int, cols: int, side: int) -> dict[str, np.ndarray]:
-    """Pairs ``source``/``target`` (n, rows · cols, D) tokens, keypoints (n, K, 3) → ``error`` (n, K)
-    float32 (NaN where a keypoint is not in both) and ``predicted`` (n, K, 2). One pair at a time."""
+    """A block of pairs: ``images`` (m, rows · cols, D) tokens of the block's distinct images (each
+    normalised once), ``source``/``target`` (n,) their rows, keypoints (n, K, 3) → ``error`` (n, K)
+    float32 (NaN where a keypoint is not in both) and ``predicted`` (n, K, 2). Each pair on its own."""
     import torch
 
     n, k = source_kps.shape[:2]
     error = np.full((n, k), np.nan, np.float32)
     predicted = np.full((n, k, 2), np.nan, np.float32)
     with torch.no_grad():
+        grids = [correspond.normalised(t, rows, cols) for t in images]
         for i in range(n):
-            got = correspond.match(correspond.normalised(source[i], rows, cols), correspond.normalised(target[i], rows, cols),
-                                   source_kps[i], target_kps[i], float(scale[i]), side)
+            got = correspond.match(grids[int(source[i])], grids[int(target[i])], source_kps[i], target_kps[i], float(scale[i]), side)
             error[i, got.index] = got.error
             predicted[i, got.index] = got.predicted
     return {"error": error, "predicted": predicted}
@@ -153,8 +154,9 @@ def run_correspond(
 
     def read(a: int, b: int) -> dict[str, np.ndarray]:
         wanted = sorted({store_id[p.source] for p in chosen[a:b]} | {store_id[p.target] for p in chosen[a:b]})
-        held = dict(zip(wanted, tokens.sel(image=wanted).values))
-        return {"source": np.stack([held[store_id[p.source]] for p in chosen[a:b]]), "target": np.stack([held[store_id[p.target]] for p in chosen[a:b]]),
+        row = {sid: j for j, sid in enumerate(wanted)}
+        return {"images": tokens.sel(image=wanted).values, "source": np.array([row[store_id[p.source]] for p in chosen[a:b]]),
+                "target": np.array([row[store_id[p.target]] for p in chosen[a:b]]),
                 "source_kps": src_kps[a:b], "target_kps": trg_kps[a:b], "scale": scale[a:b]}
 
     if chosen:
@@ -192,7 +194,7 @@ def run_correspond(
     attrs = {"settings": {"thresholds": list(thresholds), "instances": int(instances), "seed": int(seed), "side": correspond.SIDE},
              "view": VIEW, "view_text": arrays.geometry(VIEW), "grid": [int(rows), int(cols)], "tokens_dtype": dtype,
              "feature": "last-block patch tokens (before any final norm), L2-normalised per patch; source keypoints sampled bilinearly (align_corners)",
-             "ledger": labels.entry_id, "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
+             "ledger": labels.entry_id, "image_source": str(cache.manifest(ds).get("image_source") or ""), "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
              "source": "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py, configs/spair_correspondence.yaml",
              "provenance": result_provenance(ds, command)}
     report.saved = records.save(store, "correspond", ds_out, attrs)
