@@ -16,10 +16,10 @@ class CorrespondSettings(Settings):
 
     def check(self) -> None:
         if not self.thresholds:
-            raise SettingError("thresholds", "no threshold given", "use e.g. thresholds (0.05, 0.1, 0.15)")
+            raise SettingError("thresholds", "thresholds must hold at least one threshold", "use e.g. thresholds (0.05, 0.1, 0.15)")
         for t in self.thresholds:
             if not 0 < float(t) <= 1:
-                raise SettingError("thresholds", f"{t} is not in (0, 1] (a fraction of the target box's larger side)", "use e.g. 0.1")
+                raise SettingError("thresholds", f"thresholds must lie in (0, 1] (fractions of the target box's larger side), not {t}", "use e.g. 0.1")
         at_least("instances", self.instances, 0)
 
 

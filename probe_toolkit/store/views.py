@@ -31,14 +31,14 @@ TABLE: tuple[View, ...] = (
     View("eval224", "short side 256, centre crop 224", "bicubic", "224/p square", ("tokens_eval224", "cls_tokens_eval224"), "facebookresearch/dino eval_knn.py"),
     View("480", "squashed to 480 × 480", "bicubic (lanczos with --resample, CutLER maskcut.py)", "480/p square", ("keys_480", "cls_keys_480"),
          "facebookresearch/CutLER maskcut/maskcut.py"),
-    View("square800", "padded with white at right and bottom to a square, resized to 800 × 800; zero-padded about the centre to whole patches",
-         "bicubic", "⌈800/p⌉ square", ("tokens_square800", "cls_tokens_square800"), "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py"),
     View("native", "own size, zero-padded at right and bottom to whole patches", "none", "⌈side/p⌉", ("keys_native", "tokens_native"),
          "YangtaoWANG95/TokenCut main_tokencut.py; valeoai/LOST main_lost.py", fixed=False),
     View("native_crop", "own size, cut at right and bottom to whole patches", "none", "⌊side/p⌋", ("keys_native_crop", "tokens_native_crop"),
          "lukemelas/deep-spectral-segmentation extract/extract.py", fixed=False),
     View("native_resized", "own size, resized to round(side/p) patches", "LANCZOS", "round(side/p), at least 1", ("keys_native_resized", "tokens_native_resized"),
          "YangtaoWANG95/TokenCut unsupervised_saliency_detection/get_saliency.py", fixed=False),
+    View("square800", "padded with white at right and bottom to a square, resized to 800 × 800; zero-padded about the centre to whole patches",
+         "bicubic", "⌈800/p⌉ square", ("tokens_square800", "cls_tokens_square800"), "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py"),
 )
 BY_NAME = {v.name: v for v in TABLE}
 NAMES = tuple(BY_NAME)
