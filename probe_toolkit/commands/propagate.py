@@ -58,7 +58,7 @@ from ..store import cache
 from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
-from ..store.extract import parse_shard
+from ..store.extract_plan import parse_shard
 
 BATCH = 8  # frames per forward pass
 SOFT = "soft.npy"  # beside a sequence's PNGs: (frame, label, row, column) float32, its frames 1.. soft segmentations

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
-from . import saliency, spair, voc, voc_segmentation
+from . import saliency, spair, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -64,11 +64,11 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         if images is None:
             raise ProbeError(None, "a COCO20k panel needs --images (the train2014 folder)", "pass --images train2014/")
         return annotations.resolve(), images.resolve()
-    if kind == voc_segmentation.KIND:
-        return voc_segmentation.check_layout(annotations, images, split)
+    if kind == voc_layout.KIND:
+        return voc_layout.check_layout(annotations, images, split)
     if kind == spair.KIND:
         return spair.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_segmentation.KIND}, {spair.KIND}", "use --voc, --coco20k, --masks or --spair")
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {spair.KIND}", "use --voc, --coco20k, --masks or --spair")
 
 
 def coco20k_ids() -> list[int]:
@@ -140,7 +140,7 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     """(bytes to hash, COCO dataset) of a panel whose kind is not plain COCO; ``read`` (path → bytes)
     is ``read_labels``' reader, the one way label files are opened."""
     loaders = {"voc": _voc, "saliency": _saliency}
-    if panel.kind == voc_segmentation.KIND:
+    if panel.kind == voc_layout.KIND:
         raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
                          "read it with labels.voc_segmentation.read_label_maps (probe hummingbird)")
     if panel.kind == spair.KIND:
@@ -156,7 +156,7 @@ def benchmark(panel) -> str:
     text = f"{panel.annotations} {panel.images}".upper().replace("_", "-")
     if panel.kind == "voc":
         return "VOC07" if "2007" in text else "VOC12" if "2012" in text else ""
-    if panel.kind == voc_segmentation.KIND:
+    if panel.kind == voc_layout.KIND:
         return "VOC12-seg" if "2012" in text else ""
     if panel.kind == "coco20k":
         return "COCO20k"
