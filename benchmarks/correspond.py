@@ -1,6 +1,7 @@
 """Keypoints per second of ``probe correspond``'s matching against a plain per-keypoint loop, in one run.
 
-Baseline: probe3d's procedure written keypoint by keypoint in numpy — for every pair, both images'
+Baseline: probe3d's procedure written keypoint by keypoint in numpy (``tests/test_correspond.py``'s
+``plain_errors``, which the tests hold the toolkit against) — for every pair, both images'
 tokens L2-normalised, then for every keypoint annotated in both images its feature sampled
 bilinearly at ``x / 800`` of the grid (align_corners), its dot product with every target patch, the
 argmax, the error. Toolkit: ``commands.correspond.pair_block`` (torch: each image normalised once
@@ -33,6 +34,7 @@ import xarray as xr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spair_scenes import write_spair  # noqa: E402
+from test_correspond import plain_errors as plain  # noqa: E402  (the tests' per-keypoint loop is the baseline)
 from startup import cpu_model  # noqa: E402  (the processor's name, as the startup benchmark records it)
 
 from probe_toolkit.analyses import correspond  # noqa: E402
@@ -40,32 +42,6 @@ from probe_toolkit.commands.correspond import pair_block  # noqa: E402
 from probe_toolkit.demo.samples import ARCHS, write_checkpoint  # noqa: E402
 from probe_toolkit.labels.spair import parse  # noqa: E402
 from probe_toolkit.store.extract import Settings, extract  # noqa: E402
-
-
-def plain(grids: dict[str, np.ndarray], pairs, rows: int, cols: int) -> list[np.ndarray]:
-    """Per pair, (K,) errors (NaN where a keypoint is not in both): one keypoint at a time."""
-    out = []
-    for p in pairs:
-        src, trg = grids[p.source], grids[p.target]
-        src = src / np.maximum(np.linalg.norm(src, axis=2, keepdims=True), 1e-12)
-        trg = (trg / np.maximum(np.linalg.norm(trg, axis=2, keepdims=True), 1e-12)).reshape(rows * cols, -1)
-        s_kps, t_kps = correspond.view_keypoints(p.source_kps, p.source_size), correspond.view_keypoints(p.target_kps, p.target_size)
-        scale = correspond.threshold_scale(p.target_box, p.target_size)
-        errors = np.full(len(s_kps), np.nan)
-        for k in range(len(s_kps)):
-            if not (s_kps[k, 2] and t_kps[k, 2]):
-                continue
-            x, y = s_kps[k, 0] / 800 * (cols - 1), s_kps[k, 1] / 800 * (rows - 1)
-            x0, y0 = int(math.floor(x)), int(math.floor(y))
-            feature = np.zeros(src.shape[2])
-            for dy, wy in ((0, 1 - (y - y0)), (1, y - y0)):
-                for dx, wx in ((0, 1 - (x - x0)), (1, x - x0)):
-                    if 0 <= y0 + dy < rows and 0 <= x0 + dx < cols:
-                        feature += wy * wx * src[y0 + dy, x0 + dx]
-            best = int(np.argmax(trg @ feature))
-            errors[k] = math.hypot((best % cols) / cols - t_kps[k, 0] / 800, (best // cols) / cols - t_kps[k, 1] / 800) / scale
-        out.append(errors)
-    return out
 
 
 def main() -> None:

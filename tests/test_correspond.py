@@ -82,6 +82,35 @@ def plain_pair(src_grid, trg_grid, src_kps, trg_kps, box, size):
     return errors
 
 
+def plain_errors(grids: dict[str, np.ndarray], pairs, rows: int, cols: int) -> list[np.ndarray]:
+    """Per pair, (K,) errors (NaN where a keypoint is not in both): probe3d's procedure one keypoint at a time, in
+    float64 numpy (the keypoints moved into the view as ``process_keypoints`` moves them)."""
+    out = []
+    for p in pairs:
+        src, trg = grids[p.source], grids[p.target]
+        src = src / np.maximum(np.linalg.norm(src, axis=2, keepdims=True), 1e-12)
+        trg = (trg / np.maximum(np.linalg.norm(trg, axis=2, keepdims=True), 1e-12)).reshape(rows * cols, -1)
+        s_kps = plain_keypoints({"kps": {str(i): v for i, v in enumerate(p.source_kps)}}, p.source_size)
+        t_kps = plain_keypoints({"kps": {str(i): v for i, v in enumerate(p.target_kps)}}, p.target_size)
+        box = p.target_box
+        scale = max(box[2] - box[0], box[3] - box[1]) / max(p.target_size)
+        errors = np.full(len(s_kps), np.nan)
+        for k in range(len(s_kps)):
+            if s_kps[k] is None or t_kps[k] is None:
+                continue
+            x, y = s_kps[k][0] / 800 * (cols - 1), s_kps[k][1] / 800 * (rows - 1)
+            x0, y0 = int(math.floor(x)), int(math.floor(y))
+            feature = np.zeros(src.shape[2])
+            for dy, wy in ((0, 1 - (y - y0)), (1, y - y0)):
+                for dx, wx in ((0, 1 - (x - x0)), (1, x - x0)):
+                    if 0 <= y0 + dy < rows and 0 <= x0 + dx < cols:
+                        feature += wy * wx * src[y0 + dy, x0 + dx]
+            best = int(np.argmax(trg @ feature))
+            errors[k] = math.hypot((best % cols) / cols - t_kps[k][0] / 800, (best // cols) / cols - t_kps[k][1] / 800) / scale
+        out.append(errors)
+    return out
+
+
 @pytest.fixture(scope="module")
 def spair(tmp_path_factory):
     root = tmp_path_factory.mktemp("spair")
@@ -202,3 +231,34 @@ def test_the_report_shows_the_saved_pck_and_draws_one_pair(spair):
             assert means[(f"{float(t):g}", b)] == (f"{value:.1f}" if np.isfinite(value) else "–")
     figures = [b for b in section.blocks if isinstance(b, Figure)]
     assert len(figures) == 1 and figures[0].png[:8] == b"\x89PNG\r\n\x1a\n" and "square800" in figures[0].caption
+
+
+@pytest.mark.parametrize("layout, arch", [("dinov2-reg-backbone", "TINY_DINOV2_REG"), ("dinov3-official", "TINY_DINOV3")])
+def test_dinov2_at_14_and_dinov3_run_from_panel_to_record(layout, arch, tmp_path, capsys):
+    """/14 (DINOv2 with registers): the square800 view centre-padded to 812 px, 58 × 58 patches;
+    DINOv3 (4 storage tokens, RoPE): 50 × 50. The errors equal a plain numpy float64 per-keypoint loop."""
+    import xarray as xr
+
+    from probe_toolkit.demo import samples
+
+    from probe_toolkit.labels.spair import parse
+
+    folder = write_spair(tmp_path / "SPair-71k", {"cat": 2}, seed=2)
+    checkpoint = write_checkpoint(tmp_path / f"{layout}.pth", layout, getattr(samples, arch), seed=1)
+    cache = tmp_path / "cache"
+    add_panel("sp", folder, None, "val", cache=cache, kind="spair", split="test")
+    store = extract(checkpoint, folder / "JPEGImages", settings=Settings(views=("square800",), dtype="float32"), cache_dir=cache, quiet=True).store
+    code, printed = probe_main(["correspond", str(store), "--panel", "sp", "--workers", "1", "--cache", str(cache), "-q"], capsys)
+    assert code == 0, printed.err
+    side = 58 if "dinov2" in layout else 50
+    ds = xr.open_zarr(store)
+    assert ds.sizes["patch_square800"] == side * side
+    record = load(store, "correspond")
+    assert record.attrs["grid"] == [side, side]
+    pairs, _, _ = parse(folder, "test", lambda p: p.read_bytes())
+    grids = {str(i): v.reshape(side, side, -1).astype(np.float64) for i, v in zip(ds.image.values, ds["tokens_square800"].values)}
+    expected = dict(zip([p.name for p in pairs], plain_errors(grids, pairs, side, side)))
+    for i, name in enumerate(record.pair.values):
+        want = expected[str(name)]
+        np.testing.assert_allclose(record.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
