@@ -41,7 +41,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import cv2
 import numpy as np
 import torch
 import xarray as xr
@@ -104,6 +103,7 @@ def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:
 
 def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.device, batch: int = BATCH):
     """Yield (rows·cols, D) features per frame, the forward pass batched over frames."""
+    import cv2  # the script's decoder; here, so that importing this module stays light
     size = None
     for a in range(0, len(frames), batch):
         tensors = []
