@@ -39,7 +39,7 @@ PROTOCOL = register(Protocol(
     name="correspond",
     summary="SPair-71k keypoint correspondence: each source keypoint's token matched to the nearest target patch; PCK by viewpoint bin.",
     settings=CorrespondSettings,
-    reads=Reads(arrays=("tokens_square800",), views=("square800",), labels=True, panel_kinds=("spair",)),
+    reads=Reads(arrays=("tokens_square800",), views=("square800",), labels=True, panel_kinds=("spair",), panel_sibling=True),
     results=("correspond",),
     references=(Reference("El Banani et al., Probing the 3D Awareness of Visual Foundation Models (CVPR 2024)",
                           "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py"),

@@ -38,6 +38,7 @@ class Reads:
     labels: bool = False
     panel_kinds: tuple[str, ...] = ()
     source: str = "store"  # store, or checkpoint (propagate runs the network on DAVIS frames)
+    panel_sibling: bool = False  # a panel's tokens are read from <network>-panel-<panel>.zarr beside the store when the store lacks them
 
 
 @dataclass(frozen=True)
