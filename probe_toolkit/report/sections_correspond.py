@@ -43,6 +43,7 @@ def matches_drawing(source: np.ndarray, target: np.ndarray, source_xy: np.ndarra
     fig = MplFigure(figsize=(7.0, 3.8), layout="constrained")
     ax = fig.subplots()
     ax.imshow(np.concatenate([source, target], axis=1))
+    ax.axvline(side - 0.5, color="black", linewidth=1.0)  # the white padding of one view must not run into the other
     for k in np.flatnonzero(np.isfinite(error)):
         hit = error[k] < threshold
         colour = "#009E73" if hit else "#D55E00"
