@@ -15,8 +15,10 @@ annotated in both images. Pair files are taken in sorted order (the reference ta
 order, which the file system decides).
 
 ``check_layout`` (when the panel is added) opens every pair file of the split and the image
-annotations they name, and refuses the panel with one line per problem (file, entry, field, fix);
-``read_pairs`` opens them again, writes the ledger entry, and only then hands the pairs out.
+annotations they name, and refuses the panel with one line per problem (file, entry, field, fix).
+It hands out no label, only where a file is malformed, so it writes no ledger entry (the files are
+opened inside the readers' guard, ``guard.inside``); ``read_pairs`` opens them again, writes the
+ledger entry, and only then hands the pairs out.
 """
 
 from __future__ import annotations
