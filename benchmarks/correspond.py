@@ -7,7 +7,7 @@ bilinearly at ``x / 800`` of the grid (align_corners), its dot product with ever
 argmax, the error. Toolkit: ``commands.correspond.pair_block`` (torch: each image normalised once
 for all its pairs, all of a pair's keypoints sampled by one ``grid_sample`` and matched by one
 product), in this process. Both read the same
-tokens (a float32 square800 store of a synthetic SPair folder, ``tests/spair_scenes.py``, extracted
+tokens (a float32 square800 store of a synthetic SPair folder, ``probe_toolkit/demo/spair.py``, extracted
 once, not timed) and must give the same matches. Rounds interleaved, medians compared. Prints a
 table and a JSON line (append it to ``benchmarks/records/correspond.jsonl``).
 
@@ -33,13 +33,13 @@ import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spair_scenes import write_spair  # noqa: E402
 from test_correspond import plain_errors as plain  # noqa: E402  (the tests' per-keypoint loop is the baseline)
 from startup import cpu_model  # noqa: E402  (the processor's name, as the startup benchmark records it)
 
 from probe_toolkit.analyses import correspond  # noqa: E402
 from probe_toolkit.commands.correspond import pair_block  # noqa: E402
 from probe_toolkit.demo.samples import ARCHS, write_checkpoint  # noqa: E402
+from probe_toolkit.demo.spair import write_spair  # noqa: E402
 from probe_toolkit.labels.spair import parse  # noqa: E402
 from probe_toolkit.store.extract import Settings, extract  # noqa: E402
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from report_stores import invoke
-from spair_scenes import write_spair
 
+from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.store import cache
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from cli_runs import probe_main
 from PIL import Image
-from spair_scenes import write_spair
 
 from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.guard import forbid_label_reads
 from probe_toolkit.labels.panels import add_panel

@@ -1,6 +1,6 @@
 """A synthetic SPair-71k folder: textured scenes with one coloured object each, its keypoints and
 box annotated, and pairs of images of one category in PairAnnotation/test (the release's layout
-and json fields)."""
+and json fields). For ``probe correspond`` offline (the demo, the tests, the benchmark)."""
 
 from __future__ import annotations
 
