@@ -34,6 +34,7 @@ import xarray as xr
 from ..analyses import correspond
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.placement import Placement
 from ..infra.runner import map_blocks, placed
 from ..labels import spair
 from ..labels.panels import check_readable
@@ -112,10 +113,13 @@ def run_correspond(
     json_path: str | Path | None = None,
     progress: Callable[[int], None] | None = None,
     command: str = "probe correspond",
-    workers: int | None = 1,
-    dask_address: str | None = None,
+    placement: Placement = Placement(workers=1),
 ) -> CorrespondReport:
-    """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``."""
+    """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``.
+    ``placement``: where the blocks of pairs run (its workers or dask cluster); a shard is refused."""
+    if placement.shard is not None:
+        raise ProbeError("--shard", f"{placement.shard}: probe correspond does not split into shards (each would score every pair)",
+                         "run it once, with --workers N or --dask-address")
     thresholds = tuple(float(t) for t in thresholds)
     the_panel = check_readable(panel, unseal, cache_dir)
     if the_panel.kind != spair.KIND:
@@ -160,7 +164,7 @@ def run_correspond(
                 "source_kps": src_kps[a:b], "target_kps": trg_kps[a:b], "scale": scale[a:b]}
 
     if chosen:
-        with placed(workers, dask_address) as where:
+        with placed(placement.workers, placement.dask_address) as where:
             out = map_blocks(partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE), read,
                              [(a, min(a + BLOCK, len(chosen))) for a in range(0, len(chosen), BLOCK)],
                              workers=where.workers, client=where.client, progress=progress)

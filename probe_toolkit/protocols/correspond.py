@@ -25,14 +25,9 @@ class CorrespondSettings(Settings):
 
 def execute(settings: CorrespondSettings, placement, *, store, panel, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
     from ..commands.correspond import run_correspond
-    from ..infra.errors import ProbeError
-
-    if placement.shard is not None:
-        raise ProbeError("--shard", f"{placement.shard}: probe correspond does not split into shards (each would score every pair)",
-                         "run it once, with --workers N or --dask-address")
 
     return run_correspond(store, panel, thresholds=settings.thresholds, instances=settings.instances, seed=settings.seed, unseal=unseal,
-                          cache_dir=cache_dir, json_path=json_path, progress=progress, workers=placement.workers, dask_address=placement.dask_address)
+                          cache_dir=cache_dir, json_path=json_path, progress=progress, placement=placement)
 
 
 PROTOCOL = register(Protocol(
