@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, WorkersOpt, app, console, err_console,
+from .app import (SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, UnsealOpt, WorkersOpt, app, console, err_console,
                   options, run, show, summary_command, waiting_line)
 
 
