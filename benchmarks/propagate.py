@@ -70,7 +70,7 @@ def main() -> None:
         same = True
         for r in range(args.rounds + 1):  # round 0 warms up
             start = time.perf_counter()
-            expected = plain_propagation(model, frames, annotation)
+            expected, _ = plain_propagation(model, frames, annotation)
             t_plain = time.perf_counter() - start
             start = time.perf_counter()
             got = toolkit()

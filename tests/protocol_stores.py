@@ -1,6 +1,8 @@
 """The frozen-feature protocols run on a report test's store through their own command line:
 k-NN on two COCO panels (the photographs against the two scenes, two categories), the
-attention masks scored on the scenes panel, and label propagation on a synthetic DAVIS folder.
+attention masks scored on the scenes panel, label propagation on a synthetic DAVIS folder, and
+keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in the sibling store
+``probe extract --panel`` writes).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from report_stores import invoke
 
+from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.store import cache
 
@@ -42,3 +45,7 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
     checkpoint = cache.manifest(store)["checkpoint"]["path"]
     davis = write_davis(root / "DAVIS", {"shapes": 3}, size=(64, 48))
     invoke("propagate", checkpoint, "--davis", davis, "--out", root / "davis-out", "--store", store, "--cache", cache_dir, "--workers", "1", "-q")
+    spair = write_spair(root / "SPair-71k", {"cat": 2, "dog": 2}, seed=5)
+    invoke("panel", "add", "spair", "--spair", spair, "--role", "val", "--cache", cache_dir)
+    invoke("extract", checkpoint, "--panel", "spair", "--views", "square800", "--cache", cache_dir, "-q")
+    invoke("correspond", store, "--panel", "spair", "--cache", cache_dir, "--workers", "1", "-q")

@@ -22,7 +22,7 @@ from probe_toolkit.protocols import api, registry
 from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
-EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate"}
+EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -43,6 +43,8 @@ BAD = [
     ("knn", {"feature": "gap"}, "feature"),
     ("attention-masks", {"mass": 1.0}, "mass"),
     ("attention-masks", {"row": "first"}, "row"),
+    ("correspond", {"thresholds": (0.1, 1.5)}, "thresholds"),
+    ("correspond", {"instances": -1}, "instances"),
     ("propagate", {"topk": 0}, "topk"),
     ("propagate", {"n_last_frames": 0}, "n_last_frames"),
     ("propagate", {"preset": "dinov2"}, "preset"),

@@ -101,16 +101,39 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.228, 0.224, 0.225)
 
 
 def plain_frame(path):
-    rgb = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32)
-    h0, w0 = rgb.shape[:2]
+    """eval_video_segmentation.py's read_frame, step by step: OpenCV decodes (BGR) and resizes the
+    8-bit frame (INTER_LINEAR), then float32 / 255, channels reversed, normalised per channel."""
+    import cv2
+
+    bgr = cv2.imread(str(path))
+    h0, w0 = bgr.shape[:2]
     if h0 > w0:
         tw, th = 480, int((480 * h0 / w0) // 64 * 64)
     else:
         th, tw = 480, int((480 * w0 / h0) // 64 * 64)
-    x = F.interpolate(torch.from_numpy(rgb).permute(2, 0, 1)[None], size=(th, tw), mode="bilinear", align_corners=False)[0] / 255.0
+    img = cv2.resize(bgr, (tw, th), interpolation=cv2.INTER_LINEAR).astype(np.float32) / 255.0
+    rgb = img[:, :, [2, 1, 0]].transpose(2, 0, 1).copy()
     for c in range(3):
-        x[c] = (x[c] - MEAN[c]) / STD[c]
-    return x
+        rgb[c] = (rgb[c] - np.float32(MEAN[c])) / np.float32(STD[c])
+    return torch.from_numpy(rgb)
+
+
+def test_frames_are_read_as_opencv_reads_them(tmp_path):
+    """The network input equals the script's read_frame to the bit: 8-bit resize, not a float one."""
+    import cv2
+
+    from probe_toolkit.analyses.propagation import frame_tensor
+
+    rng = np.random.default_rng(1)
+    path = tmp_path / "f.jpg"
+    Image.fromarray(rng.integers(0, 256, (75, 101, 3), dtype=np.uint8)).save(path, quality=90)
+    got = frame_tensor(cv2.imread(str(path)))
+    want = plain_frame(path)
+    assert got.shape == want.shape == (3, 480, 640)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    floated = F.interpolate(torch.from_numpy(np.asarray(Image.open(path).convert("RGB"), np.float32)).permute(2, 0, 1)[None], size=(480, 640),
+                            mode="bilinear", align_corners=False)[0] / 255.0
+    assert not np.array_equal(floated.numpy(), (want * torch.tensor(STD).view(3, 1, 1) + torch.tensor(MEAN).view(3, 1, 1)).numpy())
 
 
 def plain_propagation(model, frames, annotation, n_last=7, radius=12, topk=5):
@@ -130,7 +153,7 @@ def plain_propagation(model, frames, annotation, n_last=7, radius=12, topk=5):
             mask[i, j, max(0, i - radius):i + radius + 1, max(0, j - radius):j + radius + 1] = 1
     mask = mask.reshape(h * w, h * w)
     feat1 = normed_patch_tokens(model, first[None])[0].T  # dim × hw, unnormalised
-    queue, out = [], []
+    queue, out, soft = [], [], []
     for path in frames[1:]:
         feat_tar = normed_patch_tokens(model, plain_frame(path)[None])[0]  # hw × dim
         sources = torch.stack([feat1] + [q[0] for q in queue])
@@ -147,6 +170,7 @@ def plain_propagation(model, frames, annotation, n_last=7, radius=12, topk=5):
         if len(queue) == n_last:
             queue.pop(0)
         queue.append([feat_tar.T, seg_tar.clone()])
+        soft.append(seg_tar[0].clone())
         up = F.interpolate(seg_tar, scale_factor=patch, mode="bilinear", align_corners=False, recompute_scale_factor=False)[0]
         for c in range(n):
             if up[c].max() > 0:
@@ -154,7 +178,25 @@ def plain_propagation(model, frames, annotation, n_last=7, radius=12, topk=5):
                 up[c] = up[c] / up[c].max()
         labels = torch.max(up, dim=0).indices.numpy().astype(np.uint8)
         out.append(np.array(Image.fromarray(labels).resize((w0, h0), Image.Resampling.NEAREST)))
-    return out
+    return out, soft
+
+
+def plain_j_and_f(truth, pred):
+    """davis2017-evaluation's semi-supervised J and F per object, written out: frames 1..n-2 scored,
+    J the region IoU (1 when both are empty), F from the pixel-loop boundaries (1 when both are empty)."""
+    r = int(np.ceil(0.008 * np.hypot(*truth[0].shape)))
+    objects = [int(o) for o in np.unique(truth[0]) if o != 0]
+    j, f = {}, {}
+    for o in objects:
+        js, fs = [], []
+        for t, p in zip(truth[1:-1], pred[1:-1]):
+            a, b = t == o, p == o
+            union = np.logical_or(a, b).sum()
+            js.append(1.0 if union == 0 else np.logical_and(a, b).sum() / union)
+            value = plain_f(a, b, r)
+            fs.append(value if value is not None else float(a.any() == b.any()))
+        j[o], f[o] = float(np.mean(js)), float(np.mean(fs))
+    return j, f
 
 
 @pytest.fixture(scope="module")
@@ -166,9 +208,15 @@ def video(tmp_path_factory):
 
 
 def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):
+    from probe_toolkit.results.records import load
+    from probe_toolkit.store.extract import Settings, extract
+
     root, checkpoint = video
     out, c = root / "out", root / "cache"
-    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c),
+    (root / "one").mkdir()
+    Image.new("RGB", (32, 32), (90, 90, 90)).save(root / "one" / "grey.png")
+    store = extract(checkpoint, root / "one", settings=Settings(views=(96,)), cache_dir=root / "stores", quiet=True).store
+    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c), "--store", str(store),
                            "--n-last-frames", "2", "--json", str(root / "p.json"), "--workers", "1", "-q"], capsys)
     assert code == 0, printed.err
     model = Backbone.from_checkpoint(load_checkpoint(checkpoint))
@@ -176,25 +224,36 @@ def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):
     for seq in ("shapes", "pair"):
         frames = sorted((root / "DAVIS" / "JPEGImages" / "480p" / seq).glob("*.jpg"))
         truth = [np.array(Image.open(root / "DAVIS" / "Annotations" / "480p" / seq / f"{f.stem}.png")) for f in frames]
-        expected = plain_propagation(model, frames, truth[0], n_last=2)
+        expected, soft = plain_propagation(model, frames, truth[0], n_last=2)
         written = [Image.open(out / seq / f"{f.stem}.png") for f in frames]
         assert all(im.mode == "P" for im in written)
         assert written[1].getpalette()[:9] == [0, 0, 0, 128, 0, 0, 0, 128, 0]  # the first annotation's palette
         np.testing.assert_array_equal(np.array(written[0]), truth[0])
         for got, want in zip(written[1:], expected):
             np.testing.assert_array_equal(np.array(got), want)
-        scores.append(davis.score_sequence(seq, truth, [truth[0], *expected]))
-    overall = davis.global_row(scores)
+        scores.append(plain_j_and_f(truth, [truth[0], *expected]))
+        kept = np.load(out / seq / "soft.npy")
+        np.testing.assert_allclose(kept, torch.stack(soft).numpy(), rtol=0, atol=1e-6)
+        record = load(store, "davis")
+        np.testing.assert_array_equal(record[f"soft_{seq}"].values, kept)
+        assert list(record[f"frame_{seq}"].values) == [f.stem for f in frames[1:]]
+    js = [v for j, _ in scores for v in j.values()]
+    fs = [v for _, f in scores for v in f.values()]
+    overall = {"J-Mean": float(np.mean(js)), "F-Mean": float(np.mean(fs))}
+    overall["J&F-Mean"] = (overall["J-Mean"] + overall["F-Mean"]) / 2
     with open(out / "global_results-val.csv") as handle:
         table = list(csv.DictReader(handle))
-    assert float(table[0]["J&F-Mean"]) == pytest.approx(overall["J&F-Mean"], abs=5e-4)
+    for column in ("J&F-Mean", "J-Mean", "F-Mean"):
+        assert float(table[0][column]) == pytest.approx(overall[column], abs=5e-4)
     assert overall["J&F-Mean"] > 0.3  # the shapes are tracked, not lost
     with open(out / "per-sequence_results-val.csv") as handle:
         assert [r["Sequence"] for r in csv.DictReader(handle)] == ["shapes_1", "shapes_2", "pair_1", "pair_2"]
     purposes = [e.fields["purpose"] for e in ledger.entries(c)]
     assert purposes == ["propagate: first frame", "propagate: score"]
     assert [e.fields["images"] for e in ledger.entries(c)] == [2, 7]
-    assert json.loads((root / "p.json").read_text())["global"]["J&F-Mean"] == pytest.approx(overall["J&F-Mean"])
+    summary = json.loads((root / "p.json").read_text())["global"]
+    for column in ("J&F-Mean", "J-Mean", "F-Mean"):
+        assert summary[column] == pytest.approx(overall[column], abs=1e-12)
 
 
 def test_bad_davis_folders_are_one_line(video, capsys, tmp_path):

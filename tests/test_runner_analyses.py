@@ -205,7 +205,7 @@ def test_propagate_same_bits_at_one_and_two_workers_and_on_a_cluster(video, tmp_
     got = {place[-1]: _propagated(video, tmp_path / f"out{i}", tmp_path / f"p{i}.json", capsys, *place)
            for i, place in enumerate((["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]))}
     one = got["1"]
-    assert len(one[0]) == 4 + 3 + 2  # both sequences' PNGs, the two tables
+    assert len(one[0]) == 4 + 3 + 2 + 2  # both sequences' PNGs and soft.npy, the two tables
     assert 0 < one[1]["global"]["J&F-Mean"] <= 1
     for other in ("2", cluster):
         assert got[other] == one

@@ -10,7 +10,9 @@ normalised per target and carry the context's soft labels. The prediction is ups
 bilinearly by the patch size, each label's map min-max normalised, argmaxed, and resized to the
 original frame with nearest neighbour.
 
-Pure torch over tensors; frames and features come from the caller.
+Frames are made as the script makes them (``frame_tensor``: from OpenCV's decoded BGR pixels,
+its 8-bit INTER_LINEAR resize), so the network sees the same input to the last grey level;
+otherwise pure torch over tensors, the frames and features coming from the caller.
 """
 
 from __future__ import annotations
@@ -39,19 +41,21 @@ def frame_size(width: int, height: int, short: int = SHORT_SIDE) -> tuple[int, i
     return int((short * width / height) // 64 * 64), short
 
 
-def frame_tensor(rgb: np.ndarray, short: int = SHORT_SIDE) -> torch.Tensor:
-    """(H, W, 3) uint8 RGB → (3, h, w) normalised network input at ``frame_size``.
+def frame_tensor(bgr: np.ndarray, short: int = SHORT_SIDE) -> torch.Tensor:
+    """(H, W, 3) uint8 BGR, as ``cv2.imread`` decodes a frame → (3, h, w) normalised network input
+    at ``frame_size``, as the script's ``read_frame`` makes it: ``cv2.resize`` with its default
+    INTER_LINEAR on the 8-bit image (the input rounded to whole grey levels), then float32 / 255,
+    BGR → RGB, and the mean and std subtracted and divided channel by channel in place."""
+    import cv2
 
-    Bilinear with half-pixel centres and no antialiasing, the sampling of OpenCV's INTER_LINEAR
-    that the script uses (``cv2.resize``); OpenCV rounds its uint8 output to whole grey levels,
-    this keeps floats, so inputs differ by at most about one grey level.
-    """
-    height, width = rgb.shape[:2]
+    height, width = bgr.shape[:2]
     w, h = frame_size(width, height, short)
-    x = torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1).float().unsqueeze(0)
-    x = F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False, antialias=False)[0] / 255.0
-    mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
-    return (x - mean) / std
+    img = cv2.resize(np.ascontiguousarray(bgr, dtype=np.uint8), (w, h)).astype(np.float32) / 255.0
+    x = torch.from_numpy(np.ascontiguousarray(img[:, :, ::-1].transpose(2, 0, 1))).float()
+    for channel, m, s in zip(x, MEAN, STD):
+        channel.sub_(m)
+        channel.div_(s)
+    return x
 
 
 def window(rows: int, cols: int, radius: int) -> torch.Tensor:

@@ -123,12 +123,14 @@ class Frames:
             return propagation.frame_size(width, height, self.short_side)
         return v3_frame_size(width, height, self.short_side, self.patch)
 
-    def tensor(self, rgb: np.ndarray) -> torch.Tensor:
+    def tensor(self, frame: np.ndarray) -> torch.Tensor:
+        """The network input from a frame as each reference decodes it: DINO's script with
+        ``cv2.imread`` (BGR, 8 bits), DINOv3's notebook with PIL (RGB)."""
         if self.preset == "dino":
             from . import propagation
 
-            return propagation.frame_tensor(rgb, self.short_side)
-        return v3_frame_tensor(rgb, self.short_side, self.patch)
+            return propagation.frame_tensor(frame, self.short_side)
+        return v3_frame_tensor(frame, self.short_side, self.patch)
 
     def first(self, annotation: np.ndarray, rows: int, cols: int) -> torch.Tensor:
         if self.preset == "dino":
@@ -151,7 +153,7 @@ class Frames:
     def describe(self) -> str:
         """The record's ``frame_size``."""
         if self.preset == "dino":
-            return (f"short side {self.short_side}, long side floored to a multiple of 64, bilinear; mean (0.485, 0.456, 0.406), "
-                    "std (0.228, 0.224, 0.225)")
+            return (f"read with cv2.imread, cv2.resize INTER_LINEAR on the 8-bit frame to short side {self.short_side}, long side floored "
+                    "to a multiple of 64; BGR → RGB; mean (0.485, 0.456, 0.406), std (0.228, 0.224, 0.225)")
         return (f"short side {self.short_side}, each side rounded up to a multiple of {self.patch} (ResizeToMultiple), PIL bicubic; "
                 "mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)")

@@ -18,31 +18,33 @@ def panel_add(
     annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
     images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
     voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
-    split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut).")] = "trainval",
+    split: Annotated[Optional[str], typer.Option("--split", help="VOC: a file of ImageSets/Main (default trainval, as LOST and TokenCut); SPair: trn, val or test (default test).")] = None,
     no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
     coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
+    spair: Annotated[Optional[Path], typer.Option("--spair", help="SPair-71k folder (PairAnnotation/, ImageAnnotation/, JPEGImages/): keypoint pairs of --split.")] = None,
     masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
     classes_from_folders: Annotated[Optional[Path], typer.Option("--classes-from-folders", help="A folder with one sub-folder of images per class (ImageNet's layout): a classification panel.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
     cache: CacheOpt = None,
 ) -> None:
-    """Register a panel in <cache>/panels.toml: a COCO file, a VOC folder, COCO20k or a saliency mask folder."""
+    """Register a panel in <cache>/panels.toml: a COCO file, a VOC folder, COCO20k, a saliency mask folder or a SPair-71k split."""
     from ..labels.panels import add_panel
 
     if classes_from_folders is not None:
-        if any(v is not None for v in (annotations, images, voc, masks)) or coco20k:
+        if any(v is not None for v in (annotations, images, voc, masks, spair)) or coco20k:
             raise ProbeError("--classes-from-folders", "cannot be combined with --annotations, --images, --voc, --masks or --coco20k", "give either the class folder or another kind of panel")
         p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
         console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
         return
-    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None)) if value is not None]
+    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None), ("--spair", spair)) if value is not None]
     if len(given) > 1:
-        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k")
-    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
-    source = voc if kind == "voc" else masks if kind == "saliency" else annotations
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k, --spair")
+    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k", "--spair": "spair"}.get(given[0], "coco") if given else "coco"
+    source = {"voc": voc, "saliency": masks, "spair": spair}.get(kind, annotations)
     if source is None or (kind == "coco" and images is None):
         raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
-    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind == "voc" else "", no_hard=no_hard)
+    split = (split or "trainval") if kind == "voc" else (split or "test") if kind == "spair" else ""
+    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split, no_hard=no_hard)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 
 

@@ -1,4 +1,4 @@
-"""The frozen-feature protocols: linear, knn, attention-masks, propagate, entropy, neighbours."""
+"""The frozen-feature protocols: linear, knn, attention-masks, propagate, correspond, entropy, neighbours."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, WorkersOpt, app, console, err_console,
+from .app import (SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, UnsealOpt, WorkersOpt, app, console, err_console,
                   options, run, show, summary_command, waiting_line)
 
 
@@ -145,6 +145,36 @@ def propagate_command(
     if report.waiting:
         console.print(waiting_line(shard, report.waiting, "the last one scores every sequence"))
     show(tables.propagate(report, subset))
+
+
+@app.command("correspond")
+def correspond_command(
+    store: Annotated[Path, typer.Argument(help="A store holding the panel's images in the square800 view (probe extract --panel NAME --views square800).")],
+    panel: Annotated[str, typer.Option("--panel", help="A SPair-71k panel (probe panel add NAME --spair DIR --split test).")],
+    threshold: Annotated[str, typer.Option("--threshold", help="PCK thresholds, fractions of the target box's larger side (probe3d: 0.1).")] = "0.05,0.1,0.15",
+    instances: Annotated[int, typer.Option("--instances", help="Pairs sampled per category and viewpoint bin (probe3d: 200; 0: every pair).")] = 200,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the pairs' shuffle (probe3d: random.seed(20)).")] = 20,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the PCK tables and settings as JSON.")] = None,
+    unseal: UnsealOpt = None,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """SPair-71k keypoint correspondence (mbanani/probe3d evaluate_spair_correspondence.py): PCK per category and viewpoint bin."""
+
+    from ..infra.progress import bar
+    from ..results import tables
+
+    try:
+        thresholds = tuple(float(v) for v in threshold.split(",") if v.strip())
+    except ValueError:
+        raise ProbeError("--threshold", f"{threshold!r} is not a list of numbers", "use --threshold 0.05,0.1,0.15") from None
+    with bar("pairs", quiet) as progress:
+        task = progress.add_task("correspond", total=None)
+        report = run("correspond", store, panel=panel, thresholds=thresholds, instances=instances, seed=seed, unseal=unseal, cache_dir=cache,
+                     json_path=json_path, progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address).report
+    show(tables.correspond(report))
 
 
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---

@@ -1,16 +1,18 @@
 """``probe propagate CKPT --davis DIR --out DIR``: DAVIS-2017 label propagation and its J&F.
 
 The backbone runs in memory, sequence by sequence (frames are read, never cached in a store):
-each frame at DINO's size (short side 480, long side floored to a multiple of 64; normalised with
-std 0.228, 0.224, 0.225), its last-block patch tokens after the final norm
+each frame read as the script reads it (``cv2.imread``, then ``cv2.resize`` INTER_LINEAR on the
+8-bit frame to DINO's size: short side 480, long side floored to a multiple of 64; BGR → RGB;
+normalised with std 0.228, 0.224, 0.225), its last-block patch tokens after the final norm
 (``backbone.normed_patch_tokens``), then ``analyses.propagation``. Labels: the first frame's
 annotation of every sequence is read once, through the ledger (purpose ``propagate: first
 frame``); the scorer alone reads the other frames' annotations, after every prediction is
 written (``propagate: score``, a second entry), unless ``--no-score``.
 
 Written under ``--out``: ``<sequence>/<frame>.png`` indexed PNGs in DAVIS's layout with the
-first annotation's palette (the first frame is its annotation, as the script writes it), each
-sequence swapped in whole; then davis2017-evaluation's tables ``global_results-<set>.csv`` and
+first annotation's palette (the first frame is its annotation, as the script writes it) and
+``soft.npy`` beside them (the soft patch-level segmentation of frames 1..), each sequence swapped
+in whole; then davis2017-evaluation's tables ``global_results-<set>.csv`` and
 ``per-sequence_results-<set>.csv`` (three decimals). The scorer reads the predictions back
 from those PNGs (as davis2017-evaluation reads a results folder) and checks each sequence's
 against the digest of what was written, so sequences propagated on a dask cluster
@@ -20,6 +22,7 @@ against the digest of what was written, so sequences propagated on a dask cluste
 
     j_mean, j_recall, j_decay, f_mean, f_recall, f_decay   (object)   per object of every sequence
     jf_mean, j, f                                          ()         the global means
+    soft_<sequence>   (frame_<sequence>, label_<sequence>, row_<sequence>, col_<sequence>)  soft segmentations
     coords: object ("<sequence>_<n>", as the repository names them)
     attrs: settings, ledger {first_frames, score}, sequences, frame size rule, provenance
 """
@@ -55,11 +58,11 @@ from ..store import cache
 from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
-from ..store.images import load_image
 from ..store.sources import file_digest, read_checked
 from .shards import collect
 
 BATCH = 8  # frames per forward pass
+SOFT = "soft.npy"  # beside a sequence's PNGs: (frame, label, row, column) float32, its frames 1.. soft segmentations
 
 
 @dataclass
@@ -115,16 +118,22 @@ def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:
 
 def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.device, batch: int = BATCH, rule: tracking.Frames | None = None):
     """Yield (rows·cols, D) features per frame, the forward pass batched over frames."""
+    import cv2  # the script's decoder; here, so that importing this module stays light
     size = None
     for a in range(0, len(frames), batch):
         tensors = []
         for path in frames[a:a + batch]:
-            rgb = np.asarray(load_image(path))
+            if rule is None or rule.preset == "dino":
+                frame = cv2.imread(str(path))  # DINO's script's decoder (BGR, 8 bits)
+                if frame is None:
+                    raise ProbeError(path, "is not an image OpenCV can read", "replace the frame with the sequence's JPEG")
+            else:
+                frame = np.asarray(load_image(path))  # DINOv3's notebook opens frames with PIL (RGB)
             if size is None:
-                size = rgb.shape[:2]
-            elif rgb.shape[:2] != size:
-                raise ProbeError(path, f"is {rgb.shape[1]}×{rgb.shape[0]}, the sequence's first frame {size[1]}×{size[0]}", "give every frame of a sequence one size")
-            tensors.append(rule.tensor(rgb) if rule is not None else propagation.frame_tensor(rgb))
+                size = frame.shape[:2]
+            elif frame.shape[:2] != size:
+                raise ProbeError(path, f"is {frame.shape[1]}×{frame.shape[0]}, the sequence's first frame {size[1]}×{size[0]}", "give every frame of a sequence one size")
+            tensors.append(rule.tensor(frame) if rule is not None else propagation.frame_tensor(frame))
         feats = normed_patch_tokens(model, torch.stack(tensors).to(device)).float().cpu()
         yield from feats
 
@@ -244,26 +253,33 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
             stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device), rule=rule), first, rows, cols, job.patch,
                                            (width, height), n_last=job.settings.n_last, radius=job.settings.radius, topk=job.settings.topk,
                                            temperature=job.settings.temperature, near=near, labels=rule.labels)
+            soft = []
             for frame, result in zip(frames[1:], stream):
                 files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
                 labels.append(result.labels)
+                soft.append(result.soft.numpy().astype(np.float32))
+            buffer = io.BytesIO()
+            np.save(buffer, np.stack(soft))
+            files[SOFT] = buffer.getvalue()
             _write_sequence(out, name, files)
             done[j] = png_digest(files)
     return {"digest": done}
 
 
-def read_predictions(out: Path, sequence: DavisSequence, digest: str) -> list[np.ndarray]:
+def read_predictions(out: Path, sequence: DavisSequence, digest: str) -> tuple[list[np.ndarray], np.ndarray]:
     """A sequence's predicted labels, read back from its PNGs under ``out`` (as
-    davis2017-evaluation reads a results folder), after checking they are the ones written."""
+    davis2017-evaluation reads a results folder), and its soft segmentations (``SOFT``), after
+    checking they are the ones written."""
     folder = out / sequence.name
     files: dict[str, bytes] = {}
-    for frame in sequence.frames:
-        path = folder / f"{frame.stem}.png"
-        files[path.name] = path.read_bytes() if path.is_file() else b""
+    for name in [*(f"{frame.stem}.png" for frame in sequence.frames), SOFT]:
+        path = folder / name
+        files[name] = path.read_bytes() if path.is_file() else b""
     if png_digest(files) != digest:
         raise IntegrityError(folder, "does not hold the PNGs this run wrote (changed, or written where this machine does not see them)",
                          "give every worker and shard one shared --out folder, leave it alone while the run lasts, and rerun")
-    return [np.asarray(Image.open(io.BytesIO(data))) for data in files.values()]
+    soft = np.load(io.BytesIO(files.pop(SOFT)), allow_pickle=False)
+    return [np.asarray(Image.open(io.BytesIO(data))) for data in files.values()], soft
 
 
 def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], digests: dict[str, str],
@@ -283,12 +299,19 @@ def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], di
     return every, " ".join(part["first_frames"] for part in parts if part["first_frames"]), waiting
 
 
-def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float]) -> xr.Dataset:
+def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float], soft: dict[str, tuple[list[str], np.ndarray]] | None = None) -> xr.Dataset:
+    """The J&F tables, and per sequence ``soft_<sequence>`` (frame_<sequence>, label_<sequence>,
+    row_<sequence>, col_<sequence>): the soft patch-level segmentation of its frames 1.., before
+    upsampling, as the script keeps it in its queue."""
     rows = [r for s in scores for r in s.rows()]
     data = {key.lower().replace("-", "_"): ("object", np.array([r[key] for r in rows], np.float64))
             for key in ("J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")}
     data.update({"jf_mean": overall["J&F-Mean"], "j": overall["J-Mean"], "f": overall["F-Mean"]})
-    return xr.Dataset(data, coords={"object": [str(r["Sequence"]) for r in rows]})
+    coords: dict[str, Any] = {"object": [str(r["Sequence"]) for r in rows]}
+    for name, (frames, grids) in (soft or {}).items():
+        data[f"soft_{name}"] = ((f"frame_{name}", f"label_{name}", f"row_{name}", f"col_{name}"), grids)
+        coords[f"frame_{name}"] = frames
+    return xr.Dataset(data, coords=coords)
 
 
 def run_propagate(
@@ -390,8 +413,10 @@ def run_propagate(
         return report
     truth, score_entry = read_davis_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
     report.ledger["score"] = score_entry
+    soft = {}
     for seq in found:
-        predicted = read_predictions(out, seq, digests[seq.name])
+        predicted, soft[seq.name] = read_predictions(out, seq, digests[seq.name])
+        soft[seq.name] = ([f.stem for f in seq.frames[1:]], soft[seq.name])
         try:
             report.scores.append(davis.score_sequence(seq.name, truth[seq.name], predicted))
         except ValueError as error:
@@ -406,7 +431,7 @@ def run_propagate(
                  "out": str(out.resolve()), "checkpoint": ck.describe(),
                  "source": f"{tracking.SOURCES[settings.preset]}; davisvideochallenge/davis2017-evaluation",
                  "provenance": {"command": command, **provenance.stamp()}}
-        report.saved = records.save(target, "davis", results_dataset(report.scores, report.global_scores), attrs)
+        report.saved = records.save(target, "davis", results_dataset(report.scores, report.global_scores, soft), attrs)
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     return report

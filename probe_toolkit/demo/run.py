@@ -6,7 +6,8 @@ Everything it needs ships with the package or is made on the spot: the real phot
 width 128) at random initialisation and after a short run of ``training/``. Both networks are
 extracted, measured (entropy, neighbours), decoded and scored on the val panel (and by LOST on
 the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's protocols (k-NN,
-attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), and
+attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
+on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), and
 compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
@@ -139,6 +140,18 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_attention_masks(store, panel="demo-val", cache_dir=cache)
         run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
+
+    from ..commands.correspond import VIEW, run_correspond
+    from .spair import write_spair
+
+    if "demo-spair" not in {p.name for p in panels.list_panels(cache)}:  # outside the image root: extracted in its own view only
+        panels.add_panel("demo-spair", write_spair(work / "spair", {"cat": 3, "dog": 3}, seed=3), None, "val", cache=cache, kind="spair", split="test")
+    spair_images = panels.get_panel("demo-spair", cache).images
+    for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):  # each store's panel sibling, as `probe extract --panel` names it
+        sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
+        extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
+        run_correspond(store, "demo-spair", cache_dir=cache)
+    lap("keypoint correspondence (demo-spair)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")

@@ -7,5 +7,7 @@ KINDS = {
     "coco20k": "COCO-2014 train restricted to LOST's and TokenCut's 19,817 images, crowd boxes removed (valeoai/LOST datasets.py)",
     "saliency": "an image folder and binary masks named like the images: ECSSD, DUTS-TE, DUT-OMRON (YangtaoWANG95/TokenCut unsupervised_saliency_detection)",
     "classes": "one sub-folder of images per class, ImageNet's layout (facebookresearch/dino eval_knn.py)",
+    "spair": ("SPair-71k: PairAnnotation/{trn,val,test}/*.json, ImageAnnotation/<category>/*.json, JPEGImages/<category>/*.jpg, "
+              "every pair checked field by field when added (mbanani/probe3d evals/datasets/spair.py), read by probe correspond"),
     "davis": "DAVIS-2017: JPEGImages/480p, Annotations/480p, ImageSets/2017 (davisvideochallenge/davis2017-evaluation), read by probe propagate --davis",
 }

@@ -17,6 +17,8 @@ image matching and the ledger do not change:
 - ``voc-segmentation``: a VOC2012 folder's class masks (``labels/voc_segmentation.py``); its
   labels are label maps, not a COCO dataset, so they are read by ``voc_segmentation.read_label_maps``
   (same ledger entry and seal), never by ``read_labels``.
+- ``spair``: a SPair-71k folder's keypoint pairs of one split (``labels/spair.py``), checked field
+  by field when added and read by ``spair.read_pairs`` (same ledger entry and seal).
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
-from . import saliency, voc, voc_layout
+from . import saliency, spair, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -64,7 +66,9 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return annotations.resolve(), images.resolve()
     if kind == voc_layout.KIND:
         return voc_layout.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}", "use --voc, --coco20k or --masks")
+    if kind == spair.KIND:
+        return spair.check_layout(annotations, images, split)
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {spair.KIND}", "use --voc, --coco20k, --masks or --spair")
 
 
 def coco20k_ids() -> list[int]:
@@ -139,6 +143,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     if panel.kind == voc_layout.KIND:
         raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
                          "read it with labels.voc_segmentation.read_label_maps (probe hummingbird)")
+    if panel.kind == spair.KIND:
+        raise ProbeError(panel.name, "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
+                         "score it with probe correspond (labels.spair.read_pairs)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
@@ -153,6 +160,8 @@ def benchmark(panel) -> str:
         return "VOC12-seg" if "2012" in text else ""
     if panel.kind == "coco20k":
         return "COCO20k"
+    if panel.kind == spair.KIND:
+        return f"SPair-71k {panel.split or 'test'}"
     if panel.kind == "saliency":
         return next((name for name in ("ECSSD", "DUTS-TE", "DUT-OMRON") if name in text), "")
     return ""

@@ -75,7 +75,8 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, **
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
         from .coverage import panel_coverage
 
-        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), allow_partial)  # before any label read
+        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), allow_partial,  # before any label read
+                                              sibling=protocol.reads.panel_sibling)
     context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded)
     with records.opened(context):
         report = protocol.execute(settings, placement, **inputs)

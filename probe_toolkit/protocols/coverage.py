@@ -5,7 +5,9 @@ COCO metric of an empty match); that run is refused here, before any label is re
 any work. The check lists the panel's image folder only (no annotation is opened): a panel's
 images are held when their ids in the store (``commands.panel_stores.wanted_ids``: the
 sub-folder prefix when the store was extracted from a folder above the panel's) or, for a store
-extracted elsewhere, their file names are finished images of the store. The coverage found goes
+extracted elsewhere, their file names are finished images of the store (or, for a protocol that
+reads a panel's tokens from there, of the store's sibling ``<network>-panel-<panel>.zarr`` of the
+same network, which ``probe extract --panel`` writes). The coverage found goes
 into the run's record beside its scores. A store holding only part of the panel is refused too,
 unless the caller allows it (``allow_partial``, ``--allow-partial``): the scores would then
 describe a subset the user did not choose, and the record says which share it was.
@@ -19,10 +21,26 @@ from typing import Any
 from ..infra.errors import ProbeError
 
 
-def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False) -> dict[str, Any]:
+def _held(ds, found, ids) -> int:
+    """How many of a panel's images ``ds`` holds: by their ids there, else by file name."""
+    from ..commands.panel_stores import wanted_ids
+
+    held_ids = {str(i) for i in ds.image.values.tolist()}
+    wanted = wanted_ids(ds, found, ids)
+    held = len(set(wanted) & held_ids) if wanted is not None else 0
+    if not held:  # a store extracted from another folder: matched by file name, as the label read matches
+        names = {Path(i).name for i in held_ids}
+        held = sum(Path(i).name in names for i in ids)
+    return held
+
+
+def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False,
+                   sibling: bool = False) -> dict[str, Any]:
     """``{"panel", "panel_images", "held"}`` for a store and a registered panel, or a ProbeError
-    when the store holds none of the panel's images (or only some, unless ``allow_partial``)."""
-    from ..commands.panel_stores import panel_ids, wanted_ids
+    when the store holds none of the panel's images (or only some, unless ``allow_partial``).
+    ``sibling``: the protocol reads the panel's tokens from the store's panel sibling when the
+    store lacks them (``Reads.panel_sibling``), so the sibling's images count too."""
+    from ..commands.panel_stores import _same_network, _sibling, panel_ids
     from ..labels.panels import get_panel
     from ..store import cache
 
@@ -31,12 +49,12 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
         return {"panel": panel, "panel_images": None, "held": None}  # the command's own checks name what is wrong
     ids = panel_ids(found)
     ds = cache.open_store(store)
-    held_ids = {str(i) for i in ds.image.values.tolist()}
-    wanted = wanted_ids(ds, found, ids)
-    held = len(set(wanted) & held_ids) if wanted is not None else 0
-    if not held:  # a store extracted from another folder: matched by file name, as the label read matches
-        names = {Path(i).name for i in held_ids}
-        held = sum(Path(i).name in names for i in ids)
+    held = _held(ds, found, ids)
+    beside = _sibling(Path(store), panel)  # `probe extract --panel` writes the panel's images beside the store
+    if sibling and held < len(ids) and beside.resolve() != Path(store).resolve() and (beside / "zarr.json").is_file():
+        other = cache.open_store(beside)
+        if _same_network(cache.manifest(ds), cache.manifest(other)):
+            held = max(held, _held(other, found, ids))
     extract = f"probe extract {cache.manifest(ds).get('checkpoint', {}).get('path', 'CKPT')} --images {found.images}"
     if ids and not held:
         raise ProbeError(store, f"holds none of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe no image",

@@ -53,7 +53,9 @@ PROTOCOL = register(Protocol(
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_video_segmentation.py"),
                 Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 notebooks/segmentation_tracking.ipynb"),
                 Reference("Pont-Tuset et al., The 2017 DAVIS Challenge", "davisvideochallenge/davis2017-evaluation")),
-    differences=("Frames are resampled in float where the reference reads them with OpenCV on 8-bit images: F may differ in the third decimal. "
+    differences=("DINO's preset reads frames as the reference reads them (cv2.imread, cv2.resize INTER_LINEAR on the 8-bit frame, BGR → RGB), "
+                 "but a sequence's forward passes are batched 8 frames at a time where the script runs one frame per pass. "
+                 "The soft patch-level segmentation of every frame is kept in the record (soft_<sequence>), which the script discards. "
                  "--preset dinov3-tracking follows DINOv3's notebooks/segmentation_tracking.ipynb, which has no DAVIS scoring of its own: its "
                  "frames (short side 960, each side rounded up to the patch, bicubic, std 0.229), circular window, temperature 0.2 and nearest "
                  "upsampling, scored by davis2017-evaluation as DINO's preset is; the notebook's values checked one by one at commit 6876159."),

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..infra.errors import ProbeError
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
-MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate")
+MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Reads:
     labels: bool = False
     panel_kinds: tuple[str, ...] = ()
     source: str = "store"  # store, or checkpoint (propagate runs the network on DAVIS frames)
+    panel_sibling: bool = False  # a panel's tokens are read from <network>-panel-<panel>.zarr beside the store when the store lacks them
 
 
 @dataclass(frozen=True)

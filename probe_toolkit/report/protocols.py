@@ -171,4 +171,6 @@ def propagation(ctx) -> Section:
     return section
 
 
-SECTIONS = (knn, attention_masks, propagation)
+from .sections_correspond import correspond  # noqa: E402  (its own module: the SPair section and its figure)
+
+SECTIONS = (knn, attention_masks, propagation, correspond)

@@ -134,6 +134,34 @@ def propagate(report: Any, subset: str) -> list[Any]:
     return [table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
 
 
+def correspond(report: Any) -> list[Any]:
+    """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
+    threshold asked), then the mean over categories at every threshold."""
+    thresholds = list(report.thresholds)
+    main = thresholds.index(0.1) if 0.1 in thresholds else 0
+
+    def cell(v: float) -> str:
+        return f"{v:.1f}" if math.isfinite(v) else "–"
+
+    bins = ("vp 0", "vp 1", "vp 2", "all")
+    table = Table(title=f"PCK@{thresholds[main]:g} (% of keypoints) on {report.panel} (ledger entry {report.ledger[:12]})", box=box.SIMPLE_HEAD)
+    table.add_column("category")
+    for b in bins:
+        table.add_column(b, justify="right")
+    for c, category in enumerate(report.categories):
+        table.add_row(category, *(cell(report.pck[c, b, main]) for b in range(len(bins))))
+    table.add_row("mean of categories", *(cell(report.mean[b, main]) for b in range(len(bins))), style="bold")
+    means = Table(title="mean over categories at every threshold", box=box.SIMPLE_HEAD)
+    means.add_column("threshold", justify="right")
+    for b in bins:
+        means.add_column(b, justify="right")
+    for t, threshold in enumerate(thresholds):
+        means.add_row(f"{threshold:g}", *(cell(report.mean[b, t]) for b in range(len(bins))))
+    counts = report.counts
+    return [table, means, Unwrapped(f"{counts['pairs_matched']} of {counts['pairs_in_panel']} pairs matched, {counts['keypoints_scored']} keypoints; "
+                                    f"tokens {report.dtype}; {report.seconds:.1f} s" + (f"; saved as {report.saved}" if report.saved else ""))]
+
+
 def records(found: list[Any], defaults: dict[str, dict[str, Any]] | None = None) -> Table:
     """``probe results``: every record of a store, oldest first; the settings shown are those
     that differ from the protocol's defaults (``defaults``: protocol → its default settings)."""

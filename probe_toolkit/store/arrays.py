@@ -16,7 +16,7 @@ from . import images, own_size
 from .architectures import Arch
 
 # what one forward pass of each view is read for
-READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",),
+READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",), images.SQUARE: ("tokens",),
          **{view: ("keys", "tokens") for view in images.OWN_SIZE}}
 
 GEOMETRY = {
@@ -25,6 +25,8 @@ GEOMETRY = {
     images.EVAL: "short side 256 (PIL bicubic, long side truncated), centre crop 224 "
                  "(facebookresearch/dino eval_knn.py, eval_linear.py: Resize(256, interpolation=3), CenterCrop(224))",
     "480": "squash to 480x480 (PIL {resample})",
+    images.SQUARE: "padded with white at the right and bottom to a square, resized to 800x800 (PIL bicubic), normalised, "
+                   "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
     "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
               "(TokenCut main_tokencut.py, LOST main_lost.py)",
     images.NATIVE_CROP: "own size, normalised, cut at the right and bottom to floor(h/p) x floor(w/p) patches, top left kept "

@@ -92,7 +92,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     taken. The thread ends once the run is decoded.
     """
     ranges = chunk_ranges(len(refs), settings.chunk, shard)
-    if any(v in images.OWN_SIZE for v in views) or not ranges:
+    if any(v in images.OWN_SIZE or v == images.SQUARE for v in views) or not ranges:  # square800 pads to the patch size
         return None
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))

@@ -8,6 +8,12 @@
 - 480: the whole image squashed to 480×480 (the decoder's view), PIL bicubic by default or PIL
   LANCZOS (``resample="lanczos"``, as CutLER's ``maskcut/maskcut.py`` resizes).
 - 96: short side to 96, centre crop 96.
+- square800: the image padded with white (255) at the right and bottom to a square, resized to
+  800 × 800 (PIL bicubic, as torchvision's ``Resize((800, 800), BICUBIC)`` on a PIL image),
+  normalised, then zero-padded about the centre to whole patches (none at /16 or /8; at /14, 6
+  rows and columns each side: 58 × 58), as mbanani/probe3d reads SPair-71k
+  (``evals/datasets/spair.py`` with ``use_bbox=False`` and ``image_size: 800`` of
+  ``configs/spair_correspondence.yaml``; ``center_padding`` of ``evals/models/utils.py``).
 - native: the image at its own size, normalised, then zero-padded at the right and bottom to a
   multiple of the patch size, as TokenCut's ``main_tokencut.py`` and LOST's ``main_lost.py`` pad
   it (``ceil(h / p) * p`` rows, ``ceil(w / p) * p`` columns). Its grid differs per image.
@@ -58,6 +64,8 @@ OWN_SIZE = own_size.VIEWS  # each image at its own size: padded up, cut down, or
 VIEW_NAMES = views.NAMES  # store/views.py defines every view once
 # the views cut as torchvision's Resize(short) + CenterCrop(side) cut them: name -> (short, side)
 CROPPED = {"96": (96, 96), "224": (224, 224), EVAL: (256, 224)}
+SQUARE = "square800"  # white-padded to a square, resized to SQUARE_SIDE, centre-padded to whole patches
+SQUARE_SIDE = 800
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
 
 
@@ -77,7 +85,7 @@ def manifest_view(name: str) -> int | str:
 def view_side(view: int | str) -> int:
     """The side in pixels of a fixed square view (``eval224``: 224)."""
     name = str(view)
-    return CROPPED[name][1] if name in CROPPED else int(name)
+    return CROPPED[name][1] if name in CROPPED else SQUARE_SIDE if name == SQUARE else int(name)
 
 
 def fixed_grid(view: str, patch: int) -> tuple[int, int]:
@@ -85,6 +93,8 @@ def fixed_grid(view: str, patch: int) -> tuple[int, int]:
     at /14: 16 x 16, and 96 or 480 give 6 x 6 or 34 x 34: the backbone reads the whole patches from
     the top left and leaves the last pixels unused, as DINO's visualize_attention.py crops)."""
     size = view_side(view)
+    if str(view) == SQUARE:  # centre-padded up to whole patches
+        return -(-size // patch), -(-size // patch)
     return size // patch, size // patch
 
 
@@ -285,6 +295,27 @@ def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(np.stack([t.numpy() for t in tensors]))
+
+
+def square(image: Image.Image, patch: int, side: int = SQUARE_SIDE) -> torch.Tensor:
+    """The square800 view: (3, s, s) with s = ⌈side / p⌉ · p (see the module docstring)."""
+    import torch
+
+    width, height = image.size
+    big = max(width, height)
+    canvas = Image.new("RGB", (big, big), (255, 255, 255))
+    canvas.paste(image, (0, 0))
+    pixels = normalise(canvas.resize((side, side), Image.Resampling.BICUBIC)).numpy()
+    whole = -(-side // patch) * patch
+    before = (whole - side) // 2
+    out = np.zeros((3, whole, whole), dtype=np.float32)
+    out[:, before:before + side, before:before + side] = pixels
+    return torch.from_numpy(out)
+
+
+def fixed_view(image: Image.Image, name: str, resample: str, patch: int) -> torch.Tensor:
+    """A fixed view's network input: ``normalise(view(...))``, or ``square`` for square800."""
+    return square(image, patch) if str(name) == SQUARE else normalise(view(image, name, resample))
 
 
 def views(image: Image.Image, sizes: tuple[int | str, ...], resample: str = "bicubic") -> dict[int | str, torch.Tensor]:

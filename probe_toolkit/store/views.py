@@ -38,6 +38,8 @@ TABLE: tuple[View, ...] = (
          "lukemelas/deep-spectral-segmentation extract/extract.py", fixed=False),
     View("native_resized", "own size, resized to round(side/p) patches", "LANCZOS", "round(side/p), at least 1", ("keys_native_resized", "tokens_native_resized"),
          "YangtaoWANG95/TokenCut unsupervised_saliency_detection/get_saliency.py", fixed=False),
+    View("square800", "padded with white at right and bottom to a square, resized to 800 × 800; zero-padded about the centre to whole patches",
+         "bicubic", "⌈800/p⌉ square", ("tokens_square800", "cls_tokens_square800"), "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py"),
 )
 BY_NAME = {v.name: v for v in TABLE}
 NAMES = tuple(BY_NAME)

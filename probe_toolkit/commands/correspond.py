@@ -1,0 +1,207 @@
+"""``probe correspond STORE --panel NAME``: SPair-71k keypoint correspondence (PCK) on frozen patch tokens.
+
+As mbanani/probe3d's ``evaluate_spair_correspondence.py`` runs it (``analyses.correspond``): the
+store's square800 view (``probe extract --panel NAME --views square800``), each category and
+viewpoint bin (0, 1, 2 and every pair, each its own sample of at most 200 pairs drawn with Python's
+``random`` seeded 20), PCK of the pooled keypoints per category, then the mean over the categories
+that have pairs. Order, which the ledger shows: the store is checked for the panel's images and
+the view (no label read), then the pairs are read once (purpose ``correspond: score``), then the
+pairs are matched in blocks on the runner (``--workers``, ``--dask-address``), each pair on its own,
+so the numbers do not depend on the placement. Results ``results/correspond``:
+
+    pck            (category, bin, threshold)   percent; NaN where a category has no pair in a bin
+    pck_mean       (bin, threshold)             the mean over the categories with pairs
+    error          (pair, keypoint)             float32, in units of the target box's larger side (NaN: not in both)
+    predicted      (pair, keypoint, xy)         the matched patch's corner, a fraction of the view's side
+    target_xy, source_xy (pair, keypoint, xy)   the keypoints in the view's pixels (-1: not annotated)
+    sampled        (bin, pair)                  whether a pair is in the bin's sample of its category
+    coords: category, bin ("0", "1", "2", "all"), threshold, pair (file names), pair_category, viewpoint,
+            source, target (store ids)
+    attrs: settings, view, view_text, ledger, panel, counts, tokens dtype, source, provenance
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import xarray as xr
+
+from ..analyses import correspond
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..infra.placement import Placement
+from ..infra.runner import map_blocks, placed
+from ..labels import spair
+from ..labels.panels import check_readable
+from ..results import records
+from ..store import arrays, cache, grids, images
+from .panel_stores import locate, panel_ids
+from .runs import result_provenance
+
+VIEW = images.SQUARE
+BLOCK = 64  # pairs per runner task (a category's pairs share images: each is read and normalised once a block)
+BIN_NAMES = ("0", "1", "2", "all")
+
+
+@dataclass
+class CorrespondReport:
+    store: Path
+    name: str
+    panel: str
+    categories: list[str]
+    thresholds: tuple[float, ...]
+    pck: np.ndarray  # (category, bin, threshold)
+    mean: np.ndarray  # (bin, threshold)
+    counts: dict[str, int]
+    ledger: str
+    seconds: float
+    saved: Path | None = None
+    dtype: str = "float16"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        def clean(v: float) -> float | None:
+            return None if not np.isfinite(v) else float(v)
+
+        return {"store": str(self.store), "name": self.name, "panel": self.panel, "ledger": self.ledger, "counts": self.counts, "bins": list(BIN_NAMES),
+                "thresholds": list(self.thresholds), "tokens_dtype": self.dtype,
+                "mean": {f"{t:g}": [clean(self.mean[b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)},
+                "categories": {c: {f"{t:g}": [clean(self.pck[k, b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)}
+                               for k, c in enumerate(self.categories)}}
+
+
+def pair_block(images: np.ndarray, source: np.ndarray, target: np.ndarray, source_kps: np.ndarray, target_kps: np.ndarray, scale: np.ndarray, *,
+               rows: int, cols: int, side: int) -> dict[str, np.ndarray]:
+    """A block of pairs: ``images`` (m, rows · cols, D) tokens of the block's distinct images (each
+    normalised once), ``source``/``target`` (n,) their rows, keypoints (n, K, 3) → ``error`` (n, K)
+    float32 (NaN where a keypoint is not in both) and ``predicted`` (n, K, 2). Each pair on its own."""
+    import torch
+
+    n, k = source_kps.shape[:2]
+    error = np.full((n, k), np.nan, np.float32)
+    predicted = np.full((n, k, 2), np.nan, np.float32)
+    with torch.no_grad():
+        grids = [correspond.normalised(t, rows, cols) for t in images]
+        for i in range(n):
+            got = correspond.match(grids[int(source[i])], grids[int(target[i])], source_kps[i], target_kps[i], float(scale[i]), side)
+            error[i, got.index] = got.error
+            predicted[i, got.index] = got.predicted
+    return {"error": error, "predicted": predicted}
+
+
+def _sizes(ds: xr.Dataset, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    if "image_width" not in ds or "image_height" not in ds:
+        raise ProbeError(ds.attrs.get("store"), "does not record its images' sizes", "extract the store again with this version")
+    chosen = ds[["image_width", "image_height"]].sel(image=list(ids))
+    return {i: (int(w), int(h)) for i, w, h in zip(ids, chosen.image_width.values, chosen.image_height.values)}
+
+
+def run_correspond(
+    store: str | Path,
+    panel: str,
+    *,
+    thresholds: Sequence[float] = correspond.THRESHOLDS,
+    instances: int = correspond.INSTANCES,
+    seed: int = correspond.SEED,
+    unseal: str | None = None,
+    cache_dir: str | Path | None = None,
+    json_path: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
+    command: str = "probe correspond",
+    placement: Placement = Placement(workers=1),
+) -> CorrespondReport:
+    """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``.
+    ``placement``: where the blocks of pairs run (its workers or dask cluster); a shard is refused."""
+    if placement.shard is not None:
+        raise ProbeError("--shard", f"{placement.shard}: probe correspond does not split into shards (each would score every pair)",
+                         "run it once, with --workers N or --dask-address")
+    thresholds = tuple(float(t) for t in thresholds)
+    the_panel = check_readable(panel, unseal, cache_dir)
+    if the_panel.kind != spair.KIND:
+        raise ProbeError(the_panel.name, f"is a {the_panel.kind} panel, not a SPair-71k one", "add it with probe panel add NAME --spair DIR --split test --role test")
+    store = Path(store)
+    source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,))
+    ds, ids = source.panel_stores[the_panel.name]
+    rows, cols = grids.fixed_grid(ds, VIEW)
+    meta = source.manifest
+    checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
+    sizes = _sizes(ds, ids)
+    labels = spair.read_pairs(the_panel, purpose="correspond: score", checkpoint=checkpoint, images=ids, unseal=unseal, cache=cache_dir, command=command)
+    store_id = {name: sid for sid, name in labels.image_map.items()}
+    for pair in labels.pairs:
+        for image, size in ((pair.source, pair.source_size), (pair.target, pair.target_size)):
+            if sizes[store_id[image]] != size:
+                raise ProbeError(store, f"holds {image} at {sizes[store_id[image]]}, its annotation says {size}",
+                                 f"extract the store again: `probe extract CKPT --panel {the_panel.name} --views {VIEW}`")
+    start = time.perf_counter()
+    categories = sorted({p.category for p in labels.pairs})
+    samples = {(c, b): correspond.sample(labels.pairs, c, v, instances, seed) for c in categories for b, v in zip(BIN_NAMES, correspond.BINS)}
+    chosen = list({p.name: p for group in samples.values() for p in group}.values())
+    chosen.sort(key=lambda p: p.name)
+    index = {p.name: i for i, p in enumerate(chosen)}
+    k = max([len(p.source_kps) for p in chosen], default=1)
+
+    def kps(points, size) -> np.ndarray:
+        out = np.zeros((k, 3), np.int32)
+        out[:len(points)] = correspond.view_keypoints(points, size)
+        return out
+
+    src_kps = np.stack([kps(p.source_kps, p.source_size) for p in chosen]) if chosen else np.zeros((0, k, 3), np.int32)
+    trg_kps = np.stack([kps(p.target_kps, p.target_size) for p in chosen]) if chosen else np.zeros((0, k, 3), np.int32)
+    scale = np.array([correspond.threshold_scale(p.target_box, p.target_size) for p in chosen], np.float64)
+    tokens = cache.require(ds, f"tokens_{VIEW}")
+
+    def read(a: int, b: int) -> dict[str, np.ndarray]:
+        wanted = sorted({store_id[p.source] for p in chosen[a:b]} | {store_id[p.target] for p in chosen[a:b]})
+        row = {sid: j for j, sid in enumerate(wanted)}
+        return {"images": tokens.sel(image=wanted).values, "source": np.array([row[store_id[p.source]] for p in chosen[a:b]]),
+                "target": np.array([row[store_id[p.target]] for p in chosen[a:b]]),
+                "source_kps": src_kps[a:b], "target_kps": trg_kps[a:b], "scale": scale[a:b]}
+
+    if chosen:
+        with placed(placement.workers, placement.dask_address) as where:
+            out = map_blocks(partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE), read,
+                             [(a, min(a + BLOCK, len(chosen))) for a in range(0, len(chosen), BLOCK)],
+                             workers=where.workers, client=where.client, progress=progress)
+    else:
+        out = {"error": np.zeros((0, k), np.float32), "predicted": np.zeros((0, k, 2), np.float32)}
+    table = np.full((len(categories), len(BIN_NAMES), len(thresholds)), np.nan)
+    sampled = np.zeros((len(BIN_NAMES), len(chosen)), bool)
+    for c, category in enumerate(categories):
+        for b, name in enumerate(BIN_NAMES):
+            rows_of = [index[p.name] for p in samples[(category, name)]]
+            sampled[b, rows_of] = True
+            errors = out["error"][rows_of].ravel()
+            errors = errors[np.isfinite(errors)]
+            for t, threshold in enumerate(thresholds):
+                table[c, b, t] = correspond.pck(errors, threshold) if rows_of else np.nan
+    mean = correspond.class_average(table)
+    seconds = time.perf_counter() - start
+    counts = {"pairs_in_panel": len(labels.pairs), "pairs_matched": len(chosen), "categories": len(categories),
+              "keypoints_scored": int(np.isfinite(out["error"]).sum())}
+    dtype = str(tokens.dtype)
+    report = CorrespondReport(store, source.name, the_panel.name, categories, thresholds, table, mean, counts, labels.entry_id, seconds, dtype=dtype)
+    ds_out = xr.Dataset(
+        {"pck": (("category", "bin", "threshold"), table), "pck_mean": (("bin", "threshold"), mean),
+         "error": (("pair", "keypoint"), out["error"]), "predicted": (("pair", "keypoint", "xy"), out["predicted"]),
+         "source_xy": (("pair", "keypoint", "xy"), np.where(src_kps[..., 2:] == 1, src_kps[..., :2], -1).astype(np.int32)),
+         "target_xy": (("pair", "keypoint", "xy"), np.where(trg_kps[..., 2:] == 1, trg_kps[..., :2], -1).astype(np.int32)),
+         "sampled": (("bin", "pair"), sampled)},
+        coords={"category": categories, "bin": list(BIN_NAMES), "threshold": list(thresholds), "pair": [p.name for p in chosen],
+                "pair_category": ("pair", [p.category for p in chosen]), "viewpoint": ("pair", np.array([p.viewpoint for p in chosen], np.int32)),
+                "source": ("pair", [store_id[p.source] for p in chosen]), "target": ("pair", [store_id[p.target] for p in chosen])})
+    attrs = {"settings": {"thresholds": list(thresholds), "instances": int(instances), "seed": int(seed), "side": correspond.SIDE},
+             "view": VIEW, "view_text": arrays.geometry(VIEW), "grid": [int(rows), int(cols)], "tokens_dtype": dtype,
+             "feature": "last-block patch tokens (before any final norm), L2-normalised per patch; source keypoints sampled bilinearly (align_corners)",
+             "ledger": labels.entry_id, "image_source": str(cache.manifest(ds).get("image_source") or ""), "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
+             "source": "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py, configs/spair_correspondence.yaml",
+             "provenance": result_provenance(ds, command)}
+    report.saved = records.save(store, "correspond", ds_out, attrs)
+    if json_path is not None:
+        write_json(json_path, report.summary(), indent=1)
+    return report

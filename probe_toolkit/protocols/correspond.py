@@ -1,0 +1,48 @@
+"""``correspond``: SPair-71k semantic keypoint correspondence (PCK by viewpoint bin), as mbanani/probe3d scores it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..infra.settings import Settings, SettingError, at_least
+from .registry import Protocol, Reads, Reference, register
+
+
+@dataclass(frozen=True)
+class CorrespondSettings(Settings):
+    thresholds: tuple[float, ...] = (0.05, 0.10, 0.15)  # 0.10: evaluate_spair_correspondence.py thresh; 0.05 and 0.15 beside it
+    instances: int = 200  # configs/spair_correspondence.yaml num_instances (0: every pair)
+    seed: int = 20  # evals/datasets/spair.py random.seed(20)
+
+    def check(self) -> None:
+        if not self.thresholds:
+            raise SettingError("thresholds", "thresholds must hold at least one threshold", "use e.g. thresholds (0.05, 0.1, 0.15)")
+        for t in self.thresholds:
+            if not 0 < float(t) <= 1:
+                raise SettingError("thresholds", f"thresholds must lie in (0, 1] (fractions of the target box's larger side), not {t}", "use e.g. 0.1")
+        at_least("instances", self.instances, 0)
+
+
+def execute(settings: CorrespondSettings, placement, *, store, panel, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
+    from ..commands.correspond import run_correspond
+
+    return run_correspond(store, panel, thresholds=settings.thresholds, instances=settings.instances, seed=settings.seed, unseal=unseal,
+                          cache_dir=cache_dir, json_path=json_path, progress=progress, placement=placement)
+
+
+PROTOCOL = register(Protocol(
+    name="correspond",
+    summary="SPair-71k keypoint correspondence: each source keypoint's token matched to the nearest target patch; PCK by viewpoint bin.",
+    settings=CorrespondSettings,
+    reads=Reads(arrays=("tokens_square800",), views=("square800",), labels=True, panel_kinds=("spair",), panel_sibling=True),
+    results=("correspond",),
+    references=(Reference("El Banani et al., Probing the 3D Awareness of Visual Foundation Models (CVPR 2024)",
+                          "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py"),
+                Reference("Min et al., SPair-71k: A Large-scale Benchmark for Semantic Correspondence (2019)", "SPair-71k release (PairAnnotation, ImageAnnotation)")),
+    differences=("Pairs are taken in sorted file order before the seeded shuffle, where the reference shuffles glob's order (which the file "
+                 "system decides), so the 200 pairs sampled per category and bin are reproducible. The tokens are those the store holds "
+                 "(float16 unless extracted with --dtype float32), where the reference runs the network in float32. The reference prints PCK at "
+                 "0.10 alone; 0.05 and 0.15 are computed from the same errors. Its keypoint confusion matrix is not kept, and the "
+                 "segmentation masks it loads (unused at its default mask_feats=False) are not read."),
+    execute=execute,
+))
