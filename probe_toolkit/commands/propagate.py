@@ -58,6 +58,7 @@ from ..store import cache
 from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
+from ..store.images import load_image
 from ..store.sources import file_digest, read_checked
 from .shards import collect
 
