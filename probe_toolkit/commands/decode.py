@@ -149,16 +149,20 @@ def run_decode(
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
-    with placed(workers, dask_address) as where:
+    from contextlib import nullcontext
+
+    from .decode_colour import photographs
+
+    with placed(workers, dask_address) as where, (photographs(src) if settings.color_lambda else nullcontext()) as photos:
         if not sharded(shard):
             if settings.color_lambda:
-                decoded = decode_with_colour(src, settings, tick, where=where)
+                decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
                 encoded.add(decoded)
             else:
                 decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
                                                      grids=src.grid_arrays(), each=encoded))
         else:
-            task = colour_task(src, settings) if settings.color_lambda else None
+            task = colour_task(src, settings, photos) if settings.color_lambda else None
             decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
             if decoded is None:
                 return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
@@ -190,7 +194,8 @@ def run_decode(
     write_json(masks_file, results)
     write_json(masks_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
-                                        "unit": unit, "masks_sha256": file_sha256(masks_file)})
+                                        "unit": unit, "masks_sha256": file_sha256(masks_file),
+                                        "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
     if refine and labels is not None and labels.panel.kind != "saliency":
         raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
     if labels is not None and labels.panel.kind == "saliency":

@@ -133,21 +133,21 @@ def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: C
     return as_decoded(arrays, settings)
 
 
-def colour_task(src: StoreKeys, settings: Settings) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
+def colour_task(src: StoreKeys, settings: Settings, photos: tuple) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
     """DSM with its colour term as a runner task (``commands.decode_colour``): the block function
-    and its arrays; each block reads its images' photographs from the store's ``image_source``."""
+    and its arrays; each block reads its images' photographs from ``photos`` (``decode_colour.photographs``:
+    the store's ``image_source``, absolute, and each photograph's sha256, checked by whoever reads it)."""
     from .decode_colour import colour_block
 
-    source = src.manifest.get("image_source")
-    if not source or not Path(source).is_dir():
-        raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
-    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD)
+    source, digests = photos
+    fn = partial(colour_block, settings=settings, source=source, patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD, photos=digests)
     return fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}
 
 
-def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where(),
+                       photos: tuple) -> Decoded:
     """DSM with its colour term, through the runner, every image of the store."""
-    fn, arrays = colour_task(src, settings)
+    fn, arrays = colour_task(src, settings, photos)
     arrays = map_images(fn, arrays, where=where, progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
 

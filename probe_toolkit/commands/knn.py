@@ -25,7 +25,8 @@ not its central 87.5 %) is still read, and every output says so. Results ``resul
     similarity        (image, rank)  their cosines
     label             (image)        the val images' classes
     coords: k, image (val store ids), train_image (train store ids), class (names)
-    attrs: feature, view (its name), view_text, temperature, ledger {train, val}, panels, counts, provenance
+    attrs: feature, view (its name), view_text, temperature, ledger {train, val}, panels, counts, provenance,
+           stores {train, val}: the store each panel's features were read from (the report draws their images)
 """
 
 from __future__ import annotations
@@ -274,6 +275,7 @@ def run_knn(
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
                    "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
         "counts": counts, "source": "facebookresearch/dino eval_knn.py (knn_classifier)",
+        "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, command),
     }
     saved = records.save(store, "knn", ds, attrs)

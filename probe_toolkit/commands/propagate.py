@@ -56,6 +56,7 @@ from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
 from ..store.images import load_image
+from ..store.sources import file_digest, read_checked
 from .shards import collect
 
 BATCH = 8  # frames per forward pass
@@ -177,8 +178,9 @@ class Job:
     out: str
     patch: int
     names: tuple[str, ...]
-    frames: tuple[tuple[str, ...], ...]
+    frames: tuple[tuple[str, ...], ...]  # absolute paths
     palettes: tuple[np.ndarray, ...]
+    digests: tuple[tuple[str, ...], ...] = ()  # each frame's sha256 as this process read it: a worker proves it reads the same bytes
 
 
 _models: dict[tuple, Backbone] = {}  # per process: (checkpoint, sha256, network, device) → the backbone
@@ -216,6 +218,8 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
             missing = next((f for f in frames if not f.is_file()), None)
             if missing is not None:  # a cluster worker without the client's DAVIS folder
                 raise IntegrityError(worker_name(), f"cannot read {missing}", "give every worker the DAVIS folder at the path this machine reads")
+            for frame, digest in zip(frames, job.digests[i] if job.digests else ()):  # another folder at that path: one line, not other numbers
+                read_checked(frame, digest)
             height, width = first_annotation.shape
             w, h = propagation.frame_size(width, height)
             rows, cols = h // job.patch, w // job.patch
@@ -298,7 +302,7 @@ def run_propagate(
     target_device = _device(device)
     if workers is None and target_device.type != "cpu" and not dask_address:
         workers = 1
-    davis_dir, out = Path(davis_dir), Path(out)
+    davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
     found = davis_sequences(davis_dir, settings.subset)
@@ -330,7 +334,8 @@ def run_propagate(
         start = time.perf_counter()
         palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in mine]
         job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
-                  tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes))
+                  tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes),
+                  tuple(tuple(file_digest(f) for f in s.frames) for s in mine))
         _models[(job.checkpoint, job.sha256, job.network, job.device)] = model  # this process has it loaded already
 
         def read(a: int, b: int) -> dict[str, np.ndarray]:

@@ -138,7 +138,7 @@ def run_stream(
         from ..store.own_size import EDGE, PAD
         from .decode_colour import colour_block
 
-        fn = partial(colour_block, settings=settings, source=str(image_dir), patch=checkpoint.arch.patch, padded=EDGE.get(view) == PAD)
+        fn = partial(colour_block, settings=settings, source=str(Path(image_dir).resolve()), patch=checkpoint.arch.patch, padded=EDGE.get(view) == PAD)
     else:
         fn = partial(decode_block, settings=settings, backend=backend, device=device)
     names = np.array([r.id for r in refs], dtype=object)

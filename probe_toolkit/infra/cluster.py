@@ -100,6 +100,9 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     store at ``store`` is the client's (its manifest's ``mark``) and that the images are finished."""
     import zarr
 
+    from ..store import integrity
+
+    integrity.install()  # a chunk that does not decode is one line, here as in the client
     worker = worker_name()
     fix = "mount the store at the same path on every worker (or run without --dask-address)"
     try:
@@ -120,6 +123,7 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     if not done.all() or failed.any():
         bad = ids[int(np.flatnonzero(~done | failed)[0])]
         raise IntegrityError(worker, f"reads {int((~done | failed).sum())} of {len(ids)} images of {store} as unfinished (e.g. {bad!r})", fix)
+    integrity.check_present(store, stored.values(), positions, group)  # a finished image's chunk file is there
     return {name: _rows(group[array], positions) for name, array in stored.items()}
 
 

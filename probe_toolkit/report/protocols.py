@@ -68,10 +68,13 @@ def knn(ctx) -> Section:
         section.blocks.append(Note(f"{label}: feature — {ds.attrs.get('feature_text', '?')}; view — {ds.attrs.get('view_text', ds.attrs.get('view', '?'))}. "
                                    f"Labels: train {ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
         if "neighbour" in ds:
-            grid, gone = protocol_figures.knn_figure(ctx, next(s for s in ctx.stores if s.label == label), ds)
+            grid, from_tokens, nothing = protocol_figures.knn_figure(ctx, next(s for s in ctx.stores if s.label == label), ds)
             section.blocks.append(grid)
-            if gone:
-                section.blocks.append(Note(f"{label}: the image files of {', '.join(gone)} are gone; drawn from their tokens' PCA."))
+            if from_tokens:
+                section.blocks.append(Note(f"{label}: no image file found for {', '.join(from_tokens)} (looked under the image folders of the "
+                                           "stores k-NN read); drawn from their tokens' first three principal components."))
+            if nothing:
+                section.blocks.append(Note(f"{label}: no picture of {', '.join(nothing)}: neither its file nor its 224 tokens were found.", "missing"))
     section.blocks.append(Note(f"{ELSEWHERE}: {KNN_PUBLISHED}", "reference"))
     _lacking(section, ctx, found, "k-NN results", HOW["knn"])
     return section

@@ -17,7 +17,7 @@ import zarr
 
 from ..infra import litter
 from ..infra.errors import ProbeError
-from . import grids
+from . import grids, integrity
 from .cache import FLAGS, array_names, consolidate, view_facts
 from .views import NAMES as VIEW_ORDER
 from .writer import StoreWriter
@@ -75,9 +75,10 @@ def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
 def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.ndarray, np.ndarray], chunk: int, dtype: np.dtype) -> None:
     n = int(group["done"].shape[0])
     for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True)
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True,
+                           compressors=integrity.compressors())
     _write_grid(group, view, grid[0], grid[1])
-    compressors = [zarr.codecs.ZstdCodec(level=1)]
+    compressors = integrity.compressors()  # zstd, then a crc32c checksum of each chunk
     for name, (dims, shape) in arrays.items():
         group.create_array(
             name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
@@ -89,7 +90,8 @@ def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray
     """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image)."""
     n = int(group["done"].shape[0])
     for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
-        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True)
+        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True,
+                                   compressors=integrity.compressors())
         if n:
             array[:] = np.asarray(values, dtype=np.int32)
 
@@ -102,7 +104,8 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
         chunk = int(manifest["chunk"])
         n = int(group["done"].shape[0])
         for flag in ("done", "failed"):
-            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True)
+            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True,
+                               compressors=integrity.compressors())
             if n:
                 group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
         plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
@@ -121,13 +124,14 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
         shutil.rmtree(tmp)
     n, chunk, dtype = len(image_ids), int(manifest["chunk"]), np.dtype(manifest["dtype"])
     group = zarr.open_group(tmp, mode="w", zarr_format=3)
-    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"])
+    checked = integrity.compressors()  # every array: zstd, then a crc32c checksum of each chunk
+    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"], compressors=checked)
     if n:
         image[:] = np.asarray(image_ids, dtype=object)
     for name, kind in (("done", bool), ("failed", bool)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False)
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False, compressors=checked)
     for name in ("image_height", "image_width"):
-        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0)
+        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, compressors=checked)
     for view, grid in view_grids.items():
         _add_view(group, view, {k: v for k, v in arrays.items() if grids.view_of(k) == view}, grid, chunk, dtype)
     group.attrs["manifest"] = manifest
