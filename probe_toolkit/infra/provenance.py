@@ -14,7 +14,6 @@ from .._version import __version__
 LIBRARIES = ("torch", "timm", "numpy", "scipy", "scikit-learn", "xarray", "zarr", "dask", "pycocotools", "pillow")
 
 
-@lru_cache(maxsize=1)
 def file_sha256(path: str | Path) -> str:
     """The sha256 of a file, read a mebibyte at a time (checkpoints, images, markers)."""
     digest = hashlib.sha256()
@@ -24,6 +23,7 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+@lru_cache(maxsize=1)
 def git_revision() -> str:
     """The toolkit's git commit (with ``-dirty`` when the tree has changes), or ``unknown``."""
     here = Path(__file__).resolve().parent
