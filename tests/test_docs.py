@@ -113,6 +113,27 @@ def test_architectures_table_lists_every_released_size():
     assert "<!-- generated: architectures -->" in (ROOT / "docs" / "checkpoints.md").read_text(encoding="utf-8")
 
 
+def test_dinov3_table_lists_every_size_in_every_layout_with_its_counts():
+    """docs/checkpoints.md's DINOv3 table: each released size × layout, the S/16 counts from the layout's arithmetic."""
+    from probe_toolkit.store.architectures import DINOV3_RELEASED
+
+    table = gen_pages().dinov3_networks_table()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    assert len(rows) == 3 * len(DINOV3_RELEASED) and all(f"(`{name}`)" in table for name in DINOV3_RELEASED)
+    d, depth, hidden, head_dim = 384, 12, 1536, 64
+    block = 2 * 2 * d + (3 * d * d + 2 * d) + (d * d + d) + (d * hidden + hidden) + (hidden * d + d) + 2 * d  # norms, qkv (q, v bias), proj, MLP, LayerScale
+    network = (3 * 16 * 16 * d + d) + d + 4 * d + depth * block + 2 * d  # patch embedding, class token, 4 storage tokens, blocks, norm
+    assert network == 21_596_160  # DINOv3's README: ViT-S/16, 21 M
+    official = network + d + head_dim // 4 + depth * (d + 3 * d)  # mask_token, RoPE periods, each block's zero key bias and bias_mask
+    hf = network + d  # mask_token
+    s16 = {r[4]: r for r in rows[:3]}
+    assert rows[0][3] == f"{network:,}"
+    assert s16["`dinov3-official`"][6] == f"{official:,}" and s16["`dinov3-timm`"][6] == f"{network:,}" and s16["`dinov3-hf`"][6] == f"{hf:,}"
+    assert s16["`dinov3-official`"][5] == str(4 + depth * 15 + 2 + 2)  # cls, storage, mask, periods; 15 a block; patch embed; norm
+    text = (ROOT / "docs" / "checkpoints.md").read_text(encoding="utf-8")
+    assert "<!-- generated: dinov3-networks -->" in text and "<!-- generated: dinov3-keys -->" in text
+
+
 # ----------------------------------------------------------------------------------------------
 # links: every relative link of the README and the site lands on a file and, with #, a heading
 

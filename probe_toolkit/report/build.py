@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..infra import litter, owned, provenance
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, os_fix
 from . import html, markdown, tables
 from .content import Report
 from ..results.summaries import store_label
@@ -113,7 +113,7 @@ def write_report(
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
         _swap_in(tmp, output)
     except OSError as error:  # a full disk: the previous report stays as it was
-        raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun `probe report`") from None
+        raise ProbeError(target, f"could not be written ({error.strerror or error})", os_fix(error, "rerun `probe report`")) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -44,7 +44,8 @@ import zarr
 
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError
-from . import grids, integrity
+from . import grids, hints, integrity
+from .views import NAMES as VIEW_ORDER
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
@@ -177,6 +178,9 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     if name not in ds:
         flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
+        held = hints.other_views(ds.attrs.get("store"), name, grids.view_of(name), VIEW_ORDER)
+        if held:  # the same array of another view: reading that view is the nearer fix
+            fix = f"it holds {', '.join(f'{name[: -len(grids.view_of(name))]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
     if ds.attrs.get("store"):  # every chunk of a finished image is there before it is read (store/integrity.py)
         integrity.check_present(ds.attrs["store"], [name])

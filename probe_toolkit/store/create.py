@@ -17,7 +17,7 @@ import zarr
 
 from ..infra import litter
 from ..infra.errors import ProbeError
-from . import grids, integrity
+from . import grids, hints, integrity
 from .cache import FLAGS, array_names, consolidate, view_facts
 from .views import NAMES as VIEW_ORDER
 from .writer import StoreWriter
@@ -192,7 +192,7 @@ def create_store(
             elif bad:
                 raise ProbeError(
                     path,
-                    f"was written with other settings ({', '.join(bad)} differ)",
+                    f"was written with other settings ({', '.join(hints.named_differences(bad, _ids(group), image_ids))} differ)",
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
@@ -201,6 +201,10 @@ def create_store(
         litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename
         _no_space(path, lambda: _fresh(path, manifest, image_ids, arrays, view_grids))
         return StoreWriter(path)
+
+
+def _ids(group: zarr.Group) -> list[str]:
+    return [str(i) for i in group["image"][:].tolist()] if "image" in group else []
 
 
 def _no_space(path: Path, step) -> None:

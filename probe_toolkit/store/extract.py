@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, os_fix
 from ..infra.memory import reusing_blocks
 from ..infra.placement import parse_shard
 from ..infra.progress import bar
-from . import cache, images
+from . import cache, footprint, images
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
@@ -151,6 +151,7 @@ def extract(
             grids.update(native_grids(refs, patch, on_error, own_views))
         own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
         torch_device = resolve_device(device)
+        footprint.check_own_views([r.id for r in refs], grids, own_views, checkpoint.arch, torch_device.type)
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
@@ -163,7 +164,7 @@ def extract(
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
-            raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
+            raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
             from .integrity import repair as mark_damaged
             from .sources import check_unchanged, record_absolute
