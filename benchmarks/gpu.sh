@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The GPU figures of the scale benchmarks in one short run, for a lent GPU machine (about 8
-# minutes on one GPU; nothing here is needed to build or test the toolkit):
-#   1. extraction against a bare timm forward on the same GPU, ViT-S/16 at 224 and 480 px
+# The GPU figures of the scale benchmarks in one short run, for a lent GPU machine (under 9
+# minutes on one GPU, to fit one command of a lease; nothing here is needed to build or test the
+# toolkit):
+#   1. extraction against a bare timm forward on the same GPU, DINO ViT-S/16 at 224 and 480 px
 #      (benchmarks/extract.py --device cuda);
-#   2. the torch decoder backend's images per second at N = 900 and 3,600 on the GPU, beside the
+#   2. the same for DINOv3 ViT-S/16 (RoPE, 4 storage tokens: --arch dinov3-s16);
+#   3. the torch decoder backend's images per second at N = 900 and 3,600 on the GPU, beside the
 #      scipy path on one CPU thread, certified masks compared (benchmarks/decoder.py --device cuda).
+# Each benchmark's last line is its JSON record: append it to benchmarks/records/<name>.jsonl.
 # Each log goes to $OUT (or ./gpu-logs), with nvidia-smi's name of the GPU first.
 #
 # A machine whose Python lacks some of the toolkit's libraries takes them as wheels from .whl/
@@ -31,13 +34,14 @@ if [ "${SCALE:-full}" = small ]; then
   extract_args=(--images-224 16 --images-480 4 --rounds 1)
   decoder_args=(--images 2 --images-large 1)
 else
-  extract_args=(--images-224 2048 --images-480 512 --rounds 3 --batch 64)
-  decoder_args=(--images 256 --images-large 16)
+  extract_args=(--images-224 1024 --images-480 256 --rounds 2 --batch 64)
+  decoder_args=(--images 128 --images-large 8)
 fi
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
 "$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, timm, zarr; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
 status=0
-timeout 300 "$python" benchmarks/extract.py --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract.log" || status=1
-timeout 240 "$python" benchmarks/decoder.py --only torch --full --device "$device" "${decoder_args[@]}" 2>&1 | tee "$out/decoder.log" || status=1
+timeout 200 "$python" benchmarks/extract.py --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract.log" || status=1
+timeout 200 "$python" benchmarks/extract.py --arch dinov3-s16 --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract-dinov3.log" || status=1
+timeout 150 "$python" benchmarks/decoder.py --only torch --full --device "$device" "${decoder_args[@]}" 2>&1 | tee "$out/decoder.log" || status=1
 exit $status

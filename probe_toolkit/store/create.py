@@ -87,13 +87,15 @@ def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.nd
 
 
 def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray) -> None:
-    """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image)."""
+    """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image).
+    The chunk is written even when every value is the fill value (a view without a patch grid,
+    such as a masks store's): a missing chunk is how a damaged store is recognised."""
     n = int(group["done"].shape[0])
     for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
         array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True,
                                    compressors=integrity.compressors())
         if n:
-            array[:] = np.asarray(values, dtype=np.int32)
+            array.with_config({"write_empty_chunks": True})[:] = np.asarray(values, dtype=np.int32)
 
 
 def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
