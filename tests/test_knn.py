@@ -348,8 +348,8 @@ def test_class_folder_panels_of_two_roles_may_not_share_an_image(class_folders, 
         code, printed = probe_main(["panel", "add", name, "--classes-from-folders", str(data / split), "--role", split, "--cache", str(c)], capsys)
         assert code == 0, printed.err
     hashed = []
-    real = hygiene._file_sha256
-    monkeypatch.setattr(hygiene, "_file_sha256", lambda path: hashed.append(path.name) or real(path))
+    real = hygiene.file_sha256
+    monkeypatch.setattr(hygiene, "file_sha256", lambda path: hashed.append(path.name) or real(path))
 
     def read(name):
         return read_classes(name, purpose="test", cache=c, command="test")

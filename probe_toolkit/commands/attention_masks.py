@@ -193,8 +193,8 @@ def run_attention_masks(
     command: str = "probe attention-masks",
     placement: Placement = Placement(workers=1),
 ) -> MasksReport:
-    """Masks of every finished image (``workers`` local processes, None: every core; or the dask
-    cluster at ``dask_address``; ``shard`` i/n: this process's share, ``commands.shards``), saved;
+    """Masks of every finished image (``placement.workers`` local processes, None: every core; or the dask
+    cluster at ``placement.dask_address``; ``placement.shard`` i/n: this process's share, ``commands.shards``), saved;
     scored by Jaccard on ``panel`` when given (by the shard that completes the set)."""
     workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
     if not 0.0 < mass < 1.0:

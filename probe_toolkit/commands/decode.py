@@ -131,8 +131,8 @@ def run_decode(
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
     ``refine="bilateral"`` scores a saliency panel on TokenCut's bilateral-solver output of each
-    first mask (``analyses/bilateral.py``), computed on the panel's photographs. ``workers``:
-    local processes (None: every core); ``dask_address``: a dask.distributed cluster; ``shard``:
+    first mask (``analyses/bilateral.py``), computed on the panel's photographs. ``placement.workers``:
+    local processes (None: every core); ``placement.dask_address``: a dask.distributed cluster; ``placement.shard``:
     ``i/n``, this process's share (``commands.decode_shards``).
     """
     threads, workers, dask_address, backend, device, shard = (placement.threads, placement.workers, placement.dask_address, placement.backend,

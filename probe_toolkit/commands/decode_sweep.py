@@ -106,7 +106,7 @@ def run_sweep(
     keys: str = "plain",
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting.
-    ``shard`` i/n (or torchrun): this process decodes its share of the images under every
+    ``placement.shard`` i/n (or torchrun): this process decodes its share of the images under every
     setting; the shard that finds every share saved scores (the others return ``waiting``)."""
     threads, workers, dask_address, backend, device, shard = (placement.threads, placement.workers, placement.dask_address, placement.backend,
                                                                placement.device, placement.shard)

@@ -208,10 +208,10 @@ def run_knn(
     ``ks``: None is DINO's 10, 20, 100, 200, narrowed to the ks the train panel can answer; ks
     given are refused when one exceeds the train images (both before any label is read).
 
-    Blocks of val rows run on ``workers`` local processes (None: every core) or the dask cluster
-    at ``dask_address``, each against the train bank (``infra.shared.Shared``: a file mapped once per
+    Blocks of val rows run on ``placement.workers`` local processes (None: every core) or the dask cluster
+    at ``placement.dask_address``, each against the train bank (``infra.shared.Shared``: a file mapped once per
     worker; this process holds it whole, train × D float32, e.g. 2 GB for ImageNet at D = 384);
-    ``shard`` i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
+    ``placement.shard`` i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
     workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
     given = ks is not None
     ks = tuple(knn.KS if ks is None else ks)

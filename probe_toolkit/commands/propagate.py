@@ -331,11 +331,11 @@ def run_propagate(
     command: str = "probe propagate",
     placement: Placement = Placement(workers=1, device="auto"),
 ) -> PropagationReport:
-    """Propagate every sequence (one runner task each: ``workers`` local processes, None: every
-    core, one on a GPU; or the dask cluster at ``dask_address``), write its PNGs, then score them
+    """Propagate every sequence (one runner task each: ``placement.workers`` local processes, None: every
+    core, one on a GPU; or the dask cluster at ``placement.dask_address``), write its PNGs, then score them
     as read back from ``out``. Every sequence runs on one torch thread, on a worker as in this
     process (``runner.task_threads``); the tests check the same bits at 1 and 2 workers and on a
-    cluster. ``shard`` i/n (or torchrun): this process's contiguous share of the sequences; the
+    cluster. ``placement.shard`` i/n (or torchrun): this process's contiguous share of the sequences; the
     shard that finds every share written (``gather_parts``) scores them all."""
     device, workers, dask_address, shard = placement.device, placement.workers, placement.dask_address, placement.shard
     settings.check()

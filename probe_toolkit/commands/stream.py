@@ -98,7 +98,7 @@ def run_stream(
     """Stream ``image_dir`` through the checkpoint and the decoder; see the module docstring.
 
     ``stop_after``: process at most this many chunks now (the rest resumes on the next run).
-    ``dask_address``: the forward pass runs here (a GPU's process), each chunk's keys are shipped
+    ``placement.dask_address``: the forward pass runs here (a GPU's process), each chunk's keys are shipped
     to the cluster's workers in blocks and decoded there (one BLAS thread each, the same bits).
     """
     workers, dask_address, backend, device, shard = placement.workers, placement.dask_address, placement.backend, placement.device, placement.shard

@@ -16,10 +16,11 @@ A file or folder without a marker is taken as the user's real data; nothing is g
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from .provenance import file_sha256
 
 MARK = ".probe-origin.json"
 SUFFIX = ".probe-origin.json"
@@ -39,19 +40,11 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def mark_random(checkpoint: str | Path, what: str) -> Path:
     """Mark ``checkpoint`` as random weights made by probe (``what``: how, e.g. its layout and seed)."""
     checkpoint = Path(checkpoint)
     marker = checkpoint.with_name(checkpoint.name + SUFFIX)
-    _write(marker, {"origin": "random weights", "what": what, "sha256": _sha256(checkpoint)})
+    _write(marker, {"origin": "random weights", "what": what, "sha256": file_sha256(checkpoint)})
     return marker
 
 

@@ -14,6 +14,15 @@ from .._version import __version__
 LIBRARIES = ("torch", "timm", "numpy", "scipy", "scikit-learn", "xarray", "zarr", "dask", "pycocotools", "pillow")
 
 
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file, read a mebibyte at a time (checkpoints, images, markers)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 @lru_cache(maxsize=1)
 def git_revision() -> str:
     """The toolkit's git commit (with ``-dirty`` when the tree has changes), or ``unknown``."""

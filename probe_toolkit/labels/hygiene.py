@@ -15,13 +15,13 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.provenance import file_sha256
 
 INDEX = "panel-images.json"
 MEMO = "panel-hashes.json"
@@ -116,14 +116,6 @@ def clip_geometry(annotations: list[dict[str, Any]], sizes: dict[int, tuple[int,
     return out, clipped
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[dict[str, str], dict[str, list]]:
     """(sha256 of each image file's bytes → its file name, the memo entries hashed afresh).
 
@@ -139,7 +131,7 @@ def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[dict[str
         stat = path.stat()
         seen = memo.get(str(path))
         if not (isinstance(seen, list) and len(seen) == 3 and seen[:2] == [stat.st_size, stat.st_mtime_ns]):
-            seen = fresh[str(path)] = [stat.st_size, stat.st_mtime_ns, _file_sha256(path)]
+            seen = fresh[str(path)] = [stat.st_size, stat.st_mtime_ns, file_sha256(path)]
         out[seen[2]] = name
     return out, fresh
 

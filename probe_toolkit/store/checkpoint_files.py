@@ -5,7 +5,6 @@ at all), the file's sha256, and a save that never leaves a half-written file."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import pickle
 import re
@@ -16,15 +15,13 @@ from typing import Any
 import torch
 
 from ..infra.errors import ProbeError
+from ..infra.provenance import file_sha256
 from . import hints
 
 
 def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The checkpoint file's sha256 (``infra.provenance.file_sha256``)."""
+    return file_sha256(path)
 
 
 def is_safetensors(path: Path) -> bool:

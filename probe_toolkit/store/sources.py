@@ -83,7 +83,7 @@ def read_checked(path: str | Path, sha256: str) -> bytes:
 
 def record_absolute(store: str | Path, source: str | Path) -> bool:
     """A store written before sources were recorded absolute, extracted again from ``source`` (its
-    image list agreed, ``cache.create_store``): its manifest now names that folder, absolute.
+    image list agreed, ``create.create_store``): its manifest now names that folder, absolute.
     True when it changed."""
     import zarr
 
