@@ -18,7 +18,8 @@ def panel_add(
     annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
     images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
     voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
-    split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut).")] = "trainval",
+    voc_segmentation: Annotated[Optional[Path], typer.Option("--voc-segmentation", help="Pascal VOC 2012 year folder for semantic segmentation (SegmentationClass/, ImageSets/Segmentation/; trainaug: SegmentationClassAug/), read by probe hummingbird.")] = None,
+    split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut); with --voc-segmentation one of ImageSets/Segmentation (train, val, trainaug).")] = "trainval",
     no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
     coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
     masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
@@ -35,14 +36,17 @@ def panel_add(
         p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
         console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
         return
-    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None)) if value is not None]
+    given = [flag for flag, value in (("--voc", voc), ("--voc-segmentation", voc_segmentation), ("--masks", masks), ("--coco20k", coco20k or None))
+             if value is not None]
     if len(given) > 1:
-        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k")
-    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
-    source = voc if kind == "voc" else masks if kind == "saliency" else annotations
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --voc-segmentation, --masks, --coco20k")
+    kind = {"--voc": "voc", "--voc-segmentation": "voc-segmentation", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
+    source = voc if kind == "voc" else voc_segmentation if kind == "voc-segmentation" else masks if kind == "saliency" else annotations
+    if kind == "voc-segmentation" and split == "trainval":  # --split's default is ImageSets/Main's
+        split = "val" if role != "train" else "train"
     if source is None or (kind == "coco" and images is None):
         raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
-    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind == "voc" else "", no_hard=no_hard)
+    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind in ("voc", "voc-segmentation") else "", no_hard=no_hard)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 
 

@@ -283,7 +283,7 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
         return _Picture(error=error)
     out = _Picture(size=(picture.height, picture.width))
     for v in fixed:
-        out.fixed[v] = images.normalise(images.view(picture, v, resample))
+        out.fixed[v] = images.fixed_pixels(picture, v, resample, ref.id)
     for view, grid in expected.items():
         try:
             if _own_grid(ref, picture.width, picture.height, patch, view) != grid:

@@ -43,7 +43,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
-from . import own_size, views
+from . import hbird_views, own_size, views
 
 if TYPE_CHECKING:  # torch is imported where pixels become tensors: listing images and their geometry need none
     import torch
@@ -75,8 +75,10 @@ def manifest_view(name: str) -> int | str:
 
 
 def view_side(view: int | str) -> int:
-    """The side in pixels of a fixed square view (``eval224``: 224)."""
+    """The side in pixels of a fixed square view (``eval224``: 224; ``hbird512``: 512)."""
     name = str(view)
+    if name in hbird_views.VIEWS:
+        return hbird_views.SIDE
     return CROPPED[name][1] if name in CROPPED else int(name)
 
 
@@ -285,6 +287,14 @@ def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(np.stack([t.numpy() for t in tensors]))
+
+
+def fixed_pixels(image: Image.Image, name: str, resample: str, image_id: str) -> torch.Tensor:
+    """The network's input of one fixed view of an RGB image (``image_id``: its id in the store,
+    which keys the random crops of Hummingbird's memory views, ``store.hbird_views``)."""
+    if name in hbird_views.VIEWS:
+        return hbird_views.pixels(image, name, image_id)
+    return normalise(view(image, name, resample))
 
 
 def views(image: Image.Image, sizes: tuple[int | str, ...], resample: str = "bicubic") -> dict[int | str, torch.Tensor]:
