@@ -7,5 +7,7 @@ KINDS = {
     "coco20k": "COCO-2014 train restricted to LOST's and TokenCut's 19,817 images, crowd boxes removed (valeoai/LOST datasets.py)",
     "saliency": "an image folder and binary masks named like the images: ECSSD, DUTS-TE, DUT-OMRON (YangtaoWANG95/TokenCut unsupervised_saliency_detection)",
     "classes": "one sub-folder of images per class, ImageNet's layout (facebookresearch/dino eval_knn.py)",
+    "voc-segmentation": "Pascal VOC 2012 segmentation: JPEGImages/, SegmentationClass/ (palette PNGs; SegmentationClassAug/ for trainaug), "
+                        "ImageSets/Segmentation/<split>.txt (vpariza/open-hummingbird-eval hbird/data/voc/voc_data.py), read by probe hummingbird",
     "davis": "DAVIS-2017: JPEGImages/480p, Annotations/480p, ImageSets/2017 (davisvideochallenge/davis2017-evaluation), read by probe propagate --davis",
 }
