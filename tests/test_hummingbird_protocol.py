@@ -296,3 +296,23 @@ def test_a_panel_of_another_kind_or_a_sealed_one_is_refused(voc, tmp_path, capsy
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-test", "--cache", c, "-q"], capsys)
     assert code == 2 and "is a sealed test panel" in printed.err, printed.err
     assert len(ledger.entries(c)) == before
+
+
+def test_the_report_shows_the_record_its_figure_and_the_published_numbers_apart(voc, tmp_path, capsys):
+    from probe_toolkit.report import write_report
+
+    root, year, store, labels, _ = voc
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--memory", "100,full", "--cache", root / "cache",
+                                "-q", "--workers", "1"], capsys)
+    assert code == 0, printed.err
+    saved = records.load(store, "hummingbird")
+    written = write_report([store], tmp_path / "report", cache_dir=root / "cache", formats="png")
+    section = next(s for s in written.report.sections if s.key == "hummingbird")
+    table = section.blocks[0]
+    assert table.rows[0][1:] == [f"{100 * v:.2f}" for v in saved.miou.values]
+    assert table.rows[1][1:] == [f"{100 * v:.2f}" for v in saved.miou_hungarian.values]
+    assert [r[0] for r in table.rows[3:]] == ["published, other weights: DINO ViT-S/16, 512 px", "published, other weights: DINOv2 ViT-S/14, 504 px"]
+    assert "not this store's network" in table.caption
+    figure = section.figures()[0]
+    assert "hummingbird-retrieval" in figure.name and (tmp_path / "report" / "figures" / figure.name).is_file()
+    assert "hummingbird-retrieval" in (tmp_path / "report" / "report.md").read_text()
