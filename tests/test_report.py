@@ -27,7 +27,7 @@ from probe_toolkit.store.extract import Settings, extract
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "token-pca", "references"}
 FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "decoder": "probe decode", "decoder-cuts": "probe decode", "scores": "probe decode",
                 "linear": "probe linear", "training": "probe train", "discovery": "probe decode",
-                "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate"}
+                "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate", "hummingbird": "probe hummingbird"}
 PATCH = 34
 
 
