@@ -269,6 +269,20 @@ def test_refusals_come_before_any_label_read(voc, argv, words, capsys):
     assert len(ledger.entries(root / "cache")) == before
 
 
+def test_a_shard_is_refused_before_any_label_read(voc, monkeypatch):
+    from probe_toolkit import run
+    from probe_toolkit.infra.errors import ProbeError
+
+    root, year, store, labels, _ = voc
+    before = len(ledger.entries(root / "cache"))
+    with pytest.raises(ProbeError, match="does not run in shards"):
+        run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache", shard="0/2")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ProbeError, match="does not run in shards"):
+        run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache")
+    assert len(ledger.entries(root / "cache")) == before
+
+
 def test_a_store_without_the_memory_views_is_refused_naming_the_extract(voc, tmp_path, capsys):
     root, year, store, labels, checkpoint = voc
     other = extract(checkpoint, year / "JPEGImages", settings=Settings(views=("hbird512",), chunk=4), store=tmp_path / "q.zarr", quiet=True).store
