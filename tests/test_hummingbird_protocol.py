@@ -131,8 +131,9 @@ def test_hue_shift_is_torchvisions_for_negative_and_positive_shifts():
 # the protocol, against a plain re-implementation
 
 
-def _plain(store: Path, labels: dict, memory, k=30, temperature=0.02, epochs=2, seed=123):
-    """Every number of the protocol, computed here from the store's tokens and the label PNGs' arrays."""
+def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21):
+    """Every number of the protocol, computed here from the store's tokens and the label PNGs'
+    arrays; ``train``, ``val``: (store id, label map at the image's size) in the panels' order."""
     ds = cache.open_store(store)
     ids = [str(i) for i in ds.image.values.tolist()]
     from probe_toolkit.store.checkpoints import load_checkpoint
@@ -141,19 +142,19 @@ def _plain(store: Path, labels: dict, memory, k=30, temperature=0.02, epochs=2, 
     ln = torch.nn.LayerNorm(128, eps=1e-6).double()
     ln.weight.data, ln.bias.data = ck.backbone["norm.weight"].double(), ck.backbone["norm.bias"].double()
 
-    def tokens(view, name):
-        x = torch.from_numpy(ds[f"tokens_{view}"].sel(image=f"{name}.jpg").values.astype(np.float64))
+    def tokens(view, sid):
+        x = torch.from_numpy(ds[f"tokens_{view}"].sel(image=sid).values.astype(np.float64))
         with torch.no_grad():
             return F.normalize(ln(x), dim=1).numpy()
 
-    views = [(e, name) for e in range(epochs) for name in TRAIN]  # epoch-major, as the reference's loop
+    views = [(e, sid, y) for e in range(epochs) for sid, y in train]  # epoch-major, as the reference's loop
     dists, feats = [], []
-    for e, name in views:
-        y = torch.from_numpy(hbird_views.label_view(labels[name], hbird_views.AUGMENTED[e], f"{name}.jpg").astype(np.int64))
+    for e, sid, label in views:
+        y = torch.from_numpy(hbird_views.label_view(label, hbird_views.AUGMENTED[e], sid).astype(np.int64))
         y[y == 255] = 0
         patches = y.reshape(32, 16, 32, 16).permute(0, 2, 1, 3).reshape(1024, 256)
-        dists.append(F.one_hot(patches, 21).double().mean(1).numpy())
-        feats.append(tokens(hbird_views.AUGMENTED[e], name))
+        dists.append(F.one_hot(patches, n_classes).double().mean(1).numpy())
+        feats.append(tokens(hbird_views.AUGMENTED[e], sid))
     out = []
     for size in memory:
         rng = np.random.default_rng(seed)
@@ -165,7 +166,7 @@ def _plain(store: Path, labels: dict, memory, k=30, temperature=0.02, epochs=2, 
                 n = max(1, size // len(views))
                 present = d > 0
                 freq = present.sum(0)
-                score = np.array([sum(freq[c] for c in range(21) if present[p, c]) for p in range(1024)], np.float32)
+                score = np.array([sum(freq[c] for c in range(n_classes) if present[p, c]) for p in range(1024)], np.float32)
                 filled = present.any(1)
                 score[~filled] = 1e6
                 score[filled] *= rng.random(int(filled.sum()), dtype=np.float32)
@@ -173,21 +174,21 @@ def _plain(store: Path, labels: dict, memory, k=30, temperature=0.02, epochs=2, 
             rows_f.append(f[keep])
             rows_l.append(d[keep])
         bank, bank_labels = np.concatenate(rows_f), np.concatenate(rows_l)
-        confusion = np.zeros((21, 21), np.int64)
+        confusion = np.zeros((n_classes, n_classes), np.int64)
         shown = {}
-        for name in VAL:
-            q = tokens("hbird512", name)
+        for sid, label in val:
+            q = tokens("hbird512", sid)
             sim = q @ bank.T
             order = np.argsort(-sim, axis=1, kind="stable")[:, :k]
             top = torch.from_numpy(np.take_along_axis(sim, order, 1))
             weights = torch.softmax(top / temperature, dim=1)
             soft = torch.einsum("qk,qkc->qc", weights, torch.from_numpy(bank_labels[order]))
-            up = F.interpolate(soft.T.reshape(1, 21, 32, 32).float(), size=(512, 512), mode="bilinear", align_corners=False)[0]
+            up = F.interpolate(soft.T.reshape(1, n_classes, 32, 32).float(), size=(512, 512), mode="bilinear", align_corners=False)[0]
             predicted = up.argmax(0).numpy()
-            truth = hbird_views.label_view(labels[name], "hbird512", f"{name}.jpg")
+            truth = hbird_views.label_view(label, "hbird512", sid)
             keep = truth != 255
-            confusion += np.bincount(truth[keep].astype(np.int64) * 21 + predicted[keep], minlength=441).reshape(21, 21)
-            shown[name] = (truth, predicted)
+            confusion += np.bincount(truth[keep].astype(np.int64) * n_classes + predicted[keep], minlength=n_classes ** 2).reshape(n_classes, n_classes)
+            shown[sid] = (truth, predicted)
         out.append((confusion, shown, len(bank)))
     return out
 
@@ -207,7 +208,7 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     assert r.exit_code == 0, r.output
     assert "published, other weights: DINO ViT-S/16" in r.output and "37.2" in r.output and "77.0" in r.output
     summary = json.loads(out.read_text())
-    plain = _plain(store, labels, MEMORY)
+    plain = _plain(store, [(f"{i}.jpg", labels[i]) for i in TRAIN], [(f"{i}.jpg", labels[i]) for i in VAL], MEMORY)
     from scipy.optimize import linear_sum_assignment
 
     for m, (confusion, shown, rows) in enumerate(plain):
@@ -229,9 +230,9 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     assert np.array_equal(saved.confusion.values, np.stack([p[0] for p in plain]))
     assert list(saved.shown.values) == [f"{i}.jpg" for i in VAL]
     for j, name in enumerate(VAL):
-        assert np.array_equal(saved.truth.values[j], plain[0][1][name][0])
+        assert np.array_equal(saved.truth.values[j], plain[0][1][f"{name}.jpg"][0])
         for m in range(3):
-            assert np.array_equal(saved.prediction.values[m, j], plain[m][1][name][1])
+            assert np.array_equal(saved.prediction.values[m, j], plain[m][1][f"{name}.jpg"][1])
     entries = ledger.entries(root / "cache")[before:]
     assert [e.fields["purpose"] for e in entries] == ["hummingbird: memory", "hummingbird: score"]  # the val labels after the memory
     assert [e.fields["panel"] for e in entries] == ["voc-train", "voc-val"] and summary["ledger"]["val"] == entries[1].id
@@ -306,7 +307,7 @@ def test_a_panel_of_another_kind_or_a_sealed_one_is_refused(voc, tmp_path, capsy
         code, printed = probe_main([*argv, "--cache", c], capsys)
         assert code == 0, printed.err
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "folders", "--cache", c, "-q"], capsys)
-    assert code == 2 and "hummingbird reads label maps of a voc-segmentation panel" in " ".join(printed.err.split()), printed.err
+    assert code == 2 and "hummingbird reads label maps of a voc-segmentation or ade20k panel" in " ".join(printed.err.split()), printed.err
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-test", "--cache", c, "-q"], capsys)
     assert code == 2 and "is a sealed test panel" in printed.err, printed.err
     assert len(ledger.entries(c)) == before

@@ -19,6 +19,7 @@ def panel_add(
     images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
     voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
     voc_segmentation: Annotated[Optional[Path], typer.Option("--voc-segmentation", help="Pascal VOC 2012 year folder for semantic segmentation (SegmentationClass/, ImageSets/Segmentation/; trainaug: SegmentationClassAug/), read by probe hummingbird.")] = None,
+    ade20k: Annotated[Optional[Path], typer.Option("--ade20k", help="ADE20K SceneParsing folder (ADEChallengeData2016: images/, annotations/); --split training or validation.")] = None,
     split: Annotated[str, typer.Option("--split", help="VOC split: a file of ImageSets/Main (trainval, as LOST and TokenCut); with --voc-segmentation one of ImageSets/Segmentation (train, val, trainaug).")] = "trainval",
     no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
     coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
@@ -36,17 +37,19 @@ def panel_add(
         p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
         console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
         return
-    given = [flag for flag, value in (("--voc", voc), ("--voc-segmentation", voc_segmentation), ("--masks", masks), ("--coco20k", coco20k or None))
+    given = [flag for flag, value in (("--voc", voc), ("--voc-segmentation", voc_segmentation), ("--ade20k", ade20k), ("--masks", masks), ("--coco20k", coco20k or None))
              if value is not None]
     if len(given) > 1:
-        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --voc-segmentation, --masks, --coco20k")
-    kind = {"--voc": "voc", "--voc-segmentation": "voc-segmentation", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
-    source = voc if kind == "voc" else voc_segmentation if kind == "voc-segmentation" else masks if kind == "saliency" else annotations
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --voc-segmentation, --ade20k, --masks, --coco20k")
+    kind = {"--voc": "voc", "--voc-segmentation": "voc-segmentation", "--ade20k": "ade20k", "--masks": "saliency", "--coco20k": "coco20k"}.get(given[0], "coco") if given else "coco"
+    source = {"voc": voc, "voc-segmentation": voc_segmentation, "ade20k": ade20k, "saliency": masks}.get(kind, annotations)
     if kind == "voc-segmentation" and split == "trainval":  # --split's default is ImageSets/Main's
         split = "val" if role != "train" else "train"
+    if kind == "ade20k" and split == "trainval":
+        split = "validation" if role != "train" else "training"
     if source is None or (kind == "coco" and images is None):
         raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
-    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind in ("voc", "voc-segmentation") else "", no_hard=no_hard)
+    p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split if kind in ("voc", "voc-segmentation", "ade20k") else "", no_hard=no_hard)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 
 

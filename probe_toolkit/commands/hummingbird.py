@@ -39,7 +39,7 @@ from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images, placed, shared
 from ..infra.settings import SettingError
-from ..labels import voc_segmentation
+from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records
 from ..store import hbird_views, images, parts
@@ -49,6 +49,12 @@ from .runs import result_provenance
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
 BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numbers)
 READ_BLOCK = 64  # memory views read from the store at a time
+
+
+# the panel kinds hummingbird reads: their reader and the classes it scores (open-hummingbird-eval: VOC's 21 with the
+# background; ADE20K's 150 and "other", label 0, as a 151st class, hbird/data/ade20k/ade20k_data.py get_num_classes)
+LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES),
+           ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
 
 
 def memory_name(size: int | None) -> str:
@@ -68,6 +74,7 @@ class HummingbirdReport:
     ledger: dict[str, str]
     matching: str
     saved: Path | None
+    kind: str = voc_segmentation.KIND  # the panels' kind: published numbers exist for VOC only
 
     def headline(self) -> list[float]:
         return [s.miou_hungarian if self.matching == "hungarian" else s.miou for s in self.scores]
@@ -79,10 +86,14 @@ class HummingbirdReport:
                 "classes": list(self.classes), "counts": self.counts, "ledger": self.ledger}
 
 
-def _check_kind(panel: Panel) -> None:
-    if panel.kind != voc_segmentation.KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel; hummingbird reads label maps of a {voc_segmentation.KIND} panel",
-                         f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} --role {panel.role}")
+def _check_kinds(train: Panel, val: Panel) -> None:
+    for panel in (train, val):
+        if panel.kind not in LAYOUTS:
+            raise ProbeError(panel.name, f"is a {panel.kind} panel; hummingbird reads label maps of a {' or '.join(LAYOUTS)} panel",
+                             f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
+                             f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)")
+    if train.kind != val.kind:
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
 
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:
@@ -121,7 +132,7 @@ def memory_plan(sizes: Sequence[int | None], views: int, grid: int, k: int) -> l
     return plan
 
 
-def _ordered_maps(read: voc_segmentation.SegmentationLabels, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[np.ndarray]]:
+def _ordered_maps(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[np.ndarray]]:
     """(file names, label maps) in the order of ``store_ids``; each map checked to be its image's size."""
     by_name = dict(zip(read.ids, read.maps))
     names = [read.image_map[s] for s in store_ids]
@@ -129,7 +140,7 @@ def _ordered_maps(read: voc_segmentation.SegmentationLabels, store_ids: Sequence
     for name, y in zip(names, maps):
         width, height = images.header_size(Path(panel.images) / name)
         if y.shape != (height, width):
-            raise ProbeError(voc_segmentation.mask_folder(Path(panel.annotations), panel.split) / f"{Path(name).stem}.png",
+            raise ProbeError(Path(panel.annotations) / f"{Path(name).stem}.png (its mask)",
                              f"is {y.shape[1]}x{y.shape[0]} px, its image {width}x{height}", "restore the devkit's masks")
     return names, maps
 
@@ -159,8 +170,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                     workers: int | None = 1, dask_address: str | None = None) -> HummingbirdReport:
     """Build each memory from the train panel, transfer labels to the val panel's patches, score; save ``results/hummingbird``."""
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the memory")
-    for panel in (train_panel, val_panel):
-        _check_kind(panel)
+    _check_kinds(train_panel, val_panel)
+    layout, classes = LAYOUTS[train_panel.kind]
     check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
     store = Path(store)
     panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
@@ -180,7 +191,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     norm = parts.final_norm(meta, store)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
 
-    train_read = voc_segmentation.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids,
+    train_read = layout.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids,
                                                   cache=cache_dir)
     names, maps = _ordered_maps(train_read, train_ids, train_panel)
 
@@ -195,7 +206,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     with placed(workers, dask_address) as where:
         for size in settings.memory:
             config = hb.HummingbirdSettings(k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views),
-                                            seed=settings.seed, input_size=cut, patch_size=patch, n_classes=len(voc_segmentation.CLASSES))
+                                            seed=settings.seed, input_size=cut, patch_size=patch, n_classes=len(classes))
             rows = hb.bank_rows(memory_labels(), n_views, grid, config)
             features = bank_features(train_ds, train_ids, memory_views, rows, norm)
             bank_rows.append(len(rows.view))
@@ -205,10 +216,10 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                                        temperature=settings.temperature, block=BANK_BLOCK)
                 soft.append(map_images(fn, values, where=where, block=QUERY_BLOCK, fixed=True, progress=progress, torch_free=True)["soft"])
 
-    val_read = voc_segmentation.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal,
+    val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal,
                                                 cache=cache_dir)
     val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)
-    n_classes = len(voc_segmentation.CLASSES)
+    n_classes = len(classes)
     shown = min(settings.figure_images, len(val_ids))
     truth_shown = np.zeros((shown, cut, cut), np.uint8)
     predicted_shown = np.zeros((len(soft), shown, cut, cut), np.uint8)
@@ -235,10 +246,10 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
             "bank_rows": ("memory", np.asarray(bank_rows, np.int64)), "per_view": ("memory", np.asarray([p for p, _ in plan], np.int64)),
             "truth": (("shown", "y", "x"), truth_shown), "prediction": (("memory", "shown", "y", "x"), predicted_shown),
         },
-        coords={"memory": memory, "class": list(voc_segmentation.CLASSES), "predicted": list(voc_segmentation.CLASSES), "shown": list(val_ids[:shown])},
+        coords={"memory": memory, "class": list(classes), "predicted": list(classes), "shown": list(val_ids[:shown])},
     )
     attrs = {
-        "settings": settings.as_dict(), "matching": settings.matching, "ledger": ledger, "counts": counts, "grid": grid, "pixels_side": cut,
+        "settings": settings.as_dict(), "matching": settings.matching, "panel_kind": train_panel.kind, "ledger": ledger, "counts": counts, "grid": grid, "pixels_side": cut,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split}},
         "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
@@ -247,8 +258,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
         "provenance": result_provenance(val_ds, command),
     }
     saved = records.save(store, "hummingbird", ds, attrs)
-    report = HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], voc_segmentation.CLASSES, counts, ledger,
-                               settings.matching, saved)
+    report = HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger,
+                               settings.matching, saved, train_panel.kind)
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     if norm is None:

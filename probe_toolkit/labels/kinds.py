@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
-from . import saliency, voc, voc_segmentation
+from . import ade_segmentation, saliency, voc, voc_segmentation
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -64,7 +64,10 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return annotations.resolve(), images.resolve()
     if kind == voc_segmentation.KIND:
         return voc_segmentation.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_segmentation.KIND}", "use --voc, --coco20k or --masks")
+    if kind == ade_segmentation.KIND:
+        return ade_segmentation.check_layout(annotations, images, split)
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_segmentation.KIND}, {ade_segmentation.KIND}",
+                     "use --voc, --coco20k, --masks, --voc-segmentation or --ade20k")
 
 
 def coco20k_ids() -> list[int]:
@@ -136,9 +139,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     """(bytes to hash, COCO dataset) of a panel whose kind is not plain COCO; ``read`` (path → bytes)
     is ``read_labels``' reader, the one way label files are opened."""
     loaders = {"voc": _voc, "saliency": _saliency}
-    if panel.kind == voc_segmentation.KIND:
+    if panel.kind in (voc_segmentation.KIND, ade_segmentation.KIND):
         raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
-                         "read it with labels.voc_segmentation.read_label_maps (probe hummingbird)")
+                         f"read it with labels.{'voc' if panel.kind == voc_segmentation.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
@@ -151,6 +154,8 @@ def benchmark(panel) -> str:
         return "VOC07" if "2007" in text else "VOC12" if "2012" in text else ""
     if panel.kind == voc_segmentation.KIND:
         return "VOC12-seg" if "2012" in text else ""
+    if panel.kind == ade_segmentation.KIND:
+        return "ADE20K"
     if panel.kind == "coco20k":
         return "COCO20k"
     if panel.kind == "saliency":

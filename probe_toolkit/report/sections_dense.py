@@ -85,12 +85,12 @@ def hummingbird(ctx) -> Section:
                 [f"{label}: mIoU, Hungarian-matched{' (headline)' if headline == 'hungarian' else ''}", *(_pct(v) for v in ds.miou_hungarian.values)],
                 ["memory rows", *(str(int(v)) for v in ds.bank_rows.values)]]
         published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
-        for name, values in PUBLISHED:
+        for name, values in PUBLISHED if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else ():
             by_size = dict(zip(published, values))
             rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
         section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
-                                    f"{label}: VOC mIoU (%) over {len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
+                                    f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over {len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
                                     f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
                                     f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images); published rows: {PUBLISHED_SOURCE}, "
                                     f"measured on released weights, not this store's network."))

@@ -99,7 +99,9 @@ def hummingbird(report: Any, train: str, val: str) -> list[Any]:
     table.add_row(f"{report.name}: mIoU, Hungarian-matched{headline if report.matching == 'hungarian' else ''}",
                   *(f"{100 * s.miou_hungarian:.2f}" for s in report.scores))
     published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
-    if set(published) & set(report.memory):  # beside the columns of the published sizes
+    if report.kind != "voc-segmentation":
+        table.caption = "no published numbers for this data set (open-hummingbird-eval's README tables VOC only)"
+    elif set(published) & set(report.memory):  # beside the columns of the published sizes
         for name, values in PUBLISHED:
             by_size = dict(zip(published, values))
             table.add_row(f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in report.memory))
@@ -110,7 +112,8 @@ def hummingbird(report: Any, train: str, val: str) -> list[Any]:
     return [table, Unwrapped(f"{counts['train']} train images × {counts['memory_views'] // max(counts['train'], 1)} augmented views → memory; "
                              f"{counts['val']} val images, {counts['pixels']} pixels scored (255 ignored), mean over {len(report.classes)} classes; "
                              f"◀ headline; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/hummingbird"),
-            Unwrapped(f"published: {PUBLISHED_SOURCE}; measured on released weights and the full VOC, not comparable with this store's network")]
+            *([Unwrapped(f"published: {PUBLISHED_SOURCE}; measured on released weights and the full VOC, not comparable with this store's network")]
+              if report.kind == "voc-segmentation" else [])]
 
 
 def attention_masks(report: Any, panel: str | None) -> list[Any]:
