@@ -25,8 +25,8 @@ def memory_sizes(text: str) -> tuple[int | None, ...]:
 @app.command("hummingbird")
 def hummingbird_command(
     store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images in the hbird512 views.")],
-    train: Annotated[str, typer.Option("--train", help="VOC segmentation panel whose augmented views make the memory (trainaug, as published).")],
-    val: Annotated[str, typer.Option("--val", help="VOC segmentation panel whose patches are labelled from the memory and scored.")],
+    train: Annotated[str, typer.Option("--train", help="Segmentation panel (VOC or ADE20K) whose augmented views make the memory (VOC trainaug, as published).")],
+    val: Annotated[str, typer.Option("--val", help="Segmentation panel of the same data set whose patches are labelled from the memory and scored.")],
     memory: Annotated[str, typer.Option("--memory", help="Memory sizes in patches, all in one run; full: every patch (published: 1024·10², 10³, 10⁴).")] = "102400,1024000,10240000",
     k: Annotated[int, typer.Option("--k", help="Nearest memory patches per query patch (open-hummingbird-eval: 30).")] = 30,
     temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature of the label transfer (open-hummingbird-eval: 0.02).")] = 0.02,
@@ -40,7 +40,7 @@ def hummingbird_command(
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC mIoU at each memory size."""
+    """Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size."""
     from ..infra.progress import bar
     from ..results import tables
 

@@ -62,8 +62,9 @@ DIFFERENCES = (
     "(DINO's get_intermediate_layers, DINOv2's x_norm_patchtokens). What differs, item by item: "
     "(1) normalisation std (0.229, 0.224, 0.255): probe follows the reference's 0.255 for blue (ImageNet's is 0.225) in its hbird512 "
     "views, because the published numbers were measured on those inputs; "
-    "(2) mIoU averages over all 21 VOC classes as the reference does (a class absent from truth and prediction counts 0; on the full "
-    "VOC val every class is present, so this only matters on subsets, and the record keeps each class's IoU); "
+    "(2) mIoU averages over all 21 VOC classes (151 on ADE20K, its label 0 'other' among them) as the reference does (a class absent "
+    "from truth and prediction counts 0; on the full VOC val every class is present, so this only matters on subsets, and the record "
+    "keeps each class's IoU); "
     "(3) the reference's Hungarian matching of predicted to true classes runs although predictions are already labels: probe reports "
     "both, identity (no matching, the headline by default: matching='identity') and the matched mIoU, which can only be larger; "
     "(4) retrieval is exact (blocked float64 products with a running top-k; equal cosines rank by bank row, the lower first) where "
@@ -80,9 +81,9 @@ DIFFERENCES = (
 
 PROTOCOL = register(Protocol(
     name="hummingbird",
-    summary="Dense in-context retrieval (Hummingbird): label maps transferred from a memory of train patches by their 30 nearest neighbours; VOC mIoU.",
+    summary="Dense in-context retrieval (Hummingbird): label maps transferred from a memory of train patches by their 30 nearest neighbours; VOC or ADE20K mIoU.",
     settings=HummingbirdSettings,
-    reads=Reads(arrays=tuple(f"tokens_{v}" for v in hbird_views.VIEWS), views=hbird_views.VIEWS, labels=True, panel_kinds=("voc-segmentation",)),
+    reads=Reads(arrays=tuple(f"tokens_{v}" for v in hbird_views.VIEWS), views=hbird_views.VIEWS, labels=True, panel_kinds=("voc-segmentation", "ade20k")),
     results=("hummingbird",),
     references=(
         Reference("Balažević et al., Towards In-context Scene Understanding (NeurIPS 2023)", "vpariza/open-hummingbird-eval hbird/hbird_eval.py"),

@@ -92,8 +92,9 @@ def hummingbird(ctx) -> Section:
         section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
                                     f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over {len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
                                     f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
-                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images); published rows: {PUBLISHED_SOURCE}, "
-                                    f"measured on released weights, not this store's network."))
+                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images)"
+                                    + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network."
+                                       if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else "; no published numbers for this data set.")))
         per_class = [[str(c), *(_pct(ds.iou.values[m, i]) for m in range(len(memory)))] for i, c in enumerate(ds["class"].values)]
         section.blocks.append(Table(["class", *(f"IoU, memory {m}" for m in memory)], per_class, f"{label}: each class's IoU (%), no matching."))
         section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; views — queries {ds.attrs.get('views', {}).get('query')}, "
