@@ -1,7 +1,7 @@
 """Throughput of ``neighbours`` and ``entropy`` against plain per-image numpy loops, in one run.
 
 A synthetic store of ``--images`` images (tokens_224: 196 × 384, attention_224: 6 heads ×
-196 × 196, float16, no class token, chunks of 16) is written with ``cache.create_store`` in a
+196 × 196, float16, no class token, chunks of 16) is written with ``create.create_store`` in a
 temporary folder. Each round times, in turn:
 
   toolkit     the analysis function over the whole store (lazy xarray/dask chunks, batched
@@ -37,7 +37,8 @@ import zarr
 
 from probe_toolkit.analyses.entropy import entropy
 from probe_toolkit.analyses.neighbours import neighbours
-from probe_toolkit.store.cache import create_store, open_store, require
+from probe_toolkit.store.cache import open_store, require
+from probe_toolkit.store.create import create_store
 
 GRID, CHANNELS, HEADS, CHUNK = 14, 384, 6, 16
 N = GRID * GRID

@@ -141,13 +141,13 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
     from probe_toolkit.commands.decode import run_decode
     from probe_toolkit.infra.runner import local_cores
     from probe_toolkit.results import records
-    from probe_toolkit.store import cache
+    from probe_toolkit.store.create import create_store
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store.zarr"
         data = np.stack([keys(rng, 30) for _ in range(count)])
         meta = {"kind": "probe-store", "checkpoint": {"sha256": "0" * 64}, "dtype": "float16", "chunk": 16, "views": [480]}
-        writer = cache.create_store(path, meta, [f"{i}.jpg" for i in range(count)], {"keys_480": (("patch_480", "channel"), data.shape[1:])})
+        writer = create_store(path, meta, [f"{i}.jpg" for i in range(count)], {"keys_480": (("patch_480", "channel"), data.shape[1:])})
         for a in range(0, count, 16):
             b = min(a + 16, count)
             writer.write(a, {"keys_480": data[a:b]}, np.tile([480, 640], (b - a, 1)), np.zeros(b - a, dtype=bool))

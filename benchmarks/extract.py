@@ -156,7 +156,7 @@ def decoding(count: int, rounds: int) -> None:
     against one per core, interleaved rounds, medians; the decoded runs must be identical."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from probe_toolkit.store.extract import load_run
+    from probe_toolkit.store.extract_load import load_run
 
     torch.set_num_threads(1)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -196,8 +196,10 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
     the forward pass takes every core."""
     import numpy as np
 
-    from probe_toolkit.store.cache import create_store
-    from probe_toolkit.store.extract import forward_view, load_run, plan_arrays
+    from probe_toolkit.store.create import create_store
+    from probe_toolkit.store.extract_forward import forward_view
+    from probe_toolkit.store.extract_load import load_run
+    from probe_toolkit.store.extract_plan import plan_arrays
 
     torch.set_num_threads(1)
     arch = RELEASED[arch_name]
@@ -253,8 +255,8 @@ def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, flo
 
     import numpy as np
 
-    from probe_toolkit.store.cache import create_store
-    from probe_toolkit.store.extract import plan_arrays
+    from probe_toolkit.store.create import create_store
+    from probe_toolkit.store.extract_plan import plan_arrays
 
     arch, settings = RELEASED["vit-s16"], Settings(views=(224,))
     plan = plan_arrays(arch, settings)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_toolkit.store.cache import create_store
+from probe_toolkit.store.create import create_store
 
 
 def manifest(chunk: int, class_token: bool = False, dtype: str = "float16") -> dict:

@@ -12,6 +12,7 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from probe_toolkit.store import cache
+from probe_toolkit.store.create import create_store
 
 
 @dataclass
@@ -89,7 +90,7 @@ def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2
         "interpolation": "dino", "attention": "none", "dtype": "float32", "chunk": chunk,
         "image_list_sha256": "0" * 64, "n_images": n, **extra,
     }
-    writer = cache.create_store(path, manifest, [s.name for s in scenes], {"keys_480": (("patch_480", "channel"), (patches, channels))})
+    writer = create_store(path, manifest, [s.name for s in scenes], {"keys_480": (("patch_480", "channel"), (patches, channels))})
     sizes = np.array([[s.height, s.width] for s in scenes])
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
 from probe_toolkit.store import cache
+from probe_toolkit.store.create import create_store
 from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()
@@ -150,7 +151,7 @@ def synthetic_store(path: Path, grid: int, heads: int = 2, channels: int = 8, se
                     patch: int | None = None) -> Path:
     """A store on any patch grid (e.g. 28 × 28, a ViT-S/8 at 224 px) with random tokens and softmax
     attention rows over ``class_token`` + ``registers`` prefix tokens and the patches, written with
-    ``cache.create_store``; its image file does not exist."""
+    ``create.create_store``; its image file does not exist."""
     rng = np.random.default_rng(seed)
     n = grid * grid
     t = int(class_token) + registers + n
@@ -159,7 +160,7 @@ def synthetic_store(path: Path, grid: int, heads: int = 2, channels: int = 8, se
                          "registers": registers},
                 "views": [224], "interpolation": "dino", "attention": "last", "dtype": "float16", "chunk": 1, "n_images": 1,
                 "image_list_sha256": "x", "image_source": str(path.parent / "no-such-folder"), "attention_prefix": t - n, "registers": registers}
-    writer = cache.create_store(path, manifest, ["gone.jpg"], {"tokens_224": (("patch_224", "channel"), (n, channels)),
+    writer = create_store(path, manifest, ["gone.jpg"], {"tokens_224": (("patch_224", "channel"), (n, channels)),
                                                                "attention_224": (("head", "query", "key"), (heads, t, t))})
     scores = rng.normal(0, 2, (1, heads, t, t))
     rows = np.exp(scores - scores.max(-1, keepdims=True))

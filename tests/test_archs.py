@@ -23,7 +23,8 @@ from probe_toolkit.demo.samples import TINY_B8, TINY_DINOV2, TINY_DINOV2_REG, TI
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store.architectures import RELEASED
 from probe_toolkit.store.backbone import Backbone, build_vit, normed_patch_tokens
-from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count, read_file
+from probe_toolkit.store.checkpoint_files import read_file
+from probe_toolkit.store.checkpoints import load_checkpoint, parameter_count
 
 CASES = {
     "s8-backbone": ("dino-backbone", TINY_P8),

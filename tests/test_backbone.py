@@ -158,7 +158,7 @@ def test_from_checkpoint_equals_a_network_loaded_by_copy(tmp_path):
     """The meta-device build with the file's tensors assigned is the network a plain build and a
     copying ``load_state_dict`` give, bit for bit, and a float16 file still gives float32 parameters."""
     from probe_toolkit.demo.samples import TINY, make_checkpoint
-    from probe_toolkit.store.checkpoints import save_state
+    from probe_toolkit.store.checkpoint_files import save_state
 
     half = {k: v.half() for k, v in make_checkpoint("dino-backbone", TINY, 4).items()}
     checkpoint = load_checkpoint(save_state(half, tmp_path / "half.pth"))

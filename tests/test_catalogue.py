@@ -35,9 +35,9 @@ from conftest import synthetic_scene
 from probe_toolkit import cli
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra import chunked, litter
-from probe_toolkit.store import cache
+from probe_toolkit.store import cache, create, writer
 from probe_toolkit.results import records
-from probe_toolkit.store.checkpoints import sha256_file
+from probe_toolkit.store.checkpoint_files import sha256_file
 
 # ----------------------------------------------------------------------------------------------
 # running the CLI in this process
@@ -252,10 +252,10 @@ CASES = [
          2, ("dtype",), lambda w: ["extract", w.ckpt, "--images", w.images, "--views", "224,480", "--dtype", "float32", "--store", w.fresh(), *w.q]),
     Case("full-disk-creating-a-store", lambda w: extract(w, store=w.root / "stores" / "disk" / "teacher.zarr"), 2, ("disk/teacher.zarr", "disk space"),
          lambda w: extract(w, store=w.root / "stores" / "disk" / "teacher.zarr"),
-         setup=lambda w, mp: mp.setattr(cache, "consolidate", _enospc)),
+         setup=lambda w, mp: mp.setattr(create, "consolidate", _enospc)),
     Case("full-disk-writing-a-chunk", lambda w: extract(w, store=w.root / "stores" / "chunk" / "teacher.zarr"), 2, ("disk space",),
          lambda w: extract(w, store=w.root / "stores" / "chunk" / "teacher.zarr"),
-         setup=lambda w, mp: mp.setattr(cache.StoreWriter, "write_views", _enospc), resumable=True),
+         setup=lambda w, mp: mp.setattr(writer.StoreWriter, "write_views", _enospc), resumable=True),
     Case("ctrl-c-during-extract", lambda w: extract(w, "--chunk", "1", store=w.root / "stores" / "int" / "teacher.zarr"), 130, ("resumable", "rerun"),
          lambda w: extract(w, "--chunk", "1", store=w.root / "stores" / "int" / "teacher.zarr"), setup=lambda w, mp: _interrupt_second_chunk(mp), resumable=True),
     # --- analyses: stores and options ---

@@ -13,7 +13,8 @@ import torch
 from probe_toolkit.demo.samples import LAYOUTS, TINY, make_checkpoint, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store.backbone import build_vit
-from probe_toolkit.store.checkpoints import VIT_S16, convert_backbone, load_checkpoint, parameter_count, read_file
+from probe_toolkit.store.checkpoint_files import read_file, sha256_file
+from probe_toolkit.store.checkpoints import VIT_S16, convert_backbone, load_checkpoint, parameter_count
 
 
 def test_course_parameter_counts():
@@ -94,7 +95,7 @@ def test_a_file_checked_before_is_not_checked_again_and_any_other_is(tmp_path, m
     from probe_toolkit.store import checkpoints
 
     good = write_checkpoint(tmp_path / "good.pth", "dino-full", TINY, seed=1)
-    digest = checkpoints.sha256_file(good)
+    digest = sha256_file(good)
     calls = []
     real_check = checkpoints.check_backbone
     monkeypatch.setattr(checkpoints, "check_backbone", lambda *a: calls.append(a[2]) or real_check(*a))
@@ -110,7 +111,6 @@ def test_a_file_checked_before_is_not_checked_again_and_any_other_is(tmp_path, m
 
 def test_a_store_refuses_a_checkpoint_replaced_after_extraction(tmp_path):
     from probe_toolkit.store import parts
-    from probe_toolkit.store.checkpoints import sha256_file
 
     path = write_checkpoint(tmp_path / "c.pth", "selfpatch-full", TINY, seed=1)
     manifest = {"checkpoint": {"path": str(path), "sha256": sha256_file(path), "format": "selfpatch-full"}, "network": "teacher", "arch": {"heads": 2}}

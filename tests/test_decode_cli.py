@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from probe_toolkit.cli import app
 from probe_toolkit.labels import guard, ledger, panels
 from probe_toolkit.store import cache
+from probe_toolkit.store.create import create_store
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract
@@ -99,7 +100,7 @@ def test_sealed_panel_and_missing_keys_exit_2(setup, tmp_path, capsys):
     code, _ = _main(["decode", str(store), "--panel", "held", "--unseal", "final table", "--cache", str(root), "-q"], capsys)
     assert code == 0 and ledger.entries(root)[-1].fields["unseal"] == "final table"
     scenes = [Scene("x.png", 32, 32)]
-    bare = cache.create_store(tmp_path / "bare.zarr", {"chunk": 1, "dtype": "float32", "checkpoint": {}}, ["x.png"],
+    bare = create_store(tmp_path / "bare.zarr", {"chunk": 1, "dtype": "float32", "checkpoint": {}}, ["x.png"],
                               {"tokens_224": (("patch_224", "channel"), (4, 3))})
     bare.write(0, {"tokens_224": np.zeros((1, 4, 3), np.float32)}, np.array([[32, 32]]), np.zeros(1, bool))
     code, err = _main(["decode", str(tmp_path / "bare.zarr"), "--cache", str(root), "-q"], capsys)
@@ -174,7 +175,7 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
 
 
 def test_the_default_sweep_grid_has_148_settings_in_52_decodes():
-    from probe_toolkit.commands.decode import load_grid
+    from probe_toolkit.commands.decode_sweep import load_grid
 
     grid = load_grid(None)  # 144 cuts, and LOST and DSM once per centring (τ, ε, masks do not apply)
     assert len(grid) == 148 and len(set(grid)) == 148

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from probe_toolkit.cli import app
 from probe_toolkit.labels.masks import decode_rle, saved_masks
 from probe_toolkit.store import cache
+from probe_toolkit.store.create import create_store
 from probe_toolkit.results import records
 
 runner = CliRunner()
@@ -93,7 +94,7 @@ def make_native(folder, away, view="native"):
                 "dtype": "float32", "chunk": 2, "image_list_sha256": "0" * 64, "n_images": len(SCENES)}
     rows = np.array([g[0] for g in grids]), np.array([g[1] for g in grids])
     store = folder / "store.zarr"
-    writer = cache.create_store(store, manifest, [s[0] for s in SCENES], {f"keys_{view}": ((f"patch_{view}", "channel"), (most, 12))},
+    writer = create_store(store, manifest, [s[0] for s in SCENES], {f"keys_{view}": ((f"patch_{view}", "channel"), (most, 12))},
                                 view_grids={view: rows})
     sizes = np.array([[h, w] for _, h, w, _ in SCENES])
     for start in range(0, len(SCENES), 2):
@@ -494,7 +495,7 @@ def test_tokencut_on_native_resized_is_tokencuts_cut_of_the_resized_images_keys(
     assert native_summary["published_view"] == "native_resized" and len(native_summary["warnings"]) == 1
     assert native_summary["warnings"][0].startswith("TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes "
                                                     "each image with LANCZOS to round(·/16)·16; these are the native view's keys")
-    from probe_toolkit.commands.decode import run_score
+    from probe_toolkit.commands.decode_scores import run_score
 
     scored = {view: run_score(tmp_path / f"{view}.json", "sal", cache_dir=root).warnings for view in ("native-resized", "native")}
     assert scored["native-resized"] == [] and scored["native"] == native_summary["warnings"]  # probe score says it too

@@ -19,7 +19,9 @@ from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import dinov3_layouts
 from probe_toolkit.store.architectures import DINOV3_RELEASED
 from probe_toolkit.store.backbone import Backbone, build_vit
-from probe_toolkit.store.checkpoints import check_backbone, load_checkpoint, read_dinov3
+from probe_toolkit.store.checkpoint_arch import check_backbone
+from probe_toolkit.store.checkpoint_layouts import read_dinov3
+from probe_toolkit.store.checkpoints import load_checkpoint
 
 SUFFIX = {"dinov3-official": "pth", "dinov3-timm": "pth", "dinov3-hf": "safetensors"}
 
@@ -152,7 +154,7 @@ def test_three_layouts_give_bit_identical_outputs(tmp_path, arch):
 @pytest.mark.parametrize("target", dinov3_layouts.LAYOUTS)
 def test_conversion_keeps_the_outputs(tmp_path, source, target):
     from probe_toolkit.demo.samples import save_safetensors
-    from probe_toolkit.store.checkpoints import save_state
+    from probe_toolkit.store.checkpoint_files import save_state
 
     converted = dinov3_layouts.convert(make_checkpoint(source, TINY_DINOV3, seed=2), target, head_dim=64)
     assert dinov3_layouts.detect(converted) == target
@@ -169,7 +171,7 @@ def test_released_periods_are_used_and_not_silently_dropped(tmp_path):
     layout that has no place for them is refused unless asked."""
     state = make_checkpoint("dinov3-official", TINY_DINOV3, seed=1)
     state["rope_embed.periods"] = state["rope_embed.periods"].to(torch.bfloat16).float()
-    from probe_toolkit.store.checkpoints import save_state
+    from probe_toolkit.store.checkpoint_files import save_state
 
     model = Backbone.from_checkpoint(load_checkpoint(save_state(state, tmp_path / "bf16.pth")))
     assert torch.equal(model.vit.rope.periods, state["rope_embed.periods"])
@@ -179,7 +181,7 @@ def test_released_periods_are_used_and_not_silently_dropped(tmp_path):
 
 
 def test_key_bias_must_be_masked(tmp_path):
-    from probe_toolkit.store.checkpoints import save_state
+    from probe_toolkit.store.checkpoint_files import save_state
 
     state = make_checkpoint("dinov3-official", TINY_DINOV3, seed=1)
     state["blocks.0.attn.qkv.bias_mask"][128:256] = 1.0  # the mask no longer zeros the key bias
@@ -190,7 +192,7 @@ def test_key_bias_must_be_masked(tmp_path):
 @pytest.mark.parametrize("layout", dinov3_layouts.LAYOUTS)
 def test_missing_and_unexpected_keys_are_listed(tmp_path, layout):
     from probe_toolkit.demo.samples import save_safetensors
-    from probe_toolkit.store.checkpoints import save_state
+    from probe_toolkit.store.checkpoint_files import save_state
 
     state = make_checkpoint(layout, TINY_DINOV3, seed=1)
     drop = {"dinov3-official": "blocks.1.ls2.gamma", "dinov3-timm": "blocks.1.gamma_2", "dinov3-hf": "layer.1.layer_scale2.lambda1"}[layout]

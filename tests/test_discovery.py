@@ -19,7 +19,7 @@ from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.dsm import dsm, knn_color_affinity
 from probe_toolkit.analyses.lost import lost
 from probe_toolkit.cli import app
-from probe_toolkit.commands.decode import load_grid
+from probe_toolkit.commands.decode_sweep import load_grid
 from probe_toolkit.labels import guard, ledger, panels
 from probe_toolkit.labels import saliency as sal
 from probe_toolkit.labels.kinds import COCO20K_SIZE, coco20k_ids
@@ -582,7 +582,7 @@ def test_dsm_colour_term_reads_the_stores_photographs(tmp_path, capsys):
 
 def test_maskcut_reads_the_filter_from_the_480_views_manifest_entry():
     """A LANCZOS 480 view (the store's per-view entry) is MaskCut's own: no warning; bicubic warns."""
-    from probe_toolkit.commands.decode import view_check
+    from probe_toolkit.commands.decode_views import view_check
 
     lanczos = {"views": ["480"], "per_view": {"480": {"resample": "lanczos"}}}
     bicubic = {"views": ["480"], "per_view": {"480": {"resample": "bicubic"}}}

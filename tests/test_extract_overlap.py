@@ -15,6 +15,7 @@ import zarr
 
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import extract as extraction
+from probe_toolkit.store import extract_load
 from probe_toolkit.store import images
 from probe_toolkit.store.extract import Settings, extract
 
@@ -107,9 +108,9 @@ def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(
     the threads' interleaving, no write starts on a chunk another write holds, and the grown
     store equals one written by a single saver. (Whether writes overlapped at all is up to the
     scheduler, so it is not asserted.)"""
-    from probe_toolkit.store import cache
+    from probe_toolkit.store.writer import StoreWriter
 
-    lock, live, shared, written, real = threading.Lock(), {}, [], [], cache.StoreWriter.write_views
+    lock, live, shared, written, real = threading.Lock(), {}, [], [], StoreWriter.write_views
 
     def watched(self, start, views, sizes):
         home = start // self.chunk
@@ -124,13 +125,13 @@ def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(
             with lock:
                 del live[start]
 
-    monkeypatch.setattr(cache.StoreWriter, "write_views", watched)
+    monkeypatch.setattr(StoreWriter, "write_views", watched)
     grown = tmp_path / "grown.zarr"
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), chunk=2), store=grown, limit=3, decoders=1, quiet=True)
     written.clear()
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=grown, batch_size=2, decoders=3, quiet=True)
     assert written and not shared  # runs were written, and none began on a chunk another run was writing
-    monkeypatch.setattr(cache.StoreWriter, "write_views", real)
+    monkeypatch.setattr(StoreWriter, "write_views", real)
     one = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=tmp_path / "one.zarr",
                   batch_size=2, decoders=1, quiet=True)
     a, b = _arrays(grown), _arrays(one.store)
@@ -183,19 +184,19 @@ def test_the_bomb_check_holds_on_every_decoding_thread_and_the_filters_are_left_
 
 
 def test_decoding_threads_default_to_the_cores_the_forward_leaves(monkeypatch):
-    monkeypatch.setattr(extraction.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    monkeypatch.setattr(extraction.torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(extraction.torch, "get_num_threads", lambda: 8)
-    assert extraction.decoder_threads(None, "auto") == 1  # torch takes every core
-    monkeypatch.setattr(extraction.torch, "get_num_threads", lambda: 2)
-    assert extraction.decoder_threads(None, "cpu") == 6
-    monkeypatch.setattr(extraction.torch.cuda, "is_available", lambda: True)
-    assert extraction.decoder_threads(None, "auto") == 7  # beside a GPU: every core but one
-    assert extraction.decoder_threads(None, "cpu") == 6
-    monkeypatch.setattr(extraction.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    assert extraction.decoder_threads(None, "cuda") == 16 and extraction.decoder_threads(3, "cuda") == 3
+    monkeypatch.setattr(extract_load.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(extract_load.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(extract_load.torch, "get_num_threads", lambda: 8)
+    assert extract_load.decoder_threads(None, "auto") == 1  # torch takes every core
+    monkeypatch.setattr(extract_load.torch, "get_num_threads", lambda: 2)
+    assert extract_load.decoder_threads(None, "cpu") == 6
+    monkeypatch.setattr(extract_load.torch.cuda, "is_available", lambda: True)
+    assert extract_load.decoder_threads(None, "auto") == 7  # beside a GPU: every core but one
+    assert extract_load.decoder_threads(None, "cpu") == 6
+    monkeypatch.setattr(extract_load.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert extract_load.decoder_threads(None, "cuda") == 16 and extract_load.decoder_threads(3, "cuda") == 3
     with pytest.raises(ProbeError, match="--decoders 0 must be a whole number of at least 1"):
-        extraction.decoder_threads(0, "auto")
+        extract_load.decoder_threads(0, "auto")
 
 
 REUSE = """

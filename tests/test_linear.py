@@ -17,6 +17,7 @@ from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import add_panel
 from probe_toolkit.store import cache, images
+from probe_toolkit.store.create import create_store
 from probe_toolkit.results import records
 
 # ----------------------------------------------------------------------------------------------
@@ -251,7 +252,7 @@ def make_store(path: Path, ids: list[str], tokens: np.ndarray, sizes: list[tuple
     if class_token:
         arrays["cls_tokens_224"] = (("channel",), (channels,))
         data["cls_tokens_224"] = cls
-    writer = cache.create_store(path, manifest, ids, arrays)
+    writer = create_store(path, manifest, ids, arrays)
     writer.write(0, data, np.array([(h, w) for w, h in sizes]), np.zeros(len(ids), dtype=bool))
     return path
 

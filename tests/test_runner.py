@@ -15,7 +15,7 @@ from probe_toolkit.analyses.decoder import decode_image
 from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.results import records
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
-from probe_toolkit.commands.decode import decode_keys, open_keys
+from probe_toolkit.commands.decode_keys import decode_keys, open_keys
 from probe_toolkit.infra import runner
 from probe_toolkit.infra.runner import Where, map_images
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from analysis_stores import manifest, softmax
 
-from probe_toolkit.store.cache import create_store
+from probe_toolkit.store.create import create_store
 
 from probe_toolkit.results import records
 

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from probe_toolkit.demo.samples import TINY, make_checkpoint, sample_photos, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store.backbone import Backbone
-from probe_toolkit.store.checkpoints import TRAINER_MARK, VIT_S16, load_checkpoint
+from probe_toolkit.store.checkpoint_layouts import TRAINER_MARK
+from probe_toolkit.store.checkpoints import VIT_S16, load_checkpoint
 from training import load_config, losses, rules, schedules, state, train
 from training.config import ModelCfg, RuleCfg
 from training.distributed import Dist
@@ -451,7 +452,7 @@ def test_init_from_selfpatch_full_loads_heads_and_from_dino_converts(tmp_path):
 def test_a_start_from_a_file_with_heads_takes_its_teacher_centres(tmp_path):
     """SelfPatch's and DINO's resume puts the file's centres back: a run continued from a released
     file starts from them, not from zero targets; a head not taken keeps a zero centre."""
-    from probe_toolkit.store.checkpoints import save_state
+    from probe_toolkit.store.checkpoint_files import save_state
 
     raw = make_checkpoint("selfpatch-full", TINY)
     g = torch.Generator().manual_seed(3)

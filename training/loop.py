@@ -26,7 +26,8 @@ from probe_toolkit.infra import provenance
 from probe_toolkit.infra.atomic import write_json
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.progress import bar
-from probe_toolkit.store.checkpoints import load_checkpoint, sha256_file, to_selfpatch
+from probe_toolkit.store.checkpoint_files import sha256_file
+from probe_toolkit.store.checkpoints import load_checkpoint, to_selfpatch
 
 from . import hygiene, losses, rules, schedules, state
 from .config import Config, config_path, load_config

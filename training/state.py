@@ -24,7 +24,9 @@ import torch
 from torch import nn
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.checkpoints import TRAINER_MARK, Checkpoint, read_file, save_state
+from probe_toolkit.store.checkpoint_files import read_file, save_state
+from probe_toolkit.store.checkpoint_layouts import TRAINER_MARK
+from probe_toolkit.store.checkpoints import Checkpoint
 
 from .model import Network
 

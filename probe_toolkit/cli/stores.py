@@ -53,7 +53,7 @@ def extract(
         source = panel_images(panel, cache)
         if store is None:
             from ..store.cache import cache_root, store_path
-            from ..store.checkpoints import sha256_file
+            from ..store.checkpoint_files import sha256_file
 
             store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
     view_list = tuple(v.strip() for v in views.split(",") if v.strip())
@@ -106,7 +106,7 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
     from rich.table import Table
 
     from ..results import records
-    from ..store.cache import describe_store
+    from ..store.describe import describe_store
 
     table = Table(title=str(store), show_header=False)
     for field, value in describe_store(store):

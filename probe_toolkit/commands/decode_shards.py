@@ -6,7 +6,7 @@ list. The shard that finds all n parts present, written with the same settings o
 images, concatenates them (in image order, so the arrays equal a one-process decode bit for
 bit) and hands them back for the usual ``results/decoder`` and masks JSON; the others report
 which shards they are waiting for. A rerun of a shard simply replaces its part. DSM with its
-colour term shards the same way (each block reads its photographs, ``decode.colour_task``), and
+colour term shards the same way (each block reads its photographs, ``decode_keys.colour_task``), and
 so do the own-size views (each block reads its images' grids beside their keys).
 """
 
@@ -28,7 +28,7 @@ def decode_shard(src, settings: Settings, shard: str | None, *, where: Where, ba
                  on_image=None, task: tuple | None = None) -> tuple[Decoded | None, list[int]]:
     """(all parts as one ``Decoded``, []) once every shard is in, else (None, missing shards).
     ``task``: (block function, arrays) in place of the keys' decode (DSM's colour term,
-    ``decode.colour_task``; it computes nothing with torch)."""
+    ``decode_keys.colour_task``; it computes nothing with torch)."""
     fn, arrays = task or (partial(decode_block, settings=settings, backend=backend, device=device), {"keys": src.keys, **src.grid_arrays()})
     which, (a, b), computed = _share(src, shard, fn, arrays, where, threads, on_image, torch_free=task is not None)
     decoded = as_decoded(computed if computed is not None else _empty(settings, src.keys.sizes["patch"]), settings)
@@ -58,7 +58,7 @@ def sweep_shard(src, groups: list[Settings], shard: str | None, *, where: Where,
 def _share(src, shard: str | None, fn, arrays: dict, where: Where, threads: int, on_image, torch_free: bool = False):
     """(i, n), this shard's image range (whole store chunks) and ``fn`` over it (None when the
     range is empty: more shards than chunks)."""
-    from ..store.extract import parse_shard  # here: extract brings torch, which decoding never needs
+    from ..store.extract_plan import parse_shard  # here: it brings torch, which decoding never needs
 
     which = parse_shard(shard)
     block = int(src.manifest.get("chunk") or 16)

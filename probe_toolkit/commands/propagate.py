@@ -54,7 +54,7 @@ from ..store import cache
 from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
-from ..store.extract import parse_shard
+from ..store.extract_plan import parse_shard
 from ..store.images import load_image
 
 BATCH = 8  # frames per forward pass

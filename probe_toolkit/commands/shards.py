@@ -30,7 +30,7 @@ def sharded(shard: str | None) -> bool:
 
 
 def parse(shard: str | None) -> tuple[int, int]:
-    from ..store.extract import parse_shard  # here: extract brings torch
+    from ..store.extract_plan import parse_shard  # here: it brings torch
 
     return parse_shard(shard)
 

@@ -37,8 +37,10 @@ from ..infra.memory import reusing_blocks
 from ..infra.runner import check_placement, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
+from ..store.create import create_store
 from ..results import records
-from ..store import extract as readout
+from ..store import extract_forward, extract_load, extract_plan
+from ..store.backbone import Backbone
 from ..store.checkpoints import load_checkpoint
 
 DTYPE = "float64"  # every decoder array round-trips exactly (bools, ints and float64 values)
@@ -103,37 +105,37 @@ def run_stream(
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_placement(workers, dask_address)  # before anything is created
-    from .decode import check_view
+    from .decode_views import check_view
 
     view = check_view(size)
-    extraction = readout.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
+    extraction = extract_plan.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
     refs = images.list_images(image_dir)
     name = network + ("-converted" if convert else "")
     path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, view)
-    meta = readout.build_manifest(checkpoint, extraction, refs, str(image_dir))
+    meta = extract_plan.build_manifest(checkpoint, extraction, refs, str(image_dir))
     meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype,
                 views=[VIEW], keys_view=view, per_view={})
     own = view in images.OWN_SIZE
     if own:  # each image's grid from its header, as extraction reads it; masks padded to the most patches
-        rows, cols = readout.native_grids(refs, checkpoint.arch.patch, "fail", (view,))[view]
+        rows, cols = extract_plan.native_grids(refs, checkpoint.arch.patch, "fail", (view,))[view]
         patches, grid = int((rows * cols).max(initial=0)), {VIEW: (rows, cols)}
     else:
         patches, grid = (int(size) // checkpoint.arch.patch) ** 2, None
-    writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
+    writer = create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
     if any(writer.manifest.get(key) != meta[key] for key in ("decoder", "backend", "keys_dtype")) and not writer.done().any():
         shutil.rmtree(path)  # nothing of the other settings was finished: a failed run never blocks the corrected one
-        writer = cache.create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
+        writer = create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
     for key in ("decoder", "backend", "keys_dtype"):
         if writer.manifest.get(key) != meta[key]:
             raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
                              "pass the same decoder options, or another --store / --cache")
-    todo = writer.todo(readout.parse_shard(shard))
+    todo = writer.todo(extract_plan.parse_shard(shard))
     if stop_after is not None:
         todo = todo[:stop_after]
     tick = on_start(sum(b - a for a, b, _ in todo)) if on_start else None
-    forward_device = readout.resolve_device("auto")
-    backbone = readout.Backbone.from_checkpoint(checkpoint, interpolation).to(forward_device)
+    forward_device = extract_forward.resolve_device("auto")
+    backbone = Backbone.from_checkpoint(checkpoint, interpolation).to(forward_device)
     if settings.color_lambda:  # DSM's colour term: each block reads its images' files, as from a store's image_source
         from ..store.own_size import EDGE, PAD
         from .decode_colour import colour_block
@@ -146,17 +148,17 @@ def run_stream(
     t0 = time.perf_counter()
     written = 0
     with (placed(workers, dask_address) as where, process_pool(where.workers) as pool, reusing_blocks(),
-          ThreadPoolExecutor(readout.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
+          ThreadPoolExecutor(extract_load.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
 
-        def load(run: tuple[int, int, tuple[str, ...]]) -> readout.Loaded:  # the next chunk's images, decoded while this one runs
+        def load(run: tuple[int, int, tuple[str, ...]]) -> extract_load.Loaded:  # the next chunk's images, decoded while this one runs
             a, b = run[0], run[1]
-            return readout.load_run(refs[a:b], [view], extraction, checkpoint.arch.patch, {view: (rows[a:b], cols[a:b])} if own else None, "fail", decoding)
+            return extract_load.load_run(refs[a:b], [view], extraction, checkpoint.arch.patch, {view: (rows[a:b], cols[a:b])} if own else None, "fail", decoding)
 
         upcoming = loader.submit(load, todo[0]) if todo else None
         for index, (start, stop, _) in enumerate(todo):
             loaded = upcoming.result()
             upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-            keys = readout.view_data(backbone, loaded, view, key_plan, stop - start, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
+            keys = extract_forward.view_data(backbone, loaded, view, key_plan, stop - start, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
 

@@ -18,7 +18,7 @@ import torch
 from ..store import dinov3_layouts
 from ..store.architectures import DINOV3_RELEASED, RELEASED, VIT_S16, Arch  # noqa: F401  (VIT_S16 kept for callers)
 from ..store.backbone import build_vit
-from ..store.checkpoints import save_state
+from ..store.checkpoint_files import save_state
 
 TINY = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=512)
 # tiny versions of the other families: patch 8 (DINO ViT-S/8-like) and DINOv2 with registers

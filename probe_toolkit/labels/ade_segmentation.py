@@ -13,8 +13,9 @@ classes of ``objectInfo150`` (names as open-mmlab/mmsegmentation ``mmseg/utils/c
 Label maps are handed out as stored (0..150); a protocol says how it treats 0: DINOv3's
 segmentation evaluation ignores it (``reduce_zero_label``: 0 → 255, c → c − 1), and
 open-hummingbird-eval keeps it as a 151st class (``hbird/data/ade20k/ade20k_data.py``).
-``check_layout`` (when the panel is added) names the first image without a mask, opening none;
-``read_label_maps`` opens the masks, writes the ledger entry, and only then returns them.
+``check_layout`` (``labels/ade_layout.py``, when the panel is added) names the first image without
+a mask, opening none; ``read_label_maps`` opens the masks, writes the ledger entry, and only then
+returns them.
 """
 
 from __future__ import annotations
@@ -26,67 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from ..infra.errors import ProbeError
+from .ade_layout import CLASSES, KIND, OTHER, SPLITS, names_in, check_layout, image_folder, mask_folder, split_images  # noqa: F401
 from .label_maps import SegmentationLabels, read_masks, restrict
-
-KIND = "ade20k"
-SPLITS = ("training", "validation")
-OTHER = 0  # the "other" label: no class of the 150
-CLASSES = (
-    "wall", "building", "sky", "floor", "tree", "ceiling", "road", "bed", "windowpane", "grass", "cabinet", "sidewalk", "person", "earth",
-    "door", "table", "mountain", "plant", "curtain", "chair", "car", "water", "painting", "sofa", "shelf", "house", "sea", "mirror", "rug",
-    "field", "armchair", "seat", "fence", "desk", "rock", "wardrobe", "lamp", "bathtub", "railing", "cushion", "base", "box", "column",
-    "signboard", "chest of drawers", "counter", "sand", "sink", "skyscraper", "fireplace", "refrigerator", "grandstand", "path", "stairs",
-    "runway", "case", "pool table", "pillow", "screen door", "stairway", "river", "bridge", "bookcase", "blind", "coffee table", "toilet",
-    "flower", "book", "hill", "bench", "countertop", "stove", "palm", "kitchen island", "computer", "swivel chair", "boat", "bar",
-    "arcade machine", "hovel", "bus", "towel", "light", "truck", "tower", "chandelier", "awning", "streetlight", "booth",
-    "television receiver", "airplane", "dirt track", "apparel", "pole", "land", "bannister", "escalator", "ottoman", "bottle", "buffet",
-    "poster", "stage", "van", "ship", "fountain", "conveyer belt", "canopy", "washer", "plaything", "swimming pool", "stool", "barrel",
-    "basket", "waterfall", "tent", "bag", "minibike", "cradle", "oven", "ball", "food", "step", "tank", "trade name", "microwave", "pot",
-    "animal", "bicycle", "lake", "dishwasher", "screen", "blanket", "sculpture", "hood", "sconce", "vase", "traffic light", "tray",
-    "ashcan", "fan", "pier", "crt screen", "plate", "monitor", "bulletin board", "shower", "radiator", "glass", "clock", "flag",
-)  # label c (1..150) is CLASSES[c - 1]
-FIX_LAYOUT = "pass the ADEChallengeData2016 folder holding images/ and annotations/ (training/ and validation/ in each)"
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-
-
-def image_folder(root: Path, split: str) -> Path:
-    return root / "images" / split
-
-
-def mask_folder(root: Path, split: str) -> Path:
-    return root / "annotations" / split
-
-
-def _names(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
-
-
-def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Path, Path]:
-    """(the release folder, the split's image folder) of a new panel, resolved; every image checked
-    to have a mask file (the first missing one named), no mask opened."""
-    root = annotations.resolve()
-    split = split or "validation"
-    if split not in SPLITS:
-        raise ProbeError(None, f"--split {split!r} is not one of {', '.join(SPLITS)}", "pass --split training or validation")
-    if images is not None:
-        raise ProbeError("--images", "is read from the release folder for an ADE20K panel (images/<split>/)", f"drop --images; {FIX_LAYOUT}")
-    pictures, masks = image_folder(root, split), mask_folder(root, split)
-    for folder in (pictures, masks):
-        if not folder.is_dir():
-            raise ProbeError(folder, "is not a folder", FIX_LAYOUT)
-    names = _names(pictures)
-    if not names:
-        raise ProbeError(pictures, "holds no image", FIX_LAYOUT)
-    absent = [n for n in names if not (masks / f"{Path(n).stem}.png").is_file()]
-    if absent:
-        more = f" (and {len(absent) - 1} more of the {len(names)} images)" if len(absent) > 1 else ""
-        raise ProbeError(masks / f"{Path(absent[0]).stem}.png", f"is missing, the mask of {pictures / absent[0]}{more}", "restore the release's annotations")
-    return root, pictures
-
-
-def split_images(panel) -> list[str]:
-    """The image file names of the panel's split folder, sorted: a list of images, not labels."""
-    return _names(image_folder(Path(panel.annotations), panel.split or "validation"))
 
 
 def decode(raw: bytes, where: Path) -> np.ndarray:
@@ -122,7 +64,7 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     if not purpose:
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
     root, split = Path(panel.annotations), panel.split or "validation"
-    every = _names(image_folder(root, split))
+    every = names_in(image_folder(root, split))
     names, image_map = restrict(every, images)
     masks = mask_folder(root, split)
     files = [masks / f"{Path(n).stem}.png" for n in names]

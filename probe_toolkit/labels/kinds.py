@@ -14,9 +14,10 @@ image matching and the ledger do not change:
   ``x.png``), one annotation per image whose segmentation is the mask (RLE), foreground every grey
   above 0 as TokenCut scores it; ``saliency_grey`` counts the masks and pixels strictly between 0
   and 255 that this rule decided.
-- ``voc-segmentation``: a VOC2012 folder's class masks (``labels/voc_segmentation.py``); its
-  labels are label maps, not a COCO dataset, so they are read by ``voc_segmentation.read_label_maps``
-  (same ledger entry and seal), never by ``read_labels``.
+- ``voc-segmentation``, ``ade20k``: a VOC2012 or ADEChallengeData2016 folder's class masks
+  (layouts in ``labels/voc_layout.py``, ``labels/ade_layout.py``); their labels are label maps, not
+  a COCO dataset, so they are read by ``voc_segmentation`` / ``ade_segmentation.read_label_maps``
+  (``labels/label_maps.py``: same ledger entry and seal), never by ``read_labels``.
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
-from . import ade_segmentation, saliency, voc, voc_segmentation
+from . import ade_layout, saliency, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -62,11 +63,11 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         if images is None:
             raise ProbeError(None, "a COCO20k panel needs --images (the train2014 folder)", "pass --images train2014/")
         return annotations.resolve(), images.resolve()
-    if kind == voc_segmentation.KIND:
-        return voc_segmentation.check_layout(annotations, images, split)
-    if kind == ade_segmentation.KIND:
-        return ade_segmentation.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_segmentation.KIND}, {ade_segmentation.KIND}",
+    if kind == voc_layout.KIND:
+        return voc_layout.check_layout(annotations, images, split)
+    if kind == ade_layout.KIND:
+        return ade_layout.check_layout(annotations, images, split)
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}",
                      "use --voc, --coco20k, --masks, --voc-segmentation or --ade20k")
 
 
@@ -139,9 +140,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     """(bytes to hash, COCO dataset) of a panel whose kind is not plain COCO; ``read`` (path → bytes)
     is ``read_labels``' reader, the one way label files are opened."""
     loaders = {"voc": _voc, "saliency": _saliency}
-    if panel.kind in (voc_segmentation.KIND, ade_segmentation.KIND):
+    if panel.kind in (voc_layout.KIND, ade_layout.KIND):
         raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
-                         f"read it with labels.{'voc' if panel.kind == voc_segmentation.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)")
+                         f"read it with labels.{'voc' if panel.kind == voc_layout.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
@@ -152,9 +153,9 @@ def benchmark(panel) -> str:
     text = f"{panel.annotations} {panel.images}".upper().replace("_", "-")
     if panel.kind == "voc":
         return "VOC07" if "2007" in text else "VOC12" if "2012" in text else ""
-    if panel.kind == voc_segmentation.KIND:
+    if panel.kind == voc_layout.KIND:
         return "VOC12-seg" if "2012" in text else ""
-    if panel.kind == ade_segmentation.KIND:
+    if panel.kind == ade_layout.KIND:
         return "ADE20K"
     if panel.kind == "coco20k":
         return "COCO20k"

@@ -19,6 +19,7 @@ A label map is handed out as the PNG's indices (mode P or L), uint8, at the imag
 value outside 0..20 and 255 is refused naming the file. ``check_layout`` (when the panel is
 added) names the first missing image or mask and how many are missing, without opening a mask;
 ``read_label_maps`` opens the masks, writes the ledger entry, and only then returns them.
+The devkit's layout and ``check_layout`` are ``labels/voc_layout.py``.
 """
 
 from __future__ import annotations
@@ -31,68 +32,7 @@ import numpy as np
 
 from ..infra.errors import ProbeError
 from .label_maps import SegmentationLabels, read_masks, restrict  # noqa: F401  (SegmentationLabels: this reader's answer)
-
-KIND = "voc-segmentation"
-SPLITS = ("train", "val", "trainaug")
-CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
-           "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
-IGNORE = 255  # VOC's boundary band
-FIX_LAYOUT = "pass the VOC2012 folder holding JPEGImages/, SegmentationClass/ and ImageSets/Segmentation/"
-
-
-def mask_folder(root: Path, split: str) -> Path:
-    """Where a split's masks are: SegmentationClassAug for trainaug, SegmentationClass otherwise."""
-    return root / ("SegmentationClassAug" if split == "trainaug" else "SegmentationClass")
-
-
-def split_file(root: Path, split: str) -> Path:
-    return root / "ImageSets" / "Segmentation" / f"{split}.txt"
-
-
-def split_ids(raw: bytes) -> list[str]:
-    """Image ids of an ``ImageSets/Segmentation/<split>.txt`` file, in its order."""
-    return [line.split()[0] for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
-
-
-def split_images(panel) -> list[str]:
-    """The image file names (``<id>.jpg``) a panel's split file lists, in its order: a list of
-    images, not labels (read without a ledger entry, as when the panel was added)."""
-    listing = split_file(Path(panel.annotations), panel.split or "val")
-    try:
-        return [f"{i}.jpg" for i in split_ids(listing.read_bytes())]
-    except OSError as error:
-        raise ProbeError(listing, f"cannot be read ({error.strerror})", "restore the devkit's ImageSets/Segmentation") from None
-
-
-def _missing(paths: list[Path], listing: Path) -> None:
-    absent = [p for p in paths if not p.is_file()]
-    if absent:
-        more = f" (and {len(absent) - 1} more of the {len(paths)} files it lists)" if len(absent) > 1 else ""
-        raise ProbeError(absent[0], f"is missing, listed in {listing}{more}", "restore the devkit's files, or use the split file that matches them")
-
-
-def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Path, Path]:
-    """(the year folder, the image folder) of a new panel, resolved; the split file, its images
-    and its masks checked to exist (the first missing one named), no mask opened."""
-    root = annotations.resolve()
-    split = split or "val"
-    if split not in SPLITS:
-        raise ProbeError(None, f"--split {split!r} is not one of {', '.join(SPLITS)}", "pass --split train, val or trainaug")
-    if not root.is_dir():
-        raise ProbeError(root, "is not a folder", FIX_LAYOUT)
-    listing = split_file(root, split)
-    if not listing.is_file():
-        raise ProbeError(listing, "does not exist", f"{FIX_LAYOUT} (trainaug.txt comes with the SBD-augmented masks)")
-    masks = mask_folder(root, split)
-    if not masks.is_dir():
-        raise ProbeError(masks, "is not a folder", FIX_LAYOUT if split != "trainaug" else "put the SBD-augmented masks in SegmentationClassAug/")
-    jpegs = images.resolve() if images else root / "JPEGImages"
-    ids = split_ids(listing.read_bytes())  # a list of image ids, not labels
-    if not ids:
-        raise ProbeError(listing, "lists no image", "list one image id a line")
-    _missing([jpegs / f"{i}.jpg" for i in ids], listing)
-    _missing([masks / f"{i}.png" for i in ids], listing)
-    return root, jpegs
+from .voc_layout import CLASSES, IGNORE, KIND, mask_folder, missing_files, split_file, split_ids  # noqa: F401
 
 
 def decode(raw: bytes, where: Path, n_classes: int = len(CLASSES)) -> np.ndarray:
@@ -136,6 +76,6 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
         raise ProbeError(listing, f"cannot be read ({error.strerror})", "restore the devkit's files") from None
     names, image_map = restrict([f"{i}.jpg" for i in split_ids(listing_raw)], images)
     files = [masks / f"{Path(n).stem}.png" for n in names]
-    _missing(files, listing)
+    missing_files(files, listing)
     return read_masks(panel, names, files, listing=(listing.name, listing_raw), decode=decode, classes=CLASSES, masks=masks, image_map=image_map,
                       purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)

@@ -95,7 +95,7 @@ class ScoreSettings(Settings):
 
 
 def score(settings: ScoreSettings, placement, *, masks_file, panel, unseal=None, cache_dir=None, **_):
-    from ..commands.decode import run_score
+    from ..commands.decode_scores import run_score
 
     return run_score(masks_file, panel, unseal=unseal, cache_dir=cache_dir)
 
@@ -112,7 +112,7 @@ class SweepSettings(Settings):
 
 
 def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cache_dir=None, on_start=None, **_):
-    from ..commands.decode import run_sweep
+    from ..commands.decode_sweep import run_sweep
 
     size = int(settings.view) if settings.view == "480" else settings.view
     return run_sweep(store, panel, grid=settings.grid, metric=settings.metric, settings_out=settings.settings_out, unseal=unseal, cache_dir=cache_dir,

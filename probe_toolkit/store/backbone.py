@@ -22,9 +22,8 @@ convolution never reaches, as in DINO's ``PatchEmbed``).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator, Literal
+from typing import Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +32,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from .architectures import Arch
+from .readout import Readout
 
 
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
@@ -127,21 +127,6 @@ def interpolate_pos_embed(pos_embed: torch.Tensor, grid: int | tuple[int, int], 
         raise AssertionError(f"{method} interpolation gave {tuple(table.shape[-2:])}, expected {(rows, cols)}")
     table = table.permute(0, 2, 3, 1).reshape(1, rows * cols, width)
     return torch.cat([pos_embed[:, :prefix], table], dim=1)
-
-
-@dataclass
-class Readout:
-    """What one forward pass of one view gives. Patch arrays exclude the class and register tokens."""
-
-    tokens: torch.Tensor  # (B, N, D) last block output, before any final norm
-    keys: torch.Tensor | None  # (B, N, D) k = W_k LN1(z) + b_k of the last block, heads concatenated
-    cls_token: torch.Tensor | None  # (B, D)
-    cls_key: torch.Tensor | None  # (B, D)
-    attention: torch.Tensor | None  # (B, heads, T, T) last block softmax over every token (class, registers, patches)
-    attention_blocks: torch.Tensor | None  # (B, blocks, heads, T, T) with attention="all"
-    registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens / DINOv3's storage tokens
-    grid: tuple[int, int] = (0, 0)  # (rows, cols) of the patches
-    sequence: Any = None  # DINOv3 only: ``store.dinov3.Sequence`` (normed tokens, q and k before and after RoPE)
 
 
 class Backbone(nn.Module):

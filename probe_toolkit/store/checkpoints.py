@@ -29,17 +29,13 @@ save them):
 
 Prefixes are stripped only as prefixes, and the backbone must match the architecture inferred
 from its own tensors key for key: a missing or unexpected key is an error that lists them.
+Reading and writing files is ``checkpoint_files``; the layouts, ``checkpoint_layouts``; the
+architecture and the key check, ``checkpoint_arch``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import math
-import os
-import pickle
-import re
-import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,16 +46,9 @@ import torch
 from ..infra.errors import ProbeError
 from . import dinov3_layouts
 from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
-
-HEAD_PREFIXES = ("head.", "ca_head.", "c_head.", "p_head.")
-# tensors of a backbone file that the readout never uses, kept as named heads (strict loading)
-UNUSED_BACKBONE_KEYS = {"mask_token": "mask_token"}
-NETWORKS = ("teacher", "student")
-TRAINER_MARK = "probe-training"
-# DINO's first published full checkpoints used older names inside the heads (dino #30, #65)
-OLD_HEAD_NAMES = {"projection_head.": "mlp.", "prototypes.": "last_layer."}
-
-
+from .checkpoint_arch import check_backbone, infer_arch
+from .checkpoint_files import read_file, save_state, sha256_file
+from .checkpoint_layouts import NETWORKS, file_format, from_dinov2, read_dinov3, split_heads, unwrap
 
 
 @dataclass
@@ -86,260 +75,6 @@ class Checkpoint:
             "converted": self.converted,
         }
 
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def is_safetensors(path: Path) -> bool:
-    """A safetensors file opens with its header's length (8 bytes, little-endian) and then ``{``."""
-    with open(path, "rb") as handle:
-        head = handle.read(9)
-    if len(head) < 9 or head[8:9] != b"{":
-        return False
-    return 2 <= int.from_bytes(head[:8], "little") < 1 << 30  # a truncated file is still one, refused by its reader
-
-
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file (Hugging Face's format: a JSON header and raw bytes, no code)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(path, device="cpu")
-    except (SafetensorError, OSError, ValueError) as error:
-        raise ProbeError(path, f"is not a readable safetensors file ({str(error).splitlines()[0][:120]})", "the file may be truncated; fetch it again") from None
-
-
-def read_file(path: str | Path) -> Any:
-    """``torch.load`` with ``weights_only=True``; only ``argparse.Namespace`` is allow-listed.
-    A safetensors file is read by the ``safetensors`` package instead."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProbeError(path, "no such checkpoint file", "check the path")
-    if path.stat().st_size == 0:
-        raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
-    if is_safetensors(path):
-        return read_safetensors(path)
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
-        if not found:
-            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)", "the file may be truncated or of another kind; fetch it again") from None
-        what = ".".join(part for part in found.groups() if part)
-        raise ProbeError(
-            path,
-            f"refused: unpickling it would need {what}, which could run code",
-            "only tensors, plain containers and argparse.Namespace are accepted; re-save the weights as a state dict",
-        ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as error:
-        raise ProbeError(
-            path,
-            f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",
-            "the file may be truncated or of another kind; fetch it again",
-        ) from None
-
-
-def _unwrap(obj: Any, path: Path) -> Any:
-    for wrapper in ("state_dict", "model"):
-        if isinstance(obj, dict) and not (set(obj) & set(NETWORKS)) and isinstance(obj.get(wrapper), dict):
-            obj = obj[wrapper]
-    return obj
-
-
-def _strip(key: str, prefix: str) -> str:
-    return key[len(prefix):] if key.startswith(prefix) else key
-
-
-def _split(state: dict[str, Any], path: Path) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """Backbone and heads of one network's state dict; ``module.`` is stripped as a prefix only."""
-    state = {_strip(k, "module."): v for k, v in state.items()}
-    if not any(k.startswith("backbone.") for k in state):
-        return state, {}
-    backbone: dict[str, torch.Tensor] = {}
-    heads: dict[str, dict[str, torch.Tensor]] = {}
-    stray = []
-    for key, value in state.items():
-        if key.startswith("backbone."):
-            backbone[key[len("backbone."):]] = value
-            continue
-        prefix = next((p for p in HEAD_PREFIXES if key.startswith(p)), None)
-        if prefix is None:
-            stray.append(key)
-            continue
-        name = key[len(prefix):]
-        for old, new in OLD_HEAD_NAMES.items():
-            name = new + name[len(old):] if name.startswith(old) else name
-        heads.setdefault(prefix[:-1], {})[name] = value
-    if stray:
-        raise ProbeError(path, f"has keys outside backbone and the known heads: {sorted(stray)[:8]}", "is it a DINO or SelfPatch checkpoint?")
-    return backbone, heads
-
-
-def from_dinov2(backbone: dict[str, torch.Tensor], heads: dict[str, dict[str, torch.Tensor]]) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """DINOv2's names → timm's: ``mask_token`` set aside as a head, registers as ``reg_token``.
-
-    With registers, timm's model has no table row for the class token (``no_embed_class``),
-    so that row is added to ``cls_token`` here, once, instead of in every forward pass.
-    """
-    out = dict(backbone)
-    heads = dict(heads)
-    for key, head in UNUSED_BACKBONE_KEYS.items():
-        if key in out:
-            heads[head] = {key: out.pop(key)}
-    if "register_tokens" in out:
-        out["reg_token"] = out.pop("register_tokens")
-        if "cls_token" in out and "pos_embed" in out:
-            out["cls_token"] = out["cls_token"] + out["pos_embed"][:, :1]
-            out["pos_embed"] = out["pos_embed"][:, 1:]
-    return out, heads
-
-
-def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
-    """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
-    for key in ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"):
-        if key not in backbone:
-            found = ", ".join(sorted(backbone)[:5]) or "nothing"
-            raise ProbeError(path, f"is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint")
-    proj = backbone["patch_embed.proj.weight"]
-    if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
-        raise ProbeError(path, f"patch_embed.proj.weight has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
-    width, patch = int(proj.shape[0]), int(proj.shape[2])
-    depth = 1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k)))
-    class_token = "cls_token" in backbone
-    registers = int(backbone["reg_token"].shape[1]) if "reg_token" in backbone else 0
-    rows = int(backbone["pos_embed"].shape[1]) - int(class_token and not registers)
-    grid = math.isqrt(rows)
-    if grid * grid != rows:
-        raise ProbeError(path, f"pos_embed has {rows} patch rows, not a square grid", "is the class-token row missing or extra?")
-    head_count = heads if heads is not None else max(width // 64, 1)
-    if width % head_count:
-        raise ProbeError(path, f"width {width} is not divisible by {head_count} heads", "pass --heads")
-    return Arch(
-        width=width,
-        depth=depth,
-        heads=head_count,
-        patch=patch,
-        class_token=class_token,
-        final_norm="norm.weight" in backbone,
-        pos_grid=grid,
-        mlp_hidden=int(backbone["blocks.0.mlp.fc1.weight"].shape[0]),
-        registers=registers,
-        layerscale="blocks.0.ls1.gamma" in backbone,
-    )
-
-
-def expected_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
-    """Every backbone key and shape for ``arch`` (timm's names, which are DINO's names). timm is
-    imported here, when a checkpoint is read, not by every command that names this module.
-    A DINOv3 backbone also carries its RoPE periods (``rope.periods``, head width / 4)."""
-    from .backbone import build_vit
-
-    shapes = {k: tuple(v.shape) for k, v in build_vit(arch, device="meta", init=False).state_dict().items()}
-    if arch.family == "dinov3":
-        shapes["rope.periods"] = (arch.width // arch.heads // 4,)
-    return shapes
-
-
-# heads of the released DINOv3 ViTs by width (hub/backbones.py); a file without RoPE periods
-# (timm's, or transformers' without its config.json) does not say its head count otherwise
-DINOV3_HEADS = {384: 6, 768: 12, 1024: 16, 1280: 20, 4096: 32}
-
-
-def dinov3_heads(backbone: dict[str, torch.Tensor], width: int, path: Path, heads: int | None) -> int:
-    """Head count: from the RoPE periods (head width / 4 of them) of an official file, else ``heads``,
-    else a transformers ``config.json`` beside the file, else the released sizes, else width / 64."""
-    periods = backbone.get("rope.periods")
-    if periods is not None and periods.ndim == 1 and periods.numel() and width % (4 * periods.numel()) == 0:
-        found = width // (4 * periods.numel())
-        if heads is not None and heads != found:
-            raise ProbeError(path, f"its rope.periods ({periods.numel()}) give {found} heads, not --heads {heads}", f"pass --heads {found} or omit it")
-        return found
-    if heads is not None:
-        return heads
-    config = path.with_name("config.json")
-    if config.is_file():
-        import json
-
-        try:
-            value = json.loads(config.read_text(encoding="utf-8")).get("num_attention_heads")
-        except (ValueError, OSError):
-            value = None
-        if isinstance(value, int) and value > 0:
-            return value
-    return DINOV3_HEADS.get(width, max(width // 64, 1))
-
-
-def infer_dinov3_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
-    """Width, depth, patch, storage tokens, feed-forward and bias of a DINOv3 backbone in timm's names."""
-    swiglu = "blocks.0.mlp.fc1_g.weight" in backbone
-    fc1 = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
-    for key in ("patch_embed.proj.weight", fc1):
-        if key not in backbone:
-            found = ", ".join(sorted(backbone)[:5]) or "nothing"
-            raise ProbeError(path, f"is not a DINOv3 ViT backbone (no {key} in timm's names; found {found}...)", "pass a DINOv3 checkpoint")
-    proj = backbone["patch_embed.proj.weight"]
-    if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
-        raise ProbeError(path, f"its patch embedding has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
-    width, patch = int(proj.shape[0]), int(proj.shape[2])
-    head_count = dinov3_heads(backbone, width, path, heads)
-    if width % head_count or (width // head_count) % 4:
-        raise ProbeError(path, f"width {width} does not split into {head_count} heads of a multiple of 4", "pass --heads")
-    reg = backbone.get("reg_token")
-    return Arch(
-        width=width,
-        depth=1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k))),
-        heads=head_count,
-        patch=patch,
-        class_token=True,
-        final_norm=True,
-        pos_grid=0,
-        mlp_hidden=int(backbone[fc1].shape[0]),
-        registers=int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0,
-        layerscale=True,
-        family="dinov3",
-        ffn="swiglu" if swiglu else "mlp",
-        qkv_bias="blocks.0.attn.q_bias" in backbone,
-    )
-
-
-def check_backbone(backbone: dict[str, torch.Tensor], arch: Arch, path: Path) -> None:
-    """Strict: missing, unexpected or misshapen keys are an error that lists them."""
-    expected = expected_shapes(arch)
-    missing = sorted(set(expected) - set(backbone))
-    unexpected = sorted(set(backbone) - set(expected))
-    misshapen = sorted(k for k in set(expected) & set(backbone) if tuple(backbone[k].shape) != expected[k])
-    if missing or unexpected or misshapen:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:10]}{' ...' if len(missing) > 10 else ''}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}")
-        if misshapen:
-            parts.append(f"wrong shape {[(k, tuple(backbone[k].shape), expected[k]) for k in misshapen[:5]]}")
-        what = f"a DINOv3 ViT in timm's names ({arch.width} wide, {arch.heads} heads)" if arch.family == "dinov3" else "a ViT"
-        raise ProbeError(path, f"backbone keys do not match {what}: " + "; ".join(parts), "is it another architecture?")
-
-
-def _format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbone: dict[str, Any]) -> str:
-    if not full:
-        if "reg_token" in backbone:
-            return "dinov2-reg-backbone"
-        if "mask_token" in heads or "blocks.0.ls1.gamma" in backbone:
-            return "dinov2-backbone"
-        return "dino-backbone" if "cls_token" in backbone else "selfpatch-backbone"
-    args = extra.get("args")
-    if isinstance(args, dict) and args.get("trainer") == TRAINER_MARK:
-        return TRAINER_MARK
-    return "selfpatch-full" if "ca_head" in heads else "dino-full"
-
-
 def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False,
                     checked_sha256: str | None = None) -> Checkpoint:
     """Read ``path`` safely and return the chosen network's backbone, checked key for key.
@@ -359,7 +94,7 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
 
 def _read_network(path: Path, network: str, heads: int | None, digest: Future, checked_sha256: str | None) -> Checkpoint:
     """One network of the file; ``digest`` is the file's sha256, computed meanwhile."""
-    obj = _unwrap(read_file(path), path)
+    obj = unwrap(read_file(path), path)
     if not isinstance(obj, dict) or not obj:
         raise ProbeError(path, "holds no state dict (empty or not a dict)", "pass a checkpoint that holds network weights")
     full = bool(set(obj) & set(NETWORKS))
@@ -381,40 +116,20 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     if dinov3:
         backbone, head_states, arch = read_dinov3(state, dinov3, path, heads)
     else:
-        backbone, head_states = from_dinov2(*_split(state, path))
+        backbone, head_states = from_dinov2(*split_heads(state, path))
         arch = infer_arch(backbone, path, heads)
     if checked_sha256 is None or digest.result() != checked_sha256:
         check_backbone(backbone, arch, path)
     return Checkpoint(
         path=path,
         sha256=digest.result(),
-        format=dinov3 or _format(full, head_states, extra, backbone),
+        format=dinov3 or file_format(full, head_states, extra, backbone),
         network=network,
         arch=arch,
         backbone=backbone,
         heads=head_states,
         extra=extra,
     )
-
-
-def read_dinov3(state: dict[str, torch.Tensor], layout: str, path: Path, heads: int | None) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]], Arch]:
-    """A DINOv3 file's backbone in timm's names (with ``rope.periods``), its heads and its shape."""
-    if layout == "dinov3-official":
-        try:
-            backbone, head_states = dinov3_layouts.from_official(state)
-        except dinov3_layouts.LayoutError as error:
-            raise ProbeError(path, str(error), "pass the network's own released file") from None
-        return backbone, head_states, infer_dinov3_arch(backbone, path, heads)
-    # timm's and transformers' files carry no periods: the head count decides their number
-    proj = state.get("patch_embed.proj.weight", state.get("embeddings.patch_embeddings.weight"))
-    width = int(proj.shape[0]) if proj is not None and proj.ndim else 0
-    head_dim = width // dinov3_heads({}, width, path, heads) if width else 64
-    try:
-        backbone, head_states = dinov3_layouts.to_timm_names(state, layout, head_dim)
-    except dinov3_layouts.LayoutError as error:
-        raise ProbeError(path, str(error), "pass the network's own released file") from None
-    return backbone, head_states, infer_dinov3_arch(backbone, path, heads)
-
 
 def convert_backbone(backbone: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """DINO → SelfPatch-style backbone: drop ``cls_token``, ``pos_embed`` row 0 and ``norm.*``."""
@@ -439,21 +154,6 @@ def to_selfpatch(checkpoint: Checkpoint) -> Checkpoint:
 
 def parameter_count(state: dict[str, torch.Tensor]) -> int:
     return sum(int(v.numel()) for v in state.values())
-
-
-def save_state(state: dict[str, Any], out: str | Path) -> Path:
-    """``torch.save`` to a temporary name, then rename: never a half-written checkpoint."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # a killed run's name, swept as litter
-    try:
-        torch.save(state, tmp)
-        tmp.replace(out)
-    except BaseException:  # a full disk or Ctrl-C leaves neither a half file nor the temporary name
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
-
 
 def convert_file(source: str | Path, out: str | Path, network: str = "teacher", *, force: bool = False) -> tuple[int, int]:
     """``probe convert``: write the SelfPatch-style backbone of a DINO file; returns (before, after) counts.

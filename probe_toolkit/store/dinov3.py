@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .architectures import Arch
+from .readout import Readout
 
 # timm's registered DINOv3 models by (feed-forward, qkv bias); every shape is overridden from the Arch
 TIMM_MODELS = {
@@ -203,8 +204,6 @@ class Dinov3Backbone(nn.Module):
     def readout(self, images: torch.Tensor, keys: bool = True, attention: str = "last"):
         """One pass of timm's forward: tokens before and after the final norm, last-block q and k
         before and after RoPE, explicit attention; patch arrays exclude the 1 + 4 prefix tokens."""
-        from .backbone import Readout
-
         watch = attention if attention != "none" else ("last" if keys else "none")
         with self._taps(watch) as taps:
             self.vit.forward_features(self._crop(images))

@@ -4,7 +4,7 @@
 of a command's start-up): a ``Results`` holds named arrays with their dimension names, the
 dimension coordinates and the attributes, and ``write`` creates the same zarr v3 arrays xarray
 would (``tests/test_startup.py`` compares every file byte for byte), so every reader still opens
-them with ``xarray.open_zarr`` or ``store.cache.load_results``. What xarray adds on writing, and
+them with ``xarray.open_zarr`` or ``results.records.load``. What xarray adds on writing, and
 this module repeats: floating-point arrays get ``fill_value`` NaN and the CF attribute
 ``_FillValue`` (NaN as a little-endian float64 in base64); object arrays of ``str`` become zarr
 strings (an empty one float64, as xarray infers it); attribute values that are numpy arrays or scalars become lists and Python scalars;

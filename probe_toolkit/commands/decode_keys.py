@@ -1,0 +1,176 @@
+"""The store side of ``probe decode``: open a view's keys (and an own-size view's per-image
+grids, checked against each image's size), decode them block by block through the runner, and
+encode each block's masks as the runner hands it over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ..analyses.decoder import Decoded
+from ..analyses.decoder_settings import Settings
+from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
+from ..infra.errors import IntegrityError, ProbeError
+from ..infra.runner import Where, map_images
+from ..labels.masks import coco_results
+from ..store import cache, own_size
+from ..store.grids import view_grid
+from .decode_views import OWN_SIZE, check_view
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.direct import StoreArray, StoreData
+
+
+@dataclass
+class StoreKeys:
+    store: Path
+    manifest: dict[str, Any]
+    image_ids: list[str]
+    heights: np.ndarray
+    widths: np.ndarray
+    keys: StoreArray  # (image, patch, channel), lazy, read with zarr alone (store.direct)
+    checkpoint: str | None
+    view: str = "480"
+    grids: np.ndarray | None = None  # (image, 2) rows, cols of an own-size view; None for the square views
+    patch: int = 0  # the own-size view's patch size in pixels
+    data: StoreData | None = None  # the opened store, for the runner inputs read beside the keys
+
+    def store_array(self, name: str) -> StoreArray:
+        """Another array of the store at the keys' images, as a runner input (a cluster worker reads it by name)."""
+        return cache.require(self.data, name)
+
+    def grid_arrays(self) -> dict[str, StoreArray]:
+        """The per-image grid as runner inputs (``rows``, ``cols`` beside ``keys``); none for square views.
+        They are the store's arrays, whose values ``native_grids`` checked."""
+        if self.grids is None:
+            return {}
+        return {"rows": self.store_array(f"grid_rows_{self.view}"), "cols": self.store_array(f"grid_cols_{self.view}")}
+
+    def with_grids(self, decoded: Decoded, start: int = 0, stop: int | None = None) -> Decoded:
+        """``decoded`` (images [start, stop) of the store) carrying this view's per-image grid and
+        patch size (its masks' geometry)."""
+        if self.grids is not None:
+            decoded.grids, decoded.patch, decoded.view = self.grids[start:stop], self.patch, self.view
+        return decoded
+
+
+
+def own_size_grid(heights: np.ndarray, widths: np.ndarray, patch: int, view: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) an own-size view must have (``own_size.cells``): ⌈H/p⌉ × ⌈W/p⌉ padded (native,
+    as TokenCut's and LOST's code), ⌊H/p⌋ × ⌊W/p⌋ cut (native_crop, as DSM's extract.py),
+    round(H/p) × round(W/p) resized (native_resized, as TokenCut's saliency code)."""
+    return own_size.cells(heights, patch, view), own_size.cells(widths, patch, view)
+
+
+def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndarray, widths: np.ndarray, view: str = "native") -> tuple[np.ndarray, int]:
+    """(image, 2) rows, cols of an own-size view and its patch, checked against the image's size
+    (``own_size_grid``): a store whose grids disagree was not cut as its view says."""
+    meta = cache.manifest(ds)
+    patch = int(((meta.get("per_view") or {}).get(view) or {}).get("patch") or (meta.get("arch") or {}).get("patch") or 0)
+    if patch < 1:
+        raise ProbeError(store, f"does not record the {view} view's patch size", "extract the store again with this version")
+    rows, cols = view_grid(ds, view)
+    want_rows, want_cols = own_size_grid(heights, widths, patch, view)
+    bad = np.flatnonzero((rows != want_rows) | (cols != want_cols))
+    if bad.size:
+        i = int(bad[0])
+        edge = own_size.VERB[own_size.rule(view)]
+        raise IntegrityError(store, f"image {ds['image'].values[i]}'s {view} grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels "
+                             f"{edge} to /{patch} ({bad.size} such images)", f"extract the {view} view again")
+    return np.stack([rows, cols], axis=1), patch
+
+
+def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
+    view = check_view(size)
+    ds = cache.open_store(store, arrays=f"keys_{view}", plain=True)
+    keys = cache.require(ds, f"keys_{view}")
+    meta = cache.manifest(ds)
+    if ds.sizes.get("image", 0) == 0:
+        raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")
+    heights, widths = ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64)
+    grids, patch = native_grids(store, ds, heights, widths, view) if view in OWN_SIZE else (None, 0)
+    return StoreKeys(
+        store=Path(store),
+        manifest=meta,
+        image_ids=[str(v) for v in ds["image"].values],
+        heights=heights,
+        widths=widths,
+        keys=keys,
+        checkpoint=(meta.get("checkpoint") or {}).get("sha256"),
+        view=view,
+        grids=grids,
+        patch=patch,
+        data=ds,
+    )
+
+
+def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
+    """A per-image tick as the runner's per-block progress."""
+    if on_image is None:
+        return None
+    return lambda n: [on_image() for _ in range(n)]
+
+
+def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
+                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, StoreArray] | None = None,
+                each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None) -> Decoded:
+    """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
+
+    Each image is computed alone with one BLAS thread (``threads`` when this process computes):
+    one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
+    slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: an
+    own-size view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
+    ``each``: the runner's per-block hook (``BlockResults``).
+    """
+    fn = partial(decode_block, settings=settings, backend=backend, device=device)
+    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image), each=each)
+    return as_decoded(arrays, settings)
+
+
+def colour_task(src: StoreKeys, settings: Settings) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
+    """DSM with its colour term as a runner task (``commands.decode_colour``): the block function
+    and its arrays; each block reads its images' photographs from the store's ``image_source``."""
+    from .decode_colour import colour_block
+
+    source = src.manifest.get("image_source")
+    if not source or not Path(source).is_dir():
+        raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
+    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD)
+    return fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}
+
+
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
+    """DSM with its colour term, through the runner, every image of the store."""
+    fn, arrays = colour_task(src, settings)
+    arrays = map_images(fn, arrays, where=where, progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
+    return src.with_grids(as_decoded(arrays, settings))
+
+
+class BlockResults:
+    """The masks JSON's entries, encoded block by block as the runner hands the blocks over: this
+    process draws and RLE-encodes one block's masks while the workers decode the next ones,
+    instead of encoding every mask after the last block. Entries are kept by store position;
+    ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set."""
+
+    def __init__(self, src: StoreKeys, settings: Settings) -> None:
+        self.src, self.settings, self.parts = src, settings, []
+
+    def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
+        block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
+        self.parts.append((a, coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])))
+
+    def add(self, decoded: Decoded) -> None:
+        """A whole decode at once (the colour term's and the shards' paths)."""
+        self(0, len(self.src.image_ids), {name: getattr(decoded, name) for name in ARRAYS})
+
+    def entries(self, coco_ids: dict[str, int] | None = None) -> list[dict[str, Any]]:
+        """Every entry in image order; with ``coco_ids`` only that map's images, under their COCO ids."""
+        if coco_ids is None:
+            return [dict(r, image_id=a + r["image_id"]) for a, part in self.parts for r in part]
+        return [dict(r, image_id=int(coco_ids[r["file_name"]])) for _, part in self.parts for r in part if r["file_name"] in coco_ids]

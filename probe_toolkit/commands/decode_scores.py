@@ -1,0 +1,192 @@
+"""Scoring decoded masks on a panel (``probe score``, and ``probe decode --panel`` after its masks
+are saved): COCO AP, CorLoc and mean best IoU, or TokenCut's saliency scores, saved as
+``results/scores_<panel>`` / ``results/saliency_<panel>``; and the binding of a masks file to
+the metadata written beside it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..analyses.decoder_settings import Settings
+from ..infra import lazy_dask, provenance
+from ..infra.errors import IntegrityError, ProbeError
+from ..labels import saliency
+from ..labels.panels import LabelRead, read_labels
+from ..labels.scoring import METRICS, Scores, evaluate
+from ..results import records
+from ..store import cache
+from ..store.completion import computed_on
+from .decode_views import view_check
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+
+def masks_meta_path(masks_file: Path) -> Path:
+    return masks_file.with_name(masks_file.name.removesuffix(".json") + ".meta.json")
+
+
+# The decoder's outputs are one unit: ``results/decoder`` and the masks' metadata carry one
+# ``unit`` id, and the metadata holds the sha256 of the masks file, written last. A run killed
+# between the writes leaves a masks file whose hash its metadata does not hold, which
+# ``probe score`` refuses, so masks are never scored under another run's settings.
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def bound_meta(masks_file: Path) -> dict[str, Any]:
+    """The metadata of a masks file, checked against the file (``{}`` for foreign masks files)."""
+    meta_path = masks_meta_path(masks_file)
+    if not meta_path.is_file():
+        return {}
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as error:
+        raise IntegrityError(meta_path, f"is not readable JSON ({error})", "rerun `probe decode` to write the masks again") from None
+    if meta.get("masks_sha256") != file_sha256(masks_file):
+        raise IntegrityError(masks_file, f"does not match {meta_path.name} (the two come from different `probe decode` runs, one interrupted)",
+                             "rerun `probe decode` to write the masks and their settings again")
+    return meta
+
+
+def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
+    """Scores as an xarray Dataset (dims metric, image, object); ids are store ids where known."""
+    inverse = {v: k for k, v in labels.image_map.items()}
+    files = {i: labels.coco.imgs[i].get("file_name", str(i)) for i in scores.image_ids}
+    name = lambda i: inverse.get(i, files.get(i, str(i)))  # noqa: E731
+    xr = lazy_dask.xarray()
+    return xr.Dataset(
+        {
+            "segm": ("metric", [scores.segm[m] for m in METRICS]),
+            "bbox": ("metric", [scores.bbox[m] for m in METRICS]),
+            "corloc": ((), scores.corloc),
+            "mean_best_iou": ((), scores.mean_best_iou),
+            "corloc_hit": ("image", scores.corloc_hit),
+            "first_box_iou": ("image", scores.first_box_iou),
+            "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64)),
+            "best_iou": ("object", scores.best_iou),
+            "object_image": ("object", np.asarray([name(int(i)) for i in scores.object_images], dtype=object)),
+        },
+        coords={
+            "metric": list(METRICS),
+            "image": np.asarray([name(i) for i in scores.image_ids], dtype=object),
+            "object": scores.object_ids,
+        },
+    )
+
+
+def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None,
+                unit: str | None = None) -> Path:
+    attrs = {
+        "unit": unit or "",
+        "computed_on": computed_on(store, sorted(labels.image_map), scope="panel"),
+        "ledger_entry": labels.entry_id,
+        "panel": labels.panel.name,
+        "role": labels.panel.role,
+        "settings": settings.as_dict() if isinstance(settings, Settings) else (settings or {}),
+        "manifest": manifest or {},
+        "counts": scores.counts,
+        "masks_file": str(masks_file) if masks_file else "",
+        "units": "fractions in [0, 1]",
+        "provenance": provenance.stamp(),
+        **_benchmark_attrs(labels),
+    }
+    return records.save(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
+
+
+def _benchmark_attrs(labels: LabelRead) -> dict[str, Any]:
+    """Which published benchmark the panel is (report/discovery.py puts the published numbers beside it)."""
+    from ..labels.kinds import COCO20K_SIZE, benchmark
+
+    out: dict[str, Any] = {"kind": labels.panel.kind, "benchmark": benchmark(labels.panel), "no_hard": labels.panel.no_hard}
+    if labels.panel.kind == "coco20k":
+        out["coco20k_images"] = f"{labels.coco.dataset.get('coco20k_found', 0)} of {COCO20K_SIZE}"
+    if labels.panel.kind == "saliency":
+        out["grey_ground_truth"] = labels.coco.dataset.get("saliency_grey", {"masks": 0, "pixels": 0})  # counted as foreground
+    return out
+
+
+def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+    """TokenCut's bilateral-solver output of each image's first mask, on the panel's photograph."""
+    from ..analyses.bilateral import refine
+    from ..labels.masks import decode_rle
+    from ..store.images import load_image
+
+    first: dict[int, dict[str, Any]] = {}
+    for r in results:
+        if int(r["image_id"]) not in first or r.get("mask", 0) < first[int(r["image_id"])].get("mask", 0):
+            first[int(r["image_id"])] = r
+    out = {}
+    for image_id, r in first.items():
+        photo = np.asarray(load_image(labels.panel.images / labels.coco.imgs[image_id]["file_name"]).convert("RGB"))
+        out[image_id] = refine(photo, decode_rle(r["segmentation"]))
+    return out
+
+
+def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "",
+                  view: str | None = None) -> Path:
+    """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU;
+    ``view``: the view the masks were cut on, where known (TokenCut's table is native_resized's)."""
+    ds = lazy_dask.xarray().Dataset(
+        {**{k: ((), v) for k, v in scores.table().items()},
+         "f_curve": ("threshold", scores.f_curve), "image_iou": ("image", scores.per_image_iou),
+         "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64))},
+        coords={"threshold": np.arange(saliency.BINS) / saliency.BINS, "image": np.arange(len(scores.image_ids))},
+    )
+    attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
+             "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
+             "provenance": provenance.stamp(), **_benchmark_attrs(labels), **({"view": view} if view else {})}
+    return records.save(store, f"saliency_{labels.panel.name}", ds, attrs)
+
+
+@dataclass
+class ScoreReport:
+    scores: Scores
+    ledger_entry: str
+    saved: Path | None
+    warnings: list[str] = field(default_factory=list)  # the masks' view is not the one the preset was published on for this panel
+
+
+def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, cache_dir: str | Path | None = None) -> ScoreReport:
+    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``."""
+    masks_file = Path(masks_file)
+    try:
+        results = json.loads(masks_file.read_text())
+        if not isinstance(results, list):
+            raise ValueError("not a list of results")
+    except (OSError, ValueError) as error:
+        raise ProbeError(masks_file, f"is not a COCO results JSON ({error})", "pass the file `probe decode --out` wrote") from None
+    meta = bound_meta(masks_file)
+    if any("file_name" not in r for r in results):
+        raise ProbeError(masks_file, "has results without file_name, so they cannot be matched to a panel", "score masks written by `probe decode`")
+    names = sorted({r["file_name"] for r in results})
+    labels = read_labels(panel, purpose="score", checkpoint=meta.get("checkpoint"), images=names, unseal=unseal, cache=cache_dir)
+    mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
+    store = Path(meta["store"]) if meta.get("store") else None
+    saved = None
+    if labels.panel.kind == "saliency":
+        scores = saliency.score_results(labels.coco, mapped)
+        settings = Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__})
+        in_store = store is not None and (store / "zarr.json").is_file()
+        manifest = cache.manifest(store) if in_store else {}
+        if in_store:
+            saved = save_saliency(store, scores, labels, settings, manifest, view=meta.get("view"))
+        warnings = view_check(settings.preset, meta["view"], manifest, "saliency")["warnings"] if meta.get("view") else []
+        return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved, warnings=warnings)
+    scores = evaluate(labels.coco, mapped)
+    if store is not None and (store / "zarr.json").is_file():
+        saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))
+    return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
+
+
+# ----------------------------------------------------------------------------------------------
+# the sweep

@@ -1,0 +1,90 @@
+"""Checkpoint files read and written safely: ``torch.load(..., weights_only=True)`` with only
+``argparse.Namespace`` allow-listed, safetensors through the ``safetensors`` package (no pickle
+at all), the file's sha256, and a save that never leaves a half-written file."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..infra.errors import ProbeError
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_safetensors(path: Path) -> bool:
+    """A safetensors file opens with its header's length (8 bytes, little-endian) and then ``{``."""
+    with open(path, "rb") as handle:
+        head = handle.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return 2 <= int.from_bytes(head[:8], "little") < 1 << 30  # a truncated file is still one, refused by its reader
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (Hugging Face's format: a JSON header and raw bytes, no code)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ProbeError(path, f"is not a readable safetensors file ({str(error).splitlines()[0][:120]})", "the file may be truncated; fetch it again") from None
+
+
+def read_file(path: str | Path) -> Any:
+    """``torch.load`` with ``weights_only=True``; only ``argparse.Namespace`` is allow-listed.
+    A safetensors file is read by the ``safetensors`` package instead."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProbeError(path, "no such checkpoint file", "check the path")
+    if path.stat().st_size == 0:
+        raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
+    if is_safetensors(path):
+        return read_safetensors(path)
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
+        if not found:
+            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)", "the file may be truncated or of another kind; fetch it again") from None
+        what = ".".join(part for part in found.groups() if part)
+        raise ProbeError(
+            path,
+            f"refused: unpickling it would need {what}, which could run code",
+            "only tensors, plain containers and argparse.Namespace are accepted; re-save the weights as a state dict",
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as error:
+        raise ProbeError(
+            path,
+            f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",
+            "the file may be truncated or of another kind; fetch it again",
+        ) from None
+
+def save_state(state: dict[str, Any], out: str | Path) -> Path:
+    """``torch.save`` to a temporary name, then rename: never a half-written checkpoint."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # a killed run's name, swept as litter
+    try:
+        torch.save(state, tmp)
+        tmp.replace(out)
+    except BaseException:  # a full disk or Ctrl-C leaves neither a half file nor the temporary name
+        tmp.unlink(missing_ok=True)
+        raise
+    return out

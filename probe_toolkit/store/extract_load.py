@@ -1,0 +1,118 @@
+"""Decoding and cutting images beside the forward pass (``probe extract``, ``probe decode-stream``):
+each file decoded alone on a thread of its own, its views cut, a run's images stacked in image
+order; an image that cannot be read or cut is recorded as failed, never dropped silently."""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..infra.errors import ProbeError
+from . import images
+from .extract_plan import OnError, Settings, at_least, own_grid
+
+
+@dataclass
+class Loaded:
+    """One run's decoded images: the fixed views stacked, each own-size view's tensors one by one."""
+
+    fixed: dict[str, tuple[list[int], torch.Tensor | None]]
+    own: dict[str, list[tuple[int, torch.Tensor]]]  # own-size view -> (image, pixels)
+    original: np.ndarray  # (n, 2) height, width; 0 where the file could not be read
+    failed: dict[str, np.ndarray]  # per view: images that cannot have it
+    errors: list[str]
+
+
+@dataclass
+class _Picture:
+    """One file decoded and cut: its size, its fixed views, its own-size views, or why not."""
+
+    size: tuple[int, int] = (0, 0)  # height, width
+    fixed: dict[str, torch.Tensor] = field(default_factory=dict)
+    own: dict[str, torch.Tensor] = field(default_factory=dict)  # own-size view -> pixels
+    error: ProbeError | None = None  # the file cannot be read: no view
+    own_error: dict[str, ProbeError] = field(default_factory=dict)  # own-size views it has not (too small, or changed)
+
+
+def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixed: list[str], resample: str, patch: int) -> _Picture:
+    """Decode and cut one image (runs on a decoding thread: PIL and numpy release the GIL);
+    ``expected``: its grid in each own-size view asked for, as the store was created with."""
+    try:
+        picture = images.load_image(ref.path)
+    except ProbeError as error:
+        return _Picture(error=error)
+    out = _Picture(size=(picture.height, picture.width))
+    for v in fixed:
+        out.fixed[v] = images.fixed_pixels(picture, v, resample, ref.id)
+    for view, grid in expected.items():
+        try:
+            if own_grid(ref, picture.width, picture.height, patch, view) != grid:
+                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
+            out.own[view] = images.native(picture, patch, view)
+        except ProbeError as error:
+            out.own_error[view] = error
+    return out
+
+
+def decoder_threads(asked: int | None, device: str) -> int:
+    """Threads that decode and cut images beside the forward pass (``--decoders``).
+
+    By default the cores the forward pass leaves free: all but torch's threads on the CPU (one
+    when torch takes every core, as it does by default), all but one beside a GPU, where a
+    single thread (decoding and cutting about 60 images/s at 224 + 480 px, writing about 250 at
+    224 px: ``benchmarks/extract.py --decoding``) would starve the network; at most 16. As
+    many runs, up to ``SAVERS``, are written at once. More threads never change a value: each
+    image is decoded alone, each run assembled in image order and written to its own chunks.
+    """
+    at_least("--decoders", asked, 1, "4")
+    if asked:
+        return int(asked)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    gpu = device in ("auto", "cuda") and torch.cuda.is_available()
+    return max(1, min(16, cores - (1 if gpu else torch.get_num_threads())))
+
+
+def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int,
+             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
+    """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
+    order; failed images are recorded, not silently dropped, and the first one (in image order)
+    fails the run when ``on_error`` is fail. ``grid``: each own-size view's (rows, cols) of these images."""
+    fixed_views = [v for v in views if v not in images.OWN_SIZE]
+    own_views = [v for v in views if v in images.OWN_SIZE]
+    fixed: dict[str, list[torch.Tensor]] = {v: [] for v in fixed_views}
+    where: dict[str, list[int]] = {v: [] for v in fixed}
+    own: dict[str, list[tuple[int, torch.Tensor]]] = {v: [] for v in own_views}
+    original = np.zeros((len(refs), 2), dtype=np.int32)
+    failed = {v: np.zeros(len(refs), dtype=bool) for v in views}
+    errors: list[str] = []
+
+    def fail(i: int, error: ProbeError, which: list[str]) -> None:
+        if on_error == "fail":
+            raise error
+        for v in which:
+            failed[v][i] = True
+        errors.append(error.line())
+
+    expected = [{v: (int(grid[v][0][i]), int(grid[v][1][i])) for v in own_views} for i in range(len(refs))]
+    decode = functools.partial(_picture, fixed=fixed_views, resample=settings.resample, patch=patch)
+    pictures = pool.map(decode, refs, expected) if pool is not None else map(decode, refs, expected)
+    for i, picture in enumerate(pictures):
+        if picture.error is not None:
+            fail(i, picture.error, views)
+            continue
+        original[i] = picture.size
+        for v in fixed:
+            fixed[v].append(picture.fixed[v])
+            where[v].append(i)
+        for view in own_views:
+            if view in picture.own_error:
+                fail(i, picture.own_error[view], [view])
+            else:
+                own[view].append((i, picture.own[view]))
+    stacked = {v: (where[v], images.stack(t) if t else None) for v, t in fixed.items()}
+    return Loaded(stacked, own, original, failed, errors)

@@ -1,0 +1,205 @@
+"""What ``probe extract`` will write, decided before any image is read: its settings, each view's
+arrays and shapes (the plan), the manifest, each image's grid in the own-size views (from its
+file header), and this process's shard."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import zarr
+
+from ..infra import provenance
+from ..infra.errors import ProbeError
+from . import arrays, cache, grids, images, own_size, parts
+from .architectures import Arch
+from .backbone import RULES, AttentionMode, Interpolation, resolve_interpolation
+from .checkpoints import Checkpoint
+
+OnError = Literal["fail", "skip"]
+RESAMPLES = tuple(images.RESAMPLE)
+# Most images per zarr chunk. A chunk is the unit of writing and resume: a run's arrays are
+# assembled and written whole per chunk, so one chunk's arrays are held in memory at once. At
+# ViT-S/16 with the default views (tokens 224, attention 224, keys 480 in float16) an image
+# takes about 1.3 MB, so 1024 images are about 1.3 GB (ViT-B, or --attention all: several GB);
+# beyond that a chunk no longer fits a laptop, and resume granularity is lost for nothing.
+MAX_CHUNK = 1024
+
+
+def at_least(option: str, value: int | None, minimum: int, example: str) -> None:
+    """Numeric options are checked where they enter: one line naming the option."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ProbeError(None, f"{option} {value!r} must be a whole number of at least {minimum}", f"use e.g. {option} {example}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that decides a store's contents (recorded in its manifest).
+
+    ``views``: any of 96, 224, "eval224", 480, "native" and "native_crop"; ``resample``: the 480 view's filter.
+    """
+
+    views: tuple[int | str, ...] = (224, 480)
+    attention: AttentionMode = "last"
+    dtype: str = "float16"
+    chunk: int = 16
+    interpolation: Interpolation = "auto"  # the checkpoint's own rule (backbone.resolve_interpolation)
+    resample: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        if not self.views:
+            raise ProbeError(None, "--views is empty", "use e.g. --views 224,480")
+        for view in self.views:
+            images.view_name(view)
+        if self.dtype not in ("float16", "float32"):
+            raise ProbeError(None, f"--dtype {self.dtype} is not float16 or float32", "use --dtype float16")
+        at_least("--chunk", self.chunk, 1, "16")
+        if self.chunk > MAX_CHUNK:  # refused here, before a store is created or an array allocated
+            raise ProbeError(None, f"--chunk {self.chunk} is more than {MAX_CHUNK} images per chunk (a chunk's arrays are held in memory "
+                             f"whole while written: about 1.3 MB per image at ViT-S/16)", "use e.g. --chunk 16 (the default)")
+        if self.resample not in RESAMPLES:
+            raise ProbeError(None, f"--resample {self.resample!r} is not one of {', '.join(RESAMPLES)}", "use --resample lanczos (MaskCut's filter) or bicubic")
+
+    @property
+    def names(self) -> list[str]:
+        """The canonical view names, in a fixed order."""
+        given = {images.view_name(v) for v in self.views}
+        return [v for v in images.VIEW_NAMES if v in given]
+
+
+def patch_counts(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, int]:
+    """Each view's patch dimension: rows x cols of a fixed view, the set's largest grid for an
+    own-size view (``own_patches``: view -> that grid's patch count)."""
+    out = {}
+    for view in settings.names:
+        if view in images.OWN_SIZE:
+            out[view] = max(int((own_patches or {}).get(view, 0)), 1)
+        else:
+            rows, cols = images.fixed_grid(view, arch.patch)
+            out[view] = rows * cols
+    return out
+
+
+def plan_arrays(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+    """Array names, dimension names and shapes (after ``image``) for these settings.
+
+    Patch dimensions carry their view (``patch_224``, ``patch_480``, ``patch_native``, ...) because one
+    xarray Dataset cannot hold two sizes of one dimension; ``cache.require`` hands arrays out
+    with the plain name ``patch``.
+    """
+    plan: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+    for view, patches in patch_counts(arch, settings, own_patches).items():
+        plan.update(arrays.view_arrays(view, arch, patches, settings.attention))
+    return plan
+
+
+def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str,
+                   own_patches: dict[str, int] | None = None) -> dict:
+    arch = checkpoint.arch
+    counts = patch_counts(arch, settings, own_patches)
+    dinov3 = arch.family == "dinov3"
+    norm = parts.record_final_norm(checkpoint.backbone, eps=1e-5 if dinov3 else parts.EPS)
+    return {
+        "kind": "probe-store",
+        **provenance.stamp(),
+        "checkpoint": checkpoint.describe(),
+        "network": checkpoint.network,
+        "arch": arch.as_dict(),
+        "views": [images.manifest_view(v) for v in settings.names],
+        "per_view": {v: arrays.view_facts(v, arch, counts[v], settings.attention, settings.resample) for v in settings.names},
+        "interpolation": resolve_interpolation(settings.interpolation, arch),
+        "interpolation_rule": RULES[resolve_interpolation(settings.interpolation, arch)],
+        "attention": settings.attention if "224" in settings.names else "none",  # the 224 view's maps
+        "attention_has_cls": arch.class_token,
+        "attention_prefix": arch.prefix,  # tokens before the patches: class, then registers
+        "registers": arch.registers,
+        "dtype": settings.dtype,
+        "chunk": settings.chunk,
+        "image_source": source,
+        "image_list_sha256": provenance.list_hash([r.id for r in refs]),
+        "n_images": len(refs),
+        "readout": {
+            "tokens": "last block output, before any final norm; class token in cls_* arrays",
+            "keys": "last block k = W_k LN1(z) + b_k, heads concatenated in head order",
+            "attention": "last block softmax(q k^T / sqrt(head_dim)) per head, explicit, over every token (class, registers, patches)",
+            "registers": "DINOv2 register tokens' last block output, in registers_* arrays, never among the patches",
+            "layernorm_eps": 1e-5 if dinov3 else 1e-6,
+            "gelu": "exact (erf)",
+            **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys before RoPE, the key bias "
+                          "masked to zero (bias_mask); attention over class, storage and patch tokens after RoPE "
+                          "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
+                "native_views": "every view: RoPE is computed per grid, no position table is interpolated"} if dinov3 else {}),
+        },
+        "view_geometry": {
+            **{v: arrays.geometry(v, settings.resample) for v in settings.names},
+            "normalisation": "ImageNet mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)",
+            "patch_grid": f"view side // {checkpoint.arch.patch}; pixels beyond the last whole patch unused",
+        },
+        **({"final_norm": norm} if norm is not None else {}),  # for DINO's k-NN feature, without the checkpoint (store.parts)
+    }
+
+
+def kept_layout(path: Path, plan: dict) -> dict:
+    """A view written before it held its register tokens (``registers_480`` came later) resumes
+    without them: its finished images have none, so the store keeps the layout it was made with."""
+    if not (path / "zarr.json").is_file():
+        return plan
+    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    present = set(cache.array_names(group))
+
+    def started(view: str) -> bool:
+        flag = f"done_{view}" if f"done_{view}" in present else "done"
+        held = any(grids.view_of(a) == view for a in present if a not in cache.FLAGS and not a.startswith(cache.PER_VIEW))
+        return held and bool(np.asarray(group[flag][:]).any())
+
+    return {name: spec for name, spec in plan.items() if not (name.startswith("registers_") and name not in present and started(grids.view_of(name)))}
+
+
+def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each image's grid in each own-size view of ``views``, from its file header read once (0 x 0
+    where it cannot have one, with skip)."""
+    out = {v: (np.zeros(len(refs), dtype=np.int32), np.zeros(len(refs), dtype=np.int32)) for v in views}
+    for i, ref in enumerate(refs):
+        try:
+            width, height = images.header_size(ref.path)
+        except ProbeError:
+            if on_error == "fail":
+                raise
+            continue
+        for view, (rows, cols) in out.items():
+            try:
+                rows[i], cols[i] = own_grid(ref, width, height, patch, view)
+            except ProbeError:
+                if on_error == "fail":
+                    raise
+    return out
+
+
+def own_grid(ref: images.ImageRef, width: int, height: int, patch: int, view: str) -> tuple[int, int]:
+    """The image's grid in an own-size view. One smaller than a patch on a side is its file's
+    error when cut (nothing of it is left) or padded (the native view has always refused it);
+    resized, it becomes one patch on that side (``own_size.needs_whole_patch``)."""
+    if own_size.needs_whole_patch(view) and (width < patch or height < patch):
+        raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its {view} view has no patch",
+                         "remove it, or record it as failed with --on-error skip")
+    return images.native_grid(width, height, patch, view)
+
+
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
+    if shard:
+        try:
+            i, n = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
+    else:
+        i, n = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if not 0 <= i < n:
+        raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
+    return i, n

@@ -1,0 +1,24 @@
+"""What one forward pass of one view gives, for every backbone family (``store.backbone``'s
+timm ViT and ``store.dinov3``'s Eva): the arrays ``probe extract`` stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Readout:
+    """What one forward pass of one view gives. Patch arrays exclude the class and register tokens."""
+
+    tokens: torch.Tensor  # (B, N, D) last block output, before any final norm
+    keys: torch.Tensor | None  # (B, N, D) k = W_k LN1(z) + b_k of the last block, heads concatenated
+    cls_token: torch.Tensor | None  # (B, D)
+    cls_key: torch.Tensor | None  # (B, D)
+    attention: torch.Tensor | None  # (B, heads, T, T) last block softmax over every token (class, registers, patches)
+    attention_blocks: torch.Tensor | None  # (B, blocks, heads, T, T) with attention="all"
+    registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens / DINOv3's storage tokens
+    grid: tuple[int, int] = (0, 0)  # (rows, cols) of the patches
+    sequence: Any = None  # DINOv3 only: ``store.dinov3.Sequence`` (normed tokens, q and k before and after RoPE)

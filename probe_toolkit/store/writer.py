@@ -1,0 +1,120 @@
+"""Filling a created store (``store.create``) chunk by chunk: chunks are filled in any order (by
+shards, by reruns). Each view has its own ``done_<view>`` / ``failed_<view>`` flags, written
+after its arrays; the global ``done`` (every view done) and ``failed`` (any view failed) follow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from . import grids
+from .cache import FLAGS, PER_VIEW, array_names
+from .codec import encode_without_gil
+
+
+def chunk_ranges(n_images: int, chunk: int, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+    """The chunk-aligned (start, stop) ranges of shard i of n of a store of ``n_images``."""
+    i, n = shard
+    n_chunks = -(-n_images // chunk)
+    lo, hi = (i * n_chunks) // n, ((i + 1) * n_chunks) // n
+    return [(c * chunk, min((c + 1) * chunk, n_images)) for c in range(lo, hi)]
+
+
+class StoreWriter:
+    """Fills a created store chunk by chunk; see ``create_store``."""
+
+    def __init__(self, path: Path):
+        encode_without_gil()  # chunks compressed beside the forward pass (store/codec.py)
+        self.path = Path(path)
+        self.group = zarr.open_group(self.path, mode="r+", use_consolidated=False)
+        self.manifest = dict(self.group.attrs["manifest"])
+        self.chunk = int(self.manifest["chunk"])
+        self.n_images = int(self.group["done"].shape[0])
+        self.views = sorted(name[len("done_"):] for name in array_names(self.group) if name.startswith("done_"))
+        self._opened: dict[tuple[str, bool], zarr.Array] = {}
+
+    def _array(self, name: str, every_chunk: bool = False) -> zarr.Array:
+        """An array to write, opened once per writer: each ``group[name]`` reads and parses its
+        metadata again (~0.5 ms, about ten per run), and an array's metadata does not change
+        once the store is created. ``every_chunk`` (the data arrays): each chunk is written,
+        all-NaN or not (the same values read back), as zarr's test for an all-fill chunk passes
+        over it once more, half the CPU of writing attention."""
+        key = (name, every_chunk)
+        array = self._opened.get(key)
+        if array is None:  # threads writing at once may both open it: the same array either way
+            array = self.group[name]
+            self._opened[key] = array = array.with_config({"write_empty_chunks": True}) if every_chunk else array
+        return array
+
+    def arrays(self) -> list[str]:
+        return [name for name in array_names(self.group) if name not in FLAGS and not name.startswith(PER_VIEW)]
+
+    def done(self, view: str | None = None) -> np.ndarray:
+        name = "done" if view is None else f"done_{view}"
+        return np.asarray(self.group[name][:], dtype=bool)
+
+    def grid(self, view: str) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.group[f"grid_rows_{view}"][:]), np.asarray(self.group[f"grid_cols_{view}"][:])
+
+    def chunk_ranges(self, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
+        """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
+        return chunk_ranges(self.n_images, self.chunk, shard)
+
+    def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
+        """Runs (start, stop, views lacking) of images some of ``views`` still lack, never crossing
+        a chunk; the images of a run lack the same views. Flags are read once."""
+        views = self.views if views is None else views
+        missing = np.stack([~self.done(view) for view in views], axis=1) if views else np.zeros((self.n_images, 0), dtype=bool)
+        runs = []
+        for a, b in self.chunk_ranges(shard):
+            position = a
+            while position < b:
+                if not missing[position].any():
+                    position += 1
+                    continue
+                stop = position + 1
+                while stop < b and np.array_equal(missing[stop], missing[position]):
+                    stop += 1
+                runs.append((position, stop, tuple(v for v, lacking in zip(views, missing[position]) if lacking)))
+                position = stop
+        return runs
+
+    def write(self, start: int, data: dict[str, np.ndarray], sizes: np.ndarray, failed: np.ndarray) -> None:
+        """Write every view of images ``start:start+len(failed)``: arrays, then flags (``done`` last)."""
+        self.write_views(start, {view: ({k: v for k, v in data.items() if grids.view_of(k) == view}, failed) for view in self.views}, sizes)
+
+    def write_views(self, start: int, views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]], sizes: np.ndarray) -> None:
+        """Write some views of images ``start:stop``: each view's arrays and ``failed_<view>``, then
+        the sizes, then each ``done_<view>``, then the global flags (``done`` last)."""
+        stop = start + len(sizes)
+        for view, (data, failed) in views.items():
+            for name, values in data.items():
+                self._array(name, every_chunk=True)[start:stop] = values
+            self._array(f"failed_{view}")[start:stop] = failed
+        known = np.asarray(sizes)[:, 0] > 0
+        if known.any():
+            for column, name in enumerate(("image_height", "image_width")):
+                given = np.asarray(sizes)[:, column]
+                # an unreadable image keeps the size an earlier run recorded (read only then)
+                self._array(name)[start:stop] = given if known.all() else np.where(known, given, np.asarray(self._array(name)[start:stop]))
+        for view in views:
+            self._array(f"done_{view}")[start:stop] = np.ones(stop - start, dtype=bool)
+        self._settle(start, stop, {view: np.asarray(failed, dtype=bool) for view, (_, failed) in views.items()})
+
+    def _settle(self, start: int, stop: int, written: dict[str, np.ndarray]) -> None:
+        """The global flags of images ``start:stop`` from the views' own: those ``written`` just
+        now (done, and failed as given) from hand, the others read back."""
+        done = np.ones(stop - start, dtype=bool)
+        failed = np.zeros(stop - start, dtype=bool)
+        for view in self.views:
+            if view in written:
+                failed |= written[view]
+                continue
+            done &= np.asarray(self._array(f"done_{view}")[start:stop], dtype=bool)
+            failed |= np.asarray(self._array(f"failed_{view}")[start:stop], dtype=bool)
+        self._array("failed")[start:stop] = failed
+        self._array("done")[start:stop] = done
+
