@@ -12,10 +12,6 @@ from ..store import hbird_views
 from .registry import Protocol, Reads, Reference, register
 
 FULL = None  # a memory holding every patch of every memory view
-# vpariza/open-hummingbird-eval README.md, "Results we got with our implementation on Pascal VOC": mIoU at memory
-# 1024·10², 1024·10³, 1024·10⁴ (ScaNN, two augmentation epochs, the Hungarian-matched mIoU); released weights, not the store's
-PUBLISHED = (("DINO ViT-S/16, 512 px", (37.2, 43.1, 46.6)), ("DINOv2 ViT-S/14, 504 px", (70.2, 74.9, 77.0)))
-PUBLISHED_SOURCE = "vpariza/open-hummingbird-eval README.md (Pascal VOC; ScaNN, two augmentation epochs, Hungarian-matched mIoU)"
 
 
 @dataclass(frozen=True)

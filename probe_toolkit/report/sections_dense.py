@@ -70,8 +70,7 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 
 
 def hummingbird(ctx) -> Section:
-    from ..analyses.hummingbird import PUBLISHED_MEMORY_SIZES
-    from ..protocols.hummingbird import PUBLISHED, PUBLISHED_SOURCE
+    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
     section = Section("hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)")
     found = {s.label: (s, s.result("hummingbird")) for s in ctx.stores if s.result("hummingbird") is not None}

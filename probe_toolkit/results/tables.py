@@ -87,8 +87,7 @@ def knn(report: Any, train: str, val: str, temperature: float, view_line: str) -
 def hummingbird(report: Any, train: str, val: str) -> list[Any]:
     """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
     released weights (marked as other weights: not this store's network)."""
-    from ..analyses.hummingbird import PUBLISHED_MEMORY_SIZES
-    from ..protocols.hummingbird import PUBLISHED, PUBLISHED_SOURCE
+    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
     table = Table(title=f"Hummingbird dense retrieval (VOC mIoU): {train} → {val}")
     table.add_column("")
