@@ -191,8 +191,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     norm = parts.final_norm(meta, store)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
 
-    train_read = layout.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids,
-                                                  cache=cache_dir)
+    train_read = layout.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids, cache=cache_dir)
     names, maps = _ordered_maps(train_read, train_ids, train_panel)
 
     def memory_labels():  # view by view, epoch-major, as the reference's augmentation loop
@@ -216,8 +215,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                                        temperature=settings.temperature, block=BANK_BLOCK)
                 soft.append(map_images(fn, values, where=where, block=QUERY_BLOCK, fixed=True, progress=progress, torch_free=True)["soft"])
 
-    val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal,
-                                                cache=cache_dir)
+    val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
     val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)
     n_classes = len(classes)
     shown = min(settings.figure_images, len(val_ids))
@@ -249,7 +247,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
         coords={"memory": memory, "class": list(classes), "predicted": list(classes), "shown": list(val_ids[:shown])},
     )
     attrs = {
-        "settings": settings.as_dict(), "matching": settings.matching, "panel_kind": train_panel.kind, "ledger": ledger, "counts": counts, "grid": grid, "pixels_side": cut,
+        "settings": settings.as_dict(), "matching": settings.matching, "panel_kind": train_panel.kind, "ledger": ledger, "counts": counts,
+        "grid": grid, "pixels_side": cut,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split}},
         "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
