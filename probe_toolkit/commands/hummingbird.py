@@ -145,24 +145,23 @@ def _ordered_maps(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[st
     return names, maps
 
 
-def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], rows: hb.BankRows, norm: Callable | None) -> np.ndarray:
-    """(rows, D) the bank's features: the chosen patches' stored tokens (memory view v = epoch · n +
-    image), through the final norm, L2-normalised row by row."""
+def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], banks: Sequence[hb.BankRows], norm: Callable | None) -> list[np.ndarray]:
+    """(rows, D) each bank's features: the chosen patches' stored tokens (memory view v = epoch · n
+    + image), through the final norm, L2-normalised row by row; the store read once for all banks."""
     n = len(ids)
-    out = None
+    width = int(ds[f"tokens_{views[0]}"].shape[-1])
+    out = [np.empty((len(rows.view), width), np.float32) for rows in banks]
     for e, view in enumerate(views):
         array = ds[f"tokens_{view}"].sel(image=list(ids))
         for a in range(0, n, READ_BLOCK):
             b = min(a + READ_BLOCK, n)
-            chosen = np.flatnonzero((rows.view >= e * n + a) & (rows.view < e * n + b))
-            if not len(chosen):
-                continue
-            block = np.asarray(array.isel(image=slice(a, b)).values, np.float32)
-            if out is None:
-                out = np.empty((len(rows.view), block.shape[-1]), np.float32)
-            out[chosen] = block[rows.view[chosen] - e * n - a, rows.patch[chosen]]
-    assert out is not None
-    return hb.normalise(norm(out) if norm is not None else out)
+            block = None
+            for rows, features in zip(banks, out):
+                chosen = np.flatnonzero((rows.view >= e * n + a) & (rows.view < e * n + b))
+                if len(chosen):
+                    block = np.asarray(array.isel(image=slice(a, b)).values, np.float32) if block is None else block
+                    features[chosen] = block[rows.view[chosen] - e * n - a, rows.patch[chosen]]
+    return [hb.normalise(norm(f) if norm is not None else f) for f in out]
 
 
 def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
@@ -199,16 +198,14 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
             for name, y in zip(names, maps):
                 yield hbird_views.label_view(y, view, name)[:cut, :cut]
 
+    banks = [hb.bank_rows(memory_labels(), n_views, grid, hb.HummingbirdSettings(
+        k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views), seed=settings.seed,
+        input_size=cut, patch_size=patch, n_classes=len(classes))) for size in settings.memory]
+    bank_rows = [len(rows.view) for rows in banks]
     soft = []
-    bank_rows = []
     values = {"values": val_ds[f"tokens_{hbird_views.VAL}"].sel(image=list(val_ids))}
     with placed(workers, dask_address) as where:
-        for size in settings.memory:
-            config = hb.HummingbirdSettings(k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views),
-                                            seed=settings.seed, input_size=cut, patch_size=patch, n_classes=len(classes))
-            rows = hb.bank_rows(memory_labels(), n_views, grid, config)
-            features = bank_features(train_ds, train_ids, memory_views, rows, norm)
-            bank_rows.append(len(rows.view))
+        for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
             folder = records.results_path(train_ds.attrs.get("store") or store, "")
             with shared(features, folder, "hbird-bank") as bank, shared(rows.labels, folder, "hbird-labels") as labels:
                 fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
