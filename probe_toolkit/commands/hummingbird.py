@@ -19,7 +19,7 @@ norm (recorded by extraction), as the reference's extractors return them. Result
     bank_rows, per_view           (memory)                   rows held; patches per memory view (0: all)
     truth                         (shown, y, x)              uint8 ground truth of the first val images, at the view's size
     prediction                    (memory, shown, y, x)      uint8 their transferred labels
-    coords: memory ("102400", ..., "full"), class (names), shown (val store ids)
+    coords: memory ("102400", ..., "full"), class (names), shown (the val images' file names in the panel's folder)
     attrs: settings, ledger {train, val}, panels, counts, feature, views, provenance
 """
 
@@ -241,13 +241,13 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
             "bank_rows": ("memory", np.asarray(bank_rows, np.int64)), "per_view": ("memory", np.asarray([p for p, _ in plan], np.int64)),
             "truth": (("shown", "y", "x"), truth_shown), "prediction": (("memory", "shown", "y", "x"), predicted_shown),
         },
-        coords={"memory": memory, "class": list(classes), "predicted": list(classes), "shown": list(val_ids[:shown])},
+        coords={"memory": memory, "class": list(classes), "predicted": list(classes), "shown": list(val_names[:shown])},
     )
     attrs = {
         "settings": settings.as_dict(), "matching": settings.matching, "panel_kind": train_panel.kind, "ledger": ledger, "counts": counts,
         "grid": grid, "pixels_side": cut,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
-                   "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split}},
+                   "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
         "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
         "feature": "last-block patch tokens through the final norm" if norm is not None else "last-block patch tokens (the network has no final norm)",
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",

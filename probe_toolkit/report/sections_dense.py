@@ -9,9 +9,10 @@ The published numbers of open-hummingbird-eval sit in rows of their own, marked 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
-from PIL import Image
 
 from ..store import hbird_views, images
 from . import figures
@@ -111,7 +112,10 @@ def _figure(ctx, store, ds, label: str) -> Figure:
     side = int(ds.attrs.get("pixels_side", hbird_views.SIDE))
     rows = []
     for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
-        path = image_file(store, image_id)
+        path = image_file(store, image_id)  # the store's own image, else the val panel's file (a sibling store's image)
+        folder = (ds.attrs.get("panels", {}).get("val", {}) or {}).get("images")
+        if path is None and folder and (Path(folder) / image_id).is_file():
+            path = Path(folder) / image_id
         picture = None
         if path is not None:
             picture = np.asarray(hbird_views.squashed(images.load_image(path)).crop((0, 0, side, side)))
