@@ -37,6 +37,7 @@ import zarr
 
 from probe_toolkit.analyses.entropy import entropy
 from probe_toolkit.analyses.neighbours import neighbours
+from probe_toolkit.infra.runner import Where, per_image
 from probe_toolkit.store.cache import open_store, require
 from probe_toolkit.store.create import create_store
 
@@ -228,12 +229,12 @@ def main() -> None:
         for r in range(args.rounds + 1):
             found = {}
             start = time.perf_counter()
-            found["neighbours"] = neighbours(tokens, GRID, workers=args.workers)
+            found["neighbours"] = neighbours(tokens, GRID, run_blocks=per_image(Where(workers=args.workers or 1)))
             found["neighbours_rate"] = args.images / (time.perf_counter() - start)
             plain_n = from_store(path, "tokens_224", args.plain, plain_neighbours)
             image_n = from_store(path, "tokens_224", args.per_image, per_image_neighbours)
             start = time.perf_counter()
-            found["entropy"] = entropy(attention, class_token=False, workers=args.workers)
+            found["entropy"] = entropy(attention, class_token=False, run_blocks=per_image(Where(workers=args.workers or 1)))
             found["entropy_rate"] = args.images / (time.perf_counter() - start)
             plain_e = from_store(path, "attention_224", args.plain, plain_entropy)
             image_e = from_store(path, "attention_224", args.per_image, per_image_entropy)

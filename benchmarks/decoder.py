@@ -139,6 +139,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
 
     from probe_toolkit.analyses.decoder_settings import Settings
     from probe_toolkit.commands.decode import run_decode
+    from probe_toolkit.infra.placement import Placement
     from probe_toolkit.infra.runner import local_cores
     from probe_toolkit.results import records
     from probe_toolkit.store.create import create_store
@@ -159,7 +160,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
         for _ in range(rounds):
             for workers in times:
                 c, p, t = _cpu(), time.process_time(), time.perf_counter()
-                run_decode(path, settings, workers=workers, cache_dir=tmp)
+                run_decode(path, settings, placement=Placement(workers=workers), cache_dir=tmp)
                 times[workers].append(time.perf_counter() - t)
                 cpu[workers].append(_cpu() - c)
                 parent[workers].append(time.process_time() - p)

@@ -34,7 +34,9 @@ from conftest import synthetic_scene
 
 from probe_toolkit import cli
 from probe_toolkit.demo.samples import TINY, write_checkpoint
-from probe_toolkit.infra import chunked, litter
+from probe_toolkit.infra import cluster as cluster_side
+from probe_toolkit.infra import litter
+from probe_toolkit.infra.runner import Where, per_image
 from probe_toolkit.store import cache, create, writer
 from probe_toolkit.results import records
 from probe_toolkit.store.checkpoint_files import sha256_file
@@ -550,37 +552,33 @@ def _clusters(w):
 def _hide_store_after_open(w, mp):
     """The client opens the store; its workers then find nothing at that path (another machine)."""
     _clusters(w)
-    from probe_toolkit.commands import runs
-
-    real = runs.connect
+    real = cluster_side.connect
     hidden = w.store.with_name("hidden.zarr")
 
     def connect(address):
         w.store.rename(hidden)
         return real(address)
 
-    mp.setattr(runs, "connect", connect)
+    mp.setattr(cluster_side, "connect", connect)
     w.restore_store = lambda: hidden.rename(w.store) if hidden.exists() else None
 
 
 def _cluster_fails_after_connect(w, mp, attribute: str, fault: Callable) -> None:
     """A fresh one-worker cluster at ``w.<attribute>``; ``fault(cluster, client)`` strikes right
     after the command has connected (so before or while its chunks run)."""
-    from probe_toolkit.commands import runs
-
     _clusters(w)
-    cluster = _local_cluster(1)
-    w.clusters.append(cluster)
-    setattr(w, attribute, cluster.scheduler_address)
-    real = runs.connect
-    mp.setattr(chunked, "STALL_SECONDS", 1.0)
+    local = _local_cluster(1)
+    w.clusters.append(local)
+    setattr(w, attribute, local.scheduler_address)
+    real = cluster_side.connect
+    mp.setattr(cluster_side, "STALL_SECONDS", 1.0)
 
     def connect(address):
         client = real(address)
-        fault(cluster, client)
+        fault(local, client)
         return client
 
-    mp.setattr(runs, "connect", connect)
+    mp.setattr(cluster_side, "connect", connect)
 
 
 def _workers_die(w, mp):
@@ -656,7 +654,7 @@ def test_case(case: Case, w, monkeypatch):
 
         if torch.cuda.is_available():
             pytest.skip("a GPU is visible here")
-    monkeypatch.setattr(chunked, "CONNECT_SECONDS", 2.0)  # bounded waits, kept short here
+    monkeypatch.setattr(cluster_side, "CONNECT_SECONDS", 2.0)  # bounded waits, kept short here
     if case.setup:
         case.setup(w, monkeypatch)
     roots = case.roots(w)
@@ -815,22 +813,22 @@ def test_cluster_tasks_prove_they_read_the_clients_store(w):
     shutil.copytree(_store_224(w), source)
     other = w.root / "stores" / "proof-other" / "teacher.zarr"
     assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--dtype", "float32", "--store", other, *w.q).code == 0
-    client = chunked.connect(w.cluster)
+    client = cluster_side.connect(w.cluster)
     try:
         tokens = require(open_store(source), "tokens_224")
         local = neighbours(tokens, 14, n_boot=20)
-        assert np.array_equal(neighbours(tokens, 14, n_boot=20, client=client).top_in_window.values, local.top_in_window.values)
+        assert np.array_equal(neighbours(tokens, 14, n_boot=20, run_blocks=per_image(Where(client=client))).top_in_window.values, local.top_in_window.values)
         source.rename(source.with_name("away.zarr"))
         shutil.copytree(other, source)  # a private mount holding another store at the same path
         with pytest.raises(IntegrityError, match=r"dask worker .* sees another store"):
-            neighbours(tokens, 14, n_boot=20, client=client)
+            neighbours(tokens, 14, n_boot=20, run_blocks=per_image(Where(client=client)))
         shutil.rmtree(source)
         source.with_name("away.zarr").rename(source)
         behind = zarr.open_group(str(source), mode="r+", use_consolidated=False)  # a copy that is behind: b.png not written yet
         behind["done"][1] = False
         behind["done_224"][1] = False  # the flag of the view read, which a worker judges by (as open_store does)
         with pytest.raises(IntegrityError, match=r"dask worker .* as unfinished \(e\.g\. 'b\.png'\)"):
-            neighbours(tokens, 14, n_boot=20, client=client)
+            neighbours(tokens, 14, n_boot=20, run_blocks=per_image(Where(client=client)))
     finally:
         client.close()
 

@@ -12,6 +12,7 @@ from analysis_stores import make_store, softmax
 
 from probe_toolkit.analyses import entropy as ent
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.runner import Where, per_image
 from probe_toolkit.store.cache import open_store
 from probe_toolkit.results import records
 
@@ -237,7 +238,7 @@ def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
     ds = open_store(path)
     tracemalloc.start()
     try:
-        result = ent.entropy(ds["attention_224"], class_token=True, n_boot=100, workers=2)
+        result = ent.entropy(ds["attention_224"], class_token=True, n_boot=100, run_blocks=per_image(Where(workers=2)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_limits
 from probe_toolkit.analyses import neighbours as nb
 from probe_toolkit.analyses.stats import bootstrap_mean
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.runner import Where, per_image
 from probe_toolkit.store.cache import open_store, require
 from probe_toolkit.results import records
 
@@ -196,15 +197,15 @@ def test_store_statistics_and_summary(token_store):
     assert np.allclose(result.anchor_top_in_window.values, plain["top_in_window_count"].mean(0) / 8)
     assert int(result.wrapped_links.values) == 164 and result.attrs["distance"].startswith("chebyshev (torus)")
     # the same numbers with other chunking and on a dask.distributed client
-    again = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, chunk=3)
+    again = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, run_blocks=per_image(block=3))
     assert np.array_equal(again.summary_high.values, result.summary_high.values)
-    one, two = (nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, chunk=2, workers=w) for w in (1, 2))
+    one, two = (nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, run_blocks=per_image(Where(workers=w), block=2)) for w in (1, 2))
     for name in (*nb.STATISTICS, "negative_count", "top_in_window_count", "summary_mean", "summary_high"):
         assert np.array_equal(one[name].values, two[name].values, equal_nan=True), name
     from distributed import Client
 
     with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
-        remote = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, client=client)
+        remote = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, run_blocks=per_image(Where(client=client)))
     assert np.array_equal(remote.top_in_window.values, result.top_in_window.values)
 
 
@@ -235,7 +236,7 @@ def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
     ds = open_store(path)
     tracemalloc.start()
     try:
-        result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=100, workers=2)
+        result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=100, run_blocks=per_image(Where(workers=2)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -17,6 +17,7 @@ from probe_toolkit.results import records
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
 from probe_toolkit.commands.decode_keys import decode_keys, open_keys
 from probe_toolkit.infra import runner
+from probe_toolkit.infra.placement import Placement
 from probe_toolkit.infra.runner import Where, map_images
 
 GRID = 20  # N = 400: the ARPACK path, not the small-graph dense one
@@ -110,7 +111,7 @@ def test_masks_json_encoded_block_by_block_is_the_whole_sets(store, tmp_path):
     texts = {}
     for workers in (1, 2):
         out = tmp_path / f"masks{workers}.json"
-        run_decode(store, settings, workers=workers, out=out, cache_dir=tmp_path)
+        run_decode(store, settings, placement=Placement(workers=workers), out=out, cache_dir=tmp_path)
         texts[workers] = out.read_text()
     src = open_keys(store)
     whole = coco_results(decode_keys(src.keys, settings), src.image_ids, src.heights, src.widths)

@@ -19,7 +19,7 @@ from test_propagate import video  # noqa: F401  (fixture: a two-sequence DAVIS f
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from probe_toolkit.infra import chunked, runner
+from probe_toolkit.infra import cluster as cluster_side, runner
 from probe_toolkit.store import cache
 from probe_toolkit.results import records
 
@@ -272,18 +272,18 @@ def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(
     store = tmp_path / "copy.zarr"
     shutil.copytree(tiny_stores["dino"], store)
     hidden = store.with_name("hidden.zarr")
-    real = chunked.connect
+    real = cluster_side.connect
 
     def connect(address):
         store.rename(hidden)
         return real(address)
 
-    monkeypatch.setattr(chunked, "connect", connect)
+    monkeypatch.setattr(cluster_side, "connect", connect)
     try:
         _one_line(["attention-masks", store, "--dask-address", cluster, "-q"], capsys, 1, "cannot read the store")
     finally:
         hidden.rename(store)
-    monkeypatch.setattr(chunked, "connect", real)
+    monkeypatch.setattr(cluster_side, "connect", real)
     _run(["attention-masks", store, "--dask-address", cluster, "-q"], capsys)
     assert records.load(store, "attention_masks")["mask"].shape[0] == 7
 

@@ -214,7 +214,7 @@ def test_store_arrays_know_their_chunks_without_dask(tmp_path):
     from analysis_stores import make_store
 
     from probe_toolkit.infra import runner
-    from probe_toolkit.infra.chunked import image_chunk_edges
+    from probe_toolkit.infra.cluster import image_chunk_edges
     from probe_toolkit.store.cache import open_store, require
 
     tokens = np.random.default_rng(0).standard_normal((10, 196, 8)).astype(np.float16)

@@ -16,6 +16,7 @@ from probe_toolkit.cli import main
 from probe_toolkit.commands.decode import run_decode
 from probe_toolkit.commands.stream import run_stream
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.placement import Placement
 from probe_toolkit.store import cache
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
@@ -30,7 +31,7 @@ def reference(tmp_path_factory, tiny_checkpoints, image_dir):
     root = tmp_path_factory.mktemp("stream-ref")
     store = extract(tiny_checkpoints["dino-full"], image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2),
                     cache_dir=root, quiet=True, batch_size=2).store
-    report = run_decode(store, SETTINGS, cache_dir=root, workers=1)
+    report = run_decode(store, SETTINGS, cache_dir=root, placement=Placement(workers=1))
     return records.load(store, "decoder"), json.loads(report.masks_file.read_text())
 
 
@@ -50,9 +51,9 @@ def test_streaming_equals_extract_then_decode_and_resumes(tmp_path, tiny_checkpo
     ckpt = tiny_checkpoints["dino-full"]
     kwargs = dict(chunk=2, batch_size=2, cache_dir=tmp_path)  # the default masks store, which the CLI finds too
     # shard 1 of 2 runs to its end, shard 0 is interrupted after one chunk: nothing is assembled yet
-    second = run_stream(ckpt, image_dir, SETTINGS, shard="1/2", workers=2, **kwargs)
+    second = run_stream(ckpt, image_dir, SETTINGS, placement=Placement(shard="1/2", workers=2), **kwargs)
     assert second.written == 3 and second.masks_file is None
-    first = run_stream(ckpt, image_dir, SETTINGS, shard="0/2", stop_after=1, **kwargs)
+    first = run_stream(ckpt, image_dir, SETTINGS, placement=Placement(shard="0/2", workers=1), stop_after=1, **kwargs)
     assert first.written == 2 and first.done == 5 and first.masks_file is None
     store = first.store
     assert store.name == "teacher-masks-480.zarr" and not records.results_path(store, "decoder").exists()
@@ -72,7 +73,7 @@ def test_streaming_equals_extract_then_decode_and_resumes(tmp_path, tiny_checkpo
 def test_streaming_in_one_run_and_other_settings_are_refused(tmp_path, tiny_checkpoints, image_dir, reference):
     ckpt = tiny_checkpoints["dino-full"]
     store = tmp_path / "masks.zarr"
-    report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=store, workers=1)
+    report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=store, placement=Placement(workers=1))
     assert report.done == 7 and report.masks_file is not None
     _same_as_reference(store, reference)
     with pytest.raises(ProbeError, match="another decoder"):
@@ -85,10 +86,10 @@ def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkp
     ckpt = tiny_checkpoints["dino-full"]
     with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
         with pytest.raises(ProbeError, match="--workers and --dask-address"):
-            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", workers=2, dask_address=cluster.scheduler_address)
+            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", placement=Placement(workers=2, dask_address=cluster.scheduler_address))
         assert not (tmp_path / "no.zarr").exists()  # refused before the masks store is made
-        report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr", workers=None,
-                            dask_address=cluster.scheduler_address)
+        report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr",
+                            placement=Placement(dask_address=cluster.scheduler_address))
     assert report.done == 7 and report.masks_file is not None
     _same_as_reference(tmp_path / "masks.zarr", reference)
 
@@ -101,10 +102,10 @@ def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_ch
     settings = Settings.from_preset("tokencut")
     store = extract(ckpt, image_dir, settings=ExtractSettings(views=(view,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
                     batch_size=2).store
-    ref = run_decode(store, settings, size=view, cache_dir=tmp_path / "ref", workers=1)
+    ref = run_decode(store, settings, size=view, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     saved = records.load(store, "decoder")
     assert len(set(zip(saved["grid_rows"].values, saved["grid_cols"].values))) > 1  # the images' grids differ
-    report = run_stream(ckpt, image_dir, settings, size=view, chunk=2, batch_size=2, cache_dir=tmp_path, workers=2)
+    report = run_stream(ckpt, image_dir, settings, size=view, chunk=2, batch_size=2, cache_dir=tmp_path, placement=Placement(workers=2))
     assert report.done == 7 and report.store.name == f"teacher-masks-{view}.zarr"
     streamed = records.load(report.store, "decoder")
     for name in [*ARRAYS, "grid_rows", "grid_cols"]:
@@ -120,13 +121,13 @@ def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path,
     settings = Settings.from_preset("dsm", color_lambda=10.0)
     store = extract(ckpt, image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
                     batch_size=2).store
-    ref = run_decode(store, settings, cache_dir=tmp_path / "ref", workers=1)
+    ref = run_decode(store, settings, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     saved = records.load(store, "decoder").load()
-    plain = run_decode(store, Settings.from_preset("dsm"), out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", workers=1)
+    plain = run_decode(store, Settings.from_preset("dsm"), out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     assert json.loads(plain.masks_file.read_text()) != json.loads(ref.masks_file.read_text())  # the colour term moves masks here
     # a run that finished nothing with other settings does not block this one
     assert run_stream(ckpt, image_dir, Settings.from_preset("dsm"), chunk=2, store=tmp_path / "m.zarr", stop_after=0).done == 0
-    report = run_stream(ckpt, image_dir, settings, chunk=2, batch_size=2, store=tmp_path / "m.zarr", workers=2)
+    report = run_stream(ckpt, image_dir, settings, chunk=2, batch_size=2, store=tmp_path / "m.zarr", placement=Placement(workers=2))
     assert report.done == 7
     streamed = records.load(report.store, "decoder")
     for name in ARRAYS:

@@ -42,22 +42,19 @@ def _rename(key: str, pairs: dict[str, str]) -> str:
     return key
 
 
+def _moved(state: dict[str, torch.Tensor], old: str, new: str, pairs: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Keys under the prefix ``old`` moved under ``new``, and every key's tail renamed by ``pairs``."""
+    return {_rename(new + key[len(old):] if key.startswith(old) else key, pairs): value for key, value in state.items()}
+
+
 def released_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Network state dict → SelfPatch's names (``backbone.*``, ``*.last_layer.weight_g/_v``)."""
-    out = {}
-    for key, value in state.items():
-        key = "backbone." + key[len("backbone.vit."):] if key.startswith("backbone.vit.") else key
-        out[_rename(key, WEIGHT_NORM)] = value
-    return out
+    return _moved(state, "backbone.vit.", "backbone.", WEIGHT_NORM)
 
 
 def network_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """SelfPatch's names → the network's own (the inverse of ``released_names``)."""
-    out = {}
-    for key, value in state.items():
-        key = "backbone.vit." + key[len("backbone."):] if key.startswith("backbone.") else key
-        out[_rename(key, RELEASED_WEIGHT_NORM)] = value
-    return out
+    return _moved(state, "backbone.", "backbone.vit.", RELEASED_WEIGHT_NORM)
 
 
 def head_names(head: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..infra.chunked import map_images
+from ..infra import runner
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 from .grid import grid_distance, grid_shape, grid_side
@@ -204,16 +204,14 @@ def entropy(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-    chunk: int | None = None,
-    client=None,
-    workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    run_blocks: Callable[..., dict[str, np.ndarray]] | None = None,
 ) -> Results:
     """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks;
     a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout.
 
     ``grid``: the view's patch grid, G or (rows, cols) (``store.grids.fixed_grid``); by default the
-    square grid of the patch count.
+    square grid of the patch count. ``run_blocks``: where the per-image block function runs
+    (``infra.runner.per_image``); by default in this process, a store chunk at a time.
     """
     if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
         raise ProbeError(attention.name, f"has shape {attention.shape}", "pass (image, head, query, key) attention")
@@ -225,9 +223,8 @@ def entropy(
     arrays = {"attention": attention}
     if blocks is not None:
         arrays["blocks"] = blocks
-    per_image = map_images(
-        functools.partial(_chunk, class_token=class_token, patch=patch, registers=registers, grid=(rows, cols)), arrays, chunk=chunk, client=client, workers=workers, progress=progress
-    )
+    fn = functools.partial(_chunk, class_token=class_token, patch=patch, registers=registers, grid=(rows, cols))
+    per_image = (run_blocks or runner.per_image())(fn, arrays)  # in this process unless told
 
     data: dict[str, tuple] = {}
     for name, values in per_image.items():

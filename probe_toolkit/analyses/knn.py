@@ -177,7 +177,7 @@ def features(values: np.ndarray, feature: str, norm: Callable[[np.ndarray], np.n
 
 def nearest_block(values: np.ndarray, *, bank, feature: str, norm, k: int, train_block: int) -> dict[str, np.ndarray]:
     """A block of test images' stored rows → their k nearest train images: the unit a runner ships
-    to a worker. ``bank.value()`` is the (train, D) normalised train features (``runner.Shared``,
+    to a worker. ``bank.value()`` is the (train, D) normalised train features (``infra.shared.Shared``,
     mapped once per worker), taken ``train_block`` rows at a time (the runner's one BLAS thread)."""
     matrix = bank.value()
 

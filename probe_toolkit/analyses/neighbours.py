@@ -37,11 +37,12 @@ Results (``probe neighbours`` saves them as ``results/neighbours_g<G>`` in the s
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable
+import inspect
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..infra.chunked import map_images
+from ..infra import runner
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 from ..store.plain import Results
@@ -162,6 +163,10 @@ def image_statistics(
     return out
 
 
+# image_statistics's settings and their defaults (SelfPatch's k_num = 4 and its 3 × 3 window on the torus)
+PREMISE = {name: p.default for name, p in inspect.signature(image_statistics).parameters.items() if p.default is not p.empty}
+
+
 def _chunk(tokens: np.ndarray, **settings) -> dict[str, np.ndarray]:
     return image_statistics(np.asarray(tokens), **settings)
 
@@ -178,33 +183,31 @@ def neighbours(
     tokens: xr.DataArray | StoreArray,
     grid: int,
     *,
-    k: int = 4,
-    top: int = 8,
-    wrap: bool = True,
-    metric: str = "chebyshev",
-    negative_quantile: float = 0.2,
-    max_negatives: int = 48,
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-    chunk: int | None = None,
-    client=None,
-    workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    run_blocks: Callable[..., dict[str, np.ndarray]] | None = None,
+    **premise: Any,
 ) -> Results:
     """Premise statistics of a store's tokens (image, patch, channel), chunk by chunk over images:
     a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout without
-    importing xarray and pandas (half a second of the command's start-up)."""
+    importing xarray and pandas. ``run_blocks``: where the per-image block function runs
+    (``infra.runner.per_image``); by default in this process, a store chunk at a time.
+    ``premise``: ``image_statistics``'s settings (``PREMISE``: k, top, wrap, metric,
+    negative_quantile, max_negatives), SelfPatch's by default."""
+    unknown = sorted(set(premise) - set(PREMISE))
+    if unknown:
+        raise TypeError(f"neighbours() got unexpected keyword arguments {unknown}")
+    settings = {"grid": grid, **PREMISE, **premise}
+    top, wrap, metric, max_negatives = settings["top"], settings["wrap"], settings["metric"], settings["max_negatives"]
     if tokens.ndim != 3:
         raise ProbeError(tokens.name, f"has dims {tokens.dims}", "pass (image, patch, channel) tokens")
     side = grid_side(tokens.shape[1], str(tokens.name))
     if side != grid:
         raise SettingError("grid", f"{tokens.name} holds {side}×{side} patches, not grid {grid}×{grid}", f"use grid={side}, or drop grid (the view sets it)")
     grid_distance(grid, metric)  # validates the metric name before any work
-    settings = dict(grid=grid, k=k, top=top, wrap=wrap, metric=metric, negative_quantile=negative_quantile, max_negatives=max_negatives)
-    per_image = map_images(
-        functools.partial(_chunk, **settings), {"tokens": tokens}, chunk=chunk, client=client, workers=workers, progress=progress
-    )
+    fn = functools.partial(_chunk, **settings)
+    per_image = (run_blocks or runner.per_image())(fn, {"tokens": tokens})  # in this process unless told
 
     n = grid * grid
     images = tokens.coords["image"].values if "image" in tokens.coords else np.arange(tokens.shape[0])
@@ -231,6 +234,6 @@ def neighbours(
         n_boot=n_boot,
         seed=seed,
         level=level,
-        positives_per_anchor=k,
+        positives_per_anchor=settings["k"],
     )
     return Results(data, coords=coords, attrs=attrs)

@@ -3,6 +3,7 @@ that maps a protocol parameter to its command-line flag."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -52,6 +53,32 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over
 BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
 AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
+
+# groups of options that several commands take alike, declared once (``options``)
+SHARDED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None)}
+PLACEMENT = {"threads": (ThreadsOpt, 1), **SHARDED, "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu")}
+OVER_STORES = {"json_path": (JsonOpt, None), "dask_address": (ClusterOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000),
+               "partial": (PartialOpt, False), "quiet": (QuietOpt, False)}
+
+
+def options(group: dict[str, tuple[Any, Any]]):
+    """A command's ``**keywords`` become the options of ``group`` (name: (annotation, default)), after
+    its own: typer reads them from the signature, and the command receives them in that dict."""
+    def declare(command):
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+                  for name, (annotation, default) in group.items()]
+        command.__signature__ = signature.replace(parameters=own + shared)
+        return command
+
+    return declare
+
+
+def summary_command(name: str):
+    """``probe NAME STORES...``: a summary over stores (``commands/runs.py``), with the options every
+    such summary takes (``OVER_STORES``)."""
+    return lambda command: app.command(name)(options(OVER_STORES)(command))
 
 
 def show(renderables: list[Any]) -> None:

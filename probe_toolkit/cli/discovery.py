@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (AllowPartialOpt, BackendOpt, CacheOpt, ClusterOpt, DeviceOpt, JsonOpt, PanelOpt, QuietOpt, ShardOpt, ThreadsOpt, UnsealOpt, WorkersOpt, app, console,
-                  err_console, run, show, ticker, waiting_line)
+from .app import (PLACEMENT, AllowPartialOpt, CacheOpt, PanelOpt, QuietOpt, UnsealOpt, app, console, err_console, options, run, show, ticker,
+                  waiting_line)
 
 DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's unsupervised_saliency_detection/get_saliency.py).")]
 
@@ -20,12 +20,12 @@ StreamChunkOpt = Annotated[int, typer.Option("--chunk", help="With --images: ima
 
 
 @app.command()
+@options(PLACEMENT)
 def decode(
     store: Annotated[Path, typer.Argument(help="A store with keys_480 (probe extract --views 480), or a checkpoint with --images.")],
     size: Annotated[int, typer.Option(help="Fixed view whose keys to cut (keys_<size>); --view overrides it.")] = 480,
     view: DecodeViewOpt = None,
     images: StreamImagesOpt = None,
-    shard: ShardOpt = None,
     batch_size: StreamBatchOpt = 16,
     chunk: StreamChunkOpt = 16,
     preset: Annotated[Optional[str], typer.Option(help="centred (default: centred keys, TokenCut's graph), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation).")] = None,
@@ -41,13 +41,9 @@ def decode(
     panel: PanelOpt = None,
     allow_partial: AllowPartialOpt = False,
     unseal: UnsealOpt = None,
-    threads: ThreadsOpt = 1,
-    workers: WorkersOpt = None,
-    dask_address: ClusterOpt = None,
-    backend: BackendOpt = "scipy",
-    device: DeviceOpt = "cpu",
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
+    **placement: Any,
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
     from ..infra.atomic import write_json
@@ -56,7 +52,6 @@ def decode(
 
     chosen = dict(preset=preset, tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda, view=str(view or size), refine=refine,
                   settings_file=settings)
-    placement = dict(threads=threads, workers=workers, dask_address=dask_address, backend=backend, device=device, shard=shard)
     if images is not None:
         if panel is not None:
             raise ProbeError(None, "--images streams without --panel", "score the masks JSON with `probe score`")
@@ -79,7 +74,7 @@ def decode(
     with bar("images", quiet) as progress:
         report = run("decode", store, out=out, panel=panel, allow_partial=allow_partial, unseal=unseal, cache_dir=cache, on_start=ticker(progress, "decode"), **chosen, **placement).report
     if report.masks_file is None:  # a shard that finished before the others
-        console.print(waiting_line(shard, report.extra["waiting_for_shards"], "the last one writes the masks"))
+        console.print(waiting_line(placement["shard"], report.extra["waiting_for_shards"], "the last one writes the masks"))
         return
     console.print(tables.decode_summary(report, report.extra["settings_source"]))
     for warning in report.extra.get("warnings", []):
@@ -113,6 +108,7 @@ def score(
 
 
 @app.command("decode-sweep")
+@options(PLACEMENT)
 def decode_sweep(
     store: Annotated[Path, typer.Argument(help="A store with keys_480.")],
     panel: Annotated[str, typer.Option("--panel", help="Validation panel to choose the settings on.")],
@@ -124,14 +120,9 @@ def decode_sweep(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
     allow_partial: AllowPartialOpt = False,
     unseal: UnsealOpt = None,
-    threads: ThreadsOpt = 1,
-    workers: WorkersOpt = None,
-    dask_address: ClusterOpt = None,
-    backend: BackendOpt = "scipy",
-    device: DeviceOpt = "cpu",
-    shard: ShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
+    **placement: Any,
 ) -> None:
     """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
     from ..infra.atomic import write_json
@@ -142,10 +133,9 @@ def decode_sweep(
         raise ProbeError(None, f"--top {top} must be at least 1", "use e.g. --top 20")
     with bar("images", quiet) as progress:
         report = run("decode-sweep", store, panel=panel, grid=grid, metric=metric, settings_out=settings_out, view=str(view or 480), allow_partial=allow_partial, unseal=unseal,
-                     cache_dir=cache, on_start=ticker(progress, "sweep"), threads=threads, workers=workers, dask_address=dask_address,
-                     backend=backend, device=device, shard=shard).report
+                     cache_dir=cache, on_start=ticker(progress, "sweep"), **placement).report
     if report.waiting:
-        console.print(waiting_line(shard, report.waiting, "the last one scores every setting"))
+        console.print(waiting_line(placement["shard"], report.waiting, "the last one scores every setting"))
         return
     show(tables.sweep(report, panel, metric, top))
     if json_path:

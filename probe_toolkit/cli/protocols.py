@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (BootOpt, CacheOpt, ClusterOpt, JsonOpt, PartialOpt, QuietOpt, SeedOpt, ShardOpt, StoresArg, UnsealOpt, WorkersOpt, app, console,
-                  err_console, run, show, waiting_line)
+from .app import (SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, WorkersOpt, app, console, err_console,
+                  options, run, show, summary_command, waiting_line)
 
 
 @app.command("linear")
@@ -44,6 +44,7 @@ def linear_probe(
 
 
 @app.command("knn")
+@options(SHARDED)
 def knn_command(
     store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images.")],
     train: Annotated[str, typer.Option("--train", help="Panel whose images vote (class folders, or COCO: largest category).")],
@@ -53,11 +54,9 @@ def knn_command(
     feature: Annotated[str, typer.Option("--feature", help="auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).")] = "auto",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the accuracies and settings as JSON.")] = None,
     unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel as --val (recorded in the ledger).")] = None,
-    workers: WorkersOpt = None,
-    dask_address: ClusterOpt = None,
-    shard: ShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
+    **placement: Any,
 ) -> None:
     """DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k."""
 
@@ -72,14 +71,15 @@ def knn_command(
     with bar("images", quiet) as progress:
         task = progress.add_task("k-NN", total=None)
         report = run("knn", store, train=train, val=val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
-                     json_path=json_path, progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address, shard=shard).report
+                     json_path=json_path, progress=lambda n: progress.advance(task, n), **placement).report
     if report.waiting:
-        console.print(waiting_line(shard, report.waiting, "the last one saves results/knn"))
+        console.print(waiting_line(placement["shard"], report.waiting, "the last one saves results/knn"))
         return
     show(tables.knn(report, train, val, temperature, view_text(report.view)))
 
 
 @app.command("attention-masks")
+@options(SHARDED)
 def attention_masks_command(
     store: Annotated[Path, typer.Argument(help="A store with attention_224 (or tokens_224 for SelfPatch's aggregation head).")],
     panel: Annotated[Optional[str], typer.Option("--panel", help="Score the masks by Jaccard against this panel's objects (read through the ledger).")] = None,
@@ -88,11 +88,9 @@ def attention_masks_command(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the Jaccards and settings as JSON.")] = None,
     unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")] = None,
     partial: Annotated[bool, typer.Option("--partial", help="Use a store still being extracted (its finished images).")] = False,
-    workers: WorkersOpt = None,
-    dask_address: ClusterOpt = None,
-    shard: ShardOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
+    **placement: Any,
 ) -> None:
     """DINO's attention masks (facebookresearch/dino visualize_attention.py): per head, 60 % of the mass; Jaccard per head and best head."""
 
@@ -102,9 +100,9 @@ def attention_masks_command(
     with bar("images", quiet) as progress:
         task = progress.add_task("masks", total=None)
         report = run("attention-masks", store, panel=panel, mass=mass, row=row, unseal=unseal, cache_dir=cache, json_path=json_path, partial=partial,
-                     on_block=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address, shard=shard).report
+                     on_block=lambda n: progress.advance(task, n), **placement).report
     if report.waiting:
-        console.print(waiting_line(shard, report.waiting, "the last one saves results/attention_masks"))
+        console.print(waiting_line(placement["shard"], report.waiting, "the last one saves results/attention_masks"))
         return
     show(tables.attention_masks(report, panel))
 
@@ -150,24 +148,18 @@ def propagate_command(
 
 
 
-@app.command("entropy")
+@summary_command("entropy")
 def entropy_command(
     stores: StoresArg,
     patch: Annotated[Optional[int], typer.Option("--patch", help="Follow this patch of the 224 view (patch = G·row + column).")] = None,
     image: Annotated[Optional[str], typer.Option("--image", help="Image id for the --patch tables (default: the first).")] = None,
-    json_path: JsonOpt = None,
-    dask_address: ClusterOpt = None,
-    seed: SeedOpt = 0,
-    boot: BootOpt = 1000,
-    partial: PartialOpt = False,
-    quiet: QuietOpt = False,
+    **over: Any,
 ) -> None:
     """How spread each attention row is: entropy, e^H, e^H / T, mean attention distance."""
 
     from ..results import summaries
 
-    found = run("entropy", stores, patch=patch, image=image, json_path=json_path, dask_address=dask_address, seed=seed, boot=boot, partial=partial,
-                quiet=quiet).report
+    found = run("entropy", stores, patch=patch, image=image, **over).report
     console.print(summaries.entropy_table(found.results))
     if found.followed is not None:
         for store, result in found.results.items():
@@ -175,7 +167,7 @@ def entropy_command(
                 console.print(table)
 
 
-@app.command("neighbours")
+@summary_command("neighbours")
 def neighbours_command(
     stores: StoresArg,
     view: Annotated[Optional[str], typer.Option("--view", help="224 (default) or 96: the view's tokens, at whatever grid the store holds (ViT-S/16 at 224: 14x14; ViT-S/8: 28x28).")] = None,
@@ -184,18 +176,12 @@ def neighbours_command(
     top: Annotated[int, typer.Option("--top", help="How many of the most similar patches to test against the window.")] = 8,
     no_wrap: Annotated[bool, typer.Option("--no-wrap", help="Plain borders instead of SelfPatch's wrap-around.")] = False,
     distance: Annotated[str, typer.Option("--distance", help="chebyshev or euclidean (on the torus unless --no-wrap).")] = "chebyshev",
-    json_path: JsonOpt = None,
-    dask_address: ClusterOpt = None,
-    seed: SeedOpt = 0,
-    boot: BootOpt = 1000,
-    partial: PartialOpt = False,
-    quiet: QuietOpt = False,
+    **over: Any,
 ) -> None:
     """Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections."""
 
     from ..results import summaries
 
-    found = run("neighbours", stores, view=view, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, json_path=json_path,
-                dask_address=dask_address, seed=seed, boot=boot, partial=partial, quiet=quiet).report
+    found = run("neighbours", stores, view=view, grid=grid, k=k, top=top, wrap=not no_wrap, distance=distance, **over).report
     console.print(summaries.neighbours_table(found.results))
 

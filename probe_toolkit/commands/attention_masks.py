@@ -25,7 +25,6 @@ Results ``results/attention_masks``:
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,6 +36,7 @@ from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.placement import Placement, sharded
 from ..infra.runner import Where, map_images, placed
 from ..labels.panels import read_labels
 from ..store import cache, images, parts
@@ -124,9 +124,8 @@ def shard_masks(ds: xr.Dataset, store: Path, shard: str | None, row: str, head: 
     """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
     from . import shards
 
-    which = shards.parse(shard)
     ids = [str(i) for i in ds.image.values]
-    a, b = shards.image_range(which, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
+    which, (a, b) = shards.share(shard, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
     masks = masks_of_store(ds, row, head, mass, heads, on_block, where, (a, b)) if b > a else np.zeros((0, heads, 0), bool)
     part = xr.Dataset({"mask": (("image", "head", "patch"), masks.astype(np.uint8))}, coords={"image": ids[a:b]})
     identity = {"row": row, "mass": float(mass), "images_sha256": shards.images_sha256(ids)}
@@ -159,13 +158,12 @@ def run_attention_masks(
     partial: bool = False,
     on_block: Callable[[int], None] | None = None,
     command: str = "probe attention-masks",
-    workers: int | None = 1,
-    dask_address: str | None = None,
-    shard: str | None = None,
+    placement: Placement = Placement(workers=1),
 ) -> MasksReport:
     """Masks of every finished image (``workers`` local processes, None: every core; or the dask
     cluster at ``dask_address``; ``shard`` i/n: this process's share, ``commands.shards``), saved;
     scored by Jaccard on ``panel`` when given (by the shard that completes the set)."""
+    workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
     if not 0.0 < mass < 1.0:
         raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
     store = Path(store)
@@ -176,7 +174,7 @@ def run_attention_masks(
     heads = int(meta.get("arch", {}).get("heads", 1))
     patch = int(meta.get("arch", {}).get("patch", 16))
     with placed(workers, dask_address) as where:
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if not sharded(shard):
             masks = masks_of_store(ds, row, head, mass, heads, on_block, where)
         else:
             masks, missing = shard_masks(ds, store, shard, row, head, mass, heads, on_block, where)

@@ -19,7 +19,6 @@ file (``--settings``, else ``<cache>/decoder-settings.json`` written by the swee
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from ..analyses.decoder_blocks import check_backend, default_workers
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.placement import Placement, sharded
 from ..infra.runner import placed
 from ..labels.masks import decoder_dataset
 from ..labels import saliency
@@ -124,13 +124,8 @@ def run_decode(
     unseal: str | None = None,
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
-    threads: int = 1,
     refine: str | None = None,
-    workers: int | None = 1,
-    dask_address: str | None = None,
-    backend: str = "scipy",
-    device: str = "cpu",
-    shard: str | None = None,
+    placement: Placement = Placement(workers=1),
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
@@ -139,6 +134,8 @@ def run_decode(
     local processes (None: every core); ``dask_address``: a dask.distributed cluster; ``shard``:
     ``i/n``, this process's share (``commands.decode_shards``).
     """
+    threads, workers, dask_address, backend, device, shard = (placement.threads, placement.workers, placement.dask_address, placement.backend,
+                                                               placement.device, placement.shard)
     if refine not in (None, "bilateral"):
         raise ProbeError(None, f"--refine {refine!r} is not bilateral", "use --refine bilateral or leave it out")
     if refine and panel is None:
@@ -153,7 +150,7 @@ def run_decode(
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
     with placed(workers, dask_address) as where:
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if not sharded(shard):
             if settings.color_lambda:
                 decoded = decode_with_colour(src, settings, tick, where=where)
                 encoded.add(decoded)

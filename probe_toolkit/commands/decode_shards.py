@@ -19,9 +19,9 @@ import numpy as np
 from ..analyses.decoder import Decoded
 from ..analyses.decoder_settings import Settings
 from ..analyses.decoder_blocks import as_decoded, decode_block, group_arrays, sweep_block
-from ..infra.runner import Where, map_images, shard_range
+from ..infra.runner import Where, map_images
 from ..labels.masks import decoded_from_dataset, decoder_dataset
-from .shards import gather
+from .shards import gather, share
 
 
 def decode_shard(src, settings: Settings, shard: str | None, *, where: Where, backend: str, device: str, threads: int = 1,
@@ -58,11 +58,8 @@ def sweep_shard(src, groups: list[Settings], shard: str | None, *, where: Where,
 def _share(src, shard: str | None, fn, arrays: dict, where: Where, threads: int, on_image, torch_free: bool = False):
     """(i, n), this shard's image range (whole store chunks) and ``fn`` over it (None when the
     range is empty: more shards than chunks)."""
-    from ..store.extract_plan import parse_shard  # here: it brings torch, which decoding never needs
-
-    which = parse_shard(shard)
     block = int(src.manifest.get("chunk") or 16)
-    a, b = shard_range(len(src.image_ids), block, which)
+    which, (a, b) = share(shard, len(src.image_ids), block)
     if b <= a:
         return which, (a, b), None
     progress = (lambda k: [on_image() for _ in range(k)]) if on_image else None

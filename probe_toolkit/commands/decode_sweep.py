@@ -8,7 +8,6 @@ every score (setting); attrs ``ledger_entry``, ``best``, ``metric``.
 from __future__ import annotations
 
 import itertools
-import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,6 +22,7 @@ from ..analyses.decoder_blocks import as_decoded, check_backend, default_workers
 from ..infra import lazy_dask, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
+from ..infra.placement import Placement, sharded
 from ..infra.runner import map_images, placed
 from ..labels.masks import coco_results
 from ..labels.panels import check_readable, read_labels
@@ -101,17 +101,14 @@ def run_sweep(
     unseal: str | None = None,
     cache_dir: str | Path | None = None,
     on_start: Callable[[int], Callable[[], None]] | None = None,
-    threads: int = 1,
-    workers: int | None = 1,
-    dask_address: str | None = None,
-    backend: str = "scipy",
-    device: str = "cpu",
     size: int | str = 480,
-    shard: str | None = None,
+    placement: Placement = Placement(workers=1),
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting.
     ``shard`` i/n (or torchrun): this process decodes its share of the images under every
     setting; the shard that finds every share saved scores (the others return ``waiting``)."""
+    threads, workers, dask_address, backend, device, shard = (placement.threads, placement.workers, placement.dask_address, placement.backend,
+                                                               placement.device, placement.shard)
     settings_list = load_grid(grid)
     known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
     if metric not in known:
@@ -133,7 +130,7 @@ def run_sweep(
     group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
     tick = on_start(len(src.image_ids)) if on_start else None
     with placed(workers, dask_address) as where:
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if not sharded(shard):
             fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
             arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
             per_group = [src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, s in enumerate(group_settings)]

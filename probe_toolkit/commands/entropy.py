@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..infra.errors import ProbeError
+from ..infra.runner import per_image
 from ..store.cache import require
-from .runs import Run, finish, over_stores
+from .runs import OverStores, Run, finish, over_stores
 
 
 def run_entropy(
@@ -14,29 +15,24 @@ def run_entropy(
     *,
     patch: int | None = None,
     image: str | None = None,
-    json_path: Path | None = None,
-    dask_address: str | None = None,
-    seed: int = 0,
-    boot: int = 1000,
-    partial: bool = False,
-    quiet: bool = False,
+    over: OverStores = OverStores(),
 ) -> Run:
     """``probe entropy``: saved as ``results/entropy`` in each store."""
     from ..analyses.entropy import entropy
     from ..analyses.stats import check_boot
 
-    check_boot(boot)  # before any store is opened
+    check_boot(over.boot)  # before any store is opened
 
-    def analyse(ds, progress, client):
+    def analyse(ds, progress, where):
         arch = ds.attrs["manifest"].get("arch", {})
         blocks = require(ds, "attention_blocks_224") if "attention_blocks_224" in ds else None
         return entropy(
             require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), registers=int(arch.get("registers", 0)),
             blocks=blocks, patch=patch,
-            n_boot=boot, seed=seed, client=client, progress=progress,
+            n_boot=over.boot, seed=over.seed, run_blocks=per_image(where, progress=progress),
         )
 
-    runs = over_stores(stores, analyse, "attention_224", quiet, dask_address, partial)
+    runs = over_stores(stores, analyse, "attention_224", over)
     followed = None
     if patch is not None:
         followed = 0
@@ -45,4 +41,4 @@ def run_entropy(
             if image is not None and image not in ids:
                 raise ProbeError(store, f"has no finished image {image!r}", "pass an id from the store's image list")
             followed = ids.index(image) if image is not None else 0
-    return finish("entropy", "probe entropy", runs, json_path, followed)
+    return finish("entropy", "probe entropy", runs, over.json_path, followed)

@@ -31,7 +31,6 @@ not its central 87.5 %) is still read, and every output says so. Results ``resul
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,9 @@ import xarray as xr
 from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..infra.runner import map_images, placed, shared
+from ..infra.placement import Placement, sharded
+from ..infra.runner import map_images, placed
+from ..infra.shared import shared
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
 from ..results import records
@@ -139,8 +140,7 @@ def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataA
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
-    which = shards.parse(shard)
-    a, b = shards.image_range(which, len(val_ids), knn.TEST_BLOCK)
+    which, (a, b) = shards.share(shard, len(val_ids), knn.TEST_BLOCK)
     if b > a:
         near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, image_range=(a, b), torch_free=True)
     else:
@@ -192,9 +192,7 @@ def run_knn(
     json_path: str | Path | None = None,
     progress: Callable[[int], None] | None = None,
     command: str = "probe knn",
-    workers: int | None = 1,
-    dask_address: str | None = None,
-    shard: str | None = None,
+    placement: Placement = Placement(workers=1),
 ) -> KnnReport:
     """Classify the val panel's images by their nearest train images; save ``results/knn``.
 
@@ -202,9 +200,10 @@ def run_knn(
     given are refused when one exceeds the train images (both before any label is read).
 
     Blocks of val rows run on ``workers`` local processes (None: every core) or the dask cluster
-    at ``dask_address``, each against the train bank (``runner.Shared``: a file mapped once per
+    at ``dask_address``, each against the train bank (``infra.shared.Shared``: a file mapped once per
     worker; this process holds it whole, train × D float32, e.g. 2 GB for ImageNet at D = 384);
     ``shard`` i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
+    workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
     given = ks is not None
     ks = tuple(knn.KS if ks is None else ks)
     if not ks or any(int(k) < 1 for k in ks):
@@ -247,7 +246,7 @@ def run_knn(
     with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
-        if shard is None and "WORLD_SIZE" not in os.environ:
+        if not sharded(shard):
             near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, torch_free=True)
         else:
             near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress)

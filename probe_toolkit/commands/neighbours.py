@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..analyses.grid import grid_side
 from ..infra.errors import ProbeError
+from ..infra.runner import per_image
 from ..store.cache import open_store, require
-from .runs import Run, finish, over_stores
+from .runs import OverStores, Run, finish, over_stores
 
 DEFAULT_VIEW = "224"
 
@@ -59,27 +60,23 @@ def run_neighbours(
     top: int = 8,
     wrap: bool = True,
     distance: str = "chebyshev",
-    json_path: Path | None = None,
-    dask_address: str | None = None,
-    seed: int = 0,
-    boot: int = 1000,
-    partial: bool = False,
-    quiet: bool = False,
+    over: OverStores = OverStores(),
 ) -> Run:
     """``probe neighbours``: saved as ``results/neighbours_g<grid>`` (``_nowrap`` without the wrap)."""
     from ..analyses.neighbours import neighbours, view_array
     from ..analyses.stats import check_boot
 
-    check_boot(boot)  # before any store is opened
+    check_boot(over.boot)  # before any store is opened
 
     array = view_array(choose_view(stores, view, grid))
 
-    def analyse(ds, progress, client):
+    def analyse(ds, progress, where):
         tokens = require(ds, array)
         side = grid_side(tokens.shape[1], array)
-        return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, n_boot=boot, seed=seed, client=client, progress=progress)
+        return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, n_boot=over.boot, seed=over.seed,
+                          run_blocks=per_image(where, progress=progress))
 
-    runs = over_stores(stores, analyse, array, quiet, dask_address, partial)
+    runs = over_stores(stores, analyse, array, over)
     suffix = "" if wrap else "_nowrap"
     names = {store: f"neighbours_g{result.attrs['grid']}{suffix}" for store, (_, result) in runs.items()}
-    return finish(next(iter(names.values()), "neighbours"), "probe neighbours", runs, json_path, names=names)
+    return finish(next(iter(names.values()), "neighbours"), "probe neighbours", runs, over.json_path, names=names)

@@ -47,6 +47,7 @@ from ..analyses import propagation
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
+from ..infra.placement import Placement, parse_shard, sharded
 from ..infra.runner import map_blocks, placed, shard_range, torch_threads
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
@@ -54,8 +55,8 @@ from ..store import cache
 from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
-from ..store.extract_plan import parse_shard
 from ..store.images import load_image
+from .shards import collect
 
 BATCH = 8  # frames per forward pass
 
@@ -254,17 +255,12 @@ def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], di
     i, n = shard
     folder = out / ".shards"
     folder.mkdir(exist_ok=True)
-    write_json(folder / f"propagate-part-{i}-of-{n}.json", {"identity": identity, "digests": digests, "first_frames": first_frames}, indent=1)
-    every, entries, waiting = {}, [], []
-    for j in range(n):
-        path = folder / f"propagate-part-{j}-of-{n}.json"
-        part = json.loads(path.read_text()) if path.is_file() else None
-        if part is None or part.get("identity") != identity:
-            waiting.append(j)
-            continue
-        every.update(part["digests"])
-        entries.append(part["first_frames"])
-    return every, " ".join(e for e in entries if e), waiting
+    path = lambda j: folder / f"propagate-part-{j}-of-{n}.json"  # noqa: E731
+    parts, waiting = collect(shard, lambda: write_json(path(i), {"identity": identity, "digests": digests, "first_frames": first_frames}, indent=1),
+                             lambda j: json.loads(path(j).read_text()) if path(j).is_file() else None,
+                             lambda part: part.get("identity") == identity)
+    every = {name: digest for part in parts for name, digest in part["digests"].items()}
+    return every, " ".join(part["first_frames"] for part in parts if part["first_frames"]), waiting
 
 
 def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float]) -> xr.Dataset:
@@ -285,14 +281,11 @@ def run_propagate(
     sequences: Sequence[str] | None = None,
     score: bool = True,
     store: str | Path | None = None,
-    device: str = "auto",
     cache_dir: str | Path | None = None,
     json_path: str | Path | None = None,
     on_frame: Callable[[int], None] | None = None,
     command: str = "probe propagate",
-    workers: int | None = 1,
-    dask_address: str | None = None,
-    shard: str | None = None,
+    placement: Placement = Placement(workers=1, device="auto"),
 ) -> PropagationReport:
     """Propagate every sequence (one runner task each: ``workers`` local processes, None: every
     core, one on a GPU; or the dask cluster at ``dask_address``), write its PNGs, then score them
@@ -300,6 +293,7 @@ def run_propagate(
     process (``runner.task_threads``); the tests check the same bits at 1 and 2 workers and on a
     cluster. ``shard`` i/n (or torchrun): this process's contiguous share of the sequences; the
     shard that finds every share written (``gather_parts``) scores them all."""
+    device, workers, dask_address, shard = placement.device, placement.workers, placement.dask_address, placement.shard
     settings.check()
     target_device = _device(device)
     if workers is None and target_device.type != "cpu" and not dask_address:
@@ -314,7 +308,7 @@ def run_propagate(
         if unknown:
             raise ProbeError("--sequence", f"{unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}")
         found = [s for s in found if s.name in set(sequences)]
-    which = parse_shard(shard) if shard is not None or "WORLD_SIZE" in os.environ else None
+    which = parse_shard(shard) if sharded(shard) else None
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
     # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;
     # every shard lists the same entries (all sequences', the tables, .shards/), so their manifests agree

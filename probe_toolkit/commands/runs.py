@@ -2,7 +2,8 @@
 
 The measurements themselves are pure (``analyses.entropy``, ``analyses.neighbours``: arrays in,
 datasets out); this module opens each store (refusing an unfinished one unless ``partial``),
-runs the measurement chunk by chunk (locally or on a dask.distributed scheduler), saves the
+runs the measurement block by block through the one runner (``infra/runner.py``: every local
+core, or a dask.distributed scheduler, as the placement says), saves the
 result in the store's results group with where it came from, and writes the numbers as JSON
 when asked.
 """
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Callable
 
 from ..infra import provenance
 from ..infra.atomic import write_json
-from ..infra.chunked import connect
+from ..infra.placement import Placement
 from ..infra.progress import bar
+from ..infra.runner import placed
 from ..store.cache import open_store, require
 from ..results import records
 from ..store.completion import computed_on
@@ -27,6 +29,24 @@ if TYPE_CHECKING:
 
     from ..store.direct import StoreData
     from ..store.plain import Results
+
+
+@dataclass(frozen=True)
+class OverStores:
+    """What a summary over stores takes besides its own settings: the bootstrap over images,
+    whether a store still being extracted may be read, where the blocks run, and the outputs."""
+
+    seed: int = 0
+    boot: int = 1000
+    partial: bool = False
+    placement: Placement = Placement()
+    json_path: Path | None = None
+    quiet: bool = False
+
+    @classmethod
+    def of(cls, settings, placement: Placement, json_path: Path | None, quiet: bool) -> "OverStores":
+        """From a protocol's settings (``seed``, ``boot``, ``partial``) and the run's placement."""
+        return cls(seed=settings.seed, boot=settings.boot, partial=settings.partial, placement=placement, json_path=json_path, quiet=quiet)
 
 
 @dataclass
@@ -47,23 +67,17 @@ def result_provenance(ds: xr.Dataset | StoreData, command: str) -> dict:
             "computed_on": computed_on(ds.attrs["store"], ds["image"].values) if ds.attrs.get("store") else {}}
 
 
-def over_stores(stores: list[Path], analyse: Callable, needs: str, quiet: bool, dask_address: str | None,
-                partial: bool) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
+def over_stores(stores: list[Path], analyse: Callable, needs: str, over: OverStores) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
     """Open every store (with zarr alone: ``store.direct``) and check it holds ``needs`` first, then
-    run ``analyse(ds, progress, client)``."""
-    opened = {str(store): open_store(store, allow_partial=partial, arrays=needs, plain=True) for store in dict.fromkeys(stores)}
+    run ``analyse(ds, progress, where)``, ``where`` the runner's placement (``runner.Where``)."""
+    opened = {str(store): open_store(store, allow_partial=over.partial, arrays=needs, plain=True) for store in dict.fromkeys(stores)}
     for ds in opened.values():
         require(ds, needs)
     runs = {}
-    client = connect(dask_address)
-    try:
-        with bar("images", quiet) as progress:
-            for store, ds in opened.items():
-                task = progress.add_task(store, total=ds.sizes.get("image", 0))
-                runs[store] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), client))
-    finally:
-        if client is not None:
-            client.close()
+    with placed(over.placement.workers, over.placement.dask_address) as where, bar("images", over.quiet) as progress:
+        for store, ds in opened.items():
+            task = progress.add_task(store, total=ds.sizes.get("image", 0))
+            runs[store] = (ds, analyse(ds, lambda n, task=task: progress.advance(task, n), where))
     return runs
 
 

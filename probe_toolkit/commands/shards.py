@@ -1,21 +1,22 @@
-"""``--shard i/n`` (or torchrun's RANK/WORLD_SIZE) for a per-image analysis of a store.
+"""``--shard i/n`` (or torchrun's RANK/WORLD_SIZE) for a per-image analysis: this process's share,
+and the one place where the last shard assembles the parts.
 
-Shard i of n computes a contiguous range of whole store chunks (``runner.shard_range``) and
-saves it as ``results/<name>-part-<i>-of-<n>`` with an identity (the settings and the images).
-The shard that finds all n parts present with the same identity concatenates them in image
-order (so the arrays equal a one-process run bit for bit) and goes on to score and save; the
-others report which shards they wait for. A rerun of a shard replaces its part.
-``decode_shards`` is the decoder's own version (its parts carry the masks JSON's unit).
+Shard i of n computes a contiguous range of whole blocks (``share``: ``runner.shard_range``) and
+saves it as a part with an identity (the settings and the images). The shard that finds all n
+parts present with the same identity assembles them (``collect``) and goes on to score and save;
+the others report which shards they wait for. A rerun of a shard replaces its part. A store's
+analyses keep their parts as records, ``results/<name>-part-<i>-of-<n>`` (``gather``, concatenated
+in image order, so the arrays equal a one-process run bit for bit); ``probe propagate`` keeps
+its shares in its output folder.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from ..infra.placement import parse_shard
 from ..infra.runner import shard_range
-from ..store import cache
 from ..results import records
 
 if TYPE_CHECKING:
@@ -23,21 +24,11 @@ if TYPE_CHECKING:
 
     from ..store.plain import Results
 
-
-def sharded(shard: str | None) -> bool:
-    """Whether this run is one shard: ``--shard`` given, or started by torchrun."""
-    return shard is not None or "WORLD_SIZE" in os.environ
-
-
-def parse(shard: str | None) -> tuple[int, int]:
-    from ..store.extract_plan import parse_shard  # here: it brings torch
-
-    return parse_shard(shard)
-
-
-def image_range(shard: tuple[int, int], n_images: int, chunk: int) -> tuple[int, int]:
-    """Images [start, stop) of this shard: whole chunks, so its blocks are the one-process run's."""
-    return shard_range(n_images, chunk, shard)
+def share(shard: str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(i, n) of this process and its images [start, stop): whole blocks, so its blocks are the
+    one-process run's."""
+    which = parse_shard(shard)
+    return which, shard_range(n_images, block, which)
 
 
 def images_sha256(ids: list[str]) -> str:
@@ -47,18 +38,28 @@ def images_sha256(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
-def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
-    """Save this shard's part; (every part concatenated along ``image``, []) once all are in,
-    else (None, the shards still missing)."""
-    i, n = shard
-    records.save(store, f"{name}-part-{i}-of-{n}", part, identity)
+def collect(shard: tuple[int, int], save: Callable[[], Any], load: Callable[[int], Any], matches: Callable[[Any], bool]) -> tuple[list, list[int]]:
+    """Save this shard's part (``save()``), then read every shard's (``load(j)``: None when absent);
+    (every part, []) once all n are in and ``matches`` this run's identity, else (the parts found,
+    the shards still missing)."""
+    save()
     parts, missing = [], []
-    for j in range(n):
-        saved = records.load(store, f"{name}-part-{j}-of-{n}")
-        if saved is None or {k: saved.attrs.get(k) for k in identity} != identity:
+    for j in range(shard[1]):
+        part = load(j)
+        if part is None or not matches(part):
             missing.append(j)
         else:
-            parts.append(saved)
+            parts.append(part)
+    return parts, missing
+
+
+def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
+    """Save this shard's part as a record; (every part concatenated along ``image``, []) once all
+    are in, else (None, the shards still missing)."""
+    i, n = shard
+    parts, missing = collect(shard, lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
+                             lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
+                             lambda saved: {k: saved.attrs.get(k) for k in identity} == identity)
     if missing:
         return None, missing
     filled = [p for p in parts if p.sizes.get("image", 0)]

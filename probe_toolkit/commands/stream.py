@@ -34,6 +34,7 @@ from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
+from ..infra.placement import Placement, parse_shard
 from ..infra.runner import check_placement, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
@@ -87,14 +88,10 @@ def run_stream(
     batch_size: int = 16,
     store: str | Path | None = None,
     cache_dir: str | Path | None = None,
-    shard: str | None = None,
-    workers: int | None = 1,
-    dask_address: str | None = None,
-    backend: str = "scipy",
-    device: str = "cpu",
     settings_source: str = "",
     on_start: Callable[[int], Callable[[int], None]] | None = None,
     stop_after: int | None = None,
+    placement: Placement = Placement(workers=1),
 ) -> StreamReport:
     """Stream ``image_dir`` through the checkpoint and the decoder; see the module docstring.
 
@@ -102,6 +99,7 @@ def run_stream(
     ``dask_address``: the forward pass runs here (a GPU's process), each chunk's keys are shipped
     to the cluster's workers in blocks and decoded there (one BLAS thread each, the same bits).
     """
+    workers, dask_address, backend, device, shard = placement.workers, placement.dask_address, placement.backend, placement.device, placement.shard
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_placement(workers, dask_address)  # before anything is created
@@ -130,7 +128,7 @@ def run_stream(
         if writer.manifest.get(key) != meta[key]:
             raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
                              "pass the same decoder options, or another --store / --cache")
-    todo = writer.todo(extract_plan.parse_shard(shard))
+    todo = writer.todo(parse_shard(shard))
     if stop_after is not None:
         todo = todo[:stop_after]
     tick = on_start(sum(b - a for a, b, _ in todo)) if on_start else None

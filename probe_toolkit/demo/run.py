@@ -22,6 +22,7 @@ from typing import Callable
 
 from ..commands.entropy import run_entropy
 from ..commands.neighbours import run_neighbours
+from ..commands.runs import OverStores
 from ..labels import panels
 from ..store.extract import Settings, extract
 from . import scenes
@@ -105,9 +106,9 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         demo.stores.append(extract(checkpoint, root, settings=settings, cache_dir=cache, batch_size=8, quiet=quiet).store)
     lap("extraction (96, 224, 480)")
 
-    run_entropy(demo.stores, patch=34, image=FOLLOW, quiet=quiet)
+    run_entropy(demo.stores, patch=34, image=FOLLOW, over=OverStores(quiet=quiet))
     for view in ("224", "96"):
-        run_neighbours(demo.stores, view=view, quiet=quiet)
+        run_neighbours(demo.stores, view=view, over=OverStores(quiet=quiet))
     lap("entropy and neighbours")
 
     from ..commands.decode import resolve_settings, run_decode

@@ -1,2 +1,2 @@
 """What every stage leans on and none owns: errors, atomic writes, progress, memory, provenance,
-and the chunked runner that maps a function over a store's images locally or on dask."""
+and the one runner that maps a function over a store's images locally, on dask or by shards."""

@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from .errors import ProbeError
 from .settings import SettingError, at_least, one_of
 
 
@@ -54,6 +55,25 @@ class Placement:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def sharded(shard: str | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this run is one shard: ``--shard`` given, or started by torchrun."""
+    return shard is not None or "WORLD_SIZE" in (os.environ if environ is None else environ)
+
+
+def parse_shard(shard: str | None) -> tuple[int, int]:
+    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
+    if shard:
+        try:
+            i, n = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
+    else:
+        i, n = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if not 0 <= i < n:
+        raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
+    return i, n
 
 
 def shard_of(text: str) -> tuple[int, int]:

@@ -1,17 +1,17 @@
-"""Run a per-image analysis on every local core, on a dask.distributed cluster, or as one shard.
+"""The one runner: a per-image analysis on every local core, on a dask.distributed cluster, or as one shard.
 
 An analysis hands the runner a pure, picklable function ``fn(**blocks) -> dict[str, ndarray]``
-over an image block of its arrays (the same contract as ``chunked.map_images``), whose results
-have ``image`` as their first axis. The runner cuts the images into blocks and calls ``fn``
+over an image block of its arrays, whose results have ``image`` as their first axis. The runner
+cuts the images into blocks and calls ``fn``
 
 - in this process (``workers=1``), or on ``workers`` local processes, each limited to one BLAS
   thread (per-image problems are small, and a busy machine makes multi-threaded BLAS spin);
   this process ships each block's coordinates (``StoreBlock``) and the worker reads and
   decompresses the block itself, with the proofs a dask worker makes, so this process's one core
   never serialises the reads of every core's work;
-- on a dask.distributed cluster (``client``), through ``chunked.map_images``: the same client
-  code, and the same checks, as ``probe entropy`` and ``probe neighbours`` (``map_blocks`` with a
-  ``client``, for blocks that are not a store's, e.g. DAVIS sequences, waits the same way);
+- on a dask.distributed cluster (``client``), whose workers read their own blocks with the same
+  proofs (``cluster.proven_read``; ``map_blocks`` with a ``client``, for blocks that are not a
+  store's, e.g. DAVIS sequences, ships them and waits the same way);
 
 and concatenates the results in image order. Every image is computed alone by the same code
 with one BLAS thread and one torch thread (``task_threads``, in this process too), so the results
@@ -19,10 +19,8 @@ are bit-identical whatever the worker count or cluster.
 ``shard_range`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
 or torchrun's RANK/WORLD_SIZE, parsed as ``probe extract`` parses them).
 """
-
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 import sys
@@ -31,12 +29,11 @@ from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from .errors import ProbeError, worker_name
+from .errors import ProbeError
 
 BlockFn = Callable[..., dict[str, np.ndarray]]
 
@@ -63,6 +60,13 @@ def shard_range(n_images: int, block: int, shard: tuple[int, int]) -> tuple[int,
     i, n = shard
     blocks = -(-n_images // block)
     return min(n_images, (i * blocks) // n * block), min(n_images, ((i + 1) * blocks) // n * block)
+
+
+def store_chunk(array) -> int:
+    """Images per block when the caller names none: the array's own chunks along ``image`` (zarr's,
+    as the store was written), else 16."""
+    chunks = getattr(array, "encoding", {}).get("chunks")
+    return int(chunks[0]) if chunks else 16
 
 
 def blocks(n_images: int, block: int) -> list[tuple[int, int]]:
@@ -110,7 +114,7 @@ def placed(workers: int | None = None, dask_address: str | None = None) -> Itera
     """``--workers`` / ``--dask-address`` as a ``Where``; the cluster's client is closed after."""
     check_placement(workers, dask_address)
     if dask_address:
-        from .chunked import connect
+        from .cluster import connect
 
         client = connect(dask_address)
         try:
@@ -212,8 +216,8 @@ def map_blocks(
     result)``: called here with every block's result, in order, while the workers compute the next
     ones (a command assembles its output as the blocks come, not after the last). ``client``:
     every block is read here and runs on the cluster under one thread (``task_threads``), as a
-    local worker runs it; results wait as ``chunked.map_images``'s do (a lost scheduler or
-    worker is one line).
+    local worker runs it; results wait as ``map_images``'s do (a lost scheduler or worker is
+    one line).
     """
     if not ranges:
         raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
@@ -243,7 +247,7 @@ def map_blocks(
 
 
 def _on_cluster(client, fn: BlockFn, read, ranges: list[tuple[int, int]], progress) -> list[dict[str, np.ndarray]]:
-    from .chunked import on_cluster
+    from .cluster import on_cluster
 
     calls = [(_call, fn, read(a, b), 1) for a, b in ranges]
     return on_cluster(client, calls, f"probe-block-{ranges[0][0]}", lambda i, _: progress(ranges[i][1] - ranges[i][0]) if progress else None)
@@ -286,8 +290,8 @@ def map_images(
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
     ``image_range`` restricts the run to images [start, stop) (a shard). On a dask ``client``
-    the blocks are read by the cluster's workers (``chunked.map_images``); locally each worker
-    reads its own (below), and this process reads when it computes. ``fixed``: blocks of exactly ``block`` images
+    the blocks (``block`` images each) are read by the cluster's workers (``_on_store_cluster``);
+    locally each worker reads its own (below), and this process reads when it computes. ``fixed``: blocks of exactly ``block`` images
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
     torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``:
@@ -296,13 +300,17 @@ def map_images(
     Local workers read their own blocks (``StoreBlock``) when every array is one store's; arrays
     made in memory are read here and shipped.
     """
+    from .memory import keep_memory_flat
+
+    keep_memory_flat()
     first = next(iter(arrays.values()))
+    for name, array in arrays.items():
+        if array.shape[0] != first.shape[0]:
+            raise ProbeError(name, f"has {array.shape[0]} images, not {first.shape[0]}", "pass arrays of one store")
     start, stop = image_range if image_range is not None else (0, first.sizes["image"])
     if where.client is not None:
-        from .chunked import map_images as on_cluster
-
-        part = {name: a.isel(image=slice(start, stop)) for name, a in arrays.items()}
-        whole = on_cluster(partial(_in_task_threads, fn), part, chunk=block, client=where.client, progress=progress)
+        ranges = [(start + a, start + b) for a, b in blocks(stop - start, block)]
+        whole = _on_store_cluster(where.client, fn, arrays, ranges, progress)
         if each:
             each(start, stop, whole)
         return whole
@@ -316,11 +324,41 @@ def map_images(
     return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each)
 
 
+def _on_store_cluster(client, fn: BlockFn, arrays: Mapping[str, Any], ranges: list[tuple[int, int]], progress) -> dict[str, np.ndarray]:
+    """Every block on the cluster, read by the worker that computes it (``cluster.proven_read``)
+    under one thread (``task_threads``), as a local worker reads and computes it."""
+    from .cluster import on_cluster, proven_call
+
+    source = _one_store(arrays)
+    if not ranges:
+        raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
+    if source is None:
+        raise ProbeError(None, "a cluster run needs arrays opened from one store (store.cache.require)", "open the store with probe_toolkit.store.cache.open_store")
+    store, mark = source
+    read = _Coordinates(arrays, store, mark)
+    task = partial(_in_task_threads, fn)
+    calls = [(proven_call, task, read.stored, store, mark, list(read(a, b).ids)) for a, b in ranges]
+    parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, _: progress(ranges[i][1] - ranges[i][0]) if progress else None)
+    return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+
+
+def per_image(where: Where = Where(), *, block: int | None = None, progress: Callable[[int], None] | None = None) -> Callable[..., dict[str, np.ndarray]]:
+    """The runner as a summary's ``per_image`` argument (``analyses.entropy``, ``analyses.neighbours``):
+    ``(fn, arrays) -> fn's per-image arrays``, over blocks of ``block`` images (default: the store's
+    own chunks, whatever the placement, so every placement gives the same bits), placed by ``where``.
+    Their block functions compute with numpy alone, so local workers may be forked."""
+    def run(fn: BlockFn, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        size = block or store_chunk(next(iter(arrays.values())))
+        return map_images(fn, arrays, where=where, block=size, fixed=True, progress=progress, torch_free=True)
+
+    return run
+
+
 @dataclass(frozen=True)
 class StoreBlock:
     """A block as its coordinates (the store, its fingerprint, the arrays, the images' ids): what
     this process ships to a local worker, which reads and decompresses the block itself with the
-    proofs a dask worker makes (``chunked.proven_read``). This process then neither reads nor
+    proofs a dask worker makes (``cluster.proven_read``). This process then neither reads nor
     pickles the block's arrays, and the reads run on every core, not on this process's one."""
 
     stored: dict[str, str]  # fn's argument name → the store array
@@ -329,7 +367,7 @@ class StoreBlock:
     ids: tuple[str, ...]
 
     def load(self) -> dict[str, np.ndarray]:
-        from .chunked import proven_read
+        from .cluster import proven_read
 
         return proven_read(self.stored, self.store, self.mark, list(self.ids))
 
@@ -337,7 +375,7 @@ class StoreBlock:
 def _one_store(arrays: Mapping[str, Any]) -> tuple[str, str] | None:
     """(store, fingerprint) when every array is one store's (``cache.require``'s attrs), else None
     (arrays made in memory: this process reads and ships them)."""
-    from .chunked import store_source
+    from .cluster import store_source
 
     sources = {store_source(array) if hasattr(array, "attrs") else None for array in arrays.values()}
     return next(iter(sources)) if len(sources) == 1 and None not in sources else None
@@ -361,7 +399,7 @@ class _ChunkReader:
 
     def __init__(self, arrays: Mapping[str, Any], start: int, stop: int) -> None:
         self.arrays, self.span, self.held = arrays, (0, 0), {}
-        from .chunked import image_chunk_edges
+        from .cluster import image_chunk_edges
 
         edges = {start, stop}
         for array in arrays.values():
@@ -392,51 +430,3 @@ def torch_threads(n: int = 1) -> Iterator[None]:
 
     torch.set_num_threads(n)
     yield
-
-
-@dataclass(frozen=True)
-class Shared:
-    """A large array every block needs (k-NN's train bank), shipped to each worker once: a
-    ``.npy`` file that a worker (a local process, or a dask worker that mounts the store) maps on
-    first use and checks by its sha256; a block then carries only this small handle."""
-
-    path: str
-    sha256: str
-
-    def value(self) -> np.ndarray:
-        if self.sha256 not in _shared:
-            from .errors import IntegrityError
-
-            try:
-                with open(self.path, "rb") as handle:
-                    digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            except OSError as error:
-                raise IntegrityError(worker_name(), f"cannot read {self.path} ({type(error).__name__})",
-                                     "mount the store at the same path on every worker (or run without --dask-address)") from None
-            if digest != self.sha256:
-                raise IntegrityError(worker_name(), f"reads another file at {self.path} than the client wrote", "rerun the command (another run wrote there)")
-            _shared.clear()  # one run's at a time: a long-lived dask worker lets the last run's file go
-            _shared[self.sha256] = np.load(self.path, mmap_mode="r")
-        return _shared[self.sha256]
-
-
-_shared: dict[str, np.ndarray] = {}  # per process: sha256 → the mapped array (the current run's)
-
-
-@contextmanager
-def shared(array: np.ndarray, folder: str | Path, name: str) -> Iterator[Shared]:
-    """``array`` as a ``Shared`` file ``folder/.NAME.tmp-PID`` (a killed run's is swept as litter),
-    removed when the run ends however it ends."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f".{name}.tmp-{os.getpid()}"
-    try:
-        with open(path, "wb") as handle:
-            np.save(handle, np.ascontiguousarray(array))
-        with open(path, "rb") as handle:
-            handle_ = Shared(str(path), hashlib.file_digest(handle, "sha256").hexdigest())
-        _shared[handle_.sha256] = np.asarray(array)  # this process already holds it
-        yield handle_
-    finally:
-        path.unlink(missing_ok=True)
-        _shared.clear()

@@ -23,8 +23,7 @@ def execute(settings: AttentionMasksSettings, placement, *, store, panel=None, u
     from ..commands.attention_masks import run_attention_masks
 
     return run_attention_masks(store, panel=panel, mass=settings.mass, row=settings.row, unseal=unseal, cache_dir=cache_dir, json_path=json_path,
-                               partial=settings.partial, on_block=on_block, workers=placement.workers, dask_address=placement.dask_address,
-                               shard=placement.shard)
+                               partial=settings.partial, on_block=on_block, placement=placement)
 
 
 PROTOCOL = register(Protocol(

@@ -70,8 +70,7 @@ def decode(settings: DecodeSettings, placement, *, store, panel=None, unseal=Non
     chosen, source = _decoder_settings(settings, cache_dir)
     size = int(settings.view) if settings.view == "480" else settings.view
     report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache_dir,
-                        on_start=on_start, threads=placement.threads, refine=settings.refine, workers=placement.workers,
-                        dask_address=placement.dask_address, backend=placement.backend, device=placement.device, shard=placement.shard)
+                        on_start=on_start, refine=settings.refine, placement=placement)
     report.extra.setdefault("settings_source", source)
     return report
 
@@ -82,9 +81,8 @@ def stream(settings: DecodeSettings, placement, *, checkpoint, images, batch_siz
 
     chosen, source = _decoder_settings(settings, cache_dir)
     size = int(settings.view) if settings.view == "480" else settings.view
-    report = run_stream(checkpoint, images, chosen, size=size, shard=placement.shard, batch_size=batch_size, chunk=chunk, workers=placement.workers,
-                        dask_address=placement.dask_address, backend=placement.backend, device=placement.device, cache_dir=cache_dir,
-                        settings_source=source, on_start=on_start)
+    report = run_stream(checkpoint, images, chosen, size=size, batch_size=batch_size, chunk=chunk, cache_dir=cache_dir, settings_source=source,
+                        on_start=on_start, placement=placement)
     report.chosen = chosen
     return report
 
@@ -116,8 +114,7 @@ def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cach
 
     size = int(settings.view) if settings.view == "480" else settings.view
     return run_sweep(store, panel, grid=settings.grid, metric=settings.metric, settings_out=settings.settings_out, unseal=unseal, cache_dir=cache_dir,
-                     on_start=on_start, threads=placement.threads, workers=placement.workers, dask_address=placement.dask_address,
-                     backend=placement.backend, device=placement.device, size=size, shard=placement.shard)
+                     on_start=on_start, size=size, placement=placement)
 
 
 register(Protocol(

@@ -26,9 +26,9 @@ class EntropySettings(Settings):
 
 def execute(settings: EntropySettings, placement, *, stores, json_path=None, quiet=True, **_):
     from ..commands.entropy import run_entropy
+    from ..commands.runs import OverStores
 
-    return run_entropy(list(stores), patch=settings.patch, image=settings.image, json_path=json_path, dask_address=placement.dask_address,
-                       seed=settings.seed, boot=settings.boot, partial=settings.partial, quiet=quiet)
+    return run_entropy(list(stores), patch=settings.patch, image=settings.image, over=OverStores.of(settings, placement, json_path, quiet))
 
 
 PROTOCOL = register(Protocol(

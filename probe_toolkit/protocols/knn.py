@@ -30,7 +30,7 @@ def execute(settings: KnnSettings, placement, *, store, train, val, unseal=None,
     from ..commands.knn import run_knn
 
     return run_knn(store, train, val, ks=None if settings.ks is None else list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal, cache_dir=cache_dir,
-                   json_path=json_path, progress=progress, workers=placement.workers, dask_address=placement.dask_address, shard=placement.shard)
+                   json_path=json_path, progress=progress, placement=placement)
 
 
 PROTOCOL = register(Protocol(

@@ -34,10 +34,11 @@ class NeighboursSettings(Settings):
 
 def execute(settings: NeighboursSettings, placement, *, stores, json_path=None, quiet=True, **_):
     from ..commands.neighbours import run_neighbours
+    from ..commands.runs import OverStores
 
     s = settings
-    return run_neighbours(list(stores), view=s.view, grid=s.grid, k=s.k, top=s.top, wrap=s.wrap, distance=s.distance, json_path=json_path,
-                          dask_address=placement.dask_address, seed=s.seed, boot=s.boot, partial=s.partial, quiet=quiet)
+    return run_neighbours(list(stores), view=s.view, grid=s.grid, k=s.k, top=s.top, wrap=s.wrap, distance=s.distance,
+                          over=OverStores.of(settings, placement, json_path, quiet))
 
 
 PROTOCOL = register(Protocol(

@@ -28,8 +28,7 @@ def execute(settings: PropagateSettings, placement, *, checkpoint, davis, out, n
 
     s = settings
     return run_propagate(checkpoint, davis, out, settings=Run(s.n_last_frames, s.size_mask_neighborhood, s.topk, s.subset), network=network,
-                         sequences=sequences, score=score, store=store, device=placement.device, cache_dir=cache_dir, json_path=json_path,
-                         on_frame=on_frame, workers=placement.workers, dask_address=placement.dask_address, shard=placement.shard)
+                         sequences=sequences, score=score, store=store, cache_dir=cache_dir, json_path=json_path, on_frame=on_frame, placement=placement)
 
 
 PROTOCOL = register(Protocol(

@@ -32,7 +32,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from .architectures import Arch
-from .readout import Readout
+from .readout import Readout, whole_patches
 
 
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
@@ -167,11 +167,8 @@ class Backbone(nn.Module):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """Patch embedding, class and register tokens, position table: (B, prefix + N, D)."""
-        rows, cols = self.grid_of(*images.shape[-2:])
-        if rows < 1 or cols < 1:
-            raise ValueError(f"a view of {tuple(images.shape[-2:])} px holds no {self.arch.patch} px patch")
-        p = self.arch.patch
-        x = self.vit.patch_embed(images[..., : rows * p, : cols * p])
+        images, rows, cols = whole_patches(images, self.arch.patch)
+        x = self.vit.patch_embed(images)
         table = interpolate_pos_embed(self.vit.pos_embed, (rows, cols), self.arch.pos_prefix, self.interpolation)
         if self.arch.pos_prefix:  # DINO: the class token has its own row of the table
             x = torch.cat([self.vit.cls_token.expand(x.shape[0], -1, -1), x], dim=1)

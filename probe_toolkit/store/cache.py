@@ -139,7 +139,7 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
 
 
 def _record_chunk_edges(ds: xr.Dataset | StoreData, kept: np.ndarray) -> None:
-    """Each image array's zarr chunk boundaries among the kept images (``infra.chunked.image_chunk_edges``),
+    """Each image array's zarr chunk boundaries among the kept images (``infra.cluster.image_chunk_edges``),
     where dask would have kept them as its chunks: readers then read each chunk once."""
     for variable in ds.variables.values():
         chunks = variable.encoding.get("chunks")
@@ -178,7 +178,7 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     array = ds[name]
     array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
-        from ..infra.chunked import fingerprint
+        from ..infra.cluster import fingerprint
 
         array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]))
     return array

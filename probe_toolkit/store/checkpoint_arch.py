@@ -13,17 +13,24 @@ from ..infra.errors import ProbeError
 from .architectures import Arch
 
 
-def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
-    """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
-    for key in ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"):
+def _trunk(backbone: dict[str, torch.Tensor], path: Path, needed: tuple[str, ...], missing: str, fix: str, embedding: str) -> tuple[int, int, int]:
+    """(width, patch, depth) of a ViT backbone that holds the ``needed`` keys (``missing`` words the
+    error, with ``{key}`` and ``{found}``) and a (width, 3, p, p) patch embedding (``embedding`` names it)."""
+    for key in needed:
         if key not in backbone:
-            found = ", ".join(sorted(backbone)[:5]) or "nothing"
-            raise ProbeError(path, f"is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint")
+            raise ProbeError(path, missing.format(key=key, found=", ".join(sorted(backbone)[:5]) or "nothing"), fix)
     proj = backbone["patch_embed.proj.weight"]
     if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
-        raise ProbeError(path, f"patch_embed.proj.weight has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
-    width, patch = int(proj.shape[0]), int(proj.shape[2])
+        raise ProbeError(path, f"{embedding} has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
     depth = 1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k)))
+    return int(proj.shape[0]), int(proj.shape[2]), depth
+
+
+def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
+    """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
+    width, patch, depth = _trunk(backbone, path, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"),
+                                 "is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint",
+                                 "patch_embed.proj.weight")
     class_token = "cls_token" in backbone
     registers = int(backbone["reg_token"].shape[1]) if "reg_token" in backbone else 0
     rows = int(backbone["pos_embed"].shape[1]) - int(class_token and not registers)
@@ -92,21 +99,16 @@ def infer_dinov3_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int 
     """Width, depth, patch, storage tokens, feed-forward and bias of a DINOv3 backbone in timm's names."""
     swiglu = "blocks.0.mlp.fc1_g.weight" in backbone
     fc1 = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
-    for key in ("patch_embed.proj.weight", fc1):
-        if key not in backbone:
-            found = ", ".join(sorted(backbone)[:5]) or "nothing"
-            raise ProbeError(path, f"is not a DINOv3 ViT backbone (no {key} in timm's names; found {found}...)", "pass a DINOv3 checkpoint")
-    proj = backbone["patch_embed.proj.weight"]
-    if proj.ndim != 4 or proj.shape[1] != 3 or proj.shape[2] != proj.shape[3]:
-        raise ProbeError(path, f"its patch embedding has shape {tuple(proj.shape)}, not (width, 3, p, p)", "pass a ViT checkpoint")
-    width, patch = int(proj.shape[0]), int(proj.shape[2])
+    width, patch, depth = _trunk(backbone, path, ("patch_embed.proj.weight", fc1),
+                                 "is not a DINOv3 ViT backbone (no {key} in timm's names; found {found}...)", "pass a DINOv3 checkpoint",
+                                 "its patch embedding")
     head_count = dinov3_heads(backbone, width, path, heads)
     if width % head_count or (width // head_count) % 4:
         raise ProbeError(path, f"width {width} does not split into {head_count} heads of a multiple of 4", "pass --heads")
     reg = backbone.get("reg_token")
     return Arch(
         width=width,
-        depth=1 + max(int(m.group(1)) for k in backbone if (m := re.match(r"blocks\.(\d+)\.", k))),
+        depth=depth,
         heads=head_count,
         patch=patch,
         class_token=True,

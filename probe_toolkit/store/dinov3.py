@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .architectures import Arch
-from .readout import Readout
+from .readout import Readout, whole_patches
 
 # timm's registered DINOv3 models by (feed-forward, qkv bias); every shape is overridden from the Arch
 TIMM_MODELS = {
@@ -134,11 +134,7 @@ class Dinov3Backbone(nn.Module):
         return height // self.arch.patch, width // self.arch.patch
 
     def _crop(self, images: torch.Tensor) -> torch.Tensor:
-        rows, cols = self.grid_of(*images.shape[-2:])
-        if rows < 1 or cols < 1:
-            raise ValueError(f"a view of {tuple(images.shape[-2:])} px holds no {self.arch.patch} px patch")
-        p = self.arch.patch
-        return images[..., : rows * p, : cols * p]
+        return whole_patches(images, self.arch.patch)[0]
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Last-block patch tokens (B, N, D), class and storage tokens dropped, no final norm."""

@@ -78,6 +78,23 @@ def _fold_bias(bias: torch.Tensor, mask: torch.Tensor | None, key: str) -> tuple
     return q, v
 
 
+# the SwiGLU feed-forward's names: facebookresearch/dinov3 (layers/ffn_layers.py: w1, w2, w3) and timm's
+# (timm/layers/mlp.py SwiGLU: fc1_g, fc1_x, fc2)
+SWIGLU_NAMES = ((".mlp.w1.", ".mlp.fc1_g."), (".mlp.w2.", ".mlp.fc1_x."), (".mlp.w3.", ".mlp.fc2."))
+
+
+def _block_name(key: str, swiglu: bool, to_timm: bool) -> str:
+    """A block tensor's name in the other layout: LayerScale ``ls1.gamma`` ↔ ``gamma_1``, and the
+    SwiGLU feed-forward's names (``SWIGLU_NAMES``)."""
+    if to_timm:
+        name = re.sub(r"\.ls([12])\.gamma$", lambda m: f".gamma_{m.group(1)}", key)
+    else:
+        name = re.sub(r"\.gamma_([12])$", lambda m: f".ls{m.group(1)}.gamma", key)
+    for official, timm in SWIGLU_NAMES if swiglu else ():
+        name = name.replace(official, timm) if to_timm else name.replace(timm, official)
+    return name
+
+
 def from_official(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
     """facebookresearch/dinov3's names → timm's; returns (backbone, heads)."""
     out: dict[str, torch.Tensor] = {}
@@ -99,12 +116,7 @@ def from_official(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
             q, v = _fold_bias(value, state.get(key + "_mask"), key)
             out[prefix + "q_bias"], out[prefix + "v_bias"] = q, v
         else:
-            name = re.sub(r"\.ls([12])\.gamma$", lambda m: f".gamma_{m.group(1)}", key)
-            if swiglu:
-                name = re.sub(r"\.mlp\.w1\.", ".mlp.fc1_g.", name)
-                name = re.sub(r"\.mlp\.w2\.", ".mlp.fc1_x.", name)
-                name = re.sub(r"\.mlp\.w3\.", ".mlp.fc2.", name)
-            out[name] = value
+            out[_block_name(key, swiglu, to_timm=True)] = value
     return out, heads
 
 
@@ -209,12 +221,7 @@ def to_official(backbone: dict[str, torch.Tensor], heads: dict[str, dict[str, to
             out[prefix + "qkv.bias"] = torch.cat([q, torch.zeros_like(q), v])
             out[prefix + "qkv.bias_mask"] = torch.cat([torch.ones_like(q), torch.zeros_like(q), torch.ones_like(v)])
         else:
-            name = re.sub(r"\.gamma_([12])$", lambda m: f".ls{m.group(1)}.gamma", key)
-            if swiglu:
-                name = re.sub(r"\.mlp\.fc1_g\.", ".mlp.w1.", name)
-                name = re.sub(r"\.mlp\.fc1_x\.", ".mlp.w2.", name)
-                name = re.sub(r"\.mlp\.fc2\.", ".mlp.w3.", name)
-            out[name] = value
+            out[_block_name(key, swiglu, to_timm=False)] = value
     mask = heads.get("mask_token", {}).get("mask_token")
     out["mask_token"] = mask.reshape(1, width) if mask is not None else torch.zeros(1, width)  # DINOv3 initialises it to zeros
     for key, value in heads.get("local_cls_norm", {}).items():

@@ -12,10 +12,12 @@ CF attributes). ``store.cache.open_store(..., plain=True)`` opens one.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import zarr
+
+from .plain import Variables
 
 
 class StoreArray:
@@ -77,7 +79,7 @@ class StoreArray:
         return StoreArray(self.array, self.name, tuple(names.get(d, d) for d in self.dims), self.kept, self.image, self.attrs, self.encoding)
 
 
-class StoreData:
+class StoreData(Variables):
     """The arrays of a store at the images ``kept``, by name, with the root attributes (the manifest)."""
 
     def __init__(self, group: zarr.Group, kept: np.ndarray | None, attrs: dict[str, Any]):
@@ -102,12 +104,3 @@ class StoreData:
     def data_vars(self) -> dict[str, StoreArray]:
         """Every array but the ``image`` coordinate, as ``Dataset.data_vars``."""
         return {name: var for name, var in self.variables.items() if name not in self.sizes or var.dims != (name,)}
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.variables
-
-    def __getitem__(self, name: str) -> StoreArray:
-        return self.variables[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data_vars)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
+from ..infra.placement import parse_shard
 from ..infra.progress import bar
 from . import cache, images
 from .backbone import Backbone
@@ -35,7 +36,7 @@ from .checkpoints import load_checkpoint
 from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
 from .extract_load import Loaded, decoder_threads, load_run
-from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, parse_shard, plan_arrays
+from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
 from .writer import chunk_ranges
 
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)

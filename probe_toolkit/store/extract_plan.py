@@ -1,10 +1,9 @@
 """What ``probe extract`` will write, decided before any image is read: its settings, each view's
-arrays and shapes (the plan), the manifest, each image's grid in the own-size views (from its
-file header), and this process's shard."""
+arrays and shapes (the plan), the manifest, and each image's grid in the own-size views (from its
+file header)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -189,17 +188,3 @@ def own_grid(ref: images.ImageRef, width: int, height: int, patch: int, view: st
         raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its {view} view has no patch",
                          "remove it, or record it as failed with --on-error skip")
     return images.native_grid(width, height, patch, view)
-
-
-def parse_shard(shard: str | None) -> tuple[int, int]:
-    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
-    if shard:
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
-    else:
-        i, n = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if not 0 <= i < n:
-        raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
-    return i, n

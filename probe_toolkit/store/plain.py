@@ -24,7 +24,24 @@ import numpy as np
 NAN_FILL = base64.standard_b64encode(struct.pack("<d", float("nan"))).decode()  # xarray's FillValueCoder for NaN
 
 
-class Results:
+class Variables:
+    """What a Dataset answers about its variables by name (``name in ds``, ``ds[name]``, iteration
+    over the data variables), for ``Results`` and ``store.direct.StoreData`` alike."""
+
+    variables: dict[str, Any]
+    data_vars: dict[str, Any]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.variables
+
+    def __getitem__(self, name: str) -> Any:
+        return self.variables[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data_vars)
+
+
+class Results(Variables):
     """Named arrays over named dimensions, the dimension coordinates and the attributes: the part
     of ``xarray.Dataset`` a result's readers use (``ds[name].values``, ``ds.name``, ``name in ds``,
     ``ds.attrs``, ``ds.sizes``, ``ds.data_vars``)."""
@@ -44,15 +61,6 @@ class Results:
             for dim, size in zip(var.dims, var.data.shape):
                 if self.sizes.setdefault(dim, size) != size:
                     raise ValueError(f"{name}: dimension {dim} is {size} long, elsewhere {self.sizes[dim]}")
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.variables
-
-    def __getitem__(self, name: str) -> Variable:
-        return self.variables[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data_vars)
 
     def __getattr__(self, name: str) -> Variable:
         variables = self.__dict__.get("variables", {})

@@ -9,6 +9,15 @@ from typing import Any
 import torch
 
 
+def whole_patches(images: torch.Tensor, patch: int) -> tuple[torch.Tensor, int, int]:
+    """A batch of views cut to whole ``patch``-px patches (pixels past the last whole patch are
+    unused, as the released networks' patch embedding leaves them), with its rows and cols."""
+    rows, cols = images.shape[-2] // patch, images.shape[-1] // patch
+    if rows < 1 or cols < 1:
+        raise ValueError(f"a view of {tuple(images.shape[-2:])} px holds no {patch} px patch")
+    return images[..., : rows * patch, : cols * patch], rows, cols
+
+
 @dataclass
 class Readout:
     """What one forward pass of one view gives. Patch arrays exclude the class and register tokens."""

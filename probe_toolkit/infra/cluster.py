@@ -1,19 +1,14 @@
-"""Run a per-image analysis over a store chunk by chunk, so memory stays bounded by a chunk.
+"""The cluster side of the runner (``infra/runner.py``): a dask.distributed scheduler reached
+within a bounded wait, image blocks read by the process that computes them with proofs, and
+every wait on the cluster bounded.
 
-An analysis gives a function from numpy blocks (the image chunks of one or more arrays of the
-store, aligned along ``image``) to a dict of numpy arrays whose first axis is ``image``. This
-module feeds it the chunks of the lazily opened store (xarray's lazy zarr arrays, read one
-chunk along ``image`` per call) a few at a time, on local threads or on a dask.distributed
-cluster (imported only then), and
-concatenates the small per-image results in image order. Only the chunks in flight are ever in
-memory, never the store.
-
-On a cluster every chunk task reads its own images (a worker that reads what another worker
-read could hide a worker that sees nothing): it opens the store by path, proves it is the store
-the client opened (a fingerprint of the manifest), that its images are listed and finished
-(its views' ``done`` set, ``failed`` not), and only then reads them. A worker without the store, with
-another store at that path or with an unfinished copy fails the command with one line naming
-the worker (zarr would otherwise hand it NaN fill values). Every wait on the cluster is bounded.
+On a cluster (and in the runner's local worker processes) every block task reads its own
+images (a worker that reads what another worker read could hide a worker that sees nothing): it
+opens the store by path, proves it is the store the client opened (a fingerprint of the
+manifest), that its images are listed and finished (its views' ``done`` set, ``failed`` not),
+and only then reads them. A worker without the store, with another store at that path or with an
+unfinished copy fails the command with one line naming the worker (zarr would otherwise hand it
+NaN fill values).
 """
 
 from __future__ import annotations
@@ -21,15 +16,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .errors import IntegrityError, ProbeError, worker_name
-from .memory import keep_memory_flat
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -52,28 +44,6 @@ def store_source(array: xr.DataArray) -> tuple[str, str] | None:
     return (str(path), str(mark)) if path and mark else None
 
 
-def _store_chunk(array) -> int:
-    """Images per call when the caller names none: the array's own chunks along ``image`` (zarr's,
-    as the store was written), else 16."""
-    chunks = getattr(array, "encoding", {}).get("chunks")
-    return int(chunks[0]) if chunks else 16
-
-
-def _bounds(arrays: Mapping[str, xr.DataArray], chunk: int | None) -> list[int]:
-    """Where the image calls start and stop: ``chunk`` images each, else the first array's own
-    chunking (a dask array's chunks, a stored array's zarr chunks)."""
-    first = next(iter(arrays.values()))
-    n = int(first.shape[0])
-    for name, array in arrays.items():
-        if array.shape[0] != n:
-            raise ProbeError(name, f"has {array.shape[0]} images, not {n}", "pass arrays of one store")
-    own = getattr(first, "chunks", None) if chunk is None else None
-    if own:  # a dask-backed array: its own chunks, as before
-        return [int(v) for v in np.cumsum((0,) + tuple(own[0]))]
-    step = chunk if chunk is not None else _store_chunk(first)
-    return [*range(0, n, step), n] if n else [0]
-
-
 def image_chunk_edges(array) -> list[int]:
     """Where the store's chunks begin along ``image``, in the array's own positions, and its end:
     a dask array's chunks, or those ``store.cache.open_store`` recorded (the zarr chunks, after
@@ -85,81 +55,13 @@ def image_chunk_edges(array) -> list[int]:
     return [int(e) for e in edges] if edges is not None else []
 
 
-def _block(array, a: int, b: int) -> np.ndarray:
-    """Images ``a:b`` of an array (lazy, dask-backed, read with zarr alone, or in memory), read now."""
-    part = array[a:b]
-    return np.asarray(getattr(part, "values", part))  # an xarray DataArray or a store.direct.StoreArray: read now
-
-
-def map_images(
-    fn: ChunkFn,
-    arrays: Mapping[str, xr.DataArray],
-    *,
-    chunk: int | None = None,
-    client=None,
-    workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, np.ndarray]:
-    """``fn(**blocks)`` on every image chunk of ``arrays``; results concatenated along ``image``.
-
-    ``chunk``: images per call (default: the store's own chunks). ``client``: a
-    ``dask.distributed.Client`` to run the calls on its workers; else ``workers`` local threads
-    (default 2), each reading and holding one chunk at a time (no dask: a local run never pays
-    for importing it), under one BLAS thread: the workers are the parallelism (OpenBLAS called
-    from two threads at once with two threads each ran neighbours' numpy at half speed), and a
-    chunk's arithmetic is the same at any worker count. ``progress(n_images)`` is called as
-    chunks finish.
-    """
-    keep_memory_flat()
-    bounds = _bounds(arrays, chunk)
-    names = list(arrays)
-    n_chunks = len(bounds) - 1
-    if n_chunks <= 0:
-        raise ProbeError(None, "no finished images in the store", "run `probe extract` first")
-
-    def task(i: int) -> dict[str, np.ndarray]:
-        a, b = bounds[i], bounds[i + 1]
-        return _call(fn, names, *[_block(arrays[name], a, b) for name in names])
-
-    parts: list[dict[str, np.ndarray] | None] = [None] * n_chunks
-    if client is not None:
-        sources = {store_source(array) for array in arrays.values()}
-        if len(sources) != 1 or None in sources:
-            raise ProbeError(None, "a cluster run needs arrays opened from one store (store.cache.require)", "open the store with probe_toolkit.store.cache.open_store")
-        (store, mark), = sources
-        first = next(iter(arrays.values()))
-        ids = [str(i) for i in first.coords["image"].values]
-        stored = {name: str(array.name) for name, array in arrays.items()}
-        calls = [(_proven_call, fn, stored, store, mark, ids[bounds[i]:bounds[i + 1]]) for i in range(n_chunks)]
-        parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, result: progress(_length(result)) if progress else None)
-    else:
-        from threadpoolctl import threadpool_limits
-
-        workers = workers or min(2, os.cpu_count() or 1)
-        with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=workers) as pool:
-            running = {pool.submit(task, i): i for i in range(n_chunks)}
-            for future in as_completed(running):
-                parts[running[future]] = future.result()
-                if progress:
-                    progress(_length(parts[running[future]]))
-    return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
-
-
-def _call(fn: ChunkFn, names: list[str], *blocks: np.ndarray) -> dict[str, np.ndarray]:
-    return fn(**dict(zip(names, blocks)))
-
-
-def _length(result: dict[str, np.ndarray]) -> int:
-    return len(next(iter(result.values())))
-
-
 # ----------------------------------------------------------------------------------------------
 # on the cluster: proven reads, bounded waits
 
 _known_ids: dict[tuple[str, str], dict[str, int]] = {}  # per worker process: (store, fingerprint) → id → position
 
 
-def _proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
+def proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
     """On a worker: prove this is the client's store and the images are finished, then read them."""
     return fn(**proven_read(stored, store, mark, ids))
 

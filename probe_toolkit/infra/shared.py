@@ -1,0 +1,63 @@
+"""A large array every block of a run needs (k-NN's train bank), shipped to each worker once as
+a file it maps, not inside every block's task (``infra/runner.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .errors import worker_name
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A large array every block needs (k-NN's train bank), shipped to each worker once: a
+    ``.npy`` file that a worker (a local process, or a dask worker that mounts the store) maps on
+    first use and checks by its sha256; a block then carries only this small handle."""
+
+    path: str
+    sha256: str
+
+    def value(self) -> np.ndarray:
+        if self.sha256 not in _shared:
+            from .errors import IntegrityError
+
+            try:
+                with open(self.path, "rb") as handle:
+                    digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            except OSError as error:
+                raise IntegrityError(worker_name(), f"cannot read {self.path} ({type(error).__name__})",
+                                     "mount the store at the same path on every worker (or run without --dask-address)") from None
+            if digest != self.sha256:
+                raise IntegrityError(worker_name(), f"reads another file at {self.path} than the client wrote", "rerun the command (another run wrote there)")
+            _shared.clear()  # one run's at a time: a long-lived dask worker lets the last run's file go
+            _shared[self.sha256] = np.load(self.path, mmap_mode="r")
+        return _shared[self.sha256]
+
+
+_shared: dict[str, np.ndarray] = {}  # per process: sha256 → the mapped array (the current run's)
+
+
+@contextmanager
+def shared(array: np.ndarray, folder: str | Path, name: str) -> Iterator[Shared]:
+    """``array`` as a ``Shared`` file ``folder/.NAME.tmp-PID`` (a killed run's is swept as litter),
+    removed when the run ends however it ends."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f".{name}.tmp-{os.getpid()}"
+    try:
+        with open(path, "wb") as handle:
+            np.save(handle, np.ascontiguousarray(array))
+        with open(path, "rb") as handle:
+            handle_ = Shared(str(path), hashlib.file_digest(handle, "sha256").hexdigest())
+        _shared[handle_.sha256] = np.asarray(array)  # this process already holds it
+        yield handle_
+    finally:
+        path.unlink(missing_ok=True)
+        _shared.clear()
