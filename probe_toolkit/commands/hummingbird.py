@@ -37,7 +37,9 @@ import xarray as xr
 from ..analyses import hummingbird as hb
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..infra.runner import map_images, placed, shared
+from ..infra.placement import Placement
+from ..infra.runner import map_images, placed
+from ..infra.shared import shared
 from ..infra.settings import SettingError
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
@@ -166,8 +168,12 @@ def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], bank
 
 def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
                     json_path: str | Path | None = None, progress: Callable[[int], None] | None = None, command: str = "probe hummingbird",
-                    workers: int | None = 1, dask_address: str | None = None) -> HummingbirdReport:
-    """Build each memory from the train panel, transfer labels to the val panel's patches, score; save ``results/hummingbird``."""
+                    placement: Placement = Placement(workers=1)) -> HummingbirdReport:
+    """Build each memory from the train panel, transfer labels to the val panel's patches, score; save ``results/hummingbird``.
+
+    The val images' blocks run on ``placement``'s local workers or dask cluster (a shard is refused
+    by the protocol: one process scores the whole panel), each against the memory
+    (``infra.shared.Shared``: a file mapped once per worker)."""
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the memory")
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
@@ -204,7 +210,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     bank_rows = [len(rows.view) for rows in banks]
     soft = []
     values = {"values": val_ds[f"tokens_{hbird_views.VAL}"].sel(image=list(val_ids))}
-    with placed(workers, dask_address) as where:
+    with placed(placement.workers, placement.dask_address) as where:
         for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
             folder = records.results_path(train_ds.attrs.get("store") or store, "")
             with shared(features, folder, "hbird-bank") as bank, shared(rows.labels, folder, "hbird-labels") as labels:

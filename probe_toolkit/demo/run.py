@@ -167,7 +167,7 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
         for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
             extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
                     batch_size=8, quiet=quiet)
-        run_hummingbird(store, "demo-seg-train", "demo-seg-val", HummingbirdSettings(memory=(1000, None)), cache_dir=cache, workers=1)
+        run_hummingbird(store, "demo-seg-train", "demo-seg-val", HummingbirdSettings(memory=(1000, None)), cache_dir=cache)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

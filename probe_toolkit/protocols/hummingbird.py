@@ -47,8 +47,7 @@ def execute(settings: HummingbirdSettings, placement, *, store, train, val, unse
     if placement.sharded:  # one process scores the whole val panel: a shard's share would be a silent part of the number
         raise ProbeError(None, f"hummingbird does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
                          "run it as one process: its val images spread over --workers or a --dask-address cluster")
-    return run_hummingbird(store, train, val, settings, unseal=unseal, cache_dir=cache_dir, json_path=json_path, progress=progress,
-                           workers=placement.workers, dask_address=placement.dask_address)
+    return run_hummingbird(store, train, val, settings, unseal=unseal, cache_dir=cache_dir, json_path=json_path, progress=progress, placement=placement)
 
 
 DIFFERENCES = (
