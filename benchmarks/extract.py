@@ -24,7 +24,7 @@ must not share a process with the probe). The probe side runs under the command 
 then reuses its blocks, ``infra.memory.reusing_blocks``). ``--bare-reuse`` gives the bare side
 the same block reuse, which leaves the probe's own costs beside the forward.
 
-    python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|...] [--full] [--threads 1]
+    python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|dinov3-s16|dinov3-b16|...] [--full] [--threads 1]
     python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]
     python benchmarks/extract.py --budget [--arch vit-s16] [--images-224 64] [--rounds 3]
 
@@ -67,7 +67,11 @@ import torch
 from probe_toolkit.demo.samples import sample_photos, write_checkpoint
 from probe_toolkit.infra.memory import keep_memory_flat, reusing_blocks
 from probe_toolkit.store import images
-from probe_toolkit.store.architectures import RELEASED
+from probe_toolkit.store.architectures import DINOV3_B16, DINOV3_RELEASED, DINOV3_S16, RELEASED
+
+# the released sizes, and DINOv3's (timm's Eva with RoPE: the bare side is that same timm model) by their
+# registry names and the short names dinov3-s16 / dinov3-b16
+ARCHS = {**RELEASED, **DINOV3_RELEASED, "dinov3-s16": DINOV3_S16, "dinov3-b16": DINOV3_B16}
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.extract import SAVERS, Settings, extract
@@ -102,8 +106,9 @@ def bare_worker(connection, checkpoint: Path, plan: dict[int, tuple[Path, int]],
         # the same weights, the same position table: a timm model built for this input size
         model = Backbone.from_checkpoint(loaded)
         vit = model.vit
-        vit.pos_embed = torch.nn.Parameter(_pos(model, size))
-        vit.patch_embed.strict_img_size = False
+        if loaded.arch.family != "dinov3":  # DINOv3's Eva computes RoPE per grid: any multiple of the patch as it is
+            vit.pos_embed = torch.nn.Parameter(_pos(model, size))
+            vit.patch_embed.strict_img_size = False
         bare[size] = vit.eval().to(device)
         inputs[size] = decoded(folder, size, loaded.arch.patch).to(device)
     with reusing_blocks() if reuse else nullcontext():
@@ -146,7 +151,9 @@ FULL = {"images_224": 128, "images_480": 32, "rounds": 3}
 
 
 def layout_of(name: str) -> str:
-    arch = RELEASED[name]
+    arch = ARCHS[name]
+    if arch.family == "dinov3":
+        return "dinov3-official"
     return "dinov2-reg-backbone" if arch.registers else "dinov2-backbone" if arch.layerscale else "dino-backbone"
 
 
@@ -202,7 +209,7 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
     from probe_toolkit.store.extract_plan import plan_arrays
 
     torch.set_num_threads(1)
-    arch = RELEASED[arch_name]
+    arch = ARCHS[arch_name]
     settings = Settings(views=(224,), attention="last", chunk=16)
     cpu = torch.device("cpu")
     with tempfile.TemporaryDirectory() as tmp, reusing_blocks(), torch.inference_mode():
@@ -288,7 +295,7 @@ def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", choices=list(RELEASED), default="vit-s16", help="released size, random weights in its own layout")
+    parser.add_argument("--arch", choices=list(ARCHS), default="vit-s16", help="released size, random weights in its own layout")
     parser.add_argument("--full", action="store_true", help="the long run (128 + 32 images, 3 rounds)")
     parser.add_argument("--images-224", type=int, default=None)
     parser.add_argument("--images-480", type=int, default=None)
@@ -312,7 +319,7 @@ def main() -> None:
     n224 = args.images_224 if args.images_224 is not None else mode["images_224"]
     n480 = args.images_480 if args.images_480 is not None else mode["images_480"]
     rounds = args.rounds if args.rounds is not None else mode["rounds"]
-    arch = RELEASED[args.arch]
+    arch = ARCHS[args.arch]
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is visible")
@@ -341,7 +348,7 @@ def main() -> None:
                         results[size][side].append(measured)
         ours.send(None)
         worker.join()
-    line = {"benchmark": "extract", "arch": args.arch, "mode": "full" if args.full else "short", "images_224": n224, "images_480": n480, "rounds": rounds,
+    line = {"benchmark": "extract", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arch": args.arch, "mode": "full" if args.full else "short", "images_224": n224, "images_480": n480, "rounds": rounds,
             "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default"}

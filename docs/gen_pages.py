@@ -203,8 +203,67 @@ def architectures_table() -> str:
     return "\n".join(out) + "\n"
 
 
+DINOV3_NAMES = {"vit-s16-dinov3": "ViT-S/16", "vit-s16plus-dinov3": "ViT-S+/16", "vit-b16-dinov3": "ViT-B/16", "vit-l16-dinov3": "ViT-L/16",
+                "vit-l16plus-dinov3": "ViT-L+/16", "vit-h16plus-dinov3": "ViT-H+/16", "vit-7b16-dinov3": "ViT-7B/16"}
+
+
+def dinov3_files(name: str) -> tuple[int, dict[str, dict]]:
+    """(the network's parameters, {layout: its file's state dict}) for a released DINOv3 size, every
+    tensor on the meta device (no memory), written by ``store.dinov3_layouts`` from timm's own names."""
+    from probe_toolkit.store import dinov3_layouts
+    from probe_toolkit.store.architectures import DINOV3_RELEASED
+    from probe_toolkit.store.backbone import build_vit
+
+    arch = DINOV3_RELEASED[name]
+    backbone = dict(build_vit(arch, device="meta").state_dict())
+    parameters = sum(v.numel() for v in backbone.values())
+    head_dim = arch.width // arch.heads
+    backbone["rope.periods"] = dinov3_layouts.rope_periods(head_dim)
+    heads = {}
+    if name == "vit-7b16-dinov3":  # hub/backbones.py dinov3_vit7b16: untie_global_and_local_cls_norm=True, so the file holds local_cls_norm
+        import torch
+
+        heads["local_cls_norm"] = {k: torch.empty(arch.width, device="meta") for k in ("weight", "bias")}
+    return parameters, {"dinov3-official": dinov3_layouts.to_official(backbone, heads), "dinov3-timm": dinov3_layouts.to_timm(backbone, head_dim),
+                        "dinov3-hf": dinov3_layouts.to_hf(backbone, head_dim)}
+
+
+def dinov3_networks_table() -> str:
+    """Every released DINOv3 ViT in each of its three layouts: tensors and values in the file, and the
+    parameters of the network probe builds (``probe_toolkit.store.architectures.DINOV3_RELEASED``)."""
+    from probe_toolkit.store.architectures import DINOV3_RELEASED
+
+    out = ["| network (`--arch`) | width · depth · heads | feed-forward | network parameters | layout | tensors in the file | values in the file |",
+           "|---|---|---|---|---|---|---|"]
+    for name, arch in DINOV3_RELEASED.items():
+        parameters, files = dinov3_files(name)
+        ffn = f"{'SwiGLU' if arch.ffn == 'swiglu' else 'MLP'} {arch.mlp_hidden}" + ("" if arch.qkv_bias else ", no qkv bias")
+        for i, (layout, state) in enumerate(files.items()):
+            head = [f"DINOv3 {DINOV3_NAMES[name]} (`{name}`)", f"{arch.width} · {arch.depth} · {arch.heads}", ffn, f"{parameters:,}"] if i == 0 else [""] * 4
+            out.append("| " + " | ".join(head + [f"`{layout}`", str(len(state)), f"{sum(v.numel() for v in state.values()):,}"]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def dinov3_keys_table(folder: Path = RECORDS) -> str:
+    """The latest ``benchmarks/dinov3_keys.py`` record of each view: CorLoc and mean best IoU with the keys before and after RoPE."""
+    latest = {}
+    for record in benchmark_records(folder):
+        if record.get("benchmark") == "dinov3_keys":
+            latest[record["view"]] = record
+    if not latest:
+        return "*No record of `benchmarks/dinov3_keys.py` yet.*\n"
+    out = ["| view | preset | CorLoc, plain / rope (%) | mean best IoU, plain / rope (%) | record |", "|---|---|---|---|---|"]
+    for view, record in latest.items():
+        rows = {(r["preset"], r["keys"]): r for r in record["rows"]}
+        for preset in dict.fromkeys(r["preset"] for r in record["rows"]):
+            plain, rope = rows[(preset, "plain")], rows[(preset, "rope")]
+            out.append(f"| {view} | {preset} | {plain['corloc']:.1f} / {rope['corloc']:.1f} | {plain['mean_best_iou']:.1f} / {rope['mean_best_iou']:.1f} | "
+                       f"`{record['_source']}` ({record['seeds']} networks, {record['scenes']} scenes, {record['date'][:10]}) |")
+    return "\n".join(out) + "\n"
+
+
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
-GENERATED = {"architectures": architectures_table}
+GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table}
 
 
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:

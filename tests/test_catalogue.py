@@ -636,6 +636,222 @@ def _tamper(w, how: str):
 
 
 # ----------------------------------------------------------------------------------------------
+# trust by construction: processes, numbers with meaning, outputs and messages that say the truth
+
+
+def _env(**values: str) -> Callable:
+    """Variables left in the user's shell (undone before the corrected rerun)."""
+
+    def setup(w, mp):
+        for key, value in values.items():
+            mp.setenv(key, value)
+
+    return setup
+
+
+def _raise_os(code: int, message: str) -> Callable:
+    def fail(*args, **kwargs):
+        raise OSError(code, message)
+
+    return fail
+
+
+def _os_fault(target: str, code: int, message: str) -> Callable:
+    return lambda w, mp: mp.setattr(target, _raise_os(code, message))
+
+
+def _store_os_fault(code: int, message: str) -> Callable:
+    return lambda w, mp: mp.setattr(create, "consolidate", _raise_os(code, message))
+
+
+def _compressed(w, how: str) -> Path:
+    import bz2
+    import gzip
+
+    path = w.root / "bad" / f"tiny-{how}.pth"
+    if not path.exists():
+        write(path, (gzip.compress if how == "gzip" else bz2.compress)(w.ckpt.read_bytes()))
+    return path
+
+
+def _lightning(w) -> Path:
+    """A PyTorch Lightning checkpoint: the backbone under the module's attribute ``model.``."""
+    import torch
+
+    from probe_toolkit.demo.samples import make_checkpoint
+
+    path = w.root / "bad" / "lightning.ckpt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {f"model.{k}": v for k, v in make_checkpoint("dino-backbone", TINY).items()}
+        torch.save({"state_dict": state, "pytorch-lightning_version": "2.4.0", "epoch": 3}, path)
+    return path
+
+
+def _big_image(w) -> Path:
+    """An 8000 × 8000 photograph (a flat PNG: small on disk, 250,000 patches in the native view)."""
+    from PIL import Image
+
+    folder = w.root / "big"
+    if not (folder / "big.png").exists():
+        folder.mkdir(exist_ok=True)
+        Image.new("RGB", (8000, 8000), (90, 120, 30)).save(folder / "big.png")
+    return folder
+
+
+def _native_store(w) -> Path:
+    path = w.root / "stores" / "native" / "teacher.zarr"
+    if not path.exists():
+        assert probe("extract", w.ckpt, "--images", w.small, "--views", "native", "--store", path, *w.q).code == 0
+    return path
+
+
+def _grown_folder(w) -> Path:
+    """A store of a folder to which the user then added one image and from which they removed one."""
+    folder = w.root / "grown"
+    store = w.root / "stores" / "grown" / "teacher.zarr"
+    if not store.exists():
+        shutil.copytree(w.small, folder)
+        assert probe("extract", w.ckpt, "--images", folder, "--views", "224", "--store", store, *w.q).code == 0
+        shutil.copy(w.images / "c.png", folder / "new.png")
+        (folder / "b.png").unlink()
+    return store
+
+
+def _voc(w) -> tuple[Path, Path]:
+    """A VOC year folder over two of the scenes (boxes only, no masks), its panel ``vocp`` and a store of its JPEGImages."""
+    from PIL import Image
+
+    root = w.root / "VOC2007"
+    store = w.root / "stores" / "voc" / "teacher.zarr"
+    if store.exists():
+        return root, store
+    for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    ids = []
+    for name in ("c.png", "d.png"):
+        (width, height), boxes = SCENES[name]
+        stem = name[:-4]
+        ids.append(stem)
+        Image.open(w.images / name).convert("RGB").save(root / "JPEGImages" / f"{stem}.jpg", quality=95)
+        objects = "".join(f"<object><name>box</name><difficult>0</difficult><truncated>0</truncated><bndbox><xmin>{x0 + 1}</xmin><ymin>{y0 + 1}</ymin>"
+                          f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>" for x0, y0, x1, y1 in boxes)
+        write(root / "Annotations" / f"{stem}.xml", f"<annotation><size><width>{width}</width><height>{height}</height><depth>3</depth></size>{objects}</annotation>")
+    write(root / "ImageSets" / "Main" / "trainval.txt", "\n".join(ids) + "\n")
+    assert probe("panel", "add", "vocp", "--voc", root, "--role", "val", "--cache", w.cache).code == 0
+    assert probe("extract", w.ckpt, "--images", root / "JPEGImages", "--views", "224,480", "--store", store, *w.q).code == 0
+    return root, store
+
+
+def _voc_store(w) -> Path:
+    return _voc(w)[1]
+
+
+SHELL_RANK = dict(RANK="1", WORLD_SIZE="2")
+
+CASES += [
+    # --- processes: torchrun's variables left in a shell shard nothing silently ---
+    Case("rank-and-world-size-left-in-the-shell", lambda w: extract(w), 2, ("RANK=1 WORLD_SIZE=2", "torchrun did not start", "--shard 1/2"),
+         lambda w: extract(w), setup=_env(**SHELL_RANK)),
+    Case("world-size-alone-left-in-the-shell", lambda w: extract(w), 2, ("WORLD_SIZE=3", "unset RANK and WORLD_SIZE"),
+         lambda w: extract(w), setup=_env(WORLD_SIZE="3")),
+    Case("rank-left-in-the-shell-for-decode", lambda w: ["decode", w.store, *w.q], 2, ("RANK=1 WORLD_SIZE=2", "torchrun"),
+         lambda w: ["decode", w.store, *w.q], setup=_env(**SHELL_RANK)),
+    Case("rank-left-in-the-shell-for-attention-masks", lambda w: ["attention-masks", w.store, "-q"], 2, ("RANK=1 WORLD_SIZE=2",),
+         lambda w: ["attention-masks", w.store, "-q"], setup=_env(**SHELL_RANK)),
+    Case("rank-left-in-the-shell-for-entropy", lambda w: ["entropy", w.store, "--boot", "100", "-q"], 2, ("RANK=1 WORLD_SIZE=2",),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=_env(**SHELL_RANK)),
+    Case("rank-left-in-the-shell-for-knn", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q], 2, ("RANK=1 WORLD_SIZE=2",),
+         lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q], setup=lambda w, mp: (_knn_store(w), _env(**SHELL_RANK)(w, mp))),
+    # --- numbers without meaning: the file's shape, memory told before it is spent ---
+    Case("heads-contradict-the-file", lambda w: extract(w, "--heads", "4"), 2, ("tiny.pth", "args.arch 'vit_small' has 2 heads", "not --heads 4", "omit --heads"),
+         lambda w: extract(w)),
+    Case("heads-re-split-by-one", lambda w: extract(w, "--heads", "1"), 2, ("has 2 heads", "not --heads 1"), lambda w: extract(w, "--heads", "2")),
+    Case("heads-0", lambda w: extract(w, "--heads", "0"), 2, ("--heads",), lambda w: extract(w)),
+    Case("native-view-of-an-8000px-image", lambda w: ["extract", w.ckpt, "--images", _big_image(w), "--views", "native", "--store", w.fresh(), *w.q], 2,
+         ("big.png", "250000 patches in the native view", "GB", "--views 480"),
+         lambda w: ["extract", w.ckpt, "--images", _big_image(w), "--views", "480", "--store", w.fresh(), *w.q]),
+    Case("entropy-boot-absurd", lambda w: ["entropy", w.store, "--boot", "100000000", "-q"], 2, ("--boot 100000000", "ceiling of 100000", "GB"),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
+    Case("neighbours-boot-absurd", lambda w: ["neighbours", w.store, "--boot", "1000000", "-q"], 2, ("--boot 1000000", "ceiling"),
+         lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
+    # --- outputs that say what was computed ---
+    Case("attention-masks-on-a-voc-panel", lambda w: ["attention-masks", _voc_store(w), "--panel", "vocp", "--cache", w.cache, "-q"], 2,
+         ("vocp", "voc panel", "no masks", "COCO panel"), lambda w: ["attention-masks", _voc_store(w), "-q"]),
+    Case("attention-masks-on-a-class-panel", lambda w: ["attention-masks", _knn_store(w), "--panel", "kva", "--cache", w.cache, "-q"], 2,
+         ("kva", "classes panel", "COCO panel"), lambda w: ["attention-masks", w.store, "--panel", "va", "--cache", w.cache, "-q"]),
+    Case("row-aggregation-without-ca-head", lambda w: ["attention-masks", w.store, "--row", "aggregation", "-q"], 2,
+         ("ca_head", "--row cls"), lambda w: ["attention-masks", w.store, "--row", "cls", "-q"]),
+    Case("attention-masks-row-unknown", lambda w: ["attention-masks", w.store, "--row", "diagonal", "-q"], 2, ("--row",),
+         lambda w: ["attention-masks", w.store, "--row", "mean", "-q"]),
+    Case("attention-masks-mass-0", lambda w: ["attention-masks", w.store, "--mass", "0", "-q"], 2, ("--mass",),
+         lambda w: ["attention-masks", w.store, "--mass", "0.6", "-q"]),
+    Case("attention-masks-mass-1", lambda w: ["attention-masks", w.store, "--mass", "1", "-q"], 2, ("--mass",),
+         lambda w: ["attention-masks", w.store, "--mass", "0.6", "-q"]),
+    Case("attention-masks-panel-unknown", lambda w: ["attention-masks", w.store, "--panel", "nope", "--cache", w.cache, "-q"], 2, ("nope",),
+         lambda w: ["attention-masks", w.store, "--panel", "va", "--cache", w.cache, "-q"]),
+    Case("attention-masks-sealed-panel", lambda w: ["attention-masks", w.store, "--panel", "sealed", "--cache", w.cache, "-q"], 2, ("sealed", "--unseal"),
+         lambda w: ["attention-masks", w.store, "--panel", "va", "--cache", w.cache, "-q"]),
+    # --- messages that point the right way ---
+    Case("decode-a-store-of-native-keys", lambda w: ["decode", _native_store(w), *w.q], 2, ("keys_480", "holds keys_native", "--view native"),
+         lambda w: ["decode", _native_store(w), "--view", "native", *w.q]),
+    Case("decode-view-not-extracted", lambda w: ["decode", w.store, "--view", "native", *w.q], 2, ("keys_native", "holds keys_480", "--view 480"),
+         lambda w: ["decode", w.store, "--view", "480", *w.q]),
+    Case("checkpoint-gzipped", lambda w: ["extract", _compressed(w, "gzip"), "--images", w.small, "--views", "224", "--store", w.fresh(), *w.q], 2,
+         ("tiny-gzip.pth", "gzip-compressed", "decompress it first"), lambda w: extract(w)),
+    Case("checkpoint-bzip2", lambda w: ["extract", _compressed(w, "bzip2"), "--images", w.small, "--views", "224", "--store", w.fresh(), *w.q], 2,
+         ("bzip2-compressed", "decompress"), lambda w: extract(w)),
+    Case("checkpoint-lightning-prefix", lambda w: ["extract", _lightning(w), "--images", w.small, "--views", "224", "--store", w.fresh(), *w.q], 2,
+         ("lightning.ckpt", "prefix 'model.'", "removeprefix"), lambda w: extract(w)),
+    Case("store-of-a-folder-that-changed", lambda w: ["extract", w.ckpt, "--images", w.root / "grown", "--views", "224", "--store", _grown_folder(w), *w.q], 2,
+         ("1 added: new.png", "1 removed: b.png"), lambda w: ["extract", w.ckpt, "--images", w.root / "grown", "--views", "224", "--store", w.fresh(), *w.q]),
+    Case("read-only-filesystem-creating-a-store", lambda w: extract(w, store=w.root / "stores" / "rofs" / "teacher.zarr"), 2,
+         ("rofs/teacher.zarr", "writable filesystem"), lambda w: extract(w, store=w.root / "stores" / "rofs" / "teacher.zarr"),
+         setup=_store_os_fault(errno.EROFS, "Read-only file system")),
+    Case("permission-denied-creating-a-store", lambda w: extract(w, store=w.root / "stores" / "denied" / "teacher.zarr"), 2,
+         ("denied/teacher.zarr", "make it writable"), lambda w: extract(w, store=w.root / "stores" / "denied" / "teacher.zarr"),
+         setup=_store_os_fault(errno.EACCES, "Permission denied")),
+    Case("read-only-filesystem-saving-results", lambda w: ["entropy", w.store, "--boot", "100", "-q"], 2, ("results/entropy", "writable filesystem"),
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=_os_fault("probe_toolkit.store.plain.write", errno.EROFS, "Read-only file system")),
+    Case("permission-denied-saving-results", lambda w: ["attention-masks", w.store, "-q"], 2, ("results/attention_masks", "make it writable"),
+         lambda w: ["attention-masks", w.store, "-q"], setup=_os_fault("xarray.Dataset.to_zarr", errno.EACCES, "Permission denied")),
+    Case("read-only-filesystem-writing-the-report", lambda w: ["report", _store_224(w), "--out", w.root / "out" / "ro", "--cache", w.cache], 2,
+         ("ro", "writable filesystem"), lambda w: ["report", _store_224(w), "--out", w.root / "out" / "r", "--cache", w.cache],
+         setup=_os_fault("probe_toolkit.report.markdown.render", errno.EROFS, "Read-only file system")),
+    # --- more careless inputs, each refused in one line before any work ---
+    Case("extract-limit-0", lambda w: extract(w, "--limit", "0"), 2, ("--limit",), lambda w: extract(w, "--limit", "1")),
+    Case("decode-view-unknown", lambda w: ["decode", w.store, "--view", "nativ", *w.q], 2, ("nativ",), lambda w: ["decode", w.store, "--view", "480", *w.q]),
+    Case("decode-workers-0", lambda w: ["decode", w.store, "--workers", "0", *w.q], 2, ("--workers",), lambda w: ["decode", w.store, "--workers", "1", *w.q]),
+    Case("attention-masks-workers-0", lambda w: ["attention-masks", w.store, "--workers", "0", "-q"], 2, ("--workers",),
+         lambda w: ["attention-masks", w.store, "--workers", "1", "-q"]),
+    Case("knn-workers-and-dask", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", "--workers", "2", "--dask-address", "tcp://127.0.0.1:1", *w.q], 2,
+         ("--workers and --dask-address",), lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q]),
+    Case("knn-k-0", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "0", *w.q], 2, ("--k",),
+         lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q]),
+    Case("knn-train-panel-unknown", lambda w: ["knn", _knn_store(w), "--train", "nope", "--val", "kva", *w.q], 2, ("nope",),
+         lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q]),
+    Case("linear-train-panel-unknown", lambda w: ["linear", w.store, "--train", "nope", "--val", "va", "--level", "image", *w.q], 2, ("nope",),
+         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "image", *w.q]),
+    Case("linear-val-panel-unknown", lambda w: ["linear", w.store, "--train", "tr", "--val", "nope", "--level", "image", *w.q], 2, ("nope",),
+         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "image", *w.q]),
+    Case("info-path-missing", lambda w: ["info", w.root / "nowhere.zarr"], 2, ("nowhere.zarr",), lambda w: ["info", w.store]),
+    Case("results-not-a-store", lambda w: ["results", w.root], 2, ("not a store written by probe extract",), lambda w: ["results", w.store]),
+    Case("score-masks-missing", lambda w: ["score", w.root / "none.json", "--panel", "va", "--cache", w.cache], 2, ("none.json",),
+         lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache]),
+    Case("panel-voc-folder-missing", lambda w: ["panel", "add", "v2", "--voc", w.root / "noVOC", "--role", "val", "--cache", w.cache], 2, ("noVOC",),
+         lambda w: ["panel", "add", "v2", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("panel-two-kinds-at-once", lambda w: ["panel", "add", "v3", "--voc", w.root, "--masks", w.images, "--images", w.images, "--role", "val", "--cache", w.cache], 2,
+         ("different kinds",), lambda w: ["panel", "add", "v3", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("panel-classes-with-annotations", lambda w: ["panel", "add", "v4", "--classes-from-folders", w.images, "--annotations", w.root / "val.json", "--role", "val", "--cache", w.cache], 2,
+         ("--classes-from-folders",), lambda w: ["panel", "add", "v4", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
+    Case("make-checkpoint-arch-unknown", lambda w: ["make-checkpoint", w.root / "out" / "arch.pth", "--arch", "vit-z99"], 2, ("vit-z99",),
+         lambda w: ["make-checkpoint", w.root / "out" / "arch.pth"]),
+    Case("convert-not-a-checkpoint", lambda w: ["convert", write(w.root / "bad" / "words.pth", "hello"), w.root / "out" / "w.pth"], 2, ("words.pth",),
+         lambda w: ["convert", w.ckpt, w.root / "out" / "w.pth"]),
+]
+
+
+# ----------------------------------------------------------------------------------------------
 # the catalogue test
 
 
@@ -695,7 +911,33 @@ _reports_done: set[tuple[str, ...]] = set()
 
 
 def test_the_catalogue_is_long_enough():
-    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+    assert len(CASES) >= 150 and len({c.id for c in CASES}) == len(CASES)
+
+
+def test_a_lost_scheduler_prints_probes_line_and_no_client_log(w, monkeypatch):
+    """distributed's logging config gives its loggers levels of their own: silencing the parent
+    alone let a lost scheduler print two tracebacks (36 lines) before probe's one line."""
+    import logging
+
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep(level=logging.NOTSET)
+    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.core", "distributed.comm", "distributed.utils")]
+    for logger in loggers:
+        logger.addHandler(keep)
+    try:
+        _scheduler_dies(w, monkeypatch)
+        result = probe("neighbours", w.store, "--boot", "100", "--dask-address", w.doomed, "-q")
+    finally:
+        for logger in loggers:
+            logger.removeHandler(keep)
+    refused(result, 2, ("mid-run",))
+    assert all(logging.getLogger(n).getEffectiveLevel() > logging.CRITICAL for n in ("distributed", "distributed.client", "distributed.worker"))
+    assert not [r for r in seen if r.levelno >= logging.WARNING], [r.getMessage() for r in seen][:3]
 
 
 # ----------------------------------------------------------------------------------------------

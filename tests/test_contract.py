@@ -48,6 +48,10 @@ BAD = [
     ("attention-masks", {"row": "first"}, "row"),
     ("propagate", {"topk": 0}, "topk"),
     ("propagate", {"n_last_frames": 0}, "n_last_frames"),
+    ("propagate", {"preset": "dinov2"}, "preset"),
+    ("propagate", {"temperature": 0.0}, "temperature"),
+    ("decode", {"keys": "after"}, "keys"),
+    ("decode-sweep", {"keys": "auto"}, "keys"),
 ]
 
 
@@ -101,8 +105,12 @@ def test_the_cli_names_the_flag_where_the_api_names_the_parameter(store, capsys)
 
 
 def test_placement_parses_once_and_reaches_the_protocol_unchanged(monkeypatch, store):
-    assert Placement.parse(environ={"RANK": "1", "WORLD_SIZE": "3"}).shard == "1/3"
-    assert Placement.parse(environ={"RANK": "1", "WORLD_SIZE": "3"}, shard="0/2").shard == "0/2"  # the option wins
+    torchrun = {"RANK": "1", "WORLD_SIZE": "3", "TORCHELASTIC_RUN_ID": "job"}
+    assert Placement.parse(environ=torchrun).shard == "1/3"
+    assert Placement.parse(environ=torchrun, shard="0/2").shard == "0/2"  # the option wins
+    assert Placement.parse(environ={"RANK": "1", "WORLD_SIZE": "3"}, shard="0/2").shard == "0/2"  # given on purpose: the shell's are not read
+    with pytest.raises(ProbeError, match="torchrun did not start this process"):  # left in a shell: refused, not followed
+        Placement.parse(environ={"RANK": "1", "WORLD_SIZE": "3"})
     assert Placement.parse(environ={}).shard is None and Placement.parse(environ={}).shard_pair() == (0, 1)
     for bad, parameter in (({"workers": 0}, "workers"), ({"shard": "3/3"}, "shard"), ({"backend": "jax"}, "backend"), ({"threads": 0}, "threads")):
         with pytest.raises(SettingError) as caught:

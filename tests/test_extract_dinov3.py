@@ -78,3 +78,25 @@ def test_an_interpolation_rule_is_refused_in_one_line(dinov3_stores, image_dir, 
     path, _ = dinov3_stores["dinov3-official"]
     with pytest.raises(ProbeError, match="no position table"):
         extract(path, image_dir, settings=Settings(views=(224,), interpolation="dino"), store=tmp_path / "x.zarr", quiet=True)
+
+
+def test_keys_after_rope_are_stored_beside_the_keys_before(dinov3_stores, image_dir):
+    """``keys_rope_<view>``: the patch keys rotated as the network's attention uses them (RoPE from its
+    definition, written out in tests/test_dinov3.py), beside ``keys_<view>`` before RoPE; the class key
+    is not rotated, so it is stored once."""
+    import torch
+    from test_dinov3 import rotate
+
+    _, store = dinov3_stores["dinov3-official"]
+    ds = open_store(store)
+    n = len(images.list_images(image_dir))
+    assert ds.keys_rope_480.shape == (n, 900, 128) and "cls_keys_rope_480" not in ds
+    assert "keys_rope_224" not in ds  # the 224 view holds tokens and attention, no keys
+    assert "keys_rope_480" in ds.attrs["manifest"]["per_view"]["480"]["arrays"]
+    heads = 2
+    plain = torch.as_tensor(ds.keys_480.values, dtype=torch.float64)
+    split = plain.reshape(n, 900, heads, 64).transpose(1, 2)
+    rotated = rotate(split, 30, 30).transpose(1, 2).reshape(n, 900, 128)
+    stored = torch.as_tensor(ds.keys_rope_480.values, dtype=torch.float64)
+    assert float((stored - rotated).abs().max() / rotated.abs().max()) < 1e-5
+    assert float((stored - plain).abs().max()) > 1e-2  # the rotation moves them

@@ -232,6 +232,7 @@ def test_reused_blocks_are_not_faulted_in_again_and_the_pin_comes_back():
 
 def test_chunks_are_plain_zstd_frames(tmp_path, tiny_checkpoints, image_dir):
     """The GIL-releasing encoder (store/codec.py) writes frames any zstd reader decodes to the values."""
+    import google_crc32c
     from numcodecs import Zstd
 
     from probe_toolkit.store.codec import ZstdReleasingGil
@@ -243,5 +244,7 @@ def test_chunks_are_plain_zstd_frames(tmp_path, tiny_checkpoints, image_dir):
     for name in ("attention_224", "tokens_224"):
         values = group[name][:4]
         frame = path / name / "c" / "/".join(["0"] * values.ndim)  # the first chunk (one along every other axis)
-        raw = Zstd(level=1).decode(frame.read_bytes())
+        data = frame.read_bytes()  # a zstd frame, then its crc32c (zarr's crc32c codec, store/integrity.py)
+        assert int.from_bytes(data[-4:], "little") == google_crc32c.value(data[:-4])
+        raw = Zstd(level=1).decode(data[:-4])
         assert np.array_equal(np.frombuffer(raw, dtype=np.float16).reshape(values.shape), values)

@@ -238,3 +238,31 @@ def test_out_of_the_users_is_refused_before_any_label_and_a_rerun_keeps_the_user
     code, printed = probe_main([*args, "--out", str(own)], capsys)
     assert code == 0, printed.err
     assert (own / "my-notes.txt").read_text() == "mine" and (own / "pair").is_dir()
+
+
+def test_a_run_lost_mid_way_says_which_sequences_it_left_in_out(video, capsys, tmp_path, monkeypatch):
+    """A cluster lost after the first sequence: the one line says that sequence's PNGs are in
+    --out (each written whole), not "nothing was saved"; the rerun writes every sequence."""
+    from probe_toolkit.commands import propagate as command
+    from probe_toolkit.infra.cluster import lost_cluster
+
+    root, checkpoint = video
+    out, c = tmp_path / "out", tmp_path / "cache"
+    real = command.map_blocks
+
+    def first_then_lost(fn, read, ranges, **kwargs):
+        real(fn, read, ranges[:1], **{**kwargs, "workers": 1, "client": None})
+        raise lost_cluster(None, "went away mid-run (FuturesCancelledError)")
+
+    monkeypatch.setattr(command, "map_blocks", first_then_lost)
+    args = ["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c), "--n-last-frames", "2", "--workers", "1", "-q"]
+    code, printed = probe_main(args, capsys)
+    lines = [line for line in printed.err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, printed.err
+    assert "nothing was saved" not in lines[0] and f"1 sequences' PNGs are in {out}" in lines[0], lines[0]
+    written = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert written == ["pair"] or written == ["shapes"]
+    monkeypatch.undo()
+    code, printed = probe_main(args, capsys)
+    assert code == 0, printed.err
+    assert {p.name for p in out.iterdir() if p.is_dir()} >= {"shapes", "pair"}

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.lifeline import follow_parent
 
 
 @dataclass(frozen=True)
@@ -50,19 +49,10 @@ def stop_with_launcher(rank: int, interval: float = 0.5) -> threading.Thread:
     torchrun starts each rank in a session of its own, so a SIGKILL to the launcher's process
     group never reaches the ranks, which would train on to the end. A daemon thread watches the
     parent pid; when the launcher is gone (the rank is re-parented) it prints one line and exits
-    with status 143 at once (no collective can finish without the launcher's other ranks)."""
+    with status 143 at once (no collective can finish without the launcher's other ranks). The
+    rule is ``probe_toolkit.infra.lifeline``'s, which ``probe`` commands under torchrun follow too."""
     parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent:  # re-parented (to init or a subreaper): the launcher is gone
-                print(f"training rank {rank}: its launcher (pid {parent}) is gone; stopping", file=sys.stderr, flush=True)
-                os._exit(143)
-
-    thread = threading.Thread(target=watch, name="launcher-watch", daemon=True)
-    thread.start()
-    return thread
+    return follow_parent(parent, interval=interval, say=f"training rank {rank}: its launcher (pid {parent}) is gone; stopping")
 
 
 def init_distributed(device: str = "auto") -> Dist:

@@ -125,13 +125,42 @@ def jaccard(head_masks: np.ndarray, objects: np.ndarray) -> ImageJaccard:
     return ImageJaccard(per_head, float(per_head.max()), float(per_object))
 
 
+def prefix_mass(attention: np.ndarray, prefix: int) -> np.ndarray:
+    """(..., head, T, T) → (..., head, prefix, prefix + 1): where each prefix token (the class token,
+    then the storage or register tokens) looks: its attention on each prefix token, and (last) on
+    all the patches together. Each row sums to 1."""
+    rows = np.asarray(attention, dtype=np.float64)[..., :prefix, :]
+    return np.concatenate([rows[..., :prefix], rows[..., prefix:].sum(-1, keepdims=True)], axis=-1)
+
+
+def storage_rows(attention: np.ndarray, prefix: int) -> np.ndarray:
+    """(..., head, T, T) → (..., prefix - 1, head, N): each storage (register) token's row over the
+    patches, renormalised, as ``class_rows`` takes the class token's."""
+    rows = np.asarray(attention, dtype=np.float64)[..., 1:prefix, prefix:]
+    return np.moveaxis(rows / rows.sum(-1, keepdims=True), -2, -3)
+
+
+def looks(prefix_masses: np.ndarray, masks: np.ndarray) -> dict[str, np.ndarray]:
+    """Means over images and heads: each prefix token's share on the class token, on the storage
+    tokens together and on the patches ((prefix,) each), and its mask's share of the patches.
+    ``prefix_masses`` (image, head, prefix, prefix + 1); ``masks`` (image, prefix, head, N) bool."""
+    m = np.asarray(prefix_masses, dtype=np.float64).mean((0, 1))
+    return {"on_class": m[:, 0], "on_storage": m[:, 1:-1].sum(-1), "on_patches": m[:, -1],
+            "mask_share": np.asarray(masks, dtype=np.float64).mean((0, 2, 3))}
+
+
 def masks_block(values: np.ndarray, *, row: str, head: dict[str, torch.Tensor] | None, heads: int, prefix: int, mass: float) -> dict[str, np.ndarray]:
     """A block of images' stored arrays → ``{"mask": (image, head, N) uint8}``: the unit the runner
     ships to a worker (attention (image, head, T, T) for ``cls``/``mean``, tokens (image, N, D)
-    for ``aggregation``)."""
+    for ``aggregation``). With storage (register) tokens and the class row, also each storage
+    token's masks (``storage_mask``, (image, storage, head, N)) and where every prefix token looks
+    (``prefix_mass``, (image, head, prefix, prefix + 1))."""
     values = np.asarray(values, dtype=np.float32)
     if row == "cls":
         rows = class_rows(values, prefix)
+        if prefix > 1:
+            return {"mask": mass_masks(rows, mass).astype(np.uint8), "storage_mask": mass_masks(storage_rows(values, prefix), mass).astype(np.uint8),
+                    "prefix_mass": prefix_mass(values, prefix).astype(np.float32)}
     elif row == "aggregation":
         from ..infra.runner import torch_threads
 

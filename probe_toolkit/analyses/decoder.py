@@ -104,12 +104,13 @@ def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], c
         r = lost(keys, grid, settings.k_patches)
         score = 1.0 - float(r.degree[r.seed]) / keys.shape[0]
         return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
-                          solver=["lost"], degenerate=r.flagged, stop="count", cuts=0)
+                          solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed))
     d = dsm(keys, grid, color=color, color_lambda=settings.color_lambda, gap_tol=settings.gap_tol)
     lam2, lam3 = float(d.eigenvalues[1]), float(d.eigenvalues[2])
     score = float(np.clip((lam3 - lam2) / lam3, 0.0, 1.0)) if lam3 > 0 else 0.0
     return ImageMasks(masks=d.mask[None], score=np.array([score]), lambda2=np.array([lam2]), lambda3=np.array([lam3]),
-                      gap=np.array([lam3 - lam2]), ncut=nan, solver=["dsm"], degenerate=d.flagged, stop="count", cuts=1)
+                      gap=np.array([lam3 - lam2]), ncut=nan, solver=["dsm"], degenerate=d.flagged, stop="count", cuts=1,
+                      fiedler=np.asarray(d.fiedler, dtype=np.float32))  # DSM splits by sign: no seed patch
 
 
 def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None, grid: tuple[int, int] | None = None,
@@ -229,7 +230,8 @@ def collate(results: list[ImageMasks], settings: Settings, n: int) -> Decoded:
     for i, r in enumerate(results):
         p = r.masks.shape[1]  # a per-image grid fills the first rows·cols patches; the rest stays empty/NaN
         if r.fiedler is not None:
-            out.fiedler[i, :p], out.seed[i] = r.fiedler, r.seed
+            out.fiedler[i, :p] = r.fiedler
+        out.seed[i] = r.seed
         m = r.masks.shape[0]
         out.masks[i, :m, :p] = r.masks
         for name in ("score", "lambda2", "lambda3", "gap", "ncut"):

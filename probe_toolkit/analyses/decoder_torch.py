@@ -253,6 +253,7 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up
     stop = ["count"] * b
     solved = np.zeros(b, dtype=int)
     active = list(range(b))
+    firsts: list[tuple[np.ndarray, int] | None] = [None] * b
     for t in range(settings.masks):
         if t > 0:
             for i in [i for i in active if (~painted[i]).sum() <= settings.min_area * n]:
@@ -271,6 +272,7 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up
             cut = found_cuts[slot]
             solved[i] += 1
             x, seed, found, ok = certified_cut(cut, scale[slot].cpu().numpy(), grid, settings)
+            firsts[i] = firsts[i] or (x, seed)  # the first cut's vector and seed, as the scipy path keeps them
             degenerate[i] |= bool(tie[slot]) or not ok
             reason = None
             if previous[i] is not None:
@@ -294,5 +296,6 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up
         masks, score, lam2, lam3, gap, ncut, solver = zip(*rows[i])
         out.append(ImageMasks(masks=np.stack(masks), score=np.array(score), lambda2=np.array(lam2), lambda3=np.array(lam3),
                               gap=np.array(gap), ncut=np.array(ncut), solver=list(solver), degenerate=bool(degenerate[i]),
-                              stop=stop[i], cuts=int(solved[i])))
+                              stop=stop[i], cuts=int(solved[i]),
+                              fiedler=None if firsts[i] is None else firsts[i][0].astype(np.float32), seed=-1 if firsts[i] is None else int(firsts[i][1])))
     return out

@@ -16,7 +16,7 @@ Pure torch over tensors; frames and features come from the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -108,23 +108,27 @@ def to_labels(soft: torch.Tensor, patch: int, size: tuple[int, int]) -> np.ndarr
 
 
 def propagate(features: Iterable[torch.Tensor], first: torch.Tensor, rows: int, cols: int, patch: int, size: tuple[int, int], *,
-              n_last: int = N_LAST, radius: int = RADIUS, topk: int = TOPK) -> Iterator[Propagated]:
+              n_last: int = N_LAST, radius: int = RADIUS, topk: int = TOPK, temperature: float = TEMPERATURE,
+              near: torch.Tensor | None = None, labels: Callable[[torch.Tensor, tuple[int, int]], np.ndarray] | None = None) -> Iterator[Propagated]:
     """Frames 1.. of a sequence: ``features`` yields (rows·cols, D) per frame, the first frame first.
 
     ``first`` (C, rows, cols) is the first frame's one-hot labels; ``size`` the original (width, height).
+    ``near``: another window than DINO's square of ``radius`` (DINOv3's circle, ``analyses.tracking``);
+    ``labels``: another rule from a soft grid to labels than ``to_labels``.
     """
     stream = iter(features)
     first_feat = next(stream).float()
-    near = window(rows, cols, radius) if radius > 0 else None
+    if near is None:
+        near = window(rows, cols, radius) if radius > 0 else None
     first_seg = first.reshape(first.shape[0], -1)
     queue: list[tuple[torch.Tensor, torch.Tensor]] = []  # raw features (normalised where used, as the script does)
     for feat in stream:
         feat = feat.float()
         context = F.normalize(torch.stack([first_feat, *[f for f, _ in queue]]), dim=2)
         segs = torch.stack([first_seg, *[s for _, s in queue]])
-        soft = propagate_frame(F.normalize(feat, dim=1), context, segs, near, topk)
+        soft = propagate_frame(F.normalize(feat, dim=1), context, segs, near, topk, temperature)
         if len(queue) == n_last:
             queue.pop(0)
         queue.append((feat, soft))
         grid = soft.reshape(-1, rows, cols)
-        yield Propagated(grid, to_labels(grid, patch, size))
+        yield Propagated(grid, labels(grid, size) if labels is not None else to_labels(grid, patch, size))

@@ -21,7 +21,10 @@ def main() -> None:
     from ..infra.memory import keep_memory_flat
     from ..infra.settings import SettingError
 
+    from ..infra.lifeline import follow_launcher
+
     fewer_full_collections()  # before the command's imports (torch, timm)
+    follow_launcher()  # under torchrun: this rank stops when its launcher is killed
     keep_memory_flat()
     try:
         code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here

@@ -13,6 +13,8 @@ from .app import (PLACEMENT, AllowPartialOpt, CacheOpt, PanelOpt, QuietOpt, Unse
 
 DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's unsupervised_saliency_detection/get_saliency.py).")]
 
+KeysOpt = Annotated[str, typer.Option("--keys", help="plain: the keys before RoPE (every network's; the default, measured better for cuts on DINOv3); rope: a DINOv3 store's keys after RoPE, as its attention uses them.")]
+
 # streaming (commands/stream.py): checkpoint + images → masks, keys kept in memory only
 StreamImagesOpt = Annotated[Optional[Path], typer.Option("--images", help="Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.")]
 StreamBatchOpt = Annotated[int, typer.Option("--batch-size", help="With --images: images per forward pass.")]
@@ -38,6 +40,7 @@ def decode(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write a summary JSON here.")] = None,
     refine: Annotated[Optional[str], typer.Option("--refine", help="bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS).")] = None,
     color_lambda: Annotated[Optional[float], typer.Option("--color-lambda", help="dsm: weight of DSM's KNN colour affinity (0, off, as published).")] = None,
+    keys: KeysOpt = "plain",
     panel: PanelOpt = None,
     allow_partial: AllowPartialOpt = False,
     unseal: UnsealOpt = None,
@@ -51,7 +54,7 @@ def decode(
     from ..results import tables
 
     chosen = dict(preset=preset, tau=tau, eps=eps, masks=masks, center=center, color_lambda=color_lambda, view=str(view or size), refine=refine,
-                  settings_file=settings)
+                  settings_file=settings, keys=keys)
     if images is not None:
         if panel is not None:
             raise ProbeError(None, "--images streams without --panel", "score the masks JSON with `probe score`")
@@ -116,6 +119,7 @@ def decode_sweep(
     metric: Annotated[str, typer.Option(help="Score that picks the best setting.")] = "segm_AP",
     settings_out: Annotated[Optional[Path], typer.Option("--settings-out", help="Where to write the best settings (default <cache>/decoder-settings.json).")] = None,
     view: DecodeViewOpt = None,
+    keys: KeysOpt = "plain",
     top: Annotated[int, typer.Option(help="Rows of the table to print (best first).")] = 20,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the whole table as JSON here.")] = None,
     allow_partial: AllowPartialOpt = False,
@@ -132,7 +136,7 @@ def decode_sweep(
     if top < 1:
         raise ProbeError(None, f"--top {top} must be at least 1", "use e.g. --top 20")
     with bar("images", quiet) as progress:
-        report = run("decode-sweep", store, panel=panel, grid=grid, metric=metric, settings_out=settings_out, view=str(view or 480), allow_partial=allow_partial, unseal=unseal,
+        report = run("decode-sweep", store, panel=panel, grid=grid, metric=metric, settings_out=settings_out, view=str(view or 480), keys=keys, allow_partial=allow_partial, unseal=unseal,
                      cache_dir=cache, on_start=ticker(progress, "sweep"), **placement).report
     if report.waiting:
         console.print(waiting_line(placement["shard"], report.waiting, "the last one scores every setting"))

@@ -116,6 +116,9 @@ def propagate_command(
     size_mask_neighborhood: Annotated[int, typer.Option("--size-mask-neighborhood", help="Window radius in patches (DINO: 12; 0: no window).")] = 12,
     topk: Annotated[int, typer.Option("--topk", help="Sources per target patch, chosen over all context frames (DINO: 5).")] = 5,
     subset: Annotated[str, typer.Option("--set", help="ImageSets/2017/<set>.txt lists the sequences.")] = "val",
+    preset: Annotated[str, typer.Option("--preset", help="dino (eval_video_segmentation.py) or dinov3-tracking (DINOv3's segmentation_tracking notebook: short side 960, circular window, T 0.2).")] = "dino",
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Affinity temperature (default: the preset's, DINO 0.1, DINOv3 0.2).")] = None,
+    short_side: Annotated[Optional[int], typer.Option("--short-side", help="Frames' short side in pixels (default: the preset's, DINO 480, DINOv3 960).")] = None,
     sequence: Annotated[Optional[list[str]], typer.Option("--sequence", help="Only this sequence (repeatable).")] = None,
     network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
     no_score: Annotated[bool, typer.Option("--no-score", help="Write the predictions only; read no annotation but the first frames'.")] = False,
@@ -136,7 +139,7 @@ def propagate_command(
     with bar("frames", quiet) as progress:
         task = progress.add_task("propagate", total=None)
         report = run("propagate", checkpoint, davis=davis_dir, out=out, n_last_frames=n_last_frames, size_mask_neighborhood=size_mask_neighborhood,
-                     topk=topk, subset=subset, network=network, sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache,
+                     topk=topk, subset=subset, preset=preset, temperature=temperature, short_side=short_side, network=network, sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache,
                      json_path=json_path, on_frame=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address, shard=shard).report
     console.print(f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}", highlight=False)
     if report.waiting:

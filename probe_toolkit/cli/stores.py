@@ -32,6 +32,7 @@ def extract(
     store: Annotated[Optional[Path], typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     decoders: Annotated[Optional[int], typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass, and runs written at once, up to 4 (default: the cores it leaves free; at least 1).")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Read every chunk of the store's --views first and extract again the images of any damaged or missing chunk (probe info --verify lists them).")] = False,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -73,7 +74,7 @@ def extract(
     try:
         report = run(
             checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
-            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet,
+            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet, repair=repair,
         )
     except KeyboardInterrupt:
         from ..infra.errors import Interrupted
@@ -101,12 +102,23 @@ def convert(
 
 
 @app.command()
-def info(store: Annotated[Path, typer.Argument(help="A store written by probe extract.")]) -> None:
+def info(store: Annotated[Path, typer.Argument(help="A store written by probe extract.")],
+         verify: Annotated[bool, typer.Option("--verify", help="Read every chunk and check its checksum; exit 1 when any is damaged or missing.")] = False) -> None:
     """Print a store's manifest, each view's grid and completeness, its arrays."""
     from rich.table import Table
 
     from ..results import records
     from ..store.describe import describe_store
+
+    if verify:
+        from ..infra.errors import IntegrityError
+        from ..store.integrity import verify as read_every_chunk
+
+        found = read_every_chunk(store)
+        if found.damaged:
+            raise IntegrityError(None, found.line())
+        console.print(found.line(), soft_wrap=True, highlight=False)
+        return
 
     table = Table(title=str(store), show_header=False)
     for field, value in describe_store(store):

@@ -56,12 +56,13 @@ def report_command(
     patch: Annotated[int, typer.Option("--patch", help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other grids follow the patch under its centre.")] = 34,
     formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
     run: Annotated[Optional[str], typer.Option("--run", help="Show this run's records (a run id from `probe results`, or its start) where a result has one; the latest elsewhere.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", help="Name a store in titles, tables and figures: NAME=STORE (repeatable; default: the manifest's name, else checkpoint and network).")] = None,
     cache: CacheOpt = None,
 ) -> None:
     """Write report.md, a self-contained report.html with a patch explorer, figures (PNG, PDF, SVG) and tables (CSV, LaTeX)."""
     from ..report import write_report
 
-    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats, run=run)
+    written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats, run=run, labels=label)
     present = [s.title for s in written.report.sections if s.present]
     absent = [s.title for s in written.report.sections if not s.present]
     console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "

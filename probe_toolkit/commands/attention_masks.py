@@ -14,12 +14,15 @@ DINO's script squashes the image to 480 × 480 instead; its paper's evaluation c
 
 Results ``results/attention_masks``:
 
-    mask               (image, head, patch)   uint8, the kept patches
+    mask               (image, head, patch)   uint8, the kept patches (the class token's row over the patches)
+    storage_mask       (image, storage, head, patch)  uint8, each storage (register) token's own row, the same rule
+    prefix_mass        (image, head, token, key)      where the class and storage tokens look: their attention on
+                                                      each of them and (key "patches") on the patches together
     jaccard            (image, head)          IoU with the union of the objects (NaN: not scored)
     best               (image)                best head per image (union)
     per_object         (image)                dino #54: best head per object, mean over objects
     jaccard_mean (head), best_mean, per_object_mean: means over the scored images
-    attrs: row (cls | aggregation | mean), mass, resolution, panel, ledger, counts, provenance
+    attrs: row (cls | aggregation | mean), mass, resolution, panel, ledger, counts, looks (means by token), provenance
 """
 
 from __future__ import annotations
@@ -67,13 +70,14 @@ class MasksReport:
     counts: dict[str, int] = field(default_factory=dict)
     saved: Path | None = None
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
+    looks: dict[str, list] | None = None  # with storage tokens: where the class token and each storage token look (am.looks), by token
 
     def summary(self) -> dict[str, Any]:
         return {
             "store": str(self.store), "row": self.row, "row_text": ROW_TEXT[self.row], "mass": self.mass, "resolution": RESOLUTION,
             "images": self.n_images, "scored": self.scored, "ledger": self.ledger, "counts": self.counts,
             "jaccard_per_head": None if self.jaccard_mean is None else [float(v) for v in self.jaccard_mean],
-            "best_head": self.best_mean, "per_object": self.per_object_mean,
+            "best_head": self.best_mean, "per_object": self.per_object_mean, "looks": self.looks,
         }
 
 
@@ -84,10 +88,11 @@ def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict |
     if row == "cls" and not token:
         raise ProbeError(store, "has no class token, so no class-token attention", "use --row aggregation (SelfPatch's ca_head) or --row mean")
     head = None
-    if row in ("auto", "aggregation") and not token:
+    if row == "aggregation" or (row == "auto" and not token):  # asked for by name, whatever the class token
         head = parts.aggregation_head(meta, store)
         if row == "aggregation" and head is None:
-            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)", "use --row mean")
+            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)",
+                             "use --row cls (its class token) or --row mean" if token else "use --row mean")
     if row == "auto":
         row = "cls" if token else ("aggregation" if head is not None else "mean")
     return row, head
@@ -104,33 +109,46 @@ def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
 
 
 def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, on_block: Callable[[int], None] | None = None,
-                   where: Where = Where(), image_range: tuple[int, int] | None = None) -> np.ndarray:
-    """(image, head, patch) bool masks of every image, block by block through the runner: blocks of
-    the store's chunk whatever the worker count, so the masks are the same bits on any placement."""
+                   where: Where = Where(), image_range: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """``mask`` (image, head, patch) bool masks of every image, block by block through the runner: blocks of
+    the store's chunk whatever the worker count, so the masks are the same bits on any placement;
+    with storage tokens and the class row, ``storage_mask`` and ``prefix_mass`` too (``am.masks_block``)."""
     name = "tokens_224" if row == "aggregation" else "attention_224"
     array = cache.require(ds, name)
     arch = ds.attrs["manifest"].get("arch", {})
     prefix = int(bool(arch.get("class_token"))) + int(arch.get("registers", 0))  # the class token, then DINOv2's registers
     if ds.sizes["image"] == 0:
-        return np.zeros((0, heads, 0), bool)
+        return {"mask": np.zeros((0, heads, 0), bool)}
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
     block = int(ds.attrs["manifest"].get("chunk") or 16)
-    return map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block, image_range=image_range,
-                      torch_free=row != "aggregation")["mask"].astype(bool)
+    out = map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block, image_range=image_range,
+                     torch_free=row != "aggregation")
+    return {name: values.astype(bool) if name.endswith("mask") else values for name, values in out.items()}
+
+
+DIMS = {"mask": ("image", "head", "patch"), "storage_mask": ("image", "storage", "head", "patch"), "prefix_mass": ("image", "head", "token", "key")}
+
+
+def prefix_names(registers: int) -> list[str]:
+    """The prefix tokens as the result names them: the class token, then each storage (register) token."""
+    return ["class", *(f"storage {i + 1}" for i in range(registers))]
 
 
 def shard_masks(ds: xr.Dataset, store: Path, shard: str | None, row: str, head: dict | None, mass: float, heads: int,
-                on_block: Callable[[int], None] | None, where: Where) -> tuple[np.ndarray | None, list[int]]:
+                on_block: Callable[[int], None] | None, where: Where) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
     from . import shards
 
     ids = [str(i) for i in ds.image.values]
     which, (a, b) = shards.share(shard, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
-    masks = masks_of_store(ds, row, head, mass, heads, on_block, where, (a, b)) if b > a else np.zeros((0, heads, 0), bool)
-    part = xr.Dataset({"mask": (("image", "head", "patch"), masks.astype(np.uint8))}, coords={"image": ids[a:b]})
+    arrays = masks_of_store(ds, row, head, mass, heads, on_block, where, (a, b)) if b > a else {"mask": np.zeros((0, heads, 0), bool)}
+    part = xr.Dataset({name: (DIMS[name], values.astype(np.uint8) if name.endswith("mask") else values) for name, values in arrays.items()},
+                      coords={"image": ids[a:b]})
     identity = {"row": row, "mass": float(mass), "images_sha256": shards.images_sha256(ids)}
     whole, missing = shards.gather(store, "attention_masks", which, part, identity)
-    return (None if whole is None else whole["mask"].values.astype(bool)), missing
+    if whole is None:
+        return None, missing
+    return {name: whole[name].values.astype(bool) if name.endswith("mask") else whole[name].values for name in whole.data_vars}, missing
 
 
 def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarray:
@@ -144,6 +162,21 @@ def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarra
         if carried.any():
             masks.append(carried)
     return np.stack(masks) if masks else np.zeros((0, VIEW, VIEW), bool)
+
+
+# panel kinds whose labels hold no object mask to take a Jaccard with (kinds.py)
+MASKLESS = {"voc": "VOC detection boxes, no masks", "classes": "one class per image, no objects"}
+
+
+def needs_masks(panel: str, cache_dir: str | Path | None) -> None:
+    """The Jaccard compares a mask with object masks: a panel of boxes or classes is refused
+    before any work and any label read (it ended in a KeyError on 'segmentation')."""
+    from ..labels.panels import get_panel
+
+    kind = get_panel(panel, cache_dir).kind
+    if kind in MASKLESS:
+        raise ProbeError(panel, f"is a {kind} panel ({MASKLESS[kind]}), and attention masks are scored by Jaccard against object masks",
+                         "score on a COCO panel (instance masks), a --coco20k or a saliency (--masks) panel")
 
 
 def run_attention_masks(
@@ -166,6 +199,8 @@ def run_attention_masks(
     workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
     if not 0.0 < mass < 1.0:
         raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
+    if panel is not None:
+        needs_masks(panel, cache_dir)
     store = Path(store)
     ds = cache.open_store(store, allow_partial=partial)
     meta = cache.manifest(ds)
@@ -175,16 +210,24 @@ def run_attention_masks(
     patch = int(meta.get("arch", {}).get("patch", 16))
     with placed(workers, dask_address) as where:
         if not sharded(shard):
-            masks = masks_of_store(ds, row, head, mass, heads, on_block, where)
+            arrays = masks_of_store(ds, row, head, mass, heads, on_block, where)
         else:
-            masks, missing = shard_masks(ds, store, shard, row, head, mass, heads, on_block, where)
-            if masks is None:  # a shard that finished before the others
+            arrays, missing = shard_masks(ds, store, shard, row, head, mass, heads, on_block, where)
+            if arrays is None:  # a shard that finished before the others
                 return MasksReport(store, row, float(mass), ds.sizes["image"], 0, waiting=missing)
+    masks = arrays["mask"]
     n, h, p = masks.shape
     rows, cols = grid_of(ds, p)
     ids = [str(i) for i in ds.image.values]
     data = {"mask": (("image", "head", "patch"), masks.astype(np.uint8))}
     report = MasksReport(store, row, float(mass), n, 0)
+    tokens = prefix_names(int(meta.get("arch", {}).get("registers", 0)))
+    if "prefix_mass" in arrays and n:  # storage (register) tokens: their own masks, and where every prefix token looks
+        data["storage_mask"] = (DIMS["storage_mask"], arrays["storage_mask"].astype(np.uint8))
+        data["prefix_mass"] = (DIMS["prefix_mass"], arrays["prefix_mass"].astype(np.float32))
+        every = np.concatenate([masks[:, None], arrays["storage_mask"]], axis=1)  # (image, prefix, head, patch)
+        report.looks = {name: [float(v) for v in values] for name, values in am.looks(arrays["prefix_mass"], every).items()}
+        report.looks["token"] = tokens
     attrs: dict[str, Any] = {"row": row, "row_text": ROW_TEXT[row], "mass": float(mass), "resolution": RESOLUTION, "grid": [rows, cols],
                              "patch": patch, "source": "facebookresearch/dino visualize_attention.py; Jaccard rules: dino issue #54"}
     if panel is not None:
@@ -217,7 +260,10 @@ def run_attention_masks(
         report.jaccard_mean, report.best_mean, report.per_object_mean = np.nanmean(union, 0), float(np.nanmean(best)), float(np.nanmean(per_object))
         report.counts = {"images": n, "in_panel": len(read.image_map), "scored": scored, "objects": objects_seen}
         attrs.update({"panel": {"name": read.panel.name, "role": read.panel.role}, "ledger_entry": read.entry_id, "counts": report.counts})
-    result = xr.Dataset(data, coords={"image": ids, "head": np.arange(h)})
+    coords = {"image": ids, "head": np.arange(h), **({"storage": tokens[1:], "token": tokens, "key": [*tokens, "patches"]} if "prefix_mass" in data else {})}
+    result = xr.Dataset(data, coords=coords)
+    if report.looks is not None:
+        attrs["looks"] = report.looks
     attrs["provenance"] = result_provenance(ds, command)
     report.saved = records.save(store, "attention_masks", result, attrs)
     if json_path is not None:

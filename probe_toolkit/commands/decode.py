@@ -126,6 +126,7 @@ def run_decode(
     on_start: Callable[[int], Callable[[], None]] | None = None,
     refine: str | None = None,
     placement: Placement = Placement(workers=1),
+    keys: str = "plain",
 ) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
@@ -145,20 +146,24 @@ def run_decode(
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_view(size)
-    src = open_keys(store, size)
+    src = open_keys(store, size, keys)
     tick = on_start(len(src.image_ids)) if on_start else None
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
-    with placed(workers, dask_address) as where:
+    from contextlib import nullcontext
+
+    from .decode_colour import photographs
+
+    with placed(workers, dask_address) as where, (photographs(src) if settings.color_lambda else nullcontext()) as photos:
         if not sharded(shard):
             if settings.color_lambda:
-                decoded = decode_with_colour(src, settings, tick, where=where)
+                decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
                 encoded.add(decoded)
             else:
                 decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
                                                      grids=src.grid_arrays(), each=encoded))
         else:
-            task = colour_task(src, settings) if settings.color_lambda else None
+            task = colour_task(src, settings, photos) if settings.color_lambda else None
             decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
             if decoded is None:
                 return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
@@ -170,7 +175,7 @@ def run_decode(
         src.store,
         "decoder",
         decoder_dataset(decoded, src.image_ids),
-        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view,
+        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view, "keys": src.keys_kind,
          "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids),
          "backend": backend},
     )
@@ -179,7 +184,7 @@ def run_decode(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
         dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=masks_file,
-        extra=view_check(settings.preset, src.view, src.manifest, panel_kind(panel, cache_dir)),
+        extra={**view_check(settings.preset, src.view, src.manifest, panel_kind(panel, cache_dir)), "keys": src.keys_kind},
     )
     coco_ids = None
     labels: LabelRead | None = None
@@ -190,7 +195,8 @@ def run_decode(
     write_json(masks_file, results)
     write_json(masks_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
-                                        "unit": unit, "masks_sha256": file_sha256(masks_file)})
+                                        "keys": src.keys_kind, "unit": unit, "masks_sha256": file_sha256(masks_file),
+                                        "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
     if refine and labels is not None and labels.panel.kind != "saliency":
         raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
     if labels is not None and labels.panel.kind == "saliency":

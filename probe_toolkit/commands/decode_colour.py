@@ -13,7 +13,9 @@ folder as they mount the store) decode their images alone, the same bits as one 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -24,10 +26,15 @@ from ..analyses.decoder import collate, decode_image, grid_of
 from ..analyses.decoder_settings import Settings
 
 
+if TYPE_CHECKING:
+    from ..infra.shared import Shared
+
+
 def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int, padded: bool = False,
-                 rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                 rows: np.ndarray | None = None, cols: np.ndarray | None = None, photos: Shared | None = None) -> dict[str, np.ndarray]:
     """A block of images → the decoder's arrays, each image decoded with its colour affinity;
-    ``padded``: the keys are the native view's (the photograph padded as they saw it)."""
+    ``padded``: the keys are the native view's (the photograph padded as they saw it); ``photos``:
+    the sha256 of every photograph as the command read it (``photographs``), checked before each is read."""
     from PIL import Image
 
     from ..analyses.decoder_blocks import ARRAYS
@@ -37,6 +44,8 @@ def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, sou
     keys = np.asarray(keys)
     results = []
     for i, image_keys in enumerate(keys):
+        if photos is not None:
+            _check(photos, Path(source), str(names[i]))
         photo = load_image(Path(source) / str(names[i])).convert("RGB")
         if rows is None:
             side = grid_of(keys.shape[1])
@@ -53,3 +62,57 @@ def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, sou
         results.append(decode_image(image_keys, settings, color=color, grid=(r, c)))
     decoded = collate(results, settings, keys.shape[1])
     return {name: getattr(decoded, name) for name in ARRAYS}
+
+
+def _check(photos: Shared, source: Path, name: str) -> None:
+    from ..infra.errors import IntegrityError, worker_name
+    from ..store.sources import read_checked
+
+    table = photos.value()
+    at = int(np.searchsorted(table["name"], name))
+    if at >= table.shape[0] or table["name"][at] != name:
+        raise IntegrityError(worker_name(), f"was handed {name!r}, which the command did not hash", "rerun the command")
+    read_checked(source / name, table["sha256"][at].decode())
+
+
+@contextmanager
+def photographs(src) -> Iterator[tuple[str, Shared]]:
+    """The store's photographs for the colour term: their folder, absolute (``store.sources``: a
+    store's relative ``image_source`` is resolved against the store's location, never the current
+    directory), each photograph's size checked against the size the store recorded at extraction,
+    and their sha256 as a ``runner.Shared`` table, so that every worker proves it reads these bytes."""
+    from ..infra.errors import ProbeError
+    from ..infra.shared import shared
+    from ..results import records
+    from ..store.images import header_size
+    from ..store.sources import file_digest, image_folder, recorded_digests
+
+    folder = image_folder(src.store, src.manifest)
+    recorded = recorded_digests(src.store, positions(src))  # each file's sha256 at extraction (None for older stores)
+    order = sorted(range(len(src.image_ids)), key=lambda i: src.image_ids[i])
+    width = max((len(n) for n in src.image_ids), default=1)
+    table = np.zeros(len(order), dtype=[("name", f"U{width}"), ("sha256", "S64")])
+    for row, i in enumerate(order):
+        name, path = src.image_ids[i], folder / src.image_ids[i]
+        if not path.is_file():
+            raise ProbeError(src.store, f"was extracted from {folder}, which no longer holds {name}", f"restore the photographs at {folder}")
+        if header_size(path) != (int(src.widths[i]), int(src.heights[i])):
+            w, h = header_size(path)
+            raise ProbeError(path, f"is {w}×{h}, but the store recorded {src.widths[i]}×{src.heights[i]} when it was extracted from it",
+                             "restore the photographs the store was extracted from (or extract a new store from these)")
+        digest = file_digest(path)
+        if recorded[i] is not None and digest != recorded[i]:  # the bytes extracted, where the store recorded them
+            raise ProbeError(path, f"is not the photograph the store was extracted from (sha256 {recorded[i][:12]} recorded)",
+                             "restore the photographs the store was extracted from (or extract a new store from these)")
+        table[row] = (name, digest.encode())
+    with shared(table, records.results_path(src.store, ""), "colour-photos") as handle:
+        yield str(folder), handle
+
+
+def positions(src) -> np.ndarray:
+    """The store positions of ``src``'s images (its finished ones)."""
+    import zarr
+
+    group = zarr.open_group(str(src.store), mode="r", use_consolidated=False)
+    at = {str(v): i for i, v in enumerate(group["image"][:])}
+    return np.asarray([at[i] for i in src.image_ids], dtype=np.int64)

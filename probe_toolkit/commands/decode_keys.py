@@ -19,6 +19,7 @@ from ..infra.runner import Where, map_images
 from ..labels.masks import coco_results
 from ..store import cache, own_size
 from ..store.grids import view_grid
+from ..store.views import keys_array
 from .decode_views import OWN_SIZE, check_view
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class StoreKeys:
     grids: np.ndarray | None = None  # (image, 2) rows, cols of an own-size view; None for the square views
     patch: int = 0  # the own-size view's patch size in pixels
     data: StoreData | None = None  # the opened store, for the runner inputs read beside the keys
+    keys_kind: str = "plain"  # plain: keys_<view>; rope: DINOv3's keys_rope_<view> (store.views.keys_array)
 
     def store_array(self, name: str) -> StoreArray:
         """Another array of the store at the keys' images, as a runner input (a cluster worker reads it by name)."""
@@ -86,11 +88,18 @@ def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndar
     return np.stack([rows, cols], axis=1), patch
 
 
-def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
+def open_keys(store: str | Path, size: int | str = 480, keys: str = "plain") -> StoreKeys:
+    """The store's keys of one view: before RoPE (``plain``) or, on a DINOv3 store, after it (``rope``)."""
     view = check_view(size)
-    ds = cache.open_store(store, arrays=f"keys_{view}", plain=True)
-    keys = cache.require(ds, f"keys_{view}")
+    ds = cache.open_store(store, arrays=f"keys_{view}", plain=True)  # one view: the same done flags for either kind
     meta = cache.manifest(ds)
+    try:
+        name = keys_array(meta.get("arch") or {}, view, keys)
+    except ValueError as error:
+        raise ProbeError(store, str(error), "use --keys plain") from None
+    if name not in ds and f"keys_{view}" in ds:
+        raise ProbeError(store, f"was extracted before keys after RoPE were stored (it has no {name})", "extract into a new store, or pass --keys plain")
+    values = cache.require(ds, name)
     if ds.sizes.get("image", 0) == 0:
         raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")
     heights, widths = ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64)
@@ -101,12 +110,13 @@ def open_keys(store: str | Path, size: int | str = 480) -> StoreKeys:
         image_ids=[str(v) for v in ds["image"].values],
         heights=heights,
         widths=widths,
-        keys=keys,
+        keys=values,
         checkpoint=(meta.get("checkpoint") or {}).get("sha256"),
         view=view,
         grids=grids,
         patch=patch,
         data=ds,
+        keys_kind=keys,
     )
 
 
@@ -133,21 +143,21 @@ def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: C
     return as_decoded(arrays, settings)
 
 
-def colour_task(src: StoreKeys, settings: Settings) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
+def colour_task(src: StoreKeys, settings: Settings, photos: tuple) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
     """DSM with its colour term as a runner task (``commands.decode_colour``): the block function
-    and its arrays; each block reads its images' photographs from the store's ``image_source``."""
+    and its arrays; each block reads its images' photographs from ``photos`` (``decode_colour.photographs``:
+    the store's ``image_source``, absolute, and each photograph's sha256, checked by whoever reads it)."""
     from .decode_colour import colour_block
 
-    source = src.manifest.get("image_source")
-    if not source or not Path(source).is_dir():
-        raise ProbeError(src.store, f"does not say where its photographs are (image_source {source!r})", "drop --color-lambda, or extract from an image folder")
-    fn = partial(colour_block, settings=settings, source=str(source), patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD)
+    source, digests = photos
+    fn = partial(colour_block, settings=settings, source=source, patch=src.patch, padded=own_size.EDGE.get(src.view) == own_size.PAD, photos=digests)
     return fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}
 
 
-def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where()) -> Decoded:
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where(),
+                       photos: tuple) -> Decoded:
     """DSM with its colour term, through the runner, every image of the store."""
-    fn, arrays = colour_task(src, settings)
+    fn, arrays = colour_task(src, settings, photos)
     arrays = map_images(fn, arrays, where=where, progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked
     return src.with_grids(as_decoded(arrays, settings))
 

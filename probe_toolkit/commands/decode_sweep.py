@@ -103,6 +103,7 @@ def run_sweep(
     on_start: Callable[[int], Callable[[], None]] | None = None,
     size: int | str = 480,
     placement: Placement = Placement(workers=1),
+    keys: str = "plain",
 ) -> SweepReport:
     """Decode every setting of the grid (label-free), read the panel once, score every setting.
     ``shard`` i/n (or torchrun): this process decodes its share of the images under every
@@ -121,7 +122,7 @@ def run_sweep(
     if get_panel(panel, cache_dir).kind == "saliency":
         raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
     check_view(size)
-    src = open_keys(store, size)
+    src = open_keys(store, size, keys)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
     for s in settings_list:
@@ -170,6 +171,6 @@ def run_sweep(
         coords={"setting": np.arange(len(table))},
     )
     records.save(src.store, f"sweep_{labels.panel.name}", sweep,
-                       {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest,
+                       {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest, "keys": src.keys_kind,
                         "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)})
     return SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id, settings_file=settings_file)

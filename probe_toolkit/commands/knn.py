@@ -8,9 +8,11 @@ panel's sub-folders, or a COCO panel's largest annotated category (``panels.read
 The feature, stated in every output:
 
 - ``cls-normed`` (the default where the network has a class token and a final norm): the class
-  token after the final LayerNorm, DINO's ``eval_knn.py`` feature; the norm's weights are those
-  extraction recorded from the checkpoint (``store.parts``; a store extracted before that rereads
-  them from the checkpoint, sha256 checked);
+  token after the final LayerNorm, DINO's ``eval_knn.py`` feature and DINOv3's (``dinov3/eval/knn.py``
+  wraps the eval model, whose output is ``x_norm_clstoken``, in ``ModelWithNormalize``: the class
+  token through the final norm, eps 1e-5, the storage tokens unused, L2-normalised); the norm's
+  weights and eps are those extraction recorded from the checkpoint (``store.parts``; a store
+  extracted before that rereads them from the checkpoint, sha256 checked);
 - ``cls``: the stored class token (before any final norm);
 - ``mean``: the mean of the last block's patch tokens (the default without a class token).
 
@@ -25,7 +27,8 @@ not its central 87.5 %) is still read, and every output says so. Results ``resul
     similarity        (image, rank)  their cosines
     label             (image)        the val images' classes
     coords: k, image (val store ids), train_image (train store ids), class (names)
-    attrs: feature, view (its name), view_text, temperature, ledger {train, val}, panels, counts, provenance
+    attrs: feature, view (its name), view_text, temperature, ledger {train, val}, panels, counts, provenance,
+           stores {train, val}: the store each panel's features were read from (the report draws their images)
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from ..analyses import knn
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement, sharded
-from ..infra.runner import map_images, placed
+from ..infra.runner import check_placement, map_images, placed
 from ..infra.shared import shared
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
 from ..store import arrays, cache, images, parts
@@ -109,7 +112,13 @@ def choose_feature(feature: str, arch: dict[str, Any], where: Path) -> str:
     return feature
 
 
-def describe(feature: str, checkpoint: str) -> str:
+SOURCES = {"dinov3": "facebookresearch/dinov3 dinov3/eval/knn.py (KnnModule; ModelWithNormalize of x_norm_clstoken)"}
+SOURCE = "facebookresearch/dino eval_knn.py (knn_classifier)"
+
+
+def describe(feature: str, checkpoint: str, family: str = "vit") -> str:
+    if feature == "cls-normed" and family == "dinov3":  # DINOv3's eval/knn.py feature: x_norm_clstoken, L2-normalised
+        return f"class token after the final LayerNorm (eps 1e-5, weights from {checkpoint}; DINOv3's x_norm_clstoken, storage tokens unused), L2-normalised"
     return {
         "cls-normed": f"class token after the final LayerNorm (weights from {checkpoint}), L2-normalised",
         "cls": "class token as stored (before any final norm), L2-normalised",
@@ -211,6 +220,7 @@ def run_knn(
     if not temperature > 0:
         raise ProbeError("--temperature", f"{temperature} must be positive", "use DINO's 0.07")
     # every refusal that needs no label and no compute comes here, before the first ledger line
+    check_placement(workers, dask_address)
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the neighbours")
     check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
     store = Path(store)
@@ -256,7 +266,8 @@ def run_knn(
     width = knn.vote_width(len(classes))
     ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
     result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
-    text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")))
+    family = str(meta.get("arch", {}).get("family", "vit"))
+    text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")), family)
     counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
     ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
     ds = xr.Dataset(
@@ -273,7 +284,8 @@ def run_knn(
         "feature": chosen, "feature_text": text, "view": view, "view_text": view_text(view), "temperature": float(temperature), "ledger": ledger,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
                    "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
-        "counts": counts, "source": "facebookresearch/dino eval_knn.py (knn_classifier)",
+        "counts": counts, "source": SOURCES.get(family, SOURCE),
+        "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, command),
     }
     saved = records.save(store, "knn", ds, attrs)

@@ -67,8 +67,11 @@ def wanted_ids(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | 
     panels whose folders share file names are never confused; a store without a usable record is
     matched on the ids alone.
     """
+    from ..store.sources import image_folder_or_none
+
     prefix = ""
-    source = cache.manifest(ds).get("image_source")
+    meta = cache.manifest(ds)
+    source = image_folder_or_none(ds.attrs["store"], meta) if ds.attrs.get("store") else meta.get("image_source")  # never the current directory's
     if source and Path(source).is_dir():
         source_dir, panel_dir = Path(source).resolve(), panel.images.resolve()
         if panel_dir != source_dir:

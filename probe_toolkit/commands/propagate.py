@@ -43,7 +43,7 @@ import torch
 import xarray as xr
 from PIL import Image
 
-from ..analyses import propagation
+from ..analyses import propagation, tracking
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
@@ -56,6 +56,7 @@ from ..results import records
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
 from ..store.images import load_image
+from ..store.sources import file_digest, read_checked
 from .shards import collect
 
 BATCH = 8  # frames per forward pass
@@ -67,11 +68,24 @@ class Settings:
     radius: int = propagation.RADIUS
     topk: int = propagation.TOPK
     subset: str = "val"
+    preset: str = "dino"  # analyses.tracking: dino or dinov3-tracking (frames, window, T, labels)
+    temperature: float = propagation.TEMPERATURE
+    short_side: int = propagation.SHORT_SIDE
+
+    def frames(self, patch: int) -> tracking.Frames:
+        return tracking.Frames(self.preset, self.short_side, patch)
+
+    def record(self) -> dict[str, Any]:
+        return {"preset": self.preset, "n_last_frames": self.n_last, "size_mask_neighborhood": self.radius, "window": tracking.SHAPE[self.preset],
+                "topk": self.topk, "temperature": self.temperature, "short_side": self.short_side, "subset": self.subset}
 
     def check(self) -> None:
         for name, value, least in (("--n-last-frames", self.n_last, 1), ("--size-mask-neighborhood", self.radius, 0), ("--topk", self.topk, 1)):
             if int(value) != value or value < least:
                 raise ProbeError(name, f"{value} must be an integer ≥ {least}", "DINO's defaults: --n-last-frames 7 --size-mask-neighborhood 12 --topk 5")
+        if self.preset not in tracking.PRESETS or not self.temperature > 0 or self.short_side < 1:
+            raise ProbeError("--preset", f"{self.preset!r} (temperature {self.temperature}, short side {self.short_side}) is not a preset with a positive "
+                             "temperature and short side", f"use --preset {' or '.join(tracking.PRESETS)}")
 
 
 @dataclass
@@ -99,7 +113,7 @@ def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.device, batch: int = BATCH):
+def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.device, batch: int = BATCH, rule: tracking.Frames | None = None):
     """Yield (rows·cols, D) features per frame, the forward pass batched over frames."""
     size = None
     for a in range(0, len(frames), batch):
@@ -110,7 +124,7 @@ def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.dev
                 size = rgb.shape[:2]
             elif rgb.shape[:2] != size:
                 raise ProbeError(path, f"is {rgb.shape[1]}×{rgb.shape[0]}, the sequence's first frame {size[1]}×{size[0]}", "give every frame of a sequence one size")
-            tensors.append(propagation.frame_tensor(rgb))
+            tensors.append(rule.tensor(rgb) if rule is not None else propagation.frame_tensor(rgb))
         feats = normed_patch_tokens(model, torch.stack(tensors).to(device)).float().cpu()
         yield from feats
 
@@ -177,8 +191,9 @@ class Job:
     out: str
     patch: int
     names: tuple[str, ...]
-    frames: tuple[tuple[str, ...], ...]
+    frames: tuple[tuple[str, ...], ...]  # absolute paths
     palettes: tuple[np.ndarray, ...]
+    digests: tuple[tuple[str, ...], ...] = ()  # each frame's sha256 as this process read it: a worker proves it reads the same bytes
 
 
 _models: dict[tuple, Backbone] = {}  # per process: (checkpoint, sha256, network, device) → the backbone
@@ -216,14 +231,19 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
             missing = next((f for f in frames if not f.is_file()), None)
             if missing is not None:  # a cluster worker without the client's DAVIS folder
                 raise IntegrityError(worker_name(), f"cannot read {missing}", "give every worker the DAVIS folder at the path this machine reads")
+            for frame, digest in zip(frames, job.digests[i] if job.digests else ()):  # another folder at that path: one line, not other numbers
+                read_checked(frame, digest)
             height, width = first_annotation.shape
-            w, h = propagation.frame_size(width, height)
+            rule = job.settings.frames(job.patch)
+            w, h = rule.size(width, height)
             rows, cols = h // job.patch, w // job.patch
-            first = propagation.first_labels(first_annotation, rows, cols)
+            first = rule.first(first_annotation, rows, cols)
             files = {f"{frames[0].stem}.png": indexed_png(first_annotation, palette)}
             labels = [first_annotation]
-            stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device)), first, rows, cols, job.patch,
-                                           (width, height), n_last=job.settings.n_last, radius=job.settings.radius, topk=job.settings.topk)
+            near = rule.window(rows, cols, job.settings.radius)
+            stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device), rule=rule), first, rows, cols, job.patch,
+                                           (width, height), n_last=job.settings.n_last, radius=job.settings.radius, topk=job.settings.topk,
+                                           temperature=job.settings.temperature, near=near, labels=rule.labels)
             for frame, result in zip(frames[1:], stream):
                 files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
                 labels.append(result.labels)
@@ -298,7 +318,7 @@ def run_propagate(
     target_device = _device(device)
     if workers is None and target_device.type != "cpu" and not dask_address:
         workers = 1
-    davis_dir, out = Path(davis_dir), Path(out)
+    davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
     found = davis_sequences(davis_dir, settings.subset)
@@ -330,7 +350,8 @@ def run_propagate(
         start = time.perf_counter()
         palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in mine]
         job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
-                  tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes))
+                  tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes),
+                  tuple(tuple(file_digest(f) for f in s.frames) for s in mine))
         _models[(job.checkpoint, job.sha256, job.network, job.device)] = model  # this process has it loaded already
 
         def read(a: int, b: int) -> dict[str, np.ndarray]:
@@ -349,12 +370,16 @@ def run_propagate(
         try:
             done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(mine))],
                               workers=where.workers, client=where.client, progress=progress)["digest"] if mine else []
+        except ProbeError as error:  # say what the failed run leaves under --out: the sequences written whole so far
+            written = sum((out / seq.name).is_dir() for seq in mine)
+            kept = f"{written} sequences' PNGs are in {out}, each whole (the rerun writes them again)" if written else f"nothing was written in {out}"
+            raise type(error)(error.where or None, error.problem, f"{error.fix}; {kept}" if error.fix else kept) from None
         finally:
             _models.clear()
     digests = {seq.name: str(d) for seq, d in zip(mine, done)}
     if which is not None:
         identity = {"checkpoint": ck.sha256, "network": network, "davis": str(davis_dir.resolve()), "sequences": [s.name for s in found],
-                    "settings": {"n_last": settings.n_last, "radius": settings.radius, "topk": settings.topk, "subset": settings.subset}}
+                    "settings": settings.record()}
         digests, first_entry, waiting = gather_parts(out, which, identity, digests, first_entry)
         if waiting:
             return PropagationReport(out, [s.name for s in mine], sum(len(s.frames) for s in mine), time.perf_counter() - start,
@@ -375,13 +400,11 @@ def run_propagate(
     write_tables(out, settings.subset, report.scores, report.global_scores)
     target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
     if (target / "zarr.json").is_file():
-        attrs = {"settings": {"n_last_frames": settings.n_last, "size_mask_neighborhood": settings.radius, "topk": settings.topk,
-                              "temperature": propagation.TEMPERATURE, "subset": settings.subset},
-                 "frame_size": "short side 480, long side floored to a multiple of 64; mean (0.485, 0.456, 0.406), std (0.228, 0.224, 0.225)",
+        attrs = {"settings": settings.record(), "frame_size": settings.frames(ck.arch.patch).describe(),
                  "feature": "last-block patch tokens after the final norm (none for networks without one), L2-normalised",
                  "ledger": report.ledger, "sequences": report.sequences, "frames": report.frames, "davis": str(davis_dir.resolve()),
                  "out": str(out.resolve()), "checkpoint": ck.describe(),
-                 "source": "facebookresearch/dino eval_video_segmentation.py; davisvideochallenge/davis2017-evaluation",
+                 "source": f"{tracking.SOURCES[settings.preset]}; davisvideochallenge/davis2017-evaluation",
                  "provenance": {"command": command, **provenance.stamp()}}
         report.saved = records.save(target, "davis", results_dataset(report.scores, report.global_scores), attrs)
     if json_path is not None:

@@ -39,6 +39,7 @@ from ..infra.runner import check_placement, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
 from ..store import cache, images
 from ..store.create import create_store
+from ..store.views import keys_array
 from ..results import records
 from ..store import extract_forward, extract_load, extract_plan
 from ..store.backbone import Backbone
@@ -92,6 +93,7 @@ def run_stream(
     on_start: Callable[[int], Callable[[int], None]] | None = None,
     stop_after: int | None = None,
     placement: Placement = Placement(workers=1),
+    keys: str = "plain",
 ) -> StreamReport:
     """Stream ``image_dir`` through the checkpoint and the decoder; see the module docstring.
 
@@ -106,14 +108,20 @@ def run_stream(
     from .decode_views import check_view
 
     view = check_view(size)
-    extraction = extract_plan.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+    if checkpoint.arch.family == "dinov3":  # RoPE: no position table, every grid native
+        interpolation = "auto"
+    try:
+        key_name = keys_array(checkpoint.arch.as_dict(), view, keys)
+    except ValueError as error:
+        raise ProbeError(checkpoint_path, str(error), "use --keys plain") from None
+    extraction = extract_plan.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     refs = images.list_images(image_dir)
     name = network + ("-converted" if convert else "")
     path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, view)
     meta = extract_plan.build_manifest(checkpoint, extraction, refs, str(image_dir))
     meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype,
-                views=[VIEW], keys_view=view, per_view={})
+                views=[VIEW], keys_view=view, keys_kind=keys, per_view={})
     own = view in images.OWN_SIZE
     if own:  # each image's grid from its header, as extraction reads it; masks padded to the most patches
         rows, cols = extract_plan.native_grids(refs, checkpoint.arch.patch, "fail", (view,))[view]
@@ -121,11 +129,11 @@ def run_stream(
     else:
         patches, grid = (int(size) // checkpoint.arch.patch) ** 2, None
     writer = create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
-    if any(writer.manifest.get(key) != meta[key] for key in ("decoder", "backend", "keys_dtype")) and not writer.done().any():
+    if any(writer.manifest.get(key) != meta[key] for key in ("decoder", "backend", "keys_dtype", "keys_kind")) and not writer.done().any():
         shutil.rmtree(path)  # nothing of the other settings was finished: a failed run never blocks the corrected one
         writer = create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
-    for key in ("decoder", "backend", "keys_dtype"):
-        if writer.manifest.get(key) != meta[key]:
+    for key in ("decoder", "backend", "keys_dtype", "keys_kind"):
+        if writer.manifest.get(key, "plain" if key == "keys_kind" else None) != meta[key]:
             raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
                              "pass the same decoder options, or another --store / --cache")
     todo = writer.todo(parse_shard(shard))
@@ -138,11 +146,11 @@ def run_stream(
         from ..store.own_size import EDGE, PAD
         from .decode_colour import colour_block
 
-        fn = partial(colour_block, settings=settings, source=str(image_dir), patch=checkpoint.arch.patch, padded=EDGE.get(view) == PAD)
+        fn = partial(colour_block, settings=settings, source=str(Path(image_dir).resolve()), patch=checkpoint.arch.patch, padded=EDGE.get(view) == PAD)
     else:
         fn = partial(decode_block, settings=settings, backend=backend, device=device)
     names = np.array([r.id for r in refs], dtype=object)
-    key_plan = {f"keys_{view}": ((f"patch_{view}", "channel"), (patches, checkpoint.arch.width))}
+    key_plan = {key_name: ((f"patch_{view}", "channel"), (patches, checkpoint.arch.width))}
     t0 = time.perf_counter()
     written = 0
     with (placed(workers, dask_address) as where, process_pool(where.workers) as pool, reusing_blocks(),
@@ -156,7 +164,7 @@ def run_stream(
         for index, (start, stop, _) in enumerate(todo):
             loaded = upcoming.result()
             upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-            keys = extract_forward.view_data(backbone, loaded, view, key_plan, stop - start, extraction, batch_size, forward_device, lambda n: None)[f"keys_{view}"]
+            keys = extract_forward.view_data(backbone, loaded, view, key_plan, stop - start, extraction, batch_size, forward_device, lambda n: None)[key_name]
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
 

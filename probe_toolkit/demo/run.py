@@ -174,4 +174,6 @@ def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = No
     """The comparison report of both networks, following patch 34 of the followed photograph."""
     from ..report import render_report
 
-    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats)
+    names = ("tiny ViT, random weights", "tiny ViT, trained (SelfPatch)")
+    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats,
+                         labels=[f"{name}={store}" for name, store in zip(names, stores)])

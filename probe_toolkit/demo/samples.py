@@ -210,10 +210,12 @@ def write_checkpoint(path: str | Path, layout: str = "dino-full", arch: Arch = T
     from ..infra.owned import refuse_existing
 
     refuse_existing(path, force, "checkpoint file")
+    from ..infra.origin import mark_random
+
     state = make_checkpoint(layout, arch, seed)
-    if layout == "dinov3-hf":
-        return save_safetensors(state, path)
-    return save_state(state, path)
+    written = save_safetensors(state, path) if layout == "dinov3-hf" else save_state(state, path)
+    mark_random(written, f"random weights made by probe ({layout}, width {arch.width}, depth {arch.depth}, seed {seed})")
+    return written
 
 
 def save_safetensors(state: dict[str, torch.Tensor], out: str | Path) -> Path:

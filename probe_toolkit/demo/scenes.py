@@ -17,6 +17,8 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 from skimage import data
 
+from ..infra.origin import mark_synthetic
+
 CATEGORIES = [{"id": 1, "name": "disc", "supercategory": "shape"}, {"id": 2, "name": "square", "supercategory": "shape"}]
 SIZE = (320, 240)  # width, height
 
@@ -95,6 +97,7 @@ def write_panel(folder: str | Path, count: int, seed: int) -> Path:
             })
     annotations = folder / "annotations.json"
     annotations.write_text(json.dumps(coco, indent=1))
+    mark_synthetic(folder, f"synthetic scenes drawn by probe (seed {seed})")
     return annotations
 
 
@@ -109,6 +112,7 @@ def write_masks(folder: str | Path, count: int, seed: int) -> Path:
         for _, mask in objects:
             salient |= mask
         Image.fromarray(salient.astype(np.uint8) * 255).save(folder / f"scene_{seed:03d}_{i:03d}.png", optimize=False)
+    mark_synthetic(folder, f"masks of synthetic scenes drawn by probe (seed {seed})")
     return folder
 
 

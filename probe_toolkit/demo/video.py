@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..infra.origin import mark_synthetic
 from ..labels.davis import davis_palette
 
 
@@ -51,4 +52,5 @@ def write_davis(root: str | Path, sequences: dict[str, int] | None = None, size:
     sets = root / "ImageSets" / "2017"
     sets.mkdir(parents=True, exist_ok=True)
     (sets / "val.txt").write_text("".join(f"{name}\n" for name in sequences))
+    mark_synthetic(root, f"a synthetic DAVIS folder drawn by probe ({len(sequences)} sequence(s), seed {seed})")
     return root

@@ -100,6 +100,9 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     store at ``store`` is the client's (its manifest's ``mark``) and that the images are finished."""
     import zarr
 
+    from ..store import integrity
+
+    integrity.install()  # a chunk that does not decode is one line, here as in the client
     worker = worker_name()
     fix = "mount the store at the same path on every worker (or run without --dask-address)"
     try:
@@ -120,6 +123,7 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     if not done.all() or failed.any():
         bad = ids[int(np.flatnonzero(~done | failed)[0])]
         raise IntegrityError(worker, f"reads {int((~done | failed).sum())} of {len(ids)} images of {store} as unfinished (e.g. {bad!r})", fix)
+    integrity.check_present(store, stored.values(), positions, group)  # a finished image's chunk file is there
     return {name: _rows(group[array], positions) for name, array in stored.items()}
 
 
@@ -141,7 +145,8 @@ def on_cluster(client, calls: list[tuple], tag: str, done: Callable[[int, dict],
 
 
 def lost_cluster(client, why: str) -> ProbeError:
-    return ProbeError(getattr(client, "_probe_address", "the dask scheduler"), why, "check the scheduler and its workers, then rerun (nothing was saved)")
+    """The command that waited says what it kept (``propagate`` writes sequences as they finish)."""
+    return ProbeError(getattr(client, "_probe_address", "the dask scheduler"), why, "check the scheduler and its workers, then rerun")
 
 
 def _alive_workers(client) -> int | None:
@@ -216,7 +221,12 @@ def connect(address: str | None):
 
     from distributed import Client
 
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # the failure is reported as one line, not as the client's log
+    # the failure is reported as one line, not as the client's log: distributed's own logging
+    # config gives its loggers levels of their own (distributed.client: warning), so the parent's
+    # level alone would let a lost scheduler print two tracebacks before probe's line
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
     fix = "start one with `dask scheduler` (and `dask worker ADDRESS`) or drop --dask-address"
     try:

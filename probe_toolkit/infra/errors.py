@@ -56,7 +56,14 @@ _OS_FIXES = {
     errno.EEXIST: "a file stands where a folder is needed: move it or choose another path",
     errno.EISDIR: "a folder stands where a file is needed: choose another path",
     errno.ENOENT: "check the path",
+    errno.ENOTEMPTY: "a non-empty folder stands there: move it or choose another path",
 }
+
+
+def os_fix(error: OSError, then: str) -> str:
+    """The fix for what ``error`` says went wrong (a full disk is not a read-only folder, a
+    missing parent or a folder in the way), followed by ``then`` (how to go on)."""
+    return f"{_OS_FIXES.get(error.errno or -1, 'check the disk and the path')}, then {then}"
 
 
 def os_error_line(error: OSError) -> str:

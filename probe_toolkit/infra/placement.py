@@ -42,8 +42,10 @@ class Placement:
         shard when no ``shard`` is (RANK and WORLD_SIZE are read here only)."""
         environ = os.environ if environ is None else environ
         given = {k: v for k, v in given.items() if v is not None}
-        if "shard" not in given and "WORLD_SIZE" in environ:
-            given["shard"] = f"{int(environ.get('RANK', 0))}/{int(environ['WORLD_SIZE'])}"
+        if "shard" not in given:
+            from_launcher = launcher_shard(environ)
+            if from_launcher is not None:
+                given["shard"] = from_launcher
         return cls(**given)
 
     @property
@@ -57,9 +59,31 @@ class Placement:
         return asdict(self)
 
 
+def launcher_shard(environ: Mapping[str, str] | None = None) -> str | None:
+    """torchrun's ``RANK/WORLD_SIZE`` as ``"i/n"``; None when no launcher shards this process.
+
+    torchrun marks every rank with ``TORCHELASTIC_RUN_ID``. A ``RANK`` or ``WORLD_SIZE`` without
+    it was left in the shell (by an earlier job, a notebook): taken silently, it would write a
+    store that holds one image in n, so it is refused in one line naming both ways out.
+    """
+    environ = os.environ if environ is None else environ
+    if "WORLD_SIZE" not in environ and "RANK" not in environ:
+        return None
+    rank, world = environ.get("RANK", "0"), environ.get("WORLD_SIZE", "1")
+    if "TORCHELASTIC_RUN_ID" not in environ:
+        if world.strip() in ("", "1") and rank.strip() in ("", "0"):
+            return None  # one process of one: nothing to shard
+        raise ProbeError("environment", f"RANK={rank} WORLD_SIZE={world} are set, but torchrun did not start this process (no TORCHELASTIC_RUN_ID)",
+                         f"unset RANK and WORLD_SIZE for the whole run, or pass --shard {rank}/{world} to run that share on purpose")
+    try:
+        return f"{int(rank)}/{int(world)}"
+    except ValueError:
+        raise ProbeError("environment", f"torchrun's RANK={rank!r} WORLD_SIZE={world!r} are not numbers", "start the run with torchrun again") from None
+
+
 def sharded(shard: str | None, environ: Mapping[str, str] | None = None) -> bool:
     """Whether this run is one shard: ``--shard`` given, or started by torchrun."""
-    return shard is not None or "WORLD_SIZE" in (os.environ if environ is None else environ)
+    return shard is not None or launcher_shard(environ) is not None
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
@@ -70,7 +94,7 @@ def parse_shard(shard: str | None) -> tuple[int, int]:
         except ValueError:
             raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
     else:
-        i, n = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        i, n = (int(x) for x in (launcher_shard() or "0/1").split("/"))
     if not 0 <= i < n:
         raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
     return i, n

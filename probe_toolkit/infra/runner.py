@@ -125,12 +125,17 @@ def placed(workers: int | None = None, dask_address: str | None = None) -> Itera
         yield Where(workers=check_workers(workers))
 
 
-def _one_thread() -> None:
+def _one_thread(parent: int | None = None) -> None:
     """Worker start: one BLAS thread (numpy/scipy's OpenBLAS, and torch's pool if it is loaded),
-    and the command line's collection thresholds before the tasks' imports."""
+    the command line's collection thresholds before the tasks' imports, and an exit as soon as
+    the command's process (``parent``) is gone (``lifeline``: a killed run leaves no worker)."""
     from threadpoolctl import threadpool_limits
 
     from .collector import fewer_full_collections
+    from .lifeline import follow_parent
+
+    if parent is not None:
+        follow_parent(parent)
 
     fewer_full_collections()
     threadpool_limits(limits=1)
@@ -188,7 +193,7 @@ def process_pool(workers: int, torch_free: bool = False) -> Iterator[ProcessPool
         yield None
         return
     context = multiprocessing.get_context("spawn" if "torch" in sys.modules and not torch_free else "fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_one_thread, initargs=(os.getpid(),)) as pool:
         yield pool
 
 

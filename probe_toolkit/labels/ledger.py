@@ -11,6 +11,7 @@
     purpose             why (``score``, ``sweep``, ``probe``...), ``command`` the command line
     checkpoint          sha256 of the checkpoint whose outputs the labels will meet (or null)
     unseal              the reason given to open a sealed test panel (or null)
+    toolkit_version     the probe that read them (entries written before it have none)
     prev                sha256 of the previous line's bytes (64 zeros for the first line)
     hash                sha256 of this entry without ``hash`` (an edit of the line shows at once)
 

@@ -229,6 +229,7 @@ def log_read(root: Path, *, panel: str, role: str, annotations: str, annotation_
         "command": command if command is not None else shlex.join(sys.argv),
         "checkpoint": checkpoint,
         "unseal": unseal.strip() if unseal else None,
+        "toolkit_version": provenance.__version__,  # the probe that read them
     }
     return ledger.append(root, fields)
 

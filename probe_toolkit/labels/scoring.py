@@ -152,6 +152,7 @@ def evaluate(coco, results: list[dict[str, Any]]) -> Scores:
     hits = np.zeros(len(image_ids), dtype=bool)
     first_iou = np.zeros(len(image_ids))
     object_ids, object_images, best = [], [], []
+    n_objects = 0  # non-crowd objects, boxes or masks: what CorLoc matched against
     for n, image_id in enumerate(image_ids):
         anns = gt.loadAnns(gt.getAnnIds(imgIds=[image_id]))
         dets = by_image[image_id]
@@ -162,6 +163,7 @@ def evaluate(coco, results: list[dict[str, Any]]) -> Scores:
             first_iou[n] = float(ious.max())
             hits[n] = bool((ious >= 0.5).any())
         objects = [a for a in anns if a.get("iscrowd", 0) != 1]
+        n_objects += len(objects)
         if not objects or boxes_only:
             continue
         gt_rles = [gt.annToRLE(a) for a in objects]
@@ -190,7 +192,8 @@ def evaluate(coco, results: list[dict[str, Any]]) -> Scores:
         counts={
             "images": len(image_ids),
             "images_without_boxes": int(sum(len(gt_boxes(gt.loadAnns(gt.getAnnIds(imgIds=[i])))) == 0 for i in image_ids)),
-            "objects": int(best_arr.size),
+            "objects": n_objects,  # a boxes-only panel (VOC) has them too: CorLoc used them
+            "objects_with_masks": int(best_arr.size),  # what mean best IoU averages over
             "masks": len(results),
         },
     )

@@ -30,9 +30,11 @@ PROTOCOL = register(Protocol(
     name="attention-masks",
     summary="DINO's attention masks: per head, the smallest set of patches holding 60 % of the row's mass; Jaccard per head and best head on a panel.",
     settings=AttentionMasksSettings,
-    reads=Reads(arrays=("attention_224", "tokens_224"), views=("224",), labels=True, panel_kinds=("coco", "voc")),
+    reads=Reads(arrays=("attention_224", "tokens_224"), views=("224",), labels=True, panel_kinds=("coco", "coco20k", "saliency")),
     results=("attention_masks",),
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino visualize_attention.py"),),
-    differences="Masks are kept at the patch grid (DINO upsamples them for display); the Jaccard follows the per-object variant of dino#54 beside the per-image one.",
+    differences=("Masks are kept at the patch grid (DINO upsamples them for display); the Jaccard follows the per-object variant of dino#54 beside the per-image one. "
+                 "With storage or register tokens (DINOv3, DINOv2 with registers) the class token's row is taken over the patches alone, each "
+                 "storage token's own row gives its own masks, and the result says where each prefix token looks (Darcet et al. 2024, Fig. 9)."),
     execute=execute,
 ))

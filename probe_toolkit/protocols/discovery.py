@@ -40,6 +40,7 @@ class DecodeSettings(Settings):
     view: str = "480"
     refine: str | None = None  # bilateral: TokenCut's bilateral solver before saliency scores
     settings_file: str | None = None
+    keys: str = "plain"  # DINOv3: plain (before RoPE, measured better for cuts) or rope (after RoPE, as its attention uses them); store.views.KEY_KINDS
 
     def check(self) -> None:
         if self.preset is not None:
@@ -53,6 +54,7 @@ class DecodeSettings(Settings):
         if self.color_lambda is not None:
             at_least("color_lambda", self.color_lambda, 0.0)
         key_view(self)
+        one_of("keys", self.keys, views.KEY_KINDS)
         if self.refine is not None:
             one_of("refine", self.refine, ("bilateral",))
 
@@ -70,7 +72,7 @@ def decode(settings: DecodeSettings, placement, *, store, panel=None, unseal=Non
     chosen, source = _decoder_settings(settings, cache_dir)
     size = int(settings.view) if settings.view == "480" else settings.view
     report = run_decode(store, chosen, settings_source=source, size=size, out=out, panel=panel, unseal=unseal, cache_dir=cache_dir,
-                        on_start=on_start, refine=settings.refine, placement=placement)
+                        on_start=on_start, refine=settings.refine, placement=placement, keys=settings.keys)
     report.extra.setdefault("settings_source", source)
     return report
 
@@ -82,7 +84,7 @@ def stream(settings: DecodeSettings, placement, *, checkpoint, images, batch_siz
     chosen, source = _decoder_settings(settings, cache_dir)
     size = int(settings.view) if settings.view == "480" else settings.view
     report = run_stream(checkpoint, images, chosen, size=size, batch_size=batch_size, chunk=chunk, cache_dir=cache_dir, settings_source=source,
-                        on_start=on_start, placement=placement)
+                        on_start=on_start, placement=placement, keys=settings.keys)
     report.chosen = chosen
     return report
 
@@ -104,9 +106,11 @@ class SweepSettings(Settings):
     metric: str = "segm_AP"
     view: str = "480"
     settings_out: str | None = None
+    keys: str = "plain"
 
     def check(self) -> None:
         key_view(self)
+        one_of("keys", self.keys, views.KEY_KINDS)
 
 
 def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cache_dir=None, on_start=None, **_):
@@ -114,7 +118,7 @@ def sweep(settings: SweepSettings, placement, *, store, panel, unseal=None, cach
 
     size = int(settings.view) if settings.view == "480" else settings.view
     return run_sweep(store, panel, grid=settings.grid, metric=settings.metric, settings_out=settings.settings_out, unseal=unseal, cache_dir=cache_dir,
-                     on_start=on_start, size=size, placement=placement)
+                     on_start=on_start, size=size, placement=placement, keys=settings.keys)
 
 
 register(Protocol(
@@ -125,7 +129,9 @@ register(Protocol(
     results=("decoder", "scores_<panel>", "saliency_<panel>"),
     references=REFERENCES,
     differences="Every preset reproduces its repository's masks on the same keys; eigenvectors are computed by scipy's eigsh (or torch's eigh) and certified, "
-                "and an image whose eigengap is too small is flagged degenerate rather than decided by solver noise.",
+                "and an image whose eigengap is too small is flagged degenerate rather than decided by solver noise. "
+                "DINOv3 (no published object discovery; facebookresearch/dinov3#213 asks for TokenCut): its keys before RoPE by default "
+                "(keys: plain), measured better for cuts than those after RoPE (keys: rope; benchmarks/dinov3_keys.py, docs/checkpoints.md).",
     execute=decode,
 ))
 register(Protocol(

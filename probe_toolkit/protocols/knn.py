@@ -35,11 +35,16 @@ def execute(settings: KnnSettings, placement, *, store, train, val, unseal=None,
 
 PROTOCOL = register(Protocol(
     name="knn",
-    summary="DINO's weighted k-NN on frozen features (class token through the final norm by default): top-1 and top-5 for every k.",
+    summary="DINO's (and DINOv3's) weighted k-NN on frozen features (class token through the final norm by default): top-1 and top-5 for every k.",
     settings=KnnSettings,
     reads=Reads(arrays=("cls_tokens_eval224", "tokens_eval224", "cls_tokens_224", "tokens_224"), views=("eval224", "224"), labels=True, panel_kinds=("classes", "coco")),
     results=("knn",),
-    references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_knn.py"),),
-    differences="Exact top-k in numpy with a stated tie rule (equal cosines go to the lower train index), where DINO's script leaves ties to torch.topk.",
+    references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_knn.py"),
+                Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 dinov3/eval/knn.py")),
+    differences=("Exact top-k in numpy with a stated tie rule (equal cosines go to the lower train index), where DINO's script leaves ties to torch.topk. "
+                 "On a DINOv3 store the feature is DINOv3's (x_norm_clstoken: the class token through the final norm, eps 1e-5, storage tokens unused, "
+                 "L2-normalised); its KnnModule weighs neighbours by softmax(cos / T) over the largest k where DINO sums exp(cos / T), "
+                 "a factor common to every class of one image, so predictions and top-1 / top-5 are the same. A k above the train images is "
+                 "narrowed to the ks that fit (DINOv3 clips each k to the train set's size instead), so no k is scored twice."),
     execute=execute,
 ))

@@ -4,21 +4,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, at_least
+from ..infra.settings import Settings, at_least, one_of, positive
 from .registry import Protocol, Reads, Reference, register
+
+
+from ..analyses.tracking import PRESETS, SHORT_SIDE, TEMPERATURE  # DINO's eval_video_segmentation.py, DINOv3's segmentation_tracking notebook
 
 
 @dataclass(frozen=True)
 class PropagateSettings(Settings):
-    n_last_frames: int = 7  # DINO eval_video_segmentation.py
-    size_mask_neighborhood: int = 12
-    topk: int = 5
+    n_last_frames: int = 7  # DINO eval_video_segmentation.py; the DINOv3 notebook's MAX_CONTEXT_LENGTH = 7
+    size_mask_neighborhood: int = 12  # both: 12 patches (DINO's square window, the notebook's circle)
+    topk: int = 5  # both: 5
     subset: str = "val"
+    preset: str = "dino"
+    temperature: float | None = None  # None: the preset's
+    short_side: int | None = None  # None: the preset's
 
     def check(self) -> None:
         at_least("n_last_frames", self.n_last_frames, 1)
         at_least("size_mask_neighborhood", self.size_mask_neighborhood, 0)
         at_least("topk", self.topk, 1)
+        one_of("preset", self.preset, PRESETS)
+        if self.temperature is not None:
+            positive("temperature", self.temperature)
+        if self.short_side is not None:
+            at_least("short_side", self.short_side, 16)
 
 
 def execute(settings: PropagateSettings, placement, *, checkpoint, davis, out, network="teacher", sequences=None, score=True, store=None,
@@ -27,7 +38,9 @@ def execute(settings: PropagateSettings, placement, *, checkpoint, davis, out, n
     from ..commands.propagate import run_propagate
 
     s = settings
-    return run_propagate(checkpoint, davis, out, settings=Run(s.n_last_frames, s.size_mask_neighborhood, s.topk, s.subset), network=network,
+    run = Run(s.n_last_frames, s.size_mask_neighborhood, s.topk, s.subset, s.preset, TEMPERATURE[s.preset] if s.temperature is None else s.temperature,
+              SHORT_SIDE[s.preset] if s.short_side is None else s.short_side)
+    return run_propagate(checkpoint, davis, out, settings=run, network=network,
                          sequences=sequences, score=score, store=store, cache_dir=cache_dir, json_path=json_path, on_frame=on_frame, placement=placement)
 
 
@@ -38,8 +51,12 @@ PROTOCOL = register(Protocol(
     reads=Reads(source="checkpoint", labels=True, panel_kinds=("davis",)),
     results=("davis",),
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_video_segmentation.py"),
+                Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 notebooks/segmentation_tracking.ipynb"),
                 Reference("Pont-Tuset et al., The 2017 DAVIS Challenge", "davisvideochallenge/davis2017-evaluation")),
-    differences="Frames are resampled in float where the reference reads them with OpenCV on 8-bit images: F may differ in the third decimal.",
+    differences=("Frames are resampled in float where the reference reads them with OpenCV on 8-bit images: F may differ in the third decimal. "
+                 "--preset dinov3-tracking follows DINOv3's notebooks/segmentation_tracking.ipynb, which has no DAVIS scoring of its own: its "
+                 "frames (short side 960, each side rounded up to the patch, bicubic, std 0.229), circular window, temperature 0.2 and nearest "
+                 "upsampling, scored by davis2017-evaluation as DINO's preset is; the notebook's values checked one by one at commit 6876159."),
     execute=execute,
     source="checkpoint",
 ))

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ..infra import litter, owned, provenance
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, os_fix
 from . import html, markdown, tables
 from .content import Report
 from ..results.summaries import store_label
 from .figures import FORMATS
 from .sections import gather
+from .sources import parse_labels
 
 DEFAULT_ROOT = Path("reports")
 
@@ -78,13 +79,15 @@ def parse_formats(formats: str | Sequence[str] | None) -> tuple[str, ...]:
 
 def write_report(
     stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None,
-    formats: str | Sequence[str] | None = None, run: str | None = None,
+    formats: str | Sequence[str] | None = None, run: str | None = None, labels: Sequence[str] | None = None,
 ) -> Written:
-    """Gather the stores' results and write the report into ``out`` (default reports/<name>)."""
+    """Gather the stores' results and write the report into ``out`` (default reports/<name>);
+    ``labels``: ``NAME=STORE`` items naming stores in titles, tables and figures."""
     kinds = parse_formats(formats)
+    names = parse_labels(labels, [Path(s) for s in stores])
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
     output = owned.claim(target, "--out")  # the user's own folder is refused before any work
-    report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir, run=run)
+    report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir, run=run, labels=names)
     target.mkdir(parents=True, exist_ok=True)
     litter.sweep(target)  # a killed report's .report.tmp-PID and .figures.old-PID
     tmp = target / f".report.tmp-{os.getpid()}"
@@ -110,7 +113,7 @@ def write_report(
         (tmp / "report.html").write_text(html.render(report, generated), encoding="utf-8")
         _swap_in(tmp, output)
     except OSError as error:  # a full disk: the previous report stays as it was
-        raise ProbeError(target, f"could not be written ({error.strerror or error})", "free disk space and rerun `probe report`") from None
+        raise ProbeError(target, f"could not be written ({error.strerror or error})", os_fix(error, "rerun `probe report`")) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -119,10 +122,10 @@ def write_report(
 
 def render_report(
     stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34,
-    cache_dir: str | Path | None = None, quiet: bool = True, formats: str | Sequence[str] | None = None,
+    cache_dir: str | Path | None = None, quiet: bool = True, formats: str | Sequence[str] | None = None, labels: Sequence[str] | None = None,
 ) -> Path:
     """``write_report`` for callers that want only the page (``probe demo``): the HTML's path.
 
     ``quiet`` is accepted for symmetry with the other pipelines; a report prints nothing.
     """
-    return write_report(stores, out, follow=follow, patch=patch, cache_dir=cache_dir, formats=formats).html
+    return write_report(stores, out, follow=follow, patch=patch, cache_dir=cache_dir, formats=formats, labels=labels).html

@@ -28,7 +28,8 @@ class Figure:
 @dataclass
 class Note:
     """One paragraph. ``kind``: ``text``; ``missing`` (what is not there and the command that
-    would produce it); ``reference`` (numbers measured on other weights)."""
+    would produce it); ``reference`` (numbers measured on other weights); ``caveat`` (what the numbers
+    beside it cannot mean: random weights, synthetic images)."""
 
     text: str
     kind: str = "text"
@@ -69,6 +70,7 @@ class Report:
     follow: str | None
     patch: int
     sections: list[Section]
+    version: str = ""  # probe's version and git revision that wrote the report
 
     def section(self, key: str) -> Section:
         return next(s for s in self.sections if s.key == key)

@@ -27,6 +27,8 @@ masks, Fiedler vectors), ``figures_training`` (training curves).
 from __future__ import annotations
 
 import io
+import re
+import textwrap
 from typing import Sequence
 
 import matplotlib
@@ -59,17 +61,13 @@ def store_colour(i: int) -> str:
 
 
 def wrap(label: str, width: int = 22) -> str:
-    """A store label or image id broken at its slashes so that it fits over one small panel."""
+    """A store label or image id broken at its slashes and spaces so that it fits over one small
+    panel (a word longer than ``width`` stays whole on its line)."""
     if len(label) <= width:
         return label
-    parts, lines = label.split("/"), [""]
-    for part in parts:
-        piece = part if not lines[-1] else "/" + part
-        if lines[-1] and len(lines[-1]) + len(piece) > width:
-            lines.append(piece)
-        else:
-            lines[-1] += piece
-    return "\n".join(lines)
+    spaced = re.sub(r"(?<! )/", " /", label)  # a slash may begin a line
+    lines = textwrap.wrap(spaced, width, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(line.replace(" /", "/") for line in lines) or label
 
 
 def head_style(h: int) -> dict:
@@ -91,8 +89,17 @@ class Drawing(bytes):
 
     def vector(self, fmt: str) -> bytes:
         out = io.BytesIO()
-        self.figure.savefig(out, format=fmt, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if fmt in ("pdf", "svg") else None)
+        self.figure.savefig(out, format=fmt, dpi=DPI, bbox_inches="tight", metadata=_metadata(fmt))
         return out.getvalue()
+
+
+def _metadata(fmt: str) -> dict | None:
+    """No date (the same figure gives the same bytes); the creator names probe's version."""
+    if fmt not in ("pdf", "svg"):
+        return None
+    from .._version import __version__
+
+    return {"Date": None, "Creator": f"probe {__version__}"}
 
 
 def smallest_text(fig: Figure) -> float:

@@ -145,17 +145,33 @@ def effective_histograms(per_store: dict[str, np.ndarray], keys: dict[str, int])
     return png(fig)
 
 
-def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]], ylabel: str, title: str = "") -> bytes:
-    """One quantity per block, one line per head (Tol's colours and line styles), one panel per store."""
+def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]], ylabel: str, title: str = "",
+              intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None, ceiling: float | None = None, ceiling_label: str = "") -> bytes:
+    """One quantity per block, one line per head (Tol's colours and line styles), one panel per store.
+
+    The axis is honest: it starts at 0 and, with ``ceiling`` (the largest value the quantity can
+    take, e.g. T for e^H), reaches past it, with the ceiling dotted, so a difference reads at its
+    true size against the whole range rather than zoomed until 1 % fills the panel. ``intervals``
+    (per store: low and high, block × head) are drawn as a band around each head's line."""
     n = len(per_store)
     fig = Figure(figsize=(3.0 * n + 0.4, 3.0), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False, sharey=True)[0]
+    top = max(float(np.nanmax(v)) for v in per_store.values())
+    if intervals:
+        top = max(top, *(float(np.nanmax(hi)) for _, hi in intervals.values()))
     for ax, (label, values) in zip(axes, per_store.items()):
         for h in range(values.shape[1]):
-            ax.plot(blocks[label], values[:, h], marker="o", markersize=3.5, linewidth=1.5, label=f"head {h}", **head_style(h))
+            style = head_style(h)
+            ax.plot(blocks[label], values[:, h], marker="o", markersize=3.5, linewidth=1.5, label=f"head {h}", **style)
+            if intervals and label in intervals:
+                low, high = intervals[label]
+                ax.fill_between(blocks[label], low[:, h], high[:, h], color=style["color"], alpha=0.2, linewidth=0)
+        if ceiling is not None:
+            ax.axhline(ceiling, color="0.35", linestyle=":", linewidth=1.2, label=ceiling_label or None)
         ax.set_xticks(list(blocks[label]))  # blocks are whole numbers
         ax.set_xlabel("block", fontsize=9)
         ax.set_title(wrap(label), fontsize=9)
+    axes[0].set_ylim(0, 1.08 * max(top, ceiling or 0.0) or 1.0)
     axes[0].set_ylabel(ylabel, fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside right center", fontsize=8, frameon=False)
@@ -164,6 +180,8 @@ def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]]
     return png(fig)
 
 
-def block_spread(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]]) -> bytes:
-    """Mean e^H of the patch rows per block, one line per head, one panel per store."""
-    return per_block(per_store, blocks, "mean $e^H$ of a patch row (tokens)")
+def block_spread(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]], intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+                 keys: int | None = None) -> bytes:
+    """Mean e^H of the patch rows per block, one line per head, one panel per store; on 0 … T."""
+    return per_block(per_store, blocks, "mean $e^H$ of a patch row (tokens)", intervals=intervals, ceiling=keys,
+                     ceiling_label=f"T = {keys}, a uniform row" if keys else "")

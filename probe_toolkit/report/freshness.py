@@ -20,6 +20,29 @@ def _record(ds) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def _compare(found: dict[str, tuple[str | None, set[str] | None, int | None]]) -> str | None:
+    """None when the stores' records of one result were measured on the same images, else what
+    is known: the image ids themselves decide where every record holds them (their order does
+    not matter), the recorded hash of the id list where not; a record without either is said to
+    be unchecked, never to differ."""
+    sets = {label: ids for label, (_, ids, _) in found.items()}
+    if all(ids is not None for ids in sets.values()):
+        first = next(iter(sets.values()))
+        if all(ids == first for ids in sets.values()):
+            return None
+        common = len(set.intersection(*sets.values()))
+        counts = ", ".join(f"{label}: {len(ids)}" for label, ids in sets.items())
+        return (f"the stores were measured on different image sets ({counts}; {common} images in common); "
+                "their numbers describe different images and are not compared as equals.")
+    unknown = [label for label, (h, _, _) in found.items() if h is None]
+    if unknown:
+        return f"whether the stores used the same images cannot be checked: {', '.join(unknown)} recorded no image list."
+    if len({h for h, _, _ in found.values()}) == 1:
+        return None
+    counts = ", ".join(f"{label}: {n if n is not None else '?'}" for label, (_, _, n) in found.items())
+    return f"the stores were measured on different image sets ({counts}); their numbers describe different images and are not compared as equals."
+
+
 def freshness(ctx) -> Section:
     section = Section("freshness", "Result freshness")
     rows, stale = [], []
@@ -35,26 +58,31 @@ def freshness(ctx) -> Section:
                 stale.append(f"{store.label} {name}")
             images = record.get("images")
             made = ds.attrs.get("record") if isinstance(ds.attrs.get("record"), dict) else {}
-            rows.append([store.label, name, made.get("run_id", "before records"), "?" if images is None else str(images), f"{now['done']} of {now['total']}", status])
+            rows.append([store.label, name, made.get("run_id", "before records"), made.get("toolkit_version") or "?",
+                         "?" if images is None else str(images), f"{now['done']} of {now['total']}", status])
             settings.setdefault(name, {})[store.label] = made.get("settings")
             ids = {str(i) for i in ds["image"].values} if "image" in ds.coords else None
             by_result.setdefault(name, {})[store.label] = (record.get("images_sha256"), ids, images)
     if not rows:
         section.missing("No saved results yet.")
         return section
-    section.blocks.append(Table(["store", "result", "run", "images used", "store done now", "status"], rows,
+    section.blocks.append(Table(["store", "result", "run", "probe", "images used", "store done now", "status"], rows,
                                 "Each store's latest record of each result (probe results STORE lists them all) against its store now; "
                                 "a stale result is shown in its section as it was computed."))
     if stale:
         section.blocks.append(Note(f"Stale: {', '.join(stale)}. Rerun those analyses on the finished store before comparing their numbers."))
+    same = []
     for name, found in sorted(by_result.items()):
-        hashes = {h for h, _, _ in found.values()}
-        if len(found) > 1 and (len(hashes) > 1 or None in hashes):
-            sets = [ids for _, ids, _ in found.values() if ids is not None]
-            common = f"; {len(set.intersection(*sets))} images in common" if len(sets) == len(found) else ""
-            counts = ", ".join(f"{label}: {n if n is not None else '?'}" for label, (_, _, n) in found.items())
-            section.blocks.append(Note(f"{name}: the stores were measured on different image sets ({counts}{common}); "
-                                       "their numbers describe different images and are not compared as equals."))
+        if len(found) < 2:
+            continue
+        verdict = _compare(found)
+        if verdict is None:
+            _, ids, n = next(iter(found.values()))
+            same.append(f"{name} ({len(ids) if ids is not None else n} images)")
+        else:
+            section.blocks.append(Note(f"{name}: {verdict}"))
+    if same:
+        section.blocks.append(Note(f"Measured on the same images in every store that has them: {', '.join(same)}."))
     for name, found in sorted(settings.items()):
         differ = incomparable(found)
         if differ:

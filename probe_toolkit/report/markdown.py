@@ -29,6 +29,8 @@ def figure(f: Figure) -> str:
 def note(n: Note) -> str:
     if n.kind == "missing":
         return f"> **Not available:** {n.text}"
+    if n.kind == "caveat":
+        return f"> **Caveat:** {n.text}"
     if n.kind == "reference":
         return f"> **Reference:** {n.text}"
     return n.text
@@ -49,5 +51,5 @@ def section(s: Section) -> str:
 def render(report: Report, generated: str) -> str:
     follow = f"followed image `{report.follow}`, patch {report.patch}" if report.follow else "no followed image"
     contents = "\n".join(f"{i}. {s.title}{'' if s.present else ' (not available)'}" for i, s in enumerate(report.sections, 1))
-    head = f"# {report.title}\n\n{len(report.stores)} store(s): {', '.join(report.stores)}; {follow}; generated {generated}.\n\n{contents}"
+    head = f"# {report.title}\n\n{len(report.stores)} store(s): {', '.join(report.stores)}; {follow}; generated {generated} by {report.version or 'probe'}.\n\n{contents}"
     return "\n\n".join([head, *(section(s) for s in report.sections)]) + "\n"

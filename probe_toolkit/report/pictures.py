@@ -71,16 +71,19 @@ def token_pca(ctx: "Context") -> Section:
     return section
 
 
-def _truth(ctx: "Context", store, ds_scores, chosen: list[str], shape: dict[str, tuple[int, int]]) -> dict[str, np.ndarray] | None:
-    """The union of each chosen image's objects at display size, read through the ledger (None: not read)."""
+def _truth(ctx: "Context", store, ds_scores, chosen: list[str], shape: dict[str, tuple[int, int]]) -> tuple[dict[str, np.ndarray] | None, str]:
+    """The union of each chosen image's objects at display size, read through the ledger, or None
+    and why not (the panel's true role: only a test panel is sealed)."""
     panel, role = str(ds_scores.attrs.get("panel", "")), str(ds_scores.attrs.get("role", ""))
-    if not panel or role == "test":
-        return None
+    if not panel:
+        return None, "the scores name no panel"
+    if role == "test":
+        return None, f"panel {panel} is a test panel, sealed: a report never opens it"
     checkpoint = (store.manifest.get("checkpoint") or {}).get("sha256")
     try:
         labels = read_labels(panel, purpose="report", checkpoint=checkpoint, images=chosen, cache=ctx.cache_dir)
-    except ProbeError:
-        return None  # the panel is gone or moved; the figure goes without outlines and says so
+    except ProbeError as error:
+        return None, f"{role or 'the'} panel {panel} could not be read: {error.line()}"  # gone or moved
     out = {}
     for image_id, coco_id in labels.image_map.items():
         anns = labels.coco.loadAnns(labels.coco.getAnnIds(imgIds=[coco_id], iscrowd=None))
@@ -89,7 +92,7 @@ def _truth(ctx: "Context", store, ds_scores, chosen: list[str], shape: dict[str,
             continue
         union = np.any([labels.coco.annToMask(a).astype(bool) for a in anns], axis=0)
         out[image_id] = np.asarray(Image.fromarray(union.astype(np.uint8) * 255).resize(shape[image_id][::-1], Image.Resampling.NEAREST)) > 127
-    return out
+    return out, ""
 
 
 def decoder_cuts(ctx: "Context") -> Section:
@@ -117,7 +120,7 @@ def decoder_cuts(ctx: "Context") -> Section:
             pictures[image_id] = (np.full((*size, 3), 128, np.uint8) if rgb is None
                                   else np.asarray(Image.fromarray(rgb).resize(size[::-1], Image.Resampling.BILINEAR)))
             shape[image_id] = size
-        truth = _truth(ctx, store, scored, chosen, shape) if scored is not None else None
+        truth, why = _truth(ctx, store, scored, chosen, shape) if scored is not None else (None, "")
         grid = int(ds.attrs.get("grid", round(ds.sizes["patch"] ** 0.5)))
         items = []
         for image_id in chosen:
@@ -132,7 +135,7 @@ def decoder_cuts(ctx: "Context") -> Section:
         if truth is not None:
             caption += f"; dashed: the objects of panel {scored.attrs.get('panel')} (labels read for this figure, ledgered)"
         elif scored is not None:
-            caption += f"; no ground truth drawn (panel {scored.attrs.get('panel')} is a test panel or cannot be read)"
+            caption += f"; no ground truth drawn ({why})"
         section.blocks.append(ctx.figure("decoder-cuts", png, caption + "."))
     old = [label for label in found if label not in with_vector]
     if old:

@@ -29,18 +29,46 @@ STRIP_FRAMES = 4  # predicted frames shown after the first
 FRAMES = "JPEGImages/480p"  # DAVIS's frame folder, as davis_sequences reads it
 
 
-def _short(image_id: str) -> str:
-    return figures.wrap(image_id.rsplit("/", 1)[-1], 12)
+def fit(text: str, chars: int) -> str:
+    """``text`` in at most ``chars`` characters: whole when it fits, else its start and end around
+    an ellipsis (file names differ at both ends: a prefix and a number)."""
+    text = str(text)
+    if len(text) <= chars:
+        return text
+    if chars <= 3:
+        return text[:chars]
+    head = max(1, (chars - 1) // 3)  # the end (number and extension) tells files apart more often
+    return text[:head] + "…" + text[len(text) - (chars - 1 - head):]
+
+
+def name_lines(name: str, chars: int) -> str:
+    """A file name on at most two lines of ``chars`` characters, its middle cut when longer."""
+    if len(name) <= chars:
+        return name
+    name = fit(name, 2 * chars)
+    return name[:chars] + "\n" + name[chars:]
+
+
+TILE_IN = 1.3  # a tile's side, inches
+CHAR_EM = 0.62  # a DejaVu Sans character's mean advance, in em (digits 0.64, lower case ~0.6)
 
 
 def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list[list[tuple[str, np.ndarray | None, float]]]) -> figures.Drawing:
-    """Rows: a query (id, 224 view, its class) then its neighbours (id, 224 view, cosine), best first."""
+    """Rows: a query (id, 224 view, its class) then its neighbours (id, 224 view, cosine), best first.
+
+    Titles are short lines (the query's class, or ``#rank · cosine``; then the file name on up to two) cut to
+    what one tile holds at the font size the figure is printed with (``figures.legible`` enlarges
+    text to 6 pt at one column), so no title runs into its neighbour however long the names; the
+    full ids are in the caption. A tile whose picture is missing says so instead of staying blank."""
     columns = 1 + max(len(n) for n in neighbours)
-    fig = MplFigure(figsize=(1.25 * columns + 0.2, 1.55 * len(queries) + 0.3), layout="constrained")
+    width = TILE_IN * columns + 0.2
+    size = max(7.0, figures.MIN_PT * width / figures.COLUMN_IN)  # the size legible() leaves the titles at
+    chars = max(4, int(0.92 * TILE_IN * 72 / (CHAR_EM * size)))
+    fig = MplFigure(figsize=(width, (TILE_IN + 3.8 * size / 72 + 0.15) * len(queries) + 0.2), layout="constrained")
     axes = fig.subplots(len(queries), columns, squeeze=False)
     for r, ((image_id, rgb, cls), found) in enumerate(zip(queries, neighbours)):
-        cells = [(rgb, f"query\n{_short(image_id)}\n{cls}", figures.PALETTE[0])]
-        cells += [(n_rgb, f"#{rank} · {sim:.2f}\n{_short(n_id)}", None) for rank, (n_id, n_rgb, sim) in enumerate(found, 1)]
+        cells = [(rgb, fit(cls, chars), image_id, figures.PALETTE[0])]  # the query: its class, framed
+        cells += [(n_rgb, fit(f"#{rank} · {sim:.2f}", chars), n_id, None) for rank, (n_id, n_rgb, sim) in enumerate(found, 1)]
         for c in range(columns):
             ax = axes[r, c]
             ax.set_xticks([])
@@ -48,10 +76,12 @@ def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list
             if c >= len(cells):
                 ax.set_visible(False)
                 continue
-            picture, title, frame = cells[c]
+            picture, head, image_id, frame = cells[c]
             if picture is not None:
                 ax.imshow(picture)
-            ax.set_title(title, fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "no picture:\nfile and\ntokens gone", ha="center", va="center", fontsize=size, transform=ax.transAxes)
+            ax.set_title(f"{head}\n{name_lines(image_id.rsplit('/', 1)[-1], chars)}", fontsize=size)
             if frame is not None:  # the query is framed in the first store colour, thick
                 for spine in ax.spines.values():
                     spine.set_edgecolor(frame)
@@ -59,21 +89,48 @@ def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list
     return figures.png(fig)
 
 
-def knn_figure(ctx, store, ds) -> tuple[Figure, list[str]]:
-    """The grid of ``results/knn``'s first queries, and the ids whose files were gone (drawn from tokens)."""
-    order = [store] + [s for s in ctx.stores if s is not store]
+def _holders(ctx, store, ds) -> list:
+    """Where the pictures of a k-NN result can be found: the store, the stores k-NN read each panel
+    from (recorded as ``stores``; older records: the per-panel stores beside it), the report's stores."""
+    from ..store import cache
+    from .sources import StoreView, default_label
+
+    paths = [Path(str(p)) for p in (ds.attrs.get("stores") or {}).values()]
+    base = store.path.name.removesuffix(".zarr").split("-panel-")[0]
+    for role in ("train", "val"):
+        name = ((ds.attrs.get("panels") or {}).get(role) or {}).get("name")
+        if name:
+            paths.append(store.path.parent / f"{base}-panel-{name}.zarr")
+    out, seen = [store], {store.path.resolve()}
+    for path in paths:
+        if path.resolve() in seen or not (path / "zarr.json").is_file():
+            continue
+        seen.add(path.resolve())
+        opened = cache.open_store(path)
+        manifest = cache.manifest(opened)
+        out.append(StoreView(path, default_label(path, manifest), opened, manifest))
+    return out + [s for s in ctx.stores if s.path.resolve() not in seen]
+
+
+def knn_figure(ctx, store, ds) -> tuple[Figure, list[str], list[str]]:
+    """The grid of ``results/knn``'s first queries; the ids drawn from their tokens (file gone) and
+    those with no picture at all."""
+    order = _holders(ctx, store, ds)
     train_ids = [str(v) for v in ds.train_image.values]
     classes = [str(v) for v in ds["class"].values]
     chosen = [str(v) for v in ds.image.values[:QUERIES]]
     drawn: dict[str, np.ndarray | None] = {}
-    gone: list[str] = []
+    from_tokens: list[str] = []
+    nothing: list[str] = []
 
     def picture(image_id: str) -> np.ndarray | None:
         if image_id not in drawn:
             found = followed_picture(order, image_id)
             drawn[image_id] = found.rgb
-            if not Path(found.source or "").is_file():
-                gone.append(image_id)
+            if found.rgb is None:
+                nothing.append(image_id)
+            elif not Path(found.source or "").is_file():
+                from_tokens.append(image_id)
         return drawn[image_id]
 
     queries, rows, parts = [], [], []
@@ -84,9 +141,9 @@ def knn_figure(ctx, store, ds) -> tuple[Figure, list[str]]:
         parts.append(f"{image_id} ({classes[int(ds.label.values[q])]}) → " + ", ".join(f"{n_id} ({s:.3f})" for n_id, s in ranked))
     png = knn_grid(queries, rows)
     caption = (f"{store.label}: the first {len(chosen)} val queries of results/knn (framed, with their class) and their "
-               f"{ds.sizes['rank']} most similar train images by cosine of the k-NN feature, best first, each as its 224 view: "
-               + "; ".join(parts) + ".")
-    return ctx.figure("knn-retrieval", png, caption), list(dict.fromkeys(gone))
+               f"{ds.sizes['rank']} most similar train images by cosine of the k-NN feature, best first, each as its 224 view "
+               "(titles shortened to fit a tile; the full ids follow): " + "; ".join(parts) + ".")
+    return ctx.figure("knn-retrieval", png, caption), list(dict.fromkeys(from_tokens)), list(dict.fromkeys(nothing))
 
 
 def _overlay(ax, labels: np.ndarray) -> None:

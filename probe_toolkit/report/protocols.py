@@ -68,10 +68,13 @@ def knn(ctx) -> Section:
         section.blocks.append(Note(f"{label}: feature — {ds.attrs.get('feature_text', '?')}; view — {ds.attrs.get('view_text', ds.attrs.get('view', '?'))}. "
                                    f"Labels: train {ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
         if "neighbour" in ds:
-            grid, gone = protocol_figures.knn_figure(ctx, next(s for s in ctx.stores if s.label == label), ds)
+            grid, from_tokens, nothing = protocol_figures.knn_figure(ctx, next(s for s in ctx.stores if s.label == label), ds)
             section.blocks.append(grid)
-            if gone:
-                section.blocks.append(Note(f"{label}: the image files of {', '.join(gone)} are gone; drawn from their tokens' PCA."))
+            if from_tokens:
+                section.blocks.append(Note(f"{label}: no image file found for {', '.join(from_tokens)} (looked under the image folders of the "
+                                           "stores k-NN read); drawn from their tokens' first three principal components."))
+            if nothing:
+                section.blocks.append(Note(f"{label}: no picture of {', '.join(nothing)}: neither its file nor its 224 tokens were found.", "missing"))
     section.blocks.append(Note(f"{ELSEWHERE}: {KNN_PUBLISHED}", "reference"))
     _lacking(section, ctx, found, "k-NN results", HOW["knn"])
     return section
@@ -129,6 +132,14 @@ def attention_masks(ctx) -> Section:
             png = head_masks(ctx.picture.rgb, masks, grid, f"{label}: {ctx.follow}, each head's {100 * mass:.0f} % mask")
             section.blocks.append(ctx.figure("attention-masks", png, f"{label}: the smallest set of patches holding {100 * mass:.0f} % of "
                                                                      f"{ds.attrs.get('row_text', '?')}, head by head, on {ctx.follow}'s 224 view."))
+        looks = ds.attrs.get("looks")
+        if looks:  # storage (register) tokens: where the class token and each of them look
+            section.blocks.append(Table(["token", "on the class token (%)", "on the storage tokens (%)", "on the patches (%)", "its mask: share of the patches (%)"],
+                                        [[token, *[_pct(looks[key][i]) for key in ("on_class", "on_storage", "on_patches", "mask_share")]]
+                                         for i, token in enumerate(looks["token"])],
+                                        f"{label}: where the class token and each storage token look in the last block, mean over images and heads; "
+                                        f"the class token's masks above are its row over the patches alone, each storage token's own "
+                                        f"{100 * mass:.0f} % masks are kept apart (storage_mask)."))
         section.blocks.append(Note(f"Resolution: {ds.attrs.get('resolution', '?')}."))
     section.blocks.append(Note(f"{ELSEWHERE}: {MASKS_PUBLISHED}", "reference"))
     _lacking(section, ctx, found, "attention masks", HOW["attention_masks"])

@@ -18,6 +18,7 @@ from typing import Callable
 
 from ..infra.errors import ProbeError
 from . import figures_maps, figures_training, followed, protocols, sections_dense
+from .caveats import add_caveats, store_caveats
 from .content import Explorer, Note, Report, Section, Table
 from .context import Context
 from .discovery import discovery
@@ -63,6 +64,7 @@ def manifests(ctx: Context) -> Section:
     put("toolkit", [f"{x.get('toolkit_version', '?')} ({str(x.get('git_revision', '?'))[:12]})" for x in m])
     put("extracted", [str(x.get("date", "?")) for x in m])
     put("results", [", ".join(s.results) or "none yet" for s in ctx.stores])
+    put("made up by probe", ["; ".join(store_caveats(s)) or "nothing marked" for s in ctx.stores])
     section.blocks.append(Table(["", *ctx.labels], [[k, *v] for k, v in rows.items()], "What each store was extracted from and with."))
     return section
 
@@ -179,9 +181,20 @@ def training(ctx: Context) -> Section:
     section.blocks.append(Table(["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"], rows,
                                 "Runs of training/ that wrote the stores' checkpoints."))
     png = figures_training.training_curves({label: run.log for label, run in runs.items()})
-    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl)."))
+    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl). "
+                                     + why_total(runs)))
     _lacking(section, [s for s in ctx.stores if s.label not in runs], "training log beside the checkpoint", HOW["training"])
     return section
+
+
+def why_total(runs: dict) -> str:
+    """Why the total loss lies below the patch loss: L = L_global + λ·L_patch (or λ·L_con), with
+    SelfPatch's λ = 0.1 by default (training/config.py), so the patch term enters at a tenth."""
+    weights = {label: (run.config.get("rule") or {}).get("weight") for label, run in runs.items()}
+    known = {label: w for label, w in weights.items() if isinstance(w, (int, float))}
+    said = ", ".join(f"{label}: λ = {w:g}" for label, w in known.items()) if known else "λ as each run's config sets it, 0.1 by default as in SelfPatch"
+    return ("The total loss is L = L_global + λ·L_patch (λ·L_con for the contrastive rule): the patch term enters weighted by λ "
+            f"({said}), so with λ < 1 the total can lie below the patch loss.")
 
 
 BUILDERS: tuple[Callable[[Context], Section], ...] = (
@@ -191,12 +204,13 @@ BUILDERS: tuple[Callable[[Context], Section], ...] = (
 )
 
 
-def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None) -> Report:
+def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None,
+           labels: dict[Path, str] | None = None) -> Report:
     """Open the stores, read their results (the latest records, or run ``run``'s) and the followed
-    image, and build every section."""
+    image, and build every section; ``labels`` titles stores (``--label NAME=STORE``)."""
     if not stores:
         raise ProbeError("probe report", "no store given", "pass one or more stores written by `probe extract`")
-    views = open_stores(stores, run)
+    views = open_stores(stores, run, labels)
     image_id = choose_follow(views, follow)
     ctx = Context(views, image_id, int(patch), None, read_ledgers(views, cache_dir), cache_dir=cache_dir)
     if image_id is not None:
@@ -206,4 +220,14 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
             ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
         ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
-    return Report(title, ctx.labels, image_id, ctx.patch, [build(ctx) for build in BUILDERS])
+    sections = [build(ctx) for build in BUILDERS]
+    add_caveats(sections, views)
+    return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
+
+
+def toolkit_version() -> str:
+    """``probe 0.4.0 (git 1a2b3c4d5e6f)``: the code that wrote a report, as records name theirs."""
+    from .._version import __version__
+    from ..infra.provenance import git_revision
+
+    return f"probe {__version__} (git {git_revision()[:12]})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analyses.stats import bootstrap_mean
 from ..results.summaries import cell, ENTROPY_LABELS, summary
 from . import figures_attention, followed, registers
 from .content import Note, Section, Table
@@ -88,6 +89,17 @@ def attention(ctx: Context) -> Section:
 # attention entropy (results/entropy)
 
 
+def block_interval(ds, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile-bootstrap interval over images of a per-image (image, block, head) array,
+    with the result's own bootstrap settings (``n_boot``, ``seed``, ``level``): its summary
+    table's intervals, per block and head."""
+    values = np.asarray(ds[name].values, dtype=np.float64)
+    n, blocks, heads = values.shape
+    interval = bootstrap_mean(values.reshape(n, blocks * heads), n_boot=int(ds.attrs.get("n_boot", 1000)), seed=int(ds.attrs.get("seed", 0)),
+                              level=float(ds.attrs.get("level", 0.95)))
+    return interval.low.reshape(blocks, heads), interval.high.reshape(blocks, heads)
+
+
 def entropy(ctx: Context) -> Section:
     section = Section("entropy", "Attention spread: entropy and e^H")
     found = {s.label: s.result("entropy") for s in ctx.stores if s.result("entropy") is not None}
@@ -108,31 +120,34 @@ def entropy(ctx: Context) -> Section:
     rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
     section.blocks.append(Table(["statistic", *labels], rows,
                                 f"Last block, patch rows over all keys; mean over images [{level} % bootstrap interval]."))
-    heads = max(ds.sizes["head"] for ds in found.values())
     per_head = []
-    for h in range(heads):
-        row = [str(h)]
-        for ds in found.values():
-            if h >= ds.sizes["head"]:
-                row.append("–")
-                continue
-            cls = f", [CLS] row {float(ds.set_cls_effective.values[h]):.1f}" if "set_cls_effective" in ds else ""
-            row.append(f"{float(ds.set_patch_effective.values[h]):.1f} ({_pct(ds.set_patch_share.values[h])}), distance {float(ds.set_distance.values[h]):.2f}{cls}")
-        per_head.append(row)
-    section.blocks.append(Table(["head", *labels], per_head, "Per head: mean e^H of a patch row (share of T), mean attention distance (patches)."))
+    for label, ds in found.items():  # one row per store and head: one number per cell
+        for h in range(ds.sizes["head"]):
+            cls = f"{float(ds.set_cls_effective.values[h]):.1f}" if "set_cls_effective" in ds else "–"
+            per_head.append([label, str(h), f"{float(ds.set_patch_effective.values[h]):.1f}", _pct(ds.set_patch_share.values[h]),
+                             f"{float(ds.set_distance.values[h]):.2f}", cls])
+    section.blocks.append(Table(["store", "head", "mean e^H (tokens)", "share of T", "distance (patches)", "[CLS] row e^H"], per_head,
+                                "Per head: mean e^H of a patch row, its share of T, mean attention distance; the class token's row where there is one."))
     png = figures_attention.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
                                        {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()})
     section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed: "
                                                                "one outline per store on shared bins fitted to the data; dotted: T, a uniform row."))
     blocks = {label: ds for label, ds in found.items() if "set_block_patch_effective" in ds}
     if blocks:
+        keys = {int(ds.attrs.get("n_keys", 0)) for ds in blocks.values()}
         png = figures_attention.block_spread({label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
-                                   {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()})
-        section.blocks.append(ctx.figure("entropy-blocks", png, "Mean e^H of a patch row in every block, per head."))
-        png = figures_attention.per_block({label: ds.set_block_distance.values for label, ds in blocks.items() if "set_block_distance" in ds},
-                                {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()},
-                                "mean attention distance (patches)")
+                                             {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()},
+                                             {label: block_interval(ds, "block_patch_effective") for label, ds in blocks.items()},
+                                             keys.pop() if len(keys) == 1 else None)
+        section.blocks.append(ctx.figure("entropy-blocks", png, f"Mean e^H of a patch row in every block, per head, with its {level} % bootstrap "
+                                                                "interval over images (band); the axis runs from 0 past T (dotted, a uniform row), "
+                                                                "so differences show at their size relative to the whole range."))
+        near = {label: ds for label, ds in blocks.items() if "set_block_distance" in ds}
+        png = figures_attention.per_block({label: ds.set_block_distance.values for label, ds in near.items()},
+                                          {label: [int(b) for b in ds.block.values] for label, ds in near.items()},
+                                          "mean attention distance (patches)", intervals={label: block_interval(ds, "block_distance") for label, ds in near.items()})
         section.blocks.append(ctx.figure("attention-distance-blocks", png, "Mean attention distance of the patch rows (Dosovitskiy et al., ICLR 2021, "
-                                                                         "Fig. 7: the attention-weighted distance to every patch) per head against block."))
+                                                                         f"Fig. 7: the attention-weighted distance to every patch) per head against block, "
+                                                                         f"with its {level} % bootstrap interval over images (band); the axis starts at 0."))
     _lacking(section, [s for s in ctx.stores if s.label not in found], "attention entropy", how)
     return section

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import xarray as xr
@@ -62,10 +62,48 @@ class StoreView:
         return self.results.get(name)
 
 
-def open_stores(paths: list[Path], run: str | None = None) -> list[StoreView]:
+def default_label(path: Path, manifest: dict[str, Any]) -> str:
+    """A store's title when the user names none: the manifest's ``name`` (set at extraction), else
+    the checkpoint's file stem and the network, with the panel a per-panel store was cut to
+    (``dino_deitsmall16_pretrain (teacher)``, ``… (teacher, panel coco-val)``): no folder hashes."""
+    named = manifest.get("name")
+    if isinstance(named, str) and named.strip():
+        return named.strip()
+    checkpoint = (manifest.get("checkpoint") or {}).get("path")
+    if not checkpoint:
+        return store_label(str(path))
+    panel = path.name.removesuffix(".zarr").partition("-panel-")[2]
+    extra = f", panel {panel}" if panel else ""
+    return f"{Path(str(checkpoint)).stem} ({manifest.get('network', '?')}{extra})"
+
+
+def parse_labels(items: Sequence[str] | None, stores: Sequence[Path]) -> dict[Path, str]:
+    """``--label NAME=STORE`` (repeatable) → {store: NAME}; each STORE one of the stores given."""
+    given = {Path(s).resolve(): Path(s) for s in stores}
+    out: dict[Path, str] = {}
+    for item in items or []:
+        name, sep, store = str(item).partition("=")
+        if not sep or not name.strip() or not store.strip():
+            raise ProbeError("--label", f"{item!r} is not NAME=STORE", "write e.g. --label 'DINO ViT-S/16'=cache/dino-1a2b/teacher.zarr")
+        found = given.get(Path(store.strip()).resolve())
+        if found is None:
+            raise ProbeError("--label", f"{store.strip()} is not one of the stores reported on", "name a store also given as an argument")
+        if found in out:
+            raise ProbeError("--label", f"{store.strip()} is named twice ({out[found]!r}, {name.strip()!r})", "give each store one --label")
+        out[found] = name.strip()
+    names = list(out.values())
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ProbeError("--label", f"{', '.join(twice)} names two stores", "give each store its own name")
+    return out
+
+
+def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, str] | None = None) -> list[StoreView]:
     """Each store once, in the order given, with the latest record of every result loaded (the
-    record of run ``run`` where a result has one); labels made unique."""
+    record of run ``run`` where a result has one); titled by ``labels`` (``--label``), else by
+    ``default_label``; titles made unique."""
     views: list[StoreView] = []
+    labels = labels or {}
     for path in dict.fromkeys(Path(p) for p in paths):
         ds = cache.open_store(path)
         results = {}
@@ -76,7 +114,8 @@ def open_stores(paths: list[Path], run: str | None = None) -> list[StoreView]:
             found = records.load(path, name, run=chosen.run_id if chosen is not None else None)
             if found is not None:
                 results[name] = found
-        views.append(StoreView(path, store_label(str(path)), ds, cache.manifest(ds), results))
+        manifest = cache.manifest(ds)
+        views.append(StoreView(path, labels.get(path) or default_label(path, manifest), ds, manifest, results))
     seen: dict[str, int] = {}
     for view in views:
         count = seen.get(view.label, 0)
@@ -109,10 +148,12 @@ class Picture:
 
 
 def image_file(store: StoreView, image_id: str) -> Path | None:
-    source = store.manifest.get("image_source")
-    if not source:
+    from ..store.sources import image_folder_or_none
+
+    source = image_folder_or_none(store.path, store.manifest)  # absolute; an older relative one resolved against the store
+    if source is None:
         return None
-    path = Path(source) / image_id
+    path = source / image_id
     return path if path.is_file() else None
 
 
@@ -144,10 +185,10 @@ def followed_picture(stores: list[StoreView], image_id: str) -> Picture:
         if store.has("tokens_224", image_id):
             tokens = store.image_values("tokens_224", image_id)
             grid = int(round(np.sqrt(tokens.shape[0])))
-            note = (f"The image file is gone (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
+            note = (f"The image file was not found (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
                     f"of {store.label}: their first three principal components as RGB, one colour per patch.")
             return Picture(tokens_picture(tokens, grid), f"tokens of {store.label}", note)
-    return Picture(None, "", f"No picture of {image_id}: its file is gone and no store holds its 224 tokens.")
+    return Picture(None, "", f"No picture of {image_id}: its file was not found and no store holds its 224 tokens.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,6 +237,7 @@ class TrainingRun:
     folder: Path
     log: list[dict[str, Any]]
     manifest: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config.json (λ: config["rule"]["weight"])
 
 
 def training_run(store: StoreView) -> TrainingRun | None:
@@ -220,4 +262,8 @@ def training_run(store: StoreView) -> TrainingRun | None:
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     except ValueError:
         meta = {}
-    return TrainingRun(folder, rows, meta)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return TrainingRun(folder, rows, meta, config if isinstance(config, dict) else {})

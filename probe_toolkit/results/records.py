@@ -241,7 +241,7 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     """Write one run's result as a new record, ``<store>/results/<name>/<run id>``, atomically
     (temp, rename); no other run's record is touched. A shard's part keeps its slot.
     A ``store.plain.Results`` is written without xarray, in the layout xarray gives a Dataset."""
-    from ..infra.errors import ProbeError
+    from ..infra.errors import ProbeError, os_fix
     from ..store.cache import consolidate
 
     path, meta = target(store, name)
@@ -268,7 +268,7 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     except BaseException as error:  # a full disk, Ctrl-C: no half-written result stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, OSError):
-            raise ProbeError(path, f"could not be written ({error.strerror or error})", "free disk space and rerun the analysis; the previous result is kept") from None
+            raise ProbeError(path, f"could not be written ({error.strerror or error})", os_fix(error, "rerun the analysis; the previous result is kept")) from None
         raise
     if path.exists():  # the same run saving a result again, or a shard rerun replacing its part
         old = path.with_name(f".{path.name}.old-{os.getpid()}")

@@ -66,7 +66,7 @@ def summary_table(results: dict[str, xr.Dataset], labels: dict[str, tuple[str, b
     table = Table(title=title)
     table.add_column("statistic")
     for store in results:
-        table.add_column(store_label(store), justify="right")
+        table.add_column(store_label(store), justify="right", overflow="fold")  # at 80 columns a store's name folds, never cut to "…"
     names = [name for name in labels if any(name in ds.statistic.values for ds in results.values())]
     for name in names:
         label, share = labels[name]

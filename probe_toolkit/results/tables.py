@@ -34,14 +34,19 @@ def scores(title: str, scores: Any) -> list[Any]:
     for kind in ("segm", "bbox"):
         values = getattr(scores, kind)
         table.add_row(kind, *(_pct(values[m]) for m in METRICS))
+    objects = scores.counts["objects"]
+    boxes = "" if scores.counts.get("objects_with_masks", objects) == objects else f" ({scores.counts.get('objects_with_masks')} with masks)"
+    if not scores.counts.get("objects_with_masks", objects) and objects:
+        boxes = " as boxes, no masks: no mean best IoU"
     return [table, f"CorLoc {_pct(scores.corloc, ' %')}   mean best IoU {_pct(scores.mean_best_iou, ' %')}   "
-                   f"({scores.counts['images']} images, {scores.counts['objects']} objects, {scores.counts['masks']} masks)"]
+                   f"({scores.counts['images']} images, {objects} objects{boxes}, {scores.counts['masks']} masks)"]
 
 
 def decode_summary(report: Any, source: str) -> str:
     s = report.settings
     return (f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
-            f"≤ {s.masks} masks; {source}) in {report.seconds:.1f} s; {report.degenerate} flagged degenerate; masks → {report.masks_file}")
+            f"≤ {s.masks} masks; {source}{'; keys after RoPE' if report.extra.get('keys') == 'rope' else ''}) in {report.seconds:.1f} s; "
+            f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
 def sweep(report: Any, panel: str, metric: str, top: int) -> list[Any]:
@@ -127,7 +132,24 @@ def attention_masks(report: Any, panel: str | None) -> list[Any]:
         table.add_column("per object (dino #54)", justify="right")
         table.add_row("Jaccard (%)", *[f"{100 * v:.1f}" for v in report.jaccard_mean], f"{100 * report.best_mean:.1f}", f"{100 * report.per_object_mean:.1f}")
         lines.append(table)
+    if report.looks is not None:
+        lines.append(looks_table(report.looks))
     return lines
+
+
+LOOKS_COLUMNS = (("on_class", "on the class token"), ("on_storage", "on the storage tokens"), ("on_patches", "on the patches"),
+                 ("mask_share", "its mask (share of the patches)"))
+
+
+def looks_table(looks: dict[str, list]) -> Any:
+    """Where the class token and each storage (register) token look, mean over images and heads (%)."""
+    table = Table(title="where the prefix tokens look: attention share, mean over images and heads (%)")
+    table.add_column("token")
+    for _, text in LOOKS_COLUMNS:
+        table.add_column(text, justify="right")
+    for i, token in enumerate(looks["token"]):
+        table.add_row(token, *[f"{100 * looks[key][i]:.1f}" for key, _ in LOOKS_COLUMNS])
+    return table
 
 
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")

@@ -83,3 +83,17 @@ RELEASED = {
     "dinov2-s14": DINOV2_S14, "dinov2-s14-reg": DINOV2_S14_REG, "dinov2-b14": DINOV2_B14, "dinov2-b14-reg": DINOV2_B14_REG,
 }
 
+
+
+# The head width of the networks a training file's ``args.arch`` names: DINO's
+# vision_transformer.py builds vit_tiny (192 wide, 3 heads), vit_small (384, 6) and vit_base (768,
+# 12), all of 64 channels a head (SelfPatch reuses them; DINO's first files said deit_*).
+HEAD_WIDTH_BY_ARGS_ARCH = {"vit_tiny": 64, "vit_small": 64, "vit_base": 64, "deit_tiny": 64, "deit_small": 64, "deit_base": 64}
+
+
+def heads_from_args(args: Any, width: int) -> tuple[str, int] | None:
+    """``(arch name, heads)`` when a training file's ``args`` fixes the head count, else None."""
+    name = args.get("arch") if isinstance(args, dict) else None
+    if not isinstance(name, str) or name not in HEAD_WIDTH_BY_ARGS_ARCH or width % HEAD_WIDTH_BY_ARGS_ARCH[name]:
+        return None
+    return name, width // HEAD_WIDTH_BY_ARGS_ARCH[name]

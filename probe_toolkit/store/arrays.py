@@ -49,6 +49,8 @@ def view_arrays(view: str, arch: Arch, patches: int, attention: str) -> dict[str
             plan[f"{kind}_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
             if cls:
                 plan[f"cls_{kind}_{view}"] = (("channel",), (d,))
+    if "keys" in reads and arch.family == "dinov3":  # the patch keys after RoPE too (the class key is not rotated)
+        plan[f"keys_rope_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
     if arch.registers:  # DINOv2's register tokens' output, kept out of the patch arrays, in every view
         plan[f"registers_{view}"] = (("register", "channel"), (arch.registers, d))
     if "attention" in reads and attention != "none":

@@ -5,6 +5,7 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     image                (image,)                       str, the coordinate: ids relative to the source
     done, failed         (image,)                       bool: every view done / any view failed
     image_height/width   (image,)                       int32, the original size in pixels
+    image_sha256         (image, sha256_byte)           uint8, each image file's sha256 as extracted (store/sources.py)
     done_<view>, failed_<view>        (image,)          bool, per view; ``done_<view>`` written after its arrays
     grid_rows_<view>, grid_cols_<view> (image,)         int32, each image's patch grid in that view
     tokens_224           (image, patch_224, channel)    last-block tokens, before any final norm
@@ -43,7 +44,8 @@ import zarr
 
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError
-from . import grids
+from . import grids, hints, integrity
+from .views import NAMES as VIEW_ORDER
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
 
@@ -111,9 +113,11 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     path = Path(path)
     if not (path / "zarr.json").is_file():
         raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
+    integrity.install()  # a chunk that does not decode is one line (store/integrity.py)
     group = zarr.open_group(path, mode="r", use_consolidated=False)
     if "manifest" not in group.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
+    integrity.check_present(path, integrity.shared_arrays(group), group=group)  # ids, grids, sizes: read by every command
     done, failed = _flags(group, [arrays] if isinstance(arrays, str) else arrays)
     if not allow_partial and done is not None and not done.all():
         raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")
@@ -174,7 +178,12 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     if name not in ds:
         flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
         fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
+        held = hints.other_views(ds.attrs.get("store"), name, grids.view_of(name), VIEW_ORDER)
+        if held:  # the same array of another view: reading that view is the nearer fix
+            fix = f"it holds {', '.join(f'{name[: -len(grids.view_of(name))]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
+    if ds.attrs.get("store"):  # every chunk of a finished image is there before it is read (store/integrity.py)
+        integrity.check_present(ds.attrs["store"], [name])
     array = ds[name]
     array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
@@ -192,7 +201,7 @@ def consolidate(store: str | Path) -> None:
         zarr.consolidate_metadata(str(store))
 
 # the arrays every store has whatever its views, and the prefixes of each view's flags and grids
-FLAGS = ("image", "done", "failed", "image_height", "image_width")
+FLAGS = ("image", "done", "failed", "image_height", "image_width", "image_sha256")  # image_sha256: store/sources.py
 PER_VIEW = ("done_", "failed_", "grid_rows_", "grid_cols_")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..infra.errors import ProbeError
+from . import hints
 from .architectures import Arch
 
 
@@ -28,6 +29,8 @@ def _trunk(backbone: dict[str, torch.Tensor], path: Path, needed: tuple[str, ...
 
 def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None = None) -> Arch:
     """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
+    if "patch_embed.proj.weight" not in backbone:
+        hints.refuse_prefixed(backbone, "patch_embed.proj.weight", path)  # e.g. a PyTorch Lightning module's model.patch_embed...
     width, patch, depth = _trunk(backbone, path, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"),
                                  "is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint",
                                  "patch_embed.proj.weight")

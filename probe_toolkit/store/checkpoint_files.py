@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..infra.errors import ProbeError
+from . import hints
 
 
 def sha256_file(path: str | Path) -> str:
@@ -56,6 +57,7 @@ def read_file(path: str | Path) -> Any:
         raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
     if is_safetensors(path):
         return read_safetensors(path)
+    hints.refuse_compressed(path)  # a compressed download is not truncated
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)

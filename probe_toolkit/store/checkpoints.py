@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from ..infra.errors import ProbeError
-from . import dinov3_layouts
+from . import dinov3_layouts, hints
 from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are part of this module's face)
 from .checkpoint_arch import check_backbone, infer_arch
 from .checkpoint_files import read_file, save_state, sha256_file
@@ -118,6 +118,7 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     else:
         backbone, head_states = from_dinov2(*split_heads(state, path))
         arch = infer_arch(backbone, path, heads)
+        hints.heads_agree(arch, extra, heads, path)
     if checked_sha256 is None or digest.result() != checked_sha256:
         check_backbone(backbone, arch, path)
     return Checkpoint(

@@ -17,7 +17,7 @@ import zarr
 
 from ..infra import litter
 from ..infra.errors import ProbeError
-from . import grids
+from . import grids, hints, integrity
 from .cache import FLAGS, array_names, consolidate, view_facts
 from .views import NAMES as VIEW_ORDER
 from .writer import StoreWriter
@@ -75,9 +75,10 @@ def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
 def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.ndarray, np.ndarray], chunk: int, dtype: np.dtype) -> None:
     n = int(group["done"].shape[0])
     for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True)
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True,
+                           compressors=integrity.compressors())
     _write_grid(group, view, grid[0], grid[1])
-    compressors = [zarr.codecs.ZstdCodec(level=1)]
+    compressors = integrity.compressors()  # zstd, then a crc32c checksum of each chunk
     for name, (dims, shape) in arrays.items():
         group.create_array(
             name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
@@ -86,12 +87,15 @@ def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.nd
 
 
 def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray) -> None:
-    """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image)."""
+    """The per-image grid of a view: written once, at creation, in one chunk (a few bytes per image).
+    The chunk is written even when every value is the fill value (a view without a patch grid,
+    such as a masks store's): a missing chunk is how a damaged store is recognised."""
     n = int(group["done"].shape[0])
     for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
-        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True)
+        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True,
+                                   compressors=integrity.compressors())
         if n:
-            array[:] = np.asarray(values, dtype=np.int32)
+            array.with_config({"write_empty_chunks": True})[:] = np.asarray(values, dtype=np.int32)
 
 
 def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
@@ -102,7 +106,8 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
         chunk = int(manifest["chunk"])
         n = int(group["done"].shape[0])
         for flag in ("done", "failed"):
-            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True)
+            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True,
+                               compressors=integrity.compressors())
             if n:
                 group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
         plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
@@ -121,13 +126,14 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
         shutil.rmtree(tmp)
     n, chunk, dtype = len(image_ids), int(manifest["chunk"]), np.dtype(manifest["dtype"])
     group = zarr.open_group(tmp, mode="w", zarr_format=3)
-    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"])
+    checked = integrity.compressors()  # every array: zstd, then a crc32c checksum of each chunk
+    image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"], compressors=checked)
     if n:
         image[:] = np.asarray(image_ids, dtype=object)
     for name, kind in (("done", bool), ("failed", bool)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False)
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=False, compressors=checked)
     for name in ("image_height", "image_width"):
-        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0)
+        group.create_array(name, shape=(n,), dtype="int32", chunks=(chunk,), dimension_names=["image"], fill_value=0, compressors=checked)
     for view, grid in view_grids.items():
         _add_view(group, view, {k: v for k, v in arrays.items() if grids.view_of(k) == view}, grid, chunk, dtype)
     group.attrs["manifest"] = manifest
@@ -188,7 +194,7 @@ def create_store(
             elif bad:
                 raise ProbeError(
                     path,
-                    f"was written with other settings ({', '.join(bad)} differ)",
+                    f"was written with other settings ({', '.join(hints.named_differences(bad, _ids(group), image_ids))} differ)",
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
@@ -197,6 +203,10 @@ def create_store(
         litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename
         _no_space(path, lambda: _fresh(path, manifest, image_ids, arrays, view_grids))
         return StoreWriter(path)
+
+
+def _ids(group: zarr.Group) -> list[str]:
+    return [str(i) for i in group["image"][:].tolist()] if "image" in group else []
 
 
 def _no_space(path: Path, step) -> None:

@@ -216,6 +216,7 @@ class Dinov3Backbone(nn.Module):
                 flat = [a.transpose(1, 2).reshape(b, t, d) for a in (q, k, q_rope, k_rope)]
                 sequence = Sequence(normed, *flat)
         k_all = sequence.keys if sequence is not None else None
+        k_rope = sequence.keys_rope[:, p:] if keys and sequence is not None else None
         return Readout(
             tokens=x[:, p:],
             keys=k_all[:, p:] if keys and k_all is not None else None,
@@ -226,4 +227,5 @@ class Dinov3Backbone(nn.Module):
             registers=x[:, 1:p] if p > 1 else None,
             grid=self.grid_of(*images.shape[-2:]),
             sequence=sequence,
+            keys_rope=k_rope,
         )

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, os_fix
 from ..infra.memory import reusing_blocks
 from ..infra.placement import parse_shard
 from ..infra.progress import bar
-from . import cache, images
+from . import cache, footprint, images
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
@@ -119,8 +119,10 @@ def extract(
     device: str = "auto",
     decoders: int | None = None,
     quiet: bool = False,
+    repair: bool = False,
 ) -> Report:
-    """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``."""
+    """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
+    ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again."""
     started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
@@ -149,17 +151,27 @@ def extract(
             grids.update(native_grids(refs, patch, on_error, own_views))
         own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
         torch_device = resolve_device(device)
+        footprint.check_own_views([r.id for r in refs], grids, own_views, checkpoint.arch, torch_device.type)
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
         path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
         plan = kept_layout(path, plan_arrays(checkpoint.arch, settings, own_patches))
-        manifest = build_manifest(checkpoint, settings, refs, str(image_dir), own_patches)
+        # paths absolute at the boundary: a later command or a worker elsewhere reads the same files (store/sources.py)
+        manifest = build_manifest(checkpoint, settings, refs, str(Path(image_dir).resolve()), own_patches)
+        manifest["checkpoint"]["path"] = str(Path(checkpoint_path).resolve())
         existed = (path / "zarr.json").is_file()
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
-            raise ProbeError(path, f"could not be created ({error.strerror or error})", "free disk space (or choose a writable --store) and rerun") from None
+            raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
+        if existed:  # once the store's settings were found to agree (create_store)
+            from .integrity import repair as mark_damaged
+            from .sources import check_unchanged, record_absolute
+
+            record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
+            if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change
+                mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
 
@@ -217,6 +229,9 @@ def extract(
             if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
                 shutil.rmtree(path, ignore_errors=True)
             raise
+        from .sources import record_digests
+
+        record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
         report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
         return report

@@ -48,6 +48,7 @@ def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: 
         if "keys" in reads:
             put(f"keys_{view}", out.keys)
             put(f"cls_keys_{view}", out.cls_key)
+            put(f"keys_rope_{view}", out.keys_rope)  # DINOv3: after RoPE (None for a position-table network)
         if "tokens" in reads:
             put(f"tokens_{view}", out.tokens)
             put(f"cls_tokens_{view}", out.cls_token)

@@ -129,8 +129,8 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "registers": "DINOv2 register tokens' last block output, in registers_* arrays, never among the patches",
             "layernorm_eps": 1e-5 if dinov3 else 1e-6,
             "gelu": "exact (erf)",
-            **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys before RoPE, the key bias "
-                          "masked to zero (bias_mask); attention over class, storage and patch tokens after RoPE "
+            **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys_<view> before RoPE and "
+                          "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, storage and patch tokens after RoPE "
                           "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
                 "native_views": "every view: RoPE is computed per grid, no position table is interpolated"} if dinov3 else {}),
         },
@@ -156,7 +156,8 @@ def kept_layout(path: Path, plan: dict) -> dict:
         held = any(grids.view_of(a) == view for a in present if a not in cache.FLAGS and not a.startswith(cache.PER_VIEW))
         return held and bool(np.asarray(group[flag][:]).any())
 
-    return {name: spec for name, spec in plan.items() if not (name.startswith("registers_") and name not in present and started(grids.view_of(name)))}
+    later = ("registers_", "keys_rope_")  # arrays added to a view's layout after stores were made with it
+    return {name: spec for name, spec in plan.items() if not (name.startswith(later) and name not in present and started(grids.view_of(name)))}
 
 
 def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)

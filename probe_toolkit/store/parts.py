@@ -79,7 +79,7 @@ def record_final_norm(backbone: dict[str, "torch.Tensor"], eps: float = EPS) -> 
 
 
 def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:
-    """The network's final LayerNorm (eps 1e-6), or None when it has none: from the manifest, else
+    """The network's final LayerNorm (eps 1e-6; DINOv3's 1e-5), or None when it has none: from the manifest, else
     (a store extracted before extraction recorded it) from the checkpoint, sha256 checked."""
     if not manifest.get("arch", {}).get("final_norm"):
         return None
@@ -95,7 +95,7 @@ def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:
         return FinalNorm(weight, bias, float(recorded.get("eps", EPS)))
     checkpoint = store_checkpoint(manifest, where, "the final norm (DINO's k-NN feature)")
     weight, bias = (checkpoint.backbone[f"norm.{k}"].float().numpy() for k in ("weight", "bias"))
-    return FinalNorm(weight, bias)
+    return FinalNorm(weight, bias, 1e-5 if manifest["arch"].get("family") == "dinov3" else EPS)  # DINOv3's layernormbf16: eps 1e-5
 
 
 def aggregation_head(manifest: dict[str, Any], where: str | Path) -> "dict[str, torch.Tensor] | None":

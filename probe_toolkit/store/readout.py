@@ -31,3 +31,4 @@ class Readout:
     registers: torch.Tensor | None = None  # (B, R, D) last block output of DINOv2's register tokens / DINOv3's storage tokens
     grid: tuple[int, int] = (0, 0)  # (rows, cols) of the patches
     sequence: Any = None  # DINOv3 only: ``store.dinov3.Sequence`` (normed tokens, q and k before and after RoPE)
+    keys_rope: torch.Tensor | None = None  # (B, N, D) DINOv3 only: the patch keys after RoPE, as its attention uses them

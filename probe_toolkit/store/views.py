@@ -9,6 +9,7 @@ spellings (``native-crop``) and the fixed views' sizes as integers (``--size 480
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..infra.settings import SettingError
 
@@ -66,3 +67,20 @@ def view(name: int | str) -> View:
 def of_array(array: str) -> str:
     """The view an array belongs to (``keys_native_crop`` → ``native_crop``)."""
     return next((v for v in JOINED if array.endswith(f"_{v}")), array.rsplit("_", 1)[-1])
+
+
+# which keys the decoders cut: ``keys_<view>`` (before RoPE; the only keys of a position-table network) or
+# DINOv3's ``keys_rope_<view>`` (after RoPE, as its attention uses them). The default is the keys before RoPE:
+# a cut compares keys with keys, and RoPE makes k_i · k_j depend on where i and j lie (a rotation by their
+# offset); on DINOv3 networks TokenCut and LOST masks came out worse after RoPE (benchmarks/dinov3_keys.py).
+KEY_KINDS = ("plain", "rope")
+
+
+def keys_array(arch: dict[str, Any], view: str, keys: str = "plain") -> str:
+    """The array of the keys ``keys`` asks for in a store of network ``arch`` (its manifest's ``arch``);
+    ValueError for keys after RoPE of a network without RoPE."""
+    if keys not in KEY_KINDS:
+        raise ValueError(f"keys {keys!r} is not one of {', '.join(KEY_KINDS)}")
+    if keys == "rope" and arch.get("family") != "dinov3":
+        raise ValueError("its network has a position table, not RoPE: its keys have no form after RoPE")
+    return f"keys_rope_{view}" if keys == "rope" else f"keys_{view}"

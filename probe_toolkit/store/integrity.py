@@ -1,0 +1,419 @@
+"""Damaged stores: every chunk carries a checksum, a finished image's chunk must be there, and damage is one line.
+
+zarr reads a missing chunk as its fill value without a word (a store's data arrays are NaN-filled,
+so a deleted chunk file turns into NaN tokens and other numbers), and a truncated or corrupt chunk
+surfaces as a codec's exception deep inside zarr's event loop. This module turns both into one
+line that names the store, the array, the chunk, the images it covers and the command that
+re-extracts only those:
+
+- **Checksums.** A store's arrays end their codec chain with zarr v3's ``crc32c`` codec
+  (``compressors``): a chunk whose bytes changed fails its checksum on read. Stores written
+  before checksums were added keep reading (their chunks are checked for presence and
+  decodability only: a flipped byte inside a zstd frame may still decode).
+- **Presence.** ``extract`` writes every chunk of a data array that holds a finished image
+  (``StoreWriter`` writes all-NaN chunks too), so a finished image whose chunk file is absent
+  is damage. ``check_present`` stats those files before a command reads an array
+  (``cache.require``; the image list, grids and sizes in ``cache.open_store``) and on every
+  worker before it reads its block (``cluster.proven_read``).
+- **Decoding.** ``install`` makes ``CheckedPipeline`` zarr's codec pipeline (zarr's own
+  extension point, ``codec_pipeline.path``): a chunk that fails to decode raises ``DamagedChunk``,
+  whose line is worked out only when it is printed (outside zarr's event loop).
+- **Verify and repair.** ``verify`` reads every chunk (``probe info --verify``); ``repair``
+  removes the damaged chunk files (probe's own) and marks the images they cover unfinished in the
+  damaged array's view, so ``probe extract ... --repair`` re-extracts exactly those images.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.core.codec_pipeline import BatchedCodecPipeline
+
+from ..infra.errors import IntegrityError, ProbeError
+
+CHECKSUM = "crc32c"
+WHOLE = ("image",)  # one chunk, written when the store is created (with the grids)
+FLAG_PREFIXES = ("done", "failed")
+SIZES = ("image_height", "image_width")
+
+
+def compressors(level: int = 1) -> list:
+    """What every array of a new store is compressed with: zstd (``store.codec``), then a crc32c of the compressed bytes."""
+    return [ZstdCodec(level=level), Crc32cCodec()]
+
+
+def has_checksums(array: zarr.Array) -> bool:
+    return any(getattr(codec, "to_dict", lambda: {})().get("name") == CHECKSUM for codec in array.metadata.codecs)
+
+
+# ----------------------------------------------------------------------------------------------
+# reading: a chunk that does not decode is one line
+
+
+class DamagedChunk(IntegrityError):
+    """A chunk of a store's array that is missing or does not decode. Its line (the images it
+    covers and the command that re-extracts them) is worked out when first asked for, since the
+    error is raised on zarr's event loop, where the store cannot be read again."""
+
+    def __init__(self, store: str, array: str, chunk: int, why: str, line: str | None = None):
+        Exception.__init__(self, f"{store}: chunk {chunk} of {array} {why}")
+        self.store, self.array, self.chunk, self.why, self._line = store, array, chunk, why, line
+
+    def __reduce__(self):
+        return (type(self), (self.store, self.array, self.chunk, self.why, self.line()))
+
+    def _parts(self) -> tuple[str, str, str]:
+        return describe(self.store, [(self.array, self.chunk, self.why)])
+
+    @property
+    def where(self) -> str:  # ProbeError's three parts, for code that reads them
+        return self._parts()[0]
+
+    @property
+    def problem(self) -> str:
+        return self._parts()[1]
+
+    @property
+    def fix(self) -> str:
+        return self._parts()[2]
+
+    def line(self) -> str:
+        if self._line is None:
+            where, problem, fix = self._parts()
+            self._line = f"{where}: {problem}; {fix}"
+        return self._line
+
+    def __str__(self) -> str:
+        return self.line()
+
+
+def _locate(byte_getter) -> tuple[str, str, int] | None:
+    """(store root, array, chunk index along ``image``) of a chunk key such as ``tokens_224/c/3/0/0``."""
+    root, key = getattr(getattr(byte_getter, "store", None), "root", None), str(getattr(byte_getter, "path", ""))
+    array, sep, coords = key.rpartition("/c/")
+    if root is None or not sep:
+        return None
+    first = coords.split("/")[0]
+    return (str(root), array, int(first)) if first.isdigit() else None
+
+
+def _why(error: BaseException) -> str:
+    if "checksum" in str(error).lower():
+        return "fails its checksum"
+    return f"cannot be decoded ({type(error).__name__})"
+
+
+class CheckedPipeline(BatchedCodecPipeline):
+    """zarr's batched pipeline; a batch that fails to read is searched for the chunk that fails,
+    which is raised as ``DamagedChunk``. The read of a whole store costs nothing more."""
+
+    async def read_batch(self, batch_info, out, drop_axes=()):
+        batch_info = list(batch_info)
+        try:
+            await super().read_batch(batch_info, out, drop_axes)
+        except DamagedChunk:
+            raise
+        except Exception as error:
+            raise (await self._culprit(batch_info)) or error from None
+
+    async def _culprit(self, batch_info) -> DamagedChunk | None:
+        for byte_getter, spec, *_ in batch_info:
+            try:
+                data = await byte_getter.get(prototype=spec.prototype)
+                if data is not None:
+                    list(await self.decode_batch([(data, spec)]))
+            except Exception as error:  # the codec's own exception: a bad zstd frame, a checksum, a short chunk
+                where = _locate(byte_getter)
+                if where is None:
+                    return None
+                return DamagedChunk(*where, _why(error))
+        return None
+
+
+@lru_cache(maxsize=1)
+def install() -> None:
+    """Make ``CheckedPipeline`` the process's codec pipeline (once; arrays opened after it use it)."""
+    name = f"{CheckedPipeline.__module__}.{CheckedPipeline.__qualname__}"
+    zarr.registry.register_pipeline(CheckedPipeline)
+    zarr.config.set({"codec_pipeline.path": name})
+
+
+# ----------------------------------------------------------------------------------------------
+# which chunks must exist
+
+
+def _finished(group: zarr.Group, view: str | None) -> np.ndarray:
+    """Images finished (done, not failed) in ``view`` (None: in any view: their sizes were written)."""
+    def flag(name: str) -> np.ndarray:
+        return np.asarray(group[name][:], dtype=bool) if name in group else np.zeros(int(group["image"].shape[0]), bool)
+
+    if view is None:
+        views = [n[len("done_"):] for n in _names(group) if n.startswith("done_")]
+        if not views:
+            return flag("done") & ~flag("failed")
+        return np.logical_or.reduce([flag(f"done_{v}") & ~flag(f"failed_{v}") for v in views])
+    if f"done_{view}" in group:
+        return flag(f"done_{view}") & ~flag(f"failed_{view}")
+    return flag("done") & ~flag("failed")
+
+
+def kind(name: str) -> str:
+    """``whole`` (one chunk written at creation), ``flag``, ``sizes`` or ``data``."""
+    if name in WHOLE or name.startswith(("grid_rows_", "grid_cols_")):
+        return "whole"
+    if name in FLAG_PREFIXES or name.startswith(tuple(f"{p}_" for p in FLAG_PREFIXES)) or name == "image_sha256":
+        return "flag"  # written after the images it describes: not required to be there
+    if name in SIZES:
+        return "sizes"
+    return "data"
+
+
+def _view(name: str) -> str:
+    from .grids import view_of
+
+    return view_of(name)
+
+
+def _chunk_keys(array: zarr.Array, chunk: int) -> list[str]:
+    """Every chunk key of image-chunk ``chunk`` (all chunks along the other dimensions)."""
+    rest = [range(n) for n in array.cdata_shape[1:]]
+    return [array.metadata.encode_chunk_key((chunk, *more)) for more in itertools.product(*rest)]
+
+
+def required_chunks(group: zarr.Group, name: str, positions: np.ndarray | None = None, memo: dict | None = None) -> list[int]:
+    """Image chunks of array ``name`` that must exist: those holding a finished image, judged by
+    the store's flags; with ``positions``, those holding these images, which the caller has proven
+    finished (a worker, ``cluster.proven_read``: no flag is read again for each block)."""
+    array = group[name]
+    n = int(array.shape[0]) if array.shape else 0
+    if n == 0 or kind(name) == "flag":
+        return []
+    if kind(name) == "whole":
+        return list(range(array.cdata_shape[0]))
+    if positions is not None:
+        return sorted({int(i) // int(array.chunks[0]) for i in np.asarray(positions, dtype=np.int64)})
+    view = None if kind(name) == "sizes" else _view(name)
+    memo = {} if memo is None else memo  # one read of a view's flags for all its arrays
+    if view not in memo:
+        memo[view] = _finished(group, view)
+    finished = memo[view]
+    return sorted({int(i) // int(array.chunks[0]) for i in np.flatnonzero(finished)})
+
+
+def missing_chunks(store: str | Path, group: zarr.Group, name: str, positions: np.ndarray | None = None, memo: dict | None = None) -> list[int]:
+    """Image chunks of ``name`` that hold a finished image and whose file is not there."""
+    array = group[name]
+    folder = Path(store) / name
+    return [c for c in required_chunks(group, name, positions, memo) if not all((folder / key).is_file() for key in _chunk_keys(array, c))]
+
+
+def shared_arrays(group: zarr.Group) -> list[str]:
+    """The arrays every reader reads beside its own: the image list, the grids, the sizes."""
+    return [name for name in _names(group) if kind(name) in ("whole", "sizes")]
+
+
+def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray | None = None, group: zarr.Group | None = None) -> None:
+    """Before a read: every chunk of ``names`` holding a finished image is there (a stat per
+    chunk), else ``DamagedChunk`` for the first one missing."""
+    store = str(store)
+    if group is None:
+        if not (Path(store) / "zarr.json").is_file():
+            return  # not a store on this machine's disk: its reader says so
+        group = zarr.open_group(store, mode="r", use_consolidated=False)
+    for name in names:
+        if name not in group or name == "image":
+            continue
+        gone = missing_chunks(store, group, name, positions)
+        if gone:
+            raise DamagedChunk(store, name, gone[0], "is missing, though it holds finished images" + (f" ({len(gone)} such chunks)" if len(gone) > 1 else ""))
+    if "image" in group and missing_chunks(store, group, "image", None):
+        raise DamagedChunk(store, "image", 0, "is missing")
+
+
+# ----------------------------------------------------------------------------------------------
+# the line: the images a chunk covers, and how to re-extract only those
+
+
+def _store_views(meta: dict[str, Any]) -> list[str]:
+    return [str(v) for v in meta.get("views", [])]
+
+
+def describe(store: str | Path, damage: list[tuple[str, int, str]]) -> tuple[str, str, str]:
+    """(where, problem, fix) for damaged chunks ``(array, chunk, why)`` of ``store``."""
+    store = str(store)
+    array, chunk, why = damage[0]
+    try:
+        group = zarr.open_group(store, mode="r", use_consolidated=False)
+        meta = dict(group.attrs.get("manifest", {}))
+        ids = _ids(group)
+        size = int(group[array].chunks[0]) if kind(array) != "whole" else len(ids)
+    except Exception:  # the store's own metadata is gone too: name the chunk alone
+        return store, f"chunk {chunk} of {array} {why}", "the store cannot be read: extract it again into a new --store"
+    covered = ids[chunk * size:(chunk + 1) * size]
+    images = ", ".join(covered[:3]) + (f" and {len(covered) - 3} more" if len(covered) > 3 else "")
+    more = f" (and {len(damage) - 1} more damaged chunks)" if len(damage) > 1 else ""
+    problem = f"chunk {chunk} of {array} (images {images or '?'}) {why}{more}"
+    return store, problem, repair_hint(store, meta, [a for a, _, _ in damage])
+
+
+def _ids(group: zarr.Group) -> list[str]:
+    try:
+        return [str(v) for v in group["image"][:]]
+    except Exception:  # the id list itself is damaged: positions stand in
+        n = int(group["image"].shape[0])
+        return [f"#{i}" for i in range(n)]
+
+
+def repair_hint(store: str, meta: dict[str, Any], arrays: list[str]) -> str:
+    """The command that re-extracts only the damaged images (``probe extract ... --repair``)."""
+    if any(kind(a) == "whole" for a in arrays):
+        return "its image list or grids are damaged: extract it again into a new --store"
+    views = _store_views(meta)
+    hit = [v for v in views if any(kind(a) in ("flag", "sizes") or _view(a) == v for a in arrays)] or views
+    from .sources import image_folder_or_none
+
+    source = image_folder_or_none(store, meta) or "IMAGES"
+    return f"re-extract only those images: probe extract {' '.join(extract_arguments(meta, hit, source))} --store {store} --repair"
+
+
+def extract_arguments(meta: dict[str, Any], views: list[str], source: str | Path) -> list[str]:
+    """``probe extract``'s arguments that reproduce the store's settings for ``views`` (its identity, ``cache.IDENTITY``)."""
+    info = meta.get("checkpoint") or {}
+    network = str(meta.get("network", "teacher"))
+    args = [str(info.get("path", "CHECKPOINT")), "--images", str(source), "--views", ",".join(views), "--chunk", str(meta.get("chunk")),
+            "--dtype", str(meta.get("dtype"))]
+    if network != "teacher":
+        args += ["--network", network]
+    if info.get("converted"):
+        args.append("--convert")
+    arch = meta.get("arch") or {}
+    if arch.get("heads") and arch.get("width") and int(arch["heads"]) != int(arch["width"]) // 64:
+        args += ["--heads", str(arch["heads"])]
+    if meta.get("interpolation"):
+        args += ["--interp", str(meta["interpolation"])]
+    per_view = meta.get("per_view") or {}
+    if "224" in views:
+        args += ["--attention", str((per_view.get("224") or {}).get("attention") or meta.get("attention") or "last")]
+    if "480" in views and (per_view.get("480") or {}).get("resample", "bicubic") != "bicubic":
+        args += ["--resample", str(per_view["480"]["resample"])]
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# probe info --verify, probe extract --repair
+
+
+@dataclass
+class Verified:
+    store: str
+    damaged: list[tuple[str, int, str]]  # (array, image chunk, why)
+    chunks: int  # chunks read
+    checksummed: bool  # every array carries crc32c
+
+    def line(self) -> str:
+        if self.damaged:
+            return "{}: {}; {}".format(*describe(self.store, self.damaged))
+        what = "checksums verified" if self.checksummed else "written before chunks carried checksums: presence and decodability checked, not content"
+        return f"{self.store}: {self.chunks} chunks read, none damaged ({what})"
+
+
+def _names(group: zarr.Group) -> list[str]:
+    from .cache import array_names
+
+    return array_names(group)
+
+
+def verify(store: str | Path, views: list[str] | None = None) -> Verified:
+    """Read every chunk of the store's arrays (of ``views`` and the shared ones, if given)."""
+    install()
+    store = str(store)
+    if not (Path(store) / "zarr.json").is_file():
+        raise ProbeError(store, "is not a probe store (no zarr.json)", "run `probe extract` first")
+    group = zarr.open_group(store, mode="r", use_consolidated=False)
+    damaged, read, checksummed, memo = [], 0, True, {}
+    for name in _names(group):
+        if views is not None and kind(name) in ("data",) and _view(name) not in views:
+            continue
+        array = group[name]
+        checksummed &= has_checksums(array)
+        gone = set(missing_chunks(store, group, name, None, memo))
+        damaged += [(name, c, "is missing, though it holds finished images") for c in sorted(gone)]
+        if not array.shape or array.shape[0] == 0:
+            continue
+        size = int(array.chunks[0])
+        for c in range(array.cdata_shape[0]):
+            if c in gone:
+                continue
+            try:
+                array[c * size:(c + 1) * size]
+                read += 1
+            except DamagedChunk as error:
+                damaged.append((name, c, error.why))
+    return Verified(store, damaged, read, checksummed)
+
+
+def repair(store: str | Path, views: list[str], check=None) -> int:
+    """Before ``probe extract --repair``: remove the damaged chunk files of ``views`` (and of the
+    shared flags and sizes) and mark the images they cover unfinished in those views, so the
+    extraction writes them again. ``check(positions)`` runs first, before anything changes (the
+    photographs must be those extracted). The number of images marked."""
+    found = verify(store, views)
+    if not found.damaged:
+        return 0
+    store = str(store)
+    if any(kind(a) == "whole" for a, _, _ in found.damaged):
+        raise IntegrityError(store, "its image list or grids are damaged, which --repair cannot write again", "extract it again into a new --store")
+    group = zarr.open_group(store, mode="r+", use_consolidated=False)
+    if check is not None:
+        n = int(group["image"].shape[0])
+        spans = [(c * int(group[a].chunks[0]), min((c + 1) * int(group[a].chunks[0]), n)) for a, c, _ in found.damaged]
+        check(sorted({i for lo, hi in spans for i in range(lo, hi)}))
+    marked: set[int] = set()
+    for name, chunk, _ in found.damaged:
+        array = group[name]
+        for key in _chunk_keys(array, chunk):
+            (Path(store) / name / key).unlink(missing_ok=True)  # probe's own chunk file, unreadable
+        size = int(array.chunks[0])
+        lo, hi = chunk * size, min((chunk + 1) * size, int(array.shape[0]))
+        again = views if kind(name) in ("flag", "sizes") else [_view(name)]
+        for view in again:
+            if f"done_{view}" in group:
+                _clear(store, group, f"done_{view}", lo, hi)
+        _clear(store, group, "done", lo, hi)
+        marked.update(range(lo, hi))
+    return len(marked)
+
+
+def _clear(store: str, group: zarr.Group, name: str, lo: int, hi: int) -> None:
+    """``name[lo:hi] = False``, whole chunks at a time (a damaged chunk of it was removed first)."""
+    array = group[name]
+    size = int(array.chunks[0])
+    for c in range(lo // size, (hi - 1) // size + 1):
+        a, b = c * size, min((c + 1) * size, int(array.shape[0]))
+        try:
+            values = np.asarray(array[a:b], dtype=bool)
+        except DamagedChunk:
+            for key in _chunk_keys(array, c):
+                (Path(store) / name / key).unlink(missing_ok=True)
+            values = np.zeros(b - a, dtype=bool)
+        values[max(lo, a) - a:min(hi, b) - a] = False
+        array[a:b] = values
+
+
+def chunk_summary(store: str | Path) -> str:
+    """``probe info``'s row: chunk files of finished images present or missing (stat only, no read)."""
+    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    memo: dict = {}
+    gone = [(n, c, "is missing, though it holds finished images") for n in _names(group) for c in missing_chunks(store, group, n, None, memo)]
+    sums = all(has_checksums(group[n]) for n in _names(group))
+    tail = "crc32c checksums" if sums else "no checksums (written before they were added)"
+    if not gone:
+        return f"every chunk of a finished image present; {tail}; `probe info --verify` reads them all"
+    return "MISSING: {1}; {2}".format(*describe(store, gone))
