@@ -278,7 +278,9 @@ def test_a_shard_is_refused_before_any_label_read(voc, monkeypatch):
     before = len(ledger.entries(root / "cache"))
     with pytest.raises(ProbeError, match="does not run in shards"):
         run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache", shard="0/2")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's share
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     with pytest.raises(ProbeError, match="does not run in shards"):
         run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache")
     assert len(ledger.entries(root / "cache")) == before
@@ -323,7 +325,9 @@ def test_the_report_shows_the_record_its_figure_and_the_published_numbers_apart(
     saved = records.load(store, "hummingbird")
     written = write_report([store], tmp_path / "report", cache_dir=root / "cache", formats="png")
     section = next(s for s in written.report.sections if s.key == "hummingbird")
-    table = section.blocks[0]
+    from probe_toolkit.report.content import Table
+
+    table = next(b for b in section.blocks if isinstance(b, Table))
     assert table.rows[0][1:] == [f"{100 * v:.2f}" for v in saved.miou.values]
     assert table.rows[1][1:] == [f"{100 * v:.2f}" for v in saved.miou_hungarian.values]
     assert [r[0] for r in table.rows[3:]] == ["published, other weights: DINO ViT-S/16, 512 px", "published, other weights: DINOv2 ViT-S/14, 504 px"]
