@@ -48,6 +48,7 @@ MANUAL = {
     "knn": "commands/frozen-features.md",
     "attention-masks": "commands/frozen-features.md",
     "propagate": "commands/frozen-features.md",
+    "hummingbird": "commands/dense.md",
 }
 
 

@@ -2,13 +2,18 @@
 k-NN on two COCO panels (the photographs against the two scenes, two categories), the
 attention masks scored on the scenes panel, label propagation on a synthetic DAVIS folder, and
 keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in the sibling store
-``probe extract --panel`` writes).
+``probe extract --panel`` writes);
+hummingbird on a synthetic VOC folder whose images sit in sibling stores of the same checkpoint
+(``<network>-panel-NAME.zarr``), so that no image of the report's store changes role.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import numpy as np
+from PIL import Image
 
 from report_stores import invoke
 
@@ -49,3 +54,30 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
     invoke("panel", "add", "spair", "--spair", spair, "--role", "val", "--cache", cache_dir)
     invoke("extract", checkpoint, "--panel", "spair", "--views", "square800", "--cache", cache_dir, "-q")
     invoke("correspond", store, "--panel", "spair", "--cache", cache_dir, "--workers", "1", "-q")
+    hummingbird_results(store, root, cache_dir)
+
+
+def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:
+    """results/hummingbird in ``store``: a VOC2012 folder of five synthetic scenes (three train, two val),
+    each panel extracted beside the store in the hbird512 views."""
+    year = root / "VOC2012"
+    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (year / folder).mkdir(parents=True)
+    splits = {"train": ["2007_000001", "2007_000002", "2007_000003"], "val": ["2008_000001", "2008_000002"]}
+    rng = np.random.default_rng(7)
+    for split, ids in splits.items():
+        (year / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+        for n, i in enumerate(ids):
+            pixels = rng.normal(110, 25, (60, 80, 3)).clip(0, 255)
+            label = np.zeros((60, 80), np.uint8)
+            label[10 + 5 * n:40, 20:60 - 5 * n] = 255
+            label[12 + 5 * n:38, 22:58 - 5 * n] = 1 + n
+            pixels[label == 1 + n] = (200, 40 * n, 60)
+            Image.fromarray(pixels.astype(np.uint8)).save(year / "JPEGImages" / f"{i}.jpg", quality=95)
+            Image.fromarray(label, mode="L").save(year / "SegmentationClass" / f"{i}.png")
+    checkpoint = cache.manifest(store)["checkpoint"]["path"]
+    for name, split, views in (("voc-seg-train", "train", "hbird512_aug0,hbird512_aug1"), ("voc-seg-val", "val", "hbird512")):
+        invoke("panel", "add", name, "--voc-segmentation", year, "--split", split, "--role", split, "--cache", cache_dir)
+        invoke("extract", checkpoint, "--images", year / "JPEGImages", "--views", views, "--store", store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
+               "--cache", cache_dir, "-q")
+    invoke("hummingbird", store, "--train", "voc-seg-train", "--val", "voc-seg-val", "--memory", "30,full", "--cache", cache_dir, "--workers", "1", "-q")

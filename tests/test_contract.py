@@ -22,7 +22,8 @@ from probe_toolkit.protocols import api, registry
 from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
-EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond"}
+EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
+            "hummingbird"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -39,6 +40,9 @@ BAD = [
     ("linear", {"level": "pixel"}, "level"),
     ("linear", {"epochs": 0}, "epochs"),
     ("knn", {"temperature": 0.0}, "temperature"),
+    ("hummingbird", {"memory": (102400, 0)}, "memory"),
+    ("hummingbird", {"temperature": -1.0}, "temperature"),
+    ("hummingbird", {"matching": "greedy"}, "matching"),
     ("knn", {"ks": (10, 0)}, "ks"),
     ("knn", {"feature": "gap"}, "feature"),
     ("attention-masks", {"mass": 1.0}, "mass"),
@@ -210,10 +214,11 @@ def test_probe_results_lists_every_record_and_probe_list_the_catalogue(store, ca
 
 def test_views_are_declared_once():
     assert images.VIEW_NAMES == views.NAMES
-    assert grids.JOINED_VIEWS == views.JOINED == ("native_crop", "native_resized")
+    assert grids.JOINED_VIEWS == views.JOINED == ("hbird512_aug0", "hbird512_aug1", "native_crop", "native_resized")
     assert views.canonical("native-crop") == "native_crop" and views.canonical(480) == "480"
     assert views.of_array("keys_native_resized") == "native_resized" and views.of_array("tokens_224") == "224"
-    with pytest.raises(SettingError, match="view '512' is not one of 96, 224, eval224, 480, native"):
+    assert views.of_array("tokens_hbird512_aug1") == "hbird512_aug1" and views.of_array("tokens_hbird512") == "hbird512"
+    with pytest.raises(SettingError, match="view '512' is not one of 96, 224, eval224, 480, hbird512, hbird512_aug0, hbird512_aug1, native"):
         views.canonical("512")
     assert set(views.OWN_SIZE) == {"native", "native_crop", "native_resized"}
 

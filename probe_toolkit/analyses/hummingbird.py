@@ -80,6 +80,10 @@ PATCH_SIZE = 16  # ViT-S/16
 SEED = 123  # eval.py RunConfig.seed
 AUGMENTATION_EPOCHS = 2  # README.md "two dataset augmentation epochs" (hbird_evaluation's default is 1)
 PUBLISHED_MEMORY_SIZES = (1024 * 10**2, 1024 * 10**3, 1024 * 10**4)  # README.md VOC table columns
+# README.md, "Results we got with our implementation on Pascal VOC": mIoU at the memory sizes above (ScaNN, two
+# augmentation epochs, the Hungarian-matched mIoU), measured on released weights
+PUBLISHED = (("DINO ViT-S/16, 512 px", (37.2, 43.1, 46.6)), ("DINOv2 ViT-S/14, 504 px", (70.2, 74.9, 77.0)))
+PUBLISHED_SOURCE = "vpariza/open-hummingbird-eval README.md (Pascal VOC; ScaNN, two augmentation epochs, Hungarian-matched mIoU)"
 EMPTY_SCORE = 1e6  # hbird/hbird_eval.py _sample_features: score of a patch holding no class
 BANK_BLOCK = 65536  # bank rows per product block (any value gives the same result)
 MATCHINGS = ("identity", "hungarian")
@@ -405,3 +409,18 @@ def segment(queries: np.ndarray, bank: MemoryBank, settings: HummingbirdSettings
     similarity, neighbour = nearest(queries, bank.features, settings.k, block)
     g = settings.grid
     return predict(transfer(similarity, neighbour, bank.labels, settings.temperature), (g, g), size)
+
+
+def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, temperature: float, block: int = BANK_BLOCK) -> dict[str, np.ndarray]:
+    """A block of query views' stored patch tokens (views, patches, D) → their patches' soft labels
+    (views, patches, classes) float32: the unit a runner ships to a worker. ``bank.value()`` is the
+    bank's normalised features and ``labels.value()`` its label distributions (``runner.Shared``,
+    or anything with ``value()``); ``norm`` the network's final norm or None. Each patch's answer
+    depends on its own row alone, so blocks of any size give the same soft labels."""
+    x = np.asarray(values, np.float32)
+    n, p, d = x.shape
+    queries = x.reshape(n * p, d)
+    if norm is not None:
+        queries = norm(queries)
+    similarity, neighbour = nearest(queries, bank.value(), k, block)
+    return {"soft": transfer(similarity, neighbour, labels.value(), temperature).reshape(n, p, -1)}

@@ -11,7 +11,7 @@ import sys
 import typer
 
 from .app import app, console, err_console, flag  # noqa: F401  (the app and consoles, for tests and the entry point)
-from . import stores, discovery, panels, protocols, workflow  # noqa: F401,E402  (each registers its commands)
+from . import stores, discovery, panels, protocols, dense, workflow  # noqa: F401,E402  (each registers its commands)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ err_console = Console(stderr=True)
 FLAGS = {
     "boot": "--boot", "n_boot": "--boot", "n_last_frames": "--n-last-frames", "size_mask_neighborhood": "--size-mask-neighborhood", "ks": "--k",
     "subset": "--set", "color_lambda": "--color-lambda", "settings_file": "--settings", "settings_out": "--settings-out",
-    "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold",
+    "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold", "memory": "--memory",
 }
 
 

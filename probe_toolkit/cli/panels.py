@@ -18,7 +18,9 @@ def panel_add(
     annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
     images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
     voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
-    split: Annotated[Optional[str], typer.Option("--split", help="VOC: a file of ImageSets/Main (default trainval, as LOST and TokenCut); SPair: trn, val or test (default test).")] = None,
+    voc_segmentation: Annotated[Optional[Path], typer.Option("--voc-segmentation", help="Pascal VOC 2012 year folder for semantic segmentation (SegmentationClass/, ImageSets/Segmentation/; trainaug: SegmentationClassAug/), read by probe hummingbird.")] = None,
+    ade20k: Annotated[Optional[Path], typer.Option("--ade20k", help="ADE20K SceneParsing folder (ADEChallengeData2016: images/, annotations/); --split training or validation.")] = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="VOC: a file of ImageSets/Main (default trainval, as LOST and TokenCut); --voc-segmentation: one of ImageSets/Segmentation (train, val, trainaug; default val, or train for --role train); --ade20k: training or validation (default by role); SPair: trn, val or test (default test).")] = None,
     no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
     coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
     spair: Annotated[Optional[Path], typer.Option("--spair", help="SPair-71k folder (PairAnnotation/, ImageAnnotation/, JPEGImages/): keypoint pairs of --split.")] = None,
@@ -36,14 +38,18 @@ def panel_add(
         p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
         console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
         return
-    given = [flag for flag, value in (("--voc", voc), ("--masks", masks), ("--coco20k", coco20k or None), ("--spair", spair)) if value is not None]
+    given = [flag for flag, value in (("--voc", voc), ("--voc-segmentation", voc_segmentation), ("--ade20k", ade20k), ("--masks", masks),
+                                      ("--coco20k", coco20k or None), ("--spair", spair)) if value is not None]
     if len(given) > 1:
-        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --masks, --coco20k, --spair")
-    kind = {"--voc": "voc", "--masks": "saliency", "--coco20k": "coco20k", "--spair": "spair"}.get(given[0], "coco") if given else "coco"
-    source = {"voc": voc, "saliency": masks, "spair": spair}.get(kind, annotations)
+        raise ProbeError(None, f"{' and '.join(given)} name different kinds of panel", "pass one of --voc, --voc-segmentation, --ade20k, --masks, --coco20k, --spair")
+    kind = {"--voc": "voc", "--voc-segmentation": "voc-segmentation", "--ade20k": "ade20k", "--masks": "saliency", "--coco20k": "coco20k",
+            "--spair": "spair"}.get(given[0], "coco") if given else "coco"
+    source = {"voc": voc, "voc-segmentation": voc_segmentation, "ade20k": ade20k, "saliency": masks, "spair": spair}.get(kind, annotations)
     if source is None or (kind == "coco" and images is None):
         raise ProbeError(None, "a panel needs --annotations A.json --images DIR, --voc DIR, or --masks DIR --images DIR", "see probe panel add --help")
-    split = (split or "trainval") if kind == "voc" else (split or "test") if kind == "spair" else ""
+    default_split = {"voc": "trainval", "spair": "test", "voc-segmentation": "train" if role == "train" else "val",
+                     "ade20k": "training" if role == "train" else "validation"}
+    split = (split or default_split[kind]) if kind in default_split else ""
     p = add_panel(name, source, images, role, cache=cache, replace=replace, kind=kind, split=split, no_hard=no_hard)
     console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, {p.annotations}, images {p.images}")
 

@@ -7,8 +7,9 @@ width 128) at random initialisation and after a short run of ``training/``. Both
 extracted, measured (entropy, neighbours), decoded and scored on the val panel (and by LOST on
 the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's protocols (k-NN,
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
-on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), and
-compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
+on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
+Hummingbird's dense retrieval on scenes written in VOC 2012's layout (``demo-seg-train``,
+``demo-seg-val``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
 
@@ -152,10 +153,33 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
         run_correspond(store, "demo-spair", cache_dir=cache)
     lap("keypoint correspondence (demo-spair)")
+    _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
+    lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
     return demo
+
+
+def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool, quiet: bool) -> None:
+    """Dense retrieval on scenes written in VOC 2012's layout (outside the image root, so the main
+    stores never hold them): each panel's 512 px views extracted beside each store
+    (``<network>-panel-NAME.zarr``), then ``probe hummingbird`` at a bounded and the full memory."""
+    from ..commands.hummingbird import run_hummingbird
+    from ..protocols.hummingbird import HummingbirdSettings
+
+    year = work / "voc" / "VOC2012"
+    if not (year / "ImageSets").is_dir():
+        scenes.write_voc(year, {"train": (6 if quick else 12, 3), "val": (4 if quick else 8, 4)})
+    known = {p.name for p in panels.list_panels(cache)}
+    for name, split in (("demo-seg-train", "train"), ("demo-seg-val", "val")):
+        if name not in known:
+            panels.add_panel(name, year, None, split, cache=cache, kind="voc-segmentation", split=split)
+    for checkpoint, store in zip(checkpoints, stores):
+        for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
+            extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
+                    batch_size=8, quiet=quiet)
+        run_hummingbird(store, "demo-seg-train", "demo-seg-val", HummingbirdSettings(memory=(1000, None)), cache_dir=cache)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

@@ -114,3 +114,31 @@ def write_masks(folder: str | Path, count: int, seed: int) -> Path:
         Image.fromarray(salient.astype(np.uint8) * 255).save(folder / f"scene_{seed:03d}_{i:03d}.png", optimize=False)
     mark_synthetic(folder, f"masks of synthetic scenes drawn by probe (seed {seed})")
     return folder
+
+
+def write_voc(year: str | Path, splits: dict[str, tuple[int, int]]) -> Path:
+    """The scenes in Pascal VOC 2012's segmentation layout (``JPEGImages``, ``SegmentationClass``,
+    ``ImageSets/Segmentation/<split>.txt``), for ``probe hummingbird``: ``splits`` maps a split to
+    (count, seed). Discs are labelled 1 and squares 2 (VOC's first two class indices stand in for
+    the two shapes), the background 0, and a one-pixel band around each object 255, as VOC's
+    boundary. Images are JPEG, as the devkit's."""
+    year = Path(year)
+    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (year / folder).mkdir(parents=True, exist_ok=True)
+    for split, (count, seed) in splits.items():
+        ids = [f"{2000 + seed}_{i:06d}" for i in range(count)]
+        for i, name in enumerate(ids):
+            pixels, objects = scene(seed * 1000 + i)
+            label = np.zeros(pixels.shape[:2], np.uint8)
+            for category, mask in objects:
+                grown = mask.copy()
+                grown[1:] |= mask[:-1]
+                grown[:-1] |= mask[1:]
+                grown[:, 1:] |= grown[:, :-1].copy()
+                grown[:, :-1] |= grown[:, 1:].copy()
+                label[grown & ~mask] = 255
+                label[mask] = category
+            Image.fromarray(pixels).save(year / "JPEGImages" / f"{name}.jpg", quality=95)
+            Image.fromarray(label, mode="L").save(year / "SegmentationClass" / f"{name}.png")
+        (year / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    return year

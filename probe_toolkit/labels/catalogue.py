@@ -9,5 +9,9 @@ KINDS = {
     "classes": "one sub-folder of images per class, ImageNet's layout (facebookresearch/dino eval_knn.py)",
     "spair": ("SPair-71k: PairAnnotation/{trn,val,test}/*.json, ImageAnnotation/<category>/*.json, JPEGImages/<category>/*.jpg, "
               "every pair checked field by field when added (mbanani/probe3d evals/datasets/spair.py), read by probe correspond"),
+    "voc-segmentation": "Pascal VOC 2012 segmentation: JPEGImages/, SegmentationClass/ (palette PNGs; SegmentationClassAug/ for trainaug), "
+                        "ImageSets/Segmentation/<split>.txt (vpariza/open-hummingbird-eval hbird/data/voc/voc_data.py), read by probe hummingbird",
+    "ade20k": "ADE20K SceneParsing (ADEChallengeData2016): images/<split>/, annotations/<split>/ grey PNGs, 0 other and 150 classes "
+              "(facebookresearch/dinov3 dinov3/data/datasets/ade20k.py)",
     "davis": "DAVIS-2017: JPEGImages/480p, Annotations/480p, ImageSets/2017 (davisvideochallenge/davis2017-evaluation), read by probe propagate --davis",
 }

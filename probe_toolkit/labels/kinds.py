@@ -14,9 +14,10 @@ image matching and the ledger do not change:
   ``x.png``), one annotation per image whose segmentation is the mask (RLE), foreground every grey
   above 0 as TokenCut scores it; ``saliency_grey`` counts the masks and pixels strictly between 0
   and 255 that this rule decided.
-- ``voc-segmentation``: a VOC2012 folder's class masks (``labels/voc_segmentation.py``); its
-  labels are label maps, not a COCO dataset, so they are read by ``voc_segmentation.read_label_maps``
-  (same ledger entry and seal), never by ``read_labels``.
+- ``voc-segmentation``, ``ade20k``: a VOC2012 or ADEChallengeData2016 folder's class masks
+  (layouts in ``labels/voc_layout.py``, ``labels/ade_layout.py``); their labels are label maps, not
+  a COCO dataset, so they are read by ``voc_segmentation`` / ``ade_segmentation.read_label_maps``
+  (``labels/label_maps.py``: same ledger entry and seal), never by ``read_labels``.
 - ``spair``: a SPair-71k folder's keypoint pairs of one split (``labels/spair.py``), checked field
   by field when added and read by ``spair.read_pairs`` (same ledger entry and seal).
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
-from . import saliency, spair, voc, voc_layout
+from . import ade_layout, saliency, spair, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -66,9 +67,12 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return annotations.resolve(), images.resolve()
     if kind == voc_layout.KIND:
         return voc_layout.check_layout(annotations, images, split)
+    if kind == ade_layout.KIND:
+        return ade_layout.check_layout(annotations, images, split)
     if kind == spair.KIND:
         return spair.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {spair.KIND}", "use --voc, --coco20k, --masks or --spair")
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}",
+                     "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k or --spair")
 
 
 def coco20k_ids() -> list[int]:
@@ -140,9 +144,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     """(bytes to hash, COCO dataset) of a panel whose kind is not plain COCO; ``read`` (path → bytes)
     is ``read_labels``' reader, the one way label files are opened."""
     loaders = {"voc": _voc, "saliency": _saliency}
-    if panel.kind == voc_layout.KIND:
+    if panel.kind in (voc_layout.KIND, ade_layout.KIND):
         raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
-                         "read it with labels.voc_segmentation.read_label_maps (probe hummingbird)")
+                         f"read it with labels.{'voc' if panel.kind == voc_layout.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)")
     if panel.kind == spair.KIND:
         raise ProbeError(panel.name, "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
                          "score it with probe correspond (labels.spair.read_pairs)")
@@ -158,6 +162,8 @@ def benchmark(panel) -> str:
         return "VOC07" if "2007" in text else "VOC12" if "2012" in text else ""
     if panel.kind == voc_layout.KIND:
         return "VOC12-seg" if "2012" in text else ""
+    if panel.kind == ade_layout.KIND:
+        return "ADE20K"
     if panel.kind == "coco20k":
         return "COCO20k"
     if panel.kind == spair.KIND:

@@ -31,6 +31,16 @@ def split_ids(raw: bytes) -> list[str]:
     return [line.split()[0] for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
 
 
+def split_images(panel) -> list[str]:
+    """The image file names (``<id>.jpg``) a panel's split file lists, in its order: a list of
+    images, not labels (read without a ledger entry, as when the panel was added)."""
+    listing = split_file(Path(panel.annotations), panel.split or "val")
+    try:
+        return [f"{i}.jpg" for i in split_ids(listing.read_bytes())]
+    except OSError as error:
+        raise ProbeError(listing, f"cannot be read ({error.strerror})", "restore the devkit's ImageSets/Segmentation") from None
+
+
 def missing_files(paths: list[Path], listing: Path) -> None:
     absent = [p for p in paths if not p.is_file()]
     if absent:

@@ -24,21 +24,15 @@ The devkit's layout and ``check_layout`` are ``labels/voc_layout.py``.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import shlex
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from ..infra import provenance
 from ..infra.errors import ProbeError
-from ..store.cache import cache_root
-from . import hygiene, ledger
-from .voc_layout import CLASSES, IGNORE, KIND, mask_folder, missing_files, split_file, split_ids
+from .label_maps import SegmentationLabels, read_masks, restrict  # noqa: F401  (SegmentationLabels: this reader's answer)
+from .voc_layout import CLASSES, IGNORE, KIND, mask_folder, missing_files, split_file, split_ids  # noqa: F401
 
 
 def decode(raw: bytes, where: Path, n_classes: int = len(CLASSES)) -> np.ndarray:
@@ -60,18 +54,6 @@ def decode(raw: bytes, where: Path, n_classes: int = len(CLASSES)) -> np.ndarray
     return array.astype(np.uint8)
 
 
-@dataclass
-class SegmentationLabels:
-    """What ``read_label_maps`` hands out, after its ledger entry."""
-
-    ids: list[str]  # image file names relative to the panel's image folder (<id>.jpg), in the split's order
-    maps: list[np.ndarray]  # (H, W) uint8 class indices, 255 ignored
-    classes: tuple[str, ...]
-    entry_id: str
-    panel: object  # panels.Panel
-    image_map: dict[str, str]  # store id → file name (when store ids were given)
-
-
 def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None,
                     unseal: str | None = None, cache: str | Path | None = None, command: str | None = None) -> SegmentationLabels:
     """Open a segmentation panel's masks, write the ledger entry, then return the label maps.
@@ -80,8 +62,6 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     match (``matching.match_images``); a sealed (``test``) panel needs ``unseal``, recorded.
     """
     from . import panels
-    from .guard import inside
-    from .matching import match_images
 
     panel = panels.check_readable(panel, unseal, cache)
     if panel.kind != KIND:
@@ -90,43 +70,12 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
     root, split = panel.annotations, panel.split or "val"
     listing, masks = split_file(root, split), mask_folder(root, split)
-    inside.active = True
     try:
         listing_raw = listing.read_bytes()
-        names = [f"{i}.jpg" for i in split_ids(listing_raw)]
-        image_map: dict[str, str] = {}
-        if images is not None:
-            matched = match_images(images, dict(enumerate(names)))
-            image_map = {sid: names[n] for sid, n in matched.items()}
-            keep = set(image_map.values())
-            names = [n for n in names if n in keep]
-        files = [masks / f"{Path(n).stem}.png" for n in names]
-        missing_files(files, listing)
-        raw = [f.read_bytes() for f in files]
     except OSError as error:
-        raise ProbeError(getattr(error, "filename", None) or root, f"cannot be read ({error.strerror})", "restore the devkit's files") from None
-    finally:
-        inside.active = False
-    maps = [decode(data, f) for f, data in zip(files, raw)]
-    digest = hashlib.sha256(listing.name.encode() + b"\0" + hashlib.sha256(listing_raw).digest())
-    for f, data in zip(files, raw):
-        digest.update(f.name.encode() + b"\0" + hashlib.sha256(data).digest())
-    annotation_sha256 = digest.hexdigest()
-    store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
-    hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    entry = ledger.append(store, {
-        "time": provenance.now(),
-        "panel": panel.name,
-        "role": panel.role,
-        "annotations": str(masks),
-        "annotation_sha256": annotation_sha256,
-        "images": len(names),
-        "images_sha256": provenance.list_hash(sorted(names)),
-        "images_content_sha256": provenance.list_hash(sorted(hashes)),
-        "purpose": purpose,
-        "command": command if command is not None else shlex.join(sys.argv),
-        "checkpoint": checkpoint,
-        "unseal": unseal.strip() if unseal else None,
-    })
-    return SegmentationLabels(names, maps, CLASSES, entry.id, panel, image_map)
+        raise ProbeError(listing, f"cannot be read ({error.strerror})", "restore the devkit's files") from None
+    names, image_map = restrict([f"{i}.jpg" for i in split_ids(listing_raw)], images)
+    files = [masks / f"{Path(n).stem}.png" for n in names]
+    missing_files(files, listing)
+    return read_masks(panel, names, files, listing=(listing.name, listing_raw), decode=decode, classes=CLASSES, masks=masks, image_map=image_map,
+                      purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)

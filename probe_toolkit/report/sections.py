@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..infra.errors import ProbeError
-from . import figures_maps, figures_training, followed, protocols
+from . import figures_maps, figures_training, followed, protocols, sections_dense
 from .caveats import add_caveats, store_caveats
 from .content import Explorer, Note, Report, Section, Table
 from .context import Context
@@ -199,7 +199,7 @@ def why_total(runs: dict) -> str:
 
 BUILDERS: tuple[Callable[[Context], Section], ...] = (
     manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, token_pca, premise, decoder, decoder_cuts, scores, linear,
-    *protocols.SECTIONS, training, reference_values,
+    *protocols.SECTIONS, *sections_dense.SECTIONS, training, reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )
 

@@ -89,6 +89,37 @@ def knn(report: Any, train: str, val: str, temperature: float, view_line: str) -
     return lines
 
 
+def hummingbird(report: Any, train: str, val: str) -> list[Any]:
+    """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
+    released weights (marked as other weights: not this store's network)."""
+    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+
+    table = Table(title=f"Hummingbird dense retrieval (VOC mIoU): {train} → {val}")
+    table.add_column("")
+    for memory, rows in zip(report.memory, report.bank_rows):
+        table.add_column(f"memory {memory}" + (f" ({rows} rows)" if memory == "full" else ""), justify="right")
+    headline = " ◀"
+    table.add_row(f"{report.name}: mIoU{headline if report.matching == 'identity' else ''}", *(f"{100 * s.miou:.2f}" for s in report.scores))
+    table.add_row(f"{report.name}: mIoU, Hungarian-matched{headline if report.matching == 'hungarian' else ''}",
+                  *(f"{100 * s.miou_hungarian:.2f}" for s in report.scores))
+    published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
+    if report.kind != "voc-segmentation":
+        table.caption = "no published numbers for this data set (open-hummingbird-eval's README tables VOC only)"
+    elif set(published) & set(report.memory):  # beside the columns of the published sizes
+        for name, values in PUBLISHED:
+            by_size = dict(zip(published, values))
+            table.add_row(f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in report.memory))
+    else:
+        table.caption = "published, other weights: " + "; ".join(f"{name} {' / '.join(f'{v:.1f}' for v in values)}" for name, values in PUBLISHED) + \
+            f" at memory {' / '.join(published)}"
+    counts = report.counts
+    return [table, Unwrapped(f"{counts['train']} train images × {counts['memory_views'] // max(counts['train'], 1)} augmented views → memory; "
+                             f"{counts['val']} val images, {counts['pixels']} pixels scored (255 ignored), mean over {len(report.classes)} classes; "
+                             f"◀ headline; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/hummingbird"),
+            *([Unwrapped(f"published: {PUBLISHED_SOURCE}; measured on released weights and the full VOC, not comparable with this store's network")]
+              if report.kind == "voc-segmentation" else [])]
+
+
 def attention_masks(report: Any, panel: str | None) -> list[Any]:
     lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
                                   f"{report.summary()['row_text']}; saved as results/attention_masks")]

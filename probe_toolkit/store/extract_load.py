@@ -48,7 +48,7 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
         return _Picture(error=error)
     out = _Picture(size=(picture.height, picture.width))
     for v in fixed:
-        out.fixed[v] = images.fixed_view(picture, v, resample, patch)
+        out.fixed[v] = images.fixed_pixels(picture, v, resample, ref.id, patch)
     for view, grid in expected.items():
         try:
             if own_grid(ref, picture.width, picture.height, patch, view) != grid:

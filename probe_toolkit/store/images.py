@@ -49,7 +49,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
-from . import own_size, views
+from . import hbird_views, own_size, views
 
 if TYPE_CHECKING:  # torch is imported where pixels become tensors: listing images and their geometry need none
     import torch
@@ -83,8 +83,10 @@ def manifest_view(name: str) -> int | str:
 
 
 def view_side(view: int | str) -> int:
-    """The side in pixels of a fixed square view (``eval224``: 224)."""
+    """The side in pixels of a fixed square view (``eval224``: 224; ``hbird512``: 512)."""
     name = str(view)
+    if name in hbird_views.VIEWS:
+        return hbird_views.SIDE
     return CROPPED[name][1] if name in CROPPED else SQUARE_SIDE if name == SQUARE else int(name)
 
 
@@ -313,8 +315,12 @@ def square(image: Image.Image, patch: int, side: int = SQUARE_SIDE) -> torch.Ten
     return torch.from_numpy(out)
 
 
-def fixed_view(image: Image.Image, name: str, resample: str, patch: int) -> torch.Tensor:
-    """A fixed view's network input: ``normalise(view(...))``, or ``square`` for square800."""
+def fixed_pixels(image: Image.Image, name: str, resample: str, image_id: str, patch: int) -> torch.Tensor:
+    """The network's input of one fixed view of an RGB image: ``normalise(view(...))``, ``square``
+    for square800, or Hummingbird's views (``image_id``: its id in the store, which keys the random
+    crops of the memory views, ``store.hbird_views``)."""
+    if name in hbird_views.VIEWS:
+        return hbird_views.pixels(image, name, image_id)
     return square(image, patch) if str(name) == SQUARE else normalise(view(image, name, resample))
 
 

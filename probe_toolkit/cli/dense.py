@@ -1,0 +1,53 @@
+"""The dense frozen-feature protocols: hummingbird (in-context retrieval)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..infra.errors import ProbeError
+from .app import CacheOpt, ClusterOpt, QuietOpt, UnsealOpt, WorkersOpt, app, run, show
+
+
+def memory_sizes(text: str) -> tuple[int | None, ...]:
+    """``--memory 102400,1024000,full`` → (102400, 1024000, None)."""
+    sizes: list[int | None] = []
+    for part in (p.strip().lower() for p in text.split(",") if p.strip()):
+        try:
+            sizes.append(None if part == "full" else int(part))
+        except ValueError:
+            raise ProbeError("--memory", f"{part!r} is not a number of patches or full", "use e.g. --memory 102400,1024000,10240000,full") from None
+    return tuple(sizes)
+
+
+@app.command("hummingbird")
+def hummingbird_command(
+    store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images in the hbird512 views.")],
+    train: Annotated[str, typer.Option("--train", help="Segmentation panel (VOC or ADE20K) whose augmented views make the memory (VOC trainaug, as published).")],
+    val: Annotated[str, typer.Option("--val", help="Segmentation panel of the same data set whose patches are labelled from the memory and scored.")],
+    memory: Annotated[str, typer.Option("--memory", help="Memory sizes in patches, all in one run; full: every patch (published: 1024·10², 10³, 10⁴).")] = "102400,1024000,10240000",
+    k: Annotated[int, typer.Option("--k", help="Nearest memory patches per query patch (open-hummingbird-eval: 30).")] = 30,
+    temperature: Annotated[float, typer.Option("--temperature", help="Softmax temperature of the label transfer (open-hummingbird-eval: 0.02).")] = 0.02,
+    augmentation_epochs: Annotated[int, typer.Option("--augmentation-epochs", help="Augmented views of each train image in the memory: 1 or 2 (published: 2).")] = 2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bounded memory's draws (eval.py: 123).")] = 123,
+    matching: Annotated[str, typer.Option("--matching", help="Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).")] = "identity",
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the scores and settings as JSON.")] = None,
+    unseal: UnsealOpt = None,
+    workers: WorkersOpt = None,
+    dask_address: ClusterOpt = None,
+    cache: CacheOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size."""
+    from ..infra.progress import bar
+    from ..results import tables
+
+    sizes = memory_sizes(memory)
+    with bar("images", quiet) as progress:
+        task = progress.add_task("hummingbird", total=None)
+        report = run("hummingbird", store, train=train, val=val, memory=sizes, k=k, temperature=temperature, augmentation_epochs=augmentation_epochs,
+                     seed=seed, matching=matching, unseal=unseal, cache_dir=cache, json_path=json_path,
+                     progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address).report
+    show(tables.hummingbird(report, train, val))

@@ -1,0 +1,269 @@
+"""``probe hummingbird STORE --train PANEL --val PANEL``: dense in-context retrieval on frozen patch tokens.
+
+Order, which the ledger shows: every refusal that needs no label comes first (the panels' kinds
+and roles, the store's views for both panels' images, each memory size against the memory views
+and the grid); then the train panel's label maps are read (purpose ``hummingbird: memory``), the
+memories are built and every val patch's soft label is transferred from them; only then are the
+val panel's label maps read (``hummingbird: score``), and the predictions scored.
+
+Views (``store.hbird_views``): the val images' ``hbird512`` tokens are the queries; the train
+images' ``hbird512_aug0`` (and ``hbird512_aug1``: two augmentation epochs, as published) tokens
+are the memory, each patch labelled by the share of its pixels of each class in the same crop of
+the train label map. Features are the stored last-block patch tokens through the network's final
+norm (recorded by extraction), as the reference's extractors return them. Results
+``results/hummingbird``:
+
+    miou, miou_hungarian          (memory)                   mean over the 21 classes
+    iou, iou_hungarian            (memory, class)
+    confusion                     (memory, class, predicted) pixels
+    bank_rows, per_view           (memory)                   rows held; patches per memory view (0: all)
+    truth                         (shown, y, x)              uint8 ground truth of the first val images, at the view's size
+    prediction                    (memory, shown, y, x)      uint8 their transferred labels
+    coords: memory ("102400", ..., "full"), class (names), shown (the val images' file names in the panel's folder)
+    attrs: settings, ledger {train, val}, panels, counts, feature, views, provenance
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import xarray as xr
+
+from ..analyses import hummingbird as hb
+from ..infra.atomic import write_json
+from ..infra.errors import ProbeError
+from ..infra.placement import Placement
+from ..infra.runner import map_images, placed
+from ..infra.shared import shared
+from ..infra.settings import SettingError
+from ..labels import ade_segmentation, voc_segmentation
+from ..labels.panels import Panel, check_readable, train_and_val
+from ..results import records
+from ..store import hbird_views, images, parts
+from .panel_stores import locate, panel_ids
+from .runs import result_provenance
+
+QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
+BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numbers)
+READ_BLOCK = 64  # memory views read from the store at a time
+
+
+# the panel kinds hummingbird reads: their reader and the classes it scores (open-hummingbird-eval: VOC's 21 with the
+# background; ADE20K's 150 and "other", label 0, as a 151st class, hbird/data/ade20k/ade20k_data.py get_num_classes)
+LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES),
+           ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
+
+
+def memory_name(size: int | None) -> str:
+    return "full" if size is None else str(int(size))
+
+
+@dataclass
+class HummingbirdReport:
+    store: Path
+    name: str
+    memory: list[str]
+    scores: list[hb.MiouResult]
+    bank_rows: list[int]
+    per_view: list[int]
+    classes: tuple[str, ...]
+    counts: dict[str, int]
+    ledger: dict[str, str]
+    matching: str
+    saved: Path | None
+    kind: str = voc_segmentation.KIND  # the panels' kind: published numbers exist for VOC only
+
+    def headline(self) -> list[float]:
+        return [s.miou_hungarian if self.matching == "hungarian" else s.miou for s in self.scores]
+
+    def summary(self) -> dict[str, Any]:
+        return {"store": str(self.store), "name": self.name, "memory": self.memory, "matching": self.matching,
+                "miou": [s.miou for s in self.scores], "miou_hungarian": [s.miou_hungarian for s in self.scores],
+                "iou": [s.iou.tolist() for s in self.scores], "bank_rows": self.bank_rows, "per_view": self.per_view,
+                "classes": list(self.classes), "counts": self.counts, "ledger": self.ledger}
+
+
+def _check_kinds(train: Panel, val: Panel) -> None:
+    for panel in (train, val):
+        if panel.kind not in LAYOUTS:
+            raise ProbeError(panel.name, f"is a {panel.kind} panel; hummingbird reads label maps of a {' or '.join(LAYOUTS)} panel",
+                             f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
+                             f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)")
+    if train.kind != val.kind:
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+
+
+def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:
+    """Every view the protocol reads is held, and finished, for every image of the panel."""
+    extract = f"probe extract {checkpoint} --panel {panel.name} --views {','.join(views)}"
+    for view in views:
+        if f"tokens_{view}" not in ds:
+            raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
+        flag = f"done_{view}"
+        if flag in ds:
+            done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)
+            if not done.all():
+                raise ProbeError(ds.attrs.get("store"), f"has not finished its {view} view for {int((~done).sum())} of panel {panel.name!r}'s {len(ids)} images",
+                                 f"rerun `{extract}` to finish it")
+
+
+def memory_plan(sizes: Sequence[int | None], views: int, grid: int, k: int) -> list[tuple[int, int]]:
+    """(patches per view, bank rows) of each memory size (0 per view: every patch), or a
+    SettingError naming ``memory`` or ``k`` when a size cannot be built as the reference builds it."""
+    plan = []
+    for size in sizes:
+        if size is None:
+            per_view, rows = 0, views * grid * grid
+        else:
+            if size < views:
+                raise SettingError("memory", f"memory {size} is smaller than the {views} augmented train views (at least one patch each)",
+                                   f"give at least {views} patches, or full (every patch)")
+            per_view = hb.patches_per_view(size, views)
+            if per_view > grid * grid:
+                raise SettingError("memory", f"memory {size} asks {per_view} patches of each of the {views} augmented train views, which hold {grid * grid}",
+                                   f"give at most {views * grid * grid} patches, or full (every patch)")
+            rows = per_view * views
+        if k > rows:
+            raise SettingError("k", f"k {k} exceeds the {rows} bank rows at size {memory_name(size)}", f"use k ≤ {rows}")
+        plan.append((per_view, rows))
+    return plan
+
+
+def _ordered_maps(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[np.ndarray]]:
+    """(file names, label maps) in the order of ``store_ids``; each map checked to be its image's size."""
+    by_name = dict(zip(read.ids, read.maps))
+    names = [read.image_map[s] for s in store_ids]
+    maps = [by_name[n] for n in names]
+    for name, y in zip(names, maps):
+        width, height = images.header_size(Path(panel.images) / name)
+        if y.shape != (height, width):
+            raise ProbeError(Path(panel.annotations) / f"{Path(name).stem}.png (its mask)",
+                             f"is {y.shape[1]}x{y.shape[0]} px, its image {width}x{height}", "restore the devkit's masks")
+    return names, maps
+
+
+def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], banks: Sequence[hb.BankRows], norm: Callable | None) -> list[np.ndarray]:
+    """(rows, D) each bank's features: the chosen patches' stored tokens (memory view v = epoch · n
+    + image), through the final norm, L2-normalised row by row; the store read once for all banks."""
+    n = len(ids)
+    width = int(ds[f"tokens_{views[0]}"].shape[-1])
+    out = [np.empty((len(rows.view), width), np.float32) for rows in banks]
+    for e, view in enumerate(views):
+        array = ds[f"tokens_{view}"].sel(image=list(ids))
+        for a in range(0, n, READ_BLOCK):
+            b = min(a + READ_BLOCK, n)
+            block = None
+            for rows, features in zip(banks, out):
+                chosen = np.flatnonzero((rows.view >= e * n + a) & (rows.view < e * n + b))
+                if len(chosen):
+                    block = np.asarray(array.isel(image=slice(a, b)).values, np.float32) if block is None else block
+                    features[chosen] = block[rows.view[chosen] - e * n - a, rows.patch[chosen]]
+    return [hb.normalise(norm(f) if norm is not None else f) for f in out]
+
+
+def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
+                    json_path: str | Path | None = None, progress: Callable[[int], None] | None = None, command: str = "probe hummingbird",
+                    placement: Placement = Placement(workers=1)) -> HummingbirdReport:
+    """Build each memory from the train panel, transfer labels to the val panel's patches, score; save ``results/hummingbird``.
+
+    The val images' blocks run on ``placement``'s local workers or dask cluster (a shard is refused
+    by the protocol: one process scores the whole panel), each against the memory
+    (``infra.shared.Shared``: a file mapped once per worker)."""
+    train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the memory")
+    _check_kinds(train_panel, val_panel)
+    layout, classes = LAYOUTS[train_panel.kind]
+    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
+    store = Path(store)
+    panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
+    memory_views = hbird_views.AUGMENTED[:settings.augmentation_epochs]
+    source = locate(store, panels, "patch", (hbird_views.VAL, *memory_views))
+    meta = source.manifest
+    checkpoint_path = str((meta.get("checkpoint") or {}).get("path", "CKPT"))
+    train_ds, train_ids = source.panel_stores[train_panel.name]
+    val_ds, val_ids = source.panel_stores[val_panel.name]
+    _check_views(train_ds, train_ids, memory_views, train_panel, checkpoint_path)
+    _check_views(val_ds, val_ids, (hbird_views.VAL,), val_panel, checkpoint_path)
+    patch = int(meta["arch"]["patch"])
+    grid = hbird_views.SIDE // patch
+    cut = grid * patch  # the pixels the network reads (512 at /16; the top-left 504 at /14)
+    n_views = len(train_ids) * len(memory_views)
+    plan = memory_plan(settings.memory, n_views, grid, settings.k)
+    norm = parts.final_norm(meta, store)
+    checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
+
+    train_read = layout.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids, cache=cache_dir)
+    names, maps = _ordered_maps(train_read, train_ids, train_panel)
+
+    def memory_labels():  # view by view, epoch-major, as the reference's augmentation loop
+        for view in memory_views:
+            for name, y in zip(names, maps):
+                yield hbird_views.label_view(y, view, name)[:cut, :cut]
+
+    banks = [hb.bank_rows(memory_labels(), n_views, grid, hb.HummingbirdSettings(
+        k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views), seed=settings.seed,
+        input_size=cut, patch_size=patch, n_classes=len(classes))) for size in settings.memory]
+    bank_rows = [len(rows.view) for rows in banks]
+    soft = []
+    values = {"values": val_ds[f"tokens_{hbird_views.VAL}"].sel(image=list(val_ids))}
+    with placed(placement.workers, placement.dask_address) as where:
+        for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
+            folder = records.results_path(train_ds.attrs.get("store") or store, "")
+            with shared(features, folder, "hbird-bank") as bank, shared(rows.labels, folder, "hbird-labels") as labels:
+                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
+                                       temperature=settings.temperature, block=BANK_BLOCK)
+                soft.append(map_images(fn, values, where=where, block=QUERY_BLOCK, fixed=True, progress=progress, torch_free=True)["soft"])
+
+    val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
+    val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)
+    n_classes = len(classes)
+    shown = min(settings.figure_images, len(val_ids))
+    truth_shown = np.zeros((shown, cut, cut), np.uint8)
+    predicted_shown = np.zeros((len(soft), shown, cut, cut), np.uint8)
+    confusions = np.zeros((len(soft), n_classes, n_classes), np.int64)
+    for i, (name, y) in enumerate(zip(val_names, val_maps)):
+        truth = hbird_views.label_view(y, hbird_views.VAL, name)[:cut, :cut]
+        for m, scores in enumerate(soft):
+            predicted = hb.predict(scores[i], (grid, grid), (cut, cut))
+            confusions[m] += hb.confusion(truth, predicted, n_classes)
+            if i < shown:
+                predicted_shown[m, i] = predicted
+        if i < shown:
+            truth_shown[i] = truth
+    results = [hb.miou(c) for c in confusions]
+    memory = [memory_name(s) for s in settings.memory]
+    counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
+    ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
+    ds = xr.Dataset(
+        {
+            "miou": ("memory", [r.miou for r in results]), "miou_hungarian": ("memory", [r.miou_hungarian for r in results]),
+            "iou": (("memory", "class"), np.stack([r.iou for r in results])),
+            "iou_hungarian": (("memory", "class"), np.stack([r.iou_hungarian for r in results])),
+            "confusion": (("memory", "class", "predicted"), confusions),
+            "bank_rows": ("memory", np.asarray(bank_rows, np.int64)), "per_view": ("memory", np.asarray([p for p, _ in plan], np.int64)),
+            "truth": (("shown", "y", "x"), truth_shown), "prediction": (("memory", "shown", "y", "x"), predicted_shown),
+        },
+        coords={"memory": memory, "class": list(classes), "predicted": list(classes), "shown": list(val_names[:shown])},
+    )
+    attrs = {
+        "settings": settings.as_dict(), "matching": settings.matching, "panel_kind": train_panel.kind, "ledger": ledger, "counts": counts,
+        "grid": grid, "pixels_side": cut,
+        "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
+                   "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
+        "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
+        "feature": "last-block patch tokens through the final norm" if norm is not None else "last-block patch tokens (the network has no final norm)",
+        "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
+        "provenance": result_provenance(val_ds, command),
+    }
+    saved = records.save(store, "hummingbird", ds, attrs)
+    report = HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger,
+                               settings.matching, saved, train_panel.kind)
+    if json_path is not None:
+        write_json(json_path, report.summary(), indent=1)
+    if norm is None:
+        print("note: the network has no final norm; its stored patch tokens are the features", file=sys.stderr)
+    return report

@@ -1,0 +1,129 @@
+"""The report section of the dense protocols: Hummingbird in-context retrieval.
+
+It reads ``results/hummingbird`` only: the mIoU per memory size (identity and the reference's
+Hungarian-matched), each class's IoU, and the first val images' ground truth and transferred
+labels, which ``probe hummingbird`` saved after its ledgered read (the report opens no label
+file). The picture beside them is the image file squashed to the view, as the query view saw it.
+The published numbers of open-hummingbird-eval sit in rows of their own, marked as other weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure as MplFigure
+
+from ..store import hbird_views, images
+from . import figures
+from .content import Figure, Note, Section, Table
+from .sources import image_file
+
+HOW = "run `probe hummingbird STORE --train PANEL --val PANEL` (needs `probe extract --views hbird512,hbird512_aug0,hbird512_aug1`)"
+SHOWN = 3  # val images in the figure
+
+
+def _pct(value) -> str:
+    v = float(value)
+    return f"{100 * v:.2f}" if np.isfinite(v) else "–"
+
+
+def _colours(labels: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8: VOC's class colours (its devkit's bit-interleaved palette), 255 white."""
+    out = np.zeros((*labels.shape, 3), np.uint8)
+    for c in np.unique(labels):
+        c = int(c)
+        if c == 255:
+            rgb = (255, 255, 255)
+        else:
+            r = g = b = 0
+            v = c
+            for bit in range(8):
+                r |= ((v >> 0) & 1) << (7 - bit)
+                g |= ((v >> 1) & 1) << (7 - bit)
+                b |= ((v >> 2) & 1) << (7 - bit)
+                v >>= 3
+            rgb = (r, g, b)
+        out[labels == c] = rgb
+    return out
+
+
+def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]]) -> figures.Drawing:
+    """Rows: a val image (id, its view or None), its ground truth, then its transferred labels at each memory size."""
+    columns = 2 + max(len(r[3]) for r in rows)
+    fig = MplFigure(figsize=(1.6 * columns + 0.2, 1.75 * len(rows) + 0.3), layout="constrained")
+    axes = fig.subplots(len(rows), columns, squeeze=False)
+    for r, (image_id, picture, truth, predicted) in enumerate(rows):
+        cells = [(picture, figures.wrap(image_id.rsplit("/", 1)[-1], 14)), (_colours(truth), "ground truth")]
+        cells += [(_colours(p), f"memory {name}") for name, p in predicted]
+        for c in range(columns):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c >= len(cells):
+                ax.set_visible(False)
+                continue
+            shown, title = cells[c]
+            if shown is not None:
+                ax.imshow(shown)
+            ax.set_title(title, fontsize=7)
+    return figures.png(fig)
+
+
+def hummingbird(ctx) -> Section:
+    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+
+    section = Section("hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)")
+    found = {s.label: (s, s.result("hummingbird")) for s in ctx.stores if s.result("hummingbird") is not None}
+    if not found:
+        section.missing(f"No Hummingbird results yet: {HOW}.")
+        return section
+    for label, (store, ds) in found.items():
+        memory = [str(m) for m in ds.memory.values]
+        headline = ds.attrs.get("matching", "identity")
+        rows = [[f"{label}: mIoU{' (headline)' if headline == 'identity' else ''}", *(_pct(v) for v in ds.miou.values)],
+                [f"{label}: mIoU, Hungarian-matched{' (headline)' if headline == 'hungarian' else ''}", *(_pct(v) for v in ds.miou_hungarian.values)],
+                ["memory rows", *(str(int(v)) for v in ds.bank_rows.values)]]
+        published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
+        for name, values in PUBLISHED if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else ():
+            by_size = dict(zip(published, values))
+            rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
+        counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
+        section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
+                                    f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over {len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
+                                    f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
+                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images)"
+                                    + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network."
+                                       if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else "; no published numbers for this data set.")))
+        per_class = [[str(c), *(_pct(ds.iou.values[m, i]) for m in range(len(memory)))] for i, c in enumerate(ds["class"].values)]
+        section.blocks.append(Table(["class", *(f"IoU, memory {m}" for m in memory)], per_class, f"{label}: each class's IoU (%), no matching."))
+        section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; views — queries {ds.attrs.get('views', {}).get('query')}, "
+                                   f"memory {', '.join(ds.attrs.get('views', {}).get('memory', []))}. Labels: train {ctx.book.describe(led.get('train'))}; "
+                                   f"val {ctx.book.describe(led.get('val'))}."))
+        if ds.sizes.get("shown", 0):
+            section.blocks.append(_figure(ctx, store, ds, label))
+    missing = [s.label for s in ctx.stores if s.label not in found]
+    if missing:
+        section.missing(f"No Hummingbird results for {', '.join(missing)}: {HOW}.")
+    return section
+
+
+def _figure(ctx, store, ds, label: str) -> Figure:
+    side = int(ds.attrs.get("pixels_side", hbird_views.SIDE))
+    rows = []
+    for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
+        path = image_file(store, image_id)  # the store's own image, else the val panel's file (a sibling store's image)
+        folder = (ds.attrs.get("panels", {}).get("val", {}) or {}).get("images")
+        if path is None and folder and (Path(folder) / image_id).is_file():
+            path = Path(folder) / image_id
+        picture = None
+        if path is not None:
+            picture = np.asarray(hbird_views.squashed(images.load_image(path)).crop((0, 0, side, side)))
+        predicted = [(str(m), ds.prediction.values[i, j]) for i, m in enumerate(ds.memory.values)]
+        rows.append((image_id, picture, ds.truth.values[j], predicted))
+    caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {hbird_views.VAL} view, its ground truth "
+               f"(VOC's colours, boundary white) and the labels transferred from the memory's 30 nearest patches at each memory size.")
+    return ctx.figure("hummingbird-retrieval", retrieval_maps(rows), caption)
+
+
+SECTIONS = (hummingbird,)

@@ -1,0 +1,179 @@
+"""The views Hummingbird's evaluation reads, as vpariza/open-hummingbird-eval 2.0 makes them
+(``hbird/utils/transforms.py`` ``get_hbird_train_transforms`` / ``get_hbird_val_transforms``,
+``hbird/utils/image_transformations.py``), read there and written anew here.
+
+- ``hbird512`` (the query images): image and label squashed to 512 × 512, the image with PIL's
+  bilinear filter (torchvision's ``F.resize`` of a PIL image with antialias: ``Image.resize``),
+  the label nearest (``resize_nearest``).
+- ``hbird512_aug0``, ``hbird512_aug1`` (the memory images, one view per augmentation epoch; the
+  published VOC table uses two): torchvision's ``RandomResizedCrop.get_params`` with scale
+  (0.5, 2.0) and ratio (3/4, 4/3) (an area above the image's is drawn again, up to ten tries,
+  then the centre crop clipped to the ratio range), the crop resized to 512 × 512 (image bilinear,
+  label nearest: ``F.resized_crop``), then colour jitter on the image alone: brightness, contrast,
+  saturation (factors in [0.9, 1.1]) and hue (shift in [-0.1, 0.1]), each applied with
+  probability 0.5, in that order (PIL's ``ImageEnhance`` and an HSV hue shift, torchvision's
+  ``F.adjust_*`` of a PIL image).
+- Normalisation: mean (0.485, 0.456, 0.406) and the reference's std **(0.229, 0.224, 0.255)**:
+  its blue std is 0.255 where ImageNet's is 0.225. probe follows it in these views, so that the
+  features are those the published numbers were measured on (the other views keep ImageNet's).
+
+The draws: the reference takes them from torch's and Python's global generators, so no two runs
+(or data-loader worker counts) see the same crops. Here each view's draws come from a generator
+seeded by (``SEED``, epoch, the image's file name), so extraction (the pixels) and the protocol
+(the label map, cut by the same box) agree without either reading the other, and the store is the
+same at any batch size, worker count or shard. The box depends on the image's size, which the
+protocol checks against the label map's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PIL import Image, ImageEnhance
+
+if TYPE_CHECKING:
+    import torch
+
+SIDE = 512  # README.md: "image size of (512,512) for the dino"
+VAL = "hbird512"
+AUGMENTED = ("hbird512_aug0", "hbird512_aug1")  # one per augmentation epoch
+VIEWS = (VAL, *AUGMENTED)
+SEED = 123  # eval.py RunConfig.seed
+SCALE = (0.5, 2.0)  # transforms.py min_scale_factor, max_scale_factor
+RATIO = (3.0 / 4.0, 4.0 / 3.0)  # image_transformations.py RandomResizedCrop
+JITTER = 0.1  # brightness, contrast, saturation and hue jitter ranges
+JITTER_P = 0.5  # each applied with this probability
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.255], dtype=np.float32)  # transforms.py IMAGENET_STD, as published
+NORMALISED = ((np.arange(256, dtype=np.float32)[:, None] / 255.0 - MEAN) / STD).T.copy()
+
+
+def epoch(view: str) -> int | None:
+    """The augmentation epoch of a memory view (``hbird512_aug1`` → 1); None for the query view."""
+    return AUGMENTED.index(view) if view in AUGMENTED else None
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One memory view's random choices: the crop box (top, left, height, width) in the image's
+    pixels, and the jitter factors applied (None: that jitter skipped)."""
+
+    box: tuple[int, int, int, int]
+    brightness: float | None
+    contrast: float | None
+    saturation: float | None
+    hue: float | None
+
+
+def generator(name: str, epoch_index: int, seed: int = SEED) -> np.random.Generator:
+    """The generator of one image's view in one epoch, keyed by its file name alone (a store's id
+    may carry a sub-folder)."""
+    key = f"{seed}/{epoch_index}/{PurePosixPath(name).name}".encode()
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+
+
+def crop_box(width: int, height: int, rng: np.random.Generator, scale=SCALE, ratio=RATIO) -> tuple[int, int, int, int]:
+    """(top, left, height, width) as torchvision's ``RandomResizedCrop.get_params`` chooses them."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def draw(name: str, epoch_index: int, width: int, height: int, seed: int = SEED) -> Draw:
+    """The crop and jitter of image ``name`` (``width`` × ``height``) in augmentation epoch ``epoch_index``."""
+    rng = generator(name, epoch_index, seed)
+    box = crop_box(width, height, rng)
+    factors = []
+    for low, high in ((1 - JITTER, 1 + JITTER),) * 3 + ((-JITTER, JITTER),):
+        factors.append(float(rng.uniform(low, high)) if rng.random() < JITTER_P else None)
+    return Draw(box, *factors)
+
+
+def adjust_hue(image: Image.Image, shift: float) -> Image.Image:
+    """torchvision's ``F.adjust_hue`` of a PIL image: the HSV hue byte moved by ``shift`` · 255
+    (truncated toward zero), modulo 256."""
+    h, s, v = image.convert("HSV").split()
+    moved = (np.asarray(h, dtype=np.int64) + int(shift * 255)) % 256
+    return Image.merge("HSV", (Image.fromarray(moved.astype(np.uint8), "L"), s, v)).convert(image.mode)
+
+
+def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> Image.Image:
+    """The memory view's pixels: the box cut and resized bilinearly to ``side``, then jittered."""
+    top, left, h, w = chosen.box
+    out = image.crop((left, top, left + w, top + h)).resize((side, side), Image.Resampling.BILINEAR)
+    if chosen.brightness is not None:
+        out = ImageEnhance.Brightness(out).enhance(chosen.brightness)
+    if chosen.contrast is not None:
+        out = ImageEnhance.Contrast(out).enhance(chosen.contrast)
+    if chosen.saturation is not None:
+        out = ImageEnhance.Color(out).enhance(chosen.saturation)
+    if chosen.hue is not None:
+        out = adjust_hue(out, chosen.hue)
+    return out
+
+
+def squashed(image: Image.Image, side: int = SIDE) -> Image.Image:
+    """The query view's pixels: the whole image resized bilinearly to ``side`` × ``side``."""
+    return image.resize((side, side), Image.Resampling.BILINEAR)
+
+
+def normalise(image: Image.Image) -> "torch.Tensor":
+    """(3, H, W) float32: (v / 255 - mean) / std with the reference's std, channel by channel
+    (a look-up of the same float32 operations, as ``images.normalise``)."""
+    import torch
+
+    pixels = np.asarray(image.convert("RGB"))
+    out = np.empty((3, *pixels.shape[:2]), dtype=np.float32)
+    for channel in range(3):
+        np.take(NORMALISED[channel], pixels[..., channel], out=out[channel])
+    return torch.from_numpy(out)
+
+
+def pixels(image: Image.Image, view: str, image_id: str) -> "torch.Tensor":
+    """The network's input of one Hummingbird view of an RGB image."""
+    if view == VAL:
+        return normalise(squashed(image))
+    return normalise(augmented(image, draw(image_id, epoch(view), *image.size)))
+
+
+def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """A label map resized to ``size`` (rows, cols) by torch's legacy nearest rule (source =
+    floor(dst · in / out), the scale in float32 as torch computes it)."""
+    y = np.asarray(label_map)
+
+    def index(n_out: int, n_in: int) -> np.ndarray:
+        scale = np.float32(n_in) / np.float32(n_out)
+        return np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1)
+
+    return y[index(size[0], y.shape[0])[:, None], index(size[1], y.shape[1])[None, :]]
+
+
+def label_view(label_map: np.ndarray, view: str, name: str, side: int = SIDE) -> np.ndarray:
+    """The label map of one view of image ``name`` (its label at the image's size): cut by the
+    view's box and resized nearest (memory views), or squashed nearest (the query view)."""
+    y = np.asarray(label_map)
+    if view == VAL:
+        return resize_nearest(y, (side, side))
+    top, left, h, w = draw(name, epoch(view), y.shape[1], y.shape[0]).box
+    return resize_nearest(y[top:top + h, left:left + w], (side, side))
