@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 ChunkFn = Callable[..., dict[str, np.ndarray]]
+ChunkCheck = Callable[..., None]  # (store, names=(), positions=None, group=None): the store's own check before a worker reads
 
 CONNECT_SECONDS = 10.0  # a scheduler answers its identity within this, or it is not one
 STALL_SECONDS = 30.0  # no chunk finished and no worker alive this long: the run is given up
@@ -42,6 +43,22 @@ def store_source(array: xr.DataArray) -> tuple[str, str] | None:
     """(store path, fingerprint) that ``store.cache.require`` attached to a store array, if any."""
     path, mark = array.attrs.get("probe_store"), array.attrs.get("probe_fingerprint")
     return (str(path), str(mark)) if path and mark else None
+
+
+def store_check(array: xr.DataArray) -> str | None:
+    """The check a worker runs before reading a block of this array's store, as ``module:function``
+    (``store.integrity.worker_check``, named by ``store.cache.require``; a name, not the function,
+    so that the attrs stay plain JSON wherever an array's attrs are written), if any."""
+    return array.attrs.get("probe_check") if hasattr(array, "attrs") else None
+
+
+def _resolve(check: str | None) -> ChunkCheck | None:
+    if not check:
+        return None
+    import importlib
+
+    module, _, name = check.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def image_chunk_edges(array) -> list[int]:
@@ -61,9 +78,9 @@ def image_chunk_edges(array) -> list[int]:
 _known_ids: dict[tuple[str, str], dict[str, int]] = {}  # per worker process: (store, fingerprint) → id → position
 
 
-def proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
+def proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str], check: str | None = None) -> dict[str, np.ndarray]:
     """On a worker: prove this is the client's store and the images are finished, then read them."""
-    return fn(**proven_read(stored, store, mark, ids))
+    return fn(**proven_read(stored, store, mark, ids, check))
 
 
 def _rows(array, positions: np.ndarray) -> np.ndarray:
@@ -94,15 +111,15 @@ def _flags(group, arrays, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.asarray(_rows(group["done"], positions), dtype=bool), np.asarray(_rows(group["failed"], positions), dtype=bool)
 
 
-def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -> dict[str, np.ndarray]:
+def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str], check: str | None = None) -> dict[str, np.ndarray]:
     """Images ``ids`` of the store arrays ``stored`` (argument name → array), read by this process
     (a dask worker, or a local worker process of ``infra.runner``) once it has proven that the
     store at ``store`` is the client's (its manifest's ``mark``) and that the images are finished."""
     import zarr
 
-    from ..store import integrity
-
-    integrity.install()  # a chunk that does not decode is one line, here as in the client
+    check = _resolve(check)
+    if check is not None:
+        check(store)  # before any chunk is decoded: one that does not decode is one line, here as in the client
     worker = worker_name()
     fix = "mount the store at the same path on every worker (or run without --dask-address)"
     try:
@@ -123,7 +140,8 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str]) -
     if not done.all() or failed.any():
         bad = ids[int(np.flatnonzero(~done | failed)[0])]
         raise IntegrityError(worker, f"reads {int((~done | failed).sum())} of {len(ids)} images of {store} as unfinished (e.g. {bad!r})", fix)
-    integrity.check_present(store, stored.values(), positions, group)  # a finished image's chunk file is there
+    if check is not None:  # the store's own check: a finished image's chunk file is there, a damaged chunk one line
+        check(store, stored.values(), positions, group)
     return {name: _rows(group[array], positions) for name, array in stored.items()}
 
 

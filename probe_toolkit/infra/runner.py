@@ -342,7 +342,7 @@ def _on_store_cluster(client, fn: BlockFn, arrays: Mapping[str, Any], ranges: li
     store, mark = source
     read = _Coordinates(arrays, store, mark)
     task = partial(_in_task_threads, fn)
-    calls = [(proven_call, task, read.stored, store, mark, list(read(a, b).ids)) for a, b in ranges]
+    calls = [(proven_call, task, read.stored, store, mark, list(read(a, b).ids), read.check) for a, b in ranges]
     parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, _: progress(ranges[i][1] - ranges[i][0]) if progress else None)
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
 
@@ -370,11 +370,12 @@ class StoreBlock:
     store: str
     mark: str
     ids: tuple[str, ...]
+    check: str | None = None  # the store's check before a read, as module:function (``cluster.store_check``)
 
     def load(self) -> dict[str, np.ndarray]:
         from .cluster import proven_read
 
-        return proven_read(self.stored, self.store, self.mark, list(self.ids))
+        return proven_read(self.stored, self.store, self.mark, list(self.ids), self.check)
 
 
 def _one_store(arrays: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -390,12 +391,16 @@ class _Coordinates:
     """``read(a, b)`` as a ``StoreBlock``: the ids of images a..b (the arrays' own positions)."""
 
     def __init__(self, arrays: Mapping[str, Any], store: str, mark: str) -> None:
+        from .cluster import store_check
+
         self.stored = {name: str(array.name) for name, array in arrays.items()}
         self.store, self.mark = store, mark
-        self.ids = [str(i) for i in next(iter(arrays.values())).coords["image"].values]
+        first = next(iter(arrays.values()))
+        self.ids = [str(i) for i in first.coords["image"].values]
+        self.check = store_check(first)
 
     def __call__(self, a: int, b: int) -> StoreBlock:
-        return StoreBlock(self.stored, self.store, self.mark, tuple(self.ids[a:b]))
+        return StoreBlock(self.stored, self.store, self.mark, tuple(self.ids[a:b]), self.check)
 
 
 class _ChunkReader:

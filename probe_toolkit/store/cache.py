@@ -189,7 +189,8 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
         from ..infra.cluster import fingerprint
 
-        array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]))
+        array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]),
+                           probe_check=f"{integrity.__name__}:worker_check")
     return array
 
 

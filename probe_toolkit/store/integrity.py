@@ -219,6 +219,16 @@ def shared_arrays(group: zarr.Group) -> list[str]:
     return [name for name in _names(group) if kind(name) in ("whole", "sizes")]
 
 
+def worker_check(store: str, names: Iterable[str] = (), positions: np.ndarray | None = None, group: zarr.Group | None = None) -> None:
+    """What a worker runs before it reads a block (``infra.cluster.proven_read``, handed this by
+    ``cache.require`` through the arrays' attrs, so the execution layer needs no store module):
+    first (no group yet) chunks that do not decode become one line there as here; then every
+    chunk holding one of the block's images is there."""
+    install()
+    if group is not None:
+        check_present(store, names, positions, group)
+
+
 def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray | None = None, group: zarr.Group | None = None) -> None:
     """Before a read: every chunk of ``names`` holding a finished image is there (a stat per
     chunk), else ``DamagedChunk`` for the first one missing."""
