@@ -82,7 +82,8 @@ def pipeline(tmp_path_factory):
         invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,2", "--json", root / f"{name}-knn.json", "--cache", cache_dir, "-q")
         invoke("attention-masks", store, "--panel", "boxes-val", "--json", root / f"{name}-masks.json", "--cache", cache_dir, "-q")
         if name == "s8":  # DAVIS-style propagation at 480 px: 60 × 80 patches a frame at /8 (for /14 see the xfail below)
-            invoke("propagate", checkpoint, "--davis", davis, "--out", root / f"{name}-davis", "--store", store, "--json", root / f"{name}-davis.json", "-q")
+            invoke("propagate", checkpoint, "--davis", davis, "--out", root / f"{name}-davis", "--store", store, "--json", root / f"{name}-davis.json",
+                   "--cache", cache_dir, "-q")  # its ledger in the test's cache, never the working directory's
         stores[name] = (store, checkpoint)
     report = root / "report"
     invoke("report", *(s for s, _ in stores.values()), "--out", report, "--patch", 5, "--format", "png", "--cache", cache_dir)
@@ -195,7 +196,7 @@ def test_propagation_at_patch_14(pipeline):
     pixels unused, every frame predicted at full size."""
     root, _, stores, _ = pipeline
     store, checkpoint = stores["dinov2reg"]
-    invoke("propagate", checkpoint, "--davis", root / "DAVIS", "--out", root / "dinov2reg-davis", "--store", store, "-q")
+    invoke("propagate", checkpoint, "--davis", root / "DAVIS", "--out", root / "dinov2reg-davis", "--store", store, "--cache", root / "cache", "-q")
     davis = records.load(store, "davis")
     assert davis is not None and np.isfinite(davis["j_mean"].values.astype(float)).all()
     pngs = sorted((root / "dinov2reg-davis" / "shapes").glob("*.png"))

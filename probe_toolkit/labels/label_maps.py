@@ -8,8 +8,6 @@ how a mask decodes; ``read_masks`` does the rest, the one way segmentation label
 from __future__ import annotations
 
 import hashlib
-import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -70,18 +68,9 @@ def read_masks(panel, names: list[str], files: list[Path], *, listing: tuple[str
     store = cache_root(cache)
     hashes, fresh = hygiene.content_hashes(store, panel.images, names)
     hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    entry = ledger.append(store, {
-        "time": provenance.now(),
-        "panel": panel.name,
-        "role": panel.role,
-        "annotations": str(masks),
-        "annotation_sha256": annotation_sha256,
-        "images": len(names),
-        "images_sha256": provenance.list_hash(sorted(names)),
-        "images_content_sha256": provenance.list_hash(sorted(hashes)),
-        "purpose": purpose,
-        "command": command if command is not None else shlex.join(sys.argv),
-        "checkpoint": checkpoint,
-        "unseal": unseal.strip() if unseal else None,
-    })
+    from .panels import log_read  # the one place a read's ledger entry is assembled
+
+    entry = log_read(store, panel=panel.name, role=panel.role, annotations=str(masks), annotation_sha256=annotation_sha256, names=names,
+                     purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
+                     images_content_sha256=provenance.list_hash(sorted(hashes)))
     return SegmentationLabels(names, maps, classes, entry.id, panel, image_map)
