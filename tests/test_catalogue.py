@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from conftest import synthetic_scene
+from conftest import scenes_folder
 
 from probe_toolkit import cli
 from probe_toolkit.demo.samples import TINY, write_checkpoint
@@ -125,10 +125,7 @@ def coco(names: list[str], **changes) -> dict:
 @pytest.fixture(scope="module")
 def w(tmp_path_factory):
     root = tmp_path_factory.mktemp("catalogue")
-    images = root / "scenes"
-    images.mkdir()
-    for seed, (name, (size, boxes)) in enumerate(SCENES.items()):
-        synthetic_scene(images / name, size, boxes, seed=seed)
+    images = scenes_folder(root, SCENES)
     small = root / "small"
     small.mkdir()
     for name in ("a.png", "b.png"):
