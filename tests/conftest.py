@@ -29,6 +29,25 @@ def synthetic_scene(path: Path, size: tuple[int, int], boxes: list[tuple[int, in
     return path
 
 
+def davis_video(root: Path, sequences: dict[str, int], seed: int, layout: str, arch, arch_seed: int) -> tuple[Path, Path]:
+    """A synthetic DAVIS folder of 120×96 frames (``root/DAVIS``) and a tiny checkpoint of
+    ``layout`` beside it: (root, checkpoint)."""
+    from probe_toolkit.demo.samples import write_checkpoint
+    from probe_toolkit.demo.video import write_davis
+
+    write_davis(root / "DAVIS", sequences, size=(120, 96), seed=seed)
+    return root, write_checkpoint(root / f"{layout}.pth", layout, arch, seed=arch_seed)
+
+
+def scenes_folder(root: Path, scenes: dict[str, tuple[tuple[int, int], list]]) -> Path:
+    """``root/scenes`` holding one synthetic scene per entry (name: (size, boxes)), seeded by order."""
+    images = root / "scenes"
+    images.mkdir()
+    for seed, (name, (size, boxes)) in enumerate(scenes.items()):
+        synthetic_scene(images / name, size, boxes, seed=seed)
+    return images
+
+
 @pytest.fixture(scope="session")
 def photos() -> Path:
     return sample_photos()

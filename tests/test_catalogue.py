@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from conftest import synthetic_scene
+from conftest import scenes_folder
 
 from probe_toolkit import cli
 from probe_toolkit.demo.samples import TINY, write_checkpoint
@@ -125,10 +125,7 @@ def coco(names: list[str], **changes) -> dict:
 @pytest.fixture(scope="module")
 def w(tmp_path_factory):
     root = tmp_path_factory.mktemp("catalogue")
-    images = root / "scenes"
-    images.mkdir()
-    for seed, (name, (size, boxes)) in enumerate(SCENES.items()):
-        synthetic_scene(images / name, size, boxes, seed=seed)
+    images = scenes_folder(root, SCENES)
     small = root / "small"
     small.mkdir()
     for name in ("a.png", "b.png"):
@@ -507,11 +504,16 @@ def _knn_store(w) -> Path:
     return path
 
 
-def _store_224(w) -> Path:
-    path = w.root / "stores" / "k224" / "teacher.zarr"
+def _small_store(w, view: str, folder: str) -> Path:
+    """A store of the small images in one view, extracted once per catalogue."""
+    path = w.root / "stores" / folder / "teacher.zarr"
     if not path.exists():
-        assert probe("extract", w.ckpt, "--images", w.small, "--views", "224", "--store", path, *w.q).code == 0
+        assert probe("extract", w.ckpt, "--images", w.small, "--views", view, "--store", path, *w.q).code == 0
     return path
+
+
+def _store_224(w) -> Path:
+    return _small_store(w, "224", "k224")
 
 
 def _grid(w) -> Path:
@@ -700,10 +702,7 @@ def _big_image(w) -> Path:
 
 
 def _native_store(w) -> Path:
-    path = w.root / "stores" / "native" / "teacher.zarr"
-    if not path.exists():
-        assert probe("extract", w.ckpt, "--images", w.small, "--views", "native", "--store", path, *w.q).code == 0
-    return path
+    return _small_store(w, "native", "native")
 
 
 def _grown_folder(w) -> Path:

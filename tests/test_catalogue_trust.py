@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import synthetic_scene
+from conftest import scenes_folder, synthetic_scene
 from test_catalogue import SCENES, probe, refused, tree
 
 from probe_toolkit.demo.samples import TINY, write_checkpoint
@@ -28,10 +28,7 @@ from probe_toolkit.store import integrity
 @pytest.fixture(scope="module")
 def t(tmp_path_factory):
     root = tmp_path_factory.mktemp("trust")
-    images = root / "scenes"
-    images.mkdir()
-    for seed, (name, (size, boxes)) in enumerate(SCENES.items()):
-        synthetic_scene(images / name, size, boxes, seed=seed)
+    images = scenes_folder(root, SCENES)
     world = SimpleNamespace(root=root, images=images, ckpt=write_checkpoint(root / "tiny.pth", "dino-full", TINY, seed=0), cache=root / "cache")
     world.store = root / "stores" / "good" / "teacher.zarr"
     made = probe("extract", world.ckpt, "--images", images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", "--store", world.store,

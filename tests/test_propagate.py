@@ -9,11 +9,12 @@ import json
 import numpy as np
 import pytest
 from cli_runs import probe_main
+from conftest import davis_video
 import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.demo.samples import TINY
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.labels import davis, ledger
 from probe_toolkit.store.backbone import Backbone, normed_patch_tokens
@@ -201,10 +202,7 @@ def plain_j_and_f(truth, pred):
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory):
-    root = tmp_path_factory.mktemp("davis")
-    write_davis(root / "DAVIS", {"shapes": 4, "pair": 3}, size=(120, 96), seed=3)
-    checkpoint = write_checkpoint(root / "dino.pth", "dino-full", TINY, seed=0)
-    return root, checkpoint
+    return davis_video(tmp_path_factory.mktemp("davis"), {"shapes": 4, "pair": 3}, 3, "dino-full", TINY, 0)
 
 
 def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):

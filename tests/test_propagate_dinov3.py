@@ -18,10 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cli_runs import probe_main
+from conftest import davis_video
 from PIL import Image
 
-from probe_toolkit.demo.samples import TINY_DINOV3, write_checkpoint
-from probe_toolkit.demo.video import write_davis
+from probe_toolkit.demo.samples import TINY_DINOV3
 from probe_toolkit.protocols import registry
 from probe_toolkit.results import records
 from probe_toolkit.store.backbone import Backbone
@@ -96,10 +96,7 @@ def test_the_preset_fills_the_notebooks_values():
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory):
-    root = tmp_path_factory.mktemp("davis3")
-    write_davis(root / "DAVIS", {"shapes": 5, "pair": 3}, size=(120, 96), seed=4)
-    checkpoint = write_checkpoint(root / "v3.pth", "dinov3-official", TINY_DINOV3, seed=2)
-    return root, checkpoint
+    return davis_video(tmp_path_factory.mktemp("davis3"), {"shapes": 5, "pair": 3}, 4, "dinov3-official", TINY_DINOV3, 2)
 
 
 def test_dinov3_tracking_equals_the_notebooks_loop_and_is_recorded(video, capsys):

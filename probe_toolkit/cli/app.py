@@ -57,6 +57,8 @@ PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store s
 # groups of options that several commands take alike, declared once (``options``)
 SHARDED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None)}
 PLACEMENT = {"threads": (ThreadsOpt, 1), **SHARDED, "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu")}
+SCORED = {"unseal": (UnsealOpt, None), "workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "cache": (CacheOpt, None),
+          "quiet": (QuietOpt, False)}  # a protocol scoring panels on local workers or a cluster (no shards)
 OVER_STORES = {"json_path": (JsonOpt, None), "dask_address": (ClusterOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000),
                "partial": (PartialOpt, False), "quiet": (QuietOpt, False)}
 
@@ -107,6 +109,16 @@ def run(name: str, source: Any, **keywords: Any):
     from ..protocols.api import run as run_protocol
 
     return run_protocol(name, source, **keywords)
+
+
+def counted(name: str, unit: str, quiet: bool, source: Any, *, hook: str = "progress", task: str | None = None, **keywords: Any):
+    """``run`` under a progress bar of ``unit`` that the protocol advances through its ``hook``
+    keyword (``progress(n)`` or ``on_block(n)``): the report."""
+    from ..infra.progress import bar
+
+    with bar(unit, quiet) as progress:
+        handle = progress.add_task(task or name, total=None)
+        return run(name, source, **{hook: lambda n: progress.advance(handle, n)}, **keywords).report
 
 
 def waiting_line(shard: str | None, waiting: Any, what: str) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ..infra.errors import ProbeError
-from .app import CacheOpt, ClusterOpt, QuietOpt, UnsealOpt, WorkersOpt, app, run, show
+from .app import SCORED, app, counted, options, show
 
 
 def memory_sizes(text: str) -> tuple[int | None, ...]:
@@ -23,6 +23,7 @@ def memory_sizes(text: str) -> tuple[int | None, ...]:
 
 
 @app.command("hummingbird")
+@options(SCORED)
 def hummingbird_command(
     store: Annotated[Path, typer.Argument(help="A store holding (or beside a store holding) both panels' images in the hbird512 views.")],
     train: Annotated[str, typer.Option("--train", help="Segmentation panel (VOC or ADE20K) whose augmented views make the memory (VOC trainaug, as published).")],
@@ -34,20 +35,13 @@ def hummingbird_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bounded memory's draws (eval.py: 123).")] = 123,
     matching: Annotated[str, typer.Option("--matching", help="Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).")] = "identity",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the scores and settings as JSON.")] = None,
-    unseal: UnsealOpt = None,
-    workers: WorkersOpt = None,
-    dask_address: ClusterOpt = None,
-    cache: CacheOpt = None,
-    quiet: QuietOpt = False,
+    **scored: Any,
 ) -> None:
     """Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size."""
-    from ..infra.progress import bar
     from ..results import tables
 
     sizes = memory_sizes(memory)
-    with bar("images", quiet) as progress:
-        task = progress.add_task("hummingbird", total=None)
-        report = run("hummingbird", store, train=train, val=val, memory=sizes, k=k, temperature=temperature, augmentation_epochs=augmentation_epochs,
-                     seed=seed, matching=matching, unseal=unseal, cache_dir=cache, json_path=json_path,
-                     progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address).report
+    cache, quiet = scored.pop("cache"), scored.pop("quiet")
+    report = counted("hummingbird", "images", quiet, store, train=train, val=val, memory=sizes, k=k, temperature=temperature,
+                     augmentation_epochs=augmentation_epochs, seed=seed, matching=matching, cache_dir=cache, json_path=json_path, **scored)
     show(tables.hummingbird(report, train, val))

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, UnsealOpt, WorkersOpt, app, console, err_console,
+from .app import (SCORED, SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, WorkersOpt, app, console, counted, err_console,
                   options, run, show, summary_command, waiting_line)
 
 
@@ -61,17 +61,14 @@ def knn_command(
     """DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k."""
 
     from ..commands.knn import view_text
-    from ..infra.progress import bar
     from ..results import tables
 
     try:
         ks = None if k is None else tuple(int(v) for v in k.split(",") if v.strip())
     except ValueError:
         raise ProbeError("--k", f"{k!r} is not a list of integers", "use --k 10,20,100,200") from None
-    with bar("images", quiet) as progress:
-        task = progress.add_task("k-NN", total=None)
-        report = run("knn", store, train=train, val=val, ks=ks, temperature=temperature, feature=feature, unseal=unseal, cache_dir=cache,
-                     json_path=json_path, progress=lambda n: progress.advance(task, n), **placement).report
+    report = counted("knn", "images", quiet, store, task="k-NN", train=train, val=val, ks=ks, temperature=temperature, feature=feature, unseal=unseal,
+                     cache_dir=cache, json_path=json_path, **placement)
     if report.waiting:
         console.print(waiting_line(placement["shard"], report.waiting, "the last one saves results/knn"))
         return
@@ -94,13 +91,10 @@ def attention_masks_command(
 ) -> None:
     """DINO's attention masks (facebookresearch/dino visualize_attention.py): per head, 60 % of the mass; Jaccard per head and best head."""
 
-    from ..infra.progress import bar
     from ..results import tables
 
-    with bar("images", quiet) as progress:
-        task = progress.add_task("masks", total=None)
-        report = run("attention-masks", store, panel=panel, mass=mass, row=row, unseal=unseal, cache_dir=cache, json_path=json_path, partial=partial,
-                     on_block=lambda n: progress.advance(task, n), **placement).report
+    report = counted("attention-masks", "images", quiet, store, hook="on_block", task="masks", panel=panel, mass=mass, row=row, unseal=unseal,
+                     cache_dir=cache, json_path=json_path, partial=partial, **placement)
     if report.waiting:
         console.print(waiting_line(placement["shard"], report.waiting, "the last one saves results/attention_masks"))
         return
@@ -133,14 +127,12 @@ def propagate_command(
 ) -> None:
     """DAVIS-2017 label propagation (facebookresearch/dino eval_video_segmentation.py), scored as davis2017-evaluation does."""
 
-    from ..infra.progress import bar
     from ..results import tables
 
-    with bar("frames", quiet) as progress:
-        task = progress.add_task("propagate", total=None)
-        report = run("propagate", checkpoint, davis=davis_dir, out=out, n_last_frames=n_last_frames, size_mask_neighborhood=size_mask_neighborhood,
-                     topk=topk, subset=subset, preset=preset, temperature=temperature, short_side=short_side, network=network, sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache,
-                     json_path=json_path, on_frame=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address, shard=shard).report
+    report = counted("propagate", "frames", quiet, checkpoint, hook="on_frame", davis=davis_dir, out=out, n_last_frames=n_last_frames,
+                     size_mask_neighborhood=size_mask_neighborhood, topk=topk, subset=subset, preset=preset, temperature=temperature,
+                     short_side=short_side, network=network, sequences=sequence, score=not no_score, store=store, device=device, cache_dir=cache,
+                     json_path=json_path, workers=workers, dask_address=dask_address, shard=shard)
     console.print(f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}", highlight=False)
     if report.waiting:
         console.print(waiting_line(shard, report.waiting, "the last one scores every sequence"))
@@ -148,6 +140,7 @@ def propagate_command(
 
 
 @app.command("correspond")
+@options(SCORED)
 def correspond_command(
     store: Annotated[Path, typer.Argument(help="A store holding the panel's images in the square800 view (probe extract --panel NAME --views square800).")],
     panel: Annotated[str, typer.Option("--panel", help="A SPair-71k panel (probe panel add NAME --spair DIR --split test).")],
@@ -155,26 +148,18 @@ def correspond_command(
     instances: Annotated[int, typer.Option("--instances", help="Pairs sampled per category and viewpoint bin (probe3d: 200; 0: every pair).")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the pairs' shuffle (probe3d: random.seed(20)).")] = 20,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the PCK tables and settings as JSON.")] = None,
-    unseal: UnsealOpt = None,
-    workers: WorkersOpt = None,
-    dask_address: ClusterOpt = None,
-    cache: CacheOpt = None,
-    quiet: QuietOpt = False,
+    **scored: Any,
 ) -> None:
     """SPair-71k keypoint correspondence (mbanani/probe3d evaluate_spair_correspondence.py): PCK per category and viewpoint bin."""
-
-    from ..infra.progress import bar
     from ..results import tables
 
     try:
         thresholds = tuple(float(v) for v in threshold.split(",") if v.strip())
     except ValueError:
         raise ProbeError("--threshold", f"{threshold!r} is not a list of numbers", "use --threshold 0.05,0.1,0.15") from None
-    with bar("pairs", quiet) as progress:
-        task = progress.add_task("correspond", total=None)
-        report = run("correspond", store, panel=panel, thresholds=thresholds, instances=instances, seed=seed, unseal=unseal, cache_dir=cache,
-                     json_path=json_path, progress=lambda n: progress.advance(task, n), workers=workers, dask_address=dask_address).report
-    show(tables.correspond(report))
+    cache, quiet = scored.pop("cache"), scored.pop("quiet")
+    show(tables.correspond(counted("correspond", "pairs", quiet, store, panel=panel, thresholds=thresholds, instances=instances, seed=seed,
+                                   cache_dir=cache, json_path=json_path, **scored)))
 
 
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---

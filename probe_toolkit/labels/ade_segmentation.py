@@ -20,7 +20,6 @@ returns them.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Sequence
 
@@ -28,22 +27,14 @@ import numpy as np
 
 from ..infra.errors import ProbeError
 from .ade_layout import CLASSES, KIND, OTHER, SPLITS, names_in, check_layout, image_folder, mask_folder, split_images  # noqa: F401
-from .label_maps import SegmentationLabels, read_masks, restrict
+from .label_maps import SegmentationLabels, open_mask, read_masks, restrict
 
 
 def decode(raw: bytes, where: Path) -> np.ndarray:
     """(H, W) uint8 labels 0..150 of one mask PNG (grey or palette); other values, or a colour PNG
     (the full ADE20K release's RGB-coded masks), are refused naming ``where``."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(raw)) as image:
-            if image.mode not in ("P", "L"):
-                raise ProbeError(where, f"is a {image.mode} image, not a grey mask of labels 0..150",
-                                 "use ADEChallengeData2016/annotations (SceneParsing), not the full ADE20K release's colour masks")
-            array = np.asarray(image).copy()
-    except OSError as error:
-        raise ProbeError(where, f"is not a readable PNG ({error})", "restore the file from the release") from None
+    array = open_mask(raw, where, "a grey mask of labels 0..150",
+                      "use ADEChallengeData2016/annotations (SceneParsing), not the full ADE20K release's colour masks", "the release")
     if array.size and int(array.max()) > len(CLASSES):
         raise ProbeError(where, f"holds label {int(array.max())}, above the {len(CLASSES)} classes", "use the release's 150-class annotations")
     return array.astype(np.uint8)

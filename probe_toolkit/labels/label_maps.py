@@ -32,6 +32,23 @@ class SegmentationLabels:
     image_map: dict[str, str]  # store id → file name (when store ids were given)
 
 
+def open_mask(raw: bytes, where: Path, wrong_mode: str, fix: str, release: str) -> np.ndarray:
+    """The pixels of one mask PNG, refused naming ``where`` unless it is a palette or grey image
+    (``wrong_mode``: what it should be; ``fix``: where the right masks are; ``release``: what to
+    restore an unreadable file from)."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            if image.mode not in ("P", "L"):
+                raise ProbeError(where, f"is a {image.mode} image, not {wrong_mode}", fix)
+            return np.asarray(image).copy()
+    except OSError as error:
+        raise ProbeError(where, f"is not a readable PNG ({error})", f"restore the file from {release}") from None
+
+
 def restrict(names: list[str], images: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     """(the split's names that the store ids ``images`` match, in split order; store id → name);
     every name and an empty map when ``images`` is None (``matching.match_images``)."""

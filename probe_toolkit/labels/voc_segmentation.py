@@ -24,30 +24,21 @@ The devkit's layout and ``check_layout`` are ``labels/voc_layout.py``.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ..infra.errors import ProbeError
-from .label_maps import SegmentationLabels, read_masks, restrict  # noqa: F401  (SegmentationLabels: this reader's answer)
+from .label_maps import SegmentationLabels, open_mask, read_masks, restrict  # noqa: F401  (SegmentationLabels: this reader's answer)
 from .voc_layout import CLASSES, IGNORE, KIND, mask_folder, missing_files, split_file, split_ids  # noqa: F401
 
 
 def decode(raw: bytes, where: Path, n_classes: int = len(CLASSES)) -> np.ndarray:
     """(H, W) uint8 class indices of one mask PNG (palette or grey); other values than 0..20
     and 255, or a colour PNG, are refused naming ``where``."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(raw)) as image:
-            if image.mode not in ("P", "L"):
-                raise ProbeError(where, f"is a {image.mode} image, not a palette or grey mask of class indices",
-                                 "use SegmentationClass/ (palette PNGs), not SegmentationObject or a colour rendering")
-            array = np.asarray(image).copy()
-    except OSError as error:
-        raise ProbeError(where, f"is not a readable PNG ({error})", "restore the file from the devkit") from None
+    array = open_mask(raw, where, "a palette or grey mask of class indices",
+                      "use SegmentationClass/ (palette PNGs), not SegmentationObject or a colour rendering", "the devkit")
     bad = np.setdiff1d(np.unique(array), np.r_[np.arange(n_classes), IGNORE])
     if bad.size:
         raise ProbeError(where, f"holds values {bad[:5].tolist()} outside 0..{n_classes - 1} and {IGNORE}", "use the devkit's class masks")

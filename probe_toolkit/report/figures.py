@@ -143,6 +143,16 @@ def image_png(rgb: np.ndarray) -> bytes:
 # the shared grid helpers: patch p of a G × G grid is the unit square at column p % G, row p // G
 
 
+def tile_row(axes: Sequence, cells: int) -> Sequence:
+    """One row of a tile figure: every axis without ticks, those past ``cells`` hidden; the axes
+    that hold the row's tiles."""
+    for c, ax in enumerate(axes):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_visible(c < cells)
+    return axes[:cells]
+
+
 def patch_map(ax, values: np.ndarray, grid: int, cmap: str, vmin: float | None = None, vmax: float | None = None, labels: bool = False):
     """Draw one value per patch, row-major, on the [0, G] × [0, G] square (patch p at (p % G, p // G))."""
     image = ax.imshow(np.asarray(values, dtype=np.float32).reshape(grid, grid), cmap=cmap, vmin=vmin, vmax=vmax,

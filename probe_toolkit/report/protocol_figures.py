@@ -69,14 +69,7 @@ def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list
     for r, ((image_id, rgb, cls), found) in enumerate(zip(queries, neighbours)):
         cells = [(rgb, fit(cls, chars), image_id, figures.PALETTE[0])]  # the query: its class, framed
         cells += [(n_rgb, fit(f"#{rank} · {sim:.2f}", chars), n_id, None) for rank, (n_id, n_rgb, sim) in enumerate(found, 1)]
-        for c in range(columns):
-            ax = axes[r, c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if c >= len(cells):
-                ax.set_visible(False)
-                continue
-            picture, head, image_id, frame = cells[c]
+        for ax, (picture, head, image_id, frame) in zip(figures.tile_row(axes[r], len(cells)), cells):
             if picture is not None:
                 ax.imshow(picture)
             else:

@@ -56,14 +56,7 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
     for r, (image_id, picture, truth, predicted) in enumerate(rows):
         cells = [(picture, figures.wrap(image_id.rsplit("/", 1)[-1], 14)), (_colours(truth), "ground truth")]
         cells += [(_colours(p), f"memory {name}") for name, p in predicted]
-        for c in range(columns):
-            ax = axes[r, c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if c >= len(cells):
-                ax.set_visible(False)
-                continue
-            shown, title = cells[c]
+        for ax, (shown, title) in zip(figures.tile_row(axes[r], len(cells)), cells):
             if shown is not None:
                 ax.imshow(shown)
             ax.set_title(title, fontsize=7)
