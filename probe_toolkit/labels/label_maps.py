@@ -17,7 +17,7 @@ import numpy as np
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
-from . import hygiene, ledger
+from . import hygiene
 
 
 @dataclass
