@@ -36,7 +36,7 @@ from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
 from ..infra.runner import map_blocks, placed
-from ..labels import spair
+from ..labels import spair, spair_read
 from ..labels.panels import check_readable
 from ..results import records
 from ..store import arrays, cache, grids, images
@@ -131,7 +131,7 @@ def run_correspond(
     meta = source.manifest
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
     sizes = _sizes(ds, ids)
-    labels = spair.read_pairs(the_panel, purpose="correspond: score", checkpoint=checkpoint, images=ids, unseal=unseal, cache=cache_dir, command=command)
+    labels = spair_read.read_pairs(the_panel, purpose="correspond: score", checkpoint=checkpoint, images=ids, unseal=unseal, cache=cache_dir, command=command)
     store_id = {name: sid for sid, name in labels.image_map.items()}
     for pair in labels.pairs:
         for image, size in ((pair.source, pair.source_size), (pair.target, pair.target_size)):

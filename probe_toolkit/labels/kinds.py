@@ -19,7 +19,7 @@ image matching and the ledger do not change:
   a COCO dataset, so they are read by ``voc_segmentation`` / ``ade_segmentation.read_label_maps``
   (``labels/label_maps.py``: same ledger entry and seal), never by ``read_labels``.
 - ``spair``: a SPair-71k folder's keypoint pairs of one split (``labels/spair.py``), checked field
-  by field when added and read by ``spair.read_pairs`` (same ledger entry and seal).
+  by field when added and read by ``spair_read.read_pairs`` (same ledger entry and seal).
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -149,7 +149,7 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
                          f"read it with labels.{'voc' if panel.kind == voc_layout.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)")
     if panel.kind == spair.KIND:
         raise ProbeError(panel.name, "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
-                         "score it with probe correspond (labels.spair.read_pairs)")
+                         "score it with probe correspond (labels.spair_read.read_pairs)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)

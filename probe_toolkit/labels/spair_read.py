@@ -1,0 +1,66 @@
+"""SPair-71k pairs handed out only after their ledger entry (``read_pairs``); the layout and its
+checks are ``labels/spair.py``'s."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..infra.errors import ProbeError
+from .spair import FIX, KIND, Pair, pair_folder, parse, refuse
+
+
+@dataclass
+class PairLabels:
+    """What ``read_pairs`` hands out, after its ledger entry."""
+
+    pairs: list[Pair]
+    entry_id: str
+    panel: object  # panels.Panel
+    image_map: dict[str, str]  # store id → image path under JPEGImages/ (when store ids were given)
+
+
+def read_pairs(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None, unseal: str | None = None,
+               cache: str | Path | None = None, command: str | None = None) -> PairLabels:
+    """Open a SPair panel's annotations, write the ledger entry, then return its pairs.
+
+    ``images`` (store ids) restricts the pairs handed out to those whose two images both match
+    one (``matching.match_images``); a sealed (``test``) panel needs ``unseal``, recorded."""
+    from ..infra import provenance
+    from ..store.cache import cache_root
+    from . import hygiene, panels
+    from .guard import inside
+    from .matching import match_images
+
+    panel = panels.check_readable(panel, unseal, cache)
+    if panel.kind != KIND:
+        raise ProbeError(panel.name, f"is a {panel.kind} panel, not a {KIND} one", "register the SPair-71k folder with probe panel add --spair DIR")
+    if not purpose:
+        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score'")
+    root, split = panel.annotations, panel.split or "test"
+    inside.active = True
+    try:
+        pairs, problems, parts = parse(root, split, lambda p: Path(p).read_bytes())
+    except OSError as error:
+        raise ProbeError(getattr(error, "filename", None) or root, f"cannot be read ({error.strerror})", FIX) from None
+    finally:
+        inside.active = False
+    refuse(problems, root)  # changed since the panel was added
+    image_map: dict[str, str] = {}
+    if images is not None:
+        names = sorted({p.source for p in pairs} | {p.target for p in pairs})
+        matched = match_images(images, dict(enumerate(names)))
+        image_map = {sid: names[n] for sid, n in matched.items()}
+        held = set(image_map.values())
+        pairs = [p for p in pairs if p.source in held and p.target in held]
+    digest = hashlib.sha256(b"".join(n.encode() + b"\0" + hashlib.sha256(d).digest() for n, d in parts)).hexdigest()
+    names = sorted({p.source for p in pairs} | {p.target for p in pairs})
+    store = cache_root(cache)
+    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
+    hygiene.check_overlap(store, panel.name, panel.role, digest, hashes, fresh)
+    entry = panels.log_read(store, panel=panel.name, role=panel.role, annotations=str(pair_folder(root, split)), annotation_sha256=digest, names=names,
+                            purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
+                            images_content_sha256=provenance.list_hash(sorted(hashes)), pairs=len(pairs))
+    return PairLabels(pairs, entry.id, panel, image_map)
