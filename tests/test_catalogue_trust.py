@@ -118,6 +118,40 @@ def test_a_damaged_chunk_is_one_line_and_repair_restores_the_same_bytes(t, comma
         assert _summary(json.loads(_neighbours(store, t.root / f"n-{next(t.count)}.json").read_text())) == _summary(t.base)
 
 
+FLAGS = [("done", "neighbours"), ("done_224", "neighbours"), ("done", "report"), ("done_480", "decode")]
+
+
+@pytest.mark.parametrize("flag,command", FLAGS, ids=[f"{f}-{c}" for f, c in FLAGS])
+def test_a_deleted_done_chunk_is_damage_not_unfinished_images(t, flag, command):
+    """The completion flag of chunk 1 (c.png, d.png) deleted: before, its images read as not yet
+    extracted (a reader dropped them, extract extracted them again unchecked). Now every reader,
+    ``info --verify`` and the plain extract rerun refuse in one line naming the flag and
+    ``--repair``, touching nothing; the repair gives back the same figures."""
+    store = _copy(t)
+    good = _leaf(t.store / flag / "c" / "1").read_bytes()
+    _leaf(store / flag / "c" / "1").unlink()
+    before = tree(store, t.images, t.ckpt)
+    out = t.root / f"report-{next(t.count)}"
+    args = {"neighbours": ["neighbours", store, "--boot", "100", "-q"], "decode": ["decode", store, "-q"], "report": ["report", store, "--out", out]}[command]
+    result = probe(*args)
+    assert not out.exists()
+    refused(result, 1, (flag, "chunk 1", "images c.png, d.png", "is missing", "--repair"))
+    refused(probe("info", "--verify", store), 1, (flag, "chunk 1", "--repair"))
+    again = probe("extract", t.ckpt, "--images", t.images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", "--store", store, "-q")
+    if flag == "done":  # extraction follows each view's own flags: nothing is extracted again, and readers still refuse
+        assert again.code == 0 and "0 written now" in again.out, again.err
+    else:
+        refused(again, 1, (flag, "chunk 1", "--repair"))
+    assert tree(store, t.images, t.ckpt) == before  # nothing written, nothing re-extracted
+    fix = probe(*_fix_command(result.lines[0]), "-q")
+    assert fix.code == 0, fix.err
+    assert _leaf(store / flag / "c" / "1").read_bytes() == good
+    assert probe("info", "--verify", store).code == 0
+    assert probe(*args).code == 0
+    if command == "neighbours":
+        assert _summary(json.loads(_neighbours(store, t.root / f"n-{next(t.count)}.json").read_text())) == _summary(t.base)
+
+
 def test_a_missing_chunk_no_longer_gives_other_numbers(t):
     """The issue's case: one chunk file deleted, neighbours exited 0 with other numbers. Before the
     damage the figure is the baseline; the damaged store now refuses; after --repair the figure is

@@ -118,6 +118,7 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     if "manifest" not in group.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
     integrity.check_present(path, integrity.shared_arrays(group), group=group)  # ids, grids, sizes: read by every command
+    integrity.check_flags(path, group)  # a deleted flag chunk is damage, not images dropped as unfinished
     done, failed = _flags(group, [arrays] if isinstance(arrays, str) else arrays)
     if not allow_partial and done is not None and not done.all():
         raise ProbeError(path, f"is incomplete: {int(done.sum())}/{done.size} images done", "finish it with the same `probe extract` command, or pass --partial")

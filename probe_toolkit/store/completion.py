@@ -20,7 +20,10 @@ from ..infra.provenance import list_hash
 
 def completion(store: str | Path) -> dict[str, Any]:
     """The store's completion now: images done (and not failed), failed, total, image-list hash."""
+    from .integrity import check_flags
+
     group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    check_flags(store, group)  # a deleted flag chunk would count its images as not done
     done = np.asarray(group["done"][:], dtype=bool)
     failed = np.asarray(group["failed"][:], dtype=bool) if "failed" in group else np.zeros_like(done)
     manifest = dict(group.attrs.get("manifest", {}))

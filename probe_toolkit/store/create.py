@@ -167,6 +167,7 @@ def create_store(
     image_ids: list[str],
     arrays: ArrayPlan,
     view_grids: Grids | None = None,
+    repair: bool = False,
 ) -> StoreWriter:
     """Create the store, or reopen it and add the views it lacks, and return a writer.
 
@@ -176,7 +177,9 @@ def create_store(
     refused, and so is an existing view asked with other settings (attention, resample), unless
     nothing of it was written yet: a store (or a view) with no finished image and no results
     takes the new settings, so a run that failed early never blocks the corrected one. Creation
-    holds a lock file so that shards starting at once create or grow it exactly once.
+    holds a lock file so that shards starting at once create or grow it exactly once. A store
+    whose completion flag chunk was deleted is refused (``integrity.check_flags``) unless
+    ``repair``: its images would otherwise be extracted again as unfinished, unchecked.
     """
     import fcntl
 
@@ -198,6 +201,8 @@ def create_store(
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
+                if not repair:
+                    integrity.check_flags(path, group, digests=False)
                 _no_space(path, lambda: _grow(path, group, old, manifest, arrays, view_grids))
                 return StoreWriter(path)
         litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename

@@ -162,7 +162,7 @@ def extract(
         manifest["checkpoint"]["path"] = str(Path(checkpoint_path).resolve())
         existed = (path / "zarr.json").is_file()
         try:
-            writer = create_store(path, manifest, [r.id for r in refs], plan, grids)
+            writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)

@@ -214,6 +214,66 @@ def missing_chunks(store: str | Path, group: zarr.Group, name: str, positions: n
     return [c for c in required_chunks(group, name, positions, memo) if not all((folder / key).is_file() for key in _chunk_keys(array, c))]
 
 
+FLAG_GONE = "is missing, though the store's other flags say its images were extracted"
+
+
+def _chunk_present(store: str | Path, array: zarr.Array, name: str, chunk: int) -> bool:
+    return all((Path(store) / name / key).is_file() for key in _chunk_keys(array, chunk))
+
+
+def flag_damage(store: str | Path, group: zarr.Group, digests: bool = True) -> list[tuple[str, int, str]]:
+    """Completion flags whose chunk was deleted: ``(array, chunk, why)``.
+
+    A flag chunk of all False is never written (zarr's fill value), so an absent flag chunk alone
+    reads as "not extracted yet". The flags are written in one order (``store.writer``: each
+    ``done_<view>``, then ``done``, which is true only where every view is), so two cases are
+    certain damage, never an interrupted extraction:
+
+    - ``done`` true in a chunk whose ``done_<view>`` chunk is absent (``done`` follows ``done_<view>``);
+    - ``done`` absent where every ``done_<view>`` is true for an image whose sha256 was recorded
+      (``image_sha256``: written for finished images once a run ended). ``digests=False`` skips
+      this case (a writer checking before it writes: it reads only the views' own flags).
+    """
+    names = set(_names(group))
+    views = sorted(n[len("done_"):] for n in names if n.startswith("done_"))
+    if "done" not in names or not views or not group["done"].shape or group["done"].shape[0] == 0:
+        return []
+    done_array = group["done"]
+    n, size = int(done_array.shape[0]), int(done_array.chunks[0])
+    cached: dict[str, np.ndarray] = {}
+
+    def values(name: str) -> np.ndarray:
+        if name not in cached:
+            cached[name] = np.asarray(group[name][:], dtype=bool) if name in names else np.zeros(n, dtype=bool)
+        return cached[name]
+
+    def recorded() -> np.ndarray:
+        if "recorded" not in cached:
+            cached["recorded"] = np.asarray(group["image_sha256"][:]).any(axis=1) if "image_sha256" in names else np.zeros(n, dtype=bool)
+        return cached["recorded"]
+
+    damage = []
+    for c in range(int(done_array.cdata_shape[0])):
+        lo, hi = c * size, min((c + 1) * size, n)
+        if _chunk_present(store, done_array, "done", c):
+            if values("done")[lo:hi].any():
+                damage += [(f"done_{v}", c, FLAG_GONE) for v in views if not _chunk_present(store, group[f"done_{v}"], f"done_{v}", c)]
+        elif digests and all(_chunk_present(store, group[f"done_{v}"], f"done_{v}", c) for v in views):
+            every = np.logical_and.reduce([values(f"done_{v}")[lo:hi] for v in views])
+            if (every & recorded()[lo:hi]).any():
+                damage.append(("done", c, FLAG_GONE))
+    return damage
+
+
+def check_flags(store: str | Path, group: zarr.Group, digests: bool = True) -> None:
+    """Before the flags are read as what is finished: a deleted flag chunk is ``DamagedChunk``
+    (the images it covers and ``--repair``), not images silently dropped or extracted again."""
+    found = flag_damage(store, group, digests)
+    if found:
+        name, chunk, why = found[0]
+        raise DamagedChunk(str(store), name, chunk, why + (f" ({len(found)} such chunks)" if len(found) > 1 else ""))
+
+
 def shared_arrays(group: zarr.Group) -> list[str]:
     """The arrays every reader reads beside its own: the image list, the grids, the sizes."""
     return [name for name in _names(group) if kind(name) in ("whole", "sizes")]
@@ -347,7 +407,7 @@ def verify(store: str | Path, views: list[str] | None = None) -> Verified:
     if not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store (no zarr.json)", "run `probe extract` first")
     group = zarr.open_group(store, mode="r", use_consolidated=False)
-    damaged, read, checksummed, memo = [], 0, True, {}
+    damaged, read, checksummed, memo = list(flag_damage(store, group)), 0, True, {}
     for name in _names(group):
         if views is not None and kind(name) in ("data",) and _view(name) not in views:
             continue
@@ -393,10 +453,10 @@ def repair(store: str | Path, views: list[str], check=None) -> int:
         size = int(array.chunks[0])
         lo, hi = chunk * size, min((chunk + 1) * size, int(array.shape[0]))
         again = views if kind(name) in ("flag", "sizes") else [_view(name)]
+        _clear(store, group, "done", lo, hi)  # first: ``done`` true over an absent ``done_<view>`` chunk reads as damage
         for view in again:
             if f"done_{view}" in group:
                 _clear(store, group, f"done_{view}", lo, hi)
-        _clear(store, group, "done", lo, hi)
         marked.update(range(lo, hi))
     return len(marked)
 
@@ -422,6 +482,7 @@ def chunk_summary(store: str | Path) -> str:
     group = zarr.open_group(str(store), mode="r", use_consolidated=False)
     memo: dict = {}
     gone = [(n, c, "is missing, though it holds finished images") for n in _names(group) for c in missing_chunks(store, group, n, None, memo)]
+    gone += flag_damage(store, group)
     sums = all(has_checksums(group[n]) for n in _names(group))
     tail = "crc32c checksums" if sums else "no checksums (written before they were added)"
     if not gone:
