@@ -152,6 +152,40 @@ def test_a_deleted_done_chunk_is_damage_not_unfinished_images(t, flag, command):
         assert _summary(json.loads(_neighbours(store, t.root / f"n-{next(t.count)}.json").read_text())) == _summary(t.base)
 
 
+def test_the_report_reads_stored_arrays_through_the_one_checked_read(t):
+    """The report's pictures read tokens and attention themselves (not through a command's
+    ``require``): a deleted chunk of the followed image was a NaN picture; now it is one line,
+    and no report folder is left."""
+    store = _copy(t)
+    _leaf(store / "tokens_224" / "c" / "1").unlink()
+    out = t.root / f"report-{next(t.count)}"
+    result = probe("report", store, "--follow", "c.png", "--out", out)
+    refused(result, 1, ("tokens_224", "chunk 1", "images c.png, d.png", "is missing", "--repair"))
+    assert not out.exists()
+    assert probe(*_fix_command(result.lines[0]), "-q").code == 0
+    assert probe("report", store, "--follow", "c.png", "--out", out).code == 0
+
+
+@pytest.mark.parametrize("how", ["delete", "flip"])
+def test_a_damaged_result_file_is_one_line_and_a_rerun_writes_a_new_record(t, how):
+    """Result groups skip all-fill chunks and carry no checksums: ``record.json`` lists each file's
+    sha256, and every reader of a record (the report, ``probe results``' loads) checks them."""
+    store = _copy(t)
+    assert probe("decode", store, "-q").code == 0
+    (record,) = records.runs(store, "decoder")
+    listed = json.loads((record.path / "record.json").read_text())["files"]
+    assert set(listed) == {str(p.relative_to(record.path)) for p in record.path.rglob("*") if p.is_file() and p.name != "record.json"}
+    assert all(listed[k] == integrity_digest(str(record.path / k)) for k in listed)  # sha256 written out here
+    victim = next(record.path / k for k in sorted(listed) if k.startswith("masks/c/"))
+    damage(victim, how)
+    out = t.root / f"report-{next(t.count)}"
+    result = probe("report", store, "--out", out)
+    refused(result, 1, (str(victim), "is missing" if how == "delete" else "has changed", "probe decode", "new record"))
+    assert not out.exists()
+    assert probe("decode", store, "-q").code == 0  # the fix: a new record beside the damaged one
+    assert probe("report", store, "--out", out).code == 0
+
+
 def test_a_missing_chunk_no_longer_gives_other_numbers(t):
     """The issue's case: one chunk file deleted, neighbours exited 0 with other numbers. Before the
     damage the figure is the baseline; the damaged store now refuses; after --repair the figure is

@@ -44,7 +44,7 @@ from ..infra.settings import SettingError
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records
-from ..store import hbird_views, images, parts
+from ..store import cache, hbird_views, images, parts
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
@@ -154,7 +154,7 @@ def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], bank
     width = int(ds[f"tokens_{views[0]}"].shape[-1])
     out = [np.empty((len(rows.view), width), np.float32) for rows in banks]
     for e, view in enumerate(views):
-        array = ds[f"tokens_{view}"].sel(image=list(ids))
+        array = cache.checked(ds, f"tokens_{view}").sel(image=list(ids))
         for a in range(0, n, READ_BLOCK):
             b = min(a + READ_BLOCK, n)
             block = None
@@ -209,7 +209,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
         input_size=cut, patch_size=patch, n_classes=len(classes))) for size in settings.memory]
     bank_rows = [len(rows.view) for rows in banks]
     soft = []
-    values = {"values": val_ds[f"tokens_{hbird_views.VAL}"].sel(image=list(val_ids))}
+    values = {"values": cache.checked(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}
     with placed(placement.workers, placement.dask_address) as where:
         for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
             folder = records.results_path(train_ds.attrs.get("store") or store, "")

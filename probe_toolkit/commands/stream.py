@@ -192,7 +192,7 @@ def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np
     grids, patch size and view beside them), ids and sizes."""
     ds = cache.open_store(path, done_only=False)
     empty = collate([], settings, 1)
-    arrays = {name: ds[f"{name}_{VIEW}"].values.astype(getattr(empty, name).dtype) for name in ARRAYS}
+    arrays = {name: cache.checked(ds, f"{name}_{VIEW}").values.astype(getattr(empty, name).dtype) for name in ARRAYS}
     decoded = as_decoded(arrays, settings)
     meta = cache.manifest(path)
     if meta["keys_view"] in images.OWN_SIZE:

@@ -77,7 +77,7 @@ def blocks(store: StoreView, image_id: str, patch: int) -> Blocks | None:
     if not store.has("attention_blocks_224", image_id):
         return None
     start = store.prefix
-    array = store.ds["attention_blocks_224"].sel(image=image_id).isel(query=start + patch)
+    array = store.array("attention_blocks_224").sel(image=image_id).isel(query=start + patch)
     rows = np.asarray(array.values, dtype=np.float32)  # (block, head, T)
     labels = [int(b) for b in array["block"].values] if "block" in array.coords else list(range(1, rows.shape[0] + 1))
     return Blocks(rows[..., start:], effective_number(rows), labels)

@@ -56,7 +56,11 @@ class StoreView:
 
     def image_values(self, array: str, image_id: str) -> np.ndarray:
         """One image's slice of a stored array, as float32 (stores hold float16 by default)."""
-        return np.asarray(self.ds[array].sel(image=image_id).values, dtype=np.float32)
+        return np.asarray(self.array(array).sel(image=image_id).values, dtype=np.float32)
+
+    def array(self, name: str) -> xr.DataArray:
+        """A stored array, its chunks checked first (``cache.checked``): a deleted chunk is one line, not a NaN picture."""
+        return cache.checked(self.ds, name)
 
     def result(self, name: str) -> xr.Dataset | None:
         return self.results.get(name)

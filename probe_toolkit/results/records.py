@@ -264,6 +264,8 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
                 from ..store.plain import write
 
                 write(results, tmp)
+        if meta:
+            meta["files"] = _digests(tmp)  # checked by ``load``: a deleted or changed file is one line, not fill values
         write_meta(tmp, meta)
     except BaseException as error:  # a full disk, Ctrl-C: no half-written result stays behind
         shutil.rmtree(tmp, ignore_errors=True)
@@ -281,11 +283,37 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     return path
 
 
+def _digests(folder: Path) -> dict[str, str]:
+    """Each file of a record's result group (its chunks and metadata) with its sha256. Result
+    groups skip all-fill chunks and carry no checksums, so the record lists what it wrote."""
+    from ..infra.provenance import file_sha256
+
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file() and p.name != RECORD}
+
+
+def check_files(found: Record) -> None:
+    """Every file ``record.json`` lists is there with the bytes the run wrote (records written
+    before they listed their files are read as they are)."""
+    from ..infra.errors import IntegrityError
+    from ..infra.provenance import file_sha256
+
+    listed = found.meta.get("files")
+    if not isinstance(listed, dict):
+        return
+    for relative, digest in listed.items():
+        path = found.path / relative
+        why = "is missing" if not path.is_file() else "has changed" if file_sha256(path) != digest else None
+        if why:
+            raise IntegrityError(path, f"{why} since run {found.run_id} of {found.result} wrote it",
+                                 f"rerun `probe {found.protocol}` on the store (a new record is written beside this one), or restore the file")
+
+
 def load(store: str | Path, name: str, run: str | None = None) -> xr.Dataset | None:
     """The latest record of result ``name`` in a store (or run ``run``'s), or None when none exists."""
     found = find(store, name, run)
     if found is None:
         return None
+    check_files(found)
     from ..infra import lazy_dask
 
     with warnings.catch_warnings():

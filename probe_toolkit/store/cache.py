@@ -174,6 +174,15 @@ def manifest(ds_or_path: xr.Dataset | StoreData | str | Path) -> dict[str, Any]:
     return dict(group.attrs["manifest"])
 
 
+def checked(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
+    """``ds[name]`` once every chunk of it holding a finished image is there (``integrity.check_present``):
+    the one read of a store's array, for readers that keep its own dimension names (the report's
+    figures and pictures, stored masks); ``require`` adds the extract flag and the plain ``patch``."""
+    if ds.attrs.get("store"):
+        integrity.check_present(ds.attrs["store"], [name])
+    return ds[name]
+
+
 def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     """The array ``name`` with its patch dimension named ``patch``, or an error naming the extract flag."""
     if name not in ds:
@@ -183,9 +192,7 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
         if held:  # the same array of another view: reading that view is the nearer fix
             fix = f"it holds {', '.join(f'{name[: -len(grids.view_of(name))]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
-    if ds.attrs.get("store"):  # every chunk of a finished image is there before it is read (store/integrity.py)
-        integrity.check_present(ds.attrs["store"], [name])
-    array = ds[name]
+    array = checked(ds, name)  # every chunk of a finished image is there before it is read (store/integrity.py)
     array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
         from ..infra.cluster import fingerprint
