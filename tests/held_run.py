@@ -2,7 +2,8 @@
 its work and waits there to be killed, so a test can kill it mid-run without racing it.
 
 ``AT`` is where it stops: ``block`` (the first block is back from the local workers, which stay
-alive with blocks in flight) or ``readout`` (the first forward pass of an extraction is done).
+alive with blocks in flight), ``readout`` (the first forward pass of an extraction is done) or
+``save`` (a record is written under its temporary name, before its rename).
 ``MARKER`` is written when it stops there. Nothing else of the run is changed.
 """
 
@@ -44,6 +45,16 @@ def main() -> None:
             return out
 
         Backbone.readout = readout
+    elif at == "save":
+        from probe_toolkit.results import records
+
+        real_meta = records.write_meta
+
+        def write_meta(path, meta):
+            real_meta(path, meta)
+            hold(marker)  # the record is written under its temporary name, not yet renamed
+
+        records.write_meta = write_meta
     else:
         raise SystemExit(f"unknown AT {at!r}")
     from probe_toolkit.cli import main as probe

@@ -9,6 +9,7 @@ process of the run is alive. A process that survives the bound fails the test (a
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from probe_toolkit.infra.placement import launcher_shard
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +115,49 @@ def test_decode_workers_die_with_the_command(store, tmp_path, sig):
     helpers, survivors = kill_mid_run(["decode", store, "--workers", "2", "--cache", tmp_path / "cache", "-q"], sig, tmp_path)
     assert len(helpers) >= 2, helpers  # the two workers (and multiprocessing's resource tracker, if any)
     assert survivors == [], f"{len(survivors)} of {len(helpers)} processes outlived the killed command"
+
+
+def _sigterm(at: str, args: list, tmp_path: Path) -> tuple[subprocess.Popen, set[int], list[int], str]:
+    """``probe ARGS`` held at ``at``, then SIGTERMed: (the process, its helpers, the survivors, its output)."""
+    marker, log = tmp_path / "held", tmp_path / "log.txt"
+    with open(log, "wb") as output:
+        run = subprocess.Popen([sys.executable, str(HELD), at, str(marker), *map(str, args)], env=env(), stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for(marker, run, " ".join(map(str, args[:2])), log)
+        helpers = descendants(run.pid)
+        os.kill(run.pid, signal.SIGTERM)
+        run.wait(timeout=120)  # a guard only: the cleanup is a few renames and a pool's shutdown
+        return run, helpers, none_survive(helpers), log.read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_sigterm_runs_the_commands_cleanup_and_exits_143(store, tmp_path):
+    """SIGTERM of ``probe decode --workers 2`` while its workers hold blocks: the main process runs
+    the cleanup a Ctrl-C runs (pool stopped: no worker survives), says so in one line, exits 143."""
+    run, helpers, survivors, output = _sigterm("block", ["decode", store, "--workers", "2", "--cache", tmp_path / "cache", "-q"], tmp_path)
+    assert run.returncode == 143, output
+    assert "Traceback" not in output and "terminated (SIGTERM); nothing half-written is kept, rerun the command" in output, output
+    assert len(helpers) >= 2 and survivors == [], (helpers, survivors)
+
+
+def test_sigterm_while_a_record_is_written_leaves_no_half_written_record(store, tmp_path):
+    """SIGTERM after the record's files are written under their temporary name, before the rename:
+    the temporary folder is removed by the terminated process itself (not left for the next run to
+    sweep), no record appears, and the rerun writes exactly one."""
+    copy = tmp_path / "s.zarr"
+    shutil.copytree(store, copy)
+    run, _, survivors, output = _sigterm("save", ["decode", copy, "--cache", tmp_path / "cache", "-q"], tmp_path)
+    assert run.returncode == 143 and "terminated (SIGTERM)" in output and "Traceback" not in output, output
+    assert survivors == []
+    results = copy / "results"
+    assert not [p for p in results.rglob("*") if ".tmp-" in p.name], sorted(results.rglob("*"))
+    assert records.runs(copy, "decoder") == []
+    again = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(copy), "--cache", str(tmp_path / "cache"), "-q"], env=env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert len(records.runs(copy, "decoder")) == 1
 
 
 def test_streaming_decode_workers_die_with_the_command(tiny_checkpoints, image_dir, tmp_path):

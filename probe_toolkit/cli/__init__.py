@@ -15,13 +15,25 @@ from . import stores, discovery, panels, protocols, dense, workflow  # noqa: F40
 
 
 def main() -> None:
-    """Console entry point: a failure is one line on stderr and a status (2 bad input, 1 integrity, 130 interrupted)."""
+    """Console entry point: a failure is one line on stderr and a status (2 bad input, 1 integrity, 130 interrupted, 143 SIGTERM)."""
+    from ..infra.lifeline import terminate_as_interrupt
+
+    previous = terminate_as_interrupt()  # a SIGTERM cleans up as Ctrl-C does, then exits 143
+    try:
+        _main()
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main() -> None:
     from ..infra.collector import fewer_full_collections
     from ..infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, ProbeError, os_error_line
+    from ..infra.lifeline import STATUS, follow_launcher, terminated
     from ..infra.memory import keep_memory_flat
     from ..infra.settings import SettingError
-
-    from ..infra.lifeline import follow_launcher
 
     fewer_full_collections()  # before the command's imports (torch, timm)
     follow_launcher()  # under torchrun: this rank stops when its launcher is killed
@@ -38,11 +50,11 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {error.line()}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Interrupted as error:
-        err_console.print(f"[bold yellow]interrupted:[/] {error}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_INTERRUPTED)
+        err_console.print(f"[bold yellow]{_stopped(terminated())}:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(STATUS if terminated() else EXIT_INTERRUPTED)
     except (typer.Abort, KeyboardInterrupt):
-        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
-        sys.exit(EXIT_INTERRUPTED)
+        err_console.print(f"{_stopped(terminated())}; nothing half-written is kept, rerun the command", highlight=False)
+        sys.exit(STATUS if terminated() else EXIT_INTERRUPTED)
     except OSError as error:  # a full disk, a read-only folder, a file where a folder belongs: one line, not a traceback
         err_console.print(f"[bold red]error:[/] {os_error_line(error)}", highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -52,9 +64,14 @@ def main() -> None:
             sys.exit(error.exit_code)
         raise
     if code == EXIT_INTERRUPTED:
-        err_console.print("interrupted; nothing half-written is kept, rerun the command", highlight=False)
+        err_console.print(f"{_stopped(terminated())}; nothing half-written is kept, rerun the command", highlight=False)
+        code = STATUS if terminated() else code
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _stopped(by_sigterm: bool) -> str:
+    return "terminated (SIGTERM)" if by_sigterm else "interrupted"
 
 
 def flagged(error) -> str:

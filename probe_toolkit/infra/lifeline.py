@@ -17,6 +17,7 @@ which a pool that starts workers from a helper thread would trip while the run g
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -58,3 +59,36 @@ def follow_launcher() -> threading.Thread | None:
         print(say, file=sys.stderr, flush=True)
         os._exit(STATUS)
     return follow_parent(parent, interval=0.2, say=say)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in the command's own process, raised in its main thread as Ctrl-C is: every cleanup
+    a Ctrl-C runs (temporaries removed, workers and clusters stopped) runs for a SIGTERM too."""
+
+
+_TERMINATED = threading.Event()
+
+
+def terminated() -> bool:
+    """Whether this process was sent SIGTERM (then it exits 143, not Ctrl-C's 130)."""
+    return _TERMINATED.is_set()
+
+
+def terminate_as_interrupt():
+    """Install the SIGTERM handler for the command's process; returns the handler it replaced
+    (``signal.signal`` accepts it back), or None where a handler cannot be installed (not the
+    main thread). A process forked from this one (a pool worker) inherits the handler but dies as
+    a plain SIGTERM has it; a second SIGTERM while the first's cleanup runs ends it at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if os.getpid() != owner:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        _TERMINATED.set()
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
