@@ -284,3 +284,41 @@ def test_a_dinov3_store_runs_through_the_protocols(tmp_path, photos):
     masks = probe.run("attention-masks", store, workers=1)
     assert masks.report.n_images == 7
     assert [r.result for r in records.every_record(store)].count("decoder") == 3
+
+
+PLACED = {"workers": 2, "dask_address": "tcp://127.0.0.1:9", "shard": "0/2", "backend": "torch", "device": "cuda", "threads": 2}
+
+
+def test_a_placement_field_a_protocol_does_not_honour_is_refused_before_any_work(monkeypatch, tmp_path):
+    """Every registered protocol, every placement field: one it declares (``Protocol.placement``)
+    reaches its execution unchanged; any other, given away from its default, is a SettingError
+    naming it before the execution starts (no work, no record claiming a placement the run never had)."""
+    refused = {}
+    for protocol in registry.protocols():
+        reached: list[Placement] = []
+        fake = dataclasses.replace(protocol, execute=lambda settings, placement, _seen=reached, **inputs: _seen.append(placement))
+        monkeypatch.setitem(registry._REGISTRY, protocol.name, fake)
+        for field, value in PLACED.items():
+            reached.clear()
+            if field in protocol.placement:
+                api.run(protocol.name, tmp_path / "absent", **{field: value})
+                assert [getattr(p, field) for p in reached] == [value], (protocol.name, field)
+            else:
+                with pytest.raises(SettingError) as caught:
+                    api.run(protocol.name, tmp_path / "absent", **{field: value})
+                assert caught.value.parameter == field and reached == [], (protocol.name, field)
+                refused.setdefault(protocol.name, []).append(field)
+        api.run(protocol.name, tmp_path / "absent", shard="0/1")  # one shard of one is the whole run
+    # what the executions read, from their code (commands/*): linear and score read no placement at all
+    assert refused["linear"] == refused["score"] == list(PLACED)
+    assert refused["entropy"] == refused["neighbours"] == refused["hummingbird"] == refused["correspond"] == ["shard", "backend", "device", "threads"]
+    assert refused["propagate"] == ["backend", "threads"] and refused["decode-stream"] == ["threads"] and "decode" not in refused
+
+
+@pytest.mark.parametrize("flag,value", [("--workers", "2"), ("--dask-address", "tcp://127.0.0.1:9")])
+def test_linear_refuses_placement_options_it_would_ignore(store, capsys, tmp_path, flag, value):
+    before = sorted(p.name for p in store.rglob("*"))
+    code, printed = probe_main(["linear", store, "--train", "tr", "--val", "va", "--cache", tmp_path / "cache", flag, value], capsys)
+    lines = [line for line in printed.err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and f"linear does not use {flag}" in lines[0] and f"drop {flag}" in lines[0], printed.err
+    assert sorted(p.name for p in store.rglob("*")) == before and not (tmp_path / "cache").exists()  # no ledger line, no record

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
+from ..infra.settings import SettingError
 from ..results import records
 from .registry import Protocol, get
 
@@ -57,6 +58,24 @@ def _absolute(value: Any) -> Any:
     return value
 
 
+def refuse_unused(protocol: Protocol, placement: Placement, given: dict[str, Any] | None = None) -> None:
+    """A placement field the protocol's execution does not honour (``Protocol.placement``) and that
+    differs from its default is refused before any work: silently ignored, ``workers=8`` or a
+    cluster's address would claim a placement the run never had (and its record would say so)."""
+    default = Placement()
+    for name in PLACEMENT_FIELDS:
+        value = getattr(placement, name)
+        if name in protocol.placement or value == getattr(default, name) or (name == "shard" and placement.shard_pair() == (0, 1)):
+            continue  # (one shard of one is the whole run)
+        if name == "shard":
+            origin = "" if name in (given or {}) else ", from torchrun's RANK/WORLD_SIZE"
+            spread = " (workers or dask_address spread it)" if "workers" in protocol.placement else ""
+            raise SettingError(name, f"{protocol.name} does not run in shards (shard {value}{origin}): each shard would compute and save "
+                               "a part as if it were the whole", f"run it once, without shard or torchrun{spread}")
+        raise SettingError(name, f"{protocol.name} does not use {name} (given {value!r}): no part of its run reads it, so it would "
+                           "be ignored", f"drop {name}")
+
+
 def run(name: str, source: Any = None, *, placement: Placement | None = None, **keywords: Any) -> Run:
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file)."""
     protocol = get(name)
@@ -66,6 +85,7 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, **
         placement = Placement.parse(**given_placement)
     elif given_placement:
         raise ProbeError(None, f"{', '.join(given_placement)} given beside placement=", "give either a Placement or its fields")
+    refuse_unused(protocol, placement, given_placement)
     first = protocol.source
     if source is not None:
         inputs[first] = [Path(s) for s in source] if first == "stores" and isinstance(source, (list, tuple)) else \

@@ -37,4 +37,5 @@ PROTOCOL = register(Protocol(
                  "With storage or register tokens (DINOv3, DINOv2 with registers) the class token's row is taken over the patches alone, each "
                  "storage token's own row gives its own masks, and the result says where each prefix token looks (Darcet et al. 2024, Fig. 9)."),
     execute=execute,
+    placement=("workers", "dask_address", "shard"),
 ))

@@ -45,4 +45,5 @@ PROTOCOL = register(Protocol(
                  "0.10 alone; 0.05 and 0.15 are computed from the same errors. Its keypoint confusion matrix is not kept, and the "
                  "segmentation masks it loads (unused at its default mask_feats=False) are not read."),
     execute=execute,
+    placement=("workers", "dask_address"),
 ))

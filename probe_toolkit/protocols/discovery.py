@@ -144,6 +144,7 @@ register(Protocol(
     differences="As decode; the keys are never written.",
     execute=stream,
     source="checkpoint",
+    placement=("workers", "dask_address", "shard", "backend", "device"),  # the cut runs on the workers, one BLAS thread each
 ))
 register(Protocol(
     name="score",
@@ -155,6 +156,7 @@ register(Protocol(
     differences="pycocotools' COCOeval with one category; CorLoc as LOST counts it (IoU ≥ 0.5 with any box).",
     execute=score,
     source="masks_file",
+    placement=(),  # scoring reads a masks file and a panel in this process
 ))
 register(Protocol(
     name="decode-sweep",

@@ -41,4 +41,5 @@ PROTOCOL = register(Protocol(
     differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",
     execute=execute,
     source="stores",
+    placement=("workers", "dask_address"),
 ))

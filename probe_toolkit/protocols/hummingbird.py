@@ -86,4 +86,5 @@ PROTOCOL = register(Protocol(
     ),
     differences=DIFFERENCES,
     execute=execute,
+    placement=("workers", "dask_address"),
 ))

@@ -47,4 +47,5 @@ PROTOCOL = register(Protocol(
                  "a factor common to every class of one image, so predictions and top-1 / top-5 are the same. A k above the train images is "
                  "narrowed to the ks that fit (DINOv3 clips each k to the train set's size instead), so no k is scored twice."),
     execute=execute,
+    placement=("workers", "dask_address", "shard"),
 ))

@@ -38,4 +38,5 @@ PROTOCOL = register(Protocol(
                 "the weight decay is chosen on a hold-out of the train panel, never on val.",
     execute=execute,
     source="stores",
+    placement=(),
 ))

@@ -51,4 +51,5 @@ PROTOCOL = register(Protocol(
     differences="The window's positives are chosen by the same selection module training/ uses (analyses/selection.py); statistics are bootstrapped over images.",
     execute=execute,
     source="stores",
+    placement=("workers", "dask_address"),
 ))

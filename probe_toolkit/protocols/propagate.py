@@ -61,4 +61,5 @@ PROTOCOL = register(Protocol(
                  "upsampling, scored by davis2017-evaluation as DINO's preset is; the notebook's values checked one by one at commit 6876159."),
     execute=execute,
     source="checkpoint",
+    placement=("workers", "dask_address", "shard", "device"),
 ))

@@ -52,6 +52,8 @@ class Protocol:
     differences: str  # what differs from the reference code, and why
     execute: Callable[..., Any]  # (settings, placement, **inputs and options) -> the command's report
     source: str = "store"  # the keyword of its first input: store, stores, checkpoint or masks_file
+    # the placement fields its execution honours; any other given is refused before work (``api.run``)
+    placement: tuple[str, ...] = ("workers", "dask_address", "shard", "backend", "device", "threads")
 
     def make_settings(self, **given: Any):
         return self.settings.build(**given)
