@@ -81,6 +81,8 @@ class ImageMasks:
     cuts: int  # eigenproblems solved (the last may have been rejected)
     fiedler: np.ndarray | None = None  # (N,) the first cut's oriented Fiedler vector x (TokenCut's figure)
     seed: int = -1  # the first cut's seed patch
+    degree: np.ndarray | None = None  # (N,) LOST's degree of each patch (analyses/lost.py)
+    expansion: np.ndarray | None = None  # (N,) LOST's seed expansion M
 
 
 def grid_of(n: int) -> int:
@@ -104,7 +106,7 @@ def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], c
         r = lost(keys, grid, settings.k_patches)
         score = 1.0 - float(r.degree[r.seed]) / keys.shape[0]
         return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
-                          solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed))
+                          solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed), degree=r.degree, expansion=r.expansion)
     d = dsm(keys, grid, color=color, color_lambda=settings.color_lambda, gap_tol=settings.gap_tol)
     lam2, lam3 = float(d.eigenvalues[1]), float(d.eigenvalues[2])
     score = float(np.clip((lam3 - lam2) / lam3, 0.0, 1.0)) if lam3 > 0 else 0.0
@@ -197,6 +199,8 @@ class Decoded:
     settings: Settings = field(default_factory=Settings)
     fiedler: np.ndarray | None = None  # (image, patch) float32, the first cut's oriented Fiedler vector
     seed: np.ndarray | None = None  # (image,) int, the first cut's seed patch
+    degree: np.ndarray | None = None  # (image, patch) float32, LOST's degree of each patch (NaN: another rule, or padding)
+    expansion: np.ndarray | None = None  # (image, patch) float32, LOST's seed expansion M (NaN likewise)
     grids: np.ndarray | None = None  # (image, 2) int rows, cols of a per-image view (native, native_crop, native_resized); None: square
     patch: int = 0  # the patch size in pixels of a per-image view (its masks' geometry)
     view: str = "native"  # which per-image view, named in the saved results
@@ -226,12 +230,17 @@ def collate(results: list[ImageMasks], settings: Settings, n: int) -> Decoded:
         settings=settings,
         fiedler=np.full((b, n), np.nan, dtype=np.float32),
         seed=np.full(b, -1, dtype=np.int32),
+        degree=np.full((b, n), np.nan, dtype=np.float32),
+        expansion=np.full((b, n), np.nan, dtype=np.float32),
     )
     for i, r in enumerate(results):
         p = r.masks.shape[1]  # a per-image grid fills the first rows·cols patches; the rest stays empty/NaN
         if r.fiedler is not None:
             out.fiedler[i, :p] = r.fiedler
         out.seed[i] = r.seed
+        if r.degree is not None:  # LOST's maps, for the report's seed and degree figure
+            out.degree[i, :p] = r.degree
+            out.expansion[i, :p] = r.expansion
         m = r.masks.shape[0]
         out.masks[i, :m, :p] = r.masks
         for name in ("score", "lambda2", "lambda3", "gap", "ncut"):

@@ -76,7 +76,7 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
         masks=decoded.masks[:, sl], score=decoded.score[:, sl], lambda2=decoded.lambda2[:, sl], lambda3=decoded.lambda3[:, sl],
         gap=decoded.gap[:, sl], ncut=decoded.ncut[:, sl], n_masks=n, degenerate=decoded.degenerate, stop=decoded.stop,
         dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings, fiedler=decoded.fiedler, seed=decoded.seed,
-        grids=decoded.grids, patch=decoded.patch, view=decoded.view,
+        degree=decoded.degree, expansion=decoded.expansion, grids=decoded.grids, patch=decoded.patch, view=decoded.view,
     )
 
 

@@ -64,7 +64,7 @@ VIEW = "decoded"  # the masks store's one "view": its arrays are ``<name>_decode
 
 def _plan(slots: int, patches: int) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
     per_mask = ("score", "lambda2", "lambda3", "gap", "ncut")
-    plan = {"masks": (("mask", "patch"), (slots, patches)), "fiedler": (("patch",), (patches,))}
+    plan = {"masks": (("mask", "patch"), (slots, patches)), **{name: (("patch",), (patches,)) for name in ("fiedler", "degree", "expansion")}}
     plan.update({name: (("mask",), (slots,)) for name in per_mask})
     plan.update({name: ((), ()) for name in ARRAYS if name not in plan})
     return {f"{name}_{VIEW}": spec for name, spec in plan.items()}

@@ -188,6 +188,8 @@ def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> Results:
     without xarray (``store.plain``), read back as an xarray Dataset."""
     dims2 = ("image", "mask")
     vectors = {} if decoded.fiedler is None else {"fiedler": (("image", "patch"), decoded.fiedler), "seed": ("image", decoded.seed)}
+    if decoded.degree is not None and np.isfinite(decoded.degree).any():  # LOST: its degree and seed expansion per patch
+        vectors.update(degree=(("image", "patch"), decoded.degree), expansion=(("image", "patch"), decoded.expansion))
     if decoded.grids is not None:  # an own-size view: masks padded to the view's most patches, each image's grid beside them
         vectors.update(grid_rows=("image", np.asarray(decoded.grids[:, 0], dtype=np.int64)), grid_cols=("image", np.asarray(decoded.grids[:, 1], dtype=np.int64)))
         grid_attrs = {"grid": "per image (grid_rows, grid_cols)", "view": decoded.view, "patch_size": int(decoded.patch)}
@@ -233,6 +235,8 @@ def decoded_from_dataset(ds: xr.Dataset | Results) -> Decoded:
         settings=settings,
         fiedler=ds["fiedler"].values if "fiedler" in ds else None,
         seed=ds["seed"].values if "seed" in ds else None,
+        degree=ds["degree"].values if "degree" in ds else None,
+        expansion=ds["expansion"].values if "expansion" in ds else None,
         grids=np.stack([ds["grid_rows"].values, ds["grid_cols"].values], axis=1) if "grid_rows" in ds else None,
         patch=int(ds.attrs.get("patch_size", 0)),
         view=str(ds.attrs.get("view") or "native"),

@@ -174,14 +174,16 @@ def mask_overlays(pictures: list[tuple[str, np.ndarray]], masks: dict[str, list[
 # the decoder's Fiedler vector, and masks against the ground truth
 
 
-def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray | None]], grid: int, title: str) -> bytes:
+def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray | None]], grid: int, title: str,
+                   lost: bool = False) -> bytes:
     """Per image (rows): the Fiedler vector on the patch grid with the seed marked, beside its masks.
 
     ``items``: (image id, x (N,) oriented so x[seed side] > 0, seed patch, RGB at display size,
     masks (M, H, W) at that size, ground truth (H, W) bool or None). The vector uses a
     sequential map centred nowhere (cividis), the seed is a white ×, the cut at mean(x) is the
     contour; masks are filled in Tol's colours, the ground truth (when a panel was scored) is
-    outlined white and dashed.
+    outlined white and dashed. ``lost``: x is LOST's degree per patch (no cut: no contour), the
+    seed its patch of least degree.
     """
     fig = Figure(figsize=(4.6, 2.0 * len(items) + 0.6), layout="constrained")
     axes = fig.subplots(len(items), 2, squeeze=False)
@@ -189,12 +191,13 @@ def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarra
     for r, (image_id, x, seed, rgb, masks, truth) in enumerate(items):
         ax = axes[r, 0]
         image = patch_map(ax, x, grid, FIEDLER_CMAP)
-        ax.contour(np.arange(grid) + 0.5, np.arange(grid) + 0.5, np.asarray(x, dtype=np.float64).reshape(grid, grid),
-                   levels=[float(np.mean(x))], colors="white", linewidths=1.0)
+        if not lost:
+            ax.contour(np.arange(grid) + 0.5, np.arange(grid) + 0.5, np.asarray(x, dtype=np.float64).reshape(grid, grid),
+                       levels=[float(np.mean(x))], colors="white", linewidths=1.0)
         if seed >= 0:
             ax.plot(seed % grid + 0.5, seed // grid + 0.5, "x", color="white", markersize=9, markeredgewidth=2.5)
             ax.plot(seed % grid + 0.5, seed // grid + 0.5, "x", color="black", markersize=6, markeredgewidth=1.0)
-        ax.set_title(f"{image_id.rsplit('/', 1)[-1]}: Fiedler vector", fontsize=8)
+        ax.set_title(f"{image_id.rsplit('/', 1)[-1]}: {'LOST degree' if lost else 'Fiedler vector'}", fontsize=8)
         ax = axes[r, 1]
         ax.imshow(rgb)
         _masks_over(ax, masks)
@@ -204,7 +207,7 @@ def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarra
         ax.set_title(f"{len(masks)} mask{'s' if len(masks) != 1 else ''}" + (", ground truth dashed" if truth is not None else ""), fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.colorbar(image, ax=list(axes[:, 0]), location="bottom", fraction=0.04, pad=0.02, label="x (seed side > 0)")
+    fig.colorbar(image, ax=list(axes[:, 0]), location="bottom", fraction=0.04, pad=0.02, label="patches linked (A > 0)" if lost else "x (seed side > 0)")
     fig.suptitle(title, fontsize=9)
     return png(fig)
 

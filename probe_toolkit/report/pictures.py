@@ -98,7 +98,7 @@ def _truth(ctx: "Context", store, ds_scores, chosen: list[str], shape: dict[str,
 def decoder_cuts(ctx: "Context") -> Section:
     section = Section("decoder-cuts", "Decoder: the Fiedler vector beside its mask")
     found = {s.label: (s, s.result("decoder")) for s in ctx.stores if s.result("decoder") is not None}
-    with_vector = {k: v for k, v in found.items() if "fiedler" in v[1]}
+    with_vector = {k: v for k, v in found.items() if "fiedler" in v[1] or "degree" in v[1]}
     if not with_vector:
         section.missing("No Fiedler vectors saved: run `probe decode STORE` (decoder results from this version keep each image's first vector).")
         return section
@@ -122,15 +122,18 @@ def decoder_cuts(ctx: "Context") -> Section:
             shape[image_id] = size
         truth, why = _truth(ctx, store, scored, chosen, shape) if scored is not None else (None, "")
         grid = int(ds.attrs.get("grid", round(ds.sizes["patch"] ** 0.5)))
+        lost = "degree" in ds  # LOST: no cut, its degree map and seed instead (analyses/lost.py)
         items = []
         for image_id in chosen:
             i = ids.index(image_id)
             patch_masks = ds["masks"].values[i, : int(ds["n_masks"].values[i])].astype(bool)
             up = np.stack([mask_geometry.upsample(m, *shape[image_id]) for m in patch_masks]) if len(patch_masks) else np.zeros((0, *shape[image_id]), bool)
-            items.append((image_id, ds["fiedler"].values[i], int(ds["seed"].values[i]), pictures[image_id], up,
+            items.append((image_id, ds["degree" if lost else "fiedler"].values[i], int(ds["seed"].values[i]), pictures[image_id], up,
                           None if truth is None else truth.get(image_id)))
-        png = figures_maps.fiedler_panels(items, grid, figures.wrap(label, 40))
-        caption = (f"{label}: the first cut's Fiedler vector x on the {grid} × {grid} grid of the decoder's view (white line: the cut at mean(x); "
+        png = figures_maps.fiedler_panels(items, grid, figures.wrap(label, 40), lost=lost)
+        caption = (f"{label}: LOST's degree (how many patches each patch's key has a positive dot product with) on the {grid} × {grid} grid "
+                   "of the decoder's view (×: the seed, the patch of least degree), beside the mask grown from it, mapped back to the image" if lost else
+                   f"{label}: the first cut's Fiedler vector x on the {grid} × {grid} grid of the decoder's view (white line: the cut at mean(x); "
                    "×: the seed), beside the masks mapped back to the image")
         if truth is not None:
             caption += f"; dashed: the objects of panel {scored.attrs.get('panel')} (labels read for this figure, ledgered)"
