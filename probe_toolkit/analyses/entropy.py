@@ -205,6 +205,7 @@ def entropy(
     seed: int = 0,
     level: float = 0.95,
     run_blocks: Callable[..., dict[str, np.ndarray]] | None = None,
+    boot_progress: Callable[[int], None] | None = None,
 ) -> Results:
     """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks;
     a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout.
@@ -249,7 +250,7 @@ def entropy(
             cls_effective=per_image["cls_effective"].mean(1),
             cls_share=per_image["cls_effective"].mean(1) / n_keys,
         )
-    interval = bootstrap_mean(np.stack(list(summary.values()), axis=1), n_boot=n_boot, seed=seed, level=level)
+    interval = bootstrap_mean(np.stack(list(summary.values()), axis=1), n_boot=n_boot, seed=seed, level=level, progress=boot_progress)
     data.update(summary_mean=("statistic", interval.mean), summary_low=("statistic", interval.low), summary_high=("statistic", interval.high))
 
     images = attention.coords["image"].values if "image" in attention.coords else np.arange(attention.shape[0])

@@ -187,6 +187,7 @@ def neighbours(
     seed: int = 0,
     level: float = 0.95,
     run_blocks: Callable[..., dict[str, np.ndarray]] | None = None,
+    boot_progress: Callable[[int], None] | None = None,
     **premise: Any,
 ) -> Results:
     """Premise statistics of a store's tokens (image, patch, channel), chunk by chunk over images:
@@ -212,7 +213,7 @@ def neighbours(
     n = grid * grid
     images = tokens.coords["image"].values if "image" in tokens.coords else np.arange(tokens.shape[0])
     table = np.stack([per_image[name] for name in STATISTICS], axis=1)
-    interval = bootstrap_mean(table, n_boot=n_boot, seed=seed, level=level)
+    interval = bootstrap_mean(table, n_boot=n_boot, seed=seed, level=level, progress=boot_progress)
     histogram = np.bincount(per_image["negative_count"].ravel().astype(np.int64), minlength=max_negatives + 1)
     data = {name: ("image", per_image[name].astype(np.float32)) for name in STATISTICS}
     data.update(

@@ -7,7 +7,7 @@ generator, take the mean each time, and read the (1 ± level)/2 quantiles of tho
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -52,8 +52,10 @@ class Interval(NamedTuple):
     high: np.ndarray  # (S,) upper bound
 
 
-def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> Interval:
-    """Mean of ``values`` (image, S) over images with a percentile-bootstrap interval per column."""
+def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                   progress: Callable[[int], None] | None = None) -> Interval:
+    """Mean of ``values`` (image, S) over images with a percentile-bootstrap interval per column;
+    ``progress(k)`` after each pass of k resamples (the same numbers with or without it)."""
     values = np.asarray(values, dtype=np.float64)
     if values.ndim == 1:
         values = values[:, None]
@@ -71,6 +73,8 @@ def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level:
         stop = min(start + step, n_boot)
         picks = rng.integers(0, n, size=(stop - start, n))
         means[start:stop] = values[picks].mean(axis=1)
+        if progress is not None:
+            progress(stop - start)
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
     return Interval(values.mean(axis=0), low, high)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..infra.errors import ProbeError
+from ..infra.progress import within
 from ..infra.runner import per_image
 from ..store.cache import require
 from .runs import OverStores, Run, finish, over_stores
@@ -24,12 +25,16 @@ def run_entropy(
     check_boot(over.boot)  # before any store is opened
 
     def analyse(ds, progress, where):
+        with within(f"bootstrap: {over.boot:,} resamples", over.boot) as boot:  # a line of its own while they run
+            return _entropy(ds, progress, where, boot)
+
+    def _entropy(ds, progress, where, boot):
         arch = ds.attrs["manifest"].get("arch", {})
         blocks = require(ds, "attention_blocks_224") if "attention_blocks_224" in ds else None
         return entropy(
             require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), registers=int(arch.get("registers", 0)),
             blocks=blocks, patch=patch,
-            n_boot=over.boot, seed=over.seed, run_blocks=per_image(where, progress=progress),
+            n_boot=over.boot, seed=over.seed, run_blocks=per_image(where, progress=progress), boot_progress=boot,
         )
 
     runs = over_stores(stores, analyse, "attention_224", over)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..analyses.grid import grid_side
 from ..infra.errors import ProbeError
+from ..infra.progress import within
 from ..infra.runner import per_image
 from ..store.cache import open_store, require
 from .runs import OverStores, Run, finish, over_stores
@@ -73,8 +74,9 @@ def run_neighbours(
     def analyse(ds, progress, where):
         tokens = require(ds, array)
         side = grid_side(tokens.shape[1], array)
-        return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, n_boot=over.boot, seed=over.seed,
-                          run_blocks=per_image(where, progress=progress))
+        with within(f"bootstrap: {over.boot:,} resamples", over.boot) as boot:  # a line of its own while they run
+            return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, n_boot=over.boot, seed=over.seed,
+                              run_blocks=per_image(where, progress=progress), boot_progress=boot)
 
     runs = over_stores(stores, analyse, array, over)
     suffix = "" if wrap else "_nowrap"

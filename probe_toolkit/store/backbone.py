@@ -31,12 +31,16 @@ from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from ..infra.progress import within
 from .architectures import Arch
 from .readout import Readout, whole_patches
 
 
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
 INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
+# tokens in one forward pass from which its blocks show as steps under the bar (``infra.progress.within``):
+# a 1024 × 1024 image at /16; below it a pass is short and a line per pass would only flicker
+LONG_FORWARD_TOKENS = 4096
 RULES = {
     "dino": "bicubic, scale_factor (g+0.1)/g0, no antialias (facebookresearch/dino vision_transformer.py; DINOv2 with interpolate_offset=0.1)",
     "dinov2-reg": "bicubic, size (rows, cols), antialias, float32 (DINOv2 register models: interpolate_offset=0.0, interpolate_antialias=True)",
@@ -215,7 +219,14 @@ class Backbone(nn.Module):
     def readout(self, images: torch.Tensor, keys: bool = True, attention: AttentionMode = "last") -> Readout:
         """One forward pass: tokens, keys and attention of the last block, from the same pass."""
         with self._taps(keys, attention) as taps:
-            x = self.vit.blocks(self.embed(images))
+            x = self.embed(images)
+            if x.shape[0] * x.shape[1] < LONG_FORWARD_TOKENS:
+                x = self.vit.blocks(x)
+            else:  # one very large image: the blocks one by one (as nn.Sequential runs them), each a step of its own line
+                with within(f"forward pass: {x.shape[1]:,} tokens", len(self.vit.blocks)) as advance:
+                    for block in self.vit.blocks:
+                        x = block(x)
+                        advance(1)
         p, c = self.prefix, int(self.arch.class_token)
         k = taps["keys"][0] if keys else None
         maps = taps["attention"]  # stacked only for every block: the last block's map is not copied
