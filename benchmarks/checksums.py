@@ -1,6 +1,6 @@
 """Checksums: reading every chunk of a store with probe's crc32c check against a plain read of the same data, in one run.
 
-A new store's arrays end their codec chain with zarr v3's ``crc32c`` (``store.integrity.compressors``)
+A new store's arrays end their codec chain with zarr v3's ``crc32c`` (``store.codec.compressors``)
 and are read through ``integrity.CheckedPipeline``. The baseline is the same tokens written with zstd
 alone and read through zarr's default pipeline: what a store cost to read before checksums. Both
 arrays hold the same random float16 tokens (image, patch, channel) in chunks of ``--chunk`` images,
@@ -30,7 +30,7 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from probe_toolkit.store import integrity
+from probe_toolkit.store import codec, integrity
 
 RECORDS = Path(__file__).resolve().parent / "records" / "checksums.jsonl"
 DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
@@ -80,7 +80,7 @@ def main() -> None:
     data = rng.normal(size=(args.images, args.patches, args.channels)).astype(np.float16)
     folder = Path(tempfile.mkdtemp(prefix="probe-checksums-"))
     try:
-        checked_bytes = write(folder / "checked", data, args.chunk, integrity.compressors())
+        checked_bytes = write(folder / "checked", data, args.chunk, codec.compressors())
         plain_bytes = write(folder / "plain", data, args.chunk, [ZstdCodec(level=1)])
         same = np.array_equal(np.asarray(zarr.open_array(str(folder / "checked"))[:]), np.asarray(zarr.open_array(str(folder / "plain"))[:]))
         times: dict[str, list[float]] = {"plain": [], "checked": [], "crc_only": []}

@@ -255,7 +255,9 @@ def test_a_worker_that_finds_a_chunk_missing_says_so(t, monkeypatch):
 def test_stores_written_before_checksums_still_read_and_verify_says_what_it_can(t, monkeypatch):
     from zarr.codecs import ZstdCodec
 
-    monkeypatch.setattr(integrity, "compressors", lambda level=1: [ZstdCodec(level=level)])
+    from probe_toolkit.store import codec
+
+    monkeypatch.setattr(codec, "compressors", lambda level=1: [ZstdCodec(level=level)])
     old = t.root / "stores" / "old" / "teacher.zarr"
     assert probe("extract", t.ckpt, "--images", t.images, "--views", "224", "--chunk", "2", "--store", old, "-q").code == 0
     monkeypatch.undo()

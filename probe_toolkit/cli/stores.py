@@ -112,7 +112,7 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
 
     if verify:
         from ..infra.errors import IntegrityError
-        from ..store.integrity import verify as read_every_chunk
+        from ..store.verify import verify as read_every_chunk
 
         found = read_every_chunk(store)
         if found.damaged:

@@ -45,6 +45,7 @@ import zarr
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError
 from . import grids, hints, integrity
+from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
 from .views import NAMES as VIEW_ORDER
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
@@ -202,13 +203,6 @@ def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
     return array
 
 
-def consolidate(store: str | Path) -> None:
-    """Rewrite the consolidated metadata after arrays or groups change, so that a plain
-    ``xarray.open_zarr(store)`` opens without a warning (probe's own readers never use it)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zarr's note that consolidation is not yet in the v3 spec
-        zarr.consolidate_metadata(str(store))
-
 # the arrays every store has whatever its views, and the prefixes of each view's flags and grids
 FLAGS = ("image", "done", "failed", "image_height", "image_width", "image_sha256")  # image_sha256: store/sources.py
 PER_VIEW = ("done_", "failed_", "grid_rows_", "grid_cols_")
@@ -223,25 +217,3 @@ def view_facts(manifest: dict[str, Any], view: str) -> dict[str, Any]:
         if view == "224":
             facts["attention"] = manifest.get("attention")
     return facts
-
-
-
-def array_names(group: zarr.Group) -> list[str]:
-    """The store's arrays, read from its folder: the sub-folders whose ``zarr.json`` is an array's.
-
-    ``results/`` is a plain folder (result groups, mask files) beside the arrays, not a zarr
-    node, and zarr's own listing warns about it every time. A filter cannot silence that: zarr
-    warns on its event-loop thread, and the process's warning filters are changed by other
-    threads too (``warnings.catch_warnings`` is not thread-safe), so a filter here would hold only
-    some of the time."""
-    root = getattr(group.store, "root", None)
-    if root is None:  # not a local folder: zarr's listing (its warning included)
-        return list(group.array_keys())
-    folder = Path(root) / group.path
-    names = []
-    for entry in sorted(folder.iterdir()):
-        meta = entry / "zarr.json"
-        if entry.is_dir() and meta.is_file() and json.loads(meta.read_text()).get("node_type") == "array":
-            names.append(entry.name)
-    return names
-

@@ -7,6 +7,9 @@ needs the GIL, waits that long each time. The ``zstandard`` package compresses t
 (the same frame, the same bytes, decoded by any zstd reader) with the GIL released. Only the
 encoding changes: decoding, the metadata (``"name": "zstd"``) and the stored bytes stay as
 zarr writes them; without ``zstandard`` installed zarr's own encoder runs.
+
+``compressors`` is the chain every array of a new store is written with: zstd, then zarr v3's
+``crc32c`` of the compressed bytes, which ``store.integrity`` checks on every read.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import zarr
-from zarr.codecs import ZstdCodec
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 
 class ZstdReleasingGil(ZstdCodec):
@@ -35,3 +38,8 @@ def encode_without_gil() -> None:
     name = f"{ZstdReleasingGil.__module__}.{ZstdReleasingGil.__qualname__}"
     zarr.registry.register_codec("zstd", ZstdReleasingGil, qualname=name)
     zarr.config.set({"codecs.zstd": name})
+
+
+def compressors(level: int = 1) -> list:
+    """What every array of a new store is compressed with: zstd (above), then a crc32c of the compressed bytes."""
+    return [ZstdCodec(level=level), Crc32cCodec()]

@@ -17,8 +17,9 @@ import zarr
 
 from ..infra import litter
 from ..infra.errors import ProbeError
-from . import grids, hints, integrity
-from .cache import FLAGS, array_names, consolidate, view_facts
+from . import codec, grids, hints, integrity
+from .cache import FLAGS, view_facts
+from .group import array_names, consolidate
 from .views import NAMES as VIEW_ORDER
 from .writer import StoreWriter
 
@@ -76,9 +77,9 @@ def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.nd
     n = int(group["done"].shape[0])
     for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
         group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True,
-                           compressors=integrity.compressors())
+                           compressors=codec.compressors())
     _write_grid(group, view, grid[0], grid[1])
-    compressors = integrity.compressors()  # zstd, then a crc32c checksum of each chunk
+    compressors = codec.compressors()  # zstd, then a crc32c checksum of each chunk
     for name, (dims, shape) in arrays.items():
         group.create_array(
             name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
@@ -93,7 +94,7 @@ def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray
     n = int(group["done"].shape[0])
     for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
         array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True,
-                                   compressors=integrity.compressors())
+                                   compressors=codec.compressors())
         if n:
             array.with_config({"write_empty_chunks": True})[:] = np.asarray(values, dtype=np.int32)
 
@@ -107,7 +108,7 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
         n = int(group["done"].shape[0])
         for flag in ("done", "failed"):
             group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True,
-                               compressors=integrity.compressors())
+                               compressors=codec.compressors())
             if n:
                 group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
         plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
@@ -126,7 +127,7 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
         shutil.rmtree(tmp)
     n, chunk, dtype = len(image_ids), int(manifest["chunk"]), np.dtype(manifest["dtype"])
     group = zarr.open_group(tmp, mode="w", zarr_format=3)
-    checked = integrity.compressors()  # every array: zstd, then a crc32c checksum of each chunk
+    checked = codec.compressors()  # every array: zstd, then a crc32c checksum of each chunk
     image = group.create_array("image", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=["image"], compressors=checked)
     if n:
         image[:] = np.asarray(image_ids, dtype=object)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..infra.errors import ProbeError
-from . import grids, integrity
+from . import grids, verify
 from .cache import FLAGS, PER_VIEW, manifest, open_store, view_facts
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def describe_store(path: str | Path) -> list[tuple[str, str]]:
     n = len(done)
     rows = [
         ("images", f"{int(done.sum())}/{n} done ({100.0 * done.sum() / max(n, 1):.1f} %), {int(failed.sum())} failed"),
-        ("chunks", integrity.chunk_summary(path)),  # a stat per chunk: a finished image's missing chunk shows here
+        ("chunks", verify.chunk_summary(path)),  # a stat per chunk: a finished image's missing chunk shows here
         ("checkpoint", f"{meta['checkpoint']['path']} ({meta['checkpoint']['format']}, sha256 {meta['checkpoint']['sha256'][:12]})"),
         ("network", str(meta["network"]) + (" (converted)" if meta["checkpoint"].get("converted") else "")),
         ("arch", ", ".join(f"{k}={v}" for k, v in meta["arch"].items())),

@@ -122,7 +122,7 @@ def extract(
     repair: bool = False,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
-    ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again."""
+    ``repair``: first mark the images of damaged chunks unfinished (``store.verify.repair``), so they are extracted again."""
     started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
@@ -166,7 +166,7 @@ def extract(
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
-            from .integrity import repair as mark_damaged
+            from .verify import repair as mark_damaged
             from .sources import check_unchanged, record_absolute
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on

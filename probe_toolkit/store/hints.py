@@ -66,3 +66,26 @@ def named_differences(bad: list[str], held: list[str], image_ids: list[str]) -> 
     changes = [f"{len(added)} added: {some(added)}" if added else "", f"{len(removed)} removed: {some(removed)}" if removed else ""]
     said = "; ".join(c for c in changes if c) or "the same images in another order"
     return [f"the image list ({said})" if k == "image_list_sha256" else k for k in bad]
+
+
+def extract_arguments(meta: dict[str, Any], views: list[str], source: str | Path) -> list[str]:
+    """``probe extract``'s arguments that reproduce the store's settings for ``views`` (its identity, ``cache.IDENTITY``)."""
+    info = meta.get("checkpoint") or {}
+    network = str(meta.get("network", "teacher"))
+    args = [str(info.get("path", "CHECKPOINT")), "--images", str(source), "--views", ",".join(views), "--chunk", str(meta.get("chunk")),
+            "--dtype", str(meta.get("dtype"))]
+    if network != "teacher":
+        args += ["--network", network]
+    if info.get("converted"):
+        args.append("--convert")
+    arch = meta.get("arch") or {}
+    if arch.get("heads") and arch.get("width") and int(arch["heads"]) != int(arch["width"]) // 64:
+        args += ["--heads", str(arch["heads"])]
+    if meta.get("interpolation"):
+        args += ["--interp", str(meta["interpolation"])]
+    per_view = meta.get("per_view") or {}
+    if "224" in views:
+        args += ["--attention", str((per_view.get("224") or {}).get("attention") or meta.get("attention") or "last")]
+    if "480" in views and (per_view.get("480") or {}).get("resample", "bicubic") != "bicubic":
+        args += ["--resample", str(per_view["480"]["resample"])]
+    return args

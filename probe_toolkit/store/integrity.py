@@ -7,7 +7,7 @@ line that names the store, the array, the chunk, the images it covers and the co
 re-extracts only those:
 
 - **Checksums.** A store's arrays end their codec chain with zarr v3's ``crc32c`` codec
-  (``compressors``): a chunk whose bytes changed fails its checksum on read. Stores written
+  (``store.codec.compressors``): a chunk whose bytes changed fails its checksum on read. Stores written
   before checksums were added keep reading (their chunks are checked for presence and
   decodability only: a flipped byte inside a zstd frame may still decode).
 - **Presence.** ``extract`` writes every chunk of a data array that holds a finished image
@@ -18,35 +18,30 @@ re-extracts only those:
 - **Decoding.** ``install`` makes ``CheckedPipeline`` zarr's codec pipeline (zarr's own
   extension point, ``codec_pipeline.path``): a chunk that fails to decode raises ``DamagedChunk``,
   whose line is worked out only when it is printed (outside zarr's event loop).
-- **Verify and repair.** ``verify`` reads every chunk (``probe info --verify``); ``repair``
-  removes the damaged chunk files (probe's own) and marks the images they cover unfinished in the
-  damaged array's view, so ``probe extract ... --repair`` re-extracts exactly those images.
+- **Flags.** A deleted completion-flag chunk is damage too, where the flags' write order proves
+  it (``flag_damage``), not images dropped or extracted again as unfinished.
+- **Verify and repair** (``store.verify``) read a whole store with these checks.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core.codec_pipeline import BatchedCodecPipeline
 
-from ..infra.errors import IntegrityError, ProbeError
+from ..infra.errors import IntegrityError
+from .group import array_names as _names
+from .hints import extract_arguments
 
 CHECKSUM = "crc32c"
 WHOLE = ("image",)  # one chunk, written when the store is created (with the grids)
 FLAG_PREFIXES = ("done", "failed")
 SIZES = ("image_height", "image_width")
-
-
-def compressors(level: int = 1) -> list:
-    """What every array of a new store is compressed with: zstd (``store.codec``), then a crc32c of the compressed bytes."""
-    return [ZstdCodec(level=level), Crc32cCodec()]
 
 
 def has_checksums(array: zarr.Array) -> bool:
@@ -347,144 +342,9 @@ def repair_hint(store: str, meta: dict[str, Any], arrays: list[str]) -> str:
         return "its image list or grids are damaged: extract it again into a new --store"
     views = _store_views(meta)
     hit = [v for v in views if any(kind(a) in ("flag", "sizes") or _view(a) == v for a in arrays)] or views
-    from .sources import image_folder_or_none
+    from .sources import image_folder_or_none  # (sources itself imports no integrity)
 
     source = image_folder_or_none(store, meta) or "IMAGES"
     return f"re-extract only those images: probe extract {' '.join(extract_arguments(meta, hit, source))} --store {store} --repair"
 
 
-def extract_arguments(meta: dict[str, Any], views: list[str], source: str | Path) -> list[str]:
-    """``probe extract``'s arguments that reproduce the store's settings for ``views`` (its identity, ``cache.IDENTITY``)."""
-    info = meta.get("checkpoint") or {}
-    network = str(meta.get("network", "teacher"))
-    args = [str(info.get("path", "CHECKPOINT")), "--images", str(source), "--views", ",".join(views), "--chunk", str(meta.get("chunk")),
-            "--dtype", str(meta.get("dtype"))]
-    if network != "teacher":
-        args += ["--network", network]
-    if info.get("converted"):
-        args.append("--convert")
-    arch = meta.get("arch") or {}
-    if arch.get("heads") and arch.get("width") and int(arch["heads"]) != int(arch["width"]) // 64:
-        args += ["--heads", str(arch["heads"])]
-    if meta.get("interpolation"):
-        args += ["--interp", str(meta["interpolation"])]
-    per_view = meta.get("per_view") or {}
-    if "224" in views:
-        args += ["--attention", str((per_view.get("224") or {}).get("attention") or meta.get("attention") or "last")]
-    if "480" in views and (per_view.get("480") or {}).get("resample", "bicubic") != "bicubic":
-        args += ["--resample", str(per_view["480"]["resample"])]
-    return args
-
-
-# ----------------------------------------------------------------------------------------------
-# probe info --verify, probe extract --repair
-
-
-@dataclass
-class Verified:
-    store: str
-    damaged: list[tuple[str, int, str]]  # (array, image chunk, why)
-    chunks: int  # chunks read
-    checksummed: bool  # every array carries crc32c
-
-    def line(self) -> str:
-        if self.damaged:
-            return "{}: {}; {}".format(*describe(self.store, self.damaged))
-        what = "checksums verified" if self.checksummed else "written before chunks carried checksums: presence and decodability checked, not content"
-        return f"{self.store}: {self.chunks} chunks read, none damaged ({what})"
-
-
-def _names(group: zarr.Group) -> list[str]:
-    from .cache import array_names
-
-    return array_names(group)
-
-
-def verify(store: str | Path, views: list[str] | None = None) -> Verified:
-    """Read every chunk of the store's arrays (of ``views`` and the shared ones, if given)."""
-    install()
-    store = str(store)
-    if not (Path(store) / "zarr.json").is_file():
-        raise ProbeError(store, "is not a probe store (no zarr.json)", "run `probe extract` first")
-    group = zarr.open_group(store, mode="r", use_consolidated=False)
-    damaged, read, checksummed, memo = list(flag_damage(store, group)), 0, True, {}
-    for name in _names(group):
-        if views is not None and kind(name) in ("data",) and _view(name) not in views:
-            continue
-        array = group[name]
-        checksummed &= has_checksums(array)
-        gone = set(missing_chunks(store, group, name, None, memo))
-        damaged += [(name, c, "is missing, though it holds finished images") for c in sorted(gone)]
-        if not array.shape or array.shape[0] == 0:
-            continue
-        size = int(array.chunks[0])
-        for c in range(array.cdata_shape[0]):
-            if c in gone:
-                continue
-            try:
-                array[c * size:(c + 1) * size]
-                read += 1
-            except DamagedChunk as error:
-                damaged.append((name, c, error.why))
-    return Verified(store, damaged, read, checksummed)
-
-
-def repair(store: str | Path, views: list[str], check=None) -> int:
-    """Before ``probe extract --repair``: remove the damaged chunk files of ``views`` (and of the
-    shared flags and sizes) and mark the images they cover unfinished in those views, so the
-    extraction writes them again. ``check(positions)`` runs first, before anything changes (the
-    photographs must be those extracted). The number of images marked."""
-    found = verify(store, views)
-    if not found.damaged:
-        return 0
-    store = str(store)
-    if any(kind(a) == "whole" for a, _, _ in found.damaged):
-        raise IntegrityError(store, "its image list or grids are damaged, which --repair cannot write again", "extract it again into a new --store")
-    group = zarr.open_group(store, mode="r+", use_consolidated=False)
-    if check is not None:
-        n = int(group["image"].shape[0])
-        spans = [(c * int(group[a].chunks[0]), min((c + 1) * int(group[a].chunks[0]), n)) for a, c, _ in found.damaged]
-        check(sorted({i for lo, hi in spans for i in range(lo, hi)}))
-    marked: set[int] = set()
-    for name, chunk, _ in found.damaged:
-        array = group[name]
-        for key in _chunk_keys(array, chunk):
-            (Path(store) / name / key).unlink(missing_ok=True)  # probe's own chunk file, unreadable
-        size = int(array.chunks[0])
-        lo, hi = chunk * size, min((chunk + 1) * size, int(array.shape[0]))
-        again = views if kind(name) in ("flag", "sizes") else [_view(name)]
-        _clear(store, group, "done", lo, hi)  # first: ``done`` true over an absent ``done_<view>`` chunk reads as damage
-        for view in again:
-            if f"done_{view}" in group:
-                _clear(store, group, f"done_{view}", lo, hi)
-        marked.update(range(lo, hi))
-    return len(marked)
-
-
-def _clear(store: str, group: zarr.Group, name: str, lo: int, hi: int) -> None:
-    """``name[lo:hi] = False``, whole chunks at a time (a damaged chunk of it was removed first)."""
-    array = group[name]
-    size = int(array.chunks[0])
-    for c in range(lo // size, (hi - 1) // size + 1):
-        a, b = c * size, min((c + 1) * size, int(array.shape[0]))
-        try:
-            values = np.asarray(array[a:b], dtype=bool)
-        except DamagedChunk:
-            for key in _chunk_keys(array, c):
-                (Path(store) / name / key).unlink(missing_ok=True)
-            values = np.zeros(b - a, dtype=bool)
-        values[max(lo, a) - a:min(hi, b) - a] = False
-        array[a:b] = values
-
-
-def chunk_summary(store: str | Path) -> str:
-    """``probe info``'s row: chunk files of finished images present or missing (stat only, no read)."""
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
-    memo: dict = {}
-    gone = [(n, c, "is missing, though it holds finished images") for n in _names(group) for c in missing_chunks(store, group, n, None, memo)]
-    gone += flag_damage(store, group)
-    sums = all(has_checksums(group[n]) for n in _names(group))
-    tail = "crc32c checksums" if sums else "no checksums (written before they were added)"
-    if not gone:
-        return f"every chunk of a finished image present; {tail}; `probe info --verify` reads them all"
-    return "MISSING: {1}; {2}".format(*describe(store, gone))

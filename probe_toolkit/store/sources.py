@@ -42,7 +42,7 @@ def image_folder(store: str | Path, meta: dict[str, Any], ids: list[str] | None 
     for above in [Path(store).resolve(), *Path(store).resolve().parents]:
         if _holds(above / path, ids):
             return above / path
-    from .integrity import extract_arguments
+    from .hints import extract_arguments
 
     again = " ".join(extract_arguments(meta, [str(v) for v in meta.get("views", [])], f"/absolute/path/to/{path.name}"))
     raise ProbeError(store, f"records its photographs' folder as {source!r}, relative to wherever it was extracted, and no folder of that "
@@ -87,7 +87,7 @@ def record_absolute(store: str | Path, source: str | Path) -> bool:
     True when it changed."""
     import zarr
 
-    from .cache import consolidate
+    from .group import consolidate
 
     group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
     meta = dict(group.attrs.get("manifest", {}))
@@ -115,8 +115,8 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
     import numpy as np
     import zarr
 
-    from . import integrity
-    from .cache import consolidate
+    from .codec import compressors
+    from .group import consolidate
 
     store, folder = Path(store), Path(folder)
     with open(store.parent / f".{store.name}.lock", "w") as lock:  # the lock under which the store is created or grown
@@ -125,7 +125,7 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
         n, chunk = int(group["image"].shape[0]), int(group["done"].chunks[0])
         if DIGESTS not in group:
             group.create_array(DIGESTS, shape=(n, 32), dtype="uint8", chunks=(chunk, 32), dimension_names=["image", "sha256_byte"],
-                               fill_value=0, compressors=integrity.compressors())
+                               fill_value=0, compressors=compressors())
             consolidate(store)  # plain xarray.open_zarr lists it too
     array = group[DIGESTS]
     ids = [str(v) for v in group["image"][:]]

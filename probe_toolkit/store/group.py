@@ -1,0 +1,40 @@
+"""A store's zarr group on disk: the names of its arrays, read from its folder, and its
+consolidated metadata. The lowest piece of the store room: the cache, the integrity checks, the
+image sources and the writers all list or consolidate a store, and none of them owns that.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import zarr
+
+
+def consolidate(store: str | Path) -> None:
+    """Rewrite the consolidated metadata after arrays or groups change, so that a plain
+    ``xarray.open_zarr(store)`` opens without a warning (probe's own readers never use it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's note that consolidation is not yet in the v3 spec
+        zarr.consolidate_metadata(str(store))
+
+
+def array_names(group: zarr.Group) -> list[str]:
+    """The store's arrays, read from its folder: the sub-folders whose ``zarr.json`` is an array's.
+
+    ``results/`` is a plain folder (result groups, mask files) beside the arrays, not a zarr
+    node, and zarr's own listing warns about it every time. A filter cannot silence that: zarr
+    warns on its event-loop thread, and the process's warning filters are changed by other
+    threads too (``warnings.catch_warnings`` is not thread-safe), so a filter here would hold only
+    some of the time."""
+    root = getattr(group.store, "root", None)
+    if root is None:  # not a local folder: zarr's listing (its warning included)
+        return list(group.array_keys())
+    folder = Path(root) / group.path
+    names = []
+    for entry in sorted(folder.iterdir()):
+        meta = entry / "zarr.json"
+        if entry.is_dir() and meta.is_file() and json.loads(meta.read_text()).get("node_type") == "array":
+            names.append(entry.name)
+    return names
