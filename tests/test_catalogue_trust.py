@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import scenes_folder, synthetic_scene
-from test_catalogue import SCENES, probe, refused, tree
+from test_catalogue import SCENES, probe, refused, tree, w  # noqa: F401  (w: the catalogue's world, for the careless trial)
 
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.results import records
@@ -401,3 +401,62 @@ def integrity_digest(path: str) -> str:
     import hashlib
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# a fresh careless trial (issue 33): outputs over inputs and users' files, panels of the wrong kind
+
+
+def _careless_world(w):
+    notes = w.root / "notes.txt"
+    if not notes.exists():
+        notes.write_text("the user's own notes\n")
+        (w.root / "grid.toml").write_text('preset = ["tokencut"]\ntau = [0.2]\n')
+    return notes
+
+
+CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, M its masks file, N the user's notes, R a fresh path
+    ("decode-out-over-the-stores-zarr-json", ["decode", "S", "--out", "S/zarr.json"], ("lies inside the store", "its own input"), ["decode", "S", "--out", "R.json"]),
+    ("decode-out-over-a-users-file", ["decode", "S", "--out", "N"], ("exists and is not a masks file probe wrote",), ["decode", "S", "--out", "R.json"]),
+    ("decode-out-a-folder", ["decode", "S", "--out", "IMAGES"], ("is a folder",), ["decode", "S", "--out", "R.json"]),
+    ("decode-json-over-the-stores-zarr-json", ["decode", "S", "--json", "S/zarr.json"], ("lies inside teacher.zarr", "--json"), ["decode", "S", "--json", "R.json"]),
+    ("entropy-json-over-the-stores-zarr-json", ["entropy", "S", "--boot", "100", "--json", "S/zarr.json"], ("lies inside teacher.zarr",),
+     ["entropy", "S", "--boot", "100", "--json", "R.json"]),
+    ("neighbours-json-over-a-users-file", ["neighbours", "S", "--boot", "100", "--json", "N"], ("not a JSON summary probe wrote",),
+     ["neighbours", "S", "--boot", "100", "--json", "R.json"]),
+    ("score-json-over-its-masks", ["score", "M", "--panel", "va", "--json", "M"], ("is the file this command reads",), ["score", "M", "--panel", "va", "--json", "R.json"]),
+    ("sweep-settings-out-over-the-stores-zarr-json", ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "S/zarr.json"],
+     ("lies inside teacher.zarr", "--settings-out"), ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "R.json"]),
+    ("correspond-on-a-coco-panel", ["correspond", "S", "--panel", "va"], ("is a coco panel", "correspond reads spair panels"), None),
+    ("hummingbird-on-coco-panels", ["hummingbird", "S", "--train", "tr", "--val", "va"], ("is a coco panel", "voc-segmentation or ade20k"), None),
+    ("linear-with-workers", ["linear", "S", "--train", "tr", "--val", "va", "--workers", "2"], ("linear does not use --workers", "drop --workers"),
+     ["linear", "S", "--train", "tr", "--val", "va", "--epochs", "5"]),
+    ("panel-add-a-checkpoint-as-coco", ["panel", "add", "junk", "--annotations", "CKPT", "--images", "IMAGES", "--role", "val"],
+     ("is not a COCO annotation file",), ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"]),
+]
+
+
+@pytest.mark.parametrize("case", CARELESS, ids=[c[0] for c in CARELESS])
+def test_careless(w, case):
+    name, bad, needles, fixed = case
+    notes = _careless_world(w)
+    fresh = w.root / f"careless-{next(w.count)}"
+    names = {"S": str(w.store), "M": str(w.masks), "N": str(notes), "R": str(fresh), "IMAGES": str(w.images), "CKPT": str(w.ckpt),
+             "GRID": str(w.root / "grid.toml"), "VALJSON": str(w.root / "val.json")}
+
+    def spelled(args):
+        out = []
+        for a in args:
+            head, sep, tail = a.partition("/") if a.startswith(("S/", "M/")) else (a.partition(".") if a.startswith("R.") else (a, "", ""))
+            out.append(names[head] + sep + tail if head in names else a)
+        cached = [] if args[0] in ("entropy", "neighbours") else ["--cache", w.cache]  # the summaries over stores read no panel
+        return [*out, *cached, *([] if args[0] in ("panel", "score") else ["-q"])]
+
+    roots = (w.store, w.images, w.ckpt, notes, w.cache / "panels.toml", w.cache / "ledger.jsonl")
+    before = tree(*roots)
+    result = probe(*spelled(bad))
+    refused(result, 2, needles)
+    assert tree(*roots) == before  # nothing written, nothing replaced, no ledger line
+    if fixed is not None:
+        again = probe(*spelled(fixed))
+        assert again.code == 0, again.err

@@ -50,6 +50,9 @@ def decode(
 ) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
     from ..infra.atomic import write_json
+    from ..infra.owned import check_output_file
+
+    check_output_file(json_path, "--json", [store])
     from ..infra.progress import bar
     from ..results import tables
 
@@ -98,6 +101,9 @@ def score(
 ) -> None:
     """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
     from ..infra.atomic import write_json
+    from ..infra.owned import check_output_file
+
+    check_output_file(json_path, "--json", [masks_file])
     from ..results import tables
 
     report = run("score", masks_file, panel=panel, unseal=unseal, cache_dir=cache).report
@@ -129,6 +135,9 @@ def decode_sweep(
     **placement: Any,
 ) -> None:
     """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
+    from ..infra.owned import check_output_file
+
+    check_output_file(json_path, "--json", [store])
     from ..infra.atomic import write_json
     from ..infra.progress import bar
     from ..results import tables

@@ -40,7 +40,7 @@ from ..store import cache
 from ..results import records
 from ..store.completion import computed_on
 from .decode_keys import BlockResults, colour_task, decode_keys, decode_with_colour, open_keys
-from .decode_scores import file_sha256, masks_meta_path, refine_bilateral, save_saliency, save_scores
+from .decode_scores import check_masks_out, file_sha256, masks_meta_path, refine_bilateral, save_saliency, save_scores
 from .decode_shards import decode_shard
 from .decode_views import check_view, panel_kind, view_check
 
@@ -143,6 +143,8 @@ def run_decode(
         raise ProbeError(None, "--refine bilateral refines masks for saliency scores, so it needs --panel", "pass --panel with a saliency panel")
     if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
         check_readable(panel, unseal, cache_dir)
+    if out is not None:  # the user's file, or the store's own, is never written over
+        check_masks_out(out, store)
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_view(size)

@@ -31,6 +31,35 @@ def masks_meta_path(masks_file: Path) -> Path:
     return masks_file.with_name(masks_file.name.removesuffix(".json") + ".meta.json")
 
 
+def check_masks_out(out: str | Path, store: str | Path) -> Path:
+    """``decode --out FILE`` before any work: never a file of the store it reads (its own input),
+    never a folder, and an existing file only where it is a masks file (its ``.meta.json`` beside
+    it, or COCO results left by a killed run): probe replaces only what it wrote."""
+    import json
+
+    out = Path(out)
+    inside = Path(store).resolve() in out.resolve().parents
+    if inside and Path(store).resolve() / "results" not in out.resolve().parents:
+        raise ProbeError(out, "lies inside the store being decoded (its own input)", "choose an --out outside the store, or leave --out out (the masks go to results/)")
+    for path in (out, masks_meta_path(out)):
+        if path.is_dir():
+            raise ProbeError(path, "is a folder, not a masks file (--out)", "pass --out a .json file path")
+    if out.exists():
+        meta = masks_meta_path(out)
+        try:
+            ours = meta.is_file() and "masks_sha256" in json.loads(meta.read_text())
+            if not ours:
+                data = json.loads(out.read_text())
+                ours = isinstance(data, list) and all(isinstance(e, dict) and "segmentation" in e and "file_name" in e for e in data)
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise ProbeError(out, "exists and is not a masks file probe wrote (--out)", "choose another --out path, or move the file")
+    elif masks_meta_path(out).exists():
+        raise ProbeError(masks_meta_path(out), "exists beside the --out path, where probe writes the masks' metadata", "choose another --out path, or move the file")
+    return out
+
+
 # The decoder's outputs are one unit: ``results/decoder`` and the masks' metadata carry one
 # ``unit`` id, and the metadata holds the sha256 of the masks file, written last. A run killed
 # between the writes leaves a masks file whose hash its metadata does not hold, which

@@ -117,6 +117,9 @@ def run_sweep(
     check_backend(backend, device)
     workers = default_workers(workers, device, dask_address)
     check_readable(panel, unseal, cache_dir)
+    from ..infra.owned import check_output_file
+
+    check_output_file(settings_out, "--settings-out", [store])  # before any work: never over the store read, nor a user's file
     from ..labels.panels import get_panel
 
     if get_panel(panel, cache_dir).kind == "saliency":

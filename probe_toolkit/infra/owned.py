@@ -151,3 +151,29 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one does not exist (yet)
         return a.resolve() == b.resolve()
+
+
+def check_output_file(path: str | Path | None, flag: str, inputs: Iterable[str | Path] = ()) -> None:
+    """A summary file a command writes (``--json``), before any work: never inside a store or
+    folder the command reads (its own input: a store's ``zarr.json`` once lost a store so), never
+    a folder, and an existing file only where it is a JSON object (a summary an earlier run wrote),
+    not the user's notes, a checkpoint or anything else probe did not write."""
+    if path is None:
+        return
+    path = Path(path)
+    target = path.resolve()
+    for source in inputs:
+        source = Path(source).resolve()
+        if target == source:
+            raise ProbeError(path, f"is the file this command reads ({flag})", f"write {flag} to another path")
+        if source in target.parents:
+            raise ProbeError(path, f"lies inside {source.name}, which this command reads ({flag})", f"write {flag} outside it")
+    if path.is_dir():
+        raise ProbeError(path, f"is a folder, not a file ({flag})", f"pass {flag} a file path")
+    if path.exists():
+        try:
+            ours = isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise ProbeError(path, f"exists and is not a JSON summary probe wrote ({flag})", f"choose another {flag} path, or move the file")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
+from ..infra.owned import check_output_file
 from ..infra.placement import Placement
 from ..infra.settings import SettingError
 from ..results import records
@@ -76,6 +77,22 @@ def refuse_unused(protocol: Protocol, placement: Placement, given: dict[str, Any
                            "be ignored", f"drop {name}")
 
 
+def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
+    """A panel of a kind the protocol does not read (``Reads.panel_kinds``) is refused by name
+    before any work, not after a fit, when its labels turn out to be of another sort."""
+    kinds = protocol.reads.panel_kinds
+    names = [(key, inputs.get(key)) for key in ("panel", "train", "val") if isinstance(inputs.get(key), str)]
+    if not kinds or not names:
+        return
+    from ..labels.panels import get_panel
+
+    for key, name in names:
+        kind = get_panel(name, inputs.get("cache_dir")).kind
+        if kind not in kinds:
+            raise ProbeError(name, f"is a {kind} panel; {protocol.name} reads {' or '.join(kinds)} panels (as {key})",
+                             f"pass a {' or '.join(kinds)} panel (probe panel list shows each panel's kind)")
+
+
 def run(name: str, source: Any = None, *, placement: Placement | None = None, **keywords: Any) -> Run:
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file)."""
     protocol = get(name)
@@ -90,6 +107,10 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, **
     if source is not None:
         inputs[first] = [Path(s) for s in source] if first == "stores" and isinstance(source, (list, tuple)) else \
             [Path(source)] if first == "stores" else Path(source) if isinstance(source, (str, Path)) else source
+    refuse_panel_kinds(protocol, inputs)
+    read = [v for key in ("store", "stores", "checkpoint", "masks_file") for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)])
+            if isinstance(v, (str, Path))]
+    check_output_file(inputs.get("json_path"), "--json", read)  # before any work: never over an input or a user's file
     allow_partial = bool(inputs.pop("allow_partial", False))
     recorded = {k: _absolute(v) for k, v in inputs.items() if not callable(v) and k not in ("quiet", "json_path")}
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
