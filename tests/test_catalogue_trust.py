@@ -433,6 +433,7 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
      ["linear", "S", "--train", "tr", "--val", "va", "--epochs", "5"]),
     ("panel-add-a-checkpoint-as-coco", ["panel", "add", "junk", "--annotations", "CKPT", "--images", "IMAGES", "--role", "val"],
      ("is not a COCO annotation file",), ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"]),
+    ("ledger-verify-a-mistyped-cache", ["ledger", "verify", "--cache", "IMAGES"], ("not a probe cache folder", "--cache"), ["ledger", "verify", "--cache", "CACHE"]),
 ]
 
 
@@ -442,15 +443,15 @@ def test_careless(w, case):
     notes = _careless_world(w)
     fresh = w.root / f"careless-{next(w.count)}"
     names = {"S": str(w.store), "M": str(w.masks), "N": str(notes), "R": str(fresh), "IMAGES": str(w.images), "CKPT": str(w.ckpt),
-             "GRID": str(w.root / "grid.toml"), "VALJSON": str(w.root / "val.json")}
+             "GRID": str(w.root / "grid.toml"), "VALJSON": str(w.root / "val.json"), "CACHE": str(w.cache)}
 
     def spelled(args):
         out = []
         for a in args:
             head, sep, tail = a.partition("/") if a.startswith(("S/", "M/")) else (a.partition(".") if a.startswith("R.") else (a, "", ""))
             out.append(names[head] + sep + tail if head in names else a)
-        cached = [] if args[0] in ("entropy", "neighbours") else ["--cache", w.cache]  # the summaries over stores read no panel
-        return [*out, *cached, *([] if args[0] in ("panel", "score") else ["-q"])]
+        cached = [] if args[0] in ("entropy", "neighbours", "ledger") else ["--cache", w.cache]  # the summaries over stores read no panel
+        return [*out, *cached, *([] if args[0] in ("panel", "score", "ledger") else ["-q"])]
 
     roots = (w.store, w.images, w.ckpt, notes, w.cache / "panels.toml", w.cache / "ledger.jsonl")
     before = tree(*roots)

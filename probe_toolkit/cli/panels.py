@@ -101,6 +101,8 @@ def ledger_verify(cache: CacheOpt = None) -> None:
     from ..infra.errors import IntegrityError
 
     root = cache_root(cache)
+    if not (root / LEDGER).is_file() and not (root / "panels.toml").is_file():  # a mistyped --cache would read as "0 entries, chain intact"
+        raise ProbeError(root, "holds no ledger and no panels: it is not a probe cache folder", "pass --cache the folder where `probe panel add` registered your panels")
     problems = verify(root)
     for p in problems:
         console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
