@@ -776,9 +776,9 @@ CASES += [
          lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
     # --- outputs that say what was computed ---
     Case("attention-masks-on-a-voc-panel", lambda w: ["attention-masks", _voc_store(w), "--panel", "vocp", "--cache", w.cache, "-q"], 2,
-         ("vocp", "voc panel", "no masks", "COCO panel"), lambda w: ["attention-masks", _voc_store(w), "-q"]),
+         ("vocp", "is a voc panel", "attention-masks reads coco"), lambda w: ["attention-masks", _voc_store(w), "-q"]),
     Case("attention-masks-on-a-class-panel", lambda w: ["attention-masks", _knn_store(w), "--panel", "kva", "--cache", w.cache, "-q"], 2,
-         ("kva", "classes panel", "COCO panel"), lambda w: ["attention-masks", w.store, "--panel", "va", "--cache", w.cache, "-q"]),
+         ("kva", "is a classes panel", "attention-masks reads coco"), lambda w: ["attention-masks", w.store, "--panel", "va", "--cache", w.cache, "-q"]),
     Case("row-aggregation-without-ca-head", lambda w: ["attention-masks", w.store, "--row", "aggregation", "-q"], 2,
          ("ca_head", "--row cls"), lambda w: ["attention-masks", w.store, "--row", "cls", "-q"]),
     Case("attention-masks-row-unknown", lambda w: ["attention-masks", w.store, "--row", "diagonal", "-q"], 2, ("--row",),

@@ -432,7 +432,7 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
     ("linear-with-workers", ["linear", "S", "--train", "tr", "--val", "va", "--workers", "2"], ("linear does not use --workers", "drop --workers"),
      ["linear", "S", "--train", "tr", "--val", "va", "--epochs", "5"]),
     ("panel-add-a-checkpoint-as-coco", ["panel", "add", "junk", "--annotations", "CKPT", "--images", "IMAGES", "--role", "val"],
-     ("is not a COCO annotation file",), ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"]),
+     ("is not a COCO annotation file", "not a .json file"), ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"]),
     ("ledger-verify-a-mistyped-cache", ["ledger", "verify", "--cache", "IMAGES"], ("not a probe cache folder", "--cache"), ["ledger", "verify", "--cache", "CACHE"]),
 ]
 

@@ -121,12 +121,6 @@ def _write_registry(path: Path, panels: dict[str, Panel]) -> None:
     os.replace(tmp, path)
 
 
-def _opens_a_json_object(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head[:1] == b"{"
-
-
 def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False,
               kind: str = "coco", split: str = "", no_hard: bool = False) -> Panel:
     """Register a panel (paths made absolute). Checks that the files exist without opening them.
@@ -147,8 +141,9 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
         _folder_classes(images)
     elif kind == "coco" and not annotations.is_file():
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
-    elif kind == "coco" and not _opens_a_json_object(annotations):  # its first byte only: no label is read before the ledger
-        raise ProbeError(annotations, "is not a COCO annotation file (a JSON object opening with '{')", "pass --annotations with a COCO instances_*.json file")
+    elif kind == "coco" and (annotations.suffix.lower() != ".json" or annotations.stat().st_size == 0):  # its name and size: the file is not opened
+        raise ProbeError(annotations, "is not a COCO annotation file (" + ("it is empty" if annotations.suffix.lower() == ".json" else "not a .json file") + ")",
+                         "pass --annotations with a COCO instances_*.json file")
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
     from ..store.images import list_images  # here: it brings torch, which reading panels never needs
