@@ -433,6 +433,9 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
      ["linear", "S", "--train", "tr", "--val", "va", "--epochs", "5"]),
     ("panel-add-a-checkpoint-as-coco", ["panel", "add", "junk", "--annotations", "CKPT", "--images", "IMAGES", "--role", "val"],
      ("is not a COCO annotation file", "not a .json file"), ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"]),
+    ("report-run-id-of-no-record", ["report", "S", "--run", "19990101", "--out", "R"], ("--run", "'19990101' is the run id of no record"), ["report", "S", "--out", "R"]),
+    ("extract-into-another-stores-results", ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "S/results/inner.zarr"],
+     ("lies inside the store", "outside any store"), ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "R.zarr"]),
     ("ledger-verify-a-mistyped-cache", ["ledger", "verify", "--cache", "IMAGES"], ("not a probe cache folder", "--cache"), ["ledger", "verify", "--cache", "CACHE"]),
 ]
 
@@ -451,7 +454,7 @@ def test_careless(w, case):
             head, sep, tail = a.partition("/") if a.startswith(("S/", "M/")) else (a.partition(".") if a.startswith("R.") else (a, "", ""))
             out.append(names[head] + sep + tail if head in names else a)
         cached = [] if args[0] in ("entropy", "neighbours", "ledger") else ["--cache", w.cache]  # the summaries over stores read no panel
-        return [*out, *cached, *([] if args[0] in ("panel", "score", "ledger") else ["-q"])]
+        return [*out, *cached, *([] if args[0] in ("panel", "score", "ledger", "report") else ["-q"])]
 
     roots = (w.store, w.images, w.ckpt, notes, w.cache / "panels.toml", w.cache / "ledger.jsonl")
     before = tree(*roots)

@@ -108,6 +108,7 @@ def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, st
     ``default_label``; titles made unique."""
     views: list[StoreView] = []
     labels = labels or {}
+    matched = False
     for path in dict.fromkeys(Path(p) for p in paths):
         ds = cache.open_store(path)
         results = {}
@@ -115,11 +116,14 @@ def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, st
             if records.is_part(name):
                 continue
             chosen = records.find(path, name, run) if run is not None else None
+            matched |= chosen is not None
             found = records.load(path, name, run=chosen.run_id if chosen is not None else None)
             if found is not None:
                 results[name] = found
         manifest = cache.manifest(ds)
         views.append(StoreView(path, labels.get(path) or default_label(path, manifest), ds, manifest, results))
+    if run is not None and not matched:  # every section would show other runs' records under the one asked for
+        raise ProbeError("--run", f"{run!r} is the run id of no record in {', '.join(str(v.path) for v in views)}", "pick one of the run ids `probe results STORE` lists")
     seen: dict[str, int] = {}
     for view in views:
         count = seen.get(view.label, 0)

@@ -185,6 +185,9 @@ def create_store(
     import fcntl
 
     path = Path(path)
+    holder = next((p for p in path.resolve().parents if (p / "zarr.json").is_file()), None)
+    if holder is not None:  # inside another store (its results/, say): that store's folder is probe's, and a reader would trip on it
+        raise ProbeError(path, f"lies inside the store {holder}", "pass --store a path outside any store")
     path.parent.mkdir(parents=True, exist_ok=True)
     view_grids = {**_square_grids(arrays, len(image_ids)), **(view_grids or {})}
     with open(path.parent / f".{path.name}.lock", "w") as lock:
