@@ -309,7 +309,7 @@ def test_a_panel_of_another_kind_or_a_sealed_one_is_refused(voc, tmp_path, capsy
         code, printed = probe_main([*argv, "--cache", c], capsys)
         assert code == 0, printed.err
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "folders", "--cache", c, "-q"], capsys)
-    assert code == 2 and "hummingbird reads label maps of a voc-segmentation or ade20k panel" in " ".join(printed.err.split()), printed.err
+    assert code == 2 and "is a classes panel; hummingbird reads voc-segmentation or ade20k panels" in " ".join(printed.err.split()), printed.err
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-test", "--cache", c, "-q"], capsys)
     assert code == 2 and "is a sealed test panel" in printed.err, printed.err
     assert len(ledger.entries(c)) == before
