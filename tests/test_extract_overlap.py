@@ -248,3 +248,38 @@ def test_chunks_are_plain_zstd_frames(tmp_path, tiny_checkpoints, image_dir):
         assert int.from_bytes(data[-4:], "little") == google_crc32c.value(data[:-4])
         raw = Zstd(level=1).decode(data[:-4])
         assert np.array_equal(np.frombuffer(raw, dtype=np.float16).reshape(values.shape), values)
+
+
+def test_images_decoded_in_processes_give_the_same_store(tmp_path, tiny_checkpoints, photos):
+    """Beside a GPU images are decoded in processes (extract_load.decoding_pool): the same bits as
+    one decoding thread, failed images recorded in the same order."""
+    folder = _mixed_folder(tmp_path, photos)
+    settings = Settings(views=(224, 480, "native"), chunk=3)
+    reports = {}
+    for tag, processes, n in (("threads", False, 1), ("processes", True, 2)):
+        reports[tag] = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"{tag}.zarr", on_error="skip",
+                               batch_size=2, decoders=n, decode_processes=processes, quiet=True)
+    one = reports["threads"]
+    a = _arrays(one.store)
+    assert len(one.skipped) == 2 and a["failed_native"].sum() == 2
+    other = reports["processes"]
+    assert other.skipped == one.skipped and (other.written, other.done) == (one.written, one.done)
+    b = _arrays(other.store)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_a_bad_image_decoded_in_a_process_fails_the_run_and_leaves_nothing(tmp_path, tiny_checkpoints, photos):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"{i}-ok.jpg").write_bytes((photos / "coffee.jpg").read_bytes())
+    (folder / "0-broken.jpg").write_bytes((photos / "rocket.jpg").read_bytes()[:300])
+    with pytest.raises(ProbeError, match="0-broken.jpg.*--on-error skip"):
+        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr",
+                decoders=2, decode_processes=True, quiet=True)
+    assert not (tmp_path / "a.zarr").exists()
+    report = extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr",
+                     decoders=2, decode_processes=True, on_error="skip", quiet=True)
+    assert report.done == 5 and report.written == 4 and "0-broken.jpg" in report.skipped[0]

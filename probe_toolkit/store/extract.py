@@ -20,7 +20,7 @@ import errno
 import shutil
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
-from .extract_load import Loaded, decoder_threads, load_run
+from .extract_load import Loaded, decoder_processes, decoder_threads, decoding_pool, load_run
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
 from .writer import chunk_ranges
 
@@ -82,7 +82,7 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
 
 
 def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError,
-                      pool: ThreadPoolExecutor) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
+                      pool: Executor) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
     """Start decoding the run a new store begins with while the checkpoint is read and the network
     built (the fixed views only: the own-size views need the checkpoint's patch size).
 
@@ -120,9 +120,11 @@ def extract(
     decoders: int | None = None,
     quiet: bool = False,
     repair: bool = False,
+    decode_processes: bool | None = None,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
-    ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again."""
+    ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again.
+    ``decode_processes``: decode in processes rather than threads (default: beside a GPU; ``extract_load.decoding_pool``)."""
     started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
@@ -132,7 +134,8 @@ def extract(
     # threads queued on the kernel's mapping lock)
     threads = decoder_threads(decoders, device)
     savers = min(SAVERS, threads)
-    with reusing_blocks(), ThreadPoolExecutor(threads, thread_name_prefix="probe-decode") as decoding:
+    processes = decoder_processes(device) if decode_processes is None else decode_processes
+    with reusing_blocks(), decoding_pool(threads, processes) as decoding:
         shard_range = parse_shard(shard)
         views = settings.names
         try:

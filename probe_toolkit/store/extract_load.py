@@ -1,13 +1,23 @@
 """Decoding and cutting images beside the forward pass (``probe extract``, ``probe decode-stream``):
-each file decoded alone on a thread of its own, its views cut, a run's images stacked in image
-order; an image that cannot be read or cut is recorded as failed, never dropped silently."""
+each file decoded alone on a thread or process of its own, its views cut, a run's images stacked
+in image order; an image that cannot be read or cut is recorded as failed, never dropped silently.
+
+Beside a GPU the images are decoded in processes (``decoding_pool``): decoding threads hold
+Python's lock for part of every image (PIL's file handling, numpy's lookups, the stacking), so
+fifteen of them decoded only about four times what one does, and the loop that launches the
+network's kernels waited on the same lock. A process decodes by the same code, so the pixels
+are the same bits whichever pool decodes them.
+"""
 
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -59,6 +69,53 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
     return out
 
 
+def _picture_sent(ref: images.ImageRef, expected: dict[str, tuple[int, int]], **how) -> _Picture:
+    """``_picture`` in a decoding process: pixels as numpy arrays, which cross the pipe by value
+    (a torch tensor would cross as a shared-memory file handle, one per image)."""
+    out = _picture(ref, expected, **how)
+    out.fixed = {v: t.numpy() for v, t in out.fixed.items()}
+    out.own = {v: t.numpy() for v, t in out.own.items()}
+    return out
+
+
+def _as_tensor(pixels) -> torch.Tensor:
+    return pixels if isinstance(pixels, torch.Tensor) else torch.from_numpy(pixels)
+
+
+def _decoder_start(command: int) -> None:
+    """A decoding process's start: one thread for torch and BLAS, and an exit as soon as its
+    forkserver (its parent, which itself ends with the command) is gone, or at once when the
+    command already is (``infra.lifeline``: no process of a run outlives it)."""
+    from ..infra.lifeline import STATUS, follow_parent
+
+    try:
+        os.kill(command, 0)
+    except ProcessLookupError:
+        os._exit(STATUS)
+    follow_parent(os.getppid())
+    torch.set_num_threads(1)
+
+
+def decoder_processes(device: str) -> bool:
+    """Decode in processes (``decoding_pool``) where the forward pass runs on a GPU."""
+    return (device in ("auto", "cuda") or str(device).startswith("cuda:")) and torch.cuda.is_available()
+
+
+@contextmanager
+def decoding_pool(workers: int, processes: bool) -> Iterator[Executor]:
+    """Where images are decoded: ``workers`` threads, or (``processes``, and more than one)
+    ``workers`` processes forked from a forkserver that has imported this module once (a fork
+    then starts in milliseconds, without CUDA or the command's threads in it)."""
+    if not processes or workers < 2:
+        with ThreadPoolExecutor(workers, thread_name_prefix="probe-decode") as pool:
+            yield pool
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_decoder_start, initargs=(os.getpid(),)) as pool:
+        yield pool
+
+
 def decoder_threads(asked: int | None, device: str) -> int:
     """Threads that decode and cut images beside the forward pass (``--decoders``).
 
@@ -78,7 +135,7 @@ def decoder_threads(asked: int | None, device: str) -> int:
 
 
 def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int,
-             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: ThreadPoolExecutor | None = None) -> Loaded:
+             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: Executor | None = None) -> Loaded:
     """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
     order; failed images are recorded, not silently dropped, and the first one (in image order)
     fails the run when ``on_error`` is fail. ``grid``: each own-size view's (rows, cols) of these images."""
@@ -99,20 +156,25 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
         errors.append(error.line())
 
     expected = [{v: (int(grid[v][0][i]), int(grid[v][1][i])) for v in own_views} for i in range(len(refs))]
-    decode = functools.partial(_picture, fixed=fixed_views, resample=settings.resample, patch=patch)
-    pictures = pool.map(decode, refs, expected) if pool is not None else map(decode, refs, expected)
+    how = {"fixed": fixed_views, "resample": settings.resample, "patch": patch}
+    if isinstance(pool, ProcessPoolExecutor):  # a few images per message: one each costs more than it saves
+        chunks = max(1, len(refs) // (4 * pool._max_workers))
+        pictures = pool.map(functools.partial(_picture_sent, **how), refs, expected, chunksize=chunks)
+    else:
+        decode = functools.partial(_picture, **how)
+        pictures = pool.map(decode, refs, expected) if pool is not None else map(decode, refs, expected)
     for i, picture in enumerate(pictures):
         if picture.error is not None:
             fail(i, picture.error, views)
             continue
         original[i] = picture.size
         for v in fixed:
-            fixed[v].append(picture.fixed[v])
+            fixed[v].append(_as_tensor(picture.fixed[v]))
             where[v].append(i)
         for view in own_views:
             if view in picture.own_error:
                 fail(i, picture.own_error[view], [view])
             else:
-                own[view].append((i, picture.own[view]))
+                own[view].append((i, _as_tensor(picture.own[view])))
     stacked = {v: (where[v], images.stack(t) if t else None) for v, t in fixed.items()}
     return Loaded(stacked, own, original, failed, errors)
