@@ -35,9 +35,9 @@ from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
-from .extract_load import Loaded, decoder_processes, decoder_threads, decoding_pool, load_run
+from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
-from .writer import chunk_ranges
+from .writer import chunk_ranges, shared_views, write_in_process
 
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
 
@@ -120,11 +120,11 @@ def extract(
     decoders: int | None = None,
     quiet: bool = False,
     repair: bool = False,
-    decode_processes: bool | None = None,
+    processes: bool | None = None,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
     ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again.
-    ``decode_processes``: decode in processes rather than threads (default: beside a GPU; ``extract_load.decoding_pool``)."""
+    ``processes``: decode and write in processes rather than threads (default: beside a GPU; ``extract_load.host_pool``)."""
     started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
@@ -134,8 +134,8 @@ def extract(
     # threads queued on the kernel's mapping lock)
     threads = decoder_threads(decoders, device)
     savers = min(SAVERS, threads)
-    processes = decoder_processes(device) if decode_processes is None else decode_processes
-    with reusing_blocks(), decoding_pool(threads, processes) as decoding:
+    processes = decoder_processes(device) if processes is None else processes
+    with reusing_blocks(), host_pool(threads, processes and threads > 1) as decoding:
         shard_range = parse_shard(shard)
         views = settings.names
         try:
@@ -185,7 +185,7 @@ def extract(
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
-            with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(savers) as saver, bar("images", quiet) as progress:
+            with ThreadPoolExecutor(1) as loader, host_pool(savers, processes, "probe-write") as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
@@ -202,7 +202,7 @@ def extract(
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
+                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=processes)
                         ok = ~loaded.failed[view]
                         good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
@@ -219,7 +219,10 @@ def extract(
                     home = start // writer.chunk
                     while writes and (len(writes) >= savers or writes[-1][0] == home):
                         _written(writes.popleft()[1], path)
-                    writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
+                    if processes:  # the arrays cross as shared memory (writer.shared_views), the process writes them
+                        writes.append((home, saver.submit(write_in_process, str(path), start, shared_views(out), loaded.original)))
+                    else:
+                        writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
                     report.written += int(any_ok.sum())
                     report.skipped += loaded.errors
                     progress.advance(task, n - ticked[0])

@@ -2,7 +2,7 @@
 each file decoded alone on a thread or process of its own, its views cut, a run's images stacked
 in image order; an image that cannot be read or cut is recorded as failed, never dropped silently.
 
-Beside a GPU the images are decoded in processes (``decoding_pool``): decoding threads hold
+Beside a GPU the images are decoded in processes (``host_pool``): decoding threads hold
 Python's lock for part of every image (PIL's file handling, numpy's lookups, the stacking), so
 fifteen of them decoded only about four times what one does, and the loop that launches the
 network's kernels waited on the same lock. A process decodes by the same code, so the pixels
@@ -83,7 +83,7 @@ def _as_tensor(pixels) -> torch.Tensor:
 
 
 def _decoder_start(command: int) -> None:
-    """A decoding process's start: one thread for torch and BLAS, and an exit as soon as its
+    """A decoding or writing process's start: one thread for torch and BLAS, and an exit as soon as its
     forkserver (its parent, which itself ends with the command) is gone, or at once when the
     command already is (``infra.lifeline``: no process of a run outlives it)."""
     from ..infra.lifeline import STATUS, follow_parent
@@ -97,21 +97,21 @@ def _decoder_start(command: int) -> None:
 
 
 def decoder_processes(device: str) -> bool:
-    """Decode in processes (``decoding_pool``) where the forward pass runs on a GPU."""
+    """Decode and write in processes (``host_pool``) where the forward pass runs on a GPU."""
     return (device in ("auto", "cuda") or str(device).startswith("cuda:")) and torch.cuda.is_available()
 
 
 @contextmanager
-def decoding_pool(workers: int, processes: bool) -> Iterator[Executor]:
-    """Where images are decoded: ``workers`` threads, or (``processes``, and more than one)
-    ``workers`` processes forked from a forkserver that has imported this module once (a fork
-    then starts in milliseconds, without CUDA or the command's threads in it)."""
-    if not processes or workers < 2:
-        with ThreadPoolExecutor(workers, thread_name_prefix="probe-decode") as pool:
+def host_pool(workers: int, processes: bool, name: str = "probe-decode") -> Iterator[Executor]:
+    """Where images are decoded (or runs written): ``workers`` threads, or (``processes``)
+    ``workers`` processes forked from a forkserver that has imported the decoding and writing
+    modules once (a fork then starts in milliseconds, without CUDA or the command's threads)."""
+    if not processes:
+        with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
             yield pool
         return
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, f"{__package__}.writer"])
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_decoder_start, initargs=(os.getpid(),)) as pool:
         yield pool
 

@@ -118,3 +118,32 @@ class StoreWriter:
         self._array("failed")[start:stop] = failed
         self._array("done")[start:stop] = done
 
+
+
+def shared_views(views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]]) -> dict:
+    """The arrays of ``write_views``'s ``views`` that are whole views of a shared-memory torch
+    tensor (``extract_forward.forward_view(shared=True)``) as that tensor, so that they reach a
+    writing process as a file handle, not as pickled bytes; any other array goes as it is."""
+    import torch
+
+    def handle(values: np.ndarray):
+        base = values.base
+        if isinstance(base, torch.Tensor) and base.is_shared() and base.data_ptr() == values.ctypes.data and base.numel() == values.size:
+            return base.view(values.shape)
+        return values
+
+    return {view: ({name: handle(values) for name, values in data.items()}, failed) for view, (data, failed) in views.items()}
+
+
+_WRITERS: dict[str, StoreWriter] = {}  # a writing process's writer of each store (opened once per process)
+
+
+def write_in_process(path: str, start: int, views: dict, sizes: np.ndarray) -> None:
+    """``StoreWriter.write_views`` in a writing process (``extract_load.host_pool``): the same
+    writes in the same order, arrays then flags (``done`` last), from the shared tensors."""
+    writer = _WRITERS.get(path)
+    if writer is None:
+        writer = _WRITERS[path] = StoreWriter(Path(path))
+    arrays = {view: ({name: values if isinstance(values, np.ndarray) else values.numpy() for name, values in data.items()}, failed)
+              for view, (data, failed) in views.items()}
+    writer.write_views(start, arrays, sizes)
