@@ -37,7 +37,7 @@ from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
 from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
-from .writer import chunk_ranges, shared_views, write_in_process
+from .writer import SharedBuffers, chunk_ranges, shared_views, write_in_process
 
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
 
@@ -187,6 +187,7 @@ def extract(
         try:
             with ThreadPoolExecutor(1) as loader, host_pool(savers, processes, "probe-write") as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
+                buffers = SharedBuffers() if processes else None  # the device's copies, for the writing processes
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
                 for index, (start, stop, _) in enumerate(todo):
@@ -202,7 +203,7 @@ def extract(
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=processes)
+                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=buffers)
                         ok = ~loaded.failed[view]
                         good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
@@ -220,7 +221,9 @@ def extract(
                     while writes and (len(writes) >= savers or writes[-1][0] == home):
                         _written(writes.popleft()[1], path)
                     if processes:  # the arrays cross as shared memory (writer.shared_views), the process writes them
-                        writes.append((home, saver.submit(write_in_process, str(path), start, shared_views(out), loaded.original)))
+                        sent = shared_views(out)
+                        writes.append((home, saver.submit(write_in_process, str(path), start, sent, loaded.original)))
+                        writes[-1][1].add_done_callback(lambda _, sent=sent: buffers.give_back(sent))
                     else:
                         writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
                     report.written += int(any_ok.sum())

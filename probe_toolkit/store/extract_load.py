@@ -105,13 +105,14 @@ def decoder_processes(device: str) -> bool:
 def host_pool(workers: int, processes: bool, name: str = "probe-decode") -> Iterator[Executor]:
     """Where images are decoded (or runs written): ``workers`` threads, or (``processes``)
     ``workers`` processes forked from a forkserver that has imported the decoding and writing
-    modules once (a fork then starts in milliseconds, without CUDA or the command's threads)."""
+    modules and the command's main module once (a fork then starts in milliseconds, without CUDA
+    or the command's threads, and does not import the main module again)."""
     if not processes:
         with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
             yield pool
         return
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, f"{__package__}.writer"])
+    context.set_forkserver_preload(["__main__", __name__, f"{__package__}.writer"])
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_decoder_start, initargs=(os.getpid(),)) as pool:
         yield pool
 

@@ -5,6 +5,7 @@ after its arrays; the global ``done`` (every view done) and ``failed`` (any view
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,35 @@ def shared_views(views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]]) -> 
         return values
 
     return {view: ({name: handle(values) for name, values in data.items()}, failed) for view, (data, failed) in views.items()}
+
+
+class SharedBuffers:
+    """Shared-memory host tensors for the device's copies (``forward_view``), each reused once the
+    process that wrote its run is done with it: a fresh shared tensor's pages are mapped and
+    faulted in anew, which cost the command's process as much as the copy itself."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype):
+        import torch
+
+        with self._lock:
+            free = self._free.get((tuple(shape), dtype))
+            if free:
+                return free.pop()
+        return torch.empty(shape, dtype=dtype).share_memory_()
+
+    def give_back(self, views: dict) -> None:
+        """The tensors ``shared_views`` gave, once their write has ended (well or not)."""
+        import torch
+
+        with self._lock:
+            for data, _ in views.values():
+                for values in data.values():
+                    if isinstance(values, torch.Tensor):
+                        self._free.setdefault((tuple(values.shape), values.dtype), []).append(values)
 
 
 _WRITERS: dict[str, StoreWriter] = {}  # a writing process's writer of each store (opened once per process)
