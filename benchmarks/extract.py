@@ -315,7 +315,7 @@ def host(count: int, rounds: int, decoders: int) -> None:
         print(f"{mode:9s}: {ms[mode]:6.2f} ms CPU per image in the command's process, of which {host_ms[mode]:5.2f} beside the forward pass "
               f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images, {decoders} decoders, {rounds} rounds)")
     print(f"the command's own CPU per image beside the forward pass, processes / threads: {host_ms['processes'] / host_ms['threads']:.3f}; stores byte-identical: {same}")
-    print(json.dumps({"benchmark": "extract-host", "images": count, "rounds": rounds, "decoders": decoders,
+    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "images": count, "rounds": rounds, "decoders": decoders,
                       "own_cpu_ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "host_ms_per_image": {k: round(v, 3) for k, v in host_ms.items()},
                       "img_s": {k: round(v, 2) for k, v in rate.items()},
                       "identical": same, "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
