@@ -112,7 +112,8 @@ def host_pool(workers: int, processes: bool, name: str = "probe-decode") -> Iter
             yield pool
         return
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["__main__", __name__, f"{__package__}.writer"])
+    # the lifeline first: the forkserver ends with the command even while it imports the rest
+    context.set_forkserver_preload(["probe_toolkit.infra.forkserver_lifeline", "__main__", __name__, f"{__package__}.writer"])
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_decoder_start, initargs=(os.getpid(),)) as pool:
         yield pool
 
