@@ -2,8 +2,10 @@
 
 A forkserver imports its preloaded modules (torch among them: seconds) before it starts to watch
 the command that started it; a command killed meanwhile would leave it importing on, and only
-then ending. Imported first, this module gives it a lifeline (``infra.lifeline``) at once: it
-ends as soon as the command is gone. Imported anywhere else it does nothing.
+then ending. Imported first, this module gives it a lifeline (``infra.lifeline``): it ends as
+soon as the command is gone. (multiprocessing imports the command's main module before any
+other, which for ``probe`` is its light command-line module.) Imported anywhere else it does
+nothing.
 """
 
 from __future__ import annotations
