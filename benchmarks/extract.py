@@ -39,7 +39,7 @@ second by extraction's own loading, on one thread against one per core (``--deco
 images written per second by its writer, one run at a time against several at once.
 
 ``--host`` measures what a GPU's fast forward pass shares its process with: extraction of ViT-S/16's
-arrays at 224 px (tokens, keys and each head's attention; a network of ViT-S/16's shape with one
+arrays at 224 px (tokens, keys and each head's attention; ``--host-size 480``: keys; a network of ViT-S/16's shape with one
 block, so the forward pass is small, as on a GPU) with images decoded and runs written on
 threads against processes (``extract(processes=...)``, the default beside a GPU), in CPU
 milliseconds per image of the command's own process: on a GPU that process's Python lock is what
@@ -262,7 +262,7 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
                       "machine": f"{platform.processor() or platform.machine()}, 1 thread"}))
 
 
-def host(count: int, rounds: int, decoders: int) -> None:
+def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
     """``--host``: CPU ms per image of the command's own process (and wall img/s) of extraction at
     224 px with attention, decoding and writing on threads against processes; interleaved rounds
     after a warm-up, medians; the stores' arrays must be byte-identical."""
@@ -272,7 +272,7 @@ def host(count: int, rounds: int, decoders: int) -> None:
 
     torch.set_num_threads(1)
     arch = replace(RELEASED["vit-s16"], depth=1)  # ViT-S/16's arrays, one block's forward
-    settings = Settings(views=(224,), attention="last", chunk=64)
+    settings = Settings(views=(size,), attention="last" if size == 224 else "none", chunk=64)
     measured: dict[str, list[tuple[float, float]]] = {"threads": [], "processes": []}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -294,13 +294,13 @@ def host(count: int, rounds: int, decoders: int) -> None:
 
         backbone = Backbone.from_checkpoint(load_checkpoint(checkpoint)).eval()
         refs = images.list_images(folder)
-        runs = [load_run(refs[a:a + 64], ["224"], settings, 16, None, "fail").fixed["224"][1] for a in range(0, count, 64)]
+        runs = [load_run(refs[a:a + 64], [str(size)], settings, 16, None, "fail").fixed[str(size)][1] for a in range(0, count, 64)]
         forward = []
         with torch.inference_mode(), reusing_blocks():
             for r in range(rounds + 1):
                 cpu = time.process_time()
                 for pixels in runs:
-                    forward_view(backbone, pixels, "224", settings, 64, torch.device("cpu"), lambda n: None)
+                    forward_view(backbone, pixels, str(size), settings, 64, torch.device("cpu"), lambda n: None)
                 if r:
                     forward.append(1000 * (time.process_time() - cpu) / count)
         groups = {mode: zarr.open_group(path, mode="r") for mode, path in stores.items()}
@@ -313,9 +313,9 @@ def host(count: int, rounds: int, decoders: int) -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for mode in measured:
         print(f"{mode:9s}: {ms[mode]:6.2f} ms CPU per image in the command's process, of which {host_ms[mode]:5.2f} beside the forward pass "
-              f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images, {decoders} decoders, {rounds} rounds)")
+              f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images at {size} px, {decoders} decoders, {rounds} rounds)")
     print(f"the command's own CPU per image beside the forward pass, processes / threads: {host_ms['processes'] / host_ms['threads']:.3f}; stores byte-identical: {same}")
-    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "images": count, "rounds": rounds, "decoders": decoders,
+    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "size": size, "images": count, "rounds": rounds, "decoders": decoders,
                       "own_cpu_ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "host_ms_per_image": {k: round(v, 3) for k, v in host_ms.items()},
                       "img_s": {k: round(v, 2) for k, v in rate.items()},
                       "identical": same, "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
@@ -372,6 +372,7 @@ def main() -> None:
     parser.add_argument("--decoding", action="store_true", help="images decoded and cut per second: one thread against one per core")
     parser.add_argument("--host", action="store_true", help="CPU per image of the command's own process: decoding and writing on threads against processes")
     parser.add_argument("--decoders", type=int, default=2, help="--host: decoding threads or processes")
+    parser.add_argument("--host-size", type=int, choices=(224, 480), default=224, help="--host: the view (224: tokens, keys, attention; 480: keys)")
     parser.add_argument("--budget", action="store_true", help="per-image CPU of each stage at 224 px on one thread, and the bound they set")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded")
@@ -381,7 +382,7 @@ def main() -> None:
     if args.decoding:
         return decoding(args.images_224 or 96, args.rounds or 3)
     if args.host:
-        return host(args.images_224 or 256, args.rounds or 2, args.decoders)
+        return host(args.images_224 or 256, args.rounds or 2, args.decoders, args.host_size)
     if args.budget:
         return budget(args.arch, args.images_224 or 64, args.rounds or 3)
     if args.threads:

@@ -39,7 +39,7 @@ from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
 from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
-from .writer import SharedBuffers, chunk_ranges, shared_views, write_in_process
+from .writer import SharedBuffers, chunk_ranges, shared_tensors, shared_views, write_in_process
 
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
 
@@ -84,7 +84,7 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
 
 
 def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError,
-                      pool: Executor) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
+                      pool: Executor, shared: SharedBuffers | None = None) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
     """Start decoding the run a new store begins with while the checkpoint is read and the network
     built (the fixed views only: the own-size views need the checkpoint's patch size).
 
@@ -99,7 +99,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
     decoder = ThreadPoolExecutor(1)
-    future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool)
+    future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool, shared)
     decoder.shutdown(wait=False)
     return run, future
 
@@ -144,7 +144,9 @@ def extract(
             refs, unlisted = images.list_images(image_dir), None
         except ProbeError as error:  # told after the checkpoint's own errors, as before
             refs, unlisted = [], error
-        early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding)
+        # beside a GPU, shared memory for the decoded pixels and the device's copies, each buffer reused
+        buffers = SharedBuffers() if processes else None
+        early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding, buffers)
         checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
         if unlisted is not None:
             raise unlisted
@@ -183,13 +185,12 @@ def extract(
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
             own = {v: (grids[v][0][a:b], grids[v][1][a:b]) for v in own_views}
-            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding)
+            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding, buffers)
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
             with ThreadPoolExecutor(1) as loader, host_pool(savers, processes, "probe-write") as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
-                buffers = SharedBuffers() if processes else None  # the device's copies, for the writing processes
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
                 for index, (start, stop, _) in enumerate(todo):
@@ -217,6 +218,8 @@ def extract(
                                 values[i] = np.nan
                         out[view] = (data, ~good)
                         any_ok |= good
+                    if buffers is not None:  # the run's pixels are read: their buffers serve a later run
+                        buffers.give_back(loaded.shared)
                     # runs of other chunks are written at once (their arrays and flags share no chunk);
                     # two runs of one chunk never are
                     home = start // writer.chunk
@@ -225,7 +228,7 @@ def extract(
                     if processes:  # the arrays cross as shared memory (writer.shared_views), the process writes them
                         sent = shared_views(out)
                         writes.append((home, saver.submit(write_in_process, str(path), start, sent, loaded.original)))
-                        writes[-1][1].add_done_callback(lambda _, sent=sent: buffers.give_back(sent))
+                        writes[-1][1].add_done_callback(lambda _, sent=sent: buffers.give_back(shared_tensors(sent)))
                     else:
                         writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
                     report.written += int(any_ok.sum())

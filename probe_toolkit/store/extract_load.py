@@ -17,7 +17,7 @@ import os
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ import torch
 from ..infra.errors import ProbeError
 from . import images
 from .extract_plan import OnError, Settings, at_least, own_grid
+
+if TYPE_CHECKING:
+    from .writer import SharedBuffers
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Loaded:
     original: np.ndarray  # (n, 2) height, width; 0 where the file could not be read
     failed: dict[str, np.ndarray]  # per view: images that cannot have it
     errors: list[str]
+    shared: list = field(default_factory=list)  # shared-memory tensors the pixels were decoded into, to give back after the forward pass
 
 
 @dataclass
@@ -76,6 +80,31 @@ def _picture_sent(ref: images.ImageRef, expected: dict[str, tuple[int, int]], **
     out.fixed = {v: t.numpy() for v, t in out.fixed.items()}
     out.own = {v: t.numpy() for v, t in out.own.items()}
     return out
+
+
+def _picture_into(ref: images.ImageRef, expected: dict[str, tuple[int, int]], slot: int, *, into: dict[str, torch.Tensor], **how) -> _Picture:
+    """``_picture`` in a decoding process, its fixed views written into row ``slot`` of the run's
+    shared-memory tensors ``into`` (nothing of them crosses the pipe, and the run needs no
+    stacking); its own-size views as numpy arrays."""
+    out = _picture(ref, expected, **how)
+    for view, pixels in out.fixed.items():
+        row = into[view][slot]
+        if pixels.shape != row.shape or pixels.dtype != row.dtype:  # a copy_ would cast or broadcast without a word
+            raise AssertionError(f"{ref.path}: {view} pixels are {tuple(pixels.shape)} {pixels.dtype}, the run's are {tuple(row.shape)} {row.dtype}")
+        row.copy_(pixels)
+    out.fixed = dict.fromkeys(out.fixed)
+    out.own = {v: t.numpy() for v, t in out.own.items()}
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_layout(view: str, resample: str, patch: int) -> tuple[tuple[int, ...], torch.dtype]:
+    """Shape and dtype of one image's pixels in a fixed view: every image's are the same (a run
+    stacks them), so a blank picture's tell."""
+    from PIL import Image
+
+    pixels = images.fixed_pixels(Image.new("RGB", (64, 48)), view, resample, "layout", patch)
+    return tuple(pixels.shape), pixels.dtype
 
 
 def _as_tensor(pixels) -> torch.Tensor:
@@ -137,10 +166,13 @@ def decoder_threads(asked: int | None, device: str) -> int:
 
 
 def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int,
-             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: Executor | None = None) -> Loaded:
-    """Decode and cut the views of one run (on ``pool``'s threads when given, else here), in image
-    order; failed images are recorded, not silently dropped, and the first one (in image order)
-    fails the run when ``on_error`` is fail. ``grid``: each own-size view's (rows, cols) of these images."""
+             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: Executor | None = None,
+             shared: "SharedBuffers | None" = None) -> Loaded:
+    """Decode and cut the views of one run (on ``pool``'s threads or processes when given, else
+    here), in image order; failed images are recorded, not silently dropped, and the first one
+    (in image order) fails the run when ``on_error`` is fail. ``grid``: each own-size view's
+    (rows, cols) of these images. ``shared`` (with a process pool): the fixed views are decoded
+    into shared-memory tensors taken from it (``Loaded.shared``, to give back after the forward pass)."""
     fixed_views = [v for v in views if v not in images.OWN_SIZE]
     own_views = [v for v in views if v in images.OWN_SIZE]
     fixed: dict[str, list[torch.Tensor]] = {v: [] for v in fixed_views}
@@ -159,9 +191,14 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
 
     expected = [{v: (int(grid[v][0][i]), int(grid[v][1][i])) for v in own_views} for i in range(len(refs))]
     how = {"fixed": fixed_views, "resample": settings.resample, "patch": patch}
+    into: dict[str, torch.Tensor] = {}
     if isinstance(pool, ProcessPoolExecutor):  # a few images per message: one each costs more than it saves
         chunks = max(1, len(refs) // (4 * pool._max_workers))
-        pictures = pool.map(functools.partial(_picture_sent, **how), refs, expected, chunksize=chunks)
+        if shared is not None and refs:
+            into = {v: shared.take((len(refs), *shape), dtype) for v in fixed_views for shape, dtype in [_fixed_layout(v, settings.resample, patch)]}
+            pictures = pool.map(functools.partial(_picture_into, into=into, **how), refs, expected, range(len(refs)), chunksize=chunks)
+        else:
+            pictures = pool.map(functools.partial(_picture_sent, **how), refs, expected, chunksize=chunks)
     else:
         decode = functools.partial(_picture, **how)
         pictures = pool.map(decode, refs, expected) if pool is not None else map(decode, refs, expected)
@@ -171,7 +208,8 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
             continue
         original[i] = picture.size
         for v in fixed:
-            fixed[v].append(_as_tensor(picture.fixed[v]))
+            if v not in into:
+                fixed[v].append(_as_tensor(picture.fixed[v]))
             where[v].append(i)
         for view in own_views:
             if view in picture.own_error:
@@ -179,4 +217,6 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
             else:
                 own[view].append((i, _as_tensor(picture.own[view])))
     stacked = {v: (where[v], images.stack(t) if t else None) for v, t in fixed.items()}
-    return Loaded(stacked, own, original, failed, errors)
+    for v, whole in into.items():  # every image there: the tensor as it is; else the decoded rows
+        stacked[v] = (where[v], whole if len(where[v]) == len(refs) else whole[where[v]] if where[v] else None)
+    return Loaded(stacked, own, original, failed, errors, list(into.values()))

@@ -137,9 +137,11 @@ def shared_views(views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]]) -> 
 
 
 class SharedBuffers:
-    """Shared-memory host tensors for the device's copies (``forward_view``), each reused once the
-    process that wrote its run is done with it: a fresh shared tensor's pages are mapped and
-    faulted in anew, which cost the command's process as much as the copy itself."""
+    """Shared-memory host tensors, each reused once given back: a run's decoded pixels
+    (``extract_load.load_run``), given back after its forward pass, and the device's copies
+    (``forward_view``), given back once the process that wrote them is done. A fresh shared
+    tensor's pages are mapped and faulted in anew, which cost the command's process as much as
+    the copy itself."""
 
     def __init__(self) -> None:
         self._free: dict[tuple, list] = {}
@@ -152,17 +154,25 @@ class SharedBuffers:
             free = self._free.get((tuple(shape), dtype))
             if free:
                 return free.pop()
-        return torch.empty(shape, dtype=dtype).share_memory_()
+        numel = int(np.prod(shape))
+        try:  # allocated in shared memory at once, as torch's own default_collate does (share_memory_ copies into it)
+            empty = torch.empty(0, dtype=dtype)
+            return empty.new(empty._typed_storage()._new_shared(numel, device="cpu")).view(shape)
+        except (AttributeError, TypeError):  # pragma: no cover  (a torch without the method)
+            return torch.empty(shape, dtype=dtype).share_memory_()
 
-    def give_back(self, views: dict) -> None:
-        """The tensors ``shared_views`` gave, once their write has ended (well or not)."""
-        import torch
-
+    def give_back(self, tensors) -> None:
+        """Tensors ``take`` gave, once nothing reads or writes them any more."""
         with self._lock:
-            for data, _ in views.values():
-                for values in data.values():
-                    if isinstance(values, torch.Tensor):
-                        self._free.setdefault((tuple(values.shape), values.dtype), []).append(values)
+            for values in tensors:
+                self._free.setdefault((tuple(values.shape), values.dtype), []).append(values)
+
+
+def shared_tensors(views: dict) -> list:
+    """The shared tensors among ``shared_views``'s arrays."""
+    import torch
+
+    return [values for data, _ in views.values() for values in data.values() if isinstance(values, torch.Tensor)]
 
 
 _WRITERS: dict[str, StoreWriter] = {}  # a writing process's writer of each store (opened once per process)
