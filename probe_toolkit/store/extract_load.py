@@ -148,13 +148,14 @@ def host_pool(workers: int, processes: bool, name: str = "probe-decode") -> Iter
 
 
 def decoder_threads(asked: int | None, device: str) -> int:
-    """Threads that decode and cut images beside the forward pass (``--decoders``).
+    """Threads (beside a GPU: processes, ``host_pool``) that decode and cut images beside the
+    forward pass (``--decoders``).
 
     By default the cores the forward pass leaves free: all but torch's threads on the CPU (one
     when torch takes every core, as it does by default), all but one beside a GPU, where a
     single thread (decoding and cutting about 60 images/s at 224 + 480 px, writing about 250 at
     224 px: ``benchmarks/extract.py --decoding``) would starve the network; at most 16. As
-    many runs, up to ``SAVERS``, are written at once. More threads never change a value: each
+    many runs, up to ``SAVERS``, are written at once. More of them never change a value: each
     image is decoded alone, each run assembled in image order and written to its own chunks.
     """
     at_least("--decoders", asked, 1, "4")
