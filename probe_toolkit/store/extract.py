@@ -10,10 +10,10 @@ disjoint, chunk-aligned ranges of one store. A store grows: a later run with new
 beside the existing ones. Decoding the next run and writing the last one run in threads beside
 the forward pass (the first run already while the checkpoint is read); where the forward pass
 leaves cores free (beside a GPU), images are decoded by several processes and several runs
-written at once by others (``extract_load.host_pool``; the device's copies reach them as shared
-memory, ``writer.SharedBuffers``), so that the loop launching the network's kernels does not wait
-on Python's lock; on a CPU-only machine these are threads. Neither ever changes a stored value. An image is marked done only when every
-value of its arrays is finite.
+written at once by others (``extract_load.host_pool``; pixels and the device's copies cross as
+shared memory, ``writer.SharedBuffers``), so that the loop launching the network's kernels does
+not wait on Python's lock; on a CPU-only machine these are threads. Neither ever changes a
+stored value. An image is marked done only when every value of its arrays is finite.
 """
 
 from __future__ import annotations

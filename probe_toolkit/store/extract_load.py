@@ -112,11 +112,16 @@ def _as_tensor(pixels) -> torch.Tensor:
 
 
 def _decoder_start(command: int) -> None:
-    """A decoding or writing process's start: one thread for torch and BLAS, and an exit as soon as its
-    forkserver (its parent, which itself ends with the command) is gone, or at once when the
-    command already is (``infra.lifeline``: no process of a run outlives it)."""
+    """A decoding or writing process's start: one torch thread; Ctrl-C left to the command (which
+    then stops handing out work and waits for the tasks under way, so a write is never cut, and
+    no worker prints a traceback of its own); and an exit as soon as its forkserver (its
+    parent, which itself ends with the command) is gone, or at once when the command already
+    is (``infra.lifeline``: no process of a run outlives it)."""
+    import signal
+
     from ..infra.lifeline import STATUS, follow_parent
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.kill(command, 0)
     except ProcessLookupError:
