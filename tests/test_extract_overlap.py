@@ -255,7 +255,7 @@ def test_images_decoded_in_processes_give_the_same_store(tmp_path, tiny_checkpoi
     arrays cross as shared memory, writer.shared_views): the same bits as threads, failed images
     recorded in the same order."""
     folder = _mixed_folder(tmp_path, photos)
-    settings = Settings(views=(224, 480, "native"), chunk=3)
+    settings = Settings(views=(224, 480, "native"), chunk=2)  # five runs: shared buffers are reused
     reports = {}
     for tag, processes, n in (("threads", False, 1), ("processes", True, 2)):
         reports[tag] = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"{tag}.zarr", on_error="skip",
@@ -321,3 +321,19 @@ def test_shared_views_hand_shared_tensors_over_as_tensors():
     data, _ = out["224"]
     assert isinstance(data["a"], torch.Tensor) and data["a"].is_shared() and data["a"].data_ptr() == whole.data_ptr()
     assert torch.equal(data["a"], whole) and data["b"] is plain and isinstance(data["c"], np.ndarray)
+
+
+def test_shared_buffers_are_shared_and_reused_only_once_given_back():
+    import torch
+
+    from probe_toolkit.store.writer import SharedBuffers, shared_tensors, shared_views
+
+    buffers = SharedBuffers()
+    a = buffers.take((3, 5), torch.float16)
+    b = buffers.take((3, 5), torch.float16)
+    assert a.is_shared() and a.shape == (3, 5) and a.dtype == torch.float16 and a.data_ptr() != b.data_ptr()
+    sent = shared_views({"224": ({"x": a.numpy()}, np.zeros(3, bool))})
+    buffers.give_back(shared_tensors(sent))
+    assert buffers.take((3, 5), torch.float16).data_ptr() == a.data_ptr()  # the one given back
+    assert buffers.take((3, 5), torch.float16).data_ptr() not in (a.data_ptr(), b.data_ptr())  # b was never given back
+    assert buffers.take((5, 3), torch.float16).shape == (5, 3)
