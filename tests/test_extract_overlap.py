@@ -337,3 +337,26 @@ def test_shared_buffers_are_shared_and_reused_only_once_given_back():
     assert buffers.take((3, 5), torch.float16).data_ptr() == a.data_ptr()  # the one given back
     assert buffers.take((3, 5), torch.float16).data_ptr() not in (a.data_ptr(), b.data_ptr())  # b was never given back
     assert buffers.take((5, 3), torch.float16).shape == (5, 3)
+
+
+def test_without_room_in_shared_memory_processes_give_way_to_threads(tmp_path, tiny_checkpoints, image_dir, monkeypatch):
+    """A run whose buffers would not fit in /dev/shm (where a tensor that does not fit ends its
+    process with a bus error) decodes and writes on threads: the same store."""
+    from probe_toolkit.store.extract_load import shared_memory_room
+
+    assert shared_memory_room(0, str(tmp_path)) and not shared_memory_room(1 << 60, str(tmp_path))
+    assert not shared_memory_room(0, str(tmp_path / "missing"))
+    seen, real = set(), images.load_image
+
+    def watched(path):
+        seen.add(threading.current_thread().name.split("_")[0])
+        return real(path)
+
+    monkeypatch.setattr(images, "load_image", watched)
+    monkeypatch.setattr(extraction, "shared_memory_room", lambda needed: False)
+    settings = Settings(views=(224,), chunk=3)
+    crowded = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "c.zarr", decoders=2, processes=True, quiet=True)
+    assert seen == {"probe-decode"}  # decoded on this process's threads
+    plain = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "p.zarr", decoders=1, quiet=True)
+    a, b = _arrays(crowded.store), _arrays(plain.store)
+    assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)

@@ -37,7 +37,7 @@ from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
-from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run
+from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run, pixel_bytes, shared_memory_room
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
 from .writer import SharedBuffers, chunk_ranges, shared_tensors, shared_views, write_in_process
 
@@ -137,7 +137,11 @@ def extract(
     threads = decoder_threads(decoders, device)
     savers = min(SAVERS, threads)
     processes = decoder_processes(device) if processes is None else processes
-    with reusing_blocks(), host_pool(threads, processes and threads > 1) as decoding:
+    # processes only with several of them, and room in shared memory for three runs' pixels
+    # (being decoded, being read, one ahead); the writing processes' room is checked below
+    pixels = 3 * settings.chunk * pixel_bytes(list(settings.names), settings, 16)
+    processes = processes and threads > 1 and shared_memory_room(pixels)
+    with reusing_blocks(), host_pool(threads, processes) as decoding:
         shard_range = parse_shard(shard)
         views = settings.names
         try:
@@ -181,6 +185,9 @@ def extract(
                 mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
+        # the device's copies of the runs being written (and two more) beside the pixels, in shared memory
+        outputs = (savers + 2) * writer.chunk * sum(int(np.prod(shape)) for _, shape in plan.values()) * np.dtype(settings.dtype).itemsize
+        writing = processes and shared_memory_room(pixels + outputs)
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
@@ -189,7 +196,7 @@ def extract(
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
-            with ThreadPoolExecutor(1) as loader, host_pool(savers, processes, "probe-write") as saver, bar("images", quiet) as progress:
+            with ThreadPoolExecutor(1) as loader, host_pool(savers, writing, "probe-write") as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
@@ -206,7 +213,7 @@ def extract(
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=buffers)
+                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
                         ok = ~loaded.failed[view]
                         good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
@@ -225,7 +232,7 @@ def extract(
                     home = start // writer.chunk
                     while writes and (len(writes) >= savers or writes[-1][0] == home):
                         _written(writes.popleft()[1], path)
-                    if processes:  # the arrays cross as shared memory (writer.shared_views), the process writes them
+                    if writing:  # the arrays cross as shared memory (writer.shared_views), the process writes them
                         sent = shared_views(out)
                         writes.append((home, saver.submit(write_in_process, str(path), start, sent, loaded.original)))
                         writes[-1][1].add_done_callback(lambda _, sent=sent: buffers.give_back(shared_tensors(sent)))

@@ -130,6 +130,31 @@ def _decoder_start(command: int) -> None:
     torch.set_num_threads(1)
 
 
+SHM = "/dev/shm"  # where torch's shared tensors live (shm_open)
+
+
+def shared_memory_room(needed: int, folder: str = SHM) -> bool:
+    """Whether ``needed`` bytes of shared memory fit in half of what ``folder`` has free. A tensor
+    there is only backed when it is first written: one that does not fit would end its process
+    with a bus error, not an error to tell, so a run that would not fit decodes and writes on
+    threads instead (the same store; containers often give /dev/shm 64 MB)."""
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    return needed <= stats.f_bavail * stats.f_frsize // 2
+
+
+def pixel_bytes(views: list[str], settings: Settings, patch: int) -> int:
+    """Bytes of one image's decoded fixed views (``_fixed_layout``)."""
+    total = 0
+    for view in views:
+        if view not in images.OWN_SIZE:
+            shape, dtype = _fixed_layout(view, settings.resample, patch)
+            total += int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+    return total
+
+
 def decoder_processes(device: str) -> bool:
     """Decode and write in processes (``host_pool``) where the forward pass runs on a GPU."""
     return (device in ("auto", "cuda") or str(device).startswith("cuda:")) and torch.cuda.is_available()
