@@ -29,6 +29,7 @@ FLAGS = {
     "boot": "--boot", "n_boot": "--boot", "n_last_frames": "--n-last-frames", "size_mask_neighborhood": "--size-mask-neighborhood", "ks": "--k",
     "subset": "--set", "color_lambda": "--color-lambda", "settings_file": "--settings", "settings_out": "--settings-out",
     "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold", "memory": "--memory",
+    "json_path": "--json", "cache_dir": "--cache", "sequences": "--sequence", "score": "--no-score",
 }
 
 
@@ -54,13 +55,22 @@ BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for th
 AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
-# groups of options that several commands take alike, declared once (``options``)
-SHARDED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None)}
-PLACEMENT = {"threads": (ThreadsOpt, 1), **SHARDED, "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu")}
-SCORED = {"unseal": (UnsealOpt, None), "workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "cache": (CacheOpt, None),
-          "quiet": (QuietOpt, False)}  # a protocol scoring panels on local workers or a cluster (no shards)
-OVER_STORES = {"json_path": (JsonOpt, None), "dask_address": (ClusterOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000),
-               "partial": (PartialOpt, False), "quiet": (QuietOpt, False)}
+# options every command spells alike (name: (annotation, default)), and groups of them that several
+# commands take together (``options``; a protocol's ``Command.options`` names them as strings)
+SHARED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None), "threads": (ThreadsOpt, 1),
+          "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu"), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
+          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000), "partial": (PartialOpt, False)}
+
+
+def _group(*names: str) -> dict[str, tuple[Any, Any]]:
+    return {name: SHARED[name] for name in names}
+
+
+SHARDED = _group("workers", "dask_address", "shard")
+PLACEMENT = _group("threads", "workers", "dask_address", "shard", "backend", "device")
+SCORED = _group("unseal", "workers", "dask_address", "cache", "quiet")  # a protocol scoring panels on local workers or a cluster (no shards)
+OVER_STORES = _group("json_path", "dask_address", "seed", "boot", "partial", "quiet")
+GROUPS = {"SHARDED": SHARDED, "PLACEMENT": PLACEMENT, "SCORED": SCORED, "OVER_STORES": OVER_STORES}
 
 
 def options(group: dict[str, tuple[Any, Any]]):
@@ -75,12 +85,6 @@ def options(group: dict[str, tuple[Any, Any]]):
         return command
 
     return declare
-
-
-def summary_command(name: str):
-    """``probe NAME STORES...``: a summary over stores (``commands/runs.py``), with the options every
-    such summary takes (``OVER_STORES``)."""
-    return lambda command: app.command(name)(options(OVER_STORES)(command))
 
 
 def show(renderables: list[Any]) -> None:
@@ -119,7 +123,3 @@ def counted(name: str, unit: str, quiet: bool, source: Any, *, hook: str = "prog
     with bar(unit, quiet) as progress:
         handle = progress.add_task(task or name, total=None)
         return run(name, source, **{hook: lambda n: progress.advance(handle, n)}, **keywords).report
-
-
-def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
-    return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"

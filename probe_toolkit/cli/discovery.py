@@ -8,8 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (PLACEMENT, AllowPartialOpt, CacheOpt, PanelOpt, QuietOpt, UnsealOpt, app, console, err_console, options, run, show, ticker,
-                  waiting_line)
+from .app import PLACEMENT, AllowPartialOpt, CacheOpt, PanelOpt, QuietOpt, UnsealOpt, app, console, err_console, options, run, show, ticker
 
 DecodeViewOpt = Annotated[Optional[str], typer.Option("--view", help="480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's unsupervised_saliency_detection/get_saliency.py).")]
 
@@ -77,7 +76,7 @@ def decode(
     with bar("images", quiet) as progress:
         report = run("decode", store, out=out, panel=panel, allow_partial=allow_partial, unseal=unseal, cache_dir=cache, on_start=ticker(progress, "decode"), **chosen, **placement).report
     if report.masks_file is None:  # a shard that finished before the others
-        console.print(waiting_line(placement["shard"], report.extra["waiting_for_shards"], "the last one writes the masks"))
+        console.print(tables.waiting_line(placement["shard"], report.extra["waiting_for_shards"], "the last one writes the masks"))
         return
     console.print(tables.decode_summary(report, report.extra["settings_source"]))
     for warning in report.extra.get("warnings", []):
@@ -139,7 +138,7 @@ def decode_sweep(
         report = run("decode-sweep", store, panel=panel, grid=grid, metric=metric, settings_out=settings_out, view=str(view or 480), keys=keys, allow_partial=allow_partial, unseal=unseal,
                      cache_dir=cache, on_start=ticker(progress, "sweep"), **placement).report
     if report.waiting:
-        console.print(waiting_line(placement["shard"], report.waiting, "the last one scores every setting"))
+        console.print(tables.waiting_line(placement["shard"], report.waiting, "the last one scores every setting"))
         return
     show(tables.sweep(report, panel, metric, top))
     if json_path:

@@ -133,6 +133,7 @@ register(Protocol(
                 "DINOv3 (no published object discovery; facebookresearch/dinov3#213 asks for TokenCut): its keys before RoPE by default "
                 "(keys: plain), measured better for cuts than those after RoPE (keys: rope; benchmarks/dinov3_keys.py, docs/checkpoints.md).",
     execute=decode,
+    sections=("report.sections_decoder:decoder", "report.pictures:decoder_cuts", "report.sections_decoder:scores"),
 ))
 register(Protocol(
     name="decode-stream",

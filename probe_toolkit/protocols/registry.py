@@ -2,9 +2,17 @@
 
 A protocol is one module of this package that builds a ``Protocol`` and calls ``register``:
 its settings (a frozen dataclass that validates itself), what it reads (views, labels, panel
-kinds), the results it saves, its published references and how it differs from them, and the
-function that runs it. The CLI, the Python API (``probe_toolkit.api``), ``probe list`` and the
-documentation iterate over ``protocols()``; adding a protocol never edits them.
+kinds), the results it saves, its published references and how it differs from them, the
+function that runs it, and its presentation: its command (``Command``: the inputs and options
+the command line offers, the progress it shows, the terminal table it prints) and its report
+sections. The CLI builds one command per protocol from ``protocols()``; the Python API
+(``protocols/api.py``), ``probe list``, the report and the documentation iterate over it too;
+adding a protocol never edits them.
+
+The table and the sections are named as ``"module:function"`` strings under ``probe_toolkit``
+(``"results.tables:knn"``, ``"report.protocols:knn"``) and imported when used, so that loading
+the registry (every ``probe --help``) imports neither rich tables nor matplotlib, and no earlier
+stage imports the report.
 
 Like timm's ``@register_model``: nothing else in the toolkit keeps a list of protocol names.
 """
@@ -41,6 +49,45 @@ class Reads:
     panel_sibling: bool = False  # a panel's tokens are read from <network>-panel-<panel>.zarr beside the store when the store lacks them
 
 
+REQUIRED = object()  # an option's default when the command line must give it
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option of a protocol's command. ``name`` is the keyword ``run`` receives
+    (a setting, an input of the run, or a placement field); the CLI spells its flag (``cli/app.FLAGS``).
+
+    ``kind`` says how the typed text becomes the value: ``str``, ``int``, ``float``, ``bool`` (a
+    switch), ``path``, ``strs`` (repeatable), ``ints`` / ``floats`` (comma-separated, ``example``
+    being the list the error suggests), ``negated`` (a ``--no-…`` switch: the value is its negation),
+    or ``parse`` (text → value, raising a ``SettingError`` that names the parameter)."""
+
+    name: str
+    help: str
+    kind: str = "str"
+    default: Any = None
+    example: str = ""
+    parse: Callable[[str], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    """A protocol's command, built by the CLI: ``probe <name> SOURCE [options]``, one call of ``run``.
+
+    ``options`` are ``Option``s and, as strings, options every command spells alike (the CLI's
+    ``SHARED``: ``cache``, ``quiet``, ``workers``, …) or groups of them (``SCORED``, ``SHARDED``,
+    ``OVER_STORES``), in the order ``--help`` lists them. ``progress``: (unit, the keyword that
+    advances it, task label) of the bar; a unit of None prints each step instead. ``table``:
+    ``"module:function"`` taking (report, the keywords given to ``run``) and returning what the
+    terminal shows (``results/tables.py``)."""
+
+    help: str
+    source: str  # help of the first input (the protocol's ``source``: a store, stores, a checkpoint)
+    options: tuple[Option | str, ...]
+    table: str
+    progress: tuple[str | None, str, str] | None = None
+
+
 @dataclass(frozen=True)
 class Protocol:
     name: str
@@ -52,6 +99,8 @@ class Protocol:
     differences: str  # what differs from the reference code, and why
     execute: Callable[..., Any]  # (settings, placement, **inputs and options) -> the command's report
     source: str = "store"  # the keyword of its first input: store, stores, checkpoint or masks_file
+    command: Command | None = None  # None: reached through another command (decode-stream: decode --images)
+    sections: tuple[str, ...] = ()  # its report sections, "module:function" taking the report's context, in report order
 
     def make_settings(self, **given: Any):
         return self.settings.build(**given)
@@ -79,6 +128,12 @@ def _load() -> None:
 def protocols() -> list[Protocol]:
     _load()
     return list(_REGISTRY.values())
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    """``"results.tables:knn"`` → that function of ``probe_toolkit.results.tables``."""
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(f"probe_toolkit.{module}"), function)
 
 
 def get(name: str) -> Protocol:

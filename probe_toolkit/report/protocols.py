@@ -171,6 +171,4 @@ def propagation(ctx) -> Section:
     return section
 
 
-from .sections_correspond import correspond  # noqa: E402  (its own module: the SPair section and its figure)
 
-SECTIONS = (knn, attention_masks, propagation, correspond)

@@ -64,7 +64,7 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 
 
 def hummingbird(ctx) -> Section:
-    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
     section = Section("hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)")
     found = {s.label: (s, s.result("hummingbird")) for s in ctx.stores if s.result("hummingbird") is not None}
@@ -118,5 +118,3 @@ def _figure(ctx, store, ds, label: str) -> Figure:
                f"(VOC's colours, boundary white) and the labels transferred from the memory's 30 nearest patches at each memory size.")
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows), caption)
 
-
-SECTIONS = (hummingbird,)
