@@ -66,8 +66,8 @@ def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], d
     return parameters, declared
 
 
-def build(protocol: registry.Protocol) -> None:
-    """Register ``probe <protocol.name>`` from the protocol's ``Command``."""
+def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
+    """Register ``probe <protocol.name>`` on ``target`` from the protocol's ``Command``."""
     spec = protocol.command
     parameters, declared = _parameters(protocol)
 
@@ -92,7 +92,7 @@ def build(protocol: registry.Protocol) -> None:
     command.__signature__ = inspect.Signature(parameters)
     command.__doc__ = spec.help
     command.__name__ = command.__qualname__ = protocol.name.replace("-", "_") + "_command"
-    app.command(protocol.name)(command)
+    target.command(protocol.name)(command)
 
 
 for _protocol in registry.protocols():

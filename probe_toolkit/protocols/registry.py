@@ -84,7 +84,7 @@ class Command:
     help: str
     source: str  # help of the first input (the protocol's ``source``: a store, stores, a checkpoint)
     options: tuple[Option | str, ...]
-    table: str
+    table: str | Callable[..., Any]
     progress: tuple[str | None, str, str] | None = None
 
 
@@ -100,7 +100,7 @@ class Protocol:
     execute: Callable[..., Any]  # (settings, placement, **inputs and options) -> the command's report
     source: str = "store"  # the keyword of its first input: store, stores, checkpoint or masks_file
     command: Command | None = None  # None: reached through another command (decode-stream: decode --images)
-    sections: tuple[str, ...] = ()  # its report sections, "module:function" taking the report's context, in report order
+    sections: tuple[str | Callable[..., Any], ...] = ()  # its report sections, "module:function" taking the report's context, in report order
 
     def make_settings(self, **given: Any):
         return self.settings.build(**given)
@@ -130,8 +130,10 @@ def protocols() -> list[Protocol]:
     return list(_REGISTRY.values())
 
 
-def resolve(target: str) -> Callable[..., Any]:
-    """``"results.tables:knn"`` → that function of ``probe_toolkit.results.tables``."""
+def resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    """``"results.tables:knn"`` → that function of ``probe_toolkit.results.tables`` (a function stays itself)."""
+    if callable(target):
+        return target
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(f"probe_toolkit.{module}"), function)
 
