@@ -59,7 +59,8 @@ PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store s
 # commands take together (``options``; a protocol's ``Command.options`` names them as strings)
 SHARED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None), "threads": (ThreadsOpt, 1),
           "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu"), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
-          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000), "partial": (PartialOpt, False)}
+          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000), "partial": (PartialOpt, False),
+          "panel": (PanelOpt, None), "allow_partial": (AllowPartialOpt, False)}
 
 
 def _group(*names: str) -> dict[str, tuple[Any, Any]]:

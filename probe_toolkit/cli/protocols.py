@@ -20,7 +20,7 @@ from ..infra.errors import ProbeError
 from ..protocols import registry
 from .app import GROUPS, SHARED, app, counted, err_console, flag, run, show
 
-TYPES = {"str": str, "int": int, "float": float, "bool": bool, "path": Path, "strs": list[str], "negated": bool, "ints": str, "floats": str}
+TYPES = {"str": str, "int": int, "float": float, "bool": bool, "path": Path, "strs": list[str], "negated": bool, "either": bool, "ints": str, "floats": str}
 KEYWORDS = {"cache": "cache_dir"}  # a shared option's name → the keyword ``run`` takes
 LISTS = {"ints": (int, "integers"), "floats": (float, "numbers")}
 
@@ -31,8 +31,9 @@ def _option(option: registry.Option) -> inspect.Parameter:
     default = False if option.kind == "negated" else inspect.Parameter.empty if required else option.default
     kind = TYPES["str" if option.parse else option.kind]
     annotation = kind if required or default is not None else Optional[kind]
+    flags = f"{flag(option.name)}/--no-{flag(option.name)[2:]}" if option.kind == "either" else flag(option.name)
     return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[annotation, typer.Option(flag(option.name), help=option.help)])
+                             annotation=Annotated[annotation, typer.Option(flags, help=option.help)])
 
 
 def _value(option: registry.Option, text: Any) -> Any:
@@ -66,14 +67,35 @@ def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], d
     return parameters, declared
 
 
-def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
-    """Register ``probe <protocol.name>`` on ``target`` from the protocol's ``Command``."""
-    spec = protocol.command
-    parameters, declared = _parameters(protocol)
+def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
+    """Register the function it decorates as ``probe <name>``, with the options and help of the
+    protocol's ``Command``; the function receives the protocol's source and the keywords for ``run``
+    (flags parsed, shared options renamed: ``cache`` → ``cache_dir``)."""
+    protocol = registry.get(protocol) if isinstance(protocol, str) else protocol
+    name = protocol.name
+    parameters, options = _parameters(protocol)
 
-    def command(**typed: Any) -> None:
-        source = typed.pop(protocol.source)
-        given = {KEYWORDS.get(name, name): _value(declared[name], value) if name in declared else value for name, value in typed.items()}
+    def register(body):
+        def command(**typed: Any) -> None:
+            source = typed.pop(protocol.source)
+            body(source, {KEYWORDS.get(n, n): _value(options[n], v) if n in options else v for n, v in typed.items()})
+
+        command.__signature__ = inspect.Signature(parameters)
+        command.__doc__ = protocol.command.help
+        command.__name__ = command.__qualname__ = name.replace("-", "_") + "_command"
+        target.command(name)(command)
+        return body
+
+    return register
+
+
+def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
+    """Register ``probe <protocol.name>`` on ``target`` from the protocol's ``Command``: run it
+    under its progress bar, print its table."""
+    spec = protocol.command
+
+    @declared(protocol, target)
+    def command(source: Any, given: dict[str, Any]) -> None:
         if spec.progress is None:
             report = run(protocol.name, source, **given).report
         else:
@@ -89,12 +111,9 @@ def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
                 report = counted(protocol.name, unit, quiet, source, hook=hook, task=task, **given)
         show(registry.resolve(spec.table)(report, given))
 
-    command.__signature__ = inspect.Signature(parameters)
-    command.__doc__ = spec.help
-    command.__name__ = command.__qualname__ = protocol.name.replace("-", "_") + "_command"
-    target.command(protocol.name)(command)
 
-
-for _protocol in registry.protocols():
-    if _protocol.command is not None:
-        build(_protocol)
+def build_all() -> None:
+    """Every protocol's command that the CLI does not write by hand, in the registry's order."""
+    for protocol in registry.protocols():
+        if protocol.command is not None and not protocol.command.explicit:
+            build(protocol)

@@ -60,7 +60,8 @@ class Option:
     ``kind`` says how the typed text becomes the value: ``str``, ``int``, ``float``, ``bool`` (a
     switch), ``path``, ``strs`` (repeatable), ``ints`` / ``floats`` (comma-separated, ``example``
     being the list the error suggests), ``negated`` (a ``--no-…`` switch: the value is its negation),
-    or ``parse`` (text → value, raising a ``SettingError`` that names the parameter)."""
+    ``either`` (``--x/--no-x``, None when neither is given), or ``parse`` (text → value, raising a
+    ``SettingError`` that names the parameter)."""
 
     name: str
     help: str
@@ -86,6 +87,7 @@ class Command:
     options: tuple[Option | str, ...]
     table: str | Callable[..., Any]
     progress: tuple[str | None, str, str] | None = None
+    explicit: bool = False  # the CLI writes the command's body (several sources or presets: decode, score, decode-sweep); its options still come from here
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,26 @@ def decode_summary(report: Any, source: str) -> str:
             f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
-def sweep(report: Any, panel: str, metric: str, top: int) -> list[Any]:
+def decode(report: Any, given: dict[str, Any]) -> list[Any]:
+    """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
+    if report.masks_file is None:  # a shard that finished before the others
+        return [waiting_line(given.get("shard"), report.extra["waiting_for_shards"], "the last one writes the masks")]
+    out: list[Any] = [decode_summary(report, report.extra["settings_source"])]
+    if report.scores is not None:
+        out += scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    return out
+
+
+def score(report: Any, given: dict[str, Any]) -> list[Any]:
+    """``probe score``: the panel's scores of a masks file, and where the record went."""
+    out = scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    return out + ([f"saved → {report.saved}"] if report.saved else [])
+
+
+def sweep(report: Any, given: dict[str, Any]) -> list[Any]:
+    if report.waiting:
+        return [waiting_line(given.get("shard"), report.waiting, "the last one scores every setting")]
+    panel, metric, top = given["panel"], given["metric"], given["top"]
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
