@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, one_of, within
-from .registry import Command, Option, Protocol, Reads, Reference, register
+from .registry import Command, Option, Protocol, Reads, Reference, register, written_to
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ PROTOCOL = register(Protocol(
             Option("panel", "Score the masks by Jaccard against this panel's objects (read through the ledger)."),
             Option("mass", "Share of the row's attention each head's mask holds (DINO: 0.6).", "float", 0.6),
             Option("row", "auto, cls (class token), aggregation (SelfPatch's ca_head) or mean (of the patch rows).", default="auto"),
-            Option("json_path", "Also write the Jaccards and settings as JSON.", "path"),
+            written_to("Also write the Jaccards and settings as JSON."),
             Option("unseal", "Reason to open a sealed test panel (recorded in the ledger)."),
             Option("partial", "Use a store still being extracted (its finished images).", "bool", False),
             "cache", "quiet", "SHARDED"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..infra.settings import SettingError, Settings, at_least, one_of, within
 from ..store import views
-from .registry import REQUIRED, Command, Option, Protocol, Reads, Reference, register
+from .registry import Command, Option, Protocol, Reads, Reference, panel, register, written_to
 
 KEY_VIEWS = tuple(v.name for v in views.TABLE if any(a.startswith("keys_") for a in v.arrays))  # the views whose keys the decoders cut
 
@@ -157,7 +157,7 @@ register(Protocol(
             Option("center", "Subtract each image's mean key (centred preset: on).", "either"),
             Option("settings_file", "Settings file (default <cache>/decoder-settings.json from the sweep).", "path"),
             Option("out", "COCO results JSON (default <store>/results/decoder-masks.json).", "path"),
-            Option("json_path", "Write a summary JSON here.", "path"),
+            written_to("Write a summary JSON here."),
             Option("refine", "bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS)."),
             Option("color_lambda", "dsm: weight of DSM's KNN colour affinity (0, off, as published).", "float"),
             KEYS, "panel", "allow_partial", "unseal", "cache", "quiet", "PLACEMENT"),
@@ -189,8 +189,8 @@ register(Protocol(
     command=Command(
         help="Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU.",
         source="COCO results JSON written by probe decode.",
-        options=(Option("panel", "Registered panel to score on.", default=REQUIRED), "unseal",
-                 Option("json_path", "Write the scores as JSON here.", "path"), "cache"),
+        options=(panel("Registered panel to score on."), "unseal",
+                 written_to("Write the scores as JSON here."), "cache"),
         table="results.tables:score",
         explicit=True),
 ))
@@ -207,13 +207,13 @@ register(Protocol(
         help="Decode a grid of settings, read the panel's labels once, and keep the best setting.",
         source="A store with keys_480.",
         options=(
-            Option("panel", "Validation panel to choose the settings on.", default=REQUIRED),
+            panel("Validation panel to choose the settings on."),
             Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.", "path"),
             Option("metric", "Score that picks the best setting.", default="segm_AP"),
             Option("settings_out", "Where to write the best settings (default <cache>/decoder-settings.json).", "path"),
             VIEW, KEYS,
             Option("top", "Rows of the table to print (best first).", "int", 20),
-            Option("json_path", "Write the whole table as JSON here.", "path"),
+            written_to("Write the whole table as JSON here."),
             "allow_partial", "unseal", "cache", "quiet", "PLACEMENT"),
         table="results.tables:sweep",
         explicit=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, at_least
-from .registry import Command, Option, Protocol, Reads, Reference, register
+from .registry import Option, Protocol, Reads, Reference, over_stores, register
 
 
 
@@ -42,13 +42,8 @@ PROTOCOL = register(Protocol(
     differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",
     execute=execute,
     source="stores",
-    command=Command(
-        help="How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
-        source="Stores written by probe extract (several: side by side).",
-        options=(
-            Option("patch", "Follow this patch of the 224 view (patch = G·row + column).", "int"),
-            Option("image", "Image id for the --patch tables (default: the first)."),
-            "OVER_STORES"),
-        table="results.tables:entropy"),
+    command=over_stores("How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
+                        Option("patch", "Follow this patch of the 224 view (patch = G·row + column).", "int"),
+                        Option("image", "Image id for the --patch tables (default: the first)."), table="results.tables:entropy"),
     sections=("report.sections_attention:attention", "report.sections_attention:entropy"),
 ))

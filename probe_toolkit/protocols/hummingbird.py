@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..analyses import hummingbird_published as hb
 from ..infra.settings import Settings, SettingError, at_least, one_of, positive
 from ..store import views
-from .registry import REQUIRED, Command, Option, Protocol, Reads, Reference, register
+from .registry import Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 FULL = None  # a memory holding every patch of every memory view
 VIEWS = tuple(v.name for v in views.TABLE if v.name.startswith("hbird512"))  # the query view, then one memory view per augmentation epoch
@@ -99,21 +99,20 @@ PROTOCOL = register(Protocol(
     ),
     differences=DIFFERENCES,
     execute=execute,
-    command=Command(
-        help="Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size.",
-        source="A store holding (or beside a store holding) both panels' images in the hbird512 views.",
-        options=(
-            Option("train", "Segmentation panel (VOC or ADE20K) whose augmented views make the memory (VOC trainaug, as published).", default=REQUIRED),
-            Option("val", "Segmentation panel of the same data set whose patches are labelled from the memory and scored.", default=REQUIRED),
-            Option("memory", "Memory sizes in patches, all in one run; full: every patch (published: 1024·10², 10³, 10⁴).",
-                   default="102400,1024000,10240000", parse=memory_sizes),
-            Option("k", "Nearest memory patches per query patch (open-hummingbird-eval: 30).", "int", 30),
-            Option("temperature", "Softmax temperature of the label transfer (open-hummingbird-eval: 0.02).", "float", 0.02),
-            Option("augmentation_epochs", "Augmented views of each train image in the memory: 1 or 2 (published: 2).", "int", 2),
-            Option("seed", "Seed of the bounded memory's draws (eval.py: 123).", "int", 123),
-            Option("matching", "Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).", default="identity"),
-            Option("json_path", "Also write the scores and settings as JSON.", "path"),
-            "SCORED"),
+    command=on_train_val(
+        "Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size.",
+        "A store holding (or beside a store holding) both panels' images in the hbird512 views.",
+        "Segmentation panel (VOC or ADE20K) whose augmented views make the memory (VOC trainaug, as published).",
+        "Segmentation panel of the same data set whose patches are labelled from the memory and scored.",
+        Option("memory", "Memory sizes in patches, all in one run; full: every patch (published: 1024·10², 10³, 10⁴).",
+               default="102400,1024000,10240000", parse=memory_sizes),
+        Option("k", "Nearest memory patches per query patch (open-hummingbird-eval: 30).", "int", 30),
+        Option("temperature", "Softmax temperature of the label transfer (open-hummingbird-eval: 0.02).", "float", 0.02),
+        Option("augmentation_epochs", "Augmented views of each train image in the memory: 1 or 2 (published: 2).", "int", 2),
+        Option("seed", "Seed of the bounded memory's draws (eval.py: 123).", "int", 123),
+        Option("matching", "Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).", default="identity"),
+        written_to("Also write the scores and settings as JSON."),
+        "SCORED",
         table="results.tables:hummingbird",
         progress=("images", "progress", "hummingbird")),
     sections=("report.sections_dense:hummingbird",),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, at_least, one_of, positive
-from .registry import REQUIRED, Command, Option, Protocol, Reads, Reference, register
+from .registry import REQUIRED, Command, Option, Protocol, Reads, Reference, register, written_to
 
 
 from ..analyses.tracking import PRESETS, SHORT_SIDE, TEMPERATURE  # DINO's eval_video_segmentation.py, DINOv3's segmentation_tracking notebook
@@ -83,7 +83,7 @@ PROTOCOL = register(Protocol(
             Option("workers", "Local processes, one sequence and one torch thread each (default: every core; one on a GPU).", "int"),
             "dask_address",
             Option("shard", "i/n: this process's share of the sequences (default from torchrun RANK/WORLD_SIZE); the last to finish scores."),
-            Option("json_path", "Also write the J&F tables and settings as JSON.", "path"),
+            written_to("Also write the J&F tables and settings as JSON."),
             "cache", "quiet"),
         table="results.tables:propagate",
         progress=("frames", "on_frame", "propagate")),

@@ -90,6 +90,32 @@ class Command:
     explicit: bool = False  # the CLI writes the command's body (several sources or presets: decode, score, decode-sweep); its options still come from here
 
 
+UNSEAL_VAL = Option("unseal", "Reason to open a sealed test panel as --val (recorded in the ledger).")  # of a train/val protocol
+
+
+def panel(help: str) -> Option:
+    """``--panel``, required: the one panel a protocol is scored (or chooses its settings) on."""
+    return Option("panel", help, default=REQUIRED)
+
+
+def on_train_val(help: str, source: str, train: str, val: str, *options: Option | str, table: str, progress: tuple[str | None, str, str]) -> Command:
+    """The command of a protocol fitted (or voting) on a train panel and scored on a val panel
+    (linear, knn, hummingbird): ``--train`` and ``--val`` first, both required, then its own options."""
+    return Command(help=help, source=source, options=(Option("train", train, default=REQUIRED), Option("val", val, default=REQUIRED), *options),
+                   table=table, progress=progress)
+
+
+def written_to(what: str) -> Option:
+    """``--json``: where the run's numbers are also written, as JSON."""
+    return Option("json_path", what, "path")
+
+
+def over_stores(help: str, *options: Option, table: str) -> Command:
+    """The command of a summary over stores side by side (entropy, neighbours): its own options,
+    then those every such summary takes (the CLI's ``OVER_STORES``: --json, --seed, --boot, ...)."""
+    return Command(help=help, source="Stores written by probe extract (several: side by side).", options=(*options, "OVER_STORES"), table=table)
+
+
 @dataclass(frozen=True)
 class Protocol:
     name: str
