@@ -3,7 +3,6 @@ that maps a protocol parameter to its command-line flag."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -49,14 +48,13 @@ ClusterOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run o
 ShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]
-StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
 BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
 AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
 # options every command spells alike (name: (annotation, default)), and groups of them that several
-# commands take together (``options``; a protocol's ``Command.options`` names them as strings)
+# commands take together; a protocol's ``Command.options`` names them as strings (``cli/protocols.py``)
 SHARED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None), "threads": (ThreadsOpt, 1),
           "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu"), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
           "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000), "partial": (PartialOpt, False),
@@ -72,20 +70,6 @@ PLACEMENT = _group("threads", "workers", "dask_address", "shard", "backend", "de
 SCORED = _group("unseal", "workers", "dask_address", "cache", "quiet")  # a protocol scoring panels on local workers or a cluster (no shards)
 OVER_STORES = _group("json_path", "dask_address", "seed", "boot", "partial", "quiet")
 GROUPS = {"SHARDED": SHARDED, "PLACEMENT": PLACEMENT, "SCORED": SCORED, "OVER_STORES": OVER_STORES}
-
-
-def options(group: dict[str, tuple[Any, Any]]):
-    """A command's ``**keywords`` become the options of ``group`` (name: (annotation, default)), after
-    its own: typer reads them from the signature, and the command receives them in that dict."""
-    def declare(command):
-        signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-                  for name, (annotation, default) in group.items()]
-        command.__signature__ = signature.replace(parameters=own + shared)
-        return command
-
-    return declare
 
 
 def show(renderables: list[Any]) -> None:

@@ -60,7 +60,7 @@ class Option:
     ``kind`` says how the typed text becomes the value: ``str``, ``int``, ``float``, ``bool`` (a
     switch), ``path``, ``strs`` (repeatable), ``ints`` / ``floats`` (comma-separated, ``example``
     being the list the error suggests), ``negated`` (a ``--no-…`` switch: the value is its negation),
-    ``either`` (``--x/--no-x``, None when neither is given), or ``parse`` (text → value, raising a
+    ``either`` (``--x/--no-x``; ``default`` when neither is given), or ``parse`` (text → value, raising a
     ``SettingError`` that names the parameter)."""
 
     name: str
