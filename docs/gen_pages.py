@@ -131,8 +131,9 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     commands = cli_commands() if commands is None else commands
     out = [f"# `{protocol.name}`", "", protocol.summary, ""]
     python = f"`probe.run(\"{protocol.name}\", {protocol.source}, ...)` in Python ([Python API]({REPO}api.md))"
-    if protocol.name in commands:
-        out += [f"Run it: `probe {protocol.name} --help` on the command line, or {python}; its first input is `{protocol.source}`.", ""]
+    command = protocol.command.name or protocol.name if protocol.command is not None else protocol.name
+    if command in commands:
+        out += [f"Run it: `probe {command} --help` on the command line, or {python}; its first input is `{protocol.source}`.", ""]
     else:
         out += [f"Run it: {python}; its first input is `{protocol.source}`. On the command line it is reached "
                 "through another command (see the manual below).", ""]
@@ -151,7 +152,7 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
             + f" — see [Scaling out]({REPO}scaling.md).", ""]
     if protocol.command is not None:
         own, shared = command_rows(protocol.command)
-        out += ["## On the command line", "", f"`probe {protocol.name} {protocol.source.upper()}`: {protocol.command.help}", "",
+        out += ["## On the command line", "", f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}", "",
                 "| option | default | help |", "|---|---|---|"]
         out += [f"| `{spelled}` | `{_cell(default)}` | {_cell(text)} |" for spelled, default, text in own]
         out += ["", "Also " + ", ".join(f"`{f}`" for f in shared) + " (as every command spells them)." if shared else "", ""]

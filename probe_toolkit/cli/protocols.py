@@ -68,11 +68,11 @@ def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], d
 
 
 def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
-    """Register the function it decorates as ``probe <name>``, with the options and help of the
+    """Register the function it decorates as ``probe <name>`` (the protocol's, or its command's own name), with the options and help of the
     protocol's ``Command``; the function receives the protocol's source and the keywords for ``run``
     (flags parsed, shared options renamed: ``cache`` → ``cache_dir``)."""
     protocol = registry.get(protocol) if isinstance(protocol, str) else protocol
-    name = protocol.name
+    name = protocol.command.name or protocol.name
     parameters, options = _parameters(protocol)
 
     def register(body):

@@ -87,6 +87,7 @@ class Command:
     options: tuple[Option | str, ...]
     table: str | Callable[..., Any]
     progress: tuple[str | None, str, str] | None = None
+    name: str | None = None  # the command's name where it is not the protocol's (``probe segment`` runs linear-segmentation)
     explicit: bool = False  # the CLI writes the command's body (several sources or presets: decode, score, decode-sweep); its options still come from here
 
 
@@ -98,11 +99,12 @@ def panel(help: str) -> Option:
     return Option("panel", help, default=REQUIRED)
 
 
-def on_train_val(help: str, source: str, train: str, val: str, *options: Option | str, table: str, progress: tuple[str | None, str, str]) -> Command:
+def on_train_val(help: str, source: str, train: str, val: str, *options: Option | str, table: str, progress: tuple[str | None, str, str],
+                 name: str | None = None) -> Command:
     """The command of a protocol fitted (or voting) on a train panel and scored on a val panel
     (linear, knn, hummingbird): ``--train`` and ``--val`` first, both required, then its own options."""
     return Command(help=help, source=source, options=(Option("train", train, default=REQUIRED), Option("val", val, default=REQUIRED), *options),
-                   table=table, progress=progress)
+                   table=table, progress=progress, name=name)
 
 
 def written_to(what: str) -> Option:
