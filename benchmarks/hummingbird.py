@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -28,18 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from probe_toolkit.analyses import hummingbird as hb
+from startup import cpu_model  # the processor's name, as the startup benchmark records it
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird.jsonl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def baseline(queries: np.ndarray, memory: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

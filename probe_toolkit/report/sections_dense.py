@@ -17,6 +17,7 @@ from matplotlib.figure import Figure as MplFigure
 from ..store import hbird_views, images
 from . import figures
 from .content import Figure, Note, Section, Table
+from .sections_kit import results_section
 from .sources import image_file
 
 HOW = "run `probe hummingbird STORE --train PANEL --val PANEL` (needs `probe extract --views hbird512,hbird512_aug0,hbird512_aug1`)"
@@ -66,10 +67,9 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 def hummingbird(ctx) -> Section:
     from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
-    section = Section("hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)")
-    found = {s.label: (s, s.result("hummingbird")) for s in ctx.stores if s.result("hummingbird") is not None}
+    section, found = results_section(ctx, "hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)", "hummingbird",
+                                     f"No Hummingbird results yet: {HOW}.")
     if not found:
-        section.missing(f"No Hummingbird results yet: {HOW}.")
         return section
     for label, (store, ds) in found.items():
         memory = [str(m) for m in ds.memory.values]

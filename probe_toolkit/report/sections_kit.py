@@ -45,6 +45,16 @@ def _lacking(section: Section, stores: list[StoreView], what: str, how: str) -> 
 
 
 
+def results_section(ctx: Context, key: str, title: str, result: str, missing: str) -> tuple[Section, dict[str, tuple[StoreView, object]]]:
+    """A protocol's section and each store's saved ``result`` ({label: (store, result)}); when no
+    store has one, the section says ``missing`` (what is not there and the command that makes it)."""
+    section = Section(key, title)
+    found = {s.label: (s, s.result(result)) for s in ctx.stores if s.result(result) is not None}
+    if not found:
+        section.missing(missing)
+    return section, found
+
+
 def _grid_of(ctx: Context) -> int:
     """The side of the first store's 224 grid: the one the followed image is drawn with and ``--patch`` reads."""
     for found in ctx.followed.values():
