@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..infra.settings import SettingError, Settings, at_least, one_of, within
 from ..store import views
-from .registry import Command, Option, Protocol, Reads, Reference, panel, register, written_to
+from .registry import Command, Option, Protocol, Reads, Reference, on_panel, register, written_to
 
 KEY_VIEWS = tuple(v.name for v in views.TABLE if any(a.startswith("keys_") for a in v.arrays))  # the views whose keys the decoders cut
 
@@ -186,13 +186,9 @@ register(Protocol(
     differences="pycocotools' COCOeval with one category; CorLoc as LOST counts it (IoU ≥ 0.5 with any box).",
     execute=score,
     source="masks_file",
-    command=Command(
-        help="Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU.",
-        source="COCO results JSON written by probe decode.",
-        options=(panel("Registered panel to score on."), "unseal",
-                 written_to("Write the scores as JSON here."), "cache"),
-        table="results.tables:score",
-        explicit=True),
+    command=on_panel("Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU.", "COCO results JSON written by probe decode.",
+                     "Registered panel to score on.", "unseal", written_to("Write the scores as JSON here."), "cache",
+                     table="results.tables:score", explicit=True),
 ))
 register(Protocol(
     name="decode-sweep",
@@ -203,18 +199,16 @@ register(Protocol(
     references=REFERENCES,
     differences="The published methods fix their settings by hand; the sweep chooses them on a val panel only (a test panel is sealed).",
     execute=sweep,
-    command=Command(
-        help="Decode a grid of settings, read the panel's labels once, and keep the best setting.",
-        source="A store with keys_480.",
-        options=(
-            panel("Validation panel to choose the settings on."),
-            Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.", "path"),
-            Option("metric", "Score that picks the best setting.", default="segm_AP"),
-            Option("settings_out", "Where to write the best settings (default <cache>/decoder-settings.json).", "path"),
-            VIEW, KEYS,
-            Option("top", "Rows of the table to print (best first).", "int", 20),
-            written_to("Write the whole table as JSON here."),
-            "allow_partial", "unseal", "cache", "quiet", "PLACEMENT"),
-        table="results.tables:sweep",
-        explicit=True),
+    command=on_panel(
+        "Decode a grid of settings, read the panel's labels once, and keep the best setting.",
+        "A store with keys_480.",
+        "Validation panel to choose the settings on.",
+        Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.", "path"),
+        Option("metric", "Score that picks the best setting.", default="segm_AP"),
+        Option("settings_out", "Where to write the best settings (default <cache>/decoder-settings.json).", "path"),
+        VIEW, KEYS,
+        Option("top", "Rows of the table to print (best first).", "int", 20),
+        written_to("Write the whole table as JSON here."),
+        "allow_partial", "unseal", "cache", "quiet", "PLACEMENT",
+        table="results.tables:sweep", explicit=True),
 ))

@@ -94,9 +94,12 @@ class Command:
 UNSEAL_VAL = Option("unseal", "Reason to open a sealed test panel as --val (recorded in the ledger).")  # of a train/val protocol
 
 
-def panel(help: str) -> Option:
-    """``--panel``, required: the one panel a protocol is scored (or chooses its settings) on."""
-    return Option("panel", help, default=REQUIRED)
+def on_panel(help: str, source: str, panel: str, *options: Option | str, table: str, progress: tuple[str | None, str, str] | None = None,
+             explicit: bool = False) -> Command:
+    """The command of a protocol scored (or choosing its settings) on one panel (correspond, score,
+    decode-sweep): ``--panel`` first, required, then its own options."""
+    return Command(help=help, source=source, options=(Option("panel", panel, default=REQUIRED), *options), table=table, progress=progress,
+                   explicit=explicit)
 
 
 def on_train_val(help: str, source: str, train: str, val: str, *options: Option | str, table: str, progress: tuple[str | None, str, str],

@@ -41,7 +41,7 @@ def _pct(x: Any, digits: int = 1) -> str:
 
 def _begin(ctx, key: str, title: str, result: str, what: str) -> tuple[Section, dict]:
     """The section and each store's saved ``result``; a line saying how to make it when none has it."""
-    section, found = results_section(ctx, key, title, result, f"No {what} yet: {HOW[result]}.")
+    section, found = results_section(ctx, key, title, result, what, HOW[result])
     return section, {label: ds for label, (_, ds) in found.items()}
 
 

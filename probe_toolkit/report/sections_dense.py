@@ -17,7 +17,7 @@ from matplotlib.figure import Figure as MplFigure
 from ..store import hbird_views, images
 from . import figures
 from .content import Figure, Note, Section, Table
-from .sections_kit import results_section
+from .sections_kit import lacking, results_section
 from .sources import image_file
 
 HOW = "run `probe hummingbird STORE --train PANEL --val PANEL` (needs `probe extract --views hbird512,hbird512_aug0,hbird512_aug1`)"
@@ -67,10 +67,7 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 def hummingbird(ctx) -> Section:
     from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
-    section, found = results_section(ctx, "hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)", "hummingbird",
-                                     f"No Hummingbird results yet: {HOW}.")
-    if not found:
-        return section
+    section, found = results_section(ctx, "hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)", "hummingbird", "Hummingbird results", HOW)
     for label, (store, ds) in found.items():
         memory = [str(m) for m in ds.memory.values]
         headline = ds.attrs.get("matching", "identity")
@@ -95,10 +92,7 @@ def hummingbird(ctx) -> Section:
                                    f"val {ctx.book.describe(led.get('val'))}."))
         if ds.sizes.get("shown", 0):
             section.blocks.append(_figure(ctx, store, ds, label))
-    missing = [s.label for s in ctx.stores if s.label not in found]
-    if missing:
-        section.missing(f"No Hummingbird results for {', '.join(missing)}: {HOW}.")
-    return section
+    return lacking(section, ctx, found, "Hummingbird results", HOW)
 
 
 def _figure(ctx, store, ds, label: str) -> Figure:
