@@ -58,7 +58,7 @@ def section(ctx):
     found = {s.label: s.result("toy") for s in ctx.stores if s.result("toy") is not None}
     out = Section("toy", "Toy: mean token per image")
     if not found:
-        out.missing("No toy results yet: run `probe toy STORE`.")
+        out.missing("No toy results yet: run `probe toy-mean STORE`.")
     for label, ds in found.items():
         out.blocks.append(Table(["store", "mean"], [[label, f"{float(ds['mean'].values.mean()):.9f}"]]))
     return out
@@ -69,7 +69,8 @@ TOY = Protocol(
     reads=Reads(arrays=("tokens_224",), views=("224",)), results=("toy",),
     references=(Reference("none: a test's protocol", "tests/test_contract_new_protocol.py"),), differences="none", execute=execute,
     command=Command(help="Mean token of each image, times --scale.", source="A store written by probe extract.",
-                    options=(Option("scale", "Factor on each image's mean token.", "float", 1.0), "quiet"), table=table),
+                    options=(Option("scale", "Factor on each image's mean token.", "float", 1.0), "quiet"), table=table,
+                    name="toy-mean"),  # a command may be named otherwise than its protocol
     sections=(section,),
 )
 
@@ -96,10 +97,10 @@ def test_a_new_protocol_needs_one_module_and_one_registry_entry(store, monkeypat
     app.callback()(lambda: None)  # a group of commands, as probe's app is
     cli_protocols.build(TOY, app)  # what the CLI does for every registered protocol when it starts
 
-    shown = CliRunner().invoke(app, ["toy", "--help"], env={"COLUMNS": "200"})
+    shown = CliRunner().invoke(app, ["toy-mean", "--help"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "--scale" in shown.output and "Factor on each image's mean token." in shown.output
 
-    printed = CliRunner().invoke(app, ["toy", str(store), "--scale", "2.5", "-q"])
+    printed = CliRunner().invoke(app, ["toy-mean", str(store), "--scale", "2.5", "-q"])
     assert printed.exit_code == 0, printed.output
     want = expected_means(store, 2.5)
     assert f"toy: {len(want)} images, scale 2.5, mean {want.mean():.9f}" in printed.output
