@@ -41,7 +41,7 @@ if [ "${SCALE:-full}" = small ]; then
 else
   extract_args=(--images-224 1024 --images-480 256 --rounds 2 --batch 64)
   decoder_args=(--images 128 --images-large 8)
-  machine_args=(--store-images 256 --rounds 3)
+  machine_args=(--store-images ${MACHINE_IMAGES:-256} --rounds ${MACHINE_ROUNDS:-3})
 fi
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
