@@ -254,6 +254,56 @@ def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
     assert first.records[0].run_id != second.records[0].run_id  # two runs, two records
 
 
+def test_the_torch_search_gives_the_numpy_searchs_labels(voc):
+    """--backend torch (here on the CPU; on a GPU the same code): every transferred label, every
+    confusion count and every score equal the numpy path's, and the record says which searched."""
+    from probe_toolkit import run
+
+    root, year, store, labels, _ = voc
+    first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
+    second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1,
+                 backend="torch", device="cpu")
+    a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
+    for name in ("confusion", "prediction", "truth", "miou", "miou_hungarian", "iou", "bank_rows"):
+        assert np.array_equal(a[name].values, b[name].values), name
+    assert "numpy" in a.attrs["search"] and "torch on cpu" in b.attrs["search"]
+    assert second.placement.backend == "torch"
+
+
+def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_lower_row():
+    from probe_toolkit.analyses import hummingbird as hb
+    from probe_toolkit.analyses import hummingbird_torch as ht
+
+    rng = np.random.default_rng(5)
+    bank = hb.normalise(rng.normal(size=(700, 24)).astype(np.float32))
+    bank[[40, 333, 650]] = bank[12]  # four equal rows: equal cosines rank by row
+    queries = rng.normal(size=(90, 24)).astype(np.float32)
+    queries[3] = bank[12]
+    q = hb.normalise(queries)
+    similarity, neighbour = ht.nearest(q, bank, 30, 128, "cpu")
+    exact = (q.astype(np.float64) @ bank.astype(np.float64).T).astype(np.float32)
+    order = np.lexsort((np.broadcast_to(np.arange(700), exact.shape), -exact), axis=1)[:, :30]
+    assert np.array_equal(neighbour, order) and np.array_equal(similarity, np.take_along_axis(exact, order, 1))
+    assert neighbour[3, :4].tolist() == [12, 40, 333, 650]
+    for block in (1, 29, 700, 5000):  # any block: the same answer, and the numpy path's
+        assert all(np.array_equal(x, y) for x, y in zip(ht.nearest(q, bank, 30, block, "cpu"), (similarity, neighbour)))
+    assert all(np.array_equal(x, y) for x, y in zip(hb.nearest(queries, bank, 30, 64), (similarity, neighbour)))
+
+
+def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(voc, capsys):
+    root, year, store, labels, _ = voc
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    before = len(ledger.entries(root / "cache"))
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q",
+                                "--backend", "torch", "--device", "cuda"], capsys)
+    assert code == 2 and "no CUDA GPU" in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q",
+                                "--device", "cuda"], capsys)
+    assert code == 2 and "backend torch" in printed.err, printed.err
+    assert len(ledger.entries(root / "cache")) == before
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--memory", "5"], "--memory 5 is smaller than the 10 augmented train views"),
     (["--memory", "20000"], "asks 2000 patches of each of the 10 augmented train views, which hold 1024"),

@@ -35,6 +35,8 @@ def hummingbird_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bounded memory's draws (eval.py: 123).")] = 123,
     matching: Annotated[str, typer.Option("--matching", help="Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).")] = "identity",
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the scores and settings as JSON.")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="scipy: the numpy search; torch: the same search in torch on --device (same neighbours).")] = "scipy",
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch): where the memory is searched.")] = "cpu",
     **scored: Any,
 ) -> None:
     """Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size."""
@@ -43,5 +45,6 @@ def hummingbird_command(
     sizes = memory_sizes(memory)
     cache, quiet = scored.pop("cache"), scored.pop("quiet")
     report = counted("hummingbird", "images", quiet, store, train=train, val=val, memory=sizes, k=k, temperature=temperature,
-                     augmentation_epochs=augmentation_epochs, seed=seed, matching=matching, cache_dir=cache, json_path=json_path, **scored)
+                     augmentation_epochs=augmentation_epochs, seed=seed, matching=matching, cache_dir=cache, json_path=json_path,
+                     backend=backend, device=device, **scored)
     show(tables.hummingbird(report, train, val))

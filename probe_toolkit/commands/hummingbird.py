@@ -49,6 +49,7 @@ from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
+DEVICE_QUERY_BLOCK = 16  # val views per task on a GPU: fewer, larger products (the same numbers)
 BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numbers)
 READ_BLOCK = 64  # memory views read from the store at a time
 
@@ -173,7 +174,15 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
 
     The val images' blocks run on ``placement``'s local workers or dask cluster (a shard is refused
     by the protocol: one process scores the whole panel), each against the memory
-    (``infra.shared.Shared``: a file mapped once per worker)."""
+    (``infra.shared.Shared``: a file mapped once per worker). ``placement.backend`` torch searches
+    with torch on ``placement.device`` (cpu, or cuda: one process by default, the memory moved
+    to the GPU once), with the numpy search's neighbours and cosines (``analyses.hummingbird_torch``)."""
+    from ..analyses import hummingbird_torch
+    from ..analyses.decoder_blocks import check_backend, default_workers
+
+    check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
+    device = placement.device if placement.backend == "torch" else None
+    workers = default_workers(placement.workers, placement.device, placement.dask_address)
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the memory")
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
@@ -210,13 +219,18 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     bank_rows = [len(rows.view) for rows in banks]
     soft = []
     values = {"values": val_ds[f"tokens_{hbird_views.VAL}"].sel(image=list(val_ids))}
-    with placed(placement.workers, placement.dask_address) as where:
+    query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
+    with placed(workers, placement.dask_address) as where:
         for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
             folder = records.results_path(train_ds.attrs.get("store") or store, "")
             with shared(features, folder, "hbird-bank") as bank, shared(rows.labels, folder, "hbird-labels") as labels:
                 fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
-                                       temperature=settings.temperature, block=BANK_BLOCK)
-                soft.append(map_images(fn, values, where=where, block=QUERY_BLOCK, fixed=True, progress=progress, torch_free=True)["soft"])
+                                       temperature=settings.temperature, block=BANK_BLOCK, device=device)
+                try:
+                    soft.append(map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress,
+                                           torch_free=device is None)["soft"])
+                finally:
+                    hummingbird_torch.forget()
 
     val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
     val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)
@@ -256,6 +270,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
         "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
         "feature": "last-block patch tokens through the final norm" if norm is not None else "last-block patch tokens (the network has no final norm)",
+        "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row "
+                   f"({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, command),
     }
