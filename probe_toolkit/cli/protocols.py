@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import (SCORED, SHARDED, CacheOpt, ClusterOpt, QuietOpt, StoresArg, WorkersOpt, app, console, counted, err_console,
+from .app import (SCORED, SHARDED, CacheOpt, ClusterOpt, QuietOpt, ShardOpt, StoresArg, WorkersOpt, app, console, counted, err_console,
                   options, run, show, summary_command, waiting_line)
 
 
@@ -148,6 +148,7 @@ def correspond_command(
     instances: Annotated[int, typer.Option("--instances", help="Pairs sampled per category and viewpoint bin (probe3d: 200; 0: every pair).")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the pairs' shuffle (probe3d: random.seed(20)).")] = 20,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the PCK tables and settings as JSON.")] = None,
+    shard: ShardOpt = None,
     **scored: Any,
 ) -> None:
     """SPair-71k keypoint correspondence (mbanani/probe3d evaluate_spair_correspondence.py): PCK per category and viewpoint bin."""
@@ -158,8 +159,12 @@ def correspond_command(
     except ValueError:
         raise ProbeError("--threshold", f"{threshold!r} is not a list of numbers", "use --threshold 0.05,0.1,0.15") from None
     cache, quiet = scored.pop("cache"), scored.pop("quiet")
-    show(tables.correspond(counted("correspond", "pairs", quiet, store, panel=panel, thresholds=thresholds, instances=instances, seed=seed,
-                                   cache_dir=cache, json_path=json_path, **scored)))
+    report = counted("correspond", "pairs", quiet, store, panel=panel, thresholds=thresholds, instances=instances, seed=seed,
+                     cache_dir=cache, json_path=json_path, shard=shard, **scored)
+    if report.waiting:
+        console.print(waiting_line(shard, report.waiting, "the last one saves results/correspond"))
+        return
+    show(tables.correspond(report))
 
 
 # --- analyses: entropy and neighbours (commands/entropy.py, commands/neighbours.py) ---
