@@ -131,15 +131,19 @@ def test_hue_shift_is_torchvisions_for_negative_and_positive_shifts():
 # the protocol, against a plain re-implementation
 
 
-def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21):
+def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21, patch=16, eps=1e-6):
     """Every number of the protocol, computed here from the store's tokens and the label PNGs'
-    arrays; ``train``, ``val``: (store id, label map at the image's size) in the panels' order."""
+    arrays; ``train``, ``val``: (store id, label map at the image's size) in the panels' order.
+    ``patch``: the network's (a /14 network reads the view's top-left 36 × 36 patches, 504 px);
+    ``eps``: its final LayerNorm's (DINOv3: 1e-5)."""
     ds = cache.open_store(store)
-    ids = [str(i) for i in ds.image.values.tolist()]
     from probe_toolkit.store.checkpoints import load_checkpoint
 
+    grid = 512 // patch
+    cut, cells = grid * patch, grid * grid
     ck = load_checkpoint(Path(ds.attrs["manifest"]["checkpoint"]["path"]))
-    ln = torch.nn.LayerNorm(128, eps=1e-6).double()
+    width = int(ds["tokens_hbird512"].shape[-1])
+    ln = torch.nn.LayerNorm(width, eps=eps).double()
     ln.weight.data, ln.bias.data = ck.backbone["norm.weight"].double(), ck.backbone["norm.bias"].double()
 
     def tokens(view, sid):
@@ -150,9 +154,9 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
     views = [(e, sid, y) for e in range(epochs) for sid, y in train]  # epoch-major, as the reference's loop
     dists, feats = [], []
     for e, sid, label in views:
-        y = torch.from_numpy(hbird_views.label_view(label, hbird_views.AUGMENTED[e], sid).astype(np.int64))
+        y = torch.from_numpy(hbird_views.label_view(label, hbird_views.AUGMENTED[e], sid)[:cut, :cut].astype(np.int64))
         y[y == 255] = 0
-        patches = y.reshape(32, 16, 32, 16).permute(0, 2, 1, 3).reshape(1024, 256)
+        patches = y.reshape(grid, patch, grid, patch).permute(0, 2, 1, 3).reshape(cells, patch * patch)
         dists.append(F.one_hot(patches, n_classes).double().mean(1).numpy())
         feats.append(tokens(hbird_views.AUGMENTED[e], sid))
     out = []
@@ -161,12 +165,12 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
         rows_f, rows_l = [], []
         for d, f in zip(dists, feats):
             if size is None:
-                keep = np.arange(1024)
+                keep = np.arange(cells)
             else:
                 n = max(1, size // len(views))
                 present = d > 0
                 freq = present.sum(0)
-                score = np.array([sum(freq[c] for c in range(n_classes) if present[p, c]) for p in range(1024)], np.float32)
+                score = np.array([sum(freq[c] for c in range(n_classes) if present[p, c]) for p in range(cells)], np.float32)
                 filled = present.any(1)
                 score[~filled] = 1e6
                 score[filled] *= rng.random(int(filled.sum()), dtype=np.float32)
@@ -183,12 +187,22 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
             top = torch.from_numpy(np.take_along_axis(sim, order, 1))
             weights = torch.softmax(top / temperature, dim=1)
             soft = torch.einsum("qk,qkc->qc", weights, torch.from_numpy(bank_labels[order]))
-            up = F.interpolate(soft.T.reshape(1, n_classes, 32, 32).float(), size=(512, 512), mode="bilinear", align_corners=False)[0]
+            up = F.interpolate(soft.T.reshape(1, n_classes, grid, grid).float(), size=(cut, cut), mode="bilinear", align_corners=False)[0]
             predicted = up.argmax(0).numpy()
-            truth = hbird_views.label_view(label, "hbird512", sid)
+            truth = hbird_views.label_view(label, "hbird512", sid)[:cut, :cut]
             keep = truth != 255
             confusion += np.bincount(truth[keep].astype(np.int64) * n_classes + predicted[keep], minlength=n_classes ** 2).reshape(n_classes, n_classes)
-            shown[sid] = (truth, predicted)
+            two = torch.topk(up, 2, dim=0).values
+            # where float32 rounding may decide (probe computes in float32, as the reference): the argmax's margin, and
+            # the pixels read from a patch whose k-th and (k+1)-th cosines lie within 1e-6 (bilinear reads the 2 x 2 patches around)
+            ranked = -np.sort(-sim, axis=1)
+            near = (ranked[:, k - 1] - ranked[:, k] < 1e-6) if sim.shape[1] > k else np.zeros(len(sim), bool)
+            near = near.reshape(grid, grid)
+            spread = near.copy()
+            for dy, dx in ((-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)):
+                spread |= np.roll(near, (dy, dx), axis=(0, 1))
+            tied = spread.repeat(patch, 0).repeat(patch, 1)
+            shown[sid] = (truth, predicted, (two[0] - two[1]).numpy(), tied)
         out.append((confusion, shown, len(bank)))
     return out
 
