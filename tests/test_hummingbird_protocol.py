@@ -268,23 +268,28 @@ def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
     assert first.records[0].run_id != second.records[0].run_id  # two runs, two records
 
 
-def test_the_torch_search_gives_the_numpy_searchs_labels(voc):
-    """--backend torch (here on the CPU; on a GPU the same code): every transferred label, every
-    confusion count and every score equal the numpy path's, and the record says which searched."""
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]  # the GPU path where one is visible
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_torch_search_gives_the_numpy_searchs_labels(voc, device):
+    """--backend torch (on the CPU, and on a GPU where one is visible): every transferred label,
+    every confusion count and every score equal the numpy path's; the record says which searched."""
     from probe_toolkit import run
 
     root, year, store, labels, _ = voc
     first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
     second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1,
-                 backend="torch", device="cpu")
+                 backend="torch", device=device)
     a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
     for name in ("confusion", "prediction", "truth", "miou", "miou_hungarian", "iou", "bank_rows"):
         assert np.array_equal(a[name].values, b[name].values), name
-    assert "numpy" in a.attrs["search"] and "torch on cpu" in b.attrs["search"]
+    assert "numpy" in a.attrs["search"] and f"torch on {device}" in b.attrs["search"]
     assert second.placement.backend == "torch"
 
 
-def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_lower_row():
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_lower_row(device):
     from probe_toolkit.analyses import hummingbird as hb
     from probe_toolkit.analyses import hummingbird_torch as ht
 
@@ -294,13 +299,13 @@ def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_l
     queries = rng.normal(size=(90, 24)).astype(np.float32)
     queries[3] = bank[12]
     q = hb.normalise(queries)
-    similarity, neighbour = ht.nearest(q, bank, 30, 128, "cpu")
+    similarity, neighbour = ht.nearest(q, bank, 30, 128, device)
     exact = (q.astype(np.float64) @ bank.astype(np.float64).T).astype(np.float32)
     order = np.lexsort((np.broadcast_to(np.arange(700), exact.shape), -exact), axis=1)[:, :30]
     assert np.array_equal(neighbour, order) and np.array_equal(similarity, np.take_along_axis(exact, order, 1))
     assert neighbour[3, :4].tolist() == [12, 40, 333, 650]
     for block in (1, 29, 700, 5000):  # any block: the same answer, and the numpy path's
-        assert all(np.array_equal(x, y) for x, y in zip(ht.nearest(q, bank, 30, block, "cpu"), (similarity, neighbour)))
+        assert all(np.array_equal(x, y) for x, y in zip(ht.nearest(q, bank, 30, block, device), (similarity, neighbour)))
     assert all(np.array_equal(x, y) for x, y in zip(hb.nearest(queries, bank, 30, 64), (similarity, neighbour)))
 
 
