@@ -339,20 +339,37 @@ def test_refusals_come_before_any_label_read(voc, argv, words, capsys):
     assert len(ledger.entries(root / "cache")) == before
 
 
-def test_a_shard_is_refused_before_any_label_read(voc, monkeypatch):
+def test_the_same_numbers_in_shards_and_on_a_dask_cluster(voc, monkeypatch, capsys):
+    """Three shards (the last to finish sums the parts' confusion counts) and a dask cluster give
+    the one-process run's record, every count, label and score the same bits; torchrun's
+    RANK/WORLD_SIZE is a shard as --shard is."""
+    distributed = pytest.importorskip("distributed")
     from probe_toolkit import run
-    from probe_toolkit.infra.errors import ProbeError
+    from probe_toolkit.commands import hummingbird as command
 
     root, year, store, labels, _ = voc
-    before = len(ledger.entries(root / "cache"))
-    with pytest.raises(ProbeError, match="does not run in shards"):
-        run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache", shard="0/2")
-    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's share
-    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(command, "QUERY_BLOCK", 1)  # one val image a block: three shards of the three val images
+    given = dict(train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache")
+    first = run("hummingbird", store, workers=1, **given)
+    with distributed.LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        clustered = run("hummingbird", store, dask_address=cluster.scheduler_address, **given)
+    for shard in ("2/3", "0/3"):
+        code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--memory", "100,full", "--shard", shard,
+                                    "--workers", "1", "--cache", root / "cache", "-q"], capsys)
+        assert code == 0 and "waiting for shards" in printed.out and "mIoU" not in printed.out, printed
+    monkeypatch.setenv("WORLD_SIZE", "3")  # torchrun's share: the middle one, which finds the others' parts and scores
+    monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
-    with pytest.raises(ProbeError, match="does not run in shards"):
-        run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache")
-    assert len(ledger.entries(root / "cache")) == before
+    sharded = run("hummingbird", store, workers=1, **given)
+    assert sharded.placement.shard == "1/3" and not sharded.report.waiting
+    parts = [records.load(store, f"hummingbird-part-{i}-of-3") for i in range(3)]
+    assert [p.sizes["shown"] for p in parts] == [1, 1, 1]  # each share's shown image
+    a = records.load(store, "hummingbird", first.run_id)
+    for other in (clustered, sharded):
+        b = records.load(store, "hummingbird", other.run_id)
+        for name in ("confusion", "prediction", "truth", "miou", "miou_hungarian", "iou", "bank_rows"):
+            assert np.array_equal(a[name].values, b[name].values), name
+    assert np.array_equal(sum(p.confusion.values for p in parts), a.confusion.values)
 
 
 def test_a_store_without_the_memory_views_is_refused_naming_the_extract(voc, tmp_path, capsys):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..infra.errors import ProbeError
-from .app import SCORED, app, counted, options, show
+from .app import SCORED, ShardOpt, app, console, counted, options, show, waiting_line
 
 
 def memory_sizes(text: str) -> tuple[int | None, ...]:
@@ -37,6 +37,7 @@ def hummingbird_command(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the scores and settings as JSON.")] = None,
     backend: Annotated[str, typer.Option("--backend", help="scipy: the numpy search; torch: the same search in torch on --device (same neighbours).")] = "scipy",
     device: Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch): where the memory is searched.")] = "cpu",
+    shard: ShardOpt = None,
     **scored: Any,
 ) -> None:
     """Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size."""
@@ -46,5 +47,8 @@ def hummingbird_command(
     cache, quiet = scored.pop("cache"), scored.pop("quiet")
     report = counted("hummingbird", "images", quiet, store, train=train, val=val, memory=sizes, k=k, temperature=temperature,
                      augmentation_epochs=augmentation_epochs, seed=seed, matching=matching, cache_dir=cache, json_path=json_path,
-                     backend=backend, device=device, **scored)
+                     backend=backend, device=device, shard=shard, **scored)
+    if report.waiting:
+        console.print(waiting_line(shard, report.waiting, "the last one saves results/hummingbird"))
+        return
     show(tables.hummingbird(report, train, val))

@@ -42,11 +42,7 @@ class HummingbirdSettings(Settings):
 
 def execute(settings: HummingbirdSettings, placement, *, store, train, val, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
     from ..commands.hummingbird import run_hummingbird
-    from ..infra.errors import ProbeError
 
-    if placement.sharded:  # one process scores the whole val panel: a shard's share would be a silent part of the number
-        raise ProbeError(None, f"hummingbird does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
-                         "run it as one process: its val images spread over --workers or a --dask-address cluster")
     return run_hummingbird(store, train, val, settings, unseal=unseal, cache_dir=cache_dir, json_path=json_path, progress=progress, placement=placement)
 
 
