@@ -12,9 +12,6 @@ maps, matched keypoints) exist and carry the caveat of random weights and synthe
 
 from __future__ import annotations
 
-import json
-import random
-
 import numpy as np
 import pytest
 from PIL import Image
@@ -25,7 +22,6 @@ from probe_toolkit.demo import samples
 from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.infra import origin
 from probe_toolkit.results import records
-from probe_toolkit.store import cache as store_cache
 from probe_toolkit.store.extract import Settings, extract
 from test_ade_segmentation import _scene as ade_scene
 from test_correspond import plain_errors
