@@ -110,6 +110,8 @@ def _rows(markdown: str) -> list[list[str]]:
 
 
 def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
+    import xarray as xr
+
     network, stores, report, patch, eps, _ = ran
     root, voc, ade, written, _, cache = data
     voc_labels = {p.stem: np.asarray(Image.open(p)) for p in (voc / "SegmentationClass").glob("*.png")}
@@ -123,6 +125,9 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
         saved = records.load(store, "hummingbird")
         grid = 512 // patch
         assert saved.attrs["grid"] == grid and saved.attrs["pixels_side"] == grid * patch
+        held = xr.open_zarr(store)
+        for view in HBIRD_VIEWS:  # patch tokens only: no class, register or storage token among them
+            assert held.sizes[f"patch_{view}"] == grid * grid
         assert saved.truth.shape[1:] == (grid * patch, grid * patch)
         plain = _plain(store, train, val, memory, n_classes=classes, patch=patch, eps=eps)
         assert list(saved.bank_rows.values) == [rows for _, _, rows in plain]
