@@ -24,9 +24,7 @@ neighbours and cosines are the numpy search's, bit for bit.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -34,18 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from probe_toolkit.analyses import hummingbird as hb
+from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird.jsonl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def baseline(queries: np.ndarray, memory: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -155,12 +144,7 @@ def main() -> None:
         fields.update({"device": device, "gpu": gpu, "torch": torch.__version__, "device_block": args.device_block, "device_baseline_s": round(base_d, 4),
                        "device_probe_s": round(probe_d, 4), "device_ratio": round(base_d / probe_d, 3), "device_vs_numpy": round(probe_s / probe_d, 3),
                        "device_exact": exact})
-    line = json.dumps(fields)
-    print(line)
-    if args.record:
-        RECORDS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RECORDS, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+    emit(fields, RECORDS, args.record)
 
 
 if __name__ == "__main__":

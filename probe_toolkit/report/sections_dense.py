@@ -17,6 +17,7 @@ from matplotlib.figure import Figure as MplFigure
 from ..store import hbird_views, images
 from . import figures
 from .content import Figure, Note, Section, Table
+from .sections_kit import lacking, results_section
 from .sources import image_file
 
 HOW = "run `probe hummingbird STORE --train PANEL --val PANEL` (needs `probe extract --views hbird512,hbird512_aug0,hbird512_aug1`)"
@@ -64,13 +65,9 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 
 
 def hummingbird(ctx) -> Section:
-    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
-    section = Section("hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)")
-    found = {s.label: (s, s.result("hummingbird")) for s in ctx.stores if s.result("hummingbird") is not None}
-    if not found:
-        section.missing(f"No Hummingbird results yet: {HOW}.")
-        return section
+    section, found = results_section(ctx, "hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)", "hummingbird", "Hummingbird results", HOW)
     for label, (store, ds) in found.items():
         memory = [str(m) for m in ds.memory.values]
         headline = ds.attrs.get("matching", "identity")
@@ -95,10 +92,7 @@ def hummingbird(ctx) -> Section:
                                    f"val {ctx.book.describe(led.get('val'))}."))
         if ds.sizes.get("shown", 0):
             section.blocks.append(_figure(ctx, store, ds, label))
-    missing = [s.label for s in ctx.stores if s.label not in found]
-    if missing:
-        section.missing(f"No Hummingbird results for {', '.join(missing)}: {HOW}.")
-    return section
+    return lacking(section, ctx, found, "Hummingbird results", HOW)
 
 
 def _figure(ctx, store, ds, label: str) -> Figure:
@@ -121,5 +115,3 @@ def _figure(ctx, store, ds, label: str) -> Figure:
                f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows), caption)
 
-
-SECTIONS = (hummingbird,)
