@@ -262,3 +262,35 @@ def test_dinov2_at_14_and_dinov3_run_from_panel_to_record(layout, arch, tmp_path
         want = expected[str(name)]
         np.testing.assert_allclose(record.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
 
+
+
+def test_the_same_pck_at_one_and_two_workers_on_a_cluster_and_in_shards(spair, capsys, monkeypatch):
+    """Every number of the record (PCK table, means, every error and match) is the same bits at
+    --workers 1 and 2, on a dask cluster, and in three shards (the last one to finish scores)."""
+    distributed = pytest.importorskip("distributed")
+    from probe_toolkit.commands import correspond as command
+    from probe_toolkit.protocols.api import run
+
+    folder, _, cache, store = spair
+    monkeypatch.setattr(command, "BLOCK", 2)  # several blocks of pairs, so workers and shards split them
+    given = dict(panel="sp-test", unseal="placement", instances=3, cache_dir=cache)
+    runs = [run("correspond", store, workers=1, **given), run("correspond", store, workers=2, **given)]
+    with distributed.LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        runs.append(run("correspond", store, dask_address=cluster.scheduler_address, **given))
+    saved = [load(store, "correspond", r.run_id) for r in runs]
+    n_pairs = saved[0].sizes["pair"]
+    assert n_pairs > 6  # three shards of whole 2-pair blocks: each holds some
+    for shard, last in (("2/3", False), ("0/3", False), ("1/3", True)):
+        code, printed = probe_main(["correspond", store, "--panel", "sp-test", "--unseal", "shards", "--instances", "3", "--shard", shard,
+                                    "--workers", "1", "--cache", cache, "-q"], capsys)
+        assert code == 0, printed.err
+        assert ("PCK@0.1" in printed.out) == last and ("waiting for shards" in printed.out) != last, printed.out
+    saved.append(load(store, "correspond"))
+    parts = [load(store, f"correspond-part-{i}-of-3") for i in range(3)]
+    sizes = [p.sizes["pair"] for p in parts]
+    assert all(size > 0 and size % 2 == 0 for size in sizes[:2]) and sum(sizes) == n_pairs  # whole blocks, every pair once
+    for other in saved[1:]:
+        for name in ("pck", "pck_mean", "error", "predicted", "sampled", "source_xy", "target_xy"):
+            np.testing.assert_array_equal(other[name].values, saved[0][name].values, err_msg=name)
+        assert list(other.pair.values) == list(saved[0].pair.values)
+    assert [r.placement.dask_address is not None for r in runs] == [False, False, True]

@@ -131,15 +131,19 @@ def test_hue_shift_is_torchvisions_for_negative_and_positive_shifts():
 # the protocol, against a plain re-implementation
 
 
-def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21):
+def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21, patch=16, eps=1e-6):
     """Every number of the protocol, computed here from the store's tokens and the label PNGs'
-    arrays; ``train``, ``val``: (store id, label map at the image's size) in the panels' order."""
+    arrays; ``train``, ``val``: (store id, label map at the image's size) in the panels' order.
+    ``patch``: the network's (a /14 network reads the view's top-left 36 × 36 patches, 504 px);
+    ``eps``: its final LayerNorm's (DINOv3: 1e-5)."""
     ds = cache.open_store(store)
-    ids = [str(i) for i in ds.image.values.tolist()]
     from probe_toolkit.store.checkpoints import load_checkpoint
 
+    grid = 512 // patch
+    cut, cells = grid * patch, grid * grid
     ck = load_checkpoint(Path(ds.attrs["manifest"]["checkpoint"]["path"]))
-    ln = torch.nn.LayerNorm(128, eps=1e-6).double()
+    width = int(ds["tokens_hbird512"].shape[-1])
+    ln = torch.nn.LayerNorm(width, eps=eps).double()
     ln.weight.data, ln.bias.data = ck.backbone["norm.weight"].double(), ck.backbone["norm.bias"].double()
 
     def tokens(view, sid):
@@ -150,9 +154,9 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
     views = [(e, sid, y) for e in range(epochs) for sid, y in train]  # epoch-major, as the reference's loop
     dists, feats = [], []
     for e, sid, label in views:
-        y = torch.from_numpy(hbird_views.label_view(label, hbird_views.AUGMENTED[e], sid).astype(np.int64))
+        y = torch.from_numpy(hbird_views.label_view(label, hbird_views.AUGMENTED[e], sid)[:cut, :cut].astype(np.int64))
         y[y == 255] = 0
-        patches = y.reshape(32, 16, 32, 16).permute(0, 2, 1, 3).reshape(1024, 256)
+        patches = y.reshape(grid, patch, grid, patch).permute(0, 2, 1, 3).reshape(cells, patch * patch)
         dists.append(F.one_hot(patches, n_classes).double().mean(1).numpy())
         feats.append(tokens(hbird_views.AUGMENTED[e], sid))
     out = []
@@ -161,12 +165,12 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
         rows_f, rows_l = [], []
         for d, f in zip(dists, feats):
             if size is None:
-                keep = np.arange(1024)
+                keep = np.arange(cells)
             else:
                 n = max(1, size // len(views))
                 present = d > 0
                 freq = present.sum(0)
-                score = np.array([sum(freq[c] for c in range(n_classes) if present[p, c]) for p in range(1024)], np.float32)
+                score = np.array([sum(freq[c] for c in range(n_classes) if present[p, c]) for p in range(cells)], np.float32)
                 filled = present.any(1)
                 score[~filled] = 1e6
                 score[filled] *= rng.random(int(filled.sum()), dtype=np.float32)
@@ -183,12 +187,22 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
             top = torch.from_numpy(np.take_along_axis(sim, order, 1))
             weights = torch.softmax(top / temperature, dim=1)
             soft = torch.einsum("qk,qkc->qc", weights, torch.from_numpy(bank_labels[order]))
-            up = F.interpolate(soft.T.reshape(1, n_classes, 32, 32).float(), size=(512, 512), mode="bilinear", align_corners=False)[0]
+            up = F.interpolate(soft.T.reshape(1, n_classes, grid, grid).float(), size=(cut, cut), mode="bilinear", align_corners=False)[0]
             predicted = up.argmax(0).numpy()
-            truth = hbird_views.label_view(label, "hbird512", sid)
+            truth = hbird_views.label_view(label, "hbird512", sid)[:cut, :cut]
             keep = truth != 255
             confusion += np.bincount(truth[keep].astype(np.int64) * n_classes + predicted[keep], minlength=n_classes ** 2).reshape(n_classes, n_classes)
-            shown[sid] = (truth, predicted)
+            two = torch.topk(up, 2, dim=0).values
+            # where float32 rounding may decide (probe computes in float32, as the reference): the argmax's margin, and
+            # the pixels read from a patch whose k-th and (k+1)-th cosines lie within 1e-6 (bilinear reads the 2 x 2 patches around)
+            ranked = -np.sort(-sim, axis=1)
+            near = (ranked[:, k - 1] - ranked[:, k] < 1e-6) if sim.shape[1] > k else np.zeros(len(sim), bool)
+            near = near.reshape(grid, grid)
+            spread = near.copy()
+            for dy, dx in ((-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)):
+                spread |= np.roll(near, (dy, dx), axis=(0, 1))
+            tied = spread.repeat(patch, 0).repeat(patch, 1)
+            shown[sid] = (truth, predicted, (two[0] - two[1]).numpy(), tied)
         out.append((confusion, shown, len(bank)))
     return out
 
@@ -254,6 +268,61 @@ def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
     assert first.records[0].run_id != second.records[0].run_id  # two runs, two records
 
 
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]  # the GPU path where one is visible
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_torch_search_gives_the_numpy_searchs_labels(voc, device):
+    """--backend torch (on the CPU, and on a GPU where one is visible): every transferred label,
+    every confusion count and every score equal the numpy path's; the record says which searched."""
+    from probe_toolkit import run
+
+    root, year, store, labels, _ = voc
+    first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
+    second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1,
+                 backend="torch", device=device)
+    a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
+    for name in ("confusion", "prediction", "truth", "miou", "miou_hungarian", "iou", "bank_rows"):
+        assert np.array_equal(a[name].values, b[name].values), name
+    assert "numpy" in a.attrs["search"] and f"torch on {device}" in b.attrs["search"]
+    assert second.placement.backend == "torch"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_lower_row(device):
+    from probe_toolkit.analyses import hummingbird as hb
+    from probe_toolkit.analyses import hummingbird_torch as ht
+
+    rng = np.random.default_rng(5)
+    bank = hb.normalise(rng.normal(size=(700, 24)).astype(np.float32))
+    bank[[40, 333, 650]] = bank[12]  # four equal rows: equal cosines rank by row
+    queries = rng.normal(size=(90, 24)).astype(np.float32)
+    queries[3] = bank[12]
+    q = hb.normalise(queries)
+    similarity, neighbour = ht.nearest(q, bank, 30, 128, device)
+    exact = (q.astype(np.float64) @ bank.astype(np.float64).T).astype(np.float32)
+    order = np.lexsort((np.broadcast_to(np.arange(700), exact.shape), -exact), axis=1)[:, :30]
+    assert np.array_equal(neighbour, order) and np.array_equal(similarity, np.take_along_axis(exact, order, 1))
+    assert neighbour[3, :4].tolist() == [12, 40, 333, 650]
+    for block in (1, 29, 700, 5000):  # any block: the same answer, and the numpy path's
+        assert all(np.array_equal(x, y) for x, y in zip(ht.nearest(q, bank, 30, block, device), (similarity, neighbour)))
+    assert all(np.array_equal(x, y) for x, y in zip(hb.nearest(queries, bank, 30, 64), (similarity, neighbour)))
+
+
+def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(voc, capsys):
+    root, year, store, labels, _ = voc
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    before = len(ledger.entries(root / "cache"))
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q",
+                                "--backend", "torch", "--device", "cuda"], capsys)
+    assert code == 2 and "no CUDA GPU" in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q",
+                                "--device", "cuda"], capsys)
+    assert code == 2 and "backend torch" in printed.err, printed.err
+    assert len(ledger.entries(root / "cache")) == before
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--memory", "5"], "--memory 5 is smaller than the 10 augmented train views"),
     (["--memory", "20000"], "asks 2000 patches of each of the 10 augmented train views, which hold 1024"),
@@ -270,20 +339,37 @@ def test_refusals_come_before_any_label_read(voc, argv, words, capsys):
     assert len(ledger.entries(root / "cache")) == before
 
 
-def test_a_shard_is_refused_before_any_label_read(voc, monkeypatch):
+def test_the_same_numbers_in_shards_and_on_a_dask_cluster(voc, monkeypatch, capsys):
+    """Three shards (the last to finish sums the parts' confusion counts) and a dask cluster give
+    the one-process run's record, every count, label and score the same bits; torchrun's
+    RANK/WORLD_SIZE is a shard as --shard is."""
+    distributed = pytest.importorskip("distributed")
     from probe_toolkit import run
-    from probe_toolkit.infra.errors import ProbeError
+    from probe_toolkit.commands import hummingbird as command
 
     root, year, store, labels, _ = voc
-    before = len(ledger.entries(root / "cache"))
-    with pytest.raises(ProbeError, match="does not run in shards"):
-        run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache", shard="0/2")
-    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's share
-    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(command, "QUERY_BLOCK", 1)  # one val image a block: three shards of the three val images
+    given = dict(train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache")
+    first = run("hummingbird", store, workers=1, **given)
+    with distributed.LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        clustered = run("hummingbird", store, dask_address=cluster.scheduler_address, **given)
+    for shard in ("2/3", "0/3"):
+        code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--memory", "100,full", "--shard", shard,
+                                    "--workers", "1", "--cache", root / "cache", "-q"], capsys)
+        assert code == 0 and "waiting for shards" in printed.out and "mIoU" not in printed.out, printed
+    monkeypatch.setenv("WORLD_SIZE", "3")  # torchrun's share: the middle one, which finds the others' parts and scores
+    monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
-    with pytest.raises(ProbeError, match="does not run in shards"):
-        run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache")
-    assert len(ledger.entries(root / "cache")) == before
+    sharded = run("hummingbird", store, workers=1, **given)
+    assert sharded.placement.shard == "1/3" and not sharded.report.waiting
+    parts = [records.load(store, f"hummingbird-part-{i}-of-3") for i in range(3)]
+    assert [p.sizes["shown"] for p in parts] == [1, 1, 1]  # each share's shown image
+    a = records.load(store, "hummingbird", first.run_id)
+    for other in (clustered, sharded):
+        b = records.load(store, "hummingbird", other.run_id)
+        for name in ("confusion", "prediction", "truth", "miou", "miou_hungarian", "iou", "bank_rows"):
+            assert np.array_equal(a[name].values, b[name].values), name
+    assert np.array_equal(sum(p.confusion.values for p in parts), a.confusion.values)
 
 
 def test_a_store_without_the_memory_views_is_refused_naming_the_extract(voc, tmp_path, capsys):

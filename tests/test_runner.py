@@ -247,3 +247,23 @@ def test_every_task_computes_under_one_thread_at_any_worker_count():
     assert np.array_equal(here, one_thread) and np.array_equal(there, one_thread)
     if threads < 2 or np.array_equal(np.concatenate([fn(values[a:b])["dot"] for a, b in ranges]), one_thread):
         pytest.skip("this machine's BLAS does not split the product between threads: the identity shows nothing here")
+
+
+def test_two_shared_arrays_of_a_run_stay_mapped_and_go_with_their_files(tmp_path, monkeypatch):
+    """A worker using a run's two shared arrays in turn (Hummingbird's memory and its labels) maps
+    and hashes each once, not once per block; a finished run's files are let go."""
+    import hashlib
+
+    from probe_toolkit.infra import shared as shared_module
+
+    first, second = np.arange(12.0).reshape(3, 4), np.ones((5, 2), np.float32)
+    with shared_module.shared(first, tmp_path, "a") as a, shared_module.shared(second, tmp_path, "b") as b:
+        shared_module._shared.clear()  # as in a fresh worker process
+        shared_module._paths.clear()
+        hashed = []
+        real = hashlib.file_digest
+        monkeypatch.setattr(hashlib, "file_digest", lambda handle, name: hashed.append(handle.name) or real(handle, name))
+        for _ in range(3):  # blocks, each reading both
+            assert np.array_equal(a.value(), first) and np.array_equal(b.value(), second)
+        assert sorted(hashed) == sorted([a.path, b.path])  # each file hashed once
+    assert not shared_module._shared and not list(tmp_path.iterdir())  # both files and arrays gone with the run

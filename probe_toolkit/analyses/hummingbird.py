@@ -398,16 +398,25 @@ def segment(queries: np.ndarray, bank: MemoryBank, settings: HummingbirdSettings
     return predict(transfer(similarity, neighbour, bank.labels, settings.temperature), (g, g), size)
 
 
-def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, temperature: float, block: int = BANK_BLOCK) -> dict[str, np.ndarray]:
+def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, temperature: float, block: int = BANK_BLOCK,
+                      device: str | None = None) -> dict[str, np.ndarray]:
     """A block of query views' stored patch tokens (views, patches, D) → their patches' soft labels
     (views, patches, classes) float32: the unit a runner ships to a worker. ``bank.value()`` is the
     bank's normalised features and ``labels.value()`` its label distributions (``runner.Shared``,
     or anything with ``value()``); ``norm`` the network's final norm or None. Each patch's answer
-    depends on its own row alone, so blocks of any size give the same soft labels."""
+    depends on its own row alone, so blocks of any size give the same soft labels. ``device``
+    (``cpu`` or ``cuda``): the search in torch there (``analyses.hummingbird_torch``, the same
+    neighbours and cosines); None: numpy."""
     x = np.asarray(values, np.float32)
     n, p, d = x.shape
     queries = x.reshape(n * p, d)
     if norm is not None:
         queries = norm(queries)
-    similarity, neighbour = nearest(queries, bank.value(), k, block)
+    if device is not None:
+        from . import hummingbird_torch
+
+        on = hummingbird_torch.on_device(bank.value, device, getattr(bank, "sha256", None))
+        similarity, neighbour = hummingbird_torch.nearest(normalise(queries), on, k, block, device)
+    else:
+        similarity, neighbour = nearest(queries, bank.value(), k, block)
     return {"soft": transfer(similarity, neighbour, labels.value(), temperature).reshape(n, p, -1)}

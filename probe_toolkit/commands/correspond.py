@@ -7,7 +7,10 @@ viewpoint bin (0, 1, 2 and every pair, each its own sample of at most 200 pairs 
 that have pairs. Order, which the ledger shows: the store is checked for the panel's images and
 the view (no label read), then the pairs are read once (purpose ``correspond: score``), then the
 pairs are matched in blocks on the runner (``--workers``, ``--dask-address``), each pair on its own,
-so the numbers do not depend on the placement. Results ``results/correspond``:
+so the numbers do not depend on the placement. ``--shard i/n`` (or torchrun): shard i matches its
+contiguous share of the sampled pairs (whole blocks) and saves it as ``results/correspond-part-i-of-n``;
+the shard that finds every part in (``shards.collect``) scores them all and saves the record
+(every shard reads the pairs' annotations: the sample is drawn from them). Results ``results/correspond``:
 
     pck            (category, bin, threshold)   percent; NaN where a category has no pair in a bin
     pck_mean       (bin, threshold)             the mean over the categories with pairs
@@ -35,13 +38,15 @@ from ..analyses import correspond
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
-from ..infra.runner import map_blocks, placed
+from ..infra.runner import check_placement, map_blocks, placed
 from ..labels import spair, spair_read
 from ..labels.panels import check_readable
 from ..results import records
 from ..store import arrays, cache, grids, images
+from . import shards
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
+from .shards import images_sha256
 
 VIEW = images.SQUARE
 BLOCK = 64  # pairs per runner task (a category's pairs share images: each is read and normalised once a block)
@@ -63,6 +68,7 @@ class CorrespondReport:
     saved: Path | None = None
     dtype: str = "float16"
     extra: dict[str, Any] = field(default_factory=dict)
+    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def summary(self) -> dict[str, Any]:
         def clean(v: float) -> float | None:
@@ -94,6 +100,25 @@ def pair_block(images: np.ndarray, source: np.ndarray, target: np.ndarray, sourc
     return {"error": error, "predicted": predicted}
 
 
+def shard_pairs(store: Path, shard: str | None, n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str],
+                identity: dict[str, Any]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+    """This shard's pairs [a, b) (whole blocks of ``BLOCK``: the blocks of a one-process run)
+    matched and saved as ``results/correspond-part-i-of-n``; (every pair's errors and matches in
+    pair order, []) once every part with this ``identity`` is in, else (None, the shards missing)."""
+    which, (a, b) = shards.share(shard, n_pairs, BLOCK)
+    i, n = which
+    got = match(a, b)
+    part = xr.Dataset({"error": (("pair", "keypoint"), got["error"]), "predicted": (("pair", "keypoint", "xy"), got["predicted"])},
+                      coords={"pair": list(names[a:b])})
+    identity = {**identity, "pairs": int(n_pairs)}
+    parts, missing = shards.collect(which, lambda: records.save(store, f"correspond-part-{i}-of-{n}", part, identity),
+                                    lambda j: records.load(store, f"correspond-part-{j}-of-{n}"),
+                                    lambda saved: {key: saved.attrs.get(key) for key in identity} == identity)
+    if missing:
+        return None, missing
+    return {name: np.concatenate([np.asarray(q[name].values) for q in parts], axis=0) for name in ("error", "predicted")}, []
+
+
 def _sizes(ds: xr.Dataset, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     if "image_width" not in ds or "image_height" not in ds:
         raise ProbeError(ds.attrs.get("store"), "does not record its images' sizes", "extract the store again with this version")
@@ -116,10 +141,9 @@ def run_correspond(
     placement: Placement = Placement(workers=1),
 ) -> CorrespondReport:
     """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``.
-    ``placement``: where the blocks of pairs run (its workers or dask cluster); a shard is refused."""
-    if placement.shard is not None:
-        raise ProbeError("--shard", f"{placement.shard}: probe correspond does not split into shards (each would score every pair)",
-                         "run it once, with --workers N or --dask-address")
+    ``placement``: where the blocks of pairs run (its workers or dask cluster), and its shard
+    (``shard_pairs``: the last shard to finish scores every part)."""
+    check_placement(placement.workers, placement.dask_address)
     thresholds = tuple(float(t) for t in thresholds)
     the_panel = check_readable(panel, unseal, cache_dir)
     if the_panel.kind != spair.KIND:
@@ -163,13 +187,24 @@ def run_correspond(
                 "target": np.array([row[store_id[p.target]] for p in chosen[a:b]]),
                 "source_kps": src_kps[a:b], "target_kps": trg_kps[a:b], "scale": scale[a:b]}
 
-    if chosen:
+    def match(a: int, b: int) -> dict[str, np.ndarray]:
+        if b <= a:
+            return {"error": np.zeros((0, k), np.float32), "predicted": np.zeros((0, k, 2), np.float32)}
         with placed(placement.workers, placement.dask_address) as where:
-            out = map_blocks(partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE), read,
-                             [(a, min(a + BLOCK, len(chosen))) for a in range(0, len(chosen), BLOCK)],
-                             workers=where.workers, client=where.client, progress=progress)
+            return map_blocks(partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE), read,
+                              [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)], workers=where.workers, client=where.client, progress=progress)
+
+    if placement.sharded:
+        identity = {"view": VIEW, "instances": int(instances), "seed": int(seed), "block": BLOCK, "keypoints": int(k), "panel": the_panel.name,
+                    "pairs_sha256": images_sha256([p.name for p in chosen]),
+                    "images_sha256": images_sha256([f"{store_id[p.source]}|{store_id[p.target]}" for p in chosen])}
+        out, missing = shard_pairs(store, placement.shard, len(chosen), match, [p.name for p in chosen], identity)
+        if out is None:  # a shard that finished before the others
+            empty = np.zeros((0, len(BIN_NAMES), len(thresholds)))
+            return CorrespondReport(store, source.name, the_panel.name, categories, thresholds, empty, empty.sum(0), {}, labels.entry_id,
+                                    time.perf_counter() - start, waiting=missing)
     else:
-        out = {"error": np.zeros((0, k), np.float32), "predicted": np.zeros((0, k, 2), np.float32)}
+        out = match(0, len(chosen))
     table = np.full((len(categories), len(BIN_NAMES), len(thresholds)), np.nan)
     sampled = np.zeros((len(BIN_NAMES), len(chosen)), bool)
     for c, category in enumerate(categories):

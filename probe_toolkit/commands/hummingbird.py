@@ -26,8 +26,9 @@ norm (recorded by extraction), as the reference's extractors return them. Result
 from __future__ import annotations
 
 import functools
+import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -45,10 +46,12 @@ from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records
 from ..store import cache, hbird_views, images, parts
+from . import shards
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
+DEVICE_QUERY_BLOCK = 16  # val views per task on a GPU: fewer, larger products (the same numbers)
 BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numbers)
 READ_BLOCK = 64  # memory views read from the store at a time
 
@@ -77,6 +80,7 @@ class HummingbirdReport:
     matching: str
     saved: Path | None
     kind: str = voc_segmentation.KIND  # the panels' kind: published numbers exist for VOC only
+    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def headline(self) -> list[float]:
         return [s.miou_hungarian if self.matching == "hungarian" else s.miou for s in self.scores]
@@ -166,14 +170,42 @@ def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], bank
     return [hb.normalise(norm(f) if norm is not None else f) for f in out]
 
 
+def shard_scores(store: Path, which: tuple[int, int], share: tuple[int, int], shown: int, confusions: np.ndarray, truth_shown: np.ndarray,
+                 predicted_shown: np.ndarray, identity: dict[str, Any]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
+    """This shard's confusion counts over its val images [a, b) and the shown images among them, saved
+    as ``results/hummingbird-part-i-of-n``; (the summed counts and every shown image, []) once all
+    parts with this ``identity`` are in (integer sums: the one-process run's counts), else (None, missing)."""
+    (i, n), (a, b) = which, share
+    mine = slice(min(a, shown), min(b, shown))  # the shown images in this share
+    part = xr.Dataset({"confusion": (("memory", "class", "predicted"), confusions), "truth": (("shown", "y", "x"), truth_shown[mine]),
+                       "prediction": (("memory", "shown", "y", "x"), predicted_shown[:, mine])})
+    parts, missing = shards.collect(which, lambda: records.save(store, f"hummingbird-part-{i}-of-{n}", part, identity),
+                                    lambda j: records.load(store, f"hummingbird-part-{j}-of-{n}"),
+                                    lambda saved: {key: saved.attrs.get(key) for key in identity} == identity)
+    if missing:
+        return None, missing
+    return (np.sum([q.confusion.values for q in parts], axis=0), np.concatenate([q.truth.values for q in parts], axis=0),
+            np.concatenate([q.prediction.values for q in parts], axis=1)), []
+
+
 def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
                     json_path: str | Path | None = None, progress: Callable[[int], None] | None = None, command: str = "probe hummingbird",
                     placement: Placement = Placement(workers=1)) -> HummingbirdReport:
     """Build each memory from the train panel, transfer labels to the val panel's patches, score; save ``results/hummingbird``.
 
-    The val images' blocks run on ``placement``'s local workers or dask cluster (a shard is refused
-    by the protocol: one process scores the whole panel), each against the memory
-    (``infra.shared.Shared``: a file mapped once per worker)."""
+    The val images' blocks run on ``placement``'s local workers or dask cluster, each against the memory
+    (``infra.shared.Shared``: a file mapped once per worker). ``placement.backend`` torch searches
+    with torch on ``placement.device`` (cpu, or cuda: one process by default, the memory moved
+    to the GPU once), with the numpy search's neighbours and cosines (``analyses.hummingbird_torch``).
+    ``placement.shard`` i/n: every shard builds the memories (the train labels are read in each) and
+    labels its contiguous share of the val images; the last one to finish sums the parts' confusion
+    counts (``shard_scores``) and saves the record."""
+    from ..analyses import hummingbird_torch
+    from ..analyses.decoder_blocks import check_backend, default_workers
+
+    check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
+    device = placement.device if placement.backend == "torch" else None
+    workers = default_workers(placement.workers, placement.device, placement.dask_address)
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the memory")
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
@@ -209,14 +241,20 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
         input_size=cut, patch_size=patch, n_classes=len(classes))) for size in settings.memory]
     bank_rows = [len(rows.view) for rows in banks]
     soft = []
-    values = {"values": cache.checked(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}
-    with placed(placement.workers, placement.dask_address) as where:
+    values = {"values": cache.checked(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}  # a cluster's workers read it themselves
+    query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
+    which, (a, b) = shards.share(placement.shard, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
+    with placed(workers, placement.dask_address) as where:
         for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
             folder = records.results_path(train_ds.attrs.get("store") or store, "")
             with shared(features, folder, "hbird-bank") as bank, shared(rows.labels, folder, "hbird-labels") as labels:
                 fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
-                                       temperature=settings.temperature, block=BANK_BLOCK)
-                soft.append(map_images(fn, values, where=where, block=QUERY_BLOCK, fixed=True, progress=progress, torch_free=True)["soft"])
+                                       temperature=settings.temperature, block=BANK_BLOCK, device=device)
+                try:
+                    soft.append(map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
+                                           torch_free=device is None)["soft"] if b > a else np.zeros((0, grid * grid, len(classes)), np.float32))
+                finally:
+                    hummingbird_torch.forget()
 
     val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
     val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)
@@ -225,19 +263,28 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     truth_shown = np.zeros((shown, cut, cut), np.uint8)
     predicted_shown = np.zeros((len(soft), shown, cut, cut), np.uint8)
     confusions = np.zeros((len(soft), n_classes, n_classes), np.int64)
-    for i, (name, y) in enumerate(zip(val_names, val_maps)):
+    for i in range(a, b):  # this shard's val images (all of them when not sharded)
+        name, y = val_names[i], val_maps[i]
         truth = hbird_views.label_view(y, hbird_views.VAL, name)[:cut, :cut]
         for m, scores in enumerate(soft):
-            predicted = hb.predict(scores[i], (grid, grid), (cut, cut))
+            predicted = hb.predict(scores[i - a], (grid, grid), (cut, cut))
             confusions[m] += hb.confusion(truth, predicted, n_classes)
             if i < shown:
                 predicted_shown[m, i] = predicted
         if i < shown:
             truth_shown[i] = truth
-    results = [hb.miou(c) for c in confusions]
-    memory = [memory_name(s) for s in settings.memory]
-    counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
+    memory = [memory_name(s) for s in settings.memory]
+    if placement.sharded:
+        identity = {"settings": json.dumps(settings.as_dict(), sort_keys=True), "memory_rows": [int(r) for r in bank_rows],
+                    "train_sha256": shards.images_sha256(list(train_ids)), "images_sha256": shards.images_sha256(list(val_ids)), "grid": int(grid)}
+        whole, missing = shard_scores(store, which, (a, b), shown, confusions, truth_shown, predicted_shown, identity)
+        if whole is None:  # a shard that finished before the others
+            return HummingbirdReport(store, source.name, memory, [], bank_rows, [p for p, _ in plan], classes, {}, ledger, settings.matching, None,
+                                     train_panel.kind, waiting=missing)
+        confusions, truth_shown, predicted_shown = whole
+    results = [hb.miou(c) for c in confusions]
+    counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
     ds = xr.Dataset(
         {
             "miou": ("memory", [r.miou for r in results]), "miou_hungarian": ("memory", [r.miou_hungarian for r in results]),
@@ -256,6 +303,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
         "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
         "feature": "last-block patch tokens through the final norm" if norm is not None else "last-block patch tokens (the network has no final norm)",
+        "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row "
+                   f"({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, command),
     }

@@ -141,4 +141,5 @@ def write_voc(year: str | Path, splits: dict[str, tuple[int, int]]) -> Path:
             Image.fromarray(pixels).save(year / "JPEGImages" / f"{name}.jpg", quality=95)
             Image.fromarray(label, mode="L").save(year / "SegmentationClass" / f"{name}.png")
         (year / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    mark_synthetic(year / "JPEGImages", "synthetic scenes drawn by probe in VOC's layout")  # the report's caveat
     return year

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ..infra.origin import mark_synthetic
+
 SIZES = ((96, 64), (64, 80), (72, 72))
 
 
@@ -52,4 +54,5 @@ def write_spair(root: Path, categories: dict[str, int] | None = None, keypoints:
                         "src_imsize": [*src_size, 3], "trg_imsize": [*trg_size, 3], "src_bndbox": src_box, "trg_bndbox": trg_box,
                         "viewpoint_variation": int((s + 2 * t) % 3), "src_kps": [], "trg_kps": [], "kps_ids": []}
                 (root / "PairAnnotation" / split / f"{stem}.json").write_text(json.dumps(pair))
+    mark_synthetic(root / "JPEGImages", f"synthetic SPair-71k scenes drawn by probe (seed {seed})")  # the report's caveat
     return root

@@ -36,12 +36,22 @@ class Shared:
                                      "mount the store at the same path on every worker (or run without --dask-address)") from None
             if digest != self.sha256:
                 raise IntegrityError(worker_name(), f"reads another file at {self.path} than the client wrote", "rerun the command (another run wrote there)")
-            _shared.clear()  # one run's at a time: a long-lived dask worker lets the last run's file go
+            _forget_gone()  # a long-lived dask worker lets the files of finished runs go
             _shared[self.sha256] = np.load(self.path, mmap_mode="r")
+            _paths[self.sha256] = self.path
         return _shared[self.sha256]
 
 
 _shared: dict[str, np.ndarray] = {}  # per process: sha256 → the mapped array (the current run's)
+_paths: dict[str, str] = {}  # sha256 → its file: a run's arrays (k-NN's bank; Hummingbird's bank and labels) stay while their files do
+
+
+def _forget_gone() -> None:
+    """Drop the arrays whose files are gone (their run ended), keep the others: two handles of one
+    run used in turn (a bank and its labels) must not evict each other and be hashed again every block."""
+    for digest in [d for d, path in _paths.items() if not os.path.exists(path)]:
+        _shared.pop(digest, None)
+        _paths.pop(digest, None)
 
 
 @contextmanager
@@ -57,7 +67,8 @@ def shared(array: np.ndarray, folder: str | Path, name: str) -> Iterator[Shared]
         with open(path, "rb") as handle:
             handle_ = Shared(str(path), hashlib.file_digest(handle, "sha256").hexdigest())
         _shared[handle_.sha256] = np.asarray(array)  # this process already holds it
+        _paths[handle_.sha256] = str(path)
         yield handle_
     finally:
         path.unlink(missing_ok=True)
-        _shared.clear()
+        _forget_gone()

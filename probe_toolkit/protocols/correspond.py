@@ -54,6 +54,7 @@ PROTOCOL = register(Protocol(
         Option("seed", "Seed of the pairs' shuffle (probe3d: random.seed(20)).", "int", 20),
         written_to("Also write the PCK tables and settings as JSON."),
         "SCORED",
+        "shard",
         table="results.tables:correspond",
         progress=("pairs", "progress", "correspond")),
     sections=("report.sections_correspond:correspond",),

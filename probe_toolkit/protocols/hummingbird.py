@@ -55,11 +55,7 @@ def memory_sizes(text: str) -> tuple[int | None, ...]:
 
 def execute(settings: HummingbirdSettings, placement, *, store, train, val, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
     from ..commands.hummingbird import run_hummingbird
-    from ..infra.errors import ProbeError
 
-    if placement.sharded:  # one process scores the whole val panel: a shard's share would be a silent part of the number
-        raise ProbeError(None, f"hummingbird does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
-                         "run it as one process: its val images spread over --workers or a --dask-address cluster")
     return run_hummingbird(store, train, val, settings, unseal=unseal, cache_dir=cache_dir, json_path=json_path, progress=progress, placement=placement)
 
 
@@ -77,7 +73,10 @@ DIFFERENCES = (
     "both, identity (no matching, the headline by default: matching='identity') and the matched mIoU, which can only be larger; "
     "(4) retrieval is exact (blocked float64 products with a running top-k; equal cosines rank by bank row, the lower first) where "
     "the reference's default, ScaNN, is approximate and its faiss path builds GPU indexes only, so probe's number is the one an "
-    "exhaustive search gives, and it does not depend on batch size, block size, workers or placement; "
+    "exhaustive search gives, and it does not depend on batch size, block size, workers or placement; --backend torch (--device cpu "
+    "or cuda) runs the same search in torch, products in float64 there too (full-rate on H100/H200-class GPUs), ranked by int64 keys "
+    "of (cosine, bank row), so its neighbours and cosines are the numpy search's bit for bit (a float32 or TF32 product on a GPU "
+    "would round in the kernel's order and could swap neighbours whose cosines differ in the last bit); "
     "(5) the bounded memory keeps, as the reference does, the patches of the rarest classes of each view (score = summed class "
     "frequency times a uniform draw, lowest first), with draws from numpy's generator seeded by `seed` instead of torch's global "
     "generator, so the same seed picks other patches than the reference; "
@@ -112,7 +111,10 @@ PROTOCOL = register(Protocol(
         Option("seed", "Seed of the bounded memory's draws (eval.py: 123).", "int", 123),
         Option("matching", "Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).", default="identity"),
         written_to("Also write the scores and settings as JSON."),
+        Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours).", default="scipy"),
+        Option("device", "cpu or cuda (--backend torch): where the memory is searched.", default="cpu"),
         "SCORED",
+        "shard",
         table="results.tables:hummingbird",
         progress=("images", "progress", "hummingbird")),
     sections=("report.sections_dense:hummingbird",),

@@ -108,7 +108,10 @@ def _figure(ctx, store, ds, label: str) -> Figure:
             picture = np.asarray(hbird_views.squashed(images.load_image(path)).crop((0, 0, side, side)))
         predicted = [(str(m), ds.prediction.values[i, j]) for i, m in enumerate(ds.memory.values)]
         rows.append((image_id, picture, ds.truth.values[j], predicted))
+    colours = ("VOC's colours, boundary white" if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
+               else "ADE20K's classes in VOC's devkit palette, 'other' black")
+    k = int((ds.attrs.get("settings") or {}).get("k", 30))
     caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {hbird_views.VAL} view, its ground truth "
-               f"(VOC's colours, boundary white) and the labels transferred from the memory's 30 nearest patches at each memory size.")
+               f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows), caption)
 

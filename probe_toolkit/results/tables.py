@@ -139,6 +139,8 @@ def knn(report: Any, given: dict[str, Any]) -> list[Any]:
 def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
     """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
     released weights (marked as other weights: not this store's network)."""
+    if report.waiting:
+        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/hummingbird")]
     train, val = given["train"], given["val"]
     from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
@@ -223,6 +225,8 @@ def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
 def correspond(report: Any, given: dict[str, Any]) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
+    if report.waiting:
+        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/correspond")]
     thresholds = list(report.thresholds)
     main = thresholds.index(0.1) if 0.1 in thresholds else 0
 
