@@ -45,3 +45,37 @@ def hummingbird_command(
     report = counted("hummingbird", "images", quiet, store, train=train, val=val, memory=sizes, k=k, temperature=temperature,
                      augmentation_epochs=augmentation_epochs, seed=seed, matching=matching, cache_dir=cache, json_path=json_path, **scored)
     show(tables.hummingbird(report, train, val))
+
+
+@app.command("segment")
+def segment_command(
+    checkpoint: Annotated[Path, typer.Argument(help="The checkpoint whose frozen network runs on every crop (its store, under --cache or --store, keeps the record).")],
+    train: Annotated[str, typer.Option("--train", help="ADE20K (or VOC) segmentation panel whose augmented crops train the head.")],
+    val: Annotated[str, typer.Option("--val", help="Segmentation panel of the same data set, scored by sliding windows after training.")],
+    preset: Annotated[str, typer.Option("--preset", help="dinov3 (config-ade20k-linear-training.yaml) or dinov2 (its mmseg linear config).")] = "dinov3",
+    iterations: Annotated[int, typer.Option("--iterations", help="Training iterations (published: 40000, a GPU job; fewer: a short run, marked so).")] = 40000,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Crops per iteration (published: 2 × 8 GPUs = 16).")] = 16,
+    lr: Annotated[float, typer.Option("--lr", help="AdamW learning rate (published: 1e-3).")] = 1e-3,
+    weight_decay: Annotated[Optional[float], typer.Option("--weight-decay", help="Default: the preset's (DINOv3 1e-3, DINOv2 1e-4).")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", help="Warm-up iterations (default: 1500 at 40000, the same share otherwise).")] = None,
+    crop: Annotated[int, typer.Option("--crop", help="Training crop and sliding window in pixels (published: 512).")] = 512,
+    size: Annotated[int, typer.Option("--size", help="Short side before the random ratio and at evaluation (published: 512).")] = 512,
+    stride: Annotated[int, typer.Option("--stride", help="Sliding-window stride (published: 341).")] = 341,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the crops, the image order, the head's initial weights and dropout (DINOv3: 100).")] = 100,
+    chunk: Annotated[int, typer.Option("--chunk", help="Crops per forward pass of the frozen network (memory only).")] = 16,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Store that keeps the record (default: the checkpoint's store for --network under --cache).")] = None,
+    network: Annotated[str, typer.Option("--network", help="teacher or student.")] = "teacher",
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda or auto.")] = "cpu",
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Threads that decode and augment the crops (default 2).")] = None,
+    unseal: Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")] = None,
+    cache: Annotated[Optional[Path], typer.Option("--cache", help="Cache root (default: $PROBE_CACHE or ./cache).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the scores and settings as JSON.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Linear segmentation as DINOv3 and DINOv2 train it: a BatchNorm + linear head on frozen patch tokens; mIoU."""
+    from ..results import tables
+
+    report = counted("linear-segmentation", "steps", quiet, checkpoint, train=train, val=val, preset=preset, iterations=iterations,
+                     batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, crop=crop, size=size, stride=stride, seed=seed,
+                     chunk=chunk, store=store, network=network, device=device, workers=workers, unseal=unseal, cache_dir=cache, json_path=json_path)
+    show(tables.segmentation(report, train, val))
