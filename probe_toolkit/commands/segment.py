@@ -12,6 +12,8 @@ windows. The science is ``analyses.segment`` and ``analyses.segment_augment``. R
     iou                       (class)                 NaN: a class neither labelled nor predicted
     areas                     (area, class)           intersection, union, predicted, labelled pixels
     loss, lr                  (iteration)             the training curve and the rate of each iteration
+    head_weight, head_bias    (class[, channel])      the trained 1×1 convolution
+    bn_mean, bn_var, bn_weight, bn_bias  (channel)    the trained BatchNorm (running statistics, affine)
     image, truth, prediction  (shown, y, x[, rgb])    the first val images, padded (truth 255) to one size
     attrs: settings (resolved), schedule, ledger {train, val}, panels, counts, checkpoint, feature, provenance
 """
@@ -225,6 +227,10 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     ds = xr.Dataset(
         {"miou": ((), result.miou), "accuracy": ((), result.accuracy), "iou": ("class", result.iou), "areas": (("area", "class"), result.areas),
          "loss": ("iteration", losses), "lr": ("iteration", rates),
+         "head_weight": (("class", "channel"), head.conv.weight.detach().cpu().numpy()[:, :, 0, 0]),
+         "head_bias": ("class", head.conv.bias.detach().cpu().numpy()),
+         **{f"bn_{k}": ("channel", v.detach().cpu().numpy()) for k, v in (("mean", head.bn.running_mean), ("var", head.bn.running_var),
+                                                                           ("weight", head.bn.weight), ("bias", head.bn.bias))},
          "image": (("shown", "y", "x", "rgb"), _shown(shown_images, 0, (3,))),
          "truth": (("shown", "y", "x"), _shown(shown_truth, aug.IGNORE)), "prediction": (("shown", "y", "x"), _shown(shown_pred, aug.IGNORE))},
         coords={"class": list(classes), "area": ["intersection", "union", "predicted", "labelled"], "shown": list(val_read.ids[:len(shown_truth)])},
