@@ -77,11 +77,70 @@ def _network(base, cache, root, layout: str, arch, seed: int):
     return checkpoint, store
 
 
+def _plain_scores(ds, checkpoint, folder, names, labels, crop, stride, size, reduce_zero, n_classes):
+    """The record's head over the val images, computed plainly: torchvision's resize of the PIL
+    image (dinov3 FixedSideResize), one window at a time as ``slide_inference``, the BatchNorm
+    and the 1×1 convolution written as formulas, torch.histc areas, nanmean (dinov3 metrics.py)."""
+    from probe_toolkit.store.backbone import Backbone, normed_patch_tokens
+    from probe_toolkit.store.checkpoints import load_checkpoint
+
+    model = Backbone.from_checkpoint(load_checkpoint(checkpoint)).eval()
+    patch = model.arch.patch
+    w, b = torch.from_numpy(ds.head_weight.values), torch.from_numpy(ds.head_bias.values)
+    mean, var = torch.from_numpy(ds.bn_mean.values), torch.from_numpy(ds.bn_var.values)
+    gamma, beta = torch.from_numpy(ds.bn_weight.values), torch.from_numpy(ds.bn_bias.values)
+
+    def logits(window):
+        hp, wp = -window.shape[-2] % patch, -window.shape[-1] % patch  # DINOv2's CenterPadding
+        x = F.pad(window, (wp // 2, wp - wp // 2, hp // 2, hp - hp // 2))
+        with torch.no_grad():
+            t = normed_patch_tokens(model, x)[0]
+        grid = t.reshape(x.shape[-2] // patch, x.shape[-1] // patch, -1)
+        normed = (grid - mean) / torch.sqrt(var + 1e-5) * gamma + beta
+        out = (normed @ w.T + b).permute(2, 0, 1)[None]
+        return F.interpolate(out, size=window.shape[-2:], mode="bilinear", align_corners=False)
+
+    total = torch.zeros(4, n_classes)
+    for name in names:
+        pil = Image.open(folder / f"{name}.jpg").convert("RGB")
+        w0, h0 = pil.size
+        new = (int(size * h0 / w0 + 0.5), size) if h0 > w0 else (size, int(size * w0 / h0 + 0.5))
+        x = TF.normalize(torch.from_numpy(np.array(T.Resize(new, interpolation=T.InterpolationMode.BILINEAR)(pil))).permute(2, 0, 1).float(),
+                         [123.675, 116.28, 103.53], [58.395, 57.12, 57.375])[None]
+        _, _, H, W = x.shape
+        hc = wc = crop
+        if hc > H and wc > W:
+            hc = wc = min(H, W)
+        preds, count = torch.zeros(1, n_classes, H, W), torch.zeros(1, 1, H, W)
+        for i in range(max(H - hc + stride - 1, 0) // stride + 1):
+            for j in range(max(W - wc + stride - 1, 0) // stride + 1):
+                y2, x2 = min(i * stride + hc, H), min(j * stride + wc, W)
+                y1, x1 = max(y2 - hc, 0), max(x2 - wc, 0)
+                preds += F.pad(logits(x[:, :, y1:y2, x1:x2]), (x1, W - x2, y1, H - y2))
+                count[:, :, y1:y2, x1:x2] += 1
+        label = torch.from_numpy(labels[name].astype(np.int64))
+        pred = F.interpolate(preds / count, size=label.shape, mode="bilinear", align_corners=False).softmax(1).argmax(1)[0].float()
+        if reduce_zero:
+            label[label == 255] += 1
+            label -= 1
+            label[label == -1] = 255
+        keep = label != 255
+        p, t = pred[keep], label[keep].float()
+        i_ = torch.histc(p[p == t], bins=n_classes, min=0, max=n_classes - 1)
+        a_p, a_t = torch.histc(p, bins=n_classes, min=0, max=n_classes - 1), torch.histc(t, bins=n_classes, min=0, max=n_classes - 1)
+        total += torch.stack([i_, a_p + a_t - i_, a_p, a_t])
+    return total, float((total[0] / total[1]).nanmean())
+
+
 @pytest.mark.parametrize("layout,arch", [("dino-full", TINY), ("dinov2-backbone", TINY_DINOV2), ("dinov3-official", TINY_DINOV3)])
 def test_a_short_run_from_panels_to_a_record_and_a_report(ade, layout, arch, capsys, tmp_path):
+    from probe_toolkit.report import write_report
+    from probe_toolkit.report.content import Table
+
     base, root, cache, labels = ade
     checkpoint, store = _network(base, cache, root, layout, arch, 5)
     out = tmp_path / "seg.json"
+    before = len(ledger.entries(cache))
     code, printed = probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store,
                                 "--json", out, "-q", *SHORT], capsys)
     assert code == 0, printed.err
@@ -90,6 +149,19 @@ def test_a_short_run_from_panels_to_a_record_and_a_report(ade, layout, arch, cap
     record = records.runs(store, "linear-segmentation")[-1]
     ds = records.load(store, "linear-segmentation", record.run_id)
     assert ds["loss"].shape == (3,) and ds.attrs["schedule"]["full"] is False and ds.attrs["schedule"]["warmup"] == 0
+    assert ds.attrs["settings"]["weight_decay"] == 1e-3 and ds.attrs["settings"]["dropout"] == 0.1 and len(ds["class"]) == 150
     assert math.isclose(float(ds["miou"]), summary["miou"], rel_tol=1e-12)
-    purposes = [e.fields["purpose"] for e in ledger.entries(cache)][-2:]
-    assert purposes == ["linear-segmentation: train", "linear-segmentation: score"]
+    entries = ledger.entries(cache)[before:]
+    assert [e.fields["purpose"] for e in entries] == ["linear-segmentation: train", "linear-segmentation: score"]
+    assert [e.fields["panel"] for e in entries] == ["ade-train", "ade-val"]
+    areas, miou = _plain_scores(ds, checkpoint, root / "images" / "validation", ADE["validation"], labels, 32, 21, 32, True, 150)
+    assert np.array_equal(ds.areas.values, areas.numpy().astype(np.int64))
+    assert math.isclose(float(ds["miou"]), miou, rel_tol=1e-6)
+
+    written = write_report([store], tmp_path / "report", cache_dir=cache, formats="png")
+    section = next(s for s in written.report.sections if s.key == "linear-segmentation")
+    table = next(b for b in section.blocks if isinstance(b, Table))
+    assert table.rows[0][1] == f"{100 * float(ds.miou):.2f}" and "short schedule" in table.rows[0][0]
+    assert table.rows[1][0].startswith("published, other weights: DINOv3 ViT-S/16") and table.rows[1][1] == "47.0"
+    figure = section.figures()[0]
+    assert "linear-segmentation" in figure.name and (tmp_path / "report" / "figures" / figure.name).is_file()
