@@ -165,3 +165,87 @@ def test_a_short_run_from_panels_to_a_record_and_a_report(ade, layout, arch, cap
     assert table.rows[1][0].startswith("published, other weights: DINOv3 ViT-S/16") and table.rows[1][1] == "47.0"
     figure = section.figures()[0]
     assert "linear-segmentation" in figure.name and (tmp_path / "report" / "figures" / figure.name).is_file()
+
+
+@pytest.fixture(scope="module")
+def dino(ade):
+    base, root, cache, _ = ade
+    return _network(base, cache, root, "dino-full", TINY, 8)
+
+
+def _run(ade, dino, capsys, *extra):
+    base, root, cache, _ = ade
+    checkpoint, store = dino
+    return probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store, "-q", *SHORT, *extra], capsys)
+
+
+def test_same_seed_same_numbers_and_the_network_chunk_changes_nothing(ade, dino, capsys):
+    store = dino[1]
+    runs = []
+    for chunk in ("1", "2", "1"):
+        code, printed = _run(ade, dino, capsys, "--chunk", chunk)
+        assert code == 0, printed.err
+        runs.append(records.load(store, "linear-segmentation", records.runs(store, "linear-segmentation")[-1].run_id))
+    assert np.array_equal(runs[0].loss.values, runs[2].loss.values) and np.array_equal(runs[0].areas.values, runs[2].areas.values)
+    assert np.allclose(runs[0].loss.values, runs[1].loss.values, rtol=1e-5) and np.array_equal(runs[0].areas.values, runs[1].areas.values)
+    code, printed = _run(ade, dino, capsys, "--seed", "7")
+    other = records.load(store, "linear-segmentation", records.runs(store, "linear-segmentation")[-1].run_id)
+    assert code == 0 and not np.array_equal(other.loss.values, runs[0].loss.values)
+
+
+def test_refusals_come_before_any_label_is_read(ade, dino, capsys, tmp_path):
+    base, root, cache, _ = ade
+    checkpoint, store = dino
+    before = len(ledger.entries(cache))
+    for extra, word in ((["--stride", "40"], "--stride"), (["--warmup", "5"], "--warmup"), (["--preset", "dinov4"], "--preset"),
+                        (["--crop", "8", "--stride", "8"], "--crop"), (["--iterations", "0"], "--iterations")):
+        code, printed = _run(ade, dino, capsys, *extra)
+        assert code == 2 and word in printed.err and len(printed.err.strip().splitlines()) == 1, (extra, printed.err)
+    code, printed = probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", tmp_path / "none.zarr",
+                                "-q", *SHORT], capsys)
+    assert code == 2 and "none.zarr" in printed.err and "probe extract" in printed.err
+    from typer.testing import CliRunner
+
+    from probe_toolkit.cli import app
+
+    r = CliRunner().invoke(app, ["panel", "add", "ade-test", "--ade20k", str(root), "--split", "validation", "--role", "test", "--cache", str(cache)])
+    assert r.exit_code == 0, r.output
+    code, printed = probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-test", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
+    assert code == 2 and "sealed" in printed.err
+    assert len(ledger.entries(cache)) == before
+
+
+def test_voc_layout_with_the_dinov2_preset(tmp_path, capsys):
+    year = tmp_path / "VOCdevkit" / "VOC2012"
+    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (year / folder).mkdir(parents=True)
+    labels = {}
+    for split, ids in (("train", ["2007_000032", "2007_000039"]), ("val", ["2007_000033", "2008_000001"])):
+        (year / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+        for n, i in enumerate(ids):
+            pixels, label = _scene(int(i.replace("_", "")) % 1000, (44 + 6 * n, 38), 21, False)
+            label[:2] = 255  # VOC's void band
+            Image.fromarray(pixels).save(year / "JPEGImages" / f"{i}.jpg", quality=95)
+            mask = Image.fromarray(label, mode="P")
+            mask.putpalette([v for c in range(256) for v in ((c * 37) % 256, (c * 91) % 256, (c * 53) % 256)])
+            mask.save(year / "SegmentationClass" / f"{i}.png")
+            labels[i] = label
+    cache = tmp_path / "cache"
+    from typer.testing import CliRunner
+
+    from probe_toolkit.cli import app
+
+    for name, split, role in (("voc-train", "train", "train"), ("voc-val", "val", "val")):
+        r = CliRunner().invoke(app, ["panel", "add", name, "--voc-segmentation", str(year), "--split", split, "--role", role, "--cache", str(cache)])
+        assert r.exit_code == 0, r.output
+    checkpoint = write_checkpoint(tmp_path / "dinov2.pth", "dinov2-backbone", TINY_DINOV2, seed=2)
+    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=("96",), chunk=2, dtype="float32"), cache_dir=cache, quiet=True,
+                    batch_size=2).store
+    code, printed = probe_main(["segment", checkpoint, "--train", "voc-train", "--val", "voc-val", "--cache", cache, "--preset", "dinov2", "-q", *SHORT],
+                               capsys)
+    assert code == 0, printed.err
+    assert "no published numbers" in printed.out
+    ds = records.load(store, "linear-segmentation")
+    assert len(ds["class"]) == 21 and ds.attrs["reduce_zero_label"] is False
+    assert ds.attrs["settings"]["weight_decay"] == 1e-4 and ds.attrs["settings"]["dropout"] == 0.0 and ds.attrs["schedule"]["decay"] == "poly"
+    assert int(ds.areas.values[3].sum()) == sum(int((labels[i] != 255).sum()) for i in ("2007_000033", "2008_000001"))
