@@ -61,6 +61,11 @@ def segment_command(
     crop: Annotated[int, typer.Option("--crop", help="Training crop and sliding window in pixels (published: 512).")] = 512,
     size: Annotated[int, typer.Option("--size", help="Short side before the random ratio and at evaluation (published: 512).")] = 512,
     stride: Annotated[int, typer.Option("--stride", help="Sliding-window stride (published: 341).")] = 341,
+    dropout: Annotated[Optional[float], typer.Option("--dropout", help="Channel dropout before the BatchNorm (default: the preset's, DINOv3 0.1, DINOv2 0).")] = None,
+    scale: Annotated[str, typer.Option("--scale", help="low,high: random ratio of the short side (published 0.5,2.0).")] = "0.5,2.0",
+    flip: Annotated[float, typer.Option("--flip", help="Horizontal-flip probability (published 0.5).")] = 0.5,
+    photometric: Annotated[bool, typer.Option("--photometric/--no-photometric", help="PhotoMetricDistortion of the crops (published: on).")] = True,
+    figure_images: Annotated[int, typer.Option("--figure-images", help="Val images whose truth and prediction the record keeps for the report.")] = 4,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the crops, the image order, the head's initial weights and dropout (DINOv3: 100).")] = 100,
     chunk: Annotated[int, typer.Option("--chunk", help="Crops per forward pass of the frozen network (memory only).")] = 16,
     store: Annotated[Optional[Path], typer.Option("--store", help="Store that keeps the record (default: the checkpoint's store for --network under --cache).")] = None,
@@ -75,7 +80,12 @@ def segment_command(
     """Linear segmentation as DINOv3 and DINOv2 train it: a BatchNorm + linear head on frozen patch tokens; mIoU."""
     from ..results import tables
 
+    try:
+        low, high = (float(v) for v in scale.split(","))
+    except ValueError:
+        raise ProbeError("--scale", f"{scale!r} is not two numbers low,high", "use e.g. --scale 0.5,2.0") from None
     report = counted("linear-segmentation", "steps", quiet, checkpoint, train=train, val=val, preset=preset, iterations=iterations,
                      batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, crop=crop, size=size, stride=stride, seed=seed,
+                     dropout=dropout, scale=(low, high), flip=flip, photometric=photometric, figure_images=figure_images,
                      chunk=chunk, store=store, network=network, device=device, workers=workers, unseal=unseal, cache_dir=cache, json_path=json_path)
     show(tables.segmentation(report, train, val))
