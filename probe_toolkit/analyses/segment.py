@@ -65,6 +65,12 @@ ITERATIONS = 40_000
 BATCH = 16  # bs 2 × n_gpus 8 (DINOv3); samples_per_gpu 2 × gpu_ids range(0, 8) (DINOv2)
 CROP, STRIDE, SIZE = 512, 341, 512
 INIT_STD = 0.01
+# published ADE20K mIoU of released weights (other weights than any run's): (source, panel kind, mIoU %)
+PUBLISHED = (
+    ("DINOv3 ViT-S/16 (facebookresearch/dinov3 MODEL_CARD.md, ADE20k linear)", "ade20k", 47.0),
+    ("DINOv2 ViT-S/14 linear, multi-scale (facebookresearch/dinov2 MODEL_CARD.md)", "ade20k", 47.2),
+    ("DINOv2 ViT-S/14 linear, single scale (Oquab et al. 2023, Table 10)", "ade20k", 44.3),
+)
 
 
 def published_warmup(iterations: int) -> int:

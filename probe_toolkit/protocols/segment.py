@@ -107,12 +107,6 @@ DIFFERENCES = (
     "(8) the train panel's label maps are read once, through the ledger, and held in memory for the run."
 )
 
-PUBLISHED = (
-    ("DINOv3 ViT-S/16 (facebookresearch/dinov3 MODEL_CARD.md, ADE20k linear)", "ade20k", 47.0),
-    ("DINOv2 ViT-S/14 linear, multi-scale (facebookresearch/dinov2 MODEL_CARD.md)", "ade20k", 47.2),
-    ("DINOv2 ViT-S/14 linear, single scale (Oquab et al. 2023, Table 10)", "ade20k", 44.3),
-)
-
 PROTOCOL = register(Protocol(
     name="linear-segmentation",
     summary="A BatchNorm + linear head trained on frozen last-layer patch tokens from augmented crops (DINOv3 / DINOv2 linear config); "

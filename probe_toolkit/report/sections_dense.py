@@ -155,7 +155,7 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 
 
 def segmentation(ctx) -> Section:
-    from ..protocols.segment import PUBLISHED
+    from ..analyses.segment import PUBLISHED
 
     section = Section("linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)")
     found = {s.label: (s, s.result("linear-segmentation")) for s in ctx.stores if s.result("linear-segmentation") is not None}
