@@ -150,6 +150,8 @@ def test_a_short_run_from_panels_to_a_record_and_a_report(ade, layout, arch, cap
     ds = records.load(store, "linear-segmentation", record.run_id)
     assert ds["loss"].shape == (3,) and ds.attrs["schedule"]["full"] is False and ds.attrs["schedule"]["warmup"] == 0
     assert ds.attrs["settings"]["weight_decay"] == 1e-3 and ds.attrs["settings"]["dropout"] == 0.1 and len(ds["class"]) == 150
+    assert ds.attrs["schedule"]["unpublished_settings"] == {"iterations": 3, "batch_size": 2, "warmup": 0, "crop": 32, "size": 32, "stride": 21}
+    assert "settings other than the published: iterations 3" in printed.out.replace("\n", " ")
     assert math.isclose(float(ds["miou"]), summary["miou"], rel_tol=1e-12)
     entries = ledger.entries(cache)[before:]
     assert [e.fields["purpose"] for e in entries] == ["linear-segmentation: train", "linear-segmentation: score"]

@@ -63,11 +63,12 @@ class SegmentReport:
     ledger: dict[str, str]
     saved: Path | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
 
     def summary(self) -> dict[str, Any]:
         return {"store": str(self.store), "name": self.name, "kind": self.kind, "preset": self.preset, "miou": self.scores.miou,
                 "accuracy": self.scores.accuracy, "iou": [None if np.isnan(v) else float(v) for v in self.scores.iou],
-                "classes": list(self.classes), "iterations": self.iterations, "full_schedule": self.full_schedule,
+                "classes": list(self.classes), "iterations": self.iterations, "full_schedule": self.full_schedule, "unpublished": self.unpublished,
                 "loss_first": float(self.losses[0]), "loss_last": float(self.losses[-1]), "counts": self.counts, "ledger": self.ledger,
                 "settings": self.settings}
 
@@ -217,13 +218,15 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
         if progress is not None:
             progress(1)
     result = seg.scores(areas)
-    full = settings.iterations >= seg.ITERATIONS and settings.batch_size == seg.BATCH
+    full = settings.iterations == seg.ITERATIONS and settings.batch_size == seg.BATCH
+    changed = settings.unpublished()
     counts = {"train": len(train_read.ids), "val": len(val_read.ids), "iterations": settings.iterations, "batch": settings.batch_size,
               "pixels": int(areas[3].sum())}
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
     schedule = {"iterations": settings.iterations, "published_iterations": seg.ITERATIONS, "batch": settings.batch_size, "published_batch": seg.BATCH,
                 "warmup": resolved["warmup"], "decay": preset.decay, "full": bool(full),
-                "label": "published schedule" if full else f"short schedule: {settings.iterations} of {seg.ITERATIONS} iterations, batch {settings.batch_size}"}
+                "label": "published schedule" if full else f"short schedule: {settings.iterations} of {seg.ITERATIONS} iterations, batch {settings.batch_size}",
+                "unpublished_settings": {k: resolved[k] for k in changed}}
     ds = xr.Dataset(
         {"miou": ((), result.miou), "accuracy": ((), result.accuracy), "iou": ("class", result.iou), "areas": (("area", "class"), result.areas),
          "loss": ("iteration", losses), "lr": ("iteration", rates),
@@ -246,7 +249,7 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     }
     saved = records.save(target, RESULT, ds, attrs)
     report = SegmentReport(target, f"{Path(checkpoint).name} ({network})", train_panel.kind, settings.preset, result, classes, settings.iterations,
-                           bool(full), losses, counts, ledger, saved, resolved)
+                           bool(full), losses, counts, ledger, saved, resolved, {k: resolved[k] for k in changed})
     if json_path is not None:
         write_json(json_path, report.summary(), indent=1)
     return report

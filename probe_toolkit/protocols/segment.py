@@ -67,6 +67,14 @@ class SegmentSettings(Settings):
                 "warmup": seg.published_warmup(self.iterations) if self.warmup is None else self.warmup, "decay": p.decay}
 
 
+    def unpublished(self) -> list[str]:
+        """The settings that differ from the preset's published values (the seed, the network's
+        chunk and the figure's images change no published value)."""
+        published = type(self)(preset=self.preset).resolved
+        mine = self.resolved
+        return [k for k in mine if k not in ("seed", "chunk", "figure_images") and mine[k] != published[k]]
+
+
 def execute(settings: SegmentSettings, placement, *, checkpoint, train, val, store=None, network="teacher", unseal=None, cache_dir=None,
             json_path=None, progress=None, **_):
     from ..commands.segment import run_segment
@@ -89,7 +97,7 @@ DIFFERENCES = (
     "classes (a class neither labelled nor predicted does not count; one predicted but absent counts 0). What differs, item by item: "
     "(1) one process instead of 8 GPUs with SyncBatchNorm: the 16 crops of an iteration pass the head together, so BatchNorm's statistics "
     "are those of the global batch, as SyncBatchNorm's are; only the frozen network runs `chunk` crops at a time (its outputs do not "
-    "depend on that beyond float rounding); "
+    "depend on that beyond float rounding); the batch size itself cannot be split without changing the numbers, since BatchNorm's statistics are the batch's; "
     "(2) every random draw comes from generators seeded by `seed`: a crop's from numpy's generator keyed by (seed, sample), the order of "
     "images from one permutation per epoch keyed by (seed, epoch), the head's initial weights and its channel dropout from torch "
     "Generators; the reference draws from global generators per data-loader worker, so the same seed gives other crops than the "
@@ -104,7 +112,9 @@ DIFFERENCES = (
     "(6) float32 throughout (DINOv3's config: FLOAT32); "
     "(7) a network whose patch does not divide the window is centre-padded as DINOv2's CenterPadding does, with either preset (DINOv3 "
     "evaluates /16 networks, which need none at 512); "
-    "(8) the train panel's label maps are read once, through the ledger, and held in memory for the run."
+    "(8) the train panel's label maps are read once, through the ledger, and held in memory for the run (about 7 GB for ADE20K's 20,210); "
+    "(9) a crop larger than an image is allowed and padded, as in the references (labels 255, pixels 0 after normalisation); a record "
+    "says which settings differ from the preset's published values."
 )
 
 PROTOCOL = register(Protocol(

@@ -172,8 +172,10 @@ def segmentation(ctx) -> Section:
                                     f"{label}: preset {settings.get('preset', '?')}, {pan.get('train', {}).get('name', '?')} ({counts.get('train', '?')} images, "
                                     f"{schedule.get('iterations', '?')} iterations of {schedule.get('batch', '?')} crops of {settings.get('crop', '?')} px) → "
                                     f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images, windows {settings.get('crop', '?')} / "
-                                    f"{settings.get('stride', '?')}); mean over the classes labelled or predicted. Published rows: released weights on the "
-                                    f"full data set with the published schedule, not this network."))
+                                    f"{settings.get('stride', '?')}); mean over the classes labelled or predicted."
+                                    + ("" if not schedule.get("unpublished_settings") else " Settings other than the published: "
+                                       + ", ".join(f"{k} {v}" for k, v in schedule["unpublished_settings"].items()) + ".")
+                                    + " Published rows: released weights on the full data set with the published settings, not this network."))
         per_class = [[str(c), _pct(v)] for c, v in zip(ds["class"].values, ds.iou.values) if np.isfinite(v)]
         section.blocks.append(Table(["class", "IoU (%)"], per_class, f"{label}: each class labelled or predicted in the val panel."))
         section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; head — BatchNorm + 1×1 convolution, dropout "

@@ -265,6 +265,8 @@ def segmentation(report: Any, train: str, val: str) -> list[Any]:
     counts = report.counts
     schedule = "the published schedule" if report.full_schedule else \
         f"short schedule: {counts['iterations']} of 40000 iterations, batch {counts['batch']} of 16, not comparable with the published numbers"
+    if report.unpublished:
+        schedule += "; settings other than the published: " + ", ".join(f"{k} {v}" for k, v in report.unpublished.items())
     return [table, Unwrapped(f"{schedule}; {counts['train']} train images, {counts['iterations']} iterations of {counts['batch']} crops; {counts['val']} val images, "
                              f"{counts['pixels']} labelled pixels; mean over the {counted_classes} of {len(report.classes)} classes labelled or predicted; "
                              f"loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
