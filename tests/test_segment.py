@@ -214,6 +214,12 @@ def test_refusals_come_before_any_label_is_read(ade, dino, capsys, tmp_path):
     assert r.exit_code == 0, r.output
     code, printed = probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-test", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
     assert code == 2 and "sealed" in printed.err
+    import probe_toolkit as probe
+    from probe_toolkit.infra.errors import ProbeError
+
+    for placement in ({"dask_address": "tcp://127.0.0.1:1"}, {"shard": "1/2"}):
+        with pytest.raises(ProbeError, match="dask|shards"):
+            probe.run("linear-segmentation", checkpoint, train="ade-train", val="ade-val", cache_dir=cache, store=store, iterations=2, **placement)
     assert len(ledger.entries(cache)) == before
 
 

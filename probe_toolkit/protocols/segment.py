@@ -83,6 +83,9 @@ def execute(settings: SegmentSettings, placement, *, checkpoint, train, val, sto
     if placement.sharded:
         raise ProbeError(None, f"linear-segmentation does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
                          "run it as one process (--device cuda for the full schedule)")
+    if placement.dask_address:  # the head trains in this process; a cluster would get none of the work
+        raise ProbeError(None, "linear-segmentation does not run on a dask cluster (--dask-address)",
+                         "run it as one process; --workers sets the threads that decode and augment the crops")
     return run_segment(checkpoint, train, val, settings, store=store, network=network, unseal=unseal, cache_dir=cache_dir,
                        json_path=json_path, progress=progress, placement=placement)
 
