@@ -84,7 +84,7 @@ def segment_command(
         low, high = (float(v) for v in scale.split(","))
     except ValueError:
         raise ProbeError("--scale", f"{scale!r} is not two numbers low,high", "use e.g. --scale 0.5,2.0") from None
-    report = counted("linear-segmentation", "steps", quiet, checkpoint, train=train, val=val, preset=preset, iterations=iterations,
+    report = counted("segment", "steps", quiet, checkpoint, train=train, val=val, preset=preset, iterations=iterations,
                      batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup, crop=crop, size=size, stride=stride, seed=seed,
                      dropout=dropout, scale=(low, high), flip=flip, photometric=photometric, figure_images=figure_images,
                      chunk=chunk, store=store, network=network, device=device, workers=workers, unseal=unseal, cache_dir=cache, json_path=json_path)

@@ -1,5 +1,5 @@
 """The report sections of the dense protocols: Hummingbird in-context retrieval, and linear
-segmentation (``results/linear-segmentation``: the mIoU with the schedule that produced it, each
+segmentation (``results/segment``: the mIoU with the schedule that produced it, each
 class's IoU, the loss curve, and the first val images with their ground truth and prediction as
 ``probe segment`` saved them after its ledgered read).
 
@@ -157,8 +157,8 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 def segmentation(ctx) -> Section:
     from ..analyses.segment import PUBLISHED
 
-    section = Section("linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)")
-    found = {s.label: (s, s.result("linear-segmentation")) for s in ctx.stores if s.result("linear-segmentation") is not None}
+    section = Section("segment", "Linear segmentation (DINOv3 / DINOv2 linear head)")
+    found = {s.label: (s, s.result("segment")) for s in ctx.stores if s.result("segment") is not None}
     if not found:
         section.missing(f"No linear segmentation results yet: {SEGMENT_HOW}.")
         return section
@@ -196,9 +196,9 @@ def _segmentation_figure(ctx, ds, label: str) -> Figure:
     for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
         h, w = sizes[j]
         rows.append((image_id, ds.image.values[j, :h, :w], ds.truth.values[j, :h, :w], ds.prediction.values[j, :h, :w]))
-    caption = (f"{label}: the first {len(rows)} val images of results/linear-segmentation, their ground truth and the trained head's "
+    caption = (f"{label}: the first {len(rows)} val images of results/segment, their ground truth and the trained head's "
                f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration.")
-    return ctx.figure("linear-segmentation", segmentation_maps(rows, ds.loss.values), caption)
+    return ctx.figure("segment", segmentation_maps(rows, ds.loss.values), caption)
 
 
 SECTIONS = (hummingbird, segmentation)
