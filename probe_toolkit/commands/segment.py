@@ -39,7 +39,7 @@ from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records
 from ..store import cache
-from ..store.images import load_image
+from ..store.images import header_size, load_image
 from .panel_stores import panel_ids
 
 RESULT = "segment"
@@ -172,6 +172,11 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     n_classes = len(classes)
 
     train_read = layout.read_label_maps(train_panel, purpose=f"{RESULT}: train", checkpoint=ck.sha256, cache=cache_dir)
+    for name, label in zip(train_read.ids, train_read.maps):  # from the files' headers, before the network is built
+        width, height = header_size(Path(train_panel.images) / name)
+        if label.shape != (height, width):
+            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {label.shape[1]}x{label.shape[0]}",
+                             "restore the data set's masks")
     from ..store.backbone import Backbone
 
     model = Backbone.from_checkpoint(ck).to(device).eval()
