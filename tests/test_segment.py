@@ -257,3 +257,32 @@ def test_voc_layout_with_the_dinov2_preset(tmp_path, capsys):
     assert len(ds["class"]) == 21 and ds.attrs["reduce_zero_label"] is False
     assert ds.attrs["settings"]["weight_decay"] == 1e-4 and ds.attrs["settings"]["dropout"] == 0.0 and ds.attrs["schedule"]["decay"] == "poly"
     assert int(ds.areas.values[3].sum()) == sum(int((labels[i] != 255).sum()) for i in ("2007_000033", "2008_000001"))
+
+
+def test_a_mask_of_another_size_is_refused_before_the_network_is_built(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "ADEChallengeData2016"
+    for split, name in (("training", "ADE_train_00000001"), ("validation", "ADE_val_00000001")):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "annotations" / split).mkdir(parents=True)
+        pixels, label = _scene(1, (40, 36), 151, True)
+        Image.fromarray(pixels).save(root / "images" / split / f"{name}.jpg", quality=95)
+        Image.fromarray(label[:, :30] if split == "training" else label, mode="L").save(root / "annotations" / split / f"{name}.png")
+    cache = tmp_path / "cache"
+    from typer.testing import CliRunner
+
+    from probe_toolkit.cli import app
+    from probe_toolkit.store import backbone
+
+    for name, role in (("t", "train"), ("v", "val")):
+        assert CliRunner().invoke(app, ["panel", "add", name, "--ade20k", str(root), "--role", role, "--cache", str(cache)]).exit_code == 0
+    checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=1)
+    store = extract(checkpoint, root / "images" / "validation", settings=Settings(views=("96",), chunk=1, dtype="float32"), cache_dir=cache,
+                    quiet=True, batch_size=1).store
+
+    def never(*args, **kwargs):
+        raise AssertionError("the network was built")
+
+    monkeypatch.setattr(backbone.Backbone, "from_checkpoint", never)
+    code, printed = probe_main(["segment", checkpoint, "--train", "t", "--val", "v", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
+    assert code == 2 and "ADE_train_00000001.jpg" in printed.err and "40x36 px, its mask 30x36" in printed.err
+    assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["segment: train"]
