@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analyses import segment as seg
+from ..analyses import segment_published as seg
 from ..infra.settings import Settings, SettingError, at_least, one_of, positive, within
 from .registry import Protocol, Reads, Reference, register
 

@@ -155,7 +155,7 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 
 
 def segmentation(ctx) -> Section:
-    from ..analyses.segment import PUBLISHED
+    from ..analyses.segment_published import PUBLISHED
 
     section = Section("segment", "Linear segmentation (DINOv3 / DINOv2 linear head)")
     found = {s.label: (s, s.result("segment")) for s in ctx.stores if s.result("segment") is not None}

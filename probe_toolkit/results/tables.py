@@ -248,7 +248,7 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
 def segmentation(report: Any, train: str, val: str) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
-    from ..analyses.segment import PUBLISHED
+    from ..analyses.segment_published import PUBLISHED
 
     short = "" if report.full_schedule else " (short schedule)"
     table = Table(title=f"Linear segmentation ({report.preset} preset): {train} → {val}")
