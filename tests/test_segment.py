@@ -181,11 +181,11 @@ def _run(ade, dino, capsys, *extra):
     return probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store, "-q", *SHORT, *extra], capsys)
 
 
-def test_same_seed_same_numbers_and_the_network_chunk_changes_nothing(ade, dino, capsys):
+def test_same_seed_same_numbers_whatever_the_network_chunk_and_the_threads(ade, dino, capsys):
     store = dino[1]
     runs = []
-    for chunk in ("1", "2", "1"):
-        code, printed = _run(ade, dino, capsys, "--chunk", chunk)
+    for chunk, workers in (("1", "1"), ("2", "2"), ("1", "3")):
+        code, printed = _run(ade, dino, capsys, "--chunk", chunk, "--workers", workers)
         assert code == 0, printed.err
         runs.append(records.load(store, "segment", records.runs(store, "segment")[-1].run_id))
     assert np.array_equal(runs[0].loss.values, runs[2].loss.values) and np.array_equal(runs[0].areas.values, runs[2].areas.values)
