@@ -27,6 +27,7 @@ the same block reuse, which leaves the probe's own costs beside the forward.
     python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|dinov3-s16|dinov3-b16|...] [--full] [--threads 1]
     python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]
     python benchmarks/extract.py --budget [--arch vit-s16] [--images-224 64] [--rounds 3]
+    python benchmarks/extract.py --host [--images-224 256] [--rounds 2] [--decoders 2]
 
 ``--threads 1`` leaves one core of two free beside the forward pass, as every GPU node does.
 ``--device cuda`` (the default where a GPU is visible) runs both sides on the GPU: the bare
@@ -36,6 +37,13 @@ ratio says how much of the network's speed the whole pipeline keeps).
 ``--decoding`` measures what a fast (GPU) forward pass waits for: images decoded and cut per
 second by extraction's own loading, on one thread against one per core (``--decoders``), and
 images written per second by its writer, one run at a time against several at once.
+
+``--host`` measures what a GPU's fast forward pass shares its process with: extraction of ViT-S/16's
+arrays at 224 px (tokens, keys and each head's attention; ``--host-size 480``: keys; a network of ViT-S/16's shape with one
+block, so the forward pass is small, as on a GPU) with images decoded and runs written on
+threads against processes (``extract(processes=...)``, the default beside a GPU), in CPU
+milliseconds per image of the command's own process: on a GPU that process's Python lock is what
+the loop launching the network's kernels waits on. The stores must be byte-identical.
 
 ``--budget`` says where a CPU extraction's time goes at 224 px, per image in CPU milliseconds on
 one thread, each stage alone: timm's bare forward, extraction's forward with its readout and
@@ -254,6 +262,65 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
                       "machine": f"{platform.processor() or platform.machine()}, 1 thread"}))
 
 
+def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
+    """``--host``: CPU ms per image of the command's own process (and wall img/s) of extraction at
+    224 px with attention, decoding and writing on threads against processes; interleaved rounds
+    after a warm-up, medians; the stores' arrays must be byte-identical."""
+    from dataclasses import replace
+
+    import zarr
+
+    torch.set_num_threads(1)
+    arch = replace(RELEASED["vit-s16"], depth=1)  # ViT-S/16's arrays, one block's forward
+    settings = Settings(views=(size,), attention="last" if size == 224 else "none", chunk=64)
+    measured: dict[str, list[tuple[float, float]]] = {"threads": [], "processes": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        folder = image_folder(root, count)
+        checkpoint = write_checkpoint(root / "one-block.pth", "dino-backbone", arch)
+        stores = {}
+        for r in range(rounds + 1):  # round 0 warms up (and starts the forkserver)
+            for mode in ("threads", "processes") if r % 2 else ("processes", "threads"):
+                store = root / f"{mode}-{r}.zarr"
+                start, cpu = time.perf_counter(), time.process_time()
+                extract(checkpoint, folder, settings=settings, store=store, batch_size=64, decoders=decoders, processes=mode == "processes", quiet=True, device="cpu")
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                if r:
+                    measured[mode].append((1000 * cpu / count, count / wall))
+                stores[mode] = store
+        # the forward pass alone (and its device copies), on the same decoded images: what is left is the host's part
+        from probe_toolkit.store.extract_forward import forward_view
+        from probe_toolkit.store.extract_load import load_run
+
+        backbone = Backbone.from_checkpoint(load_checkpoint(checkpoint)).eval()
+        refs = images.list_images(folder)
+        runs = [load_run(refs[a:a + 64], [str(size)], settings, 16, None, "fail").fixed[str(size)][1] for a in range(0, count, 64)]
+        forward = []
+        with torch.inference_mode(), reusing_blocks():
+            for r in range(rounds + 1):
+                cpu = time.process_time()
+                for pixels in runs:
+                    forward_view(backbone, pixels, str(size), settings, 64, torch.device("cpu"), lambda n: None)
+                if r:
+                    forward.append(1000 * (time.process_time() - cpu) / count)
+        groups = {mode: zarr.open_group(path, mode="r") for mode, path in stores.items()}
+        same = sorted(groups["threads"].array_keys()) == sorted(groups["processes"].array_keys()) and all(
+            groups["threads"][k][:].tobytes() == groups["processes"][k][:].tobytes() for k in groups["threads"].array_keys())
+    ms = {mode: statistics.median(m[0] for m in v) for mode, v in measured.items()}
+    ms["forward"] = statistics.median(forward)
+    host_ms = {mode: ms[mode] - ms["forward"] for mode in measured}
+    rate = {mode: statistics.median(m[1] for m in v) for mode, v in measured.items()}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    for mode in measured:
+        print(f"{mode:9s}: {ms[mode]:6.2f} ms CPU per image in the command's process, of which {host_ms[mode]:5.2f} beside the forward pass "
+              f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images at {size} px, {decoders} decoders, {rounds} rounds)")
+    print(f"the command's own CPU per image beside the forward pass, processes / threads: {host_ms['processes'] / host_ms['threads']:.3f}; stores byte-identical: {same}")
+    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "size": size, "images": count, "rounds": rounds, "decoders": decoders,
+                      "own_cpu_ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "host_ms_per_image": {k: round(v, 3) for k, v in host_ms.items()},
+                      "img_s": {k: round(v, 2) for k, v in rate.items()},
+                      "identical": same, "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
+
+
 def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, float, bool]:
     """Images per second of ``StoreWriter.write_views`` (the extraction's writer) over runs of 16
     of one fixed float16 payload, one run at a time against ``min(cores, SAVERS)`` at once, into
@@ -303,6 +370,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads on both sides (default: torch's own); 1 measures CPU work cleanly on a shared machine")
     parser.add_argument("--bare-reuse", action="store_true", help="the bare side reuses freed blocks as extraction does (infra.memory.reusing_blocks)")
     parser.add_argument("--decoding", action="store_true", help="images decoded and cut per second: one thread against one per core")
+    parser.add_argument("--host", action="store_true", help="CPU per image of the command's own process: decoding and writing on threads against processes")
+    parser.add_argument("--decoders", type=int, default=2, help="--host: decoding threads or processes")
+    parser.add_argument("--host-size", type=int, choices=(224, 480), default=224, help="--host: the view (224: tokens, keys, attention; 480: keys)")
     parser.add_argument("--budget", action="store_true", help="per-image CPU of each stage at 224 px on one thread, and the bound they set")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded")
@@ -311,6 +381,8 @@ def main() -> None:
     keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
     if args.decoding:
         return decoding(args.images_224 or 96, args.rounds or 3)
+    if args.host:
+        return host(args.images_224 or 256, args.rounds or 2, args.decoders, args.host_size)
     if args.budget:
         return budget(args.arch, args.images_224 or 64, args.rounds or 3)
     if args.threads:

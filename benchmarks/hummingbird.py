@@ -18,9 +18,7 @@ neighbours' agreement is printed: rows whose 30 neighbours are the same set in b
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -28,18 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from probe_toolkit.analyses import hummingbird as hb
+from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird.jsonl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def baseline(queries: np.ndarray, memory: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,15 +82,10 @@ def main() -> None:
     print(f"  probe (float64 blocks, running top-{args.k})  {probe_s:7.3f} s   {pairs / probe_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['probe']]}")
     print(f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); same {args.k} neighbours on {100 * same_set:.2f} % of rows, "
           f"same transferred label on {100 * same_label:.2f} %")
-    line = json.dumps({"benchmark": "hummingbird", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
+    emit({"benchmark": "hummingbird", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
                        "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "memory": args.memory, "queries": args.queries, "dim": args.dim, "k": args.k, "block": args.block,
                        "rounds": args.rounds, "baseline_s": round(base_s, 4), "probe_s": round(probe_s, 4), "ratio": round(base_s / probe_s, 3),
-                       "same_neighbours": round(same_set, 5), "same_label": round(same_label, 5)})
-    print(line)
-    if args.record:
-        RECORDS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RECORDS, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+                       "same_neighbours": round(same_set, 5), "same_label": round(same_label, 5)}, RECORDS, args.record)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,17 @@ def cpu_model() -> str:
         pass
     return platform.processor() or platform.machine()
 
+def emit(record: dict, path: Path, keep: bool) -> None:
+    """Print a benchmark's JSON line, and append it to its records (``path``) when ``keep``
+    (``--record``): the documentation's benchmark tables are generated from those files."""
+    line = json.dumps(record)
+    print(line)
+    if keep:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+
 REFUSED = "999"  # the bad view of the option-error row: that run must exit 2 (before torch and timm are imported)
 
 

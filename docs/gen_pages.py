@@ -97,6 +97,23 @@ def settings_rows(cls: type) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def command_rows(command) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """A protocol's ``Command``: (flag, default, help) of each option it declares, and the flags
+    of the options it shares with other commands (``cli/app.SHARED`` and its groups)."""
+    from probe_toolkit.cli.app import GROUPS, flag
+    from probe_toolkit.protocols.registry import REQUIRED
+
+    own, shared = [], []
+    for item in command.options:
+        if isinstance(item, str):
+            shared += [flag(name) for name in (GROUPS[item] if item in GROUPS else (item,))]
+            continue
+        spelled = f"{flag(item.name)}/--no-{item.name.replace('_', '-')}" if item.kind == "either" else flag(item.name)
+        default = "(required)" if item.default is REQUIRED else "off" if item.kind == "negated" else repr(item.default)
+        own.append((spelled, default, item.help))
+    return own, list(dict.fromkeys(shared))
+
+
 def cli_commands() -> set[str]:
     """The names of the ``probe`` commands (typer's, or the function's name with dashes)."""
     from probe_toolkit import cli
@@ -115,8 +132,9 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     commands = cli_commands() if commands is None else commands
     out = [f"# `{protocol.name}`", "", protocol.summary, ""]
     python = f"`probe.run(\"{protocol.name}\", {protocol.source}, ...)` in Python ([Python API]({REPO}api.md))"
-    if protocol.name in commands:
-        out += [f"Run it: `probe {protocol.name} --help` on the command line, or {python}; its first input is `{protocol.source}`.", ""]
+    command = protocol.command.name or protocol.name if protocol.command is not None else protocol.name
+    if command in commands:
+        out += [f"Run it: `probe {command} --help` on the command line, or {python}; its first input is `{protocol.source}`.", ""]
     else:
         out += [f"Run it: {python}; its first input is `{protocol.source}`. On the command line it is reached "
                 "through another command (see the manual below).", ""]
@@ -133,6 +151,12 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
         out += ["No settings: the run is defined by its inputs."]
     out += ["", "Placement (where the work runs, not what it computes): " + ", ".join(f"`{name}`" for name in placement_fields())
             + f" — see [Scaling out]({REPO}scaling.md).", ""]
+    if protocol.command is not None:
+        own, shared = command_rows(protocol.command)
+        out += ["## On the command line", "", f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}", "",
+                "| option | default | help |", "|---|---|---|"]
+        out += [f"| `{spelled}` | `{_cell(default)}` | {_cell(text)} |" for spelled, default, text in own]
+        out += ["", "Also " + ", ".join(f"`{f}`" for f in shared) + " (as every command spells them)." if shared else "", ""]
     out += ["## What it reads", ""]
     out += [f"- **source**: {reads.source}"]
     if reads.arrays:

@@ -2,7 +2,8 @@
 its work and waits there to be killed, so a test can kill it mid-run without racing it.
 
 ``AT`` is where it stops: ``block`` (the first block is back from the local workers, which stay
-alive with blocks in flight) or ``readout`` (the first forward pass of an extraction is done).
+alive with blocks in flight) or ``readout`` (the first forward pass of an extraction is done; ``readout-processes``: the
+same, with images decoded and runs written in processes, as beside a GPU).
 ``MARKER`` is written when it stops there. Nothing else of the run is changed.
 """
 
@@ -33,8 +34,13 @@ def main() -> None:
                     hold(marker)
 
         runner._bounded = bounded
-    elif at == "readout":
+    elif at in ("readout", "readout-processes"):
         from probe_toolkit.store.backbone import Backbone
+
+        if at == "readout-processes":  # decode and write in processes, as beside a GPU
+            from probe_toolkit.store import extract
+
+            extract.decoder_processes = lambda device: True
 
         real_readout = Backbone.readout
 

@@ -248,3 +248,115 @@ def test_chunks_are_plain_zstd_frames(tmp_path, tiny_checkpoints, image_dir):
         assert int.from_bytes(data[-4:], "little") == google_crc32c.value(data[:-4])
         raw = Zstd(level=1).decode(data[:-4])
         assert np.array_equal(np.frombuffer(raw, dtype=np.float16).reshape(values.shape), values)
+
+
+def test_images_decoded_in_processes_give_the_same_store(tmp_path, tiny_checkpoints, photos):
+    """Beside a GPU images are decoded and runs written in processes (extract_load.host_pool; the
+    arrays cross as shared memory, writer.shared_views): the same bits as threads, failed images
+    recorded in the same order."""
+    folder = _mixed_folder(tmp_path, photos)
+    settings = Settings(views=(224, 480, "native"), chunk=2)  # five runs: shared buffers are reused
+    reports = {}
+    for tag, processes, n in (("threads", False, 1), ("processes", True, 2)):
+        reports[tag] = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"{tag}.zarr", on_error="skip",
+                               batch_size=2, decoders=n, processes=processes, quiet=True)
+    one = reports["threads"]
+    a = _arrays(one.store)
+    assert len(one.skipped) == 2 and a["failed_native"].sum() == 2
+    other = reports["processes"]
+    assert other.skipped == one.skipped and (other.written, other.done) == (one.written, one.done)
+    b = _arrays(other.store)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_a_bad_image_decoded_in_a_process_fails_the_run_and_leaves_nothing(tmp_path, tiny_checkpoints, photos):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"{i}-ok.jpg").write_bytes((photos / "coffee.jpg").read_bytes())
+    (folder / "0-broken.jpg").write_bytes((photos / "rocket.jpg").read_bytes()[:300])
+    with pytest.raises(ProbeError, match="0-broken.jpg.*--on-error skip"):
+        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr",
+                decoders=2, processes=True, quiet=True)
+    assert not (tmp_path / "a.zarr").exists()
+    report = extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr",
+                     decoders=2, processes=True, on_error="skip", quiet=True)
+    assert report.done == 5 and report.written == 4 and "0-broken.jpg" in report.skipped[0]
+
+
+def test_a_failed_write_in_a_writing_process_is_the_runs_error_and_the_rerun_completes(tmp_path, tiny_checkpoints, image_dir):
+    """A writing process that cannot write a chunk (a folder stands where the chunk file goes)
+    fails the run in one line; its run is not marked done, and the corrected rerun resumes to
+    the same store as threads write."""
+    settings = Settings(views=(224,), chunk=2)
+    store = tmp_path / "p.zarr"
+    extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=store, limit=2, decoders=2, processes=True, quiet=True)
+    chunk = store / "tokens_224" / "c" / "1" / "0" / "0"
+    assert (store / "tokens_224" / "c" / "0" / "0" / "0").is_file() and not chunk.exists()
+    chunk.mkdir(parents=True)
+    with pytest.raises(ProbeError, match="could not be written"):
+        extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=store, decoders=2, processes=True, quiet=True)
+    done = zarr.open_group(store, mode="r")["done_224"][:]
+    assert done[:2].all() and not done[2:4].any()
+    chunk.rmdir()
+    report = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=store, decoders=2, processes=True, quiet=True)
+    assert report.done == 7
+    plain = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "t.zarr", decoders=1, processes=False, quiet=True)
+    a, b = _arrays(store), _arrays(plain.store)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_shared_views_hand_shared_tensors_over_as_tensors():
+    import torch
+
+    from probe_toolkit.store.writer import shared_views
+
+    whole = torch.arange(24, dtype=torch.float16).reshape(4, 6).share_memory_()
+    plain = np.ones((4, 6), np.float16)
+    out = shared_views({"224": ({"a": whole.numpy(), "b": plain, "c": whole.numpy()[:2]}, np.zeros(4, bool))})
+    data, _ = out["224"]
+    assert isinstance(data["a"], torch.Tensor) and data["a"].is_shared() and data["a"].data_ptr() == whole.data_ptr()
+    assert torch.equal(data["a"], whole) and data["b"] is plain and isinstance(data["c"], np.ndarray)
+
+
+def test_shared_buffers_are_shared_and_reused_only_once_given_back():
+    import torch
+
+    from probe_toolkit.store.writer import SharedBuffers, shared_tensors, shared_views
+
+    buffers = SharedBuffers()
+    a = buffers.take((3, 5), torch.float16)
+    b = buffers.take((3, 5), torch.float16)
+    assert a.is_shared() and a.shape == (3, 5) and a.dtype == torch.float16 and a.data_ptr() != b.data_ptr()
+    sent = shared_views({"224": ({"x": a.numpy()}, np.zeros(3, bool))})
+    buffers.give_back(shared_tensors(sent))
+    assert buffers.take((3, 5), torch.float16).data_ptr() == a.data_ptr()  # the one given back
+    assert buffers.take((3, 5), torch.float16).data_ptr() not in (a.data_ptr(), b.data_ptr())  # b was never given back
+    assert buffers.take((5, 3), torch.float16).shape == (5, 3)
+
+
+def test_without_room_in_shared_memory_processes_give_way_to_threads(tmp_path, tiny_checkpoints, image_dir, monkeypatch):
+    """A run whose buffers would not fit in /dev/shm (where a tensor that does not fit ends its
+    process with a bus error) decodes and writes on threads: the same store."""
+    from probe_toolkit.store.extract_load import shared_memory_room
+
+    assert shared_memory_room(0, str(tmp_path)) and not shared_memory_room(1 << 60, str(tmp_path))
+    assert not shared_memory_room(0, str(tmp_path / "missing"))
+    seen, real = set(), images.load_image
+
+    def watched(path):
+        seen.add(threading.current_thread().name.split("_")[0])
+        return real(path)
+
+    monkeypatch.setattr(images, "load_image", watched)
+    monkeypatch.setattr(extraction, "shared_memory_room", lambda needed: False)
+    settings = Settings(views=(224,), chunk=3)
+    crowded = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "c.zarr", decoders=2, processes=True, quiet=True)
+    assert seen == {"probe-decode"}  # decoded on this process's threads
+    plain = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "p.zarr", decoders=1, quiet=True)
+    a, b = _arrays(crowded.store), _arrays(plain.store)
+    assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)

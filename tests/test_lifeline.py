@@ -124,6 +124,29 @@ def test_streaming_decode_workers_die_with_the_command(tiny_checkpoints, image_d
     assert survivors == [], f"{len(survivors)} of {len(helpers)} processes outlived the killed command"
 
 
+def test_extraction_processes_die_with_the_command(tiny_checkpoints, image_dir, tmp_path):
+    """``probe extract`` decoding in processes, as beside a GPU (a forkserver and its decoding
+    processes), SIGKILLed after its first forward pass: none of them survives."""
+    marker, log = tmp_path / "held", tmp_path / "log.txt"
+    args = ["extract", tiny_checkpoints["dino-full"], "--images", image_dir, "--views", "224", "--chunk", "2", "--batch-size", "2",
+            "--decoders", "2", "--store", tmp_path / "s.zarr", "--cache", tmp_path / "cache", "-q"]
+    with open(log, "wb") as output:
+        run = subprocess.Popen([sys.executable, str(HELD), "readout-processes", str(marker), *map(str, args)], env=env(),
+                               stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for(marker, run, "extract", log)
+        helpers = descendants(run.pid)
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        survivors = none_survive(helpers)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert len(helpers) >= 3, helpers  # the forkserver and two decoding processes (and the resource tracker)
+    assert survivors == [], f"{len(survivors)} of {len(helpers)} processes outlived the killed command"
+
+
 def test_an_extraction_rank_stops_when_torchrun_is_killed(tiny_checkpoints, image_dir, tmp_path):
     """A launcher standing in for torchrun starts one rank of ``probe extract`` in a session of
     its own (as torchrun does, so a kill of the launcher's group never reaches it) and is SIGKILLed

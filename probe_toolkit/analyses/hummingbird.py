@@ -70,23 +70,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .knn import EMPTY, block_candidates, normalise, unkey
+from .hummingbird_published import (AUGMENTATION_EPOCHS, EMPTY_SCORE, IGNORE_INDEX, INPUT_SIZE, K, MATCHINGS, PATCH_SIZE, PUBLISHED,  # noqa: F401
+                                    PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, SEED, TEMPERATURE, VOC_CLASSES)
 
-K = 30  # hbird/hbird_eval.py hbird_evaluation n_neighbours
-TEMPERATURE = 0.02  # hbird/hbird_eval.py HbirdEvaluation._cross_attention beta
-IGNORE_INDEX = 255  # hbird/hbird_eval.py hbird_evaluation ignore_index (VOC's boundary label)
-VOC_CLASSES = 21  # hbird/data/voc/voc_data.py CLASS_IDX_TO_NAME: background + 20 objects
-INPUT_SIZE = 512  # README.md "image size of (512,512) for the dino" (hbird_evaluation's own default is 224)
-PATCH_SIZE = 16  # ViT-S/16
-SEED = 123  # eval.py RunConfig.seed
-AUGMENTATION_EPOCHS = 2  # README.md "two dataset augmentation epochs" (hbird_evaluation's default is 1)
-PUBLISHED_MEMORY_SIZES = (1024 * 10**2, 1024 * 10**3, 1024 * 10**4)  # README.md VOC table columns
-# README.md, "Results we got with our implementation on Pascal VOC": mIoU at the memory sizes above (ScaNN, two
-# augmentation epochs, the Hungarian-matched mIoU), measured on released weights
-PUBLISHED = (("DINO ViT-S/16, 512 px", (37.2, 43.1, 46.6)), ("DINOv2 ViT-S/14, 504 px", (70.2, 74.9, 77.0)))
-PUBLISHED_SOURCE = "vpariza/open-hummingbird-eval README.md (Pascal VOC; ScaNN, two augmentation epochs, Hungarian-matched mIoU)"
-EMPTY_SCORE = 1e6  # hbird/hbird_eval.py _sample_features: score of a patch holding no class
 BANK_BLOCK = 65536  # bank rows per product block (any value gives the same result)
-MATCHINGS = ("identity", "hungarian")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The ``probe`` command line: parse, call one function, print. No science and no table lives here.
 
-Each command module declares its flags and calls the Python API (``protocols.api.run``) or a
-store, panel or report function; ``results/tables.py`` says what a run prints.
+A protocol's command is built from its registry entry (``protocols.py``: its options, its call
+of the Python API ``protocols.api.run``, the table it prints from ``results/tables.py``); the
+other modules declare the commands on stores, panels and reports, and object discovery's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import sys
 import typer
 
 from .app import app, console, err_console, flag  # noqa: F401  (the app and consoles, for tests and the entry point)
-from . import stores, discovery, panels, protocols, dense, workflow  # noqa: F401,E402  (each registers its commands)
+from . import stores, discovery, panels, protocols  # noqa: F401,E402  (each registers its commands)
+
+protocols.build_all()  # every other protocol's command, from its registry entry
+from . import workflow  # noqa: F401,E402  (train, demo, report: listed last)
 
 
 def main() -> None:

@@ -3,7 +3,6 @@ that maps a protocol parameter to its command-line flag."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -29,6 +28,7 @@ FLAGS = {
     "boot": "--boot", "n_boot": "--boot", "n_last_frames": "--n-last-frames", "size_mask_neighborhood": "--size-mask-neighborhood", "ks": "--k",
     "subset": "--set", "color_lambda": "--color-lambda", "settings_file": "--settings", "settings_out": "--settings-out",
     "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold", "memory": "--memory",
+    "json_path": "--json", "cache_dir": "--cache", "sequences": "--sequence", "score": "--no-score",
 }
 
 
@@ -48,39 +48,28 @@ ClusterOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run o
 ShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]
-StoresArg = Annotated[list[Path], typer.Argument(help="Stores written by probe extract (several: side by side).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
 BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
 AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
-# groups of options that several commands take alike, declared once (``options``)
-SHARDED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None)}
-PLACEMENT = {"threads": (ThreadsOpt, 1), **SHARDED, "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu")}
-SCORED = {"unseal": (UnsealOpt, None), "workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "cache": (CacheOpt, None),
-          "quiet": (QuietOpt, False)}  # a protocol scoring panels on local workers or a cluster (no shards)
-OVER_STORES = {"json_path": (JsonOpt, None), "dask_address": (ClusterOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000),
-               "partial": (PartialOpt, False), "quiet": (QuietOpt, False)}
+# options every command spells alike (name: (annotation, default)), and groups of them that several
+# commands take together; a protocol's ``Command.options`` names them as strings (``cli/protocols.py``)
+SHARED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None), "threads": (ThreadsOpt, 1),
+          "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu"), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
+          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000), "partial": (PartialOpt, False),
+          "panel": (PanelOpt, None), "allow_partial": (AllowPartialOpt, False)}
 
 
-def options(group: dict[str, tuple[Any, Any]]):
-    """A command's ``**keywords`` become the options of ``group`` (name: (annotation, default)), after
-    its own: typer reads them from the signature, and the command receives them in that dict."""
-    def declare(command):
-        signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-                  for name, (annotation, default) in group.items()]
-        command.__signature__ = signature.replace(parameters=own + shared)
-        return command
-
-    return declare
+def _group(*names: str) -> dict[str, tuple[Any, Any]]:
+    return {name: SHARED[name] for name in names}
 
 
-def summary_command(name: str):
-    """``probe NAME STORES...``: a summary over stores (``commands/runs.py``), with the options every
-    such summary takes (``OVER_STORES``)."""
-    return lambda command: app.command(name)(options(OVER_STORES)(command))
+SHARDED = _group("workers", "dask_address", "shard")
+PLACEMENT = _group("threads", "workers", "dask_address", "shard", "backend", "device")
+SCORED = _group("unseal", "workers", "dask_address", "cache", "quiet")  # a protocol scoring panels on local workers or a cluster (no shards)
+OVER_STORES = _group("json_path", "dask_address", "seed", "boot", "partial", "quiet")
+GROUPS = {"SHARDED": SHARDED, "PLACEMENT": PLACEMENT, "SCORED": SCORED, "OVER_STORES": OVER_STORES}
 
 
 def show(renderables: list[Any]) -> None:
@@ -119,7 +108,3 @@ def counted(name: str, unit: str, quiet: bool, source: Any, *, hook: str = "prog
     with bar(unit, quiet) as progress:
         handle = progress.add_task(task or name, total=None)
         return run(name, source, **{hook: lambda n: progress.advance(handle, n)}, **keywords).report
-
-
-def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
-    return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"

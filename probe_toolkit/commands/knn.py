@@ -90,6 +90,10 @@ class KnnReport:
     temperature: float = knn.TEMPERATURE
     view: str = images.EVAL
 
+    @property
+    def view_line(self) -> str:
+        return view_text(self.view)
+
     def summary(self) -> dict[str, Any]:
         return {
             "store": str(self.store), "name": self.name, "feature": self.feature, "view": self.view, "view_text": view_text(self.view),

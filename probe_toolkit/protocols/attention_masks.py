@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, one_of, within
-from .registry import Protocol, Reads, Reference, register
+from .registry import Command, Option, Protocol, Reads, Reference, register, written_to
 
 
 @dataclass(frozen=True)
@@ -37,4 +37,18 @@ PROTOCOL = register(Protocol(
                  "With storage or register tokens (DINOv3, DINOv2 with registers) the class token's row is taken over the patches alone, each "
                  "storage token's own row gives its own masks, and the result says where each prefix token looks (Darcet et al. 2024, Fig. 9)."),
     execute=execute,
+    command=Command(
+        help="DINO's attention masks (facebookresearch/dino visualize_attention.py): per head, 60 % of the mass; Jaccard per head and best head.",
+        source="A store with attention_224 (or tokens_224 for SelfPatch's aggregation head).",
+        options=(
+            Option("panel", "Score the masks by Jaccard against this panel's objects (read through the ledger)."),
+            Option("mass", "Share of the row's attention each head's mask holds (DINO: 0.6).", "float", 0.6),
+            Option("row", "auto, cls (class token), aggregation (SelfPatch's ca_head) or mean (of the patch rows).", default="auto"),
+            written_to("Also write the Jaccards and settings as JSON."),
+            Option("unseal", "Reason to open a sealed test panel (recorded in the ledger)."),
+            Option("partial", "Use a store still being extracted (its finished images).", "bool", False),
+            "cache", "quiet", "SHARDED"),
+        table="results.tables:attention_masks",
+        progress=("images", "on_block", "masks")),
+    sections=("report.protocols:attention_masks",),
 ))

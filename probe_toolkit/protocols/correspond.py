@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, SettingError, at_least
-from .registry import Protocol, Reads, Reference, register
+from .registry import Option, Protocol, Reads, Reference, on_panel, register, written_to
 
 
 @dataclass(frozen=True)
@@ -45,4 +45,16 @@ PROTOCOL = register(Protocol(
                  "0.10 alone; 0.05 and 0.15 are computed from the same errors. Its keypoint confusion matrix is not kept, and the "
                  "segmentation masks it loads (unused at its default mask_feats=False) are not read."),
     execute=execute,
+    command=on_panel(
+        "SPair-71k keypoint correspondence (mbanani/probe3d evaluate_spair_correspondence.py): PCK per category and viewpoint bin.",
+        "A store holding the panel's images in the square800 view (probe extract --panel NAME --views square800).",
+        "A SPair-71k panel (probe panel add NAME --spair DIR --split test).",
+        Option("thresholds", "PCK thresholds, fractions of the target box's larger side (probe3d: 0.1).", "floats", "0.05,0.1,0.15", example="0.05,0.1,0.15"),
+        Option("instances", "Pairs sampled per category and viewpoint bin (probe3d: 200; 0: every pair).", "int", 200),
+        Option("seed", "Seed of the pairs' shuffle (probe3d: random.seed(20)).", "int", 20),
+        written_to("Also write the PCK tables and settings as JSON."),
+        "SCORED",
+        table="results.tables:correspond",
+        progress=("pairs", "progress", "correspond")),
+    sections=("report.sections_correspond:correspond",),
 ))

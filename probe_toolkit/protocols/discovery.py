@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..infra.settings import SettingError, Settings, at_least, one_of, within
 from ..store import views
-from .registry import Protocol, Reads, Reference, register
+from .registry import Command, Option, Protocol, Reads, Reference, on_panel, register, written_to
 
 KEY_VIEWS = tuple(v.name for v in views.TABLE if any(a.startswith("keys_") for a in v.arrays))  # the views whose keys the decoders cut
 
@@ -20,6 +20,13 @@ def key_view(settings) -> None:
         raise SettingError("view", f"view {settings.view!r} holds no keys: the decoders cut {', '.join(KEY_VIEWS)}", "pick one of those views")
     object.__setattr__(settings, "view", name)
 PRESET_NAMES = ("centred", "tokencut", "maskcut", "lost", "dsm")
+
+# options decode and decode-sweep share (their commands are explicit: cli/discovery.py)
+VIEW = Option("view", "480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole "
+                      "patches (DSM's extract/extract.py), or native_resized: resized with LANCZOS to round(side/p) patches (TokenCut's "
+                      "unsupervised_saliency_detection/get_saliency.py).")
+KEYS = Option("keys", "plain: the keys before RoPE (every network's; the default, measured better for cuts on DINOv3); rope: a DINOv3 store's keys after RoPE, "
+                      "as its attention uses them.", default="plain")
 
 REFERENCES = (
     Reference("Wang et al., Self-Supervised Transformers for Unsupervised Object Discovery using Normalized Cut (CVPR 2022)", "YangtaoWANG95/TokenCut main_tokencut.py, object_discovery.py"),
@@ -133,6 +140,30 @@ register(Protocol(
                 "DINOv3 (no published object discovery; facebookresearch/dinov3#213 asks for TokenCut): its keys before RoPE by default "
                 "(keys: plain), measured better for cuts than those after RoPE (keys: rope; benchmarks/dinov3_keys.py, docs/checkpoints.md).",
     execute=decode,
+    command=Command(
+        help="Label-free object masks by a normalized cut on the keys; scored only if --panel is given.",
+        source="A store with keys_480 (probe extract --views 480), or a checkpoint with --images.",
+        options=(
+            Option("size", "Fixed view whose keys to cut (keys_<size>); --view overrides it.", "int", 480),
+            VIEW,
+            # streaming (decode-stream): checkpoint + images → masks, keys kept in memory only
+            Option("images", "Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.", "path"),
+            Option("batch_size", "With --images: images per forward pass.", "int", 16),
+            Option("chunk", "With --images: images per chunk (the unit of resume and sharding).", "int", 16),
+            Option("preset", "centred (default: centred keys, TokenCut's graph), tokencut, maskcut, lost (valeoai/LOST) or dsm (deep-spectral-segmentation)."),
+            Option("tau", "Link patches whose key cosine is above τ (preset: 0.2; maskcut 0.15).", "float"),
+            Option("eps", "Weight of the other edges (1e-5).", "float"),
+            Option("masks", "Masks per image: MaskCut's loop when > 1.", "int"),
+            Option("center", "Subtract each image's mean key (centred preset: on).", "either"),
+            Option("settings_file", "Settings file (default <cache>/decoder-settings.json from the sweep).", "path"),
+            Option("out", "COCO results JSON (default <store>/results/decoder-masks.json).", "path"),
+            written_to("Write a summary JSON here."),
+            Option("refine", "bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS)."),
+            Option("color_lambda", "dsm: weight of DSM's KNN colour affinity (0, off, as published).", "float"),
+            KEYS, "panel", "allow_partial", "unseal", "cache", "quiet", "PLACEMENT"),
+        table="results.tables:decode",
+        explicit=True),
+    sections=("report.sections_decoder:decoder", "report.pictures:decoder_cuts", "report.sections_decoder:scores"),
 ))
 register(Protocol(
     name="decode-stream",
@@ -155,6 +186,9 @@ register(Protocol(
     differences="pycocotools' COCOeval with one category; CorLoc as LOST counts it (IoU ≥ 0.5 with any box).",
     execute=score,
     source="masks_file",
+    command=on_panel("Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU.", "COCO results JSON written by probe decode.",
+                     "Registered panel to score on.", "unseal", written_to("Write the scores as JSON here."), "cache",
+                     table="results.tables:score", explicit=True),
 ))
 register(Protocol(
     name="decode-sweep",
@@ -165,4 +199,16 @@ register(Protocol(
     references=REFERENCES,
     differences="The published methods fix their settings by hand; the sweep chooses them on a val panel only (a test panel is sealed).",
     execute=sweep,
+    command=on_panel(
+        "Decode a grid of settings, read the panel's labels once, and keep the best setting.",
+        "A store with keys_480.",
+        "Validation panel to choose the settings on.",
+        Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.", "path"),
+        Option("metric", "Score that picks the best setting.", default="segm_AP"),
+        Option("settings_out", "Where to write the best settings (default <cache>/decoder-settings.json).", "path"),
+        VIEW, KEYS,
+        Option("top", "Rows of the table to print (best first).", "int", 20),
+        written_to("Write the whole table as JSON here."),
+        "allow_partial", "unseal", "cache", "quiet", "PLACEMENT",
+        table="results.tables:sweep", explicit=True),
 ))

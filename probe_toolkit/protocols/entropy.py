@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analyses.stats import check_boot
 from ..infra.settings import Settings, at_least
-from .registry import Protocol, Reads, Reference, register
+from .registry import Option, Protocol, Reads, Reference, over_stores, register
 
 
 
@@ -21,6 +20,8 @@ class EntropySettings(Settings):
     def check(self) -> None:
         if self.patch is not None:
             at_least("patch", self.patch, 0)
+        from ..analyses.stats import check_boot  # numpy: not imported while the CLI is built
+
         check_boot(self.boot)
 
 
@@ -41,4 +42,8 @@ PROTOCOL = register(Protocol(
     differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",
     execute=execute,
     source="stores",
+    command=over_stores("How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
+                        Option("patch", "Follow this patch of the 224 view (patch = G·row + column).", "int"),
+                        Option("image", "Image id for the --patch tables (default: the first)."), table="results.tables:entropy"),
+    sections=("report.sections_attention:attention", "report.sections_attention:entropy"),
 ))

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analyses import hummingbird as hb
+from ..analyses import hummingbird_published as hb
 from ..infra.settings import Settings, SettingError, at_least, one_of, positive
-from ..store import hbird_views
-from .registry import Protocol, Reads, Reference, register
+from ..store import views
+from .registry import Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 FULL = None  # a memory holding every patch of every memory view
+VIEWS = tuple(v.name for v in views.TABLE if v.name.startswith("hbird512"))  # the query view, then one memory view per augmentation epoch
+MEMORY_VIEWS = tuple(v for v in VIEWS if "_aug" in v)
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,21 @@ class HummingbirdSettings(Settings):
             raise SettingError("memory", f"memory {list(self.memory)} repeats a size", "give each size once")
         at_least("k", self.k, 1)
         positive("temperature", self.temperature)
-        one_of("augmentation_epochs", self.augmentation_epochs, range(1, len(hbird_views.AUGMENTED) + 1))
+        one_of("augmentation_epochs", self.augmentation_epochs, range(1, len(MEMORY_VIEWS) + 1))
         at_least("seed", self.seed, 0)
         one_of("matching", self.matching, hb.MATCHINGS)
         at_least("figure_images", self.figure_images, 0)
+
+
+def memory_sizes(text: str) -> tuple[int | None, ...]:
+    """``102400,1024000,full`` → (102400, 1024000, None): the command line's spelling of ``memory``."""
+    sizes: list[int | None] = []
+    for part in (p.strip().lower() for p in text.split(",") if p.strip()):
+        try:
+            sizes.append(None if part == "full" else int(part))
+        except ValueError:
+            raise SettingError("memory", f"memory {part!r} is not a number of patches or full", "use e.g. memory=102400,1024000,10240000,full") from None
+    return tuple(sizes)
 
 
 def execute(settings: HummingbirdSettings, placement, *, store, train, val, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
@@ -78,7 +91,7 @@ PROTOCOL = register(Protocol(
     name="hummingbird",
     summary="Dense in-context retrieval (Hummingbird): label maps transferred from a memory of train patches by their 30 nearest neighbours; VOC or ADE20K mIoU.",
     settings=HummingbirdSettings,
-    reads=Reads(arrays=tuple(f"tokens_{v}" for v in hbird_views.VIEWS), views=hbird_views.VIEWS, labels=True, panel_kinds=("voc-segmentation", "ade20k")),
+    reads=Reads(arrays=tuple(f"tokens_{v}" for v in VIEWS), views=VIEWS, labels=True, panel_kinds=("voc-segmentation", "ade20k")),
     results=("hummingbird",),
     references=(
         Reference("Balažević et al., Towards In-context Scene Understanding (NeurIPS 2023)", "vpariza/open-hummingbird-eval hbird/hbird_eval.py"),
@@ -86,4 +99,21 @@ PROTOCOL = register(Protocol(
     ),
     differences=DIFFERENCES,
     execute=execute,
+    command=on_train_val(
+        "Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size.",
+        "A store holding (or beside a store holding) both panels' images in the hbird512 views.",
+        "Segmentation panel (VOC or ADE20K) whose augmented views make the memory (VOC trainaug, as published).",
+        "Segmentation panel of the same data set whose patches are labelled from the memory and scored.",
+        Option("memory", "Memory sizes in patches, all in one run; full: every patch (published: 1024·10², 10³, 10⁴).",
+               default="102400,1024000,10240000", parse=memory_sizes),
+        Option("k", "Nearest memory patches per query patch (open-hummingbird-eval: 30).", "int", 30),
+        Option("temperature", "Softmax temperature of the label transfer (open-hummingbird-eval: 0.02).", "float", 0.02),
+        Option("augmentation_epochs", "Augmented views of each train image in the memory: 1 or 2 (published: 2).", "int", 2),
+        Option("seed", "Seed of the bounded memory's draws (eval.py: 123).", "int", 123),
+        Option("matching", "Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).", default="identity"),
+        written_to("Also write the scores and settings as JSON."),
+        "SCORED",
+        table="results.tables:hummingbird",
+        progress=("images", "progress", "hummingbird")),
+    sections=("report.sections_dense:hummingbird",),
 ))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, at_least, one_of, positive
-from .registry import Protocol, Reads, Reference, register
+from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 FEATURES = ("auto", "cls-normed", "cls", "mean")
 
@@ -47,4 +47,19 @@ PROTOCOL = register(Protocol(
                  "a factor common to every class of one image, so predictions and top-1 / top-5 are the same. A k above the train images is "
                  "narrowed to the ks that fit (DINOv3 clips each k to the train set's size instead), so no k is scored twice."),
     execute=execute,
+    command=on_train_val(
+        "DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k.",
+        "A store holding (or beside a store holding) both panels' images.",
+        "Panel whose images vote (class folders, or COCO: largest category).",
+        "Panel whose images are classified and scored.",
+        Option("ks", "Neighbour counts, all in one pass (default DINO's eval_knn.py: 10,20,100,200, narrowed to the train panel's size).",
+               "ints", example="10,20,100,200"),
+        Option("temperature", "Vote weight exp(cos / T) (DINO: 0.07).", "float", 0.07),
+        Option("feature", "auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).", default="auto"),
+        written_to("Also write the accuracies and settings as JSON."),
+        UNSEAL_VAL,
+        "cache", "quiet", "SHARDED",
+        table="results.tables:knn",
+        progress=("images", "progress", "k-NN")),
+    sections=("report.protocols:knn",),
 ))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, at_least, one_of
-from .registry import Protocol, Reads, Reference, register
+from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 
 @dataclass(frozen=True)
@@ -38,4 +38,18 @@ PROTOCOL = register(Protocol(
                 "the weight decay is chosen on a hold-out of the train panel, never on val.",
     execute=execute,
     source="stores",
+    command=on_train_val(
+        "Linear probes on the frozen 224 tokens: fit on --train, score on --val, one table for all stores.",
+        "Stores to compare (each holds, or sits beside, the panels' images).",
+        "Panel whose labels fit the probe (and choose its regularisation).",
+        "Panel whose labels score it, read only after every fit.",
+        Option("level", "patch (dense, mIoU) or image (categories present, mAP).", default="patch"),
+        Option("epochs", "Most L-BFGS iterations of the dense probe (each a full pass over the train patches).", "int", 100),
+        Option("seed", "Seed of the train hold-out that chooses the regularisation.", "int", 0),
+        written_to("Also write the table and its settings as JSON."),
+        UNSEAL_VAL,
+        "workers", "dask_address", "cache", "quiet",
+        table="results.tables:linear",
+        progress=(None, "on_step", "linear")),
+    sections=("report.sections_linear:linear",),
 ))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analyses.stats import check_boot
 from ..infra.settings import Settings, at_least, one_of, within
-from .registry import Protocol, Reads, Reference, register
+from .registry import Option, Protocol, Reads, Reference, over_stores, register
 
 
 @dataclass(frozen=True)
@@ -29,6 +28,8 @@ class NeighboursSettings(Settings):
         within("k", self.k, 1, 8, closed="[]")
         at_least("top", self.top, 1)
         one_of("distance", self.distance, ("chebyshev", "euclidean"))
+        from ..analyses.stats import check_boot  # numpy: not imported while the CLI is built
+
         check_boot(self.boot)
 
 
@@ -51,4 +52,14 @@ PROTOCOL = register(Protocol(
     differences="The window's positives are chosen by the same selection module training/ uses (analyses/selection.py); statistics are bootstrapped over images.",
     execute=execute,
     source="stores",
+    command=over_stores(
+        "Do a patch's most similar patches lie in SelfPatch's 3×3 window? With the rules' selections.",
+        Option("view", "224 (default) or 96: the view's tokens, at whatever grid the store holds (ViT-S/16 at 224: 14x14; ViT-S/8: 28x28)."),
+        Option("grid", "Accepted when it is the grid the store holds (picks the view with that grid).", "int"),
+        Option("k", "Positives per anchor (SelfPatch k_num = 4).", "int", 4),
+        Option("top", "How many of the most similar patches to test against the window.", "int", 8),
+        Option("wrap", "Plain borders instead of SelfPatch's wrap-around.", "negated", True),
+        Option("distance", "chebyshev or euclidean (on the torus unless --no-wrap).", default="chebyshev"),
+        table="results.tables:neighbours"),
+    sections=("report.sections_neighbours:neighbour_map", "report.pictures:token_pca", "report.sections_neighbours:premise"),
 ))

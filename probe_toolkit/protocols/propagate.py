@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import Settings, at_least, one_of, positive
-from .registry import Protocol, Reads, Reference, register
+from .registry import REQUIRED, Command, Option, Protocol, Reads, Reference, register, written_to
 
 
 from ..analyses.tracking import PRESETS, SHORT_SIDE, TEMPERATURE  # DINO's eval_video_segmentation.py, DINOv3's segmentation_tracking notebook
@@ -61,4 +61,31 @@ PROTOCOL = register(Protocol(
                  "upsampling, scored by davis2017-evaluation as DINO's preset is; the notebook's values checked one by one at commit 6876159."),
     execute=execute,
     source="checkpoint",
+    command=Command(
+        help="DAVIS-2017 label propagation (facebookresearch/dino eval_video_segmentation.py), scored as davis2017-evaluation does.",
+        source="Checkpoint file (any layout probe extract reads).",
+        options=(
+            Option("davis", "DAVIS-2017 folder: JPEGImages/480p, Annotations/480p, ImageSets/2017.", "path", REQUIRED),
+            Option("out", "Where the indexed PNGs (one folder per sequence) and the J&F tables go.", "path", REQUIRED),
+            Option("n_last_frames", "Previous frames in the context besides the first (DINO: 7).", "int", 7),
+            Option("size_mask_neighborhood", "Window radius in patches (DINO: 12; 0: no window).", "int", 12),
+            Option("topk", "Sources per target patch, chosen over all context frames (DINO: 5).", "int", 5),
+            Option("subset", "ImageSets/2017/<set>.txt lists the sequences.", default="val"),
+            Option("preset", "dino (eval_video_segmentation.py) or dinov3-tracking (DINOv3's segmentation_tracking notebook: short side 960, circular window, T 0.2).",
+                   default="dino"),
+            Option("temperature", "Affinity temperature (default: the preset's, DINO 0.1, DINOv3 0.2).", "float"),
+            Option("short_side", "Frames' short side in pixels (default: the preset's, DINO 480, DINOv3 960).", "int"),
+            Option("sequences", "Only this sequence (repeatable).", "strs"),
+            Option("network", "teacher or student.", default="teacher"),
+            Option("score", "Write the predictions only; read no annotation but the first frames'.", "negated", True),
+            Option("store", "Save results/davis here (default: the checkpoint's store, when it exists).", "path"),
+            Option("device", "auto, cpu or cuda.", default="auto"),
+            Option("workers", "Local processes, one sequence and one torch thread each (default: every core; one on a GPU).", "int"),
+            "dask_address",
+            Option("shard", "i/n: this process's share of the sequences (default from torchrun RANK/WORLD_SIZE); the last to finish scores."),
+            written_to("Also write the J&F tables and settings as JSON."),
+            "cache", "quiet"),
+        table="results.tables:propagate",
+        progress=("frames", "on_frame", "propagate")),
+    sections=("report.protocols:propagation",),
 ))

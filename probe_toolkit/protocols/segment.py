@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..analyses import segment_published as seg
 from ..infra.settings import Settings, SettingError, at_least, one_of, positive, within
-from .registry import Protocol, Reads, Reference, register
+from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 
 @dataclass(frozen=True)
@@ -135,4 +135,35 @@ PROTOCOL = register(Protocol(
     differences=DIFFERENCES,
     execute=execute,
     source="checkpoint",
+    command=on_train_val(
+        "Linear segmentation as DINOv3 and DINOv2 train it: a BatchNorm + linear head on frozen patch tokens; mIoU.",
+        "The checkpoint whose frozen network runs on every crop (its store, under --cache or --store, keeps the record).",
+        "ADE20K (or VOC) segmentation panel whose augmented crops train the head.",
+        "Segmentation panel of the same data set, scored by sliding windows after training.",
+        Option("preset", "dinov3 (config-ade20k-linear-training.yaml) or dinov2 (its mmseg linear config).", default="dinov3"),
+        Option("iterations", "Training iterations (published: 40000, a GPU job; fewer: a short run, marked so).", "int", seg.ITERATIONS),
+        Option("batch_size", "Crops per iteration (published: 2 × 8 GPUs = 16).", "int", seg.BATCH),
+        Option("lr", "AdamW learning rate (published: 1e-3).", "float", seg.LR),
+        Option("weight_decay", "Default: the preset's (DINOv3 1e-3, DINOv2 1e-4).", "float"),
+        Option("warmup", "Warm-up iterations (default: 1500 at 40000, the same share otherwise).", "int"),
+        Option("crop", "Training crop and sliding window in pixels (published: 512).", "int", seg.CROP),
+        Option("size", "Short side before the random ratio and at evaluation (published: 512).", "int", seg.SIZE),
+        Option("stride", "Sliding-window stride (published: 341).", "int", seg.STRIDE),
+        Option("dropout", "Channel dropout before the BatchNorm (default: the preset's, DINOv3 0.1, DINOv2 0).", "float"),
+        Option("scale", "low,high: random ratio of the short side (published 0.5,2.0).", "floats", "0.5,2.0", example="0.5,2.0"),
+        Option("flip", "Horizontal-flip probability (published 0.5).", "float", 0.5),
+        Option("photometric", "PhotoMetricDistortion of the crops (published: on).", "either", True),
+        Option("figure_images", "Val images whose truth and prediction the record keeps for the report.", "int", 4),
+        Option("seed", "Seed of the crops, the image order, the head's initial weights and dropout (DINOv3: 100).", "int", 100),
+        Option("chunk", "Crops per forward pass of the frozen network (memory only).", "int", seg.BATCH),
+        Option("store", "Store that keeps the record (default: the checkpoint's store for --network under --cache).", "path"),
+        Option("network", "teacher or student.", default="teacher"),
+        Option("device", "cpu, cuda or auto.", default="cpu"),
+        Option("workers", "Threads that decode and augment the crops (default 2).", "int"),
+        UNSEAL_VAL,
+        written_to("Also write the scores and settings as JSON."),
+        "cache", "quiet",
+        table="results.tables:segmentation",
+        progress=("steps", "progress", "segment")),
+    sections=("report.sections_dense:segmentation",),
 ))

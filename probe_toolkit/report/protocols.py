@@ -14,6 +14,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from . import figures, protocol_figures
 from .content import Note, Section, Table
+from .sections_kit import results_section
 
 ELSEWHERE = "published elsewhere (other weights and data; not comparable with the numbers above)"
 KNN_PUBLISHED = ("DINO ViT-S/16 on ImageNet: k-NN (k = 20) 74.5 % top-1, linear 77.0 % "
@@ -40,11 +41,8 @@ def _pct(x: Any, digits: int = 1) -> str:
 
 def _begin(ctx, key: str, title: str, result: str, what: str) -> tuple[Section, dict]:
     """The section and each store's saved ``result``; a line saying how to make it when none has it."""
-    section = Section(key, title)
-    found = {s.label: s.result(result) for s in ctx.stores if s.result(result) is not None}
-    if not found:
-        section.missing(f"No {what} yet: {HOW[result]}.")
-    return section, found
+    section, found = results_section(ctx, key, title, result, what, HOW[result])
+    return section, {label: ds for label, (_, ds) in found.items()}
 
 
 def _lacking(section: Section, ctx, found: dict, what: str, how: str) -> None:
@@ -171,6 +169,4 @@ def propagation(ctx) -> Section:
     return section
 
 
-from .sections_correspond import correspond  # noqa: E402  (its own module: the SPair section and its figure)
 
-SECTIONS = (knn, attention_masks, propagation, correspond)

@@ -8,7 +8,8 @@ sits beside a score only when protocol and data match; the rest are in their own
 The sections themselves live by subject: ``sections_attention``, ``sections_neighbours``,
 ``sections_decoder`` (with ``pictures``, ``discovery``, ``protocols`` and ``freshness``); this
 module holds the manifests, the followed image and explorer, the linear probes and training
-curves, and ``gather``, which builds them all in order (``BUILDERS``).
+curves, and ``gather``, which builds them all in order (``builders()``): the stores' own sections,
+then each protocol's, in the registry's order, as its entry names them (``Protocol.sections``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..infra.errors import ProbeError
-from . import figures_maps, figures_training, followed, protocols, sections_dense
+from ..protocols import registry
+from . import figures_maps, figures_training, followed
 from .caveats import add_caveats, store_caveats
 from .content import Explorer, Note, Report, Section, Table
 from .context import Context
@@ -25,12 +27,8 @@ from .discovery import discovery
 from .explorer import explorer_data, store_data
 from .freshness import freshness
 from .patches import follow_patches
-from .pictures import decoder_cuts, token_pca
 from .published import reference_values
-from .sections_attention import attention, entropy
-from .sections_decoder import decoder, scores
-from .sections_kit import _grid_of, _lacking, _other_grids, _pct, HOW
-from .sections_neighbours import neighbour_map, premise
+from .sections_kit import _grid_of, _lacking, _other_grids, HOW
 from .sources import choose_follow, followed_picture, open_stores, Picture, read_ledgers, training_run
 
 
@@ -128,38 +126,6 @@ def explorer(ctx: Context) -> Section:
 
 
 
-def linear(ctx: Context) -> Section:
-    section = Section("linear", "Linear probes on the frozen tokens (labels read through the ledger)")
-    any_found = False
-    for level, metrics in (("patch", (("miou", "patch mIoU"), ("accuracy", "patch accuracy"), ("miou_dense", "dense mIoU (original pixels)"))),
-                           ("image", (("map", "mAP (categories present)"),))):
-        found = {s.label: s.result(f"linear_{level}") for s in ctx.stores if s.result(f"linear_{level}") is not None}
-        if not found:
-            continue
-        any_found = True
-        rows = [[text, *[_pct(float(ds[key].values), 2) for ds in found.values()]] for key, text in metrics]
-        rows.append(["chosen regularisation", *[str(ds.attrs.get("settings", {}).get("weight_decay" if level == "patch" else "c", "?")) for ds in found.values()]])
-        section.blocks.append(Table(["", *found], rows, f"Linear probe, {level} level, in %."))
-        prov = []
-        for label, ds in found.items():
-            led = ds.attrs.get("ledger", {})
-            pan = ds.attrs.get("panels", {})
-            prov.append([label, f"{pan.get('train', {}).get('name', '?')}: {ctx.book.describe(led.get('train'))}",
-                         f"{pan.get('val', {}).get('name', '?')}: {ctx.book.describe(led.get('val'))}"])
-        section.blocks.append(Table(["store", "train labels (fit)", "val labels (score)"], prov, f"Where the {level}-level probe's labels came from."))
-        per = "class" if level == "patch" else "category"
-        score = "iou" if level == "patch" else "ap"
-        names = list(dict.fromkeys(str(c) for ds in found.values() for c in ds[per].values))
-        table = []
-        for name in names:
-            table.append([name, *[_pct(float(ds[score].sel({per: name}).values), 1) if name in [str(c) for c in ds[per].values] else "–" for ds in found.values()]])
-        section.blocks.append(Table([per, *found], table, f"Per {per}: {'IoU' if level == 'patch' else 'AP'} on the val panel, in %."))
-        _lacking(section, [s for s in ctx.stores if s.label not in found], f"{level}-level probe", HOW[f"linear_{level}"])
-    if not any_found:
-        section.missing(f"No linear probes yet: {HOW['linear_patch']} (and with `--level image`).")
-    return section
-
-
 # ----------------------------------------------------------------------------------------------
 # training curves and the reference table
 
@@ -197,11 +163,16 @@ def why_total(runs: dict) -> str:
             f"({said}), so with λ < 1 the total can lie below the patch loss.")
 
 
-BUILDERS: tuple[Callable[[Context], Section], ...] = (
-    manifests, freshness, explorer, followed_image, attention, entropy, neighbour_map, token_pca, premise, decoder, decoder_cuts, scores, linear,
-    *protocols.SECTIONS, *sections_dense.SECTIONS, training, reference_values,
+FIRST: tuple[Callable[[Context], Section], ...] = (manifests, freshness, explorer, followed_image)  # the stores themselves
+LAST: tuple[Callable[[Context], Section], ...] = (
+    training, reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )
+
+
+def builders() -> list[Callable[[Context], Section]]:
+    """Every section in report order: the stores', each protocol's (``Protocol.sections``), then the last."""
+    return [*FIRST, *(registry.resolve(s) for p in registry.protocols() for s in p.sections), *LAST]
 
 
 def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None,
@@ -220,7 +191,7 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
             ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
         ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
-    sections = [build(ctx) for build in BUILDERS]
+    sections = [build(ctx) for build in builders()]
     add_caveats(sections, views)
     return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
 

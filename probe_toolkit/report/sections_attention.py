@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analyses.stats import bootstrap_mean
-from ..results.summaries import cell, ENTROPY_LABELS, summary
+from ..results.summaries import ENTROPY_LABELS, statistic_rows
 from . import figures_attention, followed, registers
 from .content import Note, Section, Table
 from .context import Context
@@ -109,13 +109,7 @@ def entropy(ctx: Context) -> Section:
         return section
     labels = list(found)
     level = int(round(100 * float(next(iter(found.values())).attrs.get("level", 0.95))))
-    sums = {label: summary(ds) for label, ds in found.items()}
-    rows = []
-    for name, (text, share) in ENTROPY_LABELS.items():
-        if not any(name in s for s in sums.values()):
-            continue
-        cells = [cell(s[name]["mean"], s[name]["low"], s[name]["high"], share) if name in s else "–" for s in sums.values()]
-        rows.append([text, *cells])
+    rows = statistic_rows(found, ENTROPY_LABELS)
     rows.append(["keys per row T", *[str(ds.attrs.get("n_keys")) for ds in found.values()]])
     rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
     section.blocks.append(Table(["statistic", *labels], rows,

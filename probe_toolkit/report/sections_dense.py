@@ -20,6 +20,7 @@ from matplotlib.figure import Figure as MplFigure
 from ..store import hbird_views, images
 from . import figures
 from .content import Figure, Note, Section, Table
+from .sections_kit import lacking, results_section
 from .sources import image_file
 
 HOW = "run `probe hummingbird STORE --train PANEL --val PANEL` (needs `probe extract --views hbird512,hbird512_aug0,hbird512_aug1`)"
@@ -67,13 +68,9 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 
 
 def hummingbird(ctx) -> Section:
-    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
-    section = Section("hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)")
-    found = {s.label: (s, s.result("hummingbird")) for s in ctx.stores if s.result("hummingbird") is not None}
-    if not found:
-        section.missing(f"No Hummingbird results yet: {HOW}.")
-        return section
+    section, found = results_section(ctx, "hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)", "hummingbird", "Hummingbird results", HOW)
     for label, (store, ds) in found.items():
         memory = [str(m) for m in ds.memory.values]
         headline = ds.attrs.get("matching", "identity")
@@ -98,10 +95,7 @@ def hummingbird(ctx) -> Section:
                                    f"val {ctx.book.describe(led.get('val'))}."))
         if ds.sizes.get("shown", 0):
             section.blocks.append(_figure(ctx, store, ds, label))
-    missing = [s.label for s in ctx.stores if s.label not in found]
-    if missing:
-        section.missing(f"No Hummingbird results for {', '.join(missing)}: {HOW}.")
-    return section
+    return lacking(section, ctx, found, "Hummingbird results", HOW)
 
 
 def _figure(ctx, store, ds, label: str) -> Figure:
@@ -157,11 +151,8 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 def segmentation(ctx) -> Section:
     from ..analyses.segment_published import PUBLISHED
 
-    section = Section("segment", "Linear segmentation (DINOv3 / DINOv2 linear head)")
-    found = {s.label: (s, s.result("segment")) for s in ctx.stores if s.result("segment") is not None}
-    if not found:
-        section.missing(f"No linear segmentation results yet: {SEGMENT_HOW}.")
-        return section
+    section, found = results_section(ctx, "segment", "Linear segmentation (DINOv3 / DINOv2 linear head)", "segment", "linear segmentation results",
+                                     SEGMENT_HOW)
     for label, (store, ds) in found.items():
         schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
         kind = ds.attrs.get("panel_kind", "ade20k")
@@ -184,10 +175,7 @@ def segmentation(ctx) -> Section:
                                    f"{ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
         if ds.sizes.get("shown", 0):
             section.blocks.append(_segmentation_figure(ctx, ds, label))
-    missing = [s.label for s in ctx.stores if s.label not in found]
-    if missing:
-        section.missing(f"No linear segmentation results for {', '.join(missing)}: {SEGMENT_HOW}.")
-    return section
+    return lacking(section, ctx, found, "linear segmentation results", SEGMENT_HOW)
 
 
 def _segmentation_figure(ctx, ds, label: str) -> Figure:
@@ -200,5 +188,3 @@ def _segmentation_figure(ctx, ds, label: str) -> Figure:
                f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration.")
     return ctx.figure("segment", segmentation_maps(rows, ds.loss.values), caption)
 
-
-SECTIONS = (hummingbird, segmentation)

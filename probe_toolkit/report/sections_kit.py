@@ -45,6 +45,23 @@ def _lacking(section: Section, stores: list[StoreView], what: str, how: str) -> 
 
 
 
+def results_section(ctx: Context, key: str, title: str, result: str, what: str, how: str) -> tuple[Section, dict[str, tuple[StoreView, object]]]:
+    """A protocol's section and each store's saved ``result`` ({label: (store, result)}); when no
+    store has one, the section says so, with the command that makes it (``how``)."""
+    section = Section(key, title)
+    found = {s.label: (s, s.result(result)) for s in ctx.stores if s.result(result) is not None}
+    if not found:
+        section.missing(f"No {what} yet: {how}.")
+    return section, found
+
+
+def lacking(section: Section, ctx: Context, found: dict, what: str, how: str) -> Section:
+    """The section, with a line naming the stores without the result when others have it."""
+    if found:
+        _lacking(section, [s for s in ctx.stores if s.label not in found], what, how)
+    return section
+
+
 def _grid_of(ctx: Context) -> int:
     """The side of the first store's 224 grid: the one the followed image is drawn with and ``--patch`` reads."""
     for found in ctx.followed.values():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..results.summaries import cell, NEIGHBOUR_LABELS, summary
+from ..results.summaries import NEIGHBOUR_LABELS, statistic_rows
 from . import figures_maps
 from .content import Note, Section, Table
 from .context import Context
@@ -79,13 +79,7 @@ def premise(ctx: Context) -> Section:
         any_found = True
         first = next(iter(found.values()))
         level = int(round(100 * float(first.attrs.get("level", 0.95))))
-        sums = {label: summary(ds) for label, ds in found.items()}
-        rows = []
-        for stat, (text, share) in NEIGHBOUR_LABELS.items():
-            if not any(stat in s for s in sums.values()):
-                continue
-            cells = [cell(s[stat]["mean"], s[stat]["low"], s[stat]["high"], share) if stat in s else "–" for s in sums.values()]
-            rows.append([text.format(**first.attrs), *cells])
+        rows = statistic_rows(found, NEIGHBOUR_LABELS)
         rows.append(["wrapped candidate links", *[f"{int(ds.wrapped_links)} of {int(ds.links)}" for ds in found.values()]])
         rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
         wrap = "SelfPatch's wrap-around" if first.attrs.get("wrap") else "no wrap"

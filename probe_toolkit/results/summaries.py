@@ -67,16 +67,19 @@ def summary_table(results: dict[str, xr.Dataset], labels: dict[str, tuple[str, b
     table.add_column("statistic")
     for store in results:
         table.add_column(store_label(store), justify="right", overflow="fold")  # at 80 columns a store's name folds, never cut to "…"
-    names = [name for name in labels if any(name in ds.statistic.values for ds in results.values())]
-    for name in names:
-        label, share = labels[name]
-        first = next(iter(results.values()))
-        row = [label.format(**first.attrs)]
-        for ds in results.values():
-            found = summary(ds).get(name)
-            row.append(cell(found["mean"], found["low"], found["high"], share) if found else "–")
+    for row in statistic_rows(results, labels):
         table.add_row(*row)
     return table
+
+
+def statistic_rows(results: dict[Any, xr.Dataset], labels: dict[str, tuple[str, bool]]) -> list[list[str]]:
+    """One row per statistic that some result holds, one cell per result (mean [bootstrap
+    interval], – where a result lacks it); labels are filled from the first result's attrs.
+    The terminal tables and the report's tables show the same cells."""
+    sums = [summary(ds) for ds in results.values()]
+    first = next(iter(results.values()))
+    return [[label.format(**first.attrs), *(cell(**s[name], share=share) if name in s else "–" for s in sums)]
+            for name, (label, share) in labels.items() if any(name in s for s in sums)]
 
 
 def neighbours_table(results: dict[str, xr.Dataset]) -> Table:

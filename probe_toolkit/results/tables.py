@@ -1,7 +1,9 @@
 """What each protocol prints at the terminal: rich tables and lines built from a run's report.
 
 Pure presentation: a report (the dataclass a command returns) in, a list of rich renderables or
-strings out. The CLI prints them; nothing here reads a store or computes a number.
+strings out. The CLI prints them; nothing here reads a store or computes a number. A protocol
+names its table in its registry entry (``Command.table``); each such table takes the report and
+the keywords the run was given (``given``: panels, settings as typed, the shard).
 """
 
 from __future__ import annotations
@@ -49,7 +51,26 @@ def decode_summary(report: Any, source: str) -> str:
             f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
-def sweep(report: Any, panel: str, metric: str, top: int) -> list[Any]:
+def decode(report: Any, given: dict[str, Any]) -> list[Any]:
+    """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
+    if report.masks_file is None:  # a shard that finished before the others
+        return [waiting_line(given.get("shard"), report.extra["waiting_for_shards"], "the last one writes the masks")]
+    out: list[Any] = [decode_summary(report, report.extra["settings_source"])]
+    if report.scores is not None:
+        out += scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    return out
+
+
+def score(report: Any, given: dict[str, Any]) -> list[Any]:
+    """``probe score``: the panel's scores of a masks file, and where the record went."""
+    out = scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    return out + ([f"saved → {report.saved}"] if report.saved else [])
+
+
+def sweep(report: Any, given: dict[str, Any]) -> list[Any]:
+    if report.waiting:
+        return [waiting_line(given.get("shard"), report.waiting, "the last one scores every setting")]
+    panel, metric, top = given["panel"], given["metric"], given["top"]
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
@@ -62,7 +83,30 @@ def sweep(report: Any, panel: str, metric: str, top: int) -> list[Any]:
     return [table, f"best: {b.preset}, centred {b.center}, τ {b.tau}, ε {b.eps}, {b.masks} masks → {report.settings_file}"]
 
 
-def linear(report: Any, train: str, val: str, seed: int) -> list[Any]:
+def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
+    """A shard that finished before the others: which are still running, and who saves."""
+    return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"
+
+
+def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
+    """``probe entropy``: the stores side by side, then the followed patch's tables."""
+    from .summaries import detail_tables, entropy_table
+
+    out = [entropy_table(report.results)]
+    if report.followed is not None:
+        for store, result in report.results.items():
+            out += detail_tables(store, result, report.followed)
+    return out
+
+
+def neighbours(report: Any, given: dict[str, Any]) -> list[Any]:
+    from .summaries import neighbours_table
+
+    return [neighbours_table(report.results)]
+
+
+def linear(report: Any, given: dict[str, Any]) -> list[Any]:
+    train, val, seed = given["train"], given["val"], given["seed"]
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
     keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
     table = Table(title=f"linear probe ({report.level}): {train} → {val}")
@@ -75,7 +119,10 @@ def linear(report: Any, train: str, val: str, seed: int) -> list[Any]:
                    f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
 
 
-def knn(report: Any, train: str, val: str, temperature: float, view_line: str) -> list[Any]:
+def knn(report: Any, given: dict[str, Any]) -> list[Any]:
+    if report.waiting:
+        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/knn")]
+    train, val, temperature = given["train"], given["val"], given["temperature"]
     table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")
@@ -83,16 +130,17 @@ def knn(report: Any, train: str, val: str, temperature: float, view_line: str) -
         table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
     lines = [table, Unwrapped(f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
                               f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn"),
-             Unwrapped(f"view: {view_line}")]
+             Unwrapped(f"view: {report.view_line}")]
     if report.counts["classes"] <= 5:
         lines.append("top-5 is undefined with 5 classes or fewer (shown as –)")
     return lines
 
 
-def hummingbird(report: Any, train: str, val: str) -> list[Any]:
+def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
     """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
     released weights (marked as other weights: not this store's network)."""
-    from ..analyses.hummingbird import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    train, val = given["train"], given["val"]
+    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
 
     table = Table(title=f"Hummingbird dense retrieval (VOC mIoU): {train} → {val}")
     table.add_column("")
@@ -120,7 +168,10 @@ def hummingbird(report: Any, train: str, val: str) -> list[Any]:
               if report.kind == "voc-segmentation" else [])]
 
 
-def attention_masks(report: Any, panel: str | None) -> list[Any]:
+def attention_masks(report: Any, given: dict[str, Any]) -> list[Any]:
+    if report.waiting:
+        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/attention_masks")]
+    panel = given.get("panel")
     lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
                                   f"{report.summary()['row_text']}; saved as results/attention_masks")]
     if report.jaccard_mean is not None:
@@ -155,17 +206,21 @@ def looks_table(looks: dict[str, list]) -> Any:
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
 
 
-def propagate(report: Any, subset: str) -> list[Any]:
+def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
+    subset = given["subset"]
+    lines: list[Any] = [f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}"]
+    if report.waiting:
+        lines.append(waiting_line(given.get("shard"), report.waiting, "the last one scores every sequence"))
     if report.global_scores is None:
-        return []
+        return lines
     table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
     for column in DAVIS_COLUMNS:
         table.add_column(column, justify="right")
     table.add_row(*[f"{report.global_scores[c]:.3f}" for c in DAVIS_COLUMNS])
-    return [table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
+    return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
 
 
-def correspond(report: Any) -> list[Any]:
+def correspond(report: Any, given: dict[str, Any]) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
     thresholds = list(report.thresholds)
@@ -245,9 +300,10 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     return out
 
 
-def segmentation(report: Any, train: str, val: str) -> list[Any]:
+def segmentation(report: Any, given: dict[str, Any]) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
+    train, val = given["train"], given["val"]
     from ..analyses.segment_published import PUBLISHED
 
     short = "" if report.full_schedule else " (short schedule)"

@@ -9,9 +9,11 @@ as an uninterrupted one, and shards (``--shard i/n``, or torchrun's RANK/WORLD_S
 disjoint, chunk-aligned ranges of one store. A store grows: a later run with new views adds them
 beside the existing ones. Decoding the next run and writing the last one run in threads beside
 the forward pass (the first run already while the checkpoint is read); where the forward pass
-leaves cores free (beside a GPU), images are decoded on several threads and several runs
-written at once, which never changes a stored value. An image is marked done only when every
-value of its arrays is finite.
+leaves cores free (beside a GPU), images are decoded by several processes and several runs
+written at once by others (``extract_load.host_pool``; pixels and the device's copies cross as
+shared memory, ``writer.SharedBuffers``), so that the loop launching the network's kernels does
+not wait on Python's lock; on a CPU-only machine these are threads. Neither ever changes a
+stored value. An image is marked done only when every value of its arrays is finite.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import errno
 import shutil
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +37,9 @@ from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
 from .extract_forward import finite_images, resolve_device, view_data
-from .extract_load import Loaded, decoder_threads, load_run
+from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run, pixel_bytes, shared_memory_room
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
-from .writer import chunk_ranges
+from .writer import SharedBuffers, chunk_ranges, shared_tensors, shared_views, write_in_process
 
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
 
@@ -82,7 +84,7 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
 
 
 def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError,
-                      pool: ThreadPoolExecutor) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
+                      pool: Executor, shared: SharedBuffers | None = None) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
     """Start decoding the run a new store begins with while the checkpoint is read and the network
     built (the fixed views only: the own-size views need the checkpoint's patch size).
 
@@ -97,7 +99,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
     decoder = ThreadPoolExecutor(1)
-    future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool)
+    future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool, shared)
     decoder.shutdown(wait=False)
     return run, future
 
@@ -120,9 +122,11 @@ def extract(
     decoders: int | None = None,
     quiet: bool = False,
     repair: bool = False,
+    processes: bool | None = None,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
-    ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again."""
+    ``repair``: first mark the images of damaged chunks unfinished (``store.integrity.repair``), so they are extracted again.
+    ``processes``: decode and write in processes rather than threads (default: beside a GPU; ``extract_load.host_pool``)."""
     started = time.perf_counter()
     at_least("--batch-size", batch_size, 1, "16")
     at_least("--limit", limit, 1, "100")
@@ -132,14 +136,21 @@ def extract(
     # threads queued on the kernel's mapping lock)
     threads = decoder_threads(decoders, device)
     savers = min(SAVERS, threads)
-    with reusing_blocks(), ThreadPoolExecutor(threads, thread_name_prefix="probe-decode") as decoding:
+    processes = decoder_processes(device) if processes is None else processes
+    # processes only with several of them, and room in shared memory for three runs' pixels
+    # (being decoded, being read, one ahead); the writing processes' room is checked below
+    pixels = 3 * settings.chunk * pixel_bytes(list(settings.names), settings, 16)
+    processes = processes and threads > 1 and shared_memory_room(pixels)
+    with reusing_blocks(), host_pool(threads, processes) as decoding:
         shard_range = parse_shard(shard)
         views = settings.names
         try:
             refs, unlisted = images.list_images(image_dir), None
         except ProbeError as error:  # told after the checkpoint's own errors, as before
             refs, unlisted = [], error
-        early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding)
+        # beside a GPU, shared memory for the decoded pixels and the device's copies, each buffer reused
+        buffers = SharedBuffers() if processes else None
+        early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding, buffers)
         checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
         if unlisted is not None:
             raise unlisted
@@ -174,15 +185,18 @@ def extract(
                 mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
+        # the device's copies of the runs being written (and two more) beside the pixels, in shared memory
+        outputs = (savers + 2) * writer.chunk * sum(int(np.prod(shape)) for _, shape in plan.values()) * np.dtype(settings.dtype).itemsize
+        writing = processes and shared_memory_room(pixels + outputs)
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
             own = {v: (grids[v][0][a:b], grids[v][1][a:b]) for v in own_views}
-            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding)
+            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding, buffers)
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
-            with ThreadPoolExecutor(1) as loader, ThreadPoolExecutor(savers) as saver, bar("images", quiet) as progress:
+            with ThreadPoolExecutor(1) as loader, host_pool(savers, writing, "probe-write") as saver, bar("images", quiet) as progress:
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
@@ -199,7 +213,7 @@ def extract(
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick)
+                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
                         ok = ~loaded.failed[view]
                         good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
@@ -211,12 +225,19 @@ def extract(
                                 values[i] = np.nan
                         out[view] = (data, ~good)
                         any_ok |= good
+                    if buffers is not None:  # the run's pixels are read: their buffers serve a later run
+                        buffers.give_back(loaded.shared)
                     # runs of other chunks are written at once (their arrays and flags share no chunk);
                     # two runs of one chunk never are
                     home = start // writer.chunk
                     while writes and (len(writes) >= savers or writes[-1][0] == home):
                         _written(writes.popleft()[1], path)
-                    writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
+                    if writing:  # the arrays cross as shared memory (writer.shared_views), the process writes them
+                        sent = shared_views(out)
+                        writes.append((home, saver.submit(write_in_process, str(path), start, sent, loaded.original)))
+                        writes[-1][1].add_done_callback(lambda _, sent=sent: buffers.give_back(shared_tensors(sent)))
+                    else:
+                        writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
                     report.written += int(any_ok.sum())
                     report.skipped += loaded.errors
                     progress.advance(task, n - ticked[0])

@@ -15,6 +15,7 @@ from . import arrays, grids, images
 from .backbone import AttentionMode, Backbone
 from .extract_load import Loaded
 from .extract_plan import Settings
+from .writer import SharedBuffers
 
 
 def resolve_device(device: str) -> torch.device:
@@ -29,18 +30,29 @@ def resolve_device(device: str) -> torch.device:
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
     return torch.device(device)
 
-def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None]) -> dict[str, np.ndarray]:
-    """Forward one view of some images in batches; returns the arrays this view contributes."""
+def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None],
+                 shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
+    """Forward one view of some images in batches; returns the arrays this view contributes.
+    ``shared``: each array is copied from the device, batch by batch, into one shared-memory
+    tensor of the whole run (taken from ``shared``), which a writing process then reads without
+    a copy (``writer.shared_views``); the same values."""
     dtype = getattr(torch, settings.dtype)
     reads = arrays.READS[view]
     parts: dict[str, list[np.ndarray]] = {}
+    whole: dict[str, torch.Tensor] = {}
     attention: AttentionMode = settings.attention if "attention" in reads else "none"
 
     def put(name: str, value: torch.Tensor | None) -> None:
         # torch rounds to float16 as numpy's astype does (nearest even; an overflow becomes inf,
         # which finite_images then refuses), several times faster, and on the device before the copy
-        if value is not None:
+        if value is None:
+            return
+        if shared is None:
             parts.setdefault(name, []).append(value.float().to(dtype).cpu().numpy())
+            return
+        if name not in whole:
+            whole[name] = shared.take((pixels.shape[0], *value.shape[1:]), dtype)
+        whole[name][start:start + value.shape[0]].copy_(value.float().to(dtype))
 
     for start in range(0, pixels.shape[0], batch_size):
         batch = pixels[start:start + batch_size]
@@ -57,15 +69,19 @@ def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: 
             put(f"attention_{view}", out.attention)
             put(f"attention_blocks_{view}", out.attention_blocks)
         tick(batch.shape[0])
+    if shared is not None:
+        return {name: values.numpy() for name, values in whole.items()}
     return {name: chunks[0] if len(chunks) == 1 else np.concatenate(chunks) for name, chunks in parts.items()}
 
 
-def view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick) -> dict[str, np.ndarray]:
-    """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value."""
+def view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick,
+              shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
+    """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value
+    (``shared``: see ``forward_view``)."""
     names = [name for name in plan if grids.view_of(name) == view]
     if view not in images.OWN_SIZE:
         where, pixels = loaded.fixed[view]
-        out = forward_view(backbone, pixels, view, settings, batch_size, device, tick) if pixels is not None else {}
+        out = forward_view(backbone, pixels, view, settings, batch_size, device, tick, shared) if pixels is not None else {}
         out = {name: values for name, values in out.items() if name in plan}
         if len(where) == n and sorted(out) == sorted(names) and all(out[k].shape == (n, *plan[k][1]) for k in names):
             return out  # every image decoded: the arrays as they come, no NaN-filled copy

@@ -5,6 +5,7 @@ after its arrays; the global ``done`` (every view done) and ``failed`` (any view
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +119,71 @@ class StoreWriter:
         self._array("failed")[start:stop] = failed
         self._array("done")[start:stop] = done
 
+
+
+def shared_views(views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]]) -> dict:
+    """The arrays of ``write_views``'s ``views`` that are whole views of a shared-memory torch
+    tensor (``extract_forward.forward_view(shared=True)``) as that tensor, so that they reach a
+    writing process as a file handle, not as pickled bytes; any other array goes as it is."""
+    import torch
+
+    def handle(values: np.ndarray):
+        base = values.base
+        if isinstance(base, torch.Tensor) and base.is_shared() and base.data_ptr() == values.ctypes.data and base.numel() == values.size:
+            return base.view(values.shape)
+        return values
+
+    return {view: ({name: handle(values) for name, values in data.items()}, failed) for view, (data, failed) in views.items()}
+
+
+class SharedBuffers:
+    """Shared-memory host tensors, each reused once given back: a run's decoded pixels
+    (``extract_load.load_run``), given back after its forward pass, and the device's copies
+    (``forward_view``), given back once the process that wrote them is done. A fresh shared
+    tensor's pages are mapped and faulted in anew, which cost the command's process as much as
+    the copy itself."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype):
+        import torch
+
+        with self._lock:
+            free = self._free.get((tuple(shape), dtype))
+            if free:
+                return free.pop()
+        numel = int(np.prod(shape))
+        try:  # allocated in shared memory at once, as torch's own default_collate does (share_memory_ copies into it)
+            empty = torch.empty(0, dtype=dtype)
+            return empty.new(empty._typed_storage()._new_shared(numel, device="cpu")).view(shape)
+        except (AttributeError, TypeError):  # pragma: no cover  (a torch without the method)
+            return torch.empty(shape, dtype=dtype).share_memory_()
+
+    def give_back(self, tensors) -> None:
+        """Tensors ``take`` gave, once nothing reads or writes them any more."""
+        with self._lock:
+            for values in tensors:
+                self._free.setdefault((tuple(values.shape), values.dtype), []).append(values)
+
+
+def shared_tensors(views: dict) -> list:
+    """The shared tensors among ``shared_views``'s arrays."""
+    import torch
+
+    return [values for data, _ in views.values() for values in data.values() if isinstance(values, torch.Tensor)]
+
+
+_WRITERS: dict[str, StoreWriter] = {}  # a writing process's writer of each store (opened once per process)
+
+
+def write_in_process(path: str, start: int, views: dict, sizes: np.ndarray) -> None:
+    """``StoreWriter.write_views`` in a writing process (``extract_load.host_pool``): the same
+    writes in the same order, arrays then flags (``done`` last), from the shared tensors."""
+    writer = _WRITERS.get(path)
+    if writer is None:
+        writer = _WRITERS[path] = StoreWriter(Path(path))
+    arrays = {view: ({name: values if isinstance(values, np.ndarray) else values.numpy() for name, values in data.items()}, failed)
+              for view, (data, failed) in views.items()}
+    writer.write_views(start, arrays, sizes)
