@@ -49,7 +49,7 @@ MANUAL = {
     "attention-masks": "commands/frozen-features.md",
     "propagate": "commands/frozen-features.md",
     "hummingbird": "commands/dense.md",
-    "segment": "commands/segment.md",
+    "linear-segmentation": "commands/segment.md",
 }
 
 

@@ -146,27 +146,27 @@ def test_a_short_run_from_panels_to_a_record_and_a_report(ade, layout, arch, cap
     assert code == 0, printed.err
     assert "short schedule: 3 of 40000" in printed.out and "47.0" in printed.out
     summary = json.loads(out.read_text())
-    record = records.runs(store, "segment")[-1]
-    ds = records.load(store, "segment", record.run_id)
+    record = records.runs(store, "linear-segmentation")[-1]
+    ds = records.load(store, "linear-segmentation", record.run_id)
     assert ds["loss"].shape == (3,) and ds.attrs["schedule"]["full"] is False and ds.attrs["schedule"]["warmup"] == 0
     assert ds.attrs["settings"]["weight_decay"] == 1e-3 and ds.attrs["settings"]["dropout"] == 0.1 and len(ds["class"]) == 150
     assert ds.attrs["schedule"]["unpublished_settings"] == {"iterations": 3, "batch_size": 2, "warmup": 0, "crop": 32, "size": 32, "stride": 21}
     assert "settings other than the published: iterations 3" in printed.out.replace("\n", " ")
     assert math.isclose(float(ds["miou"]), summary["miou"], rel_tol=1e-12)
     entries = ledger.entries(cache)[before:]
-    assert [e.fields["purpose"] for e in entries] == ["segment: train", "segment: score"]
+    assert [e.fields["purpose"] for e in entries] == ["linear-segmentation: train", "linear-segmentation: score"]
     assert [e.fields["panel"] for e in entries] == ["ade-train", "ade-val"]
     areas, miou = _plain_scores(ds, checkpoint, root / "images" / "validation", ADE["validation"], labels, 32, 21, 32, True, 150)
     assert np.array_equal(ds.areas.values, areas.numpy().astype(np.int64))
     assert math.isclose(float(ds["miou"]), miou, rel_tol=1e-6)
 
     written = write_report([store], tmp_path / "report", cache_dir=cache, formats="png")
-    section = next(s for s in written.report.sections if s.key == "segment")
+    section = next(s for s in written.report.sections if s.key == "linear-segmentation")
     table = next(b for b in section.blocks if isinstance(b, Table))
     assert table.rows[0][1] == f"{100 * float(ds.miou):.2f}" and "short schedule" in table.rows[0][0]
     assert table.rows[1][0].startswith("published, other weights: DINOv3 ViT-S/16") and table.rows[1][1] == "47.0"
     figure = section.figures()[0]
-    assert "segment" in figure.name and (tmp_path / "report" / "figures" / figure.name).is_file()
+    assert "linear-segmentation" in figure.name and (tmp_path / "report" / "figures" / figure.name).is_file()
 
 
 @pytest.fixture(scope="module")
@@ -187,11 +187,11 @@ def test_same_seed_same_numbers_whatever_the_network_chunk_and_the_threads(ade, 
     for chunk, workers in (("1", "1"), ("2", "2"), ("1", "3")):
         code, printed = _run(ade, dino, capsys, "--chunk", chunk, "--workers", workers)
         assert code == 0, printed.err
-        runs.append(records.load(store, "segment", records.runs(store, "segment")[-1].run_id))
+        runs.append(records.load(store, "linear-segmentation", records.runs(store, "linear-segmentation")[-1].run_id))
     assert np.array_equal(runs[0].loss.values, runs[2].loss.values) and np.array_equal(runs[0].areas.values, runs[2].areas.values)
     assert np.allclose(runs[0].loss.values, runs[1].loss.values, rtol=1e-5) and np.array_equal(runs[0].areas.values, runs[1].areas.values)
     code, printed = _run(ade, dino, capsys, "--seed", "7")
-    other = records.load(store, "segment", records.runs(store, "segment")[-1].run_id)
+    other = records.load(store, "linear-segmentation", records.runs(store, "linear-segmentation")[-1].run_id)
     assert code == 0 and not np.array_equal(other.loss.values, runs[0].loss.values)
 
 
@@ -219,7 +219,7 @@ def test_refusals_come_before_any_label_is_read(ade, dino, capsys, tmp_path):
 
     for placement in ({"dask_address": "tcp://127.0.0.1:1"}, {"shard": "1/2"}):
         with pytest.raises(ProbeError, match="dask|shards"):
-            probe.run("segment", checkpoint, train="ade-train", val="ade-val", cache_dir=cache, store=store, iterations=2, **placement)
+            probe.run("linear-segmentation", checkpoint, train="ade-train", val="ade-val", cache_dir=cache, store=store, iterations=2, **placement)
     assert len(ledger.entries(cache)) == before
 
 
@@ -253,7 +253,7 @@ def test_voc_layout_with_the_dinov2_preset(tmp_path, capsys):
                                capsys)
     assert code == 0, printed.err
     assert "no published numbers" in printed.out
-    ds = records.load(store, "segment")
+    ds = records.load(store, "linear-segmentation")
     assert len(ds["class"]) == 21 and ds.attrs["reduce_zero_label"] is False
     assert ds.attrs["settings"]["weight_decay"] == 1e-4 and ds.attrs["settings"]["dropout"] == 0.0 and ds.attrs["schedule"]["decay"] == "poly"
     assert int(ds.areas.values[3].sum()) == sum(int((labels[i] != 255).sum()) for i in ("2007_000033", "2008_000001"))
@@ -285,4 +285,4 @@ def test_a_mask_of_another_size_is_refused_before_the_network_is_built(tmp_path,
     monkeypatch.setattr(backbone.Backbone, "from_checkpoint", never)
     code, printed = probe_main(["segment", checkpoint, "--train", "t", "--val", "v", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
     assert code == 2 and "ADE_train_00000001.jpg" in printed.err and "40x36 px, its mask 30x36" in printed.err
-    assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["segment: train"]
+    assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["linear-segmentation: train"]

@@ -2,11 +2,11 @@
 
 Order, which the ledger shows: every refusal that needs no label and no network comes first (the
 panels' kinds and roles, a sealed val panel, the store that will hold the record, a window smaller
-than a patch); then the train panel's label maps are read (purpose ``segment: train``),
+than a patch); then the train panel's label maps are read (purpose ``linear-segmentation: train``),
 the network is built (frozen, eval mode, no gradient) and the head trained; only then are the val
-panel's label maps read (``segment: score``) and the val images scored by sliding
+panel's label maps read (``linear-segmentation: score``) and the val images scored by sliding
 windows. The science is ``analyses.segment`` and ``analyses.segment_augment``. Result
-``results/segment``:
+``results/linear-segmentation``:
 
     miou, accuracy            ()                      nanmean IoU over classes; labelled pixels right
     iou                       (class)                 NaN: a class neither labelled nor predicted
@@ -42,7 +42,7 @@ from ..store import cache
 from ..store.images import header_size, load_image
 from .panel_stores import panel_ids
 
-RESULT = "segment"
+RESULT = "linear-segmentation"
 # panel kind → (reader, the classes scored, whether label 0 is dropped as DINOv3 and mmseg do for ADE20K)
 LAYOUTS = {ade_segmentation.KIND: (ade_segmentation, ade_segmentation.CLASSES, True),
            voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES, False)}
@@ -148,7 +148,7 @@ def _shown(arrays: list[np.ndarray], fill: int, tail: tuple[int, ...] = ()) -> n
 def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store: str | Path | None = None, network: str = "teacher",
                 unseal: str | None = None, cache_dir: str | Path | None = None, json_path: str | Path | None = None,
                 progress: Callable[[int], None] | None = None, placement: Placement = Placement(), command: str = "probe segment") -> SegmentReport:
-    """Train the head on the train panel's crops, score the val panel; save ``results/segment``."""
+    """Train the head on the train panel's crops, score the val panel; save ``results/linear-segmentation``."""
     from ..store.checkpoints import load_checkpoint
 
     train_panel, val_panel = train_and_val(train, val, cache_dir, use="train the head")

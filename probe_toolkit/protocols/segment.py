@@ -1,4 +1,4 @@
-"""``segment``, linear segmentation: a BatchNorm + 1×1 linear head trained on a frozen network's last-layer
+"""``linear-segmentation``: a BatchNorm + 1×1 linear head trained on a frozen network's last-layer
 patch tokens from augmented crops, scored by sliding windows, as DINOv3's ``eval/segmentation``
 linear config and DINOv2's linear ADE20K head do it (``probe segment``). Beside ``linear``, which
 fits a convex probe on stored tokens, this one runs the network on every crop."""
@@ -81,10 +81,10 @@ def execute(settings: SegmentSettings, placement, *, checkpoint, train, val, sto
     from ..infra.errors import ProbeError
 
     if placement.sharded:
-        raise ProbeError(None, f"segment does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
+        raise ProbeError(None, f"linear-segmentation does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
                          "run it as one process (--device cuda for the full schedule)")
     if placement.dask_address:  # the head trains in this process; a cluster would get none of the work
-        raise ProbeError(None, "segment does not run on a dask cluster (--dask-address)",
+        raise ProbeError(None, "linear-segmentation does not run on a dask cluster (--dask-address)",
                          "run it as one process; --workers sets the threads that decode and augment the crops")
     return run_segment(checkpoint, train, val, settings, store=store, network=network, unseal=unseal, cache_dir=cache_dir,
                        json_path=json_path, progress=progress, placement=placement)
@@ -121,12 +121,12 @@ DIFFERENCES = (
 )
 
 PROTOCOL = register(Protocol(
-    name="segment",
+    name="linear-segmentation",
     summary="A BatchNorm + linear head trained on frozen last-layer patch tokens from augmented crops (DINOv3 / DINOv2 linear config); "
             "ADE20K or VOC mIoU by sliding windows.",
     settings=SegmentSettings,
     reads=Reads(source="checkpoint", labels=True, panel_kinds=("ade20k", "voc-segmentation")),
-    results=("segment",),
+    results=("linear-segmentation",),
     references=(
         Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 dinov3/eval/segmentation/train.py"),
         Reference("Oquab et al., DINOv2: Learning Robust Visual Features without Supervision (TMLR 2024)",
@@ -164,6 +164,7 @@ PROTOCOL = register(Protocol(
         written_to("Also write the scores and settings as JSON."),
         "cache", "quiet",
         table="results.tables:segmentation",
-        progress=("steps", "progress", "segment")),
+        progress=("steps", "progress", "segment"),
+        name="segment"),
     sections=("report.sections_dense:segmentation",),
 ))

@@ -1,5 +1,5 @@
 """The report sections of the dense protocols: Hummingbird in-context retrieval, and linear
-segmentation (``results/segment``: the mIoU with the schedule that produced it, each
+segmentation (``results/linear-segmentation``: the mIoU with the schedule that produced it, each
 class's IoU, the loss curve, and the first val images with their ground truth and prediction as
 ``probe segment`` saved them after its ledgered read).
 
@@ -151,7 +151,7 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 def segmentation(ctx) -> Section:
     from ..analyses.segment_published import PUBLISHED
 
-    section, found = results_section(ctx, "segment", "Linear segmentation (DINOv3 / DINOv2 linear head)", "segment", "linear segmentation results",
+    section, found = results_section(ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation", "linear segmentation results",
                                      SEGMENT_HOW)
     for label, (store, ds) in found.items():
         schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
@@ -184,7 +184,7 @@ def _segmentation_figure(ctx, ds, label: str) -> Figure:
     for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
         h, w = sizes[j]
         rows.append((image_id, ds.image.values[j, :h, :w], ds.truth.values[j, :h, :w], ds.prediction.values[j, :h, :w]))
-    caption = (f"{label}: the first {len(rows)} val images of results/segment, their ground truth and the trained head's "
+    caption = (f"{label}: the first {len(rows)} val images of results/linear-segmentation, their ground truth and the trained head's "
                f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration.")
-    return ctx.figure("segment", segmentation_maps(rows, ds.loss.values), caption)
+    return ctx.figure("linear-segmentation", segmentation_maps(rows, ds.loss.values), caption)
 

@@ -326,4 +326,4 @@ def segmentation(report: Any, given: dict[str, Any]) -> list[Any]:
     return [table, Unwrapped(f"{schedule}; {counts['train']} train images, {counts['iterations']} iterations of {counts['batch']} crops; {counts['val']} val images, "
                              f"{counts['pixels']} labelled pixels; mean over the {counted_classes} of {len(report.classes)} classes labelled or predicted; "
                              f"loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
-                             f"saved as results/segment")]
+                             f"saved as results/linear-segmentation")]
