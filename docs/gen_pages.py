@@ -49,6 +49,7 @@ MANUAL = {
     "attention-masks": "commands/frozen-features.md",
     "propagate": "commands/frozen-features.md",
     "hummingbird": "commands/dense.md",
+    "linear-segmentation": "commands/segment.md",
 }
 
 

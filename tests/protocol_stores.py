@@ -4,7 +4,8 @@ attention masks scored on the scenes panel, label propagation on a synthetic DAV
 keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in the sibling store
 ``probe extract --panel`` writes);
 hummingbird on a synthetic VOC folder whose images sit in sibling stores of the same checkpoint
-(``<network>-panel-NAME.zarr``), so that no image of the report's store changes role.
+(``<network>-panel-NAME.zarr``), so that no image of the report's store changes role; a short
+linear segmentation on the same panels, its record in the report's store.
 """
 
 from __future__ import annotations
@@ -81,3 +82,5 @@ def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:
         invoke("extract", checkpoint, "--images", year / "JPEGImages", "--views", views, "--store", store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
                "--cache", cache_dir, "-q")
     invoke("hummingbird", store, "--train", "voc-seg-train", "--val", "voc-seg-val", "--memory", "30,full", "--cache", cache_dir, "--workers", "1", "-q")
+    invoke("segment", checkpoint, "--train", "voc-seg-train", "--val", "voc-seg-val", "--store", store, "--cache", cache_dir, "--iterations", "2",
+           "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--workers", "1", "-q")

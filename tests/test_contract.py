@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird"}
+            "hummingbird", "linear-segmentation"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -55,6 +55,10 @@ BAD = [
     ("propagate", {"temperature": 0.0}, "temperature"),
     ("decode", {"keys": "after"}, "keys"),
     ("decode-sweep", {"keys": "auto"}, "keys"),
+    ("linear-segmentation", {"stride": 600}, "stride"),
+    ("linear-segmentation", {"warmup": 40000}, "warmup"),
+    ("linear-segmentation", {"preset": "dinov1"}, "preset"),
+    ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
 ]
 
 

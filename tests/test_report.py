@@ -28,7 +28,8 @@ FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map"
 FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "decoder": "probe decode", "decoder-cuts": "probe decode", "scores": "probe decode",
                 "linear": "probe linear", "training": "probe train", "discovery": "probe decode",
                 "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate",
-                "correspond": "probe correspond", "hummingbird": "probe hummingbird"}
+                "correspond": "probe correspond", "hummingbird": "probe hummingbird",
+                "linear-segmentation": "probe segment"}
 PATCH = 34
 
 

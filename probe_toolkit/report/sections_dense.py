@@ -1,4 +1,7 @@
-"""The report section of the dense protocols: Hummingbird in-context retrieval.
+"""The report sections of the dense protocols: Hummingbird in-context retrieval, and linear
+segmentation (``results/linear-segmentation``: the mIoU with the schedule that produced it, each
+class's IoU, the loss curve, and the first val images with their ground truth and prediction as
+``probe segment`` saved them after its ledgered read).
 
 It reads ``results/hummingbird`` only: the mIoU per memory size (identity and the reference's
 Hungarian-matched), each class's IoU, and the first val images' ground truth and transferred
@@ -114,4 +117,77 @@ def _figure(ctx, store, ds, label: str) -> Figure:
     caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {hbird_views.VAL} view, its ground truth "
                f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows), caption)
+
+
+SEGMENT_HOW = "run `probe segment CHECKPOINT --train PANEL --val PANEL` (ADE20K or VOC segmentation panels)"
+
+
+def _overlay(picture: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Half the picture, half the class colours; ignored pixels show the picture alone."""
+    h, w = labels.shape
+    base = picture[:h, :w].astype(np.float32)
+    out = 0.5 * base + 0.5 * _colours(labels).astype(np.float32)
+    out[labels == 255] = base[labels == 255]
+    return out.astype(np.uint8)
+
+
+def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray) -> figures.Drawing:
+    """Rows: a val image, its ground truth and the trained head's prediction over it; the last
+    row's extra panel is the training loss per iteration."""
+    fig = MplFigure(figsize=(7.2, 2.0 * max(len(rows), 1) + 1.6), layout="constrained")
+    grid = fig.add_gridspec(len(rows) + 1, 3, height_ratios=[*([1.0] * len(rows)), 0.8])
+    for r, (image_id, picture, truth, predicted) in enumerate(rows):
+        for c, (shown, title) in enumerate(((picture, figures.wrap(image_id.rsplit("/", 1)[-1], 18)), (_overlay(picture, truth), "ground truth"),
+                                            (_overlay(picture, predicted), "prediction"))):
+            ax = fig.add_subplot(grid[r, c])
+            ax.imshow(shown)
+            ax.set_title(title, fontsize=7)
+            ax.set_axis_off()
+    ax = fig.add_subplot(grid[len(rows), :])
+    ax.plot(np.arange(1, len(losses) + 1), losses, lw=0.8)
+    ax.set_xlabel("iteration", fontsize=7)
+    ax.set_ylabel("loss", fontsize=7)
+    ax.tick_params(labelsize=6)
+    return figures.png(fig)
+
+
+def segmentation(ctx) -> Section:
+    from ..analyses.segment_published import PUBLISHED
+
+    section, found = results_section(ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation", "linear segmentation results",
+                                     SEGMENT_HOW)
+    for label, (store, ds) in found.items():
+        schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
+        kind = ds.attrs.get("panel_kind", "ade20k")
+        rows = [[f"{label} ({schedule.get('label', '?')})", _pct(ds.miou.values), _pct(ds.accuracy.values)]]
+        rows += [[f"published, other weights: {name}", f"{value:.1f}", "–"] for name, published_kind, value in PUBLISHED if published_kind == kind]
+        counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
+        section.blocks.append(Table(["", "mIoU (%)", "pixel accuracy (%)"], rows,
+                                    f"{label}: preset {settings.get('preset', '?')}, {pan.get('train', {}).get('name', '?')} ({counts.get('train', '?')} images, "
+                                    f"{schedule.get('iterations', '?')} iterations of {schedule.get('batch', '?')} crops of {settings.get('crop', '?')} px) → "
+                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images, windows {settings.get('crop', '?')} / "
+                                    f"{settings.get('stride', '?')}); mean over the classes labelled or predicted."
+                                    + ("" if not schedule.get("unpublished_settings") else " Settings other than the published: "
+                                       + ", ".join(f"{k} {v}" for k, v in schedule["unpublished_settings"].items()) + ".")
+                                    + " Published rows: released weights on the full data set with the published settings, not this network."))
+        per_class = [[str(c), _pct(v)] for c, v in zip(ds["class"].values, ds.iou.values) if np.isfinite(v)]
+        section.blocks.append(Table(["class", "IoU (%)"], per_class, f"{label}: each class labelled or predicted in the val panel."))
+        section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; head — BatchNorm + 1×1 convolution, dropout "
+                                   f"{settings.get('dropout', '?')}, AdamW lr {settings.get('lr', '?')} weight decay {settings.get('weight_decay', '?')}, "
+                                   f"{schedule.get('decay', '?')} schedule, warm-up {schedule.get('warmup', '?')}; labels: train "
+                                   f"{ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
+        if ds.sizes.get("shown", 0):
+            section.blocks.append(_segmentation_figure(ctx, ds, label))
+    return lacking(section, ctx, found, "linear segmentation results", SEGMENT_HOW)
+
+
+def _segmentation_figure(ctx, ds, label: str) -> Figure:
+    sizes = ds.attrs.get("sizes") or [list(ds.truth.shape[1:])] * ds.sizes["shown"]
+    rows = []
+    for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
+        h, w = sizes[j]
+        rows.append((image_id, ds.image.values[j, :h, :w], ds.truth.values[j, :h, :w], ds.prediction.values[j, :h, :w]))
+    caption = (f"{label}: the first {len(rows)} val images of results/linear-segmentation, their ground truth and the trained head's "
+               f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration.")
+    return ctx.figure("linear-segmentation", segmentation_maps(rows, ds.loss.values), caption)
 

@@ -302,3 +302,32 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
         table.add_row(kind, text)
     out.append(table)
     return out
+
+
+def segmentation(report: Any, given: dict[str, Any]) -> list[Any]:
+    """The mIoU of the trained head, with the schedule that produced it, beside the published
+    numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
+    train, val = given["train"], given["val"]
+    from ..analyses.segment_published import PUBLISHED
+
+    short = "" if report.full_schedule else " (short schedule)"
+    table = Table(title=f"Linear segmentation ({report.preset} preset): {train} → {val}")
+    table.add_column("")
+    table.add_column("mIoU", justify="right")
+    table.add_column("pixel accuracy", justify="right")
+    table.add_row(f"{report.name}{short}", _pct(report.scores.miou), _pct(report.scores.accuracy))
+    published = [(name, value) for name, kind, value in PUBLISHED if kind == report.kind]
+    for name, value in published:
+        table.add_row(f"published, other weights: {name}", f"{value:.1f}", "–")
+    if not published:
+        table.caption = "no published numbers for this data set here (the model cards table ADE20K)"
+    counted_classes = sum(1 for v in report.scores.iou if math.isfinite(v))
+    counts = report.counts
+    schedule = "the published schedule" if report.full_schedule else \
+        f"short schedule: {counts['iterations']} of 40000 iterations, batch {counts['batch']} of 16, not comparable with the published numbers"
+    if report.unpublished:
+        schedule += "; settings other than the published: " + ", ".join(f"{k} {v}" for k, v in report.unpublished.items())
+    return [table, Unwrapped(f"{schedule}; {counts['train']} train images, {counts['iterations']} iterations of {counts['batch']} crops; {counts['val']} val images, "
+                             f"{counts['pixels']} labelled pixels; mean over the {counted_classes} of {len(report.classes)} classes labelled or predicted; "
+                             f"loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+                             f"saved as results/linear-segmentation")]
