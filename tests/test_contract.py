@@ -315,7 +315,9 @@ def test_a_placement_field_a_protocol_does_not_honour_is_refused_before_any_work
         api.run(protocol.name, tmp_path / "absent", shard="0/1")  # one shard of one is the whole run
     # what the executions read, from their code (commands/*): linear and score read no placement at all
     assert refused["linear"] == refused["score"] == list(PLACED)
-    assert refused["entropy"] == refused["neighbours"] == refused["hummingbird"] == refused["correspond"] == ["shard", "backend", "device", "threads"]
+    assert refused["entropy"] == refused["neighbours"] == ["shard", "backend", "device", "threads"]
+    assert refused["correspond"] == ["backend", "device", "threads"]  # its pairs spread over workers, a cluster or shards
+    assert refused["hummingbird"] == ["threads"]  # and its search runs on --backend/--device
     assert refused["propagate"] == ["backend", "threads"] and refused["decode-stream"] == ["threads"] and "decode" not in refused
 
 

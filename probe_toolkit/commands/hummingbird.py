@@ -241,7 +241,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
         input_size=cut, patch_size=patch, n_classes=len(classes))) for size in settings.memory]
     bank_rows = [len(rows.view) for rows in banks]
     soft = []
-    values = {"values": cache.checked(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}  # a cluster's workers read it themselves
+    values = {"values": cache.require(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
     which, (a, b) = shards.share(placement.shard, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
     with placed(workers, placement.dask_address) as where:

@@ -58,5 +58,5 @@ PROTOCOL = register(Protocol(
         table="results.tables:correspond",
         progress=("pairs", "progress", "correspond")),
     sections=("report.sections_correspond:correspond",),
-    placement=("workers", "dask_address"),
+    placement=("workers", "dask_address", "shard"),
 ))

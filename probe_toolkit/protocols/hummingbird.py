@@ -118,5 +118,5 @@ PROTOCOL = register(Protocol(
         table="results.tables:hummingbird",
         progress=("images", "progress", "hummingbird")),
     sections=("report.sections_dense:hummingbird",),
-    placement=("workers", "dask_address"),
+    placement=("workers", "dask_address", "shard", "backend", "device"),  # the val images spread over workers, a cluster or shards; the search on --device
 ))
