@@ -24,7 +24,7 @@ from probe_toolkit.infra import origin
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 from segmentation_folders import box_scene, write_ade, write_voc
-from test_correspond import plain_errors
+from test_correspond import assert_plain_errors
 from test_hummingbird_protocol import _iou, _plain
 from test_hummingbird_protocol import _scene as voc_scene
 
@@ -146,20 +146,13 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
 def test_correspond_runs_from_a_spair_panel_to_report_on_each_network(ran, data):
     import xarray as xr
 
-    from probe_toolkit.labels.spair import parse
-
     network, stores, report, patch, eps, side = ran
     _, _, _, _, spair, _ = data
     ds = xr.open_zarr(stores["spair"])
     assert ds.sizes["patch_square800"] == side * side
     saved = records.load(stores["spair"], "correspond")
     assert saved.attrs["grid"] == [side, side]
-    pairs, _, _ = parse(spair, "test", lambda p: p.read_bytes())
-    grids = {str(i): v.reshape(side, side, -1).astype(np.float64) for i, v in zip(ds.image.values, ds["tokens_square800"].values)}
-    errors = dict(zip([p.name for p in pairs], plain_errors(grids, pairs, side, side)))
-    for i, name in enumerate(saved.pair.values):
-        want = errors[str(name)]
-        np.testing.assert_allclose(saved.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    pairs, errors = assert_plain_errors(saved, ds, spair, side)
     expected = {}
     for category in ("cat", "dog"):
         for b, viewpoint in zip(("0", "1", "2", "all"), (0, 1, 2, None)):
