@@ -412,6 +412,7 @@ def _careless_world(w):
     if not notes.exists():
         notes.write_text("the user's own notes\n")
         (w.root / "grid.toml").write_text('preset = ["tokencut"]\ntau = [0.2]\n')
+        (w.root / "mine.json").write_text('{"my": "own results"}\n')  # the user's JSON object, not a summary probe wrote
     return notes
 
 
@@ -424,6 +425,8 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
      ["entropy", "S", "--boot", "100", "--json", "R.json"]),
     ("neighbours-json-over-a-users-file", ["neighbours", "S", "--boot", "100", "--json", "N"], ("not a JSON summary probe wrote",),
      ["neighbours", "S", "--boot", "100", "--json", "R.json"]),
+    ("entropy-json-over-a-users-json-object", ["entropy", "S", "--boot", "100", "--json", "UJ"], ("not a JSON summary probe wrote",),
+     ["entropy", "S", "--boot", "100", "--json", "R.json"]),
     ("score-json-over-its-masks", ["score", "M", "--panel", "va", "--json", "M"], ("is the file this command reads",), ["score", "M", "--panel", "va", "--json", "R.json"]),
     ("sweep-settings-out-over-the-stores-zarr-json", ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "S/zarr.json"],
      ("lies inside teacher.zarr", "--settings-out"), ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "R.json"]),
@@ -440,13 +443,23 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
 ]
 
 
+def test_summary_replaced_only_where_probe_wrote_it(w):
+    """A --json summary of an earlier run is replaced by the rerun; it carries probe's mark."""
+    out = w.root / "summary-twice.json"
+    for _ in range(2):
+        result = probe("entropy", str(w.store), "--boot", "100", "--json", str(out), "-q")
+        assert result.code == 0, result.err
+    written = json.loads(out.read_text())
+    assert written["written_by"].startswith("probe ") and written["analysis"] == "entropy"
+
+
 @pytest.mark.parametrize("case", CARELESS, ids=[c[0] for c in CARELESS])
 def test_careless(w, case):
     name, bad, needles, fixed = case
     notes = _careless_world(w)
     fresh = w.root / f"careless-{next(w.count)}"
     names = {"S": str(w.store), "M": str(w.masks), "N": str(notes), "R": str(fresh), "IMAGES": str(w.images), "CKPT": str(w.ckpt),
-             "GRID": str(w.root / "grid.toml"), "VALJSON": str(w.root / "val.json"), "CACHE": str(w.cache)}
+             "GRID": str(w.root / "grid.toml"), "VALJSON": str(w.root / "val.json"), "CACHE": str(w.cache), "UJ": str(w.root / "mine.json")}
 
     def spelled(args):
         out = []
@@ -456,7 +469,7 @@ def test_careless(w, case):
         cached = [] if args[0] in ("entropy", "neighbours", "ledger") else ["--cache", w.cache]  # the summaries over stores read no panel
         return [*out, *cached, *([] if args[0] in ("panel", "score", "ledger", "report") else ["-q"])]
 
-    roots = (w.store, w.images, w.ckpt, notes, w.cache / "panels.toml", w.cache / "ledger.jsonl")
+    roots = (w.store, w.images, w.ckpt, notes, w.root / "mine.json", w.cache / "panels.toml", w.cache / "ledger.jsonl")
     before = tree(*roots)
     result = probe(*spelled(bad))
     refused(result, 2, needles)

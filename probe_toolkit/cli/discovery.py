@@ -22,7 +22,7 @@ def _warn(warnings: list[str]) -> None:
 @declared("decode")
 def decode(store: Any, given: dict[str, Any]) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
-    from ..infra.atomic import write_json
+    from ..infra.owned import write_summary
     from ..infra.owned import check_output_file
     from ..infra.progress import bar
     from ..results import tables
@@ -46,7 +46,7 @@ def decode(store: Any, given: dict[str, Any]) -> None:
         tail = f"masks → {report.masks_file}" if report.masks_file else "other shards still running; the last to finish writes the masks"
         console.print(f"{report.store}: {report.done}/{report.n_images} images decoded ({report.written} now, in {report.seconds:.1f} s); {tail}")
         if json_path:
-            write_json(json_path, {"store": str(report.store), "images": report.n_images, "done": report.done, "written": report.written,
+            write_summary(json_path, {"store": str(report.store), "images": report.n_images, "done": report.done, "written": report.written,
                                    "masks_file": str(report.masks_file) if report.masks_file else None, "settings": report.chosen.as_dict()})
         return
     with bar("images", quiet) as progress:
@@ -54,13 +54,13 @@ def decode(store: Any, given: dict[str, Any]) -> None:
     _warn(report.extra.get("warnings", []) if report.masks_file is not None else [])
     show(tables.decode(report, given))
     if json_path and report.masks_file is not None:
-        write_json(json_path, report.summary())
+        write_summary(json_path, report.summary())
 
 
 @declared("score")
 def score(masks_file: Any, given: dict[str, Any]) -> None:
     """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
-    from ..infra.atomic import write_json
+    from ..infra.owned import write_summary
     from ..infra.owned import check_output_file
     from ..results import tables
 
@@ -70,13 +70,13 @@ def score(masks_file: Any, given: dict[str, Any]) -> None:
     _warn(report.warnings)
     show(tables.score(report, given))
     if json_path:
-        write_json(json_path, {"scores": report.scores.table(), "counts": report.scores.counts, "ledger_entry": report.ledger_entry})
+        write_summary(json_path, {"scores": report.scores.table(), "counts": report.scores.counts, "ledger_entry": report.ledger_entry})
 
 
 @declared("decode-sweep")
 def decode_sweep(store: Any, given: dict[str, Any]) -> None:
     """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
-    from ..infra.atomic import write_json
+    from ..infra.owned import write_summary
     from ..infra.owned import check_output_file
     from ..infra.progress import bar
     from ..results import tables
@@ -90,4 +90,4 @@ def decode_sweep(store: Any, given: dict[str, Any]) -> None:
         report = run("decode-sweep", store, on_start=ticker(progress, "sweep"), **given).report
     show(tables.sweep(report, {**given, "top": top}))
     if json_path and not report.waiting:
-        write_json(json_path, {"metric": given["metric"], "ledger_entry": report.ledger_entry, "table": report.table})
+        write_summary(json_path, {"metric": given["metric"], "ledger_entry": report.ledger_entry, "table": report.table})

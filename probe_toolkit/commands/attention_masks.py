@@ -37,7 +37,7 @@ import xarray as xr
 
 from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement, sharded
 from ..infra.runner import Where, map_images, placed
@@ -267,5 +267,5 @@ def run_attention_masks(
     attrs["provenance"] = result_provenance(ds, command)
     report.saved = records.save(store, "attention_masks", result, attrs)
     if json_path is not None:
-        write_json(json_path, report.summary(), indent=1)
+        write_summary(json_path, report.summary(), indent=1)
     return report

@@ -35,7 +35,7 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import correspond
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
 from ..infra.runner import check_placement, map_blocks, placed
@@ -238,5 +238,5 @@ def run_correspond(
              "provenance": result_provenance(ds, command)}
     report.saved = records.save(store, "correspond", ds_out, attrs)
     if json_path is not None:
-        write_json(json_path, report.summary(), indent=1)
+        write_summary(json_path, report.summary(), indent=1)
     return report

@@ -20,7 +20,7 @@ from ..analyses.decoder import Decoded
 from ..analyses.decoder_settings import SINGLE, Settings
 from ..analyses.decoder_blocks import as_decoded, check_backend, default_workers, group_arrays, sweep_block
 from ..infra import lazy_dask, provenance
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement, sharded
 from ..infra.runner import map_images, placed
@@ -162,7 +162,7 @@ def run_sweep(
     best_index = int(np.nanargmax(values))  # first of equals: grid order
     best = settings_list[best_index]
     settings_file = Path(settings_out) if settings_out else settings_path(cache_dir)
-    write_json(settings_file, {
+    write_summary(settings_file, {
         "settings": best.as_dict(),
         "chosen_by": {"panel": labels.panel.name, "role": labels.panel.role, "ledger_entry": labels.entry_id, "metric": metric,
                       "value": table[best_index][metric], "grid_size": len(settings_list), "store": str(src.store.resolve()),

@@ -36,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
 from ..infra.runner import map_images, placed
@@ -312,7 +312,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     report = HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger,
                                settings.matching, saved, train_panel.kind)
     if json_path is not None:
-        write_json(json_path, report.summary(), indent=1)
+        write_summary(json_path, report.summary(), indent=1)
     if norm is None:
         print("note: the network has no final norm; its stored patch tokens are the features", file=sys.stderr)
     return report

@@ -43,7 +43,7 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import knn
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement, sharded
 from ..infra.runner import check_placement, map_images, placed
@@ -295,5 +295,5 @@ def run_knn(
     saved = records.save(store, "knn", ds, attrs)
     report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved, temperature=float(temperature), view=view)
     if json_path is not None:
-        write_json(json_path, report.summary(), indent=1)
+        write_summary(json_path, report.summary(), indent=1)
     return report

@@ -47,7 +47,7 @@ import xarray as xr
 
 from ..analyses import linear
 from ..infra import provenance
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..labels.panels import LabelRead, check_readable, read_labels, train_and_val
 from ..store import cache, images
@@ -234,7 +234,7 @@ def run_linear(
         outcomes.append(Outcome(source.store, source.name, scores, chosen, saved))
     report = LinearReport(level, outcomes, ledger_ids, space, settings.as_dict())
     if json_path is not None:
-        write_json(json_path, report_json(report))
+        write_summary(json_path, report_json(report))
     return report
 
 

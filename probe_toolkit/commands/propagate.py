@@ -49,6 +49,7 @@ from PIL import Image
 from ..analyses import propagation, tracking
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import IntegrityError, ProbeError, worker_name
 from ..infra.placement import Placement, parse_shard, sharded
 from ..infra.runner import map_blocks, placed, shard_range, torch_threads
@@ -434,6 +435,6 @@ def run_propagate(
                  "provenance": {"command": command, **provenance.stamp()}}
         report.saved = records.save(target, "davis", results_dataset(report.scores, report.global_scores, soft), attrs)
     if json_path is not None:
-        write_json(json_path, report.summary(), indent=1)
+        write_summary(json_path, report.summary(), indent=1)
     return report
 

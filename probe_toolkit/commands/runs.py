@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..infra import provenance
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.progress import bar
 from ..infra.runner import placed
@@ -91,5 +91,5 @@ def finish(name: str, command: str, runs: dict, json_path: Path | None, followed
         if store in names:
             payload["stores"][store]["result"] = names[store]
     if json_path is not None:
-        write_json(json_path, payload, indent=1)
+        write_summary(json_path, payload, indent=1)
     return Run(name, {store: result for store, (_, result) in runs.items()}, followed, payload)

@@ -32,7 +32,7 @@ import xarray as xr
 from ..analyses import segment as seg
 from ..analyses import segment_augment as aug
 from ..infra import provenance
-from ..infra.atomic import write_json
+from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
 from ..labels import ade_segmentation, voc_segmentation
@@ -256,7 +256,7 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     report = SegmentReport(target, f"{Path(checkpoint).name} ({network})", train_panel.kind, settings.preset, result, classes, settings.iterations,
                            bool(full), losses, counts, ledger, saved, resolved, {k: resolved[k] for k in changed})
     if json_path is not None:
-        write_json(json_path, report.summary(), indent=1)
+        write_summary(json_path, report.summary(), indent=1)
     return report
 
 

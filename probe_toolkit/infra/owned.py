@@ -33,6 +33,7 @@ from .atomic import write_json
 from .errors import ProbeError
 
 MANIFEST = ".probe-output.json"
+SUMMARY_MARK = "written_by"  # the key every summary file probe writes opens with
 KIND = "probe-output"
 
 
@@ -156,8 +157,8 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 def check_output_file(path: str | Path | None, flag: str, inputs: Iterable[str | Path] = ()) -> None:
     """A summary file a command writes (``--json``), before any work: never inside a store or
     folder the command reads (its own input: a store's ``zarr.json`` once lost a store so), never
-    a folder, and an existing file only where it is a JSON object (a summary an earlier run wrote),
-    not the user's notes, a checkpoint or anything else probe did not write."""
+    a folder, and an existing file only where it is a summary an earlier run wrote (a JSON object
+    carrying ``write_summary``'s mark), not the user's own JSON or notes, a checkpoint or anything else probe did not write."""
     if path is None:
         return
     path = Path(path)
@@ -172,8 +173,17 @@ def check_output_file(path: str | Path | None, flag: str, inputs: Iterable[str |
         raise ProbeError(path, f"is a folder, not a file ({flag})", f"pass {flag} a file path")
     if path.exists():
         try:
-            ours = isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+            written = json.loads(path.read_text(encoding="utf-8"))
+            ours = isinstance(written, dict) and str(written.get(SUMMARY_MARK, "")).startswith("probe ")
         except (OSError, ValueError):
             ours = False
         if not ours:
             raise ProbeError(path, f"exists and is not a JSON summary probe wrote ({flag})", f"choose another {flag} path, or move the file")
+
+
+def write_summary(path: str | Path, summary: dict, indent: int | None = None) -> Path:
+    """A summary file (``--json``, ``--settings-out``), marked as probe's so that a later run may
+    replace it and nothing else: ``check_output_file`` replaces only a JSON object carrying the mark."""
+    from .._version import __version__
+
+    return write_json(path, {SUMMARY_MARK: f"probe {__version__}", **summary}, indent=indent)
