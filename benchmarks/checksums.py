@@ -16,11 +16,9 @@ are told apart.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import shutil
+import sys
 import statistics
 import tempfile
 import time
@@ -32,18 +30,11 @@ from zarr.codecs import ZstdCodec
 
 from probe_toolkit.store import codec, integrity
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import cpu_model, emit, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
+
 RECORDS = Path(__file__).resolve().parent / "records" / "checksums.jsonl"
 DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def write(path: Path, data: np.ndarray, chunk: int, compressors: list) -> int:
@@ -66,14 +57,7 @@ def read_all(path: Path, pipeline: str, chunk: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=512)
-    parser.add_argument("--patches", type=int, default=196)
-    parser.add_argument("--channels", type=int, default=384)
-    parser.add_argument("--chunk", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--record", action="store_true", help=f"append the JSON line to {RECORDS.relative_to(RECORDS.parents[2])}")
-    args = parser.parse_args()
+    args = options(__doc__, record=RECORDS, images=512, patches=196, channels=384, chunk=64, rounds=3)
     integrity.install()  # registers CheckedPipeline (and makes it the default: each read below names its own)
     checked_pipeline = f"{integrity.CheckedPipeline.__module__}.{integrity.CheckedPipeline.__qualname__}"
     rng = np.random.default_rng(0)
@@ -103,16 +87,11 @@ def main() -> None:
     print(f"  crc32c, zarr's pipeline                  {crc_s:7.3f} s   {megabytes / crc_s:8.1f} MB/s   rounds {[round(t, 3) for t in times['crc_only']]}")
     print(f"  ratio {checked_s / plain_s:.3f} (checked seconds / plain seconds; crc32c in zarr's pipeline {crc_s / plain_s:.3f}); "
           f"{checked_bytes - plain_bytes} bytes more on disk (checksums and their metadata); same values {same}")
-    line = json.dumps({"benchmark": "checksums", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
+    emit({"benchmark": "checksums", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
                        "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "images": args.images, "patches": args.patches,
                        "channels": args.channels, "chunk": args.chunk, "rounds": args.rounds, "plain_s": round(plain_s, 4),
                        "checked_s": round(checked_s, 4), "crc_zarr_pipeline_s": round(crc_s, 4), "ratio": round(checked_s / plain_s, 3), "checksum_bytes": checked_bytes - plain_bytes,
-                       "same_values": bool(same)})
-    print(line)
-    if args.record:
-        RECORDS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RECORDS, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+                       "same_values": bool(same)}, RECORDS, args.record)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,11 @@ does not use.
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,18 +34,13 @@ import torch.nn.functional as F
 
 from probe_toolkit.analyses import knn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import cpu_model, options  # noqa: E402  (the processor's name and the command line, as every benchmark has them)
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train", type=int, default=20000)
-    parser.add_argument("--test", type=int, default=2000)
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--classes", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--full", action="store_true")
-    parser.add_argument("--sorted", action="store_true", help="train set sorted by class")
-    parser.add_argument("--parts", action="store_true", help="also time one block's products and selection pieces")
-    args = parser.parse_args()
+    args = options(__doc__, {"sorted": "train set sorted by class", "parts": "also time one block's products and selection pieces"},
+                   train=20000, test=2000, dim=384, classes=100, rounds=3, full=False, sorted=False, parts=False)
     if args.full:
         args.train, args.test = 100_000, 10_000
     rng = np.random.default_rng(0)
@@ -101,7 +96,7 @@ def main() -> None:
     for name, seconds in parts.items():
         print(f"  one block ({knn.TEST_BLOCK:,} × {knn.TRAIN_BLOCK:,}): {name.replace('_', ' '):<24} {1e3 * seconds:7.1f} ms")
     print(json.dumps({
-        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
         "train": args.train, "test": args.test, "dim": args.dim, "rounds": args.rounds,
         "sorted": args.sorted, "plain_s": round(plain_s, 4), "torch_s": round(torch_s, 4), "knn_s": round(knn_s, 4), "ratio": round(plain_s / knn_s, 3),
         "ratio_torch": round(torch_s / knn_s, 3), "top1_k20": round(float(result.top1[1]), 5),

@@ -13,17 +13,20 @@ under about 15 % are noise on this machine). Prints the table and a JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from probe_toolkit.analyses import linear
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import cpu_model, options  # noqa: E402  (the processor's name and the command line, as every benchmark has them)
 
 
 def tokens(n_images: int, classes: int, rng: np.random.Generator, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,14 +44,7 @@ def scores(labels: np.ndarray, predicted: np.ndarray, classes: int) -> tuple[flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train-images", type=int, default=100)
-    parser.add_argument("--val-images", type=int, default=25)
-    parser.add_argument("--classes", type=int, default=8)
-    parser.add_argument("--channels", type=int, default=384)
-    parser.add_argument("--weight-decay", type=float, default=1e-3)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = options(__doc__, train_images=100, val_images=25, classes=8, channels=384, weight_decay=1e-3, rounds=5)
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng(0)
@@ -87,7 +83,7 @@ def main() -> None:
               f"val mIoU {100 * result[key][0]:.2f} %, accuracy {100 * result[key][1]:.2f} %")
     print(f"  speed ratio sklearn/probe {sklearn_s / probe_s:.2f}; predictions agree on {100 * agree:.2f} % of val patches; sklearn iterations {iterations}")
     line = {
-        "benchmark": "linear", "machine": f"{platform.processor() or platform.machine()}, torch {torch.get_num_threads()} threads", "torch": torch.__version__,
+        "benchmark": "linear", "machine": f"{cpu_model()}, torch {torch.get_num_threads()} threads", "torch": torch.__version__,
         "train_patches": n, "channels": args.channels, "classes": args.classes, "weight_decay": args.weight_decay, "rounds": args.rounds,
         "probe_fit_s": round(probe_s, 4), "sklearn_fit_s": round(sklearn_s, 4), "speedup": round(sklearn_s / probe_s, 3),
         "probe_val_miou": round(result["probe"][0], 5), "sklearn_val_miou": round(result["sklearn"][0], 5),

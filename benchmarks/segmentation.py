@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,17 +36,10 @@ from probe_toolkit.commands.segment import feature_fn
 from probe_toolkit.demo.samples import ARCHS
 from probe_toolkit.store.backbone import Backbone, normed_patch_tokens
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import cpu_model, emit  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
+
 RECORDS = Path(__file__).resolve().parent / "records" / "segmentation.jsonl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def network(arch, device):
@@ -136,16 +128,11 @@ def main() -> None:
     print(f"  reference train_step (written out)   {base_s:8.3f} s/iteration   rounds {[round(t, 3) for t in times['baseline']]}")
     print(f"  probe segment's step                 {probe_s:8.3f} s/iteration   rounds {[round(t, 3) for t in times['probe']]}")
     print(f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); largest loss difference over {len(losses['probe'])} steps {gap:.2e}")
-    line = json.dumps({"benchmark": "segmentation", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine,
+    emit({"benchmark": "segmentation", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine,
                        "device": str(device), "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "arch": args.arch, "batch": args.batch,
                        "crop": args.crop, "chunk": args.chunk, "classes": args.classes, "rounds": args.rounds, "baseline_s": round(base_s, 4),
                        "probe_s": round(probe_s, 4), "ratio": round(base_s / probe_s, 3), "loss_gap": gap,
-                       "torch": torch.__version__})
-    print(line)
-    if args.record:
-        RECORDS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RECORDS, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+                       "torch": torch.__version__}, RECORDS, args.record)
 
 
 if __name__ == "__main__":

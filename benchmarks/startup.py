@@ -51,6 +51,23 @@ def cpu_model() -> str:
         pass
     return platform.processor() or platform.machine()
 
+def options(doc: str, helps: dict[str, str] | None = None, record: Path | None = None, **defaults) -> argparse.Namespace:
+    """A benchmark's command line, one option per keyword (``train_images=100`` is ``--train-images``,
+    typed by its default; ``False`` is a switch), so every benchmark parses the same way; ``record``
+    adds ``--record`` (append the JSON line to that file, see ``emit``)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    helps = helps or {}
+    for name, default in defaults.items():
+        flag, text = "--" + name.replace("_", "-"), helps.get(name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, action="store_true", help=text)
+        else:
+            parser.add_argument(flag, type=type(default), default=default, help=text)
+    if record is not None:
+        parser.add_argument("--record", action="store_true", help=f"append the JSON line to {record.relative_to(record.parents[2])}")
+    return parser.parse_args()
+
+
 def emit(record: dict, path: Path, keep: bool) -> None:
     """Print a benchmark's JSON line, and append it to its records (``path``) when ``keep``
     (``--record``): the documentation's benchmark tables are generated from those files."""

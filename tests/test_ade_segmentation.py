@@ -15,38 +15,16 @@ from cli_runs import probe_main
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ade_segmentation as ade, guard, kinds, ledger, panels
 from probe_toolkit.store.extract import Settings, extract
+from segmentation_folders import box_scene, write_ade
 from test_hummingbird_protocol import _iou, _plain
 
 NAMES = {"training": ["ADE_train_00000001", "ADE_train_00000002", "ADE_train_00000017"], "validation": ["ADE_val_00000001", "ADE_val_00000009"]}
 
 
-def _scene(seed: int, size=(80, 64)) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    w, h = size
-    pixels = rng.normal(100, 20, (h, w, 3)).clip(0, 255)
-    label = np.full((h, w), int(rng.integers(1, 151)), np.uint8)  # a "stuff" class everywhere
-    label[: h // 6] = 0  # a band of "other"
-    for _ in range(2):
-        cls = int(rng.integers(1, 151))
-        x0, y0 = int(rng.integers(0, w - 24)), int(rng.integers(0, h - 24))
-        label[y0:y0 + 20, x0:x0 + 20] = cls
-        pixels[y0:y0 + 20, x0:x0 + 20] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
-    return pixels.astype(np.uint8), label
-
-
 @pytest.fixture(scope="module")
 def ade_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("ade") / "ADEChallengeData2016"
-    written = {}
-    for split, names in NAMES.items():
-        (root / "images" / split).mkdir(parents=True)
-        (root / "annotations" / split).mkdir(parents=True)
-        for n, name in enumerate(names):
-            pixels, label = _scene(n + 10 * len(split), size=(80 + 8 * n, 64))
-            Image.fromarray(pixels).save(root / "images" / split / f"{name}.jpg", quality=95)
-            Image.fromarray(label, mode="L").save(root / "annotations" / split / f"{name}.png")
-            written[f"{split}/{name}.jpg"] = label
-    return root, written
+    return root, write_ade(root, NAMES, lambda split, n: box_scene(n + 10 * len(split), (80 + 8 * n, 64)))
 
 
 def test_added_without_opening_a_mask_then_read_through_the_ledger(ade_root, tmp_path, capsys):

@@ -1046,6 +1046,7 @@ def test_cluster_tasks_prove_they_read_the_clients_store(w):
     import zarr
 
     from probe_toolkit.analyses.neighbours import neighbours
+    from probe_toolkit.analyses.stats import Bootstrap
     from probe_toolkit.infra.errors import IntegrityError
     from probe_toolkit.store.cache import open_store, require
 
@@ -1057,19 +1058,19 @@ def test_cluster_tasks_prove_they_read_the_clients_store(w):
     client = cluster_side.connect(w.cluster)
     try:
         tokens = require(open_store(source), "tokens_224")
-        local = neighbours(tokens, 14, n_boot=20)
-        assert np.array_equal(neighbours(tokens, 14, n_boot=20, run_blocks=per_image(Where(client=client))).top_in_window.values, local.top_in_window.values)
+        local = neighbours(tokens, 14, boot=Bootstrap(20))
+        assert np.array_equal(neighbours(tokens, 14, boot=Bootstrap(20), run_blocks=per_image(Where(client=client))).top_in_window.values, local.top_in_window.values)
         source.rename(source.with_name("away.zarr"))
         shutil.copytree(other, source)  # a private mount holding another store at the same path
         with pytest.raises(IntegrityError, match=r"dask worker .* sees another store"):
-            neighbours(tokens, 14, n_boot=20, run_blocks=per_image(Where(client=client)))
+            neighbours(tokens, 14, boot=Bootstrap(20), run_blocks=per_image(Where(client=client)))
         shutil.rmtree(source)
         source.with_name("away.zarr").rename(source)
         behind = zarr.open_group(str(source), mode="r+", use_consolidated=False)  # a copy that is behind: b.png not written yet
         behind["done"][1] = False
         behind["done_224"][1] = False  # the flag of the view read, which a worker judges by (as open_store does)
         with pytest.raises(IntegrityError, match=r"dask worker .* as unfinished \(e\.g\. 'b\.png'\)"):
-            neighbours(tokens, 14, n_boot=20, run_blocks=per_image(Where(client=client)))
+            neighbours(tokens, 14, boot=Bootstrap(20), run_blocks=per_image(Where(client=client)))
     finally:
         client.close()
 

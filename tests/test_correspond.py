@@ -111,6 +111,20 @@ def plain_errors(grids: dict[str, np.ndarray], pairs, rows: int, cols: int) -> l
     return out
 
 
+def assert_plain_errors(record, ds, folder, side: int) -> tuple[list, dict[str, np.ndarray]]:
+    """Every pair's errors in ``record`` equal ``plain_errors`` on the store's square800 tokens
+    (``ds``, a side × side grid); the panel's test pairs and those plain errors by pair name."""
+    from probe_toolkit.labels.spair import parse
+
+    pairs, _, _ = parse(folder, "test", lambda p: p.read_bytes())
+    grids = {str(i): v.reshape(side, side, -1).astype(np.float64) for i, v in zip(ds.image.values, ds["tokens_square800"].values)}
+    errors = dict(zip([p.name for p in pairs], plain_errors(grids, pairs, side, side)))
+    for i, name in enumerate(record.pair.values):
+        want = errors[str(name)]
+        np.testing.assert_allclose(record.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    return pairs, errors
+
+
 @pytest.fixture(scope="module")
 def spair(tmp_path_factory):
     root = tmp_path_factory.mktemp("spair")
@@ -241,8 +255,6 @@ def test_dinov2_at_14_and_dinov3_run_from_panel_to_record(layout, arch, tmp_path
 
     from probe_toolkit.demo import samples
 
-    from probe_toolkit.labels.spair import parse
-
     folder = write_spair(tmp_path / "SPair-71k", {"cat": 2}, seed=2)
     checkpoint = write_checkpoint(tmp_path / f"{layout}.pth", layout, getattr(samples, arch), seed=1)
     cache = tmp_path / "cache"
@@ -255,12 +267,7 @@ def test_dinov2_at_14_and_dinov3_run_from_panel_to_record(layout, arch, tmp_path
     assert ds.sizes["patch_square800"] == side * side
     record = load(store, "correspond")
     assert record.attrs["grid"] == [side, side]
-    pairs, _, _ = parse(folder, "test", lambda p: p.read_bytes())
-    grids = {str(i): v.reshape(side, side, -1).astype(np.float64) for i, v in zip(ds.image.values, ds["tokens_square800"].values)}
-    expected = dict(zip([p.name for p in pairs], plain_errors(grids, pairs, side, side)))
-    for i, name in enumerate(record.pair.values):
-        want = expected[str(name)]
-        np.testing.assert_allclose(record.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert_plain_errors(record, ds, folder, side)
 
 
 

@@ -23,8 +23,8 @@ from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.infra import origin
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
-from test_ade_segmentation import _scene as ade_scene
-from test_correspond import plain_errors
+from segmentation_folders import box_scene, write_ade, write_voc
+from test_correspond import assert_plain_errors
 from test_hummingbird_protocol import _iou, _plain
 from test_hummingbird_protocol import _scene as voc_scene
 
@@ -49,24 +49,11 @@ def data(tmp_path_factory):
     """The three panels' folders (synthetic, marked so) and a cache where all six panels are registered."""
     root = tmp_path_factory.mktemp("dense")
     voc = root / "VOCdevkit" / "VOC2012"
-    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
-        (voc / folder).mkdir(parents=True)
-    for split, ids in VOC.items():  # textured scenes: a random network's cosines have no near-ties to break
-        (voc / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
-        for n, i in enumerate(ids):
-            pixels, label = voc_scene(int(i.replace("_", "")), size=(96 + 8 * n, 72 + 4 * n))
-            Image.fromarray(pixels).save(voc / "JPEGImages" / f"{i}.jpg", quality=95)
-            Image.fromarray(label, mode="L").save(voc / "SegmentationClass" / f"{i}.png")
+    # textured scenes: a random network's cosines have no near-ties to break
+    write_voc(voc, VOC, lambda i, n: voc_scene(int(i.replace("_", "")), size=(96 + 8 * n, 72 + 4 * n)), palette=False)
     origin.mark_synthetic(voc / "JPEGImages", "synthetic VOC-layout scenes (test)")
-    ade, written = root / "ADEChallengeData2016", {}
-    for split, names in ADE.items():
-        (ade / "images" / split).mkdir(parents=True)
-        (ade / "annotations" / split).mkdir(parents=True)
-        for n, name in enumerate(names):
-            pixels, label = ade_scene(n + 10 * len(split), size=(80 + 8 * n, 64))
-            Image.fromarray(pixels).save(ade / "images" / split / f"{name}.jpg", quality=95)
-            Image.fromarray(label, mode="L").save(ade / "annotations" / split / f"{name}.png")
-            written[f"{split}/{name}.jpg"] = label
+    ade = root / "ADEChallengeData2016"
+    written = write_ade(ade, ADE, lambda split, n: box_scene(n + 10 * len(split), (80 + 8 * n, 64)))
     origin.mark_synthetic(ade / "images", "synthetic ADE20K-layout scenes (test)")
     spair = write_spair(root / "SPair-71k", {"cat": 3, "dog": 2}, seed=6)
     cache = root / "cache"
@@ -159,20 +146,13 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
 def test_correspond_runs_from_a_spair_panel_to_report_on_each_network(ran, data):
     import xarray as xr
 
-    from probe_toolkit.labels.spair import parse
-
     network, stores, report, patch, eps, side = ran
     _, _, _, _, spair, _ = data
     ds = xr.open_zarr(stores["spair"])
     assert ds.sizes["patch_square800"] == side * side
     saved = records.load(stores["spair"], "correspond")
     assert saved.attrs["grid"] == [side, side]
-    pairs, _, _ = parse(spair, "test", lambda p: p.read_bytes())
-    grids = {str(i): v.reshape(side, side, -1).astype(np.float64) for i, v in zip(ds.image.values, ds["tokens_square800"].values)}
-    errors = dict(zip([p.name for p in pairs], plain_errors(grids, pairs, side, side)))
-    for i, name in enumerate(saved.pair.values):
-        want = errors[str(name)]
-        np.testing.assert_allclose(saved.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    pairs, errors = assert_plain_errors(saved, ds, spair, side)
     expected = {}
     for category in ("cat", "dog"):
         for b, viewpoint in zip(("0", "1", "2", "all"), (0, 1, 2, None)):

@@ -11,6 +11,7 @@ import torch
 from analysis_stores import make_store, softmax
 
 from probe_toolkit.analyses import entropy as ent
+from probe_toolkit.analyses.stats import Bootstrap
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.runner import Where, per_image
 from probe_toolkit.store.cache import open_store
@@ -113,11 +114,11 @@ def test_attention_distance_on_a_rectangular_grid(shape):
     import xarray as xr
 
     da = xr.DataArray(rows.astype(np.float32), dims=("image", "head", "query", "key"), name="attention_native")
-    saved = ent.entropy(da, class_token=True, registers=2, grid=shape, n_boot=10)
+    saved = ent.entropy(da, class_token=True, registers=2, grid=shape, boot=Bootstrap(10))
     assert np.allclose(saved["distance"].values[0], plain_distance(rows[0], prefix, n_rows, n_cols), rtol=1e-5)
     assert (saved.attrs["grid_rows"], saved.attrs["grid_cols"], saved.attrs["grid"]) == (n_rows, n_cols, [n_rows, n_cols])
     with pytest.raises(ProbeError, match="not the 4 × 4 grid"):
-        ent.entropy(da, class_token=True, registers=2, grid=(4, 4), n_boot=10)
+        ent.entropy(da, class_token=True, registers=2, grid=(4, 4), boot=Bootstrap(10))
 
 
 def test_row_statistics_keep_the_class_token_apart():
@@ -188,7 +189,7 @@ def attention_store(tmp_path):
 def test_store_entropy_matches_a_plain_loop(attention_store):
     path, attention, blocks = attention_store
     ds = open_store(path)
-    result = ent.entropy(ds["attention_224"], class_token=True, blocks=ds["attention_blocks_224"], patch=7, n_boot=200)
+    result = ent.entropy(ds["attention_224"], class_token=True, blocks=ds["attention_blocks_224"], patch=7, boot=Bootstrap(200))
     plain = plain_entropy_loop(attention, class_token=True)
     for name, expected in plain.items():
         assert np.allclose(result[name].values, expected, rtol=1e-4, atol=1e-5), name
@@ -214,7 +215,7 @@ def test_entropy_without_class_token():
     import xarray as xr
 
     da = xr.DataArray(attention, dims=("image", "head", "query", "key"), name="attention_224")
-    result = ent.entropy(da, class_token=False, n_boot=50)
+    result = ent.entropy(da, class_token=False, boot=Bootstrap(50))
     plain = plain_entropy_loop(attention, class_token=False)
     assert np.allclose(result["patch_entropy"].values, plain["patch_entropy"], rtol=1e-5)
     assert "cls_entropy" not in result and "cls_share" not in list(result.statistic.values)
@@ -238,7 +239,7 @@ def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
     ds = open_store(path)
     tracemalloc.start()
     try:
-        result = ent.entropy(ds["attention_224"], class_token=True, n_boot=100, run_blocks=per_image(Where(workers=2)))
+        result = ent.entropy(ds["attention_224"], class_token=True, boot=Bootstrap(100), run_blocks=per_image(Where(workers=2)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -270,14 +271,14 @@ def test_cli_entropy(attention_store, tmp_path):
 def test_extracted_stores(tiny_stores):
     """Stores written by `probe extract` from tiny checkpoints: with and without a class token."""
     dino = open_store(tiny_stores["dino"])
-    result = ent.entropy(dino["attention_224"], class_token=True, blocks=dino["attention_blocks_224"], patch=34, n_boot=50)
+    result = ent.entropy(dino["attention_224"], class_token=True, blocks=dino["attention_blocks_224"], patch=34, boot=Bootstrap(50))
     assert result.attrs["n_keys"] == 197 and "cls_effective" in result
     assert result.sizes["block"] == 2 and result.sizes["head"] == 2
     plain = plain_entropy_loop(dino["attention_224"].values, class_token=True)
     assert np.allclose(result["patch_effective"].values, plain["patch_effective"], rtol=1e-4)
     assert np.allclose(result["block_patch_effective"].values[:, -1], result["patch_effective"].values, rtol=1e-5)
     selfpatch = open_store(tiny_stores["selfpatch"])
-    result = ent.entropy(selfpatch["attention_224"], class_token=False, n_boot=50)
+    result = ent.entropy(selfpatch["attention_224"], class_token=False, boot=Bootstrap(50))
     assert result.attrs["n_keys"] == 196 and "cls_effective" not in result
     assert np.all((result["patch_effective"].values >= 1) & (result["patch_effective"].values <= 196))
 
@@ -299,7 +300,7 @@ def test_numpy_arithmetic_agrees_with_torch_reductions(attention_store):
         "cls_effective": torch.exp(table[..., 0]),
         "distance": ((patches * distance).sum(-1) / patches.sum(-1)).mean(-1),
     }
-    result = ent.entropy(open_store(path)["attention_224"], class_token=True, patch=7, n_boot=10)
+    result = ent.entropy(open_store(path)["attention_224"], class_token=True, patch=7, boot=Bootstrap(10))
     for name, value in expected.items():
         found = result[name].values
         assert found.dtype == np.float32, name

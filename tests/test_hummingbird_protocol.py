@@ -23,6 +23,7 @@ from probe_toolkit.labels import ledger
 from probe_toolkit.results import records
 from probe_toolkit.store import cache, hbird_views
 from probe_toolkit.store.extract import Settings, extract
+from segmentation_folders import write_voc
 
 runner = CliRunner()
 TRAIN = ["2007_000032", "2007_000039", "2007_000063", "2008_000002", "2009_000010"]
@@ -53,18 +54,7 @@ def voc(tmp_path_factory):
     images in the three Hummingbird views, and a cache where both panels are registered."""
     root = tmp_path_factory.mktemp("hbird")
     year = root / "VOCdevkit" / "VOC2012"
-    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
-        (year / folder).mkdir(parents=True)
-    labels = {}
-    for split, ids in (("train", TRAIN), ("val", VAL)):
-        (year / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
-        for n, i in enumerate(ids):
-            pixels, label = _scene(int(i.replace("_", "")), size=(96 + 8 * n, 72 + 4 * n))
-            Image.fromarray(pixels).save(year / "JPEGImages" / f"{i}.jpg", quality=95)
-            mask = Image.fromarray(label, mode="P")
-            mask.putpalette([v for c in range(256) for v in ((c * 37) % 256, (c * 91) % 256, (c * 53) % 256)])
-            mask.save(year / "SegmentationClass" / f"{i}.png")
-            labels[i] = label
+    labels = write_voc(year, {"train": TRAIN, "val": VAL}, lambda i, n: _scene(int(i.replace("_", "")), size=(96 + 8 * n, 72 + 4 * n)))
     checkpoint = write_checkpoint(root / "dino.pth", "dino-full", TINY, seed=3)
     store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=VIEWS, chunk=4, dtype="float32"), cache_dir=root / "cache",
                     quiet=True, batch_size=3).store

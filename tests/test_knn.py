@@ -194,22 +194,28 @@ def test_k_above_the_train_set_is_refused():
         knn.classify(lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), 2, ks=(10,))
 
 
-def _image(path, colour, seed):
+def _image(path, colour, seed, sd=20.0):
     rng = np.random.default_rng(seed)
-    pixels = np.clip(np.array(colour)[None, None] + rng.normal(0, 20, (64, 80, 3)), 0, 255).astype(np.uint8)
+    pixels = np.clip(np.array(colour)[None, None] + rng.normal(0, sd, (64, 80, 3)), 0, 255).astype(np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(pixels).save(path)
+
+
+def colour_folders(data, sd=20.0) -> None:
+    """``data``/train and ``data``/val, one sub-folder per colour class (red, green, blue) holding
+    4 and 2 images of that colour under Gaussian noise of ``sd``."""
+    colours = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
+    for split, n in (("train", 4), ("val", 2)):
+        for c, (name, colour) in enumerate(colours.items()):
+            for i in range(n):
+                _image(data / split / name / f"{i}.png", colour, seed=100 * c + 10 * i + (split == "val"), sd=sd)
 
 
 @pytest.fixture(scope="module")
 def class_folders(tmp_path_factory):
     """train/ and val/ with one sub-folder per class, a tiny network's store over both."""
     root = tmp_path_factory.mktemp("knn")
-    colours = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
-    for split, n in (("train", 4), ("val", 2)):
-        for c, (name, colour) in enumerate(colours.items()):
-            for i in range(n):
-                _image(root / "data" / split / name / f"{i}.png", colour, seed=100 * c + 10 * i + (split == "val"))
+    colour_folders(root / "data")
     checkpoint = write_checkpoint(root / "dino.pth", "dino-full", TINY, seed=0)
     store = extract(checkpoint, root / "data", settings=Settings(views=(224,), attention="none", chunk=8), cache_dir=root / "cache", quiet=True).store
     return root, store

@@ -15,7 +15,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
@@ -23,16 +22,10 @@ from probe_toolkit.demo.samples import TINY_DINOV3, write_checkpoint
 from probe_toolkit.results import records
 from probe_toolkit.store import images
 from probe_toolkit.store.extract import Settings, extract
+from test_knn import colour_folders
 
 runner = CliRunner()
 CLASSES = ("blue", "green", "red")
-
-
-def _image(path, colour, seed):
-    rng = np.random.default_rng(seed)
-    pixels = np.clip(np.array(colour)[None, None] + rng.normal(0, 40, (64, 80, 3)), 0, 255).astype(np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(pixels).save(path)
 
 
 def timm_dinov3(arch, state):
@@ -59,11 +52,7 @@ def dinov3_knn(train, train_labels, test, ks, T, n_classes):
 @pytest.fixture(scope="module")
 def dinov3_folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("knn3")
-    colours = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
-    for split, n in (("train", 4), ("val", 2)):
-        for c, (name, colour) in enumerate(colours.items()):
-            for i in range(n):
-                _image(root / "data" / split / name / f"{i}.png", colour, seed=100 * c + 10 * i + (split == "val"))
+    colour_folders(root / "data", sd=40.0)
     checkpoint = write_checkpoint(root / "v3.pth", "dinov3-timm", TINY_DINOV3, seed=3)
     store = extract(checkpoint, root / "data", settings=Settings(views=("eval224",), attention="none", chunk=8), cache_dir=root / "cache", quiet=True).store
     return root, checkpoint, store

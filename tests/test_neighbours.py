@@ -16,7 +16,7 @@ from analysis_stores import make_store
 from threadpoolctl import threadpool_limits
 
 from probe_toolkit.analyses import neighbours as nb
-from probe_toolkit.analyses.stats import bootstrap_mean
+from probe_toolkit.analyses.stats import Bootstrap, bootstrap_mean
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.runner import Where, per_image
 from probe_toolkit.store.cache import open_store, require
@@ -183,7 +183,7 @@ def token_store(tmp_path):
 def test_store_statistics_and_summary(token_store):
     path, arrays, failed = token_store
     ds = open_store(path)
-    result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3)
+    result = nb.neighbours(require(ds, "tokens_224"), 14, boot=Bootstrap(200, 3))
     kept = arrays["tokens_224"][~failed]
     plain = plain_statistics(kept, 14)
     assert result.sizes["image"] == 8 and "img00004.jpg" not in list(result.image.values)
@@ -197,22 +197,22 @@ def test_store_statistics_and_summary(token_store):
     assert np.allclose(result.anchor_top_in_window.values, plain["top_in_window_count"].mean(0) / 8)
     assert int(result.wrapped_links.values) == 164 and result.attrs["distance"].startswith("chebyshev (torus)")
     # the same numbers with other chunking and on a dask.distributed client
-    again = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, run_blocks=per_image(block=3))
+    again = nb.neighbours(require(ds, "tokens_224"), 14, boot=Bootstrap(200, 3), run_blocks=per_image(block=3))
     assert np.array_equal(again.summary_high.values, result.summary_high.values)
-    one, two = (nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, run_blocks=per_image(Where(workers=w), block=2)) for w in (1, 2))
+    one, two = (nb.neighbours(require(ds, "tokens_224"), 14, boot=Bootstrap(200, 3), run_blocks=per_image(Where(workers=w), block=2)) for w in (1, 2))
     for name in (*nb.STATISTICS, "negative_count", "top_in_window_count", "summary_mean", "summary_high"):
         assert np.array_equal(one[name].values, two[name].values, equal_nan=True), name
     from distributed import Client
 
     with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
-        remote = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=200, seed=3, run_blocks=per_image(Where(client=client)))
+        remote = nb.neighbours(require(ds, "tokens_224"), 14, boot=Bootstrap(200, 3), run_blocks=per_image(Where(client=client)))
     assert np.array_equal(remote.top_in_window.values, result.top_in_window.values)
 
 
 def test_grid_picks_its_array_and_names_the_flag(token_store, tmp_path):
     path, arrays, failed = token_store
     ds = open_store(path)
-    result = nb.neighbours(require(ds, nb.view_array(96)), 6, n_boot=50)
+    result = nb.neighbours(require(ds, nb.view_array(96)), 6, boot=Bootstrap(50))
     assert int(result.wrapped_links.values) == 68 and result.attrs["array"] == "tokens_96"
     with pytest.raises(ProbeError):
         nb.neighbours(require(ds, "tokens_224"), 6)
@@ -236,7 +236,7 @@ def test_larger_than_a_memory_cap_runs_in_chunks(tmp_path):
     ds = open_store(path)
     tracemalloc.start()
     try:
-        result = nb.neighbours(require(ds, "tokens_224"), 14, n_boot=100, run_blocks=per_image(Where(workers=2)))
+        result = nb.neighbours(require(ds, "tokens_224"), 14, boot=Bootstrap(100), run_blocks=per_image(Where(workers=2)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -328,7 +328,7 @@ def test_extracted_stores(tiny_stores):
         ds = open_store(store)
         for grid, view in ((14, 224), (6, 96)):
             tokens = require(ds, nb.view_array(view))
-            result = nb.neighbours(tokens, grid, n_boot=50)
+            result = nb.neighbours(tokens, grid, boot=Bootstrap(50))
             # the command computes each block on one BLAS thread (infra.runner.task_threads); on
             # some CPUs (an AMD EPYC here) OpenBLAS's float32 products on two threads differ in
             # the last bit, so the direct call runs as the command's blocks do

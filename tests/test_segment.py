@@ -24,25 +24,15 @@ from probe_toolkit.demo.samples import TINY, TINY_DINOV2, TINY_DINOV3, write_che
 from probe_toolkit.labels import ledger
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
+from segmentation_folders import box_scene, write_ade, write_voc
 
 ADE = {"training": ["ADE_train_00000001", "ADE_train_00000002", "ADE_train_00000003"], "validation": ["ADE_val_00000001", "ADE_val_00000002"]}
 SHORT = ["--iterations", "3", "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--chunk", "1"]
 
 
 def _scene(seed: int, size: tuple[int, int], n_classes: int, zero: bool) -> tuple[np.ndarray, np.ndarray]:
-    """A textured image with coloured boxes and its label map (ADE: a band of label 0 'other')."""
-    rng = np.random.default_rng(seed)
-    w, h = size
-    pixels = rng.normal(110, 25, (h, w, 3)).clip(0, 255)
-    label = np.full((h, w), int(rng.integers(1, n_classes)), np.uint8)
-    if zero:
-        label[: h // 6] = 0
-    for _ in range(2):
-        cls = int(rng.integers(1, n_classes))
-        x0, y0 = int(rng.integers(0, w - 16)), int(rng.integers(0, h - 16))
-        label[y0:y0 + 14, x0:x0 + 14] = cls
-        pixels[y0:y0 + 14, x0:x0 + 14] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
-    return pixels.astype(np.uint8), label
+    """A textured image with two 14-pixel coloured boxes and its label map (ADE: a band of label 0 'other')."""
+    return box_scene(seed, size, n_classes, zero, box=14, room=16, mean=110, sd=25)
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +40,8 @@ def ade(tmp_path_factory):
     """An ADEChallengeData2016 folder, its two panels registered, a store of the val images per network."""
     base = tmp_path_factory.mktemp("segment")
     root = base / "ADEChallengeData2016"
-    labels = {}
-    for split, names in ADE.items():
-        (root / "images" / split).mkdir(parents=True)
-        (root / "annotations" / split).mkdir(parents=True)
-        for n, name in enumerate(names):
-            pixels, label = _scene(n + 7 * len(split), (40 + 8 * n, 36), 151, True)
-            Image.fromarray(pixels).save(root / "images" / split / f"{name}.jpg", quality=95)
-            Image.fromarray(label, mode="L").save(root / "annotations" / split / f"{name}.png")
-            labels[name] = label
+    written = write_ade(root, ADE, lambda split, n: _scene(n + 7 * len(split), (40 + 8 * n, 36), 151, True))
+    labels = {path.split("/")[1].removesuffix(".jpg"): label for path, label in written.items()}
     cache = base / "cache"
     for name, role in (("ade-train", "train"), ("ade-val", "val")):
         from typer.testing import CliRunner
@@ -225,19 +208,13 @@ def test_refusals_come_before_any_label_is_read(ade, dino, capsys, tmp_path):
 
 def test_voc_layout_with_the_dinov2_preset(tmp_path, capsys):
     year = tmp_path / "VOCdevkit" / "VOC2012"
-    for folder in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
-        (year / folder).mkdir(parents=True)
-    labels = {}
-    for split, ids in (("train", ["2007_000032", "2007_000039"]), ("val", ["2007_000033", "2008_000001"])):
-        (year / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
-        for n, i in enumerate(ids):
-            pixels, label = _scene(int(i.replace("_", "")) % 1000, (44 + 6 * n, 38), 21, False)
-            label[:2] = 255  # VOC's void band
-            Image.fromarray(pixels).save(year / "JPEGImages" / f"{i}.jpg", quality=95)
-            mask = Image.fromarray(label, mode="P")
-            mask.putpalette([v for c in range(256) for v in ((c * 37) % 256, (c * 91) % 256, (c * 53) % 256)])
-            mask.save(year / "SegmentationClass" / f"{i}.png")
-            labels[i] = label
+
+    def scene(i: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        pixels, label = _scene(int(i.replace("_", "")) % 1000, (44 + 6 * n, 38), 21, False)
+        label[:2] = 255  # VOC's void band
+        return pixels, label
+
+    labels = write_voc(year, {"train": ["2007_000032", "2007_000039"], "val": ["2007_000033", "2008_000001"]}, scene)
     cache = tmp_path / "cache"
     from typer.testing import CliRunner
 

@@ -40,6 +40,28 @@ def _picture(seed: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
 # the generator probe is handed, draw for draw)
 
 
+def _convert(x, alpha=1.0, beta=0.0):
+    return np.clip(x.astype(np.float32) * alpha + beta, 0, 255).astype(np.uint8)
+
+
+def _photometric(rng, a, saturation, hue):
+    """PhotoMetricDistortion's steps in the order and with the draws both references make:
+    brightness, contrast (before or after the colour steps, by ``mode``), saturation, hue;
+    ``saturation(a, factor)`` and ``hue(a, rng)`` are each reference's own colour-space code."""
+    if rng.integers(2):
+        a = _convert(a, beta=rng.uniform(-32, 32))
+    mode = rng.integers(2)
+    if mode == 1 and rng.integers(2):
+        a = _convert(a, alpha=rng.uniform(0.5, 1.5))
+    if rng.integers(2):
+        a = saturation(a, rng.uniform(0.5, 1.5))
+    if rng.integers(2):
+        a = hue(a, rng)
+    if mode == 0 and rng.integers(2):
+        a = _convert(a, alpha=rng.uniform(0.5, 1.5))
+    return a
+
+
 def _dinov3_reference(rng, image, label, size, crop, photometric):
     ratio = rng.random() * (2.0 - 0.5) + 0.5  # FixedSideResize._random_sample_ratio
     small = int(size * ratio)
@@ -74,22 +96,9 @@ def _dinov3_reference(rng, image, label, size, crop, photometric):
     if rng.random() < 0.5:
         img, m = TF.hflip(img), TF.hflip(m)
     if photometric:
-        a = img.permute(1, 2, 0).numpy()
-
-        def convert(x, alpha=1.0, beta=0.0):
-            return np.clip(x.astype(np.float32) * alpha + beta, 0, 255).astype(np.uint8)
-
-        if rng.integers(2):
-            a = convert(a, beta=rng.uniform(-32, 32))
-        mode = rng.integers(2)
-        if mode == 1 and rng.integers(2):
-            a = convert(a, alpha=rng.uniform(0.5, 1.5))
-        if rng.integers(2):
-            a = TF.adjust_saturation(torch.tensor(a).permute(2, 0, 1), rng.uniform(0.5, 1.5)).permute(1, 2, 0).numpy()
-        if rng.integers(2):
-            a = TF.adjust_hue(torch.tensor(a).permute(2, 0, 1), rng.uniform(-0.5, 0.5)).permute(1, 2, 0).numpy()
-        if mode == 0 and rng.integers(2):
-            a = convert(a, alpha=rng.uniform(0.5, 1.5))
+        a = _photometric(rng, img.permute(1, 2, 0).numpy(),
+                         lambda a, f: TF.adjust_saturation(torch.tensor(a).permute(2, 0, 1), f).permute(1, 2, 0).numpy(),
+                         lambda a, rng: TF.adjust_hue(torch.tensor(a).permute(2, 0, 1), rng.uniform(-0.5, 0.5)).permute(1, 2, 0).numpy())
         img = torch.tensor(a.astype(np.float32)).permute(2, 0, 1)
     img = TF.normalize(img.float(), MEAN.tolist(), STD.tolist())
     h, w = img.shape[-2:]
@@ -126,24 +135,17 @@ def _dinov2_reference(rng, image, label, size, crop):
         img, m = img[:, ::-1], m[:, ::-1]
     bgr = np.ascontiguousarray(img[..., ::-1])  # mmseg works on BGR; its HSV is OpenCV's BGR2HSV
 
-    def convert(x, alpha=1.0, beta=0.0):
-        return np.clip(x.astype(np.float32) * alpha + beta, 0, 255).astype(np.uint8)
-
-    if rng.integers(2):
-        bgr = convert(bgr, beta=rng.uniform(-32, 32))
-    mode = rng.integers(2)
-    if mode == 1 and rng.integers(2):
-        bgr = convert(bgr, alpha=rng.uniform(0.5, 1.5))
-    if rng.integers(2):
+    def saturation(bgr, factor):
         hsv = cv2.cvtColor(bgr, cv2.COLOR_BGR2HSV)
-        hsv[:, :, 1] = convert(hsv[:, :, 1], alpha=rng.uniform(0.5, 1.5))
-        bgr = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
-    if rng.integers(2):
+        hsv[:, :, 1] = _convert(hsv[:, :, 1], alpha=factor)
+        return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
+
+    def hue(bgr, rng):
         hsv = cv2.cvtColor(bgr, cv2.COLOR_BGR2HSV)
         hsv[:, :, 0] = (hsv[:, :, 0].astype(int) + rng.integers(-18, 18)) % 180
-        bgr = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
-    if mode == 0 and rng.integers(2):
-        bgr = convert(bgr, alpha=rng.uniform(0.5, 1.5))
+        return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
+
+    bgr = _photometric(rng, bgr, saturation, hue)
     rgb = bgr[..., ::-1].astype(np.float32)  # Normalize(to_rgb=True)
     img = torch.from_numpy((rgb - MEAN.numpy()) / STD.numpy()).permute(2, 0, 1)
     h, w = m.shape

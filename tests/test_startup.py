@@ -231,17 +231,19 @@ def test_store_arrays_know_their_chunks_without_dask(tmp_path):
 
 def _entropy(ds):
     from probe_toolkit.analyses.entropy import entropy
+    from probe_toolkit.analyses.stats import Bootstrap
     from probe_toolkit.store.cache import require
 
-    return entropy(require(ds, "attention_224"), class_token=True, blocks=require(ds, "attention_blocks_224"), patch=3, n_boot=10)
+    return entropy(require(ds, "attention_224"), class_token=True, blocks=require(ds, "attention_blocks_224"), patch=3, boot=Bootstrap(10))
 
 
 def _neighbours(ds):
     from probe_toolkit.analyses.neighbours import neighbours
+    from probe_toolkit.analyses.stats import Bootstrap
     from probe_toolkit.store.cache import require
 
     tokens = require(ds, "tokens_224")
-    return neighbours(tokens, int(round(tokens.shape[1] ** 0.5)), k=2, top=3, n_boot=10)
+    return neighbours(tokens, int(round(tokens.shape[1] ** 0.5)), k=2, top=3, boot=Bootstrap(10))
 
 
 @pytest.mark.parametrize("analysis", [_entropy, _neighbours], ids=["entropy", "neighbours"])

@@ -55,7 +55,7 @@ from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 from .grid import grid_distance, grid_shape, grid_side
 from ..store.plain import Results
-from .stats import bootstrap_mean
+from .stats import Bootstrap
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -201,17 +201,14 @@ def entropy(
     blocks: xr.DataArray | StoreArray | None = None,
     patch: int | None = None,
     grid: int | tuple[int, int] | None = None,
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
+    boot: Bootstrap = Bootstrap(),
     run_blocks: Callable[..., dict[str, np.ndarray]] | None = None,
-    boot_progress: Callable[[int], None] | None = None,
 ) -> Results:
     """Entropy and distance summaries of a store's attention (image, head, query, key), by chunks;
     a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout.
 
     ``grid``: the view's patch grid, G or (rows, cols) (``store.grids.fixed_grid``); by default the
-    square grid of the patch count. ``run_blocks``: where the per-image block function runs
+    square grid of the patch count. ``boot``: the summary's bootstrap over images. ``run_blocks``: where the per-image block function runs
     (``infra.runner.per_image``); by default in this process, a store chunk at a time.
     """
     if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
@@ -250,10 +247,9 @@ def entropy(
             cls_effective=per_image["cls_effective"].mean(1),
             cls_share=per_image["cls_effective"].mean(1) / n_keys,
         )
-    interval = bootstrap_mean(np.stack(list(summary.values()), axis=1), n_boot=n_boot, seed=seed, level=level, progress=boot_progress)
-    data.update(summary_mean=("statistic", interval.mean), summary_low=("statistic", interval.low), summary_high=("statistic", interval.high))
+    summarised, images, described = boot.summary(attention, np.stack(list(summary.values()), axis=1))
+    data.update(summarised)
 
-    images = attention.coords["image"].values if "image" in attention.coords else np.arange(attention.shape[0])
     coords = {"image": images, "head": np.arange(attention.shape[1]), "statistic": list(summary)}
     if blocks is not None:
         coords["block"] = blocks.coords["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
@@ -268,13 +264,9 @@ def entropy(
         class_token=bool(class_token),
         registers=int(registers),
         patch=-1 if patch is None else int(patch),
-        array=str(attention.name),
         blocks=blocks is not None,
         entropy_unit="nats",
         distance_unit="patches (Euclidean between patch centres; times the patch size for pixels)",
-        n_images=int(len(images)),
-        n_boot=n_boot,
-        seed=seed,
-        level=level,
+        **described,
     )
     return Results(data, coords=coords, attrs=attrs)

@@ -269,18 +269,24 @@ def _running_topk(queries: np.ndarray, bank: np.ndarray, k: int, block: int) -> 
     return unkey(np.sort(best, axis=1))
 
 
+def check_search(rows: int, k: int, block: int) -> None:
+    """Refuse what an exact top-k search of ``rows`` bank rows cannot answer, in the numpy and
+    the torch search alike: k outside the bank, a bank past the keys' 32 bits of row, a bad block."""
+    if isinstance(k, bool) or not 1 <= k <= rows:
+        raise ValueError(f"k must lie in 1..{rows} (the bank's rows), got {k}")
+    if rows >= 2**32:
+        raise ValueError(f"{rows} bank rows: at most 2**32 - 1")
+    if isinstance(block, bool) or block < 1:
+        raise ValueError(f"block must be a positive integer, got {block}")
+
+
 def nearest(queries: np.ndarray, bank_features: np.ndarray, k: int, block: int = BANK_BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """(cosines float32, bank rows int64), each (queries, k), best first: the k bank rows most
     similar to each query patch, exactly, ``block`` bank rows at a time (equal cosines rank by
     bank row, the lower first, as ``analyses/knn.py``; the answer does not depend on ``block``).
     ``bank_features`` are normalised rows; queries are normalised here."""
     bank = np.asarray(bank_features, np.float32)
-    if isinstance(k, bool) or not 1 <= k <= bank.shape[0]:
-        raise ValueError(f"k must lie in 1..{bank.shape[0]} (the bank's rows), got {k}")
-    if bank.shape[0] >= 2**32:
-        raise ValueError(f"{bank.shape[0]} bank rows: at most 2**32 - 1")
-    if isinstance(block, bool) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block}")
+    check_search(bank.shape[0], k, block)
     return _running_topk(normalise(queries), bank, int(k), int(block))
 
 

@@ -27,6 +27,8 @@ from typing import Callable
 
 import numpy as np
 
+from .hummingbird import check_search
+
 LOW = 2**32  # rows per key: the bank index lives in the low 32 bits
 
 _device_banks: dict[tuple[str, str], object] = {}  # (bank digest, device) → the bank on the device (this run's)
@@ -90,12 +92,7 @@ def nearest(queries: np.ndarray, bank, k: int, block: int, device: str = "cpu") 
 
     where = device_of(device)
     rows = bank if isinstance(bank, torch.Tensor) else on_device(bank, device)
-    if isinstance(k, bool) or not 1 <= k <= rows.shape[0]:
-        raise ValueError(f"k must lie in 1..{rows.shape[0]} (the bank's rows), got {k}")
-    if rows.shape[0] >= 2**32:
-        raise ValueError(f"{rows.shape[0]} bank rows: at most 2**32 - 1")
-    if isinstance(block, bool) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block}")
+    check_search(rows.shape[0], k, block)
     with torch.no_grad():
         q = torch.as_tensor(np.asarray(queries, np.float32)).to(where).to(torch.float64)
         best = None

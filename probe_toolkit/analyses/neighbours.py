@@ -48,7 +48,7 @@ from ..infra.settings import SettingError
 from ..store.plain import Results
 from . import selection
 from .grid import grid_distance, grid_side
-from .stats import bootstrap_mean
+from .stats import Bootstrap
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -183,16 +183,13 @@ def neighbours(
     tokens: xr.DataArray | StoreArray,
     grid: int,
     *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
+    boot: Bootstrap = Bootstrap(),
     run_blocks: Callable[..., dict[str, np.ndarray]] | None = None,
-    boot_progress: Callable[[int], None] | None = None,
     **premise: Any,
 ) -> Results:
     """Premise statistics of a store's tokens (image, patch, channel), chunk by chunk over images:
     a ``store.plain.Results`` (``.to_xarray()`` for a Dataset), saved in xarray's layout without
-    importing xarray and pandas. ``run_blocks``: where the per-image block function runs
+    importing xarray and pandas. ``boot``: the summary's bootstrap over images. ``run_blocks``: where the per-image block function runs
     (``infra.runner.per_image``); by default in this process, a store chunk at a time.
     ``premise``: ``image_statistics``'s settings (``PREMISE``: k, top, wrap, metric,
     negative_quantile, max_negatives), SelfPatch's by default."""
@@ -211,17 +208,13 @@ def neighbours(
     per_image = (run_blocks or runner.per_image())(fn, {"tokens": tokens})  # in this process unless told
 
     n = grid * grid
-    images = tokens.coords["image"].values if "image" in tokens.coords else np.arange(tokens.shape[0])
-    table = np.stack([per_image[name] for name in STATISTICS], axis=1)
-    interval = bootstrap_mean(table, n_boot=n_boot, seed=seed, level=level, progress=boot_progress)
+    summarised, images, described = boot.summary(tokens, np.stack([per_image[name] for name in STATISTICS], axis=1))
     histogram = np.bincount(per_image["negative_count"].ravel().astype(np.int64), minlength=max_negatives + 1)
     data = {name: ("image", per_image[name].astype(np.float32)) for name in STATISTICS}
     data.update(
         top_in_window_count=(("image", "patch"), per_image["top_in_window_count"]),
         negative_count=(("image", "patch"), per_image["negative_count"]),
-        summary_mean=("statistic", interval.mean),
-        summary_low=("statistic", interval.low),
-        summary_high=("statistic", interval.high),
+        **summarised,
         anchor_top_in_window=("patch", per_image["top_in_window_count"].mean(0) / top),
         negative_count_histogram=("count", histogram[: max_negatives + 1]),
         **{name: ((), value) for name, value in structure(grid, wrap).items()},
@@ -230,11 +223,7 @@ def neighbours(
     attrs = dict(
         settings,
         distance=f"{metric} ({'torus' if wrap else 'plain grid'}), patch units",
-        array=str(tokens.name),
-        n_images=int(len(images)),
-        n_boot=n_boot,
-        seed=seed,
-        level=level,
+        **described,
         positives_per_anchor=settings["k"],
     )
     return Results(data, coords=coords, attrs=attrs)

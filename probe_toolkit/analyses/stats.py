@@ -7,6 +7,7 @@ generator, take the mean each time, and read the (1 ± level)/2 quantiles of tho
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -78,3 +79,25 @@ def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level:
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
     return Interval(values.mean(axis=0), low, high)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How a result's per-image statistics become its set-level summary (``bootstrap_mean``): one
+    object that every bootstrapping analysis takes, summarises with and records the same way.
+    ``progress(k)`` after each pass of k resamples (it does not change the numbers)."""
+
+    n_boot: int = 1000
+    seed: int = 0
+    level: float = 0.95
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
+
+    def summary(self, source, table: np.ndarray) -> tuple[dict, np.ndarray, dict]:
+        """For ``table`` (image, statistic) computed from ``source`` (an array with an image axis
+        first): the interval's variables (``summary_mean``/``_low``/``_high`` over ``statistic``),
+        the image coordinate, and the attributes that say what was resampled and how."""
+        interval = bootstrap_mean(table, n_boot=self.n_boot, seed=self.seed, level=self.level, progress=self.progress)
+        images = source.coords["image"].values if "image" in source.coords else np.arange(source.shape[0])
+        data = {"summary_mean": ("statistic", interval.mean), "summary_low": ("statistic", interval.low), "summary_high": ("statistic", interval.high)}
+        attrs = {"array": str(source.name), "n_images": int(len(images)), "n_boot": self.n_boot, "seed": self.seed, "level": self.level}
+        return data, images, attrs

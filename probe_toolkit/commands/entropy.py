@@ -20,7 +20,7 @@ def run_entropy(
 ) -> Run:
     """``probe entropy``: saved as ``results/entropy`` in each store."""
     from ..analyses.entropy import entropy
-    from ..analyses.stats import check_boot
+    from ..analyses.stats import Bootstrap, check_boot
 
     check_boot(over.boot)  # before any store is opened
 
@@ -34,7 +34,7 @@ def run_entropy(
         return entropy(
             require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), registers=int(arch.get("registers", 0)),
             blocks=blocks, patch=patch,
-            n_boot=over.boot, seed=over.seed, run_blocks=per_image(where, progress=progress), boot_progress=boot,
+            boot=Bootstrap(over.boot, over.seed, progress=boot), run_blocks=per_image(where, progress=progress),
         )
 
     runs = over_stores(stores, analyse, "attention_224", over)

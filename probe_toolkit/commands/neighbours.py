@@ -65,7 +65,7 @@ def run_neighbours(
 ) -> Run:
     """``probe neighbours``: saved as ``results/neighbours_g<grid>`` (``_nowrap`` without the wrap)."""
     from ..analyses.neighbours import neighbours, view_array
-    from ..analyses.stats import check_boot
+    from ..analyses.stats import Bootstrap, check_boot
 
     check_boot(over.boot)  # before any store is opened
 
@@ -75,8 +75,8 @@ def run_neighbours(
         tokens = require(ds, array)
         side = grid_side(tokens.shape[1], array)
         with within(f"bootstrap: {over.boot:,} resamples", over.boot) as boot:  # a line of its own while they run
-            return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, n_boot=over.boot, seed=over.seed,
-                              run_blocks=per_image(where, progress=progress), boot_progress=boot)
+            return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, boot=Bootstrap(over.boot, over.seed, progress=boot),
+                              run_blocks=per_image(where, progress=progress))
 
     runs = over_stores(stores, analyse, array, over)
     suffix = "" if wrap else "_nowrap"
