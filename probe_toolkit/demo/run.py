@@ -8,8 +8,8 @@ extracted, measured (entropy, neighbours), decoded and scored on the val panel (
 the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's protocols (k-NN,
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
 on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
-Hummingbird's dense retrieval on scenes written in VOC 2012's layout (``demo-seg-train``,
-``demo-seg-val``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
+Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
+layout (``demo-seg-train``, ``demo-seg-val``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
 
@@ -155,6 +155,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("keypoint correspondence (demo-spair)")
     _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
+    _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
+    lap("linear segmentation (a short schedule on the VOC-layout scenes)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
@@ -180,6 +182,17 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
             extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
                     batch_size=8, quiet=quiet)
         run_hummingbird(store, "demo-seg-train", "demo-seg-val", HummingbirdSettings(memory=(1000, None)), cache_dir=cache)
+
+
+def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, quick: bool) -> None:
+    """``probe segment`` on the same VOC-layout scenes: DINOv3's recipe on a schedule and crops a
+    CPU runs in seconds (the record and the table name every setting that differs from the published)."""
+    from ..commands.segment import run_segment
+    from ..protocols.segment import SegmentSettings
+
+    short = SegmentSettings(iterations=4 if quick else 20, batch_size=2, crop=32, size=32, stride=21, chunk=2)
+    for checkpoint, store in zip(checkpoints, stores):
+        run_segment(checkpoint, "demo-seg-train", "demo-seg-val", short, store=store, cache_dir=cache)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:
