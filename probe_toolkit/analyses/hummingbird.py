@@ -69,7 +69,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .knn import EMPTY, block_candidates, normalise, unkey
+from .knn import EMPTY, block_candidates, check_search, normalise, unkey
 from .hummingbird_published import (AUGMENTATION_EPOCHS, EMPTY_SCORE, IGNORE_INDEX, INPUT_SIZE, K, MATCHINGS, PATCH_SIZE, PUBLISHED,  # noqa: F401
                                     PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, SEED, TEMPERATURE, VOC_CLASSES)
 
@@ -267,17 +267,6 @@ def _running_topk(queries: np.ndarray, bank: np.ndarray, k: int, block: int) -> 
         best = np.partition(merged, k - 1, axis=1)[:, :k] if merged.shape[1] > k else merged
         seen += sim.shape[1]
     return unkey(np.sort(best, axis=1))
-
-
-def check_search(rows: int, k: int, block: int) -> None:
-    """Refuse what an exact top-k search of ``rows`` bank rows cannot answer, in the numpy and
-    the torch search alike: k outside the bank, a bank past the keys' 32 bits of row, a bad block."""
-    if isinstance(k, bool) or not 1 <= k <= rows:
-        raise ValueError(f"k must lie in 1..{rows} (the bank's rows), got {k}")
-    if rows >= 2**32:
-        raise ValueError(f"{rows} bank rows: at most 2**32 - 1")
-    if isinstance(block, bool) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block}")
 
 
 def nearest(queries: np.ndarray, bank_features: np.ndarray, k: int, block: int = BANK_BLOCK) -> tuple[np.ndarray, np.ndarray]:

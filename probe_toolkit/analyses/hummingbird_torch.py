@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from .hummingbird import check_search
+from .knn import check_search
 
 LOW = 2**32  # rows per key: the bank index lives in the low 32 bits
 

@@ -76,6 +76,18 @@ def unkey(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
+def check_search(rows: int, k: int, block: int) -> None:
+    """Refuse what an exact top-k search of ``rows`` bank rows cannot answer, in Hummingbird's
+    numpy and torch searches alike (``hummingbird.py``, ``hummingbird_torch.py``): k outside the
+    bank, a bank past the keys' 32 bits of row (``keys``), a bad block."""
+    if isinstance(k, bool) or not 1 <= k <= rows:
+        raise ValueError(f"k must lie in 1..{rows} (the bank's rows), got {k}")
+    if rows >= 2**32:
+        raise ValueError(f"{rows} bank rows: at most 2**32 - 1")
+    if isinstance(block, bool) or block < 1:
+        raise ValueError(f"block must be a positive integer, got {block}")
+
+
 def _kth_largest(sim: np.ndarray, k: int) -> np.ndarray:
     """Each row's k-th largest value (a partition of the values: a third of an argpartition's cost)."""
     width = sim.shape[1]
