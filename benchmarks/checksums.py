@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path

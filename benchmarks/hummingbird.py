@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
 
 from probe_toolkit.analyses import hummingbird as hb
-from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird.jsonl"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-
 from report_stores import invoke
 
 from probe_toolkit.demo.spair import write_spair

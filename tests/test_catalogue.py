@@ -22,11 +22,11 @@ import socket
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -37,8 +37,8 @@ from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra import cluster as cluster_side
 from probe_toolkit.infra import litter
 from probe_toolkit.infra.runner import Where, per_image
-from probe_toolkit.store import cache, create, writer
 from probe_toolkit.results import records
+from probe_toolkit.store import cache, create, writer
 from probe_toolkit.store.checkpoint_files import sha256_file
 
 # ----------------------------------------------------------------------------------------------

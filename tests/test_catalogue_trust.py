@@ -22,7 +22,6 @@ from test_catalogue import SCENES, probe, refused, tree, w  # noqa: F401  (w: th
 
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.results import records
-from probe_toolkit.store import integrity
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
 from probe_toolkit.labels.masks import decode_rle, saved_masks
+from probe_toolkit.results import records
 from probe_toolkit.store import cache
 from probe_toolkit.store.create import create_store
-from probe_toolkit.results import records
 
 runner = CliRunner()
 P = 16

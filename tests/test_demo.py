@@ -8,8 +8,8 @@ from pathlib import Path
 from probe_toolkit.demo.run import run_demo
 from probe_toolkit.labels import ledger
 from probe_toolkit.report.sections import gather
-from probe_toolkit.store.cache import open_store
 from probe_toolkit.results import records
+from probe_toolkit.store.cache import open_store
 
 
 def test_demo_quick_produces_a_report_with_every_section(tmp_path):

@@ -15,6 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PIL import Image
+from segmentation_folders import box_scene, write_ade, write_voc
+from test_correspond import assert_plain_errors
+from test_hummingbird_protocol import _iou, _plain
+from test_hummingbird_protocol import _scene as voc_scene
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
@@ -23,10 +27,6 @@ from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.infra import origin
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
-from segmentation_folders import box_scene, write_ade, write_voc
-from test_correspond import assert_plain_errors
-from test_hummingbird_protocol import _iou, _plain
-from test_hummingbird_protocol import _scene as voc_scene
 
 runner = CliRunner()
 HBIRD_VIEWS = ("hbird512", "hbird512_aug0", "hbird512_aug1")

@@ -23,7 +23,6 @@ from probe_toolkit.commands.decode_sweep import load_grid
 from probe_toolkit.labels import guard, ledger, panels
 from probe_toolkit.labels import saliency as sal
 from probe_toolkit.labels.kinds import COCO20K_SIZE, coco20k_ids
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
 
 runner = CliRunner()
@@ -403,7 +402,7 @@ def test_grey_mask_pixels_are_foreground_as_tokencut_scores_them(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "s.json").read_text())["scores"]
     names = ("a.png", "b.png", "c.png", "d.png")
-    preds = [((truth[n] == 255)).astype(float) for n in names]  # the decoder finds the planted object exactly
+    preds = [(truth[n] == 255).astype(float) for n in names]  # the decoder finds the planted object exactly
     f, iou, acc, _ = plain_metrics(preds, [truth[n] > 0 for n in names])
     assert summary["max_f"] == pytest.approx(f) and summary["iou"] == pytest.approx(iou) and summary["accuracy"] == pytest.approx(acc)
     assert summary["iou"] < 1  # the grey column is object, which the prediction misses

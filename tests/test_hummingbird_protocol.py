@@ -13,17 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.functional as TF
+from cli_runs import probe_main
 from PIL import Image
+from segmentation_folders import write_voc
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from cli_runs import probe_main
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.results import records
 from probe_toolkit.store import cache, hbird_views
 from probe_toolkit.store.extract import Settings, extract
-from segmentation_folders import write_voc
 
 runner = CliRunner()
 TRAIN = ["2007_000032", "2007_000039", "2007_000063", "2008_000002", "2009_000010"]

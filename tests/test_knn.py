@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
-from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from probe_toolkit.infra.placement import launcher_shard
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.placement import launcher_shard
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 

@@ -16,9 +16,9 @@ from probe_toolkit.commands import linear as probing
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import add_panel
+from probe_toolkit.results import records
 from probe_toolkit.store import cache, images
 from probe_toolkit.store.create import create_store
-from probe_toolkit.results import records
 
 # ----------------------------------------------------------------------------------------------
 # geometry and labels

@@ -8,10 +8,10 @@ import json
 
 import numpy as np
 import pytest
-from cli_runs import probe_main
-from conftest import davis_video
 import torch
 import torch.nn.functional as F
+from cli_runs import probe_main
+from conftest import davis_video
 from PIL import Image
 
 from probe_toolkit.demo.samples import TINY

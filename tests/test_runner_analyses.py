@@ -12,16 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from cli_runs import probe_main
+from PIL import Image
 from test_knn import class_folders  # noqa: F401  (fixture: a tiny network's store over train/ and val/ class folders)
 from test_propagate import video  # noqa: F401  (fixture: a two-sequence DAVIS folder and a tiny checkpoint)
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from probe_toolkit.infra import cluster as cluster_side, runner
-from probe_toolkit.store import cache
+from probe_toolkit.infra import cluster as cluster_side
+from probe_toolkit.infra import runner
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 
 
 def _saved(store: Path, name: str) -> dict[str, np.ndarray]:

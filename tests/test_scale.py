@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 from analysis_stores import manifest, softmax
 
-from probe_toolkit.store.create import create_store
-
 from probe_toolkit.results import records
+from probe_toolkit.store.create import create_store
 
 N_IMAGES = 20_000
 CHUNK = 64

@@ -190,10 +190,10 @@ def test_xarray_still_knows_a_dask_array_when_there_is_one():
     """The deferred check (infra/lazy_dask) answers as xarray's own once dask.array is imported."""
     import numpy as np
     import xarray as xr
+    from xarray.namedarray.pycompat import array_type, is_chunked_array
 
     import probe_toolkit.store.cache  # noqa: F401  (installs the deferral)
     from probe_toolkit.infra import lazy_dask
-    from xarray.namedarray.pycompat import array_type, is_chunked_array
 
     assert lazy_dask.defer()
     import dask.array as da

@@ -10,14 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.decoder_blocks import ARRAYS
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.cli import main
 from probe_toolkit.commands.decode import run_decode
 from probe_toolkit.commands.stream import run_stream
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.placement import Placement
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract

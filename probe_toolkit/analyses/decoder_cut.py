@@ -6,8 +6,8 @@ and as the fallback. ``Cut`` carries the vector and the bound on its error (``Cu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 import scipy.linalg

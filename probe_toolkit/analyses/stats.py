@@ -7,14 +7,14 @@ generator, take the mean each time, and read the (1 ± level)/2 quantiles of tho
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
-
 
 # The fewest resamples ``probe entropy`` and ``probe neighbours`` accept for their 95 % intervals.
 # A percentile interval reads each bound from the 2.5 % of resampled means in its tail: with B

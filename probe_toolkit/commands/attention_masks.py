@@ -28,22 +28,23 @@ Results ``results/attention_masks``:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, sharded
 from ..infra.runner import Where, map_images, placed
 from ..labels.panels import read_labels
-from ..store import cache, images, parts
 from ..results import records
+from ..store import cache, images, parts
 from .runs import result_provenance
 
 ROWS = ("auto", "cls", "aggregation", "mean")

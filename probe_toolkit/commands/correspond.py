@@ -26,17 +26,18 @@ the shard that finds every part in (``shards.collect``) scores them all and save
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import correspond
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.runner import check_placement, map_blocks, placed
 from ..labels import spair, spair_read

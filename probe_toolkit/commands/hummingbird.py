@@ -28,20 +28,21 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.runner import map_images, placed
-from ..infra.shared import shared
 from ..infra.settings import SettingError
+from ..infra.shared import shared
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records

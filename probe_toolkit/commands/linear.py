@@ -38,22 +38,24 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import linear
 from ..infra import provenance
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..labels.panels import LabelRead, check_readable, read_labels, train_and_val
-from ..store import cache, images
 from ..results import records
+from ..store import cache, images
 from ..store.completion import computed_on
 from .panel_stores import Level, Source, locate, panel_ids
+
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
 
 

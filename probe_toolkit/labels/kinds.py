@@ -28,9 +28,10 @@ The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(byte
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..infra.errors import ProbeError
 from . import ade_layout, saliency, spair, voc, voc_layout

@@ -3,7 +3,7 @@ or one is the other with leading folders added and exactly one candidate exists.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..infra.errors import ProbeError
 

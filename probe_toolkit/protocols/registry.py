@@ -20,8 +20,9 @@ Like timm's ``@register_model``: nothing else in the toolkit keeps a list of pro
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..infra.errors import ProbeError
 

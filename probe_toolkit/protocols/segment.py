@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analyses import segment_published as seg
-from ..infra.settings import Settings, SettingError, at_least, one_of, positive, within
+from ..infra.settings import SettingError, Settings, at_least, one_of, positive, within
 from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 

@@ -11,9 +11,8 @@ from . import figures_maps
 from .content import Note, Section, Table
 from .context import Context
 from .published import comparable
-from .sections_kit import _lacking, _pct, HOW, MASK_WIDTH, MAX_MASK_IMAGES
+from .sections_kit import HOW, MASK_WIDTH, MAX_MASK_IMAGES, _lacking, _pct
 from .sources import original_image
-
 
 # ----------------------------------------------------------------------------------------------
 # decoder masks and scores

@@ -9,9 +9,8 @@ from ..results.summaries import NEIGHBOUR_LABELS, statistic_rows
 from . import figures_maps
 from .content import Note, Section, Table
 from .context import Context
-from .sections_kit import _lacking, _other_grids, HOW
+from .sections_kit import HOW, _lacking, _other_grids
 from .sources import StoreView
-
 
 # ----------------------------------------------------------------------------------------------
 # neighbours: the followed patch's cosine map, and the premise statistics

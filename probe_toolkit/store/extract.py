@@ -177,8 +177,8 @@ def extract(
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
-            from .verify import repair as mark_damaged
             from .sources import check_unchanged, record_absolute
+            from .verify import repair as mark_damaged
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
             if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change

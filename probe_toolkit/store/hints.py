@@ -9,8 +9,9 @@ the store's readers import it too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..infra.errors import ProbeError
 from .architectures import Arch, heads_from_args
