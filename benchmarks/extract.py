@@ -76,13 +76,13 @@ from probe_toolkit.demo.samples import sample_photos, write_checkpoint
 from probe_toolkit.infra.memory import keep_memory_flat, reusing_blocks
 from probe_toolkit.store import images
 from probe_toolkit.store.architectures import DINOV3_B16, DINOV3_RELEASED, DINOV3_S16, RELEASED
+from probe_toolkit.store.backbone import Backbone
+from probe_toolkit.store.checkpoints import load_checkpoint
+from probe_toolkit.store.extract import SAVERS, Settings, extract
 
 # the released sizes, and DINOv3's (timm's Eva with RoPE: the bare side is that same timm model) by their
 # registry names and the short names dinov3-s16 / dinov3-b16
 ARCHS = {**RELEASED, **DINOV3_RELEASED, "dinov3-s16": DINOV3_S16, "dinov3-b16": DINOV3_B16}
-from probe_toolkit.store.backbone import Backbone
-from probe_toolkit.store.checkpoints import load_checkpoint
-from probe_toolkit.store.extract import SAVERS, Settings, extract
 
 
 def image_folder(root: Path, count: int) -> Path:
@@ -412,8 +412,8 @@ def main() -> None:
         results: dict[int, dict[str, list[dict[str, float]]]] = {s: {"probe": [], "bare": []} for s in plan}
         for r in range(rounds + 1):  # round 0 warms up
             for size, (folder, batch) in plan.items():
-                sides = [("bare", lambda: bare_side(size)),
-                         ("probe", lambda: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device))]
+                sides = [("bare", lambda size=size: bare_side(size)),
+                         ("probe", lambda size=size, folder=folder, batch=batch, r=r: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device))]
                 for side, run in sides if r % 2 else sides[::-1]:  # the order alternates
                     measured = run()
                     if r:

@@ -306,7 +306,7 @@ def test_colour_term_reads_the_stores_photographs_not_the_current_directorys(t, 
     older = _relative(t, "scenes")  # under stores/copy-N/: found two folders up, beside stores/
     decoy = tmp_path / "scenes"
     decoy.mkdir()
-    for seed, (name, (size, boxes)) in enumerate(SCENES.items()):
+    for seed, (name, (size, _boxes)) in enumerate(SCENES.items()):
         synthetic_scene(decoy / name, size, [], seed=100 + seed)
     monkeypatch.chdir(tmp_path)
     run = probe("decode", older, "--preset", "dsm", "--color-lambda", "1", "-q")

@@ -85,7 +85,7 @@ def make_native(folder, away, view="native"):
     most = max(r * c for r, c in grids)
     keys = np.full((len(SCENES), most, 12), np.nan, dtype=np.float32)
     per_image = []
-    for i, ((_, h, w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
+    for i, ((_, _h, _w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
         per_image.append(planted(r, c, objects, seed=i, away=away))
         keys[i, : r * c] = per_image[-1]
     manifest = {"kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},

@@ -150,7 +150,7 @@ def test_ties_at_every_rank_go_to_the_lower_train_index():
         train[:3] = -train[:3]
         k, width = int(rng.integers(1, min(n, 300) + 1)), int(rng.choice([1, 7, 64, 400]))
         tr, te = knn.normalise(train), knn.normalise(test)
-        value, index = knn.running_topk(te, lambda: ((a, tr[a:a + width]) for a in range(0, n, width)), k)
+        value, index = knn.running_topk(te, lambda tr=tr, width=width, n=n: ((a, tr[a:a + width]) for a in range(0, n, width)), k)
         sims = np.concatenate([te @ tr[a:a + width].T for a in range(0, n, width)], axis=1).astype(np.float64)
         expected = np.argsort(-sims, axis=1, kind="stable")[:, :k]
         np.testing.assert_array_equal(index, expected)

@@ -167,7 +167,7 @@ def run_stream(
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
 
-            def block(a: int, b: int, start: int = start) -> dict[str, np.ndarray]:
+            def block(a: int, b: int, start: int = start, keys: np.ndarray = keys) -> dict[str, np.ndarray]:
                 out = {"keys": keys[a:b]}
                 if own:
                     out.update(rows=rows[start + a:start + b], cols=cols[start + a:start + b])

@@ -156,7 +156,7 @@ def segmentation(ctx) -> Section:
 
     section, found = results_section(ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation", "linear segmentation results",
                                      SEGMENT_HOW)
-    for label, (store, ds) in found.items():
+    for label, (_store, ds) in found.items():
         schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
         kind = ds.attrs.get("panel_kind", "ade20k")
         rows = [[f"{label} ({schedule.get('label', '?')})", _pct(ds.miou.values), _pct(ds.accuracy.values)]]

@@ -206,7 +206,7 @@ def extract(
                     n, needed = stop - start, list(loaded.failed)
                     ticked = [0.0]
 
-                    def tick(count: int, share: float = 1.0 / len(needed)) -> None:
+                    def tick(count: int, share: float = 1.0 / len(needed), ticked: list[float] = ticked) -> None:
                         ticked[0] += count * share
                         progress.advance(task, count * share)
 
