@@ -224,7 +224,8 @@ def main() -> None:
         print(f"{label:44s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
     print(json.dumps({"benchmark": "startup", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-                      "target_s": TARGET, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": max(loads), "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
+                      "target_s": TARGET, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": max(loads),
+                      "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
                 got = saved.prediction.values[m, j]
                 assert np.array_equal(saved.truth.values[j], truth)
                 # the plain computation runs in float64, probe in float32 as the reference: a label may differ only where
-                # rounding decides, i.e. two classes' scores tie to 1e-5 or a neighbour ties at the k-th place (measured: 4 pixels of 24 maps of 504 or 512 px, every one such a tie, before the ADE20K memory was cut to 60 rows)
+                # rounding decides, i.e. two classes' scores tie to 1e-5 or a neighbour ties at the k-th place (measured: 4 pixels of 24 maps
+                # of 504 or 512 px, every one such a tie, before the ADE20K memory was cut to 60 rows)
                 differ = got != predicted
                 assert differ.sum() <= 4 and (tied[differ] | (margin[differ] < 1e-5)).all(), (kind, m, name, int(differ.sum()), margin[differ])
                 keep = truth != 255

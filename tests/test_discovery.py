@@ -324,7 +324,8 @@ def test_coco20k_panel_keeps_the_listed_images_and_drops_crowds(tmp_path):
         coco["annotations"].append({"id": 20 + n, "image_id": i, "category_id": 1, "bbox": [0, 0, 9, 9], "area": 81, "iscrowd": 1})
     path = tmp_path / "instances_train2014.json"
     path.write_text(json.dumps(coco))
-    result = runner.invoke(app, ["panel", "add", "c20k", "--coco20k", "--annotations", str(path), "--images", str(images), "--role", "val", "--cache", str(tmp_path / "c")])
+    result = runner.invoke(app, ["panel", "add", "c20k", "--coco20k", "--annotations", str(path), "--images", str(images), "--role", "val", "--cache",
+                                 str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
     labels = panels.read_labels("c20k", purpose="test", cache=tmp_path / "c")
     assert sorted(labels.coco.getImgIds()) == sorted(listed)

@@ -225,7 +225,8 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     root, store = class_folders
     c = str(tmp_path / "cache")
     for name, role in (("tr", "train"), ("va", "val")):
-        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c])
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache",
+                                c])
         assert r.exit_code == 0, r.output
     out = tmp_path / "knn.json"
     r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--temperature", "0.2", "--cache", c, "--json", str(out), "-q"])

@@ -50,7 +50,8 @@ def plain_f(truth, pred, r):
         out = np.zeros_like(seg)
         for y in range(h):
             for x in range(w):
-                nbrs = [(y, x + 1), (y + 1, x), (y + 1, x + 1)] if y < h - 1 and x < w - 1 else [(y, x + 1)] if y == h - 1 and x < w - 1 else [(y + 1, x)] if x == w - 1 and y < h - 1 else []
+                nbrs = ([(y, x + 1), (y + 1, x), (y + 1, x + 1)] if y < h - 1 and x < w - 1 else [(y, x + 1)] if y == h - 1 and x < w - 1
+                        else [(y + 1, x)] if x == w - 1 and y < h - 1 else [])
                 out[y, x] = any(seg[y, x] != (seg[a, b] if a < h and b < w else False) for a, b in nbrs)
         return out
 

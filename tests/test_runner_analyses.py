@@ -197,7 +197,8 @@ def _propagated(video, out: Path, json_path: Path, capsys, *place: str) -> tuple
     root, checkpoint = video
     _run(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(out.parent / "c"), "--n-last-frames", "2",
           "--json", str(json_path), "-q", *place], capsys)
-    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".shards" not in p.parts and p.name != ".probe-output.json")  # the manifest names its own folder
+    # the manifest names its own folder
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".shards" not in p.parts and p.name != ".probe-output.json")
     summary = _numbers(json.loads(json_path.read_text()))
     return {str(f): (out / f).read_bytes() for f in files}, {k: v for k, v in summary.items() if k not in ("seconds", "out")}
 

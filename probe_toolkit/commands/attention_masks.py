@@ -254,7 +254,8 @@ def run_attention_masks(
             union[i], best[i], per_object[i] = score.union, score.best_union, score.per_object
         scored = int(np.isfinite(best).sum())
         if scored == 0:
-            raise ProbeError(read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images", "score on a panel whose images the store holds")
+            raise ProbeError(read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images",
+                             "score on a panel whose images the store holds")
         data.update({"jaccard": (("image", "head"), union), "best": ("image", best), "per_object": ("image", per_object),
                      "jaccard_mean": ("head", np.nanmean(union, 0)), "best_mean": np.nanmean(best), "per_object_mean": np.nanmean(per_object)})
         report.scored, report.ledger = scored, read.entry_id

@@ -100,7 +100,8 @@ def _check_kinds(train: Panel, val: Panel) -> None:
                              f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
                              f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)")
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
+                         "score on a val panel of the train panel's data set")
 
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:

@@ -258,7 +258,8 @@ def run_knn(
     view = choose_view([train_ds, val_ds], chosen)
     if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
         print(narrowed, file=sys.stderr)
-    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
+    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view),
+                                                        records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         if not sharded(shard):

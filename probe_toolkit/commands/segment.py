@@ -80,7 +80,8 @@ def _check_kinds(train: Panel, val: Panel) -> None:
             raise ProbeError(panel.name, f"is a {panel.kind} panel; linear segmentation reads label maps of an ade20k or voc-segmentation panel",
                              f"register ADEChallengeData2016 with --ade20k (or VOC2012 with --voc-segmentation) and --role {panel.role}")
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
+                         "score on a val panel of the train panel's data set")
 
 
 def _device(name: str) -> torch.device:

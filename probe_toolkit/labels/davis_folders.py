@@ -50,7 +50,8 @@ def davis_sequences(root: str | Path, subset: str = "val", resolution: str = "48
     return out
 
 
-def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None, subset: str) -> tuple[list[bytes], str]:
+def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None,
+                subset: str) -> tuple[list[bytes], str]:
     inside.active = True
     try:
         raw = [f.read_bytes() for f in files]

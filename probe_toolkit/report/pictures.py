@@ -104,7 +104,8 @@ def decoder_cuts(ctx: Context) -> Section:
         return section
     for label, (store, ds) in with_vector.items():
         if "grid_rows" in ds:  # the figure draws one square grid; the own-size views have a grid per image
-            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view (a grid per image).")
+            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view "
+                            "(a grid per image).")
             continue
         ids = [str(v) for v in ds.image.values]
         scored = next((store.result(n) for n in sorted(store.results) if n.startswith("scores_")), None)

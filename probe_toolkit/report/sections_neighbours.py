@@ -89,7 +89,8 @@ def premise(ctx: Context) -> Section:
             png = figures_maps.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
                                      f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
                                      "share of the top 8 inside the window")
-            section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
+            section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png,
+                                             "Per anchor position: how often its most similar patches lie in its 3×3 window."))
         lacking = [s for s in ctx.stores if s.label not in found and not _other_grid(s, name, first.attrs.get("array"))]
         _lacking(section, lacking, f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
     if not any_found:

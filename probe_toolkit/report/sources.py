@@ -221,7 +221,8 @@ class LedgerBook:
         _, entry = found
         f = entry.fields
         unseal = f", unsealed: {f['unseal']}" if f.get("unseal") else ""
-        return f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), {f.get('images', '?')} images{unseal}"
+        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), "
+                f"{f.get('images', '?')} images{unseal}")
 
 
 def read_ledgers(stores: list[StoreView], cache_dir: str | Path | None) -> LedgerBook:

@@ -64,7 +64,8 @@ def _written(pending: Future, path: Path) -> None:
         pending.result()
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ProbeError(path, "ran out of disk space while writing a chunk", "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
+            raise ProbeError(path, "ran out of disk space while writing a chunk",
+                             "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
         raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
 
 
@@ -217,7 +218,8 @@ def extract(
                         ok = ~loaded.failed[view]
                         good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
-                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view",
+                                               "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
                             if on_error == "fail":
                                 raise error
                             loaded.errors.append(error.line())

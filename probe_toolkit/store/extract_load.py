@@ -67,7 +67,8 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
     for view, grid in expected.items():
         try:
             if own_grid(ref, picture.width, picture.height, patch, view) != grid:
-                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
+                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with",
+                                 "restore the file, or extract into a new --store")
             out.own[view] = images.native(picture, patch, view)
         except ProbeError as error:
             out.own_error[view] = error

@@ -27,7 +27,8 @@ def refuse_compressed(path: Path) -> None:
         head = handle.read(6)
     found = next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
     if found:
-        raise ProbeError(path, f"is {found}-compressed, not a checkpoint as saved", f"decompress it first ({DECOMPRESS[found]} {path} > checkpoint.pth) and pass the result")
+        raise ProbeError(path, f"is {found}-compressed, not a checkpoint as saved",
+                         f"decompress it first ({DECOMPRESS[found]} {path} > checkpoint.pth) and pass the result")
 
 
 def refuse_prefixed(backbone: Iterable[str], key: str, path: Path) -> None:
