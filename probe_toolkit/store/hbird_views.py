@@ -142,7 +142,7 @@ def jittered(image: Image.Image, chosen: Draw) -> Image.Image:
     return out
 
 
-def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> "torch.Tensor":
+def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> torch.Tensor:
     """A memory view's input (3, side, side): the whole image jittered, normalised, then the box
     cut from the float tensor and resized bilinearly with antialias to ``side`` × ``side``."""
     import torch.nn.functional as F
@@ -159,7 +159,7 @@ def squashed(image: Image.Image, side: int = SIDE) -> Image.Image:
     return image.resize((side, side), Image.Resampling.BILINEAR)
 
 
-def normalise(image: Image.Image) -> "torch.Tensor":
+def normalise(image: Image.Image) -> torch.Tensor:
     """(3, H, W) float32: (v / 255 - mean) / std with the reference's std, channel by channel
     (a look-up of the same float32 operations, as ``images.normalise``)."""
     import torch
@@ -171,7 +171,7 @@ def normalise(image: Image.Image) -> "torch.Tensor":
     return torch.from_numpy(out)
 
 
-def pixels(image: Image.Image, view: str, image_id: str, side: int = SIDE) -> "torch.Tensor":
+def pixels(image: Image.Image, view: str, image_id: str, side: int = SIDE) -> torch.Tensor:
     """The network's input of one Hummingbird view of an RGB image at input size ``side``."""
     if view == VAL:
         return normalise(squashed(image, side))
