@@ -121,7 +121,7 @@ def test_argsort_is_torchs_cpu_argsort_ties_included(monkeypatch):
 def test_lost_follows_torchs_order_where_it_is_not_the_lowest_index():
     """An image whose lowest degree is shared: LOST's argsort and the lowest-index rule pick other seeds."""
     rng = np.random.default_rng(3)
-    for trial in range(200):
+    for _ in range(200):
         keys = rng.normal(size=(12 * 14, 8))
         keys[:, 0] += 0.3
         ours = lost(keys, (12, 14), ties="argsort")

@@ -16,7 +16,7 @@ elements in PyTorch 1.7, LOST's version) orders ties another way.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import SettingError, Settings, at_least, one_of, within
 from ..analyses.decoder_settings import TIES
+from ..infra.settings import SettingError, Settings, at_least, one_of, within
 from ..store import views
 from .registry import Command, Option, Protocol, Reads, Reference, on_panel, register, written_to
 
