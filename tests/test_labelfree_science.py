@@ -19,14 +19,18 @@ def rankme_by_svd(z: np.ndarray, eps: float = 1e-7) -> float:
     return float(np.exp(-np.sum(p * np.log(p))))
 
 
-def test_rankme_from_streamed_gram_is_the_svd_formula():
+def test_rankme_from_the_streamed_qr_is_the_svd_formula():
     rng = np.random.default_rng(0)
     z = rng.normal(size=(900, 24)) @ np.diag(np.linspace(3, 0.01, 24)) + 0.5  # not centred, as the paper's Z
-    gram = rank.Gram(24)
+    spectrum = rank.Spectrum(24)
     for part in np.array_split(z.astype(np.float32), 7):
-        gram.add(part)
-    assert gram.rows == 900
-    assert gram.rankme() == pytest.approx(rankme_by_svd(z.astype(np.float32)), rel=1e-10)
+        spectrum.add(part)
+    assert spectrum.rows == 900
+    assert spectrum.rankme() == pytest.approx(rankme_by_svd(z.astype(np.float32)), rel=1e-12)
+    few = rank.Spectrum(24)  # fewer rows than channels, a rank-deficient Z: no noise from squaring
+    few.add(z[:3])
+    few.add(z[3:6])
+    assert len(few.singular_values()) == 6 and few.rankme() == pytest.approx(rankme_by_svd(z[:6]), rel=1e-12)
     assert rank.rankme(np.ones(16)) == pytest.approx(16.0, rel=1e-5)  # equal singular values: D
     assert rank.rankme(np.r_[1.0, np.zeros(15)]) == pytest.approx(1.0, abs=1e-4)  # one direction: 1 (up to ε)
 

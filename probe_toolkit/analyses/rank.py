@@ -7,9 +7,9 @@ Self-Supervised Representations by Their Rank*, ICML 2023, Eq. 1): for an embedd
     p_k = σ_k / ‖σ‖₁ + ε,   RankMe(Z) = exp(−Σ_k p_k log p_k),   ε = 1e-7.
 
 It lies in [1, min(n, D)] (up to ε): D for a spectrum of equal singular values, 1 for one
-direction. The singular values come from the D × D Gram matrix ZᵀZ accumulated in float64 a
-block of rows at a time (σ_k² are its eigenvalues), so memory is D², not n × D, whatever the
-store's size (``benchmarks/labelfree.py`` compares it with a float64 SVD of Z). NVlabs/RADIO ``examples/ssl_metrics.py``
+direction. The singular values come from the R factor of a QR of Z updated a block of rows at
+a time in float64 (``Spectrum``: TSQR), so memory is D², not n × D, whatever the store's size,
+and the values are an SVD's (``benchmarks/labelfree.py`` compares it with a float64 SVD of Z). NVlabs/RADIO ``examples/ssl_metrics.py``
 (``smooth_rank``) drops σ_k = 0 and puts ε in the denominator, p_k = σ_k / (‖σ‖₁ + ε); the two
 differ by less than D·ε·|log ε| (6e-4 at D = 384), and ``rankme(..., form="radio")`` gives
 RADIO's.
@@ -51,33 +51,35 @@ def rankme(singular_values: np.ndarray, eps: float = EPS, form: str = "garrido")
     return float(np.exp(-np.sum(p * np.log(p))))
 
 
-def singular_values(gram: np.ndarray) -> np.ndarray:
-    """σ of Z from ZᵀZ (float64), descending; eigenvalues below zero by rounding count as 0."""
-    eig = np.linalg.eigvalsh(np.asarray(gram, np.float64))
-    return np.sqrt(np.clip(eig, 0.0, None))[::-1]
-
-
 @dataclass
-class Gram:
-    """ZᵀZ of the rows added so far, in float64: rows may come a block at a time, in any split."""
+class Spectrum:
+    """The singular values of Z from its rows added a block at a time: the R factor of a running
+    QR (TSQR: R ← qr([R; Z_block]).R, float64), whose singular values are Z's. Memory D², and as
+    accurate as an SVD of Z (ZᵀZ would square the condition number: the eigenvalues of a
+    rank-deficient Z's Gram come back as noise of about 1e-8·σ_max, which RankMe counts)."""
 
     width: int
     rows: int = 0
-    matrix: np.ndarray = field(default=None)  # type: ignore[assignment]
+    r: np.ndarray = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        if self.matrix is None:
-            self.matrix = np.zeros((self.width, self.width), np.float64)
+        if self.r is None:
+            self.r = np.zeros((0, self.width), np.float64)
 
     def add(self, rows: np.ndarray) -> None:
         z = np.asarray(rows, np.float64).reshape(-1, self.width)
         if not np.isfinite(z).all():
             raise ValueError("rows hold a value that is not finite")
-        self.matrix += z.T @ z
-        self.rows += len(z)
+        if len(z):
+            self.r = np.linalg.qr(np.concatenate([self.r, z]), mode="r")
+            self.rows += len(z)
+
+    def singular_values(self) -> np.ndarray:
+        """Descending, min(rows, D) of them."""
+        return np.linalg.svd(self.r, compute_uv=False) if len(self.r) else np.zeros(0)
 
     def rankme(self, form: str = "garrido") -> float:
-        return rankme(singular_values(self.matrix), form=form)
+        return rankme(self.singular_values(), form=form)
 
 
 def sample_rows(total: int, sizes=SAMPLE_SIZES, seed: int = 0) -> dict[int, np.ndarray]:
@@ -87,8 +89,8 @@ def sample_rows(total: int, sizes=SAMPLE_SIZES, seed: int = 0) -> dict[int, np.n
     return {int(n): np.sort(order[:n]) for n in sizes if n <= total}
 
 
-def sample_curve(grams: dict[int, Gram], form: str = "garrido") -> dict[int, float]:
-    return {n: g.rankme(form) for n, g in sorted(grams.items())}
+def sample_curve(spectra: dict[int, Spectrum], form: str = "garrido") -> dict[int, float]:
+    return {n: g.rankme(form) for n, g in sorted(spectra.items())}
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """``probe rank STORE...``: RankMe of a block's class and patch tokens (and LiDAR where the store
 holds augmented views of its images), saved as ``results/rank`` in each store.
 
-Reads no panel and no label. Each store is read once, a chunk of images at a time: the float64
-Gram matrix of every row (``analyses.rank.Gram``) and, for the sample-size curve, the Grams of
+Reads no panel and no label. Each store is read once, a chunk of images at a time: the running
+QR of every row (``analyses.rank.Spectrum``, float64) and, for the sample-size curve, those of
 nested seeded subsets of the rows. Result ``results/rank``:
 
     rankme            (tokens)             RankMe of every row (tokens: class, patch)
     rows              (tokens)             rows measured (images; images × patches)
-    singular_values   (tokens, component)  descending
+    singular_values   (tokens, component)  descending (zeros past min(rows, width))
     curve             (tokens, n)          RankMe of the first n rows of a seeded permutation (NaN where n exceeds the rows)
     lidar             ()                   LiDAR of the class tokens over the hbird512 views (NaN without them)
     attrs: view, block, width, eps, form, seed, lidar_views, lidar_note, provenance
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..analyses import rank
 from ..infra.errors import ProbeError
+from ..infra.runner import task_threads
 from ..results import records
 from ..store import cache, hbird_views
 from . import token_rows
@@ -54,7 +55,7 @@ class RankReport:
 
 
 def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tuple[int, ...], seed: int, progress=None) -> dict:
-    """Every row's Gram and the curve's subset Grams of each kind of tokens, one pass over the store."""
+    """Every row's spectrum and the curve's subsets' of each kind of tokens, one pass over the store."""
     out = {}
     for kind in kinds:
         array = token_rows.read(ds, kind, view, block)
@@ -62,7 +63,7 @@ def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tup
         per_image = 1 if kind == "class" else int(array.shape[1])
         total = int(array.shape[0]) * per_image
         subsets = rank.sample_rows(total, sizes, seed)
-        whole, grams = rank.Gram(width), {n: rank.Gram(width) for n in subsets}
+        whole, grams = rank.Spectrum(width), {n: rank.Spectrum(width) for n in subsets}
         for a, b, values in token_rows.image_chunks(array):
             z = token_rows.rows_of(values)
             token_rows.check_finite(ds.attrs.get("store"), array.name, z)
@@ -110,9 +111,10 @@ def run_rank(stores: list[Path], settings, *, block: int | None = None, json_pat
         opened[store] = ds
     report = RankReport(settings.view)
     for store, ds in opened.items():
-        measured = measure(ds, kinds, settings.view, block, tuple(settings.sizes), settings.seed, progress)
-        held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
-        lidar = measure_lidar(ds, held, block) if held else float("nan")
+        with task_threads(1):  # one BLAS thread: the same bits on any machine (and no spinning threads on a busy one)
+            measured = measure(ds, kinds, settings.view, block, tuple(settings.sizes), settings.seed, progress)
+            held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
+            lidar = measure_lidar(ds, held, block) if held else float("nan")
         resolved = token_rows.last_block(ds) if block is None else block
         report.stores.append(save(store, ds, measured, lidar, held, note, settings, resolved, command))
     if json_path is not None:
@@ -126,14 +128,14 @@ def save(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...], n
     kinds = list(measured)
     width = measured[kinds[0]][0].width
     sizes = [int(n) for n in settings.sizes]
-    values = {k: rank.singular_values(measured[k][0].matrix) for k in kinds}
+    values = {k: measured[k][0].singular_values() for k in kinds}
     curve = {k: {n: g.rankme() for n, g in sorted(measured[k][1].items())} for k in kinds}
     result = xr.Dataset(
         {
             "rankme": ("tokens", [measured[k][0].rankme() for k in kinds]),
             "rankme_radio": ("tokens", [measured[k][0].rankme(form="radio") for k in kinds]),
             "rows": ("tokens", np.asarray([measured[k][0].rows for k in kinds], np.int64)),
-            "singular_values": (("tokens", "component"), np.stack([values[k] for k in kinds])),
+            "singular_values": (("tokens", "component"), np.stack([np.pad(values[k], (0, width - len(values[k]))) for k in kinds])),
             "curve": (("tokens", "n"), np.asarray([[curve[k].get(n, np.nan) for n in sizes] for k in kinds], np.float64)),
             "lidar": ((), lidar),
         },

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..analyses import similarity
 from ..infra.errors import ProbeError
+from ..infra.runner import task_threads
 from ..results import records
 from ..store import cache
 from . import token_rows
@@ -122,7 +123,8 @@ def run_similarity(store: Path, settings, *, other: Path | None = None, json_pat
         raise ProbeError(store, f"holds one block of {name} (block {sets[0][2]}): nothing to compare it with",
                          f"compare it with a second checkpoint's store of the same images: probe similarity {store} --other STORE2")
     n = int(sets[0][3].shape[0])
-    full = full_cka(sets, settings.examples) if "full" in settings.estimators else np.full((len(sets),) * 2, np.nan)
+    with task_threads(1):  # one BLAS thread: the same bits on any machine
+        full = full_cka(sets, settings.examples) if "full" in settings.estimators else np.full((len(sets),) * 2, np.nan)
     if progress:
         progress(n)
     mb, batches, note = np.full((len(sets),) * 2, np.nan), 0, ""
@@ -132,7 +134,8 @@ def run_similarity(store: Path, settings, *, other: Path | None = None, json_pat
         elif n < settings.batch:
             note = f"the store has {n} images, fewer than one minibatch of {settings.batch}: pass batch ≤ {n}"
         else:
-            mb, batches = minibatch_cka(sets, settings.batch, settings.epochs, settings.seed)
+            with task_threads(1):
+                mb, batches = minibatch_cka(sets, settings.batch, settings.epochs, settings.seed)
     examples = n * (int(sets[0][3].shape[1]) if settings.examples == "patch" else 1)
     report = SimilarityReport(Path(store), Path(other) if other else None, [s[0] for s in sets], full, mb, examples, note)
     report.saved = save(report, a, settings, batches, command, b)
