@@ -10,13 +10,18 @@ import shutil
 import numpy as np
 import pytest
 import zarr
-
 from cli_runs import probe_main
+from test_labelfree_science import (
+    cka_written_out,
+    hsic1_written_out,
+    lidar_written_out,
+    rankme_by_svd,
+)
+
 from probe_toolkit import run
 from probe_toolkit.demo.samples import ARCHS, sample_photos, write_checkpoint
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
-from test_labelfree_science import cka_written_out, hsic1_written_out, lidar_written_out, rankme_by_svd
 
 NETWORKS = {"dino": ("dino-full", "tiny"), "dinov2": ("dinov2-reg-backbone", "tiny-dinov2-reg"), "dinov3": ("dinov3-official", "tiny-dinov3")}
 HBIRD = ("hbird512", "hbird512_aug0", "hbird512_aug1")

@@ -17,8 +17,8 @@ error is the mean |t − median(t)| over the grid's targets: G / (2(G − 1)) fo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -106,7 +106,7 @@ def train_probe(batches: Callable[[int], Iterable[np.ndarray]], held_out: Iterab
 def split(ids: list[str], held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, held-out) image indices, each in store order: a seeded choice of round(held_out · n) held-out images."""
     n = len(ids)
-    k = int(round(held_out * n))
+    k = round(held_out * n)
     chosen = np.sort(np.random.default_rng(seed).permutation(n)[:k])
     mask = np.zeros(n, bool)
     mask[chosen] = True

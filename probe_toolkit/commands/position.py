@@ -70,7 +70,7 @@ def run_position(stores: list[Path], settings, *, block: int | None = None, json
         ds = cache.open_store(store, allow_partial=settings.partial, arrays=[token_rows.array_name("patch", settings.view)], plain=True)
         array = token_rows.read(ds, "patch", settings.view, block)
         n = int(array.shape[0])
-        held_out = int(round(settings.held_out * n))
+        held_out = round(settings.held_out * n)
         if held_out < 1 or held_out >= n:
             raise ProbeError(store, f"has {n} images: a held-out share of {settings.held_out:g} leaves {held_out} held out and {n - held_out} to train on",
                              "extract more images, or change held_out so that both sides have at least one image")

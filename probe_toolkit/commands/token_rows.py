@@ -10,8 +10,9 @@ only the last block, and asking it for another is one line naming what to extrac
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

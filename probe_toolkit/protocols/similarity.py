@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, SettingError, at_least, one_of
+from ..infra.settings import SettingError, Settings, at_least, one_of
 from .registry import Command, Option, Protocol, Reads, Reference, register, written_to
 
 EXAMPLES = ("image", "class", "patch")

@@ -47,8 +47,8 @@ def position(report: Any, given: dict[str, Any]) -> list[Any]:
         f = s.fit
         table.add_row(store_label(str(s.store)), str(s.block), f"{s.grid}×{s.grid}", f"{s.images['train']} / {s.images['held_out']}",
                       _num(f.l1, 4), _num(f.l1_row, 4), _num(f.l1_col, 4), _num(f.loss, 4), _num(f.chance, 3))
-    return [table, "L1: mean |prediction − target| on the held-out images, in the targets' [-1, 1] units (about 0.02 for a trained ViT); "
-                   "SmoothL1: RADIO's reported loss; chance: the L1 of the best constant on the grid."]
+    return [table, ("L1: mean |prediction − target| on the held-out images, in the targets' [-1, 1] units (about 0.02 for a trained ViT); "
+                    "SmoothL1: RADIO's reported loss; chance: the L1 of the best constant on the grid.")]
 
 
 def similarity(report: Any, given: dict[str, Any]) -> list[Any]:
