@@ -144,8 +144,8 @@ def test_run_ids_sort_in_the_order_runs_began_even_if_the_clock_is_set_back(monk
 
     monkeypatch.setattr(records, "_last", None)  # restored after the test: later runs keep the real clock
 
-    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc))
-    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.UTC))
+    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert earlier_clock > later and earlier_clock.startswith("20270101-000000-000001")
     assert records.RUN_ID.match(later) and records.RUN_ID.match(earlier_clock)
 
