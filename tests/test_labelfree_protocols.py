@@ -95,8 +95,8 @@ def test_similarity_between_checkpoints_is_the_formula_and_refuses_other_images(
     for _ in range(3):
         order = rng.permutation(len(x))
         rows = np.sort(order[:4])  # 6 images: one full batch of 4 per epoch, the rest dropped
-        k, l = x[rows] @ x[rows].T, y[rows] @ y[rows].T
-        xy, xx, yy = xy + hsic1_written_out(k, l), xx + hsic1_written_out(k, k), yy + hsic1_written_out(l, l)
+        k, g = x[rows] @ x[rows].T, y[rows] @ y[rows].T
+        xy, xx, yy = xy + hsic1_written_out(k, g), xx + hsic1_written_out(k, k), yy + hsic1_written_out(g, g)
     assert float(ds.cka_minibatch.sel(set="a:1", other="b:1")) == pytest.approx(xy / np.sqrt(xx * yy), rel=1e-8)
     assert result.records[0].meta["inputs"]["other"] == str(stores["dinov3"].absolute())
     c = run("similarity", stores["dino"], other=stores["dinov3"], examples="class", estimators=("full",)).report

@@ -80,8 +80,8 @@ def cka_written_out(x: np.ndarray, y: np.ndarray) -> float:
     """Kornblith et al. 2019: HSIC of centred linear Grams, normalised."""
     n = len(x)
     h = np.eye(n) - np.ones((n, n)) / n
-    k, l = h @ (x @ x.T) @ h, h @ (y @ y.T) @ h
-    return float(np.sum(k * l) / np.sqrt(np.sum(k * k) * np.sum(l * l)))
+    k, g = h @ (x @ x.T) @ h, h @ (y @ y.T) @ h
+    return float(np.sum(k * g) / np.sqrt(np.sum(k * k) * np.sum(g * g)))
 
 
 def test_linear_cka_streamed_equals_the_gram_formula():
@@ -107,14 +107,14 @@ def test_linear_cka_streamed_equals_the_gram_formula():
     assert moments2.cka()[0, 1] == pytest.approx(1.0, rel=1e-10)
 
 
-def hsic1_written_out(k: np.ndarray, l: np.ndarray) -> float:
+def hsic1_written_out(k: np.ndarray, g: np.ndarray) -> float:
     """Song et al. 2012, as Nguyen et al. 2021 Eq. 3 writes it."""
     n = len(k)
-    k, l = k.copy(), l.copy()
+    k, g = k.copy(), g.copy()
     np.fill_diagonal(k, 0)
-    np.fill_diagonal(l, 0)
+    np.fill_diagonal(g, 0)
     one = np.ones(n)
-    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2)) - 2 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
+    return float((np.trace(k @ g) + (one @ k @ one) * (one @ g @ one) / ((n - 1) * (n - 2)) - 2 / (n - 2) * (one @ k @ g @ one)) / (n * (n - 3)))
 
 
 def test_unbiased_minibatch_cka_is_its_definition():
@@ -127,15 +127,15 @@ def test_unbiased_minibatch_cka_is_its_definition():
     xy = kk = ll = 0.0
     for b in batches:
         mb.add([x[b], y[b]])
-        k, l = x[b] @ x[b].T, y[b] @ y[b].T
-        xy += hsic1_written_out(k, l)
+        k, g = x[b] @ x[b].T, y[b] @ y[b].T
+        xy += hsic1_written_out(k, g)
         kk += hsic1_written_out(k, k)
-        ll += hsic1_written_out(l, l)
+        ll += hsic1_written_out(g, g)
     assert mb.cka()[0, 1] == pytest.approx(xy / np.sqrt(kk * ll), rel=1e-9)
     n = 16  # the U-centred inner product is n(n-3)·HSIC₁
     u_k, u_l = similarity.u_centred(x[batches[0]]), similarity.u_centred(y[batches[0]])
-    k, l = x[batches[0]] @ x[batches[0]].T, y[batches[0]] @ y[batches[0]].T
-    assert np.sum(u_k * u_l) == pytest.approx(n * (n - 3) * hsic1_written_out(k, l), rel=1e-9)
+    k, g = x[batches[0]] @ x[batches[0]].T, y[batches[0]] @ y[batches[0]].T
+    assert np.sum(u_k * u_l) == pytest.approx(n * (n - 3) * hsic1_written_out(k, g), rel=1e-9)
     assert len(similarity.minibatch_order(100, 16, 1, 0)) == 6  # the partial batch is dropped
 
 

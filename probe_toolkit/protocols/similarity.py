@@ -14,7 +14,7 @@ ESTIMATORS = ("full", "minibatch")
 @dataclass(frozen=True)
 class SimilaritySettings(Settings):
     view: str = "224"  # the view whose tokens are compared (one grid for every image)
-    examples: str = "image"  # image: an image's patch tokens flattened (Kornblith 2019, Nguyen 2021); class: its class token; patch: every patch token
+    examples: str = "image"  # image: its patch tokens flattened (Kornblith 2019, Nguyen 2021); class: its class token; patch: each patch token
     estimators: tuple[str, ...] = ESTIMATORS  # full linear CKA and the unbiased minibatch estimator
     batch: int = 256  # examples per minibatch (Nguyen et al. 2021)
     epochs: int = 1  # passes over the examples, each a new seeded permutation
@@ -27,7 +27,8 @@ class SimilaritySettings(Settings):
         one_of("view", self.view, _views())
         one_of("examples", self.examples, EXAMPLES)
         if not self.estimators or any(e not in ESTIMATORS for e in self.estimators) or len(set(self.estimators)) != len(self.estimators):
-            raise SettingError("estimators", f"estimators {list(self.estimators)} must name full and/or minibatch, each once", "use e.g. estimators=('full', 'minibatch')")
+            raise SettingError("estimators", f"estimators {list(self.estimators)} must name full and/or minibatch, each once",
+                               "use e.g. estimators=('full', 'minibatch')")
         at_least("batch", self.batch, 4, why="the unbiased estimator needs at least 4 examples")
         at_least("epochs", self.epochs, 1)
         at_least("seed", self.seed, 0)
@@ -60,7 +61,8 @@ PROTOCOL = register(Protocol(
     reads=Reads(arrays=("tokens_224", "cls_tokens_224"), views=("224",)),
     results=("similarity",),
     references=(
-        Reference("Kornblith et al., Similarity of Neural Network Representations Revisited (ICML 2019)", "google-research/google-research representation_similarity/Demo.ipynb"),
+        Reference("Kornblith et al., Similarity of Neural Network Representations Revisited (ICML 2019)",
+                  "google-research/google-research representation_similarity/Demo.ipynb"),
         Reference("Nguyen, Raghu & Kornblith, Do Wide and Deep Networks Learn the Same Things? (ICLR 2021)",
                   "google-research/google-research do_wide_and_deep_networks_learn_the_same_things/efficient_CKA.py"),
     ),

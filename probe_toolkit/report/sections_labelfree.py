@@ -65,7 +65,7 @@ def rank(ctx) -> Section:
             rows.append([label, str(int(ds.attrs.get("block", -1))), kind, f"{_num(ds.rankme.values[i])} of {width}",
                          f"{int(ds.rows.values[i]):,}", curve or "–", _num(ds.lidar.values) if kind == "class" else "–"])
         like = {"view": ds.attrs.get("view")}
-        for kind_index, kind in enumerate(kinds):
+        for kind in kinds:
             points = {b: float(r.rankme.sel(tokens=kind)) for b, r in by_block(store.path, "rank", like).items() if kind in r.tokens.values}
             if points:
                 lines[f"{label} ({kind})"] = points
@@ -127,7 +127,7 @@ def cka_figure(matrix: np.ndarray, rows: list[str], cols: list[str], title: str)
 
 def similarity(ctx) -> Section:
     section, found = results_section(ctx, "similarity", "Representation similarity (linear CKA)", "similarity", "similarity results", SIMILARITY_HOW)
-    for label, (store, ds) in found.items():
+    for label, (_, ds) in found.items():
         sets = [str(s) for s in ds.set.values]
         stores = ds.attrs.get("stores", {})
         two = "b" in stores
