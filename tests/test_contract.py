@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation", "rank", "position", "similarity"}
+            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "linear-dinov2"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -64,6 +64,10 @@ BAD = [
     ("similarity", {"examples": "pixel"}, "examples"),
     ("similarity", {"batch": 3}, "batch"),
     ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
+    ("decode", {"ties": "random"}, "ties"),
+    ("linear-dinov2", {"n_last_blocks": (1, 0)}, "n_last_blocks"),
+    ("linear-dinov2", {"learning_rates": (0.1, -1.0)}, "learning_rates"),
+    ("linear-dinov2", {"epoch_length": 0}, "epoch_length"),
 ]
 
 
