@@ -281,7 +281,7 @@ def test_the_torch_search_gives_the_numpy_searchs_labels(voc, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_lower_row(device):
     from probe_toolkit.analyses import hummingbird as hb
-    from probe_toolkit.analyses import hummingbird_torch as ht
+    from probe_toolkit.analyses import search_torch as ht
 
     rng = np.random.default_rng(5)
     bank = hb.normalise(rng.normal(size=(700, 24)).astype(np.float32))

@@ -45,9 +45,9 @@ antialias / nearest). Normalisation mean (0.485, 0.456, 0.406), std **(0.229, 0.
 
 What differs, on purpose:
 
-- retrieval is exact (blocked products with the running top-k of ``analyses/knn.py``): no
+- retrieval is exact (``analyses.search``, blocked with a running top-k, shared with k-NN): no
   ScaNN approximation, and bank rows of equal cosine rank by bank index, the lower first, also at
-  the k-th place; products are taken in float64 and rounded to float32, so the cosines and the
+  the k-th place; a cosine is the float32 rounding of the float64 product, so the cosines and the
   ranking do not depend on the block size (float32 BLAS products change in their last bit with
   the block's shape);
 - the draws of the bounded bank come from ``numpy.random.default_rng(seed)`` (the reference draws
@@ -69,7 +69,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .knn import EMPTY, block_candidates, check_search, normalise, unkey
+from . import search
+from .search import normalise
 from .hummingbird_published import (AUGMENTATION_EPOCHS, EMPTY_SCORE, IGNORE_INDEX, INPUT_SIZE, K, MATCHINGS, PATCH_SIZE, PUBLISHED,  # noqa: F401
                                     PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, SEED, TEMPERATURE, VOC_CLASSES)
 
@@ -248,35 +249,13 @@ def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings:
 # retrieval and label transfer
 
 
-def _running_topk(queries: np.ndarray, bank: np.ndarray, k: int, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """``knn.running_topk`` with each block's products taken in float64 and rounded to float32.
-
-    A float32 BLAS product's last bit depends on the shape of the block it is computed in (the
-    kernel and its summation order change with it), so equal rows could rank differently with
-    another block size. In float64 the block changes only bits that the rounding to float32
-    removes (unless the exact cosine lies within about D · 2**-53 of a float32 rounding midpoint),
-    so the cosines, and the ranking by ``knn.keys``, do not depend on ``block``.
-    """
-    q = np.asarray(queries, np.float64)
-    best = np.full((q.shape[0], k), EMPTY, np.uint64)
-    seen = 0
-    for offset in range(0, bank.shape[0], block):
-        sim = (q @ np.asarray(bank[offset:offset + block], np.float64).T).astype(np.float32)
-        floor = unkey(best.max(1))[0] if seen >= k else None
-        merged = np.concatenate([best, block_candidates(sim, offset, k, floor)], axis=1)
-        best = np.partition(merged, k - 1, axis=1)[:, :k] if merged.shape[1] > k else merged
-        seen += sim.shape[1]
-    return unkey(np.sort(best, axis=1))
-
-
-def nearest(queries: np.ndarray, bank_features: np.ndarray, k: int, block: int = BANK_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+def nearest(queries: np.ndarray, bank_features, k: int, block: int = BANK_BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """(cosines float32, bank rows int64), each (queries, k), best first: the k bank rows most
-    similar to each query patch, exactly, ``block`` bank rows at a time (equal cosines rank by
-    bank row, the lower first, as ``analyses/knn.py``; the answer does not depend on ``block``).
-    ``bank_features`` are normalised rows; queries are normalised here."""
-    bank = np.asarray(bank_features, np.float32)
-    check_search(bank.shape[0], k, block)
-    return _running_topk(normalise(queries), bank, int(k), int(block))
+    similar to each query patch, exactly (``analyses.search``: the float32 rounding of float64
+    products, equal cosines by bank row, the lower first; the answer does not depend on ``block``).
+    ``bank_features`` are normalised rows (an array, or a ``Shared`` file read ``block`` rows at a
+    time); queries are normalised here."""
+    return search.nearest(queries, bank_features, int(k), int(block))
 
 
 def transfer(similarity: np.ndarray, neighbour: np.ndarray, bank_labels: np.ndarray, temperature: float = TEMPERATURE) -> np.ndarray:
@@ -397,21 +376,21 @@ def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, tempera
                       device: str | None = None) -> dict[str, np.ndarray]:
     """A block of query views' stored patch tokens (views, patches, D) → their patches' soft labels
     (views, patches, classes) float32: the unit a runner ships to a worker. ``bank.value()`` is the
-    bank's normalised features and ``labels.value()`` its label distributions (``runner.Shared``,
-    or anything with ``value()``); ``norm`` the network's final norm or None. Each patch's answer
-    depends on its own row alone, so blocks of any size give the same soft labels. ``device``
-    (``cpu`` or ``cuda``): the search in torch there (``analyses.hummingbird_torch``, the same
-    neighbours and cosines); None: numpy."""
+    bank's normalised features (``infra.shared.Shared``, read ``block`` rows at a time, or an array)
+    and ``labels.value()`` its label distributions; ``norm`` the network's final norm or None.
+    Each patch's answer depends on its own row alone, so blocks of any size give the same soft
+    labels. ``device`` (``cpu`` or ``cuda``): the search in torch there (``analyses.search_torch``,
+    the same neighbours and cosines); None: numpy."""
     x = np.asarray(values, np.float32)
     n, p, d = x.shape
     queries = x.reshape(n * p, d)
     if norm is not None:
         queries = norm(queries)
     if device is not None:
-        from . import hummingbird_torch
+        from . import search_torch
 
-        on = hummingbird_torch.on_device(bank.value, device, getattr(bank, "sha256", None))
-        similarity, neighbour = hummingbird_torch.nearest(normalise(queries), on, k, block, device)
+        on = search_torch.on_device(bank, device, getattr(bank, "sha256", None))
+        similarity, neighbour = search_torch.nearest(normalise(queries), on, k, block, device)
     else:
-        similarity, neighbour = nearest(queries, bank.value(), k, block)
+        similarity, neighbour = nearest(queries, bank, k, block)
     return {"soft": transfer(similarity, neighbour, labels.value(), temperature).reshape(n, p, -1)}

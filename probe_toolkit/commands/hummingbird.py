@@ -196,11 +196,11 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     The val images' blocks run on ``placement``'s local workers or dask cluster, each against the memory
     (``infra.shared.Shared``: a file mapped once per worker). ``placement.backend`` torch searches
     with torch on ``placement.device`` (cpu, or cuda: one process by default, the memory moved
-    to the GPU once), with the numpy search's neighbours and cosines (``analyses.hummingbird_torch``).
+    to the GPU once), with the numpy search's neighbours and cosines (``analyses.search_torch``).
     ``placement.shard`` i/n: every shard builds the memories (the train labels are read in each) and
     labels its contiguous share of the val images; the last one to finish sums the parts' confusion
     counts (``shard_scores``) and saves the record."""
-    from ..analyses import hummingbird_torch
+    from ..analyses import search_torch
     from ..analyses.decoder_blocks import check_backend, default_workers
 
     check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
@@ -254,7 +254,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                     soft.append(map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
                                            torch_free=device is None)["soft"] if b > a else np.zeros((0, grid * grid, len(classes)), np.float32))
                 finally:
-                    hummingbird_torch.forget()
+                    search_torch.forget()
 
     val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
     val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)

@@ -1,35 +1,33 @@
-"""The Hummingbird retrieval of ``analyses.hummingbird.nearest`` in torch, on the CPU or a GPU,
-with the same answer.
+"""The exact search of ``analyses.search`` in torch, on the CPU or a GPU, with the same answer.
 
-Same arithmetic and the same tie rule as the numpy path:
+Same arithmetic and the same tie rule as the numpy search:
 
 - each block of bank rows is multiplied with the queries in **float64** and the products are
-  rounded to float32, so a cosine is the float32 rounding of an (almost) exact dot product
-  whatever library, kernel or block shape computed it (the float64 sums of two libraries differ
-  by about D · 2**-53 relative, which the rounding removes unless the exact value lies that close
-  to a float32 rounding midpoint). Float64 is what makes the search exact on a GPU: a float32 (or
-  TF32) product would round in the kernel's order and could swap two neighbours whose cosines
-  differ in the last bit. On a GPU with full-rate float64 (H100, H200) this costs little; the
-  bank is held on the device in float32 and each block is widened to float64 there;
+  rounded to float32: the cosine is the float32 rounding of the float64 product, whatever kernel
+  or block shape computed it (``analyses.search``). Float64 is what makes the search exact on a
+  GPU: a float32 (or TF32) product would round in the kernel's order and could swap two
+  neighbours whose cosines differ in the last bit. On a GPU with full-rate float64 (H100, H200)
+  this costs little; the bank is held on the device in float32 and each block is widened to
+  float64 there;
 - ranking uses one int64 key per (cosine, bank row): the cosine's float32 bits mapped to an
   order-preserving integer in the high 32 bits and ``2**32 - 1 - row`` in the low ones, so the
   k largest keys are the k largest cosines with equal cosines ranked by bank row, the lower
-  first (``analyses/knn.py``'s keys, mirrored); keys are unique, so ``torch.topk`` has no tie to
-  break and its answer does not depend on the device or the block.
+  first (``search.keys``, mirrored); keys are unique, so ``torch.topk`` has no tie to break and
+  its answer does not depend on the device or the block.
 
 Pure: arrays in, arrays out. The bank is moved to the device once per process and bank
-(``cached``: keyed by the caller's digest of it), not once per block of queries.
+(``on_device``: keyed by the caller's digest of it), in blocks, so the host never holds a
+second whole copy, not once per block of queries.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
-from .knn import check_search
+from .search import bank_blocks, check_search
 
 LOW = 2**32  # rows per key: the bank index lives in the low 32 bits
+MOVE_BLOCK = 65536  # bank rows moved to the device at a time
 
 _device_banks: dict[tuple[str, str], object] = {}  # (bank digest, device) → the bank on the device (this run's)
 
@@ -61,14 +59,25 @@ def _unkey(keys) -> tuple[np.ndarray, np.ndarray]:
     return bits.view(torch.float32).cpu().numpy(), rows.cpu().numpy()
 
 
-def on_device(bank: Callable[[], np.ndarray] | np.ndarray, device: str, digest: str | None = None):
-    """The (rows, D) normalised bank (an array, or a function that returns it: called only when
-    the device lacks it) as a float32 tensor on ``device``; kept for the next block of the same
-    run when ``digest`` names it (one bank per process at a time: a new digest lets the last go)."""
+def _moved(bank, device: str):
+    """The bank as one float32 tensor on ``device``, filled ``MOVE_BLOCK`` rows at a time from an
+    array or a ``Shared`` handle (``search.bank_blocks``)."""
     import torch
 
+    where = device_of(device)
+    out = torch.empty(tuple(int(n) for n in bank.shape), dtype=torch.float32, device=where)
+    for a, rows in bank_blocks(bank, MOVE_BLOCK):
+        out[a:a + rows.shape[0]] = torch.as_tensor(np.ascontiguousarray(rows, np.float32)).to(where, non_blocking=False)
+    return out
+
+
+def on_device(bank, device: str, digest: str | None = None):
+    """The (rows, D) normalised bank (an array, a ``Shared`` handle, or a function returning
+    either: called only when the device lacks it) as a float32 tensor on ``device``; kept for the
+    next block of the same run when ``digest`` names it (one bank per process at a time: a new
+    digest lets the last go)."""
     def moved():
-        return torch.as_tensor(np.ascontiguousarray(bank() if callable(bank) else bank, np.float32)).to(device_of(device))
+        return _moved(bank() if callable(bank) else bank, device)
 
     if digest is None:
         return moved()
@@ -85,9 +94,8 @@ def forget() -> None:
 
 
 def nearest(queries: np.ndarray, bank, k: int, block: int, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """(cosines float32, bank rows int64), each (queries, k), best first: as
-    ``analyses.hummingbird.nearest`` with normalised ``queries`` and a bank from ``on_device``
-    (or an array), computed on ``device``."""
+    """(cosines float32, bank rows int64), each (queries, k), best first: as ``search.nearest``
+    with normalised ``queries`` and a bank from ``on_device`` (or an array), computed on ``device``."""
     import torch
 
     where = device_of(device)
