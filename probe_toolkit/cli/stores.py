@@ -193,9 +193,10 @@ def results_command(
     from ..results import records
     from ..results.tables import records as records_table
 
+    protocols()  # each protocol's defaults, for records written before they carried theirs
     if not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a store written by probe extract", "pass a store folder (probe info STORE shows one)")
     found = records.runs(store, result) if result else records.every_record(store)
     if result and not found:
         raise ProbeError(store, f"holds no record of {result!r}", f"results it holds: {', '.join(records.results(store)) or 'none yet'}")
-    console.print(records_table(found, {p.name: p.settings().as_dict() for p in protocols()}))
+    console.print(records_table(found))

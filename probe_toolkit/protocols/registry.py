@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..infra.errors import ProbeError
+from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
 MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment")
@@ -149,6 +150,7 @@ def register(protocol: Protocol) -> Protocol:
     if protocol.name in _REGISTRY and _REGISTRY[protocol.name] is not protocol:
         raise ValueError(f"protocol {protocol.name!r} registered twice")
     _REGISTRY[protocol.name] = protocol
+    differ.SETTINGS[protocol.name] = protocol.settings  # records written before they carried their defaults
     return protocol
 
 

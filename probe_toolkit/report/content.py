@@ -16,6 +16,7 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     caption: str = ""
+    settings: str = ""  # the settings that moved its numbers (``differing.shown``): in the caption, and a column of every CSV row
 
 
 @dataclass

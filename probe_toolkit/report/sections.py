@@ -23,6 +23,7 @@ from . import figures_maps, figures_training, followed
 from .caveats import add_caveats, store_caveats
 from .content import Explorer, Note, Report, Section, Table
 from .context import Context
+from .differing import shown
 from .discovery import discovery
 from .explorer import explorer_data, store_data
 from .freshness import freshness
@@ -191,7 +192,7 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
             ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
         ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
-    sections = [build(ctx) for build in builders()]
+    sections = [shown(build, ctx) for build in builders()]  # each caption with the settings that moved its numbers
     add_caveats(sections, views)
     return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
 

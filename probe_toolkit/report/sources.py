@@ -24,6 +24,31 @@ from .figures_maps import tokens_picture
 VIEW = 224
 
 
+class ReadResults(dict):
+    """A store's loaded results that remember which were read (``read``): a section's captions
+    then carry the settings of exactly the records it showed (``report/differing.py``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: dict[str, None] = {}
+
+    def __getitem__(self, name: str) -> xr.Dataset:
+        found = super().__getitem__(name)
+        self.read[name] = None
+        return found
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def items(self):  # type: ignore[override]
+        self.read.update(dict.fromkeys(self.keys()))
+        return super().items()
+
+    def values(self):  # type: ignore[override]
+        self.read.update(dict.fromkeys(self.keys()))
+        return super().values()
+
+
 @dataclass
 class StoreView:
     """One store as the report sees it: its finished images, manifest and saved results."""
@@ -32,7 +57,11 @@ class StoreView:
     label: str
     ds: xr.Dataset
     manifest: dict[str, Any]
-    results: dict[str, xr.Dataset] = field(default_factory=dict)
+    results: ReadResults = field(default_factory=ReadResults)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.results, ReadResults):
+            self.results = ReadResults(self.results)
 
     @property
     def class_token(self) -> bool:

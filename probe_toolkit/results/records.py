@@ -75,6 +75,7 @@ class RunContext:
     settings: dict[str, Any] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)  # the protocol's default settings: tables show what differs (``results/differ.py``)
 
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("probe_run", default=None)
@@ -186,6 +187,8 @@ def target(store: str | Path, result: str) -> tuple[Path, dict[str, Any]]:
             "created": provenance.now(), "toolkit_version": __version__, "git_revision": provenance.git_revision()}
     if context is not None:
         meta.update(settings=context.settings, placement=context.placement, inputs=context.inputs)
+        if context.defaults:
+            meta["defaults"] = context.defaults
     return folder / run_id, meta
 
 
@@ -254,7 +257,8 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     results = results.copy()
     results.attrs.update(attrs or {})
     if meta:
-        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings") if k in meta}
+        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings", "defaults", "selection")
+                                  if k in meta}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
