@@ -199,33 +199,59 @@ def _tile(label_map: np.ndarray, grid: int) -> int:
     return h // grid
 
 
-def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: HummingbirdSettings) -> BankRows:
-    """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
-    view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do).
+class BankDraws:
+    """The rows a bank of ``views`` train views takes, drawn view by view in view order, so the
+    views may come a portion at a time (``take``) and only that portion's label maps be held.
 
     Unbounded (``settings.memory_size`` None): every patch of every view. Bounded:
     ``patches_per_view`` patches of each view by ``sample_patches``, from one generator seeded
     ``settings.seed`` and drawn view by view; rows in view order.
     """
-    if views % settings.augmentation_epochs:
-        raise ValueError(f"{views} train views are not {settings.augmentation_epochs} augmentation epochs of the same images")
-    per_view = None
-    if settings.memory_size is not None:
-        if settings.memory_size < views:
-            raise ValueError(f"memory_size must be at least the number of train views ({views}), got {settings.memory_size}")
-        per_view = patches_per_view(settings.memory_size, views)
-    rng = np.random.default_rng(settings.seed)
-    view, patch, labels, seen = [], [], [], 0
-    for i, y in enumerate(label_maps):
-        d = patch_distributions(y, _tile(y, grid), settings.n_classes, settings.ignore_index)
-        rows = np.arange(d.shape[0]) if per_view is None else sample_patches(d, per_view, rng)
-        view.append(np.full(len(rows), i, np.int64))
-        patch.append(rows.astype(np.int64))
-        labels.append(d[rows])
-        seen += 1
-    if seen != views:
-        raise ValueError(f"{seen} label maps for {views} views")
-    return BankRows(np.concatenate(view), np.concatenate(patch), np.concatenate(labels), per_view)
+
+    def __init__(self, views: int, grid: int, settings: HummingbirdSettings) -> None:
+        if views % settings.augmentation_epochs:
+            raise ValueError(f"{views} train views are not {settings.augmentation_epochs} augmentation epochs of the same images")
+        self.per_view = None
+        if settings.memory_size is not None:
+            if settings.memory_size < views:
+                raise ValueError(f"memory_size must be at least the number of train views ({views}), got {settings.memory_size}")
+            self.per_view = patches_per_view(settings.memory_size, views)
+        self.views, self.grid, self.settings = views, grid, settings
+        self.rng = np.random.default_rng(settings.seed)
+        self.seen = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows of the whole bank."""
+        return self.views * (self.grid * self.grid if self.per_view is None else self.per_view)
+
+    def take(self, label_maps: Iterable[np.ndarray]) -> BankRows:
+        """The rows of the next views (their label maps at the view's size, in view order)."""
+        view, patch, labels = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros((0, self.settings.n_classes), np.float32)]
+        for y in label_maps:
+            d = patch_distributions(y, _tile(y, self.grid), self.settings.n_classes, self.settings.ignore_index)
+            rows = np.arange(d.shape[0]) if self.per_view is None else sample_patches(d, self.per_view, self.rng)
+            view.append(np.full(len(rows), self.seen, np.int64))
+            patch.append(rows.astype(np.int64))
+            labels.append(d[rows])
+            self.seen += 1
+        if self.seen > self.views:
+            raise ValueError(f"{self.seen} label maps for {self.views} views")
+        return BankRows(np.concatenate(view), np.concatenate(patch), np.concatenate(labels), self.per_view)
+
+    def finish(self) -> None:
+        if self.seen != self.views:
+            raise ValueError(f"{self.seen} label maps for {self.views} views")
+
+
+def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: HummingbirdSettings) -> BankRows:
+    """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
+    view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do):
+    ``BankDraws`` in one portion."""
+    draws = BankDraws(views, grid, settings)
+    rows = draws.take(label_maps)
+    draws.finish()
+    return rows
 
 
 def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings: HummingbirdSettings) -> MemoryBank:

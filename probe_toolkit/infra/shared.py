@@ -89,36 +89,65 @@ def _forget_gone() -> None:
         _paths.pop(digest, None)
 
 
+class Spool:
+    """An array of known shape written block by block, in row order, to ``folder/.NAME.tmp-PID``
+    and hashed as it is written (``spooled``); ``shared()`` is its ``Shared`` handle once every
+    row is in. Memory: the block being written."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype) -> None:
+        self.path, self.shape, self.dtype = path, tuple(int(n) for n in shape), np.dtype(dtype)
+        header = io.BytesIO()
+        np.lib.format.write_array_header_2_0(header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape})
+        self.offset, self.rows = len(header.getvalue()), 0
+        self._digest = hashlib.sha256(header.getvalue())
+        self._handle = open(path, "wb")
+        self._handle.write(header.getvalue())
+
+    def append(self, block: np.ndarray) -> None:
+        data = np.ascontiguousarray(block, self.dtype)
+        if data.shape[1:] != self.shape[1:] or self.rows + data.shape[0] > self.shape[0]:
+            raise ValueError(f"a block of {data.shape} does not continue an array of {self.shape} at row {self.rows}")
+        self._digest.update(memoryview(data).cast("B"))
+        self._handle.write(memoryview(data).cast("B"))
+        self.rows += data.shape[0]
+
+    def shared(self) -> Shared:
+        """The finished file as a ``Shared`` handle (every row written)."""
+        if self.rows != self.shape[0]:
+            raise ValueError(f"{self.rows} rows written for an array of {self.shape[0]}")
+        self._handle.close()
+        handle = Shared(str(self.path), self._digest.hexdigest(), self.shape, self.dtype.str, self.offset)
+        _verified.add(handle.sha256)  # this process wrote it
+        _paths[handle.sha256] = str(self.path)
+        return handle
+
+
 @contextmanager
-def shared_blocks(blocks: Iterable[np.ndarray], shape: tuple[int, ...], dtype, folder: str | Path, name: str) -> Iterator[Shared]:
-    """The array of ``shape`` whose rows ``blocks`` yields in order, written block by block as a
-    ``Shared`` file ``folder/.NAME.tmp-PID`` (a killed run's is swept as litter) and hashed as it
-    is written; removed when the run ends however it ends. Memory: one block."""
+def spooled(shape: tuple[int, ...], dtype, folder: str | Path, name: str) -> Iterator[Spool]:
+    """A ``Spool`` at ``folder/.NAME.tmp-PID`` (a killed run's is swept as litter), removed when the
+    run ends however it ends."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f".{name}.tmp-{os.getpid()}"
-    dtype = np.dtype(dtype)
-    header = io.BytesIO()
-    np.lib.format.write_array_header_2_0(header, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(int(n) for n in shape)})
-    digest = hashlib.sha256(header.getvalue())
+    spool = None
     try:
-        with open(path, "wb") as handle:
-            handle.write(header.getvalue())
-            rows = 0
-            for block in blocks:
-                data = np.ascontiguousarray(block, dtype)
-                digest.update(memoryview(data).cast("B"))
-                handle.write(memoryview(data).cast("B"))
-                rows += data.shape[0]
-        if rows != shape[0]:
-            raise ValueError(f"{rows} rows written for an array of {shape[0]}")
-        handle_ = Shared(str(path), digest.hexdigest(), tuple(int(n) for n in shape), dtype.str, len(header.getvalue()))
-        _verified.add(handle_.sha256)  # this process wrote it
-        _paths[handle_.sha256] = str(path)
-        yield handle_
+        spool = Spool(path, shape, dtype)
+        yield spool
     finally:
+        if spool is not None:
+            spool._handle.close()
         path.unlink(missing_ok=True)
         _forget_gone()
+
+
+@contextmanager
+def shared_blocks(blocks: Iterable[np.ndarray], shape: tuple[int, ...], dtype, folder: str | Path, name: str) -> Iterator[Shared]:
+    """The array of ``shape`` whose rows ``blocks`` yields in order, as a ``Shared`` file written
+    block by block (``spooled``); removed when the run ends. Memory: one block."""
+    with spooled(shape, dtype, folder, name) as spool:
+        for block in blocks:
+            spool.append(block)
+        yield spool.shared()
 
 
 @contextmanager
