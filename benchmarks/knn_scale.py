@@ -1,4 +1,6 @@
-"""ImageNet-shaped k-NN: probe knn's exact search over a synthetic bank of 1.28 M train features × 384 (ViT-S; × 1,024 for ViT-L) in bounded memory, against the bare products of the same shapes, in one run.
+"""ImageNet-shaped k-NN: probe knn's exact search over 1.28 M synthetic train features in bounded memory, against the bare products.
+
+The bank has ImageNet-1k's 1,281,167 train rows × 384 channels (ViT-S; ``--dim 1024`` for ViT-L).
 
 The train bank is written block by block to one file, as ``probe knn`` writes it
 (``infra.shared.shared_blocks``), and never held whole: test rows are searched in blocks by the
@@ -40,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import cpu_model, emit, options  # noqa: E402  (the processor's name, the command line and the record, as every benchmark has them)
 
 from probe_toolkit.analyses import knn, search  # noqa: E402
-from probe_toolkit.infra.runner import map_blocks, local_cores  # noqa: E402
+from probe_toolkit.infra.runner import local_cores, map_blocks  # noqa: E402
 from probe_toolkit.infra.shared import shared_blocks  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parent / "records" / "knn-scale.jsonl"

@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
-from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()
@@ -145,7 +145,8 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     root, store = class_folders
     c = str(tmp_path / "cache")
     for name, role in (("tr", "train"), ("va", "val")):
-        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c])
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache",
+                                c])
         assert r.exit_code == 0, r.output
     out = tmp_path / "knn.json"
     r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--temperature", "0.2", "--cache", c, "--json", str(out), "-q"])

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.labels import guard, label_maps, ledger, panels, voc_segmentation as vs
+from probe_toolkit.labels import guard, label_maps, ledger, panels
+from probe_toolkit.labels import voc_segmentation as vs
 
 
 def _voc(root: Path, n: int, size=(96, 128)) -> dict[str, np.ndarray]:

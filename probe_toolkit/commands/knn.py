@@ -35,22 +35,23 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import knn
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, sharded
 from ..infra.runner import check_placement, map_images, placed
 from ..infra.shared import shared_blocks
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
-from ..store import arrays, cache, images, parts
 from ..results import records
+from ..store import arrays, cache, images, parts
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 

@@ -26,7 +26,6 @@ from ..infra.errors import ProbeError
 from ..store.cache import cache_root
 from . import hygiene
 
-
 PORTION = 256  # maps read and decoded at a time
 
 
