@@ -13,7 +13,10 @@ Same arithmetic and the same tie rule as the numpy search:
   order-preserving integer in the high 32 bits and ``2**32 - 1 - row`` in the low ones, so the
   k largest keys are the k largest cosines with equal cosines ranked by bank row, the lower
   first (``search.keys``, mirrored); keys are unique, so ``torch.topk`` has no tie to break and
-  its answer does not depend on the device or the block.
+  its answer does not depend on the device or the block. Once a row's running list is full, only
+  the cosines above its k-th can enter (an equal one has a higher row), so a block's keys are
+  made for those alone (``_entering``): the selection then costs a comparison per product, not
+  a key and a sort.
 
 Pure: arrays in, arrays out. The bank is moved to the device once per process and bank
 (``on_device``: keyed by the caller's digest of it), in blocks, so the host never holds a
@@ -47,6 +50,32 @@ def _keys(similarity, offset: int):
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)  # larger cosine, larger integer
     rows = torch.arange(offset, offset + similarity.shape[1], device=similarity.device, dtype=torch.int64)
     return ordered * LOW + (LOW - 1 - rows)
+
+
+def _values(keys):
+    """float32 cosines of keys (a tensor on the keys' device)."""
+    import torch
+
+    ordered = torch.div(keys, LOW, rounding_mode="floor")
+    return torch.where(ordered < 0, ordered ^ 0x7FFFFFFF, ordered).to(torch.int32).view(torch.float32)
+
+
+def _entering(similarity, offset: int, floor):
+    """(rows, most per row) keys of the cosines above each row's ``floor`` (its running k-th),
+    padded with the least int64 (worse than every key); None when no cosine enters."""
+    import torch
+
+    r, c = torch.nonzero(similarity > floor[:, None], as_tuple=True)
+    if r.numel() == 0:
+        return None
+    rows = similarity.shape[0]
+    counts = torch.bincount(r, minlength=rows)
+    starts = torch.cumsum(counts, 0) - counts
+    out = torch.full((rows, int(counts.max())), torch.iinfo(torch.int64).min, dtype=torch.int64, device=similarity.device)
+    bits = (similarity[r, c] + 0.0).view(torch.int32)
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+    out[r, torch.arange(r.numel(), device=r.device) - starts[r]] = ordered * LOW + (LOW - 1 - (offset + c))
+    return out
 
 
 def _unkey(keys) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +136,12 @@ def nearest(queries: np.ndarray, bank, k: int, block: int, device: str = "cpu") 
         for offset in range(0, rows.shape[0], block):
             part = rows[offset:offset + block].to(torch.float64)
             similarity = (q @ part.T).to(torch.float32)
-            keys = _keys(similarity, offset)
-            keys = keys.topk(min(k, keys.shape[1]), dim=1).values
-            best = keys if best is None else torch.cat([best, keys], dim=1).topk(min(k, best.shape[1] + keys.shape[1]), dim=1).values
+            if best is None or best.shape[1] < k:  # the running list is not full: every key of the block
+                keys = _keys(similarity, offset)
+                keys = keys.topk(min(k, keys.shape[1]), dim=1).values
+                best = keys if best is None else torch.cat([best, keys], dim=1).topk(min(k, best.shape[1] + keys.shape[1]), dim=1).values
+                continue
+            fresh = _entering(similarity, offset, _values(best.min(1).values))
+            if fresh is not None:
+                best = torch.cat([best, fresh], dim=1).topk(k, dim=1).values
         return _unkey(best)
