@@ -45,7 +45,7 @@ export PYTHONUNBUFFERED=1
 python="${PYTHON:-python3}"
 if [ "${SCALE:-full}" = small ]; then
   extract_args=(--images-224 16 --images-480 4 --rounds 1)
-  decoder_args=(--images 2 --images-large 1)
+  decoder_args=(--images 2 --images-large 1 --presets all)
   machine_args=(--store-images 16 --rounds 1)
   hbird_args=(--memory 8192 --queries 1024 --rounds 1)
   knn_args=(--train 20000 --test 512 --check 8)
@@ -53,7 +53,7 @@ if [ "${SCALE:-full}" = small ]; then
   hbird_scale_args=(--memory 20480 --views 2)
 else
   extract_args=(--images-224 1024 --images-480 256 --rounds 2 --batch 64)
-  decoder_args=(--images 128 --images-large 8)
+  decoder_args=(--images 128 --images-large 8 --presets all)
   machine_args=(--store-images ${MACHINE_IMAGES:-256} --rounds ${MACHINE_ROUNDS:-3})
   hbird_args=(--memory 51200 --queries 4096 --rounds 2)
   knn_args=(--test 50000)
