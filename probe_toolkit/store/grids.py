@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..infra.errors import ProbeError
-from . import layout, own_size, views
+from . import layout, views
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -172,18 +172,18 @@ def is_view(name: str) -> bool:
     return True
 
 
-def check_size(name: str, patch: int) -> str | None:
-    """Why view ``name`` does not fit a /``patch`` network (a size that is not a multiple of the
-    patch, naming the nearest that are), or None. The aliases keep their rule: at /14 the 480
-    view reads the 34 whole patches from its top left, as before sizes were free."""
+def check_size(name: str, patch: int) -> tuple[str, str] | None:
+    """(problem, fix) where view ``name`` does not fit a /``patch`` network: a size that is not a
+    multiple of the patch, the fix naming the nearest that are; None where it fits. The aliases
+    keep their rule: at /14 the 480 view reads the 34 whole patches from its top left, as before
+    sizes were free; the padded family is centre-padded to whole patches."""
     spec = view(name)
-    if not spec.fixed or spec.alias or spec.family == "padded" or spec.size % patch == 0:  # padded: centre-padded to whole patches
+    if not spec.fixed or spec.alias or spec.family == "padded" or spec.size % patch == 0:
         return None
     low, high = spec.size // patch * patch, -(-spec.size // patch) * patch
-    nearest = [s for s in (low, high) if s > 0]
     suffix = f"_aug{spec.epoch}" if spec.epoch is not None else ""
-    return (f"view {spec.spelled}: {spec.size} px is not a multiple of the network's {patch}-px patch; "
-            f"nearest: {' or '.join(f'{spec.family}@{s}{suffix}' for s in nearest)}")
+    nearest = " or ".join(f"{spec.family}@{s}{suffix}" for s in (low, high) if s > 0)
+    return f"view {spec.spelled}: {spec.size} px is not a multiple of the network's {patch}-px patch", f"use {nearest}"
 
 
 def hbird_views(size: int, epochs: int = HBIRD_EPOCHS) -> tuple[str, ...]:
