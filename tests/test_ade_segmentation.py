@@ -9,14 +9,15 @@ import json
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from cli_runs import probe_main
-from probe_toolkit.demo.samples import TINY, write_checkpoint
-from probe_toolkit.labels import ade_segmentation as ade, guard, kinds, ledger, panels
-from probe_toolkit.store.extract import Settings, extract
+from PIL import Image
 from segmentation_folders import box_scene, write_ade
 from test_hummingbird_protocol import _iou, _plain
+
+from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.labels import ade_segmentation as ade
+from probe_toolkit.labels import guard, kinds, ledger, panels
+from probe_toolkit.store.extract import Settings, extract
 
 NAMES = {"training": ["ADE_train_00000001", "ADE_train_00000002", "ADE_train_00000017"], "validation": ["ADE_val_00000001", "ADE_val_00000009"]}
 

@@ -81,4 +81,5 @@ def test_names_carry_kind_block_view_and_part():
     assert layout.parse("tokens_hbird512_aug1").view == "hbird512_aug1" and layout.parse("keys_native_crop").kind == "keys"
     assert layout.named("tokens", "224", 11, depth=12) == "tokens_224" and layout.named("queries", "eval@448", 3, depth=12, part=2) == "queries_b3_eval@448.p2"
     assert layout.unit_of("done_224.p2") == "224.p2" and layout.view_of("tokens_b3_native_crop.p1") == "native_crop"
-    assert [layout.parse(n).facet for n in ("cls_keys_480", "keys_rope_480", "registers_224", "registers_normed_224", "values_224")] == ["k", "k", "tokens", "normed", "v"]
+    names = ("cls_keys_480", "keys_rope_480", "registers_224", "registers_normed_224", "values_224")
+    assert [layout.parse(n).facet for n in names] == ["k", "k", "tokens", "normed", "v"]

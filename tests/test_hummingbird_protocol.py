@@ -13,17 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.functional as TF
+from cli_runs import probe_main
 from PIL import Image
+from segmentation_folders import write_voc
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from cli_runs import probe_main
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.results import records
 from probe_toolkit.store import cache, hbird_views
 from probe_toolkit.store.extract import Settings, extract
-from segmentation_folders import write_voc
 
 runner = CliRunner()
 TRAIN = ["2007_000032", "2007_000039", "2007_000063", "2008_000002", "2009_000010"]
@@ -38,7 +38,7 @@ def _scene(seed: int, size=(96, 72)) -> tuple[np.ndarray, np.ndarray]:
     w, h = size
     pixels = rng.normal(110, 25, (h, w, 3)).clip(0, 255)
     label = np.zeros((h, w), np.uint8)
-    for n in range(2):
+    for _ in range(2):
         cls = int(rng.integers(1, 21))
         x0, y0 = int(rng.integers(0, w - 30)), int(rng.integers(0, h - 30))
         x1, y1 = x0 + int(rng.integers(14, 30)), y0 + int(rng.integers(14, 30))
@@ -215,7 +215,7 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     plain = _plain(store, [(f"{i}.jpg", labels[i]) for i in TRAIN], [(f"{i}.jpg", labels[i]) for i in VAL], MEMORY)
     from scipy.optimize import linear_sum_assignment
 
-    for m, (confusion, shown, rows) in enumerate(plain):
+    for m, (confusion, _shown, rows) in enumerate(plain):
         assert summary["bank_rows"][m] == rows
         iou = _iou(confusion)
         assert summary["iou"][m] == pytest.approx(iou.tolist(), abs=1e-12)

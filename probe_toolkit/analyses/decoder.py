@@ -144,7 +144,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
             break
         graph = key_graph(cos, settings.tau, settings.eps, painted if t else None)
         scale = 1.0 / np.sqrt(graph.degree)
-        cut = normalized_cut(graph, seed=settings.seed, enough=lambda c: certified_cut(c, scale, grid, settings)[-1])
+        cut = normalized_cut(graph, seed=settings.seed, enough=lambda c, scale=scale: certified_cut(c, scale, grid, settings)[-1])
         cuts += 1
         x, seed, found, ok = certified_cut(cut, scale, grid, settings)
         first = first or (x, seed)

@@ -66,7 +66,7 @@ class Settings:
             raise SettingError("masks", f"the {self.preset} preset finds one object per image, not masks={self.masks}", "drop masks")
 
     @classmethod
-    def from_preset(cls, preset: str = "centred", **overrides) -> "Settings":
+    def from_preset(cls, preset: str = "centred", **overrides) -> Settings:
         """The preset's defaults, with every override that is not None applied."""
         if preset not in PRESETS:
             raise _unknown_preset(preset)
@@ -77,7 +77,7 @@ class Settings:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def with_(self, **changes) -> "Settings":
+    def with_(self, **changes) -> Settings:
         return replace(self, **changes)
 
 

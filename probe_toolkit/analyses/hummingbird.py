@@ -64,14 +64,27 @@ caller's (``labels/voc_segmentation.py`` reads the label maps through the ledger
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
+from .hummingbird_published import (  # noqa: F401
+    AUGMENTATION_EPOCHS,
+    EMPTY_SCORE,
+    IGNORE_INDEX,
+    INPUT_SIZE,
+    MATCHINGS,
+    PATCH_SIZE,
+    PUBLISHED,
+    PUBLISHED_MEMORY_SIZES,
+    PUBLISHED_SOURCE,
+    SEED,
+    TEMPERATURE,
+    VOC_CLASSES,
+    K,
+)
 from .knn import EMPTY, block_candidates, check_search, normalise, unkey
-from .hummingbird_published import (AUGMENTATION_EPOCHS, EMPTY_SCORE, IGNORE_INDEX, INPUT_SIZE, K, MATCHINGS, PATCH_SIZE, PUBLISHED,  # noqa: F401
-                                    PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, SEED, TEMPERATURE, VOC_CLASSES)
 
 BANK_BLOCK = 65536  # bank rows per product block (any value gives the same result)
 

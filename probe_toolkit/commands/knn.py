@@ -35,22 +35,23 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import knn
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, sharded
 from ..infra.runner import check_placement, map_images, placed
 from ..infra.shared import shared
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
-from ..store import arrays, cache, images, parts
 from ..results import records
+from ..store import arrays, cache, images, parts
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
@@ -257,7 +258,8 @@ def run_knn(
     view = choose_view([train_ds, val_ds], chosen)
     if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
         print(narrowed, file=sys.stderr)
-    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
+    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view),
+                                                        records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         if not sharded(shard):

@@ -25,11 +25,12 @@ import multiprocessing
 import os
 import sys
 from collections import deque
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def _in_task_threads(fn: BlockFn, **arrays: np.ndarray) -> dict[str, np.ndarray]
         return fn(**arrays)
 
 
-def _call(fn: BlockFn, arrays: "dict[str, np.ndarray] | StoreBlock", threads: int = 1) -> dict[str, np.ndarray]:
+def _call(fn: BlockFn, arrays: dict[str, np.ndarray] | StoreBlock, threads: int = 1) -> dict[str, np.ndarray]:
     if isinstance(arrays, StoreBlock):  # on a worker: it reads its own block
         arrays = arrays.load()
     with task_threads(threads):

@@ -29,7 +29,8 @@ KEYS = Option("keys", "plain: the keys before RoPE (every network's; the default
                       "as its attention uses them.", default="plain")
 
 REFERENCES = (
-    Reference("Wang et al., Self-Supervised Transformers for Unsupervised Object Discovery using Normalized Cut (CVPR 2022)", "YangtaoWANG95/TokenCut main_tokencut.py, object_discovery.py"),
+    Reference("Wang et al., Self-Supervised Transformers for Unsupervised Object Discovery using Normalized Cut (CVPR 2022)",
+              "YangtaoWANG95/TokenCut main_tokencut.py, object_discovery.py"),
     Reference("Wang et al., Cut and Learn for Unsupervised Object Detection and Instance Segmentation (CVPR 2023)", "facebookresearch/CutLER maskcut/maskcut.py"),
     Reference("Siméoni et al., Localizing Objects with Self-Supervised Transformers and no Labels (BMVC 2021)", "valeoai/LOST main_lost.py, object_discovery.py"),
     Reference("Melas-Kyriazi et al., Deep Spectral Methods (CVPR 2022)", "lukemelas/deep-spectral-segmentation extract/extract.py"),

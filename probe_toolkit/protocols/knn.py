@@ -29,7 +29,8 @@ class KnnSettings(Settings):
 def execute(settings: KnnSettings, placement, *, store, train, val, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
     from ..commands.knn import run_knn
 
-    return run_knn(store, train, val, ks=None if settings.ks is None else list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal, cache_dir=cache_dir,
+    return run_knn(store, train, val, ks=None if settings.ks is None else list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal,
+                   cache_dir=cache_dir,
                    json_path=json_path, progress=progress, placement=placement)
 
 

@@ -35,7 +35,6 @@ from .architectures import Arch
 from .readout import Readout, last_block, whole_patches
 from .taps import Capture, Taps
 
-
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
 INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
 # tokens in one forward pass from which its blocks show as steps under the bar (``infra.progress.within``):
@@ -146,7 +145,7 @@ class Backbone(nn.Module):
         self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> "Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> Backbone:
         """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly.
 
         Built on the meta device and handed the file's tensors (as the float32, contiguous

@@ -111,7 +111,7 @@ class Dinov3Backbone(nn.Module):
         self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> "Dinov3Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> Dinov3Backbone:
         """Eval-mode network, the checkpoint's tensors assigned strictly (float32, contiguous), its periods set."""
         if interpolation not in ("auto", "none"):
             from ..infra.errors import ProbeError

@@ -5,7 +5,7 @@ values are all finite."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -14,9 +14,9 @@ from ..infra.errors import ProbeError
 from . import arrays, images, layout
 from .architectures import Arch
 from .backbone import Backbone
-from .taps import Capture, Taps
 from .extract_load import Loaded
 from .extract_plan import Settings
+from .taps import Capture, Taps
 from .writer import SharedBuffers
 
 

@@ -152,7 +152,7 @@ def squashed(image: Image.Image, side: int = SIDE) -> Image.Image:
     return image.resize((side, side), Image.Resampling.BILINEAR)
 
 
-def normalise(image: Image.Image) -> "torch.Tensor":
+def normalise(image: Image.Image) -> torch.Tensor:
     """(3, H, W) float32: (v / 255 - mean) / std with the reference's std, channel by channel
     (a look-up of the same float32 operations, as ``images.normalise``)."""
     import torch
@@ -164,7 +164,7 @@ def normalise(image: Image.Image) -> "torch.Tensor":
     return torch.from_numpy(out)
 
 
-def pixels(image: Image.Image, view: str, image_id: str) -> "torch.Tensor":
+def pixels(image: Image.Image, view: str, image_id: str) -> torch.Tensor:
     """The network's input of one Hummingbird view (any size: ``hbird@S``, ``hbird@S_aug<e>``) of an RGB image."""
     spec = views.view(view)
     if spec.epoch is None:
