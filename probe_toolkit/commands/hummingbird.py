@@ -110,6 +110,10 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
     for view in views:
         if f"tokens_{view}" not in ds:
             raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
+        if hbird_views.epoch(view) is not None and cache.view_facts(ds.attrs.get("manifest") or {}, view).get("augmentation") != hbird_views.ORDER:
+            raise ProbeError(ds.attrs.get("store"), f"holds its {view} view in the order probe used before it followed open-hummingbird-eval's "
+                             "(the 8-bit crop jittered; the reference jitters the whole image, normalises, then crops the float tensor)",
+                             f"extract the memory views into a new store: `{extract} --store NEW.zarr`")
         flag = f"done_{view}"
         if flag in ds:
             done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)

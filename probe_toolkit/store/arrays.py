@@ -151,6 +151,8 @@ def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: st
     if names is None:
         names = list(view_arrays(view, arch, patches, legacy_request(view, arch, attention)))
     facts["arrays"] = sorted(names)
+    if spec.epoch is not None:
+        facts["augmentation"] = hbird_views.ORDER
     return facts
 
 

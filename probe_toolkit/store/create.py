@@ -20,7 +20,7 @@ from ..infra.errors import ProbeError
 from . import codec, grids, hints, integrity, layout
 from .cache import FLAGS, PER_VIEW, view_facts
 from .group import array_names, consolidate
-from .views import NAMES as VIEW_ORDER
+from .views import order as view_order
 from .writer import StoreWriter
 
 # manifest fields that must agree before a process may write into an existing store
@@ -28,6 +28,8 @@ IDENTITY = ("checkpoint", "network", "arch", "interpolation", "dtype", "image_li
 # per-view facts that must agree before a process may write into an existing view (what else it
 # asks, another block, facet or attention array, grows the view by a part: store/layout.py)
 VIEW_IDENTITY = ("resample", "patches")
+# per-view facts compared even where the old manifest lacks them (a view made before the fact existed differs)
+VIEW_IDENTITY_STRICT = ("augmentation",)
 
 
 def identity(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +46,8 @@ def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+    return ([k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+            + [k for k in VIEW_IDENTITY_STRICT if k in new and old.get(k) != new[k]])
 
 
 
@@ -149,9 +152,8 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
 def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) -> dict[str, Any]:
     """The old manifest with the added views' entries (per_view, geometry, views) from the new one."""
     merged = dict(old)
-    order = {name: i for i, name in enumerate(VIEW_ORDER)}
     held = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
-    merged["views"] = [held[k] for k in sorted(held, key=lambda k: order.get(k, 99))]
+    merged["views"] = [held[k] for k in sorted(held, key=view_order)]
     per_view = {v: view_facts(old, v) for v in held if v not in added}
     per_view.update({v: new.get("per_view", {}).get(v, {}) for v in added})
     merged["per_view"] = per_view
