@@ -84,7 +84,8 @@ def lidar_views(ds) -> tuple[tuple[str, ...], str]:
     if hbird_views.VAL not in held or len(held) < 2:
         views = ",".join(hbird_views.VIEWS)
         return (), f"LiDAR needs several views of each image; the store holds {len(held)} of them: probe extract CKPT --views {views}"
-    return held, f"{len(held)} views of each image: {', '.join(held)} (RADIO: 1 + 99 RandAugment views)"
+    order = {cache.view_facts(ds.attrs.get("manifest") or {}, v).get("augmentation", "8-bit crop jittered (before 2026-12)") for v in held[1:]}
+    return held, f"{len(held)} views of each image: {', '.join(held)}, augmented as {'; '.join(sorted(order))} (RADIO: 1 + 99 RandAugment views)"
 
 
 def measure_lidar(ds, held: tuple[str, ...], block: int | None) -> float:
