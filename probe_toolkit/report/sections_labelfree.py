@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import MaxNLocator
 
 from ..results import records
 from . import figures
@@ -47,6 +48,7 @@ def per_block_figure(lines: dict[str, dict[int, float]], ylabel: str, chance: fl
         ax.plot(blocks, [points[b] for b in blocks], marker="o", ms=3, lw=1, label=figures.wrap(label, 30))
     if chance is not None:
         ax.axhline(chance, color="grey", lw=0.8, ls="--", label="chance")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("block (0-based)", fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
