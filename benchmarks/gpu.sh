@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU figures of the scale benchmarks in short runs, for a lent GPU machine (steps 1-5 under 9
-# minutes on one GPU, to fit one command of a lease; steps 6-7 about 4 more, as a second command:
-# STEPS="6 7"; nothing here is needed to build or test the toolkit):
+# minutes on one GPU, to fit one command of a lease; steps 6-8 about 5 more, as a second command:
+# STEPS="6 7 8"; nothing here is needed to build or test the toolkit):
 #   1. extraction against a bare timm forward on the same GPU, DINO ViT-S/16 at 224 and 480 px
 #      (benchmarks/extract.py --device cuda);
 #   2. the same for DINOv3 ViT-S/16 (RoPE, 4 storage tokens: --arch dinov3-s16);
@@ -18,8 +18,10 @@
 #      the same GPU, 32 rows checked against a full-matrix search and the numpy search (benchmarks/knn_scale.py);
 #   7. Hummingbird at the published 1024·10⁴ memory on the GPU: 64 query views against 10,240,000 memory
 #      patches, extrapolated to all 1,483,776 VOC val patches (11.7 PFLOP), 8 queries checked against a
-#      full sort on the GPU (benchmarks/hummingbird_scale.py --device cuda).
-# STEPS (default: every step) runs some of them: STEPS="6 7" bash benchmarks/gpu.sh.
+#      full sort on the GPU (benchmarks/hummingbird_scale.py --device cuda);
+#   8. the GPU store's tolerance: 32 images extracted on the CPU and on the GPU, every array compared
+#      (benchmarks/extract.py --tolerance; the CPU paths are byte-identical, a GPU's kernels round otherwise).
+# STEPS (default: every step) runs some of them: STEPS="6 7 8" bash benchmarks/gpu.sh.
 # Each benchmark's last line is its JSON record: append it to benchmarks/records/<name>.jsonl.
 # Each log goes to $OUT (or ./gpu-logs), with nvidia-smi's name of the GPU first.
 #
@@ -60,7 +62,7 @@ else
   knn_large_args=(--test 50000 --dim 1024)
   hbird_scale_args=(--memory 10240000 --views 64)
 fi
-steps="${STEPS:-1 2 3 4 5 6 7}"
+steps="${STEPS:-1 2 3 4 5 6 7 8}"
 want() { [[ " $steps " == *" $1 "* ]]; }
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
@@ -82,4 +84,5 @@ if want 6; then  # the bank's file goes to /tmp (1.9 and 4.9 GiB), removed after
   timeout 200 "$python" benchmarks/knn_scale.py --backend torch --device "$device" "${knn_large_args[@]}" 2>&1 | tee "$out/knn-scale-1024.log" || status=1
 fi
 want 7 && { timeout 150 "$python" benchmarks/hummingbird_scale.py --device "$device" "${hbird_scale_args[@]}" 2>&1 | tee "$out/hummingbird-scale.log" || status=1; }
+want 8 && { timeout 120 "$python" benchmarks/extract.py --tolerance --device "$device" --images-224 "${TOLERANCE_IMAGES:-32}" 2>&1 | tee "$out/extract-tolerance.log" || status=1; }
 exit $status
