@@ -98,7 +98,8 @@ def main() -> None:
     for name, seconds in parts.items():
         print(f"  one block ({knn.TEST_BLOCK:,} × {knn.TRAIN_BLOCK:,}): {name.replace('_', ' '):<24} {1e3 * seconds:7.1f} ms")
     print(json.dumps({
-        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": cpu_model(), "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
         "train": args.train, "test": args.test, "dim": args.dim, "rounds": args.rounds,
         "sorted": args.sorted, "plain_s": round(plain_s, 4), "torch_s": round(torch_s, 4), "knn_s": round(knn_s, 4), "ratio": round(plain_s / knn_s, 3),
         "ratio_torch": round(torch_s / knn_s, 3), "top1_k20": round(float(result.top1[1]), 5),

@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation"}
+            "hummingbird", "linear-segmentation", "rank", "position", "similarity"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -58,6 +58,11 @@ BAD = [
     ("linear-segmentation", {"stride": 600}, "stride"),
     ("linear-segmentation", {"warmup": 40000}, "warmup"),
     ("linear-segmentation", {"preset": "dinov1"}, "preset"),
+    ("rank", {"view": "native"}, "view"),
+    ("rank", {"tokens": ("cls",)}, "tokens"),
+    ("position", {"held_out": 1.0}, "held_out"),
+    ("similarity", {"examples": "pixel"}, "examples"),
+    ("similarity", {"batch": 3}, "batch"),
     ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
 ]
 
@@ -105,7 +110,7 @@ def test_an_unknown_setting_is_refused_with_the_known_ones():
 
 def test_the_cli_names_the_flag_where_the_api_names_the_parameter(store, capsys):
     code, printed = probe_main(["entropy", store, "--boot", "0", "-q"], capsys)
-    assert code == 2 and printed.err.strip().startswith("error: --boot must be an integer in [100, 100000] (got 0): fewer resamples")
+    assert code == 2 and printed.err.strip().startswith("error: --boot must be an integer in [100, 100000] (got 0): there would be no interval")
     assert "Traceback" not in printed.err and "use e.g. --boot 1000" in printed.err
     with pytest.raises(SettingError, match=r"^boot must be an integer in \[100, 100000\] \(got 0\).*use e.g. boot=1000$"):
         probe.run("entropy", store, boot=0)
@@ -142,8 +147,8 @@ def test_run_ids_sort_in_the_order_runs_began_even_if_the_clock_is_set_back(monk
 
     monkeypatch.setattr(records, "_last", None)  # restored after the test: later runs keep the real clock
 
-    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc))
-    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.UTC))
+    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert earlier_clock > later and earlier_clock.startswith("20270101-000000-000001")
     assert records.RUN_ID.match(later) and records.RUN_ID.match(earlier_clock)
 

@@ -11,8 +11,8 @@ import xarray as xr
 import zarr
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store import images
 from probe_toolkit.results import records
+from probe_toolkit.store import images
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.cache import open_store, require
 from probe_toolkit.store.checkpoints import load_checkpoint

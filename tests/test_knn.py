@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
-from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()
@@ -150,7 +150,7 @@ def test_ties_at_every_rank_go_to_the_lower_train_index():
         train[:3] = -train[:3]
         k, width = int(rng.integers(1, min(n, 300) + 1)), int(rng.choice([1, 7, 64, 400]))
         tr, te = knn.normalise(train), knn.normalise(test)
-        value, index = knn.running_topk(te, lambda: ((a, tr[a:a + width]) for a in range(0, n, width)), k)
+        value, index = knn.running_topk(te, lambda tr=tr, width=width, n=n: ((a, tr[a:a + width]) for a in range(0, n, width)), k)
         sims = np.concatenate([te @ tr[a:a + width].T for a in range(0, n, width)], axis=1).astype(np.float64)
         expected = np.argsort(-sims, axis=1, kind="stable")[:, :k]
         np.testing.assert_array_equal(index, expected)
@@ -225,7 +225,8 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     root, store = class_folders
     c = str(tmp_path / "cache")
     for name, role in (("tr", "train"), ("va", "val")):
-        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c])
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache",
+                                c])
         assert r.exit_code == 0, r.output
     out = tmp_path / "knn.json"
     r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--temperature", "0.2", "--cache", c, "--json", str(out), "-q"])

@@ -33,15 +33,16 @@ The rule of vpariza/open-hummingbird-eval 2.0 (commit 5e79da2), ``hbird/hbird_ev
   ``resize_nearest`` is that resize (torch's legacy nearest: source = floor(dst · in / out)).
 
 Views (the caller's, listed here so that a command can reproduce them; ``hbird/utils/transforms.py``
-and ``image_transformations.py``): train views are ``RandomResizedCrop`` of the image and its label
-together to input × input (scale (0.5, 2.0), ratio (3/4, 4/3), torchvision's ``get_params``: a
-draw of scale above 1 cannot fit the image and is drawn again, up to ten tries before it takes
-the whole image centre-cropped to the ratio range, so crops cover 50-100 % of the image), image bilinear with
-antialias, label nearest; then colour jitter (brightness, contrast, saturation, hue 0.1, each
-applied with probability 0.5); val views squash image and label to input × input (bilinear with
-antialias / nearest). Normalisation mean (0.485, 0.456, 0.406), std **(0.229, 0.224, 0.255)**
-(0.255 for blue, not ImageNet's 0.225). eval.py's features: the backbone's
-``forward_features`` patch tokens (timm: after the final norm), class token dropped.
+and ``image_transformations.py``, ``store/hbird_views.py``): a train view is, in ``CombTransforms``'
+order, colour jitter of the whole image (brightness, contrast, saturation, hue 0.1, each applied
+with probability 0.5), ``ToTensor`` and normalisation, then ``RandomResizedCrop`` of the float
+tensor and of its label together to input × input (scale (0.5, 2.0), ratio (3/4, 4/3),
+torchvision's ``get_params``: a draw of scale above 1 cannot fit the image and is drawn again, up
+to ten tries before it takes the whole image centre-cropped to the ratio range, so crops cover
+50-100 % of the image), image bilinear with antialias, label nearest; val views squash image and
+label to input × input (bilinear with antialias / nearest). Normalisation mean (0.485, 0.456,
+0.406), std **(0.229, 0.224, 0.255)** (0.255 for blue, not ImageNet's 0.225). eval.py's features:
+the backbone's ``forward_features`` patch tokens (timm: after the final norm), class token dropped.
 
 What differs, on purpose:
 
@@ -64,14 +65,27 @@ caller's (``labels/voc_segmentation.py`` reads the label maps through the ledger
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
+from .hummingbird_published import (  # noqa: F401
+    AUGMENTATION_EPOCHS,
+    EMPTY_SCORE,
+    IGNORE_INDEX,
+    INPUT_SIZE,
+    MATCHINGS,
+    PATCH_SIZE,
+    PUBLISHED,
+    PUBLISHED_MEMORY_SIZES,
+    PUBLISHED_SOURCE,
+    SEED,
+    TEMPERATURE,
+    VOC_CLASSES,
+    K,
+)
 from .knn import EMPTY, block_candidates, check_search, normalise, unkey
-from .hummingbird_published import (AUGMENTATION_EPOCHS, EMPTY_SCORE, IGNORE_INDEX, INPUT_SIZE, K, MATCHINGS, PATCH_SIZE, PUBLISHED,  # noqa: F401
-                                    PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, SEED, TEMPERATURE, VOC_CLASSES)
 
 BANK_BLOCK = 65536  # bank rows per product block (any value gives the same result)
 

@@ -23,7 +23,7 @@ Pure: arrays in, arrays out. The bank is moved to the device once per process an
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -20,8 +20,8 @@ What differs from the script, why, and the effect on the number: ``protocols/knn
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 

@@ -7,8 +7,9 @@ generator, take the mean each time, and read the (1 ± level)/2 quantiles of tho
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 

@@ -28,20 +28,21 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.runner import map_images, placed
-from ..infra.shared import shared
 from ..infra.settings import SettingError
+from ..infra.shared import shared
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records
@@ -99,7 +100,8 @@ def _check_kinds(train: Panel, val: Panel) -> None:
                              f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
                              f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)")
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
+                         "score on a val panel of the train panel's data set")
 
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:
@@ -108,6 +110,10 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
     for view in views:
         if f"tokens_{view}" not in ds:
             raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
+        if hbird_views.epoch(view) is not None and cache.view_facts(ds.attrs.get("manifest") or {}, view).get("augmentation") != hbird_views.ORDER:
+            raise ProbeError(ds.attrs.get("store"), f"holds its {view} view in the order probe used before it followed open-hummingbird-eval's "
+                             "(the 8-bit crop jittered; the reference jitters the whole image, normalises, then crops the float tensor)",
+                             f"extract the memory views into a new store: `{extract} --store NEW.zarr`")
         flag = f"done_{view}"
         if flag in ds:
             done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)

@@ -34,9 +34,10 @@ not its central 87.5 %) is still read, and every output says so. Results ``resul
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -50,8 +51,8 @@ from ..infra.shared import shared
 from ..labels.panels import ClassLabels, read_classes
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.knn import NB_KNN, KnnSettings
-from ..store import arrays, cache, images, parts
 from ..results import records
+from ..store import arrays, cache, images, parts
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
@@ -237,7 +238,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         context.note(narrowed)
     ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
     temperature = float(settings.temperature)
-    with context.placed() as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
+    with context.placed() as where, shared(train_bank(train_ds, train_ids, chosen, norm, view),
+                                           records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         progress = context.task("k-NN", len(val_ids))

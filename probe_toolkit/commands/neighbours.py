@@ -13,9 +13,9 @@ from ..analyses.grid import grid_side
 from ..infra.errors import ProbeError
 from ..infra.progress import within
 from ..infra.runner import per_image
-from ..store.cache import open_store, require
 from ..protocols.context import Inputs, RunContext
 from ..protocols.neighbours import NeighboursSettings
+from ..store.cache import open_store, require
 from .runs import OverStoresReport, finish, over_stores
 
 DEFAULT_VIEW = "224"

@@ -9,9 +9,10 @@ per store and the JSON summary (``RunContext.finish``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..infra import provenance
 from ..protocols.context import Outcome, RunContext, Saving

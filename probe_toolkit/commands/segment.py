@@ -20,10 +20,11 @@ windows. The science is ``analyses.segment`` and ``analyses.segment_augment``. R
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,8 +33,8 @@ import xarray as xr
 from ..analyses import segment as seg
 from ..analyses import segment_augment as aug
 from ..infra import provenance
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
@@ -79,7 +80,8 @@ def _check_kinds(train: Panel, val: Panel) -> None:
             raise ProbeError(panel.name, f"is a {panel.kind} panel; linear segmentation reads label maps of an ade20k or voc-segmentation panel",
                              f"register ADEChallengeData2016 with --ade20k (or VOC2012 with --voc-segmentation) and --role {panel.role}")
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
+                         "score on a val panel of the train panel's data set")
 
 
 def _device(name: str) -> torch.device:

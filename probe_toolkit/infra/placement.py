@@ -11,12 +11,12 @@ only where numbers are computed, never which numbers: every placement gives the 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ProbeError
 from .settings import AtLeast, OneOf, SettingError, Settings, setting
-
 
 BACKENDS = ("scipy", "torch")
 DEVICES = ("auto", "cpu", "cuda")
@@ -42,7 +42,7 @@ class Placement(Settings):
                                others=("dask_address",))
 
     @classmethod
-    def parse(cls, environ: Mapping[str, str] | None = None, **given: Any) -> "Placement":
+    def parse(cls, environ: Mapping[str, str] | None = None, **given: Any) -> Placement:
         """The placement of this process: the options given, with torchrun's environment as the
         shard when no ``shard`` is (RANK and WORLD_SIZE are read here only)."""
         environ = os.environ if environ is None else environ

@@ -25,15 +25,19 @@ import multiprocessing
 import os
 import sys
 from collections import deque
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import ProbeError
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 BlockFn = Callable[..., dict[str, np.ndarray]]
 
@@ -110,7 +114,7 @@ def check_placement(workers: int | None, dask_address: str | None) -> None:
 
 
 @contextmanager
-def placed(workers: "Placement | int | None" = None, dask_address: str | None = None) -> Iterator[Where]:
+def placed(workers: Placement | int | None = None, dask_address: str | None = None) -> Iterator[Where]:
     """A run's ``Placement`` (or, from a command not yet converted, ``--workers`` /
     ``--dask-address``) as a ``Where``: its local workers (a GPU's one process, ``Placement.local_workers``)
     or its cluster's client, closed after."""
@@ -179,7 +183,7 @@ def _in_task_threads(fn: BlockFn, **arrays: np.ndarray) -> dict[str, np.ndarray]
         return fn(**arrays)
 
 
-def _call(fn: BlockFn, arrays: "dict[str, np.ndarray] | StoreBlock", threads: int = 1) -> dict[str, np.ndarray]:
+def _call(fn: BlockFn, arrays: dict[str, np.ndarray] | StoreBlock, threads: int = 1) -> dict[str, np.ndarray]:
     if isinstance(arrays, StoreBlock):  # on a worker: it reads its own block
         arrays = arrays.load()
     with task_threads(threads):

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .errors import ProbeError
 
@@ -335,7 +336,7 @@ class Settings:
         return {f.name: _plain(default_of(f)) for f in dataclasses.fields(cls)}
 
     @classmethod
-    def build(cls, **given: Any) -> "Settings":
+    def build(cls, **given: Any) -> Settings:
         """From keyword arguments, refusing unknown names with the known ones listed."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)

@@ -8,9 +8,9 @@ how a mask decodes; ``read_masks`` does the rest, the one way segmentation label
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -181,7 +181,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
         recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")),
                                               sibling=protocol.reads.panel_sibling)  # before any label read
     stamp = records.RunStamp(protocol=protocol.name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
-                             selection={"block": None, "facet": None}, differences=protocol.difference_list())
+                             selection={"block": None, "facet": None}, differences=protocol.difference_list(), defaults=protocol.settings.defaults())
     return RunContext(protocol, settings, placement, typed, stamp, progress or Progress(), panels=panels)
 
 

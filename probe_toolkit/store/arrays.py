@@ -30,9 +30,10 @@ GEOMETRY = {
                    "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
     hbird_views.VAL: "squash to 512x512 (PIL bilinear), mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.255) as published "
                      "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
-    **{view: f"random resized crop, scale (0.5, 2), ratio (3/4, 4/3), to 512x512 (PIL bilinear), colour jitter 0.1 each with p 0.5, "
-             f"std (0.229, 0.224, 0.255); draws seeded by ({hbird_views.SEED}, epoch {hbird_views.epoch(view)}, file name) "
-             f"(vpariza/open-hummingbird-eval get_hbird_train_transforms)" for view in hbird_views.AUGMENTED},
+    **{view: f"colour jitter 0.1 each with p 0.5 on the whole image, normalised with std (0.229, 0.224, 0.255), then a random resized "
+             f"crop, scale (0.5, 2), ratio (3/4, 4/3), of the float tensor to 512x512 (torch bilinear, antialias); draws seeded by "
+             f"({hbird_views.SEED}, epoch {hbird_views.epoch(view)}, file name) (vpariza/open-hummingbird-eval get_hbird_train_transforms, "
+             f"CombTransforms)" for view in hbird_views.AUGMENTED},
     "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
               "(TokenCut main_tokencut.py, LOST main_lost.py)",
     images.NATIVE_CROP: "own size, normalised, cut at the right and bottom to floor(h/p) x floor(w/p) patches, top left kept "
@@ -75,6 +76,8 @@ def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: st
     facts["resample"] = (resample if view == "480" else own_size_resample(view) if view in images.OWN_SIZE
                          else "bilinear" if view in hbird_views.VIEWS else "bicubic")
     facts["attention"] = attention if "attention" in READS[view] else "none"
+    if hbird_views.epoch(view) is not None:
+        facts["augmentation"] = hbird_views.ORDER
     facts["arrays"] = sorted(view_arrays(view, arch, patches, attention))
     return facts
 

@@ -21,9 +21,10 @@ convolution never reaches, as in DINO's ``PatchEmbed``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Iterator, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,6 @@ from torch import nn
 from ..infra.progress import within
 from .architectures import Arch
 from .readout import Readout, whole_patches
-
 
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
 INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
@@ -146,7 +146,7 @@ class Backbone(nn.Module):
         self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> "Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> Backbone:
         """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly.
 
         Built on the meta device and handed the file's tensors (as the float32, contiguous

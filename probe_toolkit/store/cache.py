@@ -33,7 +33,6 @@ Writing is ``store.writer`` (filling chunks) and ``store.create`` (creating and 
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path

@@ -27,6 +27,8 @@ from .writer import StoreWriter
 IDENTITY = ("checkpoint", "network", "arch", "interpolation", "dtype", "image_list_sha256", "chunk")
 # per-view facts that must agree before a process may write into an existing view
 VIEW_IDENTITY = ("attention", "resample", "patches")
+# per-view facts compared even where the old manifest lacks them (a view made before the fact existed differs)
+VIEW_IDENTITY_STRICT = ("augmentation",)
 
 
 def identity(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +45,8 @@ def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+    return ([k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+            + [k for k in VIEW_IDENTITY_STRICT if k in new and old.get(k) != new[k]])
 
 
 

@@ -24,9 +24,9 @@ recomputed from that same input with the block's own weights, rotated by timm's 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -112,7 +112,7 @@ class Dinov3Backbone(nn.Module):
         self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> "Dinov3Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> Dinov3Backbone:
         """Eval-mode network, the checkpoint's tensors assigned strictly (float32, contiguous), its periods set."""
         if interpolation not in ("auto", "none"):
             from ..infra.errors import ProbeError

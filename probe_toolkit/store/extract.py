@@ -64,7 +64,8 @@ def _written(pending: Future, path: Path) -> None:
         pending.result()
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ProbeError(path, "ran out of disk space while writing a chunk", "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
+            raise ProbeError(path, "ran out of disk space while writing a chunk",
+                             "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
         raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
 
 
@@ -177,8 +178,8 @@ def extract(
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
-            from .verify import repair as mark_damaged
             from .sources import check_unchanged, record_absolute
+            from .verify import repair as mark_damaged
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
             if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change
@@ -206,7 +207,7 @@ def extract(
                     n, needed = stop - start, list(loaded.failed)
                     ticked = [0.0]
 
-                    def tick(count: int, share: float = 1.0 / len(needed)) -> None:
+                    def tick(count: int, share: float = 1.0 / len(needed), ticked: list[float] = ticked) -> None:
                         ticked[0] += count * share
                         progress.advance(task, count * share)
 
@@ -217,7 +218,8 @@ def extract(
                         ok = ~loaded.failed[view]
                         good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
                         for i in np.flatnonzero(ok & ~good):
-                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view",
+                                               "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
                             if on_error == "fail":
                                 raise error
                             loaded.errors.append(error.line())

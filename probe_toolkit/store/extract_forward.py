@@ -5,7 +5,7 @@ values are all finite."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -130,7 +130,8 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "layernorm_eps": 1e-5 if dinov3 else 1e-6,
             "gelu": "exact (erf)",
             **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys_<view> before RoPE and "
-                          "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, storage and patch tokens after RoPE "
+                          "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, "
+                          "storage and patch tokens after RoPE "
                           "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
                 "native_views": "every view: RoPE is computed per grid, no position table is interpolated"} if dinov3 else {}),
         },

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..infra.errors import ProbeError
-from . import own_size, views
+from . import views
 
 if TYPE_CHECKING:
     import xarray as xr
