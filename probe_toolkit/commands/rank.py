@@ -84,7 +84,8 @@ def lidar_views(ds) -> tuple[tuple[str, ...], str]:
     if hbird_views.VAL not in held or len(held) < 2:
         views = ",".join(hbird_views.VIEWS)
         return (), f"LiDAR needs several views of each image; the store holds {len(held)} of them: probe extract CKPT --views {views}"
-    return held, f"{len(held)} views of each image: {', '.join(held)} (RADIO: 1 + 99 RandAugment views)"
+    order = {cache.view_facts(ds.attrs.get("manifest") or {}, v).get("augmentation", "8-bit crop jittered (before 2026-12)") for v in held[1:]}
+    return held, f"{len(held)} views of each image: {', '.join(held)}, augmented as {'; '.join(sorted(order))} (RADIO: 1 + 99 RandAugment views)"
 
 
 def measure_lidar(ds, held: tuple[str, ...], block: int | None) -> float:
@@ -115,7 +116,7 @@ def run_rank(stores: list[Path], settings, *, block: int | None = None, json_pat
             measured = measure(ds, kinds, settings.view, block, tuple(settings.sizes), settings.seed, progress)
             held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
             lidar = measure_lidar(ds, held, block) if held else float("nan")
-        resolved = token_rows.last_block(ds) if block is None else block
+        resolved = token_rows.block_of(token_rows.read(ds, kinds[0], settings.view, block), ds)
         report.stores.append(save(store, ds, measured, lidar, held, note, settings, resolved, command))
     if json_path is not None:
         write_summary(json_path, summary(report), indent=1)

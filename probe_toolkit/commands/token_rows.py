@@ -54,6 +54,11 @@ def read(ds, kind: str, view: str, block: int | None = None):
     return cache.require(ds, name)
 
 
+def block_of(array, ds) -> int:
+    """The 0-based block an array read by ``read`` holds (its ``block`` attribute, else the last block)."""
+    return int(array.attrs.get("block", last_block(ds)))
+
+
 def held_blocks(ds, kind: str, view: str) -> list[int]:
     """The blocks of ``kind`` tokens the store holds, in order (the last one only, for a store written before blocks)."""
     found = []

@@ -5,18 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..infra.settings import AtLeast, Each, OneOf, Positive, Settings, setting
-from .registry import (
-    CACHE,
-    Command,
-    Difference,
-    Input,
-    Protocol,
-    Reads,
-    Reference,
-    json_input,
-    register,
-    train_val,
-)
+from .registry import CACHE, Command, Difference, Input, Option, Protocol, Reads, Reference, json_input, register, train_val
 
 NB_KNN = (10, 20, 100, 200)  # facebookresearch/dino eval_knn.py --nb_knn
 FEATURES = ("auto", "cls-normed", "cls", "mean")
@@ -45,10 +34,15 @@ PROTOCOL = register(Protocol(
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_knn.py"),
                 Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 dinov3/eval/knn.py")),
     differences=(
-        Difference("the similarities are computed in blocks of val × train images with a running top-k, in numpy",
-                   "memory stays (val block) × (train block + k) whatever the panels' sizes; the script holds N_val // 100 val images × "
-                   "N_train at a time and fails below 100 val images",
-                   "none: the same float32 cosines and neighbours"),
+        Difference("the similarities are computed in blocks of val × train images with a running top-k, the train features read in blocks",
+                   "memory does not grow with the train set; the script holds N_val // 100 val images × N_train at a time and fails below "
+                   "100 val images",
+                   "none: the same neighbours"),
+        Difference("a cosine is the float32 rounding of the float64 product (numpy screens in float32 and settles near-ties in float64; "
+                   "--backend torch takes float64 products in torch, on --device cpu or cuda)",
+                   "DINO's float32 matmul rounds in its kernel's order, so its neighbours depend on block sizes, BLAS and device",
+                   "a neighbour can differ from the script's where two cosines differ in their last float32 bit; probe's do not depend on "
+                   "placement or device"),
         Difference("equal cosines go to the lower train index, also at the k-th place; classes of equal vote rank by class index",
                    "the script leaves ties to torch.topk",
                    "a neighbour or prediction can differ from the script's only where cosines or votes tie exactly"),
@@ -66,9 +60,12 @@ PROTOCOL = register(Protocol(
     run="commands.knn:run",
     command=Command(
         "DINO's weighted k-NN (facebookresearch/dino eval_knn.py): top-1 and top-5 for every k.",
-        options=("train", "val", "ks", "temperature", "feature", "json_path", "unseal", "cache", "quiet", "SHARDED"),
+        options=("train", "val", "ks", "temperature", "feature", "json_path",
+                 Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours)."),
+                 Option("device", "cpu or cuda (--backend torch): where the train features are searched."),
+                 "unseal", "cache", "quiet", "SHARDED"),
         table="results.tables:knn",
         progress=("images", "k-NN")),
     sections=("report.protocols:knn",),
-    placement=("workers", "dask_address", "shard"),
+    placement=("workers", "dask_address", "shard", "backend", "device"),  # the val images spread over workers, a cluster or shards; the search on --device
 ))

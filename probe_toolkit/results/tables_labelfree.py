@@ -74,3 +74,15 @@ def similarity(report: Any, given: dict[str, Any]) -> list[Any]:
     if report.minibatch_note:
         out.append(f"minibatch estimator not computed: {report.minibatch_note}")
     return out
+
+
+def overcluster(report: Any, given: dict[str, Any]) -> list[Any]:
+    """``probe overcluster``: mIoU at each k, mean over seeds and its spread."""
+    table = Table(title=f"Overclustering on {report.panel} (vpariza/NeCo eval_overcluster.py)")
+    for column in ("k", "matching", "mIoU (%)", "over seeds (%)"):
+        table.add_column(column, justify="right")
+    for i, k in enumerate(report.ks):
+        seeds = report.miou_seed[i]
+        table.add_row(str(k), report.matching[i], f"{100 * report.miou[i]:.2f}", f"{100 * seeds.min():.2f} – {100 * seeds.max():.2f} ({len(seeds)})")
+    return [table, f"{report.counts['images']} images, {report.counts['tokens']:,} patch tokens, {report.counts['pixels']:,} scored pixels at 100 × 100; "
+                   f"labels: ledger entry {report.ledger[:12]}"]
