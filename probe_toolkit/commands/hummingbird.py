@@ -38,6 +38,7 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
+from ..analyses import search
 from ..infra.errors import ProbeError
 from ..infra.owned import write_summary
 from ..infra.placement import Placement
@@ -205,8 +206,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                                                    seed=settings.seed, input_size=cut, patch_size=patch, n_classes=n_classes)
             spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
             with built(memory_source, bank_settings, folder) as (bank, labels, _):
-                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
-                                       temperature=settings.temperature, block=BANK_BLOCK, device=device)
+                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k, temperature=settings.temperature,
+                                       block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK), device=device)
                 try:
                     if b > a:
                         map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
