@@ -119,14 +119,10 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
 
-    from ..analyses.linear import FitSettings
-    from ..commands.linear import run_linear
-
     for level in ("patch", "image"):
-        run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
+        run_protocol("linear", demo.stores, train="demo-train", val="demo-val", level=level, epochs=50 if quick else 100, cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
 
-    from ..commands.attention_masks import run_attention_masks
     from ..commands.propagate import run_propagate
     from .video import write_davis
 
@@ -135,7 +131,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         write_davis(davis, {"shapes": 4}, size=(96, 72))
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
         run_protocol("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache, workers=1)
-        run_attention_masks(store, panel="demo-val", cache_dir=cache)
+        run_protocol("attention-masks", store, panel="demo-val", cache_dir=cache, workers=1)
         run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
 

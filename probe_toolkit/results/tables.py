@@ -15,7 +15,9 @@ from rich import box
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from ..commands.attention_masks import MasksReport
     from ..commands.knn import KnnReport
+    from ..commands.linear import LinearReport
     from ..commands.runs import OverStoresReport
 
 METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
@@ -109,8 +111,9 @@ def neighbours(report: OverStoresReport) -> list[Any]:
     return [neighbours_table(report.results)]
 
 
-def linear(report: Any, given: dict[str, Any]) -> list[Any]:
-    train, val, seed = given["train"], given["val"], given["seed"]
+def linear(report: LinearReport) -> list[Any]:
+    """``probe linear``: every store's scores and chosen regularisation, then the ledger reads and label space."""
+    train, val, seed = report.run.inputs.train, report.run.inputs.val, report.run.settings.seed
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
     keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
     table = Table(title=f"linear probe ({report.level}): {train} → {val}")
@@ -176,10 +179,11 @@ def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
               if report.kind == "voc-segmentation" else [])]
 
 
-def attention_masks(report: Any, given: dict[str, Any]) -> list[Any]:
+def attention_masks(report: MasksReport) -> list[Any]:
+    """``probe attention-masks``: the masks' rule, the Jaccards on the panel, and where the prefix tokens look."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/attention_masks")]
-    panel = given.get("panel")
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
+    panel = report.run.inputs.panel
     lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
                                   f"{report.summary()['row_text']}; saved as results/attention_masks")]
     if report.jaccard_mean is not None:
