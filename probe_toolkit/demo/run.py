@@ -135,7 +135,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
 
-    from ..commands.correspond import VIEW, run_correspond
+    from ..commands.correspond import VIEW
     from .spair import write_spair
 
     if "demo-spair" not in {p.name for p in panels.list_panels(cache)}:  # outside the image root: extracted in its own view only
@@ -144,7 +144,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):  # each store's panel sibling, as `probe extract --panel` names it
         sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
-        run_correspond(store, "demo-spair", cache_dir=cache)
+        run_protocol("correspond", store, panel="demo-spair", cache_dir=cache, workers=1)
     lap("keypoint correspondence (demo-spair)")
     _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")

@@ -16,6 +16,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from ..commands.attention_masks import MasksReport
+    from ..commands.correspond import CorrespondReport
     from ..commands.knn import KnnReport
     from ..commands.linear import LinearReport
     from ..commands.runs import OverStoresReport
@@ -233,11 +234,11 @@ def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
     return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
-def correspond(report: Any, given: dict[str, Any]) -> list[Any]:
+def correspond(report: CorrespondReport) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/correspond")]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/correspond")]
     thresholds = list(report.thresholds)
     main = thresholds.index(0.1) if 0.1 in thresholds else 0
 
