@@ -123,7 +123,6 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_protocol("linear", demo.stores, train="demo-train", val="demo-val", level=level, epochs=50 if quick else 100, cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
 
-    from ..commands.propagate import run_propagate
     from .video import write_davis
 
     davis = work / "davis"
@@ -132,7 +131,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
         run_protocol("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache, workers=1)
         run_protocol("attention-masks", store, panel="demo-val", cache_dir=cache, workers=1)
-        run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
+        run_protocol("propagate", checkpoint, davis=davis, out=work / "davis-out" / store.parent.name, store=store, cache_dir=cache, workers=1)
     lap("k-NN, attention masks, DAVIS label propagation")
 
     from ..commands.correspond import VIEW

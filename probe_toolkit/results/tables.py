@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..commands.correspond import CorrespondReport
     from ..commands.knn import KnnReport
     from ..commands.linear import LinearReport
+    from ..commands.propagate import PropagationReport
     from ..commands.runs import OverStoresReport
 
 METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
@@ -219,11 +220,12 @@ def looks_table(looks: dict[str, list]) -> Any:
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
 
 
-def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
-    subset = given["subset"]
+def propagate(report: PropagationReport) -> list[Any]:
+    """``probe propagate``: what was written where, then DAVIS's J&F table and where its CSV tables went."""
+    subset = report.run.settings.subset
     lines: list[Any] = [f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}"]
     if report.waiting:
-        lines.append(waiting_line(given.get("shard"), report.waiting, "the last one scores every sequence"))
+        lines.append(waiting_line(report.run.placement.shard, report.waiting, "the last one scores every sequence"))
     if report.global_scores is None:
         return lines
     table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
