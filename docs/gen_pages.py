@@ -128,6 +128,8 @@ def placement_fields() -> list[str]:
 
 
 def protocol_page(protocol, commands: set[str] | None = None) -> str:
+    from probe_toolkit.store.arrays import holds
+
     reads = protocol.reads
     commands = cli_commands() if commands is None else commands
     out = [f"# `{protocol.name}`", "", protocol.summary, ""]
@@ -160,7 +162,7 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     out += ["## What it reads", ""]
     out += [f"- **source**: {reads.source}"]
     if reads.arrays:
-        out += ["- **arrays**: " + ", ".join(f"`{a}`" for a in reads.arrays)]
+        out += ["- **arrays**: " + "; ".join(f"`{a}` ({holds(a)})" if holds(a) else f"`{a}`" for a in reads.arrays)]
     if reads.views:
         out += ["- **views**: " + ", ".join(f"[`{v}`]({REPO}views.md#{_anchor(v)})" for v in reads.views)]
     if reads.labels:

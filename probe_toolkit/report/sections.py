@@ -49,6 +49,7 @@ def manifests(ctx: Context) -> Section:
     put("store", [str(s.path) for s in ctx.stores])
     put("checkpoint", [str(c.get("path", "?")) for c in ck])
     put("checkpoint sha256", [str(c.get("sha256", "?"))[:16] for c in ck])
+    put("checkpoint source", [_source(c.get("source") or {}) for c in ck])
     put("format", [f"{c.get('format', '?')}{' (converted)' if c.get('converted') else ''}" for c in ck])
     put("network", [str(x.get("network", "?")) for x in m])
     put("architecture", [f"width {a.get('width')}, depth {a.get('depth')}, heads {a.get('heads')}, patch {a.get('patch')}" for a in arch])
@@ -194,6 +195,15 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
     sections = [shown(build, ctx) for build in builders()]  # each caption with the settings that moved its numbers
     add_caveats(sections, views)
     return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
+
+
+def _source(source: dict) -> str:
+    """Where a named checkpoint came from: the Hub repository at its commit, or a folder, and the licence its card states."""
+    if not source:
+        return "a file"
+    where = f"{source['repository']} @ {str(source.get('revision', '?'))[:12]}" if source.get("repository") else f"folder {Path(source.get('folder', '?')).name}"
+    licence = source.get("licence") or "not stated in the files at hand"
+    return f"{where} ({source.get('file', '?')}); licence: {licence}"
 
 
 def toolkit_version() -> str:

@@ -20,6 +20,26 @@ READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("token
          **{view: ("tokens",) for view in hbird_views.VIEWS},
          **{view: ("keys", "tokens") for view in images.OWN_SIZE}}
 
+# what each kind of array holds, by its name before _<view> (the docs' "What it reads" says it per protocol);
+# nothing is pooled: timm's own global_pool (average for its DINOv2 / DINOv3 models) is never read
+HOLDS = {
+    "tokens": "the last block's patch tokens, before the final norm",
+    "cls_tokens": "the last block's class token, before the final norm (probe knn applies the norm, as DINO and DINOv3 read it)",
+    "keys": "the last block's patch keys W_k LN1(z) + b_k, heads concatenated",
+    "cls_keys": "the class token's key",
+    "keys_rope": "the patch keys after RoPE (DINOv3)",
+    "attention": "the last block's softmax(q kᵀ/√d) per head, over every token",
+    "attention_blocks": "every block's softmax(q kᵀ/√d) per head",
+    "registers": "the register (DINOv2) or storage (DINOv3) tokens' last-block output",
+}
+
+
+def holds(array: str) -> str:
+    """What an array holds (``HOLDS`` by the longest kind its name starts with)."""
+    kinds = sorted((k for k in HOLDS if array.startswith(k + "_")), key=len)
+    return HOLDS[kinds[-1]] if kinds else ""
+
+
 GEOMETRY = {
     "96": "short side 96 (PIL bicubic), centre crop 96",
     "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
