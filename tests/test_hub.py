@@ -137,3 +137,14 @@ def test_probe_extract_takes_a_hub_name_offline_and_the_manifest_says_where_it_c
     assert manifest["checkpoint"]["source"]["repository"] == "timm/vit_tiny_patch16_dinov3.test"
     assert manifest["checkpoint"]["source"]["licence"] == "dinov3-license"
     assert manifest["checkpoint"]["sha256"] == hashlib.sha256(data).hexdigest()
+    # ... and the report's manifest table says so, with no path of this machine
+    from probe_toolkit.report.sections import manifests
+    from probe_toolkit.report.sources import open_stores
+
+    class Ctx:
+        stores = open_stores([store])
+        labels = [stores[0].label]
+
+    rows = {row[0]: row[1] for row in manifests(Ctx).blocks[0].rows}
+    assert rows["checkpoint source"] == f"timm/vit_tiny_patch16_dinov3.test @ {COMMIT[:12]} (model.safetensors); licence: dinov3-license"
+    assert rows["checkpoint"] == "model.safetensors" and not rows["store"].startswith("/")

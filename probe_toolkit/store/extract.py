@@ -173,7 +173,8 @@ def extract(
         plan = kept_layout(path, plan_arrays(checkpoint.arch, settings, own_patches))
         # paths absolute at the boundary: a later command or a worker elsewhere reads the same files (store/sources.py)
         manifest = build_manifest(checkpoint, settings, refs, str(Path(image_dir).resolve()), own_patches)
-        manifest["checkpoint"]["path"] = str(checkpoint.path.resolve())
+        # a Hub snapshot's file is a link into the cache's blobs: the snapshot path keeps the commit and the file name
+        manifest["checkpoint"]["path"] = str(checkpoint.path.absolute() if checkpoint.source else checkpoint.path.resolve())
         existed = (path / "zarr.json").is_file()
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
