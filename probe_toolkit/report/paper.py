@@ -59,7 +59,8 @@ def _scores(ds) -> dict[str, Number]:
 
 def _hummingbird(ds) -> dict[str, Number]:
     values = ds.miou_hungarian.values if ds.attrs.get("matching") == "hungarian" else ds.miou.values
-    return {f"Hummingbird mIoU (%), memory {int(m):,}": Number(float(v)) for m, v in zip(ds.memory.values, values)}
+    sizes = [f"{int(m):,}" if str(m).isdigit() else str(m) for m in ds.memory.values]  # "full": every patch
+    return {f"Hummingbird mIoU (%), memory {m}": Number(float(v)) for m, v in zip(sizes, values)}
 
 
 def _entropy(ds) -> dict[str, Number]:

@@ -50,8 +50,9 @@ def matches_drawing(source: np.ndarray, target: np.ndarray, source_xy: np.ndarra
         px, py = predicted[k] * side
         ax.plot([source_xy[k, 0], side + px], [source_xy[k, 1], py], color=colour, linewidth=1.1)
         ax.scatter([source_xy[k, 0]], [source_xy[k, 1]], s=14, color=colour)
-        ax.scatter([side + px], [py], s=14, color=colour, marker="x")
-        ax.scatter([side + target_xy[k, 0]], [target_xy[k, 1]], s=40, facecolors="none", edgecolors="white", linewidths=1.2)
+        ax.scatter([side + target_xy[k, 0]], [target_xy[k, 1]], s=40, facecolors="none", edgecolors="white", linewidths=1.2, zorder=2)
+        ax.scatter([side + px], [py], s=30, color="black", marker="x", linewidths=2.4, zorder=3)  # the match: above the ring, edged
+        ax.scatter([side + px], [py], s=24, color=colour, marker="x", linewidths=1.3, zorder=4)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(title, fontsize=8)
