@@ -328,8 +328,35 @@ def dinov3_keys_table(folder: Path = RECORDS) -> str:
     return "\n".join(out) + "\n"
 
 
+# what probe.run returns as ``run.report``, per protocol, and the objects those hold
+API_REPORTS = ("commands.decode.DecodeReport", "labels.scoring.Scores", "commands.decode_scores.ScoreReport", "commands.decode_sweep.SweepReport",
+               "commands.knn.KnnReport", "analyses.knn.KnnResult", "commands.linear.LinearReport", "commands.hummingbird.HummingbirdReport",
+               "analyses.hummingbird.MiouResult", "commands.attention_masks.MasksReport", "commands.propagate.PropagationReport",
+               "commands.correspond.CorrespondReport", "commands.segment.SegmentReport", "analyses.segment.Scores")
+
+
+def api_reports_table() -> str:
+    """Every field of every report object of the Python API: name, type, the comment beside it in the code."""
+    import importlib
+
+    out = []
+    for dotted in API_REPORTS:
+        module, name = dotted.rsplit(".", 1)
+        cls = getattr(importlib.import_module(f"probe_toolkit.{module}"), name)
+        comments = field_comments(cls)
+        doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        doc = "" if doc.startswith(f"{name}(") else doc  # dataclasses' generated signature says nothing new
+        out += [f"### `{name}` (`probe_toolkit.{module}`)", "", *([_cell(doc), ""] if doc else []), "| field | type | what it holds |", "|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append(f"| `{f.name}` | `{_cell(kind)}` | {_cell(comments.get(f.name, ''))} |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
-GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table}
+GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table,
+             "api-reports": api_reports_table}
 
 
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:
