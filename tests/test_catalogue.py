@@ -445,15 +445,15 @@ def _enospc(*args, **kwargs):
 def _interrupt_second_chunk(mp):
     from probe_toolkit.store.backbone import Backbone
 
-    real, calls = Backbone.readout, []
+    real, calls = Backbone.capture, []
 
-    def readout(self, *args, **kwargs):
+    def capture(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
-    mp.setattr(Backbone, "readout", readout)
+    mp.setattr(Backbone, "capture", capture)
 
 
 def _partial_store(w):

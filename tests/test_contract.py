@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation"}
+            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -58,6 +58,13 @@ BAD = [
     ("linear-segmentation", {"stride": 600}, "stride"),
     ("linear-segmentation", {"warmup": 40000}, "warmup"),
     ("linear-segmentation", {"preset": "dinov1"}, "preset"),
+    ("rank", {"view": "native"}, "view"),
+    ("rank", {"tokens": ("cls",)}, "tokens"),
+    ("position", {"held_out": 1.0}, "held_out"),
+    ("similarity", {"examples": "pixel"}, "examples"),
+    ("similarity", {"batch": 3}, "batch"),
+    ("overcluster", {"k": (100, 100)}, "k"),
+    ("overcluster", {"seeds": 0}, "seeds"),
     ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
 ]
 

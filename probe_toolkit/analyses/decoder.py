@@ -103,7 +103,7 @@ def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], c
         keys = keys - keys.mean(axis=0)
     nan = np.array([np.nan])
     if settings.rule == "lost":
-        r = lost(keys, grid, settings.k_patches)
+        r = lost(keys, grid, settings.k_patches, settings.ties)
         score = 1.0 - float(r.degree[r.seed]) / keys.shape[0]
         return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
                           solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed), degree=r.degree, expansion=r.expansion)
