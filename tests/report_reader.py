@@ -16,7 +16,7 @@ def absolute_paths(text: str, roots: list[str | Path]) -> list[str]:
     """Every place ``text`` names a path under one of ``roots`` (the machine's folders: the test's tmp, the
     working folder, the home) or any absolute POSIX path of three parts or more."""
     found = [m.group(0) for root in roots for m in re.finditer(re.escape(str(Path(root).resolve())) + r"[^\s|`)\"']*", text)]
-    found += re.findall(r"(?<![\w.~/:])/(?:tmp|home|root|work|usr|var|opt)/[^\s|`)\"']+", text)
+    found += re.findall(r"(?<![\w.~/:…])/(?:tmp|home|root|work|usr|var|opt)/[^\s|`)\"']+", text)
     return sorted(set(found))
 
 

@@ -21,7 +21,7 @@ from PIL import Image
 
 from . import figures
 from .content import Figure, Note
-from .sources import followed_picture
+from .sources import followed_picture, shown_path
 
 QUERIES = 3
 STRIP_FRAMES = 4  # predicted frames shown after the first
@@ -200,7 +200,7 @@ def propagation_figure(ctx, label: str, ds) -> Figure | Note:
     frames = [(p.stem, davis / f"{p.stem}.jpg", p) for p in shown]
     missing = [str(jpg) for _, jpg, _ in frames if not jpg.is_file()]
     if not predicted or missing:
-        gone = missing[0] if missing else f"{out}/*.png"
+        gone = shown_path(missing[0]) if missing else f"{shown_path(out)}/*.png"
         return Note(f"{label}: no propagation strip, {gone} is gone: rerun `probe propagate` (or restore the DAVIS folder).", "missing")
     loaded = []
     for stem, jpg, png in frames:
@@ -208,5 +208,5 @@ def propagation_figure(ctx, label: str, ds) -> Figure | Note:
             loaded.append((stem, np.asarray(frame.convert("RGB")), np.asarray(mask)))
     drawing = propagation_strip(loaded, f"{figures.wrap(label, 40)}: {sequence}")
     caption = (f"{label}: sequence {sequence}, frames {', '.join(s for s, _, _ in frames)} of {len(predicted)}: the first frame with its "
-               f"ground-truth annotation (the propagation's input), then the masks `probe propagate` predicted ({out}), one colour per object.")
+               f"ground-truth annotation (the propagation's input), then the masks `probe propagate` predicted ({shown_path(out)}), one colour per object.")
     return ctx.figure("davis-strip", drawing, caption)

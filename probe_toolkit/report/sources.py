@@ -250,7 +250,10 @@ class LedgerBook:
         _, entry = found
         f = entry.fields
         unseal = f", unsealed: {f['unseal']}" if f.get("unseal") else ""
-        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), "
+        panel = str(f.get("panel", "?"))
+        kind, sep, folder = panel.partition(":")
+        panel = f"{kind}:{shown_path(folder)}" if sep and folder.startswith("/") else panel  # DAVIS's panel is named by its folder
+        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {panel} ({f.get('role', '?')}), "
                 f"{f.get('images', '?')} images{unseal}")
 
 

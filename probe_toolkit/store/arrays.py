@@ -25,7 +25,7 @@ STATS_DTYPE = "float32"  # attention statistics are kept in float32 whatever --d
 # what each kind of array holds, by its name before _<view> (the docs' "What it reads" says it per protocol);
 # nothing is pooled: timm's own global_pool (average for its DINOv2 / DINOv3 models) is never read
 HOLDS = {
-    "tokens": "patch tokens of the block read (the last unless --block says), before the final norm",
+    "tokens": "patch tokens of the block read (the last unless the run names one), before the final norm",
     "cls_tokens": "the class token of the block read, before the final norm (probe knn applies the norm, as DINO and DINOv3 read it)",
     "keys": "the patch keys W_k LN1(z) + b_k of the block read, heads concatenated",
     "cls_keys": "the class token's key",
