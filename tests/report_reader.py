@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Polygon, Rectangle
-from matplotlib.text import Text
 
 
 def absolute_paths(text: str, roots: list[str | Path]) -> list[str]:
@@ -34,10 +33,9 @@ def _data_extent(artist, ax) -> np.ndarray | None:
 
 
 def outside_axes(fig) -> list[str]:
-    """Data artists (lines, histogram outlines and bars) that reach past their axes' view limits, so that
-    clipping hides part of them, and texts (titles, legends, labels) that leave the figure."""
+    """Data artists (lines, histogram outlines and bars) that reach past their axes' view limits, so that clipping
+    hides part of them (texts need no check: the figure is saved with its tight bounding box)."""
     fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
     problems = []
     for ax in fig.axes:
         if not ax.get_visible():
@@ -54,12 +52,6 @@ def outside_axes(fig) -> list[str]:
                 problems.append(f"{type(artist).__name__} in '{ax.get_title()}' reaches past its axes "
                                 f"(x {points[:, 0].min():.4g}..{points[:, 0].max():.4g} of {x0:.4g}..{x1:.4g}, "
                                 f"y {points[:, 1].min():.4g}..{points[:, 1].max():.4g} of {y0:.4g}..{y1:.4g})")
-    box = fig.bbox.padded(1.0)
-    for text in fig.findobj(Text):
-        if text.get_visible() and text.get_text().strip() and text.figure is fig:
-            extent = text.get_window_extent(renderer)
-            if extent.width and not (box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0 and extent.y1 <= box.y1):
-                problems.append(f"text {text.get_text()[:40]!r} leaves the figure")
     return problems
 
 

@@ -24,7 +24,7 @@ from ..labels import masks as mask_geometry
 from ..labels.panels import read_labels
 from . import figures, figures_maps
 from .content import Note, Section
-from .sources import original_image
+from .sources import original_image, shown_path
 
 if TYPE_CHECKING:
     from .context import Context
@@ -105,7 +105,8 @@ def _truth(ctx: Context, store, ds_scores, chosen: list[str], shape: dict[str, t
     try:
         labels = read_labels(panel, purpose="report", checkpoint=checkpoint, images=chosen, cache=panel_cache(ctx, store, ds_scores, panel))
     except ProbeError as error:
-        return None, f"{role or 'the'} panel {panel} could not be read: {error.line()}"  # gone or moved
+        where = f"{shown_path(error.where)}: " if error.where else ""
+        return None, f"{role or 'the'} panel {panel} could not be read: {where}{error.problem}"  # gone or moved
     out = {}
     for image_id, coco_id in labels.image_map.items():
         anns = labels.coco.loadAnns(labels.coco.getAnnIds(imgIds=[coco_id], iscrowd=None))

@@ -13,6 +13,7 @@ from PIL import Image
 
 from . import figures
 from .content import Note, Section, Table
+from .sources import shown_path
 
 PUBLISHED = ("SPair-71k keypoint correspondence, DINOv3 ViT-S/16: 50.4 (facebookresearch/dinov3 MODEL_CARD.md; its own protocol, "
              "other weights). mbanani/probe3d reports PCK@0.10 of the target box by viewpoint bin for its backbones (El Banani et al., CVPR 2024).")
@@ -70,7 +71,7 @@ def pair_figure(ctx, label: str, ds):
     src, trg = str(ds.source.values[i]), str(ds.target.values[i])
     gone = [p for p in (source_dir / src, source_dir / trg) if not p.is_file()]
     if gone:
-        return Note(f"{label}: no picture of pair {ds.pair.values[i]}: {gone[0]} is gone.", "missing")
+        return Note(f"{label}: no picture of pair {ds.pair.values[i]}: {shown_path(gone[0])} is gone.", "missing")
     threshold = float(ds.threshold.values[main])
     error = ds.error.values[i]
     hits = int((error[np.isfinite(error)] < threshold).sum())
