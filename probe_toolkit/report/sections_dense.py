@@ -65,7 +65,7 @@ def class_legend(fig, maps: list[np.ndarray], names: list[str]) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncol=min(6, len(handles)), fontsize=7, frameon=False)
 
 
-def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]], title: str = "",
+def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]], store: str = "",
                    classes: list[str] | None = None) -> figures.Drawing:
     """Rows: a val image (id, its view or None), its ground truth, then its transferred labels at each memory size;
     the store's name above, the classes' colours below."""
@@ -79,8 +79,8 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
             if shown is not None:
                 ax.imshow(shown)
             ax.set_title(title, fontsize=7)
-    if title:
-        fig.suptitle(figures.wrap(title, 60), fontsize=9)
+    if store:
+        fig.suptitle(figures.wrap(store, 60), fontsize=9)
     if classes:
         class_legend(fig, [m for r in rows for m in (r[2], *(p for _, p in r[3]))], classes)
     return figures.png(fig)
@@ -159,7 +159,7 @@ def _overlay(picture: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return out.astype(np.uint8)
 
 
-def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray, title: str = "",
+def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray, store: str = "",
                       classes: list[str] | None = None) -> figures.Drawing:
     """Rows: a val image, its ground truth and the trained head's prediction over it; the last
     row's extra panel is the training loss per iteration; the store's name above, the classes' colours below."""
@@ -178,8 +178,8 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
     ax.set_ylabel("loss", fontsize=7)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # iterations are whole
     ax.tick_params(labelsize=6)
-    if title:
-        fig.suptitle(figures.wrap(title, 60), fontsize=9)
+    if store:
+        fig.suptitle(figures.wrap(store, 60), fontsize=9)
     if classes:
         class_legend(fig, [m for r in rows for m in (r[2], r[3])], classes)
     return figures.png(fig)
