@@ -207,7 +207,7 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     if reads.arrays:
         out += ["- **arrays**: " + "; ".join(f"`{a}` ({holds(a)})" if holds(a) else f"`{a}`" for a in reads.arrays)]
     if reads.views:
-        out += ["- **views**: " + ", ".join(f"[`{v}`]({REPO}views.md#{_anchor(v)})" for v in reads.views)]
+        out += ["- **views**: " + ", ".join(_view_link(v) for v in reads.views)]
     if reads.labels:
         kinds = ", ".join(f"[`{k}`]({REPO}panel-kinds.md#{_anchor(k, 'kind')})" for k in reads.panel_kinds) or "any"
         out += [f"- **labels**: yes, through a panel and the ledger (panel kinds: {kinds})"]
@@ -220,6 +220,14 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     out += [f"- {ref.paper} — code: `{ref.code}`" for ref in protocol.references] or ["- none"]
     out += ["", "## What differs from the reference", "", protocol.differences or "Nothing stated.", ""]
     return "\n".join(out)
+
+
+def _view_link(view: str) -> str:
+    """A view named in the table links to its row; another size of a family (``hbird@448``) says its family."""
+    from probe_toolkit.store.views import NAMES
+    from probe_toolkit.store.views import view as spec
+
+    return f"[`{view}`]({REPO}views.md#{_anchor(view)})" if view in NAMES else f"`{view}` (the `{spec(view).family}` family at {spec(view).size} px)"
 
 
 def _anchor(text: str, prefix: str = "view") -> str:

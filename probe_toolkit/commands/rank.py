@@ -116,7 +116,7 @@ def run_rank(stores: list[Path], settings, *, block: int | None = None, json_pat
             measured = measure(ds, kinds, settings.view, block, tuple(settings.sizes), settings.seed, progress)
             held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
             lidar = measure_lidar(ds, held, block) if held else float("nan")
-        resolved = token_rows.last_block(ds) if block is None else block
+        resolved = token_rows.block_of(token_rows.read(ds, kinds[0], settings.view, block), ds)
         report.stores.append(save(store, ds, measured, lidar, held, note, settings, resolved, command))
     if json_path is not None:
         write_summary(json_path, summary(report), indent=1)
