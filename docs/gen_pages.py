@@ -119,11 +119,17 @@ def parser_flags(command) -> set[str]:
 
 
 def settings_rows(cls: type, flags: set[str] | None = None) -> list[tuple[str, str, str, str, str]]:
-    """(parameter, flag, type, default, comment) for every field of a protocol's settings; the flag only
-    where the command's parser has it (``flags``), else the setting is the Python API's alone."""
+    """(parameter, flag, type, default, note) for every field of a protocol's settings: the flag only where the
+    command's parser has it (``flags``), else the setting is the Python API's alone; the note is the field's declared
+    help and constraint (``infra.settings.setting``), or, for settings not yet declared that way, the comment beside it."""
     from probe_toolkit.cli.app import flag
+    from probe_toolkit.infra.settings import declared
 
     comments = field_comments(cls)
+    for f in dataclasses.fields(cls):
+        found = declared(f)
+        if found is not None:
+            comments[f.name] = found.help + (f" Must be {found.constraint.text}." if found.constraint is not None else "")
     rows = []
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
@@ -195,8 +201,7 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
                 for name, flag, kind, default, note in rows]
     else:
         out += ["No settings: the run is defined by its inputs."]
-    placed = [name for name in placement_fields() if name in protocol.placement]
-    out += ["", "Placement (where the work runs, not what it computes): " + (", ".join(f"`{name}`" for name in placed) or "none: it runs in one process")
+    out += ["", "Placement (where the work runs, not what it computes): " + (", ".join(f"`{name}`" for name in protocol.placement) or "none (it runs in this process)")
             + f" — see [Scaling out]({REPO}scaling.md).", ""]
     if protocol.command is not None:
         out += ["## On the command line", "", f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}", "",
@@ -218,7 +223,14 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     out += ["", "`<panel>` and `<grid>` stand for the run's panel name and grid.", ""]
     out += ["## Published references", ""]
     out += [f"- {ref.paper} — code: `{ref.code}`" for ref in protocol.references] or ["- none"]
-    out += ["", "## What differs from the reference", "", protocol.differences or "Nothing stated.", ""]
+    out += ["", "## What differs from the reference", ""]
+    if isinstance(protocol.differences, str):
+        out += [protocol.differences or "Nothing stated.", ""]
+    else:
+        out += ["Each record carries this list (`record.json`: `differences`), and the report shows it beside the protocol's numbers.", "",
+                "| what differs | why | effect on the number |", "|---|---|---|"]
+        out += [f"| {_cell(d.what)} | {_cell(d.why)} | {_cell(d.effect)} |" for d in protocol.differences]
+        out += [""]
     return "\n".join(out)
 
 

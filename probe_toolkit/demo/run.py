@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..labels import panels
-from ..protocols.api import run
+from ..protocols.api import run as run_protocol
 from ..store.extract import Settings, extract
 from . import scenes
 from .samples import TINY, sample_photos, write_checkpoint
@@ -88,7 +88,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
 
     # a short run: a higher learning rate and a faster teacher (EMA 0.9 instead of 0.996) so
     # that a dozen steps move the teacher, which is the network probe extract reads
-    trained = train("tiny", {
+    run = train("tiny", {
         "data.images": str(root / "photos"),
         "run.out": str(work / "runs" / "tiny-selfpatch"),
         "init.checkpoint": str(random_init),
@@ -101,24 +101,24 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("training (tiny SelfPatch, from the random network)")
 
     settings = Settings(views=(96, 224, 480), attention="all", chunk=8)
-    for checkpoint in (random_init, trained.checkpoint):
+    for checkpoint in (random_init, run.checkpoint):
         demo.stores.append(extract(checkpoint, root, settings=settings, cache_dir=cache, batch_size=8, quiet=quiet).store)
     lap("extraction (96, 224, 480)")
 
-    # every protocol through probe.run, as the command line runs it: each record carries its settings, the
-    # protocol's defaults, its inputs and its placement (the report's freshness and settings columns read them)
-    run("entropy", demo.stores, patch=34, image=FOLLOW, quiet=quiet)
+    run_protocol("entropy", demo.stores, patch=34, image=FOLLOW)
     for view in ("224", "96"):
-        run("neighbours", demo.stores, view=view, quiet=quiet)
+        run_protocol("neighbours", demo.stores, view=view)
     lap("entropy and neighbours")
 
+    # every protocol through probe.run, as the command line runs it: each record carries its settings, defaults, inputs
+    # and placement (the report's freshness and settings columns read them)
     for store in demo.stores:  # LOST on the saliency panel first: the centred decode then leaves its masks in results/decoder
-        run("decode", store, preset="lost", panel="demo-sal", cache_dir=cache)
-        run("decode", store, preset="centred", panel="demo-val", cache_dir=cache)
+        run_protocol("decode", store, preset="lost", panel="demo-sal", cache_dir=cache)
+        run_protocol("decode", store, preset="centred", panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
 
     for level in ("patch", "image"):
-        run("linear", demo.stores, train="demo-train", val="demo-val", level=level, epochs=50 if quick else 100, seed=0, cache_dir=cache)
+        run_protocol("linear", demo.stores, train="demo-train", val="demo-val", level=level, epochs=50 if quick else 100, cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
 
     from .video import write_davis
@@ -126,10 +126,10 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     davis = work / "davis"
     if not (davis / "ImageSets").is_dir():
         write_davis(davis, {"shapes": 4}, size=(96, 72))
-    for checkpoint, store in zip((random_init, trained.checkpoint), demo.stores):
-        run("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache)
-        run("attention-masks", store, panel="demo-val", cache_dir=cache)
-        run("propagate", checkpoint, davis=davis, out=work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
+    for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
+        run_protocol("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache, workers=1)
+        run_protocol("attention-masks", store, panel="demo-val", cache_dir=cache, workers=1)
+        run_protocol("propagate", checkpoint, davis=davis, out=work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
 
     from ..commands.correspond import VIEW
@@ -138,14 +138,14 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     if "demo-spair" not in {p.name for p in panels.list_panels(cache)}:  # outside the image root: extracted in its own view only
         panels.add_panel("demo-spair", write_spair(work / "spair", {"cat": 3, "dog": 3}, seed=3), None, "val", cache=cache, kind="spair", split="test")
     spair_images = panels.get_panel("demo-spair", cache).images
-    for checkpoint, store in zip((random_init, trained.checkpoint), demo.stores):  # each store's panel sibling, as `probe extract --panel` names it
+    for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):  # each store's panel sibling, as `probe extract --panel` names it
         sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
-        run("correspond", store, panel="demo-spair", cache_dir=cache)
+        run_protocol("correspond", store, panel="demo-spair", cache_dir=cache)
     lap("keypoint correspondence (demo-spair)")
-    _hummingbird(demo.stores, (random_init, trained.checkpoint), work, cache, quick, quiet)
+    _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
-    _segment(demo.stores, (random_init, trained.checkpoint), cache, quick)
+    _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
     lap("linear segmentation (a short schedule on the VOC-layout scenes)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
@@ -168,7 +168,7 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
         for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
             extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
                     batch_size=8, quiet=quiet)
-        run("hummingbird", store, train="demo-seg-train", val="demo-seg-val", memory=(1000, None), cache_dir=cache)
+        run_protocol("hummingbird", store, train="demo-seg-train", val="demo-seg-val", memory=(1000, None), cache_dir=cache)
 
 
 def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, quick: bool) -> None:
@@ -176,7 +176,7 @@ def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, qu
     CPU runs in seconds (the record and the table name every setting that differs from the published)."""
     short = {"iterations": 4 if quick else 20, "batch_size": 2, "crop": 32, "size": 32, "stride": 21, "chunk": 2}
     for checkpoint, store in zip(checkpoints, stores):
-        run("linear-segmentation", checkpoint, train="demo-seg-train", val="demo-seg-val", store=store, cache_dir=cache, **short)
+        run_protocol("linear-segmentation", checkpoint, train="demo-seg-train", val="demo-seg-val", store=store, cache_dir=cache, **short)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

@@ -9,10 +9,16 @@ the keywords the run was given (``given``: panels, settings as typed, the shard)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from ..commands.attention_masks import MasksReport
+    from ..commands.knn import KnnReport
+    from ..commands.linear import LinearReport
+    from ..commands.runs import OverStoresReport
 
 METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
 
@@ -88,7 +94,7 @@ def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
     return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"
 
 
-def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
+def entropy(report: OverStoresReport) -> list[Any]:
     """``probe entropy``: the stores side by side, then the followed patch's tables."""
     from .summaries import detail_tables, entropy_table
 
@@ -99,14 +105,15 @@ def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
     return out
 
 
-def neighbours(report: Any, given: dict[str, Any]) -> list[Any]:
+def neighbours(report: OverStoresReport) -> list[Any]:
     from .summaries import neighbours_table
 
     return [neighbours_table(report.results)]
 
 
-def linear(report: Any, given: dict[str, Any]) -> list[Any]:
-    train, val, seed = given["train"], given["val"], given["seed"]
+def linear(report: LinearReport) -> list[Any]:
+    """``probe linear``: every store's scores and chosen regularisation, then the ledger reads and label space."""
+    train, val, seed = report.run.inputs.train, report.run.inputs.val, report.run.settings.seed
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
     keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
     table = Table(title=f"linear probe ({report.level}): {train} → {val}")
@@ -119,10 +126,12 @@ def linear(report: Any, given: dict[str, Any]) -> list[Any]:
                    f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
 
 
-def knn(report: Any, given: dict[str, Any]) -> list[Any]:
+def knn(report: KnnReport) -> list[Any]:
+    """``probe knn``: top-1 and top-5 per k, then the panels, feature, temperature and view that produced them."""
+    run = report.run
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/knn")]
-    train, val, temperature = given["train"], given["val"], given["temperature"]
+        return [waiting_line(run.placement.shard, report.waiting, "the last one saves results/knn")]
+    train, val, temperature = run.inputs.train, run.inputs.val, report.temperature
     table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")
@@ -170,10 +179,11 @@ def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
               if report.kind == "voc-segmentation" else [])]
 
 
-def attention_masks(report: Any, given: dict[str, Any]) -> list[Any]:
+def attention_masks(report: MasksReport) -> list[Any]:
+    """``probe attention-masks``: the masks' rule, the Jaccards on the panel, and where the prefix tokens look."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/attention_masks")]
-    panel = given.get("panel")
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
+    panel = report.run.inputs.panel
     lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
                                   f"{report.summary()['row_text']}; saved as results/attention_masks")]
     if report.jaccard_mean is not None:
