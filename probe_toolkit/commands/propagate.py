@@ -385,7 +385,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
             raise ProbeError(seq.annotations, str(error), "every frame needs an annotation of the frame's size; a sequence needs 3 frames or more") from None
     report.global_scores = davis.global_row(report.scores)
     write_tables(out, settings.subset, report.scores, report.global_scores)
-    target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
+    target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)
     if (target / "zarr.json").is_file():
         attrs = {"settings": settings.record(), "frame_size": settings.frames(ck.arch.patch).describe(),
                  "feature": "last-block patch tokens after the final norm (none for networks without one), L2-normalised",
