@@ -12,7 +12,7 @@ neighbours' agreement is printed: rows whose 30 neighbours are the same set in b
     python benchmarks/hummingbird.py [--memory 102400] [--queries 4096] [--rounds 3] [--device auto] [--record]
 
 ``--device`` (auto: cuda when torch sees a GPU, else cpu; none: skip) adds the torch search of
-``probe hummingbird --backend torch`` (``analyses.hummingbird_torch``) on that device against an
+``probe hummingbird --backend torch`` (``analyses.search_torch``) on that device against an
 exhaustive baseline on the same device (one float32 matmul of every cosine + a full sort), both
 with the memory already on the device (a run moves it there once); it prints whether its
 neighbours and cosines are the numpy search's, bit for bit.
@@ -54,7 +54,7 @@ def torch_rows(queries: np.ndarray, memory: np.ndarray, labels: np.ndarray, k: i
     """(baseline seconds, probe seconds, probe's (similarity, neighbour)) on ``device``: medians of ``rounds``."""
     import torch
 
-    from probe_toolkit.analyses import hummingbird_torch as ht
+    from probe_toolkit.analyses import search_torch as ht
 
     def sync():
         if device.startswith("cuda"):

@@ -233,11 +233,11 @@ def test_saliency_scores_equal_tokencuts_definitions():
     gts[2][1:4, 10:16] = True
     preds = [np.clip(g * 0.7 + rng.random(g.shape) * 0.5, 0, 1) for g in gts]
     preds[2] = (rng.random(gts[2].shape) > 0.8).astype(float)  # a binary prediction
-    got = sal.evaluate(preds, gts, [1, 2, 3])
+    got = sal.evaluate(zip(preds, gts), [1, 2, 3])
     f, iou, acc, mae = plain_metrics(preds, gts)
     assert got.max_f == pytest.approx(f, abs=1e-12) and got.iou == pytest.approx(iou) and got.accuracy == pytest.approx(acc)
     assert got.mae == pytest.approx(mae)
-    perfect = sal.evaluate([g.astype(float) for g in gts], gts, [1, 2, 3])
+    perfect = sal.evaluate(((g.astype(float), g) for g in gts), [1, 2, 3])
     assert perfect.max_f == pytest.approx(1.0) and perfect.iou == 1.0 and perfect.mae == 0.0 and perfect.s_measure == pytest.approx(1.0, abs=1e-6)
 
 

@@ -23,14 +23,8 @@ What linear.py does (``run_eval_linear``, ``setup_linear_classifiers``, ``eval_l
   classifier replaces the earlier in its place, so the earlier is trained but never evaluated). The
   reported number is the best classifier's val accuracy, or, given test sets, its accuracy there.
 
-What differs (the store holds one view per image): the reference trains on features of a new
-random resized crop and flip of each image at every iteration (``make_classification_train_transform``);
-here every iteration reads the stored features of the evaluation view (resize 256, centre crop 224,
-``probe extract --views eval224``). The classifiers' initial weights come from a generator seeded by
-``seed``, drawn as the reference draws them (``nn.Linear``'s own initialisation, then ``normal_``),
-where the reference draws from torch's global generator after building the network. Its
-intermediate val evaluations (every 1,250 iterations) only log, and are not run. Pure torch over
-arrays: the store, the panels and the record are the caller's.
+What differs is declared once, as the protocol's differences (``protocols/linear_dinov2.py``). Pure
+torch over arrays: the store, the panels and the record are the caller's.
 """
 
 from __future__ import annotations

@@ -64,11 +64,10 @@ def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = ITERATIONS, resta
 
 
 def nearest(maps: np.ndarray, side: int) -> np.ndarray:
-    """(n, h, w) → (n, side, side) as ``F.interpolate(mode='nearest')``: source index floor(i · in / out)."""
-    maps = np.asarray(maps)
-    rows = np.minimum(np.floor(np.arange(side) * (maps.shape[1] / side)).astype(np.int64), maps.shape[1] - 1)
-    cols = np.minimum(np.floor(np.arange(side) * (maps.shape[2] / side)).astype(np.int64), maps.shape[2] - 1)
-    return maps[:, rows][:, :, cols]
+    """(n, h, w) → (n, side, side) as ``F.interpolate(mode='nearest')`` (``store.hbird_views.resize_nearest``, the one rule)."""
+    from ..store.hbird_views import resize_nearest
+
+    return np.stack([resize_nearest(m, (side, side)) for m in np.asarray(maps)])
 
 
 def confusion(truth: np.ndarray, predicted: np.ndarray, classes: int, clusters: int) -> np.ndarray:

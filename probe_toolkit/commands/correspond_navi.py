@@ -38,13 +38,12 @@ import xarray as xr
 
 from ..analyses import navi
 from ..infra.errors import IntegrityError, ProbeError, worker_name
-from ..infra.owned import write_summary
 from ..infra.placement import Placement
-from ..infra.runner import check_placement, map_blocks, placed
+from ..infra.runner import map_blocks
 from ..labels import navi_read
 from ..labels.navi import MAX_ANGLE, PAIR_SEED, STRIDE, NaviImage
 from ..labels.navi_pairs import camera
-from ..results import records
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from . import shards
 from .runs import result_provenance
 
@@ -55,7 +54,7 @@ BIN_NAMES = tuple(f"{a}-{b}" for a, b in zip(navi.BINS[:-1], navi.BINS[1:]))
 
 
 @dataclass
-class NaviReport:
+class NaviReport(Outcome):
     store: Path
     name: str
     panel: str
@@ -65,7 +64,6 @@ class NaviReport:
     counts: dict[str, int]
     ledger: str
     seconds: float
-    saved: Path | None = None
     waiting: list[int] = field(default_factory=list)
     dataset: str = "navi"
 
@@ -200,65 +198,61 @@ def _placed(store: Path, placement: Placement, score: Callable[[int, int], dict[
     the shard's contiguous share of the pairs (whole blocks) saved as ``results/correspond-navi-part-i-of-n``."""
     if not placement.sharded:
         return score(0, len(names)), []
-    which, (a, b) = shards.share(placement.shard, len(names), BLOCK)
+    which, (a, b) = shards.share(placement, len(names), BLOCK)
     got = score(a, b)
     part = xr.Dataset({key: (("pair", "match", "xy")[:v.ndim], v) for key, v in got.items()}, coords={"pair": names[a:b]})
-    i, n = which
-    found, missing = shards.collect(which, lambda: records.save(store, f"{RESULT}-part-{i}-of-{n}", part, identity),
-                                    lambda j: records.load(store, f"{RESULT}-part-{j}-of-{n}"),
-                                    lambda saved: {key: saved.attrs.get(key) for key in identity} == identity)
+    found, missing = shards.exchange(store, RESULT, which, part, identity)
     if missing:
         return None, missing
     return {key: np.concatenate([np.asarray(q[key].values) for q in found], axis=0) for key in got}, []
 
 
-def run_correspond_navi(store: str | Path, panel, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
-                        json_path: str | Path | None = None, progress: Callable[[int], None] | None = None, command: str = "probe correspond",
-                        placement: Placement = Placement(workers=1)) -> NaviReport:
-    """Score the NAVI panel's pairs with the network of ``store``; save ``results/correspond-navi`` in it."""
-    from ..analyses.decoder_blocks import check_backend
+def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
+    """Score the NAVI panel's pairs with the network of ``inputs.store``; save ``results/correspond-navi`` in it."""
+    from ..protocols.correspond import SPAIR_ONLY, not_for
     from ..store import cache, parts
+    from ..store.backbone import Backbone, forget, remember
 
-    check_placement(placement.workers, placement.dask_address)
-    check_backend("torch", placement.device)  # a GPU asked for and absent: before any label read
-    store = Path(store)
+    not_for(settings, SPAIR_ONLY, "NAVI")
+    placement = context.placement
+    store = Path(inputs.store)
     if not (store / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass a store written by probe extract: its checkpoint runs on the NAVI views")
     meta = cache.manifest(store)
     info = meta.get("checkpoint") or {}
     ck = parts.store_checkpoint(meta, store, "NAVI correspondence (the network runs on the views the labels cut)")
     seed = PAIR_SEED if settings.seed is None else int(settings.seed)
-    labels = navi_read.read_navi(panel, purpose="correspond: score", checkpoint=ck.sha256, unseal=unseal, cache=cache_dir, command=command, seed=seed)
+    labels = context.read("panel", navi_read.read_navi, purpose="correspond: score", checkpoint=ck.sha256, seed=seed)
     start = time.perf_counter()
+    device = "cpu" if placement.device == "auto" else placement.device
     load = (("heads", (meta.get("arch") or {}).get("heads")), ("convert", bool(info.get("converted"))), ("checked_sha256", ck.sha256))
-    job = Job(str(Path(str(info.get("path"))).resolve()), ck.sha256, str(meta.get("network", "teacher")), placement.device, load, ck.arch.patch,
+    job = Job(str(Path(str(info.get("path"))).resolve()), ck.sha256, str(meta.get("network", "teacher")), device, load, ck.arch.patch,
               str(labels.root), tuple(labels.images), tuple(labels.pairs), tuple(sorted(labels.depth_sha256.items())), settings.num_corr,
               settings.scale_factor)
-    from ..store.backbone import Backbone, forget, remember
-
-    remember(job.checkpoint, job.sha256, job.network, job.device, Backbone.from_checkpoint(ck).to(placement.device))
+    remember(job.checkpoint, job.sha256, job.network, job.device, Backbone.from_checkpoint(ck).to(device))
     names = [f"{labels.images[i].object}/{labels.images[i].id}-{labels.images[j].id}" for i, j in labels.pairs]
     k = settings.num_corr
+    progress = context.task("correspond", len(names))
 
     def score(a: int, b: int) -> dict[str, np.ndarray]:
         if b <= a:
             return {"error_3d": np.zeros((0, k), np.float32), "error_2d": np.zeros((0, k), np.float32), "source_uv": np.zeros((0, k, 2), np.float32),
                     "target_uv": np.zeros((0, k, 2), np.float32), "matches": np.zeros(0, np.int32), "angle": np.zeros(0, np.float32)}
-        with placed(placement.workers, placement.dask_address) as where:
+        with context.placed() as where:
             return map_blocks(partial(pair_block, job=job), lambda s, e: {"index": np.arange(s, e)}, [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)],
                               workers=where.workers, client=where.client, progress=progress)
 
+    identity = {"panel": labels.panel.name, "block": BLOCK, "num_corr": int(k), "scale_factor": float(settings.scale_factor), "seed": seed,
+                "checkpoint": ck.sha256, "pairs_sha256": shards.images_sha256(names)}
     try:
-        out, missing = _placed(store, placement, score, names, {"panel": labels.panel.name, "block": BLOCK, "num_corr": int(k),
-                                                                 "scale_factor": float(settings.scale_factor), "seed": seed, "checkpoint": ck.sha256,
-                                                                 "pairs_sha256": shards.images_sha256(names)})
+        out, missing = _placed(store, placement, score, names, identity)
         source_view, target_view = shown_views(job, SHOWN) if out is not None else (None, None)
     finally:
         forget()
     if out is None:
         empty = np.full(len(BIN_NAMES), np.nan)
-        return NaviReport(store, store.name, labels.panel.name, empty[:3], empty[:3], empty, {}, labels.entry_id, time.perf_counter() - start,
-                          waiting=missing)
+        return context.finish(NaviReport(store, store.name, labels.panel.name, empty[:3], empty[:3], empty, {}, labels.entry_id,
+                                         time.perf_counter() - start, waiting=missing))
     recall_cm, recall_px, binned = _scores(out)
     counts = {"images": len(labels.images), "pairs": len(names), "correspondences": int(out["matches"].sum()),
               "pairs_short": int((out["matches"] < k).sum())}
@@ -278,8 +272,5 @@ def run_correspond_navi(store: str | Path, panel, settings, *, unseal: str | Non
                         "to 128 x 128, L2-normalised", "checkpoint": {"path": job.checkpoint, "sha256": ck.sha256, "network": job.network},
              "ledger": labels.entry_id, "panel": {"name": labels.panel.name, "role": labels.panel.role, "split": labels.panel.split}, "counts": counts,
              "bins_mean": report.bins_mean, "source": "mbanani/probe3d evaluate_navi_correspondence.py, evals/datasets/navi.py, evals/utils/correspondence.py",
-             "provenance": result_provenance(cache.open_store(store), command)}
-    report.saved = records.save(store, RESULT, ds, attrs)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+             "provenance": result_provenance(cache.open_store(store), context.command)}
+    return context.finish(report, Saving(store, RESULT, ds, attrs))

@@ -27,7 +27,7 @@ extracted with them). Result ``results/linear-dinov2``:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,8 @@ import xarray as xr
 
 from ..analyses import linear_dinov2 as ld
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..infra.placement import Placement
-from ..labels.panels import ClassLabels, check_readable, get_panel, read_classes, train_and_val
-from ..results import records
+from ..labels.panels import ClassLabels, read_classes
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import images, parts
 from . import token_rows
 from .panel_stores import locate, panel_ids
@@ -54,7 +52,7 @@ FEATURE = ("class tokens of the last {blocks} through the final norm (DINOv2's g
 
 
 @dataclass
-class LinearDinov2Report:
+class LinearDinov2Report(Outcome):
     store: Path
     name: str
     classifiers: list[ld.Classifier]
@@ -66,7 +64,6 @@ class LinearDinov2Report:
     reported_on: str  # val or test
     counts: dict[str, int]
     ledger: dict[str, str]
-    saved: Path | None
 
     @property
     def chosen_name(self) -> str:
@@ -118,25 +115,18 @@ def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[st
     return [mapping[i] for i in labels.image_ids]
 
 
-def run_linear_dinov2(store: str | Path, train: str, val: str, settings, *, test: str | None = None, unseal: str | None = None,
-                      cache_dir: str | Path | None = None, json_path: str | Path | None = None, on_step: Callable[[int], None] | None = None,
-                      command: str = "probe linear-dinov2", placement: Placement = Placement()) -> LinearDinov2Report:
+def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     """Train DINOv2's grid of linear classifiers on the train panel, choose on val, score; save ``results/linear-dinov2``."""
-    from ..analyses.decoder_blocks import check_backend
     from ..labels import hygiene
     from ..store.cache import cache_root
 
-    check_backend("torch", placement.device)  # a GPU asked for and absent: before any label read
-    train_panel, val_panel = train_and_val(train, val, cache_dir, use="fit the classifiers")
-    test_panel = get_panel(test, cache_dir) if test is not None else None
-    for panel in (val_panel, test_panel):
-        if panel is not None:
-            check_readable(panel, unseal, cache_dir)  # a sealed panel without --unseal: before the train labels are read
+    train_panel, val_panel = context.panel("train"), context.panel("val")
+    test_panel = context.panel("test") if inputs.get("test") is not None else None
     panels = [(p, panel_ids(p)) for p in (train_panel, val_panel, test_panel) if p is not None]
     if all(p.kind == "classes" for p, _ in panels):  # class folders: every image is the panel's, known without a label
         for (a, a_ids), (b, b_ids) in itertools.combinations(panels, 2):
-            hygiene.check_apart((a.name, a.role, a.images, a_ids), (b.name, b.role, b.images, b_ids), cache_root(cache_dir))
-    store = Path(store)
+            hygiene.check_apart((a.name, a.role, a.images, a_ids), (b.name, b.role, b.images, b_ids), cache_root(context.cache_dir))
+    store = Path(inputs.store)
     source = locate(store, panels, "image", (VIEW,))
     meta = source.manifest
     if not meta.get("arch", {}).get("class_token"):
@@ -146,6 +136,7 @@ def run_linear_dinov2(store: str | Path, train: str, val: str, settings, *, test
     norm = parts.final_norm(meta, store)
     classifiers = ld.grid(settings.n_last_blocks, settings.avgpool, settings.learning_rates, settings.batch_size)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
+    device = "cpu" if context.placement.device == "auto" else context.placement.device
 
     def panel_features(panel, labels) -> tuple[np.ndarray, np.ndarray]:
         ds, found = stores[panel.name]
@@ -153,24 +144,25 @@ def run_linear_dinov2(store: str | Path, train: str, val: str, settings, *, test
         return features(ds, ids, wanted[panel.name], norm)
 
     # 1. train labels, then the training
-    train_labels = read_classes(train_panel, purpose="linear-dinov2: fit", checkpoint=checkpoint, cache=cache_dir)
+    train_labels = context.read("train", read_classes, purpose="linear-dinov2: fit", checkpoint=checkpoint)
     classes = list(train_labels.classes)
     x_cls, x_mean = panel_features(train_panel, train_labels)
     training = ld.train(x_cls, x_mean, train_labels.labels, classifiers, len(classes), epochs=settings.epochs, epoch_length=settings.epoch_length,
-                        batch_size=settings.batch_size, seed=settings.seed, init_seed=settings.init_seed, device=placement.device, on_step=on_step)
+                        batch_size=settings.batch_size, seed=settings.seed, init_seed=settings.init_seed, device=device,
+                        on_step=context.task("linear-dinov2", settings.epochs * settings.epoch_length))
     # 2. val labels: every classifier scored, the best chosen
-    val_labels = read_classes(val_panel, purpose="linear-dinov2: choose", checkpoint=checkpoint, unseal=unseal, cache=cache_dir)
+    val_labels = context.read("val", read_classes, purpose="linear-dinov2: choose", checkpoint=checkpoint)
     v_cls, v_mean = panel_features(val_panel, val_labels)
-    scores = ld.accuracies(training, v_cls, v_mean, _targets(val_labels, classes, val_panel.images), placement.device)
+    scores = ld.accuracies(training, v_cls, v_mean, _targets(val_labels, classes, val_panel.images), device)
     chosen = ld.best_on_val(classifiers, scores[:, 0])
     accuracy, reported_on, top1_test = (float(scores[chosen, 0]) if chosen is not None else 0.0), "val", np.full(len(classifiers), np.nan)
     ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
     counts = {"train": len(train_labels.image_ids), "val": len(val_labels.image_ids), "classes": len(classes)}
     # 3. test labels, where given: the chosen classifier's accuracy there
     if test_panel is not None:
-        test_labels = read_classes(test_panel, purpose="linear-dinov2: score", checkpoint=checkpoint, unseal=unseal, cache=cache_dir)
+        test_labels = context.read("test", read_classes, purpose="linear-dinov2: score", checkpoint=checkpoint)
         t_cls, t_mean = panel_features(test_panel, test_labels)
-        on_test = ld.accuracies(training, t_cls, t_mean, _targets(test_labels, classes, test_panel.images), placement.device)
+        on_test = ld.accuracies(training, t_cls, t_mean, _targets(test_labels, classes, test_panel.images), device)
         top1_test = np.where([i == chosen for i in range(len(classifiers))], on_test[:, 0], np.nan)
         accuracy, reported_on = (float(on_test[chosen, 0]) if chosen is not None else 0.0), "test"
         ledger["test"] = test_labels.entry_id
@@ -194,9 +186,6 @@ def run_linear_dinov2(store: str | Path, train: str, val: str, settings, *, test
     attrs = {"chosen": classifiers[chosen].name if chosen is not None else "", "accuracy": accuracy, "reported_on": reported_on,
              "feature": FEATURE.format(blocks=f"{max(settings.n_last_blocks)} blocks"), "width": int(width), "view": VIEW,
              "blocks": wanted[train_panel.name], "ledger": ledger, "panels": panels_attr, "counts": counts,
-             "provenance": result_provenance(stores[train_panel.name][0], command)}
-    saved = records.save(store, RESULT, ds, attrs)
-    report = LinearDinov2Report(store, source.name, classifiers, scores[:, 0], scores[:, 1], evaluated, chosen, accuracy, reported_on, counts, ledger, saved)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+             "provenance": result_provenance(stores[train_panel.name][0], context.command)}
+    report = LinearDinov2Report(store, source.name, classifiers, scores[:, 0], scores[:, 1], evaluated, chosen, accuracy, reported_on, counts, ledger)
+    return context.finish(report, Saving(store, RESULT, ds, attrs))

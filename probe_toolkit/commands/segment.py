@@ -20,7 +20,7 @@ windows. The science is ``analyses.segment`` and ``analyses.segment_augment``. R
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +114,7 @@ class Stream:
     """The training samples: sample k is image ``order(k // n)[k % n]`` of the train panel,
     augmented with numpy's generator keyed by (seed, k); independent of threads and batch splits."""
 
-    def __init__(self, folder: Path, names: list[str], maps: list[np.ndarray], augment: aug.Augment, reduce_zero: bool, seed: int):
+    def __init__(self, folder: Path, names: list[str], maps: Sequence[np.ndarray], augment: aug.Augment, reduce_zero: bool, seed: int):
         self.folder, self.names, self.maps, self.augment, self.reduce_zero, self.seed = folder, names, maps, augment, reduce_zero, seed
         self._orders: dict[int, np.ndarray] = {}
 
@@ -162,7 +162,7 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
             raise ProbeError(panel.images, f"holds no image of panel {panel.name!r}", "restore the data set's images")
     device = _device(placement.device)
     ck = load_checkpoint(checkpoint, network)
-    target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
+    target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)
     if not (target / "zarr.json").is_file():
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
                          f"run `probe extract {checkpoint} --panel {val_panel.name} --views 224` first, or pass --store STORE")
@@ -174,10 +174,10 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     n_classes = len(classes)
 
     train_read = layout.read_label_maps(train_panel, purpose=f"{RESULT}: train", checkpoint=ck.sha256, cache=cache_dir)
-    for name, label in zip(train_read.ids, train_read.maps):  # from the files' headers, before the network is built
+    for name, shape in zip(train_read.ids, train_read.shapes):  # from the files' headers, before the network is built
         width, height = header_size(Path(train_panel.images) / name)
-        if label.shape != (height, width):
-            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {label.shape[1]}x{label.shape[0]}",
+        if shape != (height, width):
+            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {shape[1]}x{shape[0]}",
                              "restore the data set's masks")
     from ..store.backbone import Backbone
 

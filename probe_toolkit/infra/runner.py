@@ -30,11 +30,14 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import ProbeError
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 BlockFn = Callable[..., dict[str, np.ndarray]]
 
@@ -111,8 +114,14 @@ def check_placement(workers: int | None, dask_address: str | None) -> None:
 
 
 @contextmanager
-def placed(workers: int | None = None, dask_address: str | None = None) -> Iterator[Where]:
-    """``--workers`` / ``--dask-address`` as a ``Where``; the cluster's client is closed after."""
+def placed(workers: Placement | int | None = None, dask_address: str | None = None) -> Iterator[Where]:
+    """A run's ``Placement`` (or, from a command not yet converted, ``--workers`` /
+    ``--dask-address``) as a ``Where``: its local workers (a GPU's one process, ``Placement.local_workers``)
+    or its cluster's client, closed after."""
+    from .placement import Placement
+
+    if isinstance(workers, Placement):
+        workers, dask_address = workers.local_workers(), workers.dask_address
     check_placement(workers, dask_address)
     if dask_address:
         from .cluster import connect
@@ -210,6 +219,7 @@ def map_blocks(
     torch_free: bool = False,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
     client: Any = None,
+    keep: bool = True,
 ) -> dict[str, np.ndarray]:
     """``fn(**read(a, b))`` for every range, here, on ``workers`` processes or on a dask
     ``client``'s workers; results in order.
@@ -223,7 +233,8 @@ def map_blocks(
     ones (a command assembles its output as the blocks come, not after the last). ``client``:
     every block is read here and runs on the cluster under one thread (``task_threads``), as a
     local worker runs it; results wait as ``map_images``'s do (a lost scheduler or worker is
-    one line).
+    one line). ``keep`` False: results go to ``each`` only and nothing is returned (``{}``), so
+    memory holds a few blocks' results however many blocks there are.
     """
     if not ranges:
         raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
@@ -236,19 +247,24 @@ def map_blocks(
                 each(a, b, part)
     elif workers <= 1:
         for a, b in ranges:
-            parts.append(_call(fn, read(a, b), threads))
+            result = _call(fn, read(a, b), threads)
+            if keep:
+                parts.append(result)
             if each:
-                each(a, b, parts[-1])
+                each(a, b, result)
             if progress:
                 progress(b - a)
     else:
         with (process_pool(workers, torch_free) if pool is None else _reuse(pool)) as running:
             for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
-                parts.append(result)
+                if keep:
+                    parts.append(result)
                 if each:
                     each(a, b, result)
                 if progress:
                     progress(b - a)
+    if not parts:
+        return {}
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
 
 
@@ -292,6 +308,7 @@ def map_images(
     fixed: bool = False,
     torch_free: bool = False,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
+    keep: bool = True,
 ) -> dict[str, np.ndarray]:
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
@@ -300,8 +317,8 @@ def map_images(
     locally each worker reads its own (below), and this process reads when it computes. ``fixed``: blocks of exactly ``block`` images
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
-    torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``:
-    as in ``map_blocks`` (on a cluster, once, with the whole range's result).
+    torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``,
+    ``keep``: as in ``map_blocks`` (on a cluster, ``each`` once, with the whole range's result).
 
     Local workers read their own blocks (``StoreBlock``) when every array is one store's; arrays
     made in memory are read here and shipped.
@@ -319,7 +336,7 @@ def map_images(
         whole = _on_store_cluster(where.client, fn, arrays, ranges, progress)
         if each:
             each(start, stop, whole)
-        return whole
+        return whole if keep else {}
 
     size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
@@ -327,7 +344,7 @@ def map_images(
         ranges = tapered(ranges, where.workers)
     source = _one_store(arrays) if min(where.workers, len(ranges)) > 1 else None
     read = _Coordinates(arrays, *source) if source else _ChunkReader(arrays, start, stop)
-    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each)
+    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each, keep=keep)
 
 
 def _on_store_cluster(client, fn: BlockFn, arrays: Mapping[str, Any], ranges: list[tuple[int, int]], progress) -> dict[str, np.ndarray]:

@@ -113,10 +113,11 @@ PROTOCOL = register(Protocol(
         written_to("Also write the scores and settings as JSON."),
         Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours).", default="scipy"),
         Option("device", "cpu or cuda (--backend torch): where the memory is searched.", default="cpu"),
+        "work_memory",
         "SCORED",
         "shard",
         table="results.tables:hummingbird",
         progress=("images", "progress", "hummingbird")),
     sections=("report.sections_dense:hummingbird",),
-    placement=("workers", "dask_address", "shard", "backend", "device"),  # the val images spread over workers, a cluster or shards; the search on --device
+    placement=("workers", "dask_address", "shard", "backend", "device", "work_memory"),  # val images over workers, a cluster or shards; the search on --device
 ))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import MaxNLocator
 
 from ..results import records
 from . import figures
@@ -19,7 +20,7 @@ from .sections_kit import lacking, results_section
 RANK_HOW = "run `probe rank STORE...` (reads the 224 view's tokens; no panel)"
 POSITION_HOW = "run `probe position STORE...` (reads the 224 view's patch tokens; no panel)"
 SIMILARITY_HOW = "run `probe similarity STORE` (between its blocks) or `probe similarity STORE --other STORE2` (between checkpoints)"
-OVERCLUSTER_HOW = "run `probe overcluster STORE --panel PANEL` (a VOC segmentation panel extracted with --views hbird512)"
+OVERCLUSTER_HOW = "run `probe overcluster STORE --panel PANEL` (a VOC segmentation panel extracted with --views hbird@448)"
 
 
 def _num(value, digits: int = 2) -> str:
@@ -47,6 +48,7 @@ def per_block_figure(lines: dict[str, dict[int, float]], ylabel: str, chance: fl
         ax.plot(blocks, [points[b] for b in blocks], marker="o", ms=3, lw=1, label=figures.wrap(label, 30))
     if chance is not None:
         ax.axhline(chance, color="grey", lw=0.8, ls="--", label="chance")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("block (0-based)", fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
@@ -154,3 +156,21 @@ def similarity(ctx) -> Section:
             section.blocks.append(Note("The full estimator is biased towards 1 when examples are few against the features "
                                        "(Kornblith et al. 2019; Nguyen et al. 2021): read the minibatch estimator where both exist."))
     return lacking(section, ctx, found, "similarity results", SIMILARITY_HOW)
+
+
+def overcluster(ctx) -> Section:
+    section, found = results_section(ctx, "overcluster", "Overclustering (k-means on patch tokens, NeCo's protocol)", "overcluster",
+                                     "overclustering results", OVERCLUSTER_HOW)
+    for label, (_, ds) in found.items():
+        matching, panel, counts = ds.attrs.get("matching", {}), ds.attrs.get("panel", {}), ds.attrs.get("counts", {})
+        rows = [[str(int(k)), str(matching.get(str(int(k)), "?")), _num(100 * ds.miou.values[i]),
+                 f"{_num(100 * ds.miou_seed.values[i].min())} – {_num(100 * ds.miou_seed.values[i].max())}"] for i, k in enumerate(ds.k.values)]
+        settings = ds.attrs.get("settings", {})
+        section.blocks.append(Table(["k", "matching", "mIoU (%)", "over seeds (%)"], rows,
+                                    f"{label}: {panel.get('name', '?')} ({counts.get('images', '?')} images, {counts.get('tokens', 0):,} patch tokens at the "
+                                    f"{ds.attrs.get('view')} view), standardised, PCA {settings.get('pca_dim', '?')}, faiss k-means "
+                                    f"({settings.get('iterations', '?')} iterations, {settings.get('restarts', '?')} restarts), mean over "
+                                    f"{ds.sizes.get('seed', '?')} seeds; {ds.attrs.get('mask_side')} × {ds.attrs.get('mask_side')} maps, 255 ignored, mean over "
+                                    f"all {ds.sizes.get('class', '?')} classes."))
+        section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; labels read to score only: {ctx.book.describe(ds.attrs.get('ledger'))}."))
+    return lacking(section, ctx, found, "overclustering results", OVERCLUSTER_HOW)

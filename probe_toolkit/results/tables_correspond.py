@@ -12,9 +12,9 @@ from rich.table import Table
 from .tables import Unwrapped, waiting_line
 
 
-def navi(report: Any, given: dict[str, Any]) -> list[Any]:
+def navi(report: Any) -> list[Any]:
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/correspond-navi")]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/correspond-navi")]
 
     def cell(v: float) -> str:
         return f"{v:.2f}" if math.isfinite(v) else "–"

@@ -10,11 +10,11 @@ from rich.table import Table
 from .summaries import store_label
 
 
-def linear_dinov2(report: Any, given: dict[str, Any]) -> list[Any]:
+def linear_dinov2(report: Any) -> list[Any]:
     """One row per (blocks, avgpool) family, one column per rate: val top-1 (%), the chosen one marked."""
     rates = list(dict.fromkeys(c.rate for c in report.classifiers))
     families = list(dict.fromkeys((c.blocks, c.avgpool) for c in report.classifiers))
-    table = Table(title=f"DINOv2 linear protocol, val top-1 %: {given['train']} → {given['val']} ({store_label(str(report.store))})")
+    table = Table(title=f"DINOv2 linear protocol, val top-1 %: {report.run.inputs.train} → {report.run.inputs.val} ({store_label(str(report.store))})")
     table.add_column("blocks, avgpool")
     for rate in rates:
         table.add_column(f"lr {rate:g}", justify="right")
@@ -27,6 +27,6 @@ def linear_dinov2(report: Any, given: dict[str, Any]) -> list[Any]:
             row.append(f"[bold]{text} ◀[/]" if i == report.chosen else text)
         table.add_row(f"{blocks}, {'on' if pool else 'off'}", *row)
     chosen = report.chosen_name or "none (every classifier scored 0 on val)"
-    where = f"on {given.get('test')} (test)" if report.reported_on == "test" else "on val, where it was chosen (no --test panel)"
+    where = f"on {report.run.inputs.get('test')} (test)" if report.reported_on == "test" else "on val, where it was chosen (no test panel)"
     return [table, f"chosen on val: {chosen}; top-1 {100 * report.accuracy:.2f} % {where}",
             f"{report.counts['train']} train, {report.counts['val']} val images, {report.counts['classes']} classes; saved as results/linear-dinov2"]

@@ -32,7 +32,8 @@ from ..infra.errors import ProbeError, os_fix
 from ..infra.memory import reusing_blocks
 from ..infra.placement import parse_shard
 from ..infra.progress import bar
-from . import cache, footprint, images
+from . import cache, footprint, images, layout
+from . import views as view_table
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store
@@ -95,7 +96,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     taken. The thread ends once the run is decoded.
     """
     ranges = chunk_ranges(len(refs), settings.chunk, shard)
-    if any(v in images.OWN_SIZE or v == images.SQUARE for v in views) or not ranges:  # square800 pads to the patch size
+    if any(v in images.OWN_SIZE or view_table.view(v).family == "padded" for v in views) or not ranges:  # square800 pads to the patch size
         return None
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
@@ -103,6 +104,11 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool, shared)
     decoder.shutdown(wait=False)
     return run, future
+
+
+def _views_of(units: tuple[str, ...]) -> list[str]:
+    """The views of some parts (``224.p1`` → ``224``), each once, in order."""
+    return list(dict.fromkeys(layout.split_unit(u)[0] for u in units))
 
 
 def extract(
@@ -124,8 +130,10 @@ def extract(
     quiet: bool = False,
     repair: bool = False,
     processes: bool | None = None,
+    revision: str | None = None,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
+    ``checkpoint_path``: a file, a transformers / timm folder or a Hugging Face Hub name (``store.hub``; ``revision`` for a Hub name).
     ``repair``: first mark the images of damaged chunks unfinished (``store.verify.repair``), so they are extracted again.
     ``processes``: decode and write in processes rather than threads (default: beside a GPU; ``extract_load.host_pool``)."""
     started = time.perf_counter()
@@ -152,10 +160,15 @@ def extract(
         # beside a GPU, shared memory for the decoded pixels and the device's copies, each buffer reused
         buffers = SharedBuffers() if processes else None
         early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding, buffers)
-        checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+        checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert, revision=revision)
         if unlisted is not None:
             raise unlisted
         patch = checkpoint.arch.patch
+        for view in views:  # a size the network's patch does not divide: one line with the nearest that it does
+            misfit = view_table.check_size(view, patch)
+            if misfit:
+                raise ProbeError(None, *misfit)
+        settings.requests(checkpoint.arch)  # its blocks and facets, against the network's, before any image is read
         own_views = tuple(v for v in views if v in images.OWN_SIZE)
         grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
                  for v in views if v not in own_views for r, c in [images.fixed_grid(v, patch)]}
@@ -164,14 +177,16 @@ def extract(
         own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
         torch_device = resolve_device(device)
         footprint.check_own_views([r.id for r in refs], grids, own_views, checkpoint.arch, torch_device.type)
+        footprint.check_maps(settings.requests(checkpoint.arch), grids, checkpoint.arch, batch_size, torch_device.type)
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
-        path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
+        path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), checkpoint.stem, checkpoint.sha256, name)
         plan = kept_layout(path, plan_arrays(checkpoint.arch, settings, own_patches))
         # paths absolute at the boundary: a later command or a worker elsewhere reads the same files (store/sources.py)
         manifest = build_manifest(checkpoint, settings, refs, str(Path(image_dir).resolve()), own_patches)
-        manifest["checkpoint"]["path"] = str(Path(checkpoint_path).resolve())
+        # a Hub snapshot's file is a link into the cache's blobs: the snapshot path keeps the commit and the file name
+        manifest["checkpoint"]["path"] = str(checkpoint.path.absolute() if checkpoint.source else checkpoint.path.resolve())
         existed = (path / "zarr.json").is_file()
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
@@ -184,16 +199,18 @@ def extract(
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
             if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change
                 mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
-        todo, left = _limited(writer.todo(shard_range, views), limit)
+        stored = writer.stored(plan)  # each array under the name the store holds it by (a later part's where a view grew)
+        units = sorted({layout.unit_of(name) for name in stored}, key=lambda u: (views.index(layout.split_unit(u)[0]), u))
+        todo, left = _limited(writer.todo(shard_range, units), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
         # the device's copies of the runs being written (and two more) beside the pixels, in shared memory
-        outputs = (savers + 2) * writer.chunk * sum(int(np.prod(shape)) for _, shape in plan.values()) * np.dtype(settings.dtype).itemsize
+        outputs = (savers + 2) * writer.chunk * sum(int(np.prod(spec[1])) for spec in plan.values()) * np.dtype(settings.dtype).itemsize
         writing = processes and shared_memory_room(pixels + outputs)
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
             own = {v: (grids[v][0][a:b], grids[v][1][a:b]) for v in own_views}
-            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding, buffers)
+            return load_run(refs[a:b], _views_of(needed), settings, patch, own, on_error, decoding, buffers)
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
@@ -204,7 +221,7 @@ def extract(
                 for index, (start, stop, _) in enumerate(todo):
                     loaded = upcoming.result()
                     upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-                    n, needed = stop - start, list(loaded.failed)
+                    n, needed, lacking = stop - start, list(loaded.failed), todo[index][2]
                     ticked = [0.0]
 
                     def tick(count: int, share: float = 1.0 / len(needed), ticked: list[float] = ticked) -> None:
@@ -214,9 +231,10 @@ def extract(
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
+                        wanted = {name: spec for name, spec in stored.items() if layout.unit_of(name) in lacking and layout.view_of(name) == view}
+                        data = view_data(backbone, loaded, view, wanted, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
                         ok = ~loaded.failed[view]
-                        good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
+                        good = finite_images(data, wanted, grids[view][0][start:stop], grids[view][1][start:stop], ok, checkpoint.arch.prefix)
                         for i in np.flatnonzero(ok & ~good):
                             error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view",
                                                "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
@@ -225,7 +243,8 @@ def extract(
                             loaded.errors.append(error.line())
                             for values in data.values():
                                 values[i] = np.nan
-                        out[view] = (data, ~good)
+                        for unit in {layout.unit_of(name) for name in wanted}:  # each part of the view: its own arrays and flags
+                            out[unit] = ({name: values for name, values in data.items() if layout.unit_of(name) == unit}, ~good)
                         any_ok |= good
                     if buffers is not None:  # the run's pixels are read: their buffers serve a later run
                         buffers.give_back(loaded.shared)
@@ -249,12 +268,12 @@ def extract(
             # a run that made the store and then failed before finishing any image leaves nothing
             # behind, so the corrected command starts clean (an unsharded run only: a shard's store
             # may already be another shard's)
-            if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
+            if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in units):
                 shutil.rmtree(path, ignore_errors=True)
             raise
         from .sources import record_digests
 
         record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
-        report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
+        report.done = int(np.logical_and.reduce([writer.done(v) for v in units]).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
         return report

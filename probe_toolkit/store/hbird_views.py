@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image, ImageEnhance
 
+from . import views
+
 if TYPE_CHECKING:
     import torch
 
@@ -63,8 +65,20 @@ NORMALISED = ((np.arange(256, dtype=np.float32)[:, None] / 255.0 - MEAN) / STD).
 
 
 def epoch(view: str) -> int | None:
-    """The augmentation epoch of a memory view (``hbird512_aug1`` → 1); None for the query view."""
-    return AUGMENTED.index(view) if view in AUGMENTED else None
+    """The augmentation epoch of a memory view (``hbird512_aug1``, ``hbird@448_aug1`` → 1); None for a query view."""
+    return views.view(view).epoch
+
+
+def side(view: str) -> int:
+    """The side in pixels of a Hummingbird view (``hbird512`` → 512, ``hbird@448_aug0`` → 448)."""
+    return int(views.view(view).size)
+
+
+def geometry_text(size: int, epoch_index: int) -> str:
+    """How a memory view is made, as the manifest records it."""
+    return (f"colour jitter 0.1 each with p 0.5 on the whole image, normalised with std (0.229, 0.224, 0.255), then a random resized "
+            f"crop, scale (0.5, 2), ratio (3/4, 4/3), of the float tensor to {size}x{size} (torch bilinear, antialias); draws seeded by "
+            f"({SEED}, epoch {epoch_index}, file name) (vpariza/open-hummingbird-eval get_hbird_train_transforms, CombTransforms)")
 
 
 @dataclass(frozen=True)
@@ -171,11 +185,14 @@ def normalise(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def pixels(image: Image.Image, view: str, image_id: str, side: int = SIDE) -> torch.Tensor:
-    """The network's input of one Hummingbird view of an RGB image at input size ``side``."""
-    if view == VAL:
+def pixels(image: Image.Image, view: str, image_id: str, side: int | None = None) -> torch.Tensor:
+    """The network's input of one Hummingbird view (any size: ``hbird@S``, ``hbird@S_aug<e>``) of an RGB image, at input
+    size ``side`` (default: the view's own size)."""
+    spec = views.view(view)
+    side = int(spec.size) if side is None else side
+    if spec.epoch is None:
         return normalise(squashed(image, side))
-    return augmented(image, draw(image_id, epoch(view), *image.size), side)
+    return augmented(image, draw(image_id, spec.epoch, *image.size), side)
 
 
 def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -190,11 +207,14 @@ def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return y[index(size[0], y.shape[0])[:, None], index(size[1], y.shape[1])[None, :]]
 
 
-def label_view(label_map: np.ndarray, view: str, name: str, side: int = SIDE) -> np.ndarray:
+def label_view(label_map: np.ndarray, view: str, name: str, side: int | None = None) -> np.ndarray:
     """The label map of one view of image ``name`` (its label at the image's size): cut by the
-    view's box and resized nearest (memory views), or squashed nearest (the query view)."""
+    view's box and resized nearest (memory views), or squashed nearest (the query view), to the
+    view's side (or ``side``)."""
     y = np.asarray(label_map)
-    if view == VAL:
+    spec = views.view(view)
+    side = spec.size if side is None else side
+    if spec.epoch is None:
         return resize_nearest(y, (side, side))
-    top, left, h, w = draw(name, epoch(view), y.shape[1], y.shape[0]).box
+    top, left, h, w = draw(name, spec.epoch, y.shape[1], y.shape[0]).box
     return resize_nearest(y[top:top + h, left:left + w], (side, side))
