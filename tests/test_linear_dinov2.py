@@ -298,8 +298,8 @@ def test_four_blocks_from_a_store_of_the_last_block_are_refused_before_any_label
     assert code == 2 and "n_last_blocks 4 reads blocks" in err and "--n-last-blocks 1" in err and len(printed.err.strip().splitlines()) == 1, printed.err
     assert ledger.entries(cache) == []
     for argv, words in ((["--avgpool", "sometimes"], "avgpool 'sometimes' is not one of both, off, on"),
-                        (["--learning-rates", "0.1,0.1"], "--learning-rates must name at least one value, each once"),
-                        (["--n-last-blocks", "0"], "n-last-blocks 0 must be at least 1")):
+                        (["--learning-rates", "0.1,0.1"], "--learning-rates must be a non-empty list of positive numbers, each once (got 0.1,0.1)"),
+                        (["--n-last-blocks", "0"], "--n-last-blocks must be a non-empty list of")):
         code, printed = probe_main(["linear-dinov2", stores["dino"][1], "--train", "tr", "--val", "va", "--cache", cache, "-q", *argv], capsys)
         assert code == 2 and words in " ".join(printed.err.split()), printed.err
     assert ledger.entries(cache) == []

@@ -37,9 +37,9 @@ import xarray as xr
 
 from ..analyses import correspond
 from ..infra.errors import ProbeError
-from ..infra.settings import SettingError
 from ..infra.placement import Placement
 from ..infra.runner import map_blocks
+from ..infra.settings import SettingError
 from ..infra.spelling import fix_command
 from ..labels import spair_read
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
