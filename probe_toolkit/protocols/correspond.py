@@ -31,9 +31,9 @@ NAVI_ONLY = ("num_corr", "scale_factor")
 
 def not_for(settings: CorrespondSettings, names: tuple[str, ...], kind: str) -> None:
     """A setting of the other data set given for this panel's kind: refused before any label read (it would change nothing)."""
-    defaults = CorrespondSettings.defaults()
+    defaults = CorrespondSettings()
     for name in names:
-        if getattr(settings, name) != defaults[name]:
+        if getattr(settings, name) != getattr(defaults, name):
             raise SettingError(name, f"{name} applies to the other data set's panels, not to a {kind} panel", f"drop {name}")
 
 
