@@ -13,6 +13,8 @@
 #      (benchmarks/decoder.py --only machine; its worker count is the cores it may run on).
 #   5. the Hummingbird search on the GPU (probe hummingbird --backend torch) against an exhaustive
 #      sort on the same GPU, and its bit-equality with the numpy search (benchmarks/hummingbird.py --device cuda).
+#   6. probe depth's training step against DINOv3's train_on_batch written out, ViT-S/16, 16 crops of
+#      416 x 544, the same loss (benchmarks/depth.py --device cuda).
 # Each benchmark's last line is its JSON record: append it to benchmarks/records/<name>.jsonl.
 # Each log goes to $OUT (or ./gpu-logs), with nvidia-smi's name of the GPU first.
 #
@@ -41,15 +43,17 @@ if [ "${SCALE:-full}" = small ]; then
   decoder_args=(--images 2 --images-large 1)
   machine_args=(--store-images 16 --rounds 1)
   hbird_args=(--memory 8192 --queries 1024 --rounds 1)
+  depth_args=(--arch tiny --batch 2 --crop 96,128 --rounds 1)
 else
   extract_args=(--images-224 1024 --images-480 256 --rounds 2 --batch 64)
   decoder_args=(--images 128 --images-large 8)
   machine_args=(--store-images ${MACHINE_IMAGES:-256} --rounds ${MACHINE_ROUNDS:-3})
   hbird_args=(--memory 51200 --queries 4096 --rounds 2)
+  depth_args=(--rounds 3)
 fi
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
-"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, probe_toolkit.commands.decode, probe_toolkit.analyses.hummingbird_torch, timm, zarr, scipy, threadpoolctl; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
+"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, probe_toolkit.commands.decode, probe_toolkit.analyses.hummingbird_torch, probe_toolkit.commands.depth, timm, zarr, scipy, threadpoolctl; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
 status=0
 timeout 200 "$python" benchmarks/extract.py --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract.log" || status=1
 timeout 200 "$python" benchmarks/extract.py --arch dinov3-s16 --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract-dinov3.log" || status=1
@@ -60,4 +64,5 @@ else
   echo "no taskset: the 2-core decode benchmark needs it (util-linux)" | tee "$out/decoder-machine.log"; status=1
 fi
 timeout 90 "$python" benchmarks/hummingbird.py --device "$device" "${hbird_args[@]}" 2>&1 | tee "$out/hummingbird.log" || status=1
+timeout 90 "$python" benchmarks/depth.py --device "$device" "${depth_args[@]}" 2>&1 | tee "$out/depth.log" || status=1
 exit $status

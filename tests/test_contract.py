@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation"}
+            "hummingbird", "linear-segmentation", "linear-depth"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -59,6 +59,10 @@ BAD = [
     ("linear-segmentation", {"warmup": 40000}, "warmup"),
     ("linear-segmentation", {"preset": "dinov1"}, "preset"),
     ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
+    ("linear-depth", {"preset": "dinov2-lin2"}, "preset"),
+    ("linear-depth", {"warmup": 38400}, "warmup"),
+    ("linear-depth", {"crop": (416,)}, "crop"),
+    ("linear-depth", {"batch_size": 1}, "batch_size"),
 ]
 
 

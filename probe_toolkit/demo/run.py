@@ -9,7 +9,8 @@ the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's p
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
 on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
 Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
-layout (``demo-seg-train``, ``demo-seg-val``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
+layout (``demo-seg-train``, ``demo-seg-val``), a short linear depth on rooms written in NYU Depth v2's
+layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
 
@@ -157,6 +158,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
     _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
     lap("linear segmentation (a short schedule on the VOC-layout scenes)")
+    _depth(demo.stores, (random_init, run.checkpoint), work, cache, quick)
+    lap("linear depth (a short schedule on NYU-layout rooms)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
@@ -193,6 +196,26 @@ def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, qu
     short = SegmentSettings(iterations=4 if quick else 20, batch_size=2, crop=32, size=32, stride=21, chunk=2)
     for checkpoint, store in zip(checkpoints, stores):
         run_segment(checkpoint, "demo-seg-train", "demo-seg-val", short, store=store, cache_dir=cache)
+
+
+def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool) -> None:
+    """``probe depth`` on rooms written in NYU Depth v2's layout (``rooms.py``; ``demo-nyu-train``,
+    ``demo-nyu-test``): DINOv3's recipe on a schedule and crops a CPU runs in seconds."""
+    from ..commands.depth import run_depth
+    from ..protocols.depth import DepthSettings
+    from .rooms import write_nyu
+
+    root = work / "nyu"
+    if not (root / "nyu_test.txt").is_file():
+        scenes_of = lambda name, n: [f"{name}_{i // 2:04d}/{i:05d}" for i in range(n)]  # noqa: E731
+        write_nyu(root, {"train": scenes_of("kitchen", 4 if quick else 8), "test": scenes_of("bathroom", 2 if quick else 4)})
+    known = {p.name for p in panels.list_panels(cache)}
+    for name, split in (("demo-nyu-train", "train"), ("demo-nyu-test", "test")):
+        if name not in known:
+            panels.add_panel(name, root, None, "train" if split == "train" else "val", cache=cache, kind="nyu", split=split)
+    short = DepthSettings(iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
+    for checkpoint, store in zip(checkpoints, stores):
+        run_depth(checkpoint, "demo-nyu-train", "demo-nyu-test", short, store=store, cache_dir=cache)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

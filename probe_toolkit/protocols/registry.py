@@ -26,7 +26,7 @@ from typing import Any, Callable
 from ..infra.errors import ProbeError
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
-MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment")
+MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment", "depth")
 
 
 @dataclass(frozen=True)
