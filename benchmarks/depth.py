@@ -80,7 +80,8 @@ class ReferenceSigLoss:
 
 def onecycle(step: int, lr: float, total: int, warmup: int) -> tuple[float, float]:
     """WarmupOneCycleLR's (lr, momentum) at ``step``, as its ``_compute_lr_momentum`` writes them."""
-    cos = lambda a, b, pct: b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1)
+    def cos(a, b, pct):
+        return b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1)
     if step < warmup:
         return lr / 1000.0 + lr * (1 + math.cos(math.pi * step / float(total))) / 2 * step / float(warmup), 0.0
     return cos(lr, lr / 25.0 / 1000.0, (step + 1) / float(total)), cos(0.85, 0.95, (step - warmup) / float(total - warmup))

@@ -51,6 +51,10 @@ MANUAL = {
     "hummingbird": "commands/dense.md",
     "linear-segmentation": "commands/segment.md",
     "linear-depth": "commands/depth.md",
+    "rank": "commands/labelfree.md",
+    "position": "commands/labelfree.md",
+    "similarity": "commands/labelfree.md",
+    "overcluster": "commands/labelfree.md",
 }
 
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cli_runs import probe_main
-from probe_toolkit.demo.rooms import write_nyu
 from PIL import Image
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
+from probe_toolkit.demo.rooms import write_nyu
 from probe_toolkit.demo.samples import TINY, TINY_DINOV2, TINY_DINOV3, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.results import records

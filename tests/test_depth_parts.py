@@ -229,7 +229,7 @@ def test_one_training_step_is_the_references_under_ddp(preset, monkeypatch):
         v = t[2 * r:2 * r + 2] != 0
         g = torch.log(depth[2 * r:2 * r + 2][v] + 1e-3) - torch.log(t[2 * r:2 * r + 2][v] + 1e-3)
         losses.append(torch.sqrt(g.var() + 0.15 * g.mean() ** 2))
-    grads = [sum(gs) / 2 for gs in zip(*(torch.autograd.grad(l, params, retain_graph=True) for l in losses))]
+    grads = [sum(gs) / 2 for gs in zip(*(torch.autograd.grad(part, params, retain_graph=True) for part in losses))]
     norm = torch.sqrt(sum((gr ** 2).sum() for gr in grads))
     if norm > 0.01:  # clip_grad_norm_
         grads = [gr * (0.01 / (norm + 1e-6)) for gr in grads]

@@ -118,7 +118,8 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, **
 
         recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), allow_partial,  # before any label read
                                               sibling=protocol.reads.panel_sibling)
-    context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded)
+    context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
+                                 defaults=protocol.settings().as_dict())
     with records.opened(context):
         report = protocol.execute(settings, placement, **inputs)
     return Run(name, context.run_id, settings, placement, report, saved_by(context.run_id, inputs, report))

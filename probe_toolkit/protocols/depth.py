@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analyses import depth_published as pub
-from ..infra.settings import SettingError, Settings, at_least, one_of, positive
+from ..infra.settings import SettingError, at_least, one_of, positive
 from .heads import PresetSettings, checkpoint_options, one_process
 from .registry import (
     UNSEAL_VAL,

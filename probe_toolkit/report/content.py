@@ -8,7 +8,7 @@ report says, so the two can never disagree about which sections exist.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass
@@ -16,6 +16,7 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     caption: str = ""
+    settings: str = ""  # the settings that moved its numbers (``differing.shown``): in the caption, and a column of every CSV row
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Explorer:
     data: dict[str, Any]
 
 
-Block = Union[Table, Figure, Note, Explorer]
+Block = Table | Figure | Note | Explorer
 
 
 @dataclass

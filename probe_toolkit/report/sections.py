@@ -14,8 +14,8 @@ then each protocol's, in the registry's order, as its entry names them (``Protoc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..infra.errors import ProbeError
 from ..protocols import registry
@@ -23,14 +23,14 @@ from . import figures_maps, figures_training, followed
 from .caveats import add_caveats, store_caveats
 from .content import Explorer, Note, Report, Section, Table
 from .context import Context
+from .differing import shown
 from .discovery import discovery
 from .explorer import explorer_data, store_data
 from .freshness import freshness
 from .patches import follow_patches
 from .published import reference_values
-from .sections_kit import _grid_of, _lacking, _other_grids, HOW
-from .sources import choose_follow, followed_picture, open_stores, Picture, read_ledgers, training_run
-
+from .sections_kit import HOW, _grid_of, _lacking, _other_grids
+from .sources import Picture, choose_follow, followed_picture, open_stores, read_ledgers, training_run
 
 # ----------------------------------------------------------------------------------------------
 # manifests
@@ -191,7 +191,7 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
             ctx.neighbours[store.label] = followed.neighbours(store, image_id, followed.store_k(store))
         ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
-    sections = [build(ctx) for build in builders()]
+    sections = [shown(build, ctx) for build in builders()]  # each caption with the settings that moved its numbers
     add_caveats(sections, views)
     return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
 

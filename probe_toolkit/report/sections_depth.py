@@ -58,7 +58,7 @@ def depth(ctx) -> Section:
 
     section, found = results_section(ctx, "linear-depth", "Linear depth on NYUv2 (DINOv3 / DINOv2 linear head)", "linear-depth",
                                      "linear depth results", HOW)
-    for label, (store, ds) in found.items():
+    for label, (_store, ds) in found.items():
         schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
         preset = settings.get("preset", "dinov3")
         rows = [[f"{label} ({schedule.get('label', '?')})", *(_value(m, ds[m].values) for m, _ in COLUMNS)]]

@@ -7,21 +7,47 @@ does read from a store's arrays is one image's attention rows and tokens, to dra
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from ..results.summaries import store_label
 from ..infra.errors import ProbeError
 from ..labels import ledger
-from ..store import cache, images
 from ..results import records
+from ..results.summaries import store_label
+from ..store import cache, images
 from .figures_maps import tokens_picture
 
 VIEW = 224
+
+
+class ReadResults(dict):
+    """A store's loaded results that remember which were read (``read``): a section's captions
+    then carry the settings of exactly the records it showed (``report/differing.py``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: dict[str, None] = {}
+
+    def __getitem__(self, name: str) -> xr.Dataset:
+        found = super().__getitem__(name)
+        self.read[name] = None
+        return found
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def items(self):  # type: ignore[override]
+        self.read.update(dict.fromkeys(self.keys()))
+        return super().items()
+
+    def values(self):  # type: ignore[override]
+        self.read.update(dict.fromkeys(self.keys()))
+        return super().values()
 
 
 @dataclass
@@ -32,7 +58,11 @@ class StoreView:
     label: str
     ds: xr.Dataset
     manifest: dict[str, Any]
-    results: dict[str, xr.Dataset] = field(default_factory=dict)
+    results: ReadResults = field(default_factory=ReadResults)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.results, ReadResults):
+            self.results = ReadResults(self.results)
 
     @property
     def class_token(self) -> bool:
@@ -220,7 +250,8 @@ class LedgerBook:
         _, entry = found
         f = entry.fields
         unseal = f", unsealed: {f['unseal']}" if f.get("unseal") else ""
-        return f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), {f.get('images', '?')} images{unseal}"
+        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), "
+                f"{f.get('images', '?')} images{unseal}")
 
 
 def read_ledgers(stores: list[StoreView], cache_dir: str | Path | None) -> LedgerBook:

@@ -20,6 +20,7 @@ import unicodedata
 from .content import Report, Table
 
 FOLDER = "tables"
+SETTINGS_COLUMN = "settings other than the defaults"
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
             "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -124,6 +125,8 @@ def csv_text(table: Table) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     header, rows = numeric(table)
+    if table.settings:  # every row says the settings that moved its numbers (``report/differing.py``)
+        header, rows = [*header, SETTINGS_COLUMN], [[*row, table.settings] for row in rows]
     writer.writerow(header)
     writer.writerows(rows)
     return out.getvalue()

@@ -30,9 +30,10 @@ import os
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..infra import litter
 
@@ -59,7 +60,7 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     """``YYYYMMDD-HHMMSS-ffffff-<counter><pid>``: UTC, sorts by creation time; the counter and the
     process id's last hex digits keep two runs of one microsecond apart."""
     global _last
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     if _last is not None and now <= _last:  # a clock set back never makes a later run sort first (in this process)
         now = _last + _dt.timedelta(microseconds=1)
     _last = now
@@ -75,6 +76,7 @@ class RunContext:
     settings: dict[str, Any] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)  # the protocol's default settings: tables show what differs (``results/differ.py``)
 
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("probe_run", default=None)
@@ -186,6 +188,8 @@ def target(store: str | Path, result: str) -> tuple[Path, dict[str, Any]]:
             "created": provenance.now(), "toolkit_version": __version__, "git_revision": provenance.git_revision()}
     if context is not None:
         meta.update(settings=context.settings, placement=context.placement, inputs=context.inputs)
+        if context.defaults:
+            meta["defaults"] = context.defaults
     return folder / run_id, meta
 
 
@@ -254,7 +258,8 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     results = results.copy()
     results.attrs.update(attrs or {})
     if meta:
-        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings") if k in meta}
+        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings", "defaults", "selection")
+                                  if k in meta}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -219,7 +219,8 @@ def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
     for column in DAVIS_COLUMNS:
         table.add_column(column, justify="right")
     table.add_row(*[f"{report.global_scores[c]:.3f}" for c in DAVIS_COLUMNS])
-    return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
+    saved = f"; saved as {report.saved}" if report.saved else ""
+    return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
 def correspond(report: Any, given: dict[str, Any]) -> list[Any]:
@@ -252,20 +253,19 @@ def correspond(report: Any, given: dict[str, Any]) -> list[Any]:
                                     f"tokens {report.dtype}; {report.seconds:.1f} s" + (f"; saved as {report.saved}" if report.saved else ""))]
 
 
-def records(found: list[Any], defaults: dict[str, dict[str, Any]] | None = None) -> Table:
+def records(found: list[Any]) -> Table:
     """``probe results``: every record of a store, oldest first; the settings shown are those
-    that differ from the protocol's defaults (``defaults``: protocol → its default settings)."""
-    defaults = defaults or {}
+    that differ from the protocol's defaults (``results.differ``)."""
+    from .differ import differing_text
+
     table = Table(title=f"{len(found)} records", box=box.SIMPLE_HEAD)
     for column in ("result", "run id (UTC time it began)", "settings"):
         table.add_column(column, overflow="fold", no_wrap=column != "settings")
     for r in found:
-        settings = r.meta.get("settings")
-        base = defaults.get(r.protocol, {})
-        if settings is None:
+        if r.meta.get("settings") is None:
             text = "(written before records)" if r.meta.get("legacy") else "–"
         else:
-            text = ", ".join(f"{k}={v}" for k, v in settings.items() if v != base.get(k, object())) or "defaults"
+            text = differing_text(r) or "defaults"
         table.add_row(r.result, r.run_id, text)
     return table
 
