@@ -73,32 +73,29 @@ class DepthReport:
 
 def feature_fn(model, blocks: tuple[int, ...], norm: bool, chunk: int, device: torch.device) -> dep.Features:
     """The frozen network as ``analyses.depth`` calls it: (B, 3, H, W) → per block in ``blocks``,
-    (patch map (B, D, rows, cols), class token (B, D) or None), each block's output taken by a
-    forward hook and passed through the final norm when ``norm`` (``get_intermediate_layers(n=blocks,
-    reshape=True, return_class_token=True, norm=norm)``); centre-padded to the patch; ``chunk`` crops
-    per pass, no gradient."""
+    (patch map (B, D, rows, cols), class token (B, D) or None), the block's output passed through the
+    final norm when ``norm`` (``get_intermediate_layers(n=blocks, reshape=True, return_class_token=True,
+    norm=norm)``), kept by the network's own ``capture`` (``store.taps``); centre-padded to the
+    patch; ``chunk`` crops per pass, no gradient."""
+    from ..store.taps import Taps
+
     patch, prefix, has_class = int(model.arch.patch), model.prefix, bool(model.arch.class_token)
-    layers = model.vit.blocks
+    kind = "normed" if norm else "tokens"
+    taps = Taps(blocks=tuple(blocks), facets=(kind,))
 
     def features(images: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         parts: list[list[tuple[torch.Tensor, torch.Tensor | None]]] = []
-        with torch.no_grad():
-            for a in range(0, len(images), chunk):
-                x = center_pad(images[a:a + chunk].to(device), patch)
-                rows, cols = x.shape[-2] // patch, x.shape[-1] // patch
-                taken: dict[int, torch.Tensor] = {}
-                hooks = [layers[b].register_forward_hook(lambda _m, _i, out, b=b, taken=taken: taken.__setitem__(b, out)) for b in blocks]
-                try:
-                    model(x)
-                finally:
-                    for hook in hooks:
-                        hook.remove()
-                part = []
-                for b in blocks:
-                    tokens = model.vit.norm(taken[b]) if norm else taken[b]
-                    grid = tokens[:, prefix:].float().reshape(len(x), rows, cols, -1).permute(0, 3, 1, 2)
-                    part.append((grid, tokens[:, 0].float() if has_class else None))
-                parts.append(part)
+        for a in range(0, len(images), chunk):
+            x = center_pad(images[a:a + chunk].to(device), patch)
+            rows, cols = x.shape[-2] // patch, x.shape[-1] // patch
+            kept = model.capture(x, taps).sequences
+            part = []
+            for b in blocks:
+                tokens = kept[(kind, b)].float()
+                grid = tokens[:, prefix:].reshape(len(x), rows, cols, -1).permute(0, 3, 1, 2)
+                part.append((grid, tokens[:, 0] if has_class else None))
+            parts.append(part)
+        # torch.cat copies out of inference mode: the head's autograd may keep what it reads
         return [(torch.cat([p[j][0] for p in parts]), None if parts[0][j][1] is None else torch.cat([p[j][1] for p in parts]))
                 for j in range(len(blocks))]
 
