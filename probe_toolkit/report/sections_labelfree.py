@@ -20,7 +20,7 @@ from .sections_kit import lacking, results_section
 RANK_HOW = "run `probe rank STORE...` (reads the 224 view's tokens; no panel)"
 POSITION_HOW = "run `probe position STORE...` (reads the 224 view's patch tokens; no panel)"
 SIMILARITY_HOW = "run `probe similarity STORE` (between its blocks) or `probe similarity STORE --other STORE2` (between checkpoints)"
-OVERCLUSTER_HOW = "run `probe overcluster STORE --panel PANEL` (a VOC segmentation panel extracted with --views hbird512)"
+OVERCLUSTER_HOW = "run `probe overcluster STORE --panel PANEL` (a VOC segmentation panel extracted with --views hbird@448)"
 
 
 def _num(value, digits: int = 2) -> str:
