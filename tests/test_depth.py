@@ -246,3 +246,20 @@ def test_a_depth_map_changed_after_its_ledger_read_is_refused(tmp_path):
     with pytest.raises(ProbeError, match="changed since its read was written to the ledger"):
         read.map(1)
     assert ledger.entries(tmp_path / "cache")[-1].fields["images"] == 2
+
+
+def test_a_loss_that_is_not_finite_stops_the_run_and_saves_nothing(nyu, dino, tmp_path, capsys):
+    base, _, _, _, _ = nyu
+    checkpoint, store = dino
+    root, cache = tmp_path / "nyu-blank", tmp_path / "cache"
+    write_nyu(root, {"train": ["kitchen_0001/00001", "kitchen_0001/00002"], "test": ["bathroom/00045"]})
+    for name in ("00001", "00002"):  # no measured pixel anywhere: SigLoss has nothing to average
+        Image.fromarray(np.zeros((72, 96), np.uint16)).save(root / "kitchen_0001" / f"sync_depth_{name}.png")
+    _add(cache, "blank-train", "--nyu", root, "--role", "train")
+    _add(cache, "blank-test", "--nyu", root, "--role", "val")
+    before = len(records.runs(store, "linear-depth"))
+    code, printed = probe_main(["depth", checkpoint, "--train", "blank-train", "--val", "blank-test", "--cache", cache, "--store", store, "-q", *SHORT],
+                               capsys)
+    assert code == 1 and "iteration 0: the loss is nan" in printed.err and "nothing was saved" in printed.err
+    assert len(records.runs(store, "linear-depth")) == before
+    assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["linear-depth: train"]

@@ -19,7 +19,6 @@ images scored. The science is ``analyses.depth`` and ``analyses.depth_augment``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +33,10 @@ from ..analyses import depth_augment as aug
 from ..analyses import depth_published as pub
 from ..analyses.segment import center_pad
 from ..infra import provenance
-from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..infra.placement import Placement
+from ..infra.errors import IntegrityError, ProbeError
 from ..labels import nyu
-from ..labels.panels import Panel, check_readable, train_and_val
-from ..results import records
+from ..labels.panels import Panel
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import cache
 from ..store.images import header_size, load_image
 from .panel_stores import panel_ids
@@ -49,7 +46,7 @@ RESULT = "linear-depth"
 
 
 @dataclass
-class DepthReport:
+class DepthReport(Outcome):
     store: Path
     name: str
     preset: str
@@ -60,7 +57,6 @@ class DepthReport:
     counts: dict[str, int]
     ledger: dict[str, str]
     blocks: tuple[int, ...]
-    saved: Path | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
 
@@ -143,24 +139,17 @@ def _check_sizes(panel: Panel, names: list[str], crop: tuple[int, int]) -> None:
                              f"{crop[1]}x{crop[0]} training crop", "use NYU's 640x480 photographs, or a smaller crop (--crop HEIGHT,WIDTH)")
 
 
-def run_depth(checkpoint: str | Path, train: str, val: str, settings, *, store: str | Path | None = None, network: str = "teacher",
-              unseal: str | None = None, cache_dir: str | Path | None = None, json_path: str | Path | None = None,
-              progress: Callable[[int], None] | None = None, placement: Placement | None = None, command: str = "probe depth") -> DepthReport:
+def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     """Train the head on the train panel's crops, score the val panel; save ``results/linear-depth``."""
     from ..store.checkpoints import load_checkpoint
     from ..store.extract_forward import resolve_device
 
-    placement = placement or Placement()
-    train_panel, val_panel = train_and_val(train, val, cache_dir, use="train the head")
-    for panel in (train_panel, val_panel):
-        if panel.kind != nyu.KIND:
-            raise ProbeError(panel.name, f"is a {panel.kind} panel; linear depth reads the depth maps of an nyu panel",
-                             f"register the NYU folder with probe panel add NAME --nyu DIR --role {panel.role}")
-    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
+    train_panel, val_panel = context.panel("train"), context.panel("val")  # kinds, roles and seals checked before the run
+    checkpoint = Path(inputs.checkpoint)
     train_names = panel_ids(train_panel)
-    device = resolve_device(placement.device)
-    ck = load_checkpoint(checkpoint, network)
-    target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
+    device = resolve_device(context.placement.device)
+    ck = load_checkpoint(checkpoint, inputs.network)
+    target = Path(inputs.store) if inputs.store is not None else cache.store_path(cache.cache_root(context.cache_dir), checkpoint, ck.sha256, inputs.network)
     if not (target / "zarr.json").is_file():
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
                          f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: "
@@ -171,7 +160,7 @@ def run_depth(checkpoint: str | Path, train: str, val: str, settings, *, store: 
     _check_sizes(train_panel, train_names, crop)
     resolved = settings.resolved
 
-    train_read = nyu.read_depth_maps(train_panel, purpose=f"{RESULT}: train", checkpoint=ck.sha256, cache=cache_dir)
+    train_read = context.read("train", nyu.read_depth_maps, purpose=f"{RESULT}: train", checkpoint=ck.sha256, command=context.command)
     from ..store.backbone import Backbone
 
     model = Backbone.from_checkpoint(ck).to(device).eval()
@@ -180,53 +169,13 @@ def run_depth(checkpoint: str | Path, train: str, val: str, settings, *, store: 
     channels = dep.channels_of(int(ck.arch.width), preset, int(ck.arch.depth))
     head = dep.DepthHead(channels, preset, torch.Generator().manual_seed(settings.seed)).to(device)
     optimizer = torch.optim.AdamW(head.parameters(), lr=resolved["lr"], betas=preset.betas, weight_decay=resolved["weight_decay"])
-    stream = DepthStream(Path(train_panel.images), train_read, aug.Augment(crop=crop), settings.seed)
-    per_step = settings.batch_size * settings.replicas
-    losses = np.zeros(settings.iterations, np.float32)
-    rates, betas = np.zeros(settings.iterations, np.float64), np.zeros(settings.iterations, np.float64)
-    with ThreadPoolExecutor(max_workers=placement.workers or 2) as pool:
-        pending = stream.batch(pool, 0, per_step)
-        for step in range(settings.iterations):
-            crops = [f.result() for f in pending]
-            if step + 1 < settings.iterations:
-                pending = stream.batch(pool, step + 1, per_step)
-            images = torch.stack([c.image for c in crops])
-            truth = torch.stack([c.depth for c in crops]).to(device)
-            rates[step], betas[step] = dep.schedule(step, lr=resolved["lr"], iterations=settings.iterations, warmup=resolved["warmup"], kind=preset.schedule)
-            losses[step] = dep.train_step(head, optimizer, features(images), truth, rates[step], betas[step], settings.batch_size,
-                                          warm=step < pub.SIGLOSS_WARMUP)
-            if not np.isfinite(losses[step]):  # the head is NaN from here on: no number of this run could be trusted
-                from ..infra.errors import IntegrityError
+    losses, rates, betas = _train(context, settings, resolved, preset, head, optimizer, features,
+                                  DepthStream(Path(train_panel.images), train_read, aug.Augment(crop=crop), settings.seed), train_panel.name)
 
-                raise IntegrityError(train_panel.name, f"iteration {step}: the loss is {losses[step]} (a group of {settings.batch_size} crops "
-                                     "without one measured pixel, or a diverging head); nothing was saved",
-                                     "check the panel's depth maps, or lower --lr")
-            if progress is not None:
-                progress(1)
-
-    val_read = nyu.read_depth_maps(val_panel, purpose=f"{RESULT}: score", checkpoint=ck.sha256, unseal=unseal, cache=cache_dir)
-    per_image = {m: np.zeros(len(val_read.ids), np.float32) for m in pub.METRICS}
-    shown: dict[str, list[np.ndarray]] = {"picture": [], "truth": [], "prediction": [], "valid": []}
-    for n, name in enumerate(val_read.ids):
-        picture = np.asarray(load_image(Path(val_panel.images) / name))
-        depth = val_read.map(n)
-        if depth.shape != picture.shape[:2]:
-            raise ProbeError(val_read.files[n], f"is {depth.shape[1]}x{depth.shape[0]} px, its photograph {picture.shape[1]}x{picture.shape[0]}", nyu.FIX)
-        truth = aug.to_metres(depth)[None]
-        image = aug.eval_input(picture)
-        pred = (dep.predict_flipped if settings.tta else dep.predict)(head, features, image).float().cpu()
-        for metric, value in dep.image_metrics(truth, pred).items():
-            per_image[metric][n] = value
-        if n < settings.figure_images:
-            up = torch.nn.functional.interpolate(pred, size=truth.shape[-2:], mode="bilinear", align_corners=False).clamp(pub.MIN_DEPTH, pub.MAX_DEPTH)
-            ranged = dep.in_range(truth)
-            shown["picture"].append(picture)
-            shown["truth"].append(ranged[0, 0].numpy())
-            shown["prediction"].append(up[0, 0].numpy())
-            shown["valid"].append((dep.valid_mask(ranged) & (ranged > 0))[0, 0].numpy())
-        if progress is not None:
-            progress(1)
+    val_read = context.read("val", nyu.read_depth_maps, purpose=f"{RESULT}: score", checkpoint=ck.sha256, command=context.command)
+    per_image, shown = _score(context, settings, head, features, val_panel, val_read)
     means = dep.mean_metrics(per_image)
+    per_step = settings.batch_size * settings.replicas
     full = settings.iterations == pub.ITERATIONS and per_step == pub.BATCH * pub.REPLICAS
     changed = settings.unpublished()
     counts = {"train": len(train_read.ids), "val": len(val_read.ids), "iterations": settings.iterations, "batch": per_step,
@@ -239,18 +188,65 @@ def run_depth(checkpoint: str | Path, train: str, val: str, settings, *, store: 
     ds = _dataset(means, per_image, val_read.ids, losses, rates, betas, head, shown)
     attrs = {
         "settings": resolved, "schedule": schedule, "preset_source": preset.source, "blocks": list(blocks), "ledger": ledger, "counts": counts,
-        "checkpoint": ck.describe(), "network": network, "device": str(device), "depth_range": [pub.MIN_DEPTH, pub.MAX_DEPTH],
+        "checkpoint": ck.describe(), "network": inputs.network, "device": str(device), "depth_range": [pub.MIN_DEPTH, pub.MAX_DEPTH],
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
         "feature": _feature(preset, blocks, ck.arch.final_norm), "sizes": [list(t.shape) for t in shown["truth"]],
-        "provenance": {"command": command, **provenance.stamp()},
+        "provenance": {"command": context.command, **provenance.stamp()},
     }
-    saved = records.save(target, RESULT, ds, attrs)
-    report = DepthReport(target, f"{Path(checkpoint).name} ({network})", settings.preset, means, settings.iterations, bool(full), losses, counts,
-                         ledger, blocks, saved, resolved, {k: resolved[k] for k in changed})
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+    report = DepthReport(target, f"{checkpoint.name} ({inputs.network})", settings.preset, means, settings.iterations, bool(full), losses, counts,
+                         ledger, blocks, resolved, {k: resolved[k] for k in changed})
+    return context.finish(report, Saving(target, RESULT, ds, attrs))
+
+
+def _train(context: RunContext, settings, resolved: dict, preset: pub.Preset, head: dep.DepthHead, optimizer, features, stream, panel: str):
+    """The training loop: (loss, rate, β1) of every iteration; the crops made by ``--workers`` threads one batch ahead."""
+    per_step = settings.batch_size * settings.replicas
+    losses = np.zeros(settings.iterations, np.float32)
+    rates, betas = np.zeros(settings.iterations, np.float64), np.zeros(settings.iterations, np.float64)
+    advance = context.task("training", settings.iterations)
+    device = next(head.parameters()).device
+    with ThreadPoolExecutor(max_workers=context.placement.workers or 2) as pool:
+        pending = stream.batch(pool, 0, per_step)
+        for step in range(settings.iterations):
+            crops = [f.result() for f in pending]
+            if step + 1 < settings.iterations:
+                pending = stream.batch(pool, step + 1, per_step)
+            images = torch.stack([c.image for c in crops])
+            truth = torch.stack([c.depth for c in crops]).to(device)
+            rates[step], betas[step] = dep.schedule(step, lr=resolved["lr"], iterations=settings.iterations, warmup=resolved["warmup"], kind=preset.schedule)
+            losses[step] = dep.train_step(head, optimizer, features(images), truth, rates[step], betas[step], settings.batch_size,
+                                          warm=step < pub.SIGLOSS_WARMUP)
+            if not np.isfinite(losses[step]):  # the head is NaN from here on: no number of this run could be trusted
+                raise IntegrityError(panel, f"iteration {step}: the loss is {losses[step]} (a group of {settings.batch_size} crops without one "
+                                     "measured pixel, or a diverging head); nothing was saved", "check the panel's depth maps, or lower the learning rate")
+            advance(1)
+    return losses, rates, betas
+
+
+def _score(context: RunContext, settings, head: dep.DepthHead, features, val_panel: Panel, val_read: nyu.DepthMaps):
+    """Each val image's metrics (the mirror averaged in when ``tta``), and the first images' arrays for the figure."""
+    per_image = {m: np.zeros(len(val_read.ids), np.float32) for m in pub.METRICS}
+    shown: dict[str, list[np.ndarray]] = {"picture": [], "truth": [], "prediction": [], "valid": []}
+    advance = context.task("scoring", len(val_read.ids))
+    for n, name in enumerate(val_read.ids):
+        picture = np.asarray(load_image(Path(val_panel.images) / name))
+        depth = val_read.map(n)
+        if depth.shape != picture.shape[:2]:
+            raise ProbeError(val_read.files[n], f"is {depth.shape[1]}x{depth.shape[0]} px, its photograph {picture.shape[1]}x{picture.shape[0]}", nyu.FIX)
+        truth = aug.to_metres(depth)[None]
+        pred = (dep.predict_flipped if settings.tta else dep.predict)(head, features, aug.eval_input(picture)).float().cpu()
+        for metric, value in dep.image_metrics(truth, pred).items():
+            per_image[metric][n] = value
+        if n < settings.figure_images:
+            up = torch.nn.functional.interpolate(pred, size=truth.shape[-2:], mode="bilinear", align_corners=False).clamp(pub.MIN_DEPTH, pub.MAX_DEPTH)
+            ranged = dep.in_range(truth)
+            shown["picture"].append(picture)
+            shown["truth"].append(ranged[0, 0].numpy())
+            shown["prediction"].append(up[0, 0].numpy())
+            shown["valid"].append((dep.valid_mask(ranged) & (ranged > 0))[0, 0].numpy())
+        advance(1)
+    return per_image, shown
 
 
 def _feature(preset: pub.Preset, blocks: tuple[int, ...], final_norm: bool) -> str:

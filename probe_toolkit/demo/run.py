@@ -198,21 +198,21 @@ def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, qu
 def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool) -> None:
     """``probe depth`` on rooms written in NYU Depth v2's layout (``rooms.py``; ``demo-nyu-train``,
     ``demo-nyu-test``): DINOv3's recipe on a schedule and crops a CPU runs in seconds."""
-    from ..commands.depth import run_depth
-    from ..protocols.depth import DepthSettings
+    import probe_toolkit as probe
+
     from .rooms import write_nyu
 
     root = work / "nyu"
     if not (root / "nyu_test.txt").is_file():
-        scenes_of = lambda name, n: [f"{name}_{i // 2:04d}/{i:05d}" for i in range(n)]  # noqa: E731
-        write_nyu(root, {"train": scenes_of("kitchen", 4 if quick else 8), "test": scenes_of("bathroom", 2 if quick else 4)})
+        write_nyu(root, {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)],
+                         "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]})
     known = {p.name for p in panels.list_panels(cache)}
-    for name, split in (("demo-nyu-train", "train"), ("demo-nyu-test", "test")):
+    for name, split, role in (("demo-nyu-train", "train", "train"), ("demo-nyu-test", "test", "val")):
         if name not in known:
-            panels.add_panel(name, root, None, "train" if split == "train" else "val", cache=cache, kind="nyu", split=split)
-    short = DepthSettings(iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
-    for checkpoint, store in zip(checkpoints, stores):
-        run_depth(checkpoint, "demo-nyu-train", "demo-nyu-test", short, store=store, cache_dir=cache)
+            panels.add_panel(name, root, None, role, cache=cache, kind="nyu", split=split)
+    for checkpoint, store in zip(checkpoints, stores, strict=True):
+        probe.run("linear-depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, cache_dir=cache, device="cpu",
+                  iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

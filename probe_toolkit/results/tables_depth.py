@@ -20,11 +20,12 @@ def value(metric: str, v: float) -> str:
     return f"{100 * v:.1f}" if metric in ("a1", "a2", "a3") else f"{v:.3f}"
 
 
-def depth(report: Any, given: dict[str, Any]) -> list[Any]:
+def depth(report: Any) -> list[Any]:
+    """``probe depth``: the metrics beside the published RMSE (other weights), then the schedule, blocks, panels and ledger."""
     from ..analyses.depth_published import ITERATIONS, PUBLISHED
 
     short = "" if report.full_schedule else " (short schedule)"
-    table = Table(title=f"Linear depth ({report.preset} preset): {given['train']} → {given['val']}")
+    table = Table(title=f"Linear depth ({report.preset} preset): {report.run.inputs.train} → {report.run.inputs.val}")
     table.add_column("")
     for _, heading in SHOWN:
         table.add_column(heading, justify="right")
