@@ -13,7 +13,9 @@ from .app import CacheOpt, QuietOpt, app, console, err_console
 
 @app.command()
 def extract(
-    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
+    checkpoint: Annotated[str, typer.Argument(help="Checkpoint file (DINO, SelfPatch, DINOv2, DINOv3 layouts, full or backbone), a transformers or timm folder "
+                                                   "(config.json + model.safetensors), or a Hugging Face Hub name (hf-hub:timm/NAME or org/name, from its cache).")],
+    revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a Hub name (default main).")] = None,
     images: Annotated[Path | None, typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[str | None, typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
     views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by "
@@ -66,8 +68,10 @@ def extract(
         if store is None:
             from ..store.cache import cache_root, store_path
             from ..store.checkpoint_files import sha256_file
+            from ..store.hub import locate
 
-            store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
+            located = locate(checkpoint, revision)
+            store = store_path(cache_root(cache), located.stem, sha256_file(located.path), f"{network}{'-converted' if convert else ''}-panel-{panel}")
     view_list = tuple(v.strip() for v in views.split(",") if v.strip())
     for view in view_list:  # option errors before torch and timm are imported
         if view.lower().replace("-", "_") not in view_table.NAMES:
@@ -84,7 +88,7 @@ def extract(
     settings = Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic")
     try:
         report = run(
-            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
+            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store, revision=revision,
             shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet, repair=repair,
         )
     except KeyboardInterrupt:

@@ -111,24 +111,17 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         run_protocol("neighbours", demo.stores, view=view)
     lap("entropy and neighbours")
 
-    from ..commands.decode import resolve_settings, run_decode
-
-    chosen, source = resolve_settings(preset="centred", overrides={}, settings_file=None, cache_dir=cache)
-    lost, lost_source = resolve_settings(preset="lost", overrides={}, settings_file=None, cache_dir=cache)
+    # every protocol through probe.run, as the command line runs it: each record carries its settings, defaults, inputs
+    # and placement (the report's freshness and settings columns read them)
     for store in demo.stores:  # LOST on the saliency panel first: the centred decode then leaves its masks in results/decoder
-        run_decode(store, lost, settings_source=lost_source, panel="demo-sal", cache_dir=cache)
-        run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
+        run_protocol("decode", store, preset="lost", panel="demo-sal", cache_dir=cache)
+        run_protocol("decode", store, preset="centred", panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
 
-    from ..analyses.linear import FitSettings
-    from ..commands.linear import run_linear
-
     for level in ("patch", "image"):
-        run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
+        run_protocol("linear", demo.stores, train="demo-train", val="demo-val", level=level, epochs=50 if quick else 100, cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
 
-    from ..commands.attention_masks import run_attention_masks
-    from ..commands.propagate import run_propagate
     from .video import write_davis
 
     davis = work / "davis"
@@ -136,11 +129,11 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         write_davis(davis, {"shapes": 4}, size=(96, 72))
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
         run_protocol("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache, workers=1)
-        run_attention_masks(store, panel="demo-val", cache_dir=cache)
-        run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
+        run_protocol("attention-masks", store, panel="demo-val", cache_dir=cache, workers=1)
+        run_protocol("propagate", checkpoint, davis=davis, out=work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
 
-    from ..commands.correspond import VIEW, run_correspond
+    from ..commands.correspond import VIEW
     from .spair import write_spair
 
     if "demo-spair" not in {p.name for p in panels.list_panels(cache)}:  # outside the image root: extracted in its own view only
@@ -149,7 +142,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):  # each store's panel sibling, as `probe extract --panel` names it
         sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
-        run_correspond(store, "demo-spair", cache_dir=cache)
+        run_protocol("correspond", store, panel="demo-spair", cache_dir=cache)
     lap("keypoint correspondence (demo-spair)")
     _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
@@ -167,9 +160,6 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
     """Dense retrieval on scenes written in VOC 2012's layout (outside the image root, so the main
     stores never hold them): each panel's 512 px views extracted beside each store
     (``<network>-panel-NAME.zarr``), then ``probe hummingbird`` at a bounded and the full memory."""
-    from ..commands.hummingbird import run_hummingbird
-    from ..protocols.hummingbird import HummingbirdSettings
-
     year = work / "voc" / "VOC2012"
     if not (year / "ImageSets").is_dir():
         scenes.write_voc(year, {"train": (6 if quick else 12, 3), "val": (4 if quick else 8, 4)})
@@ -181,18 +171,15 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
         for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
             extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
                     batch_size=8, quiet=quiet)
-        run_hummingbird(store, "demo-seg-train", "demo-seg-val", HummingbirdSettings(memory=(1000, None)), cache_dir=cache)
+        run_protocol("hummingbird", store, train="demo-seg-train", val="demo-seg-val", memory=(1000, None), cache_dir=cache)
 
 
 def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, quick: bool) -> None:
     """``probe segment`` on the same VOC-layout scenes: DINOv3's recipe on a schedule and crops a
     CPU runs in seconds (the record and the table name every setting that differs from the published)."""
-    from ..commands.segment import run_segment
-    from ..protocols.segment import SegmentSettings
-
-    short = SegmentSettings(iterations=4 if quick else 20, batch_size=2, crop=32, size=32, stride=21, chunk=2)
+    short = {"iterations": 4 if quick else 20, "batch_size": 2, "crop": 32, "size": 32, "stride": 21, "chunk": 2}
     for checkpoint, store in zip(checkpoints, stores):
-        run_segment(checkpoint, "demo-seg-train", "demo-seg-val", short, store=store, cache_dir=cache)
+        run_protocol("linear-segmentation", checkpoint, train="demo-seg-train", val="demo-seg-val", store=store, cache_dir=cache, **short)
 
 
 def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool) -> None:
