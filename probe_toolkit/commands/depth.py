@@ -149,7 +149,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     train_names = panel_ids(train_panel)
     device = resolve_device(context.placement.device)
     ck = load_checkpoint(checkpoint, inputs.network)
-    target = Path(inputs.store) if inputs.store is not None else cache.store_path(cache.cache_root(context.cache_dir), checkpoint, ck.sha256, inputs.network)
+    target = Path(inputs.store) if inputs.store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, inputs.network)
     if not (target / "zarr.json").is_file():
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
                          f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: "
