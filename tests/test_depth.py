@@ -263,3 +263,19 @@ def test_a_loss_that_is_not_finite_stops_the_run_and_saves_nothing(nyu, dino, tm
     assert code == 1 and "iteration 0: the loss is nan" in printed.err and "nothing was saved" in printed.err
     assert len(records.runs(store, "linear-depth")) == before
     assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["linear-depth: train"]
+
+
+def test_the_run_contexts_block_replaces_the_last_for_a_one_block_preset(tmp_path):
+    from probe_toolkit.analyses import depth_published as pub
+    from probe_toolkit.commands.depth import _check_network
+    from probe_toolkit.infra.errors import ProbeError
+    from probe_toolkit.protocols.depth import DepthSettings
+    from probe_toolkit.store.checkpoints import load_checkpoint
+
+    ck = load_checkpoint(write_checkpoint(tmp_path / "d.pth", "dinov2-backbone", replace(TINY_DINOV2, depth=4), seed=1))
+    for preset, block, want in (("dinov3", None, (3,)), ("dinov3", 1, (1,)), ("dinov2-lin1", -2, (2,)), ("dinov2-lin4", None, (0, 1, 2, 3))):
+        assert _check_network(DepthSettings(preset=preset), ck, pub.PRESETS[preset], block) == want
+    with pytest.raises(ProbeError, match="reads its own four blocks"):
+        _check_network(DepthSettings(preset="dinov2-lin4"), ck, pub.PRESETS["dinov2-lin4"], 1)
+    with pytest.raises(ProbeError, match="no block 4"):
+        _check_network(DepthSettings(), ck, pub.PRESETS["dinov3"], 4)

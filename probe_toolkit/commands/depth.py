@@ -114,8 +114,9 @@ class DepthStream(Stream):
         return aug.training_crop(np.random.default_rng([self.seed, k]), image, depth, self.augment)
 
 
-def _check_network(settings, ck, preset: pub.Preset) -> tuple[int, ...]:
-    """The blocks the preset reads of this network; a network it cannot read is refused."""
+def _check_network(settings, ck, preset: pub.Preset, block: int | None = None) -> tuple[int, ...]:
+    """The blocks the preset reads of this network (``block``, the run context's, in place of the
+    last for a one-block preset); a network it cannot read is refused."""
     arch = ck.arch
     if preset.class_token and not arch.class_token:
         raise ProbeError(ck.path, f"has no class token, which preset {preset.name} concatenates to every patch token (DINOv2's BNHead)",
@@ -126,7 +127,13 @@ def _check_network(settings, ck, preset: pub.Preset) -> tuple[int, ...]:
         from ..infra.settings import SettingError
 
         raise SettingError("crop", f"crop {tuple(settings.crop)} is smaller than the network's {arch.patch}-pixel patch", "give crop=(416, 544) (published)")
-    return pub.blocks_of(preset, arch.depth)
+    if block is None:
+        return pub.blocks_of(preset, arch.depth)
+    if preset.blocks != "last":
+        raise ProbeError(None, f"preset {preset.name} reads its own four blocks, not block {block}", "drop the block, or use --preset dinov3 or dinov2-lin1")
+    if not -arch.depth <= block < arch.depth:
+        raise ProbeError(ck.path, f"has {arch.depth} blocks, no block {block}", f"give a block from 0 to {arch.depth - 1}")
+    return (block % arch.depth,)
 
 
 def _check_sizes(panel: Panel, names: list[str], crop: tuple[int, int]) -> None:
@@ -155,7 +162,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
                          f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: "
                          "its depth maps are labels), or pass --store STORE")
     preset = pub.PRESETS[settings.preset]
-    blocks = _check_network(settings, ck, preset)
+    blocks = _check_network(settings, ck, preset, context.block)
     crop = tuple(settings.crop)
     _check_sizes(train_panel, train_names, crop)
     resolved = settings.resolved
