@@ -37,6 +37,7 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
+from ..analyses import search
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images
 from ..infra.shared import spooled
@@ -198,8 +199,8 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         for size in settings.memory:
             spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
             with built(memory_source, size, settings.seed, folder) as (bank, labels, _):
-                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
-                                       temperature=settings.temperature, block=BANK_BLOCK, device=device)
+                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k, temperature=settings.temperature,
+                                       block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK), device=device)
                 try:
                     if b > a:
                         map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),

@@ -100,9 +100,9 @@ PROTOCOL = register(Protocol(
         options=("train", "val", "memory", "k", "temperature", "augmentation_epochs", "seed", "matching", "figure_images", "json_path",
                  Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours)."),
                  Option("device", "cpu or cuda (--backend torch): where the memory is searched."),
-                 "SCORED", "shard"),
+                 "work_memory", "SCORED", "shard"),
         table="results.tables:hummingbird",
         progress=("images", "hummingbird")),
     sections=("report.sections_dense:hummingbird",),
-    placement=("workers", "dask_address", "shard", "backend", "device"),  # the val images spread over workers, a cluster or shards; the search on --device
+    placement=("workers", "dask_address", "shard", "backend", "device", "work_memory"),  # val images over workers, a cluster or shards; the search on --device
 ))
