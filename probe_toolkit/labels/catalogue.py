@@ -18,3 +18,12 @@ KINDS = {
            "(facebookresearch/dinov3 dinov3/data/datasets/nyu.py), read by probe depth",
     "davis": "DAVIS-2017: JPEGImages/480p, Annotations/480p, ImageSets/2017 (davisvideochallenge/davis2017-evaluation), read by probe propagate --davis",
 }
+
+# the data set a panel kind holds, as a number's caption names it ("ADE20K mIoU", never a data set it was not measured on)
+DATA_SETS = {"coco": "COCO", "voc": "VOC", "coco20k": "COCO20k", "saliency": "saliency", "classes": "class folders", "spair": "SPair-71k",
+             "voc-segmentation": "VOC", "ade20k": "ADE20K", "davis": "DAVIS-2017"}
+
+
+def data_set(kind: str) -> str:
+    """The data set of a panel kind (its own name where the kind is new here)."""
+    return DATA_SETS.get(kind, kind)
