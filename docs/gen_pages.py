@@ -50,6 +50,7 @@ MANUAL = {
     "propagate": "commands/frozen-features.md",
     "hummingbird": "commands/dense.md",
     "linear-segmentation": "commands/segment.md",
+    "linear-depth": "commands/depth.md",
     "rank": "commands/labelfree.md",
     "position": "commands/labelfree.md",
     "similarity": "commands/labelfree.md",

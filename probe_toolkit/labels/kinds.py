@@ -20,6 +20,8 @@ image matching and the ledger do not change:
   (``labels/label_maps.py``: same ledger entry and seal), never by ``read_labels``.
 - ``spair``: a SPair-71k folder's keypoint pairs of one split (``labels/spair.py``), checked field
   by field when added and read by ``spair_read.read_pairs`` (same ledger entry and seal).
+- ``nyu``: an NYU Depth v2 folder's depth maps of one split (``labels/nyu.py``), checked field by
+  field when added and read by ``nyu.read_depth_maps`` (same ledger entry and seal).
 - ``navi``: a NAVI folder's wild-set images, poses and depth maps (``labels/navi.py``), checked field
   by field when added and read by ``navi_read.read_navi`` (same ledger entry and seal).
 
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
-from . import ade_layout, navi, saliency, spair, voc, voc_layout
+from . import ade_layout, navi, nyu, saliency, spair, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -75,10 +77,12 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return ade_layout.check_layout(annotations, images, split)
     if kind == spair.KIND:
         return spair.check_layout(annotations, images, split)
+    if kind == nyu.KIND:
+        return nyu.check_layout(annotations, images, split)
     if kind == navi.KIND:
         return navi.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}, {navi.KIND}",
-                     "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair or --navi")
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}, "
+                     f"{nyu.KIND}, {navi.KIND}", "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair, --nyu or --navi")
 
 
 def coco20k_ids() -> list[int]:
@@ -156,6 +160,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     if panel.kind == spair.KIND:
         raise ProbeError(panel.name, "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
                          "score it with probe correspond (labels.spair_read.read_pairs)")
+    if panel.kind == nyu.KIND:
+        raise ProbeError(panel.name, "is an NYU panel: its labels are depth maps, not boxes or instance masks",
+                         "score it with probe depth (labels.nyu.read_depth_maps)")
     if panel.kind == navi.KIND:
         raise ProbeError(panel.name, "is a NAVI panel: its labels are camera poses and depth maps, not boxes or instance masks",
                          "score it with probe correspond (labels.navi_read.read_navi)")
@@ -177,6 +184,8 @@ def benchmark(panel) -> str:
         return "COCO20k"
     if panel.kind == spair.KIND:
         return f"SPair-71k {panel.split or 'test'}"
+    if panel.kind == nyu.KIND:
+        return f"NYUv2 {panel.split or 'test'}"
     if panel.kind == navi.KIND:
         return "NAVI wild set"
     if panel.kind == "saliency":

@@ -17,6 +17,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from ..commands.attention_masks import MasksReport
     from ..commands.correspond import CorrespondReport
+    from ..commands.hummingbird import HummingbirdReport
     from ..commands.knn import KnnReport
     from ..commands.linear import LinearReport
     from ..commands.propagate import PropagationReport
@@ -147,15 +148,16 @@ def knn(report: KnnReport) -> list[Any]:
     return lines
 
 
-def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
-    """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
-    released weights (marked as other weights: not this store's network)."""
+def hummingbird(report: HummingbirdReport) -> list[Any]:
+    """mIoU per memory size, identity and Hungarian-matched, on the panels' data set, beside the
+    published numbers of released weights (marked as other weights: not this store's network)."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/hummingbird")]
-    train, val = given["train"], given["val"]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/hummingbird")]
+    train, val = report.run.inputs.train, report.run.inputs.val
     from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..labels.catalogue import data_set
 
-    table = Table(title=f"Hummingbird dense retrieval (VOC mIoU): {train} → {val}")
+    table = Table(title=f"Hummingbird dense retrieval ({data_set(report.kind)} mIoU): {train} → {val}")
     table.add_column("")
     for memory, rows in zip(report.memory, report.bank_rows):
         table.add_column(f"memory {memory}" + (f" ({rows} rows)" if memory == "full" else ""), justify="right")
