@@ -35,7 +35,7 @@ PROTOCOL = register(Protocol(
     name="entropy",
     summary="How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
     settings=EntropySettings,
-    reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",)),
+    reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",), stores=("attention_stats_224",)),
     results=("entropy",),
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino vision_transformer.py"),),
     differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",

@@ -31,7 +31,7 @@ PROTOCOL = register(Protocol(
     name="linear",
     summary="Linear probes on the frozen 224 tokens: a dense probe (mIoU) or an image-level one (mAP), regularisation chosen on a train hold-out.",
     settings=LinearSettings,
-    reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc")),
+    reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc"), stores=("tokens_224", "cls_tokens_224")),
     results=("linear_patch", "linear_image"),
     references=(Reference("Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)",
                           "alinlab/SelfPatch (linear segmentation protocol)"),),

@@ -37,8 +37,9 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("short", "short side {S}, centre crop {S}", "bicubic", "{S}/p square", ("tokens", "attention"),
            "facebookresearch/dino visualize_attention.py (224); alinlab/SelfPatch local crops (96)"),
-    Family("eval", "short side {R} (= ⌊{S}·256/224⌋), centre crop {S}", "bicubic", "{S}/p square", ("tokens",),
-           "facebookresearch/dino eval_knn.py, eval_linear.py (Resize(256), CenterCrop(224); crop_pct 0.875 at other sizes, as timm's eval transform)"),
+    Family("eval", "short side {R}, centre crop {S}", "bicubic", "{S}/p square", ("tokens",),
+           "facebookresearch/dino eval_knn.py, eval_linear.py (Resize(256), CenterCrop(224); at other sizes crop_pct 0.875, "
+           "short side ⌊S·256/224⌋, as timm's eval transform)"),
     Family("square", "squashed to {S} × {S}", "bicubic (lanczos with --resample, CutLER maskcut.py)", "{S}/p square", ("keys",),
            "facebookresearch/CutLER maskcut/maskcut.py"),
     Family("hbird", "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: random resized crop "
@@ -184,6 +185,16 @@ def check_size(name: str, patch: int) -> tuple[str, str] | None:
     suffix = f"_aug{spec.epoch}" if spec.epoch is not None else ""
     nearest = " or ".join(f"{spec.family}@{s}{suffix}" for s in (low, high) if s > 0)
     return f"view {spec.spelled}: {spec.size} px is not a multiple of the network's {patch}-px patch", f"use {nearest}"
+
+
+def help_text() -> str:
+    """``probe extract --views``' help, from the tables."""
+    families = "; ".join(f"{f.name}@S ({FAMILY[f.name].rule.format(S='S', R='⌊S·256/224⌋').split(';')[0]}: {', '.join(r for r in f.reads)})"
+                         for f in FAMILIES if f.sized)
+    aliases = ", ".join(f"{a} = {view(a).spelled}" for a in ALIASES)
+    return (f"Views to read (a later run may add views to a store). A family at a size S, a multiple of the patch: {families}; Hummingbird's memory "
+            f"views hbird@S_aug0, hbird@S_aug1. Each image at its own size: {', '.join(OWN_SIZE)} (keys, tokens). The names of before: {aliases}. "
+            "`probe list` shows each view's rule and the code it follows.")
 
 
 def hbird_views(size: int, epochs: int = HBIRD_EPOCHS) -> tuple[str, ...]:
