@@ -265,7 +265,9 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
     array = ds[found]
     array = array.copy(deep=False) if hasattr(array, "copy") else array.rename({})  # its own attrs: the dataset's stay as stored
     if index is not None and "block" in array.dims:
+        axis = list(array.dims).index("block")
         array = array.isel(block=index)
+        array.attrs["probe_pick"] = f"{axis}:{index}"  # a worker reading the array by name takes the same block (infra.cluster.proven_read)
     held = _stored_block(ds, found, index)
     if held is not None:
         facet = layout.parse(found).facet
