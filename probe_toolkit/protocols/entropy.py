@@ -15,8 +15,12 @@ class EntropySettings(Settings):
     seed: int = 0  # seed of the bootstrap over images
     boot: int = 1000  # bootstrap resamples of the 95 % intervals
     partial: bool = False  # summarise a store still being extracted
+    view: str = "224"  # whose attention: its maps, or its statistics (probe extract --attention stats) where it holds no maps
 
     def check(self) -> None:
+        from ..store.views import view as known
+
+        known(self.view)
         if self.patch is not None:
             at_least("patch", self.patch, 0)
         from ..analyses.stats import check_boot  # numpy: not imported while the CLI is built
@@ -28,7 +32,8 @@ def execute(settings: EntropySettings, placement, *, stores, json_path=None, qui
     from ..commands.entropy import run_entropy
     from ..commands.runs import OverStores
 
-    return run_entropy(list(stores), patch=settings.patch, image=settings.image, over=OverStores.of(settings, placement, json_path, quiet))
+    return run_entropy(list(stores), patch=settings.patch, image=settings.image, view=settings.view,
+                       over=OverStores.of(settings, placement, json_path, quiet))
 
 
 PROTOCOL = register(Protocol(
@@ -38,12 +43,17 @@ PROTOCOL = register(Protocol(
     reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",), stores=("attention_stats_224",)),
     results=("entropy",),
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino vision_transformer.py"),),
-    differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",
+    differences=("Entropy and mean attention distance are computed from the stored last-block attention rows in float64, or from the attention "
+                 "statistics computed during extraction in tiles of queries (float64 softmax of the network's float32 scores, no T x T map); "
+                 "DINO releases no entropy script."),
     execute=execute,
     source="stores",
     command=over_stores("How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
                         Option("patch", "Follow this patch of the 224 view (patch = G·row + column).", "int"),
-                        Option("image", "Image id for the --patch tables (default: the first)."), table="results.tables:entropy"),
+                        Option("image", "Image id for the --patch tables (default: the first)."),
+                        Option("view", "Whose attention: 224 (default), or any view the store holds maps or statistics of (square@2048, native).",
+                               default="224"),
+                        table="results.tables:entropy"),
     sections=("report.sections_attention:attention", "report.sections_attention:entropy"),
     placement=("workers", "dask_address"),
 ))
