@@ -291,9 +291,9 @@ def list_command() -> None:
     from ..protocols.registry import protocols
     from ..results.tables import catalogue
     from ..store.architectures import DINOV3_RELEASED, RELEASED
-    from ..store.views import TABLE
+    from ..store.views import listed
 
-    for table in catalogue(protocols(), list(TABLE), {**RELEASED, **DINOV3_RELEASED}, KINDS):
+    for table in catalogue(protocols(), list(listed()), {**RELEASED, **DINOV3_RELEASED}, KINDS):
         console.print(table)
 
 

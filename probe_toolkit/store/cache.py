@@ -21,6 +21,10 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     keys_native_resized, tokens_native_resized (image, patch_native_resized, channel)  the same, each image resized (LANCZOS) to round(side/p) patches
     results/<name>/<run id>/  one record per run of an analysis (``results.records``), never replaced
 
+Block B's arrays are ``<kind>_b<B>_<view>`` and a later part of a view ``<name>.p<n>`` (``store.layout``);
+``require(ds, name, block=B)`` reads one block. Views of other sizes are named as spelled
+(``keys_square@1024``; ``store.views``).
+
 Patch dimensions carry their view because one Dataset cannot hold two sizes of one dimension;
 ``require(ds, name)`` returns an array with the plain dimension name ``patch``. Image i's
 patches are the first rows_i * cols_i entries of it, row-major (``store.grids``); the rest is

@@ -42,8 +42,8 @@ FAMILIES: tuple[Family, ...] = (
            "short side ⌊S·256/224⌋, as timm's eval transform)"),
     Family("square", "squashed to {S} × {S}", "bicubic (lanczos with --resample, CutLER maskcut.py)", "{S}/p square", ("keys",),
            "facebookresearch/CutLER maskcut/maskcut.py"),
-    Family("hbird", "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: random resized crop "
-           "(scale 0.5-2) to {S} × {S}, colour jitter", "bilinear", "{S}/p square", ("tokens",),
+    Family("hbird", "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: colour jitter on the "
+           "whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to {S} × {S}", "bilinear", "{S}/p square", ("tokens",),
            "vpariza/open-hummingbird-eval hbird/utils/transforms.py (get_hbird_val_transforms, get_hbird_train_transforms)"),
     Family("padded", "padded with white at right and bottom to a square, resized to {S} × {S}; zero-padded about the centre to whole patches",
            "bicubic", "⌈{S}/p⌉ square", ("tokens",), "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py"),
@@ -111,7 +111,8 @@ class View:
     def rule(self) -> str:
         family = FAMILY[self.family]
         if self.epoch is not None:
-            return (f"random resized crop (scale 0.5-2) to {self.size} × {self.size}, colour jitter; epoch {self.epoch} of the memory")
+            return (f"colour jitter on the whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to "
+                    f"{self.size} × {self.size}; epoch {self.epoch} of the memory")
         text = family.rule.format(S=self.size, R=self.resize)
         return text.split("; memory views")[0] if self.family == "hbird" else text
 
@@ -210,7 +211,37 @@ def order(name: str) -> tuple[int, int, int, int]:
     return (1, [f.name for f in FAMILIES].index(spec.family), spec.size or 0, -1 if spec.epoch is None else spec.epoch)
 
 
-# the named views as they were listed before sizes were free (``probe list``, the views page)
+@dataclass(frozen=True)
+class Listed:
+    """One row of ``probe list``'s views and of the views page: a family (or own-size view) with its aliases."""
+
+    name: str  # ``square@S``, ``native``
+    aliases: tuple[str, ...]
+    rule: str
+    filter: str
+    grid: str
+    reads: tuple[str, ...]
+    reference: str
+    fixed: bool
+
+    @property
+    def alias_text(self) -> str:
+        """``224 = short@224, 96 = short@96``: the names of before that are its sizes."""
+        return ", ".join(f"{a} = {view(a).spelled}" for a in self.aliases)
+
+
+def listed() -> tuple[Listed, ...]:
+    """Every family and own-size view, from ``FAMILIES``, with the names of before that are its sizes."""
+    out = []
+    for family in FAMILIES:
+        aliases = tuple(a for a, (f, _, _) in ALIASES.items() if f == family.name)
+        rule = family.rule.format(S="S", R="⌊S·256/224⌋")
+        out.append(Listed(f"{family.name}@S" if family.sized else family.name, aliases, rule, family.filter, family.grid.format(S="S"),
+                          family.reads, family.reference, family.sized))
+    return tuple(out)
+
+
+# the named views as they were listed before sizes were free
 TABLE: tuple[View, ...] = tuple(view(n) for n in NAMES)
 BY_NAME = {v.name: v for v in TABLE}
 FIXED = tuple(v.name for v in TABLE if v.fixed)
