@@ -208,7 +208,8 @@ def views_page() -> str:
            "line `native-crop` and `native_crop` are the same view. How the arrays are laid out: [The store layout](store.md).", "",
            "| view | also named | rule | filter | grid | stores by default | size | follows |", "|---|---|---|---|---|---|---|---|"]
     for v in listed():
-        out.append(f"| <span id=\"{_anchor(v.name)}\"></span>`{v.name}` | {', '.join(f'`{a}`' for a in v.aliases)} | {_cell(v.rule)} | {_cell(v.filter)} | "
+        anchors = "".join(f"<span id=\"{_anchor(n)}\"></span>" for n in (v.name, *v.aliases))  # the protocols' pages link the aliases
+        out.append(f"| {anchors}`{v.name}` | {', '.join(f'`{a}`' for a in v.aliases)} | {_cell(v.rule)} | {_cell(v.filter)} | "
                    f"{_cell(v.grid)} | {', '.join(v.reads)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
     out += ["", "By default the short family stores tokens and the attention maps (the 96 view, SelfPatch's local crops, tokens only), as "
             "stores always did; `--facets`, `--blocks`, `--attention stats` and `--for` choose otherwise ([extract](commands/extract.md))."]
