@@ -84,10 +84,17 @@ def field_comments(cls: type) -> dict[str, str]:
 
 
 def settings_rows(cls: type) -> list[tuple[str, str, str, str, str]]:
-    """(parameter, flag, type, default, comment) for every field of a protocol's settings."""
+    """(parameter, flag, type, default, note) for every field of a protocol's settings: the note is
+    the field's declared help and constraint (``infra.settings.setting``), or, for settings not yet
+    declared that way, the comment beside the field."""
     from probe_toolkit.cli.app import flag
+    from probe_toolkit.infra.settings import declared
 
     comments = field_comments(cls)
+    for f in dataclasses.fields(cls):
+        found = declared(f)
+        if found is not None:
+            comments[f.name] = found.help + (f" Must be {found.constraint.text}." if found.constraint is not None else "")
     rows = []
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
@@ -101,20 +108,26 @@ def settings_rows(cls: type) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def command_rows(command) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """A protocol's ``Command``: (flag, default, help) of each option it declares, and the flags
-    of the options it shares with other commands (``cli/app.SHARED`` and its groups)."""
+def command_rows(protocol) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """A protocol's command: (flag, default, help) of each option its settings, inputs or command
+    declare (as the CLI derives them, ``cli/protocols.spec``), and the flags of the options it
+    shares with other commands (``cli/app.SHARED`` and its groups)."""
     from probe_toolkit.cli.app import GROUPS, flag
-    from probe_toolkit.protocols.registry import REQUIRED
+    from probe_toolkit.cli.protocols import spec
+    from probe_toolkit.protocols.registry import REQUIRED, Option
 
+    settings = {f.name for f in dataclasses.fields(protocol.settings)}
     own, shared = [], []
-    for item in command.options:
-        if isinstance(item, str):
-            shared += [flag(name) for name in (GROUPS[item] if item in GROUPS else (item,))]
-            continue
-        spelled = f"{flag(item.name)}/--no-{item.name.replace('_', '-')}" if item.kind == "either" else flag(item.name)
-        default = "(required)" if item.default is REQUIRED else "off" if item.kind == "negated" else repr(item.default)
-        own.append((spelled, default, item.help))
+    for item in protocol.command.options:
+        named = [(item.name, item)] if isinstance(item, Option) else [(name, None) for name in GROUPS.get(item, (item,))]
+        for name, override in named:
+            found = spec(protocol, name, override)
+            if found is None or not (override or name in settings or protocol.input(name)):
+                shared.append(flag(name))  # a placement field or an option every command spells alike
+                continue
+            spelled = f"{flag(name)}/--no-{name.replace('_', '-')}" if found.kind == "either" else flag(name)
+            default = "(required)" if found.default is REQUIRED else "off" if found.kind == "negated" else repr(found.default)
+            own.append((spelled, default, found.help))
     return own, list(dict.fromkeys(shared))
 
 
@@ -153,10 +166,10 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
         out += [f"| `{name}` | `{flag}` | `{_cell(kind)}` | `{_cell(default)}` | {_cell(note)} |" for name, flag, kind, default, note in rows]
     else:
         out += ["No settings: the run is defined by its inputs."]
-    out += ["", "Placement (where the work runs, not what it computes): " + ", ".join(f"`{name}`" for name in placement_fields())
+    out += ["", "Placement (where the work runs, not what it computes): " + (", ".join(f"`{name}`" for name in protocol.placement) or "none (it runs in this process)")
             + f" — see [Scaling out]({REPO}scaling.md).", ""]
     if protocol.command is not None:
-        own, shared = command_rows(protocol.command)
+        own, shared = command_rows(protocol)
         out += ["## On the command line", "", f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}", "",
                 "| option | default | help |", "|---|---|---|"]
         out += [f"| `{spelled}` | `{_cell(default)}` | {_cell(text)} |" for spelled, default, text in own]
@@ -166,7 +179,7 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     if reads.arrays:
         out += ["- **arrays**: " + ", ".join(f"`{a}`" for a in reads.arrays)]
     if reads.views:
-        out += ["- **views**: " + ", ".join(f"[`{v}`]({REPO}views.md#{_anchor(v)})" for v in reads.views)]
+        out += ["- **views**: " + ", ".join(_view_link(v) for v in reads.views)]
     if reads.labels:
         kinds = ", ".join(f"[`{k}`]({REPO}panel-kinds.md#{_anchor(k, 'kind')})" for k in reads.panel_kinds) or "any"
         out += [f"- **labels**: yes, through a panel and the ledger (panel kinds: {kinds})"]
@@ -177,8 +190,23 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     out += ["", "`<panel>` and `<grid>` stand for the run's panel name and grid.", ""]
     out += ["## Published references", ""]
     out += [f"- {ref.paper} — code: `{ref.code}`" for ref in protocol.references] or ["- none"]
-    out += ["", "## What differs from the reference", "", protocol.differences or "Nothing stated.", ""]
+    out += ["", "## What differs from the reference", ""]
+    if isinstance(protocol.differences, str):
+        out += [protocol.differences or "Nothing stated.", ""]
+    else:
+        out += ["Each record carries this list (`record.json`: `differences`), and the report shows it beside the protocol's numbers.", "",
+                "| what differs | why | effect on the number |", "|---|---|---|"]
+        out += [f"| {_cell(d.what)} | {_cell(d.why)} | {_cell(d.effect)} |" for d in protocol.differences]
+        out += [""]
     return "\n".join(out)
+
+
+def _view_link(view: str) -> str:
+    """A view named in the table links to its row; another size of a family (``hbird@448``) says its family."""
+    from probe_toolkit.store.views import NAMES
+    from probe_toolkit.store.views import view as spec
+
+    return f"[`{view}`]({REPO}views.md#{_anchor(view)})" if view in NAMES else f"`{view}` (the `{spec(view).family}` family at {spec(view).size} px)"
 
 
 def _anchor(text: str, prefix: str = "view") -> str:

@@ -782,9 +782,9 @@ CASES += [
     Case("native-view-of-an-8000px-image", lambda w: ["extract", w.ckpt, "--images", _big_image(w), "--views", "native", "--store", w.fresh(), *w.q], 2,
          ("big.png", "250000 patches in the native view", "GB", "--views 480"),
          lambda w: ["extract", w.ckpt, "--images", _big_image(w), "--views", "480", "--store", w.fresh(), *w.q]),
-    Case("entropy-boot-absurd", lambda w: ["entropy", w.store, "--boot", "100000000", "-q"], 2, ("--boot 100000000", "ceiling of 100000", "GB"),
+    Case("entropy-boot-absurd", lambda w: ["entropy", w.store, "--boot", "100000000", "-q"], 2, ("--boot must be", "(got 100000000)", "ceiling of 100000", "GB"),
          lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
-    Case("neighbours-boot-absurd", lambda w: ["neighbours", w.store, "--boot", "1000000", "-q"], 2, ("--boot 1000000", "ceiling"),
+    Case("neighbours-boot-absurd", lambda w: ["neighbours", w.store, "--boot", "1000000", "-q"], 2, ("--boot must be", "(got 1000000)", "ceiling"),
          lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
     # --- outputs that say what was computed ---
     Case("attention-masks-on-a-voc-panel", lambda w: ["attention-masks", _voc_store(w), "--panel", "vocp", "--cache", w.cache, "-q"], 2,

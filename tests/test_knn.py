@@ -71,7 +71,7 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     test, test_labels = clustered(37, centres, rng)  # fewer than 100 test images: DINO's chunking would fail
     ks = (1, 3, 10, 20, 100, 200)  # k < 5: at most k classes hold votes
     result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes,
-                          ks=ks, test_block=8, train_block=50)
+                          ks=ks, temperature=0.07, test_block=8, train_block=50)
     for j, k in enumerate(ks):
         preds, top5 = brute_force(train.astype(np.float64), train_labels, test.astype(np.float64), n_classes, k, 0.07)
         np.testing.assert_array_equal(result.predictions[j], preds)
@@ -97,7 +97,7 @@ def test_top5_counts_as_dinos_script():
     train, train_labels = clustered(400, centres, rng, spread=2.5)
     test, test_labels = clustered(300, centres, rng, spread=2.5)
     ks = (1, 2, 3, 10, 20)
-    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes, ks=ks)
+    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes, ks=ks, temperature=0.07)
     for j, k in enumerate(ks):
         top1, top5 = dino_knn_classifier(train, train_labels, test, test_labels, k, 0.07)
         assert result.top1[j] == pytest.approx(top1)
@@ -111,7 +111,7 @@ def test_top5_counts_as_dinos_script():
 def test_k_above_the_train_set_is_refused():
     x = np.ones((4, 3), np.float32)
     with pytest.raises(ValueError):
-        knn.classify(lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), 2, ks=(10,))
+        knn.classify(lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), 2, ks=(10,), temperature=0.07)
 
 
 def _image(path, colour, seed, sd=20.0):

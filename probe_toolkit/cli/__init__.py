@@ -79,8 +79,6 @@ def _stopped(by_sigterm: bool) -> str:
 
 
 def flagged(error) -> str:
-    """A setting's error with its parameter spelled as the flag (``tau must ...`` → ``--tau must ...``)."""
-    import re
-
-    line = re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", flag(error.parameter), error.line())
-    return line.replace(f"{flag(error.parameter)}=", f"{flag(error.parameter)} ")
+    """A setting's error as the command line says it: the parameter spelled as its flag, a value
+    as typed (``tau must ...`` → ``--tau must ...``; ``SettingError.line``)."""
+    return error.line(flag)

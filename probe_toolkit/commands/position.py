@@ -86,7 +86,7 @@ def run_position(stores: list[Path], settings, *, block: int | None = None, json
                                    int(array.shape[-1]), side, side, epochs=settings.epochs, lr=settings.lr, seed=settings.seed)
         if progress:
             progress(len(ids))
-        resolved = token_rows.last_block(ds) if block is None else block
+        resolved = token_rows.block_of(array, ds)
         report.stores.append(save(store, ds, fit, side, {"train": len(train), "held_out": len(held)}, settings, resolved, command))
     if json_path is not None:
         write_summary(json_path, summary(report), indent=1)

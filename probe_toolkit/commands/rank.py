@@ -24,7 +24,7 @@ from ..analyses import rank
 from ..infra.errors import ProbeError
 from ..infra.runner import task_threads
 from ..results import records
-from ..store import cache, hbird_views
+from ..store import cache, hbird_views, views
 from . import token_rows
 from .runs import result_provenance
 
@@ -79,11 +79,16 @@ def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tup
 
 
 def lidar_views(ds) -> tuple[tuple[str, ...], str]:
-    """The hbird512 views of the same images the store holds (the query view and its augmented ones), and why not."""
-    held = tuple(v for v in hbird_views.VIEWS if f"cls_tokens_{v}" in ds)
-    if hbird_views.VAL not in held or len(held) < 2:
-        views = ",".join(hbird_views.VIEWS)
-        return (), f"LiDAR needs several views of each image; the store holds {len(held)} of them: probe extract CKPT --views {views}"
+    """The Hummingbird views of the same images the store holds at one size (the query view and its
+    augmented ones; 512 px first), and why not."""
+    sizes = sorted({views.view(views.of_array(name)).size for name in ds if str(name).startswith("cls_tokens_hbird")}, key=lambda s: s != 512)
+    for size in sizes:
+        held = tuple(v for v in views.hbird_views(size) if f"cls_tokens_{v}" in ds)
+        if held and held[0] == views.hbird_views(size)[0] and len(held) >= 2:
+            break
+    else:
+        wanted = ",".join(hbird_views.VIEWS)
+        return (), f"LiDAR needs several views of each image; the store holds no Hummingbird view with its augmented views: probe extract CKPT --views {wanted}"
     order = {cache.view_facts(ds.attrs.get("manifest") or {}, v).get("augmentation", "8-bit crop jittered (before 2026-12)") for v in held[1:]}
     return held, f"{len(held)} views of each image: {', '.join(held)}, augmented as {'; '.join(sorted(order))} (RADIO: 1 + 99 RandAugment views)"
 
@@ -116,7 +121,7 @@ def run_rank(stores: list[Path], settings, *, block: int | None = None, json_pat
             measured = measure(ds, kinds, settings.view, block, tuple(settings.sizes), settings.seed, progress)
             held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
             lidar = measure_lidar(ds, held, block) if held else float("nan")
-        resolved = token_rows.last_block(ds) if block is None else block
+        resolved = token_rows.block_of(token_rows.read(ds, kinds[0], settings.view, block), ds)
         report.stores.append(save(store, ds, measured, lidar, held, note, settings, resolved, command))
     if json_path is not None:
         write_summary(json_path, summary(report), indent=1)

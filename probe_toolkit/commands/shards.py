@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..infra.placement import parse_shard
+from ..infra.placement import Placement, parse_shard
 from ..infra.runner import shard_range
 from ..results import records
 
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
     from ..store.plain import Results
 
-def share(shard: str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
+def share(placement: Placement | str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(i, n) of this process and its images [start, stop): whole blocks, so its blocks are the
-    one-process run's."""
-    which = parse_shard(shard)
+    one-process run's (``placement``: the run's, or a command's ``--shard`` not yet converted)."""
+    which = placement.shard_pair() if isinstance(placement, Placement) else parse_shard(placement)
     return which, shard_range(n_images, block, which)
 
 

@@ -21,10 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..commands.entropy import run_entropy
-from ..commands.neighbours import run_neighbours
-from ..commands.runs import OverStores
 from ..labels import panels
+from ..protocols.api import run as run_protocol
 from ..store.extract import Settings, extract
 from . import scenes
 from .samples import TINY, sample_photos, write_checkpoint
@@ -107,9 +105,9 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         demo.stores.append(extract(checkpoint, root, settings=settings, cache_dir=cache, batch_size=8, quiet=quiet).store)
     lap("extraction (96, 224, 480)")
 
-    run_entropy(demo.stores, patch=34, image=FOLLOW, over=OverStores(quiet=quiet))
+    run_protocol("entropy", demo.stores, patch=34, image=FOLLOW)
     for view in ("224", "96"):
-        run_neighbours(demo.stores, view=view, over=OverStores(quiet=quiet))
+        run_protocol("neighbours", demo.stores, view=view)
     lap("entropy and neighbours")
 
     from ..commands.decode import resolve_settings, run_decode
@@ -129,7 +127,6 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("linear probes (demo-train → demo-val)")
 
     from ..commands.attention_masks import run_attention_masks
-    from ..commands.knn import run_knn
     from ..commands.propagate import run_propagate
     from .video import write_davis
 
@@ -137,7 +134,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     if not (davis / "ImageSets").is_dir():
         write_davis(davis, {"shapes": 4}, size=(96, 72))
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
-        run_knn(store, "demo-train", "demo-val", ks=(1, 3, 5), cache_dir=cache)
+        run_protocol("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache, workers=1)
         run_attention_masks(store, panel="demo-val", cache_dir=cache)
         run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")

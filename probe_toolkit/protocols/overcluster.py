@@ -10,6 +10,7 @@ from .registry import Option, Protocol, Reads, Reference, on_panel, register, wr
 
 @dataclass(frozen=True)
 class OverclusterSettings(Settings):
+    view: str = "hbird@448"  # a squashed query view: NeCo's T.Resize((448, 448)) (bilinear) is hbird@448
     k: tuple[int, ...] = (100, 300, 500)  # clusters (NeCo's overclustering table; Leopart's K = 500)
     pca_dim: int = 50  # NeCo configs: pca_dim
     seeds: int = 5  # NeCo configs: num_seeds (faiss seeds 0 .. seeds − 1), the mIoU averaged over them
@@ -17,6 +18,11 @@ class OverclusterSettings(Settings):
     restarts: int = 5  # nredo: the best of 5 runs is kept
 
     def check(self) -> None:
+        from ..store import views
+
+        spec = views.view(self.view)
+        if spec.family != "hbird" or spec.epoch is not None:
+            raise SettingError("view", f"view {self.view!r} is not a squashed query view (hbird@S)", "use e.g. view='hbird@448' (NeCo's 448 px)")
         if not self.k or len(set(self.k)) != len(self.k):
             raise SettingError("k", f"k {list(self.k)} must name each number of clusters once", "use e.g. k=(100, 300, 500)")
         for k in self.k:
@@ -41,10 +47,11 @@ DIFFERENCES = (
     "precision when k exceeds the classes, Hungarian (linear_sum_assignment on 1 − IoU, unmatched clusters to background) when k "
     "equals them; mIoU the mean over all 21 VOC classes (a class without pixels counts 0), averaged over the seeds. What differs, item "
     "by item: "
-    "(1) the images are the store's hbird512 view, squashed to 512 × 512 with PIL's bilinear filter and normalised with "
-    "open-hummingbird-eval's std (0.229, 0.224, 0.255), where NeCo squashes to 448 × 448 with ImageNet's std: 32 × 32 tokens per "
-    "image at /16 instead of 28 × 28 (a /14 network reads the view's top-left 504 px); the label maps are squashed nearest to the "
-    "view (512) and then to 100 × 100, where NeCo goes through 448; "
+    "(1) the images are the store's hbird@448 view by default (view=hbird@S for another size): squashed to 448 × 448 with PIL's "
+    "bilinear filter as NeCo's T.Resize((448, 448)), but normalised with open-hummingbird-eval's std (0.229, 0.224, 0.255), where NeCo "
+    "uses ImageNet's (blue 0.225); the label maps are squashed to the view's side by torch's nearest rule (floor(i · in / out)), where "
+    "NeCo resizes the PIL mask with PIL's NEAREST (pixel centres), which can pick a neighbouring label at a boundary, then to 100 × 100 "
+    "by torch's nearest as NeCo does; "
     "(2) the standardisation is computed in float64 over all tokens at once (NeCo's StandardScaler.partial_fit over blocks of "
     "100,000 rows agrees to float32 rounding); "
     "(3) the issue's 'Hungarian-matched mIoU' is NeCo's code only at k = the number of classes: at k = 100, 300, 500 NeCo matches "
@@ -58,7 +65,7 @@ PROTOCOL = register(Protocol(
     name="overcluster",
     summary="Overclustering: k-means (k = 100, 300, 500) on a panel's patch tokens, clusters matched to its classes, VOC mIoU (NeCo's protocol).",
     settings=OverclusterSettings,
-    reads=Reads(arrays=("tokens_hbird512",), views=("hbird512",), labels=True, panel_kinds=("voc-segmentation",)),
+    reads=Reads(arrays=("tokens_hbird@448",), views=("hbird@448",), labels=True, panel_kinds=("voc-segmentation",)),
     results=("overcluster",),
     references=(
         Reference("Pariza et al., Near, far: Patch-ordering enhances vision foundation models' scene understanding (NeCo, ICLR 2025)",
@@ -70,9 +77,10 @@ PROTOCOL = register(Protocol(
     execute=execute,
     command=on_panel(
         "Overclustering (NeCo): k-means on a panel's patch tokens, clusters matched to its classes; VOC mIoU at each k.",
-        "A store holding (or beside a store holding) the panel's images in the hbird512 view.",
+        "A store holding (or beside a store holding) the panel's images in the hbird@448 view (or --view).",
         "VOC segmentation panel whose images are clustered and whose label maps score the clusters (read only to score).",
         Option("k", "Numbers of clusters (NeCo: 100, 300, 500).", "ints", "100,300,500", example="100,300,500"),
+        Option("view", "The squashed view whose patch tokens are clustered (NeCo: 448 px, hbird@448).", default="hbird@448"),
         Option("pca_dim", "PCA dimensions before k-means (NeCo: 50).", "int", 50),
         Option("seeds", "k-means seeds 0 .. seeds − 1, the mIoU averaged over them (NeCo: 5).", "int", 5),
         Option("iterations", "k-means iterations (NeCo: 100).", "int", 100),

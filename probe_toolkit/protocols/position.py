@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, at_least, one_of, positive, within
+from ..infra.settings import Settings, at_least, positive, within
 from .registry import Command, Option, Protocol, Reads, Reference, register, written_to
 
 
@@ -19,9 +19,9 @@ class PositionSettings(Settings):
     partial: bool = False  # probe a store still being extracted
 
     def check(self) -> None:
-        from .rank import _views
+        from ..commands.token_rows import check_view
 
-        one_of("view", self.view, _views())
+        check_view(self.view)
         within("held_out", self.held_out, 0.0, 1.0, closed="()")
         at_least("epochs", self.epochs, 1)
         positive("lr", self.lr)
@@ -63,7 +63,7 @@ PROTOCOL = register(Protocol(
         help="A linear probe of each patch token's normalised (row, col), trained and scored on held-out images of the store.",
         source="Stores written by probe extract (several: side by side, one record each).",
         options=(
-            Option("view", "The view whose patch tokens are probed (224, eval224, 96, hbird512, square800).", default="224"),
+            Option("view", "The view whose patch tokens are probed (any sized view: 224, eval224, 96, short@448, hbird@448, ...).", default="224"),
             Option("held_out", "Share of the images held out and scored (a seeded draw).", "float", 0.2),
             Option("epochs", "Training epochs (RADIO: 5).", "int", 5),
             Option("lr", "Adam learning rate (RADIO: 1e-2).", "float", 1e-2),

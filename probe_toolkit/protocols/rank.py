@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import SettingError, Settings, at_least, one_of
+from ..infra.settings import SettingError, Settings, at_least
 from .registry import Command, Option, Protocol, Reads, Reference, register, written_to
 
 SAMPLE_SIZES = (256, 512, 1024, 2560, 5120, 10240, 25600)  # analyses.rank.SAMPLE_SIZES (numpy-free here)
-
-
-def _views() -> tuple[str, ...]:
-    from ..commands.token_rows import token_views
-
-    return token_views()
 
 
 @dataclass(frozen=True)
@@ -26,7 +20,9 @@ class RankSettings(Settings):
     partial: bool = False  # measure a store still being extracted
 
     def check(self) -> None:
-        one_of("view", self.view, _views())
+        from ..commands.token_rows import check_view
+
+        check_view(self.view)
         if not self.tokens or any(t not in ("class", "patch") for t in self.tokens) or len(set(self.tokens)) != len(self.tokens):
             raise SettingError("tokens", f"tokens {list(self.tokens)} must name class and/or patch, each once", "use e.g. tokens=('class', 'patch')")
         for n in self.sizes:
@@ -44,9 +40,9 @@ DIFFERENCES = (
     "RankMe as Garrido et al. (ICML 2023) define it, p_k = σ_k / ‖σ‖₁ + ε with ε = 1e-7, on the embeddings as they are (not centred, "
     "as the paper and RADIO's calc_rank_me); the record also keeps RADIO's smooth_rank form (σ_k > 0 only, ε in the denominator), "
     "within D·ε·|log ε| of it. What differs, item by item: "
-    "(1) the singular values are the square roots of the eigenvalues of ZᵀZ accumulated in float64 a chunk of images at a time, where "
-    "RADIO takes torch.linalg.svdvals of the whole float64 matrix: the same values to float64 rounding of the small ones "
-    "(benchmarks/labelfree.py), in D² memory instead of n × D; "
+    "(1) the singular values are those of the R factor of a QR of the rows updated a chunk of images at a time in float64 (TSQR), "
+    "where RADIO takes torch.linalg.svdvals of the whole float64 matrix: the same values (benchmarks/labelfree.py: the same RankMe on "
+    "100,000 × 384 tokens), in D² memory instead of n × D; "
     "(2) RADIO measures the summary (class) token of one regular view of n = 1000 images; probe measures the class tokens of every "
     "image of the store and, beside them, every patch token as a row, and states the estimator's dependence on the number of rows "
     "(the curve at 256 … 25,600 nested seeded rows); "
@@ -79,7 +75,7 @@ PROTOCOL = register(Protocol(
         help="RankMe of a block's class and patch tokens, and LiDAR where the store holds several views of each image.",
         source="Stores written by probe extract (several: side by side, one record each).",
         options=(
-            Option("view", "The view whose tokens are measured (224, eval224, 96, hbird512, square800).", default="224"),
+            Option("view", "The view whose tokens are measured (any sized view: 224, eval224, 96, short@448, hbird@448, ...).", default="224"),
             Option("tokens", "class,patch: which tokens are rows (one class token per image; every patch token).", "parse", "class,patch",
                    parse=lambda text: tuple(t.strip() for t in text.split(",") if t.strip())),
             Option("sizes", "Rows of the sample-size curve.", "ints", ",".join(map(str, SAMPLE_SIZES)), example="256,1024,25600"),

@@ -22,9 +22,9 @@ class SimilaritySettings(Settings):
     partial: bool = False  # compare stores still being extracted
 
     def check(self) -> None:
-        from .rank import _views
+        from ..commands.token_rows import check_view
 
-        one_of("view", self.view, _views())
+        check_view(self.view)
         one_of("examples", self.examples, EXAMPLES)
         if not self.estimators or any(e not in ESTIMATORS for e in self.estimators) or len(set(self.estimators)) != len(self.estimators):
             raise SettingError("estimators", f"estimators {list(self.estimators)} must name full and/or minibatch, each once",
@@ -73,7 +73,7 @@ PROTOCOL = register(Protocol(
         source="A store written by probe extract (the record is saved there).",
         options=(
             Option("other", "A second checkpoint's store of the same images: compare every block of one with every block of the other.", "path"),
-            Option("view", "The view whose tokens are compared (224, eval224, 96, hbird512, square800).", default="224"),
+            Option("view", "The view whose tokens are compared (any sized view: 224, eval224, 96, short@448, hbird@448, ...).", default="224"),
             Option("examples", "image (patch tokens flattened per image), class (class tokens) or patch (every patch token).", default="image"),
             Option("estimators", "full,minibatch: linear CKA and the unbiased minibatch estimator.", "parse", "full,minibatch",
                    parse=lambda text: tuple(t.strip() for t in text.split(",") if t.strip())),

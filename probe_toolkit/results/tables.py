@@ -9,10 +9,14 @@ the keywords the run was given (``given``: panels, settings as typed, the shard)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from ..commands.knn import KnnReport
+    from ..commands.runs import OverStoresReport
 
 METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
 
@@ -88,7 +92,7 @@ def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
     return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"
 
 
-def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
+def entropy(report: OverStoresReport) -> list[Any]:
     """``probe entropy``: the stores side by side, then the followed patch's tables."""
     from .summaries import detail_tables, entropy_table
 
@@ -99,7 +103,7 @@ def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
     return out
 
 
-def neighbours(report: Any, given: dict[str, Any]) -> list[Any]:
+def neighbours(report: OverStoresReport) -> list[Any]:
     from .summaries import neighbours_table
 
     return [neighbours_table(report.results)]
@@ -119,10 +123,12 @@ def linear(report: Any, given: dict[str, Any]) -> list[Any]:
                    f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
 
 
-def knn(report: Any, given: dict[str, Any]) -> list[Any]:
+def knn(report: KnnReport) -> list[Any]:
+    """``probe knn``: top-1 and top-5 per k, then the panels, feature, temperature and view that produced them."""
+    run = report.run
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/knn")]
-    train, val, temperature = given["train"], given["val"], given["temperature"]
+        return [waiting_line(run.placement.shard, report.waiting, "the last one saves results/knn")]
+    train, val, temperature = run.inputs.train, run.inputs.val, report.temperature
     table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")

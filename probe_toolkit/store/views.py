@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..infra.settings import SettingError
+from ..infra.settings import Constraint, SettingError
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,22 @@ def is_view(name: str) -> bool:
     except SettingError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class ViewName(Constraint):
+    """A protocol setting naming a view (``--view``): an alias, a family at a size, or an own-size view."""
+
+    text = "a view: 224, 480, eval224, ..., a family at a size (square@1024, eval@448) or native, native_crop, native_resized"
+
+    def holds(self, value: Any) -> bool:
+        return isinstance(value, (str, int)) and not isinstance(value, bool) and is_view(str(value))
+
+    def example(self) -> Any:
+        return "224"
+
+    def invalid(self) -> tuple[Any, ...]:
+        return ("512", "square@big")
 
 
 def check_size(name: str, patch: int) -> tuple[str, str] | None:
