@@ -54,7 +54,8 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
 
                 return entropy_from_statistics(require(ds, f"attention_entropy_{view}"), require(ds, f"attention_distance_{view}"),
                                                require(ds, f"grid_rows_{view}"), require(ds, f"grid_cols_{view}"), class_token=cls,
-                                               registers=registers, boot=bootstrap, run_blocks=blocks_run)
+                                               registers=registers, block=-1 if context.block is None else context.block, boot=bootstrap,
+                                               run_blocks=blocks_run)
             blocks = require(ds, f"attention_blocks_{view}") if f"attention_blocks_{view}" in ds else None
             grid = None if view == "224" else grids.fixed_grid(ds, view)
             return entropy(require(ds, f"attention_{view}"), class_token=cls, registers=registers, blocks=blocks, patch=settings.patch, grid=grid,
