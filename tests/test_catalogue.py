@@ -137,7 +137,7 @@ def w(tmp_path_factory):
     world.q = q
     made = probe("extract", world.ckpt, "--images", images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", *q)
     assert made.code == 0, made.err
-    world.store = cache.store_path(world.cache, world.ckpt, sha256_file(world.ckpt), "teacher")
+    world.store = cache.store_path(world.cache, world.ckpt.stem, sha256_file(world.ckpt), "teacher")
     (root / "train.json").write_text(json.dumps(coco(["a.png", "b.png"])))
     (root / "val.json").write_text(json.dumps(coco(["c.png", "d.png"])))
     for name, role in (("tr", "train"), ("va", "val"), ("sealed", "test")):

@@ -389,3 +389,24 @@ def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(class_folde
         code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--cache", str(c), "-q", *extra], capsys)
         assert code == 2 and words in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
     assert not ledger.entries(c)
+
+
+def test_work_memory_sizes_the_blocks_not_the_numbers(class_folders, tmp_path, capsys):
+    """``--work-memory`` bounds a search task's block products (the train bank's rows per block,
+    ``analyses.search.block_rows``): the record is the default's; below 16 MiB it is refused in one line."""
+    from probe_toolkit import run
+    from probe_toolkit.analyses import search
+
+    root, store = class_folders
+    c = tmp_path / "cache"
+    for name, split in (("tr", "train"), ("va", "val")):
+        code, printed = probe_main(["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", str(c)], capsys)
+        assert code == 0, printed.err
+    assert search.block_rows(None, 1024, 4096) == 4096 and search.block_rows(64, 1024, 4096) == 4096 and search.block_rows(16, 1024, 4096) == 1024
+    assert search.block_rows(16, 10**6, 4096) == 256
+    first = run("knn", store, train="tr", val="va", ks=(1, 3), cache_dir=c, workers=1)
+    second = run("knn", store, train="tr", val="va", ks=(1, 3), cache_dir=c, workers=1, work_memory=16)
+    a, b = (records.load(store, "knn", r.run_id) for r in (first, second))
+    assert all(np.array_equal(a[n].values, b[n].values) for n in ("neighbour", "similarity", "prediction"))
+    code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--cache", str(c), "-q", "--work-memory", "8"], capsys)
+    assert code == 2 and "work-memory" in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err

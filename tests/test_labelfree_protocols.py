@@ -138,11 +138,14 @@ def test_the_report_draws_rank_position_and_the_cka_matrix(stores):
 def test_every_block_a_store_holds(tmp_path):
     """A store extracted with every block: similarity compares its blocks, rank and position read any block, and the
     report's per-block figure draws them (tokens of block B read here from zarr as `tokens_b<B>_224`)."""
-    from probe_toolkit.commands.position import run_position
-    from probe_toolkit.commands.rank import run_rank
-    from probe_toolkit.protocols.position import PositionSettings
-    from probe_toolkit.protocols.rank import RankSettings
+    from probe_toolkit.protocols import api, registry
     from probe_toolkit.report.sections_labelfree import by_block
+
+    def at_block(name: str, block: int, **keywords):  # the run context with a block, as plan's --block will set it
+        context = api.prepare(registry.get(name), store, None, None, keywords)
+        context.block = block
+        with records.opened(context.stamp):
+            return registry.resolve(registry.get(name).run)(context.inputs, context.settings, context)
 
     checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", ARCHS["tiny"], seed=5)
     store = extract(checkpoint, sample_photos(), settings=Settings(views=("224",), blocks="all", chunk=4), store=tmp_path / "all.zarr", quiet=True,
@@ -152,8 +155,8 @@ def test_every_block_a_store_holds(tmp_path):
     assert cka.sets == ["a:0", "a:1"]
     assert cka.cka[0, 1] == pytest.approx(cka_written_out(first.reshape(len(first), -1), last.reshape(len(last), -1)), rel=1e-9)
     for block in (0, 1):
-        run_rank([store], RankSettings(sizes=(64,), lidar=False), block=block)
-        run_position([store], PositionSettings(held_out=0.3, epochs=1), block=block)
+        at_block("rank", block, sizes=(64,), lidar=False)
+        at_block("position", block, held_out=0.3, epochs=1)
     ranks = by_block(store, "rank", {"view": "224"})
     assert sorted(ranks) == [0, 1]
     assert float(ranks[0].rankme.sel(tokens="patch")) == pytest.approx(rankme_by_svd(first.reshape(-1, first.shape[-1])), rel=1e-9)

@@ -247,7 +247,7 @@ def test_workers_zero_is_one_line_for_every_command(tiny_stores, knn_panels, vid
     for args in (["attention-masks", tiny_stores["dino"], "-q"],
                  ["knn", store, "--train", "tr", "--val", "va", "--k", "1", "--cache", c, "-q"],
                  ["propagate", checkpoint, "--davis", root / "DAVIS", "--out", tmp_path / "o", "--cache", tmp_path / "c", "-q"]):
-        _one_line([*args, "--workers", "0"], capsys, 2, "--workers 0")
+        _one_line([*args, "--workers", "0"], capsys, 2, "--workers must be an integer ≥ 1 (got 0)")
     assert not (tmp_path / "o").exists()
 
 

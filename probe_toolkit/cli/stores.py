@@ -57,7 +57,9 @@ def planned_settings(views: str | None, for_: str | None, blocks: str, facets: s
 
 @app.command()
 def extract(
-    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
+    checkpoint: Annotated[str, typer.Argument(help="Checkpoint file (DINO, SelfPatch, DINOv2, DINOv3 layouts, full or backbone), a transformers or timm folder "
+                                                   "(config.json + model.safetensors), or a Hugging Face Hub name (hf-hub:timm/NAME or org/name, from its cache).")],
+    revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a Hub name (default main).")] = None,
     images: Annotated[Path | None, typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[str | None, typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
     views: Annotated[str | None, typer.Option(help=VIEWS_HELP)] = None,
@@ -106,8 +108,12 @@ def extract(
         if store is None:
             from ..store.cache import cache_root, store_path
             from ..store.checkpoint_files import sha256_file
+            from ..store.hub import locate
 
-            store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
+            located = locate(checkpoint, revision)
+            store = store_path(cache_root(cache), located.stem, sha256_file(located.path), f"{network}{'-converted' if convert else ''}-panel-{panel}")
+    if dtype not in ("float16", "float32"):
+        raise ProbeError(None, f"--dtype {dtype} is not float16 or float32", "use --dtype float16")
     if device not in ("auto", "cpu", "cuda"):
         raise ProbeError(None, f"--device {device!r} is not auto, cpu or cuda", "use --device auto")
     settings = planned_settings(views, for_, blocks, facets, attention, dtype, chunk, interp, resample)  # view and plan errors before torch and timm
@@ -115,7 +121,7 @@ def extract(
 
     try:
         report = run(
-            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
+            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store, revision=revision,
             shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet, repair=repair,
         )
     except KeyboardInterrupt:

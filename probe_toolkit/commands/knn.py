@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ..analyses import knn
+from ..analyses import knn, search
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
 from ..infra.runner import map_images
@@ -256,7 +256,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
     with context.placed() as where, shared_blocks(train_bank(train_ds, train_ids, chosen, norm, view), bank_shape, np.float32, folder, "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1],
-                               train_block=knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK, device=device)
+                               train_block=search.block_rows(placement.work_memory, test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
+                               device=device)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         progress = context.task("k-NN", len(val_ids))
         try:

@@ -54,13 +54,19 @@ def collect(shard: tuple[int, int], save: Callable[[], Any], load: Callable[[int
     return parts, missing
 
 
-def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
-    """Save this shard's part as a record; (every part concatenated along ``image``, []) once all
-    are in, else (None, the shards still missing)."""
+def exchange(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[list, list[int]]:
+    """Save this shard's part (``results/<name>-part-<i>-of-<n>``, its own slot); (every part, in
+    shard order, []) once all with this ``identity`` are in, else (the parts found, the shards still missing)."""
     i, n = shard
-    parts, missing = collect(shard, lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
-                             lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
-                             lambda saved: {k: saved.attrs.get(k) for k in identity} == identity)
+    return collect(shard, lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
+                   lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
+                   lambda saved: {k: saved.attrs.get(k) for k in identity} == identity)
+
+
+def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
+    """Save this shard's part; (every part concatenated along ``image``, []) once all are in, else
+    (None, the shards still missing)."""
+    parts, missing = exchange(store, name, shard, part, identity)
     if missing:
         return None, missing
     filled = [p for p in parts if p.sizes.get("image", 0)]

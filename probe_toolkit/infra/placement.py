@@ -3,7 +3,8 @@ API) and handed unchanged to the runner.
 
 Local processes (``workers``, default every core), a dask.distributed scheduler
 (``dask_address``), one shard of n (``shard``, or torchrun's RANK/WORLD_SIZE read here and
-nowhere else), the decoder's backend and device, and BLAS threads per task. A placement says
+nowhere else), the decoder's backend and device, BLAS threads per task, and the memory a
+search task's block products may hold. A placement says
 only where numbers are computed, never which numbers: every placement gives the same bits
 (``infra/runner.py``).
 """
@@ -33,6 +34,8 @@ class Placement(Settings):
     backend: str = setting("scipy", "scipy (per image) or torch (a batch of images at once).", OneOf(BACKENDS))
     device: str = setting("cpu", "cpu or cuda (--backend torch).", OneOf(DEVICES))
     threads: int = setting(1, "BLAS threads while decoding (1: per-image problems are small).", AtLeast(1))
+    work_memory: int | None = setting(None, "MiB of products one search task holds at once (knn, hummingbird): the bank's blocks are sized "
+                                      "to fit (default: 64 for knn, 512 for hummingbird; the same numbers at any size).", AtLeast(16))
 
     def check(self) -> None:
         if self.shard is not None:

@@ -114,6 +114,11 @@ class Outcome:
 
     run: Run | None = None
 
+    @property
+    def saved(self) -> Path | None:
+        """Where the run's last record went (None: a shard that waits for the others, or nothing saved)."""
+        return self.run.records[-1].path if self.run is not None and self.run.records else None
+
     def summary(self) -> dict[str, Any]:  # overridden: the numbers ``--json`` writes
         raise NotImplementedError
 

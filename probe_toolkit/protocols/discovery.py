@@ -115,7 +115,7 @@ def score(settings: ScoreSettings, placement, *, masks_file, panel, unseal=None,
 
 @dataclass(frozen=True)
 class SweepSettings(Settings):
-    grid: str | None = None  # TOML grid; default 144 settings
+    grid: str | None = None  # TOML grid; default 148 settings
     metric: str = "segm_AP"
     view: str = "480"
     settings_out: str | None = None
@@ -216,7 +216,7 @@ register(Protocol(
         "Decode a grid of settings, read the panel's labels once, and keep the best setting.",
         "A store with keys_480.",
         "Validation panel to choose the settings on.",
-        Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.", "path"),
+        Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 148 settings.", "path"),
         Option("metric", "Score that picks the best setting.", default="segm_AP"),
         Option("settings_out", "Where to write the best settings (default <cache>/decoder-settings.json).", "path"),
         VIEW, KEYS,

@@ -64,9 +64,9 @@ PROTOCOL = register(Protocol(
         options=("train", "val", "ks", "temperature", "feature", "json_path",
                  Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours)."),
                  Option("device", "cpu or cuda (--backend torch): where the train features are searched."),
-                 "unseal", "cache", "quiet", "SHARDED"),
+                 "work_memory", "unseal", "cache", "quiet", "SHARDED"),
         table="results.tables:knn",
         progress=("images", "k-NN")),
     sections=("report.protocols:knn",),
-    placement=("workers", "dask_address", "shard", "backend", "device"),  # the val images spread over workers, a cluster or shards; the search on --device
+    placement=("workers", "dask_address", "shard", "backend", "device", "work_memory"),  # val images over workers, a cluster or shards; the search on --device
 ))

@@ -31,7 +31,7 @@ from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
 MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
-           "rank", "position", "similarity", "overcluster")
+           "rank", "position", "similarity", "overcluster", "depth")
 
 
 @dataclass(frozen=True)

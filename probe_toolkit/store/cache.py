@@ -95,9 +95,11 @@ def cache_root(cache: str | Path | None = None) -> Path:
     return root
 
 
-def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
-    """``<root>/<file stem>-<sha256[:8]>/<network>.zarr``."""
-    return Path(root) / f"{Path(checkpoint).stem}-{sha256[:8]}" / f"{network}.zarr"
+def store_path(root: Path, stem: str | Path, sha256: str, network: str) -> Path:
+    """``<root>/<stem>-<sha256[:8]>/<network>.zarr``: ``stem`` the checkpoint's (``Checkpoint.stem``: a file's stem or a Hub
+    repository's name, dots kept); a ``Path`` is taken as the checkpoint file and its stem used."""
+    name = stem.stem if isinstance(stem, Path) else stem
+    return Path(root) / f"{name}-{sha256[:8]}" / f"{network}.zarr"
 
 
 def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None,
