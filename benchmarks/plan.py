@@ -16,6 +16,7 @@ plan's uncompressed bytes are printed beside the disk):
   at 224 px, the same images, one after the other; the ratio is last / all.
 
     python benchmarks/plan.py --disk --memory --blocks [--images 8] [--largest 2048] [--record]
+    python benchmarks/plan.py --memory --blocks --device cuda     # benchmarks/gpu.sh step 10 (GPU peak beside the host's)
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ IMAGENET_TRAIN = 1_281_167
 PROTOCOLS = ("knn", "linear", "decode", "entropy", "hummingbird", "neighbours", "correspond")
 # the process's own peak (VmHWM: its address space's high-water mark; ru_maxrss would keep the forking parent's across exec)
 PEAK = ("import sys; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
-        "sys.stdout.write('\\nPEAK %s\\n' % hwm)")
+        "sys.stdout.write('\\nPEAK %s\\n' % hwm)\n"
+        "torch = sys.modules.get('torch')\n"
+        "if torch is not None and torch.cuda.is_available():\n"
+        "    sys.stdout.write('GPUPEAK %d\\n' % (torch.cuda.max_memory_allocated() // 1024))")
 
 
 def base(load: float) -> dict:
@@ -46,8 +50,12 @@ def base(load: float) -> dict:
             "load": round(load, 2), "torch": torch.__version__, "arch": "vit-s16 (random weights)"}
 
 
+GPU_PEAKS: list[int] = []  # the last command's peak of GPU memory allocated by torch, KiB (a CUDA run)
+
+
 def probe(*args: str, cwd: Path) -> tuple[float, int]:
-    """(wall seconds, peak resident KiB) of one ``probe`` command in a process of its own."""
+    """(wall seconds, peak resident KiB) of one ``probe`` command in a process of its own (a CUDA run's
+    peak of GPU memory in ``GPU_PEAKS``)."""
     code = (f"import sys; sys.argv = ['probe', *{list(args)!r}]\nfrom probe_toolkit.cli import main\n"
             f"try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n{PEAK}")
     start = time.perf_counter()
@@ -56,7 +64,8 @@ def probe(*args: str, cwd: Path) -> tuple[float, int]:
     seconds = time.perf_counter() - start
     if run.returncode != 0:
         raise SystemExit(f"probe {' '.join(args)} failed: {run.stderr[-800:]}")
-    peak = int(run.stdout.rsplit("PEAK ", 1)[1].split()[0])
+    peak = int(run.stdout.rsplit("\nPEAK ", 1)[1].split()[0])
+    GPU_PEAKS[:] = [int(run.stdout.rsplit("GPUPEAK ", 1)[1].split()[0])] if "GPUPEAK " in run.stdout else []
     return seconds, peak
 
 
@@ -96,7 +105,7 @@ def disk(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float) 
              RECORDS, keep)
 
 
-def memory(root: Path, ckpt: Path, folder: Path, largest: int, keep: bool, load: float) -> None:
+def memory(root: Path, ckpt: Path, folder: Path, largest: int, keep: bool, load: float, device: str = "cpu") -> None:
     from probe_toolkit.store.architectures import VIT_S16
 
     one = root / "one"
@@ -108,32 +117,36 @@ def memory(root: Path, ckpt: Path, folder: Path, largest: int, keep: bool, load:
         view = f"square@{size}"
         tokens = (size // 16) ** 2
         baseline_s, baseline_kib = probe("extract", str(ckpt), "--images", str(one), "--views", view, "--attention", "none", "--store",
-                                         str(root / f"none{size}.zarr"), "--batch-size", "1", "--chunk", "1", "--device", "cpu", "-q", cwd=root)
+                                         str(root / f"none{size}.zarr"), "--batch-size", "1", "--chunk", "1", "--device", device, "-q", cwd=root)
+        gpu_none = GPU_PEAKS[0] if GPU_PEAKS else None
         stats_s, stats_kib = probe("extract", str(ckpt), "--images", str(one), "--views", view, "--attention", "stats", "--store",
-                                   str(root / f"stats{size}.zarr"), "--batch-size", "1", "--chunk", "1", "--device", "cpu", "-q", cwd=root)
+                                   str(root / f"stats{size}.zarr"), "--batch-size", "1", "--chunk", "1", "--device", device, "-q", cwd=root)
+        gpu_stats = GPU_PEAKS[0] if GPU_PEAKS else None
         entropy_s, entropy_kib = probe("entropy", str(root / f"stats{size}.zarr"), "--view", view, "--boot", "100", "-q", cwd=root)
         t = tokens + VIT_S16.prefix
         emit({**base(load), "measure": "memory", "view": view, "tokens": tokens, "peak_none_mib": round(baseline_kib / 1024, 1),
               "peak_stats_mib": round(stats_kib / 1024, 1), "stats_over_none_mib": round((stats_kib - baseline_kib) / 1024, 1),
               "peak_entropy_mib": round(entropy_kib / 1024, 1), "explicit_map_one_block_mib": round(VIT_S16.heads * t * t * 4 / 2**20, 1),
               "explicit_maps_all_blocks_mib": round(VIT_S16.depth * VIT_S16.heads * t * t * 4 / 2**20, 1),
-              "seconds_none": round(baseline_s, 1), "seconds_stats": round(stats_s, 1), "seconds_entropy": round(entropy_s, 1)}, RECORDS, keep)
+              "seconds_none": round(baseline_s, 1), "seconds_stats": round(stats_s, 1), "seconds_entropy": round(entropy_s, 1), "device": device,
+              **({"gpu_peak_none_mib": round(gpu_none / 1024, 1), "gpu_peak_stats_mib": round(gpu_stats / 1024, 1)} if gpu_stats else {})},
+             RECORDS, keep)
         size *= 2
 
 
-def blocks(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float) -> None:
+def blocks(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float, device: str = "cpu") -> None:
     last_s, _ = probe("extract", str(ckpt), "--images", str(folder), "--views", "224", "--attention", "none", "--store", str(root / "last.zarr"),
-                      "--device", "cpu", "-q", cwd=root)
+                      "--device", device, "-q", cwd=root)
     all_s, _ = probe("extract", str(ckpt), "--images", str(folder), "--views", "224", "--attention", "none", "--blocks", "all", "--facets", "tokens",
-                     "--store", str(root / "all.zarr"), "--device", "cpu", "-q", cwd=root)
+                     "--store", str(root / "all.zarr"), "--device", device, "-q", cwd=root)
     emit({**base(load), "measure": "blocks", "view": "224", "images": n, "seconds_last": round(last_s, 2), "seconds_all": round(all_s, 2),
           "ratio": round(last_s / all_s, 3), "disk_last_bytes_per_image": round(data_bytes(root / "last.zarr") / n),
-          "disk_all_bytes_per_image": round(data_bytes(root / "all.zarr") / n)}, RECORDS, keep)
+          "disk_all_bytes_per_image": round(data_bytes(root / "all.zarr") / n), "device": device}, RECORDS, keep)
 
 
 def main() -> None:
     args = options(__doc__, {"images": "photographs (the sample photos, repeated)", "largest": "largest square view of --memory, px"}, RECORDS,
-                   disk=False, memory=False, blocks=False, images=8, largest=2048)
+                   disk=False, memory=False, blocks=False, images=8, largest=2048, device="cpu")
     from probe_toolkit.demo.samples import sample_photos, write_checkpoint
     from probe_toolkit.store.architectures import VIT_S16
 
@@ -149,9 +162,9 @@ def main() -> None:
         if args.disk:
             disk(root, ckpt, folder, args.images, args.record, load)
         if args.memory:
-            memory(root, ckpt, folder, args.largest, args.record, load)
+            memory(root, ckpt, folder, args.largest, args.record, load, args.device)
         if args.blocks:
-            blocks(root, ckpt, folder, args.images, args.record, load)
+            blocks(root, ckpt, folder, args.images, args.record, load, args.device)
     print(json.dumps({"load_after": round(os.getloadavg()[0], 2)}))
 
 

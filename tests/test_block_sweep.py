@@ -89,7 +89,7 @@ def test_a_block_the_store_lacks_is_one_line_before_any_label(swept, capsys):
     code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--blocks", "0,7", "--cache", str(c)], capsys)
     assert code == 2 and "block 7 is not one of 0..2" in printed.err
     with pytest.raises(ProbeError, match="reads a checkpoint, not a store's blocks"):
-        probe.run("propagate", root / "dino.pth", davis=root, block=1)
+        probe.run("propagate", root / "dino.pth", davis=root, out=root / "davis-out", block=1)
     assert len(ledger.entries(c)) == before  # no label was read
 
 
