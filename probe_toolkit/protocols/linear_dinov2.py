@@ -53,7 +53,7 @@ PROTOCOL = register(Protocol(
                           "reported.", "panel", False, "panel"),
             json_input("Also write every classifier's accuracy and the choice as JSON."),
             Input("unseal", "Reason to open a sealed test panel (recorded in the ledger)."), CACHE),
-    reads=Reads(arrays=("cls_tokens_eval224", "tokens_eval224"), views=("eval224",), labels=True, panel_kinds=("classes", "coco")),
+    reads=Reads(arrays=("cls_tokens_eval224", "tokens_eval224"), views=("eval224",), labels=True, panel_kinds=("classes", "coco"), blocks="last4"),
     results=("linear-dinov2",),
     result="commands.linear_dinov2:LinearDinov2Report",
     references=(Reference("Oquab et al., DINOv2: Learning Robust Visual Features without Supervision (TMLR 2024)", "facebookresearch/dinov2 dinov2/eval/linear.py"),),

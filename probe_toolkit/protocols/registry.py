@@ -109,6 +109,7 @@ class Reads:
     # what `probe extract --for <protocol>` stores for it: array names at the last block (store.plan; ``attention_stats_<view>``: every
     # block's attention statistics); None: ``arrays`` (where ``arrays`` lists alternatives, the one it needs is named here)
     stores: tuple[str, ...] | None = None
+    blocks: str | None = None  # the blocks `probe extract --for` stores them at where --blocks is not given (``last4``: DINOv2's linear protocol); None: the last
 
     @property
     def planned(self) -> tuple[str, ...]:
