@@ -389,7 +389,7 @@ def test_a_store_made_in_the_old_augmentation_order_is_refused_not_read_or_grown
     (["--memory", "5"], "--memory 5 is smaller than the 10 augmented train views"),
     (["--memory", "20000"], "asks 2000 patches of each of the 10 augmented train views, which hold 1024"),
     (["--memory", "100", "--k", "101"], "--k 101 exceeds the 100 bank rows at size 100"),
-    (["--memory", "full,full"], "repeats a size"),
+    (["--memory", "full,full"], "each once (got full,full)"),
     (["--augmentation-epochs", "3"], "--augmentation-epochs must be one of 1, 2 (got 3)"),
 ])
 def test_refusals_come_before_any_label_read(voc, argv, words, capsys):

@@ -55,7 +55,7 @@ class SettingError(ProbeError):
         return (_legacy, (self.parameter, self.problem, self.fix, self.where or None, self.others))
 
     def _problem(self, name: str, text: Callable[[Any], str]) -> str:
-        got = "" if self.value is _UNSET else f" (got {text(self.value)})"
+        got = "" if self.value is _UNSET else f" (got {text(self.value) or 'nothing'})"
         return f"{name} must be {self.requirement}{got}" + (f": {self.why}" if self.why else "")
 
     def _fix(self, name: str, text: Callable[[Any], str], joint: str) -> str:

@@ -138,7 +138,8 @@ register(Protocol(
     name="decode",
     summary="Label-free object masks by a normalized cut on the keys (TokenCut, MaskCut, LOST, DSM presets); scored when a panel is given.",
     settings=DecodeSettings,
-    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency")),
+    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency"),
+                stores=("keys_480",)),
     results=("decoder", "scores_<panel>", "saliency_<panel>"),
     references=REFERENCES,
     differences="Every preset reproduces its repository's masks on the same keys; eigenvectors are computed by scipy's eigsh (or torch's eigh) and certified, "
@@ -206,7 +207,7 @@ register(Protocol(
     name="decode-sweep",
     summary="Decode a grid of settings, read the val panel's labels once, and keep the best setting.",
     settings=SweepSettings,
-    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k")),
+    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k"), stores=("keys_480",)),
     results=("sweep_<panel>",),
     references=REFERENCES,
     differences="The published methods fix their settings by hand; the sweep chooses them on a val panel only (a test panel is sealed).",

@@ -18,6 +18,8 @@ import matplotlib.ticker
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
+from ..labels.catalogue import data_set
+from ..results import differ
 from ..store import hbird_views, images
 from . import figures
 from .content import Figure, Note, Section, Table
@@ -104,7 +106,7 @@ def hummingbird(ctx) -> Section:
             rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
         section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
-                                    f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over "
+                                    f"{label}: {data_set(ds.attrs.get('panel_kind', 'voc-segmentation'))} mIoU (%) over "
                                     f"{len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
                                     f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
                                     f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images)"
@@ -141,7 +143,7 @@ def _figure(ctx, store, ds, label: str) -> Figure:
         rows.append((image_id, picture, ds.truth.values[j], predicted))
     colours = ("VOC's colours, boundary white" if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
                else "ADE20K's classes in VOC's devkit palette, 'other' black")
-    k = int((ds.attrs.get("settings") or {}).get("k", 30))
+    k = int(differ.settings(ds)["k"])
     caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {hbird_views.VAL} view, its ground truth "
                f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows, label, [str(c) for c in ds["class"].values]), caption)

@@ -17,6 +17,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from ..commands.attention_masks import MasksReport
     from ..commands.correspond import CorrespondReport
+    from ..commands.hummingbird import HummingbirdReport
     from ..commands.knn import KnnReport
     from ..commands.linear import LinearReport
     from ..commands.propagate import PropagationReport
@@ -147,15 +148,16 @@ def knn(report: KnnReport) -> list[Any]:
     return lines
 
 
-def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
-    """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
-    released weights (marked as other weights: not this store's network)."""
+def hummingbird(report: HummingbirdReport) -> list[Any]:
+    """mIoU per memory size, identity and Hungarian-matched, on the panels' data set, beside the
+    published numbers of released weights (marked as other weights: not this store's network)."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/hummingbird")]
-    train, val = given["train"], given["val"]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/hummingbird")]
+    train, val = report.run.inputs.train, report.run.inputs.val
     from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..labels.catalogue import data_set
 
-    table = Table(title=f"Hummingbird dense retrieval (VOC mIoU): {train} → {val}")
+    table = Table(title=f"Hummingbird dense retrieval ({data_set(report.kind)} mIoU): {train} → {val}")
     table.add_column("")
     for memory, rows in zip(report.memory, report.bank_rows):
         table.add_column(f"memory {memory}" + (f" ({rows} rows)" if memory == "full" else ""), justify="right")
@@ -294,11 +296,12 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
         follows = "\n".join(dict.fromkeys(r.code.split()[0] for r in p.references))
         table.add_row(p.name, reads + (" + labels" if p.reads.labels else ""), follows)
     out.append(table)
-    table = Table(title="views", box=box.SIMPLE_HEAD)
-    for column in ("view", "geometry", "follows"):
+    table = Table(title="views (S: any size that is a multiple of the patch)", box=box.SIMPLE_HEAD)
+    for column in ("view", "geometry", "stores", "follows"):
         table.add_column(column, overflow="fold")
     for v in views:
-        table.add_row(v.name, v.rule, v.reference)
+        named = getattr(v, "alias_text", "")
+        table.add_row(v.name + (f"\n({named})" if named else ""), v.rule, ", ".join(getattr(v, "reads", ())), v.reference)
     out.append(table)
     table = Table(title="architectures", box=box.SIMPLE_HEAD)
     for column in ("name", "shape"):
