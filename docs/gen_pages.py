@@ -360,6 +360,21 @@ def dinov3_keys_table(folder: Path = RECORDS) -> str:
     return "\n".join(out) + "\n"
 
 
+def lost_ties_table(folder: Path = RECORDS) -> str:
+    """The latest ``benchmarks/lost_ties.py`` record: images whose LOST seed, mask and CorLoc move with the tie rule."""
+    latest = [r for r in benchmark_records(folder) if r.get("benchmark") == "lost_ties"][-1:]
+    if not latest:
+        return "*No record of `benchmarks/lost_ties.py` yet.*\n"
+    record = latest[0]
+    out = ["| network (random weights) | images | seed moved | mask moved | of the 7 photographs | CorLoc argsort / lowest index (%) |", "|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        out.append(f"| {r['network']} | {r['images']} | {r['seed_moved']} | {r['mask_moved']} | {r['photos_mask_moved']} | "
+                   f"{r['corloc_argsort']:.1f} / {r['corloc_lowest_index']:.1f} |")
+    out.append(f"\n`{record['_source']}` ({record['date'][:10]}, view {record['view']}, torch {record['torch']}; "
+               f"analyses.argsort {record['argsort_ms_per_image']:.2f} ms an image against torch.argsort's {record['torch_argsort_ms_per_image']:.2f} ms)")
+    return "\n".join(out) + "\n"
+
+
 def plan_tables(folder: Path = RECORDS) -> str:
     """The latest ``benchmarks/plan.py`` records: disk per image of each plan against today's eval224, peak memory of
     ``--attention stats`` by tokens beside the explicit maps' size, and ``--blocks all`` against ``last``."""
@@ -420,7 +435,7 @@ def api_reports_table() -> str:
 
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
 GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table,
-             "api-reports": api_reports_table, "plan": plan_tables}
+             "api-reports": api_reports_table, "lost-ties": lost_ties_table, "plan": plan_tables}
 
 
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:

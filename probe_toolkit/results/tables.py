@@ -233,6 +233,10 @@ def propagate(report: Any) -> list[Any]:
 def correspond(report: Any) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
+    if getattr(report, "dataset", "spair") == "navi":
+        from .tables_correspond import navi
+
+        return navi(report)
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/correspond")]
     thresholds = list(report.thresholds)
