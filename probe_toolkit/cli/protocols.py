@@ -17,7 +17,8 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -177,6 +178,15 @@ class Bars(Progress):
         print(text, file=sys.stderr)
 
 
+@contextmanager
+def shown(unit: str | None, label: str, quiet: bool) -> Iterator[Bars]:
+    """A run's progress on the command line: a bar counting ``unit`` (None: its steps as lines), or nothing with ``--quiet``."""
+    from ..infra.progress import bar
+
+    with bar(unit or "steps", quiet or unit is None) as drawn:
+        yield Bars(drawn, label, quiet)
+
+
 def _legacy(protocol: registry.Protocol, source: Any, given: dict[str, Any]) -> Any:
     """A protocol not yet converted to ``run(inputs, settings, context)``: its progress hook keyword."""
     from .app import counted
@@ -210,12 +220,9 @@ def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
                 report = _legacy(protocol, source, given)
             show(registry.resolve(cli.table)(report, given))
             return
-        from ..infra.progress import bar
-
-        quiet = given.pop("quiet", False)
         unit, label = cli.progress or ("images", protocol.name)
-        with bar(unit or "steps", quiet or unit is None) as shown:
-            result = run(protocol.name, source, progress=Bars(shown, label, quiet), **given).report
+        with shown(unit, label, given.pop("quiet", False)) as progress:
+            result = run(protocol.name, source, progress=progress, **given).report
         show(registry.resolve(cli.table)(result))
 
 

@@ -125,7 +125,8 @@ def _typed(protocol: Protocol, given: dict[str, Any]) -> Inputs:
     """The declared inputs, each given or its default, paths as ``Path``; a required one missing is refused."""
     values = {}
     for declared in protocol.inputs:
-        value = given.get(declared.name, declared.default)
+        value = given.get(declared.name)
+        value = declared.default if value is None else value  # None: not given (the command line passes every option)
         if value is None and declared.required:
             raise SettingError(declared.name, f"{protocol.name} needs {declared.name}", f"give {declared.name}: {declared.help}")
         if declared.kind in ("path", "checkpoint", "store", "masks") and isinstance(value, str):

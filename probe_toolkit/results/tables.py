@@ -17,13 +17,16 @@ from rich.table import Table
 if TYPE_CHECKING:
     from ..commands.attention_masks import MasksReport
     from ..commands.correspond import CorrespondReport
+    from ..commands.decode import DecodeReport
+    from ..commands.decode_scores import ScoreReport
+    from ..commands.decode_sweep import SweepReport
     from ..commands.hummingbird import HummingbirdReport
     from ..commands.knn import KnnReport
     from ..commands.linear import LinearReport
     from ..commands.propagate import PropagationReport
     from ..commands.runs import OverStoresReport
 
-METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
+from ..labels.coco_metrics import METRICS  # noqa: E402
 
 
 class Unwrapped(str):
@@ -60,26 +63,27 @@ def decode_summary(report: Any, source: str) -> str:
             f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
-def decode(report: Any, given: dict[str, Any]) -> list[Any]:
+def decode(report: DecodeReport) -> list[Any]:
     """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
     if report.masks_file is None:  # a shard that finished before the others
-        return [waiting_line(given.get("shard"), report.extra["waiting_for_shards"], "the last one writes the masks")]
+        return [waiting_line(report.run.placement.shard, report.extra["waiting_for_shards"], "the last one writes the masks")]
     out: list[Any] = [decode_summary(report, report.extra["settings_source"])]
     if report.scores is not None:
-        out += scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+        out += scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out
 
 
-def score(report: Any, given: dict[str, Any]) -> list[Any]:
+def score(report: ScoreReport) -> list[Any]:
     """``probe score``: the panel's scores of a masks file, and where the record went."""
-    out = scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    out = scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out + ([f"saved → {report.saved}"] if report.saved else [])
 
 
-def sweep(report: Any, given: dict[str, Any]) -> list[Any]:
+def sweep(report: SweepReport, top: int) -> list[Any]:
+    """``probe decode-sweep``: the ``top`` settings by the metric, and the best one with where it was written."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one scores every setting")]
-    panel, metric, top = given["panel"], given["metric"], given["top"]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one scores every setting")]
+    panel, metric = report.run.inputs.panel, report.metric
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
