@@ -21,6 +21,10 @@
 #      full sort on the GPU (benchmarks/hummingbird_scale.py --device cuda);
 #   8. the GPU store's tolerance: 32 images extracted on the CPU and on the GPU, every array compared
 #      (benchmarks/extract.py --tolerance; the CPU paths are byte-identical, a GPU's kernels round otherwise).
+#   9. probe depth's training step against DINOv3's train_on_batch written out, ViT-S/16, 16 crops of
+#      416 x 544, the same loss (benchmarks/depth.py --device cuda).
+#  10. extraction as a plan on the GPU: one image's --attention stats at square@256 to 2048 (host and GPU peaks beside
+#      the extraction without attention), --blocks all against last at 224 px (benchmarks/plan.py --device cuda).
 # STEPS (default: every step) runs some of them: STEPS="6 7 8" bash benchmarks/gpu.sh.
 # Each benchmark's last line is its JSON record: append it to benchmarks/records/<name>.jsonl.
 # Each log goes to $OUT (or ./gpu-logs), with nvidia-smi's name of the GPU first.
@@ -53,6 +57,8 @@ if [ "${SCALE:-full}" = small ]; then
   knn_args=(--train 20000 --test 512 --check 8)
   knn_large_args=(--train 20000 --test 512 --check 8 --dim 1024)
   hbird_scale_args=(--memory 20480 --views 2)
+  depth_args=(--arch tiny --batch 2 --crop 96,128 --rounds 1)
+  plan_args=(--largest 512 --images 2)
 else
   extract_args=(--images-224 1024 --images-480 256 --rounds 2 --batch 64)
   decoder_args=(--images 128 --images-large 8 --presets all)
@@ -61,12 +67,14 @@ else
   knn_args=(--test 50000)
   knn_large_args=(--test 50000 --dim 1024)
   hbird_scale_args=(--memory 10240000 --views 64)
+  depth_args=(--rounds 3)
+  plan_args=(--largest 2048 --images 64)
 fi
-steps="${STEPS:-1 2 3 4 5 6 7 8}"
+steps="${STEPS:-1 2 3 4 5 6 7 8 9 10}"
 want() { [[ " $steps " == *" $1 "* ]]; }
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
-"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, probe_toolkit.commands.decode, probe_toolkit.analyses.search_torch, timm, zarr, scipy, threadpoolctl; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
+"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, probe_toolkit.commands.decode, probe_toolkit.analyses.search_torch, probe_toolkit.commands.depth, timm, zarr, scipy, threadpoolctl; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
 status=0
 want 1 && { timeout 200 "$python" benchmarks/extract.py --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract.log" || status=1; }
 want 2 && { timeout 200 "$python" benchmarks/extract.py --arch dinov3-s16 --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract-dinov3.log" || status=1; }
@@ -85,4 +93,6 @@ if want 6; then  # the bank's file goes to /tmp (1.9 and 4.9 GiB), removed after
 fi
 want 7 && { timeout 150 "$python" benchmarks/hummingbird_scale.py --device "$device" "${hbird_scale_args[@]}" 2>&1 | tee "$out/hummingbird-scale.log" || status=1; }
 want 8 && { timeout 120 "$python" benchmarks/extract.py --tolerance --device "$device" --images-224 "${TOLERANCE_IMAGES:-32}" 2>&1 | tee "$out/extract-tolerance.log" || status=1; }
+want 9 && { timeout 90 "$python" benchmarks/depth.py --device "$device" "${depth_args[@]}" 2>&1 | tee "$out/depth.log" || status=1; }
+want 10 && { timeout 300 "$python" benchmarks/plan.py --memory --blocks --device "$device" "${plan_args[@]}" 2>&1 | tee "$out/plan.log" || status=1; }
 exit $status

@@ -50,6 +50,7 @@ MANUAL = {
     "propagate": "commands/frozen-features.md",
     "hummingbird": "commands/dense.md",
     "linear-segmentation": "commands/segment.md",
+    "linear-depth": "commands/depth.md",
     "rank": "commands/labelfree.md",
     "position": "commands/labelfree.md",
     "similarity": "commands/labelfree.md",
@@ -257,16 +258,23 @@ def protocols_index(protocols) -> str:
 
 
 def views_page() -> str:
-    from probe_toolkit.store.views import TABLE
+    from probe_toolkit.store.views import listed
 
     out = ["# Views", "",
-           "Every view is defined once, in `probe_toolkit/store/views.py` (torch-free); extraction, the grids, the store, "
-           "the decoders, `probe list` and this page read that table. On the command line `native-crop` and `native_crop` "
-           "are the same view. How the arrays are laid out: [The store layout](store.md).", "",
-           "| view | rule | filter | grid | arrays | size | follows |", "|---|---|---|---|---|---|---|"]
-    for v in TABLE:
-        out.append(f"| <span id=\"{_anchor(v.name)}\"></span>`{v.name}` | {_cell(v.rule)} | {_cell(v.filter)} | {_cell(v.grid)} | "
-                   f"{', '.join(f'`{a}`' for a in v.arrays)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
+           "Every view is a family at a size, or an image at its own size, defined once in `probe_toolkit/store/views.py` (torch-free, its "
+           "`FAMILIES` table); extraction, the grids, the store, the decoders, `probe list` and this page read that table. A sized view is "
+           "`<family>@<S>` (`square@1024`, `eval@448`, `hbird@448`, Hummingbird's memory views `hbird@448_aug0`), S any multiple of the "
+           "network's patch (another size is refused in one line naming the nearest two). The names views had before sizes were free are "
+           "aliases of their sizes, and a store names their arrays by them as it always did (`tokens_224`, `keys_480`): every store written "
+           "before reads unchanged; at /14 an alias keeps its rule (the 480 view reads its 34 whole patches from the top left). On the command "
+           "line `native-crop` and `native_crop` are the same view. How the arrays are laid out: [The store layout](store.md).", "",
+           "| view | also named | rule | filter | grid | stores by default | size | follows |", "|---|---|---|---|---|---|---|---|"]
+    for v in listed():
+        anchors = "".join(f"<span id=\"{_anchor(n)}\"></span>" for n in (v.name, *v.aliases))  # the protocols' pages link the aliases
+        out.append(f"| {anchors}`{v.name}` | {', '.join(f'`{a}`' for a in v.aliases)} | {_cell(v.rule)} | {_cell(v.filter)} | "
+                   f"{_cell(v.grid)} | {', '.join(v.reads)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
+    out += ["", "By default the short family stores tokens and the attention maps (the 96 view, SelfPatch's local crops, tokens only), as "
+            "stores always did; `--facets`, `--blocks`, `--attention stats` and `--for` choose otherwise ([extract](commands/extract.md))."]
     return "\n".join(out) + "\n"
 
 

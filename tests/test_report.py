@@ -30,7 +30,7 @@ FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "deco
                 "linear": "probe linear", "training": "probe train", "discovery": "probe decode",
                 "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate",
                 "correspond": "probe correspond", "hummingbird": "probe hummingbird",
-                "linear-segmentation": "probe segment"}
+                "linear-segmentation": "probe segment", "linear-depth": "probe depth", "blocks": "--blocks 3,7,11"}
 PATCH = 34
 
 

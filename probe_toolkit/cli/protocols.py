@@ -120,6 +120,9 @@ def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], d
     parameters = [inspect.Parameter(protocol.source, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                     annotation=Annotated[list[Path] if many else Path, typer.Argument(help=first.help if first else cli.source)])]
     declared: dict[str, registry.Option] = {}
+    if protocol.source in ("store", "stores"):  # every protocol that reads a store reads any block of it
+        parameters += [inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCK),
+                       inspect.Parameter("blocks", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCKS)]
     for item in cli.options:
         for name, override in _names(item):
             found = spec(protocol, name, override)
@@ -143,7 +146,19 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
     def register(body):
         def command(**typed: Any) -> None:
             source = typed.pop(protocol.source)
-            body(source, {KEYWORDS.get(n, n): _value(options[n], v) if n in options else v for n, v in typed.items()})
+            sweep = _blocks(typed.pop("blocks", None))
+            given = {KEYWORDS.get(n, n): _value(options[n], v) if n in options else v for n, v in typed.items()}
+            if sweep is None:
+                body(source, given)
+                return
+            if given.get("block") is not None:
+                raise ProbeError("--block", "and --blocks are both given", "give one: --block 11, or --blocks 3,7,11 (one record per block)")
+            from ..protocols.api import check_blocks
+
+            check_blocks(protocol.name, source, sweep, {k: v for k, v in given.items() if k != "block"})  # every block, before the first run
+            for block in sweep:  # one run, one record, one table per block
+                err_console.print(f"[bold]block {block}[/]", highlight=False)
+                body(source, {**given, "block": block})
 
         command.__signature__ = inspect.Signature(parameters)
         command.__doc__ = protocol.command.help
@@ -152,6 +167,25 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
         return body
 
     return register
+
+
+BLOCK = Annotated[Optional[int], typer.Option("--block", help="The store's block to read (0-based, as probe extract --blocks counts; "  # noqa: UP045
+                                                                "default: the last).")]
+BLOCKS = Annotated[Optional[str], typer.Option("--blocks", help="Run once per block (0-based, comma-separated, e.g. 3,7,11): one record and "  # noqa: UP045
+                                                                  "one table each, each naming its block.")]
+
+
+def _blocks(text: str | None) -> list[int] | None:
+    """``--blocks 3,7,11`` as integers (None: not given)."""
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ProbeError("--blocks", f"{text!r} is not a list of block indices", "use e.g. --blocks 3,7,11") from None
+    if not values:
+        raise ProbeError("--blocks", "is empty", "use e.g. --blocks 3,7,11")
+    return values
 
 
 class Bars(Progress):

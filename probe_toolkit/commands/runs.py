@@ -48,12 +48,15 @@ def result_provenance(ds: xr.Dataset | StoreData, command: str) -> dict:
             "computed_on": computed_on(ds.attrs["store"], ds["image"].values) if ds.attrs.get("store") else {}}
 
 
-def over_stores(stores: list[Path], analyse: Callable, needs: str, partial: bool, context: RunContext) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
-    """Open every store (with zarr alone: ``store.direct``) and check it holds ``needs`` first, then
-    run ``analyse(ds, advance, where)``, ``where`` the runner's placement (``runner.Where``)."""
-    opened = {str(store): open_store(store, allow_partial=partial, arrays=needs, plain=True) for store in dict.fromkeys(stores)}
-    for ds in opened.values():
-        require(ds, needs)
+def over_stores(stores: list[Path], analyse: Callable, needs: str | Callable[[Path], str], partial: bool,
+                context: RunContext) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
+    """Open every store (with zarr alone: ``store.direct``) and check it holds ``needs`` (an array, or
+    the array of each store) first, then run ``analyse(ds, advance, where)``, ``where`` the runner's
+    placement (``runner.Where``)."""
+    need = needs if callable(needs) else (lambda store: needs)
+    opened = {str(store): open_store(store, allow_partial=partial, arrays=need(store), plain=True) for store in dict.fromkeys(stores)}
+    for store, ds in opened.items():
+        require(ds, need(store))
     runs = {}
     with context.placed() as where:
         for store, ds in opened.items():

@@ -9,7 +9,8 @@ the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's p
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
 on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
 Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
-layout (``demo-seg-train``, ``demo-seg-val``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
+layout (``demo-seg-train``, ``demo-seg-val``), a short linear depth on rooms written in NYU Depth v2's
+layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
 
@@ -147,6 +148,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
     _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
     lap("linear segmentation (a short schedule on the VOC-layout scenes)")
+    _depth(demo.stores, (random_init, run.checkpoint), work, cache, quick)
+    lap("linear depth (a short schedule on NYU-layout rooms)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
@@ -177,6 +180,26 @@ def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, qu
     short = {"iterations": 4 if quick else 20, "batch_size": 2, "crop": 32, "size": 32, "stride": 21, "chunk": 2}
     for checkpoint, store in zip(checkpoints, stores):
         run_protocol("linear-segmentation", checkpoint, train="demo-seg-train", val="demo-seg-val", store=store, cache_dir=cache, **short)
+
+
+def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool) -> None:
+    """``probe depth`` on rooms written in NYU Depth v2's layout (``rooms.py``; ``demo-nyu-train``,
+    ``demo-nyu-test``): DINOv3's recipe on a schedule and crops a CPU runs in seconds."""
+    import probe_toolkit as probe
+
+    from .rooms import write_nyu
+
+    root = work / "nyu"
+    if not (root / "nyu_test.txt").is_file():
+        write_nyu(root, {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)],
+                         "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]})
+    known = {p.name for p in panels.list_panels(cache)}
+    for name, split, role in (("demo-nyu-train", "train", "train"), ("demo-nyu-test", "test", "val")):
+        if name not in known:
+            panels.add_panel(name, root, None, role, cache=cache, kind="nyu", split=split)
+    for checkpoint, store in zip(checkpoints, stores, strict=True):
+        probe.run("linear-depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, cache_dir=cache, device="cpu",
+                  iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

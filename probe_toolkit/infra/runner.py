@@ -411,7 +411,8 @@ class _Coordinates:
     def __init__(self, arrays: Mapping[str, Any], store: str, mark: str) -> None:
         from .cluster import store_check
 
-        self.stored = {name: str(array.name) for name, array in arrays.items()}
+        # an array that is one block of a stored one names that block too (``store.cache.checked``'s pick)
+        self.stored = {name: str(array.name) + (f"#{array.attrs['probe_pick']}" if array.attrs.get("probe_pick") else "") for name, array in arrays.items()}
         self.store, self.mark = store, mark
         first = next(iter(arrays.values()))
         self.ids = [str(i) for i in first.coords["image"].values]

@@ -20,6 +20,7 @@ FLAGS = {
     "subset": "--set", "color_lambda": "--color-lambda", "settings_file": "--settings", "settings_out": "--settings-out",
     "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold", "memory": "--memory",
     "json_path": "--json", "cache_dir": "--cache", "sequences": "--sequence", "score": "--no-score", "sets": "--set", "formats": "--format", "form": "--format",
+    "for_": "--for",
 }
 
 

@@ -30,10 +30,11 @@ from ..infra.owned import check_output_file
 from ..infra.placement import Placement
 from ..infra.settings import SettingError
 from ..results import records
+from . import selection
 from .context import Inputs, Progress, Run, RunContext
 from .registry import Protocol, get, resolve
 
-__all__ = ["Run", "run", "prepare", "keywords"]
+__all__ = ["Run", "run", "sweep", "check_blocks", "prepare", "keywords"]
 
 PLACEMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Placement))
 SOURCES = ("store", "stores", "checkpoint", "masks_file")
@@ -156,7 +157,8 @@ def _panels(protocol: Protocol, inputs: Inputs) -> dict:
     return {name: found[name] for name in declared}
 
 
-def prepare(protocol: Protocol, source: Any, placement: Placement | None, progress: Progress | None, given: dict[str, Any]) -> RunContext:
+def prepare(protocol: Protocol, source: Any, placement: Placement | None, progress: Progress | None, given: dict[str, Any],
+            block: int | None = None) -> RunContext:
     """Every refusal that needs no label and no compute, then the run's context."""
     refuse_unknown(protocol, given)
     given_settings, given_placement, inputs = split(protocol, given)
@@ -181,16 +183,21 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
 
         recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")),
                                               sibling=protocol.reads.panel_sibling)  # before any label read
+    chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
     stamp = records.RunStamp(protocol=protocol.name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
-                             selection={"block": None, "facet": None}, differences=protocol.difference_list(), defaults=protocol.settings.defaults())
-    return RunContext(protocol, settings, placement, typed, stamp, progress or Progress(), panels=panels)
+                             selection={"block": chosen, "facet": None}, differences=protocol.difference_list(), defaults=protocol.settings.defaults())
+    return RunContext(protocol, settings, placement, typed, stamp, progress or Progress(), block=chosen, panels=panels)
 
 
-def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, **keywords: Any) -> Run:
-    """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file)."""
+def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, block: int | None = None,
+        **keywords: Any) -> Run:
+    """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file).
+    ``block``: the store's block it reads (0-based; None: the last; ``protocols.selection``)."""
+    from ..store.cache import reading_block
+
     protocol = get(name)
-    context = prepare(protocol, source, placement, progress, keywords)
-    with records.opened(context.stamp):
+    context = prepare(protocol, source, placement, progress, keywords, block)
+    with records.opened(context.stamp), reading_block(context.block):
         if protocol.run is not None:
             result = resolve(protocol.run)(context.inputs, context.settings, context)
             if not context.finished:
@@ -200,6 +207,25 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, pr
         options.pop("allow_partial", None)
         report = protocol.execute(context.settings, context.placement, **options)  # not yet converted
     return Run(name, context.run_id, context.settings, context.placement, report, saved_by(context.run_id, options, report), context.inputs)
+
+
+def sweep(name: str, source: Any = None, *, blocks: list[int] | tuple[int, ...], **keywords: Any) -> list[Run]:
+    """One run of protocol ``name`` per block of ``blocks`` (``--blocks 3,7,11``): one record each, each naming its block.
+    Every block is checked before the first run."""
+    check_blocks(name, source, blocks, keywords)
+    return [run(name, source, block=block, **keywords) for block in blocks]
+
+
+def check_blocks(name: str, source: Any, blocks: list[int] | tuple[int, ...], keywords: dict[str, Any]) -> None:
+    """Every block of a sweep held by the store (``selection.resolve``), before the first run."""
+    protocol = get(name)
+    inputs = dict(keywords)
+    if source is not None:
+        inputs[protocol.source] = _source(protocol, source)
+    if not blocks:
+        raise SettingError("blocks", "blocks is empty", "pass 0-based block indices, e.g. blocks=[3, 7, 11]")
+    for block in blocks:
+        selection.resolve(protocol, inputs, block)
 
 
 def saved_by(run_id: str, inputs: dict[str, Any], report: Any) -> list[records.Record]:

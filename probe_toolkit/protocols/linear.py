@@ -28,7 +28,7 @@ PROTOCOL = register(Protocol(
             *train_val("Panel whose labels fit the probe (and choose its regularisation).", "Panel whose labels score it, read only after every fit."),
             json_input("Also write the table and its settings as JSON."),
             Input("unseal", "Reason to open a sealed test panel as --val (recorded in the ledger)."), CACHE),
-    reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc")),
+    reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc"), stores=("tokens_224", "cls_tokens_224")),
     results=("linear_patch", "linear_image"),
     result="commands.linear:LinearReport",
     references=(Reference("Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)",

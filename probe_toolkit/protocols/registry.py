@@ -31,7 +31,7 @@ from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
 MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
-           "rank", "position", "similarity", "overcluster")
+           "rank", "position", "similarity", "overcluster", "depth")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,16 @@ class Reads:
     panel_kinds: tuple[str, ...] = ()
     source: str = "store"  # store, or checkpoint (propagate runs the network on DAVIS frames)
     panel_sibling: bool = False  # a panel's tokens are read from <network>-panel-<panel>.zarr beside the store when the store lacks them
+    # what `probe extract --for <protocol>` stores for it: array names at the last block (store.plan; ``attention_stats_<view>``: every
+    # block's attention statistics); None: ``arrays`` (where ``arrays`` lists alternatives, the one it needs is named here)
+    stores: tuple[str, ...] | None = None
+
+    @property
+    def planned(self) -> tuple[str, ...]:
+        """The arrays a store planned for this protocol holds (none where it reads a checkpoint or masks)."""
+        if self.source != "store":
+            return ()
+        return self.arrays if self.stores is None else self.stores
 
 
 REQUIRED = object()  # an option's default when the command line must give it

@@ -29,6 +29,7 @@ from .explorer import explorer_data, store_data
 from .freshness import freshness
 from .patches import follow_patches
 from .published import reference_values
+from .sections_blocks import blocks
 from .sections_kit import HOW, _grid_of, _lacking, _other_grids
 from .sources import Picture, choose_follow, followed_picture, open_stores, read_ledgers, shown_path, training_run
 
@@ -166,6 +167,7 @@ def why_total(runs: dict) -> str:
 
 FIRST: tuple[Callable[[Context], Section], ...] = (manifests, freshness, explorer, followed_image)  # the stores themselves
 LAST: tuple[Callable[[Context], Section], ...] = (
+    blocks,  # report/sections_blocks.py: each protocol's number against the block it read
     training, reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )

@@ -300,11 +300,12 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
         follows = "\n".join(dict.fromkeys(r.code.split()[0] for r in p.references))
         table.add_row(p.name, reads + (" + labels" if p.reads.labels else ""), follows)
     out.append(table)
-    table = Table(title="views", box=box.SIMPLE_HEAD)
-    for column in ("view", "geometry", "follows"):
+    table = Table(title="views (S: any size that is a multiple of the patch)", box=box.SIMPLE_HEAD)
+    for column in ("view", "geometry", "stores", "follows"):
         table.add_column(column, overflow="fold")
     for v in views:
-        table.add_row(v.name, v.rule, v.reference)
+        named = getattr(v, "alias_text", "")
+        table.add_row(v.name + (f"\n({named})" if named else ""), v.rule, ", ".join(getattr(v, "reads", ())), v.reference)
     out.append(table)
     table = Table(title="architectures", box=box.SIMPLE_HEAD)
     for column in ("name", "shape"):
