@@ -1,9 +1,9 @@
 """What each protocol prints at the terminal: rich tables and lines built from a run's report.
 
-Pure presentation: a report (the dataclass a command returns) in, a list of rich renderables or
-strings out. The CLI prints them; nothing here reads a store or computes a number. A protocol
-names its table in its registry entry (``Command.table``); each such table takes the report and
-the keywords the run was given (``given``: panels, settings as typed, the shard).
+Pure presentation: a protocol's result (its typed report, ``protocols.context.Outcome``) in, a
+list of rich renderables or strings out. The CLI prints them; nothing here reads a store or
+computes a number. A protocol names its table in its registry entry (``Command.table``); each
+table reads what the run was asked from the report itself (``report.run``: settings, inputs, placement).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..commands.linear import LinearReport
     from ..commands.propagate import PropagationReport
     from ..commands.runs import OverStoresReport
+    from ..commands.segment import SegmentReport
 
 from ..labels.coco_metrics import METRICS  # noqa: E402
 
@@ -324,14 +325,15 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     return out
 
 
-def segmentation(report: Any, given: dict[str, Any]) -> list[Any]:
+def segmentation(report: SegmentReport) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
-    train, val = given["train"], given["val"]
+    train, val = report.run.inputs.train, report.run.inputs.val
     from ..analyses.segment_published import PUBLISHED
+    from ..labels.catalogue import data_set
 
     short = "" if report.full_schedule else " (short schedule)"
-    table = Table(title=f"Linear segmentation ({report.preset} preset): {train} → {val}")
+    table = Table(title=f"Linear segmentation ({report.preset} preset, {data_set(report.kind)} mIoU): {train} → {val}")
     table.add_column("")
     table.add_column("mIoU", justify="right")
     table.add_column("pixel accuracy", justify="right")
