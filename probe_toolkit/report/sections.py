@@ -208,7 +208,7 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
     sections = [shown(build, ctx) for build in builders()]  # each caption with the settings that moved its numbers
     noted = set()
     for section, protocol in zip(sections, [None] * len(FIRST) + _owners()):  # the first section with numbers of each protocol
-        if protocol is not None and protocol.name not in noted and section.present():
+        if protocol is not None and protocol.name not in noted and section.present:
             noted.add(protocol.name)
             section.blocks.append(differences_note(protocol))
     add_caveats(sections, views)
