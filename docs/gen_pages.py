@@ -360,6 +360,53 @@ def dinov3_keys_table(folder: Path = RECORDS) -> str:
     return "\n".join(out) + "\n"
 
 
+def lost_ties_table(folder: Path = RECORDS) -> str:
+    """The latest ``benchmarks/lost_ties.py`` record: images whose LOST seed, mask and CorLoc move with the tie rule."""
+    latest = [r for r in benchmark_records(folder) if r.get("benchmark") == "lost_ties"][-1:]
+    if not latest:
+        return "*No record of `benchmarks/lost_ties.py` yet.*\n"
+    record = latest[0]
+    out = ["| network (random weights) | images | seed moved | mask moved | of the 7 photographs | CorLoc argsort / lowest index (%) |", "|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        out.append(f"| {r['network']} | {r['images']} | {r['seed_moved']} | {r['mask_moved']} | {r['photos_mask_moved']} | "
+                   f"{r['corloc_argsort']:.1f} / {r['corloc_lowest_index']:.1f} |")
+    out.append(f"\n`{record['_source']}` ({record['date'][:10]}, view {record['view']}, torch {record['torch']}; "
+               f"analyses.argsort {record['argsort_ms_per_image']:.2f} ms an image against torch.argsort's {record['torch_argsort_ms_per_image']:.2f} ms)")
+    return "\n".join(out) + "\n"
+
+
+def plan_tables(folder: Path = RECORDS) -> str:
+    """The latest ``benchmarks/plan.py`` records: disk per image of each plan against today's eval224, peak memory of
+    ``--attention stats`` by tokens beside the explicit maps' size, and ``--blocks all`` against ``last``."""
+    latest: dict[tuple[str, str], dict] = {}
+    for record in benchmark_records(folder):
+        if record.get("benchmark") == "plan":
+            latest[(record["measure"], str(record.get("plan") or record.get("view")) + str(record.get("device", "cpu")))] = record
+    if not latest:
+        return "*No record of `benchmarks/plan.py` yet.*\n"
+    out = []
+    disk = [r for (m, _), r in latest.items() if m == "disk"]
+    if disk:
+        out += ["| plan (ViT-S/16) | on disk an image | uncompressed | against eval224 | ImageNet-1k train (1,281,167) | record |", "|---|---|---|---|---|---|"]
+        out += [f"| `{r['plan']}` | {r['disk_bytes_per_image'] / 1024:,.1f} KiB | {r['planned_bytes_per_image'] / 1024:,.1f} KiB | {r['vs_eval224']:.3g}× | "
+                f"{r['imagenet_train_gib']:,.1f} GiB | `{r['_source']}` ({r['machine']}, load {r['load']}, {r['date'][:10]}) |" for r in disk]
+        out.append("")
+    memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), r["tokens"]))
+    if memory:
+        out += ["| view | patch tokens | peak, no attention | peak, --attention stats | peak, probe entropy | explicit maps, one block / every block | "
+                "device | record |", "|---|---|---|---|---|---|---|---|"]
+        out += [f"| `{r['view']}` | {r['tokens']:,} | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | {r['peak_entropy_mib']:,.0f} MiB | "
+                f"{r['explicit_map_one_block_mib']:,.0f} / {r['explicit_maps_all_blocks_mib']:,.0f} MiB | {r.get('device', 'cpu')} | "
+                f"`{r['_source']}` ({r['machine']}, load {r['load']}) |" for r in memory]
+        out.append("")
+    blocks = [r for (m, _), r in latest.items() if m == "blocks"]
+    if blocks:
+        out += ["| images at 224 | --blocks last | --blocks all --facets tokens | last / all | on disk an image, last / all | record |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['images']} | {r['seconds_last']:.1f} s | {r['seconds_all']:.1f} s | {r['ratio']:.3g} | {r['disk_last_bytes_per_image'] / 1024:,.0f} / "
+                f"{r['disk_all_bytes_per_image'] / 1024:,.0f} KiB | `{r['_source']}` ({r['machine']}, {r.get('device', 'cpu')}, load {r['load']}) |" for r in blocks]
+    return "\n".join(out) + "\n"
+
+
 # what probe.run returns as ``run.report``, per protocol, and the objects those hold
 # the scores objects a protocol's result holds (each protocol's own result type comes from the registry: ``Protocol.result``)
 NESTED_RESULTS = ("labels.scoring:Scores", "analyses.knn:KnnResult", "analyses.hummingbird:MiouResult", "analyses.segment:Scores")
@@ -393,7 +440,7 @@ def api_reports_table() -> str:
 
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
 GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table,
-             "api-reports": api_reports_table}
+             "api-reports": api_reports_table, "lost-ties": lost_ties_table, "plan": plan_tables}
 
 
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:

@@ -98,3 +98,16 @@ def test_plans_are_checked_before_any_work(folders, tmp_path, capsys):
     assert code == 2 and "pass --images a folder" in printed.err
     assert plan.wanted(["tokens_hbird512", "tokens_hbird512_aug1", "keys_480"], ["hbird@448"]) == ("tokens_hbird@448", "tokens_hbird@448_aug1", "keys_480")
     assert not (tmp_path / "p.zarr").exists()
+
+
+def test_a_protocol_reading_several_blocks_plans_them(monkeypatch):
+    """A protocol whose Reads declares blocks (DINOv2's linear protocol: the last 4) gets them planned unless --blocks is given."""
+    from dataclasses import replace
+
+    from probe_toolkit.cli.stores import planned_settings
+    from probe_toolkit.protocols import registry
+
+    knn = registry.get("knn")
+    monkeypatch.setitem(registry._REGISTRY, "knn", replace(knn, reads=replace(knn.reads, blocks="last4")))
+    assert planned_settings(None, "knn", "last", None, "last", "float16", 16, "auto", None).blocks == "last4"
+    assert planned_settings(None, "knn", "3,7", None, "last", "float16", 16, "auto", None).blocks == "3,7"

@@ -255,7 +255,8 @@ def test_two_shared_arrays_of_a_run_stay_mapped_and_go_with_their_files(tmp_path
 
     first, second = np.arange(12.0).reshape(3, 4), np.ones((5, 2), np.float32)
     with shared_module.shared(first, tmp_path, "a") as a, shared_module.shared(second, tmp_path, "b") as b:
-        shared_module._shared.clear()  # as in a fresh worker process
+        shared_module._shared.clear()  # as in a fresh worker process: nothing mapped, checked or known (the writer
+        shared_module._verified.clear()  # marks its own files checked, so a worker in this process would not hash them)
         shared_module._paths.clear()
         hashed = []
         real = hashlib.file_digest

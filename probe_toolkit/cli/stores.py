@@ -41,6 +41,11 @@ def planned_settings(views: str | None, for_: str | None, blocks: str, facets: s
 
         names = [n.strip() for n in for_.split(",") if n.strip()]
         stores = [a for n in names for a in get(n).reads.planned]
+        declared = [get(n).reads.blocks for n in names if get(n).reads.blocks]
+        if blocks == "last" and declared:  # the blocks a protocol reads (DINOv2's linear: last4), the most any asks, for every array of the plan
+            from ..store.extract_plan import resolve_blocks
+
+            blocks = max(declared, key=lambda spec: len(resolve_blocks(spec, 10_000) or ()))
         if not stores:
             raise ProbeError(None, f"--for {for_}: {', '.join(names)} read{'s' if len(names) == 1 else ''} no store arrays (a checkpoint or masks)",
                              "name protocols that read a store, e.g. --for knn,decode")

@@ -30,7 +30,7 @@ from ..infra.errors import ProbeError
 from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
-MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
+MODULES = ("entropy", "neighbours", "discovery", "linear", "linear_dinov2", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
            "rank", "position", "similarity", "overcluster", "depth")
 
 
@@ -109,6 +109,7 @@ class Reads:
     # what `probe extract --for <protocol>` stores for it: array names at the last block (store.plan; ``attention_stats_<view>``: every
     # block's attention statistics); None: ``arrays`` (where ``arrays`` lists alternatives, the one it needs is named here)
     stores: tuple[str, ...] | None = None
+    blocks: str | None = None  # the blocks `probe extract --for` stores them at where --blocks is not given (``last4``: DINOv2's linear protocol); None: the last
 
     @property
     def planned(self) -> tuple[str, ...]:

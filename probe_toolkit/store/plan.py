@@ -79,7 +79,7 @@ def forward_bytes(request: arrays.Request, arch: Arch, patches: int, batch: int)
         out["explicit maps"] = batch * blocks * arch.heads * tokens * tokens * 4
     if request.stats:
         tile = attention_stats.query_tile(batch, arch.heads, tokens)
-        out["statistics' tile"] = 3 * batch * arch.heads * tile * tokens * 8
+        out["statistics' tile"] = 2 * batch * arch.heads * tile * tokens * 8  # the float64 scores and their exponentials
     return out
 
 
