@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_runs import probe_main
 
 import probe_toolkit as probe
 from probe_toolkit.analyses.decoder_blocks import ARRAYS
@@ -88,14 +89,20 @@ def test_streaming_in_one_run_and_other_settings_are_refused(tmp_path, tiny_chec
         run_stream(ckpt, image_dir, {**SETTINGS, "tau": 0.3}, chunk=2, batch_size=2, store=store)
 
 
-def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkpoints, image_dir, reference):
-    """The forward pass runs here, each chunk's keys are decoded on the cluster's workers."""
+def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkpoints, image_dir, reference, capsys):
+    """The forward pass runs here, each chunk's keys are decoded on the cluster's workers. Both
+    placements at once are refused before any work, in the caller's spelling: keywords from Python,
+    flags from the command line."""
     distributed = pytest.importorskip("distributed")
     ckpt = tiny_checkpoints["dino-full"]
     with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
-        with pytest.raises(ProbeError, match="workers and dask_address were both given"):
+        with pytest.raises(ProbeError, match="workers and dask_address were both given; drop workers"):
             run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", workers=2, dask_address=cluster.scheduler_address)
         assert not (tmp_path / "no.zarr").exists()  # refused before the masks store is made
+        code, out = probe_main(["decode", ckpt, "--images", image_dir, "--workers", "2", "--dask-address", cluster.scheduler_address,
+                                "--cache", tmp_path / "cli", "-q"], capsys)
+        assert code == 2 and "--workers and --dask-address were both given; drop --workers" in out.err, out.err
+        assert not (tmp_path / "cli").exists()
         report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr",
                             placement=Placement(dask_address=cluster.scheduler_address))
     assert report.done == 7 and report.masks_file is not None

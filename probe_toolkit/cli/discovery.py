@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..infra.errors import ProbeError
+from ..protocols.discovery import DecodeSettings
 from .app import console, err_console, run, show
 from .protocols import declared, shown
 
@@ -29,7 +30,9 @@ def decode(store: Any, given: dict[str, Any]) -> None:
     from ..results import tables
 
     size, quiet = given.pop("size"), given.pop("quiet")
-    if given["view"] is None and size is not None:
+    if size is not None:  # the old spelling of --view N; --view's default is a value, so two different views are refused, not ranked
+        if given["view"] not in (None, str(size), DecodeSettings().view):
+            raise ProbeError("--size", f"{size} and --view {given['view']} name two views", f"give one: --view {given['view']}")
         given["view"] = str(size)
     streamed = {name: given.pop(name) for name in STREAMED}
     if streamed["images"] is not None:

@@ -116,7 +116,7 @@ register(Protocol(
     command=Command(
         help="Label-free object masks by a normalized cut on the keys; scored only if --panel is given.",
         options=(
-            Option("size", "Fixed view whose keys to cut (keys_<size>); --view overrides it.", "int"),
+            Option("size", "Old spelling of --view for a fixed view (--size 224: --view 224); refused beside another --view.", "int"),
             "view",
             # streaming (decode-stream): checkpoint + images → masks, keys kept in memory only
             Option("images", "Stream this folder through the checkpoint (STORE is then a checkpoint); only masks are written.", "path"),
