@@ -409,10 +409,15 @@ def plan_tables(folder: Path = RECORDS) -> str:
 
 
 # what probe.run returns as ``run.report``, per protocol, and the objects those hold
-API_REPORTS = ("commands.decode.DecodeReport", "labels.scoring.Scores", "commands.decode_scores.ScoreReport", "commands.decode_sweep.SweepReport",
-               "commands.knn.KnnReport", "analyses.knn.KnnResult", "commands.linear.LinearReport", "commands.hummingbird.HummingbirdReport",
-               "analyses.hummingbird.MiouResult", "commands.attention_masks.MasksReport", "commands.propagate.PropagationReport",
-               "commands.correspond.CorrespondReport", "commands.segment.SegmentReport", "analyses.segment.Scores")
+# the scores objects a protocol's result holds (each protocol's own result type comes from the registry: ``Protocol.result``)
+NESTED_RESULTS = ("labels.scoring:Scores", "analyses.knn:KnnResult", "analyses.hummingbird:MiouResult", "analyses.segment:Scores")
+
+
+def api_reports() -> list[str]:
+    """Every result type the Python API returns (``run.report``), as "module:Class", each once."""
+    from probe_toolkit.protocols.registry import protocols
+
+    return list(dict.fromkeys([*(p.result for p in protocols() if isinstance(p.result, str)), *NESTED_RESULTS]))
 
 
 def api_reports_table() -> str:
@@ -420,8 +425,8 @@ def api_reports_table() -> str:
     import importlib
 
     out = []
-    for dotted in API_REPORTS:
-        module, name = dotted.rsplit(".", 1)
+    for dotted in api_reports():
+        module, name = dotted.split(":")
         cls = getattr(importlib.import_module(f"probe_toolkit.{module}"), name)
         comments = field_comments(cls)
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")

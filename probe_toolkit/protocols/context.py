@@ -119,6 +119,11 @@ class Outcome:
         """Where the run's last record went (None: a shard that waits for the others, or nothing saved)."""
         return self.run.records[-1].path if self.run is not None and self.run.records else None
 
+    @property
+    def pending(self) -> bool:
+        """A shard done before the others: it has no numbers yet, so no ``--json`` is written."""
+        return bool(getattr(self, "waiting", None))
+
     def summary(self) -> dict[str, Any]:  # overridden: the numbers ``--json`` writes
         raise NotImplementedError
 
@@ -210,7 +215,7 @@ class RunContext:
             self.save(s.store, s.result, s.data, s.attrs)
         result.run = Run(self.protocol.name, self.run_id, self.settings, self.placement, result, list(self.records), self.inputs)
         json_path = self.inputs.get("json_path")
-        if json_path is not None:
+        if json_path is not None and not result.pending:
             from ..infra.owned import write_summary
 
             write_summary(json_path, result.summary(), indent=1)
