@@ -381,7 +381,7 @@ def plan_tables(folder: Path = RECORDS) -> str:
     latest: dict[tuple[str, str], dict] = {}
     for record in benchmark_records(folder):
         if record.get("benchmark") == "plan":
-            latest[(record["measure"], str(record.get("plan") or record.get("view")) + str(record.get("device", "cpu")))] = record
+            latest[(record["measure"], str(record.get("plan") or record.get("view")) + str(record.get("device", "cpu")) + str(record.get("depth", 12)))] = record
     if not latest:
         return "*No record of `benchmarks/plan.py` yet.*\n"
     out = []
@@ -391,13 +391,14 @@ def plan_tables(folder: Path = RECORDS) -> str:
         out += [f"| `{r['plan']}` | {r['disk_bytes_per_image'] / 1024:,.1f} KiB | {r['planned_bytes_per_image'] / 1024:,.1f} KiB | {r['vs_eval224']:.3g}× | "
                 f"{r['imagenet_train_gib']:,.1f} GiB | `{r['_source']}` ({r['machine']}, load {r['load']}, {r['date'][:10]}) |" for r in disk]
         out.append("")
-    memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), r["tokens"]))
+    memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), -r.get("depth", 12), r["tokens"]))
     if memory:
-        out += ["| view | patch tokens | peak, no attention | peak, --attention stats | peak, probe entropy | explicit maps, one block / every block | "
-                "device | record |", "|---|---|---|---|---|---|---|---|"]
-        out += [f"| `{r['view']}` | {r['tokens']:,} | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | {r['peak_entropy_mib']:,.0f} MiB | "
+        out += ["| view | patch tokens | blocks | peak, no attention | peak, --attention stats | seconds, none / stats | peak, probe entropy | "
+                "explicit maps, one block / every block | device | record |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| `{r['view']}` | {r['tokens']:,} | {r.get('depth', 12)} of 12 | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | "
+                f"{r['seconds_none']:,.0f} / {r['seconds_stats']:,.0f} | {r['peak_entropy_mib']:,.0f} MiB | "
                 f"{r['explicit_map_one_block_mib']:,.0f} / {r['explicit_maps_all_blocks_mib']:,.0f} MiB | {r.get('device', 'cpu')} | "
-                f"`{r['_source']}` ({r['machine']}, load {r['load']}) |" for r in memory]
+                f"`{r['_source']}` ({r['machine']}, load {r['load']}" + (f" to {r['load_end']}" if "load_end" in r else "") + ") |" for r in memory]
         out.append("")
     blocks = [r for (m, _), r in latest.items() if m == "blocks"]
     if blocks:

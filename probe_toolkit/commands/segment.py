@@ -85,13 +85,6 @@ def _check_kinds(train: Panel, val: Panel) -> None:
                          "score on a val panel of the train panel's data set")
 
 
-def _device(name: str) -> torch.device:
-    """``auto`` resolved: a GPU when one is visible (a named device was checked before the run, ``Placement.check_device``)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def feature_fn(model, patch: int, chunk: int, device: torch.device) -> seg.Features:
     """The frozen network as ``analyses.segment`` calls it: (B, 3, H, W) → (B, D, rows, cols)
     last-layer patch tokens through the final norm, ``chunk`` crops per pass, no gradient."""
@@ -151,14 +144,14 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     """Train the head on the train panel's crops, score the val panel; save ``results/linear-segmentation``."""
     from ..store.checkpoints import load_checkpoint
 
-    checkpoint, store, network, placement = inputs.checkpoint, inputs.store, inputs.network, context.placement
+    checkpoint, store, network = inputs.checkpoint, inputs.store, inputs.network
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles, kinds and seals checked before the run
     _check_kinds(train_panel, val_panel)
     layout, classes, reduce_zero = LAYOUTS[train_panel.kind]
     for panel in (train_panel, val_panel):
         if not panel_ids(panel):
             raise ProbeError(panel.images, f"holds no image of panel {panel.name!r}", "restore the data set's images")
-    device = _device(placement.device)
+    device = context.device()
     ck = load_checkpoint(checkpoint, network)
     target = Path(store) if store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, network)
     if not (target / "zarr.json").is_file():
@@ -192,7 +185,7 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     losses = np.zeros(settings.iterations, np.float32)
     rates = np.zeros(settings.iterations, np.float64)
     progress = context.task("segment", settings.iterations + len(panel_ids(val_panel)))
-    with ThreadPoolExecutor(max_workers=placement.workers or 2) as pool:
+    with context.loaders() as pool:
         pending = stream.batch(pool, 0, settings.batch_size)
         for step in range(settings.iterations):
             crops = [f.result() for f in pending]

@@ -188,6 +188,20 @@ class RunContext:
         with placed(self.placement) as where:
             yield where
 
+    def device(self) -> Any:
+        """The placement's device as torch takes it (``auto``: a GPU when one is visible; a named
+        one was checked before the run began, ``Placement.check_device``)."""
+        from ..store.extract_forward import resolve_device
+
+        return resolve_device(self.placement.device)
+
+    def loaders(self, default: int = 2) -> Any:
+        """A thread pool that prepares the next batches while this one trains: the placement's
+        ``workers`` threads (``default`` where none is given), closed by its ``with`` block."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        return ThreadPoolExecutor(max_workers=self.placement.workers or default)
+
     def task(self, label: str | None = None, total: int | None = None) -> Callable[[int], None]:
         return self.progress.task(label, total)
 
