@@ -63,7 +63,7 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
 
 def navi_results(store: Path, root: Path, cache_dir: Path) -> None:
     """results/correspond-navi in ``store``: a NAVI folder of two objects whose wild images make two pairs."""
-    from navi_folders import write_navi
+    from probe_toolkit.demo.navi import write_navi
 
     navi = write_navi(root / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)
     invoke("panel", "add", "navi-test", "--navi", navi, "--role", "test", "--cache", cache_dir)

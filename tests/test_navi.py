@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 from cli_runs import probe_main
-from navi_folders import quaternion, write_navi
+from probe_toolkit.demo.navi import quaternion, write_navi
 from PIL import Image, ImageOps
 
 from probe_toolkit.analyses import navi

@@ -60,6 +60,10 @@ def _from_inputs(store, name: str, run_id: str | None, ds, status: str) -> tuple
         train = f"{(panels.get('train') or {}).get('name', '?')} ({counts.get('train', '?')} images) → " if panels.get("train") else ""
         return int(counts["val"]), (f"panels {train}{panels['val'].get('name', '?')} ({counts['val']} images), as the run read them "
                                     "(panels' images: not checked against the store)")
+    panel = ds.attrs.get("panel") if isinstance(ds.attrs.get("panel"), dict) else {}
+    if isinstance(counts, dict) and counts.get("images") is not None and panel.get("name"):  # one panel's images the run read (NAVI's)
+        return int(counts["images"]), (f"panel {panel['name']} ({counts['images']} images), as the run read them "
+                                       "(a panel's images: not checked against the store)")
     if inputs.get("davis"):
         sequences = ds.attrs.get("sequences") or []
         return ds.attrs.get("frames"), f"DAVIS {shown_path(inputs['davis'])}: {len(sequences)} sequences (frames, not the store's images)"

@@ -1,6 +1,7 @@
-"""A NAVI-layout folder written by the tests (google/navi ``navi_v1`` with mbanani/probe3d's downsampled
-files): objects with a ``wild_set`` and a ``multiview_00`` collection, each wild image a textured
-band of a slab seen from a camera turned about the vertical axis, its 16-bit depth map 0 off the band."""
+"""A synthetic NAVI-layout folder (google/navi ``navi_v1`` with mbanani/probe3d's downsampled files), for
+``probe correspond`` offline (the demo, the tests): objects with a ``wild_set`` and a ``multiview_00``
+collection, each wild image a textured band of a slab seen from a camera turned about the vertical
+axis, its 16-bit depth map 0 off the band."""
 
 from __future__ import annotations
 
