@@ -189,12 +189,14 @@ def write(path: Path, text: str | bytes) -> Path:
 
 
 def panel_file(name: str, data) -> Callable:
-    """A val panel registered on a broken annotation file (``data``: dict, or raw text)."""
+    """A val panel whose annotation file broke after it was registered (``data``: dict, or raw
+    text): ``panel add`` checks the file field by field, so it is added sound and then overwritten."""
 
     def setup(w, monkeypatch):
         path = w.root / "bad" / f"{name}.json"
-        write(path, data if isinstance(data, str) else json.dumps(data))
+        write(path, (w.root / "val.json").read_text())
         assert probe("panel", "add", name, "--annotations", path, "--images", w.images, "--role", "val", "--replace", "--cache", w.cache).code == 0
+        write(path, data if isinstance(data, str) else json.dumps(data))
 
     return setup
 
@@ -311,7 +313,7 @@ CASES = [
          lambda w: ["decode", w.store, *w.q]),
     Case("decode-panel-unknown", lambda w: ["decode", w.store, "--panel", "nope", *w.q], 2, ("nope",), lambda w: ["decode", w.store, "--panel", "va", *w.q]),
     Case("decode-sealed-panel", lambda w: ["decode", w.store, "--panel", "sealed", *w.q], 2, ("sealed", "--unseal"),
-         lambda w: ["decode", w.store, "--panel", "sealed", "--unseal", "final numbers", *w.q]),
+         lambda w: ["decode", _held_store(w), "--panel", "sealed", "--unseal", "final numbers", *w.q]),  # its own images' store (issue 46)
     Case("score-not-json", lambda w: ["score", write(w.root / "out" / "m.json", "{"), "--panel", "va", "--cache", w.cache], 2, ("m.json",),
          lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache]),
     Case("score-masks-of-another-run", lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache], 1, ("decoder-masks.json", "different"),
@@ -509,6 +511,14 @@ def _small_store(w, view: str, folder: str) -> Path:
     path = w.root / "stores" / folder / "teacher.zarr"
     if not path.exists():
         assert probe("extract", w.ckpt, "--images", w.small, "--views", view, "--store", path, *w.q).code == 0
+    return path
+
+
+def _held_store(w) -> Path:
+    """The sealed panel's own images (other pixels under the val panel's names), extracted once."""
+    path = w.root / "stores" / "held" / "teacher.zarr"
+    if not path.exists():
+        assert probe("extract", w.ckpt, "--images", w.root / "held", "--views", "224,480", "--store", path, *w.q).code == 0
     return path
 
 

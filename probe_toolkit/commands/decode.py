@@ -196,6 +196,7 @@ def run_decode(
     results = encoded.entries(coco_ids)
     write_json(masks_file, results)
     write_json(masks_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
+                                        "network": src.manifest.get("network"), "image_list_sha256": src.manifest.get("image_list_sha256"),
                                         "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
                                         "keys": src.keys_kind, "unit": unit, "masks_sha256": file_sha256(masks_file),
                                         "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})

@@ -185,8 +185,10 @@ class ScoreReport:
     warnings: list[str] = field(default_factory=list)  # the masks' view is not the one the preset was published on for this panel
 
 
-def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, cache_dir: str | Path | None = None) -> ScoreReport:
-    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``."""
+def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, cache_dir: str | Path | None = None,
+              allow_partial: bool = False) -> ScoreReport:
+    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``: masks of
+    none of the panel's images are refused, and so are masks of only some without ``allow_partial``."""
     masks_file = Path(masks_file)
     try:
         results = json.loads(masks_file.read_text())
@@ -198,7 +200,8 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
     if any("file_name" not in r for r in results):
         raise ProbeError(masks_file, "has results without file_name, so they cannot be matched to a panel", "score masks written by `probe decode`")
     names = sorted({r["file_name"] for r in results})
-    labels = read_labels(panel, purpose="score", checkpoint=meta.get("checkpoint"), images=names, unseal=unseal, cache=cache_dir)
+    labels = read_labels(panel, purpose="score", checkpoint=meta.get("checkpoint"), images=names, unseal=unseal, cache=cache_dir,
+                         cover="some" if allow_partial else "all", given=f"the masks of {masks_file.name}")
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
     store = Path(meta["store"]) if meta.get("store") else None
     saved = None

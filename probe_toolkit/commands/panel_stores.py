@@ -45,8 +45,11 @@ def _sibling(store: Path, panel: str) -> Path:
     return store.parent / f"{base}-panel-{panel}.zarr"
 
 
-def _same_network(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a["checkpoint"]["sha256"] == b["checkpoint"]["sha256"] and a.get("network") == b.get("network") and a.get("arch") == b.get("arch")
+def _same_network(a: dict[str, Any], b: dict[str, Any], views: Sequence[str] = ()) -> bool:
+    """A store and its panel sibling are read as one set of tokens (``store/pairing.py``)."""
+    from ..store.pairing import differences
+
+    return not differences(a, b, views)
 
 
 def panel_ids(panel: Panel) -> list[str]:
@@ -98,9 +101,13 @@ def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: 
     for panel, ids in panels:
         candidates = [ds]
         sibling = _sibling(store, panel.name)
+        unlike = ""
         if sibling.resolve() != store.resolve() and (sibling / "zarr.json").is_file():
             other = cache.open_store(sibling)
-            if _same_network(meta, cache.manifest(other)):
+            from ..store.pairing import differences
+
+            unlike = "; ".join(differences(meta, cache.manifest(other), views))
+            if not unlike:
                 candidates.append(other)
         for candidate in candidates:
             found = ids_in(candidate, panel, ids)
@@ -113,12 +120,10 @@ def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: 
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
                     else f"was extracted from another folder than panel {panel.name!r}'s ({panel.images})")
-            raise ProbeError(
-                store,
-                f"{what}, and no {sibling.name} of the same network beside it holds them",
-                f"run `probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']}"
-                f"{' --convert' if meta['checkpoint'].get('converted') else ''}`",
-            )
+            beside = f"the {sibling.name} beside it was extracted otherwise ({unlike})" if unlike else f"no {sibling.name} of the same network beside it holds them"
+            extract = (f"probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']} --views {','.join(views)}"
+                       f"{' --convert' if meta['checkpoint'].get('converted') else ''}")
+            raise ProbeError(store, f"{what}, and {beside}", f"move {sibling} away, then run `{extract}`" if unlike else f"run `{extract}`")
         kind = "tokens" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens"
         held = source.panel_stores[panel.name][0]
         cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))

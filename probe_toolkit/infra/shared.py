@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,11 @@ class Shared:
 
     path: str
     sha256: str
+
+    def __post_init__(self) -> None:
+        from .runner import for_workers
+
+        object.__setattr__(self, "path", for_workers(self.path))  # a dask worker's directory is not this process's
 
     def value(self) -> np.ndarray:
         if self.sha256 not in _shared:
@@ -54,13 +61,30 @@ def _forget_gone() -> None:
         _paths.pop(digest, None)
 
 
+# a shell that outlives this process by at most half a second: it removes the files once this
+# process is no longer its parent (a SIGKILL runs no ``finally``); $0 is this process's pid
+JANITOR = 'while read -r _ _ _ p _ < /proc/$$/stat && [ "$p" = "$0" ]; do sleep 0.5; done; rm -f -- "$@"'
+
+
+def janitor(paths: list[Path]) -> subprocess.Popen | None:
+    """Start the process that removes ``paths`` should this one be killed (None where there is
+    no ``/proc`` or no ``sh``: the next run sweeps them, ``litter.sweep``). In a session of its
+    own, so a Ctrl-C to the terminal's group leaves it to do its one job."""
+    if not Path("/proc/self/stat").is_file() or shutil.which("sh") is None:
+        return None
+    return subprocess.Popen(["sh", "-c", JANITOR, str(os.getpid()), *map(str, paths)], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
 @contextmanager
 def shared(array: np.ndarray, folder: str | Path, name: str) -> Iterator[Shared]:
-    """``array`` as a ``Shared`` file ``folder/.NAME.tmp-PID`` (a killed run's is swept as litter),
-    removed when the run ends however it ends."""
-    folder = Path(folder)
+    """``array`` as a ``Shared`` file ``folder/.NAME.tmp-PID``, removed when the run ends however
+    it ends: by the run itself, or after a SIGKILL by its ``janitor`` within a second (else, where
+    no janitor runs, swept as litter by the next run that saves a result there)."""
+    folder = Path(folder).absolute()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f".{name}.tmp-{os.getpid()}"
+    cleaner = janitor([path])
     try:
         with open(path, "wb") as handle:
             np.save(handle, np.ascontiguousarray(array))
@@ -72,3 +96,6 @@ def shared(array: np.ndarray, folder: str | Path, name: str) -> Iterator[Shared]
     finally:
         path.unlink(missing_ok=True)
         _forget_gone()
+        if cleaner is not None:
+            cleaner.kill()
+            cleaner.wait()

@@ -93,6 +93,44 @@ def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
                              f"pass a {' or '.join(kinds)} panel (probe panel list shows each panel's kind)")
 
 
+def pair_inputs(inputs: dict[str, Any]) -> None:
+    """Inputs that must come from one another are checked as a pair (``store/pairing.py``): a
+    checkpoint beside a store (the store keeps the record: same file, same network), masks beside
+    the store their metadata names (scores are saved there)."""
+    from ..store import pairing
+
+    if isinstance(inputs.get("checkpoint"), (str, Path)) and isinstance(inputs.get("store"), (str, Path)):
+        pairing.checkpoint_store(inputs["store"], inputs["checkpoint"], inputs.get("network") or "teacher")
+    if isinstance(inputs.get("masks_file"), (str, Path)) and Path(inputs["masks_file"]).is_file():
+        from ..commands.decode_scores import bound_meta
+
+        pairing.masks_store(inputs["masks_file"], bound_meta(Path(inputs["masks_file"])))
+
+
+def current(protocol: Protocol, inputs: dict[str, Any]) -> None:
+    """Every store a protocol pairs with a panel's labels (``panel``, ``train``, ``val``; and the
+    store a masks file was cut from) still holds the features of the panel's files as they are
+    now (``coverage.current_photographs``)."""
+    if not protocol.reads.labels or protocol.source == "checkpoint":  # a network run on the files themselves pairs nothing stored
+        return
+    from ..labels.panels import check_readable
+    from .coverage import current_photographs
+
+    for key in ("panel", "val"):  # a sealed panel is refused first: nothing of it, not even its images, is looked at without --unseal
+        if isinstance(inputs.get(key), str):
+            check_readable(inputs[key], inputs.get("unseal"), inputs.get("cache_dir"))
+
+    stores = [inputs.get("store")] if protocol.source != "stores" else list(inputs.get("stores") or [])
+    if isinstance(inputs.get("masks_file"), (str, Path)) and Path(inputs["masks_file"]).is_file():
+        from ..commands.decode_scores import bound_meta
+
+        stores = [bound_meta(Path(inputs["masks_file"])).get("store")]
+    for store in (s for s in stores if isinstance(s, (str, Path)) and (Path(s) / "zarr.json").is_file()):
+        for key in ("panel", "train", "val"):
+            if isinstance(inputs.get(key), str):
+                current_photographs(store, inputs[key], inputs.get("cache_dir"))
+
+
 def run(name: str, source: Any = None, *, placement: Placement | None = None, **keywords: Any) -> Run:
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file)."""
     protocol = get(name)
@@ -108,16 +146,18 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, **
         inputs[first] = [Path(s) for s in source] if first == "stores" and isinstance(source, (list, tuple)) else \
             [Path(source)] if first == "stores" else Path(source) if isinstance(source, (str, Path)) else source
     refuse_panel_kinds(protocol, inputs)
+    pair_inputs(inputs)  # a checkpoint and a store, masks and their store: they belong together, before any work
     read = [v for key in ("store", "stores", "checkpoint", "masks_file") for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)])
             if isinstance(v, (str, Path))]
     check_output_file(inputs.get("json_path"), "--json", read)  # before any work: never over an input or a user's file
-    allow_partial = bool(inputs.pop("allow_partial", False))
+    allow_partial = bool(inputs.get("allow_partial", False))  # kept: a scorer of predictions (probe score) applies it too
     recorded = {k: _absolute(v) for k, v in inputs.items() if not callable(v) and k not in ("quiet", "json_path")}
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
         from .coverage import panel_coverage
 
         recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), allow_partial,  # before any label read
                                               sibling=protocol.reads.panel_sibling)
+    current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
     context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
                                  defaults=protocol.settings().as_dict())
     with records.opened(context):

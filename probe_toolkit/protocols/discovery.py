@@ -101,10 +101,10 @@ class ScoreSettings(Settings):
     """Scoring has no free parameter: COCO's evaluator, class-agnostic, as TokenCut and LOST score."""
 
 
-def score(settings: ScoreSettings, placement, *, masks_file, panel, unseal=None, cache_dir=None, **_):
+def score(settings: ScoreSettings, placement, *, masks_file, panel, unseal=None, cache_dir=None, allow_partial=False, **_):
     from ..commands.decode_scores import run_score
 
-    return run_score(masks_file, panel, unseal=unseal, cache_dir=cache_dir)
+    return run_score(masks_file, panel, unseal=unseal, cache_dir=cache_dir, allow_partial=allow_partial)
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ register(Protocol(
     execute=score,
     source="masks_file",
     command=on_panel("Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU.", "COCO results JSON written by probe decode.",
-                     "Registered panel to score on.", "unseal", written_to("Write the scores as JSON here."), "cache",
+                     "Registered panel to score on.", "allow_partial", "unseal", written_to("Write the scores as JSON here."), "cache",
                      table="results.tables:score", explicit=True),
     placement=(),  # scoring reads a masks file and a panel in this process
 ))

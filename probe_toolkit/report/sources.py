@@ -185,13 +185,18 @@ class Picture:
 
 
 def image_file(store: StoreView, image_id: str) -> Path | None:
-    from ..store.sources import image_folder_or_none
+    """The photograph of a store's image, as it was extracted (a file changed since is one line:
+    a picture drawn under the store's masks or maps must be the one they were computed on)."""
+    from ..store.sources import check_current, image_folder_or_none
 
     source = image_folder_or_none(store.path, store.manifest)  # absolute; an older relative one resolved against the store
     if source is None:
         return None
     path = source / image_id
-    return path if path.is_file() else None
+    if not path.is_file():
+        return None
+    check_current(store.path, [(image_id, path)])
+    return path
 
 
 def original_image(stores: list[StoreView], image_id: str) -> np.ndarray | None:

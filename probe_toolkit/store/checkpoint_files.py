@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..infra.atomic import publish
 from ..infra.errors import ProbeError
 from ..infra.provenance import file_sha256
 from . import hints
@@ -82,7 +83,7 @@ def save_state(state: dict[str, Any], out: str | Path) -> Path:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # a killed run's name, swept as litter
     try:
         torch.save(state, tmp)
-        tmp.replace(out)
+        publish(tmp, out)
     except BaseException:  # a full disk or Ctrl-C leaves neither a half file nor the temporary name
         tmp.unlink(missing_ok=True)
         raise

@@ -35,7 +35,7 @@ from ..infra.progress import bar
 from . import cache, footprint, images
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
-from .create import create_store
+from .create import create_store, lock_file
 from .extract_forward import finite_images, resolve_device, view_data
 from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run, pixel_bytes, shared_memory_room
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
@@ -172,17 +172,22 @@ def extract(
         manifest = build_manifest(checkpoint, settings, refs, str(Path(image_dir).resolve()), own_patches)
         manifest["checkpoint"]["path"] = str(Path(checkpoint_path).resolve())
         existed = (path / "zarr.json").is_file()
+        if existed:  # its photographs changed in place: growing it would pair old features with new pixels, and "0 written" would hide it
+            from .sources import check_current, finished
+
+            held = set(finished(path))
+            check_current(path, [(r.id, r.path) for r in refs if r.id in held])
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
             from .verify import repair as mark_damaged
-            from .sources import check_unchanged, record_absolute
+            from .sources import record_absolute
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
-            if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change
-                mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
+            if repair:  # its photographs were checked unchanged above (their sha256), before any change
+                mark_damaged(path, list(views))
         todo, left = _limited(writer.todo(shard_range, views), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
         # the device's copies of the runs being written (and two more) beside the pixels, in shared memory
@@ -249,6 +254,7 @@ def extract(
             # may already be another shard's)
             if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
                 shutil.rmtree(path, ignore_errors=True)
+                lock_file(path).unlink(missing_ok=True)  # the store's lock goes with it (docs/guarantees.md, "Leftovers")
             raise
         from .sources import record_digests
 
