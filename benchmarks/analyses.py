@@ -242,10 +242,12 @@ def main() -> None:
             read_a = from_store(path, "attention_224", args.per_image, lambda x: np.zeros(len(x)))
             if r == 0:  # warm-up; check that all three compute the same numbers
                 ours = np.stack([found["neighbours"][s].values[: args.plain] for s in found["neighbours"].statistic.values], 1)
-                print(f"neighbours: max |toolkit - plain loop| {np.abs(ours - plain_n[1]).max():.2e}, |per-image (float32) - plain loop| {np.abs(image_n[1][: args.plain] - plain_n[1]).max():.2e}")
+                print(f"neighbours: max |toolkit - plain loop| {np.abs(ours - plain_n[1]).max():.2e}, |per-image (float32) - plain loop| "
+                      f"{np.abs(image_n[1][: args.plain] - plain_n[1]).max():.2e}")
                 e = found["entropy"]
                 ours_e = np.stack([e.patch_entropy.values, e.patch_effective.values, e.distance.values], -1)[: args.plain]
-                print(f"entropy: max |toolkit - plain loop| {np.abs(ours_e - plain_e[1]).max():.2e}, |per-image - plain loop| {np.abs(image_e[1][: args.plain] - plain_e[1]).max():.2e}")
+                print(f"entropy: max |toolkit - plain loop| {np.abs(ours_e - plain_e[1]).max():.2e}, |per-image - plain loop| "
+                      f"{np.abs(image_e[1][: args.plain] - plain_e[1]).max():.2e}")
                 continue
             for key, value in (
                 ("neighbours_toolkit", found["neighbours_rate"]), ("neighbours_plain_loop", plain_n[0]), ("neighbours_per_image", image_n[0]),

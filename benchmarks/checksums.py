@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -90,7 +90,8 @@ def main() -> None:
     emit({"benchmark": "checksums", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
                        "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "images": args.images, "patches": args.patches,
                        "channels": args.channels, "chunk": args.chunk, "rounds": args.rounds, "plain_s": round(plain_s, 4),
-                       "checked_s": round(checked_s, 4), "crc_zarr_pipeline_s": round(crc_s, 4), "ratio": round(checked_s / plain_s, 3), "checksum_bytes": checked_bytes - plain_bytes,
+                       "checked_s": round(checked_s, 4), "crc_zarr_pipeline_s": round(crc_s, 4), "ratio": round(checked_s / plain_s, 3),
+                       "checksum_bytes": checked_bytes - plain_bytes,
                        "same_values": bool(same)}, RECORDS, args.record)
 
 

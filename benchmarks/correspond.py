@@ -33,8 +33,8 @@ import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_correspond import plain_errors as plain  # noqa: E402  (the tests' per-keypoint loop is the baseline)
 from startup import cpu_model  # noqa: E402  (the processor's name, as the startup benchmark records it)
+from test_correspond import plain_errors as plain  # noqa: E402  (the tests' per-keypoint loop is the baseline)
 
 from probe_toolkit.analyses import correspond  # noqa: E402
 from probe_toolkit.commands.correspond import pair_block  # noqa: E402

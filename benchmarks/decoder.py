@@ -97,7 +97,8 @@ def main() -> None:
                 graph = decoder_graph.key_graph(decoder_graph.cosines(k, center=settings.center), settings.tau, settings.eps)
                 scale = 1.0 / np.sqrt(graph.degree)
                 t = clock()
-                cut = decoder_cut.normalized_cut(graph, enough=lambda c: decoder_masks.certified_cut(c, scale, (grid, grid), settings)[-1])
+                cut = decoder_cut.normalized_cut(graph, enough=lambda c, scale=scale, grid=grid, settings=settings:
+                                                 decoder_masks.certified_cut(c, scale, (grid, grid), settings)[-1])
                 ours_solve.append(clock() - t)
                 steps.append(cut.steps)
                 w = graph.dense()

@@ -87,7 +87,7 @@ def main() -> None:
                                     out=root / f"{seed}-{preset}-{keys}.json")
                     s = run.report.scores
                     scores.setdefault((preset, keys), []).append((s.corloc, s.mean_best_iou))
-    line = {"benchmark": "dinov3_keys", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    line = {"benchmark": "dinov3_keys", "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": platform.processor() or platform.machine(), "network": "tiny DINOv3 (width 128, depth 2), random weights",
             "seeds": args.seeds, "scenes": args.scenes, "view": args.view, "rows": []}
     print(f"{'preset':10} {'keys':6} {'CorLoc %':>9} {'mean best IoU %':>16}   (mean over {args.seeds} networks, {args.scenes} scenes, view {args.view})")

@@ -76,13 +76,13 @@ from probe_toolkit.demo.samples import sample_photos, write_checkpoint
 from probe_toolkit.infra.memory import keep_memory_flat, reusing_blocks
 from probe_toolkit.store import images
 from probe_toolkit.store.architectures import DINOV3_B16, DINOV3_RELEASED, DINOV3_S16, RELEASED
+from probe_toolkit.store.backbone import Backbone
+from probe_toolkit.store.checkpoints import load_checkpoint
+from probe_toolkit.store.extract import SAVERS, Settings, extract
 
 # the released sizes, and DINOv3's (timm's Eva with RoPE: the bare side is that same timm model) by their
 # registry names and the short names dinov3-s16 / dinov3-b16
 ARCHS = {**RELEASED, **DINOV3_RELEASED, "dinov3-s16": DINOV3_S16, "dinov3-b16": DINOV3_B16}
-from probe_toolkit.store.backbone import Backbone
-from probe_toolkit.store.checkpoints import load_checkpoint
-from probe_toolkit.store.extract import SAVERS, Settings, extract
 
 
 def image_folder(root: Path, count: int) -> Path:
@@ -315,7 +315,8 @@ def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
         print(f"{mode:9s}: {ms[mode]:6.2f} ms CPU per image in the command's process, of which {host_ms[mode]:5.2f} beside the forward pass "
               f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images at {size} px, {decoders} decoders, {rounds} rounds)")
     print(f"the command's own CPU per image beside the forward pass, processes / threads: {host_ms['processes'] / host_ms['threads']:.3f}; stores byte-identical: {same}")
-    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "size": size, "images": count, "rounds": rounds, "decoders": decoders,
+    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "size": size, "images": count, "rounds": rounds,
+                      "decoders": decoders,
                       "own_cpu_ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "host_ms_per_image": {k: round(v, 3) for k, v in host_ms.items()},
                       "img_s": {k: round(v, 2) for k, v in rate.items()},
                       "identical": same, "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
@@ -412,15 +413,17 @@ def main() -> None:
         results: dict[int, dict[str, list[dict[str, float]]]] = {s: {"probe": [], "bare": []} for s in plan}
         for r in range(rounds + 1):  # round 0 warms up
             for size, (folder, batch) in plan.items():
-                sides = [("bare", lambda: bare_side(size)),
-                         ("probe", lambda: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device))]
+                sides = [("bare", lambda size=size: bare_side(size)),
+                         ("probe", lambda size=size, folder=folder, batch=batch, r=r:
+                          probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device))]
                 for side, run in sides if r % 2 else sides[::-1]:  # the order alternates
                     measured = run()
                     if r:
                         results[size][side].append(measured)
         ours.send(None)
         worker.join()
-    line = {"benchmark": "extract", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arch": args.arch, "mode": "full" if args.full else "short", "images_224": n224, "images_480": n480, "rounds": rounds,
+    line = {"benchmark": "extract", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arch": args.arch, "mode": "full" if args.full else "short",
+            "images_224": n224, "images_480": n480, "rounds": rounds,
             "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default"}

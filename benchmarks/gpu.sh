@@ -49,7 +49,7 @@ else
 fi
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
-"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, probe_toolkit.commands.decode, probe_toolkit.analyses.hummingbird_torch, timm, zarr, scipy, threadpoolctl; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
+"$python" -c "import probe_toolkit.store.extract, probe_toolkit.analyses.decoder_torch, probe_toolkit.commands.decode, probe_toolkit.analyses.search_torch, timm, zarr, scipy, threadpoolctl; print('imports: ok')" 2>&1 | tail -1 | tee -a "$out/device.log"
 status=0
 timeout 200 "$python" benchmarks/extract.py --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract.log" || status=1
 timeout 200 "$python" benchmarks/extract.py --arch dinov3-s16 --device "$device" "${extract_args[@]}" 2>&1 | tee "$out/extract-dinov3.log" || status=1

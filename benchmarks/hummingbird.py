@@ -12,7 +12,7 @@ neighbours' agreement is printed: rows whose 30 neighbours are the same set in b
     python benchmarks/hummingbird.py [--memory 102400] [--queries 4096] [--rounds 3] [--device auto] [--record]
 
 ``--device`` (auto: cuda when torch sees a GPU, else cpu; none: skip) adds the torch search of
-``probe hummingbird --backend torch`` (``analyses.hummingbird_torch``) on that device against an
+``probe hummingbird --backend torch`` (``analyses.search_torch``) on that device against an
 exhaustive baseline on the same device (one float32 matmul of every cosine + a full sort), both
 with the memory already on the device (a run moves it there once); it prints whether its
 neighbours and cosines are the numpy search's, bit for bit.
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
 
 from probe_toolkit.analyses import hummingbird as hb
-from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird.jsonl"
 
@@ -54,7 +54,7 @@ def torch_rows(queries: np.ndarray, memory: np.ndarray, labels: np.ndarray, k: i
     """(baseline seconds, probe seconds, probe's (similarity, neighbour)) on ``device``: medians of ``rounds``."""
     import torch
 
-    from probe_toolkit.analyses import hummingbird_torch as ht
+    from probe_toolkit.analyses import search_torch as ht
 
     def sync():
         if device.startswith("cuda"):
@@ -127,7 +127,8 @@ def main() -> None:
     print(f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); same {args.k} neighbours on {100 * same_set:.2f} % of rows, "
           f"same transferred label on {100 * same_label:.2f} %")
     fields = {"benchmark": "hummingbird", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-              "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "memory": args.memory, "queries": args.queries, "dim": args.dim, "k": args.k, "block": args.block,
+              "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "memory": args.memory, "queries": args.queries, "dim": args.dim, "k": args.k,
+              "block": args.block,
               "rounds": args.rounds, "baseline_s": round(base_s, 4), "probe_s": round(probe_s, 4), "ratio": round(base_s / probe_s, 3),
               "same_neighbours": round(same_set, 5), "same_label": round(same_label, 5)}
     if args.device != "none":

@@ -2,7 +2,9 @@
 
 The matmul (normalised test features × normalised train features, all at once, in float32) is
 the physical bound of any exact k-NN: probe's ``analyses.knn.classify`` does the same products in
-blocks, by numpy's BLAS, keeps a running top-k (k = 200) and votes for k = 10, 20, 100 and 200.
+blocks, by numpy's BLAS (``analyses.search``: a float32 screen, the candidates near each row's
+running 200th settled in float64 at the end), keeps a running top-k (k = 200) and votes for k = 10,
+20, 100 and 200.
 The baseline is numpy's own matmul (the same BLAS at the same threads); torch's, the library the
 k-NN ran on before, is timed beside it. Features are synthetic clustered float32 vectors at
 ViT-S/16 width (384). Rounds are interleaved and medians compared; the ratio is matmul seconds /
@@ -14,7 +16,7 @@ k-NN seconds (target ≥ 0.8). Prints a table and a JSON line.
 ``--sorted`` orders the train set by class (a query's own class then fills whole blocks).
 ``--parts`` also times one block's pieces (1,024 test × 4,096 train, medians of 5): its products,
 each row's 200th largest value (``np.partition``: how the first block finds its 200 best), the
-values above a running 200th gathered as keys (what a later block adds: ``knn.block_candidates``),
+values above a running 200th gathered as keys (what a later block adds: ``search.block_candidates``),
 and the merge of 200 running keys with 200 new ones (a value partition: keys carry their index); beside them ``np.argpartition``'s top-200 and
 torch's products and ``topk`` (each library at its default threads), the pieces the selection
 does not use.
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from probe_toolkit.analyses import knn
+from probe_toolkit.analyses import knn, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import cpu_model, options  # noqa: E402  (the processor's name and the command line, as every benchmark has them)
@@ -96,7 +98,8 @@ def main() -> None:
     for name, seconds in parts.items():
         print(f"  one block ({knn.TEST_BLOCK:,} × {knn.TRAIN_BLOCK:,}): {name.replace('_', ' '):<24} {1e3 * seconds:7.1f} ms")
     print(json.dumps({
-        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": cpu_model(), "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
         "train": args.train, "test": args.test, "dim": args.dim, "rounds": args.rounds,
         "sorted": args.sorted, "plain_s": round(plain_s, 4), "torch_s": round(torch_s, 4), "knn_s": round(knn_s, 4), "ratio": round(plain_s / knn_s, 3),
         "ratio_torch": round(torch_s / knn_s, 3), "top1_k20": round(float(result.top1[1]), 5),
@@ -115,17 +118,18 @@ def block_parts(train: np.ndarray, test: np.ndarray, rounds: int = 5) -> dict[st
     ``np.argpartition``'s top-200 and torch's products and top-200, which it does not use."""
     a, b = knn.normalise(test[: knn.TEST_BLOCK]), knn.normalise(train[: knn.TRAIN_BLOCK])
     sim = a @ b.T
-    floor = knn._kth_largest(sim, 200)
+    floor = search._kth_largest(sim, 200)
+    margin = search.screen_slack(a)
     later = knn.normalise(train[knn.TRAIN_BLOCK: 2 * knn.TRAIN_BLOCK])
     late_sim = a @ later.T if len(later) else sim
-    running = knn.block_candidates(sim, 0, 200, None)[:, :200]
-    fresh = np.sort(knn.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, None)[:, :200], axis=1)
+    running = search.block_candidates(sim, 0, 200, None, margin)[:, :200]
+    fresh = np.sort(search.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, None, margin)[:, :200], axis=1)
     merged = np.concatenate([running, fresh], axis=1)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     tsim = ta @ tb.T
     width = sim.shape[1]
-    pieces = {"products": lambda: a @ b.T, "200th largest": lambda: knn._kth_largest(sim, 200),
-              "above floor as keys": lambda: knn.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, floor),
+    pieces = {"products": lambda: a @ b.T, "200th largest": lambda: search._kth_largest(sim, 200),
+              "above floor as keys": lambda: search.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, floor, margin),
               "merge 200 + 200": lambda: np.partition(merged, 199, axis=1),
               "argpartition 200": lambda: np.argpartition(sim, width - 200, axis=1)[:, -200:],
               "torch products": lambda: ta @ tb.T, "torch top-200": lambda: tsim.topk(200, dim=1, sorted=False)}

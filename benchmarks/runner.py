@@ -29,7 +29,6 @@ from analyses import build_store  # noqa: E402  (the synthetic store of benchmar
 
 from probe_toolkit.commands.attention_masks import run_attention_masks  # noqa: E402
 from probe_toolkit.infra.placement import Placement  # noqa: E402
-from probe_toolkit.store import cache  # noqa: E402
 from probe_toolkit.results import records
 
 

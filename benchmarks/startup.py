@@ -206,7 +206,7 @@ def main() -> None:
         root = Path(tmp)
         chosen = commands(str(build_store(root)), root, args.full, str(build_panel_store(root)) if args.full else "")
         times: dict[tuple[str, str], list[tuple[float, float]]] = {(name, tree): [] for name in chosen for tree in trees}
-        for name, command in chosen.items():  # warm the page cache (and write the results the report reads) once
+        for command in chosen.values():  # warm the page cache (and write the results the report reads) once
             for tree in trees:
                 timed(command, envs[tree], root)
         for _ in range(args.rounds):
@@ -224,7 +224,8 @@ def main() -> None:
         print(f"{label:44s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
     print(json.dumps({"benchmark": "startup", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-                      "target_s": TARGET, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": max(loads), "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
+                      "target_s": TARGET, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": max(loads),
+                      "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,10 @@ MANUAL = {
     "propagate": "commands/frozen-features.md",
     "hummingbird": "commands/dense.md",
     "linear-segmentation": "commands/segment.md",
+    "rank": "commands/labelfree.md",
+    "position": "commands/labelfree.md",
+    "similarity": "commands/labelfree.md",
+    "overcluster": "commands/labelfree.md",
 }
 
 

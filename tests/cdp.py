@@ -165,7 +165,7 @@ class Browser:
             except OSError:
                 pass
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc) -> None:

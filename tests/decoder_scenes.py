@@ -11,7 +11,6 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
 
-from probe_toolkit.store import cache
 from probe_toolkit.store.create import create_store
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-
 from report_stores import invoke
 
 from probe_toolkit.demo.spair import write_spair
@@ -79,7 +78,8 @@ def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:
     checkpoint = cache.manifest(store)["checkpoint"]["path"]
     for name, split, views in (("voc-seg-train", "train", "hbird512_aug0,hbird512_aug1"), ("voc-seg-val", "val", "hbird512")):
         invoke("panel", "add", name, "--voc-segmentation", year, "--split", split, "--role", split, "--cache", cache_dir)
-        invoke("extract", checkpoint, "--images", year / "JPEGImages", "--views", views, "--store", store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
+        invoke("extract", checkpoint, "--images", year / "JPEGImages", "--views", views, "--store",
+               store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
                "--cache", cache_dir, "-q")
     invoke("hummingbird", store, "--train", "voc-seg-train", "--val", "voc-seg-val", "--memory", "30,full", "--cache", cache_dir, "--workers", "1", "-q")
     invoke("segment", checkpoint, "--train", "voc-seg-train", "--val", "voc-seg-val", "--store", store, "--cache", cache_dir, "--iterations", "2",

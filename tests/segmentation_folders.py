@@ -3,8 +3,8 @@ VOC2012's, filled with textured scenes whose label maps the tests keep to score 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from PIL import Image

@@ -9,14 +9,16 @@ import json
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from cli_runs import probe_main
-from probe_toolkit.demo.samples import TINY, write_checkpoint
-from probe_toolkit.labels import ade_segmentation as ade, guard, kinds, ledger, panels
-from probe_toolkit.store.extract import Settings, extract
+from PIL import Image
 from segmentation_folders import box_scene, write_ade
 from test_hummingbird_protocol import _iou, _plain
+
+from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.labels import ade_segmentation as ade
+from probe_toolkit.labels import guard, kinds, ledger, panels
+from probe_toolkit.results import records
+from probe_toolkit.store.extract import Settings, extract
 
 NAMES = {"training": ["ADE_train_00000001", "ADE_train_00000002", "ADE_train_00000017"], "validation": ["ADE_val_00000001", "ADE_val_00000009"]}
 
@@ -101,7 +103,18 @@ def test_hummingbird_on_ade20k_equals_a_plain_computation_with_151_classes(ade_r
     assert summary["classes"][0] == "other" and len(summary["classes"]) == 151
     train = [(f"training/{n}.jpg", written[f"training/{n}.jpg"]) for n in NAMES["training"]]
     val = [(f"validation/{n}.jpg", written[f"validation/{n}.jpg"]) for n in NAMES["validation"]]
-    for m, (confusion, _, rows) in enumerate(_plain(store, train, val, (60, None), n_classes=151)):
+    saved = records.load(store, "hummingbird")
+    assert [f"validation/{n}" for n in saved.shown.values] == [name for name, _ in val]  # every val image is shown: its whole prediction kept
+    for m, (_, shown, rows) in enumerate(_plain(store, train, val, (60, None), n_classes=151)):
         assert summary["bank_rows"][m] == rows
+        confusion = np.zeros((151, 151), np.int64)
+        for j, (name, _) in enumerate(val):
+            truth, predicted, margin, tied = shown[name]
+            got = saved.prediction.values[m, j]
+            # the plain computation in float64 and probe's in float32 may only part where float32 rounding decides
+            assert np.array_equal(got[(margin > 1e-5) & ~tied], predicted[(margin > 1e-5) & ~tied]) and np.array_equal(saved.truth.values[j], truth)
+            keep = truth != 255
+            confusion += np.bincount(truth[keep].astype(np.int64) * 151 + got[keep], minlength=151 ** 2).reshape(151, 151)
+        assert np.array_equal(saved.confusion.values[m], confusion)
         assert summary["miou"][m] == pytest.approx(_iou(confusion).mean(), abs=1e-12)
         assert summary["iou"][m] == pytest.approx(_iou(confusion).tolist(), abs=1e-12)

@@ -105,7 +105,7 @@ def plain_forward(sd: dict[str, torch.Tensor], heads: int, images: torch.Tensor,
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     hd = d // heads
     for i in range(depth):
-        w = lambda name: sd[f"blocks.{i}.{name}"]  # noqa: E731
+        w = lambda name, i=i: sd[f"blocks.{i}.{name}"]  # noqa: E731
         scale1 = sd.get(f"blocks.{i}.ls1.gamma", torch.ones(d, dtype=torch.float64))
         scale2 = sd.get(f"blocks.{i}.ls2.gamma", torch.ones(d, dtype=torch.float64))
         h = layer_norm(z, w("norm1.weight"), w("norm1.bias"))

@@ -15,19 +15,19 @@ import re
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from conftest import synthetic_scene
+from PIL import Image
 from report_stores import box_coco, invoke, plain_follow
 from typer.testing import CliRunner
 
 from probe_toolkit.analyses import selection
 from probe_toolkit.analyses.grid import grid_distance
 from probe_toolkit.cli import app, flagged
-from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.demo.video import write_davis
 from probe_toolkit.demo.samples import TINY, TINY_B8, TINY_DINOV2_REG, TINY_P8, write_checkpoint
-from probe_toolkit.store import cache, grids
+from probe_toolkit.demo.video import write_davis
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.results import records
+from probe_toolkit.store import cache, grids
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.images import list_images, load_image, views

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from probe_toolkit.analyses import attention_masks as am
 from probe_toolkit.cli import app
 from probe_toolkit.labels import ledger
-from probe_toolkit.store import cache, images
 from probe_toolkit.results import records
+from probe_toolkit.store import cache, images
 from probe_toolkit.store.checkpoints import load_checkpoint
 
 runner = CliRunner()

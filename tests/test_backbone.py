@@ -70,7 +70,7 @@ def reference_forward(sd: dict, heads: int, images: torch.Tensor):
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     hd = d // heads
     for i in range(depth):
-        w = lambda name: sd[f"blocks.{i}.{name}"]  # noqa: E731
+        w = lambda name, i=i: sd[f"blocks.{i}.{name}"]  # noqa: E731
         h = layer_norm(z, w("norm1.weight"), w("norm1.bias"))
         qkv = (h @ w("attn.qkv.weight").T + w("attn.qkv.bias")).reshape(b, -1, 3, heads, hd)
         q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))  # (b, heads, T, hd)

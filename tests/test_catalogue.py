@@ -22,11 +22,11 @@ import socket
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -37,8 +37,8 @@ from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra import cluster as cluster_side
 from probe_toolkit.infra import litter
 from probe_toolkit.infra.runner import Where, per_image
-from probe_toolkit.store import cache, create, writer
 from probe_toolkit.results import records
+from probe_toolkit.store import cache, create, writer
 from probe_toolkit.store.checkpoint_files import sha256_file
 
 # ----------------------------------------------------------------------------------------------
@@ -277,7 +277,8 @@ CASES = [
     Case("neighbours-distance-unknown", lambda w: ["neighbours", w.store, "--distance", "manhattan", "-q"], 2, ("--distance",),
          lambda w: ["neighbours", w.store, "--distance", "euclidean", "--boot", "100", "-q"]),
     Case("full-disk-saving-results", lambda w: ["entropy", w.store, "--boot", "100", "-q"], 2, ("results/entropy", "could not be written"),
-         lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=lambda w, mp: mp.setattr("probe_toolkit.store.plain.write", _enospc)),  # entropy writes with store.plain
+         lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=lambda w, mp: mp.setattr("probe_toolkit.store.plain.write", _enospc)),
+         # entropy writes with store.plain
     Case("full-disk-saving-results-through-xarray", lambda w: ["attention-masks", w.store, "-q"], 2, ("results/attention_masks", "could not be written"),
          lambda w: ["attention-masks", w.store, "-q"], setup=lambda w, mp: mp.setattr("xarray.Dataset.to_zarr", _enospc)),
     Case("json-into-a-folder", lambda w: ["entropy", w.store, "--boot", "100", "--json", w.root / "out", "-q"], 2, (str(Path("out")),),
@@ -292,7 +293,8 @@ CASES = [
          lambda w: ["entropy", w.store, "--boot", "100", "-q"], setup=lambda w, mp: _listener(w)),
     Case("dask-scheduler-without-workers", lambda w: ["entropy", w.store, "--dask-address", w.empty_cluster, "-q"], 2, ("no workers",),
          lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _clusters(w)),
-    Case("dask-worker-cannot-read-the-store", lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], 1, ("dask worker", "cannot read the store"),
+    Case("dask-worker-cannot-read-the-store", lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], 1,
+         ("dask worker", "cannot read the store"),
          lambda w: ["entropy", w.store, "--boot", "100", "--dask-address", w.cluster, "-q"], setup=lambda w, mp: _hide_store_after_open(w, mp)),
     Case("dask-workers-all-die", lambda w: ["neighbours", w.store, "--boot", "100", "--dask-address", w.dying, "-q"], 2, ("no workers left",),
          lambda w: ["neighbours", w.store, "--boot", "100", "-q"], setup=lambda w, mp: _workers_die(w, mp)),
@@ -302,12 +304,14 @@ CASES = [
     Case("decode-not-a-store", lambda w: ["decode", w.root, *w.q], 2, ("not a probe store",), lambda w: ["decode", w.store, *w.q]),
     Case("decode-without-keys", lambda w: ["decode", w.root / "stores" / "k224" / "teacher.zarr", *w.q], 2, ("--views 480",),
          lambda w: ["decode", w.store, *w.q], setup=lambda w, mp: _store_224(w)),
-    Case("decode-preset-unknown", lambda w: ["decode", w.store, "--preset", "fancy", *w.q], 2, ("--preset",), lambda w: ["decode", w.store, "--preset", "tokencut", *w.q]),
+    Case("decode-preset-unknown", lambda w: ["decode", w.store, "--preset", "fancy", *w.q], 2, ("--preset",),
+         lambda w: ["decode", w.store, "--preset", "tokencut", *w.q]),
     Case("decode-tau-outside", lambda w: ["decode", w.store, "--tau", "2", *w.q], 2, ("--tau",), lambda w: ["decode", w.store, "--tau", "0.2", *w.q]),
     Case("decode-eps-0", lambda w: ["decode", w.store, "--eps", "0", *w.q], 2, ("--eps",), lambda w: ["decode", w.store, "--eps", "1e-5", *w.q]),
     Case("decode-masks-0", lambda w: ["decode", w.store, "--masks", "0", *w.q], 2, ("--masks",), lambda w: ["decode", w.store, "--masks", "1", *w.q]),
     Case("decode-threads-0", lambda w: ["decode", w.store, "--threads", "0", *w.q], 2, ("--threads",), lambda w: ["decode", w.store, "--threads", "1", *w.q]),
-    Case("decode-size-unknown", lambda w: ["decode", w.store, "--size", "333", *w.q], 2, ("view '333'", "is not one of"), lambda w: ["decode", w.store, "--size", "480", *w.q]),
+    Case("decode-size-unknown", lambda w: ["decode", w.store, "--size", "333", *w.q], 2, ("view '333'", "is not one of"),
+         lambda w: ["decode", w.store, "--size", "480", *w.q]),
     Case("decode-settings-missing", lambda w: ["decode", w.store, "--settings", w.root / "none.json", *w.q], 2, ("none.json",), lambda w: ["decode", w.store, *w.q]),
     Case("decode-settings-not-settings", lambda w: ["decode", w.store, "--settings", write(w.root / "out" / "s.json", "[1]"), *w.q], 2, ("s.json",),
          lambda w: ["decode", w.store, *w.q]),
@@ -319,7 +323,8 @@ CASES = [
     Case("score-masks-of-another-run", lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache], 1, ("decoder-masks.json", "different"),
          lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache], setup=lambda w, mp: _interrupted_decode(w),
          after=lambda w: _redecode(w)),
-    Case("sweep-metric-unknown", lambda w: ["decode-sweep", w.store, "--panel", "va", "--metric", "best", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q],
+    Case("sweep-metric-unknown", lambda w: ["decode-sweep", w.store, "--panel", "va", "--metric", "best", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json",
+                                            *w.q],
          2, ("--metric",), lambda w: ["decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q]),
     Case("sweep-grid-not-toml", lambda w: ["decode-sweep", w.store, "--panel", "va", "--grid", write(w.root / "bad" / "g.toml", "tau = ["), *w.q], 2, ("g.toml",),
          lambda w: ["decode-sweep", w.store, "--panel", "va", "--grid", _grid(w), "--settings-out", w.root / "out" / "b.json", *w.q]),
@@ -332,10 +337,12 @@ CASES = [
          2, ("--role",), lambda w: ["panel", "add", "r", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
     Case("panel-annotations-missing", lambda w: ["panel", "add", "m", "--annotations", w.root / "no.json", "--images", w.images, "--role", "val", "--cache", w.cache],
          2, ("no.json",), lambda w: ["panel", "add", "m", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
-    Case("panel-images-not-a-folder", lambda w: ["panel", "add", "f", "--annotations", w.root / "val.json", "--images", w.root / "val.json", "--role", "val", "--cache", w.cache],
+    Case("panel-images-not-a-folder",
+         lambda w: ["panel", "add", "f", "--annotations", w.root / "val.json", "--images", w.root / "val.json", "--role", "val", "--cache", w.cache],
          2, ("val.json",), lambda w: ["panel", "add", "f", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
     Case("panel-exists", lambda w: ["panel", "add", "va", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
-         2, ("--replace",), lambda w: ["panel", "add", "va", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--replace", "--cache", w.cache]),
+         2, ("--replace",), lambda w: ["panel", "add", "va", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--replace", "--cache",
+                                       w.cache]),
     Case("annotations-not-json", lambda w: ["score", w.masks, "--panel", "p1", "--cache", w.cache], 2, ("p1.json",),
          lambda w: ["score", w.masks, "--panel", "p1", "--cache", w.cache], setup=panel_file("p1", "{not json"), after=repair_panel("p1")),
     Case("annotations-name-missing-files", lambda w: ["score", w.masks, "--panel", "p2", "--cache", w.cache], 2, ("p2.json", "gone.png"),
@@ -344,11 +351,14 @@ CASES = [
          after=repair_panel("p2")),
     Case("annotations-unknown-image-id", lambda w: ["score", w.masks, "--panel", "p3", "--cache", w.cache], 2, ("p3.json", "image id 77"),
          lambda w: ["score", w.masks, "--panel", "p3", "--cache", w.cache],
-         setup=panel_file("p3", coco(["c.png", "d.png"], annotations=[*coco(["c.png", "d.png"])["annotations"], {"id": 50, "image_id": 77, "category_id": 1, "bbox": [0, 0, 1, 1], "segmentation": [[0, 0, 1, 0, 1, 1]], "area": 1, "iscrowd": 0}])),
+         setup=panel_file("p3", coco(["c.png", "d.png"],
+                                     annotations=[*coco(["c.png", "d.png"])["annotations"], {"id": 50, "image_id": 77, "category_id": 1, "bbox": [0, 0, 1, 1],
+                                                                                             "segmentation": [[0, 0, 1, 0, 1, 1]], "area": 1, "iscrowd": 0}])),
          after=repair_panel("p3")),
     Case("annotations-size-disagrees", lambda w: ["score", w.masks, "--panel", "p4", "--cache", w.cache], 2, ("p4.json", "c.png", "112×80"),
          lambda w: ["score", w.masks, "--panel", "p4", "--cache", w.cache],
-         setup=panel_file("p4", coco(["c.png", "d.png"], images=[dict(im, width=224, height=224) if im["file_name"] == "c.png" else im for im in coco(["c.png", "d.png"])["images"]])),
+         setup=panel_file("p4", coco(["c.png", "d.png"],
+                                     images=[dict(im, width=224, height=224) if im["file_name"] == "c.png" else im for im in coco(["c.png", "d.png"])["images"]])),
          after=repair_panel("p4")),
     Case("panels-of-two-roles-share-images", lambda w: ["score", w.root / "copycat-masks.json", "--panel", "copycat", "--cache", w.cache], 2,
          ("copycat", "same content"), lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache],
@@ -379,7 +389,8 @@ CASES = [
          setup=lambda w, mp: mp.setattr("probe_toolkit.report.markdown.render", _enospc)),
     Case("info-not-a-store", lambda w: ["info", w.root], 2, ("not a probe store",), lambda w: ["info", w.store]),
     Case("doctor-required-check-fails", lambda w: ["doctor", "--cache", w.cache], 1, ("required check",), lambda w: ["doctor", "--cache", w.cache],
-         setup=lambda w, mp: mp.setattr("probe_toolkit.demo.doctor.library_versions", lambda: {}.fromkeys(("torch", "timm", "zarr", "xarray", "pycocotools", "numpy", "scipy", "scikit-learn"), "absent"))),
+         setup=lambda w, mp: mp.setattr("probe_toolkit.demo.doctor.library_versions",
+                                        lambda: {}.fromkeys(("torch", "timm", "zarr", "xarray", "pycocotools", "numpy", "scipy", "scikit-learn"), "absent"))),
     Case("convert-source-missing", lambda w: ["convert", w.root / "none.pth", w.root / "out" / "c.pth"], 2, ("none.pth",),
          lambda w: ["convert", w.ckpt, w.root / "out" / "c.pth"]),
     Case("make-checkpoint-layout-unknown", lambda w: ["make-checkpoint", w.root / "out" / "m.pth", "--layout", "odd"], 2, ("--layout",),
@@ -436,15 +447,15 @@ def _enospc(*args, **kwargs):
 def _interrupt_second_chunk(mp):
     from probe_toolkit.store.backbone import Backbone
 
-    real, calls = Backbone.readout, []
+    real, calls = Backbone.capture, []
 
-    def readout(self, *args, **kwargs):
+    def capture(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
-    mp.setattr(Backbone, "readout", readout)
+    mp.setattr(Backbone, "capture", capture)
 
 
 def _partial_store(w):
@@ -617,7 +628,8 @@ def _copycat(w, undo: bool = False):
     """A train panel holding a copy of a val image under another name, read once (so its images are known)."""
     folder = w.root / "copycat"
     if undo:  # the user replaces the panel by one without the copy
-        assert probe("panel", "add", "copycat", "--annotations", w.root / "train.json", "--images", w.images, "--role", "train", "--replace", "--cache", w.cache).code == 0
+        assert probe("panel", "add", "copycat", "--annotations", w.root / "train.json", "--images", w.images, "--role", "train", "--replace", "--cache",
+                     w.cache).code == 0
         return
     folder.mkdir(exist_ok=True)
     shutil.copy(w.images / "a.png", folder / "a.png")
@@ -833,7 +845,8 @@ CASES += [
     Case("decode-workers-0", lambda w: ["decode", w.store, "--workers", "0", *w.q], 2, ("--workers",), lambda w: ["decode", w.store, "--workers", "1", *w.q]),
     Case("attention-masks-workers-0", lambda w: ["attention-masks", w.store, "--workers", "0", "-q"], 2, ("--workers",),
          lambda w: ["attention-masks", w.store, "--workers", "1", "-q"]),
-    Case("knn-workers-and-dask", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", "--workers", "2", "--dask-address", "tcp://127.0.0.1:1", *w.q], 2,
+    Case("knn-workers-and-dask", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", "--workers", "2", "--dask-address", "tcp://127.0.0.1:1",
+                                            *w.q], 2,
          ("--workers and --dask-address",), lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q]),
     Case("knn-k-0", lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "0", *w.q], 2, ("--k",),
          lambda w: ["knn", _knn_store(w), "--train", "ktr", "--val", "kva", "--k", "1", *w.q]),
@@ -851,7 +864,8 @@ CASES += [
          lambda w: ["panel", "add", "v2", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
     Case("panel-two-kinds-at-once", lambda w: ["panel", "add", "v3", "--voc", w.root, "--masks", w.images, "--images", w.images, "--role", "val", "--cache", w.cache], 2,
          ("different kinds",), lambda w: ["panel", "add", "v3", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
-    Case("panel-classes-with-annotations", lambda w: ["panel", "add", "v4", "--classes-from-folders", w.images, "--annotations", w.root / "val.json", "--role", "val", "--cache", w.cache], 2,
+    Case("panel-classes-with-annotations",
+         lambda w: ["panel", "add", "v4", "--classes-from-folders", w.images, "--annotations", w.root / "val.json", "--role", "val", "--cache", w.cache], 2,
          ("--classes-from-folders",), lambda w: ["panel", "add", "v4", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache]),
     Case("make-checkpoint-arch-unknown", lambda w: ["make-checkpoint", w.root / "out" / "arch.pth", "--arch", "vit-z99"], 2, ("vit-z99",),
          lambda w: ["make-checkpoint", w.root / "out" / "arch.pth"]),

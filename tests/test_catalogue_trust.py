@@ -22,7 +22,6 @@ from test_catalogue import SCENES, probe, refused, tree, w  # noqa: F401  (w: th
 
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.results import records
-from probe_toolkit.store import integrity
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +303,7 @@ def test_colour_term_reads_the_stores_photographs_not_the_current_directorys(t, 
     older = _relative(t, "scenes")  # under stores/copy-N/: found two folders up, beside stores/
     decoy = tmp_path / "scenes"
     decoy.mkdir()
-    for seed, (name, (size, boxes)) in enumerate(SCENES.items()):
+    for seed, (name, (size, _boxes)) in enumerate(SCENES.items()):
         synthetic_scene(decoy / name, size, [], seed=100 + seed)
     monkeypatch.chdir(tmp_path)
     run = probe("decode", older, "--preset", "dsm", "--color-lambda", "1", "-q")
@@ -424,7 +423,8 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
      ["neighbours", "S", "--boot", "100", "--json", "R.json"]),
     ("entropy-json-over-a-users-json-object", ["entropy", "S", "--boot", "100", "--json", "UJ"], ("not a JSON summary probe wrote",),
      ["entropy", "S", "--boot", "100", "--json", "R.json"]),
-    ("score-json-over-its-masks", ["score", "M", "--panel", "va", "--json", "M"], ("is the file this command reads",), ["score", "M", "--panel", "va", "--json", "R.json"]),
+    ("score-json-over-its-masks", ["score", "M", "--panel", "va", "--json", "M"], ("is the file this command reads",),
+     ["score", "M", "--panel", "va", "--json", "R.json"]),
     ("sweep-settings-out-over-the-stores-zarr-json", ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "S/zarr.json"],
      ("lies inside teacher.zarr", "--settings-out"), ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "R.json"]),
     ("correspond-on-a-coco-panel", ["correspond", "S", "--panel", "va"], ("is a coco panel", "correspond reads spair panels"), None),

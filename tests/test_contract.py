@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation"}
+            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -58,6 +58,13 @@ BAD = [
     ("linear-segmentation", {"stride": 600}, "stride"),
     ("linear-segmentation", {"warmup": 40000}, "warmup"),
     ("linear-segmentation", {"preset": "dinov1"}, "preset"),
+    ("rank", {"view": "native"}, "view"),
+    ("rank", {"tokens": ("cls",)}, "tokens"),
+    ("position", {"held_out": 1.0}, "held_out"),
+    ("similarity", {"examples": "pixel"}, "examples"),
+    ("similarity", {"batch": 3}, "batch"),
+    ("overcluster", {"k": (100, 100)}, "k"),
+    ("overcluster", {"seeds": 0}, "seeds"),
     ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
 ]
 
@@ -139,8 +146,8 @@ def test_run_ids_sort_in_the_order_runs_began_even_if_the_clock_is_set_back(monk
 
     monkeypatch.setattr(records, "_last", None)  # restored after the test: later runs keep the real clock
 
-    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc))
-    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    later = records.new_run_id(dt.datetime(2027, 1, 1, tzinfo=dt.UTC))
+    earlier_clock = records.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     assert earlier_clock > later and earlier_clock.startswith("20270101-000000-000001")
     assert records.RUN_ID.match(later) and records.RUN_ID.match(earlier_clock)
 

@@ -7,16 +7,15 @@ import json
 
 import numpy as np
 import pytest
-from PIL import Image
 from cli_runs import probe_main
 from decoder_scenes import Scene, make_store, planted_keys, run_main, write_panel
+from PIL import Image
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
 from probe_toolkit.labels import guard, ledger, panels
-from probe_toolkit.store import cache
-from probe_toolkit.store.create import create_store
 from probe_toolkit.results import records
+from probe_toolkit.store.create import create_store
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract
 

@@ -102,4 +102,5 @@ def test_streaming_a_dinov3_checkpoint_equals_extract_then_decode(tmp_path, phot
     a, b = records.load(store, "decoder"), records.load(tmp_path / "m.zarr", "decoder")
     np.testing.assert_array_equal(a.masks.values, b.masks.values)
     with pytest.raises(Exception, match="position table, not RoPE"):
-        run_stream(write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), photos, settings, store=tmp_path / "d.zarr", placement=Placement(workers=1), keys="rope")
+        run_stream(write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), photos, settings, store=tmp_path / "d.zarr", placement=Placement(workers=1),
+                   keys="rope")

@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
 from probe_toolkit.labels.masks import decode_rle, saved_masks
+from probe_toolkit.results import records
 from probe_toolkit.store import cache
 from probe_toolkit.store.create import create_store
-from probe_toolkit.results import records
 
 runner = CliRunner()
 P = 16
@@ -85,7 +85,7 @@ def make_native(folder, away, view="native"):
     most = max(r * c for r, c in grids)
     keys = np.full((len(SCENES), most, 12), np.nan, dtype=np.float32)
     per_image = []
-    for i, ((_, h, w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
+    for i, ((_, _h, _w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
         per_image.append(planted(r, c, objects, seed=i, away=away))
         keys[i, : r * c] = per_image[-1]
     manifest = {"kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},

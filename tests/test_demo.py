@@ -8,8 +8,8 @@ from pathlib import Path
 from probe_toolkit.demo.run import run_demo
 from probe_toolkit.labels import ledger
 from probe_toolkit.report.sections import gather
-from probe_toolkit.store.cache import open_store
 from probe_toolkit.results import records
+from probe_toolkit.store.cache import open_store
 
 
 def test_demo_quick_produces_a_report_with_every_section(tmp_path):
@@ -20,7 +20,8 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     formats = sorted(open_store(s).attrs["manifest"]["checkpoint"]["format"] for s in demo.stores)
     assert formats == ["probe-training", "selfpatch-full"]  # trained by training/, and its random start
     for store in demo.stores:
-        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch", "linear_image"} <= set(records.results(store))
+        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch",
+                "linear_image"} <= set(records.results(store))
     report = gather(demo.stores, follow="photos/chelsea.jpg", patch=34, cache_dir=out / "work" / "cache")
     absent = [s.key for s in report.sections if not s.present]
     assert not absent, f"sections without content: {absent}"

@@ -15,6 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PIL import Image
+from segmentation_folders import box_scene, write_ade, write_voc
+from test_correspond import assert_plain_errors
+from test_hummingbird_protocol import _iou, _plain
+from test_hummingbird_protocol import _scene as voc_scene
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
@@ -23,10 +27,6 @@ from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.infra import origin
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
-from segmentation_folders import box_scene, write_ade, write_voc
-from test_correspond import assert_plain_errors
-from test_hummingbird_protocol import _iou, _plain
-from test_hummingbird_protocol import _scene as voc_scene
 
 runner = CliRunner()
 HBIRD_VIEWS = ("hbird512", "hbird512_aug0", "hbird512_aug1")
@@ -126,7 +126,8 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
                 got = saved.prediction.values[m, j]
                 assert np.array_equal(saved.truth.values[j], truth)
                 # the plain computation runs in float64, probe in float32 as the reference: a label may differ only where
-                # rounding decides, i.e. two classes' scores tie to 1e-5 or a neighbour ties at the k-th place (measured: 4 pixels of 24 maps of 504 or 512 px, every one such a tie, before the ADE20K memory was cut to 60 rows)
+                # rounding decides, i.e. two classes' scores tie to 1e-5 or a neighbour ties at the k-th place (measured: 4 pixels of 24 maps
+                # of 504 or 512 px, every one such a tie, before the ADE20K memory was cut to 60 rows)
                 differ = got != predicted
                 assert differ.sum() <= 4 and (tied[differ] | (margin[differ] < 1e-5)).all(), (kind, m, name, int(differ.sum()), margin[differ])
                 keep = truth != 255

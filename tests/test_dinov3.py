@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+
 import pytest
 import torch
 
@@ -66,7 +67,7 @@ def reference_forward(sd: dict, heads: int, images: torch.Tensor):
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     hd = d // heads
     for i in range(depth):
-        w = lambda name: sd[f"blocks.{i}.{name}"]  # noqa: E731
+        w = lambda name, i=i: sd[f"blocks.{i}.{name}"]  # noqa: E731
         h = layer_norm(z, w("norm1.weight"), w("norm1.bias"))
         bias = w("attn.qkv.bias") * w("attn.qkv.bias_mask")
         qkv = (h @ w("attn.qkv.weight").T + bias).reshape(bsz, -1, 3, heads, hd)

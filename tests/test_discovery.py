@@ -23,7 +23,6 @@ from probe_toolkit.commands.decode_sweep import load_grid
 from probe_toolkit.labels import guard, ledger, panels
 from probe_toolkit.labels import saliency as sal
 from probe_toolkit.labels.kinds import COCO20K_SIZE, coco20k_ids
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
 
 runner = CliRunner()
@@ -234,11 +233,11 @@ def test_saliency_scores_equal_tokencuts_definitions():
     gts[2][1:4, 10:16] = True
     preds = [np.clip(g * 0.7 + rng.random(g.shape) * 0.5, 0, 1) for g in gts]
     preds[2] = (rng.random(gts[2].shape) > 0.8).astype(float)  # a binary prediction
-    got = sal.evaluate(preds, gts, [1, 2, 3])
+    got = sal.evaluate(zip(preds, gts), [1, 2, 3])
     f, iou, acc, mae = plain_metrics(preds, gts)
     assert got.max_f == pytest.approx(f, abs=1e-12) and got.iou == pytest.approx(iou) and got.accuracy == pytest.approx(acc)
     assert got.mae == pytest.approx(mae)
-    perfect = sal.evaluate([g.astype(float) for g in gts], gts, [1, 2, 3])
+    perfect = sal.evaluate(((g.astype(float), g) for g in gts), [1, 2, 3])
     assert perfect.max_f == pytest.approx(1.0) and perfect.iou == 1.0 and perfect.mae == 0.0 and perfect.s_measure == pytest.approx(1.0, abs=1e-6)
 
 
@@ -325,7 +324,8 @@ def test_coco20k_panel_keeps_the_listed_images_and_drops_crowds(tmp_path):
         coco["annotations"].append({"id": 20 + n, "image_id": i, "category_id": 1, "bbox": [0, 0, 9, 9], "area": 81, "iscrowd": 1})
     path = tmp_path / "instances_train2014.json"
     path.write_text(json.dumps(coco))
-    result = runner.invoke(app, ["panel", "add", "c20k", "--coco20k", "--annotations", str(path), "--images", str(images), "--role", "val", "--cache", str(tmp_path / "c")])
+    result = runner.invoke(app, ["panel", "add", "c20k", "--coco20k", "--annotations", str(path), "--images", str(images), "--role", "val", "--cache",
+                                 str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
     labels = panels.read_labels("c20k", purpose="test", cache=tmp_path / "c")
     assert sorted(labels.coco.getImgIds()) == sorted(listed)
@@ -403,7 +403,7 @@ def test_grey_mask_pixels_are_foreground_as_tokencut_scores_them(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "s.json").read_text())["scores"]
     names = ("a.png", "b.png", "c.png", "d.png")
-    preds = [((truth[n] == 255)).astype(float) for n in names]  # the decoder finds the planted object exactly
+    preds = [(truth[n] == 255).astype(float) for n in names]  # the decoder finds the planted object exactly
     f, iou, acc, _ = plain_metrics(preds, [truth[n] > 0 for n in names])
     assert summary["max_f"] == pytest.approx(f) and summary["iou"] == pytest.approx(iou) and summary["accuracy"] == pytest.approx(acc)
     assert summary["iou"] < 1  # the grey column is object, which the prediction misses

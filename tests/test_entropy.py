@@ -14,8 +14,8 @@ from probe_toolkit.analyses import entropy as ent
 from probe_toolkit.analyses.stats import Bootstrap
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.runner import Where, per_image
-from probe_toolkit.store.cache import open_store
 from probe_toolkit.results import records
+from probe_toolkit.store.cache import open_store
 
 
 def test_uniform_rows_give_ln_n_and_n():

@@ -11,8 +11,8 @@ import xarray as xr
 import zarr
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store import images
 from probe_toolkit.results import records
+from probe_toolkit.store import images
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.cache import open_store, require
 from probe_toolkit.store.checkpoints import load_checkpoint
@@ -98,8 +98,13 @@ def test_a_store_grows_and_other_settings_are_refused(tmp_path, tiny_checkpoints
     m = open_store(path).attrs["manifest"]
     assert m["views"] == [224, 480] and m["per_view"]["480"]["resample"] == "bicubic" and m["grown"][0]["views"] == ["480"]
     assert after["done_480"].all() and after["done"].all()
-    with pytest.raises(ProbeError, match="224 view with other settings.*attention"):
-        extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), attention="all"), store=path, quiet=True)
+    # what a view lacks (every block's maps) grows it by a part of its own; what it held is untouched
+    extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), attention="all"), store=path, quiet=True)
+    parted = _arrays(path)
+    assert parted["done_224.p1"].all() and parted["done"].all() and np.array_equal(parted["tokens_224"], before["tokens_224"], equal_nan=True)
+    assert open_store(path).attrs["manifest"]["per_view"]["224"]["parts"][0]["arrays"] == ["attention_blocks_224.p1"]
+    fresh = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224,), attention="all"), store=tmp_path / "a.zarr", quiet=True)
+    assert np.array_equal(parted["attention_blocks_224.p1"], _arrays(fresh.store)["attention_blocks_224"])
     with pytest.raises(ProbeError, match="480 view with other settings.*resample"):
         extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(480,), resample="lanczos"), store=path, quiet=True)
     with pytest.raises(ProbeError, match="dtype differ"):

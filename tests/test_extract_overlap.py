@@ -15,8 +15,7 @@ import zarr
 
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import extract as extraction
-from probe_toolkit.store import extract_load
-from probe_toolkit.store import images
+from probe_toolkit.store import extract_load, images
 from probe_toolkit.store.extract import Settings, extract
 
 

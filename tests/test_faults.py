@@ -57,7 +57,8 @@ def _done(path) -> int:
 
 
 def _start(checkpoint, images, store, *extra):
-    return subprocess.Popen([*PROBE, "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([*PROBE, "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def test_sigkill_then_rerun_gives_the_uninterrupted_store(tmp_path, tiny_checkpoints, many_images, reference):
@@ -74,7 +75,8 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_store(tmp_path, tiny_checkpo
     partial = open_store(store)
     assert partial.sizes["image"] == killed_at
     assert not np.isnan(partial.tokens_224.values.astype(np.float32)).any()
-    rerun = subprocess.run([*PROBE, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(many_images), "--store", str(store), *SETTINGS], capture_output=True, text=True)
+    rerun = subprocess.run([*PROBE, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(many_images), "--store", str(store), *SETTINGS], capture_output=True,
+                           text=True)
     assert rerun.returncode == 0, rerun.stderr
     _assert_same(_arrays(store), reference)
 

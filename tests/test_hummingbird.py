@@ -175,7 +175,7 @@ def test_bounded_bank_follows_the_reference_rule_and_its_seed():
     rng = np.random.default_rng(4)
     views, grid, ps, c = 5, 4, 2, 6
     maps = []
-    for v in range(views):
+    for _ in range(views):
         y = rng.integers(0, 3, (grid * ps, grid * ps))
         y[:ps, :ps] = 5  # one patch of a rare class per view
         y[rng.random(y.shape) < 0.1] = 255

@@ -13,17 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.functional as TF
+from cli_runs import probe_main
 from PIL import Image
+from segmentation_folders import write_voc
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from cli_runs import probe_main
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.results import records
 from probe_toolkit.store import cache, hbird_views
 from probe_toolkit.store.extract import Settings, extract
-from segmentation_folders import write_voc
 
 runner = CliRunner()
 TRAIN = ["2007_000032", "2007_000039", "2007_000063", "2008_000002", "2009_000010"]
@@ -38,7 +38,7 @@ def _scene(seed: int, size=(96, 72)) -> tuple[np.ndarray, np.ndarray]:
     w, h = size
     pixels = rng.normal(110, 25, (h, w, 3)).clip(0, 255)
     label = np.zeros((h, w), np.uint8)
-    for n in range(2):
+    for _ in range(2):
         cls = int(rng.integers(1, 21))
         x0, y0 = int(rng.integers(0, w - 30)), int(rng.integers(0, h - 30))
         x1, y1 = x0 + int(rng.integers(14, 30)), y0 + int(rng.integers(14, 30))
@@ -73,6 +73,18 @@ def _reference_normalise(image: Image.Image) -> torch.Tensor:
     return TF.normalize(TF.to_tensor(image), [0.485, 0.456, 0.406], [0.229, 0.224, 0.255])
 
 
+def _reference_memory_view(image: Image.Image, chosen, side: int) -> torch.Tensor:
+    """open-hummingbird-eval's train chain, written out with torchvision (``CombTransforms``: the
+    image-only transform, then the shared one): colour jitter on the whole PIL image, ToTensor,
+    Normalize, then ``F.resized_crop`` of the float tensor (bilinear, antialias) with the drawn box."""
+    for factor, adjust in ((chosen.brightness, TF.adjust_brightness), (chosen.contrast, TF.adjust_contrast),
+                           (chosen.saturation, TF.adjust_saturation), (chosen.hue, TF.adjust_hue)):
+        if factor is not None:
+            image = adjust(image, factor)
+    top, left, h, w = chosen.box
+    return TF.resized_crop(_reference_normalise(image), top, left, h, w, [side, side], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
+
+
 def test_views_are_torchvisions_transforms_with_the_drawn_parameters(voc):
     root, year, store, labels, _ = voc
     ds = cache.open_store(store)
@@ -83,18 +95,48 @@ def test_views_are_torchvisions_transforms_with_the_drawn_parameters(voc):
         chosen = hbird_views.draw(f"{TRAIN[1]}.jpg", epoch, *image.size)
         top, left, h, w = chosen.box
         assert 0 <= top and top + h <= image.height and 0 <= left and left + w <= image.width
-        want = TF.resized_crop(image, top, left, h, w, [512, 512], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
-        for factor, adjust in ((chosen.brightness, TF.adjust_brightness), (chosen.contrast, TF.adjust_contrast),
-                               (chosen.saturation, TF.adjust_saturation), (chosen.hue, TF.adjust_hue)):
-            if factor is not None:
-                want = adjust(want, factor)
-        assert torch.equal(hbird_views.pixels(image, view, f"{TRAIN[1]}.jpg"), _reference_normalise(want))
+        assert torch.equal(hbird_views.pixels(image, view, f"{TRAIN[1]}.jpg"), _reference_memory_view(image, chosen, 512))
         # the label: the same box, torchvision's nearest resize of the tensor (the reference's target path)
         y = labels[TRAIN[1]]
         target = TF.resized_crop(torch.from_numpy(y)[None], top, left, h, w, [512, 512], interpolation=TF.InterpolationMode.NEAREST)[0].numpy()
         assert np.array_equal(hbird_views.label_view(y, view, f"sub/{TRAIN[1]}.jpg"), target)  # keyed by file name, not folder
     # the store holds the network's tokens of exactly these pixels (one image re-run here)
     assert ds["tokens_hbird512_aug1"].shape == (len(TRAIN) + len(VAL), 1024, 128)
+
+
+@pytest.mark.parametrize("side", [224, 504, 96])
+def test_views_at_any_input_size_are_the_reference_chain_at_that_size(side):
+    """``input_size`` 224 (hbird_evaluation's default) and 504 (DINOv2, as the README resizes it):
+    the same draws, the reference's chain at that size; a box of exactly side × side is not resampled."""
+    rng = np.random.default_rng(side)
+    image = Image.fromarray(rng.integers(0, 256, (150, 201, 3)).astype(np.uint8))
+    squashed = TF.resize(image, [side, side], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
+    assert torch.equal(hbird_views.pixels(image, "hbird512", "a.jpg", side=side), _reference_normalise(squashed))
+    for epoch, view in enumerate(hbird_views.AUGMENTED):
+        chosen = hbird_views.draw("a.jpg", epoch, *image.size)
+        got = hbird_views.pixels(image, view, "a.jpg", side=side)
+        assert got.shape == (3, side, side) and torch.equal(got, _reference_memory_view(image, chosen, side))
+        label = rng.integers(0, 21, (150, 201)).astype(np.uint8)
+        top, left, h, w = chosen.box
+        target = TF.resized_crop(torch.from_numpy(label)[None], top, left, h, w, [side, side], interpolation=TF.InterpolationMode.NEAREST)[0].numpy()
+        assert np.array_equal(hbird_views.label_view(label, view, "a.jpg", side=side), target)
+    exact = hbird_views.Draw((10, 20, side, side), 1.05, None, 0.95, 0.04)  # the box already at the input size
+    big = Image.fromarray(rng.integers(0, 256, (side + 30, side + 40, 3)).astype(np.uint8))
+    assert torch.equal(hbird_views.augmented(big, exact, side), _reference_memory_view(big, exact, side))
+
+
+def test_jitter_before_the_crop_is_not_the_old_order():
+    """The order matters: jitter on the 8-bit crop (probe before this fix) lands up to many grey levels
+    away from jitter on the whole image before the float crop (the reference)."""
+    rng = np.random.default_rng(5)
+    image = Image.fromarray(rng.integers(0, 256, (120, 160, 3)).astype(np.uint8))
+    chosen = hbird_views.Draw((7, 11, 90, 120), 1.08, 0.92, 1.1, 0.07)
+    old = TF.resized_crop(image, 7, 11, 90, 120, [128, 128], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
+    for factor, adjust in ((1.08, TF.adjust_brightness), (0.92, TF.adjust_contrast), (1.1, TF.adjust_saturation), (0.07, TF.adjust_hue)):
+        old = adjust(old, factor)
+    new = hbird_views.augmented(image, chosen, 128)
+    grey = (new - _reference_normalise(old)).abs() * torch.tensor([0.229, 0.224, 0.255])[:, None, None] * 255
+    assert torch.equal(new, _reference_memory_view(image, chosen, 128)) and float(grey.max()) > 10.0
 
 
 def test_the_crop_falls_back_to_torchvisions_centre_crop():
@@ -215,7 +257,7 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     plain = _plain(store, [(f"{i}.jpg", labels[i]) for i in TRAIN], [(f"{i}.jpg", labels[i]) for i in VAL], MEMORY)
     from scipy.optimize import linear_sum_assignment
 
-    for m, (confusion, shown, rows) in enumerate(plain):
+    for m, (confusion, _shown, rows) in enumerate(plain):
         assert summary["bank_rows"][m] == rows
         iou = _iou(confusion)
         assert summary["iou"][m] == pytest.approx(iou.tolist(), abs=1e-12)
@@ -243,14 +285,20 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
 
 
 def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
+    """Blocks of val views, of bank rows, portions of memory views and of label maps of any size
+    (the memory built two views at a time, the maps decoded two at a time), on 1 or 2 workers:
+    the same numbers."""
     from probe_toolkit import run
     from probe_toolkit.commands import hummingbird as command
+    from probe_toolkit.commands import hummingbird_memory
+    from probe_toolkit.labels import label_maps
 
     root, year, store, labels, _ = voc
     first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
     monkeypatch.setattr(command, "QUERY_BLOCK", 3)
     monkeypatch.setattr(command, "BANK_BLOCK", 77)
-    monkeypatch.setattr(command, "READ_BLOCK", 2)
+    monkeypatch.setattr(hummingbird_memory, "READ_BLOCK", 2)
+    monkeypatch.setattr(label_maps, "PORTION", 2)
     second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=2)
     a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
     for name in ("confusion", "prediction", "miou", "miou_hungarian", "bank_rows"):
@@ -281,7 +329,7 @@ def test_the_torch_search_gives_the_numpy_searchs_labels(voc, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_torch_search_equals_an_exhaustive_float64_search_with_ties_to_the_lower_row(device):
     from probe_toolkit.analyses import hummingbird as hb
-    from probe_toolkit.analyses import hummingbird_torch as ht
+    from probe_toolkit.analyses import search_torch as ht
 
     rng = np.random.default_rng(5)
     bank = hb.normalise(rng.normal(size=(700, 24)).astype(np.float32))
@@ -311,6 +359,31 @@ def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(voc, capsys
                                 "--device", "cuda"], capsys)
     assert code == 2 and "backend torch" in printed.err, printed.err
     assert len(ledger.entries(root / "cache")) == before
+
+
+def test_a_store_made_in_the_old_augmentation_order_is_refused_not_read_or_grown(voc, tmp_path, capsys):
+    """A store whose memory views were made before probe followed the reference's order (its manifest
+    lacks the order) is refused by the protocol before any label read, and extraction into it stops
+    rather than mixing the two orders in one view."""
+    import shutil
+
+    import zarr
+
+    root, year, store, labels, checkpoint = voc
+    copy = Path(shutil.copytree(store, tmp_path / "old.zarr"))
+    group = zarr.open_group(copy, mode="r+", use_consolidated=False)
+    old = dict(group.attrs["manifest"])
+    assert old["per_view"]["hbird512_aug0"]["augmentation"] == hbird_views.ORDER and "augmentation" not in old["per_view"]["hbird512"]
+    old["per_view"] = {v: {k: x for k, x in facts.items() if k != "augmentation"} for v, facts in old["per_view"].items()}
+    group.attrs["manifest"] = old
+    cache.consolidate(copy)
+    before = len(ledger.entries(root / "cache"))
+    code, printed = probe_main(["hummingbird", copy, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q"], capsys)
+    err = " ".join(printed.err.split())
+    assert code == 2 and "holds its hbird512_aug0 view in the order probe used before" in err and "--store NEW.zarr" in err, printed.err
+    assert len(printed.err.strip().splitlines()) == 1 and len(ledger.entries(root / "cache")) == before
+    with pytest.raises(Exception, match="augmentation differ"):
+        extract(checkpoint, year / "JPEGImages", settings=Settings(views=("hbird512_aug0",), chunk=4, dtype="float32"), store=copy, quiet=True)
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
-from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.demo.samples import TINY, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
 runner = CliRunner()
@@ -87,86 +87,6 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     assert 0.5 < result.top1[3] <= 1.0  # the clusters are separable: a wrong vote would not reach this
 
 
-@pytest.mark.parametrize("order", ["shuffled", "by class"])
-def test_running_topk_over_many_blocks_keeps_the_exact_neighbours(order):
-    """Late blocks of a large train set enter the running top-200 through the few values above
-    each row's running 200th (analyses.knn.block_candidates), rows holding more than 200 of them
-    through their own 200th; the kept neighbours are those of a float64 sort of every similarity,
-    in a shuffled set and in one sorted by class (where a query's own class fills one late block)."""
-    rng = np.random.default_rng(5)
-    centres = rng.normal(size=(12, 24))
-    train, labels = clustered(24000, centres, rng, spread=2.0)
-    if order == "by class":
-        train = train[np.argsort(labels, kind="stable")]
-    test, _ = clustered(40, centres, rng, spread=2.0)
-    calls = []
-
-    def blocks():
-        for a in range(0, len(train), 1000):
-            calls.append(a)
-            yield a, knn.normalise(train[a:a + 1000])
-
-    sizes = []
-    original = knn.block_candidates
-
-    def spy(sim, offset, k, floor):
-        out = original(sim, offset, k, floor)
-        sizes.append(out.shape[1])
-        return out
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knn, "block_candidates", spy)
-        value, index = knn.running_topk(knn.normalise(test), blocks, 200)
-    assert len(calls) == 24 and min(sizes) < 50  # the late blocks brought few candidates
-    calls.clear()
-    # every similarity, block by block as the products are made (float32), then sorted whole
-    queries = knn.normalise(test)
-    sims = np.concatenate([queries @ block.T for _, block in blocks()], axis=1)
-    expected = np.argsort(-sims.astype(np.float64), axis=1, kind="stable")[:, :200]
-    np.testing.assert_array_equal(index, expected)
-    np.testing.assert_array_equal(value, np.take_along_axis(sims, expected, 1))
-    tr = train.astype(np.float64) / np.linalg.norm(train.astype(np.float64), axis=1, keepdims=True)
-    exact = np.argsort(-(test.astype(np.float64) @ tr.T), axis=1, kind="stable")[:, :200]  # float64: only near-ties differ
-    assert np.mean([len(set(a) & set(b)) for a, b in zip(index, exact)]) > 199.5
-
-
-def test_ties_at_every_rank_go_to_the_lower_train_index():
-    """Cosines rounded to a few values tie everywhere, also across the k-th place, and blocks of
-    every width (narrower than k, wider, one column) meet them: the kept neighbours are a stable
-    float64 sort's (equal cosines by train index), and -0.0 ranks as 0.0."""
-    rng = np.random.default_rng(11)
-    for trial in range(12):
-        n, dim = int(rng.integers(50, 1500)), int(rng.integers(2, 5))
-        train = np.round(rng.normal(size=(n, dim)) * 2) / 2
-        train[np.abs(train).sum(1) == 0, 0] = 1.0
-        if trial % 3 == 0:
-            train = np.repeat(train[: n // 10 + 1], 10, axis=0)[:n]  # runs of identical images
-        test = np.round(rng.normal(size=(17, dim)) * 2) / 2
-        test[np.abs(test).sum(1) == 0, 0] = -1.0
-        test[0] = 0.0
-        test[0, 0] = 1.0
-        train[:5, 0] = 0.0  # with test[0] = e_0: cosines of exactly ±0.0 beside positive ones
-        train[:5, 1:] = np.where(train[:5, 1:] == 0, 1.0, train[:5, 1:])
-        train[:3] = -train[:3]
-        k, width = int(rng.integers(1, min(n, 300) + 1)), int(rng.choice([1, 7, 64, 400]))
-        tr, te = knn.normalise(train), knn.normalise(test)
-        value, index = knn.running_topk(te, lambda: ((a, tr[a:a + width]) for a in range(0, n, width)), k)
-        sims = np.concatenate([te @ tr[a:a + width].T for a in range(0, n, width)], axis=1).astype(np.float64)
-        expected = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-        np.testing.assert_array_equal(index, expected)
-        np.testing.assert_array_equal(value, np.take_along_axis(sims, expected, 1).astype(np.float32))
-
-
-def test_keys_order_cosines_then_indices_and_decode_exactly():
-    values = np.array([-1.0, -0.5, -0.0, 0.0, 1e-30, 0.25, 0.25, 1.0, -np.inf], np.float32)
-    index = np.array([3, 1, 7, 2, 5, 9, 4, 0, 6])
-    order = np.argsort(knn.keys(values, index))
-    assert index[order].tolist() == [0, 4, 9, 5, 2, 7, 1, 3, 6]  # larger cosine first; equal ones (0.25; ±0.0) by index
-    back, where = knn.unkey(knn.keys(values, index))
-    np.testing.assert_array_equal(back, values + np.float32(0))  # -0.0 comes back as 0.0
-    np.testing.assert_array_equal(where, index)
-
-
 def test_top5_counts_as_dinos_script():
     """Against DINO's own formula: a class without votes is no top-5 hit (its 1000 class columns
     bury it among empty ones), and with k < 5 only k classes can be. Spread-out clusters leave
@@ -225,7 +145,8 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     root, store = class_folders
     c = str(tmp_path / "cache")
     for name, role in (("tr", "train"), ("va", "val")):
-        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c])
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache",
+                                c])
         assert r.exit_code == 0, r.output
     out = tmp_path / "knn.json"
     r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--temperature", "0.2", "--cache", c, "--json", str(out), "-q"])
@@ -431,3 +352,40 @@ def test_recorded_final_norm_is_torchs_layernorm():
     manifest["final_norm"]["bias"] = "not base64!"
     with pytest.raises(ProbeError, match="unreadable final norm"):
         parts.final_norm(manifest, "store.zarr")
+
+
+@pytest.mark.parametrize("device", ["cpu", *(["cuda"] if __import__("torch").cuda.is_available() else [])])
+def test_the_torch_backend_gives_the_numpy_record(class_folders, tmp_path, device):
+    """``--backend torch --device cpu`` (and cuda where a GPU is visible): the same neighbours,
+    cosines, predictions and accuracies as the numpy search, bit for bit; the record says which
+    searched, and the train bank's file is gone after the run."""
+    from probe_toolkit import run
+
+    root, store = class_folders
+    c = tmp_path / "cache"
+    for name, split in (("tr", "train"), ("va", "val")):
+        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", str(c)])
+        assert r.exit_code == 0, r.output
+    first = run("knn", store, train="tr", val="va", ks=(1, 3, 12), cache_dir=c, workers=1)
+    second = run("knn", store, train="tr", val="va", ks=(1, 3, 12), cache_dir=c, workers=1, backend="torch", device=device)
+    a, b = (records.load(store, "knn", r.run_id) for r in (first, second))
+    for name in ("neighbour", "similarity", "prediction", "top1", "label"):
+        assert np.array_equal(a[name].values, b[name].values, equal_nan=True), name
+    assert a.attrs["search"].endswith("(numpy)") and b.attrs["search"].endswith(f"(torch on {device})")
+    assert not list(Path(records.results_path(store, "")).glob(".knn-bank*"))
+
+
+def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(class_folders, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    root, store = class_folders
+    c = tmp_path / "cache"
+    for name, split in (("tr", "train"), ("va", "val")):
+        code, printed = probe_main(["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", str(c)], capsys)
+        assert code == 0, printed.err
+    for extra, words in ((["--backend", "torch", "--device", "cuda"], "no CUDA GPU"), (["--device", "cuda"], "backend torch")):
+        code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--cache", str(c), "-q", *extra], capsys)
+        assert code == 2 and words in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
+    assert not ledger.entries(c)

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_knn import colour_folders
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
@@ -22,7 +23,6 @@ from probe_toolkit.demo.samples import TINY_DINOV3, write_checkpoint
 from probe_toolkit.results import records
 from probe_toolkit.store import images
 from probe_toolkit.store.extract import Settings, extract
-from test_knn import colour_folders
 
 runner = CliRunner()
 CLASSES = ("blue", "green", "red")

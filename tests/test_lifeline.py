@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from probe_toolkit.infra.placement import launcher_shard
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.placement import launcher_shard
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 
@@ -155,7 +155,8 @@ def test_sigterm_while_a_record_is_written_leaves_no_half_written_record(store, 
     results = copy / "results"
     assert not [p for p in results.rglob("*") if ".tmp-" in p.name], sorted(results.rglob("*"))
     assert records.runs(copy, "decoder") == []
-    again = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(copy), "--cache", str(tmp_path / "cache"), "-q"], env=env(), capture_output=True, text=True)
+    again = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(copy), "--cache", str(tmp_path / "cache"), "-q"], env=env(), capture_output=True,
+                           text=True)
     assert again.returncode == 0, again.stderr
     assert len(records.runs(copy, "decoder")) == 1
 

@@ -16,9 +16,9 @@ from probe_toolkit.commands import linear as probing
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import add_panel
+from probe_toolkit.results import records
 from probe_toolkit.store import cache, images
 from probe_toolkit.store.create import create_store
-from probe_toolkit.results import records
 
 # ----------------------------------------------------------------------------------------------
 # geometry and labels
@@ -294,7 +294,7 @@ def stores(panels):
             labels = np.stack([panels[panel][i] for i in ids])
             rng = np.random.default_rng(len(ids))
             tokens = separable(labels, 8, seed=len(ids)) if kind == "good" else rng.normal(0, 1, (len(ids), 196, 8)).astype(np.float32)
-            cls = separable(np.stack([np.bincount(l, minlength=3)[1:] > 0 for l in labels]).astype(int) @ np.array([1, 2]), 8, seed=5)
+            cls = separable(np.stack([np.bincount(lab, minlength=3)[1:] > 0 for lab in labels]).astype(int) @ np.array([1, 2]), 8, seed=5)
             path = panels["root"] / f"stores/{kind}-{sha[:8]}/teacher-panel-{panel}.zarr"
             make_store(path, ids, tokens, sizes_of(panels["folders"][panel], ids), sha=sha, source=panels["folders"][panel], class_token=kind == "good", cls=cls)
         out[kind] = panels["root"] / f"stores/{kind}-{sha[:8]}/teacher-panel-tr.zarr"

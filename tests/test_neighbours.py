@@ -19,8 +19,8 @@ from probe_toolkit.analyses import neighbours as nb
 from probe_toolkit.analyses.stats import Bootstrap, bootstrap_mean
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.runner import Where, per_image
-from probe_toolkit.store.cache import open_store, require
 from probe_toolkit.results import records
+from probe_toolkit.store.cache import open_store, require
 
 # ----------------------------------------------------------------------------------------------
 # an independent reimplementation: image by image, anchor by anchor, float64

@@ -8,10 +8,10 @@ import json
 
 import numpy as np
 import pytest
-from cli_runs import probe_main
-from conftest import davis_video
 import torch
 import torch.nn.functional as F
+from cli_runs import probe_main
+from conftest import davis_video
 from PIL import Image
 
 from probe_toolkit.demo.samples import TINY
@@ -50,7 +50,8 @@ def plain_f(truth, pred, r):
         out = np.zeros_like(seg)
         for y in range(h):
             for x in range(w):
-                nbrs = [(y, x + 1), (y + 1, x), (y + 1, x + 1)] if y < h - 1 and x < w - 1 else [(y, x + 1)] if y == h - 1 and x < w - 1 else [(y + 1, x)] if x == w - 1 and y < h - 1 else []
+                nbrs = ([(y, x + 1), (y + 1, x), (y + 1, x + 1)] if y < h - 1 and x < w - 1 else [(y, x + 1)] if y == h - 1 and x < w - 1
+                        else [(y + 1, x)] if x == w - 1 and y < h - 1 else [])
                 out[y, x] = any(seg[y, x] != (seg[a, b] if a < h and b < w else False) for a, b in nbrs)
         return out
 

@@ -20,8 +20,8 @@ from probe_toolkit.labels import ledger
 from probe_toolkit.report import build, default_name, render_report, write_report
 from probe_toolkit.report import html as report_html
 from probe_toolkit.report.content import Figure, Note, Table
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "token-pca", "references"}
@@ -321,7 +321,8 @@ def test_write_replaces_its_own_files_and_leaves_the_rest(bare, monkeypatch, tmp
     assert (out / "notes.md").read_text() == "mine"
     listed = json.loads((out / owned.MANIFEST).read_text())["files"]["report"]
     assert "report.md" in listed and "figures/fig1-my-result.jpg" not in listed and "notes.md" not in listed
-    assert sorted(listed) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name not in ("fig1-my-result.jpg", "t1.tex", "notes.md", owned.MANIFEST))
+    theirs = ("fig1-my-result.jpg", "t1.tex", "notes.md", owned.MANIFEST)
+    assert sorted(listed) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name not in theirs)
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
@@ -375,7 +376,6 @@ def test_cli_defaults_and_one_line_errors(bare, monkeypatch, tmp_path, capsys):
 
 def test_discovery_section_shows_saliency_scores_beside_tokencuts(full):
     """The saliency panel's scores as saved, in the discovery section, with the published line labelled."""
-    from probe_toolkit.store import cache as store_cache
 
     saved = records.load(full.selfpatch, "saliency_scenes-sal")
     text = _text(full.written.report.section("discovery"))

@@ -175,7 +175,7 @@ def test_a_mixed_grid_report_draws_every_store_on_its_own_grid(tmp_path):
             weights = stored(stores[name], "attention_224", "gone.jpg").astype(np.float64)
             cls, start = int(kw.get("class_token", False)), int(kw.get("class_token", False)) + kw.get("registers", 0)
             row = start + want if query == "patch" else cls + int(query[3:]) if int(query[3:]) < kw.get("registers", 0) else None
-            names = lambda k: -1 if k < cls else -2 if k < start else k - start  # noqa: E731
+            names = lambda k, cls=cls, start=start: -1 if k < cls else -2 if k < start else k - start  # noqa: E731
             assert shown["top5"] == ([] if row is None else [[names(k) for k in plain_rank(weights[h, row], list(range(weights.shape[-1])), 5)]
                                                              for h in range(weights.shape[0])]), (name, query)
             sim = plain_cosine(stored(stores[name], "tokens_224", "gone.jpg"))

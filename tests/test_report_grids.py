@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+
 import numpy as np
 import pytest
 from report_stores import plain_follow, plain_rank, plain_window, stored, synthetic_store

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from PIL import Image
 from cli_runs import probe_main
+from PIL import Image
 from report_stores import synthetic_store
 
 from probe_toolkit.infra import origin
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.report import write_report
 from probe_toolkit.report import tables as report_tables
+from probe_toolkit.report import write_report
 from probe_toolkit.report.content import Note, Table
 from probe_toolkit.report.context import Context
 from probe_toolkit.report.freshness import _compare

@@ -12,13 +12,13 @@ from decoder_scenes import Scene, make_store, planted_keys
 from test_decode_cli import _main
 
 from probe_toolkit.analyses.decoder import decode_image
-from probe_toolkit.analyses.decoder_settings import Settings
-from probe_toolkit.results import records
 from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.commands.decode_keys import decode_keys, open_keys
 from probe_toolkit.infra import runner
 from probe_toolkit.infra.placement import Placement
 from probe_toolkit.infra.runner import Where, map_images
+from probe_toolkit.results import records
 
 GRID = 20  # N = 400: the ARPACK path, not the small-graph dense one
 
@@ -168,7 +168,6 @@ def test_cuda_absent_is_one_line(store, tmp_path, capsys):
 
 
 def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path, capsys):
-    from probe_toolkit.store import cache
 
     masks = {}
     for backend in ("scipy", "torch"):
@@ -184,7 +183,6 @@ def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path
 
 
 def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path, capsys):
-    from probe_toolkit.store import cache
 
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1"], capsys)
     assert code == 0, err

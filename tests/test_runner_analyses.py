@@ -12,16 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from cli_runs import probe_main
+from PIL import Image
 from test_knn import class_folders  # noqa: F401  (fixture: a tiny network's store over train/ and val/ class folders)
 from test_propagate import video  # noqa: F401  (fixture: a two-sequence DAVIS folder and a tiny checkpoint)
 from typer.testing import CliRunner
 
 from probe_toolkit.cli import app
-from probe_toolkit.infra import cluster as cluster_side, runner
-from probe_toolkit.store import cache
+from probe_toolkit.infra import cluster as cluster_side
+from probe_toolkit.infra import runner
 from probe_toolkit.results import records
+from probe_toolkit.store import cache
 
 
 def _saved(store: Path, name: str) -> dict[str, np.ndarray]:
@@ -196,7 +197,8 @@ def _propagated(video, out: Path, json_path: Path, capsys, *place: str) -> tuple
     root, checkpoint = video
     _run(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(out.parent / "c"), "--n-last-frames", "2",
           "--json", str(json_path), "-q", *place], capsys)
-    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".shards" not in p.parts and p.name != ".probe-output.json")  # the manifest names its own folder
+    # the manifest names its own folder
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".shards" not in p.parts and p.name != ".probe-output.json")
     summary = _numbers(json.loads(json_path.read_text()))
     return {str(f): (out / f).read_bytes() for f in files}, {k: v for k, v in summary.items() if k not in ("seconds", "out")}
 

@@ -15,16 +15,14 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 import torchvision.transforms.functional as TF
-from PIL import Image
-
 from cli_runs import probe_main
-from probe_toolkit.analyses import segment as seg
-from probe_toolkit.analyses import segment_augment as aug
+from PIL import Image
+from segmentation_folders import box_scene, write_ade, write_voc
+
 from probe_toolkit.demo.samples import TINY, TINY_DINOV2, TINY_DINOV3, write_checkpoint
 from probe_toolkit.labels import ledger
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
-from segmentation_folders import box_scene, write_ade, write_voc
 
 ADE = {"training": ["ADE_train_00000001", "ADE_train_00000002", "ADE_train_00000003"], "validation": ["ADE_val_00000001", "ADE_val_00000002"]}
 SHORT = ["--iterations", "3", "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--chunk", "1"]

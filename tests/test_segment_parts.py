@@ -364,7 +364,7 @@ def test_miou_equals_dinov3s_metric_with_absent_classes_left_out():
     n = 7
     total = torch.zeros(4, n)
     ours = np.zeros((4, n), np.int64)
-    for i in range(4):
+    for _ in range(4):
         label = rng.integers(0, 7, (30, 41)).astype(np.uint8)  # after the reduction 0..5: class 6 never labelled
         label[:2] = 255
         pred = rng.integers(0, 5, (30, 41)).astype(np.uint8)  # classes 5 and 6 never predicted

@@ -127,7 +127,7 @@ def test_results_written_without_xarray_are_the_bytes_xarray_writes(tmp_path):
     n, k, patches = 3, 2, 900
     for name, shape in (("masks", (n, k, patches)), ("score", (n, k)), ("lambda2", (n, k)), ("lambda3", (n, k)), ("gap", (n, k)), ("ncut", (n, k))):
         dtype = getattr(decoded, name).dtype
-        setattr(decoded, name, (rng.random(shape) > 0.5).astype(dtype) if dtype == bool else rng.standard_normal(shape).astype(dtype))
+        setattr(decoded, name, (rng.random(shape) > 0.5).astype(dtype) if dtype is bool else rng.standard_normal(shape).astype(dtype))
     for name in ("n_masks", "degenerate", "stop", "cuts", "dense_solves"):
         dtype = getattr(decoded, name).dtype
         setattr(decoded, name, np.asarray([0, 1, 0], dtype=dtype))
@@ -190,10 +190,10 @@ def test_xarray_still_knows_a_dask_array_when_there_is_one():
     """The deferred check (infra/lazy_dask) answers as xarray's own once dask.array is imported."""
     import numpy as np
     import xarray as xr
+    from xarray.namedarray.pycompat import array_type, is_chunked_array
 
     import probe_toolkit.store.cache  # noqa: F401  (installs the deferral)
     from probe_toolkit.infra import lazy_dask
-    from xarray.namedarray.pycompat import array_type, is_chunked_array
 
     assert lazy_dask.defer()
     import dask.array as da

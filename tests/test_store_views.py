@@ -25,10 +25,9 @@ from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.store import grids, images
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.cache import open_store, require
-from probe_toolkit.store.describe import describe_store
 from probe_toolkit.store.checkpoints import load_checkpoint
+from probe_toolkit.store.describe import describe_store
 from probe_toolkit.store.extract import Settings, extract
-
 
 
 class Ran:

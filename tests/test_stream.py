@@ -10,14 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.analyses.decoder_blocks import ARRAYS
+from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.cli import main
 from probe_toolkit.commands.decode import run_decode
 from probe_toolkit.commands.stream import run_stream
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.placement import Placement
-from probe_toolkit.store import cache
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract
@@ -89,7 +88,8 @@ def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkp
     ckpt = tiny_checkpoints["dino-full"]
     with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
         with pytest.raises(ProbeError, match="--workers and --dask-address"):
-            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", placement=Placement(workers=2, dask_address=cluster.scheduler_address))
+            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr",
+                       placement=Placement(workers=2, dask_address=cluster.scheduler_address))
         assert not (tmp_path / "no.zarr").exists()  # refused before the masks store is made
         report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr",
                             placement=Placement(dask_address=cluster.scheduler_address))

@@ -257,7 +257,8 @@ def test_a_step_uses_its_epochs_teacher_temperature():
 
 def fixed_batch(micro=2, accumulation=2, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [[torch.randn(micro, 3, 224, 224, generator=g) for _ in range(2)] + [torch.randn(micro, 3, 96, 96, generator=g) for _ in range(8)] for _ in range(accumulation)]
+    return [[torch.randn(micro, 3, 224, 224, generator=g) for _ in range(2)] + [torch.randn(micro, 3, 96, 96, generator=g) for _ in range(8)]
+            for _ in range(accumulation)]
 
 
 def trainer(steps_per_epoch=1, **sets):
@@ -504,7 +505,8 @@ def test_command_lines(train_photos, tmp_path, capsys):
 
     from probe_toolkit.cli import app
 
-    result = CliRunner().invoke(app, ["train", "tiny", "--set", f"data.images={train_photos}", "--set", f"run.out={tmp_path / 'cli'}", "--set", "optim.epochs=1", "--quiet"])
+    result = CliRunner().invoke(app,
+                                ["train", "tiny", "--set", f"data.images={train_photos}", "--set", f"run.out={tmp_path / 'cli'}", "--set", "optim.epochs=1", "--quiet"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli" / "checkpoint.pth").exists()
     assert '"micro_batch": 2' in result.output  # the resolved config is printed

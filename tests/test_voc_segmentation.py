@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.labels import guard, kinds, ledger, panels, voc_segmentation as vs
+from probe_toolkit.labels import guard, kinds, ledger, panels
+from probe_toolkit.labels import voc_segmentation as vs
 
 IDS = {"train": ["2007_000032", "2007_000039"], "val": ["2007_000033", "2008_000001"], "trainaug": ["2007_000032", "2007_000039", "2011_003276"]}
 

@@ -24,7 +24,7 @@ SYSTEM = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/", "/lib/", "/lib64/", "/bi
 CODE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".pyi", ".typed")
 
 _installed = False
-_active: "Watch | None" = None
+_active: Watch | None = None
 _guard = threading.local()
 
 
@@ -69,7 +69,7 @@ class Watch:
             self.other.append(path)
             _report(os.path.join(self.run_dir, OTHER), path)
 
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         install(self)
         return self
 

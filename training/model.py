@@ -9,7 +9,6 @@ trainer saves loads in SelfPatch's code. The backbone is ``probe_toolkit.store.b
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 
 import torch

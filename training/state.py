@@ -138,7 +138,8 @@ def read(path: Path) -> dict[str, Any]:
     state = read_file(path)
     args = state.get("args") if isinstance(state, dict) else None
     if not isinstance(args, dict) or args.get("trainer") != TRAINER_MARK:
-        raise ProbeError(path, "is not a checkpoint written by probe's trainer", "resume only from a run folder of `probe train`; start other files through init.checkpoint")
+        raise ProbeError(path, "is not a checkpoint written by probe's trainer",
+                         "resume only from a run folder of `probe train`; start other files through init.checkpoint")
     return state
 
 

@@ -13,7 +13,6 @@ torch result. Only what the rules need is here; the rest (indexing, comparisons,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 from typing import Any

@@ -48,7 +48,7 @@ def mean_patch_rows(attention: np.ndarray, prefix: int = 0) -> np.ndarray:
     return rows / rows.sum(-1, keepdims=True)
 
 
-def aggregation_rows(tokens: np.ndarray, head: "dict[str, torch.Tensor]", heads: int) -> np.ndarray:
+def aggregation_rows(tokens: np.ndarray, head: dict[str, torch.Tensor], heads: int) -> np.ndarray:
     """(image, N, D) backbone tokens → (image, head, N): SelfPatch ``ca_head``'s last block's class attention.
 
     Each class-attention block: u = norm1([c, t]); q from u[0] only, scaled by d^-½; k, v from

@@ -23,8 +23,8 @@ throughout, with the reference's operations in its order, so errors equal the re
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch

@@ -103,7 +103,7 @@ def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], c
         keys = keys - keys.mean(axis=0)
     nan = np.array([np.nan])
     if settings.rule == "lost":
-        r = lost(keys, grid, settings.k_patches)
+        r = lost(keys, grid, settings.k_patches, settings.ties)
         score = 1.0 - float(r.degree[r.seed]) / keys.shape[0]
         return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
                           solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed), degree=r.degree, expansion=r.expansion)
@@ -144,7 +144,7 @@ def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosi
             break
         graph = key_graph(cos, settings.tau, settings.eps, painted if t else None)
         scale = 1.0 / np.sqrt(graph.degree)
-        cut = normalized_cut(graph, seed=settings.seed, enough=lambda c: certified_cut(c, scale, grid, settings)[-1])
+        cut = normalized_cut(graph, seed=settings.seed, enough=lambda c, scale=scale: certified_cut(c, scale, grid, settings)[-1])
         cuts += 1
         x, seed, found, ok = certified_cut(cut, scale, grid, settings)
         first = first or (x, seed)

@@ -6,8 +6,8 @@ and as the fallback. ``Cut`` carries the vector and the bound on its error (``Cu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 import scipy.linalg
@@ -147,7 +147,7 @@ def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, want
             values, vectors = scipy.linalg.eigh_tridiagonal(alpha[: j + 1], beta[:j], select="i", select_range=(j + 1 - wanted, j))
             values, vectors = values[::-1], vectors[:, ::-1]
 
-            def ritz(k: int) -> np.ndarray:
+            def ritz(k: int, vectors: np.ndarray = vectors, q: np.ndarray = q) -> np.ndarray:
                 rows = vectors[:, :k].T @ q
                 return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 

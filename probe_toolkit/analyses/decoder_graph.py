@@ -11,6 +11,7 @@ import scipy.sparse
 
 from ..infra.errors import ProbeError
 
+
 @dataclass(frozen=True)
 class Cosines:
     """Unit keys in float64 and float32, and the proven error ``band`` of a float32 cosine;

@@ -11,6 +11,7 @@ from .decoder_graph import Graph
 from .decoder_settings import Settings
 from .grid import components
 
+
 def shape_of(grid: int | tuple[int, int]) -> tuple[int, int]:
     """(rows, cols) of a grid given as its side G or as (rows, cols)."""
     return (int(grid), int(grid)) if np.isscalar(grid) else (int(grid[0]), int(grid[1]))

@@ -10,6 +10,7 @@ from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 
 RULES = ("tokencut", "maskcut", "lost", "dsm")
+TIES = ("argsort", "lowest-index")  # LOST: how equal degrees rank: its torch.argsort's order on the CPU, or by patch index (analyses/lost.py)
 SINGLE = ("lost", "dsm")  # rules that are not a cut: one mask, τ, ε and the mask count unused
 PRESETS: dict[str, dict] = {
     # centred keys (each image's mean key subtracted), otherwise TokenCut's graph and rule, τ = 0.2
@@ -18,8 +19,9 @@ PRESETS: dict[str, dict] = {
     "tokencut": dict(center=False, rule="tokencut", tau=0.2, eps=1e-5, masks=1),
     # MaskCut: τ = 0.15 (README, submitit script; maskcut.py's argparse says 0.2), N = 3
     "maskcut": dict(center=False, rule="maskcut", tau=0.15, eps=1e-5, masks=3),
-    # LOST: raw keys, k = 100 (valeoai/LOST main_lost.py, object_discovery.py); analyses/lost.py
-    "lost": dict(center=False, rule="lost", tau=0.0, eps=1e-5, masks=1, k_patches=100),
+    # LOST: raw keys, k = 100, equal degrees ranked as its torch.argsort ranks them on the CPU (valeoai/LOST main_lost.py,
+    # object_discovery.py); analyses/lost.py
+    "lost": dict(center=False, rule="lost", tau=0.0, eps=1e-5, masks=1, k_patches=100, ties="argsort"),
     # Deep Spectral Methods: unit keys, positive affinity, Fiedler vector > 0 (extract.py, object_discovery.py)
     "dsm": dict(center=False, rule="dsm", tau=0.0, eps=1e-5, masks=1),
 }
@@ -47,6 +49,7 @@ class Settings:
     gap_tol: float = 1e-6  # flag an image whose eigengap (on λ ∈ [0, 2]) is below this
     seed: int = 0  # ARPACK's start vector
     k_patches: int = 100  # LOST: lowest-degree patches of the seed expansion
+    ties: str = "argsort"  # LOST: how equal degrees rank (TIES)
     color_lambda: float = 0.0  # DSM: weight of the KNN colour affinity (0 as published in extract_eigs)
 
     def __post_init__(self) -> None:
@@ -62,11 +65,13 @@ class Settings:
             raise SettingError("masks", f"masks must be at least 1, got {self.masks!r}", "use masks=1")
         if self.color_lambda and self.rule != "dsm":
             raise SettingError("color_lambda", f"color_lambda applies to the dsm preset, not {self.preset}", "drop color_lambda")
+        if self.ties not in TIES:
+            raise SettingError("ties", f"ties must be one of {', '.join(TIES)}, got {self.ties!r}", "use ties='argsort' (LOST's order)")
         if self.rule in SINGLE and self.masks != 1:
             raise SettingError("masks", f"the {self.preset} preset finds one object per image, not masks={self.masks}", "drop masks")
 
     @classmethod
-    def from_preset(cls, preset: str = "centred", **overrides) -> "Settings":
+    def from_preset(cls, preset: str = "centred", **overrides) -> Settings:
         """The preset's defaults, with every override that is not None applied."""
         if preset not in PRESETS:
             raise _unknown_preset(preset)
@@ -77,7 +82,7 @@ class Settings:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def with_(self, **changes) -> "Settings":
+    def with_(self, **changes) -> Settings:
         return replace(self, **changes)
 
 

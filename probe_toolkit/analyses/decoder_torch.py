@@ -23,8 +23,8 @@ machine. The own-size views (a grid per image) batch the images of each grid tog
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 import torch

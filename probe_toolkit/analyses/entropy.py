@@ -46,15 +46,16 @@ rounded otherwise: results agree with them to float32 precision (``tests/test_en
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..infra import runner
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
-from .grid import grid_distance, grid_shape, grid_side
 from ..store.plain import Results
+from .grid import grid_distance, grid_shape, grid_side
 from .stats import Bootstrap
 
 if TYPE_CHECKING:

@@ -33,21 +33,22 @@ The rule of vpariza/open-hummingbird-eval 2.0 (commit 5e79da2), ``hbird/hbird_ev
   ``resize_nearest`` is that resize (torch's legacy nearest: source = floor(dst · in / out)).
 
 Views (the caller's, listed here so that a command can reproduce them; ``hbird/utils/transforms.py``
-and ``image_transformations.py``): train views are ``RandomResizedCrop`` of the image and its label
-together to input × input (scale (0.5, 2.0), ratio (3/4, 4/3), torchvision's ``get_params``: a
-draw of scale above 1 cannot fit the image and is drawn again, up to ten tries before it takes
-the whole image centre-cropped to the ratio range, so crops cover 50-100 % of the image), image bilinear with
-antialias, label nearest; then colour jitter (brightness, contrast, saturation, hue 0.1, each
-applied with probability 0.5); val views squash image and label to input × input (bilinear with
-antialias / nearest). Normalisation mean (0.485, 0.456, 0.406), std **(0.229, 0.224, 0.255)**
-(0.255 for blue, not ImageNet's 0.225). eval.py's features: the backbone's
-``forward_features`` patch tokens (timm: after the final norm), class token dropped.
+and ``image_transformations.py``, ``store/hbird_views.py``): a train view is, in ``CombTransforms``'
+order, colour jitter of the whole image (brightness, contrast, saturation, hue 0.1, each applied
+with probability 0.5), ``ToTensor`` and normalisation, then ``RandomResizedCrop`` of the float
+tensor and of its label together to input × input (scale (0.5, 2.0), ratio (3/4, 4/3),
+torchvision's ``get_params``: a draw of scale above 1 cannot fit the image and is drawn again, up
+to ten tries before it takes the whole image centre-cropped to the ratio range, so crops cover
+50-100 % of the image), image bilinear with antialias, label nearest; val views squash image and
+label to input × input (bilinear with antialias / nearest). Normalisation mean (0.485, 0.456,
+0.406), std **(0.229, 0.224, 0.255)** (0.255 for blue, not ImageNet's 0.225). eval.py's features:
+the backbone's ``forward_features`` patch tokens (timm: after the final norm), class token dropped.
 
 What differs, on purpose:
 
-- retrieval is exact (blocked products with the running top-k of ``analyses/knn.py``): no
+- retrieval is exact (``analyses.search``, blocked with a running top-k, shared with k-NN): no
   ScaNN approximation, and bank rows of equal cosine rank by bank index, the lower first, also at
-  the k-th place; products are taken in float64 and rounded to float32, so the cosines and the
+  the k-th place; a cosine is the float32 rounding of the float64 product, so the cosines and the
   ranking do not depend on the block size (float32 BLAS products change in their last bit with
   the block's shape);
 - the draws of the bounded bank come from ``numpy.random.default_rng(seed)`` (the reference draws
@@ -64,14 +65,28 @@ caller's (``labels/voc_segmentation.py`` reads the label maps through the ledger
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from .knn import EMPTY, block_candidates, check_search, normalise, unkey
-from .hummingbird_published import (AUGMENTATION_EPOCHS, EMPTY_SCORE, IGNORE_INDEX, INPUT_SIZE, K, MATCHINGS, PATCH_SIZE, PUBLISHED,  # noqa: F401
-                                    PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, SEED, TEMPERATURE, VOC_CLASSES)
+from . import search
+from .hummingbird_published import (  # noqa: F401
+    AUGMENTATION_EPOCHS,
+    EMPTY_SCORE,
+    IGNORE_INDEX,
+    INPUT_SIZE,
+    MATCHINGS,
+    PATCH_SIZE,
+    PUBLISHED,
+    PUBLISHED_MEMORY_SIZES,
+    PUBLISHED_SOURCE,
+    SEED,
+    TEMPERATURE,
+    VOC_CLASSES,
+    K,
+)
+from .search import normalise
 
 BANK_BLOCK = 65536  # bank rows per product block (any value gives the same result)
 
@@ -198,33 +213,59 @@ def _tile(label_map: np.ndarray, grid: int) -> int:
     return h // grid
 
 
-def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: HummingbirdSettings) -> BankRows:
-    """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
-    view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do).
+class BankDraws:
+    """The rows a bank of ``views`` train views takes, drawn view by view in view order, so the
+    views may come a portion at a time (``take``) and only that portion's label maps be held.
 
     Unbounded (``settings.memory_size`` None): every patch of every view. Bounded:
     ``patches_per_view`` patches of each view by ``sample_patches``, from one generator seeded
     ``settings.seed`` and drawn view by view; rows in view order.
     """
-    if views % settings.augmentation_epochs:
-        raise ValueError(f"{views} train views are not {settings.augmentation_epochs} augmentation epochs of the same images")
-    per_view = None
-    if settings.memory_size is not None:
-        if settings.memory_size < views:
-            raise ValueError(f"memory_size must be at least the number of train views ({views}), got {settings.memory_size}")
-        per_view = patches_per_view(settings.memory_size, views)
-    rng = np.random.default_rng(settings.seed)
-    view, patch, labels, seen = [], [], [], 0
-    for i, y in enumerate(label_maps):
-        d = patch_distributions(y, _tile(y, grid), settings.n_classes, settings.ignore_index)
-        rows = np.arange(d.shape[0]) if per_view is None else sample_patches(d, per_view, rng)
-        view.append(np.full(len(rows), i, np.int64))
-        patch.append(rows.astype(np.int64))
-        labels.append(d[rows])
-        seen += 1
-    if seen != views:
-        raise ValueError(f"{seen} label maps for {views} views")
-    return BankRows(np.concatenate(view), np.concatenate(patch), np.concatenate(labels), per_view)
+
+    def __init__(self, views: int, grid: int, settings: HummingbirdSettings) -> None:
+        if views % settings.augmentation_epochs:
+            raise ValueError(f"{views} train views are not {settings.augmentation_epochs} augmentation epochs of the same images")
+        self.per_view = None
+        if settings.memory_size is not None:
+            if settings.memory_size < views:
+                raise ValueError(f"memory_size must be at least the number of train views ({views}), got {settings.memory_size}")
+            self.per_view = patches_per_view(settings.memory_size, views)
+        self.views, self.grid, self.settings = views, grid, settings
+        self.rng = np.random.default_rng(settings.seed)
+        self.seen = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows of the whole bank."""
+        return self.views * (self.grid * self.grid if self.per_view is None else self.per_view)
+
+    def take(self, label_maps: Iterable[np.ndarray]) -> BankRows:
+        """The rows of the next views (their label maps at the view's size, in view order)."""
+        view, patch, labels = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros((0, self.settings.n_classes), np.float32)]
+        for y in label_maps:
+            d = patch_distributions(y, _tile(y, self.grid), self.settings.n_classes, self.settings.ignore_index)
+            rows = np.arange(d.shape[0]) if self.per_view is None else sample_patches(d, self.per_view, self.rng)
+            view.append(np.full(len(rows), self.seen, np.int64))
+            patch.append(rows.astype(np.int64))
+            labels.append(d[rows])
+            self.seen += 1
+        if self.seen > self.views:
+            raise ValueError(f"{self.seen} label maps for {self.views} views")
+        return BankRows(np.concatenate(view), np.concatenate(patch), np.concatenate(labels), self.per_view)
+
+    def finish(self) -> None:
+        if self.seen != self.views:
+            raise ValueError(f"{self.seen} label maps for {self.views} views")
+
+
+def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: HummingbirdSettings) -> BankRows:
+    """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
+    view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do):
+    ``BankDraws`` in one portion."""
+    draws = BankDraws(views, grid, settings)
+    rows = draws.take(label_maps)
+    draws.finish()
+    return rows
 
 
 def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings: HummingbirdSettings) -> MemoryBank:
@@ -248,35 +289,13 @@ def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings:
 # retrieval and label transfer
 
 
-def _running_topk(queries: np.ndarray, bank: np.ndarray, k: int, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """``knn.running_topk`` with each block's products taken in float64 and rounded to float32.
-
-    A float32 BLAS product's last bit depends on the shape of the block it is computed in (the
-    kernel and its summation order change with it), so equal rows could rank differently with
-    another block size. In float64 the block changes only bits that the rounding to float32
-    removes (unless the exact cosine lies within about D · 2**-53 of a float32 rounding midpoint),
-    so the cosines, and the ranking by ``knn.keys``, do not depend on ``block``.
-    """
-    q = np.asarray(queries, np.float64)
-    best = np.full((q.shape[0], k), EMPTY, np.uint64)
-    seen = 0
-    for offset in range(0, bank.shape[0], block):
-        sim = (q @ np.asarray(bank[offset:offset + block], np.float64).T).astype(np.float32)
-        floor = unkey(best.max(1))[0] if seen >= k else None
-        merged = np.concatenate([best, block_candidates(sim, offset, k, floor)], axis=1)
-        best = np.partition(merged, k - 1, axis=1)[:, :k] if merged.shape[1] > k else merged
-        seen += sim.shape[1]
-    return unkey(np.sort(best, axis=1))
-
-
-def nearest(queries: np.ndarray, bank_features: np.ndarray, k: int, block: int = BANK_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+def nearest(queries: np.ndarray, bank_features, k: int, block: int = BANK_BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """(cosines float32, bank rows int64), each (queries, k), best first: the k bank rows most
-    similar to each query patch, exactly, ``block`` bank rows at a time (equal cosines rank by
-    bank row, the lower first, as ``analyses/knn.py``; the answer does not depend on ``block``).
-    ``bank_features`` are normalised rows; queries are normalised here."""
-    bank = np.asarray(bank_features, np.float32)
-    check_search(bank.shape[0], k, block)
-    return _running_topk(normalise(queries), bank, int(k), int(block))
+    similar to each query patch, exactly (``analyses.search``: the float32 rounding of float64
+    products, equal cosines by bank row, the lower first; the answer does not depend on ``block``).
+    ``bank_features`` are normalised rows (an array, or a ``Shared`` file read ``block`` rows at a
+    time); queries are normalised here."""
+    return search.nearest(queries, bank_features, int(k), int(block))
 
 
 def transfer(similarity: np.ndarray, neighbour: np.ndarray, bank_labels: np.ndarray, temperature: float = TEMPERATURE) -> np.ndarray:
@@ -397,21 +416,21 @@ def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, tempera
                       device: str | None = None) -> dict[str, np.ndarray]:
     """A block of query views' stored patch tokens (views, patches, D) → their patches' soft labels
     (views, patches, classes) float32: the unit a runner ships to a worker. ``bank.value()`` is the
-    bank's normalised features and ``labels.value()`` its label distributions (``runner.Shared``,
-    or anything with ``value()``); ``norm`` the network's final norm or None. Each patch's answer
-    depends on its own row alone, so blocks of any size give the same soft labels. ``device``
-    (``cpu`` or ``cuda``): the search in torch there (``analyses.hummingbird_torch``, the same
-    neighbours and cosines); None: numpy."""
+    bank's normalised features (``infra.shared.Shared``, read ``block`` rows at a time, or an array)
+    and ``labels.value()`` its label distributions; ``norm`` the network's final norm or None.
+    Each patch's answer depends on its own row alone, so blocks of any size give the same soft
+    labels. ``device`` (``cpu`` or ``cuda``): the search in torch there (``analyses.search_torch``,
+    the same neighbours and cosines); None: numpy."""
     x = np.asarray(values, np.float32)
     n, p, d = x.shape
     queries = x.reshape(n * p, d)
     if norm is not None:
         queries = norm(queries)
     if device is not None:
-        from . import hummingbird_torch
+        from . import search_torch
 
-        on = hummingbird_torch.on_device(bank.value, device, getattr(bank, "sha256", None))
-        similarity, neighbour = hummingbird_torch.nearest(normalise(queries), on, k, block, device)
+        on = search_torch.on_device(bank, device, getattr(bank, "sha256", None))
+        similarity, neighbour = search_torch.nearest(normalise(queries), on, k, block, device)
     else:
-        similarity, neighbour = nearest(queries, bank.value(), k, block)
+        similarity, neighbour = nearest(queries, bank, k, block)
     return {"soft": transfer(similarity, neighbour, labels.value(), temperature).reshape(n, p, -1)}

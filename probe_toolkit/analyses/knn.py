@@ -1,4 +1,4 @@
-"""DINO's weighted k-NN classifier on frozen image features, in bounded memory, in numpy.
+"""DINO's weighted k-NN classifier on frozen image features, in bounded memory, in numpy or torch.
 
 The rule of facebookresearch/dino ``eval_knn.py`` (``knn_classifier``): features L2-normalised,
 cosine similarity to every train image, the k most similar train images vote for their class
@@ -19,25 +19,34 @@ What differs from the script, on purpose:
   chunk of ``N_test // 100`` test images × N_train at a time, and fails below 100 test images);
 - with 5 classes or fewer, top-5 is reported as NaN: the script gives a number there (the share
   of images whose class got any vote), which says nothing about a ranking;
+- the search is exact (``analyses.search``): the cosine is the float32 rounding of the float64
+  product (the script's float32 matmul rounds in its kernel's order), so the neighbours do not
+  depend on block sizes, BLAS or device; numpy screens in float32 and settles in float64 only
+  the pairs near each row's running k-th, so it runs at float32 speed; ``--backend torch``
+  (``--device cpu|cuda``) runs the same search in torch (``analyses.search_torch``: float64
+  products, full-rate on H100/H200-class GPUs) with the same neighbours and cosines;
 - ties have a rule: train images of equal cosine rank by train index, the lower first, also at
   the k-th place (the script leaves the cut to ``torch.topk``); classes of equal vote rank by
   class index;
-- it runs on numpy (float32 products by BLAS, as the script's float32 matmul), so ``probe knn``
-  does not import torch.
+- by default it runs on numpy, so ``probe knn`` does not import torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
+
+from . import search
+from .search import normalise
 
 KS = (10, 20, 100, 200)  # DINO's eval_knn.py default nb_knn
 TEMPERATURE = 0.07  # DINO's eval_knn.py default
 TEST_BLOCK = 1024
 TRAIN_BLOCK = 4096
-EMPTY = np.uint64(np.iinfo(np.uint64).max)  # a free place in a running list: worse than every key
+DEVICE_TEST_BLOCK = 4096  # test rows per task on a GPU: fewer, larger products (the same numbers)
+DEVICE_TRAIN_BLOCK = 65536  # train rows per product on a GPU
 
 
 @dataclass
@@ -52,95 +61,13 @@ class KnnResult:
     similarity: np.ndarray  # (test, n) float32 their cosines
 
 
-def normalise(features: np.ndarray) -> np.ndarray:
-    """Rows divided by their L2 norm (at least 1e-12), in float32: torch's ``F.normalize``."""
-    x = np.asarray(features, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.float32(1e-12))
-
-
-# A neighbour is one uint64 key: the cosine's order-preserving bits, inverted, above the train
-# index. Keys are unique and the smaller key is the better neighbour (larger cosine; on equal
-# cosines, the lower index), so a partition of keys selects exactly, with no tie to settle.
-
-def keys(values: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """Keys of cosines (float32) at train indices (below 2**32)."""
-    bits = (np.asarray(values, np.float32) + np.float32(0)).view(np.uint32)  # + 0: -0.0 ranks as 0.0
-    ordered = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))  # larger cosine, larger bits
-    return ((~ordered).astype(np.uint64) << np.uint64(32)) | np.asarray(index, np.uint64)
-
-
-def unkey(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(cosines float32, train indices int64) of keys."""
-    ordered = (~(key >> np.uint64(32))).astype(np.uint32)
-    bits = np.where(ordered >> np.uint32(31), ordered & np.uint32(0x7FFFFFFF), ~ordered)
-    return bits.view(np.float32), (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
-
-
-def check_search(rows: int, k: int, block: int) -> None:
-    """Refuse what an exact top-k search of ``rows`` bank rows cannot answer, in Hummingbird's
-    numpy and torch searches alike (``hummingbird.py``, ``hummingbird_torch.py``): k outside the
-    bank, a bank past the keys' 32 bits of row (``keys``), a bad block."""
-    if isinstance(k, bool) or not 1 <= k <= rows:
-        raise ValueError(f"k must lie in 1..{rows} (the bank's rows), got {k}")
-    if rows >= 2**32:
-        raise ValueError(f"{rows} bank rows: at most 2**32 - 1")
-    if isinstance(block, bool) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block}")
-
-
-def _kth_largest(sim: np.ndarray, k: int) -> np.ndarray:
-    """Each row's k-th largest value (a partition of the values: a third of an argpartition's cost)."""
-    width = sim.shape[1]
-    return np.partition(sim, width - k, axis=1)[:, width - k]
-
-
-def block_candidates(sim: np.ndarray, offset: int, k: int, floor: np.ndarray | None) -> np.ndarray:
-    """Keys of a block's values that can enter each row's running top-k, padded with ``EMPTY``.
-
-    After the running list is full, only values above the row's k-th running cosine ``floor``
-    can enter (an equal one has a higher train index, so it ranks below); a late block of a large
-    set holds few of them per row (k × block width / images seen, were the set in no particular
-    order). A row with more than k of them (a block of its own class, in a set sorted by class),
-    and every row before the list is full (``floor`` None), takes its values at or above its own
-    k-th largest: its k best, and any equal to the k-th (their indices settle the cut, in the merge).
-    """
-    rows, width = sim.shape
-    if floor is None and width <= k:
-        cols = np.broadcast_to(np.arange(width), sim.shape)
-        return keys(sim, offset + cols)
-    threshold = _kth_largest(sim, k) if floor is None else floor
-    flat = np.flatnonzero(sim >= threshold[:, None] if floor is None else sim > threshold[:, None])
-    r = flat // width
-    counts = np.bincount(r, minlength=rows)
-    crowded = np.flatnonzero(counts > k) if floor is not None else ()
-    if len(crowded):  # those rows keep their values at or above their own k-th largest
-        own = np.full(rows, -np.inf, np.float32)
-        own[crowded] = _kth_largest(sim[crowded], k)
-        flat = flat[sim.ravel()[flat] >= own[r]]
-        r = flat // width
-        counts = np.bincount(r, minlength=rows)
-    out = np.full((rows, int(counts.max(initial=0))), EMPTY, np.uint64)
-    out[r, np.arange(len(r)) - (np.cumsum(counts) - counts)[r]] = keys(sim.ravel()[flat], offset + flat - r * width)
-    return out
-
-
-def running_topk(test: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k largest cosines of each (normalised) test row over every train block, sorted, equal
-    cosines by train index; (cosines float32, train indices int64), each (rows, k).
-
-    ``train_blocks()`` yields (offset, normalised block) in increasing offset; offsets make the
-    indices global. Only (test rows) × (block) values are held at once: each block's candidates
-    (``block_candidates``) are merged with the running k best.
-    """
-    best = np.full((test.shape[0], k), EMPTY, np.uint64)
-    seen = 0
-    for offset, block in train_blocks():
-        sim = test @ np.asarray(block, np.float32).T
-        floor = unkey(best.max(1))[0] if seen >= k else None
-        merged = np.concatenate([best, block_candidates(sim, offset, k, floor)], axis=1)
-        best = np.partition(merged, k - 1, axis=1)[:, :k] if merged.shape[1] > k else merged  # keys carry their index
-        seen += sim.shape[1]
-    return unkey(np.sort(best, axis=1))
+def nearest(queries: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]], k: int) -> dict[str, np.ndarray]:
+    """A block of (unnormalised) test rows → their k most similar train images, best first:
+    ``similarity`` (rows, k) float32 cosines and ``neighbour`` (rows, k) int64 train indices
+    (``analyses.search``: exact, equal cosines to the lower index). Each row's answer depends on
+    that row and the train blocks only, so blocks of rows can be computed anywhere and concatenated."""
+    value, index = search.running_topk(normalise(queries), train_blocks, k)
+    return {"similarity": value, "neighbour": index}
 
 
 def ranked_classes(votes: np.ndarray) -> np.ndarray:
@@ -169,15 +96,6 @@ def _ranked_votes(similarity: np.ndarray, labels: np.ndarray, n_classes: int, te
     return out
 
 
-def nearest(queries: np.ndarray, train_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]], k: int) -> dict[str, np.ndarray]:
-    """A block of (unnormalised) test rows → their k most similar train images, best first:
-    ``similarity`` (rows, k) float32 cosines and ``neighbour`` (rows, k) int64 train indices.
-    Each row's answer depends on that row and the train blocks only, so blocks of rows can be
-    computed anywhere and concatenated."""
-    value, index = running_topk(normalise(queries), train_blocks, k)
-    return {"similarity": value, "neighbour": index}
-
-
 def features(values: np.ndarray, feature: str, norm: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
     """Stored rows (class tokens, or patch tokens for ``mean``) → the chosen feature, unnormalised;
     ``norm``: the network's final LayerNorm (``store.parts.FinalNorm``) for ``cls-normed``."""
@@ -187,17 +105,20 @@ def features(values: np.ndarray, feature: str, norm: Callable[[np.ndarray], np.n
     return norm(values) if norm is not None else values
 
 
-def nearest_block(values: np.ndarray, *, bank, feature: str, norm, k: int, train_block: int) -> dict[str, np.ndarray]:
+def nearest_block(values: np.ndarray, *, bank, feature: str, norm, k: int, train_block: int, device: str | None = None) -> dict[str, np.ndarray]:
     """A block of test images' stored rows → their k nearest train images: the unit a runner ships
-    to a worker. ``bank.value()`` is the (train, D) normalised train features (``infra.shared.Shared``,
-    mapped once per worker), taken ``train_block`` rows at a time (the runner's one BLAS thread)."""
-    matrix = bank.value()
+    to a worker. ``bank`` holds the (train, D) normalised train features (``infra.shared.Shared``:
+    read ``train_block`` rows at a time from its file, so a worker holds one block of them).
+    ``device`` (``cpu`` or ``cuda``): the search in torch there (``analyses.search_torch``, the
+    bank moved to the device once per worker; the same neighbours and cosines); None: numpy."""
+    queries = features(values, feature, norm)
+    if device is not None:
+        from . import search_torch
 
-    def blocks():
-        for a in range(0, matrix.shape[0], train_block):
-            yield a, np.asarray(matrix[a:a + train_block])
-
-    return nearest(features(values, feature, norm), blocks, k)
+        on = search_torch.on_device(bank, device, getattr(bank, "sha256", None))
+        value, index = search_torch.nearest(normalise(queries), on, k, train_block, device)
+        return {"similarity": value, "neighbour": index}
+    return nearest(queries, lambda: search.bank_blocks(bank, train_block), k)
 
 
 def ranked_votes(similarity: np.ndarray, neighbour: np.ndarray, train_labels: np.ndarray, n_classes: int, ks: Sequence[int],
@@ -250,8 +171,7 @@ def classify(
     ks = tuple(sorted(int(k) for k in ks))
     if not ks or ks[0] < 1 or ks[-1] > n_train:
         raise ValueError(f"k must lie in 1..{n_train} (the train images), got {ks}")
-    if n_train >= 2**32:
-        raise ValueError(f"{n_train} train images: at most 2**32 - 1")
+    search.check_search(n_train, ks[-1], train_block)
 
     def blocks():
         for a in range(0, n_train, train_block):

@@ -36,8 +36,9 @@ counts as 0); accuracy counts non-ignored patches.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ class LabelSpace:
     names: tuple[str, ...]
 
     @classmethod
-    def from_categories(cls, categories: Iterable[dict[str, Any]]) -> "LabelSpace":
+    def from_categories(cls, categories: Iterable[dict[str, Any]]) -> LabelSpace:
         ordered = sorted(categories, key=lambda c: int(c["id"]))
         return cls(tuple(int(c["id"]) for c in ordered), tuple(str(c.get("name", c["id"])) for c in ordered))
 
@@ -74,7 +75,7 @@ class LabelSpace:
     def patch_class(self, category_id: int) -> int:
         return 1 + self.ids.index(int(category_id))
 
-    def missing(self, other: "LabelSpace") -> list[str]:
+    def missing(self, other: LabelSpace) -> list[str]:
         """Categories of ``other`` that this space lacks (id:name)."""
         mine = dict(zip(self.ids, self.names))
         return [f"{i}:{n}" for i, n in zip(other.ids, other.names) if mine.get(i) != n]

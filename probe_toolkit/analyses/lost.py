@@ -5,9 +5,11 @@ On one image's keys K (N × C, **not** normalised, CLS dropped) on a rows × col
 
 1. A = K Kᵀ (raw dot products).
 2. Degree d_i = #{j ≠ i : A_ij > 0} (LOST's ``patch_scoring``: diagonal zeroed, negatives clamped).
-3. Patches sorted by increasing degree; the seed s is the first. LOST sorts with a non-stable
-   ``torch.argsort``; here ties are broken by the lowest patch index (a stable sort), so the
-   result repeats across runs and devices.
+3. Patches sorted by increasing degree; the seed s is the first. Equal degrees are common, and
+   ``ties`` says how they rank: ``argsort`` (the ``lost`` preset) as LOST's own
+   ``torch.argsort(-degree, descending=True)`` leaves them on the CPU (``analyses/argsort.py``:
+   libstdc++'s introsort, not by index), ``lowest-index`` by patch index (a stable sort: probe's
+   rule before it followed LOST's, kept as an option).
 4. Seed expansion: P = the first ``k`` = 100 patches of that order; S = {p ∈ P : A_sp > 0}
    (s itself, as A_ss = ‖k_s‖² > 0); M_j = Σ_{p ∈ S} A_pj.
 5. Mask: the 4-connected component of {M > 0} that holds s (``scipy.ndimage.label``'s default, as ``grid.components`` finds it).
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..infra.errors import ProbeError
+from .argsort import argsort
+from .decoder_settings import TIES
 from .grid import components
 
 K_PATCHES = 100
@@ -40,8 +44,8 @@ class LostResult:
     flagged: bool  # the seed fell outside {M > 0} (LOST raises)
 
 
-def lost(keys: np.ndarray, grid: tuple[int, int], k: int = K_PATCHES) -> LostResult:
-    """LOST's mask of one image: ``keys`` (rows·cols, C), ``grid`` (rows, cols)."""
+def lost(keys: np.ndarray, grid: tuple[int, int], k: int = K_PATCHES, ties: str = "argsort") -> LostResult:
+    """LOST's mask of one image: ``keys`` (rows·cols, C), ``grid`` (rows, cols); ``ties`` one of ``TIES``."""
     rows, cols = grid
     keys = np.asarray(keys, dtype=np.float64)
     n = keys.shape[0]
@@ -49,11 +53,13 @@ def lost(keys: np.ndarray, grid: tuple[int, int], k: int = K_PATCHES) -> LostRes
         raise ProbeError(None, f"keys of shape {keys.shape} do not fill a {rows} × {cols} grid", "pass one image's patch keys")
     if k < 1:
         raise ProbeError(None, f"k = {k} patches for the seed expansion must be at least 1", "use LOST's k = 100")
+    if ties not in TIES:
+        raise ProbeError(None, f"ties {ties!r} is not one of {', '.join(TIES)}", "use ties='argsort' (LOST's order)")
     a = keys @ keys.T
     positive = a > 0
     np.fill_diagonal(positive, False)
     degree = positive.sum(axis=1)
-    order = np.argsort(degree, kind="stable")
+    order = argsort(degree) if ties == "argsort" else np.argsort(degree, kind="stable")
     seed = int(order[0])
     potentials = order[:k]
     similar = potentials[a[seed, potentials] > 0]

@@ -17,8 +17,8 @@ otherwise pure torch over tensors, the frames and features coming from the calle
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch

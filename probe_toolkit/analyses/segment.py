@@ -24,8 +24,8 @@ nor predicted anywhere does not count, one predicted but absent counts 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -33,8 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .segment_augment import IGNORE
-from .segment_published import (BATCH, BETAS, CROP, INIT_STD, ITERATIONS, LR, PRESETS, PUBLISHED, SIZE, STRIDE, WARMUP,  # noqa: F401
-                                WARMUP_RATIO, Preset, published_warmup)
+from .segment_published import BATCH, BETAS, CROP, INIT_STD, ITERATIONS, LR, PRESETS, PUBLISHED, SIZE, STRIDE, WARMUP, WARMUP_RATIO, Preset, published_warmup  # noqa: F401
 
 Features = Callable[[torch.Tensor], torch.Tensor]  # (B, 3, H, W) normalised → (B, D, rows, cols), no gradient
 

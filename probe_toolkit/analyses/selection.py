@@ -35,9 +35,7 @@ Invalid entries of an index array are -1 and their mask is False.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 

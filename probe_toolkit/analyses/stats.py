@@ -7,14 +7,14 @@ generator, take the mean each time, and read the (1 ± level)/2 quantiles of tho
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
-
 
 # The fewest resamples ``probe entropy`` and ``probe neighbours`` accept for their 95 % intervals.
 # A percentile interval reads each bound from the 2.5 % of resampled means in its tail: with B
@@ -38,7 +38,8 @@ def check_boot(n_boot: int, option: str = "boot") -> None:
     from ..infra.settings import SettingError
 
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < MIN_BOOT:
-        tail = f"each 2.5 % tail would hold {0.025 * n_boot:g} of them, and the interval can exclude the estimate" if not isinstance(n_boot, bool) and isinstance(n_boot, (int, np.integer)) and n_boot > 0 else "there would be no interval"
+        counted = not isinstance(n_boot, bool) and isinstance(n_boot, (int, np.integer)) and n_boot > 0
+        tail = f"each 2.5 % tail would hold {0.025 * n_boot:g} of them, and the interval can exclude the estimate" if counted else "there would be no interval"
         raise SettingError(option, f"{option} {n_boot!r}: {n_boot!r} resamples are too few for a 95 % percentile interval ({tail}); the floor is {MIN_BOOT}",
                            f"use {option}={MIN_BOOT} or more (default 1000)")
     if n_boot > MAX_BOOT:

@@ -11,8 +11,8 @@ import sys
 
 import typer
 
+from . import discovery, panels, protocols, stores  # noqa: F401,E402  (each registers its commands)
 from .app import app, console, err_console, flag  # noqa: F401  (the app and consoles, for tests and the entry point)
-from . import stores, discovery, panels, protocols  # noqa: F401,E402  (each registers its commands)
 
 protocols.build_all()  # every other protocol's command, from its registry entry
 from . import workflow  # noqa: F401,E402  (train, demo, report: listed last)

@@ -4,7 +4,7 @@ that maps a protocol parameter to its command-line flag."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,16 +36,16 @@ def flag(parameter: str) -> str:
     return FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
 
 
-CacheOpt = Annotated[Optional[Path], typer.Option("--cache", help="Cache root (default: $PROBE_CACHE or ./cache).")]
+CacheOpt = Annotated[Path | None, typer.Option("--cache", help="Cache root (default: $PROBE_CACHE or ./cache).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the numbers to this JSON file.")]
-PanelOpt = Annotated[Optional[str], typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
-UnsealOpt = Annotated[Optional[str], typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write the numbers to this JSON file.")]
+PanelOpt = Annotated[str | None, typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
+UnsealOpt = Annotated[str | None, typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
 # where per-block work runs (infra/placement.py, infra/runner.py): every local core, a dask cluster, a shard, a backend
-WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core; one with --device cuda).")]
-ClusterOpt = Annotated[Optional[str], typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
-ShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core; one with --device cuda).")]
+ClusterOpt = Annotated[str | None, typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
+ShardOpt = Annotated[str | None, typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]

@@ -22,8 +22,7 @@ def _warn(warnings: list[str]) -> None:
 @declared("decode")
 def decode(store: Any, given: dict[str, Any]) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
-    from ..infra.owned import write_summary
-    from ..infra.owned import check_output_file
+    from ..infra.owned import check_output_file, write_summary
     from ..infra.progress import bar
     from ..results import tables
 
@@ -60,8 +59,7 @@ def decode(store: Any, given: dict[str, Any]) -> None:
 @declared("score")
 def score(masks_file: Any, given: dict[str, Any]) -> None:
     """Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU."""
-    from ..infra.owned import write_summary
-    from ..infra.owned import check_output_file
+    from ..infra.owned import check_output_file, write_summary
     from ..results import tables
 
     json_path = given.pop("json_path")
@@ -76,8 +74,7 @@ def score(masks_file: Any, given: dict[str, Any]) -> None:
 @declared("decode-sweep")
 def decode_sweep(store: Any, given: dict[str, Any]) -> None:
     """Decode a grid of settings, read the panel's labels once, and keep the best setting."""
-    from ..infra.owned import write_summary
-    from ..infra.owned import check_output_file
+    from ..infra.owned import check_output_file, write_summary
     from ..infra.progress import bar
     from ..results import tables
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,17 +15,28 @@ from .app import CacheOpt, console, ledger_app, panel_app
 def panel_add(
     name: Annotated[str, typer.Argument(help="Panel name (letters, digits, - and _).")],
     role: Annotated[str, typer.Option("--role", help="train, val or test (test panels are sealed).")],
-    annotations: Annotated[Optional[Path], typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
-    images: Annotated[Optional[Path], typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
-    voc: Annotated[Optional[Path], typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
-    voc_segmentation: Annotated[Optional[Path], typer.Option("--voc-segmentation", help="Pascal VOC 2012 year folder for semantic segmentation (SegmentationClass/, ImageSets/Segmentation/; trainaug: SegmentationClassAug/), read by probe hummingbird.")] = None,
-    ade20k: Annotated[Optional[Path], typer.Option("--ade20k", help="ADE20K SceneParsing folder (ADEChallengeData2016: images/, annotations/); --split training or validation.")] = None,
-    split: Annotated[Optional[str], typer.Option("--split", help="VOC: a file of ImageSets/Main (default trainval, as LOST and TokenCut); --voc-segmentation: one of ImageSets/Segmentation (train, val, trainaug; default val, or train for --role train); --ade20k: training or validation (default by role); SPair: trn, val or test (default test).")] = None,
+    annotations: Annotated[Path | None, typer.Option("--annotations", help="COCO annotation file (not opened now).")] = None,
+    images: Annotated[Path | None, typer.Option("--images", help="The panel's image folder (VOC: default <DIR>/JPEGImages).")] = None,
+    voc: Annotated[Path | None, typer.Option("--voc", help="Pascal VOC year folder (Annotations/, JPEGImages/, ImageSets/Main/).")] = None,
+    voc_segmentation: Annotated[Path | None,
+                                typer.Option("--voc-segmentation",
+                                             help="Pascal VOC 2012 year folder for semantic segmentation (SegmentationClass/, ImageSets/Segmentation/; trainaug: "
+                                                  "SegmentationClassAug/), read by probe hummingbird.")] = None,
+    ade20k: Annotated[Path | None,
+                      typer.Option("--ade20k", help="ADE20K SceneParsing folder (ADEChallengeData2016: images/, annotations/); --split training or validation.")] = None,
+    split: Annotated[str | None, typer.Option("--split",
+                                              help="VOC: a file of ImageSets/Main (default trainval, as LOST and TokenCut); --voc-segmentation: one of "
+                                                   "ImageSets/Segmentation (train, val, trainaug; default val, or train for --role train); --ade20k: training or "
+                                                   "validation (default by role); SPair: trn, val or test (default test).")] = None,
     no_hard: Annotated[bool, typer.Option("--no-hard", help="VOC: drop difficult/truncated boxes and images with only those (LOST --no_hard).")] = False,
-    coco20k: Annotated[bool, typer.Option("--coco20k", help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
-    spair: Annotated[Optional[Path], typer.Option("--spair", help="SPair-71k folder (PairAnnotation/, ImageAnnotation/, JPEGImages/): keypoint pairs of --split.")] = None,
-    masks: Annotated[Optional[Path], typer.Option("--masks", help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
-    classes_from_folders: Annotated[Optional[Path], typer.Option("--classes-from-folders", help="A folder with one sub-folder of images per class (ImageNet's layout): a classification panel.")] = None,
+    coco20k: Annotated[bool, typer.Option("--coco20k",
+                                          help="Restrict COCO-2014 train --annotations to LOST's and TokenCut's 19,817 images, crowd boxes removed.")] = False,
+    spair: Annotated[Path | None, typer.Option("--spair", help="SPair-71k folder (PairAnnotation/, ImageAnnotation/, JPEGImages/): keypoint pairs of --split.")] = None,
+    masks: Annotated[Path | None, typer.Option("--masks",
+                                               help="Saliency: folder of binary ground-truth masks named like the --images (ECSSD, DUTS-TE, DUT-OMRON).")] = None,
+    classes_from_folders: Annotated[Path | None,
+                                    typer.Option("--classes-from-folders",
+                                                 help="A folder with one sub-folder of images per class (ImageNet's layout): a classification panel.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a panel of the same name.")] = False,
     cache: CacheOpt = None,
 ) -> None:
@@ -34,7 +45,8 @@ def panel_add(
 
     if classes_from_folders is not None:
         if any(v is not None for v in (annotations, images, voc, masks, spair)) or coco20k:
-            raise ProbeError("--classes-from-folders", "cannot be combined with --annotations, --images, --voc, --masks or --coco20k", "give either the class folder or another kind of panel")
+            raise ProbeError("--classes-from-folders", "cannot be combined with --annotations, --images, --voc, --masks or --coco20k",
+                             "give either the class folder or another kind of panel")
         p = add_panel(name, classes_from_folders, classes_from_folders, role, cache=cache, replace=replace, kind="classes")
         console.print(f"panel {p.name}: {p.role}{' (sealed)' if p.sealed else ''}, classes from {p.images}")
         return
@@ -72,7 +84,7 @@ def panel_list(cache: CacheOpt = None) -> None:
 
 @ledger_app.command("show")
 def ledger_show(
-    last: Annotated[Optional[int], typer.Option(help="Only the last N entries.")] = None,
+    last: Annotated[int | None, typer.Option(help="Only the last N entries.")] = None,
     cache: CacheOpt = None,
 ) -> None:
     """Every read of labels: when, which panel, how many images, why, for which checkpoint."""
@@ -95,10 +107,9 @@ def ledger_show(
 @ledger_app.command("verify")
 def ledger_verify(cache: CacheOpt = None) -> None:
     """Check the hash chain; names every edited, inserted or deleted line (exit 1 if any)."""
+    from ..infra.errors import IntegrityError
     from ..labels.ledger import LEDGER, entries, verify
     from ..store.cache import cache_root
-
-    from ..infra.errors import IntegrityError
 
     root = cache_root(cache)
     if not (root / LEDGER).is_file() and not (root / "panels.toml").is_file():  # a mistyped --cache would read as "0 entries, chain intact"
@@ -108,6 +119,7 @@ def ledger_verify(cache: CacheOpt = None) -> None:
         console.print(f"[bold red]{root / LEDGER}[/] {p}", highlight=False, soft_wrap=True)
     if problems:
         more = f" (and {len(problems) - 1} more, listed above)" if len(problems) > 1 else ""
-        raise IntegrityError(root / LEDGER, f"the hash chain is broken: {problems[0]}{more}", "restore the ledger from a copy; its results' ledger entries cannot be trusted")
+        raise IntegrityError(root / LEDGER, f"the hash chain is broken: {problems[0]}{more}",
+                             "restore the ledger from a copy; its results' ledger entries cannot be trusted")
     console.print(f"{root / LEDGER}: {len(entries(root))} entries, chain intact", soft_wrap=True)
 

@@ -30,7 +30,7 @@ def _option(option: registry.Option) -> inspect.Parameter:
     required = option.default is registry.REQUIRED
     default = False if option.kind == "negated" else inspect.Parameter.empty if required else option.default
     kind = TYPES["str" if option.parse else option.kind]
-    annotation = kind if required or default is not None else Optional[kind]
+    annotation = kind if required or default is not None else Optional[kind]  # noqa: UP045 (typer reads typing.Optional of a runtime type)
     flags = f"{flag(option.name)}/--no-{flag(option.name)[2:]}" if option.kind == "either" else flag(option.name)
     return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=Annotated[annotation, typer.Option(flags, help=option.help)])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,25 +14,36 @@ from .app import CacheOpt, QuietOpt, app, console, err_console
 @app.command()
 def extract(
     checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
-    images: Annotated[Optional[Path], typer.Option("--images", help="Folder of photographs (recursive).")] = None,
-    panel: Annotated[Optional[str], typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
-    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by probe knn), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST), native_crop (keys, tokens; own size, cut to whole patches as DSM's extract.py), native_resized (keys, tokens; resized with LANCZOS to round(side/p) patches as TokenCut's saliency get_saliency.py), hbird512 (tokens; Hummingbird's query view) and hbird512_aug0,hbird512_aug1 (tokens; its memory views, read by probe hummingbird). A later run may add views to a store.")] = "224,480",
-    resample: Annotated[Optional[str], typer.Option("--resample", help="Filter of the 480 squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
+    images: Annotated[Path | None, typer.Option("--images", help="Folder of photographs (recursive).")] = None,
+    panel: Annotated[str | None, typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
+    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by "
+                                            "probe knn), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST), native_crop (keys, tokens; own "
+                                            "size, cut to whole patches as DSM's extract.py), native_resized (keys, tokens; resized with LANCZOS to round(side/p) "
+                                            "patches as TokenCut's saliency get_saliency.py), hbird512 (tokens; Hummingbird's query view) and "
+                                            "hbird512_aug0,hbird512_aug1 (tokens; its memory views, read by probe hummingbird). A later run may add views to a "
+                                            "store.")] = "224,480",
+    resample: Annotated[str | None, typer.Option("--resample", help="Filter of the 480 squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
     attention: Annotated[str, typer.Option(help="Attention maps at 224: last, all (12 blocks) or none.")] = "last",
     dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 16,
     chunk: Annotated[int, typer.Option(help="Images per zarr chunk (the unit of resume and sharding).")] = 16,
     network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
-    heads: Annotated[Optional[int], typer.Option(help="Attention heads (default width/64).")] = None,
+    heads: Annotated[int | None, typer.Option(help="Attention heads (default width/64).")] = None,
     convert: Annotated[bool, typer.Option("--convert", help="Drop class token and final norm first (SelfPatch-style).")] = False,
-    interp: Annotated[str, typer.Option("--interp", help="Position-table interpolation: auto (the checkpoint's own code: dinov2-reg for DINOv2 register models, else dino), dino, dinov2-reg or timm.")] = "auto",
-    shard: Annotated[Optional[str], typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
+    interp: Annotated[str, typer.Option("--interp",
+                                        help="Position-table interpolation: auto (the checkpoint's own code: dinov2-reg for DINOv2 register models, else dino), dino, "
+                                             "dinov2-reg or timm.")] = "auto",
+    shard: Annotated[str | None, typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
     on_error: Annotated[str, typer.Option("--on-error", help="fail, or skip unreadable images and record them.")] = "fail",
-    limit: Annotated[Optional[int], typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
-    store: Annotated[Optional[Path], typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
+    store: Annotated[Path | None, typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    decoders: Annotated[Optional[int], typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass, and runs written at once, up to 4 (default: the cores it leaves free; at least 1).")] = None,
-    repair: Annotated[bool, typer.Option("--repair", help="Read every chunk of the store's --views first and extract again the images of any damaged or missing chunk (probe info --verify lists them).")] = False,
+    decoders: Annotated[int | None,
+                        typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass, and runs written at once, up to 4 (default: the "
+                                                        "cores it leaves free; at least 1).")] = None,
+    repair: Annotated[bool, typer.Option("--repair",
+                                         help="Read every chunk of the store's --views first and extract again the images of any damaged or missing chunk (probe info "
+                                              "--verify lists them).")] = False,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -82,7 +93,8 @@ def extract(
         raise Interrupted("probe extract stopped; the store keeps every finished chunk and is resumable: rerun the same command") from None
     for line in report.skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
-    console.print(f"{report.store}: {report.done}/{report.n_images} images done in views {','.join(report.views)} ({report.written} written now, {len(report.skipped)} skipped)", soft_wrap=True)
+    console.print(f"{report.store}: {report.done}/{report.n_images} images done in views {','.join(report.views)} ({report.written} written now, {len(report.skipped)} "
+                  "skipped)", soft_wrap=True)
     if report.limit is not None and report.left:
         console.print(f"--limit {report.limit}: {report.left} images of this shard left; rerun the same command to continue", soft_wrap=True)
 
@@ -131,7 +143,8 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
 def make_checkpoint(
     out: Annotated[Path, typer.Argument(help="File to write.")],
     layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, dinov2-backbone, dinov2-reg-backbone, ...")] = "dino-full",
-    arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), dinov2-b14(-reg).")] = "tiny",
+    arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), "
+                                           "dinov2-b14(-reg).")] = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
@@ -186,7 +199,7 @@ def list_command() -> None:
 @app.command("results")
 def results_command(
     store: Annotated[Path, typer.Argument(help="A store written by probe extract.")],
-    result: Annotated[Optional[str], typer.Option("--result", help="Only the records of this result (e.g. decoder, scores_voc07).")] = None,
+    result: Annotated[str | None, typer.Option("--result", help="Only the records of this result (e.g. decoder, scores_voc07).")] = None,
 ) -> None:
     """List a store's records: every run of every protocol, oldest first (none is ever overwritten)."""
     from ..protocols.registry import protocols

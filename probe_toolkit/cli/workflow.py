@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from ..infra.errors import ProbeError
-from .app import QuietOpt, CacheOpt, app, console, err_console
+from .app import CacheOpt, QuietOpt, app, console, err_console
 
 
 @app.command()
 def train(
     config: Annotated[str, typer.Argument(help="A TOML config, or a shipped one: selfpatch, contrastive, dino, tiny.")],
-    sets: Annotated[Optional[list[str]], typer.Option("--set", help="Override one setting, section.key=value (repeatable).")] = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="Override one setting, section.key=value (repeatable).")] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Train DINO, SelfPatch or the contrastive rule; write checkpoints that probe extract reads."""
@@ -51,12 +50,17 @@ def demo(
 @app.command("report")
 def report_command(
     stores: Annotated[list[Path], typer.Argument(help="Stores to report on, side by side (checkpoint comparison).")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
-    follow: Annotated[Optional[str], typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
-    patch: Annotated[int, typer.Option("--patch", help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other grids follow the patch under its centre.")] = 34,
+    out: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
+    follow: Annotated[str | None, typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
+    patch: Annotated[int, typer.Option("--patch",
+                                       help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other "
+                                            "grids follow the patch under its centre.")] = 34,
     formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
-    run: Annotated[Optional[str], typer.Option("--run", help="Show this run's records (a run id from `probe results`, or its start) where a result has one; the latest elsewhere.")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", help="Name a store in titles, tables and figures: NAME=STORE (repeatable; default: the manifest's name, else checkpoint and network).")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Show this run's records (a run id from `probe results`, or its start) where a result has one; "
+                                                           "the latest elsewhere.")] = None,
+    label: Annotated[list[str] | None,
+                     typer.Option("--label", help="Name a store in titles, tables and figures: NAME=STORE (repeatable; default: the manifest's name, else checkpoint "
+                                                  "and network).")] = None,
     cache: CacheOpt = None,
 ) -> None:
     """Write report.md, a self-contained report.html with a patch explorer, figures (PNG, PDF, SVG) and tables (CSV, LaTeX)."""

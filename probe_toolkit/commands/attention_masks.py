@@ -28,22 +28,23 @@ Results ``results/attention_masks``:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, sharded
 from ..infra.runner import Where, map_images, placed
 from ..labels.panels import read_labels
-from ..store import cache, images, parts
 from ..results import records
+from ..store import cache, images, parts
 from .runs import result_provenance
 
 ROWS = ("auto", "cls", "aggregation", "mean")
@@ -253,7 +254,8 @@ def run_attention_masks(
             union[i], best[i], per_object[i] = score.union, score.best_union, score.per_object
         scored = int(np.isfinite(best).sum())
         if scored == 0:
-            raise ProbeError(read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images", "score on a panel whose images the store holds")
+            raise ProbeError(read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images",
+                             "score on a panel whose images the store holds")
         data.update({"jaccard": (("image", "head"), union), "best": ("image", best), "per_object": ("image", per_object),
                      "jaccard_mean": ("head", np.nanmean(union, 0)), "best_mean": np.nanmean(best), "per_object_mean": np.nanmean(per_object)})
         report.scored, report.ledger = scored, read.entry_id

@@ -26,17 +26,18 @@ the shard that finds every part in (``shards.collect``) scores them all and save
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import correspond
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.runner import check_placement, map_blocks, placed
 from ..labels import spair, spair_read
@@ -233,7 +234,8 @@ def run_correspond(
     attrs = {"settings": {"thresholds": list(thresholds), "instances": int(instances), "seed": int(seed), "side": correspond.SIDE},
              "view": VIEW, "view_text": arrays.geometry(VIEW), "grid": [int(rows), int(cols)], "tokens_dtype": dtype,
              "feature": "last-block patch tokens (before any final norm), L2-normalised per patch; source keypoints sampled bilinearly (align_corners)",
-             "ledger": labels.entry_id, "image_source": str(cache.manifest(ds).get("image_source") or ""), "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
+             "ledger": labels.entry_id, "image_source": str(cache.manifest(ds).get("image_source") or ""),
+             "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
              "source": "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py, configs/spair_correspondence.yaml",
              "provenance": result_provenance(ds, command)}
     report.saved = records.save(store, "correspond", ds_out, attrs)

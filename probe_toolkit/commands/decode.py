@@ -21,23 +21,24 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..analyses.decoder_settings import Settings
 from ..analyses.decoder_blocks import check_backend, default_workers
+from ..analyses.decoder_settings import Settings
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement, sharded
 from ..infra.runner import placed
-from ..labels.masks import decoder_dataset
 from ..labels import saliency
+from ..labels.masks import decoder_dataset
 from ..labels.panels import LabelRead, check_readable, read_labels
 from ..labels.scoring import Scores, evaluate
-from ..store import cache
 from ..results import records
+from ..store import cache
 from ..store.completion import computed_on
 from .decode_keys import BlockResults, colour_task, decode_keys, decode_with_colour, open_keys
 from .decode_scores import check_masks_out, file_sha256, masks_meta_path, refine_bilateral, save_saliency, save_scores

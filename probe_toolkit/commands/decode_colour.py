@@ -13,9 +13,10 @@ folder as they mount the store) decode their images alone, the same bits as one 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,7 +25,6 @@ import numpy as np
 # only the libraries already loaded; loaded inside it, eigh would run on every core and round otherwise
 from ..analyses.decoder import collate, decode_image, grid_of
 from ..analyses.decoder_settings import Settings
-
 
 if TYPE_CHECKING:
     from ..infra.shared import Shared

@@ -4,16 +4,17 @@ encode each block's masks as the runner hands it over."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..analyses.decoder import Decoded
-from ..analyses.decoder_settings import Settings
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
+from ..analyses.decoder_settings import Settings
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.runner import Where, map_images
 from ..labels.masks import coco_results

@@ -17,8 +17,8 @@ from functools import partial
 import numpy as np
 
 from ..analyses.decoder import Decoded
-from ..analyses.decoder_settings import Settings
 from ..analyses.decoder_blocks import as_decoded, decode_block, group_arrays, sweep_block
+from ..analyses.decoder_settings import Settings
 from ..infra.runner import Where, map_images
 from ..labels.masks import decoded_from_dataset, decoder_dataset
 from .shards import gather, share

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import itertools
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..analyses.decoder import Decoded
-from ..analyses.decoder_settings import SINGLE, Settings
 from ..analyses.decoder_blocks import as_decoded, check_backend, default_workers, group_arrays, sweep_block
+from ..analyses.decoder_settings import SINGLE, Settings
 from ..infra import lazy_dask, provenance
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, sharded
 from ..infra.runner import map_images, placed
 from ..labels.masks import coco_results

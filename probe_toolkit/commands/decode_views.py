@@ -22,7 +22,8 @@ def check_view(size: int | str) -> str:
     accepted) or a fixed view's side in pixels (480 by default)."""
     view = str(size).strip().lower().replace("-", "_")
     if view not in OWN_SIZE and not view.isdigit():
-        raise ProbeError(f"--view {view}", f"is neither {', '.join(OWN_SIZE)} nor a fixed view's size", "use --view 480, --view native, --view native_crop or --view native_resized")
+        raise ProbeError(f"--view {view}", f"is neither {', '.join(OWN_SIZE)} nor a fixed view's size",
+                         "use --view 480, --view native, --view native_crop or --view native_resized")
     return view
 
 

@@ -28,42 +28,39 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.runner import map_images, placed
-from ..infra.shared import shared
-from ..infra.settings import SettingError
+from ..infra.shared import spooled
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
 from ..results import records
 from ..store import cache, hbird_views, images, parts
 from . import shards
+from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
 DEVICE_QUERY_BLOCK = 16  # val views per task on a GPU: fewer, larger products (the same numbers)
 BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numbers)
-READ_BLOCK = 64  # memory views read from the store at a time
 
 
 # the panel kinds hummingbird reads: their reader and the classes it scores (open-hummingbird-eval: VOC's 21 with the
 # background; ADE20K's 150 and "other", label 0, as a 151st class, hbird/data/ade20k/ade20k_data.py get_num_classes)
 LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES),
            ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
-
-
-def memory_name(size: int | None) -> str:
-    return "full" if size is None else str(int(size))
 
 
 @dataclass
@@ -99,7 +96,8 @@ def _check_kinds(train: Panel, val: Panel) -> None:
                              f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
                              f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)")
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
+                         "score on a val panel of the train panel's data set")
 
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:
@@ -108,6 +106,10 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
     for view in views:
         if f"tokens_{view}" not in ds:
             raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
+        if hbird_views.epoch(view) is not None and cache.view_facts(ds.attrs.get("manifest") or {}, view).get("augmentation") != hbird_views.ORDER:
+            raise ProbeError(ds.attrs.get("store"), f"holds its {view} view in the order probe used before it followed open-hummingbird-eval's "
+                             "(the 8-bit crop jittered; the reference jitters the whole image, normalises, then crops the float tensor)",
+                             f"extract the memory views into a new store: `{extract} --store NEW.zarr`")
         flag = f"done_{view}"
         if flag in ds:
             done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)
@@ -116,58 +118,18 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
                                  f"rerun `{extract}` to finish it")
 
 
-def memory_plan(sizes: Sequence[int | None], views: int, grid: int, k: int) -> list[tuple[int, int]]:
-    """(patches per view, bank rows) of each memory size (0 per view: every patch), or a
-    SettingError naming ``memory`` or ``k`` when a size cannot be built as the reference builds it."""
-    plan = []
-    for size in sizes:
-        if size is None:
-            per_view, rows = 0, views * grid * grid
-        else:
-            if size < views:
-                raise SettingError("memory", f"memory {size} is smaller than the {views} augmented train views (at least one patch each)",
-                                   f"give at least {views} patches, or full (every patch)")
-            per_view = hb.patches_per_view(size, views)
-            if per_view > grid * grid:
-                raise SettingError("memory", f"memory {size} asks {per_view} patches of each of the {views} augmented train views, which hold {grid * grid}",
-                                   f"give at most {views * grid * grid} patches, or full (every patch)")
-            rows = per_view * views
-        if k > rows:
-            raise SettingError("k", f"k {k} exceeds the {rows} bank rows at size {memory_name(size)}", f"use k ≤ {rows}")
-        plan.append((per_view, rows))
-    return plan
-
-
-def _ordered_maps(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[np.ndarray]]:
-    """(file names, label maps) in the order of ``store_ids``; each map checked to be its image's size."""
-    by_name = dict(zip(read.ids, read.maps))
+def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[int]]:
+    """(file names, indices into ``read.maps``) in the order of ``store_ids``; each map checked to
+    be its image's size (from the first pass's shapes and the image headers: nothing decoded)."""
+    position = {name: i for i, name in enumerate(read.ids)}
     names = [read.image_map[s] for s in store_ids]
-    maps = [by_name[n] for n in names]
-    for name, y in zip(names, maps):
+    order = [position[n] for n in names]
+    for name, i in zip(names, order):
         width, height = images.header_size(Path(panel.images) / name)
-        if y.shape != (height, width):
+        if read.shapes[i] != (height, width):
             raise ProbeError(Path(panel.annotations) / f"{Path(name).stem}.png (its mask)",
-                             f"is {y.shape[1]}x{y.shape[0]} px, its image {width}x{height}", "restore the devkit's masks")
-    return names, maps
-
-
-def bank_features(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], banks: Sequence[hb.BankRows], norm: Callable | None) -> list[np.ndarray]:
-    """(rows, D) each bank's features: the chosen patches' stored tokens (memory view v = epoch · n
-    + image), through the final norm, L2-normalised row by row; the store read once for all banks."""
-    n = len(ids)
-    width = int(ds[f"tokens_{views[0]}"].shape[-1])
-    out = [np.empty((len(rows.view), width), np.float32) for rows in banks]
-    for e, view in enumerate(views):
-        array = cache.checked(ds, f"tokens_{view}").sel(image=list(ids))
-        for a in range(0, n, READ_BLOCK):
-            b = min(a + READ_BLOCK, n)
-            block = None
-            for rows, features in zip(banks, out):
-                chosen = np.flatnonzero((rows.view >= e * n + a) & (rows.view < e * n + b))
-                if len(chosen):
-                    block = np.asarray(array.isel(image=slice(a, b)).values, np.float32) if block is None else block
-                    features[chosen] = block[rows.view[chosen] - e * n - a, rows.patch[chosen]]
-    return [hb.normalise(norm(f) if norm is not None else f) for f in out]
+                             f"is {read.shapes[i][1]}x{read.shapes[i][0]} px, its image {width}x{height}", "restore the devkit's masks")
+    return names, order
 
 
 def shard_scores(store: Path, which: tuple[int, int], share: tuple[int, int], shown: int, confusions: np.ndarray, truth_shown: np.ndarray,
@@ -196,11 +158,11 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     The val images' blocks run on ``placement``'s local workers or dask cluster, each against the memory
     (``infra.shared.Shared``: a file mapped once per worker). ``placement.backend`` torch searches
     with torch on ``placement.device`` (cpu, or cuda: one process by default, the memory moved
-    to the GPU once), with the numpy search's neighbours and cosines (``analyses.hummingbird_torch``).
+    to the GPU once), with the numpy search's neighbours and cosines (``analyses.search_torch``).
     ``placement.shard`` i/n: every shard builds the memories (the train labels are read in each) and
     labels its contiguous share of the val images; the last one to finish sums the parts' confusion
     counts (``shard_scores``) and saves the record."""
-    from ..analyses import hummingbird_torch
+    from ..analyses import search_torch
     from ..analyses.decoder_blocks import check_backend, default_workers
 
     check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
@@ -224,55 +186,53 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     grid = hbird_views.SIDE // patch
     cut = grid * patch  # the pixels the network reads (512 at /16; the top-left 504 at /14)
     n_views = len(train_ids) * len(memory_views)
-    plan = memory_plan(settings.memory, n_views, grid, settings.k)
+    plan = memory_plan(settings.memory, n_views, grid, settings.k)  # every size checked before any label is read
     norm = parts.final_norm(meta, store)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
 
     train_read = layout.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids, cache=cache_dir)
-    names, maps = _ordered_maps(train_read, train_ids, train_panel)
-
-    def memory_labels():  # view by view, epoch-major, as the reference's augmentation loop
-        for view in memory_views:
-            for name, y in zip(names, maps):
-                yield hbird_views.label_view(y, view, name)[:cut, :cut]
-
-    banks = [hb.bank_rows(memory_labels(), n_views, grid, hb.HummingbirdSettings(
-        k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views), seed=settings.seed,
-        input_size=cut, patch_size=patch, n_classes=len(classes))) for size in settings.memory]
-    bank_rows = [len(rows.view) for rows in banks]
-    soft = []
+    names, order = _ordered(train_read, train_ids, train_panel)
+    memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
     values = {"values": cache.require(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
     which, (a, b) = shards.share(placement.shard, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
-    with placed(workers, placement.dask_address) as where:
-        for rows, features in zip(banks, bank_features(train_ds, train_ids, memory_views, banks, norm)):
-            folder = records.results_path(train_ds.attrs.get("store") or store, "")
-            with shared(features, folder, "hbird-bank") as bank, shared(rows.labels, folder, "hbird-labels") as labels:
+    folder = records.results_path(train_ds.attrs.get("store") or store, "")
+    bank_rows, n_classes = [rows for _, rows in plan], len(classes)
+    with ExitStack() as files, placed(workers, placement.dask_address) as where:
+        soft = []  # per memory size: every val patch's soft labels, spooled to a file as the blocks come
+        for size in settings.memory:
+            bank_settings = hb.HummingbirdSettings(k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views),
+                                                   seed=settings.seed, input_size=cut, patch_size=patch, n_classes=n_classes)
+            spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
+            with built(memory_source, bank_settings, folder) as (bank, labels, _):
                 fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
                                        temperature=settings.temperature, block=BANK_BLOCK, device=device)
                 try:
-                    soft.append(map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
-                                           torch_free=device is None)["soft"] if b > a else np.zeros((0, grid * grid, len(classes)), np.float32))
+                    if b > a:
+                        map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
+                                   torch_free=device is None, each=lambda _a, _b, part, spool=spool: spool.append(part["soft"]), keep=False)
                 finally:
-                    hummingbird_torch.forget()
+                    search_torch.forget()
+            soft.append(spool.shared())
 
-    val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
-    val_names, val_maps = _ordered_maps(val_read, val_ids, val_panel)
-    n_classes = len(classes)
-    shown = min(settings.figure_images, len(val_ids))
-    truth_shown = np.zeros((shown, cut, cut), np.uint8)
-    predicted_shown = np.zeros((len(soft), shown, cut, cut), np.uint8)
-    confusions = np.zeros((len(soft), n_classes, n_classes), np.int64)
-    for i in range(a, b):  # this shard's val images (all of them when not sharded)
-        name, y = val_names[i], val_maps[i]
-        truth = hbird_views.label_view(y, hbird_views.VAL, name)[:cut, :cut]
-        for m, scores in enumerate(soft):
-            predicted = hb.predict(scores[i - a], (grid, grid), (cut, cut))
-            confusions[m] += hb.confusion(truth, predicted, n_classes)
-            if i < shown:
-                predicted_shown[m, i] = predicted
-        if i < shown:
-            truth_shown[i] = truth
+        val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
+        val_names, val_order = _ordered(val_read, val_ids, val_panel)
+        shown = min(settings.figure_images, len(val_ids))
+        truth_shown = np.zeros((shown, cut, cut), np.uint8)
+        predicted_shown = np.zeros((len(soft), shown, cut, cut), np.uint8)
+        confusions = np.zeros((len(soft), n_classes, n_classes), np.int64)
+        i = a
+        for portion in val_read.maps.portions(val_order[a:b]):  # this shard's val images (all of them when not sharded), a portion at a time
+            for y in portion:
+                truth = hbird_views.label_view(y, hbird_views.VAL, val_names[i])[:cut, :cut]
+                for m, scores in enumerate(soft):
+                    predicted = hb.predict(scores.rows(i - a, i - a + 1)[0], (grid, grid), (cut, cut))
+                    confusions[m] += hb.confusion(truth, predicted, n_classes)
+                    if i < shown:
+                        predicted_shown[m, i] = predicted
+                if i < shown:
+                    truth_shown[i] = truth
+                i += 1
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
     memory = [memory_name(s) for s in settings.memory]
     if placement.sharded:

@@ -35,22 +35,23 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import knn
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, sharded
 from ..infra.runner import check_placement, map_images, placed
-from ..infra.shared import shared
+from ..infra.shared import shared_blocks
 from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
-from ..store import arrays, cache, images, parts
 from ..results import records
+from ..store import arrays, cache, images, parts
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
@@ -141,26 +142,31 @@ def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNo
     return lambda a, b: knn.features(array.isel(image=slice(a, b)).values, feature, norm)
 
 
-def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> np.ndarray:
-    """(train, D) the train images' features, L2-normalised block by block, as the workers use them."""
+def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str):
+    """The train images' features, L2-normalised, one block at a time, as the workers read them
+    (a ``Shared`` file written block by block: memory holds one block, whatever the train set)."""
     rows = reader(ds, ids, feature, norm, view)
     n = len(ids)
-    return np.concatenate([knn.normalise(rows(a, min(a + knn.TRAIN_BLOCK, n))) for a in range(0, n, knn.TRAIN_BLOCK)])
+    return (knn.normalise(rows(a, min(a + knn.TRAIN_BLOCK, n))) for a in range(0, n, knn.TRAIN_BLOCK))
+
+
+def feature_width(ds: xr.Dataset, feature: str, view: str) -> int:
+    """D of the chosen feature (the stored array's last axis)."""
+    return int(cache.require(ds, stored_name(feature, view)).shape[-1])
 
 
 def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
-                  view: str, k: int, where, progress) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+                  view: str, k: int, where, progress, test_block: int = knn.TEST_BLOCK, torch_free: bool = True) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
     which, (a, b) = shards.share(shard, len(val_ids), knn.TEST_BLOCK)
     if b > a:
-        near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, image_range=(a, b), torch_free=True)
+        near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, image_range=(a, b), torch_free=torch_free)
     else:
         near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
     part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
-    identity = {"feature": feature, "view": view, "k": int(k), "test_block": int(knn.TEST_BLOCK), "train_block": int(knn.TRAIN_BLOCK),
-                "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
+    identity = {"feature": feature, "view": view, "k": int(k), "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
     whole, missing = shards.gather(store, "knn", which, part, identity)
     if whole is None:
         return None, missing
@@ -213,10 +219,19 @@ def run_knn(
     given are refused when one exceeds the train images (both before any label is read).
 
     Blocks of val rows run on ``placement.workers`` local processes (None: every core) or the dask cluster
-    at ``placement.dask_address``, each against the train bank (``infra.shared.Shared``: a file mapped once per
-    worker; this process holds it whole, train × D float32, e.g. 2 GB for ImageNet at D = 384);
-    ``placement.shard`` i/n: this process's share of the val rows (``commands.shards``), the last shard scores."""
-    workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
+    at ``placement.dask_address``, each against the train bank (``infra.shared.Shared``: a file written
+    block by block and read block by block by every worker, so no process holds it whole: train × D
+    float32 is 2 GB for ImageNet at D = 384); ``placement.backend`` torch searches with torch on
+    ``placement.device`` (cpu, or cuda: one process by default, the bank moved to the GPU once), with
+    the numpy search's neighbours and cosines (``analyses.search_torch``); ``placement.shard`` i/n: this
+    process's share of the val rows (``commands.shards``), the last shard scores."""
+    from ..analyses import search_torch
+    from ..analyses.decoder_blocks import check_backend, default_workers
+
+    check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
+    device = placement.device if placement.backend == "torch" else None
+    workers = default_workers(placement.workers, placement.device, placement.dask_address)
+    dask_address, shard = placement.dask_address, placement.shard
     given = ks is not None
     ks = tuple(knn.KS if ks is None else ks)
     if not ks or any(int(k) < 1 for k in ks):
@@ -257,16 +272,24 @@ def run_knn(
     view = choose_view([train_ds, val_ds], chosen)
     if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
         print(narrowed, file=sys.stderr)
-    with placed(workers, dask_address) as where, shared(train_bank(train_ds, train_ids, chosen, norm, view), records.results_path(train_ds.attrs.get("store") or store, ""), "knn-bank") as bank:
-        fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1], train_block=knn.TRAIN_BLOCK)
+    on_gpu = device not in (None, "cpu")
+    test_block = knn.DEVICE_TEST_BLOCK if on_gpu else knn.TEST_BLOCK
+    bank_shape = (len(train_ids), feature_width(train_ds, chosen, view))
+    folder = records.results_path(train_ds.attrs.get("store") or store, "")
+    with placed(workers, dask_address) as where, shared_blocks(train_bank(train_ds, train_ids, chosen, norm, view), bank_shape, np.float32, folder, "knn-bank") as bank:
+        fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1],
+                               train_block=knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK, device=device)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
-        if not sharded(shard):
-            near = map_images(fn, values, where=where, block=knn.TEST_BLOCK, fixed=True, progress=progress, torch_free=True)
-        else:
-            near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress)
-            if near is None:  # a shard that finished before the others
-                return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing,
-                                 temperature=float(temperature), view=view)
+        try:
+            if not sharded(shard):
+                near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, torch_free=device is None)
+            else:
+                near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
+                if near is None:  # a shard that finished before the others
+                    return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing,
+                                     temperature=float(temperature), view=view)
+        finally:
+            search_torch.forget()
     width = knn.vote_width(len(classes))
     ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
     result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
@@ -289,6 +312,7 @@ def run_knn(
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
                    "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
         "counts": counts, "source": SOURCES.get(family, SOURCE),
+        "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, command),
     }

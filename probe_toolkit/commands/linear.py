@@ -38,22 +38,24 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..analyses import linear
 from ..infra import provenance
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..labels.panels import LabelRead, check_readable, read_labels, train_and_val
-from ..store import cache, images
 from ..results import records
+from ..store import cache, images
 from ..store.completion import computed_on
 from .panel_stores import Level, Source, locate, panel_ids
+
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
 
 
@@ -102,7 +104,8 @@ def _labelled(read: LabelRead, source: Source, panel: str, ids: Sequence[str]) -
     for k, cid, (w, h) in keep:
         record = read.coco.imgs[cid]
         if (int(record.get("width", -1)), int(record.get("height", -1))) != (w, h):
-            raise ProbeError(read.panel.annotations, f"says {ids[k]} is {record.get('width')}×{record.get('height')}, the image is {w}×{h}", "fix the annotation file's width and height")
+            raise ProbeError(read.panel.annotations, f"says {ids[k]} is {record.get('width')}×{record.get('height')}, the image is {w}×{h}",
+                             "fix the annotation file's width and height")
     return [k[0] for k in keep], [k[1] for k in keep], [k[2] for k in keep]
 
 
@@ -282,7 +285,8 @@ def patch_results(
     return ds, scores
 
 
-def image_results(fit: linear.ImageFit, features_val: np.ndarray, targets: np.ndarray, ids: Sequence[str], space: linear.LabelSpace) -> tuple[xr.Dataset, dict[str, float]]:
+def image_results(fit: linear.ImageFit, features_val: np.ndarray, targets: np.ndarray, ids: Sequence[str],
+                  space: linear.LabelSpace) -> tuple[xr.Dataset, dict[str, float]]:
     scores_val = linear.image_scores(fit.model, features_val)
     ap = linear.average_precision(targets, scores_val)
     m = float(np.nanmean(ap)) if np.isfinite(ap).any() else float("nan")
@@ -308,6 +312,7 @@ def report_json(report: LinearReport) -> dict[str, Any]:
         "label_space": report.label_space.as_dict(),
         "settings": report.settings,
         "stores": [
-            {"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen, "saved": str(o.saved)} for o in report.outcomes
+            {"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen,
+             "saved": str(o.saved)} for o in report.outcomes
         ],
     }

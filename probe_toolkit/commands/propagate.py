@@ -36,10 +36,11 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,14 +50,14 @@ from PIL import Image
 from ..analyses import propagation, tracking
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
-from ..infra.owned import write_summary
 from ..infra.errors import IntegrityError, ProbeError, worker_name
+from ..infra.owned import write_summary
 from ..infra.placement import Placement, parse_shard, sharded
 from ..infra.runner import for_workers, map_blocks, placed, shard_range, torch_threads
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
-from ..store import cache
 from ..results import records
+from ..store import cache
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
 from ..store.images import load_image

@@ -10,19 +10,19 @@ when asked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..infra import provenance
 from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..infra.progress import bar
 from ..infra.runner import placed
+from ..results import records, summaries
 from ..store.cache import open_store, require
-from ..results import records
 from ..store.completion import computed_on
-from ..results import summaries
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -44,7 +44,7 @@ class OverStores:
     quiet: bool = False
 
     @classmethod
-    def of(cls, settings, placement: Placement, json_path: Path | None, quiet: bool) -> "OverStores":
+    def of(cls, settings, placement: Placement, json_path: Path | None, quiet: bool) -> OverStores:
         """From a protocol's settings (``seed``, ``boot``, ``partial``) and the run's placement."""
         return cls(seed=settings.seed, boot=settings.boot, partial=settings.partial, placement=placement, json_path=json_path, quiet=quiet)
 

@@ -20,10 +20,11 @@ windows. The science is ``analyses.segment`` and ``analyses.segment_augment``. R
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,8 +33,8 @@ import xarray as xr
 from ..analyses import segment as seg
 from ..analyses import segment_augment as aug
 from ..infra import provenance
-from ..infra.owned import write_summary
 from ..infra.errors import ProbeError
+from ..infra.owned import write_summary
 from ..infra.placement import Placement
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel, check_readable, train_and_val
@@ -79,7 +80,8 @@ def _check_kinds(train: Panel, val: Panel) -> None:
             raise ProbeError(panel.name, f"is a {panel.kind} panel; linear segmentation reads label maps of an ade20k or voc-segmentation panel",
                              f"register ADEChallengeData2016 with --ade20k (or VOC2012 with --voc-segmentation) and --role {panel.role}")
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set")
+        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
+                         "score on a val panel of the train panel's data set")
 
 
 def _device(name: str) -> torch.device:
@@ -112,7 +114,7 @@ class Stream:
     """The training samples: sample k is image ``order(k // n)[k % n]`` of the train panel,
     augmented with numpy's generator keyed by (seed, k); independent of threads and batch splits."""
 
-    def __init__(self, folder: Path, names: list[str], maps: list[np.ndarray], augment: aug.Augment, reduce_zero: bool, seed: int):
+    def __init__(self, folder: Path, names: list[str], maps: Sequence[np.ndarray], augment: aug.Augment, reduce_zero: bool, seed: int):
         self.folder, self.names, self.maps, self.augment, self.reduce_zero, self.seed = folder, names, maps, augment, reduce_zero, seed
         self._orders: dict[int, np.ndarray] = {}
 
@@ -172,10 +174,10 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     n_classes = len(classes)
 
     train_read = layout.read_label_maps(train_panel, purpose=f"{RESULT}: train", checkpoint=ck.sha256, cache=cache_dir)
-    for name, label in zip(train_read.ids, train_read.maps):  # from the files' headers, before the network is built
+    for name, shape in zip(train_read.ids, train_read.shapes):  # from the files' headers, before the network is built
         width, height = header_size(Path(train_panel.images) / name)
-        if label.shape != (height, width):
-            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {label.shape[1]}x{label.shape[0]}",
+        if shape != (height, width):
+            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {shape[1]}x{shape[0]}",
                              "restore the data set's masks")
     from ..store.backbone import Backbone
 

@@ -12,8 +12,9 @@ its shares in its output folder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..infra.placement import parse_shard
 from ..infra.runner import shard_range

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..analyses.decoder import Decoded, collate
-from ..analyses.decoder_settings import Settings
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers
+from ..analyses.decoder_settings import Settings
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
@@ -37,13 +37,12 @@ from ..infra.memory import reusing_blocks
 from ..infra.placement import Placement, parse_shard
 from ..infra.runner import check_placement, map_blocks, placed, process_pool
 from ..labels.masks import coco_results, decoder_dataset
-from ..store import cache, images
-from ..store.create import create_store
-from ..store.views import keys_array
 from ..results import records
-from ..store import extract_forward, extract_load, extract_plan
+from ..store import cache, extract_forward, extract_load, extract_plan, images
 from ..store.backbone import Backbone
 from ..store.checkpoints import load_checkpoint
+from ..store.create import create_store
+from ..store.views import keys_array
 
 DTYPE = "float64"  # every decoder array round-trips exactly (bools, ints and float64 values)
 
@@ -168,7 +167,7 @@ def run_stream(
             step = max(1, -(-len(keys) // (2 * where.workers)))
             ranges = [(a, min(a + step, len(keys))) for a in range(0, len(keys), step)]
 
-            def block(a: int, b: int, start: int = start) -> dict[str, np.ndarray]:
+            def block(a: int, b: int, start: int = start, keys: np.ndarray = keys) -> dict[str, np.ndarray]:
                 out = {"keys": keys[a:b]}
                 if own:
                     out.update(rows=rows[start + a:start + b], cols=cols[start + a:start + b])

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..commands.entropy import run_entropy
 from ..commands.neighbours import run_neighbours

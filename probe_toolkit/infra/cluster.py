@@ -17,7 +17,8 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -251,7 +252,7 @@ def connect(address: str | None):
         identity = asyncio.run(asyncio.wait_for(_identity(address, CONNECT_SECONDS), CONNECT_SECONDS))
     except (ValueError, TypeError) as error:
         raise ProbeError(address, f"is not a dask scheduler address ({error})", "use --dask-address tcp://HOST:8786") from None
-    except (OSError, asyncio.TimeoutError) as error:
+    except (TimeoutError, OSError) as error:
         raise ProbeError(address, f"no dask scheduler answers ({type(error).__name__}{': ' + str(error) if str(error) else ''})", fix) from None
     except Exception as error:
         raise ProbeError(address, f"does not speak the dask protocol ({type(error).__name__})", fix) from None

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Iterator
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's mallopt parameter numbers
 THRESHOLD = 128 * 1024

@@ -11,8 +11,9 @@ only where numbers are computed, never which numbers: every placement gives the 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ProbeError
 from .settings import SettingError, at_least, one_of
@@ -37,7 +38,7 @@ class Placement:
             shard_of(self.shard)
 
     @classmethod
-    def parse(cls, environ: Mapping[str, str] | None = None, **given: Any) -> "Placement":
+    def parse(cls, environ: Mapping[str, str] | None = None, **given: Any) -> Placement:
         """The placement of this process: the options given, with torchrun's environment as the
         shard when no ``shard`` is (RANK and WORLD_SIZE are read here only)."""
         environ = os.environ if environ is None else environ

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from rich.progress import (
     BarColumn,
@@ -34,14 +34,14 @@ class RateColumn(ProgressColumn):
         return Text(f"{speed:6.2f} {self.unit}/s" if speed else f"   ?   {self.unit}/s", style="progress.data.speed")
 
 
-_ACTIVE: list["Bar"] = []  # the bars running in this process, innermost last (a process-wide list: work runs on helper threads too)
+_ACTIVE: list[Bar] = []  # the bars running in this process, innermost last (a process-wide list: work runs on helper threads too)
 _LOCK = threading.Lock()
 
 
 class Bar(Progress):
     """A command's bar; while it runs it is the one ``within`` adds its lines to."""
 
-    def __enter__(self) -> "Bar":
+    def __enter__(self) -> Bar:
         with _LOCK:
             _ACTIVE.append(self)
         return super().__enter__()

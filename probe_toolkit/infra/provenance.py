@@ -60,7 +60,7 @@ def _version(dist: metadata.Distribution) -> str:
 
 
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def list_hash(items: list[str]) -> str:

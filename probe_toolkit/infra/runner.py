@@ -25,11 +25,12 @@ import multiprocessing
 import os
 import sys
 from collections import deque
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -181,7 +182,7 @@ def _in_task_threads(fn: BlockFn, **arrays: np.ndarray) -> dict[str, np.ndarray]
         return fn(**arrays)
 
 
-def _call(fn: BlockFn, arrays: "dict[str, np.ndarray] | StoreBlock", threads: int = 1) -> dict[str, np.ndarray]:
+def _call(fn: BlockFn, arrays: dict[str, np.ndarray] | StoreBlock, threads: int = 1) -> dict[str, np.ndarray]:
     if isinstance(arrays, StoreBlock):  # on a worker: it reads its own block
         arrays = arrays.load()
     with task_threads(threads):
@@ -217,6 +218,7 @@ def map_blocks(
     torch_free: bool = False,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
     client: Any = None,
+    keep: bool = True,
 ) -> dict[str, np.ndarray]:
     """``fn(**read(a, b))`` for every range, here, on ``workers`` processes or on a dask
     ``client``'s workers; results in order.
@@ -230,7 +232,8 @@ def map_blocks(
     ones (a command assembles its output as the blocks come, not after the last). ``client``:
     every block is read here and runs on the cluster under one thread (``task_threads``), as a
     local worker runs it; results wait as ``map_images``'s do (a lost scheduler or worker is
-    one line).
+    one line). ``keep`` False: results go to ``each`` only and nothing is returned (``{}``), so
+    memory holds a few blocks' results however many blocks there are.
     """
     if not ranges:
         raise ProbeError(None, "no images to process", "run `probe extract` first, or check --shard")
@@ -243,19 +246,24 @@ def map_blocks(
                 each(a, b, part)
     elif workers <= 1:
         for a, b in ranges:
-            parts.append(_call(fn, read(a, b), threads))
+            result = _call(fn, read(a, b), threads)
+            if keep:
+                parts.append(result)
             if each:
-                each(a, b, parts[-1])
+                each(a, b, result)
             if progress:
                 progress(b - a)
     else:
         with (process_pool(workers, torch_free) if pool is None else _reuse(pool)) as running:
             for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
-                parts.append(result)
+                if keep:
+                    parts.append(result)
                 if each:
                     each(a, b, result)
                 if progress:
                     progress(b - a)
+    if not parts:
+        return {}
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
 
 
@@ -299,6 +307,7 @@ def map_images(
     fixed: bool = False,
     torch_free: bool = False,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
+    keep: bool = True,
 ) -> dict[str, np.ndarray]:
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
@@ -307,8 +316,8 @@ def map_images(
     locally each worker reads its own (below), and this process reads when it computes. ``fixed``: blocks of exactly ``block`` images
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
-    torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``:
-    as in ``map_blocks`` (on a cluster, once, with the whole range's result).
+    torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``,
+    ``keep``: as in ``map_blocks`` (on a cluster, ``each`` once, with the whole range's result).
 
     Local workers read their own blocks (``StoreBlock``) when every array is one store's; arrays
     made in memory are read here and shipped.
@@ -326,7 +335,7 @@ def map_images(
         whole = _on_store_cluster(where.client, fn, arrays, ranges, progress)
         if each:
             each(start, stop, whole)
-        return whole
+        return whole if keep else {}
 
     size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
@@ -334,7 +343,7 @@ def map_images(
         ranges = tapered(ranges, where.workers)
     source = _one_store(arrays) if min(where.workers, len(ranges)) > 1 else None
     read = _Coordinates(arrays, *source) if source else _ChunkReader(arrays, start, stop)
-    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each)
+    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each, keep=keep)
 
 
 def _on_store_cluster(client, fn: BlockFn, arrays: Mapping[str, Any], ranges: list[tuple[int, int]], progress) -> dict[str, np.ndarray]:

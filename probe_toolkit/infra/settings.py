@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .errors import ProbeError
 
@@ -67,7 +68,7 @@ class Settings:
         return list(dataclasses.fields(cls))
 
     @classmethod
-    def build(cls, **given: Any) -> "Settings":
+    def build(cls, **given: Any) -> Settings:
         """From keyword arguments, refusing unknown names with the known ones listed."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)

@@ -20,13 +20,13 @@ returns them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from ..infra.errors import ProbeError
-from .ade_layout import CLASSES, KIND, OTHER, SPLITS, names_in, check_layout, image_folder, mask_folder, split_images  # noqa: F401
+from .ade_layout import CLASSES, KIND, OTHER, SPLITS, check_layout, image_folder, mask_folder, names_in, split_images  # noqa: F401
 from .label_maps import SegmentationLabels, open_mask, read_masks, restrict
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -50,7 +50,8 @@ def davis_sequences(root: str | Path, subset: str = "val", resolution: str = "48
     return out
 
 
-def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None, subset: str) -> tuple[list[bytes], str]:
+def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None,
+                subset: str) -> tuple[list[bytes], str]:
     inside.active = True
     try:
         raw = [f.read_bytes() for f in files]

@@ -9,8 +9,9 @@ import contextlib
 import io
 import os
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ..infra.errors import ProbeError
 

@@ -28,9 +28,10 @@ The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(byte
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..infra.errors import ProbeError
 from . import ade_layout, saliency, spair, voc, voc_layout
@@ -49,7 +50,8 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         root = annotations.resolve()
         notes, jpegs, split_file = _voc_paths(root, split or "trainval")
         if not notes.is_dir():
-            raise ProbeError(root, "has no Annotations/ folder, so it is not a VOC devkit year folder", "pass --voc VOCdevkit/VOC2007 (the folder holding Annotations/ and JPEGImages/)")
+            raise ProbeError(root, "has no Annotations/ folder, so it is not a VOC devkit year folder",
+                             "pass --voc VOCdevkit/VOC2007 (the folder holding Annotations/ and JPEGImages/)")
         if not split_file.is_file():
             raise ProbeError(split_file, "does not exist", "pass --split trainval, train, val or test (a file of ImageSets/Main/)")
         return root, (images.resolve() if images else jpegs)

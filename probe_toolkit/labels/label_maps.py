@@ -1,16 +1,23 @@
-"""Segmentation label maps, read once for every layout (VOC 2012, ADE20K): the mask files opened
+"""Segmentation label maps, read for every layout (VOC 2012, ADE20K): the mask files opened
 inside the label guard, decoded, hashed, and the ledger entry written before any map is handed out.
 
 A layout module (``voc_segmentation``, ``ade_segmentation``) says which files a split holds and
 how a mask decodes; ``read_masks`` does the rest, the one way segmentation labels leave a panel.
+
+In portions, so memory does not grow with the data set (ADE20K's 20,210 training maps are about
+7 GB decoded): a first pass opens every mask, checks it decodes, and keeps only its sha256 and
+shape; the ledger entry (one, naming the portion size) is written over those hashes; the maps
+are then handed out by ``LabelMaps``, which reads and decodes them again, ``PORTION`` at a time
+or one by one, each checked against the hash the entry covers (a file changed since is refused).
+Every mask is opened twice; memory holds one portion.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -19,17 +26,73 @@ from ..infra.errors import ProbeError
 from ..store.cache import cache_root
 from . import hygiene
 
+PORTION = 256  # maps read and decoded at a time
+
+
+class LabelMaps(Sequence):
+    """The (H, W) uint8 maps of a read, in the read's order, decoded from their files when asked:
+    ``maps[i]`` one map, iteration (``portions``) ``PORTION`` maps at a time. Each file's bytes are
+    checked against the sha256 the ledger entry covers; nothing is kept after it is handed out."""
+
+    def __init__(self, files: list[Path], digests: list[bytes], shapes: list[tuple[int, int]], decode: Callable[[bytes, Path], np.ndarray]) -> None:
+        self.files, self.digests, self.shapes, self._decode = files, digests, shapes, decode
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._decoded(i, _read([self.files[i]])[0])
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for portion in self.portions():
+            yield from portion
+
+    def portions(self, order: Iterable[int] | None = None, size: int | None = None) -> Iterator[list[np.ndarray]]:
+        """The maps at ``order`` (indices; default every map in the read's order), ``size`` (default
+        ``PORTION``) at a time."""
+        order = list(range(len(self))) if order is None else list(order)
+        size = size or PORTION
+        for a in range(0, len(order), size):
+            chosen = order[a:a + size]
+            yield [self._decoded(i, raw) for i, raw in zip(chosen, _read([self.files[i] for i in chosen]))]
+
+    def _decoded(self, i: int, raw: bytes) -> np.ndarray:
+        if hashlib.sha256(raw).digest() != self.digests[i]:
+            raise ProbeError(self.files[i], "changed while its panel was read (its bytes are not those the ledger entry hashed)",
+                             "rerun the command (and leave the data set's files alone meanwhile)")
+        return self._decode(raw, self.files[i])
+
+
+def _read(files: list[Path]) -> list[bytes]:
+    """The bytes of mask files, opened inside the label guard (``guard.inside``)."""
+    from .guard import inside
+
+    inside.active = True
+    try:
+        return [f.read_bytes() for f in files]
+    except OSError as error:
+        raise ProbeError(getattr(error, "filename", None) or files[0], f"cannot be read ({error.strerror})", "restore the data set's files") from None
+    finally:
+        inside.active = False
+
 
 @dataclass
 class SegmentationLabels:
     """What a segmentation panel's reader hands out, after its ledger entry."""
 
     ids: list[str]  # image file names relative to the panel's image folder, in the split's order
-    maps: list[np.ndarray]  # (H, W) uint8 class indices as stored (the layout's module says which value is ignored)
+    maps: LabelMaps  # (H, W) uint8 class indices as stored (the layout's module says which value is ignored), decoded when asked
     classes: tuple[str, ...]
     entry_id: str
     panel: object  # panels.Panel
     image_map: dict[str, str]  # store id → file name (when store ids were given)
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """(H, W) of every map, known from the first pass (no map decoded again)."""
+        return self.maps.shapes
 
 
 def open_mask(raw: bytes, where: Path, wrong_mode: str, fix: str, release: str) -> np.ndarray:
@@ -65,29 +128,25 @@ def restrict(names: list[str], images: Sequence[str] | None) -> tuple[list[str],
 def read_masks(panel, names: list[str], files: list[Path], *, listing: tuple[str, bytes], decode: Callable[[bytes, Path], np.ndarray],
                classes: tuple[str, ...], masks: Path, image_map: dict[str, str], purpose: str, checkpoint: str | None, unseal: str | None,
                cache: str | Path | None, command: str | None) -> SegmentationLabels:
-    """Open ``files`` (the masks of ``names``) inside the guard, decode them, write the ledger entry
-    (the annotation hash covers ``listing``, the split's name and bytes, and every mask's bytes),
-    then return the maps."""
-    from .guard import inside
-
-    inside.active = True
-    try:
-        raw = [f.read_bytes() for f in files]
-    except OSError as error:
-        raise ProbeError(getattr(error, "filename", None) or masks, f"cannot be read ({error.strerror})", "restore the data set's files") from None
-    finally:
-        inside.active = False
-    maps = [decode(data, f) for f, data in zip(files, raw)]
+    """Open ``files`` (the masks of ``names``) inside the guard a portion at a time, check each
+    decodes (a bad mask is refused before the ledger entry), write the ledger entry (the annotation
+    hash covers ``listing``, the split's name and bytes, and every mask's bytes), then hand out the
+    maps (``LabelMaps``: decoded again when asked, each checked against the hash)."""
     digest = hashlib.sha256(listing[0].encode() + b"\0" + hashlib.sha256(listing[1]).digest())
-    for f, data in zip(files, raw):
-        digest.update(f.name.encode() + b"\0" + hashlib.sha256(data).digest())
+    digests, shapes = [], []
+    for a in range(0, len(files), PORTION):
+        part = files[a:a + PORTION]
+        for f, data in zip(part, _read(part)):
+            shapes.append(tuple(decode(data, f).shape[:2]))
+            digests.append(hashlib.sha256(data).digest())
+            digest.update(f.name.encode() + b"\0" + digests[-1])
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)
     hashes, fresh = hygiene.content_hashes(store, panel.images, names)
     hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    from .panels import log_read  # the one place a read's ledger entry is assembled
+    from .panels import log_read  # the one place a read's entry is assembled
 
     entry = log_read(store, panel=panel.name, role=panel.role, annotations=str(masks), annotation_sha256=annotation_sha256, names=names,
                      purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                     images_content_sha256=provenance.list_hash(sorted(hashes)))
-    return SegmentationLabels(names, maps, classes, entry.id, panel, image_map)
+                     images_content_sha256=provenance.list_hash(sorted(hashes)), portions=PORTION)
+    return SegmentationLabels(names, LabelMaps(files, digests, shapes, decode), classes, entry.id, panel, image_map)

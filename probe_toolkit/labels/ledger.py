@@ -27,10 +27,11 @@ import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..infra.errors import ProbeError
 

@@ -38,9 +38,10 @@ import re
 import shlex
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -169,7 +170,8 @@ def get_panel(name: str, cache: str | Path | None = None) -> Panel:
     panels = load_registry(cache)
     if name not in panels:
         known = ", ".join(sorted(panels)) or "none"
-        raise ProbeError(_registry_path(cache), f"has no panel {name!r} (registered: {known})", "add it with `probe panel add NAME --annotations A.json --images DIR --role val`")
+        raise ProbeError(_registry_path(cache), f"has no panel {name!r} (registered: {known})",
+                         "add it with `probe panel add NAME --annotations A.json --images DIR --role val`")
     return panels[name]
 
 
@@ -294,7 +296,8 @@ def read_labels(
         else:
             raw = panel.annotations.read_bytes()
     except OSError as error:
-        raise ProbeError(getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`") from None
+        raise ProbeError(getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})",
+                         "fix the path with `probe panel add --replace`") from None
     finally:
         inside.active = False
     if panel.kind in ("coco", "coco20k"):

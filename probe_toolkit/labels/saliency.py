@@ -23,6 +23,7 @@ Pure: the masks' bytes are read by ``panels.read_labels`` (which writes the ledg
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,15 +112,15 @@ def f_curve(pred: np.ndarray, gt: np.ndarray, bins: int = BINS) -> np.ndarray:
     return f_beta(precision, recall)
 
 
-def evaluate(predictions: list[np.ndarray], masks: list[np.ndarray], image_ids: list[int]) -> SaliencyScores:
-    """Every saliency score of soft or binary predictions (values in [0, 1]) against binary masks."""
+def evaluate(pairs: Iterable[tuple[np.ndarray, np.ndarray]], image_ids: list[int]) -> SaliencyScores:
+    """Every saliency score of soft or binary predictions (values in [0, 1]) against binary masks,
+    (prediction, mask) one image at a time (an iterator will do: memory holds one image's
+    prediction and mask, whatever the panel's size)."""
     from py_sod_metrics import MAE, Smeasure
 
-    if not predictions:
-        raise ProbeError(None, "no image of the saliency panel has a prediction", "extract the panel's images first (probe extract --panel)")
     mae, sm = MAE(), Smeasure()
     curves, ious, accs = [], [], []
-    for pred, gt in zip(predictions, masks):
+    for pred, gt in pairs:
         pred = np.asarray(pred, dtype=np.float64)
         if pred.shape != gt.shape:
             raise ProbeError(None, f"a prediction of shape {pred.shape} meets a mask of shape {gt.shape}", "predict at the image's own size")
@@ -131,12 +132,14 @@ def evaluate(predictions: list[np.ndarray], masks: list[np.ndarray], image_ids: 
         grey = np.clip(np.round(pred * 255), 0, 255).astype(np.uint8)
         mae.step(grey, gt.astype(np.uint8) * 255)
         sm.step(grey, gt.astype(np.uint8) * 255)
+    if not curves:
+        raise ProbeError(None, "no image of the saliency panel has a prediction", "extract the panel's images first (probe extract --panel)")
     curve = np.mean(curves, axis=0)
     return SaliencyScores(
         max_f=float(curve.max()), iou=float(np.mean(ious)), accuracy=float(np.mean(accs)),
         mae=float(mae.get_results()["mae"]), s_measure=float(sm.get_results()["sm"]),
         image_ids=list(image_ids), f_curve=curve, per_image_iou=np.asarray(ious),
-        counts={"images": len(predictions)},
+        counts={"images": len(curves)},
     )
 
 
@@ -154,17 +157,18 @@ def score_results(coco, results: list[dict], soft: dict[int, np.ndarray] | None 
         if i not in first or r.get("mask", 0) < first[i].get("mask", 0):
             first[i] = r
     image_ids = sorted(coco.getImgIds())
-    predictions, masks = [], []
-    for i in image_ids:
-        anns = coco.loadAnns(coco.getAnnIds(imgIds=[i]))
-        info = coco.imgs[i]
-        gt = coco.annToMask(anns[0]).astype(bool) if anns else np.zeros((info["height"], info["width"]), dtype=bool)
-        if soft is not None and i in soft:
-            pred = np.asarray(soft[i], dtype=np.float64)
-        elif i in first:
-            pred = decode_rle(first[i]["segmentation"]).astype(np.float64)
-        else:
-            pred = np.zeros(gt.shape)
-        predictions.append(pred)
-        masks.append(gt)
-    return evaluate(predictions, masks, image_ids)
+
+    def pairs():  # one image's ground truth and prediction at a time
+        for i in image_ids:
+            anns = coco.loadAnns(coco.getAnnIds(imgIds=[i]))
+            info = coco.imgs[i]
+            gt = coco.annToMask(anns[0]).astype(bool) if anns else np.zeros((info["height"], info["width"]), dtype=bool)
+            if soft is not None and i in soft:
+                pred = np.asarray(soft[i], dtype=np.float64)
+            elif i in first:
+                pred = decode_rle(first[i]["segmentation"]).astype(np.float64)
+            else:
+                pred = np.zeros(gt.shape)
+            yield pred, gt
+
+    return evaluate(pairs(), image_ids)

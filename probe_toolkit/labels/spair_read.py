@@ -4,9 +4,9 @@ checks are ``labels/spair.py``'s."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ..infra.errors import ProbeError
 from .spair import FIX, KIND, Pair, pair_folder, parse, refuse

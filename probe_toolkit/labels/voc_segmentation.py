@@ -24,8 +24,8 @@ The devkit's layout and ``check_layout`` are ``labels/voc_layout.py``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

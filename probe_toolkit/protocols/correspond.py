@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, SettingError, at_least
+from ..infra.settings import SettingError, Settings, at_least
 from .registry import Option, Protocol, Reads, Reference, on_panel, register, written_to
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analyses.decoder_settings import TIES
 from ..infra.settings import SettingError, Settings, at_least, one_of, within
 from ..store import views
 from .registry import Command, Option, Protocol, Reads, Reference, on_panel, register, written_to
@@ -29,7 +30,8 @@ KEYS = Option("keys", "plain: the keys before RoPE (every network's; the default
                       "as its attention uses them.", default="plain")
 
 REFERENCES = (
-    Reference("Wang et al., Self-Supervised Transformers for Unsupervised Object Discovery using Normalized Cut (CVPR 2022)", "YangtaoWANG95/TokenCut main_tokencut.py, object_discovery.py"),
+    Reference("Wang et al., Self-Supervised Transformers for Unsupervised Object Discovery using Normalized Cut (CVPR 2022)",
+              "YangtaoWANG95/TokenCut main_tokencut.py, object_discovery.py"),
     Reference("Wang et al., Cut and Learn for Unsupervised Object Detection and Instance Segmentation (CVPR 2023)", "facebookresearch/CutLER maskcut/maskcut.py"),
     Reference("Siméoni et al., Localizing Objects with Self-Supervised Transformers and no Labels (BMVC 2021)", "valeoai/LOST main_lost.py, object_discovery.py"),
     Reference("Melas-Kyriazi et al., Deep Spectral Methods (CVPR 2022)", "lukemelas/deep-spectral-segmentation extract/extract.py"),
@@ -44,6 +46,7 @@ class DecodeSettings(Settings):
     masks: int | None = None
     center: bool | None = None
     color_lambda: float | None = None
+    ties: str | None = None  # lost: how equal degrees rank (analyses/lost.py TIES); None: the preset's (argsort, LOST's order)
     view: str = "480"
     refine: str | None = None  # bilateral: TokenCut's bilateral solver before saliency scores
     settings_file: str | None = None
@@ -60,6 +63,8 @@ class DecodeSettings(Settings):
             at_least("masks", self.masks, 1)
         if self.color_lambda is not None:
             at_least("color_lambda", self.color_lambda, 0.0)
+        if self.ties is not None:
+            one_of("ties", self.ties, TIES)
         key_view(self)
         one_of("keys", self.keys, views.KEY_KINDS)
         if self.refine is not None:
@@ -69,7 +74,8 @@ class DecodeSettings(Settings):
 def _decoder_settings(settings: DecodeSettings, cache_dir):
     from ..commands.decode import resolve_settings
 
-    overrides = dict(tau=settings.tau, eps=settings.eps, masks=settings.masks, center=settings.center, color_lambda=settings.color_lambda)
+    overrides = dict(tau=settings.tau, eps=settings.eps, masks=settings.masks, center=settings.center, color_lambda=settings.color_lambda,
+                     ties=settings.ties)
     return resolve_settings(preset=settings.preset, overrides=overrides, settings_file=settings.settings_file, cache_dir=cache_dir)
 
 
@@ -137,6 +143,8 @@ register(Protocol(
     references=REFERENCES,
     differences="Every preset reproduces its repository's masks on the same keys; eigenvectors are computed by scipy's eigsh (or torch's eigh) and certified, "
                 "and an image whose eigengap is too small is flagged degenerate rather than decided by solver noise. "
+                "LOST ranks equal degrees as its torch.argsort does on the CPU (libstdc++'s introsort order, reproduced without torch; "
+                "--ties lowest-index ranks them by patch index); LOST's own GPU runs (PyTorch 1.7.1) sorted ties in CUDA's order, not reproduced. "
                 "DINOv3 (no published object discovery; facebookresearch/dinov3#213 asks for TokenCut): its keys before RoPE by default "
                 "(keys: plain), measured better for cuts than those after RoPE (keys: rope; benchmarks/dinov3_keys.py, docs/checkpoints.md).",
     execute=decode,
@@ -160,6 +168,8 @@ register(Protocol(
             written_to("Write a summary JSON here."),
             Option("refine", "bilateral: TokenCut's bilateral-solver refinement before saliency scores (+ BS)."),
             Option("color_lambda", "dsm: weight of DSM's KNN colour affinity (0, off, as published).", "float"),
+            Option("ties", "lost: how equal degrees rank: argsort (the preset: as LOST's own torch.argsort orders them on the CPU) or "
+                           "lowest-index (by patch index)."),
             KEYS, "panel", "allow_partial", "unseal", "cache", "quiet", "PLACEMENT"),
         table="results.tables:decode",
         explicit=True),

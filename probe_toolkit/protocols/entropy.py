@@ -8,7 +8,6 @@ from ..infra.settings import Settings, at_least
 from .registry import Option, Protocol, Reads, Reference, over_stores, register
 
 
-
 @dataclass(frozen=True)
 class EntropySettings(Settings):
     patch: int | None = None  # follow this patch of the 224 grid (patch = G·row + column)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analyses import hummingbird_published as hb
-from ..infra.settings import Settings, SettingError, at_least, one_of, positive
+from ..infra.settings import SettingError, Settings, at_least, one_of, positive
 from ..store import views
 from .registry import Option, Protocol, Reads, Reference, on_train_val, register, written_to
 

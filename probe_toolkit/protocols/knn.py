@@ -29,7 +29,8 @@ class KnnSettings(Settings):
 def execute(settings: KnnSettings, placement, *, store, train, val, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
     from ..commands.knn import run_knn
 
-    return run_knn(store, train, val, ks=None if settings.ks is None else list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal, cache_dir=cache_dir,
+    return run_knn(store, train, val, ks=None if settings.ks is None else list(settings.ks), temperature=settings.temperature, feature=settings.feature, unseal=unseal,
+                   cache_dir=cache_dir,
                    json_path=json_path, progress=progress, placement=placement)
 
 
@@ -41,7 +42,11 @@ PROTOCOL = register(Protocol(
     results=("knn",),
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_knn.py"),
                 Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 dinov3/eval/knn.py")),
-    differences=("Exact top-k in numpy with a stated tie rule (equal cosines go to the lower train index), where DINO's script leaves ties to torch.topk. "
+    differences=("Exact top-k with a stated tie rule (equal cosines go to the lower train index), where DINO's script leaves ties to torch.topk; "
+                 "a cosine is the float32 rounding of the float64 product (DINO's float32 matmul rounds in its kernel's order), so the neighbours "
+                 "do not depend on block sizes, BLAS or device: numpy screens in float32 and settles near-ties in float64, --backend torch "
+                 "(--device cpu or cuda) takes float64 products in torch, with the same neighbours and cosines. The train features are read "
+                 "in blocks (memory does not grow with the train set). "
                  "On a DINOv3 store the feature is DINOv3's (x_norm_clstoken: the class token through the final norm, eps 1e-5, storage tokens unused, "
                  "L2-normalised); its KnnModule weighs neighbours by softmax(cos / T) over the largest k where DINO sums exp(cos / T), "
                  "a factor common to every class of one image, so predictions and top-1 / top-5 are the same. A k above the train images is "
@@ -57,10 +62,12 @@ PROTOCOL = register(Protocol(
         Option("temperature", "Vote weight exp(cos / T) (DINO: 0.07).", "float", 0.07),
         Option("feature", "auto, cls-normed (DINO's), cls (as stored) or mean (patch tokens).", default="auto"),
         written_to("Also write the accuracies and settings as JSON."),
+        Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours).", default="scipy"),
+        Option("device", "cpu or cuda (--backend torch): where the train features are searched.", default="cpu"),
         UNSEAL_VAL,
         "cache", "quiet", "SHARDED",
         table="results.tables:knn",
         progress=("images", "progress", "k-NN")),
     sections=("report.protocols:knn",),
-    placement=("workers", "dask_address", "shard"),
+    placement=("workers", "dask_address", "shard", "backend", "device"),  # the val images spread over workers, a cluster or shards; the search on --device
 ))

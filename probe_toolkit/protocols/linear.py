@@ -33,7 +33,8 @@ PROTOCOL = register(Protocol(
     settings=LinearSettings,
     reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc")),
     results=("linear_patch", "linear_image"),
-    references=(Reference("Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)", "alinlab/SelfPatch (linear segmentation protocol)"),),
+    references=(Reference("Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)",
+                          "alinlab/SelfPatch (linear segmentation protocol)"),),
     differences="A convex probe fitted to its optimum by full-batch L-BFGS (what scikit-learn's lbfgs reaches), not a schedule of SGD epochs; "
                 "the weight decay is chosen on a hold-out of the train panel, never on val.",
     execute=execute,

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analyses.tracking import PRESETS, SHORT_SIDE, TEMPERATURE  # DINO's eval_video_segmentation.py, DINOv3's segmentation_tracking notebook
 from ..infra.settings import Settings, at_least, one_of, positive
 from .registry import REQUIRED, Command, Option, Protocol, Reads, Reference, register, written_to
-
-
-from ..analyses.tracking import PRESETS, SHORT_SIDE, TEMPERATURE  # DINO's eval_video_segmentation.py, DINOv3's segmentation_tracking notebook
 
 
 @dataclass(frozen=True)

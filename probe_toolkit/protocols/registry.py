@@ -20,14 +20,16 @@ Like timm's ``@register_model``: nothing else in the toolkit keeps a list of pro
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..infra.errors import ProbeError
 from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
-MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment")
+MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
+           "rank", "position", "similarity", "overcluster")
 
 
 @dataclass(frozen=True)

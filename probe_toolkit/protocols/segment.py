@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analyses import segment_published as seg
-from ..infra.settings import Settings, SettingError, at_least, one_of, positive, within
+from ..infra.settings import SettingError, Settings, at_least, one_of, positive, within
 from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 
@@ -112,7 +112,8 @@ DIFFERENCES = (
     "selects on the val set; DINOv2 every 10,000); "
     "(5) images are decoded by PIL for both presets (mmcv decodes DINOv2's with OpenCV, which can differ by one level in a few JPEG "
     "pixels); the dinov2 preset resizes and distorts with OpenCV as mmcv does; "
-    "(6) float32 throughout (DINOv3's config: FLOAT32; the GradScaler its train.py still uses multiplies the loss by a power of two and divides the gradients by it, which changes no finite number, and skips a step whose gradients overflow, which float32 gradients of this head do not); "
+    "(6) float32 throughout (DINOv3's config: FLOAT32; the GradScaler its train.py still uses multiplies the loss by a power of two and divides the gradients by it, "
+    "which changes no finite number, and skips a step whose gradients overflow, which float32 gradients of this head do not); "
     "(7) a network whose patch does not divide the window is centre-padded as DINOv2's CenterPadding does, with either preset (DINOv3 "
     "evaluates /16 networks, which need none at 512); "
     "(8) the train panel's label maps are read once, through the ledger, and held in memory for the run (about 7 GB for ADE20K's 20,210); "

@@ -18,15 +18,15 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ..infra import litter, owned, provenance
 from ..infra.errors import ProbeError, os_fix
+from ..results.summaries import store_label
 from . import html, markdown, tables
 from .content import Report
-from ..results.summaries import store_label
 from .figures import FORMATS
 from .sections import gather
 from .sources import parse_labels

@@ -15,8 +15,8 @@ from ..infra import origin
 from . import figures
 from .content import Explorer, Figure, Note, Section, Table
 
-MAX_FOLDERS = 64
-UNCAVEATED = {"training"}  # a training run's own log: the store's weights and images are not what it shows  # image folders looked at per store (ids share few parent folders)
+MAX_FOLDERS = 64  # image folders looked at per store (ids share few parent folders)
+UNCAVEATED = {"training"}  # a training run's own log: the store's weights and images are not what it shows
 
 
 def store_caveats(store) -> list[str]:

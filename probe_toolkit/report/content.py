@@ -8,7 +8,7 @@ report says, so the two can never disagree about which sections exist.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Explorer:
     data: dict[str, Any]
 
 
-Block = Union[Table, Figure, Note, Explorer]
+Block = Table | Figure | Note | Explorer
 
 
 @dataclass

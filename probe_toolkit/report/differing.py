@@ -8,7 +8,7 @@ a setting added to a protocol, is covered without an edit.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..results.differ import differing_text
 from .content import Figure, Note, Section, Table

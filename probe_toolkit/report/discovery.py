@@ -63,7 +63,8 @@ def discovery(ctx) -> Section:
     if saliency_rows:
         section.blocks.append(Table(["store", "panel", "benchmark", "preset", "maxFβ %", "IoU %", "accuracy %", "MAE", "S-measure",
                                      "published maxFβ / IoU / accuracy, TokenCut ViT-S/16 (README)", "ledger entry"],
-                                    saliency_rows, "Saliency as TokenCut's metric.py computes it (β² = 0.3, 255 thresholds, dataset-level max); MAE and S-measure by pysodmetrics."))
+                                    saliency_rows, "Saliency as TokenCut's metric.py computes it (β² = 0.3, 255 thresholds, dataset-level max); MAE and S-measure by "
+                                                   "pysodmetrics."))
     if corloc_rows or saliency_rows:
         section.blocks.append(Note("The published numbers use DINO's released ViT-S/16 at each image's own size: TokenCut's CorLoc on the "
                                    "image zero-padded to whole patches (main_tokencut.py, view native), its saliency on the image resized with "

@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import re
 import textwrap
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 import numpy as np

@@ -4,7 +4,7 @@ attention and entropy sections). Drawn with ``figures``' grid and colour convent
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 import matplotlib.ticker

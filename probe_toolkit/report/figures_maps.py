@@ -4,7 +4,7 @@ overlays and Fiedler panels. Drawn with ``figures``' grid and colour conventions
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
@@ -12,7 +12,6 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from .figures import COSINE_CMAP, FIEDLER_CMAP, MASK_PALETTE, SHARE_CMAP, TRUTH_COLOUR, _picture, grid_lines, outline, patch_map, png, wrap
-
 
 # ----------------------------------------------------------------------------------------------
 # the followed image

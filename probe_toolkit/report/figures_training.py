@@ -10,7 +10,6 @@ from matplotlib.figure import Figure
 
 from .figures import png, store_colour
 
-
 CURVES = (
     ("loss", "total loss"),
     ("loss_image", "image loss L_global"),

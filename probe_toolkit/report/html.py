@@ -75,7 +75,8 @@ def render(report: Report, generated: str) -> str:
 </head>
 <body data-patch="{report.patch}">
 <h1>{html.escape(report.title)}</h1>
-<p class="meta">{len(report.stores)} store{'s' if len(report.stores) != 1 else ''}: {', '.join(html.escape(s) for s in report.stores)}; {follow}; generated {html.escape(generated)} by {html.escape(report.version or 'probe')}.</p>
+<p class="meta">{len(report.stores)} store{'s' if len(report.stores) != 1 else ''}: {', '.join(html.escape(s) for s in report.stores)}; {follow};
+generated {html.escape(generated)} by {html.escape(report.version or 'probe')}.</p>
 <nav><ol>{contents}</ol></nav>
 {''.join(section(s) for s in report.sections)}
 {script}

@@ -33,7 +33,7 @@ CUT_IMAGES = 3
 DISPLAY = 240  # width of a decoder picture, pixels
 
 
-def _shared_images(ctx: "Context", array: str, count: int) -> list[str]:
+def _shared_images(ctx: Context, array: str, count: int) -> list[str]:
     """The followed image first, then the first images every store holding ``array`` has."""
     holders = [s for s in ctx.stores if array in s.ds]
     if not holders:
@@ -42,7 +42,7 @@ def _shared_images(ctx: "Context", array: str, count: int) -> list[str]:
     return list(dict.fromkeys(([ctx.follow] if ctx.follow in common else []) + common))[:count]
 
 
-def token_pca(ctx: "Context") -> Section:
+def token_pca(ctx: Context) -> Section:
     section = Section("token-pca", "Patch tokens: the first three principal components as RGB")
     chosen = _shared_images(ctx, "tokens_224", PCA_IMAGES)
     holders = [s for s in ctx.stores if "tokens_224" in s.ds]
@@ -71,7 +71,7 @@ def token_pca(ctx: "Context") -> Section:
     return section
 
 
-def _truth(ctx: "Context", store, ds_scores, chosen: list[str], shape: dict[str, tuple[int, int]]) -> tuple[dict[str, np.ndarray] | None, str]:
+def _truth(ctx: Context, store, ds_scores, chosen: list[str], shape: dict[str, tuple[int, int]]) -> tuple[dict[str, np.ndarray] | None, str]:
     """The union of each chosen image's objects at display size, read through the ledger, or None
     and why not (the panel's true role: only a test panel is sealed)."""
     panel, role = str(ds_scores.attrs.get("panel", "")), str(ds_scores.attrs.get("role", ""))
@@ -95,7 +95,7 @@ def _truth(ctx: "Context", store, ds_scores, chosen: list[str], shape: dict[str,
     return out, ""
 
 
-def decoder_cuts(ctx: "Context") -> Section:
+def decoder_cuts(ctx: Context) -> Section:
     section = Section("decoder-cuts", "Decoder: the Fiedler vector beside its mask")
     found = {s.label: (s, s.result("decoder")) for s in ctx.stores if s.result("decoder") is not None}
     with_vector = {k: v for k, v in found.items() if "fiedler" in v[1] or "degree" in v[1]}
@@ -104,7 +104,8 @@ def decoder_cuts(ctx: "Context") -> Section:
         return section
     for label, (store, ds) in with_vector.items():
         if "grid_rows" in ds:  # the figure draws one square grid; the own-size views have a grid per image
-            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view (a grid per image).")
+            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view "
+                            "(a grid per image).")
             continue
         ids = [str(v) for v in ds.image.values]
         scored = next((store.result(n) for n in sorted(store.results) if n.startswith("scores_")), None)

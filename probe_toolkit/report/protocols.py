@@ -154,7 +154,8 @@ def propagation(ctx) -> Section:
     section.blocks.append(Table(["store", *[name for _, name in columns], "sequences", "frames"], rows,
                                 "davis2017-evaluation's semi-supervised measures (first and last frames not scored); fractions, as its CSV tables."))
     for label, ds in found.items():
-        per = [[str(o), f"{float(ds.j_mean.values[i]):.3f}", f"{float(ds.f_mean.values[i]):.3f}", f"{float(ds.j_recall.values[i]):.3f}", f"{float(ds.j_decay.values[i]):.3f}"]
+        per = [[str(o), f"{float(ds.j_mean.values[i]):.3f}", f"{float(ds.f_mean.values[i]):.3f}", f"{float(ds.j_recall.values[i]):.3f}",
+                f"{float(ds.j_decay.values[i]):.3f}"]
                for i, o in enumerate(ds.object.values)]
         st = ds.attrs.get("settings", {})
         led = ds.attrs.get("ledger", {})

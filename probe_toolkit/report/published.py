@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 SCORE_KEYS = {"corloc": "CorLoc", "bbox_AP50": "bbox AP50", "segm_AP": "segm AP"}
 
 
-def measurement(ctx: "Context", label: str, ds: xr.Dataset, statistic: str) -> references.Measurement:
+def measurement(ctx: Context, label: str, ds: xr.Dataset, statistic: str) -> references.Measurement:
     """What a saved score was measured with: decoder preset and view, architecture, panel."""
     store = next(s for s in ctx.stores if s.label == label)
     decoder = store.result("decoder")
@@ -28,7 +28,7 @@ def measurement(ctx: "Context", label: str, ds: xr.Dataset, statistic: str) -> r
     return references.Measurement(statistic, preset, str(view), arch, images, (str(ds.attrs.get("panel", "")),))
 
 
-def comparable(ctx: "Context", found: dict[str, xr.Dataset], rows: list[list[str]]) -> bool:
+def comparable(ctx: Context, found: dict[str, xr.Dataset], rows: list[list[str]]) -> bool:
     """Append a column of the references that match these scores; False (and nothing) when none does."""
     cells: dict[str, list[str]] = {}
     for label, ds in found.items():
@@ -43,7 +43,7 @@ def comparable(ctx: "Context", found: dict[str, xr.Dataset], rows: list[list[str
     return True
 
 
-def reference_values(ctx: "Context") -> Section:
+def reference_values(ctx: Context) -> Section:
     """Every published number not printed beside a measurement, with its protocol, data and source."""
     section = Section("references", "Published elsewhere: numbers on other data or protocols")
     rest = references.elsewhere(ctx.shown)

@@ -14,8 +14,8 @@ then each protocol's, in the registry's order, as its entry names them (``Protoc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..infra.errors import ProbeError
 from ..protocols import registry
@@ -29,9 +29,8 @@ from .explorer import explorer_data, store_data
 from .freshness import freshness
 from .patches import follow_patches
 from .published import reference_values
-from .sections_kit import _grid_of, _lacking, _other_grids, HOW
-from .sources import choose_follow, followed_picture, open_stores, Picture, read_ledgers, training_run
-
+from .sections_kit import HOW, _grid_of, _lacking, _other_grids
+from .sources import Picture, choose_follow, followed_picture, open_stores, read_ledgers, training_run
 
 # ----------------------------------------------------------------------------------------------
 # manifests

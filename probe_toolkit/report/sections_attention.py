@@ -10,8 +10,7 @@ from ..results.summaries import ENTROPY_LABELS, statistic_rows
 from . import figures_attention, followed, registers
 from .content import Note, Section, Table
 from .context import Context
-from .sections_kit import _lacking, _other_grids, _pct, HOW
-
+from .sections_kit import HOW, _lacking, _other_grids, _pct
 
 # ----------------------------------------------------------------------------------------------
 # attention of the followed patch

@@ -102,7 +102,8 @@ def correspond(ctx) -> Section:
         counts = ds.attrs.get("counts", {})
         section.blocks.append(Table(["category", *[BIN_TITLES[b] for b in bins]], per,
                                     f"{label}: PCK@{float(ds.threshold.values[main]):g} per category, on panel {ds.attrs.get('panel', {}).get('name', '?')} "
-                                    f"({counts.get('pairs_matched', '?')} of {counts.get('pairs_in_panel', '?')} pairs, {counts.get('keypoints_scored', '?')} keypoints)."))
+                                    f"({counts.get('pairs_matched', '?')} of {counts.get('pairs_in_panel', '?')} pairs, "
+                                    f"{counts.get('keypoints_scored', '?')} keypoints)."))
         section.blocks.append(Note(f"{label}: view — {ds.attrs.get('view_text', '?')}; features — {ds.attrs.get('feature', '?')}; tokens "
                                    f"{ds.attrs.get('tokens_dtype', '?')}. Labels: {ctx.book.describe(ds.attrs.get('ledger'))}."))
         section.blocks.append(pair_figure(ctx, label, ds))

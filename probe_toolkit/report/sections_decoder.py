@@ -11,9 +11,8 @@ from . import figures_maps
 from .content import Note, Section, Table
 from .context import Context
 from .published import comparable
-from .sections_kit import _lacking, _pct, HOW, MASK_WIDTH, MAX_MASK_IMAGES
+from .sections_kit import HOW, MASK_WIDTH, MAX_MASK_IMAGES, _lacking, _pct
 from .sources import original_image
-
 
 # ----------------------------------------------------------------------------------------------
 # decoder masks and scores
@@ -102,7 +101,8 @@ def scores(ctx: Context) -> Section:
             st = ds.attrs.get("settings", {})
             counts = ds.attrs.get("counts", {})
             prov.append([label, ctx.book.describe(ds.attrs.get("ledger_entry")),
-                         f"{st.get('preset', '?')}, τ {st.get('tau', '?')}, ε {st.get('eps', '?')}, centred {st.get('center', '?')}, at most {st.get('masks', '?')} mask(s)",
+                         f"{st.get('preset', '?')}, τ {st.get('tau', '?')}, ε {st.get('eps', '?')}, centred {st.get('center', '?')}, at most {st.get('masks', '?')} "
+                         "mask(s)",
                          ", ".join(f"{k} {v}" for k, v in counts.items())])
         section.blocks.append(Table(["store", "ledger entry of the label read", "decoder settings", "counts"], prov, f"Where the scores on {panel} came from."))
         _lacking(section, [s for s in ctx.stores if s.label not in found], f"scores on {panel}", HOW["scores"].replace("NAME", panel))

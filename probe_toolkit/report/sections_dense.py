@@ -83,7 +83,8 @@ def hummingbird(ctx) -> Section:
             rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
         section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
-                                    f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over {len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
+                                    f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over "
+                                    f"{len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
                                     f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
                                     f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images)"
                                     + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network."
@@ -154,9 +155,10 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 def segmentation(ctx) -> Section:
     from ..analyses.segment_published import PUBLISHED
 
-    section, found = results_section(ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation", "linear segmentation results",
+    section, found = results_section(ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation",
+                                     "linear segmentation results",
                                      SEGMENT_HOW)
-    for label, (store, ds) in found.items():
+    for label, (_store, ds) in found.items():
         schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
         kind = ds.attrs.get("panel_kind", "ade20k")
         rows = [[f"{label} ({schedule.get('label', '?')})", _pct(ds.miou.values), _pct(ds.accuracy.values)]]

@@ -10,7 +10,6 @@ from .content import Section
 from .context import Context
 from .sources import StoreView
 
-
 # the command that produces each missing piece
 HOW = {
     "tokens": "run `probe extract CKPT --views 224`",

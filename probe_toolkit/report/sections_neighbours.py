@@ -9,9 +9,8 @@ from ..results.summaries import NEIGHBOUR_LABELS, statistic_rows
 from . import figures_maps
 from .content import Note, Section, Table
 from .context import Context
-from .sections_kit import _lacking, _other_grids, HOW
+from .sections_kit import HOW, _lacking, _other_grids
 from .sources import StoreView
-
 
 # ----------------------------------------------------------------------------------------------
 # neighbours: the followed patch's cosine map, and the premise statistics
@@ -90,7 +89,8 @@ def premise(ctx: Context) -> Section:
             png = figures_maps.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
                                      f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
                                      "share of the top 8 inside the window")
-            section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png, "Per anchor position: how often its most similar patches lie in its 3×3 window."))
+            section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png,
+                                             "Per anchor position: how often its most similar patches lie in its 3×3 window."))
         lacking = [s for s in ctx.stores if s.label not in found and not _other_grid(s, name, first.attrs.get("array"))]
         _lacking(section, lacking, f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
     if not any_found:

@@ -7,18 +7,19 @@ does read from a store's arrays is one image's attention rows and tokens, to dra
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from ..results.summaries import store_label
 from ..infra.errors import ProbeError
 from ..labels import ledger
-from ..store import cache, images
 from ..results import records
+from ..results.summaries import store_label
+from ..store import cache, images
 from .figures_maps import tokens_picture
 
 VIEW = 224
@@ -254,7 +255,8 @@ class LedgerBook:
         _, entry = found
         f = entry.fields
         unseal = f", unsealed: {f['unseal']}" if f.get("unseal") else ""
-        return f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), {f.get('images', '?')} images{unseal}"
+        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), "
+                f"{f.get('images', '?')} images{unseal}")
 
 
 def read_ledgers(stores: list[StoreView], cache_dir: str | Path | None) -> LedgerBook:

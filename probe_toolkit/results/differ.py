@@ -13,8 +13,9 @@ default settings at the time of the run (``defaults``).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 _UNSET = object()
 
@@ -55,7 +56,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def differing(found: Any) -> dict[str, Any]:
-    """The record's settings that differ from its protocol's defaults, by name, then the block and facet read when the record names them (a record of one block of many)."""
+    """The record's settings that differ from its protocol's defaults, by name, then the block and facet read when the record
+    names them (a record of one block of many)."""
     meta = _meta(found)
     settings = meta.get("settings")
     out: dict[str, Any] = {}

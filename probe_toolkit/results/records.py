@@ -30,9 +30,10 @@ import os
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..infra import litter
 
@@ -59,7 +60,7 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     """``YYYYMMDD-HHMMSS-ffffff-<counter><pid>``: UTC, sorts by creation time; the counter and the
     process id's last hex digits keep two runs of one microsecond apart."""
     global _last
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     if _last is not None and now <= _last:  # a clock set back never makes a later run sort first (in this process)
         now = _last + _dt.timedelta(microseconds=1)
     _last = now

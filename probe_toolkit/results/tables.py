@@ -219,7 +219,8 @@ def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
     for column in DAVIS_COLUMNS:
         table.add_column(column, justify="right")
     table.add_row(*[f"{report.global_scores[c]:.3f}" for c in DAVIS_COLUMNS])
-    return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv" + (f"; saved as {report.saved}" if report.saved else ""))]
+    saved = f"; saved as {report.saved}" if report.saved else ""
+    return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
 def correspond(report: Any, given: dict[str, Any]) -> list[Any]:

@@ -1,26 +1,28 @@
 """What each view contributes to a store: its arrays, their shapes, and the facts the manifest keeps.
 
-One table for every view, so extraction, the manifest and ``probe info`` agree: 224 gives tokens
-(and attention), eval224 tokens (the k-NN and linear features of DINO's evaluation transform, so no
-attention), 480 keys, 96 tokens, the own-size views (native, padded; native_crop, cut; native_resized, resized) keys and
-tokens; a register model's views each give their register tokens' last-block output too
-(``registers_<view>``). A view's patch count follows from the view and the checkpoint's patch size
-(224 at /16: 14 x 14, at /8: 28 x 28); an own-size view's patch dimension is the largest grid of the set.
+One place for every view, so extraction, the manifest and ``probe info`` agree. What a view
+stores is a ``Request``: array kinds (``tokens``, ``cls_tokens``, ``registers``, ``keys``,
+``cls_keys``, ``keys_rope``, ``normed``, ``queries``, ``values``, ...: ``store.layout``) at some
+blocks, the explicit attention maps, the attention statistics. By default a view stores what its
+family reads (``store.views``): the short family tokens and attention (the 96 view tokens), eval
+tokens, square keys, Hummingbird's and padded views tokens, the own-size views keys and tokens; a
+register model's views each give their register tokens' output too (``registers_<view>``);
+``--facets`` and ``--blocks`` choose otherwise, ``--for`` asks the protocols (``store.plan``).
+A view's patch count follows from the view and the checkpoint's patch size (224 at /16: 14 x 14,
+at /8: 28 x 28); an own-size view's patch dimension is the largest grid of the set.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from . import hbird_views, images, own_size
+from . import hbird_views, images, layout, own_size, views
 from .architectures import Arch
 
-# what one forward pass of each view is read for
-READS = {"96": ("tokens",), "224": ("tokens", "attention"), images.EVAL: ("tokens",), "480": ("keys",), images.SQUARE: ("tokens",),
-         **{view: ("tokens",) for view in hbird_views.VIEWS},
-         **{view: ("keys", "tokens") for view in images.OWN_SIZE}}
+STATS_DTYPE = "float32"  # attention statistics are kept in float32 whatever --dtype (entropy to 1e-5)
 
-GEOMETRY = {
+GEOMETRY = {  # the aliases' geometry, as stores have recorded it
     "96": "short side 96 (PIL bicubic), centre crop 96",
     "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
     images.EVAL: "short side 256 (PIL bicubic, long side truncated), centre crop 224 "
@@ -30,9 +32,6 @@ GEOMETRY = {
                    "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
     hbird_views.VAL: "squash to 512x512 (PIL bilinear), mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.255) as published "
                      "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
-    **{view: f"random resized crop, scale (0.5, 2), ratio (3/4, 4/3), to 512x512 (PIL bilinear), colour jitter 0.1 each with p 0.5, "
-             f"std (0.229, 0.224, 0.255); draws seeded by ({hbird_views.SEED}, epoch {hbird_views.epoch(view)}, file name) "
-             f"(vpariza/open-hummingbird-eval get_hbird_train_transforms)" for view in hbird_views.AUGMENTED},
     "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
               "(TokenCut main_tokencut.py, LOST main_lost.py)",
     images.NATIVE_CROP: "own size, normalised, cut at the right and bottom to floor(h/p) x floor(w/p) patches, top left kept "
@@ -40,42 +39,120 @@ GEOMETRY = {
     images.NATIVE_RESIZED: "whole image resized (PIL LANCZOS) to round(w/p)*p x round(h/p)*p, at least one patch a side, normalised "
                            "(TokenCut unsupervised_saliency_detection/utils.py resize_pil, get_saliency.py)",
 }
+FAMILY_GEOMETRY = {  # any other size of a family
+    "short": "short side {S} (PIL bicubic, long side truncated), centre crop {S}",
+    "eval": "short side {R} (PIL bicubic, long side truncated), centre crop {S} (facebookresearch/dino eval_knn.py's Resize(256), CenterCrop(224) "
+            "at crop_pct 0.875: short side floor(S * 256 / 224))",
+    "square": "squash to {S}x{S} (PIL {resample})",
+    "padded": "padded with white at the right and bottom to a square, resized to {S}x{S} (PIL bicubic), normalised, "
+              "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
+    "hbird": "squash to {S}x{S} (PIL bilinear), mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.255) as published "
+             "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
+}
 
 
-def view_arrays(view: str, arch: Arch, patches: int, attention: str) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
-    """Array names, dimension names and shapes (after ``image``) of one view with ``patches`` patches."""
-    plan: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
-    d, cls = arch.width, arch.class_token
-    reads = READS[view]
-    for kind in ("tokens", "keys"):
-        if kind in reads:
-            plan[f"{kind}_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
-            if cls:
-                plan[f"cls_{kind}_{view}"] = (("channel",), (d,))
-    if "keys" in reads and arch.family == "dinov3":  # the patch keys after RoPE too (the class key is not rotated)
-        plan[f"keys_rope_{view}"] = ((f"patch_{view}", "channel"), (patches, d))
-    if arch.registers:  # DINOv2's register tokens' output, kept out of the patch arrays, in every view
-        plan[f"registers_{view}"] = (("register", "channel"), (arch.registers, d))
-    if "attention" in reads and attention != "none":
-        t = patches + arch.prefix  # class token, then registers, then patches
-        plan[f"attention_{view}"] = (("head", "query", "key"), (arch.heads, t, t))
-        if attention == "all":
-            plan[f"attention_blocks_{view}"] = (("block", "head", "query", "key"), (arch.depth, arch.heads, t, t))
+@dataclass(frozen=True)
+class Request:
+    """What one view stores: array ``kinds`` at each of ``blocks`` (None: the last), the explicit
+    maps (``maps``: none, last, all) and every block's attention statistics (``stats``)."""
+
+    kinds: tuple[str, ...]
+    blocks: tuple[int, ...] | None = None
+    maps: str = "none"
+    stats: bool = False
+
+
+def default_kinds(view: str, arch: Arch, facets: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The kinds a view stores: its family's reads (``facets`` None), or the facets asked, each with
+    its class token's and (register networks) its registers' rows; DINOv3's q and k also after
+    RoPE (patch tokens only: the prefix is not rotated)."""
+    out: list[str] = []
+    if facets is None:
+        reads = views.view(view).reads
+        if "tokens" in reads:
+            out += ["tokens", "cls_tokens"]
+        if "keys" in reads:
+            out += ["keys", "cls_keys"] + (["keys_rope"] if arch.family == "dinov3" else [])
+        out += ["registers"] if arch.registers else []  # the register tokens' output in every view, as stores always held
+    else:
+        for facet in facets:
+            for kind in layout.facet_kinds(facet, arch.family):
+                out.append(kind)
+                if not kind.endswith("_rope"):
+                    out += [f"cls_{kind}"] + ([("registers" if kind == "tokens" else f"registers_{kind}")] if arch.registers else [])
+    return tuple(k for k in dict.fromkeys(out) if arch.class_token or not k.startswith("cls_"))
+
+
+def attention_dims(view: str, unit: str) -> tuple[str, str]:
+    """The query and key dimensions of a view's attention arrays: ``query``, ``key`` for the 224
+    view as stores have always named them, ``query_<unit>``, ``key_<unit>`` elsewhere (one Dataset
+    holds one size of a dimension)."""
+    return ("query", "key") if view == "224" else (f"query_{unit}", f"key_{unit}")
+
+
+Spec = tuple[tuple[str, ...], tuple[int, ...], dict[str, Any]]  # dims and shape after ``image``; attributes (dtype, block, facet)
+
+
+def view_arrays(view: str, arch: Arch, patches: int, request: Request, part: int = 0) -> dict[str, Spec]:
+    """Array names, dimension names, shapes (after ``image``) and attributes of one view with ``patches`` patches."""
+    plan: dict[str, Spec] = {}
+    unit = layout.unit(view, part)
+    d, tokens = arch.width, patches + arch.prefix
+    for block in request.blocks or (None,):
+        held = arch.depth - 1 if block is None else block
+        for kind in request.kinds:
+            name = layout.named(kind, view, block, arch.depth, part)
+            facet = layout.ArrayName(kind, view).facet
+            attrs = {"block": held, **({"facet": facet} if facet else {})}
+            if kind.startswith("cls_"):
+                plan[name] = (("channel",), (d,), attrs)
+            elif kind.startswith("registers"):
+                plan[name] = (("register", "channel"), (arch.registers, d), attrs)
+            else:
+                plan[name] = ((f"patch_{unit}", "channel"), (patches, d), attrs)
+    query, key = attention_dims(view, unit)
+    if request.maps != "none":
+        plan[f"attention_{unit}"] = (("head", query, key), (arch.heads, tokens, tokens), {"block": arch.depth - 1})
+        if request.maps == "all":
+            plan[f"attention_blocks_{unit}"] = (("block", "head", query, key), (arch.depth, arch.heads, tokens, tokens), {})
+    if request.stats:
+        stats = {"entropy": (("block", "head", query), (arch.depth, arch.heads, tokens)),
+                 "distance": (("block", "head", f"patch_{unit}"), (arch.depth, arch.heads, patches)),
+                 "topk": (("block", "head", query, "topk"), (arch.depth, arch.heads, tokens, 3))}
+        if arch.class_token:
+            stats["cls"] = (("block", "head", key), (arch.depth, arch.heads, tokens))
+        if arch.registers:
+            stats["storage"] = (("block", "head", "register", key), (arch.depth, arch.heads, arch.registers, tokens))
+        for stat, (dims, shape) in stats.items():
+            plan[f"attention_{stat}_{unit}"] = (dims, shape, {"dtype": STATS_DTYPE})
     return plan
 
 
-def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: str) -> dict[str, Any]:
+def legacy_request(view: str, arch: Arch, attention: str) -> Request:
+    """What a view stored before blocks and facets were chosen: its family's kinds at the last block,
+    the maps where it reads attention, and (``--attention stats``) the statistics in any view."""
+    reads = views.view(view).reads
+    maps = attention if attention in ("last", "all") and "attention" in reads else "none"
+    return Request(default_kinds(view, arch), None, maps, attention == "stats")
+
+
+def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: str, names: list[str] | None = None) -> dict[str, Any]:
     """The manifest's entry for one view (``per_view``): grid, filter, attention, arrays."""
     facts: dict[str, Any] = {"patch": arch.patch, "patches": patches, "geometry": geometry(view, resample)}
-    if view in images.OWN_SIZE:
+    spec = views.view(view)
+    if not spec.fixed:
         facts.update(rows=None, cols=None, grid=f"per image, in grid_rows_{view} / grid_cols_{view}")
     else:
         rows, cols = images.fixed_grid(view, arch.patch)
         facts.update(rows=rows, cols=cols)
-    facts["resample"] = (resample if view == "480" else own_size_resample(view) if view in images.OWN_SIZE
-                         else "bilinear" if view in hbird_views.VIEWS else "bicubic")
-    facts["attention"] = attention if "attention" in READS[view] else "none"
-    facts["arrays"] = sorted(view_arrays(view, arch, patches, attention))
+    facts["resample"] = (resample if spec.family == "square" else own_size_resample(view) if not spec.fixed
+                         else "bilinear" if spec.family == "hbird" else "bicubic")
+    facts["attention"] = attention if ("attention" in spec.reads or attention == "stats") else "none"
+    if names is None:
+        names = list(view_arrays(view, arch, patches, legacy_request(view, arch, attention)))
+    facts["arrays"] = sorted(names)
+    if spec.epoch is not None:
+        facts["augmentation"] = hbird_views.ORDER
     return facts
 
 
@@ -85,4 +162,9 @@ def own_size_resample(view: str) -> str:
 
 
 def geometry(view: str, resample: str = "bicubic") -> str:
-    return GEOMETRY[view].format(resample=resample)
+    spec = views.view(view)
+    if view in GEOMETRY:
+        return GEOMETRY[view].format(resample=resample)
+    if spec.epoch is not None:
+        return hbird_views.geometry_text(spec.size, spec.epoch)
+    return FAMILY_GEOMETRY[spec.family].format(S=spec.size, R=spec.resize, resample=resample)

@@ -21,9 +21,8 @@ convolution never reaches, as in DINO's ``PatchEmbed``).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from functools import partial
-from typing import Iterator, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +32,8 @@ from torch import nn
 
 from ..infra.progress import within
 from .architectures import Arch
-from .readout import Readout, whole_patches
-
+from .readout import Readout, last_block, whole_patches
+from .taps import Capture, Taps
 
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
 INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
@@ -146,7 +145,7 @@ class Backbone(nn.Module):
         self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> "Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: Interpolation = "auto") -> Backbone:
         """The eval-mode network of a ``checkpoints.Checkpoint``, weights loaded strictly.
 
         Built on the meta device and handed the file's tensors (as the float32, contiguous
@@ -185,61 +184,62 @@ class Backbone(nn.Module):
         """Last-block patch tokens (B, N, D), class and register tokens dropped, no final norm."""
         return self.vit.blocks(self.embed(images))[:, self.prefix:]
 
-    @contextmanager
-    def _taps(self, keys: bool, attention: AttentionMode) -> Iterator[dict[str, list[torch.Tensor]]]:
-        """Forward hooks, registered for one pass and always removed; explicit softmax where asked."""
-        taps: dict[str, list[torch.Tensor]] = {"keys": [], "attention": []}
+    @torch.inference_mode()
+    def capture(self, images: torch.Tensor, taps: Taps) -> Capture:
+        """One forward pass keeping what ``taps`` asks (``store.taps``): hooks on the blocks, each
+        registered for this pass and always removed; the explicit softmax only where maps are asked
+        (elsewhere timm's fused kernel runs, forming no T x T matrix)."""
         blocks = list(self.vit.blocks)
-        watched = {"last": blocks[-1:], "all": blocks, "none": []}[attention]
+        out = Capture(grid=self.grid_of(*images.shape[-2:]))
+        watched = {"last": blocks[-1:], "all": blocks, "none": []}[taps.maps]
+        read_qkv = set(range(len(blocks))) if taps.stats else set(taps.qkv_blocks)
         handles, fused = [], [(b.attn, b.attn.fused_attn) for b in watched]
-        last = blocks[-1].attn
-        heads, width = self.arch.heads, self.arch.width
+        heads, cls, registers = self.arch.heads, self.arch.class_token, self.arch.registers
 
-        def on_qkv(module, args, output):
-            b, n, _ = output.shape
-            taps["keys"].append(output.reshape(b, n, 3, heads, width // heads)[:, :, 1].reshape(b, n, width))
+        def on_output(index: int):
+            def hook(module, args, output):
+                if "tokens" in taps.facets:
+                    out.sequences[("tokens", index)] = output
+                if "normed" in taps.facets:
+                    out.sequences[("normed", index)] = self.vit.norm(output)  # an Identity without a final norm
+            return hook
+
+        def on_qkv(index: int, attn: nn.Module):
+            def hook(module, args, output):
+                b, n, _ = output.shape
+                q, k, v = output.reshape(b, n, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+                out.keep(taps, index, attn.q_norm(q), attn.k_norm(k), v, class_token=cls, registers=registers)
+            return hook
 
         def on_softmax(module, args, output):
-            taps["attention"].append(args[0])
+            out.maps.append(args[0])
 
         try:
-            if keys:
-                handles.append(last.qkv.register_forward_hook(on_qkv))
+            for index in taps.output_blocks:
+                handles.append(blocks[index].register_forward_hook(on_output(index)))
+            for index in sorted(read_qkv):
+                handles.append(blocks[index].attn.qkv.register_forward_hook(on_qkv(index, blocks[index].attn)))
             for block in watched:
                 block.attn.fused_attn = False  # the fused kernel never forms the softmax matrix
                 handles.append(block.attn.attn_drop.register_forward_hook(on_softmax))
-            yield taps
+            x = self.embed(images)
+            if x.shape[0] * x.shape[1] < LONG_FORWARD_TOKENS:
+                self.vit.blocks(x)
+            else:  # one very large image: the blocks one by one (as nn.Sequential runs them), each a step of its own line
+                with within(f"forward pass: {x.shape[1]:,} tokens", len(blocks)) as advance:
+                    for block in blocks:
+                        x = block(x)
+                        advance(1)
         finally:
             for handle in handles:
                 handle.remove()
             for module, was in fused:
                 module.fused_attn = was
+        return out
 
-    @torch.inference_mode()
     def readout(self, images: torch.Tensor, keys: bool = True, attention: AttentionMode = "last") -> Readout:
         """One forward pass: tokens, keys and attention of the last block, from the same pass."""
-        with self._taps(keys, attention) as taps:
-            x = self.embed(images)
-            if x.shape[0] * x.shape[1] < LONG_FORWARD_TOKENS:
-                x = self.vit.blocks(x)
-            else:  # one very large image: the blocks one by one (as nn.Sequential runs them), each a step of its own line
-                with within(f"forward pass: {x.shape[1]:,} tokens", len(self.vit.blocks)) as advance:
-                    for block in self.vit.blocks:
-                        x = block(x)
-                        advance(1)
-        p, c = self.prefix, int(self.arch.class_token)
-        k = taps["keys"][0] if keys else None
-        maps = taps["attention"]  # stacked only for every block: the last block's map is not copied
-        return Readout(
-            tokens=x[:, p:],
-            keys=k[:, p:] if k is not None else None,
-            cls_token=x[:, 0] if c else None,
-            cls_key=k[:, 0] if (c and k is not None) else None,
-            attention=maps[-1] if maps else None,
-            attention_blocks=torch.stack(maps, dim=1) if attention == "all" and maps else None,
-            registers=x[:, c:p] if p > c else None,
-            grid=self.grid_of(*images.shape[-2:]),
-        )
+        return last_block(self, images, keys, attention)
 
 
 # ----------------------------------------------------------------------------------------------

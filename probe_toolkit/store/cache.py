@@ -33,7 +33,6 @@ Writing is ``store.writer`` (filling chunks) and ``store.create`` (creating and 
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path
@@ -44,7 +43,7 @@ import zarr
 
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError
-from . import grids, hints, integrity
+from . import grids, hints, integrity, layout
 from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
 from .views import NAMES as VIEW_ORDER
 
@@ -175,26 +174,125 @@ def manifest(ds_or_path: xr.Dataset | StoreData | str | Path) -> dict[str, Any]:
     return dict(group.attrs["manifest"])
 
 
-def checked(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
+def depth(ds: xr.Dataset | StoreData) -> int | None:
+    """The network's blocks, from the store's manifest (None where a dataset has no manifest)."""
+    value = ((ds.attrs.get("manifest") or {}).get("arch") or {}).get("depth")
+    return int(value) if value is not None else None
+
+
+def resolve_block(ds: xr.Dataset | StoreData, block: int | None) -> int | None:
+    """``block`` as a 0-based index of the store's network (``-1``: the last; None stays None, the last block)."""
+    if block is None:
+        return None
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise ProbeError(ds.attrs.get("store"), f"block {block!r} is not a whole number", "pass a 0-based block index, e.g. --block 11")
+    blocks = depth(ds)
+    if blocks is None:
+        return int(block)
+    if not -blocks <= int(block) < blocks:
+        raise ProbeError(ds.attrs.get("store"), f"has a network of {blocks} blocks: block {block} is not one of 0..{blocks - 1}",
+                         f"pass a 0-based block index, e.g. --block {blocks - 1} (the last)")
+    return int(block) % blocks
+
+
+def locate(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> tuple[str, int | None]:
+    """Where ``name`` at ``block`` is stored: (the array, the index along its ``block`` dimension, or
+    None where it holds one block). ``name`` is the array's plain name (``tokens_224``); the block's
+    own array (``tokens_b3_224``, or in a later part ``tokens_b3_224.p1``: ``store.layout``) is found
+    by its kind and view. ``block`` None: the last block, as every store holds it."""
+    wanted = layout.parse(name)
+    index = resolve_block(ds, block)
+    blocks = depth(ds)
+    if wanted.kind in layout.BLOCKED:  # every block along one dimension
+        found = name if name in ds else _find(ds, wanted.kind, wanted.view, None)
+        return (found or name), index
+    if index is None and name in ds:
+        return name, None
+    label = wanted.block if index is None else (None if blocks is not None and index == blocks - 1 else index)
+    return (_find(ds, wanted.kind, wanted.view, label) or layout.ArrayName(wanted.kind, wanted.view, label).name), None
+
+
+def _names(ds: xr.Dataset | StoreData) -> list[str]:
+    return [str(n) for n in (ds.variables if hasattr(ds, "variables") else ds)]
+
+
+def _find(ds: xr.Dataset | StoreData, kind: str, view: str, block: int | None) -> str | None:
+    """The array of ``kind`` at ``block`` of ``view`` in any of the view's parts."""
+    for name in _names(ds):
+        if not name.startswith(kind):
+            continue
+        found = layout.parse(name)
+        if found.kind == kind and found.view == view and found.block == block:
+            return name
+    return None
+
+
+def _stored_block(ds: xr.Dataset | StoreData, name: str, index: int | None) -> int | None:
+    """The 0-based block an array holds (its ``block`` attribute; the last where none is recorded)."""
+    if index is not None:
+        return index
+    recorded = layout.parse(name).block
+    blocks = depth(ds)
+    return recorded if recorded is not None else (blocks - 1 if blocks is not None else None)
+
+
+def _part_finished(ds: xr.Dataset | StoreData, wanted: str, found: str) -> None:
+    """An array of a later part than the one the store was opened for is read only where every image of ``ds`` is done in that part."""
+    unit, asked = grids.view_of(found), grids.view_of(wanted)
+    if unit == asked or f"done_{unit}" not in ds:
+        return
+    done = np.asarray(ds[f"done_{unit}"].values, dtype=bool) & ~np.asarray(ds[f"failed_{unit}"].values, dtype=bool)
+    if not done.all():
+        raise ProbeError(ds.attrs.get("store"), f"holds {found} for {int(done.sum())} of its {done.size} images (extraction of that part has not finished)",
+                         "finish it with the same `probe extract` command")
+
+
+def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> xr.DataArray:
     """``ds[name]`` once every chunk of it holding a finished image is there (``integrity.check_present``):
     the one read of a store's array, for readers that keep its own dimension names (the report's
-    figures and pictures, stored masks); ``require`` adds the extract flag and the plain ``patch``."""
+    figures and pictures, stored masks); ``require`` adds the extract flag and the plain ``patch``.
+
+    ``block`` (0-based, as ``probe extract --blocks`` counts them; negative from the end): that
+    block's array, its ``block`` dimension dropped, the same shape as the last block's; None: the
+    last block, as every store holds it (an array holding every block, ``attention_blocks_224``,
+    is then returned whole). The array's ``attrs`` say which block and facet it holds."""
+    found, index = locate(ds, name, block)
+    if found not in ds:
+        raise ProbeError(ds.attrs.get("store"), f"has no array {name}" + (f" at block {block}" if block is not None else ""), _fix(ds, name, block))
+    _part_finished(ds, name, found)
     if ds.attrs.get("store"):
-        integrity.check_present(ds.attrs["store"], [name])
-    return ds[name]
+        integrity.check_present(ds.attrs["store"], [found])
+    array = ds[found]
+    array = array.copy(deep=False) if hasattr(array, "copy") else array.rename({})  # its own attrs: the dataset's stay as stored
+    if index is not None and "block" in array.dims:
+        array = array.isel(block=index)
+    held = _stored_block(ds, found, index)
+    if held is not None:
+        facet = layout.parse(found).facet
+        array.attrs.update(block=int(held), **({"facet": facet} if facet else {}))
+    return array
 
 
-def require(ds: xr.Dataset | StoreData, name: str) -> xr.DataArray:
-    """The array ``name`` with its patch dimension named ``patch``, or an error naming the extract flag."""
-    if name not in ds:
-        flag = ARRAY_FLAGS.get(name, f"--views {grids.view_of(name)}")
-        fix = f"rerun `probe extract` with {flag}" if flag else "rerun `probe extract`"
-        held = hints.other_views(ds.attrs.get("store"), name, grids.view_of(name), VIEW_ORDER)
-        if held:  # the same array of another view: reading that view is the nearer fix
-            fix = f"it holds {', '.join(f'{name[: -len(grids.view_of(name))]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
-        raise ProbeError(ds.attrs.get("store"), f"has no array {name}", fix)
-    array = checked(ds, name)  # every chunk of a finished image is there before it is read (store/integrity.py)
-    array = array.rename({d: "patch" for d in array.dims if str(d).startswith("patch_")})
+def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
+    """How to get a missing array: the extract flag, or the view the store holds it in."""
+    wanted = layout.parse(name)
+    view = wanted.view
+    flag = ARRAY_FLAGS.get(name, f"--views {view}")
+    if block is not None:
+        facet = layout.ArrayName(wanted.kind, view).facet
+        flag = f"--views {view} --blocks {block}" + (f" --facets {facet}" if facet else "")
+    fix = f"rerun `probe extract` with {flag}"
+    held = hints.other_views(ds.attrs.get("store"), name, view, VIEW_ORDER) if block is None else []
+    if held:  # the same array of another view: reading that view is the nearer fix
+        fix = f"it holds {', '.join(f'{name[: -len(view)]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
+    return fix
+
+
+def require(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> xr.DataArray:
+    """The array ``name`` at ``block`` (``checked``) with its patch dimension named ``patch`` (and a
+    view's query and key dimensions ``query`` and ``key``), or an error naming the extract flag."""
+    array = checked(ds, name, block)  # every chunk of a finished image is there before it is read (store/integrity.py)
+    array = array.rename({d: plain for d in array.dims for plain in ("patch", "query", "key") if str(d).startswith(f"{plain}_")})
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
         from ..infra.cluster import fingerprint
 

@@ -62,7 +62,8 @@ def read_file(path: str | Path) -> Any:
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
         if not found:
-            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)", "the file may be truncated or of another kind; fetch it again") from None
+            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)",
+                             "the file may be truncated or of another kind; fetch it again") from None
         what = ".".join(part for part in found.groups() if part)
         raise ProbeError(
             path,

@@ -102,7 +102,8 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     if full:
         if not isinstance(obj.get(network), dict):
             present = [k for k in NETWORKS if k in obj]
-            raise ProbeError(path, f"is a training checkpoint without a {network!r} entry (it has {present})", f"pass --network {present[0]}" if present else "pass another file")
+            raise ProbeError(path, f"is a training checkpoint without a {network!r} entry (it has {present})",
+                             f"pass --network {present[0]}" if present else "pass another file")
         state = obj[network]
         extra = {k: v for k, v in obj.items() if k not in NETWORKS}
         if isinstance(extra.get("args"), argparse.Namespace):

@@ -9,8 +9,9 @@ shown beside a store that has since finished as if it described all 40.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import zarr

@@ -17,16 +17,19 @@ import zarr
 
 from ..infra import litter
 from ..infra.errors import ProbeError
-from . import codec, grids, hints, integrity
-from .cache import FLAGS, view_facts
+from . import codec, grids, hints, integrity, layout
+from .cache import FLAGS, PER_VIEW, view_facts
 from .group import array_names, consolidate
-from .views import NAMES as VIEW_ORDER
+from .views import order as view_order
 from .writer import StoreWriter
 
 # manifest fields that must agree before a process may write into an existing store
 IDENTITY = ("checkpoint", "network", "arch", "interpolation", "dtype", "image_list_sha256", "chunk")
-# per-view facts that must agree before a process may write into an existing view
-VIEW_IDENTITY = ("attention", "resample", "patches")
+# per-view facts that must agree before a process may write into an existing view (what else it
+# asks, another block, facet or attention array, grows the view by a part: store/layout.py)
+VIEW_IDENTITY = ("resample", "patches")
+# per-view facts compared even where the old manifest lacks them (a view made before the fact existed differs)
+VIEW_IDENTITY_STRICT = ("augmentation",)
 
 
 def identity(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +46,8 @@ def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+    return ([k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
+            + [k for k in VIEW_IDENTITY_STRICT if k in new and old.get(k) != new[k]])
 
 
 
@@ -53,7 +57,7 @@ def _view_arrays(group: zarr.Group, view: str) -> list[str]:
 
 
 
-ArrayPlan = dict[str, tuple[tuple[str, ...], tuple[int, ...]]]
+ArrayPlan = dict[str, tuple]  # name -> (dims, shape) after ``image``, and optionally attributes (dtype, block, facet)
 Grids = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
@@ -61,7 +65,7 @@ def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
     """Grids of the views in ``arrays`` when the caller gives none: square, from the patch count
     (or, for a view holding only attention, from its token count less a class token)."""
     sides: dict[str, int] = {}
-    for name, (dims, shape) in arrays.items():
+    for name, (dims, shape, *_) in arrays.items():
         view = grids.view_of(name)
         for dim, size in zip(dims, shape):
             if dim.startswith("patch_"):
@@ -80,11 +84,14 @@ def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.nd
                            compressors=codec.compressors())
     _write_grid(group, view, grid[0], grid[1])
     compressors = codec.compressors()  # zstd, then a crc32c checksum of each chunk
-    for name, (dims, shape) in arrays.items():
-        group.create_array(
-            name, shape=(n, *shape), dtype=dtype, chunks=(chunk, *shape), dimension_names=["image", *dims],
+    for name, (dims, shape, *more) in arrays.items():
+        attrs = dict(more[0]) if more else {}
+        created = group.create_array(
+            name, shape=(n, *shape), dtype=np.dtype(attrs.pop("dtype", dtype)), chunks=(chunk, *shape), dimension_names=["image", *dims],
             fill_value=np.nan, compressors=compressors, overwrite=True,
         )
+        if attrs:  # which block and facet it holds (store/layout.py)
+            created.attrs.update(attrs)
 
 
 def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray) -> None:
@@ -145,9 +152,8 @@ def _fresh(path: Path, manifest: dict[str, Any], image_ids: list[str], arrays: A
 def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) -> dict[str, Any]:
     """The old manifest with the added views' entries (per_view, geometry, views) from the new one."""
     merged = dict(old)
-    order = {name: i for i, name in enumerate(VIEW_ORDER)}
     held = {str(v): v for v in old.get("views", [])} | {str(v): v for v in new.get("views", []) if str(v) in added}
-    merged["views"] = [held[k] for k in sorted(held, key=lambda k: order.get(k, 99))]
+    merged["views"] = [held[k] for k in sorted(held, key=view_order)]
     per_view = {v: view_facts(old, v) for v in held if v not in added}
     per_view.update({v: new.get("per_view", {}).get(v, {}) for v in added})
     merged["per_view"] = per_view
@@ -239,33 +245,80 @@ def _no_space(path: Path, step) -> None:
 
 
 def _grow(path: Path, group: zarr.Group, old: dict[str, Any], manifest: dict[str, Any], arrays: ArrayPlan, view_grids: Grids) -> None:
-    """Add the views of ``manifest`` the store lacks; check the ones it has (see ``create_store``)."""
+    """Add the views of ``manifest`` the store lacks, and to a view it holds the arrays it lacks
+    (another block, facet or attention array) as a new part of that view (``store.layout``); check
+    the ones it has (see ``create_store``)."""
     _upgrade(group, old)
     existing = [str(v) for v in old.get("views", [])]
-    added = []
+    added, parts = [], {}
     for view, grid in view_grids.items():
         planned = {k: v for k, v in arrays.items() if grids.view_of(k) == view}
         if view in existing:
             differ = _view_mismatch(view_facts(old, view), (manifest.get("per_view") or {}).get(view, {}))
-            shapes = {name: tuple(group[name].shape[1:]) for name in planned if name in group}
-            differ += [f"{name} shape" for name, (_, shape) in planned.items() if shapes.get(name) != tuple(shape)]
-            if not differ:
+            held = _held(group, view)
+            shapes = {name: tuple(group[held[_key(name)]].shape[1:]) for name in planned if _key(name) in held}
+            differ += [f"{name} shape" for name, (_, shape, *_) in planned.items() if _key(name) in held and shapes[name] != tuple(shape)]
+            new = {name: spec for name, spec in planned.items() if _key(name) not in held}
+            if not differ and not new:
                 continue
-            if not _untouched(path, group, [f"done_{view}"]):
+            untouched = _untouched(path, group, [f"done_{u}" for u in _units(group, view)])
+            if differ and not untouched:
                 raise ProbeError(
                     path,
                     f"holds the {view} view with other settings ({', '.join(differ)} differ)",
                     "extract into another --store, or delete the store to start again",
                 )
-            for name in _view_arrays(group, view):
-                del group[name]
+            if not untouched:  # what it lacks, as a part of its own: what it holds stays readable
+                part = 1 + max(layout.split_unit(u)[1] for u in _units(group, view))
+                unit = layout.unit(view, part)
+                renamed = {_in_part(name, part): _dims_in_part(spec, view, unit) for name, spec in new.items()}
+                _add_view(group, unit, renamed, grid, int(old["chunk"]), np.dtype(old["dtype"]))
+                parts[view] = (part, sorted(renamed))
+                continue
+            for unit in _units(group, view):
+                for name in _view_arrays(group, unit):
+                    del group[name]
         _add_view(group, view, planned, grid, int(old["chunk"]), np.dtype(old["dtype"]))
         added.append(view)
-    if added:
+    if added or parts:
         merged = _merge_manifest(old, manifest, added)
+        for view, (part, names) in parts.items():
+            entry = merged["per_view"].setdefault(view, {})
+            entry["parts"] = [*entry.get("parts", []), {"part": part, "arrays": names, **{k: manifest.get(k) for k in ("date", "git_revision")}}]
+            merged["grown"][-1].setdefault("parts", []).append(layout.unit(view, part))
         group.attrs["manifest"] = merged
         consolidate(path)
         n = int(group["done"].shape[0])
         if n:
-            group["done"][:] = np.zeros(n, dtype=bool)  # an image is done when every view is
+            group["done"][:] = np.zeros(n, dtype=bool)  # an image is done when every view (and part) is
 
+
+def _key(name: str) -> tuple[str, int | None]:
+    found = layout.parse(name)
+    return found.kind, found.block
+
+
+def _held(group: zarr.Group, view: str) -> dict[tuple[str, int | None], str]:
+    """The arrays of ``view`` in any of its parts, by (kind, block)."""
+    out = {}
+    for name in array_names(group):
+        found = layout.parse(name)
+        if found.view == view and name not in FLAGS and not name.startswith(PER_VIEW):
+            out.setdefault((found.kind, found.block), name)
+    return out
+
+
+def _units(group: zarr.Group, view: str) -> list[str]:
+    """The view's parts held (``224``, ``224.p1``, ...), by their flags."""
+    return [name[len("done_"):] for name in array_names(group) if name.startswith("done_") and layout.split_unit(name[len("done_"):])[0] == view]
+
+
+def _in_part(name: str, part: int) -> str:
+    found = layout.parse(name)
+    return layout.ArrayName(found.kind, found.view, found.block, part).name
+
+
+def _dims_in_part(spec: tuple, view: str, unit: str) -> tuple:
+    """A part's own patch, query and key dimensions (the 224 view's maps keep ``query`` and ``key``)."""
+    dims = tuple(d.replace(f"_{view}", f"_{unit}", 1) if d in (f"patch_{view}", f"query_{view}", f"key_{view}") else d for d in spec[0])
+    return (dims, *spec[1:])

@@ -24,16 +24,15 @@ recomputed from that same input with the block's own weights, rotated by timm's 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .architectures import Arch
-from .readout import Readout, whole_patches
+from .readout import Readout, last_block, whole_patches
+from .taps import Capture, Taps
 
 # timm's registered DINOv3 models by (feed-forward, qkv bias); every shape is overridden from the Arch
 TIMM_MODELS = {
@@ -112,7 +111,7 @@ class Dinov3Backbone(nn.Module):
         self.prefix = arch.prefix
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> "Dinov3Backbone":
+    def from_checkpoint(cls, checkpoint, interpolation: str = "auto") -> Dinov3Backbone:
         """Eval-mode network, the checkpoint's tensors assigned strictly (float32, contiguous), its periods set."""
         if interpolation not in ("auto", "none"):
             from ..infra.errors import ProbeError
@@ -138,57 +137,72 @@ class Dinov3Backbone(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Last-block patch tokens (B, N, D), class and storage tokens dropped, no final norm."""
-        with self._taps("none") as taps:
-            self.vit.forward_features(self._crop(images))
-        return taps["prenorm"][0][:, self.prefix:]
+        last = self.arch.depth - 1
+        return self.capture(images, Taps(blocks=(last,), facets=("tokens",))).sequences[("tokens", last)][:, self.prefix:]
 
     @torch.inference_mode()
     def normed_patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
         """(B, N, D) patch tokens after the final norm (DINOv3's ``x_norm_patchtokens``)."""
         return self.vit.forward_features(self._crop(images))[:, self.prefix:]
 
-    @contextmanager
-    def _taps(self, attention: str) -> Iterator[dict[str, list]]:
-        """Hooks for one pass, always removed: the final norm's input and output, and each watched
-        block's attention input with its RoPE table."""
-        taps: dict[str, list] = {"prenorm": [], "normed": [], "attn_in": []}
-        blocks = list(self.vit.blocks)
-        watched = {"last": blocks[-1:], "all": blocks, "none": []}[attention]
-        handles = []
+    def capture(self, images: torch.Tensor, taps: Taps) -> Capture:
+        """One pass of timm's ``forward_features`` keeping what ``taps`` asks (``store.taps``): hooks
+        on the blocks' outputs and on their attention's input (with its RoPE table), from which q, k
+        and v are recomputed with the block's own weights and the maps formed explicitly; the
+        network's outputs are not touched, and every hook is removed after the pass."""
+        with torch.inference_mode():
+            images = self._crop(images)
+            blocks = list(self.vit.blocks)
+            out = Capture(grid=self.grid_of(*images.shape[-2:]))
+            maps_at = {"last": {len(blocks) - 1}, "all": set(range(len(blocks))), "none": set()}[taps.maps]
+            read_attention = set(taps.qkv_blocks) | maps_at | (set(range(len(blocks))) if taps.stats else set())
+            registers = self.arch.registers
+            handles = []
 
-        def on_norm(module, args, output):
-            taps["prenorm"].append(args[0])
-            taps["normed"].append(output)
+            def on_output(index: int):
+                def hook(module, args, output):
+                    if "tokens" in taps.facets:
+                        out.sequences[("tokens", index)] = output
+                    if "normed" in taps.facets:
+                        out.sequences[("normed", index)] = self.vit.norm(output)
+                return hook
 
-        def on_attn(module, args, kwargs):
-            taps["attn_in"].append((module, args[0], kwargs.get("rope")))
+            def on_attention(index: int):
+                def hook(module, args, kwargs):
+                    q, k, v, q_rope, k_rope = self.queries_keys(module, args[0], kwargs.get("rope"))
+                    out.keep(taps, index, q, k, v, class_token=True, registers=registers, q_rope=q_rope, k_rope=k_rope)
+                    if index in maps_at:
+                        out.maps.append(self.explicit_attention(q_rope, k_rope))
+                return hook
 
-        try:
-            handles.append(self.vit.norm.register_forward_hook(on_norm))
-            for block in watched:
-                handles.append(block.attn.register_forward_pre_hook(on_attn, with_kwargs=True))
-            yield taps
-        finally:
-            for handle in handles:
-                handle.remove()
+            try:
+                for index in taps.output_blocks:
+                    handles.append(blocks[index].register_forward_hook(on_output(index)))
+                for index in sorted(read_attention):
+                    handles.append(blocks[index].attn.register_forward_pre_hook(on_attention(index), with_kwargs=True))
+                self.vit.forward_features(images)
+            finally:
+                for handle in handles:
+                    handle.remove()
+            return out
 
     @staticmethod
     def queries_keys(attn: nn.Module, x: torch.Tensor, rope: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-        """q, k before and after RoPE, (B, heads, T, d), from an ``EvaAttention``'s input, as its forward computes them."""
+        """q, k, v, then q and k after RoPE, (B, heads, T, d), from an ``EvaAttention``'s input, as its forward computes them."""
         from timm.layers.pos_embed_sincos import apply_rot_embed_cat
 
         b, t, _ = x.shape
         bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias)) if attn.q_bias is not None else None
         qkv = F.linear(x, weight=attn.qkv.weight, bias=bias)
-        q, k, _ = qkv.reshape(b, t, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = qkv.reshape(b, t, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         q, k = attn.q_norm(q), attn.k_norm(k)
         if rope is None:
-            return q, k, q, k
+            return q, k, v, q, k
         n = attn.num_prefix_tokens
         half = getattr(attn, "rotate_half", False)
         q_rope = torch.cat([q[:, :, :n], apply_rot_embed_cat(q[:, :, n:], rope, half=half)], dim=2).type_as(q)
         k_rope = torch.cat([k[:, :, :n], apply_rot_embed_cat(k[:, :, n:], rope, half=half)], dim=2).type_as(k)
-        return q, k, q_rope, k_rope
+        return q, k, v, q_rope, k_rope
 
     @staticmethod
     def explicit_attention(q_rope: torch.Tensor, k_rope: torch.Tensor) -> torch.Tensor:
@@ -196,36 +210,7 @@ class Dinov3Backbone(nn.Module):
         scores = q_rope @ k_rope.transpose(-2, -1) / math.sqrt(q_rope.shape[-1])
         return scores.softmax(dim=-1)
 
-    @torch.inference_mode()
-    def readout(self, images: torch.Tensor, keys: bool = True, attention: str = "last"):
+    def readout(self, images: torch.Tensor, keys: bool = True, attention: str = "last") -> Readout:
         """One pass of timm's forward: tokens before and after the final norm, last-block q and k
         before and after RoPE, explicit attention; patch arrays exclude the 1 + 4 prefix tokens."""
-        watch = attention if attention != "none" else ("last" if keys else "none")
-        with self._taps(watch) as taps:
-            self.vit.forward_features(self._crop(images))
-        x, normed = taps["prenorm"][0], taps["normed"][0]
-        b, t, d = x.shape
-        p = self.prefix
-        sequence = None
-        maps = []
-        for i, (attn, h, rope) in enumerate(taps["attn_in"]):
-            q, k, q_rope, k_rope = self.queries_keys(attn, h, rope)
-            if attention != "none":
-                maps.append(self.explicit_attention(q_rope, k_rope))
-            if i == len(taps["attn_in"]) - 1:
-                flat = [a.transpose(1, 2).reshape(b, t, d) for a in (q, k, q_rope, k_rope)]
-                sequence = Sequence(normed, *flat)
-        k_all = sequence.keys if sequence is not None else None
-        k_rope = sequence.keys_rope[:, p:] if keys and sequence is not None else None
-        return Readout(
-            tokens=x[:, p:],
-            keys=k_all[:, p:] if keys and k_all is not None else None,
-            cls_token=x[:, 0],
-            cls_key=k_all[:, 0] if keys and k_all is not None else None,
-            attention=maps[-1] if maps else None,
-            attention_blocks=torch.stack(maps, dim=1) if attention == "all" and maps else None,
-            registers=x[:, 1:p] if p > 1 else None,
-            grid=self.grid_of(*images.shape[-2:]),
-            sequence=sequence,
-            keys_rope=k_rope,
-        )
+        return last_block(self, images, keys, attention)

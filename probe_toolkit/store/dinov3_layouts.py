@@ -32,7 +32,7 @@ under its own name so that the strict check lists it as unexpected.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

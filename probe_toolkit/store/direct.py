@@ -25,11 +25,16 @@ class StoreArray:
     ``values`` is asked for."""
 
     def __init__(self, array: zarr.Array, name: str, dims: tuple[str, ...], kept: np.ndarray | None,
-                 image: zarr.Array | None = None, attrs: dict[str, Any] | None = None, encoding: dict[str, Any] | None = None):
-        self.array, self.name, self.dims, self.kept, self.image = array, name, tuple(dims), kept, image
+                 image: zarr.Array | None = None, attrs: dict[str, Any] | None = None, encoding: dict[str, Any] | None = None,
+                 picked: tuple[tuple[int, int], ...] = ()):
+        self.array, self.name, self.kept, self.image = array, name, kept, image
+        self.picked = picked  # (axis of the zarr array, index): one block of an array holding every block, that axis dropped
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.encoding: dict[str, Any] = dict(encoding or {})
-        shape = list(array.shape)
+        gone = {axis for axis, _ in picked}
+        self._axes = [axis for axis in range(len(array.shape)) if axis not in gone]
+        self.dims = tuple(dims) if not picked else tuple(d for axis, d in enumerate(dims) if axis not in gone)
+        shape = [int(array.shape[axis]) for axis in self._axes]
         if kept is not None and self.dims and self.dims[0] == "image":
             shape[0] = int(kept.size)
         self.shape = tuple(shape)
@@ -53,15 +58,31 @@ class StoreArray:
             return {}
         return {"image": StoreArray(self.image, "image", ("image",), self.kept)}
 
-    def isel(self, image: slice) -> StoreArray:
-        """These images ``image`` (a slice of positions among them), still unread."""
+    def isel(self, image: slice | None = None, **one: int) -> StoreArray:
+        """These images ``image`` (a slice of positions among them), or one index of another
+        dimension (``block=3``: that dimension dropped, as xarray's ``isel`` with an int), still unread."""
+        if one:
+            picked = list(self.picked)
+            for dim, index in one.items():
+                axis = self._axes[self.dims.index(dim)]
+                picked.append((axis, int(index) % int(self.array.shape[axis])))
+            dims = tuple(self._dims_of_array())
+            out = StoreArray(self.array, self.name, dims, self.kept, self.image, self.attrs, self.encoding, tuple(picked))
+            return out if image is None else out.isel(image=image)
         if self.dims[0] != "image":
             raise ValueError(f"{self.name} has no image dimension")
         n = self.array.shape[0] if self.kept is None else self.kept.size
         kept = np.arange(n)[image] if self.kept is None else self.kept[image]
-        out = StoreArray(self.array, self.name, self.dims, np.asarray(kept, dtype=np.int64), self.image, self.attrs, self.encoding)
+        out = StoreArray(self.array, self.name, self._dims_of_array(), np.asarray(kept, dtype=np.int64), self.image, self.attrs, self.encoding,
+                         self.picked)
         out.encoding.pop("probe_image_edges", None)
         return out
+
+    def _dims_of_array(self) -> tuple[str, ...]:
+        """A name for each axis of the zarr array, as the constructor takes them (a picked axis: a placeholder it drops)."""
+        names = iter(self.dims)
+        gone = {axis for axis, _ in self.picked}
+        return tuple(f"_picked{axis}" if axis in gone else next(names) for axis in range(len(self.array.shape)))
 
     def __getitem__(self, images: slice) -> StoreArray:
         """Images ``images`` along the first dimension (``image``), as ``DataArray[a:b]``."""
@@ -69,14 +90,17 @@ class StoreArray:
 
     @property
     def values(self) -> np.ndarray:
+        picked = dict(self.picked)
+        rest = tuple(picked.get(axis, slice(None)) for axis in range(1, len(self.array.shape)))
         if self.kept is None or not self.dims or self.dims[0] != "image":
-            return np.asarray(self.array[...])
+            return np.asarray(self.array[(picked.get(0, slice(None)), *rest)])
         if self.kept.size and np.array_equal(self.kept, np.arange(self.kept[0], self.kept[0] + self.kept.size)):
-            return np.asarray(self.array[int(self.kept[0]) : int(self.kept[0]) + self.kept.size])  # contiguous: one slice read
-        return np.asarray(self.array.get_orthogonal_selection((self.kept,)))
+            return np.asarray(self.array[(slice(int(self.kept[0]), int(self.kept[0]) + self.kept.size), *rest)])  # contiguous: one slice read
+        return np.asarray(self.array.get_orthogonal_selection((self.kept, *rest)))
 
     def rename(self, names: dict[str, str]) -> StoreArray:
-        return StoreArray(self.array, self.name, tuple(names.get(d, d) for d in self.dims), self.kept, self.image, self.attrs, self.encoding)
+        return StoreArray(self.array, self.name, tuple(names.get(d, d) for d in self._dims_of_array()), self.kept, self.image, self.attrs,
+                          self.encoding, self.picked)
 
 
 class StoreData(Variables):

@@ -32,7 +32,8 @@ from ..infra.errors import ProbeError, os_fix
 from ..infra.memory import reusing_blocks
 from ..infra.placement import parse_shard
 from ..infra.progress import bar
-from . import cache, footprint, images
+from . import cache, footprint, images, layout
+from . import views as view_table
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store, lock_file
@@ -64,7 +65,8 @@ def _written(pending: Future, path: Path) -> None:
         pending.result()
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ProbeError(path, "ran out of disk space while writing a chunk", "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
+            raise ProbeError(path, "ran out of disk space while writing a chunk",
+                             "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
         raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
 
 
@@ -94,7 +96,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     taken. The thread ends once the run is decoded.
     """
     ranges = chunk_ranges(len(refs), settings.chunk, shard)
-    if any(v in images.OWN_SIZE or v == images.SQUARE for v in views) or not ranges:  # square800 pads to the patch size
+    if any(v in images.OWN_SIZE or view_table.view(v).family == "padded" for v in views) or not ranges:  # square800 pads to the patch size
         return None
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
@@ -102,6 +104,11 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool, shared)
     decoder.shutdown(wait=False)
     return run, future
+
+
+def _views_of(units: tuple[str, ...]) -> list[str]:
+    """The views of some parts (``224.p1`` → ``224``), each once, in order."""
+    return list(dict.fromkeys(layout.split_unit(u)[0] for u in units))
 
 
 def extract(
@@ -155,6 +162,11 @@ def extract(
         if unlisted is not None:
             raise unlisted
         patch = checkpoint.arch.patch
+        for view in views:  # a size the network's patch does not divide: one line with the nearest that it does
+            misfit = view_table.check_size(view, patch)
+            if misfit:
+                raise ProbeError(None, *misfit)
+        settings.requests(checkpoint.arch)  # its blocks and facets, against the network's, before any image is read
         own_views = tuple(v for v in views if v in images.OWN_SIZE)
         grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
                  for v in views if v not in own_views for r, c in [images.fixed_grid(v, patch)]}
@@ -163,6 +175,7 @@ def extract(
         own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
         torch_device = resolve_device(device)
         footprint.check_own_views([r.id for r in refs], grids, own_views, checkpoint.arch, torch_device.type)
+        footprint.check_maps(settings.requests(checkpoint.arch), grids, checkpoint.arch, batch_size, torch_device.type)
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
@@ -182,22 +195,24 @@ def extract(
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
-            from .verify import repair as mark_damaged
             from .sources import record_absolute
+            from .verify import repair as mark_damaged
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
             if repair:  # its photographs were checked unchanged above (their sha256), before any change
                 mark_damaged(path, list(views))
-        todo, left = _limited(writer.todo(shard_range, views), limit)
+        stored = writer.stored(plan)  # each array under the name the store holds it by (a later part's where a view grew)
+        units = sorted({layout.unit_of(name) for name in stored}, key=lambda u: (views.index(layout.split_unit(u)[0]), u))
+        todo, left = _limited(writer.todo(shard_range, units), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
         # the device's copies of the runs being written (and two more) beside the pixels, in shared memory
-        outputs = (savers + 2) * writer.chunk * sum(int(np.prod(shape)) for _, shape in plan.values()) * np.dtype(settings.dtype).itemsize
+        outputs = (savers + 2) * writer.chunk * sum(int(np.prod(spec[1])) for spec in plan.values()) * np.dtype(settings.dtype).itemsize
         writing = processes and shared_memory_room(pixels + outputs)
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> Loaded:
             a, b, needed = run
             own = {v: (grids[v][0][a:b], grids[v][1][a:b]) for v in own_views}
-            return load_run(refs[a:b], list(needed), settings, patch, own, on_error, decoding, buffers)
+            return load_run(refs[a:b], _views_of(needed), settings, patch, own, on_error, decoding, buffers)
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
@@ -208,27 +223,30 @@ def extract(
                 for index, (start, stop, _) in enumerate(todo):
                     loaded = upcoming.result()
                     upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-                    n, needed = stop - start, list(loaded.failed)
+                    n, needed, lacking = stop - start, list(loaded.failed), todo[index][2]
                     ticked = [0.0]
 
-                    def tick(count: int, share: float = 1.0 / len(needed)) -> None:
+                    def tick(count: int, share: float = 1.0 / len(needed), ticked: list[float] = ticked) -> None:
                         ticked[0] += count * share
                         progress.advance(task, count * share)
 
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        data = view_data(backbone, loaded, view, plan, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
+                        wanted = {name: spec for name, spec in stored.items() if layout.unit_of(name) in lacking and layout.view_of(name) == view}
+                        data = view_data(backbone, loaded, view, wanted, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
                         ok = ~loaded.failed[view]
-                        good = finite_images(data, view, grids[view][0][start:stop], grids[view][1][start:stop], ok)
+                        good = finite_images(data, wanted, grids[view][0][start:stop], grids[view][1][start:stop], ok, checkpoint.arch.prefix)
                         for i in np.flatnonzero(ok & ~good):
-                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view", "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view",
+                                               "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
                             if on_error == "fail":
                                 raise error
                             loaded.errors.append(error.line())
                             for values in data.values():
                                 values[i] = np.nan
-                        out[view] = (data, ~good)
+                        for unit in {layout.unit_of(name) for name in wanted}:  # each part of the view: its own arrays and flags
+                            out[unit] = ({name: values for name, values in data.items() if layout.unit_of(name) == unit}, ~good)
                         any_ok |= good
                     if buffers is not None:  # the run's pixels are read: their buffers serve a later run
                         buffers.give_back(loaded.shared)
@@ -252,13 +270,13 @@ def extract(
             # a run that made the store and then failed before finishing any image leaves nothing
             # behind, so the corrected command starts clean (an unsharded run only: a shard's store
             # may already be another shard's)
-            if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in views):
+            if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in units):
                 shutil.rmtree(path, ignore_errors=True)
                 lock_file(path).unlink(missing_ok=True)  # the store's lock goes with it (docs/guarantees.md, "Leftovers")
             raise
         from .sources import record_digests
 
         record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
-        report.done = int(np.logical_and.reduce([writer.done(v) for v in views]).sum())
+        report.done = int(np.logical_and.reduce([writer.done(v) for v in units]).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
         return report

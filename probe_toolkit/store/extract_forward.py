@@ -5,16 +5,18 @@ values are all finite."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from ..infra.errors import ProbeError
-from . import arrays, grids, images
-from .backbone import AttentionMode, Backbone
+from . import arrays, images, layout
+from .architectures import Arch
+from .backbone import Backbone
 from .extract_load import Loaded
 from .extract_plan import Settings
+from .taps import Capture, Taps
 from .writer import SharedBuffers
 
 
@@ -30,23 +32,59 @@ def resolve_device(device: str) -> torch.device:
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
     return torch.device(device)
 
-def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: Settings, batch_size: int, device: torch.device, tick: Callable[[int], None],
-                 shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
-    """Forward one view of some images in batches; returns the arrays this view contributes.
+def taps_for(names: list[str], arch: Arch) -> Taps:
+    """What one pass must keep to give the arrays ``names`` (``store.layout`` names of one view)."""
+    blocks: set[int] = set()
+    facets: set[str] = set()
+    maps, stats = "none", False
+    for name in names:
+        found = layout.parse(name)
+        if found.kind == "attention_blocks":
+            maps = "all"
+        elif found.kind == "attention":
+            maps = "all" if maps == "all" else "last"
+        elif found.kind.startswith("attention_"):
+            stats = True
+        else:
+            facets.add(found.facet)
+            blocks.add(arch.depth - 1 if found.block is None else found.block)
+    return Taps(blocks=tuple(sorted(blocks)), facets=tuple(sorted(facets)), maps=maps, stats=stats)
+
+
+def cut(capture: Capture, name: str, arch: Arch) -> torch.Tensor:
+    """Array ``name`` of one pass's capture: patch tokens, the class token's or the registers' rows
+    of a kind at a block, the maps, or the statistics stacked along ``block``."""
+    found = layout.parse(name)
+    kind, block = found.kind, arch.depth - 1 if found.block is None else found.block
+    p, c = arch.prefix, int(arch.class_token)
+    if kind == "attention":
+        return capture.maps[-1]
+    if kind == "attention_blocks":
+        return torch.stack(capture.maps, dim=1)
+    if kind.startswith("attention_"):
+        values = torch.stack(capture.stats[kind[len("attention_"):]], dim=1)
+        return values[..., p:] if kind == "attention_distance" else values  # distances of the patch queries only
+    if kind.startswith("cls_"):
+        return capture.sequences[(kind[len("cls_"):], block)][:, 0]
+    if kind.startswith("registers"):
+        return capture.sequences[(kind[len("registers_"):] or "tokens", block)][:, c:p]
+    return capture.sequences[(kind, block)][:, p:]
+
+
+def forward_view(backbone: Backbone, pixels: torch.Tensor, names: list[str], settings: Settings, batch_size: int, device: torch.device,
+                 tick: Callable[[int], None], shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
+    """Forward one view of some images in batches; returns the arrays ``names`` (of that view).
     ``shared``: each array is copied from the device, batch by batch, into one shared-memory
     tensor of the whole run (taken from ``shared``), which a writing process then reads without
-    a copy (``writer.shared_views``); the same values."""
-    dtype = getattr(torch, settings.dtype)
-    reads = arrays.READS[view]
+    a copy (``writer.shared_views``); the same values. Statistics stay float32 (``arrays.STATS_DTYPE``)."""
+    taps = taps_for(names, backbone.arch)
     parts: dict[str, list[np.ndarray]] = {}
     whole: dict[str, torch.Tensor] = {}
-    attention: AttentionMode = settings.attention if "attention" in reads else "none"
 
-    def put(name: str, value: torch.Tensor | None) -> None:
+    def put(name: str, value: torch.Tensor) -> None:
         # torch rounds to float16 as numpy's astype does (nearest even; an overflow becomes inf,
         # which finite_images then refuses), several times faster, and on the device before the copy
-        if value is None:
-            return
+        dtype = getattr(torch, arrays.STATS_DTYPE if name.startswith(STATS) else settings.dtype)
         if shared is None:
             parts.setdefault(name, []).append(value.float().to(dtype).cpu().numpy())
             return
@@ -56,65 +94,66 @@ def forward_view(backbone: Backbone, pixels: torch.Tensor, view: str, settings: 
 
     for start in range(0, pixels.shape[0], batch_size):
         batch = pixels[start:start + batch_size]
-        out = backbone.readout(batch.to(device), keys="keys" in reads, attention=attention)
-        if "keys" in reads:
-            put(f"keys_{view}", out.keys)
-            put(f"cls_keys_{view}", out.cls_key)
-            put(f"keys_rope_{view}", out.keys_rope)  # DINOv3: after RoPE (None for a position-table network)
-        if "tokens" in reads:
-            put(f"tokens_{view}", out.tokens)
-            put(f"cls_tokens_{view}", out.cls_token)
-        put(f"registers_{view}", out.registers)  # every view of a register model (None otherwise)
-        if "attention" in reads:
-            put(f"attention_{view}", out.attention)
-            put(f"attention_blocks_{view}", out.attention_blocks)
+        capture = backbone.capture(batch.to(device), taps)
+        for name in names:
+            put(name, cut(capture, name, backbone.arch))
+        del capture
         tick(batch.shape[0])
     if shared is not None:
         return {name: values.numpy() for name, values in whole.items()}
     return {name: chunks[0] if len(chunks) == 1 else np.concatenate(chunks) for name, chunks in parts.items()}
 
 
+STATS = tuple(f"attention_{s}_" for s in layout.STATISTICS)
+
+
+def _blank(plan: dict, name: str, n: int, settings: Settings) -> np.ndarray:
+    return np.full((n, *plan[name][1]), np.nan, dtype=arrays.STATS_DTYPE if name.startswith(STATS) else settings.dtype)
+
+
 def view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick,
               shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
-    """One view's arrays for the ``n`` images of a run: NaN rows where an image has no value
-    (``shared``: see ``forward_view``)."""
-    names = [name for name in plan if grids.view_of(name) == view]
+    """One view's arrays (those of ``plan`` that belong to it, in any of its parts) for the ``n``
+    images of a run: NaN rows where an image has no value (``shared``: see ``forward_view``)."""
+    names = [name for name in plan if layout.view_of(name) == view]
     if view not in images.OWN_SIZE:
         where, pixels = loaded.fixed[view]
-        out = forward_view(backbone, pixels, view, settings, batch_size, device, tick, shared) if pixels is not None else {}
-        out = {name: values for name, values in out.items() if name in plan}
+        out = forward_view(backbone, pixels, names, settings, batch_size, device, tick, shared) if pixels is not None else {}
         if len(where) == n and sorted(out) == sorted(names) and all(out[k].shape == (n, *plan[k][1]) for k in names):
             return out  # every image decoded: the arrays as they come, no NaN-filled copy
-        data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
+        data = {name: _blank(plan, name, n, settings) for name in names}
         for name, values in out.items():
             data[name][where] = values
         return data
-    data = {name: np.full((n, *plan[name][1]), np.nan, dtype=settings.dtype) for name in names}
+    data = {name: _blank(plan, name, n, settings) for name in names}
     shapes: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
     for i, tensor in loaded.own[view]:
         shapes.setdefault(tuple(tensor.shape), []).append((i, tensor))
     for group in shapes.values():  # one batch shape per grid: images of one size forward together
         where = [i for i, _ in group]
-        out = forward_view(backbone, torch.stack([t for _, t in group]), view, settings, batch_size, device, tick)
-        for name, values in ((k, v) for k, v in out.items() if k in plan):
-            if name.startswith("cls_"):
-                data[name][where] = values
-            else:
-                data[name][where, : values.shape[1]] = values
+        out = forward_view(backbone, torch.stack([t for _, t in group]), names, settings, batch_size, device, tick)
+        for name, values in out.items():
+            corner = tuple(slice(0, size) for size in values.shape[1:])  # padded along its patch (and token) axes
+            for row, i in enumerate(where):
+                data[name][i][corner] = values[row]
     return data
 
 
-def finite_images(data: dict[str, np.ndarray], view: str, rows: np.ndarray, cols: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Images (among ``ok``) whose every value in the valid region of this view is finite."""
+def finite_images(data: dict[str, np.ndarray], plan: dict, rows: np.ndarray, cols: np.ndarray, ok: np.ndarray, prefix: int = 0) -> np.ndarray:
+    """Images (among ``ok``) whose every value in the valid region of this view is finite: along a
+    patch dimension their own grid's patches, along a query or key dimension those and the
+    ``prefix`` tokens (an own-size view's arrays are padded past them)."""
     good = ok.copy()
+    patches = rows * cols
     for name, values in data.items():
-        patches = name.startswith(("tokens_", "keys_"))
-        if patches and np.any(rows * cols < values.shape[1]):  # padded grids: each image's own region
+        axes = {axis: extra for axis, dim in enumerate(plan[name][0], start=1) for kind, extra in (("patch", 0), ("query", prefix), ("key", prefix))
+                if dim == kind or dim.startswith(f"{kind}_")}
+        if any(np.any(patches + extra < values.shape[axis]) for axis, extra in axes.items()):  # padded grids: each image's own region
             for i in np.flatnonzero(good):
-                region = values[i, : int(rows[i]) * int(cols[i])]
+                region = values[i][tuple(slice(0, int(patches[i]) + axes[axis]) if axis in axes else slice(None) for axis in range(1, values.ndim))]
                 good[i] &= region.size > 0 and bool(_finite_rows(region[None])[0])
         else:
-            good &= _finite_rows(values) & (rows * cols > 0 if patches else True)
+            good &= _finite_rows(values) & (patches > 0 if axes else True)
     return good
 
 

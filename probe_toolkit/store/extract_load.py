@@ -14,10 +14,11 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -66,7 +67,8 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
     for view, grid in expected.items():
         try:
             if own_grid(ref, picture.width, picture.height, patch, view) != grid:
-                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store")
+                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with",
+                                 "restore the file, or extract into a new --store")
             out.own[view] = images.native(picture, patch, view)
         except ProbeError as error:
             out.own_error[view] = error
@@ -97,7 +99,7 @@ def _picture_into(ref: images.ImageRef, expected: dict[str, tuple[int, int]], sl
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fixed_layout(view: str, resample: str, patch: int) -> tuple[tuple[int, ...], torch.dtype]:
     """Shape and dtype of one image's pixels in a fixed view: every image's are the same (a run
     stacks them), so a blank picture's tell."""
@@ -198,7 +200,7 @@ def decoder_threads(asked: int | None, device: str) -> int:
 
 def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int,
              grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: Executor | None = None,
-             shared: "SharedBuffers | None" = None) -> Loaded:
+             shared: SharedBuffers | None = None) -> Loaded:
     """Decode and cut the views of one run (on ``pool``'s threads or processes when given, else
     here), in image order; failed images are recorded, not silently dropped, and the first one
     (in image order) fails the run when ``on_error`` is fail. ``grid``: each own-size view's

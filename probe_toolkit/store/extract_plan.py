@@ -13,7 +13,7 @@ import zarr
 
 from ..infra import provenance
 from ..infra.errors import ProbeError
-from . import arrays, cache, grids, images, own_size, parts
+from . import arrays, cache, grids, images, layout, own_size, parts, views
 from .architectures import Arch
 from .backbone import RULES, AttentionMode, Interpolation, resolve_interpolation
 from .checkpoints import Checkpoint
@@ -36,11 +36,20 @@ def at_least(option: str, value: int | None, minimum: int, example: str) -> None
         raise ProbeError(None, f"{option} {value!r} must be a whole number of at least {minimum}", f"use e.g. {option} {example}")
 
 
+BLOCKS_FIX = "use e.g. --blocks 3,7,11 (0-based, as get_intermediate_layers counts), last4, all or last"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that decides a store's contents (recorded in its manifest).
 
-    ``views``: any of 96, 224, "eval224", 480, "native" and "native_crop"; ``resample``: the 480 view's filter.
+    ``views``: view names (``224``, ``square@1024``, ``native``: ``store.views``); ``resample``: the
+    square views' filter. ``blocks``: ``last`` (the default: today's stores), ``all``, ``last<N>``
+    (``get_intermediate_layers(n=N)``) or 0-based indices (``(3, 7, 11)`` or ``"3,7,11"``);
+    ``facets``: of ``store.layout.FACETS`` (None: what each view's family reads); ``attention``:
+    explicit maps (``last``, ``all``) where a view reads attention, ``stats`` in every view, or
+    ``none``. ``wanted``: the arrays a plan asks (``store.plan``, ``probe extract --for``), at the
+    last block's names; they replace the views' defaults.
     """
 
     views: tuple[int | str, ...] = (224, 480)
@@ -49,12 +58,17 @@ class Settings:
     chunk: int = 16
     interpolation: Interpolation = "auto"  # the checkpoint's own rule (backbone.resolve_interpolation)
     resample: str = "bicubic"
+    blocks: str | tuple[int, ...] = "last"
+    facets: tuple[str, ...] | None = None
+    wanted: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.views:
+        if not self.views and not self.wanted:
             raise ProbeError(None, "--views is empty", "use e.g. --views 224,480")
         for view in self.views:
             images.view_name(view)
+        if self.attention not in ATTENTION:
+            raise ProbeError(None, f"--attention {self.attention!r} is not one of {', '.join(ATTENTION)}", "use --attention last (or stats: no T x T map)")
         if self.dtype not in ("float16", "float32"):
             raise ProbeError(None, f"--dtype {self.dtype} is not float16 or float32", "use --dtype float16")
         at_least("--chunk", self.chunk, 1, "16")
@@ -63,12 +77,79 @@ class Settings:
                              f"whole while written: about 1.3 MB per image at ViT-S/16)", "use e.g. --chunk 16 (the default)")
         if self.resample not in RESAMPLES:
             raise ProbeError(None, f"--resample {self.resample!r} is not one of {', '.join(RESAMPLES)}", "use --resample lanczos (MaskCut's filter) or bicubic")
+        block_spec(self.blocks)
+        for facet in self.facets or ():
+            if facet not in layout.FACETS:
+                raise ProbeError(None, f"--facets {facet} is not one of {', '.join(layout.FACETS)}", "use e.g. --facets tokens,normed,k")
+        if self.facets is not None and not self.facets:
+            raise ProbeError(None, "--facets is empty", "use e.g. --facets tokens,normed,k")
 
     @property
     def names(self) -> list[str]:
         """The canonical view names, in a fixed order."""
-        given = {images.view_name(v) for v in self.views}
-        return [v for v in images.VIEW_NAMES if v in given]
+        given = {images.view_name(v) for v in self.views} | {layout.view_of(a) for a in self.wanted}
+        return sorted(given, key=views.order)
+
+    def requests(self, arch: Arch) -> dict[str, arrays.Request]:
+        """What each view stores for a network of ``arch`` (its blocks and facets checked against it)."""
+        blocks = resolve_blocks(self.blocks, arch.depth)
+        if self.facets and "normed" in self.facets and not arch.final_norm:
+            raise ProbeError(None, "--facets normed: the network has no final norm (SelfPatch-style), so normed tokens would be the tokens again",
+                             "drop normed from --facets")
+        out = {}
+        for view in self.names:
+            if self.wanted:
+                mine = [layout.parse(a) for a in self.wanted if layout.view_of(a) == view]
+                kinds = tuple(dict.fromkeys(a.kind for a in mine if not a.kind.startswith("attention")))
+                kinds = tuple(k for k in kinds if (arch.class_token or not k.startswith("cls_")) and (arch.registers or not k.startswith("registers"))
+                              and (arch.family == "dinov3" or not k.endswith("_rope")))
+                maps = "all" if any(a.kind == "attention_blocks" for a in mine) else "last" if any(a.kind == "attention" for a in mine) else "none"
+                stats = any(a.kind.startswith("attention_") and a.kind != "attention_blocks" for a in mine) or self.attention == "stats"
+                out[view] = arrays.Request(kinds, blocks, maps, stats)
+                continue
+            legacy = arrays.legacy_request(view, arch, self.attention)
+            kinds = legacy.kinds if self.facets is None else arrays.default_kinds(view, arch, self.facets)
+            out[view] = arrays.Request(kinds, blocks, legacy.maps, legacy.stats)
+        return out
+
+
+ATTENTION = ("last", "all", "none", "stats")
+
+
+def block_spec(blocks: str | tuple[int, ...]) -> str | tuple[int, ...]:
+    """``--blocks`` read before the network is known: ``last``, ``all``, ``last<N>`` or 0-based indices."""
+    if isinstance(blocks, (tuple, list)):
+        values = tuple(blocks)
+    else:
+        text = str(blocks).strip().lower()
+        if text in ("last", "all") or (text.startswith("last") and text[4:].isdigit() and int(text[4:]) >= 1):
+            return text
+        try:
+            values = tuple(int(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            raise ProbeError(None, f"--blocks {blocks!r} is not last, all, last<N> or 0-based block indices", BLOCKS_FIX) from None
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in values) or len(set(values)) != len(values):
+        raise ProbeError(None, f"--blocks {blocks!r} is not last, all, last<N> or distinct 0-based block indices", BLOCKS_FIX)
+    return tuple(sorted(int(v) for v in values))
+
+
+def resolve_blocks(blocks: str | tuple[int, ...], depth: int) -> tuple[int, ...] | None:
+    """The 0-based blocks ``blocks`` names in a network of ``depth`` blocks; None for the last block alone (the names every store has)."""
+    spec = block_spec(blocks)
+    if spec == "last":
+        return None
+    if spec == "all":
+        chosen = tuple(range(depth))
+    elif isinstance(spec, str):
+        n = int(spec[4:])
+        if n > depth:
+            raise ProbeError(None, f"--blocks {spec}: the network has {depth} blocks", f"use --blocks last{depth} (or all)")
+        chosen = tuple(range(depth - n, depth))
+    else:
+        chosen = spec
+        if chosen[-1] >= depth:
+            raise ProbeError(None, f"--blocks {','.join(map(str, chosen))}: the network has {depth} blocks, 0..{depth - 1}", BLOCKS_FIX)
+    return None if chosen == (depth - 1,) else chosen
 
 
 def patch_counts(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, int]:
@@ -84,16 +165,17 @@ def patch_counts(arch: Arch, settings: Settings, own_patches: dict[str, int] | N
     return out
 
 
-def plan_arrays(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
-    """Array names, dimension names and shapes (after ``image``) for these settings.
+def plan_arrays(arch: Arch, settings: Settings, own_patches: dict[str, int] | None = None) -> dict[str, arrays.Spec]:
+    """Array names, dimension names, shapes (after ``image``) and attributes for these settings.
 
     Patch dimensions carry their view (``patch_224``, ``patch_480``, ``patch_native``, ...) because one
     xarray Dataset cannot hold two sizes of one dimension; ``cache.require`` hands arrays out
     with the plain name ``patch``.
     """
-    plan: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+    plan: dict[str, arrays.Spec] = {}
+    requests = settings.requests(arch)
     for view, patches in patch_counts(arch, settings, own_patches).items():
-        plan.update(arrays.view_arrays(view, arch, patches, settings.attention))
+        plan.update(arrays.view_arrays(view, arch, patches, requests[view]))
     return plan
 
 
@@ -101,6 +183,7 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
                    own_patches: dict[str, int] | None = None) -> dict:
     arch = checkpoint.arch
     counts = patch_counts(arch, settings, own_patches)
+    plan = plan_arrays(arch, settings, own_patches)
     dinov3 = arch.family == "dinov3"
     norm = parts.record_final_norm(checkpoint.backbone, eps=1e-5 if dinov3 else parts.EPS)
     return {
@@ -110,7 +193,7 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         "network": checkpoint.network,
         "arch": arch.as_dict(),
         "views": [images.manifest_view(v) for v in settings.names],
-        "per_view": {v: arrays.view_facts(v, arch, counts[v], settings.attention, settings.resample) for v in settings.names},
+        "per_view": {v: view_facts(v, arch, counts[v], settings, plan) for v in settings.names},
         "interpolation": resolve_interpolation(settings.interpolation, arch),
         "interpolation_rule": RULES[resolve_interpolation(settings.interpolation, arch)],
         "attention": settings.attention if "224" in settings.names else "none",  # the 224 view's maps
@@ -130,7 +213,8 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "layernorm_eps": 1e-5 if dinov3 else 1e-6,
             "gelu": "exact (erf)",
             **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys_<view> before RoPE and "
-                          "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, storage and patch tokens after RoPE "
+                          "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, "
+                          "storage and patch tokens after RoPE "
                           "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
                 "native_views": "every view: RoPE is computed per grid, no position table is interpolated"} if dinov3 else {}),
         },
@@ -141,6 +225,17 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
         },
         **({"final_norm": norm} if norm is not None else {}),  # for DINO's k-NN feature, without the checkpoint (store.parts)
     }
+
+
+def view_facts(view: str, arch: Arch, patches: int, settings: Settings, plan: dict[str, arrays.Spec]) -> dict:
+    """The manifest's entry for one view: ``arrays.view_facts`` and the blocks and facets it holds."""
+    request = settings.requests(arch)[view]
+    facts = arrays.view_facts(view, arch, patches, settings.attention, settings.resample, [n for n in plan if layout.view_of(n) == view])
+    if request.blocks is not None:
+        facts["blocks"] = list(request.blocks)
+    if settings.facets is not None or settings.wanted:
+        facts["kinds"] = list(request.kinds)
+    return facts
 
 
 def kept_layout(path: Path, plan: dict) -> dict:

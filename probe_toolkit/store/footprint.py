@@ -58,6 +58,25 @@ def check_own_views(ids: list[str], grids: dict[str, tuple[np.ndarray, np.ndarra
                          f"use a fixed view (--views 480) for such images, or downscale them to about {side} px a side for own-size views")
 
 
+def check_maps(requests: dict, grids: dict[str, tuple[np.ndarray, np.ndarray]], arch: Arch, batch: int = 1, device: str = "cpu",
+               budget: int | None = None) -> None:
+    """Refuse explicit attention maps (``--attention last`` or ``all``) at a view whose one image's
+    maps would need more than ``SHARE`` of the memory; the statistics (``--attention stats``) grow
+    with the tokens, not their square, and are the fix."""
+    budget = int(SHARE * machine_bytes(device)) if budget is None else budget
+    for view, request in requests.items():
+        if request.maps == "none" or view not in grids or not len(grids[view][0]):
+            continue
+        patches = int((grids[view][0].astype(np.int64) * grids[view][1].astype(np.int64)).max())
+        blocks = arch.depth if request.maps == "all" else 1
+        need = blocks * attention_bytes(arch, patches)
+        if need <= budget:
+            continue
+        raise ProbeError(None, f"the {view} view's explicit attention maps would need ~{_size(need)} an image ({blocks} block{'s' if blocks > 1 else ''} × "
+                         f"{arch.heads} heads × {patches + arch.prefix}² × 4 bytes), more than half of this machine's {_size(2 * budget)}",
+                         "use --attention stats (entropy, distance and the class-token maps in memory linear in the tokens), or a smaller view")
+
+
 def _size(n: float) -> str:
     """Bytes in decimal units, as a user compares them with ``free -h``'s order of magnitude."""
     unit = "bytes"

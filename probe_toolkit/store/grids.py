@@ -16,20 +16,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..infra.errors import ProbeError
-from . import own_size, views
+from . import layout, views
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
-# views whose name holds an underscore (``store.images.VIEW_NAMES``; that module brings torch)
+# views whose name holds an underscore (``store.views.JOINED``)
 JOINED_VIEWS = views.JOINED
 
 
 def view_of(array: str) -> str:
-    """The view an array belongs to: ``tokens_224`` -> ``224``, ``keys_native`` -> ``native``,
-    ``grid_rows_native_crop`` -> ``native_crop``, ``keys_native_resized`` -> ``native_resized``."""
-    return next((v for v in JOINED_VIEWS if array.endswith(f"_{v}")), array.rsplit("_", 1)[-1])
+    """The view (with its part, ``store.layout``) an array belongs to: ``tokens_224`` -> ``224``,
+    ``keys_native`` -> ``native``, ``grid_rows_native_crop`` -> ``native_crop``, ``tokens_square@1024``
+    -> ``square@1024``, ``tokens_b3_224.p1`` -> ``224.p1`` (a part's flags and grids are its own)."""
+    return layout.unit_of(array)
 
 
 def views_in(ds: xr.Dataset) -> list[str]:

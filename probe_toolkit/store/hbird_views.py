@@ -1,18 +1,24 @@
 """The views Hummingbird's evaluation reads, as vpariza/open-hummingbird-eval 2.0 makes them
 (``hbird/utils/transforms.py`` ``get_hbird_train_transforms`` / ``get_hbird_val_transforms``,
-``hbird/utils/image_transformations.py``), read there and written anew here.
+``hbird/utils/image_transformations.py`` ``CombTransforms``), read there and written anew here.
+Every function takes the input size ``side`` (the reference's ``input_size``; 512 as published
+for DINO, 504 for DINOv2).
 
-- ``hbird512`` (the query images): image and label squashed to 512 × 512, the image with PIL's
+- ``hbird512`` (the query images): image and label squashed to side × side, the image with PIL's
   bilinear filter (torchvision's ``F.resize`` of a PIL image with antialias: ``Image.resize``),
   the label nearest (``resize_nearest``).
 - ``hbird512_aug0``, ``hbird512_aug1`` (the memory images, one view per augmentation epoch; the
-  published VOC table uses two): torchvision's ``RandomResizedCrop.get_params`` with scale
-  (0.5, 2.0) and ratio (3/4, 4/3) (an area above the image's is drawn again, up to ten tries,
-  then the centre crop clipped to the ratio range), the crop resized to 512 × 512 (image bilinear,
-  label nearest: ``F.resized_crop``), then colour jitter on the image alone: brightness, contrast,
-  saturation (factors in [0.9, 1.1]) and hue (shift in [-0.1, 0.1]), each applied with
+  published VOC table uses two), in the reference's order (``CombTransforms`` runs the image-only
+  transform before the shared one): first colour jitter on the **whole** 8-bit image, brightness,
+  contrast, saturation (factors in [0.9, 1.1]) and hue (shift in [-0.1, 0.1]), each applied with
   probability 0.5, in that order (PIL's ``ImageEnhance`` and an HSV hue shift, torchvision's
-  ``F.adjust_*`` of a PIL image).
+  ``F.adjust_*`` of a PIL image); then ``ToTensor`` and ``Normalize``; then the shared
+  ``RandomResizedCrop`` on the **float** tensor: torchvision's ``get_params`` with scale
+  (0.5, 2.0) and ratio (3/4, 4/3) (an area above the image's is drawn again, up to ten tries,
+  then the centre crop clipped to the ratio range), the box cut from the normalised tensor and
+  resized to side × side by torch's bilinear interpolation with antialias (``F.resized_crop`` of
+  a tensor; a box already side × side is kept as it is, as ``F.resize`` returns it), the label
+  cut by the same box and resized nearest.
 - Normalisation: mean (0.485, 0.456, 0.406) and the reference's std **(0.229, 0.224, 0.255)**:
   its blue std is 0.255 where ImageNet's is 0.225. probe follows it in these views, so that the
   features are those the published numbers were measured on (the other views keep ImageNet's).
@@ -22,7 +28,7 @@ The draws: the reference takes them from torch's and Python's global generators,
 seeded by (``SEED``, epoch, the image's file name), so extraction (the pixels) and the protocol
 (the label map, cut by the same box) agree without either reading the other, and the store is the
 same at any batch size, worker count or shard. The box depends on the image's size, which the
-protocol checks against the label map's.
+protocol checks against the label map's; it does not depend on ``side``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageEnhance
+
+from . import views
 
 if TYPE_CHECKING:
     import torch
@@ -50,12 +58,27 @@ JITTER = 0.1  # brightness, contrast, saturation and hue jitter ranges
 JITTER_P = 0.5  # each applied with this probability
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.255], dtype=np.float32)  # transforms.py IMAGENET_STD, as published
+# the memory views' order of operations, written into the manifest (``per_view``): a store whose memory views lack it was
+# made before probe followed the reference's order (the 8-bit crop jittered after), and is refused rather than mixed or read
+ORDER = "jitter the whole image, normalise, crop and resize the float tensor (bilinear, antialias)"
 NORMALISED = ((np.arange(256, dtype=np.float32)[:, None] / 255.0 - MEAN) / STD).T.copy()
 
 
 def epoch(view: str) -> int | None:
-    """The augmentation epoch of a memory view (``hbird512_aug1`` → 1); None for the query view."""
-    return AUGMENTED.index(view) if view in AUGMENTED else None
+    """The augmentation epoch of a memory view (``hbird512_aug1``, ``hbird@448_aug1`` → 1); None for a query view."""
+    return views.view(view).epoch
+
+
+def side(view: str) -> int:
+    """The side in pixels of a Hummingbird view (``hbird512`` → 512, ``hbird@448_aug0`` → 448)."""
+    return int(views.view(view).size)
+
+
+def geometry_text(size: int, epoch_index: int) -> str:
+    """How a memory view is made, as the manifest records it."""
+    return (f"colour jitter 0.1 each with p 0.5 on the whole image, normalised with std (0.229, 0.224, 0.255), then a random resized "
+            f"crop, scale (0.5, 2), ratio (3/4, 4/3), of the float tensor to {size}x{size} (torch bilinear, antialias); draws seeded by "
+            f"({SEED}, epoch {epoch_index}, file name) (vpariza/open-hummingbird-eval get_hbird_train_transforms, CombTransforms)")
 
 
 @dataclass(frozen=True)
@@ -118,10 +141,10 @@ def adjust_hue(image: Image.Image, shift: float) -> Image.Image:
     return Image.merge("HSV", (Image.fromarray(moved.astype(np.uint8), "L"), s, v)).convert(image.mode)
 
 
-def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> Image.Image:
-    """The memory view's pixels: the box cut and resized bilinearly to ``side``, then jittered."""
-    top, left, h, w = chosen.box
-    out = image.crop((left, top, left + w, top + h)).resize((side, side), Image.Resampling.BILINEAR)
+def jittered(image: Image.Image, chosen: Draw) -> Image.Image:
+    """The whole 8-bit image with the drawn colour jitter applied (brightness, contrast,
+    saturation, hue, each where drawn), as the reference's image-only transform applies it."""
+    out = image
     if chosen.brightness is not None:
         out = ImageEnhance.Brightness(out).enhance(chosen.brightness)
     if chosen.contrast is not None:
@@ -133,12 +156,24 @@ def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> Image.Image
     return out
 
 
+def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> torch.Tensor:
+    """A memory view's input (3, side, side): the whole image jittered, normalised, then the box
+    cut from the float tensor and resized bilinearly with antialias to ``side`` × ``side``."""
+    import torch.nn.functional as F
+
+    top, left, h, w = chosen.box
+    cut = normalise(jittered(image, chosen))[:, top:top + h, left:left + w]
+    if (h, w) == (side, side):
+        return cut.contiguous()
+    return F.interpolate(cut[None], size=(side, side), mode="bilinear", align_corners=False, antialias=True)[0]
+
+
 def squashed(image: Image.Image, side: int = SIDE) -> Image.Image:
     """The query view's pixels: the whole image resized bilinearly to ``side`` × ``side``."""
     return image.resize((side, side), Image.Resampling.BILINEAR)
 
 
-def normalise(image: Image.Image) -> "torch.Tensor":
+def normalise(image: Image.Image) -> torch.Tensor:
     """(3, H, W) float32: (v / 255 - mean) / std with the reference's std, channel by channel
     (a look-up of the same float32 operations, as ``images.normalise``)."""
     import torch
@@ -150,11 +185,14 @@ def normalise(image: Image.Image) -> "torch.Tensor":
     return torch.from_numpy(out)
 
 
-def pixels(image: Image.Image, view: str, image_id: str) -> "torch.Tensor":
-    """The network's input of one Hummingbird view of an RGB image."""
-    if view == VAL:
-        return normalise(squashed(image))
-    return normalise(augmented(image, draw(image_id, epoch(view), *image.size)))
+def pixels(image: Image.Image, view: str, image_id: str, side: int | None = None) -> torch.Tensor:
+    """The network's input of one Hummingbird view (any size: ``hbird@S``, ``hbird@S_aug<e>``) of an RGB image, at input
+    size ``side`` (default: the view's own size)."""
+    spec = views.view(view)
+    side = int(spec.size) if side is None else side
+    if spec.epoch is None:
+        return normalise(squashed(image, side))
+    return augmented(image, draw(image_id, spec.epoch, *image.size), side)
 
 
 def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -169,11 +207,14 @@ def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return y[index(size[0], y.shape[0])[:, None], index(size[1], y.shape[1])[None, :]]
 
 
-def label_view(label_map: np.ndarray, view: str, name: str, side: int = SIDE) -> np.ndarray:
+def label_view(label_map: np.ndarray, view: str, name: str, side: int | None = None) -> np.ndarray:
     """The label map of one view of image ``name`` (its label at the image's size): cut by the
-    view's box and resized nearest (memory views), or squashed nearest (the query view)."""
+    view's box and resized nearest (memory views), or squashed nearest (the query view), to the
+    view's side (or ``side``)."""
     y = np.asarray(label_map)
-    if view == VAL:
+    spec = views.view(view)
+    side = spec.size if side is None else side
+    if spec.epoch is None:
         return resize_nearest(y, (side, side))
-    top, left, h, w = draw(name, epoch(view), y.shape[1], y.shape[0]).box
+    top, left, h, w = draw(name, spec.epoch, y.shape[1], y.shape[0]).box
     return resize_nearest(y[top:top + h, left:left + w], (side, side))

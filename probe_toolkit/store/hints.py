@@ -9,8 +9,9 @@ the store's readers import it too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..infra.errors import ProbeError
 from .architectures import Arch, heads_from_args
@@ -26,7 +27,8 @@ def refuse_compressed(path: Path) -> None:
         head = handle.read(6)
     found = next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
     if found:
-        raise ProbeError(path, f"is {found}-compressed, not a checkpoint as saved", f"decompress it first ({DECOMPRESS[found]} {path} > checkpoint.pth) and pass the result")
+        raise ProbeError(path, f"is {found}-compressed, not a checkpoint as saved",
+                         f"decompress it first ({DECOMPRESS[found]} {path} > checkpoint.pth) and pass the result")
 
 
 def refuse_prefixed(backbone: Iterable[str], key: str, path: Path) -> None:

@@ -49,7 +49,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..infra.errors import ProbeError
-from . import hbird_views, own_size, views
+from . import hbird_views, own_size
+from . import views as view_table  # (``views`` is also this module's function of several views)
 
 if TYPE_CHECKING:  # torch is imported where pixels become tensors: listing images and their geometry need none
     import torch
@@ -61,20 +62,20 @@ VIEWS = (96, 224, 480)
 EVAL = "eval224"
 NATIVE, NATIVE_CROP, NATIVE_RESIZED = own_size.NATIVE, own_size.NATIVE_CROP, own_size.NATIVE_RESIZED
 OWN_SIZE = own_size.VIEWS  # each image at its own size: padded up, cut down, or resized to whole patches
-VIEW_NAMES = views.NAMES  # store/views.py defines every view once
-# the views cut as torchvision's Resize(short) + CenterCrop(side) cut them: name -> (short, side)
-CROPPED = {"96": (96, 96), "224": (224, 224), EVAL: (256, 224)}
+VIEW_NAMES = view_table.NAMES  # store/views.py defines every view once
 SQUARE = "square800"  # white-padded to a square, resized to SQUARE_SIDE, centre-padded to whole patches
 SQUARE_SIDE = 800
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
 
 
 def view_name(view: int | str) -> str:
-    """The canonical name of a view ("96", "224", "eval224", "480", "native", "native_crop", "native_resized"); anything else is bad input."""
-    name = str(view).strip().lower().replace("-", "_")  # native-crop spelled as on a command line
-    if name not in VIEW_NAMES:
-        raise ProbeError(None, f"--views {view} is not one of {', '.join(VIEW_NAMES)}", "use e.g. --views 224,480 or --views native,native_resized")
-    return name
+    """The canonical name of a view (``store.views``: an alias, ``family@size``, or an own-size view); anything else is bad input."""
+    from ..infra.settings import SettingError
+
+    try:
+        return view_table.canonical(view)
+    except SettingError as error:
+        raise ProbeError(None, f"--views {view}: {error.problem}", "use e.g. --views 224,480, square@1024 or native,native_resized") from None
 
 
 def manifest_view(name: str) -> int | str:
@@ -83,19 +84,18 @@ def manifest_view(name: str) -> int | str:
 
 
 def view_side(view: int | str) -> int:
-    """The side in pixels of a fixed square view (``eval224``: 224; ``hbird512``: 512)."""
-    name = str(view)
-    if name in hbird_views.VIEWS:
-        return hbird_views.SIDE
-    return CROPPED[name][1] if name in CROPPED else SQUARE_SIDE if name == SQUARE else int(name)
+    """The side in pixels of a fixed square view (``eval224``: 224; ``hbird512``: 512; ``square@1024``: 1024)."""
+    return int(view_table.view(view).size)
 
 
 def fixed_grid(view: str, patch: int) -> tuple[int, int]:
     """(rows, cols) of a fixed square view at this patch size (224 at /16: 14 x 14; at /8: 28 x 28;
     at /14: 16 x 16, and 96 or 480 give 6 x 6 or 34 x 34: the backbone reads the whole patches from
-    the top left and leaves the last pixels unused, as DINO's visualize_attention.py crops)."""
-    size = view_side(view)
-    if str(view) == SQUARE:  # centre-padded up to whole patches
+    the top left and leaves the last pixels unused, as DINO's visualize_attention.py crops; the
+    padded family is centre-padded up to whole patches)."""
+    spec = view_table.view(view)
+    size = int(spec.size)
+    if spec.family == "padded":
         return -(-size // patch), -(-size // patch)
     return size // patch, size // patch
 
@@ -230,14 +230,15 @@ class ViewGeometry:
 
 
 def geometry(width: int, height: int, size: int | str) -> ViewGeometry:
-    """The geometry of view ``size`` (96, 224, 480 or "eval224") of a ``width`` × ``height`` image
-    (see the module docstring)."""
-    name = str(size)
-    if name == "480":
-        return ViewGeometry(480, (width, height), (480, 480), (0, 0, 480, 480))
-    if name not in CROPPED:
-        raise ValueError(f"fixed views are {', '.join(v for v in VIEW_NAMES if v not in OWN_SIZE)}, not {size}")
-    short, side = CROPPED[name]
+    """The geometry of a square or cropped view (``480``, ``square@1024``; ``224``, ``96``, ``eval224``,
+    ``short@S``, ``eval@S``) of a ``width`` × ``height`` image (see the module docstring)."""
+    spec = view_table.view(size)
+    if spec.family == "square":
+        side = int(spec.size)
+        return ViewGeometry(side, (width, height), (side, side), (0, 0, side, side))
+    if spec.family not in ("short", "eval"):
+        raise ValueError(f"view {size} is neither squashed nor cropped: its geometry is its own (store.views)")
+    short, side = int(spec.resize), int(spec.size)
     # torchvision's Resize(short): the long side truncated; its CenterCrop(side): offsets rounded
     resized = (short, int(short * height / width)) if width <= height else (int(short * width / height), short)
     left, top = int(round((resized[0] - side) / 2.0)), int(round((resized[1] - side) / 2.0))
@@ -245,12 +246,13 @@ def geometry(width: int, height: int, size: int | str) -> ViewGeometry:
 
 
 def view(image: Image.Image, size: int | str, resample: str = "bicubic") -> Image.Image:
-    """View ``size`` of an RGB image (96, 224, eval224: short side + centre crop; 480: squash).
+    """View ``size`` of an RGB image (short@S, eval@S: short side + centre crop; square@S: squash).
 
-    ``resample`` (bicubic or lanczos) is the 480 view's filter; the others are always bicubic.
+    ``resample`` (bicubic or lanczos) is the square views' filter; the others are always bicubic.
     """
     g = geometry(*image.size, size)
-    resized = image.resize(g.resized, RESAMPLE[resample] if str(size) == "480" else Image.Resampling.BICUBIC)
+    squashed = view_table.view(size).family == "square"
+    resized = image.resize(g.resized, RESAMPLE[resample] if squashed else Image.Resampling.BICUBIC)
     return resized if g.box == (0, 0, *g.resized) else resized.crop(g.box)
 
 
@@ -317,11 +319,12 @@ def square(image: Image.Image, patch: int, side: int = SQUARE_SIDE) -> torch.Ten
 
 def fixed_pixels(image: Image.Image, name: str, resample: str, image_id: str, patch: int) -> torch.Tensor:
     """The network's input of one fixed view of an RGB image: ``normalise(view(...))``, ``square``
-    for square800, or Hummingbird's views (``image_id``: its id in the store, which keys the random
-    crops of the memory views, ``store.hbird_views``)."""
-    if name in hbird_views.VIEWS:
+    for the padded family (square800), or Hummingbird's views (``image_id``: its id in the store,
+    which keys the random crops of the memory views, ``store.hbird_views``)."""
+    spec = view_table.view(name)
+    if spec.family == "hbird":
         return hbird_views.pixels(image, name, image_id)
-    return square(image, patch) if str(name) == SQUARE else normalise(view(image, name, resample))
+    return square(image, patch, int(spec.size)) if spec.family == "padded" else normalise(view(image, name, resample))
 
 
 def views(image: Image.Image, sizes: tuple[int | str, ...], resample: str = "bicubic") -> dict[int | str, torch.Tensor]:

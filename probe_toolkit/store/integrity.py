@@ -26,9 +26,10 @@ re-extracts only those:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import zarr

@@ -69,7 +69,7 @@ def _decode(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), "<f4").copy()
 
 
-def record_final_norm(backbone: dict[str, "torch.Tensor"], eps: float = EPS) -> dict[str, Any] | None:
+def record_final_norm(backbone: dict[str, torch.Tensor], eps: float = EPS) -> dict[str, Any] | None:
     """The manifest's ``final_norm`` entry for a backbone state dict (None without a final norm);
     ``eps`` is the network's (1e-5 for DINOv3's ``layernormbf16``)."""
     if "norm.weight" not in backbone:
@@ -98,7 +98,7 @@ def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:
     return FinalNorm(weight, bias, 1e-5 if manifest["arch"].get("family") == "dinov3" else EPS)  # DINOv3's layernormbf16: eps 1e-5
 
 
-def aggregation_head(manifest: dict[str, Any], where: str | Path) -> "dict[str, torch.Tensor] | None":
+def aggregation_head(manifest: dict[str, Any], where: str | Path) -> dict[str, torch.Tensor] | None:
     """SelfPatch's ``ca_head`` weights when the checkpoint holds them, else None."""
     info = manifest.get("checkpoint") or {}
     if "selfpatch" not in str(info.get("format", "")) and "probe-training" not in str(info.get("format", "")):

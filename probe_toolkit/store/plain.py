@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

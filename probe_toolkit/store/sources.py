@@ -11,8 +11,9 @@ each worker proves it read the same bytes (``check``) instead of whatever its ma
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..infra.errors import IntegrityError, ProbeError, worker_name
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from . import grids
+from . import grids, layout
 from .cache import FLAGS, PER_VIEW, array_names
 from .codec import encode_without_gil
 
@@ -52,6 +52,19 @@ class StoreWriter:
 
     def arrays(self) -> list[str]:
         return [name for name in array_names(self.group) if name not in FLAGS and not name.startswith(PER_VIEW)]
+
+    def stored(self, plan: dict[str, tuple]) -> dict[str, tuple]:
+        """Each planned array (named as in a view's first part) under the name the store holds it
+        by: a later part's where the view grew (``store.layout``), with its spec."""
+        held: dict[tuple[str, str, int | None], str] = {}
+        for name in self.arrays():
+            found = layout.parse(name)
+            held.setdefault((found.kind, found.view, found.block), name)
+        out = {}
+        for name, spec in plan.items():
+            found = layout.parse(name)
+            out[held.get((found.kind, found.view, found.block), name)] = spec
+        return out
 
     def done(self, view: str | None = None) -> np.ndarray:
         name = "done" if view is None else f"done_{view}"

@@ -1,0 +1,114 @@
+"""``probe position STORE...``: a linear probe of each patch token's normalised (row, col), trained
+on some of a store's images and scored on the others, saved as ``results/position`` in each store.
+
+Reads no panel and no label: the targets are the tokens' own grid positions. The images are
+split once by a seeded draw (``analyses.position.split``); the training images are read a
+batch of 32 at a time in store order, as RADIO's loader feeds them (held in memory when they fit
+in ``MEMORY``). Result ``results/position``:
+
+    loss, l1, l1_row, l1_col, chance    ()       held-out SmoothL1 (RADIO's figure), L1 error, per coordinate, chance level
+    train_loss                          (epoch)  mean training loss of each epoch
+    weight (coordinate, channel), bias (coordinate)   the fitted map ((row, col) = (y, x))
+    attrs: view, block, grid, images {train, held_out}, settings, provenance
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..analyses import position
+from ..analyses.grid import grid_side
+from ..infra.errors import ProbeError
+from ..results import records
+from ..store import cache
+from . import token_rows
+from .runs import result_provenance
+
+RESULT = "position"
+MEMORY = 2 << 30  # training tokens held in memory up to this many bytes; beyond, read again each epoch
+
+
+@dataclass
+class StorePosition:
+    store: Path
+    block: int
+    fit: position.PositionResult
+    grid: int
+    images: dict[str, int]
+    saved: Path | None = None
+
+
+@dataclass
+class PositionReport:
+    view: str
+    stores: list[StorePosition] = field(default_factory=list)
+
+
+def _reader(array, indices: np.ndarray, batch: int):
+    """A function of the epoch giving the training batches (images in store order), from memory when they fit."""
+    width = int(array.shape[-1])
+    held = None
+    if len(indices) * int(array.shape[1]) * width * 4 <= MEMORY:
+        held = np.asarray(array.isel(image=indices).values, np.float32)
+
+    def batches(epoch: int):
+        for a in range(0, len(indices), batch):
+            yield held[a:a + batch] if held is not None else np.asarray(array.isel(image=indices[a:a + batch]).values, np.float32)
+
+    return batches
+
+
+def run_position(stores: list[Path], settings, *, block: int | None = None, json_path: Path | None = None, progress=None,
+                 command: str = "probe position") -> PositionReport:
+    from ..infra.owned import write_summary
+
+    opened = {}
+    for store in dict.fromkeys(Path(s) for s in stores):  # every store checked before any is fitted
+        ds = cache.open_store(store, allow_partial=settings.partial, arrays=[token_rows.array_name("patch", settings.view)], plain=True)
+        array = token_rows.read(ds, "patch", settings.view, block)
+        n = int(array.shape[0])
+        held_out = round(settings.held_out * n)
+        if held_out < 1 or held_out >= n:
+            raise ProbeError(store, f"has {n} images: a held-out share of {settings.held_out:g} leaves {held_out} held out and {n - held_out} to train on",
+                             "extract more images, or change held_out so that both sides have at least one image")
+        opened[store] = (ds, array)
+    report = PositionReport(settings.view)
+    for store, (ds, array) in opened.items():
+        side = grid_side(int(array.shape[1]), array.name)
+        ids = [str(i) for i in ds["image"].values]
+        train, held = position.split(ids, settings.held_out, settings.seed)
+        values = np.asarray(array.isel(image=held).values, np.float32)
+        token_rows.check_finite(store, array.name, values)
+        fit = position.train_probe(_reader(array, train, settings.batch), [values[a:a + settings.batch] for a in range(0, len(values), settings.batch)],
+                                   int(array.shape[-1]), side, side, epochs=settings.epochs, lr=settings.lr, seed=settings.seed)
+        if progress:
+            progress(len(ids))
+        resolved = token_rows.block_of(array, ds)
+        report.stores.append(save(store, ds, fit, side, {"train": len(train), "held_out": len(held)}, settings, resolved, command))
+    if json_path is not None:
+        write_summary(json_path, summary(report), indent=1)
+    return report
+
+
+def save(store: Path, ds, fit: position.PositionResult, side: int, images: dict[str, int], settings, block: int, command: str) -> StorePosition:
+    import xarray as xr
+
+    result = xr.Dataset(
+        {"loss": ((), fit.loss), "l1": ((), fit.l1), "l1_row": ((), fit.l1_row), "l1_col": ((), fit.l1_col), "chance": ((), fit.chance),
+         "train_loss": ("epoch", np.asarray(fit.train_loss)), "weight": (("coordinate", "channel"), fit.weight), "bias": ("coordinate", fit.bias)},
+        coords={"epoch": np.arange(len(fit.train_loss)), "coordinate": ["row", "col"]},
+    )
+    attrs = {"view": settings.view, "block": int(block), "grid": int(side), "images": images, "settings": settings.as_dict(),
+             "targets": "linspace(-1, 1) along each side of the grid (RADIO position_predictor.py generate_position_tensor)",
+             "source": "NVlabs/RADIO examples/position_predictor.py", "provenance": result_provenance(ds, command)}
+    saved = records.save(store, RESULT, result, attrs)
+    return StorePosition(store, int(block), fit, int(side), images, saved)
+
+
+def summary(report: PositionReport) -> dict:
+    return {"analysis": RESULT, "view": report.view,
+            "stores": {str(s.store): {"block": s.block, "loss": s.fit.loss, "l1": s.fit.l1, "l1_row": s.fit.l1_row, "l1_col": s.fit.l1_col,
+                                      "chance": s.fit.chance, "grid": s.grid, "images": s.images} for s in report.stores}}

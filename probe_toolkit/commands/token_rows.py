@@ -1,0 +1,92 @@
+"""What the label-free protocols share: one block's class or patch tokens of a view, read a store chunk at a time.
+
+``probe rank``, ``probe similarity`` and ``probe position`` read no panel and no label: only a
+store's tokens. A view qualifies when every image has the same grid (the fixed views of
+``store.views``), so that rows pair up across blocks and checkpoints. A block is read through
+``store.cache.require`` (the ``plan`` branch gives it a ``block``; a store written before holds
+only the last block, and asking it for another is one line naming what to extract).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..infra.errors import ProbeError
+from ..infra.runner import blocks, store_chunk
+from ..store import cache, views
+
+KINDS = ("class", "patch")  # which tokens: the class token of each image, or every patch token
+
+
+def token_views() -> tuple[str, ...]:
+    """The views whose tokens have one grid for every image."""
+    return tuple(v.name for v in views.TABLE if v.fixed and any(a.startswith("tokens_") for a in v.arrays))
+
+
+def array_name(kind: str, view: str) -> str:
+    return f"cls_tokens_{view}" if kind == "class" else f"tokens_{view}"
+
+
+def depth(ds) -> int:
+    return int(ds.attrs.get("manifest", {}).get("arch", {}).get("depth", 0))
+
+
+def last_block(ds) -> int:
+    """The 0-based index of the network's last block (what a store without a block coordinate holds)."""
+    return max(depth(ds) - 1, 0)
+
+
+def read(ds, kind: str, view: str, block: int | None = None):
+    """One block's array of ``kind`` tokens at ``view`` (None: the last block), as ``store.cache.require`` gives it."""
+    name = array_name(kind, view)
+    if kind == "class" and not ds.attrs.get("manifest", {}).get("arch", {}).get("class_token", False):
+        raise ProbeError(ds.attrs.get("store"), "has no class token (its network has none)", "measure its patch tokens (tokens=patch)")
+    if "block" in inspect.signature(cache.require).parameters:  # the plan branch's reader of any block
+        return cache.require(ds, name, block=block)
+    if block is not None and block != last_block(ds):
+        raise ProbeError(ds.attrs.get("store"), f"holds only the last block ({last_block(ds)}) of {name}, not block {block}",
+                         "read the last block, or extract the store again with the blocks asked for")
+    return cache.require(ds, name)
+
+
+def block_of(array, ds) -> int:
+    """The 0-based block an array read by ``read`` holds (its ``block`` attribute, else the last block)."""
+    return int(array.attrs.get("block", last_block(ds)))
+
+
+def held_blocks(ds, kind: str, view: str) -> list[int]:
+    """The blocks of ``kind`` tokens the store holds, in order (the last one only, for a store written before blocks)."""
+    found = []
+    for b in range(depth(ds)):
+        try:
+            read(ds, kind, view, b)
+        except ProbeError:
+            continue
+        found.append(b)
+    return found or [last_block(ds)]
+
+
+def image_chunks(array, size: int | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(start, stop, float32 values) of consecutive blocks of images: the store's own chunks by default."""
+    n = int(array.shape[0])
+    for a, b in blocks(n, size or store_chunk(array)):
+        yield a, b, np.asarray(array.isel(image=slice(a, b)).values, np.float32)
+
+
+def rows_of(values: np.ndarray) -> np.ndarray:
+    """(images, …, D) → (rows, D): every patch token (or class token) a row."""
+    return values.reshape(-1, values.shape[-1])
+
+
+def check_finite(store: Any, name: str, values: np.ndarray) -> None:
+    if not np.isfinite(values).all():
+        raise ProbeError(store, f"holds a value of {name} that is not finite", "extract the store again (`probe verify` names the images)")
+
+
+def store_of(ds) -> Path:
+    return Path(ds.attrs.get("store"))
