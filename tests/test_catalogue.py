@@ -17,6 +17,7 @@ import errno
 import io
 import json
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -30,6 +31,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import fix_commands
 from conftest import scenes_folder
 
 from probe_toolkit import cli
@@ -175,6 +177,7 @@ class Case:
     after: Callable | None = None  # (w) -> None, the user's correction between the two runs
     xfail: str | None = None
     resumable: bool = False  # the failed run may leave a consistent, unfinished store that the rerun completes
+    printed_fix: bool = False  # the line's own command is the fix: run as printed (it must succeed) before ``after`` and the rerun
     roots: Callable[[SimpleNamespace], list[Path]] = field(default=lambda w: [w.cache, w.root / "stores", w.root / "out"])
 
 
@@ -878,12 +881,20 @@ CASES += [
 # the catalogue test
 
 
-def refused(result: Result, code: int, needles: tuple[str, ...]) -> None:
+def refused(result: Result, code: int, needles: tuple[str, ...], args: list | None = None) -> None:
+    """The catalogue's promise for a refused run, and every command its line prints as a fix read
+    back by the CLI's parser (``fix_commands``: its flags exist, its values parse)."""
     assert result.code == code, f"exit {result.code}, wanted {code}\nstderr: {result.err}\nstdout: {result.out}"
     assert "Traceback" not in result.err, result.err
     assert len(result.lines) == 1, f"wanted one line on stderr, got {len(result.lines)}:\n{result.err}"
     for needle in needles:
         assert needle in result.lines[0], f"{needle!r} not in {result.lines[0]!r}"
+    for command in fix_commands.printed(result.lines[0]):
+        problem = fix_commands.parse_error(command)
+        assert problem is None, f"the printed fix `probe {shlex.join(command)}` does not parse: {problem}"
+    if args is not None:  # a flag the line names beside its commands is one of the failed command's own
+        foreign = fix_commands.foreign_flags(result.lines[0], args)
+        assert not foreign, f"{foreign} named, which probe {args[0]} lacks: {result.lines[0]!r}"
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=False, reason=c.xfail)] if c.xfail else []) for c in CASES])
@@ -906,7 +917,7 @@ def test_case(case: Case, w, monkeypatch):
     if getattr(w, "restore_store", None):
         w.restore_store()
         w.restore_store = None
-    refused(result, case.code, case.needles)
+    refused(result, case.code, case.needles, [str(a) for a in args])
     after = tree(*roots)
     new = {p for p in set(after) - set(before) if after[p] >= 0 and not any(litter.is_litter(part) for part in Path(p).parts)}
     if case.resumable:
@@ -916,6 +927,12 @@ def test_case(case: Case, w, monkeypatch):
     if not case.id.startswith("ledger"):  # refused before any label was read: not a line more in the ledger
         assert (ledger_file.read_bytes() if ledger_file.is_file() else b"") == ledger_before, "the refused run wrote to the ledger"
     assert not changed or case.id.startswith("ledger"), f"changed: {sorted(changed)[:5]}"
+    if case.printed_fix:  # pasted as printed, the fix works (issue 46, class 5)
+        commands = [c for c in fix_commands.printed(result.lines[0]) if fix_commands.complete(c)]
+        assert commands, f"no complete command in {result.lines[0]!r}"
+        for command in commands:
+            pasted = probe(*command)
+            assert pasted.code == 0, f"the printed fix `probe {shlex.join(command)}` failed ({pasted.code}): {pasted.err}"
     if case.after:
         case.after(w)
     if case.fix is not None:

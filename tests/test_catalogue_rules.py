@@ -162,6 +162,51 @@ def _voc_box_outside(w) -> Path:
     return bad
 
 
+SHORT = ["--iterations", "2", "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--chunk", "1", "--workers", "1"]
+SEG_TRAIN, SEG_VAL = ["2007_000001", "2007_000002", "2007_000003"], ["2008_000001", "2008_000002"]
+
+
+def _voc_seg(w) -> Path:
+    """A VOC2012 folder (train and val share JPEGImages/), panels seg-train and seg-val."""
+    from segmentation_folders import box_scene, write_voc
+
+    year = w.root / "VOCdevkit" / "VOC2012"
+    if not year.exists():
+        write_voc(year, {"train": SEG_TRAIN, "val": SEG_VAL}, lambda i, n: box_scene(int(i.replace("_", "")), (80 + 8 * n, 64), classes=21,
+                                                                                      other_band=False, box=16, room=20))
+        for name, split in (("seg-train", "train"), ("seg-val", "val")):
+            added = probe("panel", "add", name, "--voc-segmentation", year, "--split", split, "--role", split, "--cache", w.cache)
+            assert added.code == 0, added.err
+    return year
+
+
+def _seg_checkpoint(w) -> Path:
+    path = w.root / "seg.pth"
+    if not path.exists():
+        _voc_seg(w)
+        write_checkpoint(path, "dino-full", TINY, seed=11)
+    return path
+
+
+def segment(w) -> list:
+    return ["segment", _seg_checkpoint(w), "--train", "seg-train", "--val", "seg-val", *SHORT, "--cache", w.cache, "-q"]
+
+
+def _dinov3_store(w) -> Path:
+    """A DINOv3 store (its interpolation recorded as "none": no position table) with one chunk flipped."""
+    from probe_toolkit.demo.samples import TINY_DINOV3
+
+    store = w.root / "stores" / "v3" / "teacher.zarr"
+    if not store.exists():
+        checkpoint = write_checkpoint(w.root / "v3.pth", "dinov3-official", TINY_DINOV3, seed=4)
+        assert probe("extract", checkpoint, "--images", w.small, "--views", "224", "--chunk", "1", "--store", store, *w.q).code == 0
+    chunk = sorted(p for p in (store / "tokens_224" / "c").rglob("*") if p.is_file())[-1]
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    chunk.write_bytes(bytes(data))
+    return store
+
+
 RULES = [
     # --- class 1: inputs that must belong together ---
     Case("propagate-store-of-another-checkpoint", lambda w: propagate(w, _other_checkpoint(w), "--store", w.store), 2,
@@ -201,6 +246,16 @@ RULES = [
          setup=lambda w, mp: probe("decode", catalogue._small_store(w, "224,480", "small480"), "--out", w.root / "bad" / "ab-masks.json", *w.q)),
     Case("score-masks-of-part-of-the-panel", lambda w: ["score", _partial_masks(w), "--panel", "va", "--cache", w.cache], 2,
          ("va", "1 of its 2 images", "--allow-partial"), lambda w: ["score", _partial_masks(w), "--panel", "va", "--allow-partial", "--cache", w.cache]),
+    # --- class 5: a fix that is a command works when pasted ---
+    Case("segment-without-its-store-prints-the-extract-that-makes-it", segment, 2, ("is not a probe store of this checkpoint", "make it: probe extract"),
+         segment, printed_fix=True),
+    Case("dinov3-store-repair-line", lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"], 1,
+         ("fails its checksum", "--repair"), lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"],
+         setup=lambda w, mp: _dinov3_store(w), printed_fix=True),
+    Case("segment-scale-reversed", lambda w: [*segment(w), "--scale", "2.0,0.5"], 2, ("--scale 2.0,0.5", "use e.g. --scale 0.5,2.0"), segment),
+    Case("dinov3-extract-with-a-position-rule", lambda w: ["extract", w.root / "v3.pth", "--images", w.small, "--views", "224", "--interp", "dino",
+                                                           "--store", w.fresh(), *w.q], 2, ("--interp dino", "omit --interp"),
+         lambda w: ["extract", w.root / "v3.pth", "--images", w.small, "--views", "224", "--store", w.fresh(), *w.q]),
     # --- class 2: photographs changed in place since extraction ---
     Case("decode-panel-of-a-photograph-edited-in-place", lambda w: ["decode", _edited(w)[1], "--panel", "ed", *w.q], 2,
          ("edited/c.png", "has changed", "was extracted from it", "probe extract", "teacher-new.zarr"),
@@ -223,6 +278,20 @@ RULES = [
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in RULES])
 def test_rule(case, w, monkeypatch):
     catalogue.test_case(case, w, monkeypatch)
+
+
+def test_hummingbird_reads_each_panel_from_the_per_panel_store_that_holds_its_views(w):
+    """The README tour's per-panel stores: VOC's train and val panels share JPEGImages/, so
+    ``probe extract --panel`` of either holds every image; the val panel's tokens are read from
+    the sibling that holds its view, not from the first store holding its images (whose missing
+    view the error named, with the very extract already run as its fix)."""
+    _voc_seg(w)
+    folder = w.root / "stores" / "per-panel"
+    train, val = folder / "teacher-panel-seg-train.zarr", folder / "teacher-panel-seg-val.zarr"
+    assert probe("extract", w.ckpt, "--panel", "seg-train", "--views", "hbird512_aug0,hbird512_aug1", "--store", train, "--cache", w.cache, "-q").code == 0
+    assert probe("extract", w.ckpt, "--panel", "seg-val", "--views", "hbird512", "--store", val, "--cache", w.cache, "-q").code == 0
+    run = probe("hummingbird", train, "--train", "seg-train", "--val", "seg-val", "--memory", "30", "--workers", "1", "--cache", w.cache, "-q")
+    assert run.code == 0, run.err
 
 
 def test_the_printed_new_store_command_extracts_the_edited_photographs(w):

@@ -82,5 +82,8 @@ def flagged(error) -> str:
     """A setting's error with its parameter spelled as the flag (``tau must ...`` → ``--tau must ...``)."""
     import re
 
-    line = re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", flag(error.parameter), error.line())
-    return line.replace(f"{flag(error.parameter)}=", f"{flag(error.parameter)} ")
+    name = flag(error.parameter)
+    line = re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", name, error.line())
+    line = line.replace(f"{name}=", f"{name} ")
+    # a value as Python writes a tuple or list, (0.5, 2.0), as the flag takes it: 0.5,2.0
+    return re.sub(rf"({re.escape(name)} )[(\[]([^()\[\]]*)[)\]]", lambda m: m.group(1) + ",".join(v.strip() for v in m.group(2).split(",") if v.strip()), line)

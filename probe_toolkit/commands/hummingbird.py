@@ -173,8 +173,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     layout, classes = LAYOUTS[train_panel.kind]
     check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
     store = Path(store)
-    panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
     memory_views = hbird_views.AUGMENTED[:settings.augmentation_epochs]
+    panels = [(train_panel, panel_ids(train_panel), memory_views), (val_panel, panel_ids(val_panel), (hbird_views.VAL,))]  # VOC's share JPEGImages/
     source = locate(store, panels, "patch", (hbird_views.VAL, *memory_views))
     meta = source.manifest
     checkpoint_path = str((meta.get("checkpoint") or {}).get("path", "CKPT"))

@@ -164,8 +164,9 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     ck = load_checkpoint(checkpoint, network)
     target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
     if not (target / "zarr.json").is_file():
+        where = f" --store {target}" if store is not None else (f" --network {network}" if network != "teacher" else "") + (f" --cache {cache_dir}" if cache_dir else "")
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
-                         f"run `probe extract {checkpoint} --panel {val_panel.name} --views 224` first, or pass --store STORE")
+                         f"make it: probe extract {checkpoint} --images {val_panel.images} --views 224{where}")
     patch = int(ck.arch.patch)
     if settings.crop < patch or settings.size < patch:
         raise _small_window(settings, patch)

@@ -93,15 +93,19 @@ def load_registry(cache: str | Path | None = None) -> dict[str, Panel]:
         return {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ProbeError(path, f"is not valid TOML ({error})", "fix or delete it, then `probe panel add` again") from None
     panels = {}
     for name, table in data.items():
-        try:
-            panels[name] = Panel(name, Path(table["annotations"]), Path(table["images"]), table["role"], table.get("added", ""),
-                                 table.get("kind", "coco"), table.get("split", ""), bool(table.get("no_hard", False)))
-        except (KeyError, TypeError):
-            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role", "re-add it with `probe panel add --replace`") from None
+        fields = [table.get(k) if isinstance(table, dict) else None for k in ("annotations", "images", "role")]
+        extra = [table.get(k, d) for k, d in (("added", ""), ("kind", "coco"), ("split", ""))] if isinstance(table, dict) else []
+        if not all(isinstance(v, str) and v for v in fields) or not all(isinstance(v, str) for v in extra):
+            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role (or holds a value that is not text)",
+                             "re-add it with `probe panel add --replace`")
+        if fields[2] not in ROLES or extra[1] not in KINDS:
+            raise ProbeError(path, f"panel {name!r} has role {fields[2]!r} and kind {extra[1]!r}; roles are {', '.join(ROLES)}, kinds {', '.join(KINDS)}",
+                             "re-add it with `probe panel add --replace`")
+        panels[name] = Panel(name, Path(fields[0]), Path(fields[1]), fields[2], extra[0], extra[1], extra[2], bool(table.get("no_hard", False)))
     return panels
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..infra.errors import ProbeError
 
-FIX = "fix the annotation file (probe panel add --replace re-checks it)"
+FIX = "fix the annotation file (each field as the COCO format defines it)"
 
 
 def _whole(value: Any) -> bool:
@@ -174,6 +174,28 @@ def header_size(folder: Path) -> Callable[[str], tuple[int, int] | None]:
             return None
 
     return size
+
+
+def result_problems(results: Any) -> list[str]:
+    """Every problem of a COCO results file (``probe decode``'s masks: a list of predictions, each
+    with a ``file_name``, a ``score``, a ``bbox`` and a ``segmentation``, as the evaluator reads them)."""
+    if not isinstance(results, list):
+        return [f"is a JSON {type(results).__name__}, not a list of results"]
+    found: list[str] = []
+    for n, entry in enumerate(results):
+        where = f"result [{n}]"
+        if not isinstance(entry, dict):
+            found.append(f"{where} is a {type(entry).__name__}, not an object")
+            continue
+        if not isinstance(entry.get("file_name"), str) or not entry["file_name"]:
+            found.append(f"{where}: file_name {entry.get('file_name')!r} is not an image's name, so it matches no panel image")
+        if "score" in entry and not _finite(entry["score"]):
+            found.append(f"{where}: score {entry['score']!r} is not a finite number")
+        if "category_id" in entry and not _whole(entry["category_id"]):
+            found.append(f"{where}: category_id {entry['category_id']!r} is not a whole number")
+        found += _bbox(where, entry.get("bbox"), None)
+        found += _segmentation(where, entry.get("segmentation"), None)
+    return found
 
 
 # ----------------------------------------------------------------------------------------------

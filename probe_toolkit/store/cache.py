@@ -42,7 +42,7 @@ import numpy as np
 import zarr
 
 from ..infra import lazy_dask
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
 from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
 from .views import NAMES as VIEW_ORDER
@@ -108,8 +108,14 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     ``allow_partial`` a store whose extraction has not finished is an error (analyses refuse
     to summarise a set that is still growing unless asked with ``--partial``). ``arrays``
     names what the reader will read: completeness is then judged by those arrays' views only
-    (a store growing a new view stays complete for the views it already had).
+    (a store growing a new view stays complete for the views it already had). A store whose
+    metadata is damaged or foreign is one line (``infra.errors.reading``), never a traceback.
     """
+    with reading(path, "probe store", "restore the store from a copy, or extract its images again into a new store"):
+        return _open_store(Path(path), done_only=done_only, allow_partial=allow_partial, arrays=arrays, plain=plain)
+
+
+def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str | list[str] | None, plain: bool) -> xr.Dataset | StoreData:
     path = Path(path)
     if not (path / "zarr.json").is_file():
         raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
