@@ -99,7 +99,7 @@ def test_cli_bad_image_exits_2_and_skip_records_it(tmp_path, tiny_checkpoints, p
     one_line_error(run_probe("extract", ckpt, "--images", str(tmp_path), "--views", "224", "--cache", str(tmp_path / "c"), "-q"), "b.jpg", "--on-error skip")
     # nothing half written: the store holds no finished image, and a skip run completes it
     skipped = run_probe("extract", ckpt, "--images", str(tmp_path), "--views", "224", "--cache", str(tmp_path / "c"), "-q", "--on-error", "skip")
-    assert skipped.returncode == 0 and "b.jpg" in skipped.stderr and "2/2 images done" in skipped.stdout
+    assert skipped.returncode == 0 and "b.jpg" in skipped.stderr and "1/2 images extracted" in skipped.stdout and "1 recorded as failed" in skipped.stdout
 
 
 def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_dir):

@@ -90,7 +90,7 @@ def _replaced_store(w) -> Path:
 
 def _sibling_of_other_settings(w) -> Path:
     """Train and val folders with panels ``sibtr`` and ``sibva``, the train panel's store, and
-    beside it the val panel's sibling extracted in float32 (another dtype: other tokens)."""
+    beside it the val panel's sibling extracted with timm's position interpolation (other tokens)."""
     store = w.root / "stores" / "sib" / "teacher.zarr"
     if not store.exists():
         for name, role, names in (("sibtr", "train", ["a.png", "b.png"]), ("sibva", "val", ["c.png", "d.png"])):
@@ -102,7 +102,7 @@ def _sibling_of_other_settings(w) -> Path:
             assert probe("panel", "add", name, "--annotations", w.root / f"{name}.json", "--images", folder, "--role", role, "--cache", w.cache).code == 0
         assert probe("extract", w.ckpt, "--panel", "sibtr", "--views", "224", "--store", store, *w.q).code == 0
         sibling = store.with_name("teacher-panel-sibva.zarr")
-        assert probe("extract", w.ckpt, "--panel", "sibva", "--views", "224", "--dtype", "float32", "--store", sibling, *w.q).code == 0
+        assert probe("extract", w.ckpt, "--panel", "sibva", "--views", "224", "--interp", "timm", "--store", sibling, *w.q).code == 0
     return store
 
 
@@ -218,7 +218,7 @@ RULES = [
          lambda w: ["score", w.root / "replaced-masks.json", "--panel", "va", "--cache", w.cache],
          after=lambda w: probe("decode", w.root / "stores" / "replaced" / "teacher.zarr", "--out", w.root / "replaced-masks.json", *w.q)),
     Case("linear-panel-sibling-of-other-settings", lambda w: ["linear", _sibling_of_other_settings(w), "--train", "sibtr", "--val", "sibva", "--level", "image", *w.q],
-         2, ("teacher-panel-sibva.zarr", "extracted otherwise", "dtype float16 vs float32", "move"),
+         2, ("teacher-panel-sibva.zarr", "extracted otherwise", "interpolation dino vs timm", "move"),
          lambda w: ["linear", _sibling_of_other_settings(w), "--train", "sibtr", "--val", "sibva", "--level", "image", *w.q], after=_sibling_fixed),
     Case("decode-panel-whose-files-are-other-files-of-the-same-names",
          lambda w: ["decode", w.store, "--panel", "sealed", "--unseal", "final numbers", *w.q], 2,

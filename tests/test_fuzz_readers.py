@@ -133,7 +133,8 @@ def f(tmp_path_factory):
     from probe_toolkit.results import records
 
     w.record = records.find(w.store, "entropy").path / "record.json"
-    (root / "settings.json").write_text(json.dumps({"written_by": "probe", "settings": {"preset": "tokencut", "tau": 0.2, "eps": 1e-5}}))
+    (root / "settings.json").write_text(json.dumps({"written_by": "probe", "settings": {"preset": "tokencut", "tau": 0.2, "eps": 1e-5},
+                                                    "chosen_by": {"panel": "va", "metric": "segm_AP", "value": 0.5}}))
     from probe_toolkit.demo.spair import write_spair
     from probe_toolkit.demo.video import write_davis
 

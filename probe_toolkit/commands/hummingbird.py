@@ -114,7 +114,7 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
         if flag in ds:
             done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)
             if not done.all():
-                raise ProbeError(ds.attrs.get("store"), f"has not finished its {view} view for {int((~done).sum())} of panel {panel.name!r}'s {len(ids)} images",
+                raise ProbeError(ds.attrs.get("store"), f"has not finished its {view} view for {int((~done).sum())} of the {len(ids)} images of panel {panel.name!r}",
                                  f"rerun `{extract}` to finish it")
 
 

@@ -124,7 +124,7 @@ def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]] | tuple[P
             missing = sorted(set(wanted) - set(ds.image.values.tolist())) if wanted is not None else []
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
-                    else f"was extracted from another folder than panel {panel.name!r}'s ({panel.images})")
+                    else f"was extracted from another folder than the one of panel {panel.name!r} ({panel.images})")
             beside = f"the {sibling.name} beside it was extracted otherwise ({unlike})" if unlike else f"no {sibling.name} of the same network beside it holds them"
             extract = (f"probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']} --views {','.join(own[0] if own else views)}"
                        f"{' --convert' if meta['checkpoint'].get('converted') else ''}")

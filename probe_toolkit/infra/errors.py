@@ -59,6 +59,7 @@ _OS_FIXES = {
     errno.EISDIR: "a folder stands where a file is needed: choose another path",
     errno.ENOENT: "check the path",
     errno.ENOTEMPTY: "a non-empty folder stands there: move it or choose another path",
+    errno.EFBIG: "a file reached this shell's file-size limit (ulimit -f): raise it (ulimit -f unlimited)",
 }
 
 

@@ -97,6 +97,6 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
             source = image_folder_or_none(candidate, cache.manifest(ds)) or cache.manifest(ds).get("image_source")
             checkpoint = (cache.manifest(ds).get("checkpoint") or {}).get("path", "CKPT")
             raise ProbeError(other[0][0], f"is another file than {Path(str(source)) / Path(other[0][0]).name}, from which {candidate} was extracted "
-                             f"({len(other)} of panel {panel!r}'s images differ so): its features are not this image's",
+                             f"({len(other)} of the images of panel {panel!r} differ so): its features are not this image's",
                              f"extract the panel's own images and pass that store: probe extract {checkpoint} --panel {panel} "
                              f"--views {','.join(str(v) for v in cache.manifest(ds).get('views', []))}")

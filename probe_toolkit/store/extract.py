@@ -51,7 +51,8 @@ class Report:
     n_images: int
     written: int = 0
     skipped: list[str] = field(default_factory=list)
-    done: int = 0
+    done: int = 0  # extracted in every view (not recorded as failed)
+    failed: int = 0  # recorded as failed (--on-error skip), now or by an earlier run
     views: list[str] = field(default_factory=list)
     left: int = 0  # images of this shard still to do after a --limit run
     limit: int | None = None
@@ -67,7 +68,7 @@ def _written(pending: Future, path: Path) -> None:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ProbeError(path, "ran out of disk space while writing a chunk",
                              "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
-        raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
+        raise ProbeError(path, f"could not be written ({error.strerror or error})", os_fix(error, "rerun the same command to resume")) from None
 
 
 def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) -> tuple[list[tuple[int, int, tuple[str, ...]]], int]:
@@ -277,6 +278,8 @@ def extract(
         from .sources import record_digests
 
         record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
-        report.done = int(np.logical_and.reduce([writer.done(v) for v in units]).sum())
+        finished = np.logical_and.reduce([writer.done(v) for v in units])
+        failed = np.asarray(writer.group["failed"][:], dtype=bool) if "failed" in writer.group else np.zeros_like(finished)
+        report.done, report.failed = int((finished & ~failed).sum()), int((finished & failed).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
         return report

@@ -8,7 +8,7 @@ Three pairings, one rule each, every one read from the store's manifest:
   sha256 and the network must be the store's;
 - two stores read as one (a store and its ``<network>-panel-<panel>.zarr`` sibling): the same
   checkpoint, network and architecture, and the same facts of every view read (geometry,
-  interpolation, dtype);
+  readout, interpolation);
 - masks and the store they were cut from (``probe score`` saves into the store its masks'
   metadata names): the store there must still be the one decoded.
 
@@ -56,17 +56,16 @@ FACTS = ("checkpoint", "network", "arch")  # what two stores read as one must sh
 def differences(a: Mapping[str, Any], b: Mapping[str, Any], views: Sequence[str] = ()) -> list[str]:
     """What differs between two stores' manifests among the facts that make their tokens one
     set: the checkpoint's bytes, the network, the architecture, and for each view read its
-    geometry and readout (``per_view``), the interpolation and the dtype."""
+    geometry and readout (``per_view``) and the interpolation."""
     out = []
     if (a.get("checkpoint") or {}).get("sha256") != (b.get("checkpoint") or {}).get("sha256"):
         out.append(f"checkpoint sha256 {_short((a.get('checkpoint') or {}).get('sha256'))} vs {_short((b.get('checkpoint') or {}).get('sha256'))}")
     for key in ("network", "arch"):
         if a.get(key) != b.get(key):
             out.append(key if key == "arch" else f"{key} {a.get(key)} vs {b.get(key)}")
-    if views:
-        for key in ("interpolation", "dtype"):
-            if a.get(key) != b.get(key):
-                out.append(f"{key} {a.get(key)} vs {b.get(key)}")
+    if views:  # (the dtype is storage precision of the same tokens: a float32 sibling of a float16 store is read as one)
+        if a.get("interpolation") != b.get("interpolation"):
+            out.append(f"interpolation {a.get('interpolation')} vs {b.get('interpolation')}")
         for view in views:
             mine, theirs = (a.get("per_view") or {}).get(view), (b.get("per_view") or {}).get(view)
             if mine is not None and theirs is not None and mine != theirs:
