@@ -93,9 +93,10 @@ def problems(dataset: Any, image_size: Callable[[str], tuple[int, int] | None] |
         if "id" in ann:
             if not _whole(ann["id"]):
                 found.append(f"{where}: id {ann['id']!r} is not a whole number")
-            elif ann["id"] in seen:
+                continue
+            if ann["id"] in seen:
                 found.append(f"{where}: id {ann['id']} is listed twice")
-            seen.add(ann.get("id"))
+            seen.add(ann["id"])
             where = f"annotation {ann['id']!r}"
         image_id = ann.get("image_id")
         if not _whole(image_id):
@@ -193,6 +194,11 @@ def result_problems(results: Any) -> list[str]:
             found.append(f"{where}: score {entry['score']!r} is not a finite number")
         if "category_id" in entry and not _whole(entry["category_id"]):
             found.append(f"{where}: category_id {entry['category_id']!r} is not a whole number")
+        if entry.get("bbox") is None:  # the evaluator reads both (segm and bbox AP), masks as RLEs
+            found.append(f"{where}: bbox is {'null' if 'bbox' in entry else 'absent'}")
+        if not isinstance(entry.get("segmentation"), dict):
+            found.append(f"{where}: segmentation is {type(entry.get('segmentation')).__name__}, not an RLE (probe decode writes masks as RLEs)")
+            continue
         found += _bbox(where, entry.get("bbox"), None)
         found += _segmentation(where, entry.get("segmentation"), None)
     return found

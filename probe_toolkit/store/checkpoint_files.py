@@ -8,6 +8,7 @@ import argparse
 import os
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ def read_file(path: str | Path) -> Any:
         return read_safetensors(path)
     hints.refuse_compressed(path)  # a compressed download is not truncated
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on a file's pickle protocol are not the user's business; its errors are
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
