@@ -12,7 +12,10 @@ on the CPU beside the scipy one.
 2. Whole machine. ``run_decode`` on a synthetic store (N = 900) with ``workers`` = every core
    against ``workers=1``, interleaved rounds; every saved array must be identical.
 3. Torch backend on the CPU (one thread, as a worker runs it): ``decoder_torch.decode_batch`` on
-   a batch against ``decode_image`` per image; certified masks must be identical.
+   a batch against ``decode_image`` per image; certified masks must be identical. ``--presets``
+   (default centred; ``all``: centred, tokencut, maskcut, lost, dsm, each at N = 900, and MaskCut
+   at N = 3600 too with ``--full``) times each preset and prints what VOC07's 9,963 images would
+   take at that pace, and MaskCut's pace against CutLER's 13.5 s an image (CutLER#74).
 
     python benchmarks/decoder.py [--full] [--images 4 --images-large 1 --threads 1] [--clock cpu|wall]
     python benchmarks/decoder.py --only torch --full --device cuda --images 256 --images-large 16   (on a GPU)
@@ -47,6 +50,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="the torch backend's device (cuda: a GPU solves each batch; the scipy side stays on one CPU thread)")
+    parser.add_argument("--presets", default="centred", help="the torch backend's presets, comma-separated, or all")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="per-core times: CPU seconds of this process (default; robust on a shared machine) or wall seconds")
     args = parser.parse_args()
@@ -125,8 +129,9 @@ def main() -> None:
                   f"{row['dense_solve_s'] * 1e3:8.1f} ms = {row['solve_ratio']:5.1f}× ({row['lanczos_steps']:.0f} Lanczos steps) | identical {same}/{count}, "
                   f"flagged {flagged}", flush=True)
     machine = whole_machine(keys, rng, args.store_images, args.rounds) if args.only in (None, "machine") else None
-    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large, args.device)
-               for grid in ((30, 60) if full else (30,))] if args.only in (None, "torch") else []
+    presets = ("centred", "tokencut", "maskcut", "lost", "dsm") if args.presets == "all" else tuple(args.presets.split(","))
+    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large, args.device, preset)
+               for preset in presets for grid in ((30, 60) if full and preset in ("centred", "maskcut") else (30,))] if args.only in (None, "torch") else []
     print(json.dumps({"benchmark": "decoder", "threads": args.threads, "clock": args.clock, "cpu": platform.processor() or platform.machine(),
                       "cores": os.cpu_count(), "load": os.getloadavg()[0], "rows": rows, "whole_machine": machine, "torch": backend}))
 
@@ -190,7 +195,10 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu") -> dict:
+VOC07_IMAGES, CUTLER_S = 9963, 13.5  # VOC07 trainval; CutLER#74: MaskCut's seconds an image
+
+
+def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu", preset: str = "centred") -> dict:
     """The torch backend on ``device`` (the CPU: one thread), a batch at once, against the scipy
     path on one CPU thread. The batch's masks come back to the host, so the time includes the
     GPU's work to the last image."""
@@ -200,7 +208,7 @@ def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu") -> dict
     from probe_toolkit.analyses.decoder_settings import Settings
     from probe_toolkit.analyses.decoder_torch import decode_batch
 
-    settings = Settings.from_preset("centred")
+    settings = Settings.from_preset(preset)
     batch = np.stack([keys(rng, grid) for _ in range(max(count, 1))])
     threads = 1 if device == "cpu" else None
     decode_batch(batch[:1], settings, device=device, threads=threads)  # warm-up (kernels, the device's start)
@@ -218,11 +226,13 @@ def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu") -> dict
         import torch
 
         name = torch.cuda.get_device_name()
-    row = {"n": grid * grid, "device": name, "images": len(batch), "images_per_s": 1.0 / torch_s, "torch_s": torch_s, "scipy_s": scipy_s,
-           "ratio": scipy_s / torch_s, "identical": same, "certified_both": len(both), "solvers": sorted({s for r in ours for s in r.solver})}
-    print(f"torch backend ({name}) N={grid * grid}: {torch_s * 1e3:8.1f} ms per image ({1.0 / torch_s:.1f} img/s, batch of {len(batch)}) "
-          f"vs scipy (1 CPU thread) {scipy_s * 1e3:8.1f} ms "
-          f"= {row['ratio']:.2f}× | identical {same}/{len(both)} certified by both", flush=True)
+    row = {"n": grid * grid, "preset": preset, "device": name, "images": len(batch), "images_per_s": 1.0 / torch_s, "torch_s": torch_s, "scipy_s": scipy_s,
+           "ratio": scipy_s / torch_s, "identical": same, "certified_both": len(both), "solvers": sorted({s for r in ours for s in r.solver}),
+           "voc07_min": VOC07_IMAGES * torch_s / 60, **({"vs_cutler": CUTLER_S / torch_s} if preset == "maskcut" and grid == 60 else {})}
+    print(f"torch backend ({name}) {preset} N={grid * grid}: {torch_s * 1e3:8.1f} ms per image ({1.0 / torch_s:.1f} img/s, batch of {len(batch)}) "
+          f"vs scipy (1 CPU thread) {scipy_s * 1e3:8.1f} ms = {row['ratio']:.2f}× | identical {same}/{len(both)} certified by both | "
+          f"VOC07's {VOC07_IMAGES:,} images: {row['voc07_min']:.1f} min" + (f"; {row['vs_cutler']:.0f}× CutLER's {CUTLER_S} s" if "vs_cutler" in row else ""),
+          flush=True)
     return row
 
 

@@ -28,6 +28,7 @@ the same block reuse, which leaves the probe's own costs beside the forward.
     python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]
     python benchmarks/extract.py --budget [--arch vit-s16] [--images-224 64] [--rounds 3]
     python benchmarks/extract.py --host [--images-224 256] [--rounds 2] [--decoders 2]
+    python benchmarks/extract.py --tolerance --device cuda [--images-224 32] [--arch vit-s16]
 
 ``--threads 1`` leaves one core of two free beside the forward pass, as every GPU node does.
 ``--device cuda`` (the default where a GPU is visible) runs both sides on the GPU: the bare
@@ -44,6 +45,13 @@ block, so the forward pass is small, as on a GPU) with images decoded and runs w
 threads against processes (``extract(processes=...)``, the default beside a GPU), in CPU
 milliseconds per image of the command's own process: on a GPU that process's Python lock is what
 the loop launching the network's kernels waits on. The stores must be byte-identical.
+
+``--tolerance`` states how far a GPU's store lies from the CPU's: the same images extracted
+(views 224 and 480, attention maps) on the CPU and on ``--device``, every array compared: the
+largest difference over the array's largest magnitude, and the share of stored values that
+differ. The CPU paths give the same bytes whatever their threads or processes (the tests hold
+them); a GPU's kernels (cuDNN's TF32 convolution of the patch embedding, fused attention, another
+summation order) round otherwise, so its store is equal within what this prints.
 
 ``--budget`` says where a CPU extraction's time goes at 224 px, per image in CPU milliseconds on
 one thread, each stage alone: timm's bare forward, extraction's forward with its readout and
@@ -211,6 +219,7 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
     the forward pass takes every core."""
     import numpy as np
 
+    from probe_toolkit.store import layout
     from probe_toolkit.store.create import create_store
     from probe_toolkit.store.extract_forward import forward_view
     from probe_toolkit.store.extract_load import load_run
@@ -227,8 +236,9 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
         backbone = Backbone.from_checkpoint(loaded).eval()
         vit = Backbone.from_checkpoint(loaded).vit.eval()
         runs = [load_run(refs[a:a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)]
-        outputs = [forward_view(backbone, run.fixed["224"][1], "224", settings, 16, cpu, lambda n: None) for run in runs]
         plan = plan_arrays(arch, settings)
+        names = [name for name in plan if layout.view_of(name) == "224"]
+        outputs = [forward_view(backbone, run.fixed["224"][1], names, settings, 16, cpu, lambda n: None) for run in runs]
         stores = iter(range(10**6))
 
         def write_all() -> None:
@@ -239,7 +249,7 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
 
         stages = {
             "bare forward": lambda: [vit.forward_features(run.fixed["224"][1]) for run in runs],
-            "extraction's forward": lambda: [forward_view(backbone, run.fixed["224"][1], "224", settings, 16, cpu, lambda n: None) for run in runs],
+            "extraction's forward": lambda: [forward_view(backbone, run.fixed["224"][1], names, settings, 16, cpu, lambda n: None) for run in runs],
             "decoding and cutting": lambda: [load_run(refs[a:a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)],
             "writing": write_all,
         }
@@ -260,6 +270,40 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
     print(json.dumps({"benchmark": "extract-budget", "arch": arch_name, "images": count, "rounds": rounds,
                       "ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "bound_224": round(bound, 3),
                       "machine": f"{platform.processor() or platform.machine()}, 1 thread"}))
+
+
+def tolerance(arch_name: str, count: int, device: str) -> None:
+    """``--tolerance``: the same images extracted on the CPU and on ``device``; for every array the
+    largest difference over the largest magnitude, and the share of values that differ."""
+    import numpy as np
+    import zarr
+
+    arch = ARCHS[arch_name]
+    settings = Settings(views=(224, 480), attention="last", chunk=16)
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        folder = image_folder(root, count)
+        checkpoint = write_checkpoint(root / "random.pth", layout_of(arch_name), arch)
+        stores = {}
+        for where in ("cpu", device):
+            stores[where] = root / f"{where}.zarr"
+            extract(checkpoint, folder, settings=settings, store=stores[where], quiet=True, device=where)
+        groups = {where: zarr.open_group(path, mode="r") for where, path in stores.items()}
+        for name in sorted(groups["cpu"].array_keys()):
+            a, b = groups["cpu"][name][:], groups[device][name][:]
+            if a.dtype.kind != "f":
+                rows[name] = {"equal": bool(np.array_equal(a, b))}
+                continue
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            scale = float(np.nanmax(np.abs(a64))) or 1.0
+            rows[name] = {"max_abs_over_max": float(np.nanmax(np.abs(a64 - b64)) / scale), "share_differing": float(np.mean(a != b))}
+    gpu = torch.cuda.get_device_name() if device == "cuda" else device
+    for name, row in rows.items():
+        print(f"{name:28s} " + ("equal" if row.get("equal") else "differ" if "equal" in row else
+                                f"largest difference {row['max_abs_over_max']:.2e} of the largest value; {100 * row['share_differing']:.1f} % of values differ"))
+    print(json.dumps({"benchmark": "extract-tolerance", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arch": arch_name, "images": count,
+                      "device": gpu, "torch": torch.__version__, "arrays": rows}))
 
 
 def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
@@ -289,10 +333,13 @@ def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
                     measured[mode].append((1000 * cpu / count, count / wall))
                 stores[mode] = store
         # the forward pass alone (and its device copies), on the same decoded images: what is left is the host's part
+        from probe_toolkit.store import layout
         from probe_toolkit.store.extract_forward import forward_view
         from probe_toolkit.store.extract_load import load_run
+        from probe_toolkit.store.extract_plan import plan_arrays
 
         backbone = Backbone.from_checkpoint(load_checkpoint(checkpoint)).eval()
+        names = [name for name in plan_arrays(arch, settings) if layout.view_of(name) == str(size)]
         refs = images.list_images(folder)
         runs = [load_run(refs[a:a + 64], [str(size)], settings, 16, None, "fail").fixed[str(size)][1] for a in range(0, count, 64)]
         forward = []
@@ -300,7 +347,7 @@ def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
             for r in range(rounds + 1):
                 cpu = time.process_time()
                 for pixels in runs:
-                    forward_view(backbone, pixels, str(size), settings, 64, torch.device("cpu"), lambda n: None)
+                    forward_view(backbone, pixels, names, settings, 64, torch.device("cpu"), lambda n: None)
                 if r:
                     forward.append(1000 * (time.process_time() - cpu) / count)
         groups = {mode: zarr.open_group(path, mode="r") for mode, path in stores.items()}
@@ -375,6 +422,7 @@ def main() -> None:
     parser.add_argument("--decoders", type=int, default=2, help="--host: decoding threads or processes")
     parser.add_argument("--host-size", type=int, choices=(224, 480), default=224, help="--host: the view (224: tokens, keys, attention; 480: keys)")
     parser.add_argument("--budget", action="store_true", help="per-image CPU of each stage at 224 px on one thread, and the bound they set")
+    parser.add_argument("--tolerance", action="store_true", help="the same images extracted on the CPU and on --device, every array compared")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded")
     parser.add_argument("--batch", type=int, default=None, help="images per forward pass on both sides (default 16 at 224, 8 at 480)")
@@ -386,6 +434,8 @@ def main() -> None:
         return host(args.images_224 or 256, args.rounds or 2, args.decoders, args.host_size)
     if args.budget:
         return budget(args.arch, args.images_224 or 64, args.rounds or 3)
+    if args.tolerance:
+        return tolerance(args.arch, args.images_224 or 32, "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     mode = FULL if args.full else SHORT

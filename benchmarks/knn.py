@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from probe_toolkit.analyses import knn, search
+from probe_toolkit.protocols.knn import NB_KNN, KnnSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import cpu_model, options  # noqa: E402  (the processor's name and the command line, as every benchmark has them)
@@ -73,7 +74,8 @@ def main() -> None:
 
     def toolkit() -> tuple[float, knn.KnnResult]:
         start = time.perf_counter()
-        result = knn.classify(lambda i, j: train[i:j], args.train, train_labels, lambda i, j: test[i:j], args.test, test_labels, args.classes)
+        result = knn.classify(lambda i, j: train[i:j], args.train, train_labels, lambda i, j: test[i:j], args.test, test_labels, args.classes,
+                              ks=NB_KNN, temperature=KnnSettings().temperature)
         return time.perf_counter() - start, result
 
     times = {"plain": [], "torch": [], "knn": []}

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from probe_toolkit.analyses import linear
+from probe_toolkit.protocols.linear import LinearSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import cpu_model, options  # noqa: E402  (the processor's name and the command line, as every benchmark has them)
@@ -55,7 +56,7 @@ def main() -> None:
     mean, scale = linear.standardiser(rows)
     z_train, z_val = (rows - mean) / scale, ((x_val - mean) / scale).reshape(-1, args.channels)
     n = len(rows)
-    settings = linear.FitSettings()
+    settings = LinearSettings()
     times: dict[str, list[float]] = {"probe": [], "sklearn": []}
     result: dict[str, tuple[float, float]] = {}
     iterations = 0

@@ -2,7 +2,7 @@
 
 A synthetic store (benchmarks/analyses.py's: attention_224 of 6 heads × 196 × 196, float16, no
 class token, so the mean-of-patch-rows masks; chunks of 16) is written in a temporary folder.
-Rounds interleave ``run_attention_masks(..., placement=Placement(workers=1))`` and ``workers=W``; each prints wall
+Rounds interleave ``probe.run("attention-masks", ..., workers=1)`` and ``workers=W``; each prints wall
 time and CPU time (this process and its reaped workers, ``resource.getrusage``), and the masks
 of every placement are checked to be the same bits. Round 0 warms up and is dropped; medians.
 On a shared machine the wall ratio is meaningless (use a quiet one); the CPU times show what
@@ -27,9 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analyses import build_store  # noqa: E402  (the synthetic store of benchmarks/analyses.py)
 
-from probe_toolkit.commands.attention_masks import run_attention_masks  # noqa: E402
-from probe_toolkit.infra.placement import Placement  # noqa: E402
-from probe_toolkit.results import records
+import probe_toolkit as probe  # noqa: E402
+from probe_toolkit.results import records  # noqa: E402
 
 
 def cpu() -> float:
@@ -39,7 +38,7 @@ def cpu() -> float:
 
 def timed(store: Path, workers: int) -> tuple[float, float, np.ndarray]:
     wall, used = time.perf_counter(), cpu()
-    run_attention_masks(store, row="mean", placement=Placement(workers=workers))
+    probe.run("attention-masks", store, row="mean", workers=workers)
     wall, used = time.perf_counter() - wall, cpu() - used
     return wall, used, records.load(store, "attention_masks")["mask"].values
 

@@ -50,6 +50,7 @@ MANUAL = {
     "propagate": "commands/frozen-features.md",
     "hummingbird": "commands/dense.md",
     "linear-segmentation": "commands/segment.md",
+    "linear-depth": "commands/depth.md",
     "rank": "commands/labelfree.md",
     "position": "commands/labelfree.md",
     "similarity": "commands/labelfree.md",
@@ -83,11 +84,53 @@ def field_comments(cls: type) -> dict[str, str]:
     return found
 
 
-def settings_rows(cls: type) -> list[tuple[str, str, str, str, str]]:
-    """(parameter, flag, type, default, comment) for every field of a protocol's settings."""
+def parser_commands() -> dict[str, object]:
+    """Every ``probe`` command as the parser builds it (click's, through typer), by its full name (``panel add``)."""
+    import typer
+
+    from probe_toolkit import cli
+
+    found: dict[str, object] = {}
+
+    def walk(command, path: str) -> None:  # typer carries its own click: groups are told by their commands
+        if getattr(command, "commands", None):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}".strip())
+        else:
+            found[path] = command
+
+    walk(typer.main.get_command(cli.app), "")
+    return found
+
+
+def parser_options(command) -> list[tuple[str, str, str]]:
+    """(flags, default, help) of each option of one parsed command, as ``--help`` shows them."""
+    rows = []
+    for param in command.params:
+        if getattr(param, "param_type_name", "") != "option" or param.hidden or param.name == "help":
+            continue
+        flags = " / ".join(", ".join(opts) for opts in (param.opts, param.secondary_opts) if opts)
+        default = "(required)" if param.required else "off" if param.is_flag and not param.default else repr(param.default) if param.default is not None else ""
+        rows.append((flags, default, param.help or ""))
+    return rows
+
+
+def parser_flags(command) -> set[str]:
+    return {o for param in command.params for o in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())) if o.startswith("-")}
+
+
+def settings_rows(cls: type, flags: set[str] | None = None) -> list[tuple[str, str, str, str, str]]:
+    """(parameter, flag, type, default, note) for every field of a protocol's settings: the flag only where the
+    command's parser has it (``flags``), else the setting is the Python API's alone; the note is the field's declared
+    help and constraint (``infra.settings.setting``), or, for settings not yet declared that way, the comment beside it."""
     from probe_toolkit.cli.app import flag
+    from probe_toolkit.infra.settings import declared
 
     comments = field_comments(cls)
+    for f in dataclasses.fields(cls):
+        found = declared(f)
+        if found is not None:
+            comments[f.name] = found.help + (f" Must be {found.constraint.text}." if found.constraint is not None else "")
     rows = []
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
@@ -97,25 +140,27 @@ def settings_rows(cls: type) -> list[tuple[str, str, str, str, str]]:
         else:
             default = "(required)"
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        rows.append((f.name, flag(f.name), kind, default, comments.get(f.name, "")))
+        spelled = flag(f.name) if flags is None or flag(f.name) in flags else "(Python only)"
+        rows.append((f.name, spelled, kind, default, comments.get(f.name, "")))
     return rows
 
 
-def command_rows(command) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """A protocol's ``Command``: (flag, default, help) of each option it declares, and the flags
-    of the options it shares with other commands (``cli/app.SHARED`` and its groups)."""
-    from probe_toolkit.cli.app import GROUPS, flag
-    from probe_toolkit.protocols.registry import REQUIRED
+def options_table(command) -> list[str]:
+    out = ["| option | default | help |", "|---|---|---|"]
+    out += [f"| `{flags}` | {f'`{_cell(default)}`' if default else ''} | {_cell(text)} |" for flags, default, text in parser_options(command)]
+    return [*out, ""]
 
-    own, shared = [], []
-    for item in command.options:
-        if isinstance(item, str):
-            shared += [flag(name) for name in (GROUPS[item] if item in GROUPS else (item,))]
-            continue
-        spelled = f"{flag(item.name)}/--no-{item.name.replace('_', '-')}" if item.kind == "either" else flag(item.name)
-        default = "(required)" if item.default is REQUIRED else "off" if item.kind == "negated" else repr(item.default)
-        own.append((spelled, default, item.help))
-    return own, list(dict.fromkeys(shared))
+
+def options_page() -> str:
+    """Every command's options, from the parser itself (the manual's pages describe them at length)."""
+    out = ["# Every option of every command", "",
+           "Generated from the command-line parser (typer's commands, as `probe COMMAND --help` prints them): "
+           "nothing here is typed by hand.", ""]
+    for name, command in sorted(parser_commands().items()):
+        summary = (command.help or "").strip().split("\n")[0]
+        out += [f"## `probe {name}`", "", _cell(summary), ""]
+        out += options_table(command)
+    return "\n".join(out) + "\n"
 
 
 def cli_commands() -> set[str]:
@@ -132,6 +177,8 @@ def placement_fields() -> list[str]:
 
 
 def protocol_page(protocol, commands: set[str] | None = None) -> str:
+    from probe_toolkit.store.arrays import holds
+
     reads = protocol.reads
     commands = cli_commands() if commands is None else commands
     out = [f"# `{protocol.name}`", "", protocol.summary, ""]
@@ -146,27 +193,27 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     if manual:
         out += [f"The command at length: [manual]({REPO}{manual}).", ""]
     out += ["## Settings", ""]
-    rows = settings_rows(protocol.settings)
+    parsed = parser_commands().get(command) if protocol.command is not None else None
+    rows = settings_rows(protocol.settings, parser_flags(parsed) if parsed is not None else set())
     if rows:
         out += [f"`{protocol.settings.__name__}`, a frozen dataclass that checks itself (errors name the parameter).", "",
                 "| parameter | flag | type | default | note |", "|---|---|---|---|---|"]
-        out += [f"| `{name}` | `{flag}` | `{_cell(kind)}` | `{_cell(default)}` | {_cell(note)} |" for name, flag, kind, default, note in rows]
+        out += [f"| `{name}` | {f'`{flag}`' if flag.startswith('-') else flag} | `{_cell(kind)}` | `{_cell(default)}` | {_cell(note)} |"
+                for name, flag, kind, default, note in rows]
     else:
         out += ["No settings: the run is defined by its inputs."]
-    out += ["", "Placement (where the work runs, not what it computes): " + ", ".join(f"`{name}`" for name in placement_fields())
+    out += ["", "Placement (where the work runs, not what it computes): " + (", ".join(f"`{name}`" for name in protocol.placement) or "none (it runs in this process)")
             + f" — see [Scaling out]({REPO}scaling.md).", ""]
     if protocol.command is not None:
-        own, shared = command_rows(protocol.command)
         out += ["## On the command line", "", f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}", "",
-                "| option | default | help |", "|---|---|---|"]
-        out += [f"| `{spelled}` | `{_cell(default)}` | {_cell(text)} |" for spelled, default, text in own]
-        out += ["", "Also " + ", ".join(f"`{f}`" for f in shared) + " (as every command spells them)." if shared else "", ""]
+                "Every option, as the command's parser has it (`probe " + command + " --help`):", ""]
+        out += options_table(parsed) if parsed is not None else ["(reached through another command)", ""]
     out += ["## What it reads", ""]
     out += [f"- **source**: {reads.source}"]
     if reads.arrays:
-        out += ["- **arrays**: " + ", ".join(f"`{a}`" for a in reads.arrays)]
+        out += ["- **arrays**: " + "; ".join(f"`{a}` ({holds(a)})" if holds(a) else f"`{a}`" for a in reads.arrays)]
     if reads.views:
-        out += ["- **views**: " + ", ".join(f"[`{v}`]({REPO}views.md#{_anchor(v)})" for v in reads.views)]
+        out += ["- **views**: " + ", ".join(_view_link(v) for v in reads.views)]
     if reads.labels:
         kinds = ", ".join(f"[`{k}`]({REPO}panel-kinds.md#{_anchor(k, 'kind')})" for k in reads.panel_kinds) or "any"
         out += [f"- **labels**: yes, through a panel and the ledger (panel kinds: {kinds})"]
@@ -177,8 +224,23 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     out += ["", "`<panel>` and `<grid>` stand for the run's panel name and grid.", ""]
     out += ["## Published references", ""]
     out += [f"- {ref.paper} — code: `{ref.code}`" for ref in protocol.references] or ["- none"]
-    out += ["", "## What differs from the reference", "", protocol.differences or "Nothing stated.", ""]
+    out += ["", "## What differs from the reference", ""]
+    if isinstance(protocol.differences, str):
+        out += [protocol.differences or "Nothing stated.", ""]
+    else:
+        out += ["Each record carries this list (`record.json`: `differences`), and the report shows it beside the protocol's numbers.", "",
+                "| what differs | why | effect on the number |", "|---|---|---|"]
+        out += [f"| {_cell(d.what)} | {_cell(d.why)} | {_cell(d.effect)} |" for d in protocol.differences]
+        out += [""]
     return "\n".join(out)
+
+
+def _view_link(view: str) -> str:
+    """A view named in the table links to its row; another size of a family (``hbird@448``) says its family."""
+    from probe_toolkit.store.views import NAMES
+    from probe_toolkit.store.views import view as spec
+
+    return f"[`{view}`]({REPO}views.md#{_anchor(view)})" if view in NAMES else f"`{view}` (the `{spec(view).family}` family at {spec(view).size} px)"
 
 
 def _anchor(text: str, prefix: str = "view") -> str:
@@ -196,16 +258,23 @@ def protocols_index(protocols) -> str:
 
 
 def views_page() -> str:
-    from probe_toolkit.store.views import TABLE
+    from probe_toolkit.store.views import listed
 
     out = ["# Views", "",
-           "Every view is defined once, in `probe_toolkit/store/views.py` (torch-free); extraction, the grids, the store, "
-           "the decoders, `probe list` and this page read that table. On the command line `native-crop` and `native_crop` "
-           "are the same view. How the arrays are laid out: [The store layout](store.md).", "",
-           "| view | rule | filter | grid | arrays | size | follows |", "|---|---|---|---|---|---|---|"]
-    for v in TABLE:
-        out.append(f"| <span id=\"{_anchor(v.name)}\"></span>`{v.name}` | {_cell(v.rule)} | {_cell(v.filter)} | {_cell(v.grid)} | "
-                   f"{', '.join(f'`{a}`' for a in v.arrays)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
+           "Every view is a family at a size, or an image at its own size, defined once in `probe_toolkit/store/views.py` (torch-free, its "
+           "`FAMILIES` table); extraction, the grids, the store, the decoders, `probe list` and this page read that table. A sized view is "
+           "`<family>@<S>` (`square@1024`, `eval@448`, `hbird@448`, Hummingbird's memory views `hbird@448_aug0`), S any multiple of the "
+           "network's patch (another size is refused in one line naming the nearest two). The names views had before sizes were free are "
+           "aliases of their sizes, and a store names their arrays by them as it always did (`tokens_224`, `keys_480`): every store written "
+           "before reads unchanged; at /14 an alias keeps its rule (the 480 view reads its 34 whole patches from the top left). On the command "
+           "line `native-crop` and `native_crop` are the same view. How the arrays are laid out: [The store layout](store.md).", "",
+           "| view | also named | rule | filter | grid | stores by default | size | follows |", "|---|---|---|---|---|---|---|---|"]
+    for v in listed():
+        anchors = "".join(f"<span id=\"{_anchor(n)}\"></span>" for n in (v.name, *v.aliases))  # the protocols' pages link the aliases
+        out.append(f"| {anchors}`{v.name}` | {', '.join(f'`{a}`' for a in v.aliases)} | {_cell(v.rule)} | {_cell(v.filter)} | "
+                   f"{_cell(v.grid)} | {', '.join(v.reads)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
+    out += ["", "By default the short family stores tokens and the attention maps (the 96 view, SelfPatch's local crops, tokens only), as "
+            "stores always did; `--facets`, `--blocks`, `--attention stats` and `--for` choose otherwise ([extract](commands/extract.md))."]
     return "\n".join(out) + "\n"
 
 
@@ -291,8 +360,67 @@ def dinov3_keys_table(folder: Path = RECORDS) -> str:
     return "\n".join(out) + "\n"
 
 
+def plan_tables(folder: Path = RECORDS) -> str:
+    """The latest ``benchmarks/plan.py`` records: disk per image of each plan against today's eval224, peak memory of
+    ``--attention stats`` by tokens beside the explicit maps' size, and ``--blocks all`` against ``last``."""
+    latest: dict[tuple[str, str], dict] = {}
+    for record in benchmark_records(folder):
+        if record.get("benchmark") == "plan":
+            latest[(record["measure"], str(record.get("plan") or record.get("view")) + str(record.get("device", "cpu")))] = record
+    if not latest:
+        return "*No record of `benchmarks/plan.py` yet.*\n"
+    out = []
+    disk = [r for (m, _), r in latest.items() if m == "disk"]
+    if disk:
+        out += ["| plan (ViT-S/16) | on disk an image | uncompressed | against eval224 | ImageNet-1k train (1,281,167) | record |", "|---|---|---|---|---|---|"]
+        out += [f"| `{r['plan']}` | {r['disk_bytes_per_image'] / 1024:,.1f} KiB | {r['planned_bytes_per_image'] / 1024:,.1f} KiB | {r['vs_eval224']:.3g}× | "
+                f"{r['imagenet_train_gib']:,.1f} GiB | `{r['_source']}` ({r['machine']}, load {r['load']}, {r['date'][:10]}) |" for r in disk]
+        out.append("")
+    memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), r["tokens"]))
+    if memory:
+        out += ["| view | patch tokens | peak, no attention | peak, --attention stats | peak, probe entropy | explicit maps, one block / every block | "
+                "device | record |", "|---|---|---|---|---|---|---|---|"]
+        out += [f"| `{r['view']}` | {r['tokens']:,} | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | {r['peak_entropy_mib']:,.0f} MiB | "
+                f"{r['explicit_map_one_block_mib']:,.0f} / {r['explicit_maps_all_blocks_mib']:,.0f} MiB | {r.get('device', 'cpu')} | "
+                f"`{r['_source']}` ({r['machine']}, load {r['load']}) |" for r in memory]
+        out.append("")
+    blocks = [r for (m, _), r in latest.items() if m == "blocks"]
+    if blocks:
+        out += ["| images at 224 | --blocks last | --blocks all --facets tokens | last / all | on disk an image, last / all | record |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['images']} | {r['seconds_last']:.1f} s | {r['seconds_all']:.1f} s | {r['ratio']:.3g} | {r['disk_last_bytes_per_image'] / 1024:,.0f} / "
+                f"{r['disk_all_bytes_per_image'] / 1024:,.0f} KiB | `{r['_source']}` ({r['machine']}, {r.get('device', 'cpu')}, load {r['load']}) |" for r in blocks]
+    return "\n".join(out) + "\n"
+
+
+# what probe.run returns as ``run.report``, per protocol, and the objects those hold
+API_REPORTS = ("commands.decode.DecodeReport", "labels.scoring.Scores", "commands.decode_scores.ScoreReport", "commands.decode_sweep.SweepReport",
+               "commands.knn.KnnReport", "analyses.knn.KnnResult", "commands.linear.LinearReport", "commands.hummingbird.HummingbirdReport",
+               "analyses.hummingbird.MiouResult", "commands.attention_masks.MasksReport", "commands.propagate.PropagationReport",
+               "commands.correspond.CorrespondReport", "commands.segment.SegmentReport", "analyses.segment.Scores")
+
+
+def api_reports_table() -> str:
+    """Every field of every report object of the Python API: name, type, the comment beside it in the code."""
+    import importlib
+
+    out = []
+    for dotted in API_REPORTS:
+        module, name = dotted.rsplit(".", 1)
+        cls = getattr(importlib.import_module(f"probe_toolkit.{module}"), name)
+        comments = field_comments(cls)
+        doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        doc = "" if doc.startswith(f"{name}(") else doc  # dataclasses' generated signature says nothing new
+        out += [f"### `{name}` (`probe_toolkit.{module}`)", "", *([_cell(doc), ""] if doc else []), "| field | type | what it holds |", "|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append(f"| `{f.name}` | `{_cell(kind)}` | {_cell(comments.get(f.name, ''))} |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
-GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table}
+GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table,
+             "api-reports": api_reports_table, "plan": plan_tables}
 
 
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:
@@ -319,6 +447,43 @@ def _scripts() -> list[tuple[str, str]]:
     return out
 
 
+def _is_rows(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def _flat(record: dict, prefix: str = "") -> dict[str, str]:
+    """A record's scalar fields as cells (nested dicts as ``a.b``, lists of values joined); lists of rows
+    (``_is_rows``) and the bookkeeping keys are left to their own tables."""
+    out: dict[str, str] = {}
+    for key, value in record.items():
+        if key in ("benchmark", "_source") or _is_rows(value):
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flat(value, name + "."))
+        elif isinstance(value, list):
+            out[name] = ", ".join(_value(v) for v in value)
+        else:
+            out[name] = _value(value)
+    return out
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return _cell(json.dumps(value) if isinstance(value, (dict, list)) else value)
+
+
+def _record_table(rows: list[tuple[dict[str, str], str]]) -> list[str]:
+    """A table whose columns are the union of the rows' fields, each row in its own record's order."""
+    keys = list(dict.fromkeys(k for cells, _ in rows for k in cells))
+    out = ["| " + " | ".join([*keys, "record"]) + " |", "|" + "---|" * (len(keys) + 1)]
+    out += ["| " + " | ".join([*(cells.get(k, "") for k in keys), source]) + " |" for cells, source in rows]
+    return [*out, ""]
+
+
 def benchmarks_page(folder: Path = RECORDS) -> str:
     records = benchmark_records(folder)
     out = ["# Benchmarks", "",
@@ -335,11 +500,12 @@ def benchmarks_page(folder: Path = RECORDS) -> str:
         for record in records:
             by_name.setdefault(str(record["benchmark"]), []).append(record)
         for name, rows in by_name.items():
-            keys = list(dict.fromkeys(k for r in rows for k in r if k not in ("benchmark", "_source")))
-            out += [f"## {name}", "", "| " + " | ".join(keys + ["record"]) + " |", "|" + "---|" * (len(keys) + 1)]
-            for r in rows:
-                cells = [_cell(json.dumps(r[k]) if isinstance(r.get(k), (dict, list)) else r.get(k, "")) for k in keys]
-                out.append("| " + " | ".join(cells + [f"`{r['_source']}`"]) + " |")
+            out += [f"## {name}", ""]
+            out += _record_table([(_flat(r), f"`{r['_source']}`") for r in rows])
+            nested = list(dict.fromkeys(k for r in rows for k, v in r.items() if _is_rows(v) and v))
+            for key in nested:  # a record's list of measurements: one table, each row naming its record
+                out += [f"### {name}: {key}", ""]
+                out += _record_table([(_flat(item), f"`{r['_source']}`") for r in rows if _is_rows(r.get(key)) for item in r[key]])
             out.append("")
     out += ["## The scripts", "", "| script | what it measures |", "|---|---|"]
     out += [f"| `benchmarks/{name}` | {_cell(doc)} |" for name, doc in _scripts()]
@@ -363,6 +529,7 @@ def pages() -> dict[str, str]:
     out["panel-kinds.md"] = panel_kinds_page()
     out["benchmarks.md"] = benchmarks_page()
     out["training.md"] = training_page()
+    out["commands/options.md"] = options_page()
     return out
 
 

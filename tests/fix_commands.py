@@ -65,7 +65,8 @@ def parse_error(args: list[str]) -> str | None:
         if rest:
             return f"unexpected arguments {rest}"
     except Exception as error:  # noqa: BLE001 - click's usage errors, whatever their class
-        return f"{type(error).__name__}: {getattr(error, 'format_message', lambda: str(error))()}"
+        said = error.format_message() if hasattr(error, "format_message") else str(error)
+        return f"{type(error).__name__}: {said}"
     return None
 
 

@@ -5,7 +5,8 @@ keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in 
 ``probe extract --panel`` writes);
 hummingbird on a synthetic VOC folder whose images sit in sibling stores of the same checkpoint
 (``<network>-panel-NAME.zarr``), so that no image of the report's store changes role; a short
-linear segmentation on the same panels, its record in the report's store.
+linear segmentation on the same panels, its record in the report's store; a short linear depth on
+an NYU-layout folder of rooms.
 """
 
 from __future__ import annotations
@@ -84,3 +85,17 @@ def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:
     invoke("hummingbird", store, "--train", "voc-seg-train", "--val", "voc-seg-val", "--memory", "30,full", "--cache", cache_dir, "--workers", "1", "-q")
     invoke("segment", checkpoint, "--train", "voc-seg-train", "--val", "voc-seg-val", "--store", store, "--cache", cache_dir, "--iterations", "2",
            "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--workers", "1", "-q")
+    depth_results(store, root, cache_dir)
+
+
+def depth_results(store: Path, root: Path, cache_dir: Path) -> None:
+    """results/linear-depth in ``store``: a short run on an NYU-layout folder of rooms (probe_toolkit.demo.rooms)."""
+    from probe_toolkit.demo.rooms import write_nyu
+
+    nyu = root / "nyu"
+    write_nyu(nyu, {"train": ["kitchen_0001/00001", "kitchen_0001/00002"], "test": ["bathroom/00045"]})
+    for name, role in (("nyu-train", "train"), ("nyu-test", "val")):
+        invoke("panel", "add", name, "--nyu", nyu, "--role", role, "--cache", cache_dir)
+    checkpoint = cache.manifest(store)["checkpoint"]["path"]
+    invoke("depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--store", store, "--cache", cache_dir, "--iterations", "2",
+           "--batch-size", "2", "--replicas", "1", "--crop", "48,64", "--chunk", "2", "--workers", "1", "-q")

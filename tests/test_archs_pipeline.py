@@ -228,7 +228,7 @@ def test_grid_option_names_the_grid_the_store_holds(pipeline):
     assert ok.exit_code == 0, ok.output
     assert records.load(store, "neighbours_g12").attrs["array"] == "tokens_96"
     bad_view = CliRunner().invoke(app, ["neighbours", str(store), "--view", "480", "-q"])
-    assert isinstance(bad_view.exception, ProbeError) and "--view '480' is not one of 224, 96" in flagged(bad_view.exception)  # as main() prints it
+    assert isinstance(bad_view.exception, ProbeError) and "--view must be one of 224, 96 (got 480)" in flagged(bad_view.exception)  # as main() prints it
 
 
 def test_backbone_torch_forward_unchanged_for_training():

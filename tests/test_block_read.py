@@ -83,3 +83,21 @@ def test_names_carry_kind_block_view_and_part():
     assert layout.unit_of("done_224.p2") == "224.p2" and layout.view_of("tokens_b3_native_crop.p1") == "native_crop"
     names = ("cls_keys_480", "keys_rope_480", "registers_224", "registers_normed_224", "values_224")
     assert [layout.parse(n).facet for n in names] == ["k", "k", "tokens", "normed", "v"]
+
+
+def _row_sums(values):
+    return {"sum": values.reshape(values.shape[0], -1).astype(np.float64).sum(1)}
+
+
+def test_workers_read_the_same_block(blocked_store):
+    """A block of an array holding every block, read by local worker processes by its name: the same block."""
+    from probe_toolkit.infra.runner import Where, per_image
+
+    path, values = blocked_store
+    ds = cache.open_store(path, arrays="attention_blocks_224")
+    one = cache.require(ds, "attention_blocks_224", block=2)
+    here = per_image()(_row_sums, {"values": one})
+    there = per_image(Where(workers=2), block=1)(_row_sums, {"values": one})
+    want = values["attention_blocks_224"][:, 2].reshape(N, -1).astype(np.float64).sum(1)
+    np.testing.assert_allclose(here["sum"], want, rtol=1e-6)
+    np.testing.assert_array_equal(there["sum"], here["sum"])

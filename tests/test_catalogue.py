@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+import fix_commands
 import numpy as np
 import pytest
-import fix_commands
 from conftest import scenes_folder
 
 from probe_toolkit import cli
@@ -139,7 +139,7 @@ def w(tmp_path_factory):
     world.q = q
     made = probe("extract", world.ckpt, "--images", images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", *q)
     assert made.code == 0, made.err
-    world.store = cache.store_path(world.cache, world.ckpt, sha256_file(world.ckpt), "teacher")
+    world.store = cache.store_path(world.cache, world.ckpt.stem, sha256_file(world.ckpt), "teacher")
     (root / "train.json").write_text(json.dumps(coco(["a.png", "b.png"])))
     (root / "val.json").write_text(json.dumps(coco(["c.png", "d.png"])))
     for name, role in (("tr", "train"), ("va", "val"), ("sealed", "test")):
@@ -795,9 +795,9 @@ CASES += [
     Case("native-view-of-an-8000px-image", lambda w: ["extract", w.ckpt, "--images", _big_image(w), "--views", "native", "--store", w.fresh(), *w.q], 2,
          ("big.png", "250000 patches in the native view", "GB", "--views 480"),
          lambda w: ["extract", w.ckpt, "--images", _big_image(w), "--views", "480", "--store", w.fresh(), *w.q]),
-    Case("entropy-boot-absurd", lambda w: ["entropy", w.store, "--boot", "100000000", "-q"], 2, ("--boot 100000000", "ceiling of 100000", "GB"),
+    Case("entropy-boot-absurd", lambda w: ["entropy", w.store, "--boot", "100000000", "-q"], 2, ("--boot must be", "(got 100000000)", "ceiling of 100000", "GB"),
          lambda w: ["entropy", w.store, "--boot", "100", "-q"]),
-    Case("neighbours-boot-absurd", lambda w: ["neighbours", w.store, "--boot", "1000000", "-q"], 2, ("--boot 1000000", "ceiling"),
+    Case("neighbours-boot-absurd", lambda w: ["neighbours", w.store, "--boot", "1000000", "-q"], 2, ("--boot must be", "(got 1000000)", "ceiling"),
          lambda w: ["neighbours", w.store, "--boot", "100", "-q"]),
     # --- outputs that say what was computed ---
     Case("attention-masks-on-a-voc-panel", lambda w: ["attention-masks", _voc_store(w), "--panel", "vocp", "--cache", w.cache, "-q"], 2,

@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster"}
+            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster", "linear-depth"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -66,6 +66,10 @@ BAD = [
     ("overcluster", {"k": (100, 100)}, "k"),
     ("overcluster", {"seeds": 0}, "seeds"),
     ("linear-segmentation", {"scale": (2.0, 0.5)}, "scale"),
+    ("linear-depth", {"preset": "dinov2-lin2"}, "preset"),
+    ("linear-depth", {"warmup": 38400}, "warmup"),
+    ("linear-depth", {"crop": (416,)}, "crop"),
+    ("linear-depth", {"batch_size": 1}, "batch_size"),
 ]
 
 
@@ -112,9 +116,12 @@ def test_an_unknown_setting_is_refused_with_the_known_ones():
 
 def test_the_cli_names_the_flag_where_the_api_names_the_parameter(store, capsys):
     code, printed = probe_main(["entropy", store, "--boot", "0", "-q"], capsys)
-    assert code == 2 and printed.err.strip().startswith("error: --boot 0: 0 resamples are too few") and "Traceback" not in printed.err
+    assert code == 2 and printed.err.strip().startswith("error: --boot must be an integer in [100, 100000] (got 0): there would be no interval")
+    assert "Traceback" not in printed.err and "use e.g. --boot 1000" in printed.err
+    with pytest.raises(SettingError, match=r"^boot must be an integer in \[100, 100000\] \(got 0\).*use e.g. boot=1000$"):
+        probe.run("entropy", store, boot=0)
     code, printed = probe_main(["decode", store, "--tau", "1.5", "-q"], capsys)
-    assert code == 2 and "--tau 1.5 must lie in [-1, 1)" in printed.err
+    assert code == 2 and "--tau must be a number in [-1, 1) (got 1.5)" in printed.err
     assert not (store / "results").exists()  # refused before any work
 
 
@@ -132,7 +139,7 @@ def test_placement_parses_once_and_reaches_the_protocol_unchanged(monkeypatch, s
         assert caught.value.parameter == parameter
     protocol = registry.get("entropy")
     seen = []
-    fake = dataclasses.replace(protocol, execute=lambda settings, placement, **inputs: seen.append(placement))
+    fake = dataclasses.replace(protocol, run=_observing(seen))
     monkeypatch.setitem(registry._REGISTRY, "entropy", fake)
     where = Placement(workers=2, dask_address=None, shard="0/1")
     api.run("entropy", [store], placement=where)
@@ -297,6 +304,17 @@ def test_a_dinov3_store_runs_through_the_protocols(tmp_path, photos):
     assert [r.result for r in records.every_record(store)].count("decoder") == 3
 
 
+def _observing(seen: list) -> object:
+    """A protocol's run that only notes the placement it was handed (and ends as every run ends)."""
+    from probe_toolkit.protocols.context import Outcome
+
+    def run(inputs, settings, context):
+        seen.append(context.placement)
+        return context.finish(Outcome())
+
+    return run
+
+
 PLACED = {"workers": 2, "dask_address": "tcp://127.0.0.1:9", "shard": "0/2", "backend": "torch", "device": "cuda", "threads": 2}
 
 
@@ -305,9 +323,13 @@ def test_a_placement_field_a_protocol_does_not_honour_is_refused_before_any_work
     reaches its execution unchanged; any other, given away from its default, is a SettingError
     naming it before the execution starts (no work, no record claiming a placement the run never had)."""
     refused = {}
+    monkeypatch.setattr(Placement, "check_device", lambda self, backend=True: None)  # no GPU here: the device is taken as present
     for protocol in registry.protocols():
         reached: list[Placement] = []
-        fake = dataclasses.replace(protocol, execute=lambda settings, placement, _seen=reached, **inputs: _seen.append(placement))
+        if protocol.run is not None:  # only the source: the test is about the placement reaching the run
+            fake = dataclasses.replace(protocol, run=_observing(reached), inputs=protocol.inputs[:1])
+        else:
+            fake = dataclasses.replace(protocol, execute=lambda settings, placement, _seen=reached, **inputs: _seen.append(placement))
         monkeypatch.setitem(registry._REGISTRY, protocol.name, fake)
         for field, value in PLACED.items():
             reached.clear()

@@ -17,39 +17,39 @@ import typer
 import zarr
 from typer.testing import CliRunner
 
-from probe_toolkit.infra.settings import Settings, positive
+from probe_toolkit.infra.settings import Positive, Settings, setting
 from probe_toolkit.protocols import api, registry
-from probe_toolkit.protocols.registry import Command, Option, Protocol, Reads, Reference
+from probe_toolkit.protocols.context import Outcome, Saving
+from probe_toolkit.protocols.registry import Command, Difference, Input, Protocol, Reads, Reference
 
 
 @dataclass(frozen=True)
 class ToySettings(Settings):
-    scale: float = 1.0  # each image's mean token is multiplied by this
-
-    def check(self) -> None:
-        positive("scale", self.scale)
+    scale: float = setting(1.0, "Factor on each image's mean token.", Positive())  # default, help and constraint: declared once
 
 
 @dataclass
-class ToyReport:
+class ToyReport(Outcome):
     store: Path
     means: np.ndarray
 
+    def summary(self) -> dict[str, Any]:
+        return {"means": self.means.tolist()}
 
-def execute(settings: ToySettings, placement, *, store, **_: Any) -> ToyReport:
+
+def run(inputs, settings: ToySettings, context) -> ToyReport:
     import xarray as xr
 
-    from probe_toolkit.results import records
     from probe_toolkit.store import cache
 
-    ds = cache.open_store(store, arrays=["tokens_224"])
+    ds = cache.open_store(inputs.store, arrays=["tokens_224"])
     means = settings.scale * np.asarray(cache.require(ds, "tokens_224").values, np.float64).mean(axis=(1, 2))
-    records.save(store, "toy", xr.Dataset({"mean": ("image", means)}, coords={"image": [str(i) for i in ds.image.values]}))
-    return ToyReport(Path(store), means)
+    result = xr.Dataset({"mean": ("image", means)}, coords={"image": [str(i) for i in ds.image.values]})
+    return context.finish(ToyReport(Path(inputs.store), means), Saving(inputs.store, "toy", result))
 
 
-def table(report: ToyReport, given: dict[str, Any]) -> list[str]:
-    return [f"toy: {len(report.means)} images, scale {given['scale']:g}, mean {report.means.mean():.9f}"]
+def table(report: ToyReport) -> list[str]:
+    return [f"toy: {len(report.means)} images, scale {report.run.settings.scale:g}, mean {report.means.mean():.9f}"]
 
 
 def section(ctx):
@@ -66,12 +66,13 @@ def section(ctx):
 
 TOY = Protocol(
     name="toy", summary="The mean of each image's 224 tokens, scaled.", settings=ToySettings,
+    inputs=(Input("store", "A store written by probe extract.", "store", required=True),),
     reads=Reads(arrays=("tokens_224",), views=("224",)), results=("toy",),
-    references=(Reference("none: a test's protocol", "tests/test_contract_new_protocol.py"),), differences="none", execute=execute,
-    command=Command(help="Mean token of each image, times --scale.", source="A store written by probe extract.",
-                    options=(Option("scale", "Factor on each image's mean token.", "float", 1.0), "quiet"), table=table,
+    references=(Reference("none: a test's protocol", "tests/test_contract_new_protocol.py"),),
+    differences=(Difference("none", "a test's protocol", "none"),), run=run, result=ToyReport,
+    command=Command(help="Mean token of each image, times --scale.", options=("scale", "quiet"), table=table,
                     name="toy-mean"),  # a command may be named otherwise than its protocol
-    sections=(section,),
+    sections=(section,), placement=(),
 )
 
 
@@ -105,9 +106,12 @@ def test_a_new_protocol_needs_one_module_and_one_registry_entry(store, monkeypat
     want = expected_means(store, 2.5)
     assert f"toy: {len(want)} images, scale 2.5, mean {want.mean():.9f}" in printed.output
 
+    with pytest.raises(registry.ProbeError, match="toy takes no keyword scal; did you mean scale"):  # a misspelt keyword is refused, not recorded
+        api.run("toy", store, scal=2.5)
     run = api.run("toy", store, scale=2.5)  # the Python API: the same numbers, a second record
     np.testing.assert_allclose(run.report.means, want, rtol=1e-12)
     assert [r.result for r in run.records] == ["toy"] and run.records[0].meta["settings"] == {"scale": 2.5}
+    assert run.records[0].meta["differences"] == [{"what": "none", "why": "a test's protocol", "effect": "none"}]
 
     assert section in sections.builders()  # the report gathers it from the registry, after decode's and before training's
     report = sections.gather([store])

@@ -66,3 +66,42 @@ def test_bad_keys_are_one_line():
         decode_batch(np.full((1, 16, 4), np.nan), Settings())
     with pytest.raises(ProbeError, match="not \\(image"):
         decode_batch(np.zeros((16, 4)), Settings())
+
+
+@pytest.mark.parametrize("preset, ties", [("lost", "argsort"), ("lost", "lowest-index"), ("dsm", "argsort")])
+@pytest.mark.parametrize("grid", [(12, 12), (9, 14)])
+def test_lost_and_dsm_batched_equal_the_scipy_path(preset, ties, grid):
+    """Every preset runs batched on torch: LOST (its dot products, degrees and expansion on the
+    device, its order of equal degrees and its component on the CPU) and DSM (its affinity and a
+    batched eigh on the device) give the scipy path's masks, seeds and degrees, and close
+    eigenvalues, on a square and an own-size grid, centred or not; nothing flagged here."""
+    from probe_toolkit.analyses.decoder_blocks import decode_block
+
+    rng = np.random.default_rng(sum(grid))
+    rows, cols = grid
+    keys = np.stack([_structured(rng, max(grid))[: rows * cols] for _ in range(5)] + [rng.standard_normal((rows * cols, 64)).astype(np.float16)])
+    for center in (False, True):
+        settings = Settings.from_preset(preset, center=center, **({"ties": ties} if preset == "lost" else {}))
+        grids = None if rows == cols else (np.full(len(keys), rows), np.full(len(keys), cols))
+        scipy_arrays = decode_block(keys, settings=settings, **({} if grids is None else {"rows": grids[0], "cols": grids[1]}))
+        torch_arrays = decode_block(keys, settings=settings, backend="torch", **({} if grids is None else {"rows": grids[0], "cols": grids[1]}))
+        for name in ("masks", "seed", "degree", "stop", "cuts", "degenerate"):
+            a, b = scipy_arrays[name], torch_arrays[name]
+            assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (name, center)
+        for name in ("lambda2", "lambda3", "score", "expansion"):
+            np.testing.assert_allclose(torch_arrays[name], scipy_arrays[name], rtol=1e-9, atol=1e-9, equal_nan=True)
+        assert not torch_arrays["degenerate"].any()
+
+
+def test_lost_flags_a_dot_product_too_close_to_zero_to_sign():
+    """Two keys orthogonal up to float64's rounding: their sign decides a degree, which another
+    summation order could decide otherwise, so the torch path flags the image."""
+    import torch
+
+    from probe_toolkit.analyses.decoder_single_torch import decode_single_batch
+
+    rng = np.random.default_rng(0)
+    keys = rng.standard_normal((1, 16, 8))
+    keys[0, 1] = keys[0, 0][[1, 0, 3, 2, 5, 4, 7, 6]] * np.array([1, -1, 1, -1, 1, -1, 1, -1])  # exactly orthogonal to key 0
+    found = decode_single_batch(keys, Settings.from_preset("lost"), torch.device("cpu"), (4, 4))
+    assert found[0].degenerate

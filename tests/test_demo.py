@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from report_reader import absolute_paths, figures_of, outside_axes
+
 from probe_toolkit.demo.run import run_demo
 from probe_toolkit.labels import ledger
 from probe_toolkit.report.sections import gather
@@ -25,6 +27,7 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     report = gather(demo.stores, follow="photos/chelsea.jpg", patch=34, cache_dir=out / "work" / "cache")
     absent = [s.key for s in report.sections if not s.present]
     assert not absent, f"sections without content: {absent}"
+    read_as_a_reader(out, demo.stores, tmp_path, report)
     # the labels the demo read are all in the ledger, chain intact, and none of them is a test panel
     root = out / "work" / "cache"
     assert ledger.verify(root) == []
@@ -33,7 +36,8 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     davis = str((out / "work" / "davis").resolve())
     # demo-sal: the val scenes as saliency masks; davis: the synthetic video's first frames; demo-spair: keypoint pairs;
     # demo-seg-train, demo-seg-val: Hummingbird's VOC-layout scenes
-    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}", "demo-spair", "demo-seg-train", "demo-seg-val"}
+    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}", "demo-spair", "demo-seg-train", "demo-seg-val",
+                                                     "demo-nyu-train", "demo-nyu-test"}
 
     # the README's example blocks are what the commands print on this demo (tools/readme_examples.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -44,3 +48,21 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     assert set(printed) <= set(readme)
     for name, text in printed.items():
         assert readme_examples.volatile(readme[name], name) == readme_examples.volatile(text, name), f"README example {name!r} differs: rerun tools/readme_examples.py"
+
+
+def read_as_a_reader(out: Path, stores: list[Path], tmp_path: Path, report) -> None:
+    """The demo's report read as its reader reads it (issue 47): no path of this machine, every record's images
+    known, the panels found where the demo registered them, published rows shown, captions equal to the records,
+    no figure element outside its axes."""
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert not absolute_paths(text, [tmp_path, Path.cwd(), Path.home()])
+    assert "no record of its images" not in text  # every record written through probe.run says what it read
+    assert "could not be read" not in text  # the panels are looked up in the demo's cache, not ./cache
+    assert "DINO ViT-S/16, 512 px | 37.2 | 43.1 | 46.6" in text  # Hummingbird's published rows at their own memory sizes
+    for store in stores:  # captions name the image counts the records hold
+        for result, phrase in (("knn", "{train} ({n} images) → {val} ({m} images"), ("hummingbird", "→ {val} ({m} images)")):
+            ds = records.load(store, result)
+            counts, panels = ds.attrs["counts"], ds.attrs["panels"]
+            assert phrase.format(train=panels["train"]["name"], val=panels["val"]["name"], n=counts["train"], m=counts["val"]) in text, (store, result)
+    problems = [f"{name}: {problem}" for name, fig in figures_of(report) for problem in outside_axes(fig)]
+    assert not problems

@@ -16,10 +16,9 @@ machine); ``-m slow`` runs each reader with many more.
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -177,7 +176,8 @@ def swapped(path: Path, data: bytes, run: Callable[[], object]):
 
 READERS: dict[str, tuple[Callable, bool, Callable]] = {
     "checkpoint-pth": (lambda w: w.ckpt, False,
-                       lambda w: probe("extract", w.ckpt, "--images", w.images, "--views", "224", "--limit", "1", "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q")),
+                       lambda w: probe("extract", w.ckpt, "--images", w.images, "--views", "224", "--limit", "1",
+                                       "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q")),
     "checkpoint-safetensors": (lambda w: w.safetensors, False,
                                lambda w: probe("extract", w.safetensors, "--images", w.images, "--views", "224", "--limit", "1",
                                                "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q")),

@@ -181,7 +181,7 @@ def test_bounded_bank_follows_the_reference_rule_and_its_seed():
         y[rng.random(y.shape) < 0.1] = 255
         maps.append(y)
     features = rng.standard_normal((views, grid * grid, 8)).astype(np.float32)
-    settings = hb.HummingbirdSettings(memory_size=23, seed=7, input_size=grid * ps, patch_size=ps, n_classes=c)
+    settings = hb.Evaluation(memory_size=23, seed=7, input_size=grid * ps, patch_size=ps, n_classes=c)
     bank = hb.build_bank(features, maps, settings)
     assert bank.per_view == 23 // 5 == 4
     assert bank.features.shape == (20, 8) and bank.labels.shape == (20, c)
@@ -198,10 +198,10 @@ def test_bounded_bank_follows_the_reference_rule_and_its_seed():
 
     again = hb.build_bank(features, maps, settings)
     assert np.array_equal(again.patch, bank.patch) and np.array_equal(again.features, bank.features)
-    other = hb.build_bank(features, maps, hb.HummingbirdSettings(memory_size=23, seed=8, input_size=8, patch_size=2, n_classes=c))
+    other = hb.build_bank(features, maps, hb.Evaluation(memory_size=23, seed=8, input_size=8, patch_size=2, n_classes=c))
     assert not np.array_equal(other.patch, bank.patch)
 
-    whole = hb.build_bank(features, maps, hb.HummingbirdSettings(input_size=8, patch_size=2, n_classes=c))
+    whole = hb.build_bank(features, maps, hb.Evaluation(input_size=8, patch_size=2, n_classes=c))
     assert whole.per_view is None and len(whole.patch) == views * grid * grid
     assert list(whole.patch[:16]) == list(range(16))
 
@@ -219,11 +219,11 @@ def test_patches_per_view_and_published_sizes():
     assert hb.PUBLISHED_MEMORY_SIZES == (102_400, 1_024_000, 10_240_000)
     assert hb.patches_per_view(1024 * 10**4, 10582 * 2) == 483
     assert hb.patches_per_view(10, 20) == 1
-    settings = hb.HummingbirdSettings(memory_size=3, input_size=4, patch_size=2, n_classes=2)
+    settings = hb.Evaluation(memory_size=3, input_size=4, patch_size=2, n_classes=2)
     with pytest.raises(ValueError, match="memory_size must be at least the number of train views"):
         hb.build_bank(np.ones((4, 4, 2)), [np.zeros((4, 4))] * 4, settings)
     with pytest.raises(ValueError, match="5 patches per view asked"):
-        hb.build_bank(np.ones((1, 4, 2)), [np.zeros((4, 4))], hb.HummingbirdSettings(memory_size=5, input_size=4, patch_size=2, n_classes=2))
+        hb.build_bank(np.ones((1, 4, 2)), [np.zeros((4, 4))], hb.Evaluation(memory_size=5, input_size=4, patch_size=2, n_classes=2))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -241,11 +241,11 @@ def test_patches_per_view_and_published_sizes():
 ])
 def test_settings_name_the_bad_parameter(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        hb.HummingbirdSettings(**kwargs)
+        hb.Evaluation(**kwargs)
 
 
 def test_defaults_are_the_references():
-    s = hb.HummingbirdSettings()
+    s = hb.Evaluation()
     assert (s.k, s.temperature, s.memory_size, s.ignore_index, s.n_classes, s.input_size, s.patch_size, s.grid, s.seed) == \
         (30, 0.02, None, 255, 21, 512, 16, 32, 123)
 
@@ -260,7 +260,7 @@ def test_resize_nearest_is_torchs_legacy_rule():
 def test_segment_end_to_end_recovers_a_separable_scene():
     # two classes whose patches have distinct directions: transfer must label each region right
     rng = np.random.default_rng(5)
-    s = hb.HummingbirdSettings(k=3, input_size=8, patch_size=2, n_classes=3)
+    s = hb.Evaluation(k=3, input_size=8, patch_size=2, n_classes=3)
     truth = np.zeros((8, 8), np.int64)
     truth[:, 4:] = 1
     proto = np.eye(4, dtype=np.float32)[:2] * 5
@@ -276,7 +276,7 @@ def test_segment_end_to_end_recovers_a_separable_scene():
 def test_bank_rows_from_an_iterator_are_the_banks_rows():
     rng = np.random.default_rng(6)
     maps = [rng.integers(0, 4, (8, 8)) for _ in range(3)]
-    s = hb.HummingbirdSettings(memory_size=10, seed=1, input_size=8, patch_size=2, n_classes=4)
+    s = hb.Evaluation(memory_size=10, seed=1, input_size=8, patch_size=2, n_classes=4)
     rows = hb.bank_rows(iter(maps), 3, 4, s)
     bank = hb.build_bank(rng.standard_normal((3, 16, 5)), maps, s)
     assert rows.per_view == 3 and np.array_equal(rows.view, bank.view) and np.array_equal(rows.patch, bank.patch)
@@ -304,7 +304,7 @@ def test_upsampling_and_label_resizing_agree_with_torch():
 
 
 def test_views_must_be_whole_augmentation_epochs():
-    s = hb.HummingbirdSettings(augmentation_epochs=2, input_size=4, patch_size=2, n_classes=2)
+    s = hb.Evaluation(augmentation_epochs=2, input_size=4, patch_size=2, n_classes=2)
     with pytest.raises(ValueError, match="3 train views are not 2 augmentation epochs"):
         hb.bank_rows([np.zeros((4, 4))] * 3, 3, 2, s)
     assert len(hb.bank_rows([np.zeros((4, 4))] * 4, 4, 2, s).patch) == 16

@@ -285,9 +285,9 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
 
 
 def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
-    """Blocks of val views, of bank rows, portions of memory views and of label maps of any size
-    (the memory built two views at a time, the maps decoded two at a time), on 1 or 2 workers:
-    the same numbers."""
+    """Blocks of val views, of bank rows (``work_memory`` 16 MiB: 512 rows of products per block),
+    portions of memory views and of label maps of any size (the memory built two views at a time,
+    the maps decoded two at a time), on 1 or 2 workers: the same numbers."""
     from probe_toolkit import run
     from probe_toolkit.commands import hummingbird as command
     from probe_toolkit.commands import hummingbird_memory
@@ -296,10 +296,9 @@ def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
     root, year, store, labels, _ = voc
     first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
     monkeypatch.setattr(command, "QUERY_BLOCK", 3)
-    monkeypatch.setattr(command, "BANK_BLOCK", 77)
     monkeypatch.setattr(hummingbird_memory, "READ_BLOCK", 2)
     monkeypatch.setattr(label_maps, "PORTION", 2)
-    second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=2)
+    second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=2, work_memory=16)
     a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
     for name in ("confusion", "prediction", "miou", "miou_hungarian", "bank_rows"):
         assert np.array_equal(a[name].values, b[name].values), name
@@ -390,8 +389,8 @@ def test_a_store_made_in_the_old_augmentation_order_is_refused_not_read_or_grown
     (["--memory", "5"], "--memory 5 is smaller than the 10 augmented train views"),
     (["--memory", "20000"], "asks 2000 patches of each of the 10 augmented train views, which hold 1024"),
     (["--memory", "100", "--k", "101"], "--k 101 exceeds the 100 bank rows at size 100"),
-    (["--memory", "full,full"], "repeats a size"),
-    (["--augmentation-epochs", "3"], "augmentation-epochs 3 is not one of 1, 2"),
+    (["--memory", "full,full"], "each once (got full,full)"),
+    (["--augmentation-epochs", "3"], "--augmentation-epochs must be one of 1, 2 (got 3)"),
 ])
 def test_refusals_come_before_any_label_read(voc, argv, words, capsys):
     root, year, store, labels, _ = voc

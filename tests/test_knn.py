@@ -71,7 +71,7 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     test, test_labels = clustered(37, centres, rng)  # fewer than 100 test images: DINO's chunking would fail
     ks = (1, 3, 10, 20, 100, 200)  # k < 5: at most k classes hold votes
     result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes,
-                          ks=ks, test_block=8, train_block=50)
+                          ks=ks, temperature=0.07, test_block=8, train_block=50)
     for j, k in enumerate(ks):
         preds, top5 = brute_force(train.astype(np.float64), train_labels, test.astype(np.float64), n_classes, k, 0.07)
         np.testing.assert_array_equal(result.predictions[j], preds)
@@ -97,7 +97,7 @@ def test_top5_counts_as_dinos_script():
     train, train_labels = clustered(400, centres, rng, spread=2.5)
     test, test_labels = clustered(300, centres, rng, spread=2.5)
     ks = (1, 2, 3, 10, 20)
-    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes, ks=ks)
+    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes, ks=ks, temperature=0.07)
     for j, k in enumerate(ks):
         top1, top5 = dino_knn_classifier(train, train_labels, test, test_labels, k, 0.07)
         assert result.top1[j] == pytest.approx(top1)
@@ -111,7 +111,7 @@ def test_top5_counts_as_dinos_script():
 def test_k_above_the_train_set_is_refused():
     x = np.ones((4, 3), np.float32)
     with pytest.raises(ValueError):
-        knn.classify(lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), 2, ks=(10,))
+        knn.classify(lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), lambda a, b: x[a:b], 4, np.array([0, 1, 0, 1]), 2, ks=(10,), temperature=0.07)
 
 
 def _image(path, colour, seed, sd=20.0):
@@ -389,3 +389,24 @@ def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(class_folde
         code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--cache", str(c), "-q", *extra], capsys)
         assert code == 2 and words in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
     assert not ledger.entries(c)
+
+
+def test_work_memory_sizes_the_blocks_not_the_numbers(class_folders, tmp_path, capsys):
+    """``--work-memory`` bounds a search task's block products (the train bank's rows per block,
+    ``analyses.search.block_rows``): the record is the default's; below 16 MiB it is refused in one line."""
+    from probe_toolkit import run
+    from probe_toolkit.analyses import search
+
+    root, store = class_folders
+    c = tmp_path / "cache"
+    for name, split in (("tr", "train"), ("va", "val")):
+        code, printed = probe_main(["panel", "add", name, "--classes-from-folders", str(root / "data" / split), "--role", split, "--cache", str(c)], capsys)
+        assert code == 0, printed.err
+    assert search.block_rows(None, 1024, 4096) == 4096 and search.block_rows(64, 1024, 4096) == 4096 and search.block_rows(16, 1024, 4096) == 1024
+    assert search.block_rows(16, 10**6, 4096) == 256
+    first = run("knn", store, train="tr", val="va", ks=(1, 3), cache_dir=c, workers=1)
+    second = run("knn", store, train="tr", val="va", ks=(1, 3), cache_dir=c, workers=1, work_memory=16)
+    a, b = (records.load(store, "knn", r.run_id) for r in (first, second))
+    assert all(np.array_equal(a[n].values, b[n].values) for n in ("neighbour", "similarity", "prediction"))
+    code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--cache", str(c), "-q", "--work-memory", "8"], capsys)
+    assert code == 2 and "work-memory" in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err

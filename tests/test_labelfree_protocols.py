@@ -138,11 +138,14 @@ def test_the_report_draws_rank_position_and_the_cka_matrix(stores):
 def test_every_block_a_store_holds(tmp_path):
     """A store extracted with every block: similarity compares its blocks, rank and position read any block, and the
     report's per-block figure draws them (tokens of block B read here from zarr as `tokens_b<B>_224`)."""
-    from probe_toolkit.commands.position import run_position
-    from probe_toolkit.commands.rank import run_rank
-    from probe_toolkit.protocols.position import PositionSettings
-    from probe_toolkit.protocols.rank import RankSettings
+    from probe_toolkit.protocols import api, registry
     from probe_toolkit.report.sections_labelfree import by_block
+
+    def at_block(name: str, block: int, **keywords):  # the run context with a block, as plan's --block will set it
+        context = api.prepare(registry.get(name), store, None, None, keywords)
+        context.block = block
+        with records.opened(context.stamp):
+            return registry.resolve(registry.get(name).run)(context.inputs, context.settings, context)
 
     checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", ARCHS["tiny"], seed=5)
     store = extract(checkpoint, sample_photos(), settings=Settings(views=("224",), blocks="all", chunk=4), store=tmp_path / "all.zarr", quiet=True,
@@ -152,9 +155,32 @@ def test_every_block_a_store_holds(tmp_path):
     assert cka.sets == ["a:0", "a:1"]
     assert cka.cka[0, 1] == pytest.approx(cka_written_out(first.reshape(len(first), -1), last.reshape(len(last), -1)), rel=1e-9)
     for block in (0, 1):
-        run_rank([store], RankSettings(sizes=(64,), lidar=False), block=block)
-        run_position([store], PositionSettings(held_out=0.3, epochs=1), block=block)
+        at_block("rank", block, sizes=(64,), lidar=False)
+        at_block("position", block, held_out=0.3, epochs=1)
     ranks = by_block(store, "rank", {"view": "224"})
     assert sorted(ranks) == [0, 1]
     assert float(ranks[0].rankme.sel(tokens="patch")) == pytest.approx(rankme_by_svd(first.reshape(-1, first.shape[-1])), rel=1e-9)
     assert sorted(by_block(store, "position", {"view": "224", "grid": 14})) == [0, 1]
+
+
+def test_position_on_synthetic_stores_reads_a_linear_code_and_not_noise(stores, tmp_path):
+    """The dino store's 224 tokens overwritten (with zarr) by tokens that hold their (row, col) linearly at one norm: the
+    probe's held-out error is about 0; overwritten by noise: about chance, the best constant's L1 (0.538 at 14 × 14)."""
+    from probe_toolkit.analyses.position import chance_l1, targets
+
+    rng = np.random.default_rng(11)
+    coded, noise = shutil.copytree(stores["dino"], tmp_path / "coded.zarr"), shutil.copytree(stores["dino"], tmp_path / "noise.zarr")
+    for store in (coded, noise):
+        shutil.rmtree(store / "results", ignore_errors=True)
+    group = zarr.open_group(str(coded), mode="r+")
+    n, p, d = group["tokens_224"].shape
+    t = targets(14, 14).astype(np.float64)
+    basis = np.linalg.qr(rng.normal(size=(d, 3)))[0].T
+    code = np.concatenate([t, np.sqrt(3.0 - (t ** 2).sum(axis=1, keepdims=True))], axis=1) @ basis
+    group["tokens_224"][:] = np.repeat(code[None], n, axis=0).astype(group["tokens_224"].dtype)
+    zarr.open_group(str(noise), mode="r+")["tokens_224"][:] = rng.normal(size=(n, p, d)).astype(group["tokens_224"].dtype)
+    linear = run("position", coded, held_out=0.34, epochs=300).report.stores[0].fit
+    blind = run("position", noise, held_out=0.34, epochs=300).report.stores[0].fit
+    assert linear.l1 < 1e-3  # position linearly in the tokens: error ≈ 0 (measured 2.6e-5)
+    assert blind.chance == pytest.approx(chance_l1(14, 14)) == pytest.approx(14 / 26)
+    assert abs(blind.l1 - blind.chance) < 0.1  # no position in the tokens: chance level (measured 0.568; a fit of the training noise only adds)

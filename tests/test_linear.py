@@ -11,11 +11,13 @@ from conftest import synthetic_scene
 from PIL import Image
 from pycocotools import mask as coco_mask
 
+import probe_toolkit as probe
 from probe_toolkit.analyses import linear
 from probe_toolkit.commands import linear as probing
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import add_panel
+from probe_toolkit.protocols.linear import LinearSettings
 from probe_toolkit.results import records
 from probe_toolkit.store import cache, images
 from probe_toolkit.store.create import create_store
@@ -121,7 +123,8 @@ def separable(labels: np.ndarray, channels: int, seed: int, noise: float = 0.3) 
     return (centres[np.maximum(labels, 0)] + rng.normal(0, noise, (*labels.shape, channels)) + 7.0).astype(np.float32)
 
 
-SMALL = linear.FitSettings(epochs=20, weight_decays=(1e-2, 1e-4), seed=0)
+SMALL = LinearSettings(epochs=20, weight_decays=(1e-2, 1e-4), seed=0)
+FIT = {"epochs": 20, "weight_decays": (1e-2, 1e-4), "seed": 0}  # SMALL as probe.run keywords
 
 
 def test_separable_tokens_reach_100_percent():
@@ -153,11 +156,11 @@ def test_dense_probe_is_the_l2_logistic_regression_sklearn_solves():
     y = rng.integers(0, k, n)
     x = (rng.normal(0, 1, (n, d)) + 0.8 * np.eye(d)[y] + 2.0).astype(np.float32)
     wd = 1e-3
-    probe = linear.fit_patch_probe(x, y, k, wd, linear.FitSettings(epochs=150, seed=0))
+    fitted = linear.fit_patch_probe(x, y, k, wd, LinearSettings(epochs=150, seed=0))
     z = (x - x.mean(0)) / x.std(0)
     ref = LogisticRegression(C=1.0 / (wd * n), max_iter=2000, tol=1e-8).fit(z, y)
-    assert (probe.predict(x) == ref.predict(z)).mean() > 0.98
-    w = probe.weight - probe.weight.mean(0)  # softmax is invariant to a shared shift of the classes
+    assert (fitted.predict(x) == ref.predict(z)).mean() > 0.98
+    w = fitted.weight - fitted.weight.mean(0)  # softmax is invariant to a shared shift of the classes
     assert np.corrcoef(w.ravel(), (ref.coef_ - ref.coef_.mean(0)).ravel())[0, 1] > 0.99
 
 
@@ -312,7 +315,7 @@ def test_run_fits_before_reading_val_and_saves_the_documented_results(panels, st
         return real_fit(*args, **kwargs)
 
     monkeypatch.setattr(linear, "fit_patch_level", watched)
-    report = probing.run_linear([stores["good"], stores["random"]], "tr", "va", settings=SMALL, cache_dir=root, json_path=tmp_path / "out.json")
+    report = probe.run("linear", [stores["good"], stores["random"]], train="tr", val="va", **FIT, cache_dir=root, json_path=tmp_path / "out.json").report
     assert seen == [["linear-patch: fit"], ["linear-patch: fit"]]
     new = ledger.entries(root)[before:]
     assert [(e.fields["panel"], e.fields["purpose"]) for e in new] == [("tr", "linear-patch: fit"), ("va", "linear-patch: score")]
@@ -362,7 +365,7 @@ def dense_by_scipy(ds, val_store: Path, panels) -> np.ndarray:
 
 
 def test_image_level(panels, stores):
-    report = probing.run_linear([stores["good"]], "tr", "va", level="image", settings=SMALL, cache_dir=panels["cache"])
+    report = probe.run("linear", [stores["good"]], train="tr", val="va", level="image", **FIT, cache_dir=panels["cache"]).report
     assert report.outcomes[0].scores["map"] > 0.95
     ds = records.load(stores["good"], "linear_image")
     assert ds.ap.dims == ("category",) and ds.score.dims == ("image", "category") and ds.attrs["feature"] == "cls_tokens_224"
@@ -378,7 +381,7 @@ def test_a_store_without_the_panels_images_is_refused_before_any_label_read(pane
     ids = sorted(panels["tr"])[:7]
     make_store(lonely, ids, np.zeros((7, 196, 8), np.float32), sizes_of(panels["folders"]["tr"], ids), sha="c" * 64, source=panels["folders"]["tr"])
     with pytest.raises(ProbeError) as error:
-        probing.run_linear([stores["good"], lonely], "tr", "va", settings=SMALL, cache_dir=root)
+        probe.run("linear", [stores["good"], lonely], train="tr", val="va", **FIT, cache_dir=root)
     line = error.value.line()
     assert "lacks 3 of the 10 images of panel 'tr' (img07.png, img08.png, img09.png)" in line and "probe extract /ckpt/cccc.pth --panel tr" in line
     # a store extracted from the folder above the panel's (its ids carry the sub-folder) that misses one image
@@ -387,14 +390,14 @@ def test_a_store_without_the_panels_images_is_refused_before_any_label_read(pane
     ids = sorted(panels["tr"])[:9]
     make_store(above, [f"{folder.name}/{i}" for i in ids], np.zeros((9, 196, 8), np.float32), sizes_of(folder, ids), sha="e" * 64, source=folder.parent)
     with pytest.raises(ProbeError) as error:
-        probing.run_linear([stores["good"], above], "tr", "va", settings=SMALL, cache_dir=root)
+        probe.run("linear", [stores["good"], above], train="tr", val="va", **FIT, cache_dir=root)
     assert f"lacks 1 of the 10 images of panel 'tr' ({folder.name}/img09.png)" in error.value.line()
     # the train panel's store has files named img00..img05, as the val panel does, but from the train folder
     alone = panels["root"] / "stores/alone-dddddddd/teacher.zarr"
     ids = sorted(panels["tr"])
     make_store(alone, ids, np.zeros((10, 196, 8), np.float32), sizes_of(panels["folders"]["tr"], ids), sha="d" * 64, source=panels["folders"]["tr"])
     with pytest.raises(ProbeError, match="extracted from another folder than the one of panel 'va'"):
-        probing.run_linear([alone], "tr", "va", settings=SMALL, cache_dir=root)
+        probe.run("linear", [alone], train="tr", val="va", **FIT, cache_dir=root)
     assert len(ledger.entries(root)) == before
 
 
@@ -423,7 +426,7 @@ def test_on_a_store_the_real_extractor_wrote_from_the_panels_parent_folder(panel
     store = extract(tiny_checkpoints["dino-full"], panels["root"], settings=Settings(views=(224,), attention="none", chunk=8),
                     store=tmp_path / "teacher.zarr", quiet=True, batch_size=8).store
     assert "va/img00.png" in cache.open_store(store).image.values
-    report = probing.run_linear([store], "tr", "va", settings=linear.FitSettings(epochs=3, weight_decays=(1e-2,)), cache_dir=panels["cache"])
+    report = probe.run("linear", [store], train="tr", val="va", epochs=3, weight_decays=(1e-2,), cache_dir=panels["cache"]).report
     ds = records.load(store, "linear_patch")
     assert ds.weight.shape == (3, 128) and ds.prediction.shape == (6, 196) and 0 <= report.outcomes[0].scores["accuracy"] <= 1
     assert list(ds.image.values) == sorted(panels["va"])

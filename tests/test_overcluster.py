@@ -50,7 +50,7 @@ def neco_written_out(store, voc, ks, seeds, eps, patch, iterations=10, restarts=
 
     group = zarr.open_group(str(store), mode="r")
     ids = [str(i) for i in group["image"][:]]
-    tokens = np.asarray(group["tokens_hbird512"][:], np.float64)
+    tokens = np.asarray(group["tokens_hbird@448"][:], np.float64)
     n, p, d = tokens.shape
     side = int(round(p ** 0.5))
     x = tokens.reshape(-1, d)
@@ -63,7 +63,7 @@ def neco_written_out(store, voc, ks, seeds, eps, patch, iterations=10, restarts=
     truth = []
     for i in ids:
         label = np.asarray(Image.open(voc / "SegmentationClass" / f"{i.rsplit('.', 1)[0]}.png"))
-        big = torch.nn.functional.interpolate(torch.as_tensor(label[None, None].astype(np.float32)), size=(512, 512), mode="nearest")[0, 0]
+        big = torch.nn.functional.interpolate(torch.as_tensor(label[None, None].astype(np.float32)), size=(448, 448), mode="nearest")[0, 0]
         truth.append(torch.nn.functional.interpolate(big[None, None, :cut, :cut], size=(100, 100), mode="nearest")[0, 0].long().numpy())
     truth = np.stack(truth)
     keep = truth != 255
@@ -88,7 +88,7 @@ def test_overcluster_is_necos_pipeline_and_reads_labels_only_to_score(panel, net
     root, voc, cache = panel
     layout, arch, patch, eps = NETWORKS[network]
     checkpoint = samples.write_checkpoint(tmp_path / f"{layout}.pth", layout, arch, seed=4)
-    store = extract(checkpoint, voc / "JPEGImages", settings=Settings(views=("hbird512",), chunk=4, dtype="float32"), store=tmp_path / "voc.zarr",
+    store = extract(checkpoint, voc / "JPEGImages", settings=Settings(views=("hbird@448",), chunk=4, dtype="float32"), store=tmp_path / "voc.zarr",
                     cache_dir=cache, quiet=True, batch_size=2).store
     ledger = cache / "ledger.jsonl"
     before = ledger.read_text().splitlines() if ledger.exists() else []
@@ -99,7 +99,7 @@ def test_overcluster_is_necos_pipeline_and_reads_labels_only_to_score(panel, net
     want = neco_written_out(store, voc, (21, 40), 2, eps, patch)
     assert float(ds.miou.sel(k=21)) == pytest.approx(want[21], abs=1e-12)
     assert float(ds.miou.sel(k=40)) == pytest.approx(want[40], abs=1e-12)
-    assert ds.attrs["matching"] == {"21": "hungarian", "40": "many-to-one"} and ds.attrs["grid"] == 512 // patch
+    assert ds.attrs["matching"] == {"21": "hungarian", "40": "many-to-one"} and ds.attrs["grid"] == 448 // patch and ds.attrs["view"] == "hbird@448"
     added = ledger.read_text().splitlines()[len(before):]
     assert len(added) == 1 and json.loads(added[0])["purpose"] == "overcluster: score"
     assert ds.attrs["ledger"] == hashlib.sha256(added[0].encode()).hexdigest()  # the record names the entry its labels came from
@@ -122,7 +122,7 @@ def test_overcluster_refuses_before_any_label_read(panel, tmp_path, capsys):
     ledger = cache / "ledger.jsonl"
     before = ledger.read_text() if ledger.exists() else ""
     code, printed = probe_main(["overcluster", store, "--panel", "voc-val", "--cache", cache, "-q"], capsys)
-    assert code == 2 and "hbird512" in printed.err and len(printed.err.strip().splitlines()) == 1
+    assert code == 2 and "--views hbird@448" in printed.err and len(printed.err.strip().splitlines()) == 1
     code, printed = probe_main(["overcluster", store, "--panel", "voc-val", "--k", "10", "--cache", cache, "-q"], capsys)
     assert code == 2 and "21 classes" in printed.err
     assert (ledger.read_text() if ledger.exists() else "") == before and not (store / "results").exists()

@@ -18,7 +18,7 @@ def test_readme_opens_with_two_commands():
     setup, tests = readme_commands()
     assert "\n" not in setup and "\n" not in tests
     assert text.index(setup) < text.index(tests) < text.index("##")  # both before the guide
-    assert "pip install -e" in setup and "probe demo" in setup
+    assert "pip install -r requirements.lock -e '.[test]'" in setup and "probe demo" in setup  # the tested set, under the ranges
     assert "pytest" in tests
 
 

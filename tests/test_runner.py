@@ -137,9 +137,9 @@ def test_a_shard_computes_its_images_only(store):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--workers", "0"], "--workers 0 must be at least 1"),
-    (["--workers", "-3"], "--workers -3 must be at least 1"),
-    (["--backend", "jax"], "--backend 'jax' is not one of scipy, torch"),
+    (["--workers", "0"], "--workers must be an integer ≥ 1 (got 0)"),
+    (["--workers", "-3"], "--workers must be an integer ≥ 1 (got -3)"),
+    (["--backend", "jax"], "--backend must be one of scipy, torch (got jax)"),
     (["--device", "cuda"], "--backend torch"),
     (["--workers", "2", "--dask-address", "tcp://127.0.0.1:1"], "--dask-address"),
 ])
@@ -155,7 +155,7 @@ def test_bad_workers_are_refused_before_the_progress_bar(store, tmp_path):
     run = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(store), "--cache", str(tmp_path), "--workers", "0"],
                          capture_output=True, text=True, cwd=tmp_path)  # no -q: a started decode draws its progress to stderr
     lines = (run.stdout + run.stderr).strip().splitlines()
-    assert run.returncode == 2 and len(lines) == 1 and "--workers 0 must be at least 1" in lines[0]
+    assert run.returncode == 2 and len(lines) == 1 and "--workers must be an integer ≥ 1 (got 0)" in lines[0]
 
 
 def test_cuda_absent_is_one_line(store, tmp_path, capsys):

@@ -135,7 +135,7 @@ def test_knn_same_bits_at_one_two_workers_and_on_a_cluster(knn_panels, tmp_path,
     norm = parts.final_norm(cache.manifest(ds), store)
     labels = np.array([["blue", "green", "red"].index(i.split("/")[1]) for i in train_ids])
     plain = knn.classify(reader(ds, train_ids, "cls-normed", norm, "224"), 12, labels, reader(ds, val_ids, "cls-normed", norm, "224"), 6,
-                         saved.label.values, 3, ks=(1, 3, 12), test_block=2, train_block=5)
+                         saved.label.values, 3, ks=(1, 3, 12), temperature=0.07, test_block=2, train_block=5)
     np.testing.assert_array_equal(plain.predictions, one[0]["prediction"])
     np.testing.assert_array_equal(plain.top1, saved.top1.values)
 
@@ -247,7 +247,7 @@ def test_workers_zero_is_one_line_for_every_command(tiny_stores, knn_panels, vid
     for args in (["attention-masks", tiny_stores["dino"], "-q"],
                  ["knn", store, "--train", "tr", "--val", "va", "--k", "1", "--cache", c, "-q"],
                  ["propagate", checkpoint, "--davis", root / "DAVIS", "--out", tmp_path / "o", "--cache", tmp_path / "c", "-q"]):
-        _one_line([*args, "--workers", "0"], capsys, 2, "--workers 0")
+        _one_line([*args, "--workers", "0"], capsys, 2, "--workers must be an integer ≥ 1 (got 0)")
     assert not (tmp_path / "o").exists()
 
 

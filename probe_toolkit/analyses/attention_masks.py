@@ -32,9 +32,6 @@ import numpy as np
 if TYPE_CHECKING:  # only SelfPatch's aggregation head computes with torch
     import torch
 
-MASS = 0.6  # visualize_attention.py's --threshold in the paper's figures
-
-
 def class_rows(attention: np.ndarray, prefix: int = 1) -> np.ndarray:
     """(..., head, T, T) attention with the class token at 0 → (..., head, N) its row over the patches, renormalised
     (``prefix``: tokens before the patches, 1 + DINOv2's registers, whose keys are left out like the class token's)."""
@@ -85,7 +82,7 @@ def aggregation_rows(tokens: np.ndarray, head: dict[str, torch.Tensor], heads: i
     return rows / rows.sum(-1, keepdims=True)
 
 
-def mass_masks(rows: np.ndarray, mass: float = MASS) -> np.ndarray:
+def mass_masks(rows: np.ndarray, mass: float) -> np.ndarray:
     """(..., N) rows → (..., N) bool: the patches whose ascending cumulative share exceeds 1 − mass."""
     rows = np.asarray(rows, dtype=np.float64)
     order = np.argsort(rows, axis=-1, kind="stable")

@@ -32,9 +32,6 @@ import torch.nn.functional as F
 
 SIDE = 800  # configs/spair_correspondence.yaml image_size
 THRESHOLD = 0.10  # evaluate_spair_correspondence.py thresh
-THRESHOLDS = (0.05, 0.10, 0.15)
-INSTANCES = 200  # configs/spair_correspondence.yaml num_instances, per category and viewpoint bin
-SEED = 20  # evals/datasets/spair.py random.seed(20)
 BINS = (0, 1, 2, None)  # viewpoint_variation; None: every pair (its own sample)
 
 
@@ -92,7 +89,7 @@ def match(source: torch.Tensor, target: torch.Tensor, source_kps: np.ndarray, ta
     return Matched(keep.numpy().astype(np.int32), predicted[keep].numpy(), error[keep].numpy())
 
 
-def sample(pairs: Sequence, category: str, viewpoint: int | None, instances: int | None = INSTANCES, seed: int = SEED) -> list:
+def sample(pairs: Sequence, category: str, viewpoint: int | None, instances: int | None, seed: int) -> list:
     """The pairs the reference scores for one category and viewpoint bin: those of the category
     (and bin), in the given order, shuffled by Python's ``random`` seeded ``seed``, the first
     ``instances`` kept (``evals/datasets/spair.py``; None or 0: all, unshuffled)."""

@@ -101,17 +101,25 @@ def decode_single(keys: np.ndarray, settings: Settings, grid: tuple[int, int], c
     keys = np.asarray(keys, dtype=np.float64)
     if settings.center:
         keys = keys - keys.mean(axis=0)
-    nan = np.array([np.nan])
     if settings.rule == "lost":
-        r = lost(keys, grid, settings.k_patches, settings.ties)
-        score = 1.0 - float(r.degree[r.seed]) / keys.shape[0]
-        return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
-                          solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed), degree=r.degree, expansion=r.expansion)
-    d = dsm(keys, grid, color=color, color_lambda=settings.color_lambda, gap_tol=settings.gap_tol)
+        return lost_masks(lost(keys, grid, settings.k_patches, settings.ties))
+    return dsm_masks(dsm(keys, grid, color=color, color_lambda=settings.color_lambda, gap_tol=settings.gap_tol))
+
+
+def lost_masks(r) -> ImageMasks:
+    """An image's ``ImageMasks`` from its ``lost.LostResult``."""
+    nan = np.array([np.nan])
+    score = 1.0 - float(r.degree[r.seed]) / len(r.degree)
+    return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
+                      solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed), degree=r.degree, expansion=r.expansion)
+
+
+def dsm_masks(d) -> ImageMasks:
+    """An image's ``ImageMasks`` from its ``dsm.DsmResult``."""
     lam2, lam3 = float(d.eigenvalues[1]), float(d.eigenvalues[2])
     score = float(np.clip((lam3 - lam2) / lam3, 0.0, 1.0)) if lam3 > 0 else 0.0
     return ImageMasks(masks=d.mask[None], score=np.array([score]), lambda2=np.array([lam2]), lambda3=np.array([lam3]),
-                      gap=np.array([lam3 - lam2]), ncut=nan, solver=["dsm"], degenerate=d.flagged, stop="count", cuts=1,
+                      gap=np.array([lam3 - lam2]), ncut=np.array([np.nan]), solver=["dsm"], degenerate=d.flagged, stop="count", cuts=1,
                       fiedler=np.asarray(d.fiedler, dtype=np.float32))  # DSM splits by sign: no seed patch
 
 

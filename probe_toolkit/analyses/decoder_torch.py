@@ -16,6 +16,7 @@ the two costly steps run batched on the device:
 
 Orientation, threshold, foreground rule, component, score and the certificate are decoder.py's
 own functions on the CPU, so a certified mask here is the exact mask, as the scipy path's is.
+LOST and DSM (no cut) run batched in ``decoder_single_torch``.
 Runs with one CPU thread by default so results do not depend on how many processes share a
 machine. The own-size views (a grid per image) batch the images of each grid together
 (``decode_grids``).
@@ -32,8 +33,8 @@ import torch
 from ..infra.errors import ProbeError
 from .decoder import ImageMasks, decode_image, grid_of
 from .decoder_cut import Cut
-from .decoder_masks import certified_cut, iou, mask_score
-from .decoder_settings import Settings
+from .decoder_masks import certified_cut, iou, mask_score, shape_of
+from .decoder_settings import SINGLE, Settings
 
 DENSE_UP_TO = 1024  # measured on the CPU at N = 900: dense eigh 0.3 s per image, LOBPCG 1.3 s (clustered spectra)
 MEMORY = 2**29  # bytes of float64 N × N matrices one sub-batch may hold on the device
@@ -217,10 +218,16 @@ def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: s
     _check(keys)
     b, n, _ = keys.shape
     per = max(1, MEMORY // (8 * n * n))
+    shape = grid or grid_of(n)
     with cpu_threads(threads if device == "cpu" else None), torch.no_grad():
         out: list[ImageMasks] = []
         for start in range(0, b, per):
-            out += _decode(keys[start:start + per], settings, torch.device(device), dense_up_to, grid or grid_of(n))
+            if settings.rule in SINGLE:  # LOST and DSM: no cut (decoder_single_torch)
+                from .decoder_single_torch import decode_single_batch
+
+                out += decode_single_batch(keys[start:start + per], settings, torch.device(device), shape_of(shape))
+            else:
+                out += _decode(keys[start:start + per], settings, torch.device(device), dense_up_to, shape)
         return out
 
 

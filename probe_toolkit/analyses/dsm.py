@@ -105,14 +105,18 @@ def dsm(keys: np.ndarray, grid: tuple[int, int], *, color: np.ndarray | None = N
     normal = scale[:, None] * w * scale[None, :]
     n = w.shape[0]
     mu, y = scipy.linalg.eigh(normal, subset_by_index=[n - 3, n - 1])
-    lam = 1.0 - mu[::-1]  # λ₁ ≤ λ₂ ≤ λ₃
-    v = scale * y[:, 1]
+    return oriented(scale * y[:, 1], 1.0 - mu[::-1], grid, gap_tol)
+
+
+def oriented(v: np.ndarray, lam: np.ndarray, grid: tuple[int, int], gap_tol: float) -> DsmResult:
+    """Steps 4 and 5 from v₁ = D^-½ y (any sign) and λ₁ ≤ λ₂ ≤ λ₃: DSM's sign rule, the mask, the flag."""
+    rows, cols = grid
     if v[int(np.argmax(np.abs(v)))] < 0:
         v = -v
     if 0.5 < np.mean(v > 0) < 1.0:
         v = -v
     patch = v > 0
     if not patch.any():
-        patch = np.ones(n, dtype=bool)
+        patch = np.ones(len(v), dtype=bool)
     mask = largest_component(patch.reshape(rows, cols))
     return DsmResult(mask=mask, fiedler=v, eigenvalues=lam, flagged=bool(lam[2] - lam[1] < gap_tol))

@@ -225,49 +225,51 @@ def entropy(
     fn = functools.partial(_chunk, class_token=class_token, patch=patch, registers=registers, grid=(rows, cols))
     per_image = (run_blocks or runner.per_image())(fn, arrays)  # in this process unless told
 
+    coords = {"block": blocks.coords["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)} if blocks is not None else {}
+    attrs = dict(n_keys=n_keys, n_patches=n_patches, grid=rows if rows == cols else [rows, cols], grid_rows=rows, grid_cols=cols,
+                 class_token=bool(class_token), registers=int(registers), patch=-1 if patch is None else int(patch), blocks=blocks is not None)
+    return summarise(per_image, attention, n_keys, class_token, boot, coords, attrs, detail=patch is not None)
+
+
+def summarise(per_image: dict[str, np.ndarray], source, n_keys, class_token: bool, boot: Bootstrap, coords: dict, attrs: dict,
+              detail: bool = False) -> Results:
+    """The set's means, shares and bootstrap summary of per-image statistics (``entropy``'s and
+    ``entropy_stats``'s): ``n_keys`` the rows' length T, one number or one per image (an own-size view)."""
+    keys = np.asarray(n_keys, dtype=np.float64)
     data: dict[str, tuple] = {}
     for name, values in per_image.items():
         data[name] = (_dims(name), values)
     for name, values in per_image.items():
         if not name.startswith("detail_"):
             data[f"set_{name}"] = (_dims(name)[1:], values.mean(0))
+
+    def shares(values: np.ndarray, axis: int) -> np.ndarray:
+        """The mean of e^H / T along ``axis``: T one number (divided after the mean, as ever), or each image's own."""
+        if not keys.ndim:
+            return values.mean(axis) / n_keys
+        per = values / keys.reshape((-1,) + (1,) * (values.ndim - 1)).astype(values.dtype)
+        return per.mean(axis)
+
     for prefix in ("", "block_"):
         for kind in ("patch", "cls"):
             if f"{prefix}{kind}_effective" in per_image:
-                data[f"set_{prefix}{kind}_share"] = (_dims(f"{prefix}{kind}_effective")[1:], per_image[f"{prefix}{kind}_effective"].mean(0) / n_keys)
-
+                data[f"set_{prefix}{kind}_share"] = (_dims(f"{prefix}{kind}_effective")[1:], shares(per_image[f"{prefix}{kind}_effective"], 0))
     summary = {
         "patch_entropy": per_image["patch_entropy"].mean(1),
         "patch_effective": per_image["patch_effective"].mean(1),
-        "patch_share": per_image["patch_effective"].mean(1) / n_keys,
+        "patch_share": shares(per_image["patch_effective"], 1),
         "distance": per_image["distance"].mean(1),
     }
     if class_token:
         summary.update(
             cls_entropy=per_image["cls_entropy"].mean(1),
             cls_effective=per_image["cls_effective"].mean(1),
-            cls_share=per_image["cls_effective"].mean(1) / n_keys,
+            cls_share=shares(per_image["cls_effective"], 1),
         )
-    summarised, images, described = boot.summary(attention, np.stack(list(summary.values()), axis=1))
+    summarised, images, described = boot.summary(source, np.stack(list(summary.values()), axis=1))
     data.update(summarised)
-
-    coords = {"image": images, "head": np.arange(attention.shape[1]), "statistic": list(summary)}
-    if blocks is not None:
-        coords["block"] = blocks.coords["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)
-    if patch is not None:
+    coords = {"image": images, "head": np.arange(per_image["patch_entropy"].shape[1]), "statistic": list(summary), **coords}
+    if detail:
         coords["rank"] = np.arange(1, TOP_WEIGHTS + 1)
-    attrs = dict(
-        n_keys=n_keys,
-        n_patches=n_patches,
-        grid=rows if rows == cols else [rows, cols],
-        grid_rows=rows,
-        grid_cols=cols,
-        class_token=bool(class_token),
-        registers=int(registers),
-        patch=-1 if patch is None else int(patch),
-        blocks=blocks is not None,
-        entropy_unit="nats",
-        distance_unit="patches (Euclidean between patch centres; times the patch size for pixels)",
-        **described,
-    )
+    attrs = dict(attrs, entropy_unit="nats", distance_unit="patches (Euclidean between patch centres; times the patch size for pixels)", **described)
     return Results(data, coords=coords, attrs=attrs)

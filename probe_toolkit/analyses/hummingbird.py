@@ -44,20 +44,9 @@ label to input × input (bilinear with antialias / nearest). Normalisation mean 
 0.406), std **(0.229, 0.224, 0.255)** (0.255 for blue, not ImageNet's 0.225). eval.py's features:
 the backbone's ``forward_features`` patch tokens (timm: after the final norm), class token dropped.
 
-What differs, on purpose:
-
-- retrieval is exact (``analyses.search``, blocked with a running top-k, shared with k-NN): no
-  ScaNN approximation, and bank rows of equal cosine rank by bank index, the lower first, also at
-  the k-th place; a cosine is the float32 rounding of the float64 product, so the cosines and the
-  ranking do not depend on the block size (float32 BLAS products change in their last bit with
-  the block's shape);
-- the draws of the bounded bank come from ``numpy.random.default_rng(seed)`` (the reference draws
-  from torch's global generator), so the same seed picks other patches than the reference; equal
-  scores keep the lower patch index (torch's ``topk`` leaves that open);
-- the score reports both the identity mIoU (predictions are labels: no matching) and the
-  reference's Hungarian-matched mIoU (``MiouResult.miou_hungarian``), which can only be larger;
-- rows are normalised with a 1e-12 floor on the norm (torch's ``F.normalize``); the reference
-  divides by the bare norm of the bank rows (a zero row would be NaN there).
+What differs from the reference, why, and the effect on the number: ``protocols/hummingbird.py``'s
+``differences`` (exact retrieval, numpy's seeded draws, both mIoUs, the 1e-12 norm floor, ...),
+which the docs, the report and every record carry.
 
 Pure: arrays in, arrays or dataclasses out. Views, augmentations and label files are the
 caller's (``labels/voc_segmentation.py`` reads the label maps through the ledger).
@@ -92,8 +81,11 @@ BANK_BLOCK = 65536  # bank rows per product block (any value gives the same resu
 
 
 @dataclass(frozen=True)
-class HummingbirdSettings:
-    """The protocol's parameters, checked at construction; errors name the parameter.
+class Evaluation:
+    """The arguments of the reference's ``hbird_evaluation`` as this module's functions take them
+    whole (``build_bank``, ``segment``), checked at construction; errors name the parameter. The
+    protocol declares its settings once (``protocols.hummingbird.Evaluation``) and hands
+    the bank's draws their values (``BankDraws``).
 
     ``memory_size`` None keeps every patch of every train view (the reference's default);
     ``augmentation_epochs`` is how many augmented views of each train image the caller extracted
@@ -217,21 +209,22 @@ class BankDraws:
     """The rows a bank of ``views`` train views takes, drawn view by view in view order, so the
     views may come a portion at a time (``take``) and only that portion's label maps be held.
 
-    Unbounded (``settings.memory_size`` None): every patch of every view. Bounded:
-    ``patches_per_view`` patches of each view by ``sample_patches``, from one generator seeded
-    ``settings.seed`` and drawn view by view; rows in view order.
+    Unbounded (``memory_size`` None): every patch of every view. Bounded: ``patches_per_view``
+    patches of each view by ``sample_patches``, from one generator seeded ``seed`` and drawn view
+    by view; rows in view order.
     """
 
-    def __init__(self, views: int, grid: int, settings: HummingbirdSettings) -> None:
-        if views % settings.augmentation_epochs:
-            raise ValueError(f"{views} train views are not {settings.augmentation_epochs} augmentation epochs of the same images")
+    def __init__(self, views: int, grid: int, *, memory_size: int | None, seed: int, epochs: int, n_classes: int,
+                 ignore_index: int = IGNORE_INDEX) -> None:
+        if views % epochs:
+            raise ValueError(f"{views} train views are not {epochs} augmentation epochs of the same images")
         self.per_view = None
-        if settings.memory_size is not None:
-            if settings.memory_size < views:
-                raise ValueError(f"memory_size must be at least the number of train views ({views}), got {settings.memory_size}")
-            self.per_view = patches_per_view(settings.memory_size, views)
-        self.views, self.grid, self.settings = views, grid, settings
-        self.rng = np.random.default_rng(settings.seed)
+        if memory_size is not None:
+            if memory_size < views:
+                raise ValueError(f"memory_size must be at least the number of train views ({views}), got {memory_size}")
+            self.per_view = patches_per_view(memory_size, views)
+        self.views, self.grid, self.n_classes, self.ignore_index = views, grid, n_classes, ignore_index
+        self.rng = np.random.default_rng(seed)
         self.seen = 0
 
     @property
@@ -241,9 +234,9 @@ class BankDraws:
 
     def take(self, label_maps: Iterable[np.ndarray]) -> BankRows:
         """The rows of the next views (their label maps at the view's size, in view order)."""
-        view, patch, labels = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros((0, self.settings.n_classes), np.float32)]
+        view, patch, labels = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros((0, self.n_classes), np.float32)]
         for y in label_maps:
-            d = patch_distributions(y, _tile(y, self.grid), self.settings.n_classes, self.settings.ignore_index)
+            d = patch_distributions(y, _tile(y, self.grid), self.n_classes, self.ignore_index)
             rows = np.arange(d.shape[0]) if self.per_view is None else sample_patches(d, self.per_view, self.rng)
             view.append(np.full(len(rows), self.seen, np.int64))
             patch.append(rows.astype(np.int64))
@@ -258,17 +251,18 @@ class BankDraws:
             raise ValueError(f"{self.seen} label maps for {self.views} views")
 
 
-def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: HummingbirdSettings) -> BankRows:
+def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings: Evaluation) -> BankRows:
     """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
     view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do):
     ``BankDraws`` in one portion."""
-    draws = BankDraws(views, grid, settings)
+    draws = BankDraws(views, grid, memory_size=settings.memory_size, seed=settings.seed, epochs=settings.augmentation_epochs,
+                      n_classes=settings.n_classes, ignore_index=settings.ignore_index)
     rows = draws.take(label_maps)
     draws.finish()
     return rows
 
 
-def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings: HummingbirdSettings) -> MemoryBank:
+def build_bank(features: np.ndarray, label_maps: Sequence[np.ndarray], settings: Evaluation) -> MemoryBank:
     """The memory bank of train views held in memory: ``features`` (views, patches, D) patch
     tokens (patches a square grid, row-major) and their ``label_maps`` (``bank_rows``); the
     chosen rows' features L2-normalised. A caller reading a store picks ``bank_rows`` first and
@@ -400,12 +394,12 @@ def miou(confusion_matrix: np.ndarray) -> MiouResult:
     return MiouResult(identity, float(identity.mean()), matched, float(matched.mean()), mapping, int(c.sum()))
 
 
-def headline(result: MiouResult, settings: HummingbirdSettings) -> float:
+def headline(result: MiouResult, settings: Evaluation) -> float:
     """The mIoU ``settings.matching`` names."""
     return result.miou_hungarian if settings.matching == "hungarian" else result.miou
 
 
-def segment(queries: np.ndarray, bank: MemoryBank, settings: HummingbirdSettings, size: tuple[int, int], block: int = BANK_BLOCK) -> np.ndarray:
+def segment(queries: np.ndarray, bank: MemoryBank, settings: Evaluation, size: tuple[int, int], block: int = BANK_BLOCK) -> np.ndarray:
     """One val view's (patches, D) tokens → its (H, W) predicted label map at ``size``."""
     similarity, neighbour = nearest(queries, bank.features, settings.k, block)
     g = settings.grid

@@ -2,7 +2,7 @@
 
 The rule of facebookresearch/dino ``eval_knn.py`` (``knn_classifier``): features L2-normalised,
 cosine similarity to every train image, the k most similar train images vote for their class
-with weight exp(cos / T), T = 0.07; the class with the largest summed weight is the prediction,
+with weight exp(cos / T) (T: ``KnnSettings.temperature``, DINO's default); the class with the largest summed weight is the prediction,
 top-1 and top-5 accuracy over the test images. Several k are answered in one pass: the running
 top-k is kept for the largest k and the smaller k read its first entries (the list is sorted).
 
@@ -12,23 +12,12 @@ panel (``num_classes=1000`` is never passed), so a class without votes sits amon
 empty columns and is not a hit, and with k < 5 at most k classes hold votes (its
 ``narrow(1, 0, min(5, k))``).
 
-What differs from the script, on purpose:
-
-- the similarities are computed in blocks of test × train images with a running top-k, so
-  memory is (test block) × (train block + k) whatever the panel sizes (the script holds one
-  chunk of ``N_test // 100`` test images × N_train at a time, and fails below 100 test images);
-- with 5 classes or fewer, top-5 is reported as NaN: the script gives a number there (the share
-  of images whose class got any vote), which says nothing about a ranking;
-- the search is exact (``analyses.search``): the cosine is the float32 rounding of the float64
-  product (the script's float32 matmul rounds in its kernel's order), so the neighbours do not
-  depend on block sizes, BLAS or device; numpy screens in float32 and settles in float64 only
-  the pairs near each row's running k-th, so it runs at float32 speed; ``--backend torch``
-  (``--device cpu|cuda``) runs the same search in torch (``analyses.search_torch``: float64
-  products, full-rate on H100/H200-class GPUs) with the same neighbours and cosines;
-- ties have a rule: train images of equal cosine rank by train index, the lower first, also at
-  the k-th place (the script leaves the cut to ``torch.topk``); classes of equal vote rank by
-  class index;
-- by default it runs on numpy, so ``probe knn`` does not import torch.
+What differs from the script, why, and the effect on the number: ``protocols/knn.py``'s
+``differences`` (blocked products with a running top-k, an exact search whose neighbours do not
+depend on block sizes, BLAS or device, a stated tie rule, top-5 undefined with 5 classes or
+fewer), which the docs, the report and every record carry. By default it runs on numpy, so
+``probe knn`` imports no torch; ``--backend torch`` runs the same search in torch
+(``analyses.search_torch``).
 """
 
 from __future__ import annotations
@@ -41,8 +30,6 @@ import numpy as np
 from . import search
 from .search import normalise
 
-KS = (10, 20, 100, 200)  # DINO's eval_knn.py default nb_knn
-TEMPERATURE = 0.07  # DINO's eval_knn.py default
 TEST_BLOCK = 1024
 TRAIN_BLOCK = 4096
 DEVICE_TEST_BLOCK = 4096  # test rows per task on a GPU: fewer, larger products (the same numbers)
@@ -155,8 +142,8 @@ def classify(
     test_labels: np.ndarray,
     n_classes: int,
     *,
-    ks: Sequence[int] = KS,
-    temperature: float = TEMPERATURE,
+    ks: Sequence[int],
+    temperature: float,
     test_block: int = TEST_BLOCK,
     train_block: int = TRAIN_BLOCK,
     keep: int = 5,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -206,27 +206,28 @@ def dense_confusion(logits: np.ndarray, region_classes: np.ndarray, geometry: Vi
 # The dense probe: one torch linear layer on standardised tokens
 
 
-@dataclass(frozen=True)
-class FitSettings:
-    """How the dense probe is fitted; every field is recorded with the results.
+class FitSettings(Protocol):
+    """How the dense probe is fitted (``protocols.linear.LinearSettings`` declares each field once).
 
     The objective is convex, so the fit is full-batch L-BFGS from zero to its optimum (what
     scikit-learn's lbfgs solver reaches, in float32 torch); ``epochs`` bounds the iterations,
     each a full pass over the train patches (line-search passes come on top, at most 25 %).
     """
 
-    epochs: int = 100
-    weight_decays: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)  # strongest first: ties keep it
-    holdout: float = 0.2  # share of the train panel's images held out to choose the weight decay
-    seed: int = 0  # the hold-out split
-    tolerance: float = 1e-4  # stop when every gradient entry of the mean loss is smaller (sklearn's default tol)
+    epochs: int
+    weight_decays: tuple[float, ...]  # strongest first: ties keep it
+    holdout: float  # share of the train panel's images held out to choose the weight decay
+    seed: int  # the hold-out split
+    tolerance: float  # stop when every gradient entry of the mean loss is smaller
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": "full-batch L-BFGS (torch, strong Wolfe line search, history 10), zero start",
-            "loss": "mean cross-entropy + weight_decay/2 * |W|^2 (bias free)", "epochs": self.epochs,
-            "weight_decays": list(self.weight_decays), "holdout": self.holdout, "seed": self.seed, "tolerance": self.tolerance,
-        }
+
+def fit_record(settings: FitSettings) -> dict[str, Any]:
+    """The fit as a record says it: the optimiser and loss beside the settings."""
+    return {
+        "optimizer": "full-batch L-BFGS (torch, strong Wolfe line search, history 10), zero start",
+        "loss": "mean cross-entropy + weight_decay/2 * |W|^2 (bias free)", "epochs": settings.epochs,
+        "weight_decays": list(settings.weight_decays), "holdout": settings.holdout, "seed": settings.seed, "tolerance": settings.tolerance,
+    }
 
 
 @dataclass(frozen=True)

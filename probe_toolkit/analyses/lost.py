@@ -59,13 +59,23 @@ def lost(keys: np.ndarray, grid: tuple[int, int], k: int = K_PATCHES, ties: str 
     positive = a > 0
     np.fill_diagonal(positive, False)
     degree = positive.sum(axis=1)
-    order = argsort(degree) if ties == "argsort" else np.argsort(degree, kind="stable")
-    seed = int(order[0])
-    potentials = order[:k]
+    seed, potentials = seed_and_potentials(degree, k, ties)
     similar = potentials[a[seed, potentials] > 0]
-    expansion = a[similar].sum(axis=0)
+    return result(a[similar].sum(axis=0), seed, degree, grid)
+
+
+def seed_and_potentials(degree: np.ndarray, k: int, ties: str) -> tuple[int, np.ndarray]:
+    """(the seed: the first patch by increasing degree, the first ``k`` patches of that order),
+    equal degrees ranked by ``ties`` (steps 3 and 4)."""
+    order = argsort(degree) if ties == "argsort" else np.argsort(degree, kind="stable")
+    return int(order[0]), order[:k]
+
+
+def result(expansion: np.ndarray, seed: int, degree: np.ndarray, grid: tuple[int, int]) -> LostResult:
+    """The seed's 4-connected component of {M > 0} (step 5), from the expansion M."""
+    rows, cols = grid
     labels, _ = components((expansion > 0).reshape(rows, cols))
     flat = labels.ravel()
     if flat[seed] == 0:
-        return LostResult(np.zeros(n, dtype=bool), seed, degree, expansion, True)
+        return LostResult(np.zeros(len(expansion), dtype=bool), seed, degree, expansion, True)
     return LostResult(flat == flat[seed], seed, degree, expansion, False)

@@ -204,6 +204,17 @@ def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, n
     return settle(q64, best, blocks(), k)
 
 
+PRODUCT_BYTES = 16  # host or device bytes a block product needs per (query, bank row): its float32 or float64 value, a copy, a mask
+
+
+def block_rows(work_memory: int | None, query_rows: int, default: int) -> int:
+    """Bank rows per block product so that ``query_rows`` × rows products fit in ``work_memory``
+    MiB (``Placement.work_memory``; None: ``default``); at least 256. Any block gives the same answer."""
+    if work_memory is None:
+        return default
+    return max(256, int(work_memory) * 2**20 // (PRODUCT_BYTES * max(1, int(query_rows))))
+
+
 def bank_blocks(bank, block: int, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """(offset, rows) of a bank ``block`` rows at a time: an array, or a handle with ``shape`` and
     ``rows(a, b)`` (``infra.shared.Shared``: read from its file block by block, never whole)."""

@@ -16,37 +16,6 @@ import numpy as np
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 
-# The fewest resamples ``probe entropy`` and ``probe neighbours`` accept for their 95 % intervals.
-# A percentile interval reads each bound from the 2.5 % of resampled means in its tail: with B
-# resamples that tail holds 0.025 B of them. Below B = 40 it holds none, so the "bounds" are
-# just the most extreme resamples (at --boot 1 or 2 they are one or two resamples' means, which
-# easily sit on one side of the estimate: an interval that excludes it). At B = 100 each bound is
-# read between the 2nd and 3rd most extreme of 100 means: coarse, but a quantile of a tail rather
-# than a single draw. Efron & Tibshirani (An Introduction to the Bootstrap) ask for about 1000
-# for percentile intervals, the default kept here; 100 is the floor, not a recommendation.
-MIN_BOOT = 100
-# The most resamples accepted. Each resample is a pass over the images and a row of means held
-# until the quantiles are read, so --boot 100000000 would run for hours and hold 0.8 GB per
-# statistic; at 100,000 resamples the Monte Carlo error of a 2.5 % bound is already a small
-# fraction of the bootstrap's own standard error, far below the three decimals printed.
-MAX_BOOT = 100_000
-
-
-def check_boot(n_boot: int, option: str = "boot") -> None:
-    """Refuse a resample count too small for a meaningful 95 % percentile interval (``MIN_BOOT``),
-    before any work, naming the parameter (the CLI says ``--boot``)."""
-    from ..infra.settings import SettingError
-
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < MIN_BOOT:
-        counted = not isinstance(n_boot, bool) and isinstance(n_boot, (int, np.integer)) and n_boot > 0
-        tail = f"each 2.5 % tail would hold {0.025 * n_boot:g} of them, and the interval can exclude the estimate" if counted else "there would be no interval"
-        raise SettingError(option, f"{option} {n_boot!r}: {n_boot!r} resamples are too few for a 95 % percentile interval ({tail}); the floor is {MIN_BOOT}",
-                           f"use {option}={MIN_BOOT} or more (default 1000)")
-    if n_boot > MAX_BOOT:
-        raise SettingError(option, f"{option} {n_boot!r}: above the ceiling of {MAX_BOOT} resamples (each is a pass over the images, and their means "
-                           f"would hold ~{n_boot * 8 / 1e9:.2g} GB per statistic); more resamples no longer move the printed bounds",
-                           f"use {option}={MAX_BOOT} or fewer (default 1000)")
-
 
 class Interval(NamedTuple):
     mean: np.ndarray  # (S,) the mean over images

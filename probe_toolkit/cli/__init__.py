@@ -98,7 +98,8 @@ def refuse_repeated(args: list[str]) -> None:
     for flag_ in twice:
         if flag_ in single:
             values = [args[i + 1] if "=" not in a and i + 1 < len(args) else a.partition("=")[2] for i, a in enumerate(args) if a.split("=", 1)[0] == flag_]
-            raise ProbeError(flag_, f"is given {len(values)} times ({', '.join(values)}); the last would be used alone", f"give it once (e.g. {flag_} {','.join(values)} where it takes a list)")
+            raise ProbeError(flag_, f"is given {len(values)} times ({', '.join(values)}); the last would be used alone",
+                             f"give it once (e.g. {flag_} {','.join(values)} where it takes a list)")
 
 
 def _stopped(by_sigterm: bool) -> str:
@@ -106,11 +107,11 @@ def _stopped(by_sigterm: bool) -> str:
 
 
 def flagged(error) -> str:
-    """A setting's error with its parameter spelled as the flag (``tau must ...`` → ``--tau must ...``)."""
+    """A setting's error as the command line says it: the parameter spelled as its flag, a value
+    as typed (``tau must ...`` → ``--tau must ...``; ``SettingError.line``); a value a free text
+    writes as Python does, ``(0.5, 2.0)``, as the flag takes it: ``0.5,2.0``."""
     import re
 
     name = flag(error.parameter)
-    line = re.sub(rf"(?<![\w-]){re.escape(error.parameter)}(?![\w])", name, error.line())
-    line = line.replace(f"{name}=", f"{name} ")
-    # a value as Python writes a tuple or list, (0.5, 2.0), as the flag takes it: 0.5,2.0
-    return re.sub(rf"({re.escape(name)} )[(\[]([^()\[\]]*)[)\]]", lambda m: m.group(1) + ",".join(v.strip() for v in m.group(2).split(",") if v.strip()), line)
+    return re.sub(rf"({re.escape(name)} )[(\[]([^()\[\]]*)[)\]]", lambda m: m.group(1) + ",".join(v.strip() for v in m.group(2).split(",") if v.strip()),
+                  error.line(flag))

@@ -23,53 +23,43 @@ app.add_typer(ledger_app, name="ledger")
 console = Console()
 err_console = Console(stderr=True)
 
-# a setting's parameter (protocol settings, Placement) -> its flag, where the two spellings differ
-FLAGS = {
-    "boot": "--boot", "n_boot": "--boot", "n_last_frames": "--n-last-frames", "size_mask_neighborhood": "--size-mask-neighborhood", "ks": "--k",
-    "subset": "--set", "color_lambda": "--color-lambda", "settings_file": "--settings", "settings_out": "--settings-out",
-    "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold", "memory": "--memory",
-    "json_path": "--json", "cache_dir": "--cache", "sequences": "--sequence", "score": "--no-score",
-}
-
-
-def flag(parameter: str) -> str:
-    return FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
-
+from ..infra.spelling import FLAGS, flag  # noqa: E402,F401  (one table of parameter -> flag, shared with the fix commands)
 
 CacheOpt = Annotated[Path | None, typer.Option("--cache", help="Cache root (default: $PROBE_CACHE or ./cache).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write the numbers to this JSON file.")]
 PanelOpt = Annotated[str | None, typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
 UnsealOpt = Annotated[str | None, typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
-ThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads while decoding (1: per-image problems are small).")]
-# where per-block work runs (infra/placement.py, infra/runner.py): every local core, a dask cluster, a shard, a backend
-WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Local processes, one BLAS thread each (default: every core; one with --device cuda).")]
-ClusterOpt = Annotated[str | None, typer.Option("--dask-address", help="Run on a dask.distributed scheduler (e.g. tcp://host:8786).")]
-ShardOpt = Annotated[str | None, typer.Option("--shard", help="i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")]
-BackendOpt = Annotated[str, typer.Option("--backend", help="scipy (per image) or torch (a batch of images at once).")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (--backend torch).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap over images.")]
-BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples for the 95 % intervals.")]
 AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
 PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
+def _placement_options() -> dict[str, tuple[Any, Any]]:
+    """The placement's options, each from its ``Placement`` field (help, type, default: declared once there)."""
+    import dataclasses
+    import typing
+
+    from ..infra.placement import Placement
+
+    hints = typing.get_type_hints(Placement)
+    return {f.name: (Annotated[hints[f.name], typer.Option(flag(f.name), help=f.metadata["setting"].help)], f.default)
+            for f in dataclasses.fields(Placement)}
+
+
 # options every command spells alike (name: (annotation, default)), and groups of them that several
 # commands take together; a protocol's ``Command.options`` names them as strings (``cli/protocols.py``)
-SHARED = {"workers": (WorkersOpt, None), "dask_address": (ClusterOpt, None), "shard": (ShardOpt, None), "threads": (ThreadsOpt, 1),
-          "backend": (BackendOpt, "scipy"), "device": (DeviceOpt, "cpu"), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
-          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "seed": (SeedOpt, 0), "boot": (BootOpt, 1000), "partial": (PartialOpt, False),
+SHARED = {**_placement_options(), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
+          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "partial": (PartialOpt, False),
           "panel": (PanelOpt, None), "allow_partial": (AllowPartialOpt, False)}
 
 
-def _group(*names: str) -> dict[str, tuple[Any, Any]]:
-    return {name: SHARED[name] for name in names}
-
-
-SHARDED = _group("workers", "dask_address", "shard")
-PLACEMENT = _group("threads", "workers", "dask_address", "shard", "backend", "device")
-SCORED = _group("unseal", "workers", "dask_address", "cache", "quiet")  # a protocol scoring panels on local workers or a cluster (no shards)
-OVER_STORES = _group("json_path", "dask_address", "seed", "boot", "partial", "quiet")
-GROUPS = {"SHARDED": SHARDED, "PLACEMENT": PLACEMENT, "SCORED": SCORED, "OVER_STORES": OVER_STORES}
+# groups of options several commands take together (names: a setting, an input or a placement
+# field of the protocol, or an option of ``SHARED``)
+GROUPS = {
+    "SHARDED": ("workers", "dask_address", "shard"),
+    "PLACEMENT": ("threads", "workers", "dask_address", "shard", "backend", "device"),
+    "SCORED": ("unseal", "workers", "dask_address", "cache", "quiet"),  # a protocol scoring panels on local workers or a cluster (no shards)
+    "OVER_STORES": ("json_path", "dask_address", "seed", "boot", "partial", "quiet"),
+}
 
 
 def show(renderables: list[Any]) -> None:

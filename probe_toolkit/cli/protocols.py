@@ -3,26 +3,81 @@ input, the options in the order ``--help`` lists them, the progress bar, one cal
 and the terminal table the entry names. Adding a protocol adds its command without an edit here.
 
 Typer reads a command's options from its signature, so each command is one function whose
-``__signature__`` is made from the entry: a setting's flag comes from ``FLAGS``, an option every
-command spells alike from ``SHARED``. Object discovery (decode, score, decode-sweep) has its own
-commands in ``discovery.py``: several sources and presets in one command.
+``__signature__`` is made from the entry. An option is derived from what declares it: a setting
+from its settings field (help, type, default, the flag from ``infra/spelling.py``), a placement
+field from ``Placement``'s (with the protocol's own default, ``Protocol.placement_defaults``), an
+input from its ``Input``; an ``Option`` of the entry may only reword the help of those, or declare
+an option of the command alone (``decode --size``). Object discovery (decode, score, decode-sweep)
+has its own command bodies in ``discovery.py``: several sources and presets in one command.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import types
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from ..infra.errors import ProbeError
+from ..infra.settings import declared as declared_setting
+from ..infra.settings import default_of, spelled
 from ..protocols import registry
-from .app import GROUPS, SHARED, app, counted, err_console, flag, run, show
+from ..protocols.context import Progress
+from .app import GROUPS, SHARED, app, err_console, flag, run, show
 
 TYPES = {"str": str, "int": int, "float": float, "bool": bool, "path": Path, "strs": list[str], "negated": bool, "either": bool, "ints": str, "floats": str}
 KEYWORDS = {"cache": "cache_dir"}  # a shared option's name → the keyword ``run`` takes
 LISTS = {"ints": (int, "integers"), "floats": (float, "numbers")}
+INPUT_KINDS = {"store": "path", "checkpoint": "path", "masks": "path", "panel": "str"}
+
+
+def _kind(hint: Any) -> str:
+    """The command line's kind of a settings field's type (``int | None`` → int, ``tuple[float, ...]`` → floats)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _kind(args[0])
+    if typing.get_origin(hint) is tuple:
+        items = {a for a in typing.get_args(hint) if a is not Ellipsis}
+        return "ints" if items == {int} else "floats" if items <= {float, int} else "str"
+    return {int: "int", float: "float", bool: "bool", Path: "path"}.get(hint, "str")
+
+
+def _from_field(cls: type, field: dataclasses.Field, override: registry.Option | None, default: Any = dataclasses.MISSING) -> registry.Option:
+    """A settings (or placement) field as an option: its declaration, its help perhaps reworded."""
+    found = declared_setting(field)
+    hint = typing.get_type_hints(cls)[field.name]
+    kind = found.cli or ("str" if found.parse else _kind(hint))
+    value = default_of(field) if default is dataclasses.MISSING else default
+    if kind in ("ints", "floats") or found.parse:
+        value = None if value is None else (found.spell or spelled)(value)
+    example = (found.spell or spelled)(default_of(field) if default_of(field) is not None else found.constraint.example()) \
+        if (default_of(field) is not None or found.constraint is not None) else ""
+    return registry.Option(field.name, override.help if override else found.help, kind, value, example, found.parse)
+
+
+def spec(protocol: registry.Protocol, name: str, override: registry.Option | None = None) -> registry.Option | None:
+    """The option that declares ``name`` for this protocol: a setting, a placement field or an
+    input (None: a shared option of the command line, ``SHARED``)."""
+    from ..infra.placement import Placement
+
+    fields = {f.name: f for f in dataclasses.fields(protocol.settings)}
+    if name in fields and declared_setting(fields[name]) is not None:
+        return _from_field(protocol.settings, fields[name], override)
+    placement = {f.name: f for f in dataclasses.fields(Placement)}
+    if name in placement and (protocol.run is not None or name in protocol.placement_defaults):
+        return _from_field(Placement, placement[name], override, protocol.placement_defaults.get(name, placement[name].default))
+    found = protocol.input(name)
+    if found is not None:
+        default = registry.REQUIRED if found.required else found.default
+        return registry.Option(name, override.help if override else found.help, INPUT_KINDS.get(found.kind, found.kind), default)
+    if override is not None:  # an option of this command alone (or a protocol not yet converted)
+        return registry.Option(override.name, override.help, override.kind, override.default, override.example, override.parse)
+    return None
 
 
 def _option(option: registry.Option) -> inspect.Parameter:
@@ -51,19 +106,31 @@ def _value(option: registry.Option, text: Any) -> Any:
         raise ProbeError(flag(option.name), f"{text!r} is not a list of {what}", f"use {flag(option.name)} {option.example}") from None
 
 
+def _names(item: registry.Option | str) -> list[tuple[str, registry.Option | None]]:
+    if isinstance(item, registry.Option):
+        return [(item.name, item)]
+    return [(name, None) for name in GROUPS.get(item, (item,))]
+
+
 def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], dict[str, registry.Option]]:
-    spec = protocol.command
+    cli = protocol.command
     many = protocol.source == "stores"
+    first = protocol.input(protocol.source)
     parameters = [inspect.Parameter(protocol.source, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                    annotation=Annotated[list[Path] if many else Path, typer.Argument(help=spec.source)])]
+                                    annotation=Annotated[list[Path] if many else Path, typer.Argument(help=first.help if first else cli.source)])]
     declared: dict[str, registry.Option] = {}
-    for item in spec.options:
-        if isinstance(item, registry.Option):
-            declared[item.name] = item
-            parameters.append(_option(item))
-            continue
-        for name, (annotation, default) in (GROUPS[item] if item in GROUPS else {item: SHARED[item]}).items():
-            parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
+    if protocol.source in ("store", "stores"):  # every protocol that reads a store reads any block of it
+        parameters += [inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCK),
+                       inspect.Parameter("blocks", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCKS)]
+    for item in cli.options:
+        for name, override in _names(item):
+            found = spec(protocol, name, override)
+            if found is not None:
+                declared[name] = found
+                parameters.append(_option(found))
+            else:
+                annotation, default = SHARED[name]
+                parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
     return parameters, declared
 
 
@@ -78,7 +145,19 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
     def register(body):
         def command(**typed: Any) -> None:
             source = typed.pop(protocol.source)
-            body(source, {KEYWORDS.get(n, n): _value(options[n], v) if n in options else v for n, v in typed.items()})
+            sweep = _blocks(typed.pop("blocks", None))
+            given = {KEYWORDS.get(n, n): _value(options[n], v) if n in options else v for n, v in typed.items()}
+            if sweep is None:
+                body(source, given)
+                return
+            if given.get("block") is not None:
+                raise ProbeError("--block", "and --blocks are both given", "give one: --block 11, or --blocks 3,7,11 (one record per block)")
+            from ..protocols.api import check_blocks
+
+            check_blocks(protocol.name, source, sweep, {k: v for k, v in given.items() if k != "block"})  # every block, before the first run
+            for block in sweep:  # one run, one record, one table per block
+                err_console.print(f"[bold]block {block}[/]", highlight=False)
+                body(source, {**given, "block": block})
 
         command.__signature__ = inspect.Signature(parameters)
         command.__doc__ = protocol.command.help
@@ -89,27 +168,89 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
     return register
 
 
+BLOCK = Annotated[Optional[int], typer.Option("--block", help="The store's block to read (0-based, as probe extract --blocks counts; "  # noqa: UP045
+                                                                "default: the last).")]
+BLOCKS = Annotated[Optional[str], typer.Option("--blocks", help="Run once per block (0-based, comma-separated, e.g. 3,7,11): one record and "  # noqa: UP045
+                                                                  "one table each, each naming its block.")]
+
+
+def _blocks(text: str | None) -> list[int] | None:
+    """``--blocks 3,7,11`` as integers (None: not given)."""
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ProbeError("--blocks", f"{text!r} is not a list of block indices", "use e.g. --blocks 3,7,11") from None
+    if not values:
+        raise ProbeError("--blocks", "is empty", "use e.g. --blocks 3,7,11")
+    return values
+
+
+class Bars(Progress):
+    """The command line's ``Progress``: rich bars counting the run's ``unit`` (one task per
+    ``task``, labelled by the protocol's command when the run names none), its steps as dim lines."""
+
+    def __init__(self, bar, label: str, quiet: bool):
+        self.bar, self.label, self.quiet = bar, label, quiet
+
+    def task(self, label: str | None = None, total: int | None = None) -> Callable[[int], None]:
+        handle = self.bar.add_task(label or self.label, total=total)
+        return lambda n=1: self.bar.advance(handle, n)
+
+    def step(self, text: str) -> None:
+        if not self.quiet:
+            err_console.print(f"[dim]{text}[/]", highlight=False)
+
+    def spell(self, parameter: str) -> str:
+        return flag(parameter)
+
+    def note(self, text: str) -> None:
+        import sys
+
+        print(text, file=sys.stderr)
+
+
+def _legacy(protocol: registry.Protocol, source: Any, given: dict[str, Any]) -> Any:
+    """A protocol not yet converted to ``run(inputs, settings, context)``: its progress hook keyword."""
+    from .app import counted
+
+    unit, hook, task = protocol.command.progress
+    quiet = given.pop("quiet")
+    if unit is None:  # each step as a line on stderr
+        def step(what: str) -> None:
+            if not quiet:
+                err_console.print(f"[dim]{what}[/]", highlight=False)
+
+        return run(protocol.name, source, **{hook: step}, **given).report
+    return counted(protocol.name, unit, quiet, source, hook=hook, task=task, **given)
+
+
 def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
     """Register ``probe <protocol.name>`` on ``target`` from the protocol's ``Command``: run it
     under its progress bar, print its table."""
-    spec = protocol.command
+    cli = protocol.command
 
     @declared(protocol, target)
     def command(source: Any, given: dict[str, Any]) -> None:
-        if spec.progress is None:
-            report = run(protocol.name, source, **given).report
-        else:
-            unit, hook, task = spec.progress
-            quiet = given.pop("quiet")
-            if unit is None:  # each step as a line on stderr
-                def step(what: str) -> None:
-                    if not quiet:
-                        err_console.print(f"[dim]{what}[/]", highlight=False)
+        if protocol.run is None:
+            if cli.progress is None:
+                from ..protocols.api import keywords
 
-                report = run(protocol.name, source, **{hook: step}, **given).report
+                if "quiet" not in keywords(protocol):
+                    given.pop("quiet", None)
+                report = run(protocol.name, source, **given).report
             else:
-                report = counted(protocol.name, unit, quiet, source, hook=hook, task=task, **given)
-        show(registry.resolve(spec.table)(report, given))
+                report = _legacy(protocol, source, given)
+            show(registry.resolve(cli.table)(report, given))
+            return
+        from ..infra.progress import bar
+
+        quiet = given.pop("quiet", False)
+        unit, label = cli.progress or ("images", protocol.name)
+        with bar(unit or "steps", quiet or unit is None) as shown:
+            result = run(protocol.name, source, progress=Bars(shown, label, quiet), **given).report
+        show(registry.resolve(cli.table)(result))
 
 
 def build_all() -> None:

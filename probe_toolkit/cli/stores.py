@@ -10,20 +10,69 @@ import typer
 from ..infra.errors import ProbeError
 from .app import CacheOpt, QuietOpt, app, console, err_console
 
+VIEWS_HELP = "Views to read (default 224,480, or the views --for's protocols read): see `probe list`."
+ATTENTION_HELP = ("last (the last block's maps), all (every block's) where a view reads attention (the short family: 224), none, or stats: in every view, "
+                  "each block's and head's per-query entropy, mean attention distance, top-k mass and the class and storage tokens' rows, computed in "
+                  "tiles of queries (memory linear in the tokens; read by probe entropy).")
+BLOCKS_HELP = ("Blocks whose facets are stored, as DINOv2's and DINOv3's get_intermediate_layers take them: 0-based indices (3,7,11), last4 (their n=4), "
+               "all, or last (the default: the stores of before).")
+FACETS_HELP = ("What of each block: tokens (its output), normed (through the final norm, their norm=True), q, k, v (attention inputs, heads "
+               "concatenated; DINOv3's q and k also after RoPE); each with its class token's and registers' rows. Default: what each view reads.")
+FOR_HELP = ("Store only what these protocols read (e.g. knn,hummingbird,decode: the class token and normed class token at eval224, the "
+            "Hummingbird views' tokens, the keys at 480); --views moves them to other sizes of the same families. `probe plan` shows the sizes first.")
+
+
+def planned_settings(views: str | None, for_: str | None, blocks: str, facets: str | None, attention: str, dtype: str, chunk: int, interp: str,
+                     resample: str | None):
+    """``probe extract``'s and ``probe plan``'s settings from their options (errors before torch is imported)."""
+    from ..store import views as view_table
+    from ..store.extract_plan import Settings
+
+    view_list = tuple(v.strip() for v in (views or ("" if for_ else "224,480")).split(",") if v.strip())
+    for view in view_list:
+        if not view_table.is_view(view):
+            from ..store.images import view_name
+
+            view_name(view)  # the one line naming the views
+    wanted: tuple[str, ...] = ()
+    if for_:
+        from ..protocols.registry import get
+        from ..store.plan import wanted as plan_of
+
+        names = [n.strip() for n in for_.split(",") if n.strip()]
+        stores = [a for n in names for a in get(n).reads.planned]
+        declared = [get(n).reads.blocks for n in names if get(n).reads.blocks]
+        if blocks == "last" and declared:  # the blocks a protocol reads (DINOv2's linear: last4), the most any asks, for every array of the plan
+            from ..store.extract_plan import resolve_blocks
+
+            blocks = max(declared, key=lambda spec: len(resolve_blocks(spec, 10_000) or ()))
+        if not stores:
+            raise ProbeError(None, f"--for {for_}: {', '.join(names)} read{'s' if len(names) == 1 else ''} no store arrays (a checkpoint or masks)",
+                             "name protocols that read a store, e.g. --for knn,decode")
+        wanted, view_list = plan_of(stores, view_list), ()
+    from ..store.layout import view_of
+
+    square = any(view_table.view(v).family == "square" for v in (*view_list, *(view_of(a) for a in wanted)))
+    if resample is not None and not square:
+        raise ProbeError(None, f"--resample {resample} applies to the square views (480, square@S), which are not asked", "add 480 to --views, or drop --resample")
+    chosen = tuple(f.strip() for f in facets.split(",") if f.strip()) if facets is not None else None
+    return Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic",
+                    blocks=blocks, facets=chosen, wanted=wanted)
+
 
 @app.command()
 def extract(
-    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file (DINO/SelfPatch layouts, full or backbone).")],
+    checkpoint: Annotated[str, typer.Argument(help="Checkpoint file (DINO, SelfPatch, DINOv2, DINOv3 layouts, full or backbone), a transformers or timm folder "
+                                                   "(config.json + model.safetensors), or a Hugging Face Hub name (hf-hub:timm/NAME or org/name, from its cache).")],
+    revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a Hub name (default main).")] = None,
     images: Annotated[Path | None, typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[str | None, typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
-    views: Annotated[str, typer.Option(help="Views to read: 96, 224 (tokens, attention), eval224 (tokens; short side 256, crop 224: DINO's eval_knn.py view, read by "
-                                            "probe knn), 480 (keys), native (keys, tokens; own size, zero-padded as TokenCut/LOST), native_crop (keys, tokens; own "
-                                            "size, cut to whole patches as DSM's extract.py), native_resized (keys, tokens; resized with LANCZOS to round(side/p) "
-                                            "patches as TokenCut's saliency get_saliency.py), hbird512 (tokens; Hummingbird's query view) and "
-                                            "hbird512_aug0,hbird512_aug1 (tokens; its memory views, read by probe hummingbird). A later run may add views to a "
-                                            "store.")] = "224,480",
-    resample: Annotated[str | None, typer.Option("--resample", help="Filter of the 480 squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
-    attention: Annotated[str, typer.Option(help="Attention maps at 224: last, all (12 blocks) or none.")] = "last",
+    views: Annotated[str | None, typer.Option(help=VIEWS_HELP)] = None,
+    resample: Annotated[str | None, typer.Option("--resample", help="Filter of the square views' squash: bicubic (default) or lanczos (CutLER maskcut.py).")] = None,
+    attention: Annotated[str, typer.Option(help=ATTENTION_HELP)] = "last",
+    blocks: Annotated[str, typer.Option("--blocks", help=BLOCKS_HELP)] = "last",
+    facets: Annotated[str | None, typer.Option("--facets", help=FACETS_HELP)] = None,
+    for_: Annotated[str | None, typer.Option("--for", help=FOR_HELP)] = None,
     dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 16,
     chunk: Annotated[int, typer.Option(help="Images per zarr chunk (the unit of resume and sharding).")] = 16,
@@ -47,15 +96,13 @@ def extract(
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Cache the last block's tokens (224), keys (480) and attention (224) of a checkpoint."""
-    from ..store import views as view_table
-
+    """Cache a checkpoint's tokens, keys and attention: by default the last block's tokens (224), keys (480) and attention (224)."""
     if (images is None) == (panel is None):
         raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
     if on_error not in ("fail", "skip"):
         raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
-    if attention not in ("last", "all", "none") or interp not in ("auto", "dino", "dinov2-reg", "timm"):
-        raise ProbeError(None, f"--attention {attention!r} / --interp {interp!r} not understood", "use last|all|none and auto|dino|dinov2-reg|timm")
+    if interp not in ("auto", "dino", "dinov2-reg", "timm"):
+        raise ProbeError(None, f"--interp {interp!r} not understood", "use auto|dino|dinov2-reg|timm")
     if store is not None and store.exists() and not store.is_dir():
         raise ProbeError(store, "is a file, not a store folder (--store)", "pass --store a new path or an existing store")
     source = images
@@ -66,25 +113,20 @@ def extract(
         if store is None:
             from ..store.cache import cache_root, store_path
             from ..store.checkpoint_files import sha256_file
+            from ..store.hub import locate
 
-            store = store_path(cache_root(cache), checkpoint, sha256_file(checkpoint), f"{network}{'-converted' if convert else ''}-panel-{panel}")
-    view_list = tuple(v.strip() for v in views.split(",") if v.strip())
-    for view in view_list:  # option errors before torch and timm are imported
-        if view.lower().replace("-", "_") not in view_table.NAMES:
-            raise ProbeError(None, f"--views {view} is not one of {', '.join(view_table.NAMES)}", "use e.g. --views 224,480 or --views native,native_resized")
+            located = locate(checkpoint, revision)
+            store = store_path(cache_root(cache), located.stem, sha256_file(located.path), f"{network}{'-converted' if convert else ''}-panel-{panel}")
     if dtype not in ("float16", "float32"):
         raise ProbeError(None, f"--dtype {dtype} is not float16 or float32", "use --dtype float16")
     if device not in ("auto", "cpu", "cuda"):
         raise ProbeError(None, f"--device {device!r} is not auto, cpu or cuda", "use --device auto")
-    if resample is not None and "480" not in view_list:
-        raise ProbeError(None, f"--resample {resample} applies to the 480 view, which --views {views} does not include", "add 480 to --views, or drop --resample")
-    from ..store.extract import Settings
+    settings = planned_settings(views, for_, blocks, facets, attention, dtype, chunk, interp, resample)  # view and plan errors before torch and timm
     from ..store.extract import extract as run
 
-    settings = Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic")
     try:
         report = run(
-            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store,
+            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store, revision=revision,
             shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet, repair=repair,
         )
     except KeyboardInterrupt:
@@ -98,6 +140,76 @@ def extract(
                   f"{len(report.skipped)} skipped now{failed})", soft_wrap=True)
     if report.limit is not None and report.left:
         console.print(f"--limit {report.limit}: {report.left} images of this shard left; rerun the same command to continue", soft_wrap=True)
+
+
+@app.command("plan")
+def plan_command(
+    checkpoint: Annotated[Path | None, typer.Argument(help="A checkpoint (the network's shape is read from it); without one, --arch.")] = None,
+    images: Annotated[str, typer.Option("--images", help="How many images, or a folder of them (the own-size views' grids are read from its files).")] = "1",
+    arch: Annotated[str, typer.Option("--arch", help="A released size without a checkpoint: vit-s16, vit-b16, dinov2-s14-reg, vit-s16-dinov3, ...")] = "vit-s16",
+    views: Annotated[str | None, typer.Option(help=VIEWS_HELP)] = None,
+    attention: Annotated[str, typer.Option(help=ATTENTION_HELP)] = "last",
+    blocks: Annotated[str, typer.Option("--blocks", help=BLOCKS_HELP)] = "last",
+    facets: Annotated[str | None, typer.Option("--facets", help=FACETS_HELP)] = None,
+    for_: Annotated[str | None, typer.Option("--for", help=FOR_HELP)] = None,
+    dtype: Annotated[str, typer.Option(help="float16 or float32.")] = "float16",
+    chunk: Annotated[int, typer.Option(help="Images per zarr chunk (held in memory whole while written).")] = 16,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 16,
+) -> None:
+    """Print what `probe extract` with these options will store, array by array, and the disk and memory each takes, before any work."""
+    from ..store.plan import describe, size_text
+
+    settings = planned_settings(views, for_, blocks, facets, attention, dtype, chunk, "auto", None)
+    count, own = _image_count(images, settings, checkpoint, arch)
+    network = _arch(checkpoint, arch)
+    planned = describe(network, settings, count, own(network.patch), batch_size)
+    console.print(f"probe extract plan: {count:,} images, {'checkpoint ' + str(checkpoint) if checkpoint else '--arch ' + arch}; per array: bytes an image, "
+                  f"on disk for {count:,} images (uncompressed: zstd only shrinks it), in memory while a chunk of {settings.chunk} is written",
+                  soft_wrap=True, highlight=False)
+    for row in planned.rows:
+        shape = " × ".join(f"{d} {s}" for d, s in zip(row.dims, row.shape))
+        console.print(f"  {row.name} ({shape}, {row.dtype}): {size_text(row.per_image)} an image, {size_text(row.disk(count))} on disk, "
+                      f"{size_text(row.per_image * settings.chunk)} a chunk", soft_wrap=True, highlight=False)
+    total = sum(r.per_image for r in planned.rows)
+    console.print(f"  total: {size_text(total)} an image, {size_text(total * count)} on disk, {size_text(total * settings.chunk)} a chunk",
+                  soft_wrap=True, highlight=False)
+    for what, need in planned.forward.items():
+        console.print(f"  forward pass, {what}: {size_text(need)} a batch of {batch_size}", soft_wrap=True, highlight=False)
+
+
+def _arch(checkpoint: Path | None, arch: str):
+    """The network's shape: from the checkpoint, else the released size named."""
+    if checkpoint is not None:
+        from ..store.checkpoints import load_checkpoint
+
+        return load_checkpoint(checkpoint).arch
+    from ..store.architectures import DINOV3_RELEASED, RELEASED
+
+    known = {**RELEASED, **DINOV3_RELEASED}
+    if arch not in known:
+        raise ProbeError(None, f"--arch {arch} is not a released size", f"use one of {', '.join(known)}, or pass the checkpoint")
+    return known[arch]
+
+
+def _image_count(images: str, settings, checkpoint: Path | None, arch: str):
+    """(how many images, own-size patches by view for a patch size): a count, or a folder whose own-size grids are read from its file headers."""
+    from ..store import images as image_files
+
+    own_views = tuple(v for v in settings.names if v in image_files.OWN_SIZE)
+    if images.strip().isdigit():
+        if own_views:
+            raise ProbeError(None, f"--images {images}: the {', '.join(own_views)} view's size is each image's own",
+                             "pass --images a folder of the images, whose headers give their grids")
+        return int(images), lambda patch: {}
+    refs = image_files.list_images(images)
+
+    def own(patch: int) -> dict[str, int]:
+        from ..store.extract_plan import native_grids
+
+        grids = native_grids(refs, patch, "skip", own_views) if own_views else {}
+        return {v: int((r.astype(int) * c.astype(int)).max(initial=0)) for v, (r, c) in grids.items()}
+
+    return len(refs), own
 
 
 @app.command()
@@ -191,9 +303,9 @@ def list_command() -> None:
     from ..protocols.registry import protocols
     from ..results.tables import catalogue
     from ..store.architectures import DINOV3_RELEASED, RELEASED
-    from ..store.views import TABLE
+    from ..store.views import listed
 
-    for table in catalogue(protocols(), list(TABLE), {**RELEASED, **DINOV3_RELEASED}, KINDS):
+    for table in catalogue(protocols(), list(listed()), {**RELEASED, **DINOV3_RELEASED}, KINDS):
         console.print(table)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ..infra.errors import ProbeError
 from .app import CacheOpt, QuietOpt, app, console, err_console
 
 
@@ -71,3 +72,32 @@ def report_command(
     absent = [s.title for s in written.report.sections if not s.present]
     console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "
                   f"{len(present)} sections present{', not yet: ' + '; '.join(absent) if absent else ''}", soft_wrap=True)
+
+
+@app.command("table")
+def table_command(
+    stores: Annotated[list[Path], typer.Argument(help="Stores whose records fill the table, one row each (checkpoint and network).")],
+    protocols: Annotated[str, typer.Option("--protocols", help="Columns, in this order: any of knn, decode (CorLoc of probe decode --panel), "
+                                                               "hummingbird, entropy.")] = "knn,decode,hummingbird",
+    form: Annotated[str, typer.Option("--format", help="markdown, csv (one line per cell, intervals in their own columns) or latex.")] = "markdown",
+    out: Annotated[Path | None, typer.Option("--out", help="Write the table to this file (default: print it).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
+    label: Annotated[list[str] | None, typer.Option("--label", help="Name a row: NAME=STORE (repeatable; default: the checkpoint's repository "
+                                                                    "or file stem, and the network).")] = None,
+) -> None:
+    """One paper table from records alone: checkpoints as rows, protocols as columns; records measured otherwise get columns of their own."""
+    from ..infra.owned import refuse_existing
+    from ..report import paper
+    from ..report.sources import parse_labels
+
+    if form not in paper.FORMATS:
+        raise ProbeError("--format", f"{form!r} is not one of {', '.join(paper.FORMATS)}", "use --format markdown, csv or latex")
+    if out is not None:
+        refuse_existing(out, force, "table file")
+    names = {str(store): name for store, name in parse_labels(label, stores).items()}
+    text = paper.render(paper.build(stores, [p.strip() for p in protocols.split(",") if p.strip()], names), form)
+    if out is None:
+        console.print(text, soft_wrap=True, highlight=False, markup=False, end="")
+        return
+    paper.write(out, text)
+    console.print(f"{out}: {len(text.splitlines())} lines ({form})")

@@ -39,15 +39,15 @@ import xarray as xr
 from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..infra.placement import Placement, sharded
-from ..infra.runner import Where, map_images, placed
+from ..infra.placement import Placement
+from ..infra.runner import Where, map_images
+from ..infra.settings import SettingError
 from ..labels.panels import read_labels
-from ..results import records
+from ..protocols.attention_masks import AttentionMasksSettings
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import cache, images, parts
 from .runs import result_provenance
 
-ROWS = ("auto", "cls", "aggregation", "mean")
 ROW_TEXT = {
     "cls": "the class token's row of the last block (DINO's visualize_attention.py)",
     "aggregation": "SelfPatch's aggregation head (ca_head): its last class-attention block's query over the patch tokens",
@@ -58,7 +58,9 @@ VIEW = 224
 
 
 @dataclass
-class MasksReport:
+class MasksReport(Outcome):
+    """What ``probe attention-masks`` made: the masks' rule, and their Jaccards when a panel scored them."""
+
     store: Path
     row: str
     mass: float
@@ -69,7 +71,6 @@ class MasksReport:
     per_object_mean: float | None = None
     ledger: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
-    saved: Path | None = None
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
     looks: dict[str, list] | None = None  # with storage tokens: where the class token and each storage token look (am.looks), by token
 
@@ -83,17 +84,17 @@ class MasksReport:
 
 
 def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict | None]:
-    if row not in ROWS:
-        raise ProbeError("--row", f"{row!r} is not one of {', '.join(ROWS)}", "use --row auto")
+    """The row ``auto`` stands for on this network (and SelfPatch's head where it is read), or a refusal naming what the network lacks."""
     token = bool(meta.get("arch", {}).get("class_token"))
     if row == "cls" and not token:
-        raise ProbeError(store, "has no class token, so no class-token attention", "use --row aggregation (SelfPatch's ca_head) or --row mean")
+        raise SettingError("row", requirement="aggregation (SelfPatch's ca_head) or mean on this store", value=row, example="mean",
+                           why=f"{store} has no class token, so no class-token attention")
     head = None
     if row == "aggregation" or (row == "auto" and not token):  # asked for by name, whatever the class token
         head = parts.aggregation_head(meta, store)
         if row == "aggregation" and head is None:
-            raise ProbeError(store, "comes from a checkpoint without SelfPatch's aggregation head (ca_head)",
-                             "use --row cls (its class token) or --row mean" if token else "use --row mean")
+            raise SettingError("row", requirement=f"{'cls (its class token) or ' if token else ''}mean on this store", value=row,
+                               example="cls" if token else "mean", why=f"{store} comes from a checkpoint without SelfPatch's aggregation head (ca_head)")
     if row == "auto":
         row = "cls" if token else ("aggregation" if head is not None else "mean")
     return row, head
@@ -109,7 +110,7 @@ def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
     return side, side
 
 
-def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, on_block: Callable[[int], None] | None = None,
+def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None = None,
                    where: Where = Where(), image_range: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     """``mask`` (image, head, patch) bool masks of every image, block by block through the runner: blocks of
     the store's chunk whatever the worker count, so the masks are the same bits on any placement;
@@ -122,7 +123,7 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
         return {"mask": np.zeros((0, heads, 0), bool)}
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
     block = int(ds.attrs["manifest"].get("chunk") or 16)
-    out = map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=on_block, image_range=image_range,
+    out = map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=progress, image_range=image_range,
                      torch_free=row != "aggregation")
     return {name: values.astype(bool) if name.endswith("mask") else values for name, values in out.items()}
 
@@ -135,14 +136,14 @@ def prefix_names(registers: int) -> list[str]:
     return ["class", *(f"storage {i + 1}" for i in range(registers))]
 
 
-def shard_masks(ds: xr.Dataset, store: Path, shard: str | None, row: str, head: dict | None, mass: float, heads: int,
-                on_block: Callable[[int], None] | None, where: Where) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+def shard_masks(ds: xr.Dataset, store: Path, placement: Placement, row: str, head: dict | None, mass: float, heads: int,
+                progress: Callable[[int], None] | None, where: Where) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
     from . import shards
 
     ids = [str(i) for i in ds.image.values]
-    which, (a, b) = shards.share(shard, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
-    arrays = masks_of_store(ds, row, head, mass, heads, on_block, where, (a, b)) if b > a else {"mask": np.zeros((0, heads, 0), bool)}
+    which, (a, b) = shards.share(placement, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
+    arrays = masks_of_store(ds, row, head, mass, heads, progress, where, (a, b)) if b > a else {"mask": np.zeros((0, heads, 0), bool)}
     part = xr.Dataset({name: (DIMS[name], values.astype(np.uint8) if name.endswith("mask") else values) for name, values in arrays.items()},
                       coords={"image": ids[a:b]})
     identity = {"row": row, "mass": float(mass), "images_sha256": shards.images_sha256(ids)}
@@ -165,63 +166,31 @@ def view_objects(coco: Any, image_id: int, width: int, height: int) -> np.ndarra
     return np.stack(masks) if masks else np.zeros((0, VIEW, VIEW), bool)
 
 
-# panel kinds whose labels hold no object mask to take a Jaccard with (kinds.py)
-MASKLESS = {"voc": "VOC detection boxes, no masks", "classes": "one class per image, no objects"}
-
-
-def needs_masks(panel: str, cache_dir: str | Path | None) -> None:
-    """The Jaccard compares a mask with object masks: a panel of boxes or classes is refused
-    before any work and any label read (it ended in a KeyError on 'segmentation')."""
-    from ..labels.panels import get_panel
-
-    kind = get_panel(panel, cache_dir).kind
-    if kind in MASKLESS:
-        raise ProbeError(panel, f"is a {kind} panel ({MASKLESS[kind]}), and attention masks are scored by Jaccard against object masks",
-                         "score on a COCO panel (instance masks), a --coco20k or a saliency (--masks) panel")
-
-
-def run_attention_masks(
-    store: str | Path,
-    *,
-    panel: str | None = None,
-    mass: float = am.MASS,
-    row: str = "auto",
-    unseal: str | None = None,
-    cache_dir: str | Path | None = None,
-    json_path: str | Path | None = None,
-    partial: bool = False,
-    on_block: Callable[[int], None] | None = None,
-    command: str = "probe attention-masks",
-    placement: Placement = Placement(workers=1),
-) -> MasksReport:
-    """Masks of every finished image (``placement.workers`` local processes, None: every core; or the dask
-    cluster at ``placement.dask_address``; ``placement.shard`` i/n: this process's share, ``commands.shards``), saved;
-    scored by Jaccard on ``panel`` when given (by the shard that completes the set)."""
-    workers, dask_address, shard = placement.workers, placement.dask_address, placement.shard
-    if not 0.0 < mass < 1.0:
-        raise ProbeError("--mass", f"{mass} is not between 0 and 1", "use DINO's 0.6")
-    if panel is not None:
-        needs_masks(panel, cache_dir)
-    store = Path(store)
-    ds = cache.open_store(store, allow_partial=partial)
+def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -> MasksReport:
+    """Masks of every finished image (where the context places the blocks; a shard computes its
+    share, ``commands.shards``), saved; scored by Jaccard on the panel when one is given (by the
+    shard that completes the set)."""
+    store, mass = inputs.store, float(settings.mass)
+    ds = cache.open_store(store, allow_partial=settings.partial)
     meta = cache.manifest(ds)
-    row, head = choose_row(row, meta, store)
+    row, head = choose_row(settings.row, meta, store)
     cache.require(ds, "tokens_224" if row == "aggregation" else "attention_224")
     heads = int(meta.get("arch", {}).get("heads", 1))
     patch = int(meta.get("arch", {}).get("patch", 16))
-    with placed(workers, dask_address) as where:
-        if not sharded(shard):
-            arrays = masks_of_store(ds, row, head, mass, heads, on_block, where)
+    with context.placed() as where:
+        progress = context.task("masks", ds.sizes["image"])
+        if not context.placement.sharded:
+            arrays = masks_of_store(ds, row, head, mass, heads, progress, where)
         else:
-            arrays, missing = shard_masks(ds, store, shard, row, head, mass, heads, on_block, where)
+            arrays, missing = shard_masks(ds, store, context.placement, row, head, mass, heads, progress, where)
             if arrays is None:  # a shard that finished before the others
-                return MasksReport(store, row, float(mass), ds.sizes["image"], 0, waiting=missing)
+                return context.finish(MasksReport(store, row, mass, ds.sizes["image"], 0, waiting=missing))
     masks = arrays["mask"]
     n, h, p = masks.shape
     rows, cols = grid_of(ds, p)
     ids = [str(i) for i in ds.image.values]
     data = {"mask": (("image", "head", "patch"), masks.astype(np.uint8))}
-    report = MasksReport(store, row, float(mass), n, 0)
+    report = MasksReport(store, row, mass, n, 0)
     tokens = prefix_names(int(meta.get("arch", {}).get("registers", 0)))
     if "prefix_mass" in arrays and n:  # storage (register) tokens: their own masks, and where every prefix token looks
         data["storage_mask"] = (DIMS["storage_mask"], arrays["storage_mask"].astype(np.uint8))
@@ -229,10 +198,10 @@ def run_attention_masks(
         every = np.concatenate([masks[:, None], arrays["storage_mask"]], axis=1)  # (image, prefix, head, patch)
         report.looks = {name: [float(v) for v in values] for name, values in am.looks(arrays["prefix_mass"], every).items()}
         report.looks["token"] = tokens
-    attrs: dict[str, Any] = {"row": row, "row_text": ROW_TEXT[row], "mass": float(mass), "resolution": RESOLUTION, "grid": [rows, cols],
+    attrs: dict[str, Any] = {"row": row, "row_text": ROW_TEXT[row], "mass": mass, "resolution": RESOLUTION, "grid": [rows, cols],
                              "patch": patch, "source": "facebookresearch/dino visualize_attention.py; Jaccard rules: dino issue #54"}
-    if panel is not None:
-        read = read_labels(panel, purpose="attention-masks: score", checkpoint=(meta.get("checkpoint") or {}).get("sha256"), images=ids, unseal=unseal, cache=cache_dir)
+    if inputs.panel is not None:
+        read = context.read("panel", read_labels, purpose="attention-masks: score", checkpoint=(meta.get("checkpoint") or {}).get("sha256"), images=ids)
         union = np.full((n, h), np.nan)
         best = np.full(n, np.nan)
         per_object = np.full(n, np.nan)
@@ -266,8 +235,5 @@ def run_attention_masks(
     result = xr.Dataset(data, coords=coords)
     if report.looks is not None:
         attrs["looks"] = report.looks
-    attrs["provenance"] = result_provenance(ds, command)
-    report.saved = records.save(store, "attention_masks", result, attrs)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+    attrs["provenance"] = result_provenance(ds, context.command)
+    return context.finish(report, Saving(store, "attention_masks", result, attrs))

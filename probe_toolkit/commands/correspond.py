@@ -37,12 +37,12 @@ import xarray as xr
 
 from ..analyses import correspond
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
 from ..infra.placement import Placement
-from ..infra.runner import check_placement, map_blocks, placed
-from ..labels import spair, spair_read
-from ..labels.panels import check_readable
-from ..results import records
+from ..infra.runner import map_blocks
+from ..infra.spelling import fix_command
+from ..labels import spair_read
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.correspond import CorrespondSettings
 from ..store import arrays, cache, grids, images
 from . import shards
 from .panel_stores import locate, panel_ids
@@ -55,7 +55,9 @@ BIN_NAMES = ("0", "1", "2", "all")
 
 
 @dataclass
-class CorrespondReport:
+class CorrespondReport(Outcome):
+    """PCK of one store on one SPair-71k panel, by category, viewpoint bin and threshold."""
+
     store: Path
     name: str
     panel: str
@@ -66,7 +68,6 @@ class CorrespondReport:
     counts: dict[str, int]
     ledger: str
     seconds: float
-    saved: Path | None = None
     dtype: str = "float16"
     extra: dict[str, Any] = field(default_factory=dict)
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
@@ -101,20 +102,17 @@ def pair_block(images: np.ndarray, source: np.ndarray, target: np.ndarray, sourc
     return {"error": error, "predicted": predicted}
 
 
-def shard_pairs(store: Path, shard: str | None, n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str],
+def shard_pairs(store: Path, placement: Placement, n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str],
                 identity: dict[str, Any]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's pairs [a, b) (whole blocks of ``BLOCK``: the blocks of a one-process run)
     matched and saved as ``results/correspond-part-i-of-n``; (every pair's errors and matches in
     pair order, []) once every part with this ``identity`` is in, else (None, the shards missing)."""
-    which, (a, b) = shards.share(shard, n_pairs, BLOCK)
-    i, n = which
+    which, (a, b) = shards.share(placement, n_pairs, BLOCK)
     got = match(a, b)
     part = xr.Dataset({"error": (("pair", "keypoint"), got["error"]), "predicted": (("pair", "keypoint", "xy"), got["predicted"])},
                       coords={"pair": list(names[a:b])})
     identity = {**identity, "pairs": int(n_pairs)}
-    parts, missing = shards.collect(which, lambda: records.save(store, f"correspond-part-{i}-of-{n}", part, identity),
-                                    lambda j: records.load(store, f"correspond-part-{j}-of-{n}"),
-                                    lambda saved: {key: saved.attrs.get(key) for key in identity} == identity)
+    parts, missing = shards.exchange(store, "correspond", which, part, identity)
     if missing:
         return None, missing
     return {name: np.concatenate([np.asarray(q[name].values) for q in parts], axis=0) for name in ("error", "predicted")}, []
@@ -127,42 +125,27 @@ def _sizes(ds: xr.Dataset, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     return {i: (int(w), int(h)) for i, w, h in zip(ids, chosen.image_width.values, chosen.image_height.values)}
 
 
-def run_correspond(
-    store: str | Path,
-    panel: str,
-    *,
-    thresholds: Sequence[float] = correspond.THRESHOLDS,
-    instances: int = correspond.INSTANCES,
-    seed: int = correspond.SEED,
-    unseal: str | None = None,
-    cache_dir: str | Path | None = None,
-    json_path: str | Path | None = None,
-    progress: Callable[[int], None] | None = None,
-    command: str = "probe correspond",
-    placement: Placement = Placement(workers=1),
-) -> CorrespondReport:
-    """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``.
-    ``placement``: where the blocks of pairs run (its workers or dask cluster), and its shard
-    (``shard_pairs``: the last shard to finish scores every part)."""
-    check_placement(placement.workers, placement.dask_address)
-    thresholds = tuple(float(t) for t in thresholds)
-    the_panel = check_readable(panel, unseal, cache_dir)
-    if the_panel.kind != spair.KIND:
-        raise ProbeError(the_panel.name, f"is a {the_panel.kind} panel, not a SPair-71k one", "add it with probe panel add NAME --spair DIR --split test --role test")
-    store = Path(store)
+def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> CorrespondReport:
+    """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``. The
+    blocks of pairs run where the context places them; a shard matches its share, the last shard to
+    finish scores every part (``shard_pairs``)."""
+    thresholds, instances, seed = tuple(float(t) for t in settings.thresholds), settings.instances, settings.seed
+    placement = context.placement
+    the_panel = context.panel("panel")  # its kind and seal checked before the run
+    store = inputs.store
     source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,))
     ds, ids = source.panel_stores[the_panel.name]
     rows, cols = grids.fixed_grid(ds, VIEW)
     meta = source.manifest
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
     sizes = _sizes(ds, ids)
-    labels = spair_read.read_pairs(the_panel, purpose="correspond: score", checkpoint=checkpoint, images=ids, unseal=unseal, cache=cache_dir, command=command)
+    labels = context.read("panel", spair_read.read_pairs, purpose="correspond: score", checkpoint=checkpoint, images=ids)
     store_id = {name: sid for sid, name in labels.image_map.items()}
     for pair in labels.pairs:
         for image, size in ((pair.source, pair.source_size), (pair.target, pair.target_size)):
             if sizes[store_id[image]] != size:
                 raise ProbeError(store, f"holds {image} at {sizes[store_id[image]]}, its annotation says {size}",
-                                 f"extract the store again: `probe extract CKPT --panel {the_panel.name} --views {VIEW}`")
+                                 f"extract the store again: `{fix_command('extract', 'CKPT', panel=the_panel.name, views=VIEW)}`")
     start = time.perf_counter()
     categories = sorted({p.category for p in labels.pairs})
     samples = {(c, b): correspond.sample(labels.pairs, c, v, instances, seed) for c in categories for b, v in zip(BIN_NAMES, correspond.BINS)}
@@ -191,19 +174,21 @@ def run_correspond(
     def match(a: int, b: int) -> dict[str, np.ndarray]:
         if b <= a:
             return {"error": np.zeros((0, k), np.float32), "predicted": np.zeros((0, k, 2), np.float32)}
-        with placed(placement.workers, placement.dask_address) as where:
+        with context.placed() as where:
             return map_blocks(partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE), read,
                               [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)], workers=where.workers, client=where.client, progress=progress)
+
+    progress = context.task("correspond", len(chosen))
 
     if placement.sharded:
         identity = {"view": VIEW, "instances": int(instances), "seed": int(seed), "block": BLOCK, "keypoints": int(k), "panel": the_panel.name,
                     "pairs_sha256": images_sha256([p.name for p in chosen]),
                     "images_sha256": images_sha256([f"{store_id[p.source]}|{store_id[p.target]}" for p in chosen])}
-        out, missing = shard_pairs(store, placement.shard, len(chosen), match, [p.name for p in chosen], identity)
+        out, missing = shard_pairs(store, placement, len(chosen), match, [p.name for p in chosen], identity)
         if out is None:  # a shard that finished before the others
             empty = np.zeros((0, len(BIN_NAMES), len(thresholds)))
-            return CorrespondReport(store, source.name, the_panel.name, categories, thresholds, empty, empty.sum(0), {}, labels.entry_id,
-                                    time.perf_counter() - start, waiting=missing)
+            return context.finish(CorrespondReport(store, source.name, the_panel.name, categories, thresholds, empty, empty.sum(0), {}, labels.entry_id,
+                                                   time.perf_counter() - start, waiting=missing))
     else:
         out = match(0, len(chosen))
     table = np.full((len(categories), len(BIN_NAMES), len(thresholds)), np.nan)
@@ -237,8 +222,5 @@ def run_correspond(
              "ledger": labels.entry_id, "image_source": str(cache.manifest(ds).get("image_source") or ""),
              "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
              "source": "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py, configs/spair_correspondence.yaml",
-             "provenance": result_provenance(ds, command)}
-    report.saved = records.save(store, "correspond", ds_out, attrs)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+             "provenance": result_provenance(ds, context.command)}
+    return context.finish(report, Saving(store, "correspond", ds_out, attrs))

@@ -91,7 +91,7 @@ def photographs(src) -> Iterator[tuple[str, Shared]]:
     order = sorted(range(len(src.image_ids)), key=lambda i: src.image_ids[i])
     width = max((len(n) for n in src.image_ids), default=1)
     table = np.zeros(len(order), dtype=[("name", f"U{width}"), ("sha256", "S64")])
-    for row, i in enumerate(order):
+    for i in order:
         name, path = src.image_ids[i], folder / src.image_ids[i]
         if not path.is_file():
             raise ProbeError(src.store, f"was extracted from {folder}, which no longer holds {name}", f"restore the photographs at {folder}")

@@ -35,7 +35,8 @@ from .decode_keys import _ticks, open_keys
 from .decode_shards import sweep_shard
 from .decode_views import check_view
 
-# The default sweep: 2 rules × 2 centrings × 6 τ × 2 ε × 3 mask counts = 144 settings.
+# The default sweep: tokencut and maskcut × 2 centrings × 6 τ × 2 ε × 3 mask counts (144), and lost and dsm × 2 centrings (4):
+# 148 settings (tests/test_docs_flags.py checks the count the help states).
 DEFAULT_GRID: dict[str, list] = {
     "preset": ["tokencut", "maskcut", "lost", "dsm"],  # the rule; centring is its own axis (lost, dsm: 2 settings each)
     "center": [True, False],

@@ -7,43 +7,67 @@ from pathlib import Path
 from ..infra.errors import ProbeError
 from ..infra.progress import within
 from ..infra.runner import per_image
+from ..protocols.context import Inputs, RunContext
+from ..protocols.entropy import EntropySettings
+from ..store import grids
 from ..store.cache import require
-from .runs import OverStores, Run, finish, over_stores
+from .runs import OverStoresReport, finish, over_stores
 
 
-def run_entropy(
-    stores: list[Path],
-    *,
-    patch: int | None = None,
-    image: str | None = None,
-    over: OverStores = OverStores(),
-) -> Run:
-    """``probe entropy``: saved as ``results/entropy`` in each store."""
+def needs(store: Path, view: str) -> str:
+    """What ``probe entropy`` reads of ``store`` at ``view``: its explicit maps where it holds them, else the statistics."""
+    import zarr
+
+    from ..store.group import array_names
+
+    if not (Path(store) / "zarr.json").is_file():
+        return f"attention_{view}"  # open_store says what it is not
+    held = array_names(zarr.open_group(store, mode="r", use_consolidated=False))
+    maps, stats = f"attention_{view}", f"attention_entropy_{view}"
+    if maps in held or not any(name.startswith(stats) for name in held):
+        return maps  # require's one line names the flag where neither is there
+    return next(name for name in held if name.startswith(stats))
+
+
+def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverStoresReport:
+    """Every store's attention rows measured, saved as ``results/entropy`` in each. ``settings.view``: the view
+    whose attention it reads, its explicit maps (``attention_<view>``) where a store holds them, else its
+    statistics (``probe extract --attention stats``; ``analyses.entropy_stats``)."""
     from ..analyses.entropy import entropy
-    from ..analyses.stats import Bootstrap, check_boot
+    from ..analyses.stats import Bootstrap
+    from ..store.views import canonical
 
-    check_boot(over.boot)  # before any store is opened
+    view = canonical(settings.view)
+    read = {str(store): needs(store, view) for store in inputs.stores}
+    if settings.patch is not None and any(name != f"attention_{view}" for name in read.values()):
+        raise ProbeError(next(s for s, n in read.items() if n != f"attention_{view}"),
+                         f"holds the {view} view's attention statistics, not its maps: --patch follows one patch's row, which statistics do not keep",
+                         f"drop --patch, or extract the maps: probe extract --views {view} --attention last")
 
     def analyse(ds, progress, where):
-        with within(f"bootstrap: {over.boot:,} resamples", over.boot) as boot:  # a line of its own while they run
-            return _entropy(ds, progress, where, boot)
+        with within(f"bootstrap: {settings.boot:,} resamples", settings.boot) as boot:  # a line of its own while they run
+            arch = ds.attrs["manifest"].get("arch", {})
+            cls, registers = bool(arch.get("class_token", False)), int(arch.get("registers", 0))
+            bootstrap, blocks_run = Bootstrap(settings.boot, settings.seed, progress=boot), per_image(where, progress=progress)
+            if f"attention_{view}" not in ds:
+                from ..analyses.entropy_stats import entropy_from_statistics
 
-    def _entropy(ds, progress, where, boot):
-        arch = ds.attrs["manifest"].get("arch", {})
-        blocks = require(ds, "attention_blocks_224") if "attention_blocks_224" in ds else None
-        return entropy(
-            require(ds, "attention_224"), class_token=bool(arch.get("class_token", False)), registers=int(arch.get("registers", 0)),
-            blocks=blocks, patch=patch,
-            boot=Bootstrap(over.boot, over.seed, progress=boot), run_blocks=per_image(where, progress=progress),
-        )
+                return entropy_from_statistics(require(ds, f"attention_entropy_{view}"), require(ds, f"attention_distance_{view}"),
+                                               require(ds, f"grid_rows_{view}"), require(ds, f"grid_cols_{view}"), class_token=cls,
+                                               registers=registers, block=-1 if context.block is None else context.block, boot=bootstrap,
+                                               run_blocks=blocks_run)
+            blocks = require(ds, f"attention_blocks_{view}") if f"attention_blocks_{view}" in ds else None
+            grid = None if view == "224" else grids.fixed_grid(ds, view)
+            return entropy(require(ds, f"attention_{view}"), class_token=cls, registers=registers, blocks=blocks, patch=settings.patch, grid=grid,
+                           boot=bootstrap, run_blocks=blocks_run)
 
-    runs = over_stores(stores, analyse, "attention_224", over)
+    runs = over_stores(inputs.stores, analyse, lambda store: read[str(store)], settings.partial, context)
     followed = None
-    if patch is not None:
+    if settings.patch is not None:
         followed = 0
         for store, (_, result) in runs.items():
             ids = [str(i) for i in result.image.values]
-            if image is not None and image not in ids:
-                raise ProbeError(store, f"has no finished image {image!r}", "pass an id from the store's image list")
-            followed = ids.index(image) if image is not None else 0
-    return finish("entropy", "probe entropy", runs, over.json_path, followed)
+            if settings.image is not None and settings.image not in ids:
+                raise ProbeError(store, f"has no finished image {settings.image!r}", "pass an id from the store's image list")
+            followed = ids.index(settings.image) if settings.image is not None else 0
+    return finish("entropy", runs, context, followed)

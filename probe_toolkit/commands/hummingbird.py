@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +37,14 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
+from ..analyses import search
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..infra.placement import Placement
-from ..infra.runner import map_images, placed
+from ..infra.runner import map_images
 from ..infra.shared import spooled
 from ..labels import ade_segmentation, voc_segmentation
-from ..labels.panels import Panel, check_readable, train_and_val
+from ..labels.panels import Panel
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.hummingbird import HummingbirdSettings
 from ..results import records
 from ..store import cache, hbird_views, images, parts
 from . import shards
@@ -64,7 +64,9 @@ LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES),
 
 
 @dataclass
-class HummingbirdReport:
+class HummingbirdReport(Outcome):
+    """mIoU at each memory size of one store on one pair of segmentation panels, with the memory's rows and the data set's kind."""
+
     store: Path
     name: str
     memory: list[str]
@@ -75,7 +77,6 @@ class HummingbirdReport:
     counts: dict[str, int]
     ledger: dict[str, str]
     matching: str
-    saved: Path | None
     kind: str = voc_segmentation.KIND  # the panels' kind: published numbers exist for VOC only
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
@@ -137,42 +138,36 @@ def shard_scores(store: Path, which: tuple[int, int], share: tuple[int, int], sh
     """This shard's confusion counts over its val images [a, b) and the shown images among them, saved
     as ``results/hummingbird-part-i-of-n``; (the summed counts and every shown image, []) once all
     parts with this ``identity`` are in (integer sums: the one-process run's counts), else (None, missing)."""
-    (i, n), (a, b) = which, share
+    a, b = share
     mine = slice(min(a, shown), min(b, shown))  # the shown images in this share
     part = xr.Dataset({"confusion": (("memory", "class", "predicted"), confusions), "truth": (("shown", "y", "x"), truth_shown[mine]),
                        "prediction": (("memory", "shown", "y", "x"), predicted_shown[:, mine])})
-    parts, missing = shards.collect(which, lambda: records.save(store, f"hummingbird-part-{i}-of-{n}", part, identity),
-                                    lambda j: records.load(store, f"hummingbird-part-{j}-of-{n}"),
-                                    lambda saved: {key: saved.attrs.get(key) for key in identity} == identity)
+    parts, missing = shards.exchange(store, "hummingbird", which, part, identity)
     if missing:
         return None, missing
     return (np.sum([q.confusion.values for q in parts], axis=0), np.concatenate([q.truth.values for q in parts], axis=0),
             np.concatenate([q.prediction.values for q in parts], axis=1)), []
 
 
-def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
-                    json_path: str | Path | None = None, progress: Callable[[int], None] | None = None, command: str = "probe hummingbird",
-                    placement: Placement = Placement(workers=1)) -> HummingbirdReport:
+def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> HummingbirdReport:
     """Build each memory from the train panel, transfer labels to the val panel's patches, score; save ``results/hummingbird``.
 
-    The val images' blocks run on ``placement``'s local workers or dask cluster, each against the memory
-    (``infra.shared.Shared``: a file mapped once per worker). ``placement.backend`` torch searches
-    with torch on ``placement.device`` (cpu, or cuda: one process by default, the memory moved
-    to the GPU once), with the numpy search's neighbours and cosines (``analyses.search_torch``).
-    ``placement.shard`` i/n: every shard builds the memories (the train labels are read in each) and
-    labels its contiguous share of the val images; the last one to finish sums the parts' confusion
-    counts (``shard_scores``) and saves the record."""
+    The val images' blocks run where the context places them (local workers or the dask cluster),
+    each against the memory (``infra.shared.Shared``: a file read block by block by every worker).
+    Backend torch searches with torch on the placement's device (cpu, or cuda: one process by
+    default, the memory moved to the GPU once), with the numpy search's neighbours and cosines
+    (``analyses.search_torch``). A shard builds the memories (the train labels are read in each) and
+    labels its contiguous share of the val images; the last one to finish sums the parts'
+    confusion counts (``shard_scores``) and saves the record. The placement (a GPU asked for and
+    absent, --workers beside --dask-address) was checked before the run: before any label read."""
     from ..analyses import search_torch
-    from ..analyses.decoder_blocks import check_backend, default_workers
 
-    check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
+    placement = context.placement
     device = placement.device if placement.backend == "torch" else None
-    workers = default_workers(placement.workers, placement.device, placement.dask_address)
-    train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the memory")
+    train_panel, val_panel = context.panel("train"), context.panel("val")  # roles, kinds and seals checked before the run
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
-    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
-    store = Path(store)
+    store = inputs.store
     memory_views = hbird_views.AUGMENTED[:settings.augmentation_epochs]
     panels = [(train_panel, panel_ids(train_panel), memory_views), (val_panel, panel_ids(val_panel), (hbird_views.VAL,))]  # VOC's share JPEGImages/
     source = locate(store, panels, "patch", (hbird_views.VAL, *memory_views))
@@ -190,23 +185,22 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
     norm = parts.final_norm(meta, store)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
 
-    train_read = layout.read_label_maps(train_panel, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids, cache=cache_dir)
+    train_read = context.read("train", layout.read_label_maps, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids)
     names, order = _ordered(train_read, train_ids, train_panel)
     memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
     values = {"values": cache.require(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
-    which, (a, b) = shards.share(placement.shard, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
+    which, (a, b) = shards.share(placement, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
     bank_rows, n_classes = [rows for _, rows in plan], len(classes)
-    with ExitStack() as files, placed(workers, placement.dask_address) as where:
+    progress = context.task("hummingbird", (b - a) * len(settings.memory))
+    with ExitStack() as files, context.placed() as where:
         soft = []  # per memory size: every val patch's soft labels, spooled to a file as the blocks come
         for size in settings.memory:
-            bank_settings = hb.HummingbirdSettings(k=settings.k, temperature=settings.temperature, memory_size=size, augmentation_epochs=len(memory_views),
-                                                   seed=settings.seed, input_size=cut, patch_size=patch, n_classes=n_classes)
             spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
-            with built(memory_source, bank_settings, folder) as (bank, labels, _):
-                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k,
-                                       temperature=settings.temperature, block=BANK_BLOCK, device=device)
+            with built(memory_source, size, settings.seed, folder) as (bank, labels, _):
+                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k, temperature=settings.temperature,
+                                       block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK), device=device)
                 try:
                     if b > a:
                         map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
@@ -215,7 +209,7 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                     search_torch.forget()
             soft.append(spool.shared())
 
-        val_read = layout.read_label_maps(val_panel, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids, unseal=unseal, cache=cache_dir)
+        val_read = context.read("val", layout.read_label_maps, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids)
         val_names, val_order = _ordered(val_read, val_ids, val_panel)
         shown = min(settings.figure_images, len(val_ids))
         truth_shown = np.zeros((shown, cut, cut), np.uint8)
@@ -240,8 +234,8 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
                     "train_sha256": shards.images_sha256(list(train_ids)), "images_sha256": shards.images_sha256(list(val_ids)), "grid": int(grid)}
         whole, missing = shard_scores(store, which, (a, b), shown, confusions, truth_shown, predicted_shown, identity)
         if whole is None:  # a shard that finished before the others
-            return HummingbirdReport(store, source.name, memory, [], bank_rows, [p for p, _ in plan], classes, {}, ledger, settings.matching, None,
-                                     train_panel.kind, waiting=missing)
+            return context.finish(HummingbirdReport(store, source.name, memory, [], bank_rows, [p for p, _ in plan], classes, {}, ledger,
+                                                    settings.matching, train_panel.kind, waiting=missing))
         confusions, truth_shown, predicted_shown = whole
     results = [hb.miou(c) for c in confusions]
     counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
@@ -266,13 +260,9 @@ def run_hummingbird(store: str | Path, train: str, val: str, settings, *, unseal
         "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row "
                    f"({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
-        "provenance": result_provenance(val_ds, command),
+        "provenance": result_provenance(val_ds, context.command),
     }
-    saved = records.save(store, "hummingbird", ds, attrs)
-    report = HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger,
-                               settings.matching, saved, train_panel.kind)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
     if norm is None:
-        print("note: the network has no final norm; its stored patch tokens are the features", file=sys.stderr)
-    return report
+        context.note("note: the network has no final norm; its stored patch tokens are the features")
+    return context.finish(HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger,
+                                            settings.matching, train_panel.kind), Saving(store, "hummingbird", ds, attrs))

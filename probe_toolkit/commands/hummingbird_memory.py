@@ -89,10 +89,11 @@ class MemorySource:
 
 
 @contextmanager
-def built(source: MemorySource, settings: hb.HummingbirdSettings, folder: Path) -> Iterator[tuple[Shared, Shared, int]]:
-    """(the bank's normalised features, its label distributions, patches per view or None) of one
-    memory, as files in ``folder`` (gone when the block ends), built a portion at a time."""
-    draws = hb.BankDraws(source.n_views, source.grid, settings)
+def built(source: MemorySource, memory_size: int | None, seed: int, folder: Path) -> Iterator[tuple[Shared, Shared, int]]:
+    """(the bank's normalised features, its label distributions, patches per view or None) of the
+    memory of ``memory_size`` patches (None: every one), drawn from ``seed``, as files in
+    ``folder`` (gone when the block ends), built a portion at a time."""
+    draws = hb.BankDraws(source.n_views, source.grid, memory_size=memory_size, seed=seed, epochs=len(source.views), n_classes=source.n_classes)
     n = len(source.ids)
     width = int(source.ds[f"tokens_{source.views[0]}"].shape[-1])
     with spooled((draws.rows, width), np.float32, folder, "hbird-bank") as bank, \

@@ -34,7 +34,6 @@ not its central 87.5 %) is still read, and every output says so. Results ``resul
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,19 +42,20 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ..analyses import knn
+from ..analyses import knn, search
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..infra.placement import Placement, sharded
-from ..infra.runner import check_placement, map_images, placed
+from ..infra.placement import Placement
+from ..infra.runner import map_images
+from ..infra.settings import SettingError
 from ..infra.shared import shared_blocks
-from ..labels.panels import ClassLabels, check_readable, read_classes, train_and_val
+from ..labels.panels import ClassLabels, read_classes
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.knn import NB_KNN, KnnSettings
 from ..results import records
 from ..store import arrays, cache, images, parts
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
-FEATURES = ("auto", "cls-normed", "cls", "mean")
 VIEWS = (images.EVAL, "224")  # DINO's evaluation view first; the 224 view where a store lacks it
 
 
@@ -78,18 +78,19 @@ def choose_view(datasets: Sequence[xr.Dataset], feature: str) -> str:
 
 
 @dataclass
-class KnnReport:
+class KnnReport(Outcome):
+    """What ``probe knn`` measured: accuracies per k with the feature, view and panels that produced them."""
+
     store: Path
     name: str
-    result: knn.KnnResult
+    result: knn.KnnResult | None  # None: a shard done before the others
     feature: str
     classes: list[str]
     counts: dict[str, int]
     ledger: dict[str, str]
-    saved: Path | None
+    temperature: float
+    view: str
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-    temperature: float = knn.TEMPERATURE
-    view: str = images.EVAL
 
     @property
     def view_line(self) -> str:
@@ -105,15 +106,14 @@ class KnnReport:
 
 
 def choose_feature(feature: str, arch: dict[str, Any], where: Path) -> str:
-    if feature not in FEATURES:
-        raise ProbeError("--feature", f"{feature!r} is not one of {', '.join(FEATURES)}", "use --feature auto")
+    """The feature ``auto`` stands for on this network, or a refusal naming the store where the network lacks the one asked."""
     token = bool(arch.get("class_token"))
     if feature == "auto":
         return ("cls-normed" if arch.get("final_norm") else "cls") if token else "mean"
     if feature.startswith("cls") and not token:
-        raise ProbeError(where, "has no class token (its network has none)", "use --feature mean (mean-pooled patch tokens)")
+        raise SettingError("feature", requirement=f"mean on this store: its network ({where}) has no class token", value=feature, example="mean")
     if feature == "cls-normed" and not arch.get("final_norm"):
-        raise ProbeError(where, "comes from a network without a final norm", "use --feature cls")
+        raise SettingError("feature", requirement=f"cls or mean on this store: its network ({where}) has no final norm", value=feature, example="cls")
     return feature
 
 
@@ -155,12 +155,12 @@ def feature_width(ds: xr.Dataset, feature: str, view: str) -> int:
     return int(cache.require(ds, stored_name(feature, view)).shape[-1])
 
 
-def shard_nearest(store: Path, shard: str | None, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
+def shard_nearest(store: Path, placement: Placement, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
                   view: str, k: int, where, progress, test_block: int = knn.TEST_BLOCK, torch_free: bool = True) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
-    which, (a, b) = shards.share(shard, len(val_ids), knn.TEST_BLOCK)
+    which, (a, b) = shards.share(placement, len(val_ids), knn.TEST_BLOCK)
     if b > a:
         near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, image_range=(a, b), torch_free=torch_free)
     else:
@@ -184,79 +184,55 @@ def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[st
 def fitting_ks(ks: Sequence[int], n_train: int, panel: str, given: bool) -> tuple[tuple[int, ...], str | None]:
     """The ks a train panel of ``n_train`` images can answer (``n_train``: its image folder's
     count, known without reading a label), and the note to print when they were narrowed. A k
-    above it given on the command line is refused; DINO's default list is narrowed to the ks
-    that fit (to ``n_train`` alone when none does)."""
+    above it given by the caller is refused; DINO's default list is narrowed to the ks that fit
+    (to ``n_train`` alone when none does)."""
     ks = tuple(sorted(set(int(k) for k in ks)))
     fit = tuple(k for k in ks if k <= n_train)
     if fit == ks:
         return ks, None
     if given:
-        raise ProbeError("--k", f"{ks[-1]} exceeds the {n_train} train images of panel {panel!r}",
-                         f"use k ≤ {n_train}, e.g. --k {','.join(map(str, fit)) or n_train}")
+        raise SettingError("ks", requirement=f"integers ≤ {n_train}", value=ks, example=fit or (n_train,),
+                           why=f"{ks[-1]} exceeds the {n_train} train images of panel {panel!r}")
     fit = fit or (n_train,)
-    return fit, (f"note: --k {','.join(map(str, ks))} (DINO's default) narrowed to --k {','.join(map(str, fit))}: "
+    return fit, (f"note: {{ks}} {','.join(map(str, ks))} (DINO's default) narrowed to {{ks}} {','.join(map(str, fit))}: "
                  f"panel {panel!r} has {n_train} train images")
 
 
-def run_knn(
-    store: str | Path,
-    train: str,
-    val: str,
-    *,
-    ks: Sequence[int] | None = None,
-    temperature: float = knn.TEMPERATURE,
-    feature: str = "auto",
-    unseal: str | None = None,
-    cache_dir: str | Path | None = None,
-    json_path: str | Path | None = None,
-    progress: Callable[[int], None] | None = None,
-    command: str = "probe knn",
-    placement: Placement = Placement(workers=1),
-) -> KnnReport:
+def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport:
     """Classify the val panel's images by their nearest train images; save ``results/knn``.
 
-    ``ks``: None is DINO's 10, 20, 100, 200, narrowed to the ks the train panel can answer; ks
+    ``settings.ks``: None is DINO's nb_knn, narrowed to the ks the train panel can answer; ks
     given are refused when one exceeds the train images (both before any label is read).
 
-    Blocks of val rows run on ``placement.workers`` local processes (None: every core) or the dask cluster
-    at ``placement.dask_address``, each against the train bank (``infra.shared.Shared``: a file written
-    block by block and read block by block by every worker, so no process holds it whole: train × D
-    float32 is 2 GB for ImageNet at D = 384); ``placement.backend`` torch searches with torch on
-    ``placement.device`` (cpu, or cuda: one process by default, the bank moved to the GPU once), with
-    the numpy search's neighbours and cosines (``analyses.search_torch``); ``placement.shard`` i/n: this
-    process's share of the val rows (``commands.shards``), the last shard scores."""
+    Blocks of val rows run where the context places them (local workers or the dask cluster),
+    each against the train bank (``infra.shared.Shared``: a file written block by block and read
+    block by block by every worker, so no process holds it whole: train × D float32 is 2 GB for
+    ImageNet at D = 384); backend torch searches with torch on the placement's device (cpu, or
+    cuda: one process by default, the bank moved to the GPU once), with the numpy search's
+    neighbours and cosines (``analyses.search_torch``); a shard computes its share of the val rows
+    (``commands.shards``), the last shard scores."""
     from ..analyses import search_torch
-    from ..analyses.decoder_blocks import check_backend, default_workers
 
-    check_backend(placement.backend, placement.device)  # a GPU asked for and absent: before any label read
+    placement = context.placement  # checked before the run: a GPU asked for and absent is refused before any label read
     device = placement.device if placement.backend == "torch" else None
-    workers = default_workers(placement.workers, placement.device, placement.dask_address)
-    dask_address, shard = placement.dask_address, placement.shard
-    given = ks is not None
-    ks = tuple(knn.KS if ks is None else ks)
-    if not ks or any(int(k) < 1 for k in ks):
-        raise ProbeError("--k", f"{list(ks)} must be positive integers", "use --k 10,20,100,200")
-    if not temperature > 0:
-        raise ProbeError("--temperature", f"{temperature} must be positive", "use DINO's 0.07")
-    # every refusal that needs no label and no compute comes here, before the first ledger line
-    check_placement(workers, dask_address)
-    train_panel, val_panel = train_and_val(train, val, cache_dir, use="hold the neighbours")
-    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
-    store = Path(store)
+    given = settings.ks is not None
+    ks = tuple(NB_KNN if settings.ks is None else settings.ks)
+    train_panel, val_panel = context.panel("train"), context.panel("val")  # roles and seals checked before the run
+    store = inputs.store
     panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
     ks, narrowed = fitting_ks(ks, len(panels[0][1]), train_panel.name, given)
     if train_panel.kind == val_panel.kind == "classes":  # class folders: every image is the panel's, known without a label
         from ..labels import hygiene
         from ..store.cache import cache_root
 
-        hygiene.check_apart(*((p.name, p.role, p.images, ids) for p, ids in panels), cache_root(cache_dir))
+        hygiene.check_apart(*((p.name, p.role, p.images, ids) for p, ids in panels), cache_root(context.cache_dir))
     source = locate(store, panels, "image", VIEWS)
     meta = source.manifest
-    chosen = choose_feature(feature, meta.get("arch", {}), store)
+    chosen = choose_feature(settings.feature, meta.get("arch", {}), store)
     norm = parts.final_norm(meta, store) if chosen == "cls-normed" else None
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
-    train_labels = read_classes(train_panel, purpose="knn: neighbours' classes", checkpoint=checkpoint, cache=cache_dir)
-    val_labels = read_classes(val_panel, purpose="knn: score", checkpoint=checkpoint, unseal=unseal, cache=cache_dir)
+    train_labels = context.read("train", read_classes, purpose="knn: neighbours' classes", checkpoint=checkpoint)
+    val_labels = context.read("val", read_classes, purpose="knn: score", checkpoint=checkpoint)
     classes = train_labels.classes
     unknown = sorted(set(val_labels.classes[i] for i in set(val_labels.labels.tolist())) - set(classes))
     if unknown:
@@ -264,30 +240,33 @@ def run_knn(
     val_targets = np.asarray([classes.index(val_labels.classes[i]) for i in val_labels.labels], np.int64)
     n_train = len(train_labels.image_ids)
     if ks[-1] > n_train:  # a COCO panel annotating fewer images than its folder holds: known only now
-        ks, narrowed = fitting_ks(knn.KS if not given else ks, n_train, train_panel.name, given)
+        ks, narrowed = fitting_ks(NB_KNN if not given else ks, n_train, train_panel.name, given)
     train_ds, train_found = source.panel_stores[train_panel.name]
     val_ds, val_found = source.panel_stores[val_panel.name]
     train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
     view = choose_view([train_ds, val_ds], chosen)
     if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
-        print(narrowed, file=sys.stderr)
+        context.note(narrowed)
+    ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
+    temperature = float(settings.temperature)
     on_gpu = device not in (None, "cpu")
     test_block = knn.DEVICE_TEST_BLOCK if on_gpu else knn.TEST_BLOCK
     bank_shape = (len(train_ids), feature_width(train_ds, chosen, view))
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
-    with placed(workers, dask_address) as where, shared_blocks(train_bank(train_ds, train_ids, chosen, norm, view), bank_shape, np.float32, folder, "knn-bank") as bank:
+    with context.placed() as where, shared_blocks(train_bank(train_ds, train_ids, chosen, norm, view), bank_shape, np.float32, folder, "knn-bank") as bank:
         fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1],
-                               train_block=knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK, device=device)
+                               train_block=search.block_rows(placement.work_memory, test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
+                               device=device)
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
+        progress = context.task("k-NN", len(val_ids))
         try:
-            if not sharded(shard):
+            if not placement.sharded:
                 near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, torch_free=device is None)
             else:
-                near, missing = shard_nearest(store, shard, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
+                near, missing = shard_nearest(store, placement, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
                 if near is None:  # a shard that finished before the others
-                    return KnnReport(store, source.name, None, chosen, classes, {}, {"train": train_labels.entry_id, "val": val_labels.entry_id}, None, missing,
-                                     temperature=float(temperature), view=view)
+                    return context.finish(KnnReport(store, source.name, None, chosen, classes, {}, ledger, temperature, view, missing))
         finally:
             search_torch.forget()
     width = knn.vote_width(len(classes))
@@ -296,7 +275,6 @@ def run_knn(
     family = str(meta.get("arch", {}).get("family", "vit"))
     text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")), family)
     counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
-    ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
     ds = xr.Dataset(
         {
             "top1": ("k", result.top1), "top5": ("k", result.top5),
@@ -308,16 +286,12 @@ def run_knn(
         coords={"k": list(ks), "image": val_ids, "train_image": train_ids, "class": classes},
     )
     attrs = {
-        "feature": chosen, "feature_text": text, "view": view, "view_text": view_text(view), "temperature": float(temperature), "ledger": ledger,
+        "feature": chosen, "feature_text": text, "view": view, "view_text": view_text(view), "temperature": temperature, "ledger": ledger,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
                    "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
         "counts": counts, "source": SOURCES.get(family, SOURCE),
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
-        "provenance": result_provenance(train_ds, command),
+        "provenance": result_provenance(train_ds, context.command),
     }
-    saved = records.save(store, "knn", ds, attrs)
-    report = KnnReport(store, source.name, result, text, classes, counts, ledger, saved, temperature=float(temperature), view=view)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+    return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))

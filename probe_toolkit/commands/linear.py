@@ -36,9 +36,7 @@ attrs of both: ``level``, ``settings`` (fit settings, chosen weight decay or C, 
 
 from __future__ import annotations
 
-import shlex
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +47,9 @@ import xarray as xr
 from ..analyses import linear
 from ..infra import provenance
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..labels.panels import LabelRead, check_readable, read_labels, train_and_val
-from ..results import records
+from ..labels.panels import LabelRead, read_labels
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.linear import LinearSettings
 from ..store import cache, images
 from ..store.completion import computed_on
 from .panel_stores import Level, Source, locate, panel_ids
@@ -60,21 +58,33 @@ DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres insid
 
 
 @dataclass
-class Outcome:
+class StoreScores:
+    """One store's probe: its val scores and the regularisation its hold-out chose."""
+
     store: Path
     name: str
     scores: dict[str, float]
     chosen: float
-    saved: Path
 
 
 @dataclass
-class LinearReport:
+class LinearReport(Outcome):
+    """What ``probe linear`` measured: every store's scores, on one label space, from one pair of ledger reads."""
+
     level: str
-    outcomes: list[Outcome]
+    outcomes: list[StoreScores]
     ledger: dict[str, str]
     label_space: linear.LabelSpace
     settings: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        """The table as JSON (NaN scores become null)."""
+        saved = {str(r.store): str(r.path) for r in (self.run.records if self.run else [])}
+        return {
+            "level": self.level, "ledger": self.ledger, "label_space": self.label_space.as_dict(), "settings": self.settings,
+            "stores": [{"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen,
+                        "saved": saved.get(str(o.store))} for o in self.outcomes],
+        }
 
 
 def features(ds: xr.Dataset, ids: Sequence[str], level: Level, class_token: bool) -> np.ndarray:
@@ -141,33 +151,17 @@ def _space_of(read: LabelRead) -> linear.LabelSpace:
 # the run
 
 
-def run_linear(
-    stores: Sequence[str | Path],
-    train: str,
-    val: str,
-    *,
-    level: Level = "patch",
-    settings: linear.FitSettings = linear.FitSettings(),
-    unseal: str | None = None,
-    cache_dir: str | Path | None = None,
-    json_path: str | Path | None = None,
-    on_step: Callable[[str], None] | None = None,
-) -> LinearReport:
-    """Fit on the train panel, then score on the val panel, for every store; save and report."""
-    step = on_step or (lambda _: None)
-    if level not in ("patch", "image"):
-        raise ProbeError(None, f"--level {level!r} is not patch or image", "use --level patch")
-    if not stores:
-        raise ProbeError(None, "no STORE given", "pass one or more stores written by probe extract")
-    train_panel, val_panel = train_and_val(train, val, cache_dir)
-    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: refused before any label read or fit
+def run(inputs: Inputs, settings: LinearSettings, context: RunContext) -> LinearReport:
+    """Fit on the train panel, then score on the val panel, for every store; one record per store."""
+    level = settings.level
+    stores = inputs.stores
+    train_panel, val_panel = context.panel("train"), context.panel("val")  # roles and seals checked before the run
     train_ids, val_ids = panel_ids(train_panel), panel_ids(val_panel)
     sources = [locate(s, [(train_panel, train_ids), (val_panel, val_ids)], level) for s in stores]
     checkpoints = ",".join(dict.fromkeys(s.manifest["checkpoint"]["sha256"] for s in sources))
-    command = shlex.join(["probe", *sys.argv[1:]]) if sys.argv else "probe linear"
 
     # 1. train labels, then every fit
-    train_read = read_labels(train_panel, purpose=f"linear-{level}: fit", checkpoint=checkpoints, images=train_ids, cache=cache_dir, command=command)
+    train_read = context.read("train", read_labels, purpose=f"linear-{level}: fit", checkpoint=checkpoints, images=train_ids)
     space = _space_of(train_read)
     if not space.ids:
         raise ProbeError(train_panel.annotations, "lists no categories", "a probe needs the panel's categories")
@@ -180,7 +174,7 @@ def run_linear(
         t_targets = linear.image_categories(train_read.coco, t_coco, space)
     fits: list[Any] = []
     for source in sources:
-        step(f"fit {source.name}")
+        context.step(f"fit {source.name}")
         x = panel_features(source, train_panel.name, t_pos, level)
         if level == "patch":
             fits.append(linear.fit_patch_level(x, t_targets[store_patch(source)], len(space.patch_classes), settings))
@@ -188,7 +182,7 @@ def run_linear(
             fits.append(linear.fit_image_level(x, t_targets, holdout=settings.holdout, seed=settings.seed))
 
     # 2. only now the val labels
-    val_read = read_labels(val_panel, purpose=f"linear-{level}: score", checkpoint=checkpoints, images=val_ids, unseal=unseal, cache=cache_dir, command=command)
+    val_read = context.read("val", read_labels, purpose=f"linear-{level}: score", checkpoint=checkpoints, images=val_ids)
     extra = space.missing(_space_of(val_read))
     if extra:
         raise ProbeError(val_panel.annotations, f"has categories the train panel lacks ({', '.join(extra[:5])})", "use panels with one label space")
@@ -206,9 +200,9 @@ def run_linear(
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role}, "val": {"name": val_panel.name, "role": val_panel.role}},
         "provenance": provenance.stamp(),
     }
-    outcomes = []
+    outcomes, saving = [], []
     for source, fit in zip(sources, fits):
-        step(f"score {source.name}")
+        context.step(f"score {source.name}")
         x = panel_features(source, val_panel.name, v_pos, level)
         attrs = {**common, "manifest": source.manifest, "computed_on": computed_on(source.store, v_ids, scope="panel")}
         if level == "patch":
@@ -216,7 +210,7 @@ def run_linear(
             ds, scores = patch_results(fit, x, v_targets, val_read, v_coco, v_sizes, v_ids, space, settings)
             attrs.update(
                 feature="tokens_224", dense_resolution=DENSE_RESOLUTION,
-                settings={**settings.as_dict(), "weight_decay": fit.probe.weight_decay, "label_rule": LABEL_RULE},
+                settings={**linear.fit_record(settings), "weight_decay": fit.probe.weight_decay, "label_rule": LABEL_RULE},
                 patch=store_patch(source),
                 counts={"train_images": len(t_pos), "train_patches": fit.n_fit_patches, "train_patches_ignored": fit.n_ignored_patches,
                         "val_images": len(v_pos), "val_patches": int((v_targets != linear.IGNORE).sum()),
@@ -233,12 +227,9 @@ def run_linear(
                 counts={"train_images": len(t_pos), "val_images": len(v_pos), "val_positives": v_targets.sum(0).astype(int).tolist()},
             )
             chosen = fit.c
-        saved = records.save(source.store, f"linear_{level}", ds, attrs)
-        outcomes.append(Outcome(source.store, source.name, scores, chosen, saved))
-    report = LinearReport(level, outcomes, ledger_ids, space, settings.as_dict())
-    if json_path is not None:
-        write_summary(json_path, report_json(report))
-    return report
+        saving.append(Saving(source.store, f"linear_{level}", ds, attrs))
+        outcomes.append(StoreScores(source.store, source.name, scores, chosen))
+    return context.finish(LinearReport(level, outcomes, ledger_ids, space, linear.fit_record(settings)), *saving)
 
 
 LABEL_RULE = (
@@ -302,17 +293,3 @@ def image_results(fit: linear.ImageFit, features_val: np.ndarray, targets: np.nd
 
 def _finite(value: float) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
-
-
-def report_json(report: LinearReport) -> dict[str, Any]:
-    """The table as JSON (NaN scores become null)."""
-    return {
-        "level": report.level,
-        "ledger": report.ledger,
-        "label_space": report.label_space.as_dict(),
-        "settings": report.settings,
-        "stores": [
-            {"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen,
-             "saved": str(o.saved)} for o in report.outcomes
-        ],
-    }

@@ -13,8 +13,10 @@ from ..analyses.grid import grid_side
 from ..infra.errors import ProbeError
 from ..infra.progress import within
 from ..infra.runner import per_image
+from ..protocols.context import Inputs, RunContext
+from ..protocols.neighbours import NeighboursSettings
 from ..store.cache import open_store, require
-from .runs import OverStores, Run, finish, over_stores
+from .runs import OverStoresReport, finish, over_stores
 
 DEFAULT_VIEW = "224"
 
@@ -52,33 +54,22 @@ def choose_view(stores: list[Path], view: str | None, grid: int | None) -> str:
     return str(view)
 
 
-def run_neighbours(
-    stores: list[Path],
-    *,
-    view: str | None = None,
-    grid: int | None = None,
-    k: int = 4,
-    top: int = 8,
-    wrap: bool = True,
-    distance: str = "chebyshev",
-    over: OverStores = OverStores(),
-) -> Run:
-    """``probe neighbours``: saved as ``results/neighbours_g<grid>`` (``_nowrap`` without the wrap)."""
+def run(inputs: Inputs, settings: NeighboursSettings, context: RunContext) -> OverStoresReport:
+    """Every store's tokens measured against the window, saved as ``results/neighbours_g<grid>`` (``_nowrap`` without the wrap)."""
     from ..analyses.neighbours import neighbours, view_array
-    from ..analyses.stats import Bootstrap, check_boot
+    from ..analyses.stats import Bootstrap
 
-    check_boot(over.boot)  # before any store is opened
-
-    array = view_array(choose_view(stores, view, grid))
+    s = settings
+    array = view_array(choose_view(inputs.stores, s.view, s.grid))
 
     def analyse(ds, progress, where):
         tokens = require(ds, array)
         side = grid_side(tokens.shape[1], array)
-        with within(f"bootstrap: {over.boot:,} resamples", over.boot) as boot:  # a line of its own while they run
-            return neighbours(tokens, side, k=k, top=top, wrap=wrap, metric=distance, boot=Bootstrap(over.boot, over.seed, progress=boot),
+        with within(f"bootstrap: {s.boot:,} resamples", s.boot) as boot:  # a line of its own while they run
+            return neighbours(tokens, side, k=s.k, top=s.top, wrap=s.wrap, metric=s.distance, boot=Bootstrap(s.boot, s.seed, progress=boot),
                               run_blocks=per_image(where, progress=progress))
 
-    runs = over_stores(stores, analyse, array, over)
-    suffix = "" if wrap else "_nowrap"
+    runs = over_stores(inputs.stores, analyse, array, s.partial, context)
+    suffix = "" if s.wrap else "_nowrap"
     names = {store: f"neighbours_g{result.attrs['grid']}{suffix}" for store, (_, result) in runs.items()}
-    return finish(next(iter(names.values()), "neighbours"), "probe neighbours", runs, over.json_path, names=names)
+    return finish(next(iter(names.values()), "neighbours"), runs, context, names=names)

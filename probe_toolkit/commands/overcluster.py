@@ -2,7 +2,7 @@
 to its classes, mIoU, saved as ``results/overcluster``.
 
 Order, which the ledger shows: every refusal that needs no label first (the panel's kind and
-role, the store's hbird512 view for every image of the panel); then the tokens are read, passed
+role, the store's squashed view, hbird@448 by default, for every image of the panel); then the tokens are read, passed
 through the network's final norm, standardised, projected and clustered at every k and seed
 (``analyses.overcluster``), with no label in sight; only then are the panel's label maps read
 (purpose ``overcluster: score``), squashed to the view as its images were, and scored. Result:
@@ -16,7 +16,6 @@ through the network's final norm, standardised, projected and clustered at every
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,22 +23,19 @@ import numpy as np
 
 from ..analyses import overcluster as oc
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
 from ..infra.settings import SettingError
 from ..labels import voc_segmentation
-from ..labels.panels import check_readable, get_panel
-from ..results import records
-from ..store import cache, hbird_views, parts
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..store import cache, hbird_views, parts, views
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 RESULT = "overcluster"
-VIEW = hbird_views.VAL  # squashed to 512 × 512, as NeCo squashes to 448 × 448
 READ_BLOCK = 64  # images read at a time
 
 
 @dataclass
-class OverclusterReport:
+class OverclusterReport(Outcome):
     store: Path
     panel: str
     ks: list[int]
@@ -48,7 +44,10 @@ class OverclusterReport:
     matching: list[str]
     counts: dict[str, int]
     ledger: str
-    saved: Path | None = None
+
+    def summary(self) -> dict:
+        return {"store": str(self.store), "panel": self.panel, "k": self.ks, "miou": self.miou, "miou_seed": self.miou_seed.tolist(),
+                "matching": self.matching, "counts": self.counts, "ledger": self.ledger}
 
 
 def check_panel(panel) -> None:
@@ -57,9 +56,9 @@ def check_panel(panel) -> None:
                          f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split val --role {panel.role}")
 
 
-def features(ds, ids: list[str], norm) -> tuple[np.ndarray, int]:
+def features(ds, ids: list[str], norm, view: str) -> tuple[np.ndarray, int]:
     """(images · patches, D) float32: the view's patch tokens of ``ids``, through the final norm; and the grid side."""
-    array = cache.require(ds, f"tokens_{VIEW}").sel(image=list(ids))
+    array = cache.require(ds, f"tokens_{view}").sel(image=list(ids))
     n, patches, width = (int(s) for s in array.shape)
     side = int(round(patches ** 0.5))
     out = np.empty((n * patches, width), np.float32)
@@ -67,37 +66,39 @@ def features(ds, ids: list[str], norm) -> tuple[np.ndarray, int]:
         b = min(a + READ_BLOCK, n)
         values = np.asarray(array.isel(image=slice(a, b)).values, np.float32).reshape(-1, width)
         if not np.isfinite(values).all():
-            raise ProbeError(ds.attrs.get("store"), f"holds a value of tokens_{VIEW} that is not finite", "extract the store again")
+            raise ProbeError(ds.attrs.get("store"), f"holds a value of tokens_{view} that is not finite", "extract the store again")
         out[a * patches:b * patches] = norm(values) if norm is not None else values
     return out, side
 
 
-def run_overcluster(store: str | Path, panel: str, settings, *, unseal: str | None = None, cache_dir: str | Path | None = None,
-                    json_path: str | Path | None = None, progress=None, command: str = "probe overcluster") -> OverclusterReport:
+def run(inputs: Inputs, settings, context: RunContext) -> OverclusterReport:
+    """Cluster the panel's patch tokens at every k and seed, then read its label maps (once) and score; save ``results/overcluster``."""
     from ..infra.runner import task_threads
 
-    the_panel = check_readable(get_panel(panel, cache_dir), unseal, cache_dir)  # a sealed panel without a reason: before any work
+    the_panel = context.panel("panel")  # its seal checked before the run
     check_panel(the_panel)
     classes = len(voc_segmentation.CLASSES)
     if min(settings.k) < classes:
         raise SettingError("k", f"k {min(settings.k)} is below the panel's {classes} classes: a cluster per class at least",
                            f"use k ≥ {classes} (NeCo: 100, 300, 500)")
-    store = Path(store)
+    store = Path(inputs.store)
+    view = views.canonical(settings.view)
     try:
-        source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,))
+        source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (view,))
     except ProbeError as error:
-        if f"has no array tokens_{VIEW}" not in error.problem:
+        if f"has no array tokens_{view}" not in error.problem:
             raise
         checkpoint = cache.manifest(cache.open_store(store))["checkpoint"]["path"]  # the view, not another one: overcluster reads this one
-        raise ProbeError(error.where, f"has no {VIEW} view for panel {the_panel.name!r}",
-                         f"run `probe extract {checkpoint} --panel {the_panel.name} --views {VIEW}`") from None
+        raise ProbeError(error.where, f"has no {view} view for panel {the_panel.name!r}",
+                         f"run `probe extract {checkpoint} --panel {the_panel.name} --views {view}`") from None
     ds, ids = source.panel_stores[the_panel.name]
     norm = parts.final_norm(source.manifest, store)
-    tokens, side = features(ds, list(ids), norm)
+    tokens, side = features(ds, list(ids), norm, view)
     if len(tokens) < max(settings.k):
         raise ProbeError(store, f"holds {len(tokens)} patch tokens of panel {the_panel.name!r}, fewer than k = {max(settings.k)}",
                          "extract more images, or lower k")
     n_images = len(ids)
+    advance = context.task("k-means", len(settings.k) * settings.seeds)
     with task_threads(1):  # one BLAS / OpenMP thread: the same clusters on any machine
         projected = oc.project(oc.standardise(tokens), settings.pca_dim)
         clusters = {}
@@ -105,22 +106,25 @@ def run_overcluster(store: str | Path, panel: str, settings, *, unseal: str | No
             for seed in range(settings.seeds):
                 clusters[k, seed] = oc.nearest(oc.kmeans(projected, k, seed, settings.iterations, settings.restarts).reshape(n_images, side, side),
                                                oc.MASK_SIDE)
-                if progress:
-                    progress(1)
+                advance(1)
     del tokens, projected
     checkpoint = str((source.manifest.get("checkpoint") or {}).get("sha256", "?"))
-    read = voc_segmentation.read_label_maps(the_panel, purpose="overcluster: score", checkpoint=checkpoint, images=list(ids), unseal=unseal,
-                                            cache=cache_dir, command=command)
-    by_name = dict(zip(read.ids, read.maps))
-    cut = side * int(source.manifest["arch"]["patch"])  # the pixels the network read (512 at /16; the top-left 504 at /14)
-    truth = np.stack([oc.nearest(hbird_views.label_view(by_name[read.image_map[i]], VIEW, read.image_map[i])[None, :cut, :cut], oc.MASK_SIDE)[0]
+    read = context.read("panel", voc_segmentation.read_label_maps, purpose="overcluster: score", checkpoint=checkpoint, images=list(ids),
+                        command=context.command)
+    by_name = dict(zip(read.ids, read.maps, strict=True))
+    cut = side * int(source.manifest["arch"]["patch"])  # the pixels the network read
+    truth = np.stack([oc.nearest(hbird_views.label_view(by_name[read.image_map[i]], view, read.image_map[i])[None, :cut, :cut], oc.MASK_SIDE)[0]
                       for i in ids])
-    return save(store, ds, the_panel, settings, clusters, truth, classes, read.entry_id, {"images": n_images, "tokens": n_images * side * side},
-                side, cut, norm is not None, json_path, command)
+    report, data, attrs = scored(store, ds, the_panel, settings, clusters, truth, classes, read.entry_id,
+                                 {"images": n_images, "tokens": n_images * side * side}, side, cut, norm is not None, context.command, view)
+    if norm is None:
+        context.note("note: the network has no final norm; its stored patch tokens are the features")
+    return context.finish(report, Saving(store, RESULT, data, attrs))
 
 
-def save(store, ds, panel, settings, clusters, truth, classes: int, ledger: str, counts: dict, side: int, cut: int, normed: bool, json_path,
-         command) -> OverclusterReport:
+def scored(store, ds, panel, settings, clusters, truth, classes: int, ledger: str, counts: dict, side: int, cut: int, normed: bool,
+           command: str, view: str):
+    """(the report, the record's dataset, its attributes): every clustering matched and scored."""
     import xarray as xr
 
     ks, seeds, widest = list(settings.k), settings.seeds, max(settings.k)
@@ -140,15 +144,9 @@ def save(store, ds, panel, settings, clusters, truth, classes: int, ledger: str,
         coords={"k": ks, "seed": np.arange(seeds), "class": list(voc_segmentation.CLASSES), "cluster": np.arange(widest)},
     )
     attrs = {"settings": settings.as_dict(), "matching": dict(zip(map(str, ks), matching)), "ledger": ledger, "counts": counts,
-             "panel": {"name": panel.name, "role": panel.role, "split": panel.split, "kind": panel.kind}, "view": VIEW, "grid": int(side),
+             "panel": {"name": panel.name, "role": panel.role, "split": panel.split, "kind": panel.kind}, "view": view, "grid": int(side),
              "pixels_side": int(cut), "mask_side": oc.MASK_SIDE,
              "feature": "last-block patch tokens through the final norm" if normed else "last-block patch tokens (the network has no final norm)",
              "source": "vpariza/NeCo experiments/overcluster/eval_overcluster.py, experiments/utils.py", "provenance": result_provenance(ds, command)}
-    saved = records.save(store, RESULT, result, attrs)
-    report = OverclusterReport(Path(store), panel.name, ks, [float(v) for v in result.miou.values], miou_seed, matching, counts, ledger, saved)
-    if json_path is not None:
-        write_summary(json_path, {"store": str(store), "panel": panel.name, "k": ks, "miou": report.miou, "miou_seed": miou_seed.tolist(),
-                                  "matching": matching, "counts": counts, "ledger": ledger}, indent=1)
-    if not normed:
-        print("note: the network has no final norm; its stored patch tokens are the features", file=sys.stderr)
-    return report
+    report = OverclusterReport(Path(store), panel.name, ks, [float(v) for v in result.miou.values], miou_seed, matching, counts, ledger)
+    return report, result, attrs

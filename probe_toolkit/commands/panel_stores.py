@@ -55,11 +55,14 @@ def _same_network(a: dict[str, Any], b: dict[str, Any], views: Sequence[str] = (
 
 def panel_ids(panel: Panel) -> list[str]:
     """The panel's images as paths relative to its folder (= the COCO ``file_name``s); no label read.
-    A VOC segmentation panel's are those its split file lists (``ImageSets/Segmentation``: ids, not labels)."""
-    from ..labels import voc_layout
+    A VOC segmentation panel's are those its split file lists (``ImageSets/Segmentation``: ids, not labels),
+    an NYU panel's those of its ``nyu_<split>.txt``."""
+    from ..labels import nyu, voc_layout
 
     if panel.kind == voc_layout.KIND:
         return voc_layout.split_images(panel)
+    if panel.kind == nyu.KIND:
+        return nyu.split_images(panel)
     return [ref.id for ref in images.list_images(panel.images)]
 
 

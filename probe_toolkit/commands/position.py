@@ -22,8 +22,8 @@ import numpy as np
 from ..analyses import position
 from ..analyses.grid import grid_side
 from ..infra.errors import ProbeError
-from ..results import records
-from ..store import cache
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..store import cache, views
 from . import token_rows
 from .runs import result_provenance
 
@@ -38,13 +38,17 @@ class StorePosition:
     fit: position.PositionResult
     grid: int
     images: dict[str, int]
-    saved: Path | None = None
 
 
 @dataclass
-class PositionReport:
+class PositionReport(Outcome):
     view: str
     stores: list[StorePosition] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"analysis": RESULT, "view": self.view,
+                "stores": {str(s.store): {"block": s.block, "loss": s.fit.loss, "l1": s.fit.l1, "l1_row": s.fit.l1_row, "l1_col": s.fit.l1_col,
+                                          "chance": s.fit.chance, "grid": s.grid, "images": s.images} for s in self.stores}}
 
 
 def _reader(array, indices: np.ndarray, batch: int):
@@ -61,22 +65,22 @@ def _reader(array, indices: np.ndarray, batch: int):
     return batches
 
 
-def run_position(stores: list[Path], settings, *, block: int | None = None, json_path: Path | None = None, progress=None,
-                 command: str = "probe position") -> PositionReport:
-    from ..infra.owned import write_summary
-
+def run(inputs: Inputs, settings, context: RunContext) -> PositionReport:
+    """The position probe of each store's patch tokens at ``settings.view`` and the context's block; one record per store."""
+    view = views.canonical(settings.view)
     opened = {}
-    for store in dict.fromkeys(Path(s) for s in stores):  # every store checked before any is fitted
-        ds = cache.open_store(store, allow_partial=settings.partial, arrays=[token_rows.array_name("patch", settings.view)], plain=True)
-        array = token_rows.read(ds, "patch", settings.view, block)
+    for store in dict.fromkeys(Path(s) for s in inputs.stores):  # every store checked before any is fitted
+        ds = cache.open_store(store, allow_partial=settings.partial, arrays=[token_rows.array_name("patch", view)], plain=True)
+        array = token_rows.read(ds, "patch", view, context.block)
         n = int(array.shape[0])
         held_out = round(settings.held_out * n)
         if held_out < 1 or held_out >= n:
             raise ProbeError(store, f"has {n} images: a held-out share of {settings.held_out:g} leaves {held_out} held out and {n - held_out} to train on",
                              "extract more images, or change held_out so that both sides have at least one image")
         opened[store] = (ds, array)
-    report = PositionReport(settings.view)
+    report, saving = PositionReport(view), []
     for store, (ds, array) in opened.items():
+        advance = context.task(str(store), 1)
         side = grid_side(int(array.shape[1]), array.name)
         ids = [str(i) for i in ds["image"].values]
         train, held = position.split(ids, settings.held_out, settings.seed)
@@ -84,31 +88,23 @@ def run_position(stores: list[Path], settings, *, block: int | None = None, json
         token_rows.check_finite(store, array.name, values)
         fit = position.train_probe(_reader(array, train, settings.batch), [values[a:a + settings.batch] for a in range(0, len(values), settings.batch)],
                                    int(array.shape[-1]), side, side, epochs=settings.epochs, lr=settings.lr, seed=settings.seed)
-        if progress:
-            progress(len(ids))
-        resolved = token_rows.block_of(array, ds)
-        report.stores.append(save(store, ds, fit, side, {"train": len(train), "held_out": len(held)}, settings, resolved, command))
-    if json_path is not None:
-        write_summary(json_path, summary(report), indent=1)
-    return report
+        advance(1)
+        images = {"train": len(train), "held_out": len(held)}
+        block = token_rows.block_of(array, ds)
+        data = xr_result(fit)
+        attrs = {"view": view, "block": int(block), "grid": int(side), "images": images, "settings": settings.as_dict(),
+                 "targets": "linspace(-1, 1) along each side of the grid (RADIO position_predictor.py generate_position_tensor)",
+                 "source": "NVlabs/RADIO examples/position_predictor.py", "provenance": result_provenance(ds, context.command)}
+        report.stores.append(StorePosition(store, int(block), fit, int(side), images))
+        saving.append(Saving(store, RESULT, data, attrs))
+    return context.finish(report, *saving)
 
 
-def save(store: Path, ds, fit: position.PositionResult, side: int, images: dict[str, int], settings, block: int, command: str) -> StorePosition:
+def xr_result(fit: position.PositionResult):
     import xarray as xr
 
-    result = xr.Dataset(
+    return xr.Dataset(
         {"loss": ((), fit.loss), "l1": ((), fit.l1), "l1_row": ((), fit.l1_row), "l1_col": ((), fit.l1_col), "chance": ((), fit.chance),
          "train_loss": ("epoch", np.asarray(fit.train_loss)), "weight": (("coordinate", "channel"), fit.weight), "bias": ("coordinate", fit.bias)},
         coords={"epoch": np.arange(len(fit.train_loss)), "coordinate": ["row", "col"]},
     )
-    attrs = {"view": settings.view, "block": int(block), "grid": int(side), "images": images, "settings": settings.as_dict(),
-             "targets": "linspace(-1, 1) along each side of the grid (RADIO position_predictor.py generate_position_tensor)",
-             "source": "NVlabs/RADIO examples/position_predictor.py", "provenance": result_provenance(ds, command)}
-    saved = records.save(store, RESULT, result, attrs)
-    return StorePosition(store, int(block), fit, int(side), images, saved)
-
-
-def summary(report: PositionReport) -> dict:
-    return {"analysis": RESULT, "view": report.view,
-            "stores": {str(s.store): {"block": s.block, "loss": s.fit.loss, "l1": s.fit.l1, "l1_row": s.fit.l1_row, "l1_col": s.fit.l1_col,
-                                      "chance": s.fit.chance, "grid": s.grid, "images": s.images} for s in report.stores}}

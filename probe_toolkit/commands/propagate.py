@@ -30,13 +30,14 @@ against the digest of what was written, so sequences propagated on a dask cluste
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -51,12 +52,12 @@ from ..analyses import propagation, tracking
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
-from ..infra.owned import write_summary
-from ..infra.placement import Placement, parse_shard, sharded
 from ..infra.runner import for_workers, map_blocks, placed, shard_range, torch_threads
+from ..infra.settings import SettingError
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
-from ..results import records
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.propagate import PropagateSettings
 from ..store import cache
 from ..store.backbone import Backbone, normed_patch_tokens
 from ..store.checkpoints import load_checkpoint
@@ -69,33 +70,9 @@ SOFT = "soft.npy"  # beside a sequence's PNGs: (frame, label, row, column) float
 
 
 @dataclass
-class Settings:
-    n_last: int = propagation.N_LAST
-    radius: int = propagation.RADIUS
-    topk: int = propagation.TOPK
-    subset: str = "val"
-    preset: str = "dino"  # analyses.tracking: dino or dinov3-tracking (frames, window, T, labels)
-    temperature: float = propagation.TEMPERATURE
-    short_side: int = propagation.SHORT_SIDE
+class PropagationReport(Outcome):
+    """What ``probe propagate`` wrote and scored: the sequences, their J&F, the ledger reads of first frames and scores."""
 
-    def frames(self, patch: int) -> tracking.Frames:
-        return tracking.Frames(self.preset, self.short_side, patch)
-
-    def record(self) -> dict[str, Any]:
-        return {"preset": self.preset, "n_last_frames": self.n_last, "size_mask_neighborhood": self.radius, "window": tracking.SHAPE[self.preset],
-                "topk": self.topk, "temperature": self.temperature, "short_side": self.short_side, "subset": self.subset}
-
-    def check(self) -> None:
-        for name, value, least in (("--n-last-frames", self.n_last, 1), ("--size-mask-neighborhood", self.radius, 0), ("--topk", self.topk, 1)):
-            if int(value) != value or value < least:
-                raise ProbeError(name, f"{value} must be an integer ≥ {least}", "DINO's defaults: --n-last-frames 7 --size-mask-neighborhood 12 --topk 5")
-        if self.preset not in tracking.PRESETS or not self.temperature > 0 or self.short_side < 1:
-            raise ProbeError("--preset", f"{self.preset!r} (temperature {self.temperature}, short side {self.short_side}) is not a preset with a positive "
-                             "temperature and short side", f"use --preset {' or '.join(tracking.PRESETS)}")
-
-
-@dataclass
-class PropagationReport:
     out: Path
     sequences: list[str]
     frames: int
@@ -103,7 +80,6 @@ class PropagationReport:
     scores: list[davis.SequenceScores] = field(default_factory=list)
     global_scores: dict[str, float] | None = None
     ledger: dict[str, str] = field(default_factory=dict)
-    saved: Path | None = None
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def summary(self) -> dict[str, Any]:
@@ -181,12 +157,9 @@ def write_tables(out: Path, subset: str, scores: list[davis.SequenceScores], ove
 
 
 def _device(name: str) -> torch.device:
+    """``auto`` resolved: a GPU when one is visible (a named device was checked before the run, ``Placement.check_device``)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ProbeError("--device", "cuda was asked for but no GPU is visible", "use --device cpu (or auto)")
-    if name not in ("cpu", "cuda"):
-        raise ProbeError("--device", f"{name!r} is not auto, cpu or cuda", "use --device auto")
     return torch.device(name)
 
 
@@ -199,7 +172,7 @@ class Job:
     sha256: str
     network: str
     device: str
-    settings: Settings
+    settings: PropagateSettings
     out: str
     patch: int
     names: tuple[str, ...]
@@ -257,10 +230,11 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
             first = rule.first(first_annotation, rows, cols)
             files = {f"{frames[0].stem}.png": indexed_png(first_annotation, palette)}
             labels = [first_annotation]
-            near = rule.window(rows, cols, job.settings.radius)
+            s = job.settings
+            near = rule.window(rows, cols, s.size_mask_neighborhood)
             stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device), rule=rule), first, rows, cols, job.patch,
-                                           (width, height), n_last=job.settings.n_last, radius=job.settings.radius, topk=job.settings.topk,
-                                           temperature=job.settings.temperature, near=near, labels=rule.labels)
+                                           (width, height), n_last=s.n_last_frames, radius=s.size_mask_neighborhood, topk=s.topk,
+                                           temperature=s.affinity_temperature, near=near, labels=rule.labels)
             soft = []
             for frame, result in zip(frames[1:], stream):
                 files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
@@ -322,33 +296,17 @@ def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float
     return xr.Dataset(data, coords=coords)
 
 
-def run_propagate(
-    checkpoint: str | Path,
-    davis_dir: str | Path,
-    out: str | Path,
-    *,
-    settings: Settings = Settings(),
-    network: str = "teacher",
-    sequences: Sequence[str] | None = None,
-    score: bool = True,
-    store: str | Path | None = None,
-    cache_dir: str | Path | None = None,
-    json_path: str | Path | None = None,
-    on_frame: Callable[[int], None] | None = None,
-    command: str = "probe propagate",
-    placement: Placement = Placement(workers=1, device="auto"),
-) -> PropagationReport:
-    """Propagate every sequence (one runner task each: ``placement.workers`` local processes, None: every
-    core, one on a GPU; or the dask cluster at ``placement.dask_address``), write its PNGs, then score them
-    as read back from ``out``. Every sequence runs on one torch thread, on a worker as in this
-    process (``runner.task_threads``); the tests check the same bits at 1 and 2 workers and on a
-    cluster. ``placement.shard`` i/n (or torchrun): this process's contiguous share of the sequences; the
-    shard that finds every share written (``gather_parts``) scores them all."""
-    device, workers, dask_address, shard = placement.device, placement.workers, placement.dask_address, placement.shard
-    settings.check()
-    target_device = _device(device)
-    if workers is None and target_device.type != "cpu" and not dask_address:
-        workers = 1
+def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> PropagationReport:
+    """Propagate every sequence (one runner task each, where the context places them: local
+    processes, one on a GPU, or the dask cluster), write its PNGs, then score them as read back from
+    ``out``. Every sequence runs on one torch thread, on a worker as in this process
+    (``runner.task_threads``); the tests check the same bits at 1 and 2 workers and on a cluster. A
+    shard propagates its contiguous share of the sequences; the shard that finds every share
+    written (``gather_parts``) scores them all."""
+    checkpoint, davis_dir, out, network, sequences, store = inputs.checkpoint, inputs.davis, inputs.out, inputs.network, inputs.sequences, inputs.store
+    cache_dir = context.cache_dir
+    target_device = _device(context.placement.device)
+    placement = dataclasses.replace(context.placement, device=target_device.type)  # auto resolved: a GPU's run is one process
     davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
@@ -357,16 +315,17 @@ def run_propagate(
         names = {s.name for s in found}
         unknown = [s for s in sequences if s not in names]
         if unknown:
-            raise ProbeError("--sequence", f"{unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}")
+            raise SettingError("sequences", f"sequences {unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt",
+                               f"choose from {', '.join(sorted(names)[:5])}")
         found = [s for s in found if s.name in set(sequences)]
-    which = parse_shard(shard) if sharded(shard) else None
+    which = placement.shard_pair() if placement.sharded else None
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
     # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;
     # every shard lists the same entries (all sequences', the tables, .shards/), so their manifests agree
     output = owned.claim(out, "--out")
     entries = [*(f"{s.name}/" for s in found), f"global_results-{settings.subset}.csv", f"per-sequence_results-{settings.subset}.csv", ".shards/"]
     output.check(e.rstrip("/") for e in entries)
-    with placed(workers, dask_address) as where:
+    with placed(placement) as where:
         ck = load_checkpoint(checkpoint, network=network)
         model = Backbone.from_checkpoint(ck).to(target_device)
         firsts, first_entry = read_first_annotations(davis_dir, mine, checkpoint=ck.sha256, cache=cache_dir) if mine else ({}, "")
@@ -392,11 +351,11 @@ def run_propagate(
             return {"index": np.arange(a, b), "annotation": annotations}
 
         finished = iter(mine)
+        advance = context.task("propagate", sum(len(s.frames) - 1 for s in mine))
 
         def progress(n: int) -> None:  # sequences finish in order: their frames past the first
             for _ in range(n):
-                if on_frame is not None:
-                    on_frame(len(next(finished).frames) - 1)
+                advance(len(next(finished).frames) - 1)
 
         try:
             done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(mine))],
@@ -413,12 +372,12 @@ def run_propagate(
                     "settings": settings.record()}
         digests, first_entry, waiting = gather_parts(out, which, identity, digests, first_entry)
         if waiting:
-            return PropagationReport(out, [s.name for s in mine], sum(len(s.frames) for s in mine), time.perf_counter() - start,
-                                     ledger={"first_frames": first_entry}, waiting=waiting)
+            return context.finish(PropagationReport(out, [s.name for s in mine], sum(len(s.frames) for s in mine), time.perf_counter() - start,
+                                                    ledger={"first_frames": first_entry}, waiting=waiting))
     seconds = time.perf_counter() - start
     report = PropagationReport(out, [s.name for s in found], sum(len(s.frames) for s in found), seconds, ledger={"first_frames": first_entry})
-    if not score:
-        return report
+    if not inputs.score:
+        return context.finish(report)
     truth, score_entry = read_davis_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
     report.ledger["score"] = score_entry
     soft = {}
@@ -431,16 +390,14 @@ def run_propagate(
             raise ProbeError(seq.annotations, str(error), "every frame needs an annotation of the frame's size; a sequence needs 3 frames or more") from None
     report.global_scores = davis.global_row(report.scores)
     write_tables(out, settings.subset, report.scores, report.global_scores)
-    target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
+    target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)
     if (target / "zarr.json").is_file():
         attrs = {"settings": settings.record(), "frame_size": settings.frames(ck.arch.patch).describe(),
                  "feature": "last-block patch tokens after the final norm (none for networks without one), L2-normalised",
                  "ledger": report.ledger, "sequences": report.sequences, "frames": report.frames, "davis": str(davis_dir.resolve()),
                  "out": str(out.resolve()), "checkpoint": ck.describe(),
                  "source": f"{tracking.SOURCES[settings.preset]}; davisvideochallenge/davis2017-evaluation",
-                 "provenance": {"command": command, **provenance.stamp()}}
-        report.saved = records.save(target, "davis", results_dataset(report.scores, report.global_scores, soft), attrs)
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+                 "provenance": {"command": context.command, **provenance.stamp()}}
+        return context.finish(report, Saving(target, "davis", results_dataset(report.scores, report.global_scores, soft), attrs))
+    return context.finish(report)
 

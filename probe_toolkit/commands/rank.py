@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from ..analyses import rank
-from ..infra.errors import ProbeError
 from ..infra.runner import task_threads
-from ..results import records
-from ..store import cache, hbird_views
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..store import cache, hbird_views, views
 from . import token_rows
 from .runs import result_provenance
 
@@ -41,17 +40,19 @@ class StoreRank:
     lidar: float
     lidar_note: str
     width: int
-    saved: Path | None = None
 
 
 @dataclass
-class RankReport:
+class RankReport(Outcome):
     view: str
     stores: list[StoreRank] = field(default_factory=list)
 
-    @property
-    def results(self) -> dict[str, Path]:
-        return {str(s.store): s.store for s in self.stores}
+    def summary(self) -> dict:
+        return {"analysis": RESULT, "view": self.view,
+                "stores": {str(s.store): {"block": s.block, "rankme": s.rankme, "rows": s.rows, "width": s.width,
+                                          "curve": {k: {str(n): v for n, v in c.items()} for k, c in s.curve.items()},
+                                          "lidar": None if not np.isfinite(s.lidar) else s.lidar, "lidar_note": s.lidar_note}
+                           for s in self.stores}}
 
 
 def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tuple[int, ...], seed: int, progress=None) -> dict:
@@ -79,11 +80,16 @@ def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tup
 
 
 def lidar_views(ds) -> tuple[tuple[str, ...], str]:
-    """The hbird512 views of the same images the store holds (the query view and its augmented ones), and why not."""
-    held = tuple(v for v in hbird_views.VIEWS if f"cls_tokens_{v}" in ds)
-    if hbird_views.VAL not in held or len(held) < 2:
-        views = ",".join(hbird_views.VIEWS)
-        return (), f"LiDAR needs several views of each image; the store holds {len(held)} of them: probe extract CKPT --views {views}"
+    """The Hummingbird views of the same images the store holds at one size (the query view and its
+    augmented ones; 512 px first), and why not."""
+    sizes = sorted({views.view(views.of_array(name)).size for name in ds if str(name).startswith("cls_tokens_hbird")}, key=lambda s: s != 512)
+    for size in sizes:
+        held = tuple(v for v in views.hbird_views(size) if f"cls_tokens_{v}" in ds)
+        if held and held[0] == views.hbird_views(size)[0] and len(held) >= 2:
+            break
+    else:
+        wanted = ",".join(hbird_views.VIEWS)
+        return (), f"LiDAR needs several views of each image; the store holds no Hummingbird view with its augmented views: probe extract CKPT --views {wanted}"
     order = {cache.view_facts(ds.attrs.get("manifest") or {}, v).get("augmentation", "8-bit crop jittered (before 2026-12)") for v in held[1:]}
     return held, f"{len(held)} views of each image: {', '.join(held)}, augmented as {'; '.join(sorted(order))} (RADIO: 1 + 99 RandAugment views)"
 
@@ -98,32 +104,31 @@ def measure_lidar(ds, held: tuple[str, ...], block: int | None) -> float:
     return views.lidar()
 
 
-def run_rank(stores: list[Path], settings, *, block: int | None = None, json_path: Path | None = None, progress=None,
-             command: str = "probe rank") -> RankReport:
-    """RankMe (and LiDAR) of each store's tokens at ``settings.view``; one record per store."""
-    from ..infra.owned import write_summary
-
+def run(inputs: Inputs, settings, context: RunContext) -> RankReport:
+    """RankMe (and LiDAR) of each store's tokens at ``settings.view`` and the context's block; one record per store."""
     kinds = tuple(settings.tokens)
+    view = views.canonical(settings.view)
     opened = {}
-    for store in dict.fromkeys(Path(s) for s in stores):  # every store checked before any is measured
-        ds = cache.open_store(store, allow_partial=settings.partial, arrays=[token_rows.array_name(k, settings.view) for k in kinds], plain=True)
+    for store in dict.fromkeys(Path(s) for s in inputs.stores):  # every store checked before any is measured
+        ds = cache.open_store(store, allow_partial=settings.partial, arrays=[token_rows.array_name(k, view) for k in kinds], plain=True)
         for kind in kinds:
-            token_rows.read(ds, kind, settings.view, block)
+            token_rows.read(ds, kind, view, context.block)
         opened[store] = ds
-    report = RankReport(settings.view)
+    report, saving = RankReport(view), []
     for store, ds in opened.items():
         with task_threads(1):  # one BLAS thread: the same bits on any machine (and no spinning threads on a busy one)
-            measured = measure(ds, kinds, settings.view, block, tuple(settings.sizes), settings.seed, progress)
+            measured = measure(ds, kinds, view, context.block, tuple(settings.sizes), settings.seed, context.task(str(store), ds.sizes.get("image", 0)))
             held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
-            lidar = measure_lidar(ds, held, block) if held else float("nan")
-        resolved = token_rows.block_of(token_rows.read(ds, kinds[0], settings.view, block), ds)
-        report.stores.append(save(store, ds, measured, lidar, held, note, settings, resolved, command))
-    if json_path is not None:
-        write_summary(json_path, summary(report), indent=1)
-    return report
+            lidar = measure_lidar(ds, held, context.block) if held else float("nan")
+        block = token_rows.block_of(token_rows.read(ds, kinds[0], view, context.block), ds)
+        found, data, attrs = result(store, ds, measured, lidar, held, note, settings, view, block, context.command)
+        report.stores.append(found)
+        saving.append(Saving(store, RESULT, data, attrs))
+    return context.finish(report, *saving)
 
 
-def save(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...], note: str, settings, block: int, command: str) -> StoreRank:
+def result(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...], note: str, settings, view: str, block: int, command: str):
+    """(the store's row of the report, the record's dataset, its attributes)."""
     import xarray as xr
 
     kinds = list(measured)
@@ -131,7 +136,7 @@ def save(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...], n
     sizes = [int(n) for n in settings.sizes]
     values = {k: measured[k][0].singular_values() for k in kinds}
     curve = {k: {n: g.rankme() for n, g in sorted(measured[k][1].items())} for k in kinds}
-    result = xr.Dataset(
+    data = xr.Dataset(
         {
             "rankme": ("tokens", [measured[k][0].rankme() for k in kinds]),
             "rankme_radio": ("tokens", [measured[k][0].rankme(form="radio") for k in kinds]),
@@ -142,23 +147,10 @@ def save(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...], n
         },
         coords={"tokens": kinds, "n": sizes, "component": np.arange(width)},
     )
-    attrs = {"view": settings.view, "block": int(block), "width": int(width), "eps": rank.EPS, "form": "garrido",
+    attrs = {"view": view, "block": int(block), "width": int(width), "eps": rank.EPS, "form": "garrido",
              "seed": int(settings.seed), "lidar_views": list(held), "lidar_note": note, "lidar_delta": rank.DELTA,
              "source": "Garrido et al. 2023 Eq. 1; NVlabs/RADIO examples/ssl_metrics.py (calc_rank_me, calc_lidar)",
              "provenance": result_provenance(ds, command)}
-    saved = records.save(store, RESULT, result, attrs)
-    return StoreRank(store, int(block), {k: float(result.rankme.sel(tokens=k)) for k in kinds},
-                     {k: int(measured[k][0].rows) for k in kinds}, curve, lidar, note, int(width), saved)
-
-
-def summary(report: RankReport) -> dict:
-    return {"analysis": RESULT, "view": report.view,
-            "stores": {str(s.store): {"block": s.block, "rankme": s.rankme, "rows": s.rows, "width": s.width,
-                                      "curve": {k: {str(n): v for n, v in c.items()} for k, c in s.curve.items()},
-                                      "lidar": None if not np.isfinite(s.lidar) else s.lidar, "lidar_note": s.lidar_note}
-                       for s in report.stores}}
-
-
-def check_view(view: str) -> None:
-    if view not in token_rows.token_views():
-        raise ProbeError(None, f"view {view!r} has no tokens of one grid for every image", f"pick one of {', '.join(token_rows.token_views())}")
+    found = StoreRank(store, int(block), {k: float(data.rankme.sel(tokens=k)) for k in kinds}, {k: int(measured[k][0].rows) for k in kinds},
+                      curve, lidar, note, int(width))
+    return found, data, attrs

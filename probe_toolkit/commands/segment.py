@@ -162,7 +162,7 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
             raise ProbeError(panel.images, f"holds no image of panel {panel.name!r}", "restore the data set's images")
     device = _device(placement.device)
     ck = load_checkpoint(checkpoint, network)
-    target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint), ck.sha256, network)
+    target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)
     if not (target / "zarr.json").is_file():
         where = f" --store {target}" if store is not None else (f" --network {network}" if network != "teacher" else "") + (f" --cache {cache_dir}" if cache_dir else "")
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",

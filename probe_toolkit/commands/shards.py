@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..infra.placement import parse_shard
+from ..infra.placement import Placement, parse_shard
 from ..infra.runner import shard_range
 from ..results import records
 
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
     from ..store.plain import Results
 
-def share(shard: str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
+def share(placement: Placement | str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(i, n) of this process and its images [start, stop): whole blocks, so its blocks are the
-    one-process run's."""
-    which = parse_shard(shard)
+    one-process run's (``placement``: the run's, or a command's ``--shard`` not yet converted)."""
+    which = placement.shard_pair() if isinstance(placement, Placement) else parse_shard(placement)
     return which, shard_range(n_images, block, which)
 
 
@@ -54,13 +54,19 @@ def collect(shard: tuple[int, int], save: Callable[[], Any], load: Callable[[int
     return parts, missing
 
 
-def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
-    """Save this shard's part as a record; (every part concatenated along ``image``, []) once all
-    are in, else (None, the shards still missing)."""
+def exchange(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[list, list[int]]:
+    """Save this shard's part (``results/<name>-part-<i>-of-<n>``, its own slot); (every part, in
+    shard order, []) once all with this ``identity`` are in, else (the parts found, the shards still missing)."""
     i, n = shard
-    parts, missing = collect(shard, lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
-                             lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
-                             lambda saved: {k: saved.attrs.get(k) for k in identity} == identity)
+    return collect(shard, lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
+                   lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
+                   lambda saved: {k: saved.attrs.get(k) for k in identity} == identity)
+
+
+def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:
+    """Save this shard's part; (every part concatenated along ``image``, []) once all are in, else
+    (None, the shards still missing)."""
+    parts, missing = exchange(store, name, shard, part, identity)
     if missing:
         return None, missing
     filled = [p for p in parts if p.sizes.get("image", 0)]

@@ -23,8 +23,8 @@ import numpy as np
 from ..analyses import similarity
 from ..infra.errors import ProbeError
 from ..infra.runner import task_threads
-from ..results import records
-from ..store import cache
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..store import cache, views
 from . import token_rows
 from .runs import result_provenance
 
@@ -33,7 +33,7 @@ MEMORY = 2 << 30  # bytes the full estimator on whole images may hold (one set's
 
 
 @dataclass
-class SimilarityReport:
+class SimilarityReport(Outcome):
     store: Path
     other: Path | None
     sets: list[str]
@@ -41,7 +41,13 @@ class SimilarityReport:
     cka_minibatch: np.ndarray
     examples: int
     minibatch_note: str
-    saved: Path | None = None
+
+    def summary(self) -> dict:
+        def plain(m):
+            return [[None if not np.isfinite(v) else float(v) for v in row] for row in m]
+
+        return {"analysis": RESULT, "store": str(self.store), "other": str(self.other) if self.other else None, "sets": self.sets,
+                "cka": plain(self.cka), "cka_minibatch": plain(self.cka_minibatch), "examples": self.examples, "minibatch_note": self.minibatch_note}
 
 
 def _kind(examples: str) -> str:
@@ -104,29 +110,29 @@ def minibatch_cka(sets, batch: int, epochs: int, seed: int) -> tuple[np.ndarray,
     return sums.cka(), len(order)
 
 
-def run_similarity(store: Path, settings, *, other: Path | None = None, json_path: Path | None = None, progress=None,
-                   command: str = "probe similarity") -> SimilarityReport:
-    from ..infra.owned import write_summary
-
+def run(inputs: Inputs, settings, context: RunContext) -> SimilarityReport:
+    """CKA between every pair of blocks of the store (and of --other's); one record in the store."""
+    store, other = Path(inputs.store), inputs.get("other")
     kind = _kind(settings.examples)
-    name = token_rows.array_name(kind, settings.view)
+    view = views.canonical(settings.view)
+    name = token_rows.array_name(kind, view)
     a = cache.open_store(store, allow_partial=settings.partial, arrays=[name], plain=True)
-    sets = _sets(a, "a", kind, settings.view)
+    sets = _sets(a, "a", kind, view)
     b = None
     if other is not None:
-        if Path(other).resolve() == Path(store).resolve():
+        if Path(other).resolve() == store.resolve():
             raise ProbeError(other, "is the store itself", "give another checkpoint's store, or leave --other out to compare the store's blocks")
         b = cache.open_store(other, allow_partial=settings.partial, arrays=[name], plain=True)
-        check_pair(a, b, Path(store), Path(other), kind, settings.view)
-        sets += _sets(b, "b", kind, settings.view)
+        check_pair(a, b, store, Path(other), kind, view)
+        sets += _sets(b, "b", kind, view)
     elif len(sets) < 2:
         raise ProbeError(store, f"holds one block of {name} (block {sets[0][2]}): nothing to compare it with",
                          f"compare it with a second checkpoint's store of the same images: probe similarity {store} --other STORE2")
     n = int(sets[0][3].shape[0])
+    advance = context.task(str(store), n)
     with task_threads(1):  # one BLAS thread: the same bits on any machine
         full = full_cka(sets, settings.examples) if "full" in settings.estimators else np.full((len(sets),) * 2, np.nan)
-    if progress:
-        progress(n)
+    advance(n)
     mb, batches, note = np.full((len(sets),) * 2, np.nan), 0, ""
     if "minibatch" in settings.estimators:
         if settings.examples == "patch":
@@ -137,11 +143,8 @@ def run_similarity(store: Path, settings, *, other: Path | None = None, json_pat
             with task_threads(1):
                 mb, batches = minibatch_cka(sets, settings.batch, settings.epochs, settings.seed)
     examples = n * (int(sets[0][3].shape[1]) if settings.examples == "patch" else 1)
-    report = SimilarityReport(Path(store), Path(other) if other else None, [s[0] for s in sets], full, mb, examples, note)
-    report.saved = save(report, a, settings, batches, command, b)
-    if json_path is not None:
-        write_summary(json_path, summary(report), indent=1)
-    return report
+    report = SimilarityReport(store, Path(other) if other else None, [s[0] for s in sets], full, mb, examples, note)
+    return context.finish(report, Saving(store, RESULT, *dataset(report, a, settings, view, batches, context.command, b)))
 
 
 def _describe(ds, path: Path) -> dict:
@@ -150,28 +153,20 @@ def _describe(ds, path: Path) -> dict:
             "network": manifest.get("network"), "images": int(ds.sizes.get("image", 0))}
 
 
-def save(report: SimilarityReport, a, settings, batches: int, command: str, b=None) -> Path:
+def dataset(report: SimilarityReport, a, settings, view: str, batches: int, command: str, b=None):
+    """The record's dataset and attributes."""
     import xarray as xr
 
     stores = [s.split(":")[0] for s in report.sets]
     blocks = [int(s.split(":")[1]) for s in report.sets]
-    result = xr.Dataset({"cka": (("set", "other"), report.cka), "cka_minibatch": (("set", "other"), report.cka_minibatch)},
-                        coords={"set": report.sets, "other": report.sets, "store": ("set", stores), "block": ("set", np.asarray(blocks, np.int64))})
+    data = xr.Dataset({"cka": (("set", "other"), report.cka), "cka_minibatch": (("set", "other"), report.cka_minibatch)},
+                      coords={"set": report.sets, "other": report.sets, "store": ("set", stores), "block": ("set", np.asarray(blocks, np.int64))})
     described = {"a": _describe(a, report.store)}
     if b is not None:
         described["b"] = _describe(b, report.other)
-    attrs = {"view": settings.view, "examples": settings.examples, "examples_count": int(report.examples), "batch": int(settings.batch),
+    attrs = {"view": view, "examples": settings.examples, "examples_count": int(report.examples), "batch": int(settings.batch),
              "epochs": int(settings.epochs), "batches": int(batches), "seed": int(settings.seed), "stores": described,
              "minibatch_note": report.minibatch_note, "estimators": list(settings.estimators),
              "source": "Kornblith et al. 2019 (linear CKA); Nguyen et al. 2021 and google-research efficient_CKA.py (unbiased minibatch CKA)",
              "provenance": result_provenance(a, command)}
-    return records.save(report.store, RESULT, result, attrs)
-
-
-def summary(report: SimilarityReport) -> dict:
-    def plain(m):
-        return [[None if not np.isfinite(v) else float(v) for v in row] for row in m]
-
-    return {"analysis": RESULT, "store": str(report.store), "other": str(report.other) if report.other else None, "sets": report.sets,
-            "cka": plain(report.cka), "cka_minibatch": plain(report.cka_minibatch), "examples": report.examples,
-            "minibatch_note": report.minibatch_note}
+    return data, attrs

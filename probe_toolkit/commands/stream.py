@@ -69,8 +69,8 @@ def _plan(slots: int, patches: int) -> dict[str, tuple[tuple[str, ...], tuple[in
     return {f"{name}_{VIEW}": spec for name, spec in plan.items()}
 
 
-def masks_store_path(root: Path, checkpoint: Path, sha256: str, network: str, size: int | str) -> Path:
-    return cache.store_path(root, checkpoint, sha256, f"{network}-masks-{size}")
+def masks_store_path(root: Path, stem: str, sha256: str, network: str, size: int | str) -> Path:
+    return cache.store_path(root, stem, sha256, f"{network}-masks-{size}")
 
 
 def run_stream(
@@ -117,7 +117,7 @@ def run_stream(
     extraction = extract_plan.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
     refs = images.list_images(image_dir)
     name = network + ("-converted" if convert else "")
-    path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name, view)
+    path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), checkpoint.stem, checkpoint.sha256, name, view)
     meta = extract_plan.build_manifest(checkpoint, extraction, refs, str(image_dir))
     meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype,
                 views=[VIEW], keys_view=view, keys_kind=keys, per_view={})

@@ -1,15 +1,14 @@
 """What the label-free protocols share: one block's class or patch tokens of a view, read a store chunk at a time.
 
 ``probe rank``, ``probe similarity`` and ``probe position`` read no panel and no label: only a
-store's tokens. A view qualifies when every image has the same grid (the fixed views of
+store's tokens. A view qualifies when every image has the same grid (any size of a sized family of
 ``store.views``), so that rows pair up across blocks and checkpoints. A block is read through
-``store.cache.require`` (the ``plan`` branch gives it a ``block``; a store written before holds
-only the last block, and asking it for another is one line naming what to extract).
+``store.cache.require(ds, name, block)``: a store written without blocks holds only the last
+one, and asking it for another is one line naming what to extract.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,24 @@ import numpy as np
 
 from ..infra.errors import ProbeError
 from ..infra.runner import blocks, store_chunk
+from ..infra.settings import SettingError
 from ..store import cache, views
 
 KINDS = ("class", "patch")  # which tokens: the class token of each image, or every patch token
 
 
-def token_views() -> tuple[str, ...]:
-    """The views whose tokens have one grid for every image."""
-    return tuple(v.name for v in views.TABLE if v.fixed and any(a.startswith("tokens_") for a in v.arrays))
+def check_view(name: str) -> str:
+    """The canonical name of a view whose images all share one grid (any size of a sized family:
+    ``224``, ``eval224``, ``short@448``, ``hbird@448``, ...), or a SettingError naming ``view``."""
+    spec = views.view(name)  # an unknown name is a SettingError naming the views
+    if spec.size is None:
+        raise SettingError("view", f"view {name!r} has each image at its own size: its rows do not pair up",
+                           "use a sized view, e.g. view='224' or 'short@448'")
+    return views.canonical(name)
 
 
 def array_name(kind: str, view: str) -> str:
+    view = views.canonical(view)
     return f"cls_tokens_{view}" if kind == "class" else f"tokens_{view}"
 
 
@@ -46,12 +52,7 @@ def read(ds, kind: str, view: str, block: int | None = None):
     name = array_name(kind, view)
     if kind == "class" and not ds.attrs.get("manifest", {}).get("arch", {}).get("class_token", False):
         raise ProbeError(ds.attrs.get("store"), "has no class token (its network has none)", "measure its patch tokens (tokens=patch)")
-    if "block" in inspect.signature(cache.require).parameters:  # the plan branch's reader of any block
-        return cache.require(ds, name, block=block)
-    if block is not None and block != last_block(ds):
-        raise ProbeError(ds.attrs.get("store"), f"holds only the last block ({last_block(ds)}) of {name}, not block {block}",
-                         "read the last block, or extract the store again with the blocks asked for")
-    return cache.require(ds, name)
+    return cache.require(ds, name, block=block)
 
 
 def block_of(array, ds) -> int:

@@ -9,7 +9,8 @@ the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's p
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
 on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
 Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
-layout (``demo-seg-train``, ``demo-seg-val``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
+layout (``demo-seg-train``, ``demo-seg-val``), a short linear depth on rooms written in NYU Depth v2's
+layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
 touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
 """
 
@@ -21,10 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..commands.entropy import run_entropy
-from ..commands.neighbours import run_neighbours
-from ..commands.runs import OverStores
 from ..labels import panels
+from ..protocols.api import run as run_protocol
 from ..store.extract import Settings, extract
 from . import scenes
 from .samples import TINY, sample_photos, write_checkpoint
@@ -107,42 +106,34 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         demo.stores.append(extract(checkpoint, root, settings=settings, cache_dir=cache, batch_size=8, quiet=quiet).store)
     lap("extraction (96, 224, 480)")
 
-    run_entropy(demo.stores, patch=34, image=FOLLOW, over=OverStores(quiet=quiet))
+    run_protocol("entropy", demo.stores, patch=34, image=FOLLOW)
     for view in ("224", "96"):
-        run_neighbours(demo.stores, view=view, over=OverStores(quiet=quiet))
+        run_protocol("neighbours", demo.stores, view=view)
     lap("entropy and neighbours")
 
-    from ..commands.decode import resolve_settings, run_decode
-
-    chosen, source = resolve_settings(preset="centred", overrides={}, settings_file=None, cache_dir=cache)
-    lost, lost_source = resolve_settings(preset="lost", overrides={}, settings_file=None, cache_dir=cache)
+    # every protocol through probe.run, as the command line runs it: each record carries its settings, defaults, inputs
+    # and placement (the report's freshness and settings columns read them)
     for store in demo.stores:  # LOST on the saliency panel first: the centred decode then leaves its masks in results/decoder
-        run_decode(store, lost, settings_source=lost_source, panel="demo-sal", cache_dir=cache)
-        run_decode(store, chosen, settings_source=source, panel="demo-val", cache_dir=cache)
+        run_protocol("decode", store, preset="lost", panel="demo-sal", cache_dir=cache)
+        run_protocol("decode", store, preset="centred", panel="demo-val", cache_dir=cache)
     lap("decoder, scored on demo-val")
 
-    from ..analyses.linear import FitSettings
-    from ..commands.linear import run_linear
-
     for level in ("patch", "image"):
-        run_linear(demo.stores, "demo-train", "demo-val", level=level, settings=FitSettings(epochs=50 if quick else 100, seed=0), cache_dir=cache)
+        run_protocol("linear", demo.stores, train="demo-train", val="demo-val", level=level, epochs=50 if quick else 100, cache_dir=cache)
     lap("linear probes (demo-train → demo-val)")
 
-    from ..commands.attention_masks import run_attention_masks
-    from ..commands.knn import run_knn
-    from ..commands.propagate import run_propagate
     from .video import write_davis
 
     davis = work / "davis"
     if not (davis / "ImageSets").is_dir():
         write_davis(davis, {"shapes": 4}, size=(96, 72))
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):
-        run_knn(store, "demo-train", "demo-val", ks=(1, 3, 5), cache_dir=cache)
-        run_attention_masks(store, panel="demo-val", cache_dir=cache)
-        run_propagate(checkpoint, davis, work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
+        run_protocol("knn", store, train="demo-train", val="demo-val", ks=(1, 3, 5), cache_dir=cache, workers=1)
+        run_protocol("attention-masks", store, panel="demo-val", cache_dir=cache, workers=1)
+        run_protocol("propagate", checkpoint, davis=davis, out=work / "davis-out" / store.parent.name, store=store, cache_dir=cache)
     lap("k-NN, attention masks, DAVIS label propagation")
 
-    from ..commands.correspond import VIEW, run_correspond
+    from ..commands.correspond import VIEW
     from .spair import write_spair
 
     if "demo-spair" not in {p.name for p in panels.list_panels(cache)}:  # outside the image root: extracted in its own view only
@@ -151,12 +142,14 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     for checkpoint, store in zip((random_init, run.checkpoint), demo.stores):  # each store's panel sibling, as `probe extract --panel` names it
         sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
-        run_correspond(store, "demo-spair", cache_dir=cache)
+        run_protocol("correspond", store, panel="demo-spair", cache_dir=cache)
     lap("keypoint correspondence (demo-spair)")
     _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
     _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
     lap("linear segmentation (a short schedule on the VOC-layout scenes)")
+    _depth(demo.stores, (random_init, run.checkpoint), work, cache, quick)
+    lap("linear depth (a short schedule on NYU-layout rooms)")
 
     demo.html = _report(demo.stores, out, quiet, formats)
     lap("report")
@@ -167,9 +160,6 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
     """Dense retrieval on scenes written in VOC 2012's layout (outside the image root, so the main
     stores never hold them): each panel's 512 px views extracted beside each store
     (``<network>-panel-NAME.zarr``), then ``probe hummingbird`` at a bounded and the full memory."""
-    from ..commands.hummingbird import run_hummingbird
-    from ..protocols.hummingbird import HummingbirdSettings
-
     year = work / "voc" / "VOC2012"
     if not (year / "ImageSets").is_dir():
         scenes.write_voc(year, {"train": (6 if quick else 12, 3), "val": (4 if quick else 8, 4)})
@@ -181,18 +171,35 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
         for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
             extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
                     batch_size=8, quiet=quiet)
-        run_hummingbird(store, "demo-seg-train", "demo-seg-val", HummingbirdSettings(memory=(1000, None)), cache_dir=cache)
+        run_protocol("hummingbird", store, train="demo-seg-train", val="demo-seg-val", memory=(1000, None), cache_dir=cache)
 
 
 def _segment(stores: list[Path], checkpoints: tuple[Path, Path], cache: Path, quick: bool) -> None:
     """``probe segment`` on the same VOC-layout scenes: DINOv3's recipe on a schedule and crops a
     CPU runs in seconds (the record and the table name every setting that differs from the published)."""
-    from ..commands.segment import run_segment
-    from ..protocols.segment import SegmentSettings
-
-    short = SegmentSettings(iterations=4 if quick else 20, batch_size=2, crop=32, size=32, stride=21, chunk=2)
+    short = {"iterations": 4 if quick else 20, "batch_size": 2, "crop": 32, "size": 32, "stride": 21, "chunk": 2}
     for checkpoint, store in zip(checkpoints, stores):
-        run_segment(checkpoint, "demo-seg-train", "demo-seg-val", short, store=store, cache_dir=cache)
+        run_protocol("linear-segmentation", checkpoint, train="demo-seg-train", val="demo-seg-val", store=store, cache_dir=cache, **short)
+
+
+def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool) -> None:
+    """``probe depth`` on rooms written in NYU Depth v2's layout (``rooms.py``; ``demo-nyu-train``,
+    ``demo-nyu-test``): DINOv3's recipe on a schedule and crops a CPU runs in seconds."""
+    import probe_toolkit as probe
+
+    from .rooms import write_nyu
+
+    root = work / "nyu"
+    if not (root / "nyu_test.txt").is_file():
+        write_nyu(root, {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)],
+                         "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]})
+    known = {p.name for p in panels.list_panels(cache)}
+    for name, split, role in (("demo-nyu-train", "train", "train"), ("demo-nyu-test", "test", "val")):
+        if name not in known:
+            panels.add_panel(name, root, None, role, cache=cache, kind="nyu", split=split)
+    for checkpoint, store in zip(checkpoints, stores, strict=True):
+        probe.run("linear-depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, cache_dir=cache, device="cpu",
+                  iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

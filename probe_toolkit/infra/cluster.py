@@ -137,13 +137,23 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str], c
     if missing:
         raise IntegrityError(worker, f"finds no image {missing[0]!r} in {store}", fix)
     positions = np.asarray([known[i] for i in ids], dtype=np.int64)
-    done, failed = _flags(group, stored.values(), positions)
+    arrays = {name: ref.partition("#")[0] for name, ref in stored.items()}  # "<array>#<axis>:<index>": one block of it
+    done, failed = _flags(group, arrays.values(), positions)
     if not done.all() or failed.any():
         bad = ids[int(np.flatnonzero(~done | failed)[0])]
         raise IntegrityError(worker, f"reads {int((~done | failed).sum())} of {len(ids)} images of {store} as unfinished (e.g. {bad!r})", fix)
     if check is not None:  # the store's own check: a finished image's chunk file is there, a damaged chunk one line
-        check(store, stored.values(), positions, group)
-    return {name: _rows(group[array], positions) for name, array in stored.items()}
+        check(store, arrays.values(), positions, group)
+    return {name: _picked(_rows(group[arrays[name]], positions), ref) for name, ref in stored.items()}
+
+
+def _picked(values: np.ndarray, ref: str) -> np.ndarray:
+    """The block a reference names (``attention_blocks_224#1:3``: index 3 of axis 1), that axis dropped; else the values."""
+    pick = ref.partition("#")[2]
+    if not pick:
+        return values
+    axis, index = (int(v) for v in pick.split(":"))
+    return np.take(values, index, axis=axis)
 
 
 def on_cluster(client, calls: list[tuple], tag: str, done: Callable[[int, dict], None] | None = None) -> list[dict[str, np.ndarray]]:

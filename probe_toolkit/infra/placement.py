@@ -3,7 +3,8 @@ API) and handed unchanged to the runner.
 
 Local processes (``workers``, default every core), a dask.distributed scheduler
 (``dask_address``), one shard of n (``shard``, or torchrun's RANK/WORLD_SIZE read here and
-nowhere else), the decoder's backend and device, and BLAS threads per task. A placement says
+nowhere else), the decoder's backend and device, BLAS threads per task, and the memory a
+search task's block products may hold. A placement says
 only where numbers are computed, never which numbers: every placement gives the same bits
 (``infra/runner.py``).
 """
@@ -12,30 +13,36 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ProbeError
-from .settings import SettingError, at_least, one_of
+from .settings import AtLeast, OneOf, SettingError, Settings, setting
+
+BACKENDS = ("scipy", "torch")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class Placement:
-    workers: int | None = None  # None: every local core
-    dask_address: str | None = None
-    shard: str | None = None  # "i/n"; None: torchrun's RANK/WORLD_SIZE when set, else the whole run
-    backend: str = "scipy"
-    device: str = "cpu"
-    threads: int = 1
+class Placement(Settings):
+    """Where a run's work goes; each field declared once (``setting``), so its command-line option
+    and its checks are derived from here (a protocol may change a default: ``Protocol.placement_defaults``)."""
 
-    def __post_init__(self) -> None:
-        if self.workers is not None:
-            at_least("workers", self.workers, 1)
-        at_least("threads", self.threads, 1)
-        one_of("backend", self.backend, ("scipy", "torch"))
-        one_of("device", self.device, ("auto", "cpu", "cuda"))
+    workers: int | None = setting(None, "Local processes, one BLAS thread each (default: every core; one with --device cuda).", AtLeast(1))
+    dask_address: str | None = setting(None, "Run on a dask.distributed scheduler (e.g. tcp://host:8786).")
+    shard: str | None = setting(None, "i/n: this process's share of the images (default from torchrun RANK/WORLD_SIZE).")
+    backend: str = setting("scipy", "scipy (per image) or torch (a batch of images at once).", OneOf(BACKENDS))
+    device: str = setting("cpu", "cpu or cuda (--backend torch).", OneOf(DEVICES))
+    threads: int = setting(1, "BLAS threads while decoding (1: per-image problems are small).", AtLeast(1))
+    work_memory: int | None = setting(None, "MiB of products one search task holds at once (knn, hummingbird): the bank's blocks are sized "
+                                      "to fit (default: 64 for knn, 512 for hummingbird; the same numbers at any size).", AtLeast(16))
+
+    def check(self) -> None:
         if self.shard is not None:
             shard_of(self.shard)
+        if self.workers is not None and self.dask_address:
+            raise SettingError("workers", "workers and dask_address were both given", "drop workers (the cluster runs the analysis)",
+                               others=("dask_address",))
 
     @classmethod
     def parse(cls, environ: Mapping[str, str] | None = None, **given: Any) -> Placement:
@@ -47,7 +54,7 @@ class Placement:
             from_launcher = launcher_shard(environ)
             if from_launcher is not None:
                 given["shard"] = from_launcher
-        return cls(**given)
+        return cls.build(**given)
 
     @property
     def sharded(self) -> bool:
@@ -56,8 +63,23 @@ class Placement:
     def shard_pair(self) -> tuple[int, int]:
         return shard_of(self.shard) if self.shard else (0, 1)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def local_workers(self) -> int | None:
+        """The local processes a run starts: one drives a GPU (it batches the images itself); on
+        the CPU, ``workers`` (None: every core); on a cluster, its workers (None here)."""
+        return 1 if self.workers is None and self.device not in ("cpu", "auto") and not self.dask_address else self.workers
+
+    def check_device(self, backend: bool = True) -> None:
+        """The device is there, and the backend can reach it (``backend``: the protocol honours
+        ``backend``; scipy runs on the CPU). Before any label read: a GPU asked for and absent is one line."""
+        if backend and self.backend == "scipy" and self.device not in ("cpu", "auto"):
+            raise SettingError("backend", f"device {self.device} needs backend torch (scipy runs on the CPU)", "set backend='torch'")
+        if self.device == "cuda" and (self.backend == "torch" or not backend):
+            try:
+                import torch
+            except ImportError:
+                raise SettingError("backend", "backend torch needs torch, which is not installed", "pip install torch, or use backend='scipy'") from None
+            if not torch.cuda.is_available():
+                raise SettingError("device", f"device {self.device} is not available here: torch sees no CUDA GPU", "use device='cpu' (or run on a machine with a GPU)")
 
 
 def launcher_shard(environ: Mapping[str, str] | None = None) -> str | None:
@@ -88,17 +110,8 @@ def sharded(shard: str | None, environ: Mapping[str, str] | None = None) -> bool
 
 
 def parse_shard(shard: str | None) -> tuple[int, int]:
-    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1)."""
-    if shard:
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise ProbeError(None, f"--shard {shard!r} is not i/n", "use e.g. --shard 0/4") from None
-    else:
-        i, n = (int(x) for x in (launcher_shard() or "0/1").split("/"))
-    if not 0 <= i < n:
-        raise ProbeError(None, f"shard {i}/{n} is out of range", "use 0 <= i < n")
-    return i, n
+    """``i/n`` from the option, else torchrun's RANK/WORLD_SIZE, else (0, 1): one parser (``shard_of``), one error type."""
+    return Placement.parse(shard=shard).shard_pair()
 
 
 def shard_of(text: str) -> tuple[int, int]:

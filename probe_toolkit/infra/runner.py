@@ -30,11 +30,14 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import ProbeError
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 BlockFn = Callable[..., dict[str, np.ndarray]]
 
@@ -119,8 +122,14 @@ def check_placement(workers: int | None, dask_address: str | None) -> None:
 
 
 @contextmanager
-def placed(workers: int | None = None, dask_address: str | None = None) -> Iterator[Where]:
-    """``--workers`` / ``--dask-address`` as a ``Where``; the cluster's client is closed after."""
+def placed(workers: Placement | int | None = None, dask_address: str | None = None) -> Iterator[Where]:
+    """A run's ``Placement`` (or, from a command not yet converted, ``--workers`` /
+    ``--dask-address``) as a ``Where``: its local workers (a GPU's one process, ``Placement.local_workers``)
+    or its cluster's client, closed after."""
+    from .placement import Placement
+
+    if isinstance(workers, Placement):
+        workers, dask_address = workers.local_workers(), workers.dask_address
     check_placement(workers, dask_address)
     if dask_address:
         from .cluster import connect
@@ -413,7 +422,8 @@ class _Coordinates:
     def __init__(self, arrays: Mapping[str, Any], store: str, mark: str) -> None:
         from .cluster import store_check
 
-        self.stored = {name: str(array.name) for name, array in arrays.items()}
+        # an array that is one block of a stored one names that block too (``store.cache.checked``'s pick)
+        self.stored = {name: str(array.name) + (f"#{array.attrs['probe_pick']}" if array.attrs.get("probe_pick") else "") for name, array in arrays.items()}
         self.store, self.mark = store, mark
         first = next(iter(arrays.values()))
         self.ids = [str(i) for i in first.coords["image"].values]

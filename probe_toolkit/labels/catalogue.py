@@ -13,5 +13,17 @@ KINDS = {
                         "ImageSets/Segmentation/<split>.txt (vpariza/open-hummingbird-eval hbird/data/voc/voc_data.py), read by probe hummingbird",
     "ade20k": "ADE20K SceneParsing (ADEChallengeData2016): images/<split>/, annotations/<split>/ grey PNGs, 0 other and 150 classes "
               "(facebookresearch/dinov3 dinov3/data/datasets/ade20k.py)",
+    "nyu": "NYU Depth v2 (the BTS split): nyu_train.txt / nyu_test.txt of 'image depth focal' lines, <scene>/rgb_<n>.jpg and "
+           "16-bit <scene>/sync_depth_<n>.png in millimetres, every line checked field by field when added "
+           "(facebookresearch/dinov3 dinov3/data/datasets/nyu.py), read by probe depth",
     "davis": "DAVIS-2017: JPEGImages/480p, Annotations/480p, ImageSets/2017 (davisvideochallenge/davis2017-evaluation), read by probe propagate --davis",
 }
+
+# the data set a panel kind holds, as a number's caption names it ("ADE20K mIoU", never a data set it was not measured on)
+DATA_SETS = {"coco": "COCO", "voc": "VOC", "coco20k": "COCO20k", "saliency": "saliency", "classes": "class folders", "spair": "SPair-71k",
+             "voc-segmentation": "VOC", "ade20k": "ADE20K", "davis": "DAVIS-2017"}
+
+
+def data_set(kind: str) -> str:
+    """The data set of a panel kind (its own name where the kind is new here)."""
+    return DATA_SETS.get(kind, kind)

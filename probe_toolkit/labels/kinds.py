@@ -20,6 +20,8 @@ image matching and the ledger do not change:
   (``labels/label_maps.py``: same ledger entry and seal), never by ``read_labels``.
 - ``spair``: a SPair-71k folder's keypoint pairs of one split (``labels/spair.py``), checked field
   by field when added and read by ``spair_read.read_pairs`` (same ledger entry and seal).
+- ``nyu``: an NYU Depth v2 folder's depth maps of one split (``labels/nyu.py``), checked field by
+  field when added and read by ``nyu.read_depth_maps`` (same ledger entry and seal).
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
-from . import ade_layout, saliency, spair, voc, voc_layout
+from . import ade_layout, nyu, saliency, spair, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -73,8 +75,10 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return ade_layout.check_layout(annotations, images, split)
     if kind == spair.KIND:
         return spair.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}",
-                     "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k or --spair")
+    if kind == nyu.KIND:
+        return nyu.check_layout(annotations, images, split)
+    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}, "
+                     f"{nyu.KIND}", "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair or --nyu")
 
 
 def coco20k_ids() -> list[int]:
@@ -152,6 +156,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     if panel.kind == spair.KIND:
         raise ProbeError(panel.name, "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
                          "score it with probe correspond (labels.spair_read.read_pairs)")
+    if panel.kind == nyu.KIND:
+        raise ProbeError(panel.name, "is an NYU panel: its labels are depth maps, not boxes or instance masks",
+                         "score it with probe depth (labels.nyu.read_depth_maps)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
@@ -170,6 +177,8 @@ def benchmark(panel) -> str:
         return "COCO20k"
     if panel.kind == spair.KIND:
         return f"SPair-71k {panel.split or 'test'}"
+    if panel.kind == nyu.KIND:
+        return f"NYUv2 {panel.split or 'test'}"
     if panel.kind == "saliency":
         return next((name for name in ("ECSSD", "DUTS-TE", "DUT-OMRON") if name in text), "")
     return ""

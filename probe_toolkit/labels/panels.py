@@ -54,7 +54,7 @@ from .matching import clean_name, match_images
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
-KINDS = ("coco", "voc", "coco20k", "saliency", "classes", "voc-segmentation", "ade20k", "spair")  # kinds other than coco: labels/kinds.py
+KINDS = ("coco", "voc", "coco20k", "saliency", "classes", "voc-segmentation", "ade20k", "spair", "nyu")  # kinds other than coco: labels/kinds.py
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -198,8 +198,15 @@ def list_panels(cache: str | Path | None = None) -> list[Panel]:
 
 
 def panel_images(name: str, cache: str | Path | None = None) -> Path:
-    """The image folder of a panel (for ``probe extract --panel``); labels are not touched."""
-    return get_panel(name, cache).images
+    """The image folder of a panel (for ``probe extract --panel``); labels are not touched. An NYU
+    panel's folder holds its depth maps beside the photographs, which extraction would read as
+    images: refused."""
+    panel = get_panel(name, cache)
+    if panel.kind == "nyu":
+        raise ProbeError(panel.name, "is an NYU panel, whose folder holds the depth maps (labels) beside the photographs: extracting it "
+                         "would store labels as images", "probe depth keeps its record in any store of the checkpoint: "
+                         "`probe extract CKPT --images PHOTOS` of another folder, or pass probe depth --store")
+    return panel.images
 
 
 # ----------------------------------------------------------------------------------------------

@@ -36,10 +36,12 @@ STAT_INDEX = {"AP": 0, "AP50": 1, "AP75": 2, "AR1": 6, "AR10": 7, "AR100": 8}
 
 @dataclass
 class Scores:
-    segm: dict[str, float]
-    bbox: dict[str, float]
-    corloc: float
-    mean_best_iou: float
+    """COCO-style scores of one masks file on one panel; every share a fraction in [0, 1] (commands print %)."""
+
+    segm: dict[str, float]  # class-agnostic mask AP, AP50, AP75, AR1, AR10, AR100 (pycocotools; fractions)
+    bbox: dict[str, float]  # the same for the masks' boxes (fractions)
+    corloc: float  # share of images whose first box has IoU ≥ 0.5 with some object (a fraction: 0.375 is 37.5 %)
+    mean_best_iou: float  # each object's best IoU with any mask, averaged (a fraction)
     image_ids: list[int]  # the COCO image ids evaluated
     corloc_hit: np.ndarray  # (image,) bool
     first_box_iou: np.ndarray  # (image,) best IoU of the first box with any GT box (0 if none)

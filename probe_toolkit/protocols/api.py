@@ -2,21 +2,26 @@
 and returns its ``Run``, the same call the CLI makes.
 
     import probe_toolkit as probe
-    run = probe.run("decode", "cache/dino-1a2b3c4d/teacher.zarr", preset="tokencut", view="native", panel="voc07")
-    run.records[0].path       # <store>/results/decoder/<run id>
-    run.report.scores.corloc  # what the command printed
+    run = probe.run("knn", "cache/dino-1a2b3c4d/teacher.zarr", train="imagenet-train", val="imagenet-val")
+    run.records[0].path       # <store>/results/knn/<run id>
+    run.report.result.top1    # what the command printed
 
-Keywords are split three ways, by name: the protocol's settings (validated by its frozen
-dataclass, errors naming the parameter), the placement (``workers``, ``dask_address``, ``shard``,
-``backend``, ``device``, ``threads``, or ``placement=Placement(...)``), and the run's inputs
-and options (``panel``, ``train``, ``val``, ``unseal``, ``cache_dir``, ``json_path``, ...).
-Every record the run saves carries one run id, its settings, inputs and placement.
+Keywords are the protocol's settings (checked by its settings class: an error names the
+parameter), the placement (``workers``, ``dask_address``, ``shard``, ``backend``, ``device``,
+``threads``, or ``placement=Placement(...)``), ``progress`` (a ``context.Progress``), and the
+inputs the protocol declares (``panel``, ``train``, ``val``, ``unseal``, ``cache_dir``,
+``json_path``, ...). Any other keyword is refused with the valid names listed, before any work.
+
+Every refusal that needs no label and no compute comes here, in this order, before the run
+begins: settings, placement (fields the protocol does not honour, a device that is absent),
+inputs, the panels (their kinds, a sealed one without a reason), the JSON path, the store's
+coverage of each panel. Only then does the protocol read a label (``RunContext.read``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +30,38 @@ from ..infra.owned import check_output_file
 from ..infra.placement import Placement
 from ..infra.settings import SettingError
 from ..results import records
-from .registry import Protocol, get
+from . import selection
+from .context import Inputs, Progress, Run, RunContext
+from .registry import Protocol, get, resolve
+
+__all__ = ["Run", "run", "sweep", "check_blocks", "prepare", "keywords"]
 
 PLACEMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Placement))
+SOURCES = ("store", "stores", "checkpoint", "masks_file")
 
 
-@dataclass
-class Run:
-    """One run of a protocol: what it was asked, where it ran, what it saved, what it reported."""
+def keywords(protocol: Protocol) -> list[str]:
+    """Every keyword ``run`` takes for this protocol (the source included)."""
+    settings = [f.name for f in dataclasses.fields(protocol.settings)]
+    if protocol.run is not None:
+        inputs = [i.name for i in protocol.inputs]
+    else:  # not yet converted: the keywords its execute names
+        inputs = [p.name for p in inspect.signature(protocol.execute).parameters.values()
+                  if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "_"] + (["allow_partial"] if protocol.reads.labels else [])
+    return list(dict.fromkeys([protocol.source, *settings, *PLACEMENT_FIELDS, "placement", "progress", *inputs]))
 
-    protocol: str
-    run_id: str
-    settings: Any
-    placement: Placement
-    report: Any
-    records: list[records.Record]
+
+def refuse_unknown(protocol: Protocol, given: dict[str, Any]) -> None:
+    """A keyword that is not a setting, a placement field, the source or a declared input is
+    refused with the valid names: a misspelt ``bot=0`` would otherwise run with the default."""
+    known = keywords(protocol)
+    unknown = [k for k in given if k not in known]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise SettingError(unknown[0], f"{protocol.name} takes no keyword {', '.join(unknown)}", f"{hint}valid: {', '.join(known)}")
 
 
 def split(protocol: Protocol, keywords: dict[str, Any]) -> tuple[dict, dict, dict]:
@@ -63,7 +85,7 @@ def refuse_unused(protocol: Protocol, placement: Placement, given: dict[str, Any
     """A placement field the protocol's execution does not honour (``Protocol.placement``) and that
     differs from its default is refused before any work: silently ignored, ``workers=8`` or a
     cluster's address would claim a placement the run never had (and its record would say so)."""
-    default = Placement()
+    default = Placement(**protocol.placement_defaults)
     for name in PLACEMENT_FIELDS:
         value = getattr(placement, name)
         if name in protocol.placement or value == getattr(default, name) or (name == "shard" and placement.shard_pair() == (0, 1)):
@@ -131,50 +153,130 @@ def current(protocol: Protocol, inputs: dict[str, Any]) -> None:
                 current_photographs(store, inputs[key], inputs.get("cache_dir"))
 
 
-def run(name: str, source: Any = None, *, placement: Placement | None = None, **keywords: Any) -> Run:
-    """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file)."""
-    protocol = get(name)
-    given_settings, given_placement, inputs = split(protocol, keywords)
+def _source(protocol: Protocol, source: Any) -> Any:
+    first = protocol.source
+    if first == "stores":
+        return [Path(s) for s in source] if isinstance(source, (list, tuple)) else [Path(source)]
+    return Path(source) if isinstance(source, (str, Path)) else source
+
+
+def _typed(protocol: Protocol, given: dict[str, Any]) -> Inputs:
+    """The declared inputs, each given or its default, paths as ``Path``; a required one missing is refused."""
+    values = {}
+    for declared in protocol.inputs:
+        value = given.get(declared.name, declared.default)
+        if value is None and declared.required:
+            raise SettingError(declared.name, f"{protocol.name} needs {declared.name}", f"give {declared.name}: {declared.help}")
+        if declared.kind in ("path", "checkpoint", "store", "masks") and isinstance(value, str):
+            value = Path(value)
+        values[declared.name] = value
+    return Inputs(values)
+
+
+def _panels(protocol: Protocol, inputs: Inputs) -> dict:
+    """The panel inputs resolved (no label read): a train panel that could leak into the score,
+    or a sealed panel to be read without a reason, is refused here."""
+    from ..labels.panels import check_readable, get_panel, train_and_val
+
+    declared = {i.name: i for i in protocol.inputs if i.panel and inputs.get(i.name) is not None}
+    if not declared:
+        return {}
+    roles = {i.role: name for name, i in declared.items()}
+    found = {}
+    if "train" in roles and "val" in roles:
+        found[roles["train"]], found[roles["val"]] = train_and_val(inputs.get(roles["train"]), inputs.get(roles["val"]), inputs.get("cache_dir"),
+                                                                 use=declared[roles["train"]].use)
+    for name, i in declared.items():
+        panel = found.get(name) or get_panel(inputs.get(name), inputs.get("cache_dir"))
+        if i.role != "train":
+            check_readable(panel, inputs.get("unseal"), inputs.get("cache_dir"))  # a sealed panel without a reason: before any label read
+        found[name] = panel
+    return {name: found[name] for name in declared}
+
+
+def prepare(protocol: Protocol, source: Any, placement: Placement | None, progress: Progress | None, given: dict[str, Any],
+            block: int | None = None) -> RunContext:
+    """Every refusal that needs no label and no compute, then the run's context."""
+    refuse_unknown(protocol, given)
+    given_settings, given_placement, inputs = split(protocol, given)
     settings = protocol.settings.build(**given_settings)  # refuses a bad value before any work
     if placement is None:
-        placement = Placement.parse(**given_placement)
+        placement = Placement.parse(**{**protocol.placement_defaults, **given_placement})
     elif given_placement:
         raise ProbeError(None, f"{', '.join(given_placement)} given beside placement=", "give either a Placement or its fields")
     refuse_unused(protocol, placement, given_placement)
-    first = protocol.source
+    if "backend" in protocol.placement or "device" in protocol.placement:
+        placement.check_device(backend="backend" in protocol.placement)  # a GPU asked for and absent: before any label read
     if source is not None:
-        inputs[first] = [Path(s) for s in source] if first == "stores" and isinstance(source, (list, tuple)) else \
-            [Path(source)] if first == "stores" else Path(source) if isinstance(source, (str, Path)) else source
+        inputs[protocol.source] = _source(protocol, source)
     refuse_panel_kinds(protocol, inputs)
     pair_inputs(inputs)  # a checkpoint and a store, masks and their store: they belong together, before any work
-    read = [v for key in ("store", "stores", "checkpoint", "masks_file") for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)])
-            if isinstance(v, (str, Path))]
+    read = [v for key in SOURCES for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)]) if isinstance(v, (str, Path))]
     check_output_file(inputs.get("json_path"), "--json", read)  # before any work: never over an input or a user's file
-    allow_partial = bool(inputs.get("allow_partial", False))  # kept: a scorer of predictions (probe score) applies it too
-    recorded = {k: _absolute(v) for k, v in inputs.items() if not callable(v) and k not in ("quiet", "json_path")}
+    typed = _typed(protocol, inputs) if protocol.run is not None else Inputs(inputs)
+    panels = _panels(protocol, typed) if protocol.run is not None else {}
+    recorded = {k: _absolute(v) for k, v in typed.as_dict().items() if not callable(v) and k not in ("quiet", "json_path", "allow_partial")}
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
         from .coverage import panel_coverage
 
-        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), allow_partial,  # before any label read
-                                              sibling=protocol.reads.panel_sibling)
+        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")),
+                                              sibling=protocol.reads.panel_sibling)  # before any label read
     current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
-    context = records.RunContext(protocol=name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
-                                 defaults=protocol.settings().as_dict())
-    with records.opened(context):
-        report = protocol.execute(settings, placement, **inputs)
-    return Run(name, context.run_id, settings, placement, report, saved_by(context.run_id, inputs, report))
+    chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
+    stamp = records.RunStamp(protocol=protocol.name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
+                             selection={"block": chosen, "facet": None}, differences=protocol.difference_list(), defaults=protocol.settings.defaults())
+    return RunContext(protocol, settings, placement, typed, stamp, progress or Progress(), block=chosen, panels=panels)
+
+
+def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, block: int | None = None,
+        **keywords: Any) -> Run:
+    """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file).
+    ``block``: the store's block it reads (0-based; None: the last; ``protocols.selection``)."""
+    from ..store.cache import reading_block
+
+    protocol = get(name)
+    context = prepare(protocol, source, placement, progress, keywords, block)
+    with records.opened(context.stamp), reading_block(context.block):
+        if protocol.run is not None:
+            result = resolve(protocol.run)(context.inputs, context.settings, context)
+            if not context.finished:
+                raise RuntimeError(f"{name}'s run returned without RunContext.finish: its records and summary were not written")
+            return result.run
+        options = context.inputs.as_dict()
+        if "allow_partial" not in inspect.signature(protocol.execute).parameters:  # a scorer of predictions (probe score) applies it itself
+            options.pop("allow_partial", None)
+        report = protocol.execute(context.settings, context.placement, **options)  # not yet converted
+    return Run(name, context.run_id, context.settings, context.placement, report, saved_by(context.run_id, options, report), context.inputs)
+
+
+def sweep(name: str, source: Any = None, *, blocks: list[int] | tuple[int, ...], **keywords: Any) -> list[Run]:
+    """One run of protocol ``name`` per block of ``blocks`` (``--blocks 3,7,11``): one record each, each naming its block.
+    Every block is checked before the first run."""
+    check_blocks(name, source, blocks, keywords)
+    return [run(name, source, block=block, **keywords) for block in blocks]
+
+
+def check_blocks(name: str, source: Any, blocks: list[int] | tuple[int, ...], keywords: dict[str, Any]) -> None:
+    """Every block of a sweep held by the store (``selection.resolve``), before the first run."""
+    protocol = get(name)
+    inputs = dict(keywords)
+    if source is not None:
+        inputs[protocol.source] = _source(protocol, source)
+    if not blocks:
+        raise SettingError("blocks", "blocks is empty", "pass 0-based block indices, e.g. blocks=[3, 7, 11]")
+    for block in blocks:
+        selection.resolve(protocol, inputs, block)
 
 
 def saved_by(run_id: str, inputs: dict[str, Any], report: Any) -> list[records.Record]:
-    """The records of this run, looked for in every store it read or wrote."""
+    """The records of a protocol not yet converted to ``RunContext.finish``, looked for in every store it read or wrote."""
     candidates: list[Path] = []
     for key in ("store", "stores"):
         value = inputs.get(key)
         candidates += [Path(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
-    for attribute in ("store",):
-        value = getattr(report, attribute, None)
-        if isinstance(value, (str, Path)):
-            candidates.append(Path(value))
+    value = getattr(report, "store", None)
+    if isinstance(value, (str, Path)):
+        candidates.append(Path(value))
     for value in (getattr(report, "results", None) or {}) if isinstance(getattr(report, "results", None), dict) else {}:
         candidates.append(Path(value))
     saved = getattr(report, "saved", None)

@@ -115,7 +115,7 @@ def score(settings: ScoreSettings, placement, *, masks_file, panel, unseal=None,
 
 @dataclass(frozen=True)
 class SweepSettings(Settings):
-    grid: str | None = None  # TOML grid; default 144 settings
+    grid: str | None = None  # TOML grid; default 148 settings
     metric: str = "segm_AP"
     view: str = "480"
     settings_out: str | None = None
@@ -138,7 +138,8 @@ register(Protocol(
     name="decode",
     summary="Label-free object masks by a normalized cut on the keys (TokenCut, MaskCut, LOST, DSM presets); scored when a panel is given.",
     settings=DecodeSettings,
-    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency")),
+    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency"),
+                stores=("keys_480",)),
     results=("decoder", "scores_<panel>", "saliency_<panel>"),
     references=REFERENCES,
     differences="Every preset reproduces its repository's masks on the same keys; eigenvectors are computed by scipy's eigsh (or torch's eigh) and certified, "
@@ -206,7 +207,7 @@ register(Protocol(
     name="decode-sweep",
     summary="Decode a grid of settings, read the val panel's labels once, and keep the best setting.",
     settings=SweepSettings,
-    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k")),
+    reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k"), stores=("keys_480",)),
     results=("sweep_<panel>",),
     references=REFERENCES,
     differences="The published methods fix their settings by hand; the sweep chooses them on a val panel only (a test panel is sealed).",
@@ -215,7 +216,7 @@ register(Protocol(
         "Decode a grid of settings, read the panel's labels once, and keep the best setting.",
         "A store with keys_480.",
         "Validation panel to choose the settings on.",
-        Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 144 settings.", "path"),
+        Option("grid", "TOML grid (lists for preset, center, tau, eps, masks); default 148 settings.", "path"),
         Option("metric", "Score that picks the best setting.", default="segm_AP"),
         Option("settings_out", "Where to write the best settings (default <cache>/decoder-settings.json).", "path"),
         VIEW, KEYS,

@@ -4,46 +4,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, at_least
-from .registry import Option, Protocol, Reads, Reference, over_stores, register
+from ..infra.settings import AtLeast, setting
+from ..store.views import ViewName
+from .registry import (
+    Difference,
+    Input,
+    Protocol,
+    Reads,
+    Reference,
+    json_input,
+    over_stores,
+    register,
+)
+from .summaries import OverStoresSettings
 
 
 @dataclass(frozen=True)
-class EntropySettings(Settings):
-    patch: int | None = None  # follow this patch of the 224 grid (patch = G·row + column)
-    image: str | None = None  # image id of the followed tables (default: the first)
-    seed: int = 0  # seed of the bootstrap over images
-    boot: int = 1000  # bootstrap resamples of the 95 % intervals
-    partial: bool = False  # summarise a store still being extracted
-
-    def check(self) -> None:
-        if self.patch is not None:
-            at_least("patch", self.patch, 0)
-        from ..analyses.stats import check_boot  # numpy: not imported while the CLI is built
-
-        check_boot(self.boot)
-
-
-def execute(settings: EntropySettings, placement, *, stores, json_path=None, quiet=True, **_):
-    from ..commands.entropy import run_entropy
-    from ..commands.runs import OverStores
-
-    return run_entropy(list(stores), patch=settings.patch, image=settings.image, over=OverStores.of(settings, placement, json_path, quiet))
+class EntropySettings(OverStoresSettings):
+    patch: int | None = setting(None, "Follow this patch of the 224 view (patch = G·row + column).", AtLeast(0))
+    image: str | None = setting(None, "Image id for the --patch tables (default: the first).")
+    view: str = setting("224", "Whose attention: its explicit maps, or its attention statistics (probe extract --attention stats) where the "
+                        "store holds no maps; any view (square@2048, native).", ViewName())
 
 
 PROTOCOL = register(Protocol(
     name="entropy",
     summary="How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
     settings=EntropySettings,
-    reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",)),
+    inputs=(Input("stores", "Stores written by probe extract (several: side by side).", "stores", True),
+            json_input("Also write the numbers to this JSON file.")),
+    reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",), stores=("attention_stats_224",)),
     results=("entropy",),
+    result="commands.runs:OverStoresReport",
     references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino vision_transformer.py"),),
-    differences="Entropy and mean attention distance are computed from the stored last-block attention rows in float64; DINO releases no entropy script.",
-    execute=execute,
+    differences=(Difference("entropy and mean attention distance are computed from the stored last-block attention rows, in float64",
+                            "DINO releases no entropy script; the rows are those its attention returns",
+                            "none beyond float rounding: there is no published number to reproduce"),
+                 Difference("at a view a store holds no maps of, they come from the attention statistics computed during extraction in tiles "
+                            "of queries (the network's float32 scores, a float64 softmax; probe extract --attention stats)",
+                            "the T x T maps of 1024-2048 px or own-size views do not fit in memory",
+                            "agree with the maps' to their float16 rounding; --patch (one row's largest weights) needs the maps")),
+    run="commands.entropy:run",
     source="stores",
-    command=over_stores("How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.",
-                        Option("patch", "Follow this patch of the 224 view (patch = G·row + column).", "int"),
-                        Option("image", "Image id for the --patch tables (default: the first)."), table="results.tables:entropy"),
+    command=over_stores("How spread each attention row is: entropy, e^H, e^H / T, mean attention distance.", "patch", "image", "view",
+                        table="results.tables:entropy"),
     sections=("report.sections_attention:attention", "report.sections_attention:entropy"),
     placement=("workers", "dask_address"),
 ))

@@ -4,54 +4,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import Settings, at_least, one_of
-from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
+from ..infra.settings import AtLeast, Each, OneOf, Positive, Settings, Within, setting
+from .registry import CACHE, Command, Difference, Input, Protocol, Reads, Reference, json_input, register, train_val
 
 
 @dataclass(frozen=True)
 class LinearSettings(Settings):
-    level: str = "patch"  # patch (dense, mIoU) or image (categories present, mAP)
-    epochs: int = 100  # most L-BFGS iterations of the dense probe
-    seed: int = 0  # seed of the train hold-out that chooses the regularisation
-
-    def check(self) -> None:
-        one_of("level", self.level, ("patch", "image"))
-        at_least("epochs", self.epochs, 1)
-
-
-def execute(settings: LinearSettings, placement, *, stores, train, val, unseal=None, cache_dir=None, json_path=None, on_step=None, **_):
-    from ..analyses.linear import FitSettings
-    from ..commands.linear import run_linear
-
-    return run_linear(list(stores), train, val, level=settings.level, settings=FitSettings(epochs=settings.epochs, seed=settings.seed), unseal=unseal,
-                      cache_dir=cache_dir, json_path=json_path, on_step=on_step)
+    level: str = setting("patch", "patch (dense, mIoU) or image (categories present, mAP).", OneOf(("patch", "image")))
+    epochs: int = setting(100, "Most L-BFGS iterations of the dense probe (each a full pass over the train patches).", AtLeast(1))
+    weight_decays: tuple[float, ...] = setting((1e-1, 1e-2, 1e-3, 1e-4, 1e-5), "Weight decays the dense probe's hold-out chooses from "
+                                               "(strongest first: a tie keeps it).", Each(Positive(), distinct=True))
+    holdout: float = setting(0.2, "Share of the train panel's images held out to choose the regularisation.", Within(0.0, 1.0, "()"))
+    seed: int = setting(0, "Seed of the train hold-out that chooses the regularisation.", AtLeast(0))
+    tolerance: float = setting(1e-4, "Stop the dense fit when every gradient entry of the mean loss is smaller (scikit-learn's default tol).",
+                               Positive())
 
 
 PROTOCOL = register(Protocol(
     name="linear",
     summary="Linear probes on the frozen 224 tokens: a dense probe (mIoU) or an image-level one (mAP), regularisation chosen on a train hold-out.",
     settings=LinearSettings,
-    reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc")),
+    inputs=(Input("stores", "Stores to compare (each holds, or sits beside, the panels' images).", "stores", True),
+            *train_val("Panel whose labels fit the probe (and choose its regularisation).", "Panel whose labels score it, read only after every fit."),
+            json_input("Also write the table and its settings as JSON."),
+            Input("unseal", "Reason to open a sealed test panel as --val (recorded in the ledger)."), CACHE),
+    reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc"), stores=("tokens_224", "cls_tokens_224")),
     results=("linear_patch", "linear_image"),
+    result="commands.linear:LinearReport",
     references=(Reference("Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)",
                           "alinlab/SelfPatch (linear segmentation protocol)"),),
-    differences="A convex probe fitted to its optimum by full-batch L-BFGS (what scikit-learn's lbfgs reaches), not a schedule of SGD epochs; "
-                "the weight decay is chosen on a hold-out of the train panel, never on val.",
-    execute=execute,
+    differences=(
+        Difference("a convex probe fitted to its optimum by full-batch L-BFGS (what scikit-learn's lbfgs reaches)",
+                   "the objective is convex, so its optimum does not depend on a schedule of SGD epochs",
+                   "the probe of the regularisation chosen, not of a training schedule"),
+        Difference("the weight decay (image level: C) is chosen on a hold-out of the train panel, never on val",
+                   "no val label reaches a fit or a choice of regularisation",
+                   "the val score is an honest estimate (the reference's choice is not stated)"),
+    ),
+    run="commands.linear:run",
     source="stores",
-    command=on_train_val(
+    command=Command(
         "Linear probes on the frozen 224 tokens: fit on --train, score on --val, one table for all stores.",
-        "Stores to compare (each holds, or sits beside, the panels' images).",
-        "Panel whose labels fit the probe (and choose its regularisation).",
-        "Panel whose labels score it, read only after every fit.",
-        Option("level", "patch (dense, mIoU) or image (categories present, mAP).", default="patch"),
-        Option("epochs", "Most L-BFGS iterations of the dense probe (each a full pass over the train patches).", "int", 100),
-        Option("seed", "Seed of the train hold-out that chooses the regularisation.", "int", 0),
-        written_to("Also write the table and its settings as JSON."),
-        UNSEAL_VAL,
-        "workers", "dask_address", "cache", "quiet",
+        options=("train", "val", "level", "epochs", "seed", "weight_decays", "holdout", "tolerance", "json_path", "unseal",
+                 "workers", "dask_address", "cache", "quiet"),
         table="results.tables:linear",
-        progress=(None, "on_step", "linear")),
+        progress=(None, "linear")),
     sections=("report.sections_linear:linear",),
     placement=(),
 ))

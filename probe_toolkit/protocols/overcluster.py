@@ -4,61 +4,55 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..infra.settings import SettingError, Settings, at_least
-from .registry import Option, Protocol, Reads, Reference, on_panel, register, written_to
+from ..infra.settings import AtLeast, Each, SettingError, Settings, setting
+from .registry import CACHE, UNSEAL, Command, Difference, Input, Protocol, Reads, Reference, json_input, register
 
 
 @dataclass(frozen=True)
 class OverclusterSettings(Settings):
-    k: tuple[int, ...] = (100, 300, 500)  # clusters (NeCo's overclustering table; Leopart's K = 500)
-    pca_dim: int = 50  # NeCo configs: pca_dim
-    seeds: int = 5  # NeCo configs: num_seeds (faiss seeds 0 .. seeds − 1), the mIoU averaged over them
-    iterations: int = 100  # NeCo utils.py cluster(): niter
-    restarts: int = 5  # nredo: the best of 5 runs is kept
+    view: str = setting("hbird@448", "The squashed view whose patch tokens are clustered (NeCo's T.Resize((448, 448)), bilinear: hbird@448).")
+    k: tuple[int, ...] = setting((100, 300, 500), "Numbers of clusters (NeCo's overclustering table: 100, 300, 500).", Each(AtLeast(2)))
+    pca_dim: int = setting(50, "PCA dimensions before k-means (NeCo configs: pca_dim 50).", AtLeast(1))
+    seeds: int = setting(5, "k-means seeds 0 .. seeds − 1, the mIoU averaged over them (NeCo configs: num_seeds 5).", AtLeast(1))
+    iterations: int = setting(100, "k-means iterations (NeCo utils.py cluster(): niter 100).", AtLeast(1))
+    restarts: int = setting(5, "k-means restarts, the best kept (nredo 5).", AtLeast(1))
 
     def check(self) -> None:
-        if not self.k or len(set(self.k)) != len(self.k):
-            raise SettingError("k", f"k {list(self.k)} must name each number of clusters once", "use e.g. k=(100, 300, 500)")
-        for k in self.k:
-            at_least("k", k, 2)
-        at_least("pca_dim", self.pca_dim, 1)
-        at_least("seeds", self.seeds, 1)
-        at_least("iterations", self.iterations, 1)
-        at_least("restarts", self.restarts, 1)
+        from ..store import views
 
-
-def execute(settings: OverclusterSettings, placement, *, store, panel, unseal=None, cache_dir=None, json_path=None, progress=None, **_):
-    from ..commands.overcluster import run_overcluster
-
-    return run_overcluster(store, panel, settings, unseal=unseal, cache_dir=cache_dir, json_path=json_path, progress=progress)
+        spec = views.view(self.view)
+        if spec.family != "hbird" or spec.epoch is not None:
+            raise SettingError("view", f"view {self.view!r} is not a squashed query view (hbird@S)", "use e.g. view=hbird@448 (NeCo's 448 px)")
+        if len(set(self.k)) != len(self.k):
+            raise SettingError("k", f"k {list(self.k)} must name each number of clusters once", "use e.g. k=100,300,500")
 
 
 DIFFERENCES = (
-    "Follows vpariza/NeCo experiments/overcluster/eval_overcluster.py and experiments/utils.py (normalize_and_transform, cluster, "
-    "PredsmIoU): every patch token of the panel's images through the backbone's final norm, StandardScaler over all tokens, "
-    "faiss.PCAMatrix to 50 dimensions, faiss.Kmeans (100 iterations, 5 restarts, seeds 0-4, faiss's defaults otherwise: at most 256 "
-    "training points per centroid), cluster maps and label maps nearest-resized to 100 × 100, 255 ignored; many-to-one matching by "
-    "precision when k exceeds the classes, Hungarian (linear_sum_assignment on 1 − IoU, unmatched clusters to background) when k "
-    "equals them; mIoU the mean over all 21 VOC classes (a class without pixels counts 0), averaged over the seeds. What differs, item "
-    "by item: "
-    "(1) the images are the store's hbird512 view, squashed to 512 × 512 with PIL's bilinear filter and normalised with "
-    "open-hummingbird-eval's std (0.229, 0.224, 0.255), where NeCo squashes to 448 × 448 with ImageNet's std: 32 × 32 tokens per "
-    "image at /16 instead of 28 × 28 (a /14 network reads the view's top-left 504 px); the label maps are squashed nearest to the "
-    "view (512) and then to 100 × 100, where NeCo goes through 448; "
-    "(2) the standardisation is computed in float64 over all tokens at once (NeCo's StandardScaler.partial_fit over blocks of "
-    "100,000 rows agrees to float32 rounding); "
-    "(3) the issue's 'Hungarian-matched mIoU' is NeCo's code only at k = the number of classes: at k = 100, 300, 500 NeCo matches "
-    "many-to-one by precision, and probe does the same, recording the matching used for each k; "
-    "(4) only VOC segmentation panels are scored (NeCo's ADE20K path, ignore index 0, is marked unverified in its own code); "
-    "(5) one BLAS / OpenMP thread, so the clusters do not depend on the machine's cores; "
-    "(6) labels are read once, through the ledger, after every clustering is done."
+    Difference("the images are the store's hbird@448 view by default: squashed to 448 × 448 with PIL's bilinear filter as NeCo's "
+               "T.Resize((448, 448)), but normalised with open-hummingbird-eval's std (0.229, 0.224, 0.255)",
+               "the squashed views probe extracts are Hummingbird's; NeCo normalises with ImageNet's std (blue 0.225)",
+               "the blue channel's inputs are scaled by 0.225 / 0.255 against NeCo's, a small shift of the tokens"),
+    Difference("the label maps are squashed to the view's side by torch's nearest rule (floor(i · in / out)), then to 100 × 100 by torch's "
+               "nearest as NeCo does", "NeCo resizes the PIL mask to 448 with PIL's NEAREST (pixel centres)",
+               "a boundary pixel can take its neighbour's label"),
+    Difference("the standardisation is computed in float64 over all tokens at once",
+               "NeCo's StandardScaler.partial_fit runs over blocks of 100,000 rows in float32", "none beyond float32 rounding"),
+    Difference("the matching is NeCo's code's: many-to-one by precision when k exceeds the classes (k = 100, 300, 500), Hungarian "
+               "(one-to-one on 1 − IoU, unmatched clusters to background) only when k equals them; the record says which",
+               "the issue asked for Hungarian-matched mIoU, which NeCo computes only at k = the number of classes",
+               "none against NeCo's code"),
+    Difference("only VOC segmentation panels are scored", "NeCo's ADE20K path (ignore index 0) is marked unverified in its own code",
+               "no ADE20K overclustering"),
+    Difference("one BLAS / OpenMP thread, and the labels read once, through the ledger, after every clustering",
+               "the clusters then do not depend on the machine's cores; no label is seen before the clusters exist",
+               "none on the number"),
 )
 
 PROTOCOL = register(Protocol(
     name="overcluster",
     summary="Overclustering: k-means (k = 100, 300, 500) on a panel's patch tokens, clusters matched to its classes, VOC mIoU (NeCo's protocol).",
     settings=OverclusterSettings,
-    reads=Reads(arrays=("tokens_hbird512",), views=("hbird512",), labels=True, panel_kinds=("voc-segmentation",)),
+    reads=Reads(arrays=("tokens_hbird@448",), views=("hbird@448",), labels=True, panel_kinds=("voc-segmentation",)),
     results=("overcluster",),
     references=(
         Reference("Pariza et al., Near, far: Patch-ordering enhances vision foundation models' scene understanding (NeCo, ICLR 2025)",
@@ -67,21 +61,17 @@ PROTOCOL = register(Protocol(
                   "vpariza/NeCo experiments/utils.py (PredsmIoU)"),
     ),
     differences=DIFFERENCES,
-    execute=execute,
-    command=on_panel(
+    inputs=(Input("store", "A store holding (or beside a store holding) the panel's images in the view (hbird@448 by default).", "store", True),
+            Input("panel", "VOC segmentation panel whose images are clustered and whose label maps score the clusters (read only to score).",
+                  "panel", True, "panel"),
+            json_input("Also write the scores as JSON."), UNSEAL, CACHE),
+    run="commands.overcluster:run",
+    result="commands.overcluster:OverclusterReport",
+    command=Command(
         "Overclustering (NeCo): k-means on a panel's patch tokens, clusters matched to its classes; VOC mIoU at each k.",
-        "A store holding (or beside a store holding) the panel's images in the hbird512 view.",
-        "VOC segmentation panel whose images are clustered and whose label maps score the clusters (read only to score).",
-        Option("k", "Numbers of clusters (NeCo: 100, 300, 500).", "ints", "100,300,500", example="100,300,500"),
-        Option("pca_dim", "PCA dimensions before k-means (NeCo: 50).", "int", 50),
-        Option("seeds", "k-means seeds 0 .. seeds − 1, the mIoU averaged over them (NeCo: 5).", "int", 5),
-        Option("iterations", "k-means iterations (NeCo: 100).", "int", 100),
-        Option("restarts", "k-means restarts, the best kept (NeCo: 5).", "int", 5),
-        Option("unseal", "Reason to open a sealed test panel (recorded in the ledger)."),
-        written_to("Also write the scores as JSON."),
-        "cache", "quiet",
+        options=("panel", "view", "k", "pca_dim", "seeds", "iterations", "restarts", "unseal", "json_path", "cache", "quiet"),
         table="results.tables_labelfree:overcluster",
-        progress=("clusterings", "progress", "overcluster")),
+        progress=("clusterings", "overcluster")),
     sections=("report.sections_labelfree:overcluster",),
     placement=(),  # one process: k-means in faiss on one thread
 ))

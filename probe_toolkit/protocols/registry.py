@@ -1,11 +1,13 @@
 """The protocol registry: every protocol declared once, found by name.
 
 A protocol is one module of this package that builds a ``Protocol`` and calls ``register``:
-its settings (a frozen dataclass that validates itself), what it reads (views, labels, panel
-kinds), the results it saves, its published references and how it differs from them, the
-function that runs it, and its presentation: its command (``Command``: the inputs and options
-the command line offers, the progress it shows, the terminal table it prints) and its report
-sections. The CLI builds one command per protocol from ``protocols()``; the Python API
+its settings (a frozen dataclass whose fields declare their default, help and constraint:
+``infra.settings.setting``), its inputs (``Input``: the source, the panels in the order their
+labels are read, the outputs), what it reads (views, labels, panel kinds), the results it saves
+and its result type, its published references and how it differs from them (``Difference``),
+the function that runs it (``run(inputs, settings, context)``, ``protocols/context.py``), and its
+presentation: its command (``Command``: the order of the options ``--help`` lists, the progress
+it shows, the terminal table it prints) and its report sections. The CLI builds one command per protocol from ``protocols()``; the Python API
 (``protocols/api.py``), ``probe list``, the report and the documentation iterate over it too;
 adding a protocol never edits them.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..infra.errors import ProbeError
@@ -29,7 +31,7 @@ from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
 MODULES = ("entropy", "neighbours", "discovery", "linear", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
-           "rank", "position", "similarity", "overcluster")
+           "rank", "position", "similarity", "overcluster", "depth")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,60 @@ class Reference:
 
     paper: str
     code: str  # repository and file, e.g. "facebookresearch/dino eval_knn.py"
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way a protocol departs from its published reference: what differs, why, and its
+    effect on the number (rendered into the docs, the report and every record)."""
+
+    what: str
+    why: str
+    effect: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"what": self.what, "why": self.why, "effect": self.effect}
+
+    def text(self) -> str:
+        return f"{self.what} ({self.why}); {self.effect}"
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of a run besides its settings and placement, declared once: the Python API's
+    keyword (``name``), the command line's option or argument (its flag from ``infra/spelling.py``),
+    and its help. ``kind``: ``store``, ``stores``, ``checkpoint``, ``masks`` (the source, first),
+    ``panel`` (a registered panel; ``role`` train, val or panel; the order of a protocol's panel
+    inputs is the order their labels are read, ``RunContext.read``), ``path``, ``str``, ``int``,
+    ``strs`` (repeatable) or ``bool``."""
+
+    name: str
+    help: str
+    kind: str = "str"
+    required: bool = False
+    role: str | None = None
+    default: Any = None
+    use: str = "be fitted on"  # a train panel: what it does, as the refusal of a sealed one says ("hold the neighbours")
+
+    @property
+    def panel(self) -> bool:
+        return self.kind == "panel"
+
+
+CACHE = Input("cache_dir", "Cache root (default: $PROBE_CACHE or ./cache).", "path")
+UNSEAL = Input("unseal", "Reason to open a sealed test panel (recorded in the ledger).")
+ALLOW_PARTIAL = Input("allow_partial", "Score a store holding only part of the panel's images (the record says how many).", "bool", default=False)
+
+
+def json_input(what: str) -> Input:
+    """``--json``: where the run's numbers are also written, as JSON (``RunContext.finish``)."""
+    return Input("json_path", what, "path")
+
+
+def train_val(train: str, val: str, use: str = "be fitted on") -> tuple[Input, Input]:
+    """The panels of a protocol fitted (or voting) on a train panel and scored on a val panel, in
+    the order their labels are read (``use``: what the train panel does)."""
+    return Input("train", train, "panel", True, "train", use=use), Input("val", val, "panel", True, "val")
 
 
 @dataclass(frozen=True)
@@ -50,6 +106,17 @@ class Reads:
     panel_kinds: tuple[str, ...] = ()
     source: str = "store"  # store, or checkpoint (propagate runs the network on DAVIS frames)
     panel_sibling: bool = False  # a panel's tokens are read from <network>-panel-<panel>.zarr beside the store when the store lacks them
+    # what `probe extract --for <protocol>` stores for it: array names at the last block (store.plan; ``attention_stats_<view>``: every
+    # block's attention statistics); None: ``arrays`` (where ``arrays`` lists alternatives, the one it needs is named here)
+    stores: tuple[str, ...] | None = None
+    blocks: str | None = None  # the blocks `probe extract --for` stores them at where --blocks is not given (``last4``: DINOv2's linear protocol); None: the last
+
+    @property
+    def planned(self) -> tuple[str, ...]:
+        """The arrays a store planned for this protocol holds (none where it reads a checkpoint or masks)."""
+        if self.source != "store":
+            return ()
+        return self.arrays if self.stores is None else self.stores
 
 
 REQUIRED = object()  # an option's default when the command line must give it
@@ -86,10 +153,10 @@ class Command:
     terminal shows (``results/tables.py``)."""
 
     help: str
-    source: str  # help of the first input (the protocol's ``source``: a store, stores, a checkpoint)
-    options: tuple[Option | str, ...]
-    table: str | Callable[..., Any]
-    progress: tuple[str | None, str, str] | None = None
+    source: str = ""  # help of the first input, for a protocol not yet converted (a converted one's is its ``Input``'s)
+    options: tuple[Option | str, ...] = ()
+    table: str | Callable[..., Any] = ""
+    progress: tuple[str | None, ...] | None = None  # (unit, task label); a protocol not yet converted: (unit, hook keyword, task label)
     name: str | None = None  # the command's name where it is not the protocol's (``probe segment`` runs linear-segmentation)
     explicit: bool = False  # the CLI writes the command's body (several sources or presets: decode, score, decode-sweep); its options still come from here
 
@@ -118,7 +185,7 @@ def written_to(what: str) -> Option:
     return Option("json_path", what, "path")
 
 
-def over_stores(help: str, *options: Option, table: str) -> Command:
+def over_stores(help: str, *options: Option | str, table: str) -> Command:
     """The command of a summary over stores side by side (entropy, neighbours): its own options,
     then those every such summary takes (the CLI's ``OVER_STORES``: --json, --seed, --boot, ...)."""
     return Command(help=help, source="Stores written by probe extract (several: side by side).", options=(*options, "OVER_STORES"), table=table)
@@ -132,16 +199,36 @@ class Protocol:
     reads: Reads
     results: tuple[str, ...]  # result names it saves (``<panel>`` and ``<grid>`` stand for the run's)
     references: tuple[Reference, ...]
-    differences: str  # what differs from the reference code, and why
-    execute: Callable[..., Any]  # (settings, placement, **inputs and options) -> the command's report
+    differences: tuple[Difference, ...] | str  # what differs from the reference code, why, and its effect
+    execute: Callable[..., Any] | None = None  # (settings, placement, **inputs and options) -> the command's report (not yet converted to ``run``)
     source: str = "store"  # the keyword of its first input: store, stores, checkpoint or masks_file
     command: Command | None = None  # None: reached through another command (decode-stream: decode --images)
     sections: tuple[str | Callable[..., Any], ...] = ()  # its report sections, "module:function" taking the report's context, in report order
     # the placement fields its execution honours; any other given is refused before work (``api.run``)
     placement: tuple[str, ...] = ("workers", "dask_address", "shard", "backend", "device", "threads")
+    inputs: tuple[Input, ...] = ()  # its inputs, the source first (``Input``); the Python API refuses any other keyword
+    run: Callable[..., Any] | str | None = None  # (inputs, settings, context) -> its result (``result``), "module:function" imported when run
+    result: str | type | None = None  # its result type ("module:Class"), which its table and ``RunContext.finish`` take
+    placement_defaults: dict[str, Any] = field(default_factory=dict)  # a placement field's default for this protocol (propagate: device auto)
+
+    def __post_init__(self) -> None:
+        if self.inputs and self.source != self.inputs[0].name:  # the source is the first input declared
+            object.__setattr__(self, "source", self.inputs[0].name)
 
     def make_settings(self, **given: Any):
         return self.settings.build(**given)
+
+    def input(self, name: str) -> Input | None:
+        return next((i for i in self.inputs if i.name == name), None)
+
+    def difference_list(self) -> list[dict[str, str]]:
+        """The differences as records keep them (a protocol not yet converted: its one text)."""
+        if isinstance(self.differences, str):
+            return [{"what": self.differences, "why": "", "effect": ""}]
+        return [d.as_dict() for d in self.differences]
+
+    def differences_text(self) -> str:
+        return self.differences if isinstance(self.differences, str) else " ".join(f"({i}) {d.text()}." for i, d in enumerate(self.differences, 1))
 
 
 _REGISTRY: dict[str, Protocol] = {}

@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analyses import segment_published as seg
-from ..infra.settings import SettingError, Settings, at_least, one_of, positive, within
+from ..infra.settings import SettingError, at_least, one_of, positive, within
+from .heads import PresetSettings, checkpoint_options, one_process
 from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
 
 
 @dataclass(frozen=True)
-class SegmentSettings(Settings):
+class SegmentSettings(PresetSettings):
     preset: str = "dinov3"  # dinov3 (config-ade20k-linear-training.yaml) or dinov2 (its mmseg linear config)
     iterations: int = seg.ITERATIONS  # scheduler.total_iter / max_iters: 40000 (fewer: a short run, marked so)
     batch_size: int = seg.BATCH  # 2 per GPU × 8 GPUs
@@ -67,25 +68,11 @@ class SegmentSettings(Settings):
                 "warmup": seg.published_warmup(self.iterations) if self.warmup is None else self.warmup, "decay": p.decay}
 
 
-    def unpublished(self) -> list[str]:
-        """The settings that differ from the preset's published values (the seed, the network's
-        chunk and the figure's images change no published value)."""
-        published = type(self)(preset=self.preset).resolved
-        mine = self.resolved
-        return [k for k in mine if k not in ("seed", "chunk", "figure_images") and mine[k] != published[k]]
-
-
 def execute(settings: SegmentSettings, placement, *, checkpoint, train, val, store=None, network="teacher", unseal=None, cache_dir=None,
             json_path=None, progress=None, **_):
     from ..commands.segment import run_segment
-    from ..infra.errors import ProbeError
 
-    if placement.sharded:
-        raise ProbeError(None, f"linear-segmentation does not run in shards (shard {placement.shard}, or torchrun's RANK/WORLD_SIZE)",
-                         "run it as one process (--device cuda for the full schedule)")
-    if placement.dask_address:  # the head trains in this process; a cluster would get none of the work
-        raise ProbeError(None, "linear-segmentation does not run on a dask cluster (--dask-address)",
-                         "run it as one process; --workers sets the threads that decode and augment the crops")
+    one_process("linear-segmentation", placement)
     return run_segment(checkpoint, train, val, settings, store=store, network=network, unseal=unseal, cache_dir=cache_dir,
                        json_path=json_path, progress=progress, placement=placement)
 
@@ -157,10 +144,7 @@ PROTOCOL = register(Protocol(
         Option("figure_images", "Val images whose truth and prediction the record keeps for the report.", "int", 4),
         Option("seed", "Seed of the crops, the image order, the head's initial weights and dropout (DINOv3: 100).", "int", 100),
         Option("chunk", "Crops per forward pass of the frozen network (memory only).", "int", seg.BATCH),
-        Option("store", "Store that keeps the record (default: the checkpoint's store for --network under --cache).", "path"),
-        Option("network", "teacher or student.", default="teacher"),
-        Option("device", "cpu, cuda or auto.", default="cpu"),
-        Option("workers", "Threads that decode and augment the crops (default 2).", "int"),
+        *checkpoint_options(),
         UNSEAL_VAL,
         written_to("Also write the scores and settings as JSON."),
         "cache", "quiet",

@@ -66,7 +66,7 @@ def attention_rows(
     for h in range(heads):
         ax = fig.add_subplot(spec[h // columns, 2 + h % columns])
         extra = f"\n[CLS] {cls_weight[h]:.2f}" if cls_weight is not None else ""
-        _weight_map(ax, rows[h], grid, tops[h], patch, f"head {h}: $e^H$ {effective[h]:.0f}{extra}", vmax)
+        _weight_map(ax, rows[h], grid, tops[h], patch, f"head {h}: $e^H$ {effective[h]:.1f}{extra}", vmax)
     _weight_bar(fig, image, big, rows.shape[-1] + (1 if cls_weight is not None else 0), orientation="horizontal", fraction=0.05, pad=0.02)
     fig.suptitle(title, fontsize=10)
     return png(fig)
@@ -85,7 +85,7 @@ def block_rows(rows: np.ndarray, effective: np.ndarray, blocks: Sequence[int], g
             ax = axes[b, h]
             row = rows[b, h]
             tops = np.argsort(-row, kind="stable")[:5]
-            image = _weight_map(ax, row, grid, tops, patch, (f"head {h}\n" if b == 0 else "") + f"$e^H$ {effective[b, h]:.0f}", vmax)
+            image = _weight_map(ax, row, grid, tops, patch, (f"head {h}\n" if b == 0 else "") + f"$e^H$ {effective[b, h]:.1f}", vmax)
             if h == 0:
                 ax.set_ylabel(f"block {blocks[b]}", fontsize=9)
     _weight_bar(fig, image, list(axes.ravel()), rows.shape[-1], orientation="vertical", fraction=0.04, pad=0.02)
@@ -93,13 +93,19 @@ def block_rows(rows: np.ndarray, effective: np.ndarray, blocks: Sequence[int], g
     return png(fig)
 
 
-def shared_bins(arrays: Sequence[np.ndarray], count: int = 20) -> np.ndarray:
-    """Bin edges over the range the data fill (every store alike), padded when the range is flat."""
+HEAD_DASHES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)), (0, (3, 1, 1, 1, 1, 1)))
+HEAD_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def shared_bins(arrays: Sequence[np.ndarray], count: int = 20, ceiling: float | None = None) -> np.ndarray:
+    """Bin edges over the range the data fill (every store alike), padded when the range is flat; never past
+    ``ceiling`` (e^H cannot exceed T: no bin is drawn beyond it)."""
     values = np.concatenate([np.ravel(a) for a in arrays if np.size(a)]) if arrays else np.zeros(1)
     values = values[np.isfinite(values)]
     low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
     pad = 0.05 * (high - low) if high > low else max(1e-3 * abs(high), 0.5)
-    return np.linspace(low - pad, high + pad, count + 1)
+    top = high + pad if ceiling is None or high > ceiling else min(high + pad, ceiling)
+    return np.linspace(low - pad, top, count + 1)
 
 
 def effective_histograms(per_store: dict[str, np.ndarray], keys: dict[str, int]) -> bytes:
@@ -116,7 +122,7 @@ def effective_histograms(per_store: dict[str, np.ndarray], keys: dict[str, int])
     rows = -(-heads // columns)
     fig = Figure(figsize=(2.4 * columns + 0.3, 1.9 * rows + 0.9), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
-    bins = shared_bins(list(per_store.values()))
+    bins = shared_bins(list(per_store.values()), ceiling=max(keys.values()) if keys else None)
     styles = ("-", "--", "-.", ":")
     for h in range(rows * columns):
         ax = axes[h // columns, h % columns]
@@ -154,15 +160,17 @@ def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]]
     true size against the whole range rather than zoomed until 1 % fills the panel. ``intervals``
     (per store: low and high, block × head) are drawn as a band around each head's line."""
     n = len(per_store)
-    fig = Figure(figsize=(3.0 * n + 0.4, 3.0), layout="constrained")
+    fig = Figure(figsize=(3.0 * n + 0.4, 3.6), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False, sharey=True)[0]
     top = max(float(np.nanmax(v)) for v in per_store.values())
     if intervals:
         top = max(top, *(float(np.nanmax(hi)) for _, hi in intervals.values()))
     for ax, (label, values) in zip(axes, per_store.items()):
-        for h in range(values.shape[1]):
+        for h in range(values.shape[1]):  # each head its own colour, dash and marker, the later drawn thinner: equal lines stay visible
             style = head_style(h)
-            ax.plot(blocks[label], values[:, h], marker="o", markersize=3.5, linewidth=1.5, label=f"head {h}", **style)
+            style["linestyle"] = HEAD_DASHES[h % len(HEAD_DASHES)]
+            ax.plot(blocks[label], values[:, h], marker=HEAD_MARKERS[h % len(HEAD_MARKERS)], markersize=5.0 - 0.4 * min(h, 6),
+                    linewidth=max(2.6 - 0.3 * h, 0.9), markerfacecolor="none" if h % 2 else style["color"], label=f"head {h}", **style)
             if intervals and label in intervals:
                 low, high = intervals[label]
                 ax.fill_between(blocks[label], low[:, h], high[:, h], color=style["color"], alpha=0.2, linewidth=0)
@@ -174,7 +182,7 @@ def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]]
     axes[0].set_ylim(0, 1.08 * max(top, ceiling or 0.0) or 1.0)
     axes[0].set_ylabel(ylabel, fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside right center", fontsize=8, frameon=False)
+    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=8, frameon=False)  # below: the panels keep the width
     if title:
         fig.suptitle(title, fontsize=10)
     return png(fig)

@@ -159,7 +159,7 @@ def mask_overlays(pictures: list[tuple[str, np.ndarray]], masks: dict[str, list[
                 ax.text(0.5, 0.5, "no decoder result", transform=ax.transAxes, ha="center", color="white",
                         bbox=dict(facecolor="black", alpha=0.6))
             else:
-                _masks_over(ax, found)
+                _masks_over(ax, found, rgb)
             ax.set_xticks([])
             ax.set_yticks([])
             n = 0 if found is None else len(found)
@@ -199,7 +199,7 @@ def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarra
         ax.set_title(f"{image_id.rsplit('/', 1)[-1]}: {'LOST degree' if lost else 'Fiedler vector'}", fontsize=8)
         ax = axes[r, 1]
         ax.imshow(rgb)
-        _masks_over(ax, masks)
+        _masks_over(ax, masks, rgb)
         if truth is not None and truth.any():
             ax.contour(truth.astype(float), levels=[0.5], colors="black", linewidths=2.6)
             ax.contour(truth.astype(float), levels=[0.5], colors=TRUTH_COLOUR, linewidths=1.4, linestyles="--")
@@ -211,9 +211,23 @@ def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarra
     return png(fig)
 
 
-def _masks_over(ax, masks: np.ndarray) -> None:
+def contrasting(rgb: np.ndarray | None, masks, palette: tuple[str, ...] = MASK_PALETTE) -> list[tuple[float, float, float]]:
+    """One palette colour per mask, each the one farthest from the picture's mean colour under that mask (and
+    not yet taken while others remain), so no mask is painted in its object's own colour (orange on orange)."""
+    colours = [matplotlib.colors.to_rgb(c) for c in palette]
+    chosen: list[tuple[float, float, float]] = []
     for k, mask in enumerate(masks):
-        colour = matplotlib.colors.to_rgb(MASK_PALETTE[k % len(MASK_PALETTE)])
+        if rgb is None or not np.asarray(mask).any() or np.asarray(mask).shape != rgb.shape[:2]:
+            chosen.append(colours[k % len(colours)])
+            continue
+        under = rgb[np.asarray(mask, bool)].reshape(-1, rgb.shape[-1])[:, :3].mean(axis=0) / (255.0 if rgb.dtype == np.uint8 else 1.0)
+        free = [c for c in colours if c not in chosen] or colours
+        chosen.append(max(free, key=lambda c: float(np.sum((np.array(c) - under) ** 2))))
+    return chosen
+
+
+def _masks_over(ax, masks: np.ndarray, rgb: np.ndarray | None = None) -> None:
+    for mask, colour in zip(masks, contrasting(rgb, masks)):
         overlay = np.zeros((*mask.shape, 4))
         overlay[mask] = (*colour, 0.5)
         ax.imshow(overlay)

@@ -43,6 +43,29 @@ def _compare(found: dict[str, tuple[str | None, set[str] | None, int | None]]) -
     return f"the stores were measured on different image sets ({counts}); their numbers describe different images and are not compared as equals."
 
 
+def _from_inputs(store, name: str, run_id: str | None, ds, status: str) -> tuple[int | None, str]:
+    """(images used, status) of a record without ``computed_on``, from its ``record.json`` inputs: the panel's
+    coverage (how many of the panel's images the store held when it ran) or the DAVIS sequences it read."""
+    from ..results import records
+    from .sources import shown_path
+
+    found = records.find(store, name, run_id) if run_id else None
+    inputs = (found.meta.get("inputs") or {}) if found is not None else {}
+    coverage = inputs.get("coverage") if isinstance(inputs.get("coverage"), dict) else None
+    if coverage and coverage.get("held") is not None:
+        return int(coverage["held"]), (f"panel {coverage.get('panel', inputs.get('panel', '?'))}: {coverage['held']} of its "
+                                       f"{coverage.get('panel_images', '?')} images, as the run found them (a panel's images: not checked against the store)")
+    counts, panels = ds.attrs.get("counts") or {}, ds.attrs.get("panels") or {}
+    if isinstance(counts, dict) and isinstance(panels, dict) and counts.get("val") is not None and panels.get("val"):
+        train = f"{(panels.get('train') or {}).get('name', '?')} ({counts.get('train', '?')} images) → " if panels.get("train") else ""
+        return int(counts["val"]), (f"panels {train}{panels['val'].get('name', '?')} ({counts['val']} images), as the run read them "
+                                    "(panels' images: not checked against the store)")
+    if inputs.get("davis"):
+        sequences = ds.attrs.get("sequences") or []
+        return ds.attrs.get("frames"), f"DAVIS {shown_path(inputs['davis'])}: {len(sequences)} sequences (frames, not the store's images)"
+    return None, status
+
+
 def freshness(ctx) -> Section:
     section = Section("freshness", "Result freshness")
     rows, stale = [], []
@@ -53,11 +76,13 @@ def freshness(ctx) -> Section:
         for name, ds in sorted(store.results.items()):
             record = _record(ds)
             why = staleness(store.path, record)
+            made = ds.attrs.get("record") if isinstance(ds.attrs.get("record"), dict) else {}
             status = "no record of its images" if not record else (f"STALE: {why}" if why else "current")
+            images = record.get("images")
+            if not record:  # a panel's or a video's result: what it read is in the record's inputs (probe.run writes them)
+                images, status = _from_inputs(store.path, name, made.get("run_id"), ds, status)
             if why:
                 stale.append(f"{store.label} {name}")
-            images = record.get("images")
-            made = ds.attrs.get("record") if isinstance(ds.attrs.get("record"), dict) else {}
             rows.append([store.label, name, made.get("run_id", "before records"), made.get("toolkit_version") or "?",
                          "?" if images is None else str(images), f"{now['done']} of {now['total']}", status])
             settings.setdefault(name, {})[store.label] = made.get("settings")

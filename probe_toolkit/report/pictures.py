@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..labels import masks as mask_geometry
 from ..labels.panels import read_labels
 from . import figures, figures_maps
 from .content import Note, Section
-from .sources import original_image
+from .sources import original_image, shown_path
 
 if TYPE_CHECKING:
     from .context import Context
@@ -71,6 +72,27 @@ def token_pca(ctx: Context) -> Section:
     return section
 
 
+def panel_cache(ctx: Context, store, ds, panel: str) -> str | Path | None:
+    """The cache whose registry holds ``panel``: the report's own (``--cache``, ``$PROBE_CACHE``, ``./cache``), the
+    one the scoring run read the panel from (its record's inputs), or the cache the store sits in
+    (``<cache>/<checkpoint>/<network>.zarr``); the report's own where none holds it (its error names the registry)."""
+    from ..labels.panels import load_registry
+    from ..results import records
+    from ..store.cache import cache_root
+
+    found = records.find(store.path, f"scores_{panel}")
+    recorded = ((found.meta.get("inputs") or {}).get("cache_dir") if found is not None else None) or None
+    for candidate in (ctx.cache_dir, recorded, store.path.parent.parent):
+        if candidate is None and ctx.cache_dir is not None:
+            continue
+        try:
+            if panel in load_registry(candidate):
+                return candidate if candidate is not None else cache_root(None)
+        except ProbeError:
+            continue
+    return ctx.cache_dir
+
+
 def _truth(ctx: Context, store, ds_scores, chosen: list[str], shape: dict[str, tuple[int, int]]) -> tuple[dict[str, np.ndarray] | None, str]:
     """The union of each chosen image's objects at display size, read through the ledger, or None
     and why not (the panel's true role: only a test panel is sealed)."""
@@ -81,9 +103,10 @@ def _truth(ctx: Context, store, ds_scores, chosen: list[str], shape: dict[str, t
         return None, f"panel {panel} is a test panel, sealed: a report never opens it"
     checkpoint = (store.manifest.get("checkpoint") or {}).get("sha256")
     try:
-        labels = read_labels(panel, purpose="report", checkpoint=checkpoint, images=chosen, cache=ctx.cache_dir)
+        labels = read_labels(panel, purpose="report", checkpoint=checkpoint, images=chosen, cache=panel_cache(ctx, store, ds_scores, panel))
     except ProbeError as error:
-        return None, f"{role or 'the'} panel {panel} could not be read: {error.line()}"  # gone or moved
+        where = f"{shown_path(error.where)}: " if error.where else ""
+        return None, f"{role or 'the'} panel {panel} could not be read: {where}{error.problem}"  # gone or moved
     out = {}
     for image_id, coco_id in labels.image_map.items():
         anns = labels.coco.loadAnns(labels.coco.getAnnIds(imgIds=[coco_id], iscrowd=None))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
@@ -22,7 +21,7 @@ from PIL import Image
 
 from . import figures
 from .content import Figure, Note
-from .sources import followed_picture
+from .sources import followed_picture, shown_path
 
 QUERIES = 3
 STRIP_FRAMES = 4  # predicted frames shown after the first
@@ -53,7 +52,8 @@ TILE_IN = 1.3  # a tile's side, inches
 CHAR_EM = 0.62  # a DejaVu Sans character's mean advance, in em (digits 0.64, lower case ~0.6)
 
 
-def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list[list[tuple[str, np.ndarray | None, float]]]) -> figures.Drawing:
+def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list[list[tuple[str, np.ndarray | None, float]]],
+             title: str = "") -> figures.Drawing:
     """Rows: a query (id, 224 view, its class) then its neighbours (id, 224 view, cosine), best first.
 
     Titles are short lines (the query's class, or ``#rank · cosine``; then the file name on up to two) cut to
@@ -79,6 +79,8 @@ def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list
                 for spine in ax.spines.values():
                     spine.set_edgecolor(frame)
                     spine.set_linewidth(3)
+    if title:
+        fig.suptitle(figures.wrap(title, 60), fontsize=size + 1)
     return figures.png(fig)
 
 
@@ -132,17 +134,26 @@ def knn_figure(ctx, store, ds) -> tuple[Figure, list[str], list[str]]:
         ranked = [(train_ids[int(t)], float(s)) for t, s in zip(ds.neighbour.values[q], ds.similarity.values[q])]
         rows.append([(n_id, picture(n_id), s) for n_id, s in ranked])
         parts.append(f"{image_id} ({classes[int(ds.label.values[q])]}) → " + ", ".join(f"{n_id} ({s:.3f})" for n_id, s in ranked))
-    png = knn_grid(queries, rows)
+    png = knn_grid(queries, rows, f"{store.label}: k-NN neighbours")
     caption = (f"{store.label}: the first {len(chosen)} val queries of results/knn (framed, with their class) and their "
                f"{ds.sizes['rank']} most similar train images by cosine of the k-NN feature, best first, each as its 224 view "
                "(titles shortened to fit a tile; the full ids follow): " + "; ".join(parts) + ".")
     return ctx.figure("knn-retrieval", png, caption), list(dict.fromkeys(from_tokens)), list(dict.fromkeys(nothing))
 
 
-def _overlay(ax, labels: np.ndarray) -> None:
-    """Each object (label n > 0) filled in Tol's vibrant colour n and outlined."""
+def object_colours(rgb: np.ndarray, labels: np.ndarray) -> dict[int, tuple[float, float, float]]:
+    """Each object's colour (label n > 0): of Tol's vibrant palette, the one that stands out from the picture under
+    the object in the first frame, kept for every frame and the legend."""
+    from .figures_maps import contrasting
+
+    objects = [int(v) for v in np.unique(labels) if v > 0]
+    return dict(zip(objects, contrasting(rgb, [labels == n for n in objects])))
+
+
+def _overlay(ax, labels: np.ndarray, colours: dict[int, tuple[float, float, float]]) -> None:
+    """Each object (label n > 0) filled in its colour and outlined."""
     for n in [int(v) for v in np.unique(labels) if v > 0]:
-        colour = matplotlib.colors.to_rgb(figures.MASK_PALETTE[(n - 1) % len(figures.MASK_PALETTE)])
+        colour = colours.get(n, (0.5, 0.5, 0.5))
         mask = labels == n
         fill = np.zeros((*labels.shape, 4))
         fill[mask] = (*colour, 0.5)
@@ -155,15 +166,16 @@ def propagation_strip(frames: list[tuple[str, np.ndarray, np.ndarray]], title: s
     fig = MplFigure(figsize=(1.6 * len(frames) + 0.2, 1.75), layout="constrained")
     axes = fig.subplots(1, len(frames), squeeze=False)[0]
     objects = set()
+    colours = object_colours(frames[0][1], frames[0][2]) if frames else {}
     for c, (stem, rgb, labels) in enumerate(frames):
         ax = axes[c]
         ax.imshow(rgb)
-        _overlay(ax, labels)
+        _overlay(ax, labels, colours)
         objects |= {int(v) for v in np.unique(labels) if v > 0}
         ax.set_title(f"{stem}\n{'ground truth' if c == 0 else 'predicted'}", fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])
-    handles = [Patch(color=figures.MASK_PALETTE[(n - 1) % len(figures.MASK_PALETTE)], label=f"object {n}") for n in sorted(objects)]
+    handles = [Patch(color=colours.get(n, (0.5, 0.5, 0.5)), label=f"object {n}") for n in sorted(objects)]
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=8)
@@ -188,7 +200,7 @@ def propagation_figure(ctx, label: str, ds) -> Figure | Note:
     frames = [(p.stem, davis / f"{p.stem}.jpg", p) for p in shown]
     missing = [str(jpg) for _, jpg, _ in frames if not jpg.is_file()]
     if not predicted or missing:
-        gone = missing[0] if missing else f"{out}/*.png"
+        gone = shown_path(missing[0]) if missing else f"{shown_path(out)}/*.png"
         return Note(f"{label}: no propagation strip, {gone} is gone: rerun `probe propagate` (or restore the DAVIS folder).", "missing")
     loaded = []
     for stem, jpg, png in frames:
@@ -196,5 +208,5 @@ def propagation_figure(ctx, label: str, ds) -> Figure | Note:
             loaded.append((stem, np.asarray(frame.convert("RGB")), np.asarray(mask)))
     drawing = propagation_strip(loaded, f"{figures.wrap(label, 40)}: {sequence}")
     caption = (f"{label}: sequence {sequence}, frames {', '.join(s for s, _, _ in frames)} of {len(predicted)}: the first frame with its "
-               f"ground-truth annotation (the propagation's input), then the masks `probe propagate` predicted ({out}), one colour per object.")
+               f"ground-truth annotation (the propagation's input), then the masks `probe propagate` predicted ({shown_path(out)}), one colour per object.")
     return ctx.figure("davis-strip", drawing, caption)

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure as MplFigure
 from . import figures, protocol_figures
 from .content import Note, Section, Table
 from .sections_kit import results_section
+from .sources import shown_path
 
 ELSEWHERE = "published elsewhere (other weights and data; not comparable with the numbers above)"
 KNN_PUBLISHED = ("DINO ViT-S/16 on ImageNet: k-NN (k = 20) 74.5 % top-1, linear 77.0 % "
@@ -161,7 +162,7 @@ def propagation(ctx) -> Section:
         led = ds.attrs.get("ledger", {})
         section.blocks.append(Table(["object", "J-Mean", "F-Mean", "J-Recall", "J-Decay"], per,
                                     f"{label}: per object; context the first frame + {st.get('n_last_frames')} previous, window radius "
-                                    f"{st.get('size_mask_neighborhood')}, top {st.get('topk')}; predictions in {ds.attrs.get('out', '?')}."))
+                                    f"{st.get('size_mask_neighborhood')}, top {st.get('topk')}; predictions in {shown_path(ds.attrs.get('out'))}."))
         section.blocks.append(Note(f"{label}: frames — {ds.attrs.get('frame_size', '?')}; features — {ds.attrs.get('feature', '?')}. Labels: first frames "
                                    f"{ctx.book.describe(led.get('first_frames'))}; scorer {ctx.book.describe(led.get('score'))}."))
         section.blocks.append(protocol_figures.propagation_figure(ctx, label, ds))

@@ -29,8 +29,9 @@ from .explorer import explorer_data, store_data
 from .freshness import freshness
 from .patches import follow_patches
 from .published import reference_values
+from .sections_blocks import blocks
 from .sections_kit import HOW, _grid_of, _lacking, _other_grids
-from .sources import Picture, choose_follow, followed_picture, open_stores, read_ledgers, training_run
+from .sources import Picture, choose_follow, followed_picture, open_stores, read_ledgers, shown_path, training_run
 
 # ----------------------------------------------------------------------------------------------
 # manifests
@@ -46,9 +47,10 @@ def manifests(ctx: Context) -> Section:
     m = [s.manifest for s in ctx.stores]
     ck = [x.get("checkpoint") or {} for x in m]
     arch = [x.get("arch") or {} for x in m]
-    put("store", [str(s.path) for s in ctx.stores])
-    put("checkpoint", [str(c.get("path", "?")) for c in ck])
+    put("store", [shown_path(s.path) for s in ctx.stores])
+    put("checkpoint", [Path(str(c.get("path", "?"))).name for c in ck])
     put("checkpoint sha256", [str(c.get("sha256", "?"))[:16] for c in ck])
+    put("checkpoint source", [_source(c.get("source") or {}) for c in ck])
     put("format", [f"{c.get('format', '?')}{' (converted)' if c.get('converted') else ''}" for c in ck])
     put("network", [str(x.get("network", "?")) for x in m])
     put("architecture", [f"width {a.get('width')}, depth {a.get('depth')}, heads {a.get('heads')}, patch {a.get('patch')}" for a in arch])
@@ -58,7 +60,7 @@ def manifests(ctx: Context) -> Section:
     put("attention", [str(x.get("attention", "?")) for x in m])
     put("dtype", [str(x.get("dtype", "?")) for x in m])
     put("images finished", [f"{len(s.image_ids)} of {s.manifest.get('n_images', '?')}" for s in ctx.stores])
-    put("image source", [str(x.get("image_source", "?")) for x in m])
+    put("image source", [shown_path(x.get("image_source")) for x in m])
     put("toolkit", [f"{x.get('toolkit_version', '?')} ({str(x.get('git_revision', '?'))[:12]})" for x in m])
     put("extracted", [str(x.get("date", "?")) for x in m])
     put("results", [", ".join(s.results) or "none yet" for s in ctx.stores])
@@ -142,7 +144,7 @@ def training(ctx: Context) -> Section:
         meta = run.manifest
         init = meta.get("init") or {}
         start = init.get("sha256", "")[:12] if isinstance(init, dict) and init.get("sha256") else ("random" if isinstance(init, dict) and "random" in init else "?")
-        rows.append([label, str(run.folder), str(meta.get("run", "?")), str(meta.get("rule", "?")), start, str(len(run.log)),
+        rows.append([label, shown_path(run.folder), str(meta.get("run", "?")), str(meta.get("rule", "?")), start, str(len(run.log)),
                      str(last.get("epoch", "?")), f"{last.get('loss', float('nan')):.4f}" if "loss" in last else "–", str(meta.get("status", "?"))])
     section.blocks.append(Table(["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"], rows,
                                 "Runs of training/ that wrote the stores' checkpoints."))
@@ -165,6 +167,7 @@ def why_total(runs: dict) -> str:
 
 FIRST: tuple[Callable[[Context], Section], ...] = (manifests, freshness, explorer, followed_image)  # the stores themselves
 LAST: tuple[Callable[[Context], Section], ...] = (
+    blocks,  # report/sections_blocks.py: each protocol's number against the block it read
     training, reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )
@@ -194,6 +197,15 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
     sections = [shown(build, ctx) for build in builders()]  # each caption with the settings that moved its numbers
     add_caveats(sections, views)
     return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
+
+
+def _source(source: dict) -> str:
+    """Where a named checkpoint came from: the Hub repository at its commit, or a folder, and the licence its card states."""
+    if not source:
+        return "a file"
+    where = f"{source['repository']} @ {str(source.get('revision', '?'))[:12]}" if source.get("repository") else f"folder {Path(source.get('folder', '?')).name}"
+    licence = source.get("licence") or "not stated in the files at hand"
+    return f"{where} ({source.get('file', '?')}); licence: {licence}"
 
 
 def toolkit_version() -> str:

@@ -13,6 +13,7 @@ from PIL import Image
 
 from . import figures
 from .content import Note, Section, Table
+from .sources import shown_path
 
 PUBLISHED = ("SPair-71k keypoint correspondence, DINOv3 ViT-S/16: 50.4 (facebookresearch/dinov3 MODEL_CARD.md; its own protocol, "
              "other weights). mbanani/probe3d reports PCK@0.10 of the target box by viewpoint bin for its backbones (El Banani et al., CVPR 2024).")
@@ -50,8 +51,9 @@ def matches_drawing(source: np.ndarray, target: np.ndarray, source_xy: np.ndarra
         px, py = predicted[k] * side
         ax.plot([source_xy[k, 0], side + px], [source_xy[k, 1], py], color=colour, linewidth=1.1)
         ax.scatter([source_xy[k, 0]], [source_xy[k, 1]], s=14, color=colour)
-        ax.scatter([side + px], [py], s=14, color=colour, marker="x")
-        ax.scatter([side + target_xy[k, 0]], [target_xy[k, 1]], s=40, facecolors="none", edgecolors="white", linewidths=1.2)
+        ax.scatter([side + target_xy[k, 0]], [target_xy[k, 1]], s=40, facecolors="none", edgecolors="white", linewidths=1.2, zorder=2)
+        ax.scatter([side + px], [py], s=30, color="black", marker="x", linewidths=2.4, zorder=3)  # the match: above the ring, edged
+        ax.scatter([side + px], [py], s=24, color=colour, marker="x", linewidths=1.3, zorder=4)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(title, fontsize=8)
@@ -69,7 +71,7 @@ def pair_figure(ctx, label: str, ds):
     src, trg = str(ds.source.values[i]), str(ds.target.values[i])
     gone = [p for p in (source_dir / src, source_dir / trg) if not p.is_file()]
     if gone:
-        return Note(f"{label}: no picture of pair {ds.pair.values[i]}: {gone[0]} is gone.", "missing")
+        return Note(f"{label}: no picture of pair {ds.pair.values[i]}: {shown_path(gone[0])} is gone.", "missing")
     threshold = float(ds.threshold.values[main])
     error = ds.error.values[i]
     hits = int((error[np.isfinite(error)] < threshold).sum())

@@ -12,7 +12,7 @@ from .content import Note, Section, Table
 from .context import Context
 from .published import comparable
 from .sections_kit import HOW, MASK_WIDTH, MAX_MASK_IMAGES, _lacking, _pct
-from .sources import original_image
+from .sources import original_image, shown_path
 
 # ----------------------------------------------------------------------------------------------
 # decoder masks and scores
@@ -125,6 +125,6 @@ def scores(ctx: Context) -> Section:
     if not panels and not sweeps:
         section.missing(f"No scores yet: {HOW['scores']}; to choose the settings, {HOW['sweep']}.")
     if ctx.book.chains:
-        section.blocks.append(Note("; ".join(f"ledger {path}: {'chain intact' if not problems else 'BROKEN: ' + ' / '.join(problems[:3])}"
+        section.blocks.append(Note("; ".join(f"ledger {shown_path(path)}: {'chain intact' if not problems else 'BROKEN: ' + ' / '.join(problems[:3])}"
                                              for path, problems in ctx.book.chains.items()) + "."))
     return section

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.ticker
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
+from ..labels.catalogue import data_set
+from ..results import differ
 from ..store import hbird_views, images
 from . import figures
 from .content import Figure, Note, Section, Table
@@ -52,10 +55,24 @@ def _colours(labels: np.ndarray) -> np.ndarray:
     return out
 
 
-def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]]) -> figures.Drawing:
-    """Rows: a val image (id, its view or None), its ground truth, then its transferred labels at each memory size."""
+def class_legend(fig, maps: list[np.ndarray], names: list[str]) -> None:
+    """Below the figure: the colour of every class the maps show, by name (ignored pixels are no class)."""
+    import matplotlib.patches
+
+    shown = sorted({int(v) for m in maps for v in np.unique(m) if int(v) != 255 and 0 <= int(v) < len(names)})
+    if not shown:
+        return
+    colours = _colours(np.array(shown, dtype=np.int64)[None, :])[0] / 255.0
+    handles = [matplotlib.patches.Patch(facecolor=c, edgecolor="0.3", label=names[v]) for v, c in zip(shown, colours)]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(6, len(handles)), fontsize=7, frameon=False)
+
+
+def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]], store: str = "",
+                   classes: list[str] | None = None) -> figures.Drawing:
+    """Rows: a val image (id, its view or None), its ground truth, then its transferred labels at each memory size;
+    the store's name above, the classes' colours below."""
     columns = 2 + max(len(r[3]) for r in rows)
-    fig = MplFigure(figsize=(1.6 * columns + 0.2, 1.75 * len(rows) + 0.3), layout="constrained")
+    fig = MplFigure(figsize=(1.6 * columns + 0.2, 1.75 * len(rows) + 0.9), layout="constrained")
     axes = fig.subplots(len(rows), columns, squeeze=False)
     for r, (image_id, picture, truth, predicted) in enumerate(rows):
         cells = [(picture, figures.wrap(image_id.rsplit("/", 1)[-1], 14)), (_colours(truth), "ground truth")]
@@ -64,6 +81,10 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
             if shown is not None:
                 ax.imshow(shown)
             ax.set_title(title, fontsize=7)
+    if store:
+        fig.suptitle(figures.wrap(store, 60), fontsize=9)
+    if classes:
+        class_legend(fig, [m for r in rows for m in (r[2], *(p for _, p in r[3]))], classes)
     return figures.png(fig)
 
 
@@ -77,18 +98,26 @@ def hummingbird(ctx) -> Section:
         rows = [[f"{label}: mIoU{' (headline)' if headline == 'identity' else ''}", *(_pct(v) for v in ds.miou.values)],
                 [f"{label}: mIoU, Hungarian-matched{' (headline)' if headline == 'hungarian' else ''}", *(_pct(v) for v in ds.miou_hungarian.values)],
                 ["memory rows", *(str(int(v)) for v in ds.bank_rows.values)]]
+        voc = ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
         published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
-        for name, values in PUBLISHED if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else ():
+        aligned = voc and bool(set(published) & set(memory))  # a published row only where this run has a published memory size
+        for name, values in PUBLISHED if aligned else ():
             by_size = dict(zip(published, values))
             rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
         section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
-                                    f"{label}: {'VOC' if ds.attrs.get('panel_kind', 'voc-segmentation') == 'voc-segmentation' else 'ADE20K'} mIoU (%) over "
+                                    f"{label}: {data_set(ds.attrs.get('panel_kind', 'voc-segmentation'))} mIoU (%) over "
                                     f"{len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
                                     f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
                                     f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images)"
                                     + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network."
                                        if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else "; no published numbers for this data set.")))
+        if voc and not aligned:  # the published numbers at their own memory sizes: no column of this run is comparable
+            section.blocks.append(Table(["published, other weights", *(f"memory {int(m):,}" for m in PUBLISHED_MEMORY_SIZES)],
+                                        [[name, *(f"{v:.1f}" for v in values)] for name, values in PUBLISHED],
+                                        f"{label}: the published VOC mIoU (%) at the published memory sizes ({PUBLISHED_SOURCE}); this run's memory "
+                                        f"sizes ({', '.join(f'{int(m):,}' if m.isdigit() else m for m in memory)}) are none of them, "
+                                        "so no number above is comparable with these."))
         per_class = [[str(c), *(_pct(ds.iou.values[m, i]) for m in range(len(memory)))] for i, c in enumerate(ds["class"].values)]
         section.blocks.append(Table(["class", *(f"IoU, memory {m}" for m in memory)], per_class, f"{label}: each class's IoU (%), no matching."))
         section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; views — queries {ds.attrs.get('views', {}).get('query')}, "
@@ -114,10 +143,10 @@ def _figure(ctx, store, ds, label: str) -> Figure:
         rows.append((image_id, picture, ds.truth.values[j], predicted))
     colours = ("VOC's colours, boundary white" if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
                else "ADE20K's classes in VOC's devkit palette, 'other' black")
-    k = int((ds.attrs.get("settings") or {}).get("k", 30))
+    k = int(differ.settings(ds)["k"])
     caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {hbird_views.VAL} view, its ground truth "
                f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
-    return ctx.figure("hummingbird-retrieval", retrieval_maps(rows), caption)
+    return ctx.figure("hummingbird-retrieval", retrieval_maps(rows, label, [str(c) for c in ds["class"].values]), caption)
 
 
 SEGMENT_HOW = "run `probe segment CHECKPOINT --train PANEL --val PANEL` (ADE20K or VOC segmentation panels)"
@@ -132,10 +161,11 @@ def _overlay(picture: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return out.astype(np.uint8)
 
 
-def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray) -> figures.Drawing:
+def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray, store: str = "",
+                      classes: list[str] | None = None) -> figures.Drawing:
     """Rows: a val image, its ground truth and the trained head's prediction over it; the last
-    row's extra panel is the training loss per iteration."""
-    fig = MplFigure(figsize=(7.2, 2.0 * max(len(rows), 1) + 1.6), layout="constrained")
+    row's extra panel is the training loss per iteration; the store's name above, the classes' colours below."""
+    fig = MplFigure(figsize=(7.2, 2.0 * max(len(rows), 1) + 2.2), layout="constrained")
     grid = fig.add_gridspec(len(rows) + 1, 3, height_ratios=[*([1.0] * len(rows)), 0.8])
     for r, (image_id, picture, truth, predicted) in enumerate(rows):
         for c, (shown, title) in enumerate(((picture, figures.wrap(image_id.rsplit("/", 1)[-1], 18)), (_overlay(picture, truth), "ground truth"),
@@ -148,7 +178,12 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
     ax.plot(np.arange(1, len(losses) + 1), losses, lw=0.8)
     ax.set_xlabel("iteration", fontsize=7)
     ax.set_ylabel("loss", fontsize=7)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # iterations are whole
     ax.tick_params(labelsize=6)
+    if store:
+        fig.suptitle(figures.wrap(store, 60), fontsize=9)
+    if classes:
+        class_legend(fig, [m for r in rows for m in (r[2], r[3])], classes)
     return figures.png(fig)
 
 
@@ -191,5 +226,5 @@ def _segmentation_figure(ctx, ds, label: str) -> Figure:
         rows.append((image_id, ds.image.values[j, :h, :w], ds.truth.values[j, :h, :w], ds.prediction.values[j, :h, :w]))
     caption = (f"{label}: the first {len(rows)} val images of results/linear-segmentation, their ground truth and the trained head's "
                f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration.")
-    return ctx.figure("linear-segmentation", segmentation_maps(rows, ds.loss.values), caption)
+    return ctx.figure("linear-segmentation", segmentation_maps(rows, ds.loss.values, label, [str(c) for c in ds["class"].values]), caption)
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
-from matplotlib.ticker import MaxNLocator
 
 from ..results import records
 from . import figures
 from .content import Note, Section, Table
+from .sections_blocks import per_block_figure
 from .sections_kit import lacking, results_section
 
 RANK_HOW = "run `probe rank STORE...` (reads the 224 view's tokens; no panel)"
 POSITION_HOW = "run `probe position STORE...` (reads the 224 view's patch tokens; no panel)"
 SIMILARITY_HOW = "run `probe similarity STORE` (between its blocks) or `probe similarity STORE --other STORE2` (between checkpoints)"
-OVERCLUSTER_HOW = "run `probe overcluster STORE --panel PANEL` (a VOC segmentation panel extracted with --views hbird512)"
+OVERCLUSTER_HOW = "run `probe overcluster STORE --panel PANEL` (a VOC segmentation panel extracted with --views hbird@448)"
 
 
 def _num(value, digits: int = 2) -> str:
@@ -37,23 +37,6 @@ def by_block(store, result: str, like: dict) -> dict[int, object]:
             continue
         out[int(ds.attrs.get("block", -1))] = ds  # runs sort oldest first: the latest of a block wins
     return dict(sorted(out.items()))
-
-
-def per_block_figure(lines: dict[str, dict[int, float]], ylabel: str, chance: float | None = None) -> figures.Drawing:
-    """One line per store over its blocks (0-based, as ``get_intermediate_layers`` and the records number them)."""
-    fig = MplFigure(figsize=(5.2, 2.8), layout="constrained")
-    ax = fig.subplots()
-    for label, points in lines.items():
-        blocks = sorted(points)
-        ax.plot(blocks, [points[b] for b in blocks], marker="o", ms=3, lw=1, label=figures.wrap(label, 30))
-    if chance is not None:
-        ax.axhline(chance, color="grey", lw=0.8, ls="--", label="chance")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("block (0-based)", fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=6)
-    return figures.png(fig)
 
 
 def rank(ctx) -> Section:

@@ -222,7 +222,7 @@ def followed_picture(stores: list[StoreView], image_id: str) -> Picture:
     for store in stores:
         path = image_file(store, image_id)
         if path is None:
-            looked.append(str(Path(store.manifest.get("image_source") or "?") / image_id))
+            looked.append(shown_path(Path(store.manifest.get("image_source") or "?") / image_id))
             continue
         try:
             return Picture(np.asarray(images.view(images.load_image(path), VIEW)), str(path))
@@ -259,8 +259,25 @@ class LedgerBook:
         _, entry = found
         f = entry.fields
         unseal = f", unsealed: {f['unseal']}" if f.get("unseal") else ""
-        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {f.get('panel', '?')} ({f.get('role', '?')}), "
+        panel = str(f.get("panel", "?"))
+        kind, sep, folder = panel.partition(":")
+        panel = f"{kind}:{shown_path(folder)}" if sep and folder.startswith("/") else panel  # DAVIS's panel is named by its folder
+        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {panel} ({f.get('role', '?')}), "
                 f"{f.get('images', '?')} images{unseal}")
+
+
+def shown_path(path: str | Path | None) -> str:
+    """A path as the report shows it: relative to the working folder when under it, else ``…/`` and its last two
+    parts; never the machine's absolute path (a report is read, and sent, elsewhere)."""
+    if path is None or str(path) in ("", "?"):
+        return "?"
+    p = Path(str(path))
+    if not p.is_absolute():
+        return p.as_posix()
+    try:
+        return p.relative_to(Path.cwd()).as_posix() or "."
+    except ValueError:
+        return "…/" + "/".join(p.parts[-2:])
 
 
 def read_ledgers(stores: list[StoreView], cache_dir: str | Path | None) -> LedgerBook:

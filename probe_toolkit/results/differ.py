@@ -51,6 +51,14 @@ def defaults(found: Any) -> dict[str, Any]:
         return {}
 
 
+def settings(found: Any) -> dict[str, Any]:
+    """Every setting a record ran with: what it recorded, over its defaults (``defaults``) for a
+    setting it did not record (a record older than the setting), so a report reads the run's value
+    and never writes a default of its own."""
+    recorded = _meta(found).get("settings")
+    return {**defaults(found), **(dict(recorded) if isinstance(recorded, Mapping) else {})}
+
+
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 

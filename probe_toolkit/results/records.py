@@ -68,22 +68,26 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
 
 
 @dataclass(frozen=True)
-class RunContext:
-    """What one run of a protocol says about itself; every record it saves carries it."""
+class RunStamp:
+    """What one run of a protocol says about itself; every record it saves carries it: its
+    settings, inputs and placement, the block and facet it read (``selection``), and how the
+    protocol differs from its published reference (``differences``: what, why, effect)."""
 
     protocol: str
     run_id: str = field(default_factory=new_run_id)
     settings: dict[str, Any] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
+    selection: dict[str, Any] = field(default_factory=dict)
+    differences: list[dict[str, str]] = field(default_factory=list)
     defaults: dict[str, Any] = field(default_factory=dict)  # the protocol's default settings: tables show what differs (``results/differ.py``)
 
 
-_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("probe_run", default=None)
+_current: contextvars.ContextVar[RunStamp | None] = contextvars.ContextVar("probe_run", default=None)
 
 
 @contextlib.contextmanager
-def opened(context: RunContext) -> Iterator[RunContext]:
+def opened(context: RunStamp) -> Iterator[RunStamp]:
     """Inside this block every record saved takes ``context``'s run id, settings and placement."""
     token = _current.set(context)
     try:
@@ -92,7 +96,7 @@ def opened(context: RunContext) -> Iterator[RunContext]:
         _current.reset(token)
 
 
-def current() -> RunContext | None:
+def current() -> RunStamp | None:
     return _current.get()
 
 
@@ -124,8 +128,9 @@ def protocol_of(result: str) -> str:
     return result
 
 
-def result_folder(store: str | Path, result: str) -> Path:
-    return Path(store) / "results" / result
+def results_path(store: str | Path, name: str) -> Path:
+    """``<store>/results/<name>``: a result's folder of records (or a file beside them)."""
+    return Path(store) / "results" / name
 
 
 def _is_group(folder: Path) -> bool:
@@ -134,7 +139,7 @@ def _is_group(folder: Path) -> bool:
 
 def runs(store: str | Path, result: str) -> list[Record]:
     """Every record of ``result`` in ``store``, oldest first (a legacy slot first of all)."""
-    folder = result_folder(store, result)
+    folder = results_path(store, result)
     if not folder.is_dir():
         return []
     if _is_group(folder):  # a slot: a shard's part, or a result written before records
@@ -174,7 +179,7 @@ def target(store: str | Path, result: str) -> tuple[Path, dict[str, Any]]:
 
     A shard part keeps its slot (``results/<part>``). A legacy slot is first moved into its own
     record folder (``legacy``), so the new run never replaces it."""
-    folder = result_folder(store, result)
+    folder = results_path(store, result)
     if is_part(result):
         return folder, {}
     if _is_group(folder):
@@ -187,7 +192,8 @@ def target(store: str | Path, result: str) -> tuple[Path, dict[str, Any]]:
     meta = {"run_id": run_id, "result": result, "protocol": context.protocol if context else protocol_of(result),
             "created": provenance.now(), "toolkit_version": __version__, "git_revision": provenance.git_revision()}
     if context is not None:
-        meta.update(settings=context.settings, placement=context.placement, inputs=context.inputs)
+        meta.update(settings=context.settings, placement=context.placement, inputs=context.inputs, selection=context.selection,
+                    differences=context.differences)
         if context.defaults:
             meta["defaults"] = context.defaults
     return folder / run_id, meta
@@ -202,7 +208,7 @@ def write_meta(path: Path, meta: dict[str, Any]) -> None:
 def migrate(store: str | Path, result: str) -> Path | None:
     """Move a slot written before records (``results/<result>/zarr.json``) into
     ``results/<result>/legacy/``; nothing is rewritten, only renamed. Returns the new place."""
-    folder = result_folder(store, result)
+    folder = results_path(store, result)
     if not _is_group(folder) or is_part(result):
         return None
     moving = folder.with_name(f".{result}.old-{os.getpid()}")
@@ -210,6 +216,11 @@ def migrate(store: str | Path, result: str) -> Path | None:
     folder.mkdir()
     moving.rename(folder / LEGACY)
     return folder / LEGACY
+
+
+def record_at(store: str | Path, result: str, path: Path) -> Record:
+    """The record just written at ``path`` (what ``save`` returned)."""
+    return Record(Path(store), result, path.name, path, _read_meta(path, result))
 
 
 def _read_meta(folder: Path, result: str) -> dict[str, Any]:
@@ -236,11 +247,6 @@ def _legacy_meta(result: str, folder: Path) -> dict[str, Any]:
 
 
 # --- writing and reading a record's result group ---
-
-
-def results_path(store: str | Path, name: str) -> Path:
-    """``<store>/results/<name>``: a result's folder of records (or a file beside them)."""
-    return Path(store) / "results" / name
 
 
 def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dict[str, Any] | None = None) -> Path:

@@ -9,10 +9,19 @@ the keywords the run was given (``given``: panels, settings as typed, the shard)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from ..commands.attention_masks import MasksReport
+    from ..commands.correspond import CorrespondReport
+    from ..commands.hummingbird import HummingbirdReport
+    from ..commands.knn import KnnReport
+    from ..commands.linear import LinearReport
+    from ..commands.propagate import PropagationReport
+    from ..commands.runs import OverStoresReport
 
 METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
 
@@ -88,7 +97,7 @@ def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
     return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"
 
 
-def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
+def entropy(report: OverStoresReport) -> list[Any]:
     """``probe entropy``: the stores side by side, then the followed patch's tables."""
     from .summaries import detail_tables, entropy_table
 
@@ -99,14 +108,15 @@ def entropy(report: Any, given: dict[str, Any]) -> list[Any]:
     return out
 
 
-def neighbours(report: Any, given: dict[str, Any]) -> list[Any]:
+def neighbours(report: OverStoresReport) -> list[Any]:
     from .summaries import neighbours_table
 
     return [neighbours_table(report.results)]
 
 
-def linear(report: Any, given: dict[str, Any]) -> list[Any]:
-    train, val, seed = given["train"], given["val"], given["seed"]
+def linear(report: LinearReport) -> list[Any]:
+    """``probe linear``: every store's scores and chosen regularisation, then the ledger reads and label space."""
+    train, val, seed = report.run.inputs.train, report.run.inputs.val, report.run.settings.seed
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
     keys = ("miou", "accuracy", "miou_dense") if report.level == "patch" else ("map",)
     table = Table(title=f"linear probe ({report.level}): {train} → {val}")
@@ -119,10 +129,12 @@ def linear(report: Any, given: dict[str, Any]) -> list[Any]:
                    f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
 
 
-def knn(report: Any, given: dict[str, Any]) -> list[Any]:
+def knn(report: KnnReport) -> list[Any]:
+    """``probe knn``: top-1 and top-5 per k, then the panels, feature, temperature and view that produced them."""
+    run = report.run
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/knn")]
-    train, val, temperature = given["train"], given["val"], given["temperature"]
+        return [waiting_line(run.placement.shard, report.waiting, "the last one saves results/knn")]
+    train, val, temperature = run.inputs.train, run.inputs.val, report.temperature
     table = Table(title=f"k-NN: {train} → {val}")
     for column in ("k", "top-1", "top-5"):
         table.add_column(column, justify="right")
@@ -136,15 +148,16 @@ def knn(report: Any, given: dict[str, Any]) -> list[Any]:
     return lines
 
 
-def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
-    """mIoU per memory size, identity and Hungarian-matched, beside the published numbers of
-    released weights (marked as other weights: not this store's network)."""
+def hummingbird(report: HummingbirdReport) -> list[Any]:
+    """mIoU per memory size, identity and Hungarian-matched, on the panels' data set, beside the
+    published numbers of released weights (marked as other weights: not this store's network)."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/hummingbird")]
-    train, val = given["train"], given["val"]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/hummingbird")]
+    train, val = report.run.inputs.train, report.run.inputs.val
     from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..labels.catalogue import data_set
 
-    table = Table(title=f"Hummingbird dense retrieval (VOC mIoU): {train} → {val}")
+    table = Table(title=f"Hummingbird dense retrieval ({data_set(report.kind)} mIoU): {train} → {val}")
     table.add_column("")
     for memory, rows in zip(report.memory, report.bank_rows):
         table.add_column(f"memory {memory}" + (f" ({rows} rows)" if memory == "full" else ""), justify="right")
@@ -170,10 +183,11 @@ def hummingbird(report: Any, given: dict[str, Any]) -> list[Any]:
               if report.kind == "voc-segmentation" else [])]
 
 
-def attention_masks(report: Any, given: dict[str, Any]) -> list[Any]:
+def attention_masks(report: MasksReport) -> list[Any]:
+    """``probe attention-masks``: the masks' rule, the Jaccards on the panel, and where the prefix tokens look."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/attention_masks")]
-    panel = given.get("panel")
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
+    panel = report.run.inputs.panel
     lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
                                   f"{report.summary()['row_text']}; saved as results/attention_masks")]
     if report.jaccard_mean is not None:
@@ -208,11 +222,12 @@ def looks_table(looks: dict[str, list]) -> Any:
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
 
 
-def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
-    subset = given["subset"]
+def propagate(report: PropagationReport) -> list[Any]:
+    """``probe propagate``: what was written where, then DAVIS's J&F table and where its CSV tables went."""
+    subset = report.run.settings.subset
     lines: list[Any] = [f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}"]
     if report.waiting:
-        lines.append(waiting_line(given.get("shard"), report.waiting, "the last one scores every sequence"))
+        lines.append(waiting_line(report.run.placement.shard, report.waiting, "the last one scores every sequence"))
     if report.global_scores is None:
         return lines
     table = Table(title=f"DAVIS {subset} (ledger: first frames {report.ledger['first_frames'][:12]}, score {report.ledger['score'][:12]})")
@@ -223,11 +238,11 @@ def propagate(report: Any, given: dict[str, Any]) -> list[Any]:
     return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
-def correspond(report: Any, given: dict[str, Any]) -> list[Any]:
+def correspond(report: CorrespondReport) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one saves results/correspond")]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/correspond")]
     thresholds = list(report.thresholds)
     main = thresholds.index(0.1) if 0.1 in thresholds else 0
 
@@ -281,11 +296,12 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
         follows = "\n".join(dict.fromkeys(r.code.split()[0] for r in p.references))
         table.add_row(p.name, reads + (" + labels" if p.reads.labels else ""), follows)
     out.append(table)
-    table = Table(title="views", box=box.SIMPLE_HEAD)
-    for column in ("view", "geometry", "follows"):
+    table = Table(title="views (S: any size that is a multiple of the patch)", box=box.SIMPLE_HEAD)
+    for column in ("view", "geometry", "stores", "follows"):
         table.add_column(column, overflow="fold")
     for v in views:
-        table.add_row(v.name, v.rule, v.reference)
+        named = getattr(v, "alias_text", "")
+        table.add_row(v.name + (f"\n({named})" if named else ""), v.rule, ", ".join(getattr(v, "reads", ())), v.reference)
     out.append(table)
     table = Table(title="architectures", box=box.SIMPLE_HEAD)
     for column in ("name", "shape"):

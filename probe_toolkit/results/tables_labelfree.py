@@ -15,7 +15,7 @@ def _num(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else "–"
 
 
-def rank(report: Any, given: dict[str, Any]) -> list[Any]:
+def rank(report: Any) -> list[Any]:
     """``probe rank``: RankMe per store and kind of tokens, the sample-size curve, LiDAR."""
     kinds = list(report.stores[0].rankme) if report.stores else []
     table = Table(title=f"RankMe at the {report.view} view (Garrido et al. 2023; ε = 1e-7)")
@@ -37,7 +37,7 @@ def rank(report: Any, given: dict[str, Any]) -> list[Any]:
     return out
 
 
-def position(report: Any, given: dict[str, Any]) -> list[Any]:
+def position(report: Any) -> list[Any]:
     """``probe position``: the held-out error of the position probe per store."""
     table = Table(title=f"Linear position probe at the {report.view} view (NVlabs/RADIO position_predictor.py)")
     table.add_column("store", overflow="fold")
@@ -51,7 +51,7 @@ def position(report: Any, given: dict[str, Any]) -> list[Any]:
                     "SmoothL1: RADIO's reported loss; chance: the L1 of the best constant on the grid.")]
 
 
-def similarity(report: Any, given: dict[str, Any]) -> list[Any]:
+def similarity(report: Any) -> list[Any]:
     """``probe similarity``: the CKA matrix (sets of the first store as rows), the minibatch estimator's beside it."""
     rows = list(range(len(report.sets)))
     cols = [j for j, s in enumerate(report.sets) if s.startswith("b:")] if report.other else rows
@@ -76,7 +76,7 @@ def similarity(report: Any, given: dict[str, Any]) -> list[Any]:
     return out
 
 
-def overcluster(report: Any, given: dict[str, Any]) -> list[Any]:
+def overcluster(report: Any) -> list[Any]:
     """``probe overcluster``: mIoU at each k, mean over seeds and its spread."""
     table = Table(title=f"Overclustering on {report.panel} (vpariza/NeCo eval_overcluster.py)")
     for column in ("k", "matching", "mIoU (%)", "over seeds (%)"):

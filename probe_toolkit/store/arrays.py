@@ -22,6 +22,26 @@ from .architectures import Arch
 
 STATS_DTYPE = "float32"  # attention statistics are kept in float32 whatever --dtype (entropy to 1e-5)
 
+# what each kind of array holds, by its name before _<view> (the docs' "What it reads" says it per protocol);
+# nothing is pooled: timm's own global_pool (average for its DINOv2 / DINOv3 models) is never read
+HOLDS = {
+    "tokens": "patch tokens of the block read (the last unless the run names one), before the final norm",
+    "cls_tokens": "the class token of the block read, before the final norm (probe knn applies the norm, as DINO and DINOv3 read it)",
+    "keys": "the patch keys W_k LN1(z) + b_k of the block read, heads concatenated",
+    "cls_keys": "the class token's key",
+    "keys_rope": "the patch keys after RoPE (DINOv3)",
+    "attention": "the block's softmax(q kᵀ/√d) per head, over every token",
+    "attention_blocks": "every block's softmax(q kᵀ/√d) per head",
+    "registers": "the register (DINOv2) or storage (DINOv3) tokens' output",
+}
+
+
+def holds(array: str) -> str:
+    """What an array holds (``HOLDS`` by the longest kind its name starts with)."""
+    kinds = sorted((k for k in HOLDS if array.startswith(k + "_")), key=len)
+    return HOLDS[kinds[-1]] if kinds else ""
+
+
 GEOMETRY = {  # the aliases' geometry, as stores have recorded it
     "96": "short side 96 (PIL bicubic), centre crop 96",
     "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",

@@ -6,7 +6,7 @@ For query i and key j, a_ij = softmax_j(q_i · k_j / √d) over every token (cla
 storage tokens, patches), as the network attends (DINOv3: q and k after RoPE). Per block, head
 and query:
 
-- ``entropy``: H_i = −Σ_j a_ij ln a_ij in nats, computed as logsumexp(s_i) − Σ_j a_ij s_ij (the
+- ``entropy``: H_i = −Σ_j a_ij ln a_ij in nats, computed as −Σ_j a_ij (s_ij − logsumexp(s_i)) (the
   same quantity; e^H is its exponent, taken by the reader);
 - ``distance``: for a patch query, Σ_j a_ij ‖u_i − u_j‖ / Σ_j a_ij over patch keys j only, u the
   patch centres on the view's grid, in patch units (``analyses.entropy.attention_distance``);
@@ -25,7 +25,7 @@ import math
 import torch
 
 TOPK = (1, 5, 10)  # the masses of a row's largest weights kept per query
-TILE_BYTES = 64 * 2**20  # float64 scores of one tile of queries (all heads, every key): bounds the memory the statistics add
+TILE_BYTES = 32 * 2**20  # float64 scores of one tile of queries (all heads, every key): with their exponentials, the memory the statistics add
 
 
 def patch_coordinates(rows: int, cols: int, device: torch.device | None = None) -> torch.Tensor:
@@ -63,11 +63,12 @@ def statistics(q: torch.Tensor, k: torch.Tensor, *, class_token: bool, registers
     step = query_tile(b, h, t, budget)
     for start in range(0, t, step):
         stop = min(t, start + step)
-        scores = (q[:, :, start:stop] @ keys).to(torch.float64) * scale  # (B, heads, tile, T)
-        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-        weights = torch.exp(scores - lse)
-        entropy[:, :, start:stop] = (lse[..., 0] - (weights * scores).sum(-1)).float()
-        del scores
+        logits = (q[:, :, start:stop] @ keys).to(torch.float64).mul_(scale)  # (B, heads, tile, T): the scores, then in place s - logsumexp(s)
+        logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
+        weights = logits.exp()
+        # H = -Σ a (s - lse): row by row as a product of vectors (no third tile-sized tensor)
+        entropy[:, :, start:stop] = -(weights.unsqueeze(-2) @ logits.unsqueeze(-1))[..., 0, 0].float()
+        del logits
         mass[:, :, start:stop] = weights.topk(top, dim=-1).values.cumsum(-1).index_select(-1, picks).float()
         if start < prefix:
             rows_kept[:, :, start:min(stop, prefix)] = weights[:, :, : min(stop, prefix) - start].float()
@@ -76,7 +77,8 @@ def statistics(q: torch.Tensor, k: torch.Tensor, *, class_token: bool, registers
             on_patches = weights[:, :, first - start:, prefix:]
             where = coords[first - prefix: stop - prefix]
             apart = torch.cdist(where, coords, compute_mode="donot_use_mm_for_euclid_dist")  # (tile patches, N) Euclidean, patch units
-            distance[:, :, first:stop] = ((on_patches * apart).sum(-1) / on_patches.sum(-1)).float()
+            weighted = (on_patches.unsqueeze(-2) @ apart.unsqueeze(-1))[..., 0, 0]  # Σ_j a_ij ‖u_i − u_j‖, row by row
+            distance[:, :, first:stop] = (weighted / on_patches.sum(-1)).float()
         del weights
     out = {"entropy": entropy, "distance": distance, "topk": mass}
     if class_token:

@@ -21,6 +21,10 @@ Layout (every array chunked along ``image``; dimension names are stored in zarr 
     keys_native_resized, tokens_native_resized (image, patch_native_resized, channel)  the same, each image resized (LANCZOS) to round(side/p) patches
     results/<name>/<run id>/  one record per run of an analysis (``results.records``), never replaced
 
+Block B's arrays are ``<kind>_b<B>_<view>`` and a later part of a view ``<name>.p<n>`` (``store.layout``);
+``require(ds, name, block=B)`` reads one block. Views of other sizes are named as spelled
+(``keys_square@1024``; ``store.views``).
+
 Patch dimensions carry their view because one Dataset cannot hold two sizes of one dimension;
 ``require(ds, name)`` returns an array with the plain dimension name ``patch``. Image i's
 patches are the first rows_i * cols_i entries of it, row-major (``store.grids``); the rest is
@@ -35,6 +39,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,9 +95,11 @@ def cache_root(cache: str | Path | None = None) -> Path:
     return root
 
 
-def store_path(root: Path, checkpoint: Path, sha256: str, network: str) -> Path:
-    """``<root>/<file stem>-<sha256[:8]>/<network>.zarr``."""
-    return Path(root) / f"{Path(checkpoint).stem}-{sha256[:8]}" / f"{network}.zarr"
+def store_path(root: Path, stem: str | Path, sha256: str, network: str) -> Path:
+    """``<root>/<stem>-<sha256[:8]>/<network>.zarr``: ``stem`` the checkpoint's (``Checkpoint.stem``: a file's stem or a Hub
+    repository's name, dots kept); a ``Path`` is taken as the checkpoint file and its stem used."""
+    name = stem.stem if isinstance(stem, Path) else stem
+    return Path(root) / f"{name}-{sha256[:8]}" / f"{network}.zarr"
 
 
 def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None,
@@ -201,17 +210,36 @@ def resolve_block(ds: xr.Dataset | StoreData, block: int | None) -> int | None:
     return int(block) % blocks
 
 
+# the block a run reads where a reader names none (``protocols.api.run`` sets it from ``--block`` / ``block=``)
+_READING: ContextVar[int | None] = ContextVar("probe_reading_block", default=None)
+
+
+@contextmanager
+def reading_block(block: int | None) -> Iterator[None]:
+    """Within it, ``require`` and ``checked`` read ``block`` where their caller names none (arrays
+    holding every block still come whole): a protocol reads the run's block without passing it."""
+    token = _READING.set(block)
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
 def locate(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> tuple[str, int | None]:
     """Where ``name`` at ``block`` is stored: (the array, the index along its ``block`` dimension, or
     None where it holds one block). ``name`` is the array's plain name (``tokens_224``); the block's
     own array (``tokens_b3_224``, or in a later part ``tokens_b3_224.p1``: ``store.layout``) is found
     by its kind and view. ``block`` None: the last block, as every store holds it."""
     wanted = layout.parse(name)
+    if block is None and wanted.kind not in layout.BLOCKED:
+        block = _READING.get()
     index = resolve_block(ds, block)
     blocks = depth(ds)
     if wanted.kind in layout.BLOCKED:  # every block along one dimension
         found = name if name in ds else _find(ds, wanted.kind, wanted.view, None)
         return (found or name), index
+    if wanted.kind == "attention" and index is not None and index != (blocks or 0) - 1:  # another block's map: among every block's
+        return f"attention_blocks_{wanted.view}", index
     if index is None and name in ds:
         return name, None
     label = wanted.block if index is None else (None if blocks is not None and index == blocks - 1 else index)
@@ -262,6 +290,8 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
     block's array, its ``block`` dimension dropped, the same shape as the last block's; None: the
     last block, as every store holds it (an array holding every block, ``attention_blocks_224``,
     is then returned whole). The array's ``attrs`` say which block and facet it holds."""
+    if block is None and layout.parse(name).kind not in layout.BLOCKED:
+        block = _READING.get()  # the run's block (reading_block)
     found, index = locate(ds, name, block)
     if found not in ds:
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}" + (f" at block {block}" if block is not None else ""), _fix(ds, name, block))
@@ -271,7 +301,9 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
     array = ds[found]
     array = array.copy(deep=False) if hasattr(array, "copy") else array.rename({})  # its own attrs: the dataset's stay as stored
     if index is not None and "block" in array.dims:
+        axis = list(array.dims).index("block")
         array = array.isel(block=index)
+        array.attrs["probe_pick"] = f"{axis}:{index}"  # a worker reading the array by name takes the same block (infra.cluster.proven_read)
     held = _stored_block(ds, found, index)
     if held is not None:
         facet = layout.parse(found).facet
@@ -284,7 +316,9 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
     wanted = layout.parse(name)
     view = wanted.view
     flag = ARRAY_FLAGS.get(name, f"--views {view}")
-    if block is not None:
+    if block is not None and wanted.kind == "attention":
+        flag = f"--views {view} --attention all"  # another block's map is among every block's
+    elif block is not None:
         facet = layout.ArrayName(wanted.kind, view).facet
         flag = f"--views {view} --blocks {block}" + (f" --facets {facet}" if facet else "")
     fix = f"rerun `probe extract` with {flag}"

@@ -49,6 +49,7 @@ from .architectures import VIT_S16, Arch  # noqa: F401  (Arch and VIT_S16 are pa
 from .checkpoint_arch import check_backbone, infer_arch
 from .checkpoint_files import read_file, save_state, sha256_file
 from .checkpoint_layouts import NETWORKS, file_format, from_dinov2, read_dinov3, split_heads, unwrap
+from .hub import locate
 
 
 @dataclass
@@ -64,6 +65,8 @@ class Checkpoint:
     heads: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     converted: bool = False
+    stem: str = ""  # the name a store folder takes (the file's stem, or a Hub repository's name)
+    source: dict[str, Any] = field(default_factory=dict)  # a Hub name or a folder: repository, revision, file, licence (store.hub)
 
     def describe(self) -> dict[str, Any]:
         """The manifest's view of this checkpoint."""
@@ -73,22 +76,27 @@ class Checkpoint:
             "format": self.format,
             "network": self.network,
             "converted": self.converted,
+            **({"source": self.source} if self.source else {}),
         }
 
 def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False,
-                    checked_sha256: str | None = None) -> Checkpoint:
+                    checked_sha256: str | None = None, revision: str | None = None) -> Checkpoint:
     """Read ``path`` safely and return the chosen network's backbone, checked key for key.
+
+    ``path``: a file, a transformers / timm folder, or a Hugging Face Hub name (``hf-hub:org/name``
+    or ``org/name``; ``revision`` a branch, tag or commit), resolved by ``store.hub.locate``.
 
     ``checked_sha256``: the digest of a file read and checked before (a store's manifest keeps
     the one it was extracted from). A file with that digest is those very bytes, so the key check
     (which builds timm's network: timm and torchvision, over a second of imports) is not
     repeated; a file with any other digest is checked in full."""
-    path = Path(path)
     if network not in NETWORKS:
         raise ProbeError(None, f"--network {network!r} is not one of {NETWORKS}", "use teacher or student")
+    located = locate(path, revision)
+    path = located.path
     with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside the read (read_file, weights only): ~0.4 s at ViT-B
         digest = hasher.submit(sha256_file, path)
-        checkpoint = _read_network(path, network, heads, digest, checked_sha256)
+        checkpoint = replace(_read_network(path, network, heads, digest, checked_sha256), stem=located.stem, source=located.source)
     return to_selfpatch(checkpoint) if convert else checkpoint
 
 

@@ -131,8 +131,10 @@ def extract(
     quiet: bool = False,
     repair: bool = False,
     processes: bool | None = None,
+    revision: str | None = None,
 ) -> Report:
     """``probe extract``: fill (or grow) the store of ``checkpoint_path`` with the views of ``image_dir``.
+    ``checkpoint_path``: a file, a transformers / timm folder or a Hugging Face Hub name (``store.hub``; ``revision`` for a Hub name).
     ``repair``: first mark the images of damaged chunks unfinished (``store.verify.repair``), so they are extracted again.
     ``processes``: decode and write in processes rather than threads (default: beside a GPU; ``extract_load.host_pool``)."""
     started = time.perf_counter()
@@ -159,7 +161,7 @@ def extract(
         # beside a GPU, shared memory for the decoded pixels and the device's copies, each buffer reused
         buffers = SharedBuffers() if processes else None
         early = _decode_first_run(refs, views, settings, shard_range, limit, on_error, decoding, buffers)
-        checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+        checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert, revision=revision)
         if unlisted is not None:
             raise unlisted
         patch = checkpoint.arch.patch
@@ -180,11 +182,12 @@ def extract(
         backbone = Backbone.from_checkpoint(checkpoint, settings.interpolation).to(torch_device)
 
         name = network + ("-converted" if convert else "")
-        path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), Path(checkpoint_path), checkpoint.sha256, name)
+        path = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), checkpoint.stem, checkpoint.sha256, name)
         plan = kept_layout(path, plan_arrays(checkpoint.arch, settings, own_patches))
         # paths absolute at the boundary: a later command or a worker elsewhere reads the same files (store/sources.py)
         manifest = build_manifest(checkpoint, settings, refs, str(Path(image_dir).resolve()), own_patches)
-        manifest["checkpoint"]["path"] = str(Path(checkpoint_path).resolve())
+        # a Hub snapshot's file is a link into the cache's blobs: the snapshot path keeps the commit and the file name
+        manifest["checkpoint"]["path"] = str(checkpoint.path.absolute() if checkpoint.source else checkpoint.path.resolve())
         existed = (path / "zarr.json").is_file()
         if existed:  # its photographs changed in place: growing it would pair old features with new pixels, and "0 written" would hide it
             from .sources import check_current, finished

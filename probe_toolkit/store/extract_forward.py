@@ -71,34 +71,118 @@ def cut(capture: Capture, name: str, arch: Arch) -> torch.Tensor:
     return capture.sequences[(kind, block)][:, p:]
 
 
+class Copies:
+    """The device's arrays of each batch brought to the host, one batch behind the network.
+
+    On a GPU a batch's arrays are rounded to the stored dtype on the device, then copied on a
+    stream of their own into page-locked host buffers (two sets, used in turn) while the next
+    batch is already computing; the host reads a batch's buffers once its copy has finished
+    (``deliver`` one batch later, and ``flush`` at the end). The pixels go the other way through a
+    page-locked buffer too, without blocking the host. On the CPU (or with ``overlap`` False)
+    every step is immediate, in the same order: the same values either way."""
+
+    def __init__(self, device: torch.device, overlap: bool | None = None) -> None:
+        self.device = device
+        self.overlap = device.type == "cuda" if overlap is None else overlap
+        self.stream = torch.cuda.Stream(device) if self.overlap and device.type == "cuda" else None
+        self._host: list[dict[str, torch.Tensor]] = [{}, {}]
+        self._pixels: list[tuple[torch.Tensor, torch.cuda.Event] | None] = [None, None]  # page-locked, used in turn
+        self._slot = 0
+        self._pending: tuple | None = None
+
+    def pixels(self, batch: torch.Tensor) -> torch.Tensor:
+        """The batch on the device (through a page-locked buffer, not waiting, on a GPU)."""
+        if self.stream is None:
+            return batch.to(self.device)
+        held = self._pixels[self._slot]
+        if held is None or held[0].numel() < batch.numel():
+            held = (torch.empty(batch.numel(), dtype=batch.dtype, pin_memory=True), None)
+        elif held[1] is not None:
+            held[1].synchronize()  # this buffer's last batch (two batches ago) has reached the device
+        staged = held[0][:batch.numel()].view(batch.shape)
+        staged.copy_(batch)
+        moved = staged.to(self.device, non_blocking=True)
+        sent = torch.cuda.Event()
+        sent.record(torch.cuda.current_stream(self.device))
+        self._pixels[self._slot] = (held[0], sent)
+        return moved
+
+    def send(self, start: int, values: dict[str, torch.Tensor], deliver: Callable[[int, dict[str, torch.Tensor]], None]) -> None:
+        """Bring one batch's arrays (on the device, stored dtype) to the host; ``deliver(start,
+        host arrays)`` runs for the previous batch now (overlapped) or for this one (immediate)."""
+        if not self.overlap:
+            deliver(start, {name: value.cpu() for name, value in values.items()})
+            return
+        host = self._host[self._slot]
+        done = None
+        if self.stream is not None:
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+        for name, value in values.items():
+            if name not in host or host[name].numel() < value.numel():
+                host[name] = torch.empty(value.numel(), dtype=value.dtype, pin_memory=self.stream is not None)
+        copied = None
+        if self.stream is not None:
+            with torch.cuda.stream(self.stream):
+                self.stream.wait_event(done)
+                for name, value in values.items():
+                    host[name][:value.numel()].view(value.shape).copy_(value, non_blocking=True)
+                    value.record_stream(self.stream)  # not freed before the copy has read it
+                copied = torch.cuda.Event()
+                copied.record(self.stream)
+        else:  # the overlapped order, on the CPU (tests hold it to the immediate one)
+            for name, value in values.items():
+                host[name][:value.numel()].view(value.shape).copy_(value)
+        shapes = {name: value.shape for name, value in values.items()}
+        self.flush(deliver)
+        self._pending = (start, host, shapes, copied)
+        self._slot = 1 - self._slot
+
+    def flush(self, deliver: Callable[[int, dict[str, torch.Tensor]], None]) -> None:
+        """Deliver the batch still on its way (the end of a view)."""
+        if self._pending is None:
+            return
+        start, host, shapes, copied = self._pending
+        self._pending = None
+        if copied is not None:
+            copied.synchronize()
+        deliver(start, {name: host[name][:int(np.prod(shape))].view(shape) for name, shape in shapes.items()})
+
+
 def forward_view(backbone: Backbone, pixels: torch.Tensor, names: list[str], settings: Settings, batch_size: int, device: torch.device,
-                 tick: Callable[[int], None], shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
+                 tick: Callable[[int], None], shared: SharedBuffers | None = None, overlap: bool | None = None) -> dict[str, np.ndarray]:
     """Forward one view of some images in batches; returns the arrays ``names`` (of that view).
     ``shared``: each array is copied from the device, batch by batch, into one shared-memory
     tensor of the whole run (taken from ``shared``), which a writing process then reads without
-    a copy (``writer.shared_views``); the same values. Statistics stay float32 (``arrays.STATS_DTYPE``)."""
+    a copy (``writer.shared_views``); the same values. Statistics stay float32 (``arrays.STATS_DTYPE``).
+    On a GPU each batch's arrays come back while the next batch computes (``Copies``; ``overlap``
+    False: one after the other, as on the CPU)."""
     taps = taps_for(names, backbone.arch)
     parts: dict[str, list[np.ndarray]] = {}
     whole: dict[str, torch.Tensor] = {}
+    copies = Copies(device, overlap)
 
-    def put(name: str, value: torch.Tensor) -> None:
+    def stored(name: str, value: torch.Tensor) -> torch.Tensor:
         # torch rounds to float16 as numpy's astype does (nearest even; an overflow becomes inf,
         # which finite_images then refuses), several times faster, and on the device before the copy
-        dtype = getattr(torch, arrays.STATS_DTYPE if name.startswith(STATS) else settings.dtype)
-        if shared is None:
-            parts.setdefault(name, []).append(value.float().to(dtype).cpu().numpy())
-            return
-        if name not in whole:
-            whole[name] = shared.take((pixels.shape[0], *value.shape[1:]), dtype)
-        whole[name][start:start + value.shape[0]].copy_(value.float().to(dtype))
+        return value.float().to(getattr(torch, arrays.STATS_DTYPE if name.startswith(STATS) else settings.dtype))
+
+    def deliver(start: int, values: dict[str, torch.Tensor]) -> None:
+        for name, value in values.items():
+            if shared is None:
+                parts.setdefault(name, []).append(value.numpy().copy() if copies.overlap else value.numpy())
+                continue
+            if name not in whole:
+                whole[name] = shared.take((pixels.shape[0], *value.shape[1:]), value.dtype)
+            whole[name][start:start + value.shape[0]].copy_(value)
 
     for start in range(0, pixels.shape[0], batch_size):
         batch = pixels[start:start + batch_size]
-        capture = backbone.capture(batch.to(device), taps)
-        for name in names:
-            put(name, cut(capture, name, backbone.arch))
+        capture = backbone.capture(copies.pixels(batch), taps)
+        copies.send(start, {name: stored(name, cut(capture, name, backbone.arch)) for name in names}, deliver)
         del capture
         tick(batch.shape[0])
+    copies.flush(deliver)
     if shared is not None:
         return {name: values.numpy() for name, values in whole.items()}
     return {name: chunks[0] if len(chunks) == 1 else np.concatenate(chunks) for name, chunks in parts.items()}

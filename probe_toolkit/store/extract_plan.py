@@ -100,9 +100,12 @@ class Settings:
         for view in self.names:
             if self.wanted:
                 mine = [layout.parse(a) for a in self.wanted if layout.view_of(a) == view]
-                kinds = tuple(dict.fromkeys(a.kind for a in mine if not a.kind.startswith("attention")))
-                kinds = tuple(k for k in kinds if (arch.class_token or not k.startswith("cls_")) and (arch.registers or not k.startswith("registers"))
-                              and (arch.family == "dinov3" or not k.endswith("_rope")))
+                # a class token's array asked of a network without one: its patch tokens (whose mean is then the feature)
+                asked = [a.kind if arch.class_token or not a.kind.startswith("cls_") else a.kind[len("cls_"):] for a in mine]
+                kinds = tuple(dict.fromkeys(k for k in asked if not k.startswith("attention")
+                                            and (arch.registers or not k.startswith("registers")) and (arch.family == "dinov3" or not k.endswith("_rope"))))
+                if "normed" in kinds and not arch.final_norm:
+                    kinds = tuple(dict.fromkeys("tokens" if k == "normed" else k for k in kinds))  # no final norm: the tokens are what it reads
                 maps = "all" if any(a.kind == "attention_blocks" for a in mine) else "last" if any(a.kind == "attention" for a in mine) else "none"
                 stats = any(a.kind.startswith("attention_") and a.kind != "attention_blocks" for a in mine) or self.attention == "stats"
                 out[view] = arrays.Request(kinds, blocks, maps, stats)
@@ -260,7 +263,8 @@ def skippable(error: ProbeError) -> ProbeError:
     has that flag; the image readers' own fixes do not name it, since segment and propagate read images too)."""
     if "--on-error" in error.fix:
         return error
-    return type(error)(error.where or None, error.problem, f"{error.fix}, or record it as failed with --on-error skip" if error.fix else "record it as failed with --on-error skip")
+    skip = "record it as failed with --on-error skip"
+    return type(error)(error.where or None, error.problem, f"{error.fix}, or {skip}" if error.fix else skip)
 
 
 def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)

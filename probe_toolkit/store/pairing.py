@@ -17,8 +17,9 @@ Each refusal is one line naming both sides and what differs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..infra.errors import ProbeError
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..infra.settings import SettingError
+from ..infra.settings import Constraint, SettingError
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,13 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("short", "short side {S}, centre crop {S}", "bicubic", "{S}/p square", ("tokens", "attention"),
            "facebookresearch/dino visualize_attention.py (224); alinlab/SelfPatch local crops (96)"),
-    Family("eval", "short side {R} (= ⌊{S}·256/224⌋), centre crop {S}", "bicubic", "{S}/p square", ("tokens",),
-           "facebookresearch/dino eval_knn.py, eval_linear.py (Resize(256), CenterCrop(224); crop_pct 0.875 at other sizes, as timm's eval transform)"),
+    Family("eval", "short side {R}, centre crop {S}", "bicubic", "{S}/p square", ("tokens",),
+           "facebookresearch/dino eval_knn.py, eval_linear.py (Resize(256), CenterCrop(224); at other sizes crop_pct 0.875, "
+           "short side ⌊S·256/224⌋, as timm's eval transform)"),
     Family("square", "squashed to {S} × {S}", "bicubic (lanczos with --resample, CutLER maskcut.py)", "{S}/p square", ("keys",),
            "facebookresearch/CutLER maskcut/maskcut.py"),
-    Family("hbird", "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: random resized crop "
-           "(scale 0.5-2) to {S} × {S}, colour jitter", "bilinear", "{S}/p square", ("tokens",),
+    Family("hbird", "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: colour jitter on the "
+           "whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to {S} × {S}", "bilinear", "{S}/p square", ("tokens",),
            "vpariza/open-hummingbird-eval hbird/utils/transforms.py (get_hbird_val_transforms, get_hbird_train_transforms)"),
     Family("padded", "padded with white at right and bottom to a square, resized to {S} × {S}; zero-padded about the centre to whole patches",
            "bicubic", "⌈{S}/p⌉ square", ("tokens",), "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py"),
@@ -110,7 +111,8 @@ class View:
     def rule(self) -> str:
         family = FAMILY[self.family]
         if self.epoch is not None:
-            return (f"random resized crop (scale 0.5-2) to {self.size} × {self.size}, colour jitter; epoch {self.epoch} of the memory")
+            return (f"colour jitter on the whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to "
+                    f"{self.size} × {self.size}; epoch {self.epoch} of the memory")
         text = family.rule.format(S=self.size, R=self.resize)
         return text.split("; memory views")[0] if self.family == "hbird" else text
 
@@ -172,6 +174,22 @@ def is_view(name: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class ViewName(Constraint):
+    """A protocol setting naming a view (``--view``): an alias, a family at a size, or an own-size view."""
+
+    text = "a view: 224, 480, eval224, ..., a family at a size (square@1024, eval@448) or native, native_crop, native_resized"
+
+    def holds(self, value: Any) -> bool:
+        return isinstance(value, (str, int)) and not isinstance(value, bool) and is_view(str(value))
+
+    def example(self) -> Any:
+        return "224"
+
+    def invalid(self) -> tuple[Any, ...]:
+        return ("512", "square@big")
+
+
 def check_size(name: str, patch: int) -> tuple[str, str] | None:
     """(problem, fix) where view ``name`` does not fit a /``patch`` network: a size that is not a
     multiple of the patch, the fix naming the nearest that are; None where it fits. The aliases
@@ -184,6 +202,16 @@ def check_size(name: str, patch: int) -> tuple[str, str] | None:
     suffix = f"_aug{spec.epoch}" if spec.epoch is not None else ""
     nearest = " or ".join(f"{spec.family}@{s}{suffix}" for s in (low, high) if s > 0)
     return f"view {spec.spelled}: {spec.size} px is not a multiple of the network's {patch}-px patch", f"use {nearest}"
+
+
+def help_text() -> str:
+    """``probe extract --views``' help, from the tables."""
+    families = "; ".join(f"{f.name}@S ({FAMILY[f.name].rule.format(S='S', R='⌊S·256/224⌋').split(';')[0]}: {', '.join(r for r in f.reads)})"
+                         for f in FAMILIES if f.sized)
+    aliases = ", ".join(f"{a} = {view(a).spelled}" for a in ALIASES)
+    return (f"Views to read (a later run may add views to a store). A family at a size S, a multiple of the patch: {families}; Hummingbird's memory "
+            f"views hbird@S_aug0, hbird@S_aug1. Each image at its own size: {', '.join(OWN_SIZE)} (keys, tokens). The names of before: {aliases}. "
+            "`probe list` shows each view's rule and the code it follows.")
 
 
 def hbird_views(size: int, epochs: int = HBIRD_EPOCHS) -> tuple[str, ...]:
@@ -199,7 +227,37 @@ def order(name: str) -> tuple[int, int, int, int]:
     return (1, [f.name for f in FAMILIES].index(spec.family), spec.size or 0, -1 if spec.epoch is None else spec.epoch)
 
 
-# the named views as they were listed before sizes were free (``probe list``, the views page)
+@dataclass(frozen=True)
+class Listed:
+    """One row of ``probe list``'s views and of the views page: a family (or own-size view) with its aliases."""
+
+    name: str  # ``square@S``, ``native``
+    aliases: tuple[str, ...]
+    rule: str
+    filter: str
+    grid: str
+    reads: tuple[str, ...]
+    reference: str
+    fixed: bool
+
+    @property
+    def alias_text(self) -> str:
+        """``224 = short@224, 96 = short@96``: the names of before that are its sizes."""
+        return ", ".join(f"{a} = {view(a).spelled}" for a in self.aliases)
+
+
+def listed() -> tuple[Listed, ...]:
+    """Every family and own-size view, from ``FAMILIES``, with the names of before that are its sizes."""
+    out = []
+    for family in FAMILIES:
+        aliases = tuple(a for a, (f, _, _) in ALIASES.items() if f == family.name)
+        rule = family.rule.format(S="S", R="⌊S·256/224⌋")
+        out.append(Listed(f"{family.name}@S" if family.sized else family.name, aliases, rule, family.filter, family.grid.format(S="S"),
+                          family.reads, family.reference, family.sized))
+    return tuple(out)
+
+
+# the named views as they were listed before sizes were free
 TABLE: tuple[View, ...] = tuple(view(n) for n in NAMES)
 BY_NAME = {v.name: v for v in TABLE}
 FIXED = tuple(v.name for v in TABLE if v.fixed)

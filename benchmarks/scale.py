@@ -1,0 +1,239 @@
+"""A scale run anyone can repeat on a CPU: synthetic panels of 1 k, 10 k and 100 k images, a tiny network, extract → knn → decode → hummingbird.
+
+Each size is one folder under ``--root`` (kept between runs: a size already done is read back, a
+size stopped half-way resumes where it stopped, as ``probe extract`` resumes a store): a VOC2012
+layout of synthetic scenes (``JPEGImages/``, ``SegmentationClass/``, ``ImageSets/Segmentation``
+with 80 % train and 20 % val), two COCO files over the same images (each image's box and class,
+for ``probe knn``'s panels), a tiny random network (width 32, depth 1, patch 32: a small store,
+about 60 KB an image), and four commands run as a user runs them, each a fresh ``probe`` process:
+
+1. ``probe extract`` of every image in the views the three protocols read (224; 480; hbird512
+   and one augmented memory view);
+2. ``probe knn`` (COCO panels: each image's largest category), k = 10, 20;
+3. ``probe decode --preset tokencut`` (label-free, every image);
+4. ``probe hummingbird`` (the VOC panels) with the published 1024·10² memory and one
+   augmentation epoch.
+
+For each command: wall seconds per image of the set (the whole set for extract and decode, the
+val images for knn and hummingbird), CPU seconds per image (every process of the run), and the
+peak memory of the command's whole process tree (the largest sum of resident sets, sampled every
+0.2 s with psutil). The flat-scale target: from 1 k to 100 k, each per-image time and each peak
+within 1.3×. k-NN's exact search is O(train) per query: its per-image time grows with the set by
+design (a few microseconds per train image here), and is printed, not held to the target.
+
+``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
+thread each, ``--workers`` of them) instead of local processes; the cluster's workers are the
+process tree's too. ``--sizes`` picks the sizes (default 1000,10000; 100000 on a machine with the
+hours it takes: about an hour of extraction alone on two quiet cores).
+
+    python benchmarks/scale.py [--root /tmp/probe-scale] [--sizes 1000,10000] [--dask] [--record]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import cpu_model, emit, options  # noqa: E402
+
+RECORDS = Path(__file__).resolve().parent / "records" / "scale.jsonl"
+SIDE = (64, 48)  # synthetic photographs' width, height
+CLASSES = 20  # VOC's object classes (label 0 is the background)
+VIEWS = "224,480,hbird512,hbird512_aug0"
+MEMORY = 102400  # open-hummingbird-eval's first published memory size (1024·10²)
+
+
+def scene(i: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int], int]:
+    """Image i: (pixels, label map, box (x, y, w, h), class), from its own generator."""
+    rng = np.random.default_rng(i)
+    w, h = SIDE
+    cls = int(rng.integers(1, CLASSES + 1))
+    pixels = rng.normal(110, 25, (h, w, 3))
+    label = np.zeros((h, w), np.uint8)
+    bw, bh = int(rng.integers(16, 40)), int(rng.integers(12, 32))
+    x, y = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+    label[y:y + bh, x:x + bw] = cls
+    pixels[y:y + bh, x:x + bw] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
+    return pixels.clip(0, 255).astype(np.uint8), label, (x, y, bw, bh), cls
+
+
+def write_data(folder: Path, n: int) -> None:
+    """The VOC layout and the two COCO files of ``n`` scenes (skipped when already written)."""
+    from PIL import Image
+
+    done = folder / "data.done"
+    if done.exists():
+        return
+    voc = folder / "VOC2012"
+    for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (voc / sub).mkdir(parents=True, exist_ok=True)
+    ids = [f"s{i:06d}" for i in range(n)]
+    split = int(0.8 * n)
+    coco = {"train": {"images": [], "annotations": []}, "val": {"images": [], "annotations": []}}
+    for i, name in enumerate(ids):
+        pixels, label, box, cls = scene(i)
+        Image.fromarray(pixels).save(voc / "JPEGImages" / f"{name}.jpg", quality=90)
+        Image.fromarray(label, mode="L").save(voc / "SegmentationClass" / f"{name}.png")
+        part = coco["train" if i < split else "val"]
+        part["images"].append({"id": i + 1, "file_name": f"{name}.jpg", "width": SIDE[0], "height": SIDE[1]})
+        part["annotations"].append({"id": i + 1, "image_id": i + 1, "category_id": cls, "bbox": [float(v) for v in box],
+                                    "area": float(box[2] * box[3]), "iscrowd": 0})
+    (voc / "ImageSets" / "Segmentation" / "train.txt").write_text("".join(f"{name}\n" for name in ids[:split]))
+    (voc / "ImageSets" / "Segmentation" / "val.txt").write_text("".join(f"{name}\n" for name in ids[split:]))
+    categories = [{"id": c, "name": f"class{c}"} for c in range(1, CLASSES + 1)]
+    for role, part in coco.items():
+        (folder / f"coco-{role}.json").write_text(json.dumps({**part, "categories": categories}))
+    done.write_text(str(n))
+
+
+class TreeMemory:
+    """The largest sum of resident sets of a process and its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, also: list[int] | None = None):
+        import psutil
+
+        self.roots = [psutil.Process(pid)] + [psutil.Process(p) for p in (also or [])]
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            for root in self.roots:
+                try:
+                    procs = [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    continue
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.2)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak / 2**20
+
+
+def timed(args: list[str], env: dict, also: list[int] | None = None) -> dict:
+    """(wall s, CPU s of the command's processes, peak tree MiB) of one ``probe`` run."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "probe_toolkit", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    memory = TreeMemory(proc.pid, also)
+    out, err = proc.communicate()
+    peak = memory.stop()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"probe {' '.join(args)} failed ({proc.returncode}): {err[-1500:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak, 1)}
+
+
+def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | None, cluster_pids: list[int]) -> dict:
+    """Every stage at one size; a stage whose result is in ``stages.json`` is not run again."""
+    from dataclasses import replace
+
+    from probe_toolkit.demo.samples import TINY, write_checkpoint
+
+    folder = root / f"n{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    write_data(folder, n)
+    data_s = time.perf_counter() - start
+    checkpoint = folder / "tiny.pth"
+    if not checkpoint.exists():
+        write_checkpoint(checkpoint, "dino-full", replace(TINY, width=32, depth=1, heads=1, patch=32, mlp_hidden=64, pos_grid=7), seed=0)
+    cache, store = folder / "cache", folder / "store.zarr"
+    voc = folder / "VOC2012"
+    if not (cache / "panels.toml").exists():
+        for name, args in (("voc-train", ["--voc-segmentation", voc, "--split", "train", "--role", "train"]),
+                           ("voc-val", ["--voc-segmentation", voc, "--split", "val", "--role", "val"]),
+                           ("coco-train", ["--annotations", folder / "coco-train.json", "--images", voc / "JPEGImages", "--role", "train"]),
+                           ("coco-val", ["--annotations", folder / "coco-val.json", "--images", voc / "JPEGImages", "--role", "val"])):
+            subprocess.run([sys.executable, "-m", "probe_toolkit", "panel", "add", name, *map(str, args), "--cache", str(cache)], env=env, check=True,
+                           capture_output=True)
+    stages_file = folder / ("stages-dask.json" if dask_address else "stages.json")
+    stages = json.loads(stages_file.read_text()) if stages_file.exists() else {}
+    place = ["--dask-address", dask_address] if dask_address else ["--workers", str(workers)]
+    val = n - int(0.8 * n)
+    plan = {
+        "extract": (["extract", str(checkpoint), "--images", str(voc / "JPEGImages"), "--views", VIEWS, "--attention", "none", "--store", str(store),
+                     "--device", "cpu", "-q", "--cache", str(cache)], n),
+        "knn": (["knn", str(store), "--train", "coco-train", "--val", "coco-val", "--k", "10,20", "-q", "--cache", str(cache), *place], val),
+        "decode": (["decode", str(store), "--preset", "tokencut", "-q", "--cache", str(cache), *place], n),
+        "hummingbird": (["hummingbird", str(store), "--train", "voc-train", "--val", "voc-val", "--memory", str(MEMORY), "--augmentation-epochs", "1",
+                         "-q", "--cache", str(cache), *place], val),
+    }
+    if dask_address:
+        stages.setdefault("extract", json.loads((folder / "stages.json").read_text())["extract"] if (folder / "stages.json").exists() else None)
+    for name, (args, images) in plan.items():
+        if stages.get(name):
+            continue
+        found = timed(args, env, cluster_pids if dask_address and name != "extract" else None)
+        stages[name] = {**found, "images": images, "wall_ms_per_image": round(1e3 * found["wall_s"] / images, 3),
+                        "cpu_ms_per_image": round(1e3 * found["cpu_s"] / images, 3)}
+        stages_file.write_text(json.dumps(stages, indent=1))  # a later run resumes after the last finished stage
+        print(f"  n = {n:,}: {name:12s} {stages[name]['wall_ms_per_image']:8.2f} ms/image wall, {stages[name]['cpu_ms_per_image']:8.2f} ms/image CPU, "
+              f"peak {stages[name]['peak_mib']:8.1f} MiB ({images:,} images)", flush=True)
+    return {"n": n, "data_s": round(data_s, 1), "stages": stages}
+
+
+def main() -> None:
+    args = options(__doc__, {"root": "folder of the runs (kept: sizes done are read back)", "sizes": "comma-separated image counts",
+                             "dask": "knn, decode and hummingbird on a local dask cluster", "workers": "local processes or dask workers"},
+                   RECORDS, root="/tmp/probe-scale", sizes="1000,10000", dask=False, workers=2, note="")
+    root = Path(args.root)
+    root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    cluster = client = None
+    pids: list[int] = []
+    if args.dask:
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+        pids = [int(p) for p in client.run(os.getpid).values()]
+    try:
+        results = [run_size(root, n, env, args.workers, cluster.scheduler_address if cluster else None, pids) for n in sizes]
+    finally:
+        if client is not None:
+            client.close()
+            cluster.close()
+    print(f"per-image time and peak memory against the smallest size ({sizes[0]:,}); target: within 1.3× ({cpu_model()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}{', dask cluster' if args.dask else ''})")
+    base = results[0]["stages"]
+    for r in results[1:]:
+        for name, s in r["stages"].items():
+            if not s or not base.get(name):
+                continue
+            t, m = s["cpu_ms_per_image"] / base[name]["cpu_ms_per_image"], s["peak_mib"] / base[name]["peak_mib"]
+            note = " (exact k-NN: O(train) per query, not held to the target)" if name == "knn" else ("" if max(t, m) <= 1.3 else "  OVER 1.3x")
+            print(f"  n = {r['n']:>7,} {name:12s} CPU per image {t:5.2f}×, peak memory {m:5.2f}×{note}")
+    emit({"benchmark": "scale", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
+          "load": round(os.getloadavg()[0], 2), "dask": bool(args.dask), "workers": args.workers, "views": VIEWS, "memory": MEMORY,
+          "network": "tiny DINO (width 32, depth 1, patch 32), random weights", "sizes": results, **({"note": args.note} if args.note else {})},
+         RECORDS, args.record)
+
+
+if __name__ == "__main__":
+    main()
