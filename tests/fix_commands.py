@@ -25,7 +25,7 @@ def printed(line: str) -> list[list[str]]:
     out = []
     for text in found:
         try:
-            args = shlex.split(text.strip().rstrip(".,"))
+            args = shlex.split(text.strip() if text.strip().endswith("...") else text.strip().rstrip(".,"))  # "..." is the user's to fill
         except ValueError:
             args = text.split()
         if args and args[0] != "--help":
@@ -36,6 +36,16 @@ def printed(line: str) -> list[list[str]]:
 def complete(args: list[str]) -> bool:
     """No placeholder (CKPT, STORE, NAME, ``...``): the command can be run as printed."""
     return not any(PLACEHOLDER.match(a) for a in args)
+
+
+def mention(args: list[str]) -> bool:
+    """A command named rather than printed whole: its name alone (``run `probe extract` first``), with
+    its flags alone (``probe decode --out``), or with a placeholder or ``...`` for what the user fills
+    in. The flags it names must still exist and its values parse."""
+    if not complete(args):
+        return True
+    words = [a for a in args if not a.startswith("-")]  # a command and its flags named, no value: "see probe decode --out"
+    return options_of(words) is not None and len(words) <= 2
 
 
 def _rest(context) -> list[str]:
@@ -65,6 +75,8 @@ def parse_error(args: list[str]) -> str | None:
         if rest:
             return f"unexpected arguments {rest}"
     except Exception as error:  # noqa: BLE001 - click's usage errors, whatever their class
+        if type(error).__name__ in ("MissingParameter", "BadOptionUsage") and mention(args):  # named, not given whole (typer bundles its click)
+            return None
         said = error.format_message() if hasattr(error, "format_message") else str(error)
         return f"{type(error).__name__}: {said}"
     return None

@@ -107,7 +107,7 @@ def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_di
     with pytest.raises(ProbeError, match=r"incomplete: 2/7.*--partial"):
         open_store(report.store, allow_partial=False)
     assert open_store(report.store).sizes["image"] == 2
-    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract` with --views 480"):
+    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract CKPT --views 480`"):
         require(open_store(report.store), "keys_480")
 
 

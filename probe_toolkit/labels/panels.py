@@ -323,12 +323,14 @@ def read_labels(
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
     absent = sorted(name for name in file_names.values() if not (panel.images / name).is_file())
     if absent:
+        from ..infra.spelling import fix_command
+
+        again = fix_command("panel add", panel.name, annotations=panel.annotations, images="DIR", role=panel.role, replace=True)
         raise ProbeError(panel.annotations, f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
-                         "point --images at the folder the file_name entries are relative to (`probe panel add --replace`)")
+                         f"add the panel again with DIR the folder its file_name entries are relative to: `{again}`")
     image_map: dict[str, int] = {}
     if images is not None:
         image_map = match_images(images, file_names)
-        schema.covered(panel, len(set(image_map.values())), len(file_names), len(images), cover, given)  # before the ledger entry: no label leaves
         keep = set(image_map.values())
         dataset = dict(dataset)
         dataset["images"] = [im for im in dataset["images"] if int(im["id"]) in keep]
@@ -339,7 +341,9 @@ def read_labels(
     dataset["annotations"], clipped = hygiene.clip_geometry(dataset["annotations"], sizes)
     hashes, fresh = hygiene.content_hashes(root, panel.images, [str(im.get("file_name", "")) for im in dataset["images"]])
     annotation_sha256 = hashlib.sha256(raw).hexdigest()
-    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)  # a leak first: the cover is then the user's choice
+    if images is not None:
+        schema.covered(panel, len(set(image_map.values())), len(file_names), len(images), cover, given)  # before the ledger entry: no label leaves
     names = sorted(clean_name(str(im.get("file_name", ""))) for im in dataset["images"])
     entry = log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=annotation_sha256, names=names,
                       purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,

@@ -112,7 +112,7 @@ def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
         kind = get_panel(name, inputs.get("cache_dir")).kind
         if kind not in kinds:
             raise ProbeError(name, f"is a {kind} panel; {protocol.name} reads {' or '.join(kinds)} panels (as {key})",
-                             f"pass a {' or '.join(kinds)} panel (probe panel list shows each panel's kind)")
+                             f"pass a {' or '.join(kinds)} panel (`probe panel list` shows each panel's kind)")
 
 
 def pair_inputs(inputs: dict[str, Any]) -> None:
@@ -201,7 +201,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     given_settings, given_placement, inputs = split(protocol, given)
     settings = protocol.settings.build(**given_settings)  # refuses a bad value before any work
     if placement is None:
-        placement = Placement.parse(**{**protocol.placement_defaults, **given_placement})
+        placement = Placement.parse(shardable="shard" in protocol.placement, **{**protocol.placement_defaults, **given_placement})
     elif given_placement:
         raise ProbeError(None, f"{', '.join(given_placement)} given beside placement=", "give either a Placement or its fields")
     refuse_unused(protocol, placement, given_placement)

@@ -294,6 +294,9 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
         block = _READING.get()  # the run's block (reading_block)
     found, index = locate(ds, name, block)
     if found not in ds:
+        blocks = depth(ds)
+        if block is not None and blocks is not None and block in (blocks - 1, -1):
+            block = None  # the last block is the plain array every store holds: its other views are the nearer fix
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}" + (f" at block {block}" if block is not None else ""), _fix(ds, name, block))
     _part_finished(ds, name, found)
     if ds.attrs.get("store"):
@@ -316,12 +319,14 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
     wanted = layout.parse(name)
     view = wanted.view
     flag = ARRAY_FLAGS.get(name, f"--views {view}")
-    if block is not None and wanted.kind == "attention":
-        flag = f"--views {view} --attention all"  # another block's map is among every block's
-    elif block is not None:
-        facet = layout.ArrayName(wanted.kind, view).facet
-        flag = f"--views {view} --blocks {block}" + (f" --facets {facet}" if facet else "")
-    fix = f"rerun `probe extract` with {flag}"
+    fix = f"rerun `probe extract CKPT {flag}` with the store's checkpoint"
+    if block is not None:  # the whole command: its flags are extract's, not the failed command's (issue 46, class 5)
+        from ..infra.spelling import fix_command
+
+        facet = layout.ArrayName(wanted.kind, view).facet if wanted.kind != "attention" else None
+        extract = fix_command("extract", "CKPT", views=view, **({"attention": "all"} if wanted.kind == "attention" else {"blocks": str(block)}),
+                              facets=facet)  # another block's attention map is among every block's
+        fix = f"rerun `{extract}` with the store's checkpoint"
     held = hints.other_views(ds.attrs.get("store"), name, view, VIEW_ORDER) if block is None else []
     if held:  # the same array of another view: reading that view is the nearer fix
         fix = f"it holds {', '.join(f'{name[: -len(view)]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
