@@ -252,7 +252,7 @@ def covered(panel, matched: int, listed: int, given_count: int, cover: str, give
         return
     if not matched:
         raise ProbeError(panel.name, f"has none of its {listed} images among the {given_count} of {given}: the scores would describe no image",
-                         "score predictions of this panel's images (probe decode a store extracted with --panel " + panel.name + ")")
+                         "score predictions of this panel's images: `probe decode` a store extracted with `probe extract CKPT --panel " + panel.name + "`")
     if cover == "all" and matched < listed:
         raise ProbeError(panel.name, f"has {matched} of its {listed} images among {given}: the scores would describe only those",
                          "decode the panel's every image first, or pass --allow-partial to score the " + str(matched))

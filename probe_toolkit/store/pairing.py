@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
+from ..infra.spelling import fix_command
 
 
 def _short(digest: Any) -> str:
@@ -45,7 +46,7 @@ def checkpoint_store(store: str | Path, checkpoint: str | Path, network: str = "
     if theirs.get("sha256") and theirs["sha256"] != mine:
         raise ProbeError(store, f"was extracted from {theirs.get('path', '?')} (sha256 {_short(theirs['sha256'])}), not from {checkpoint} "
                          f"(sha256 {_short(mine)}): its record would give this checkpoint's numbers the other's name",
-                         f"pass the store of {checkpoint.name} (probe extract {checkpoint} makes it), or leave --store out")
+                         f"pass the store of {checkpoint.name} (`{fix_command('extract', checkpoint)}` makes it), or leave --store out")
     if meta.get("network") and meta["network"] != network:
         raise ProbeError(store, f"holds the {meta['network']} network of {checkpoint.name}, not the {network}",
                          f"pass --network {meta['network']}, or the store of the {network} (probe extract {checkpoint} --network {network})")
