@@ -198,7 +198,7 @@ def result_problems(results: Any) -> list[str]:
         if entry.get("bbox") is None:  # the evaluator reads both (segm and bbox AP), masks as RLEs
             found.append(f"{where}: bbox is {'null' if 'bbox' in entry else 'absent'}")
         if not isinstance(entry.get("segmentation"), dict):
-            found.append(f"{where}: segmentation is {type(entry.get('segmentation')).__name__}, not an RLE (probe decode writes masks as RLEs)")
+            found.append(f"{where}: segmentation is {type(entry.get('segmentation')).__name__}, not an RLE (`probe decode` writes masks as RLEs)")
             continue
         found += _bbox(where, entry.get("bbox"), None)
         found += _segmentation(where, entry.get("segmentation"), None)

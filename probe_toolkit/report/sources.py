@@ -156,7 +156,7 @@ def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, st
         several = sorted({r.run_id for v in views for name in records.results(v.path) for r in records.runs(v.path, name) if r.run_id.startswith(run)})
         if len(several) > 1:  # a prefix of two runs' ids names neither
             raise ProbeError("--run", f"{run!r} begins {len(several)} run ids ({', '.join(several[:3])}{', …' if len(several) > 3 else ''})",
-                             "give enough of the run id to name one run (probe results STORE lists them)")
+                             "give enough of the run id to name one run (`probe results STORE` lists them)")
         raise ProbeError("--run", f"{run!r} is the run id of no record in {', '.join(str(v.path) for v in views)}", "pick one of the run ids `probe results STORE` lists")
     seen: dict[str, int] = {}
     for view in views:
