@@ -44,6 +44,9 @@ from startup import cpu_model, emit, options  # noqa: E402  (the processor's nam
 from probe_toolkit.analyses import knn, search  # noqa: E402
 from probe_toolkit.infra.runner import local_cores, map_blocks  # noqa: E402
 from probe_toolkit.infra.shared import shared_blocks  # noqa: E402
+from probe_toolkit.protocols.knn import NB_KNN, KnnSettings  # noqa: E402
+
+TEMPERATURE = KnnSettings().temperature  # DINO's eval_knn.py
 
 RECORDS = Path(__file__).resolve().parent / "records" / "knn-scale.jsonl"
 IMAGENET_TRAIN, IMAGENET_VAL, CLASSES, K = 1_281_167, 50_000, 1000, 200
@@ -146,9 +149,9 @@ def main() -> None:
             start = time.perf_counter()
             near = map_blocks(functools.partial(knn.nearest_block, bank=bank, feature="cls", norm=None, k=K, train_block=train_block, device=device),
                               read, ranges, workers=workers, torch_free=device is None)
-            ranked = knn.ranked_votes(near["similarity"], near["neighbour"], np.concatenate(train_labels), CLASSES, knn.KS, knn.TEMPERATURE,
+            ranked = knn.ranked_votes(near["similarity"], near["neighbour"], np.concatenate(train_labels), CLASSES, NB_KNN, TEMPERATURE,
                                       knn.vote_width(CLASSES))
-            result = knn.scored(knn.KS, ranked, test_labels, CLASSES, near["neighbour"], near["similarity"])
+            result = knn.scored(NB_KNN, ranked, test_labels, CLASSES, near["neighbour"], near["similarity"])
             probe_s = time.perf_counter() - start
             peak = peak_mib()
             rows = min(args.check, args.test)

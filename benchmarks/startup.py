@@ -9,6 +9,12 @@ the CPU seconds a run uses (its wall time on a quiet machine; wall time is print
     python benchmarks/startup.py [--rounds 3] [--full] [--compare OTHER_CHECKOUT]
     python benchmarks/startup.py --collections [--rounds 5]
 
+``--first-image`` measures what the target is stated on, the CPU seconds before a command's first
+image: each command (one worker where it takes ``--workers``) in a fresh interpreter whose runner
+notes the process's CPU time when it starts on its images (``infra.runner.map_blocks`` or
+``_call``, patched by the measuring program before the command's ``main``), on the
+2-image store and, with ``--full``, the labelled panels; medians of ``--rounds``; target 1.0 s.
+
 ``--collections`` counts the full garbage collections, and the CPU seconds they take, while a
 fresh interpreter imports torch and timm, under CPython's thresholds and under probe's
 (``infra/collector.py``).
@@ -109,6 +115,60 @@ def build_panel_store(root: Path) -> Path:
     return extract(ckpt, data, settings=Settings(views=(224,), chunk=2), cache_dir=root / "cache", quiet=True).store
 
 
+FIRST_TARGET = 1.0
+FIRST = """
+import json, sys, time
+from probe_toolkit.infra import runner
+mark = []
+def noting(real):
+    def noted(*args, **kwargs):
+        if not mark:
+            mark.append(time.process_time())
+        return real(*args, **kwargs)
+    return noted
+runner._call, runner.map_blocks = noting(runner._call), noting(runner.map_blocks)
+from probe_toolkit.cli import main
+sys.argv = ["probe", *json.loads(sys.argv[1])]
+try:
+    main()
+except SystemExit as error:
+    assert not error.code, error.code
+print(json.dumps(mark[0] if mark else None))
+"""
+
+
+def first_image(rounds: int, full: bool) -> None:
+    """``--first-image``: CPU seconds before each command's first block of images (medians)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        store, cache = str(build_store(root)), ["--cache", str(root / "cache")]
+        chosen = {"decode": ["decode", store, "-q", "--preset", "tokencut", "--workers", "1", *cache], "entropy": ["entropy", store, "-q", "--boot", "100"],
+                  "neighbours": ["neighbours", store, "-q", "--boot", "100"]}
+        if full:
+            panels = str(build_panel_store(root))
+            chosen["knn"] = ["knn", panels, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", "--workers", "1", *cache]
+            chosen["attention-masks"] = ["attention-masks", panels, "--panel", "bench-val", "-q", "--workers", "1", *cache]
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        seconds: dict[str, list[float]] = {name: [] for name in chosen}
+        loads = [os.getloadavg()[0]]
+        for r in range(rounds + 1):  # round 0 warms the page cache
+            for name, args in chosen.items():
+                out = subprocess.run([sys.executable, "-c", FIRST, json.dumps(args)], env=env, cwd=root, capture_output=True, text=True)
+                if out.returncode:
+                    raise SystemExit(f"probe {' '.join(args)} failed: {out.stderr[-800:]}")
+                value = json.loads(out.stdout.strip().splitlines()[-1])
+                if r and value is not None:
+                    seconds[name].append(value)
+            loads.append(os.getloadavg()[0])
+    rows = {name: statistics.median(v) if v else None for name, v in seconds.items()}
+    for name, value in rows.items():
+        mark = "no block reached the runner" if value is None else ("ok" if value <= FIRST_TARGET else f"over the {FIRST_TARGET} s target")
+        print(f"probe {name:18s} CPU before its first image {value if value is not None else float('nan'):5.2f} s  {mark}")
+    print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
+    print(json.dumps({"benchmark": "startup-first-image", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
+                      "target_s": FIRST_TARGET, "cores": os.cpu_count(), "load": max(loads), "rounds": rounds, "cpu_s": rows}))
+
+
 def _children_cpu() -> float:
     use = resource.getrusage(resource.RUSAGE_CHILDREN)
     return use.ru_utime + use.ru_stime
@@ -194,9 +254,12 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also entropy, neighbours and report")
     parser.add_argument("--compare", type=Path, help="another checkout of the toolkit, run interleaved (e.g. main before a change)")
     parser.add_argument("--collections", action="store_true", help="full garbage collections while importing torch and timm, CPython's thresholds against probe's")
+    parser.add_argument("--first-image", action="store_true", help="CPU seconds before each command's first image (the target's measure)")
     args = parser.parse_args()
     if args.collections:
         return collections(args.rounds)
+    if args.first_image:
+        return first_image(args.rounds, args.full)
     trees = {"this": Path(__file__).resolve().parents[1]}
     if args.compare is not None:
         trees["other"] = args.compare.resolve()

@@ -1,28 +1,32 @@
-"""``python tests/held_run.py AT MARKER probe ARGS...``: ``probe ARGS`` that stops in the middle of
+"""``python tests/held_run.py AT FD probe ARGS...``: ``probe ARGS`` that stops in the middle of
 its work and waits there to be killed, so a test can kill it mid-run without racing it.
 
 ``AT`` is where it stops: ``block`` (the first block is back from the local workers, which stay
 alive with blocks in flight), ``readout`` (the first forward pass of an extraction is done; ``readout-processes``: the
 same, with images decoded and runs written in processes, as beside a GPU) or ``save`` (a record is written under its
 temporary name, before its rename).
-``MARKER`` is written when it stops there. Nothing else of the run is changed.
+``FD`` is the write end of a pipe the test reads: ``held`` is written to it when the run stops there
+(and the test reads end-of-file if the run ends first), so the test waits on that event, not on a clock.
+Nothing else of the run is changed.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
-import time
-from pathlib import Path
 
 
-def hold(marker: Path) -> None:
-    marker.write_text("held")
-    time.sleep(600)  # the test kills this process long before
+def hold(fd: int) -> None:
+    os.write(fd, b"held")
+    os.close(fd)
+    while True:  # until the test kills this process; a signal handler that raises ends the wait
+        signal.pause()
 
 
 def main() -> None:
-    at, marker, *args = sys.argv[1:]
-    marker = Path(marker)
+    at, fd, *args = sys.argv[1:]
+    fd = int(fd)
     if at == "block":
         from probe_toolkit.infra import runner
 
@@ -32,25 +36,25 @@ def main() -> None:
             for index, item in enumerate(real(*a, **k)):
                 yield item
                 if index == 0:
-                    hold(marker)
+                    hold(fd)
 
         runner._bounded = bounded
     elif at in ("readout", "readout-processes"):
         from probe_toolkit.store.backbone import Backbone
+        from probe_toolkit.store.dinov3 import Dinov3Backbone
 
         if at == "readout-processes":  # decode and write in processes, as beside a GPU
             from probe_toolkit.store import extract
 
             extract.decoder_processes = lambda device: True
 
-        real_readout = Backbone.readout
+        for network in (Backbone, Dinov3Backbone):  # extraction's forward pass is the backbone's capture
+            def capture(self, *a, _real=network.capture, **k):
+                out = _real(self, *a, **k)
+                hold(fd)
+                return out
 
-        def readout(self, *a, **k):
-            out = real_readout(self, *a, **k)
-            hold(marker)
-            return out
-
-        Backbone.readout = readout
+            network.capture = capture
     elif at == "save":
         from probe_toolkit.results import records
 
@@ -58,7 +62,7 @@ def main() -> None:
 
         def write_meta(path, meta):
             real_meta(path, meta)
-            hold(marker)  # the record is written under its temporary name, not yet renamed
+            hold(fd)  # the record is written under its temporary name, not yet renamed
 
         records.write_meta = write_meta
     else:

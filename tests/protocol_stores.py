@@ -5,7 +5,8 @@ keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in 
 ``probe extract --panel`` writes);
 hummingbird on a synthetic VOC folder whose images sit in sibling stores of the same checkpoint
 (``<network>-panel-NAME.zarr``), so that no image of the report's store changes role; a short
-linear segmentation on the same panels, its record in the report's store; a short linear depth on
+linear segmentation on the same panels, its record in the report's store; NeCo's overclustering
+of the val panel's scenes, read from the sibling store; a short linear depth on
 an NYU-layout folder of rooms.
 """
 
@@ -43,7 +44,8 @@ def _coco(path: Path, labels: dict[str, int], store: Path) -> Path:
 
 
 def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) -> None:
-    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels) and results/davis in ``store``."""
+    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels), results/davis, results/correspond,
+    results/hummingbird, results/linear_segmentation and results/overcluster in ``store``."""
     for name, labels, role in (("classes-train", KNN_TRAIN, "train"), ("classes-val", KNN_VAL, "val")):
         invoke("panel", "add", name, "--annotations", _coco(root / f"{name}.json", labels, store), "--images", image_dir, "--role", role, "--cache", cache_dir)
     invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,3", "--cache", cache_dir, "-q")
@@ -83,6 +85,9 @@ def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:
                store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
                "--cache", cache_dir, "-q")
     invoke("hummingbird", store, "--train", "voc-seg-train", "--val", "voc-seg-val", "--memory", "30,full", "--cache", cache_dir, "--workers", "1", "-q")
+    # NeCo's overclustering of the val scenes' 512 px view (in the sibling store): one cluster per VOC class, and more
+    invoke("overcluster", store, "--panel", "voc-seg-val", "--view", "hbird@512", "--k", "21,40", "--seeds", "2", "--restarts", "1",
+           "--iterations", "20", "--cache", cache_dir, "-q")
     invoke("segment", checkpoint, "--train", "voc-seg-train", "--val", "voc-seg-val", "--store", store, "--cache", cache_dir, "--iterations", "2",
            "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--workers", "1", "-q")
     depth_results(store, root, cache_dir)

@@ -23,7 +23,7 @@ from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
 EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster", "linear-depth"}
+            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster", "linear-depth", "linear-dinov2"}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [
@@ -70,6 +70,12 @@ BAD = [
     ("linear-depth", {"warmup": 38400}, "warmup"),
     ("linear-depth", {"crop": (416,)}, "crop"),
     ("linear-depth", {"batch_size": 1}, "batch_size"),
+    ("decode", {"ties": "random"}, "ties"),
+    ("linear-dinov2", {"n_last_blocks": (1, 0)}, "n_last_blocks"),
+    ("linear-dinov2", {"learning_rates": (0.1, -1.0)}, "learning_rates"),
+    ("linear-dinov2", {"epoch_length": 0}, "epoch_length"),
+    ("correspond", {"num_corr": 0}, "num_corr"),
+    ("correspond", {"scale_factor": 0.3}, "scale_factor"),
 ]
 
 
@@ -326,10 +332,7 @@ def test_a_placement_field_a_protocol_does_not_honour_is_refused_before_any_work
     monkeypatch.setattr(Placement, "check_device", lambda self, backend=True: None)  # no GPU here: the device is taken as present
     for protocol in registry.protocols():
         reached: list[Placement] = []
-        if protocol.run is not None:  # only the source: the test is about the placement reaching the run
-            fake = dataclasses.replace(protocol, run=_observing(reached), inputs=protocol.inputs[:1])
-        else:
-            fake = dataclasses.replace(protocol, execute=lambda settings, placement, _seen=reached, **inputs: _seen.append(placement))
+        fake = dataclasses.replace(protocol, run=_observing(reached), inputs=protocol.inputs[:1])  # only the source: the test is about the placement
         monkeypatch.setitem(registry._REGISTRY, protocol.name, fake)
         for field, value in PLACED.items():
             reached.clear()
@@ -345,7 +348,7 @@ def test_a_placement_field_a_protocol_does_not_honour_is_refused_before_any_work
     # what the executions read, from their code (commands/*): linear and score read no placement at all
     assert refused["linear"] == refused["score"] == list(PLACED)
     assert refused["entropy"] == refused["neighbours"] == ["shard", "backend", "device", "threads"]
-    assert refused["correspond"] == ["backend", "device", "threads"]  # its pairs spread over workers, a cluster or shards
+    assert refused["correspond"] == ["backend", "threads"]  # its pairs spread over workers, a cluster or shards; --device runs NAVI's network
     assert refused["hummingbird"] == ["threads"]  # and its search runs on --backend/--device
     assert refused["propagate"] == ["backend", "threads"] and refused["decode-stream"] == ["threads"] and "decode" not in refused
 

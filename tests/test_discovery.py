@@ -58,11 +58,18 @@ def components(mask: np.ndarray, eight: bool) -> np.ndarray:
     return labels
 
 
-def plain_lost(keys: np.ndarray, rows: int, cols: int, k: int = 100) -> np.ndarray:
+def plain_lost(keys: np.ndarray, rows: int, cols: int, k: int = 100, ties: str = "argsort") -> np.ndarray:
+    """LOST's mask; ``ties``: argsort ranks equal degrees as LOST's own torch.argsort(-degree, descending=True)
+    does (object_discovery.py patch_scoring), lowest-index by patch index."""
+    import torch
+
     n = len(keys)
     a = [[float(np.dot(keys[i].astype(np.float64), keys[j].astype(np.float64))) for j in range(n)] for i in range(n)]
     degree = [sum(1 for j in range(n) if j != i and a[i][j] > 0) for i in range(n)]
-    order = sorted(range(n), key=lambda i: (degree[i], i))  # ties: lowest index
+    if ties == "argsort":
+        order = torch.argsort(-torch.tensor(degree, dtype=torch.float32), descending=True).tolist()
+    else:
+        order = sorted(range(n), key=lambda i: (degree[i], i))
     seed = order[0]
     similar = [p for p in order[:k] if a[seed][p] > 0]
     m = np.array([sum(a[p][j] for p in similar) for j in range(n)])
@@ -126,8 +133,9 @@ def test_lost_equals_a_plain_reimplementation_on_any_grid(grid):
         keys = planted_keys(1, [], channels=12, noise=0.0, seed=trial)  # background mean only
         keys = np.repeat(keys, rows * cols, axis=0) * 0.3 + rng.standard_normal((rows * cols, 12))
         for k in (100, 7):
-            got = lost(keys, grid, k)
-            assert np.array_equal(got.mask, plain_lost(keys, rows, cols, k)), (grid, trial, k)
+            for ties in ("argsort", "lowest-index"):
+                got = lost(keys, grid, k, ties)
+                assert np.array_equal(got.mask, plain_lost(keys, rows, cols, k, ties)), (grid, trial, k, ties)
     # a planted object (its mean against the background's) is what LOST finds: fewer positive links
     want = np.zeros((rows, cols), bool)
     want[1:4, 2:5] = True

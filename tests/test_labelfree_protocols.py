@@ -66,6 +66,7 @@ def test_rank_records_rankme_and_its_curve_from_the_svd(stores, capsys):
         assert float(ds.curve.sel(tokens="patch", n=256)) == pytest.approx(rankme_by_svd(rows[np.sort(order[:256])]), rel=1e-9)
         assert np.isnan(float(ds.curve.sel(tokens="patch", n=100000)))  # more rows than the store holds
         assert int(ds.rows.sel(tokens="patch")) == len(rows) and ds.attrs["block"] == ARCHS[NETWORKS[name][1]].depth - 1
+        assert ds.attrs["computed_on"]["images"] == len(patch)  # the report's freshness checks the record against the store
     dino = records.load(stores["dino"], "rank")
     views = np.stack([tokens(stores["dino"], f"cls_tokens_{v}") for v in HBIRD], axis=1)
     assert float(dino.lidar) == pytest.approx(lidar_written_out(views), rel=1e-8)
@@ -83,6 +84,7 @@ def test_position_probe_is_seeded_and_scored_on_held_out_images(stores):
     dinov2 = records.load(stores["dinov2"], "position")
     assert dinov2.attrs["grid"] == 16 and float(dinov2.chance) == pytest.approx(16 / 30)  # G / (2(G − 1)) at 16 × 16
     assert 0 < float(dinov2.l1) < 1.5 and first.records[0].meta["settings"]["held_out"] == 0.34
+    assert dinov2.attrs["computed_on"]["images"] == 6
 
 
 def test_similarity_between_checkpoints_is_the_formula_and_refuses_other_images(stores, capsys):
@@ -98,7 +100,7 @@ def test_similarity_between_checkpoints_is_the_formula_and_refuses_other_images(
         k, g = x[rows] @ x[rows].T, y[rows] @ y[rows].T
         xy, xx, yy = xy + hsic1_written_out(k, g), xx + hsic1_written_out(k, k), yy + hsic1_written_out(g, g)
     assert float(ds.cka_minibatch.sel(set="a:1", other="b:1")) == pytest.approx(xy / np.sqrt(xx * yy), rel=1e-8)
-    assert result.records[0].meta["inputs"]["other"] == str(stores["dinov3"].absolute())
+    assert result.records[0].meta["inputs"]["other"] == str(stores["dinov3"].absolute()) and ds.attrs["computed_on"]["images"] == len(a)
     c = run("similarity", stores["dino"], other=stores["dinov3"], examples="class", estimators=("full",)).report
     assert c.cka[0, 1] == pytest.approx(cka_written_out(tokens(stores["dino"], "cls_tokens_224"), tokens(stores["dinov3"], "cls_tokens_224")), rel=1e-9)
     before = len(records.runs(stores["dino"], "similarity"))

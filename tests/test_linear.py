@@ -430,3 +430,23 @@ def test_on_a_store_the_real_extractor_wrote_from_the_panels_parent_folder(panel
     ds = records.load(store, "linear_patch")
     assert ds.weight.shape == (3, 128) and ds.prediction.shape == (6, 196) and 0 <= report.outcomes[0].scores["accuracy"] <= 1
     assert list(ds.image.values) == sorted(panels["va"])
+
+
+def test_a_small_dense_fit_runs_on_one_thread_and_a_large_one_on_the_pool(monkeypatch):
+    """Below ONE_THREAD_BELOW features the fit runs on one torch thread (a pool's threads cost more than the products
+    they share, and on a busy machine every step waits for the slowest thread); the caller's count is restored after."""
+    import torch
+
+    seen = []
+    real = linear._fit_patch_probe
+    monkeypatch.setattr(linear, "_fit_patch_probe", lambda *a, **k: (seen.append(torch.get_num_threads()), real(*a, **k))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rng = np.random.default_rng(0)
+        linear.fit_patch_probe(rng.normal(size=(980, 128)).astype(np.float32), rng.integers(0, 3, 980), 3, 1e-3, LinearSettings(epochs=2))
+        monkeypatch.setattr(linear, "ONE_THREAD_BELOW", 100)
+        linear.fit_patch_probe(rng.normal(size=(980, 128)).astype(np.float32), rng.integers(0, 3, 980), 3, 1e-3, LinearSettings(epochs=2))
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

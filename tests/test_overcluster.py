@@ -126,3 +126,55 @@ def test_overcluster_refuses_before_any_label_read(panel, tmp_path, capsys):
     code, printed = probe_main(["overcluster", store, "--panel", "voc-val", "--k", "10", "--cache", cache, "-q"], capsys)
     assert code == 2 and "21 classes" in printed.err
     assert (ledger.read_text() if ledger.exists() else "") == before and not (store / "results").exists()
+
+
+SIBLING_RUN = """
+import json, sys
+
+from probe_toolkit.analyses import overcluster as oc
+
+threads, kmeans = [], oc.kmeans
+
+
+def counted(*args, **keywords):
+    out = kmeans(*args, **keywords)
+    import faiss
+
+    threads.append(faiss.omp_get_max_threads())  # the OpenMP threads faiss's k-means had
+    return out
+
+
+oc.kmeans = counted
+from probe_toolkit import run
+
+done = run("overcluster", sys.argv[1], panel="voc-val", k=(21, 30), seeds=2, restarts=1, iterations=10, cache_dir=sys.argv[2])
+print(json.dumps({"threads": threads, "miou": done.report.miou}))
+"""
+
+
+def test_overcluster_reads_the_panel_beside_the_store_and_clusters_on_one_thread(panel, tmp_path):
+    """A store of other images whose panel sibling (``<network>-panel-<panel>.zarr``, as ``probe extract --panel`` names it)
+    holds the panel's hbird@448 view: the run reads the sibling and saves its record in the store, with the numbers the
+    sibling gives on its own. Run in a fresh process (faiss not yet loaded), every k-means has one OpenMP thread: faiss is
+    loaded before the thread limit, which binds only the libraries already loaded (otherwise its first run spread over
+    every core, the clusters machine-dependent and, on a busy machine, 20 times slower)."""
+    import os
+    import subprocess
+    import sys
+
+    root, voc, cache = panel
+    checkpoint = samples.write_checkpoint(tmp_path / "dino.pth", "dino-full", samples.TINY, seed=4)
+    store = extract(checkpoint, samples.sample_photos(), settings=Settings(views=("224",), chunk=4), store=tmp_path / "net.zarr", cache_dir=cache,
+                    quiet=True, batch_size=4).store
+    sibling = extract(checkpoint, voc / "JPEGImages", settings=Settings(views=("hbird@448",), chunk=4, dtype="float32"),
+                      store=tmp_path / "net-panel-voc-val.zarr", cache_dir=cache, quiet=True, batch_size=2).store
+    done = subprocess.run([sys.executable, "-c", SIBLING_RUN, str(store), str(cache)], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["threads"] == [1] * 4  # 2 ks × 2 seeds
+    ds = records.load(store, "overcluster")
+    assert ds.attrs["counts"]["images"] == len(VAL) and not (sibling / "results").exists()
+    from probe_toolkit import run
+
+    alone = run("overcluster", sibling, panel="voc-val", k=(21, 30), seeds=2, restarts=1, iterations=10, cache_dir=cache).report
+    assert alone.miou == found["miou"] == [float(v) for v in ds.miou.values]

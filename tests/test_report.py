@@ -30,7 +30,8 @@ FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "deco
                 "linear": "probe linear", "training": "probe train", "discovery": "probe decode",
                 "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate",
                 "correspond": "probe correspond", "hummingbird": "probe hummingbird",
-                "linear-segmentation": "probe segment", "linear-depth": "probe depth", "blocks": "--blocks 3,7,11"}
+                "linear-segmentation": "probe segment", "linear-depth": "probe depth", "blocks": "--blocks 3,7,11",
+                "rank": "probe rank", "position": "probe position", "similarity": "probe similarity", "overcluster": "probe overcluster"}
 PATCH = 34
 
 
@@ -63,6 +64,10 @@ def full(tiny_stores, image_dir, tmp_path_factory):
     invoke("linear", dino, selfpatch, "--train", "scenes-train", "--val", "scenes", "--epochs", 5, "--cache", cache_dir, "-q")
     invoke("linear", dino, selfpatch, "--train", "scenes-train", "--val", "scenes", "--level", "image", "--cache", cache_dir, "-q")
     protocol_results(dino, image_dir, root, cache_dir)
+    for store in (dino, selfpatch):  # the label-free protocols (selfpatch's network has no class token)
+        invoke("rank", store, "--tokens", "patch", "--sizes", "64,256", "-q")
+        invoke("position", store, "--held-out", "0.34", "--epochs", "2", "-q")
+    invoke("similarity", dino, "--other", selfpatch, "--batch", "4", "-q")
     run, run_dir = training_store(image_dir, root)
     written = write_report([dino, selfpatch, run], root / "report", follow="scenes/one.png", patch=PATCH, cache_dir=cache_dir, formats="png")
     return SimpleNamespace(root=root, cache=cache_dir, dino=dino, selfpatch=selfpatch, run=run, run_dir=run_dir, written=written, image_dir=image_dir)

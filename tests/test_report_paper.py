@@ -157,6 +157,7 @@ def test_knn_titles_never_overlap_whatever_the_file_names(length):
     neighbours = [[(f"train/{name(10 * q + r)}", pic(), 0.9 - r / 10) for r in range(5)] for q in range(3)]
     neighbours[1][2] = (neighbours[1][2][0], None, 0.7)  # a picture found nowhere
     drawing = knn_grid(queries, neighbours)
+    drawing.png()  # laid out as it is saved
     for spans in _title_spans(drawing.figure):
         assert len(spans) == 6
         for (_, right), (left, _) in zip(spans, spans[1:]):

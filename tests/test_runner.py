@@ -16,7 +16,6 @@ from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
 from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.commands.decode_keys import decode_keys, open_keys
 from probe_toolkit.infra import runner
-from probe_toolkit.infra.placement import Placement
 from probe_toolkit.infra.runner import Where, map_images
 from probe_toolkit.results import records
 
@@ -104,14 +103,14 @@ def test_masks_json_encoded_block_by_block_is_the_whole_sets(store, tmp_path):
     the one ``coco_results`` writes for the whole decode at once."""
     import json
 
-    from probe_toolkit.commands.decode import run_decode
+    import probe_toolkit as probe
     from probe_toolkit.labels.masks import coco_results
 
     settings = Settings.from_preset("maskcut", masks=2)
     texts = {}
     for workers in (1, 2):
         out = tmp_path / f"masks{workers}.json"
-        run_decode(store, settings, placement=Placement(workers=workers), out=out, cache_dir=tmp_path)
+        probe.run("decode", store, preset="maskcut", masks=2, workers=workers, out=out, cache_dir=tmp_path)
         texts[workers] = out.read_text()
     src = open_keys(store)
     whole = coco_results(decode_keys(src.keys, settings), src.image_ids, src.heights, src.widths)
@@ -256,7 +255,8 @@ def test_two_shared_arrays_of_a_run_stay_mapped_and_go_with_their_files(tmp_path
 
     first, second = np.arange(12.0).reshape(3, 4), np.ones((5, 2), np.float32)
     with shared_module.shared(first, tmp_path, "a") as a, shared_module.shared(second, tmp_path, "b") as b:
-        shared_module._shared.clear()  # as in a fresh worker process
+        shared_module._shared.clear()  # as in a fresh worker process: nothing mapped, checked or known (the writer
+        shared_module._verified.clear()  # marks its own files checked, so a worker in this process would not hash them)
         shared_module._paths.clear()
         hashed = []
         real = hashlib.file_digest

@@ -256,8 +256,25 @@ def standardiser(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean.astype(np.float32), np.where(scale > 0, scale, 1.0).astype(np.float32)
 
 
+# Features (rows × channels) below which a fit runs on one torch thread: a pool's threads then cost more
+# than the products they share, and on a busy machine each step waits for the slowest thread's core.
+ONE_THREAD_BELOW = 1 << 22
+
+
 def fit_patch_probe(features: np.ndarray, labels: np.ndarray, n_classes: int, weight_decay: float, settings: FitSettings) -> PatchProbe:
-    """Fit the linear layer on (row, channel) features and row labels (IGNORE rows are skipped)."""
+    """Fit the linear layer on (row, channel) features and row labels (IGNORE rows are skipped); a small
+    fit on one thread (``ONE_THREAD_BELOW``)."""
+    from contextlib import nullcontext
+
+    import torch  # noqa: F401  loaded before the limit, which binds only the libraries already loaded
+
+    from ..infra.runner import task_threads
+
+    with task_threads(1) if np.size(features) < ONE_THREAD_BELOW else nullcontext():
+        return _fit_patch_probe(features, labels, n_classes, weight_decay, settings)
+
+
+def _fit_patch_probe(features: np.ndarray, labels: np.ndarray, n_classes: int, weight_decay: float, settings: FitSettings) -> PatchProbe:
     import torch
 
     keep = np.asarray(labels) != IGNORE

@@ -33,7 +33,7 @@ def train(
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Where the report (and the demo's own cache, under work/) go.")] = Path("reports/demo"),
-    quick: Annotated[bool, typer.Option("--quick", help="Shorter training and smaller panels (the tests' mode).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Shorter training, smaller panels and PNG figures only (the tests' mode).")] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """The whole toolkit offline on shipped photographs and scenes: train, extract, measure, decode, probe, report."""

@@ -39,6 +39,7 @@ from ..analyses import correspond
 from ..infra.errors import ProbeError
 from ..infra.placement import Placement
 from ..infra.runner import map_blocks
+from ..infra.settings import SettingError
 from ..infra.spelling import fix_command
 from ..labels import spair_read
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
@@ -129,9 +130,20 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
     """Score the panel's pairs on the store's square800 tokens; save ``results/correspond``. The
     blocks of pairs run where the context places them; a shard matches its share, the last shard to
     finish scores every part (``shard_pairs``)."""
-    thresholds, instances, seed = tuple(float(t) for t in settings.thresholds), settings.instances, settings.seed
-    placement = context.placement
+    from ..labels import navi
+    from ..protocols.correspond import NAVI_ONLY, SPAIR_SEED, not_for
+
     the_panel = context.panel("panel")  # its kind and seal checked before the run
+    if the_panel.kind == navi.KIND:
+        from .correspond_navi import run as run_navi
+
+        return run_navi(inputs, settings, context)
+    not_for(settings, NAVI_ONLY, "SPair-71k")
+    if context.placement.device not in ("cpu", "auto"):
+        raise SettingError("device", "a SPair-71k panel is scored on the store's tokens, on the CPU", "drop device: it runs NAVI's network")
+    thresholds, instances = tuple(float(t) for t in settings.thresholds), settings.instances
+    seed = SPAIR_SEED if settings.seed is None else settings.seed
+    placement = context.placement
     store = inputs.store
     source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,))
     ds, ids = source.panel_stores[the_panel.name]

@@ -99,6 +99,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> OverclusterReport:
                          "extract more images, or lower k")
     n_images = len(ids)
     advance = context.task("k-means", len(settings.k) * settings.seeds)
+    import faiss  # noqa: F401  loaded before the limit, which binds only the libraries already loaded: faiss's OpenMP would spin on every core
     with task_threads(1):  # one BLAS / OpenMP thread: the same clusters on any machine
         projected = oc.project(oc.standardise(tokens), settings.pca_dim)
         clusters = {}

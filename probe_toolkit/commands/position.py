@@ -9,7 +9,7 @@ in ``MEMORY``). Result ``results/position``:
     loss, l1, l1_row, l1_col, chance    ()       held-out SmoothL1 (RADIO's figure), L1 error, per coordinate, chance level
     train_loss                          (epoch)  mean training loss of each epoch
     weight (coordinate, channel), bias (coordinate)   the fitted map ((row, col) = (y, x))
-    attrs: view, block, grid, images {train, held_out}, settings, provenance
+    attrs: view, block, grid, images {train, held_out}, settings, and the provenance (command, versions, computed_on: the images read)
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def run(inputs: Inputs, settings, context: RunContext) -> PositionReport:
         data = xr_result(fit)
         attrs = {"view": view, "block": int(block), "grid": int(side), "images": images, "settings": settings.as_dict(),
                  "targets": "linspace(-1, 1) along each side of the grid (RADIO position_predictor.py generate_position_tensor)",
-                 "source": "NVlabs/RADIO examples/position_predictor.py", "provenance": result_provenance(ds, context.command)}
+                 "source": "NVlabs/RADIO examples/position_predictor.py",
+                 **result_provenance(ds, context.command)}  # computed_on at the top: the report checks the record against the store now
         report.stores.append(StorePosition(store, int(block), fit, int(side), images))
         saving.append(Saving(store, RESULT, data, attrs))
     return context.finish(report, *saving)

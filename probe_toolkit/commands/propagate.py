@@ -59,7 +59,7 @@ from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_an
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.propagate import PropagateSettings
 from ..store import cache
-from ..store.backbone import Backbone, normed_patch_tokens
+from ..store.backbone import Backbone, forget, loaded, normed_patch_tokens, remember
 from ..store.checkpoints import load_checkpoint
 from ..store.images import load_image
 from ..store.sources import file_digest, read_checked
@@ -156,13 +156,6 @@ def write_tables(out: Path, subset: str, scores: list[davis.SequenceScores], ove
     return g, s
 
 
-def _device(name: str) -> torch.device:
-    """``auto`` resolved: a GPU when one is visible (a named device was checked before the run, ``Placement.check_device``)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 @dataclass(frozen=True)
 class Job:
     """What every sequence task shares (small, pickled with each task): the checkpoint (loaded
@@ -186,19 +179,8 @@ class Job:
         object.__setattr__(self, "frames", tuple(tuple(for_workers(f) for f in seq) for seq in self.frames))
 
 
-_models: dict[tuple, Backbone] = {}  # per process: (checkpoint, sha256, network, device) → the backbone
-
-
 def _model(job: Job) -> Backbone:
-    key = (job.checkpoint, job.sha256, job.network, job.device)
-    if key not in _models:
-        if job.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ProbeError(worker_name(), "has no CUDA device, which this run computes on", "use --device cpu, or workers with a GPU")
-        ck = load_checkpoint(job.checkpoint, network=job.network)
-        if ck.sha256 != job.sha256:
-            raise IntegrityError(worker_name(), f"reads another checkpoint at {job.checkpoint} than the client", "leave the checkpoint in place while the run lasts")
-        _models[key] = Backbone.from_checkpoint(ck).to(torch.device(job.device))
-    return _models[key]
+    return loaded(job.checkpoint, job.sha256, job.network, job.device)
 
 
 def png_digest(files: dict[str, bytes]) -> str:
@@ -305,7 +287,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     written (``gather_parts``) scores them all."""
     checkpoint, davis_dir, out, network, sequences, store = inputs.checkpoint, inputs.davis, inputs.out, inputs.network, inputs.sequences, inputs.store
     cache_dir = context.cache_dir
-    target_device = _device(context.placement.device)
+    target_device = context.device()
     placement = dataclasses.replace(context.placement, device=target_device.type)  # auto resolved: a GPU's run is one process
     davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():
@@ -342,7 +324,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
         job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
                   tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes),
                   tuple(tuple(file_digest(f) for f in s.frames) for s in mine))
-        _models[(job.checkpoint, job.sha256, job.network, job.device)] = model  # this process has it loaded already
+        remember(job.checkpoint, job.sha256, job.network, job.device, model)  # this process has it loaded already
 
         def read(a: int, b: int) -> dict[str, np.ndarray]:
             annotations = np.empty(b - a, dtype=object)
@@ -365,7 +347,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
             kept = f"{written} sequences' PNGs are in {out}, each whole (the rerun writes them again)" if written else f"nothing was written in {out}"
             raise type(error)(error.where or None, error.problem, f"{error.fix}; {kept}" if error.fix else kept) from None
         finally:
-            _models.clear()
+            forget()
     digests = {seq.name: str(d) for seq, d in zip(mine, done)}
     if which is not None:
         identity = {"checkpoint": ck.sha256, "network": network, "davis": str(davis_dir.resolve()), "sequences": [s.name for s in found],

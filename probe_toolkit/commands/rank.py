@@ -10,7 +10,7 @@ nested seeded subsets of the rows. Result ``results/rank``:
     singular_values   (tokens, component)  descending (zeros past min(rows, width))
     curve             (tokens, n)          RankMe of the first n rows of a seeded permutation (NaN where n exceeds the rows)
     lidar             ()                   LiDAR of the class tokens over the hbird512 views (NaN without them)
-    attrs: view, block, width, eps, form, seed, lidar_views, lidar_note, provenance
+    attrs: view, block, width, eps, form, seed, lidar_views, lidar_note, and the provenance (command, versions, computed_on: the images read)
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def result(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...],
     attrs = {"view": view, "block": int(block), "width": int(width), "eps": rank.EPS, "form": "garrido",
              "seed": int(settings.seed), "lidar_views": list(held), "lidar_note": note, "lidar_delta": rank.DELTA,
              "source": "Garrido et al. 2023 Eq. 1; NVlabs/RADIO examples/ssl_metrics.py (calc_rank_me, calc_lidar)",
-             "provenance": result_provenance(ds, command)}
+             **result_provenance(ds, command)}  # computed_on at the top: the report checks the record against the store now
     found = StoreRank(store, int(block), {k: float(data.rankme.sel(tokens=k)) for k in kinds}, {k: int(measured[k][0].rows) for k in kinds},
                       curve, lidar, note, int(width))
     return found, data, attrs

@@ -10,7 +10,8 @@ before any token is read. Result ``results/similarity``:
     cka            (set, other)   full linear CKA (Kornblith et al. 2019) between every pair of sets
     cka_minibatch  (set, other)   the unbiased minibatch estimator (Nguyen et al. 2021); NaN where not computed
     coords: set = "<store>:<block>" (store a = STORE, b = --other), store (set), block (set)
-    attrs: view, examples, examples_count, batch, epochs, batches, seed, stores {a, b}, minibatch_note, provenance
+    attrs: view, examples, examples_count, batch, epochs, batches, seed, stores {a, b}, minibatch_note, and the provenance (command,
+           versions, computed_on: the images read)
 """
 
 from __future__ import annotations
@@ -168,5 +169,5 @@ def dataset(report: SimilarityReport, a, settings, view: str, batches: int, comm
              "epochs": int(settings.epochs), "batches": int(batches), "seed": int(settings.seed), "stores": described,
              "minibatch_note": report.minibatch_note, "estimators": list(settings.estimators),
              "source": "Kornblith et al. 2019 (linear CKA); Nguyen et al. 2021 and google-research efficient_CKA.py (unbiased minibatch CKA)",
-             "provenance": result_provenance(a, command)}
+             **result_provenance(a, command)}  # computed_on at the top: the report checks the record against the store now
     return data, attrs

@@ -10,8 +10,13 @@ attention masks, label propagation on a synthetic DAVIS folder made by ``video.p
 on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
 Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
 layout (``demo-seg-train``, ``demo-seg-val``), a short linear depth on rooms written in NYU Depth v2's
-layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), and compared in one report. Its cache, ledger and runs live under ``<out>/work`` so a demo never
-touches a user's own cache; rerunning it resumes (finished stores and runs are reused).
+layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), measured without labels (rank and position of each
+network's tokens, linear CKA between their blocks and between the two networks, and k-means
+overclustering of the VOC-layout val scenes, whose labels only score the clusters), and compared in one report.
+Its cache, ledger and runs live under ``<out>/work`` so a demo never touches a user's own cache;
+rerunning it resumes (finished stores and runs are reused). Each stage prints its wall time and the
+processor time the run spent on it (this process and its finished children): on a busy machine the
+first grows with the load, the second much less.
 """
 
 from __future__ import annotations
@@ -36,7 +41,16 @@ class Demo:
     out: Path
     html: Path | None = None  # set when the report is written, the last stage
     stores: list[Path] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each stage
+    cpu: dict[str, float] = field(default_factory=dict)  # processor time of each stage (user + system, children included)
+
+
+def _cpu() -> float:
+    """Processor seconds this process and its waited-for children have used (user + system)."""
+    import os
+
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _data(work: Path, quick: bool) -> Path:
@@ -56,7 +70,7 @@ def _data(work: Path, quick: bool) -> Path:
 def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print,
              formats: str | None = None) -> Demo:
     """Run every stage; ``quick`` shortens training and the panels (the test suite's mode);
-    ``formats``: the report's figure files (default PNG, PDF and SVG)."""
+    ``formats``: the report's figure files (default PNG, PDF and SVG; PNG alone when ``quick``)."""
     from ..infra import owned
 
     out = Path(out)
@@ -64,14 +78,14 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     work = out / "work"
     cache = work / "cache"
     demo = Demo(out=out)
-    clock = time.perf_counter()
+    clock, used = time.perf_counter(), _cpu()
 
     def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        demo.seconds[stage] = round(now - clock, 2)
-        clock = now
-        say(f"{stage}: {demo.seconds[stage]:.1f} s")
+        nonlocal clock, used
+        now, spent = time.perf_counter(), _cpu()
+        demo.seconds[stage], demo.cpu[stage] = round(now - clock, 2), round(spent - used, 2)
+        clock, used = now, spent
+        say(f"{stage}: {demo.seconds[stage]:.1f} s (processor {demo.cpu[stage]:.1f} s)")
 
     root = _data(work, quick)
     for name, role in (("demo-train", "train"), ("demo-val", "val")):
@@ -101,7 +115,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     }, quiet=quiet)
     lap("training (tiny SelfPatch, from the random network)")
 
-    settings = Settings(views=(96, 224, 480), attention="all", chunk=8)
+    # every block's arrays (the tiny networks have two): probe similarity compares a network's blocks
+    settings = Settings(views=(96, 224, 480), attention="all", blocks="all", chunk=8)
     for checkpoint in (random_init, run.checkpoint):
         demo.stores.append(extract(checkpoint, root, settings=settings, cache_dir=cache, batch_size=8, quiet=quiet).store)
     lap("extraction (96, 224, 480)")
@@ -150,9 +165,11 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     lap("linear segmentation (a short schedule on the VOC-layout scenes)")
     _depth(demo.stores, (random_init, run.checkpoint), work, cache, quick)
     lap("linear depth (a short schedule on NYU-layout rooms)")
+    _label_free(demo.stores, cache)
+    lap("rank, position, similarity, overclustering (no label but to score the clusters)")
 
-    demo.html = _report(demo.stores, out, quiet, formats)
-    lap("report")
+    demo.html = _report(demo.stores, out, quiet, formats or ("png" if quick else None))
+    lap("report" if formats or not quick else "report (PNG figures; the full demo writes PDF and SVG beside them)")
     return demo
 
 
@@ -200,6 +217,19 @@ def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache
     for checkpoint, store in zip(checkpoints, stores, strict=True):
         probe.run("linear-depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, cache_dir=cache, device="cpu",
                   iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
+def _label_free(stores: list[Path], cache: Path) -> None:
+    """The label-free protocols: RankMe and the position probe of each network's patch tokens (the demo's
+    SelfPatch checkpoints hold no class token), linear CKA between the two networks and between the trained
+    network's blocks, and NeCo's overclustering of the VOC-layout val scenes in their 512 px view (the
+    Hummingbird stores beside each network's hold it), at k = 21 (one cluster per VOC class: Hungarian
+    matching) and 100 (many-to-one), which the scenes' 1,024 patches per image allow."""
+    for store in stores:
+        run_protocol("rank", store, tokens=("patch",))
+        run_protocol("position", store)
+    run_protocol("similarity", stores[0], other=stores[1])
+    run_protocol("similarity", stores[1])
+    for store in stores:
+        run_protocol("overcluster", store, panel="demo-seg-val", view="hbird@512", k=(21, 100), cache_dir=cache)
 
 
 def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = None) -> Path:

@@ -9,6 +9,9 @@ KINDS = {
     "classes": "one sub-folder of images per class, ImageNet's layout (facebookresearch/dino eval_knn.py)",
     "spair": ("SPair-71k: PairAnnotation/{trn,val,test}/*.json, ImageAnnotation/<category>/*.json, JPEGImages/<category>/*.jpg, "
               "every pair checked field by field when added (mbanani/probe3d evals/datasets/spair.py), read by probe correspond"),
+    "navi": ("NAVI (navi_v1): <object>/<collection>/annotations.json (camera q, t, focal_length, image_size), images/downsampled_<id>.jpg, "
+             "depth/downsampled_<id>.png; the wild_set images of objects with another collection, every field checked when added "
+             "(mbanani/probe3d evals/datasets/navi.py), read by probe correspond"),
     "voc-segmentation": "Pascal VOC 2012 segmentation: JPEGImages/, SegmentationClass/ (palette PNGs; SegmentationClassAug/ for trainaug), "
                         "ImageSets/Segmentation/<split>.txt (vpariza/open-hummingbird-eval hbird/data/voc/voc_data.py), read by probe hummingbird",
     "ade20k": "ADE20K SceneParsing (ADEChallengeData2016): images/<split>/, annotations/<split>/ grey PNGs, 0 other and 150 classes "

@@ -22,6 +22,8 @@ image matching and the ledger do not change:
   by field when added and read by ``spair_read.read_pairs`` (same ledger entry and seal).
 - ``nyu``: an NYU Depth v2 folder's depth maps of one split (``labels/nyu.py``), checked field by
   field when added and read by ``nyu.read_depth_maps`` (same ledger entry and seal).
+- ``navi``: a NAVI folder's wild-set images, poses and depth maps (``labels/navi.py``), checked field
+  by field when added and read by ``navi_read.read_navi`` (same ledger entry and seal).
 
 Label files are opened only through the reader ``read_labels`` passes to ``load_dataset`` (under its guard).
 The annotation hash of a multi-file kind is the sha256 of ``name NUL sha256(bytes)`` per file.
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
-from . import ade_layout, nyu, saliency, spair, voc, voc_layout
+from . import ade_layout, navi, nyu, saliency, spair, voc, voc_layout
 
 COCO20K_SIZE = 19817
 Reader = Callable[[Path], bytes]
@@ -77,8 +79,10 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return spair.check_layout(annotations, images, split)
     if kind == nyu.KIND:
         return nyu.check_layout(annotations, images, split)
+    if kind == navi.KIND:
+        return navi.check_layout(annotations, images, split)
     raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}, "
-                     f"{nyu.KIND}", "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair or --nyu")
+                     f"{nyu.KIND}, {navi.KIND}", "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair, --nyu or --navi")
 
 
 def coco20k_ids() -> list[int]:
@@ -159,6 +163,9 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     if panel.kind == nyu.KIND:
         raise ProbeError(panel.name, "is an NYU panel: its labels are depth maps, not boxes or instance masks",
                          "score it with probe depth (labels.nyu.read_depth_maps)")
+    if panel.kind == navi.KIND:
+        raise ProbeError(panel.name, "is a NAVI panel: its labels are camera poses and depth maps, not boxes or instance masks",
+                         "score it with probe correspond (labels.navi_read.read_navi)")
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)
@@ -179,6 +186,8 @@ def benchmark(panel) -> str:
         return f"SPair-71k {panel.split or 'test'}"
     if panel.kind == nyu.KIND:
         return f"NYUv2 {panel.split or 'test'}"
+    if panel.kind == navi.KIND:
+        return "NAVI wild set"
     if panel.kind == "saliency":
         return next((name for name in ("ECSSD", "DUTS-TE", "DUT-OMRON") if name in text), "")
     return ""

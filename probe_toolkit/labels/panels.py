@@ -54,7 +54,7 @@ from .matching import clean_name, match_images
 
 REGISTRY = "panels.toml"
 ROLES = ("train", "val", "test")
-KINDS = ("coco", "voc", "coco20k", "saliency", "classes", "voc-segmentation", "ade20k", "spair", "nyu")  # kinds other than coco: labels/kinds.py
+KINDS = ("coco", "voc", "coco20k", "saliency", "classes", "voc-segmentation", "ade20k", "spair", "nyu", "navi")  # kinds other than coco: labels/kinds.py
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -45,6 +45,8 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
     from ..store import cache
 
     found = get_panel(panel, cache_dir)
+    if found.kind == "navi":  # its views are cut by its labels, so the network runs on them after the ledger entry: no store holds them
+        return {"panel": panel, "panel_images": None, "held": None}
     if found.kind == "classes" or found.images is None or not Path(found.images).is_dir():
         return {"panel": panel, "panel_images": None, "held": None}  # the command's own checks name what is wrong
     ids = panel_ids(found)

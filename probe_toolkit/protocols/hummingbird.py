@@ -58,7 +58,8 @@ DIFFERENCES = (
                "reference's Hungarian-matched mIoU are reported",
                "the reference matches predicted to true classes although its predictions are already labels",
                "the matched mIoU can only be larger; the headline is the identity one unless matching='hungarian'"),
-    Difference("retrieval is exact: blocked float64 products rounded to float32 with a running top-k, equal cosines ranked by bank row "
+    Difference("retrieval is exact: each cosine the float32 rounding of the float64 product (numpy screens each block in float32 and "
+               "settles near-ties in float64) with a running top-k, equal cosines ranked by bank row "
                "(--backend torch on --device cpu or cuda: the same neighbours and cosines, bit for bit)",
                "the reference's default, ScaNN, is approximate, and its faiss path builds GPU indexes only",
                "the number an exhaustive search gives, independent of batch, block, workers and placement; it can differ from a ScaNN run"),

@@ -52,7 +52,7 @@ PROTOCOL = register(Protocol(
     name="overcluster",
     summary="Overclustering: k-means (k = 100, 300, 500) on a panel's patch tokens, clusters matched to its classes, VOC mIoU (NeCo's protocol).",
     settings=OverclusterSettings,
-    reads=Reads(arrays=("tokens_hbird@448",), views=("hbird@448",), labels=True, panel_kinds=("voc-segmentation",)),
+    reads=Reads(arrays=("tokens_hbird@448",), views=("hbird@448",), labels=True, panel_kinds=("voc-segmentation",), panel_sibling=True),
     results=("overcluster",),
     references=(
         Reference("Pariza et al., Near, far: Patch-ordering enhances vision foundation models' scene understanding (NeCo, ICLR 2025)",

@@ -67,8 +67,8 @@ def stamp(figure: Figure, kinds: list[str]) -> Figure:
     """The figure with a line over it saying what it shows is made up, drawn into the image, so
     a PNG or PDF copied into a paper carries the caveat with it; its caption opens with it too."""
     line = f"Not a measurement of a method: {' and '.join(kinds)} made by probe"
-    png = figure.png
-    if hasattr(png, "figure"):  # a figures.Drawing: redraw it with the line under everything it holds (legends included)
+    png = figure.image
+    if hasattr(png, "figure"):  # a figures.Drawing: drawn with the line over everything it holds (legends included)
         fig = png.figure
         fig.set_dpi(figures.DPI)  # laid out and measured as it is saved: legends placed in pixels stay put
         figures.legible(fig)  # the sizes it will be saved with, laid out once more

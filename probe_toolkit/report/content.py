@@ -22,8 +22,14 @@ class Table:
 @dataclass
 class Figure:
     name: str  # file name of the PNG beside the report, e.g. "03-attention.png"
-    png: bytes
+    image: Any  # PNG bytes, or a drawing (``report.figures.Drawing``) that gives them when first asked for
     caption: str
+
+    @property
+    def png(self) -> bytes:
+        """The PNG bytes (a drawing is drawn here, once: after any caveat was stamped over it)."""
+        draw = getattr(self.image, "png", None)
+        return draw() if callable(draw) else self.image
 
 
 @dataclass
@@ -51,6 +57,7 @@ class Section:
     key: str  # stable id: anchors in the HTML, ``data-section`` for tests
     title: str
     blocks: list[Block] = field(default_factory=list)
+    sources: list[tuple[str, str, Any]] = field(default_factory=list)  # (store label, result, dataset) of every record it read: what its captions may claim
 
     @property
     def present(self) -> bool:

@@ -9,6 +9,7 @@ a setting added to a protocol, is covered without an edit.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..results.differ import differing_text
 from .content import Figure, Note, Section, Table
@@ -17,27 +18,37 @@ from .context import Context
 LEAD = "Settings other than the defaults"
 
 
-def moved(ctx: Context) -> list[str]:
-    """``"<store>: <protocol> <settings>"`` for each record read since the last call that ran
-    with other than its protocol's default settings (each once)."""
-    found: dict[str, None] = {}
+def read(ctx: Context) -> list[tuple[str, str, Any]]:
+    """(store label, result, dataset) of each record read since the last call; the stores' logs are cleared."""
+    found = []
     for store in ctx.stores:
         for name in list(store.results.read):
             ds = dict.get(store.results, name)
-            text = differing_text(ds) if ds is not None else ""
-            if text:
-                protocol = (ds.attrs.get("record") or {}).get("protocol") or name
-                found[f"{store.label}: {protocol} {text}"] = None
+            if ds is not None:
+                found.append((store.label, name, ds))
         store.results.read.clear()
+    return found
+
+
+def moved(records: list[tuple[str, str, Any]]) -> list[str]:
+    """``"<store>: <protocol> <settings>"`` for each record that ran with other than its protocol's
+    default settings (each once)."""
+    found: dict[str, None] = {}
+    for label, name, ds in records:
+        text = differing_text(ds)
+        if text:
+            protocol = (ds.attrs.get("record") or {}).get("protocol") or name
+            found[f"{label}: {protocol} {text}"] = None
     return list(found)
 
 
 def shown(build: Callable[[Context], Section], ctx: Context) -> Section:
     """Build one section and put the settings that moved its numbers into each caption (a note
-    when the section has no table or figure)."""
-    moved(ctx)  # what earlier builders (or the report's own reads) touched is theirs
+    when the section has no table or figure); the section keeps the records it read (``sources``)."""
+    read(ctx)  # what earlier builders (or the report's own reads) touched is theirs
     section = build(ctx)
-    lines = moved(ctx)
+    section.sources = read(ctx)
+    lines = moved(section.sources)
     if not lines or not section.present:
         return section
     text = f"{LEAD}: {'; '.join(lines)}."

@@ -37,10 +37,11 @@ def discovery(ctx) -> Section:
     section = Section("discovery", "Object discovery on the published benchmarks (CorLoc, saliency)")
     corloc_rows, saliency_rows = [], []
     for store in ctx.stores:
-        for name, ds in sorted(store.results.items()):
+        for name in sorted(store.results):
+            if dict.get(store.results, name).attrs.get("kind") not in ("voc", "coco20k", "saliency"):
+                continue  # looked at, not shown: its settings are not this section's
+            ds = store.results[name]
             attrs = ds.attrs
-            if attrs.get("kind") not in ("voc", "coco20k", "saliency"):
-                continue
             bench = attrs.get("benchmark") or "?"
             preset = attrs.get("settings", {}).get("preset", "?")
             where = ctx.book.describe(attrs.get("ledger_entry"))

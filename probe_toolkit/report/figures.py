@@ -16,8 +16,9 @@ told apart by line style and luminance, not hue alone.
 
 Print size. Every figure is rendered so that, shrunk to a single column (3.5 in), no text is
 below 6 pt (``legible``: text smaller than that is enlarged before saving). ``png`` returns the
-PNG bytes together with the figure (``Drawing``), so the report can write the same figure as
-PDF and SVG beside it.
+figure as a ``Drawing``, drawn to PNG bytes (``Drawn``, which keep the figure, so the report can
+write the same figure as PDF and SVG beside it) only when they are first asked for: a caveat
+stamped over a figure before then (``report.caveats``) costs no second drawing.
 
 The figures themselves live beside it, one family each: ``figures_attention`` (attention rows,
 blocks, e^H), ``figures_maps`` (maps over the image: followed image, PCA, cosines, shares,
@@ -82,7 +83,7 @@ def colour_table(name: str) -> bytes:
     return rgb.tobytes()
 
 
-class Drawing(bytes):
+class Drawn(bytes):
     """PNG bytes that still hold their figure, so it can be saved again as PDF or SVG."""
 
     figure: Figure
@@ -91,6 +92,27 @@ class Drawing(bytes):
         out = io.BytesIO()
         self.figure.savefig(out, format=fmt, dpi=DPI, bbox_inches="tight", metadata=_metadata(fmt))
         return out.getvalue()
+
+
+class Drawing:
+    """A figure, drawn to PNG the first time its bytes are asked for (``png``), then kept."""
+
+    def __init__(self, figure: Figure) -> None:
+        FigureCanvasAgg(figure)  # the Agg canvas, whatever matplotlib's default backend is
+        self.figure = figure
+        self._drawn: Drawn | None = None
+
+    def png(self) -> Drawn:
+        if self._drawn is None:
+            out = io.BytesIO()
+            legible(self.figure)
+            self.figure.savefig(out, format="png", dpi=DPI, bbox_inches="tight")
+            self._drawn = Drawn(out.getvalue())
+            self._drawn.figure = self.figure
+        return self._drawn
+
+    def vector(self, fmt: str) -> bytes:
+        return self.png().vector(fmt)
 
 
 def _metadata(fmt: str) -> dict | None:
@@ -123,13 +145,8 @@ def legible(fig: Figure) -> None:
 
 
 def png(fig: Figure) -> Drawing:
-    out = io.BytesIO()
-    FigureCanvasAgg(fig)  # the Agg canvas, whatever matplotlib's default backend is
-    legible(fig)
-    fig.savefig(out, format="png", dpi=DPI, bbox_inches="tight")
-    drawing = Drawing(out.getvalue())
-    drawing.figure = fig
-    return drawing
+    """The figure, to be drawn to PNG when its bytes are first asked for (``Drawing.png``)."""
+    return Drawing(fig)
 
 
 def image_png(rgb: np.ndarray) -> bytes:

@@ -108,10 +108,16 @@ def neighbours(store: StoreView, image_id: str, k: int = DEFAULT_K) -> Neighbour
     return Neighbours(sim[0], table.index, chosen.index[0], crop[0], k, grid)
 
 
+def k_record(store: StoreView):
+    """The store's own neighbours result of the 224 tokens that holds a k (None: none); only that one is read."""
+    for name in sorted(store.results):
+        found = dict.get(store.results, name)  # looked at, not read: the record the caller uses is read below
+        if name.startswith("neighbours_g") and found.attrs.get("array") == "tokens_224" and "k" in found.attrs:
+            return store.result(name)
+    return None
+
+
 def store_k(store: StoreView) -> int:
     """The k of the store's own neighbours result (``--k``), else SelfPatch's 4."""
-    for name in sorted(store.results):
-        found = store.result(name)
-        if name.startswith("neighbours_g") and found.attrs.get("array") == "tokens_224" and "k" in found.attrs:
-            return int(found.attrs["k"])
-    return DEFAULT_K
+    found = k_record(store)
+    return int(found.attrs["k"]) if found is not None else DEFAULT_K

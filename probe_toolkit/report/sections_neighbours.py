@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ..results.summaries import NEIGHBOUR_LABELS, statistic_rows
-from . import figures_maps
+from . import figures_maps, followed
 from .content import Note, Section, Table
 from .context import Context
 from .sections_kit import HOW, _lacking, _other_grids
@@ -42,7 +42,7 @@ def neighbour_map(ctx: Context) -> Section:
         where = "" if len(by_grid) == 1 else f" ({grid} × {grid} grid)"
         section.blocks.append(ctx.figure("neighbour-map", png, f"Cosine of patch {anchor}'s token to every patch of {ctx.follow}{where}; dashed: its 3×3 "
                                                                "window (SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar."))
-    k = ", ".join(f"{s.label}: k = {n.k}" for s, n in have)
+    k = ", ".join(f"{s.label}: k = {n.k}" + ("" if followed.k_record(s) is not None else " (SelfPatch's; no neighbours record)") for s, n in have)
     section.blocks.append(Table(["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window", "anchor (its grid)"], rows,
                                 f"Anchor {ctx.patch} of {ctx.follow}, on each store's own grid ({k})."))
     _lacking(section, [s for s in ctx.stores if ctx.neighbours.get(s.label) is None], f"224 tokens of {ctx.follow}", HOW["tokens"])

@@ -2,28 +2,20 @@
 
 Pure presentation: a report (the dataclass a command returns) in, a list of rich renderables or
 strings out. The CLI prints them; nothing here reads a store or computes a number. A protocol
-names its table in its registry entry (``Command.table``); each such table takes the report and
-the keywords the run was given (``given``: panels, settings as typed, the shard).
+names its table in its registry entry (``Command.table``); each such table takes the report its run
+returned (``commands.<protocol>``'s ``XReport``, typed ``Any`` here: results come before the commands that
+write them, and no stage imports a later one) and reads the run's settings, inputs and placement from it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich import box
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from ..commands.attention_masks import MasksReport
-    from ..commands.correspond import CorrespondReport
-    from ..commands.hummingbird import HummingbirdReport
-    from ..commands.knn import KnnReport
-    from ..commands.linear import LinearReport
-    from ..commands.propagate import PropagationReport
-    from ..commands.runs import OverStoresReport
-
-METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
+from ..labels.coco_metrics import METRICS
 
 
 class Unwrapped(str):
@@ -60,26 +52,27 @@ def decode_summary(report: Any, source: str) -> str:
             f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
-def decode(report: Any, given: dict[str, Any]) -> list[Any]:
+def decode(report: Any) -> list[Any]:
     """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
     if report.masks_file is None:  # a shard that finished before the others
-        return [waiting_line(given.get("shard"), report.extra["waiting_for_shards"], "the last one writes the masks")]
+        return [waiting_line(report.run.placement.shard, report.extra["waiting_for_shards"], "the last one writes the masks")]
     out: list[Any] = [decode_summary(report, report.extra["settings_source"])]
     if report.scores is not None:
-        out += scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+        out += scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out
 
 
-def score(report: Any, given: dict[str, Any]) -> list[Any]:
+def score(report: Any) -> list[Any]:
     """``probe score``: the panel's scores of a masks file, and where the record went."""
-    out = scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    out = scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out + ([f"saved → {report.saved}"] if report.saved else [])
 
 
-def sweep(report: Any, given: dict[str, Any]) -> list[Any]:
+def sweep(report: Any, top: int) -> list[Any]:
+    """``probe decode-sweep``: the ``top`` settings by the metric, and the best one with where it was written."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one scores every setting")]
-    panel, metric, top = given["panel"], given["metric"], given["top"]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one scores every setting")]
+    panel, metric = report.run.inputs.panel, report.metric
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
@@ -97,7 +90,7 @@ def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
     return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"
 
 
-def entropy(report: OverStoresReport) -> list[Any]:
+def entropy(report: Any) -> list[Any]:
     """``probe entropy``: the stores side by side, then the followed patch's tables."""
     from .summaries import detail_tables, entropy_table
 
@@ -108,13 +101,13 @@ def entropy(report: OverStoresReport) -> list[Any]:
     return out
 
 
-def neighbours(report: OverStoresReport) -> list[Any]:
+def neighbours(report: Any) -> list[Any]:
     from .summaries import neighbours_table
 
     return [neighbours_table(report.results)]
 
 
-def linear(report: LinearReport) -> list[Any]:
+def linear(report: Any) -> list[Any]:
     """``probe linear``: every store's scores and chosen regularisation, then the ledger reads and label space."""
     train, val, seed = report.run.inputs.train, report.run.inputs.val, report.run.settings.seed
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
@@ -129,7 +122,7 @@ def linear(report: LinearReport) -> list[Any]:
                    f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
 
 
-def knn(report: KnnReport) -> list[Any]:
+def knn(report: Any) -> list[Any]:
     """``probe knn``: top-1 and top-5 per k, then the panels, feature, temperature and view that produced them."""
     run = report.run
     if report.waiting:
@@ -148,7 +141,7 @@ def knn(report: KnnReport) -> list[Any]:
     return lines
 
 
-def hummingbird(report: HummingbirdReport) -> list[Any]:
+def hummingbird(report: Any) -> list[Any]:
     """mIoU per memory size, identity and Hungarian-matched, on the panels' data set, beside the
     published numbers of released weights (marked as other weights: not this store's network)."""
     if report.waiting:
@@ -183,7 +176,7 @@ def hummingbird(report: HummingbirdReport) -> list[Any]:
               if report.kind == "voc-segmentation" else [])]
 
 
-def attention_masks(report: MasksReport) -> list[Any]:
+def attention_masks(report: Any) -> list[Any]:
     """``probe attention-masks``: the masks' rule, the Jaccards on the panel, and where the prefix tokens look."""
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
@@ -222,7 +215,7 @@ def looks_table(looks: dict[str, list]) -> Any:
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
 
 
-def propagate(report: PropagationReport) -> list[Any]:
+def propagate(report: Any) -> list[Any]:
     """``probe propagate``: what was written where, then DAVIS's J&F table and where its CSV tables went."""
     subset = report.run.settings.subset
     lines: list[Any] = [f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}"]
@@ -238,9 +231,13 @@ def propagate(report: PropagationReport) -> list[Any]:
     return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
-def correspond(report: CorrespondReport) -> list[Any]:
+def correspond(report: Any) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
+    if getattr(report, "dataset", "spair") == "navi":
+        from .tables_correspond import navi
+
+        return navi(report)
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/correspond")]
     thresholds = list(report.thresholds)
@@ -320,14 +317,15 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     return out
 
 
-def segmentation(report: Any, given: dict[str, Any]) -> list[Any]:
+def segmentation(report: Any) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
-    train, val = given["train"], given["val"]
+    train, val = report.run.inputs.train, report.run.inputs.val
     from ..analyses.segment_published import PUBLISHED
+    from ..labels.catalogue import data_set
 
     short = "" if report.full_schedule else " (short schedule)"
-    table = Table(title=f"Linear segmentation ({report.preset} preset): {train} → {val}")
+    table = Table(title=f"Linear segmentation ({report.preset} preset, {data_set(report.kind)} mIoU): {train} → {val}")
     table.add_column("")
     table.add_column("mIoU", justify="right")
     table.add_column("pixel accuracy", justify="right")

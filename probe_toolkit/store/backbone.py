@@ -22,7 +22,7 @@ convolution never reaches, as in DINO's ``PatchEmbed``).
 from __future__ import annotations
 
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -260,3 +260,37 @@ def normed_patch_tokens(model: Backbone, frames: torch.Tensor) -> torch.Tensor:
         return model.normed_patch_tokens(frames)
     x = model.vit.norm(model.vit.blocks(model.embed(frames)))  # the norm is an Identity without one
     return x[:, model.prefix:]
+
+
+# ----------------------------------------------------------------------------------------------
+# one network per process: the blocks a worker runs (propagate's sequences, NAVI's pairs) share it
+
+_loaded: dict[tuple[str, str, str, str], Backbone] = {}
+
+
+def loaded(checkpoint: str, sha256: str, network: str, device: str, **load: Any) -> Backbone:
+    """The backbone of ``checkpoint`` on ``device``, loaded once per process (``load``: more keywords of
+    ``load_checkpoint``, as a store's manifest names them); its sha256 must be the client's (a worker
+    reading another file at that path is an integrity failure, not a number)."""
+    from ..infra.errors import IntegrityError, ProbeError, worker_name
+    from .checkpoints import load_checkpoint
+
+    key = (checkpoint, sha256, network, device)
+    if key not in _loaded:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ProbeError(worker_name(), "has no CUDA device, which this run computes on", "use --device cpu, or workers with a GPU")
+        ck = load_checkpoint(checkpoint, network=network, **load)
+        if ck.sha256 != sha256:
+            raise IntegrityError(worker_name(), f"reads another checkpoint at {checkpoint} than the client", "leave the checkpoint in place while the run lasts")
+        _loaded[key] = Backbone.from_checkpoint(ck).to(torch.device(device))
+    return _loaded[key]
+
+
+def remember(checkpoint: str, sha256: str, network: str, device: str, model: Backbone) -> None:
+    """Hand ``loaded`` a backbone this process has built already (the client's own)."""
+    _loaded[(checkpoint, sha256, network, device)] = model
+
+
+def forget() -> None:
+    """Drop every backbone ``loaded`` holds (a run's end: its memory goes back)."""
+    _loaded.clear()
