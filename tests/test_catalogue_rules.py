@@ -247,7 +247,7 @@ RULES = [
     Case("score-masks-of-part-of-the-panel", lambda w: ["score", _partial_masks(w), "--panel", "va", "--cache", w.cache], 2,
          ("va", "1 of its 2 images", "--allow-partial"), lambda w: ["score", _partial_masks(w), "--panel", "va", "--allow-partial", "--cache", w.cache]),
     # --- class 5: a fix that is a command works when pasted ---
-    Case("segment-without-its-store-prints-the-extract-that-makes-it", segment, 2, ("is not a probe store of this checkpoint", "make it: probe extract"),
+    Case("segment-without-its-store-prints-the-extract-that-makes-it", segment, 2, ("is not a probe store of this checkpoint", "run `probe extract "),
          segment, printed_fix=True),
     Case("dinov3-store-repair-line", lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"], 1,
          ("fails its checksum", "--repair"), lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"],
