@@ -2,7 +2,7 @@
 k-NN on two COCO panels (the photographs against the two scenes, two categories), the
 attention masks scored on the scenes panel, label propagation on a synthetic DAVIS folder, and
 keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in the sibling store
-``probe extract --panel`` writes);
+``probe extract --panel`` writes) and NAVI multiview correspondence on a synthetic NAVI folder;
 hummingbird on a synthetic VOC folder whose images sit in sibling stores of the same checkpoint
 (``<network>-panel-NAME.zarr``), so that no image of the report's store changes role; a short
 linear segmentation on the same panels, its record in the report's store; NeCo's overclustering
@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image
 from report_stores import invoke
 
+from probe_toolkit.demo.navi import write_navi
 from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.store import cache
@@ -44,7 +45,8 @@ def _coco(path: Path, labels: dict[str, int], store: Path) -> Path:
 
 
 def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) -> None:
-    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels), results/davis, results/correspond,
+    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels), results/davis, results/correspond
+    (SPair-71k, and NAVI in results/correspond-navi),
     results/hummingbird, results/linear_segmentation and results/overcluster in ``store``."""
     for name, labels, role in (("classes-train", KNN_TRAIN, "train"), ("classes-val", KNN_VAL, "val")):
         invoke("panel", "add", name, "--annotations", _coco(root / f"{name}.json", labels, store), "--images", image_dir, "--role", role, "--cache", cache_dir)
@@ -57,6 +59,9 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
     invoke("panel", "add", "spair", "--spair", spair, "--role", "val", "--cache", cache_dir)
     invoke("extract", checkpoint, "--panel", "spair", "--views", "square800", "--cache", cache_dir, "-q")
     invoke("correspond", store, "--panel", "spair", "--cache", cache_dir, "--workers", "1", "-q")
+    navi = write_navi(root / "navi" / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)  # two pairs
+    invoke("panel", "add", "navi", "--navi", navi, "--role", "val", "--cache", cache_dir)
+    invoke("correspond", store, "--panel", "navi", "--cache", cache_dir, "--workers", "1", "-q")
     hummingbird_results(store, root, cache_dir)
 
 

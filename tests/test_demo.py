@@ -37,7 +37,7 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     # demo-sal: the val scenes as saliency masks; davis: the synthetic video's first frames; demo-spair: keypoint pairs;
     # demo-seg-train, demo-seg-val: Hummingbird's VOC-layout scenes
     assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}", "demo-spair", "demo-seg-train", "demo-seg-val",
-                                                     "demo-nyu-train", "demo-nyu-test"}
+                                                     "demo-nyu-train", "demo-nyu-test", "demo-navi"}
 
     # the README's example blocks are what the commands print on this demo (tools/readme_examples.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

@@ -7,7 +7,8 @@ width 128) at random initialisation and after a short run of ``training/``. Both
 extracted, measured (entropy, neighbours), decoded and scored on the val panel (and by LOST on
 the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's protocols (k-NN,
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
-on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``), by
+on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``) and NAVI's
+multiview correspondence (a synthetic NAVI folder made by ``navi.py``, ``demo-navi``), by
 Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
 layout (``demo-seg-train``, ``demo-seg-val``), a short linear depth on rooms written in NYU Depth v2's
 layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), measured without labels (rank and position of each
@@ -158,7 +159,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
         run_protocol("correspond", store, panel="demo-spair", cache_dir=cache)
-    lap("keypoint correspondence (demo-spair)")
+    _navi(demo.stores, work, cache)
+    lap("keypoint correspondence (demo-spair) and multiview correspondence (demo-navi)")
     _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
     _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
@@ -171,6 +173,18 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     demo.html = _report(demo.stores, out, quiet, formats or ("png" if quick else None))
     lap("report" if formats or not quick else "report (PNG figures; the full demo writes PDF and SVG beside them)")
     return demo
+
+
+def _navi(stores: list[Path], work: Path, cache: Path) -> None:
+    """NAVI's multiview correspondence (probe3d's protocol) on a synthetic NAVI folder (``navi.py``,
+    ``demo-navi``): two objects, two pairs; the network runs on the pairs' own 512 px views."""
+    from .navi import write_navi
+
+    if "demo-navi" not in {p.name for p in panels.list_panels(cache)}:
+        root = write_navi(work / "navi" / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)
+        panels.add_panel("demo-navi", root, None, "val", cache=cache, kind="navi", split="test")
+    for store in stores:
+        run_protocol("correspond", store, panel="demo-navi", cache_dir=cache)
 
 
 def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool, quiet: bool) -> None:
