@@ -45,7 +45,8 @@ def _compare(found: dict[str, tuple[str | None, set[str] | None, int | None]]) -
 
 def _from_inputs(store, name: str, run_id: str | None, ds, status: str) -> tuple[int | None, str]:
     """(images used, status) of a record without ``computed_on``, from its ``record.json`` inputs: the panel's
-    coverage (how many of the panel's images the store held when it ran) or the DAVIS sequences it read."""
+    coverage (how many of the panel's images the store held when it ran), the panel images a network read
+    itself (NAVI) or the DAVIS sequences it read."""
     from ..results import records
     from .sources import shown_path
 
@@ -60,6 +61,10 @@ def _from_inputs(store, name: str, run_id: str | None, ds, status: str) -> tuple
         train = f"{(panels.get('train') or {}).get('name', '?')} ({counts.get('train', '?')} images) → " if panels.get("train") else ""
         return int(counts["val"]), (f"panels {train}{panels['val'].get('name', '?')} ({counts['val']} images), as the run read them "
                                     "(panels' images: not checked against the store)")
+    panel = ds.attrs.get("panel")
+    if isinstance(panel, dict) and panel.get("name") and isinstance(counts, dict) and isinstance(counts.get("images"), int):
+        return counts["images"], (f"panel {panel['name']} ({counts['images']} images), as the run read them (the network ran on the "
+                                  "panel's own images, not the store's)")
     if inputs.get("davis"):
         sequences = ds.attrs.get("sequences") or []
         return ds.attrs.get("frames"), f"DAVIS {shown_path(inputs['davis'])}: {len(sequences)} sequences (frames, not the store's images)"
