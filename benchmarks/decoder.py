@@ -9,7 +9,7 @@ on the CPU beside the scipy one.
    same graph. The baseline is TokenCut's pipeline as published: float64 cosines, dense W and D,
    ``scipy.linalg.eigh(D − W, D, subset_by_index=[1, 2])``, mean threshold, argmax |x| seed,
    4-connected component. The masks must be identical on every image the decoder does not flag.
-2. Whole machine. ``run_decode`` on a synthetic store (N = 900) with ``workers`` = every core
+2. Whole machine. ``probe.run("decode", ...)`` on a synthetic store (N = 900) with ``workers`` = every core
    against ``workers=1``, interleaved rounds; every saved array must be identical.
 3. Torch backend on the CPU (one thread, as a worker runs it): ``decoder_torch.decode_batch`` on
    a batch against ``decode_image`` per image; certified masks must be identical. ``--presets``
@@ -137,15 +137,13 @@ def main() -> None:
 
 
 def whole_machine(keys, rng, count: int, rounds: int) -> dict:
-    """``run_decode`` with every core against one core on one store; identical arrays."""
+    """``probe decode`` with every core against one core on one store; identical arrays."""
     import tempfile
     from pathlib import Path
 
     import numpy as np
 
-    from probe_toolkit.analyses.decoder_settings import Settings
-    from probe_toolkit.commands.decode import run_decode
-    from probe_toolkit.infra.placement import Placement
+    import probe_toolkit as probe
     from probe_toolkit.infra.runner import local_cores
     from probe_toolkit.results import records
     from probe_toolkit.store.create import create_store
@@ -158,7 +156,6 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
         for a in range(0, count, 16):
             b = min(a + 16, count)
             writer.write(a, {"keys_480": data[a:b]}, np.tile([480, 640], (b - a, 1)), np.zeros(b - a, dtype=bool))
-        settings = Settings.from_preset("centred")
         times: dict[int, list[float]] = {1: [], local_cores(): []}
         cpu: dict[int, list[float]] = {w: [] for w in times}
         parent: dict[int, list[float]] = {w: [] for w in times}  # this process alone: reading, assembling, saving
@@ -166,7 +163,7 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
         for _ in range(rounds):
             for workers in times:
                 c, p, t = _cpu(), time.process_time(), time.perf_counter()
-                run_decode(path, settings, placement=Placement(workers=workers), cache_dir=tmp)
+                probe.run("decode", path, preset="centred", workers=workers, cache_dir=tmp)
                 times[workers].append(time.perf_counter() - t)
                 cpu[workers].append(_cpu() - c)
                 parent[workers].append(time.process_time() - p)

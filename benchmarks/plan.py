@@ -8,14 +8,18 @@ plan's uncompressed bytes are printed beside the disk):
   for each protocol P, against today's ``eval224`` view (``--views eval224 --attention none``,
   patch tokens and class token), and the extrapolation to ImageNet-1k's 1,281,167 train images.
 - ``--memory``: peak resident memory of one image's extraction with ``--attention stats`` at
-  ``square@S`` for S from 256 to 2048 px (256 to 16,384 patch tokens), beside the same
+  ``square@S`` for S from ``--smallest`` to ``--largest`` px (256 to 16,384 patch tokens), beside the same
   extraction without attention (the baseline: the network alone) and the size the explicit maps of
   one block and of every block would take; then ``probe entropy --view square@S`` on that store.
   Each run is its own process; its peak is its high-water mark of resident memory (``VmHWM``).
+  ``--depth D`` keeps the first D of ViT-S/16's 12 blocks (the time D/12 of the full network's): the
+  statistics are computed block by block and keep a few numbers a query, so the other blocks add
+  their weights and little else to the peak; run one size at both depths to measure what they add.
 - ``--blocks``: seconds of ``--blocks all --facets tokens`` against ``--blocks last`` (the default)
   at 224 px, the same images, one after the other; the ratio is last / all.
 
     python benchmarks/plan.py --disk --memory --blocks [--images 8] [--largest 2048] [--record]
+    python benchmarks/plan.py --memory --smallest 1024 --depth 1 --record  # 16,384 tokens on a 2-core machine, 4,096 at both depths
     python benchmarks/plan.py --memory --blocks --device cuda     # benchmarks/gpu.sh step 10 (GPU peak beside the host's)
 """
 
@@ -43,11 +47,13 @@ PEAK = ("import sys; hwm = [l for l in open('/proc/self/status') if l.startswith
         "    sys.stdout.write('GPUPEAK %d\\n' % (torch.cuda.max_memory_allocated() // 1024))")
 
 
-def base(load: float) -> dict:
+def base(load: float, depth: int = 12) -> dict:
+    """The fields every record has; ``load`` is the 1-minute load when the run began, ``load_end`` when this record was written."""
     import torch
 
+    arch = "vit-s16 (random weights)" if depth == 12 else f"vit-s16 (random weights, first {depth} of its 12 blocks)"
     return {"benchmark": "plan", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-            "load": round(load, 2), "torch": torch.__version__, "arch": "vit-s16 (random weights)"}
+            "load": round(load, 2), "load_end": round(os.getloadavg()[0], 2), "torch": torch.__version__, "arch": arch}
 
 
 GPU_PEAKS: list[int] = []  # the last command's peak of GPU memory allocated by torch, KiB (a CUDA run)
@@ -105,14 +111,14 @@ def disk(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float) 
              RECORDS, keep)
 
 
-def memory(root: Path, ckpt: Path, folder: Path, largest: int, keep: bool, load: float, device: str = "cpu") -> None:
+def memory(root: Path, ckpt: Path, folder: Path, sizes: tuple[int, int], keep: bool, load: float, device: str = "cpu", depth: int = 12) -> None:
     from probe_toolkit.store.architectures import VIT_S16
 
     one = root / "one"
     one.mkdir(exist_ok=True)
     first = sorted(folder.iterdir())[0]
     (one / first.name).write_bytes(first.read_bytes())
-    size = 256
+    size, largest = sizes
     while size <= largest:
         view = f"square@{size}"
         tokens = (size // 16) ** 2
@@ -124,10 +130,10 @@ def memory(root: Path, ckpt: Path, folder: Path, largest: int, keep: bool, load:
         gpu_stats = GPU_PEAKS[0] if GPU_PEAKS else None
         entropy_s, entropy_kib = probe("entropy", str(root / f"stats{size}.zarr"), "--view", view, "--boot", "100", "-q", cwd=root)
         t = tokens + VIT_S16.prefix
-        emit({**base(load), "measure": "memory", "view": view, "tokens": tokens, "peak_none_mib": round(baseline_kib / 1024, 1),
+        emit({**base(load, depth), "measure": "memory", "view": view, "depth": depth, "tokens": tokens, "peak_none_mib": round(baseline_kib / 1024, 1),
               "peak_stats_mib": round(stats_kib / 1024, 1), "stats_over_none_mib": round((stats_kib - baseline_kib) / 1024, 1),
               "peak_entropy_mib": round(entropy_kib / 1024, 1), "explicit_map_one_block_mib": round(VIT_S16.heads * t * t * 4 / 2**20, 1),
-              "explicit_maps_all_blocks_mib": round(VIT_S16.depth * VIT_S16.heads * t * t * 4 / 2**20, 1),
+              "explicit_maps_all_blocks_mib": round(depth * VIT_S16.heads * t * t * 4 / 2**20, 1),
               "seconds_none": round(baseline_s, 1), "seconds_stats": round(stats_s, 1), "seconds_entropy": round(entropy_s, 1), "device": device,
               **({"gpu_peak_none_mib": round(gpu_none / 1024, 1), "gpu_peak_stats_mib": round(gpu_stats / 1024, 1)} if gpu_stats else {})},
              RECORDS, keep)
@@ -145,8 +151,11 @@ def blocks(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float
 
 
 def main() -> None:
-    args = options(__doc__, {"images": "photographs (the sample photos, repeated)", "largest": "largest square view of --memory, px"}, RECORDS,
-                   disk=False, memory=False, blocks=False, images=8, largest=2048, device="cpu")
+    args = options(__doc__, {"images": "photographs (the sample photos, repeated)", "smallest": "smallest square view of --memory, px",
+                                    "largest": "largest square view of --memory, px", "depth": "blocks of ViT-S/16 kept by --memory (12: all)"}, RECORDS,
+                   disk=False, memory=False, blocks=False, images=8, smallest=256, largest=2048, depth=12, device="cpu")
+    from dataclasses import replace
+
     from probe_toolkit.demo.samples import sample_photos, write_checkpoint
     from probe_toolkit.store.architectures import VIT_S16
 
@@ -162,7 +171,9 @@ def main() -> None:
         if args.disk:
             disk(root, ckpt, folder, args.images, args.record, load)
         if args.memory:
-            memory(root, ckpt, folder, args.largest, args.record, load, args.device)
+            short = ckpt if args.depth == VIT_S16.depth else write_checkpoint(root / f"vit-s16-{args.depth}.pth", "dino-backbone",
+                                                                                 replace(VIT_S16, depth=args.depth), seed=0)
+            memory(root, short, folder, (args.smallest, args.largest), args.record, load, args.device, args.depth)
         if args.blocks:
             blocks(root, ckpt, folder, args.images, args.record, load, args.device)
     print(json.dumps({"load_after": round(os.getloadavg()[0], 2)}))

@@ -26,9 +26,11 @@ design (a few microseconds per train image here), and is printed, not held to th
 ``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
 thread each, ``--workers`` of them) instead of local processes; the cluster's workers are the
 process tree's too. ``--sizes`` picks the sizes (default 1000,10000; 100000 on a machine with the
-hours it takes: about an hour of extraction alone on two quiet cores).
+hours it takes: about an hour of extraction alone on two quiet cores). ``--stages`` picks the
+commands (default all four; extract runs first where a size has no store yet, as the others read it)
+and the record holds only those.
 
-    python benchmarks/scale.py [--root /tmp/probe-scale] [--sizes 1000,10000] [--dask] [--record]
+    python benchmarks/scale.py [--root /tmp/probe-scale] [--sizes 1000,10000] [--stages knn,decode] [--dask] [--record]
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ SIDE = (64, 48)  # synthetic photographs' width, height
 CLASSES = 20  # VOC's object classes (label 0 is the background)
 VIEWS = "224,480,hbird512,hbird512_aug0"
 MEMORY = 102400  # open-hummingbird-eval's first published memory size (1024·10²)
+STAGES = ("extract", "knn", "decode", "hummingbird")
 
 
 def scene(i: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int], int]:
@@ -155,7 +158,7 @@ def timed(args: list[str], env: dict, also: list[int] | None = None) -> dict:
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak, 1), "process_peak_mib": round(largest, 1)}
 
 
-def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | None, cluster_pids: list[int]) -> dict:
+def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | None, cluster_pids: list[int], chosen: tuple[str, ...] = STAGES) -> dict:
     """Every stage at one size; a stage whose result is in ``stages.json`` is not run again."""
     from dataclasses import replace
 
@@ -193,7 +196,7 @@ def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | No
     if dask_address:
         stages.setdefault("extract", json.loads((folder / "stages.json").read_text())["extract"] if (folder / "stages.json").exists() else None)
     for name, (args, images) in plan.items():
-        if stages.get(name):
+        if stages.get(name) or (name not in chosen and (name != "extract" or (folder / "store.zarr").exists())):
             continue
         found = timed(args, env, cluster_pids if dask_address and name != "extract" else None)
         stages[name] = {**found, "images": images, "wall_ms_per_image": round(1e3 * found["wall_s"] / images, 3),
@@ -201,13 +204,17 @@ def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | No
         stages_file.write_text(json.dumps(stages, indent=1))  # a later run resumes after the last finished stage
         print(f"  n = {n:,}: {name:12s} {stages[name]['wall_ms_per_image']:8.2f} ms/image wall, {stages[name]['cpu_ms_per_image']:8.2f} ms/image CPU, "
               f"peak {stages[name]['peak_mib']:8.1f} MiB (largest process {stages[name]['process_peak_mib']:8.1f}; {images:,} images)", flush=True)
-    return {"n": n, "data_s": round(data_s, 1), "stages": stages}
+    return {"n": n, "data_s": round(data_s, 1), "stages": {name: stages.get(name) for name in chosen}}
 
 
 def main() -> None:
     args = options(__doc__, {"root": "folder of the runs (kept: sizes done are read back)", "sizes": "comma-separated image counts",
-                             "dask": "knn, decode and hummingbird on a local dask cluster", "workers": "local processes or dask workers"},
-                   RECORDS, root="/tmp/probe-scale", sizes="1000,10000", dask=False, workers=2, note="")
+                             "dask": "knn, decode and hummingbird on a local dask cluster", "workers": "local processes or dask workers",
+                             "stages": f"comma-separated commands of {','.join(STAGES)} (a size's finished ones are read back)"},
+                   RECORDS, root="/tmp/probe-scale", sizes="1000,10000", stages=",".join(STAGES), dask=False, workers=2, note="")
+    chosen = tuple(args.stages.split(","))
+    if set(chosen) - set(STAGES):
+        raise SystemExit(f"--stages: {', '.join(sorted(set(chosen) - set(STAGES)))} is none of {', '.join(STAGES)}")
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
@@ -221,7 +228,7 @@ def main() -> None:
         client = Client(cluster)
         pids = [int(p) for p in client.run(os.getpid).values()]
     try:
-        results = [run_size(root, n, env, args.workers, cluster.scheduler_address if cluster else None, pids) for n in sizes]
+        results = [run_size(root, n, env, args.workers, cluster.scheduler_address if cluster else None, pids, chosen) for n in sizes]
     finally:
         if client is not None:
             client.close()
@@ -238,7 +245,7 @@ def main() -> None:
             note = " (exact k-NN: O(train) per query, not held to the target)" if name == "knn" else ("" if max(t, m) <= 1.3 else "  OVER 1.3x")
             print(f"  n = {r['n']:>7,} {name:12s} CPU per image {t:5.2f}×, peak memory {m:5.2f}× ({'largest process' if per != 'peak_mib' else 'tree'}){note}")
     emit({"benchmark": "scale", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-          "load": round(os.getloadavg()[0], 2), "dask": bool(args.dask), "workers": args.workers, "views": VIEWS, "memory": MEMORY,
+          "load": round(os.getloadavg()[0], 2), "dask": bool(args.dask), "workers": args.workers, "stages": list(chosen), "views": VIEWS, "memory": MEMORY,
           "network": "tiny DINO (width 32, depth 1, patch 32), random weights", "sizes": results, **({"note": args.note} if args.note else {})},
          RECORDS, args.record)
 

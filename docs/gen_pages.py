@@ -381,7 +381,7 @@ def plan_tables(folder: Path = RECORDS) -> str:
     latest: dict[tuple[str, str], dict] = {}
     for record in benchmark_records(folder):
         if record.get("benchmark") == "plan":
-            latest[(record["measure"], str(record.get("plan") or record.get("view")) + str(record.get("device", "cpu")))] = record
+            latest[(record["measure"], str(record.get("plan") or record.get("view")) + str(record.get("device", "cpu")) + str(record.get("depth", 12)))] = record
     if not latest:
         return "*No record of `benchmarks/plan.py` yet.*\n"
     out = []
@@ -391,13 +391,14 @@ def plan_tables(folder: Path = RECORDS) -> str:
         out += [f"| `{r['plan']}` | {r['disk_bytes_per_image'] / 1024:,.1f} KiB | {r['planned_bytes_per_image'] / 1024:,.1f} KiB | {r['vs_eval224']:.3g}× | "
                 f"{r['imagenet_train_gib']:,.1f} GiB | `{r['_source']}` ({r['machine']}, load {r['load']}, {r['date'][:10]}) |" for r in disk]
         out.append("")
-    memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), r["tokens"]))
+    memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), -r.get("depth", 12), r["tokens"]))
     if memory:
-        out += ["| view | patch tokens | peak, no attention | peak, --attention stats | peak, probe entropy | explicit maps, one block / every block | "
-                "device | record |", "|---|---|---|---|---|---|---|---|"]
-        out += [f"| `{r['view']}` | {r['tokens']:,} | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | {r['peak_entropy_mib']:,.0f} MiB | "
+        out += ["| view | patch tokens | blocks | peak, no attention | peak, --attention stats | seconds, none / stats | peak, probe entropy | "
+                "explicit maps, one block / every block | device | record |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| `{r['view']}` | {r['tokens']:,} | {r.get('depth', 12)} of 12 | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | "
+                f"{r['seconds_none']:,.0f} / {r['seconds_stats']:,.0f} | {r['peak_entropy_mib']:,.0f} MiB | "
                 f"{r['explicit_map_one_block_mib']:,.0f} / {r['explicit_maps_all_blocks_mib']:,.0f} MiB | {r.get('device', 'cpu')} | "
-                f"`{r['_source']}` ({r['machine']}, load {r['load']}) |" for r in memory]
+                f"`{r['_source']}` ({r['machine']}, load {r['load']}" + (f" to {r['load_end']}" if "load_end" in r else "") + ") |" for r in memory]
         out.append("")
     blocks = [r for (m, _), r in latest.items() if m == "blocks"]
     if blocks:
@@ -408,10 +409,15 @@ def plan_tables(folder: Path = RECORDS) -> str:
 
 
 # what probe.run returns as ``run.report``, per protocol, and the objects those hold
-API_REPORTS = ("commands.decode.DecodeReport", "labels.scoring.Scores", "commands.decode_scores.ScoreReport", "commands.decode_sweep.SweepReport",
-               "commands.knn.KnnReport", "analyses.knn.KnnResult", "commands.linear.LinearReport", "commands.hummingbird.HummingbirdReport",
-               "analyses.hummingbird.MiouResult", "commands.attention_masks.MasksReport", "commands.propagate.PropagationReport",
-               "commands.correspond.CorrespondReport", "commands.segment.SegmentReport", "analyses.segment.Scores")
+# the scores objects a protocol's result holds (each protocol's own result type comes from the registry: ``Protocol.result``)
+NESTED_RESULTS = ("labels.scoring:Scores", "analyses.knn:KnnResult", "analyses.hummingbird:MiouResult", "analyses.segment:Scores")
+
+
+def api_reports() -> list[str]:
+    """Every result type the Python API returns (``run.report``), as "module:Class", each once."""
+    from probe_toolkit.protocols.registry import protocols
+
+    return list(dict.fromkeys([*(p.result for p in protocols() if isinstance(p.result, str)), *NESTED_RESULTS]))
 
 
 def api_reports_table() -> str:
@@ -419,8 +425,8 @@ def api_reports_table() -> str:
     import importlib
 
     out = []
-    for dotted in API_REPORTS:
-        module, name = dotted.rsplit(".", 1)
+    for dotted in api_reports():
+        module, name = dotted.split(":")
         cls = getattr(importlib.import_module(f"probe_toolkit.{module}"), name)
         comments = field_comments(cls)
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")

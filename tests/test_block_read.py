@@ -75,6 +75,21 @@ def test_a_later_part_reads_once_finished_and_missing_blocks_name_the_flags(bloc
         cache.require(ds, "tokens_224", block=4)
 
 
+def test_a_missing_view_at_the_last_block_is_said_as_a_missing_view(blocked_store):
+    """A run reads its resolved block (the last, where none is asked): a view the store lacks is then
+    named with the view it holds, not as a block to extract."""
+    path, _ = blocked_store
+    ds = cache.open_store(path, arrays="tokens_224")
+    for block in (None, DEPTH - 1, -1):
+        with cache.reading_block(block), pytest.raises(ProbeError) as raised:
+            cache.require(ds, "tokens_480")
+        message = str(raised.value)
+        assert "has no array tokens_480;" in message and "at block" not in message and "--blocks" not in message, message
+        assert "it holds tokens_224: read it with --view 224" in message, message
+    with cache.reading_block(1), pytest.raises(ProbeError, match=r"has no array tokens_480 at block 1; .* --views 480 --blocks 1"):
+        cache.require(ds, "tokens_480")
+
+
 def test_names_carry_kind_block_view_and_part():
     assert layout.parse("cls_tokens_b3_224.p1") == layout.ArrayName("cls_tokens", "224", 3, 1)
     assert layout.parse("keys_rope_square@1024") == layout.ArrayName("keys_rope", "square@1024")

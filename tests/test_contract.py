@@ -332,10 +332,7 @@ def test_a_placement_field_a_protocol_does_not_honour_is_refused_before_any_work
     monkeypatch.setattr(Placement, "check_device", lambda self, backend=True: None)  # no GPU here: the device is taken as present
     for protocol in registry.protocols():
         reached: list[Placement] = []
-        if protocol.run is not None:  # only the source: the test is about the placement reaching the run
-            fake = dataclasses.replace(protocol, run=_observing(reached), inputs=protocol.inputs[:1])
-        else:
-            fake = dataclasses.replace(protocol, execute=lambda settings, placement, _seen=reached, **inputs: _seen.append(placement))
+        fake = dataclasses.replace(protocol, run=_observing(reached), inputs=protocol.inputs[:1])  # only the source: the test is about the placement
         monkeypatch.setitem(registry._REGISTRY, protocol.name, fake)
         for field, value in PLACED.items():
             reached.clear()

@@ -149,4 +149,4 @@ def test_fix_commands_are_spelled_as_the_parser_reads_them():
 
 def test_every_protocol_runs_through_the_run_context():
     """The protocols not yet converted to ``run(inputs, settings, context)`` (this list only shrinks)."""
-    assert set(LEGACY) <= {"decode", "decode-stream", "score", "decode-sweep", "linear-segmentation"}
+    assert LEGACY == []

@@ -89,18 +89,16 @@ def test_keys_after_rope_are_refused_where_there_are_none(dinov3_store, photos, 
 def test_streaming_a_dinov3_checkpoint_equals_extract_then_decode(tmp_path, photos, keys):
     """``probe decode CKPT --images DIR --keys K`` on DINOv3 (keys in memory only) gives the masks of
     extracting the same float16 keys and decoding the store with the same ``--keys``."""
-    from probe_toolkit.commands.decode import run_decode
-    from probe_toolkit.commands.stream import run_stream
-    from probe_toolkit.infra.placement import Placement
+    import probe_toolkit as probe
 
     checkpoint = write_checkpoint(tmp_path / "v3.pth", "dinov3-hf", TINY_DINOV3, seed=6)
-    settings = DecoderSettings.from_preset("tokencut")
     store = extract(checkpoint, photos, settings=Settings(views=("480",), attention="none", chunk=4), store=tmp_path / "s.zarr", quiet=True, batch_size=4).store
-    run_decode(store, settings, placement=Placement(workers=1), keys=keys)
-    streamed = run_stream(checkpoint, photos, settings, chunk=4, batch_size=4, store=tmp_path / "m.zarr", placement=Placement(workers=1), keys=keys)
+    probe.run("decode", store, preset="tokencut", workers=1, keys=keys)
+    streamed = probe.run("decode-stream", None, checkpoint=checkpoint, images=photos, preset="tokencut", chunk=4, batch_size=4, store=tmp_path / "m.zarr",
+                         workers=1, keys=keys).report
     assert streamed.done == 7 and open_store(tmp_path / "m.zarr").attrs["manifest"]["keys_kind"] == keys
     a, b = records.load(store, "decoder"), records.load(tmp_path / "m.zarr", "decoder")
     np.testing.assert_array_equal(a.masks.values, b.masks.values)
     with pytest.raises(Exception, match="position table, not RoPE"):
-        run_stream(write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), photos, settings, store=tmp_path / "d.zarr", placement=Placement(workers=1),
-                   keys="rope")
+        probe.run("decode-stream", None, checkpoint=write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), images=photos, preset="tokencut",
+                  store=tmp_path / "d.zarr", workers=1, keys="rope")

@@ -495,9 +495,9 @@ def test_tokencut_on_native_resized_is_tokencuts_cut_of_the_resized_images_keys(
     assert native_summary["published_view"] == "native_resized" and len(native_summary["warnings"]) == 1
     assert native_summary["warnings"][0].startswith("TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes "
                                                     "each image with LANCZOS to round(·/16)·16; these are the native view's keys")
-    from probe_toolkit.commands.decode_scores import run_score
+    import probe_toolkit as probe
 
-    scored = {view: run_score(tmp_path / f"{view}.json", "sal", cache_dir=root).warnings for view in ("native-resized", "native")}
+    scored = {view: probe.run("score", tmp_path / f"{view}.json", panel="sal", cache_dir=root).report.warnings for view in ("native-resized", "native")}
     assert scored["native-resized"] == [] and scored["native"] == native_summary["warnings"]  # probe score says it too
     code = runner.invoke(app, ["decode", str(store), "--view", "native_resized", "--preset", "tokencut", "-q", "--workers", "1",
                                "--out", str(tmp_path / "x.json"), "--json", str(tmp_path / "x-summary.json"), "--cache", str(root)])

@@ -71,10 +71,13 @@ def test_option_tables_come_from_the_parser(parsed):
 
 
 def test_decode_sweeps_stated_count_is_the_grids():
+    import dataclasses
+
     from probe_toolkit.commands.decode_sweep import load_grid
+    from probe_toolkit.infra.settings import declared
     from probe_toolkit.protocols.registry import get
 
     count = len(load_grid(None))
-    option = next(o for o in get("decode-sweep").command.options if getattr(o, "name", None) == "grid")
-    assert f"default {count} settings" in option.help
+    grid = next(f for f in dataclasses.fields(get("decode-sweep").settings) if f.name == "grid")  # --grid's help: declared on the setting
+    assert f"default {count} settings" in declared(grid).help
     assert f"default {count}:" in (ROOT / "docs" / "commands" / "decode.md").read_text()

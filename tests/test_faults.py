@@ -61,16 +61,50 @@ def _start(checkpoint, images, store, *extra):
                             stderr=subprocess.PIPE, text=True)
 
 
+HELD = 12  # images written before the held chunk (6 chunks of 2)
+# ``probe extract`` with its image loader held at image HELD: the run says "held" on stdout when it
+# reaches it, and waits there for a line on stdin. Every chunk before it is computed and written;
+# none after it can be, so what the test sees of the store does not depend on how fast anything runs.
+HOLDING = """
+import sys
+from probe_toolkit.store import extract as ex
+
+def load_run(refs, *args, real=ex.load_run, **kwargs):
+    if refs and refs[0].id == HELD_ID:
+        print("held", flush=True)
+        sys.stdin.readline()
+    return real(refs, *args, **kwargs)
+
+if __name__ == "__main__":  # a spawned worker imports this file too: only the command's own process runs the command
+    ex.load_run = load_run
+    from probe_toolkit.cli import main
+
+    main()
+"""
+
+
+def _held_at(tmp_path, checkpoint, images, store) -> subprocess.Popen:
+    """``probe extract`` started and held at image HELD, once every image before it is written."""
+    held_id = sorted(p.name for p in images.iterdir())[HELD]
+    driver = tmp_path / "held_extract.py"
+    driver.write_text(f"HELD_ID = {held_id!r}\n" + HOLDING)
+    process = subprocess.Popen([sys.executable, str(driver), "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()  # blocks until the loader reaches the held image (or the run ends)
+    assert line.strip() == "held", (line, process.stderr.read() if process.poll() is not None else "")
+    while _done(store) < HELD:  # the chunks before it are on their way to the disk and nothing can overtake them
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.02)
+    return process
+
+
 def test_sigkill_then_rerun_gives_the_uninterrupted_store(tmp_path, tiny_checkpoints, many_images, reference):
     store = tmp_path / "killed.zarr"
-    process = _start(tiny_checkpoints["dino-full"], many_images, store)
-    deadline = time.time() + 120
-    while _done(store) < 6 and time.time() < deadline and process.poll() is None:
-        time.sleep(0.02)
+    process = _held_at(tmp_path, tiny_checkpoints["dino-full"], many_images, store)
     process.send_signal(signal.SIGKILL)
     process.wait()
     killed_at = _done(store)
-    assert 0 < killed_at < 48, "the kill must land mid-run for this test to mean anything"
+    assert killed_at == HELD  # killed mid-run, with every chunk before the held one written
     # a reader of the killed store sees only whole images
     partial = open_store(store)
     assert partial.sizes["image"] == killed_at
@@ -92,17 +126,14 @@ def test_two_shards_at_once_lose_no_chunk(tmp_path, tiny_checkpoints, many_image
 
 def test_reader_during_a_write_sees_only_whole_images(tmp_path, tiny_checkpoints, many_images):
     store = tmp_path / "busy.zarr"
-    process = _start(tiny_checkpoints["dino-full"], many_images, store)
-    seen = set()
-    while process.poll() is None:
-        if (store / "zarr.json").exists():
-            ds = open_store(store)
-            seen.add(ds.sizes["image"])
-            for name in ("tokens_224", "keys_480", "attention_224"):
-                assert not np.isnan(ds[name].values.astype(np.float32)).any(), name
-        time.sleep(0.05)
-    assert process.returncode == 0
-    assert len(seen - {0, 48}) >= 1, f"the reader never caught the store mid-write: {seen}"
+    process = _held_at(tmp_path, tiny_checkpoints["dino-full"], many_images, store)
+    ds = open_store(store)  # mid-run: the writer holds the rest of the images
+    assert ds.sizes["image"] == HELD
+    for name in ("tokens_224", "keys_480", "attention_224"):
+        assert not np.isnan(ds[name].values.astype(np.float32)).any(), name
+    _, err = process.communicate("go\n")  # released: the run writes the other images
+    assert process.returncode == 0, err
+    assert open_store(store).sizes["image"] == 48
 
 
 def test_full_disk_leaves_a_consistent_store(tmp_path, monkeypatch, tiny_checkpoints, many_images, reference):

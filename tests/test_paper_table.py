@@ -33,14 +33,14 @@ def two_stores(tmp_path_factory, image_dir):
 def knn_record(store, top1: dict[int, float], images: int = 40, digest: str = "aaaaaaaa11", **settings) -> None:
     ks = sorted(top1)
     ds = xr.Dataset({"top1": ("k", np.array([top1[k] for k in ks])), "top5": ("k", np.full(len(ks), np.nan))}, coords={"k": ks})
-    context = records.RunContext("knn", settings={**KNN_DEFAULTS, **settings}, inputs={"panel": "val"}, defaults=KNN_DEFAULTS)
+    context = records.RunStamp("knn", settings={**KNN_DEFAULTS, **settings}, inputs={"panel": "val"}, defaults=KNN_DEFAULTS)
     with records.opened(context):
         records.save(store, "knn", ds, {"computed_on": {"images": images, "images_sha256": digest, "scope": "panel"}})
 
 
 def hbird_record(store, memory: list[int], miou: list[float]) -> None:
     ds = xr.Dataset({"miou": ("memory", np.array(miou)), "miou_hungarian": ("memory", np.array(miou))}, coords={"memory": memory})
-    context = records.RunContext("hummingbird", settings=dict(HBIRD_DEFAULTS), inputs={"panel": "voc-val"}, defaults=HBIRD_DEFAULTS)
+    context = records.RunStamp("hummingbird", settings=dict(HBIRD_DEFAULTS), inputs={"panel": "voc-val"}, defaults=HBIRD_DEFAULTS)
     with records.opened(context):
         records.save(store, "hummingbird", ds, {"computed_on": {"images": 8, "images_sha256": "bbbbbbbb", "scope": "panel"}, "matching": "identity"})
 
@@ -48,7 +48,7 @@ def hbird_record(store, memory: list[int], miou: list[float]) -> None:
 def entropy_record(store, mean: float, low: float, high: float) -> None:
     ds = xr.Dataset({name: ("statistic", np.array([v, 0.0])) for name, v in (("summary_mean", mean), ("summary_low", low), ("summary_high", high))},
                     coords={"statistic": ["patch_effective", "distance"]})
-    with records.opened(records.RunContext("entropy", settings={"boot": 1000}, defaults={"boot": 1000})):
+    with records.opened(records.RunStamp("entropy", settings={"boot": 1000}, defaults={"boot": 1000})):
         records.save(store, "entropy", ds, {"computed_on": {"images": 7, "images_sha256": "cccccccc", "scope": "store"}})
 
 

@@ -16,7 +16,6 @@ from probe_toolkit.analyses.decoder_blocks import ARRAYS, decode_block
 from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.commands.decode_keys import decode_keys, open_keys
 from probe_toolkit.infra import runner
-from probe_toolkit.infra.placement import Placement
 from probe_toolkit.infra.runner import Where, map_images
 from probe_toolkit.results import records
 
@@ -104,14 +103,14 @@ def test_masks_json_encoded_block_by_block_is_the_whole_sets(store, tmp_path):
     the one ``coco_results`` writes for the whole decode at once."""
     import json
 
-    from probe_toolkit.commands.decode import run_decode
+    import probe_toolkit as probe
     from probe_toolkit.labels.masks import coco_results
 
     settings = Settings.from_preset("maskcut", masks=2)
     texts = {}
     for workers in (1, 2):
         out = tmp_path / f"masks{workers}.json"
-        run_decode(store, settings, placement=Placement(workers=workers), out=out, cache_dir=tmp_path)
+        probe.run("decode", store, preset="maskcut", masks=2, workers=workers, out=out, cache_dir=tmp_path)
         texts[workers] = out.read_text()
     src = open_keys(store)
     whole = coco_results(decode_keys(src.keys, settings), src.image_ids, src.heights, src.widths)

@@ -9,19 +9,26 @@ import sys
 
 import numpy as np
 import pytest
+from cli_runs import probe_main
 
+import probe_toolkit as probe
 from probe_toolkit.analyses.decoder_blocks import ARRAYS
-from probe_toolkit.analyses.decoder_settings import Settings
 from probe_toolkit.cli import main
-from probe_toolkit.commands.decode import run_decode
-from probe_toolkit.commands.stream import run_stream
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.infra.placement import Placement
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings as ExtractSettings
 from probe_toolkit.store.extract import extract
 
-SETTINGS = Settings.from_preset("maskcut", masks=2)
+SETTINGS = {"preset": "maskcut", "masks": 2}  # the decoder's settings, as probe.run takes them
+
+
+def run_decode(store, decoder: dict, **keywords):
+    return probe.run("decode", store, **decoder, **keywords).report
+
+
+def run_stream(checkpoint, images, decoder: dict, **keywords):
+    return probe.run("decode-stream", None, checkpoint=checkpoint, images=images, **decoder, **keywords).report
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +86,23 @@ def test_streaming_in_one_run_and_other_settings_are_refused(tmp_path, tiny_chec
     assert report.done == 7 and report.masks_file is not None
     _same_as_reference(store, reference)
     with pytest.raises(ProbeError, match="another decoder"):
-        run_stream(ckpt, image_dir, SETTINGS.with_(tau=0.3), chunk=2, batch_size=2, store=store)
+        run_stream(ckpt, image_dir, {**SETTINGS, "tau": 0.3}, chunk=2, batch_size=2, store=store)
 
 
-def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkpoints, image_dir, reference):
-    """The forward pass runs here, each chunk's keys are decoded on the cluster's workers."""
+def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkpoints, image_dir, reference, capsys):
+    """The forward pass runs here, each chunk's keys are decoded on the cluster's workers. Both
+    placements at once are refused before any work, in the caller's spelling: keywords from Python,
+    flags from the command line."""
     distributed = pytest.importorskip("distributed")
     ckpt = tiny_checkpoints["dino-full"]
     with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
-        with pytest.raises(ProbeError, match="--workers and --dask-address"):
-            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr",
-                       placement=Placement(workers=2, dask_address=cluster.scheduler_address))
+        with pytest.raises(ProbeError, match="workers and dask_address were both given; drop workers"):
+            run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", workers=2, dask_address=cluster.scheduler_address)
         assert not (tmp_path / "no.zarr").exists()  # refused before the masks store is made
+        code, out = probe_main(["decode", ckpt, "--images", image_dir, "--workers", "2", "--dask-address", cluster.scheduler_address,
+                                "--cache", tmp_path / "cli", "-q"], capsys)
+        assert code == 2 and "--workers and --dask-address were both given; drop --workers" in out.err, out.err
+        assert not (tmp_path / "cli").exists()
         report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr",
                             placement=Placement(dask_address=cluster.scheduler_address))
     assert report.done == 7 and report.masks_file is not None
@@ -102,13 +114,13 @@ def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_ch
     """Each image on its own grid (read from its header, as extraction reads it): the masks store
     keeps every image's grid, and its arrays and masks JSON equal extract-then-decode's."""
     ckpt = tiny_checkpoints["dino-full"]
-    settings = Settings.from_preset("tokencut")
+    settings = {"preset": "tokencut"}
     store = extract(ckpt, image_dir, settings=ExtractSettings(views=(view,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
                     batch_size=2).store
-    ref = run_decode(store, settings, size=view, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
+    ref = run_decode(store, settings, view=view, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     saved = records.load(store, "decoder")
     assert len(set(zip(saved["grid_rows"].values, saved["grid_cols"].values))) > 1  # the images' grids differ
-    report = run_stream(ckpt, image_dir, settings, size=view, chunk=2, batch_size=2, cache_dir=tmp_path, placement=Placement(workers=2))
+    report = run_stream(ckpt, image_dir, settings, view=view, chunk=2, batch_size=2, cache_dir=tmp_path, placement=Placement(workers=2))
     assert report.done == 7 and report.store.name == f"teacher-masks-{view}.zarr"
     streamed = records.load(report.store, "decoder")
     for name in [*ARRAYS, "grid_rows", "grid_cols"]:
@@ -124,15 +136,15 @@ def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_ch
 def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path, tiny_checkpoints, image_dir):
     """Each block reads its images' files from the streamed folder (a store's image_source)."""
     ckpt = tiny_checkpoints["dino-full"]
-    settings = Settings.from_preset("dsm", color_lambda=10.0)
+    settings = {"preset": "dsm", "color_lambda": 10.0}
     store = extract(ckpt, image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
                     batch_size=2).store
     ref = run_decode(store, settings, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     saved = records.load(store, "decoder").load()
-    plain = run_decode(store, Settings.from_preset("dsm"), out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", placement=Placement(workers=1))
+    plain = run_decode(store, {"preset": "dsm"}, out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     assert json.loads(plain.masks_file.read_text()) != json.loads(ref.masks_file.read_text())  # the colour term moves masks here
     # a run that finished nothing with other settings does not block this one
-    assert run_stream(ckpt, image_dir, Settings.from_preset("dsm"), chunk=2, store=tmp_path / "m.zarr", stop_after=0).done == 0
+    assert run_stream(ckpt, image_dir, {"preset": "dsm"}, chunk=2, store=tmp_path / "m.zarr", stop_after=0).done == 0
     report = run_stream(ckpt, image_dir, settings, chunk=2, batch_size=2, store=tmp_path / "m.zarr", placement=Placement(workers=2))
     assert report.done == 7
     streamed = records.load(report.store, "decoder")

@@ -13,41 +13,11 @@ from dataclasses import fields
 
 import numpy as np
 
-from ..infra.runner import check_workers
-from ..infra.settings import SettingError
 from .decoder import Decoded, ImageMasks, collate, decode_image
 from .decoder_graph import cosines
 from .decoder_settings import Settings
 
-BACKENDS = ("scipy", "torch")
 ARRAYS = tuple(f.name for f in fields(Decoded) if f.name not in ("settings", "grids", "patch", "view"))
-
-
-def check_backend(backend: str, device: str = "cpu") -> None:
-    """``--backend`` / ``--device`` at the boundary: the backend exists, the device is there."""
-    if backend not in BACKENDS:
-        raise SettingError("backend", f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}", "use backend='scipy' or backend='torch'")
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise SettingError("device", f"device must be cpu or cuda, got {device!r}", "use device='cpu' or device='cuda'")
-    if backend == "scipy" and device != "cpu":
-        raise SettingError("backend", f"device {device} needs backend torch (scipy runs on the CPU)", "set backend='torch'")
-    if backend == "torch":
-        try:
-            import torch
-        except ImportError:
-            raise SettingError("backend", "backend torch needs torch, which is not installed", "pip install torch, or use backend='scipy'") from None
-        if device != "cpu" and not torch.cuda.is_available():
-            raise SettingError("device", f"device {device} is not available here: torch sees no CUDA GPU", "use device='cpu' (or run on a machine with a GPU)")
-
-
-def default_workers(workers: int | None, device: str, dask_address: str | None = None) -> int | None:
-    """One process drives a GPU (it batches the images itself); on the CPU, every core; on a
-    cluster, its workers (``--workers`` is then left as given, for ``runner.placed`` to refuse
-    beside ``--dask-address``). A bad ``--workers`` is refused here, before the store is opened
-    and a progress bar drawn."""
-    if workers is not None:
-        check_workers(workers)
-    return 1 if workers is None and device != "cpu" and not dask_address else workers
 
 
 def per_image(keys: np.ndarray, rows: np.ndarray | None, cols: np.ndarray | None):

@@ -36,7 +36,7 @@ from .decoder_cut import Cut
 from .decoder_masks import certified_cut, iou, mask_score, shape_of
 from .decoder_settings import SINGLE, Settings
 
-DENSE_UP_TO = 1024  # measured on the CPU at N = 900: dense eigh 0.3 s per image, LOBPCG 1.3 s (clustered spectra)
+DENSE_UP_TO = 1024  # up to this many patches a dense eigh beats LOBPCG on the clustered spectra of key graphs
 MEMORY = 2**29  # bytes of float64 N × N matrices one sub-batch may hold on the device
 TOL = 1e-9  # LOBPCG: residual of y at which an image stops (‖𝒩‖ ≤ 1); the certificate takes the rest
 SETTLED = 1e-8  # larger residuals than this go to the dense solver, as on the scipy path

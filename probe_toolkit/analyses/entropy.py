@@ -37,7 +37,7 @@ Results (``probe entropy`` saves them as ``results/entropy`` in the store):
               percentile-bootstrap interval over images
   attrs:      n_keys (T), n_patches (N), grid (G, or [rows, cols]), grid_rows, grid_cols, class_token, registers, patch, n_boot, seed, level
 
-The arithmetic is numpy's (so ``probe entropy`` never imports torch, 1.8 s of start-up); the
+The arithmetic is numpy's (so ``probe entropy`` never imports torch, whose start-up ``benchmarks/startup.py`` measures); the
 functions take numpy arrays or CPU torch tensors and return numpy arrays. Float32 means and sums
 are numpy's pairwise sums, which may round in the last bit where torch's reductions (used before)
 rounded otherwise: results agree with them to float32 precision (``tests/test_entropy.py``).

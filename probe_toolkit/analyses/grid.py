@@ -70,7 +70,7 @@ def components(mask: np.ndarray, eight: bool = False) -> tuple[np.ndarray, int]:
     """(labels, count) of a 2-D bool mask's 4- (or 8-) connected components: ``scipy.ndimage.label``'s
     answer (0 outside, components numbered from 1 in the row-major order of their first patch),
     found by ``scipy.sparse.csgraph``, which the decoder's eigensolvers load anyway (scipy.ndimage
-    would add 0.15 s to every decoding command's start-up)."""
+    would slow every decoding command's start-up, ``benchmarks/startup.py``)."""
     from scipy.sparse import coo_array
     from scipy.sparse.csgraph import connected_components
 

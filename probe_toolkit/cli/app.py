@@ -27,29 +27,9 @@ from ..infra.spelling import FLAGS, flag  # noqa: E402,F401  (one table of param
 
 CacheOpt = Annotated[Path | None, typer.Option("--cache", help="Cache root (default: $PROBE_CACHE or ./cache).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write the numbers to this JSON file.")]
-PanelOpt = Annotated[str | None, typer.Option("--panel", help="Score on this registered panel (its labels are read through the ledger).")]
-UnsealOpt = Annotated[str | None, typer.Option("--unseal", help="Reason to open a sealed test panel (recorded in the ledger).")]
-AllowPartialOpt = Annotated[bool, typer.Option("--allow-partial", help="Score a store holding only part of the panel's images (the record says how many).")]
-PartialOpt = Annotated[bool, typer.Option("--partial", help="Summarise a store still being extracted (its finished images).")]
 
-def _placement_options() -> dict[str, tuple[Any, Any]]:
-    """The placement's options, each from its ``Placement`` field (help, type, default: declared once there)."""
-    import dataclasses
-    import typing
-
-    from ..infra.placement import Placement
-
-    hints = typing.get_type_hints(Placement)
-    return {f.name: (Annotated[hints[f.name], typer.Option(flag(f.name), help=f.metadata["setting"].help)], f.default)
-            for f in dataclasses.fields(Placement)}
-
-
-# options every command spells alike (name: (annotation, default)), and groups of them that several
-# commands take together; a protocol's ``Command.options`` names them as strings (``cli/protocols.py``)
-SHARED = {**_placement_options(), "unseal": (UnsealOpt, None), "cache": (CacheOpt, None),
-          "quiet": (QuietOpt, False), "json_path": (JsonOpt, None), "partial": (PartialOpt, False),
-          "panel": (PanelOpt, None), "allow_partial": (AllowPartialOpt, False)}
+# the options of a protocol's command that no setting, input or placement field declares (``cli/protocols.py``)
+SHARED = {"cache": (CacheOpt, None), "quiet": (QuietOpt, False)}
 
 
 # groups of options several commands take together (names: a setting, an input or a placement
@@ -73,28 +53,9 @@ def show(renderables: list[Any]) -> None:
             console.print(item)
 
 
-def ticker(progress, label: str):
-    """An ``on_start(total)`` hook: one progress task, advanced by one per call of what it returns."""
-    def start(total: int):
-        task = progress.add_task(label, total=total)
-        return lambda: progress.advance(task)
-
-    return start
-
-
 def run(name: str, source: Any, **keywords: Any):
     """The one call every protocol command makes: the Python API's ``run`` (settings validated,
     placement parsed once, records written)."""
     from ..protocols.api import run as run_protocol
 
     return run_protocol(name, source, **keywords)
-
-
-def counted(name: str, unit: str, quiet: bool, source: Any, *, hook: str = "progress", task: str | None = None, **keywords: Any):
-    """``run`` under a progress bar of ``unit`` that the protocol advances through its ``hook``
-    keyword (``progress(n)`` or ``on_block(n)``): the report."""
-    from ..infra.progress import bar
-
-    with bar(unit, quiet) as progress:
-        handle = progress.add_task(task or name, total=None)
-        return run(name, source, **{hook: lambda n: progress.advance(handle, n)}, **keywords).report

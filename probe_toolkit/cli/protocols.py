@@ -17,7 +17,8 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -69,13 +70,13 @@ def spec(protocol: registry.Protocol, name: str, override: registry.Option | Non
     if name in fields and declared_setting(fields[name]) is not None:
         return _from_field(protocol.settings, fields[name], override)
     placement = {f.name: f for f in dataclasses.fields(Placement)}
-    if name in placement and (protocol.run is not None or name in protocol.placement_defaults):
+    if name in placement:
         return _from_field(Placement, placement[name], override, protocol.placement_defaults.get(name, placement[name].default))
     found = protocol.input(name)
     if found is not None:
         default = registry.REQUIRED if found.required else found.default
         return registry.Option(name, override.help if override else found.help, INPUT_KINDS.get(found.kind, found.kind), default)
-    if override is not None:  # an option of this command alone (or a protocol not yet converted)
+    if override is not None:  # an option of this command alone
         return registry.Option(override.name, override.help, override.kind, override.default, override.example, override.parse)
     return None
 
@@ -117,7 +118,7 @@ def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], d
     many = protocol.source == "stores"
     first = protocol.input(protocol.source)
     parameters = [inspect.Parameter(protocol.source, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                    annotation=Annotated[list[Path] if many else Path, typer.Argument(help=first.help if first else cli.source)])]
+                                    annotation=Annotated[list[Path] if many else Path, typer.Argument(help=first.help)])]
     declared: dict[str, registry.Option] = {}
     if protocol.source in ("store", "stores"):  # every protocol that reads a store reads any block of it
         parameters += [inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCK),
@@ -211,19 +212,13 @@ class Bars(Progress):
         print(text, file=sys.stderr)
 
 
-def _legacy(protocol: registry.Protocol, source: Any, given: dict[str, Any]) -> Any:
-    """A protocol not yet converted to ``run(inputs, settings, context)``: its progress hook keyword."""
-    from .app import counted
+@contextmanager
+def shown(unit: str | None, label: str, quiet: bool) -> Iterator[Bars]:
+    """A run's progress on the command line: a bar counting ``unit`` (None: its steps as lines), or nothing with ``--quiet``."""
+    from ..infra.progress import bar
 
-    unit, hook, task = protocol.command.progress
-    quiet = given.pop("quiet")
-    if unit is None:  # each step as a line on stderr
-        def step(what: str) -> None:
-            if not quiet:
-                err_console.print(f"[dim]{what}[/]", highlight=False)
-
-        return run(protocol.name, source, **{hook: step}, **given).report
-    return counted(protocol.name, unit, quiet, source, hook=hook, task=task, **given)
+    with bar(unit or "steps", quiet or unit is None) as drawn:
+        yield Bars(drawn, label, quiet)
 
 
 def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
@@ -233,23 +228,9 @@ def build(protocol: registry.Protocol, target: typer.Typer = app) -> None:
 
     @declared(protocol, target)
     def command(source: Any, given: dict[str, Any]) -> None:
-        if protocol.run is None:
-            if cli.progress is None:
-                from ..protocols.api import keywords
-
-                if "quiet" not in keywords(protocol):
-                    given.pop("quiet", None)
-                report = run(protocol.name, source, **given).report
-            else:
-                report = _legacy(protocol, source, given)
-            show(registry.resolve(cli.table)(report, given))
-            return
-        from ..infra.progress import bar
-
-        quiet = given.pop("quiet", False)
         unit, label = cli.progress or ("images", protocol.name)
-        with bar(unit or "steps", quiet or unit is None) as shown:
-            result = run(protocol.name, source, progress=Bars(shown, label, quiet), **given).report
+        with shown(unit, label, given.pop("quiet", False)) as progress:
+            result = run(protocol.name, source, progress=progress, **given).report
         show(registry.resolve(cli.table)(result))
 
 

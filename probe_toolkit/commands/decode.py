@@ -21,29 +21,28 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analyses.decoder_blocks import check_backend, default_workers
 from ..analyses.decoder_settings import Settings
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
-from ..infra.placement import Placement, sharded
-from ..infra.runner import placed
+from ..infra.settings import SettingError
 from ..labels import saliency
 from ..labels.masks import decoder_dataset
-from ..labels.panels import LabelRead, check_readable, read_labels
+from ..labels.panels import LabelRead, read_labels
 from ..labels.scoring import Scores, evaluate
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.discovery import DecodeSettings
 from ..results import records
 from ..store import cache
 from ..store.completion import computed_on
 from .decode_keys import BlockResults, colour_task, decode_keys, decode_with_colour, open_keys
-from .decode_scores import check_masks_out, file_sha256, masks_meta_path, refine_bilateral, save_saliency, save_scores
+from .decode_scores import check_masks_out, file_sha256, masks_meta_path, refine_bilateral, saliency_record, scores_record
 from .decode_shards import decode_shard
-from .decode_views import check_view, panel_kind, view_check
+from .decode_views import check_view, view_check
 
 SETTINGS_FILE = "decoder-settings.json"
 
@@ -81,7 +80,9 @@ def resolve_settings(
 
 
 @dataclass
-class DecodeReport:
+class DecodeReport(Outcome):
+    """What ``probe decode`` decoded, with which resolved settings, and the panel's scores when one was given."""
+
     store: Path
     settings: Settings
     settings_source: str
@@ -94,6 +95,13 @@ class DecodeReport:
     scores: Scores | None = None
     ledger_entry: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    source: Any = field(default=None, repr=False)  # the keys read (``decode_keys.open_keys``), for the masks JSON and the scores
+    encoded: Any = field(default=None, repr=False)  # every mask as a COCO result (``decode_keys.BlockResults``)
+    unit: str = ""  # the id the decoder record, the masks JSON and the scores share
+
+    @property
+    def pending(self) -> bool:
+        return self.masks_file is None  # a shard done before the others
 
     def summary(self) -> dict[str, Any]:
         out = {
@@ -114,104 +122,99 @@ class DecodeReport:
         return out
 
 
-def run_decode(
-    store: str | Path,
-    settings: Settings,
-    *,
-    settings_source: str = "",
-    size: int | str = 480,
-    out: str | Path | None = None,
-    panel: str | None = None,
-    unseal: str | None = None,
-    cache_dir: str | Path | None = None,
-    on_start: Callable[[int], Callable[[], None]] | None = None,
-    refine: str | None = None,
-    placement: Placement = Placement(workers=1),
-    keys: str = "plain",
-) -> DecodeReport:
+def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
     ``refine="bilateral"`` scores a saliency panel on TokenCut's bilateral-solver output of each
-    first mask (``analyses/bilateral.py``), computed on the panel's photographs. ``placement.workers``:
-    local processes (None: every core); ``placement.dask_address``: a dask.distributed cluster; ``placement.shard``:
-    ``i/n``, this process's share (``commands.decode_shards``).
+    first mask (``analyses/bilateral.py``), computed on the panel's photographs. The images run
+    where the context places them (local processes, a dask.distributed cluster, or this process's
+    shard of them: ``commands.decode_shards``).
     """
-    threads, workers, dask_address, backend, device, shard = (placement.threads, placement.workers, placement.dask_address, placement.backend,
-                                                               placement.device, placement.shard)
-    if refine not in (None, "bilateral"):
-        raise ProbeError(None, f"--refine {refine!r} is not bilateral", "use --refine bilateral or leave it out")
+    store, panel, out, refine = inputs.store, inputs.panel, inputs.out, settings.refine
+    chosen, source = resolve_settings(preset=settings.preset, overrides=settings.overrides(), settings_file=settings.settings_file,
+                                      cache_dir=context.cache_dir)
     if refine and panel is None:
-        raise ProbeError(None, "--refine bilateral refines masks for saliency scores, so it needs --panel", "pass --panel with a saliency panel")
-    if panel is not None:  # an unknown or sealed panel is refused before any work, not after the masks are saved
-        check_readable(panel, unseal, cache_dir)
+        raise SettingError("refine", "refine bilateral refines masks for saliency scores, so it needs panel", "pass a saliency panel",
+                           others=("panel",))
     if out is not None:  # the user's file, or the store's own, is never written over
         check_masks_out(out, store)
-    check_backend(backend, device)
-    workers = default_workers(workers, device, dask_address)
+    report = decode_store(store, chosen, source, settings.view, settings.keys, context)
+    if report.masks_file is None:  # a shard done before the others
+        return context.finish(report)
+    return context.finish(report, *score_masks(report, panel, out, refine, context))
+
+
+def decode_store(store: Path, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> DecodeReport:
+    """The masks of every image of the store (label-free), as the report's ``decoded`` and ``encoded``."""
+    placement = context.placement
+    backend, device = placement.backend, placement.device
+    size = int(view) if view == "480" else view
     check_view(size)
     src = open_keys(store, size, keys)
-    tick = on_start(len(src.image_ids)) if on_start else None
+    tick = context.task("decode", len(src.image_ids))
     t0 = time.perf_counter()
     encoded = BlockResults(src, settings)
     from contextlib import nullcontext
 
     from .decode_colour import photographs
 
-    with placed(workers, dask_address) as where, (photographs(src) if settings.color_lambda else nullcontext()) as photos:
-        if not sharded(shard):
+    with context.placed() as where, (photographs(src) if settings.color_lambda else nullcontext()) as photos:
+        if not placement.sharded:
             if settings.color_lambda:
                 decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
                 encoded.add(decoded)
             else:
-                decoded = src.with_grids(decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device,
+                decoded = src.with_grids(decode_keys(src.keys, settings, tick, placement.threads, where=where, backend=backend, device=device,
                                                      grids=src.grid_arrays(), each=encoded))
         else:
             task = colour_task(src, settings, photos) if settings.color_lambda else None
-            decoded, missing = decode_shard(src, settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
+            decoded, missing = decode_shard(src, settings, placement, where=where, backend=backend, device=device, threads=placement.threads,
+                                            on_image=tick, task=task)
             if decoded is None:
                 return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
                                     degenerate=0, dense_solves=0, seconds=time.perf_counter() - t0, masks_file=None, extra={"waiting_for_shards": missing})
             encoded.add(decoded)
     seconds = time.perf_counter() - t0
     unit = uuid.uuid4().hex
-    records.save(
-        src.store,
-        "decoder",
-        decoder_dataset(decoded, src.image_ids),
-        {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view, "keys": src.keys_kind,
-         "seconds": seconds, "provenance": provenance.stamp(), "unit": unit, "computed_on": computed_on(src.store, src.image_ids),
-         "backend": backend},
-    )
-    masks_file = Path(out) if out else records.results_path(src.store, "decoder-masks.json")
+    context.save(src.store, "decoder", decoder_dataset(decoded, src.image_ids),
+                 {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view,
+                  "keys": src.keys_kind, "seconds": seconds, "provenance": provenance.stamp(), "unit": unit,
+                  "computed_on": computed_on(src.store, src.image_ids), "backend": backend})
     report = DecodeReport(
         store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
         n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
-        dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=masks_file,
-        extra={**view_check(settings.preset, src.view, src.manifest, panel_kind(panel, cache_dir)), "keys": src.keys_kind},
+        dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=records.results_path(src.store, "decoder-masks.json"),
+        extra={"settings_source": settings_source, "keys": src.keys_kind}, source=src, encoded=encoded, unit=unit,
     )
-    coco_ids = None
+    return report
+
+
+def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refine: str | None, context: RunContext) -> list[Saving]:
+    """The masks JSON written (every mask exists and is saved before any label is read), then the
+    panel's labels read and the masks scored (COCO or saliency): the records to write."""
+    src, encoded, settings = report.source, report.encoded, report.settings
+    report.masks_file = Path(out) if out else report.masks_file
+    report.extra.update(view_check(settings.preset, src.view, src.manifest, context.panel("panel").kind if panel else None))
     labels: LabelRead | None = None
-    if panel is not None:  # the masks exist and are saved before any label is read
-        labels = read_labels(panel, purpose="score", checkpoint=src.checkpoint, images=src.image_ids, unseal=unseal, cache=cache_dir)
-        coco_ids = labels.image_map
-    results = encoded.entries(coco_ids)
-    write_json(masks_file, results)
-    write_json(masks_meta_path(masks_file), {"store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(),
-                                        "panel": panel, "image_id": "panel COCO id" if panel else "store position", "view": src.view,
-                                        "keys": src.keys_kind, "unit": unit, "masks_sha256": file_sha256(masks_file),
-                                        "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
-    if refine and labels is not None and labels.panel.kind != "saliency":
+    if panel is not None:
+        labels = context.read("panel", read_labels, purpose="score", checkpoint=src.checkpoint, images=src.image_ids)
+    results = encoded.entries(labels.image_map if labels is not None else None)
+    write_json(report.masks_file, results)
+    write_json(masks_meta_path(report.masks_file), {
+        "store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(), "panel": panel,
+        "image_id": "panel COCO id" if panel else "store position", "view": src.view, "keys": src.keys_kind, "unit": report.unit,
+        "masks_sha256": file_sha256(report.masks_file), "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
+    if labels is None:
+        return []
+    if refine and labels.panel.kind != "saliency":
         raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
-    if labels is not None and labels.panel.kind == "saliency":
+    report.ledger_entry = labels.entry_id
+    if labels.panel.kind == "saliency":
         soft = refine_bilateral(labels, results) if refine else None
         report.scores = saliency.score_results(labels.coco, results, soft)
-        report.ledger_entry = labels.entry_id
-        save_saliency(src.store, report.scores, labels, settings, src.manifest, refine or "", view=src.view)
-    elif labels is not None:
-        report.scores = evaluate(labels.coco, results)
-        report.ledger_entry = labels.entry_id
-        save_scores(src.store, report.scores, labels, settings, src.manifest, masks_file, unit=unit)
-    return report
+        return [saliency_record(src.store, report.scores, labels, settings, src.manifest, refine or "", view=src.view)]
+    report.scores = evaluate(labels.coco, results)
+    return [scores_record(src.store, report.scores, labels, settings, src.manifest, report.masks_file, unit=report.unit)]
 
 
 # ----------------------------------------------------------------------------------------------

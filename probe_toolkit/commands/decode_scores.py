@@ -18,7 +18,8 @@ from ..infra.errors import IntegrityError, ProbeError
 from ..labels import saliency
 from ..labels.panels import LabelRead, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
-from ..results import records
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.discovery import ScoreSettings
 from ..store import cache
 from ..store.completion import computed_on
 from .decode_views import view_check
@@ -113,8 +114,9 @@ def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
     )
 
 
-def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None,
-                unit: str | None = None) -> Path:
+def scores_record(store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None,
+                  unit: str | None = None) -> Saving:
+    """``results/scores_<panel>``: COCO AP, CorLoc and mean best IoU of one masks file on one panel."""
     attrs = {
         "unit": unit or "",
         "computed_on": computed_on(store, sorted(labels.image_map), scope="panel"),
@@ -129,7 +131,7 @@ def save_scores(store: Path, scores: Scores, labels: LabelRead, settings: Settin
         "provenance": provenance.stamp(),
         **_benchmark_attrs(labels),
     }
-    return records.save(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
+    return Saving(store, f"scores_{labels.panel.name}", scores_dataset(scores, labels), attrs)
 
 
 def _benchmark_attrs(labels: LabelRead) -> dict[str, Any]:
@@ -161,8 +163,8 @@ def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[i
     return out
 
 
-def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "",
-                  view: str | None = None) -> Path:
+def saliency_record(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "",
+                    view: str | None = None) -> Saving:
     """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU;
     ``view``: the view the masks were cut on, where known (TokenCut's table is native_resized's)."""
     ds = lazy_dask.xarray().Dataset(
@@ -174,20 +176,26 @@ def save_saliency(store: Path, scores: saliency.SaliencyScores, labels: LabelRea
     attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
              "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
              "provenance": provenance.stamp(), **_benchmark_attrs(labels), **({"view": view} if view else {})}
-    return records.save(store, f"saliency_{labels.panel.name}", ds, attrs)
+    return Saving(store, f"saliency_{labels.panel.name}", ds, attrs)
 
 
 @dataclass
-class ScoreReport:
-    scores: Scores
+class ScoreReport(Outcome):
+    """A masks file's scores on one panel (COCO's, or a saliency panel's)."""
+
+    scores: Scores | saliency.SaliencyScores
     ledger_entry: str
-    saved: Path | None
     warnings: list[str] = field(default_factory=list)  # the masks' view is not the one the preset was published on for this panel
 
 
-def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, cache_dir: str | Path | None = None) -> ScoreReport:
-    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``."""
-    masks_file = Path(masks_file)
+    def summary(self) -> dict[str, Any]:
+        return {"scores": self.scores.table(), "counts": self.scores.counts, "ledger_entry": self.ledger_entry}
+
+
+def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreReport:
+    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``. The scores
+    are saved into the store the masks came from, when it is there."""
+    masks_file = inputs.masks_file
     try:
         results = json.loads(masks_file.read_text())
         if not isinstance(results, list):
@@ -198,23 +206,20 @@ def run_score(masks_file: str | Path, panel: str, *, unseal: str | None = None, 
     if any("file_name" not in r for r in results):
         raise ProbeError(masks_file, "has results without file_name, so they cannot be matched to a panel", "score masks written by `probe decode`")
     names = sorted({r["file_name"] for r in results})
-    labels = read_labels(panel, purpose="score", checkpoint=meta.get("checkpoint"), images=names, unseal=unseal, cache=cache_dir)
+    labels = context.read("panel", read_labels, purpose="score", checkpoint=meta.get("checkpoint"), images=names)
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
     store = Path(meta["store"]) if meta.get("store") else None
-    saved = None
+    in_store = store is not None and (store / "zarr.json").is_file()
     if labels.panel.kind == "saliency":
         scores = saliency.score_results(labels.coco, mapped)
-        settings = Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__})
-        in_store = store is not None and (store / "zarr.json").is_file()
+        decoder = Settings(**{k: v for k, v in (meta.get("settings") or {}).items() if k in Settings.__dataclass_fields__})
         manifest = cache.manifest(store) if in_store else {}
-        if in_store:
-            saved = save_saliency(store, scores, labels, settings, manifest, view=meta.get("view"))
-        warnings = view_check(settings.preset, meta["view"], manifest, "saliency")["warnings"] if meta.get("view") else []
-        return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved, warnings=warnings)
+        warnings = view_check(decoder.preset, meta["view"], manifest, "saliency")["warnings"] if meta.get("view") else []
+        saving = [saliency_record(store, scores, labels, decoder, manifest, view=meta.get("view"))] if in_store else []
+        return context.finish(ScoreReport(scores, labels.entry_id, warnings), *saving)
     scores = evaluate(labels.coco, mapped)
-    if store is not None and (store / "zarr.json").is_file():
-        saved = save_scores(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))
-    return ScoreReport(scores=scores, ledger_entry=labels.entry_id, saved=saved)
+    saving = [scores_record(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))] if in_store else []
+    return context.finish(ScoreReport(scores, labels.entry_id), *saving)
 
 
 # ----------------------------------------------------------------------------------------------

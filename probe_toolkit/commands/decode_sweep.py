@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -18,17 +17,18 @@ from typing import Any
 import numpy as np
 
 from ..analyses.decoder import Decoded
-from ..analyses.decoder_blocks import as_decoded, check_backend, default_workers, group_arrays, sweep_block
+from ..analyses.decoder_blocks import as_decoded, group_arrays, sweep_block
 from ..analyses.decoder_settings import SINGLE, Settings
 from ..infra import lazy_dask, provenance
 from ..infra.errors import ProbeError
 from ..infra.owned import write_summary
-from ..infra.placement import Placement, sharded
-from ..infra.runner import map_images, placed
+from ..infra.runner import map_images
+from ..infra.settings import SettingError
 from ..labels.masks import coco_results
-from ..labels.panels import check_readable, read_labels
-from ..labels.scoring import METRICS, evaluate
-from ..results import records
+from ..labels.panels import read_labels
+from ..labels.scoring import evaluate
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.discovery import SweepSettings
 from ..store.completion import computed_on
 from .decode import settings_path
 from .decode_keys import _ticks, open_keys
@@ -83,7 +83,9 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
 
 
 @dataclass
-class SweepReport:
+class SweepReport(Outcome):
+    """Every setting of the grid scored on the val panel, the best by the metric, and where it was written."""
+
     table: list[dict[str, Any]]  # one row per setting: settings + scores
     best: Settings | None
     best_row: dict[str, Any]
@@ -93,61 +95,45 @@ class SweepReport:
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
 
-def run_sweep(
-    store: str | Path,
-    panel: str,
-    *,
-    grid: str | Path | None = None,
-    metric: str = "segm_AP",
-    settings_out: str | Path | None = None,
-    unseal: str | None = None,
-    cache_dir: str | Path | None = None,
-    on_start: Callable[[int], Callable[[], None]] | None = None,
-    size: int | str = 480,
-    placement: Placement = Placement(workers=1),
-    keys: str = "plain",
-) -> SweepReport:
-    """Decode every setting of the grid (label-free), read the panel once, score every setting.
-    ``placement.shard`` i/n (or torchrun): this process decodes its share of the images under every
-    setting; the shard that finds every share saved scores (the others return ``waiting``)."""
-    threads, workers, dask_address, backend, device, shard = (placement.threads, placement.workers, placement.dask_address, placement.backend,
-                                                               placement.device, placement.shard)
+    def summary(self) -> dict[str, Any]:
+        return {"metric": self.metric, "ledger_entry": self.ledger_entry, "table": self.table}
+
+
+def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepReport:
+    """Decode every setting of the grid (label-free), read the panel once, score every setting. A
+    shard decodes its share of the images under every setting; the shard that finds every share
+    saved scores (the others return ``waiting``)."""
+    store, grid, metric, settings_out = inputs.store, settings.grid, settings.metric, settings.settings_out
+    panel = context.panel("panel")
+    placement = context.placement
+    backend, device = placement.backend, placement.device
+    size = int(settings.view) if settings.view == "480" else settings.view
     settings_list = load_grid(grid)
-    known = [f"segm_{m}" for m in METRICS] + [f"bbox_{m}" for m in METRICS] + ["corloc", "mean_best_iou"]
-    if metric not in known:
-        raise ProbeError(None, f"--metric {metric!r} is not one of {', '.join(known)}", "use --metric segm_AP")
-    check_backend(backend, device)
-    workers = default_workers(workers, device, dask_address)
-    check_readable(panel, unseal, cache_dir)
     from ..infra.owned import check_output_file
 
     check_output_file(settings_out, "--settings-out", [store])  # before any work: never over the store read, nor a user's file
-    from ..labels.panels import get_panel
-
-    if get_panel(panel, cache_dir).kind == "saliency":
-        raise ProbeError(panel, "is a saliency panel; the sweep chooses settings by COCO AP or CorLoc", "sweep on a COCO or VOC panel, then `probe decode --panel` here")
     check_view(size)
-    src = open_keys(store, size, keys)
+    src = open_keys(store, size, settings.keys)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
     groups: dict[tuple, int] = {}
     for s in settings_list:
         key = (s.preset, s.center, s.tau, s.eps)
         groups[key] = max(groups.get(key, 0), s.masks)
     group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
-    tick = on_start(len(src.image_ids)) if on_start else None
-    with placed(workers, dask_address) as where:
-        if not sharded(shard):
+    tick = context.task("sweep", len(src.image_ids))
+    with context.placed() as where:
+        if not placement.sharded:
             fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
-            arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
+            arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=placement.threads, progress=_ticks(tick))
             per_group = [src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, s in enumerate(group_settings)]
         else:
-            per_group, missing = sweep_shard(src, group_settings, shard, where=where, backend=backend, device=device, threads=threads, on_image=tick)
+            per_group, missing = sweep_shard(src, group_settings, placement, where=where, backend=backend, device=device, threads=placement.threads,
+                                             on_image=tick)
             if per_group is None:
-                return SweepReport(table=[], best=None, best_row={}, metric=metric, ledger_entry="", settings_file=None, waiting=missing)
+                return context.finish(SweepReport(table=[], best=None, best_row={}, metric=metric, ledger_entry="", settings_file=None, waiting=missing))
     decoded = dict(zip(groups, per_group))
     # every mask exists before the labels are read, once, for the whole grid
-    labels = read_labels(panel, purpose=f"sweep of {len(settings_list)} decoder settings", checkpoint=src.checkpoint,
-                         images=src.image_ids, unseal=unseal, cache=cache_dir)
+    labels = context.read("panel", read_labels, purpose=f"sweep of {len(settings_list)} decoder settings", checkpoint=src.checkpoint, images=src.image_ids)
     full_results = {key: coco_results(d, src.image_ids, src.heights, src.widths, labels.image_map) for key, d in decoded.items()}
     table = []
     for s in settings_list:
@@ -159,11 +145,11 @@ def run_sweep(
                       **scores.table(), "degenerate": int(d.degenerate.sum()), "mean_masks": float(d.n_masks.mean())})
     values = np.array([row[metric] for row in table], dtype=np.float64)
     if not np.isfinite(values).any():  # e.g. segm AP on a box-only VOC panel: no setting can be chosen by it
-        raise ProbeError(f"--metric {metric}", f"is undefined on panel {panel} for every setting (a box-only panel has no mask scores)",
-                         "use --metric corloc or a bbox metric")
+        raise SettingError("metric", f"metric {metric} is undefined on panel {panel.name} for every setting (a box-only panel has no mask scores)",
+                           "use metric corloc or a bbox metric")
     best_index = int(np.nanargmax(values))  # first of equals: grid order
     best = settings_list[best_index]
-    settings_file = Path(settings_out) if settings_out else settings_path(cache_dir)
+    settings_file = Path(settings_out) if settings_out else settings_path(context.cache_dir)
     write_summary(settings_file, {
         "settings": best.as_dict(),
         "chosen_by": {"panel": labels.panel.name, "role": labels.panel.role, "ledger_entry": labels.entry_id, "metric": metric,
@@ -175,7 +161,7 @@ def run_sweep(
         {c: ("setting", np.asarray([row[c] for row in table], dtype=object if c in ("preset", "rule") else None)) for c in columns},
         coords={"setting": np.arange(len(table))},
     )
-    records.save(src.store, f"sweep_{labels.panel.name}", sweep,
-                       {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest, "keys": src.keys_kind,
-                        "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)})
-    return SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id, settings_file=settings_file)
+    attrs = {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest, "keys": src.keys_kind,
+             "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)}
+    return context.finish(SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id,
+                                      settings_file=settings_file), Saving(src.store, f"sweep_{labels.panel.name}", sweep, attrs))

@@ -19,7 +19,6 @@ images scored. The science is ``analyses.depth`` and ``analyses.depth_augment``.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,12 +148,11 @@ def _check_sizes(panel: Panel, names: list[str], crop: tuple[int, int]) -> None:
 def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     """Train the head on the train panel's crops, score the val panel; save ``results/linear-depth``."""
     from ..store.checkpoints import load_checkpoint
-    from ..store.extract_forward import resolve_device
 
     train_panel, val_panel = context.panel("train"), context.panel("val")  # kinds, roles and seals checked before the run
     checkpoint = Path(inputs.checkpoint)
     train_names = panel_ids(train_panel)
-    device = resolve_device(context.placement.device)
+    device = context.device()
     ck = load_checkpoint(checkpoint, inputs.network)
     target = Path(inputs.store) if inputs.store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, inputs.network)
     if not (target / "zarr.json").is_file():
@@ -213,7 +211,7 @@ def _train(context: RunContext, settings, resolved: dict, preset: pub.Preset, he
     rates, betas = np.zeros(settings.iterations, np.float64), np.zeros(settings.iterations, np.float64)
     advance = context.task("training", settings.iterations)
     device = next(head.parameters()).device
-    with ThreadPoolExecutor(max_workers=context.placement.workers or 2) as pool:
+    with context.loaders() as pool:
         pending = stream.batch(pool, 0, per_step)
         for step in range(settings.iterations):
             crops = [f.result() for f in pending]

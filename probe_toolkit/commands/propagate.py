@@ -156,13 +156,6 @@ def write_tables(out: Path, subset: str, scores: list[davis.SequenceScores], ove
     return g, s
 
 
-def _device(name: str) -> torch.device:
-    """``auto`` resolved: a GPU when one is visible (a named device was checked before the run, ``Placement.check_device``)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 @dataclass(frozen=True)
 class Job:
     """What every sequence task shares (small, pickled with each task): the checkpoint (loaded
@@ -289,7 +282,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     written (``gather_parts``) scores them all."""
     checkpoint, davis_dir, out, network, sequences, store = inputs.checkpoint, inputs.davis, inputs.out, inputs.network, inputs.sequences, inputs.store
     cache_dir = context.cache_dir
-    target_device = _device(context.placement.device)
+    target_device = context.device()
     placement = dataclasses.replace(context.placement, device=target_device.type)  # auto resolved: a GPU's run is one process
     davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():

@@ -20,7 +20,7 @@ windows. The science is ``analyses.segment`` and ``analyses.segment_augment``. R
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,11 +34,11 @@ from ..analyses import segment as seg
 from ..analyses import segment_augment as aug
 from ..infra import provenance
 from ..infra.errors import ProbeError
-from ..infra.owned import write_summary
-from ..infra.placement import Placement
+from ..infra.spelling import fix_command
 from ..labels import ade_segmentation, voc_segmentation
-from ..labels.panels import Panel, check_readable, train_and_val
-from ..results import records
+from ..labels.panels import Panel
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.segment import SegmentSettings
 from ..store import cache
 from ..store.images import header_size, load_image
 from .panel_stores import panel_ids
@@ -50,7 +50,9 @@ LAYOUTS = {ade_segmentation.KIND: (ade_segmentation, ade_segmentation.CLASSES, T
 
 
 @dataclass
-class SegmentReport:
+class SegmentReport(Outcome):
+    """The trained head's mIoU with the schedule and the settings that produced it."""
+
     store: Path
     name: str
     kind: str
@@ -62,7 +64,6 @@ class SegmentReport:
     losses: np.ndarray
     counts: dict[str, int]
     ledger: dict[str, str]
-    saved: Path | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
 
@@ -82,14 +83,6 @@ def _check_kinds(train: Panel, val: Panel) -> None:
     if train.kind != val.kind:
         raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
                          "score on a val panel of the train panel's data set")
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ProbeError("--device", "cuda was asked for but no GPU is visible", "use --device cpu (or auto)")
-    return torch.device(name)
 
 
 def feature_fn(model, patch: int, chunk: int, device: torch.device) -> seg.Features:
@@ -147,25 +140,23 @@ def _shown(arrays: list[np.ndarray], fill: int, tail: tuple[int, ...] = ()) -> n
     return out
 
 
-def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store: str | Path | None = None, network: str = "teacher",
-                unseal: str | None = None, cache_dir: str | Path | None = None, json_path: str | Path | None = None,
-                progress: Callable[[int], None] | None = None, placement: Placement = Placement(), command: str = "probe segment") -> SegmentReport:
+def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> SegmentReport:
     """Train the head on the train panel's crops, score the val panel; save ``results/linear-segmentation``."""
     from ..store.checkpoints import load_checkpoint
 
-    train_panel, val_panel = train_and_val(train, val, cache_dir, use="train the head")
+    checkpoint, store, network = inputs.checkpoint, inputs.store, inputs.network
+    train_panel, val_panel = context.panel("train"), context.panel("val")  # roles, kinds and seals checked before the run
     _check_kinds(train_panel, val_panel)
     layout, classes, reduce_zero = LAYOUTS[train_panel.kind]
-    check_readable(val_panel, unseal, cache_dir)  # a sealed val panel without --unseal: before the train labels are read
     for panel in (train_panel, val_panel):
         if not panel_ids(panel):
             raise ProbeError(panel.images, f"holds no image of panel {panel.name!r}", "restore the data set's images")
-    device = _device(placement.device)
+    device = context.device()
     ck = load_checkpoint(checkpoint, network)
-    target = Path(store) if store is not None else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)
+    target = Path(store) if store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, network)
     if not (target / "zarr.json").is_file():
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
-                         f"run `probe extract {checkpoint} --panel {val_panel.name} --views 224` first, or pass --store STORE")
+                         f"run `{fix_command('extract', checkpoint, panel=val_panel.name, views='224')}` first, or pass --store STORE")
     patch = int(ck.arch.patch)
     if settings.crop < patch or settings.size < patch:
         raise _small_window(settings, patch)
@@ -173,7 +164,7 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     preset = seg.PRESETS[settings.preset]
     n_classes = len(classes)
 
-    train_read = layout.read_label_maps(train_panel, purpose=f"{RESULT}: train", checkpoint=ck.sha256, cache=cache_dir)
+    train_read = context.read("train", layout.read_label_maps, purpose=f"{RESULT}: train", checkpoint=ck.sha256)
     for name, shape in zip(train_read.ids, train_read.shapes):  # from the files' headers, before the network is built
         width, height = header_size(Path(train_panel.images) / name)
         if shape != (height, width):
@@ -193,7 +184,8 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
     stream = Stream(Path(train_panel.images), list(train_read.ids), train_read.maps, augment, reduce_zero, settings.seed)
     losses = np.zeros(settings.iterations, np.float32)
     rates = np.zeros(settings.iterations, np.float64)
-    with ThreadPoolExecutor(max_workers=placement.workers or 2) as pool:
+    progress = context.task("segment", settings.iterations + len(panel_ids(val_panel)))
+    with context.loaders() as pool:
         pending = stream.batch(pool, 0, settings.batch_size)
         for step in range(settings.iterations):
             crops = [f.result() for f in pending]
@@ -203,10 +195,9 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
             target_maps = torch.stack([c.label for c in crops]).to(device)
             rates[step] = seg.learning_rate(step, lr=settings.lr, iterations=settings.iterations, warmup=resolved["warmup"], decay=preset.decay)
             losses[step] = seg.train_step(head, optimizer, features(images), target_maps, rates[step], dropout_draws)
-            if progress is not None:
-                progress(1)
+            progress(1)
 
-    val_read = layout.read_label_maps(val_panel, purpose=f"{RESULT}: score", checkpoint=ck.sha256, unseal=unseal, cache=cache_dir)
+    val_read = context.read("val", layout.read_label_maps, purpose=f"{RESULT}: score", checkpoint=ck.sha256)
     areas = np.zeros((4, n_classes), np.int64)
     shown_images, shown_truth, shown_pred = [], [], []
     for n, (name, label) in enumerate(zip(val_read.ids, val_read.maps)):
@@ -222,8 +213,7 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
             shown_images.append(image)
             shown_truth.append(truth)
             shown_pred.append(predicted)
-        if progress is not None:
-            progress(1)
+        progress(1)
     result = seg.scores(areas)
     full = settings.iterations == seg.ITERATIONS and settings.batch_size == seg.BATCH
     changed = settings.unpublished()
@@ -252,14 +242,11 @@ def run_segment(checkpoint: str | Path, train: str, val: str, settings, *, store
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
         "feature": "last-layer patch tokens through the final norm" if ck.arch.final_norm else "last-layer patch tokens (the network has no final norm)",
         "sizes": [list(t.shape) for t in shown_truth],
-        "provenance": {"command": command, **provenance.stamp()},
+        "provenance": {"command": context.command, **provenance.stamp()},
     }
-    saved = records.save(target, RESULT, ds, attrs)
     report = SegmentReport(target, f"{Path(checkpoint).name} ({network})", train_panel.kind, settings.preset, result, classes, settings.iterations,
-                           bool(full), losses, counts, ledger, saved, resolved, {k: resolved[k] for k in changed})
-    if json_path is not None:
-        write_summary(json_path, report.summary(), indent=1)
-    return report
+                           bool(full), losses, counts, ledger, resolved, {k: resolved[k] for k in changed})
+    return context.finish(report, Saving(target, RESULT, ds, attrs))
 
 
 def _small_window(settings, patch: int):

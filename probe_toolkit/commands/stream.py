@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -28,15 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from ..analyses.decoder import Decoded, collate
-from ..analyses.decoder_blocks import ARRAYS, as_decoded, check_backend, decode_block, default_workers
+from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
 from ..analyses.decoder_settings import Settings
 from ..infra import provenance
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
-from ..infra.placement import Placement, parse_shard
-from ..infra.runner import check_placement, map_blocks, placed, process_pool
+from ..infra.runner import map_blocks, process_pool
 from ..labels.masks import coco_results, decoder_dataset
+from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.discovery import DecodeSettings
 from ..results import records
 from ..store import cache, extract_forward, extract_load, extract_plan, images
 from ..store.backbone import Backbone
@@ -45,10 +45,13 @@ from ..store.create import create_store
 from ..store.views import keys_array
 
 DTYPE = "float64"  # every decoder array round-trips exactly (bools, ints and float64 values)
+KEYS_DTYPE = "float16"  # the keys as the forward pass rounds them, as a store's would be (they are never written)
 
 
 @dataclass
-class StreamReport:
+class StreamReport(Outcome):
+    """How far a stream came: the masks store, its images done, and the masks file once every one is."""
+
     store: Path  # the masks store
     n_images: int
     written: int
@@ -56,6 +59,11 @@ class StreamReport:
     seconds: float
     masks_file: Path | None  # written once every image is done
     decoded: Decoded | None
+    chosen: Settings | None = None  # the decoder's settings, resolved
+
+    def summary(self) -> dict:
+        return {"store": str(self.store), "images": self.n_images, "done": self.done, "written": self.written,
+                "masks_file": str(self.masks_file) if self.masks_file else None, "settings": self.chosen.as_dict() if self.chosen else None}
 
 
 VIEW = "decoded"  # the masks store's one "view": its arrays are ``<name>_decoded``, with their own flags
@@ -73,53 +81,48 @@ def masks_store_path(root: Path, stem: str, sha256: str, network: str, size: int
     return cache.store_path(root, stem, sha256, f"{network}-masks-{size}")
 
 
-def run_stream(
-    checkpoint_path: str | Path,
-    image_dir: str | Path,
-    settings: Settings,
-    *,
-    size: int | str = 480,
-    network: str = "teacher",
-    convert: bool = False,
-    heads: int | None = None,
-    dtype: str = "float16",
-    interpolation: str = "dino",
-    chunk: int = 16,
-    batch_size: int = 16,
-    store: str | Path | None = None,
-    cache_dir: str | Path | None = None,
-    settings_source: str = "",
-    on_start: Callable[[int], Callable[[int], None]] | None = None,
-    stop_after: int | None = None,
-    placement: Placement = Placement(workers=1),
-    keys: str = "plain",
-) -> StreamReport:
-    """Stream ``image_dir`` through the checkpoint and the decoder; see the module docstring.
+def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> StreamReport:
+    """Stream the image folder through the checkpoint and the decoder; see the module docstring.
 
-    ``stop_after``: process at most this many chunks now (the rest resumes on the next run).
-    ``placement.dask_address``: the forward pass runs here (a GPU's process), each chunk's keys are shipped
-    to the cluster's workers in blocks and decoded there (one BLAS thread each, the same bits).
+    ``inputs.stop_after``: process at most this many chunks now (the rest resumes on the next
+    run). On a dask cluster the forward pass runs here (a GPU's process), each chunk's keys are
+    shipped to the cluster's workers in blocks and decoded there (one BLAS thread each, the same bits).
     """
-    workers, dask_address, backend, device, shard = placement.workers, placement.dask_address, placement.backend, placement.device, placement.shard
-    check_backend(backend, device)
-    workers = default_workers(workers, device, dask_address)
-    check_placement(workers, dask_address)  # before anything is created
+    from .decode import resolve_settings
+
+    chosen, settings_source = resolve_settings(preset=settings.preset, overrides=settings.overrides(), settings_file=settings.settings_file,
+                                               cache_dir=context.cache_dir)
+    report = stream(inputs, chosen, settings_source, settings.view, settings.keys, context)
+    report.chosen = chosen
+    if report.done < report.n_images:  # images still to do (this run's share, or a stop): nothing saved yet
+        return context.finish(report)
+    report.decoded, report.masks_file, saving = finish(report.store, chosen, settings_source)
+    return context.finish(report, saving)
+
+
+def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> StreamReport:
+    """The images not yet done, through the network and the decoder, into the masks store."""
+    checkpoint_path, image_dir, network, chunk, batch_size = inputs.checkpoint, inputs.images, inputs.network, inputs.chunk, inputs.batch_size
+    placement = context.placement
+    backend, device = placement.backend, placement.device
+    size = int(view) if view == "480" else view
+    interpolation = "dino"
     from .decode_views import check_view
 
     view = check_view(size)
-    checkpoint = load_checkpoint(checkpoint_path, network=network, heads=heads, convert=convert)
+    checkpoint = load_checkpoint(checkpoint_path, network=network)
     if checkpoint.arch.family == "dinov3":  # RoPE: no position table, every grid native
         interpolation = "auto"
     try:
         key_name = keys_array(checkpoint.arch.as_dict(), view, keys)
     except ValueError as error:
         raise ProbeError(checkpoint_path, str(error), "use --keys plain") from None
-    extraction = extract_plan.Settings(views=(view,), attention="none", dtype=dtype, chunk=chunk, interpolation=interpolation)
+    extraction = extract_plan.Settings(views=(view,), attention="none", dtype=KEYS_DTYPE, chunk=chunk, interpolation=interpolation)
     refs = images.list_images(image_dir)
-    name = network + ("-converted" if convert else "")
-    path = Path(store) if store else masks_store_path(cache.cache_root(cache_dir), checkpoint.stem, checkpoint.sha256, name, view)
+    store = inputs.store
+    path = Path(store) if store else masks_store_path(cache.cache_root(context.cache_dir), checkpoint.stem, checkpoint.sha256, network, view)
     meta = extract_plan.build_manifest(checkpoint, extraction, refs, str(image_dir))
-    meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=dtype,
+    meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=KEYS_DTYPE,
                 views=[VIEW], keys_view=view, keys_kind=keys, per_view={})
     own = view in images.OWN_SIZE
     if own:  # each image's grid from its header, as extraction reads it; masks padded to the most patches
@@ -135,10 +138,10 @@ def run_stream(
         if writer.manifest.get(key, "plain" if key == "keys_kind" else None) != meta[key]:
             raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
                              "pass the same decoder options, or another --store / --cache")
-    todo = writer.todo(parse_shard(shard))
-    if stop_after is not None:
-        todo = todo[:stop_after]
-    tick = on_start(sum(b - a for a, b, _ in todo)) if on_start else None
+    todo = writer.todo(placement.shard_pair())
+    if inputs.stop_after is not None:
+        todo = todo[:inputs.stop_after]
+    tick = context.task("stream", sum(b - a for a, b, _ in todo))
     forward_device = extract_forward.resolve_device("auto")
     backbone = Backbone.from_checkpoint(checkpoint, interpolation).to(forward_device)
     if settings.color_lambda:  # DSM's colour term: each block reads its images' files, as from a store's image_source
@@ -152,7 +155,7 @@ def run_stream(
     key_plan = {key_name: ((f"patch_{view}", "channel"), (patches, checkpoint.arch.width))}
     t0 = time.perf_counter()
     written = 0
-    with (placed(workers, dask_address) as where, process_pool(where.workers) as pool, reusing_blocks(),
+    with (context.placed() as where, process_pool(where.workers) as pool, reusing_blocks(),
           ThreadPoolExecutor(extract_load.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> extract_load.Loaded:  # the next chunk's images, decoded while this one runs
@@ -180,10 +183,7 @@ def run_stream(
             written += stop - start
     seconds = time.perf_counter() - t0
     done = writer.done()
-    report = StreamReport(store=path, n_images=len(refs), written=written, done=int(done.sum()), seconds=seconds, masks_file=None, decoded=None)
-    if done.all():
-        report.decoded, report.masks_file = finish(path, settings, settings_source)
-    return report
+    return StreamReport(store=path, n_images=len(refs), written=written, done=int(done.sum()), seconds=seconds, masks_file=None, decoded=None)
 
 
 def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np.ndarray, np.ndarray]:
@@ -201,14 +201,13 @@ def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np
             ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64))
 
 
-def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decoded, Path]:
-    """Every image is done: save ``results/decoder`` and the masks JSON beside them."""
+def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decoded, Path, Saving]:
+    """Every image is done: the masks JSON written beside the masks; (the masks, that file, ``results/decoder`` to save)."""
     decoded, ids, heights, widths = load_decoded(path, settings)
     meta = cache.manifest(path)
     view = meta["keys_view"]
-    records.save(path, "decoder", decoder_dataset(decoded, ids),
-                       {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(view) if view.isdigit() else view,
-                        "view": view, "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
     masks_file = records.results_path(path, "decoder-masks.json")
     write_json(masks_file, coco_results(decoded, ids, heights, widths, None))
-    return decoded, masks_file
+    return decoded, masks_file, Saving(path, "decoder", decoder_dataset(decoded, ids),
+                  {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(view) if view.isdigit() else view,
+                   "view": view, "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})

@@ -3,8 +3,8 @@
 Importing torch and timm creates a few hundred thousand objects that live as long as the
 process. CPython (3.11) sweeps its oldest generation whenever ten middle-generation sweeps have
 run and that generation has grown by a quarter, which during those imports is six times, each
-walking everything imported so far: 0.61 s of the 4.55 s CPU of ``import torch, timm`` on a
-2-core Xeon (``benchmarks/startup.py --collections``).
+walking everything imported so far: a measurable share of the imports' CPU
+(``benchmarks/startup.py --collections``).
 
 Asking for a hundred middle-generation sweeps instead of ten leaves none of those full sweeps
 during the imports, and at most one per ~700,000 container allocations later (the quarter rule

@@ -1,14 +1,14 @@
 """Keep xarray from importing dask just to ask whether an array is a dask array.
 
 xarray answers "is this data a dask array?" (when it builds any variable from numpy data) by
-importing ``dask.array`` whenever dask is installed: about half a second of CPU in every
-command that builds a result, though probe's local runs never make a dask array. No object can
+importing ``dask.array`` whenever dask is installed: start-up paid by every command that builds
+a result (``benchmarks/startup.py``), though probe's local runs never make a dask array. No object can
 be a ``dask.array.Array`` before ``dask.array.core`` is imported, so ``defer`` gives xarray a
 stand-in type whose ``isinstance`` check reads dask's class from ``sys.modules`` when it is
 there and answers False otherwise: the same answer, without the import. Once a cluster run
 imports dask.array, the check is dask's own.
 
-Likewise xarray asks ``dask.base.is_dask_collection`` (importing dask, about 0.15 s) of every
+Likewise xarray asks ``dask.base.is_dask_collection`` (importing dask) of every
 index it builds; dask's answer for an object without a ``__dask_graph__`` method (a numpy
 array) is False, so that case is answered here and every other one is still dask's. Where
 xarray's internals differ from what this expects, nothing is changed (start-up is slower,

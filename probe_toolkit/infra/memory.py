@@ -1,19 +1,16 @@
 """Keep a long run's memory flat, and let a forward pass reuse its blocks (glibc's ``mallopt``).
 
 glibc raises its mmap threshold after the first large block is freed (up to 32 MiB); from then
-on, blocks of a chunk's size come from the heap and stay resident after they are freed. Over
-a 20,000-image store this grew ``probe entropy``'s resident memory by ~110 KB per image (6.7 GB
-for a 2.8 GB store). Pinning the threshold at glibc's own starting value, 128 KiB, stops the
-drift (measured: flat at ~0.65 GB). Elsewhere than glibc this does nothing.
+on, blocks of a chunk's size come from the heap and stay resident after they are freed, so a
+long run's resident memory grows with every image. Pinning the threshold at glibc's own
+starting value, 128 KiB, stops the drift (measured: docs/history.md). Elsewhere than glibc this does nothing.
 
 A forward pass is the opposite case: every batch allocates the same few dozen activations, each
 above that threshold, so under the pin each one is a fresh mapping whose pages the kernel faults
-in and zeroes, batch after batch (135,000 faults per 16 images at ViT-S/16, 224 px: about a
-quarter of the forward's CPU time). ``reusing_blocks`` keeps freed blocks in the heap while
+in and zeroes, batch after batch (a large share of the forward's CPU time). ``reusing_blocks`` keeps freed blocks in the heap while
 extraction runs, so from the second batch on the same pages serve again (no faults), and the
 pin (or glibc's steady state) is restored when it ends. Resident memory is then the heap's
-high-water mark, reached within a few chunks and flat after (ViT-S/16, batch 16: 1.09 GB at
-224 px over 192 images; 1.7 GB with 224 and 480 px, against 1.0 GB pinned).
+high-water mark, reached within a few chunks and flat after.
 """
 
 from __future__ import annotations

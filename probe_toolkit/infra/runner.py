@@ -50,15 +50,6 @@ def local_cores() -> int:
         return os.cpu_count() or 1
 
 
-def check_workers(workers: int | None) -> int:
-    """``--workers``: None means every local core; 0 or less is refused."""
-    if workers is None:
-        return local_cores()
-    if workers < 1:
-        raise ProbeError(None, f"--workers {workers} must be at least 1", "drop --workers to use every core, or give e.g. --workers 2")
-    return int(workers)
-
-
 def shard_range(n_images: int, block: int, shard: tuple[int, int]) -> tuple[int, int]:
     """Images [start, stop) of shard i of n: whole blocks, contiguous, disjoint, covering all."""
     i, n = shard
@@ -105,34 +96,22 @@ class Where:
     client: Any = None
 
 
-def check_placement(workers: int | None, dask_address: str | None) -> None:
-    """``--workers`` and ``--dask-address`` exclude each other; a bad ``--workers`` is refused."""
-    if dask_address and workers is not None:
-        raise ProbeError(None, "--workers and --dask-address were both given", "drop --workers: the cluster's workers run the analysis")
-    if not dask_address:
-        check_workers(workers)
-
-
 @contextmanager
-def placed(workers: Placement | int | None = None, dask_address: str | None = None) -> Iterator[Where]:
-    """A run's ``Placement`` (or, from a command not yet converted, ``--workers`` /
-    ``--dask-address``) as a ``Where``: its local workers (a GPU's one process, ``Placement.local_workers``)
+def placed(placement: Placement) -> Iterator[Where]:
+    """A run's placement (checked when the run was built: ``Placement.check``, its errors spelled
+    per caller) as a ``Where``: its local workers (a GPU's one process, ``Placement.local_workers``)
     or its cluster's client, closed after."""
-    from .placement import Placement
-
-    if isinstance(workers, Placement):
-        workers, dask_address = workers.local_workers(), workers.dask_address
-    check_placement(workers, dask_address)
-    if dask_address:
+    if placement.dask_address:
         from .cluster import connect
 
-        client = connect(dask_address)
+        client = connect(placement.dask_address)
         try:
             yield Where(client=client)
         finally:
             client.close()
     else:
-        yield Where(workers=check_workers(workers))
+        workers = placement.local_workers()
+        yield Where(workers=local_cores() if workers is None else workers)
 
 
 def _one_thread(parent: int | None = None) -> None:

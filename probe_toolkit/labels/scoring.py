@@ -30,7 +30,8 @@ import numpy as np
 from pycocotools import mask as mask_utils
 from pycocotools.cocoeval import COCOeval
 
-METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
+from .coco_metrics import METRICS  # noqa: F401  (named once there)
+
 STAT_INDEX = {"AP": 0, "AP50": 1, "AP75": 2, "AR1": 6, "AR10": 7, "AR100": 8}
 
 

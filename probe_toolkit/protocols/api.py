@@ -21,7 +21,6 @@ coverage of each panel. Only then does the protocol read a label (``RunContext.r
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +42,7 @@ SOURCES = ("store", "stores", "checkpoint", "masks_file")
 def keywords(protocol: Protocol) -> list[str]:
     """Every keyword ``run`` takes for this protocol (the source included)."""
     settings = [f.name for f in dataclasses.fields(protocol.settings)]
-    if protocol.run is not None:
-        inputs = [i.name for i in protocol.inputs]
-    else:  # not yet converted: the keywords its execute names
-        inputs = [p.name for p in inspect.signature(protocol.execute).parameters.values()
-                  if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "_"] + (["allow_partial"] if protocol.reads.labels else [])
+    inputs = [i.name for i in protocol.inputs]
     return list(dict.fromkeys([protocol.source, *settings, *PLACEMENT_FIELDS, "placement", "progress", *inputs]))
 
 
@@ -126,7 +121,8 @@ def _typed(protocol: Protocol, given: dict[str, Any]) -> Inputs:
     """The declared inputs, each given or its default, paths as ``Path``; a required one missing is refused."""
     values = {}
     for declared in protocol.inputs:
-        value = given.get(declared.name, declared.default)
+        value = given.get(declared.name)
+        value = declared.default if value is None else value  # None: not given (the command line passes every option)
         if value is None and declared.required:
             raise SettingError(declared.name, f"{protocol.name} needs {declared.name}", f"give {declared.name}: {declared.help}")
         if declared.kind in ("path", "checkpoint", "store", "masks") and isinstance(value, str):
@@ -174,8 +170,8 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     refuse_panel_kinds(protocol, inputs)
     read = [v for key in SOURCES for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)]) if isinstance(v, (str, Path))]
     check_output_file(inputs.get("json_path"), "--json", read)  # before any work: never over an input or a user's file
-    typed = _typed(protocol, inputs) if protocol.run is not None else Inputs(inputs)
-    panels = _panels(protocol, typed) if protocol.run is not None else {}
+    typed = _typed(protocol, inputs)
+    panels = _panels(protocol, typed)
     recorded = {k: _absolute(v) for k, v in typed.as_dict().items() if not callable(v) and k not in ("quiet", "json_path", "allow_partial")}
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
         from .coverage import panel_coverage
@@ -197,15 +193,10 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, pr
     protocol = get(name)
     context = prepare(protocol, source, placement, progress, keywords, block)
     with records.opened(context.stamp), reading_block(context.block):
-        if protocol.run is not None:
-            result = resolve(protocol.run)(context.inputs, context.settings, context)
-            if not context.finished:
-                raise RuntimeError(f"{name}'s run returned without RunContext.finish: its records and summary were not written")
-            return result.run
-        options = context.inputs.as_dict()
-        options.pop("allow_partial", None)
-        report = protocol.execute(context.settings, context.placement, **options)  # not yet converted
-    return Run(name, context.run_id, context.settings, context.placement, report, saved_by(context.run_id, options, report), context.inputs)
+        result = resolve(protocol.run)(context.inputs, context.settings, context)
+    if not context.finished:
+        raise RuntimeError(f"{name}'s run returned without RunContext.finish: its records and summary were not written")
+    return result.run
 
 
 def sweep(name: str, source: Any = None, *, blocks: list[int] | tuple[int, ...], **keywords: Any) -> list[Run]:
@@ -225,27 +216,3 @@ def check_blocks(name: str, source: Any, blocks: list[int] | tuple[int, ...], ke
         raise SettingError("blocks", "blocks is empty", "pass 0-based block indices, e.g. blocks=[3, 7, 11]")
     for block in blocks:
         selection.resolve(protocol, inputs, block)
-
-
-def saved_by(run_id: str, inputs: dict[str, Any], report: Any) -> list[records.Record]:
-    """The records of a protocol not yet converted to ``RunContext.finish``, looked for in every store it read or wrote."""
-    candidates: list[Path] = []
-    for key in ("store", "stores"):
-        value = inputs.get(key)
-        candidates += [Path(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
-    value = getattr(report, "store", None)
-    if isinstance(value, (str, Path)):
-        candidates.append(Path(value))
-    for value in (getattr(report, "results", None) or {}) if isinstance(getattr(report, "results", None), dict) else {}:
-        candidates.append(Path(value))
-    saved = getattr(report, "saved", None)
-    if isinstance(saved, Path) and len(saved.parents) > 2:
-        candidates.append(saved.parents[2] if saved.parent.parent.name == "results" else saved.parents[1])
-    for outcome in getattr(report, "outcomes", None) or []:
-        store = getattr(outcome, "store", None)
-        if isinstance(store, (str, Path)):
-            candidates.append(Path(store))
-    found = []
-    for store in dict.fromkeys(c.absolute() for c in candidates):
-        found += [r for r in records.every_record(store) if r.run_id == run_id]
-    return found

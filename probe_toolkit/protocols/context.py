@@ -119,6 +119,11 @@ class Outcome:
         """Where the run's last record went (None: a shard that waits for the others, or nothing saved)."""
         return self.run.records[-1].path if self.run is not None and self.run.records else None
 
+    @property
+    def pending(self) -> bool:
+        """A shard done before the others: it has no numbers yet, so no ``--json`` is written."""
+        return bool(getattr(self, "waiting", None))
+
     def summary(self) -> dict[str, Any]:  # overridden: the numbers ``--json`` writes
         raise NotImplementedError
 
@@ -183,6 +188,20 @@ class RunContext:
         with placed(self.placement) as where:
             yield where
 
+    def device(self) -> Any:
+        """The placement's device as torch takes it (``auto``: a GPU when one is visible; a named
+        one was checked before the run began, ``Placement.check_device``)."""
+        from ..store.extract_forward import resolve_device
+
+        return resolve_device(self.placement.device)
+
+    def loaders(self, default: int = 2) -> Any:
+        """A thread pool that prepares the next batches while this one trains: the placement's
+        ``workers`` threads (``default`` where none is given), closed by its ``with`` block."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        return ThreadPoolExecutor(max_workers=self.placement.workers or default)
+
     def task(self, label: str | None = None, total: int | None = None) -> Callable[[int], None]:
         return self.progress.task(label, total)
 
@@ -210,7 +229,7 @@ class RunContext:
             self.save(s.store, s.result, s.data, s.attrs)
         result.run = Run(self.protocol.name, self.run_id, self.settings, self.placement, result, list(self.records), self.inputs)
         json_path = self.inputs.get("json_path")
-        if json_path is not None:
+        if json_path is not None and not result.pending:
             from ..infra.owned import write_summary
 
             write_summary(json_path, result.summary(), indent=1)

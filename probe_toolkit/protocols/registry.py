@@ -124,8 +124,10 @@ REQUIRED = object()  # an option's default when the command line must give it
 
 @dataclass(frozen=True)
 class Option:
-    """One command-line option of a protocol's command. ``name`` is the keyword ``run`` receives
-    (a setting, an input of the run, or a placement field); the CLI spells its flag (``cli/app.FLAGS``).
+    """A command-line option of a protocol's command that no field declares: it rewords the help of
+    a setting, an input or a placement field named ``name`` (their default, type and flag still
+    come from their declaration), or declares an option of the command alone (``decode --size``,
+    ``decode-sweep --top``). The CLI spells its flag (``infra/spelling.py``).
 
     ``kind`` says how the typed text becomes the value: ``str``, ``int``, ``float``, ``bool`` (a
     switch), ``path``, ``strs`` (repeatable), ``ints`` / ``floats`` (comma-separated, ``example``
@@ -145,50 +147,25 @@ class Option:
 class Command:
     """A protocol's command, built by the CLI: ``probe <name> SOURCE [options]``, one call of ``run``.
 
-    ``options`` are ``Option``s and, as strings, options every command spells alike (the CLI's
-    ``SHARED``: ``cache``, ``quiet``, ``workers``, …) or groups of them (``SCORED``, ``SHARDED``,
-    ``OVER_STORES``), in the order ``--help`` lists them. ``progress``: (unit, the keyword that
-    advances it, task label) of the bar; a unit of None prints each step instead. ``table``:
-    ``"module:function"`` taking (report, the keywords given to ``run``) and returning what the
-    terminal shows (``results/tables.py``)."""
+    ``options`` name, in the order ``--help`` lists them, the protocol's settings, inputs and
+    placement fields (each option derived from its declaration), options every command spells
+    alike (the CLI's ``SHARED``: ``cache``, ``quiet``) or groups of them (``SCORED``, ``SHARDED``,
+    ``OVER_STORES``, ``PLACEMENT``), and ``Option``s. ``progress``: (unit, task label) of the bar;
+    a unit of None prints each step as a line instead. ``table``: ``"module:function"`` taking the
+    protocol's result and returning what the terminal shows (``results/tables.py``)."""
 
     help: str
-    source: str = ""  # help of the first input, for a protocol not yet converted (a converted one's is its ``Input``'s)
     options: tuple[Option | str, ...] = ()
     table: str | Callable[..., Any] = ""
-    progress: tuple[str | None, ...] | None = None  # (unit, task label); a protocol not yet converted: (unit, hook keyword, task label)
+    progress: tuple[str | None, str] | None = None
     name: str | None = None  # the command's name where it is not the protocol's (``probe segment`` runs linear-segmentation)
     explicit: bool = False  # the CLI writes the command's body (several sources or presets: decode, score, decode-sweep); its options still come from here
-
-
-UNSEAL_VAL = Option("unseal", "Reason to open a sealed test panel as --val (recorded in the ledger).")  # of a train/val protocol
-
-
-def on_panel(help: str, source: str, panel: str, *options: Option | str, table: str, progress: tuple[str | None, str, str] | None = None,
-             explicit: bool = False) -> Command:
-    """The command of a protocol scored (or choosing its settings) on one panel (correspond, score,
-    decode-sweep): ``--panel`` first, required, then its own options."""
-    return Command(help=help, source=source, options=(Option("panel", panel, default=REQUIRED), *options), table=table, progress=progress,
-                   explicit=explicit)
-
-
-def on_train_val(help: str, source: str, train: str, val: str, *options: Option | str, table: str, progress: tuple[str | None, str, str],
-                 name: str | None = None) -> Command:
-    """The command of a protocol fitted (or voting) on a train panel and scored on a val panel
-    (linear, knn, hummingbird): ``--train`` and ``--val`` first, both required, then its own options."""
-    return Command(help=help, source=source, options=(Option("train", train, default=REQUIRED), Option("val", val, default=REQUIRED), *options),
-                   table=table, progress=progress, name=name)
-
-
-def written_to(what: str) -> Option:
-    """``--json``: where the run's numbers are also written, as JSON."""
-    return Option("json_path", what, "path")
 
 
 def over_stores(help: str, *options: Option | str, table: str) -> Command:
     """The command of a summary over stores side by side (entropy, neighbours): its own options,
     then those every such summary takes (the CLI's ``OVER_STORES``: --json, --seed, --boot, ...)."""
-    return Command(help=help, source="Stores written by probe extract (several: side by side).", options=(*options, "OVER_STORES"), table=table)
+    return Command(help=help, options=(*options, "OVER_STORES"), table=table)
 
 
 @dataclass(frozen=True)
@@ -199,8 +176,7 @@ class Protocol:
     reads: Reads
     results: tuple[str, ...]  # result names it saves (``<panel>`` and ``<grid>`` stand for the run's)
     references: tuple[Reference, ...]
-    differences: tuple[Difference, ...] | str  # what differs from the reference code, why, and its effect
-    execute: Callable[..., Any] | None = None  # (settings, placement, **inputs and options) -> the command's report (not yet converted to ``run``)
+    differences: tuple[Difference, ...]  # what differs from the reference code, why, and its effect
     source: str = "store"  # the keyword of its first input: store, stores, checkpoint or masks_file
     command: Command | None = None  # None: reached through another command (decode-stream: decode --images)
     sections: tuple[str | Callable[..., Any], ...] = ()  # its report sections, "module:function" taking the report's context, in report order
@@ -222,13 +198,8 @@ class Protocol:
         return next((i for i in self.inputs if i.name == name), None)
 
     def difference_list(self) -> list[dict[str, str]]:
-        """The differences as records keep them (a protocol not yet converted: its one text)."""
-        if isinstance(self.differences, str):
-            return [{"what": self.differences, "why": "", "effect": ""}]
+        """The differences as records keep them."""
         return [d.as_dict() for d in self.differences]
-
-    def differences_text(self) -> str:
-        return self.differences if isinstance(self.differences, str) else " ".join(f"({i}) {d.text()}." for i, d in enumerate(self.differences, 1))
 
 
 _REGISTRY: dict[str, Protocol] = {}

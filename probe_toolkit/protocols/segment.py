@@ -8,56 +8,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analyses import segment_published as seg
-from ..infra.settings import SettingError, at_least, one_of, positive, within
-from .heads import PresetSettings, checkpoint_options, one_process
-from .registry import UNSEAL_VAL, Option, Protocol, Reads, Reference, on_train_val, register, written_to
+from ..infra.settings import AtLeast, Each, OneOf, Positive, SettingError, Within, setting
+from .heads import PresetSettings
+from .registry import CACHE, Command, Difference, Input, Option, Protocol, Reads, Reference, json_input, register, train_val
 
 
 @dataclass(frozen=True)
 class SegmentSettings(PresetSettings):
-    preset: str = "dinov3"  # dinov3 (config-ade20k-linear-training.yaml) or dinov2 (its mmseg linear config)
-    iterations: int = seg.ITERATIONS  # scheduler.total_iter / max_iters: 40000 (fewer: a short run, marked so)
-    batch_size: int = seg.BATCH  # 2 per GPU × 8 GPUs
-    lr: float = seg.LR  # optimizer.lr 1e-3 (both)
-    weight_decay: float | None = None  # None: the preset's (DINOv3 1e-3, DINOv2 1e-4)
-    dropout: float | None = None  # None: the preset's channel dropout before the BatchNorm (DINOv3 0.1, DINOv2 0)
-    warmup: int | None = None  # None: 1500 iterations at 40000, the same share of another schedule
-    crop: int = seg.CROP  # training crop and sliding window: 512 (both)
-    size: int = seg.SIZE  # short side before the random ratio, and at evaluation: 512 (both)
-    scale: tuple[float, float] = (0.5, 2.0)  # random ratio of the short side (both)
-    stride: int = seg.STRIDE  # sliding-window stride: 341 (both)
-    flip: float = 0.5  # horizontal-flip probability (both)
-    photometric: bool = True  # PhotoMetricDistortion (both)
-    seed: int = 100  # DINOv3 config.py SegmentationConfig.seed
-    chunk: int = seg.BATCH  # crops per forward pass of the frozen network (memory only: BatchNorm sees the whole batch)
-    figure_images: int = 4  # val images whose truth and prediction the record keeps for the report
+    preset: str = setting("dinov3", "dinov3 (config-ade20k-linear-training.yaml) or dinov2 (its mmseg linear config).", OneOf(tuple(seg.PRESETS)))
+    iterations: int = setting(seg.ITERATIONS, "Training iterations (published scheduler.total_iter / max_iters, a GPU job; fewer: a short run, "
+                                              "marked so).", AtLeast(1))
+    batch_size: int = setting(seg.BATCH, "Crops per iteration (published: 2 per GPU × 8 GPUs).", AtLeast(1))
+    lr: float = setting(seg.LR, "AdamW learning rate (published optimizer.lr, both presets).", Positive())
+    weight_decay: float | None = setting(None, "Default: the preset's (DINOv3 1e-3, DINOv2 1e-4).", AtLeast(0.0, integer=False))
+    dropout: float | None = setting(None, "Channel dropout before the BatchNorm (default: the preset's, DINOv3 0.1, DINOv2 0).", Within(0.0, 1.0))
+    warmup: int | None = setting(None, "Warm-up iterations (default: 1500 at 40000, the same share otherwise).", AtLeast(0))
+    crop: int = setting(seg.CROP, "Training crop and sliding window in pixels (both presets).", AtLeast(1))
+    size: int = setting(seg.SIZE, "Short side before the random ratio and at evaluation (both presets).", AtLeast(1))
+    scale: tuple[float, float] = setting((0.5, 2.0), "low,high: random ratio of the short side (both presets).", Each(Positive()))
+    stride: int = setting(seg.STRIDE, "Sliding-window stride (both presets).", AtLeast(1))
+    flip: float = setting(0.5, "Horizontal-flip probability (both presets).", Within(0.0, 1.0, "[]"))
+    photometric: bool = setting(True, "PhotoMetricDistortion of the crops (both presets).", cli="either")
+    seed: int = setting(100, "Seed of the crops, the image order, the head's initial weights and dropout (DINOv3's SegmentationConfig.seed).",
+                        AtLeast(0))
+    chunk: int = setting(seg.BATCH, "Crops per forward pass of the frozen network (memory only: BatchNorm sees the whole batch).", AtLeast(1))
+    figure_images: int = setting(4, "Val images whose truth and prediction the record keeps for the report.", AtLeast(0))
 
     def check(self) -> None:
-        one_of("preset", self.preset, tuple(seg.PRESETS))
-        at_least("iterations", self.iterations, 1)
-        at_least("batch_size", self.batch_size, 1)
-        positive("lr", self.lr)
-        if self.weight_decay is not None:
-            at_least("weight_decay", self.weight_decay, 0)
-        if self.dropout is not None:
-            within("dropout", self.dropout, 0.0, 1.0)
-        if self.warmup is not None:
-            at_least("warmup", self.warmup, 0)
-            if self.warmup >= self.iterations:
-                raise SettingError("warmup", f"warmup {self.warmup} is not below iterations {self.iterations}: the whole run would be warm-up",
-                                   f"give warmup below {self.iterations}, or leave it out (the published 1500/40000 share)")
-        at_least("crop", self.crop, 1)
-        at_least("size", self.size, 1)
+        if self.warmup is not None and self.warmup >= self.iterations:
+            raise SettingError("warmup", f"warmup {self.warmup} is not below iterations {self.iterations}: the whole run would be warm-up",
+                               f"give warmup below {self.iterations}, or leave it out (the published 1500/40000 share)")
         if len(self.scale) != 2 or not 0 < self.scale[0] <= self.scale[1]:
             raise SettingError("scale", f"scale {tuple(self.scale)} is not (low, high) with 0 < low ≤ high", "use e.g. scale=(0.5, 2.0)")
-        at_least("stride", self.stride, 1)
         if self.stride > self.crop:
             raise SettingError("stride", f"stride {self.stride} exceeds the crop {self.crop}: windows would leave pixels unscored",
                                f"give stride ≤ {self.crop} (published 341 at 512)")
-        within("flip", self.flip, 0.0, 1.0, closed="[]")
-        at_least("seed", self.seed, 0)
-        at_least("chunk", self.chunk, 1)
-        at_least("figure_images", self.figure_images, 0)
 
     @property
     def resolved(self) -> dict:
@@ -68,44 +53,42 @@ class SegmentSettings(PresetSettings):
                 "warmup": seg.published_warmup(self.iterations) if self.warmup is None else self.warmup, "decay": p.decay}
 
 
-def execute(settings: SegmentSettings, placement, *, checkpoint, train, val, store=None, network="teacher", unseal=None, cache_dir=None,
-            json_path=None, progress=None, **_):
-    from ..commands.segment import run_segment
-
-    one_process("linear-segmentation", placement)
-    return run_segment(checkpoint, train, val, settings, store=store, network=network, unseal=unseal, cache_dir=cache_dir,
-                       json_path=json_path, progress=progress, placement=placement)
-
-
 DIFFERENCES = (
-    "Follows DINOv3's eval/segmentation linear training (commit 6876159: config-ade20k-linear-training.yaml, train.py, transforms.py, "
-    "inference.py, metrics.py, models/heads/linear_head.py) with preset dinov3, and DINOv2's mmsegmentation linear config "
-    "(dinov2_vits14_ade20k_linear_config.py: BNHead, AdamW weight decay 1e-4, poly schedule, no dropout, CenterPadding) with preset dinov2: "
-    "crops of 512 at a random short side of 512 × [0.5, 2), cat_max_ratio 0.75, flip 0.5, photometric distortion, last-layer patch tokens "
-    "through the backbone's norm, BatchNorm + 1×1 convolution, cross-entropy averaged over every pixel (255 ignored), AdamW lr 1e-3, "
-    "1500 warm-up iterations from 1e-6 of the rate, 40,000 iterations of 16 crops, sliding windows 512 / 341, mIoU as nanmean over "
-    "classes (a class neither labelled nor predicted does not count; one predicted but absent counts 0). What differs, item by item: "
-    "(1) one process instead of 8 GPUs with SyncBatchNorm: the 16 crops of an iteration pass the head together, so BatchNorm's statistics "
-    "are those of the global batch, as SyncBatchNorm's are; only the frozen network runs `chunk` crops at a time (its outputs do not "
-    "depend on that beyond float rounding); the batch size itself cannot be split without changing the numbers, since BatchNorm's statistics are the batch's; "
-    "(2) every random draw comes from generators seeded by `seed`: a crop's from numpy's generator keyed by (seed, sample), the order of "
-    "images from one permutation per epoch keyed by (seed, epoch), the head's initial weights and its channel dropout from torch "
-    "Generators; the reference draws from global generators per data-loader worker, so the same seed gives other crops than the "
-    "reference's, and probe's do not depend on data-loader workers or threads; the epoch boundary does not drop a last partial batch; "
-    "(3) the schedule is the reference's function of the iteration (DINOv3: WarmupOneCycleLR stepped after every iteration but the first, "
-    "so iterations 0 and 1 share its first rate; DINOv2: mmcv's poly with linear warm-up), evaluated at `iterations`; a run of fewer "
-    "than 40,000 iterations scales the warm-up to the same share (3.75 %) and is marked as a short schedule in its record and table; "
-    "(4) the evaluation runs once, after the last iteration (DINOv3 also evaluates every 5000 iterations and keeps the best, which "
-    "selects on the val set; DINOv2 every 10,000); "
-    "(5) images are decoded by PIL for both presets (mmcv decodes DINOv2's with OpenCV, which can differ by one level in a few JPEG "
-    "pixels); the dinov2 preset resizes and distorts with OpenCV as mmcv does; "
-    "(6) float32 throughout (DINOv3's config: FLOAT32; the GradScaler its train.py still uses multiplies the loss by a power of two and divides the gradients by it, "
-    "which changes no finite number, and skips a step whose gradients overflow, which float32 gradients of this head do not); "
-    "(7) a network whose patch does not divide the window is centre-padded as DINOv2's CenterPadding does, with either preset (DINOv3 "
-    "evaluates /16 networks, which need none at 512); "
-    "(8) the train panel's label maps are read once, through the ledger, and held in memory for the run (about 7 GB for ADE20K's 20,210); "
-    "(9) a crop larger than an image is allowed and padded, as in the references (labels 255, pixels 0 after normalisation); a record "
-    "says which settings differ from the preset's published values."
+    Difference("one process instead of 8 GPUs with SyncBatchNorm: the 16 crops of an iteration pass the head together; only the frozen network "
+               "runs chunk crops at a time",
+               "BatchNorm's statistics are then those of the global batch, as SyncBatchNorm's are; the batch itself cannot be split without "
+               "changing them",
+               "none beyond float rounding of the frozen network's outputs"),
+    Difference("every random draw comes from generators seeded by seed: a crop's from numpy's generator keyed by (seed, sample), the order of "
+               "images from one permutation per epoch keyed by (seed, epoch), the head's initial weights and dropout from torch Generators; the "
+               "epoch boundary does not drop a last partial batch",
+               "the reference draws from global generators per data-loader worker, so its crops depend on workers and threads",
+               "the same seed gives other crops than the reference's; probe's do not depend on workers or threads"),
+    Difference("the schedule is the reference's function of the iteration (DINOv3: WarmupOneCycleLR stepped after every iteration but the "
+               "first; DINOv2: mmcv's poly with linear warm-up), evaluated at iterations; a shorter run scales the warm-up to the same share "
+               "(3.75 %)",
+               "a CPU runs a short schedule; the record and the table mark it short",
+               "a short run's mIoU is not comparable with the published one"),
+    Difference("the evaluation runs once, after the last iteration",
+               "DINOv3 also evaluates every 5000 iterations and keeps the best, which selects on the val set (DINOv2 every 10,000)",
+               "no selection on val: the number can be lower than a best-of-checkpoints one"),
+    Difference("images are decoded by PIL for both presets; the dinov2 preset resizes and distorts with OpenCV as mmcv does",
+               "mmcv decodes DINOv2's with OpenCV, which can differ by one level in a few JPEG pixels",
+               "a few pixel values in a few JPEGs"),
+    Difference("float32 throughout",
+               "DINOv3's config is FLOAT32; the GradScaler its train.py still uses changes no finite number and skips only overflowing steps, "
+               "which float32 gradients of this head do not reach",
+               "none"),
+    Difference("a network whose patch does not divide the window is centre-padded as DINOv2's CenterPadding does, with either preset",
+               "DINOv3 evaluates /16 networks, which need none at 512",
+               "none on a /16 network"),
+    Difference("the train panel's label maps are read once, through the ledger, and held in memory for the run",
+               "every label read is logged before it is returned",
+               "none (about 7 GB for ADE20K's 20,210 maps)"),
+    Difference("a crop larger than an image is allowed and padded (labels 255, pixels 0 after normalisation), as in the references; the "
+               "record says which settings differ from the preset's published values",
+               "as the references do",
+               "none"),
 )
 
 PROTOCOL = register(Protocol(
@@ -120,36 +103,25 @@ PROTOCOL = register(Protocol(
         Reference("Oquab et al., DINOv2: Learning Robust Visual Features without Supervision (TMLR 2024)",
                   "facebookresearch/dinov2 dinov2/eval/segmentation/models/decode_heads/linear_head.py"),
     ),
+    inputs=(Input("checkpoint", "The checkpoint whose frozen network runs on every crop (its store, under --cache or --store, keeps the record).",
+                  "checkpoint", True),
+            *train_val("ADE20K (or VOC) segmentation panel whose augmented crops train the head.",
+                       "Segmentation panel of the same data set, scored by sliding windows after training.", use="train the head"),
+            Input("store", "Store that keeps the record (default: the checkpoint's store for --network under --cache).", "path"),
+            Input("network", "teacher or student.", default="teacher"),
+            Input("unseal", "Reason to open a sealed test panel as --val (recorded in the ledger)."),
+            json_input("Also write the scores and settings as JSON."), CACHE),
+    result="commands.segment:SegmentReport",
     differences=DIFFERENCES,
-    execute=execute,
-    source="checkpoint",
-    command=on_train_val(
+    run="commands.segment:run",
+    command=Command(
         "Linear segmentation as DINOv3 and DINOv2 train it: a BatchNorm + linear head on frozen patch tokens; mIoU.",
-        "The checkpoint whose frozen network runs on every crop (its store, under --cache or --store, keeps the record).",
-        "ADE20K (or VOC) segmentation panel whose augmented crops train the head.",
-        "Segmentation panel of the same data set, scored by sliding windows after training.",
-        Option("preset", "dinov3 (config-ade20k-linear-training.yaml) or dinov2 (its mmseg linear config).", default="dinov3"),
-        Option("iterations", "Training iterations (published: 40000, a GPU job; fewer: a short run, marked so).", "int", seg.ITERATIONS),
-        Option("batch_size", "Crops per iteration (published: 2 × 8 GPUs = 16).", "int", seg.BATCH),
-        Option("lr", "AdamW learning rate (published: 1e-3).", "float", seg.LR),
-        Option("weight_decay", "Default: the preset's (DINOv3 1e-3, DINOv2 1e-4).", "float"),
-        Option("warmup", "Warm-up iterations (default: 1500 at 40000, the same share otherwise).", "int"),
-        Option("crop", "Training crop and sliding window in pixels (published: 512).", "int", seg.CROP),
-        Option("size", "Short side before the random ratio and at evaluation (published: 512).", "int", seg.SIZE),
-        Option("stride", "Sliding-window stride (published: 341).", "int", seg.STRIDE),
-        Option("dropout", "Channel dropout before the BatchNorm (default: the preset's, DINOv3 0.1, DINOv2 0).", "float"),
-        Option("scale", "low,high: random ratio of the short side (published 0.5,2.0).", "floats", "0.5,2.0", example="0.5,2.0"),
-        Option("flip", "Horizontal-flip probability (published 0.5).", "float", 0.5),
-        Option("photometric", "PhotoMetricDistortion of the crops (published: on).", "either", True),
-        Option("figure_images", "Val images whose truth and prediction the record keeps for the report.", "int", 4),
-        Option("seed", "Seed of the crops, the image order, the head's initial weights and dropout (DINOv3: 100).", "int", 100),
-        Option("chunk", "Crops per forward pass of the frozen network (memory only).", "int", seg.BATCH),
-        *checkpoint_options(),
-        UNSEAL_VAL,
-        written_to("Also write the scores and settings as JSON."),
-        "cache", "quiet",
+        options=("train", "val", "preset", "iterations", "batch_size", "lr", "weight_decay", "warmup", "crop", "size", "stride", "dropout", "scale",
+                 "flip", "photometric", "figure_images", "seed", "chunk", "store", "network", Option("device", "cpu, cuda or auto."),
+                 Option("workers", "Threads that decode and augment the crops (default 2)."), "unseal", "json_path", "cache", "quiet"),
         table="results.tables:segmentation",
-        progress=("steps", "progress", "segment"),
+        progress=("steps", "segment"),
         name="segment"),
     sections=("report.sections_dense:segmentation",),
+    placement=("workers", "device"),  # one process: the head trains here; threads make the crops
 ))

@@ -173,6 +173,17 @@ LAST: tuple[Callable[[Context], Section], ...] = (
 )
 
 
+def _owners() -> list:
+    """The protocol each protocol section belongs to, in ``builders()``' order."""
+    return [p for p in registry.protocols() for _ in p.sections]
+
+
+def differences_note(protocol) -> Note:
+    """How a protocol departs from its published reference, beside its numbers (its records carry the same list)."""
+    items = "; ".join(f"({i}) {d.what} — {d.why}; effect: {d.effect}" for i, d in enumerate(protocol.differences, 1))
+    return Note(f"{protocol.name}: what differs from the published reference, why, and its effect on the number: {items}.")
+
+
 def builders() -> list[Callable[[Context], Section]]:
     """Every section in report order: the stores', each protocol's (``Protocol.sections``), then the last."""
     return [*FIRST, *(registry.resolve(s) for p in registry.protocols() for s in p.sections), *LAST]
@@ -195,6 +206,11 @@ def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache
         ctx.followed = follow_patches([s for s in views if ctx.attention[s.label] is not None or ctx.neighbours[s.label] is not None], ctx.patch)
     title = "probe report: " + " vs ".join(ctx.labels)
     sections = [shown(build, ctx) for build in builders()]  # each caption with the settings that moved its numbers
+    noted = set()
+    for section, protocol in zip(sections, [None] * len(FIRST) + _owners()):  # the first section with numbers of each protocol
+        if protocol is not None and protocol.name not in noted and section.present:
+            noted.add(protocol.name)
+            section.blocks.append(differences_note(protocol))
     add_caveats(sections, views)
     return Report(title, ctx.labels, image_id, ctx.patch, sections, version=toolkit_version())
 

@@ -15,7 +15,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-METRICS = ("AP", "AP50", "AP75", "AR1", "AR10", "AR100")
+from ..labels.coco_metrics import METRICS
 
 
 class Unwrapped(str):
@@ -52,26 +52,27 @@ def decode_summary(report: Any, source: str) -> str:
             f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
 
 
-def decode(report: Any, given: dict[str, Any]) -> list[Any]:
+def decode(report: Any) -> list[Any]:
     """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
     if report.masks_file is None:  # a shard that finished before the others
-        return [waiting_line(given.get("shard"), report.extra["waiting_for_shards"], "the last one writes the masks")]
+        return [waiting_line(report.run.placement.shard, report.extra["waiting_for_shards"], "the last one writes the masks")]
     out: list[Any] = [decode_summary(report, report.extra["settings_source"])]
     if report.scores is not None:
-        out += scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+        out += scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out
 
 
-def score(report: Any, given: dict[str, Any]) -> list[Any]:
+def score(report: Any) -> list[Any]:
     """``probe score``: the panel's scores of a masks file, and where the record went."""
-    out = scores(f"{given['panel']} (ledger entry {report.ledger_entry[:12]})", report.scores)
+    out = scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out + ([f"saved → {report.saved}"] if report.saved else [])
 
 
-def sweep(report: Any, given: dict[str, Any]) -> list[Any]:
+def sweep(report: Any, top: int) -> list[Any]:
+    """``probe decode-sweep``: the ``top`` settings by the metric, and the best one with where it was written."""
     if report.waiting:
-        return [waiting_line(given.get("shard"), report.waiting, "the last one scores every setting")]
-    panel, metric, top = given["panel"], given["metric"], given["top"]
+        return [waiting_line(report.run.placement.shard, report.waiting, "the last one scores every setting")]
+    panel, metric = report.run.inputs.panel, report.metric
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
     table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
@@ -316,14 +317,15 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     return out
 
 
-def segmentation(report: Any, given: dict[str, Any]) -> list[Any]:
+def segmentation(report: Any) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
-    train, val = given["train"], given["val"]
+    train, val = report.run.inputs.train, report.run.inputs.val
     from ..analyses.segment_published import PUBLISHED
+    from ..labels.catalogue import data_set
 
     short = "" if report.full_schedule else " (short schedule)"
-    table = Table(title=f"Linear segmentation ({report.preset} preset): {train} → {val}")
+    table = Table(title=f"Linear segmentation ({report.preset} preset, {data_set(report.kind)} mIoU): {train} → {val}")
     table.add_column("")
     table.add_column("mIoU", justify="right")
     table.add_column("pixel accuracy", justify="right")

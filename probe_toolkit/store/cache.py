@@ -288,7 +288,8 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
         block = _READING.get()  # the run's block (reading_block)
     found, index = locate(ds, name, block)
     if found not in ds:
-        raise ProbeError(ds.attrs.get("store"), f"has no array {name}" + (f" at block {block}" if block is not None else ""), _fix(ds, name, block))
+        named = _named_block(ds, block)
+        raise ProbeError(ds.attrs.get("store"), f"has no array {name}" + (f" at block {named}" if named is not None else ""), _fix(ds, name, named))
     _part_finished(ds, name, found)
     if ds.attrs.get("store"):
         integrity.check_present(ds.attrs["store"], [found])
@@ -303,6 +304,14 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
         facet = layout.parse(found).facet
         array.attrs.update(block=int(held), **({"facet": facet} if facet else {}))
     return array
+
+
+def _named_block(ds: xr.Dataset | StoreData, block: int | None) -> int | None:
+    """``block`` as a message names it: None for the last block (what every store holds, what a run
+    reads where none is asked), so that a missing view is said as one, not as a missing block."""
+    index = resolve_block(ds, block)
+    blocks = depth(ds)
+    return None if index is None or (blocks is not None and index == blocks - 1) else index
 
 
 def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:

@@ -94,7 +94,7 @@ def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | Non
         raise ProbeError(None, f"--network {network!r} is not one of {NETWORKS}", "use teacher or student")
     located = locate(path, revision)
     path = located.path
-    with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside the read (read_file, weights only): ~0.4 s at ViT-B
+    with ThreadPoolExecutor(1) as hasher:  # hashing (GIL released) beside the read (read_file, weights only): the file is read once, not twice
         digest = hasher.submit(sha256_file, path)
         checkpoint = replace(_read_network(path, network, heads, digest, checked_sha256), stem=located.stem, source=located.source)
     return to_selfpatch(checkpoint) if convert else checkpoint

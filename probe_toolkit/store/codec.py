@@ -1,9 +1,8 @@
 """zstd chunk encoding that lets the forward pass run meanwhile.
 
 The store's arrays are zstd-compressed (``ZstdCodec``, level 1). numcodecs' zstd, which zarr's
-codec calls, compresses while holding Python's GIL: a 16-image attention chunk at ViT-S/16
-(7.5 MB) holds it for about 40 ms, and the forward pass of the next run, whose every torch call
-needs the GIL, waits that long each time. The ``zstandard`` package compresses the same way
+codec calls, compresses while holding Python's GIL, and the forward pass of the next run, whose
+every torch call needs the GIL, waits for every chunk compressed (measured: docs/history.md). The ``zstandard`` package compresses the same way
 (the same frame, the same bytes, decoded by any zstd reader) with the GIL released. Only the
 encoding changes: decoding, the metadata (``"name": "zstd"``) and the stored bytes stay as
 zarr writes them; without ``zstandard`` installed zarr's own encoder runs.

@@ -39,10 +39,9 @@ class StoreWriter:
 
     def _array(self, name: str, every_chunk: bool = False) -> zarr.Array:
         """An array to write, opened once per writer: each ``group[name]`` reads and parses its
-        metadata again (~0.5 ms, about ten per run), and an array's metadata does not change
-        once the store is created. ``every_chunk`` (the data arrays): each chunk is written,
+        metadata again, and an array's metadata does not change once the store is created. ``every_chunk`` (the data arrays): each chunk is written,
         all-NaN or not (the same values read back), as zarr's test for an all-fill chunk passes
-        over it once more, half the CPU of writing attention."""
+        over it once more, much of the CPU of writing attention (docs/history.md)."""
         key = (name, every_chunk)
         array = self._opened.get(key)
         if array is None:  # threads writing at once may both open it: the same array either way
