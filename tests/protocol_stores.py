@@ -7,7 +7,7 @@ hummingbird on a synthetic VOC folder whose images sit in sibling stores of the 
 (``<network>-panel-NAME.zarr``), so that no image of the report's store changes role; a short
 linear segmentation on the same panels, its record in the report's store; NeCo's overclustering
 of the val panel's scenes, read from the sibling store; a short linear depth on
-an NYU-layout folder of rooms.
+an NYU-layout folder of rooms; NAVI correspondence on a synthetic NAVI folder of two objects (two pairs).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import numpy as np
 from PIL import Image
 from report_stores import invoke
 
-from probe_toolkit.demo.navi import write_navi
 from probe_toolkit.demo.spair import write_spair
 from probe_toolkit.demo.video import write_davis
 from probe_toolkit.store import cache
@@ -59,10 +58,17 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
     invoke("panel", "add", "spair", "--spair", spair, "--role", "val", "--cache", cache_dir)
     invoke("extract", checkpoint, "--panel", "spair", "--views", "square800", "--cache", cache_dir, "-q")
     invoke("correspond", store, "--panel", "spair", "--cache", cache_dir, "--workers", "1", "-q")
-    navi = write_navi(root / "navi" / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)  # two pairs
-    invoke("panel", "add", "navi", "--navi", navi, "--role", "val", "--cache", cache_dir)
-    invoke("correspond", store, "--panel", "navi", "--cache", cache_dir, "--workers", "1", "-q")
+    navi_results(store, root, cache_dir)
     hummingbird_results(store, root, cache_dir)
+
+
+def navi_results(store: Path, root: Path, cache_dir: Path) -> None:
+    """results/correspond-navi in ``store``: a NAVI folder of two objects whose wild images make two pairs."""
+    from navi_folders import write_navi
+
+    navi = write_navi(root / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)
+    invoke("panel", "add", "navi-test", "--navi", navi, "--role", "test", "--cache", cache_dir)
+    invoke("correspond", store, "--panel", "navi-test", "--unseal", "the report's test", "--cache", cache_dir, "--workers", "1", "-q")
 
 
 def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:

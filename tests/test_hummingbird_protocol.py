@@ -163,18 +163,20 @@ def test_hue_shift_is_torchvisions_for_negative_and_positive_shifts():
 # the protocol, against a plain re-implementation
 
 
-def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21, patch=16, eps=1e-6):
+def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, epochs=2, seed=123, n_classes=21, patch=16, eps=1e-6, size=512):
     """Every number of the protocol, computed here from the store's tokens and the label PNGs'
     arrays; ``train``, ``val``: (store id, label map at the image's size) in the panels' order.
-    ``patch``: the network's (a /14 network reads the view's top-left 36 × 36 patches, 504 px);
-    ``eps``: its final LayerNorm's (DINOv3: 1e-5)."""
+    ``patch``: the network's (at 512 a /14 network reads the view's top-left 36 × 36 patches, 504 px);
+    ``eps``: its final LayerNorm's (DINOv3: 1e-5); ``size``: the views' (hbird@S and its memory views)."""
     ds = cache.open_store(store)
     from probe_toolkit.store.checkpoints import load_checkpoint
+    from probe_toolkit.store.views import hbird_views as views_at
 
-    grid = 512 // patch
+    query, *memory_views = views_at(size)
+    grid = size // patch
     cut, cells = grid * patch, grid * grid
     ck = load_checkpoint(Path(ds.attrs["manifest"]["checkpoint"]["path"]))
-    width = int(ds["tokens_hbird512"].shape[-1])
+    width = int(ds[f"tokens_{query}"].shape[-1])
     ln = torch.nn.LayerNorm(width, eps=eps).double()
     ln.weight.data, ln.bias.data = ck.backbone["norm.weight"].double(), ck.backbone["norm.bias"].double()
 
@@ -186,11 +188,11 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
     views = [(e, sid, y) for e in range(epochs) for sid, y in train]  # epoch-major, as the reference's loop
     dists, feats = [], []
     for e, sid, label in views:
-        y = torch.from_numpy(hbird_views.label_view(label, hbird_views.AUGMENTED[e], sid)[:cut, :cut].astype(np.int64))
+        y = torch.from_numpy(hbird_views.label_view(label, memory_views[e], sid)[:cut, :cut].astype(np.int64))
         y[y == 255] = 0
         patches = y.reshape(grid, patch, grid, patch).permute(0, 2, 1, 3).reshape(cells, patch * patch)
         dists.append(F.one_hot(patches, n_classes).double().mean(1).numpy())
-        feats.append(tokens(hbird_views.AUGMENTED[e], sid))
+        feats.append(tokens(memory_views[e], sid))
     out = []
     for size in memory:
         rng = np.random.default_rng(seed)
@@ -213,7 +215,7 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
         confusion = np.zeros((n_classes, n_classes), np.int64)
         shown = {}
         for sid, label in val:
-            q = tokens("hbird512", sid)
+            q = tokens(query, sid)
             sim = q @ bank.T
             order = np.argsort(-sim, axis=1, kind="stable")[:, :k]
             top = torch.from_numpy(np.take_along_axis(sim, order, 1))
@@ -221,7 +223,7 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
             soft = torch.einsum("qk,qkc->qc", weights, torch.from_numpy(bank_labels[order]))
             up = F.interpolate(soft.T.reshape(1, n_classes, grid, grid).float(), size=(cut, cut), mode="bilinear", align_corners=False)[0]
             predicted = up.argmax(0).numpy()
-            truth = hbird_views.label_view(label, "hbird512", sid)[:cut, :cut]
+            truth = hbird_views.label_view(label, query, sid)[:cut, :cut]
             keep = truth != 255
             confusion += np.bincount(truth[keep].astype(np.int64) * n_classes + predicted[keep], minlength=n_classes ** 2).reshape(n_classes, n_classes)
             two = torch.topk(up, 2, dim=0).values
@@ -475,11 +477,13 @@ def test_the_report_shows_the_record_its_figure_and_the_published_numbers_apart(
     section = next(s for s in written.report.sections if s.key == "hummingbird")
     from probe_toolkit.report.content import Table
 
-    table = next(b for b in section.blocks if isinstance(b, Table))
+    table, apart = [b for b in section.blocks if isinstance(b, Table)][:2]
     assert table.rows[0][1:] == [f"{100 * v:.2f}" for v in saved.miou.values]
     assert table.rows[1][1:] == [f"{100 * v:.2f}" for v in saved.miou_hungarian.values]
-    assert [r[0] for r in table.rows[3:]] == ["published, other weights: DINO ViT-S/16, 512 px", "published, other weights: DINOv2 ViT-S/14, 504 px"]
-    assert "not this store's network" in table.caption
+    # memory 100 and full are no published size: the published rows are not in this run's columns but in a table apart
+    assert len(table.rows) == 3 and "published rows" not in table.caption and "input size 512 px" in table.caption
+    assert [r[0] for r in apart.rows] == ["DINO ViT-S/16, 512 px", "DINOv2 ViT-S/14, 504 px"] and apart.rows[0][1:] == ["37.2", "43.1", "46.6"]
+    assert "no number above is comparable" in apart.caption
     figure = section.figures()[0]
     assert "hummingbird-retrieval" in figure.name and (tmp_path / "report" / "figures" / figure.name).is_file()
     assert "hummingbird-retrieval" in (tmp_path / "report" / "report.md").read_text()
@@ -494,3 +498,44 @@ def test_the_views_tokens_do_not_depend_on_the_extraction_batch(voc, tmp_path):
     a, b = cache.open_store(store), cache.open_store(other)
     for view in VIEWS:
         assert np.array_equal(a[f"tokens_{view}"].values, b[f"tokens_{view}"].values), view
+
+
+def test_published_rows_join_a_table_only_at_their_input_and_memory_sizes():
+    from probe_toolkit.analyses.hummingbird_published import comparable
+
+    dino, dinov2 = ("DINO ViT-S/16, 512 px", (37.2, 43.1, 46.6)), ("DINOv2 ViT-S/14, 504 px", (70.2, 74.9, 77.0))
+    assert comparable(["102400", "full"], 512) == (dino,) and comparable(["1024000"], 504) == (dinov2,)
+    assert comparable(["102400"], 224) == () and comparable(["100", "full"], 512) == () and comparable(["100", "full"], 504) == ()
+
+
+@pytest.mark.parametrize("layout, size", [("dino-full", 224), ("dinov2-reg-backbone", 504)])
+def test_any_input_size_as_the_reference_resizes(voc, tmp_path, layout, size, capsys):
+    """--size 224 (hbird_evaluation's default) on a /16 network, --size 504 on a /14 one (the README's DINOv2 size): the
+    hbird@S views, every number against the plain computation at that size; a size off the patch is refused before any label read."""
+    from probe_toolkit.demo.samples import TINY_DINOV2_REG
+    from probe_toolkit.store.views import hbird_views as views_at
+
+    root, year, _, labels, _ = voc
+    arch, patch = (TINY, 16) if layout == "dino-full" else (TINY_DINOV2_REG, 14)
+    checkpoint = write_checkpoint(tmp_path / "net.pth", layout, arch, seed=11)
+    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=views_at(size), chunk=4, dtype="float32"), store=tmp_path / "s.zarr",
+                    quiet=True, batch_size=3).store
+    before = len(ledger.entries(root / "cache"))
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--size", str(size + 2)],
+                               capsys)
+    err = " ".join(printed.err.split())
+    assert code == 2 and "not a multiple of the network's" in err and len(ledger.entries(root / "cache")) == before, printed.err
+    out = tmp_path / "hb.json"
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--size", str(size),
+                                "--memory", "100,full", "--workers", "1", "--json", out], capsys)
+    assert code == 0, printed.err
+    saved = records.load(store, "hummingbird")
+    assert saved.attrs["grid"] == size // patch and saved.attrs["pixels_side"] == size and saved.attrs["views"]["query"] == views_at(size)[0]
+    plain = _plain(store, [(f"{i}.jpg", labels[i]) for i in TRAIN], [(f"{i}.jpg", labels[i]) for i in VAL], (100, None), patch=patch, size=size)
+    for m, (_, shown, rows) in enumerate(plain):
+        assert int(saved.bank_rows.values[m]) == rows
+        for j, name in enumerate(VAL):
+            truth, predicted, margin, tied = shown[f"{name}.jpg"]
+            got = saved.prediction.values[m, j]
+            assert np.array_equal(saved.truth.values[j], truth)
+            assert np.array_equal(got[(margin > 1e-5) & ~tied], predicted[(margin > 1e-5) & ~tied])

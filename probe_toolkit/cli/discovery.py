@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..infra.errors import ProbeError
-from ..protocols.discovery import DecodeSettings
 from .app import console, err_console, run, show
 from .protocols import declared, shown
 
@@ -27,6 +26,7 @@ def _warn(warnings: list[str]) -> None:
 @declared("decode")
 def decode(store: Any, given: dict[str, Any]) -> None:
     """Label-free object masks by a normalized cut on the keys; scored only if --panel is given."""
+    from ..protocols.discovery import DecodeSettings  # here, not at import: the registry registers protocols in MODULES' order
     from ..results import tables
 
     size, quiet = given.pop("size"), given.pop("quiet")

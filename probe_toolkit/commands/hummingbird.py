@@ -40,13 +40,14 @@ from ..analyses import hummingbird as hb
 from ..analyses import search
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images
+from ..infra.settings import SettingError
 from ..infra.shared import spooled
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.hummingbird import HummingbirdSettings
 from ..results import records
-from ..store import cache, hbird_views, images, parts
+from ..store import cache, hbird_views, images, parts, views
 from . import shards
 from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
@@ -169,17 +170,21 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     layout, classes = LAYOUTS[train_panel.kind]
     store = inputs.store
     panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
-    memory_views = hbird_views.AUGMENTED[:settings.augmentation_epochs]
-    source = locate(store, panels, "patch", (hbird_views.VAL, *memory_views))
+    query_view, *augmented = views.hbird_views(settings.size)  # hbird@S and its memory views (hbird512, hbird512_aug<e> at 512)
+    memory_views = tuple(augmented[:settings.augmentation_epochs])
+    patch = int(cache.manifest(cache.open_store(store))["arch"]["patch"])
+    if settings.size % patch and views.view(query_view).alias is None:  # hbird512 keeps its rule: at /14 its top-left 504 px
+        low, high = settings.size // patch * patch, -(-settings.size // patch) * patch
+        raise SettingError("size", f"size {settings.size} is not a multiple of the network's {patch}-px patch", f"use size {low} or {high}")
+    source = locate(store, panels, "patch", (query_view, *memory_views))
     meta = source.manifest
     checkpoint_path = str((meta.get("checkpoint") or {}).get("path", "CKPT"))
     train_ds, train_ids = source.panel_stores[train_panel.name]
     val_ds, val_ids = source.panel_stores[val_panel.name]
     _check_views(train_ds, train_ids, memory_views, train_panel, checkpoint_path)
-    _check_views(val_ds, val_ids, (hbird_views.VAL,), val_panel, checkpoint_path)
-    patch = int(meta["arch"]["patch"])
-    grid = hbird_views.SIDE // patch
-    cut = grid * patch  # the pixels the network reads (512 at /16; the top-left 504 at /14)
+    _check_views(val_ds, val_ids, (query_view,), val_panel, checkpoint_path)
+    grid = settings.size // patch
+    cut = grid * patch  # the pixels the network reads (512 at /16; at the default 512, the top-left 504 at /14)
     n_views = len(train_ids) * len(memory_views)
     plan = memory_plan(settings.memory, n_views, grid, settings.k)  # every size checked before any label is read
     norm = parts.final_norm(meta, store)
@@ -188,7 +193,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     train_read = context.read("train", layout.read_label_maps, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids)
     names, order = _ordered(train_read, train_ids, train_panel)
     memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
-    values = {"values": cache.require(val_ds, f"tokens_{hbird_views.VAL}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
+    values = {"values": cache.require(val_ds, f"tokens_{query_view}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
     which, (a, b) = shards.share(placement, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
@@ -218,7 +223,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         i = a
         for portion in val_read.maps.portions(val_order[a:b]):  # this shard's val images (all of them when not sharded), a portion at a time
             for y in portion:
-                truth = hbird_views.label_view(y, hbird_views.VAL, val_names[i])[:cut, :cut]
+                truth = hbird_views.label_view(y, query_view, val_names[i])[:cut, :cut]
                 for m, scores in enumerate(soft):
                     predicted = hb.predict(scores.rows(i - a, i - a + 1)[0], (grid, grid), (cut, cut))
                     confusions[m] += hb.confusion(truth, predicted, n_classes)
@@ -255,7 +260,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         "grid": grid, "pixels_side": cut,
         "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
                    "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
-        "views": {"query": hbird_views.VAL, "memory": list(memory_views)},
+        "views": {"query": query_view, "memory": list(memory_views)}, "size": int(settings.size),
         "feature": "last-block patch tokens through the final norm" if norm is not None else "last-block patch tokens (the network has no final norm)",
         "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row "
                    f"({'torch on ' + device if device else 'numpy'})"),

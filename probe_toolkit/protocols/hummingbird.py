@@ -44,6 +44,8 @@ class HummingbirdSettings(Settings):
     seed: int = setting(hb.SEED, "Seed of the bounded memory's draws (eval.py's seed).", AtLeast(0))
     matching: str = setting("identity", "Headline mIoU: identity (predictions are labels) or hungarian (the reference's matching).", OneOf(hb.MATCHINGS))
     figure_images: int = setting(4, "Val images whose ground truth and transferred labels the record keeps for the report.", AtLeast(0))
+    size: int = setting(hb.INPUT_SIZE, "Input size in pixels, the views hbird@S and hbird@S_aug<e> (open-hummingbird-eval's input_size: its README "
+                                       "runs DINO at 512 and DINOv2 at 504; hbird_evaluation's default is 224).", AtLeast(16))
 
 
 DIFFERENCES = (
@@ -70,9 +72,10 @@ DIFFERENCES = (
     Difference("the augmentations' draws come from a generator keyed by (123, epoch, file name)",
                "torch's and Python's global generators would make the crops depend on data-loader workers",
                "reproducible crops, other than the reference's on the same seed"),
-    Difference("a /14 network reads the 512 view's top-left 36 × 36 patches (504 px) and is scored there",
-               "the reference resizes DINOv2's inputs to 504 px",
-               "a /14 network's number on 504 px crops, not resized images"),
+    Difference("at size 512 (the default, the README's for DINO) a /14 network reads the 512 view's top-left 36 × 36 patches (504 px) and is "
+               "scored there; size 504 resizes every view to 504 px, as the reference runs DINOv2",
+               "the hbird512 views (and every store made before sizes) are 512 px squares",
+               "at size 512, a /14 network's number on 504 px crops, not resized images; none at size 504"),
     Difference("rows are normalised with a 1e-12 floor on the norm (torch's F.normalize)",
                "the reference divides by the bare norm of the bank rows",
                "none, except that a zero row gives zeros here and NaN in the reference"),
@@ -98,7 +101,7 @@ PROTOCOL = register(Protocol(
     run="commands.hummingbird:run",
     command=Command(
         "Hummingbird dense retrieval (vpariza/open-hummingbird-eval): VOC or ADE20K mIoU at each memory size.",
-        options=("train", "val", "memory", "k", "temperature", "augmentation_epochs", "seed", "matching", "figure_images", "json_path",
+        options=("train", "val", "size", "memory", "k", "temperature", "augmentation_epochs", "seed", "matching", "figure_images", "json_path",
                  Option("backend", "scipy: the numpy search; torch: the same search in torch on --device (same neighbours)."),
                  Option("device", "cpu or cuda (--backend torch): where the memory is searched."),
                  "work_memory", "SCORED", "shard"),

@@ -89,7 +89,7 @@ def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tup
 
 
 def hummingbird(ctx) -> Section:
-    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..analyses.hummingbird_published import INPUT_SIZE, PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, comparable
 
     section, found = results_section(ctx, "hummingbird", "Hummingbird dense retrieval (open-hummingbird-eval)", "hummingbird", "Hummingbird results", HOW)
     for label, (store, ds) in found.items():
@@ -99,9 +99,9 @@ def hummingbird(ctx) -> Section:
                 [f"{label}: mIoU, Hungarian-matched{' (headline)' if headline == 'hungarian' else ''}", *(_pct(v) for v in ds.miou_hungarian.values)],
                 ["memory rows", *(str(int(v)) for v in ds.bank_rows.values)]]
         voc = ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
-        published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
-        aligned = voc and bool(set(published) & set(memory))  # a published row only where this run has a published memory size
-        for name, values in PUBLISHED if aligned else ():
+        published, size = [str(m) for m in PUBLISHED_MEMORY_SIZES], int(ds.attrs.get("size", INPUT_SIZE))  # records before --size: 512
+        beside = comparable(memory, size) if voc else ()  # a published row only at this run's input size and a published memory size
+        for name, values in beside:
             by_size = dict(zip(published, values))
             rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
@@ -109,15 +109,16 @@ def hummingbird(ctx) -> Section:
                                     f"{label}: {data_set(ds.attrs.get('panel_kind', 'voc-segmentation'))} mIoU (%) over "
                                     f"{len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
                                     f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
-                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images)"
-                                    + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network."
-                                       if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation" else "; no published numbers for this data set.")))
-        if voc and not aligned:  # the published numbers at their own memory sizes: no column of this run is comparable
+                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images), input size {size} px"
+                                    + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network." if beside
+                                       else "" if voc else "; no published numbers for this data set.")))
+        apart = [(name, values) for name, values in PUBLISHED if (name, values) not in beside]
+        if voc and apart:  # the published numbers at their own input and memory sizes: no column of this run is comparable with them
             section.blocks.append(Table(["published, other weights", *(f"memory {int(m):,}" for m in PUBLISHED_MEMORY_SIZES)],
-                                        [[name, *(f"{v:.1f}" for v in values)] for name, values in PUBLISHED],
-                                        f"{label}: the published VOC mIoU (%) at the published memory sizes ({PUBLISHED_SOURCE}); this run's memory "
-                                        f"sizes ({', '.join(f'{int(m):,}' if m.isdigit() else m for m in memory)}) are none of them, "
-                                        "so no number above is comparable with these."))
+                                        [[name, *(f"{v:.1f}" for v in values)] for name, values in apart],
+                                        f"{label}: the published VOC mIoU (%) at the published memory sizes, each at its input size ({PUBLISHED_SOURCE}); "
+                                        f"this run (memory {', '.join(f'{int(m):,}' if m.isdigit() else m for m in memory)}, input size {size} px) "
+                                        "does not share these settings, so no number above is comparable with them."))
         per_class = [[str(c), *(_pct(ds.iou.values[m, i]) for m in range(len(memory)))] for i, c in enumerate(ds["class"].values)]
         section.blocks.append(Table(["class", *(f"IoU, memory {m}" for m in memory)], per_class, f"{label}: each class's IoU (%), no matching."))
         section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; views — queries {ds.attrs.get('views', {}).get('query')}, "
@@ -129,7 +130,8 @@ def hummingbird(ctx) -> Section:
 
 
 def _figure(ctx, store, ds, label: str) -> Figure:
-    side = int(ds.attrs.get("pixels_side", hbird_views.SIDE))
+    side, size = int(ds.attrs.get("pixels_side", hbird_views.SIDE)), int(ds.attrs.get("size", hbird_views.SIDE))
+    query = ds.attrs.get("views", {}).get("query", hbird_views.VAL)
     rows = []
     for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
         path = image_file(store, image_id)  # the store's own image, else the val panel's file (a sibling store's image)
@@ -138,13 +140,13 @@ def _figure(ctx, store, ds, label: str) -> Figure:
             path = Path(folder) / image_id
         picture = None
         if path is not None:
-            picture = np.asarray(hbird_views.squashed(images.load_image(path)).crop((0, 0, side, side)))
+            picture = np.asarray(hbird_views.squashed(images.load_image(path), size).crop((0, 0, side, side)))
         predicted = [(str(m), ds.prediction.values[i, j]) for i, m in enumerate(ds.memory.values)]
         rows.append((image_id, picture, ds.truth.values[j], predicted))
     colours = ("VOC's colours, boundary white" if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
                else "ADE20K's classes in VOC's devkit palette, 'other' black")
     k = int(differ.settings(ds)["k"])
-    caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {hbird_views.VAL} view, its ground truth "
+    caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {query} view, its ground truth "
                f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows, label, [str(c) for c in ds["class"].values]), caption)
 

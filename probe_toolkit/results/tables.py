@@ -147,7 +147,7 @@ def hummingbird(report: Any) -> list[Any]:
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/hummingbird")]
     train, val = report.run.inputs.train, report.run.inputs.val
-    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE
+    from ..analyses.hummingbird_published import PUBLISHED, PUBLISHED_MEMORY_SIZES, PUBLISHED_SOURCE, comparable
     from ..labels.catalogue import data_set
 
     table = Table(title=f"Hummingbird dense retrieval ({data_set(report.kind)} mIoU): {train} → {val}")
@@ -159,14 +159,15 @@ def hummingbird(report: Any) -> list[Any]:
     table.add_row(f"{report.name}: mIoU, Hungarian-matched{headline if report.matching == 'hungarian' else ''}",
                   *(f"{100 * s.miou_hungarian:.2f}" for s in report.scores))
     published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
+    beside = comparable(report.memory, report.run.settings.size) if report.kind == "voc-segmentation" else ()
+    for name, values in beside:  # at the run's input size, in the columns of the published memory sizes
+        by_size = dict(zip(published, values))
+        table.add_row(f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in report.memory))
+    apart = [(name, values) for name, values in PUBLISHED if (name, values) not in beside]
     if report.kind != "voc-segmentation":
         table.caption = "no published numbers for this data set (open-hummingbird-eval's README tables VOC only)"
-    elif set(published) & set(report.memory):  # beside the columns of the published sizes
-        for name, values in PUBLISHED:
-            by_size = dict(zip(published, values))
-            table.add_row(f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in report.memory))
-    else:
-        table.caption = "published, other weights: " + "; ".join(f"{name} {' / '.join(f'{v:.1f}' for v in values)}" for name, values in PUBLISHED) + \
+    elif apart:  # another input size or no published memory size: not in the table's columns
+        table.caption = "published, other weights: " + "; ".join(f"{name} {' / '.join(f'{v:.1f}' for v in values)}" for name, values in apart) + \
             f" at memory {' / '.join(published)}"
     counts = report.counts
     return [table, Unwrapped(f"{counts['train']} train images × {counts['memory_views'] // max(counts['train'], 1)} augmented views → memory; "
