@@ -212,7 +212,8 @@ def caption_claims(report) -> list[str]:
                 settings.update({k: v for k, v in (ds.attrs.get("settings") or {}).items() if v is not None and k not in settings})
             for key, value in settings.items():
                 for said in re.findall(rf"\b{re.escape(key)}(?: |=| = )(-?\d[\d.,e-]*\d|\d)\b", head):
-                    if said not in _spelled(value) and not _same_number(said, value):
+                    items = value if isinstance(value, (list, tuple)) else [value]  # a caption may name one of a list's values (memory 1,000 of 1000,full)
+                    if said not in _spelled(value) and not any(said in _spelled(v) or _same_number(said, v) for v in items):
                         bad(f"{key} {said}; the records: {value!r}")
             for store, protocol, named in _differing_items(caption, list(by_label)):
                 records = [ds for ds in by_label.get(store, []) if (ds.attrs.get("record") or {}).get("protocol") == protocol]

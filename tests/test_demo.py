@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from report_reader import absolute_paths, figures_of, outside_axes
+from report_reader import absolute_paths, caption_claims, figures_of, outside_axes
 
 from probe_toolkit.demo.run import run_demo
 from probe_toolkit.labels import ledger
@@ -64,5 +64,8 @@ def read_as_a_reader(out: Path, stores: list[Path], tmp_path: Path, report) -> N
             ds = records.load(store, result)
             counts, panels = ds.attrs["counts"], ds.attrs["panels"]
             assert phrase.format(train=panels["train"]["name"], val=panels["val"]["name"], n=counts["train"], m=counts["val"]) in text, (store, result)
+    # every caption's image counts, k, view, block, panel and named settings against the records its section read
+    claims = caption_claims(report)
+    assert not claims, claims
     problems = [f"{name}: {problem}" for name, fig in figures_of(report) for problem in outside_axes(fig)]
     assert not problems
