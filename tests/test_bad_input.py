@@ -99,7 +99,7 @@ def test_cli_bad_image_exits_2_and_skip_records_it(tmp_path, tiny_checkpoints, p
     one_line_error(run_probe("extract", ckpt, "--images", str(tmp_path), "--views", "224", "--cache", str(tmp_path / "c"), "-q"), "b.jpg", "--on-error skip")
     # nothing half written: the store holds no finished image, and a skip run completes it
     skipped = run_probe("extract", ckpt, "--images", str(tmp_path), "--views", "224", "--cache", str(tmp_path / "c"), "-q", "--on-error", "skip")
-    assert skipped.returncode == 0 and "b.jpg" in skipped.stderr and "2/2 images done" in skipped.stdout
+    assert skipped.returncode == 0 and "b.jpg" in skipped.stderr and "1/2 images extracted" in skipped.stdout and "1 recorded as failed" in skipped.stdout
 
 
 def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_dir):
@@ -107,7 +107,7 @@ def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_di
     with pytest.raises(ProbeError, match=r"incomplete: 2/7.*--partial"):
         open_store(report.store, allow_partial=False)
     assert open_store(report.store).sizes["image"] == 2
-    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract` with --views 480"):
+    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract CKPT --views 480`"):
         require(open_store(report.store), "keys_480")
 
 
@@ -132,20 +132,26 @@ def _add(cache, annotations, images, name="p"):
 
 
 @pytest.mark.parametrize(
-    "content, needle",
+    "content, needle, refused_by",
     [
-        ("this is { not json", "is not a COCO annotation file"),
-        ('{"info": {}, "licenses": []}', "is not a COCO annotation file"),
-        ('{"images": [], "annotations": [], "categories": []}', "lists no images"),
-        ('{"images": [{"id": 1, "file_name": "ghost.png", "width": 8, "height": 8}], "annotations": [], "categories": []}', "not in"),
+        ("this is { not json", "is not a COCO annotation file", "add"),
+        ('{"info": {}, "licenses": []}', "is not a COCO annotation file", "add"),
+        ('{"images": [], "annotations": [], "categories": []}', "lists no images", "score"),
+        ('{"images": [{"id": 1, "file_name": "ghost.png", "width": 8, "height": 8}], "annotations": [], "categories": []}', "not in", "score"),
     ],
 )
-def test_bad_annotation_files_are_one_line_at_the_first_read(tmp_path, panel_dir, content, needle):
+def test_bad_annotation_files_are_one_line_at_the_first_read(tmp_path, panel_dir, content, needle, refused_by):
+    """A file that is no COCO file is refused when the panel is added (its schema is checked there);
+    one whose images are missing or absent, at the first label read."""
     folder, _ = panel_dir
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     cache = tmp_path / "cache"
-    assert _add(cache, bad, folder / "images").returncode == 0  # registering never opens the file
+    added = _add(cache, bad, folder / "images")
+    if refused_by == "add":
+        one_line_error(added, "bad.json", needle)
+        return
+    assert added.returncode == 0, added.stderr
     (tmp_path / "masks.json").write_text("[]")
     result = run_probe("score", str(tmp_path / "masks.json"), "--panel", "p", "--cache", str(cache))
     one_line_error(result, "bad.json", needle)
@@ -191,3 +197,9 @@ def test_a_label_read_takes_sizes_from_the_headers(tmp_path, monkeypatch):
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: pytest.fail(f"{self.filename} was decoded"))
     listed = [{"id": i, "file_name": f"{i}.{suffix}", "width": 40 + i, "height": 30} for i, suffix in enumerate(("png", "jpg"))]
     assert hygiene.check_sizes(tmp_path / "a.json", tmp_path, listed) == {0: (40, 30), 1: (41, 30)}
+
+
+def test_an_option_of_one_value_given_twice_is_refused_before_any_work(tmp_path):
+    # the parser would keep the last value and run on 480 alone
+    one_line_error(run_probe("extract", str(tmp_path / "x.pth"), "--views", "224", "--views=480"), "--views", "2 times (224, 480)")
+    assert not list(tmp_path.iterdir())

@@ -69,7 +69,7 @@ def test_a_later_part_reads_once_finished_and_missing_blocks_name_the_flags(bloc
     normed = cache.require(two, "normed_224", block=1)
     assert normed.dims == ("image", "patch", "channel") and normed.attrs == {**normed.attrs, "block": 1, "facet": "normed"}
     np.testing.assert_array_equal(normed.values, values["normed_b1_224.p1"][:2])
-    with pytest.raises(ProbeError, match=r"has no array tokens_224 at block 2; rerun `probe extract` with --views 224 --blocks 2 --facets tokens"):
+    with pytest.raises(ProbeError, match=r"has no array tokens_224 at block 2; rerun `probe extract CKPT --views 224 --blocks 2 --facets tokens`"):
         cache.require(ds, "tokens_224", block=2)
     with pytest.raises(ProbeError, match=r"network of 4 blocks: block 4 is not one of 0..3"):
         cache.require(ds, "tokens_224", block=4)

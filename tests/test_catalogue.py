@@ -17,6 +17,7 @@ import errno
 import io
 import json
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+import fix_commands
 import numpy as np
 import pytest
 from conftest import scenes_folder
@@ -175,6 +177,7 @@ class Case:
     after: Callable | None = None  # (w) -> None, the user's correction between the two runs
     xfail: str | None = None
     resumable: bool = False  # the failed run may leave a consistent, unfinished store that the rerun completes
+    printed_fix: bool = False  # the line's own command is the fix: run as printed (it must succeed) before ``after`` and the rerun
     roots: Callable[[SimpleNamespace], list[Path]] = field(default=lambda w: [w.cache, w.root / "stores", w.root / "out"])
 
 
@@ -189,12 +192,14 @@ def write(path: Path, text: str | bytes) -> Path:
 
 
 def panel_file(name: str, data) -> Callable:
-    """A val panel registered on a broken annotation file (``data``: dict, or raw text)."""
+    """A val panel whose annotation file broke after it was registered (``data``: dict, or raw
+    text): ``panel add`` checks the file field by field, so it is added sound and then overwritten."""
 
     def setup(w, monkeypatch):
         path = w.root / "bad" / f"{name}.json"
-        write(path, data if isinstance(data, str) else json.dumps(data))
+        write(path, (w.root / "val.json").read_text())
         assert probe("panel", "add", name, "--annotations", path, "--images", w.images, "--role", "val", "--replace", "--cache", w.cache).code == 0
+        write(path, data if isinstance(data, str) else json.dumps(data))
 
     return setup
 
@@ -315,7 +320,7 @@ CASES = [
          lambda w: ["decode", w.store, *w.q]),
     Case("decode-panel-unknown", lambda w: ["decode", w.store, "--panel", "nope", *w.q], 2, ("nope",), lambda w: ["decode", w.store, "--panel", "va", *w.q]),
     Case("decode-sealed-panel", lambda w: ["decode", w.store, "--panel", "sealed", *w.q], 2, ("sealed", "--unseal"),
-         lambda w: ["decode", w.store, "--panel", "sealed", "--unseal", "final numbers", *w.q]),
+         lambda w: ["decode", _held_store(w), "--panel", "sealed", "--unseal", "final numbers", *w.q]),  # its own images' store (issue 46)
     Case("score-not-json", lambda w: ["score", write(w.root / "out" / "m.json", "{"), "--panel", "va", "--cache", w.cache], 2, ("m.json",),
          lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache]),
     Case("score-masks-of-another-run", lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache], 1, ("decoder-masks.json", "different"),
@@ -520,6 +525,14 @@ def _small_store(w, view: str, folder: str) -> Path:
     path = w.root / "stores" / folder / "teacher.zarr"
     if not path.exists():
         assert probe("extract", w.ckpt, "--images", w.small, "--views", view, "--store", path, *w.q).code == 0
+    return path
+
+
+def _held_store(w) -> Path:
+    """The sealed panel's own images (other pixels under the val panel's names), extracted once."""
+    path = w.root / "stores" / "held" / "teacher.zarr"
+    if not path.exists():
+        assert probe("extract", w.ckpt, "--images", w.root / "held", "--views", "224,480", "--store", path, *w.q).code == 0
     return path
 
 
@@ -868,12 +881,20 @@ CASES += [
 # the catalogue test
 
 
-def refused(result: Result, code: int, needles: tuple[str, ...]) -> None:
+def refused(result: Result, code: int, needles: tuple[str, ...], args: list | None = None) -> None:
+    """The catalogue's promise for a refused run, and every command its line prints as a fix read
+    back by the CLI's parser (``fix_commands``: its flags exist, its values parse)."""
     assert result.code == code, f"exit {result.code}, wanted {code}\nstderr: {result.err}\nstdout: {result.out}"
     assert "Traceback" not in result.err, result.err
     assert len(result.lines) == 1, f"wanted one line on stderr, got {len(result.lines)}:\n{result.err}"
     for needle in needles:
         assert needle in result.lines[0], f"{needle!r} not in {result.lines[0]!r}"
+    for command in fix_commands.printed(result.lines[0]):
+        problem = fix_commands.parse_error(command)
+        assert problem is None, f"the printed fix `probe {shlex.join(command)}` does not parse: {problem}"
+    if args is not None:  # a flag the line names beside its commands is one of the failed command's own
+        foreign = fix_commands.foreign_flags(result.lines[0], args)
+        assert not foreign, f"{foreign} named, which probe {args[0]} lacks: {result.lines[0]!r}"
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=False, reason=c.xfail)] if c.xfail else []) for c in CASES])
@@ -896,7 +917,7 @@ def test_case(case: Case, w, monkeypatch):
     if getattr(w, "restore_store", None):
         w.restore_store()
         w.restore_store = None
-    refused(result, case.code, case.needles)
+    refused(result, case.code, case.needles, [str(a) for a in args])
     after = tree(*roots)
     new = {p for p in set(after) - set(before) if after[p] >= 0 and not any(litter.is_litter(part) for part in Path(p).parts)}
     if case.resumable:
@@ -906,6 +927,12 @@ def test_case(case: Case, w, monkeypatch):
     if not case.id.startswith("ledger"):  # refused before any label was read: not a line more in the ledger
         assert (ledger_file.read_bytes() if ledger_file.is_file() else b"") == ledger_before, "the refused run wrote to the ledger"
     assert not changed or case.id.startswith("ledger"), f"changed: {sorted(changed)[:5]}"
+    if case.printed_fix:  # pasted as printed, the fix works (issue 46, class 5)
+        commands = [c for c in fix_commands.printed(result.lines[0]) if fix_commands.complete(c)]
+        assert commands, f"no complete command in {result.lines[0]!r}"
+        for command in commands:
+            pasted = probe(*command)
+            assert pasted.code == 0, f"the printed fix `probe {shlex.join(command)}` failed ({pasted.code}): {pasted.err}"
     if case.after:
         case.after(w)
     if case.fix is not None:

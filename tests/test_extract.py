@@ -136,7 +136,7 @@ def test_cli_extract_and_one_line_errors(tmp_path, tiny_checkpoints, photos):
         capture_output=True, text=True,
     )
     assert run.returncode == 0, run.stderr
-    assert "7/7 images done" in run.stdout
+    assert "7/7 images extracted" in run.stdout
     bad = subprocess.run([*probe, "extract", str(tmp_path / "missing.pth"), "--images", str(photos)], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "missing.pth: no such checkpoint file" in bad.stderr
@@ -155,7 +155,7 @@ def test_a_store_with_results_grows_without_zarrs_warning(tmp_path, tiny_checkpo
     records.save(store, "entropy", xr.Dataset({"h": ("image", np.zeros(7))}), {})
     grown = subprocess.run([*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "96", "--store", str(store), "-q"],
                            capture_output=True, text=True)
-    assert grown.returncode == 0 and "7/7 images done" in grown.stdout
+    assert grown.returncode == 0 and "7/7 images extracted" in grown.stdout
     assert "Warning" not in grown.stderr and "not recognized" not in grown.stderr, grown.stderr
     assert cache.array_names(zarr.open_group(store, mode="r", use_consolidated=False)) == sorted(
         a for a in zarr.open_group(store, mode="r", use_consolidated=False).array_keys())

@@ -500,6 +500,28 @@ def test_the_views_tokens_do_not_depend_on_the_extraction_batch(voc, tmp_path):
         assert np.array_equal(a[f"tokens_{view}"].values, b[f"tokens_{view}"].values), view
 
 
+def test_a_relative_store_runs_on_a_cluster_whose_workers_sit_elsewhere(voc, tmp_path, monkeypatch):
+    """Issue 46, class 7: a dask worker runs in a directory of its own. Its process is started
+    here from another folder; the store is then given relative to this one. The memory files
+    (``Shared``) went to the workers relative and were not found; every path a worker receives is
+    now absolute (``runner.for_workers``), and the numbers are the local run's."""
+    distributed = pytest.importorskip("distributed")
+    from probe_toolkit import run
+
+    root, year, store, labels, _ = voc
+    given = dict(train="voc-train", val="voc-val", memory=(100,), cache_dir=root / "cache")
+    local = run("hummingbird", store, workers=1, **given)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with distributed.LocalCluster(processes=True, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+        monkeypatch.chdir(store.parent.parent)
+        relative = Path(store.parent.name) / store.name
+        clustered = run("hummingbird", relative, dask_address=cluster.scheduler_address, **given)
+    a, b = records.load(store, "hummingbird", local.run_id), records.load(store, "hummingbird", clustered.run_id)
+    assert np.array_equal(a.confusion.values, b.confusion.values) and np.array_equal(a.miou.values, b.miou.values)
+
+
 def test_published_rows_join_a_table_only_at_their_input_and_memory_sizes():
     from probe_toolkit.analyses.hummingbird_published import comparable
 

@@ -396,7 +396,7 @@ def test_a_store_without_the_panels_images_is_refused_before_any_label_read(pane
     alone = panels["root"] / "stores/alone-dddddddd/teacher.zarr"
     ids = sorted(panels["tr"])
     make_store(alone, ids, np.zeros((10, 196, 8), np.float32), sizes_of(panels["folders"]["tr"], ids), sha="d" * 64, source=panels["folders"]["tr"])
-    with pytest.raises(ProbeError, match="extracted from another folder than panel 'va'"):
+    with pytest.raises(ProbeError, match="extracted from another folder than the one of panel 'va'"):
         probe.run("linear", [alone], train="tr", val="va", **FIT, cache_dir=root)
     assert len(ledger.entries(root)) == before
 

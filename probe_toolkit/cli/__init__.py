@@ -43,6 +43,7 @@ def _main() -> None:
     follow_launcher()  # under torchrun: this rank stops when its launcher is killed
     keep_memory_flat()
     try:
+        refuse_repeated(sys.argv[1:])
         code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
     except IntegrityError as error:
         err_console.print(f"[bold red]integrity:[/] {error.line()}", highlight=False, soft_wrap=True)
@@ -74,11 +75,43 @@ def _main() -> None:
         sys.exit(code)
 
 
+def refuse_repeated(args: list[str]) -> None:
+    """An option that takes one value, given twice (``--views 224 --views 480``), is refused: the
+    parser would keep the last and run on 480 alone. Options that repeat on purpose (``--sequence``)
+    and switches pass. The command is looked up only when a flag does repeat."""
+    from collections import Counter
+
+    from ..infra.errors import ProbeError
+
+    flags = [a.split("=", 1)[0] for a in args if a.startswith("--") and a != "--"]
+    twice = [f for f, n in Counter(flags).items() if n > 1]
+    if not twice:
+        return
+    import typer
+
+    command = typer.main.get_command(app)
+    for word in args:
+        if word.startswith("-") or not hasattr(command, "commands") or word not in command.commands:
+            break
+        command = command.commands[word]
+    single = {o for p in getattr(command, "params", []) if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False) for o in p.opts}
+    for flag_ in twice:
+        if flag_ in single:
+            values = [args[i + 1] if "=" not in a and i + 1 < len(args) else a.partition("=")[2] for i, a in enumerate(args) if a.split("=", 1)[0] == flag_]
+            raise ProbeError(flag_, f"is given {len(values)} times ({', '.join(values)}); the last would be used alone",
+                             f"give it once (e.g. {flag_} {','.join(values)} where it takes a list)")
+
+
 def _stopped(by_sigterm: bool) -> str:
     return "terminated (SIGTERM)" if by_sigterm else "interrupted"
 
 
 def flagged(error) -> str:
     """A setting's error as the command line says it: the parameter spelled as its flag, a value
-    as typed (``tau must ...`` → ``--tau must ...``; ``SettingError.line``)."""
-    return error.line(flag)
+    as typed (``tau must ...`` → ``--tau must ...``; ``SettingError.line``); a value a free text
+    writes as Python does, ``(0.5, 2.0)``, as the flag takes it: ``0.5,2.0``."""
+    import re
+
+    name = flag(error.parameter)
+    return re.sub(rf"({re.escape(name)} )[(\[]([^()\[\]]*)[)\]]", lambda m: m.group(1) + ",".join(v.strip() for v in m.group(2).split(",") if v.strip()),
+                  error.line(flag))

@@ -135,8 +135,9 @@ def extract(
         raise Interrupted("probe extract stopped; the store keeps every finished chunk and is resumable: rerun the same command") from None
     for line in report.skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
-    console.print(f"{report.store}: {report.done}/{report.n_images} images done in views {','.join(report.views)} ({report.written} written now, {len(report.skipped)} "
-                  "skipped)", soft_wrap=True)
+    failed = f"; {report.failed} recorded as failed and left out (`probe info` lists them)" if report.failed else ""
+    console.print(f"{report.store}: {report.done}/{report.n_images} images extracted in views {','.join(report.views)} ({report.written} written now, "
+                  f"{len(report.skipped)} skipped now{failed})", soft_wrap=True)
     if report.limit is not None and report.left:
         console.print(f"--limit {report.limit}: {report.left} images of this shard left; rerun the same command to continue", soft_wrap=True)
 
@@ -320,7 +321,7 @@ def results_command(
 
     protocols()  # each protocol's defaults, for records written before they carried theirs
     if not (Path(store) / "zarr.json").is_file():
-        raise ProbeError(store, "is not a store written by probe extract", "pass a store folder (probe info STORE shows one)")
+        raise ProbeError(store, "is not a store written by probe extract", "pass a store folder (`probe info STORE` shows one)")
     found = records.runs(store, result) if result else records.every_record(store)
     if result and not found:
         raise ProbeError(store, f"holds no record of {result!r}", f"results it holds: {', '.join(records.results(store)) or 'none yet'}")

@@ -55,6 +55,26 @@ def settings_path(cache_dir: str | Path | None) -> Path:
     return cache.cache_root(cache_dir) / SETTINGS_FILE
 
 
+def _settings_file(path: Path) -> Settings:
+    """The settings a ``probe decode-sweep`` wrote (``settings`` and ``chosen_by``), or one line
+    naming the file: another summary (an entropy ``--json``), or a value no preset takes (the
+    file's, not a flag's: ``--preset`` was not given)."""
+    fix = "pass the file `probe decode-sweep --settings-out` wrote, or drop --settings"
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise ProbeError(path, f"is not a decoder settings file (not JSON: {str(error)[:60]})", fix) from None
+    stored = data.get("settings") if isinstance(data, dict) else None
+    if not isinstance(stored, dict) or not isinstance(data.get("chosen_by"), dict):
+        kind = f"a {data['analysis']} summary" if isinstance(data, dict) and isinstance(data.get("analysis"), str) else "another file"
+        raise ProbeError(path, f"is not a decoder settings file (no settings chosen by a sweep: it is {kind})", fix)
+    try:
+        return Settings(**{k: v for k, v in stored.items() if k in Settings.__dataclass_fields__})
+    except (ProbeError, ValueError, TypeError) as error:
+        problem = error.problem if isinstance(error, ProbeError) else str(error)
+        raise ProbeError(path, f"holds settings no decoder takes ({problem})", fix) from None
+
+
 def resolve_settings(
     *, preset: str | None, overrides: dict[str, Any], settings_file: Path | None, cache_dir: str | Path | None
 ) -> tuple[Settings, str]:
@@ -64,11 +84,7 @@ def resolve_settings(
         if settings_file is not None and not path.is_file():
             raise ProbeError(path, "does not exist", "run `probe decode-sweep` or drop --settings")
         if path.is_file():
-            try:
-                stored = json.loads(path.read_text())["settings"]
-                base = Settings(**{k: v for k, v in stored.items() if k in Settings.__dataclass_fields__})
-            except (ValueError, KeyError, TypeError) as error:
-                raise ProbeError(path, f"is not a decoder settings file ({error})", "rerun `probe decode-sweep` or delete it") from None
+            base = _settings_file(path)
             changed = {k: v for k, v in overrides.items() if v is not None}
             return base.with_(**changed), f"{path}" + (f" + {sorted(changed)}" if changed else "")
         preset = "centred"
@@ -202,6 +218,7 @@ def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refin
     write_json(report.masks_file, results)
     write_json(masks_meta_path(report.masks_file), {
         "store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(), "panel": panel,
+        "network": src.manifest.get("network"), "image_list_sha256": src.manifest.get("image_list_sha256"),  # the store they pair with (store/pairing)
         "image_id": "panel COCO id" if panel else "store position", "view": src.view, "keys": src.keys_kind, "unit": report.unit,
         "masks_sha256": file_sha256(report.masks_file), "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
     if labels is None:

@@ -85,14 +85,13 @@ def photographs(src) -> Iterator[tuple[str, Shared]]:
     from ..infra.shared import shared
     from ..results import records
     from ..store.images import header_size
-    from ..store.sources import file_digest, image_folder, recorded_digests
+    from ..store.sources import check_current, file_digest, image_folder
 
     folder = image_folder(src.store, src.manifest)
-    recorded = recorded_digests(src.store, positions(src))  # each file's sha256 at extraction (None for older stores)
     order = sorted(range(len(src.image_ids)), key=lambda i: src.image_ids[i])
     width = max((len(n) for n in src.image_ids), default=1)
     table = np.zeros(len(order), dtype=[("name", f"U{width}"), ("sha256", "S64")])
-    for row, i in enumerate(order):
+    for i in order:
         name, path = src.image_ids[i], folder / src.image_ids[i]
         if not path.is_file():
             raise ProbeError(src.store, f"was extracted from {folder}, which no longer holds {name}", f"restore the photographs at {folder}")
@@ -100,19 +99,9 @@ def photographs(src) -> Iterator[tuple[str, Shared]]:
             w, h = header_size(path)
             raise ProbeError(path, f"is {w}×{h}, but the store recorded {src.widths[i]}×{src.heights[i]} when it was extracted from it",
                              "restore the photographs the store was extracted from (or extract a new store from these)")
-        digest = file_digest(path)
-        if recorded[i] is not None and digest != recorded[i]:  # the bytes extracted, where the store recorded them
-            raise ProbeError(path, f"is not the photograph the store was extracted from (sha256 {recorded[i][:12]} recorded)",
-                             "restore the photographs the store was extracted from (or extract a new store from these)")
-        table[row] = (name, digest.encode())
+    check_current(src.store, [(name, folder / name) for name in src.image_ids])  # the bytes extracted, where the store recorded them
+    for row, i in enumerate(order):
+        table[row] = (src.image_ids[i], file_digest(folder / src.image_ids[i]).encode())
     with shared(table, records.results_path(src.store, ""), "colour-photos") as handle:
         yield str(folder), handle
 
-
-def positions(src) -> np.ndarray:
-    """The store positions of ``src``'s images (its finished ones)."""
-    import zarr
-
-    group = zarr.open_group(str(src.store), mode="r", use_consolidated=False)
-    at = {str(v): i for i, v in enumerate(group["image"][:])}
-    return np.asarray([at[i] for i in src.image_ids], dtype=np.int64)

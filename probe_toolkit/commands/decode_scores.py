@@ -193,20 +193,24 @@ class ScoreReport(Outcome):
 
 
 def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreReport:
-    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``. The scores
-    are saved into the store the masks came from, when it is there."""
+    """Score a masks JSON on a panel; images are matched by the entries' ``file_name``: masks of
+    none of the panel's images are refused, and so are masks of only some without ``allow_partial``.
+    The scores are saved into the store the masks came from, when it is there."""
     masks_file = inputs.masks_file
     try:
-        results = json.loads(masks_file.read_text())
-        if not isinstance(results, list):
-            raise ValueError("not a list of results")
+        results = json.loads(masks_file.read_bytes())
     except (OSError, ValueError) as error:
-        raise ProbeError(masks_file, f"is not a COCO results JSON ({error})", "pass the file `probe decode --out` wrote") from None
+        raise ProbeError(masks_file, f"is not a COCO results JSON ({type(error).__name__}: {str(error)[:80]})", "pass the file `probe decode --out` wrote") from None
     meta = bound_meta(masks_file)
-    if any("file_name" not in r for r in results):
-        raise ProbeError(masks_file, "has results without file_name, so they cannot be matched to a panel", "score masks written by `probe decode`")
+    from ..labels.schema import result_problems
+
+    found = result_problems(results)  # field by field, before any label is read: a wrong type is one line, not a traceback in the evaluator
+    if found:
+        more = f" ({len(found) - 1} more problems)" if len(found) > 1 else ""
+        raise ProbeError(masks_file, f"is not a COCO results JSON probe can score: {found[0]}{more}", "score masks written by `probe decode`")
     names = sorted({r["file_name"] for r in results})
-    labels = context.read("panel", read_labels, purpose="score", checkpoint=meta.get("checkpoint"), images=names)
+    labels = context.read("panel", read_labels, purpose="score", checkpoint=meta.get("checkpoint"), images=names,  # masks of none, or without
+                          cover="some" if inputs.allow_partial else "all", given=f"the masks of {masks_file.name}")  # allow_partial some: refused
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
     store = Path(meta["store"]) if meta.get("store") else None
     in_store = store is not None and (store / "zarr.json").is_file()

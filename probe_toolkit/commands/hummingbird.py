@@ -116,7 +116,7 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
         if flag in ds:
             done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)
             if not done.all():
-                raise ProbeError(ds.attrs.get("store"), f"has not finished its {view} view for {int((~done).sum())} of panel {panel.name!r}'s {len(ids)} images",
+                raise ProbeError(ds.attrs.get("store"), f"has not finished its {view} view for {int((~done).sum())} of the {len(ids)} images of panel {panel.name!r}",
                                  f"rerun `{extract}` to finish it")
 
 
@@ -169,13 +169,13 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
     store = inputs.store
-    panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
     query_view, *augmented = views.hbird_views(settings.size)  # hbird@S and its memory views (hbird512, hbird512_aug<e> at 512)
     memory_views = tuple(augmented[:settings.augmentation_epochs])
     patch = int(cache.manifest(cache.open_store(store))["arch"]["patch"])
     if settings.size % patch and views.view(query_view).alias is None:  # hbird512 keeps its rule: at /14 its top-left 504 px
         low, high = settings.size // patch * patch, -(-settings.size // patch) * patch
         raise SettingError("size", f"size {settings.size} is not a multiple of the network's {patch}-px patch", f"use size {low} or {high}")
+    panels = [(train_panel, panel_ids(train_panel), memory_views), (val_panel, panel_ids(val_panel), (query_view,))]  # VOC's share JPEGImages/
     source = locate(store, panels, "patch", (query_view, *memory_views))
     meta = source.manifest
     checkpoint_path = str((meta.get("checkpoint") or {}).get("path", "CKPT"))

@@ -110,7 +110,7 @@ def _labelled(read: LabelRead, source: Source, panel: str, ids: Sequence[str]) -
     sizes = image_sizes(ds, store_ids)
     keep = [(k, read.image_map[sid], sizes[k]) for k, sid in enumerate(ids) if sid in read.image_map]
     if not keep:
-        raise ProbeError(read.panel.annotations, f"annotates none of panel {read.panel.name!r}'s images", "check the file names in its images list")
+        raise ProbeError(read.panel.annotations, f"annotates none of the images of panel {read.panel.name!r}", "check the file names in its images list")
     for k, cid, (w, h) in keep:
         record = read.coco.imgs[cid]
         if (int(record.get("width", -1)), int(record.get("height", -1))) != (w, h):

@@ -46,8 +46,11 @@ def _sibling(store: Path, panel: str) -> Path:
     return store.parent / f"{base}-panel-{panel}.zarr"
 
 
-def _same_network(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a["checkpoint"]["sha256"] == b["checkpoint"]["sha256"] and a.get("network") == b.get("network") and a.get("arch") == b.get("arch")
+def _same_network(a: dict[str, Any], b: dict[str, Any], views: Sequence[str] = ()) -> bool:
+    """A store and its panel sibling are read as one set of tokens (``store/pairing.py``)."""
+    from ..store.pairing import differences
+
+    return not differences(a, b, views)
 
 
 def panel_ids(panel: Panel) -> list[str]:
@@ -91,39 +94,44 @@ def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None
     return wanted if wanted is not None and not set(wanted) - set(ds.image.values.tolist()) else None
 
 
-def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]]], level: Level, views: Sequence[str] = ("224",)) -> Source:
+def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]] | tuple[Panel, list[str], Sequence[str]]], level: Level,
+           views: Sequence[str] = ("224",)) -> Source:
     """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing.
 
-    Each must hold the level's array in one of ``views`` (the error names the first)."""
+    Each must hold the level's array in one of ``views`` (the error names the first). A panel given
+    with its own views (a third element) is read from the store, or its sibling, that holds every
+    one of them for it: when two panels share an image folder (VOC's train and val in one
+    JPEGImages/), the first store holding the images may not hold the view this panel needs."""
     store = Path(store)
     ds = cache.open_store(store)
     meta = cache.manifest(ds)
     source = Source(store, store_name(meta), meta)
-    for panel, ids in panels:
+    for panel, ids, *own in panels:
         candidates = [ds]
         sibling = _sibling(store, panel.name)
+        unlike = ""
         if sibling.resolve() != store.resolve() and (sibling / "zarr.json").is_file():
             other = cache.open_store(sibling)
-            if _same_network(meta, cache.manifest(other)):
+            from ..store.pairing import differences
+
+            unlike = "; ".join(differences(meta, cache.manifest(other), views))
+            if not unlike:
                 candidates.append(other)
-        for candidate in candidates:
-            found = ids_in(candidate, panel, ids)
-            if found is not None:
-                source.panel_stores[panel.name] = (candidate, found)
-                break
+        kind = "tokens" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens"
+        holding = [(c, found) for c in candidates if (found := ids_in(c, panel, ids)) is not None]
+        complete = [(c, found) for c, found in holding if not own or all(f"{kind}_{v}" in c for v in own[0])]
+        if holding:
+            source.panel_stores[panel.name] = (complete or holding)[0]
         else:
             wanted = wanted_ids(ds, panel, ids)
             missing = sorted(set(wanted) - set(ds.image.values.tolist())) if wanted is not None else []
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
-                    else f"was extracted from another folder than panel {panel.name!r}'s ({panel.images})")
-            raise ProbeError(
-                store,
-                f"{what}, and no {sibling.name} of the same network beside it holds them",
-                f"run `probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']}"
-                f"{' --convert' if meta['checkpoint'].get('converted') else ''}`",
-            )
-        kind = "tokens" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens"
+                    else f"was extracted from another folder than the one of panel {panel.name!r} ({panel.images})")
+            beside = f"the {sibling.name} beside it was extracted otherwise ({unlike})" if unlike else f"no {sibling.name} of the same network beside it holds them"
+            extract = (f"probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']} --views {','.join(own[0] if own else views)}"
+                       f"{' --convert' if meta['checkpoint'].get('converted') else ''}")
+            raise ProbeError(store, f"{what}, and {beside}", f"move {sibling} away, then run `{extract}`" if unlike else f"run `{extract}`")
         held = source.panel_stores[panel.name][0]
         cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))
     return source

@@ -52,7 +52,7 @@ from ..analyses import propagation, tracking
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
-from ..infra.runner import map_blocks, placed, shard_range, torch_threads
+from ..infra.runner import for_workers, map_blocks, placed, shard_range, torch_threads
 from ..infra.settings import SettingError
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
@@ -172,6 +172,11 @@ class Job:
     frames: tuple[tuple[str, ...], ...]  # absolute paths
     palettes: tuple[np.ndarray, ...]
     digests: tuple[tuple[str, ...], ...] = ()  # each frame's sha256 as this process read it: a worker proves it reads the same bytes
+
+    def __post_init__(self) -> None:  # every path a worker receives is absolute (``runner.for_workers``)
+        object.__setattr__(self, "checkpoint", for_workers(self.checkpoint))
+        object.__setattr__(self, "out", for_workers(self.out))
+        object.__setattr__(self, "frames", tuple(tuple(for_workers(f) for f in seq) for seq in self.frames))
 
 
 def _model(job: Job) -> Backbone:

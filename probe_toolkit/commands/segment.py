@@ -155,8 +155,9 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     ck = load_checkpoint(checkpoint, network)
     target = Path(store) if store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, network)
     if not (target / "zarr.json").is_file():
-        raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
-                         f"run `{fix_command('extract', checkpoint, panel=val_panel.name, views='224')}` first, or pass --store STORE")
+        extract = fix_command("extract", checkpoint, images=val_panel.images, views="224", store=target if store is not None else None,  # (--panel: a sibling)
+                              network=network if network != "teacher" and store is None else None, cache=context.cache_dir if store is None else None)
+        raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)", f"run `{extract}` first, or pass --store STORE")
     patch = int(ck.arch.patch)
     if settings.crop < patch or settings.size < patch:
         raise _small_window(settings, patch)

@@ -223,12 +223,14 @@ def save_safetensors(state: dict[str, torch.Tensor], out: str | Path) -> Path:
     name first (pid-suffixed, so a killed run's is recognised and swept)."""
     from safetensors.torch import save_file
 
+    from ..infra.atomic import publish
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         save_file({k: v.contiguous().clone() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
-        tmp.replace(out)
+        publish(tmp, out)  # the umask's mode, as every file probe writes (save_file makes it 0600)
     finally:
         tmp.unlink(missing_ok=True)
     return out

@@ -29,6 +29,28 @@ def json_text(obj: Any, indent: int | None = None, separators: tuple[str, str] |
     return json.dumps(undefined_as_null(obj), indent=indent, separators=separators, allow_nan=False)
 
 
+def umask() -> int:
+    """This process's umask, read without changing it (``/proc/self/status``; else set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish(tmp: Path, out: Path) -> Path:
+    """Move a finished temporary file into place, with the mode every file probe writes has: the
+    umask's (``0666 & ~umask``), whatever mode the library that wrote it chose (safetensors'
+    ``save_file`` makes 0600 files)."""
+    os.chmod(tmp, 0o666 & ~umask())
+    os.replace(tmp, out)
+    return out
+
+
 def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
     """JSON written atomically (temp name, then ``os.replace``), undefined values as null."""
     path = Path(path)
@@ -37,7 +59,7 @@ def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
     separators = None if indent else (",", ":")
     try:
         tmp.write_text(json_text(obj, indent, separators) + "\n")
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException as error:  # a full disk or Ctrl-C leaves neither a half file nor the temp name
         tmp.unlink(missing_ok=True)
         if isinstance(error, OSError):

@@ -10,9 +10,11 @@ interrupted command left (exit 130). Everything else is a bug and keeps its trac
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -57,6 +59,7 @@ _OS_FIXES = {
     errno.EISDIR: "a folder stands where a file is needed: choose another path",
     errno.ENOENT: "check the path",
     errno.ENOTEMPTY: "a non-empty folder stands there: move it or choose another path",
+    errno.EFBIG: "a file reached this shell's file-size limit (ulimit -f): raise it (ulimit -f unlimited)",
 }
 
 
@@ -72,6 +75,30 @@ def os_error_line(error: OSError) -> str:
     problem = error.strerror or str(error) or type(error).__name__
     fix = _OS_FIXES.get(error.errno or -1, "check the disk and the path, then rerun")
     return ProbeError(os.fspath(where) if where != "" else None, problem, fix).line()
+
+
+@contextlib.contextmanager
+def reading(where: str | Path, what: str, fix: str) -> Iterator[None]:
+    """Inside, a file's content is being read: any error its bytes cause that is not already
+    probe's one line (a JSON decoder's, zarr's, numpy's, a KeyError of a missing field) becomes
+    ``<where>: is not a readable <what> (<the error>); <fix>``. A reader that trusts a file's
+    format (zarr metadata, a record, the ledger) is wrapped here once, at its entry point, so a
+    damaged or foreign file is never a traceback (``tests/test_fuzz_readers.py``)."""
+    try:
+        yield
+    except (ProbeError, KeyboardInterrupt, MemoryError):
+        raise
+    except OSError as error:  # a disk or a permission: said as such (the CLI's one line), not as damage
+        if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EIO):
+            raise
+        raise ProbeError(where, f"is not a readable {what} ({type(error).__name__}: {_short(error)})", fix) from None
+    except Exception as error:  # noqa: BLE001 - the file's bytes decide what a reader meets
+        raise ProbeError(where, f"is not a readable {what} ({type(error).__name__}: {_short(error)})", fix) from None
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:120] + ("…" if len(text) > 120 else "")
 
 
 def worker_name() -> str:

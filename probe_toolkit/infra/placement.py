@@ -45,13 +45,14 @@ class Placement(Settings):
                                others=("dask_address",))
 
     @classmethod
-    def parse(cls, environ: Mapping[str, str] | None = None, **given: Any) -> Placement:
+    def parse(cls, environ: Mapping[str, str] | None = None, shardable: bool = True, **given: Any) -> Placement:
         """The placement of this process: the options given, with torchrun's environment as the
-        shard when no ``shard`` is (RANK and WORLD_SIZE are read here only)."""
+        shard when no ``shard`` is (RANK and WORLD_SIZE are read here only). ``shardable``: whether
+        the command takes ``shard`` (a stray RANK's fix names it only then)."""
         environ = os.environ if environ is None else environ
         given = {k: v for k, v in given.items() if v is not None}
         if "shard" not in given:
-            from_launcher = launcher_shard(environ)
+            from_launcher = launcher_shard(environ, shardable)
             if from_launcher is not None:
                 given["shard"] = from_launcher
         return cls.build(**given)
@@ -82,7 +83,7 @@ class Placement(Settings):
                 raise SettingError("device", f"device {self.device} is not available here: torch sees no CUDA GPU", "use device='cpu' (or run on a machine with a GPU)")
 
 
-def launcher_shard(environ: Mapping[str, str] | None = None) -> str | None:
+def launcher_shard(environ: Mapping[str, str] | None = None, shardable: bool = True) -> str | None:
     """torchrun's ``RANK/WORLD_SIZE`` as ``"i/n"``; None when no launcher shards this process.
 
     torchrun marks every rank with ``TORCHELASTIC_RUN_ID``. A ``RANK`` or ``WORLD_SIZE`` without
@@ -97,7 +98,7 @@ def launcher_shard(environ: Mapping[str, str] | None = None) -> str | None:
         if world.strip() in ("", "1") and rank.strip() in ("", "0"):
             return None  # one process of one: nothing to shard
         raise ProbeError("environment", f"RANK={rank} WORLD_SIZE={world} are set, but torchrun did not start this process (no TORCHELASTIC_RUN_ID)",
-                         f"unset RANK and WORLD_SIZE for the whole run, or pass --shard {rank}/{world} to run that share on purpose")
+                         "unset RANK and WORLD_SIZE for the whole run" + (f", or pass --shard {rank}/{world} to run that share on purpose" if shardable else ""))
     try:
         return f"{int(rank)}/{int(world)}"
     except ValueError:

@@ -42,6 +42,14 @@ if TYPE_CHECKING:
 BlockFn = Callable[..., dict[str, np.ndarray]]
 
 
+def for_workers(path: str | os.PathLike[str]) -> str:
+    """A path as it is handed to a worker: absolute, from this process's working directory. A
+    worker (a dask worker above all) runs in a directory of its own, where a relative path names
+    another file or none; every handle a worker receives (``Shared``, ``StoreBlock``, a block's
+    file list) passes its paths through here."""
+    return os.path.abspath(os.fspath(path))
+
+
 def local_cores() -> int:
     """Cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
     try:
@@ -368,6 +376,9 @@ class StoreBlock:
     mark: str
     ids: tuple[str, ...]
     check: str | None = None  # the store's check before a read, as module:function (``cluster.store_check``)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store", for_workers(self.store))
 
     def load(self) -> dict[str, np.ndarray]:
         from .cluster import proven_read

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +48,11 @@ class Shared:
         _forget_gone()  # a long-lived dask worker lets the files of finished runs go
         _verified.add(self.sha256)
         _paths[self.sha256] = self.path
+
+    def __post_init__(self) -> None:
+        from .runner import for_workers
+
+        object.__setattr__(self, "path", for_workers(self.path))  # a dask worker's directory is not this process's
 
     def value(self) -> np.ndarray:
         """The whole array, mapped (for small arrays: label distributions, a photo table)."""
@@ -122,14 +129,30 @@ class Spool:
         return handle
 
 
+# a shell that outlives this process by at most half a second: it removes the files once this
+# process is no longer its parent (a SIGKILL runs no ``finally``); $0 is this process's pid
+JANITOR = 'while read -r _ _ _ p _ < /proc/$$/stat && [ "$p" = "$0" ]; do sleep 0.5; done; rm -f -- "$@"'
+
+
+def janitor(paths: list[Path]) -> subprocess.Popen | None:
+    """Start the process that removes ``paths`` should this one be killed (None where there is
+    no ``/proc`` or no ``sh``: the next run sweeps them, ``litter.sweep``). In a session of its
+    own, so a Ctrl-C to the terminal's group leaves it to do its one job."""
+    if not Path("/proc/self/stat").is_file() or shutil.which("sh") is None:
+        return None
+    return subprocess.Popen(["sh", "-c", JANITOR, str(os.getpid()), *map(str, paths)], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
 @contextmanager
 def spooled(shape: tuple[int, ...], dtype, folder: str | Path, name: str) -> Iterator[Spool]:
-    """A ``Spool`` at ``folder/.NAME.tmp-PID`` (a killed run's is swept as litter), removed when the
-    run ends however it ends."""
-    folder = Path(folder)
+    """A ``Spool`` at ``folder/.NAME.tmp-PID`` (absolute: workers are handed its path), removed
+    when the run ends however it ends: by the run itself, or after a SIGKILL by its ``janitor``
+    within a second (where no janitor runs, swept as litter by the next run that saves there)."""
+    folder = Path(folder).absolute()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f".{name}.tmp-{os.getpid()}"
-    spool = None
+    spool, cleaner = None, janitor([path])
     try:
         spool = Spool(path, shape, dtype)
         yield spool
@@ -138,6 +161,9 @@ def spooled(shape: tuple[int, ...], dtype, folder: str | Path, name: str) -> Ite
             spool._handle.close()
         path.unlink(missing_ok=True)
         _forget_gone()
+        if cleaner is not None:
+            cleaner.kill()
+            cleaner.wait()
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """Label hygiene, checked by ``panels.read_labels`` before any label leaves it.
 
-- An annotation naming an image id the file does not list is refused.
+- Every field of the dataset is checked first (``schema``: types, ranges, ids that resolve).
 - An image whose recorded ``width``/``height`` disagree with its file is refused (scores would
   be computed on the wrong geometry).
 - Boxes and polygons reaching outside their image are clipped to it; how many is recorded in
@@ -25,14 +25,6 @@ from ..infra.provenance import file_sha256
 
 INDEX = "panel-images.json"
 MEMO = "panel-hashes.json"
-
-
-def unknown_image_ids(annotations_path: Path, dataset: dict[str, Any]) -> None:
-    listed = {int(im["id"]) for im in dataset["images"]}
-    for ann in dataset["annotations"]:
-        if int(ann.get("image_id", -1)) not in listed:
-            raise ProbeError(annotations_path, f"annotation {ann.get('id')!r} names image id {ann.get('image_id')!r}, which the file's images list lacks",
-                             "fix the annotation file (every annotation's image_id must be listed under images)")
 
 
 def _file_size(path: Path) -> tuple[tuple[int, int] | None, str | None]:

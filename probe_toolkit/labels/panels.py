@@ -9,8 +9,9 @@ registered by name in ``panels.toml`` in the cache root::
     role = "val"
     added = "2026-05-09T08:00:00+00:00"
 
-Registering a panel does not open its annotation file. ``read_labels`` is the only code in the
-toolkit that does: it reads the bytes once, hashes them, builds the pycocotools ``COCO`` object in
+Registering a panel checks its annotation file field by field (``schema``), inside the readers'
+guard, handing out nothing (so it writes no ledger entry). ``read_labels`` is the only code in the
+toolkit that hands labels out: it reads the bytes once, hashes them, builds the pycocotools ``COCO`` object in
 memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test`` panel is sealed:
 ``read_labels`` refuses it unless given an ``unseal`` reason, which the ledger records.
 
@@ -47,7 +48,7 @@ import numpy as np
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
-from . import hygiene, ledger
+from . import hygiene, ledger, schema
 from .guard import inside
 from .matching import clean_name, match_images
 
@@ -92,15 +93,19 @@ def load_registry(cache: str | Path | None = None) -> dict[str, Panel]:
         return {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ProbeError(path, f"is not valid TOML ({error})", "fix or delete it, then `probe panel add` again") from None
     panels = {}
     for name, table in data.items():
-        try:
-            panels[name] = Panel(name, Path(table["annotations"]), Path(table["images"]), table["role"], table.get("added", ""),
-                                 table.get("kind", "coco"), table.get("split", ""), bool(table.get("no_hard", False)))
-        except (KeyError, TypeError):
-            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role", "re-add it with `probe panel add --replace`") from None
+        fields = [table.get(k) if isinstance(table, dict) else None for k in ("annotations", "images", "role")]
+        extra = [table.get(k, d) for k, d in (("added", ""), ("kind", "coco"), ("split", ""))] if isinstance(table, dict) else []
+        if not all(isinstance(v, str) and v for v in fields) or not all(isinstance(v, str) for v in extra):
+            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role (or holds a value that is not text)",
+                             "re-add it with `probe panel add --replace`")
+        if fields[2] not in ROLES or extra[1] not in KINDS:
+            raise ProbeError(path, f"panel {name!r} has role {fields[2]!r} and kind {extra[1]!r}; roles are {', '.join(ROLES)}, kinds {', '.join(KINDS)}",
+                             "re-add it with `probe panel add --replace`")
+        panels[name] = Panel(name, Path(fields[0]), Path(fields[1]), fields[2], extra[0], extra[1], extra[2], bool(table.get("no_hard", False)))
     return panels
 
 
@@ -124,7 +129,7 @@ def _write_registry(path: Path, panels: dict[str, Panel]) -> None:
 
 def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False,
               kind: str = "coco", split: str = "", no_hard: bool = False) -> Panel:
-    """Register a panel (paths made absolute). Checks that the files exist without opening them.
+    """Register a panel (paths made absolute). Checks its files, and its labels field by field (``schema.checked``), handing none out.
 
     ``kind="classes"``: ``images`` holds one sub-folder per class and ``annotations`` is that
     same folder; at least two classes must hold images.
@@ -150,6 +155,7 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
     from ..store.images import list_images  # here: it brings torch, which reading panels never needs
 
     list_images(images)  # a folder holding no images is refused here, before it is registered
+    schema.checked(Panel(name, annotations, images, role, "", kind, split, no_hard))  # field by field, before it is registered
     path = _registry_path(cache)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".panels.lock", "w") as lock:
@@ -275,11 +281,15 @@ def read_labels(
     unseal: str | None = None,
     cache: str | Path | None = None,
     command: str | None = None,
+    cover: str = "some",
+    given: str = "the images given",
 ) -> LabelRead:
     """Open a panel's annotations, write the ledger entry, then return the labels.
 
     ``images`` (store ids) restricts what is handed out to the panel images they match; the
     ledger records how many images' labels left this function and the hash of their names.
+    ``cover``: ``some`` refuses ``images`` (``given``: what they are, for the message) that match
+    none of the panel's, ``all`` also any panel image they miss (``covered``).
     A sealed (``test``) panel needs ``unseal``, a reason; it is recorded.
     """
     root = cache_root(cache)
@@ -302,24 +312,22 @@ def read_labels(
     finally:
         inside.active = False
     if panel.kind in ("coco", "coco20k"):
-        try:
-            dataset = json.loads(raw)
-            if not isinstance(dataset, dict) or not isinstance(dataset.get("images"), list) or not isinstance(dataset.get("annotations"), list):
-                raise ValueError("no images/annotations lists")
-        except ValueError as error:
-            raise ProbeError(panel.annotations, f"is not a COCO annotation file ({error})", "give a file with images, annotations and categories") from None
-        hygiene.unknown_image_ids(panel.annotations, dataset)
-        if panel.kind == "coco20k":
-            from .kinds import coco20k_subset
+        dataset = schema.coco_json(raw, panel.annotations)
+    schema.check(dataset, panel.annotations, schema.header_size(panel.images))  # every field, every kind that becomes COCO: before any label leaves
+    if panel.kind == "coco20k":
+        from .kinds import coco20k_subset
 
-            dataset = coco20k_subset(dataset, panel.annotations)
+        dataset = coco20k_subset(dataset, panel.annotations)
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
     if not file_names:
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
     absent = sorted(name for name in file_names.values() if not (panel.images / name).is_file())
     if absent:
+        from ..infra.spelling import fix_command
+
+        again = fix_command("panel add", panel.name, annotations=panel.annotations, images="DIR", role=panel.role, replace=True)
         raise ProbeError(panel.annotations, f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
-                         "point --images at the folder the file_name entries are relative to (`probe panel add --replace`)")
+                         f"add the panel again with DIR the folder its file_name entries are relative to: `{again}`")
     image_map: dict[str, int] = {}
     if images is not None:
         image_map = match_images(images, file_names)
@@ -333,7 +341,9 @@ def read_labels(
     dataset["annotations"], clipped = hygiene.clip_geometry(dataset["annotations"], sizes)
     hashes, fresh = hygiene.content_hashes(root, panel.images, [str(im.get("file_name", "")) for im in dataset["images"]])
     annotation_sha256 = hashlib.sha256(raw).hexdigest()
-    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)  # a leak first: the cover is then the user's choice
+    if images is not None:
+        schema.covered(panel, len(set(image_map.values())), len(file_names), len(images), cover, given)  # before the ledger entry: no label leaves
     names = sorted(clean_name(str(im.get("file_name", ""))) for im in dataset["images"])
     entry = log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=annotation_sha256, names=names,
                       purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,

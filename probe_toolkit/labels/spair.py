@@ -25,6 +25,7 @@ the panel registry (``kinds``) can check a folder without importing the readers 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,7 @@ def _size(data: dict, field: str, problems: list[str], where: str) -> tuple[int,
     return size[0], size[1]
 
 
-def _keypoints(raw: bytes, path: Path, problems: list[str]) -> tuple[tuple[float, float] | None, ...] | None:
+def _keypoints(raw: bytes, path: Path, problems: list[str], size: tuple[int, int] | None = None) -> tuple[tuple[float, float] | None, ...] | None:
     try:
         data = json.loads(raw)
     except ValueError as error:
@@ -100,7 +101,10 @@ def _keypoints(raw: bytes, path: Path, problems: list[str]) -> tuple[tuple[float
         point = kps.get(str(i), "absent")
         if point is None:
             out.append(None)
-        elif isinstance(point, list) and len(point) == 2 and all(_number(v) for v in point):
+        elif isinstance(point, list) and len(point) == 2 and all(_number(v) and math.isfinite(v) for v in point):
+            if size is not None and not (0 <= point[0] <= size[0] and 0 <= point[1] <= size[1]):
+                problems.append(f"{path}: kps entry {i!s} {point!r} lies outside its {size[0]}×{size[1]} image (it would be scored as if inside); {FIX}")
+                return None
             out.append((float(point[0]), float(point[1])))
         else:
             problems.append(f"{path}: kps entry {i!s} is {point!r}, not [x, y] or null (keys must run 0..{len(kps) - 1}); {FIX}")
@@ -161,7 +165,7 @@ def parse(root: Path, split: str, read, image_size=None) -> tuple[list[Pair], li
                 problems.append(f"{where}: field {field} {list(size)} is not the size of {image} {list(size_of(image))}; {FIX}")
         boxes = [_box(data, f, s, problems, where) for f, s in (("src_bndbox", sizes[0]), ("trg_bndbox", sizes[1]))]
         kps = []
-        for name in names:
+        for name, image in zip(names, images):
             note = root / "ImageAnnotation" / category / f"{Path(name).stem}.json"
             if note not in kps_cache:
                 if not note.is_file():
@@ -170,7 +174,7 @@ def parse(root: Path, split: str, read, image_size=None) -> tuple[list[Pair], li
                 else:
                     raw_note = read(note)
                     parts.append((f"{category}/{note.name}", raw_note))
-                    kps_cache[note] = _keypoints(raw_note, note, problems)
+                    kps_cache[note] = _keypoints(raw_note, note, problems, size_of(image) if image.is_file() else None)
             kps.append(kps_cache[note])
         if kps[0] is not None and kps[1] is not None and len(kps[0]) != len(kps[1]):
             problems.append(f"{where}: its images' annotations list {len(kps[0])} and {len(kps[1])} keypoints (one category, one count); {FIX}")

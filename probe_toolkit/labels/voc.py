@@ -66,6 +66,8 @@ def parse(raw: bytes, where: Path) -> tuple[tuple[int, int], list[VocObject]]:
         x1, y1, x2, y2 = (_int(box, t, where) for t in ("xmin", "ymin", "xmax", "ymax"))
         if not (1 <= x1 <= x2 and 1 <= y1 <= y2):
             raise ProbeError(where, f"has a box with corners ({x1}, {y1}, {x2}, {y2}) that are not 1-based and ordered", "fix the file")
+        if x2 > width or y2 > height:
+            raise ProbeError(where, f"has a box with corners ({x1}, {y1}, {x2}, {y2}) outside its {width}×{height} <size>", "fix the file")
         objects.append(VocObject(str(obj.findtext("name")).strip(), (x1 - 1, y1 - 1, x2, y2), _flag(obj, "difficult"), _flag(obj, "truncated")))
     return (height, width), objects
 

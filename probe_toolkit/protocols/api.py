@@ -107,7 +107,45 @@ def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
         kind = get_panel(name, inputs.get("cache_dir")).kind
         if kind not in kinds:
             raise ProbeError(name, f"is a {kind} panel; {protocol.name} reads {' or '.join(kinds)} panels (as {key})",
-                             f"pass a {' or '.join(kinds)} panel (probe panel list shows each panel's kind)")
+                             f"pass a {' or '.join(kinds)} panel (`probe panel list` shows each panel's kind)")
+
+
+def pair_inputs(inputs: dict[str, Any]) -> None:
+    """Inputs that must come from one another are checked as a pair (``store/pairing.py``): a
+    checkpoint beside a store (the store keeps the record: same file, same network), masks beside
+    the store their metadata names (scores are saved there)."""
+    from ..store import pairing
+
+    if isinstance(inputs.get("checkpoint"), (str, Path)) and isinstance(inputs.get("store"), (str, Path)):
+        pairing.checkpoint_store(inputs["store"], inputs["checkpoint"], inputs.get("network") or "teacher")
+    if isinstance(inputs.get("masks_file"), (str, Path)) and Path(inputs["masks_file"]).is_file():
+        from ..commands.decode_scores import bound_meta
+
+        pairing.masks_store(inputs["masks_file"], bound_meta(Path(inputs["masks_file"])))
+
+
+def current(protocol: Protocol, inputs: dict[str, Any]) -> None:
+    """Every store a protocol pairs with a panel's labels (``panel``, ``train``, ``val``; and the
+    store a masks file was cut from) still holds the features of the panel's files as they are
+    now (``coverage.current_photographs``)."""
+    if not protocol.reads.labels or protocol.source == "checkpoint":  # a network run on the files themselves pairs nothing stored
+        return
+    from ..labels.panels import check_readable
+    from .coverage import current_photographs
+
+    for key in ("panel", "val"):  # a sealed panel is refused first: nothing of it, not even its images, is looked at without --unseal
+        if isinstance(inputs.get(key), str):
+            check_readable(inputs[key], inputs.get("unseal"), inputs.get("cache_dir"))
+
+    stores = [inputs.get("store")] if protocol.source != "stores" else list(inputs.get("stores") or [])
+    if isinstance(inputs.get("masks_file"), (str, Path)) and Path(inputs["masks_file"]).is_file():
+        from ..commands.decode_scores import bound_meta
+
+        stores = [bound_meta(Path(inputs["masks_file"])).get("store")]
+    for store in (s for s in stores if isinstance(s, (str, Path)) and (Path(s) / "zarr.json").is_file()):
+        for key in ("panel", "train", "val"):
+            if isinstance(inputs.get(key), str):
+                current_photographs(store, inputs[key], inputs.get("cache_dir"))
 
 
 def _source(protocol: Protocol, source: Any) -> Any:
@@ -159,7 +197,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     given_settings, given_placement, inputs = split(protocol, given)
     settings = protocol.settings.build(**given_settings)  # refuses a bad value before any work
     if placement is None:
-        placement = Placement.parse(**{**protocol.placement_defaults, **given_placement})
+        placement = Placement.parse(shardable="shard" in protocol.placement, **{**protocol.placement_defaults, **given_placement})
     elif given_placement:
         raise ProbeError(None, f"{', '.join(given_placement)} given beside placement=", "give either a Placement or its fields")
     refuse_unused(protocol, placement, given_placement)
@@ -168,6 +206,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     if source is not None:
         inputs[protocol.source] = _source(protocol, source)
     refuse_panel_kinds(protocol, inputs)
+    pair_inputs(inputs)  # a checkpoint and a store, masks and their store: they belong together, before any work
     read = [v for key in SOURCES for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)]) if isinstance(v, (str, Path))]
     check_output_file(inputs.get("json_path"), "--json", read)  # before any work: never over an input or a user's file
     typed = _typed(protocol, inputs)
@@ -178,6 +217,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
 
         recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")),
                                               sibling=protocol.reads.panel_sibling)  # before any label read
+    current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
     chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
     stamp = records.RunStamp(protocol=protocol.name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
                              selection={"block": chosen, "facet": None}, differences=protocol.difference_list(), defaults=protocol.settings.defaults())

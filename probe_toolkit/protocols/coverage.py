@@ -65,3 +65,40 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
         raise ProbeError(store, f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
                          f"extract the panel's images ({extract}) or pass --allow-partial to score the {held} held")
     return {"panel": panel, "panel_images": len(ids), "held": held}
+
+
+def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | None = None) -> None:
+    """Before a protocol pairs a store's features with a panel's labels: every panel image the
+    store (or its panel sibling of the same network, which the protocols may read) holds is still the file it was
+    extracted from (``store.sources.changed``: size and mtime, the sha256 where they moved). A
+    photograph edited in place would be scored as its old features against its new labels."""
+    from ..commands.panel_stores import _same_network, _sibling, panel_ids, wanted_ids
+    from ..labels.panels import get_panel
+    from ..store import cache
+    from ..store.sources import changed, check_current, image_folder_or_none
+
+    found = get_panel(panel, cache_dir)
+    if found.images is None or not Path(found.images).is_dir():
+        return  # the command's own checks name what is wrong
+    ids = panel_ids(found)
+    candidates = [Path(store)]
+    beside = _sibling(Path(store), panel)
+    if beside.resolve() != Path(store).resolve() and (beside / "zarr.json").is_file():
+        if _same_network(cache.manifest(cache.open_store(store)), cache.manifest(cache.open_store(beside))):
+            candidates.append(beside)
+    for candidate in candidates:
+        ds = cache.open_store(candidate)
+        held = [str(i) for i in ds.image.values.tolist()]
+        wanted = wanted_ids(ds, found, ids)
+        if wanted is not None:
+            check_current(candidate, [(w, Path(found.images) / i) for w, i in zip(wanted, ids) if w in set(held)])
+            continue
+        by_name = {Path(h).name: h for h in held}  # extracted from another folder: matched by file name, as the label read matches
+        other = changed(candidate, [(by_name[Path(i).name], Path(found.images) / i) for i in ids if Path(i).name in by_name])
+        if other:
+            source = image_folder_or_none(candidate, cache.manifest(ds)) or cache.manifest(ds).get("image_source")
+            checkpoint = (cache.manifest(ds).get("checkpoint") or {}).get("path", "CKPT")
+            raise ProbeError(other[0][0], f"is another file than {Path(str(source)) / Path(other[0][0]).name}, from which {candidate} was extracted "
+                             f"({len(other)} of the images of panel {panel!r} differ so): its features are not this image's",
+                             f"extract the panel's own images and pass that store: probe extract {checkpoint} --panel {panel} "
+                             f"--views {','.join(str(v) for v in cache.manifest(ds).get('views', []))}")

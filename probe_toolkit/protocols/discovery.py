@@ -155,7 +155,8 @@ register(Protocol(
     settings=ScoreSettings,
     inputs=(Input("masks_file", "COCO results JSON written by probe decode.", "masks", True),
             Input("panel", "Registered panel to score on.", "panel", True, "panel"),
-            Input("unseal", "Reason to open a sealed test panel (recorded in the ledger)."), json_input("Write the scores as JSON here."), CACHE),
+            Input("unseal", "Reason to open a sealed test panel (recorded in the ledger)."), json_input("Write the scores as JSON here."), CACHE,
+            Input("allow_partial", "Score masks of only some of the panel's images (masks of none are refused either way).", "bool", default=False)),
     reads=Reads(labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency"), source="masks"),
     results=("scores_<panel>", "saliency_<panel>"),
     result="commands.decode_scores:ScoreReport",
@@ -164,7 +165,7 @@ register(Protocol(
                             "class-agnostic discovery, as TokenCut and LOST score it", "none"),),
     run="commands.decode_scores:run",
     command=Command("Score masks on a panel: COCO AP (segm, bbox; class-agnostic), CorLoc, mean best IoU.",
-                    options=("panel", "unseal", "json_path", "cache"), table="results.tables:score", explicit=True),
+                    options=("panel", "allow_partial", "unseal", "json_path", "cache"), table="results.tables:score", explicit=True),
     placement=(),  # scoring reads a masks file and a panel in this process
 ))
 register(Protocol(

@@ -153,6 +153,10 @@ def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, st
         manifest = cache.manifest(ds)
         views.append(StoreView(path, labels.get(path) or default_label(path, manifest), ds, manifest, results))
     if run is not None and not matched:  # every section would show other runs' records under the one asked for
+        several = sorted({r.run_id for v in views for name in records.results(v.path) for r in records.runs(v.path, name) if r.run_id.startswith(run)})
+        if len(several) > 1:  # a prefix of two runs' ids names neither
+            raise ProbeError("--run", f"{run!r} begins {len(several)} run ids ({', '.join(several[:3])}{', …' if len(several) > 3 else ''})",
+                             "give enough of the run id to name one run (`probe results STORE` lists them)")
         raise ProbeError("--run", f"{run!r} is the run id of no record in {', '.join(str(v.path) for v in views)}", "pick one of the run ids `probe results STORE` lists")
     seen: dict[str, int] = {}
     for view in views:
@@ -186,13 +190,18 @@ class Picture:
 
 
 def image_file(store: StoreView, image_id: str) -> Path | None:
-    from ..store.sources import image_folder_or_none
+    """The photograph of a store's image, as it was extracted (a file changed since is one line:
+    a picture drawn under the store's masks or maps must be the one they were computed on)."""
+    from ..store.sources import check_current, image_folder_or_none
 
     source = image_folder_or_none(store.path, store.manifest)  # absolute; an older relative one resolved against the store
     if source is None:
         return None
     path = source / image_id
-    return path if path.is_file() else None
+    if not path.is_file():
+        return None
+    check_current(store.path, [(image_id, path)])
+    return path
 
 
 def original_image(stores: list[StoreView], image_id: str) -> np.ndarray | None:

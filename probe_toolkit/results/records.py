@@ -227,9 +227,11 @@ def _read_meta(folder: Path, result: str) -> dict[str, Any]:
     path = folder / RECORD
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            meta = json.loads(path.read_bytes())
         except (OSError, ValueError):
-            pass
+            meta = None
+        if isinstance(meta, dict):
+            return meta  # (anything else is no record.json probe wrote: read as a record of unknown settings)
     return _legacy_meta(result, folder)
 
 

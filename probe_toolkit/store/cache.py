@@ -49,7 +49,7 @@ import numpy as np
 import zarr
 
 from ..infra import lazy_dask
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
 from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
 from .views import NAMES as VIEW_ORDER
@@ -117,8 +117,14 @@ def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool 
     ``allow_partial`` a store whose extraction has not finished is an error (analyses refuse
     to summarise a set that is still growing unless asked with ``--partial``). ``arrays``
     names what the reader will read: completeness is then judged by those arrays' views only
-    (a store growing a new view stays complete for the views it already had).
+    (a store growing a new view stays complete for the views it already had). A store whose
+    metadata is damaged or foreign is one line (``infra.errors.reading``), never a traceback.
     """
+    with reading(path, "probe store", "restore the store from a copy, or extract its images again into a new store"):
+        return _open_store(Path(path), done_only=done_only, allow_partial=allow_partial, arrays=arrays, plain=plain)
+
+
+def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str | list[str] | None, plain: bool) -> xr.Dataset | StoreData:
     path = Path(path)
     if not (path / "zarr.json").is_file():
         raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
@@ -319,12 +325,14 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
     wanted = layout.parse(name)
     view = wanted.view
     flag = ARRAY_FLAGS.get(name, f"--views {view}")
-    if block is not None and wanted.kind == "attention":
-        flag = f"--views {view} --attention all"  # another block's map is among every block's
-    elif block is not None:
-        facet = layout.ArrayName(wanted.kind, view).facet
-        flag = f"--views {view} --blocks {block}" + (f" --facets {facet}" if facet else "")
-    fix = f"rerun `probe extract` with {flag}"
+    fix = f"rerun `probe extract CKPT {flag}` with the store's checkpoint"
+    if block is not None:  # the whole command: its flags are extract's, not the failed command's (issue 46, class 5)
+        from ..infra.spelling import fix_command
+
+        facet = layout.ArrayName(wanted.kind, view).facet if wanted.kind != "attention" else None
+        extract = fix_command("extract", "CKPT", views=view, **({"attention": "all"} if wanted.kind == "attention" else {"blocks": str(block)}),
+                              facets=facet)  # another block's attention map is among every block's
+        fix = f"rerun `{extract}` with the store's checkpoint"
     held = hints.other_views(ds.attrs.get("store"), name, view, VIEW_ORDER) if block is None else []
     if held:  # the same array of another view: reading that view is the nearer fix
         fix = f"it holds {', '.join(f'{name[: -len(view)]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"

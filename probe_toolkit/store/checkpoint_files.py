@@ -8,12 +8,13 @@ import argparse
 import os
 import pickle
 import re
-import zipfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..infra.atomic import publish
 from ..infra.errors import ProbeError
 from ..infra.provenance import file_sha256
 from . import hints
@@ -56,7 +57,8 @@ def read_file(path: str | Path) -> Any:
         return read_safetensors(path)
     hints.refuse_compressed(path)  # a compressed download is not truncated
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with torch.serialization.safe_globals([argparse.Namespace]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on a file's pickle protocol are not the user's business; its errors are
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
@@ -69,7 +71,7 @@ def read_file(path: str | Path) -> Any:
             f"refused: unpickling it would need {what}, which could run code",
             "only tensors, plain containers and argparse.Namespace are accepted; re-save the weights as a state dict",
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as error:
+    except Exception as error:  # noqa: BLE001 - any failure to read arbitrary bytes (torch.load meets safetensors', zip's and pickle's errors) is this file's
         raise ProbeError(
             path,
             f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",
@@ -83,7 +85,7 @@ def save_state(state: dict[str, Any], out: str | Path) -> Path:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # a killed run's name, swept as litter
     try:
         torch.save(state, tmp)
-        tmp.replace(out)
+        publish(tmp, out)
     except BaseException:  # a full disk or Ctrl-C leaves neither a half file nor the temporary name
         tmp.unlink(missing_ok=True)
         raise

@@ -168,6 +168,13 @@ def _merge_manifest(old: dict[str, Any], new: dict[str, Any], added: list[str]) 
     return merged
 
 
+def lock_file(path: str | Path) -> Path:
+    """``.<store>.lock`` beside a store: empty, probe's, the lock under which shards create and grow
+    one store (beside it, since it must exist before the store does); it stays as long as the store."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
+
+
 def create_store(
     path: str | Path,
     manifest: dict[str, Any],
@@ -196,7 +203,7 @@ def create_store(
         raise ProbeError(path, f"lies inside the store {holder}", "pass --store a path outside any store")
     path.parent.mkdir(parents=True, exist_ok=True)
     view_grids = {**_square_grids(arrays, len(image_ids)), **(view_grids or {})}
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
+    with open(lock_file(path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (path / "zarr.json").is_file():
             group = zarr.open_group(path, mode="r+", use_consolidated=False)
@@ -211,8 +218,8 @@ def create_store(
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
-                if not repair:
-                    integrity.check_flags(path, group, digests=False)
+                if not repair:  # every flag, the global ``done`` too: a deleted one is damage, not "0 written" with exit 0
+                    integrity.check_flags(path, group)
                 _no_space(path, lambda: _grow(path, group, old, manifest, arrays, view_grids))
                 return StoreWriter(path)
         litter.sweep(path.parent, path.name)  # a creation killed (or out of disk) before its rename

@@ -116,7 +116,7 @@ class Dinov3Backbone(nn.Module):
         if interpolation not in ("auto", "none"):
             from ..infra.errors import ProbeError
 
-            raise ProbeError(checkpoint.path, f"is a DINOv3 network (RoPE), which has no position table for --interpolation {interpolation}", "omit --interpolation")
+            raise ProbeError(checkpoint.path, f"is a DINOv3 network (RoPE), which has no position table for --interp {interpolation}", "omit --interp")
         model = cls(checkpoint.arch, init=False, device="meta")
         shapes = model.vit.state_dict()
         state = {k: v for k, v in checkpoint.backbone.items() if k != PERIODS_KEY}

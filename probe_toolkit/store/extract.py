@@ -36,7 +36,7 @@ from . import cache, footprint, images, layout
 from . import views as view_table
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
-from .create import create_store
+from .create import create_store, lock_file
 from .extract_forward import finite_images, resolve_device, view_data
 from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run, pixel_bytes, shared_memory_room
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
@@ -51,7 +51,8 @@ class Report:
     n_images: int
     written: int = 0
     skipped: list[str] = field(default_factory=list)
-    done: int = 0
+    done: int = 0  # extracted in every view (not recorded as failed)
+    failed: int = 0  # recorded as failed (--on-error skip), now or by an earlier run
     views: list[str] = field(default_factory=list)
     left: int = 0  # images of this shard still to do after a --limit run
     limit: int | None = None
@@ -67,7 +68,7 @@ def _written(pending: Future, path: Path) -> None:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ProbeError(path, "ran out of disk space while writing a chunk",
                              "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
-        raise ProbeError(path, f"could not be written ({error})", "check the disk, then rerun the same command to resume") from None
+        raise ProbeError(path, f"could not be written ({error.strerror or error})", os_fix(error, "rerun the same command to resume")) from None
 
 
 def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) -> tuple[list[tuple[int, int, tuple[str, ...]]], int]:
@@ -188,17 +189,22 @@ def extract(
         # a Hub snapshot's file is a link into the cache's blobs: the snapshot path keeps the commit and the file name
         manifest["checkpoint"]["path"] = str(checkpoint.path.absolute() if checkpoint.source else checkpoint.path.resolve())
         existed = (path / "zarr.json").is_file()
+        if existed:  # its photographs changed in place: growing it would pair old features with new pixels, and "0 written" would hide it
+            from .sources import check_current, finished
+
+            held = set(finished(path))
+            check_current(path, [(r.id, r.path) for r in refs if r.id in held])
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
-            from .sources import check_unchanged, record_absolute
+            from .sources import record_absolute
             from .verify import repair as mark_damaged
 
             record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
-            if repair:  # the photographs of the damaged images must be the ones extracted (their sha256), checked before any change
-                mark_damaged(path, list(views), check=lambda at: check_unchanged(path, image_dir, [refs[i].id for i in at], at))
+            if repair:  # its photographs were checked unchanged above (their sha256), before any change
+                mark_damaged(path, list(views))
         stored = writer.stored(plan)  # each array under the name the store holds it by (a later part's where a view grew)
         units = sorted({layout.unit_of(name) for name in stored}, key=lambda u: (views.index(layout.split_unit(u)[0]), u))
         todo, left = _limited(writer.todo(shard_range, units), limit)
@@ -270,10 +276,13 @@ def extract(
             # may already be another shard's)
             if not existed and shard_range == (0, 1) and not any(writer.done(v).any() for v in units):
                 shutil.rmtree(path, ignore_errors=True)
+                lock_file(path).unlink(missing_ok=True)  # the store's lock goes with it (docs/guarantees.md, "Leftovers")
             raise
         from .sources import record_digests
 
         record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
-        report.done = int(np.logical_and.reduce([writer.done(v) for v in units]).sum())
+        finished = np.logical_and.reduce([writer.done(v) for v in units])
+        failed = np.asarray(writer.group["failed"][:], dtype=bool) if "failed" in writer.group else np.zeros_like(finished)
+        report.done, report.failed = int((finished & ~failed).sum()), int((finished & failed).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]
         return report

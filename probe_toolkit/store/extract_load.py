@@ -25,7 +25,7 @@ import torch
 
 from ..infra.errors import ProbeError
 from . import images
-from .extract_plan import OnError, Settings, at_least, own_grid
+from .extract_plan import OnError, Settings, at_least, own_grid, skippable
 
 if TYPE_CHECKING:
     from .writer import SharedBuffers
@@ -217,7 +217,7 @@ def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, 
 
     def fail(i: int, error: ProbeError, which: list[str]) -> None:
         if on_error == "fail":
-            raise error
+            raise skippable(error)
         for v in which:
             failed[v][i] = True
         errors.append(error.line())

@@ -258,6 +258,15 @@ def kept_layout(path: Path, plan: dict) -> dict:
     return {name: spec for name, spec in plan.items() if not (name.startswith(later) and name not in present and started(grids.view_of(name)))}
 
 
+def skippable(error: ProbeError) -> ProbeError:
+    """An image's error as ``probe extract`` tells it: its fix, or ``--on-error skip`` (only extract
+    has that flag; the image readers' own fixes do not name it, since segment and propagate read images too)."""
+    if "--on-error" in error.fix:
+        return error
+    skip = "record it as failed with --on-error skip"
+    return type(error)(error.where or None, error.problem, f"{error.fix}, or {skip}" if error.fix else skip)
+
+
 def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)
                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each image's grid in each own-size view of ``views``, from its file header read once (0 x 0
@@ -266,9 +275,9 @@ def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, vie
     for i, ref in enumerate(refs):
         try:
             width, height = images.header_size(ref.path)
-        except ProbeError:
+        except ProbeError as error:
             if on_error == "fail":
-                raise
+                raise skippable(error) from None
             continue
         for view, (rows, cols) in out.items():
             try:

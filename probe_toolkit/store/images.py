@@ -115,9 +115,9 @@ def header_size(path: str | Path) -> tuple[int, int]:
         with Image.open(path) as opened:
             width, height = opened.size
     except UnidentifiedImageError:
-        raise ProbeError(path, "is not an image PIL can read", "remove it from the folder, or skip it with --on-error skip") from None
+        raise ProbeError(path, "is not an image PIL can read", "remove it from the folder") from None
     except (OSError, SyntaxError, ValueError) as error:
-        raise ProbeError(path, f"has an unreadable header ({error})", "replace it, or skip it with --on-error skip") from None
+        raise ProbeError(path, f"has an unreadable header ({error})", "replace it") from None
     return width, height
 
 
@@ -177,11 +177,11 @@ def load_image(path: str | Path) -> Image.Image:
             _decoded(opened)
             return _to_rgb(opened)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise ProbeError(path, f"is larger than PIL's decompression-bomb limit ({error})", "downscale it, or skip it with --on-error skip") from None
+        raise ProbeError(path, f"is larger than PIL's decompression-bomb limit ({error})", "downscale it") from None
     except UnidentifiedImageError:
-        raise ProbeError(path, "is not an image PIL can read", "remove it from the folder, or skip it with --on-error skip") from None
+        raise ProbeError(path, "is not an image PIL can read", "remove it from the folder") from None
     except (OSError, SyntaxError, ValueError) as error:
-        raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it, or skip it with --on-error skip") from None
+        raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it") from None
 
 
 def _decoded(opened: Image.Image) -> None:

@@ -101,16 +101,26 @@ def record_absolute(store: str | Path, source: str | Path) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# each photograph's sha256, recorded beside the store's arrays
+# each photograph's sha256 (and its size and mtime), recorded beside the store's arrays: every
+# read path that pairs stored features with files read now (labels, masks, pictures) checks that
+# the files are still the ones extracted (``changed``), and ``probe extract`` refuses to grow a
+# store whose photographs changed in place
 
 DIGESTS = "image_sha256"  # (image, byte) uint8: the sha256 of each image's file as extracted; zeros: not recorded
+STATS = "image_stat"  # (image, 2) int64: the file's size and mtime (ns) when its sha256 was taken; zeros: not recorded
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    found = path.stat()
+    return int(found.st_size), int(found.st_mtime_ns)
 
 
 def record_digests(store: str | Path, folder: str | Path) -> int:
     """After ``probe extract``: the sha256 of every finished image's file that has none recorded
-    yet (an older store gets them on its next extraction), in ``image_sha256``. Each shard
-    writes its own chunks (an image's row is written by whoever finds it finished and unrecorded:
-    the same bytes either way). The number recorded now."""
+    yet (an older store gets them on its next extraction), in ``image_sha256``, with the file's
+    size and mtime in ``image_stat`` (an image recorded before stats were gets them once its hash
+    is found unchanged). Each shard writes its own chunks (an image's row is written by whoever
+    finds it finished and unrecorded: the same bytes either way). The number recorded now."""
     import fcntl
 
     import numpy as np
@@ -120,53 +130,125 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
     from .group import consolidate
 
     store, folder = Path(store), Path(folder)
-    with open(store.parent / f".{store.name}.lock", "w") as lock:  # the lock under which the store is created or grown
+    from .create import lock_file
+
+    with open(lock_file(store), "w") as lock:  # the lock under which the store is created or grown
         fcntl.flock(lock, fcntl.LOCK_EX)
         group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
         n, chunk = int(group["image"].shape[0]), int(group["done"].chunks[0])
-        if DIGESTS not in group:
-            group.create_array(DIGESTS, shape=(n, 32), dtype="uint8", chunks=(chunk, 32), dimension_names=["image", "sha256_byte"],
-                               fill_value=0, compressors=compressors())
-            consolidate(store)  # plain xarray.open_zarr lists it too
-    array = group[DIGESTS]
+        made = False
+        for name, width, dtype in ((DIGESTS, 32, "uint8"), (STATS, 2, "int64")):
+            if name not in group:
+                group.create_array(name, shape=(n, width), dtype=dtype, chunks=(chunk, width), dimension_names=["image", f"{name}_part"],
+                                   fill_value=0, compressors=compressors())
+                made = True
+        if made:
+            consolidate(store)  # plain xarray.open_zarr lists them too
+    digests, stats = group[DIGESTS], group[STATS]
     ids = [str(v) for v in group["image"][:]]
     finished = np.asarray(group["done"][:], dtype=bool) & ~np.asarray(group["failed"][:], dtype=bool)
     recorded = 0
     for c in range(-(-n // chunk)):
         lo, hi = c * chunk, min((c + 1) * chunk, n)
-        rows = np.asarray(array[lo:hi])
-        todo = [i for i in range(lo, hi) if finished[i] and not rows[i - lo].any() and (folder / ids[i]).is_file()]
-        if not todo:
-            continue
-        for i in todo:
+        rows, sizes = np.asarray(digests[lo:hi]), np.asarray(stats[lo:hi])
+        new = [i for i in range(lo, hi) if finished[i] and not rows[i - lo].any() and (folder / ids[i]).is_file()]
+        unstated = [i for i in range(lo, hi) if finished[i] and rows[i - lo].any() and not sizes[i - lo].any() and (folder / ids[i]).is_file()]
+        for i in new:
+            sizes[i - lo] = _stat(folder / ids[i])
             rows[i - lo] = np.frombuffer(bytes.fromhex(file_digest(folder / ids[i])), dtype=np.uint8)
-        array[lo:hi] = rows
-        recorded += len(todo)
+        for i in unstated:  # recorded before stats were: the stat of these very bytes only
+            stat = _stat(folder / ids[i])
+            if file_digest(folder / ids[i]) == rows[i - lo].tobytes().hex():
+                sizes[i - lo] = stat
+        if new:
+            digests[lo:hi] = rows
+        if new or unstated:
+            stats[lo:hi] = sizes
+        recorded += len(new)
     return recorded
 
 
 def recorded_digests(store: str | Path, positions) -> list[str | None]:
     """The sha256 recorded for the images at ``positions`` (None: not recorded)."""
+    return [digest for digest, _ in recorded(store, positions)]
+
+
+def recorded(store: str | Path, positions) -> list[tuple[str | None, tuple[int, int] | None]]:
+    """(sha256, (size, mtime ns)) recorded for the images at ``positions`` (None where not recorded)."""
     import numpy as np
     import zarr
 
     group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    at = (np.asarray(positions, dtype=np.int64),)
     if DIGESTS not in group:
-        return [None] * len(positions)
-    rows = np.asarray(group[DIGESTS].get_orthogonal_selection((np.asarray(positions, dtype=np.int64),)))
-    return [row.tobytes().hex() if row.any() else None for row in rows]
+        return [(None, None)] * len(positions)
+    rows = np.asarray(group[DIGESTS].get_orthogonal_selection(at))
+    stats = np.asarray(group[STATS].get_orthogonal_selection(at)) if STATS in group else np.zeros((len(rows), 2), np.int64)
+    return [(row.tobytes().hex() if row.any() else None, (int(st[0]), int(st[1])) if st.any() else None) for row, st in zip(rows, stats)]
 
 
-def check_unchanged(store: str | Path, folder: str | Path, ids: list[str], positions) -> None:
-    """The files of images ``ids`` (at ``positions`` of the store) in ``folder`` are the bytes the
-    store was extracted from, where it recorded them: else one line naming the first that differs."""
-    folder = Path(folder)
-    for name, want in zip(ids, recorded_digests(store, positions)):
-        if want is None:
+def positions_of(store: str | Path, ids: list[str]) -> list[int]:
+    """The store positions of images ``ids`` (as the store names them)."""
+    at = {name: i for i, name in enumerate(_ids(store))}
+    return [at[i] for i in ids]
+
+
+def changed(store: str | Path, files: list[tuple[str, Path]]) -> list[tuple[Path, str]]:
+    """Of ``(store id, file now)`` pairs, the files that are not the bytes the store was extracted
+    from, with why: gone, or another sha256. A file whose size and mtime are those recorded is
+    taken as unchanged without reading it; any other is hashed (``benchmarks/freshness.py``
+    measures both). Images the store recorded nothing of are not judged."""
+    found = []
+    wanted = recorded(store, positions_of(store, [i for i, _ in files])) if files else []
+    for (_, path), (digest, stat) in zip(files, wanted):
+        if digest is None:
             continue
-        path = folder / name
+        path = Path(path)
         if not path.is_file():
-            raise ProbeError(path, "is gone, but the store was extracted from it", f"restore the photographs at {folder}")
-        if file_digest(path) != want:
-            raise ProbeError(path, f"is not the photograph the store was extracted from (sha256 {want[:12]} recorded)",
-                             "restore the photographs the store was extracted from (or extract a new store from these)")
+            found.append((path, "is gone"))
+            continue
+        now = _stat(path)
+        if stat is not None and now == stat:
+            continue
+        if stat is not None and now[0] != stat[0]:
+            found.append((path, f"has changed ({now[0]} bytes, {stat[0]} when extracted)"))
+        elif file_digest(path) != digest:
+            found.append((path, f"has changed (sha256 {digest[:12]} when extracted)"))
+    return found
+
+
+def check_current(store: str | Path, files: list[tuple[str, Path]], fix: str = "") -> None:
+    """One line when any of the files differs from what the store was extracted from: its stored
+    features are of the old file, and pairing them with labels, masks or pictures read now would
+    give another image's number. The fix names the extraction of the new files into a new store."""
+    found = changed(store, files)
+    if found:
+        path, why = found[0]
+        more = f"; {len(found) - 1} more changed ({', '.join(p.name for p, _ in found[1:4])}{', …' if len(found) > 4 else ''})" if len(found) > 1 else ""
+        raise ProbeError(path, f"{why} since {store} was extracted from it{more}: the store holds the features of the old file",
+                         fix or f"restore the photographs the store was extracted from, or extract these into a new store: {new_store_command(store)}")
+
+
+def new_store_command(store: str | Path) -> str:
+    """``probe extract`` of the store's photographs as they are now, with its settings, into a new store beside it."""
+    import zarr
+
+    from .hints import extract_arguments
+
+    store = Path(store)
+    meta = dict(zarr.open_group(str(store), mode="r", use_consolidated=False).attrs.get("manifest", {}))
+    source = image_folder_or_none(store, meta) or meta.get("image_source") or "IMAGES"
+    views = [str(v) for v in meta.get("views", [])]
+    return f"probe extract {' '.join(extract_arguments(meta, views, source))} --store {store.with_name(store.stem + '-new.zarr')}"
+
+
+def finished(store: str | Path) -> list[str]:
+    """The ids of the store's finished images (done, not failed)."""
+    import numpy as np
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    if "done" not in group:
+        return []
+    ok = np.asarray(group["done"][:], dtype=bool) & ~(np.asarray(group["failed"][:], dtype=bool) if "failed" in group else False)
+    return [i for i, good in zip(_ids(store), ok) if good]
