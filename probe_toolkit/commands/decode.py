@@ -82,7 +82,7 @@ def resolve_settings(
     if preset is None:
         path = settings_file or settings_path(cache_dir)
         if settings_file is not None and not path.is_file():
-            raise ProbeError(path, "does not exist", "run `probe decode-sweep` or drop --settings")
+            raise SettingError("settings_file", "does not exist", "run `probe decode-sweep`, or drop settings_file", path)
         if path.is_file():
             base = _settings_file(path)
             changed = {k: v for k, v in overrides.items() if v is not None}
@@ -224,7 +224,8 @@ def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refin
     if labels is None:
         return []
     if refine and labels.panel.kind != "saliency":
-        raise ProbeError(panel, "is not a saliency panel; --refine bilateral applies to saliency scores (TokenCut's + BS)", "drop --refine or pass a saliency panel")
+        raise SettingError("refine", "is not a saliency panel; refine='bilateral' applies to saliency scores (TokenCut's + BS)", "drop refine, or pass a saliency panel",
+                           panel)
     report.ledger_entry = labels.entry_id
     if labels.panel.kind == "saliency":
         soft = refine_bilateral(labels, results) if refine else None

@@ -15,6 +15,7 @@ import numpy as np
 from ..analyses.decoder_settings import Settings
 from ..infra import lazy_dask, provenance
 from ..infra.errors import IntegrityError, ProbeError
+from ..infra.settings import SettingError
 from ..labels import saliency
 from ..labels.panels import LabelRead, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
@@ -41,10 +42,11 @@ def check_masks_out(out: str | Path, store: str | Path) -> Path:
     out = Path(out)
     inside = Path(store).resolve() in out.resolve().parents
     if inside and Path(store).resolve() / "results" not in out.resolve().parents:
-        raise ProbeError(out, "lies inside the store being decoded (its own input)", "choose an --out outside the store, or leave --out out (the masks go to results/)")
+        raise SettingError("out", "lies inside the store being decoded (its own input)",
+                           "choose an out path outside the store, or give none (the masks go to results/)", out)
     for path in (out, masks_meta_path(out)):
         if path.is_dir():
-            raise ProbeError(path, "is a folder, not a masks file (--out)", "pass --out a .json file path")
+            raise SettingError("out", "is a folder, not a masks file (out)", "give out a .json file path", path)
     if out.exists():
         meta = masks_meta_path(out)
         try:
@@ -55,9 +57,9 @@ def check_masks_out(out: str | Path, store: str | Path) -> Path:
         except (OSError, ValueError):
             ours = False
         if not ours:
-            raise ProbeError(out, "exists and is not a masks file probe wrote (--out)", "choose another --out path, or move the file")
+            raise SettingError("out", "exists and is not a masks file probe wrote (out)", "choose another out path, or move the file", out)
     elif masks_meta_path(out).exists():
-        raise ProbeError(masks_meta_path(out), "exists beside the --out path, where probe writes the masks' metadata", "choose another --out path, or move the file")
+        raise SettingError("out", "exists beside the out path, where probe writes the masks' metadata", "choose another out path, or move the file", masks_meta_path(out))
     return out
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from ..analyses import similarity
 from ..infra.errors import ProbeError
 from ..infra.runner import task_threads
+from ..infra.settings import SettingError
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import cache, views
 from . import token_rows
@@ -122,7 +123,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> SimilarityReport:
     b = None
     if other is not None:
         if Path(other).resolve() == store.resolve():
-            raise ProbeError(other, "is the store itself", "give another checkpoint's store, or leave --other out to compare the store's blocks")
+            raise SettingError("other", "is the store itself", "give another checkpoint's store, or leave other out to compare the store's blocks", other)
         b = cache.open_store(other, allow_partial=settings.partial, arrays=[name], plain=True)
         check_pair(a, b, store, Path(other), kind, view)
         sets += _sets(b, "b", kind, view)

@@ -71,10 +71,10 @@ class SettingError(ProbeError):
             text = self.spell_value or spelled
             fix = self._fix(flag, text, " ") if self.fix == self._fix(self.parameter, _text, "=") else _flagged(self.fix, self.parameter, flag)
             return ProbeError(self.where or None, self._problem(flag, text), fix).line()
-        line = super().line()
+        problem, fix = self.problem, self.fix  # the where (a path, a file) is never re-spelled
         for name in (self.parameter, *self.others):
-            line = _flagged(line, name, spell(name))
-        return line
+            problem, fix = _flagged(problem, name, spell(name)), _flagged(fix, name, spell(name))
+        return ProbeError(self.where or None, problem, fix).line()
 
 
 def _legacy(parameter, problem, fix, where, others):
