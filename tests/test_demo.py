@@ -22,8 +22,9 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     formats = sorted(open_store(s).attrs["manifest"]["checkpoint"]["format"] for s in demo.stores)
     assert formats == ["probe-training", "selfpatch-full"]  # trained by training/, and its random start
     for store in demo.stores:
-        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch",
-                "linear_image"} <= set(records.results(store))
+        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch", "linear_image"} <= set(
+            records.results(store)
+        )
     report = gather(demo.stores, follow="photos/chelsea.jpg", patch=34, cache_dir=out / "work" / "cache")
     absent = [s.key for s in report.sections if not s.present]
     assert not absent, f"sections without content: {absent}"
@@ -36,8 +37,18 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     davis = str((out / "work" / "davis").resolve())
     # demo-sal: the val scenes as saliency masks; davis: the synthetic video's first frames; demo-spair: keypoint pairs;
     # demo-seg-train, demo-seg-val: Hummingbird's VOC-layout scenes
-    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}", "demo-spair", "demo-seg-train", "demo-seg-val",
-                                                     "demo-nyu-train", "demo-nyu-test", "demo-navi"}
+    assert {e.fields["panel"] for e in entries} == {
+        "demo-train",
+        "demo-val",
+        "demo-sal",
+        f"davis:{davis}",
+        "demo-spair",
+        "demo-seg-train",
+        "demo-seg-val",
+        "demo-nyu-train",
+        "demo-nyu-test",
+        "demo-navi",
+    }
 
     # the README's example blocks are what the commands print on this demo (tools/readme_examples.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

@@ -156,8 +156,7 @@ def test_the_guard_catches_any_other_open_of_an_annotation_file(tmp_path, panel_
     root = tmp_path / "cache"
     panels.add_panel("v", annotations, images, "val", cache=root)
     with guard.forbid_label_reads([annotations]) as opened:
-        for sneak in (lambda: open(annotations).read(), lambda: annotations.read_text(), lambda: json.load(annotations.open()),
-                      lambda: annotations.read_bytes()):
+        for sneak in (lambda: open(annotations).read(), lambda: annotations.read_text(), lambda: json.load(annotations.open()), lambda: annotations.read_bytes()):
             with pytest.raises(ProbeError, match="outside panels.read_labels"):
                 sneak()
         panels.read_labels("v", purpose="score", cache=root)

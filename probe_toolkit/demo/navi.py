@@ -44,8 +44,14 @@ def write_navi(root: Path, objects: dict[str, list[float]], *, size=(96, 128), s
             Image.fromarray(pixels).save(wild / "images" / f"{image_id}.jpg", quality=95)
             Image.fromarray(pixels).save(wild / "images" / f"downsampled_{image_id}.jpg", quality=95)
             Image.fromarray(disparity).save(wild / "depth" / f"downsampled_{image_id}.png")
-            entries.append({"object_id": name, "filename": f"{image_id}.jpg", "image_size": list(original),
-                            "camera": {"q": quaternion(angle), "t": [10.0 * i, -5.0, 600.0 + 20 * i], "focal_length": 1400.0 + 10 * i},
-                            "split": "val"})
+            entries.append(
+                {
+                    "object_id": name,
+                    "filename": f"{image_id}.jpg",
+                    "image_size": list(original),
+                    "camera": {"q": quaternion(angle), "t": [10.0 * i, -5.0, 600.0 + 20 * i], "focal_length": 1400.0 + 10 * i},
+                    "split": "val",
+                }
+            )
         (wild / "annotations.json").write_text(json.dumps(entries))
     return root

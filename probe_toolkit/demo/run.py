@@ -68,8 +68,7 @@ def _data(work: Path, quick: bool) -> Path:
     return root
 
 
-def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print,
-             formats: str | None = None) -> Demo:
+def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print, formats: str | None = None) -> Demo:
     """Run every stage; ``quick`` shortens training and the panels (the test suite's mode);
     ``formats``: the report's figure files (default PNG, PDF and SVG; PNG alone when ``quick``)."""
     from ..infra import owned
@@ -104,16 +103,20 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
 
     # a short run: a higher learning rate and a faster teacher (EMA 0.9 instead of 0.996) so
     # that a dozen steps move the teacher, which is the network probe extract reads
-    run = train("tiny", {
-        "data.images": str(root / "photos"),
-        "run.out": str(work / "runs" / "tiny-selfpatch"),
-        "init.checkpoint": str(random_init),
-        "optim.epochs": 4 if quick else 12,
-        "optim.warmup_epochs": 1 if quick else 2,
-        "optim.lr_backbone": 2e-3,
-        "optim.lr_heads": 2e-3,
-        "optim.momentum_teacher": 0.9,
-    }, quiet=quiet)
+    run = train(
+        "tiny",
+        {
+            "data.images": str(root / "photos"),
+            "run.out": str(work / "runs" / "tiny-selfpatch"),
+            "init.checkpoint": str(random_init),
+            "optim.epochs": 4 if quick else 12,
+            "optim.warmup_epochs": 1 if quick else 2,
+            "optim.lr_backbone": 2e-3,
+            "optim.lr_heads": 2e-3,
+            "optim.momentum_teacher": 0.9,
+        },
+        quiet=quiet,
+    )
     lap("training (tiny SelfPatch, from the random network)")
 
     # every block's arrays (the tiny networks have two): probe similarity compares a network's blocks
@@ -200,8 +203,14 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
             panels.add_panel(name, year, None, split, cache=cache, kind="voc-segmentation", split=split)
     for checkpoint, store in zip(checkpoints, stores):
         for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
-            extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
-                    batch_size=8, quiet=quiet)
+            extract(
+                checkpoint,
+                year / "JPEGImages",
+                settings=Settings(views=views, chunk=8),
+                store=store.parent / f"{store.stem}-panel-{name}.zarr",
+                batch_size=8,
+                quiet=quiet,
+            )
         run_protocol("hummingbird", store, train="demo-seg-train", val="demo-seg-val", memory=(1000, None), cache_dir=cache)
 
 
@@ -222,15 +231,31 @@ def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache
 
     root = work / "nyu"
     if not (root / "nyu_test.txt").is_file():
-        write_nyu(root, {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)],
-                         "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]})
+        write_nyu(
+            root,
+            {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)], "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]},
+        )
     known = {p.name for p in panels.list_panels(cache)}
     for name, split, role in (("demo-nyu-train", "train", "train"), ("demo-nyu-test", "test", "val")):
         if name not in known:
             panels.add_panel(name, root, None, role, cache=cache, kind="nyu", split=split)
     for checkpoint, store in zip(checkpoints, stores, strict=True):
-        probe.run("linear-depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, cache_dir=cache, device="cpu",
-                  iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
+        probe.run(
+            "linear-depth",
+            checkpoint,
+            train="demo-nyu-train",
+            val="demo-nyu-test",
+            store=store,
+            cache_dir=cache,
+            device="cpu",
+            iterations=4 if quick else 20,
+            batch_size=2,
+            replicas=1,
+            crop=(48, 64),
+            chunk=2,
+        )
+
+
 def _label_free(stores: list[Path], cache: Path) -> None:
     """The label-free protocols: RankMe and the position probe of each network's patch tokens (the demo's
     SelfPatch checkpoints hold no class token), linear CKA between the two networks and between the trained
@@ -251,5 +276,4 @@ def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = No
     from ..report import render_report
 
     names = ("tiny ViT, random weights", "tiny ViT, trained (SelfPatch)")
-    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats,
-                         labels=[f"{name}={store}" for name, store in zip(names, stores)])
+    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats, labels=[f"{name}={store}" for name, store in zip(names, stores)])

@@ -199,14 +199,25 @@ class DepthMaps:
         finally:
             inside.active = False
         if hashlib.sha256(raw).digest() != self.digests[i]:
-            raise ProbeError(self.files[i], f"changed since its read was written to the ledger (entry {self.entry_id[:12]})",
-                             "restore the file, or run the command again to read the panel afresh")
+            raise ProbeError(
+                self.files[i],
+                f"changed since its read was written to the ledger (entry {self.entry_id[:12]})",
+                "restore the file, or run the command again to read the panel afresh",
+            )
         with Image.open(io.BytesIO(raw)) as opened:
             return np.asarray(opened, dtype=np.uint16).copy()
 
 
-def read_depth_maps(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None, unseal: str | None = None,
-                    cache: str | Path | None = None, command: str | None = None) -> DepthMaps:
+def read_depth_maps(
+    panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    images: Sequence[str] | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> DepthMaps:
     """Open an NYU panel's depth maps, write the ledger entry, then hand them out (``DepthMaps``).
 
     ``images`` (store ids) restricts what is read to the split's images they match; a sealed
@@ -260,7 +271,17 @@ def read_depth_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     store = cache_root(cache)
     hashes, fresh = hygiene.content_hashes(store, panel.images, names)
     hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    entry = panels.log_read(store, panel=panel.name, role=panel.role, annotations=str(listing), annotation_sha256=annotation_sha256, names=names,
-                            purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                            images_content_sha256=provenance.list_hash(sorted(hashes)))
+    entry = panels.log_read(
+        store,
+        panel=panel.name,
+        role=panel.role,
+        annotations=str(listing),
+        annotation_sha256=annotation_sha256,
+        names=names,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        images_content_sha256=provenance.list_hash(sorted(hashes)),
+    )
     return DepthMaps(names, files, digests, entry.id, panel, image_map)
