@@ -56,8 +56,11 @@ def _network(nyu, name: str, layout: str, arch, seed: int):
 
 
 def _run(nyu, checkpoint, store, capsys, *extra):
+    """``extra`` replaces SHORT's value of an option it names (the CLI refuses an option given twice)."""
     _, _, cache, _, _ = nyu
-    return probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", *SHORT, *extra], capsys)
+    named = {flag for flag in extra if str(flag).startswith("--")}
+    short = [x for flag, value in zip(SHORT[::2], SHORT[1::2], strict=True) if flag not in named for x in (flag, value)]
+    return probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", *short, *extra], capsys)
 
 
 def _plain_scores(ds, checkpoint, root, depths):
@@ -206,9 +209,9 @@ def test_refusals_come_before_any_label_is_read(nyu, dino, capsys, tmp_path):
     _add(cache, "nyu-sealed", "--nyu", root, "--split", "test", "--role", "test")
     code, printed = probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-sealed", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
     assert code == 2 and "sealed" in printed.err
-    selfpatch = write_checkpoint(base / "selfpatch.pth", "selfpatch-full", TINY, seed=1)
+    selfpatch, its_store = _network(nyu, "selfpatch", "selfpatch-full", TINY, seed=1)
     code, printed = probe_main(
-        ["depth", selfpatch, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", "--preset", "dinov2-lin1", *SHORT], capsys
+        ["depth", selfpatch, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", its_store, "-q", "--preset", "dinov2-lin1", *SHORT], capsys
     )
     assert code == 2 and "no class token" in printed.err
     import probe_toolkit as probe

@@ -21,10 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
-from . import hygiene
 
 PORTION = 256  # maps read and decoded at a time
 
@@ -158,22 +156,19 @@ def read_masks(
             digest.update(f.name.encode() + b"\0" + digests[-1])
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
-    hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    from .panels import log_read  # the one place a read's entry is assembled
+    from .panels import log_checked_read  # the one place a read's entry is assembled
 
-    entry = log_read(
+    entry = log_checked_read(
         store,
-        panel=panel.name,
-        role=panel.role,
+        panel,
+        panel.images,
+        names,
         annotations=str(masks),
         annotation_sha256=annotation_sha256,
-        names=names,
         purpose=purpose,
         command=command,
         checkpoint=checkpoint,
         unseal=unseal,
-        images_content_sha256=provenance.list_hash(sorted(hashes)),
         portions=PORTION,
     )
     return SegmentationLabels(names, LabelMaps(files, digests, shapes, decode), classes, entry.id, panel, image_map)

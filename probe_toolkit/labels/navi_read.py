@@ -32,9 +32,8 @@ def read_navi(
     """Open a NAVI panel's annotations and the scored images' depth maps, write the ledger entry,
     then return the pairs (drawn with ``seed``, the reference's 8 by default). A sealed (``test``)
     panel needs ``unseal``, recorded."""
-    from ..infra import provenance
     from ..store.cache import cache_root
-    from . import hygiene, panels
+    from . import panels
     from .guard import inside
     from .navi import PAIR_SEED
 
@@ -60,20 +59,17 @@ def read_navi(
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + hashlib.sha256(d).digest() for n, d in parts)).hexdigest()
     names = [images[n].image for n in used]
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, root, names)
-    hygiene.check_overlap(store, panel.name, panel.role, digest, hashes, fresh)
-    entry = panels.log_read(
+    entry = panels.log_checked_read(
         store,
-        panel=panel.name,
-        role=panel.role,
+        panel,
+        root,
+        names,
         annotations=str(root),
         annotation_sha256=digest,
-        names=names,
         purpose=purpose,
         command=command,
         checkpoint=checkpoint,
         unseal=unseal,
-        images_content_sha256=provenance.list_hash(sorted(hashes)),
         pairs=len(pairs),
     )
     return NaviLabels(images, pairs, depth, entry.id, panel, root)

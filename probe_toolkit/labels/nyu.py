@@ -224,9 +224,8 @@ def read_depth_maps(
     (``test``) panel needs ``unseal``, recorded. The annotation hash covers the split file and
     every depth map read.
     """
-    from ..infra import provenance
     from ..store.cache import cache_root
-    from . import hygiene, panels
+    from . import panels
     from .guard import inside
     from .label_maps import restrict
 
@@ -269,19 +268,16 @@ def read_depth_maps(
         inside.active = False
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
-    hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    entry = panels.log_read(
+    entry = panels.log_checked_read(
         store,
-        panel=panel.name,
-        role=panel.role,
+        panel,
+        panel.images,
+        names,
         annotations=str(listing),
         annotation_sha256=annotation_sha256,
-        names=names,
         purpose=purpose,
         command=command,
         checkpoint=checkpoint,
         unseal=unseal,
-        images_content_sha256=provenance.list_hash(sorted(hashes)),
     )
     return DepthMaps(names, files, digests, entry.id, panel, image_map)

@@ -282,6 +282,40 @@ def log_read(
     return ledger.append(root, fields)
 
 
+def log_checked_read(
+    root: Path,
+    panel: Panel,
+    folder: Path,
+    names: Sequence[str],
+    *,
+    annotations: str,
+    annotation_sha256: str,
+    purpose: str,
+    command: str | None,
+    checkpoint: str | None,
+    unseal: str | None,
+    **more: Any,
+) -> ledger.Entry:
+    """``log_read`` after the leak check: the images handed out (``names`` under ``folder``) are hashed
+    and refused if another panel of the other role holds them, and their content hash joins the entry."""
+    hashes, fresh = hygiene.content_hashes(root, folder, list(names))
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
+    return log_read(
+        root,
+        panel=panel.name,
+        role=panel.role,
+        annotations=annotations,
+        annotation_sha256=annotation_sha256,
+        names=names,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        images_content_sha256=provenance.list_hash(sorted(hashes)),
+        **more,
+    )
+
+
 def _coco(dataset: dict[str, Any]):
     from pycocotools.coco import COCO
 
