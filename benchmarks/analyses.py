@@ -47,12 +47,20 @@ N = GRID * GRID
 
 def manifest(n: int) -> dict:
     return {
-        "toolkit_version": "bench", "git_revision": "bench",
+        "toolkit_version": "bench",
+        "git_revision": "bench",
         "checkpoint": {"path": "synthetic", "sha256": "0" * 64, "format": "synthetic"},
         "network": "teacher",
         "arch": {"width": CHANNELS, "depth": 12, "heads": HEADS, "patch": 16, "class_token": False, "final_norm": False, "mlp_hidden": 1536},
-        "views": [224], "interpolation": "dino", "attention": "last", "dtype": "float16", "chunk": CHUNK,
-        "image_list_sha256": "0" * 64, "n_images": n, "libraries": {}, "date": "",
+        "views": [224],
+        "interpolation": "dino",
+        "attention": "last",
+        "dtype": "float16",
+        "chunk": CHUNK,
+        "image_list_sha256": "0" * 64,
+        "n_images": n,
+        "libraries": {},
+        "date": "",
     }
 
 
@@ -62,7 +70,7 @@ def synthetic_chunk(rng: np.random.Generator, count: int, distance: np.ndarray) 
     tokens = base.repeat(2, axis=1).repeat(2, axis=2).reshape(count, N, CHANNELS)
     tokens += 0.8 * rng.standard_normal(tokens.shape).astype(np.float32)
     width = rng.uniform(0.7, 6.0, size=(count, HEADS, 1, 1)).astype(np.float32)
-    logits = -(distance[None, None] / width) ** 2 + rng.standard_normal((count, HEADS, N, N)).astype(np.float32)
+    logits = -((distance[None, None] / width) ** 2) + rng.standard_normal((count, HEADS, N, N)).astype(np.float32)
     logits -= logits.max(-1, keepdims=True)
     attention = np.exp(logits)
     attention /= attention.sum(-1, keepdims=True)
@@ -162,11 +170,20 @@ def per_image_neighbours(tokens: np.ndarray, k: int = 4, top: int = 8, q: float 
         others = np.take_along_axis(table, ranked[:, k:], 1)
         allowed = (sim <= theta) & ~np.eye(N, dtype=bool)
         np.put_along_axis(allowed, order[:, :k], False, axis=1)
-        out.append([
-            inside[rows, order[:, :top]].mean(), dist[rows, order[:, :top]].mean(), inside[rows, order[:, :k]].mean(),
-            sim[rows, chosen].mean(), sim[rows, others].mean(), (~plain_inside[rows, chosen]).mean(),
-            inside[rows, order[:, :k]].mean(), dist[rows, order[:, :k]].mean(), np.minimum(allowed.sum(1), m).mean(), theta,
-        ])
+        out.append(
+            [
+                inside[rows, order[:, :top]].mean(),
+                dist[rows, order[:, :top]].mean(),
+                inside[rows, order[:, :k]].mean(),
+                sim[rows, chosen].mean(),
+                sim[rows, others].mean(),
+                (~plain_inside[rows, chosen]).mean(),
+                inside[rows, order[:, :k]].mean(),
+                dist[rows, order[:, :k]].mean(),
+                np.minimum(allowed.sum(1), m).mean(),
+                theta,
+            ]
+        )
     return np.array(out)
 
 
@@ -206,7 +223,7 @@ def from_store(path: Path, name: str, count: int, fn) -> tuple[float, np.ndarray
     """Read ``count`` images chunk by chunk with zarr and run ``fn`` on each chunk."""
     array = zarr.open_group(path, mode="r")[name]
     start = time.perf_counter()
-    parts = [fn(array[s:min(s + CHUNK, count)]) for s in range(0, count, CHUNK)]
+    parts = [fn(array[s : min(s + CHUNK, count)]) for s in range(0, count, CHUNK)]
     return count / (time.perf_counter() - start), np.concatenate(parts)
 
 
@@ -242,23 +259,34 @@ def main() -> None:
             read_a = from_store(path, "attention_224", args.per_image, lambda x: np.zeros(len(x)))
             if r == 0:  # warm-up; check that all three compute the same numbers
                 ours = np.stack([found["neighbours"][s].values[: args.plain] for s in found["neighbours"].statistic.values], 1)
-                print(f"neighbours: max |toolkit - plain loop| {np.abs(ours - plain_n[1]).max():.2e}, |per-image (float32) - plain loop| "
-                      f"{np.abs(image_n[1][: args.plain] - plain_n[1]).max():.2e}")
+                print(
+                    f"neighbours: max |toolkit - plain loop| {np.abs(ours - plain_n[1]).max():.2e}, |per-image (float32) - plain loop| "
+                    f"{np.abs(image_n[1][: args.plain] - plain_n[1]).max():.2e}"
+                )
                 e = found["entropy"]
                 ours_e = np.stack([e.patch_entropy.values, e.patch_effective.values, e.distance.values], -1)[: args.plain]
-                print(f"entropy: max |toolkit - plain loop| {np.abs(ours_e - plain_e[1]).max():.2e}, |per-image - plain loop| "
-                      f"{np.abs(image_e[1][: args.plain] - plain_e[1]).max():.2e}")
+                print(
+                    f"entropy: max |toolkit - plain loop| {np.abs(ours_e - plain_e[1]).max():.2e}, |per-image - plain loop| "
+                    f"{np.abs(image_e[1][: args.plain] - plain_e[1]).max():.2e}"
+                )
                 continue
             for key, value in (
-                ("neighbours_toolkit", found["neighbours_rate"]), ("neighbours_plain_loop", plain_n[0]), ("neighbours_per_image", image_n[0]),
-                ("entropy_toolkit", found["entropy_rate"]), ("entropy_plain_loop", plain_e[0]), ("entropy_per_image", image_e[0]),
-                ("read_tokens", read_t[0]), ("read_attention", read_a[0]),
+                ("neighbours_toolkit", found["neighbours_rate"]),
+                ("neighbours_plain_loop", plain_n[0]),
+                ("neighbours_per_image", image_n[0]),
+                ("entropy_toolkit", found["entropy_rate"]),
+                ("entropy_plain_loop", plain_e[0]),
+                ("entropy_per_image", image_e[0]),
+                ("read_tokens", read_t[0]),
+                ("read_attention", read_a[0]),
             ):
                 rates.setdefault(key, []).append(value)
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items()) + " img/s")
     med = {key: statistics.median(values) for key, values in rates.items()}
     line = {
-        "benchmark": "analyses", "images": args.images, "rounds": args.rounds,
+        "benchmark": "analyses",
+        "images": args.images,
+        "rounds": args.rounds,
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, {args.workers} chunk workers",
         "torch": torch.__version__,
     }

@@ -39,8 +39,15 @@ DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 
 def write(path: Path, data: np.ndarray, chunk: int, compressors: list) -> int:
     """The array as a store's tokens are written; its bytes on disk."""
-    array = zarr.create_array(str(path), shape=data.shape, dtype=data.dtype, chunks=(chunk, *data.shape[1:]), compressors=compressors,
-                              fill_value=np.nan, dimension_names=["image", "patch", "channel"])
+    array = zarr.create_array(
+        str(path),
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=(chunk, *data.shape[1:]),
+        compressors=compressors,
+        fill_value=np.nan,
+        dimension_names=["image", "patch", "channel"],
+    )
     array[:] = data
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -52,7 +59,7 @@ def read_all(path: Path, pipeline: str, chunk: int) -> float:
         start = time.perf_counter()
         total = 0.0
         for lo in range(0, array.shape[0], chunk):
-            total += float(np.asarray(array[lo:lo + chunk])[0, 0, 0])
+            total += float(np.asarray(array[lo : lo + chunk])[0, 0, 0])
         return time.perf_counter() - start
 
 
@@ -80,19 +87,39 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     plain_s, checked_s, crc_s = (statistics.median(times[k]) for k in ("plain", "checked", "crc_only"))
     megabytes = data.nbytes / 1e6
-    print(f"{args.images} images × {args.patches} patches × {args.channels} channels float16 ({megabytes:.1f} MB), chunks of {args.chunk}; "
-          f"{os.cpu_count()} cores, {cpu_model()}")
+    print(
+        f"{args.images} images × {args.patches} patches × {args.channels} channels float16 ({megabytes:.1f} MB), chunks of {args.chunk}; "
+        f"{os.cpu_count()} cores, {cpu_model()}"
+    )
     print(f"  plain (zstd, zarr's pipeline)            {plain_s:7.3f} s   {megabytes / plain_s:8.1f} MB/s   rounds {[round(t, 3) for t in times['plain']]}")
     print(f"  checked (zstd + crc32c, CheckedPipeline) {checked_s:7.3f} s   {megabytes / checked_s:8.1f} MB/s   rounds {[round(t, 3) for t in times['checked']]}")
     print(f"  crc32c, zarr's pipeline                  {crc_s:7.3f} s   {megabytes / crc_s:8.1f} MB/s   rounds {[round(t, 3) for t in times['crc_only']]}")
-    print(f"  ratio {checked_s / plain_s:.3f} (checked seconds / plain seconds; crc32c in zarr's pipeline {crc_s / plain_s:.3f}); "
-          f"{checked_bytes - plain_bytes} bytes more on disk (checksums and their metadata); same values {same}")
-    emit({"benchmark": "checksums", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-                       "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "images": args.images, "patches": args.patches,
-                       "channels": args.channels, "chunk": args.chunk, "rounds": args.rounds, "plain_s": round(plain_s, 4),
-                       "checked_s": round(checked_s, 4), "crc_zarr_pipeline_s": round(crc_s, 4), "ratio": round(checked_s / plain_s, 3),
-                       "checksum_bytes": checked_bytes - plain_bytes,
-                       "same_values": bool(same)}, RECORDS, args.record)
+    print(
+        f"  ratio {checked_s / plain_s:.3f} (checked seconds / plain seconds; crc32c in zarr's pipeline {crc_s / plain_s:.3f}); "
+        f"{checked_bytes - plain_bytes} bytes more on disk (checksums and their metadata); same values {same}"
+    )
+    emit(
+        {
+            "benchmark": "checksums",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": cpu_model(),
+            "cores": os.cpu_count(),
+            "load": round(os.getloadavg()[0], 2),
+            "images": args.images,
+            "patches": args.patches,
+            "channels": args.channels,
+            "chunk": args.chunk,
+            "rounds": args.rounds,
+            "plain_s": round(plain_s, 4),
+            "checked_s": round(checked_s, 4),
+            "crc_zarr_pipeline_s": round(crc_s, 4),
+            "ratio": round(checked_s / plain_s, 3),
+            "checksum_bytes": checked_bytes - plain_bytes,
+            "same_values": bool(same),
+        },
+        RECORDS,
+        args.record,
+    )
 
 
 if __name__ == "__main__":

@@ -66,15 +66,18 @@ def main() -> None:
 
         def kps(points, size):
             out = np.zeros((k, 3), np.int32)
-            out[:len(points)] = correspond.view_keypoints(points, size)
+            out[: len(points)] = correspond.view_keypoints(points, size)
             return out
 
         names = sorted(tokens)
-        block = {"images": np.stack([tokens[i] for i in names]), "source": np.array([names.index(p.source) for p in pairs]),
-                 "target": np.array([names.index(p.target) for p in pairs]),
-                 "source_kps": np.stack([kps(p.source_kps, p.source_size) for p in pairs]),
-                 "target_kps": np.stack([kps(p.target_kps, p.target_size) for p in pairs]),
-                 "scale": np.array([correspond.threshold_scale(p.target_box, p.target_size) for p in pairs])}
+        block = {
+            "images": np.stack([tokens[i] for i in names]),
+            "source": np.array([names.index(p.source) for p in pairs]),
+            "target": np.array([names.index(p.target) for p in pairs]),
+            "source_kps": np.stack([kps(p.source_kps, p.source_size) for p in pairs]),
+            "target_kps": np.stack([kps(p.target_kps, p.target_size) for p in pairs]),
+            "scale": np.array([correspond.threshold_scale(p.target_box, p.target_size) for p in pairs]),
+        }
         times = {"plain": [], "toolkit": []}
         same = True
         for r in range(args.rounds + 1):  # round 0 warms up
@@ -85,7 +88,7 @@ def main() -> None:
             got = pair_block(**block, rows=rows, cols=cols, side=correspond.SIDE)["error"]
             t_toolkit = time.perf_counter() - start
             for g, e in zip(got, expected):
-                same &= bool(np.array_equal(np.isfinite(g[:len(e)]), np.isfinite(e)) and np.allclose(g[:len(e)][np.isfinite(e)], e[np.isfinite(e)], atol=1e-5))
+                same &= bool(np.array_equal(np.isfinite(g[: len(e)]), np.isfinite(e)) and np.allclose(g[: len(e)][np.isfinite(e)], e[np.isfinite(e)], atol=1e-5))
             if r:
                 times["plain"].append(t_plain)
                 times["toolkit"].append(t_toolkit)
@@ -95,12 +98,28 @@ def main() -> None:
     print(f"  plain per-keypoint loop   {n / plain_s:9.1f} keypoints/s   rounds {[round(t, 3) for t in times['plain']]} s")
     print(f"  probe correspond          {n / toolkit_s:9.1f} keypoints/s   rounds {[round(t, 3) for t in times['toolkit']]} s")
     print(f"  ratio {plain_s / toolkit_s:.2f}; matches identical: {same}")
-    print(json.dumps({
-        "benchmark": "correspond", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cpu": platform.machine(),
-        "cores": os.cpu_count(), "torch": torch.__version__, "numpy": np.__version__, "arch": args.arch, "pairs": len(pairs), "keypoints": n,
-        "grid": [rows, cols], "rounds": args.rounds, "plain_kps_per_s": round(n / plain_s, 1), "toolkit_kps_per_s": round(n / toolkit_s, 1),
-        "ratio": round(plain_s / toolkit_s, 2), "identical": bool(same),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "correspond",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": cpu_model(),
+                "cpu": platform.machine(),
+                "cores": os.cpu_count(),
+                "torch": torch.__version__,
+                "numpy": np.__version__,
+                "arch": args.arch,
+                "pairs": len(pairs),
+                "keypoints": n,
+                "grid": [rows, cols],
+                "rounds": args.rounds,
+                "plain_kps_per_s": round(n / plain_s, 1),
+                "toolkit_kps_per_s": round(n / toolkit_s, 1),
+                "ratio": round(plain_s / toolkit_s, 2),
+                "identical": bool(same),
+            }
+        )
+    )
     if not same:
         raise SystemExit("matches differ from the plain loop")
 

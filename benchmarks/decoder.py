@@ -41,18 +41,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=None, help="images at N = 900 (default 4; --full 12)")
     parser.add_argument("--images-large", type=int, default=None, help="images at N = 3600 (default 1; --full 3)")
-    parser.add_argument("--store-images", type=int, default=None,
-                        help="images of the whole-machine store (default 96, enough that throughput, not the command's fixed cost, is timed; --full 192)")
+    parser.add_argument(
+        "--store-images",
+        type=int,
+        default=None,
+        help="images of the whole-machine store (default 96, enough that throughput, not the command's fixed cost, is timed; --full 192)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the whole-machine runs (default 2; --full 5)")
     parser.add_argument("--only", choices=("per-core", "machine", "torch"), help="run one part only")
     parser.add_argument("--full", action="store_true", help="more images and rounds, and the torch backend at N = 3600")
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads for both sides (decode's default is 1)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="the torch backend's device (cuda: a GPU solves each batch; the scipy side stays on one CPU thread)")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="the torch backend's device (cuda: a GPU solves each batch; the scipy side stays on one CPU thread)"
+    )
     parser.add_argument("--presets", default="centred", help="the torch backend's presets, comma-separated, or all")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                        help="per-core times: CPU seconds of this process (default; robust on a shared machine) or wall seconds")
+    parser.add_argument(
+        "--clock", choices=("cpu", "wall"), default="cpu", help="per-core times: CPU seconds of this process (default; robust on a shared machine) or wall seconds"
+    )
     args = parser.parse_args()
     full = args.full
     args.images = args.images or (12 if full else 4)
@@ -101,8 +107,9 @@ def main() -> None:
                 graph = decoder_graph.key_graph(decoder_graph.cosines(k, center=settings.center), settings.tau, settings.eps)
                 scale = 1.0 / np.sqrt(graph.degree)
                 t = clock()
-                cut = decoder_cut.normalized_cut(graph, enough=lambda c, scale=scale, grid=grid, settings=settings:
-                                                 decoder_masks.certified_cut(c, scale, (grid, grid), settings)[-1])
+                cut = decoder_cut.normalized_cut(
+                    graph, enough=lambda c, scale=scale, grid=grid, settings=settings: decoder_masks.certified_cut(c, scale, (grid, grid), settings)[-1]
+                )
                 ours_solve.append(clock() - t)
                 steps.append(cut.steps)
                 w = graph.dense()
@@ -116,24 +123,55 @@ def main() -> None:
                     assert np.array_equal(out.masks[0], mask), f"mask differs from the dense reference at N = {grid * grid}"
                     same += 1
             row = {
-                "n": grid * grid, "preset": preset, "images": count, "ours_s": statistics.median(ours), "dense_s": statistics.median(ref),
-                "ratio": statistics.median(ref) / statistics.median(ours), "identical": same, "flagged": flagged,
-                "ours_solve_s": statistics.median(ours_solve), "dense_solve_s": statistics.median(ref_solve),
+                "n": grid * grid,
+                "preset": preset,
+                "images": count,
+                "ours_s": statistics.median(ours),
+                "dense_s": statistics.median(ref),
+                "ratio": statistics.median(ref) / statistics.median(ours),
+                "identical": same,
+                "flagged": flagged,
+                "ours_solve_s": statistics.median(ours_solve),
+                "dense_solve_s": statistics.median(ref_solve),
                 "solve_ratio": statistics.median(ref_solve) / statistics.median(ours_solve),
-                "dense_fallbacks": solvers.count("dense"), "lanczos_steps": statistics.median(steps),
+                "dense_fallbacks": solvers.count("dense"),
+                "lanczos_steps": statistics.median(steps),
             }
             rows.append(row)
             target = 5 if grid == 30 else 25
-            print(f"N={row['n']:5d} {preset:9s} ours {row['ours_s'] * 1e3:8.1f} ms  dense eigh {row['dense_s'] * 1e3:9.1f} ms  "
-                  f"ratio {row['ratio']:6.1f}× (target {target}×) | eigensolve alone {row['ours_solve_s'] * 1e3:7.1f} vs "
-                  f"{row['dense_solve_s'] * 1e3:8.1f} ms = {row['solve_ratio']:5.1f}× ({row['lanczos_steps']:.0f} Lanczos steps) | identical {same}/{count}, "
-                  f"flagged {flagged}", flush=True)
+            print(
+                f"N={row['n']:5d} {preset:9s} ours {row['ours_s'] * 1e3:8.1f} ms  dense eigh {row['dense_s'] * 1e3:9.1f} ms  "
+                f"ratio {row['ratio']:6.1f}× (target {target}×) | eigensolve alone {row['ours_solve_s'] * 1e3:7.1f} vs "
+                f"{row['dense_solve_s'] * 1e3:8.1f} ms = {row['solve_ratio']:5.1f}× ({row['lanczos_steps']:.0f} Lanczos steps) | identical {same}/{count}, "
+                f"flagged {flagged}",
+                flush=True,
+            )
     machine = whole_machine(keys, rng, args.store_images, args.rounds) if args.only in (None, "machine") else None
     presets = ("centred", "tokencut", "maskcut", "lost", "dsm") if args.presets == "all" else tuple(args.presets.split(","))
-    backend = [torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large, args.device, preset)
-               for preset in presets for grid in ((30, 60) if full and preset in ("centred", "maskcut") else (30,))] if args.only in (None, "torch") else []
-    print(json.dumps({"benchmark": "decoder", "threads": args.threads, "clock": args.clock, "cpu": platform.processor() or platform.machine(),
-                      "cores": os.cpu_count(), "load": os.getloadavg()[0], "rows": rows, "whole_machine": machine, "torch": backend}))
+    backend = (
+        [
+            torch_backend(keys, rng, grid, args.images if grid == 30 else args.images_large, args.device, preset)
+            for preset in presets
+            for grid in ((30, 60) if full and preset in ("centred", "maskcut") else (30,))
+        ]
+        if args.only in (None, "torch")
+        else []
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "decoder",
+                "threads": args.threads,
+                "clock": args.clock,
+                "cpu": platform.processor() or platform.machine(),
+                "cores": os.cpu_count(),
+                "load": os.getloadavg()[0],
+                "rows": rows,
+                "whole_machine": machine,
+                "torch": backend,
+            }
+        )
+    )
 
 
 def whole_machine(keys, rng, count: int, rounds: int) -> dict:
@@ -172,15 +210,25 @@ def whole_machine(keys, rng, count: int, rounds: int) -> dict:
         a, b = saved.values()
         identical = all(np.array_equal(a[v].values, b[v].values, equal_nan=a[v].dtype.kind == "f") for v in a.data_vars)
         assert identical, "every-core decode differs from the one-core decode"
-    row = {"images": count, "cores": local_cores(), "one_core_img_s": count / one, "every_core_img_s": count / every, "ratio": one / every,
-           "identical": identical, "cpu_s": {w: statistics.median(v) for w, v in cpu.items()},
-           "parent_cpu_s": {w: statistics.median(v) for w, v in parent.items()}, "share_of_cores": {
-               w: statistics.median(c / t for c, t in zip(cpu[w], times[w])) for w in times}}
-    print(f"probe decode, {count} images at N=900: one core {row['one_core_img_s']:6.1f} img/s, {row['cores']} cores "
-          f"{row['every_core_img_s']:6.1f} img/s = {row['ratio']:.2f}× (target 1.8× on 2 cores) | arrays identical {identical} | "
-          f"CPU seconds used {row['cpu_s'][1]:.1f} / {row['cpu_s'][local_cores()]:.1f}, cores actually obtained "
-          f"{row['share_of_cores'][1]:.2f} / {row['share_of_cores'][local_cores()]:.2f} (other load shows here); CPU seconds of "
-          f"this process alone {row['parent_cpu_s'][1]:.1f} / {row['parent_cpu_s'][local_cores()]:.1f}", flush=True)
+    row = {
+        "images": count,
+        "cores": local_cores(),
+        "one_core_img_s": count / one,
+        "every_core_img_s": count / every,
+        "ratio": one / every,
+        "identical": identical,
+        "cpu_s": {w: statistics.median(v) for w, v in cpu.items()},
+        "parent_cpu_s": {w: statistics.median(v) for w, v in parent.items()},
+        "share_of_cores": {w: statistics.median(c / t for c, t in zip(cpu[w], times[w])) for w in times},
+    }
+    print(
+        f"probe decode, {count} images at N=900: one core {row['one_core_img_s']:6.1f} img/s, {row['cores']} cores "
+        f"{row['every_core_img_s']:6.1f} img/s = {row['ratio']:.2f}× (target 1.8× on 2 cores) | arrays identical {identical} | "
+        f"CPU seconds used {row['cpu_s'][1]:.1f} / {row['cpu_s'][local_cores()]:.1f}, cores actually obtained "
+        f"{row['share_of_cores'][1]:.2f} / {row['share_of_cores'][local_cores()]:.2f} (other load shows here); CPU seconds of "
+        f"this process alone {row['parent_cpu_s'][1]:.1f} / {row['parent_cpu_s'][local_cores()]:.1f}",
+        flush=True,
+    )
     return row
 
 
@@ -223,13 +271,27 @@ def torch_backend(keys, rng, grid: int, count: int, device: str = "cpu", preset:
         import torch
 
         name = torch.cuda.get_device_name()
-    row = {"n": grid * grid, "preset": preset, "device": name, "images": len(batch), "images_per_s": 1.0 / torch_s, "torch_s": torch_s, "scipy_s": scipy_s,
-           "ratio": scipy_s / torch_s, "identical": same, "certified_both": len(both), "solvers": sorted({s for r in ours for s in r.solver}),
-           "voc07_min": VOC07_IMAGES * torch_s / 60, **({"vs_cutler": CUTLER_S / torch_s} if preset == "maskcut" and grid == 60 else {})}
-    print(f"torch backend ({name}) {preset} N={grid * grid}: {torch_s * 1e3:8.1f} ms per image ({1.0 / torch_s:.1f} img/s, batch of {len(batch)}) "
-          f"vs scipy (1 CPU thread) {scipy_s * 1e3:8.1f} ms = {row['ratio']:.2f}× | identical {same}/{len(both)} certified by both | "
-          f"VOC07's {VOC07_IMAGES:,} images: {row['voc07_min']:.1f} min" + (f"; {row['vs_cutler']:.0f}× CutLER's {CUTLER_S} s" if "vs_cutler" in row else ""),
-          flush=True)
+    row = {
+        "n": grid * grid,
+        "preset": preset,
+        "device": name,
+        "images": len(batch),
+        "images_per_s": 1.0 / torch_s,
+        "torch_s": torch_s,
+        "scipy_s": scipy_s,
+        "ratio": scipy_s / torch_s,
+        "identical": same,
+        "certified_both": len(both),
+        "solvers": sorted({s for r in ours for s in r.solver}),
+        "voc07_min": VOC07_IMAGES * torch_s / 60,
+        **({"vs_cutler": CUTLER_S / torch_s} if preset == "maskcut" and grid == 60 else {}),
+    }
+    print(
+        f"torch backend ({name}) {preset} N={grid * grid}: {torch_s * 1e3:8.1f} ms per image ({1.0 / torch_s:.1f} img/s, batch of {len(batch)}) "
+        f"vs scipy (1 CPU thread) {scipy_s * 1e3:8.1f} ms = {row['ratio']:.2f}× | identical {same}/{len(both)} certified by both | "
+        f"VOC07's {VOC07_IMAGES:,} images: {row['voc07_min']:.1f} min" + (f"; {row['vs_cutler']:.0f}× CutLER's {CUTLER_S} s" if "vs_cutler" in row else ""),
+        flush=True,
+    )
     return row
 
 

@@ -80,8 +80,10 @@ class ReferenceSigLoss:
 
 def onecycle(step: int, lr: float, total: int, warmup: int) -> tuple[float, float]:
     """WarmupOneCycleLR's (lr, momentum) at ``step``, as its ``_compute_lr_momentum`` writes them."""
+
     def cos(a, b, pct):
         return b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1)
+
     if step < warmup:
         return lr / 1000.0 + lr * (1 + math.cos(math.pi * step / float(total))) / 2 * step / float(warmup), 0.0
     return cos(lr, lr / 25.0 / 1000.0, (step + 1) / float(total)), cos(0.85, 0.95, (step - warmup) / float(total - warmup))
@@ -123,7 +125,7 @@ def main() -> None:
     model.requires_grad_(False)
     images = torch.randn(args.batch, 3, *crop, device=device)
     truth = torch.rand(args.batch, 1, *crop, device=device) * 9 + 0.5
-    truth[:, :, -crop[0] // 8:] = 0  # a band without measurement
+    truth[:, :, -crop[0] // 8 :] = 0  # a band without measurement
     preset = pub.PRESETS["dinov3"]
     head = dep.DepthHead(arch.width, preset, torch.Generator().manual_seed(0)).to(device)
     ref_head = ReferenceHead(copy.deepcopy(head.bn), copy.deepcopy(head.conv)).to(device)
@@ -158,10 +160,28 @@ def main() -> None:
     print(f"  reference train_on_batch (written out)   {base_s:8.3f} s/iteration   rounds {[round(t, 3) for t in times['baseline']]}")
     print(f"  probe depth's step                       {probe_s:8.3f} s/iteration   rounds {[round(t, 3) for t in times['probe']]}")
     print(f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); largest loss difference over {len(losses['probe'])} steps {gap:.2e}")
-    emit({"benchmark": "depth", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine, "device": str(device),
-          "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "arch": args.arch, "batch": args.batch, "crop": list(crop),
-          "chunk": args.chunk, "rounds": args.rounds, "baseline_s": round(base_s, 4), "probe_s": round(probe_s, 4),
-          "ratio": round(base_s / probe_s, 3), "loss_gap": gap, "torch": torch.__version__}, RECORDS, args.record)
+    emit(
+        {
+            "benchmark": "depth",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine,
+            "device": str(device),
+            "cores": os.cpu_count(),
+            "load": round(os.getloadavg()[0], 2),
+            "arch": args.arch,
+            "batch": args.batch,
+            "crop": list(crop),
+            "chunk": args.chunk,
+            "rounds": args.rounds,
+            "baseline_s": round(base_s, 4),
+            "probe_s": round(probe_s, 4),
+            "ratio": round(base_s / probe_s, 3),
+            "loss_gap": gap,
+            "torch": torch.__version__,
+        },
+        RECORDS,
+        args.record,
+    )
 
 
 if __name__ == "__main__":

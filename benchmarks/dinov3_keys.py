@@ -46,13 +46,14 @@ def scenes(folder: Path, count: int, seed: int) -> tuple[Path, Path]:
             h, w = int(rng.integers(height // 5, height // 2)), int(rng.integers(width // 5, width // 2))
             y, x = int(rng.integers(0, height - h)), int(rng.integers(0, width - w))
             colour = np.array([220, 90, 40]) + rng.normal(0, 15, 3)
-            pixels[y:y + h, x:x + w] = np.clip(colour + rng.normal(0, 15, (h, w, 3)), 0, 255)
+            pixels[y : y + h, x : x + w] = np.clip(colour + rng.normal(0, 15, (h, w, 3)), 0, 255)
             m = np.zeros((height, width), np.uint8)
-            m[y:y + h, x:x + w] = 1
+            m[y : y + h, x : x + w] = 1
             rle = mask_utils.encode(np.asfortranarray(m))
             rle["counts"] = rle["counts"].decode("ascii")
-            coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": i + 1, "category_id": 1, "segmentation": rle,
-                                        "bbox": [x, y, w, h], "area": float(h * w), "iscrowd": 0})
+            coco["annotations"].append(
+                {"id": len(coco["annotations"]) + 1, "image_id": i + 1, "category_id": 1, "segmentation": rle, "bbox": [x, y, w, h], "area": float(h * w), "iscrowd": 0}
+            )
         Image.fromarray(pixels.astype(np.uint8)).save(images / f"{i:03d}.png")
     (folder / "panel.json").write_text(json.dumps(coco))
     return folder / "panel.json", images
@@ -83,13 +84,21 @@ def main() -> None:
             for preset in PRESETS:
                 view = "native_crop" if preset == "dsm" and args.view == "native" else args.view
                 for keys in ("rope", "plain"):
-                    run = probe.run("decode", store, preset=preset, view=view, keys=keys, panel="scenes", cache_dir=cache, workers=1,
-                                    out=root / f"{seed}-{preset}-{keys}.json")
+                    run = probe.run(
+                        "decode", store, preset=preset, view=view, keys=keys, panel="scenes", cache_dir=cache, workers=1, out=root / f"{seed}-{preset}-{keys}.json"
+                    )
                     s = run.report.scores
                     scores.setdefault((preset, keys), []).append((s.corloc, s.mean_best_iou))
-    line = {"benchmark": "dinov3_keys", "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": platform.processor() or platform.machine(), "network": "tiny DINOv3 (width 128, depth 2), random weights",
-            "seeds": args.seeds, "scenes": args.scenes, "view": args.view, "rows": []}
+    line = {
+        "benchmark": "dinov3_keys",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": platform.processor() or platform.machine(),
+        "network": "tiny DINOv3 (width 128, depth 2), random weights",
+        "seeds": args.seeds,
+        "scenes": args.scenes,
+        "view": args.view,
+        "rows": [],
+    }
     print(f"{'preset':10} {'keys':6} {'CorLoc %':>9} {'mean best IoU %':>16}   (mean over {args.seeds} networks, {args.scenes} scenes, view {args.view})")
     for (preset, keys), values in scores.items():
         corloc = 100 * statistics.mean(v[0] for v in values)

@@ -142,15 +142,14 @@ def bare_forward(vit: torch.nn.Module, tensors: torch.Tensor, batch: int) -> dic
     start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for i in range(0, len(tensors), batch):
-            vit.forward_features(tensors[i:i + batch])
+            vit.forward_features(tensors[i : i + batch])
     if cuda:
         torch.cuda.synchronize(tensors.device)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"wall": len(tensors) / wall, "cpu": len(tensors) / cpu}
 
 
-def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: Path, tag: str, decoders: int | None = None,
-                  device: str = "cpu") -> dict[str, float]:
+def probe_extract(checkpoint: Path, folder: Path, size: int, batch: int, root: Path, tag: str, decoders: int | None = None, device: str = "cpu") -> dict[str, float]:
     """Images per second of ``extract`` into a new store on ``device``: whole call, per-image part, CPU."""
     settings = Settings(views=(size,), attention="last" if size == 224 else "none", chunk=batch)
     n = len(images.list_images(folder))
@@ -190,7 +189,7 @@ def decoding(count: int, rounds: int) -> None:
         def decode_all(threads: int) -> tuple[float, list]:
             with reusing_blocks(), ThreadPoolExecutor(threads) as pool:  # as extraction's loop runs
                 start = time.perf_counter()
-                runs = [load_run(refs[a:a + 16], settings.names, settings, 16, None, "fail", pool) for a in range(0, len(refs), 16)]
+                runs = [load_run(refs[a : a + 16], settings.names, settings, 16, None, "fail", pool) for a in range(0, len(refs), 16)]
                 return len(refs) / (time.perf_counter() - start), runs
 
         rates: dict[int, list[float]] = {1: [], cores: []}
@@ -203,14 +202,32 @@ def decoding(count: int, rounds: int) -> None:
         serial, parallel = decode_all(1)[1], decode_all(cores)[1]
         same = all(torch.equal(a.fixed[v][1], b.fixed[v][1]) for a, b in zip(serial, parallel) for v in a.fixed)
         write_one, write_many, written_same = writing(Path(tmp), count, rounds, cores)
-    print(f"decoding and cutting images (224 + 480 views, {count} images, {rounds} rounds): 1 thread {one:.1f} img/s, "
-          f"{cores} threads {many:.1f} img/s: {many / one:.2f}x; pixels identical: {same}")
-    print(f"writing runs of 16 (ViT-S/16 at 224 px: tokens + attention, float16, zstd): 1 run at a time {write_one:.1f} img/s, "
-          f"{min(cores, SAVERS)} at once {write_many:.1f} img/s: {write_many / write_one:.2f}x; chunks identical: {written_same}")
-    print(json.dumps({"benchmark": "extract-decoding", "images": count, "rounds": rounds, "threads": cores, "one_img_s": round(one, 2),
-                      "many_img_s": round(many, 2), "speedup": round(many / one, 3), "identical": same,
-                      "write_one_img_s": round(write_one, 2), "write_many_img_s": round(write_many, 2), "write_identical": written_same,
-                      "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
+    print(
+        f"decoding and cutting images (224 + 480 views, {count} images, {rounds} rounds): 1 thread {one:.1f} img/s, "
+        f"{cores} threads {many:.1f} img/s: {many / one:.2f}x; pixels identical: {same}"
+    )
+    print(
+        f"writing runs of 16 (ViT-S/16 at 224 px: tokens + attention, float16, zstd): 1 run at a time {write_one:.1f} img/s, "
+        f"{min(cores, SAVERS)} at once {write_many:.1f} img/s: {write_many / write_one:.2f}x; chunks identical: {written_same}"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "extract-decoding",
+                "images": count,
+                "rounds": rounds,
+                "threads": cores,
+                "one_img_s": round(one, 2),
+                "many_img_s": round(many, 2),
+                "speedup": round(many / one, 3),
+                "identical": same,
+                "write_one_img_s": round(write_one, 2),
+                "write_many_img_s": round(write_many, 2),
+                "write_identical": written_same,
+                "machine": f"{platform.processor() or platform.machine()}, {cores} cores",
+            }
+        )
+    )
 
 
 def budget(arch_name: str, count: int, rounds: int) -> None:
@@ -235,7 +252,7 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
         loaded = load_checkpoint(write_checkpoint(root / "random.pth", layout_of(arch_name), arch))
         backbone = Backbone.from_checkpoint(loaded).eval()
         vit = Backbone.from_checkpoint(loaded).vit.eval()
-        runs = [load_run(refs[a:a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)]
+        runs = [load_run(refs[a : a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)]
         plan = plan_arrays(arch, settings)
         names = [name for name in plan if layout.view_of(name) == "224"]
         outputs = [forward_view(backbone, run.fixed["224"][1], names, settings, 16, cpu, lambda n: None) for run in runs]
@@ -250,12 +267,12 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
         stages = {
             "bare forward": lambda: [vit.forward_features(run.fixed["224"][1]) for run in runs],
             "extraction's forward": lambda: [forward_view(backbone, run.fixed["224"][1], names, settings, 16, cpu, lambda n: None) for run in runs],
-            "decoding and cutting": lambda: [load_run(refs[a:a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)],
+            "decoding and cutting": lambda: [load_run(refs[a : a + 16], ["224"], settings, arch.patch, None, "fail") for a in range(0, count, 16)],
             "writing": write_all,
         }
         times: dict[str, list[float]] = {name: [] for name in stages}
         for r in range(rounds + 1):  # round 0 warms up
-            for name, stage in (list(stages.items()) if r % 2 else list(stages.items())[::-1]):
+            for name, stage in list(stages.items()) if r % 2 else list(stages.items())[::-1]:
                 start = time.process_time()
                 stage()
                 if r:
@@ -265,11 +282,22 @@ def budget(arch_name: str, count: int, rounds: int) -> None:
         print(f"{name:24s} {value:7.2f} ms CPU per image (one thread, {count} images, {rounds} rounds)")
     forward = ms["extraction's forward"]
     bound = ms["bare forward"] / (forward + ms["decoding and cutting"] + ms["writing"])
-    print(f"bound on the 224 ratio where the forward takes every core: {bound:.3f} "
-          f"(extraction's forward / bare forward on one thread: {forward / ms['bare forward']:.3f})")
-    print(json.dumps({"benchmark": "extract-budget", "arch": arch_name, "images": count, "rounds": rounds,
-                      "ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "bound_224": round(bound, 3),
-                      "machine": f"{platform.processor() or platform.machine()}, 1 thread"}))
+    print(
+        f"bound on the 224 ratio where the forward takes every core: {bound:.3f} (extraction's forward / bare forward on one thread: {forward / ms['bare forward']:.3f})"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "extract-budget",
+                "arch": arch_name,
+                "images": count,
+                "rounds": rounds,
+                "ms_per_image": {k: round(v, 3) for k, v in ms.items()},
+                "bound_224": round(bound, 3),
+                "machine": f"{platform.processor() or platform.machine()}, 1 thread",
+            }
+        )
+    )
 
 
 def tolerance(arch_name: str, count: int, device: str) -> None:
@@ -300,10 +328,29 @@ def tolerance(arch_name: str, count: int, device: str) -> None:
             rows[name] = {"max_abs_over_max": float(np.nanmax(np.abs(a64 - b64)) / scale), "share_differing": float(np.mean(a != b))}
     gpu = torch.cuda.get_device_name() if device == "cuda" else device
     for name, row in rows.items():
-        print(f"{name:28s} " + ("equal" if row.get("equal") else "differ" if "equal" in row else
-                                f"largest difference {row['max_abs_over_max']:.2e} of the largest value; {100 * row['share_differing']:.1f} % of values differ"))
-    print(json.dumps({"benchmark": "extract-tolerance", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arch": arch_name, "images": count,
-                      "device": gpu, "torch": torch.__version__, "arrays": rows}))
+        print(
+            f"{name:28s} "
+            + (
+                "equal"
+                if row.get("equal")
+                else "differ"
+                if "equal" in row
+                else f"largest difference {row['max_abs_over_max']:.2e} of the largest value; {100 * row['share_differing']:.1f} % of values differ"
+            )
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "extract-tolerance",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "arch": arch_name,
+                "images": count,
+                "device": gpu,
+                "torch": torch.__version__,
+                "arrays": rows,
+            }
+        )
+    )
 
 
 def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
@@ -341,7 +388,7 @@ def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
         backbone = Backbone.from_checkpoint(load_checkpoint(checkpoint)).eval()
         names = [name for name in plan_arrays(arch, settings) if layout.view_of(name) == str(size)]
         refs = images.list_images(folder)
-        runs = [load_run(refs[a:a + 64], [str(size)], settings, 16, None, "fail").fixed[str(size)][1] for a in range(0, count, 64)]
+        runs = [load_run(refs[a : a + 64], [str(size)], settings, 16, None, "fail").fixed[str(size)][1] for a in range(0, count, 64)]
         forward = []
         with torch.inference_mode(), reusing_blocks():
             for r in range(rounds + 1):
@@ -352,21 +399,36 @@ def host(count: int, rounds: int, decoders: int, size: int = 224) -> None:
                     forward.append(1000 * (time.process_time() - cpu) / count)
         groups = {mode: zarr.open_group(path, mode="r") for mode, path in stores.items()}
         same = sorted(groups["threads"].array_keys()) == sorted(groups["processes"].array_keys()) and all(
-            groups["threads"][k][:].tobytes() == groups["processes"][k][:].tobytes() for k in groups["threads"].array_keys())
+            groups["threads"][k][:].tobytes() == groups["processes"][k][:].tobytes() for k in groups["threads"].array_keys()
+        )
     ms = {mode: statistics.median(m[0] for m in v) for mode, v in measured.items()}
     ms["forward"] = statistics.median(forward)
     host_ms = {mode: ms[mode] - ms["forward"] for mode in measured}
     rate = {mode: statistics.median(m[1] for m in v) for mode, v in measured.items()}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for mode in measured:
-        print(f"{mode:9s}: {ms[mode]:6.2f} ms CPU per image in the command's process, of which {host_ms[mode]:5.2f} beside the forward pass "
-              f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images at {size} px, {decoders} decoders, {rounds} rounds)")
+        print(
+            f"{mode:9s}: {ms[mode]:6.2f} ms CPU per image in the command's process, of which {host_ms[mode]:5.2f} beside the forward pass "
+            f"({ms['forward']:.2f}); {rate[mode]:7.1f} img/s wall ({count} images at {size} px, {decoders} decoders, {rounds} rounds)"
+        )
     print(f"the command's own CPU per image beside the forward pass, processes / threads: {host_ms['processes'] / host_ms['threads']:.3f}; stores byte-identical: {same}")
-    print(json.dumps({"benchmark": "extract-host", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "size": size, "images": count, "rounds": rounds,
-                      "decoders": decoders,
-                      "own_cpu_ms_per_image": {k: round(v, 3) for k, v in ms.items()}, "host_ms_per_image": {k: round(v, 3) for k, v in host_ms.items()},
-                      "img_s": {k: round(v, 2) for k, v in rate.items()},
-                      "identical": same, "machine": f"{platform.processor() or platform.machine()}, {cores} cores"}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "extract-host",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "size": size,
+                "images": count,
+                "rounds": rounds,
+                "decoders": decoders,
+                "own_cpu_ms_per_image": {k: round(v, 3) for k, v in ms.items()},
+                "host_ms_per_image": {k: round(v, 3) for k, v in host_ms.items()},
+                "img_s": {k: round(v, 2) for k, v in rate.items()},
+                "identical": same,
+                "machine": f"{platform.processor() or platform.machine()}, {cores} cores",
+            }
+        )
+    )
 
 
 def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, float, bool]:
@@ -393,8 +455,14 @@ def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, flo
         runs = range(0, count, 16)
         with reusing_blocks(), ThreadPoolExecutor(threads) as pool:
             start = time.perf_counter()
-            list(pool.map(lambda a: writer.write_views(a, {"224": ({k: v[: min(16, count - a)] for k, v in data.items()}, np.zeros(min(16, count - a), bool))},
-                                                       np.full((min(16, count - a), 2), 224)), runs))
+            list(
+                pool.map(
+                    lambda a: writer.write_views(
+                        a, {"224": ({k: v[: min(16, count - a)] for k, v in data.items()}, np.zeros(min(16, count - a), bool))}, np.full((min(16, count - a), 2), 224)
+                    ),
+                    runs,
+                )
+            )
             return count / (time.perf_counter() - start)
 
     rates: dict[int, list[float]] = {1: [], savers: []}
@@ -403,8 +471,14 @@ def writing(root: Path, count: int, rounds: int, cores: int) -> tuple[float, flo
             rate = write_all(n, f"{n}-{r}")
             if r:
                 rates[n].append(rate)
-    chunks = [sorted((p.relative_to(root / f"w{n}-1.zarr"), p.read_bytes()) for p in (root / f"w{n}-1.zarr").rglob("*")
-                     if p.is_file() and "c" in p.relative_to(root / f"w{n}-1.zarr").parts) for n in (1, savers)]
+    chunks = [
+        sorted(
+            (p.relative_to(root / f"w{n}-1.zarr"), p.read_bytes())
+            for p in (root / f"w{n}-1.zarr").rglob("*")
+            if p.is_file() and "c" in p.relative_to(root / f"w{n}-1.zarr").parts
+        )
+        for n in (1, savers)
+    ]
     return statistics.median(rates[1]), statistics.median(rates[savers]), bool(chunks[0]) and chunks[0] == chunks[1]
 
 
@@ -423,8 +497,12 @@ def main() -> None:
     parser.add_argument("--host-size", type=int, choices=(224, 480), default=224, help="--host: the view (224: tokens, keys, attention; 480: keys)")
     parser.add_argument("--budget", action="store_true", help="per-image CPU of each stage at 224 px on one thread, and the bound they set")
     parser.add_argument("--tolerance", action="store_true", help="the same images extracted on the CPU and on --device, every array compared")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded",
+    )
     parser.add_argument("--batch", type=int, default=None, help="images per forward pass on both sides (default 16 at 224, 8 at 480)")
     args = parser.parse_args()
     keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
@@ -463,26 +541,37 @@ def main() -> None:
         results: dict[int, dict[str, list[dict[str, float]]]] = {s: {"probe": [], "bare": []} for s in plan}
         for r in range(rounds + 1):  # round 0 warms up
             for size, (folder, batch) in plan.items():
-                sides = [("bare", lambda size=size: bare_side(size)),
-                         ("probe", lambda size=size, folder=folder, batch=batch, r=r:
-                          probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device))]
+                sides = [
+                    ("bare", lambda size=size: bare_side(size)),
+                    ("probe", lambda size=size, folder=folder, batch=batch, r=r: probe_extract(checkpoint, folder, size, batch, root, f"s{size}-r{r}", device=device)),
+                ]
                 for side, run in sides if r % 2 else sides[::-1]:  # the order alternates
                     measured = run()
                     if r:
                         results[size][side].append(measured)
         ours.send(None)
         worker.join()
-    line = {"benchmark": "extract", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arch": args.arch, "mode": "full" if args.full else "short",
-            "images_224": n224, "images_480": n480, "rounds": rounds,
-            "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads", "torch": torch.__version__,
-            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default"}
+    line = {
+        "benchmark": "extract",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "arch": args.arch,
+        "mode": "full" if args.full else "short",
+        "images_224": n224,
+        "images_480": n480,
+        "rounds": rounds,
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default",
+    }
     for size, res in results.items():
         med = {side: {k: statistics.median(m[k] for m in res[side]) for k in res[side][0]} for side in res}
         probe, base = med["probe"], med["bare"]
         ratios = {"whole": probe["wall"] / base["wall"], "images": probe["images"] / base["wall"], "cpu": probe["cpu"] / base["cpu"]}
-        print(f"{args.arch} {size} px: probe extract {probe['wall']:.2f} img/s whole ({probe['images']:.2f} per-image part, setup {probe['setup_s']:.2f} s), "
-              f"bare timm forward {base['wall']:.2f} img/s; ratios whole {ratios['whole']:.2f}, images {ratios['images']:.2f}, cpu {ratios['cpu']:.2f}")
+        print(
+            f"{args.arch} {size} px: probe extract {probe['wall']:.2f} img/s whole ({probe['images']:.2f} per-image part, setup {probe['setup_s']:.2f} s), "
+            f"bare timm forward {base['wall']:.2f} img/s; ratios whole {ratios['whole']:.2f}, images {ratios['images']:.2f}, cpu {ratios['cpu']:.2f}"
+        )
         line[f"ratio_{size}"] = round(ratios["whole"], 3)
         line[f"ratio_{size}_images"] = round(ratios["images"], 3)
         line[f"ratio_{size}_cpu"] = round(ratios["cpu"], 3)
@@ -490,6 +579,7 @@ def main() -> None:
         line[f"probe_{size}_setup_s"] = round(probe["setup_s"], 3)
         line[f"bare_{size}_img_s"] = round(base["wall"], 3)
     print(json.dumps(line))
+
 
 def _pos(model: Backbone, size: int) -> torch.Tensor:
     from probe_toolkit.store.backbone import interpolate_pos_embed

@@ -85,11 +85,26 @@ def main() -> None:
     print(f"  touched (every file hashed)  {hashed_s:7.3f} s   {1e6 * hashed_s / args.images:8.1f} µs a file")
     print(f"  baseline (hash every file)   {base_s:7.3f} s   {1e6 * base_s / args.images:8.1f} µs a file")
     print(f"  ratio {stat_s / base_s:.3f} (unchanged / baseline); touched / baseline {hashed_s / base_s:.3f}")
-    emit({"benchmark": "freshness", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-          "load": round(os.getloadavg()[0], 2), "images": args.images, "kilobytes": args.kilobytes, "rounds": args.rounds,
-          "stat_s": round(stat_s, 4), "hashed_s": round(hashed_s, 4), "baseline_s": round(base_s, 4),
-          "stat_us_per_image": round(1e6 * stat_s / args.images, 1), "ratio": round(stat_s / base_s, 3),
-          "touched_ratio": round(hashed_s / base_s, 3)}, RECORDS, args.record)
+    emit(
+        {
+            "benchmark": "freshness",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": cpu_model(),
+            "cores": os.cpu_count(),
+            "load": round(os.getloadavg()[0], 2),
+            "images": args.images,
+            "kilobytes": args.kilobytes,
+            "rounds": args.rounds,
+            "stat_s": round(stat_s, 4),
+            "hashed_s": round(hashed_s, 4),
+            "baseline_s": round(base_s, 4),
+            "stat_us_per_image": round(1e6 * stat_s / args.images, 1),
+            "ratio": round(stat_s / base_s, 3),
+            "touched_ratio": round(hashed_s / base_s, 3),
+        },
+        RECORDS,
+        args.record,
+    )
 
 
 if __name__ == "__main__":

@@ -124,13 +124,28 @@ def main() -> None:
     print(f"{args.queries:,} query patches × {args.memory:,} memory patches × {args.dim} channels, k {args.k}; {os.cpu_count()} cores, {cpu_model()}")
     print(f"  exhaustive float32 matmul + full sort   {base_s:7.3f} s   {pairs / base_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['baseline']]}")
     print(f"  probe (float64 blocks, running top-{args.k})  {probe_s:7.3f} s   {pairs / probe_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['probe']]}")
-    print(f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); same {args.k} neighbours on {100 * same_set:.2f} % of rows, "
-          f"same transferred label on {100 * same_label:.2f} %")
-    fields = {"benchmark": "hummingbird", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-              "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "memory": args.memory, "queries": args.queries, "dim": args.dim, "k": args.k,
-              "block": args.block,
-              "rounds": args.rounds, "baseline_s": round(base_s, 4), "probe_s": round(probe_s, 4), "ratio": round(base_s / probe_s, 3),
-              "same_neighbours": round(same_set, 5), "same_label": round(same_label, 5)}
+    print(
+        f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); same {args.k} neighbours on {100 * same_set:.2f} % of rows, "
+        f"same transferred label on {100 * same_label:.2f} %"
+    )
+    fields = {
+        "benchmark": "hummingbird",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": cpu_model(),
+        "cores": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 2),
+        "memory": args.memory,
+        "queries": args.queries,
+        "dim": args.dim,
+        "k": args.k,
+        "block": args.block,
+        "rounds": args.rounds,
+        "baseline_s": round(base_s, 4),
+        "probe_s": round(probe_s, 4),
+        "ratio": round(base_s / probe_s, 3),
+        "same_neighbours": round(same_set, 5),
+        "same_label": round(same_label, 5),
+    }
     if args.device != "none":
         import torch
 
@@ -139,12 +154,24 @@ def main() -> None:
         base_d, probe_d, (sim_d, near_d) = torch_rows(queries, memory, labels, args.k, args.device_block, device, args.rounds)
         sim_n, near_n = hb.nearest(queries, memory, args.k, args.block)
         exact = bool(np.array_equal(near_d, near_n) and np.array_equal(sim_d, sim_n))
-        print(f"  on {device}{f' ({gpu})' if gpu else ''}: exhaustive float32 matmul + full sort {base_d:7.3f} s; "
-              f"probe --backend torch (float64 blocks of {args.device_block}) {probe_d:7.3f} s; ratio {base_d / probe_d:.2f}; "
-              f"against probe's numpy search {probe_s / probe_d:.2f}×; same neighbours and cosines as the numpy search: {exact}")
-        fields.update({"device": device, "gpu": gpu, "torch": torch.__version__, "device_block": args.device_block, "device_baseline_s": round(base_d, 4),
-                       "device_probe_s": round(probe_d, 4), "device_ratio": round(base_d / probe_d, 3), "device_vs_numpy": round(probe_s / probe_d, 3),
-                       "device_exact": exact})
+        print(
+            f"  on {device}{f' ({gpu})' if gpu else ''}: exhaustive float32 matmul + full sort {base_d:7.3f} s; "
+            f"probe --backend torch (float64 blocks of {args.device_block}) {probe_d:7.3f} s; ratio {base_d / probe_d:.2f}; "
+            f"against probe's numpy search {probe_s / probe_d:.2f}×; same neighbours and cosines as the numpy search: {exact}"
+        )
+        fields.update(
+            {
+                "device": device,
+                "gpu": gpu,
+                "torch": torch.__version__,
+                "device_block": args.device_block,
+                "device_baseline_s": round(base_d, 4),
+                "device_probe_s": round(probe_d, 4),
+                "device_ratio": round(base_d / probe_d, 3),
+                "device_vs_numpy": round(probe_s / probe_d, 3),
+                "device_exact": exact,
+            }
+        )
     emit(fields, RECORDS, args.record)
 
 

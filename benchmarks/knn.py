@@ -42,8 +42,18 @@ from startup import cpu_model, options  # noqa: E402  (the processor's name and 
 
 
 def main() -> None:
-    args = options(__doc__, {"sorted": "train set sorted by class", "parts": "also time one block's products and selection pieces"},
-                   train=20000, test=2000, dim=384, classes=100, rounds=3, full=False, sorted=False, parts=False)
+    args = options(
+        __doc__,
+        {"sorted": "train set sorted by class", "parts": "also time one block's products and selection pieces"},
+        train=20000,
+        test=2000,
+        dim=384,
+        classes=100,
+        rounds=3,
+        full=False,
+        sorted=False,
+        parts=False,
+    )
     if args.full:
         args.train, args.test = 100_000, 10_000
     rng = np.random.default_rng(0)
@@ -74,8 +84,17 @@ def main() -> None:
 
     def toolkit() -> tuple[float, knn.KnnResult]:
         start = time.perf_counter()
-        result = knn.classify(lambda i, j: train[i:j], args.train, train_labels, lambda i, j: test[i:j], args.test, test_labels, args.classes,
-                              ks=NB_KNN, temperature=KnnSettings().temperature)
+        result = knn.classify(
+            lambda i, j: train[i:j],
+            args.train,
+            train_labels,
+            lambda i, j: test[i:j],
+            args.test,
+            test_labels,
+            args.classes,
+            ks=NB_KNN,
+            temperature=KnnSettings().temperature,
+        )
         return time.perf_counter() - start, result
 
     times = {"plain": [], "torch": [], "knn": []}
@@ -89,23 +108,39 @@ def main() -> None:
             times["knn"].append(t_knn)
     plain_s, torch_s, knn_s = (statistics.median(times[k]) for k in ("plain", "torch", "knn"))
     pairs = args.train * args.test
-    print(f"{args.test:,} test × {args.train:,} train × {args.dim} channels, {args.classes} classes{', train sorted by class' if args.sorted else ''}; "
-          f"BLAS {blas_threads()} threads, torch {torch.get_num_threads()}")
+    print(
+        f"{args.test:,} test × {args.train:,} train × {args.dim} channels, {args.classes} classes{', train sorted by class' if args.sorted else ''}; "
+        f"BLAS {blas_threads()} threads, torch {torch.get_num_threads()}"
+    )
     print(f"  plain numpy matmul (all similarities) {plain_s:7.3f} s   {pairs / plain_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['plain']]}")
     print(f"  plain torch matmul (the same)         {torch_s:7.3f} s   {pairs / torch_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['torch']]}")
     print(f"  probe k-NN (blocks, top-200, 4 k)     {knn_s:7.3f} s   {pairs / knn_s / 1e6:8.1f} M pairs/s   rounds {[round(t, 3) for t in times['knn']]}")
-    print(f"  ratio {plain_s / knn_s:.2f} against numpy's matmul (target ≥ 0.8), {torch_s / knn_s:.2f} against torch's; "
-          f"top-1 at k = 20: {100 * result.top1[1]:.2f} %")
+    print(f"  ratio {plain_s / knn_s:.2f} against numpy's matmul (target ≥ 0.8), {torch_s / knn_s:.2f} against torch's; top-1 at k = 20: {100 * result.top1[1]:.2f} %")
     parts = block_parts(train, test) if args.parts else {}
     for name, seconds in parts.items():
         print(f"  one block ({knn.TEST_BLOCK:,} × {knn.TRAIN_BLOCK:,}): {name.replace('_', ' '):<24} {1e3 * seconds:7.1f} ms")
-    print(json.dumps({
-        "benchmark": "knn", **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()}, "machine": cpu_model(), "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "train": args.train, "test": args.test, "dim": args.dim, "rounds": args.rounds,
-        "sorted": args.sorted, "plain_s": round(plain_s, 4), "torch_s": round(torch_s, 4), "knn_s": round(knn_s, 4), "ratio": round(plain_s / knn_s, 3),
-        "ratio_torch": round(torch_s / knn_s, 3), "top1_k20": round(float(result.top1[1]), 5),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "knn",
+                **{f"block_{k}_ms": round(1e3 * v, 2) for k, v in parts.items()},
+                "machine": cpu_model(),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "train": args.train,
+                "test": args.test,
+                "dim": args.dim,
+                "rounds": args.rounds,
+                "sorted": args.sorted,
+                "plain_s": round(plain_s, 4),
+                "torch_s": round(torch_s, 4),
+                "knn_s": round(knn_s, 4),
+                "ratio": round(plain_s / knn_s, 3),
+                "ratio_torch": round(torch_s / knn_s, 3),
+                "top1_k20": round(float(result.top1[1]), 5),
+            }
+        )
+    )
 
 
 def blas_threads() -> int:
@@ -122,7 +157,7 @@ def block_parts(train: np.ndarray, test: np.ndarray, rounds: int = 5) -> dict[st
     sim = a @ b.T
     floor = search._kth_largest(sim, 200)
     margin = search.screen_slack(a)
-    later = knn.normalise(train[knn.TRAIN_BLOCK: 2 * knn.TRAIN_BLOCK])
+    later = knn.normalise(train[knn.TRAIN_BLOCK : 2 * knn.TRAIN_BLOCK])
     late_sim = a @ later.T if len(later) else sim
     running = search.block_candidates(sim, 0, 200, None, margin)[:, :200]
     fresh = np.sort(search.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, None, margin)[:, :200], axis=1)
@@ -130,11 +165,15 @@ def block_parts(train: np.ndarray, test: np.ndarray, rounds: int = 5) -> dict[st
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     tsim = ta @ tb.T
     width = sim.shape[1]
-    pieces = {"products": lambda: a @ b.T, "200th largest": lambda: search._kth_largest(sim, 200),
-              "above floor as keys": lambda: search.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, floor, margin),
-              "merge 200 + 200": lambda: np.partition(merged, 199, axis=1),
-              "argpartition 200": lambda: np.argpartition(sim, width - 200, axis=1)[:, -200:],
-              "torch products": lambda: ta @ tb.T, "torch top-200": lambda: tsim.topk(200, dim=1, sorted=False)}
+    pieces = {
+        "products": lambda: a @ b.T,
+        "200th largest": lambda: search._kth_largest(sim, 200),
+        "above floor as keys": lambda: search.block_candidates(late_sim, knn.TRAIN_BLOCK, 200, floor, margin),
+        "merge 200 + 200": lambda: np.partition(merged, 199, axis=1),
+        "argpartition 200": lambda: np.argpartition(sim, width - 200, axis=1)[:, -200:],
+        "torch products": lambda: ta @ tb.T,
+        "torch top-200": lambda: tsim.topk(200, dim=1, sorted=False),
+    }
     out = {}
     for name, fn in pieces.items():
         fn()

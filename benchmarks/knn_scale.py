@@ -87,9 +87,9 @@ def bare_device_products(test: np.ndarray, on, test_block: int, train_block: int
     start = time.perf_counter()
     with torch.no_grad():
         for a in range(0, len(test), test_block):
-            q = torch.as_tensor(search.normalise(test[a:a + test_block])).to(on.device)
+            q = torch.as_tensor(search.normalise(test[a : a + test_block])).to(on.device)
             for b in range(0, on.shape[0], train_block):
-                q @ on[b:b + train_block].T
+                q @ on[b : b + train_block].T
     torch.cuda.synchronize()
     return time.perf_counter() - start
 
@@ -110,10 +110,26 @@ def peak_mib() -> dict[str, float]:
 
 
 def main() -> None:
-    args = options(__doc__, {"train": "train features (ImageNet-1k: 1,281,167)", "test": "test rows searched (ImageNet val: 50,000)",
-                             "workers": "local processes (0: every core; 1 on a GPU)", "check": "test rows checked against a full-matrix search",
-                             "folder": "where the bank's file goes (default: a temporary folder)"},
-                   RECORDS, train=IMAGENET_TRAIN, test=2048, dim=384, workers=0, backend="scipy", device="cpu", check=32, folder="", note="")
+    args = options(
+        __doc__,
+        {
+            "train": "train features (ImageNet-1k: 1,281,167)",
+            "test": "test rows searched (ImageNet val: 50,000)",
+            "workers": "local processes (0: every core; 1 on a GPU)",
+            "check": "test rows checked against a full-matrix search",
+            "folder": "where the bank's file goes (default: a temporary folder)",
+        },
+        RECORDS,
+        train=IMAGENET_TRAIN,
+        test=2048,
+        dim=384,
+        workers=0,
+        backend="scipy",
+        device="cpu",
+        check=32,
+        folder="",
+        note="",
+    )
     device = args.device if args.backend == "torch" else None
     on_gpu = device not in (None, "cpu")
     workers = 1 if on_gpu else (args.workers or local_cores())
@@ -147,10 +163,14 @@ def main() -> None:
                 map_blocks(functools.partial(bare_products, bank=bank, train_block=train_block), read, ranges, workers=workers, torch_free=True)
                 bare_s = time.perf_counter() - start
             start = time.perf_counter()
-            near = map_blocks(functools.partial(knn.nearest_block, bank=bank, feature="cls", norm=None, k=K, train_block=train_block, device=device),
-                              read, ranges, workers=workers, torch_free=device is None)
-            ranked = knn.ranked_votes(near["similarity"], near["neighbour"], np.concatenate(train_labels), CLASSES, NB_KNN, TEMPERATURE,
-                                      knn.vote_width(CLASSES))
+            near = map_blocks(
+                functools.partial(knn.nearest_block, bank=bank, feature="cls", norm=None, k=K, train_block=train_block, device=device),
+                read,
+                ranges,
+                workers=workers,
+                torch_free=device is None,
+            )
+            ranked = knn.ranked_votes(near["similarity"], near["neighbour"], np.concatenate(train_labels), CLASSES, NB_KNN, TEMPERATURE, knn.vote_width(CLASSES))
             result = knn.scored(NB_KNN, ranked, test_labels, CLASSES, near["neighbour"], near["similarity"])
             probe_s = time.perf_counter() - start
             peak = peak_mib()
@@ -164,27 +184,65 @@ def main() -> None:
     bank_mib = args.train * args.dim * 4 / 2**20
     per_image = probe_s / args.test
     where = f"torch on {device}{f' ({gpu})' if gpu else ''}" if device else f"numpy, {workers} worker processes"
-    print(f"{args.test:,} test × {args.train:,} train × {args.dim} channels, k {K}, {CLASSES} classes; {where}; {os.cpu_count()} cores, {cpu_model()}, "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.test:,} test × {args.train:,} train × {args.dim} channels, k {K}, {CLASSES} classes; {where}; {os.cpu_count()} cores, {cpu_model()}, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     print(f"  bank written block by block: {bank_mib:,.0f} MiB in {write_s:.1f} s")
     print(f"  bare float32 products (the bound)   {bare_s:8.2f} s" + (f"   (the bank moved to the GPU in {move_s:.1f} s, once)" if move_s is not None else ""))
-    print(f"  probe k-NN (search + DINO's vote)   {probe_s:8.2f} s   {1e3 * per_image:.2f} ms a test image; "
-          f"{IMAGENET_VAL:,} val images: {per_image * IMAGENET_VAL / 60:.1f} min at this pace")
-    print(f"  ratio {bare_s / probe_s:.2f}; peak resident set: this process {peak['self']:,.0f} MiB (before the search {before['self']:,.0f}), "
-          f"largest worker {peak['workers']:,.0f} MiB, against a bank of {bank_mib:,.0f} MiB")
-    print(f"  first {rows} rows: the same neighbours and cosines as a full-matrix search: {exact}"
-          + ("" if same_as_numpy is None else f"; as the numpy search: {same_as_numpy}") + f"; top-1 at k = 20: {100 * result.top1[1]:.2f} %")
+    print(
+        f"  probe k-NN (search + DINO's vote)   {probe_s:8.2f} s   {1e3 * per_image:.2f} ms a test image; "
+        f"{IMAGENET_VAL:,} val images: {per_image * IMAGENET_VAL / 60:.1f} min at this pace"
+    )
+    print(
+        f"  ratio {bare_s / probe_s:.2f}; peak resident set: this process {peak['self']:,.0f} MiB (before the search {before['self']:,.0f}), "
+        f"largest worker {peak['workers']:,.0f} MiB, against a bank of {bank_mib:,.0f} MiB"
+    )
+    print(
+        f"  first {rows} rows: the same neighbours and cosines as a full-matrix search: {exact}"
+        + ("" if same_as_numpy is None else f"; as the numpy search: {same_as_numpy}")
+        + f"; top-1 at k = 20: {100 * result.top1[1]:.2f} %"
+    )
     import torch
 
-    emit({"benchmark": "knn-scale", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-          "load": round(os.getloadavg()[0], 2), "torch": torch.__version__, "train": args.train, "test": args.test, "dim": args.dim, "k": K,
-          "classes": CLASSES, "search": "numpy" if device is None else f"torch {device}", "gpu": gpu, "workers": workers, "test_block": test_block,
-          "train_block": train_block, "bank_mib": round(bank_mib, 1), "write_s": round(write_s, 2),
-          "move_s": None if move_s is None else round(move_s, 2), "bare_s": round(bare_s, 3),
-          "probe_s": round(probe_s, 3), "ratio": round(bare_s / probe_s, 3), "ms_per_test_image": round(1e3 * per_image, 3),
-          "imagenet_val_min": round(per_image * IMAGENET_VAL / 60, 2), "peak_self_mib": peak["self"], "peak_self_before_search_mib": before["self"],
-          "peak_worker_mib": peak["workers"], "exact_rows": rows, "exact": exact, "same_as_numpy": same_as_numpy,
-          "top1_k20": round(float(result.top1[1]), 5), **({"note": args.note} if args.note else {})}, RECORDS, args.record)
+    emit(
+        {
+            "benchmark": "knn-scale",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": cpu_model(),
+            "cores": os.cpu_count(),
+            "load": round(os.getloadavg()[0], 2),
+            "torch": torch.__version__,
+            "train": args.train,
+            "test": args.test,
+            "dim": args.dim,
+            "k": K,
+            "classes": CLASSES,
+            "search": "numpy" if device is None else f"torch {device}",
+            "gpu": gpu,
+            "workers": workers,
+            "test_block": test_block,
+            "train_block": train_block,
+            "bank_mib": round(bank_mib, 1),
+            "write_s": round(write_s, 2),
+            "move_s": None if move_s is None else round(move_s, 2),
+            "bare_s": round(bare_s, 3),
+            "probe_s": round(probe_s, 3),
+            "ratio": round(bare_s / probe_s, 3),
+            "ms_per_test_image": round(1e3 * per_image, 3),
+            "imagenet_val_min": round(per_image * IMAGENET_VAL / 60, 2),
+            "peak_self_mib": peak["self"],
+            "peak_self_before_search_mib": before["self"],
+            "peak_worker_mib": peak["workers"],
+            "exact_rows": rows,
+            "exact": exact,
+            "same_as_numpy": same_as_numpy,
+            "top1_k20": round(float(result.top1[1]), 5),
+            **({"note": args.note} if args.note else {}),
+        },
+        RECORDS,
+        args.record,
+    )
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def rankme_svd(x: np.ndarray) -> float:
 def rankme_probe(x: np.ndarray, chunk: int) -> float:
     spectrum = rank.Spectrum(x.shape[1])
     for a in range(0, len(x), chunk):
-        spectrum.add(x[a:a + chunk])
+        spectrum.add(x[a : a + chunk])
     return spectrum.rankme()
 
 
@@ -73,7 +73,7 @@ def cka_product(x: np.ndarray, y: np.ndarray) -> float:
 def cka_probe(x: np.ndarray, y: np.ndarray, chunk: int) -> float:
     moments = similarity.FeatureMoments((x.shape[1], y.shape[1]))
     for a in range(0, len(x), chunk):
-        moments.add([x[a:a + chunk], y[a:a + chunk]])
+        moments.add([x[a : a + chunk], y[a : a + chunk]])
     return float(moments.cka()[0, 1])
 
 
@@ -101,10 +101,16 @@ def curve(store: Path) -> dict:
     manifest = ds.attrs["manifest"]
     arch, checkpoint = manifest.get("arch", {}), manifest.get("checkpoint") or {}
     measured = measure(ds, ("class", "patch"), "224", None, rank.SAMPLE_SIZES, 0)
-    out = {"benchmark": "labelfree-rankme-rows", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-           "network": f"{arch.get('family', 'dino')} width {arch.get('width')} depth {arch.get('depth')} patch {arch.get('patch')}",
-           "checkpoint_format": checkpoint.get("format"), "images": int(ds.sizes.get("image", 0)), "view": "224",
-           "weights": origin.random_weights(checkpoint.get("path"), checkpoint.get("sha256")) or "not made by probe"}
+    out = {
+        "benchmark": "labelfree-rankme-rows",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": cpu_model(),
+        "network": f"{arch.get('family', 'dino')} width {arch.get('width')} depth {arch.get('depth')} patch {arch.get('patch')}",
+        "checkpoint_format": checkpoint.get("format"),
+        "images": int(ds.sizes.get("image", 0)),
+        "view": "224",
+        "weights": origin.random_weights(checkpoint.get("path"), checkpoint.get("sha256")) or "not made by probe",
+    }
     for kind, (whole, subsets) in measured.items():
         out[f"{kind}_rows"] = whole.rows
         out[f"{kind}_rankme_all"] = round(whole.rankme(), 3)
@@ -127,14 +133,33 @@ def main() -> None:
         cka_base, cka_base_s, cka_base_mib = measured(lambda: cka_product(x, y), args.rounds)
         cka_ours, cka_probe_s, cka_probe_mib = measured(lambda: cka_probe(x, y, args.chunk), args.rounds)
     record = {
-        "benchmark": "labelfree", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-        "load": round(os.getloadavg()[0], 2), "blas_threads": 1, "rows": args.rows, "width": args.width, "chunk": args.chunk, "rounds": args.rounds,
-        "rankme_baseline": "numpy svd of the float64 matrix", "rankme_baseline_s": round(rm_base_s, 4), "rankme_probe_s": round(rm_probe_s, 4),
-        "rankme_ratio": round(rm_base_s / rm_probe_s, 3), "rankme_baseline_peak_mib": round(rm_base_mib, 1),
-        "rankme_probe_peak_mib": round(rm_probe_mib, 1), "rankme": rm_probe, "rankme_rel_diff": abs(rm_probe - rm_base) / rm_base,
-        "cka_baseline": "plain float64 products of the centred matrices", "cka_baseline_s": round(cka_base_s, 4), "cka_probe_s": round(cka_probe_s, 4),
-        "cka_ratio": round(cka_base_s / cka_probe_s, 3), "cka_baseline_peak_mib": round(cka_base_mib, 1), "cka_probe_peak_mib": round(cka_probe_mib, 1),
-        "cka": cka_ours, "cka_rel_diff": abs(cka_ours - cka_base) / cka_base, "numpy": np.__version__,
+        "benchmark": "labelfree",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": cpu_model(),
+        "cores": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 2),
+        "blas_threads": 1,
+        "rows": args.rows,
+        "width": args.width,
+        "chunk": args.chunk,
+        "rounds": args.rounds,
+        "rankme_baseline": "numpy svd of the float64 matrix",
+        "rankme_baseline_s": round(rm_base_s, 4),
+        "rankme_probe_s": round(rm_probe_s, 4),
+        "rankme_ratio": round(rm_base_s / rm_probe_s, 3),
+        "rankme_baseline_peak_mib": round(rm_base_mib, 1),
+        "rankme_probe_peak_mib": round(rm_probe_mib, 1),
+        "rankme": rm_probe,
+        "rankme_rel_diff": abs(rm_probe - rm_base) / rm_base,
+        "cka_baseline": "plain float64 products of the centred matrices",
+        "cka_baseline_s": round(cka_base_s, 4),
+        "cka_probe_s": round(cka_probe_s, 4),
+        "cka_ratio": round(cka_base_s / cka_probe_s, 3),
+        "cka_baseline_peak_mib": round(cka_base_mib, 1),
+        "cka_probe_peak_mib": round(cka_probe_mib, 1),
+        "cka": cka_ours,
+        "cka_rel_diff": abs(cka_ours - cka_base) / cka_base,
+        "numpy": np.__version__,
     }
     emit(record, RECORDS, args.record)
 

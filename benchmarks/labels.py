@@ -55,10 +55,22 @@ def main() -> None:
                 if r:
                     times[name].append(1000 * (time.process_time() - start) / args.images)
     ms = {name: statistics.median(t) for name, t in times.items()}
-    print(f"size check {ms['check_sizes']:.3f} ms per image, every file's orientation (decoding each PNG) {ms['every orientation']:.3f} ms: "
-          f"{ms['every orientation'] / ms['check_sizes']:.0f}x ({args.images} PNGs of {width}x{height}, {args.rounds} rounds, CPU)")
-    print(json.dumps({"benchmark": "labels", "images": args.images, "size": [width, height], "rounds": args.rounds,
-                      "ms_per_image": ms, "cpu": platform.processor() or platform.machine()}))
+    print(
+        f"size check {ms['check_sizes']:.3f} ms per image, every file's orientation (decoding each PNG) {ms['every orientation']:.3f} ms: "
+        f"{ms['every orientation'] / ms['check_sizes']:.0f}x ({args.images} PNGs of {width}x{height}, {args.rounds} rounds, CPU)"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "labels",
+                "images": args.images,
+                "size": [width, height],
+                "rounds": args.rounds,
+                "ms_per_image": ms,
+                "cpu": platform.processor() or platform.machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -80,16 +80,29 @@ def main() -> None:
     print(f"{n:,} train patches × {args.channels} channels, {args.classes} classes, weight decay {args.weight_decay:g} (C = {1 / (args.weight_decay * n):.4g})")
     for name, seconds in (("probe (torch L-BFGS)", probe_s), ("sklearn LogisticRegression", sklearn_s)):
         key = "probe" if name.startswith("probe") else "sklearn"
-        print(f"  {name:28s} fit {seconds:7.3f} s (median of {args.rounds}; rounds {[round(t, 3) for t in times[key]]})   "
-              f"val mIoU {100 * result[key][0]:.2f} %, accuracy {100 * result[key][1]:.2f} %")
+        print(
+            f"  {name:28s} fit {seconds:7.3f} s (median of {args.rounds}; rounds {[round(t, 3) for t in times[key]]})   "
+            f"val mIoU {100 * result[key][0]:.2f} %, accuracy {100 * result[key][1]:.2f} %"
+        )
     print(f"  speed ratio sklearn/probe {sklearn_s / probe_s:.2f}; predictions agree on {100 * agree:.2f} % of val patches; sklearn iterations {iterations}")
     line = {
-        "benchmark": "linear", "machine": f"{cpu_model()}, torch {torch.get_num_threads()} threads", "torch": torch.__version__,
-        "train_patches": n, "channels": args.channels, "classes": args.classes, "weight_decay": args.weight_decay, "rounds": args.rounds,
-        "probe_fit_s": round(probe_s, 4), "sklearn_fit_s": round(sklearn_s, 4), "speedup": round(sklearn_s / probe_s, 3),
-        "probe_val_miou": round(result["probe"][0], 5), "sklearn_val_miou": round(result["sklearn"][0], 5),
-        "probe_val_accuracy": round(result["probe"][1], 5), "sklearn_val_accuracy": round(result["sklearn"][1], 5),
-        "prediction_agreement": round(agree, 5), "sklearn_iterations": iterations,
+        "benchmark": "linear",
+        "machine": f"{cpu_model()}, torch {torch.get_num_threads()} threads",
+        "torch": torch.__version__,
+        "train_patches": n,
+        "channels": args.channels,
+        "classes": args.classes,
+        "weight_decay": args.weight_decay,
+        "rounds": args.rounds,
+        "probe_fit_s": round(probe_s, 4),
+        "sklearn_fit_s": round(sklearn_s, 4),
+        "speedup": round(sklearn_s / probe_s, 3),
+        "probe_val_miou": round(result["probe"][0], 5),
+        "sklearn_val_miou": round(result["sklearn"][0], 5),
+        "probe_val_accuracy": round(result["probe"][1], 5),
+        "sklearn_val_accuracy": round(result["sklearn"][1], 5),
+        "prediction_agreement": round(agree, 5),
+        "sklearn_iterations": iterations,
     }
     print(json.dumps(line))
 

@@ -61,12 +61,23 @@ def main() -> None:
         for layout, arch in NETWORKS:
             for seed in range(args.seeds):
                 checkpoint = write_checkpoint(root / f"{arch}-{seed}.pth", layout, ARCHS[arch], seed=seed)
-                store = extract(checkpoint, folder, settings=Settings(views=(args.view,), dtype="float32", attention="none"),
-                                store=root / f"{arch}-{seed}.zarr", quiet=True).store
+                store = extract(
+                    checkpoint, folder, settings=Settings(views=(args.view,), dtype="float32", attention="none"), store=root / f"{arch}-{seed}.zarr", quiet=True
+                ).store
                 outcome = {}
                 for ties in ("argsort", "lowest-index"):
-                    run = probe.run("decode", store, preset="lost", view=args.view, ties=ties, panel="scenes", cache_dir=cache, workers=1,
-                                    out=root / f"{arch}-{seed}-{ties}.json", allow_partial=True)
+                    run = probe.run(
+                        "decode",
+                        store,
+                        preset="lost",
+                        view=args.view,
+                        ties=ties,
+                        panel="scenes",
+                        cache_dir=cache,
+                        workers=1,
+                        out=root / f"{arch}-{seed}-{ties}.json",
+                        allow_partial=True,
+                    )
                     outcome[ties] = (records.load(store, "decoder", run.run_id), run.report.scores.corloc)
                 a, b = outcome["argsort"][0], outcome["lowest-index"][0]
                 names = [str(n) for n in a.image.values]
@@ -82,20 +93,38 @@ def main() -> None:
                     torch.argsort(-torch.from_numpy(d).float(), descending=True)
                     timings["torch"] += time.perf_counter() - start
                     timings["vectors"] += 1
-                rows.append({"network": f"{arch} seed {seed}", "images": len(names), "photos": int(photo.sum()),
-                             "seed_moved": int(seed_moved.sum()), "mask_moved": int(mask_moved.sum()),
-                             "photos_mask_moved": int((mask_moved & photo).sum()),
-                             "corloc_argsort": round(100 * outcome["argsort"][1], 2), "corloc_lowest_index": round(100 * outcome["lowest-index"][1], 2)})
+                rows.append(
+                    {
+                        "network": f"{arch} seed {seed}",
+                        "images": len(names),
+                        "photos": int(photo.sum()),
+                        "seed_moved": int(seed_moved.sum()),
+                        "mask_moved": int(mask_moved.sum()),
+                        "photos_mask_moved": int((mask_moved & photo).sum()),
+                        "corloc_argsort": round(100 * outcome["argsort"][1], 2),
+                        "corloc_lowest_index": round(100 * outcome["lowest-index"][1], 2),
+                    }
+                )
     print(f"{'network':22} {'images':>6} {'seed moved':>10} {'mask moved':>10} {'of photos':>9} {'CorLoc argsort':>14} {'lowest index':>12}")
     for r in rows:
-        print(f"{r['network']:22} {r['images']:6} {r['seed_moved']:10} {r['mask_moved']:10} {r['photos_mask_moved']:5}/{r['photos']:<3} "
-              f"{r['corloc_argsort']:14.1f} {r['corloc_lowest_index']:12.1f}")
+        print(
+            f"{r['network']:22} {r['images']:6} {r['seed_moved']:10} {r['mask_moved']:10} {r['photos_mask_moved']:5}/{r['photos']:<3} "
+            f"{r['corloc_argsort']:14.1f} {r['corloc_lowest_index']:12.1f}"
+        )
     per = {k: 1e3 * timings[k] / max(timings["vectors"], 1) for k in ("ours", "torch")}
     print(f"argsort per image: analyses.argsort {per['ours']:.2f} ms, torch.argsort {per['torch']:.3f} ms ({timings['vectors']} degree vectors)")
-    line = {"benchmark": "lost_ties", "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "view": args.view, "scenes": args.scenes,
-            "networks": "random weights in the released layouts", "rows": rows,
-            "argsort_ms_per_image": round(per["ours"], 3), "torch_argsort_ms_per_image": round(per["torch"], 4)}
+    line = {
+        "benchmark": "lost_ties",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "view": args.view,
+        "scenes": args.scenes,
+        "networks": "random weights in the released layouts",
+        "rows": rows,
+        "argsort_ms_per_image": round(per["ours"], 3),
+        "torch_argsort_ms_per_image": round(per["torch"], 4),
+    }
     print(json.dumps(line))
 
 

@@ -40,11 +40,13 @@ RECORDS = Path(__file__).resolve().parent / "records" / "plan.jsonl"
 IMAGENET_TRAIN = 1_281_167
 PROTOCOLS = ("knn", "linear", "decode", "entropy", "hummingbird", "neighbours", "correspond")
 # the process's own peak (VmHWM: its address space's high-water mark; ru_maxrss would keep the forking parent's across exec)
-PEAK = ("import sys; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
-        "sys.stdout.write('\\nPEAK %s\\n' % hwm)\n"
-        "torch = sys.modules.get('torch')\n"
-        "if torch is not None and torch.cuda.is_available():\n"
-        "    sys.stdout.write('GPUPEAK %d\\n' % (torch.cuda.max_memory_allocated() // 1024))")
+PEAK = (
+    "import sys; hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+    "sys.stdout.write('\\nPEAK %s\\n' % hwm)\n"
+    "torch = sys.modules.get('torch')\n"
+    "if torch is not None and torch.cuda.is_available():\n"
+    "    sys.stdout.write('GPUPEAK %d\\n' % (torch.cuda.max_memory_allocated() // 1024))"
+)
 
 
 def base(load: float, depth: int = 12) -> dict:
@@ -52,8 +54,16 @@ def base(load: float, depth: int = 12) -> dict:
     import torch
 
     arch = "vit-s16 (random weights)" if depth == 12 else f"vit-s16 (random weights, first {depth} of its 12 blocks)"
-    return {"benchmark": "plan", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-            "load": round(load, 2), "load_end": round(os.getloadavg()[0], 2), "torch": torch.__version__, "arch": arch}
+    return {
+        "benchmark": "plan",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": cpu_model(),
+        "cores": os.cpu_count(),
+        "load": round(load, 2),
+        "load_end": round(os.getloadavg()[0], 2),
+        "torch": torch.__version__,
+        "arch": arch,
+    }
 
 
 GPU_PEAKS: list[int] = []  # the last command's peak of GPU memory allocated by torch, KiB (a CUDA run)
@@ -62,8 +72,10 @@ GPU_PEAKS: list[int] = []  # the last command's peak of GPU memory allocated by 
 def probe(*args: str, cwd: Path) -> tuple[float, int]:
     """(wall seconds, peak resident KiB) of one ``probe`` command in a process of its own (a CUDA run's
     peak of GPU memory in ``GPU_PEAKS``)."""
-    code = (f"import sys; sys.argv = ['probe', *{list(args)!r}]\nfrom probe_toolkit.cli import main\n"
-            f"try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n{PEAK}")
+    code = (
+        f"import sys; sys.argv = ['probe', *{list(args)!r}]\nfrom probe_toolkit.cli import main\n"
+        f"try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n{PEAK}"
+    )
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     run = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, env=env)
@@ -106,9 +118,21 @@ def disk(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float) 
         measured[label] = (data_bytes(store) / n, planned_bytes(store), seconds)
     today = measured["eval224 (today)"][0]
     for label, (on_disk, planned, seconds) in measured.items():
-        emit({**base(load), "measure": "disk", "plan": label, "images": n, "disk_bytes_per_image": round(on_disk), "planned_bytes_per_image": planned,
-              "vs_eval224": round(on_disk / today, 4), "imagenet_train_gib": round(on_disk * IMAGENET_TRAIN / 2**30, 2), "seconds": round(seconds, 2)},
-             RECORDS, keep)
+        emit(
+            {
+                **base(load),
+                "measure": "disk",
+                "plan": label,
+                "images": n,
+                "disk_bytes_per_image": round(on_disk),
+                "planned_bytes_per_image": planned,
+                "vs_eval224": round(on_disk / today, 4),
+                "imagenet_train_gib": round(on_disk * IMAGENET_TRAIN / 2**30, 2),
+                "seconds": round(seconds, 2),
+            },
+            RECORDS,
+            keep,
+        )
 
 
 def memory(root: Path, ckpt: Path, folder: Path, sizes: tuple[int, int], keep: bool, load: float, device: str = "cpu", depth: int = 12) -> None:
@@ -122,38 +146,136 @@ def memory(root: Path, ckpt: Path, folder: Path, sizes: tuple[int, int], keep: b
     while size <= largest:
         view = f"square@{size}"
         tokens = (size // 16) ** 2
-        baseline_s, baseline_kib = probe("extract", str(ckpt), "--images", str(one), "--views", view, "--attention", "none", "--store",
-                                         str(root / f"none{size}.zarr"), "--batch-size", "1", "--chunk", "1", "--device", device, "-q", cwd=root)
+        baseline_s, baseline_kib = probe(
+            "extract",
+            str(ckpt),
+            "--images",
+            str(one),
+            "--views",
+            view,
+            "--attention",
+            "none",
+            "--store",
+            str(root / f"none{size}.zarr"),
+            "--batch-size",
+            "1",
+            "--chunk",
+            "1",
+            "--device",
+            device,
+            "-q",
+            cwd=root,
+        )
         gpu_none = GPU_PEAKS[0] if GPU_PEAKS else None
-        stats_s, stats_kib = probe("extract", str(ckpt), "--images", str(one), "--views", view, "--attention", "stats", "--store",
-                                   str(root / f"stats{size}.zarr"), "--batch-size", "1", "--chunk", "1", "--device", device, "-q", cwd=root)
+        stats_s, stats_kib = probe(
+            "extract",
+            str(ckpt),
+            "--images",
+            str(one),
+            "--views",
+            view,
+            "--attention",
+            "stats",
+            "--store",
+            str(root / f"stats{size}.zarr"),
+            "--batch-size",
+            "1",
+            "--chunk",
+            "1",
+            "--device",
+            device,
+            "-q",
+            cwd=root,
+        )
         gpu_stats = GPU_PEAKS[0] if GPU_PEAKS else None
         entropy_s, entropy_kib = probe("entropy", str(root / f"stats{size}.zarr"), "--view", view, "--boot", "100", "-q", cwd=root)
         t = tokens + VIT_S16.prefix
-        emit({**base(load, depth), "measure": "memory", "view": view, "depth": depth, "tokens": tokens, "peak_none_mib": round(baseline_kib / 1024, 1),
-              "peak_stats_mib": round(stats_kib / 1024, 1), "stats_over_none_mib": round((stats_kib - baseline_kib) / 1024, 1),
-              "peak_entropy_mib": round(entropy_kib / 1024, 1), "explicit_map_one_block_mib": round(VIT_S16.heads * t * t * 4 / 2**20, 1),
-              "explicit_maps_all_blocks_mib": round(depth * VIT_S16.heads * t * t * 4 / 2**20, 1),
-              "seconds_none": round(baseline_s, 1), "seconds_stats": round(stats_s, 1), "seconds_entropy": round(entropy_s, 1), "device": device,
-              **({"gpu_peak_none_mib": round(gpu_none / 1024, 1), "gpu_peak_stats_mib": round(gpu_stats / 1024, 1)} if gpu_stats else {})},
-             RECORDS, keep)
+        emit(
+            {
+                **base(load, depth),
+                "measure": "memory",
+                "view": view,
+                "depth": depth,
+                "tokens": tokens,
+                "peak_none_mib": round(baseline_kib / 1024, 1),
+                "peak_stats_mib": round(stats_kib / 1024, 1),
+                "stats_over_none_mib": round((stats_kib - baseline_kib) / 1024, 1),
+                "peak_entropy_mib": round(entropy_kib / 1024, 1),
+                "explicit_map_one_block_mib": round(VIT_S16.heads * t * t * 4 / 2**20, 1),
+                "explicit_maps_all_blocks_mib": round(depth * VIT_S16.heads * t * t * 4 / 2**20, 1),
+                "seconds_none": round(baseline_s, 1),
+                "seconds_stats": round(stats_s, 1),
+                "seconds_entropy": round(entropy_s, 1),
+                "device": device,
+                **({"gpu_peak_none_mib": round(gpu_none / 1024, 1), "gpu_peak_stats_mib": round(gpu_stats / 1024, 1)} if gpu_stats else {}),
+            },
+            RECORDS,
+            keep,
+        )
         size *= 2
 
 
 def blocks(root: Path, ckpt: Path, folder: Path, n: int, keep: bool, load: float, device: str = "cpu") -> None:
-    last_s, _ = probe("extract", str(ckpt), "--images", str(folder), "--views", "224", "--attention", "none", "--store", str(root / "last.zarr"),
-                      "--device", device, "-q", cwd=root)
-    all_s, _ = probe("extract", str(ckpt), "--images", str(folder), "--views", "224", "--attention", "none", "--blocks", "all", "--facets", "tokens",
-                     "--store", str(root / "all.zarr"), "--device", device, "-q", cwd=root)
-    emit({**base(load), "measure": "blocks", "view": "224", "images": n, "seconds_last": round(last_s, 2), "seconds_all": round(all_s, 2),
-          "ratio": round(last_s / all_s, 3), "disk_last_bytes_per_image": round(data_bytes(root / "last.zarr") / n),
-          "disk_all_bytes_per_image": round(data_bytes(root / "all.zarr") / n), "device": device}, RECORDS, keep)
+    last_s, _ = probe(
+        "extract", str(ckpt), "--images", str(folder), "--views", "224", "--attention", "none", "--store", str(root / "last.zarr"), "--device", device, "-q", cwd=root
+    )
+    all_s, _ = probe(
+        "extract",
+        str(ckpt),
+        "--images",
+        str(folder),
+        "--views",
+        "224",
+        "--attention",
+        "none",
+        "--blocks",
+        "all",
+        "--facets",
+        "tokens",
+        "--store",
+        str(root / "all.zarr"),
+        "--device",
+        device,
+        "-q",
+        cwd=root,
+    )
+    emit(
+        {
+            **base(load),
+            "measure": "blocks",
+            "view": "224",
+            "images": n,
+            "seconds_last": round(last_s, 2),
+            "seconds_all": round(all_s, 2),
+            "ratio": round(last_s / all_s, 3),
+            "disk_last_bytes_per_image": round(data_bytes(root / "last.zarr") / n),
+            "disk_all_bytes_per_image": round(data_bytes(root / "all.zarr") / n),
+            "device": device,
+        },
+        RECORDS,
+        keep,
+    )
 
 
 def main() -> None:
-    args = options(__doc__, {"images": "photographs (the sample photos, repeated)", "smallest": "smallest square view of --memory, px",
-                                    "largest": "largest square view of --memory, px", "depth": "blocks of ViT-S/16 kept by --memory (12: all)"}, RECORDS,
-                   disk=False, memory=False, blocks=False, images=8, smallest=256, largest=2048, depth=12, device="cpu")
+    args = options(
+        __doc__,
+        {
+            "images": "photographs (the sample photos, repeated)",
+            "smallest": "smallest square view of --memory, px",
+            "largest": "largest square view of --memory, px",
+            "depth": "blocks of ViT-S/16 kept by --memory (12: all)",
+        },
+        RECORDS,
+        disk=False,
+        memory=False,
+        blocks=False,
+        images=8,
+        smallest=256,
+        largest=2048,
+        depth=12,
+        device="cpu",
+    )
     from dataclasses import replace
 
     from probe_toolkit.demo.samples import sample_photos, write_checkpoint
@@ -171,8 +293,9 @@ def main() -> None:
         if args.disk:
             disk(root, ckpt, folder, args.images, args.record, load)
         if args.memory:
-            short = ckpt if args.depth == VIT_S16.depth else write_checkpoint(root / f"vit-s16-{args.depth}.pth", "dino-backbone",
-                                                                                 replace(VIT_S16, depth=args.depth), seed=0)
+            short = (
+                ckpt if args.depth == VIT_S16.depth else write_checkpoint(root / f"vit-s16-{args.depth}.pth", "dino-backbone", replace(VIT_S16, depth=args.depth), seed=0)
+            )
             memory(root, short, folder, (args.smallest, args.largest), args.record, load, args.device, args.depth)
         if args.blocks:
             blocks(root, ckpt, folder, args.images, args.record, load, args.device)

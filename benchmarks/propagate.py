@@ -85,11 +85,23 @@ def main() -> None:
     print(f"  plain per-frame loop   {n / plain_s:7.2f} frames/s   rounds {[round(t, 2) for t in times['plain']]} s")
     print(f"  probe propagate        {n / toolkit_s:7.2f} frames/s   rounds {[round(t, 2) for t in times['toolkit']]} s")
     print(f"  ratio {plain_s / toolkit_s:.2f}; predictions identical: {same}")
-    print(json.dumps({
-        "benchmark": "propagate", "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "arch": args.arch,
-        "frames": args.frames, "grid": [rows, cols], "rounds": args.rounds, "plain_fps": round(n / plain_s, 3), "toolkit_fps": round(n / toolkit_s, 3),
-        "ratio": round(plain_s / toolkit_s, 3), "identical": bool(same),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "propagate",
+                "machine": platform.processor() or platform.machine(),
+                "torch": torch.__version__,
+                "arch": args.arch,
+                "frames": args.frames,
+                "grid": [rows, cols],
+                "rounds": args.rounds,
+                "plain_fps": round(n / plain_s, 3),
+                "toolkit_fps": round(n / toolkit_s, 3),
+                "ratio": round(plain_s / toolkit_s, 3),
+                "identical": bool(same),
+            }
+        )
+    )
     if not same:
         raise SystemExit("predictions differ from the plain loop")
 

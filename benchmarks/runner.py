@@ -66,8 +66,10 @@ def main() -> None:
                 print(f"round {r} workers {w}: wall {wall:.2f} s, CPU {used:.2f} s", flush=True)
     med = {w: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)) for w, ts in times.items()}
     one, many = med[1], med[args.workers]
-    print(f"{args.images} images: 1 worker {args.images / one[0]:.0f} images/s (CPU {one[1]:.2f} s); {args.workers} workers "
-          f"{args.images / many[0]:.0f} images/s (CPU {many[1]:.2f} s); wall ratio {one[0] / many[0]:.2f}×, CPU ratio {many[1] / one[1]:.2f}×; masks identical")
+    print(
+        f"{args.images} images: 1 worker {args.images / one[0]:.0f} images/s (CPU {one[1]:.2f} s); {args.workers} workers "
+        f"{args.images / many[0]:.0f} images/s (CPU {many[1]:.2f} s); wall ratio {one[0] / many[0]:.2f}×, CPU ratio {many[1] / one[1]:.2f}×; masks identical"
+    )
     print(json.dumps({"images": args.images, "workers": args.workers, "wall_1": one[0], "wall_n": many[0], "cpu_1": one[1], "cpu_n": many[1]}))
 
 

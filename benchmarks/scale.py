@@ -65,8 +65,8 @@ def scene(i: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int], in
     label = np.zeros((h, w), np.uint8)
     bw, bh = int(rng.integers(16, 40)), int(rng.integers(12, 32))
     x, y = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
-    label[y:y + bh, x:x + bw] = cls
-    pixels[y:y + bh, x:x + bw] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
+    label[y : y + bh, x : x + bw] = cls
+    pixels[y : y + bh, x : x + bw] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
     return pixels.clip(0, 255).astype(np.uint8), label, (x, y, bw, bh), cls
 
 
@@ -89,8 +89,7 @@ def write_data(folder: Path, n: int) -> None:
         Image.fromarray(label, mode="L").save(voc / "SegmentationClass" / f"{name}.png")
         part = coco["train" if i < split else "val"]
         part["images"].append({"id": i + 1, "file_name": f"{name}.jpg", "width": SIDE[0], "height": SIDE[1]})
-        part["annotations"].append({"id": i + 1, "image_id": i + 1, "category_id": cls, "bbox": [float(v) for v in box],
-                                    "area": float(box[2] * box[3]), "iscrowd": 0})
+        part["annotations"].append({"id": i + 1, "image_id": i + 1, "category_id": cls, "bbox": [float(v) for v in box], "area": float(box[2] * box[3]), "iscrowd": 0})
     (voc / "ImageSets" / "Segmentation" / "train.txt").write_text("".join(f"{name}\n" for name in ids[:split]))
     (voc / "ImageSets" / "Segmentation" / "val.txt").write_text("".join(f"{name}\n" for name in ids[split:]))
     categories = [{"id": c, "name": f"class{c}"} for c in range(1, CLASSES + 1)]
@@ -175,23 +174,61 @@ def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | No
     cache, store = folder / "cache", folder / "store.zarr"
     voc = folder / "VOC2012"
     if not (cache / "panels.toml").exists():
-        for name, args in (("voc-train", ["--voc-segmentation", voc, "--split", "train", "--role", "train"]),
-                           ("voc-val", ["--voc-segmentation", voc, "--split", "val", "--role", "val"]),
-                           ("coco-train", ["--annotations", folder / "coco-train.json", "--images", voc / "JPEGImages", "--role", "train"]),
-                           ("coco-val", ["--annotations", folder / "coco-val.json", "--images", voc / "JPEGImages", "--role", "val"])):
-            subprocess.run([sys.executable, "-m", "probe_toolkit", "panel", "add", name, *map(str, args), "--cache", str(cache)], env=env, check=True,
-                           capture_output=True)
+        for name, args in (
+            ("voc-train", ["--voc-segmentation", voc, "--split", "train", "--role", "train"]),
+            ("voc-val", ["--voc-segmentation", voc, "--split", "val", "--role", "val"]),
+            ("coco-train", ["--annotations", folder / "coco-train.json", "--images", voc / "JPEGImages", "--role", "train"]),
+            ("coco-val", ["--annotations", folder / "coco-val.json", "--images", voc / "JPEGImages", "--role", "val"]),
+        ):
+            subprocess.run(
+                [sys.executable, "-m", "probe_toolkit", "panel", "add", name, *map(str, args), "--cache", str(cache)], env=env, check=True, capture_output=True
+            )
     stages_file = folder / ("stages-dask.json" if dask_address else "stages.json")
     stages = json.loads(stages_file.read_text()) if stages_file.exists() else {}
     place = ["--dask-address", dask_address] if dask_address else ["--workers", str(workers)]
     val = n - int(0.8 * n)
     plan = {
-        "extract": (["extract", str(checkpoint), "--images", str(voc / "JPEGImages"), "--views", VIEWS, "--attention", "none", "--store", str(store),
-                     "--device", "cpu", "-q", "--cache", str(cache)], n),
+        "extract": (
+            [
+                "extract",
+                str(checkpoint),
+                "--images",
+                str(voc / "JPEGImages"),
+                "--views",
+                VIEWS,
+                "--attention",
+                "none",
+                "--store",
+                str(store),
+                "--device",
+                "cpu",
+                "-q",
+                "--cache",
+                str(cache),
+            ],
+            n,
+        ),
         "knn": (["knn", str(store), "--train", "coco-train", "--val", "coco-val", "--k", "10,20", "-q", "--cache", str(cache), *place], val),
         "decode": (["decode", str(store), "--preset", "tokencut", "-q", "--cache", str(cache), *place], n),
-        "hummingbird": (["hummingbird", str(store), "--train", "voc-train", "--val", "voc-val", "--memory", str(MEMORY), "--augmentation-epochs", "1",
-                         "-q", "--cache", str(cache), *place], val),
+        "hummingbird": (
+            [
+                "hummingbird",
+                str(store),
+                "--train",
+                "voc-train",
+                "--val",
+                "voc-val",
+                "--memory",
+                str(MEMORY),
+                "--augmentation-epochs",
+                "1",
+                "-q",
+                "--cache",
+                str(cache),
+                *place,
+            ],
+            val,
+        ),
     }
     if dask_address:
         stages.setdefault("extract", json.loads((folder / "stages.json").read_text())["extract"] if (folder / "stages.json").exists() else None)
@@ -199,19 +236,39 @@ def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | No
         if stages.get(name) or (name not in chosen and (name != "extract" or (folder / "store.zarr").exists())):
             continue
         found = timed(args, env, cluster_pids if dask_address and name != "extract" else None)
-        stages[name] = {**found, "images": images, "wall_ms_per_image": round(1e3 * found["wall_s"] / images, 3),
-                        "cpu_ms_per_image": round(1e3 * found["cpu_s"] / images, 3)}
+        stages[name] = {
+            **found,
+            "images": images,
+            "wall_ms_per_image": round(1e3 * found["wall_s"] / images, 3),
+            "cpu_ms_per_image": round(1e3 * found["cpu_s"] / images, 3),
+        }
         stages_file.write_text(json.dumps(stages, indent=1))  # a later run resumes after the last finished stage
-        print(f"  n = {n:,}: {name:12s} {stages[name]['wall_ms_per_image']:8.2f} ms/image wall, {stages[name]['cpu_ms_per_image']:8.2f} ms/image CPU, "
-              f"peak {stages[name]['peak_mib']:8.1f} MiB (largest process {stages[name]['process_peak_mib']:8.1f}; {images:,} images)", flush=True)
+        print(
+            f"  n = {n:,}: {name:12s} {stages[name]['wall_ms_per_image']:8.2f} ms/image wall, {stages[name]['cpu_ms_per_image']:8.2f} ms/image CPU, "
+            f"peak {stages[name]['peak_mib']:8.1f} MiB (largest process {stages[name]['process_peak_mib']:8.1f}; {images:,} images)",
+            flush=True,
+        )
     return {"n": n, "data_s": round(data_s, 1), "stages": {name: stages.get(name) for name in chosen}}
 
 
 def main() -> None:
-    args = options(__doc__, {"root": "folder of the runs (kept: sizes done are read back)", "sizes": "comma-separated image counts",
-                             "dask": "knn, decode and hummingbird on a local dask cluster", "workers": "local processes or dask workers",
-                             "stages": f"comma-separated commands of {','.join(STAGES)} (a size's finished ones are read back)"},
-                   RECORDS, root="/tmp/probe-scale", sizes="1000,10000", stages=",".join(STAGES), dask=False, workers=2, note="")
+    args = options(
+        __doc__,
+        {
+            "root": "folder of the runs (kept: sizes done are read back)",
+            "sizes": "comma-separated image counts",
+            "dask": "knn, decode and hummingbird on a local dask cluster",
+            "workers": "local processes or dask workers",
+            "stages": f"comma-separated commands of {','.join(STAGES)} (a size's finished ones are read back)",
+        },
+        RECORDS,
+        root="/tmp/probe-scale",
+        sizes="1000,10000",
+        stages=",".join(STAGES),
+        dask=False,
+        workers=2,
+        note="",
+    )
     chosen = tuple(args.stages.split(","))
     if set(chosen) - set(STAGES):
         raise SystemExit(f"--stages: {', '.join(sorted(set(chosen) - set(STAGES)))} is none of {', '.join(STAGES)}")
@@ -233,8 +290,10 @@ def main() -> None:
         if client is not None:
             client.close()
             cluster.close()
-    print(f"per-image time and peak memory against the smallest size ({sizes[0]:,}); target: within 1.3× ({cpu_model()}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}{', dask cluster' if args.dask else ''})")
+    print(
+        f"per-image time and peak memory against the smallest size ({sizes[0]:,}); target: within 1.3× ({cpu_model()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}{', dask cluster' if args.dask else ''})"
+    )
     base = results[0]["stages"]
     for r in results[1:]:
         for name, s in r["stages"].items():
@@ -244,10 +303,25 @@ def main() -> None:
             t, m = s["cpu_ms_per_image"] / base[name]["cpu_ms_per_image"], s[per] / base[name][per]
             note = " (exact k-NN: O(train) per query, not held to the target)" if name == "knn" else ("" if max(t, m) <= 1.3 else "  OVER 1.3x")
             print(f"  n = {r['n']:>7,} {name:12s} CPU per image {t:5.2f}×, peak memory {m:5.2f}× ({'largest process' if per != 'peak_mib' else 'tree'}){note}")
-    emit({"benchmark": "scale", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(), "cores": os.cpu_count(),
-          "load": round(os.getloadavg()[0], 2), "dask": bool(args.dask), "workers": args.workers, "stages": list(chosen), "views": VIEWS, "memory": MEMORY,
-          "network": "tiny DINO (width 32, depth 1, patch 32), random weights", "sizes": results, **({"note": args.note} if args.note else {})},
-         RECORDS, args.record)
+    emit(
+        {
+            "benchmark": "scale",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": cpu_model(),
+            "cores": os.cpu_count(),
+            "load": round(os.getloadavg()[0], 2),
+            "dask": bool(args.dask),
+            "workers": args.workers,
+            "stages": list(chosen),
+            "views": VIEWS,
+            "memory": MEMORY,
+            "network": "tiny DINO (width 32, depth 1, patch 32), random weights",
+            "sizes": results,
+            **({"note": args.note} if args.note else {}),
+        },
+        RECORDS,
+        args.record,
+    )
 
 
 if __name__ == "__main__":

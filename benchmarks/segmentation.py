@@ -128,11 +128,29 @@ def main() -> None:
     print(f"  reference train_step (written out)   {base_s:8.3f} s/iteration   rounds {[round(t, 3) for t in times['baseline']]}")
     print(f"  probe segment's step                 {probe_s:8.3f} s/iteration   rounds {[round(t, 3) for t in times['probe']]}")
     print(f"  ratio {base_s / probe_s:.2f} (baseline seconds / probe seconds); largest loss difference over {len(losses['probe'])} steps {gap:.2e}")
-    emit({"benchmark": "segmentation", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine,
-                       "device": str(device), "cores": os.cpu_count(), "load": round(os.getloadavg()[0], 2), "arch": args.arch, "batch": args.batch,
-                       "crop": args.crop, "chunk": args.chunk, "classes": args.classes, "rounds": args.rounds, "baseline_s": round(base_s, 4),
-                       "probe_s": round(probe_s, 4), "ratio": round(base_s / probe_s, 3), "loss_gap": gap,
-                       "torch": torch.__version__}, RECORDS, args.record)
+    emit(
+        {
+            "benchmark": "segmentation",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine,
+            "device": str(device),
+            "cores": os.cpu_count(),
+            "load": round(os.getloadavg()[0], 2),
+            "arch": args.arch,
+            "batch": args.batch,
+            "crop": args.crop,
+            "chunk": args.chunk,
+            "classes": args.classes,
+            "rounds": args.rounds,
+            "baseline_s": round(base_s, 4),
+            "probe_s": round(probe_s, 4),
+            "ratio": round(base_s / probe_s, 3),
+            "loss_gap": gap,
+            "torch": torch.__version__,
+        },
+        RECORDS,
+        args.record,
+    )
 
 
 if __name__ == "__main__":

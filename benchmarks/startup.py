@@ -57,6 +57,7 @@ def cpu_model() -> str:
         pass
     return platform.processor() or platform.machine()
 
+
 def options(doc: str, helps: dict[str, str] | None = None, record: Path | None = None, **defaults) -> argparse.Namespace:
     """A benchmark's command line, one option per keyword (``train_images=100`` is ``--train-images``,
     typed by its default; ``False`` is a switch), so every benchmark parses the same way; ``record``
@@ -142,8 +143,11 @@ def first_image(rounds: int, full: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store, cache = str(build_store(root)), ["--cache", str(root / "cache")]
-        chosen = {"decode": ["decode", store, "-q", "--preset", "tokencut", "--workers", "1", *cache], "entropy": ["entropy", store, "-q", "--boot", "100"],
-                  "neighbours": ["neighbours", store, "-q", "--boot", "100"]}
+        chosen = {
+            "decode": ["decode", store, "-q", "--preset", "tokencut", "--workers", "1", *cache],
+            "entropy": ["entropy", store, "-q", "--boot", "100"],
+            "neighbours": ["neighbours", store, "-q", "--boot", "100"],
+        }
         if full:
             panels = str(build_panel_store(root))
             chosen["knn"] = ["knn", panels, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", "--workers", "1", *cache]
@@ -165,8 +169,20 @@ def first_image(rounds: int, full: bool) -> None:
         mark = "no block reached the runner" if value is None else ("ok" if value <= FIRST_TARGET else f"over the {FIRST_TARGET} s target")
         print(f"probe {name:18s} CPU before its first image {value if value is not None else float('nan'):5.2f} s  {mark}")
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    print(json.dumps({"benchmark": "startup-first-image", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-                      "target_s": FIRST_TARGET, "cores": os.cpu_count(), "load": max(loads), "rounds": rounds, "cpu_s": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "startup-first-image",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": cpu_model(),
+                "target_s": FIRST_TARGET,
+                "cores": os.cpu_count(),
+                "load": max(loads),
+                "rounds": rounds,
+                "cpu_s": rows,
+            }
+        )
+    )
 
 
 def _children_cpu() -> float:
@@ -243,8 +259,10 @@ def collections(rounds: int) -> None:
     for mode, values in runs.items():
         sweeps, gc_s, import_s = (statistics.median(v[i] for v in values) for i in range(3))
         rows[mode] = {"full_collections": sweeps, "their_cpu_s": gc_s, "import_cpu_s": import_s}
-        print(f"import torch, timm under {mode:8s} thresholds: {sweeps:.0f} full collections, {gc_s:.3f} s CPU in them, "
-              f"{import_s:.2f} s CPU for the import ({rounds} rounds, medians)")
+        print(
+            f"import torch, timm under {mode:8s} thresholds: {sweeps:.0f} full collections, {gc_s:.3f} s CPU in them, "
+            f"{import_s:.2f} s CPU for the import ({rounds} rounds, medians)"
+        )
     print(json.dumps({"benchmark": "startup-collections", "rounds": rounds, "cpu": platform.processor() or platform.machine(), "rows": rows}))
 
 
@@ -286,9 +304,21 @@ def main() -> None:
         label = name if len(trees) == 1 else f"{name} [{tree}]"
         print(f"{label:44s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    print(json.dumps({"benchmark": "startup", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_model(),
-                      "target_s": TARGET, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": max(loads),
-                      "trees": {k: str(v) for k, v in trees.items()}, "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "startup",
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": cpu_model(),
+                "target_s": TARGET,
+                "cpu": platform.processor() or platform.machine(),
+                "cores": os.cpu_count(),
+                "load": max(loads),
+                "trees": {k: str(v) for k, v in trees.items()},
+                "rows": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

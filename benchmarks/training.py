@@ -109,9 +109,12 @@ def main() -> None:
         steps = options.steps if size == "tiny" else options.full_steps
         result = measure(size, steps, options.rule, device, options.micro_batch, options.batch)
         results.append(result)
-        print(f"{size:8s} rule={result['rule']:11s} batch {result['batch']:4d} (micro {result['micro_batch']:3d}): "
-              f"{result['step_s']:9.3f} s/step  {result['images_per_s']:8.2f} images/s  "
-              f"(backbone fwd+bwd {result['baseline_backbone_fwd_bwd_s']:.3f} s, ratio {result['ratio_step_to_baseline']:.2f})", flush=True)
+        print(
+            f"{size:8s} rule={result['rule']:11s} batch {result['batch']:4d} (micro {result['micro_batch']:3d}): "
+            f"{result['step_s']:9.3f} s/step  {result['images_per_s']:8.2f} images/s  "
+            f"(backbone fwd+bwd {result['baseline_backbone_fwd_bwd_s']:.3f} s, ratio {result['ratio_step_to_baseline']:.2f})",
+            flush=True,
+        )
     line = {
         "benchmark": "training",
         "date": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -153,9 +153,12 @@ def options_table(command) -> list[str]:
 
 def options_page() -> str:
     """Every command's options, from the parser itself (the manual's pages describe them at length)."""
-    out = ["# Every option of every command", "",
-           "Generated from the command-line parser (typer's commands, as `probe COMMAND --help` prints them): "
-           "nothing here is typed by hand.", ""]
+    out = [
+        "# Every option of every command",
+        "",
+        "Generated from the command-line parser (typer's commands, as `probe COMMAND --help` prints them): nothing here is typed by hand.",
+        "",
+    ]
     for name, command in sorted(parser_commands().items()):
         summary = (command.help or "").strip().split("\n")[0]
         out += [f"## `probe {name}`", "", _cell(summary), ""]
@@ -182,13 +185,12 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     reads = protocol.reads
     commands = cli_commands() if commands is None else commands
     out = [f"# `{protocol.name}`", "", protocol.summary, ""]
-    python = f"`probe.run(\"{protocol.name}\", {protocol.source}, ...)` in Python ([Python API]({REPO}api.md))"
+    python = f'`probe.run("{protocol.name}", {protocol.source}, ...)` in Python ([Python API]({REPO}api.md))'
     command = protocol.command.name or protocol.name if protocol.command is not None else protocol.name
     if command in commands:
         out += [f"Run it: `probe {command} --help` on the command line, or {python}; its first input is `{protocol.source}`.", ""]
     else:
-        out += [f"Run it: {python}; its first input is `{protocol.source}`. On the command line it is reached "
-                "through another command (see the manual below).", ""]
+        out += [f"Run it: {python}; its first input is `{protocol.source}`. On the command line it is reached through another command (see the manual below).", ""]
     manual = MANUAL.get(protocol.name)
     if manual:
         out += [f"The command at length: [manual]({REPO}{manual}).", ""]
@@ -196,17 +198,34 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     parsed = parser_commands().get(command) if protocol.command is not None else None
     rows = settings_rows(protocol.settings, parser_flags(parsed) if parsed is not None else set())
     if rows:
-        out += [f"`{protocol.settings.__name__}`, a frozen dataclass that checks itself (errors name the parameter).", "",
-                "| parameter | flag | type | default | note |", "|---|---|---|---|---|"]
-        out += [f"| `{name}` | {f'`{flag}`' if flag.startswith('-') else flag} | `{_cell(kind)}` | `{_cell(default)}` | {_cell(note)} |"
-                for name, flag, kind, default, note in rows]
+        out += [
+            f"`{protocol.settings.__name__}`, a frozen dataclass that checks itself (errors name the parameter).",
+            "",
+            "| parameter | flag | type | default | note |",
+            "|---|---|---|---|---|",
+        ]
+        out += [
+            f"| `{name}` | {f'`{flag}`' if flag.startswith('-') else flag} | `{_cell(kind)}` | `{_cell(default)}` | {_cell(note)} |"
+            for name, flag, kind, default, note in rows
+        ]
     else:
         out += ["No settings: the run is defined by its inputs."]
-    out += ["", "Placement (where the work runs, not what it computes): " + (", ".join(f"`{name}`" for name in protocol.placement) or "none (it runs in this process)")
-            + f" — see [Scaling out]({REPO}scaling.md).", ""]
+    out += [
+        "",
+        "Placement (where the work runs, not what it computes): "
+        + (", ".join(f"`{name}`" for name in protocol.placement) or "none (it runs in this process)")
+        + f" — see [Scaling out]({REPO}scaling.md).",
+        "",
+    ]
     if protocol.command is not None:
-        out += ["## On the command line", "", f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}", "",
-                "Every option, as the command's parser has it (`probe " + command + " --help`):", ""]
+        out += [
+            "## On the command line",
+            "",
+            f"`probe {command} {protocol.source.upper()}`: {protocol.command.help}",
+            "",
+            "Every option, as the command's parser has it (`probe " + command + " --help`):",
+            "",
+        ]
         out += options_table(parsed) if parsed is not None else ["(reached through another command)", ""]
     out += ["## What it reads", ""]
     out += [f"- **source**: {reads.source}"]
@@ -228,8 +247,12 @@ def protocol_page(protocol, commands: set[str] | None = None) -> str:
     if isinstance(protocol.differences, str):
         out += [protocol.differences or "Nothing stated.", ""]
     else:
-        out += ["Each record carries this list (`record.json`: `differences`), and the report shows it beside the protocol's numbers.", "",
-                "| what differs | why | effect on the number |", "|---|---|---|"]
+        out += [
+            "Each record carries this list (`record.json`: `differences`), and the report shows it beside the protocol's numbers.",
+            "",
+            "| what differs | why | effect on the number |",
+            "|---|---|---|",
+        ]
         out += [f"| {_cell(d.what)} | {_cell(d.why)} | {_cell(d.effect)} |" for d in protocol.differences]
         out += [""]
     return "\n".join(out)
@@ -248,10 +271,15 @@ def _anchor(text: str, prefix: str = "view") -> str:
 
 
 def protocols_index(protocols) -> str:
-    out = ["# Protocols", "",
-           "Every protocol is declared once in `probe_toolkit/protocols/` and registered; this page and each "
-           "protocol's page are generated from that registry (`probe list` prints the same).", "",
-           "| protocol | summary | results |", "|---|---|---|"]
+    out = [
+        "# Protocols",
+        "",
+        "Every protocol is declared once in `probe_toolkit/protocols/` and registered; this page and each "
+        "protocol's page are generated from that registry (`probe list` prints the same).",
+        "",
+        "| protocol | summary | results |",
+        "|---|---|---|",
+    ]
     for p in protocols:
         out.append(f"| [`{p.name}`]({p.name}.md) | {_cell(p.summary)} | {', '.join(f'`{r}`' for r in p.results)} |")
     return "\n".join(out) + "\n"
@@ -260,32 +288,47 @@ def protocols_index(protocols) -> str:
 def views_page() -> str:
     from probe_toolkit.store.views import listed
 
-    out = ["# Views", "",
-           "Every view is a family at a size, or an image at its own size, defined once in `probe_toolkit/store/views.py` (torch-free, its "
-           "`FAMILIES` table); extraction, the grids, the store, the decoders, `probe list` and this page read that table. A sized view is "
-           "`<family>@<S>` (`square@1024`, `eval@448`, `hbird@448`, Hummingbird's memory views `hbird@448_aug0`), S any multiple of the "
-           "network's patch (another size is refused in one line naming the nearest two). The names views had before sizes were free are "
-           "aliases of their sizes, and a store names their arrays by them as it always did (`tokens_224`, `keys_480`): every store written "
-           "before reads unchanged; at /14 an alias keeps its rule (the 480 view reads its 34 whole patches from the top left). On the command "
-           "line `native-crop` and `native_crop` are the same view. How the arrays are laid out: [The store layout](store.md).", "",
-           "| view | also named | rule | filter | grid | stores by default | size | follows |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "# Views",
+        "",
+        "Every view is a family at a size, or an image at its own size, defined once in `probe_toolkit/store/views.py` (torch-free, its "
+        "`FAMILIES` table); extraction, the grids, the store, the decoders, `probe list` and this page read that table. A sized view is "
+        "`<family>@<S>` (`square@1024`, `eval@448`, `hbird@448`, Hummingbird's memory views `hbird@448_aug0`), S any multiple of the "
+        "network's patch (another size is refused in one line naming the nearest two). The names views had before sizes were free are "
+        "aliases of their sizes, and a store names their arrays by them as it always did (`tokens_224`, `keys_480`): every store written "
+        "before reads unchanged; at /14 an alias keeps its rule (the 480 view reads its 34 whole patches from the top left). On the command "
+        "line `native-crop` and `native_crop` are the same view. How the arrays are laid out: [The store layout](store.md).",
+        "",
+        "| view | also named | rule | filter | grid | stores by default | size | follows |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for v in listed():
-        anchors = "".join(f"<span id=\"{_anchor(n)}\"></span>" for n in (v.name, *v.aliases))  # the protocols' pages link the aliases
-        out.append(f"| {anchors}`{v.name}` | {', '.join(f'`{a}`' for a in v.aliases)} | {_cell(v.rule)} | {_cell(v.filter)} | "
-                   f"{_cell(v.grid)} | {', '.join(v.reads)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |")
-    out += ["", "By default the short family stores tokens and the attention maps (the 96 view, SelfPatch's local crops, tokens only), as "
-            "stores always did; `--facets`, `--blocks`, `--attention stats` and `--for` choose otherwise ([extract](commands/extract.md))."]
+        anchors = "".join(f'<span id="{_anchor(n)}"></span>' for n in (v.name, *v.aliases))  # the protocols' pages link the aliases
+        out.append(
+            f"| {anchors}`{v.name}` | {', '.join(f'`{a}`' for a in v.aliases)} | {_cell(v.rule)} | {_cell(v.filter)} | "
+            f"{_cell(v.grid)} | {', '.join(v.reads)} | {'fixed' if v.fixed else 'each image its own'} | {_cell(v.reference)} |"
+        )
+    out += [
+        "",
+        "By default the short family stores tokens and the attention maps (the 96 view, SelfPatch's local crops, tokens only), as "
+        "stores always did; `--facets`, `--blocks`, `--attention stats` and `--for` choose otherwise ([extract](commands/extract.md)).",
+    ]
     return "\n".join(out) + "\n"
 
 
 def panel_kinds_page() -> str:
     from probe_toolkit.labels.catalogue import KINDS
 
-    out = ["# Panel kinds", "",
-           "What `probe panel add` reads (from `probe_toolkit/labels/catalogue.py`; `probe list` prints the same). "
-           "Labels enter only through panels, and every read is written to the ledger first: [panels and the ledger](commands/panels.md).", "",
-           "| kind | layout and the code it follows |", "|---|---|"]
-    out += [f"| <span id=\"{_anchor(k, 'kind')}\"></span>`{k}` | {_cell(v)} |" for k, v in KINDS.items()]
+    out = [
+        "# Panel kinds",
+        "",
+        "What `probe panel add` reads (from `probe_toolkit/labels/catalogue.py`; `probe list` prints the same). "
+        "Labels enter only through panels, and every read is written to the ledger first: [panels and the ledger](commands/panels.md).",
+        "",
+        "| kind | layout and the code it follows |",
+        "|---|---|",
+    ]
+    out += [f'| <span id="{_anchor(k, "kind")}"></span>`{k}` | {_cell(v)} |' for k, v in KINDS.items()]
     return "\n".join(out) + "\n"
 
 
@@ -293,16 +336,27 @@ def architectures_table() -> str:
     """The released sizes by name (``probe_toolkit.store.architectures.RELEASED``; ``probe list`` prints the same)."""
     from probe_toolkit.store.architectures import RELEASED
 
-    out = ["| name (`--arch`) | patch | width | depth | heads | MLP hidden | class token | final norm | position grid | registers | LayerScale |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| name (`--arch`) | patch | width | depth | heads | MLP hidden | class token | final norm | position grid | registers | LayerScale |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, a in RELEASED.items():
-        out.append(f"| `{name}` | {a.patch} | {a.width} | {a.depth} | {a.heads} | {a.mlp_hidden} | {'yes' if a.class_token else 'no'} | "
-                   f"{'yes' if a.final_norm else 'no'} | {a.pos_grid} × {a.pos_grid} | {a.registers} | {'yes' if a.layerscale else 'no'} |")
+        out.append(
+            f"| `{name}` | {a.patch} | {a.width} | {a.depth} | {a.heads} | {a.mlp_hidden} | {'yes' if a.class_token else 'no'} | "
+            f"{'yes' if a.final_norm else 'no'} | {a.pos_grid} × {a.pos_grid} | {a.registers} | {'yes' if a.layerscale else 'no'} |"
+        )
     return "\n".join(out) + "\n"
 
 
-DINOV3_NAMES = {"vit-s16-dinov3": "ViT-S/16", "vit-s16plus-dinov3": "ViT-S+/16", "vit-b16-dinov3": "ViT-B/16", "vit-l16-dinov3": "ViT-L/16",
-                "vit-l16plus-dinov3": "ViT-L+/16", "vit-h16plus-dinov3": "ViT-H+/16", "vit-7b16-dinov3": "ViT-7B/16"}
+DINOV3_NAMES = {
+    "vit-s16-dinov3": "ViT-S/16",
+    "vit-s16plus-dinov3": "ViT-S+/16",
+    "vit-b16-dinov3": "ViT-B/16",
+    "vit-l16-dinov3": "ViT-L/16",
+    "vit-l16plus-dinov3": "ViT-L+/16",
+    "vit-h16plus-dinov3": "ViT-H+/16",
+    "vit-7b16-dinov3": "ViT-7B/16",
+}
 
 
 def dinov3_files(name: str) -> tuple[int, dict[str, dict]]:
@@ -322,8 +376,11 @@ def dinov3_files(name: str) -> tuple[int, dict[str, dict]]:
         import torch
 
         heads["local_cls_norm"] = {k: torch.empty(arch.width, device="meta") for k in ("weight", "bias")}
-    return parameters, {"dinov3-official": dinov3_layouts.to_official(backbone, heads), "dinov3-timm": dinov3_layouts.to_timm(backbone, head_dim),
-                        "dinov3-hf": dinov3_layouts.to_hf(backbone, head_dim)}
+    return parameters, {
+        "dinov3-official": dinov3_layouts.to_official(backbone, heads),
+        "dinov3-timm": dinov3_layouts.to_timm(backbone, head_dim),
+        "dinov3-hf": dinov3_layouts.to_hf(backbone, head_dim),
+    }
 
 
 def dinov3_networks_table() -> str:
@@ -331,8 +388,10 @@ def dinov3_networks_table() -> str:
     parameters of the network probe builds (``probe_toolkit.store.architectures.DINOV3_RELEASED``)."""
     from probe_toolkit.store.architectures import DINOV3_RELEASED
 
-    out = ["| network (`--arch`) | width · depth · heads | feed-forward | network parameters | layout | tensors in the file | values in the file |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| network (`--arch`) | width · depth · heads | feed-forward | network parameters | layout | tensors in the file | values in the file |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, arch in DINOV3_RELEASED.items():
         parameters, files = dinov3_files(name)
         ffn = f"{'SwiGLU' if arch.ffn == 'swiglu' else 'MLP'} {arch.mlp_hidden}" + ("" if arch.qkv_bias else ", no qkv bias")
@@ -355,8 +414,10 @@ def dinov3_keys_table(folder: Path = RECORDS) -> str:
         rows = {(r["preset"], r["keys"]): r for r in record["rows"]}
         for preset in dict.fromkeys(r["preset"] for r in record["rows"]):
             plain, rope = rows[(preset, "plain")], rows[(preset, "rope")]
-            out.append(f"| {view} | {preset} | {plain['corloc']:.1f} / {rope['corloc']:.1f} | {plain['mean_best_iou']:.1f} / {rope['mean_best_iou']:.1f} | "
-                       f"`{record['_source']}` ({record['seeds']} networks, {record['scenes']} scenes, {record['date'][:10]}) |")
+            out.append(
+                f"| {view} | {preset} | {plain['corloc']:.1f} / {rope['corloc']:.1f} | {plain['mean_best_iou']:.1f} / {rope['mean_best_iou']:.1f} | "
+                f"`{record['_source']}` ({record['seeds']} networks, {record['scenes']} scenes, {record['date'][:10]}) |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -368,10 +429,14 @@ def lost_ties_table(folder: Path = RECORDS) -> str:
     record = latest[0]
     out = ["| network (random weights) | images | seed moved | mask moved | of the 7 photographs | CorLoc argsort / lowest index (%) |", "|---|---|---|---|---|---|"]
     for r in record["rows"]:
-        out.append(f"| {r['network']} | {r['images']} | {r['seed_moved']} | {r['mask_moved']} | {r['photos_mask_moved']} | "
-                   f"{r['corloc_argsort']:.1f} / {r['corloc_lowest_index']:.1f} |")
-    out.append(f"\n`{record['_source']}` ({record['date'][:10]}, view {record['view']}, torch {record['torch']}; "
-               f"analyses.argsort {record['argsort_ms_per_image']:.2f} ms an image against torch.argsort's {record['torch_argsort_ms_per_image']:.2f} ms)")
+        out.append(
+            f"| {r['network']} | {r['images']} | {r['seed_moved']} | {r['mask_moved']} | {r['photos_mask_moved']} | "
+            f"{r['corloc_argsort']:.1f} / {r['corloc_lowest_index']:.1f} |"
+        )
+    out.append(
+        f"\n`{record['_source']}` ({record['date'][:10]}, view {record['view']}, torch {record['torch']}; "
+        f"analyses.argsort {record['argsort_ms_per_image']:.2f} ms an image against torch.argsort's {record['torch_argsort_ms_per_image']:.2f} ms)"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -388,23 +453,35 @@ def plan_tables(folder: Path = RECORDS) -> str:
     disk = [r for (m, _), r in latest.items() if m == "disk"]
     if disk:
         out += ["| plan (ViT-S/16) | on disk an image | uncompressed | against eval224 | ImageNet-1k train (1,281,167) | record |", "|---|---|---|---|---|---|"]
-        out += [f"| `{r['plan']}` | {r['disk_bytes_per_image'] / 1024:,.1f} KiB | {r['planned_bytes_per_image'] / 1024:,.1f} KiB | {r['vs_eval224']:.3g}× | "
-                f"{r['imagenet_train_gib']:,.1f} GiB | `{r['_source']}` ({r['machine']}, load {r['load']}, {r['date'][:10]}) |" for r in disk]
+        out += [
+            f"| `{r['plan']}` | {r['disk_bytes_per_image'] / 1024:,.1f} KiB | {r['planned_bytes_per_image'] / 1024:,.1f} KiB | {r['vs_eval224']:.3g}× | "
+            f"{r['imagenet_train_gib']:,.1f} GiB | `{r['_source']}` ({r['machine']}, load {r['load']}, {r['date'][:10]}) |"
+            for r in disk
+        ]
         out.append("")
     memory = sorted((r for (m, _), r in latest.items() if m == "memory"), key=lambda r: (r.get("device", "cpu"), -r.get("depth", 12), r["tokens"]))
     if memory:
-        out += ["| view | patch tokens | blocks | peak, no attention | peak, --attention stats | seconds, none / stats | peak, probe entropy | "
-                "explicit maps, one block / every block | device | record |", "|---|---|---|---|---|---|---|---|---|---|"]
-        out += [f"| `{r['view']}` | {r['tokens']:,} | {r.get('depth', 12)} of 12 | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | "
-                f"{r['seconds_none']:,.0f} / {r['seconds_stats']:,.0f} | {r['peak_entropy_mib']:,.0f} MiB | "
-                f"{r['explicit_map_one_block_mib']:,.0f} / {r['explicit_maps_all_blocks_mib']:,.0f} MiB | {r.get('device', 'cpu')} | "
-                f"`{r['_source']}` ({r['machine']}, load {r['load']}" + (f" to {r['load_end']}" if "load_end" in r else "") + ") |" for r in memory]
+        out += [
+            "| view | patch tokens | blocks | peak, no attention | peak, --attention stats | seconds, none / stats | peak, probe entropy | "
+            "explicit maps, one block / every block | device | record |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| `{r['view']}` | {r['tokens']:,} | {r.get('depth', 12)} of 12 | {r['peak_none_mib']:,.0f} MiB | {r['peak_stats_mib']:,.0f} MiB | "
+            f"{r['seconds_none']:,.0f} / {r['seconds_stats']:,.0f} | {r['peak_entropy_mib']:,.0f} MiB | "
+            f"{r['explicit_map_one_block_mib']:,.0f} / {r['explicit_maps_all_blocks_mib']:,.0f} MiB | {r.get('device', 'cpu')} | "
+            f"`{r['_source']}` ({r['machine']}, load {r['load']}" + (f" to {r['load_end']}" if "load_end" in r else "") + ") |"
+            for r in memory
+        ]
         out.append("")
     blocks = [r for (m, _), r in latest.items() if m == "blocks"]
     if blocks:
         out += ["| images at 224 | --blocks last | --blocks all --facets tokens | last / all | on disk an image, last / all | record |", "|---|---|---|---|---|---|"]
-        out += [f"| {r['images']} | {r['seconds_last']:.1f} s | {r['seconds_all']:.1f} s | {r['ratio']:.3g} | {r['disk_last_bytes_per_image'] / 1024:,.0f} / "
-                f"{r['disk_all_bytes_per_image'] / 1024:,.0f} KiB | `{r['_source']}` ({r['machine']}, {r.get('device', 'cpu')}, load {r['load']}) |" for r in blocks]
+        out += [
+            f"| {r['images']} | {r['seconds_last']:.1f} s | {r['seconds_all']:.1f} s | {r['ratio']:.3g} | {r['disk_last_bytes_per_image'] / 1024:,.0f} / "
+            f"{r['disk_all_bytes_per_image'] / 1024:,.0f} KiB | `{r['_source']}` ({r['machine']}, {r.get('device', 'cpu')}, load {r['load']}) |"
+            for r in blocks
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -440,8 +517,14 @@ def api_reports_table() -> str:
 
 
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
-GENERATED = {"architectures": architectures_table, "dinov3-networks": dinov3_networks_table, "dinov3-keys": dinov3_keys_table,
-             "api-reports": api_reports_table, "lost-ties": lost_ties_table, "plan": plan_tables}
+GENERATED = {
+    "architectures": architectures_table,
+    "dinov3-networks": dinov3_networks_table,
+    "dinov3-keys": dinov3_keys_table,
+    "api-reports": api_reports_table,
+    "lost-ties": lost_ties_table,
+    "plan": plan_tables,
+}
 
 
 def benchmark_records(folder: Path = RECORDS) -> list[dict]:
@@ -507,15 +590,25 @@ def _record_table(rows: list[tuple[dict[str, str], str]]) -> list[str]:
 
 def benchmarks_page(folder: Path = RECORDS) -> str:
     records = benchmark_records(folder)
-    out = ["# Benchmarks", "",
-           "Each script in `benchmarks/` measures the toolkit and a baseline in the same process and prints one JSON "
-           "line of results. Appended to `benchmarks/records/<name>.jsonl`, those lines are the only source of this "
-           "page's tables: no figure here is typed by hand.", "",
-           "```bash", "python benchmarks/knn.py | tail -n 1 >> benchmarks/records/knn.jsonl", "```", ""]
+    out = [
+        "# Benchmarks",
+        "",
+        "Each script in `benchmarks/` measures the toolkit and a baseline in the same process and prints one JSON "
+        "line of results. Appended to `benchmarks/records/<name>.jsonl`, those lines are the only source of this "
+        "page's tables: no figure here is typed by hand.",
+        "",
+        "```bash",
+        "python benchmarks/knn.py | tail -n 1 >> benchmarks/records/knn.jsonl",
+        "```",
+        "",
+    ]
     if not records:
-        out += ["!!! note \"No records yet\"",
-                "    None were recorded on this machine yet: `benchmarks/records/` holds no JSON lines. The figures measured "
-                "before records existed are kept, dated, on [History](history.md).", ""]
+        out += [
+            '!!! note "No records yet"',
+            "    None were recorded on this machine yet: `benchmarks/records/` holds no JSON lines. The figures measured "
+            "before records existed are kept, dated, on [History](history.md).",
+            "",
+        ]
     else:
         by_name: dict[str, list[dict]] = {}
         for record in records:
@@ -564,6 +657,7 @@ def readme_examples() -> dict[str, str]:
 
 
 # --- mkdocs hooks ---
+
 
 def on_config(config):
     """The nav's ``Protocols`` section, filled from the registry (mkdocs.yml names only its index)."""

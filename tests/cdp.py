@@ -54,8 +54,18 @@ class Browser:
         self.timeout = timeout
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
-        args = [sys.executable, "-c", LAUNCHER, str(to_child_r), str(from_child_w), executable, *FLAGS,
-                f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"]
+        args = [
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            str(to_child_r),
+            str(from_child_w),
+            executable,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
         profile.mkdir(parents=True, exist_ok=True)
         self.log = profile.parent / f"{profile.name}-stderr.log"  # a file, not a pipe: Chromium is chatty and must never block on it
         with open(self.log, "wb") as log:

@@ -77,11 +77,19 @@ def tiny_stores(tmp_path_factory, tiny_checkpoints, image_dir) -> dict[str, Path
     root = tmp_path_factory.mktemp("cache")
     stores = {}
     stores["dino"] = extract(
-        tiny_checkpoints["dino-full"], image_dir, settings=Settings(views=(96, 224, 480), attention="all", chunk=4),
-        cache_dir=root, quiet=True, batch_size=4,
+        tiny_checkpoints["dino-full"],
+        image_dir,
+        settings=Settings(views=(96, 224, 480), attention="all", chunk=4),
+        cache_dir=root,
+        quiet=True,
+        batch_size=4,
     ).store
     stores["selfpatch"] = extract(
-        tiny_checkpoints["selfpatch-full"], image_dir, settings=Settings(views=(96, 224, 480), attention="last", chunk=4),
-        cache_dir=root, quiet=True, batch_size=4,
+        tiny_checkpoints["selfpatch-full"],
+        image_dir,
+        settings=Settings(views=(96, 224, 480), attention="last", chunk=4),
+        cache_dir=root,
+        quiet=True,
+        batch_size=4,
     ).store
     return stores

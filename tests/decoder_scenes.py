@@ -70,8 +70,9 @@ def write_panel(folder: Path, scenes: list[Scene], grid: int, extra_annotations:
             rle = mask_utils.encode(np.asfortranarray(m.astype(np.uint8)))
             rle["counts"] = rle["counts"].decode("ascii")
             x, y, w, h = mask_utils.toBbox(rle).tolist()
-            coco["annotations"].append({"id": ann_id, "image_id": 100 + i, "category_id": 1 + k % 2, "segmentation": rle,
-                                        "bbox": [x, y, w, h], "area": float(m.sum()), "iscrowd": 0})
+            coco["annotations"].append(
+                {"id": ann_id, "image_id": 100 + i, "category_id": 1 + k % 2, "segmentation": rle, "bbox": [x, y, w, h], "area": float(m.sum()), "iscrowd": 0}
+            )
             ann_id += 1
     coco["annotations"] += extra_annotations or []
     path = folder / "panel.json"
@@ -84,10 +85,18 @@ def make_store(path: Path, scenes: list[Scene], keys: np.ndarray, chunk: int = 2
     manifest entries (e.g. ``image_source``)."""
     n, patches, channels = keys.shape
     manifest = {
-        "kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "ab" * 32, "format": "synthetic"},
-        "network": "teacher", "arch": {"width": channels, "patch": 16, "class_token": False}, "views": [480],
-        "interpolation": "dino", "attention": "none", "dtype": "float32", "chunk": chunk,
-        "image_list_sha256": "0" * 64, "n_images": n, **extra,
+        "kind": "probe-store",
+        "checkpoint": {"path": "synthetic.pth", "sha256": "ab" * 32, "format": "synthetic"},
+        "network": "teacher",
+        "arch": {"width": channels, "patch": 16, "class_token": False},
+        "views": [480],
+        "interpolation": "dino",
+        "attention": "none",
+        "dtype": "float32",
+        "chunk": chunk,
+        "image_list_sha256": "0" * 64,
+        "n_images": n,
+        **extra,
     }
     writer = create_store(path, manifest, [s.name for s in scenes], {"keys_480": (("patch_480", "channel"), (patches, channels))})
     sizes = np.array([[s.height, s.width] for s in scenes])

@@ -49,6 +49,7 @@ def main() -> None:
             extract.decoder_processes = lambda device: True
 
         for network in (Backbone, Dinov3Backbone):  # extraction's forward pass is the backbone's capture
+
             def capture(self, *a, _real=network.capture, **k):
                 out = _real(self, *a, **k)
                 hold(fd)

@@ -2,7 +2,7 @@
 k-NN on two COCO panels (the photographs against the two scenes, two categories), the
 attention masks scored on the scenes panel, label propagation on a synthetic DAVIS folder, and
 keypoint correspondence on a synthetic SPair-71k panel (its square800 tokens in the sibling store
-``probe extract --panel`` writes);
+``probe extract --panel`` writes) and NAVI multiview correspondence on a synthetic NAVI folder;
 hummingbird on a synthetic VOC folder whose images sit in sibling stores of the same checkpoint
 (``<network>-panel-NAME.zarr``), so that no image of the report's store changes role; a short
 linear segmentation on the same panels, its record in the report's store; NeCo's overclustering
@@ -37,14 +37,24 @@ def _coco(path: Path, labels: dict[str, int], store: Path) -> Path:
         k = ids.index(name)
         w, h = int(ds.image_width.values[k]), int(ds.image_height.values[k])
         coco["images"].append({"id": n, "file_name": name, "width": w, "height": h})
-        coco["annotations"].append({"id": n, "image_id": n, "category_id": cat, "iscrowd": 0, "area": float(w * h // 4),
-                                    "bbox": [0, 0, w // 2, h // 2], "segmentation": [[0, 0, w // 2, 0, w // 2, h // 2, 0, h // 2]]})
+        coco["annotations"].append(
+            {
+                "id": n,
+                "image_id": n,
+                "category_id": cat,
+                "iscrowd": 0,
+                "area": float(w * h // 4),
+                "bbox": [0, 0, w // 2, h // 2],
+                "segmentation": [[0, 0, w // 2, 0, w // 2, h // 2, 0, h // 2]],
+            }
+        )
     path.write_text(json.dumps(coco))
     return path
 
 
 def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) -> None:
-    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels), results/davis, results/correspond,
+    """results/knn, results/attention_masks (panel ``scenes``, registered by scenes_panels), results/davis, results/correspond
+    (SPair-71k, and NAVI in results/correspond-navi),
     results/hummingbird, results/linear_segmentation and results/overcluster in ``store``."""
     for name, labels, role in (("classes-train", KNN_TRAIN, "train"), ("classes-val", KNN_VAL, "val")):
         invoke("panel", "add", name, "--annotations", _coco(root / f"{name}.json", labels, store), "--images", image_dir, "--role", role, "--cache", cache_dir)
@@ -63,7 +73,7 @@ def protocol_results(store: Path, image_dir: Path, root: Path, cache_dir: Path) 
 
 def navi_results(store: Path, root: Path, cache_dir: Path) -> None:
     """results/correspond-navi in ``store``: a NAVI folder of two objects whose wild images make two pairs."""
-    from probe_toolkit.demo.navi import write_navi
+    from navi_folders import write_navi
 
     navi = write_navi(root / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)
     invoke("panel", "add", "navi-test", "--navi", navi, "--role", "test", "--cache", cache_dir)
@@ -83,23 +93,73 @@ def hummingbird_results(store: Path, root: Path, cache_dir: Path) -> None:
         for n, i in enumerate(ids):
             pixels = rng.normal(110, 25, (60, 80, 3)).clip(0, 255)
             label = np.zeros((60, 80), np.uint8)
-            label[10 + 5 * n:40, 20:60 - 5 * n] = 255
-            label[12 + 5 * n:38, 22:58 - 5 * n] = 1 + n
+            label[10 + 5 * n : 40, 20 : 60 - 5 * n] = 255
+            label[12 + 5 * n : 38, 22 : 58 - 5 * n] = 1 + n
             pixels[label == 1 + n] = (200, 40 * n, 60)
             Image.fromarray(pixels.astype(np.uint8)).save(year / "JPEGImages" / f"{i}.jpg", quality=95)
             Image.fromarray(label, mode="L").save(year / "SegmentationClass" / f"{i}.png")
     checkpoint = cache.manifest(store)["checkpoint"]["path"]
     for name, split, views in (("voc-seg-train", "train", "hbird512_aug0,hbird512_aug1"), ("voc-seg-val", "val", "hbird512")):
         invoke("panel", "add", name, "--voc-segmentation", year, "--split", split, "--role", split, "--cache", cache_dir)
-        invoke("extract", checkpoint, "--images", year / "JPEGImages", "--views", views, "--store",
-               store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
-               "--cache", cache_dir, "-q")
+        invoke(
+            "extract",
+            checkpoint,
+            "--images",
+            year / "JPEGImages",
+            "--views",
+            views,
+            "--store",
+            store.parent / f"{store.name.removesuffix('.zarr')}-panel-{name}.zarr",
+            "--cache",
+            cache_dir,
+            "-q",
+        )
     invoke("hummingbird", store, "--train", "voc-seg-train", "--val", "voc-seg-val", "--memory", "30,full", "--cache", cache_dir, "--workers", "1", "-q")
     # NeCo's overclustering of the val scenes' 512 px view (in the sibling store): one cluster per VOC class, and more
-    invoke("overcluster", store, "--panel", "voc-seg-val", "--view", "hbird@512", "--k", "21,40", "--seeds", "2", "--restarts", "1",
-           "--iterations", "20", "--cache", cache_dir, "-q")
-    invoke("segment", checkpoint, "--train", "voc-seg-train", "--val", "voc-seg-val", "--store", store, "--cache", cache_dir, "--iterations", "2",
-           "--batch-size", "2", "--crop", "32", "--size", "32", "--stride", "21", "--workers", "1", "-q")
+    invoke(
+        "overcluster",
+        store,
+        "--panel",
+        "voc-seg-val",
+        "--view",
+        "hbird@512",
+        "--k",
+        "21,40",
+        "--seeds",
+        "2",
+        "--restarts",
+        "1",
+        "--iterations",
+        "20",
+        "--cache",
+        cache_dir,
+        "-q",
+    )
+    invoke(
+        "segment",
+        checkpoint,
+        "--train",
+        "voc-seg-train",
+        "--val",
+        "voc-seg-val",
+        "--store",
+        store,
+        "--cache",
+        cache_dir,
+        "--iterations",
+        "2",
+        "--batch-size",
+        "2",
+        "--crop",
+        "32",
+        "--size",
+        "32",
+        "--stride",
+        "21",
+        "--workers",
+        "1",
+        "-q",
+    )
     depth_results(store, root, cache_dir)
 
 
@@ -112,5 +172,28 @@ def depth_results(store: Path, root: Path, cache_dir: Path) -> None:
     for name, role in (("nyu-train", "train"), ("nyu-test", "val")):
         invoke("panel", "add", name, "--nyu", nyu, "--role", role, "--cache", cache_dir)
     checkpoint = cache.manifest(store)["checkpoint"]["path"]
-    invoke("depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--store", store, "--cache", cache_dir, "--iterations", "2",
-           "--batch-size", "2", "--replicas", "1", "--crop", "48,64", "--chunk", "2", "--workers", "1", "-q")
+    invoke(
+        "depth",
+        checkpoint,
+        "--train",
+        "nyu-train",
+        "--val",
+        "nyu-test",
+        "--store",
+        store,
+        "--cache",
+        cache_dir,
+        "--iterations",
+        "2",
+        "--batch-size",
+        "2",
+        "--replicas",
+        "1",
+        "--crop",
+        "48,64",
+        "--chunk",
+        "2",
+        "--workers",
+        "1",
+        "-q",
+    )

@@ -49,9 +49,11 @@ def outside_axes(fig) -> list[str]:
             if points is None or not len(points):
                 continue
             if (points[:, 0] < x0 - tx).any() or (points[:, 0] > x1 + tx).any() or (points[:, 1] < y0 - ty).any() or (points[:, 1] > y1 + ty).any():
-                problems.append(f"{type(artist).__name__} in '{ax.get_title()}' reaches past its axes "
-                                f"(x {points[:, 0].min():.4g}..{points[:, 0].max():.4g} of {x0:.4g}..{x1:.4g}, "
-                                f"y {points[:, 1].min():.4g}..{points[:, 1].max():.4g} of {y0:.4g}..{y1:.4g})")
+                problems.append(
+                    f"{type(artist).__name__} in '{ax.get_title()}' reaches past its axes "
+                    f"(x {points[:, 0].min():.4g}..{points[:, 0].max():.4g} of {x0:.4g}..{x1:.4g}, "
+                    f"y {points[:, 1].min():.4g}..{points[:, 1].max():.4g} of {y0:.4g}..{y1:.4g})"
+                )
     return problems
 
 
@@ -148,7 +150,7 @@ def _differing_items(text: str, labels: list[str]) -> list[tuple[str, str, dict[
         if label is None:
             items.append(("?", item, {}))
             continue
-        protocol, _, spelled = item[len(label) + 2:].partition(" ")
+        protocol, _, spelled = item[len(label) + 2 :].partition(" ")
         settings = dict(re.findall(r"(\w+)=(.*?)(?=, \w+=|$)", spelled))
         items.append((label, protocol, settings))
     return items
@@ -212,7 +214,8 @@ def caption_claims(report) -> list[str]:
                 settings.update({k: v for k, v in (ds.attrs.get("settings") or {}).items() if v is not None and k not in settings})
             for key, value in settings.items():
                 for said in re.findall(rf"\b{re.escape(key)}(?: |=| = )(-?\d[\d.,e-]*\d|\d)\b", head):
-                    if said not in _spelled(value) and not _same_number(said, value):
+                    items = value if isinstance(value, (list, tuple)) else [value]  # a caption may name one of a list's values (memory 1,000 of 1000,full)
+                    if said not in _spelled(value) and not any(said in _spelled(v) or _same_number(said, v) for v in items):
                         bad(f"{key} {said}; the records: {value!r}")
             for store, protocol, named in _differing_items(caption, list(by_label)):
                 records = [ds for ds in by_label.get(store, []) if (ds.attrs.get("record") or {}).get("protocol") == protocol]

@@ -52,9 +52,17 @@ def box_coco(entries: dict[str, tuple[tuple[int, int], list[tuple[int, int, int,
     for i, (name, ((w, h), boxes)) in enumerate(entries.items(), 1):
         coco["images"].append({"id": i, "file_name": name, "width": w, "height": h})
         for x0, y0, x1, y1 in boxes:
-            coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": i, "category_id": 1, "iscrowd": 0,
-                                        "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]], "bbox": [x0, y0, x1 - x0, y1 - y0],
-                                        "area": (x1 - x0) * (y1 - y0)})
+            coco["annotations"].append(
+                {
+                    "id": len(coco["annotations"]) + 1,
+                    "image_id": i,
+                    "category_id": 1,
+                    "iscrowd": 0,
+                    "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]],
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0),
+                }
+            )
     return coco
 
 
@@ -72,8 +80,17 @@ def scenes_panels(image_dir: Path, root: Path, cache_dir: Path) -> Path:
             w, h = picture.size
         train["images"].append({"id": i, "file_name": name, "width": w, "height": h})
         x0, y0, x1, y1 = w // 4, h // 4, 3 * w // 4, 3 * h // 4
-        train["annotations"].append({"id": i, "image_id": i, "category_id": 1, "iscrowd": 0, "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]],
-                                     "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0)})
+        train["annotations"].append(
+            {
+                "id": i,
+                "image_id": i,
+                "category_id": 1,
+                "iscrowd": 0,
+                "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]],
+                "bbox": [x0, y0, x1 - x0, y1 - y0],
+                "area": (x1 - x0) * (y1 - y0),
+            }
+        )
     (root / "photos-train.json").write_text(json.dumps(train))
     invoke("panel", "add", "scenes-train", "--annotations", root / "photos-train.json", "--images", image_dir, "--role", "train", "--cache", cache_dir)
     return path
@@ -105,8 +122,7 @@ def training_store(image_dir: Path, root: Path) -> tuple[Path, Path]:
     run = train("tiny", {"data.images": str(image_dir), "run.out": str(root / "runs" / "tiny-run"), "optim.epochs": TRAIN_EPOCHS}, quiet=True)
     with open(run.log, "a") as log:
         log.write('{"step": 99, "cut by a cra')
-    store = extract(run.checkpoint, image_dir, settings=Settings(views=(224,), attention="last", chunk=4),
-                    cache_dir=root / "cache", quiet=True, batch_size=4).store
+    store = extract(run.checkpoint, image_dir, settings=Settings(views=(224,), attention="last", chunk=4), cache_dir=root / "cache", quiet=True, batch_size=4).store
     return store, Path(run.dir)
 
 
@@ -147,23 +163,39 @@ def stored(store: Path, array: str, image_id: str) -> np.ndarray:
     return np.asarray(ds[array].sel(image=image_id).values)
 
 
-def synthetic_store(path: Path, grid: int, heads: int = 2, channels: int = 8, seed: int = 0, *, class_token: bool = False, registers: int = 0,
-                    patch: int | None = None) -> Path:
+def synthetic_store(
+    path: Path, grid: int, heads: int = 2, channels: int = 8, seed: int = 0, *, class_token: bool = False, registers: int = 0, patch: int | None = None
+) -> Path:
     """A store on any patch grid (e.g. 28 × 28, a ViT-S/8 at 224 px) with random tokens and softmax
     attention rows over ``class_token`` + ``registers`` prefix tokens and the patches, written with
     ``create.create_store``; its image file does not exist."""
     rng = np.random.default_rng(seed)
     n = grid * grid
     t = int(class_token) + registers + n
-    manifest = {"checkpoint": {"path": str(path.parent / "synthetic.pth"), "sha256": "cd" * 32, "format": "synthetic"}, "network": "teacher",
-                "arch": {"width": channels, "depth": 1, "heads": heads, "patch": patch or 224 // grid, "class_token": class_token, "final_norm": False,
-                         "registers": registers},
-                "views": [224], "interpolation": "dino", "attention": "last", "dtype": "float16", "chunk": 1, "n_images": 1,
-                "image_list_sha256": "x", "image_source": str(path.parent / "no-such-folder"), "attention_prefix": t - n, "registers": registers}
-    writer = create_store(path, manifest, ["gone.jpg"], {"tokens_224": (("patch_224", "channel"), (n, channels)),
-                                                               "attention_224": (("head", "query", "key"), (heads, t, t))})
+    manifest = {
+        "checkpoint": {"path": str(path.parent / "synthetic.pth"), "sha256": "cd" * 32, "format": "synthetic"},
+        "network": "teacher",
+        "arch": {"width": channels, "depth": 1, "heads": heads, "patch": patch or 224 // grid, "class_token": class_token, "final_norm": False, "registers": registers},
+        "views": [224],
+        "interpolation": "dino",
+        "attention": "last",
+        "dtype": "float16",
+        "chunk": 1,
+        "n_images": 1,
+        "image_list_sha256": "x",
+        "image_source": str(path.parent / "no-such-folder"),
+        "attention_prefix": t - n,
+        "registers": registers,
+    }
+    writer = create_store(
+        path, manifest, ["gone.jpg"], {"tokens_224": (("patch_224", "channel"), (n, channels)), "attention_224": (("head", "query", "key"), (heads, t, t))}
+    )
     scores = rng.normal(0, 2, (1, heads, t, t))
     rows = np.exp(scores - scores.max(-1, keepdims=True))
-    writer.write(0, {"tokens_224": rng.normal(0, 1, (1, n, channels)).astype(np.float16), "attention_224": (rows / rows.sum(-1, keepdims=True)).astype(np.float16)},
-                 np.array([[480, 640]]), np.zeros(1, dtype=bool))
+    writer.write(
+        0,
+        {"tokens_224": rng.normal(0, 1, (1, n, channels)).astype(np.float16), "attention_224": (rows / rows.sum(-1, keepdims=True)).astype(np.float16)},
+        np.array([[480, 640]]),
+        np.zeros(1, dtype=bool),
+    )
     return path

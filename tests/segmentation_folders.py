@@ -13,8 +13,9 @@ Scene = Callable[[str, int], tuple[np.ndarray, np.ndarray]]  # (split or image i
 PALETTE = [v for c in range(256) for v in ((c * 37) % 256, (c * 91) % 256, (c * 53) % 256)]  # VOC's masks are palette PNGs
 
 
-def box_scene(seed: int, size: tuple[int, int], classes: int = 151, other_band: bool = True, box: int = 20, room: int = 24,
-              mean: float = 100, sd: float = 20) -> tuple[np.ndarray, np.ndarray]:
+def box_scene(
+    seed: int, size: tuple[int, int], classes: int = 151, other_band: bool = True, box: int = 20, room: int = 24, mean: float = 100, sd: float = 20
+) -> tuple[np.ndarray, np.ndarray]:
     """A textured image, one "stuff" class everywhere and two coloured ``box``-pixel squares of other
     classes (corners drawn ``room`` pixels from the far edges), and its label map; ``other_band``:
     ADE's label 0 ("other") over the top sixth."""
@@ -27,8 +28,8 @@ def box_scene(seed: int, size: tuple[int, int], classes: int = 151, other_band: 
     for _ in range(2):
         cls = int(rng.integers(1, classes))
         x0, y0 = int(rng.integers(0, w - room)), int(rng.integers(0, h - room))
-        label[y0:y0 + box, x0:x0 + box] = cls
-        pixels[y0:y0 + box, x0:x0 + box] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
+        label[y0 : y0 + box, x0 : x0 + box] = cls
+        pixels[y0 : y0 + box, x0 : x0 + box] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
     return pixels.astype(np.uint8), label
 
 

@@ -39,8 +39,7 @@ def test_added_without_opening_a_mask_then_read_through_the_ledger(ade_root, tmp
         panel = panels.get_panel("ade-val", cache)
         assert (panel.kind, panel.split, panel.images) == ("ade20k", "validation", (root / "images" / "validation").resolve())
         assert opened == []
-        read = ade.read_label_maps("ade-val", purpose="score", checkpoint="c" * 64, cache=cache, command="probe hummingbird",
-                                   images=["validation/ADE_val_00000009.jpg"])
+        read = ade.read_label_maps("ade-val", purpose="score", checkpoint="c" * 64, cache=cache, command="probe hummingbird", images=["validation/ADE_val_00000009.jpg"])
     assert len(opened) == 1  # the one mask asked for, inside the reader
     assert read.ids == ["ADE_val_00000009.jpg"] and read.image_map == {"validation/ADE_val_00000009.jpg": "ADE_val_00000009.jpg"}
     assert np.array_equal(read.maps[0], written["validation/ADE_val_00000009.jpg"]) and read.maps[0].dtype == np.uint8
@@ -89,14 +88,21 @@ def test_hummingbird_on_ade20k_equals_a_plain_computation_with_151_classes(ade_r
     root, written = ade_root
     cache = tmp_path / "cache"
     checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=5)
-    store = extract(checkpoint, root / "images", settings=Settings(views=("hbird512", "hbird512_aug0", "hbird512_aug1"), chunk=4, dtype="float32"),
-                    cache_dir=cache, quiet=True, batch_size=2).store
+    store = extract(
+        checkpoint,
+        root / "images",
+        settings=Settings(views=("hbird512", "hbird512_aug0", "hbird512_aug1"), chunk=4, dtype="float32"),
+        cache_dir=cache,
+        quiet=True,
+        batch_size=2,
+    ).store
     for name, role in (("ade-train", "train"), ("ade-val", "val")):
         code, printed = probe_main(["panel", "add", name, "--ade20k", root, "--role", role, "--cache", cache], capsys)
         assert code == 0, printed.err
     out = tmp_path / "hb.json"
-    code, printed = probe_main(["hummingbird", store, "--train", "ade-train", "--val", "ade-val", "--memory", "60,full", "--cache", cache,
-                                "--json", out, "-q", "--workers", "1"], capsys)
+    code, printed = probe_main(
+        ["hummingbird", store, "--train", "ade-train", "--val", "ade-val", "--memory", "60,full", "--cache", cache, "--json", out, "-q", "--workers", "1"], capsys
+    )
     assert code == 0, printed.err
     assert "no published numbers for this data set" in printed.out and "other weights" not in printed.out
     summary = json.loads(out.read_text())
@@ -114,7 +120,7 @@ def test_hummingbird_on_ade20k_equals_a_plain_computation_with_151_classes(ade_r
             # the plain computation in float64 and probe's in float32 may only part where float32 rounding decides
             assert np.array_equal(got[(margin > 1e-5) & ~tied], predicted[(margin > 1e-5) & ~tied]) and np.array_equal(saved.truth.values[j], truth)
             keep = truth != 255
-            confusion += np.bincount(truth[keep].astype(np.int64) * 151 + got[keep], minlength=151 ** 2).reshape(151, 151)
+            confusion += np.bincount(truth[keep].astype(np.int64) * 151 + got[keep], minlength=151**2).reshape(151, 151)
         assert np.array_equal(saved.confusion.values[m], confusion)
         assert summary["miou"][m] == pytest.approx(_iou(confusion).mean(), abs=1e-12)
         assert summary["iou"][m] == pytest.approx(_iou(confusion).tolist(), abs=1e-12)

@@ -68,7 +68,7 @@ def file_backbone(path) -> dict[str, torch.Tensor]:
     obj = read_file(path)
     obj = obj.get("model", obj)
     if "teacher" in obj:
-        return {k[len("backbone."):]: v for k, v in obj["teacher"].items() if k.startswith("backbone.")}
+        return {k[len("backbone.") :]: v for k, v in obj["teacher"].items() if k.startswith("backbone.")}
     return dict(obj)
 
 
@@ -84,7 +84,7 @@ def plain_forward(sd: dict[str, torch.Tensor], heads: int, images: torch.Tensor,
     z = patches @ weight.reshape(d, -1).T + sd["patch_embed.proj.bias"]
     cls = "cls_token" in sd
     pos = sd["pos_embed"][0]
-    table = pos[int(cls):]
+    table = pos[int(cls) :]
     g0 = math.isqrt(table.shape[0])
     if (rows, cols) != (g0, g0):
         if rule == "dino":
@@ -119,8 +119,11 @@ def plain_forward(sd: dict[str, torch.Tensor], heads: int, images: torch.Tensor,
     keys = qkv[:, :, 1].reshape(b, -1, d)
     c, s = int(cls), int(cls) + n_reg
     return {
-        "tokens": z[:, s:], "keys": keys[:, s:], "attention": attention,
-        "cls_token": z[:, 0] if cls else None, "cls_key": keys[:, 0] if cls else None,
+        "tokens": z[:, s:],
+        "keys": keys[:, s:],
+        "attention": attention,
+        "cls_token": z[:, 0] if cls else None,
+        "cls_key": keys[:, 0] if cls else None,
         "registers": z[:, c:s] if n_reg else None,
     }
 
@@ -138,7 +141,13 @@ def test_layout_loads_and_readout_equals_plain_forward(files, name):
     assert checkpoint.format == FORMATS.get(layout, layout)
     got = checkpoint.arch
     assert (got.width, got.heads, got.patch, got.pos_grid, got.registers, got.layerscale) == (
-        arch.width, arch.heads, arch.patch, arch.pos_grid, arch.registers, arch.layerscale)
+        arch.width,
+        arch.heads,
+        arch.patch,
+        arch.pos_grid,
+        arch.registers,
+        arch.layerscale,
+    )
     assert got.class_token == (not layout.startswith("selfpatch"))
     if layout.startswith("dinov2"):
         assert set(checkpoint.heads) == {"mask_token"}  # every key of the file is used or named

@@ -32,8 +32,12 @@ from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.images import list_images, load_image, views
 
-NETWORKS = {"s16": ("dino-full", TINY, 16), "s8": ("dino-full", TINY_P8, 8), "b8": ("dino-backbone", TINY_B8, 8),
-            "dinov2reg": ("dinov2-reg-backbone", TINY_DINOV2_REG, 14)}
+NETWORKS = {
+    "s16": ("dino-full", TINY, 16),
+    "s8": ("dino-full", TINY_P8, 8),
+    "b8": ("dino-backbone", TINY_B8, 8),
+    "dinov2reg": ("dinov2-reg-backbone", TINY_DINOV2_REG, 14),
+}
 # the B/8 cuts each image at its own size (the native view: 30-40 patches a side at /8) where the S/8 cuts 60 × 60 at 480
 VIEWS = {"s16": "224,480", "s8": "96,224,480", "b8": "224,native", "dinov2reg": "96,224,480"}
 SCENES = {  # role/name: (size, boxes)
@@ -60,18 +64,19 @@ def pipeline(tmp_path_factory):
         for annotation in classes["annotations"]:
             annotation["category_id"] = 1 if annotation["image_id"] == 1 else 2
         (root / f"{role}-classes.json").write_text(json.dumps(classes))
-        invoke("panel", "add", f"classes-{role}", "--annotations", root / f"{role}-classes.json", "--images", photos / role, "--role", role,
-               "--cache", cache_dir)
+        invoke("panel", "add", f"classes-{role}", "--annotations", root / f"{role}-classes.json", "--images", photos / role, "--role", role, "--cache", cache_dir)
     davis = write_davis(root / "DAVIS", {"shapes": 3}, size=(64, 48))
     stores = {}
     for i, (name, (layout, arch, _)) in enumerate(NETWORKS.items()):
         checkpoint = write_checkpoint(root / f"{name}.pth", layout, arch, seed=i)
         store = root / "stores" / name / "teacher.zarr"
         views = VIEWS[name]
-        invoke("extract", checkpoint, "--images", photos, "--views", views, "--chunk", 2, "--batch-size", 2,
-               "--store", store, "--cache", cache_dir, "-q")
-        commands = [("entropy", store, "--patch", 5), ("neighbours", store),
-                    ("decode", store, "--panel", "boxes-val", *(("--view", "native") if "native" in views else ()))]
+        invoke("extract", checkpoint, "--images", photos, "--views", views, "--chunk", 2, "--batch-size", 2, "--store", store, "--cache", cache_dir, "-q")
+        commands = [
+            ("entropy", store, "--patch", 5),
+            ("neighbours", store),
+            ("decode", store, "--panel", "boxes-val", *(("--view", "native") if "native" in views else ())),
+        ]
         if "96" in views:
             commands.append(("neighbours", store, "--view", 96))
         if arch.registers:  # MaskCut's loop on 3,600 patches (patch 8 at 480 px) takes too long for the suite; /14 has 1,156
@@ -82,8 +87,21 @@ def pipeline(tmp_path_factory):
         invoke("knn", store, "--train", "classes-train", "--val", "classes-val", "--k", "1,2", "--json", root / f"{name}-knn.json", "--cache", cache_dir, "-q")
         invoke("attention-masks", store, "--panel", "boxes-val", "--json", root / f"{name}-masks.json", "--cache", cache_dir, "-q")
         if name == "s8":  # DAVIS-style propagation at 480 px: 60 × 80 patches a frame at /8 (for /14 see the xfail below)
-            invoke("propagate", checkpoint, "--davis", davis, "--out", root / f"{name}-davis", "--store", store, "--json", root / f"{name}-davis.json",
-                   "--cache", cache_dir, "-q")  # its ledger in the test's cache, never the working directory's
+            invoke(
+                "propagate",
+                checkpoint,
+                "--davis",
+                davis,
+                "--out",
+                root / f"{name}-davis",
+                "--store",
+                store,
+                "--json",
+                root / f"{name}-davis.json",
+                "--cache",
+                cache_dir,
+                "-q",
+            )  # its ledger in the test's cache, never the working directory's
         stores[name] = (store, checkpoint)
     report = root / "report"
     invoke("report", *(s for s, _ in stores.values()), "--out", report, "--patch", 5, "--format", "png", "--cache", cache_dir)
@@ -140,7 +158,7 @@ def test_saved_results_follow_the_grid(pipeline, name):
     # the patch rows' mean e^H, recomputed plainly from the stored rows (the prefix rows left out)
     ds = cache.open_store(store)
     a = ds["attention_224"].values.astype(np.float64)
-    rows = a[:, :, 1 + arch.registers:, :]
+    rows = a[:, :, 1 + arch.registers :, :]
     plain = np.exp(-(np.where(rows > 0, rows * np.log(np.where(rows > 0, rows, 1)), 0)).sum(-1)).mean(-1)
     assert np.allclose(entropy["patch_effective"].values, plain, rtol=1e-3)
     for view, grid in ((224, g224), (96, g96))[: 2 if "96" in VIEWS[name] else 1]:
@@ -210,8 +228,7 @@ def test_window_facts_at_every_grid(grid):
     assert table.index.shape == (grid * grid, 8) and bool(table.valid.all())
     assert int(table.wrapped.sum()) == 12 * grid - 4
     # plain count: a link wraps when a neighbour offset steps off the grid
-    plain = sum(1 for r in range(grid) for c in range(grid) for dr in (-1, 0, 1) for dc in (-1, 0, 1)
-                if (dr or dc) and not (0 <= r + dr < grid and 0 <= c + dc < grid))
+    plain = sum(1 for r in range(grid) for c in range(grid) for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr or dc) and not (0 <= r + dr < grid and 0 <= c + dc < grid))
     assert plain == 12 * grid - 4
     unwrapped = selection.window(grid, wrap=False)
     assert int(unwrapped.valid.sum()) == 8 * grid * grid - (12 * grid - 4)

@@ -123,8 +123,17 @@ def scene_panel(image_dir, tmp_path_factory):
     for n, (name, (w, h, bs)) in enumerate(boxes.items(), 1):
         imgs.append({"id": n, "file_name": name, "width": w, "height": h})
         for x0, y0, x1, y1 in bs:
-            anns.append({"id": len(anns) + 1, "image_id": n, "category_id": 1, "iscrowd": 0, "area": (x1 - x0) * (y1 - y0),
-                         "bbox": [x0, y0, x1 - x0, y1 - y0], "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]]})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": n,
+                    "category_id": 1,
+                    "iscrowd": 0,
+                    "area": (x1 - x0) * (y1 - y0),
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]],
+                }
+            )
     path = root / "scenes.json"
     path.write_text(json.dumps({"images": imgs, "annotations": anns, "categories": [{"id": 1, "name": "box"}]}))
     r = runner.invoke(app, ["panel", "add", "scenes", "--annotations", str(path), "--images", str(image_dir), "--role", "val", "--cache", str(root / "cache")])

@@ -21,8 +21,7 @@ NETWORKS = {"dino": ("dino-full", TINY), "dinov2-reg": ("dinov2-reg-backbone", T
 @pytest.fixture(scope="module")
 def networks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("stats")
-    return {name: Backbone.from_checkpoint(load_checkpoint(write_checkpoint(folder / f"{name}.pth", layout, arch, seed=3)))
-            for name, (layout, arch) in NETWORKS.items()}
+    return {name: Backbone.from_checkpoint(load_checkpoint(write_checkpoint(folder / f"{name}.pth", layout, arch, seed=3))) for name, (layout, arch) in NETWORKS.items()}
 
 
 def explicit(maps: np.ndarray, prefix: int, grid: tuple[int, int]) -> dict[str, np.ndarray]:

@@ -148,7 +148,7 @@ def test_patch_r_c_is_number_14r_plus_c(tiny_checkpoints):
     blank = torch.zeros(1, 3, 224, 224)
     marked = blank.clone()
     r, c = 2, 6
-    marked[..., 16 * r:16 * (r + 1), 16 * c:16 * (c + 1)] = 1.0
+    marked[..., 16 * r : 16 * (r + 1), 16 * c : 16 * (c + 1)] = 1.0
     with torch.no_grad():
         diff = (backbone.vit.patch_embed(marked) - backbone.vit.patch_embed(blank)).abs().sum(-1)[0]
     assert diff.nonzero().flatten().tolist() == [14 * r + c] == [34]

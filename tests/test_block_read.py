@@ -28,9 +28,19 @@ def blocked_store(tmp_path_factory):
         "attention_blocks_224": (("block", "head", "query", "key"), (DEPTH, HEADS, t, t)),
         "normed_b1_224.p1": (("patch_224.p1", "channel"), (PATCHES, WIDTH)),
     }
-    manifest = {"kind": "probe-store", "checkpoint": {"path": "x.pth", "sha256": "ab" * 32, "format": "synthetic"}, "network": "teacher",
-                "arch": {"width": WIDTH, "depth": DEPTH, "heads": HEADS, "patch": 16, "class_token": True}, "views": [224],
-                "interpolation": "dino", "attention": "all", "dtype": "float32", "chunk": 2, "image_list_sha256": "0" * 64, "n_images": N}
+    manifest = {
+        "kind": "probe-store",
+        "checkpoint": {"path": "x.pth", "sha256": "ab" * 32, "format": "synthetic"},
+        "network": "teacher",
+        "arch": {"width": WIDTH, "depth": DEPTH, "heads": HEADS, "patch": 16, "class_token": True},
+        "views": [224],
+        "interpolation": "dino",
+        "attention": "all",
+        "dtype": "float32",
+        "chunk": 2,
+        "image_list_sha256": "0" * 64,
+        "n_images": N,
+    }
     writer = create_store(path, manifest, [f"{i}.jpg" for i in range(N)], arrays)
     values = {name: rng.standard_normal((N, *shape)).astype(np.float32) for name, (_, shape) in arrays.items()}
     sizes = np.full((N, 2), 32)

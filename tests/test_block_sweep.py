@@ -29,8 +29,9 @@ def swept(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     colour_folders(root / "data")
     ckpt = write_checkpoint(root / "dino.pth", "dino-full", replace(TINY, depth=DEPTH), seed=0)
-    store = extract(ckpt, root / "data", settings=Settings(views=(224,), attention="all", blocks="all", facets=("tokens", "normed"), chunk=8),
-                    store=root / "s.zarr", quiet=True).store
+    store = extract(
+        ckpt, root / "data", settings=Settings(views=(224,), attention="all", blocks="all", facets=("tokens", "normed"), chunk=8), store=root / "s.zarr", quiet=True
+    ).store
     last = extract(ckpt, root / "data", settings=Settings(views=(224,), attention="none", chunk=8), store=root / "last.zarr", quiet=True).store
     cache_dir = root / "cache"
     for name, split in (("tr", "train"), ("va", "val")):
@@ -46,8 +47,31 @@ def knn_sweep(swept):
     import sys
 
     root, store, _, c = swept
-    done = subprocess.run([sys.executable, "-m", "probe_toolkit", "knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3", "--blocks", "0,1,2",
-                           "--cache", str(c), "--feature", "cls", "-q"], capture_output=True, text=True, cwd=root)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "probe_toolkit",
+            "knn",
+            str(store),
+            "--train",
+            "tr",
+            "--val",
+            "va",
+            "--k",
+            "1,3",
+            "--blocks",
+            "0,1,2",
+            "--cache",
+            str(c),
+            "--feature",
+            "cls",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
     return done.returncode, done.stderr
 
 

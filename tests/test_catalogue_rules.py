@@ -47,8 +47,22 @@ def _davis(w) -> Path:
 
 
 def propagate(w, checkpoint, *more) -> list:
-    return ["propagate", checkpoint, "--davis", _davis(w), "--out", w.root / "out" / f"davis-{next(w.count)}", "--n-last-frames", "2",
-            "--workers", "1", "--cache", w.cache, "-q", *more]
+    return [
+        "propagate",
+        checkpoint,
+        "--davis",
+        _davis(w),
+        "--out",
+        w.root / "out" / f"davis-{next(w.count)}",
+        "--n-last-frames",
+        "2",
+        "--workers",
+        "1",
+        "--cache",
+        w.cache,
+        "-q",
+        *more,
+    ]
 
 
 def _edited(w) -> tuple[Path, Path]:
@@ -114,6 +128,7 @@ def _sibling_fixed(w) -> None:
 
 def _coco_with(**change) -> Callable:
     """val.json's COCO data with one field of its first annotation changed."""
+
     def make(w) -> Path:
         data = coco(["c.png", "d.png"])
         data["annotations"][0].update(change)
@@ -172,8 +187,9 @@ def _voc_seg(w) -> Path:
 
     year = w.root / "VOCdevkit" / "VOC2012"
     if not year.exists():
-        write_voc(year, {"train": SEG_TRAIN, "val": SEG_VAL}, lambda i, n: box_scene(int(i.replace("_", "")), (80 + 8 * n, 64), classes=21,
-                                                                                      other_band=False, box=16, room=20))
+        write_voc(
+            year, {"train": SEG_TRAIN, "val": SEG_VAL}, lambda i, n: box_scene(int(i.replace("_", "")), (80 + 8 * n, 64), classes=21, other_band=False, box=16, room=20)
+        )
         for name, split in (("seg-train", "train"), ("seg-val", "val")):
             added = probe("panel", "add", name, "--voc-segmentation", year, "--split", split, "--role", split, "--cache", w.cache)
             assert added.code == 0, added.err
@@ -209,21 +225,43 @@ def _dinov3_store(w) -> Path:
 
 RULES = [
     # --- class 1: inputs that must belong together ---
-    Case("propagate-store-of-another-checkpoint", lambda w: propagate(w, _other_checkpoint(w), "--store", w.store), 2,
-         ("teacher.zarr", "was extracted from", "tiny.pth", "other.pth", "leave --store out"), lambda w: propagate(w, _other_checkpoint(w))),
-    Case("propagate-store-of-another-network", lambda w: propagate(w, w.ckpt, "--network", "student", "--store", w.store), 2,
-         ("holds the teacher network", "--network teacher"), lambda w: propagate(w, w.ckpt, "--store", w.store)),
-    Case("score-masks-of-a-store-replaced-since", lambda w: ["score", _replaced_store(w), "--panel", "va", "--cache", w.cache], 2,
-         ("replaced-masks.json", "another store", "checkpoint", "probe decode"),
-         lambda w: ["score", w.root / "replaced-masks.json", "--panel", "va", "--cache", w.cache],
-         after=lambda w: probe("decode", w.root / "stores" / "replaced" / "teacher.zarr", "--out", w.root / "replaced-masks.json", *w.q)),
-    Case("linear-panel-sibling-of-other-settings", lambda w: ["linear", _sibling_of_other_settings(w), "--train", "sibtr", "--val", "sibva", "--level", "image", *w.q],
-         2, ("teacher-panel-sibva.zarr", "extracted otherwise", "interpolation dino vs timm", "move"),
-         lambda w: ["linear", _sibling_of_other_settings(w), "--train", "sibtr", "--val", "sibva", "--level", "image", *w.q], after=_sibling_fixed),
-    Case("decode-panel-whose-files-are-other-files-of-the-same-names",
-         lambda w: ["decode", w.store, "--panel", "sealed", "--unseal", "final numbers", *w.q], 2,
-         ("held/c.png", "is another file than", "scenes/c.png", "probe extract", "--panel sealed"),
-         lambda w: ["decode", catalogue._held_store(w), "--panel", "sealed", "--unseal", "final numbers", *w.q]),
+    Case(
+        "propagate-store-of-another-checkpoint",
+        lambda w: propagate(w, _other_checkpoint(w), "--store", w.store),
+        2,
+        ("teacher.zarr", "was extracted from", "tiny.pth", "other.pth", "leave --store out"),
+        lambda w: propagate(w, _other_checkpoint(w)),
+    ),
+    Case(
+        "propagate-store-of-another-network",
+        lambda w: propagate(w, w.ckpt, "--network", "student", "--store", w.store),
+        2,
+        ("holds the teacher network", "--network teacher"),
+        lambda w: propagate(w, w.ckpt, "--store", w.store),
+    ),
+    Case(
+        "score-masks-of-a-store-replaced-since",
+        lambda w: ["score", _replaced_store(w), "--panel", "va", "--cache", w.cache],
+        2,
+        ("replaced-masks.json", "another store", "checkpoint", "probe decode"),
+        lambda w: ["score", w.root / "replaced-masks.json", "--panel", "va", "--cache", w.cache],
+        after=lambda w: probe("decode", w.root / "stores" / "replaced" / "teacher.zarr", "--out", w.root / "replaced-masks.json", *w.q),
+    ),
+    Case(
+        "linear-panel-sibling-of-other-settings",
+        lambda w: ["linear", _sibling_of_other_settings(w), "--train", "sibtr", "--val", "sibva", "--level", "image", *w.q],
+        2,
+        ("teacher-panel-sibva.zarr", "extracted otherwise", "interpolation dino vs timm", "move"),
+        lambda w: ["linear", _sibling_of_other_settings(w), "--train", "sibtr", "--val", "sibva", "--level", "image", *w.q],
+        after=_sibling_fixed,
+    ),
+    Case(
+        "decode-panel-whose-files-are-other-files-of-the-same-names",
+        lambda w: ["decode", w.store, "--panel", "sealed", "--unseal", "final numbers", *w.q],
+        2,
+        ("held/c.png", "is another file than", "scenes/c.png", "probe extract", "--panel sealed"),
+        lambda w: ["decode", catalogue._held_store(w), "--panel", "sealed", "--unseal", "final numbers", *w.q],
+    ),
     # --- class 3: labels checked field by field when added; scorers refuse predictions of none (or, without --allow-partial, part) ---
     Case("coco-image-id-a-string", _add("s1", _coco_with(image_id="1")), 2, ("schema-image_id.json", "image_id '1'", "not a whole number"), _good("s1")),
     Case("coco-category-id-unknown", _add("s2", _coco_with(category_id=9)), 2, ("category_id 9 names no listed category",), _good("s2")),
@@ -231,47 +269,114 @@ RULES = [
     Case("coco-box-of-text", _add("s4", _coco_with(bbox="0 0 4 4")), 2, ("not four finite numbers",), _good("s4")),
     Case("coco-polygon-of-two-points", _add("s5", _coco_with(segmentation=[[1, 1, 4, 4]])), 2, ("not a polygon of 3 or more",), _good("s5")),
     Case("coco-iscrowd-2", _add("s6", _coco_with(iscrowd=2)), 2, ("iscrowd 2 is not 0 or 1",), _good("s6")),
-    Case("coco-file-edited-after-add-with-string-ids", lambda w: ["score", w.masks, "--panel", "s7", "--cache", w.cache], 2,
-         ("s7.json", "image_id '1'"), lambda w: ["score", w.masks, "--panel", "s7", "--cache", w.cache],
-         setup=catalogue.panel_file("s7", (lambda d: (d["annotations"][0].update(image_id="1"), d)[1])(coco(["c.png", "d.png"]))),
-         after=catalogue.repair_panel("s7")),
-    Case("coco-not-utf8", _add("s8", lambda w: write(w.root / "bad" / "latin.json", b'{"images": [{"file_name": "caf\xe9.png"}]}')), 2,
-         ("latin.json", "not JSON"), _good("s8")),
-    Case("spair-keypoint-outside-its-image", lambda w: ["panel", "add", "sp1", "--spair", _spair(w, True), "--role", "val", "--cache", w.cache], 2,
-         ("kps entry", "lies outside its"), lambda w: ["panel", "add", "sp1", "--spair", _spair(w, False), "--role", "val", "--cache", w.cache]),
-    Case("voc-box-outside-its-size", lambda w: ["panel", "add", "vo1", "--voc", _voc_box_outside(w), "--role", "val", "--cache", w.cache], 2,
-         ("c.xml", "outside its 112×80 <size>"), lambda w: ["panel", "add", "vo1", "--voc", catalogue._voc(w)[0], "--role", "val", "--cache", w.cache]),
-    Case("score-masks-of-none-of-the-panels-images", lambda w: ["score", w.root / "bad" / "ab-masks.json", "--panel", "va", "--cache", w.cache], 2,
-         ("va", "none of its 2 images", "no image"), lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache],
-         setup=lambda w, mp: probe("decode", catalogue._small_store(w, "224,480", "small480"), "--out", w.root / "bad" / "ab-masks.json", *w.q)),
-    Case("score-masks-of-part-of-the-panel", lambda w: ["score", _partial_masks(w), "--panel", "va", "--cache", w.cache], 2,
-         ("va", "1 of its 2 images", "--allow-partial"), lambda w: ["score", _partial_masks(w), "--panel", "va", "--allow-partial", "--cache", w.cache]),
+    Case(
+        "coco-file-edited-after-add-with-string-ids",
+        lambda w: ["score", w.masks, "--panel", "s7", "--cache", w.cache],
+        2,
+        ("s7.json", "image_id '1'"),
+        lambda w: ["score", w.masks, "--panel", "s7", "--cache", w.cache],
+        setup=catalogue.panel_file("s7", (lambda d: (d["annotations"][0].update(image_id="1"), d)[1])(coco(["c.png", "d.png"]))),
+        after=catalogue.repair_panel("s7"),
+    ),
+    Case(
+        "coco-not-utf8",
+        _add("s8", lambda w: write(w.root / "bad" / "latin.json", b'{"images": [{"file_name": "caf\xe9.png"}]}')),
+        2,
+        ("latin.json", "not JSON"),
+        _good("s8"),
+    ),
+    Case(
+        "spair-keypoint-outside-its-image",
+        lambda w: ["panel", "add", "sp1", "--spair", _spair(w, True), "--role", "val", "--cache", w.cache],
+        2,
+        ("kps entry", "lies outside its"),
+        lambda w: ["panel", "add", "sp1", "--spair", _spair(w, False), "--role", "val", "--cache", w.cache],
+    ),
+    Case(
+        "voc-box-outside-its-size",
+        lambda w: ["panel", "add", "vo1", "--voc", _voc_box_outside(w), "--role", "val", "--cache", w.cache],
+        2,
+        ("c.xml", "outside its 112×80 <size>"),
+        lambda w: ["panel", "add", "vo1", "--voc", catalogue._voc(w)[0], "--role", "val", "--cache", w.cache],
+    ),
+    Case(
+        "score-masks-of-none-of-the-panels-images",
+        lambda w: ["score", w.root / "bad" / "ab-masks.json", "--panel", "va", "--cache", w.cache],
+        2,
+        ("va", "none of its 2 images", "no image"),
+        lambda w: ["score", w.masks, "--panel", "va", "--cache", w.cache],
+        setup=lambda w, mp: probe("decode", catalogue._small_store(w, "224,480", "small480"), "--out", w.root / "bad" / "ab-masks.json", *w.q),
+    ),
+    Case(
+        "score-masks-of-part-of-the-panel",
+        lambda w: ["score", _partial_masks(w), "--panel", "va", "--cache", w.cache],
+        2,
+        ("va", "1 of its 2 images", "--allow-partial"),
+        lambda w: ["score", _partial_masks(w), "--panel", "va", "--allow-partial", "--cache", w.cache],
+    ),
     # --- class 5: a fix that is a command works when pasted ---
-    Case("segment-without-its-store-prints-the-extract-that-makes-it", segment, 2, ("is not a probe store of this checkpoint", "run `probe extract "),
-         segment, printed_fix=True),
-    Case("dinov3-store-repair-line", lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"], 1,
-         ("fails its checksum", "--repair"), lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"],
-         setup=lambda w, mp: _dinov3_store(w), printed_fix=True),
+    Case(
+        "segment-without-its-store-prints-the-extract-that-makes-it",
+        segment,
+        2,
+        ("is not a probe store of this checkpoint", "run `probe extract "),
+        segment,
+        printed_fix=True,
+    ),
+    Case(
+        "dinov3-store-repair-line",
+        lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"],
+        1,
+        ("fails its checksum", "--repair"),
+        lambda w: ["neighbours", w.root / "stores" / "v3" / "teacher.zarr", "--boot", "100", "-q"],
+        setup=lambda w, mp: _dinov3_store(w),
+        printed_fix=True,
+    ),
     Case("segment-scale-reversed", lambda w: [*segment(w), "--scale", "2.0,0.5"], 2, ("--scale 2.0,0.5", "use e.g. --scale 0.5,2.0"), segment),
-    Case("dinov3-extract-with-a-position-rule", lambda w: ["extract", w.root / "v3.pth", "--images", w.small, "--views", "224", "--interp", "dino",
-                                                           "--store", w.fresh(), *w.q], 2, ("--interp dino", "omit --interp"),
-         lambda w: ["extract", w.root / "v3.pth", "--images", w.small, "--views", "224", "--store", w.fresh(), *w.q]),
+    Case(
+        "dinov3-extract-with-a-position-rule",
+        lambda w: ["extract", w.root / "v3.pth", "--images", w.small, "--views", "224", "--interp", "dino", "--store", w.fresh(), *w.q],
+        2,
+        ("--interp dino", "omit --interp"),
+        lambda w: ["extract", w.root / "v3.pth", "--images", w.small, "--views", "224", "--store", w.fresh(), *w.q],
+    ),
     # --- class 2: photographs changed in place since extraction ---
-    Case("decode-panel-of-a-photograph-edited-in-place", lambda w: ["decode", _edited(w)[1], "--panel", "ed", *w.q], 2,
-         ("edited/c.png", "has changed", "was extracted from it", "probe extract", "teacher-new.zarr"),
-         lambda w: ["decode", _edited(w)[1], "--panel", "ed", *w.q], setup=lambda w, mp: _edit_in_place(w), after=_restore),
-    Case("extract-rerun-over-a-photograph-edited-in-place",
-         lambda w: ["extract", w.ckpt, "--images", _edited(w)[0], "--views", "224,480", "--chunk", "2", "--store", _edited(w)[1], *w.q], 2,
-         ("edited/c.png", "has changed", "new store"),
-         lambda w: ["extract", w.ckpt, "--images", _edited(w)[0], "--views", "224,480", "--chunk", "2", "--store", _edited(w)[1], *w.q],
-         setup=lambda w, mp: _edit_in_place(w), after=_restore),
-    Case("report-picture-of-a-photograph-edited-in-place", lambda w: ["report", _edited(w)[1], "--follow", "c.png", "--out", w.root / "out" / "ed-report"], 2,
-         ("edited/c.png", "has changed"), lambda w: ["report", _edited(w)[1], "--follow", "c.png", "--out", w.root / "out" / "ed-report"],
-         setup=lambda w, mp: _edit_in_place(w), after=_restore),
-    Case("score-masks-of-a-photograph-edited-since",
-         lambda w: ["score", _edited(w)[1] / "results" / "decoder-masks.json", "--panel", "ed", "--cache", w.cache], 2,
-         ("edited/c.png", "has changed"), lambda w: ["score", _edited(w)[1] / "results" / "decoder-masks.json", "--panel", "ed", "--cache", w.cache],
-         setup=lambda w, mp: (probe("decode", _edited(w)[1], *w.q), _edit_in_place(w)), after=_restore),
+    Case(
+        "decode-panel-of-a-photograph-edited-in-place",
+        lambda w: ["decode", _edited(w)[1], "--panel", "ed", *w.q],
+        2,
+        ("edited/c.png", "has changed", "was extracted from it", "probe extract", "teacher-new.zarr"),
+        lambda w: ["decode", _edited(w)[1], "--panel", "ed", *w.q],
+        setup=lambda w, mp: _edit_in_place(w),
+        after=_restore,
+    ),
+    Case(
+        "extract-rerun-over-a-photograph-edited-in-place",
+        lambda w: ["extract", w.ckpt, "--images", _edited(w)[0], "--views", "224,480", "--chunk", "2", "--store", _edited(w)[1], *w.q],
+        2,
+        ("edited/c.png", "has changed", "new store"),
+        lambda w: ["extract", w.ckpt, "--images", _edited(w)[0], "--views", "224,480", "--chunk", "2", "--store", _edited(w)[1], *w.q],
+        setup=lambda w, mp: _edit_in_place(w),
+        after=_restore,
+    ),
+    Case(
+        "report-picture-of-a-photograph-edited-in-place",
+        lambda w: ["report", _edited(w)[1], "--follow", "c.png", "--out", w.root / "out" / "ed-report"],
+        2,
+        ("edited/c.png", "has changed"),
+        lambda w: ["report", _edited(w)[1], "--follow", "c.png", "--out", w.root / "out" / "ed-report"],
+        setup=lambda w, mp: _edit_in_place(w),
+        after=_restore,
+    ),
+    Case(
+        "score-masks-of-a-photograph-edited-since",
+        lambda w: ["score", _edited(w)[1] / "results" / "decoder-masks.json", "--panel", "ed", "--cache", w.cache],
+        2,
+        ("edited/c.png", "has changed"),
+        lambda w: ["score", _edited(w)[1] / "results" / "decoder-masks.json", "--panel", "ed", "--cache", w.cache],
+        setup=lambda w, mp: (probe("decode", _edited(w)[1], *w.q), _edit_in_place(w)),
+        after=_restore,
+    ),
 ]
 
 

@@ -30,8 +30,9 @@ def t(tmp_path_factory):
     images = scenes_folder(root, SCENES)
     world = SimpleNamespace(root=root, images=images, ckpt=write_checkpoint(root / "tiny.pth", "dino-full", TINY, seed=0), cache=root / "cache")
     world.store = root / "stores" / "good" / "teacher.zarr"
-    made = probe("extract", world.ckpt, "--images", images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", "--store", world.store,
-                 "--cache", world.cache, "-q")
+    made = probe(
+        "extract", world.ckpt, "--images", images, "--views", "224,480", "--chunk", "2", "--batch-size", "2", "--store", world.store, "--cache", world.cache, "-q"
+    )
     assert made.code == 0, made.err
     world.base = json.loads(_neighbours(world.store, root / "base.json").read_text())
     world.count = iter(range(1000))
@@ -72,7 +73,7 @@ def damage(path: Path, how: str) -> None:
         path.write_bytes(data[: len(data) // 3])
     elif how == "flip":  # one byte changed, the length kept: only a checksum sees it
         middle = len(data) // 2
-        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0x5A]) + data[middle + 1:])
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0x5A]) + data[middle + 1 :])
 
 
 def _fix_command(line: str) -> list[str]:
@@ -342,8 +343,7 @@ def test_photographs_changed_since_extraction_are_refused(t):
     result = probe("decode", store, "-q")
     refused(result, 1, ("keys_480", "fails its checksum", "--repair"))
     before = tree(store)
-    refused(probe(*_fix_command(result.lines[0].replace(str(t.images.resolve()), str(folder.resolve()))), "-q"), 2,
-            ("d.png", "has changed", "new store"))
+    refused(probe(*_fix_command(result.lines[0].replace(str(t.images.resolve()), str(folder.resolve()))), "-q"), 2, ("d.png", "has changed", "new store"))
     assert tree(store) == before  # refused before any change
     (folder / "d.png").write_bytes((t.images / "d.png").read_bytes())
     assert probe(*_fix_command(result.lines[0].replace(str(t.images.resolve()), str(folder.resolve()))), "-q").code == 0
@@ -417,25 +417,57 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
     ("decode-out-over-a-users-file", ["decode", "S", "--out", "N"], ("exists and is not a masks file probe wrote",), ["decode", "S", "--out", "R.json"]),
     ("decode-out-a-folder", ["decode", "S", "--out", "IMAGES"], ("is a folder",), ["decode", "S", "--out", "R.json"]),
     ("decode-json-over-the-stores-zarr-json", ["decode", "S", "--json", "S/zarr.json"], ("lies inside teacher.zarr", "--json"), ["decode", "S", "--json", "R.json"]),
-    ("entropy-json-over-the-stores-zarr-json", ["entropy", "S", "--boot", "100", "--json", "S/zarr.json"], ("lies inside teacher.zarr",),
-     ["entropy", "S", "--boot", "100", "--json", "R.json"]),
-    ("neighbours-json-over-a-users-file", ["neighbours", "S", "--boot", "100", "--json", "N"], ("not a JSON summary probe wrote",),
-     ["neighbours", "S", "--boot", "100", "--json", "R.json"]),
-    ("entropy-json-over-a-users-json-object", ["entropy", "S", "--boot", "100", "--json", "UJ"], ("not a JSON summary probe wrote",),
-     ["entropy", "S", "--boot", "100", "--json", "R.json"]),
-    ("score-json-over-its-masks", ["score", "M", "--panel", "va", "--json", "M"], ("is the file this command reads",),
-     ["score", "M", "--panel", "va", "--json", "R.json"]),
-    ("sweep-settings-out-over-the-stores-zarr-json", ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "S/zarr.json"],
-     ("lies inside teacher.zarr", "--settings-out"), ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "R.json"]),
+    (
+        "entropy-json-over-the-stores-zarr-json",
+        ["entropy", "S", "--boot", "100", "--json", "S/zarr.json"],
+        ("lies inside teacher.zarr",),
+        ["entropy", "S", "--boot", "100", "--json", "R.json"],
+    ),
+    (
+        "neighbours-json-over-a-users-file",
+        ["neighbours", "S", "--boot", "100", "--json", "N"],
+        ("not a JSON summary probe wrote",),
+        ["neighbours", "S", "--boot", "100", "--json", "R.json"],
+    ),
+    (
+        "entropy-json-over-a-users-json-object",
+        ["entropy", "S", "--boot", "100", "--json", "UJ"],
+        ("not a JSON summary probe wrote",),
+        ["entropy", "S", "--boot", "100", "--json", "R.json"],
+    ),
+    (
+        "score-json-over-its-masks",
+        ["score", "M", "--panel", "va", "--json", "M"],
+        ("is the file this command reads",),
+        ["score", "M", "--panel", "va", "--json", "R.json"],
+    ),
+    (
+        "sweep-settings-out-over-the-stores-zarr-json",
+        ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "S/zarr.json"],
+        ("lies inside teacher.zarr", "--settings-out"),
+        ["decode-sweep", "S", "--panel", "va", "--grid", "GRID", "--settings-out", "R.json"],
+    ),
     ("correspond-on-a-coco-panel", ["correspond", "S", "--panel", "va"], ("is a coco panel", "correspond reads spair or navi panels"), None),
     ("hummingbird-on-coco-panels", ["hummingbird", "S", "--train", "tr", "--val", "va"], ("is a coco panel", "voc-segmentation or ade20k"), None),
-    ("linear-with-workers", ["linear", "S", "--train", "tr", "--val", "va", "--workers", "2"], ("linear does not use --workers", "drop --workers"),
-     ["linear", "S", "--train", "tr", "--val", "va", "--epochs", "5"]),
-    ("panel-add-a-checkpoint-as-coco", ["panel", "add", "junk", "--annotations", "CKPT", "--images", "IMAGES", "--role", "val"],
-     ("is not a COCO annotation file", "not a .json file"), ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"]),
+    (
+        "linear-with-workers",
+        ["linear", "S", "--train", "tr", "--val", "va", "--workers", "2"],
+        ("linear does not use --workers", "drop --workers"),
+        ["linear", "S", "--train", "tr", "--val", "va", "--epochs", "5"],
+    ),
+    (
+        "panel-add-a-checkpoint-as-coco",
+        ["panel", "add", "junk", "--annotations", "CKPT", "--images", "IMAGES", "--role", "val"],
+        ("is not a COCO annotation file", "not a .json file"),
+        ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"],
+    ),
     ("report-run-id-of-no-record", ["report", "S", "--run", "19990101", "--out", "R"], ("--run", "'19990101' is the run id of no record"), ["report", "S", "--out", "R"]),
-    ("extract-into-another-stores-results", ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "S/results/inner.zarr"],
-     ("lies inside the store", "outside any store"), ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "R.zarr"]),
+    (
+        "extract-into-another-stores-results",
+        ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "S/results/inner.zarr"],
+        ("lies inside the store", "outside any store"),
+        ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "R.zarr"],
+    ),
     ("ledger-verify-a-mistyped-cache", ["ledger", "verify", "--cache", "IMAGES"], ("not a probe cache folder", "--cache"), ["ledger", "verify", "--cache", "CACHE"]),
 ]
 
@@ -455,8 +487,18 @@ def test_careless(w, case):
     name, bad, needles, fixed = case
     notes = _careless_world(w)
     fresh = w.root / f"careless-{next(w.count)}"
-    names = {"S": str(w.store), "M": str(w.masks), "N": str(notes), "R": str(fresh), "IMAGES": str(w.images), "CKPT": str(w.ckpt),
-             "GRID": str(w.root / "grid.toml"), "VALJSON": str(w.root / "val.json"), "CACHE": str(w.cache), "UJ": str(w.root / "mine.json")}
+    names = {
+        "S": str(w.store),
+        "M": str(w.masks),
+        "N": str(notes),
+        "R": str(fresh),
+        "IMAGES": str(w.images),
+        "CKPT": str(w.ckpt),
+        "GRID": str(w.root / "grid.toml"),
+        "VALJSON": str(w.root / "val.json"),
+        "CACHE": str(w.cache),
+        "UJ": str(w.root / "mine.json"),
+    }
 
     def spelled(args):
         out = []

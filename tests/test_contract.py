@@ -22,8 +22,27 @@ from probe_toolkit.protocols import api, registry
 from probe_toolkit.results import records
 from probe_toolkit.store import grids, images, views
 
-EXPECTED = {"entropy", "neighbours", "decode", "decode-stream", "score", "decode-sweep", "linear", "knn", "attention-masks", "propagate", "correspond",
-            "hummingbird", "linear-segmentation", "rank", "position", "similarity", "overcluster", "linear-depth", "linear-dinov2"}
+EXPECTED = {
+    "entropy",
+    "neighbours",
+    "decode",
+    "decode-stream",
+    "score",
+    "decode-sweep",
+    "linear",
+    "knn",
+    "attention-masks",
+    "propagate",
+    "correspond",
+    "hummingbird",
+    "linear-segmentation",
+    "rank",
+    "position",
+    "similarity",
+    "overcluster",
+    "linear-depth",
+    "linear-dinov2",
+}
 
 # (protocol, a bad value, the parameter its error must name)
 BAD = [

@@ -140,11 +140,14 @@ def test_fix_commands_are_spelled_as_the_parser_reads_them():
             if isinstance(param, typer.core.TyperOption) and param.name not in ("help", "quiet"):
                 yield path, param
 
-    wrong = [(" ".join(path), param.name, param.opts) for path, param in walk(get_command(app), [])
-             if flag(param.name) not in param.opts and flag(param.name) != "--cache"]
+    wrong = [
+        (" ".join(path), param.name, param.opts) for path, param in walk(get_command(app), []) if flag(param.name) not in param.opts and flag(param.name) != "--cache"
+    ]
     assert wrong == [], "options whose flag is not infra.spelling.flag(name): add them to FLAGS"
-    assert fix_command("extract", "CKPT", views=("224", "480"), panel="voc 07", quiet=True, sequences=["a", "b"]) == \
-        "probe extract CKPT --views 224,480 --panel 'voc 07' --quiet --sequence a --sequence b"
+    assert (
+        fix_command("extract", "CKPT", views=("224", "480"), panel="voc 07", quiet=True, sequences=["a", "b"])
+        == "probe extract CKPT --views 224,480 --panel 'voc 07' --quiet --sequence a --sequence b"
+    )
 
 
 def test_every_protocol_runs_through_the_run_context():

@@ -65,14 +65,21 @@ def section(ctx):
 
 
 TOY = Protocol(
-    name="toy", summary="The mean of each image's 224 tokens, scaled.", settings=ToySettings,
+    name="toy",
+    summary="The mean of each image's 224 tokens, scaled.",
+    settings=ToySettings,
     inputs=(Input("store", "A store written by probe extract.", "store", required=True),),
-    reads=Reads(arrays=("tokens_224",), views=("224",)), results=("toy",),
+    reads=Reads(arrays=("tokens_224",), views=("224",)),
+    results=("toy",),
     references=(Reference("none: a test's protocol", "tests/test_contract_new_protocol.py"),),
-    differences=(Difference("none", "a test's protocol", "none"),), run=run, result=ToyReport,
-    command=Command(help="Mean token of each image, times --scale.", options=("scale", "quiet"), table=table,
-                    name="toy-mean"),  # a command may be named otherwise than its protocol
-    sections=(section,), placement=(),
+    differences=(Difference("none", "a test's protocol", "none"),),
+    run=run,
+    result=ToyReport,
+    command=Command(
+        help="Mean token of each image, times --scale.", options=("scale", "quiet"), table=table, name="toy-mean"
+    ),  # a command may be named otherwise than its protocol
+    sections=(section,),
+    placement=(),
 )
 
 

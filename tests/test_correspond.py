@@ -121,7 +121,7 @@ def assert_plain_errors(record, ds, folder, side: int) -> tuple[list, dict[str, 
     errors = dict(zip([p.name for p in pairs], plain_errors(grids, pairs, side, side)))
     for i, name in enumerate(record.pair.values):
         want = errors[str(name)]
-        np.testing.assert_allclose(record.error.values[i][:want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+        np.testing.assert_allclose(record.error.values[i][: want.size], want, rtol=1e-5, atol=1e-6, equal_nan=True)
     return pairs, errors
 
 
@@ -156,8 +156,9 @@ def test_pck_equals_the_plain_per_keypoint_procedure(spair, capsys, tmp_path):
     for p in pairs:
         src, trg = f"{p['category']}/{p['src_imname']}", f"{p['category']}/{p['trg_imname']}"
         src_size, trg_size = tuple(p["src_imsize"][:2]), tuple(p["trg_imsize"][:2])
-        errors[p["filename"]] = plain_pair(grids[src], grids[trg], plain_keypoints(notes[src], src_size), plain_keypoints(notes[trg], trg_size),
-                                           p["trg_bndbox"], trg_size)
+        errors[p["filename"]] = plain_pair(
+            grids[src], grids[trg], plain_keypoints(notes[src], src_size), plain_keypoints(notes[trg], trg_size), p["trg_bndbox"], trg_size
+        )
     instances = 3
     expected = {}
     for category in ("cat", "dog"):
@@ -169,8 +170,26 @@ def test_pck_equals_the_plain_per_keypoint_procedure(spair, capsys, tmp_path):
             expected[(category, b)] = [100 * np.mean([e < t for e in values]) if values else np.nan for t in (0.05, 0.1, 0.15)]
     out = tmp_path / "c.json"
     for workers in ("1", "2"):
-        code, printed = probe_main(["correspond", str(store), "--panel", "sp-test", "--unseal", "test of the tests", "--instances", str(instances),
-                                    "--json", str(out), "--workers", workers, "--cache", str(cache), "-q"], capsys)
+        code, printed = probe_main(
+            [
+                "correspond",
+                str(store),
+                "--panel",
+                "sp-test",
+                "--unseal",
+                "test of the tests",
+                "--instances",
+                str(instances),
+                "--json",
+                str(out),
+                "--workers",
+                workers,
+                "--cache",
+                str(cache),
+                "-q",
+            ],
+            capsys,
+        )
         assert code == 0, printed.err
         assert "PCK@0.1" in printed.out and "mean of categories" in printed.out
         record = load(store, "correspond")
@@ -270,7 +289,6 @@ def test_dinov2_at_14_and_dinov3_run_from_panel_to_record(layout, arch, tmp_path
     assert_plain_errors(record, ds, folder, side)
 
 
-
 def test_the_same_pck_at_one_and_two_workers_on_a_cluster_and_in_shards(spair, capsys, monkeypatch):
     """Every number of the record (PCK table, means, every error and match) is the same bits at
     --workers 1 and 2, on a dask cluster, and in three shards (the last one to finish scores)."""
@@ -288,8 +306,9 @@ def test_the_same_pck_at_one_and_two_workers_on_a_cluster_and_in_shards(spair, c
     n_pairs = saved[0].sizes["pair"]
     assert n_pairs > 6  # three shards of whole 2-pair blocks: each holds some
     for shard, last in (("2/3", False), ("0/3", False), ("1/3", True)):
-        code, printed = probe_main(["correspond", store, "--panel", "sp-test", "--unseal", "shards", "--instances", "3", "--shard", shard,
-                                    "--workers", "1", "--cache", cache, "-q"], capsys)
+        code, printed = probe_main(
+            ["correspond", store, "--panel", "sp-test", "--unseal", "shards", "--instances", "3", "--shard", shard, "--workers", "1", "--cache", cache, "-q"], capsys
+        )
         assert code == 0, printed.err
         assert ("PCK@0.1" in printed.out) == last and ("waiting for shards" in printed.out) != last, printed.out
     saved.append(load(store, "correspond"))

@@ -52,8 +52,24 @@ _main = run_main
 def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
     store, annotations, root = setup
     with guard.forbid_label_reads([annotations]):
-        result = runner.invoke(app, ["decode", str(store), "--preset", "maskcut", "--masks", "2", "--cache", str(root), "-q",
-                                     "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")])
+        result = runner.invoke(
+            app,
+            [
+                "decode",
+                str(store),
+                "--preset",
+                "maskcut",
+                "--masks",
+                "2",
+                "--cache",
+                str(root),
+                "-q",
+                "--out",
+                str(tmp_path / "m.json"),
+                "--json",
+                str(tmp_path / "s.json"),
+            ],
+        )
         listed = runner.invoke(app, ["panel", "list", "--cache", str(root)])
     assert result.exit_code == 0, result.output
     assert "held" in listed.output and "sealed" in listed.output
@@ -70,8 +86,26 @@ def test_decode_without_a_panel_reads_no_label(setup, tmp_path):
 def test_decode_on_a_panel_scores_exact_masks_perfectly(setup, tmp_path):
     store, annotations, root = setup
     with guard.forbid_label_reads([annotations]) as opened:
-        result = runner.invoke(app, ["decode", str(store), "--preset", "maskcut", "--tau", "0.2", "--masks", "2", "--panel", "val",
-                                     "--cache", str(root), "-q", "--out", str(tmp_path / "m.json")])
+        result = runner.invoke(
+            app,
+            [
+                "decode",
+                str(store),
+                "--preset",
+                "maskcut",
+                "--tau",
+                "0.2",
+                "--masks",
+                "2",
+                "--panel",
+                "val",
+                "--cache",
+                str(root),
+                "-q",
+                "--out",
+                str(tmp_path / "m.json"),
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert len(opened) == 1  # exactly one read, by read_labels
     scores = records.load(store, "scores_val")
@@ -99,8 +133,7 @@ def test_sealed_panel_and_missing_keys_exit_2(setup, tmp_path, capsys):
     code, _ = _main(["decode", str(store), "--panel", "held", "--unseal", "final table", "--cache", str(root), "-q"], capsys)
     assert code == 0 and ledger.entries(root)[-1].fields["unseal"] == "final table"
     scenes = [Scene("x.png", 32, 32)]
-    bare = create_store(tmp_path / "bare.zarr", {"chunk": 1, "dtype": "float32", "checkpoint": {}}, ["x.png"],
-                              {"tokens_224": (("patch_224", "channel"), (4, 3))})
+    bare = create_store(tmp_path / "bare.zarr", {"chunk": 1, "dtype": "float32", "checkpoint": {}}, ["x.png"], {"tokens_224": (("patch_224", "channel"), (4, 3))})
     bare.write(0, {"tokens_224": np.zeros((1, 4, 3), np.float32)}, np.array([[32, 32]]), np.zeros(1, bool))
     code, err = _main(["decode", str(tmp_path / "bare.zarr"), "--cache", str(root), "-q"], capsys)
     assert code == 2 and "keys_480" in err and "--views 480" in err
@@ -112,8 +145,9 @@ def test_sweep_reads_labels_once_and_its_best_settings_drive_decode(setup, tmp_p
     grid = tmp_path / "grid.toml"
     grid.write_text('preset = ["tokencut", "maskcut"]\ncenter = [true, false]\ntau = [0.2, 0.99]\nmasks = [1, 2]\n')
     with guard.forbid_label_reads([annotations]):
-        result = runner.invoke(app, ["decode-sweep", str(store), "--panel", "val", "--grid", str(grid), "--cache", str(root), "-q",
-                                     "--json", str(tmp_path / "table.json")])
+        result = runner.invoke(
+            app, ["decode-sweep", str(store), "--panel", "val", "--grid", str(grid), "--cache", str(root), "-q", "--json", str(tmp_path / "table.json")]
+        )
     assert result.exit_code == 0, result.output
     assert len(ledger.entries(root)) == 1 and "sweep of 16" in ledger.entries(root)[0].fields["purpose"]
     table = json.loads((tmp_path / "table.json").read_text())["table"]
@@ -164,8 +198,14 @@ def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path
     root = tmp_path / "cache"
     panels.add_panel("v", annotations, image_dir, "val", cache=root)
     with guard.forbid_label_reads([annotations]):
-        report = extract(tiny_checkpoints["dino-full"], panels.panel_images("v", root), settings=ExtractSettings(views=(480,), attention="none", chunk=4),
-                         cache_dir=root, quiet=True, batch_size=4)
+        report = extract(
+            tiny_checkpoints["dino-full"],
+            panels.panel_images("v", root),
+            settings=ExtractSettings(views=(480,), attention="none", chunk=4),
+            cache_dir=root,
+            quiet=True,
+            batch_size=4,
+        )
         result = runner.invoke(app, ["decode", str(report.store), "--cache", str(root), "-q"])
     assert result.exit_code == 0, result.output
     saved = records.load(report.store, "decoder")

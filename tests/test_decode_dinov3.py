@@ -67,8 +67,9 @@ def test_decode_reads_the_keys_asked_for_and_records_which(dinov3_store, tmp_pat
 
 def test_keys_after_rope_are_refused_where_there_are_none(dinov3_store, photos, tmp_path, capsys):
     root, store = dinov3_store
-    dino = extract(write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), photos, settings=Settings(views=("480",), chunk=4),
-                   store=tmp_path / "dino.zarr", quiet=True).store
+    dino = extract(
+        write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), photos, settings=Settings(views=("480",), chunk=4), store=tmp_path / "dino.zarr", quiet=True
+    ).store
     code, printed = probe_main(["decode", str(dino), "--keys", "rope", "--workers", "1", "-q"], capsys)
     assert code == 2 and "position table, not RoPE" in printed.err and len(printed.err.strip().splitlines()) == 1
     code, printed = probe_main(["decode", str(store), "--keys", "rope", "--workers", "1", "-q", "--out", str(tmp_path / "r.json")], capsys)
@@ -94,11 +95,20 @@ def test_streaming_a_dinov3_checkpoint_equals_extract_then_decode(tmp_path, phot
     checkpoint = write_checkpoint(tmp_path / "v3.pth", "dinov3-hf", TINY_DINOV3, seed=6)
     store = extract(checkpoint, photos, settings=Settings(views=("480",), attention="none", chunk=4), store=tmp_path / "s.zarr", quiet=True, batch_size=4).store
     probe.run("decode", store, preset="tokencut", workers=1, keys=keys)
-    streamed = probe.run("decode-stream", None, checkpoint=checkpoint, images=photos, preset="tokencut", chunk=4, batch_size=4, store=tmp_path / "m.zarr",
-                         workers=1, keys=keys).report
+    streamed = probe.run(
+        "decode-stream", None, checkpoint=checkpoint, images=photos, preset="tokencut", chunk=4, batch_size=4, store=tmp_path / "m.zarr", workers=1, keys=keys
+    ).report
     assert streamed.done == 7 and open_store(tmp_path / "m.zarr").attrs["manifest"]["keys_kind"] == keys
     a, b = records.load(store, "decoder"), records.load(tmp_path / "m.zarr", "decoder")
     np.testing.assert_array_equal(a.masks.values, b.masks.values)
     with pytest.raises(Exception, match="position table, not RoPE"):
-        probe.run("decode-stream", None, checkpoint=write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0), images=photos, preset="tokencut",
-                  store=tmp_path / "d.zarr", workers=1, keys="rope")
+        probe.run(
+            "decode-stream",
+            None,
+            checkpoint=write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=0),
+            images=photos,
+            preset="tokencut",
+            store=tmp_path / "d.zarr",
+            workers=1,
+            keys="rope",
+        )

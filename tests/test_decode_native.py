@@ -88,14 +88,23 @@ def make_native(folder, away, view="native"):
     for i, ((_, _h, _w, objects), (r, c)) in enumerate(zip(SCENES, grids)):
         per_image.append(planted(r, c, objects, seed=i, away=away))
         keys[i, : r * c] = per_image[-1]
-    manifest = {"kind": "probe-store", "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},
-                "network": "teacher", "arch": {"width": 12, "patch": P, "class_token": False}, "views": [view],
-                "per_view": {view: {"patch": P, "patches": most}}, "interpolation": "dino", "attention": "none",
-                "dtype": "float32", "chunk": 2, "image_list_sha256": "0" * 64, "n_images": len(SCENES)}
+    manifest = {
+        "kind": "probe-store",
+        "checkpoint": {"path": "synthetic.pth", "sha256": "cd" * 32, "format": "synthetic"},
+        "network": "teacher",
+        "arch": {"width": 12, "patch": P, "class_token": False},
+        "views": [view],
+        "per_view": {view: {"patch": P, "patches": most}},
+        "interpolation": "dino",
+        "attention": "none",
+        "dtype": "float32",
+        "chunk": 2,
+        "image_list_sha256": "0" * 64,
+        "n_images": len(SCENES),
+    }
     rows = np.array([g[0] for g in grids]), np.array([g[1] for g in grids])
     store = folder / "store.zarr"
-    writer = create_store(store, manifest, [s[0] for s in SCENES], {f"keys_{view}": ((f"patch_{view}", "channel"), (most, 12))},
-                                view_grids={view: rows})
+    writer = create_store(store, manifest, [s[0] for s in SCENES], {f"keys_{view}": ((f"patch_{view}", "channel"), (most, 12))}, view_grids={view: rows})
     sizes = np.array([[h, w] for _, h, w, _ in SCENES])
     for start in range(0, len(SCENES), 2):
         stop = min(start + 2, len(SCENES))
@@ -218,8 +227,7 @@ def test_every_preset_cuts_each_image_on_its_own_grid(native_stores, preset, vie
     store, per_image, grids = native_stores(view, away=preset == "lost")
     assert grids == [grid_of(h, w, view) for _, h, w, _ in SCENES]
     out = tmp_path / "m.json"
-    result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", preset, "-q", "--workers", "1",
-                                 "--out", str(out), "--cache", str(tmp_path / "cache")])
+    result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", preset, "-q", "--workers", "1", "--out", str(out), "--cache", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
     saved = records.load(store, "decoder")
     assert saved.attrs["view"] == view and saved.sizes["patch"] == max(r * c for r, c in grids)
@@ -293,16 +301,27 @@ def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
             m[r0 * P : r1 * P, c0 * P : c1 * P] = True  # numpy clips at the image edge
             rle = mask_utils.encode(np.asfortranarray(m.astype(np.uint8)))
             rle["counts"] = rle["counts"].decode("ascii")
-            coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": i, "category_id": 1, "segmentation": rle,
-                                        "bbox": mask_utils.toBbox(rle).tolist(), "area": float(m.sum()), "iscrowd": 0})
+            coco["annotations"].append(
+                {
+                    "id": len(coco["annotations"]) + 1,
+                    "image_id": i,
+                    "category_id": 1,
+                    "segmentation": rle,
+                    "bbox": mask_utils.toBbox(rle).tolist(),
+                    "area": float(m.sum()),
+                    "iscrowd": 0,
+                }
+            )
     (folder / "panel.json").write_text(json.dumps(coco))
     root = tmp_path / "cache"
-    added = runner.invoke(app, ["panel", "add", "val", "--annotations", str(folder / "panel.json"), "--images", str(folder / "images"),
-                                "--role", "val", "--cache", str(root)])
+    added = runner.invoke(
+        app, ["panel", "add", "val", "--annotations", str(folder / "panel.json"), "--images", str(folder / "images"), "--role", "val", "--cache", str(root)]
+    )
     assert added.exit_code == 0, added.output
     out = tmp_path / "m.json"
-    result = runner.invoke(app, ["decode", str(store), "--view", "native", "--preset", "tokencut", "--panel", "val", "-q", "--workers", "1",
-                                 "--out", str(out), "--cache", str(root)])
+    result = runner.invoke(
+        app, ["decode", str(store), "--view", "native", "--preset", "tokencut", "--panel", "val", "-q", "--workers", "1", "--out", str(out), "--cache", str(root)]
+    )
     assert result.exit_code == 0, result.output
     wide = next(x for x in json.loads(out.read_text()) if x["file_name"] == "wide.png")
     assert wide["patch_box"] == [112.0, 64.0, 170.0, 100.0]
@@ -311,8 +330,28 @@ def test_planted_object_box_and_corloc_at_the_original_size(native, tmp_path):
     assert float(scores["corloc"]) == 1.0
     # the sweep decodes the same native keys: TokenCut finds every planted box, LOST's k = 100 graph here does not
     (tmp_path / "g.toml").write_text('preset = ["tokencut", "lost"]\ncenter = [false]\ntau = [0.2]\neps = [1e-5]\nmasks = [1]\n')
-    swept = runner.invoke(app, ["decode-sweep", str(store), "--view", "native", "--panel", "val", "--grid", str(tmp_path / "g.toml"),
-                                "--metric", "corloc", "-q", "--workers", "1", "--cache", str(root), "--json", str(tmp_path / "t.json")])
+    swept = runner.invoke(
+        app,
+        [
+            "decode-sweep",
+            str(store),
+            "--view",
+            "native",
+            "--panel",
+            "val",
+            "--grid",
+            str(tmp_path / "g.toml"),
+            "--metric",
+            "corloc",
+            "-q",
+            "--workers",
+            "1",
+            "--cache",
+            str(root),
+            "--json",
+            str(tmp_path / "t.json"),
+        ],
+    )
     assert swept.exit_code == 0, swept.output
     table = {row["preset"]: row for row in json.loads((tmp_path / "t.json").read_text())["table"]}
     assert table["tokencut"]["corloc"] == 1.0 and table["lost"]["corloc"] < 1.0
@@ -350,8 +389,28 @@ def test_the_torch_backend_batches_each_grid_and_gives_the_scipy_masks(native_st
     got = {}
     for backend in ("scipy", "torch"):
         out = tmp_path / f"{backend}.json"
-        code, err = run_main(["decode", str(store), "--view", view, "--preset", "tokencut", "--masks", "2", "--backend", backend, "-q",
-                              "--workers", "1", "--out", str(out), "--cache", str(tmp_path / "c")], capsys)
+        code, err = run_main(
+            [
+                "decode",
+                str(store),
+                "--view",
+                view,
+                "--preset",
+                "tokencut",
+                "--masks",
+                "2",
+                "--backend",
+                backend,
+                "-q",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+                "--cache",
+                str(tmp_path / "c"),
+            ],
+            capsys,
+        )
         assert code == 0, err
         got[backend] = (records.load(store, "decoder").load(), json.loads(out.read_text()))
     (scipy_ds, scipy_json), (torch_ds, torch_json) = got["scipy"], got["torch"]
@@ -384,16 +443,49 @@ def extracted(tmp_path_factory, tiny_checkpoints):
     for i, (name, h, w, objects) in enumerate(SCENES):
         synthetic_scene(folder / name, (w, h), [(c0 * P, r0 * P, c1 * P, r1 * P) for r0, r1, c0, c1 in objects], seed=i)
     store = folder / "store.zarr"
-    result = runner.invoke(app, ["extract", str(tiny_checkpoints["dino-full"]), "--images", str(folder), "--views", "native,native_crop,native_resized",
-                                 "--dtype", "float32", "--store", str(store), "-q"])
+    result = runner.invoke(
+        app,
+        [
+            "extract",
+            str(tiny_checkpoints["dino-full"]),
+            "--images",
+            str(folder),
+            "--views",
+            "native,native_crop,native_resized",
+            "--dtype",
+            "float32",
+            "--store",
+            str(store),
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return store, folder
 
 
 def decode_dsm(store, view, tmp_path, *extra):
     out, summary = tmp_path / f"{view}.json", tmp_path / f"{view}-summary.json"
-    result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", "dsm", *extra, "-q", "--workers", "1",
-                                 "--out", str(out), "--json", str(summary), "--cache", str(tmp_path / "cache")])
+    result = runner.invoke(
+        app,
+        [
+            "decode",
+            str(store),
+            "--view",
+            view,
+            "--preset",
+            "dsm",
+            *extra,
+            "-q",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            str(summary),
+            "--cache",
+            str(tmp_path / "cache"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     masks = {x["file_name"]: decode_rle(x["segmentation"]) for x in json.loads(out.read_text())}
     return records.load(store, "decoder"), masks, json.loads(summary.read_text())
@@ -472,8 +564,28 @@ def test_tokencut_on_native_resized_is_tokencuts_cut_of_the_resized_images_keys(
 
     def decode(view):
         out, summary = tmp_path / f"{view}.json", tmp_path / f"{view}-summary.json"
-        result = runner.invoke(app, ["decode", str(store), "--view", view, "--preset", "tokencut", "--panel", "sal", "-q", "--workers", "1",
-                                     "--out", str(out), "--json", str(summary), "--cache", str(root)])
+        result = runner.invoke(
+            app,
+            [
+                "decode",
+                str(store),
+                "--view",
+                view,
+                "--preset",
+                "tokencut",
+                "--panel",
+                "sal",
+                "-q",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+                "--json",
+                str(summary),
+                "--cache",
+                str(root),
+            ],
+        )
         assert result.exit_code == 0, result.output
         return records.load(store, "decoder"), json.loads(out.read_text()), json.loads(summary.read_text())
 
@@ -493,14 +605,33 @@ def test_tokencut_on_native_resized_is_tokencuts_cut_of_the_resized_images_keys(
     assert grid_of(100, 170, "native_resized") == (6, 11) != grid_of(100, 170, "native")  # wide.png: another grid, not only a border
     _, _, native_summary = decode("native")
     assert native_summary["published_view"] == "native_resized" and len(native_summary["warnings"]) == 1
-    assert native_summary["warnings"][0].startswith("TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes "
-                                                    "each image with LANCZOS to round(·/16)·16; these are the native view's keys")
+    assert native_summary["warnings"][0].startswith(
+        "TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes each image with LANCZOS to round(·/16)·16; these are the native view's keys"
+    )
     import probe_toolkit as probe
 
     scored = {view: probe.run("score", tmp_path / f"{view}.json", panel="sal", cache_dir=root).report.warnings for view in ("native-resized", "native")}
     assert scored["native-resized"] == [] and scored["native"] == native_summary["warnings"]  # probe score says it too
-    code = runner.invoke(app, ["decode", str(store), "--view", "native_resized", "--preset", "tokencut", "-q", "--workers", "1",
-                               "--out", str(tmp_path / "x.json"), "--json", str(tmp_path / "x-summary.json"), "--cache", str(root)])
+    code = runner.invoke(
+        app,
+        [
+            "decode",
+            str(store),
+            "--view",
+            "native_resized",
+            "--preset",
+            "tokencut",
+            "-q",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "x.json"),
+            "--json",
+            str(tmp_path / "x-summary.json"),
+            "--cache",
+            str(root),
+        ],
+    )
     assert code.exit_code == 0, code.output  # no panel: CorLoc's published view (native) is the one named
     assert json.loads((tmp_path / "x-summary.json").read_text())["published_view"] == "native"
 

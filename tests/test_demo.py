@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from report_reader import absolute_paths, figures_of, outside_axes
+from report_reader import absolute_paths, caption_claims, figures_of, outside_axes
 
 from probe_toolkit.demo.run import run_demo
 from probe_toolkit.labels import ledger
@@ -22,8 +22,9 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     formats = sorted(open_store(s).attrs["manifest"]["checkpoint"]["format"] for s in demo.stores)
     assert formats == ["probe-training", "selfpatch-full"]  # trained by training/, and its random start
     for store in demo.stores:
-        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch",
-                "linear_image"} <= set(records.results(store))
+        assert {"entropy", "neighbours_g14", "neighbours_g6", "decoder", "scores_demo-val", "saliency_demo-sal", "linear_patch", "linear_image"} <= set(
+            records.results(store)
+        )
     report = gather(demo.stores, follow="photos/chelsea.jpg", patch=34, cache_dir=out / "work" / "cache")
     absent = [s.key for s in report.sections if not s.present]
     assert not absent, f"sections without content: {absent}"
@@ -35,9 +36,19 @@ def test_demo_quick_produces_a_report_with_every_section(tmp_path):
     assert entries and {e.fields["role"] for e in entries} <= {"train", "val"}
     davis = str((out / "work" / "davis").resolve())
     # demo-sal: the val scenes as saliency masks; davis: the synthetic video's first frames; demo-spair: keypoint pairs;
-    # demo-seg-train, demo-seg-val: Hummingbird's VOC-layout scenes; demo-navi: NAVI's objects
-    assert {e.fields["panel"] for e in entries} == {"demo-train", "demo-val", "demo-sal", f"davis:{davis}", "demo-spair", "demo-seg-train", "demo-seg-val",
-                                                     "demo-nyu-train", "demo-nyu-test", "demo-navi"}
+    # demo-seg-train, demo-seg-val: Hummingbird's VOC-layout scenes
+    assert {e.fields["panel"] for e in entries} == {
+        "demo-train",
+        "demo-val",
+        "demo-sal",
+        f"davis:{davis}",
+        "demo-spair",
+        "demo-seg-train",
+        "demo-seg-val",
+        "demo-nyu-train",
+        "demo-nyu-test",
+        "demo-navi",
+    }
 
     # the README's example blocks are what the commands print on this demo (tools/readme_examples.py)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -64,5 +75,8 @@ def read_as_a_reader(out: Path, stores: list[Path], tmp_path: Path, report) -> N
             ds = records.load(store, result)
             counts, panels = ds.attrs["counts"], ds.attrs["panels"]
             assert phrase.format(train=panels["train"]["name"], val=panels["val"]["name"], n=counts["train"], m=counts["val"]) in text, (store, result)
+    # every caption's image counts, k, view, block, panel and named settings against the records its section read
+    claims = caption_claims(report)
+    assert not claims, claims
     problems = [f"{name}: {problem}" for name, fig in figures_of(report) for problem in outside_axes(fig)]
     assert not problems

@@ -33,8 +33,11 @@ HBIRD_VIEWS = ("hbird512", "hbird512_aug0", "hbird512_aug1")
 VOC = {"train": ["2007_000032", "2007_000039", "2008_000002", "2009_000010"], "val": ["2007_000033", "2010_000005"]}
 ADE = {"training": ["ADE_train_00000001", "ADE_train_00000002", "ADE_train_00000003"], "validation": ["ADE_val_00000001", "ADE_val_00000002"]}
 # layout, tiny architecture, patch, final-norm eps, the square800 grid side
-NETWORKS = {"dino": ("dino-full", samples.TINY, 16, 1e-6, 50), "dinov2-reg": ("dinov2-reg-backbone", samples.TINY_DINOV2_REG, 14, 1e-6, 58),
-            "dinov3": ("dinov3-official", samples.TINY_DINOV3, 16, 1e-5, 50)}
+NETWORKS = {
+    "dino": ("dino-full", samples.TINY, 16, 1e-6, 50),
+    "dinov2-reg": ("dinov2-reg-backbone", samples.TINY_DINOV2_REG, 14, 1e-6, 58),
+    "dinov3": ("dinov3-official", samples.TINY_DINOV3, 16, 1e-5, 50),
+}
 CAVEAT = "Not a measurement of a method: random weights and synthetic data made by probe"
 
 
@@ -74,8 +77,9 @@ def ran(request, data):
     checkpoint = samples.write_checkpoint(where / f"{layout}.pth", layout, arch, seed=2)
     stores = {}
     for name, folder, views in (("voc", voc / "JPEGImages", HBIRD_VIEWS), ("ade", ade / "images", HBIRD_VIEWS), ("spair", spair / "JPEGImages", ("square800",))):
-        stores[name] = extract(checkpoint, folder, settings=Settings(views=views, chunk=4, dtype="float32"), store=where / f"{name}.zarr",
-                               cache_dir=cache, quiet=True, batch_size=2).store
+        stores[name] = extract(
+            checkpoint, folder, settings=Settings(views=views, chunk=4, dtype="float32"), store=where / f"{name}.zarr", cache_dir=cache, quiet=True, batch_size=2
+        ).store
     invoke("hummingbird", stores["voc"], "--train", "voc-train", "--val", "voc-val", "--memory", "40,full", "--workers", "1", "--cache", cache, "-q")
     invoke("hummingbird", stores["ade"], "--train", "ade-train", "--val", "ade-val", "--memory", "60", "--workers", "1", "--cache", cache, "-q")
     invoke("correspond", stores["spair"], "--panel", "sp", "--instances", "0", "--workers", "1", "--cache", cache, "-q")
@@ -106,9 +110,16 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
     section = _section(report, "Hummingbird")
     cells = {row[0]: row[1:] for row in _rows(section)}
     for kind, store, train, val, memory, classes in (
-            ("voc", stores["voc"], [(f"{i}.jpg", voc_labels[i]) for i in ids["train"]], [(f"{i}.jpg", voc_labels[i]) for i in ids["val"]], (40, None), 21),
-            ("ade", stores["ade"], [(f"training/{n}.jpg", written[f"training/{n}.jpg"]) for n in ADE["training"]],
-             [(f"validation/{n}.jpg", written[f"validation/{n}.jpg"]) for n in ADE["validation"]], (60,), 151)):
+        ("voc", stores["voc"], [(f"{i}.jpg", voc_labels[i]) for i in ids["train"]], [(f"{i}.jpg", voc_labels[i]) for i in ids["val"]], (40, None), 21),
+        (
+            "ade",
+            stores["ade"],
+            [(f"training/{n}.jpg", written[f"training/{n}.jpg"]) for n in ADE["training"]],
+            [(f"validation/{n}.jpg", written[f"validation/{n}.jpg"]) for n in ADE["validation"]],
+            (60,),
+            151,
+        ),
+    ):
         saved = records.load(store, "hummingbird")
         grid = 512 // patch
         assert saved.attrs["grid"] == grid and saved.attrs["pixels_side"] == grid * patch
@@ -131,7 +142,7 @@ def test_hummingbird_runs_from_panels_to_report_on_each_network(ran, data):
                 differ = got != predicted
                 assert differ.sum() <= 4 and (tied[differ] | (margin[differ] < 1e-5)).all(), (kind, m, name, int(differ.sum()), margin[differ])
                 keep = truth != 255
-                ours += np.bincount(truth[keep].astype(np.int64) * classes + got[keep], minlength=classes ** 2).reshape(classes, classes)
+                ours += np.bincount(truth[keep].astype(np.int64) * classes + got[keep], minlength=classes**2).reshape(classes, classes)
             assert np.array_equal(saved.confusion.values[m], ours)  # the record's confusion is its labels' against the truth
             assert np.abs(ours - confusion).sum() <= 8
             assert float(saved.miou.values[m]) == pytest.approx(_iou(ours).mean(), abs=1e-12)

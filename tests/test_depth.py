@@ -56,8 +56,11 @@ def _network(nyu, name: str, layout: str, arch, seed: int):
 
 
 def _run(nyu, checkpoint, store, capsys, *extra):
+    """``extra`` replaces SHORT's value of an option it names (the CLI refuses an option given twice)."""
     _, _, cache, _, _ = nyu
-    return probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", *SHORT, *extra], capsys)
+    named = {flag for flag in extra if str(flag).startswith("--")}
+    short = [x for flag, value in zip(SHORT[::2], SHORT[1::2], strict=True) if flag not in named for x in (flag, value)]
+    return probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", *short, *extra], capsys)
 
 
 def _plain_scores(ds, checkpoint, root, depths):
@@ -97,8 +100,7 @@ def _plain_scores(ds, checkpoint, root, depths):
     return out
 
 
-@pytest.mark.parametrize("name,layout,arch", [("dino", "dino-full", TINY), ("dinov2", "dinov2-backbone", TINY_DINOV2),
-                                              ("dinov3", "dinov3-official", TINY_DINOV3)])
+@pytest.mark.parametrize("name,layout,arch", [("dino", "dino-full", TINY), ("dinov2", "dinov2-backbone", TINY_DINOV2), ("dinov3", "dinov3-official", TINY_DINOV3)])
 def test_a_short_run_from_panels_to_a_record_and_a_report(nyu, name, layout, arch, capsys, tmp_path):
     from probe_toolkit.report import write_report
     from probe_toolkit.report.content import Table
@@ -189,20 +191,28 @@ def test_refusals_come_before_any_label_is_read(nyu, dino, capsys, tmp_path):
     base, root, cache, _, _ = nyu
     checkpoint, store = dino
     before = len(ledger.entries(cache))
-    for extra, word in ((["--warmup", "5"], "--warmup"), (["--preset", "dinov4"], "--preset"), (["--iterations", "0"], "--iterations"),
-                        (["--crop", "70,64"], "smaller than the 64x70"), (["--preset", "dinov2-lin4"], "has 2 blocks"),
-                        (["--batch-size", "1"], "--batch-size"), (["--crop", "8,8"], "--crop")):
+    for extra, word in (
+        (["--warmup", "5"], "--warmup"),
+        (["--preset", "dinov4"], "--preset"),
+        (["--iterations", "0"], "--iterations"),
+        (["--crop", "70,64"], "smaller than the 64x70"),
+        (["--preset", "dinov2-lin4"], "has 2 blocks"),
+        (["--batch-size", "1"], "--batch-size"),
+        (["--crop", "8,8"], "--crop"),
+    ):
         code, printed = _run(nyu, checkpoint, store, capsys, *extra)
         assert code == 2 and word in printed.err and len(printed.err.strip().splitlines()) == 1, (extra, printed.err)
-    code, printed = probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", tmp_path / "none.zarr",
-                                "-q", *SHORT], capsys)
+    code, printed = probe_main(
+        ["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", tmp_path / "none.zarr", "-q", *SHORT], capsys
+    )
     assert code == 2 and "none.zarr" in printed.err and "not the NYU folder" in printed.err
     _add(cache, "nyu-sealed", "--nyu", root, "--split", "test", "--role", "test")
     code, printed = probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-sealed", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
     assert code == 2 and "sealed" in printed.err
-    selfpatch = write_checkpoint(base / "selfpatch.pth", "selfpatch-full", TINY, seed=1)
-    code, printed = probe_main(["depth", selfpatch, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q",
-                                "--preset", "dinov2-lin1", *SHORT], capsys)
+    selfpatch, its_store = _network(nyu, "selfpatch", "selfpatch-full", TINY, seed=1)
+    code, printed = probe_main(
+        ["depth", selfpatch, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", its_store, "-q", "--preset", "dinov2-lin1", *SHORT], capsys
+    )
     assert code == 2 and "no class token" in printed.err
     import probe_toolkit as probe
     from probe_toolkit.infra.errors import ProbeError
@@ -258,8 +268,7 @@ def test_a_loss_that_is_not_finite_stops_the_run_and_saves_nothing(nyu, dino, tm
     _add(cache, "blank-train", "--nyu", root, "--role", "train")
     _add(cache, "blank-test", "--nyu", root, "--role", "val")
     before = len(records.runs(store, "linear-depth"))
-    code, printed = probe_main(["depth", checkpoint, "--train", "blank-train", "--val", "blank-test", "--cache", cache, "--store", store, "-q", *SHORT],
-                               capsys)
+    code, printed = probe_main(["depth", checkpoint, "--train", "blank-train", "--val", "blank-test", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
     assert code == 1 and "iteration 0: the loss is nan" in printed.err and "nothing was saved" in printed.err
     assert len(records.runs(store, "linear-depth")) == before
     assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["linear-depth: train"]

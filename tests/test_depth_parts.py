@@ -28,16 +28,25 @@ def _metrics64(truth: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     h, w = truth.shape
     gt = np.where((truth >= 10) | (truth <= 1e-3), 0.0, truth.astype(np.float64))
     box = np.zeros((h, w), bool)
-    box[int(45 / 480 * h):int(471 / 480 * h), int(41 / 640 * w):int(601 / 640 * w)] = True  # the Eigen crop, scaled
+    box[int(45 / 480 * h) : int(471 / 480 * h), int(41 / 640 * w) : int(601 / 640 * w)] = True  # the Eigen crop, scaled
     valid = box & (gt > 0)
     g, p = gt[valid], np.clip(pred.astype(np.float64), 1e-3, 10)[valid]
     if not g.size:
         return {"silog": 0.0}
     ratio = np.maximum(g / p, p / g)
     e = np.log(g) - np.log(p)
-    return {"a1": np.mean(ratio < 1.25), "a2": np.mean(ratio < 1.25 ** 2), "a3": np.mean(ratio < 1.25 ** 3), "abs_rel": np.mean(np.abs(g - p) / g),
-            "sq_rel": np.mean((g - p) ** 2 / g), "rmse": np.sqrt(np.mean((g - p) ** 2)), "rmse_log": np.sqrt(np.mean(e ** 2)),
-            "log_10": np.mean(np.abs(np.log10(g) - np.log10(p))), "silog": 100 * np.sqrt(np.mean(e ** 2) - np.mean(e) ** 2), "mae": np.mean(np.abs(g - p))}
+    return {
+        "a1": np.mean(ratio < 1.25),
+        "a2": np.mean(ratio < 1.25**2),
+        "a3": np.mean(ratio < 1.25**3),
+        "abs_rel": np.mean(np.abs(g - p) / g),
+        "sq_rel": np.mean((g - p) ** 2 / g),
+        "rmse": np.sqrt(np.mean((g - p) ** 2)),
+        "rmse_log": np.sqrt(np.mean(e**2)),
+        "log_10": np.mean(np.abs(np.log10(g) - np.log10(p))),
+        "silog": 100 * np.sqrt(np.mean(e**2) - np.mean(e) ** 2),
+        "mae": np.mean(np.abs(g - p)),
+    }
 
 
 @pytest.mark.parametrize("shape", [(480, 640), (48, 64), (37, 50)])
@@ -226,18 +235,18 @@ def test_one_training_step_is_the_references_under_ddp(preset, monkeypatch):
     t = truth.double()
     losses = []
     for r in range(2):
-        v = t[2 * r:2 * r + 2] != 0
-        g = torch.log(depth[2 * r:2 * r + 2][v] + 1e-3) - torch.log(t[2 * r:2 * r + 2][v] + 1e-3)
+        v = t[2 * r : 2 * r + 2] != 0
+        g = torch.log(depth[2 * r : 2 * r + 2][v] + 1e-3) - torch.log(t[2 * r : 2 * r + 2][v] + 1e-3)
         losses.append(torch.sqrt(g.var() + 0.15 * g.mean() ** 2))
     grads = [sum(gs) / 2 for gs in zip(*(torch.autograd.grad(part, params, retain_graph=True) for part in losses))]
-    norm = torch.sqrt(sum((gr ** 2).sum() for gr in grads))
+    norm = torch.sqrt(sum((gr**2).sum() for gr in grads))
     if norm > 0.01:  # clip_grad_norm_
         grads = [gr * (0.01 / (norm + 1e-6)) for gr in grads]
     b2 = p.betas[1]
     names = (["bn.weight", "bn.bias"] if p.batchnorm else []) + ["conv.weight", "conv.bias"]
     after = head.state_dict()
     for name, q, gr in zip(names, params, grads):
-        m, v2 = (1 - beta1) * gr, (1 - b2) * gr ** 2
+        m, v2 = (1 - beta1) * gr, (1 - b2) * gr**2
         step = q.detach() * (1 - lr * p.weight_decay) - lr * (m / (1 - beta1)) / (torch.sqrt(v2 / (1 - b2)) + 1e-8)
         assert torch.allclose(after[name].double(), step, rtol=1e-5, atol=1e-9), name
     assert math.isclose(loss, float(sum(losses).detach() / 2), rel_tol=1e-5)

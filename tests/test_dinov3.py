@@ -46,7 +46,7 @@ def rotate(x, rows, cols, base=100.0):
     z = 2 * (torch.arange(cols, dtype=torch.float64) + 0.5) / cols - 1
     yy, zz = torch.meshgrid(y, z, indexing="ij")
     theta = torch.cat([2 * math.pi * yy.reshape(-1, 1) / periods, 2 * math.pi * zz.reshape(-1, 1) / periods], dim=1)  # (N, d/2)
-    a, b = x[..., : d // 2], x[..., d // 2:]
+    a, b = x[..., : d // 2], x[..., d // 2 :]
     c, s = torch.cos(theta), torch.sin(theta)
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
 
@@ -88,8 +88,15 @@ def reference_forward(sd: dict, heads: int, images: torch.Tensor):
             h = h @ w("mlp.fc2.weight").T + w("mlp.fc2.bias")
         z = z + w("ls2.gamma") * h
     flat = lambda t: t.transpose(1, 2).reshape(bsz, -1, d)  # noqa: E731
-    return {"prenorm": z, "normed": layer_norm(z, sd["norm.weight"], sd["norm.bias"]), "q": flat(q), "k": flat(k),
-            "q_rope": flat(qr), "k_rope": flat(kr), "attention": attention}
+    return {
+        "prenorm": z,
+        "normed": layer_norm(z, sd["norm.weight"], sd["norm.bias"]),
+        "q": flat(q),
+        "k": flat(k),
+        "q_rope": flat(qr),
+        "k_rope": flat(kr),
+        "attention": attention,
+    }
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -104,7 +111,7 @@ AGREEMENT: dict[str, float] = {}
 def test_readout_equals_the_equations(tmp_path, arch, size):
     path = _write(tmp_path, "dinov3-official", arch)
     raw = make_checkpoint("dinov3-official", arch, seed=1)
-    k_third = raw["blocks.1.attn.qkv.bias"][arch.width: 2 * arch.width]
+    k_third = raw["blocks.1.attn.qkv.bias"][arch.width : 2 * arch.width]
     assert k_third.abs().min() > 0  # the file's key bias is not zero: only the mask removes it
     model = Backbone.from_checkpoint(load_checkpoint(path))
     images = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(sum(size)))
@@ -119,9 +126,12 @@ def test_readout_equals_the_equations(tmp_path, arch, size):
         "cls": rel(out.cls_token, ref["prenorm"][:, 0]),
         "storage": rel(out.registers, ref["prenorm"][:, 1:5]),
         "normed": rel(seq.normed, ref["normed"]),
-        "q": rel(seq.queries, ref["q"]), "k": rel(seq.keys, ref["k"]),
-        "q_rope": rel(seq.queries_rope, ref["q_rope"]), "k_rope": rel(seq.keys_rope, ref["k_rope"]),
-        "keys": rel(out.keys, ref["k"][:, 5:]), "cls_key": rel(out.cls_key, ref["k"][:, 0]),
+        "q": rel(seq.queries, ref["q"]),
+        "k": rel(seq.keys, ref["k"]),
+        "q_rope": rel(seq.queries_rope, ref["q_rope"]),
+        "k_rope": rel(seq.keys_rope, ref["k_rope"]),
+        "keys": rel(out.keys, ref["k"][:, 5:]),
+        "cls_key": rel(out.cls_key, ref["k"][:, 0]),
         "attention": rel(out.attention, ref["attention"]),
     }
     AGREEMENT[f"{arch.ffn} {size}"] = max(errors.values())
@@ -242,8 +252,7 @@ def test_released_sizes_load_as_every_layout(name):
     millions = sum(v.numel() for k, v in backbone.items() if k != "rope.periods") / 1e6
     # the sizes the DINOv3 README and model card give (S/16 21 M, S+/16 29 M, B/16 86 M, L/16 300 M,
     # H+/16 840 M, 7B/16 6,716 M); L+/16 is not listed there
-    expected = {"vit-s16-dinov3": 21, "vit-s16plus-dinov3": 29, "vit-b16-dinov3": 86, "vit-l16-dinov3": 300,
-                "vit-h16plus-dinov3": 840, "vit-7b16-dinov3": 6716}.get(name)
+    expected = {"vit-s16-dinov3": 21, "vit-s16plus-dinov3": 29, "vit-b16-dinov3": 86, "vit-l16-dinov3": 300, "vit-h16plus-dinov3": 840, "vit-7b16-dinov3": 6716}.get(name)
     if expected:
         assert abs(millions - expected) / expected < 0.03, millions
 

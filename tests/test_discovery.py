@@ -274,10 +274,13 @@ def write_voc(root, scenes: dict[str, tuple[int, int, list]]) -> None:
 
 def test_voc_panel_reads_boxes_as_lost_does_and_no_hard_drops_hard_images(tmp_path):
     root = tmp_path / "VOC2007"
-    write_voc(root, {
-        "000001": (64, 48, [("dog", (1, 1, 32, 24), 0, 0), ("cat", (10, 5, 64, 48), 1, 0)]),
-        "000002": (48, 64, [("car", (5, 6, 20, 30), 0, 1)]),  # only a difficult object
-    })
+    write_voc(
+        root,
+        {
+            "000001": (64, 48, [("dog", (1, 1, 32, 24), 0, 0), ("cat", (10, 5, 64, 48), 1, 0)]),
+            "000002": (48, 64, [("car", (5, 6, 20, 30), 0, 1)]),  # only a difficult object
+        },
+    )
     cache_dir = tmp_path / "cache"
     for name, extra in (("voc07", []), ("voc07easy", ["--no-hard"])):
         result = runner.invoke(app, ["panel", "add", name, "--voc", str(root), "--split", "trainval", "--role", "val", "--cache", str(cache_dir), *extra])
@@ -332,8 +335,9 @@ def test_coco20k_panel_keeps_the_listed_images_and_drops_crowds(tmp_path):
         coco["annotations"].append({"id": 20 + n, "image_id": i, "category_id": 1, "bbox": [0, 0, 9, 9], "area": 81, "iscrowd": 1})
     path = tmp_path / "instances_train2014.json"
     path.write_text(json.dumps(coco))
-    result = runner.invoke(app, ["panel", "add", "c20k", "--coco20k", "--annotations", str(path), "--images", str(images), "--role", "val", "--cache",
-                                 str(tmp_path / "c")])
+    result = runner.invoke(
+        app, ["panel", "add", "c20k", "--coco20k", "--annotations", str(path), "--images", str(images), "--role", "val", "--cache", str(tmp_path / "c")]
+    )
     assert result.exit_code == 0, result.output
     labels = panels.read_labels("c20k", purpose="test", cache=tmp_path / "c")
     assert sorted(labels.coco.getImgIds()) == sorted(listed)
@@ -343,8 +347,12 @@ def test_coco20k_panel_keeps_the_listed_images_and_drops_crowds(tmp_path):
 
 def saliency_setup(tmp_path, masks_of):
     """Four scenes whose keys plant one object; photos and masks (the exact object, by default)."""
-    scenes = [Scene("a.png", 64, 96, [(3, 9, 4, 12)]), Scene("b.png", 80, 80, [(2, 7, 2, 7)]),
-              Scene("c.png", 96, 48, [(5, 12, 6, 10)]), Scene("d.png", 48, 96, [(6, 11, 3, 13)])]
+    scenes = [
+        Scene("a.png", 64, 96, [(3, 9, 4, 12)]),
+        Scene("b.png", 80, 80, [(2, 7, 2, 7)]),
+        Scene("c.png", 96, 48, [(5, 12, 6, 10)]),
+        Scene("d.png", 48, 96, [(6, 11, 3, 13)]),
+    ]
     keys = np.stack([planted_keys(GRID, s.objects, channels=24, noise=0.01, seed=i) for i, s in enumerate(scenes)])
     store = make_store(tmp_path / "store.zarr", scenes, keys)
     (tmp_path / "img").mkdir()
@@ -374,8 +382,7 @@ def test_saliency_panel_scores_the_decoded_masks(tmp_path):
     store, root, truth = saliency_setup(tmp_path, shifted)
     masks = sorted((tmp_path / "gt").iterdir())
     with guard.forbid_label_reads(masks) as opened:
-        result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--cache", str(root), "-q",
-                                     "--json", str(tmp_path / "s.json")])
+        result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--cache", str(root), "-q", "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
     assert len(opened) == 4 and len(ledger.entries(root)) == 1
     summary = json.loads((tmp_path / "s.json").read_text())["scores"]
@@ -389,8 +396,9 @@ def test_saliency_panel_scores_the_decoded_masks(tmp_path):
     saved = records.load(store, "saliency_ecssd")
     assert float(saved["iou"]) == pytest.approx(iou) and saved.attrs["ledger_entry"] == ledger.entries(root)[0].id
     # scoring the written masks again gives the same numbers, through a second ledger entry
-    again = runner.invoke(app, ["score", str(records.results_path(store, "decoder-masks.json")), "--panel", "ecssd", "--cache", str(root),
-                                "--json", str(tmp_path / "sc.json")])
+    again = runner.invoke(
+        app, ["score", str(records.results_path(store, "decoder-masks.json")), "--panel", "ecssd", "--cache", str(root), "--json", str(tmp_path / "sc.json")]
+    )
     assert again.exit_code == 0, again.output
     assert json.loads((tmp_path / "sc.json").read_text())["scores"]["max_f"] == pytest.approx(f) and len(ledger.entries(root)) == 2
 
@@ -398,6 +406,7 @@ def test_saliency_panel_scores_the_decoded_masks(tmp_path):
 def test_grey_mask_pixels_are_foreground_as_tokencut_scores_them(tmp_path):
     """DUTS-TE's masks have anti-aliased grey edges; TokenCut's metric.py counts every grey above 0
     as object (the 8-bit mask compared to 0.5). Scored so, and the grey pixels counted."""
+
     def feathered(scene, m):
         m = m.copy()
         edge = np.zeros_like(m, dtype=bool)
@@ -406,8 +415,7 @@ def test_grey_mask_pixels_are_foreground_as_tokencut_scores_them(tmp_path):
         return m
 
     store, root, truth = saliency_setup(tmp_path, feathered)
-    result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--cache", str(root), "-q",
-                                 "--json", str(tmp_path / "s.json")])
+    result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--cache", str(root), "-q", "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "s.json").read_text())["scores"]
     names = ("a.png", "b.png", "c.png", "d.png")
@@ -446,9 +454,12 @@ def voc_store(tmp_path, second_box):
 def test_lost_on_a_voc_panel_gives_corloc_by_lost_iou(tmp_path):
     """``probe decode --preset lost --panel voc`` against CorLoc counted here by hand."""
     store, root = voc_store(tmp_path, (60, 60, 80, 80))  # image 2's box lies far off its object
-    result = runner.invoke(app, ["decode", str(store), "--preset", "lost", "--panel", "voc07", "--cache", str(root), "-q",
-                                 "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")])
+    result = runner.invoke(
+        app,
+        ["decode", str(store), "--preset", "lost", "--panel", "voc07", "--cache", str(root), "-q", "--out", str(tmp_path / "m.json"), "--json", str(tmp_path / "s.json")],
+    )
     assert result.exit_code == 0, result.output
+
     def refuse(constant):
         raise AssertionError(f"{constant} in the JSON")
 
@@ -536,8 +547,9 @@ def test_bilateral_solver_solves_tokencuts_system():
 
 def test_refine_bilateral_scores_the_soft_output_on_a_saliency_panel(tmp_path, capsys):
     store, root, truth = saliency_setup(tmp_path, lambda scene, m: m)
-    result = runner.invoke(app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--refine", "bilateral", "--cache", str(root),
-                                 "-q", "--json", str(tmp_path / "s.json")])
+    result = runner.invoke(
+        app, ["decode", str(store), "--preset", "tokencut", "--panel", "ecssd", "--refine", "bilateral", "--cache", str(root), "-q", "--json", str(tmp_path / "s.json")]
+    )
     assert result.exit_code == 0, result.output
     saved = records.load(store, "saliency_ecssd")
     assert saved.attrs["refine"] == "bilateral"
@@ -564,8 +576,10 @@ def test_sweep_on_a_voc_panel_covers_lost_and_dsm_and_refuses_an_undefined_metri
     grid.write_text('preset = ["tokencut", "lost", "dsm"]\ncenter = [false]\ntau = [0.2, 0.5]\n')
     code, err = run_main(["decode-sweep", str(store), "--panel", "voc07", "--grid", str(grid), "--cache", str(root), "-q"], capsys)
     assert code == 2 and "--metric segm_AP" in err and "corloc" in err and not (root / "decoder-settings.json").exists()
-    code, _ = run_main(["decode-sweep", str(store), "--panel", "voc07", "--grid", str(grid), "--metric", "corloc", "--cache", str(root), "-q",
-                        "--json", str(tmp_path / "t.json")], capsys)
+    code, _ = run_main(
+        ["decode-sweep", str(store), "--panel", "voc07", "--grid", str(grid), "--metric", "corloc", "--cache", str(root), "-q", "--json", str(tmp_path / "t.json")],
+        capsys,
+    )
     table = json.loads((tmp_path / "t.json").read_text())["table"]
     assert code == 0 and [r["rule"] for r in table] == ["tokencut", "tokencut", "lost", "dsm"]
     assert next(r for r in table if r["rule"] == "lost")["corloc"] == 1.0  # both planted boxes found

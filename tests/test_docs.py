@@ -96,12 +96,20 @@ def test_every_command_is_two_clicks_from_the_readme():
         assert (ROOT / "docs" / "commands" / target).is_file(), target
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
-                    reason="mkdocs and mkdocstrings are not installed (pip install -e '.[docs]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
+    reason="mkdocs and mkdocstrings are not installed (pip install -e '.[docs]')",
+)
 def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "WARNING -" not in done.stderr
     for protocol in protocols():
@@ -196,8 +204,7 @@ def test_every_relative_link_and_anchor_lands():
 
 def test_the_link_checker_sees_a_broken_link_and_anchor():
     assert _slug("The contract: registry → runner → records → report") == "the-contract-registry-runner-records-report"
-    assert _slug("Decoding at scale: every core, a cluster, a GPU; sets too large to cache") == \
-        "decoding-at-scale-every-core-a-cluster-a-gpu-sets-too-large-to-cache"
+    assert _slug("Decoding at scale: every core, a cluster, a GPU; sets too large to cache") == "decoding-at-scale-every-core-a-cluster-a-gpu-sets-too-large-to-cache"
     assert _anchors("# A\n\n## B `c`\n\n```\n# not\n```\n## Exit status {#exit}\n") == {"a", "b-c", "exit"}
 
 

@@ -14,8 +14,19 @@ sys.path.insert(0, str(ROOT / "docs"))
 import gen_pages  # noqa: E402
 
 # flags of other programs a page quotes: pip / uv (installing), mkdocs, torchrun, LOST's and DSM's own scripts
-OTHER_PROGRAMS = {"--index-url", "--extra", "--upgrade", "--upgrade-package", "--python-version", "--python-platform", "--strict",
-                  "--nproc", "--no", "--eigenseg", "--help"}
+OTHER_PROGRAMS = {
+    "--index-url",
+    "--extra",
+    "--upgrade",
+    "--upgrade-package",
+    "--python-version",
+    "--python-platform",
+    "--strict",
+    "--nproc",
+    "--no",
+    "--eigenseg",
+    "--help",
+}
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
@@ -50,7 +61,7 @@ def test_a_flag_after_probe_command_is_that_commands(parsed, pages):
                 command = next((c for c in (" ".join(words[:2]), words[0]) if c in parsed), None)
                 if command is None:
                     continue
-                said = re.split(r"`|\||;|&&|#|\)|,(?= )", line[m.end():])[0]  # up to the end of the command as written
+                said = re.split(r"`|\||;|&&|#|\)|,(?= )", line[m.end() :])[0]  # up to the end of the command as written
                 wrong += [(name, command, flag) for flag in FLAG.findall(said) if flag not in gen_pages.parser_flags(parsed[command]) | {"--help"}]
     assert not wrong
 

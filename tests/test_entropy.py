@@ -316,6 +316,5 @@ def test_followed_row_names_class_and_register_keys():
 
     from probe_toolkit.results.summaries import _weights
 
-    ds = xr.Dataset({"detail_key": (("image", "head", "rank"), np.array([[[-1, -2, 5]]])),
-                     "detail_weight": (("image", "head", "rank"), np.array([[[0.5, 0.3, 0.2]]]))})
+    ds = xr.Dataset({"detail_key": (("image", "head", "rank"), np.array([[[-1, -2, 5]]])), "detail_weight": (("image", "head", "rank"), np.array([[[0.5, 0.3, 0.2]]]))})
     assert _weights(ds, "detail_", (0, 0)) == "cls:0.500  reg:0.300  5:0.200"

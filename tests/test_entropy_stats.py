@@ -32,8 +32,7 @@ def stores(tmp_path_factory):
         Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(root / "img" / name)
     ckpt = write_checkpoint(root / "reg.pth", "dinov2-reg-backbone", TINY_DINOV2_REG, seed=2)
     maps = extract(ckpt, root / "img", settings=Settings(views=(224,), attention="all", dtype="float32"), store=root / "maps.zarr", quiet=True).store
-    stats = extract(ckpt, root / "img", settings=Settings(views=(224, "native_crop"), attention="stats", dtype="float32"), store=root / "stats.zarr",
-                    quiet=True).store
+    stats = extract(ckpt, root / "img", settings=Settings(views=(224, "native_crop"), attention="stats", dtype="float32"), store=root / "stats.zarr", quiet=True).store
     return root, ckpt, maps, stats
 
 
@@ -42,9 +41,13 @@ def test_statistics_give_the_maps_summaries(stores):
     explicit = probe.run("entropy", [maps], boot=100).report.results[str(maps)]
     streamed = probe.run("entropy", [stats], boot=100).report.results[str(stats)]
     for name in (*NAMES, *(f"block_{n}" for n in NAMES), "set_patch_share", "set_block_patch_share", "summary_mean"):
-        np.testing.assert_allclose(np.asarray(streamed[name].values if hasattr(streamed[name], "values") else streamed[name]),
-                                   np.asarray(explicit[name].values if hasattr(explicit[name], "values") else explicit[name]),
-                                   rtol=2e-5, atol=2e-5, err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(streamed[name].values if hasattr(streamed[name], "values") else streamed[name]),
+            np.asarray(explicit[name].values if hasattr(explicit[name], "values") else explicit[name]),
+            rtol=2e-5,
+            atol=2e-5,
+            err_msg=name,
+        )
     assert "attention statistics" in streamed.attrs["source"] and streamed.attrs["n_keys"] == explicit.attrs["n_keys"]
 
 

@@ -133,7 +133,8 @@ def test_cli_extract_and_one_line_errors(tmp_path, tiny_checkpoints, photos):
     probe = [sys.executable, "-m", "probe_toolkit"]
     run = subprocess.run(
         [*probe, "extract", str(tiny_checkpoints["selfpatch-full"]), "--images", str(photos), "--views", "224", "--cache", str(tmp_path), "-q"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr
     assert "7/7 images extracted" in run.stdout
@@ -149,16 +150,19 @@ def test_a_store_with_results_grows_without_zarrs_warning(tmp_path, tiny_checkpo
 
     probe = [sys.executable, "-m", "probe_toolkit"]
     store = tmp_path / "s.zarr"
-    first = subprocess.run([*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "224", "--store", str(store), "-q"],
-                           capture_output=True, text=True)
+    first = subprocess.run(
+        [*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "224", "--store", str(store), "-q"], capture_output=True, text=True
+    )
     assert first.returncode == 0, first.stderr
     records.save(store, "entropy", xr.Dataset({"h": ("image", np.zeros(7))}), {})
-    grown = subprocess.run([*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "96", "--store", str(store), "-q"],
-                           capture_output=True, text=True)
+    grown = subprocess.run(
+        [*probe, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(photos), "--views", "96", "--store", str(store), "-q"], capture_output=True, text=True
+    )
     assert grown.returncode == 0 and "7/7 images extracted" in grown.stdout
     assert "Warning" not in grown.stderr and "not recognized" not in grown.stderr, grown.stderr
     assert cache.array_names(zarr.open_group(store, mode="r", use_consolidated=False)) == sorted(
-        a for a in zarr.open_group(store, mode="r", use_consolidated=False).array_keys())
+        a for a in zarr.open_group(store, mode="r", use_consolidated=False).array_keys()
+    )
 
 
 def test_convert_on_the_fly(tmp_path, tiny_checkpoints, photos):

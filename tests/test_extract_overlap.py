@@ -88,8 +88,9 @@ def test_any_number_of_decoding_threads_gives_the_same_store(tmp_path, tiny_chec
     stores = {}
     for n in (1, 3):
         seen.clear()
-        report = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"d{n}.zarr", on_error="skip",
-                         batch_size=2, decoders=n, quiet=True)
+        report = extract(
+            tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"d{n}.zarr", on_error="skip", batch_size=2, decoders=n, quiet=True
+        )
         assert seen == {"probe-decode"}  # every image decoded on the pool, none on the loop
         stores[n] = (report, _arrays(report.store))
     (one, a), (three, b) = stores[1], stores[3]
@@ -131,8 +132,9 @@ def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(
     extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=grown, batch_size=2, decoders=3, quiet=True)
     assert written and not shared  # runs were written, and none began on a chunk another run was writing
     monkeypatch.setattr(StoreWriter, "write_views", real)
-    one = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=tmp_path / "one.zarr",
-                  batch_size=2, decoders=1, quiet=True)
+    one = extract(
+        tiny_checkpoints["dino-backbone"], image_dir, settings=Settings(views=(224, 480), chunk=2), store=tmp_path / "one.zarr", batch_size=2, decoders=1, quiet=True
+    )
     a, b = _arrays(grown), _arrays(one.store)
     for name in a:
         assert np.array_equal(a[name], b[name], equal_nan=a[name].dtype.kind == "f"), name
@@ -257,8 +259,17 @@ def test_images_decoded_in_processes_give_the_same_store(tmp_path, tiny_checkpoi
     settings = Settings(views=(224, 480, "native"), chunk=2)  # five runs: shared buffers are reused
     reports = {}
     for tag, processes, n in (("threads", False, 1), ("processes", True, 2)):
-        reports[tag] = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"{tag}.zarr", on_error="skip",
-                               batch_size=2, decoders=n, processes=processes, quiet=True)
+        reports[tag] = extract(
+            tiny_checkpoints["dino-backbone"],
+            folder,
+            settings=settings,
+            store=tmp_path / f"{tag}.zarr",
+            on_error="skip",
+            batch_size=2,
+            decoders=n,
+            processes=processes,
+            quiet=True,
+        )
     one = reports["threads"]
     a = _arrays(one.store)
     assert len(one.skipped) == 2 and a["failed_native"].sum() == 2
@@ -277,11 +288,18 @@ def test_a_bad_image_decoded_in_a_process_fails_the_run_and_leaves_nothing(tmp_p
         (folder / f"{i}-ok.jpg").write_bytes((photos / "coffee.jpg").read_bytes())
     (folder / "0-broken.jpg").write_bytes((photos / "rocket.jpg").read_bytes()[:300])
     with pytest.raises(ProbeError, match="0-broken.jpg.*--on-error skip"):
-        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr",
-                decoders=2, processes=True, quiet=True)
+        extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr", decoders=2, processes=True, quiet=True)
     assert not (tmp_path / "a.zarr").exists()
-    report = extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / "a.zarr",
-                     decoders=2, processes=True, on_error="skip", quiet=True)
+    report = extract(
+        tiny_checkpoints["dino-backbone"],
+        folder,
+        settings=Settings(views=(224,), chunk=2),
+        store=tmp_path / "a.zarr",
+        decoders=2,
+        processes=True,
+        on_error="skip",
+        quiet=True,
+    )
     assert report.done == 4 and report.failed == 1 and report.written == 4 and "0-broken.jpg" in report.skipped[0]
 
 

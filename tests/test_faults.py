@@ -57,8 +57,9 @@ def _done(path) -> int:
 
 
 def _start(checkpoint, images, store, *extra):
-    return subprocess.Popen([*PROBE, "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS, *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*PROBE, "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 HELD = 12  # images written before the held chunk (6 chunks of 2)
@@ -88,8 +89,13 @@ def _held_at(tmp_path, checkpoint, images, store) -> subprocess.Popen:
     held_id = sorted(p.name for p in images.iterdir())[HELD]
     driver = tmp_path / "held_extract.py"
     driver.write_text(f"HELD_ID = {held_id!r}\n" + HOLDING)
-    process = subprocess.Popen([sys.executable, str(driver), "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(driver), "extract", str(checkpoint), "--images", str(images), "--store", str(store), *SETTINGS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()  # blocks until the loader reaches the held image (or the run ends)
     assert line.strip() == "held", (line, process.stderr.read() if process.poll() is not None else "")
     while _done(store) < HELD:  # the chunks before it are on their way to the disk and nothing can overtake them
@@ -109,8 +115,9 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_store(tmp_path, tiny_checkpo
     partial = open_store(store)
     assert partial.sizes["image"] == killed_at
     assert not np.isnan(partial.tokens_224.values.astype(np.float32)).any()
-    rerun = subprocess.run([*PROBE, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(many_images), "--store", str(store), *SETTINGS], capture_output=True,
-                           text=True)
+    rerun = subprocess.run(
+        [*PROBE, "extract", str(tiny_checkpoints["dino-full"]), "--images", str(many_images), "--store", str(store), *SETTINGS], capture_output=True, text=True
+    )
     assert rerun.returncode == 0, rerun.stderr
     _assert_same(_arrays(store), reference)
 

@@ -31,8 +31,7 @@ from probe_toolkit.demo.samples import TINY, TINY_DINOV3, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 
 # no shrinking in the default run: a failure is reported as drawn (each example runs a command)
-FAST = settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None,
-                phases=(Phase.explicit, Phase.generate))
+FAST = settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None, phases=(Phase.explicit, Phase.generate))
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
@@ -41,10 +40,10 @@ SLOW = settings(max_examples=150, deadline=None, suppress_health_check=list(Heal
 
 
 def _json_values() -> st.SearchStrategy:
-    leaves = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**12), st.floats(allow_nan=True, allow_infinity=True),
-                       st.text(max_size=12), st.just("1"), st.just(-1))
-    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-                        max_leaves=6)
+    leaves = st.one_of(
+        st.none(), st.booleans(), st.integers(-(10**6), 10**12), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), st.just("1"), st.just(-1)
+    )
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)), max_leaves=6)
 
 
 def _retyped(data: bytes, draw) -> bytes:
@@ -132,8 +131,9 @@ def f(tmp_path_factory):
     from probe_toolkit.results import records
 
     w.record = records.find(w.store, "entropy").path / "record.json"
-    (root / "settings.json").write_text(json.dumps({"written_by": "probe", "settings": {"preset": "tokencut", "tau": 0.2, "eps": 1e-5},
-                                                    "chosen_by": {"panel": "va", "metric": "segm_AP", "value": 0.5}}))
+    (root / "settings.json").write_text(
+        json.dumps({"written_by": "probe", "settings": {"preset": "tokencut", "tau": 0.2, "eps": 1e-5}, "chosen_by": {"panel": "va", "metric": "segm_AP", "value": 0.5}})
+    )
     from probe_toolkit.demo.spair import write_spair
     from probe_toolkit.demo.video import write_davis
 
@@ -150,9 +150,11 @@ def _voc(root: Path) -> Path:
     from PIL import Image
 
     Image.new("RGB", (64, 48), (90, 100, 110)).save(year / "JPEGImages" / "x.jpg")
-    (year / "Annotations" / "x.xml").write_text("<annotation><size><width>64</width><height>48</height><depth>3</depth></size><object><name>box</name>"
-                                                "<difficult>0</difficult><truncated>0</truncated><bndbox><xmin>4</xmin><ymin>5</ymin><xmax>40</xmax>"
-                                                "<ymax>30</ymax></bndbox></object></annotation>")
+    (year / "Annotations" / "x.xml").write_text(
+        "<annotation><size><width>64</width><height>48</height><depth>3</depth></size><object><name>box</name>"
+        "<difficult>0</difficult><truncated>0</truncated><bndbox><xmin>4</xmin><ymin>5</ymin><xmax>40</xmax>"
+        "<ymax>30</ymax></bndbox></object></annotation>"
+    )
     (year / "ImageSets" / "Main" / "trainval.txt").write_text("x\n")
     return year
 
@@ -175,12 +177,16 @@ def swapped(path: Path, data: bytes, run: Callable[[], object]):
 # readers: (name, the file in the world, whether it is text, the command reading it)
 
 READERS: dict[str, tuple[Callable, bool, Callable]] = {
-    "checkpoint-pth": (lambda w: w.ckpt, False,
-                       lambda w: probe("extract", w.ckpt, "--images", w.images, "--views", "224", "--limit", "1",
-                                       "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q")),
-    "checkpoint-safetensors": (lambda w: w.safetensors, False,
-                               lambda w: probe("extract", w.safetensors, "--images", w.images, "--views", "224", "--limit", "1",
-                                               "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q")),
+    "checkpoint-pth": (
+        lambda w: w.ckpt,
+        False,
+        lambda w: probe("extract", w.ckpt, "--images", w.images, "--views", "224", "--limit", "1", "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q"),
+    ),
+    "checkpoint-safetensors": (
+        lambda w: w.safetensors,
+        False,
+        lambda w: probe("extract", w.safetensors, "--images", w.images, "--views", "224", "--limit", "1", "--store", w.root / "x" / f"{next(w.count)}.zarr", "-q"),
+    ),
     "zarr-group-metadata": (lambda w: w.store / "zarr.json", True, lambda w: probe("info", w.store)),
     "zarr-array-metadata": (lambda w: w.store / "tokens_224" / "zarr.json", True, lambda w: probe("neighbours", w.store, "--boot", "100", "-q")),
     "zarr-chunk": (lambda w: _chunk(w.store / "tokens_224"), False, lambda w: probe("neighbours", w.store, "--boot", "100", "-q")),
@@ -188,18 +194,32 @@ READERS: dict[str, tuple[Callable, bool, Callable]] = {
     "record-json": (lambda w: w.record, True, lambda w: probe("results", w.store)),
     "ledger": (lambda w: w.cache / "ledger.jsonl", True, lambda w: probe("ledger", "verify", "--cache", w.cache)),
     "panels-toml": (lambda w: w.cache / "panels.toml", True, lambda w: probe("panel", "list", "--cache", w.cache)),
-    "coco-panel": (lambda w: w.root / "val.json", True,
-                   lambda w: probe("panel", "add", "fz", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--replace",
-                                   "--cache", w.cache)),
-    "voc-annotation": (lambda w: w.voc / "Annotations" / "x.xml", True,
-                       lambda w: probe("panel", "add", "fv", "--voc", w.voc, "--role", "val", "--replace", "--cache", w.cache)),
-    "spair-pair": (lambda w: sorted((w.spair / "PairAnnotation" / "test").glob("*.json"))[0], True,
-                   lambda w: probe("panel", "add", "fs", "--spair", w.spair, "--role", "val", "--replace", "--cache", w.cache)),
-    "spair-keypoints": (lambda w: sorted((w.spair / "ImageAnnotation" / "cat").glob("*.json"))[0], True,
-                        lambda w: probe("panel", "add", "fs", "--spair", w.spair, "--role", "val", "--replace", "--cache", w.cache)),
+    "coco-panel": (
+        lambda w: w.root / "val.json",
+        True,
+        lambda w: probe("panel", "add", "fz", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--replace", "--cache", w.cache),
+    ),
+    "voc-annotation": (
+        lambda w: w.voc / "Annotations" / "x.xml",
+        True,
+        lambda w: probe("panel", "add", "fv", "--voc", w.voc, "--role", "val", "--replace", "--cache", w.cache),
+    ),
+    "spair-pair": (
+        lambda w: sorted((w.spair / "PairAnnotation" / "test").glob("*.json"))[0],
+        True,
+        lambda w: probe("panel", "add", "fs", "--spair", w.spair, "--role", "val", "--replace", "--cache", w.cache),
+    ),
+    "spair-keypoints": (
+        lambda w: sorted((w.spair / "ImageAnnotation" / "cat").glob("*.json"))[0],
+        True,
+        lambda w: probe("panel", "add", "fs", "--spair", w.spair, "--role", "val", "--replace", "--cache", w.cache),
+    ),
     "summary-json": (lambda w: w.root / "summary.json", True, lambda w: probe("entropy", w.store, "--boot", "100", "--json", w.root / "summary.json", "-q")),
-    "decoder-settings": (lambda w: w.root / "settings.json", True, lambda w: probe("decode", w.store, "--settings", w.root / "settings.json",
-                                                                                    "--out", w.root / "o" / f"{next(w.count)}.json", "-q")),
+    "decoder-settings": (
+        lambda w: w.root / "settings.json",
+        True,
+        lambda w: probe("decode", w.store, "--settings", w.root / "settings.json", "--out", w.root / "o" / f"{next(w.count)}.json", "-q"),
+    ),
     "masks-json": (lambda w: w.root / "masks.json", True, lambda w: probe("score", w.root / "masks.json", "--panel", "va", "--cache", w.cache)),
 }
 
@@ -241,7 +261,7 @@ def test_a_damaged_file_is_one_line_never_a_traceback_many_examples(f, name):
 
 def test_a_renamed_pth_and_random_bytes_as_safetensors(f):
     fake = f.root / "renamed.safetensors"
-    for data in (f.ckpt.read_bytes(), bytes(range(256)) * 8, b"", b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}"):
+    for data in (f.ckpt.read_bytes(), bytes(range(256)) * 8, b"", b'\x08\x00\x00\x00\x00\x00\x00\x00{"a": 1}'):
         fake.write_bytes(data)
         result = probe("extract", fake, "--images", f.images, "--views", "224", "--store", f.root / "x" / f"{next(f.count)}.zarr", "-q")
         held(result)

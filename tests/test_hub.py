@@ -57,8 +57,11 @@ def _same_backbone(a, b) -> None:
 def test_a_timm_hub_name_reads_the_cached_snapshot(tmp_path, offline_cache):
     file = write_checkpoint(tmp_path / "w.safetensors", "dinov3-hf", TINY_DINOV3, seed=3)
     data = file.read_bytes()
-    hub_cache(offline_cache, "timm/vit_tiny_patch16_dinov3.test", {"model.safetensors": data, "README.md": DINOV3_CARD.encode(),
-                                                                    "config.json": b'{"architecture": "vit_small_patch16_dinov3"}'})
+    hub_cache(
+        offline_cache,
+        "timm/vit_tiny_patch16_dinov3.test",
+        {"model.safetensors": data, "README.md": DINOV3_CARD.encode(), "config.json": b'{"architecture": "vit_small_patch16_dinov3"}'},
+    )
     direct = load_checkpoint(file)
     for name in ("hf-hub:timm/vit_tiny_patch16_dinov3.test", "timm/vit_tiny_patch16_dinov3.test"):
         named = load_checkpoint(name)
@@ -66,9 +69,14 @@ def test_a_timm_hub_name_reads_the_cached_snapshot(tmp_path, offline_cache):
         assert named.sha256 == direct.sha256 == hashlib.sha256(data).hexdigest()
         assert named.stem == "vit_tiny_patch16_dinov3.test"
         assert named.path.parent.name == COMMIT
-        assert named.describe()["source"] == {"repository": "timm/vit_tiny_patch16_dinov3.test", "revision": COMMIT, "file": "model.safetensors",
-                                              "config": "vit_small_patch16_dinov3", "licence": "dinov3-license",
-                                              "licence_link": "https://ai.meta.com/resources/models-and-libraries/dinov3-license"}
+        assert named.describe()["source"] == {
+            "repository": "timm/vit_tiny_patch16_dinov3.test",
+            "revision": COMMIT,
+            "file": "model.safetensors",
+            "config": "vit_small_patch16_dinov3",
+            "licence": "dinov3-license",
+            "licence_link": "https://ai.meta.com/resources/models-and-libraries/dinov3-license",
+        }
     assert "source" not in direct.describe() and direct.stem == "w"
 
 
@@ -129,8 +137,26 @@ def test_probe_extract_takes_a_hub_name_offline_and_the_manifest_says_where_it_c
     for name in ("astronaut.jpg", "coffee.jpg"):
         (images / name).write_bytes((photos / name).read_bytes())
     env = {**os.environ, "HF_HUB_CACHE": str(root), "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sys.executable, "-m", "probe_toolkit", "extract", "hf-hub:timm/vit_tiny_patch16_dinov3.test", "--images", str(images),
-                          "--views", "224", "--cache", str(tmp_path / "cache"), "-q"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "probe_toolkit",
+            "extract",
+            "hf-hub:timm/vit_tiny_patch16_dinov3.test",
+            "--images",
+            str(images),
+            "--views",
+            "224",
+            "--cache",
+            str(tmp_path / "cache"),
+            "-q",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     store = tmp_path / "cache" / f"vit_tiny_patch16_dinov3.test-{hashlib.sha256(data).hexdigest()[:8]}" / "teacher.zarr"
     manifest = json.loads((store / "zarr.json").read_text())["attributes"]["manifest"]

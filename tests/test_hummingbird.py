@@ -78,8 +78,7 @@ def _plain_bilinear(grid, h, w):
             sx = max((j + 0.5) * gw / w - 0.5, 0.0)
             x0 = min(int(math.floor(sx)), gw - 1)
             x1, lx = min(x0 + 1, gw - 1), sx - x0
-            out[:, i, j] = ((1 - ly) * ((1 - lx) * grid[y0, x0] + lx * grid[y0, x1])
-                            + ly * ((1 - lx) * grid[y1, x0] + lx * grid[y1, x1]))
+            out[:, i, j] = (1 - ly) * ((1 - lx) * grid[y0, x0] + lx * grid[y0, x1]) + ly * ((1 - lx) * grid[y1, x0] + lx * grid[y1, x1])
     return out
 
 
@@ -226,19 +225,22 @@ def test_patches_per_view_and_published_sizes():
         hb.build_bank(np.ones((1, 4, 2)), [np.zeros((4, 4))], hb.Evaluation(memory_size=5, input_size=4, patch_size=2, n_classes=2))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"k": 0}, "k must be a positive integer, got 0"),
-    ({"k": 2.5}, "k must be a positive integer, got 2.5"),
-    ({"temperature": 0}, "temperature must be > 0, got 0"),
-    ({"temperature": float("nan")}, "temperature must be > 0"),
-    ({"memory_size": 0}, "memory_size must be a positive integer, got 0"),
-    ({"augmentation_epochs": -1}, "augmentation_epochs must be a positive integer"),
-    ({"seed": -3}, "seed must be a non-negative integer, got -3"),
-    ({"input_size": 500}, "input_size must be a multiple of patch_size"),
-    ({"patch_size": 0}, "patch_size must be a positive integer"),
-    ({"ignore_index": 3}, "ignore_index must be an integer outside 0..20"),
-    ({"matching": "greedy"}, "matching must be one of identity, hungarian"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"k": 0}, "k must be a positive integer, got 0"),
+        ({"k": 2.5}, "k must be a positive integer, got 2.5"),
+        ({"temperature": 0}, "temperature must be > 0, got 0"),
+        ({"temperature": float("nan")}, "temperature must be > 0"),
+        ({"memory_size": 0}, "memory_size must be a positive integer, got 0"),
+        ({"augmentation_epochs": -1}, "augmentation_epochs must be a positive integer"),
+        ({"seed": -3}, "seed must be a non-negative integer, got -3"),
+        ({"input_size": 500}, "input_size must be a multiple of patch_size"),
+        ({"patch_size": 0}, "patch_size must be a positive integer"),
+        ({"ignore_index": 3}, "ignore_index must be an integer outside 0..20"),
+        ({"matching": "greedy"}, "matching must be one of identity, hungarian"),
+    ],
+)
 def test_settings_name_the_bad_parameter(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         hb.Evaluation(**kwargs)
@@ -246,8 +248,7 @@ def test_settings_name_the_bad_parameter(kwargs, message):
 
 def test_defaults_are_the_references():
     s = hb.Evaluation()
-    assert (s.k, s.temperature, s.memory_size, s.ignore_index, s.n_classes, s.input_size, s.patch_size, s.grid, s.seed) == \
-        (30, 0.02, None, 255, 21, 512, 16, 32, 123)
+    assert (s.k, s.temperature, s.memory_size, s.ignore_index, s.n_classes, s.input_size, s.patch_size, s.grid, s.seed) == (30, 0.02, None, 255, 21, 512, 16, 32, 123)
 
 
 def test_resize_nearest_is_torchs_legacy_rule():
@@ -264,9 +265,11 @@ def test_segment_end_to_end_recovers_a_separable_scene():
     truth = np.zeros((8, 8), np.int64)
     truth[:, 4:] = 1
     proto = np.eye(4, dtype=np.float32)[:2] * 5
+
     def feats(y):
         labels = y[::2, ::2].ravel()
         return proto[labels] + rng.standard_normal((16, 4)).astype(np.float32) * 0.1
+
     bank = hb.build_bank(np.stack([feats(truth), feats(truth)]), [truth, truth], s)
     pred = hb.segment(feats(truth), bank, s, (8, 8))
     assert np.array_equal(pred, truth)
@@ -315,6 +318,6 @@ def test_answers_do_not_depend_on_how_queries_are_batched():
     bank = hb.normalise(rng.standard_normal((500, 64)))
     queries = rng.standard_normal((70, 64)).astype(np.float32)
     whole = hb.nearest(queries, bank, 30, 128)
-    parts = [hb.nearest(queries[a:a + b], bank, 30, 128) for a, b in ((0, 1), (1, 16), (17, 53))]
+    parts = [hb.nearest(queries[a : a + b], bank, 30, 128) for a, b in ((0, 1), (1, 16), (17, 53))]
     assert np.array_equal(np.concatenate([p[1] for p in parts]), whole[1])
     assert np.array_equal(np.concatenate([p[0] for p in parts]), whole[0])

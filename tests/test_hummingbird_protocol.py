@@ -42,7 +42,7 @@ def _scene(seed: int, size=(96, 72)) -> tuple[np.ndarray, np.ndarray]:
         cls = int(rng.integers(1, 21))
         x0, y0 = int(rng.integers(0, w - 30)), int(rng.integers(0, h - 30))
         x1, y1 = x0 + int(rng.integers(14, 30)), y0 + int(rng.integers(14, 30))
-        label[max(y0 - 1, 0):y1 + 1, max(x0 - 1, 0):x1 + 1] = 255
+        label[max(y0 - 1, 0) : y1 + 1, max(x0 - 1, 0) : x1 + 1] = 255
         label[y0:y1, x0:x1] = cls
         pixels[y0:y1, x0:x1] = ((cls * 47) % 256, (cls * 91) % 256, (cls * 23) % 256)
     return pixels.astype(np.uint8), label
@@ -56,8 +56,7 @@ def voc(tmp_path_factory):
     year = root / "VOCdevkit" / "VOC2012"
     labels = write_voc(year, {"train": TRAIN, "val": VAL}, lambda i, n: _scene(int(i.replace("_", "")), size=(96 + 8 * n, 72 + 4 * n)))
     checkpoint = write_checkpoint(root / "dino.pth", "dino-full", TINY, seed=3)
-    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=VIEWS, chunk=4, dtype="float32"), cache_dir=root / "cache",
-                    quiet=True, batch_size=3).store
+    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=VIEWS, chunk=4, dtype="float32"), cache_dir=root / "cache", quiet=True, batch_size=3).store
     c = str(root / "cache")
     for name, split, role in (("voc-train", "train", "train"), ("voc-val", "val", "val")):
         r = runner.invoke(app, ["panel", "add", name, "--voc-segmentation", str(year), "--split", split, "--role", role, "--cache", c])
@@ -77,8 +76,12 @@ def _reference_memory_view(image: Image.Image, chosen, side: int) -> torch.Tenso
     """open-hummingbird-eval's train chain, written out with torchvision (``CombTransforms``: the
     image-only transform, then the shared one): colour jitter on the whole PIL image, ToTensor,
     Normalize, then ``F.resized_crop`` of the float tensor (bilinear, antialias) with the drawn box."""
-    for factor, adjust in ((chosen.brightness, TF.adjust_brightness), (chosen.contrast, TF.adjust_contrast),
-                           (chosen.saturation, TF.adjust_saturation), (chosen.hue, TF.adjust_hue)):
+    for factor, adjust in (
+        (chosen.brightness, TF.adjust_brightness),
+        (chosen.contrast, TF.adjust_contrast),
+        (chosen.saturation, TF.adjust_saturation),
+        (chosen.hue, TF.adjust_hue),
+    ):
         if factor is not None:
             image = adjust(image, factor)
     top, left, h, w = chosen.box
@@ -225,7 +228,7 @@ def _plain(store: Path, train: list, val: list, memory, k=30, temperature=0.02, 
             predicted = up.argmax(0).numpy()
             truth = hbird_views.label_view(label, query, sid)[:cut, :cut]
             keep = truth != 255
-            confusion += np.bincount(truth[keep].astype(np.int64) * n_classes + predicted[keep], minlength=n_classes ** 2).reshape(n_classes, n_classes)
+            confusion += np.bincount(truth[keep].astype(np.int64) * n_classes + predicted[keep], minlength=n_classes**2).reshape(n_classes, n_classes)
             two = torch.topk(up, 2, dim=0).values
             # where float32 rounding may decide (probe computes in float32, as the reference): the argmax's margin, and
             # the pixels read from a patch whose k-th and (k+1)-th cosines lie within 1e-6 (bilinear reads the 2 x 2 patches around)
@@ -251,8 +254,10 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     c = str(root / "cache")
     out = tmp_path / "hb.json"
     before = len(ledger.entries(root / "cache"))
-    r = runner.invoke(app, ["hummingbird", str(store), "--train", "voc-train", "--val", "voc-val", "--memory", "100,1000,full", "--cache", c,
-                            "--json", str(out), "-q", "--workers", "1"])
+    r = runner.invoke(
+        app,
+        ["hummingbird", str(store), "--train", "voc-train", "--val", "voc-val", "--memory", "100,1000,full", "--cache", c, "--json", str(out), "-q", "--workers", "1"],
+    )
     assert r.exit_code == 0, r.output
     assert "published, other weights: DINO ViT-S/16" in r.output and "37.2" in r.output and "77.0" in r.output
     summary = json.loads(out.read_text())
@@ -318,8 +323,7 @@ def test_the_torch_search_gives_the_numpy_searchs_labels(voc, device):
 
     root, year, store, labels, _ = voc
     first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
-    second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1,
-                 backend="torch", device=device)
+    second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1, backend="torch", device=device)
     a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
     for name in ("confusion", "prediction", "truth", "miou", "miou_hungarian", "iou", "bank_rows"):
         assert np.array_equal(a[name].values, b[name].values), name
@@ -353,11 +357,11 @@ def test_a_gpu_asked_for_and_absent_is_refused_before_any_label_read(voc, capsys
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible here")
     before = len(ledger.entries(root / "cache"))
-    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q",
-                                "--backend", "torch", "--device", "cuda"], capsys)
+    code, printed = probe_main(
+        ["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--backend", "torch", "--device", "cuda"], capsys
+    )
     assert code == 2 and "no CUDA GPU" in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
-    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q",
-                                "--device", "cuda"], capsys)
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--device", "cuda"], capsys)
     assert code == 2 and "backend torch" in printed.err, printed.err
     assert len(ledger.entries(root / "cache")) == before
 
@@ -387,13 +391,16 @@ def test_a_store_made_in_the_old_augmentation_order_is_refused_not_read_or_grown
         extract(checkpoint, year / "JPEGImages", settings=Settings(views=("hbird512_aug0",), chunk=4, dtype="float32"), store=copy, quiet=True)
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--memory", "5"], "--memory 5 is smaller than the 10 augmented train views"),
-    (["--memory", "20000"], "asks 2000 patches of each of the 10 augmented train views, which hold 1024"),
-    (["--memory", "100", "--k", "101"], "--k 101 exceeds the 100 bank rows at size 100"),
-    (["--memory", "full,full"], "each once (got full,full)"),
-    (["--augmentation-epochs", "3"], "--augmentation-epochs must be one of 1, 2 (got 3)"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--memory", "5"], "--memory 5 is smaller than the 10 augmented train views"),
+        (["--memory", "20000"], "asks 2000 patches of each of the 10 augmented train views, which hold 1024"),
+        (["--memory", "100", "--k", "101"], "--k 101 exceeds the 100 bank rows at size 100"),
+        (["--memory", "full,full"], "each once (got full,full)"),
+        (["--augmentation-epochs", "3"], "--augmentation-epochs must be one of 1, 2 (got 3)"),
+    ],
+)
 def test_refusals_come_before_any_label_read(voc, argv, words, capsys):
     root, year, store, labels, _ = voc
     before = len(ledger.entries(root / "cache"))
@@ -418,8 +425,26 @@ def test_the_same_numbers_in_shards_and_on_a_dask_cluster(voc, monkeypatch, caps
     with distributed.LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
         clustered = run("hummingbird", store, dask_address=cluster.scheduler_address, **given)
     for shard in ("2/3", "0/3"):
-        code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--memory", "100,full", "--shard", shard,
-                                    "--workers", "1", "--cache", root / "cache", "-q"], capsys)
+        code, printed = probe_main(
+            [
+                "hummingbird",
+                store,
+                "--train",
+                "voc-train",
+                "--val",
+                "voc-val",
+                "--memory",
+                "100,full",
+                "--shard",
+                shard,
+                "--workers",
+                "1",
+                "--cache",
+                root / "cache",
+                "-q",
+            ],
+            capsys,
+        )
         assert code == 0 and "waiting for shards" in printed.out and "mIoU" not in printed.out, printed
     monkeypatch.setenv("WORLD_SIZE", "3")  # torchrun's share: the middle one, which finds the others' parts and scores
     monkeypatch.setenv("RANK", "1")
@@ -454,8 +479,10 @@ def test_a_panel_of_another_kind_or_a_sealed_one_is_refused(voc, tmp_path, capsy
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "folders" / "cat" / "a.png")
     (tmp_path / "folders" / "dog").mkdir()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "folders" / "dog" / "a.png")
-    for argv in (["panel", "add", "folders", "--classes-from-folders", tmp_path / "folders", "--role", "val"],
-                 ["panel", "add", "voc-test", "--voc-segmentation", year, "--split", "val", "--role", "test"]):
+    for argv in (
+        ["panel", "add", "folders", "--classes-from-folders", tmp_path / "folders", "--role", "val"],
+        ["panel", "add", "voc-test", "--voc-segmentation", year, "--split", "val", "--role", "test"],
+    ):
         code, printed = probe_main([*argv, "--cache", c], capsys)
         assert code == 0, printed.err
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "folders", "--cache", c, "-q"], capsys)
@@ -469,8 +496,9 @@ def test_the_report_shows_the_record_its_figure_and_the_published_numbers_apart(
     from probe_toolkit.report import write_report
 
     root, year, store, labels, _ = voc
-    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--memory", "100,full", "--cache", root / "cache",
-                                "-q", "--workers", "1"], capsys)
+    code, printed = probe_main(
+        ["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--memory", "100,full", "--cache", root / "cache", "-q", "--workers", "1"], capsys
+    )
     assert code == 0, printed.err
     saved = records.load(store, "hummingbird")
     written = write_report([store], tmp_path / "report", cache_dir=root / "cache", formats="png")
@@ -493,8 +521,7 @@ def test_the_views_tokens_do_not_depend_on_the_extraction_batch(voc, tmp_path):
     """A published reproduction drifted by 2.7 mIoU with the extraction batch: here the stored
     tokens of every Hummingbird view are the same bits at batch 1 as at batch 3."""
     root, year, store, labels, checkpoint = voc
-    other = extract(checkpoint, year / "JPEGImages", settings=Settings(views=VIEWS, chunk=2, dtype="float32"), store=tmp_path / "b1.zarr",
-                    quiet=True, batch_size=1).store
+    other = extract(checkpoint, year / "JPEGImages", settings=Settings(views=VIEWS, chunk=2, dtype="float32"), store=tmp_path / "b1.zarr", quiet=True, batch_size=1).store
     a, b = cache.open_store(store), cache.open_store(other)
     for view in VIEWS:
         assert np.array_equal(a[f"tokens_{view}"].values, b[f"tokens_{view}"].values), view
@@ -540,16 +567,36 @@ def test_any_input_size_as_the_reference_resizes(voc, tmp_path, layout, size, ca
     root, year, _, labels, _ = voc
     arch, patch = (TINY, 16) if layout == "dino-full" else (TINY_DINOV2_REG, 14)
     checkpoint = write_checkpoint(tmp_path / "net.pth", layout, arch, seed=11)
-    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=views_at(size), chunk=4, dtype="float32"), store=tmp_path / "s.zarr",
-                    quiet=True, batch_size=3).store
+    store = extract(
+        checkpoint, year / "JPEGImages", settings=Settings(views=views_at(size), chunk=4, dtype="float32"), store=tmp_path / "s.zarr", quiet=True, batch_size=3
+    ).store
     before = len(ledger.entries(root / "cache"))
-    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--size", str(size + 2)],
-                               capsys)
+    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--size", str(size + 2)], capsys)
     err = " ".join(printed.err.split())
     assert code == 2 and "not a multiple of the network's" in err and len(ledger.entries(root / "cache")) == before, printed.err
     out = tmp_path / "hb.json"
-    code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-val", "--cache", root / "cache", "-q", "--size", str(size),
-                                "--memory", "100,full", "--workers", "1", "--json", out], capsys)
+    code, printed = probe_main(
+        [
+            "hummingbird",
+            store,
+            "--train",
+            "voc-train",
+            "--val",
+            "voc-val",
+            "--cache",
+            root / "cache",
+            "-q",
+            "--size",
+            str(size),
+            "--memory",
+            "100,full",
+            "--workers",
+            "1",
+            "--json",
+            out,
+        ],
+        capsys,
+    )
     assert code == 0, printed.err
     saved = records.load(store, "hummingbird")
     assert saved.attrs["grid"] == size // patch and saved.attrs["pixels_side"] == size and saved.attrs["views"]["query"] == views_at(size)[0]

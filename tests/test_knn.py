@@ -54,7 +54,7 @@ def dino_knn_classifier(train, train_labels, test, test_labels, k, T, num_classe
     one_hot = torch.zeros(len(test) * k, num_classes).scatter_(1, retrieved.reshape(-1, 1), 1)
     probs = (one_hot.view(len(test), k, num_classes) * distances.div(T).exp().view(len(test), k, 1)).sum(1)
     correct = probs.sort(1, True)[1].eq(targets.view(-1, 1))
-    return correct[:, :1].sum().item() / len(test), correct[:, :min(5, k)].sum().item() / len(test)
+    return correct[:, :1].sum().item() / len(test), correct[:, : min(5, k)].sum().item() / len(test)
 
 
 def clustered(n, centres, rng, spread=1.2):
@@ -70,8 +70,19 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     train, train_labels = clustered(230, centres, rng)
     test, test_labels = clustered(37, centres, rng)  # fewer than 100 test images: DINO's chunking would fail
     ks = (1, 3, 10, 20, 100, 200)  # k < 5: at most k classes hold votes
-    result = knn.classify(lambda a, b: train[a:b], len(train), train_labels, lambda a, b: test[a:b], len(test), test_labels, n_classes,
-                          ks=ks, temperature=0.07, test_block=8, train_block=50)
+    result = knn.classify(
+        lambda a, b: train[a:b],
+        len(train),
+        train_labels,
+        lambda a, b: test[a:b],
+        len(test),
+        test_labels,
+        n_classes,
+        ks=ks,
+        temperature=0.07,
+        test_block=8,
+        train_block=50,
+    )
     for j, k in enumerate(ks):
         preds, top5 = brute_force(train.astype(np.float64), train_labels, test.astype(np.float64), n_classes, k, 0.07)
         np.testing.assert_array_equal(result.predictions[j], preds)
@@ -145,8 +156,9 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
     root, store = class_folders
     c = str(tmp_path / "cache")
     for name, role in (("tr", "train"), ("va", "val")):
-        r = runner.invoke(app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache",
-                                c])
+        r = runner.invoke(
+            app, ["panel", "add", name, "--classes-from-folders", str(root / "data" / ("train" if role == "train" else "val")), "--role", role, "--cache", c]
+        )
         assert r.exit_code == 0, r.output
     out = tmp_path / "knn.json"
     r = runner.invoke(app, ["knn", str(store), "--train", "tr", "--val", "va", "--k", "1,3,12", "--temperature", "0.2", "--cache", c, "--json", str(out), "-q"])

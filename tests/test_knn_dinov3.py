@@ -32,8 +32,15 @@ def timm_dinov3(arch, state):
     """timm's DINOv3 network built here by name, the file's timm-named tensors loaded strictly by torch."""
     import timm
 
-    model = timm.create_model("vit_small_patch16_dinov3_qkvb", pretrained=False, embed_dim=arch.width, depth=arch.depth, num_heads=arch.heads,
-                              mlp_ratio=arch.mlp_hidden / arch.width, num_classes=0)
+    model = timm.create_model(
+        "vit_small_patch16_dinov3_qkvb",
+        pretrained=False,
+        embed_dim=arch.width,
+        depth=arch.depth,
+        num_heads=arch.heads,
+        mlp_ratio=arch.mlp_hidden / arch.width,
+        num_classes=0,
+    )
     model.load_state_dict(state, strict=True)
     return model.eval()
 

@@ -150,8 +150,7 @@ def test_every_block_a_store_holds(tmp_path):
             return registry.resolve(registry.get(name).run)(context.inputs, context.settings, context)
 
     checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", ARCHS["tiny"], seed=5)
-    store = extract(checkpoint, sample_photos(), settings=Settings(views=("224",), blocks="all", chunk=4), store=tmp_path / "all.zarr", quiet=True,
-                    batch_size=4).store
+    store = extract(checkpoint, sample_photos(), settings=Settings(views=("224",), blocks="all", chunk=4), store=tmp_path / "all.zarr", quiet=True, batch_size=4).store
     first, last = tokens(store, "tokens_b0_224"), tokens(store, "tokens_224")
     cka = run("similarity", store, estimators=("full",)).report
     assert cka.sets == ["a:0", "a:1"]
@@ -178,7 +177,7 @@ def test_position_on_synthetic_stores_reads_a_linear_code_and_not_noise(stores, 
     n, p, d = group["tokens_224"].shape
     t = targets(14, 14).astype(np.float64)
     basis = np.linalg.qr(rng.normal(size=(d, 3)))[0].T
-    code = np.concatenate([t, np.sqrt(3.0 - (t ** 2).sum(axis=1, keepdims=True))], axis=1) @ basis
+    code = np.concatenate([t, np.sqrt(3.0 - (t**2).sum(axis=1, keepdims=True))], axis=1) @ basis
     group["tokens_224"][:] = np.repeat(code[None], n, axis=0).astype(group["tokens_224"].dtype)
     zarr.open_group(str(noise), mode="r+")["tokens_224"][:] = rng.normal(size=(n, p, d)).astype(group["tokens_224"].dtype)
     linear = run("position", coded, held_out=0.34, epochs=300).report.stores[0].fit

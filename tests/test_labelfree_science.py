@@ -91,7 +91,7 @@ def test_linear_cka_streamed_equals_the_gram_formula():
     z = rng.normal(size=(300, 5))
     moments = similarity.FeatureMoments((10, 7, 5))
     for a in range(0, 300, 64):
-        moments.add([x[a:a + 64], y[a:a + 64], z[a:a + 64]])
+        moments.add([x[a : a + 64], y[a : a + 64], z[a : a + 64]])
     got = moments.cka()
     assert got[0, 1] == pytest.approx(cka_written_out(x, y), rel=1e-10)
     assert got[0, 2] == pytest.approx(cka_written_out(x, z), rel=1e-10)
@@ -168,8 +168,7 @@ def many_to_one_written_out(gt: np.ndarray, pred: np.ndarray, k: int, classes: i
 
 
 def hungarian_written_out(gt: np.ndarray, pred: np.ndarray, classes: int) -> float:
-    iou = np.array([[np.sum((gt == c1) & (pred == c2)) / max(np.sum((gt == c1) | (pred == c2)), 1e-8) for c2 in range(classes)]
-                    for c1 in range(classes)])
+    iou = np.array([[np.sum((gt == c1) & (pred == c2)) / max(np.sum((gt == c1) | (pred == c2)), 1e-8) for c2 in range(classes)] for c1 in range(classes)])
     rows, cols = linear_sum_assignment(1 - iou)
     remapped = np.zeros_like(pred)
     for r, c in zip(rows, cols):
@@ -215,7 +214,7 @@ def test_standardise_is_scikit_learns_scaler():
 
 
 def _batches(tokens: np.ndarray, size: int = 32):
-    return lambda epoch: (tokens[a:a + size] for a in range(0, len(tokens), size))
+    return lambda epoch: (tokens[a : a + size] for a in range(0, len(tokens), size))
 
 
 def test_position_probe_reads_a_linear_code_and_fails_on_noise():

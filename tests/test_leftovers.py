@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_killed_runs_memory_file_is_removed_by_its_janitor(tmp_path):
     folder = tmp_path / "results"
-    code = ("import numpy as np, os, signal, sys; from probe_toolkit.infra.shared import shared\n"
-            f"with shared(np.arange(1000.0), {str(folder)!r}, 'bank') as handle:\n"
-            "    print(handle.path, flush=True); signal.pause()\n")
+    code = (
+        "import numpy as np, os, signal, sys; from probe_toolkit.infra.shared import shared\n"
+        f"with shared(np.arange(1000.0), {str(folder)!r}, 'bank') as handle:\n"
+        "    print(handle.path, flush=True); signal.pause()\n"
+    )
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     path = Path(run.stdout.readline().strip())
     assert path.is_file() and path.parent == folder

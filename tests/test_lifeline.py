@@ -68,8 +68,9 @@ def held(at: str, args: list, log: Path, **popen) -> tuple[subprocess.Popen, int
     read end of the pipe it says ``held`` through."""
     read, write = os.pipe()
     with open(log, "wb") as output:  # a file, not a pipe: a surviving worker would hold a pipe open forever
-        run = subprocess.Popen([sys.executable, str(HELD), at, str(write), *map(str, args)], env=env(), stdout=output,
-                               stderr=subprocess.STDOUT, pass_fds=(write,), **popen)
+        run = subprocess.Popen(
+            [sys.executable, str(HELD), at, str(write), *map(str, args)], env=env(), stdout=output, stderr=subprocess.STDOUT, pass_fds=(write,), **popen
+        )
     os.close(write)
     return run, read
 
@@ -84,8 +85,7 @@ def wait_for(read: int, process: subprocess.Popen, what: str, log: Path) -> None
     if said == b"held":
         return
     process.poll()
-    pytest.fail(f"{what} {'ended (exit ' + str(process.returncode) + ')' if said == b'' else 'was never held'} before it was held:\n"
-                f"{log.read_text()[-2000:]}")
+    pytest.fail(f"{what} {'ended (exit ' + str(process.returncode) + ')' if said == b'' else 'was never held'} before it was held:\n{log.read_text()[-2000:]}")
 
 
 def none_survive(pids: set[int]) -> list[int]:
@@ -120,8 +120,7 @@ def env(**more: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, tiny_checkpoints, image_dir) -> Path:
     root = tmp_path_factory.mktemp("lifeline")
-    return extract(tiny_checkpoints["dino-full"], image_dir, settings=Settings(views=(480,), attention="none", chunk=2),
-                   cache_dir=root, quiet=True, batch_size=2).store
+    return extract(tiny_checkpoints["dino-full"], image_dir, settings=Settings(views=(480,), attention="none", chunk=2), cache_dir=root, quiet=True, batch_size=2).store
 
 
 def kill_mid_run(args: list, sig: int, tmp_path: Path) -> tuple[set[int], list[int]]:
@@ -184,16 +183,16 @@ def test_sigterm_while_a_record_is_written_leaves_no_half_written_record(store, 
     results = copy / "results"
     assert not [p for p in results.rglob("*") if ".tmp-" in p.name], sorted(results.rglob("*"))
     assert records.runs(copy, "decoder") == []
-    again = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(copy), "--cache", str(tmp_path / "cache"), "-q"], env=env(), capture_output=True,
-                           text=True)
+    again = subprocess.run(
+        [sys.executable, "-m", "probe_toolkit", "decode", str(copy), "--cache", str(tmp_path / "cache"), "-q"], env=env(), capture_output=True, text=True
+    )
     assert again.returncode == 0, again.stderr
     assert len(records.runs(copy, "decoder")) == 1
 
 
 def test_streaming_decode_workers_die_with_the_command(tiny_checkpoints, image_dir, tmp_path):
     """``probe decode CKPT --images DIR --workers 2`` (keys in memory only), SIGKILLed mid-run."""
-    args = ["decode", tiny_checkpoints["dino-full"], "--images", image_dir, "--workers", "2", "--chunk", "4", "--batch-size", "2",
-            "--cache", tmp_path / "cache", "-q"]
+    args = ["decode", tiny_checkpoints["dino-full"], "--images", image_dir, "--workers", "2", "--chunk", "4", "--batch-size", "2", "--cache", tmp_path / "cache", "-q"]
     helpers, survivors = kill_mid_run(args, signal.SIGKILL, tmp_path)
     assert len(helpers) >= 2, helpers
     assert survivors == [], f"{len(survivors)} of {len(helpers)} processes outlived the killed command"
@@ -203,8 +202,25 @@ def test_extraction_processes_die_with_the_command(tiny_checkpoints, image_dir, 
     """``probe extract`` decoding in processes, as beside a GPU (a forkserver and its decoding
     processes), SIGKILLed after its first forward pass: none of them survives."""
     log = tmp_path / "log.txt"
-    args = ["extract", tiny_checkpoints["dino-full"], "--images", image_dir, "--views", "224", "--chunk", "2", "--batch-size", "2",
-            "--decoders", "2", "--store", tmp_path / "s.zarr", "--cache", tmp_path / "cache", "-q"]
+    args = [
+        "extract",
+        tiny_checkpoints["dino-full"],
+        "--images",
+        image_dir,
+        "--views",
+        "224",
+        "--chunk",
+        "2",
+        "--batch-size",
+        "2",
+        "--decoders",
+        "2",
+        "--store",
+        tmp_path / "s.zarr",
+        "--cache",
+        tmp_path / "cache",
+        "-q",
+    ]
     run, read = held("readout-processes", args, log)
     try:
         wait_for(read, run, "extract", log)
@@ -225,15 +241,35 @@ def test_an_extraction_rank_stops_when_torchrun_is_killed(tiny_checkpoints, imag
     its own (as torchrun does, so a kill of the launcher's group never reaches it) and is SIGKILLed
     while the rank extracts: the rank stops instead of extracting to the end."""
     read, write = os.pipe()
-    rank = [sys.executable, str(HELD), "readout", str(write), "extract", tiny_checkpoints["dino-full"], "--images", image_dir,
-            "--views", "224", "--chunk", "1", "--batch-size", "1", "--store", tmp_path / "s.zarr", "--cache", tmp_path / "cache", "-q"]
-    launcher = ("import os, signal, subprocess; "
-                f"subprocess.Popen({list(map(str, rank))!r}, start_new_session=True, pass_fds=({write},)); "
-                f"os.close({write}); signal.pause()")
+    rank = [
+        sys.executable,
+        str(HELD),
+        "readout",
+        str(write),
+        "extract",
+        tiny_checkpoints["dino-full"],
+        "--images",
+        image_dir,
+        "--views",
+        "224",
+        "--chunk",
+        "1",
+        "--batch-size",
+        "1",
+        "--store",
+        tmp_path / "s.zarr",
+        "--cache",
+        tmp_path / "cache",
+        "-q",
+    ]
+    launcher = (
+        f"import os, signal, subprocess; subprocess.Popen({list(map(str, rank))!r}, start_new_session=True, pass_fds=({write},)); os.close({write}); signal.pause()"
+    )
     log = tmp_path / "log.txt"
     with open(log, "wb") as output:
-        parent = subprocess.Popen([sys.executable, "-c", launcher], env=env(TORCHELASTIC_RUN_ID="t1", RANK="0", WORLD_SIZE="2"),
-                                  pass_fds=(write,), stdout=output, stderr=subprocess.STDOUT)
+        parent = subprocess.Popen(
+            [sys.executable, "-c", launcher], env=env(TORCHELASTIC_RUN_ID="t1", RANK="0", WORLD_SIZE="2"), pass_fds=(write,), stdout=output, stderr=subprocess.STDOUT
+        )
     os.close(write)
     try:
         wait_for(read, parent, "the rank (its first forward pass)", log)

@@ -242,13 +242,21 @@ def scenes(n: int, seed: int) -> list:
     return out
 
 
-def make_store(path: Path, ids: list[str], tokens: np.ndarray, sizes: list[tuple[int, int]], *, sha: str, source: Path, class_token: bool = False,
-               cls: np.ndarray | None = None) -> Path:
+def make_store(
+    path: Path, ids: list[str], tokens: np.ndarray, sizes: list[tuple[int, int]], *, sha: str, source: Path, class_token: bool = False, cls: np.ndarray | None = None
+) -> Path:
     channels = tokens.shape[-1]
     manifest = {
-        "checkpoint": {"path": f"/ckpt/{sha[:4]}.pth", "sha256": sha, "format": "synthetic"}, "network": "teacher",
+        "checkpoint": {"path": f"/ckpt/{sha[:4]}.pth", "sha256": sha, "format": "synthetic"},
+        "network": "teacher",
         "arch": {"width": channels, "depth": 1, "heads": 1, "patch": 16, "class_token": class_token, "final_norm": False, "mlp_hidden": 4},
-        "views": [224], "interpolation": "dino", "attention": "none", "dtype": "float32", "chunk": 64, "image_list_sha256": "x", "image_source": str(source),
+        "views": [224],
+        "interpolation": "dino",
+        "attention": "none",
+        "dtype": "float32",
+        "chunk": 64,
+        "image_list_sha256": "x",
+        "image_source": str(source),
     }
     arrays = {"tokens_224": (("patch_224", "channel"), (196, channels))}
     data = {"tokens_224": tokens}
@@ -406,8 +414,23 @@ def test_cli_table_and_one_line_errors(panels, stores, monkeypatch, capsys):
 
     from probe_toolkit import cli
 
-    args = ["probe", "linear", str(stores["good"]), str(stores["random"]), "--train", "tr", "--val", "va", "--epochs", "5",
-            "--seed", "1", "--cache", str(panels["cache"]), "--quiet"]
+    args = [
+        "probe",
+        "linear",
+        str(stores["good"]),
+        str(stores["random"]),
+        "--train",
+        "tr",
+        "--val",
+        "va",
+        "--epochs",
+        "5",
+        "--seed",
+        "1",
+        "--cache",
+        str(panels["cache"]),
+        "--quiet",
+    ]
     monkeypatch.setattr(sys, "argv", args)
     cli.main()
     out = capsys.readouterr().out
@@ -423,8 +446,14 @@ def test_on_a_store_the_real_extractor_wrote_from_the_panels_parent_folder(panel
     """One store extracted from the folder above both panels (ids ``tr/…``, ``va/…``; tiny random network)."""
     from probe_toolkit.store.extract import Settings, extract
 
-    store = extract(tiny_checkpoints["dino-full"], panels["root"], settings=Settings(views=(224,), attention="none", chunk=8),
-                    store=tmp_path / "teacher.zarr", quiet=True, batch_size=8).store
+    store = extract(
+        tiny_checkpoints["dino-full"],
+        panels["root"],
+        settings=Settings(views=(224,), attention="none", chunk=8),
+        store=tmp_path / "teacher.zarr",
+        quiet=True,
+        batch_size=8,
+    ).store
     assert "va/img00.png" in cache.open_store(store).image.values
     report = probe.run("linear", [store], train="tr", val="va", epochs=3, weight_decays=(1e-2,), cache_dir=panels["cache"]).report
     ds = records.load(store, "linear_patch")

@@ -196,8 +196,12 @@ def folders(tmp_path_factory):
     stores = {}
     for family, (layout, arch) in {"dino": ("dino-full", TINY), "dinov2": ("dinov2-reg-backbone", TINY_DINOV2_REG)}.items():
         checkpoint = write_checkpoint(root / f"{family}.pth", layout, arch, seed=4)
-        stores[family] = (checkpoint, extract(checkpoint, root / "data", settings=Settings(views=("eval224",), attention="none", chunk=8, dtype="float32"),
-                                              store=root / f"{family}.zarr", quiet=True).store)
+        stores[family] = (
+            checkpoint,
+            extract(
+                checkpoint, root / "data", settings=Settings(views=("eval224",), attention="none", chunk=8, dtype="float32"), store=root / f"{family}.zarr", quiet=True
+            ).store,
+        )
     return root, stores
 
 
@@ -242,9 +246,38 @@ def test_the_protocol_end_to_end_is_the_references_loop(folders, family, tmp_pat
     _panels(root, cache)
     rates = (1e-3, 0.05, 0.5)
     out = tmp_path / "l.json"
-    code, printed = probe_main(["linear-dinov2", store, "--train", "tr", "--val", "va", "--test", "te", "--unseal", "the test split of a test",
-                                "--n-last-blocks", "1", "--learning-rates", ",".join(map(str, rates)), "--epochs", "2", "--epoch-length", "5",
-                                "--batch-size", "8", "--init-seed", "3", "--cache", cache, "--json", out, "-q"], capsys)
+    code, printed = probe_main(
+        [
+            "linear-dinov2",
+            store,
+            "--train",
+            "tr",
+            "--val",
+            "va",
+            "--test",
+            "te",
+            "--unseal",
+            "the test split of a test",
+            "--n-last-blocks",
+            "1",
+            "--learning-rates",
+            ",".join(map(str, rates)),
+            "--epochs",
+            "2",
+            "--epoch-length",
+            "5",
+            "--batch-size",
+            "8",
+            "--init-seed",
+            "3",
+            "--cache",
+            cache,
+            "--json",
+            out,
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, printed.err
     assert "chosen on val" in printed.out and "(test)" in printed.out
     train, labels = _store_features(store, checkpoint, "train", family == "dinov2")
@@ -297,9 +330,11 @@ def test_four_blocks_from_a_store_of_the_last_block_are_refused_before_any_label
     err = " ".join(printed.err.split())
     assert code == 2 and "n_last_blocks 4 reads blocks" in err and "--n-last-blocks 1" in err and len(printed.err.strip().splitlines()) == 1, printed.err
     assert ledger.entries(cache) == []
-    for argv, words in ((["--avgpool", "sometimes"], "avgpool 'sometimes' is not one of both, off, on"),
-                        (["--learning-rates", "0.1,0.1"], "--learning-rates must be a non-empty list of positive numbers, each once (got 0.1,0.1)"),
-                        (["--n-last-blocks", "0"], "--n-last-blocks must be a non-empty list of")):
+    for argv, words in (
+        (["--avgpool", "sometimes"], "avgpool 'sometimes' is not one of both, off, on"),
+        (["--learning-rates", "0.1,0.1"], "--learning-rates must be a non-empty list of positive numbers, each once (got 0.1,0.1)"),
+        (["--n-last-blocks", "0"], "--n-last-blocks must be a non-empty list of"),
+    ):
         code, printed = probe_main(["linear-dinov2", stores["dino"][1], "--train", "tr", "--val", "va", "--cache", cache, "-q", *argv], capsys)
         assert code == 2 and words in " ".join(printed.err.split()), printed.err
     assert ledger.entries(cache) == []

@@ -41,8 +41,9 @@ def lost_by_hand(keys: np.ndarray, k: int = 100, ties: str = "argsort") -> tuple
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, tiny_checkpoints, image_dir):
     root = tmp_path_factory.mktemp("lost")
-    return extract(tiny_checkpoints["dino-full"], image_dir, settings=Settings(views=(480,), attention="none", chunk=2),
-                   store=root / "s.zarr", quiet=True, batch_size=2).store
+    return extract(
+        tiny_checkpoints["dino-full"], image_dir, settings=Settings(views=(480,), attention="none", chunk=2), store=root / "s.zarr", quiet=True, batch_size=2
+    ).store
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -152,8 +153,9 @@ def test_streaming_lost_stores_the_same_maps(store, tiny_checkpoints, image_dir,
     """decode on a checkpoint and a folder (keys never written) keeps the same degree and expansion."""
     run("decode", store, preset="lost", view="480", workers=1)
     saved = records.load(store, "decoder")
-    streamed = run("decode-stream", tiny_checkpoints["dino-full"], images=image_dir, preset="lost", view="480", chunk=2, batch_size=2,
-                   cache_dir=tmp_path / "cache", workers=2)
+    streamed = run(
+        "decode-stream", tiny_checkpoints["dino-full"], images=image_dir, preset="lost", view="480", chunk=2, batch_size=2, cache_dir=tmp_path / "cache", workers=2
+    )
     ds = records.load(streamed.report.store, "decoder")
     for name in ("degree", "expansion", "seed", "masks"):
         assert np.array_equal(ds[name].values, saved[name].values, equal_nan=True), name

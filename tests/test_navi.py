@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 from cli_runs import probe_main
-from probe_toolkit.demo.navi import quaternion, write_navi
+from navi_folders import quaternion, write_navi
 from PIL import Image, ImageOps
 
 from probe_toolkit.analyses import navi
@@ -38,10 +38,27 @@ def ref_quaternion_to_rotation_matrix(q):
     w, x, y, z = torch.unbind(q, dim=-1)
     zero, one = torch.zeros_like(z), torch.ones_like(z)
     s = 2.0 / (q * q).sum(dim=-1)
-    r = torch.stack([1 - s * (y ** 2 + z ** 2), s * (x * y - z * w), s * (x * z + y * w), zero,
-                     s * (x * y + z * w), 1 - s * (x ** 2 + z ** 2), s * (y * z - x * w), zero,
-                     s * (x * z - y * w), s * (y * z + x * w), 1 - s * (x ** 2 + y ** 2), zero,
-                     zero, zero, zero, one], dim=-1)
+    r = torch.stack(
+        [
+            1 - s * (y**2 + z**2),
+            s * (x * y - z * w),
+            s * (x * z + y * w),
+            zero,
+            s * (x * y + z * w),
+            1 - s * (x**2 + z**2),
+            s * (y * z - x * w),
+            zero,
+            s * (x * z - y * w),
+            s * (y * z + x * w),
+            1 - s * (x**2 + y**2),
+            zero,
+            zero,
+            zero,
+            zero,
+            one,
+        ],
+        dim=-1,
+    )
     return r.reshape(q.shape[:-1] + (4, 4))
 
 
@@ -90,14 +107,15 @@ def ref_bbox_crop(image, depth, xyz):
     else:
         a = (tl - pad).clip(min=0)
         b = a + box.max()
-    return [t[:, a[0]:b[0], a[1]:b[1]] for t in (image, depth, xyz)]
+    return [t[:, a[0] : b[0], a[1] : b[1]] for t in (image, depth, xyz)]
 
 
 def ref_single(root: Path, obj: str, image_id: str, anno):
     """NAVI.get_single at image_size 512, bbox_crop, no augmentation: (image, xyz_grid, intrinsics, Rt)."""
     image = ImageOps.exif_transpose(Image.open(root / obj / "wild_set" / "images" / f"downsampled_{image_id}.jpg"))
-    image_t = T.Compose([T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-                         T.Resize(512, interpolation=T.InterpolationMode.NEAREST), T.CenterCrop(512)])(image.convert("RGB"))
+    image_t = T.Compose(
+        [T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]), T.Resize(512, interpolation=T.InterpolationMode.NEAREST), T.CenterCrop(512)]
+    )(image.convert("RGB"))
     disparity = np.array(Image.open(root / obj / "wild_set" / "depth" / f"downsampled_{image_id}.png")).astype("uint16")
     disparity = disparity.astype(np.float32) / (65535 * 10.0)
     disparity[disparity == 0] = np.inf
@@ -225,10 +243,18 @@ def test_matching_errors_and_recall_are_the_references(folder, patch):
     proj = lambda x: (x @ k1.transpose(-1, -2))[:, :2] / (x @ k1.transpose(-1, -2))[:, 2:3].clamp(min=1e-9)  # noqa: E731
     err2d = (proj(moved) - proj(c1)).norm(p=2, dim=1)
 
-    v0 = navi.view(np.asarray(Image.open(folder / "bottle/wild_set/images/downsampled_001.jpg").convert("RGB")),
-                   np.array(Image.open(folder / "bottle/wild_set/depth/downsampled_001.png")), a0["camera"]["focal_length"], tuple(a0["image_size"]))
-    v1 = navi.view(np.asarray(Image.open(folder / "bottle/wild_set/images/downsampled_003.jpg").convert("RGB")),
-                   np.array(Image.open(folder / "bottle/wild_set/depth/downsampled_003.png")), a1["camera"]["focal_length"], tuple(a1["image_size"]))
+    v0 = navi.view(
+        np.asarray(Image.open(folder / "bottle/wild_set/images/downsampled_001.jpg").convert("RGB")),
+        np.array(Image.open(folder / "bottle/wild_set/depth/downsampled_001.png")),
+        a0["camera"]["focal_length"],
+        tuple(a0["image_size"]),
+    )
+    v1 = navi.view(
+        np.asarray(Image.open(folder / "bottle/wild_set/images/downsampled_003.jpg").convert("RGB")),
+        np.array(Image.open(folder / "bottle/wild_set/depth/downsampled_003.png")),
+        a1["camera"]["focal_length"],
+        tuple(a1["image_size"]),
+    )
     found = navi.match(f0, f1, v0.points, v1.points, 300)
     assert np.array_equal(found.source, c0.numpy()) and np.array_equal(found.target, c1.numpy())
     assert np.array_equal(found.source_uv, (u0 / 0.25).numpy()) and np.array_equal(found.target_uv, (u1 / 0.25).numpy())
@@ -278,8 +304,7 @@ def stores(tmp_path_factory, small):
     (root / "one").mkdir()
     Image.fromarray(np.full((40, 40, 3), 128, np.uint8)).save(root / "one" / "a.png")
     out = {}
-    for family, (layout, arch) in {"dino": ("dino-full", TINY), "dinov2": ("dinov2-reg-backbone", TINY_DINOV2_REG),
-                                   "dinov3": ("dinov3-official", TINY_DINOV3)}.items():
+    for family, (layout, arch) in {"dino": ("dino-full", TINY), "dinov2": ("dinov2-reg-backbone", TINY_DINOV2_REG), "dinov3": ("dinov3-official", TINY_DINOV3)}.items():
         checkpoint = write_checkpoint(root / f"{family}.pth", layout, arch, seed=7)
         out[family] = extract(checkpoint, root / "one", settings=Settings(views=(224,), attention="none"), store=root / f"{family}.zarr", quiet=True).store
     cache = root / "cache"
@@ -318,8 +343,12 @@ def _reference_record(folder, store, num_corr=1000):
         angles.append(torch.acos(((rt01[0, 0] + rt01[1, 1] + rt01[2, 2] - 1.0) * 0.5).clamp(min=-1, max=1)) * 180.0 / np.pi)
     e3, e2 = torch.stack(err3d), torch.stack(err2d)
     rec = (e3 < 0.02).float().mean(dim=1)
-    return ([float(100 * (e3 < t).float().mean()) for t in (0.01, 0.02, 0.05)], [float(100 * (e2 < t).float().mean()) for t in (5, 25, 50)],
-            [float(v) * 100 for v in ref_binned(rec, torch.stack(angles), [0, 30, 60, 90, 120])], e3.numpy())
+    return (
+        [float(100 * (e3 < t).float().mean()) for t in (0.01, 0.02, 0.05)],
+        [float(100 * (e2 < t).float().mean()) for t in (5, 25, 50)],
+        [float(v) * 100 for v in ref_binned(rec, torch.stack(angles), [0, 30, 60, 90, 120])],
+        e3.numpy(),
+    )
 
 
 @pytest.mark.parametrize("family", ["dino", "dinov2", "dinov3"])
@@ -327,8 +356,9 @@ def test_end_to_end_equals_the_reference(stores, small, family, tmp_path, capsys
     from probe_toolkit.results import records
 
     root, out, cache = stores
-    code, printed = probe_main(["correspond", out[family], "--panel", "navi-test", "--unseal", "a test of NAVI", "--cache", cache, "-q",
-                                "--workers", "1", "--json", tmp_path / "n.json"], capsys)
+    code, printed = probe_main(
+        ["correspond", out[family], "--panel", "navi-test", "--unseal", "a test of NAVI", "--cache", cache, "-q", "--workers", "1", "--json", tmp_path / "n.json"], capsys
+    )
     assert code == 0, printed.err
     assert "NAVI correspondence recall" in printed.out and "mean of the four rotation bins" in printed.out
     saved = records.load(out[family], "correspond-navi")

@@ -315,7 +315,10 @@ def test_cli_missing_array_is_one_line_and_exit_2(tmp_path):
     root = Path(__file__).resolve().parents[1]
     run = subprocess.run(
         [sys.executable, "-c", "from probe_toolkit.cli import main; main()", "neighbours", str(path), "--view", "96", "-q"],
-        capture_output=True, text=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     )
     assert run.returncode == 2
     assert "has no array tokens_96" in run.stderr and "--views 96" in run.stderr

@@ -81,10 +81,11 @@ def test_a_boxes_only_panel_counts_its_objects():
 
     from probe_toolkit.labels.scoring import evaluate
 
-    data = {"images": [{"id": 1, "file_name": "a.jpg", "width": 64, "height": 48}, {"id": 2, "file_name": "b.jpg", "width": 64, "height": 48}],
-            "annotations": [{"id": k + 1, "image_id": 1 + k // 2, "category_id": 1, "bbox": [4 + k, 4, 20, 20], "area": 400.0, "iscrowd": 0}
-                            for k in range(3)],
-            "categories": [{"id": 1, "name": "thing"}]}
+    data = {
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 64, "height": 48}, {"id": 2, "file_name": "b.jpg", "width": 64, "height": 48}],
+        "annotations": [{"id": k + 1, "image_id": 1 + k // 2, "category_id": 1, "bbox": [4 + k, 4, 20, 20], "area": 400.0, "iscrowd": 0} for k in range(3)],
+        "categories": [{"id": 1, "name": "thing"}],
+    }
     coco = COCO()
     coco.dataset = data
     coco.createIndex()

@@ -25,8 +25,11 @@ from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 
 VAL = ["2007_000033", "2007_000042", "2008_000002", "2009_000010", "2010_000005"]
-NETWORKS = {"dino": ("dino-full", samples.TINY, 16, 1e-6), "dinov2-reg": ("dinov2-reg-backbone", samples.TINY_DINOV2_REG, 14, 1e-6),
-            "dinov3": ("dinov3-official", samples.TINY_DINOV3, 16, 1e-5)}
+NETWORKS = {
+    "dino": ("dino-full", samples.TINY, 16, 1e-6),
+    "dinov2-reg": ("dinov2-reg-backbone", samples.TINY_DINOV2_REG, 14, 1e-6),
+    "dinov3": ("dinov3-official", samples.TINY_DINOV3, 16, 1e-5),
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +55,7 @@ def neco_written_out(store, voc, ks, seeds, eps, patch, iterations=10, restarts=
     ids = [str(i) for i in group["image"][:]]
     tokens = np.asarray(group["tokens_hbird@448"][:], np.float64)
     n, p, d = tokens.shape
-    side = int(round(p ** 0.5))
+    side = int(round(p**0.5))
     x = tokens.reshape(-1, d)
     x = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps)  # layer norm, no affine
     x = StandardScaler().fit_transform(x).astype(np.float32)
@@ -88,19 +91,27 @@ def test_overcluster_is_necos_pipeline_and_reads_labels_only_to_score(panel, net
     root, voc, cache = panel
     layout, arch, patch, eps = NETWORKS[network]
     checkpoint = samples.write_checkpoint(tmp_path / f"{layout}.pth", layout, arch, seed=4)
-    store = extract(checkpoint, voc / "JPEGImages", settings=Settings(views=("hbird@448",), chunk=4, dtype="float32"), store=tmp_path / "voc.zarr",
-                    cache_dir=cache, quiet=True, batch_size=2).store
+    store = extract(
+        checkpoint,
+        voc / "JPEGImages",
+        settings=Settings(views=("hbird@448",), chunk=4, dtype="float32"),
+        store=tmp_path / "voc.zarr",
+        cache_dir=cache,
+        quiet=True,
+        batch_size=2,
+    ).store
     ledger = cache / "ledger.jsonl"
     before = ledger.read_text().splitlines() if ledger.exists() else []
-    code, printed = probe_main(["overcluster", store, "--panel", "voc-val", "--k", "21,40", "--seeds", "2", "--iterations", "10", "--restarts", "1",
-                                "--cache", cache, "-q"], capsys)
+    code, printed = probe_main(
+        ["overcluster", store, "--panel", "voc-val", "--k", "21,40", "--seeds", "2", "--iterations", "10", "--restarts", "1", "--cache", cache, "-q"], capsys
+    )
     assert code == 0, printed.err
     ds = records.load(store, "overcluster")
     want = neco_written_out(store, voc, (21, 40), 2, eps, patch)
     assert float(ds.miou.sel(k=21)) == pytest.approx(want[21], abs=1e-12)
     assert float(ds.miou.sel(k=40)) == pytest.approx(want[40], abs=1e-12)
     assert ds.attrs["matching"] == {"21": "hungarian", "40": "many-to-one"} and ds.attrs["grid"] == 448 // patch and ds.attrs["view"] == "hbird@448"
-    added = ledger.read_text().splitlines()[len(before):]
+    added = ledger.read_text().splitlines()[len(before) :]
     assert len(added) == 1 and json.loads(added[0])["purpose"] == "overcluster: score"
     assert ds.attrs["ledger"] == hashlib.sha256(added[0].encode()).hexdigest()  # the record names the entry its labels came from
     assert "Overclustering on voc-val" in printed.out and f"{100 * want[40]:.2f}" in printed.out
@@ -117,8 +128,9 @@ def test_overcluster_is_necos_pipeline_and_reads_labels_only_to_score(panel, net
 def test_overcluster_refuses_before_any_label_read(panel, tmp_path, capsys):
     root, voc, cache = panel
     checkpoint = samples.write_checkpoint(tmp_path / "dino.pth", "dino-full", samples.TINY, seed=4)
-    store = extract(checkpoint, voc / "JPEGImages", settings=Settings(views=("224",), chunk=4), store=tmp_path / "s.zarr", cache_dir=cache, quiet=True,
-                    batch_size=2).store
+    store = extract(
+        checkpoint, voc / "JPEGImages", settings=Settings(views=("224",), chunk=4), store=tmp_path / "s.zarr", cache_dir=cache, quiet=True, batch_size=2
+    ).store
     ledger = cache / "ledger.jsonl"
     before = ledger.read_text() if ledger.exists() else ""
     code, printed = probe_main(["overcluster", store, "--panel", "voc-val", "--cache", cache, "-q"], capsys)
@@ -164,10 +176,18 @@ def test_overcluster_reads_the_panel_beside_the_store_and_clusters_on_one_thread
 
     root, voc, cache = panel
     checkpoint = samples.write_checkpoint(tmp_path / "dino.pth", "dino-full", samples.TINY, seed=4)
-    store = extract(checkpoint, samples.sample_photos(), settings=Settings(views=("224",), chunk=4), store=tmp_path / "net.zarr", cache_dir=cache,
-                    quiet=True, batch_size=4).store
-    sibling = extract(checkpoint, voc / "JPEGImages", settings=Settings(views=("hbird@448",), chunk=4, dtype="float32"),
-                      store=tmp_path / "net-panel-voc-val.zarr", cache_dir=cache, quiet=True, batch_size=2).store
+    store = extract(
+        checkpoint, samples.sample_photos(), settings=Settings(views=("224",), chunk=4), store=tmp_path / "net.zarr", cache_dir=cache, quiet=True, batch_size=4
+    ).store
+    sibling = extract(
+        checkpoint,
+        voc / "JPEGImages",
+        settings=Settings(views=("hbird@448",), chunk=4, dtype="float32"),
+        store=tmp_path / "net-panel-voc-val.zarr",
+        cache_dir=cache,
+        quiet=True,
+        batch_size=2,
+    ).store
     done = subprocess.run([sys.executable, "-c", SIBLING_RUN, str(store), str(cache)], capture_output=True, text=True, env=dict(os.environ), timeout=600)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])

@@ -46,8 +46,10 @@ def hbird_record(store, memory: list[int], miou: list[float]) -> None:
 
 
 def entropy_record(store, mean: float, low: float, high: float) -> None:
-    ds = xr.Dataset({name: ("statistic", np.array([v, 0.0])) for name, v in (("summary_mean", mean), ("summary_low", low), ("summary_high", high))},
-                    coords={"statistic": ["patch_effective", "distance"]})
+    ds = xr.Dataset(
+        {name: ("statistic", np.array([v, 0.0])) for name, v in (("summary_mean", mean), ("summary_low", low), ("summary_high", high))},
+        coords={"statistic": ["patch_effective", "distance"]},
+    )
     with records.opened(records.RunStamp("entropy", settings={"boot": 1000}, defaults={"boot": 1000})):
         records.save(store, "entropy", ds, {"computed_on": {"images": 7, "images_sha256": "cccccccc", "scope": "store"}})
 

@@ -67,7 +67,11 @@ def test_a_knn_plan_stores_the_class_token_and_its_normed_feature_only(folders, 
     # and for k-NN at the last two blocks: the block it lacks, as a part of the eval224 view
     run(capsys, "extract", ckpt, "--images", root / "data", "--for", "knn", "--blocks", "last2", "--dtype", "float32", "--store", store, "-q")
     assert data_arrays(store) - {"tokens_hbird512", "tokens_hbird512_aug0", "tokens_hbird512_aug1"} == {
-        "cls_tokens_eval224", "cls_normed_eval224", "cls_tokens_b0_eval224.p1", "cls_normed_b0_eval224.p1"}
+        "cls_tokens_eval224",
+        "cls_normed_eval224",
+        "cls_tokens_b0_eval224.p1",
+        "cls_normed_b0_eval224.p1",
+    }
     grown = cache.open_store(store, arrays="cls_tokens_eval224")
     assert cache.require(grown, "cls_normed_eval224", block=0).attrs == {**cache.require(grown, "cls_normed_eval224", block=0).attrs, "block": 0}
 

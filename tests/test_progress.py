@@ -86,8 +86,11 @@ def test_a_very_large_image_shows_its_forward_pass_block_by_block_and_the_store_
     assert plain.code == 0, plain.err
     shown = []
     real = progress.Bar.remove_task
-    monkeypatch.setattr(progress.Bar, "remove_task", lambda self, task_id: (shown.append(
-        (self._tasks[task_id].description, self._tasks[task_id].completed, self._tasks[task_id].total)), real(self, task_id))[1])
+    monkeypatch.setattr(
+        progress.Bar,
+        "remove_task",
+        lambda self, task_id: (shown.append((self._tasks[task_id].description, self._tasks[task_id].completed, self._tasks[task_id].total)), real(self, task_id))[1],
+    )
     monkeypatch.setattr(backbone, "LONG_FORWARD_TOKENS", 10)
     stepped = probe(*args, "--store", tmp_path / "stepped.zarr")
     assert stepped.code == 0, stepped.err

@@ -45,13 +45,21 @@ def test_region_and_boundary_by_hand():
 
 def plain_f(truth, pred, r):
     """F with pixel loops: a boundary pixel matches when one of the other boundary lies within dx² + dy² ≤ r²."""
+
     def bmap(seg):
         h, w = seg.shape
         out = np.zeros_like(seg)
         for y in range(h):
             for x in range(w):
-                nbrs = ([(y, x + 1), (y + 1, x), (y + 1, x + 1)] if y < h - 1 and x < w - 1 else [(y, x + 1)] if y == h - 1 and x < w - 1
-                        else [(y + 1, x)] if x == w - 1 and y < h - 1 else [])
+                nbrs = (
+                    [(y, x + 1), (y + 1, x), (y + 1, x + 1)]
+                    if y < h - 1 and x < w - 1
+                    else [(y, x + 1)]
+                    if y == h - 1 and x < w - 1
+                    else [(y + 1, x)]
+                    if x == w - 1 and y < h - 1
+                    else []
+                )
                 out[y, x] = any(seg[y, x] != (seg[a, b] if a < h and b < w else False) for a, b in nbrs)
         return out
 
@@ -75,8 +83,8 @@ def test_boundary_f_equals_pixel_loops_on_random_shapes():
         truth = np.zeros((20, 30), bool)
         pred = np.zeros((20, 30), bool)
         y, x = rng.integers(2, 12), rng.integers(2, 20)
-        truth[y:y + 6, x:x + 8] = True
-        pred[max(0, y + rng.integers(-2, 3)):y + 7, max(0, x + rng.integers(-3, 3)):x + 9] = True
+        truth[y : y + 6, x : x + 8] = True
+        pred[max(0, y + rng.integers(-2, 3)) : y + 7, max(0, x + rng.integers(-3, 3)) : x + 9] = True
         expected = plain_f(truth, pred, davis.tolerance(truth.shape))
         assert davis.boundary_f(truth, pred) == pytest.approx(expected)
 
@@ -133,8 +141,12 @@ def test_frames_are_read_as_opencv_reads_them(tmp_path):
     want = plain_frame(path)
     assert got.shape == want.shape == (3, 480, 640)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
-    floated = F.interpolate(torch.from_numpy(np.asarray(Image.open(path).convert("RGB"), np.float32)).permute(2, 0, 1)[None], size=(480, 640),
-                            mode="bilinear", align_corners=False)[0] / 255.0
+    floated = (
+        F.interpolate(
+            torch.from_numpy(np.asarray(Image.open(path).convert("RGB"), np.float32)).permute(2, 0, 1)[None], size=(480, 640), mode="bilinear", align_corners=False
+        )[0]
+        / 255.0
+    )
     assert not np.array_equal(floated.numpy(), (want * torch.tensor(STD).view(3, 1, 1) + torch.tensor(MEAN).view(3, 1, 1)).numpy())
 
 
@@ -152,7 +164,7 @@ def plain_propagation(model, frames, annotation, n_last=7, radius=12, topk=5):
     mask = torch.zeros(h, w, h, w)
     for i in range(h):
         for j in range(w):
-            mask[i, j, max(0, i - radius):i + radius + 1, max(0, j - radius):j + radius + 1] = 1
+            mask[i, j, max(0, i - radius) : i + radius + 1, max(0, j - radius) : j + radius + 1] = 1
     mask = mask.reshape(h * w, h * w)
     feat1 = normed_patch_tokens(model, first[None])[0].T  # dim × hw, unnormalised
     queue, out, soft = [], [], []
@@ -215,8 +227,28 @@ def test_propagation_equals_the_plain_loop_and_scores_as_davis(video, capsys):
     (root / "one").mkdir()
     Image.new("RGB", (32, 32), (90, 90, 90)).save(root / "one" / "grey.png")
     store = extract(checkpoint, root / "one", settings=Settings(views=(96,)), cache_dir=root / "stores", quiet=True).store
-    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c), "--store", str(store),
-                           "--n-last-frames", "2", "--json", str(root / "p.json"), "--workers", "1", "-q"], capsys)
+    code, printed = probe_main(
+        [
+            "propagate",
+            str(checkpoint),
+            "--davis",
+            str(root / "DAVIS"),
+            "--out",
+            str(out),
+            "--cache",
+            str(c),
+            "--store",
+            str(store),
+            "--n-last-frames",
+            "2",
+            "--json",
+            str(root / "p.json"),
+            "--workers",
+            "1",
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, printed.err
     model = Backbone.from_checkpoint(load_checkpoint(checkpoint))
     scores = []

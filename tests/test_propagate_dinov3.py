@@ -103,8 +103,32 @@ def test_dinov3_tracking_equals_the_notebooks_loop_and_is_recorded(video, capsys
     root, checkpoint = video
     store = extract(checkpoint, root / "DAVIS" / "JPEGImages" / "480p", settings=Settings(views=("224",), attention="none"), store=root / "s.zarr", quiet=True).store
     out, c = root / "out", root / "cache"
-    code, printed = probe_main(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(c), "--preset", "dinov3-tracking",
-                                "--short-side", "96", "--n-last-frames", "2", "--store", str(store), "--json", str(root / "p.json"), "--workers", "1", "-q"], capsys)
+    code, printed = probe_main(
+        [
+            "propagate",
+            str(checkpoint),
+            "--davis",
+            str(root / "DAVIS"),
+            "--out",
+            str(out),
+            "--cache",
+            str(c),
+            "--preset",
+            "dinov3-tracking",
+            "--short-side",
+            "96",
+            "--n-last-frames",
+            "2",
+            "--store",
+            str(store),
+            "--json",
+            str(root / "p.json"),
+            "--workers",
+            "1",
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, printed.err
     model = Backbone.from_checkpoint(load_checkpoint(checkpoint))
     for seq in ("shapes", "pair"):

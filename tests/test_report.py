@@ -26,12 +26,28 @@ from probe_toolkit.store import cache
 from probe_toolkit.store.extract import Settings, extract
 
 FROM_ARRAYS = {"manifests", "explorer", "followed", "attention", "neighbour-map", "token-pca", "references"}
-FROM_RESULTS = {"entropy": "probe entropy", "premise": "probe neighbours", "decoder": "probe decode", "decoder-cuts": "probe decode", "scores": "probe decode",
-                "linear": "probe linear", "training": "probe train", "discovery": "probe decode",
-                "knn": "probe knn", "attention-masks": "probe attention-masks", "davis": "probe propagate",
-                "correspond": "probe correspond", "hummingbird": "probe hummingbird",
-                "linear-segmentation": "probe segment", "linear-depth": "probe depth", "blocks": "--blocks 3,7,11",
-                "rank": "probe rank", "position": "probe position", "similarity": "probe similarity", "overcluster": "probe overcluster"}
+FROM_RESULTS = {
+    "entropy": "probe entropy",
+    "premise": "probe neighbours",
+    "decoder": "probe decode",
+    "decoder-cuts": "probe decode",
+    "scores": "probe decode",
+    "linear": "probe linear",
+    "training": "probe train",
+    "discovery": "probe decode",
+    "knn": "probe knn",
+    "attention-masks": "probe attention-masks",
+    "davis": "probe propagate",
+    "correspond": "probe correspond",
+    "hummingbird": "probe hummingbird",
+    "linear-segmentation": "probe segment",
+    "linear-depth": "probe depth",
+    "blocks": "--blocks 3,7,11",
+    "rank": "probe rank",
+    "position": "probe position",
+    "similarity": "probe similarity",
+    "overcluster": "probe overcluster",
+}
 PATCH = 34
 
 
@@ -289,8 +305,9 @@ def test_missing_image_file_is_drawn_from_tokens(tiny_checkpoints, tmp_path):
     from probe_toolkit.demo.samples import sample_photos
 
     shutil.copy(sample_photos() / "chelsea.jpg", folder / "cat.jpg")
-    store = extract(tiny_checkpoints["selfpatch-full"], folder, settings=Settings(views=(224,), attention="last", chunk=1),
-                    cache_dir=tmp_path / "cache", quiet=True, batch_size=1).store
+    store = extract(
+        tiny_checkpoints["selfpatch-full"], folder, settings=Settings(views=(224,), attention="last", chunk=1), cache_dir=tmp_path / "cache", quiet=True, batch_size=1
+    ).store
     shutil.rmtree(folder)
     written = write_report([store], tmp_path / "r", patch=0, formats="png")
     section = written.report.section("followed")
@@ -475,8 +492,7 @@ def test_knn_grid_shows_the_saved_nearest_train_images(full):
     for q, query in enumerate(queries):
         ranked = [train[int(t)] for t in saved.neighbour.values[q]]
         assert len(ranked) == min(5, int(saved.k.values.max())) and len(set(ranked)) == len(ranked)
-        part = f"{query} ({classes[int(saved.label.values[q])]}) → " + ", ".join(
-            f"{n} ({float(s):.3f})" for n, s in zip(ranked, saved.similarity.values[q]))
+        part = f"{query} ({classes[int(saved.label.values[q])]}) → " + ", ".join(f"{n} ({float(s):.3f})" for n, s in zip(ranked, saved.similarity.values[q]))
         assert part in grid.caption
         expected += [query, *ranked]
     # each panel shows the 224 view of the file the caption names, query first
@@ -596,10 +612,20 @@ def test_every_latex_table_compiles_with_pdflatex_and_every_page_renders(full, t
         (tmp_path / f"t{i:03d}.tex").write_text(text, encoding="ascii")
         inputs.append(rf"\noindent t{i:03d}\par\resizebox{{\linewidth}}{{!}}{{\input{{t{i:03d}.tex}}}}\par\bigskip")
     doc = tmp_path / "tables.tex"
-    doc.write_text("\n".join([
-        r"\documentclass{article}", r"\usepackage{graphicx}",
-        r"\IfFileExists{booktabs.sty}{\usepackage{booktabs}}{\newcommand\toprule{\hline}\newcommand\midrule{\hline}\newcommand\bottomrule{\hline}}",
-        r"\begin{document}", *inputs, r"\end{document}", ""]), encoding="ascii")
+    doc.write_text(
+        "\n".join(
+            [
+                r"\documentclass{article}",
+                r"\usepackage{graphicx}",
+                r"\IfFileExists{booktabs.sty}{\usepackage{booktabs}}{\newcommand\toprule{\hline}\newcommand\midrule{\hline}\newcommand\bottomrule{\hline}}",
+                r"\begin{document}",
+                *inputs,
+                r"\end{document}",
+                "",
+            ]
+        ),
+        encoding="ascii",
+    )
     done = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error", "tables.tex"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     log = (tmp_path / "tables.log").read_text(errors="replace")
     assert done.returncode == 0, log[-3000:]

@@ -46,15 +46,19 @@ def _state(browser: Browser) -> dict:
 
 
 def _click_patch(browser: Browser, patch: int, grid: int = G) -> None:
-    box = browser.evaluate("(function () { var c = document.getElementById('pe-image'); c.scrollIntoView({block: 'start'});"
-                           " var r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    box = browser.evaluate(
+        "(function () { var c = document.getElementById('pe-image'); c.scrollIntoView({block: 'start'});"
+        " var r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()"
+    )
     r, c = divmod(patch, grid)
     browser.click(box[0] + (c + 0.5) * box[2] / grid, box[1] + (r + 0.5) * box[3] / grid)
 
 
 def _click_button(browser: Browser, query: str) -> None:
-    box = browser.evaluate(f"(function () {{ var b = document.querySelector('button[data-query=\"{query}\"]'); b.scrollIntoView({{block: 'center'}});"
-                           " var r = b.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    box = browser.evaluate(
+        f"(function () {{ var b = document.querySelector('button[data-query=\"{query}\"]'); b.scrollIntoView({{block: 'center'}});"
+        " var r = b.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()"
+    )
     browser.click(box[0] + box[2] / 2, box[1] + box[3] / 2)
 
 
@@ -67,8 +71,7 @@ def _expected(page, label: str, patch: int, query: str = "patch") -> dict:
     row = 0 if query == "cls" else start + patch
     top5 = [[k - start for k in plain_rank(weights[h, row], list(range(weights.shape[-1])), 5)] for h in range(weights.shape[0])]
     sim = plain_cosine(stored(store, "tokens_224", image))
-    return {"top5": top5, "topk": plain_rank(sim[patch], plain_window(G, patch), 4),
-            "topCrop": plain_rank(sim[patch], [j for j in range(G * G) if j != patch], 8)}
+    return {"top5": top5, "topk": plain_rank(sim[patch], plain_window(G, patch), 4), "topCrop": plain_rank(sim[patch], [j for j in range(G * G) if j != patch], 8)}
 
 
 def test_clicking_a_patch_redraws_every_map(page, tmp_path):
@@ -146,12 +149,10 @@ def test_new_sections_render_in_the_browser(page, tmp_path):
         assert browser.wait_for("document.readyState === 'complete'")
         present = browser.evaluate("Array.from(document.querySelectorAll('section[data-present=true]')).map(s => s.id)")
         assert {"token-pca", "decoder", "decoder-cuts", "references"} <= set(present)
-        images = browser.evaluate("Array.from(document.querySelectorAll('section figure img')).map(i => [i.complete, i.naturalWidth, "
-                                  "i.closest('section').id])")
+        images = browser.evaluate("Array.from(document.querySelectorAll('section figure img')).map(i => [i.complete, i.naturalWidth, i.closest('section').id])")
         assert images and all(done and width > 100 for done, width, _ in images), images
         assert {"token-pca", "decoder-cuts"} <= {section for _, _, section in images}
-        rows = browser.evaluate("Array.from(document.querySelectorAll('#references tbody tr')).map(r => "
-                                "Array.from(r.cells).map(c => c.textContent))")
+        rows = browser.evaluate("Array.from(document.querySelectorAll('#references tbody tr')).map(r => Array.from(r.cells).map(c => c.textContent))")
         assert rows and len({tuple(r) for r in rows}) == len(rows)
         assert all(r[-1].strip() for r in rows) and not any("_" in r[0] for r in rows)
         text = browser.evaluate("document.body.innerText")
@@ -163,8 +164,7 @@ def test_a_mixed_grid_report_draws_every_store_on_its_own_grid(tmp_path):
     """14 × 14 (class token), 28 × 28 and 16 × 16 with 4 registers in one page: each store follows the
     patch under the centre of the picture's patch, and a register's row is drawn where the network has one."""
     specs = {"s16": (14, 16, dict(class_token=True)), "s8": (28, 8, {}), "v2reg": (16, 14, dict(class_token=True, registers=4))}
-    stores = {name: synthetic_store(tmp_path / f"{name}-{i}{i}{i}{i}" / "teacher.zarr", grid, seed=i, **kw)
-              for i, (name, (grid, _, kw)) in enumerate(specs.items())}
+    stores = {name: synthetic_store(tmp_path / f"{name}-{i}{i}{i}{i}" / "teacher.zarr", grid, seed=i, **kw) for i, (name, (grid, _, kw)) in enumerate(specs.items())}
     written = write_report(list(stores.values()), tmp_path / "report", patch=34, formats="png")
     labels = dict(zip(stores, written.report.stores))
 
@@ -176,8 +176,9 @@ def test_a_mixed_grid_report_draws_every_store_on_its_own_grid(tmp_path):
             cls, start = int(kw.get("class_token", False)), int(kw.get("class_token", False)) + kw.get("registers", 0)
             row = start + want if query == "patch" else cls + int(query[3:]) if int(query[3:]) < kw.get("registers", 0) else None
             names = lambda k, cls=cls, start=start: -1 if k < cls else -2 if k < start else k - start  # noqa: E731
-            assert shown["top5"] == ([] if row is None else [[names(k) for k in plain_rank(weights[h, row], list(range(weights.shape[-1])), 5)]
-                                                             for h in range(weights.shape[0])]), (name, query)
+            assert shown["top5"] == (
+                [] if row is None else [[names(k) for k in plain_rank(weights[h, row], list(range(weights.shape[-1])), 5)] for h in range(weights.shape[0])]
+            ), (name, query)
             sim = plain_cosine(stored(stores[name], "tokens_224", "gone.jpg"))
             assert sorted(shown["window"]) == plain_window(grid, want) and shown["topk"] == plain_rank(sim[want], plain_window(grid, want), 4)
 

@@ -52,7 +52,8 @@ def test_a_mask_never_takes_its_objects_colour():
     chosen = figures_maps.contrasting(picture, [mask])[0]
     assert chosen != orange
     assert np.sum((np.array(chosen) - np.array(orange)) ** 2) == max(
-        np.sum((np.array(matplotlib.colors.to_rgb(c)) - np.array(orange)) ** 2) for c in figures_maps.MASK_PALETTE)
+        np.sum((np.array(matplotlib.colors.to_rgb(c)) - np.array(orange)) ** 2) for c in figures_maps.MASK_PALETTE
+    )
 
 
 def test_the_match_is_drawn_above_its_target_ring():

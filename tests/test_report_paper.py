@@ -60,13 +60,16 @@ def test_labels_name_the_stores_everywhere(tmp_path):
         assert not HASH.search(text), text
 
 
-@pytest.mark.parametrize("items, problem", [
-    (["DINO"], "is not NAME=STORE"),
-    (["=x"], "is not NAME=STORE"),
-    (["DINO=elsewhere.zarr"], "is not one of the stores"),
-    (["A={a}", "B={a}"], "is named twice"),
-    (["A={a}", "A={b}"], "names two stores"),
-])
+@pytest.mark.parametrize(
+    "items, problem",
+    [
+        (["DINO"], "is not NAME=STORE"),
+        (["=x"], "is not NAME=STORE"),
+        (["DINO=elsewhere.zarr"], "is not one of the stores"),
+        (["A={a}", "B={a}"], "is named twice"),
+        (["A={a}", "A={b}"], "names two stores"),
+    ],
+)
 def test_bad_labels_are_refused_in_one_line(tmp_path, items, problem):
     a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
     with pytest.raises(ProbeError, match=problem) as caught:
@@ -175,9 +178,11 @@ def test_fit_keeps_both_ends():
 
 
 def _knn_result(attrs: dict) -> xr.Dataset:
-    return xr.Dataset({"neighbour": (("image", "rank"), np.array([[0]], np.int32)), "similarity": (("image", "rank"), np.array([[0.9]])),
-                       "label": ("image", np.array([0], np.int32))},
-                      coords={"image": ["gone.jpg"], "train_image": ["gone.jpg"], "class": ["thing"]}, attrs=attrs)
+    return xr.Dataset(
+        {"neighbour": (("image", "rank"), np.array([[0]], np.int32)), "similarity": (("image", "rank"), np.array([[0.9]])), "label": ("image", np.array([0], np.int32))},
+        coords={"image": ["gone.jpg"], "train_image": ["gone.jpg"], "class": ["thing"]},
+        attrs=attrs,
+    )
 
 
 def test_knn_pictures_come_from_the_store_that_holds_the_panel(tmp_path):
@@ -219,11 +224,14 @@ def test_same_images_in_another_order_are_the_same_set():
 
 
 def test_csv_cells_are_numbers_with_their_units_in_the_headers():
-    table = Table(["statistic", "A", "B"], [
-        ["entropy (nats)", "5.277 [5.270, 5.281]", "5.1 [5.0, 5.2]"],
-        ["mean e^H / T", "99.9 % [99.8, 99.9]", "–"],
-        ["images", "17", "17"],
-    ])
+    table = Table(
+        ["statistic", "A", "B"],
+        [
+            ["entropy (nats)", "5.277 [5.270, 5.281]", "5.1 [5.0, 5.2]"],
+            ["mean e^H / T", "99.9 % [99.8, 99.9]", "–"],
+            ["images", "17", "17"],
+        ],
+    )
     rows = list(csv.reader(io.StringIO(report_tables.csv_text(table))))
     assert rows[0] == ["statistic", "A", "A low", "A high", "B", "B low", "B high"]
     assert rows[1] == ["entropy (nats)", "5.277", "5.270", "5.281", "5.1", "5.0", "5.2"]
@@ -250,8 +258,14 @@ def test_store_columns_stay_whole_at_80_columns():
     from probe_toolkit.results.summaries import ENTROPY_LABELS, summary_table
 
     stats = ["patch_entropy", "patch_effective", "patch_share", "distance"]
-    ds = xr.Dataset({"summary_mean": ("statistic", [5.277, 195.783, 0.999, 7.286]), "summary_low": ("statistic", [5.276, 195.742, 0.998, 7.282]),
-                     "summary_high": ("statistic", [5.278, 195.819, 0.999, 7.29])}, coords={"statistic": stats})
+    ds = xr.Dataset(
+        {
+            "summary_mean": ("statistic", [5.277, 195.783, 0.999, 7.286]),
+            "summary_low": ("statistic", [5.276, 195.742, 0.998, 7.282]),
+            "summary_high": ("statistic", [5.278, 195.819, 0.999, 7.29]),
+        },
+        coords={"statistic": stats},
+    )
     stores = ["cache/dino_deitsmall16_pretrain-1a2b3c4d/teacher.zarr", "cache/dino_deitsmall16_pretrain-5e6f7a8b/teacher.zarr"]
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(summary_table({s: ds for s in stores}, ENTROPY_LABELS, "spread"))

@@ -15,8 +15,15 @@ VOC07 = references.Measurement("corloc", "tokencut", "native", "ViT-S/16", 5011,
 
 def test_a_reference_matches_only_the_same_metric_protocol_and_data():
     assert [r.value for r in references.beside(VOC07)] == [68.8]
-    for change in (dict(statistic="bbox_AP50"), dict(preset="centred"), dict(view="480"), dict(arch="ViT-B/16"),
-                   dict(images=8), dict(names=("demo-val",)), dict(names=("voc070",))):
+    for change in (
+        dict(statistic="bbox_AP50"),
+        dict(preset="centred"),
+        dict(view="480"),
+        dict(arch="ViT-B/16"),
+        dict(images=8),
+        dict(names=("demo-val",)),
+        dict(names=("voc070",)),
+    ):
         assert references.beside(replace(VOC07, **change)) == [], change
     coco = replace(VOC07, images=19817, names=("coco20k",))
     assert [r.value for r in references.beside(coco)] == [58.8]
@@ -35,8 +42,13 @@ def test_every_reference_names_a_published_source_once():
 
 def test_product_text_has_no_private_vocabulary():
     """No "course", "thesis" or files outside the repository, in the toolkit, training and benchmarks."""
-    files = [ROOT / "README.md", *sorted((ROOT / "probe_toolkit").rglob("*.py")), *sorted((ROOT / "training").rglob("*.py")),
-             *sorted((ROOT / "training").rglob("*.toml")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
+    files = [
+        ROOT / "README.md",
+        *sorted((ROOT / "probe_toolkit").rglob("*.py")),
+        *sorted((ROOT / "training").rglob("*.py")),
+        *sorted((ROOT / "training").rglob("*.toml")),
+        *sorted((ROOT / "benchmarks").rglob("*.py")),
+    ]
     for path in files:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             assert not re.search(r"course|thesis|shared/reference|reference/\w+\.md|seeds/|dog's nose|run 2's", line, re.I), f"{path.name}:{n}: {line.strip()}"

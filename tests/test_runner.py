@@ -65,8 +65,7 @@ def test_a_real_local_dask_cluster_gives_the_same_bits(store):
     settings = Settings.from_preset("centred")
     src = open_keys(store)
     here = _arrays(decode_keys(src.keys, settings, where=Where(workers=1)))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         there = _arrays(decode_keys(src.keys, settings, where=Where(client=client)))
     _same(here, there)
 
@@ -135,13 +134,16 @@ def test_a_shard_computes_its_images_only(store):
     _same(part, {k: v[a:b] for k, v in full.items()})
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--workers", "0"], "--workers must be an integer ≥ 1 (got 0)"),
-    (["--workers", "-3"], "--workers must be an integer ≥ 1 (got -3)"),
-    (["--backend", "jax"], "--backend must be one of scipy, torch (got jax)"),
-    (["--device", "cuda"], "--backend torch"),
-    (["--workers", "2", "--dask-address", "tcp://127.0.0.1:1"], "--dask-address"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--workers", "0"], "--workers must be an integer ≥ 1 (got 0)"),
+        (["--workers", "-3"], "--workers must be an integer ≥ 1 (got -3)"),
+        (["--backend", "jax"], "--backend must be one of scipy, torch (got jax)"),
+        (["--device", "cuda"], "--backend torch"),
+        (["--workers", "2", "--dask-address", "tcp://127.0.0.1:1"], "--dask-address"),
+    ],
+)
 def test_bad_placements_are_one_line_and_exit_2(store, tmp_path, capsys, args, says):
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), *args], capsys)
     assert code == 2 and says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -151,8 +153,9 @@ def test_bad_workers_are_refused_before_the_progress_bar(store, tmp_path):
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "probe_toolkit", "decode", str(store), "--cache", str(tmp_path), "--workers", "0"],
-                         capture_output=True, text=True, cwd=tmp_path)  # no -q: a started decode draws its progress to stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "probe_toolkit", "decode", str(store), "--cache", str(tmp_path), "--workers", "0"], capture_output=True, text=True, cwd=tmp_path
+    )  # no -q: a started decode draws its progress to stderr
     lines = (run.stdout + run.stderr).strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1 and "--workers must be an integer ≥ 1 (got 0)" in lines[0]
 
@@ -170,8 +173,24 @@ def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path
 
     masks = {}
     for backend in ("scipy", "torch"):
-        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "tokencut", "--backend", backend,
-                           "--workers", "1", "--out", str(tmp_path / f"{backend}.json")], capsys)
+        code, err = _main(
+            [
+                "decode",
+                str(store),
+                "-q",
+                "--cache",
+                str(tmp_path),
+                "--preset",
+                "tokencut",
+                "--backend",
+                backend,
+                "--workers",
+                "1",
+                "--out",
+                str(tmp_path / f"{backend}.json"),
+            ],
+            capsys,
+        )
         assert code == 0, err
         masks[backend] = records.load(store, "decoder").load()
     a, b = masks["scipy"], masks["torch"]
@@ -189,8 +208,7 @@ def test_shards_of_probe_decode_assemble_the_one_process_result(store, tmp_path,
     masks = (store / "results" / "decoder-masks.json").read_text()
     (store / "results" / "decoder-masks.json").unlink()
     for i in (2, 0, 1):  # the last shard to finish assembles
-        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1",
-                           "--shard", f"{i}/3"], capsys)
+        code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--preset", "maskcut", "--workers", "1", "--shard", f"{i}/3"], capsys)
         assert code == 0, err
         assert (store / "results" / "decoder-masks.json").exists() == (i == 1)
     assert records.load(store, "decoder-part-0-of-3").sizes["image"] == 2  # whole chunks of 2
@@ -209,8 +227,7 @@ def test_bad_input_in_a_worker_comes_back_as_the_same_one_line_error():
     assert error.line() == "store.zarr: keys hold NaN; re-extract"
     bad = {"keys": np.full((4, GRID * GRID, 8), np.nan, dtype=np.float32)}
     with pytest.raises(ProbeError, match="NaN"):
-        runner.map_blocks(partial(decode_block, settings=Settings()), lambda a, b: {k: v[a:b] for k, v in bad.items()},
-                          [(0, 2), (2, 4)], workers=2)
+        runner.map_blocks(partial(decode_block, settings=Settings()), lambda a, b: {k: v[a:b] for k, v in bad.items()}, [(0, 2), (2, 4)], workers=2)
 
 
 def _long_dot(values: np.ndarray, *, weights: np.ndarray) -> dict[str, np.ndarray]:

@@ -97,6 +97,7 @@ def test_attention_mask_shards_assemble_the_one_process_result(tiny_stores, tmp_
 # ----------------------------------------------------------------------------------------------
 # probe knn
 
+
 @pytest.fixture(scope="module")
 def knn_panels(class_folders, tmp_path_factory):
     root, store = class_folders
@@ -134,8 +135,19 @@ def test_knn_same_bits_at_one_two_workers_and_on_a_cluster(knn_panels, tmp_path,
 
     norm = parts.final_norm(cache.manifest(ds), store)
     labels = np.array([["blue", "green", "red"].index(i.split("/")[1]) for i in train_ids])
-    plain = knn.classify(reader(ds, train_ids, "cls-normed", norm, "224"), 12, labels, reader(ds, val_ids, "cls-normed", norm, "224"), 6,
-                         saved.label.values, 3, ks=(1, 3, 12), temperature=0.07, test_block=2, train_block=5)
+    plain = knn.classify(
+        reader(ds, train_ids, "cls-normed", norm, "224"),
+        12,
+        labels,
+        reader(ds, val_ids, "cls-normed", norm, "224"),
+        6,
+        saved.label.values,
+        3,
+        ks=(1, 3, 12),
+        temperature=0.07,
+        test_block=2,
+        train_block=5,
+    )
     np.testing.assert_array_equal(plain.predictions, one[0]["prediction"])
     np.testing.assert_array_equal(plain.top1, saved.top1.values)
 
@@ -191,12 +203,30 @@ def test_dsm_colour_term_same_bits_at_one_two_workers_on_a_cluster_and_in_shards
 # ----------------------------------------------------------------------------------------------
 # probe propagate (one sequence per task, spawned workers)
 
+
 def _propagated(video, out: Path, json_path: Path, capsys, *place: str) -> tuple[dict[str, bytes], dict]:
     """Run ``probe propagate`` (two sequences, 4 and 3 frames) into ``out``: (every file's bytes
     but the shards' notes, the JSON summary without ledger, time and folder)."""
     root, checkpoint = video
-    _run(["propagate", str(checkpoint), "--davis", str(root / "DAVIS"), "--out", str(out), "--cache", str(out.parent / "c"), "--n-last-frames", "2",
-          "--json", str(json_path), "-q", *place], capsys)
+    _run(
+        [
+            "propagate",
+            str(checkpoint),
+            "--davis",
+            str(root / "DAVIS"),
+            "--out",
+            str(out),
+            "--cache",
+            str(out.parent / "c"),
+            "--n-last-frames",
+            "2",
+            "--json",
+            str(json_path),
+            "-q",
+            *place,
+        ],
+        capsys,
+    )
     # the manifest names its own folder
     files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".shards" not in p.parts and p.name != ".probe-output.json")
     summary = _numbers(json.loads(json_path.read_text()))
@@ -204,8 +234,10 @@ def _propagated(video, out: Path, json_path: Path, capsys, *place: str) -> tuple
 
 
 def test_propagate_same_bits_at_one_and_two_workers_and_on_a_cluster(video, tmp_path, capsys, cluster):
-    got = {place[-1]: _propagated(video, tmp_path / f"out{i}", tmp_path / f"p{i}.json", capsys, *place)
-           for i, place in enumerate((["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]))}
+    got = {
+        place[-1]: _propagated(video, tmp_path / f"out{i}", tmp_path / f"p{i}.json", capsys, *place)
+        for i, place in enumerate((["--workers", "1"], ["--workers", "2"], ["--dask-address", cluster]))
+    }
     one = got["1"]
     assert len(one[0]) == 4 + 3 + 2 + 2  # both sequences' PNGs and soft.npy, the two tables
     assert 0 < one[1]["global"]["J&F-Mean"] <= 1
@@ -219,8 +251,25 @@ def test_propagate_shards_score_what_every_shard_wrote(video, tmp_path, capsys):
     rerun, which writes it again, scores."""
     whole = _propagated(video, tmp_path / "one" / "out", tmp_path / "one.json", capsys, "--workers", "1")
     out = tmp_path / "two" / "out"
-    code, printed = probe_main(["propagate", str(video[1]), "--davis", str(video[0] / "DAVIS"), "--out", str(out), "--cache", str(tmp_path / "two" / "c"),
-                                "--n-last-frames", "2", "--shard", "0/2", "--workers", "1"], capsys)
+    code, printed = probe_main(
+        [
+            "propagate",
+            str(video[1]),
+            "--davis",
+            str(video[0] / "DAVIS"),
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "two" / "c"),
+            "--n-last-frames",
+            "2",
+            "--shard",
+            "0/2",
+            "--workers",
+            "1",
+        ],
+        capsys,
+    )
     assert code == 0 and "waiting for shards [1]" in printed.out
     assert not list(out.glob("*.csv"))
     first = sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))[0]
@@ -229,8 +278,28 @@ def test_propagate_shards_score_what_every_shard_wrote(video, tmp_path, capsys):
     labels = np.asarray(Image.open(png)).copy()
     labels[0, 0] = 1 - labels[0, 0]
     Image.fromarray(labels, mode="P").save(png)
-    _one_line(["propagate", video[1], "--davis", video[0] / "DAVIS", "--out", out, "--cache", tmp_path / "two" / "c", "--n-last-frames", "2",
-               "--shard", "1/2", "--workers", "1", "-q"], capsys, 1, "does not hold the PNGs this run wrote")
+    _one_line(
+        [
+            "propagate",
+            video[1],
+            "--davis",
+            video[0] / "DAVIS",
+            "--out",
+            out,
+            "--cache",
+            tmp_path / "two" / "c",
+            "--n-last-frames",
+            "2",
+            "--shard",
+            "1/2",
+            "--workers",
+            "1",
+            "-q",
+        ],
+        capsys,
+        1,
+        "does not hold the PNGs this run wrote",
+    )
     assert not list(out.glob("*.csv"))
     got = _propagated(video, out, tmp_path / "two.json", capsys, "--shard", "0/2", "--workers", "1")
     assert png.read_bytes() == good
@@ -244,9 +313,11 @@ def test_propagate_shards_score_what_every_shard_wrote(video, tmp_path, capsys):
 def test_workers_zero_is_one_line_for_every_command(tiny_stores, knn_panels, video, tmp_path, capsys):
     root, checkpoint = video
     store, c = knn_panels
-    for args in (["attention-masks", tiny_stores["dino"], "-q"],
-                 ["knn", store, "--train", "tr", "--val", "va", "--k", "1", "--cache", c, "-q"],
-                 ["propagate", checkpoint, "--davis", root / "DAVIS", "--out", tmp_path / "o", "--cache", tmp_path / "c", "-q"]):
+    for args in (
+        ["attention-masks", tiny_stores["dino"], "-q"],
+        ["knn", store, "--train", "tr", "--val", "va", "--k", "1", "--cache", c, "-q"],
+        ["propagate", checkpoint, "--davis", root / "DAVIS", "--out", tmp_path / "o", "--cache", tmp_path / "c", "-q"],
+    ):
         _one_line([*args, "--workers", "0"], capsys, 2, "--workers must be an integer ≥ 1 (got 0)")
     assert not (tmp_path / "o").exists()
 
@@ -265,8 +336,12 @@ def test_a_cluster_whose_workers_lack_the_davis_folder_is_one_line(video, tmp_pa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(propagate, "map_blocks", elsewhere)
-    _one_line(["propagate", checkpoint, "--davis", davis, "--out", tmp_path / "o", "--cache", tmp_path / "c", "--dask-address", cluster, "-q"],
-              capsys, 1, "give every worker the DAVIS folder")
+    _one_line(
+        ["propagate", checkpoint, "--davis", davis, "--out", tmp_path / "o", "--cache", tmp_path / "c", "--dask-address", cluster, "-q"],
+        capsys,
+        1,
+        "give every worker the DAVIS folder",
+    )
 
 
 def test_a_cluster_whose_workers_lack_the_store_is_one_line_and_the_rerun_works(tiny_stores, tmp_path, capsys, cluster, monkeypatch):

@@ -70,8 +70,10 @@ def test_twenty_thousand_images_in_bounded_memory(tmp_path):
     store = tmp_path / "big.zarr"
     size = _build(store)
     assert size > 3 * CAP, f"the store ({size / 2**30:.2f} GiB) must be well above the cap"
-    for args, name in ((("entropy", str(store), "-q", "--boot", "200"), "entropy"),
-                       (("neighbours", str(store), "--grid", "14", "-q", "--boot", "200"), "neighbours_g14")):
+    for args, name in (
+        (("entropy", str(store), "-q", "--boot", "200"), "entropy"),
+        (("neighbours", str(store), "--grid", "14", "-q", "--boot", "200"), "neighbours_g14"),
+    ):
         run, peak = _run_capped(*probe(*args, "--json", str(tmp_path / f"{name}.json")))
         assert run.returncode == 0, run.stderr[-2000:]
         assert peak < CAP, f"{name}: peak RSS {peak / 2**20:.0f} MiB"

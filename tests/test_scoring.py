@@ -80,8 +80,7 @@ def _hand_panel():
     anns = []
     for k, (img, m) in enumerate(((1, a), (2, b)), start=1):
         rle = _rle(m)
-        anns.append({"id": k, "image_id": img, "category_id": k, "segmentation": rle, "area": float(m.sum()),
-                     "bbox": mask_utils.toBbox(rle).tolist(), "iscrowd": 0})
+        anns.append({"id": k, "image_id": img, "category_id": k, "segmentation": rle, "area": float(m.sum()), "bbox": mask_utils.toBbox(rle).tolist(), "iscrowd": 0})
     return _coco({"images": images, "annotations": anns, "categories": [{"id": 1}, {"id": 2}]}), a, b, (h, w)
 
 
@@ -108,10 +107,12 @@ def test_coco_ap_on_a_hand_made_panel():
 def test_corloc_by_hand_with_crowd_and_rounding():
     h = w = 100
     images = [{"id": i, "file_name": f"{i}.png", "height": h, "width": w} for i in (1, 2, 3, 4)]
+
     def ann(k, img, bbox, crowd=0):
         x, y, bw, bh = bbox
         m = _square(h, w, int(y), int(y + bh), int(x), int(x + bw))
         return {"id": k, "image_id": img, "category_id": 1, "segmentation": _rle(m), "area": float(m.sum()), "bbox": bbox, "iscrowd": crowd}
+
     anns = [
         ann(1, 1, [0.4, 0.6, 9.2, 9.9]),  # rounds to [0, 1, 10, 10] (LOST: int(round(.)))
         ann(2, 1, [50, 50, 10, 10]),
@@ -119,10 +120,19 @@ def test_corloc_by_hand_with_crowd_and_rounding():
         ann(4, 3, [0, 0, 10, 10], crowd=1),  # removed
     ]
     coco = _coco({"images": images, "annotations": anns, "categories": [{"id": 1}]})
+
     def det(img, box, index=0):
         x1, y1, x2, y2 = box
-        return {"image_id": img, "category_id": 1, "segmentation": _rle(_square(h, w, y1, y2, x1, x2)), "bbox": [x1, y1, x2 - x1, y2 - y1],
-                "score": 0.5, "mask": index, "patch_box": [float(v) for v in box]}
+        return {
+            "image_id": img,
+            "category_id": 1,
+            "segmentation": _rle(_square(h, w, y1, y2, x1, x2)),
+            "bbox": [x1, y1, x2 - x1, y2 - y1],
+            "score": 0.5,
+            "mask": index,
+            "patch_box": [float(v) for v in box],
+        }
+
     dets = [
         det(1, (0, 1, 10, 7)),  # IoU with [0, 1, 10, 10] = 60/90 = 0.667 → hit
         det(1, (50, 50, 60, 60), index=1),  # a perfect second mask does not count: first mask only

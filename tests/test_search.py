@@ -34,7 +34,7 @@ def reference(queries, bank, k):
 
 
 def blocks_of(bank, width):
-    return lambda: ((a, bank[a:a + width]) for a in range(0, len(bank), width))
+    return lambda: ((a, bank[a : a + width]) for a in range(0, len(bank), width))
 
 
 def clustered(n, centres, rng, spread=2.0):
@@ -146,7 +146,7 @@ def test_torch_and_numpy_give_the_same_neighbours_and_cosines(device, tmp_path):
     numpy_answer = search.nearest(queries, bank, 50, 512)
     assert all(np.array_equal(x, y) for x, y in zip(numpy_answer, want))
     assert numpy_answer[1][3, :4].tolist() == [12, 40, 333, 1650]
-    with shared_blocks((bank[a:a + 700] for a in range(0, len(bank), 700)), bank.shape, np.float32, tmp_path, "bank") as handle:
+    with shared_blocks((bank[a : a + 700] for a in range(0, len(bank), 700)), bank.shape, np.float32, tmp_path, "bank") as handle:
         assert all(np.array_equal(x, y) for x, y in zip(search.nearest(queries, handle, 50, 300), want))
         on = search_torch.on_device(handle, device)
         for block in (7, 49, 2500, 5000):

@@ -53,8 +53,9 @@ def ade(tmp_path_factory):
 
 def _network(base, cache, root, layout: str, arch, seed: int):
     checkpoint = write_checkpoint(base / f"{layout}.pth", layout, arch, seed=seed)
-    store = extract(checkpoint, root / "images" / "validation", settings=Settings(views=("96",), chunk=2, dtype="float32"), cache_dir=cache,
-                    quiet=True, batch_size=2).store
+    store = extract(
+        checkpoint, root / "images" / "validation", settings=Settings(views=("96",), chunk=2, dtype="float32"), cache_dir=cache, quiet=True, batch_size=2
+    ).store
     return checkpoint, store
 
 
@@ -86,8 +87,11 @@ def _plain_scores(ds, checkpoint, folder, names, labels, crop, stride, size, red
         pil = Image.open(folder / f"{name}.jpg").convert("RGB")
         w0, h0 = pil.size
         new = (int(size * h0 / w0 + 0.5), size) if h0 > w0 else (size, int(size * w0 / h0 + 0.5))
-        x = TF.normalize(torch.from_numpy(np.array(T.Resize(new, interpolation=T.InterpolationMode.BILINEAR)(pil))).permute(2, 0, 1).float(),
-                         [123.675, 116.28, 103.53], [58.395, 57.12, 57.375])[None]
+        x = TF.normalize(
+            torch.from_numpy(np.array(T.Resize(new, interpolation=T.InterpolationMode.BILINEAR)(pil))).permute(2, 0, 1).float(),
+            [123.675, 116.28, 103.53],
+            [58.395, 57.12, 57.375],
+        )[None]
         _, _, H, W = x.shape
         hc = wc = crop
         if hc > H and wc > W:
@@ -122,8 +126,9 @@ def test_a_short_run_from_panels_to_a_record_and_a_report(ade, layout, arch, cap
     checkpoint, store = _network(base, cache, root, layout, arch, 5)
     out = tmp_path / "seg.json"
     before = len(ledger.entries(cache))
-    code, printed = probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store,
-                                "--json", out, "-q", *SHORT], capsys)
+    code, printed = probe_main(
+        ["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store, "--json", out, "-q", *SHORT], capsys
+    )
     assert code == 0, printed.err
     assert "short schedule: 3 of 40000" in printed.out and "47.0" in printed.out
     summary = json.loads(out.read_text())
@@ -180,12 +185,18 @@ def test_refusals_come_before_any_label_is_read(ade, dino, capsys, tmp_path):
     base, root, cache, _ = ade
     checkpoint, store = dino
     before = len(ledger.entries(cache))
-    for extra, word in ((["--stride", "40"], "--stride"), (["--warmup", "5"], "--warmup"), (["--preset", "dinov4"], "--preset"),
-                        (["--crop", "8", "--stride", "8"], "--crop"), (["--iterations", "0"], "--iterations")):
+    for extra, word in (
+        (["--stride", "40"], "--stride"),
+        (["--warmup", "5"], "--warmup"),
+        (["--preset", "dinov4"], "--preset"),
+        (["--crop", "8", "--stride", "8"], "--crop"),
+        (["--iterations", "0"], "--iterations"),
+    ):
         code, printed = _run(ade, dino, capsys, *extra)
         assert code == 2 and word in printed.err and len(printed.err.strip().splitlines()) == 1, (extra, printed.err)
-    code, printed = probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", tmp_path / "none.zarr",
-                                "-q", *SHORT], capsys)
+    code, printed = probe_main(
+        ["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", tmp_path / "none.zarr", "-q", *SHORT], capsys
+    )
     assert code == 2 and "none.zarr" in printed.err and "probe extract" in printed.err
     from typer.testing import CliRunner
 
@@ -222,10 +233,8 @@ def test_voc_layout_with_the_dinov2_preset(tmp_path, capsys):
         r = CliRunner().invoke(app, ["panel", "add", name, "--voc-segmentation", str(year), "--split", split, "--role", role, "--cache", str(cache)])
         assert r.exit_code == 0, r.output
     checkpoint = write_checkpoint(tmp_path / "dinov2.pth", "dinov2-backbone", TINY_DINOV2, seed=2)
-    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=("96",), chunk=2, dtype="float32"), cache_dir=cache, quiet=True,
-                    batch_size=2).store
-    code, printed = probe_main(["segment", checkpoint, "--train", "voc-train", "--val", "voc-val", "--cache", cache, "--preset", "dinov2", "-q", *SHORT],
-                               capsys)
+    store = extract(checkpoint, year / "JPEGImages", settings=Settings(views=("96",), chunk=2, dtype="float32"), cache_dir=cache, quiet=True, batch_size=2).store
+    code, printed = probe_main(["segment", checkpoint, "--train", "voc-train", "--val", "voc-val", "--cache", cache, "--preset", "dinov2", "-q", *SHORT], capsys)
     assert code == 0, printed.err
     assert "no published numbers" in printed.out
     ds = records.load(store, "linear-segmentation")
@@ -251,8 +260,9 @@ def test_a_mask_of_another_size_is_refused_before_the_network_is_built(tmp_path,
     for name, role in (("t", "train"), ("v", "val")):
         assert CliRunner().invoke(app, ["panel", "add", name, "--ade20k", str(root), "--role", role, "--cache", str(cache)]).exit_code == 0
     checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=1)
-    store = extract(checkpoint, root / "images" / "validation", settings=Settings(views=("96",), chunk=1, dtype="float32"), cache_dir=cache,
-                    quiet=True, batch_size=1).store
+    store = extract(
+        checkpoint, root / "images" / "validation", settings=Settings(views=("96",), chunk=1, dtype="float32"), cache_dir=cache, quiet=True, batch_size=1
+    ).store
 
     def never(*args, **kwargs):
         raise AssertionError("the network was built")

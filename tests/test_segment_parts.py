@@ -86,19 +86,22 @@ def _dinov3_reference(rng, image, label, size, crop, photometric):
 
     box = bbox()
     for _ in range(10):
-        part = m[:, box[0]:box[1], box[2]:box[3]]
+        part = m[:, box[0] : box[1], box[2] : box[3]]
         values, cnt = np.unique(part.numpy(), return_counts=True)
         cnt = cnt[values != 255]
         if len(cnt) > 1 and np.max(cnt) / np.sum(cnt) < 0.75:
             break
         box = bbox()
-    img, m = img[:, box[0]:box[1], box[2]:box[3]], m[:, box[0]:box[1], box[2]:box[3]]
+    img, m = img[:, box[0] : box[1], box[2] : box[3]], m[:, box[0] : box[1], box[2] : box[3]]
     if rng.random() < 0.5:
         img, m = TF.hflip(img), TF.hflip(m)
     if photometric:
-        a = _photometric(rng, img.permute(1, 2, 0).numpy(),
-                         lambda a, f: TF.adjust_saturation(torch.tensor(a).permute(2, 0, 1), f).permute(1, 2, 0).numpy(),
-                         lambda a, rng: TF.adjust_hue(torch.tensor(a).permute(2, 0, 1), rng.uniform(-0.5, 0.5)).permute(1, 2, 0).numpy())
+        a = _photometric(
+            rng,
+            img.permute(1, 2, 0).numpy(),
+            lambda a, f: TF.adjust_saturation(torch.tensor(a).permute(2, 0, 1), f).permute(1, 2, 0).numpy(),
+            lambda a, rng: TF.adjust_hue(torch.tensor(a).permute(2, 0, 1), rng.uniform(-0.5, 0.5)).permute(1, 2, 0).numpy(),
+        )
         img = torch.tensor(a.astype(np.float32)).permute(2, 0, 1)
     img = TF.normalize(img.float(), MEAN.tolist(), STD.tolist())
     h, w = img.shape[-2:]
@@ -125,12 +128,12 @@ def _dinov2_reference(rng, image, label, size, crop):
 
     oh, ow = bbox()
     for _ in range(10):
-        values, cnt = np.unique(m[oh:oh + crop, ow:ow + crop], return_counts=True)
+        values, cnt = np.unique(m[oh : oh + crop, ow : ow + crop], return_counts=True)
         cnt = cnt[values != 255]
         if len(cnt) > 1 and np.max(cnt) / np.sum(cnt) < 0.75:
             break
         oh, ow = bbox()
-    img, m = img[oh:oh + crop, ow:ow + crop], m[oh:oh + crop, ow:ow + crop]
+    img, m = img[oh : oh + crop, ow : ow + crop], m[oh : oh + crop, ow : ow + crop]
     if rng.random() < 0.5:
         img, m = img[:, ::-1], m[:, ::-1]
     bgr = np.ascontiguousarray(img[..., ::-1])  # mmseg works on BGR; its HSV is OpenCV's BGR2HSV
@@ -266,8 +269,13 @@ def test_one_training_step_equals_the_references_head_loss_and_adamw():
     torch.nn.utils.clip_grad_norm_(params, float("inf"))
     ref_opt.step()
     assert math.isclose(loss, float(ref_loss), rel_tol=1e-6)
-    for ours, ref in ((head.conv.weight, ref_conv.weight), (head.conv.bias, ref_conv.bias), (head.bn.weight, ref_bn.weight),
-                      (head.bn.running_mean, ref_bn.running_mean), (head.bn.running_var, ref_bn.running_var)):
+    for ours, ref in (
+        (head.conv.weight, ref_conv.weight),
+        (head.conv.bias, ref_conv.bias),
+        (head.bn.weight, ref_bn.weight),
+        (head.bn.running_mean, ref_bn.running_mean),
+        (head.bn.running_var, ref_bn.running_var),
+    ):
         assert torch.allclose(ours, ref, atol=1e-7)
 
 

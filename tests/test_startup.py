@@ -136,9 +136,15 @@ def test_results_written_without_xarray_are_the_bytes_xarray_writes(tmp_path):
     decoded.grids, decoded.patch = np.asarray([[30, 30], [20, 30], [30, 25]]), 16
     native = decoder_dataset(decoded, ["a.jpg", "b.jpg", "c.jpg"])
     empty = decoder_dataset(collate([], Settings.from_preset("tokencut"), 900), [])
-    large = plain.Results({"fiedler": (("image", "patch"), rng.standard_normal((3000, 900)).astype(np.float32)),
-                           "masks": (("image", "mask", "patch"), rng.random((3000, 2, 900)) > 0.5), "corloc": ((), 0.25)},
-                          coords={"image": np.asarray([f"{i}.jpg" for i in range(3000)], dtype=object)}, attrs={"grid": np.int64(30), "stops": ["count"]})
+    large = plain.Results(
+        {
+            "fiedler": (("image", "patch"), rng.standard_normal((3000, 900)).astype(np.float32)),
+            "masks": (("image", "mask", "patch"), rng.random((3000, 2, 900)) > 0.5),
+            "corloc": ((), 0.25),
+        },
+        coords={"image": np.asarray([f"{i}.jpg" for i in range(3000)], dtype=object)},
+        attrs={"grid": np.int64(30), "stops": ["count"]},
+    )
     for name, results in (("square", square), ("native", native), ("empty", empty), ("large", large)):
         results.attrs.update(manifest={"views": [224, 480]}, seconds=0.5)
         plain.write(results, tmp_path / f"{name}-plain")

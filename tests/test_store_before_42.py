@@ -68,5 +68,4 @@ def test_an_old_store_scores_as_before(old_store):
         for name, want in arrays.items():
             shape, values = got[name]
             assert shape == want["shape"], (result, name)
-            np.testing.assert_array_equal(values, np.array([np.nan if x is None else x for x in want["values"]], dtype=np.float64),
-                                          err_msg=f"{result} {name}")
+            np.testing.assert_array_equal(values, np.array([np.nan if x is None else x for x in want["values"]], dtype=np.float64), err_msg=f"{result} {name}")

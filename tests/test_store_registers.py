@@ -71,8 +71,11 @@ def test_float16_store_is_the_readout_rounded_by_numpy(setup):
     for ref in images.list_images(root / "photos"):
         for view in ("224", "480"):
             out = backbone.readout(pixels(ref.path, view, 14), keys=True, attention="last")
-            fields = {"tokens": out.tokens, "attention": out.attention, "cls_tokens": out.cls_token, "registers": out.registers} if view == "224" \
+            fields = (
+                {"tokens": out.tokens, "attention": out.attention, "cls_tokens": out.cls_token, "registers": out.registers}
+                if view == "224"
                 else {"keys": out.keys, "cls_keys": out.cls_key, "registers": out.registers}
+            )
             for kind, value in fields.items():
                 expected = value[0].numpy().astype(np.float16)
                 stored = ds[f"{kind}_{view}"].sel(image=ref.id).values

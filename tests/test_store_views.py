@@ -53,6 +53,7 @@ def probe(monkeypatch, capsys):
 
     return run
 
+
 SIZES = {"wide.png": (70, 40), "tall.png": (33, 64), "one.png": (16, 16), "exact.png": (48, 32)}  # width, height
 
 
@@ -78,10 +79,10 @@ def reference_native(backbone: Backbone, picture: Image.Image, patch: int):
     z = np.zeros((rows * cols, d))
     for r in range(rows):
         for c in range(cols):
-            piece = padded[r * patch:(r + 1) * patch, c * patch:(c + 1) * patch].transpose(2, 0, 1)
+            piece = padded[r * patch : (r + 1) * patch, c * patch : (c + 1) * patch].transpose(2, 0, 1)
             z[r * cols + c] = np.tensordot(weight, piece, axes=3) + sd["patch_embed.proj.bias"].numpy()
     pos = sd["pos_embed"][0].numpy()
-    prefix = pos.shape[0] - TINY.pos_grid ** 2
+    prefix = pos.shape[0] - TINY.pos_grid**2
     g0 = TINY.pos_grid
     table = pos[prefix:].reshape(g0, g0, d)
     if (rows, cols) != (g0, g0):
@@ -95,14 +96,15 @@ def reference_native(backbone: Backbone, picture: Image.Image, patch: int):
         before_last = blocks[:-1](tokens)
         last = blocks[-1]
         normed = layer_norm(before_last, last.norm1.weight, last.norm1.bias)
-        keys = (normed @ last.attn.qkv.weight.T + last.attn.qkv.bias)[..., d:2 * d]
+        keys = (normed @ last.attn.qkv.weight.T + last.attn.qkv.bias)[..., d : 2 * d]
         out = blocks(tokens)
     return out[0, prefix:].numpy(), keys[0, prefix:].numpy(), (rows, cols)
 
 
 def test_native_view_equals_the_padded_forward(tmp_path, tiny_checkpoints, odd_sizes):
-    report = extract(tiny_checkpoints["dino-backbone"], odd_sizes, settings=Settings(views=("native",), dtype="float32", chunk=3),
-                     store=tmp_path / "n.zarr", batch_size=2, quiet=True)
+    report = extract(
+        tiny_checkpoints["dino-backbone"], odd_sizes, settings=Settings(views=("native",), dtype="float32", chunk=3), store=tmp_path / "n.zarr", batch_size=2, quiet=True
+    )
     assert report.done == 4
     ds = open_store(report.store, arrays="keys_native")
     m = ds.attrs["manifest"]
@@ -156,8 +158,21 @@ def test_lanczos_480_changes_pixels_and_says_so(probe, tmp_path, tiny_checkpoint
     folder = tmp_path / "one"
     folder.mkdir()
     (folder / "chelsea.jpg").write_bytes((photos / "chelsea.jpg").read_bytes())
-    run = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(folder), "--views", "480",
-                "--resample", "lanczos", "--dtype", "float32", "--store", str(tmp_path / "l.zarr"), "-q")
+    run = probe(
+        "extract",
+        str(tiny_checkpoints["dino-backbone"]),
+        "--images",
+        str(folder),
+        "--views",
+        "480",
+        "--resample",
+        "lanczos",
+        "--dtype",
+        "float32",
+        "--store",
+        str(tmp_path / "l.zarr"),
+        "-q",
+    )
     assert run.returncode == 0, run.stderr
     ds = open_store(tmp_path / "l.zarr")
     m = ds.attrs["manifest"]
@@ -201,8 +216,7 @@ def test_numeric_options_are_checked_at_the_boundary(probe, tmp_path, tiny_check
 
 def test_limit_is_at_most_n_and_says_so(probe, tmp_path, tiny_checkpoints, odd_sizes):
     store = tmp_path / "l.zarr"
-    run = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(odd_sizes), "--views", "224",
-                "--store", str(store), "-q", "--limit", "3")
+    run = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(odd_sizes), "--views", "224", "--store", str(store), "-q", "--limit", "3")
     assert run.returncode == 0, run.stderr
     assert "3/4 images done" in run.stdout and "--limit 3: 1 images of this shard left" in run.stdout
     assert open_store(store).sizes["image"] == 3
@@ -279,10 +293,14 @@ def dino_eval_transform():
     """facebookresearch/dino eval_knn.py's val transform, built with torchvision itself."""
     from torchvision import transforms
 
-    return transforms.Compose([
-        transforms.Resize(256, interpolation=transforms.InterpolationMode.BICUBIC), transforms.CenterCrop(224),
-        transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    ])
+    return transforms.Compose(
+        [
+            transforms.Resize(256, interpolation=transforms.InterpolationMode.BICUBIC),
+            transforms.CenterCrop(224),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
 
 
 def test_eval224_view_is_torchvisions_resize_256_centre_crop_224():
@@ -363,7 +381,8 @@ def assert_own_size_store_is_the_forward(ds, view, ckpt, folder, pixels, expecte
     tokens and class key equal, float16 bit for bit, to the backbone's forward on ``pixels(photo)``
     (each image forwarded alone: its grid is its own shape); the patch dimension's padding NaN."""
     assert sorted(a for a in ds.data_vars if a.endswith(f"_{view}")) == sorted(
-        f"{kind}_{view}" for kind in ("cls_keys", "cls_tokens", "done", "failed", "grid_cols", "grid_rows", "keys", "tokens"))
+        f"{kind}_{view}" for kind in ("cls_keys", "cls_tokens", "done", "failed", "grid_cols", "grid_rows", "keys", "tokens")
+    )
     rows, cols = grids.view_grid(ds, view)
     ids = list(ds.image.values)
     assert {i: (int(r), int(c)) for i, r, c in zip(ids, rows, cols)} == expected

@@ -35,8 +35,9 @@ def run_stream(checkpoint, images, decoder: dict, **keywords):
 def reference(tmp_path_factory, tiny_checkpoints, image_dir):
     """Extract-then-decode: the keys go through the store, then ``probe decode``'s pipeline."""
     root = tmp_path_factory.mktemp("stream-ref")
-    store = extract(tiny_checkpoints["dino-full"], image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2),
-                    cache_dir=root, quiet=True, batch_size=2).store
+    store = extract(
+        tiny_checkpoints["dino-full"], image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=root, quiet=True, batch_size=2
+    ).store
     report = run_decode(store, SETTINGS, cache_dir=root, placement=Placement(workers=1))
     return records.load(store, "decoder"), json.loads(report.masks_file.read_text())
 
@@ -68,8 +69,28 @@ def test_streaming_equals_extract_then_decode_and_resumes(tmp_path, tiny_checkpo
     assert store.name == "teacher-masks-480.zarr" and not records.results_path(store, "decoder").exists()
     # the rerun (the CLI, every core) does only the missing chunk and assembles the results
     old = sys.argv
-    sys.argv = ["probe", "decode", str(ckpt), "--images", str(image_dir), "--preset", "maskcut", "--masks", "2", "--chunk", "2",
-                "--batch-size", "2", "--shard", "0/2", "--cache", str(tmp_path), "-q", "--json", str(tmp_path / "s.json")]
+    sys.argv = [
+        "probe",
+        "decode",
+        str(ckpt),
+        "--images",
+        str(image_dir),
+        "--preset",
+        "maskcut",
+        "--masks",
+        "2",
+        "--chunk",
+        "2",
+        "--batch-size",
+        "2",
+        "--shard",
+        "0/2",
+        "--cache",
+        str(tmp_path),
+        "-q",
+        "--json",
+        str(tmp_path / "s.json"),
+    ]
     try:
         main()
     finally:
@@ -99,12 +120,12 @@ def test_streaming_decodes_on_a_dask_cluster_the_same_bits(tmp_path, tiny_checkp
         with pytest.raises(ProbeError, match="workers and dask_address were both given; drop workers"):
             run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "no.zarr", workers=2, dask_address=cluster.scheduler_address)
         assert not (tmp_path / "no.zarr").exists()  # refused before the masks store is made
-        code, out = probe_main(["decode", ckpt, "--images", image_dir, "--workers", "2", "--dask-address", cluster.scheduler_address,
-                                "--cache", tmp_path / "cli", "-q"], capsys)
+        code, out = probe_main(
+            ["decode", ckpt, "--images", image_dir, "--workers", "2", "--dask-address", cluster.scheduler_address, "--cache", tmp_path / "cli", "-q"], capsys
+        )
         assert code == 2 and "--workers and --dask-address were both given; drop --workers" in out.err, out.err
         assert not (tmp_path / "cli").exists()
-        report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr",
-                            placement=Placement(dask_address=cluster.scheduler_address))
+        report = run_stream(ckpt, image_dir, SETTINGS, chunk=2, batch_size=2, store=tmp_path / "masks.zarr", placement=Placement(dask_address=cluster.scheduler_address))
     assert report.done == 7 and report.masks_file is not None
     _same_as_reference(tmp_path / "masks.zarr", reference)
 
@@ -115,8 +136,7 @@ def test_streaming_an_own_size_view_equals_extract_then_decode(tmp_path, tiny_ch
     keeps every image's grid, and its arrays and masks JSON equal extract-then-decode's."""
     ckpt = tiny_checkpoints["dino-full"]
     settings = {"preset": "tokencut"}
-    store = extract(ckpt, image_dir, settings=ExtractSettings(views=(view,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
-                    batch_size=2).store
+    store = extract(ckpt, image_dir, settings=ExtractSettings(views=(view,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True, batch_size=2).store
     ref = run_decode(store, settings, view=view, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     saved = records.load(store, "decoder")
     assert len(set(zip(saved["grid_rows"].values, saved["grid_cols"].values))) > 1  # the images' grids differ
@@ -137,8 +157,7 @@ def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path,
     """Each block reads its images' files from the streamed folder (a store's image_source)."""
     ckpt = tiny_checkpoints["dino-full"]
     settings = {"preset": "dsm", "color_lambda": 10.0}
-    store = extract(ckpt, image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True,
-                    batch_size=2).store
+    store = extract(ckpt, image_dir, settings=ExtractSettings(views=(480,), attention="none", chunk=2), cache_dir=tmp_path / "ref", quiet=True, batch_size=2).store
     ref = run_decode(store, settings, cache_dir=tmp_path / "ref", placement=Placement(workers=1))
     saved = records.load(store, "decoder").load()
     plain = run_decode(store, {"preset": "dsm"}, out=tmp_path / "plain.json", cache_dir=tmp_path / "ref", placement=Placement(workers=1))

@@ -257,8 +257,9 @@ def test_a_step_uses_its_epochs_teacher_temperature():
 
 def fixed_batch(micro=2, accumulation=2, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [[torch.randn(micro, 3, 224, 224, generator=g) for _ in range(2)] + [torch.randn(micro, 3, 96, 96, generator=g) for _ in range(8)]
-            for _ in range(accumulation)]
+    return [
+        [torch.randn(micro, 3, 224, 224, generator=g) for _ in range(2)] + [torch.randn(micro, 3, 96, 96, generator=g) for _ in range(8)] for _ in range(accumulation)
+    ]
 
 
 def trainer(steps_per_epoch=1, **sets):
@@ -353,7 +354,7 @@ def test_run_writes_the_full_layout(tiny_run):
     assert {"student", "teacher", "optimizer", "epoch", "step", "args", "dino_loss", "rng"} <= set(raw)
     assert raw["epoch"] == 2 and raw["step"] == 2 and raw["args"]["trainer"] == TRAINER_MARK
     assert all(k.startswith("module.") for k in raw["student"])
-    assert {k[len("module."):] for k in raw["student"]} == set(raw["teacher"])
+    assert {k[len("module.") :] for k in raw["student"]} == set(raw["teacher"])
     for prefix, count in (("backbone.", 3 + 12 * 2), ("ca_head.", 35), ("c_head.", 8), ("p_head.", 8)):
         assert sum(k.startswith(prefix) for k in raw["teacher"]) == count
     assert raw["teacher"]["c_head.last_layer.weight_g"].shape == (256, 1)
@@ -505,8 +506,9 @@ def test_command_lines(train_photos, tmp_path, capsys):
 
     from probe_toolkit.cli import app
 
-    result = CliRunner().invoke(app,
-                                ["train", "tiny", "--set", f"data.images={train_photos}", "--set", f"run.out={tmp_path / 'cli'}", "--set", "optim.epochs=1", "--quiet"])
+    result = CliRunner().invoke(
+        app, ["train", "tiny", "--set", f"data.images={train_photos}", "--set", f"run.out={tmp_path / 'cli'}", "--set", "optim.epochs=1", "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli" / "checkpoint.pth").exists()
     assert '"micro_batch": 2' in result.output  # the resolved config is printed

@@ -47,32 +47,40 @@ class MultiCrop:
         global_size: int = 224,
         local_size: int = 96,
     ):
-        flip_and_colour = T.Compose([
-            T.RandomHorizontalFlip(p=0.5),
-            T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)], p=0.8),
-            T.RandomGrayscale(p=0.2),
-        ])
+        flip_and_colour = T.Compose(
+            [
+                T.RandomHorizontalFlip(p=0.5),
+                T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)], p=0.8),
+                T.RandomGrayscale(p=0.2),
+            ]
+        )
         normalise = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
         bicubic = InterpolationMode.BICUBIC
-        self.global_1 = T.Compose([
-            T.RandomResizedCrop(global_size, scale=tuple(global_scale), interpolation=bicubic),
-            flip_and_colour,
-            GaussianBlur(1.0),
-            normalise,
-        ])
-        self.global_2 = T.Compose([
-            T.RandomResizedCrop(global_size, scale=tuple(global_scale), interpolation=bicubic),
-            flip_and_colour,
-            GaussianBlur(0.1),
-            T.RandomSolarize(threshold=128, p=0.2),
-            normalise,
-        ])
-        self.local = T.Compose([
-            T.RandomResizedCrop(local_size, scale=tuple(local_scale), interpolation=bicubic),
-            flip_and_colour,
-            GaussianBlur(0.5),
-            normalise,
-        ])
+        self.global_1 = T.Compose(
+            [
+                T.RandomResizedCrop(global_size, scale=tuple(global_scale), interpolation=bicubic),
+                flip_and_colour,
+                GaussianBlur(1.0),
+                normalise,
+            ]
+        )
+        self.global_2 = T.Compose(
+            [
+                T.RandomResizedCrop(global_size, scale=tuple(global_scale), interpolation=bicubic),
+                flip_and_colour,
+                GaussianBlur(0.1),
+                T.RandomSolarize(threshold=128, p=0.2),
+                normalise,
+            ]
+        )
+        self.local = T.Compose(
+            [
+                T.RandomResizedCrop(local_size, scale=tuple(local_scale), interpolation=bicubic),
+                flip_and_colour,
+                GaussianBlur(0.5),
+                normalise,
+            ]
+        )
         self.local_crops = local_crops
 
     def __call__(self, image: Image.Image) -> list[torch.Tensor]:

@@ -182,8 +182,11 @@ def validate(config: Config, source: str = "config") -> None:
     if o.epochs < 1 or o.warmup_epochs < 0 or o.warmup_epochs > o.epochs:
         raise ProbeError(source, f"epochs {o.epochs} / warmup_epochs {o.warmup_epochs} do not fit", "need 0 <= warmup_epochs <= epochs, epochs >= 1")
     if not 0 <= config.loss.warmup_teacher_temp_epochs <= o.epochs:
-        raise ProbeError(source, f"loss.warmup_teacher_temp_epochs {config.loss.warmup_teacher_temp_epochs} does not fit {o.epochs} epochs",
-                         "need 0 <= loss.warmup_teacher_temp_epochs <= optim.epochs")
+        raise ProbeError(
+            source,
+            f"loss.warmup_teacher_temp_epochs {config.loss.warmup_teacher_temp_epochs} does not fit {o.epochs} epochs",
+            "need 0 <= loss.warmup_teacher_temp_epochs <= optim.epochs",
+        )
     if min(config.loss.teacher_temp, config.loss.warmup_teacher_temp, config.loss.student_temp) <= 0:
         raise ProbeError(source, "a loss temperature is not positive", "temperatures divide the scores: give values > 0 (DINO: 0.04 teacher, 0.1 student)")
     if config.init.network not in ("teacher", "student"):

@@ -92,13 +92,23 @@ def make_batches(cfg: DataCfg, batch_size: int, micro_batch: int, rank: int, wor
     transform = MultiCrop(tuple(cfg.global_scale), tuple(cfg.local_scale), cfg.local_crops, cfg.global_size, cfg.local_size)
     dataset = ImageFolder(cfg.images, transform, seed)
     if batch_size % (micro_batch * world):
-        raise ProbeError("optim.batch_size", f"{batch_size} images per step do not split into micro-batches of {micro_batch} on {world} processes",
-                         "make batch_size a multiple of micro_batch × processes")
+        raise ProbeError(
+            "optim.batch_size",
+            f"{batch_size} images per step do not split into micro-batches of {micro_batch} on {world} processes",
+            "make batch_size a multiple of micro_batch × processes",
+        )
     accumulation = batch_size // (micro_batch * world)
     sampler = EpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
     steps = len(sampler) // (micro_batch * accumulation)
     if steps < 1:
         raise ProbeError(cfg.images, f"holds {len(dataset)} images, fewer than one step of {batch_size}", "add images or lower optim.batch_size")
-    loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler, num_workers=cfg.num_workers, drop_last=True, pin_memory=torch.cuda.is_available(),
-                        persistent_workers=cfg.num_workers > 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=micro_batch,
+        sampler=sampler,
+        num_workers=cfg.num_workers,
+        drop_last=True,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=cfg.num_workers > 0,
+    )
     return Batches(dataset, sampler, loader, steps, accumulation)

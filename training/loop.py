@@ -193,8 +193,9 @@ def train_step(t: Trainer, micro_batches: list[list[torch.Tensor]], step: int, e
                 student = t.model(groups(mb), patch=t.patch_output)
                 parts = loss_parts(t, student, target, counts)
             if not math.isfinite(parts["loss"].item()):
-                raise ProbeError(f"step {step}", f"loss is {parts['loss'].item()}",
-                                 "lower the learning rate or check the data; the run stopped before writing anything wrong")
+                raise ProbeError(
+                    f"step {step}", f"loss is {parts['loss'].item()}", "lower the learning rate or check the data; the run stopped before writing anything wrong"
+                )
             (parts["loss"] / len(crops)).backward()
         for name, value in parts.items():
             sums[name] = sums.get(name, 0.0) + value.item() / len(crops)
@@ -212,8 +213,15 @@ def train_step(t: Trainer, micro_batches: list[list[torch.Tensor]], step: int, e
     if theta is not None:
         record["theta"] = float(theta)
     lrs = {g["name"].split("/")[0]: g["lr"] for g in t.optimizer.param_groups}
-    record.update(lr_backbone=lrs.get("backbone", 0.0), lr_heads=lrs.get("heads", 0.0), weight_decay=wd, momentum=momentum,
-                  teacher_temp=t.loss.teacher_temp, grad_norm=grad_norm, last_layer_frozen=frozen)
+    record.update(
+        lr_backbone=lrs.get("backbone", 0.0),
+        lr_heads=lrs.get("heads", 0.0),
+        weight_decay=wd,
+        momentum=momentum,
+        teacher_temp=t.loss.teacher_temp,
+        grad_norm=grad_norm,
+        last_layer_frozen=frozen,
+    )
     return record
 
 
@@ -322,13 +330,20 @@ def build_trainer(cfg: Config, ctx: Dist, steps_per_epoch: int) -> tuple[Trainer
     teacher.to(ctx.device)
     model = DDP(student, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None) if ctx.distributed else student
     optimizer = torch.optim.AdamW(param_groups(student, cfg.optim))
-    loss = losses.CentredLoss(cfg.model.image_prototypes, cfg.model.patch_prototypes, cfg.loss.teacher_temp, cfg.loss.student_temp,
-                              cfg.loss.center_momentum).to(ctx.device)
+    loss = losses.CentredLoss(cfg.model.image_prototypes, cfg.model.patch_prototypes, cfg.loss.teacher_temp, cfg.loss.student_temp, cfg.loss.center_momentum).to(
+        ctx.device
+    )
     if checkpoint is not None:
         init_info["centres"] = state.load_centres(loss, checkpoint, init_info["loaded"])
     torch.manual_seed(cfg.run.seed + ctx.rank)  # per-process randomness (stochastic depth)
     trainer = Trainer(
-        cfg, ctx, student, teacher, model, optimizer, loss,
+        cfg,
+        ctx,
+        student,
+        teacher,
+        model,
+        optimizer,
+        loss,
         total_steps=cfg.optim.epochs * steps_per_epoch,
         warmup_steps=cfg.optim.warmup_epochs * steps_per_epoch,
         freeze_steps=cfg.optim.freeze_last_layer * steps_per_epoch,

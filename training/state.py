@@ -44,7 +44,7 @@ def _rename(key: str, pairs: dict[str, str]) -> str:
 
 def _moved(state: dict[str, torch.Tensor], old: str, new: str, pairs: dict[str, str]) -> dict[str, torch.Tensor]:
     """Keys under the prefix ``old`` moved under ``new``, and every key's tail renamed by ``pairs``."""
-    return {_rename(new + key[len(old):] if key.startswith(old) else key, pairs): value for key, value in state.items()}
+    return {_rename(new + key[len(old) :] if key.startswith(old) else key, pairs): value for key, value in state.items()}
 
 
 def released_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -70,11 +70,13 @@ def load_strict(module: nn.Module, state: dict[str, torch.Tensor], where: str | 
     misshapen = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
     if missing or unexpected or misshapen:
         detail = "; ".join(
-            part for part in (
+            part
+            for part in (
                 f"missing {missing[:6]}" if missing else "",
                 f"unexpected {unexpected[:6]}" if unexpected else "",
                 f"wrong shape {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in misshapen[:4]]}" if misshapen else "",
-            ) if part
+            )
+            if part
         )
         raise ProbeError(where, f"weights do not fit the network ({detail})", "check the model settings against the checkpoint (prototypes, head sizes)")
     module.load_state_dict(state, strict=True)
@@ -138,14 +140,15 @@ def read(path: Path) -> dict[str, Any]:
     state = read_file(path)
     args = state.get("args") if isinstance(state, dict) else None
     if not isinstance(args, dict) or args.get("trainer") != TRAINER_MARK:
-        raise ProbeError(path, "is not a checkpoint written by probe's trainer",
-                         "resume only from a run folder of `probe train`; start other files through init.checkpoint")
+        raise ProbeError(
+            path, "is not a checkpoint written by probe's trainer", "resume only from a run folder of `probe train`; start other files through init.checkpoint"
+        )
     return state
 
 
 def restore(state: dict[str, Any], student: nn.Module, teacher: nn.Module, optimizer, loss: nn.Module, path: Path) -> None:
     """Put a checkpoint's weights, optimiser and centres back (the caller restores RNG, epoch and step)."""
-    student_state = {k[len("module."):]: v for k, v in state["student"].items()}
+    student_state = {k[len("module.") :]: v for k, v in state["student"].items()}
     load_strict(student, network_names(student_state), path)
     load_strict(teacher, network_names(state["teacher"]), path)
     optimizer.load_state_dict(state["optimizer"])

@@ -87,7 +87,7 @@ def _insertion_sort(key: list, index: list, first: int, last: int) -> None:
     for i in range(first + 1, last):
         if key[i] < key[first]:  # below the first: shift the whole run up by one
             k, v = key[i], index[i]
-            key[first + 1:i + 1], index[first + 1:i + 1] = key[first:i], index[first:i]
+            key[first + 1 : i + 1], index[first + 1 : i + 1] = key[first:i], index[first:i]
             key[first], index[first] = k, v
         else:
             _linear_insert(key, index, i)

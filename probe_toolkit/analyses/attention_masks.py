@@ -32,6 +32,7 @@ import numpy as np
 if TYPE_CHECKING:  # only SelfPatch's aggregation head computes with torch
     import torch
 
+
 def class_rows(attention: np.ndarray, prefix: int = 1) -> np.ndarray:
     """(..., head, T, T) attention with the class token at 0 → (..., head, N) its row over the patches, renormalised
     (``prefix``: tokens before the patches, 1 + DINOv2's registers, whose keys are left out like the class token's)."""
@@ -142,8 +143,7 @@ def looks(prefix_masses: np.ndarray, masks: np.ndarray) -> dict[str, np.ndarray]
     tokens together and on the patches ((prefix,) each), and its mask's share of the patches.
     ``prefix_masses`` (image, head, prefix, prefix + 1); ``masks`` (image, prefix, head, N) bool."""
     m = np.asarray(prefix_masses, dtype=np.float64).mean((0, 1))
-    return {"on_class": m[:, 0], "on_storage": m[:, 1:-1].sum(-1), "on_patches": m[:, -1],
-            "mask_share": np.asarray(masks, dtype=np.float64).mean((0, 2, 3))}
+    return {"on_class": m[:, 0], "on_storage": m[:, 1:-1].sum(-1), "on_patches": m[:, -1], "mask_share": np.asarray(masks, dtype=np.float64).mean((0, 2, 3))}
 
 
 def masks_block(values: np.ndarray, *, row: str, head: dict[str, torch.Tensor] | None, heads: int, prefix: int, mass: float) -> dict[str, np.ndarray]:
@@ -156,8 +156,11 @@ def masks_block(values: np.ndarray, *, row: str, head: dict[str, torch.Tensor] |
     if row == "cls":
         rows = class_rows(values, prefix)
         if prefix > 1:
-            return {"mask": mass_masks(rows, mass).astype(np.uint8), "storage_mask": mass_masks(storage_rows(values, prefix), mass).astype(np.uint8),
-                    "prefix_mass": prefix_mass(values, prefix).astype(np.float32)}
+            return {
+                "mask": mass_masks(rows, mass).astype(np.uint8),
+                "storage_mask": mass_masks(storage_rows(values, prefix), mass).astype(np.uint8),
+                "prefix_mass": prefix_mass(values, prefix).astype(np.float32),
+            }
     elif row == "aggregation":
         from ..infra.runner import torch_threads
 

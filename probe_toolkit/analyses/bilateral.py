@@ -44,8 +44,7 @@ def grid_coordinates(image: np.ndarray, s: BilateralSettings) -> np.ndarray:
     rgb = np.asarray(image, dtype=np.float64)
     yuv = rgb @ RGB_TO_YUV.T + np.array([0.0, 128.0, 128.0])
     ys, xs = np.mgrid[: rgb.shape[0], : rgb.shape[1]]
-    coords = np.stack([xs / s.sigma_spatial, ys / s.sigma_spatial, yuv[..., 0] / s.sigma_luma,
-                       yuv[..., 1] / s.sigma_chroma, yuv[..., 2] / s.sigma_chroma], axis=-1)
+    coords = np.stack([xs / s.sigma_spatial, ys / s.sigma_spatial, yuv[..., 0] / s.sigma_luma, yuv[..., 1] / s.sigma_chroma, yuv[..., 2] / s.sigma_chroma], axis=-1)
     return coords.astype(int).reshape(-1, 5)  # truncation toward zero, as the published code
 
 

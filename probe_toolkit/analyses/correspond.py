@@ -70,8 +70,7 @@ class Matched:
     error: np.ndarray  # (n,) float32 error in units of the target box's larger side
 
 
-def match(source: torch.Tensor, target: torch.Tensor, source_kps: np.ndarray, target_kps: np.ndarray, scale: float,
-          side: int = SIDE) -> Matched:
+def match(source: torch.Tensor, target: torch.Tensor, source_kps: np.ndarray, target_kps: np.ndarray, scale: float, side: int = SIDE) -> Matched:
     """``source`` / ``target`` (D, rows, cols) from ``normalised``; keypoints from ``view_keypoints``."""
     cols = target.shape[-1]
     src = torch.from_numpy(source_kps).float()

@@ -110,21 +110,43 @@ def lost_masks(r) -> ImageMasks:
     """An image's ``ImageMasks`` from its ``lost.LostResult``."""
     nan = np.array([np.nan])
     score = 1.0 - float(r.degree[r.seed]) / len(r.degree)
-    return ImageMasks(masks=r.mask[None], score=np.array([score]), lambda2=nan, lambda3=nan, gap=nan, ncut=nan,
-                      solver=["lost"], degenerate=r.flagged, stop="count", cuts=0, seed=int(r.seed), degree=r.degree, expansion=r.expansion)
+    return ImageMasks(
+        masks=r.mask[None],
+        score=np.array([score]),
+        lambda2=nan,
+        lambda3=nan,
+        gap=nan,
+        ncut=nan,
+        solver=["lost"],
+        degenerate=r.flagged,
+        stop="count",
+        cuts=0,
+        seed=int(r.seed),
+        degree=r.degree,
+        expansion=r.expansion,
+    )
 
 
 def dsm_masks(d) -> ImageMasks:
     """An image's ``ImageMasks`` from its ``dsm.DsmResult``."""
     lam2, lam3 = float(d.eigenvalues[1]), float(d.eigenvalues[2])
     score = float(np.clip((lam3 - lam2) / lam3, 0.0, 1.0)) if lam3 > 0 else 0.0
-    return ImageMasks(masks=d.mask[None], score=np.array([score]), lambda2=np.array([lam2]), lambda3=np.array([lam3]),
-                      gap=np.array([lam3 - lam2]), ncut=np.array([np.nan]), solver=["dsm"], degenerate=d.flagged, stop="count", cuts=1,
-                      fiedler=np.asarray(d.fiedler, dtype=np.float32))  # DSM splits by sign: no seed patch
+    return ImageMasks(
+        masks=d.mask[None],
+        score=np.array([score]),
+        lambda2=np.array([lam2]),
+        lambda3=np.array([lam3]),
+        gap=np.array([lam3 - lam2]),
+        ncut=np.array([np.nan]),
+        solver=["dsm"],
+        degenerate=d.flagged,
+        stop="count",
+        cuts=1,
+        fiedler=np.asarray(d.fiedler, dtype=np.float32),
+    )  # DSM splits by sign: no seed patch
 
 
-def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None, grid: tuple[int, int] | None = None,
-                 color=None) -> ImageMasks:
+def decode_image(keys: np.ndarray, settings: Settings = Settings(), *, cos: Cosines | None = None, grid: tuple[int, int] | None = None, color=None) -> ImageMasks:
     """Masks of one image from its keys (N × C on a rows × cols grid, square by default); pure.
 
     ``cos`` may pass the image's cosines already computed with ``settings.center`` (sweeps).

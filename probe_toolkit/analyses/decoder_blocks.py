@@ -39,8 +39,9 @@ def _arrays(decoded: Decoded) -> dict[str, np.ndarray]:
     return {name: getattr(decoded, name) for name in ARRAYS}
 
 
-def decode_block(keys: np.ndarray, *, settings: Settings, backend: str = "scipy", device: str = "cpu",
-                 rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def decode_block(
+    keys: np.ndarray, *, settings: Settings, backend: str = "scipy", device: str = "cpu", rows: np.ndarray | None = None, cols: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Masks of a block of images (image, patch, channel) as the arrays of ``Decoded``; ``rows``,
     ``cols`` (image,): each image's own grid (the own-size views), its padding patches never read."""
     keys = np.asarray(keys)
@@ -51,8 +52,9 @@ def as_decoded(arrays: dict[str, np.ndarray], settings: Settings) -> Decoded:
     return Decoded(**{name: arrays[name] for name in ARRAYS}, settings=settings)
 
 
-def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "scipy", device: str = "cpu",
-                rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def sweep_block(
+    keys: np.ndarray, *, groups: list[Settings], backend: str = "scipy", device: str = "cpu", rows: np.ndarray | None = None, cols: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Every setting of ``groups`` on a block; arrays named ``<group index>/<field>``.
 
     The cosines of each image are computed once per centring and shared by the settings.
@@ -76,4 +78,4 @@ def sweep_block(keys: np.ndarray, *, groups: list[Settings], backend: str = "sci
 
 def group_arrays(arrays: dict[str, np.ndarray], g: int) -> dict[str, np.ndarray]:
     prefix = f"{g}/"
-    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}

@@ -109,9 +109,15 @@ def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: flo
     return float(values[0]), vectors[:, 0] / np.linalg.norm(vectors[:, 0])
 
 
-def _lanczos(matvec: Callable[[np.ndarray], np.ndarray], start: np.ndarray, wanted: int,
-             settled: Callable[[np.ndarray, np.ndarray, Callable[[int], np.ndarray]], bool], *, least: int = 16,
-             most: int = 400) -> tuple[np.ndarray, np.ndarray, int]:
+def _lanczos(
+    matvec: Callable[[np.ndarray], np.ndarray],
+    start: np.ndarray,
+    wanted: int,
+    settled: Callable[[np.ndarray, np.ndarray, Callable[[int], np.ndarray]], bool],
+    *,
+    least: int = 16,
+    most: int = 400,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """The ``wanted`` largest Ritz pairs (values descending, unit vectors as rows) of a symmetric
     operator on the Krylov space of ``start``, and that space's dimension.
 
@@ -199,8 +205,7 @@ def normalized_cut(graph: Graph, *, seed: int = 0, enough: Callable[[Cut], bool]
             return False  # μ3's Ritz value is not yet within a quarter of the gap
         if enough is not None:
             # first on Lanczos's own estimates (one Ritz vector), then on measured residuals
-            guess = Cut(x=scale * ritz(1)[0], lambda2=1.0 - t[0], lambda3=1.0 - t[1], lambda3_low=1.0 - t[1] - r[1],
-                        residual=float(r[0]), solver="lanczos")
+            guess = Cut(x=scale * ritz(1)[0], lambda2=1.0 - t[0], lambda3=1.0 - t[1], lambda3_low=1.0 - t[1] - r[1], residual=float(r[0]), solver="lanczos")
             if guess.precise and enough(guess):
                 cut = _measured(apply, first, top, scale, float(t[1]), ritz(2))
                 if cut is not None and cut.precise and enough(cut):
@@ -247,8 +252,9 @@ def _start(degree: np.ndarray, top: np.ndarray, seed: int) -> np.ndarray:
     return parts[0] + parts[1]
 
 
-def _measured(apply: Callable[[np.ndarray], np.ndarray], first: Callable[[np.ndarray], np.ndarray], top: np.ndarray,
-              scale: np.ndarray, mu3: float, ritz: np.ndarray) -> Cut | None:
+def _measured(
+    apply: Callable[[np.ndarray], np.ndarray], first: Callable[[np.ndarray], np.ndarray], top: np.ndarray, scale: np.ndarray, mu3: float, ritz: np.ndarray
+) -> Cut | None:
     """The cut of the Ritz pairs (y, θ2), (z, θ3) with every residual measured: μ2 as y's Rayleigh
     quotient, ‖𝒩y − μ2y‖, and ‖r3‖ of z with y deflated; None when y is not orthogonal to the
     top vector or z's residual is not under a quarter of the gap."""

@@ -116,7 +116,7 @@ def _decided(cos: Cosines, tau: float, painted: np.ndarray | None) -> np.ndarray
         if hit.size:
             r, c = hit // shape[1], hit % shape[1]
             a[r, c] = np.einsum("ij,ij->i", cos.unit[start + r], cos.unit[start + c]) > tau
-        out[stop:n, start:stop] = a[:, stop - start:].T
+        out[stop:n, start:stop] = a[:, stop - start :].T
     return out
 
 

@@ -207,8 +207,15 @@ def _check(keys: np.ndarray) -> None:
         raise ProbeError(None, "keys hold NaN or inf", "re-extract the image (its row in the store is unfinished?)")
 
 
-def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu", threads: int | None = 1,
-                 dense_up_to: int = DENSE_UP_TO, grid: tuple[int, int] | None = None) -> list[ImageMasks]:
+def decode_batch(
+    keys: np.ndarray,
+    settings: Settings = Settings(),
+    *,
+    device: str = "cpu",
+    threads: int | None = 1,
+    dense_up_to: int = DENSE_UP_TO,
+    grid: tuple[int, int] | None = None,
+) -> list[ImageMasks]:
     """Masks of every image of ``keys`` (image, patch, channel), as ``decoder.decode_image`` would.
 
     ``dense_up_to``: the largest graph solved by dense ``eigh`` (larger: LOBPCG). ``grid``: the
@@ -225,14 +232,15 @@ def decode_batch(keys: np.ndarray, settings: Settings = Settings(), *, device: s
             if settings.rule in SINGLE:  # LOST and DSM: no cut (decoder_single_torch)
                 from .decoder_single_torch import decode_single_batch
 
-                out += decode_single_batch(keys[start:start + per], settings, torch.device(device), shape_of(shape))
+                out += decode_single_batch(keys[start : start + per], settings, torch.device(device), shape_of(shape))
             else:
-                out += _decode(keys[start:start + per], settings, torch.device(device), dense_up_to, shape)
+                out += _decode(keys[start : start + per], settings, torch.device(device), dense_up_to, shape)
         return out
 
 
-def decode_grids(keys: np.ndarray, rows: np.ndarray, cols: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu",
-                 threads: int | None = 1) -> list[ImageMasks]:
+def decode_grids(
+    keys: np.ndarray, rows: np.ndarray, cols: np.ndarray, settings: Settings = Settings(), *, device: str = "cpu", threads: int | None = 1
+) -> list[ImageMasks]:
     """The own-size views (a grid per image, keys padded past rows·cols): images of one grid are
     batched together, each on its first rows·cols patches; results in image order."""
     keys = np.asarray(keys)
@@ -273,7 +281,7 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up
         normal, scale, top = normalized(a, settings.eps)
         found_cuts = cuts(normal, scale, top, settings.seed, dense_up_to)
         del normal
-        degree = (1.0 / scale.cpu().numpy() ** 2)
+        degree = 1.0 / scale.cpu().numpy() ** 2
         tie = tie.cpu().numpy()
         for slot, i in enumerate(list(active)):
             cut = found_cuts[slot]
@@ -301,8 +309,20 @@ def _decode(keys: np.ndarray, settings: Settings, device: torch.device, dense_up
     out = []
     for i in range(b):
         masks, score, lam2, lam3, gap, ncut, solver = zip(*rows[i])
-        out.append(ImageMasks(masks=np.stack(masks), score=np.array(score), lambda2=np.array(lam2), lambda3=np.array(lam3),
-                              gap=np.array(gap), ncut=np.array(ncut), solver=list(solver), degenerate=bool(degenerate[i]),
-                              stop=stop[i], cuts=int(solved[i]),
-                              fiedler=None if firsts[i] is None else firsts[i][0].astype(np.float32), seed=-1 if firsts[i] is None else int(firsts[i][1])))
+        out.append(
+            ImageMasks(
+                masks=np.stack(masks),
+                score=np.array(score),
+                lambda2=np.array(lam2),
+                lambda3=np.array(lam3),
+                gap=np.array(gap),
+                ncut=np.array(ncut),
+                solver=list(solver),
+                degenerate=bool(degenerate[i]),
+                stop=stop[i],
+                cuts=int(solved[i]),
+                fiedler=None if firsts[i] is None else firsts[i][0].astype(np.float32),
+                seed=-1 if firsts[i] is None else int(firsts[i][1]),
+            )
+        )
     return out

@@ -125,7 +125,7 @@ def depth_loss(head: DepthHead, blocks, truth: torch.Tensor, group: int, warm: b
     pred = to_depth(head(blocks))
     pred = F.interpolate(pred, size=truth.shape[-2:], mode="bilinear", align_corners=False)
     valid = truth != 0  # make_valid_mask(FULL, ignored_value 0)
-    parts = [sigloss(pred[a:a + group], truth[a:a + group], valid[a:a + group], warm) for a in range(0, len(truth), group)]
+    parts = [sigloss(pred[a : a + group], truth[a : a + group], valid[a : a + group], warm) for a in range(0, len(truth), group)]
     return torch.stack(parts).mean()
 
 
@@ -134,8 +134,7 @@ def make_optimizer(head: DepthHead) -> torch.optim.AdamW:
     return torch.optim.AdamW(head.parameters(), lr=p.lr, betas=p.betas, weight_decay=p.weight_decay)
 
 
-def train_step(head: DepthHead, optimizer: torch.optim.Optimizer, blocks, truth: torch.Tensor, rate: float, beta1: float, group: int,
-               warm: bool) -> float:
+def train_step(head: DepthHead, optimizer: torch.optim.Optimizer, blocks, truth: torch.Tensor, rate: float, beta1: float, group: int, warm: bool) -> float:
     """One iteration: forward, loss, backward, gradient norm clipped at 35, AdamW at (``rate``, ``beta1``)."""
     for g in optimizer.param_groups:
         g["lr"] = rate
@@ -197,7 +196,7 @@ def valid_mask(truth: torch.Tensor, eigen: bool = True) -> torch.Tensor:
     if eigen:
         y1, y2, x1, x2 = pub.EIGEN_CROP
         oh, ow = pub.NYU_SIZE
-        mask[:, :, int(y1 / oh * h):int(y2 / oh * h), int(x1 / ow * w):int(x2 / ow * w)] = True
+        mask[:, :, int(y1 / oh * h) : int(y2 / oh * h), int(x1 / ow * w) : int(x2 / ow * w)] = True
     else:
         mask[:] = True
     return mask & ~(truth == 0).all(dim=1, keepdim=True)
@@ -208,8 +207,7 @@ def in_range(truth: torch.Tensor, low: float = pub.MIN_DEPTH, high: float = pub.
     return torch.where((truth >= high) | (truth <= low), torch.zeros((), dtype=truth.dtype), truth)
 
 
-def image_metrics(truth: torch.Tensor, pred: torch.Tensor, low: float = pub.MIN_DEPTH, high: float = pub.MAX_DEPTH,
-                  eigen: bool = True) -> dict[str, float]:
+def image_metrics(truth: torch.Tensor, pred: torch.Tensor, low: float = pub.MIN_DEPTH, high: float = pub.MAX_DEPTH, eigen: bool = True) -> dict[str, float]:
     """The metrics of one image: ``truth`` (1, 1, H, W) metres, ``pred`` (1, 1, h, w) at any size."""
     truth = in_range(truth.float(), low, high)
     valid = valid_mask(truth, eigen) & (truth > 0)
@@ -219,13 +217,18 @@ def image_metrics(truth: torch.Tensor, pred: torch.Tensor, low: float = pub.MIN_
     gt, p = truth[valid], pred[valid]
     thresh = torch.maximum(gt / p, p / gt)
     error = gt - p
-    sq = error ** 2
+    sq = error**2
     log_error = torch.log(gt) - torch.log(p)
-    silog = torch.sqrt(torch.mean(log_error ** 2) - torch.mean(log_error) ** 2) * 100
+    silog = torch.sqrt(torch.mean(log_error**2) - torch.mean(log_error) ** 2) * 100
     out = {
-        "a1": (thresh < 1.25).float().mean(), "a2": (thresh < 1.25 ** 2).float().mean(), "a3": (thresh < 1.25 ** 3).float().mean(),
-        "mae": torch.mean(torch.abs(error)), "abs_rel": torch.mean(torch.abs(error) / gt), "sq_rel": torch.mean(sq / gt),
-        "rmse": torch.sqrt(sq.mean()), "rmse_log": torch.sqrt((log_error ** 2).mean()),
+        "a1": (thresh < 1.25).float().mean(),
+        "a2": (thresh < 1.25**2).float().mean(),
+        "a3": (thresh < 1.25**3).float().mean(),
+        "mae": torch.mean(torch.abs(error)),
+        "abs_rel": torch.mean(torch.abs(error) / gt),
+        "sq_rel": torch.mean(sq / gt),
+        "rmse": torch.sqrt(sq.mean()),
+        "rmse_log": torch.sqrt((log_error**2).mean()),
         "silog": torch.zeros(()) if torch.isnan(silog) else silog,
         "log_10": torch.abs(torch.log10(gt) - torch.log10(p)).mean(),
     }

@@ -86,7 +86,7 @@ def colour_aug(pixels: torch.Tensor, gamma: float, brightness: float, colours: t
     """``ColorAug`` on (3, h, w) 0..1 pixels: gamma and brightness in float32 on 0..255, the colour
     product in float64, clipped, back to 0..1 (float64)."""
     image = pixels.permute(1, 2, 0) * 255
-    image = (image ** gamma) * brightness
+    image = (image**gamma) * brightness
     colour = np.stack([np.ones(image.shape[:2], np.float32) * np.float64(c) for c in colours], axis=2)
     out = np.clip(image.numpy().astype(np.float64) * colour, 0, 255) / 255
     return torch.from_numpy(out).permute(2, 0, 1)
@@ -114,7 +114,7 @@ def training_crop(rng: np.random.Generator, image: np.ndarray, depth: np.ndarray
     if h < ch or w < cw:
         raise ValueError(f"an image of {w}x{h} px after the NYU crop is smaller than the {cw}x{ch} training crop")
     top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-    pixels, metres = pixels[:, top:top + ch, left:left + cw], metres[:, top:top + ch, left:left + cw]
+    pixels, metres = pixels[:, top : top + ch, left : left + cw], metres[:, top : top + ch, left : left + cw]
     colour = None
     if rng.random() < augment.colour:
         gamma = float(rng.uniform(*GAMMA))

@@ -44,14 +44,37 @@ class Preset:
 
 
 PRESETS = {
-    "dinov3": Preset("dinov3", "last", False, True, True, 1, "normal", 3e-4, (0.9, 0.99), 1e-4, "onecycle",
-                     "facebookresearch/dinov3 dinov3/eval/depth/configs/config-nyu.yaml"),
-    "dinov2-lin1": Preset("dinov2-lin1", "last", True, False, False, 4, "torch", 1e-4, (0.9, 0.999), 1e-2, "cosine",
-                          "facebookresearch/dinov2 dinov2/hub/depthers.py (layers=1); config as copied in ywyue/FiT3D "
-                          "evaluation/baseline_configs/vits_nyu_depth_linear_config.py"),
-    "dinov2-lin4": Preset("dinov2-lin4", "four", True, False, False, 4, "torch", 1e-4, (0.9, 0.999), 1e-2, "cosine",
-                          "facebookresearch/dinov2 dinov2/hub/depthers.py (layers=4); config as copied in ywyue/FiT3D "
-                          "evaluation/baseline_configs/vits_nyu_depth_linear_config.py"),
+    "dinov3": Preset(
+        "dinov3", "last", False, True, True, 1, "normal", 3e-4, (0.9, 0.99), 1e-4, "onecycle", "facebookresearch/dinov3 dinov3/eval/depth/configs/config-nyu.yaml"
+    ),
+    "dinov2-lin1": Preset(
+        "dinov2-lin1",
+        "last",
+        True,
+        False,
+        False,
+        4,
+        "torch",
+        1e-4,
+        (0.9, 0.999),
+        1e-2,
+        "cosine",
+        "facebookresearch/dinov2 dinov2/hub/depthers.py (layers=1); config as copied in ywyue/FiT3D evaluation/baseline_configs/vits_nyu_depth_linear_config.py",
+    ),
+    "dinov2-lin4": Preset(
+        "dinov2-lin4",
+        "four",
+        True,
+        False,
+        False,
+        4,
+        "torch",
+        1e-4,
+        (0.9, 0.999),
+        1e-2,
+        "cosine",
+        "facebookresearch/dinov2 dinov2/hub/depthers.py (layers=4); config as copied in ywyue/FiT3D evaluation/baseline_configs/vits_nyu_depth_linear_config.py",
+    ),
 }
 BINS = 256  # n_output_channels / n_bins
 MIN_DEPTH, MAX_DEPTH = 1e-3, 10.0  # decoder_head and eval min_depth / max_depth (m)

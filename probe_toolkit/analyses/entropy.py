@@ -163,8 +163,9 @@ def _key_names(index: np.ndarray, cls: int, start: int) -> np.ndarray:
     return np.where(index < cls, -1, out)
 
 
-def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None, registers: int = 0,
-           grid: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+def _chunk(
+    attention: np.ndarray, blocks: np.ndarray | None = None, *, class_token: bool, patch: int | None, registers: int = 0, grid: tuple[int, int] | None = None
+) -> dict[str, np.ndarray]:
     a = np.asarray(attention)
     out = row_statistics(a, class_token, registers, grid)
     if patch is not None:
@@ -179,7 +180,7 @@ def _chunk(attention: np.ndarray, blocks: np.ndarray | None = None, *, class_tok
             for name, value in found.items():
                 per_block.setdefault(name, []).append(value)
         for name, values in per_block.items():
-            prefix, rest = ("detail_block_", name[len("detail_"):]) if name.startswith("detail_") else ("block_", name)
+            prefix, rest = ("detail_block_", name[len("detail_") :]) if name.startswith("detail_") else ("block_", name)
             out[prefix + rest] = np.stack(values, axis=1)
     return {name: np.asarray(value) for name, value in out.items()}
 
@@ -226,13 +227,21 @@ def entropy(
     per_image = (run_blocks or runner.per_image())(fn, arrays)  # in this process unless told
 
     coords = {"block": blocks.coords["block"].values if "block" in blocks.coords else np.arange(1, blocks.shape[1] + 1)} if blocks is not None else {}
-    attrs = dict(n_keys=n_keys, n_patches=n_patches, grid=rows if rows == cols else [rows, cols], grid_rows=rows, grid_cols=cols,
-                 class_token=bool(class_token), registers=int(registers), patch=-1 if patch is None else int(patch), blocks=blocks is not None)
+    attrs = dict(
+        n_keys=n_keys,
+        n_patches=n_patches,
+        grid=rows if rows == cols else [rows, cols],
+        grid_rows=rows,
+        grid_cols=cols,
+        class_token=bool(class_token),
+        registers=int(registers),
+        patch=-1 if patch is None else int(patch),
+        blocks=blocks is not None,
+    )
     return summarise(per_image, attention, n_keys, class_token, boot, coords, attrs, detail=patch is not None)
 
 
-def summarise(per_image: dict[str, np.ndarray], source, n_keys, class_token: bool, boot: Bootstrap, coords: dict, attrs: dict,
-              detail: bool = False) -> Results:
+def summarise(per_image: dict[str, np.ndarray], source, n_keys, class_token: bool, boot: Bootstrap, coords: dict, attrs: dict, detail: bool = False) -> Results:
     """The set's means, shares and bootstrap summary of per-image statistics (``entropy``'s and
     ``entropy_stats``'s): ``n_keys`` the rows' length T, one number or one per image (an own-size view)."""
     keys = np.asarray(n_keys, dtype=np.float64)

@@ -31,15 +31,14 @@ if TYPE_CHECKING:
     from ..store.plain import Results
 
 
-def _chunk(entropy: np.ndarray, distance: np.ndarray, rows: np.ndarray, cols: np.ndarray, *, class_token: bool, registers: int,
-           block: int) -> dict[str, np.ndarray]:
+def _chunk(entropy: np.ndarray, distance: np.ndarray, rows: np.ndarray, cols: np.ndarray, *, class_token: bool, registers: int, block: int) -> dict[str, np.ndarray]:
     """Per image of a block of images: every block's summaries over its valid queries, and the chosen block's."""
     prefix = int(class_token) + registers
     n, blocks, heads = entropy.shape[:3]
     out = {name: np.empty((n, blocks, heads), dtype=np.float32) for name in ("block_patch_entropy", "block_patch_effective", "block_distance")}
     for i in range(n):
         patches = int(rows[i]) * int(cols[i])
-        h = entropy[i, :, :, prefix:prefix + patches].astype(np.float32)
+        h = entropy[i, :, :, prefix : prefix + patches].astype(np.float32)
         out["block_patch_entropy"][i] = h.mean(-1)
         out["block_patch_effective"][i] = np.exp(h).mean(-1)
         out["block_distance"][i] = distance[i, :, :, :patches].astype(np.float32).mean(-1)
@@ -47,7 +46,7 @@ def _chunk(entropy: np.ndarray, distance: np.ndarray, rows: np.ndarray, cols: np
         out["block_cls_entropy"] = entropy[:, :, :, 0].astype(np.float32)
         out["block_cls_effective"] = np.exp(out["block_cls_entropy"])
     for name in list(out):
-        out[name[len("block_"):]] = np.ascontiguousarray(out[name][:, block])
+        out[name[len("block_") :]] = np.ascontiguousarray(out[name][:, block])
     return out
 
 
@@ -75,11 +74,18 @@ def entropy_from_statistics(
     fixed = bool(keys.size) and bool((keys == keys[0]).all())
     n_keys = int(keys[0]) if fixed else keys
     same = fixed and bool((grid_rows == grid_rows[0]).all() and (grid_cols == grid_cols[0]).all())
-    attrs = dict(n_keys=n_keys if fixed else -1, n_patches=int(keys[0]) - int(class_token) - registers if fixed else -1,
-                 grid=(int(grid_rows[0]) if grid_rows[0] == grid_cols[0] else [int(grid_rows[0]), int(grid_cols[0])]) if same else "per image",
-                 grid_rows=int(grid_rows[0]) if same else -1, grid_cols=int(grid_cols[0]) if same else -1,
-                 class_token=bool(class_token), registers=int(registers), patch=-1, blocks=True,
-                 source="attention statistics (probe extract --attention stats): float32 of a float64 softmax, no T x T map",
-                 summarised_block=int(chosen))
+    attrs = dict(
+        n_keys=n_keys if fixed else -1,
+        n_patches=int(keys[0]) - int(class_token) - registers if fixed else -1,
+        grid=(int(grid_rows[0]) if grid_rows[0] == grid_cols[0] else [int(grid_rows[0]), int(grid_cols[0])]) if same else "per image",
+        grid_rows=int(grid_rows[0]) if same else -1,
+        grid_cols=int(grid_cols[0]) if same else -1,
+        class_token=bool(class_token),
+        registers=int(registers),
+        patch=-1,
+        blocks=True,
+        source="attention statistics (probe extract --attention stats): float32 of a float64 softmax, no T x T map",
+        summarised_block=int(chosen),
+    )
     coords = {"block": np.arange(1, depth + 1)}  # counted from 1, as the explicit maps' block summaries are
     return summarise(per_image, entropy, n_keys, class_token, boot, coords, attrs)

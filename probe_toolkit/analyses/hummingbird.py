@@ -214,8 +214,7 @@ class BankDraws:
     by view; rows in view order.
     """
 
-    def __init__(self, views: int, grid: int, *, memory_size: int | None, seed: int, epochs: int, n_classes: int,
-                 ignore_index: int = IGNORE_INDEX) -> None:
+    def __init__(self, views: int, grid: int, *, memory_size: int | None, seed: int, epochs: int, n_classes: int, ignore_index: int = IGNORE_INDEX) -> None:
         if views % epochs:
             raise ValueError(f"{views} train views are not {epochs} augmentation epochs of the same images")
         self.per_view = None
@@ -255,8 +254,15 @@ def bank_rows(label_maps: Iterable[np.ndarray], views: int, grid: int, settings:
     """The rows of the bank of ``views`` train views, from their label maps (views, H, W) at the
     view's size (H = ``grid`` × patch size), read once, in view order (an iterator will do):
     ``BankDraws`` in one portion."""
-    draws = BankDraws(views, grid, memory_size=settings.memory_size, seed=settings.seed, epochs=settings.augmentation_epochs,
-                      n_classes=settings.n_classes, ignore_index=settings.ignore_index)
+    draws = BankDraws(
+        views,
+        grid,
+        memory_size=settings.memory_size,
+        seed=settings.seed,
+        epochs=settings.augmentation_epochs,
+        n_classes=settings.n_classes,
+        ignore_index=settings.ignore_index,
+    )
     rows = draws.take(label_maps)
     draws.finish()
     return rows
@@ -406,8 +412,7 @@ def segment(queries: np.ndarray, bank: MemoryBank, settings: Evaluation, size: t
     return predict(transfer(similarity, neighbour, bank.labels, settings.temperature), (g, g), size)
 
 
-def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, temperature: float, block: int = BANK_BLOCK,
-                      device: str | None = None) -> dict[str, np.ndarray]:
+def soft_labels_block(values: np.ndarray, *, bank, labels, norm, k: int, temperature: float, block: int = BANK_BLOCK, device: str | None = None) -> dict[str, np.ndarray]:
     """A block of query views' stored patch tokens (views, patches, D) → their patches' soft labels
     (views, patches, classes) float32: the unit a runner ships to a worker. ``bank.value()`` is the
     bank's normalised features (``infra.shared.Shared``, read ``block`` rows at a time, or an array)

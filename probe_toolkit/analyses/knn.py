@@ -108,8 +108,9 @@ def nearest_block(values: np.ndarray, *, bank, feature: str, norm, k: int, train
     return nearest(queries, lambda: search.bank_blocks(bank, train_block), k)
 
 
-def ranked_votes(similarity: np.ndarray, neighbour: np.ndarray, train_labels: np.ndarray, n_classes: int, ks: Sequence[int],
-                 temperature: float, width: int) -> np.ndarray:
+def ranked_votes(
+    similarity: np.ndarray, neighbour: np.ndarray, train_labels: np.ndarray, n_classes: int, ks: Sequence[int], temperature: float, width: int
+) -> np.ndarray:
     """(rows, k, width) the ``width`` classes of largest vote of each row, for every k in ``ks``."""
     labels = np.asarray(train_labels, np.int64)[np.asarray(neighbour)]
     order = sorted(range(len(ks)), key=lambda j: ks[j])
@@ -117,8 +118,7 @@ def ranked_votes(similarity: np.ndarray, neighbour: np.ndarray, train_labels: np
     return np.stack([ranked[order.index(j)] for j in range(len(ks))], axis=1)
 
 
-def scored(ks: Sequence[int], ranked: np.ndarray, test_labels: np.ndarray, n_classes: int, neighbour: np.ndarray, similarity: np.ndarray,
-           keep: int = 5) -> KnnResult:
+def scored(ks: Sequence[int], ranked: np.ndarray, test_labels: np.ndarray, n_classes: int, neighbour: np.ndarray, similarity: np.ndarray, keep: int = 5) -> KnnResult:
     """Accuracies of the ranked classes (``ranked_votes``) against the test rows' classes."""
     targets = np.asarray(test_labels, dtype=np.int64)
     n_test = len(targets)

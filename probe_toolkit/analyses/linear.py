@@ -197,7 +197,9 @@ def dense_confusion(logits: np.ndarray, region_classes: np.ndarray, geometry: Vi
     sampled = torch.nn.functional.grid_sample(
         torch.as_tensor(logits, dtype=torch.float32)[None],
         torch.as_tensor(grid, dtype=torch.float32)[None],
-        mode="bilinear", padding_mode="border", align_corners=False,
+        mode="bilinear",
+        padding_mode="border",
+        align_corners=False,
     )[0]
     return confusion(region_classes, sampled.argmax(0).numpy(), n_classes)
 
@@ -225,8 +227,12 @@ def fit_record(settings: FitSettings) -> dict[str, Any]:
     """The fit as a record says it: the optimiser and loss beside the settings."""
     return {
         "optimizer": "full-batch L-BFGS (torch, strong Wolfe line search, history 10), zero start",
-        "loss": "mean cross-entropy + weight_decay/2 * |W|^2 (bias free)", "epochs": settings.epochs,
-        "weight_decays": list(settings.weight_decays), "holdout": settings.holdout, "seed": settings.seed, "tolerance": settings.tolerance,
+        "loss": "mean cross-entropy + weight_decay/2 * |W|^2 (bias free)",
+        "epochs": settings.epochs,
+        "weight_decays": list(settings.weight_decays),
+        "holdout": settings.holdout,
+        "seed": settings.seed,
+        "tolerance": settings.tolerance,
     }
 
 
@@ -281,16 +287,26 @@ def _fit_patch_probe(features: np.ndarray, labels: np.ndarray, n_classes: int, w
     x_all = np.asarray(features, dtype=np.float32)[keep]
     channels = x_all.shape[1]
     if not len(x_all):
-        return PatchProbe(np.zeros((n_classes, channels), np.float32), np.zeros(n_classes, np.float32),
-                          np.zeros(channels, np.float32), np.ones(channels, np.float32), float(weight_decay))
+        return PatchProbe(
+            np.zeros((n_classes, channels), np.float32),
+            np.zeros(n_classes, np.float32),
+            np.zeros(channels, np.float32),
+            np.ones(channels, np.float32),
+            float(weight_decay),
+        )
     mean, scale = standardiser(x_all)
     x = torch.from_numpy((x_all - mean) / scale)
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64)[keep])
     weight = torch.zeros(n_classes, channels, requires_grad=True)
     bias = torch.zeros(n_classes, requires_grad=True)
     optimizer = torch.optim.LBFGS(
-        [weight, bias], lr=1.0, max_iter=settings.epochs, history_size=10, line_search_fn="strong_wolfe",
-        tolerance_grad=settings.tolerance, tolerance_change=1e-9,
+        [weight, bias],
+        lr=1.0,
+        max_iter=settings.epochs,
+        history_size=10,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=settings.tolerance,
+        tolerance_change=1e-9,
     )
 
     def closure() -> torch.Tensor:

@@ -69,8 +69,9 @@ class Classifier:
     name: str
 
 
-def grid(blocks: Sequence[int] = N_LAST_BLOCKS, avgpool: Sequence[bool] = AVGPOOL, rates: Sequence[float] = LEARNING_RATES,
-         batch_size: int = BATCH_SIZE, world: int = 1) -> list[Classifier]:
+def grid(
+    blocks: Sequence[int] = N_LAST_BLOCKS, avgpool: Sequence[bool] = AVGPOOL, rates: Sequence[float] = LEARNING_RATES, batch_size: int = BATCH_SIZE, world: int = 1
+) -> list[Classifier]:
     """Every classifier in the reference's order (blocks, then avgpool, then rate)."""
     out = []
     for n in blocks:
@@ -138,9 +139,21 @@ class Training:
     losses: list[float] = field(default_factory=list)
 
 
-def train(cls_blocks, means, labels, classifiers: Sequence[Classifier], n_classes: int, *, epochs: int = EPOCHS,
-          epoch_length: int = EPOCH_LENGTH, batch_size: int = BATCH_SIZE, seed: int = SEED, init_seed: int = 0,
-          device: str = "cpu", on_step: Callable[[int], None] | None = None) -> Training:
+def train(
+    cls_blocks,
+    means,
+    labels,
+    classifiers: Sequence[Classifier],
+    n_classes: int,
+    *,
+    epochs: int = EPOCHS,
+    epoch_length: int = EPOCH_LENGTH,
+    batch_size: int = BATCH_SIZE,
+    seed: int = SEED,
+    init_seed: int = 0,
+    device: str = "cpu",
+    on_step: Callable[[int], None] | None = None,
+) -> Training:
     """``eval_linear``'s loop on stored features: ``cls_blocks`` (N, blocks, D), ``means`` (N, D),
     ``labels`` (N,) int in [0, n_classes); ``on_step(1)`` after every iteration."""
     import numpy as np
@@ -191,9 +204,9 @@ def accuracies(training: Training, cls_blocks, means, labels, device: str = "cpu
     hits = np.zeros((len(training.classifiers), 2), np.int64)
     with torch.no_grad():
         for a in range(0, len(labels), chunk):
-            x_cls = torch.as_tensor(cls_blocks[a:a + chunk]).float().to(device)
-            x_mean = torch.as_tensor(means[a:a + chunk]).float().to(device)
-            y = labels[a:a + chunk].to(device)
+            x_cls = torch.as_tensor(cls_blocks[a : a + chunk]).float().to(device)
+            x_mean = torch.as_tensor(means[a : a + chunk]).float().to(device)
+            y = labels[a : a + chunk].to(device)
             for i, (c, layer) in enumerate(zip(training.classifiers, training.weights)):
                 logits = layer(linear_input(x_cls, x_mean, c.blocks, c.avgpool))
                 top = logits.topk(min(5, logits.shape[1]), dim=1).indices

@@ -75,7 +75,7 @@ def _short_side(tensor, side: int):
     if (h, w) != size:
         tensor = F.interpolate(tensor[None], size=size, mode="nearest")[0]
     top, left = int(round((size[0] - side) / 2.0)), int(round((size[1] - side) / 2.0))
-    return tensor[:, top:top + side, left:left + side]
+    return tensor[:, top : top + side, left : left + side]
 
 
 def depth_metres(disparity: np.ndarray) -> np.ndarray:
@@ -123,7 +123,7 @@ def view(rgb: np.ndarray, disparity: np.ndarray, focal_length: float, original: 
     top, left, cut = square_box((depth[0] > 0).numpy())
 
     def resized(t) -> np.ndarray:  # albumentations Resize(side, side, interpolation=0): cv2 nearest on (H, W, C)
-        hwc = t[:, top:top + cut, left:left + cut].permute(1, 2, 0).numpy()
+        hwc = t[:, top : top + cut, left : left + cut].permute(1, 2, 0).numpy()
         out = cv2.resize(np.ascontiguousarray(hwc), (side, side), interpolation=cv2.INTER_NEAREST)
         return (out[..., None] if out.ndim == 2 else out).transpose(2, 0, 1)
 
@@ -174,10 +174,15 @@ def match(feat0, feat1, points0: np.ndarray, points1: np.ndarray, num_corr: int 
     distances = 1 - F.cosine_similarity(y[nearest], x[:, None, :], dim=-1)
     distances = distances.clamp(min=1e-9)
     weight = (1 - distances[:, 0] / distances[:, 1].clamp(min=1e-9)).numpy()
-    chosen = np.lexsort((np.arange(len(weight)), -weight))[:min(num_corr, len(weight))]
+    chosen = np.lexsort((np.arange(len(weight)), -weight))[: min(num_corr, len(weight))]
     target = order[chosen, 0]
-    return Matches(p0.permute(1, 2, 0)[keep0].numpy()[chosen], p1.permute(1, 2, 0)[keep1].numpy()[target],
-                   uv[keep0].numpy()[chosen] / scale, uv[keep1].numpy()[target] / scale, weight[chosen])
+    return Matches(
+        p0.permute(1, 2, 0)[keep0].numpy()[chosen],
+        p1.permute(1, 2, 0)[keep1].numpy()[target],
+        uv[keep0].numpy()[chosen] / scale,
+        uv[keep1].numpy()[target] / scale,
+        weight[chosen],
+    )
 
 
 def nearest_two(x: np.ndarray, y: np.ndarray, block: int = 1024) -> np.ndarray:
@@ -187,10 +192,10 @@ def nearest_two(x: np.ndarray, y: np.ndarray, block: int = 1024) -> np.ndarray:
     norms = (y64 * y64).sum(1)
     out = np.empty((len(x), 2), np.int64)
     for a in range(0, len(x), block):
-        d = norms[None, :] - 2.0 * (x[a:a + block].astype(np.float64) @ y64.T)
+        d = norms[None, :] - 2.0 * (x[a : a + block].astype(np.float64) @ y64.T)
         first = d.argmin(axis=1)  # the first of equal minima: the lower index
         d[np.arange(len(d)), first] = np.inf
-        out[a:a + block, 0], out[a:a + block, 1] = first, d.argmin(axis=1)
+        out[a : a + block, 0], out[a : a + block, 1] = first, d.argmin(axis=1)
     return out
 
 

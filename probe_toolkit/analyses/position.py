@@ -58,8 +58,17 @@ def _normalise(tokens):
     return torch.nn.functional.normalize(torch.as_tensor(np.asarray(tokens, np.float32)), dim=-1)
 
 
-def train_probe(batches: Callable[[int], Iterable[np.ndarray]], held_out: Iterable[np.ndarray], width: int, rows: int, cols: int, *,
-                epochs: int = EPOCHS, lr: float = LR, seed: int = 0) -> PositionResult:
+def train_probe(
+    batches: Callable[[int], Iterable[np.ndarray]],
+    held_out: Iterable[np.ndarray],
+    width: int,
+    rows: int,
+    cols: int,
+    *,
+    epochs: int = EPOCHS,
+    lr: float = LR,
+    seed: int = 0,
+) -> PositionResult:
     """Fit the map on ``batches(epoch)`` (each (images, rows·cols, D) tokens, in order) and score ``held_out``.
 
     Deterministic: the map's initial weights come from a torch Generator seeded by ``seed``; one thread of torch
@@ -99,8 +108,16 @@ def train_probe(batches: Callable[[int], Iterable[np.ndarray]], held_out: Iterab
                 l1_sum += (predicted - target).abs().double().mean(dim=(0, 1)).numpy() * len(x)
                 images += len(x)
         l1 = l1_sum / images
-        return PositionResult(loss_sum / images, float(l1.mean()), float(l1[0]), float(l1[1]), train_loss, chance_l1(rows, cols),
-                              head.weight.detach().numpy().copy(), head.bias.detach().numpy().copy())
+        return PositionResult(
+            loss_sum / images,
+            float(l1.mean()),
+            float(l1[0]),
+            float(l1[1]),
+            train_loss,
+            chance_l1(rows, cols),
+            head.weight.detach().numpy().copy(),
+            head.bias.detach().numpy().copy(),
+        )
 
 
 def split(ids: list[str], held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -85,8 +85,9 @@ class Propagated:
     labels: np.ndarray  # (height, width) uint8 at the original size
 
 
-def propagate_frame(target: torch.Tensor, context: torch.Tensor, segs: torch.Tensor, near: torch.Tensor | None, topk: int,
-                    temperature: float = TEMPERATURE) -> torch.Tensor:
+def propagate_frame(
+    target: torch.Tensor, context: torch.Tensor, segs: torch.Tensor, near: torch.Tensor | None, topk: int, temperature: float = TEMPERATURE
+) -> torch.Tensor:
     """One target frame. ``target`` (N, D) and ``context`` (M, N, D) normalised; ``segs`` (M, C, N) → (C, N).
 
     Laid out target-major (target, context · source) so that the cut-off runs along contiguous memory.
@@ -111,9 +112,21 @@ def to_labels(soft: torch.Tensor, patch: int, size: tuple[int, int]) -> np.ndarr
     return np.asarray(Image.fromarray(labels).resize(size, Image.Resampling.NEAREST))
 
 
-def propagate(features: Iterable[torch.Tensor], first: torch.Tensor, rows: int, cols: int, patch: int, size: tuple[int, int], *,
-              n_last: int = N_LAST, radius: int = RADIUS, topk: int = TOPK, temperature: float = TEMPERATURE,
-              near: torch.Tensor | None = None, labels: Callable[[torch.Tensor, tuple[int, int]], np.ndarray] | None = None) -> Iterator[Propagated]:
+def propagate(
+    features: Iterable[torch.Tensor],
+    first: torch.Tensor,
+    rows: int,
+    cols: int,
+    patch: int,
+    size: tuple[int, int],
+    *,
+    n_last: int = N_LAST,
+    radius: int = RADIUS,
+    topk: int = TOPK,
+    temperature: float = TEMPERATURE,
+    near: torch.Tensor | None = None,
+    labels: Callable[[torch.Tensor, tuple[int, int]], np.ndarray] | None = None,
+) -> Iterator[Propagated]:
     """Frames 1.. of a sequence: ``features`` yields (rows·cols, D) per frame, the first frame first.
 
     ``first`` (C, rows, cols) is the first frame's one-hot labels; ``size`` the original (width, height).

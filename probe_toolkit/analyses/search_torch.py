@@ -96,7 +96,7 @@ def _moved(bank, device: str):
     where = device_of(device)
     out = torch.empty(tuple(int(n) for n in bank.shape), dtype=torch.float32, device=where)
     for a, rows in bank_blocks(bank, MOVE_BLOCK):
-        out[a:a + rows.shape[0]] = torch.as_tensor(np.ascontiguousarray(rows, np.float32)).to(where, non_blocking=False)
+        out[a : a + rows.shape[0]] = torch.as_tensor(np.ascontiguousarray(rows, np.float32)).to(where, non_blocking=False)
     return out
 
 
@@ -105,6 +105,7 @@ def on_device(bank, device: str, digest: str | None = None):
     either: called only when the device lacks it) as a float32 tensor on ``device``; kept for the
     next block of the same run when ``digest`` names it (one bank per process at a time: a new
     digest lets the last go)."""
+
     def moved():
         return _moved(bank() if callable(bank) else bank, device)
 
@@ -134,7 +135,7 @@ def nearest(queries: np.ndarray, bank, k: int, block: int, device: str = "cpu") 
         q = torch.as_tensor(np.asarray(queries, np.float32)).to(where).to(torch.float64)
         best = None
         for offset in range(0, rows.shape[0], block):
-            part = rows[offset:offset + block].to(torch.float64)
+            part = rows[offset : offset + block].to(torch.float64)
             similarity = (q @ part.T).to(torch.float32)
             if best is None or best.shape[1] < k:  # the running list is not full: every key of the block
                 keys = _keys(similarity, offset)

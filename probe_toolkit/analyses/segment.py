@@ -88,8 +88,9 @@ def make_optimizer(head: LinearHead, weight_decay: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(head.parameters(), lr=LR, betas=BETAS, weight_decay=weight_decay)
 
 
-def train_step(head: LinearHead, optimizer: torch.optim.Optimizer, features: torch.Tensor, target: torch.Tensor, rate: float,
-               generator: torch.Generator | None = None) -> float:
+def train_step(
+    head: LinearHead, optimizer: torch.optim.Optimizer, features: torch.Tensor, target: torch.Tensor, rate: float, generator: torch.Generator | None = None
+) -> float:
     """One iteration on a batch's frozen features: forward, loss, backward, AdamW at ``rate``."""
     for group in optimizer.param_groups:
         group["lr"] = rate
@@ -136,8 +137,7 @@ def window_logits(head: LinearHead, features: Features, crops: torch.Tensor) -> 
         return F.interpolate(logits, size=crops.shape[-2:], mode="bilinear", align_corners=False)
 
 
-def slide_logits(image: torch.Tensor, head: LinearHead, features: Features, n_classes: int, crop: int = CROP, stride: int = STRIDE,
-                 batch: int = 8) -> torch.Tensor:
+def slide_logits(image: torch.Tensor, head: LinearHead, features: Features, n_classes: int, crop: int = CROP, stride: int = STRIDE, batch: int = 8) -> torch.Tensor:
     """(1, K, H, W) window-averaged logits of one (1, 3, H, W) image; windows of one size go
     through the network ``batch`` at a time (in eval mode each window's logits are its own)."""
     _, _, h, w = image.shape
@@ -145,7 +145,7 @@ def slide_logits(image: torch.Tensor, head: LinearHead, features: Features, n_cl
     count = torch.zeros((1, 1, h, w))
     boxes = window_boxes(h, w, crop, stride)
     for a in range(0, len(boxes), batch):
-        part = boxes[a:a + batch]
+        part = boxes[a : a + batch]
         crops = torch.cat([image[:, :, y1:y2, x1:x2] for y1, y2, x1, x2 in part])
         out = window_logits(head, features, crops).float().cpu()
         for (y1, y2, x1, x2), logits in zip(part, out):
@@ -154,8 +154,9 @@ def slide_logits(image: torch.Tensor, head: LinearHead, features: Features, n_cl
     return total / count
 
 
-def predict(image: torch.Tensor, shape: tuple[int, int], head: LinearHead, features: Features, n_classes: int, crop: int = CROP,
-            stride: int = STRIDE, batch: int = 8) -> np.ndarray:
+def predict(
+    image: torch.Tensor, shape: tuple[int, int], head: LinearHead, features: Features, n_classes: int, crop: int = CROP, stride: int = STRIDE, batch: int = 8
+) -> np.ndarray:
     """(H, W) uint8 classes at the label map's ``shape``: slide, upsample, argmax (the
     reference's softmax before the argmax changes no class)."""
     logits = slide_logits(image, head, features, n_classes, crop, stride, batch)

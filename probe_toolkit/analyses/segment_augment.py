@@ -102,7 +102,7 @@ def crop_box(rng: np.random.Generator, label: np.ndarray, crop: int, cat_max_rat
     box = draw()
     if cat_max_ratio < 1.0:
         for _ in range(10):
-            part = label[box[0]:box[0] + crop, box[1]:box[1] + crop]
+            part = label[box[0] : box[0] + crop, box[1] : box[1] + crop]
             values, counts = np.unique(part, return_counts=True)
             counts = counts[values != IGNORE]
             if len(counts) > 1 and counts.max() / counts.sum() < cat_max_ratio:
@@ -177,8 +177,8 @@ def training_crop(rng: np.random.Generator, image: np.ndarray, label: np.ndarray
     if reduce_zero:
         label = reduce_zero_label(label)
     top, left = crop_box(rng, label, augment.crop, augment.cat_max_ratio)
-    image = image[top:top + augment.crop, left:left + augment.crop]
-    label = label[top:top + augment.crop, left:left + augment.crop]
+    image = image[top : top + augment.crop, left : left + augment.crop]
+    label = label[top : top + augment.crop, left : left + augment.crop]
     flipped = bool(rng.random() < augment.flip)
     if flipped:
         image, label = image[:, ::-1], label[:, ::-1]

@@ -23,10 +23,17 @@ class Preset:
 
 
 PRESETS = {
-    "dinov3": Preset("dinov3", 1e-3, 0.1, "cosine", "dinov3",
-                     "facebookresearch/dinov3 dinov3/eval/segmentation/configs/config-ade20k-linear-training.yaml (+ config.py DecoderConfig.dropout 0.1)"),
-    "dinov2": Preset("dinov2", 1e-4, 0.0, "poly", "dinov2",
-                     "facebookresearch/dinov2 dinov2_vits14_ade20k_linear_config.py (dl.fbaipublicfiles.com/dinov2; BNHead, mmsegmentation 0.x)"),
+    "dinov3": Preset(
+        "dinov3",
+        1e-3,
+        0.1,
+        "cosine",
+        "dinov3",
+        "facebookresearch/dinov3 dinov3/eval/segmentation/configs/config-ade20k-linear-training.yaml (+ config.py DecoderConfig.dropout 0.1)",
+    ),
+    "dinov2": Preset(
+        "dinov2", 1e-4, 0.0, "poly", "dinov2", "facebookresearch/dinov2 dinov2_vits14_ade20k_linear_config.py (dl.fbaipublicfiles.com/dinov2; BNHead, mmsegmentation 0.x)"
+    ),
 }
 LR = 1e-3
 BETAS = (0.9, 0.999)

@@ -72,7 +72,7 @@ class FeatureMoments:
         out = np.empty((f, f))
         for i in range(f):
             for j in range(i, f):
-                block = centred[edges[i]:edges[i + 1], edges[j]:edges[j + 1]]
+                block = centred[edges[i] : edges[i + 1], edges[j] : edges[j + 1]]
                 out[i, j] = out[j, i] = np.sum(block * block)
         return out
 
@@ -147,5 +147,5 @@ def minibatch_order(n: int, batch: int, epochs: int, seed: int) -> list[np.ndarr
     out = []
     for _ in range(epochs):
         order = rng.permutation(n)
-        out += [np.sort(order[a:a + batch]) for a in range(0, n - batch + 1, batch)]
+        out += [np.sort(order[a : a + batch]) for a in range(0, n - batch + 1, batch)]
     return out

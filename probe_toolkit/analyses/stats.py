@@ -23,8 +23,7 @@ class Interval(NamedTuple):
     high: np.ndarray  # (S,) upper bound
 
 
-def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-                   progress: Callable[[int], None] | None = None) -> Interval:
+def bootstrap_mean(values: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95, progress: Callable[[int], None] | None = None) -> Interval:
     """Mean of ``values`` (image, S) over images with a percentile-bootstrap interval per column;
     ``progress(k)`` after each pass of k resamples (the same numbers with or without it)."""
     values = np.asarray(values, dtype=np.float64)

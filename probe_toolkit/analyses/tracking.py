@@ -39,8 +39,7 @@ SHORT_SIDE = {"dino": 480, "dinov3-tracking": 960}  # DINO: short side 480 (prop
 TEMPERATURE = {"dino": 0.1, "dinov3-tracking": 0.2}  # DINO: exp(cos / 0.1) (propagation.TEMPERATURE); the notebook: TEMPERATURE = 0.2
 SHAPE = {"dino": "square", "dinov3-tracking": "circle"}
 IMAGENET_STD = (0.229, 0.224, 0.225)  # the notebook's Normalize (DINO's video script uses 0.228)
-SOURCES = {"dino": "facebookresearch/dino eval_video_segmentation.py",
-           "dinov3-tracking": "facebookresearch/dinov3 notebooks/segmentation_tracking.ipynb"}
+SOURCES = {"dino": "facebookresearch/dino eval_video_segmentation.py", "dinov3-tracking": "facebookresearch/dinov3 notebooks/segmentation_tracking.ipynb"}
 
 
 def v3_frame_size(width: int, height: int, short: int, multiple: int) -> tuple[int, int]:
@@ -153,7 +152,11 @@ class Frames:
     def describe(self) -> str:
         """The record's ``frame_size``."""
         if self.preset == "dino":
-            return (f"read with cv2.imread, cv2.resize INTER_LINEAR on the 8-bit frame to short side {self.short_side}, long side floored "
-                    "to a multiple of 64; BGR → RGB; mean (0.485, 0.456, 0.406), std (0.228, 0.224, 0.225)")
-        return (f"short side {self.short_side}, each side rounded up to a multiple of {self.patch} (ResizeToMultiple), PIL bicubic; "
-                "mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)")
+            return (
+                f"read with cv2.imread, cv2.resize INTER_LINEAR on the 8-bit frame to short side {self.short_side}, long side floored "
+                "to a multiple of 64; BGR → RGB; mean (0.485, 0.456, 0.406), std (0.228, 0.224, 0.225)"
+            )
+        return (
+            f"short side {self.short_side}, each side rounded up to a multiple of {self.patch} (ResizeToMultiple), PIL bicubic; "
+            "mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)"
+        )

@@ -98,8 +98,11 @@ def refuse_repeated(args: list[str]) -> None:
     for flag_ in twice:
         if flag_ in single:
             values = [args[i + 1] if "=" not in a and i + 1 < len(args) else a.partition("=")[2] for i, a in enumerate(args) if a.split("=", 1)[0] == flag_]
-            raise ProbeError(flag_, f"is given {len(values)} times ({', '.join(values)}); the last would be used alone",
-                             f"give it once (e.g. {flag_} {','.join(values)} where it takes a list)")
+            raise ProbeError(
+                flag_,
+                f"is given {len(values)} times ({', '.join(values)}); the last would be used alone",
+                f"give it once (e.g. {flag_} {','.join(values)} where it takes a list)",
+            )
 
 
 def _stopped(by_sigterm: bool) -> str:
@@ -113,5 +116,6 @@ def flagged(error) -> str:
     import re
 
     name = flag(error.parameter)
-    return re.sub(rf"({re.escape(name)} )[(\[]([^()\[\]]*)[)\]]", lambda m: m.group(1) + ",".join(v.strip() for v in m.group(2).split(",") if v.strip()),
-                  error.line(flag))
+    return re.sub(
+        rf"({re.escape(name)} )[(\[]([^()\[\]]*)[)\]]", lambda m: m.group(1) + ",".join(v.strip() for v in m.group(2).split(",") if v.strip()), error.line(flag)
+    )

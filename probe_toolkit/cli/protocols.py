@@ -56,8 +56,11 @@ def _from_field(cls: type, field: dataclasses.Field, override: registry.Option |
     value = default_of(field) if default is dataclasses.MISSING else default
     if kind in ("ints", "floats") or found.parse:
         value = None if value is None else (found.spell or spelled)(value)
-    example = (found.spell or spelled)(default_of(field) if default_of(field) is not None else found.constraint.example()) \
-        if (default_of(field) is not None or found.constraint is not None) else ""
+    example = (
+        (found.spell or spelled)(default_of(field) if default_of(field) is not None else found.constraint.example())
+        if (default_of(field) is not None or found.constraint is not None)
+        else ""
+    )
     return registry.Option(field.name, override.help if override else found.help, kind, value, example, found.parse)
 
 
@@ -88,8 +91,7 @@ def _option(option: registry.Option) -> inspect.Parameter:
     kind = TYPES["str" if option.parse else option.kind]
     annotation = kind if required or default is not None else Optional[kind]  # noqa: UP045 (typer reads typing.Optional of a runtime type)
     flags = f"{flag(option.name)}/--no-{flag(option.name)[2:]}" if option.kind == "either" else flag(option.name)
-    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[annotation, typer.Option(flags, help=option.help)])
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, typer.Option(flags, help=option.help)])
 
 
 def _value(option: registry.Option, text: Any) -> Any:
@@ -117,12 +119,15 @@ def _parameters(protocol: registry.Protocol) -> tuple[list[inspect.Parameter], d
     cli = protocol.command
     many = protocol.source == "stores"
     first = protocol.input(protocol.source)
-    parameters = [inspect.Parameter(protocol.source, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                    annotation=Annotated[list[Path] if many else Path, typer.Argument(help=first.help)])]
+    parameters = [
+        inspect.Parameter(protocol.source, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Annotated[list[Path] if many else Path, typer.Argument(help=first.help)])
+    ]
     declared: dict[str, registry.Option] = {}
     if protocol.source in ("store", "stores"):  # every protocol that reads a store reads any block of it
-        parameters += [inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCK),
-                       inspect.Parameter("blocks", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCKS)]
+        parameters += [
+            inspect.Parameter("block", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCK),
+            inspect.Parameter("blocks", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BLOCKS),
+        ]
     for item in cli.options:
         for name, override in _names(item):
             found = spec(protocol, name, override)
@@ -169,10 +174,20 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
     return register
 
 
-BLOCK = Annotated[Optional[int], typer.Option("--block", help="The store's block to read (0-based, as probe extract --blocks counts; "  # noqa: UP045
-                                                                "default: the last).")]
-BLOCKS = Annotated[Optional[str], typer.Option("--blocks", help="Run once per block (0-based, comma-separated, e.g. 3,7,11): one record and "  # noqa: UP045
-                                                                  "one table each, each naming its block.")]
+BLOCK = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--block",
+        help="The store's block to read (0-based, as probe extract --blocks counts; default: the last).",
+    ),
+]
+BLOCKS = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--blocks",
+        help="Run once per block (0-based, comma-separated, e.g. 3,7,11): one record and one table each, each naming its block.",
+    ),
+]
 
 
 def _blocks(text: str | None) -> list[int] | None:

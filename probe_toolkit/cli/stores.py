@@ -11,19 +11,26 @@ from ..infra.errors import ProbeError
 from .app import CacheOpt, QuietOpt, app, console, err_console
 
 VIEWS_HELP = "Views to read (default 224,480, or the views --for's protocols read): see `probe list`."
-ATTENTION_HELP = ("last (the last block's maps), all (every block's) where a view reads attention (the short family: 224), none, or stats: in every view, "
-                  "each block's and head's per-query entropy, mean attention distance, top-k mass and the class and storage tokens' rows, computed in "
-                  "tiles of queries (memory linear in the tokens; read by probe entropy).")
-BLOCKS_HELP = ("Blocks whose facets are stored, as DINOv2's and DINOv3's get_intermediate_layers take them: 0-based indices (3,7,11), last4 (their n=4), "
-               "all, or last (the default: the stores of before).")
-FACETS_HELP = ("What of each block: tokens (its output), normed (through the final norm, their norm=True), q, k, v (attention inputs, heads "
-               "concatenated; DINOv3's q and k also after RoPE); each with its class token's and registers' rows. Default: what each view reads.")
-FOR_HELP = ("Store only what these protocols read (e.g. knn,hummingbird,decode: the class token and normed class token at eval224, the "
-            "Hummingbird views' tokens, the keys at 480); --views moves them to other sizes of the same families. `probe plan` shows the sizes first.")
+ATTENTION_HELP = (
+    "last (the last block's maps), all (every block's) where a view reads attention (the short family: 224), none, or stats: in every view, "
+    "each block's and head's per-query entropy, mean attention distance, top-k mass and the class and storage tokens' rows, computed in "
+    "tiles of queries (memory linear in the tokens; read by probe entropy)."
+)
+BLOCKS_HELP = (
+    "Blocks whose facets are stored, as DINOv2's and DINOv3's get_intermediate_layers take them: 0-based indices (3,7,11), last4 (their n=4), "
+    "all, or last (the default: the stores of before)."
+)
+FACETS_HELP = (
+    "What of each block: tokens (its output), normed (through the final norm, their norm=True), q, k, v (attention inputs, heads "
+    "concatenated; DINOv3's q and k also after RoPE); each with its class token's and registers' rows. Default: what each view reads."
+)
+FOR_HELP = (
+    "Store only what these protocols read (e.g. knn,hummingbird,decode: the class token and normed class token at eval224, the "
+    "Hummingbird views' tokens, the keys at 480); --views moves them to other sizes of the same families. `probe plan` shows the sizes first."
+)
 
 
-def planned_settings(views: str | None, for_: str | None, blocks: str, facets: str | None, attention: str, dtype: str, chunk: int, interp: str,
-                     resample: str | None):
+def planned_settings(views: str | None, for_: str | None, blocks: str, facets: str | None, attention: str, dtype: str, chunk: int, interp: str, resample: str | None):
     """``probe extract``'s and ``probe plan``'s settings from their options (errors before torch is imported)."""
     from ..store import views as view_table
     from ..store.extract_plan import Settings
@@ -47,8 +54,11 @@ def planned_settings(views: str | None, for_: str | None, blocks: str, facets: s
 
             blocks = max(declared, key=lambda spec: len(resolve_blocks(spec, 10_000) or ()))
         if not stores:
-            raise ProbeError(None, f"--for {for_}: {', '.join(names)} read{'s' if len(names) == 1 else ''} no store arrays (a checkpoint or masks)",
-                             "name protocols that read a store, e.g. --for knn,decode")
+            raise ProbeError(
+                None,
+                f"--for {for_}: {', '.join(names)} read{'s' if len(names) == 1 else ''} no store arrays (a checkpoint or masks)",
+                "name protocols that read a store, e.g. --for knn,decode",
+            )
         wanted, view_list = plan_of(stores, view_list), ()
     from ..store.layout import view_of
 
@@ -56,14 +66,20 @@ def planned_settings(views: str | None, for_: str | None, blocks: str, facets: s
     if resample is not None and not square:
         raise ProbeError(None, f"--resample {resample} applies to the square views (480, square@S), which are not asked", "add 480 to --views, or drop --resample")
     chosen = tuple(f.strip() for f in facets.split(",") if f.strip()) if facets is not None else None
-    return Settings(views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic",
-                    blocks=blocks, facets=chosen, wanted=wanted)
+    return Settings(
+        views=view_list, attention=attention, dtype=dtype, chunk=chunk, interpolation=interp, resample=resample or "bicubic", blocks=blocks, facets=chosen, wanted=wanted
+    )
 
 
 @app.command()
 def extract(
-    checkpoint: Annotated[str, typer.Argument(help="Checkpoint file (DINO, SelfPatch, DINOv2, DINOv3 layouts, full or backbone), a transformers or timm folder "
-                                                   "(config.json + model.safetensors), or a Hugging Face Hub name (hf-hub:timm/NAME or org/name, from its cache).")],
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="Checkpoint file (DINO, SelfPatch, DINOv2, DINOv3 layouts, full or backbone), a transformers or timm folder "
+            "(config.json + model.safetensors), or a Hugging Face Hub name (hf-hub:timm/NAME or org/name, from its cache)."
+        ),
+    ],
     revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a Hub name (default main).")] = None,
     images: Annotated[Path | None, typer.Option("--images", help="Folder of photographs (recursive).")] = None,
     panel: Annotated[str | None, typer.Option("--panel", help="Use a registered panel's image folder.")] = None,
@@ -79,20 +95,31 @@ def extract(
     network: Annotated[str, typer.Option(help="teacher or student.")] = "teacher",
     heads: Annotated[int | None, typer.Option(help="Attention heads (default width/64).")] = None,
     convert: Annotated[bool, typer.Option("--convert", help="Drop class token and final norm first (SelfPatch-style).")] = False,
-    interp: Annotated[str, typer.Option("--interp",
-                                        help="Position-table interpolation: auto (the checkpoint's own code: dinov2-reg for DINOv2 register models, else dino), dino, "
-                                             "dinov2-reg or timm.")] = "auto",
+    interp: Annotated[
+        str,
+        typer.Option(
+            "--interp", help="Position-table interpolation: auto (the checkpoint's own code: dinov2-reg for DINOv2 register models, else dino), dino, dinov2-reg or timm."
+        ),
+    ] = "auto",
     shard: Annotated[str | None, typer.Option(help="i/n: this process's share (default from torchrun RANK/WORLD_SIZE).")] = None,
     on_error: Annotated[str, typer.Option("--on-error", help="fail, or skip unreadable images and record them.")] = "fail",
     limit: Annotated[int | None, typer.Option(help="Process at most N more images now (the last chunk is cut; rerun to finish).")] = None,
     store: Annotated[Path | None, typer.Option(help="Store path (default <cache>/<stem>-<sha8>/<network>.zarr).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    decoders: Annotated[int | None,
-                        typer.Option("--decoders", help="Threads decoding and resizing images beside the forward pass, and runs written at once, up to 4 (default: the "
-                                                        "cores it leaves free; at least 1).")] = None,
-    repair: Annotated[bool, typer.Option("--repair",
-                                         help="Read every chunk of the store's --views first and extract again the images of any damaged or missing chunk (probe info "
-                                              "--verify lists them).")] = False,
+    decoders: Annotated[
+        int | None,
+        typer.Option(
+            "--decoders",
+            help="Threads decoding and resizing images beside the forward pass, and runs written at once, up to 4 (default: the cores it leaves free; at least 1).",
+        ),
+    ] = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Read every chunk of the store's --views first and extract again the images of any damaged or missing chunk (probe info --verify lists them).",
+        ),
+    ] = False,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -126,8 +153,23 @@ def extract(
 
     try:
         report = run(
-            checkpoint, source, settings=settings, network=network, convert=convert, heads=heads, cache_dir=cache, store=store, revision=revision,
-            shard=shard, on_error=on_error, limit=limit, batch_size=batch_size, device=device, decoders=decoders, quiet=quiet, repair=repair,
+            checkpoint,
+            source,
+            settings=settings,
+            network=network,
+            convert=convert,
+            heads=heads,
+            cache_dir=cache,
+            store=store,
+            revision=revision,
+            shard=shard,
+            on_error=on_error,
+            limit=limit,
+            batch_size=batch_size,
+            device=device,
+            decoders=decoders,
+            quiet=quiet,
+            repair=repair,
         )
     except KeyboardInterrupt:
         from ..infra.errors import Interrupted
@@ -136,8 +178,11 @@ def extract(
     for line in report.skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
     failed = f"; {report.failed} recorded as failed and left out (`probe info` lists them)" if report.failed else ""
-    console.print(f"{report.store}: {report.done}/{report.n_images} images extracted in views {','.join(report.views)} ({report.written} written now, "
-                  f"{len(report.skipped)} skipped now{failed})", soft_wrap=True)
+    console.print(
+        f"{report.store}: {report.done}/{report.n_images} images extracted in views {','.join(report.views)} ({report.written} written now, "
+        f"{len(report.skipped)} skipped now{failed})",
+        soft_wrap=True,
+    )
     if report.limit is not None and report.left:
         console.print(f"--limit {report.limit}: {report.left} images of this shard left; rerun the same command to continue", soft_wrap=True)
 
@@ -163,16 +208,24 @@ def plan_command(
     count, own = _image_count(images, settings, checkpoint, arch)
     network = _arch(checkpoint, arch)
     planned = describe(network, settings, count, own(network.patch), batch_size)
-    console.print(f"probe extract plan: {count:,} images, {'checkpoint ' + str(checkpoint) if checkpoint else '--arch ' + arch}; per array: bytes an image, "
-                  f"on disk for {count:,} images (uncompressed: zstd only shrinks it), in memory while a chunk of {settings.chunk} is written",
-                  soft_wrap=True, highlight=False)
+    console.print(
+        f"probe extract plan: {count:,} images, {'checkpoint ' + str(checkpoint) if checkpoint else '--arch ' + arch}; per array: bytes an image, "
+        f"on disk for {count:,} images (uncompressed: zstd only shrinks it), in memory while a chunk of {settings.chunk} is written",
+        soft_wrap=True,
+        highlight=False,
+    )
     for row in planned.rows:
         shape = " × ".join(f"{d} {s}" for d, s in zip(row.dims, row.shape))
-        console.print(f"  {row.name} ({shape}, {row.dtype}): {size_text(row.per_image)} an image, {size_text(row.disk(count))} on disk, "
-                      f"{size_text(row.per_image * settings.chunk)} a chunk", soft_wrap=True, highlight=False)
+        console.print(
+            f"  {row.name} ({shape}, {row.dtype}): {size_text(row.per_image)} an image, {size_text(row.disk(count))} on disk, "
+            f"{size_text(row.per_image * settings.chunk)} a chunk",
+            soft_wrap=True,
+            highlight=False,
+        )
     total = sum(r.per_image for r in planned.rows)
-    console.print(f"  total: {size_text(total)} an image, {size_text(total * count)} on disk, {size_text(total * settings.chunk)} a chunk",
-                  soft_wrap=True, highlight=False)
+    console.print(
+        f"  total: {size_text(total)} an image, {size_text(total * count)} on disk, {size_text(total * settings.chunk)} a chunk", soft_wrap=True, highlight=False
+    )
     for what, need in planned.forward.items():
         console.print(f"  forward pass, {what}: {size_text(need)} a batch of {batch_size}", soft_wrap=True, highlight=False)
 
@@ -198,8 +251,11 @@ def _image_count(images: str, settings, checkpoint: Path | None, arch: str):
     own_views = tuple(v for v in settings.names if v in image_files.OWN_SIZE)
     if images.strip().isdigit():
         if own_views:
-            raise ProbeError(None, f"--images {images}: the {', '.join(own_views)} view's size is each image's own",
-                             "pass --images a folder of the images, whose headers give their grids")
+            raise ProbeError(
+                None,
+                f"--images {images}: the {', '.join(own_views)} view's size is each image's own",
+                "pass --images a folder of the images, whose headers give their grids",
+            )
         return int(images), lambda patch: {}
     refs = image_files.list_images(images)
 
@@ -227,8 +283,10 @@ def convert(
 
 
 @app.command()
-def info(store: Annotated[Path, typer.Argument(help="A store written by probe extract.")],
-         verify: Annotated[bool, typer.Option("--verify", help="Read every chunk and check its checksum; exit 1 when any is damaged or missing.")] = False) -> None:
+def info(
+    store: Annotated[Path, typer.Argument(help="A store written by probe extract.")],
+    verify: Annotated[bool, typer.Option("--verify", help="Read every chunk and check its checksum; exit 1 when any is damaged or missing.")] = False,
+) -> None:
     """Print a store's manifest, each view's grid and completeness, its arrays."""
     from rich.table import Table
 
@@ -256,8 +314,10 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by probe ex
 def make_checkpoint(
     out: Annotated[Path, typer.Argument(help="File to write.")],
     layout: Annotated[str, typer.Option(help="dino-backbone, selfpatch-backbone, dino-full, selfpatch-full, dinov2-backbone, dinov2-reg-backbone, ...")] = "dino-full",
-    arch: Annotated[str, typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), "
-                                           "dinov2-b14(-reg).")] = "tiny",
+    arch: Annotated[
+        str,
+        typer.Option(help="tiny, tiny-p8, tiny-dinov2-reg (seconds on a CPU) or a released size: vit-s16, vit-s8, vit-b16, vit-b8, dinov2-s14(-reg), dinov2-b14(-reg)."),
+    ] = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
@@ -290,10 +350,12 @@ def doctor(cache: CacheOpt = None) -> None:
     console.print(table)
     failed = [c.name for c in results if c.required and not c.ok]
     if failed:
-        err_console.print(f"[bold red]doctor:[/] {len(failed)} required check{'s' if len(failed) > 1 else ''} failed "
-                          f"({', '.join(failed)}); see the table above", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[bold red]doctor:[/] {len(failed)} required check{'s' if len(failed) > 1 else ''} failed ({', '.join(failed)}); see the table above",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
-
 
 
 @app.command("list")

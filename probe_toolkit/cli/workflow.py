@@ -53,15 +53,22 @@ def report_command(
     stores: Annotated[list[Path], typer.Argument(help="Stores to report on, side by side (checkpoint comparison).")],
     out: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/<name from the stores>).")] = None,
     follow: Annotated[str | None, typer.Option("--follow", help="Image id to follow (default: the first image every store holds).")] = None,
-    patch: Annotated[int, typer.Option("--patch",
-                                       help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other "
-                                            "grids follow the patch under its centre.")] = 34,
+    patch: Annotated[
+        int,
+        typer.Option(
+            "--patch",
+            help="Patch of the first store's 224 grid to follow (patch = G·row + column; 34 = row 2, column 6 at 14 × 14); stores on other "
+            "grids follow the patch under its centre.",
+        ),
+    ] = 34,
     formats: Annotated[str, typer.Option("--format", help="Figure files beside the report: png, pdf, svg (comma-separated; PNG always).")] = "png,pdf,svg",
-    run: Annotated[str | None, typer.Option("--run", help="Show this run's records (a run id from `probe results`, or its start) where a result has one; "
-                                                           "the latest elsewhere.")] = None,
-    label: Annotated[list[str] | None,
-                     typer.Option("--label", help="Name a store in titles, tables and figures: NAME=STORE (repeatable; default: the manifest's name, else checkpoint "
-                                                  "and network).")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Show this run's records (a run id from `probe results`, or its start) where a result has one; the latest elsewhere.")
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="Name a store in titles, tables and figures: NAME=STORE (repeatable; default: the manifest's name, else checkpoint and network)."),
+    ] = None,
     cache: CacheOpt = None,
 ) -> None:
     """Write report.md, a self-contained report.html with a patch explorer, figures (PNG, PDF, SVG) and tables (CSV, LaTeX)."""
@@ -70,20 +77,24 @@ def report_command(
     written = write_report(stores, out, follow=follow, patch=patch, cache_dir=cache, formats=formats, run=run, labels=label)
     present = [s.title for s in written.report.sections if s.present]
     absent = [s.title for s in written.report.sections if not s.present]
-    console.print(f"{written.folder}: report.md, report.html, {len(written.figures)} figures; "
-                  f"{len(present)} sections present{', not yet: ' + '; '.join(absent) if absent else ''}", soft_wrap=True)
+    console.print(
+        f"{written.folder}: report.md, report.html, {len(written.figures)} figures; {len(present)} sections present{', not yet: ' + '; '.join(absent) if absent else ''}",
+        soft_wrap=True,
+    )
 
 
 @app.command("table")
 def table_command(
     stores: Annotated[list[Path], typer.Argument(help="Stores whose records fill the table, one row each (checkpoint and network).")],
-    protocols: Annotated[str, typer.Option("--protocols", help="Columns, in this order: any of knn, decode (CorLoc of probe decode --panel), "
-                                                               "hummingbird, entropy.")] = "knn,decode,hummingbird",
+    protocols: Annotated[
+        str, typer.Option("--protocols", help="Columns, in this order: any of knn, decode (CorLoc of probe decode --panel), hummingbird, entropy.")
+    ] = "knn,decode,hummingbird",
     form: Annotated[str, typer.Option("--format", help="markdown, csv (one line per cell, intervals in their own columns) or latex.")] = "markdown",
     out: Annotated[Path | None, typer.Option("--out", help="Write the table to this file (default: print it).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
-    label: Annotated[list[str] | None, typer.Option("--label", help="Name a row: NAME=STORE (repeatable; default: the checkpoint's repository "
-                                                                    "or file stem, and the network).")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Name a row: NAME=STORE (repeatable; default: the checkpoint's repository or file stem, and the network).")
+    ] = None,
 ) -> None:
     """One paper table from records alone: checkpoints as rows, protocols as columns; records measured otherwise get columns of their own."""
     from ..infra.owned import refuse_existing

@@ -76,10 +76,19 @@ class MasksReport(Outcome):
 
     def summary(self) -> dict[str, Any]:
         return {
-            "store": str(self.store), "row": self.row, "row_text": ROW_TEXT[self.row], "mass": self.mass, "resolution": RESOLUTION,
-            "images": self.n_images, "scored": self.scored, "ledger": self.ledger, "counts": self.counts,
+            "store": str(self.store),
+            "row": self.row,
+            "row_text": ROW_TEXT[self.row],
+            "mass": self.mass,
+            "resolution": RESOLUTION,
+            "images": self.n_images,
+            "scored": self.scored,
+            "ledger": self.ledger,
+            "counts": self.counts,
             "jaccard_per_head": None if self.jaccard_mean is None else [float(v) for v in self.jaccard_mean],
-            "best_head": self.best_mean, "per_object": self.per_object_mean, "looks": self.looks,
+            "best_head": self.best_mean,
+            "per_object": self.per_object_mean,
+            "looks": self.looks,
         }
 
 
@@ -87,14 +96,24 @@ def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict |
     """The row ``auto`` stands for on this network (and SelfPatch's head where it is read), or a refusal naming what the network lacks."""
     token = bool(meta.get("arch", {}).get("class_token"))
     if row == "cls" and not token:
-        raise SettingError("row", requirement="aggregation (SelfPatch's ca_head) or mean on this store", value=row, example="mean",
-                           why=f"{store} has no class token, so no class-token attention")
+        raise SettingError(
+            "row",
+            requirement="aggregation (SelfPatch's ca_head) or mean on this store",
+            value=row,
+            example="mean",
+            why=f"{store} has no class token, so no class-token attention",
+        )
     head = None
     if row == "aggregation" or (row == "auto" and not token):  # asked for by name, whatever the class token
         head = parts.aggregation_head(meta, store)
         if row == "aggregation" and head is None:
-            raise SettingError("row", requirement=f"{'cls (its class token) or ' if token else ''}mean on this store", value=row,
-                               example="cls" if token else "mean", why=f"{store} comes from a checkpoint without SelfPatch's aggregation head (ca_head)")
+            raise SettingError(
+                "row",
+                requirement=f"{'cls (its class token) or ' if token else ''}mean on this store",
+                value=row,
+                example="cls" if token else "mean",
+                why=f"{store} comes from a checkpoint without SelfPatch's aggregation head (ca_head)",
+            )
     if row == "auto":
         row = "cls" if token else ("aggregation" if head is not None else "mean")
     return row, head
@@ -110,8 +129,16 @@ def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
     return side, side
 
 
-def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None = None,
-                   where: Where = Where(), image_range: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+def masks_of_store(
+    ds: xr.Dataset,
+    row: str,
+    head: dict | None,
+    mass: float,
+    heads: int,
+    progress: Callable[[int], None] | None = None,
+    where: Where = Where(),
+    image_range: tuple[int, int] | None = None,
+) -> dict[str, np.ndarray]:
     """``mask`` (image, head, patch) bool masks of every image, block by block through the runner: blocks of
     the store's chunk whatever the worker count, so the masks are the same bits on any placement;
     with storage tokens and the class row, ``storage_mask`` and ``prefix_mass`` too (``am.masks_block``)."""
@@ -123,8 +150,7 @@ def masks_of_store(ds: xr.Dataset, row: str, head: dict | None, mass: float, hea
         return {"mask": np.zeros((0, heads, 0), bool)}
     fn = functools.partial(am.masks_block, row=row, head=head, heads=heads, prefix=prefix, mass=mass)
     block = int(ds.attrs["manifest"].get("chunk") or 16)
-    out = map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=progress, image_range=image_range,
-                     torch_free=row != "aggregation")
+    out = map_images(fn, {"values": array}, where=where, block=block, fixed=True, progress=progress, image_range=image_range, torch_free=row != "aggregation")
     return {name: values.astype(bool) if name.endswith("mask") else values for name, values in out.items()}
 
 
@@ -136,16 +162,16 @@ def prefix_names(registers: int) -> list[str]:
     return ["class", *(f"storage {i + 1}" for i in range(registers))]
 
 
-def shard_masks(ds: xr.Dataset, store: Path, placement: Placement, row: str, head: dict | None, mass: float, heads: int,
-                progress: Callable[[int], None] | None, where: Where) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+def shard_masks(
+    ds: xr.Dataset, store: Path, placement: Placement, row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None, where: Where
+) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
     from . import shards
 
     ids = [str(i) for i in ds.image.values]
     which, (a, b) = shards.share(placement, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
     arrays = masks_of_store(ds, row, head, mass, heads, progress, where, (a, b)) if b > a else {"mask": np.zeros((0, heads, 0), bool)}
-    part = xr.Dataset({name: (DIMS[name], values.astype(np.uint8) if name.endswith("mask") else values) for name, values in arrays.items()},
-                      coords={"image": ids[a:b]})
+    part = xr.Dataset({name: (DIMS[name], values.astype(np.uint8) if name.endswith("mask") else values) for name, values in arrays.items()}, coords={"image": ids[a:b]})
     identity = {"row": row, "mass": float(mass), "images_sha256": shards.images_sha256(ids)}
     whole, missing = shards.gather(store, "attention_masks", which, part, identity)
     if whole is None:
@@ -198,8 +224,15 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
         every = np.concatenate([masks[:, None], arrays["storage_mask"]], axis=1)  # (image, prefix, head, patch)
         report.looks = {name: [float(v) for v in values] for name, values in am.looks(arrays["prefix_mass"], every).items()}
         report.looks["token"] = tokens
-    attrs: dict[str, Any] = {"row": row, "row_text": ROW_TEXT[row], "mass": mass, "resolution": RESOLUTION, "grid": [rows, cols],
-                             "patch": patch, "source": "facebookresearch/dino visualize_attention.py; Jaccard rules: dino issue #54"}
+    attrs: dict[str, Any] = {
+        "row": row,
+        "row_text": ROW_TEXT[row],
+        "mass": mass,
+        "resolution": RESOLUTION,
+        "grid": [rows, cols],
+        "patch": patch,
+        "source": "facebookresearch/dino visualize_attention.py; Jaccard rules: dino issue #54",
+    }
     if inputs.panel is not None:
         read = context.read("panel", read_labels, purpose="attention-masks: score", checkpoint=(meta.get("checkpoint") or {}).get("sha256"), images=ids)
         union = np.full((n, h), np.nan)
@@ -213,8 +246,11 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
             cid = read.image_map[sid]
             record = read.coco.imgs[cid]
             if (int(record.get("width", -1)), int(record.get("height", -1))) != (widths[i], heights[i]):
-                raise ProbeError(read.panel.annotations, f"says {sid} is {record.get('width')}×{record.get('height')}, the image is {widths[i]}×{heights[i]}",
-                                 "fix the annotation file's width and height")
+                raise ProbeError(
+                    read.panel.annotations,
+                    f"says {sid} is {record.get('width')}×{record.get('height')}, the image is {widths[i]}×{heights[i]}",
+                    "fix the annotation file's width and height",
+                )
             objects = view_objects(read.coco, cid, widths[i], heights[i])
             if not len(objects):
                 continue
@@ -223,10 +259,19 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
             union[i], best[i], per_object[i] = score.union, score.best_union, score.per_object
         scored = int(np.isfinite(best).sum())
         if scored == 0:
-            raise ProbeError(read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images",
-                             "score on a panel whose images the store holds")
-        data.update({"jaccard": (("image", "head"), union), "best": ("image", best), "per_object": ("image", per_object),
-                     "jaccard_mean": ("head", np.nanmean(union, 0)), "best_mean": np.nanmean(best), "per_object_mean": np.nanmean(per_object)})
+            raise ProbeError(
+                read.panel.annotations, f"has no object inside the 224 view of any of the store's {n} images", "score on a panel whose images the store holds"
+            )
+        data.update(
+            {
+                "jaccard": (("image", "head"), union),
+                "best": ("image", best),
+                "per_object": ("image", per_object),
+                "jaccard_mean": ("head", np.nanmean(union, 0)),
+                "best_mean": np.nanmean(best),
+                "per_object_mean": np.nanmean(per_object),
+            }
+        )
         report.scored, report.ledger = scored, read.entry_id
         report.jaccard_mean, report.best_mean, report.per_object_mean = np.nanmean(union, 0), float(np.nanmean(best)), float(np.nanmean(per_object))
         report.counts = {"images": n, "in_panel": len(read.image_map), "scored": scored, "objects": objects_seen}

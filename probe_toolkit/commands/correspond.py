@@ -77,15 +77,25 @@ class CorrespondReport(Outcome):
         def clean(v: float) -> float | None:
             return None if not np.isfinite(v) else float(v)
 
-        return {"store": str(self.store), "name": self.name, "panel": self.panel, "ledger": self.ledger, "counts": self.counts, "bins": list(BIN_NAMES),
-                "thresholds": list(self.thresholds), "tokens_dtype": self.dtype,
-                "mean": {f"{t:g}": [clean(self.mean[b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)},
-                "categories": {c: {f"{t:g}": [clean(self.pck[k, b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)}
-                               for k, c in enumerate(self.categories)}}
+        return {
+            "store": str(self.store),
+            "name": self.name,
+            "panel": self.panel,
+            "ledger": self.ledger,
+            "counts": self.counts,
+            "bins": list(BIN_NAMES),
+            "thresholds": list(self.thresholds),
+            "tokens_dtype": self.dtype,
+            "mean": {f"{t:g}": [clean(self.mean[b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)},
+            "categories": {
+                c: {f"{t:g}": [clean(self.pck[k, b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)} for k, c in enumerate(self.categories)
+            },
+        }
 
 
-def pair_block(images: np.ndarray, source: np.ndarray, target: np.ndarray, source_kps: np.ndarray, target_kps: np.ndarray, scale: np.ndarray, *,
-               rows: int, cols: int, side: int) -> dict[str, np.ndarray]:
+def pair_block(
+    images: np.ndarray, source: np.ndarray, target: np.ndarray, source_kps: np.ndarray, target_kps: np.ndarray, scale: np.ndarray, *, rows: int, cols: int, side: int
+) -> dict[str, np.ndarray]:
     """A block of pairs: ``images`` (m, rows · cols, D) tokens of the block's distinct images (each
     normalised once), ``source``/``target`` (n,) their rows, keypoints (n, K, 3) → ``error`` (n, K)
     float32 (NaN where a keypoint is not in both) and ``predicted`` (n, K, 2). Each pair on its own."""
@@ -103,15 +113,15 @@ def pair_block(images: np.ndarray, source: np.ndarray, target: np.ndarray, sourc
     return {"error": error, "predicted": predicted}
 
 
-def shard_pairs(store: Path, placement: Placement, n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str],
-                identity: dict[str, Any]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+def shard_pairs(
+    store: Path, placement: Placement, n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str], identity: dict[str, Any]
+) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's pairs [a, b) (whole blocks of ``BLOCK``: the blocks of a one-process run)
     matched and saved as ``results/correspond-part-i-of-n``; (every pair's errors and matches in
     pair order, []) once every part with this ``identity`` is in, else (None, the shards missing)."""
     which, (a, b) = shards.share(placement, n_pairs, BLOCK)
     got = match(a, b)
-    part = xr.Dataset({"error": (("pair", "keypoint"), got["error"]), "predicted": (("pair", "keypoint", "xy"), got["predicted"])},
-                      coords={"pair": list(names[a:b])})
+    part = xr.Dataset({"error": (("pair", "keypoint"), got["error"]), "predicted": (("pair", "keypoint", "xy"), got["predicted"])}, coords={"pair": list(names[a:b])})
     identity = {**identity, "pairs": int(n_pairs)}
     parts, missing = shards.exchange(store, "correspond", which, part, identity)
     if missing:
@@ -156,8 +166,11 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
     for pair in labels.pairs:
         for image, size in ((pair.source, pair.source_size), (pair.target, pair.target_size)):
             if sizes[store_id[image]] != size:
-                raise ProbeError(store, f"holds {image} at {sizes[store_id[image]]}, its annotation says {size}",
-                                 f"extract the store again: `{fix_command('extract', 'CKPT', panel=the_panel.name, views=VIEW)}`")
+                raise ProbeError(
+                    store,
+                    f"holds {image} at {sizes[store_id[image]]}, its annotation says {size}",
+                    f"extract the store again: `{fix_command('extract', 'CKPT', panel=the_panel.name, views=VIEW)}`",
+                )
     start = time.perf_counter()
     categories = sorted({p.category for p in labels.pairs})
     samples = {(c, b): correspond.sample(labels.pairs, c, v, instances, seed) for c in categories for b, v in zip(BIN_NAMES, correspond.BINS)}
@@ -168,7 +181,7 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
 
     def kps(points, size) -> np.ndarray:
         out = np.zeros((k, 3), np.int32)
-        out[:len(points)] = correspond.view_keypoints(points, size)
+        out[: len(points)] = correspond.view_keypoints(points, size)
         return out
 
     src_kps = np.stack([kps(p.source_kps, p.source_size) for p in chosen]) if chosen else np.zeros((0, k, 3), np.int32)
@@ -179,28 +192,49 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
     def read(a: int, b: int) -> dict[str, np.ndarray]:
         wanted = sorted({store_id[p.source] for p in chosen[a:b]} | {store_id[p.target] for p in chosen[a:b]})
         row = {sid: j for j, sid in enumerate(wanted)}
-        return {"images": tokens.sel(image=wanted).values, "source": np.array([row[store_id[p.source]] for p in chosen[a:b]]),
-                "target": np.array([row[store_id[p.target]] for p in chosen[a:b]]),
-                "source_kps": src_kps[a:b], "target_kps": trg_kps[a:b], "scale": scale[a:b]}
+        return {
+            "images": tokens.sel(image=wanted).values,
+            "source": np.array([row[store_id[p.source]] for p in chosen[a:b]]),
+            "target": np.array([row[store_id[p.target]] for p in chosen[a:b]]),
+            "source_kps": src_kps[a:b],
+            "target_kps": trg_kps[a:b],
+            "scale": scale[a:b],
+        }
 
     def match(a: int, b: int) -> dict[str, np.ndarray]:
         if b <= a:
             return {"error": np.zeros((0, k), np.float32), "predicted": np.zeros((0, k, 2), np.float32)}
         with context.placed() as where:
-            return map_blocks(partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE), read,
-                              [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)], workers=where.workers, client=where.client, progress=progress)
+            return map_blocks(
+                partial(pair_block, rows=rows, cols=cols, side=correspond.SIDE),
+                read,
+                [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)],
+                workers=where.workers,
+                client=where.client,
+                progress=progress,
+            )
 
     progress = context.task("correspond", len(chosen))
 
     if placement.sharded:
-        identity = {"view": VIEW, "instances": int(instances), "seed": int(seed), "block": BLOCK, "keypoints": int(k), "panel": the_panel.name,
-                    "pairs_sha256": images_sha256([p.name for p in chosen]),
-                    "images_sha256": images_sha256([f"{store_id[p.source]}|{store_id[p.target]}" for p in chosen])}
+        identity = {
+            "view": VIEW,
+            "instances": int(instances),
+            "seed": int(seed),
+            "block": BLOCK,
+            "keypoints": int(k),
+            "panel": the_panel.name,
+            "pairs_sha256": images_sha256([p.name for p in chosen]),
+            "images_sha256": images_sha256([f"{store_id[p.source]}|{store_id[p.target]}" for p in chosen]),
+        }
         out, missing = shard_pairs(store, placement, len(chosen), match, [p.name for p in chosen], identity)
         if out is None:  # a shard that finished before the others
             empty = np.zeros((0, len(BIN_NAMES), len(thresholds)))
-            return context.finish(CorrespondReport(store, source.name, the_panel.name, categories, thresholds, empty, empty.sum(0), {}, labels.entry_id,
-                                                   time.perf_counter() - start, waiting=missing))
+            return context.finish(
+                CorrespondReport(
+                    store, source.name, the_panel.name, categories, thresholds, empty, empty.sum(0), {}, labels.entry_id, time.perf_counter() - start, waiting=missing
+                )
+            )
     else:
         out = match(0, len(chosen))
     table = np.full((len(categories), len(BIN_NAMES), len(thresholds)), np.nan)
@@ -215,24 +249,42 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
                 table[c, b, t] = correspond.pck(errors, threshold) if rows_of else np.nan
     mean = correspond.class_average(table)
     seconds = time.perf_counter() - start
-    counts = {"pairs_in_panel": len(labels.pairs), "pairs_matched": len(chosen), "categories": len(categories),
-              "keypoints_scored": int(np.isfinite(out["error"]).sum())}
+    counts = {"pairs_in_panel": len(labels.pairs), "pairs_matched": len(chosen), "categories": len(categories), "keypoints_scored": int(np.isfinite(out["error"]).sum())}
     dtype = str(tokens.dtype)
     report = CorrespondReport(store, source.name, the_panel.name, categories, thresholds, table, mean, counts, labels.entry_id, seconds, dtype=dtype)
     ds_out = xr.Dataset(
-        {"pck": (("category", "bin", "threshold"), table), "pck_mean": (("bin", "threshold"), mean),
-         "error": (("pair", "keypoint"), out["error"]), "predicted": (("pair", "keypoint", "xy"), out["predicted"]),
-         "source_xy": (("pair", "keypoint", "xy"), np.where(src_kps[..., 2:] == 1, src_kps[..., :2], -1).astype(np.int32)),
-         "target_xy": (("pair", "keypoint", "xy"), np.where(trg_kps[..., 2:] == 1, trg_kps[..., :2], -1).astype(np.int32)),
-         "sampled": (("bin", "pair"), sampled)},
-        coords={"category": categories, "bin": list(BIN_NAMES), "threshold": list(thresholds), "pair": [p.name for p in chosen],
-                "pair_category": ("pair", [p.category for p in chosen]), "viewpoint": ("pair", np.array([p.viewpoint for p in chosen], np.int32)),
-                "source": ("pair", [store_id[p.source] for p in chosen]), "target": ("pair", [store_id[p.target] for p in chosen])})
-    attrs = {"settings": {"thresholds": list(thresholds), "instances": int(instances), "seed": int(seed), "side": correspond.SIDE},
-             "view": VIEW, "view_text": arrays.geometry(VIEW), "grid": [int(rows), int(cols)], "tokens_dtype": dtype,
-             "feature": "last-block patch tokens (before any final norm), L2-normalised per patch; source keypoints sampled bilinearly (align_corners)",
-             "ledger": labels.entry_id, "image_source": str(cache.manifest(ds).get("image_source") or ""),
-             "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split}, "counts": counts,
-             "source": "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py, configs/spair_correspondence.yaml",
-             "provenance": result_provenance(ds, context.command)}
+        {
+            "pck": (("category", "bin", "threshold"), table),
+            "pck_mean": (("bin", "threshold"), mean),
+            "error": (("pair", "keypoint"), out["error"]),
+            "predicted": (("pair", "keypoint", "xy"), out["predicted"]),
+            "source_xy": (("pair", "keypoint", "xy"), np.where(src_kps[..., 2:] == 1, src_kps[..., :2], -1).astype(np.int32)),
+            "target_xy": (("pair", "keypoint", "xy"), np.where(trg_kps[..., 2:] == 1, trg_kps[..., :2], -1).astype(np.int32)),
+            "sampled": (("bin", "pair"), sampled),
+        },
+        coords={
+            "category": categories,
+            "bin": list(BIN_NAMES),
+            "threshold": list(thresholds),
+            "pair": [p.name for p in chosen],
+            "pair_category": ("pair", [p.category for p in chosen]),
+            "viewpoint": ("pair", np.array([p.viewpoint for p in chosen], np.int32)),
+            "source": ("pair", [store_id[p.source] for p in chosen]),
+            "target": ("pair", [store_id[p.target] for p in chosen]),
+        },
+    )
+    attrs = {
+        "settings": {"thresholds": list(thresholds), "instances": int(instances), "seed": int(seed), "side": correspond.SIDE},
+        "view": VIEW,
+        "view_text": arrays.geometry(VIEW),
+        "grid": [int(rows), int(cols)],
+        "tokens_dtype": dtype,
+        "feature": "last-block patch tokens (before any final norm), L2-normalised per patch; source keypoints sampled bilinearly (align_corners)",
+        "ledger": labels.entry_id,
+        "image_source": str(cache.manifest(ds).get("image_source") or ""),
+        "panel": {"name": the_panel.name, "role": the_panel.role, "split": the_panel.split},
+        "counts": counts,
+        "source": "mbanani/probe3d evaluate_spair_correspondence.py, evals/datasets/spair.py, configs/spair_correspondence.yaml",
+        "provenance": result_provenance(ds, context.command),
+    }
     return context.finish(report, Saving(store, "correspond", ds_out, attrs))

@@ -76,10 +76,17 @@ class NaviReport(Outcome):
         def clean(v: float) -> float | None:
             return None if not np.isfinite(v) else float(v)
 
-        return {"store": str(self.store), "name": self.name, "panel": self.panel, "ledger": self.ledger, "counts": self.counts,
-                "recall_cm": {f"{t * 100:g}": clean(v) for t, v in zip(navi.CM, self.recall_cm)},
-                "recall_px": {f"{t:g}": clean(v) for t, v in zip(navi.PX, self.recall_px)},
-                "binned_2cm": {b: clean(v) for b, v in zip(BIN_NAMES, self.binned)}, "bins_mean": clean(self.bins_mean)}
+        return {
+            "store": str(self.store),
+            "name": self.name,
+            "panel": self.panel,
+            "ledger": self.ledger,
+            "counts": self.counts,
+            "recall_cm": {f"{t * 100:g}": clean(v) for t, v in zip(navi.CM, self.recall_cm)},
+            "recall_px": {f"{t:g}": clean(v) for t, v in zip(navi.PX, self.recall_px)},
+            "binned_2cm": {b: clean(v) for b, v in zip(BIN_NAMES, self.binned)},
+            "bins_mean": clean(self.bins_mean),
+        }
 
 
 @dataclass(frozen=True)
@@ -142,9 +149,14 @@ def pair_block(index: np.ndarray, *, job: Job) -> dict[str, np.ndarray]:
 
     model = loaded(job.checkpoint, job.sha256, job.network, job.device, **dict(job.load))
     n, k = len(index), job.num_corr
-    out = {"error_3d": np.full((n, k), np.nan, np.float32), "error_2d": np.full((n, k), np.nan, np.float32),
-           "source_uv": np.full((n, k, 2), np.nan, np.float32), "target_uv": np.full((n, k, 2), np.nan, np.float32),
-           "matches": np.zeros(n, np.int32), "angle": np.zeros(n, np.float32)}
+    out = {
+        "error_3d": np.full((n, k), np.nan, np.float32),
+        "error_2d": np.full((n, k), np.nan, np.float32),
+        "source_uv": np.full((n, k, 2), np.nan, np.float32),
+        "target_uv": np.full((n, k, 2), np.nan, np.float32),
+        "matches": np.zeros(n, np.int32),
+        "angle": np.zeros(n, np.float32),
+    }
     seen: dict[int, tuple[navi.View, Any]] = {}
 
     def prepared(m: int):
@@ -171,6 +183,7 @@ def pair_block(index: np.ndarray, *, job: Job) -> dict[str, np.ndarray]:
 
 def shown_views(job: Job, count: int) -> tuple[np.ndarray, np.ndarray]:
     """(pairs, S/2, S/2, 3) uint8 of the first ``count`` pairs' two views (every second pixel), for the figure."""
+
     def rgb(n: int) -> np.ndarray:
         view, _ = read_view(job, n)
         pixels = view.image * np.array(navi.STD, np.float32)[:, None, None] + np.array(navi.MEAN, np.float32)[:, None, None]
@@ -192,15 +205,16 @@ def _scores(out: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndar
     return recall_cm, recall_px, 100 * navi.binned(per_pair, out["angle"])
 
 
-def _placed(store: Path, placement: Placement, score: Callable[[int, int], dict[str, np.ndarray]], names: list[str],
-            identity: dict[str, Any]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+def _placed(
+    store: Path, placement: Placement, score: Callable[[int, int], dict[str, np.ndarray]], names: list[str], identity: dict[str, Any]
+) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """Every pair's numbers in pair order, or, on a shard that finished before the others, (None, the shards missing):
     the shard's contiguous share of the pairs (whole blocks) saved as ``results/correspond-navi-part-i-of-n``."""
     if not placement.sharded:
         return score(0, len(names)), []
     which, (a, b) = shards.share(placement, len(names), BLOCK)
     got = score(a, b)
-    part = xr.Dataset({key: (("pair", "match", "xy")[:v.ndim], v) for key, v in got.items()}, coords={"pair": names[a:b]})
+    part = xr.Dataset({key: (("pair", "match", "xy")[: v.ndim], v) for key, v in got.items()}, coords={"pair": names[a:b]})
     found, missing = shards.exchange(store, RESULT, which, part, identity)
     if missing:
         return None, missing
@@ -226,9 +240,20 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
     start = time.perf_counter()
     device = "cpu" if placement.device == "auto" else placement.device
     load = (("heads", (meta.get("arch") or {}).get("heads")), ("convert", bool(info.get("converted"))), ("checked_sha256", ck.sha256))
-    job = Job(str(Path(str(info.get("path"))).resolve()), ck.sha256, str(meta.get("network", "teacher")), device, load, ck.arch.patch,
-              str(labels.root), tuple(labels.images), tuple(labels.pairs), tuple(sorted(labels.depth_sha256.items())), settings.num_corr,
-              settings.scale_factor)
+    job = Job(
+        str(Path(str(info.get("path"))).resolve()),
+        ck.sha256,
+        str(meta.get("network", "teacher")),
+        device,
+        load,
+        ck.arch.patch,
+        str(labels.root),
+        tuple(labels.images),
+        tuple(labels.pairs),
+        tuple(sorted(labels.depth_sha256.items())),
+        settings.num_corr,
+        settings.scale_factor,
+    )
     remember(job.checkpoint, job.sha256, job.network, job.device, Backbone.from_checkpoint(ck).to(device))
     names = [f"{labels.images[i].object}/{labels.images[i].id}-{labels.images[j].id}" for i, j in labels.pairs]
     k = settings.num_corr
@@ -236,14 +261,33 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
 
     def score(a: int, b: int) -> dict[str, np.ndarray]:
         if b <= a:
-            return {"error_3d": np.zeros((0, k), np.float32), "error_2d": np.zeros((0, k), np.float32), "source_uv": np.zeros((0, k, 2), np.float32),
-                    "target_uv": np.zeros((0, k, 2), np.float32), "matches": np.zeros(0, np.int32), "angle": np.zeros(0, np.float32)}
+            return {
+                "error_3d": np.zeros((0, k), np.float32),
+                "error_2d": np.zeros((0, k), np.float32),
+                "source_uv": np.zeros((0, k, 2), np.float32),
+                "target_uv": np.zeros((0, k, 2), np.float32),
+                "matches": np.zeros(0, np.int32),
+                "angle": np.zeros(0, np.float32),
+            }
         with context.placed() as where:
-            return map_blocks(partial(pair_block, job=job), lambda s, e: {"index": np.arange(s, e)}, [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)],
-                              workers=where.workers, client=where.client, progress=progress)
+            return map_blocks(
+                partial(pair_block, job=job),
+                lambda s, e: {"index": np.arange(s, e)},
+                [(s, min(s + BLOCK, b)) for s in range(a, b, BLOCK)],
+                workers=where.workers,
+                client=where.client,
+                progress=progress,
+            )
 
-    identity = {"panel": labels.panel.name, "block": BLOCK, "num_corr": int(k), "scale_factor": float(settings.scale_factor), "seed": seed,
-                "checkpoint": ck.sha256, "pairs_sha256": shards.images_sha256(names)}
+    identity = {
+        "panel": labels.panel.name,
+        "block": BLOCK,
+        "num_corr": int(k),
+        "scale_factor": float(settings.scale_factor),
+        "seed": seed,
+        "checkpoint": ck.sha256,
+        "pairs_sha256": shards.images_sha256(names),
+    }
     try:
         out, missing = _placed(store, placement, score, names, identity)
         source_view, target_view = shown_views(job, SHOWN) if out is not None else (None, None)
@@ -251,26 +295,54 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
         forget()
     if out is None:
         empty = np.full(len(BIN_NAMES), np.nan)
-        return context.finish(NaviReport(store, store.name, labels.panel.name, empty[:3], empty[:3], empty, {}, labels.entry_id,
-                                         time.perf_counter() - start, waiting=missing))
+        return context.finish(
+            NaviReport(store, store.name, labels.panel.name, empty[:3], empty[:3], empty, {}, labels.entry_id, time.perf_counter() - start, waiting=missing)
+        )
     recall_cm, recall_px, binned = _scores(out)
-    counts = {"images": len(labels.images), "pairs": len(names), "correspondences": int(out["matches"].sum()),
-              "pairs_short": int((out["matches"] < k).sum())}
+    counts = {"images": len(labels.images), "pairs": len(names), "correspondences": int(out["matches"].sum()), "pairs_short": int((out["matches"] < k).sum())}
     report = NaviReport(store, store.name, labels.panel.name, recall_cm, recall_px, binned, counts, labels.entry_id, time.perf_counter() - start)
     ds = xr.Dataset(
-        {"recall_cm": ("cm", recall_cm), "recall_px": ("px", recall_px), "binned": ("bin", binned),
-         "error_3d": (("pair", "match"), out["error_3d"]), "error_2d": (("pair", "match"), out["error_2d"]),
-         "source_uv": (("pair", "match", "xy"), out["source_uv"]), "target_uv": (("pair", "match", "xy"), out["target_uv"]),
-         "matches": ("pair", out["matches"]), "angle": ("pair", out["angle"]),
-         "source_view": (("shown", "y", "x", "rgb"), source_view), "target_view": (("shown", "y", "x", "rgb"), target_view)},
-        coords={"cm": [t * 100 for t in navi.CM], "px": list(navi.PX), "bin": list(BIN_NAMES), "pair": names,
-                "source": ("pair", [labels.images[i].key for i, _ in labels.pairs]), "target": ("pair", [labels.images[j].key for _, j in labels.pairs]),
-                "shown": names[:SHOWN]})
-    attrs = {"settings": {"num_corr": int(k), "scale_factor": float(settings.scale_factor), "seed": seed, "side": navi.SIDE,
-                          "stride": STRIDE, "max_angle": MAX_ANGLE, "bin_threshold_m": navi.BIN_THRESHOLD},
-             "feature": "last-block patch tokens (before any final norm) of the 512 view (a /14 network's zero-padded to 518), upsampled bicubically "
-                        "to 128 x 128, L2-normalised", "checkpoint": {"path": job.checkpoint, "sha256": ck.sha256, "network": job.network},
-             "ledger": labels.entry_id, "panel": {"name": labels.panel.name, "role": labels.panel.role, "split": labels.panel.split}, "counts": counts,
-             "bins_mean": report.bins_mean, "source": "mbanani/probe3d evaluate_navi_correspondence.py, evals/datasets/navi.py, evals/utils/correspondence.py",
-             "provenance": result_provenance(cache.open_store(store), context.command)}
+        {
+            "recall_cm": ("cm", recall_cm),
+            "recall_px": ("px", recall_px),
+            "binned": ("bin", binned),
+            "error_3d": (("pair", "match"), out["error_3d"]),
+            "error_2d": (("pair", "match"), out["error_2d"]),
+            "source_uv": (("pair", "match", "xy"), out["source_uv"]),
+            "target_uv": (("pair", "match", "xy"), out["target_uv"]),
+            "matches": ("pair", out["matches"]),
+            "angle": ("pair", out["angle"]),
+            "source_view": (("shown", "y", "x", "rgb"), source_view),
+            "target_view": (("shown", "y", "x", "rgb"), target_view),
+        },
+        coords={
+            "cm": [t * 100 for t in navi.CM],
+            "px": list(navi.PX),
+            "bin": list(BIN_NAMES),
+            "pair": names,
+            "source": ("pair", [labels.images[i].key for i, _ in labels.pairs]),
+            "target": ("pair", [labels.images[j].key for _, j in labels.pairs]),
+            "shown": names[:SHOWN],
+        },
+    )
+    attrs = {
+        "settings": {
+            "num_corr": int(k),
+            "scale_factor": float(settings.scale_factor),
+            "seed": seed,
+            "side": navi.SIDE,
+            "stride": STRIDE,
+            "max_angle": MAX_ANGLE,
+            "bin_threshold_m": navi.BIN_THRESHOLD,
+        },
+        "feature": "last-block patch tokens (before any final norm) of the 512 view (a /14 network's zero-padded to 518), upsampled bicubically "
+        "to 128 x 128, L2-normalised",
+        "checkpoint": {"path": job.checkpoint, "sha256": ck.sha256, "network": job.network},
+        "ledger": labels.entry_id,
+        "panel": {"name": labels.panel.name, "role": labels.panel.role, "split": labels.panel.split},
+        "counts": counts,
+        "bins_mean": report.bins_mean,
+        "source": "mbanani/probe3d evaluate_navi_correspondence.py, evals/datasets/navi.py, evals/utils/correspondence.py",
+        "provenance": result_provenance(cache.open_store(store), context.command),
+    }
     return context.finish(report, Saving(store, RESULT, ds, attrs))

@@ -75,9 +75,7 @@ def _settings_file(path: Path) -> Settings:
         raise ProbeError(path, f"holds settings no decoder takes ({problem})", fix) from None
 
 
-def resolve_settings(
-    *, preset: str | None, overrides: dict[str, Any], settings_file: Path | None, cache_dir: str | Path | None
-) -> tuple[Settings, str]:
+def resolve_settings(*, preset: str | None, overrides: dict[str, Any], settings_file: Path | None, cache_dir: str | Path | None) -> tuple[Settings, str]:
     """(settings, where they came from): options > settings file > preset defaults."""
     if preset is None:
         path = settings_file or settings_path(cache_dir)
@@ -147,11 +145,9 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Decode
     shard of them: ``commands.decode_shards``).
     """
     store, panel, out, refine = inputs.store, inputs.panel, inputs.out, settings.refine
-    chosen, source = resolve_settings(preset=settings.preset, overrides=settings.overrides(), settings_file=settings.settings_file,
-                                      cache_dir=context.cache_dir)
+    chosen, source = resolve_settings(preset=settings.preset, overrides=settings.overrides(), settings_file=settings.settings_file, cache_dir=context.cache_dir)
     if refine and panel is None:
-        raise SettingError("refine", "refine bilateral refines masks for saliency scores, so it needs panel", "pass a saliency panel",
-                           others=("panel",))
+        raise SettingError("refine", "refine bilateral refines masks for saliency scores, so it needs panel", "pass a saliency panel", others=("panel",))
     if out is not None:  # the user's file, or the store's own, is never written over
         check_masks_out(out, store)
     report = decode_store(store, chosen, source, settings.view, settings.keys, context)
@@ -174,33 +170,66 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
 
     from .decode_colour import photographs
 
-    with context.placed() as where, (photographs(src) if settings.color_lambda else nullcontext()) as photos:
+    with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
         if not placement.sharded:
             if settings.color_lambda:
                 decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
                 encoded.add(decoded)
             else:
-                decoded = src.with_grids(decode_keys(src.keys, settings, tick, placement.threads, where=where, backend=backend, device=device,
-                                                     grids=src.grid_arrays(), each=encoded))
+                decoded = src.with_grids(
+                    decode_keys(src.keys, settings, tick, placement.threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=encoded)
+                )
         else:
             task = colour_task(src, settings, photos) if settings.color_lambda else None
-            decoded, missing = decode_shard(src, settings, placement, where=where, backend=backend, device=device, threads=placement.threads,
-                                            on_image=tick, task=task)
+            decoded, missing = decode_shard(src, settings, placement, where=where, backend=backend, device=device, threads=placement.threads, on_image=tick, task=task)
             if decoded is None:
-                return DecodeReport(store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids), n_masks=0,
-                                    degenerate=0, dense_solves=0, seconds=time.perf_counter() - t0, masks_file=None, extra={"waiting_for_shards": missing})
+                return DecodeReport(
+                    store=src.store,
+                    settings=settings,
+                    settings_source=settings_source,
+                    n_images=len(src.image_ids),
+                    n_masks=0,
+                    degenerate=0,
+                    dense_solves=0,
+                    seconds=time.perf_counter() - t0,
+                    masks_file=None,
+                    extra={"waiting_for_shards": missing},
+                )
             encoded.add(decoded)
     seconds = time.perf_counter() - t0
     unit = uuid.uuid4().hex
-    context.save(src.store, "decoder", decoder_dataset(decoded, src.image_ids),
-                 {"manifest": src.manifest, "settings": settings.as_dict(), "settings_source": settings_source, "size": size, "view": src.view,
-                  "keys": src.keys_kind, "seconds": seconds, "provenance": provenance.stamp(), "unit": unit,
-                  "computed_on": computed_on(src.store, src.image_ids), "backend": backend})
+    context.save(
+        src.store,
+        "decoder",
+        decoder_dataset(decoded, src.image_ids),
+        {
+            "manifest": src.manifest,
+            "settings": settings.as_dict(),
+            "settings_source": settings_source,
+            "size": size,
+            "view": src.view,
+            "keys": src.keys_kind,
+            "seconds": seconds,
+            "provenance": provenance.stamp(),
+            "unit": unit,
+            "computed_on": computed_on(src.store, src.image_ids),
+            "backend": backend,
+        },
+    )
     report = DecodeReport(
-        store=src.store, settings=settings, settings_source=settings_source, n_images=len(src.image_ids),
-        n_masks=int(decoded.n_masks.sum()), degenerate=int(decoded.degenerate.sum()),
-        dense_solves=int(decoded.dense_solves.sum()), seconds=seconds, masks_file=records.results_path(src.store, "decoder-masks.json"),
-        extra={"settings_source": settings_source, "keys": src.keys_kind}, source=src, encoded=encoded, unit=unit,
+        store=src.store,
+        settings=settings,
+        settings_source=settings_source,
+        n_images=len(src.image_ids),
+        n_masks=int(decoded.n_masks.sum()),
+        degenerate=int(decoded.degenerate.sum()),
+        dense_solves=int(decoded.dense_solves.sum()),
+        seconds=seconds,
+        masks_file=records.results_path(src.store, "decoder-masks.json"),
+        extra={"settings_source": settings_source, "keys": src.keys_kind},
+        source=src,
+        encoded=encoded,
+        unit=unit,
     )
     return report
 
@@ -216,16 +245,30 @@ def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refin
         labels = context.read("panel", read_labels, purpose="score", checkpoint=src.checkpoint, images=src.image_ids)
     results = encoded.entries(labels.image_map if labels is not None else None)
     write_json(report.masks_file, results)
-    write_json(masks_meta_path(report.masks_file), {
-        "store": str(src.store.resolve()), "checkpoint": src.checkpoint, "settings": settings.as_dict(), "panel": panel,
-        "network": src.manifest.get("network"), "image_list_sha256": src.manifest.get("image_list_sha256"),  # the store they pair with (store/pairing)
-        "image_id": "panel COCO id" if panel else "store position", "view": src.view, "keys": src.keys_kind, "unit": report.unit,
-        "masks_sha256": file_sha256(report.masks_file), "toolkit_version": provenance.__version__, "git_revision": provenance.git_revision()})
+    write_json(
+        masks_meta_path(report.masks_file),
+        {
+            "store": str(src.store.resolve()),
+            "checkpoint": src.checkpoint,
+            "settings": settings.as_dict(),
+            "panel": panel,
+            "network": src.manifest.get("network"),
+            "image_list_sha256": src.manifest.get("image_list_sha256"),  # the store they pair with (store/pairing)
+            "image_id": "panel COCO id" if panel else "store position",
+            "view": src.view,
+            "keys": src.keys_kind,
+            "unit": report.unit,
+            "masks_sha256": file_sha256(report.masks_file),
+            "toolkit_version": provenance.__version__,
+            "git_revision": provenance.git_revision(),
+        },
+    )
     if labels is None:
         return []
     if refine and labels.panel.kind != "saliency":
-        raise SettingError("refine", "is not a saliency panel; refine='bilateral' applies to saliency scores (TokenCut's + BS)", "drop refine, or pass a saliency panel",
-                           panel)
+        raise SettingError(
+            "refine", "is not a saliency panel; refine='bilateral' applies to saliency scores (TokenCut's + BS)", "drop refine, or pass a saliency panel", panel
+        )
     report.ledger_entry = labels.entry_id
     if labels.panel.kind == "saliency":
         soft = refine_bilateral(labels, results) if refine else None

@@ -30,8 +30,18 @@ if TYPE_CHECKING:
     from ..infra.shared import Shared
 
 
-def colour_block(keys: np.ndarray, names: np.ndarray, *, settings: Settings, source: str, patch: int, padded: bool = False,
-                 rows: np.ndarray | None = None, cols: np.ndarray | None = None, photos: Shared | None = None) -> dict[str, np.ndarray]:
+def colour_block(
+    keys: np.ndarray,
+    names: np.ndarray,
+    *,
+    settings: Settings,
+    source: str,
+    patch: int,
+    padded: bool = False,
+    rows: np.ndarray | None = None,
+    cols: np.ndarray | None = None,
+    photos: Shared | None = None,
+) -> dict[str, np.ndarray]:
     """A block of images → the decoder's arrays, each image decoded with its colour affinity;
     ``padded``: the keys are the native view's (the photograph padded as they saw it); ``photos``:
     the sha256 of every photograph as the command read it (``photographs``), checked before each is read."""
@@ -97,11 +107,13 @@ def photographs(src) -> Iterator[tuple[str, Shared]]:
             raise ProbeError(src.store, f"was extracted from {folder}, which no longer holds {name}", f"restore the photographs at {folder}")
         if header_size(path) != (int(src.widths[i]), int(src.heights[i])):
             w, h = header_size(path)
-            raise ProbeError(path, f"is {w}×{h}, but the store recorded {src.widths[i]}×{src.heights[i]} when it was extracted from it",
-                             "restore the photographs the store was extracted from (or extract a new store from these)")
+            raise ProbeError(
+                path,
+                f"is {w}×{h}, but the store recorded {src.widths[i]}×{src.heights[i]} when it was extracted from it",
+                "restore the photographs the store was extracted from (or extract a new store from these)",
+            )
     check_current(src.store, [(name, folder / name) for name in src.image_ids])  # the bytes extracted, where the store recorded them
     for row, i in enumerate(order):
         table[row] = (src.image_ids[i], file_digest(folder / src.image_ids[i]).encode())
     with shared(table, records.results_path(src.store, ""), "colour-photos") as handle:
         yield str(folder), handle
-

@@ -63,7 +63,6 @@ class StoreKeys:
         return decoded
 
 
-
 def own_size_grid(heights: np.ndarray, widths: np.ndarray, patch: int, view: str) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cols) an own-size view must have (``own_size.cells``): ⌈H/p⌉ × ⌈W/p⌉ padded (native,
     as TokenCut's and LOST's code), ⌊H/p⌋ × ⌊W/p⌋ cut (native_crop, as DSM's extract.py),
@@ -84,8 +83,11 @@ def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndar
     if bad.size:
         i = int(bad[0])
         edge = own_size.VERB[own_size.rule(view)]
-        raise IntegrityError(store, f"image {ds['image'].values[i]}'s {view} grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels "
-                             f"{edge} to /{patch} ({bad.size} such images)", f"extract the {view} view again")
+        raise IntegrityError(
+            store,
+            f"image {ds['image'].values[i]}'s {view} grid {rows[i]} × {cols[i]} is not its {heights[i]} × {widths[i]} pixels {edge} to /{patch} ({bad.size} such images)",
+            f"extract the {view} view again",
+        )
     return np.stack([rows, cols], axis=1), patch
 
 
@@ -128,9 +130,18 @@ def _ticks(on_image: Callable[[], None] | None) -> Callable[[int], None] | None:
     return lambda n: [on_image() for _ in range(n)]
 
 
-def decode_keys(keys: xr.DataArray | StoreArray, settings: Settings, on_image: Callable[[], None] | None = None, threads: int = 1, *,
-                where: Where = Where(), backend: str = "scipy", device: str = "cpu", grids: dict[str, StoreArray] | None = None,
-                each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None) -> Decoded:
+def decode_keys(
+    keys: xr.DataArray | StoreArray,
+    settings: Settings,
+    on_image: Callable[[], None] | None = None,
+    threads: int = 1,
+    *,
+    where: Where = Where(),
+    backend: str = "scipy",
+    device: str = "cpu",
+    grids: dict[str, StoreArray] | None = None,
+    each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
+) -> Decoded:
     """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
     Each image is computed alone with one BLAS thread (``threads`` when this process computes):
@@ -155,8 +166,7 @@ def colour_task(src: StoreKeys, settings: Settings, photos: tuple) -> tuple[Call
     return fn, {"keys": src.keys, "names": src.store_array("image"), **src.grid_arrays()}
 
 
-def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where(),
-                       photos: tuple) -> Decoded:
+def decode_with_colour(src: StoreKeys, settings: Settings, on_image: Callable[[], None] | None = None, *, where: Where = Where(), photos: tuple) -> Decoded:
     """DSM with its colour term, through the runner, every image of the store."""
     fn, arrays = colour_task(src, settings, photos)
     arrays = map_images(fn, arrays, where=where, progress=_ticks(on_image), torch_free=True)  # PIL and scipy: workers may be forked

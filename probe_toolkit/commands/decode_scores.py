@@ -42,8 +42,9 @@ def check_masks_out(out: str | Path, store: str | Path) -> Path:
     out = Path(out)
     inside = Path(store).resolve() in out.resolve().parents
     if inside and Path(store).resolve() / "results" not in out.resolve().parents:
-        raise SettingError("out", "lies inside the store being decoded (its own input)",
-                           "choose an out path outside the store, or give none (the masks go to results/)", out)
+        raise SettingError(
+            "out", "lies inside the store being decoded (its own input)", "choose an out path outside the store, or give none (the masks go to results/)", out
+        )
     for path in (out, masks_meta_path(out)):
         if path.is_dir():
             raise SettingError("out", "is a folder, not a masks file (out)", "give out a .json file path", path)
@@ -85,8 +86,11 @@ def bound_meta(masks_file: Path) -> dict[str, Any]:
     except ValueError as error:
         raise IntegrityError(meta_path, f"is not readable JSON ({error})", "rerun `probe decode` to write the masks again") from None
     if meta.get("masks_sha256") != file_sha256(masks_file):
-        raise IntegrityError(masks_file, f"does not match {meta_path.name} (the two come from different `probe decode` runs, one interrupted)",
-                             "rerun `probe decode` to write the masks and their settings again")
+        raise IntegrityError(
+            masks_file,
+            f"does not match {meta_path.name} (the two come from different `probe decode` runs, one interrupted)",
+            "rerun `probe decode` to write the masks and their settings again",
+        )
     return meta
 
 
@@ -116,8 +120,9 @@ def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
     )
 
 
-def scores_record(store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None,
-                  unit: str | None = None) -> Saving:
+def scores_record(
+    store: Path, scores: Scores, labels: LabelRead, settings: Settings | dict | None, manifest: dict | None, masks_file: Path | None, unit: str | None = None
+) -> Saving:
     """``results/scores_<panel>``: COCO AP, CorLoc and mean best IoU of one masks file on one panel."""
     attrs = {
         "unit": unit or "",
@@ -165,19 +170,33 @@ def refine_bilateral(labels: LabelRead, results: list[dict[str, Any]]) -> dict[i
     return out
 
 
-def saliency_record(store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "",
-                    view: str | None = None) -> Saving:
+def saliency_record(
+    store: Path, scores: saliency.SaliencyScores, labels: LabelRead, settings: Settings, manifest: dict | None, refine: str = "", view: str | None = None
+) -> Saving:
     """``results/saliency_<panel>``: the headline scores, the Fβ curve and each image's IoU;
     ``view``: the view the masks were cut on, where known (TokenCut's table is native_resized's)."""
     ds = lazy_dask.xarray().Dataset(
-        {**{k: ((), v) for k, v in scores.table().items()},
-         "f_curve": ("threshold", scores.f_curve), "image_iou": ("image", scores.per_image_iou),
-         "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64))},
+        {
+            **{k: ((), v) for k, v in scores.table().items()},
+            "f_curve": ("threshold", scores.f_curve),
+            "image_iou": ("image", scores.per_image_iou),
+            "coco_image_id": ("image", np.asarray(scores.image_ids, dtype=np.int64)),
+        },
         coords={"threshold": np.arange(saliency.BINS) / saliency.BINS, "image": np.arange(len(scores.image_ids))},
     )
-    attrs = {"ledger_entry": labels.entry_id, "panel": labels.panel.name, "role": labels.panel.role, "settings": settings.as_dict(),
-             "refine": refine, "manifest": manifest or {}, "counts": scores.counts, "units": "fractions in [0, 1]",
-             "provenance": provenance.stamp(), **_benchmark_attrs(labels), **({"view": view} if view else {})}
+    attrs = {
+        "ledger_entry": labels.entry_id,
+        "panel": labels.panel.name,
+        "role": labels.panel.role,
+        "settings": settings.as_dict(),
+        "refine": refine,
+        "manifest": manifest or {},
+        "counts": scores.counts,
+        "units": "fractions in [0, 1]",
+        "provenance": provenance.stamp(),
+        **_benchmark_attrs(labels),
+        **({"view": view} if view else {}),
+    }
     return Saving(store, f"saliency_{labels.panel.name}", ds, attrs)
 
 
@@ -188,7 +207,6 @@ class ScoreReport(Outcome):
     scores: Scores | saliency.SaliencyScores
     ledger_entry: str
     warnings: list[str] = field(default_factory=list)  # the masks' view is not the one the preset was published on for this panel
-
 
     def summary(self) -> dict[str, Any]:
         return {"scores": self.scores.table(), "counts": self.scores.counts, "ledger_entry": self.ledger_entry}
@@ -211,8 +229,15 @@ def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreRe
         more = f" ({len(found) - 1} more problems)" if len(found) > 1 else ""
         raise ProbeError(masks_file, f"is not a COCO results JSON probe can score: {found[0]}{more}", "score masks written by `probe decode`")
     names = sorted({r["file_name"] for r in results})
-    labels = context.read("panel", read_labels, purpose="score", checkpoint=meta.get("checkpoint"), images=names,  # masks of none, or without
-                          cover="some" if inputs.allow_partial else "all", given=f"the masks of {masks_file.name}")  # allow_partial some: refused
+    labels = context.read(
+        "panel",
+        read_labels,
+        purpose="score",
+        checkpoint=meta.get("checkpoint"),
+        images=names,  # masks of none, or without
+        cover="some" if inputs.allow_partial else "all",
+        given=f"the masks of {masks_file.name}",
+    )  # allow_partial some: refused
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
     store = Path(meta["store"]) if meta.get("store") else None
     in_store = store is not None and (store / "zarr.json").is_file()

@@ -25,28 +25,34 @@ from ..labels.masks import decoded_from_dataset, decoder_dataset
 from .shards import gather, share
 
 
-def decode_shard(src, settings: Settings, placement: Placement, *, where: Where, backend: str, device: str, threads: int = 1,
-                 on_image=None, task: tuple | None = None) -> tuple[Decoded | None, list[int]]:
+def decode_shard(
+    src, settings: Settings, placement: Placement, *, where: Where, backend: str, device: str, threads: int = 1, on_image=None, task: tuple | None = None
+) -> tuple[Decoded | None, list[int]]:
     """(all parts as one ``Decoded``, []) once every shard is in, else (None, missing shards).
     ``task``: (block function, arrays) in place of the keys' decode (DSM's colour term,
     ``decode_keys.colour_task``; it computes nothing with torch)."""
     fn, arrays = task or (partial(decode_block, settings=settings, backend=backend, device=device), {"keys": src.keys, **src.grid_arrays()})
     which, (a, b), computed = _share(src, placement, fn, arrays, where, threads, on_image, torch_free=task is not None)
     decoded = as_decoded(computed if computed is not None else _empty(settings, src.keys.sizes["patch"]), settings)
-    identity = {"settings": settings.as_dict(), "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"),
-                "images": src.image_ids}
+    identity = {"settings": settings.as_dict(), "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"), "images": src.image_ids}
     return _gathered(src, "decoder", which, (a, b), decoded, identity)
 
 
-def sweep_shard(src, groups: list[Settings], placement: Placement, *, where: Where, backend: str, device: str, threads: int = 1,
-                on_image=None) -> tuple[list[Decoded] | None, list[int]]:
+def sweep_shard(
+    src, groups: list[Settings], placement: Placement, *, where: Where, backend: str, device: str, threads: int = 1, on_image=None
+) -> tuple[list[Decoded] | None, list[int]]:
     """``probe decode-sweep --shard i/n``: this shard's images under every setting group, saved as
     one part per group (``results/decoder-sweep-g<k>-part-<i>-of-<n>``); (every group's
     ``Decoded`` over all images, []) once every shard is in, else (None, missing shards)."""
     fn = partial(sweep_block, groups=groups, backend=backend, device=device)
     which, (a, b), computed = _share(src, placement, fn, {"keys": src.keys, **src.grid_arrays()}, where, threads, on_image)
-    identity = {"groups": [s.as_dict() for s in groups], "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"),
-                "images": src.image_ids, "view": src.view}
+    identity = {
+        "groups": [s.as_dict() for s in groups],
+        "backend": backend,
+        "image_list_sha256": src.manifest.get("image_list_sha256"),
+        "images": src.image_ids,
+        "view": src.view,
+    }
     wholes, missing = [], set()
     for g, s in enumerate(groups):  # every group's part is saved before any is waited for
         decoded = as_decoded(group_arrays(computed, g) if computed is not None else _empty(s, src.keys.sizes["patch"]), s)

@@ -75,10 +75,25 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
     n = np.minimum(decoded.n_masks, k)
     sl = slice(0, k)
     return Decoded(
-        masks=decoded.masks[:, sl], score=decoded.score[:, sl], lambda2=decoded.lambda2[:, sl], lambda3=decoded.lambda3[:, sl],
-        gap=decoded.gap[:, sl], ncut=decoded.ncut[:, sl], n_masks=n, degenerate=decoded.degenerate, stop=decoded.stop,
-        dense_solves=decoded.dense_solves, cuts=decoded.cuts, settings=settings, fiedler=decoded.fiedler, seed=decoded.seed,
-        degree=decoded.degree, expansion=decoded.expansion, grids=decoded.grids, patch=decoded.patch, view=decoded.view,
+        masks=decoded.masks[:, sl],
+        score=decoded.score[:, sl],
+        lambda2=decoded.lambda2[:, sl],
+        lambda3=decoded.lambda3[:, sl],
+        gap=decoded.gap[:, sl],
+        ncut=decoded.ncut[:, sl],
+        n_masks=n,
+        degenerate=decoded.degenerate,
+        stop=decoded.stop,
+        dense_solves=decoded.dense_solves,
+        cuts=decoded.cuts,
+        settings=settings,
+        fiedler=decoded.fiedler,
+        seed=decoded.seed,
+        degree=decoded.degree,
+        expansion=decoded.expansion,
+        grids=decoded.grids,
+        patch=decoded.patch,
+        view=decoded.view,
     )
 
 
@@ -93,7 +108,6 @@ class SweepReport(Outcome):
     ledger_entry: str
     settings_file: Path | None
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
 
     def summary(self) -> dict[str, Any]:
         return {"metric": self.metric, "ledger_entry": self.ledger_entry, "table": self.table}
@@ -127,8 +141,7 @@ def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepRe
             arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=placement.threads, progress=_ticks(tick))
             per_group = [src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, s in enumerate(group_settings)]
         else:
-            per_group, missing = sweep_shard(src, group_settings, placement, where=where, backend=backend, device=device, threads=placement.threads,
-                                             on_image=tick)
+            per_group, missing = sweep_shard(src, group_settings, placement, where=where, backend=backend, device=device, threads=placement.threads, on_image=tick)
             if per_group is None:
                 return context.finish(SweepReport(table=[], best=None, best_row={}, metric=metric, ledger_entry="", settings_file=None, waiting=missing))
     decoded = dict(zip(groups, per_group))
@@ -141,27 +154,59 @@ def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepRe
         results = [r for r in full_results[key] if r["mask"] < s.masks]
         scores = evaluate(labels.coco, results)
         d = _prefix(decoded[key], s.masks, s)
-        table.append({"preset": s.preset, "rule": s.rule, "center": s.center, "tau": s.tau, "eps": s.eps, "masks": s.masks,
-                      **scores.table(), "degenerate": int(d.degenerate.sum()), "mean_masks": float(d.n_masks.mean())})
+        table.append(
+            {
+                "preset": s.preset,
+                "rule": s.rule,
+                "center": s.center,
+                "tau": s.tau,
+                "eps": s.eps,
+                "masks": s.masks,
+                **scores.table(),
+                "degenerate": int(d.degenerate.sum()),
+                "mean_masks": float(d.n_masks.mean()),
+            }
+        )
     values = np.array([row[metric] for row in table], dtype=np.float64)
     if not np.isfinite(values).any():  # e.g. segm AP on a box-only VOC panel: no setting can be chosen by it
-        raise SettingError("metric", f"metric {metric} is undefined on panel {panel.name} for every setting (a box-only panel has no mask scores)",
-                           "use metric corloc or a bbox metric")
+        raise SettingError(
+            "metric", f"metric {metric} is undefined on panel {panel.name} for every setting (a box-only panel has no mask scores)", "use metric corloc or a bbox metric"
+        )
     best_index = int(np.nanargmax(values))  # first of equals: grid order
     best = settings_list[best_index]
     settings_file = Path(settings_out) if settings_out else settings_path(context.cache_dir)
-    write_summary(settings_file, {
-        "settings": best.as_dict(),
-        "chosen_by": {"panel": labels.panel.name, "role": labels.panel.role, "ledger_entry": labels.entry_id, "metric": metric,
-                      "value": table[best_index][metric], "grid_size": len(settings_list), "store": str(src.store.resolve()),
-                      "checkpoint": src.checkpoint, "date": provenance.now()},
-    })
+    write_summary(
+        settings_file,
+        {
+            "settings": best.as_dict(),
+            "chosen_by": {
+                "panel": labels.panel.name,
+                "role": labels.panel.role,
+                "ledger_entry": labels.entry_id,
+                "metric": metric,
+                "value": table[best_index][metric],
+                "grid_size": len(settings_list),
+                "store": str(src.store.resolve()),
+                "checkpoint": src.checkpoint,
+                "date": provenance.now(),
+            },
+        },
+    )
     columns = list(table[0])
     sweep = lazy_dask.xarray().Dataset(
         {c: ("setting", np.asarray([row[c] for row in table], dtype=object if c in ("preset", "rule") else None)) for c in columns},
         coords={"setting": np.arange(len(table))},
     )
-    attrs = {"ledger_entry": labels.entry_id, "metric": metric, "best": best_index, "manifest": src.manifest, "keys": src.keys_kind,
-             "provenance": provenance.stamp(), "computed_on": computed_on(src.store, src.image_ids)}
-    return context.finish(SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id,
-                                      settings_file=settings_file), Saving(src.store, f"sweep_{labels.panel.name}", sweep, attrs))
+    attrs = {
+        "ledger_entry": labels.entry_id,
+        "metric": metric,
+        "best": best_index,
+        "manifest": src.manifest,
+        "keys": src.keys_kind,
+        "provenance": provenance.stamp(),
+        "computed_on": computed_on(src.store, src.image_ids),
+    }
+    return context.finish(
+        SweepReport(table=table, best=best, best_row=table[best_index], metric=metric, ledger_entry=labels.entry_id, settings_file=settings_file),
+        Saving(src.store, f"sweep_{labels.panel.name}", sweep, attrs),
+    )

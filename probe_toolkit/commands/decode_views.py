@@ -22,8 +22,9 @@ def check_view(size: int | str) -> str:
     accepted) or a fixed view's side in pixels (480 by default)."""
     view = str(size).strip().lower().replace("-", "_")
     if view not in OWN_SIZE and not view.isdigit():
-        raise ProbeError(f"--view {view}", f"is neither {', '.join(OWN_SIZE)} nor a fixed view's size",
-                         "use --view 480, --view native, --view native_crop or --view native_resized")
+        raise ProbeError(
+            f"--view {view}", f"is neither {', '.join(OWN_SIZE)} nor a fixed view's size", "use --view 480, --view native, --view native_crop or --view native_resized"
+        )
     return view
 
 
@@ -41,8 +42,10 @@ def published_view(preset: str, panel_kind: str | None = None) -> str:
 def saliency_warning(view: str, manifest: dict[str, Any]) -> str:
     """The one line for TokenCut saliency scores on keys of a view other than its saliency script's."""
     p = int((manifest.get("arch") or {}).get("patch") or 16)
-    return (f"TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes each image with LANCZOS to "
-            f"round(·/{p})·{p}; these are the {view} view's keys: extract with --views native_resized and decode with --view native_resized to match it")
+    return (
+        f"TokenCut's saliency table (unsupervised_saliency_detection/get_saliency.py) resizes each image with LANCZOS to "
+        f"round(·/{p})·{p}; these are the {view} view's keys: extract with --views native_resized and decode with --view native_resized to match it"
+    )
 
 
 def view_check(preset: str, size: int | str, manifest: dict[str, Any], panel_kind: str | None = None) -> dict[str, Any]:
@@ -52,8 +55,10 @@ def view_check(preset: str, size: int | str, manifest: dict[str, Any], panel_kin
     resample = str(cache.view_facts(manifest, "480").get("resample") or manifest.get("resample") or "bicubic")
     warnings = []
     if preset == "maskcut" and resample != "lanczos":
-        warnings.append(f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
-                        "(MaskCut's masks change with the filter): extract with --views 480 --resample lanczos to match it")
+        warnings.append(
+            f"--preset maskcut was published on 480 × 480 LANCZOS keys; this store's {size} view is {resample} "
+            "(MaskCut's masks change with the filter): extract with --views 480 --resample lanczos to match it"
+        )
     elif panel_kind == "saliency" and preset in SALIENCY_VIEW and str(size) != published:
         warnings.append(saliency_warning(str(size), manifest))
     elif published in OWN_SIZE and str(size) != published:

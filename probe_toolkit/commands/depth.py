@@ -60,10 +60,21 @@ class DepthReport(Outcome):
     unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
 
     def summary(self) -> dict[str, Any]:
-        return {"store": str(self.store), "name": self.name, "preset": self.preset, "metrics": self.metrics, "iterations": self.iterations,
-                "full_schedule": self.full_schedule, "unpublished": self.unpublished, "blocks": list(self.blocks),
-                "loss_first": float(self.losses[0]), "loss_last": float(self.losses[-1]), "counts": self.counts, "ledger": self.ledger,
-                "settings": self.settings}
+        return {
+            "store": str(self.store),
+            "name": self.name,
+            "preset": self.preset,
+            "metrics": self.metrics,
+            "iterations": self.iterations,
+            "full_schedule": self.full_schedule,
+            "unpublished": self.unpublished,
+            "blocks": list(self.blocks),
+            "loss_first": float(self.losses[0]),
+            "loss_last": float(self.losses[-1]),
+            "counts": self.counts,
+            "ledger": self.ledger,
+            "settings": self.settings,
+        }
 
 
 def feature_fn(model, blocks: tuple[int, ...], norm: bool, chunk: int, device: torch.device) -> dep.Features:
@@ -81,7 +92,7 @@ def feature_fn(model, blocks: tuple[int, ...], norm: bool, chunk: int, device: t
     def features(images: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         parts: list[list[tuple[torch.Tensor, torch.Tensor | None]]] = []
         for a in range(0, len(images), chunk):
-            x = center_pad(images[a:a + chunk].to(device), patch)
+            x = center_pad(images[a : a + chunk].to(device), patch)
             rows, cols = x.shape[-2] // patch, x.shape[-1] // patch
             kept = model.capture(x, taps).sequences
             part = []
@@ -91,8 +102,7 @@ def feature_fn(model, blocks: tuple[int, ...], norm: bool, chunk: int, device: t
                 part.append((grid, tokens[:, 0] if has_class else None))
             parts.append(part)
         # torch.cat copies out of inference mode: the head's autograd may keep what it reads
-        return [(torch.cat([p[j][0] for p in parts]), None if parts[0][j][1] is None else torch.cat([p[j][1] for p in parts]))
-                for j in range(len(blocks))]
+        return [(torch.cat([p[j][0] for p in parts]), None if parts[0][j][1] is None else torch.cat([p[j][1] for p in parts])) for j in range(len(blocks))]
 
     return features
 
@@ -118,8 +128,9 @@ def _check_network(settings, ck, preset: pub.Preset, block: int | None = None) -
     last for a one-block preset); a network it cannot read is refused."""
     arch = ck.arch
     if preset.class_token and not arch.class_token:
-        raise ProbeError(ck.path, f"has no class token, which preset {preset.name} concatenates to every patch token (DINOv2's BNHead)",
-                         "use --preset dinov3 (patch tokens only)")
+        raise ProbeError(
+            ck.path, f"has no class token, which preset {preset.name} concatenates to every patch token (DINOv2's BNHead)", "use --preset dinov3 (patch tokens only)"
+        )
     if preset.blocks == "four" and arch.depth < 4:
         raise ProbeError(ck.path, f"has {arch.depth} blocks; preset {preset.name} reads four", "use --preset dinov2-lin1 or dinov3")
     if min(settings.crop) < arch.patch:
@@ -141,8 +152,11 @@ def _check_sizes(panel: Panel, names: list[str], crop: tuple[int, int]) -> None:
         width, height = header_size(Path(panel.images) / name)
         x1, y1, x2, y2 = aug.nyu_box(height, width)
         if y2 - y1 < crop[0] or x2 - x1 < crop[1]:
-            raise ProbeError(Path(panel.images) / name, f"is {width}x{height} px: after the NYU crop {x2 - x1}x{y2 - y1}, smaller than the "
-                             f"{crop[1]}x{crop[0]} training crop", "use NYU's 640x480 photographs, or a smaller crop (--crop HEIGHT,WIDTH)")
+            raise ProbeError(
+                Path(panel.images) / name,
+                f"is {width}x{height} px: after the NYU crop {x2 - x1}x{y2 - y1}, smaller than the {crop[1]}x{crop[0]} training crop",
+                "use NYU's 640x480 photographs, or a smaller crop (--crop HEIGHT,WIDTH)",
+            )
 
 
 def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
@@ -156,9 +170,12 @@ def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     ck = load_checkpoint(checkpoint, inputs.network)
     target = Path(inputs.store) if inputs.store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, inputs.network)
     if not (target / "zarr.json").is_file():
-        raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)",
-                         f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: "
-                         "its depth maps are labels), or pass --store STORE")
+        raise ProbeError(
+            target,
+            "is not a probe store of this checkpoint (the record is kept in one)",
+            f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: "
+            "its depth maps are labels), or pass --store STORE",
+        )
     preset = pub.PRESETS[settings.preset]
     blocks = _check_network(settings, ck, preset, context.block)
     crop = tuple(settings.crop)
@@ -174,8 +191,17 @@ def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     channels = dep.channels_of(int(ck.arch.width), preset, int(ck.arch.depth))
     head = dep.DepthHead(channels, preset, torch.Generator().manual_seed(settings.seed)).to(device)
     optimizer = torch.optim.AdamW(head.parameters(), lr=resolved["lr"], betas=preset.betas, weight_decay=resolved["weight_decay"])
-    losses, rates, betas = _train(context, settings, resolved, preset, head, optimizer, features,
-                                  DepthStream(Path(train_panel.images), train_read, aug.Augment(crop=crop), settings.seed), train_panel.name)
+    losses, rates, betas = _train(
+        context,
+        settings,
+        resolved,
+        preset,
+        head,
+        optimizer,
+        features,
+        DepthStream(Path(train_panel.images), train_read, aug.Augment(crop=crop), settings.seed),
+        train_panel.name,
+    )
 
     val_read = context.read("val", nyu.read_depth_maps, purpose=f"{RESULT}: score", checkpoint=ck.sha256, command=context.command)
     per_image, shown = _score(context, settings, head, features, val_panel, val_read)
@@ -183,24 +209,59 @@ def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     per_step = settings.batch_size * settings.replicas
     full = settings.iterations == pub.ITERATIONS and per_step == pub.BATCH * pub.REPLICAS
     changed = settings.unpublished()
-    counts = {"train": len(train_read.ids), "val": len(val_read.ids), "iterations": settings.iterations, "batch": per_step,
-              "scored": int(sum(np.isfinite(per_image["rmse"])))}
+    counts = {
+        "train": len(train_read.ids),
+        "val": len(val_read.ids),
+        "iterations": settings.iterations,
+        "batch": per_step,
+        "scored": int(sum(np.isfinite(per_image["rmse"]))),
+    }
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
-    schedule = {"iterations": settings.iterations, "published_iterations": pub.ITERATIONS, "batch": per_step, "published_batch": pub.BATCH * pub.REPLICAS,
-                "warmup": resolved["warmup"], "kind": preset.schedule, "full": bool(full),
-                "label": "published schedule" if full else f"short schedule: {settings.iterations} of {pub.ITERATIONS} iterations, batch {per_step}",
-                "unpublished_settings": {k: resolved[k] for k in changed}}
+    schedule = {
+        "iterations": settings.iterations,
+        "published_iterations": pub.ITERATIONS,
+        "batch": per_step,
+        "published_batch": pub.BATCH * pub.REPLICAS,
+        "warmup": resolved["warmup"],
+        "kind": preset.schedule,
+        "full": bool(full),
+        "label": "published schedule" if full else f"short schedule: {settings.iterations} of {pub.ITERATIONS} iterations, batch {per_step}",
+        "unpublished_settings": {k: resolved[k] for k in changed},
+    }
     ds = _dataset(means, per_image, val_read.ids, losses, rates, betas, head, shown)
     attrs = {
-        "settings": resolved, "schedule": schedule, "preset_source": preset.source, "blocks": list(blocks), "ledger": ledger, "counts": counts,
-        "checkpoint": ck.describe(), "network": inputs.network, "device": str(device), "depth_range": [pub.MIN_DEPTH, pub.MAX_DEPTH],
-        "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
-                   "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
-        "feature": _feature(preset, blocks, ck.arch.final_norm), "sizes": [list(t.shape) for t in shown["truth"]],
+        "settings": resolved,
+        "schedule": schedule,
+        "preset_source": preset.source,
+        "blocks": list(blocks),
+        "ledger": ledger,
+        "counts": counts,
+        "checkpoint": ck.describe(),
+        "network": inputs.network,
+        "device": str(device),
+        "depth_range": [pub.MIN_DEPTH, pub.MAX_DEPTH],
+        "panels": {
+            "train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
+            "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)},
+        },
+        "feature": _feature(preset, blocks, ck.arch.final_norm),
+        "sizes": [list(t.shape) for t in shown["truth"]],
         "provenance": {"command": context.command, **provenance.stamp()},
     }
-    report = DepthReport(target, f"{checkpoint.name} ({inputs.network})", settings.preset, means, settings.iterations, bool(full), losses, counts,
-                         ledger, blocks, resolved, {k: resolved[k] for k in changed})
+    report = DepthReport(
+        target,
+        f"{checkpoint.name} ({inputs.network})",
+        settings.preset,
+        means,
+        settings.iterations,
+        bool(full),
+        losses,
+        counts,
+        ledger,
+        blocks,
+        resolved,
+        {k: resolved[k] for k in changed},
+    )
     return context.finish(report, Saving(target, RESULT, ds, attrs))
 
 
@@ -220,11 +281,14 @@ def _train(context: RunContext, settings, resolved: dict, preset: pub.Preset, he
             images = torch.stack([c.image for c in crops])
             truth = torch.stack([c.depth for c in crops]).to(device)
             rates[step], betas[step] = dep.schedule(step, lr=resolved["lr"], iterations=settings.iterations, warmup=resolved["warmup"], kind=preset.schedule)
-            losses[step] = dep.train_step(head, optimizer, features(images), truth, rates[step], betas[step], settings.batch_size,
-                                          warm=step < pub.SIGLOSS_WARMUP)
+            losses[step] = dep.train_step(head, optimizer, features(images), truth, rates[step], betas[step], settings.batch_size, warm=step < pub.SIGLOSS_WARMUP)
             if not np.isfinite(losses[step]):  # the head is NaN from here on: no number of this run could be trusted
-                raise IntegrityError(panel, f"iteration {step}: the loss is {losses[step]} (a group of {settings.batch_size} crops without one "
-                                     "measured pixel, or a diverging head); nothing was saved", "check the panel's depth maps, or lower the learning rate")
+                raise IntegrityError(
+                    panel,
+                    f"iteration {step}: the loss is {losses[step]} (a group of {settings.batch_size} crops without one "
+                    "measured pixel, or a diverging head); nothing was saved",
+                    "check the panel's depth maps, or lower the learning rate",
+                )
             advance(1)
     return losses, rates, betas
 
@@ -256,8 +320,9 @@ def _score(context: RunContext, settings, head: dep.DepthHead, features, val_pan
 
 def _feature(preset: pub.Preset, blocks: tuple[int, ...], final_norm: bool) -> str:
     which = f"block{'s' if len(blocks) > 1 else ''} {', '.join(map(str, blocks))} (0-based)"
-    norm = "through the final norm" if preset.backbone_norm and final_norm else "without the final norm" if not preset.backbone_norm else \
-        "(the network has no final norm)"
+    norm = (
+        "through the final norm" if preset.backbone_norm and final_norm else "without the final norm" if not preset.backbone_norm else "(the network has no final norm)"
+    )
     cls = ", the class token beside every patch token" if preset.class_token else ""
     up = f", upsampled {preset.upsample}× bilinearly" if preset.upsample > 1 else ""
     return f"patch tokens of {which} {norm}{cls}{up}"
@@ -269,7 +334,7 @@ def _padded(arrays: list[np.ndarray], fill, dtype, tail: tuple[int, ...] = ()) -
     w = max((a.shape[1] for a in arrays), default=1)
     out = np.full((len(arrays), h, w, *tail), fill, dtype)
     for n, a in enumerate(arrays):
-        out[n, :a.shape[0], :a.shape[1]] = a
+        out[n, : a.shape[0], : a.shape[1]] = a
     return out
 
 
@@ -277,7 +342,9 @@ def _dataset(means, per_image, ids, losses, rates, betas, head: dep.DepthHead, s
     data = {
         **{m: ((), np.float32(v)) for m, v in means.items()},
         "per_image": (("image", "metric"), np.stack([per_image[m] for m in pub.METRICS], axis=1)),
-        "loss": ("iteration", losses), "lr": ("iteration", rates), "beta1": ("iteration", betas),
+        "loss": ("iteration", losses),
+        "lr": ("iteration", rates),
+        "beta1": ("iteration", betas),
         "head_weight": (("bin", "channel"), head.conv.weight.detach().cpu().numpy()[:, :, 0, 0]),
         "head_bias": ("bin", head.conv.bias.detach().cpu().numpy()),
         "picture": (("shown", "y", "x", "rgb"), _padded(shown["picture"], 0, np.uint8, (3,))),
@@ -286,6 +353,10 @@ def _dataset(means, per_image, ids, losses, rates, betas, head: dep.DepthHead, s
         "valid": (("shown", "y", "x"), _padded(shown["valid"], False, bool)),
     }
     if head.bn is not None:
-        data.update({f"bn_{k}": ("channel", v.detach().cpu().numpy()) for k, v in (("mean", head.bn.running_mean), ("var", head.bn.running_var),
-                                                                                  ("weight", head.bn.weight), ("bias", head.bn.bias))})
-    return xr.Dataset(data, coords={"image": list(ids), "metric": list(pub.METRICS), "shown": list(ids[:len(shown["truth"])])})
+        data.update(
+            {
+                f"bn_{k}": ("channel", v.detach().cpu().numpy())
+                for k, v in (("mean", head.bn.running_mean), ("var", head.bn.running_var), ("weight", head.bn.weight), ("bias", head.bn.bias))
+            }
+        )
+    return xr.Dataset(data, coords={"image": list(ids), "metric": list(pub.METRICS), "shown": list(ids[: len(shown["truth"])])})

@@ -40,9 +40,11 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
     view = canonical(settings.view)
     read = {str(store): needs(store, view) for store in inputs.stores}
     if settings.patch is not None and any(name != f"attention_{view}" for name in read.values()):
-        raise ProbeError(next(s for s, n in read.items() if n != f"attention_{view}"),
-                         f"holds the {view} view's attention statistics, not its maps: --patch follows one patch's row, which statistics do not keep",
-                         f"drop --patch, or extract the maps: probe extract --views {view} --attention last")
+        raise ProbeError(
+            next(s for s, n in read.items() if n != f"attention_{view}"),
+            f"holds the {view} view's attention statistics, not its maps: --patch follows one patch's row, which statistics do not keep",
+            f"drop --patch, or extract the maps: probe extract --views {view} --attention last",
+        )
 
     def analyse(ds, progress, where):
         with within(f"bootstrap: {settings.boot:,} resamples", settings.boot) as boot:  # a line of its own while they run
@@ -52,14 +54,29 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
             if f"attention_{view}" not in ds:
                 from ..analyses.entropy_stats import entropy_from_statistics
 
-                return entropy_from_statistics(require(ds, f"attention_entropy_{view}"), require(ds, f"attention_distance_{view}"),
-                                               require(ds, f"grid_rows_{view}"), require(ds, f"grid_cols_{view}"), class_token=cls,
-                                               registers=registers, block=-1 if context.block is None else context.block, boot=bootstrap,
-                                               run_blocks=blocks_run)
+                return entropy_from_statistics(
+                    require(ds, f"attention_entropy_{view}"),
+                    require(ds, f"attention_distance_{view}"),
+                    require(ds, f"grid_rows_{view}"),
+                    require(ds, f"grid_cols_{view}"),
+                    class_token=cls,
+                    registers=registers,
+                    block=-1 if context.block is None else context.block,
+                    boot=bootstrap,
+                    run_blocks=blocks_run,
+                )
             blocks = require(ds, f"attention_blocks_{view}") if f"attention_blocks_{view}" in ds else None
             grid = None if view == "224" else grids.fixed_grid(ds, view)
-            return entropy(require(ds, f"attention_{view}"), class_token=cls, registers=registers, blocks=blocks, patch=settings.patch, grid=grid,
-                           boot=bootstrap, run_blocks=blocks_run)
+            return entropy(
+                require(ds, f"attention_{view}"),
+                class_token=cls,
+                registers=registers,
+                blocks=blocks,
+                patch=settings.patch,
+                grid=grid,
+                boot=bootstrap,
+                run_blocks=blocks_run,
+            )
 
     runs = over_stores(inputs.stores, analyse, lambda store: read[str(store)], settings.partial, context)
     followed = None

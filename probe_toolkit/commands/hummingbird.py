@@ -60,8 +60,7 @@ BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numb
 
 # the panel kinds hummingbird reads: their reader and the classes it scores (open-hummingbird-eval: VOC's 21 with the
 # background; ADE20K's 150 and "other", label 0, as a 151st class, hbird/data/ade20k/ade20k_data.py get_num_classes)
-LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES),
-           ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
+LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES), ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
 
 
 @dataclass
@@ -85,21 +84,35 @@ class HummingbirdReport(Outcome):
         return [s.miou_hungarian if self.matching == "hungarian" else s.miou for s in self.scores]
 
     def summary(self) -> dict[str, Any]:
-        return {"store": str(self.store), "name": self.name, "memory": self.memory, "matching": self.matching,
-                "miou": [s.miou for s in self.scores], "miou_hungarian": [s.miou_hungarian for s in self.scores],
-                "iou": [s.iou.tolist() for s in self.scores], "bank_rows": self.bank_rows, "per_view": self.per_view,
-                "classes": list(self.classes), "counts": self.counts, "ledger": self.ledger}
+        return {
+            "store": str(self.store),
+            "name": self.name,
+            "memory": self.memory,
+            "matching": self.matching,
+            "miou": [s.miou for s in self.scores],
+            "miou_hungarian": [s.miou_hungarian for s in self.scores],
+            "iou": [s.iou.tolist() for s in self.scores],
+            "bank_rows": self.bank_rows,
+            "per_view": self.per_view,
+            "classes": list(self.classes),
+            "counts": self.counts,
+            "ledger": self.ledger,
+        }
 
 
 def _check_kinds(train: Panel, val: Panel) -> None:
     for panel in (train, val):
         if panel.kind not in LAYOUTS:
-            raise ProbeError(panel.name, f"is a {panel.kind} panel; hummingbird reads label maps of a {' or '.join(LAYOUTS)} panel",
-                             f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
-                             f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)")
+            raise ProbeError(
+                panel.name,
+                f"is a {panel.kind} panel; hummingbird reads label maps of a {' or '.join(LAYOUTS)} panel",
+                f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split {'train' if panel.role == 'train' else 'val'} "
+                f"--role {panel.role} (or ADEChallengeData2016 with --ade20k)",
+            )
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
-                         "score on a val panel of the train panel's data set")
+        raise ProbeError(
+            val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set"
+        )
 
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:
@@ -109,15 +122,21 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
         if f"tokens_{view}" not in ds:
             raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
         if hbird_views.epoch(view) is not None and cache.view_facts(ds.attrs.get("manifest") or {}, view).get("augmentation") != hbird_views.ORDER:
-            raise ProbeError(ds.attrs.get("store"), f"holds its {view} view in the order probe used before it followed open-hummingbird-eval's "
-                             "(the 8-bit crop jittered; the reference jitters the whole image, normalises, then crops the float tensor)",
-                             f"extract the memory views into a new store: `{extract} --store NEW.zarr`")
+            raise ProbeError(
+                ds.attrs.get("store"),
+                f"holds its {view} view in the order probe used before it followed open-hummingbird-eval's "
+                "(the 8-bit crop jittered; the reference jitters the whole image, normalises, then crops the float tensor)",
+                f"extract the memory views into a new store: `{extract} --store NEW.zarr`",
+            )
         flag = f"done_{view}"
         if flag in ds:
             done = np.asarray(ds[flag].sel(image=list(ids)).values, bool)
             if not done.all():
-                raise ProbeError(ds.attrs.get("store"), f"has not finished its {view} view for {int((~done).sum())} of the {len(ids)} images of panel {panel.name!r}",
-                                 f"rerun `{extract}` to finish it")
+                raise ProbeError(
+                    ds.attrs.get("store"),
+                    f"has not finished its {view} view for {int((~done).sum())} of the {len(ids)} images of panel {panel.name!r}",
+                    f"rerun `{extract}` to finish it",
+                )
 
 
 def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[int]]:
@@ -129,25 +148,44 @@ def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], l
     for name, i in zip(names, order):
         width, height = images.header_size(Path(panel.images) / name)
         if read.shapes[i] != (height, width):
-            raise ProbeError(Path(panel.annotations) / f"{Path(name).stem}.png (its mask)",
-                             f"is {read.shapes[i][1]}x{read.shapes[i][0]} px, its image {width}x{height}", "restore the devkit's masks")
+            raise ProbeError(
+                Path(panel.annotations) / f"{Path(name).stem}.png (its mask)",
+                f"is {read.shapes[i][1]}x{read.shapes[i][0]} px, its image {width}x{height}",
+                "restore the devkit's masks",
+            )
     return names, order
 
 
-def shard_scores(store: Path, which: tuple[int, int], share: tuple[int, int], shown: int, confusions: np.ndarray, truth_shown: np.ndarray,
-                 predicted_shown: np.ndarray, identity: dict[str, Any]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
+def shard_scores(
+    store: Path,
+    which: tuple[int, int],
+    share: tuple[int, int],
+    shown: int,
+    confusions: np.ndarray,
+    truth_shown: np.ndarray,
+    predicted_shown: np.ndarray,
+    identity: dict[str, Any],
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, list[int]]:
     """This shard's confusion counts over its val images [a, b) and the shown images among them, saved
     as ``results/hummingbird-part-i-of-n``; (the summed counts and every shown image, []) once all
     parts with this ``identity`` are in (integer sums: the one-process run's counts), else (None, missing)."""
     a, b = share
     mine = slice(min(a, shown), min(b, shown))  # the shown images in this share
-    part = xr.Dataset({"confusion": (("memory", "class", "predicted"), confusions), "truth": (("shown", "y", "x"), truth_shown[mine]),
-                       "prediction": (("memory", "shown", "y", "x"), predicted_shown[:, mine])})
+    part = xr.Dataset(
+        {
+            "confusion": (("memory", "class", "predicted"), confusions),
+            "truth": (("shown", "y", "x"), truth_shown[mine]),
+            "prediction": (("memory", "shown", "y", "x"), predicted_shown[:, mine]),
+        }
+    )
     parts, missing = shards.exchange(store, "hummingbird", which, part, identity)
     if missing:
         return None, missing
-    return (np.sum([q.confusion.values for q in parts], axis=0), np.concatenate([q.truth.values for q in parts], axis=0),
-            np.concatenate([q.prediction.values for q in parts], axis=1)), []
+    return (
+        np.sum([q.confusion.values for q in parts], axis=0),
+        np.concatenate([q.truth.values for q in parts], axis=0),
+        np.concatenate([q.prediction.values for q in parts], axis=1),
+    ), []
 
 
 def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> HummingbirdReport:
@@ -170,7 +208,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     layout, classes = LAYOUTS[train_panel.kind]
     store = inputs.store
     query_view, *augmented = views.hbird_views(settings.size)  # hbird@S and its memory views (hbird512, hbird512_aug<e> at 512)
-    memory_views = tuple(augmented[:settings.augmentation_epochs])
+    memory_views = tuple(augmented[: settings.augmentation_epochs])
     patch = int(cache.manifest(cache.open_store(store))["arch"]["patch"])
     if settings.size % patch and views.view(query_view).alias is None:  # hbird512 keeps its rule: at /14 its top-left 504 px
         low, high = settings.size // patch * patch, -(-settings.size // patch) * patch
@@ -204,12 +242,30 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         for size in settings.memory:
             spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
             with built(memory_source, size, settings.seed, folder) as (bank, labels, _):
-                fn = functools.partial(hb.soft_labels_block, bank=bank, labels=labels, norm=norm, k=settings.k, temperature=settings.temperature,
-                                       block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK), device=device)
+                fn = functools.partial(
+                    hb.soft_labels_block,
+                    bank=bank,
+                    labels=labels,
+                    norm=norm,
+                    k=settings.k,
+                    temperature=settings.temperature,
+                    block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK),
+                    device=device,
+                )
                 try:
                     if b > a:
-                        map_images(fn, values, where=where, block=query_block, fixed=True, progress=progress, image_range=(a, b),
-                                   torch_free=device is None, each=lambda _a, _b, part, spool=spool: spool.append(part["soft"]), keep=False)
+                        map_images(
+                            fn,
+                            values,
+                            where=where,
+                            block=query_block,
+                            fixed=True,
+                            progress=progress,
+                            image_range=(a, b),
+                            torch_free=device is None,
+                            each=lambda _a, _b, part, spool=spool: spool.append(part["soft"]),
+                            keep=False,
+                        )
                 finally:
                     search_torch.forget()
             soft.append(spool.shared())
@@ -235,39 +291,59 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
     memory = [memory_name(s) for s in settings.memory]
     if placement.sharded:
-        identity = {"settings": json.dumps(settings.as_dict(), sort_keys=True), "memory_rows": [int(r) for r in bank_rows],
-                    "train_sha256": shards.images_sha256(list(train_ids)), "images_sha256": shards.images_sha256(list(val_ids)), "grid": int(grid)}
+        identity = {
+            "settings": json.dumps(settings.as_dict(), sort_keys=True),
+            "memory_rows": [int(r) for r in bank_rows],
+            "train_sha256": shards.images_sha256(list(train_ids)),
+            "images_sha256": shards.images_sha256(list(val_ids)),
+            "grid": int(grid),
+        }
         whole, missing = shard_scores(store, which, (a, b), shown, confusions, truth_shown, predicted_shown, identity)
         if whole is None:  # a shard that finished before the others
-            return context.finish(HummingbirdReport(store, source.name, memory, [], bank_rows, [p for p, _ in plan], classes, {}, ledger,
-                                                    settings.matching, train_panel.kind, waiting=missing))
+            return context.finish(
+                HummingbirdReport(
+                    store, source.name, memory, [], bank_rows, [p for p, _ in plan], classes, {}, ledger, settings.matching, train_panel.kind, waiting=missing
+                )
+            )
         confusions, truth_shown, predicted_shown = whole
     results = [hb.miou(c) for c in confusions]
     counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
     ds = xr.Dataset(
         {
-            "miou": ("memory", [r.miou for r in results]), "miou_hungarian": ("memory", [r.miou_hungarian for r in results]),
+            "miou": ("memory", [r.miou for r in results]),
+            "miou_hungarian": ("memory", [r.miou_hungarian for r in results]),
             "iou": (("memory", "class"), np.stack([r.iou for r in results])),
             "iou_hungarian": (("memory", "class"), np.stack([r.iou_hungarian for r in results])),
             "confusion": (("memory", "class", "predicted"), confusions),
-            "bank_rows": ("memory", np.asarray(bank_rows, np.int64)), "per_view": ("memory", np.asarray([p for p, _ in plan], np.int64)),
-            "truth": (("shown", "y", "x"), truth_shown), "prediction": (("memory", "shown", "y", "x"), predicted_shown),
+            "bank_rows": ("memory", np.asarray(bank_rows, np.int64)),
+            "per_view": ("memory", np.asarray([p for p, _ in plan], np.int64)),
+            "truth": (("shown", "y", "x"), truth_shown),
+            "prediction": (("memory", "shown", "y", "x"), predicted_shown),
         },
         coords={"memory": memory, "class": list(classes), "predicted": list(classes), "shown": list(val_names[:shown])},
     )
     attrs = {
-        "settings": settings.as_dict(), "matching": settings.matching, "panel_kind": train_panel.kind, "ledger": ledger, "counts": counts,
-        "grid": grid, "pixels_side": cut,
-        "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
-                   "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
-        "views": {"query": query_view, "memory": list(memory_views)}, "size": int(settings.size),
+        "settings": settings.as_dict(),
+        "matching": settings.matching,
+        "panel_kind": train_panel.kind,
+        "ledger": ledger,
+        "counts": counts,
+        "grid": grid,
+        "pixels_side": cut,
+        "panels": {
+            "train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
+            "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)},
+        },
+        "views": {"query": query_view, "memory": list(memory_views)},
+        "size": int(settings.size),
         "feature": "last-block patch tokens through the final norm" if norm is not None else "last-block patch tokens (the network has no final norm)",
-        "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row "
-                   f"({'torch on ' + device if device else 'numpy'})"),
+        "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row ({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, context.command),
     }
     if norm is None:
         context.note("note: the network has no final norm; its stored patch tokens are the features")
-    return context.finish(HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger,
-                                            settings.matching, train_panel.kind), Saving(store, "hummingbird", ds, attrs))
+    return context.finish(
+        HummingbirdReport(store, source.name, memory, results, bank_rows, [p for p, _ in plan], classes, counts, ledger, settings.matching, train_panel.kind),
+        Saving(store, "hummingbird", ds, attrs),
+    )

@@ -43,12 +43,18 @@ def memory_plan(sizes: Sequence[int | None], views: int, grid: int, k: int) -> l
             per_view, rows = 0, views * grid * grid
         else:
             if size < views:
-                raise SettingError("memory", f"memory {size} is smaller than the {views} augmented train views (at least one patch each)",
-                                   f"give at least {views} patches, or full (every patch)")
+                raise SettingError(
+                    "memory",
+                    f"memory {size} is smaller than the {views} augmented train views (at least one patch each)",
+                    f"give at least {views} patches, or full (every patch)",
+                )
             per_view = hb.patches_per_view(size, views)
             if per_view > grid * grid:
-                raise SettingError("memory", f"memory {size} asks {per_view} patches of each of the {views} augmented train views, which hold {grid * grid}",
-                                   f"give at most {views * grid * grid} patches, or full (every patch)")
+                raise SettingError(
+                    "memory",
+                    f"memory {size} asks {per_view} patches of each of the {views} augmented train views, which hold {grid * grid}",
+                    f"give at most {views * grid * grid} patches, or full (every patch)",
+                )
             rows = per_view * views
         if k > rows:
             raise SettingError("k", f"k {k} exceeds the {rows} bank rows at size {memory_name(size)}", f"use k ≤ {rows}")
@@ -85,7 +91,7 @@ class MemorySource:
             for a in range(0, n, READ_BLOCK):
                 b = min(a + READ_BLOCK, n)
                 maps = next(self.maps.portions(self.order[a:b], size=b - a)) if hasattr(self.maps, "portions") else [self.maps[i] for i in self.order[a:b]]
-                yield e, a, b, [hbird_views.label_view(y, view, name)[:self.cut, :self.cut] for y, name in zip(maps, self.names[a:b])]
+                yield e, a, b, [hbird_views.label_view(y, view, name)[: self.cut, : self.cut] for y, name in zip(maps, self.names[a:b])]
 
 
 @contextmanager
@@ -96,8 +102,7 @@ def built(source: MemorySource, memory_size: int | None, seed: int, folder: Path
     draws = hb.BankDraws(source.n_views, source.grid, memory_size=memory_size, seed=seed, epochs=len(source.views), n_classes=source.n_classes)
     n = len(source.ids)
     width = int(source.ds[f"tokens_{source.views[0]}"].shape[-1])
-    with spooled((draws.rows, width), np.float32, folder, "hbird-bank") as bank, \
-            spooled((draws.rows, source.n_classes), np.float32, folder, "hbird-labels") as labels:
+    with spooled((draws.rows, width), np.float32, folder, "hbird-bank") as bank, spooled((draws.rows, source.n_classes), np.float32, folder, "hbird-labels") as labels:
         arrays = {view: cache.checked(source.ds, f"tokens_{view}").sel(image=list(source.ids)) for view in source.views}
         for e, a, b, label_views in source.portions():
             rows = draws.take(label_views)

@@ -63,8 +63,7 @@ def view_text(view: str) -> str:
     """What the features saw, and, off DINO's view, how to get it."""
     text = f"{view} view: {arrays.geometry(view)}"
     if view != images.EVAL:
-        text += (f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): "
-                 f"`probe extract --views {images.EVAL}` adds that view")
+        text += f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): `probe extract --views {images.EVAL}` adds that view"
     return text
 
 
@@ -98,9 +97,17 @@ class KnnReport(Outcome):
 
     def summary(self) -> dict[str, Any]:
         return {
-            "store": str(self.store), "name": self.name, "feature": self.feature, "view": self.view, "view_text": view_text(self.view),
-            "temperature": self.temperature, "ledger": self.ledger, "counts": self.counts, "classes": self.classes,
-            "k": list(self.result.ks), "top1": [float(v) for v in self.result.top1],
+            "store": str(self.store),
+            "name": self.name,
+            "feature": self.feature,
+            "view": self.view,
+            "view_text": view_text(self.view),
+            "temperature": self.temperature,
+            "ledger": self.ledger,
+            "counts": self.counts,
+            "classes": self.classes,
+            "k": list(self.result.ks),
+            "top1": [float(v) for v in self.result.top1],
             "top5": [None if not np.isfinite(v) else float(v) for v in self.result.top5],
         }
 
@@ -155,8 +162,21 @@ def feature_width(ds: xr.Dataset, feature: str, view: str) -> int:
     return int(cache.require(ds, stored_name(feature, view)).shape[-1])
 
 
-def shard_nearest(store: Path, placement: Placement, fn, values: dict[str, xr.DataArray], val_ids: list[str], train_ids: list[str], feature: str,
-                  view: str, k: int, where, progress, test_block: int = knn.TEST_BLOCK, torch_free: bool = True) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+def shard_nearest(
+    store: Path,
+    placement: Placement,
+    fn,
+    values: dict[str, xr.DataArray],
+    val_ids: list[str],
+    train_ids: list[str],
+    feature: str,
+    view: str,
+    k: int,
+    where,
+    progress,
+    test_block: int = knn.TEST_BLOCK,
+    torch_free: bool = True,
+) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
@@ -191,11 +211,11 @@ def fitting_ks(ks: Sequence[int], n_train: int, panel: str, given: bool) -> tupl
     if fit == ks:
         return ks, None
     if given:
-        raise SettingError("ks", requirement=f"integers ≤ {n_train}", value=ks, example=fit or (n_train,),
-                           why=f"{ks[-1]} exceeds the {n_train} train images of panel {panel!r}")
+        raise SettingError(
+            "ks", requirement=f"integers ≤ {n_train}", value=ks, example=fit or (n_train,), why=f"{ks[-1]} exceeds the {n_train} train images of panel {panel!r}"
+        )
     fit = fit or (n_train,)
-    return fit, (f"note: {{ks}} {','.join(map(str, ks))} (DINO's default) narrowed to {{ks}} {','.join(map(str, fit))}: "
-                 f"panel {panel!r} has {n_train} train images")
+    return fit, (f"note: {{ks}} {','.join(map(str, ks))} (DINO's default) narrowed to {{ks}} {','.join(map(str, fit))}: panel {panel!r} has {n_train} train images")
 
 
 def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport:
@@ -255,9 +275,15 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     bank_shape = (len(train_ids), feature_width(train_ds, chosen, view))
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
     with context.placed() as where, shared_blocks(train_bank(train_ds, train_ids, chosen, norm, view), bank_shape, np.float32, folder, "knn-bank") as bank:
-        fn = functools.partial(knn.nearest_block, bank=bank, feature=chosen, norm=norm, k=ks[-1],
-                               train_block=search.block_rows(placement.work_memory, test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
-                               device=device)
+        fn = functools.partial(
+            knn.nearest_block,
+            bank=bank,
+            feature=chosen,
+            norm=norm,
+            k=ks[-1],
+            train_block=search.block_rows(placement.work_memory, test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
+            device=device,
+        )
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         progress = context.task("k-NN", len(val_ids))
         try:
@@ -277,7 +303,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
     ds = xr.Dataset(
         {
-            "top1": ("k", result.top1), "top5": ("k", result.top5),
+            "top1": ("k", result.top1),
+            "top5": ("k", result.top5),
             "prediction": (("k", "image"), result.predictions.astype(np.int32)),
             "neighbour": (("image", "rank"), result.neighbours.astype(np.int32)),
             "similarity": (("image", "rank"), result.similarity),
@@ -286,10 +313,18 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         coords={"k": list(ks), "image": val_ids, "train_image": train_ids, "class": classes},
     )
     attrs = {
-        "feature": chosen, "feature_text": text, "view": view, "view_text": view_text(view), "temperature": temperature, "ledger": ledger,
-        "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
-                   "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule}},
-        "counts": counts, "source": SOURCES.get(family, SOURCE),
+        "feature": chosen,
+        "feature_text": text,
+        "view": view,
+        "view_text": view_text(view),
+        "temperature": temperature,
+        "ledger": ledger,
+        "panels": {
+            "train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
+            "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule},
+        },
+        "counts": counts,
+        "source": SOURCES.get(family, SOURCE),
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, context.command),

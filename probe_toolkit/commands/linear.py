@@ -81,9 +81,14 @@ class LinearReport(Outcome):
         """The table as JSON (NaN scores become null)."""
         saved = {str(r.store): str(r.path) for r in (self.run.records if self.run else [])}
         return {
-            "level": self.level, "ledger": self.ledger, "label_space": self.label_space.as_dict(), "settings": self.settings,
-            "stores": [{"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen,
-                        "saved": saved.get(str(o.store))} for o in self.outcomes],
+            "level": self.level,
+            "ledger": self.ledger,
+            "label_space": self.label_space.as_dict(),
+            "settings": self.settings,
+            "stores": [
+                {"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen, "saved": saved.get(str(o.store))}
+                for o in self.outcomes
+            ],
         }
 
 
@@ -114,8 +119,11 @@ def _labelled(read: LabelRead, source: Source, panel: str, ids: Sequence[str]) -
     for k, cid, (w, h) in keep:
         record = read.coco.imgs[cid]
         if (int(record.get("width", -1)), int(record.get("height", -1))) != (w, h):
-            raise ProbeError(read.panel.annotations, f"says {ids[k]} is {record.get('width')}×{record.get('height')}, the image is {w}×{h}",
-                             "fix the annotation file's width and height")
+            raise ProbeError(
+                read.panel.annotations,
+                f"says {ids[k]} is {record.get('width')}×{record.get('height')}, the image is {w}×{h}",
+                "fix the annotation file's width and height",
+            )
     return [k[0] for k in keep], [k[1] for k in keep], [k[2] for k in keep]
 
 
@@ -209,12 +217,18 @@ def run(inputs: Inputs, settings: LinearSettings, context: RunContext) -> Linear
             v_targets = v_by_patch[store_patch(source)]
             ds, scores = patch_results(fit, x, v_targets, val_read, v_coco, v_sizes, v_ids, space, settings)
             attrs.update(
-                feature="tokens_224", dense_resolution=DENSE_RESOLUTION,
+                feature="tokens_224",
+                dense_resolution=DENSE_RESOLUTION,
                 settings={**linear.fit_record(settings), "weight_decay": fit.probe.weight_decay, "label_rule": LABEL_RULE},
                 patch=store_patch(source),
-                counts={"train_images": len(t_pos), "train_patches": fit.n_fit_patches, "train_patches_ignored": fit.n_ignored_patches,
-                        "val_images": len(v_pos), "val_patches": int((v_targets != linear.IGNORE).sum()),
-                        "val_patches_ignored": int((v_targets == linear.IGNORE).sum())},
+                counts={
+                    "train_images": len(t_pos),
+                    "train_patches": fit.n_fit_patches,
+                    "train_patches_ignored": fit.n_ignored_patches,
+                    "val_images": len(v_pos),
+                    "val_patches": int((v_targets != linear.IGNORE).sum()),
+                    "val_patches_ignored": int((v_targets == linear.IGNORE).sum()),
+                },
             )
             chosen = fit.probe.weight_decay
         else:
@@ -222,8 +236,13 @@ def run(inputs: Inputs, settings: LinearSettings, context: RunContext) -> Linear
             class_token = bool(source.manifest["arch"].get("class_token"))
             attrs.update(
                 feature="cls_tokens_224" if class_token else "tokens_224, mean over patches",
-                settings={"classifier": "StandardScaler + OneVsRest(LogisticRegression(lbfgs, max_iter=1000))", "cs": list(linear.IMAGE_CS),
-                          "c": fit.c, "holdout": settings.holdout, "seed": settings.seed},
+                settings={
+                    "classifier": "StandardScaler + OneVsRest(LogisticRegression(lbfgs, max_iter=1000))",
+                    "cs": list(linear.IMAGE_CS),
+                    "c": fit.c,
+                    "holdout": settings.holdout,
+                    "seed": settings.seed,
+                },
                 counts={"train_images": len(t_pos), "val_images": len(v_pos), "val_positives": v_targets.sum(0).astype(int).tolist()},
             )
             chosen = fit.c
@@ -239,8 +258,15 @@ LABEL_RULE = (
 
 
 def patch_results(
-    fit: linear.PatchFit, tokens: np.ndarray, labels: np.ndarray, read: LabelRead, coco_ids: Sequence[int],
-    sizes: Sequence[tuple[int, int]], ids: Sequence[str], space: linear.LabelSpace, settings: linear.FitSettings,
+    fit: linear.PatchFit,
+    tokens: np.ndarray,
+    labels: np.ndarray,
+    read: LabelRead,
+    coco_ids: Sequence[int],
+    sizes: Sequence[tuple[int, int]],
+    ids: Sequence[str],
+    space: linear.LabelSpace,
+    settings: linear.FitSettings,
 ) -> tuple[xr.Dataset, dict[str, float]]:
     """Score a fitted dense probe on the val panel: patch and dense confusions, the saved Dataset."""
     n = len(space.patch_classes)
@@ -258,16 +284,23 @@ def patch_results(
     names = list(space.patch_classes)
     ds = xr.Dataset(
         {
-            "miou": ((), scores["miou"]), "accuracy": ((), scores["accuracy"]), "miou_dense": ((), scores["miou_dense"]),
-            "iou": ("class", linear.iou(conf)), "iou_dense": ("class", linear.iou(dense)),
-            "confusion": (("class", "predicted"), conf), "confusion_dense": (("class", "predicted"), dense),
+            "miou": ((), scores["miou"]),
+            "accuracy": ((), scores["accuracy"]),
+            "miou_dense": ((), scores["miou_dense"]),
+            "iou": ("class", linear.iou(conf)),
+            "iou_dense": ("class", linear.iou(dense)),
+            "confusion": (("class", "predicted"), conf),
+            "confusion_dense": (("class", "predicted"), dense),
             "holdout_miou": ("weight_decay", fit.holdout_miou),
             "prediction": (("image", "patch"), predicted),
-            "weight": (("class", "channel"), fit.probe.weight), "bias": ("class", fit.probe.bias),
-            "channel_mean": ("channel", fit.probe.mean), "channel_scale": ("channel", fit.probe.scale),
+            "weight": (("class", "channel"), fit.probe.weight),
+            "bias": ("class", fit.probe.bias),
+            "channel_mean": ("channel", fit.probe.mean),
+            "channel_scale": ("channel", fit.probe.scale),
         },
         coords={
-            "class": np.asarray(names, dtype=object), "predicted": np.asarray(names, dtype=object),
+            "class": np.asarray(names, dtype=object),
+            "predicted": np.asarray(names, dtype=object),
             "category_id": ("class", np.asarray([0, *space.ids], dtype=np.int64)),
             "weight_decay": np.asarray(settings.weight_decays, dtype=np.float64),
             "image": np.asarray(list(ids), dtype=object),
@@ -276,16 +309,19 @@ def patch_results(
     return ds, scores
 
 
-def image_results(fit: linear.ImageFit, features_val: np.ndarray, targets: np.ndarray, ids: Sequence[str],
-                  space: linear.LabelSpace) -> tuple[xr.Dataset, dict[str, float]]:
+def image_results(
+    fit: linear.ImageFit, features_val: np.ndarray, targets: np.ndarray, ids: Sequence[str], space: linear.LabelSpace
+) -> tuple[xr.Dataset, dict[str, float]]:
     scores_val = linear.image_scores(fit.model, features_val)
     ap = linear.average_precision(targets, scores_val)
     m = float(np.nanmean(ap)) if np.isfinite(ap).any() else float("nan")
     ds = xr.Dataset(
         {"map": ((), m), "ap": ("category", ap), "holdout_map": ("c", fit.holdout_map), "score": (("image", "category"), scores_val)},
         coords={
-            "category": np.asarray(space.names, dtype=object), "category_id": ("category", np.asarray(space.ids, dtype=np.int64)),
-            "c": np.asarray(linear.IMAGE_CS, dtype=np.float64), "image": np.asarray(list(ids), dtype=object),
+            "category": np.asarray(space.names, dtype=object),
+            "category_id": ("category", np.asarray(space.ids, dtype=np.int64)),
+            "c": np.asarray(linear.IMAGE_CS, dtype=np.float64),
+            "image": np.asarray(list(ids), dtype=object),
         },
     )
     return ds, {"map": m}

@@ -47,8 +47,9 @@ from .runs import result_provenance
 RESULT = "linear-dinov2"
 VIEW = images.EVAL  # DINOv2's make_classification_eval_transform: resize 256 (bicubic), centre crop 224
 READ_CHUNK = 256  # images normed and averaged at a time
-FEATURE = ("class tokens of the last {blocks} through the final norm (DINOv2's get_intermediate_layers(norm=True)), "
-           "the last block's patch tokens through it averaged per image")
+FEATURE = (
+    "class tokens of the last {blocks} through the final norm (DINOv2's get_intermediate_layers(norm=True)), the last block's patch tokens through it averaged per image"
+)
 
 
 @dataclass
@@ -70,10 +71,19 @@ class LinearDinov2Report(Outcome):
         return self.classifiers[self.chosen].name if self.chosen is not None else ""
 
     def summary(self) -> dict[str, Any]:
-        return {"store": str(self.store), "name": self.name, "chosen": self.chosen_name, "accuracy": self.accuracy, "reported_on": self.reported_on,
-                "classifiers": [{"name": c.name, "blocks": c.blocks, "avgpool": c.avgpool, "rate": c.rate, "top1_val": float(t1), "top5_val": float(t5),
-                                 "evaluated": i in self.evaluated} for i, (c, t1, t5) in enumerate(zip(self.classifiers, self.top1_val, self.top5_val))],
-                "counts": self.counts, "ledger": self.ledger}
+        return {
+            "store": str(self.store),
+            "name": self.name,
+            "chosen": self.chosen_name,
+            "accuracy": self.accuracy,
+            "reported_on": self.reported_on,
+            "classifiers": [
+                {"name": c.name, "blocks": c.blocks, "avgpool": c.avgpool, "rate": c.rate, "top1_val": float(t1), "top5_val": float(t5), "evaluated": i in self.evaluated}
+                for i, (c, t1, t5) in enumerate(zip(self.classifiers, self.top1_val, self.top5_val))
+            ],
+            "counts": self.counts,
+            "ledger": self.ledger,
+        }
 
 
 def blocks_read(ds, blocks: int) -> list[int]:
@@ -82,14 +92,18 @@ def blocks_read(ds, blocks: int) -> list[int]:
     wanted = list(range(last - blocks + 1, last + 1))
     held = token_rows.held_blocks(ds, "class", VIEW)
     if wanted[0] < 0 or any(b not in held for b in wanted):
-        raise ProbeError(ds.attrs.get("store"), f"holds block{'s' if len(held) > 1 else ''} {', '.join(map(str, held))} of cls_tokens_{VIEW}; "
-                         f"n_last_blocks {blocks} reads blocks {', '.join(map(str, wanted))}",
-                         "run with --n-last-blocks 1, or extract the store again holding the last blocks")
+        raise ProbeError(
+            ds.attrs.get("store"),
+            f"holds block{'s' if len(held) > 1 else ''} {', '.join(map(str, held))} of cls_tokens_{VIEW}; "
+            f"n_last_blocks {blocks} reads blocks {', '.join(map(str, wanted))}",
+            "run with --n-last-blocks 1, or extract the store again holding the last blocks",
+        )
     return wanted
 
 
 def features(ds, ids: Sequence[str], blocks: Sequence[int], norm: parts.FinalNorm | None) -> tuple[np.ndarray, np.ndarray]:
     """(images, blocks, D) class tokens and (images, D) mean patch token, each token through the final norm."""
+
     def normed(values: np.ndarray) -> np.ndarray:
         return norm(values) if norm is not None else np.asarray(values, np.float32)
 
@@ -97,7 +111,7 @@ def features(ds, ids: Sequence[str], blocks: Sequence[int], norm: parts.FinalNor
     patches = token_rows.read(ds, "patch", VIEW, blocks[-1]).sel(image=list(ids))
     means = np.empty((len(ids), cls.shape[-1]), np.float32)
     for a in range(0, len(ids), READ_CHUNK):
-        means[a:a + READ_CHUNK] = ld.patch_mean(normed(patches.isel(image=slice(a, a + READ_CHUNK)).values)).numpy()
+        means[a : a + READ_CHUNK] = ld.patch_mean(normed(patches.isel(image=slice(a, a + READ_CHUNK)).values)).numpy()
     token_rows.check_finite(ds.attrs.get("store"), f"cls_tokens_{VIEW}", cls)
     token_rows.check_finite(ds.attrs.get("store"), f"tokens_{VIEW}", means)
     return cls, means
@@ -147,9 +161,20 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     train_labels = context.read("train", read_classes, purpose="linear-dinov2: fit", checkpoint=checkpoint)
     classes = list(train_labels.classes)
     x_cls, x_mean = panel_features(train_panel, train_labels)
-    training = ld.train(x_cls, x_mean, train_labels.labels, classifiers, len(classes), epochs=settings.epochs, epoch_length=settings.epoch_length,
-                        batch_size=settings.batch_size, seed=settings.seed, init_seed=settings.init_seed, device=device,
-                        on_step=context.task("linear-dinov2", settings.epochs * settings.epoch_length))
+    training = ld.train(
+        x_cls,
+        x_mean,
+        train_labels.labels,
+        classifiers,
+        len(classes),
+        epochs=settings.epochs,
+        epoch_length=settings.epoch_length,
+        batch_size=settings.batch_size,
+        seed=settings.seed,
+        init_seed=settings.init_seed,
+        device=device,
+        on_step=context.task("linear-dinov2", settings.epochs * settings.epoch_length),
+    )
     # 2. val labels: every classifier scored, the best chosen
     val_labels = context.read("val", read_classes, purpose="linear-dinov2: choose", checkpoint=checkpoint)
     v_cls, v_mean = panel_features(val_panel, val_labels)
@@ -172,20 +197,36 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     width = x_cls.shape[-1]
     ds = xr.Dataset(
         {
-            "top1_val": ("classifier", scores[:, 0]), "top5_val": ("classifier", scores[:, 1]), "top1_test": ("classifier", top1_test),
+            "top1_val": ("classifier", scores[:, 0]),
+            "top5_val": ("classifier", scores[:, 1]),
+            "top1_test": ("classifier", top1_test),
             "evaluated": ("classifier", np.isin(np.arange(len(classifiers)), evaluated)),
             "loss": ("iteration", np.asarray(training.losses, np.float64)),
             "weight": (("class", "input"), best.weight.detach().cpu().numpy() if best is not None else np.zeros((len(classes), 0), np.float32)),
             "bias": ("class", best.bias.detach().cpu().numpy() if best is not None else np.zeros(len(classes), np.float32)),
         },
-        coords={"classifier": [c.name for c in classifiers], "blocks": ("classifier", [c.blocks for c in classifiers]),
-                "avgpool": ("classifier", [c.avgpool for c in classifiers]), "rate": ("classifier", [c.rate for c in classifiers]),
-                "scaled_rate": ("classifier", [c.scaled for c in classifiers]), "class": classes},
+        coords={
+            "classifier": [c.name for c in classifiers],
+            "blocks": ("classifier", [c.blocks for c in classifiers]),
+            "avgpool": ("classifier", [c.avgpool for c in classifiers]),
+            "rate": ("classifier", [c.rate for c in classifiers]),
+            "scaled_rate": ("classifier", [c.scaled for c in classifiers]),
+            "class": classes,
+        },
     )
     panels_attr = {role: {"name": p.name, "role": p.role} for role, p in (("train", train_panel), ("val", val_panel), ("test", test_panel)) if p is not None}
-    attrs = {"chosen": classifiers[chosen].name if chosen is not None else "", "accuracy": accuracy, "reported_on": reported_on,
-             "feature": FEATURE.format(blocks=f"{max(settings.n_last_blocks)} blocks"), "width": int(width), "view": VIEW,
-             "blocks": wanted[train_panel.name], "ledger": ledger, "panels": panels_attr, "counts": counts,
-             "provenance": result_provenance(stores[train_panel.name][0], context.command)}
+    attrs = {
+        "chosen": classifiers[chosen].name if chosen is not None else "",
+        "accuracy": accuracy,
+        "reported_on": reported_on,
+        "feature": FEATURE.format(blocks=f"{max(settings.n_last_blocks)} blocks"),
+        "width": int(width),
+        "view": VIEW,
+        "blocks": wanted[train_panel.name],
+        "ledger": ledger,
+        "panels": panels_attr,
+        "counts": counts,
+        "provenance": result_provenance(stores[train_panel.name][0], context.command),
+    }
     report = LinearDinov2Report(store, source.name, classifiers, scores[:, 0], scores[:, 1], evaluated, chosen, accuracy, reported_on, counts, ledger)
     return context.finish(report, Saving(store, RESULT, ds, attrs))

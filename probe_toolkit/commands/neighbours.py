@@ -66,8 +66,16 @@ def run(inputs: Inputs, settings: NeighboursSettings, context: RunContext) -> Ov
         tokens = require(ds, array)
         side = grid_side(tokens.shape[1], array)
         with within(f"bootstrap: {s.boot:,} resamples", s.boot) as boot:  # a line of its own while they run
-            return neighbours(tokens, side, k=s.k, top=s.top, wrap=s.wrap, metric=s.distance, boot=Bootstrap(s.boot, s.seed, progress=boot),
-                              run_blocks=per_image(where, progress=progress))
+            return neighbours(
+                tokens,
+                side,
+                k=s.k,
+                top=s.top,
+                wrap=s.wrap,
+                metric=s.distance,
+                boot=Bootstrap(s.boot, s.seed, progress=boot),
+                run_blocks=per_image(where, progress=progress),
+            )
 
     runs = over_stores(inputs.stores, analyse, array, s.partial, context)
     suffix = "" if s.wrap else "_nowrap"

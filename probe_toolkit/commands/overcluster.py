@@ -46,28 +46,39 @@ class OverclusterReport(Outcome):
     ledger: str
 
     def summary(self) -> dict:
-        return {"store": str(self.store), "panel": self.panel, "k": self.ks, "miou": self.miou, "miou_seed": self.miou_seed.tolist(),
-                "matching": self.matching, "counts": self.counts, "ledger": self.ledger}
+        return {
+            "store": str(self.store),
+            "panel": self.panel,
+            "k": self.ks,
+            "miou": self.miou,
+            "miou_seed": self.miou_seed.tolist(),
+            "matching": self.matching,
+            "counts": self.counts,
+            "ledger": self.ledger,
+        }
 
 
 def check_panel(panel) -> None:
     if panel.kind != voc_segmentation.KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel; overcluster scores the label maps of a {voc_segmentation.KIND} panel",
-                         f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split val --role {panel.role}")
+        raise ProbeError(
+            panel.name,
+            f"is a {panel.kind} panel; overcluster scores the label maps of a {voc_segmentation.KIND} panel",
+            f"register the VOC2012 folder: probe panel add NAME --voc-segmentation DIR --split val --role {panel.role}",
+        )
 
 
 def features(ds, ids: list[str], norm, view: str) -> tuple[np.ndarray, int]:
     """(images · patches, D) float32: the view's patch tokens of ``ids``, through the final norm; and the grid side."""
     array = cache.require(ds, f"tokens_{view}").sel(image=list(ids))
     n, patches, width = (int(s) for s in array.shape)
-    side = int(round(patches ** 0.5))
+    side = int(round(patches**0.5))
     out = np.empty((n * patches, width), np.float32)
     for a in range(0, n, READ_BLOCK):
         b = min(a + READ_BLOCK, n)
         values = np.asarray(array.isel(image=slice(a, b)).values, np.float32).reshape(-1, width)
         if not np.isfinite(values).all():
             raise ProbeError(ds.attrs.get("store"), f"holds a value of tokens_{view} that is not finite", "extract the store again")
-        out[a * patches:b * patches] = norm(values) if norm is not None else values
+        out[a * patches : b * patches] = norm(values) if norm is not None else values
     return out, side
 
 
@@ -79,8 +90,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> OverclusterReport:
     check_panel(the_panel)
     classes = len(voc_segmentation.CLASSES)
     if min(settings.k) < classes:
-        raise SettingError("k", f"k {min(settings.k)} is below the panel's {classes} classes: a cluster per class at least",
-                           f"use k ≥ {classes} (NeCo: 100, 300, 500)")
+        raise SettingError("k", f"k {min(settings.k)} is below the panel's {classes} classes: a cluster per class at least", f"use k ≥ {classes} (NeCo: 100, 300, 500)")
     store = Path(inputs.store)
     view = views.canonical(settings.view)
     try:
@@ -89,42 +99,53 @@ def run(inputs: Inputs, settings, context: RunContext) -> OverclusterReport:
         if f"has no array tokens_{view}" not in error.problem:
             raise
         checkpoint = cache.manifest(cache.open_store(store))["checkpoint"]["path"]  # the view, not another one: overcluster reads this one
-        raise ProbeError(error.where, f"has no {view} view for panel {the_panel.name!r}",
-                         f"run `probe extract {checkpoint} --panel {the_panel.name} --views {view}`") from None
+        raise ProbeError(
+            error.where, f"has no {view} view for panel {the_panel.name!r}", f"run `probe extract {checkpoint} --panel {the_panel.name} --views {view}`"
+        ) from None
     ds, ids = source.panel_stores[the_panel.name]
     norm = parts.final_norm(source.manifest, store)
     tokens, side = features(ds, list(ids), norm, view)
     if len(tokens) < max(settings.k):
-        raise ProbeError(store, f"holds {len(tokens)} patch tokens of panel {the_panel.name!r}, fewer than k = {max(settings.k)}",
-                         "extract more images, or lower k")
+        raise ProbeError(store, f"holds {len(tokens)} patch tokens of panel {the_panel.name!r}, fewer than k = {max(settings.k)}", "extract more images, or lower k")
     n_images = len(ids)
     advance = context.task("k-means", len(settings.k) * settings.seeds)
     import faiss  # noqa: F401  loaded before the limit, which binds only the libraries already loaded: faiss's OpenMP would spin on every core
+
     with task_threads(1):  # one BLAS / OpenMP thread: the same clusters on any machine
         projected = oc.project(oc.standardise(tokens), settings.pca_dim)
         clusters = {}
         for k in settings.k:
             for seed in range(settings.seeds):
-                clusters[k, seed] = oc.nearest(oc.kmeans(projected, k, seed, settings.iterations, settings.restarts).reshape(n_images, side, side),
-                                               oc.MASK_SIDE)
+                clusters[k, seed] = oc.nearest(oc.kmeans(projected, k, seed, settings.iterations, settings.restarts).reshape(n_images, side, side), oc.MASK_SIDE)
                 advance(1)
     del tokens, projected
     checkpoint = str((source.manifest.get("checkpoint") or {}).get("sha256", "?"))
-    read = context.read("panel", voc_segmentation.read_label_maps, purpose="overcluster: score", checkpoint=checkpoint, images=list(ids),
-                        command=context.command)
+    read = context.read("panel", voc_segmentation.read_label_maps, purpose="overcluster: score", checkpoint=checkpoint, images=list(ids), command=context.command)
     by_name = dict(zip(read.ids, read.maps, strict=True))
     cut = side * int(source.manifest["arch"]["patch"])  # the pixels the network read
-    truth = np.stack([oc.nearest(hbird_views.label_view(by_name[read.image_map[i]], view, read.image_map[i])[None, :cut, :cut], oc.MASK_SIDE)[0]
-                      for i in ids])
-    report, data, attrs = scored(store, ds, the_panel, settings, clusters, truth, classes, read.entry_id,
-                                 {"images": n_images, "tokens": n_images * side * side}, side, cut, norm is not None, context.command, view)
+    truth = np.stack([oc.nearest(hbird_views.label_view(by_name[read.image_map[i]], view, read.image_map[i])[None, :cut, :cut], oc.MASK_SIDE)[0] for i in ids])
+    report, data, attrs = scored(
+        store,
+        ds,
+        the_panel,
+        settings,
+        clusters,
+        truth,
+        classes,
+        read.entry_id,
+        {"images": n_images, "tokens": n_images * side * side},
+        side,
+        cut,
+        norm is not None,
+        context.command,
+        view,
+    )
     if norm is None:
         context.note("note: the network has no final norm; its stored patch tokens are the features")
     return context.finish(report, Saving(store, RESULT, data, attrs))
 
 
-def scored(store, ds, panel, settings, clusters, truth, classes: int, ledger: str, counts: dict, side: int, cut: int, normed: bool,
-           command: str, view: str):
+def scored(store, ds, panel, settings, clusters, truth, classes: int, ledger: str, counts: dict, side: int, cut: int, normed: bool, command: str, view: str):
     """(the report, the record's dataset, its attributes): every clustering matched and scored."""
     import xarray as xr
 
@@ -140,14 +161,27 @@ def scored(store, ds, panel, settings, clusters, truth, classes: int, ledger: st
         matching.append(matched.matching)
     counts = {**counts, "pixels": int((truth != oc.IGNORE).sum())}
     result = xr.Dataset(
-        {"miou": ("k", miou_seed.mean(axis=1)), "miou_seed": (("k", "seed"), miou_seed), "iou": (("k", "seed", "class"), iou),
-         "assignment": (("k", "seed", "cluster"), assignment)},
+        {
+            "miou": ("k", miou_seed.mean(axis=1)),
+            "miou_seed": (("k", "seed"), miou_seed),
+            "iou": (("k", "seed", "class"), iou),
+            "assignment": (("k", "seed", "cluster"), assignment),
+        },
         coords={"k": ks, "seed": np.arange(seeds), "class": list(voc_segmentation.CLASSES), "cluster": np.arange(widest)},
     )
-    attrs = {"settings": settings.as_dict(), "matching": dict(zip(map(str, ks), matching)), "ledger": ledger, "counts": counts,
-             "panel": {"name": panel.name, "role": panel.role, "split": panel.split, "kind": panel.kind}, "view": view, "grid": int(side),
-             "pixels_side": int(cut), "mask_side": oc.MASK_SIDE,
-             "feature": "last-block patch tokens through the final norm" if normed else "last-block patch tokens (the network has no final norm)",
-             "source": "vpariza/NeCo experiments/overcluster/eval_overcluster.py, experiments/utils.py", "provenance": result_provenance(ds, command)}
+    attrs = {
+        "settings": settings.as_dict(),
+        "matching": dict(zip(map(str, ks), matching)),
+        "ledger": ledger,
+        "counts": counts,
+        "panel": {"name": panel.name, "role": panel.role, "split": panel.split, "kind": panel.kind},
+        "view": view,
+        "grid": int(side),
+        "pixels_side": int(cut),
+        "mask_side": oc.MASK_SIDE,
+        "feature": "last-block patch tokens through the final norm" if normed else "last-block patch tokens (the network has no final norm)",
+        "source": "vpariza/NeCo experiments/overcluster/eval_overcluster.py, experiments/utils.py",
+        "provenance": result_provenance(ds, command),
+    }
     report = OverclusterReport(Path(store), panel.name, ks, [float(v) for v in result.miou.values], miou_seed, matching, counts, ledger)
     return report, result, attrs

@@ -94,8 +94,9 @@ def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None
     return wanted if wanted is not None and not set(wanted) - set(ds.image.values.tolist()) else None
 
 
-def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]] | tuple[Panel, list[str], Sequence[str]]], level: Level,
-           views: Sequence[str] = ("224",)) -> Source:
+def locate(
+    store: str | Path, panels: Sequence[tuple[Panel, list[str]] | tuple[Panel, list[str], Sequence[str]]], level: Level, views: Sequence[str] = ("224",)
+) -> Source:
     """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing.
 
     Each must hold the level's array in one of ``views`` (the error names the first). A panel given
@@ -126,11 +127,16 @@ def locate(store: str | Path, panels: Sequence[tuple[Panel, list[str]] | tuple[P
             wanted = wanted_ids(ds, panel, ids)
             missing = sorted(set(wanted) - set(ds.image.values.tolist())) if wanted is not None else []
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            what = (f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})" if missing
-                    else f"was extracted from another folder than the one of panel {panel.name!r} ({panel.images})")
+            what = (
+                f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})"
+                if missing
+                else f"was extracted from another folder than the one of panel {panel.name!r} ({panel.images})"
+            )
             beside = f"the {sibling.name} beside it was extracted otherwise ({unlike})" if unlike else f"no {sibling.name} of the same network beside it holds them"
-            extract = (f"probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']} --views {','.join(own[0] if own else views)}"
-                       f"{' --convert' if meta['checkpoint'].get('converted') else ''}")
+            extract = (
+                f"probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']} --views {','.join(own[0] if own else views)}"
+                f"{' --convert' if meta['checkpoint'].get('converted') else ''}"
+            )
             raise ProbeError(store, f"{what}, and {beside}", f"move {sibling} away, then run `{extract}`" if unlike else f"run `{extract}`")
         held = source.panel_stores[panel.name][0]
         cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))

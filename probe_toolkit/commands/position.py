@@ -46,9 +46,23 @@ class PositionReport(Outcome):
     stores: list[StorePosition] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"analysis": RESULT, "view": self.view,
-                "stores": {str(s.store): {"block": s.block, "loss": s.fit.loss, "l1": s.fit.l1, "l1_row": s.fit.l1_row, "l1_col": s.fit.l1_col,
-                                          "chance": s.fit.chance, "grid": s.grid, "images": s.images} for s in self.stores}}
+        return {
+            "analysis": RESULT,
+            "view": self.view,
+            "stores": {
+                str(s.store): {
+                    "block": s.block,
+                    "loss": s.fit.loss,
+                    "l1": s.fit.l1,
+                    "l1_row": s.fit.l1_row,
+                    "l1_col": s.fit.l1_col,
+                    "chance": s.fit.chance,
+                    "grid": s.grid,
+                    "images": s.images,
+                }
+                for s in self.stores
+            },
+        }
 
 
 def _reader(array, indices: np.ndarray, batch: int):
@@ -60,7 +74,7 @@ def _reader(array, indices: np.ndarray, batch: int):
 
     def batches(epoch: int):
         for a in range(0, len(indices), batch):
-            yield held[a:a + batch] if held is not None else np.asarray(array.isel(image=indices[a:a + batch]).values, np.float32)
+            yield held[a : a + batch] if held is not None else np.asarray(array.isel(image=indices[a : a + batch]).values, np.float32)
 
     return batches
 
@@ -75,8 +89,11 @@ def run(inputs: Inputs, settings, context: RunContext) -> PositionReport:
         n = int(array.shape[0])
         held_out = round(settings.held_out * n)
         if held_out < 1 or held_out >= n:
-            raise ProbeError(store, f"has {n} images: a held-out share of {settings.held_out:g} leaves {held_out} held out and {n - held_out} to train on",
-                             "extract more images, or change held_out so that both sides have at least one image")
+            raise ProbeError(
+                store,
+                f"has {n} images: a held-out share of {settings.held_out:g} leaves {held_out} held out and {n - held_out} to train on",
+                "extract more images, or change held_out so that both sides have at least one image",
+            )
         opened[store] = (ds, array)
     report, saving = PositionReport(view), []
     for store, (ds, array) in opened.items():
@@ -86,16 +103,30 @@ def run(inputs: Inputs, settings, context: RunContext) -> PositionReport:
         train, held = position.split(ids, settings.held_out, settings.seed)
         values = np.asarray(array.isel(image=held).values, np.float32)
         token_rows.check_finite(store, array.name, values)
-        fit = position.train_probe(_reader(array, train, settings.batch), [values[a:a + settings.batch] for a in range(0, len(values), settings.batch)],
-                                   int(array.shape[-1]), side, side, epochs=settings.epochs, lr=settings.lr, seed=settings.seed)
+        fit = position.train_probe(
+            _reader(array, train, settings.batch),
+            [values[a : a + settings.batch] for a in range(0, len(values), settings.batch)],
+            int(array.shape[-1]),
+            side,
+            side,
+            epochs=settings.epochs,
+            lr=settings.lr,
+            seed=settings.seed,
+        )
         advance(1)
         images = {"train": len(train), "held_out": len(held)}
         block = token_rows.block_of(array, ds)
         data = xr_result(fit)
-        attrs = {"view": view, "block": int(block), "grid": int(side), "images": images, "settings": settings.as_dict(),
-                 "targets": "linspace(-1, 1) along each side of the grid (RADIO position_predictor.py generate_position_tensor)",
-                 "source": "NVlabs/RADIO examples/position_predictor.py",
-                 **result_provenance(ds, context.command)}  # computed_on at the top: the report checks the record against the store now
+        attrs = {
+            "view": view,
+            "block": int(block),
+            "grid": int(side),
+            "images": images,
+            "settings": settings.as_dict(),
+            "targets": "linspace(-1, 1) along each side of the grid (RADIO position_predictor.py generate_position_tensor)",
+            "source": "NVlabs/RADIO examples/position_predictor.py",
+            **result_provenance(ds, context.command),
+        }  # computed_on at the top: the report checks the record against the store now
         report.stores.append(StorePosition(store, int(block), fit, int(side), images))
         saving.append(Saving(store, RESULT, data, attrs))
     return context.finish(report, *saving)
@@ -105,7 +136,15 @@ def xr_result(fit: position.PositionResult):
     import xarray as xr
 
     return xr.Dataset(
-        {"loss": ((), fit.loss), "l1": ((), fit.l1), "l1_row": ((), fit.l1_row), "l1_col": ((), fit.l1_col), "chance": ((), fit.chance),
-         "train_loss": ("epoch", np.asarray(fit.train_loss)), "weight": (("coordinate", "channel"), fit.weight), "bias": ("coordinate", fit.bias)},
+        {
+            "loss": ((), fit.loss),
+            "l1": ((), fit.l1),
+            "l1_row": ((), fit.l1_row),
+            "l1_col": ((), fit.l1_col),
+            "chance": ((), fit.chance),
+            "train_loss": ("epoch", np.asarray(fit.train_loss)),
+            "weight": (("coordinate", "channel"), fit.weight),
+            "bias": ("coordinate", fit.bias),
+        },
         coords={"epoch": np.arange(len(fit.train_loss)), "coordinate": ["row", "col"]},
     )

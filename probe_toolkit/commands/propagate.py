@@ -83,8 +83,15 @@ class PropagationReport(Outcome):
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
 
     def summary(self) -> dict[str, Any]:
-        return {"out": str(self.out), "sequences": self.sequences, "frames": self.frames, "seconds": self.seconds, "ledger": self.ledger,
-                "global": self.global_scores, "objects": [r for s in self.scores for r in s.rows()]}
+        return {
+            "out": str(self.out),
+            "sequences": self.sequences,
+            "frames": self.frames,
+            "seconds": self.seconds,
+            "ledger": self.ledger,
+            "global": self.global_scores,
+            "objects": [r for s in self.scores for r in s.rows()],
+        }
 
 
 def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:
@@ -98,10 +105,11 @@ def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:
 def sequence_features(model: Backbone, frames: Sequence[Path], device: torch.device, batch: int = BATCH, rule: tracking.Frames | None = None):
     """Yield (rows·cols, D) features per frame, the forward pass batched over frames."""
     import cv2  # the script's decoder; here, so that importing this module stays light
+
     size = None
     for a in range(0, len(frames), batch):
         tensors = []
-        for path in frames[a:a + batch]:
+        for path in frames[a : a + batch]:
             if rule is None or rule.preset == "dino":
                 frame = cv2.imread(str(path))  # DINO's script's decoder (BGR, 8 bits)
                 if frame is None:
@@ -214,9 +222,20 @@ def propagate_block(index: np.ndarray, annotation: np.ndarray, *, job: Job) -> d
             labels = [first_annotation]
             s = job.settings
             near = rule.window(rows, cols, s.size_mask_neighborhood)
-            stream = propagation.propagate(sequence_features(model, frames, torch.device(job.device), rule=rule), first, rows, cols, job.patch,
-                                           (width, height), n_last=s.n_last_frames, radius=s.size_mask_neighborhood, topk=s.topk,
-                                           temperature=s.affinity_temperature, near=near, labels=rule.labels)
+            stream = propagation.propagate(
+                sequence_features(model, frames, torch.device(job.device), rule=rule),
+                first,
+                rows,
+                cols,
+                job.patch,
+                (width, height),
+                n_last=s.n_last_frames,
+                radius=s.size_mask_neighborhood,
+                topk=s.topk,
+                temperature=s.affinity_temperature,
+                near=near,
+                labels=rule.labels,
+            )
             soft = []
             for frame, result in zip(frames[1:], stream):
                 files[f"{frame.stem}.png"] = indexed_png(result.labels, palette)
@@ -240,14 +259,16 @@ def read_predictions(out: Path, sequence: DavisSequence, digest: str) -> tuple[l
         path = folder / name
         files[name] = path.read_bytes() if path.is_file() else b""
     if png_digest(files) != digest:
-        raise IntegrityError(folder, "does not hold the PNGs this run wrote (changed, or written where this machine does not see them)",
-                         "give every worker and shard one shared --out folder, leave it alone while the run lasts, and rerun")
+        raise IntegrityError(
+            folder,
+            "does not hold the PNGs this run wrote (changed, or written where this machine does not see them)",
+            "give every worker and shard one shared --out folder, leave it alone while the run lasts, and rerun",
+        )
     soft = np.load(io.BytesIO(files.pop(SOFT)), allow_pickle=False)
     return [np.asarray(Image.open(io.BytesIO(data))) for data in files.values()], soft
 
 
-def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], digests: dict[str, str],
-                 first_frames: str) -> tuple[dict[str, str], str, list[int]]:
+def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], digests: dict[str, str], first_frames: str) -> tuple[dict[str, str], str, list[int]]:
     """Save this shard's share (``<out>/.shards/propagate-part-<i>-of-<n>.json``: the run's
     identity, each sequence's ``png_digest`` and the ledger entry of its first frames); once every
     share of the same identity is in: (every sequence's digest, the shards' ledger entries, []),
@@ -256,9 +277,12 @@ def gather_parts(out: Path, shard: tuple[int, int], identity: dict[str, Any], di
     folder = out / ".shards"
     folder.mkdir(exist_ok=True)
     path = lambda j: folder / f"propagate-part-{j}-of-{n}.json"  # noqa: E731
-    parts, waiting = collect(shard, lambda: write_json(path(i), {"identity": identity, "digests": digests, "first_frames": first_frames}, indent=1),
-                             lambda j: json.loads(path(j).read_text()) if path(j).is_file() else None,
-                             lambda part: part.get("identity") == identity)
+    parts, waiting = collect(
+        shard,
+        lambda: write_json(path(i), {"identity": identity, "digests": digests, "first_frames": first_frames}, indent=1),
+        lambda j: json.loads(path(j).read_text()) if path(j).is_file() else None,
+        lambda part: part.get("identity") == identity,
+    )
     every = {name: digest for part in parts for name, digest in part["digests"].items()}
     return every, " ".join(part["first_frames"] for part in parts if part["first_frames"]), waiting
 
@@ -268,8 +292,10 @@ def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float
     row_<sequence>, col_<sequence>): the soft patch-level segmentation of its frames 1.., before
     upsampling, as the script keeps it in its queue."""
     rows = [r for s in scores for r in s.rows()]
-    data = {key.lower().replace("-", "_"): ("object", np.array([r[key] for r in rows], np.float64))
-            for key in ("J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")}
+    data = {
+        key.lower().replace("-", "_"): ("object", np.array([r[key] for r in rows], np.float64))
+        for key in ("J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
+    }
     data.update({"jf_mean": overall["J&F-Mean"], "j": overall["J-Mean"], "f": overall["F-Mean"]})
     coords: dict[str, Any] = {"object": [str(r["Sequence"]) for r in rows]}
     for name, (frames, grids) in (soft or {}).items():
@@ -297,8 +323,9 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
         names = {s.name for s in found}
         unknown = [s for s in sequences if s not in names]
         if unknown:
-            raise SettingError("sequences", f"sequences {unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt",
-                               f"choose from {', '.join(sorted(names)[:5])}")
+            raise SettingError(
+                "sequences", f"sequences {unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}"
+            )
         found = [s for s in found if s.name in set(sequences)]
     which = placement.shard_pair() if placement.sharded else None
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
@@ -316,14 +343,27 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
             with Image.open(seq.frames[0]) as frame:
                 size = frame.size
             if annotation.shape != (size[1], size[0]):
-                raise ProbeError(seq.annotations / f"{seq.frames[0].stem}.png", f"is {annotation.shape[1]}×{annotation.shape[0]}, its frame {size[0]}×{size[1]}",
-                                 "give the first frame's annotation the frame's size")
+                raise ProbeError(
+                    seq.annotations / f"{seq.frames[0].stem}.png",
+                    f"is {annotation.shape[1]}×{annotation.shape[0]}, its frame {size[0]}×{size[1]}",
+                    "give the first frame's annotation the frame's size",
+                )
         output.adopt("propagate", entries)  # listed before any of them is written
         start = time.perf_counter()
         palettes = [firsts[seq.name][1] if firsts[seq.name][1] is not None else davis.davis_palette() for seq in mine]
-        job = Job(str(Path(checkpoint).resolve()), ck.sha256, network, str(target_device), settings, str(out.resolve()), ck.arch.patch,
-                  tuple(s.name for s in mine), tuple(tuple(str(f) for f in s.frames) for s in mine), tuple(palettes),
-                  tuple(tuple(file_digest(f) for f in s.frames) for s in mine))
+        job = Job(
+            str(Path(checkpoint).resolve()),
+            ck.sha256,
+            network,
+            str(target_device),
+            settings,
+            str(out.resolve()),
+            ck.arch.patch,
+            tuple(s.name for s in mine),
+            tuple(tuple(str(f) for f in s.frames) for s in mine),
+            tuple(palettes),
+            tuple(tuple(file_digest(f) for f in s.frames) for s in mine),
+        )
         remember(job.checkpoint, job.sha256, job.network, job.device, model)  # this process has it loaded already
 
         def read(a: int, b: int) -> dict[str, np.ndarray]:
@@ -340,8 +380,13 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
                 advance(len(next(finished).frames) - 1)
 
         try:
-            done = map_blocks(partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(mine))],
-                              workers=where.workers, client=where.client, progress=progress)["digest"] if mine else []
+            done = (
+                map_blocks(
+                    partial(propagate_block, job=job), read, [(i, i + 1) for i in range(len(mine))], workers=where.workers, client=where.client, progress=progress
+                )["digest"]
+                if mine
+                else []
+            )
         except ProbeError as error:  # say what the failed run leaves under --out: the sequences written whole so far
             written = sum((out / seq.name).is_dir() for seq in mine)
             kept = f"{written} sequences' PNGs are in {out}, each whole (the rerun writes them again)" if written else f"nothing was written in {out}"
@@ -350,12 +395,14 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
             forget()
     digests = {seq.name: str(d) for seq, d in zip(mine, done)}
     if which is not None:
-        identity = {"checkpoint": ck.sha256, "network": network, "davis": str(davis_dir.resolve()), "sequences": [s.name for s in found],
-                    "settings": settings.record()}
+        identity = {"checkpoint": ck.sha256, "network": network, "davis": str(davis_dir.resolve()), "sequences": [s.name for s in found], "settings": settings.record()}
         digests, first_entry, waiting = gather_parts(out, which, identity, digests, first_entry)
         if waiting:
-            return context.finish(PropagationReport(out, [s.name for s in mine], sum(len(s.frames) for s in mine), time.perf_counter() - start,
-                                                    ledger={"first_frames": first_entry}, waiting=waiting))
+            return context.finish(
+                PropagationReport(
+                    out, [s.name for s in mine], sum(len(s.frames) for s in mine), time.perf_counter() - start, ledger={"first_frames": first_entry}, waiting=waiting
+                )
+            )
     seconds = time.perf_counter() - start
     report = PropagationReport(out, [s.name for s in found], sum(len(s.frames) for s in found), seconds, ledger={"first_frames": first_entry})
     if not inputs.score:
@@ -374,12 +421,18 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     write_tables(out, settings.subset, report.scores, report.global_scores)
     target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)
     if (target / "zarr.json").is_file():
-        attrs = {"settings": settings.record(), "frame_size": settings.frames(ck.arch.patch).describe(),
-                 "feature": "last-block patch tokens after the final norm (none for networks without one), L2-normalised",
-                 "ledger": report.ledger, "sequences": report.sequences, "frames": report.frames, "davis": str(davis_dir.resolve()),
-                 "out": str(out.resolve()), "checkpoint": ck.describe(),
-                 "source": f"{tracking.SOURCES[settings.preset]}; davisvideochallenge/davis2017-evaluation",
-                 "provenance": {"command": context.command, **provenance.stamp()}}
+        attrs = {
+            "settings": settings.record(),
+            "frame_size": settings.frames(ck.arch.patch).describe(),
+            "feature": "last-block patch tokens after the final norm (none for networks without one), L2-normalised",
+            "ledger": report.ledger,
+            "sequences": report.sequences,
+            "frames": report.frames,
+            "davis": str(davis_dir.resolve()),
+            "out": str(out.resolve()),
+            "checkpoint": ck.describe(),
+            "source": f"{tracking.SOURCES[settings.preset]}; davisvideochallenge/davis2017-evaluation",
+            "provenance": {"command": context.command, **provenance.stamp()},
+        }
         return context.finish(report, Saving(target, "davis", results_dataset(report.scores, report.global_scores, soft), attrs))
     return context.finish(report)
-

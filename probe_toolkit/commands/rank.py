@@ -48,11 +48,22 @@ class RankReport(Outcome):
     stores: list[StoreRank] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"analysis": RESULT, "view": self.view,
-                "stores": {str(s.store): {"block": s.block, "rankme": s.rankme, "rows": s.rows, "width": s.width,
-                                          "curve": {k: {str(n): v for n, v in c.items()} for k, c in s.curve.items()},
-                                          "lidar": None if not np.isfinite(s.lidar) else s.lidar, "lidar_note": s.lidar_note}
-                           for s in self.stores}}
+        return {
+            "analysis": RESULT,
+            "view": self.view,
+            "stores": {
+                str(s.store): {
+                    "block": s.block,
+                    "rankme": s.rankme,
+                    "rows": s.rows,
+                    "width": s.width,
+                    "curve": {k: {str(n): v for n, v in c.items()} for k, c in s.curve.items()},
+                    "lidar": None if not np.isfinite(s.lidar) else s.lidar,
+                    "lidar_note": s.lidar_note,
+                }
+                for s in self.stores
+            },
+        }
 
 
 def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tuple[int, ...], seed: int, progress=None) -> dict:
@@ -147,10 +158,20 @@ def result(store: Path, ds, measured: dict, lidar: float, held: tuple[str, ...],
         },
         coords={"tokens": kinds, "n": sizes, "component": np.arange(width)},
     )
-    attrs = {"view": view, "block": int(block), "width": int(width), "eps": rank.EPS, "form": "garrido",
-             "seed": int(settings.seed), "lidar_views": list(held), "lidar_note": note, "lidar_delta": rank.DELTA,
-             "source": "Garrido et al. 2023 Eq. 1; NVlabs/RADIO examples/ssl_metrics.py (calc_rank_me, calc_lidar)",
-             **result_provenance(ds, command)}  # computed_on at the top: the report checks the record against the store now
-    found = StoreRank(store, int(block), {k: float(data.rankme.sel(tokens=k)) for k in kinds}, {k: int(measured[k][0].rows) for k in kinds},
-                      curve, lidar, note, int(width))
+    attrs = {
+        "view": view,
+        "block": int(block),
+        "width": int(width),
+        "eps": rank.EPS,
+        "form": "garrido",
+        "seed": int(settings.seed),
+        "lidar_views": list(held),
+        "lidar_note": note,
+        "lidar_delta": rank.DELTA,
+        "source": "Garrido et al. 2023 Eq. 1; NVlabs/RADIO examples/ssl_metrics.py (calc_rank_me, calc_lidar)",
+        **result_provenance(ds, command),
+    }  # computed_on at the top: the report checks the record against the store now
+    found = StoreRank(
+        store, int(block), {k: float(data.rankme.sel(tokens=k)) for k in kinds}, {k: int(measured[k][0].rows) for k in kinds}, curve, lidar, note, int(width)
+    )
     return found, data, attrs

@@ -44,12 +44,18 @@ def result_provenance(ds: xr.Dataset | StoreData, command: str) -> dict:
     """What a saved result says about where it came from: this run, and the store it read."""
     meta = ds.attrs.get("manifest", {})
     store = {key: meta.get(key) for key in ("checkpoint", "network", "arch", "views", "interpolation", "dtype", "image_list_sha256", "git_revision", "n_images")}
-    return {"command": command, **provenance.stamp(), "store_manifest": store, "images_read": int(ds.sizes.get("image", 0)),
-            "computed_on": computed_on(ds.attrs["store"], ds["image"].values) if ds.attrs.get("store") else {}}
+    return {
+        "command": command,
+        **provenance.stamp(),
+        "store_manifest": store,
+        "images_read": int(ds.sizes.get("image", 0)),
+        "computed_on": computed_on(ds.attrs["store"], ds["image"].values) if ds.attrs.get("store") else {},
+    }
 
 
-def over_stores(stores: list[Path], analyse: Callable, needs: str | Callable[[Path], str], partial: bool,
-                context: RunContext) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
+def over_stores(
+    stores: list[Path], analyse: Callable, needs: str | Callable[[Path], str], partial: bool, context: RunContext
+) -> dict[str, tuple[StoreData, xr.Dataset | Results]]:
     """Open every store (with zarr alone: ``store.direct``) and check it holds ``needs`` (an array, or
     the array of each store) first, then run ``analyse(ds, advance, where)``, ``where`` the runner's
     placement (``runner.Where``)."""

@@ -45,8 +45,7 @@ from .panel_stores import panel_ids
 
 RESULT = "linear-segmentation"
 # panel kind → (reader, the classes scored, whether label 0 is dropped as DINOv3 and mmseg do for ADE20K)
-LAYOUTS = {ade_segmentation.KIND: (ade_segmentation, ade_segmentation.CLASSES, True),
-           voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES, False)}
+LAYOUTS = {ade_segmentation.KIND: (ade_segmentation, ade_segmentation.CLASSES, True), voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES, False)}
 
 
 @dataclass
@@ -68,21 +67,38 @@ class SegmentReport(Outcome):
     unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
 
     def summary(self) -> dict[str, Any]:
-        return {"store": str(self.store), "name": self.name, "kind": self.kind, "preset": self.preset, "miou": self.scores.miou,
-                "accuracy": self.scores.accuracy, "iou": [None if np.isnan(v) else float(v) for v in self.scores.iou],
-                "classes": list(self.classes), "iterations": self.iterations, "full_schedule": self.full_schedule, "unpublished": self.unpublished,
-                "loss_first": float(self.losses[0]), "loss_last": float(self.losses[-1]), "counts": self.counts, "ledger": self.ledger,
-                "settings": self.settings}
+        return {
+            "store": str(self.store),
+            "name": self.name,
+            "kind": self.kind,
+            "preset": self.preset,
+            "miou": self.scores.miou,
+            "accuracy": self.scores.accuracy,
+            "iou": [None if np.isnan(v) else float(v) for v in self.scores.iou],
+            "classes": list(self.classes),
+            "iterations": self.iterations,
+            "full_schedule": self.full_schedule,
+            "unpublished": self.unpublished,
+            "loss_first": float(self.losses[0]),
+            "loss_last": float(self.losses[-1]),
+            "counts": self.counts,
+            "ledger": self.ledger,
+            "settings": self.settings,
+        }
 
 
 def _check_kinds(train: Panel, val: Panel) -> None:
     for panel in (train, val):
         if panel.kind not in LAYOUTS:
-            raise ProbeError(panel.name, f"is a {panel.kind} panel; linear segmentation reads label maps of an ade20k or voc-segmentation panel",
-                             f"register ADEChallengeData2016 with --ade20k (or VOC2012 with --voc-segmentation) and --role {panel.role}")
+            raise ProbeError(
+                panel.name,
+                f"is a {panel.kind} panel; linear segmentation reads label maps of an ade20k or voc-segmentation panel",
+                f"register ADEChallengeData2016 with --ade20k (or VOC2012 with --voc-segmentation) and --role {panel.role}",
+            )
     if train.kind != val.kind:
-        raise ProbeError(val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ",
-                         "score on a val panel of the train panel's data set")
+        raise ProbeError(
+            val.name, f"is a {val.kind} panel and {train.name!r} a {train.kind} one; their classes differ", "score on a val panel of the train panel's data set"
+        )
 
 
 def feature_fn(model, patch: int, chunk: int, device: torch.device) -> seg.Features:
@@ -94,7 +110,7 @@ def feature_fn(model, patch: int, chunk: int, device: torch.device) -> seg.Featu
         parts = []
         with torch.no_grad():
             for a in range(0, len(images), chunk):
-                x = seg.center_pad(images[a:a + chunk].to(device), patch)
+                x = seg.center_pad(images[a : a + chunk].to(device), patch)
                 rows, cols = x.shape[-2] // patch, x.shape[-1] // patch
                 tokens = normed_patch_tokens(model, x).float()
                 parts.append(tokens.reshape(len(x), rows, cols, -1).permute(0, 3, 1, 2))
@@ -121,8 +137,9 @@ class Stream:
         image = np.asarray(load_image(self.folder / self.names[i]))
         label = self.maps[i]
         if label.shape != image.shape[:2]:
-            raise ProbeError(self.folder / self.names[i], f"is {image.shape[1]}x{image.shape[0]} px, its mask {label.shape[1]}x{label.shape[0]}",
-                             "restore the data set's masks")
+            raise ProbeError(
+                self.folder / self.names[i], f"is {image.shape[1]}x{image.shape[0]} px, its mask {label.shape[1]}x{label.shape[0]}", "restore the data set's masks"
+            )
         return aug.training_crop(np.random.default_rng([self.seed, k]), image, label, self.augment, self.reduce_zero)
 
     def batch(self, pool: ThreadPoolExecutor, step: int, size: int):
@@ -136,7 +153,7 @@ def _shown(arrays: list[np.ndarray], fill: int, tail: tuple[int, ...] = ()) -> n
     w = max((a.shape[1] for a in arrays), default=1)
     out = np.full((len(arrays), h, w, *tail), fill, np.uint8)
     for n, a in enumerate(arrays):
-        out[n, :a.shape[0], :a.shape[1]] = a
+        out[n, : a.shape[0], : a.shape[1]] = a
     return out
 
 
@@ -155,8 +172,15 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     ck = load_checkpoint(checkpoint, network)
     target = Path(store) if store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, network)
     if not (target / "zarr.json").is_file():
-        extract = fix_command("extract", checkpoint, images=val_panel.images, views="224", store=target if store is not None else None,  # (--panel: a sibling)
-                              network=network if network != "teacher" and store is None else None, cache=context.cache_dir if store is None else None)
+        extract = fix_command(
+            "extract",
+            checkpoint,
+            images=val_panel.images,
+            views="224",
+            store=target if store is not None else None,  # (--panel: a sibling)
+            network=network if network != "teacher" and store is None else None,
+            cache=context.cache_dir if store is None else None,
+        )
         raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)", f"run `{extract}` first, or pass --store STORE")
     patch = int(ck.arch.patch)
     if settings.crop < patch or settings.size < patch:
@@ -169,8 +193,7 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     for name, shape in zip(train_read.ids, train_read.shapes):  # from the files' headers, before the network is built
         width, height = header_size(Path(train_panel.images) / name)
         if shape != (height, width):
-            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {shape[1]}x{shape[0]}",
-                             "restore the data set's masks")
+            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {shape[1]}x{shape[0]}", "restore the data set's masks")
     from ..store.backbone import Backbone
 
     model = Backbone.from_checkpoint(ck).to(device).eval()
@@ -204,11 +227,11 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     for n, (name, label) in enumerate(zip(val_read.ids, val_read.maps)):
         image = np.asarray(load_image(Path(val_panel.images) / name))
         if label.shape != image.shape[:2]:
-            raise ProbeError(Path(val_panel.images) / name, f"is {image.shape[1]}x{image.shape[0]} px, its mask {label.shape[1]}x{label.shape[0]}",
-                             "restore the data set's masks")
+            raise ProbeError(
+                Path(val_panel.images) / name, f"is {image.shape[1]}x{image.shape[0]} px, its mask {label.shape[1]}x{label.shape[0]}", "restore the data set's masks"
+            )
         truth = aug.reduce_zero_label(label) if reduce_zero else label
-        predicted = seg.predict(aug.eval_input(image, settings.size, preset.pipeline), truth.shape, head, features, n_classes,
-                                settings.crop, settings.stride)
+        predicted = seg.predict(aug.eval_input(image, settings.size, preset.pipeline), truth.shape, head, features, n_classes, settings.crop, settings.stride)
         areas += seg.intersect_union(predicted, truth, n_classes)
         if n < settings.figure_images:
             shown_images.append(image)
@@ -218,35 +241,73 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     result = seg.scores(areas)
     full = settings.iterations == seg.ITERATIONS and settings.batch_size == seg.BATCH
     changed = settings.unpublished()
-    counts = {"train": len(train_read.ids), "val": len(val_read.ids), "iterations": settings.iterations, "batch": settings.batch_size,
-              "pixels": int(areas[3].sum())}
+    counts = {"train": len(train_read.ids), "val": len(val_read.ids), "iterations": settings.iterations, "batch": settings.batch_size, "pixels": int(areas[3].sum())}
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
-    schedule = {"iterations": settings.iterations, "published_iterations": seg.ITERATIONS, "batch": settings.batch_size, "published_batch": seg.BATCH,
-                "warmup": resolved["warmup"], "decay": preset.decay, "full": bool(full),
-                "label": "published schedule" if full else f"short schedule: {settings.iterations} of {seg.ITERATIONS} iterations, batch {settings.batch_size}",
-                "unpublished_settings": {k: resolved[k] for k in changed}}
+    schedule = {
+        "iterations": settings.iterations,
+        "published_iterations": seg.ITERATIONS,
+        "batch": settings.batch_size,
+        "published_batch": seg.BATCH,
+        "warmup": resolved["warmup"],
+        "decay": preset.decay,
+        "full": bool(full),
+        "label": "published schedule" if full else f"short schedule: {settings.iterations} of {seg.ITERATIONS} iterations, batch {settings.batch_size}",
+        "unpublished_settings": {k: resolved[k] for k in changed},
+    }
     ds = xr.Dataset(
-        {"miou": ((), result.miou), "accuracy": ((), result.accuracy), "iou": ("class", result.iou), "areas": (("area", "class"), result.areas),
-         "loss": ("iteration", losses), "lr": ("iteration", rates),
-         "head_weight": (("class", "channel"), head.conv.weight.detach().cpu().numpy()[:, :, 0, 0]),
-         "head_bias": ("class", head.conv.bias.detach().cpu().numpy()),
-         **{f"bn_{k}": ("channel", v.detach().cpu().numpy()) for k, v in (("mean", head.bn.running_mean), ("var", head.bn.running_var),
-                                                                           ("weight", head.bn.weight), ("bias", head.bn.bias))},
-         "image": (("shown", "y", "x", "rgb"), _shown(shown_images, 0, (3,))),
-         "truth": (("shown", "y", "x"), _shown(shown_truth, aug.IGNORE)), "prediction": (("shown", "y", "x"), _shown(shown_pred, aug.IGNORE))},
-        coords={"class": list(classes), "area": ["intersection", "union", "predicted", "labelled"], "shown": list(val_read.ids[:len(shown_truth)])},
+        {
+            "miou": ((), result.miou),
+            "accuracy": ((), result.accuracy),
+            "iou": ("class", result.iou),
+            "areas": (("area", "class"), result.areas),
+            "loss": ("iteration", losses),
+            "lr": ("iteration", rates),
+            "head_weight": (("class", "channel"), head.conv.weight.detach().cpu().numpy()[:, :, 0, 0]),
+            "head_bias": ("class", head.conv.bias.detach().cpu().numpy()),
+            **{
+                f"bn_{k}": ("channel", v.detach().cpu().numpy())
+                for k, v in (("mean", head.bn.running_mean), ("var", head.bn.running_var), ("weight", head.bn.weight), ("bias", head.bn.bias))
+            },
+            "image": (("shown", "y", "x", "rgb"), _shown(shown_images, 0, (3,))),
+            "truth": (("shown", "y", "x"), _shown(shown_truth, aug.IGNORE)),
+            "prediction": (("shown", "y", "x"), _shown(shown_pred, aug.IGNORE)),
+        },
+        coords={"class": list(classes), "area": ["intersection", "union", "predicted", "labelled"], "shown": list(val_read.ids[: len(shown_truth)])},
     )
     attrs = {
-        "settings": resolved, "schedule": schedule, "preset_source": preset.source, "panel_kind": train_panel.kind, "reduce_zero_label": reduce_zero,
-        "ledger": ledger, "counts": counts, "checkpoint": ck.describe(), "network": network, "device": str(device),
-        "panels": {"train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
-                   "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)}},
+        "settings": resolved,
+        "schedule": schedule,
+        "preset_source": preset.source,
+        "panel_kind": train_panel.kind,
+        "reduce_zero_label": reduce_zero,
+        "ledger": ledger,
+        "counts": counts,
+        "checkpoint": ck.describe(),
+        "network": network,
+        "device": str(device),
+        "panels": {
+            "train": {"name": train_panel.name, "role": train_panel.role, "split": train_panel.split},
+            "val": {"name": val_panel.name, "role": val_panel.role, "split": val_panel.split, "images": str(val_panel.images)},
+        },
         "feature": "last-layer patch tokens through the final norm" if ck.arch.final_norm else "last-layer patch tokens (the network has no final norm)",
         "sizes": [list(t.shape) for t in shown_truth],
         "provenance": {"command": context.command, **provenance.stamp()},
     }
-    report = SegmentReport(target, f"{Path(checkpoint).name} ({network})", train_panel.kind, settings.preset, result, classes, settings.iterations,
-                           bool(full), losses, counts, ledger, resolved, {k: resolved[k] for k in changed})
+    report = SegmentReport(
+        target,
+        f"{Path(checkpoint).name} ({network})",
+        train_panel.kind,
+        settings.preset,
+        result,
+        classes,
+        settings.iterations,
+        bool(full),
+        losses,
+        counts,
+        ledger,
+        resolved,
+        {k: resolved[k] for k in changed},
+    )
     return context.finish(report, Saving(target, RESULT, ds, attrs))
 
 

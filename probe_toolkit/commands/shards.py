@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..store.plain import Results
 
+
 def share(placement: Placement | str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(i, n) of this process and its images [start, stop): whole blocks, so its blocks are the
     one-process run's (``placement``: the run's, or a command's ``--shard`` not yet converted)."""
@@ -58,9 +59,12 @@ def exchange(store: str | Path, name: str, shard: tuple[int, int], part: xr.Data
     """Save this shard's part (``results/<name>-part-<i>-of-<n>``, its own slot); (every part, in
     shard order, []) once all with this ``identity`` are in, else (the parts found, the shards still missing)."""
     i, n = shard
-    return collect(shard, lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
-                   lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
-                   lambda saved: {k: saved.attrs.get(k) for k in identity} == identity)
+    return collect(
+        shard,
+        lambda: records.save(store, f"{name}-part-{i}-of-{n}", part, identity),
+        lambda j: records.load(store, f"{name}-part-{j}-of-{n}"),
+        lambda saved: {k: saved.attrs.get(k) for k in identity} == identity,
+    )
 
 
 def gather(store: str | Path, name: str, shard: tuple[int, int], part: xr.Dataset | Results, identity: dict[str, Any]) -> tuple[xr.Dataset | None, list[int]]:

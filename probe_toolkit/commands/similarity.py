@@ -48,8 +48,16 @@ class SimilarityReport(Outcome):
         def plain(m):
             return [[None if not np.isfinite(v) else float(v) for v in row] for row in m]
 
-        return {"analysis": RESULT, "store": str(self.store), "other": str(self.other) if self.other else None, "sets": self.sets,
-                "cka": plain(self.cka), "cka_minibatch": plain(self.cka_minibatch), "examples": self.examples, "minibatch_note": self.minibatch_note}
+        return {
+            "analysis": RESULT,
+            "store": str(self.store),
+            "other": str(self.other) if self.other else None,
+            "sets": self.sets,
+            "cka": plain(self.cka),
+            "cka_minibatch": plain(self.cka_minibatch),
+            "examples": self.examples,
+            "minibatch_note": self.minibatch_note,
+        }
 
 
 def _kind(examples: str) -> str:
@@ -61,18 +69,25 @@ def check_pair(a, b, a_path: Path, b_path: Path, kind: str, view: str) -> None:
     ids_a, ids_b = [str(i) for i in a["image"].values], [str(i) for i in b["image"].values]
     if ids_a != ids_b:
         differ = len(set(ids_a) ^ set(ids_b))
-        raise ProbeError(b_path, f"holds other images than {a_path} ({len(ids_b)} against {len(ids_a)}, {differ} not in both)"
-                         if differ else f"holds the images of {a_path} in another order", "extract both checkpoints from the same image folder")
+        raise ProbeError(
+            b_path,
+            f"holds other images than {a_path} ({len(ids_b)} against {len(ids_a)}, {differ} not in both)" if differ else f"holds the images of {a_path} in another order",
+            "extract both checkpoints from the same image folder",
+        )
     if "image_sha256" in a and "image_sha256" in b:
         same = np.all(np.asarray(a["image_sha256"].values) == np.asarray(b["image_sha256"].values), axis=1)
         if not same.all():
-            raise ProbeError(b_path, f"holds {int((~same).sum())} images whose files differ from {a_path}'s under the same ids",
-                             "extract both checkpoints from the same image files")
+            raise ProbeError(
+                b_path, f"holds {int((~same).sum())} images whose files differ from {a_path}'s under the same ids", "extract both checkpoints from the same image files"
+            )
     if kind == "patch":
         pa, pb = token_rows.read(a, "patch", view).shape[1], token_rows.read(b, "patch", view).shape[1]
         if pa != pb:
-            raise ProbeError(b_path, f"has {pb} patch tokens per image at the {view} view, {a_path} {pa}: patch tokens pair up only on one grid",
-                             f"compare their class tokens: probe similarity {a_path} --other {b_path} --view {view} --examples class")
+            raise ProbeError(
+                b_path,
+                f"has {pb} patch tokens per image at the {view} view, {a_path} {pa}: patch tokens pair up only on one grid",
+                f"compare their class tokens: probe similarity {a_path} --other {b_path} --view {view} --examples class",
+            )
 
 
 def _sets(ds, store_name: str, kind: str, view: str):
@@ -85,8 +100,11 @@ def full_cka(sets, examples: str) -> np.ndarray:
         n, per = int(arrays[0].shape[0]), int(np.prod(arrays[0].shape[1:]))
         need = max(n * per * 4, len(arrays) * n * n * 8)
         if need > MEMORY:
-            raise ProbeError(None, f"full CKA on whole images would hold {need / 2**30:.1f} GiB ({n} images)",
-                             "use the minibatch estimator alone (estimators=minibatch), or examples=patch")
+            raise ProbeError(
+                None,
+                f"full CKA on whole images would hold {need / 2**30:.1f} GiB ({n} images)",
+                "use the minibatch estimator alone (estimators=minibatch), or examples=patch",
+            )
         grams = similarity.ExampleGrams()
         for array in arrays:
             values = np.asarray(array.values, np.float32)
@@ -128,8 +146,11 @@ def run(inputs: Inputs, settings, context: RunContext) -> SimilarityReport:
         check_pair(a, b, store, Path(other), kind, view)
         sets += _sets(b, "b", kind, view)
     elif len(sets) < 2:
-        raise ProbeError(store, f"holds one block of {name} (block {sets[0][2]}): nothing to compare it with",
-                         f"compare it with a second checkpoint's store of the same images: probe similarity {store} --other STORE2")
+        raise ProbeError(
+            store,
+            f"holds one block of {name} (block {sets[0][2]}): nothing to compare it with",
+            f"compare it with a second checkpoint's store of the same images: probe similarity {store} --other STORE2",
+        )
     n = int(sets[0][3].shape[0])
     advance = context.task(str(store), n)
     with task_threads(1):  # one BLAS thread: the same bits on any machine
@@ -151,8 +172,12 @@ def run(inputs: Inputs, settings, context: RunContext) -> SimilarityReport:
 
 def _describe(ds, path: Path) -> dict:
     manifest = ds.attrs.get("manifest", {})
-    return {"path": str(Path(path).absolute()), "checkpoint_sha256": (manifest.get("checkpoint") or {}).get("sha256"),
-            "network": manifest.get("network"), "images": int(ds.sizes.get("image", 0))}
+    return {
+        "path": str(Path(path).absolute()),
+        "checkpoint_sha256": (manifest.get("checkpoint") or {}).get("sha256"),
+        "network": manifest.get("network"),
+        "images": int(ds.sizes.get("image", 0)),
+    }
 
 
 def dataset(report: SimilarityReport, a, settings, view: str, batches: int, command: str, b=None):
@@ -161,14 +186,25 @@ def dataset(report: SimilarityReport, a, settings, view: str, batches: int, comm
 
     stores = [s.split(":")[0] for s in report.sets]
     blocks = [int(s.split(":")[1]) for s in report.sets]
-    data = xr.Dataset({"cka": (("set", "other"), report.cka), "cka_minibatch": (("set", "other"), report.cka_minibatch)},
-                      coords={"set": report.sets, "other": report.sets, "store": ("set", stores), "block": ("set", np.asarray(blocks, np.int64))})
+    data = xr.Dataset(
+        {"cka": (("set", "other"), report.cka), "cka_minibatch": (("set", "other"), report.cka_minibatch)},
+        coords={"set": report.sets, "other": report.sets, "store": ("set", stores), "block": ("set", np.asarray(blocks, np.int64))},
+    )
     described = {"a": _describe(a, report.store)}
     if b is not None:
         described["b"] = _describe(b, report.other)
-    attrs = {"view": view, "examples": settings.examples, "examples_count": int(report.examples), "batch": int(settings.batch),
-             "epochs": int(settings.epochs), "batches": int(batches), "seed": int(settings.seed), "stores": described,
-             "minibatch_note": report.minibatch_note, "estimators": list(settings.estimators),
-             "source": "Kornblith et al. 2019 (linear CKA); Nguyen et al. 2021 and google-research efficient_CKA.py (unbiased minibatch CKA)",
-             **result_provenance(a, command)}  # computed_on at the top: the report checks the record against the store now
+    attrs = {
+        "view": view,
+        "examples": settings.examples,
+        "examples_count": int(report.examples),
+        "batch": int(settings.batch),
+        "epochs": int(settings.epochs),
+        "batches": int(batches),
+        "seed": int(settings.seed),
+        "stores": described,
+        "minibatch_note": report.minibatch_note,
+        "estimators": list(settings.estimators),
+        "source": "Kornblith et al. 2019 (linear CKA); Nguyen et al. 2021 and google-research efficient_CKA.py (unbiased minibatch CKA)",
+        **result_provenance(a, command),
+    }  # computed_on at the top: the report checks the record against the store now
     return data, attrs

@@ -62,8 +62,14 @@ class StreamReport(Outcome):
     chosen: Settings | None = None  # the decoder's settings, resolved
 
     def summary(self) -> dict:
-        return {"store": str(self.store), "images": self.n_images, "done": self.done, "written": self.written,
-                "masks_file": str(self.masks_file) if self.masks_file else None, "settings": self.chosen.as_dict() if self.chosen else None}
+        return {
+            "store": str(self.store),
+            "images": self.n_images,
+            "done": self.done,
+            "written": self.written,
+            "masks_file": str(self.masks_file) if self.masks_file else None,
+            "settings": self.chosen.as_dict() if self.chosen else None,
+        }
 
 
 VIEW = "decoded"  # the masks store's one "view": its arrays are ``<name>_decoded``, with their own flags
@@ -90,8 +96,7 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Stream
     """
     from .decode import resolve_settings
 
-    chosen, settings_source = resolve_settings(preset=settings.preset, overrides=settings.overrides(), settings_file=settings.settings_file,
-                                               cache_dir=context.cache_dir)
+    chosen, settings_source = resolve_settings(preset=settings.preset, overrides=settings.overrides(), settings_file=settings.settings_file, cache_dir=context.cache_dir)
     report = stream(inputs, chosen, settings_source, settings.view, settings.keys, context)
     report.chosen = chosen
     if report.done < report.n_images:  # images still to do (this run's share, or a stop): nothing saved yet
@@ -122,8 +127,9 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
     store = inputs.store
     path = Path(store) if store else masks_store_path(cache.cache_root(context.cache_dir), checkpoint.stem, checkpoint.sha256, network, view)
     meta = extract_plan.build_manifest(checkpoint, extraction, refs, str(image_dir))
-    meta.update(kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=KEYS_DTYPE,
-                views=[VIEW], keys_view=view, keys_kind=keys, per_view={})
+    meta.update(
+        kind="probe-masks", dtype=DTYPE, decoder=settings.as_dict(), backend=backend, keys_dtype=KEYS_DTYPE, views=[VIEW], keys_view=view, keys_kind=keys, per_view={}
+    )
     own = view in images.OWN_SIZE
     if own:  # each image's grid from its header, as extraction reads it; masks padded to the most patches
         rows, cols = extract_plan.native_grids(refs, checkpoint.arch.patch, "fail", (view,))[view]
@@ -136,11 +142,10 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
         writer = create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
     for key in ("decoder", "backend", "keys_dtype", "keys_kind"):
         if writer.manifest.get(key, "plain" if key == "keys_kind" else None) != meta[key]:
-            raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
-                             "pass the same decoder options, or another --store / --cache")
+            raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})", "pass the same decoder options, or another --store / --cache")
     todo = writer.todo(placement.shard_pair())
     if inputs.stop_after is not None:
-        todo = todo[:inputs.stop_after]
+        todo = todo[: inputs.stop_after]
     tick = context.task("stream", sum(b - a for a, b, _ in todo))
     forward_device = extract_forward.resolve_device("auto")
     backbone = Backbone.from_checkpoint(checkpoint, interpolation).to(forward_device)
@@ -155,8 +160,13 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
     key_plan = {key_name: ((f"patch_{view}", "channel"), (patches, checkpoint.arch.width))}
     t0 = time.perf_counter()
     written = 0
-    with (context.placed() as where, process_pool(where.workers) as pool, reusing_blocks(),
-          ThreadPoolExecutor(extract_load.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding, ThreadPoolExecutor(1) as loader):
+    with (
+        context.placed() as where,
+        process_pool(where.workers) as pool,
+        reusing_blocks(),
+        ThreadPoolExecutor(extract_load.decoder_threads(None, "auto"), thread_name_prefix="probe-decode") as decoding,
+        ThreadPoolExecutor(1) as loader,
+    ):
 
         def load(run: tuple[int, int, tuple[str, ...]]) -> extract_load.Loaded:  # the next chunk's images, decoded while this one runs
             a, b = run[0], run[1]
@@ -173,9 +183,9 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
             def block(a: int, b: int, start: int = start, keys: np.ndarray = keys) -> dict[str, np.ndarray]:
                 out = {"keys": keys[a:b]}
                 if own:
-                    out.update(rows=rows[start + a:start + b], cols=cols[start + a:start + b])
+                    out.update(rows=rows[start + a : start + b], cols=cols[start + a : start + b])
                 if settings.color_lambda:
-                    out["names"] = names[start + a:start + b]
+                    out["names"] = names[start + a : start + b]
                 return out
 
             arrays = map_blocks(fn, block, ranges, workers=where.workers, pool=pool, progress=tick, client=where.client)
@@ -197,8 +207,7 @@ def load_decoded(path: Path, settings: Settings) -> tuple[Decoded, list[str], np
     if meta["keys_view"] in images.OWN_SIZE:
         decoded.grids = np.stack([ds[f"grid_rows_{VIEW}"].values, ds[f"grid_cols_{VIEW}"].values], axis=1).astype(np.int64)
         decoded.patch, decoded.view = int(meta["arch"]["patch"]), meta["keys_view"]
-    return (decoded, [str(v) for v in ds["image"].values],
-            ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64))
+    return (decoded, [str(v) for v in ds["image"].values], ds["image_height"].values.astype(np.int64), ds["image_width"].values.astype(np.int64))
 
 
 def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decoded, Path, Saving]:
@@ -208,6 +217,22 @@ def finish(path: Path, settings: Settings, settings_source: str) -> tuple[Decode
     view = meta["keys_view"]
     masks_file = records.results_path(path, "decoder-masks.json")
     write_json(masks_file, coco_results(decoded, ids, heights, widths, None))
-    return decoded, masks_file, Saving(path, "decoder", decoder_dataset(decoded, ids),
-                  {"manifest": meta, "settings": settings.as_dict(), "settings_source": settings_source, "size": int(view) if view.isdigit() else view,
-                   "view": view, "provenance": provenance.stamp(), "backend": meta.get("backend"), "streamed": True})
+    return (
+        decoded,
+        masks_file,
+        Saving(
+            path,
+            "decoder",
+            decoder_dataset(decoded, ids),
+            {
+                "manifest": meta,
+                "settings": settings.as_dict(),
+                "settings_source": settings_source,
+                "size": int(view) if view.isdigit() else view,
+                "view": view,
+                "provenance": provenance.stamp(),
+                "backend": meta.get("backend"),
+                "streamed": True,
+            },
+        ),
+    )

@@ -1,7 +1,7 @@
-"""A synthetic NAVI-layout folder (google/navi ``navi_v1`` with mbanani/probe3d's downsampled files), for
-``probe correspond`` offline (the demo, the tests): objects with a ``wild_set`` and a ``multiview_00``
-collection, each wild image a textured band of a slab seen from a camera turned about the vertical
-axis, its 16-bit depth map 0 off the band."""
+"""A synthetic NAVI folder (google/navi ``navi_v1`` with mbanani/probe3d's downsampled files): objects
+with a ``wild_set`` and a ``multiview_00`` collection, each wild image a textured band of a slab seen
+from a camera turned about the vertical axis, its 16-bit depth map 0 off the band. For ``probe
+correspond`` on NAVI offline (the demo, the tests)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,14 @@ def write_navi(root: Path, objects: dict[str, list[float]], *, size=(96, 128), s
             Image.fromarray(pixels).save(wild / "images" / f"{image_id}.jpg", quality=95)
             Image.fromarray(pixels).save(wild / "images" / f"downsampled_{image_id}.jpg", quality=95)
             Image.fromarray(disparity).save(wild / "depth" / f"downsampled_{image_id}.png")
-            entries.append({"object_id": name, "filename": f"{image_id}.jpg", "image_size": list(original),
-                            "camera": {"q": quaternion(angle), "t": [10.0 * i, -5.0, 600.0 + 20 * i], "focal_length": 1400.0 + 10 * i},
-                            "split": "val"})
+            entries.append(
+                {
+                    "object_id": name,
+                    "filename": f"{image_id}.jpg",
+                    "image_size": list(original),
+                    "camera": {"q": quaternion(angle), "t": [10.0 * i, -5.0, 600.0 + 20 * i], "focal_length": 1400.0 + 10 * i},
+                    "split": "val",
+                }
+            )
         (wild / "annotations.json").write_text(json.dumps(entries))
     return root

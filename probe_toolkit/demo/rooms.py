@@ -22,9 +22,9 @@ def room(seed: int, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     pixels[..., 0] += 60 * cols[0]
     x0, y0 = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
     near = 700 + 600 * rng.random()
-    depth[y0:y0 + h // 3, x0:x0 + w // 3] = near
-    pixels[y0:y0 + h // 3, x0:x0 + w // 3] = (near / 10, 200 - near / 10, 90)
-    depth[-max(2, h // 12):] = 0
+    depth[y0 : y0 + h // 3, x0 : x0 + w // 3] = near
+    pixels[y0 : y0 + h // 3, x0 : x0 + w // 3] = (near / 10, 200 - near / 10, 90)
+    depth[-max(2, h // 12) :] = 0
     depth[h // 2, w // 2] = 10_500
     return pixels.clip(0, 255).astype(np.uint8), depth.round().astype(np.uint16)
 

@@ -7,7 +7,8 @@ width 128) at random initialisation and after a short run of ``training/``. Both
 extracted, measured (entropy, neighbours), decoded and scored on the val panel (and by LOST on
 the same scenes as a saliency panel, ``demo-sal``), probed, run through DINO's protocols (k-NN,
 attention masks, label propagation on a synthetic DAVIS folder made by ``video.py``), scored
-on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``; a synthetic NAVI folder by ``navi.py``, ``demo-navi``), by
+on keypoint correspondence (a synthetic SPair-71k panel made by ``spair.py``, ``demo-spair``) and NAVI's
+multiview correspondence (a synthetic NAVI folder made by ``navi.py``, ``demo-navi``), by
 Hummingbird's dense retrieval and a short linear segmentation on scenes written in VOC 2012's
 layout (``demo-seg-train``, ``demo-seg-val``), a short linear depth on rooms written in NYU Depth v2's
 layout (``rooms.py``: ``demo-nyu-train``, ``demo-nyu-test``), measured without labels (rank and position of each
@@ -67,8 +68,7 @@ def _data(work: Path, quick: bool) -> Path:
     return root
 
 
-def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print,
-             formats: str | None = None) -> Demo:
+def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, quiet: bool = False, say: Callable[[str], None] = print, formats: str | None = None) -> Demo:
     """Run every stage; ``quick`` shortens training and the panels (the test suite's mode);
     ``formats``: the report's figure files (default PNG, PDF and SVG; PNG alone when ``quick``)."""
     from ..infra import owned
@@ -103,16 +103,20 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
 
     # a short run: a higher learning rate and a faster teacher (EMA 0.9 instead of 0.996) so
     # that a dozen steps move the teacher, which is the network probe extract reads
-    run = train("tiny", {
-        "data.images": str(root / "photos"),
-        "run.out": str(work / "runs" / "tiny-selfpatch"),
-        "init.checkpoint": str(random_init),
-        "optim.epochs": 4 if quick else 12,
-        "optim.warmup_epochs": 1 if quick else 2,
-        "optim.lr_backbone": 2e-3,
-        "optim.lr_heads": 2e-3,
-        "optim.momentum_teacher": 0.9,
-    }, quiet=quiet)
+    run = train(
+        "tiny",
+        {
+            "data.images": str(root / "photos"),
+            "run.out": str(work / "runs" / "tiny-selfpatch"),
+            "init.checkpoint": str(random_init),
+            "optim.epochs": 4 if quick else 12,
+            "optim.warmup_epochs": 1 if quick else 2,
+            "optim.lr_backbone": 2e-3,
+            "optim.lr_heads": 2e-3,
+            "optim.momentum_teacher": 0.9,
+        },
+        quiet=quiet,
+    )
     lap("training (tiny SelfPatch, from the random network)")
 
     # every block's arrays (the tiny networks have two): probe similarity compares a network's blocks
@@ -158,15 +162,8 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
         sibling = store.parent / f"{store.name.removesuffix('.zarr')}-panel-demo-spair.zarr"
         extract(checkpoint, spair_images, settings=Settings(views=(VIEW,), dtype="float32"), store=sibling, cache_dir=cache, quiet=quiet)
         run_protocol("correspond", store, panel="demo-spair", cache_dir=cache)
-    lap("keypoint correspondence (demo-spair)")
-    from .navi import write_navi
-
-    if "demo-navi" not in {p.name for p in panels.list_panels(cache)}:  # the networks run on its views after the ledger entry: nothing to extract
-        panels.add_panel("demo-navi", write_navi(work / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5), None, "val",
-                         cache=cache, kind="navi", split="test")
-    for store in demo.stores:
-        run_protocol("correspond", store, panel="demo-navi", cache_dir=cache, workers=1)
-    lap("NAVI correspondence (demo-navi)")
+    _navi(demo.stores, work, cache)
+    lap("keypoint correspondence (demo-spair) and multiview correspondence (demo-navi)")
     _hummingbird(demo.stores, (random_init, run.checkpoint), work, cache, quick, quiet)
     lap("Hummingbird (VOC-layout scenes, 512 px views in stores beside each network's)")
     _segment(demo.stores, (random_init, run.checkpoint), cache, quick)
@@ -179,6 +176,18 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     demo.html = _report(demo.stores, out, quiet, formats or ("png" if quick else None))
     lap("report" if formats or not quick else "report (PNG figures; the full demo writes PDF and SVG beside them)")
     return demo
+
+
+def _navi(stores: list[Path], work: Path, cache: Path) -> None:
+    """NAVI's multiview correspondence (probe3d's protocol) on a synthetic NAVI folder (``navi.py``,
+    ``demo-navi``): two objects, two pairs; the network runs on the pairs' own 512 px views."""
+    from .navi import write_navi
+
+    if "demo-navi" not in {p.name for p in panels.list_panels(cache)}:
+        root = write_navi(work / "navi" / "navi_v1", {"bottle": [0, 20, 45, 70, 100], "mug": [5, 35, 60]}, seed=5)
+        panels.add_panel("demo-navi", root, None, "val", cache=cache, kind="navi", split="test")
+    for store in stores:
+        run_protocol("correspond", store, panel="demo-navi", cache_dir=cache)
 
 
 def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache: Path, quick: bool, quiet: bool) -> None:
@@ -194,8 +203,14 @@ def _hummingbird(stores: list[Path], checkpoints: tuple[Path, Path], work: Path,
             panels.add_panel(name, year, None, split, cache=cache, kind="voc-segmentation", split=split)
     for checkpoint, store in zip(checkpoints, stores):
         for name, views in (("demo-seg-train", ("hbird512_aug0", "hbird512_aug1")), ("demo-seg-val", ("hbird512",))):
-            extract(checkpoint, year / "JPEGImages", settings=Settings(views=views, chunk=8), store=store.parent / f"{store.stem}-panel-{name}.zarr",
-                    batch_size=8, quiet=quiet)
+            extract(
+                checkpoint,
+                year / "JPEGImages",
+                settings=Settings(views=views, chunk=8),
+                store=store.parent / f"{store.stem}-panel-{name}.zarr",
+                batch_size=8,
+                quiet=quiet,
+            )
         run_protocol("hummingbird", store, train="demo-seg-train", val="demo-seg-val", memory=(1000, None), cache_dir=cache)
 
 
@@ -216,15 +231,31 @@ def _depth(stores: list[Path], checkpoints: tuple[Path, Path], work: Path, cache
 
     root = work / "nyu"
     if not (root / "nyu_test.txt").is_file():
-        write_nyu(root, {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)],
-                         "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]})
+        write_nyu(
+            root,
+            {"train": [f"kitchen_{i // 2:04d}/{i:05d}" for i in range(4 if quick else 8)], "test": [f"bathroom_{i // 2:04d}/{i:05d}" for i in range(2 if quick else 4)]},
+        )
     known = {p.name for p in panels.list_panels(cache)}
     for name, split, role in (("demo-nyu-train", "train", "train"), ("demo-nyu-test", "test", "val")):
         if name not in known:
             panels.add_panel(name, root, None, role, cache=cache, kind="nyu", split=split)
     for checkpoint, store in zip(checkpoints, stores, strict=True):
-        probe.run("linear-depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, cache_dir=cache, device="cpu",
-                  iterations=4 if quick else 20, batch_size=2, replicas=1, crop=(48, 64), chunk=2)
+        probe.run(
+            "linear-depth",
+            checkpoint,
+            train="demo-nyu-train",
+            val="demo-nyu-test",
+            store=store,
+            cache_dir=cache,
+            device="cpu",
+            iterations=4 if quick else 20,
+            batch_size=2,
+            replicas=1,
+            crop=(48, 64),
+            chunk=2,
+        )
+
+
 def _label_free(stores: list[Path], cache: Path) -> None:
     """The label-free protocols: RankMe and the position probe of each network's patch tokens (the demo's
     SelfPatch checkpoints hold no class token), linear CKA between the two networks and between the trained
@@ -245,5 +276,4 @@ def _report(stores: list[Path], out: Path, quiet: bool, formats: str | None = No
     from ..report import render_report
 
     names = ("tiny ViT, random weights", "tiny ViT, trained (SelfPatch)")
-    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats,
-                         labels=[f"{name}={store}" for name, store in zip(names, stores)])
+    return render_report(stores, out=out, follow=FOLLOW, patch=34, quiet=quiet, formats=formats, labels=[f"{name}={store}" for name, store in zip(names, stores)])

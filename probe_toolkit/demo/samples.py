@@ -27,15 +27,22 @@ TINY_B8 = replace(TINY_P8, width=192, heads=3, mlp_hidden=768)  # ViT-B/8's shap
 TINY_DINOV2_REG = replace(TINY, patch=14, pos_grid=37, layerscale=True, registers=4)
 TINY_DINOV2 = replace(TINY_DINOV2_REG, registers=0)
 # DINOv3 at tiny size: head width 64 as every released size but 7B, 4 storage tokens
-TINY_DINOV3 = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=0, mlp_hidden=512,
-                   registers=4, layerscale=True, family="dinov3")
+TINY_DINOV3 = Arch(width=128, depth=2, heads=2, patch=16, class_token=True, final_norm=True, pos_grid=0, mlp_hidden=512, registers=4, layerscale=True, family="dinov3")
 TINY_DINOV3_SWIGLU = replace(TINY_DINOV3, ffn="swiglu", mlp_hidden=344)  # S+/H+'s SwiGLU feed-forward
 DINOV2_LAYOUTS = ("dinov2-backbone", "dinov2-reg-backbone")
 DINOV3_LAYOUTS = dinov3_layouts.LAYOUTS  # dinov3-official, dinov3-timm, dinov3-hf (safetensors)
 LAYOUTS = ("dino-backbone", "selfpatch-backbone", "dino-full", "selfpatch-full", "dino-full-wrapped", "selfpatch-backbone-wrapped")
 ALL_LAYOUTS = (*LAYOUTS, *DINOV2_LAYOUTS, *DINOV3_LAYOUTS)
-ARCHS = {"tiny": TINY, "tiny-p8": TINY_P8, "tiny-dinov2": TINY_DINOV2, "tiny-dinov2-reg": TINY_DINOV2_REG,
-         "tiny-dinov3": TINY_DINOV3, "tiny-dinov3-swiglu": TINY_DINOV3_SWIGLU, **RELEASED, **DINOV3_RELEASED}
+ARCHS = {
+    "tiny": TINY,
+    "tiny-p8": TINY_P8,
+    "tiny-dinov2": TINY_DINOV2,
+    "tiny-dinov2-reg": TINY_DINOV2_REG,
+    "tiny-dinov3": TINY_DINOV3,
+    "tiny-dinov3-swiglu": TINY_DINOV3_SWIGLU,
+    **RELEASED,
+    **DINOV3_RELEASED,
+}
 
 
 def random_backbone(arch: Arch, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -87,7 +94,7 @@ def dinov3_file(layout: str, arch: Arch, seed: int = 0) -> dict[str, torch.Tenso
     for key, value in state.items():
         if key.endswith(".attn.qkv.bias"):
             third = value.shape[0] // 3
-            value[third: 2 * third] = 0.5 * torch.randn(third, generator=generator)
+            value[third : 2 * third] = 0.5 * torch.randn(third, generator=generator)
     return state
 
 
@@ -113,9 +120,12 @@ def dino_head(width: int, out: int, hidden: int, bottleneck: int, seed: int) -> 
     """DINOHead's keys (mlp.0/2/4, weight-normed last_layer as weight_g / weight_v)."""
     g = torch.Generator().manual_seed(seed)
     shapes = {
-        "mlp.0.weight": (hidden, width), "mlp.0.bias": (hidden,),
-        "mlp.2.weight": (hidden, hidden), "mlp.2.bias": (hidden,),
-        "mlp.4.weight": (bottleneck, hidden), "mlp.4.bias": (bottleneck,),
+        "mlp.0.weight": (hidden, width),
+        "mlp.0.bias": (hidden,),
+        "mlp.2.weight": (hidden, hidden),
+        "mlp.2.bias": (hidden,),
+        "mlp.4.weight": (bottleneck, hidden),
+        "mlp.4.bias": (bottleneck,),
         "last_layer.weight_v": (out, bottleneck),
     }
     head = {k: 0.02 * torch.randn(s, generator=g) for k, s in shapes.items()}
@@ -174,17 +184,21 @@ def make_checkpoint(layout: str, arch: Arch = TINY, seed: int = 0) -> dict:
     if layout == "selfpatch-backbone-wrapped":
         return {"state_dict": teacher}
     if selfpatch:
+
         def heads(s: int) -> dict[str, dict[str, torch.Tensor]]:
             return {
                 "ca_head": aggregation_head(arch.width, arch.mlp_hidden, s),
                 "c_head": dino_head(arch.width, out, hidden, bottleneck, s + 1),
                 "p_head": dino_head(arch.width, pout, hidden, bottleneck, s + 2),
             }
+
         loss = {"center": torch.zeros(1, 1, out), "patch_center": torch.zeros(1, pout)}
         arch_name = _arch_name(arch)
     else:
+
         def heads(s: int) -> dict[str, dict[str, torch.Tensor]]:
             return {"head": dino_head(arch.width, out, hidden, bottleneck, s)}
+
         loss = {"center": torch.zeros(1, out)}
         arch_name = _arch_name(arch)
     full = {

@@ -34,7 +34,7 @@ def _textures() -> dict[str, np.ndarray]:
 def _fill(texture: np.ndarray, height: int, width: int, rng: np.random.Generator) -> np.ndarray:
     y = rng.integers(0, texture.shape[0] - height + 1)
     x = rng.integers(0, texture.shape[1] - width + 1)
-    return texture[y:y + height, x:x + width]
+    return texture[y : y + height, x : x + width]
 
 
 def scene(seed: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
@@ -58,15 +58,15 @@ def scene(seed: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
                 mask = (yy - (y0 + r - 0.5)) ** 2 + (xx - (x0 + r - 0.5)) ** 2 <= r * r
             else:
                 mask = np.zeros_like(occupied)
-                mask[y0:y0 + side, x0:x0 + side] = True
+                mask[y0 : y0 + side, x0 : x0 + side] = True
             if not (mask & occupied).any():
                 break
         else:
             continue
         texture = tex["disc" if category == 1 else "square"]
         patch = _fill(texture, side, side, rng).astype(np.float32)
-        region = pixels[y0:y0 + side, x0:x0 + side]
-        inside = mask[y0:y0 + side, x0:x0 + side]
+        region = pixels[y0 : y0 + side, x0 : x0 + side]
+        inside = mask[y0 : y0 + side, x0 : x0 + side]
         region[inside] = patch[inside]
         occupied |= mask
         objects.append((category, mask))
@@ -86,15 +86,17 @@ def write_panel(folder: str | Path, count: int, seed: int) -> Path:
         coco["images"].append({"id": i + 1, "file_name": name, "width": SIZE[0], "height": SIZE[1]})
         for category, mask in objects:
             rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-            coco["annotations"].append({
-                "id": len(coco["annotations"]) + 1,
-                "image_id": i + 1,
-                "category_id": category,
-                "segmentation": {"size": rle["size"], "counts": rle["counts"].decode("ascii")},
-                "area": float(mask_utils.area(rle)),
-                "bbox": [float(v) for v in mask_utils.toBbox(rle)],
-                "iscrowd": 0,
-            })
+            coco["annotations"].append(
+                {
+                    "id": len(coco["annotations"]) + 1,
+                    "image_id": i + 1,
+                    "category_id": category,
+                    "segmentation": {"size": rle["size"], "counts": rle["counts"].decode("ascii")},
+                    "area": float(mask_utils.area(rle)),
+                    "bbox": [float(v) for v in mask_utils.toBbox(rle)],
+                    "iscrowd": 0,
+                }
+            )
     annotations = folder / "annotations.json"
     annotations.write_text(json.dumps(coco, indent=1))
     mark_synthetic(folder, f"synthetic scenes drawn by probe (seed {seed})")

@@ -38,7 +38,7 @@ def write_spair(root: Path, categories: dict[str, int] | None = None, keypoints:
                     kps[str(k)] = None
                 else:
                     x, y = int(rng.integers(x1, x2)), int(rng.integers(y1, y2))
-                    pixels[max(0, y - 1):y + 2, max(0, x - 1):x + 2] = (30 * k, 255 - 40 * k, 120)
+                    pixels[max(0, y - 1) : y + 2, max(0, x - 1) : x + 2] = (30 * k, 255 - 40 * k, 120)
                     kps[str(k)] = [x, y]
             Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(root / "JPEGImages" / category / f"{name}.jpg", quality=95)
             note = {"filename": f"{name}.jpg", "category": category, "image_width": width, "image_height": height, "bndbox": [x1, y1, x2, y2], "kps": kps}
@@ -50,9 +50,20 @@ def write_spair(root: Path, categories: dict[str, int] | None = None, keypoints:
                     continue
                 n += 1
                 stem = f"{n:06d}-{src}-{trg}:{category}"
-                pair = {"filename": stem, "src_imname": f"{src}.jpg", "trg_imname": f"{trg}.jpg", "category": category,
-                        "src_imsize": [*src_size, 3], "trg_imsize": [*trg_size, 3], "src_bndbox": src_box, "trg_bndbox": trg_box,
-                        "viewpoint_variation": int((s + 2 * t) % 3), "src_kps": [], "trg_kps": [], "kps_ids": []}
+                pair = {
+                    "filename": stem,
+                    "src_imname": f"{src}.jpg",
+                    "trg_imname": f"{trg}.jpg",
+                    "category": category,
+                    "src_imsize": [*src_size, 3],
+                    "trg_imsize": [*trg_size, 3],
+                    "src_bndbox": src_box,
+                    "trg_bndbox": trg_box,
+                    "viewpoint_variation": int((s + 2 * t) % 3),
+                    "src_kps": [],
+                    "trg_kps": [],
+                    "kps_ids": [],
+                }
                 (root / "PairAnnotation" / split / f"{stem}.json").write_text(json.dumps(pair))
     mark_synthetic(root / "JPEGImages", f"synthetic SPair-71k scenes drawn by probe (seed {seed})")  # the report's caveat
     return root

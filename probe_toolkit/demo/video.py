@@ -41,7 +41,7 @@ def write_davis(root: str | Path, sequences: dict[str, int] | None = None, size:
         for t in range(n_frames):
             labels = np.zeros((height, width), np.uint8)
             bx, by = int(0.55 * width) - 2 * t, int(0.30 * height) + t
-            labels[by:by + height // 3, bx:bx + width // 4] = 2
+            labels[by : by + height // 3, bx : bx + width // 4] = 2
             cx, cy, r = 0.25 * width + 4 * t, 0.5 * height, 0.16 * min(width, height)
             labels[(x - cx) ** 2 + (y - cy) ** 2 <= r * r] = 1
             pixels = np.where((labels == 1)[..., None], disc, np.where((labels == 2)[..., None], box, background))

@@ -66,8 +66,9 @@ class Output:
         for name in names:
             path = self.folder / name
             if (path.exists() or path.is_symlink()) and not self.owns(name):
-                raise ProbeError(path, f"is not a file probe wrote here (not listed in {MANIFEST}) and would be replaced",
-                                 f"move it out of {self.folder}, or pick a new {self.flag}")
+                raise ProbeError(
+                    path, f"is not a file probe wrote here (not listed in {MANIFEST}) and would be replaced", f"move it out of {self.folder}, or pick a new {self.flag}"
+                )
             for parent in Path(name).parents:  # a user's file where probe needs a folder
                 if str(parent) != "." and (self.folder / parent).exists() and not (self.folder / parent).is_dir():
                     raise ProbeError(self.folder / parent, "is a file where probe writes a folder", f"move it out of {self.folder}, or pick a new {self.flag}")
@@ -117,8 +118,11 @@ def claim(folder: str | Path, flag: str = "--out") -> Output:
     if not manifest.is_file():
         held = _entries(folder)
         if held:
-            raise ProbeError(folder, f"is not empty and not probe's output folder (no {MANIFEST}; it holds {held[0]!r}"
-                             f"{f' and {len(held) - 1} more' if len(held) > 1 else ''})", f"pick a new {flag} folder, or empty this one")
+            raise ProbeError(
+                folder,
+                f"is not empty and not probe's output folder (no {MANIFEST}; it holds {held[0]!r}{f' and {len(held) - 1} more' if len(held) > 1 else ''})",
+                f"pick a new {flag} folder, or empty this one",
+            )
         return Output(folder, flag)
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))

@@ -34,15 +34,18 @@ class Placement(Settings):
     backend: str = setting("scipy", "scipy (per image) or torch (a batch of images at once).", OneOf(BACKENDS))
     device: str = setting("cpu", "cpu or cuda (--backend torch).", OneOf(DEVICES))
     threads: int = setting(1, "BLAS threads while decoding (1: per-image problems are small).", AtLeast(1))
-    work_memory: int | None = setting(None, "MiB of products one search task holds at once (knn, hummingbird): the bank's blocks are sized "
-                                      "to fit (default: 64 for knn, 512 for hummingbird; the same numbers at any size).", AtLeast(16))
+    work_memory: int | None = setting(
+        None,
+        "MiB of products one search task holds at once (knn, hummingbird): the bank's blocks are sized "
+        "to fit (default: 64 for knn, 512 for hummingbird; the same numbers at any size).",
+        AtLeast(16),
+    )
 
     def check(self) -> None:
         if self.shard is not None:
             shard_of(self.shard)
         if self.workers is not None and self.dask_address:
-            raise SettingError("workers", "workers and dask_address were both given", "drop workers (the cluster runs the analysis)",
-                               others=("dask_address",))
+            raise SettingError("workers", "workers and dask_address were both given", "drop workers (the cluster runs the analysis)", others=("dask_address",))
 
     @classmethod
     def parse(cls, environ: Mapping[str, str] | None = None, shardable: bool = True, **given: Any) -> Placement:
@@ -97,8 +100,11 @@ def launcher_shard(environ: Mapping[str, str] | None = None, shardable: bool = T
     if "TORCHELASTIC_RUN_ID" not in environ:
         if world.strip() in ("", "1") and rank.strip() in ("", "0"):
             return None  # one process of one: nothing to shard
-        raise ProbeError("environment", f"RANK={rank} WORLD_SIZE={world} are set, but torchrun did not start this process (no TORCHELASTIC_RUN_ID)",
-                         "unset RANK and WORLD_SIZE for the whole run" + (f", or pass --shard {rank}/{world} to run that share on purpose" if shardable else ""))
+        raise ProbeError(
+            "environment",
+            f"RANK={rank} WORLD_SIZE={world} are set, but torchrun did not start this process (no TORCHELASTIC_RUN_ID)",
+            "unset RANK and WORLD_SIZE for the whole run" + (f", or pass --shard {rank}/{world} to run that share on purpose" if shardable else ""),
+        )
     try:
         return f"{int(rank)}/{int(world)}"
     except ValueError:

@@ -19,6 +19,7 @@ are bit-identical whatever the worker count or cluster.
 ``shard_range`` gives the contiguous, block-aligned image range of shard i of n (``--shard i/n``
 or torchrun's RANK/WORLD_SIZE, parsed as ``probe extract`` parses them).
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -242,7 +243,7 @@ def map_blocks(
             if progress:
                 progress(b - a)
     else:
-        with (process_pool(workers, torch_free) if pool is None else _reuse(pool)) as running:
+        with process_pool(workers, torch_free) if pool is None else _reuse(pool) as running:
             for (a, b), result in _bounded(running, fn, read, ranges, 2 * workers):
                 if keep:
                     parts.append(result)
@@ -357,6 +358,7 @@ def per_image(where: Where = Where(), *, block: int | None = None, progress: Cal
     ``(fn, arrays) -> fn's per-image arrays``, over blocks of ``block`` images (default: the store's
     own chunks, whatever the placement, so every placement gives the same bits), placed by ``where``.
     Their block functions compute with numpy alone, so local workers may be forked."""
+
     def run(fn: BlockFn, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         size = block or store_chunk(next(iter(arrays.values())))
         return map_images(fn, arrays, where=where, block=size, fixed=True, progress=progress, torch_free=True)

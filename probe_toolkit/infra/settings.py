@@ -37,9 +37,20 @@ class SettingError(ProbeError):
     <requirement> (got <value>)[: <why>]; <fix>``, with the parameter and value spelled by the
     caller; otherwise a free problem text naming the parameter."""
 
-    def __init__(self, parameter: str, problem: str = "", fix: str = "", where: str | None = None, *, requirement: str | None = None,
-                 value: Any = _UNSET, example: Any = _UNSET, why: str = "", spell: Callable[[Any], str] | None = None,
-                 others: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        parameter: str,
+        problem: str = "",
+        fix: str = "",
+        where: str | None = None,
+        *,
+        requirement: str | None = None,
+        value: Any = _UNSET,
+        example: Any = _UNSET,
+        why: str = "",
+        spell: Callable[[Any], str] | None = None,
+        others: tuple[str, ...] = (),
+    ):
         self.parameter = parameter
         self.others = others  # further parameters a free text names (spelled by the caller too)
         self.requirement, self.value, self.example, self.why = requirement, value, example, why
@@ -125,8 +136,7 @@ class Constraint:
 
     def check(self, name: str, value: Any, spell: Callable[[Any], str] | None = None, example: Any = _UNSET) -> None:
         if not self.holds(value):
-            raise SettingError(name, requirement=self.text, value=value, example=self.example() if example is _UNSET else example,
-                               why=self.why, spell=spell)
+            raise SettingError(name, requirement=self.text, value=value, example=self.example() if example is _UNSET else example, why=self.why, spell=spell)
 
 
 def _number(value: Any, integer: bool) -> bool:
@@ -272,8 +282,15 @@ class Declared:
     spell: Callable[[Any], str] | None = None
 
 
-def setting(default: Any, help: str, constraint: Constraint | None = None, *, cli: str | None = None, parse: Callable[[str], Any] | None = None,
-            spell: Callable[[Any], str] | None = None) -> Any:
+def setting(
+    default: Any,
+    help: str,
+    constraint: Constraint | None = None,
+    *,
+    cli: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    spell: Callable[[Any], str] | None = None,
+) -> Any:
     """A settings field: its default (None: resolved by the run, e.g. from a preset, and always
     allowed), its help, and the constraint a value other than None must meet."""
     return dataclasses.field(default=default, metadata={"setting": Declared(help, constraint, cli, parse, spell)})

@@ -41,8 +41,9 @@ class Shared:
             with open(self.path, "rb") as handle:
                 digest = hashlib.file_digest(handle, "sha256").hexdigest()
         except OSError as error:
-            raise IntegrityError(worker_name(), f"cannot read {self.path} ({type(error).__name__})",
-                                 "mount the store at the same path on every worker (or run without --dask-address)") from None
+            raise IntegrityError(
+                worker_name(), f"cannot read {self.path} ({type(error).__name__})", "mount the store at the same path on every worker (or run without --dask-address)"
+            ) from None
         if digest != self.sha256:
             raise IntegrityError(worker_name(), f"reads another file at {self.path} than the client wrote", "rerun the command (another run wrote there)")
         _forget_gone()  # a long-lived dask worker lets the files of finished runs go
@@ -140,8 +141,14 @@ def janitor(paths: list[Path]) -> subprocess.Popen | None:
     own, so a Ctrl-C to the terminal's group leaves it to do its one job."""
     if not Path("/proc/self/stat").is_file() or shutil.which("sh") is None:
         return None
-    return subprocess.Popen(["sh", "-c", JANITOR, str(os.getpid()), *map(str, paths)], start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    return subprocess.Popen(
+        ["sh", "-c", JANITOR, str(os.getpid()), *map(str, paths)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
 
 
 @contextmanager

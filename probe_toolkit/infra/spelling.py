@@ -16,10 +16,26 @@ from typing import Any
 
 # a parameter -> its flag, where the two spellings differ
 FLAGS = {
-    "boot": "--boot", "n_boot": "--boot", "n_last_frames": "--n-last-frames", "size_mask_neighborhood": "--size-mask-neighborhood", "ks": "--k",
-    "subset": "--set", "color_lambda": "--color-lambda", "settings_file": "--settings", "settings_out": "--settings-out",
-    "dask_address": "--dask-address", "wrap": "--no-wrap", "thresholds": "--threshold", "memory": "--memory",
-    "json_path": "--json", "cache_dir": "--cache", "sequences": "--sequence", "score": "--no-score", "sets": "--set", "formats": "--format", "form": "--format",
+    "boot": "--boot",
+    "n_boot": "--boot",
+    "n_last_frames": "--n-last-frames",
+    "size_mask_neighborhood": "--size-mask-neighborhood",
+    "ks": "--k",
+    "subset": "--set",
+    "color_lambda": "--color-lambda",
+    "settings_file": "--settings",
+    "settings_out": "--settings-out",
+    "dask_address": "--dask-address",
+    "wrap": "--no-wrap",
+    "thresholds": "--threshold",
+    "memory": "--memory",
+    "json_path": "--json",
+    "cache_dir": "--cache",
+    "sequences": "--sequence",
+    "score": "--no-score",
+    "sets": "--set",
+    "formats": "--format",
+    "form": "--format",
     "for_": "--for",
 }
 

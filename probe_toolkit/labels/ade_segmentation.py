@@ -33,15 +33,24 @@ from .label_maps import SegmentationLabels, open_mask, read_masks, restrict
 def decode(raw: bytes, where: Path) -> np.ndarray:
     """(H, W) uint8 labels 0..150 of one mask PNG (grey or palette); other values, or a colour PNG
     (the full ADE20K release's RGB-coded masks), are refused naming ``where``."""
-    array = open_mask(raw, where, "a grey mask of labels 0..150",
-                      "use ADEChallengeData2016/annotations (SceneParsing), not the full ADE20K release's colour masks", "the release")
+    array = open_mask(
+        raw, where, "a grey mask of labels 0..150", "use ADEChallengeData2016/annotations (SceneParsing), not the full ADE20K release's colour masks", "the release"
+    )
     if array.size and int(array.max()) > len(CLASSES):
         raise ProbeError(where, f"holds label {int(array.max())}, above the {len(CLASSES)} classes", "use the release's 150-class annotations")
     return array.astype(np.uint8)
 
 
-def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None,
-                    unseal: str | None = None, cache: str | Path | None = None, command: str | None = None) -> SegmentationLabels:
+def read_label_maps(
+    panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    images: Sequence[str] | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> SegmentationLabels:
     """Open an ADE20K panel's masks, write the ledger entry, then return the label maps (0..150, as stored).
 
     ``images`` (store ids) restricts what is read and handed out to the split's images they match;
@@ -62,5 +71,18 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     absent = [f for f in files if not f.is_file()]
     if absent:
         raise ProbeError(absent[0], f"is missing ({len(absent)} of the {len(files)} masks)", "restore the release's annotations")
-    return read_masks(panel, names, files, listing=(f"images/{split}", "\n".join(every).encode()), decode=decode, classes=CLASSES, masks=masks,
-                      image_map=image_map, purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)
+    return read_masks(
+        panel,
+        names,
+        files,
+        listing=(f"images/{split}", "\n".join(every).encode()),
+        decode=decode,
+        classes=CLASSES,
+        masks=masks,
+        image_map=image_map,
+        purpose=purpose,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        cache=cache,
+        command=command,
+    )

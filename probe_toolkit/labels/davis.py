@@ -49,7 +49,7 @@ def seg2bmap(mask: np.ndarray) -> np.ndarray:
 
 def disk(radius: int) -> np.ndarray:
     r = int(radius)
-    y, x = np.mgrid[-r:r + 1, -r:r + 1]
+    y, x = np.mgrid[-r : r + 1, -r : r + 1]
     return (x * x + y * y) <= r * r
 
 
@@ -82,7 +82,7 @@ def statistics(values: np.ndarray) -> tuple[float, float, float]:
     mean = float(np.nanmean(v))
     recall = float(np.nanmean(v > 0.5))
     ids = (np.round(np.linspace(1, len(v), 5) + 1e-10) - 1).astype(np.int64)
-    bins = [v[ids[i]:ids[i + 1] + 1] for i in range(4)]
+    bins = [v[ids[i] : ids[i + 1] + 1] for i in range(4)]
     with np.errstate(all="ignore"):
         decay = float(np.nanmean(bins[0]) - np.nanmean(bins[3])) if len(bins[0]) and len(bins[3]) else float("nan")
     return mean, recall, decay

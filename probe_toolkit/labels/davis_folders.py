@@ -50,8 +50,9 @@ def davis_sequences(root: str | Path, subset: str = "val", resolution: str = "48
     return out
 
 
-def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None,
-                subset: str) -> tuple[list[bytes], str]:
+def _davis_read(
+    root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None, subset: str
+) -> tuple[list[bytes], str]:
     inside.active = True
     try:
         raw = [f.read_bytes() for f in files]
@@ -64,9 +65,18 @@ def _davis_read(root: Path, files: list[Path], purpose: str, checkpoint: str | N
         digest.update(f"{f.parent.name}/{f.name}\n".encode())
         digest.update(hashlib.sha256(data).digest())
     names = [f"{f.parent.name}/{f.name}" for f in files]
-    entry = log_read(cache_root(cache), panel=f"davis:{root.resolve()}", role="val" if subset != "test-dev" else "test",
-                      annotations=str((root / "Annotations").resolve()), annotation_sha256=digest.hexdigest(), names=names,
-                      purpose=purpose, command=command, checkpoint=checkpoint, unseal=None)
+    entry = log_read(
+        cache_root(cache),
+        panel=f"davis:{root.resolve()}",
+        role="val" if subset != "test-dev" else "test",
+        annotations=str((root / "Annotations").resolve()),
+        annotation_sha256=digest.hexdigest(),
+        names=names,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=None,
+    )
     return raw, entry.id
 
 
@@ -82,18 +92,32 @@ def _indexed(data: bytes, where: Path) -> tuple[np.ndarray, np.ndarray | None]:
     return array.copy(), (np.asarray(palette, np.uint8).reshape(-1, 3) if palette is not None else None)
 
 
-def read_first_annotations(root: str | Path, sequences: Sequence[DavisSequence], *, purpose: str = "propagate: first frame",
-                           checkpoint: str | None = None, cache: str | Path | None = None, command: str | None = None,
-                           subset: str = "val") -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]], str]:
+def read_first_annotations(
+    root: str | Path,
+    sequences: Sequence[DavisSequence],
+    *,
+    purpose: str = "propagate: first frame",
+    checkpoint: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+    subset: str = "val",
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]], str]:
     """Each sequence's first-frame annotation (indexed array, palette): the only label propagation reads; one ledger entry."""
     files = [s.annotations / f"{s.frames[0].stem}.png" for s in sequences]
     raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
     return {s.name: _indexed(data, f) for s, f, data in zip(sequences, files, raw)}, entry
 
 
-def read_davis_annotations(root: str | Path, sequences: Sequence[DavisSequence], *, purpose: str = "propagate: score",
-                           checkpoint: str | None = None, cache: str | Path | None = None, command: str | None = None,
-                           subset: str = "val") -> tuple[dict[str, list[np.ndarray]], str]:
+def read_davis_annotations(
+    root: str | Path,
+    sequences: Sequence[DavisSequence],
+    *,
+    purpose: str = "propagate: score",
+    checkpoint: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+    subset: str = "val",
+) -> tuple[dict[str, list[np.ndarray]], str]:
     """Every frame's annotation of every sequence, for the scorer only; one ledger entry."""
     files: list[Path] = []
     for s in sequences:

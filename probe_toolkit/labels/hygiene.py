@@ -63,11 +63,17 @@ def check_sizes(annotations_path: Path, folder: Path, images: list[dict[str, Any
         recorded = (im.get("width"), im.get("height"))
         if None not in recorded and (int(recorded[0]), int(recorded[1])) != actual:
             if (int(recorded[1]), int(recorded[0])) == actual and _rotated(path):
-                raise ProbeError(annotations_path, f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, as its EXIF orientation shows it; "
-                                 f"the file stores {actual[0]}×{actual[1]} pixels, which probe reads as stored (as DINO's, LOST's and TokenCut's loaders do)",
-                                 "annotate the stored pixels, or rotate the files themselves first (e.g. exiftran -ai) and re-add the panel")
-            raise ProbeError(annotations_path, f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, but the file is {actual[0]}×{actual[1]}",
-                             "fix width/height in the annotation file, or point the panel at the images it was made for")
+                raise ProbeError(
+                    annotations_path,
+                    f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, as its EXIF orientation shows it; "
+                    f"the file stores {actual[0]}×{actual[1]} pixels, which probe reads as stored (as DINO's, LOST's and TokenCut's loaders do)",
+                    "annotate the stored pixels, or rotate the files themselves first (e.g. exiftran -ai) and re-add the panel",
+                )
+            raise ProbeError(
+                annotations_path,
+                f"records {im.get('file_name')!r} as {recorded[0]}×{recorded[1]}, but the file is {actual[0]}×{actual[1]}",
+                "fix width/height in the annotation file, or point the panel at the images it was made for",
+            )
         out[int(im["id"])] = (int(recorded[0]), int(recorded[1])) if None not in recorded else actual
     return out
 
@@ -100,8 +106,11 @@ def clip_geometry(annotations: list[dict[str, Any]], sizes: dict[int, tuple[int,
             changed["segmentation"] = polygons
         elif isinstance(ann.get("segmentation"), dict) and ann["segmentation"].get("size"):
             if [int(v) for v in ann["segmentation"]["size"]] != [height, width]:
-                raise ProbeError(None, f"annotation {ann.get('id')!r}: its RLE mask is {ann['segmentation']['size']} (h, w), its image {height}×{width}",
-                                 "fix the annotation file: an RLE mask has its image's size")
+                raise ProbeError(
+                    None,
+                    f"annotation {ann.get('id')!r}: its RLE mask is {ann['segmentation']['size']} (h, w), its image {height}×{width}",
+                    "fix the annotation file: an RLE mask has its image's size",
+                )
         if changed.get("bbox") != ann.get("bbox") or changed.get("segmentation") != ann.get("segmentation"):
             clipped += 1
         out.append(changed)
@@ -137,8 +146,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: dict[str, str],
-                  fresh: dict[str, list] | None = None) -> None:
+def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: dict[str, str], fresh: dict[str, list] | None = None) -> None:
     """Refuse images that a panel of another role holds too; then remember this panel's, and the
     files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -152,9 +160,11 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
             shared = sorted(set(hashes) & set(seen.get("hashes", {})))
             if shared:
                 first = shared[0]
-                raise ProbeError(panel_name, f"({role}) shares {len(shared)} images with panel {other!r} ({seen.get('role')}), "
-                                 f"e.g. {hashes[first]!r} = {seen['hashes'][first]!r} (same content)",
-                                 "remove the shared images from one panel: a panel of one role must not hold another's images")
+                raise ProbeError(
+                    panel_name,
+                    f"({role}) shares {len(shared)} images with panel {other!r} ({seen.get('role')}), e.g. {hashes[first]!r} = {seen['hashes'][first]!r} (same content)",
+                    "remove the shared images from one panel: a panel of one role must not hold another's images",
+                )
         mine = index.get(panel_name, {})
         kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
         entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes}}
@@ -174,9 +184,11 @@ def check_apart(first: tuple[str, str, Path, list[str]], second: tuple[str, str,
     hashes_b, _ = content_hashes(root, folder_b, names_b)
     shared = sorted(set(hashes_a) & set(hashes_b))
     if shared:
-        raise ProbeError(name_b, f"({role_b}) shares {len(shared)} images with panel {name_a!r} ({role_a}), "
-                         f"e.g. {hashes_b[shared[0]]!r} = {hashes_a[shared[0]]!r} (same content)",
-                         "remove the shared images from one panel: a panel of one role must not hold another's images")
+        raise ProbeError(
+            name_b,
+            f"({role_b}) shares {len(shared)} images with panel {name_a!r} ({role_a}), e.g. {hashes_b[shared[0]]!r} = {hashes_a[shared[0]]!r} (same content)",
+            "remove the shared images from one panel: a panel of one role must not hold another's images",
+        )
 
 
 def forget(root: Path, panel_name: str) -> None:

@@ -54,8 +54,11 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         root = annotations.resolve()
         notes, jpegs, split_file = _voc_paths(root, split or "trainval")
         if not notes.is_dir():
-            raise ProbeError(root, "has no Annotations/ folder, so it is not a VOC devkit year folder",
-                             "pass --voc VOCdevkit/VOC2007 (the folder holding Annotations/ and JPEGImages/)")
+            raise ProbeError(
+                root,
+                "has no Annotations/ folder, so it is not a VOC devkit year folder",
+                "pass --voc VOCdevkit/VOC2007 (the folder holding Annotations/ and JPEGImages/)",
+            )
         if not split_file.is_file():
             raise ProbeError(split_file, "does not exist", "pass --split trainval, train, val or test (a file of ImageSets/Main/)")
         return root, (images.resolve() if images else jpegs)
@@ -81,8 +84,11 @@ def check_layout(kind: str, annotations: Path, images: Path | None, split: str) 
         return nyu.check_layout(annotations, images, split)
     if kind == navi.KIND:
         return navi.check_layout(annotations, images, split)
-    raise ProbeError(None, f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}, "
-                     f"{nyu.KIND}, {navi.KIND}", "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair, --nyu or --navi")
+    raise ProbeError(
+        None,
+        f"panel kind {kind!r} is not one of coco, voc, coco20k, saliency, {voc_layout.KIND}, {ade_layout.KIND}, {spair.KIND}, {nyu.KIND}, {navi.KIND}",
+        "use --voc, --coco20k, --masks, --voc-segmentation, --ade20k, --spair, --nyu or --navi",
+    )
 
 
 def coco20k_ids() -> list[int]:
@@ -134,8 +140,11 @@ def _saliency(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     for n, ref in enumerate(list_images(panel.images), start=1):
         path = saliency.mask_for(Path(ref.id), panel.annotations)
         if path is None:
-            raise ProbeError(panel.annotations, f"has no mask for image {ref.id!r} (looked for {Path(ref.id).with_suffix('.png')})",
-                             "give every image a mask of the same name (x.jpg → x.png)")
+            raise ProbeError(
+                panel.annotations,
+                f"has no mask for image {ref.id!r} (looked for {Path(ref.id).with_suffix('.png')})",
+                "give every image a mask of the same name (x.jpg → x.png)",
+            )
         with Image.open(ref.path) as im:
             size = im.size
         raw = read(path)
@@ -144,10 +153,15 @@ def _saliency(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
         grey = [grey[0] + bool(in_between), grey[1] + in_between]
         rle = encode(mask)
         images.append({"id": n, "file_name": ref.id, "height": size[1], "width": size[0]})
-        annotations.append({"id": n, "image_id": n, "category_id": 1, "segmentation": rle, "area": float(mask.sum()),
-                            "bbox": [float(v) for v in mask_utils.toBbox(rle)], "iscrowd": 0})
-    return _digest(parts), {"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "salient"}],
-                            "saliency_grey": {"masks": grey[0], "pixels": grey[1]}}
+        annotations.append(
+            {"id": n, "image_id": n, "category_id": 1, "segmentation": rle, "area": float(mask.sum()), "bbox": [float(v) for v in mask_utils.toBbox(rle)], "iscrowd": 0}
+        )
+    return _digest(parts), {
+        "images": images,
+        "annotations": annotations,
+        "categories": [{"id": 1, "name": "salient"}],
+        "saliency_grey": {"masks": grey[0], "pixels": grey[1]},
+    }
 
 
 def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
@@ -155,17 +169,25 @@ def load_dataset(panel, read: Reader) -> tuple[bytes, dict[str, Any]]:
     is ``read_labels``' reader, the one way label files are opened."""
     loaders = {"voc": _voc, "saliency": _saliency}
     if panel.kind in (voc_layout.KIND, ade_layout.KIND):
-        raise ProbeError(panel.name, "is a segmentation panel: its labels are label maps, not boxes or instance masks",
-                         f"read it with labels.{'voc' if panel.kind == voc_layout.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)")
+        raise ProbeError(
+            panel.name,
+            "is a segmentation panel: its labels are label maps, not boxes or instance masks",
+            f"read it with labels.{'voc' if panel.kind == voc_layout.KIND else 'ade'}_segmentation.read_label_maps (probe hummingbird)",
+        )
     if panel.kind == spair.KIND:
-        raise ProbeError(panel.name, "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
-                         "score it with probe correspond (labels.spair_read.read_pairs)")
+        raise ProbeError(
+            panel.name,
+            "is a SPair-71k panel: its labels are keypoint pairs, not boxes or instance masks",
+            "score it with probe correspond (labels.spair_read.read_pairs)",
+        )
     if panel.kind == nyu.KIND:
-        raise ProbeError(panel.name, "is an NYU panel: its labels are depth maps, not boxes or instance masks",
-                         "score it with probe depth (labels.nyu.read_depth_maps)")
+        raise ProbeError(panel.name, "is an NYU panel: its labels are depth maps, not boxes or instance masks", "score it with probe depth (labels.nyu.read_depth_maps)")
     if panel.kind == navi.KIND:
-        raise ProbeError(panel.name, "is a NAVI panel: its labels are camera poses and depth maps, not boxes or instance masks",
-                         "score it with probe correspond (labels.navi_read.read_navi)")
+        raise ProbeError(
+            panel.name,
+            "is a NAVI panel: its labels are camera poses and depth maps, not boxes or instance masks",
+            "score it with probe correspond (labels.navi_read.read_navi)",
+        )
     if panel.kind not in loaders:
         raise ProbeError(panel.name, f"has an unknown kind {panel.kind!r}", "re-add it with `probe panel add --replace`")
     return loaders[panel.kind](panel, read)

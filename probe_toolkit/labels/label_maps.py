@@ -21,10 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..store.cache import cache_root
-from . import hygiene
 
 PORTION = 256  # maps read and decoded at a time
 
@@ -55,13 +53,16 @@ class LabelMaps(Sequence):
         order = list(range(len(self))) if order is None else list(order)
         size = size or PORTION
         for a in range(0, len(order), size):
-            chosen = order[a:a + size]
+            chosen = order[a : a + size]
             yield [self._decoded(i, raw) for i, raw in zip(chosen, _read([self.files[i] for i in chosen]))]
 
     def _decoded(self, i: int, raw: bytes) -> np.ndarray:
         if hashlib.sha256(raw).digest() != self.digests[i]:
-            raise ProbeError(self.files[i], "changed while its panel was read (its bytes are not those the ledger entry hashed)",
-                             "rerun the command (and leave the data set's files alone meanwhile)")
+            raise ProbeError(
+                self.files[i],
+                "changed while its panel was read (its bytes are not those the ledger entry hashed)",
+                "rerun the command (and leave the data set's files alone meanwhile)",
+            )
         return self._decode(raw, self.files[i])
 
 
@@ -125,9 +126,22 @@ def restrict(names: list[str], images: Sequence[str] | None) -> tuple[list[str],
     return [n for n in names if n in keep], image_map
 
 
-def read_masks(panel, names: list[str], files: list[Path], *, listing: tuple[str, bytes], decode: Callable[[bytes, Path], np.ndarray],
-               classes: tuple[str, ...], masks: Path, image_map: dict[str, str], purpose: str, checkpoint: str | None, unseal: str | None,
-               cache: str | Path | None, command: str | None) -> SegmentationLabels:
+def read_masks(
+    panel,
+    names: list[str],
+    files: list[Path],
+    *,
+    listing: tuple[str, bytes],
+    decode: Callable[[bytes, Path], np.ndarray],
+    classes: tuple[str, ...],
+    masks: Path,
+    image_map: dict[str, str],
+    purpose: str,
+    checkpoint: str | None,
+    unseal: str | None,
+    cache: str | Path | None,
+    command: str | None,
+) -> SegmentationLabels:
     """Open ``files`` (the masks of ``names``) inside the guard a portion at a time, check each
     decodes (a bad mask is refused before the ledger entry), write the ledger entry (the annotation
     hash covers ``listing``, the split's name and bytes, and every mask's bytes), then hand out the
@@ -135,18 +149,26 @@ def read_masks(panel, names: list[str], files: list[Path], *, listing: tuple[str
     digest = hashlib.sha256(listing[0].encode() + b"\0" + hashlib.sha256(listing[1]).digest())
     digests, shapes = [], []
     for a in range(0, len(files), PORTION):
-        part = files[a:a + PORTION]
+        part = files[a : a + PORTION]
         for f, data in zip(part, _read(part)):
             shapes.append(tuple(decode(data, f).shape[:2]))
             digests.append(hashlib.sha256(data).digest())
             digest.update(f.name.encode() + b"\0" + digests[-1])
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
-    hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    from .panels import log_read  # the one place a read's entry is assembled
+    from .panels import log_checked_read  # the one place a read's entry is assembled
 
-    entry = log_read(store, panel=panel.name, role=panel.role, annotations=str(masks), annotation_sha256=annotation_sha256, names=names,
-                     purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                     images_content_sha256=provenance.list_hash(sorted(hashes)), portions=PORTION)
+    entry = log_checked_read(
+        store,
+        panel,
+        panel.images,
+        names,
+        annotations=str(masks),
+        annotation_sha256=annotation_sha256,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        portions=PORTION,
+    )
     return SegmentationLabels(names, LabelMaps(files, digests, shapes, decode), classes, entry.id, panel, image_map)

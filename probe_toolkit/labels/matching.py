@@ -38,13 +38,17 @@ def match_images(store_ids: Iterable[str], file_names: dict[int, str]) -> dict[s
             candidates += by_tail.get(clean, [])
             candidates = sorted(set(candidates))
         if len(candidates) > 1:
-            raise ProbeError(None, f"store image {sid!r} matches several panel images ({', '.join(candidates[:3])})",
-                             "extract from the panel's image folder so ids equal file names")
+            raise ProbeError(
+                None, f"store image {sid!r} matches several panel images ({', '.join(candidates[:3])})", "extract from the panel's image folder so ids equal file names"
+            )
         if candidates:
             image_id = by_name[candidates[0]]
             if image_id in taken:
-                raise ProbeError(None, f"panel image {candidates[0]!r} matches store images {taken[image_id]!r} and {sid!r}",
-                                 "extract from the panel's image folder so ids equal file names")
+                raise ProbeError(
+                    None,
+                    f"panel image {candidates[0]!r} matches store images {taken[image_id]!r} and {sid!r}",
+                    "extract from the panel's image folder so ids equal file names",
+                )
             taken[image_id] = sid
             out[sid] = image_id
     return out

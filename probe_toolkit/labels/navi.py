@@ -47,8 +47,9 @@ MAX_ANGLE = 120.0  # NAVI(max_angle=120)
 PAIR_SEED = 8  # generate_instance_pairs: torch.manual_seed(8)
 STRIDE = 4  # NAVI.__init__: self.instances = self.instances[::4]
 FIX = "restore the file from the navi_v1 release"
-DOWNSAMPLE = ("make the downsampled files as mbanani/probe3d data_processing/resize_navi.py does "
-              "(short side 1024: images bicubic, depth nearest, saved as downsampled_<name>)")
+DOWNSAMPLE = (
+    "make the downsampled files as mbanani/probe3d data_processing/resize_navi.py does (short side 1024: images bicubic, depth nearest, saved as downsampled_<name>)"
+)
 
 
 @dataclass(frozen=True)
@@ -171,8 +172,11 @@ def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Pa
     root = annotations.resolve()
     split = split or "test"
     if split not in SPLITS:
-        raise ProbeError(None, f"--split {split!r} is not one of {', '.join(SPLITS)}",
-                         "pass --split test: probe3d's NAVI correspondence reads the wild_set collections (NAVI(split='test'))")
+        raise ProbeError(
+            None,
+            f"--split {split!r} is not one of {', '.join(SPLITS)}",
+            "pass --split test: probe3d's NAVI correspondence reads the wild_set collections (NAVI(split='test'))",
+        )
     if not root.is_dir():
         raise ProbeError(root, "is not a folder", "pass --navi with the navi_v1 folder (<object>/<collection>/annotations.json)")
     if images is not None and images.resolve() != root:

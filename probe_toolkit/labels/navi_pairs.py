@@ -24,11 +24,13 @@ def rotation(q: Sequence[float]):
     q = torch.as_tensor(q, dtype=torch.float32)
     w, x, y, z = q.unbind(-1)
     s = 2.0 / (q * q).sum(dim=-1)
-    return torch.stack([
-        torch.stack([1 - s * (y ** 2 + z ** 2), s * (x * y - z * w), s * (x * z + y * w)]),
-        torch.stack([s * (x * y + z * w), 1 - s * (x ** 2 + z ** 2), s * (y * z - x * w)]),
-        torch.stack([s * (x * z - y * w), s * (y * z + x * w), 1 - s * (x ** 2 + y ** 2)]),
-    ])
+    return torch.stack(
+        [
+            torch.stack([1 - s * (y**2 + z**2), s * (x * y - z * w), s * (x * z + y * w)]),
+            torch.stack([s * (x * y + z * w), 1 - s * (x**2 + z**2), s * (y * z - x * w)]),
+            torch.stack([s * (x * z - y * w), s * (y * z + x * w), 1 - s * (x**2 + y**2)]),
+        ]
+    )
 
 
 def camera(image: NaviImage):
@@ -70,8 +72,10 @@ def unpaired(images: Sequence[NaviImage]) -> list[str]:
         table = angles(torch.stack([rotation(images[n].q) for n in members]))
         for row, n in enumerate(members):
             if not ((table[row] > 0) & (table[row] <= MAX_ANGLE)).any():
-                problems.append(f"{obj}/{collection}/{images[n].id}: no other image of its collection lies within {MAX_ANGLE:g}° of it, so it has no "
-                                f"partner (the reference's torch.multinomial fails on it); remove it from the folder or restore the release's annotations")
+                problems.append(
+                    f"{obj}/{collection}/{images[n].id}: no other image of its collection lies within {MAX_ANGLE:g}° of it, so it has no "
+                    f"partner (the reference's torch.multinomial fails on it); remove it from the folder or restore the release's annotations"
+                )
     return problems
 
 

@@ -26,14 +26,14 @@ class NaviLabels:
     root: Path
 
 
-def read_navi(panel, *, purpose: str, checkpoint: str | None = None, unseal: str | None = None, cache: str | Path | None = None,
-              command: str | None = None, seed: int | None = None) -> NaviLabels:
+def read_navi(
+    panel, *, purpose: str, checkpoint: str | None = None, unseal: str | None = None, cache: str | Path | None = None, command: str | None = None, seed: int | None = None
+) -> NaviLabels:
     """Open a NAVI panel's annotations and the scored images' depth maps, write the ledger entry,
     then return the pairs (drawn with ``seed``, the reference's 8 by default). A sealed (``test``)
     panel needs ``unseal``, recorded."""
-    from ..infra import provenance
     from ..store.cache import cache_root
-    from . import hygiene, panels
+    from . import panels
     from .guard import inside
     from .navi import PAIR_SEED
 
@@ -59,9 +59,17 @@ def read_navi(panel, *, purpose: str, checkpoint: str | None = None, unseal: str
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + hashlib.sha256(d).digest() for n, d in parts)).hexdigest()
     names = [images[n].image for n in used]
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, root, names)
-    hygiene.check_overlap(store, panel.name, panel.role, digest, hashes, fresh)
-    entry = panels.log_read(store, panel=panel.name, role=panel.role, annotations=str(root), annotation_sha256=digest, names=names,
-                            purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                            images_content_sha256=provenance.list_hash(sorted(hashes)), pairs=len(pairs))
+    entry = panels.log_checked_read(
+        store,
+        panel,
+        root,
+        names,
+        annotations=str(root),
+        annotation_sha256=digest,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        pairs=len(pairs),
+    )
     return NaviLabels(images, pairs, depth, entry.id, panel, root)

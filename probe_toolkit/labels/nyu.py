@@ -199,23 +199,33 @@ class DepthMaps:
         finally:
             inside.active = False
         if hashlib.sha256(raw).digest() != self.digests[i]:
-            raise ProbeError(self.files[i], f"changed since its read was written to the ledger (entry {self.entry_id[:12]})",
-                             "restore the file, or run the command again to read the panel afresh")
+            raise ProbeError(
+                self.files[i],
+                f"changed since its read was written to the ledger (entry {self.entry_id[:12]})",
+                "restore the file, or run the command again to read the panel afresh",
+            )
         with Image.open(io.BytesIO(raw)) as opened:
             return np.asarray(opened, dtype=np.uint16).copy()
 
 
-def read_depth_maps(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None, unseal: str | None = None,
-                    cache: str | Path | None = None, command: str | None = None) -> DepthMaps:
+def read_depth_maps(
+    panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    images: Sequence[str] | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> DepthMaps:
     """Open an NYU panel's depth maps, write the ledger entry, then hand them out (``DepthMaps``).
 
     ``images`` (store ids) restricts what is read to the split's images they match; a sealed
     (``test``) panel needs ``unseal``, recorded. The annotation hash covers the split file and
     every depth map read.
     """
-    from ..infra import provenance
     from ..store.cache import cache_root
-    from . import hygiene, panels
+    from . import panels
     from .guard import inside
     from .label_maps import restrict
 
@@ -258,9 +268,16 @@ def read_depth_maps(panel, *, purpose: str, checkpoint: str | None = None, image
         inside.active = False
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
-    hygiene.check_overlap(store, panel.name, panel.role, annotation_sha256, hashes, fresh)
-    entry = panels.log_read(store, panel=panel.name, role=panel.role, annotations=str(listing), annotation_sha256=annotation_sha256, names=names,
-                            purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                            images_content_sha256=provenance.list_hash(sorted(hashes)))
+    entry = panels.log_checked_read(
+        store,
+        panel,
+        panel.images,
+        names,
+        annotations=str(listing),
+        annotation_sha256=annotation_sha256,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+    )
     return DepthMaps(names, files, digests, entry.id, panel, image_map)

@@ -100,11 +100,13 @@ def load_registry(cache: str | Path | None = None) -> dict[str, Panel]:
         fields = [table.get(k) if isinstance(table, dict) else None for k in ("annotations", "images", "role")]
         extra = [table.get(k, d) for k, d in (("added", ""), ("kind", "coco"), ("split", ""))] if isinstance(table, dict) else []
         if not all(isinstance(v, str) and v for v in fields) or not all(isinstance(v, str) for v in extra):
-            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role (or holds a value that is not text)",
-                             "re-add it with `probe panel add --replace`")
+            raise ProbeError(path, f"panel {name!r} lacks annotations, images or role (or holds a value that is not text)", "re-add it with `probe panel add --replace`")
         if fields[2] not in ROLES or extra[1] not in KINDS:
-            raise ProbeError(path, f"panel {name!r} has role {fields[2]!r} and kind {extra[1]!r}; roles are {', '.join(ROLES)}, kinds {', '.join(KINDS)}",
-                             "re-add it with `probe panel add --replace`")
+            raise ProbeError(
+                path,
+                f"panel {name!r} has role {fields[2]!r} and kind {extra[1]!r}; roles are {', '.join(ROLES)}, kinds {', '.join(KINDS)}",
+                "re-add it with `probe panel add --replace`",
+            )
         panels[name] = Panel(name, Path(fields[0]), Path(fields[1]), fields[2], extra[0], extra[1], extra[2], bool(table.get("no_hard", False)))
     return panels
 
@@ -127,8 +129,18 @@ def _write_registry(path: Path, panels: dict[str, Panel]) -> None:
     os.replace(tmp, path)
 
 
-def add_panel(name: str, annotations: str | Path, images: str | Path, role: str, *, cache: str | Path | None = None, replace: bool = False,
-              kind: str = "coco", split: str = "", no_hard: bool = False) -> Panel:
+def add_panel(
+    name: str,
+    annotations: str | Path,
+    images: str | Path,
+    role: str,
+    *,
+    cache: str | Path | None = None,
+    replace: bool = False,
+    kind: str = "coco",
+    split: str = "",
+    no_hard: bool = False,
+) -> Panel:
     """Register a panel (paths made absolute). Checks its files, and its labels field by field (``schema.checked``), handing none out.
 
     ``kind="classes"``: ``images`` holds one sub-folder per class and ``annotations`` is that
@@ -148,8 +160,11 @@ def add_panel(name: str, annotations: str | Path, images: str | Path, role: str,
     elif kind == "coco" and not annotations.is_file():
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
     elif kind == "coco" and (annotations.suffix.lower() != ".json" or annotations.stat().st_size == 0):  # its name and size: the file is not opened
-        raise ProbeError(annotations, "is not a COCO annotation file (" + ("it is empty" if annotations.suffix.lower() == ".json" else "not a .json file") + ")",
-                         "pass --annotations with a COCO instances_*.json file")
+        raise ProbeError(
+            annotations,
+            "is not a COCO annotation file (" + ("it is empty" if annotations.suffix.lower() == ".json" else "not a .json file") + ")",
+            "pass --annotations with a COCO instances_*.json file",
+        )
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
     from ..store.images import list_images  # here: it brings torch, which reading panels never needs
@@ -174,8 +189,9 @@ def get_panel(name: str, cache: str | Path | None = None) -> Panel:
     panels = load_registry(cache)
     if name not in panels:
         known = ", ".join(sorted(panels)) or "none"
-        raise ProbeError(_registry_path(cache), f"has no panel {name!r} (registered: {known})",
-                         "add it with `probe panel add NAME --annotations A.json --images DIR --role val`")
+        raise ProbeError(
+            _registry_path(cache), f"has no panel {name!r} (registered: {known})", "add it with `probe panel add NAME --annotations A.json --images DIR --role val`"
+        )
     return panels[name]
 
 
@@ -203,9 +219,11 @@ def panel_images(name: str, cache: str | Path | None = None) -> Path:
     images: refused."""
     panel = get_panel(name, cache)
     if panel.kind == "nyu":
-        raise ProbeError(panel.name, "is an NYU panel, whose folder holds the depth maps (labels) beside the photographs: extracting it "
-                         "would store labels as images", "probe depth keeps its record in any store of the checkpoint: "
-                         "`probe extract CKPT --images PHOTOS` of another folder, or pass probe depth --store")
+        raise ProbeError(
+            panel.name,
+            "is an NYU panel, whose folder holds the depth maps (labels) beside the photographs: extracting it would store labels as images",
+            "probe depth keeps its record in any store of the checkpoint: `probe extract CKPT --images PHOTOS` of another folder, or pass probe depth --store",
+        )
     return panel.images
 
 
@@ -228,8 +246,20 @@ class LabelRead:
         return sorted(self.coco.getImgIds())
 
 
-def log_read(root: Path, *, panel: str, role: str, annotations: str, annotation_sha256: str, names: Sequence[str], purpose: str,
-              command: str | None, checkpoint: str | None, unseal: str | None, **more: Any) -> ledger.Entry:
+def log_read(
+    root: Path,
+    *,
+    panel: str,
+    role: str,
+    annotations: str,
+    annotation_sha256: str,
+    names: Sequence[str],
+    purpose: str,
+    command: str | None,
+    checkpoint: str | None,
+    unseal: str | None,
+    **more: Any,
+) -> ledger.Entry:
     """The ledger entry of one read of labels, appended before any label leaves: the panel and its
     role, the annotation bytes' hash, the images handed out (their count and the hash of their
     sorted names), ``more`` (what this kind of read adds), why, by which command, for which
@@ -250,6 +280,40 @@ def log_read(root: Path, *, panel: str, role: str, annotations: str, annotation_
         "toolkit_version": provenance.__version__,  # the probe that read them
     }
     return ledger.append(root, fields)
+
+
+def log_checked_read(
+    root: Path,
+    panel: Panel,
+    folder: Path,
+    names: Sequence[str],
+    *,
+    annotations: str,
+    annotation_sha256: str,
+    purpose: str,
+    command: str | None,
+    checkpoint: str | None,
+    unseal: str | None,
+    **more: Any,
+) -> ledger.Entry:
+    """``log_read`` after the leak check: the images handed out (``names`` under ``folder``) are hashed
+    and refused if another panel of the other role holds them, and their content hash joins the entry."""
+    hashes, fresh = hygiene.content_hashes(root, folder, list(names))
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
+    return log_read(
+        root,
+        panel=panel.name,
+        role=panel.role,
+        annotations=annotations,
+        annotation_sha256=annotation_sha256,
+        names=names,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        images_content_sha256=provenance.list_hash(sorted(hashes)),
+        **more,
+    )
 
 
 def _coco(dataset: dict[str, Any]):
@@ -307,8 +371,9 @@ def read_labels(
         else:
             raw = panel.annotations.read_bytes()
     except OSError as error:
-        raise ProbeError(getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})",
-                         "fix the path with `probe panel add --replace`") from None
+        raise ProbeError(
+            getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`"
+        ) from None
     finally:
         inside.active = False
     if panel.kind in ("coco", "coco20k"):
@@ -326,8 +391,11 @@ def read_labels(
         from ..infra.spelling import fix_command
 
         again = fix_command("panel add", panel.name, annotations=panel.annotations, images="DIR", role=panel.role, replace=True)
-        raise ProbeError(panel.annotations, f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
-                         f"add the panel again with DIR the folder its file_name entries are relative to: `{again}`")
+        raise ProbeError(
+            panel.annotations,
+            f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
+            f"add the panel again with DIR the folder its file_name entries are relative to: `{again}`",
+        )
     image_map: dict[str, int] = {}
     if images is not None:
         image_map = match_images(images, file_names)
@@ -345,12 +413,22 @@ def read_labels(
     if images is not None:
         schema.covered(panel, len(set(image_map.values())), len(file_names), len(images), cover, given)  # before the ledger entry: no label leaves
     names = sorted(clean_name(str(im.get("file_name", ""))) for im in dataset["images"])
-    entry = log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=annotation_sha256, names=names,
-                      purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                      images_content_sha256=provenance.list_hash(sorted(hashes)), clipped=clipped)
+    entry = log_read(
+        root,
+        panel=panel.name,
+        role=panel.role,
+        annotations=str(panel.annotations),
+        annotation_sha256=annotation_sha256,
+        names=names,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        images_content_sha256=provenance.list_hash(sorted(hashes)),
+        clipped=clipped,
+    )
     if clipped:
-        print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it "
-              f"(ledger entry {entry.id[:12]})", file=sys.stderr)
+        print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it (ledger entry {entry.id[:12]})", file=sys.stderr)
     return LabelRead(coco=_coco(dataset), entry_id=entry.id, entry=entry.fields, panel=panel, image_map=image_map)
 
 
@@ -367,12 +445,16 @@ def _folder_classes(folder: Path) -> list[str]:
     refs = list_images(folder)
     loose = [r.id for r in refs if "/" not in r.id]
     if loose:
-        raise ProbeError(folder, f"holds {len(loose)} images outside any class folder (e.g. {loose[0]!r})",
-                         "put every image in the sub-folder of its class (DIR/CLASS/IMAGE.jpg)")
+        raise ProbeError(
+            folder, f"holds {len(loose)} images outside any class folder (e.g. {loose[0]!r})", "put every image in the sub-folder of its class (DIR/CLASS/IMAGE.jpg)"
+        )
     classes = sorted({r.id.split("/", 1)[0] for r in refs})
     if len(classes) < 2:
-        raise ProbeError(folder, f"has {len(classes)} class folder{'' if len(classes) == 1 else 's'} ({', '.join(classes) or 'none'})",
-                         "a classification panel needs at least two classes, one sub-folder each")
+        raise ProbeError(
+            folder,
+            f"has {len(classes)} class folder{'' if len(classes) == 1 else 's'} ({', '.join(classes) or 'none'})",
+            "a classification panel needs at least two classes, one sub-folder each",
+        )
     return classes
 
 
@@ -432,7 +514,17 @@ def read_classes(
     listing = "\n".join(ids).encode()
     root = cache_root(cache)
     hygiene.check_overlap(root, panel.name, panel.role, hashlib.sha256(listing).hexdigest(), *hygiene.content_hashes(root, panel.images, ids))
-    entry = log_read(root, panel=panel.name, role=panel.role, annotations=str(panel.annotations), annotation_sha256=hashlib.sha256(listing).hexdigest(),
-                      names=ids, purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal)
+    entry = log_read(
+        root,
+        panel=panel.name,
+        role=panel.role,
+        annotations=str(panel.annotations),
+        annotation_sha256=hashlib.sha256(listing).hexdigest(),
+        names=ids,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+    )
     labels = np.asarray([classes.index(i.split("/", 1)[0]) for i in ids], np.int64)
     return ClassLabels(ids, labels, classes, entry.id, panel, "class folder")

@@ -52,8 +52,7 @@ def read_mask(raw: bytes, where: Path, size: tuple[int, int]) -> tuple[np.ndarra
     except (OSError, ValueError) as error:
         raise ProbeError(where, f"is not an image ({error})", "give a folder of PNG masks (0 background, 255 object)") from None
     if (grey.shape[1], grey.shape[0]) != tuple(size):
-        raise ProbeError(where, f"is {grey.shape[1]}×{grey.shape[0]} but its image is {size[0]}×{size[1]}",
-                         "give each image the mask of its own size")
+        raise ProbeError(where, f"is {grey.shape[1]}×{grey.shape[0]} but its image is {size[0]}×{size[1]}", "give each image the mask of its own size")
     binary = grey > 0
     in_between = int(np.count_nonzero(binary & (grey < 255))) if grey.max(initial=0) > 1 else 0  # a 0/1 mask has none
     return binary, in_between
@@ -136,9 +135,14 @@ def evaluate(pairs: Iterable[tuple[np.ndarray, np.ndarray]], image_ids: list[int
         raise ProbeError(None, "no image of the saliency panel has a prediction", "extract the panel's images first (probe extract --panel)")
     curve = np.mean(curves, axis=0)
     return SaliencyScores(
-        max_f=float(curve.max()), iou=float(np.mean(ious)), accuracy=float(np.mean(accs)),
-        mae=float(mae.get_results()["mae"]), s_measure=float(sm.get_results()["sm"]),
-        image_ids=list(image_ids), f_curve=curve, per_image_iou=np.asarray(ious),
+        max_f=float(curve.max()),
+        iou=float(np.mean(ious)),
+        accuracy=float(np.mean(accs)),
+        mae=float(mae.get_results()["mae"]),
+        s_measure=float(sm.get_results()["sm"]),
+        image_ids=list(image_ids),
+        f_curve=curve,
+        per_image_iou=np.asarray(ious),
         counts={"images": len(curves)},
     )
 

@@ -166,6 +166,7 @@ def check(dataset: Any, where: str | Path, image_size: Callable[[str], tuple[int
 
 def header_size(folder: Path) -> Callable[[str], tuple[int, int] | None]:
     """``image_size`` for ``check``: an image's (width, height) from its file's header, None when unreadable."""
+
     def size(name: str) -> tuple[int, int] | None:
         from PIL import Image, UnidentifiedImageError
 
@@ -251,8 +252,14 @@ def covered(panel, matched: int, listed: int, given_count: int, cover: str, give
     if cover not in ("some", "all"):
         return
     if not matched:
-        raise ProbeError(panel.name, f"has none of its {listed} images among the {given_count} of {given}: the scores would describe no image",
-                         "score predictions of this panel's images: `probe decode` a store extracted with `probe extract CKPT --panel " + panel.name + "`")
+        raise ProbeError(
+            panel.name,
+            f"has none of its {listed} images among the {given_count} of {given}: the scores would describe no image",
+            "score predictions of this panel's images: `probe decode` a store extracted with `probe extract CKPT --panel " + panel.name + "`",
+        )
     if cover == "all" and matched < listed:
-        raise ProbeError(panel.name, f"has {matched} of its {listed} images among {given}: the scores would describe only those",
-                         "decode the panel's every image first, or pass --allow-partial to score the " + str(matched))
+        raise ProbeError(
+            panel.name,
+            f"has {matched} of its {listed} images among {given}: the scores would describe only those",
+            "decode the panel's every image first, or pass --allow-partial to score the " + str(matched),
+        )

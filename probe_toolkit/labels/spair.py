@@ -94,7 +94,7 @@ def _keypoints(raw: bytes, path: Path, problems: list[str], size: tuple[int, int
         return None
     kps = data.get("kps") if isinstance(data, dict) else None
     if not isinstance(kps, dict) or not kps:
-        problems.append(f"{path}: field kps is {kps!r}, not an object of keypoints {{\"0\": [x, y] or null, ...}}; {FIX}")
+        problems.append(f'{path}: field kps is {kps!r}, not an object of keypoints {{"0": [x, y] or null, ...}}; {FIX}')
         return None
     out: list[tuple[float, float] | None] = []
     for i in range(len(kps)):
@@ -179,8 +179,9 @@ def parse(root: Path, split: str, read, image_size=None) -> tuple[list[Pair], li
         if kps[0] is not None and kps[1] is not None and len(kps[0]) != len(kps[1]):
             problems.append(f"{where}: its images' annotations list {len(kps[0])} and {len(kps[1])} keypoints (one category, one count); {FIX}")
         if len(problems) == before:
-            pairs.append(Pair(entry, category, f"{category}/{names[0]}", f"{category}/{names[1]}", sizes[0], sizes[1], boxes[0], boxes[1],
-                              int(viewpoint), kps[0], kps[1]))
+            pairs.append(
+                Pair(entry, category, f"{category}/{names[0]}", f"{category}/{names[1]}", sizes[0], sizes[1], boxes[0], boxes[1], int(viewpoint), kps[0], kps[1])
+            )
     return pairs, problems, parts
 
 

@@ -22,15 +22,22 @@ class PairLabels:
     image_map: dict[str, str]  # store id → image path under JPEGImages/ (when store ids were given)
 
 
-def read_pairs(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None, unseal: str | None = None,
-               cache: str | Path | None = None, command: str | None = None) -> PairLabels:
+def read_pairs(
+    panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    images: Sequence[str] | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> PairLabels:
     """Open a SPair panel's annotations, write the ledger entry, then return its pairs.
 
     ``images`` (store ids) restricts the pairs handed out to those whose two images both match
     one (``matching.match_images``); a sealed (``test``) panel needs ``unseal``, recorded."""
-    from ..infra import provenance
     from ..store.cache import cache_root
-    from . import hygiene, panels
+    from . import panels
     from .guard import inside
     from .matching import match_images
 
@@ -58,9 +65,17 @@ def read_pairs(panel, *, purpose: str, checkpoint: str | None = None, images: Se
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + hashlib.sha256(d).digest() for n, d in parts)).hexdigest()
     names = sorted({p.source for p in pairs} | {p.target for p in pairs})
     store = cache_root(cache)
-    hashes, fresh = hygiene.content_hashes(store, panel.images, names)
-    hygiene.check_overlap(store, panel.name, panel.role, digest, hashes, fresh)
-    entry = panels.log_read(store, panel=panel.name, role=panel.role, annotations=str(pair_folder(root, split)), annotation_sha256=digest, names=names,
-                            purpose=purpose, command=command, checkpoint=checkpoint, unseal=unseal,
-                            images_content_sha256=provenance.list_hash(sorted(hashes)), pairs=len(pairs))
+    entry = panels.log_checked_read(
+        store,
+        panel,
+        panel.images,
+        names,
+        annotations=str(pair_folder(root, split)),
+        annotation_sha256=digest,
+        purpose=purpose,
+        command=command,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        pairs=len(pairs),
+    )
     return PairLabels(pairs, entry.id, panel, image_map)

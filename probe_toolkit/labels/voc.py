@@ -89,7 +89,16 @@ def coco_dataset(records: list[tuple[str, tuple[int, int], list[VocObject]]], *,
         for o in kept:
             x1, y1, x2, y2 = o.box
             category = categories.setdefault(o.name, len(categories) + 1)
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": category,
-                                "bbox": [x1, y1, x2 - x1, y2 - y1], "area": float((x2 - x1) * (y2 - y1)), "iscrowd": 0,
-                                "difficult": int(o.difficult), "truncated": int(o.truncated)})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": category,
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "area": float((x2 - x1) * (y2 - y1)),
+                    "iscrowd": 0,
+                    "difficult": int(o.difficult),
+                    "truncated": int(o.truncated),
+                }
+            )
     return {"images": images, "annotations": annotations, "categories": [{"id": i, "name": n} for n, i in categories.items()]}

@@ -11,8 +11,29 @@ from ..infra.errors import ProbeError
 
 KIND = "voc-segmentation"
 SPLITS = ("train", "val", "trainaug")
-CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
-           "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")
+CLASSES = (
+    "background",
+    "aeroplane",
+    "bicycle",
+    "bird",
+    "boat",
+    "bottle",
+    "bus",
+    "car",
+    "cat",
+    "chair",
+    "cow",
+    "diningtable",
+    "dog",
+    "horse",
+    "motorbike",
+    "person",
+    "pottedplant",
+    "sheep",
+    "sofa",
+    "train",
+    "tvmonitor",
+)
 IGNORE = 255  # VOC's boundary band
 FIX_LAYOUT = "pass the VOC2012 folder holding JPEGImages/, SegmentationClass/ and ImageSets/Segmentation/"
 

@@ -37,16 +37,25 @@ from .voc_layout import CLASSES, IGNORE, KIND, mask_folder, missing_files, split
 def decode(raw: bytes, where: Path, n_classes: int = len(CLASSES)) -> np.ndarray:
     """(H, W) uint8 class indices of one mask PNG (palette or grey); other values than 0..20
     and 255, or a colour PNG, are refused naming ``where``."""
-    array = open_mask(raw, where, "a palette or grey mask of class indices",
-                      "use SegmentationClass/ (palette PNGs), not SegmentationObject or a colour rendering", "the devkit")
+    array = open_mask(
+        raw, where, "a palette or grey mask of class indices", "use SegmentationClass/ (palette PNGs), not SegmentationObject or a colour rendering", "the devkit"
+    )
     bad = np.setdiff1d(np.unique(array), np.r_[np.arange(n_classes), IGNORE])
     if bad.size:
         raise ProbeError(where, f"holds values {bad[:5].tolist()} outside 0..{n_classes - 1} and {IGNORE}", "use the devkit's class masks")
     return array.astype(np.uint8)
 
 
-def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, images: Sequence[str] | None = None,
-                    unseal: str | None = None, cache: str | Path | None = None, command: str | None = None) -> SegmentationLabels:
+def read_label_maps(
+    panel,
+    *,
+    purpose: str,
+    checkpoint: str | None = None,
+    images: Sequence[str] | None = None,
+    unseal: str | None = None,
+    cache: str | Path | None = None,
+    command: str | None = None,
+) -> SegmentationLabels:
     """Open a segmentation panel's masks, write the ledger entry, then return the label maps.
 
     ``images`` (store ids) restricts what is read and handed out to the split's images they
@@ -68,5 +77,18 @@ def read_label_maps(panel, *, purpose: str, checkpoint: str | None = None, image
     names, image_map = restrict([f"{i}.jpg" for i in split_ids(listing_raw)], images)
     files = [masks / f"{Path(n).stem}.png" for n in names]
     missing_files(files, listing)
-    return read_masks(panel, names, files, listing=(listing.name, listing_raw), decode=decode, classes=CLASSES, masks=masks, image_map=image_map,
-                      purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)
+    return read_masks(
+        panel,
+        names,
+        files,
+        listing=(listing.name, listing_raw),
+        decode=decode,
+        classes=CLASSES,
+        masks=masks,
+        image_map=image_map,
+        purpose=purpose,
+        checkpoint=checkpoint,
+        unseal=unseal,
+        cache=cache,
+        command=command,
+    )

@@ -88,10 +88,12 @@ def refuse_unused(protocol: Protocol, placement: Placement, given: dict[str, Any
         if name == "shard":
             origin = "" if name in (given or {}) else ", from torchrun's RANK/WORLD_SIZE"
             spread = " (workers or dask_address spread it)" if "workers" in protocol.placement else ""
-            raise SettingError(name, f"{protocol.name} does not run in shards (shard {value}{origin}): each shard would compute and save "
-                               "a part as if it were the whole", f"run it once, without shard or torchrun{spread}")
-        raise SettingError(name, f"{protocol.name} does not use {name} (given {value!r}): no part of its run reads it, so it would "
-                           "be ignored", f"drop {name}")
+            raise SettingError(
+                name,
+                f"{protocol.name} does not run in shards (shard {value}{origin}): each shard would compute and save a part as if it were the whole",
+                f"run it once, without shard or torchrun{spread}",
+            )
+        raise SettingError(name, f"{protocol.name} does not use {name} (given {value!r}): no part of its run reads it, so it would be ignored", f"drop {name}")
 
 
 def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
@@ -106,8 +108,11 @@ def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
     for key, name in names:
         kind = get_panel(name, inputs.get("cache_dir")).kind
         if kind not in kinds:
-            raise ProbeError(name, f"is a {kind} panel; {protocol.name} reads {' or '.join(kinds)} panels (as {key})",
-                             f"pass a {' or '.join(kinds)} panel (`probe panel list` shows each panel's kind)")
+            raise ProbeError(
+                name,
+                f"is a {kind} panel; {protocol.name} reads {' or '.join(kinds)} panels (as {key})",
+                f"pass a {' or '.join(kinds)} panel (`probe panel list` shows each panel's kind)",
+            )
 
 
 def pair_inputs(inputs: dict[str, Any]) -> None:
@@ -180,8 +185,9 @@ def _panels(protocol: Protocol, inputs: Inputs) -> dict:
     roles = {i.role: name for name, i in declared.items()}
     found = {}
     if "train" in roles and "val" in roles:
-        found[roles["train"]], found[roles["val"]] = train_and_val(inputs.get(roles["train"]), inputs.get(roles["val"]), inputs.get("cache_dir"),
-                                                                 use=declared[roles["train"]].use)
+        found[roles["train"]], found[roles["val"]] = train_and_val(
+            inputs.get(roles["train"]), inputs.get(roles["val"]), inputs.get("cache_dir"), use=declared[roles["train"]].use
+        )
     for name, i in declared.items():
         panel = found.get(name) or get_panel(inputs.get(name), inputs.get("cache_dir"))
         if i.role != "train":
@@ -190,8 +196,7 @@ def _panels(protocol: Protocol, inputs: Inputs) -> dict:
     return {name: found[name] for name in declared}
 
 
-def prepare(protocol: Protocol, source: Any, placement: Placement | None, progress: Progress | None, given: dict[str, Any],
-            block: int | None = None) -> RunContext:
+def prepare(protocol: Protocol, source: Any, placement: Placement | None, progress: Progress | None, given: dict[str, Any], block: int | None = None) -> RunContext:
     """Every refusal that needs no label and no compute, then the run's context."""
     refuse_unknown(protocol, given)
     given_settings, given_placement, inputs = split(protocol, given)
@@ -215,17 +220,24 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
         from .coverage import panel_coverage
 
-        recorded["coverage"] = panel_coverage(inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")),
-                                              sibling=protocol.reads.panel_sibling)  # before any label read
+        recorded["coverage"] = panel_coverage(
+            inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")), sibling=protocol.reads.panel_sibling
+        )  # before any label read
     current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
     chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
-    stamp = records.RunStamp(protocol=protocol.name, settings=settings.as_dict(), placement=placement.as_dict(), inputs=recorded,
-                             selection={"block": chosen, "facet": None}, differences=protocol.difference_list(), defaults=protocol.settings.defaults())
+    stamp = records.RunStamp(
+        protocol=protocol.name,
+        settings=settings.as_dict(),
+        placement=placement.as_dict(),
+        inputs=recorded,
+        selection={"block": chosen, "facet": None},
+        differences=protocol.difference_list(),
+        defaults=protocol.settings.defaults(),
+    )
     return RunContext(protocol, settings, placement, typed, stamp, progress or Progress(), block=chosen, panels=panels)
 
 
-def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, block: int | None = None,
-        **keywords: Any) -> Run:
+def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, block: int | None = None, **keywords: Any) -> Run:
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file).
     ``block``: the store's block it reads (0-based; None: the last; ``protocols.selection``)."""
     from ..store.cache import reading_block

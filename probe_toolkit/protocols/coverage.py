@@ -34,8 +34,7 @@ def _held(ds, found, ids) -> int:
     return held
 
 
-def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False,
-                   sibling: bool = False) -> dict[str, Any]:
+def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False, sibling: bool = False) -> dict[str, Any]:
     """``{"panel", "panel_images", "held"}`` for a store and a registered panel, or a ProbeError
     when the store holds none of the panel's images (or only some, unless ``allow_partial``).
     ``sibling``: the protocol reads the panel's tokens from the store's panel sibling when the
@@ -59,11 +58,17 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
             held = max(held, _held(other, found, ids))
     extract = f"probe extract {cache.manifest(ds).get('checkpoint', {}).get('path', 'CKPT')} --images {found.images}"
     if ids and not held:
-        raise ProbeError(store, f"holds none of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe no image",
-                         f"extract them first: {extract}, and pass that store")
+        raise ProbeError(
+            store,
+            f"holds none of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe no image",
+            f"extract them first: {extract}, and pass that store",
+        )
     if ids and held < len(ids) and not allow_partial:
-        raise ProbeError(store, f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
-                         f"extract the panel's images ({extract}) or pass --allow-partial to score the {held} held")
+        raise ProbeError(
+            store,
+            f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
+            f"extract the panel's images ({extract}) or pass --allow-partial to score the {held} held",
+        )
     return {"panel": panel, "panel_images": len(ids), "held": held}
 
 
@@ -98,7 +103,10 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
         if other:
             source = image_folder_or_none(candidate, cache.manifest(ds)) or cache.manifest(ds).get("image_source")
             checkpoint = (cache.manifest(ds).get("checkpoint") or {}).get("path", "CKPT")
-            raise ProbeError(other[0][0], f"is another file than {Path(str(source)) / Path(other[0][0]).name}, from which {candidate} was extracted "
-                             f"({len(other)} of the images of panel {panel!r} differ so): its features are not this image's",
-                             f"extract the panel's own images and pass that store: probe extract {checkpoint} --panel {panel} "
-                             f"--views {','.join(str(v) for v in cache.manifest(ds).get('views', []))}")
+            raise ProbeError(
+                other[0][0],
+                f"is another file than {Path(str(source)) / Path(other[0][0]).name}, from which {candidate} was extracted "
+                f"({len(other)} of the images of panel {panel!r} differ so): its features are not this image's",
+                f"extract the panel's own images and pass that store: probe extract {checkpoint} --panel {panel} "
+                f"--views {','.join(str(v) for v in cache.manifest(ds).get('views', []))}",
+            )

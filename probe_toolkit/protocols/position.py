@@ -25,35 +25,51 @@ class PositionSettings(Settings):
 
 
 DIFFERENCES = (
-    Difference("probe splits the store's images by a seeded draw (held_out, 0.2 by default) into the images it trains on and those it scores",
-               "RADIO trains on a data set's train split and scores its validation split; a store is one image set",
-               "both sides come from one image set; RADIO's data sets (food101 by default) are not read: the targets are positions"),
-    Difference("probe reports, beside RADIO's SmoothL1 figure, the mean absolute error in the same [-1, 1] units and the grid's chance level "
-               "(the best constant's L1: G / (2(G − 1)) for an even side G)", "RADIO prints only its validation loss",
-               "the L1 error is the figure the ~0.02 of trained ViTs refers to; SmoothL1 is smaller (about half its square)"),
-    Difference("the tokens are the store's, at a fixed view (224 by default), before the final norm", "a store keeps them so; RADIO runs its "
-               "model at 378 or 432 px on its own output", "the error depends on the view's grid: compare stores at one view"),
-    Difference("the map's initial weights come from a torch Generator seeded by `seed`, under one torch thread",
-               "RADIO draws them from torch's global generator", "a rerun gives the same bits; another seed can differ in the last digits"),
+    Difference(
+        "probe splits the store's images by a seeded draw (held_out, 0.2 by default) into the images it trains on and those it scores",
+        "RADIO trains on a data set's train split and scores its validation split; a store is one image set",
+        "both sides come from one image set; RADIO's data sets (food101 by default) are not read: the targets are positions",
+    ),
+    Difference(
+        "probe reports, beside RADIO's SmoothL1 figure, the mean absolute error in the same [-1, 1] units and the grid's chance level "
+        "(the best constant's L1: G / (2(G − 1)) for an even side G)",
+        "RADIO prints only its validation loss",
+        "the L1 error is the figure the ~0.02 of trained ViTs refers to; SmoothL1 is smaller (about half its square)",
+    ),
+    Difference(
+        "the tokens are the store's, at a fixed view (224 by default), before the final norm",
+        "a store keeps them so; RADIO runs its model at 378 or 432 px on its own output",
+        "the error depends on the view's grid: compare stores at one view",
+    ),
+    Difference(
+        "the map's initial weights come from a torch Generator seeded by `seed`, under one torch thread",
+        "RADIO draws them from torch's global generator",
+        "a rerun gives the same bits; another seed can differ in the last digits",
+    ),
 )
 
-PROTOCOL = register(Protocol(
-    name="position",
-    summary="A linear probe of each patch token's normalised (row, col): the held-out L1 error (about 0.02 for a trained ViT; chance ≈ 0.5).",
-    settings=PositionSettings,
-    reads=Reads(arrays=("tokens_224",), views=("224",)),
-    results=("position",),
-    references=(Reference("Ranzinger et al., AM-RADIO: Agglomerative Vision Foundation Model (CVPR 2024)", "NVlabs/RADIO examples/position_predictor.py"),),
-    differences=DIFFERENCES,
-    inputs=(Input("stores", "Stores written by probe extract (several: side by side, one record each).", "stores", True),
-            json_input("Also write the numbers as JSON.")),
-    run="commands.position:run",
-    result="commands.position:PositionReport",
-    command=Command(
-        "A linear probe of each patch token's normalised (row, col), trained and scored on held-out images of the store.",
-        options=("view", "held_out", "epochs", "lr", "batch", "seed", "json_path", "partial", "quiet"),
-        table="results.tables_labelfree:position",
-        progress=("images", "position")),
-    sections=("report.sections_labelfree:position",),
-    placement=(),  # one process: one small linear map trained in order, one torch thread
-))
+PROTOCOL = register(
+    Protocol(
+        name="position",
+        summary="A linear probe of each patch token's normalised (row, col): the held-out L1 error (about 0.02 for a trained ViT; chance ≈ 0.5).",
+        settings=PositionSettings,
+        reads=Reads(arrays=("tokens_224",), views=("224",)),
+        results=("position",),
+        references=(Reference("Ranzinger et al., AM-RADIO: Agglomerative Vision Foundation Model (CVPR 2024)", "NVlabs/RADIO examples/position_predictor.py"),),
+        differences=DIFFERENCES,
+        inputs=(
+            Input("stores", "Stores written by probe extract (several: side by side, one record each).", "stores", True),
+            json_input("Also write the numbers as JSON."),
+        ),
+        run="commands.position:run",
+        result="commands.position:PositionReport",
+        command=Command(
+            "A linear probe of each patch token's normalised (row, col), trained and scored on held-out images of the store.",
+            options=("view", "held_out", "epochs", "lr", "batch", "seed", "json_path", "partial", "quiet"),
+            table="results.tables_labelfree:position",
+            progress=("images", "position"),
+        ),
+        sections=("report.sections_labelfree:position",),
+        placement=(),  # one process: one small linear map trained in order, one torch thread
+    )
+)

@@ -30,8 +30,24 @@ from ..infra.errors import ProbeError
 from ..results import differ
 
 # the modules that declare protocols, imported on first use of the registry (each registers itself)
-MODULES = ("entropy", "neighbours", "discovery", "linear", "linear_dinov2", "knn", "attention_masks", "propagate", "correspond", "hummingbird", "segment",
-           "rank", "position", "similarity", "overcluster", "depth")
+MODULES = (
+    "entropy",
+    "neighbours",
+    "discovery",
+    "linear",
+    "linear_dinov2",
+    "knn",
+    "attention_masks",
+    "propagate",
+    "correspond",
+    "hummingbird",
+    "segment",
+    "rank",
+    "position",
+    "similarity",
+    "overcluster",
+    "depth",
+)
 
 
 @dataclass(frozen=True)

@@ -71,16 +71,21 @@ def resolve(protocol, inputs: dict[str, Any], block: Any) -> int | None:
         if depth is None:
             continue
         if not -depth <= int(block) < depth:
-            raise SettingError("block", f"{store} holds a network of {depth} blocks: block {block} is not one of 0..{depth - 1}",
-                               f"pass a 0-based block index, e.g. block={depth - 1} (the last)")
+            raise SettingError(
+                "block",
+                f"{store} holds a network of {depth} blocks: block {block} is not one of 0..{depth - 1}",
+                f"pass a 0-based block index, e.g. block={depth - 1} (the last)",
+            )
         index = int(block) % depth
         names = protocol.reads.arrays
         if names and not held(store, names, index, depth):
             from ..store.layout import view_of
 
             views = sorted({view_of(n) for n in names})
-            raise SettingError("block", f"{store} holds none of what {protocol.name} reads ({', '.join(names)}) at block {index}",
-                               f"extract it first: probe extract CKPT --images DIR --store {store} --views {views[0]} --blocks {index}"
-                               f" (or --for {protocol.name} --blocks {index})")
+            raise SettingError(
+                "block",
+                f"{store} holds none of what {protocol.name} reads ({', '.join(names)}) at block {index}",
+                f"extract it first: probe extract CKPT --images DIR --store {store} --views {views[0]} --blocks {index} (or --for {protocol.name} --blocks {index})",
+            )
         resolved = index if resolved is None else resolved
     return resolved if resolved is not None else int(block)

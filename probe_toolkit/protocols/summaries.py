@@ -31,11 +31,15 @@ class Resamples(Within):
         if self.holds(value):
             return
         if isinstance(value, int) and value > self.high:
-            why = (f"above the ceiling of {MAX_BOOT} resamples (each is a pass over the images, and their means would hold "
-                   f"~{value * 8 / 1e9:.2g} GB per statistic); more resamples no longer move the printed bounds")
+            why = (
+                f"above the ceiling of {MAX_BOOT} resamples (each is a pass over the images, and their means would hold "
+                f"~{value * 8 / 1e9:.2g} GB per statistic); more resamples no longer move the printed bounds"
+            )
         elif isinstance(value, int) and value > 0:
-            why = (f"{value} resamples are too few for a 95 % percentile interval (each 2.5 % tail would hold {0.025 * value:g} of them, "
-                   f"and the interval can exclude the estimate); the floor is {MIN_BOOT}")
+            why = (
+                f"{value} resamples are too few for a 95 % percentile interval (each 2.5 % tail would hold {0.025 * value:g} of them, "
+                f"and the interval can exclude the estimate); the floor is {MIN_BOOT}"
+            )
         else:
             why = f"there would be no interval; the floor is {MIN_BOOT}"
         raise SettingError(name, requirement=self.text, value=value, example=example, why=why, spell=spell)

@@ -78,8 +78,15 @@ def parse_formats(formats: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def write_report(
-    stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None,
-    formats: str | Sequence[str] | None = None, run: str | None = None, labels: Sequence[str] | None = None,
+    stores: list[Path],
+    out: Path | None = None,
+    *,
+    follow: str | None = None,
+    patch: int = 34,
+    cache_dir: str | Path | None = None,
+    formats: str | Sequence[str] | None = None,
+    run: str | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Written:
     """Gather the stores' results and write the report into ``out`` (default reports/<name>);
     ``labels``: ``NAME=STORE`` items naming stores in titles, tables and figures."""
@@ -121,8 +128,15 @@ def write_report(
 
 
 def render_report(
-    stores: list[Path], out: Path | None = None, *, follow: str | None = None, patch: int = 34,
-    cache_dir: str | Path | None = None, quiet: bool = True, formats: str | Sequence[str] | None = None, labels: Sequence[str] | None = None,
+    stores: list[Path],
+    out: Path | None = None,
+    *,
+    follow: str | None = None,
+    patch: int = 34,
+    cache_dir: str | Path | None = None,
+    quiet: bool = True,
+    formats: str | Sequence[str] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Path:
     """``write_report`` for callers that want only the page (``probe demo``): the HTML's path.
 

@@ -102,8 +102,9 @@ def add_caveats(sections: list[Section], stores) -> None:
                     video.append(f"the video of {store.label}'s J&F — {what}")
         if not lines and not video:
             continue
-        section.blocks.insert(0, Note(f"Not a measurement of a method: {'; '.join(dict.fromkeys(lines + video))}. "
-                                      "These numbers and pictures check the pipeline only.", "caveat"))
+        section.blocks.insert(
+            0, Note(f"Not a measurement of a method: {'; '.join(dict.fromkeys(lines + video))}. These numbers and pictures check the pipeline only.", "caveat")
+        )
         for i, block in enumerate(section.blocks):
             if not isinstance(block, Figure):
                 continue

@@ -66,21 +66,42 @@ def quantise_cosine(cosine: np.ndarray) -> np.ndarray:
     return np.clip(np.rint((np.asarray(cosine, dtype=np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
 
 
-def store_data(store: StoreView, attention: Attention | None, neighbours: Neighbours | None, note: str = "",
-               followed: Followed | None = None) -> dict[str, Any]:
+def store_data(store: StoreView, attention: Attention | None, neighbours: Neighbours | None, note: str = "", followed: Followed | None = None) -> dict[str, Any]:
     """One store's panel: its own 224 grid (rows, cols, patch size), followed patch and window table, and its maps."""
-    out: dict[str, Any] = {"label": store.label, "classToken": store.class_token, "registers": store.registers, "note": note,
-                           "attention": None, "cosine": None, "rows": None, "cols": None, "size": None, "patch": None, "follows": ""}
+    out: dict[str, Any] = {
+        "label": store.label,
+        "classToken": store.class_token,
+        "registers": store.registers,
+        "note": note,
+        "attention": None,
+        "cosine": None,
+        "rows": None,
+        "cols": None,
+        "size": None,
+        "patch": None,
+        "follows": "",
+    }
     if followed is not None:
         n = followed.rows * followed.cols
-        out.update(rows=followed.rows, cols=followed.cols, size=followed.size, patch=followed.patch, follows=followed.line,
-                   indexBytes=index_width(n), window=indices(selection.window(followed.grid, wrap=True).index, n))
+        out.update(
+            rows=followed.rows,
+            cols=followed.cols,
+            size=followed.size,
+            patch=followed.patch,
+            follows=followed.line,
+            indexBytes=index_width(n),
+            window=indices(selection.window(followed.grid, wrap=True).index, n),
+        )
     if attention is not None:
         heads, tokens, _ = attention.weights.shape
         q, top = quantise_rows(attention.weights)
         out.update(
-            heads=heads, tokens=tokens, start=attention.start, attention=b64(q),
-            rowMax=[float(f"{v:.4g}") for v in top.ravel()], top=indices(attention.ranked, attention.n_patches),
+            heads=heads,
+            tokens=tokens,
+            start=attention.start,
+            attention=b64(q),
+            rowMax=[float(f"{v:.4g}") for v in top.ravel()],
+            top=indices(attention.ranked, attention.n_patches),
             effective=[round(float(v), 2) for v in attention.effective.ravel()],
         )
     if neighbours is not None:

@@ -172,8 +172,7 @@ def tile_row(axes: Sequence, cells: int) -> Sequence:
 
 def patch_map(ax, values: np.ndarray, grid: int, cmap: str, vmin: float | None = None, vmax: float | None = None, labels: bool = False):
     """Draw one value per patch, row-major, on the [0, G] × [0, G] square (patch p at (p % G, p // G))."""
-    image = ax.imshow(np.asarray(values, dtype=np.float32).reshape(grid, grid), cmap=cmap, vmin=vmin, vmax=vmax,
-                      extent=(0, grid, grid, 0), interpolation="nearest")
+    image = ax.imshow(np.asarray(values, dtype=np.float32).reshape(grid, grid), cmap=cmap, vmin=vmin, vmax=vmax, extent=(0, grid, grid, 0), interpolation="nearest")
     if labels:
         ticks = list(range(0, grid, max(1, grid // 7)))
         ax.set_xticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=7)

@@ -35,14 +35,25 @@ def _weight_bar(fig, image, axes, n_keys: int, **where) -> None:
     uniform = 1.0 / max(n_keys, 1)
     if uniform <= image.norm.vmax:
         (bar.ax.axvline if bar.orientation == "horizontal" else bar.ax.axhline)(uniform, color="white", linewidth=1.5, linestyle="--")
-        bar.ax.text(*((uniform, 1.15) if bar.orientation == "horizontal" else (1.6, uniform)), f"uniform 1/{n_keys}",
-                    transform=bar.ax.get_xaxis_transform() if bar.orientation == "horizontal" else bar.ax.get_yaxis_transform(),
-                    ha="center" if bar.orientation == "horizontal" else "left", va="bottom" if bar.orientation == "horizontal" else "center", fontsize=8)
+        bar.ax.text(
+            *((uniform, 1.15) if bar.orientation == "horizontal" else (1.6, uniform)),
+            f"uniform 1/{n_keys}",
+            transform=bar.ax.get_xaxis_transform() if bar.orientation == "horizontal" else bar.ax.get_yaxis_transform(),
+            ha="center" if bar.orientation == "horizontal" else "left",
+            va="bottom" if bar.orientation == "horizontal" else "center",
+            fontsize=8,
+        )
 
 
 def attention_rows(
-    rows: np.ndarray, tops: np.ndarray, effective: np.ndarray, grid: int, patch: int | None, title: str,
-    cls_weight: np.ndarray | None = None, vmax: float | None = None,
+    rows: np.ndarray,
+    tops: np.ndarray,
+    effective: np.ndarray,
+    grid: int,
+    patch: int | None,
+    title: str,
+    cls_weight: np.ndarray | None = None,
+    vmax: float | None = None,
 ) -> bytes:
     """One row of attention: the mean over heads in a large map, each head in a small map.
 
@@ -72,8 +83,7 @@ def attention_rows(
     return png(fig)
 
 
-def block_rows(rows: np.ndarray, effective: np.ndarray, blocks: Sequence[int], grid: int, patch: int, title: str,
-               vmax: float | None = None) -> bytes:
+def block_rows(rows: np.ndarray, effective: np.ndarray, blocks: Sequence[int], grid: int, patch: int, title: str, vmax: float | None = None) -> bytes:
     """The followed patch's row in every block (rows) and head (columns), all maps on one scale."""
     n_blocks, heads = rows.shape[:2]
     vmax = weight_scale(rows) if vmax is None else vmax
@@ -151,8 +161,15 @@ def effective_histograms(per_store: dict[str, np.ndarray], keys: dict[str, int])
     return png(fig)
 
 
-def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]], ylabel: str, title: str = "",
-              intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None, ceiling: float | None = None, ceiling_label: str = "") -> bytes:
+def per_block(
+    per_store: dict[str, np.ndarray],
+    blocks: dict[str, Sequence[int]],
+    ylabel: str,
+    title: str = "",
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    ceiling: float | None = None,
+    ceiling_label: str = "",
+) -> bytes:
     """One quantity per block, one line per head (Tol's colours and line styles), one panel per store.
 
     The axis is honest: it starts at 0 and, with ``ceiling`` (the largest value the quantity can
@@ -169,8 +186,16 @@ def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]]
         for h in range(values.shape[1]):  # each head its own colour, dash and marker, the later drawn thinner: equal lines stay visible
             style = head_style(h)
             style["linestyle"] = HEAD_DASHES[h % len(HEAD_DASHES)]
-            ax.plot(blocks[label], values[:, h], marker=HEAD_MARKERS[h % len(HEAD_MARKERS)], markersize=5.0 - 0.4 * min(h, 6),
-                    linewidth=max(2.6 - 0.3 * h, 0.9), markerfacecolor="none" if h % 2 else style["color"], label=f"head {h}", **style)
+            ax.plot(
+                blocks[label],
+                values[:, h],
+                marker=HEAD_MARKERS[h % len(HEAD_MARKERS)],
+                markersize=5.0 - 0.4 * min(h, 6),
+                linewidth=max(2.6 - 0.3 * h, 0.9),
+                markerfacecolor="none" if h % 2 else style["color"],
+                label=f"head {h}",
+                **style,
+            )
             if intervals and label in intervals:
                 low, high = intervals[label]
                 ax.fill_between(blocks[label], low[:, h], high[:, h], color=style["color"], alpha=0.2, linewidth=0)
@@ -188,8 +213,10 @@ def per_block(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]]
     return png(fig)
 
 
-def block_spread(per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]], intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
-                 keys: int | None = None) -> bytes:
+def block_spread(
+    per_store: dict[str, np.ndarray], blocks: dict[str, Sequence[int]], intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None, keys: int | None = None
+) -> bytes:
     """Mean e^H of the patch rows per block, one line per head, one panel per store; on 0 … T."""
-    return per_block(per_store, blocks, "mean $e^H$ of a patch row (tokens)", intervals=intervals, ceiling=keys,
-                     ceiling_label=f"T = {keys}, a uniform row" if keys else "")
+    return per_block(
+        per_store, blocks, "mean $e^H$ of a patch row (tokens)", intervals=intervals, ceiling=keys, ceiling_label=f"T = {keys}, a uniform row" if keys else ""
+    )

@@ -27,8 +27,17 @@ def followed_image(rgb: np.ndarray, grid: int, patch: int, title: str) -> bytes:
     grid_lines(ax, grid, alpha=0.6)
     halo = [effects.withStroke(linewidth=1.5, foreground="black")]
     for p in range(grid * grid):  # numbers of a grid finer than 16 × 16 are too dense to print large
-        ax.text(p % grid + 0.5, p // grid + 0.5, str(p), ha="center", va="center", fontsize=8 if grid <= 16 else 3,
-                color="white", path_effects=halo, gid=None if grid <= 16 else "dense")
+        ax.text(
+            p % grid + 0.5,
+            p // grid + 0.5,
+            str(p),
+            ha="center",
+            va="center",
+            fontsize=8 if grid <= 16 else 3,
+            color="white",
+            path_effects=halo,
+            gid=None if grid <= 16 else "dense",
+        )
     outline(ax, [patch], grid, "#F0E442", width=3)
     ticks = list(range(0, grid, 1 if grid <= 16 else 4))
     ax.set_xticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=8)
@@ -58,7 +67,7 @@ def principal_rgb(token_sets: Sequence[np.ndarray]) -> tuple[list[np.ndarray], n
     rgb = (comps - low) / np.where(high > low, high - low, 1.0)
     share = (sv[:3] ** 2) / max(float((sv**2).sum()), 1e-300)
     bounds = np.cumsum([0] + [len(t) for t in token_sets])
-    return [rgb[bounds[i]:bounds[i + 1]] for i in range(len(token_sets))], np.pad(share, (0, 3 - share.size))
+    return [rgb[bounds[i] : bounds[i + 1]] for i in range(len(token_sets))], np.pad(share, (0, 3 - share.size))
 
 
 def tokens_picture(tokens: np.ndarray, grid: int, size: int = 224) -> np.ndarray:
@@ -91,7 +100,6 @@ def pca_grids(pictures: list[tuple[str, np.ndarray | None]], per_store: dict[str
         ax.set_xticks([])
         ax.set_yticks([])
     return png(fig)
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -156,8 +164,7 @@ def mask_overlays(pictures: list[tuple[str, np.ndarray]], masks: dict[str, list[
             ax.imshow(rgb)
             found = per_image[r]
             if found is None:
-                ax.text(0.5, 0.5, "no decoder result", transform=ax.transAxes, ha="center", color="white",
-                        bbox=dict(facecolor="black", alpha=0.6))
+                ax.text(0.5, 0.5, "no decoder result", transform=ax.transAxes, ha="center", color="white", bbox=dict(facecolor="black", alpha=0.6))
             else:
                 _masks_over(ax, found, rgb)
             ax.set_xticks([])
@@ -168,13 +175,11 @@ def mask_overlays(pictures: list[tuple[str, np.ndarray]], masks: dict[str, list[
     return png(fig)
 
 
-
 # ----------------------------------------------------------------------------------------------
 # the decoder's Fiedler vector, and masks against the ground truth
 
 
-def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray | None]], grid: int, title: str,
-                   lost: bool = False) -> bytes:
+def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray | None]], grid: int, title: str, lost: bool = False) -> bytes:
     """Per image (rows): the Fiedler vector on the patch grid with the seed marked, beside its masks.
 
     ``items``: (image id, x (N,) oriented so x[seed side] > 0, seed patch, RGB at display size,
@@ -191,8 +196,14 @@ def fiedler_panels(items: list[tuple[str, np.ndarray, int, np.ndarray, np.ndarra
         ax = axes[r, 0]
         image = patch_map(ax, x, grid, FIEDLER_CMAP)
         if not lost:
-            ax.contour(np.arange(grid) + 0.5, np.arange(grid) + 0.5, np.asarray(x, dtype=np.float64).reshape(grid, grid),
-                       levels=[float(np.mean(x))], colors="white", linewidths=1.0)
+            ax.contour(
+                np.arange(grid) + 0.5,
+                np.arange(grid) + 0.5,
+                np.asarray(x, dtype=np.float64).reshape(grid, grid),
+                levels=[float(np.mean(x))],
+                colors="white",
+                linewidths=1.0,
+            )
         if seed >= 0:
             ax.plot(seed % grid + 0.5, seed // grid + 0.5, "x", color="white", markersize=9, markeredgewidth=2.5)
             ax.plot(seed % grid + 0.5, seed // grid + 0.5, "x", color="black", markersize=6, markeredgewidth=1.0)

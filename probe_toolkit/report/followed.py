@@ -42,7 +42,7 @@ class Attention:
 
     def patch_rows(self, query: int) -> np.ndarray:
         """(head, N) weights of row ``query`` (a token index) on the patch keys."""
-        return self.weights[:, query, self.start:]
+        return self.weights[:, query, self.start :]
 
     def cls_weight(self, query: int) -> np.ndarray | None:
         return self.weights[:, query, 0] if self.start > self.registers else None

@@ -32,8 +32,10 @@ def _compare(found: dict[str, tuple[str | None, set[str] | None, int | None]]) -
             return None
         common = len(set.intersection(*sets.values()))
         counts = ", ".join(f"{label}: {len(ids)}" for label, ids in sets.items())
-        return (f"the stores were measured on different image sets ({counts}; {common} images in common); "
-                "their numbers describe different images and are not compared as equals.")
+        return (
+            f"the stores were measured on different image sets ({counts}; {common} images in common); "
+            "their numbers describe different images and are not compared as equals."
+        )
     unknown = [label for label, (h, _, _) in found.items() if h is None]
     if unknown:
         return f"whether the stores used the same images cannot be checked: {', '.join(unknown)} recorded no image list."
@@ -45,7 +47,8 @@ def _compare(found: dict[str, tuple[str | None, set[str] | None, int | None]]) -
 
 def _from_inputs(store, name: str, run_id: str | None, ds, status: str) -> tuple[int | None, str]:
     """(images used, status) of a record without ``computed_on``, from its ``record.json`` inputs: the panel's
-    coverage (how many of the panel's images the store held when it ran) or the DAVIS sequences it read."""
+    coverage (how many of the panel's images the store held when it ran), the panel images a network read
+    itself (NAVI) or the DAVIS sequences it read."""
     from ..results import records
     from .sources import shown_path
 
@@ -53,17 +56,19 @@ def _from_inputs(store, name: str, run_id: str | None, ds, status: str) -> tuple
     inputs = (found.meta.get("inputs") or {}) if found is not None else {}
     coverage = inputs.get("coverage") if isinstance(inputs.get("coverage"), dict) else None
     if coverage and coverage.get("held") is not None:
-        return int(coverage["held"]), (f"panel {coverage.get('panel', inputs.get('panel', '?'))}: {coverage['held']} of its "
-                                       f"{coverage.get('panel_images', '?')} images, as the run found them (a panel's images: not checked against the store)")
+        return int(coverage["held"]), (
+            f"panel {coverage.get('panel', inputs.get('panel', '?'))}: {coverage['held']} of its "
+            f"{coverage.get('panel_images', '?')} images, as the run found them (a panel's images: not checked against the store)"
+        )
     counts, panels = ds.attrs.get("counts") or {}, ds.attrs.get("panels") or {}
     if isinstance(counts, dict) and isinstance(panels, dict) and counts.get("val") is not None and panels.get("val"):
         train = f"{(panels.get('train') or {}).get('name', '?')} ({counts.get('train', '?')} images) → " if panels.get("train") else ""
-        return int(counts["val"]), (f"panels {train}{panels['val'].get('name', '?')} ({counts['val']} images), as the run read them "
-                                    "(panels' images: not checked against the store)")
-    panel = ds.attrs.get("panel") if isinstance(ds.attrs.get("panel"), dict) else {}
-    if isinstance(counts, dict) and counts.get("images") is not None and panel.get("name"):  # one panel's images the run read (NAVI's)
-        return int(counts["images"]), (f"panel {panel['name']} ({counts['images']} images), as the run read them "
-                                       "(a panel's images: not checked against the store)")
+        return int(counts["val"]), (
+            f"panels {train}{panels['val'].get('name', '?')} ({counts['val']} images), as the run read them (panels' images: not checked against the store)"
+        )
+    panel = ds.attrs.get("panel")
+    if isinstance(panel, dict) and panel.get("name") and isinstance(counts, dict) and isinstance(counts.get("images"), int):
+        return counts["images"], (f"panel {panel['name']} ({counts['images']} images), as the run read them (the network ran on the panel's own images, not the store's)")
     if inputs.get("davis"):
         sequences = ds.attrs.get("sequences") or []
         return ds.attrs.get("frames"), f"DAVIS {shown_path(inputs['davis'])}: {len(sequences)} sequences (frames, not the store's images)"
@@ -87,17 +92,31 @@ def freshness(ctx) -> Section:
                 images, status = _from_inputs(store.path, name, made.get("run_id"), ds, status)
             if why:
                 stale.append(f"{store.label} {name}")
-            rows.append([store.label, name, made.get("run_id", "before records"), made.get("toolkit_version") or "?",
-                         "?" if images is None else str(images), f"{now['done']} of {now['total']}", status])
+            rows.append(
+                [
+                    store.label,
+                    name,
+                    made.get("run_id", "before records"),
+                    made.get("toolkit_version") or "?",
+                    "?" if images is None else str(images),
+                    f"{now['done']} of {now['total']}",
+                    status,
+                ]
+            )
             settings.setdefault(name, {})[store.label] = made.get("settings")
             ids = {str(i) for i in ds["image"].values} if "image" in ds.coords else None
             by_result.setdefault(name, {})[store.label] = (record.get("images_sha256"), ids, images)
     if not rows:
         section.missing("No saved results yet.")
         return section
-    section.blocks.append(Table(["store", "result", "run", "probe", "images used", "store done now", "status"], rows,
-                                "Each store's latest record of each result (probe results STORE lists them all) against its store now; "
-                                "a stale result is shown in its section as it was computed."))
+    section.blocks.append(
+        Table(
+            ["store", "result", "run", "probe", "images used", "store done now", "status"],
+            rows,
+            "Each store's latest record of each result (probe results STORE lists them all) against its store now; "
+            "a stale result is shown in its section as it was computed.",
+        )
+    )
     if stale:
         section.blocks.append(Note(f"Stale: {', '.join(stale)}. Rerun those analyses on the finished store before comparing their numbers."))
     same = []
@@ -115,6 +134,10 @@ def freshness(ctx) -> Section:
     for name, found in sorted(settings.items()):
         differ = incomparable(found)
         if differ:
-            section.blocks.append(Note(f"{name}: the stores' records differ in {', '.join(differ)}; their numbers come from different settings "
-                                       "and are not compared as equals (rerun with the same settings, or pick records with --run)."))
+            section.blocks.append(
+                Note(
+                    f"{name}: the stores' records differ in {', '.join(differ)}; their numbers come from different settings "
+                    "and are not compared as equals (rerun with the same settings, or pick records with --run)."
+                )
+            )
     return section

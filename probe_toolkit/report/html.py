@@ -35,8 +35,10 @@ def table(t: Table) -> str:
 
 def figure(f: Figure) -> str:
     data = base64.b64encode(f.png).decode("ascii")
-    return (f'<figure data-figure="{html.escape(f.name)}"><img alt="{html.escape(f.caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{inline(f.caption)}</figcaption></figure>")
+    return (
+        f'<figure data-figure="{html.escape(f.name)}"><img alt="{html.escape(f.caption)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{inline(f.caption)}</figcaption></figure>"
+    )
 
 
 def note(n: Note) -> str:
@@ -46,8 +48,9 @@ def note(n: Note) -> str:
 def explorer(e: Explorer) -> str:
     # "</" cannot end the script element early once escaped; the JSON stays valid
     payload = json_text(e.data, separators=(",", ":")).replace("</", "<\\/")
-    return (f'<div id="probe-explorer" class="explorer" data-patch="{int(e.data["patch"])}"></div>'
-            f'<script type="application/json" id="probe-explorer-data">{payload}</script>')
+    return (
+        f'<div id="probe-explorer" class="explorer" data-patch="{int(e.data["patch"])}"></div><script type="application/json" id="probe-explorer-data">{payload}</script>'
+    )
 
 
 RENDER = {Table: table, Figure: figure, Note: note, Explorer: explorer}
@@ -71,14 +74,14 @@ def render(report: Report, generated: str) -> str:
 <meta http-equiv="Content-Security-Policy" content="{POLICY}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(report.title)}</title>
-<style>{asset('report.css')}</style>
+<style>{asset("report.css")}</style>
 </head>
 <body data-patch="{report.patch}">
 <h1>{html.escape(report.title)}</h1>
-<p class="meta">{len(report.stores)} store{'s' if len(report.stores) != 1 else ''}: {', '.join(html.escape(s) for s in report.stores)}; {follow};
-generated {html.escape(generated)} by {html.escape(report.version or 'probe')}.</p>
+<p class="meta">{len(report.stores)} store{"s" if len(report.stores) != 1 else ""}: {", ".join(html.escape(s) for s in report.stores)}; {follow};
+generated {html.escape(generated)} by {html.escape(report.version or "probe")}.</p>
 <nav><ol>{contents}</ol></nav>
-{''.join(section(s) for s in report.sections)}
+{"".join(section(s) for s in report.sections)}
 {script}
 </body>
 </html>

@@ -37,8 +37,7 @@ def note(n: Note) -> str:
 
 
 def explorer(e: Explorer) -> str:
-    return (f"The interactive explorer (click a patch of `{e.data['image']}`) is in `report.html`; "
-            f"open it offline at `report.html#patch={e.data['patch']}`.")
+    return f"The interactive explorer (click a patch of `{e.data['image']}`) is in `report.html`; open it offline at `report.html#patch={e.data['patch']}`."
 
 
 RENDER = {Table: table, Figure: figure, Note: note, Explorer: explorer}

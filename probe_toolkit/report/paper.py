@@ -91,8 +91,9 @@ class Metric:
 METRICS = {
     "knn": Metric(lambda r: r == "knn", _knn),
     "decode": Metric(lambda r: r.startswith("scores_"), _scores),
-    "hummingbird": Metric(lambda r: r == "hummingbird", _hummingbird, _published_hummingbird,
-                          "vpariza/open-hummingbird-eval README.md (Pascal VOC, 512 px; Hungarian-matched mIoU)"),
+    "hummingbird": Metric(
+        lambda r: r == "hummingbird", _hummingbird, _published_hummingbird, "vpariza/open-hummingbird-eval README.md (Pascal VOC, 512 px; Hungarian-matched mIoU)"
+    ),
     "entropy": Metric(lambda r: r == "entropy", _entropy),
 }
 
@@ -173,8 +174,10 @@ def build(stores: Iterable[str | Path], protocols: Iterable[str] = DEFAULT_PROTO
         split.setdefault((c.protocol, c.result, c.heading), []).append(c)
     for (protocol, result, heading), group in split.items():
         if len(group) > 1:
-            notes.append(f"{protocol} ({result}), {heading}: records measured {len(group)} ways sit in {len(group)} columns, "
-                         "one per set of images and settings: " + " | ".join(c.measured for c in group))
+            notes.append(
+                f"{protocol} ({result}), {heading}: records measured {len(group)} ways sit in {len(group)} columns, "
+                "one per set of images and settings: " + " | ".join(c.measured for c in group)
+            )
     published: dict[str, None] = {}
     filled: set[str] = set()
     for column in ordered:
@@ -185,9 +188,11 @@ def build(stores: Iterable[str | Path], protocols: Iterable[str] = DEFAULT_PROTO
             filled.add(column.protocol)
     for protocol in protocols:
         if METRICS[protocol].source and any(c.protocol == protocol for c in ordered):
-            notes.append(f"published rows ({protocol}): {METRICS[protocol].source}; measured on released weights and the full data set, not on these stores."
-                         if protocol in filled else
-                         f"{protocol}: no column was measured at a published setting, so no published row is shown ({METRICS[protocol].source}).")
+            notes.append(
+                f"published rows ({protocol}): {METRICS[protocol].source}; measured on released weights and the full data set, not on these stores."
+                if protocol in filled
+                else f"{protocol}: no column was measured at a published setting, so no published row is shown ({METRICS[protocol].source})."
+            )
     if not ordered:
         raise ProbeError(None, f"the stores hold no record of {', '.join(protocols)}", "run the protocols first (probe knn / decode --panel / hummingbird)")
     return PaperTable([*dict.fromkeys(names.values()), *published], set(published), ordered, notes)
@@ -201,8 +206,11 @@ def markdown(table: PaperTable) -> str:
     head = ["checkpoint", *(c.title for c in table.columns)]
     lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _grid(table)]
-    notes = ["", "Cells: % (or tokens) [95 % bootstrap interval where the record has one]; – where a checkpoint has no record measured that way.",
-             *(f"- {n}" for n in table.notes)]
+    notes = [
+        "",
+        "Cells: % (or tokens) [95 % bootstrap interval where the record has one]; – where a checkpoint has no record measured that way.",
+        *(f"- {n}" for n in table.notes),
+    ]
     return "\n".join(lines + notes) + "\n"
 
 
@@ -216,14 +224,38 @@ def csv_text(table: PaperTable) -> str:
             if number is None:
                 continue
             scale = 100.0 if number.share else 1.0
-            writer.writerow([row, row in table.published, column.protocol, column.result, column.heading, column.measured,
-                             f"{scale * number.value:.4f}", "" if number.low is None else f"{scale * number.low:.4f}",
-                             "" if number.high is None else f"{scale * number.high:.4f}"])
+            writer.writerow(
+                [
+                    row,
+                    row in table.published,
+                    column.protocol,
+                    column.result,
+                    column.heading,
+                    column.measured,
+                    f"{scale * number.value:.4f}",
+                    "" if number.low is None else f"{scale * number.low:.4f}",
+                    "" if number.high is None else f"{scale * number.high:.4f}",
+                ]
+            )
     return out.getvalue()
 
 
-LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-                 "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--", "≤": r"$\leq$", "τ": r"$\tau$", "ε": r"$\varepsilon$"}
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+    "≤": r"$\leq$",
+    "τ": r"$\tau$",
+    "ε": r"$\varepsilon$",
+}
 
 
 def _tex(text: str) -> str:
@@ -231,9 +263,13 @@ def _tex(text: str) -> str:
 
 
 def latex(table: PaperTable) -> str:
-    lines = [r"\begin{tabular}{l" + "r" * len(table.columns) + "}", r"\hline",
-             " & ".join(["checkpoint", *(_tex(c.heading) for c in table.columns)]) + r" \\",
-             " & ".join(["", *(r"\scriptsize " + _tex(c.measured) for c in table.columns)]) + r" \\", r"\hline"]
+    lines = [
+        r"\begin{tabular}{l" + "r" * len(table.columns) + "}",
+        r"\hline",
+        " & ".join(["checkpoint", *(_tex(c.heading) for c in table.columns)]) + r" \\",
+        " & ".join(["", *(r"\scriptsize " + _tex(c.measured) for c in table.columns)]) + r" \\",
+        r"\hline",
+    ]
     for row in _grid(table):
         if row[0] in table.published and not lines[-1].startswith(r"\hline"):
             lines.append(r"\hline")

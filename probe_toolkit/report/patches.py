@@ -61,8 +61,11 @@ def follow_patches(stores: list[StoreView], patch: int) -> dict[str, Followed]:
     ref_label = next(iter(found))
     R0, C0, p0 = found[ref_label]
     if not 0 <= patch < R0 * C0:
-        raise ProbeError("--patch", f"{patch} is outside 0..{R0 * C0 - 1} of {ref_label}'s {R0} × {C0} grid (the first store's 224 view)",
-                         "pick a patch of that grid, patch = columns·row + column, 0 at the top left")
+        raise ProbeError(
+            "--patch",
+            f"{patch} is outside 0..{R0 * C0 - 1} of {ref_label}'s {R0} × {C0} grid (the first store's 224 view)",
+            "pick a patch of that grid, patch = columns·row + column, 0 at the top left",
+        )
     r0, c0 = divmod(patch, C0)
     out = {}
     for label, (R, C, p) in found.items():
@@ -71,9 +74,19 @@ def follow_patches(stores: list[StoreView], patch: int) -> dict[str, Followed]:
             continue
         r, c = under(r0, p, p0), under(c0, p, p0)
         if not (0 <= r < R and 0 <= c < C):
-            out[label] = Followed(R, C, p, None, f"{label}: follows no patch: the centre of patch {patch} of {ref_label} lies in pixels its "
-                                                 f"{R} × {C} grid of {p}-pixel patches leaves unused")
+            out[label] = Followed(
+                R,
+                C,
+                p,
+                None,
+                f"{label}: follows no patch: the centre of patch {patch} of {ref_label} lies in pixels its {R} × {C} grid of {p}-pixel patches leaves unused",
+            )
             continue
-        out[label] = Followed(R, C, p, r * C + c, f"{label}: patch {r * C + c} (row {r}, column {c}) of its {R} × {C} grid, the one under the "
-                                                 f"centre of patch {patch} of {ref_label}'s {R0} × {C0}")
+        out[label] = Followed(
+            R,
+            C,
+            p,
+            r * C + c,
+            f"{label}: patch {r * C + c} (row {r}, column {c}) of its {R} × {C} grid, the one under the centre of patch {patch} of {ref_label}'s {R0} × {C0}",
+        )
     return out

@@ -63,9 +63,15 @@ def token_pca(ctx: Context) -> Section:
         rgb = original_image(ctx.stores, image_id)
         pictures.append((image_id, None if rgb is None else np.asarray(Image.fromarray(rgb).resize((224, 224), Image.Resampling.BILINEAR))))
     png = figures_maps.pca_grids(pictures, per_store, grid)
-    section.blocks.append(ctx.figure("token-pca", png, f"Each store's last-block patch tokens of {len(chosen)} images projected on their first three "
-                                                       "principal components (one PCA per store over these images together), as red, green and blue; "
-                                                       "the left column is the image, squashed to a square for the comparison."))
+    section.blocks.append(
+        ctx.figure(
+            "token-pca",
+            png,
+            f"Each store's last-block patch tokens of {len(chosen)} images projected on their first three "
+            "principal components (one PCA per store over these images together), as red, green and blue; "
+            "the left column is the image, squashed to a square for the comparison.",
+        )
+    )
     section.blocks.append(Note("Similar colours are similar tokens within one store; colours are not comparable between stores, each has its own PCA."))
     if len(same) < len(holders):
         section.missing(f"Not drawn: {', '.join(s.label for s in holders if s not in same)}, whose 224 grid differs from {grid} × {grid}.")
@@ -127,8 +133,9 @@ def decoder_cuts(ctx: Context) -> Section:
         return section
     for label, (store, ds) in with_vector.items():
         if "grid_rows" in ds:  # the figure draws one square grid; the own-size views have a grid per image
-            section.missing(f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view "
-                            "(a grid per image).")
+            section.missing(
+                f"{label}: the Fiedler figure draws the square views; these masks were cut on the {ds.attrs.get('view') or 'native'} view (a grid per image)."
+            )
             continue
         ids = [str(v) for v in ds.image.values]
         scored = next((store.result(n) for n in sorted(store.results) if n.startswith("scores_")), None)
@@ -141,8 +148,7 @@ def decoder_cuts(ctx: Context) -> Section:
             h, w = (int(store.ds["image_height"].values[k]), int(store.ds["image_width"].values[k])) if k is not None else (DISPLAY, DISPLAY)
             size = (max(1, int(round(h * DISPLAY / max(w, 1)))), DISPLAY)
             rgb = original_image(ctx.stores, image_id)
-            pictures[image_id] = (np.full((*size, 3), 128, np.uint8) if rgb is None
-                                  else np.asarray(Image.fromarray(rgb).resize(size[::-1], Image.Resampling.BILINEAR)))
+            pictures[image_id] = np.full((*size, 3), 128, np.uint8) if rgb is None else np.asarray(Image.fromarray(rgb).resize(size[::-1], Image.Resampling.BILINEAR))
             shape[image_id] = size
         truth, why = _truth(ctx, store, scored, chosen, shape) if scored is not None else (None, "")
         grid = int(ds.attrs.get("grid", round(ds.sizes["patch"] ** 0.5)))
@@ -152,13 +158,24 @@ def decoder_cuts(ctx: Context) -> Section:
             i = ids.index(image_id)
             patch_masks = ds["masks"].values[i, : int(ds["n_masks"].values[i])].astype(bool)
             up = np.stack([mask_geometry.upsample(m, *shape[image_id]) for m in patch_masks]) if len(patch_masks) else np.zeros((0, *shape[image_id]), bool)
-            items.append((image_id, ds["degree" if lost else "fiedler"].values[i], int(ds["seed"].values[i]), pictures[image_id], up,
-                          None if truth is None else truth.get(image_id)))
+            items.append(
+                (
+                    image_id,
+                    ds["degree" if lost else "fiedler"].values[i],
+                    int(ds["seed"].values[i]),
+                    pictures[image_id],
+                    up,
+                    None if truth is None else truth.get(image_id),
+                )
+            )
         png = figures_maps.fiedler_panels(items, grid, figures.wrap(label, 40), lost=lost)
-        caption = (f"{label}: LOST's degree (how many patches each patch's key has a positive dot product with) on the {grid} × {grid} grid "
-                   "of the decoder's view (×: the seed, the patch of least degree), beside the mask grown from it, mapped back to the image" if lost else
-                   f"{label}: the first cut's Fiedler vector x on the {grid} × {grid} grid of the decoder's view (white line: the cut at mean(x); "
-                   "×: the seed), beside the masks mapped back to the image")
+        caption = (
+            f"{label}: LOST's degree (how many patches each patch's key has a positive dot product with) on the {grid} × {grid} grid "
+            "of the decoder's view (×: the seed, the patch of least degree), beside the mask grown from it, mapped back to the image"
+            if lost
+            else f"{label}: the first cut's Fiedler vector x on the {grid} × {grid} grid of the decoder's view (white line: the cut at mean(x); "
+            "×: the seed), beside the masks mapped back to the image"
+        )
         if truth is not None:
             caption += f"; dashed: the objects of panel {scored.attrs.get('panel')} (labels read for this figure, ledgered)"
         elif scored is not None:

@@ -37,7 +37,7 @@ def fit(text: str, chars: int) -> str:
     if chars <= 3:
         return text[:chars]
     head = max(1, (chars - 1) // 3)  # the end (number and extension) tells files apart more often
-    return text[:head] + "…" + text[len(text) - (chars - 1 - head):]
+    return text[:head] + "…" + text[len(text) - (chars - 1 - head) :]
 
 
 def name_lines(name: str, chars: int) -> str:
@@ -52,8 +52,7 @@ TILE_IN = 1.3  # a tile's side, inches
 CHAR_EM = 0.62  # a DejaVu Sans character's mean advance, in em (digits 0.64, lower case ~0.6)
 
 
-def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list[list[tuple[str, np.ndarray | None, float]]],
-             title: str = "") -> figures.Drawing:
+def knn_grid(queries: list[tuple[str, np.ndarray | None, str]], neighbours: list[list[tuple[str, np.ndarray | None, float]]], title: str = "") -> figures.Drawing:
     """Rows: a query (id, 224 view, its class) then its neighbours (id, 224 view, cosine), best first.
 
     Titles are short lines (the query's class, or ``#rank · cosine``; then the file name on up to two) cut to
@@ -135,9 +134,11 @@ def knn_figure(ctx, store, ds) -> tuple[Figure, list[str], list[str]]:
         rows.append([(n_id, picture(n_id), s) for n_id, s in ranked])
         parts.append(f"{image_id} ({classes[int(ds.label.values[q])]}) → " + ", ".join(f"{n_id} ({s:.3f})" for n_id, s in ranked))
     png = knn_grid(queries, rows, f"{store.label}: k-NN neighbours")
-    caption = (f"{store.label}: the first {len(chosen)} val queries of results/knn (framed, with their class) and their "
-               f"{ds.sizes['rank']} most similar train images by cosine of the k-NN feature, best first, each as its 224 view "
-               "(titles shortened to fit a tile; the full ids follow): " + "; ".join(parts) + ".")
+    caption = (
+        f"{store.label}: the first {len(chosen)} val queries of results/knn (framed, with their class) and their "
+        f"{ds.sizes['rank']} most similar train images by cosine of the k-NN feature, best first, each as its 224 view "
+        "(titles shortened to fit a tile; the full ids follow): " + "; ".join(parts) + "."
+    )
     return ctx.figure("knn-retrieval", png, caption), list(dict.fromkeys(from_tokens)), list(dict.fromkeys(nothing))
 
 
@@ -207,6 +208,8 @@ def propagation_figure(ctx, label: str, ds) -> Figure | Note:
         with Image.open(jpg) as frame, Image.open(png) as mask:
             loaded.append((stem, np.asarray(frame.convert("RGB")), np.asarray(mask)))
     drawing = propagation_strip(loaded, f"{figures.wrap(label, 40)}: {sequence}")
-    caption = (f"{label}: sequence {sequence}, frames {', '.join(s for s, _, _ in frames)} of {len(predicted)}: the first frame with its "
-               f"ground-truth annotation (the propagation's input), then the masks `probe propagate` predicted ({shown_path(out)}), one colour per object.")
+    caption = (
+        f"{label}: sequence {sequence}, frames {', '.join(s for s, _, _ in frames)} of {len(predicted)}: the first frame with its "
+        f"ground-truth annotation (the propagation's input), then the masks `probe propagate` predicted ({shown_path(out)}), one colour per object."
+    )
     return ctx.figure("davis-strip", drawing, caption)

@@ -47,11 +47,14 @@ def reference_values(ctx: Context) -> Section:
     """Every published number not printed beside a measurement, with its protocol, data and source."""
     section = Section("references", "Published elsewhere: numbers on other data or protocols")
     rest = references.elsewhere(ctx.shown)
-    rows = [[r.label, f"{r.value:g}", r.protocol.method + (f" ({r.note})" if r.note else ""), r.protocol.arch, r.protocol.view,
-             r.data.name, r.source] for r in rest]
-    section.blocks.append(Table(["metric", "value", "method", "network", "input", "data", "source"], rows,
-                                "Published numbers measured on other data or with another protocol than the scores above; "
-                                "none of them is comparable to a score of this report."))
+    rows = [[r.label, f"{r.value:g}", r.protocol.method + (f" ({r.note})" if r.note else ""), r.protocol.arch, r.protocol.view, r.data.name, r.source] for r in rest]
+    section.blocks.append(
+        Table(
+            ["metric", "value", "method", "network", "input", "data", "source"],
+            rows,
+            "Published numbers measured on other data or with another protocol than the scores above; none of them is comparable to a score of this report.",
+        )
+    )
     if ctx.shown:
         section.blocks.append(Note(f"{len(ctx.shown)} published number(s) match a score's protocol and data and are printed beside it."))
     return section

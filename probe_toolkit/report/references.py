@@ -125,8 +125,15 @@ def _names_dataset(names: tuple[str, ...], data: Data) -> bool:
 def matches(ref: Reference, m: Measurement) -> bool:
     """Same metric, same protocol (preset, view, architecture) and same data (see the module doc)."""
     p = ref.protocol
-    return (ref.statistic == m.statistic and p.preset is not None and p.preset == m.preset and p.view == m.view
-            and p.arch == m.arch and ref.data.images == m.images and _names_dataset(m.names, ref.data))
+    return (
+        ref.statistic == m.statistic
+        and p.preset is not None
+        and p.preset == m.preset
+        and p.view == m.view
+        and p.arch == m.arch
+        and ref.data.images == m.images
+        and _names_dataset(m.names, ref.data)
+    )
 
 
 def beside(measurement: Measurement) -> list[Reference]:

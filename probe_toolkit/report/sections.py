@@ -73,7 +73,6 @@ def manifests(ctx: Context) -> Section:
 # the followed image and the explorer
 
 
-
 def followed_image(ctx: Context) -> Section:
     section = Section("followed", "The followed image and its patch grid")
     if ctx.follow is None or ctx.picture is None or ctx.picture.rgb is None:
@@ -81,14 +80,18 @@ def followed_image(ctx: Context) -> Section:
         return section
     grid = _grid_of(ctx)
     r, c = divmod(ctx.patch, grid)
-    section.blocks.append(Note(
-        f"Image `{ctx.follow}`, its 224-pixel view (short side to 224 px with PIL bicubic, centre crop), cut into {grid} × {grid} "
-        f"patches numbered row by row from 0 at the top left: patch = {grid}·row + column. The followed patch {ctx.patch} sits in "
-        f"row {r}, column {c} (outlined)."))
+    section.blocks.append(
+        Note(
+            f"Image `{ctx.follow}`, its 224-pixel view (short side to 224 px with PIL bicubic, centre crop), cut into {grid} × {grid} "
+            f"patches numbered row by row from 0 at the top left: patch = {grid}·row + column. The followed patch {ctx.patch} sits in "
+            f"row {r}, column {c} (outlined)."
+        )
+    )
     mapped = _other_grids(ctx)
     if mapped:
-        section.blocks.append(Note("Stores on other grids follow the patch under its centre (a centre on a border goes to the upper / left "
-                                   "patch): " + "; ".join(mapped) + "."))
+        section.blocks.append(
+            Note("Stores on other grids follow the patch under its centre (a centre on a border goes to the upper / left patch): " + "; ".join(mapped) + ".")
+        )
     if ctx.picture.note:
         section.blocks.append(Note(ctx.picture.note))
     png = figures_maps.followed_image(ctx.picture.rgb, grid, ctx.patch, f"{ctx.follow}: {grid}×{grid} patches, followed patch {ctx.patch}")
@@ -112,20 +115,24 @@ def explorer(ctx: Context) -> Section:
     reference = next(iter(ctx.followed.values()))
     picture = ctx.picture or Picture(None, "", "")
     grids = dict.fromkeys(f"{f.rows} × {f.cols}" for f in ctx.followed.values())
-    section.blocks.append(Note(
-        "Click a patch of the image (or open the page at `#patch=N`): every store shows that patch's row of the last block's "
-        "attention, the mean over heads large and each head small, scaled to its largest weight, the five largest weights "
-        "outlined in blue; and the cosine of its token to every patch, with its 3×3 window (SelfPatch's wrap-around, dashed), "
-        "the window's top k (thick) and the crop's 8 most similar (dots). Networks with a class token can show the class "
-        "token's row instead, DINOv2's register tokens each register's row (Darcet et al. 2024, Fig. 9). "
-        "Weights and cosines are stored with 8 bits."
-        + (f" Each store is drawn on its own grid ({', '.join(grids)}); the picture's grid is the first store's, and the others follow "
-           "the patch under the chosen patch's centre (a centre on a border goes to the upper / left patch)." if len(grids) > 1 else "")))
+    section.blocks.append(
+        Note(
+            "Click a patch of the image (or open the page at `#patch=N`): every store shows that patch's row of the last block's "
+            "attention, the mean over heads large and each head small, scaled to its largest weight, the five largest weights "
+            "outlined in blue; and the cosine of its token to every patch, with its 3×3 window (SelfPatch's wrap-around, dashed), "
+            "the window's top k (thick) and the crop's 8 most similar (dots). Networks with a class token can show the class "
+            "token's row instead, DINOv2's register tokens each register's row (Darcet et al. 2024, Fig. 9). "
+            "Weights and cosines are stored with 8 bits."
+            + (
+                f" Each store is drawn on its own grid ({', '.join(grids)}); the picture's grid is the first store's, and the others follow "
+                "the patch under the chosen patch's centre (a centre on a border goes to the upper / left patch)."
+                if len(grids) > 1
+                else ""
+            )
+        )
+    )
     section.blocks.append(Explorer(explorer_data(data, reference, ctx.follow, picture)))
     return section
-
-
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -144,13 +151,28 @@ def training(ctx: Context) -> Section:
         meta = run.manifest
         init = meta.get("init") or {}
         start = init.get("sha256", "")[:12] if isinstance(init, dict) and init.get("sha256") else ("random" if isinstance(init, dict) and "random" in init else "?")
-        rows.append([label, shown_path(run.folder), str(meta.get("run", "?")), str(meta.get("rule", "?")), start, str(len(run.log)),
-                     str(last.get("epoch", "?")), f"{last.get('loss', float('nan')):.4f}" if "loss" in last else "–", str(meta.get("status", "?"))])
-    section.blocks.append(Table(["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"], rows,
-                                "Runs of training/ that wrote the stores' checkpoints."))
+        rows.append(
+            [
+                label,
+                shown_path(run.folder),
+                str(meta.get("run", "?")),
+                str(meta.get("rule", "?")),
+                start,
+                str(len(run.log)),
+                str(last.get("epoch", "?")),
+                f"{last.get('loss', float('nan')):.4f}" if "loss" in last else "–",
+                str(meta.get("status", "?")),
+            ]
+        )
+    section.blocks.append(
+        Table(
+            ["store", "run folder", "run", "rule", "started from", "steps logged", "last epoch", "last loss", "status"],
+            rows,
+            "Runs of training/ that wrote the stores' checkpoints.",
+        )
+    )
     png = figures_training.training_curves({label: run.log for label, run in runs.items()})
-    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl). "
-                                     + why_total(runs)))
+    section.blocks.append(ctx.figure("training-curves", png, "Logged quantities against the optimiser step (training/'s log.jsonl). " + why_total(runs)))
     _lacking(section, [s for s in ctx.stores if s.label not in runs], "training log beside the checkpoint", HOW["training"])
     return section
 
@@ -161,14 +183,17 @@ def why_total(runs: dict) -> str:
     weights = {label: (run.config.get("rule") or {}).get("weight") for label, run in runs.items()}
     known = {label: w for label, w in weights.items() if isinstance(w, (int, float))}
     said = ", ".join(f"{label}: λ = {w:g}" for label, w in known.items()) if known else "λ as each run's config sets it, 0.1 by default as in SelfPatch"
-    return ("The total loss is L = L_global + λ·L_patch (λ·L_con for the contrastive rule): the patch term enters weighted by λ "
-            f"({said}), so with λ < 1 the total can lie below the patch loss.")
+    return (
+        "The total loss is L = L_global + λ·L_patch (λ·L_con for the contrastive rule): the patch term enters weighted by λ "
+        f"({said}), so with λ < 1 the total can lie below the patch loss."
+    )
 
 
 FIRST: tuple[Callable[[Context], Section], ...] = (manifests, freshness, explorer, followed_image)  # the stores themselves
 LAST: tuple[Callable[[Context], Section], ...] = (
     blocks,  # report/sections_blocks.py: each protocol's number against the block it read
-    training, reference_values,
+    training,
+    reference_values,
     discovery,  # report/discovery.py: the field's benchmarks beside the published numbers
 )
 
@@ -189,8 +214,9 @@ def builders() -> list[Callable[[Context], Section]]:
     return [*FIRST, *(registry.resolve(s) for p in registry.protocols() for s in p.sections), *LAST]
 
 
-def gather(stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None,
-           labels: dict[Path, str] | None = None) -> Report:
+def gather(
+    stores: list[Path], follow: str | None = None, patch: int = 34, cache_dir: str | Path | None = None, run: str | None = None, labels: dict[Path, str] | None = None
+) -> Report:
     """Open the stores, read their results (the latest records, or run ``run``'s) and the followed
     image, and build every section; ``labels`` titles stores (``--label NAME=STORE``)."""
     if not stores:

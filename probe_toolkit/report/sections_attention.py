@@ -30,8 +30,7 @@ def _row_table(label: str, att: followed.Attention, query: int, what: str) -> Ta
     rows = []
     for h in range(att.weights.shape[0]):
         cls = f"{att.weights[h, query, 0]:.3f}" if att.start > att.registers else "–"
-        rows.append([str(h), f"{att.effective[h, query]:.1f}", f"{100 * att.effective[h, query] / att.weights.shape[-1]:.1f} %",
-                     _weights_cell(att, h, query), cls])
+        rows.append([str(h), f"{att.effective[h, query]:.1f}", f"{100 * att.effective[h, query] / att.weights.shape[-1]:.1f} %", _weights_cell(att, h, query), cls])
     return Table(["head", "e^H", "e^H / T", "five largest weights (patch: weight)", "weight on [CLS]"], rows, f"{label}: {what}, last block")
 
 
@@ -56,29 +55,46 @@ def attention(ctx: Context) -> Section:
             continue
         grid = int(round(att.n_patches**0.5))
         q = att.start + patch
-        png = figures_attention.attention_rows(att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, patch,
-                                     f"{store.label}: row of patch {patch}, last block", att.cls_weight(q), vmax=scale)
-        section.blocks.append(ctx.figure("attention-patch", png, f"{store.label}: patch {patch}'s row of the last block's attention in every head; "
-                                                                 "five largest weights outlined, the patch itself dashed."))
+        png = figures_attention.attention_rows(
+            att.patch_rows(q), att.ranked[:, q], att.effective[:, q], grid, patch, f"{store.label}: row of patch {patch}, last block", att.cls_weight(q), vmax=scale
+        )
+        section.blocks.append(
+            ctx.figure(
+                "attention-patch",
+                png,
+                f"{store.label}: patch {patch}'s row of the last block's attention in every head; five largest weights outlined, the patch itself dashed.",
+            )
+        )
         section.blocks.append(_row_table(store.label, att, q, f"row of patch {patch}"))
         if att.start > att.registers:  # the network has a class token (token 0)
-            png = figures_attention.attention_rows(att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None,
-                                         f"{store.label}: the class token's row, last block", vmax=cls_scale)
+            png = figures_attention.attention_rows(
+                att.patch_rows(0), att.ranked[:, 0], att.effective[:, 0], grid, None, f"{store.label}: the class token's row, last block", vmax=cls_scale
+            )
             section.blocks.append(ctx.figure("attention-cls", png, f"{store.label}: where the class token looks, head by head."))
             section.blocks.append(_row_table(store.label, att, 0, "the class token's row"))
         if att.registers:  # DINOv2's register tokens, drawn as the registers paper draws them (report/registers.py)
             png = registers.register_maps(att, grid, f"{store.label}: class token and registers, last block, mean over heads")
-            section.blocks.append(ctx.figure("attention-registers", png, f"{store.label}: where the class token and each of the {att.registers} "
-                                                                         "register tokens look (Darcet et al. 2024, Vision Transformers Need Registers, Fig. 9)."))
+            section.blocks.append(
+                ctx.figure(
+                    "attention-registers",
+                    png,
+                    f"{store.label}: where the class token and each of the {att.registers} "
+                    "register tokens look (Darcet et al. 2024, Vision Transformers Need Registers, Fig. 9).",
+                )
+            )
         through = followed.blocks(store, ctx.follow, patch)
         if through is None:
             no_blocks.append(store)
             continue
         png = figures_attention.block_rows(through.rows, through.effective, through.blocks, grid, patch, f"{store.label}: patch {patch} through the blocks")
         section.blocks.append(ctx.figure("attention-blocks", png, f"{store.label}: patch {patch}'s row in every block (rows) and head (columns)."))
-        section.blocks.append(Table(["block", *[f"head {h}" for h in range(through.effective.shape[1])]],
-                                    [[str(b), *[f"{v:.1f}" for v in through.effective[i]]] for i, b in enumerate(through.blocks)],
-                                    f"{store.label}: e^H of patch {patch}'s row in every block and head"))
+        section.blocks.append(
+            Table(
+                ["block", *[f"head {h}" for h in range(through.effective.shape[1])]],
+                [[str(b), *[f"{v:.1f}" for v in through.effective[i]]] for i, b in enumerate(through.blocks)],
+                f"{store.label}: e^H of patch {patch}'s row in every block and head",
+            )
+        )
     _lacking(section, without, f"last-block attention of {ctx.follow}", HOW["attention"])
     _lacking(section, no_blocks, "attention of every block", HOW["blocks"])
     return section
@@ -94,8 +110,9 @@ def block_interval(ds, name: str) -> tuple[np.ndarray, np.ndarray]:
     table's intervals, per block and head."""
     values = np.asarray(ds[name].values, dtype=np.float64)
     n, blocks, heads = values.shape
-    interval = bootstrap_mean(values.reshape(n, blocks * heads), n_boot=int(ds.attrs.get("n_boot", 1000)), seed=int(ds.attrs.get("seed", 0)),
-                              level=float(ds.attrs.get("level", 0.95)))
+    interval = bootstrap_mean(
+        values.reshape(n, blocks * heads), n_boot=int(ds.attrs.get("n_boot", 1000)), seed=int(ds.attrs.get("seed", 0)), level=float(ds.attrs.get("level", 0.95))
+    )
     return interval.low.reshape(blocks, heads), interval.high.reshape(blocks, heads)
 
 
@@ -111,36 +128,64 @@ def entropy(ctx: Context) -> Section:
     rows = statistic_rows(found, ENTROPY_LABELS)
     rows.append(["keys per row T", *[str(ds.attrs.get("n_keys")) for ds in found.values()]])
     rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
-    section.blocks.append(Table(["statistic", *labels], rows,
-                                f"Last block, patch rows over all keys; mean over images [{level} % bootstrap interval]."))
+    section.blocks.append(Table(["statistic", *labels], rows, f"Last block, patch rows over all keys; mean over images [{level} % bootstrap interval]."))
     per_head = []
     for label, ds in found.items():  # one row per store and head: one number per cell
         for h in range(ds.sizes["head"]):
             cls = f"{float(ds.set_cls_effective.values[h]):.1f}" if "set_cls_effective" in ds else "–"
-            per_head.append([label, str(h), f"{float(ds.set_patch_effective.values[h]):.1f}", _pct(ds.set_patch_share.values[h]),
-                             f"{float(ds.set_distance.values[h]):.2f}", cls])
-    section.blocks.append(Table(["store", "head", "mean e^H (tokens)", "share of T", "distance (patches)", "[CLS] row e^H"], per_head,
-                                "Per head: mean e^H of a patch row, its share of T, mean attention distance; the class token's row where there is one."))
-    png = figures_attention.effective_histograms({label: ds.patch_effective.values for label, ds in found.items()},
-                                       {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()})
-    section.blocks.append(ctx.figure("entropy-histograms", png, "Per head, how the images' mean e^H of a patch row is distributed: "
-                                                               "one outline per store on shared bins fitted to the data; dotted: T, a uniform row."))
+            per_head.append(
+                [label, str(h), f"{float(ds.set_patch_effective.values[h]):.1f}", _pct(ds.set_patch_share.values[h]), f"{float(ds.set_distance.values[h]):.2f}", cls]
+            )
+    section.blocks.append(
+        Table(
+            ["store", "head", "mean e^H (tokens)", "share of T", "distance (patches)", "[CLS] row e^H"],
+            per_head,
+            "Per head: mean e^H of a patch row, its share of T, mean attention distance; the class token's row where there is one.",
+        )
+    )
+    png = figures_attention.effective_histograms(
+        {label: ds.patch_effective.values for label, ds in found.items()}, {label: int(ds.attrs.get("n_keys", 196)) for label, ds in found.items()}
+    )
+    section.blocks.append(
+        ctx.figure(
+            "entropy-histograms",
+            png,
+            "Per head, how the images' mean e^H of a patch row is distributed: one outline per store on shared bins fitted to the data; dotted: T, a uniform row.",
+        )
+    )
     blocks = {label: ds for label, ds in found.items() if "set_block_patch_effective" in ds}
     if blocks:
         keys = {int(ds.attrs.get("n_keys", 0)) for ds in blocks.values()}
-        png = figures_attention.block_spread({label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
-                                             {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()},
-                                             {label: block_interval(ds, "block_patch_effective") for label, ds in blocks.items()},
-                                             keys.pop() if len(keys) == 1 else None)
-        section.blocks.append(ctx.figure("entropy-blocks", png, f"Mean e^H of a patch row in every block, per head, with its {level} % bootstrap "
-                                                                "interval over images (band); the axis runs from 0 past T (dotted, a uniform row), "
-                                                                "so differences show at their size relative to the whole range."))
+        png = figures_attention.block_spread(
+            {label: ds.set_block_patch_effective.values for label, ds in blocks.items()},
+            {label: [int(b) for b in ds.block.values] for label, ds in blocks.items()},
+            {label: block_interval(ds, "block_patch_effective") for label, ds in blocks.items()},
+            keys.pop() if len(keys) == 1 else None,
+        )
+        section.blocks.append(
+            ctx.figure(
+                "entropy-blocks",
+                png,
+                f"Mean e^H of a patch row in every block, per head, with its {level} % bootstrap "
+                "interval over images (band); the axis runs from 0 past T (dotted, a uniform row), "
+                "so differences show at their size relative to the whole range.",
+            )
+        )
         near = {label: ds for label, ds in blocks.items() if "set_block_distance" in ds}
-        png = figures_attention.per_block({label: ds.set_block_distance.values for label, ds in near.items()},
-                                          {label: [int(b) for b in ds.block.values] for label, ds in near.items()},
-                                          "mean attention distance (patches)", intervals={label: block_interval(ds, "block_distance") for label, ds in near.items()})
-        section.blocks.append(ctx.figure("attention-distance-blocks", png, "Mean attention distance of the patch rows (Dosovitskiy et al., ICLR 2021, "
-                                                                         f"Fig. 7: the attention-weighted distance to every patch) per head against block, "
-                                                                         f"with its {level} % bootstrap interval over images (band); the axis starts at 0."))
+        png = figures_attention.per_block(
+            {label: ds.set_block_distance.values for label, ds in near.items()},
+            {label: [int(b) for b in ds.block.values] for label, ds in near.items()},
+            "mean attention distance (patches)",
+            intervals={label: block_interval(ds, "block_distance") for label, ds in near.items()},
+        )
+        section.blocks.append(
+            ctx.figure(
+                "attention-distance-blocks",
+                png,
+                "Mean attention distance of the patch rows (Dosovitskiy et al., ICLR 2021, "
+                f"Fig. 7: the attention-weighted distance to every patch) per head against block, "
+                f"with its {level} % bootstrap interval over images (band); the axis starts at 0.",
+            )
+        )
     _lacking(section, [s for s in ctx.stores if s.label not in found], "attention entropy", how)
     return section

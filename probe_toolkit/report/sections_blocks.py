@@ -118,8 +118,13 @@ def blocks(ctx: Context) -> Section:
         if not lines:
             continue
         drawn += 1
-        section.blocks.append(ctx.figure(f"blocks-{curve.result.rstrip('_')}", per_block_figure(lines, curve.label),
-                                         f"{curve.label} of each store at every block its records read (the latest record of each block)."))
+        section.blocks.append(
+            ctx.figure(
+                f"blocks-{curve.result.rstrip('_')}",
+                per_block_figure(lines, curve.label),
+                f"{curve.label} of each store at every block its records read (the latest record of each block).",
+            )
+        )
         rows = [[label, str(b), f"{v:.4g}"] for label, points in lines.items() for b, v in points.items()]
         section.blocks.append(Table(["store", "block", curve.label], rows, f"{curve.label} by block (0-based)."))
     if not drawn:

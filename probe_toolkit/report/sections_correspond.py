@@ -15,8 +15,10 @@ from . import figures
 from .content import Note, Section, Table
 from .sources import shown_path
 
-PUBLISHED = ("SPair-71k keypoint correspondence, DINOv3 ViT-S/16: 50.4 (facebookresearch/dinov3 MODEL_CARD.md; its own protocol, "
-             "other weights). mbanani/probe3d reports PCK@0.10 of the target box by viewpoint bin for its backbones (El Banani et al., CVPR 2024).")
+PUBLISHED = (
+    "SPair-71k keypoint correspondence, DINOv3 ViT-S/16: 50.4 (facebookresearch/dinov3 MODEL_CARD.md; its own protocol, "
+    "other weights). mbanani/probe3d reports PCK@0.10 of the target box by viewpoint bin for its backbones (El Banani et al., CVPR 2024)."
+)
 HOW = "run `probe correspond STORE --panel NAME` on a SPair-71k panel (its store extracted with `--views square800`)"
 BIN_TITLES = {"0": "viewpoint 0", "1": "viewpoint 1", "2": "viewpoint 2", "all": "all pairs"}
 
@@ -36,8 +38,9 @@ def square_picture(path: Path, side: int = 800) -> np.ndarray:
     return np.asarray(canvas.resize((side, side), Image.Resampling.BICUBIC))
 
 
-def matches_drawing(source: np.ndarray, target: np.ndarray, source_xy: np.ndarray, target_xy: np.ndarray, predicted: np.ndarray,
-                    error: np.ndarray, threshold: float, title: str) -> figures.Drawing:
+def matches_drawing(
+    source: np.ndarray, target: np.ndarray, source_xy: np.ndarray, target_xy: np.ndarray, predicted: np.ndarray, error: np.ndarray, threshold: float, title: str
+) -> figures.Drawing:
     """Source and target side by side: each scored keypoint joined to its match in the target,
     green when within ``threshold`` of the box (a hit), red otherwise; the true target keypoint ringed."""
     side = source.shape[1]
@@ -76,11 +79,21 @@ def pair_figure(ctx, label: str, ds):
     error = ds.error.values[i]
     hits = int((error[np.isfinite(error)] < threshold).sum())
     scored = int(np.isfinite(error).sum())
-    drawing = matches_drawing(square_picture(source_dir / src), square_picture(source_dir / trg), ds.source_xy.values[i], ds.target_xy.values[i],
-                              ds.predicted.values[i], error, threshold, f"{figures.wrap(label, 40)}: {ds.pair.values[i]}")
-    caption = (f"{label}: pair {ds.pair.values[i]} ({ds.pair_category.values[i]}, viewpoint {int(ds.viewpoint.values[i])}), source {src} left, "
-               f"target {trg} right, both in the square800 view: each keypoint annotated in both joined to the target patch its token matched "
-               f"(×), green within {threshold:g} of the target box's larger side ({hits} of {scored}), red beyond; white rings: the annotated targets.")
+    drawing = matches_drawing(
+        square_picture(source_dir / src),
+        square_picture(source_dir / trg),
+        ds.source_xy.values[i],
+        ds.target_xy.values[i],
+        ds.predicted.values[i],
+        error,
+        threshold,
+        f"{figures.wrap(label, 40)}: {ds.pair.values[i]}",
+    )
+    caption = (
+        f"{label}: pair {ds.pair.values[i]} ({ds.pair_category.values[i]}, viewpoint {int(ds.viewpoint.values[i])}), source {src} left, "
+        f"target {trg} right, both in the square800 view: each keypoint annotated in both joined to the target patch its token matched "
+        f"(×), green within {threshold:g} of the target box's larger side ({hits} of {scored}), red beyond; white rings: the annotated targets."
+    )
     return ctx.figure("correspond-pair", drawing, caption)
 
 
@@ -95,19 +108,33 @@ def correspond(ctx) -> Section:
     for label, ds in found.items():
         for t, threshold in enumerate(ds.threshold.values):
             rows.append([label, f"{float(threshold):g}", *[_cell(float(ds.pck_mean.sel(bin=b).values[t])) for b in bins]])
-    section.blocks.append(Table(["store", "PCK@", *[BIN_TITLES[b] for b in bins]], rows,
-                                "Percent of keypoints matched within the threshold × the target box's larger side; mean over the categories with pairs, "
-                                "each category's sample of pairs per viewpoint bin drawn as probe3d draws it."))
+    section.blocks.append(
+        Table(
+            ["store", "PCK@", *[BIN_TITLES[b] for b in bins]],
+            rows,
+            "Percent of keypoints matched within the threshold × the target box's larger side; mean over the categories with pairs, "
+            "each category's sample of pairs per viewpoint bin drawn as probe3d draws it.",
+        )
+    )
     for label, ds in found.items():
         main = list(ds.threshold.values).index(0.1) if 0.1 in list(ds.threshold.values) else 0
         per = [[str(c), *[_cell(float(ds.pck.sel(category=c, bin=b).values[main])) for b in bins]] for c in ds.category.values]
         counts = ds.attrs.get("counts", {})
-        section.blocks.append(Table(["category", *[BIN_TITLES[b] for b in bins]], per,
-                                    f"{label}: PCK@{float(ds.threshold.values[main]):g} per category, on panel {ds.attrs.get('panel', {}).get('name', '?')} "
-                                    f"({counts.get('pairs_matched', '?')} of {counts.get('pairs_in_panel', '?')} pairs, "
-                                    f"{counts.get('keypoints_scored', '?')} keypoints)."))
-        section.blocks.append(Note(f"{label}: view — {ds.attrs.get('view_text', '?')}; features — {ds.attrs.get('feature', '?')}; tokens "
-                                   f"{ds.attrs.get('tokens_dtype', '?')}. Labels: {ctx.book.describe(ds.attrs.get('ledger'))}."))
+        section.blocks.append(
+            Table(
+                ["category", *[BIN_TITLES[b] for b in bins]],
+                per,
+                f"{label}: PCK@{float(ds.threshold.values[main]):g} per category, on panel {ds.attrs.get('panel', {}).get('name', '?')} "
+                f"({counts.get('pairs_matched', '?')} of {counts.get('pairs_in_panel', '?')} pairs, "
+                f"{counts.get('keypoints_scored', '?')} keypoints).",
+            )
+        )
+        section.blocks.append(
+            Note(
+                f"{label}: view — {ds.attrs.get('view_text', '?')}; features — {ds.attrs.get('feature', '?')}; tokens "
+                f"{ds.attrs.get('tokens_dtype', '?')}. Labels: {ctx.book.describe(ds.attrs.get('ledger'))}."
+            )
+        )
         section.blocks.append(pair_figure(ctx, label, ds))
     section.blocks.append(Note(f"published elsewhere (other weights and data; not comparable with the numbers above): {PUBLISHED}", "reference"))
     missing = [s.label for s in ctx.stores if s.label not in found]

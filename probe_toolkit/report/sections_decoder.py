@@ -44,11 +44,27 @@ def decoder(ctx: Context) -> Section:
     for label, ds in found.items():
         st = ds.attrs.get("settings", {})
         n = ds["n_masks"].values
-        rows.append([label, str(st.get("preset", "?")), f"{st.get('tau', '?')}", f"{st.get('eps', '?')}", str(st.get("center", "?")),
-                     str(st.get("masks", "?")), str(ds.sizes["image"]), f"{int(n.sum())} ({n.mean():.2f} per image)",
-                     str(int(ds["degenerate"].values.sum())), f"{float(ds.attrs.get('seconds', float('nan'))):.1f}"])
-    section.blocks.append(Table(["store", "preset", "τ", "ε", "centred", "masks ≤", "images", "masks found", "degenerate eigengap", "seconds"], rows,
-                                "Settings and counts of each store's saved decoder run (results/decoder)."))
+        rows.append(
+            [
+                label,
+                str(st.get("preset", "?")),
+                f"{st.get('tau', '?')}",
+                f"{st.get('eps', '?')}",
+                str(st.get("center", "?")),
+                str(st.get("masks", "?")),
+                str(ds.sizes["image"]),
+                f"{int(n.sum())} ({n.mean():.2f} per image)",
+                str(int(ds["degenerate"].values.sum())),
+                f"{float(ds.attrs.get('seconds', float('nan'))):.1f}",
+            ]
+        )
+    section.blocks.append(
+        Table(
+            ["store", "preset", "τ", "ε", "centred", "masks ≤", "images", "masks found", "degenerate eigengap", "seconds"],
+            rows,
+            "Settings and counts of each store's saved decoder run (results/decoder).",
+        )
+    )
     ids = {label: [str(v) for v in ds.image.values] for label, ds in found.items()}
     order = ([ctx.follow] if ctx.follow else []) + [i for label in ids for i in ids[label]]
     chosen = [i for i in dict.fromkeys(order) if any(i in held for held in ids.values())][:MAX_MASK_IMAGES]
@@ -67,8 +83,14 @@ def decoder(ctx: Context) -> Section:
             overlays[label].append(mask_geometry.saved_masks(ds, i, *rgb.shape[:2], original=(height, width)))
     png = figures_maps.mask_overlays(pictures, overlays)
     views = "; ".join(f"{label}: {_cut_on(ds)}" for label, ds in found.items())
-    section.blocks.append(ctx.figure("decoder-masks", png, "Decoder masks over sample images (first cut first), one column per store; "
-                                                           f"masks are cut on the patch grid of each store's view ({views}) and mapped back to the whole image."))
+    section.blocks.append(
+        ctx.figure(
+            "decoder-masks",
+            png,
+            "Decoder masks over sample images (first cut first), one column per store; "
+            f"masks are cut on the patch grid of each store's view ({views}) and mapped back to the whole image.",
+        )
+    )
     _lacking(section, [s for s in ctx.stores if s.label not in found], "decoder masks", HOW["decoder"])
     return section
 
@@ -93,17 +115,26 @@ def scores(ctx: Context) -> Section:
             rows.append([text, *[_pct(_score_value(ds, key), 2) for ds in found.values()]])
         matched = comparable(ctx, found, rows)
         role = next(iter(found.values())).attrs.get("role", "?")
-        section.blocks.append(Table(["metric", *found, *(["published, same protocol and data"] if matched else [])], rows,
-                                    f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."
-                                    + ("" if matched else " No published number shares this panel's protocol and data (see the last section).")))
+        section.blocks.append(
+            Table(
+                ["metric", *found, *(["published, same protocol and data"] if matched else [])],
+                rows,
+                f"Panel {panel} ({role}): class-agnostic COCO AP/AR (pycocotools), CorLoc (LOST's rule), mean best IoU; in %."
+                + ("" if matched else " No published number shares this panel's protocol and data (see the last section)."),
+            )
+        )
         prov = []
         for label, ds in found.items():
             st = ds.attrs.get("settings", {})
             counts = ds.attrs.get("counts", {})
-            prov.append([label, ctx.book.describe(ds.attrs.get("ledger_entry")),
-                         f"{st.get('preset', '?')}, τ {st.get('tau', '?')}, ε {st.get('eps', '?')}, centred {st.get('center', '?')}, at most {st.get('masks', '?')} "
-                         "mask(s)",
-                         ", ".join(f"{k} {v}" for k, v in counts.items())])
+            prov.append(
+                [
+                    label,
+                    ctx.book.describe(ds.attrs.get("ledger_entry")),
+                    f"{st.get('preset', '?')}, τ {st.get('tau', '?')}, ε {st.get('eps', '?')}, centred {st.get('center', '?')}, at most {st.get('masks', '?')} mask(s)",
+                    ", ".join(f"{k} {v}" for k, v in counts.items()),
+                ]
+            )
         section.blocks.append(Table(["store", "ledger entry of the label read", "decoder settings", "counts"], prov, f"Where the scores on {panel} came from."))
         _lacking(section, [s for s in ctx.stores if s.label not in found], f"scores on {panel}", HOW["scores"].replace("NAME", panel))
     sweeps = sorted({name.removeprefix("sweep_") for s in ctx.stores for name in s.results if name.startswith("sweep_")})
@@ -117,14 +148,32 @@ def scores(ctx: Context) -> Section:
             order = np.argsort(-np.nan_to_num(values, nan=-1.0), kind="stable")[:5]
             best = int(ds.attrs.get("best", order[0]))
             cols = ["preset", "center", "tau", "eps", "masks"]
-            rows = [[("★ " if int(i) == best else "") + str(ds["preset"].values[i]), *[str(ds[c].values[i]) for c in cols[1:]],
-                     *[_pct(float(ds[m].values[i]), 2) for m in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc")]] for i in order]
-            section.blocks.append(Table([*cols, "segm AP", "segm AP50", "bbox AP50", "CorLoc"], rows,
-                                        f"{store.label}: the 5 best of {ds.sizes['setting']} decoder settings on {panel} by {metric} (★ chosen); "
-                                        f"{ctx.book.describe(ds.attrs.get('ledger_entry'))}."))
+            rows = [
+                [
+                    ("★ " if int(i) == best else "") + str(ds["preset"].values[i]),
+                    *[str(ds[c].values[i]) for c in cols[1:]],
+                    *[_pct(float(ds[m].values[i]), 2) for m in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc")],
+                ]
+                for i in order
+            ]
+            section.blocks.append(
+                Table(
+                    [*cols, "segm AP", "segm AP50", "bbox AP50", "CorLoc"],
+                    rows,
+                    f"{store.label}: the 5 best of {ds.sizes['setting']} decoder settings on {panel} by {metric} (★ chosen); "
+                    f"{ctx.book.describe(ds.attrs.get('ledger_entry'))}.",
+                )
+            )
     if not panels and not sweeps:
         section.missing(f"No scores yet: {HOW['scores']}; to choose the settings, {HOW['sweep']}.")
     if ctx.book.chains:
-        section.blocks.append(Note("; ".join(f"ledger {shown_path(path)}: {'chain intact' if not problems else 'BROKEN: ' + ' / '.join(problems[:3])}"
-                                             for path, problems in ctx.book.chains.items()) + "."))
+        section.blocks.append(
+            Note(
+                "; ".join(
+                    f"ledger {shown_path(path)}: {'chain intact' if not problems else 'BROKEN: ' + ' / '.join(problems[:3])}"
+                    for path, problems in ctx.book.chains.items()
+                )
+                + "."
+            )
+        )
     return section

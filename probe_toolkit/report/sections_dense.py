@@ -67,8 +67,9 @@ def class_legend(fig, maps: list[np.ndarray], names: list[str]) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncol=min(6, len(handles)), fontsize=7, frameon=False)
 
 
-def retrieval_maps(rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]], store: str = "",
-                   classes: list[str] | None = None) -> figures.Drawing:
+def retrieval_maps(
+    rows: list[tuple[str, np.ndarray | None, np.ndarray, list[tuple[str, np.ndarray]]]], store: str = "", classes: list[str] | None = None
+) -> figures.Drawing:
     """Rows: a val image (id, its view or None), its ground truth, then its transferred labels at each memory size;
     the store's name above, the classes' colours below."""
     columns = 2 + max(len(r[3]) for r in rows)
@@ -95,9 +96,11 @@ def hummingbird(ctx) -> Section:
     for label, (store, ds) in found.items():
         memory = [str(m) for m in ds.memory.values]
         headline = ds.attrs.get("matching", "identity")
-        rows = [[f"{label}: mIoU{' (headline)' if headline == 'identity' else ''}", *(_pct(v) for v in ds.miou.values)],
-                [f"{label}: mIoU, Hungarian-matched{' (headline)' if headline == 'hungarian' else ''}", *(_pct(v) for v in ds.miou_hungarian.values)],
-                ["memory rows", *(str(int(v)) for v in ds.bank_rows.values)]]
+        rows = [
+            [f"{label}: mIoU{' (headline)' if headline == 'identity' else ''}", *(_pct(v) for v in ds.miou.values)],
+            [f"{label}: mIoU, Hungarian-matched{' (headline)' if headline == 'hungarian' else ''}", *(_pct(v) for v in ds.miou_hungarian.values)],
+            ["memory rows", *(str(int(v)) for v in ds.bank_rows.values)],
+        ]
         voc = ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
         published, size = [str(m) for m in PUBLISHED_MEMORY_SIZES], int(ds.attrs.get("size", INPUT_SIZE))  # records before --size: 512
         beside = comparable(memory, size) if voc else ()  # a published row only at this run's input size and a published memory size
@@ -105,25 +108,43 @@ def hummingbird(ctx) -> Section:
             by_size = dict(zip(published, values))
             rows.append([f"published, other weights: {name}", *(f"{by_size[m]:.1f}" if m in by_size else "–" for m in memory)])
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
-        section.blocks.append(Table(["", *(f"memory {m}" for m in memory)], rows,
-                                    f"{label}: {data_set(ds.attrs.get('panel_kind', 'voc-segmentation'))} mIoU (%) over "
-                                    f"{len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
-                                    f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
-                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images), input size {size} px"
-                                    + (f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network." if beside
-                                       else "" if voc else "; no published numbers for this data set.")))
+        section.blocks.append(
+            Table(
+                ["", *(f"memory {m}" for m in memory)],
+                rows,
+                f"{label}: {data_set(ds.attrs.get('panel_kind', 'voc-segmentation'))} mIoU (%) over "
+                f"{len(ds['class'])} classes, {pan.get('train', {}).get('name', '?')} "
+                f"({counts.get('train', '?')} images × {len(ds.attrs.get('views', {}).get('memory', []))} augmented views) → "
+                f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images), input size {size} px"
+                + (
+                    f"; published rows: {PUBLISHED_SOURCE}, measured on released weights, not this store's network."
+                    if beside
+                    else ""
+                    if voc
+                    else "; no published numbers for this data set."
+                ),
+            )
+        )
         apart = [(name, values) for name, values in PUBLISHED if (name, values) not in beside]
         if voc and apart:  # the published numbers at their own input and memory sizes: no column of this run is comparable with them
-            section.blocks.append(Table(["published, other weights", *(f"memory {int(m):,}" for m in PUBLISHED_MEMORY_SIZES)],
-                                        [[name, *(f"{v:.1f}" for v in values)] for name, values in apart],
-                                        f"{label}: the published VOC mIoU (%) at the published memory sizes, each at its input size ({PUBLISHED_SOURCE}); "
-                                        f"this run (memory {', '.join(f'{int(m):,}' if m.isdigit() else m for m in memory)}, input size {size} px) "
-                                        "does not share these settings, so no number above is comparable with them."))
+            section.blocks.append(
+                Table(
+                    ["published, other weights", *(f"memory {int(m):,}" for m in PUBLISHED_MEMORY_SIZES)],
+                    [[name, *(f"{v:.1f}" for v in values)] for name, values in apart],
+                    f"{label}: the published VOC mIoU (%) at the published memory sizes, each at its input size ({PUBLISHED_SOURCE}); "
+                    f"this run (memory {', '.join(f'{int(m):,}' if m.isdigit() else m for m in memory)}, input size {size} px) "
+                    "does not share these settings, so no number above is comparable with them.",
+                )
+            )
         per_class = [[str(c), *(_pct(ds.iou.values[m, i]) for m in range(len(memory)))] for i, c in enumerate(ds["class"].values)]
         section.blocks.append(Table(["class", *(f"IoU, memory {m}" for m in memory)], per_class, f"{label}: each class's IoU (%), no matching."))
-        section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; views — queries {ds.attrs.get('views', {}).get('query')}, "
-                                   f"memory {', '.join(ds.attrs.get('views', {}).get('memory', []))}. Labels: train {ctx.book.describe(led.get('train'))}; "
-                                   f"val {ctx.book.describe(led.get('val'))}."))
+        section.blocks.append(
+            Note(
+                f"{label}: features — {ds.attrs.get('feature', '?')}; views — queries {ds.attrs.get('views', {}).get('query')}, "
+                f"memory {', '.join(ds.attrs.get('views', {}).get('memory', []))}. Labels: train {ctx.book.describe(led.get('train'))}; "
+                f"val {ctx.book.describe(led.get('val'))}."
+            )
+        )
         if ds.sizes.get("shown", 0):
             section.blocks.append(_figure(ctx, store, ds, label))
     return lacking(section, ctx, found, "Hummingbird results", HOW)
@@ -143,11 +164,16 @@ def _figure(ctx, store, ds, label: str) -> Figure:
             picture = np.asarray(hbird_views.squashed(images.load_image(path), size).crop((0, 0, side, side)))
         predicted = [(str(m), ds.prediction.values[i, j]) for i, m in enumerate(ds.memory.values)]
         rows.append((image_id, picture, ds.truth.values[j], predicted))
-    colours = ("VOC's colours, boundary white" if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
-               else "ADE20K's classes in VOC's devkit palette, 'other' black")
+    colours = (
+        "VOC's colours, boundary white"
+        if ds.attrs.get("panel_kind", "voc-segmentation") == "voc-segmentation"
+        else "ADE20K's classes in VOC's devkit palette, 'other' black"
+    )
     k = int(differ.settings(ds)["k"])
-    caption = (f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {query} view, its ground truth "
-               f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size.")
+    caption = (
+        f"{label}: the first {len(rows)} val images of results/hummingbird, each as its {query} view, its ground truth "
+        f"({colours}) and the labels transferred from the memory's {k} nearest patches at each memory size."
+    )
     return ctx.figure("hummingbird-retrieval", retrieval_maps(rows, label, [str(c) for c in ds["class"].values]), caption)
 
 
@@ -163,15 +189,17 @@ def _overlay(picture: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return out.astype(np.uint8)
 
 
-def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray, store: str = "",
-                      classes: list[str] | None = None) -> figures.Drawing:
+def segmentation_maps(
+    rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], losses: np.ndarray, store: str = "", classes: list[str] | None = None
+) -> figures.Drawing:
     """Rows: a val image, its ground truth and the trained head's prediction over it; the last
     row's extra panel is the training loss per iteration; the store's name above, the classes' colours below."""
     fig = MplFigure(figsize=(7.2, 2.0 * max(len(rows), 1) + 2.2), layout="constrained")
     grid = fig.add_gridspec(len(rows) + 1, 3, height_ratios=[*([1.0] * len(rows)), 0.8])
     for r, (image_id, picture, truth, predicted) in enumerate(rows):
-        for c, (shown, title) in enumerate(((picture, figures.wrap(image_id.rsplit("/", 1)[-1], 18)), (_overlay(picture, truth), "ground truth"),
-                                            (_overlay(picture, predicted), "prediction"))):
+        for c, (shown, title) in enumerate(
+            ((picture, figures.wrap(image_id.rsplit("/", 1)[-1], 18)), (_overlay(picture, truth), "ground truth"), (_overlay(picture, predicted), "prediction"))
+        ):
             ax = fig.add_subplot(grid[r, c])
             ax.imshow(shown)
             ax.set_title(title, fontsize=7)
@@ -192,29 +220,41 @@ def segmentation_maps(rows: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]
 def segmentation(ctx) -> Section:
     from ..analyses.segment_published import PUBLISHED
 
-    section, found = results_section(ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation",
-                                     "linear segmentation results",
-                                     SEGMENT_HOW)
+    section, found = results_section(
+        ctx, "linear-segmentation", "Linear segmentation (DINOv3 / DINOv2 linear head)", "linear-segmentation", "linear segmentation results", SEGMENT_HOW
+    )
     for label, (_store, ds) in found.items():
         schedule, settings = ds.attrs.get("schedule", {}), ds.attrs.get("settings", {})
         kind = ds.attrs.get("panel_kind", "ade20k")
         rows = [[f"{label} ({schedule.get('label', '?')})", _pct(ds.miou.values), _pct(ds.accuracy.values)]]
         rows += [[f"published, other weights: {name}", f"{value:.1f}", "–"] for name, published_kind, value in PUBLISHED if published_kind == kind]
         counts, pan, led = ds.attrs.get("counts", {}), ds.attrs.get("panels", {}), ds.attrs.get("ledger", {})
-        section.blocks.append(Table(["", "mIoU (%)", "pixel accuracy (%)"], rows,
-                                    f"{label}: preset {settings.get('preset', '?')}, {pan.get('train', {}).get('name', '?')} ({counts.get('train', '?')} images, "
-                                    f"{schedule.get('iterations', '?')} iterations of {schedule.get('batch', '?')} crops of {settings.get('crop', '?')} px) → "
-                                    f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images, windows {settings.get('crop', '?')} / "
-                                    f"{settings.get('stride', '?')}); mean over the classes labelled or predicted."
-                                    + ("" if not schedule.get("unpublished_settings") else " Settings other than the published: "
-                                       + ", ".join(f"{k} {v}" for k, v in schedule["unpublished_settings"].items()) + ".")
-                                    + " Published rows: released weights on the full data set with the published settings, not this network."))
+        section.blocks.append(
+            Table(
+                ["", "mIoU (%)", "pixel accuracy (%)"],
+                rows,
+                f"{label}: preset {settings.get('preset', '?')}, {pan.get('train', {}).get('name', '?')} ({counts.get('train', '?')} images, "
+                f"{schedule.get('iterations', '?')} iterations of {schedule.get('batch', '?')} crops of {settings.get('crop', '?')} px) → "
+                f"{pan.get('val', {}).get('name', '?')} ({counts.get('val', '?')} images, windows {settings.get('crop', '?')} / "
+                f"{settings.get('stride', '?')}); mean over the classes labelled or predicted."
+                + (
+                    ""
+                    if not schedule.get("unpublished_settings")
+                    else " Settings other than the published: " + ", ".join(f"{k} {v}" for k, v in schedule["unpublished_settings"].items()) + "."
+                )
+                + " Published rows: released weights on the full data set with the published settings, not this network.",
+            )
+        )
         per_class = [[str(c), _pct(v)] for c, v in zip(ds["class"].values, ds.iou.values) if np.isfinite(v)]
         section.blocks.append(Table(["class", "IoU (%)"], per_class, f"{label}: each class labelled or predicted in the val panel."))
-        section.blocks.append(Note(f"{label}: features — {ds.attrs.get('feature', '?')}; head — BatchNorm + 1×1 convolution, dropout "
-                                   f"{settings.get('dropout', '?')}, AdamW lr {settings.get('lr', '?')} weight decay {settings.get('weight_decay', '?')}, "
-                                   f"{schedule.get('decay', '?')} schedule, warm-up {schedule.get('warmup', '?')}; labels: train "
-                                   f"{ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."))
+        section.blocks.append(
+            Note(
+                f"{label}: features — {ds.attrs.get('feature', '?')}; head — BatchNorm + 1×1 convolution, dropout "
+                f"{settings.get('dropout', '?')}, AdamW lr {settings.get('lr', '?')} weight decay {settings.get('weight_decay', '?')}, "
+                f"{schedule.get('decay', '?')} schedule, warm-up {schedule.get('warmup', '?')}; labels: train "
+                f"{ctx.book.describe(led.get('train'))}; val {ctx.book.describe(led.get('val'))}."
+            )
+        )
         if ds.sizes.get("shown", 0):
             section.blocks.append(_segmentation_figure(ctx, ds, label))
     return lacking(section, ctx, found, "linear segmentation results", SEGMENT_HOW)
@@ -226,7 +266,8 @@ def _segmentation_figure(ctx, ds, label: str) -> Figure:
     for j, image_id in enumerate(str(v) for v in ds.shown.values[:SHOWN]):
         h, w = sizes[j]
         rows.append((image_id, ds.image.values[j, :h, :w], ds.truth.values[j, :h, :w], ds.prediction.values[j, :h, :w]))
-    caption = (f"{label}: the first {len(rows)} val images of results/linear-segmentation, their ground truth and the trained head's "
-               f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration.")
+    caption = (
+        f"{label}: the first {len(rows)} val images of results/linear-segmentation, their ground truth and the trained head's "
+        f"prediction over them (class colours, ignored pixels unpainted), and the training loss per iteration."
+    )
     return ctx.figure("linear-segmentation", segmentation_maps(rows, ds.loss.values, label, [str(c) for c in ds["class"].values]), caption)
-

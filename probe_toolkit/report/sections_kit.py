@@ -43,7 +43,6 @@ def _lacking(section: Section, stores: list[StoreView], what: str, how: str) -> 
         section.missing(f"No {what} for {_names(stores)}: {how}.")
 
 
-
 def results_section(ctx: Context, key: str, title: str, result: str, what: str, how: str) -> tuple[Section, dict[str, tuple[StoreView, object]]]:
     """A protocol's section and each store's saved ``result`` ({label: (store, result)}); when no
     store has one, the section says so, with the command that makes it (``how``)."""

@@ -11,8 +11,10 @@ from .sections_kit import HOW, _lacking, _pct
 def linear(ctx: Context) -> Section:
     section = Section("linear", "Linear probes on the frozen tokens (labels read through the ledger)")
     any_found = False
-    for level, metrics in (("patch", (("miou", "patch mIoU"), ("accuracy", "patch accuracy"), ("miou_dense", "dense mIoU (original pixels)"))),
-                           ("image", (("map", "mAP (categories present)"),))):
+    for level, metrics in (
+        ("patch", (("miou", "patch mIoU"), ("accuracy", "patch accuracy"), ("miou_dense", "dense mIoU (original pixels)"))),
+        ("image", (("map", "mAP (categories present)"),)),
+    ):
         found = {s.label: s.result(f"linear_{level}") for s in ctx.stores if s.result(f"linear_{level}") is not None}
         if not found:
             continue
@@ -24,8 +26,13 @@ def linear(ctx: Context) -> Section:
         for label, ds in found.items():
             led = ds.attrs.get("ledger", {})
             pan = ds.attrs.get("panels", {})
-            prov.append([label, f"{pan.get('train', {}).get('name', '?')}: {ctx.book.describe(led.get('train'))}",
-                         f"{pan.get('val', {}).get('name', '?')}: {ctx.book.describe(led.get('val'))}"])
+            prov.append(
+                [
+                    label,
+                    f"{pan.get('train', {}).get('name', '?')}: {ctx.book.describe(led.get('train'))}",
+                    f"{pan.get('val', {}).get('name', '?')}: {ctx.book.describe(led.get('val'))}",
+                ]
+            )
         section.blocks.append(Table(["store", "train labels (fit)", "val labels (score)"], prov, f"Where the {level}-level probe's labels came from."))
         per = "class" if level == "patch" else "category"
         score = "iou" if level == "patch" else "ap"

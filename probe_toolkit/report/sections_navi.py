@@ -12,9 +12,11 @@ from matplotlib.figure import Figure as MplFigure
 from . import figures
 from .content import Note, Section, Table
 
-PUBLISHED = ("NAVI correspondence, DINOv3 ViT-S/16: 56.3, ViT-L/16: 62.3 (facebookresearch/dinov3 MODEL_CARD.md; other weights). The model card "
-             "refers to the paper for the protocol; which of probe3d's numbers (recall at 1, 2, 5 cm, at 5, 25, 50 px, or the rotation bins) it is "
-             "was asked of the RADIO authors in NVlabs/RADIO#148 and is not stated in the public code: see docs/commands/correspond.md.")
+PUBLISHED = (
+    "NAVI correspondence, DINOv3 ViT-S/16: 56.3, ViT-L/16: 62.3 (facebookresearch/dinov3 MODEL_CARD.md; other weights). The model card "
+    "refers to the paper for the protocol; which of probe3d's numbers (recall at 1, 2, 5 cm, at 5, 25, 50 px, or the rotation bins) it is "
+    "was asked of the RADIO authors in NVlabs/RADIO#148 and is not stated in the public code: see docs/commands/correspond.md."
+)
 HOW = "run `probe correspond STORE --panel NAME` on a NAVI panel (`probe panel add NAME --navi DIR --role test`)"
 LIMIT = 0.05  # metres: the colour scale's top (probe3d's largest threshold)
 
@@ -23,8 +25,9 @@ def _cell(v: float) -> str:
     return f"{v:.1f}" if np.isfinite(v) else "–"
 
 
-def matches_drawing(source: np.ndarray, target: np.ndarray, source_uv: np.ndarray, target_uv: np.ndarray, error: np.ndarray, title: str,
-                    shown: int = 200) -> figures.Drawing:
+def matches_drawing(
+    source: np.ndarray, target: np.ndarray, source_uv: np.ndarray, target_uv: np.ndarray, error: np.ndarray, title: str, shown: int = 200
+) -> figures.Drawing:
     """The two views side by side (``*_uv`` in their pixels), the first ``shown`` correspondences (the largest
     ratio-test weights) joined, each coloured by its 3-D error from 0 to ``LIMIT`` (and beyond: the scale's top colour)."""
     side = source.shape[1]
@@ -54,12 +57,20 @@ def pair_figure(ctx, label: str, ds):
     n = int(np.isfinite(error).sum())
     within = int((error[np.isfinite(error)] < 0.02).sum())
     half = ds.source_view.shape[1] / 512  # the record keeps every second pixel of the 512 views
-    drawing = matches_drawing(ds.source_view.values[i], ds.target_view.values[i], ds.source_uv.values[i] * half, ds.target_uv.values[i] * half, error,
-                              f"{figures.wrap(label, 40)}: {ds.pair.values[i]}")
-    caption = (f"{label}: pair {ds.pair.values[i]} (relative rotation {float(ds.angle.values[i]):.0f}°), source {ds.source.values[i]} left, target "
-               f"{ds.target.values[i]} right, each cut to the square around its object and resized to 512 px as probe3d does (shown at 256): the "
-               f"200 correspondences of largest ratio-test weight joined, coloured by their 3-D error (yellow at {LIMIT * 100:g} cm or more); "
-               f"{within} of the pair's {n} correspondences lie within 2 cm.")
+    drawing = matches_drawing(
+        ds.source_view.values[i],
+        ds.target_view.values[i],
+        ds.source_uv.values[i] * half,
+        ds.target_uv.values[i] * half,
+        error,
+        f"{figures.wrap(label, 40)}: {ds.pair.values[i]}",
+    )
+    caption = (
+        f"{label}: pair {ds.pair.values[i]} (relative rotation {float(ds.angle.values[i]):.0f}°), source {ds.source.values[i]} left, target "
+        f"{ds.target.values[i]} right, each cut to the square around its object and resized to 512 px as probe3d does (shown at 256): the "
+        f"200 correspondences of largest ratio-test weight joined, coloured by their 3-D error (yellow at {LIMIT * 100:g} cm or more); "
+        f"{within} of the pair's {n} correspondences lie within 2 cm."
+    )
     return ctx.figure("correspond-navi-pair", drawing, caption)
 
 
@@ -73,13 +84,22 @@ def navi(ctx) -> Section:
     for label, ds in found.items():
         values = [*ds.recall_cm.values, *ds.recall_px.values, *ds.binned.values, float(ds.attrs.get("bins_mean", np.nan))]
         rows.append([label, *(_cell(float(v)) for v in values)])
-    section.blocks.append(Table(["store", "1 cm", "2 cm", "5 cm", "5 px", "25 px", "50 px", "2 cm 0-30°", "30-60°", "60-90°", "90-120°", "bins mean"], rows,
-                                "Recall (%) of the correspondences within each distance, over every pair; the 2 cm recall of each pair averaged per "
-                                "relative-rotation bin, as probe3d prints them, and the mean of the four bins."))
+    section.blocks.append(
+        Table(
+            ["store", "1 cm", "2 cm", "5 cm", "5 px", "25 px", "50 px", "2 cm 0-30°", "30-60°", "60-90°", "90-120°", "bins mean"],
+            rows,
+            "Recall (%) of the correspondences within each distance, over every pair; the 2 cm recall of each pair averaged per "
+            "relative-rotation bin, as probe3d prints them, and the mean of the four bins.",
+        )
+    )
     for label, ds in found.items():
         counts = ds.attrs.get("counts", {})
-        section.blocks.append(Note(f"{label}: {counts.get('pairs', '?')} pairs of {counts.get('images', '?')} images, {counts.get('correspondences', '?')} "
-                                   f"correspondences; features — {ds.attrs.get('feature', '?')}. Labels: {ctx.book.describe(ds.attrs.get('ledger'))}."))
+        section.blocks.append(
+            Note(
+                f"{label}: {counts.get('pairs', '?')} pairs of {counts.get('images', '?')} images, {counts.get('correspondences', '?')} "
+                f"correspondences; features — {ds.attrs.get('feature', '?')}. Labels: {ctx.book.describe(ds.attrs.get('ledger'))}."
+            )
+        )
         section.blocks.append(pair_figure(ctx, label, ds))
     section.blocks.append(Note(f"published elsewhere (other weights and data; not comparable with the numbers above): {PUBLISHED}", "reference"))
     return section

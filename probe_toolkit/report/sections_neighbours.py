@@ -34,17 +34,34 @@ def neighbour_map(ctx: Context) -> Section:
             topk, crop = n.topk[anchor], n.top_crop[anchor]
             maps.append((store.label, n.cosine[anchor], topk, crop))
             inside = [int(p) for p in crop if p in set(window.tolist())]
-            rows.append([store.label, ", ".join(str(int(p)) for p in window),
-                         ", ".join(f"{int(p)}: {n.cosine[anchor, p]:.3f}" for p in topk),
-                         ", ".join(f"{int(p)}{'*' if int(p) in inside else ''}: {n.cosine[anchor, p]:.3f}" for p in crop),
-                         f"{len(inside)} of {len(crop)}", f"{anchor} of {grid} × {grid}"])
+            rows.append(
+                [
+                    store.label,
+                    ", ".join(str(int(p)) for p in window),
+                    ", ".join(f"{int(p)}: {n.cosine[anchor, p]:.3f}" for p in topk),
+                    ", ".join(f"{int(p)}{'*' if int(p) in inside else ''}: {n.cosine[anchor, p]:.3f}" for p in crop),
+                    f"{len(inside)} of {len(crop)}",
+                    f"{anchor} of {grid} × {grid}",
+                ]
+            )
         png = figures_maps.cosine_maps(maps, grid, anchor, window)
         where = "" if len(by_grid) == 1 else f" ({grid} × {grid} grid)"
-        section.blocks.append(ctx.figure("neighbour-map", png, f"Cosine of patch {anchor}'s token to every patch of {ctx.follow}{where}; dashed: its 3×3 "
-                                                               "window (SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar."))
+        section.blocks.append(
+            ctx.figure(
+                "neighbour-map",
+                png,
+                f"Cosine of patch {anchor}'s token to every patch of {ctx.follow}{where}; dashed: its 3×3 "
+                "window (SelfPatch wraps around the border); thick: the window's top k; dots: the crop's 8 most similar.",
+            )
+        )
     k = ", ".join(f"{s.label}: k = {n.k}" + ("" if followed.k_record(s) is not None else " (SelfPatch's; no neighbours record)") for s, n in have)
-    section.blocks.append(Table(["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window", "anchor (its grid)"], rows,
-                                f"Anchor {ctx.patch} of {ctx.follow}, on each store's own grid ({k})."))
+    section.blocks.append(
+        Table(
+            ["store", "window (wrap)", "window's top k (cosine)", "crop's top 8 (* in the window)", "top 8 in the window", "anchor (its grid)"],
+            rows,
+            f"Anchor {ctx.patch} of {ctx.follow}, on each store's own grid ({k}).",
+        )
+    )
     _lacking(section, [s for s in ctx.stores if ctx.neighbours.get(s.label) is None], f"224 tokens of {ctx.follow}", HOW["tokens"])
     for line in _other_grids(ctx):
         section.blocks.append(Note(line + "."))
@@ -64,8 +81,11 @@ def premise_results(ctx: Context) -> list[str]:
 def _other_grid(store: StoreView, name: str, array: str | None) -> bool:
     """Whether ``store`` holds the same view's premise statistics at another grid (another patch size)."""
     wrap = name.endswith("_nowrap")
-    return any(other != name and other.endswith("_nowrap") == wrap and found.attrs.get("array") == array
-               for other, found in store.results.items() if re.fullmatch(r"neighbours_g\d+(_nowrap)?", other))
+    return any(
+        other != name and other.endswith("_nowrap") == wrap and found.attrs.get("array") == array
+        for other, found in store.results.items()
+        if re.fullmatch(r"neighbours_g\d+(_nowrap)?", other)
+    )
 
 
 def premise(ctx: Context) -> Section:
@@ -82,15 +102,27 @@ def premise(ctx: Context) -> Section:
         rows.append(["wrapped candidate links", *[f"{int(ds.wrapped_links)} of {int(ds.links)}" for ds in found.values()]])
         rows.append(["images", *[str(ds.attrs.get("n_images")) for ds in found.values()]])
         wrap = "SelfPatch's wrap-around" if first.attrs.get("wrap") else "no wrap"
-        section.blocks.append(Table(["statistic", *found], rows,
-                                    f"{name}: grid {first.attrs.get('grid')}, {wrap}, {first.attrs.get('distance', '')}; "
-                                    f"mean over images [{level} % bootstrap interval]."))
+        section.blocks.append(
+            Table(
+                ["statistic", *found],
+                rows,
+                f"{name}: grid {first.attrs.get('grid')}, {wrap}, {first.attrs.get('distance', '')}; mean over images [{level} % bootstrap interval].",
+            )
+        )
         if first.attrs.get("array") == "tokens_224" and not name.endswith("_nowrap"):
-            png = figures_maps.share_maps({label: ds.anchor_top_in_window.values for label, ds in found.items()}, int(first.attrs.get("grid", 14)),
-                                     f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
-                                     "share of the top 8 inside the window")
-            section.blocks.append(ctx.figure("premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"), png,
-                                             "Per anchor position: how often its most similar patches lie in its 3×3 window."))
+            png = figures_maps.share_maps(
+                {label: ds.anchor_top_in_window.values for label, ds in found.items()},
+                int(first.attrs.get("grid", 14)),
+                f"Share of each anchor's top {first.attrs.get('top', 8)} inside its window, mean over images",
+                "share of the top 8 inside the window",
+            )
+            section.blocks.append(
+                ctx.figure(
+                    "premise-anchors" + ("" if name == "neighbours_g14" else f"-g{first.attrs.get('grid')}"),
+                    png,
+                    "Per anchor position: how often its most similar patches lie in its 3×3 window.",
+                )
+            )
         lacking = [s for s in ctx.stores if s.label not in found and not _other_grid(s, name, first.attrs.get("array"))]
         _lacking(section, lacking, f"premise statistics ({name})", HOW.get(name.removesuffix("_nowrap"), HOW["neighbours_g14"]))
     if not any_found:

@@ -155,8 +155,11 @@ def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, st
     if run is not None and not matched:  # every section would show other runs' records under the one asked for
         several = sorted({r.run_id for v in views for name in records.results(v.path) for r in records.runs(v.path, name) if r.run_id.startswith(run)})
         if len(several) > 1:  # a prefix of two runs' ids names neither
-            raise ProbeError("--run", f"{run!r} begins {len(several)} run ids ({', '.join(several[:3])}{', …' if len(several) > 3 else ''})",
-                             "give enough of the run id to name one run (`probe results STORE` lists them)")
+            raise ProbeError(
+                "--run",
+                f"{run!r} begins {len(several)} run ids ({', '.join(several[:3])}{', …' if len(several) > 3 else ''})",
+                "give enough of the run id to name one run (`probe results STORE` lists them)",
+            )
         raise ProbeError("--run", f"{run!r} is the run id of no record in {', '.join(str(v.path) for v in views)}", "pick one of the run ids `probe results STORE` lists")
     seen: dict[str, int] = {}
     for view in views:
@@ -232,8 +235,10 @@ def followed_picture(stores: list[StoreView], image_id: str) -> Picture:
         if store.has("tokens_224", image_id):
             tokens = store.image_values("tokens_224", image_id)
             grid = int(round(np.sqrt(tokens.shape[0])))
-            note = (f"The image file was not found (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
-                    f"of {store.label}: their first three principal components as RGB, one colour per patch.")
+            note = (
+                f"The image file was not found (looked for {'; '.join(dict.fromkeys(looked))}); the picture is drawn from the tokens "
+                f"of {store.label}: their first three principal components as RGB, one colour per patch."
+            )
             return Picture(tokens_picture(tokens, grid), f"tokens of {store.label}", note)
     return Picture(None, "", f"No picture of {image_id}: its file was not found and no store holds its 224 tokens.")
 
@@ -262,8 +267,10 @@ class LedgerBook:
         panel = str(f.get("panel", "?"))
         kind, sep, folder = panel.partition(":")
         panel = f"{kind}:{shown_path(folder)}" if sep and folder.startswith("/") else panel  # DAVIS's panel is named by its folder
-        return (f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {panel} ({f.get('role', '?')}), "
-                f"{f.get('images', '?')} images{unseal}")
+        return (
+            f"entry {entry.n} ({entry_id[:12]}): {f.get('time', '?')}, {f.get('purpose', '?')} on panel {panel} ({f.get('role', '?')}), "
+            f"{f.get('images', '?')} images{unseal}"
+        )
 
 
 def shown_path(path: str | Path | None) -> str:

@@ -22,16 +22,58 @@ from .content import Report, Table
 FOLDER = "tables"
 SETTINGS_COLUMN = "settings other than the defaults"
 
-_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-            "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-_SYMBOLS = {"τ": r"$\tau$", "ε": r"$\varepsilon$", "λ": r"$\lambda$", "θ": r"$\theta$", "≤": r"$\leq$", "≥": r"$\geq$", "×": r"$\times$",
-            "→": r"$\rightarrow$", "–": "--", "—": "---", "★": r"$\star$", "≈": r"$\approx$", "·": r"$\cdot$", "−": "$-$", "…": r"\dots{}",
-            "²": r"\textsuperscript{2}", "½": r"$\frac{1}{2}$", "∞": r"$\infty$", "±": r"$\pm$", "√": r"$\surd$"}
+_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+_SYMBOLS = {
+    "τ": r"$\tau$",
+    "ε": r"$\varepsilon$",
+    "λ": r"$\lambda$",
+    "θ": r"$\theta$",
+    "≤": r"$\leq$",
+    "≥": r"$\geq$",
+    "×": r"$\times$",
+    "→": r"$\rightarrow$",
+    "–": "--",
+    "—": "---",
+    "★": r"$\star$",
+    "≈": r"$\approx$",
+    "·": r"$\cdot$",
+    "−": "$-$",
+    "…": r"\dots{}",
+    "²": r"\textsuperscript{2}",
+    "½": r"$\frac{1}{2}$",
+    "∞": r"$\infty$",
+    "±": r"$\pm$",
+    "√": r"$\surd$",
+}
 
 
 # Greek capitals that LaTeX writes as Latin letters (it has no \\Alpha)
-_LATIN_CAPITALS = {"ALPHA": "A", "BETA": "B", "EPSILON": "E", "ZETA": "Z", "ETA": "H", "IOTA": "I", "KAPPA": "K", "MU": "M", "NU": "N",
-                   "OMICRON": "O", "RHO": "P", "TAU": "T", "CHI": "X"}
+_LATIN_CAPITALS = {
+    "ALPHA": "A",
+    "BETA": "B",
+    "EPSILON": "E",
+    "ZETA": "Z",
+    "ETA": "H",
+    "IOTA": "I",
+    "KAPPA": "K",
+    "MU": "M",
+    "NU": "N",
+    "OMICRON": "O",
+    "RHO": "P",
+    "TAU": "T",
+    "CHI": "X",
+}
 
 
 def _latex_char(ch: str) -> str:
@@ -135,8 +177,7 @@ def csv_text(table: Table) -> str:
 def latex(table: Table) -> str:
     columns = "l" + "r" * (len(table.header) - 1)
     lines = [f"% {latex_text(line)}" for line in table.caption.splitlines()] if table.caption else []
-    lines += [rf"\begin{{tabular}}{{{columns}}}", r"\toprule",
-              " & ".join(latex_text(h) for h in table.header) + r" \\", r"\midrule"]
+    lines += [rf"\begin{{tabular}}{{{columns}}}", r"\toprule", " & ".join(latex_text(h) for h in table.header) + r" \\", r"\midrule"]
     lines += [" & ".join(latex_text(c) for c in row) + r" \\" for row in table.rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"

@@ -121,8 +121,16 @@ class Record:
 
 def protocol_of(result: str) -> str:
     """The protocol a result name belongs to (for records written before records named it)."""
-    for prefix, protocol in (("scores_", "score"), ("saliency_", "score"), ("sweep_", "decode-sweep"), ("neighbours_", "neighbours"),
-                             ("linear_", "linear"), ("decoder", "decode"), ("attention_masks", "attention-masks"), ("davis", "propagate")):
+    for prefix, protocol in (
+        ("scores_", "score"),
+        ("saliency_", "score"),
+        ("sweep_", "decode-sweep"),
+        ("neighbours_", "neighbours"),
+        ("linear_", "linear"),
+        ("decoder", "decode"),
+        ("attention_masks", "attention-masks"),
+        ("davis", "propagate"),
+    ):
         if result.startswith(prefix):
             return protocol
     return result
@@ -189,11 +197,16 @@ def target(store: str | Path, result: str) -> tuple[Path, dict[str, Any]]:
     from .._version import __version__
     from ..infra import provenance
 
-    meta = {"run_id": run_id, "result": result, "protocol": context.protocol if context else protocol_of(result),
-            "created": provenance.now(), "toolkit_version": __version__, "git_revision": provenance.git_revision()}
+    meta = {
+        "run_id": run_id,
+        "result": result,
+        "protocol": context.protocol if context else protocol_of(result),
+        "created": provenance.now(),
+        "toolkit_version": __version__,
+        "git_revision": provenance.git_revision(),
+    }
     if context is not None:
-        meta.update(settings=context.settings, placement=context.placement, inputs=context.inputs, selection=context.selection,
-                    differences=context.differences)
+        meta.update(settings=context.settings, placement=context.placement, inputs=context.inputs, selection=context.selection, differences=context.differences)
         if context.defaults:
             meta["defaults"] = context.defaults
     return folder / run_id, meta
@@ -242,8 +255,15 @@ def _legacy_meta(result: str, folder: Path) -> dict[str, Any]:
         attrs = json.loads((folder / "zarr.json").read_text()).get("attributes", {})
     except (OSError, ValueError):
         pass
-    return {"run_id": LEGACY, "result": result, "protocol": protocol_of(result), "created": attrs.get("date", ""),
-            "toolkit_version": attrs.get("toolkit_version", ""), "git_revision": attrs.get("git_revision", ""), "legacy": True}
+    return {
+        "run_id": LEGACY,
+        "result": result,
+        "protocol": protocol_of(result),
+        "created": attrs.get("date", ""),
+        "toolkit_version": attrs.get("toolkit_version", ""),
+        "git_revision": attrs.get("git_revision", ""),
+        "legacy": True,
+    }
 
 
 # --- writing and reading a record's result group ---
@@ -266,8 +286,7 @@ def save(store: str | Path, name: str, results: xr.Dataset | Results, attrs: dic
     results = results.copy()
     results.attrs.update(attrs or {})
     if meta:
-        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings", "defaults", "selection")
-                                  if k in meta}
+        results.attrs["record"] = {k: meta[k] for k in ("run_id", "protocol", "created", "toolkit_version", "settings", "defaults", "selection") if k in meta}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -317,8 +336,11 @@ def check_files(found: Record) -> None:
         path = found.path / relative
         why = "is missing" if not path.is_file() else "has changed" if file_sha256(path) != digest else None
         if why:
-            raise IntegrityError(path, f"{why} since run {found.run_id} of {found.result} wrote it",
-                                 f"rerun `probe {found.protocol}` on the store (a new record is written beside this one), or restore the file")
+            raise IntegrityError(
+                path,
+                f"{why} since run {found.run_id} of {found.result} wrote it",
+                f"rerun `probe {found.protocol}` on the store (a new record is written beside this one), or restore the file",
+            )
 
 
 def load(store: str | Path, name: str, run: str | None = None) -> xr.Dataset | None:

@@ -78,8 +78,11 @@ def statistic_rows(results: dict[Any, xr.Dataset], labels: dict[str, tuple[str, 
     The terminal tables and the report's tables show the same cells."""
     sums = [summary(ds) for ds in results.values()]
     first = next(iter(results.values()))
-    return [[label.format(**first.attrs), *(cell(**s[name], share=share) if name in s else "–" for s in sums)]
-            for name, (label, share) in labels.items() if any(name in s for s in sums)]
+    return [
+        [label.format(**first.attrs), *(cell(**s[name], share=share) if name in s else "–" for s in sums)]
+        for name, (label, share) in labels.items()
+        if any(name in s for s in sums)
+    ]
 
 
 def neighbours_table(results: dict[str, xr.Dataset]) -> Table:

@@ -29,8 +29,10 @@ def _pct(value: float, unit: str = "") -> str:  # NaN: undefined (segm and mean 
 def scores(title: str, scores: Any) -> list[Any]:
     """Detection scores (COCO AP per kind, CorLoc, mean best IoU) or a saliency panel's scores."""
     if not hasattr(scores, "segm"):  # a saliency panel (labels/saliency.py)
-        return [f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
-                f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)"]
+        return [
+            f"{title}: maxFβ {100 * scores.max_f:.2f}   IoU {100 * scores.iou:.2f}   accuracy {100 * scores.accuracy:.2f}   "
+            f"MAE {scores.mae:.4f}   S-measure {scores.s_measure:.4f}   ({scores.counts['images']} images)"
+        ]
     table = Table(title=title)
     for column in ("", *METRICS):
         table.add_column(column, justify="right")
@@ -41,15 +43,20 @@ def scores(title: str, scores: Any) -> list[Any]:
     boxes = "" if scores.counts.get("objects_with_masks", objects) == objects else f" ({scores.counts.get('objects_with_masks')} with masks)"
     if not scores.counts.get("objects_with_masks", objects) and objects:
         boxes = " as boxes, no masks: no mean best IoU"
-    return [table, f"CorLoc {_pct(scores.corloc, ' %')}   mean best IoU {_pct(scores.mean_best_iou, ' %')}   "
-                   f"({scores.counts['images']} images, {objects} objects{boxes}, {scores.counts['masks']} masks)"]
+    return [
+        table,
+        f"CorLoc {_pct(scores.corloc, ' %')}   mean best IoU {_pct(scores.mean_best_iou, ' %')}   "
+        f"({scores.counts['images']} images, {objects} objects{boxes}, {scores.counts['masks']} masks)",
+    ]
 
 
 def decode_summary(report: Any, source: str) -> str:
     s = report.settings
-    return (f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
-            f"≤ {s.masks} masks; {source}{'; keys after RoPE' if report.extra.get('keys') == 'rope' else ''}) in {report.seconds:.1f} s; "
-            f"{report.degenerate} flagged degenerate; masks → {report.masks_file}")
+    return (
+        f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
+        f"≤ {s.masks} masks; {source}{'; keys after RoPE' if report.extra.get('keys') == 'rope' else ''}) in {report.seconds:.1f} s; "
+        f"{report.degenerate} flagged degenerate; masks → {report.masks_file}"
+    )
 
 
 def decode(report: Any) -> list[Any]:
@@ -74,13 +81,23 @@ def sweep(report: Any, top: int) -> list[Any]:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one scores every setting")]
     panel, metric = report.run.inputs.panel, report.metric
     rows = sorted(report.table, key=lambda r: -(r[metric] if r[metric] == r[metric] else -1))
-    table = Table(title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
-                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # ten columns readable at 80
+    table = Table(
+        title=f"{len(report.table)} settings on {panel} (ledger entry {report.ledger_entry[:12]}), by {metric}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )  # ten columns readable at 80
     for column in ("preset", "centred", "τ", "ε", "masks", "segm\nAP", "segm\nAP50", "bbox\nAP50", "CorLoc", "best\nIoU"):
         table.add_column(column, justify="right", no_wrap=True)
     for r in rows[:top]:
-        table.add_row(r["preset"], str(r["center"]), f"{r['tau']:g}", f"{r['eps']:g}", str(r["masks"]),
-                      *(f"{100 * r[c]:.2f}" for c in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou")))
+        table.add_row(
+            r["preset"],
+            str(r["center"]),
+            f"{r['tau']:g}",
+            f"{r['eps']:g}",
+            str(r["masks"]),
+            *(f"{100 * r[c]:.2f}" for c in ("segm_AP", "segm_AP50", "bbox_AP50", "corloc", "mean_best_iou")),
+        )
     b = report.best
     return [table, f"best: {b.preset}, centred {b.center}, τ {b.tau}, ε {b.eps}, {b.masks} masks → {report.settings_file}"]
 
@@ -118,8 +135,11 @@ def linear(report: Any) -> list[Any]:
         table.add_column(column, justify="right")
     for o in report.outcomes:
         table.add_row(o.name, *(f"{100 * o.scores[k]:.2f}" for k in keys), f"{o.chosen:g}")
-    return [table, f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
-                   f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}"]
+    return [
+        table,
+        f"ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+        f"{len(report.label_space.ids)} categories{' + background' if report.level == 'patch' else ''}; seed {seed}; saved as results/linear_{report.level}",
+    ]
 
 
 def knn(report: Any) -> list[Any]:
@@ -133,9 +153,14 @@ def knn(report: Any) -> list[Any]:
         table.add_column(column, justify="right")
     for kk, t1, t5 in zip(report.result.ks, report.result.top1, report.result.top5):
         table.add_row(str(kk), f"{100 * t1:.2f}", "–" if t5 != t5 else f"{100 * t5:.2f}")
-    lines = [table, Unwrapped(f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
-                              f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn"),
-             Unwrapped(f"view: {report.view_line}")]
+    lines = [
+        table,
+        Unwrapped(
+            f"{report.counts['train']} train → {report.counts['val']} val images, {report.counts['classes']} classes; feature: {report.feature}; "
+            f"T {temperature}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/knn"
+        ),
+        Unwrapped(f"view: {report.view_line}"),
+    ]
     if report.counts["classes"] <= 5:
         lines.append("top-5 is undefined with 5 classes or fewer (shown as –)")
     return lines
@@ -156,8 +181,9 @@ def hummingbird(report: Any) -> list[Any]:
         table.add_column(f"memory {memory}" + (f" ({rows} rows)" if memory == "full" else ""), justify="right")
     headline = " ◀"
     table.add_row(f"{report.name}: mIoU{headline if report.matching == 'identity' else ''}", *(f"{100 * s.miou:.2f}" for s in report.scores))
-    table.add_row(f"{report.name}: mIoU, Hungarian-matched{headline if report.matching == 'hungarian' else ''}",
-                  *(f"{100 * s.miou_hungarian:.2f}" for s in report.scores))
+    table.add_row(
+        f"{report.name}: mIoU, Hungarian-matched{headline if report.matching == 'hungarian' else ''}", *(f"{100 * s.miou_hungarian:.2f}" for s in report.scores)
+    )
     published = [str(m) for m in PUBLISHED_MEMORY_SIZES]
     beside = comparable(report.memory, report.run.settings.size) if report.kind == "voc-segmentation" else ()
     for name, values in beside:  # at the run's input size, in the columns of the published memory sizes
@@ -167,14 +193,23 @@ def hummingbird(report: Any) -> list[Any]:
     if report.kind != "voc-segmentation":
         table.caption = "no published numbers for this data set (open-hummingbird-eval's README tables VOC only)"
     elif apart:  # another input size or no published memory size: not in the table's columns
-        table.caption = "published, other weights: " + "; ".join(f"{name} {' / '.join(f'{v:.1f}' for v in values)}" for name, values in apart) + \
-            f" at memory {' / '.join(published)}"
+        table.caption = (
+            "published, other weights: " + "; ".join(f"{name} {' / '.join(f'{v:.1f}' for v in values)}" for name, values in apart) + f" at memory {' / '.join(published)}"
+        )
     counts = report.counts
-    return [table, Unwrapped(f"{counts['train']} train images × {counts['memory_views'] // max(counts['train'], 1)} augmented views → memory; "
-                             f"{counts['val']} val images, {counts['pixels']} pixels scored (255 ignored), mean over {len(report.classes)} classes; "
-                             f"◀ headline; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/hummingbird"),
-            *([Unwrapped(f"published: {PUBLISHED_SOURCE}; measured on released weights and the full VOC, not comparable with this store's network")]
-              if report.kind == "voc-segmentation" else [])]
+    return [
+        table,
+        Unwrapped(
+            f"{counts['train']} train images × {counts['memory_views'] // max(counts['train'], 1)} augmented views → memory; "
+            f"{counts['val']} val images, {counts['pixels']} pixels scored (255 ignored), mean over {len(report.classes)} classes; "
+            f"◀ headline; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/hummingbird"
+        ),
+        *(
+            [Unwrapped(f"published: {PUBLISHED_SOURCE}; measured on released weights and the full VOC, not comparable with this store's network")]
+            if report.kind == "voc-segmentation"
+            else []
+        ),
+    ]
 
 
 def attention_masks(report: Any) -> list[Any]:
@@ -182,8 +217,12 @@ def attention_masks(report: Any) -> list[Any]:
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
     panel = report.run.inputs.panel
-    lines: list[Any] = [Unwrapped(f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
-                                  f"{report.summary()['row_text']}; saved as results/attention_masks")]
+    lines: list[Any] = [
+        Unwrapped(
+            f"{report.n_images} images: each head's smallest set of patches holding {100 * report.mass:.0f} % of "
+            f"{report.summary()['row_text']}; saved as results/attention_masks"
+        )
+    ]
     if report.jaccard_mean is not None:
         table = Table(title=f"Jaccard on {panel} (ledger entry {report.ledger[:12]}; {report.scored} images, {report.counts['objects']} objects)")
         table.add_column("")
@@ -198,8 +237,12 @@ def attention_masks(report: Any) -> list[Any]:
     return lines
 
 
-LOOKS_COLUMNS = (("on_class", "on the class token"), ("on_storage", "on the storage tokens"), ("on_patches", "on the patches"),
-                 ("mask_share", "its mask (share of the patches)"))
+LOOKS_COLUMNS = (
+    ("on_class", "on the class token"),
+    ("on_storage", "on the storage tokens"),
+    ("on_patches", "on the patches"),
+    ("mask_share", "its mask (share of the patches)"),
+)
 
 
 def looks_table(looks: dict[str, list]) -> Any:
@@ -262,8 +305,14 @@ def correspond(report: Any) -> list[Any]:
     for t, threshold in enumerate(thresholds):
         means.add_row(f"{threshold:g}", *(cell(report.mean[b, t]) for b in range(len(bins))))
     counts = report.counts
-    return [table, means, Unwrapped(f"{counts['pairs_matched']} of {counts['pairs_in_panel']} pairs matched, {counts['keypoints_scored']} keypoints; "
-                                    f"tokens {report.dtype}; {report.seconds:.1f} s" + (f"; saved as {report.saved}" if report.saved else ""))]
+    return [
+        table,
+        means,
+        Unwrapped(
+            f"{counts['pairs_matched']} of {counts['pairs_in_panel']} pairs matched, {counts['keypoints_scored']} keypoints; "
+            f"tokens {report.dtype}; {report.seconds:.1f} s" + (f"; saved as {report.saved}" if report.saved else "")
+        ),
+    ]
 
 
 def records(found: list[Any]) -> Table:
@@ -338,11 +387,19 @@ def segmentation(report: Any) -> list[Any]:
         table.caption = "no published numbers for this data set here (the model cards table ADE20K)"
     counted_classes = sum(1 for v in report.scores.iou if math.isfinite(v))
     counts = report.counts
-    schedule = "the published schedule" if report.full_schedule else \
-        f"short schedule: {counts['iterations']} of 40000 iterations, batch {counts['batch']} of 16, not comparable with the published numbers"
+    schedule = (
+        "the published schedule"
+        if report.full_schedule
+        else f"short schedule: {counts['iterations']} of 40000 iterations, batch {counts['batch']} of 16, not comparable with the published numbers"
+    )
     if report.unpublished:
         schedule += "; settings other than the published: " + ", ".join(f"{k} {v}" for k, v in report.unpublished.items())
-    return [table, Unwrapped(f"{schedule}; {counts['train']} train images, {counts['iterations']} iterations of {counts['batch']} crops; {counts['val']} val images, "
-                             f"{counts['pixels']} labelled pixels; mean over the {counted_classes} of {len(report.classes)} classes labelled or predicted; "
-                             f"loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
-                             f"saved as results/linear-segmentation")]
+    return [
+        table,
+        Unwrapped(
+            f"{schedule}; {counts['train']} train images, {counts['iterations']} iterations of {counts['batch']} crops; {counts['val']} val images, "
+            f"{counts['pixels']} labelled pixels; mean over the {counted_classes} of {len(report.classes)} classes labelled or predicted; "
+            f"loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train {report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; "
+            f"saved as results/linear-segmentation"
+        ),
+    ]

@@ -36,11 +36,19 @@ def depth(report: Any) -> list[Any]:
     if not published:
         table.caption = "no published numbers for this preset here (DINOv2's model card tables its 4-layer head)"
     counts = report.counts
-    schedule = "the published schedule" if report.full_schedule else \
-        f"short schedule: {counts['iterations']} of {ITERATIONS} iterations, batch {counts['batch']} of 16, not comparable with the published numbers"
+    schedule = (
+        "the published schedule"
+        if report.full_schedule
+        else f"short schedule: {counts['iterations']} of {ITERATIONS} iterations, batch {counts['batch']} of 16, not comparable with the published numbers"
+    )
     if report.unpublished:
         schedule += "; settings other than the published: " + ", ".join(f"{k} {v}" for k, v in report.unpublished.items())
-    return [table, Unwrapped(f"{schedule}; blocks {', '.join(map(str, report.blocks))}; {counts['train']} train images, {counts['iterations']} "
-                             f"iterations of {counts['batch']} crops; {counts['val']} val images ({counts['scored']} with valid pixels), Eigen crop, "
-                             f"depth in (0.001, 10) m, mean over images; loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train "
-                             f"{report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/linear-depth")]
+    return [
+        table,
+        Unwrapped(
+            f"{schedule}; blocks {', '.join(map(str, report.blocks))}; {counts['train']} train images, {counts['iterations']} "
+            f"iterations of {counts['batch']} crops; {counts['val']} val images ({counts['scored']} with valid pixels), Eigen crop, "
+            f"depth in (0.001, 10) m, mean over images; loss {report.losses[0]:.3f} → {report.losses[-1]:.3f}; ledger: train "
+            f"{report.ledger['train'][:12]}, val {report.ledger['val'][:12]}; saved as results/linear-depth"
+        ),
+    ]

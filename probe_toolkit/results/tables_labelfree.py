@@ -25,8 +25,7 @@ def rank(report: Any) -> list[Any]:
         table.add_column(f"{kind} tokens (rows)", justify="right")
     table.add_column("LiDAR", justify="right")
     for s in report.stores:
-        table.add_row(store_label(str(s.store)), str(s.block), *(f"{_num(s.rankme[k])} of {s.width} ({s.rows[k]:,})" for k in kinds),
-                      _num(s.lidar))
+        table.add_row(store_label(str(s.store)), str(s.block), *(f"{_num(s.rankme[k])} of {s.width} ({s.rows[k]:,})" for k in kinds), _num(s.lidar))
     out: list[Any] = [table]
     for s in report.stores:
         for kind, curve in s.curve.items():
@@ -45,10 +44,24 @@ def position(report: Any) -> list[Any]:
         table.add_column(column, justify="right")
     for s in report.stores:
         f = s.fit
-        table.add_row(store_label(str(s.store)), str(s.block), f"{s.grid}×{s.grid}", f"{s.images['train']} / {s.images['held_out']}",
-                      _num(f.l1, 4), _num(f.l1_row, 4), _num(f.l1_col, 4), _num(f.loss, 4), _num(f.chance, 3))
-    return [table, ("L1: mean |prediction − target| on the held-out images, in the targets' [-1, 1] units (about 0.02 for a trained ViT); "
-                    "SmoothL1: RADIO's reported loss; chance: the L1 of the best constant on the grid.")]
+        table.add_row(
+            store_label(str(s.store)),
+            str(s.block),
+            f"{s.grid}×{s.grid}",
+            f"{s.images['train']} / {s.images['held_out']}",
+            _num(f.l1, 4),
+            _num(f.l1_row, 4),
+            _num(f.l1_col, 4),
+            _num(f.loss, 4),
+            _num(f.chance, 3),
+        )
+    return [
+        table,
+        (
+            "L1: mean |prediction − target| on the held-out images, in the targets' [-1, 1] units (about 0.02 for a trained ViT); "
+            "SmoothL1: RADIO's reported loss; chance: the L1 of the best constant on the grid."
+        ),
+    ]
 
 
 def similarity(report: Any) -> list[Any]:
@@ -69,8 +82,11 @@ def similarity(report: Any) -> list[Any]:
         for i in rows:
             table.add_row(report.sets[i], *(_num(float(matrix[i, j]), 3) for j in cols))
         out.append(table)
-    out.append(f"{report.examples:,} examples; sets are <store>:<block> (a = {store_label(str(report.store))}"
-               + (f", b = {store_label(str(report.other))}" if report.other else "") + ")")
+    out.append(
+        f"{report.examples:,} examples; sets are <store>:<block> (a = {store_label(str(report.store))}"
+        + (f", b = {store_label(str(report.other))}" if report.other else "")
+        + ")"
+    )
     if report.minibatch_note:
         out.append(f"minibatch estimator not computed: {report.minibatch_note}")
     return out
@@ -84,5 +100,8 @@ def overcluster(report: Any) -> list[Any]:
     for i, k in enumerate(report.ks):
         seeds = report.miou_seed[i]
         table.add_row(str(k), report.matching[i], f"{100 * report.miou[i]:.2f}", f"{100 * seeds.min():.2f} – {100 * seeds.max():.2f} ({len(seeds)})")
-    return [table, f"{report.counts['images']} images, {report.counts['tokens']:,} patch tokens, {report.counts['pixels']:,} scored pixels at 100 × 100; "
-                   f"labels: ledger entry {report.ledger[:12]}"]
+    return [
+        table,
+        f"{report.counts['images']} images, {report.counts['tokens']:,} patch tokens, {report.counts['pixels']:,} scored pixels at 100 × 100; "
+        f"labels: ledger entry {report.ledger[:12]}",
+    ]

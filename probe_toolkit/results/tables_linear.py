@@ -28,5 +28,8 @@ def linear_dinov2(report: Any) -> list[Any]:
         table.add_row(f"{blocks}, {'on' if pool else 'off'}", *row)
     chosen = report.chosen_name or "none (every classifier scored 0 on val)"
     where = f"on {report.run.inputs.get('test')} (test)" if report.reported_on == "test" else "on val, where it was chosen (no test panel)"
-    return [table, f"chosen on val: {chosen}; top-1 {100 * report.accuracy:.2f} % {where}",
-            f"{report.counts['train']} train, {report.counts['val']} val images, {report.counts['classes']} classes; saved as results/linear-dinov2"]
+    return [
+        table,
+        f"chosen on val: {chosen}; top-1 {100 * report.accuracy:.2f} % {where}",
+        f"{report.counts['train']} train, {report.counts['val']} val images, {report.counts['classes']} classes; saved as results/linear-dinov2",
+    ]

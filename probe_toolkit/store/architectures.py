@@ -62,8 +62,7 @@ DINOV2_B14_REG = replace(DINOV2_B14, registers=4)
 # DINOv3 (facebookresearch/dinov3 hub/backbones.py, commit 6876159): patch 16, 4 storage tokens,
 # LayerScale, RoPE instead of a position table (pos_grid 0: there is no table to interpolate).
 # SwiGLU widths are DINOv3's SwiGLUFFN: int(width * ffn_ratio * 2/3) rounded up to align_to (8; 64 at 7B).
-DINOV3_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=0, mlp_hidden=1536,
-                  registers=4, layerscale=True, family="dinov3")
+DINOV3_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=0, mlp_hidden=1536, registers=4, layerscale=True, family="dinov3")
 DINOV3_S16_PLUS = replace(DINOV3_S16, ffn="swiglu")  # ffn_ratio 6: int(2304 * 2/3) = 1536
 DINOV3_B16 = replace(DINOV3_S16, width=768, heads=12, mlp_hidden=3072)
 DINOV3_L16 = replace(DINOV3_S16, width=1024, depth=24, heads=16, mlp_hidden=4096)
@@ -73,16 +72,25 @@ DINOV3_7B16 = replace(DINOV3_S16, width=4096, depth=40, heads=32, mlp_hidden=819
 # kept apart from RELEASED (whose sizes the README's table and the DINO/DINOv2 count tests enumerate);
 # ``probe make-checkpoint --arch`` offers both
 DINOV3_RELEASED = {
-    "vit-s16-dinov3": DINOV3_S16, "vit-s16plus-dinov3": DINOV3_S16_PLUS, "vit-b16-dinov3": DINOV3_B16,
-    "vit-l16-dinov3": DINOV3_L16, "vit-l16plus-dinov3": DINOV3_L16_PLUS, "vit-h16plus-dinov3": DINOV3_H16_PLUS,
+    "vit-s16-dinov3": DINOV3_S16,
+    "vit-s16plus-dinov3": DINOV3_S16_PLUS,
+    "vit-b16-dinov3": DINOV3_B16,
+    "vit-l16-dinov3": DINOV3_L16,
+    "vit-l16plus-dinov3": DINOV3_L16_PLUS,
+    "vit-h16plus-dinov3": DINOV3_H16_PLUS,
     "vit-7b16-dinov3": DINOV3_7B16,
 }
 # the released sizes by name (``probe make-checkpoint --arch``, ``benchmarks/extract.py --arch``)
 RELEASED = {
-    "vit-s16": VIT_S16, "vit-s8": VIT_S8, "vit-b16": VIT_B16, "vit-b8": VIT_B8,
-    "dinov2-s14": DINOV2_S14, "dinov2-s14-reg": DINOV2_S14_REG, "dinov2-b14": DINOV2_B14, "dinov2-b14-reg": DINOV2_B14_REG,
+    "vit-s16": VIT_S16,
+    "vit-s8": VIT_S8,
+    "vit-b16": VIT_B16,
+    "vit-b8": VIT_B8,
+    "dinov2-s14": DINOV2_S14,
+    "dinov2-s14-reg": DINOV2_S14_REG,
+    "dinov2-b14": DINOV2_B14,
+    "dinov2-b14-reg": DINOV2_B14_REG,
 }
-
 
 
 # The head width of the networks a training file's ``args.arch`` names: DINO's

@@ -46,28 +46,27 @@ GEOMETRY = {  # the aliases' geometry, as stores have recorded it
     "96": "short side 96 (PIL bicubic), centre crop 96",
     "224": "short side 224 (PIL bicubic, long side truncated), centre crop 224",
     images.EVAL: "short side 256 (PIL bicubic, long side truncated), centre crop 224 "
-                 "(facebookresearch/dino eval_knn.py, eval_linear.py: Resize(256, interpolation=3), CenterCrop(224))",
+    "(facebookresearch/dino eval_knn.py, eval_linear.py: Resize(256, interpolation=3), CenterCrop(224))",
     "480": "squash to 480x480 (PIL {resample})",
     images.SQUARE: "padded with white at the right and bottom to a square, resized to 800x800 (PIL bicubic), normalised, "
-                   "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
+    "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
     hbird_views.VAL: "squash to 512x512 (PIL bilinear), mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.255) as published "
-                     "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
-    "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches "
-              "(TokenCut main_tokencut.py, LOST main_lost.py)",
+    "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
+    "native": "own size, normalised, zero-padded at the right and bottom to ceil(h/p) x ceil(w/p) patches (TokenCut main_tokencut.py, LOST main_lost.py)",
     images.NATIVE_CROP: "own size, normalised, cut at the right and bottom to floor(h/p) x floor(w/p) patches, top left kept "
-                        "(lukemelas/deep-spectral-segmentation extract/extract.py, object-localization/main.py --eigenseg)",
+    "(lukemelas/deep-spectral-segmentation extract/extract.py, object-localization/main.py --eigenseg)",
     images.NATIVE_RESIZED: "whole image resized (PIL LANCZOS) to round(w/p)*p x round(h/p)*p, at least one patch a side, normalised "
-                           "(TokenCut unsupervised_saliency_detection/utils.py resize_pil, get_saliency.py)",
+    "(TokenCut unsupervised_saliency_detection/utils.py resize_pil, get_saliency.py)",
 }
 FAMILY_GEOMETRY = {  # any other size of a family
     "short": "short side {S} (PIL bicubic, long side truncated), centre crop {S}",
     "eval": "short side {R} (PIL bicubic, long side truncated), centre crop {S} (facebookresearch/dino eval_knn.py's Resize(256), CenterCrop(224) "
-            "at crop_pct 0.875: short side floor(S * 256 / 224))",
+    "at crop_pct 0.875: short side floor(S * 256 / 224))",
     "square": "squash to {S}x{S} (PIL {resample})",
     "padded": "padded with white at the right and bottom to a square, resized to {S}x{S} (PIL bicubic), normalised, "
-              "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
+    "zero-padded about the centre to whole patches (mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py center_padding)",
     "hbird": "squash to {S}x{S} (PIL bilinear), mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.255) as published "
-             "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
+    "(vpariza/open-hummingbird-eval hbird/utils/transforms.py get_hbird_val_transforms)",
 }
 
 
@@ -136,9 +135,11 @@ def view_arrays(view: str, arch: Arch, patches: int, request: Request, part: int
         if request.maps == "all":
             plan[f"attention_blocks_{unit}"] = (("block", "head", query, key), (arch.depth, arch.heads, tokens, tokens), {})
     if request.stats:
-        stats = {"entropy": (("block", "head", query), (arch.depth, arch.heads, tokens)),
-                 "distance": (("block", "head", f"patch_{unit}"), (arch.depth, arch.heads, patches)),
-                 "topk": (("block", "head", query, "topk"), (arch.depth, arch.heads, tokens, 3))}
+        stats = {
+            "entropy": (("block", "head", query), (arch.depth, arch.heads, tokens)),
+            "distance": (("block", "head", f"patch_{unit}"), (arch.depth, arch.heads, patches)),
+            "topk": (("block", "head", query, "topk"), (arch.depth, arch.heads, tokens, 3)),
+        }
         if arch.class_token:
             stats["cls"] = (("block", "head", key), (arch.depth, arch.heads, tokens))
         if arch.registers:
@@ -165,8 +166,7 @@ def view_facts(view: str, arch: Arch, patches: int, attention: str, resample: st
     else:
         rows, cols = images.fixed_grid(view, arch.patch)
         facts.update(rows=rows, cols=cols)
-    facts["resample"] = (resample if spec.family == "square" else own_size_resample(view) if not spec.fixed
-                         else "bilinear" if spec.family == "hbird" else "bicubic")
+    facts["resample"] = resample if spec.family == "square" else own_size_resample(view) if not spec.fixed else "bilinear" if spec.family == "hbird" else "bicubic"
     facts["attention"] = attention if ("attention" in spec.reads or attention == "stats") else "none"
     if names is None:
         names = list(view_arrays(view, arch, patches, legacy_request(view, arch, attention)))

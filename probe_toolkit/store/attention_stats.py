@@ -40,8 +40,7 @@ def query_tile(batch: int, heads: int, tokens: int, budget: int = TILE_BYTES) ->
 
 
 @torch.inference_mode()
-def statistics(q: torch.Tensor, k: torch.Tensor, *, class_token: bool, registers: int, grid: tuple[int, int],
-               budget: int = TILE_BYTES) -> dict[str, torch.Tensor]:
+def statistics(q: torch.Tensor, k: torch.Tensor, *, class_token: bool, registers: int, grid: tuple[int, int], budget: int = TILE_BYTES) -> dict[str, torch.Tensor]:
     """One block's statistics from its queries and keys, (B, heads, T, d) each, tokens ordered
     class, registers, patches on a ``grid`` of (rows, cols); see the module docstring. Returns
     float32 tensors: entropy, distance, topk (B, heads, T[, len(TOPK)]), cls (B, heads, T) with a
@@ -71,11 +70,11 @@ def statistics(q: torch.Tensor, k: torch.Tensor, *, class_token: bool, registers
         del logits
         mass[:, :, start:stop] = weights.topk(top, dim=-1).values.cumsum(-1).index_select(-1, picks).float()
         if start < prefix:
-            rows_kept[:, :, start:min(stop, prefix)] = weights[:, :, : min(stop, prefix) - start].float()
+            rows_kept[:, :, start : min(stop, prefix)] = weights[:, :, : min(stop, prefix) - start].float()
         first = max(start, prefix)
         if first < stop:  # patch queries of the tile: their rows over patch keys, renormalised
-            on_patches = weights[:, :, first - start:, prefix:]
-            where = coords[first - prefix: stop - prefix]
+            on_patches = weights[:, :, first - start :, prefix:]
+            where = coords[first - prefix : stop - prefix]
             apart = torch.cdist(where, coords, compute_mode="donot_use_mm_for_euclid_dist")  # (tile patches, N) Euclidean, patch units
             weighted = (on_patches.unsqueeze(-2) @ apart.unsqueeze(-1))[..., 0, 0]  # Σ_j a_ij ‖u_i − u_j‖, row by row
             distance[:, :, first:stop] = (weighted / on_patches.sum(-1)).float()
@@ -84,5 +83,5 @@ def statistics(q: torch.Tensor, k: torch.Tensor, *, class_token: bool, registers
     if class_token:
         out["cls"] = rows_kept[:, :, 0]
     if registers:
-        out["storage"] = rows_kept[:, :, int(class_token):]
+        out["storage"] = rows_kept[:, :, int(class_token) :]
     return out

@@ -182,7 +182,7 @@ class Backbone(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Last-block patch tokens (B, N, D), class and register tokens dropped, no final norm."""
-        return self.vit.blocks(self.embed(images))[:, self.prefix:]
+        return self.vit.blocks(self.embed(images))[:, self.prefix :]
 
     @torch.inference_mode()
     def capture(self, images: torch.Tensor, taps: Taps) -> Capture:
@@ -202,6 +202,7 @@ class Backbone(nn.Module):
                     out.sequences[("tokens", index)] = output
                 if "normed" in taps.facets:
                     out.sequences[("normed", index)] = self.vit.norm(output)  # an Identity without a final norm
+
             return hook
 
         def on_qkv(index: int, attn: nn.Module):
@@ -209,6 +210,7 @@ class Backbone(nn.Module):
                 b, n, _ = output.shape
                 q, k, v = output.reshape(b, n, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
                 out.keep(taps, index, attn.q_norm(q), attn.k_norm(k), v, class_token=cls, registers=registers)
+
             return hook
 
         def on_softmax(module, args, output):
@@ -259,7 +261,7 @@ def normed_patch_tokens(model: Backbone, frames: torch.Tensor) -> torch.Tensor:
     if hasattr(model, "normed_patch_tokens"):
         return model.normed_patch_tokens(frames)
     x = model.vit.norm(model.vit.blocks(model.embed(frames)))  # the norm is an Identity without one
-    return x[:, model.prefix:]
+    return x[:, model.prefix :]
 
 
 # ----------------------------------------------------------------------------------------------

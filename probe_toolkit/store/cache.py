@@ -67,6 +67,7 @@ def _xarray():
     dask's deferral installed first (it would import dask.array to type-check numpy data)."""
     return lazy_dask.xarray()
 
+
 DEFAULT_ROOT = Path("cache")
 
 # which ``probe extract`` flag produces each array, for the error that says how to get it
@@ -102,8 +103,9 @@ def store_path(root: Path, stem: str | Path, sha256: str, network: str) -> Path:
     return Path(root) / f"{name}-{sha256[:8]}" / f"{network}.zarr"
 
 
-def open_store(path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None,
-               plain: bool = False) -> xr.Dataset | StoreData:
+def open_store(
+    path: str | Path, *, done_only: bool = True, allow_partial: bool = True, arrays: str | list[str] | None = None, plain: bool = False
+) -> xr.Dataset | StoreData:
     """Open a store lazily: xarray's lazy zarr arrays, read only where a command indexes them.
 
     No dask here: its chunk manager imports dask.array and distributed (about a second of a
@@ -170,6 +172,7 @@ def _record_chunk_edges(ds: xr.Dataset | StoreData, kept: np.ndarray) -> None:
 
 def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(done, failed) per image: of the views ``arrays`` belong to, else of the whole store."""
+
     def read(name: str) -> np.ndarray:
         return np.asarray(group[name][:], dtype=bool)
 
@@ -205,8 +208,11 @@ def resolve_block(ds: xr.Dataset | StoreData, block: int | None) -> int | None:
     if blocks is None:
         return int(block)
     if not -blocks <= int(block) < blocks:
-        raise ProbeError(ds.attrs.get("store"), f"has a network of {blocks} blocks: block {block} is not one of 0..{blocks - 1}",
-                         f"pass a 0-based block index, e.g. --block {blocks - 1} (the last)")
+        raise ProbeError(
+            ds.attrs.get("store"),
+            f"has a network of {blocks} blocks: block {block} is not one of 0..{blocks - 1}",
+            f"pass a 0-based block index, e.g. --block {blocks - 1} (the last)",
+        )
     return int(block) % blocks
 
 
@@ -277,8 +283,11 @@ def _part_finished(ds: xr.Dataset | StoreData, wanted: str, found: str) -> None:
         return
     done = np.asarray(ds[f"done_{unit}"].values, dtype=bool) & ~np.asarray(ds[f"failed_{unit}"].values, dtype=bool)
     if not done.all():
-        raise ProbeError(ds.attrs.get("store"), f"holds {found} for {int(done.sum())} of its {done.size} images (extraction of that part has not finished)",
-                         "finish it with the same `probe extract` command")
+        raise ProbeError(
+            ds.attrs.get("store"),
+            f"holds {found} for {int(done.sum())} of its {done.size} images (extraction of that part has not finished)",
+            "finish it with the same `probe extract` command",
+        )
 
 
 def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> xr.DataArray:
@@ -330,8 +339,9 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
         from ..infra.spelling import fix_command
 
         facet = layout.ArrayName(wanted.kind, view).facet if wanted.kind != "attention" else None
-        extract = fix_command("extract", "CKPT", views=view, **({"attention": "all"} if wanted.kind == "attention" else {"blocks": str(block)}),
-                              facets=facet)  # another block's attention map is among every block's
+        extract = fix_command(
+            "extract", "CKPT", views=view, **({"attention": "all"} if wanted.kind == "attention" else {"blocks": str(block)}), facets=facet
+        )  # another block's attention map is among every block's
         fix = f"rerun `{extract}` with the store's checkpoint"
     held = hints.other_views(ds.attrs.get("store"), name, view, VIEW_ORDER) if block is None else []
     if held:  # the same array of another view: reading that view is the nearer fix
@@ -347,8 +357,9 @@ def require(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
     if ds.attrs.get("store") and "manifest" in ds.attrs:  # so that cluster tasks can prove they read this store
         from ..infra.cluster import fingerprint
 
-        array.attrs.update(probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]),
-                           probe_check=f"{integrity.__name__}:worker_check")
+        array.attrs.update(
+            probe_store=str(Path(ds.attrs["store"]).resolve()), probe_fingerprint=fingerprint(ds.attrs["manifest"]), probe_check=f"{integrity.__name__}:worker_check"
+        )
     return array
 
 

@@ -31,9 +31,14 @@ def infer_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int | None 
     """Width, depth, patch, class token, final norm and grid from the tensors; heads = width/64 unless given."""
     if "patch_embed.proj.weight" not in backbone:
         hints.refuse_prefixed(backbone, "patch_embed.proj.weight", path)  # e.g. a PyTorch Lightning module's model.patch_embed...
-    width, patch, depth = _trunk(backbone, path, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"),
-                                 "is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)", "pass a DINO or SelfPatch checkpoint",
-                                 "patch_embed.proj.weight")
+    width, patch, depth = _trunk(
+        backbone,
+        path,
+        ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight"),
+        "is not a ViT backbone in DINO/timm layout (no {key}; found {found}...)",
+        "pass a DINO or SelfPatch checkpoint",
+        "patch_embed.proj.weight",
+    )
     class_token = "cls_token" in backbone
     registers = int(backbone["reg_token"].shape[1]) if "reg_token" in backbone else 0
     rows = int(backbone["pos_embed"].shape[1]) - int(class_token and not registers)
@@ -102,9 +107,14 @@ def infer_dinov3_arch(backbone: dict[str, torch.Tensor], path: Path, heads: int 
     """Width, depth, patch, storage tokens, feed-forward and bias of a DINOv3 backbone in timm's names."""
     swiglu = "blocks.0.mlp.fc1_g.weight" in backbone
     fc1 = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
-    width, patch, depth = _trunk(backbone, path, ("patch_embed.proj.weight", fc1),
-                                 "is not a DINOv3 ViT backbone (no {key} in timm's names; found {found}...)", "pass a DINOv3 checkpoint",
-                                 "its patch embedding")
+    width, patch, depth = _trunk(
+        backbone,
+        path,
+        ("patch_embed.proj.weight", fc1),
+        "is not a DINOv3 ViT backbone (no {key} in timm's names; found {found}...)",
+        "pass a DINOv3 checkpoint",
+        "its patch embedding",
+    )
     head_count = dinov3_heads(backbone, width, path, heads)
     if width % head_count or (width // head_count) % 4:
         raise ProbeError(path, f"width {width} does not split into {head_count} heads of a multiple of 4", "pass --heads")

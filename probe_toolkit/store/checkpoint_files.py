@@ -63,8 +63,9 @@ def read_file(path: str | Path) -> Any:
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)(?: (?!whose)(\w+))?", str(error))
         if not found:
-            raise ProbeError(path, "is not a readable PyTorch checkpoint (not a pickle of tensors)",
-                             "the file may be truncated or of another kind; fetch it again") from None
+            raise ProbeError(
+                path, "is not a readable PyTorch checkpoint (not a pickle of tensors)", "the file may be truncated or of another kind; fetch it again"
+            ) from None
         what = ".".join(part for part in found.groups() if part)
         raise ProbeError(
             path,
@@ -77,6 +78,7 @@ def read_file(path: str | Path) -> Any:
             f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",
             "the file may be truncated or of another kind; fetch it again",
         ) from None
+
 
 def save_state(state: dict[str, Any], out: str | Path) -> Path:
     """``torch.save`` to a temporary name, then rename: never a half-written checkpoint."""

@@ -32,7 +32,7 @@ def unwrap(obj: Any, path: Path) -> Any:
 
 
 def _strip(key: str, prefix: str) -> str:
-    return key[len(prefix):] if key.startswith(prefix) else key
+    return key[len(prefix) :] if key.startswith(prefix) else key
 
 
 def split_heads(state: dict[str, Any], path: Path) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
@@ -45,15 +45,15 @@ def split_heads(state: dict[str, Any], path: Path) -> tuple[dict[str, torch.Tens
     stray = []
     for key, value in state.items():
         if key.startswith("backbone."):
-            backbone[key[len("backbone."):]] = value
+            backbone[key[len("backbone.") :]] = value
             continue
         prefix = next((p for p in HEAD_PREFIXES if key.startswith(p)), None)
         if prefix is None:
             stray.append(key)
             continue
-        name = key[len(prefix):]
+        name = key[len(prefix) :]
         for old, new in OLD_HEAD_NAMES.items():
-            name = new + name[len(old):] if name.startswith(old) else name
+            name = new + name[len(old) :] if name.startswith(old) else name
         heads.setdefault(prefix[:-1], {})[name] = value
     if stray:
         raise ProbeError(path, f"has keys outside backbone and the known heads: {sorted(stray)[:8]}", "is it a DINO or SelfPatch checkpoint?")
@@ -78,6 +78,7 @@ def from_dinov2(backbone: dict[str, torch.Tensor], heads: dict[str, dict[str, to
             out["pos_embed"] = out["pos_embed"][:, 1:]
     return out, heads
 
+
 def file_format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbone: dict[str, Any]) -> str:
     if not full:
         if "reg_token" in backbone:
@@ -89,6 +90,7 @@ def file_format(full: bool, heads: dict[str, Any], extra: dict[str, Any], backbo
     if isinstance(args, dict) and args.get("trainer") == TRAINER_MARK:
         return TRAINER_MARK
     return "selfpatch-full" if "ca_head" in heads else "dino-full"
+
 
 def read_dinov3(state: dict[str, torch.Tensor], layout: str, path: Path, heads: int | None) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]], Arch]:
     """A DINOv3 file's backbone in timm's names (with ``rope.periods``), its heads and its shape."""

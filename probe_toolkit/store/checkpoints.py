@@ -79,8 +79,10 @@ class Checkpoint:
             **({"source": self.source} if self.source else {}),
         }
 
-def load_checkpoint(path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False,
-                    checked_sha256: str | None = None, revision: str | None = None) -> Checkpoint:
+
+def load_checkpoint(
+    path: str | Path, network: str = "teacher", heads: int | None = None, convert: bool = False, checked_sha256: str | None = None, revision: str | None = None
+) -> Checkpoint:
     """Read ``path`` safely and return the chosen network's backbone, checked key for key.
 
     ``path``: a file, a transformers / timm folder, or a Hugging Face Hub name (``hf-hub:org/name``
@@ -110,8 +112,9 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
     if full:
         if not isinstance(obj.get(network), dict):
             present = [k for k in NETWORKS if k in obj]
-            raise ProbeError(path, f"is a training checkpoint without a {network!r} entry (it has {present})",
-                             f"pass --network {present[0]}" if present else "pass another file")
+            raise ProbeError(
+                path, f"is a training checkpoint without a {network!r} entry (it has {present})", f"pass --network {present[0]}" if present else "pass another file"
+            )
         state = obj[network]
         extra = {k: v for k, v in obj.items() if k not in NETWORKS}
         if isinstance(extra.get("args"), argparse.Namespace):
@@ -141,6 +144,7 @@ def _read_network(path: Path, network: str, heads: int | None, digest: Future, c
         extra=extra,
     )
 
+
 def convert_backbone(backbone: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """DINO → SelfPatch-style backbone: drop ``cls_token``, ``pos_embed`` row 0 and ``norm.*``."""
     out = {k: v for k, v in backbone.items() if k != "cls_token" and not k.startswith("norm.")}
@@ -164,6 +168,7 @@ def to_selfpatch(checkpoint: Checkpoint) -> Checkpoint:
 
 def parameter_count(state: dict[str, torch.Tensor]) -> int:
     return sum(int(v.numel()) for v in state.values())
+
 
 def convert_file(source: str | Path, out: str | Path, network: str = "teacher", *, force: bool = False) -> tuple[int, int]:
     """``probe convert``: write the SelfPatch-style backbone of a DINO file; returns (before, after) counts.

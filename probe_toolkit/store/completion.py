@@ -28,8 +28,7 @@ def completion(store: str | Path) -> dict[str, Any]:
     done = np.asarray(group["done"][:], dtype=bool)
     failed = np.asarray(group["failed"][:], dtype=bool) if "failed" in group else np.zeros_like(done)
     manifest = dict(group.attrs.get("manifest", {}))
-    return {"done": int((done & ~failed).sum()), "failed": int(failed.sum()), "total": int(done.size),
-            "image_list_sha256": manifest.get("image_list_sha256")}
+    return {"done": int((done & ~failed).sum()), "failed": int(failed.sum()), "total": int(done.size), "image_list_sha256": manifest.get("image_list_sha256")}
 
 
 def computed_on(store: str | Path, image_ids: Iterable[str], scope: str = "store") -> dict[str, Any]:

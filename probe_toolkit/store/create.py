@@ -44,17 +44,13 @@ def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [k for k in IDENTITY if a[k] != b[k]]
 
 
-
 def _view_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return ([k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]]
-            + [k for k in VIEW_IDENTITY_STRICT if k in new and old.get(k) != new[k]])
-
+    return [k for k in VIEW_IDENTITY if k in old and k in new and old[k] != new[k]] + [k for k in VIEW_IDENTITY_STRICT if k in new and old.get(k) != new[k]]
 
 
 def _view_arrays(group: zarr.Group, view: str) -> list[str]:
     """Every array that belongs to ``view``: its data, flags and grids."""
     return [name for name in array_names(group) if name not in FLAGS and grids.view_of(name) == view]
-
 
 
 ArrayPlan = dict[str, tuple]  # name -> (dims, shape) after ``image``, and optionally attributes (dtype, block, facet)
@@ -80,15 +76,20 @@ def _square_grids(arrays: ArrayPlan, n: int) -> Grids:
 def _add_view(group: zarr.Group, view: str, arrays: ArrayPlan, grid: tuple[np.ndarray, np.ndarray], chunk: int, dtype: np.dtype) -> None:
     n = int(group["done"].shape[0])
     for name, kind, fill in ((f"done_{view}", bool, False), (f"failed_{view}", bool, False)):
-        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True,
-                           compressors=codec.compressors())
+        group.create_array(name, shape=(n,), dtype=kind, chunks=(chunk,), dimension_names=["image"], fill_value=fill, overwrite=True, compressors=codec.compressors())
     _write_grid(group, view, grid[0], grid[1])
     compressors = codec.compressors()  # zstd, then a crc32c checksum of each chunk
     for name, (dims, shape, *more) in arrays.items():
         attrs = dict(more[0]) if more else {}
         created = group.create_array(
-            name, shape=(n, *shape), dtype=np.dtype(attrs.pop("dtype", dtype)), chunks=(chunk, *shape), dimension_names=["image", *dims],
-            fill_value=np.nan, compressors=compressors, overwrite=True,
+            name,
+            shape=(n, *shape),
+            dtype=np.dtype(attrs.pop("dtype", dtype)),
+            chunks=(chunk, *shape),
+            dimension_names=["image", *dims],
+            fill_value=np.nan,
+            compressors=compressors,
+            overwrite=True,
         )
         if attrs:  # which block and facet it holds (store/layout.py)
             created.attrs.update(attrs)
@@ -100,8 +101,9 @@ def _write_grid(group: zarr.Group, view: str, rows: np.ndarray, cols: np.ndarray
     such as a masks store's): a missing chunk is how a damaged store is recognised."""
     n = int(group["done"].shape[0])
     for name, values in ((f"grid_rows_{view}", rows), (f"grid_cols_{view}", cols)):
-        array = group.create_array(name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True,
-                                   compressors=codec.compressors())
+        array = group.create_array(
+            name, shape=(n,), dtype="int32", chunks=(max(n, 1),), dimension_names=["image"], fill_value=0, overwrite=True, compressors=codec.compressors()
+        )
         if n:
             array.with_config({"write_empty_chunks": True})[:] = np.asarray(values, dtype=np.int32)
 
@@ -114,8 +116,9 @@ def _upgrade(group: zarr.Group, manifest: dict[str, Any]) -> None:
         chunk = int(manifest["chunk"])
         n = int(group["done"].shape[0])
         for flag in ("done", "failed"):
-            group.create_array(f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True,
-                               compressors=codec.compressors())
+            group.create_array(
+                f"{flag}_{view}", shape=(n,), dtype=bool, chunks=(chunk,), dimension_names=["image"], fill_value=False, overwrite=True, compressors=codec.compressors()
+            )
             if n:
                 group[f"{flag}_{view}"][:] = np.asarray(group[flag][:], dtype=bool)
         plan = {name: (tuple(group[name].metadata.dimension_names[1:]), group[name].shape[1:]) for name in _view_arrays(group, view)}
@@ -310,7 +313,7 @@ def _held(group: zarr.Group, view: str) -> dict[tuple[str, int | None], str]:
 
 def _units(group: zarr.Group, view: str) -> list[str]:
     """The view's parts held (``224``, ``224.p1``, ...), by their flags."""
-    return [name[len("done_"):] for name in array_names(group) if name.startswith("done_") and layout.split_unit(name[len("done_"):])[0] == view]
+    return [name[len("done_") :] for name in array_names(group) if name.startswith("done_") and layout.split_unit(name[len("done_") :])[0] == view]
 
 
 def _in_part(name: str, part: int) -> str:

@@ -138,12 +138,12 @@ class Dinov3Backbone(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Last-block patch tokens (B, N, D), class and storage tokens dropped, no final norm."""
         last = self.arch.depth - 1
-        return self.capture(images, Taps(blocks=(last,), facets=("tokens",))).sequences[("tokens", last)][:, self.prefix:]
+        return self.capture(images, Taps(blocks=(last,), facets=("tokens",))).sequences[("tokens", last)][:, self.prefix :]
 
     @torch.inference_mode()
     def normed_patch_tokens(self, images: torch.Tensor) -> torch.Tensor:
         """(B, N, D) patch tokens after the final norm (DINOv3's ``x_norm_patchtokens``)."""
-        return self.vit.forward_features(self._crop(images))[:, self.prefix:]
+        return self.vit.forward_features(self._crop(images))[:, self.prefix :]
 
     def capture(self, images: torch.Tensor, taps: Taps) -> Capture:
         """One pass of timm's ``forward_features`` keeping what ``taps`` asks (``store.taps``): hooks
@@ -165,6 +165,7 @@ class Dinov3Backbone(nn.Module):
                         out.sequences[("tokens", index)] = output
                     if "normed" in taps.facets:
                         out.sequences[("normed", index)] = self.vit.norm(output)
+
                 return hook
 
             def on_attention(index: int):
@@ -173,6 +174,7 @@ class Dinov3Backbone(nn.Module):
                     out.keep(taps, index, q, k, v, class_token=True, registers=registers, q_rope=q_rope, k_rope=k_rope)
                     if index in maps_at:
                         out.maps.append(self.explicit_attention(q_rope, k_rope))
+
                 return hook
 
             try:

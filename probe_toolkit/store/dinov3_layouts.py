@@ -61,7 +61,7 @@ def rope_periods(head_dim: int, base: float = ROPE_BASE) -> torch.Tensor:
     """``base ** (2j / (head_dim / 2))``, j < head_dim / 4, in float32: the expression of DINOv3's
     ``RopePositionEmbedding._init_weights`` and timm's ``RotaryEmbeddingDinoV3._compute_periods``."""
     exponents = 2.0 * torch.arange(head_dim // 4, dtype=torch.float32) / (head_dim // 2)
-    return base ** exponents
+    return base**exponents
 
 
 def _block_indices(keys, pattern: str) -> list[int]:
@@ -108,7 +108,7 @@ def from_official(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
         elif key == "mask_token":
             heads["mask_token"] = {"mask_token": value}
         elif key.startswith("local_cls_norm."):
-            heads.setdefault("local_cls_norm", {})[key[len("local_cls_norm."):]] = value
+            heads.setdefault("local_cls_norm", {})[key[len("local_cls_norm.") :]] = value
         elif key.endswith(".attn.qkv.bias_mask") and key[: -len("_mask")] in state:
             continue  # used with its bias below
         elif key.endswith(".attn.qkv.bias"):
@@ -235,8 +235,9 @@ def to_timm(backbone: dict[str, torch.Tensor], head_dim: int, keep_periods: bool
     return {k: v for k, v in backbone.items() if k != "rope.periods"}
 
 
-def to_hf(backbone: dict[str, torch.Tensor], head_dim: int, heads: dict[str, dict[str, torch.Tensor]] | None = None,
-          keep_periods: bool = False) -> dict[str, torch.Tensor]:
+def to_hf(
+    backbone: dict[str, torch.Tensor], head_dim: int, heads: dict[str, dict[str, torch.Tensor]] | None = None, keep_periods: bool = False
+) -> dict[str, torch.Tensor]:
     """timm's names → transformers' ``DINOv3ViTModel`` (no key bias; the mask token (1, 1, D))."""
     _check_periods(backbone, head_dim, "dinov3-hf", keep_periods)
     heads = heads or {}

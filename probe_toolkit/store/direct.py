@@ -24,9 +24,17 @@ class StoreArray:
     """One array of a store at the images ``kept`` (positions in the store; None: all), read when
     ``values`` is asked for."""
 
-    def __init__(self, array: zarr.Array, name: str, dims: tuple[str, ...], kept: np.ndarray | None,
-                 image: zarr.Array | None = None, attrs: dict[str, Any] | None = None, encoding: dict[str, Any] | None = None,
-                 picked: tuple[tuple[int, int], ...] = ()):
+    def __init__(
+        self,
+        array: zarr.Array,
+        name: str,
+        dims: tuple[str, ...],
+        kept: np.ndarray | None,
+        image: zarr.Array | None = None,
+        attrs: dict[str, Any] | None = None,
+        encoding: dict[str, Any] | None = None,
+        picked: tuple[tuple[int, int], ...] = (),
+    ):
         self.array, self.name, self.kept, self.image = array, name, kept, image
         self.picked = picked  # (axis of the zarr array, index): one block of an array holding every block, that axis dropped
         self.attrs: dict[str, Any] = dict(attrs or {})
@@ -73,8 +81,7 @@ class StoreArray:
             raise ValueError(f"{self.name} has no image dimension")
         n = self.array.shape[0] if self.kept is None else self.kept.size
         kept = np.arange(n)[image] if self.kept is None else self.kept[image]
-        out = StoreArray(self.array, self.name, self._dims_of_array(), np.asarray(kept, dtype=np.int64), self.image, self.attrs, self.encoding,
-                         self.picked)
+        out = StoreArray(self.array, self.name, self._dims_of_array(), np.asarray(kept, dtype=np.int64), self.image, self.attrs, self.encoding, self.picked)
         out.encoding.pop("probe_image_edges", None)
         return out
 
@@ -99,8 +106,7 @@ class StoreArray:
         return np.asarray(self.array.get_orthogonal_selection((self.kept, *rest)))
 
     def rename(self, names: dict[str, str]) -> StoreArray:
-        return StoreArray(self.array, self.name, tuple(names.get(d, d) for d in self._dims_of_array()), self.kept, self.image, self.attrs,
-                          self.encoding, self.picked)
+        return StoreArray(self.array, self.name, tuple(names.get(d, d) for d in self._dims_of_array()), self.kept, self.image, self.attrs, self.encoding, self.picked)
 
 
 class StoreData(Variables):

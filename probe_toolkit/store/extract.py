@@ -60,14 +60,16 @@ class Report:
     # forward, writes), so that a benchmark can tell fixed costs from per-image ones
     seconds: dict[str, float] = field(default_factory=dict)
 
+
 def _written(pending: Future, path: Path) -> None:
     """Wait for a chunk write; a full disk or a failing device becomes one clear line."""
     try:
         pending.result()
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ProbeError(path, "ran out of disk space while writing a chunk",
-                             "free space and rerun the same command: finished chunks are kept, the rest resumes") from None
+            raise ProbeError(
+                path, "ran out of disk space while writing a chunk", "free space and rerun the same command: finished chunks are kept, the rest resumes"
+            ) from None
         raise ProbeError(path, f"could not be written ({error.strerror or error})", os_fix(error, "rerun the same command to resume")) from None
 
 
@@ -86,8 +88,16 @@ def _limited(runs: list[tuple[int, int, tuple[str, ...]]], limit: int | None) ->
     return kept, total - taken
 
 
-def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: Settings, shard: tuple[int, int], limit: int | None, on_error: OnError,
-                      pool: Executor, shared: SharedBuffers | None = None) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
+def _decode_first_run(
+    refs: list[images.ImageRef],
+    views: list[str],
+    settings: Settings,
+    shard: tuple[int, int],
+    limit: int | None,
+    on_error: OnError,
+    pool: Executor,
+    shared: SharedBuffers | None = None,
+) -> tuple[tuple[int, int, tuple[str, ...]], Future] | None:
     """Start decoding the run a new store begins with while the checkpoint is read and the network
     built (the fixed views only: the own-size views need the checkpoint's patch size).
 
@@ -102,7 +112,7 @@ def _decode_first_run(refs: list[images.ImageRef], views: list[str], settings: S
     a, b = ranges[0]
     run = (a, min(b, a + limit) if limit is not None else b, tuple(views))
     decoder = ThreadPoolExecutor(1)
-    future = decoder.submit(load_run, refs[run[0]:run[1]], list(views), settings, 0, None, on_error, pool, shared)
+    future = decoder.submit(load_run, refs[run[0] : run[1]], list(views), settings, 0, None, on_error, pool, shared)
     decoder.shutdown(wait=False)
     return run, future
 
@@ -171,8 +181,7 @@ def extract(
                 raise ProbeError(None, *misfit)
         settings.requests(checkpoint.arch)  # its blocks and facets, against the network's, before any image is read
         own_views = tuple(v for v in views if v in images.OWN_SIZE)
-        grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32))
-                 for v in views if v not in own_views for r, c in [images.fixed_grid(v, patch)]}
+        grids = {v: (np.full(len(refs), r, np.int32), np.full(len(refs), c, np.int32)) for v in views if v not in own_views for r, c in [images.fixed_grid(v, patch)]}
         if own_views:
             grids.update(native_grids(refs, patch, on_error, own_views))
         own_patches = {v: int((grids[v][0] * grids[v][1]).max(initial=0)) for v in own_views}
@@ -242,8 +251,11 @@ def extract(
                         ok = ~loaded.failed[view]
                         good = finite_images(data, wanted, grids[view][0][start:stop], grids[view][1][start:stop], ok, checkpoint.arch.prefix)
                         for i in np.flatnonzero(ok & ~good):
-                            error = ProbeError(refs[start + i].path, f"gives non-finite values in the {view} view",
-                                               "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip")
+                            error = ProbeError(
+                                refs[start + i].path,
+                                f"gives non-finite values in the {view} view",
+                                "check the checkpoint's weights and --dtype (float16 overflows past 65504), or record it as failed with --on-error skip",
+                            )
                             if on_error == "fail":
                                 raise error
                             loaded.errors.append(error.line())

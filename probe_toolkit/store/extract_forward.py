@@ -32,6 +32,7 @@ def resolve_device(device: str) -> torch.device:
         device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
     return torch.device(device)
 
+
 def taps_for(names: list[str], arch: Arch) -> Taps:
     """What one pass must keep to give the arrays ``names`` (``store.layout`` names of one view)."""
     blocks: set[int] = set()
@@ -62,12 +63,12 @@ def cut(capture: Capture, name: str, arch: Arch) -> torch.Tensor:
     if kind == "attention_blocks":
         return torch.stack(capture.maps, dim=1)
     if kind.startswith("attention_"):
-        values = torch.stack(capture.stats[kind[len("attention_"):]], dim=1)
+        values = torch.stack(capture.stats[kind[len("attention_") :]], dim=1)
         return values[..., p:] if kind == "attention_distance" else values  # distances of the patch queries only
     if kind.startswith("cls_"):
-        return capture.sequences[(kind[len("cls_"):], block)][:, 0]
+        return capture.sequences[(kind[len("cls_") :], block)][:, 0]
     if kind.startswith("registers"):
-        return capture.sequences[(kind[len("registers_"):] or "tokens", block)][:, c:p]
+        return capture.sequences[(kind[len("registers_") :] or "tokens", block)][:, c:p]
     return capture.sequences[(kind, block)][:, p:]
 
 
@@ -99,7 +100,7 @@ class Copies:
             held = (torch.empty(batch.numel(), dtype=batch.dtype, pin_memory=True), None)
         elif held[1] is not None:
             held[1].synchronize()  # this buffer's last batch (two batches ago) has reached the device
-        staged = held[0][:batch.numel()].view(batch.shape)
+        staged = held[0][: batch.numel()].view(batch.shape)
         staged.copy_(batch)
         moved = staged.to(self.device, non_blocking=True)
         sent = torch.cuda.Event()
@@ -126,13 +127,13 @@ class Copies:
             with torch.cuda.stream(self.stream):
                 self.stream.wait_event(done)
                 for name, value in values.items():
-                    host[name][:value.numel()].view(value.shape).copy_(value, non_blocking=True)
+                    host[name][: value.numel()].view(value.shape).copy_(value, non_blocking=True)
                     value.record_stream(self.stream)  # not freed before the copy has read it
                 copied = torch.cuda.Event()
                 copied.record(self.stream)
         else:  # the overlapped order, on the CPU (tests hold it to the immediate one)
             for name, value in values.items():
-                host[name][:value.numel()].view(value.shape).copy_(value)
+                host[name][: value.numel()].view(value.shape).copy_(value)
         shapes = {name: value.shape for name, value in values.items()}
         self.flush(deliver)
         self._pending = (start, host, shapes, copied)
@@ -146,11 +147,20 @@ class Copies:
         self._pending = None
         if copied is not None:
             copied.synchronize()
-        deliver(start, {name: host[name][:int(np.prod(shape))].view(shape) for name, shape in shapes.items()})
+        deliver(start, {name: host[name][: int(np.prod(shape))].view(shape) for name, shape in shapes.items()})
 
 
-def forward_view(backbone: Backbone, pixels: torch.Tensor, names: list[str], settings: Settings, batch_size: int, device: torch.device,
-                 tick: Callable[[int], None], shared: SharedBuffers | None = None, overlap: bool | None = None) -> dict[str, np.ndarray]:
+def forward_view(
+    backbone: Backbone,
+    pixels: torch.Tensor,
+    names: list[str],
+    settings: Settings,
+    batch_size: int,
+    device: torch.device,
+    tick: Callable[[int], None],
+    shared: SharedBuffers | None = None,
+    overlap: bool | None = None,
+) -> dict[str, np.ndarray]:
     """Forward one view of some images in batches; returns the arrays ``names`` (of that view).
     ``shared``: each array is copied from the device, batch by batch, into one shared-memory
     tensor of the whole run (taken from ``shared``), which a writing process then reads without
@@ -174,10 +184,10 @@ def forward_view(backbone: Backbone, pixels: torch.Tensor, names: list[str], set
                 continue
             if name not in whole:
                 whole[name] = shared.take((pixels.shape[0], *value.shape[1:]), value.dtype)
-            whole[name][start:start + value.shape[0]].copy_(value)
+            whole[name][start : start + value.shape[0]].copy_(value)
 
     for start in range(0, pixels.shape[0], batch_size):
-        batch = pixels[start:start + batch_size]
+        batch = pixels[start : start + batch_size]
         capture = backbone.capture(copies.pixels(batch), taps)
         copies.send(start, {name: stored(name, cut(capture, name, backbone.arch)) for name in names}, deliver)
         del capture
@@ -195,8 +205,18 @@ def _blank(plan: dict, name: str, n: int, settings: Settings) -> np.ndarray:
     return np.full((n, *plan[name][1]), np.nan, dtype=arrays.STATS_DTYPE if name.startswith(STATS) else settings.dtype)
 
 
-def view_data(backbone: Backbone, loaded: Loaded, view: str, plan: dict, n: int, settings: Settings, batch_size: int, device: torch.device, tick,
-              shared: SharedBuffers | None = None) -> dict[str, np.ndarray]:
+def view_data(
+    backbone: Backbone,
+    loaded: Loaded,
+    view: str,
+    plan: dict,
+    n: int,
+    settings: Settings,
+    batch_size: int,
+    device: torch.device,
+    tick,
+    shared: SharedBuffers | None = None,
+) -> dict[str, np.ndarray]:
     """One view's arrays (those of ``plan`` that belong to it, in any of its parts) for the ``n``
     images of a run: NaN rows where an image has no value (``shared``: see ``forward_view``)."""
     names = [name for name in plan if layout.view_of(name) == view]
@@ -230,8 +250,12 @@ def finite_images(data: dict[str, np.ndarray], plan: dict, rows: np.ndarray, col
     good = ok.copy()
     patches = rows * cols
     for name, values in data.items():
-        axes = {axis: extra for axis, dim in enumerate(plan[name][0], start=1) for kind, extra in (("patch", 0), ("query", prefix), ("key", prefix))
-                if dim == kind or dim.startswith(f"{kind}_")}
+        axes = {
+            axis: extra
+            for axis, dim in enumerate(plan[name][0], start=1)
+            for kind, extra in (("patch", 0), ("query", prefix), ("key", prefix))
+            if dim == kind or dim.startswith(f"{kind}_")
+        }
         if any(np.any(patches + extra < values.shape[axis]) for axis, extra in axes.items()):  # padded grids: each image's own region
             for i in np.flatnonzero(good):
                 region = values[i][tuple(slice(0, int(patches[i]) + axes[axis]) if axis in axes else slice(None) for axis in range(1, values.ndim))]

@@ -67,8 +67,9 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
     for view, grid in expected.items():
         try:
             if own_grid(ref, picture.width, picture.height, patch, view) != grid:
-                raise ProbeError(ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with",
-                                 "restore the file, or extract into a new --store")
+                raise ProbeError(
+                    ref.path, f"is now {picture.width}x{picture.height} px, not the size the store was created with", "restore the file, or extract into a new --store"
+                )
             out.own[view] = images.native(picture, patch, view)
         except ProbeError as error:
             out.own_error[view] = error
@@ -198,9 +199,16 @@ def decoder_threads(asked: int | None, device: str) -> int:
     return max(1, min(16, cores - (1 if gpu else torch.get_num_threads())))
 
 
-def load_run(refs: list[images.ImageRef], views: list[str], settings: Settings, patch: int,
-             grid: dict[str, tuple[np.ndarray, np.ndarray]] | None, on_error: OnError, pool: Executor | None = None,
-             shared: SharedBuffers | None = None) -> Loaded:
+def load_run(
+    refs: list[images.ImageRef],
+    views: list[str],
+    settings: Settings,
+    patch: int,
+    grid: dict[str, tuple[np.ndarray, np.ndarray]] | None,
+    on_error: OnError,
+    pool: Executor | None = None,
+    shared: SharedBuffers | None = None,
+) -> Loaded:
     """Decode and cut the views of one run (on ``pool``'s threads or processes when given, else
     here), in image order; failed images are recorded, not silently dropped, and the first one
     (in image order) fails the run when ``on_error`` is fail. ``grid``: each own-size view's

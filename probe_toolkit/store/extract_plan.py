@@ -73,8 +73,12 @@ class Settings:
             raise ProbeError(None, f"--dtype {self.dtype} is not float16 or float32", "use --dtype float16")
         at_least("--chunk", self.chunk, 1, "16")
         if self.chunk > MAX_CHUNK:  # refused here, before a store is created or an array allocated
-            raise ProbeError(None, f"--chunk {self.chunk} is more than {MAX_CHUNK} images per chunk (a chunk's arrays are held in memory "
-                             f"whole while written: about 1.3 MB per image at ViT-S/16)", "use e.g. --chunk 16 (the default)")
+            raise ProbeError(
+                None,
+                f"--chunk {self.chunk} is more than {MAX_CHUNK} images per chunk (a chunk's arrays are held in memory "
+                f"whole while written: about 1.3 MB per image at ViT-S/16)",
+                "use e.g. --chunk 16 (the default)",
+            )
         if self.resample not in RESAMPLES:
             raise ProbeError(None, f"--resample {self.resample!r} is not one of {', '.join(RESAMPLES)}", "use --resample lanczos (MaskCut's filter) or bicubic")
         block_spec(self.blocks)
@@ -94,16 +98,22 @@ class Settings:
         """What each view stores for a network of ``arch`` (its blocks and facets checked against it)."""
         blocks = resolve_blocks(self.blocks, arch.depth)
         if self.facets and "normed" in self.facets and not arch.final_norm:
-            raise ProbeError(None, "--facets normed: the network has no final norm (SelfPatch-style), so normed tokens would be the tokens again",
-                             "drop normed from --facets")
+            raise ProbeError(
+                None, "--facets normed: the network has no final norm (SelfPatch-style), so normed tokens would be the tokens again", "drop normed from --facets"
+            )
         out = {}
         for view in self.names:
             if self.wanted:
                 mine = [layout.parse(a) for a in self.wanted if layout.view_of(a) == view]
                 # a class token's array asked of a network without one: its patch tokens (whose mean is then the feature)
-                asked = [a.kind if arch.class_token or not a.kind.startswith("cls_") else a.kind[len("cls_"):] for a in mine]
-                kinds = tuple(dict.fromkeys(k for k in asked if not k.startswith("attention")
-                                            and (arch.registers or not k.startswith("registers")) and (arch.family == "dinov3" or not k.endswith("_rope"))))
+                asked = [a.kind if arch.class_token or not a.kind.startswith("cls_") else a.kind[len("cls_") :] for a in mine]
+                kinds = tuple(
+                    dict.fromkeys(
+                        k
+                        for k in asked
+                        if not k.startswith("attention") and (arch.registers or not k.startswith("registers")) and (arch.family == "dinov3" or not k.endswith("_rope"))
+                    )
+                )
                 if "normed" in kinds and not arch.final_norm:
                     kinds = tuple(dict.fromkeys("tokens" if k == "normed" else k for k in kinds))  # no final norm: the tokens are what it reads
                 maps = "all" if any(a.kind == "attention_blocks" for a in mine) else "last" if any(a.kind == "attention" for a in mine) else "none"
@@ -182,8 +192,7 @@ def plan_arrays(arch: Arch, settings: Settings, own_patches: dict[str, int] | No
     return plan
 
 
-def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str,
-                   own_patches: dict[str, int] | None = None) -> dict:
+def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images.ImageRef], source: str, own_patches: dict[str, int] | None = None) -> dict:
     arch = checkpoint.arch
     counts = patch_counts(arch, settings, own_patches)
     plan = plan_arrays(arch, settings, own_patches)
@@ -215,11 +224,17 @@ def build_manifest(checkpoint: Checkpoint, settings: Settings, refs: list[images
             "registers": "DINOv2 register tokens' last block output, in registers_* arrays, never among the patches",
             "layernorm_eps": 1e-5 if dinov3 else 1e-6,
             "gelu": "exact (erf)",
-            **({"dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys_<view> before RoPE and "
-                          "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, "
-                          "storage and patch tokens after RoPE "
-                          "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
-                "native_views": "every view: RoPE is computed per grid, no position table is interpolated"} if dinov3 else {}),
+            **(
+                {
+                    "dinov3": "timm Eva (vit_*_patch16_dinov3): registers are the 4 storage tokens; keys_<view> before RoPE and "
+                    "keys_rope_<view> after it (patch tokens; the class key is not rotated), the key bias masked to zero (bias_mask); attention over class, "
+                    "storage and patch tokens after RoPE "
+                    "(base 100, per-axis coordinates, patch tokens only), recomputed explicitly beside the fused kernel",
+                    "native_views": "every view: RoPE is computed per grid, no position table is interpolated",
+                }
+                if dinov3
+                else {}
+            ),
         },
         "view_geometry": {
             **{v: arrays.geometry(v, settings.resample) for v in settings.names},
@@ -267,8 +282,7 @@ def skippable(error: ProbeError) -> ProbeError:
     return type(error)(error.where or None, error.problem, f"{error.fix}, or {skip}" if error.fix else skip)
 
 
-def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)
-                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def native_grids(refs: list[images.ImageRef], patch: int, on_error: OnError, views: tuple[str, ...] = (images.NATIVE,)) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each image's grid in each own-size view of ``views``, from its file header read once (0 x 0
     where it cannot have one, with skip)."""
     out = {v: (np.zeros(len(refs), dtype=np.int32), np.zeros(len(refs), dtype=np.int32)) for v in views}
@@ -293,6 +307,9 @@ def own_grid(ref: images.ImageRef, width: int, height: int, patch: int, view: st
     error when cut (nothing of it is left) or padded (the native view has always refused it);
     resized, it becomes one patch on that side (``own_size.needs_whole_patch``)."""
     if own_size.needs_whole_patch(view) and (width < patch or height < patch):
-        raise ProbeError(ref.path, f"is {width}x{height} px, smaller than one {patch}-px patch, so its {view} view has no patch",
-                         "remove it, or record it as failed with --on-error skip")
+        raise ProbeError(
+            ref.path,
+            f"is {width}x{height} px, smaller than one {patch}-px patch, so its {view} view has no patch",
+            "remove it, or record it as failed with --on-error skip",
+        )
     return images.native_grid(width, height, patch, view)

@@ -37,8 +37,9 @@ def attention_bytes(arch: Arch, patches: int) -> int:
     return arch.heads * tokens * tokens * 4
 
 
-def check_own_views(ids: list[str], grids: dict[str, tuple[np.ndarray, np.ndarray]], views: tuple[str, ...], arch: Arch,
-                    device: str = "cpu", budget: int | None = None) -> None:
+def check_own_views(
+    ids: list[str], grids: dict[str, tuple[np.ndarray, np.ndarray]], views: tuple[str, ...], arch: Arch, device: str = "cpu", budget: int | None = None
+) -> None:
     """Refuse an own-size view whose largest image would need more than ``SHARE`` of the memory."""
     budget = int(SHARE * machine_bytes(device)) if budget is None else budget
     for view in views:
@@ -52,14 +53,16 @@ def check_own_views(ids: list[str], grids: dict[str, tuple[np.ndarray, np.ndarra
             continue
         fits = math.isqrt(max(budget // (4 * arch.heads), 1)) - arch.prefix  # patches whose attention fits
         side = math.isqrt(max(fits, 1)) * arch.patch
-        raise ProbeError(ids[worst], f"is {int(rows[worst])}×{int(cols[worst])} = {int(patches[worst])} patches in the {view} view: one forward's "
-                         f"attention would need ~{_size(need)} ({arch.heads} heads × {int(patches[worst]) + arch.prefix}² × 4 bytes), "
-                         f"more than half of this machine's {_size(2 * budget)}",
-                         f"use a fixed view (--views 480) for such images, or downscale them to about {side} px a side for own-size views")
+        raise ProbeError(
+            ids[worst],
+            f"is {int(rows[worst])}×{int(cols[worst])} = {int(patches[worst])} patches in the {view} view: one forward's "
+            f"attention would need ~{_size(need)} ({arch.heads} heads × {int(patches[worst]) + arch.prefix}² × 4 bytes), "
+            f"more than half of this machine's {_size(2 * budget)}",
+            f"use a fixed view (--views 480) for such images, or downscale them to about {side} px a side for own-size views",
+        )
 
 
-def check_maps(requests: dict, grids: dict[str, tuple[np.ndarray, np.ndarray]], arch: Arch, batch: int = 1, device: str = "cpu",
-               budget: int | None = None) -> None:
+def check_maps(requests: dict, grids: dict[str, tuple[np.ndarray, np.ndarray]], arch: Arch, batch: int = 1, device: str = "cpu", budget: int | None = None) -> None:
     """Refuse explicit attention maps (``--attention last`` or ``all``) at a view whose one image's
     maps would need more than ``SHARE`` of the memory; the statistics (``--attention stats``) grow
     with the tokens, not their square, and are the fix."""
@@ -72,9 +75,12 @@ def check_maps(requests: dict, grids: dict[str, tuple[np.ndarray, np.ndarray]], 
         need = blocks * attention_bytes(arch, patches)
         if need <= budget:
             continue
-        raise ProbeError(None, f"the {view} view's explicit attention maps would need ~{_size(need)} an image ({blocks} block{'s' if blocks > 1 else ''} × "
-                         f"{arch.heads} heads × {patches + arch.prefix}² × 4 bytes), more than half of this machine's {_size(2 * budget)}",
-                         "use --attention stats (entropy, distance and the class-token maps in memory linear in the tokens), or a smaller view")
+        raise ProbeError(
+            None,
+            f"the {view} view's explicit attention maps would need ~{_size(need)} an image ({blocks} block{'s' if blocks > 1 else ''} × "
+            f"{arch.heads} heads × {patches + arch.prefix}² × 4 bytes), more than half of this machine's {_size(2 * budget)}",
+            "use --attention stats (entropy, distance and the class-token maps in memory linear in the tokens), or a smaller view",
+        )
 
 
 def _size(n: float) -> str:

@@ -76,9 +76,11 @@ def side(view: str) -> int:
 
 def geometry_text(size: int, epoch_index: int) -> str:
     """How a memory view is made, as the manifest records it."""
-    return (f"colour jitter 0.1 each with p 0.5 on the whole image, normalised with std (0.229, 0.224, 0.255), then a random resized "
-            f"crop, scale (0.5, 2), ratio (3/4, 4/3), of the float tensor to {size}x{size} (torch bilinear, antialias); draws seeded by "
-            f"({SEED}, epoch {epoch_index}, file name) (vpariza/open-hummingbird-eval get_hbird_train_transforms, CombTransforms)")
+    return (
+        f"colour jitter 0.1 each with p 0.5 on the whole image, normalised with std (0.229, 0.224, 0.255), then a random resized "
+        f"crop, scale (0.5, 2), ratio (3/4, 4/3), of the float tensor to {size}x{size} (torch bilinear, antialias); draws seeded by "
+        f"({SEED}, epoch {epoch_index}, file name) (vpariza/open-hummingbird-eval get_hbird_train_transforms, CombTransforms)"
+    )
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def augmented(image: Image.Image, chosen: Draw, side: int = SIDE) -> torch.Tenso
     import torch.nn.functional as F
 
     top, left, h, w = chosen.box
-    cut = normalise(jittered(image, chosen))[:, top:top + h, left:left + w]
+    cut = normalise(jittered(image, chosen))[:, top : top + h, left : left + w]
     if (h, w) == (side, side):
         return cut.contiguous()
     return F.interpolate(cut[None], size=(side, side), mode="bilinear", align_corners=False, antialias=True)[0]
@@ -217,4 +219,4 @@ def label_view(label_map: np.ndarray, view: str, name: str, side: int | None = N
     if spec.epoch is None:
         return resize_nearest(y, (side, side))
     top, left, h, w = draw(name, spec.epoch, y.shape[1], y.shape[0]).box
-    return resize_nearest(y[top:top + h, left:left + w], (side, side))
+    return resize_nearest(y[top : top + h, left : left + w], (side, side))

@@ -27,24 +27,29 @@ def refuse_compressed(path: Path) -> None:
         head = handle.read(6)
     found = next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
     if found:
-        raise ProbeError(path, f"is {found}-compressed, not a checkpoint as saved",
-                         f"decompress it first ({DECOMPRESS[found]} {path} > checkpoint.pth) and pass the result")
+        raise ProbeError(
+            path, f"is {found}-compressed, not a checkpoint as saved", f"decompress it first ({DECOMPRESS[found]} {path} > checkpoint.pth) and pass the result"
+        )
 
 
 def refuse_prefixed(backbone: Iterable[str], key: str, path: Path) -> None:
     """A ViT whose keys all carry a prefix (a PyTorch Lightning module's ``model.``): named with the fix."""
     prefix = next((k[: -len(key)] for k in sorted(backbone) if k.endswith("." + key)), None)
     if prefix:
-        raise ProbeError(path, f"holds a ViT under the key prefix {prefix!r} (e.g. {prefix}{key}), as a PyTorch Lightning module saves its attribute",
-                         f"save the network's own state dict without the prefix ({{k.removeprefix({prefix!r}): v for k, v in sd.items()}}) and pass that file")
+        raise ProbeError(
+            path,
+            f"holds a ViT under the key prefix {prefix!r} (e.g. {prefix}{key}), as a PyTorch Lightning module saves its attribute",
+            f"save the network's own state dict without the prefix ({{k.removeprefix({prefix!r}): v for k, v in sd.items()}}) and pass that file",
+        )
 
 
 def heads_agree(arch: Arch, extra: dict[str, Any], heads: int | None, path: Path) -> None:
     """The file's own shape wins: ``--heads`` that re-splits a network its ``args.arch`` fixes is refused."""
     fixed = heads_from_args(extra.get("args"), arch.width)
     if heads is not None and fixed and fixed[1] != heads:
-        raise ProbeError(path, f"its args.arch {fixed[0]!r} has {fixed[1]} heads of {arch.width // fixed[1]} channels, not --heads {heads}",
-                         "omit --heads (the file says how many)")
+        raise ProbeError(
+            path, f"its args.arch {fixed[0]!r} has {fixed[1]} heads of {arch.width // fixed[1]} channels, not --heads {heads}", "omit --heads (the file says how many)"
+        )
 
 
 def other_views(store: str | Path | None, name: str, view: str, known: tuple[str, ...]) -> list[str]:
@@ -52,7 +57,7 @@ def other_views(store: str | Path | None, name: str, view: str, known: tuple[str
     kind = name[: -len(view) - 1] if name.endswith(f"_{view}") else ""
     if kind not in ("keys", "tokens") or store is None or not Path(store).is_dir():
         return []
-    found = {p.name[len(kind) + 1:] for p in Path(store).iterdir() if p.name.startswith(f"{kind}_") and p.name != name}
+    found = {p.name[len(kind) + 1 :] for p in Path(store).iterdir() if p.name.startswith(f"{kind}_") and p.name != name}
     return [v for v in known if v in found]
 
 
@@ -74,8 +79,17 @@ def extract_arguments(meta: dict[str, Any], views: list[str], source: str | Path
     """``probe extract``'s arguments that reproduce the store's settings for ``views`` (its identity, ``cache.IDENTITY``)."""
     info = meta.get("checkpoint") or {}
     network = str(meta.get("network", "teacher"))
-    args = [str(info.get("path", "CHECKPOINT")), "--images", str(source), "--views", ",".join(views), "--chunk", str(meta.get("chunk")),
-            "--dtype", str(meta.get("dtype"))]
+    args = [
+        str(info.get("path", "CHECKPOINT")),
+        "--images",
+        str(source),
+        "--views",
+        ",".join(views),
+        "--chunk",
+        str(meta.get("chunk")),
+        "--dtype",
+        str(meta.get("dtype")),
+    ]
     if network != "teacher":
         args += ["--network", network]
     if info.get("converted"):

@@ -66,9 +66,13 @@ def _from_folder(folder: Path) -> Located:
     weights = folder / WEIGHTS[0]
     if not weights.is_file():
         sharded = (folder / f"{WEIGHTS[0]}.index.json").is_file()
-        raise ProbeError(folder, "is a folder of weights in shards (model.safetensors.index.json), which probe does not join" if sharded
-                         else "is a folder without model.safetensors, so not a transformers or timm checkpoint folder",
-                         "pass the checkpoint file itself, or a folder holding config.json and model.safetensors")
+        raise ProbeError(
+            folder,
+            "is a folder of weights in shards (model.safetensors.index.json), which probe does not join"
+            if sharded
+            else "is a folder without model.safetensors, so not a transformers or timm checkpoint folder",
+            "pass the checkpoint file itself, or a folder holding config.json and model.safetensors",
+        )
     folder = folder.resolve()
     source: dict[str, Any] = {"folder": str(folder), "file": weights.name, **_config(folder / "config.json")}
     snapshot = SNAPSHOT.search(folder.as_posix())
@@ -95,8 +99,11 @@ def _from_hub(repo: str, revision: str | None, prefixed: bool = True) -> Located
             missing.append(filename)
             continue
         except GatedRepoError:
-            raise ProbeError(wanted, "is a gated repository whose licence this account has not accepted",
-                             f"accept the licence on the repository's page, run `hf auth login`, then `{fetch}`") from None
+            raise ProbeError(
+                wanted,
+                "is a gated repository whose licence this account has not accepted",
+                f"accept the licence on the repository's page, run `hf auth login`, then `{fetch}`",
+            ) from None
         except RepositoryNotFoundError:
             raise ProbeError(wanted, "is no Hugging Face repository this account can read", "check the name (org/name), or log in with `hf auth login`") from None
         except RevisionNotFoundError:
@@ -105,13 +112,20 @@ def _from_hub(repo: str, revision: str | None, prefixed: bool = True) -> Located
             missing.append(filename)
             continue
         folder = path.parent
-        source = {"repository": repo, "revision": folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else revision or "main",
-                  "file": filename, **_config(_cached(repo, "config.json", revision))}
+        source = {
+            "repository": repo,
+            "revision": folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else revision or "main",
+            "file": filename,
+            **_config(_cached(repo, "config.json", revision)),
+        }
         source.update(_licence(_cached(repo, "README.md", revision)))
         return Located(path, repo.split("/", 1)[1], source)
     here = "" if prefixed else "is no path here, and "
-    raise ProbeError(wanted, f"{here}has no {' or '.join(missing)} in the Hugging Face cache, and none could be fetched (offline, or no such file)",
-                     f"where the network allows, run `{fetch}`; then rerun (HF_HUB_OFFLINE=1 reads the cache alone)")
+    raise ProbeError(
+        wanted,
+        f"{here}has no {' or '.join(missing)} in the Hugging Face cache, and none could be fetched (offline, or no such file)",
+        f"where the network allows, run `{fetch}`; then rerun (HF_HUB_OFFLINE=1 reads the cache alone)",
+    )
 
 
 def _cached(repo: str, filename: str, revision: str | None) -> Path | None:

@@ -313,7 +313,7 @@ def square(image: Image.Image, patch: int, side: int = SQUARE_SIDE) -> torch.Ten
     whole = -(-side // patch) * patch
     before = (whole - side) // 2
     out = np.zeros((3, whole, whole), dtype=np.float32)
-    out[:, before:before + side, before:before + side] = pixels
+    out[:, before : before + side, before : before + side] = pixels
     return torch.from_numpy(out)
 
 

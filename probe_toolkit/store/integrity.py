@@ -147,11 +147,12 @@ def install() -> None:
 
 def _finished(group: zarr.Group, view: str | None) -> np.ndarray:
     """Images finished (done, not failed) in ``view`` (None: in any view: their sizes were written)."""
+
     def flag(name: str) -> np.ndarray:
         return np.asarray(group[name][:], dtype=bool) if name in group else np.zeros(int(group["image"].shape[0]), bool)
 
     if view is None:
-        views = [n[len("done_"):] for n in _names(group) if n.startswith("done_")]
+        views = [n[len("done_") :] for n in _names(group) if n.startswith("done_")]
         if not views:
             return flag("done") & ~flag("failed")
         return np.logical_or.reduce([flag(f"done_{v}") & ~flag(f"failed_{v}") for v in views])
@@ -231,7 +232,7 @@ def flag_damage(store: str | Path, group: zarr.Group, digests: bool = True) -> l
       this case (a writer checking before it writes: it reads only the views' own flags).
     """
     names = set(_names(group))
-    views = sorted(n[len("done_"):] for n in names if n.startswith("done_"))
+    views = sorted(n[len("done_") :] for n in names if n.startswith("done_"))
     if "done" not in names or not views or not group["done"].shape or group["done"].shape[0] == 0:
         return []
     done_array = group["done"]
@@ -322,7 +323,7 @@ def describe(store: str | Path, damage: list[tuple[str, int, str]]) -> tuple[str
         size = int(group[array].chunks[0]) if kind(array) != "whole" else len(ids)
     except Exception:  # the store's own metadata is gone too: name the chunk alone
         return store, f"chunk {chunk} of {array} {why}", "the store cannot be read: extract it again into a new --store"
-    covered = ids[chunk * size:(chunk + 1) * size]
+    covered = ids[chunk * size : (chunk + 1) * size]
     images = ", ".join(covered[:3]) + (f" and {len(covered) - 3} more" if len(covered) > 3 else "")
     more = f" (and {len(damage) - 1} more damaged chunks)" if len(damage) > 1 else ""
     problem = f"chunk {chunk} of {array} (images {images or '?'}) {why}{more}"
@@ -347,5 +348,3 @@ def repair_hint(store: str, meta: dict[str, Any], arrays: list[str]) -> str:
 
     source = image_folder_or_none(store, meta) or "IMAGES"
     return f"re-extract only those images: probe extract {' '.join(extract_arguments(meta, hit, source))} --store {store} --repair"
-
-

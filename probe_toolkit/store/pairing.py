@@ -44,12 +44,18 @@ def checkpoint_store(store: str | Path, checkpoint: str | Path, network: str = "
     theirs = meta.get("checkpoint") or {}
     mine = sha256 or file_sha256(checkpoint)
     if theirs.get("sha256") and theirs["sha256"] != mine:
-        raise ProbeError(store, f"was extracted from {theirs.get('path', '?')} (sha256 {_short(theirs['sha256'])}), not from {checkpoint} "
-                         f"(sha256 {_short(mine)}): its record would give this checkpoint's numbers the other's name",
-                         f"pass the store of {checkpoint.name} (`{fix_command('extract', checkpoint)}` makes it), or leave --store out")
+        raise ProbeError(
+            store,
+            f"was extracted from {theirs.get('path', '?')} (sha256 {_short(theirs['sha256'])}), not from {checkpoint} "
+            f"(sha256 {_short(mine)}): its record would give this checkpoint's numbers the other's name",
+            f"pass the store of {checkpoint.name} (`{fix_command('extract', checkpoint)}` makes it), or leave --store out",
+        )
     if meta.get("network") and meta["network"] != network:
-        raise ProbeError(store, f"holds the {meta['network']} network of {checkpoint.name}, not the {network}",
-                         f"pass --network {meta['network']}, or the store of the {network} (probe extract {checkpoint} --network {network})")
+        raise ProbeError(
+            store,
+            f"holds the {meta['network']} network of {checkpoint.name}, not the {network}",
+            f"pass --network {meta['network']}, or the store of the {network} (probe extract {checkpoint} --network {network})",
+        )
 
 
 FACTS = ("checkpoint", "network", "arch")  # what two stores read as one must share, besides each view's facts
@@ -85,9 +91,15 @@ def masks_store(masks_file: str | Path, meta: Mapping[str, Any]) -> None:
         return
     manifest = cache.manifest(cache.open_store(Path(store)))
     mine = (manifest.get("checkpoint") or {}).get("sha256")
-    said = {"checkpoint": (meta.get("checkpoint"), mine), "network": (meta.get("network"), manifest.get("network")),
-            "image list": (meta.get("image_list_sha256"), manifest.get("image_list_sha256"))}
+    said = {
+        "checkpoint": (meta.get("checkpoint"), mine),
+        "network": (meta.get("network"), manifest.get("network")),
+        "image list": (meta.get("image_list_sha256"), manifest.get("image_list_sha256")),
+    }
     differ = [what for what, (recorded, now) in said.items() if recorded and now and recorded != now]
     if differ:
-        raise ProbeError(masks_file, f"was decoded from another store than the one now at {store} (its {', '.join(differ)} differ): "
-                         "its scores would be saved under the wrong checkpoint", f"decode that store again (probe decode {store}) and score the new masks")
+        raise ProbeError(
+            masks_file,
+            f"was decoded from another store than the one now at {store} (its {', '.join(differ)} differ): its scores would be saved under the wrong checkpoint",
+            f"decode that store again (probe decode {store}) and score the new masks",
+        )

@@ -38,8 +38,9 @@ def store_checkpoint(manifest: dict[str, Any], where: str | Path, why: str):
     if not path.is_file():
         raise ProbeError(where, f"names checkpoint {path}, which is gone; {why} needs it", "restore the file at that path")
     heads = (manifest.get("arch") or {}).get("heads")
-    checkpoint = load_checkpoint(path, network=str(manifest.get("network", "teacher")), heads=heads, convert=bool(info.get("converted")),
-                                 checked_sha256=info.get("sha256"))
+    checkpoint = load_checkpoint(
+        path, network=str(manifest.get("network", "teacher")), heads=heads, convert=bool(info.get("converted")), checked_sha256=info.get("sha256")
+    )
     if checkpoint.sha256 != info.get("sha256"):
         raise ProbeError(path, "is not the file this store was extracted from (sha256 differs)", "restore the original checkpoint")
     return checkpoint
@@ -90,8 +91,7 @@ def final_norm(manifest: dict[str, Any], where: str | Path) -> FinalNorm | None:
         except (KeyError, TypeError, ValueError) as error:  # binascii.Error is a ValueError
             raise ProbeError(where, f"records an unreadable final norm ({type(error).__name__})", "extract the store again") from None
         if weight.shape != bias.shape or weight.shape[0] != int(manifest["arch"]["width"]):
-            raise ProbeError(where, f"records a final norm of {weight.shape[0]} channels for a network of width {manifest['arch']['width']}",
-                             "extract the store again")
+            raise ProbeError(where, f"records a final norm of {weight.shape[0]} channels for a network of width {manifest['arch']['width']}", "extract the store again")
         return FinalNorm(weight, bias, float(recorded.get("eps", EPS)))
     checkpoint = store_checkpoint(manifest, where, "the final norm (DINO's k-NN feature)")
     weight, bias = (checkpoint.backbone[f"norm.{k}"].float().numpy() for k in ("weight", "bias"))

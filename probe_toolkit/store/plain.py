@@ -138,8 +138,7 @@ def write(results: Results, path: str | Path) -> None:
             data = np.zeros(data.shape)
         dtype: Any = str if data.dtype.kind == "O" else data.dtype  # object arrays hold str (image ids, names)
         fill = np.nan if data.dtype.kind == "f" else None
-        array = group.create(name, shape=data.shape, dtype=dtype, fill_value=fill, chunks="auto", dimension_names=var.dims,
-                             overwrite=True, config={})
+        array = group.create(name, shape=data.shape, dtype=dtype, fill_value=fill, chunks="auto", dimension_names=var.dims, overwrite=True, config={})
         if attrs:
             array.attrs.put(attrs)
         array[...] = data

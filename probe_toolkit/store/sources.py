@@ -46,9 +46,11 @@ def image_folder(store: str | Path, meta: dict[str, Any], ids: list[str] | None 
     from .hints import extract_arguments
 
     again = " ".join(extract_arguments(meta, [str(v) for v in meta.get("views", [])], f"/absolute/path/to/{path.name}"))
-    raise ProbeError(store, f"records its photographs' folder as {source!r}, relative to wherever it was extracted, and no folder of that "
-                            "name beside the store or above it holds its images",
-                     f"record the folder (nothing is extracted again): probe extract {again} --store {store}")
+    raise ProbeError(
+        store,
+        f"records its photographs' folder as {source!r}, relative to wherever it was extracted, and no folder of that name beside the store or above it holds its images",
+        f"record the folder (nothing is extracted again): probe extract {again} --store {store}",
+    )
 
 
 def image_folder_or_none(store: str | Path, meta: dict[str, Any]) -> Path | None:
@@ -74,11 +76,15 @@ def read_checked(path: str | Path, sha256: str) -> bytes:
     try:
         data = Path(path).read_bytes()
     except OSError as error:
-        raise IntegrityError(worker_name(), f"cannot read {path} ({type(error).__name__})",
-                             "give every worker the folder at the path the command was given (absolute)") from None
+        raise IntegrityError(
+            worker_name(), f"cannot read {path} ({type(error).__name__})", "give every worker the folder at the path the command was given (absolute)"
+        ) from None
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise IntegrityError(worker_name(), f"reads other bytes at {path} than the command hashed (sha256 {sha256[:12]})",
-                             "give every worker the same folder at that path, and leave it alone while the run lasts")
+        raise IntegrityError(
+            worker_name(),
+            f"reads other bytes at {path} than the command hashed (sha256 {sha256[:12]})",
+            "give every worker the same folder at that path, and leave it alone while the run lasts",
+        )
     return data
 
 
@@ -139,8 +145,9 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
         made = False
         for name, width, dtype in ((DIGESTS, 32, "uint8"), (STATS, 2, "int64")):
             if name not in group:
-                group.create_array(name, shape=(n, width), dtype=dtype, chunks=(chunk, width), dimension_names=["image", f"{name}_part"],
-                                   fill_value=0, compressors=compressors())
+                group.create_array(
+                    name, shape=(n, width), dtype=dtype, chunks=(chunk, width), dimension_names=["image", f"{name}_part"], fill_value=0, compressors=compressors()
+                )
                 made = True
         if made:
             consolidate(store)  # plain xarray.open_zarr lists them too
@@ -225,8 +232,11 @@ def check_current(store: str | Path, files: list[tuple[str, Path]], fix: str = "
     if found:
         path, why = found[0]
         more = f"; {len(found) - 1} more changed ({', '.join(p.name for p, _ in found[1:4])}{', …' if len(found) > 4 else ''})" if len(found) > 1 else ""
-        raise ProbeError(path, f"{why} since {store} was extracted from it{more}: the store holds the features of the old file",
-                         fix or f"restore the photographs the store was extracted from, or extract these into a new store: {new_store_command(store)}")
+        raise ProbeError(
+            path,
+            f"{why} since {store} was extracted from it{more}: the store holds the features of the old file",
+            fix or f"restore the photographs the store was extracted from, or extract these into a new store: {new_store_command(store)}",
+        )
 
 
 def new_store_command(store: str | Path) -> str:

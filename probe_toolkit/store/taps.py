@@ -53,8 +53,19 @@ class Capture:
     stats: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     grid: tuple[int, int] = (0, 0)
 
-    def keep(self, taps: Taps, block: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, class_token: bool, registers: int,
-             q_rope: torch.Tensor | None = None, k_rope: torch.Tensor | None = None) -> None:
+    def keep(
+        self,
+        taps: Taps,
+        block: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        class_token: bool,
+        registers: int,
+        q_rope: torch.Tensor | None = None,
+        k_rope: torch.Tensor | None = None,
+    ) -> None:
         """One block's attention inputs, (B, heads, T, d) each (after RoPE where given): its facets
         where asked, its statistics (from the rotated q and k where the network rotates them)."""
         if block in taps.qkv_blocks:
@@ -65,7 +76,8 @@ class Capture:
                         if value is not None:
                             self.sequences[(kind, block)] = value.transpose(1, 2).flatten(2)
         if taps.stats:
-            found = attention_stats.statistics(q if q_rope is None else q_rope, k if k_rope is None else k_rope,
-                                               class_token=class_token, registers=registers, grid=self.grid)
+            found = attention_stats.statistics(
+                q if q_rope is None else q_rope, k if k_rope is None else k_rope, class_token=class_token, registers=registers, grid=self.grid
+            )
             for name, value in found.items():
                 self.stats.setdefault(name, []).append(value)

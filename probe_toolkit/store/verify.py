@@ -55,7 +55,7 @@ def verify(store: str | Path, views: list[str] | None = None) -> Verified:
             if c in gone:
                 continue
             try:
-                array[c * size:(c + 1) * size]
+                array[c * size : (c + 1) * size]
                 read += 1
             except DamagedChunk as error:
                 damaged.append((name, c, error.why))
@@ -106,7 +106,7 @@ def _clear(store: str, group: zarr.Group, name: str, lo: int, hi: int) -> None:
             for key in _chunk_keys(array, c):
                 (Path(store) / name / key).unlink(missing_ok=True)
             values = np.zeros(b - a, dtype=bool)
-        values[max(lo, a) - a:min(hi, b) - a] = False
+        values[max(lo, a) - a : min(hi, b) - a] = False
         array[a:b] = values
 
 

@@ -35,24 +35,70 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("short", "short side {S}, centre crop {S}", "bicubic", "{S}/p square", ("tokens", "attention"),
-           "facebookresearch/dino visualize_attention.py (224); alinlab/SelfPatch local crops (96)"),
-    Family("eval", "short side {R}, centre crop {S}", "bicubic", "{S}/p square", ("tokens",),
-           "facebookresearch/dino eval_knn.py, eval_linear.py (Resize(256), CenterCrop(224); at other sizes crop_pct 0.875, "
-           "short side ⌊S·256/224⌋, as timm's eval transform)"),
-    Family("square", "squashed to {S} × {S}", "bicubic (lanczos with --resample, CutLER maskcut.py)", "{S}/p square", ("keys",),
-           "facebookresearch/CutLER maskcut/maskcut.py"),
-    Family("hbird", "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: colour jitter on the "
-           "whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to {S} × {S}", "bilinear", "{S}/p square", ("tokens",),
-           "vpariza/open-hummingbird-eval hbird/utils/transforms.py (get_hbird_val_transforms, get_hbird_train_transforms)"),
-    Family("padded", "padded with white at right and bottom to a square, resized to {S} × {S}; zero-padded about the centre to whole patches",
-           "bicubic", "⌈{S}/p⌉ square", ("tokens",), "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py"),
-    Family("native", "own size, zero-padded at right and bottom to whole patches", "none", "⌈side/p⌉", ("keys", "tokens"),
-           "YangtaoWANG95/TokenCut main_tokencut.py; valeoai/LOST main_lost.py", sized=False),
-    Family("native_crop", "own size, cut at right and bottom to whole patches", "none", "⌊side/p⌋", ("keys", "tokens"),
-           "lukemelas/deep-spectral-segmentation extract/extract.py", sized=False),
-    Family("native_resized", "own size, resized to round(side/p) patches", "LANCZOS", "round(side/p), at least 1", ("keys", "tokens"),
-           "YangtaoWANG95/TokenCut unsupervised_saliency_detection/get_saliency.py", sized=False),
+    Family(
+        "short",
+        "short side {S}, centre crop {S}",
+        "bicubic",
+        "{S}/p square",
+        ("tokens", "attention"),
+        "facebookresearch/dino visualize_attention.py (224); alinlab/SelfPatch local crops (96)",
+    ),
+    Family(
+        "eval",
+        "short side {R}, centre crop {S}",
+        "bicubic",
+        "{S}/p square",
+        ("tokens",),
+        "facebookresearch/dino eval_knn.py, eval_linear.py (Resize(256), CenterCrop(224); at other sizes crop_pct 0.875, "
+        "short side ⌊S·256/224⌋, as timm's eval transform)",
+    ),
+    Family(
+        "square", "squashed to {S} × {S}", "bicubic (lanczos with --resample, CutLER maskcut.py)", "{S}/p square", ("keys",), "facebookresearch/CutLER maskcut/maskcut.py"
+    ),
+    Family(
+        "hbird",
+        "squashed to {S} × {S}; std (0.229, 0.224, 0.255) as published; memory views hbird@{S}_aug<epoch>: colour jitter on the "
+        "whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to {S} × {S}",
+        "bilinear",
+        "{S}/p square",
+        ("tokens",),
+        "vpariza/open-hummingbird-eval hbird/utils/transforms.py (get_hbird_val_transforms, get_hbird_train_transforms)",
+    ),
+    Family(
+        "padded",
+        "padded with white at right and bottom to a square, resized to {S} × {S}; zero-padded about the centre to whole patches",
+        "bicubic",
+        "⌈{S}/p⌉ square",
+        ("tokens",),
+        "mbanani/probe3d evals/datasets/spair.py, evals/models/utils.py",
+    ),
+    Family(
+        "native",
+        "own size, zero-padded at right and bottom to whole patches",
+        "none",
+        "⌈side/p⌉",
+        ("keys", "tokens"),
+        "YangtaoWANG95/TokenCut main_tokencut.py; valeoai/LOST main_lost.py",
+        sized=False,
+    ),
+    Family(
+        "native_crop",
+        "own size, cut at right and bottom to whole patches",
+        "none",
+        "⌊side/p⌋",
+        ("keys", "tokens"),
+        "lukemelas/deep-spectral-segmentation extract/extract.py",
+        sized=False,
+    ),
+    Family(
+        "native_resized",
+        "own size, resized to round(side/p) patches",
+        "LANCZOS",
+        "round(side/p), at least 1",
+        ("keys", "tokens"),
+        "YangtaoWANG95/TokenCut unsupervised_saliency_detection/get_saliency.py",
+        sized=False,
+    ),
 )
 FAMILY = {f.name: f for f in FAMILIES}
 SIZED = tuple(f.name for f in FAMILIES if f.sized)
@@ -61,8 +107,14 @@ HBIRD_EPOCHS = 2  # Hummingbird's memory views per size: one per augmentation ep
 
 # the names views had before sizes were free: (family, size, augmentation epoch or None)
 ALIASES: dict[str, tuple[str, int, int | None]] = {
-    "96": ("short", 96, None), "224": ("short", 224, None), "eval224": ("eval", 224, None), "480": ("square", 480, None),
-    "hbird512": ("hbird", 512, None), "hbird512_aug0": ("hbird", 512, 0), "hbird512_aug1": ("hbird", 512, 1), "square800": ("padded", 800, None),
+    "96": ("short", 96, None),
+    "224": ("short", 224, None),
+    "eval224": ("eval", 224, None),
+    "480": ("square", 480, None),
+    "hbird512": ("hbird", 512, None),
+    "hbird512_aug0": ("hbird", 512, 0),
+    "hbird512_aug1": ("hbird", 512, 1),
+    "square800": ("padded", 800, None),
 }
 # stores keep the aliases' default arrays as they were (the short family's 96 view is SelfPatch's local crop: no attention)
 ALIAS_READS = {"96": ("tokens",)}
@@ -111,8 +163,10 @@ class View:
     def rule(self) -> str:
         family = FAMILY[self.family]
         if self.epoch is not None:
-            return (f"colour jitter on the whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to "
-                    f"{self.size} × {self.size}; epoch {self.epoch} of the memory")
+            return (
+                f"colour jitter on the whole image, normalised, then a random resized crop (scale 0.5-2) of the float tensor to "
+                f"{self.size} × {self.size}; epoch {self.epoch} of the memory"
+            )
         text = family.rule.format(S=self.size, R=self.resize)
         return text.split("; memory views")[0] if self.family == "hbird" else text
 
@@ -206,12 +260,13 @@ def check_size(name: str, patch: int) -> tuple[str, str] | None:
 
 def help_text() -> str:
     """``probe extract --views``' help, from the tables."""
-    families = "; ".join(f"{f.name}@S ({FAMILY[f.name].rule.format(S='S', R='⌊S·256/224⌋').split(';')[0]}: {', '.join(r for r in f.reads)})"
-                         for f in FAMILIES if f.sized)
+    families = "; ".join(f"{f.name}@S ({FAMILY[f.name].rule.format(S='S', R='⌊S·256/224⌋').split(';')[0]}: {', '.join(r for r in f.reads)})" for f in FAMILIES if f.sized)
     aliases = ", ".join(f"{a} = {view(a).spelled}" for a in ALIASES)
-    return (f"Views to read (a later run may add views to a store). A family at a size S, a multiple of the patch: {families}; Hummingbird's memory "
-            f"views hbird@S_aug0, hbird@S_aug1. Each image at its own size: {', '.join(OWN_SIZE)} (keys, tokens). The names of before: {aliases}. "
-            "`probe list` shows each view's rule and the code it follows.")
+    return (
+        f"Views to read (a later run may add views to a store). A family at a size S, a multiple of the patch: {families}; Hummingbird's memory "
+        f"views hbird@S_aug0, hbird@S_aug1. Each image at its own size: {', '.join(OWN_SIZE)} (keys, tokens). The names of before: {aliases}. "
+        "`probe list` shows each view's rule and the code it follows."
+    )
 
 
 def hbird_views(size: int, epochs: int = HBIRD_EPOCHS) -> tuple[str, ...]:
@@ -252,8 +307,11 @@ def listed() -> tuple[Listed, ...]:
     for family in FAMILIES:
         aliases = tuple(a for a, (f, _, _) in ALIASES.items() if f == family.name)
         rule = family.rule.format(S="S", R="⌊S·256/224⌋")
-        out.append(Listed(f"{family.name}@S" if family.sized else family.name, aliases, rule, family.filter, family.grid.format(S="S"),
-                          family.reads, family.reference, family.sized))
+        out.append(
+            Listed(
+                f"{family.name}@S" if family.sized else family.name, aliases, rule, family.filter, family.grid.format(S="S"), family.reads, family.reference, family.sized
+            )
+        )
     return tuple(out)
 
 

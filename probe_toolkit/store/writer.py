@@ -34,7 +34,7 @@ class StoreWriter:
         self.manifest = dict(self.group.attrs["manifest"])
         self.chunk = int(self.manifest["chunk"])
         self.n_images = int(self.group["done"].shape[0])
-        self.views = sorted(name[len("done_"):] for name in array_names(self.group) if name.startswith("done_"))
+        self.views = sorted(name[len("done_") :] for name in array_names(self.group) if name.startswith("done_"))
         self._opened: dict[tuple[str, bool], zarr.Array] = {}
 
     def _array(self, name: str, every_chunk: bool = False) -> zarr.Array:
@@ -132,7 +132,6 @@ class StoreWriter:
         self._array("done")[start:stop] = done
 
 
-
 def shared_views(views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]]) -> dict:
     """The arrays of ``write_views``'s ``views`` that are whole views of a shared-memory torch
     tensor (``extract_forward.forward_view(shared=True)``) as that tensor, so that they reach a
@@ -196,6 +195,7 @@ def write_in_process(path: str, start: int, views: dict, sizes: np.ndarray) -> N
     writer = _WRITERS.get(path)
     if writer is None:
         writer = _WRITERS[path] = StoreWriter(Path(path))
-    arrays = {view: ({name: values if isinstance(values, np.ndarray) else values.numpy() for name, values in data.items()}, failed)
-              for view, (data, failed) in views.items()}
+    arrays = {
+        view: ({name: values if isinstance(values, np.ndarray) else values.numpy() for name, values in data.items()}, failed) for view, (data, failed) in views.items()
+    }
     writer.write_views(start, arrays, sizes)
