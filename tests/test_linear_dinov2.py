@@ -58,9 +58,10 @@ def ref_sampler(sample_count, seed):
         iter_count += 1
 
 
-def ref_run(tokens, labels, val_tokens, val_labels, rates, batch_size, epochs, epoch_length, n_classes, init_seed, seed=0):
+def ref_run(tokens, labels, val_tokens, val_labels, rates, batch_size, epochs, epoch_length, n_classes, init_seed, seed=0, built=None, losses=None):
     """run_eval_linear on a one-process run, from per-image (patch tokens, class token) lists of the
-    last 4 blocks (what ModelWithIntermediateLayers returns); (classifiers, their val top-1, best name)."""
+    last 4 blocks (what ModelWithIntermediateLayers returns); (classifiers, their val top-1, best name).
+    ``built`` and ``losses``, lists given, receive every classifier built (a replaced one too) and the loss every iteration."""
     torch.manual_seed(init_seed)  # the global generator, as the reference's classifiers draw from it
     sample_output = [(p[:1], c[:1]) for p, c in tokens]
     classifiers = nn.ModuleDict()
@@ -73,6 +74,8 @@ def ref_run(tokens, labels, val_tokens, val_labels, rates, batch_size, epochs, e
                 classifier = RefLinearClassifier(out_dim, n, avgpool, n_classes)
                 classifiers[f"classifier_{n}_blocks_avgpool_{avgpool}_lr_{lr:.5f}".replace(".", "_")] = classifier
                 groups.append({"params": classifier.parameters(), "lr": lr})
+                if built is not None:
+                    built.append(classifier)
     optimizer = torch.optim.SGD(groups, momentum=0.9, weight_decay=0)
     max_iter = epochs * epoch_length
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max_iter, eta_min=0)
@@ -87,6 +90,8 @@ def ref_run(tokens, labels, val_tokens, val_labels, rates, batch_size, epochs, e
         loss.backward()
         optimizer.step()
         scheduler.step()
+        if losses is not None:
+            losses.append(float(loss.item()))
     top1 = {}
     with torch.no_grad():
         for k, v in classifiers.items():
@@ -165,6 +170,23 @@ def test_training_evaluation_and_choice_are_the_references(batch_size, rates):
     chosen = ld.best_on_val(classifiers, scores[:, 0])
     assert (classifiers[chosen].name if chosen is not None else "") == best
     assert (scores[:, 1] >= scores[:, 0]).all()
+
+
+def test_a_replaced_classifier_is_not_trained_and_the_loss_is_the_references_at_batch_128():
+    """The size benchmarks/linear_dinov2.py runs (the 13 rates at batch 128, where lr_0_00001 names two
+    classifiers): the reference's forward runs its ModuleDict's 48 items, so the replaced classifiers keep
+    their initial weights and the logged loss sums 48 losses; every weight and every loss is the reference's."""
+    blocks, labels = _data(3, 300)
+    built, losses = [], []
+    ref_run(blocks, labels, blocks, labels, ld.LEARNING_RATES, 128, 1, 3, 3, init_seed=5, built=built, losses=losses)
+    classifiers = ld.grid()
+    training = ld.train(torch.stack([c for _, c in blocks], dim=1), ld.patch_mean(blocks[-1][0]), labels, classifiers, 3, epochs=1, epoch_length=3, init_seed=5)
+    assert len(built) == len(training.weights) == 52 and len(ld.evaluated(classifiers)) == 48
+    for c, layer, ref in zip(classifiers, training.weights, built):
+        assert torch.equal(layer.weight, ref.linear.weight) and torch.equal(layer.bias, ref.linear.bias), c.name
+    replaced = [i for i in range(52) if i not in ld.evaluated(classifiers)]
+    assert replaced == [0, 13, 26, 39] and all(not training.weights[i].bias.any() for i in replaced)  # never stepped: bias still 0
+    assert training.losses == losses
 
 
 def test_no_classifier_above_zero_is_no_choice():

@@ -20,7 +20,8 @@ What linear.py does (``run_eval_linear``, ``setup_linear_classifiers``, ``eval_l
 - **Choice**: every classifier's top-1 accuracy on val; the best is the first of strictly larger
   top-1 in the classifiers' order (a ``ModuleDict`` keyed by ``classifier_{n}_blocks_avgpool_
   {avgpool}_lr_{lr:.5f}``: two rates whose scaled values print alike share a key, and the later
-  classifier replaces the earlier in its place, so the earlier is trained but never evaluated). The
+  classifier replaces the earlier in its place; the earlier keeps its optimiser group but, outside
+  the ``ModuleDict`` whose items the loss sums, is neither trained nor evaluated). The
   reported number is the best classifier's val accuracy, or, given test sets, its accuracy there.
 
 What differs is declared once, as the protocol's differences (``protocols/linear_dinov2.py``). Pure
@@ -132,7 +133,8 @@ def sampler(count: int, seed: int = SEED) -> Iterator[int]:
 
 @dataclass
 class Training:
-    """The trained classifiers and the sum of their losses every iteration."""
+    """Every classifier of the grid (a replaced one at its initial weights) and the summed loss of
+    those the reference trains, every iteration."""
 
     classifiers: list[Classifier]
     weights: list  # torch.nn.Linear per classifier
@@ -181,10 +183,11 @@ def train(
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, iterations, eta_min=0)
     order = sampler(len(labels), seed)
     out = Training(list(classifiers), layers)
+    trained = evaluated(classifiers)  # AllClassifiers.forward runs the ModuleDict's items: a replaced classifier gets no gradient
     for _ in range(iterations):
         batch = torch.tensor([next(order) for _ in range(batch_size)], dtype=torch.int64, device=device)
         x_cls, x_mean, y = cls_blocks[batch], means[batch], labels[batch]
-        loss = sum(torch.nn.CrossEntropyLoss()(layer(linear_input(x_cls, x_mean, c.blocks, c.avgpool)), y) for c, layer in zip(classifiers, layers))
+        loss = sum(torch.nn.CrossEntropyLoss()(layers[i](linear_input(x_cls, x_mean, classifiers[i].blocks, classifiers[i].avgpool)), y) for i in trained)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -98,7 +98,7 @@ PROTOCOL = register(
                 "one process: the rates are scaled by batch / 256 with a world size of 1",
                 "linear.py scales by the global batch (per-GPU batch × GPUs)",
                 "at batch 128 the rates are half those of one 2-GPU run; two of them print alike (lr_0_00001) and, as in the reference, "
-                "the earlier classifier is trained but not evaluated",
+                "the earlier classifier is neither trained nor evaluated",
             ),
         ),
         run="commands.linear_dinov2:run",
