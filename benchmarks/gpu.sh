@@ -25,6 +25,9 @@
 #      416 x 544, the same loss (benchmarks/depth.py --device cuda).
 #  10. extraction as a plan on the GPU: one image's --attention stats at square@256 to 2048 (host and GPU peaks beside
 #      the extraction without attention), --blocks all against last at 224 px (benchmarks/plan.py --device cuda).
+#  11. probe linear-dinov2's loop against dinov2/eval/linear.py's written out on the GPU: the 52 classifiers at
+#      ImageNet's 1,000 classes on ViT-S/16-wide random features, iterations per second and the largest weight
+#      and loss differences (benchmarks/linear_dinov2.py --device cuda).
 # STEPS (default: every step) runs some of them: STEPS="6 7 8" bash benchmarks/gpu.sh.
 # Each benchmark's last line is its JSON record: append it to benchmarks/records/<name>.jsonl.
 # Each log goes to $OUT (or ./gpu-logs), with nvidia-smi's name of the GPU first.
@@ -59,6 +62,7 @@ if [ "${SCALE:-full}" = small ]; then
   hbird_scale_args=(--memory 20480 --views 2)
   depth_args=(--arch tiny --batch 2 --crop 96,128 --rounds 1)
   plan_args=(--largest 512 --images 2)
+  linear_dinov2_args=(--images 512 --iterations 4 --rounds 1 --classes 100)
 else
   extract_args=(--images-224 1024 --images-480 256 --rounds 2 --batch 64)
   decoder_args=(--images 128 --images-large 8 --presets all)
@@ -69,8 +73,9 @@ else
   hbird_scale_args=(--memory 10240000 --views 64)
   depth_args=(--rounds 3)
   plan_args=(--largest 2048 --images 64)
+  linear_dinov2_args=(--images 20000 --iterations 40 --rounds 3)
 fi
-steps="${STEPS:-1 2 3 4 5 6 7 8 9 10}"
+steps="${STEPS:-1 2 3 4 5 6 7 8 9 10 11}"
 want() { [[ " $steps " == *" $1 "* ]]; }
 { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } | tee "$out/device.log"
 # every import the two benchmarks make, before any timed work: a missing library is one line here
@@ -95,4 +100,5 @@ want 7 && { timeout 150 "$python" benchmarks/hummingbird_scale.py --device "$dev
 want 8 && { timeout 120 "$python" benchmarks/extract.py --tolerance --device "$device" --images-224 "${TOLERANCE_IMAGES:-32}" 2>&1 | tee "$out/extract-tolerance.log" || status=1; }
 want 9 && { timeout 90 "$python" benchmarks/depth.py --device "$device" "${depth_args[@]}" 2>&1 | tee "$out/depth.log" || status=1; }
 want 10 && { timeout 300 "$python" benchmarks/plan.py --memory --blocks --device "$device" "${plan_args[@]}" 2>&1 | tee "$out/plan.log" || status=1; }
+want 11 && { timeout 120 "$python" benchmarks/linear_dinov2.py --device "$device" "${linear_dinov2_args[@]}" 2>&1 | tee "$out/linear-dinov2.log" || status=1; }
 exit $status
