@@ -42,7 +42,12 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(path, device="cpu")
     except (SafetensorError, OSError, ValueError) as error:
-        raise ProbeError(path, f"is not a readable safetensors file ({str(error).splitlines()[0][:120]})", "the file may be truncated; fetch it again") from None
+        raise ProbeError(path, f"is not a readable safetensors file ({_first_line(error)})", "the file may be truncated; fetch it again") from None
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's first line, or its type's name when it has no message (``EOFError()``)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
 
 
 def read_file(path: str | Path) -> Any:
@@ -75,7 +80,7 @@ def read_file(path: str | Path) -> Any:
     except Exception as error:  # noqa: BLE001 - any failure to read arbitrary bytes (torch.load meets safetensors', zip's and pickle's errors) is this file's
         raise ProbeError(
             path,
-            f"is not a readable PyTorch checkpoint ({str(error).splitlines()[0][:120]})",
+            f"is not a readable PyTorch checkpoint ({_first_line(error)})",
             "the file may be truncated or of another kind; fetch it again",
         ) from None
 
