@@ -122,7 +122,7 @@ def open_store(
     (a store growing a new view stays complete for the views it already had). A store whose
     metadata is damaged or foreign is one line (``infra.errors.reading``), never a traceback.
     """
-    with reading(path, "probe store", "restore the store from a copy, or extract its images again into a new store"):
+    with reading(path, "probe store", DAMAGED_STORE_FIX):
         return _open_store(Path(path), done_only=done_only, allow_partial=allow_partial, arrays=arrays, plain=plain)
 
 
@@ -363,6 +363,8 @@ def require(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
     return array
 
 
+# what a damaged or foreign store's one line tells the user to do (open_store, store/describe.py)
+DAMAGED_STORE_FIX = "restore the store from a copy, or extract its images again into a new store"
 # the arrays every store has whatever its views, and the prefixes of each view's flags and grids
 FLAGS = ("image", "done", "failed", "image_height", "image_width", "image_sha256")  # image_sha256: store/sources.py
 PER_VIEW = ("done_", "failed_", "grid_rows_", "grid_cols_")

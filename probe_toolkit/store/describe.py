@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..infra.errors import ProbeError
+from ..infra.errors import ProbeError, reading
 from . import grids, verify
-from .cache import FLAGS, PER_VIEW, manifest, open_store, view_facts
+from .cache import DAMAGED_STORE_FIX, FLAGS, PER_VIEW, manifest, open_store, view_facts
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -40,7 +40,13 @@ def _describe_view(ds: xr.Dataset | StoreData, meta: dict[str, Any], view: str) 
 
 
 def describe_store(path: str | Path) -> list[tuple[str, str]]:
-    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results (read with zarr alone)."""
+    """Rows for ``probe info``: completeness, arrays with shapes, manifest fields, results (read with zarr alone).
+    A manifest whose fields are damaged (a view's entry not a table) is one line, as ``open_store``'s."""
+    with reading(path, "probe store", DAMAGED_STORE_FIX):
+        return _rows(path)
+
+
+def _rows(path: str | Path) -> list[tuple[str, str]]:
     ds = open_store(path, done_only=False, plain=True)
     meta = manifest(ds)
     done = ds["done"].values.astype(bool)
