@@ -305,13 +305,18 @@ def test_voc_bad_folders_and_files_exit_2_with_one_line(tmp_path, capsys):
     assert not (cache_dir / "panels.toml").exists()
     root = tmp_path / "VOC2012"
     write_voc(root, {"a": (32, 32, [("dog", (1, 1, 8, 8), 0, 0)])})
-    (root / "Annotations" / "a.xml").write_text('<?xml version="1.0"?><svg><size/></svg>')
-    assert _main(["panel", "add", "v", "--voc", str(root), "--role", "val", "--cache", str(cache_dir)], capsys)[0] == 0
-    with pytest.raises(Exception, match="not a VOC annotation"):
-        panels.read_labels("v", purpose="test", cache=cache_dir)
+    add = ["panel", "add", "v", "--voc", str(root), "--role", "val", "--cache", str(cache_dir)]
+    # issue 46: each file's schema is checked when the panel is added: one line naming it, exit 2, nothing registered
+    for text, problem in (('<?xml version="1.0"?><svg><size/></svg>', "not a VOC annotation"), ("<annotation><size><width>x</width>", "is not XML")):
+        (root / "Annotations" / "a.xml").write_text(text)
+        code, err = _main(add, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "a.xml" in err and problem in err, err
+        assert not (cache_dir / "panels.toml").exists() and not (cache_dir / "ledger.jsonl").exists()
+    # a file damaged after the panel was added is refused when its labels are read
+    write_voc(tmp_path / "VOCgood", {"a": (32, 32, [("dog", (1, 1, 8, 8), 0, 0)])})
+    (root / "Annotations" / "a.xml").write_bytes((tmp_path / "VOCgood" / "Annotations" / "a.xml").read_bytes())
+    assert _main(add, capsys)[0] == 0
     (root / "Annotations" / "a.xml").write_text("<annotation><size><width>x</width>")
-    with pytest.raises(Exception, match="is not XML"):
-        panels.read_labels("v", purpose="test", cache=cache_dir)
     # through the CLI: one line naming the file, exit 2, no scores and no ledger line
     store = make_store(tmp_path / "store.zarr", [Scene("a.jpg", 32, 32, [(2, 9, 2, 9)])], lost_keys(GRID, [(2, 9, 2, 9)])[None])
     code, err = _main(["decode", str(store), "--preset", "lost", "--panel", "v", "--cache", str(cache_dir), "-q", "--json", str(tmp_path / "s.json")], capsys)
@@ -428,10 +433,14 @@ def test_grey_mask_pixels_are_foreground_as_tokencut_scores_them(tmp_path):
 
 
 def test_saliency_mask_of_another_size_exits_2(tmp_path, capsys):
-    def broken(scene, m):
-        return m[:-2] if scene.name == "b.png" else m
-
-    store, root, _ = saliency_setup(tmp_path, broken)
+    store, root, truth = saliency_setup(tmp_path, lambda scene, m: m)
+    Image.fromarray(truth["b.png"][:-2]).save(tmp_path / "gt" / "b.png")  # 80×78 for an 80×80 photograph
+    # issue 46: refused when the panel is added: one line naming the mask, exit 2, nothing registered
+    add = ["panel", "add", "ecssd2", "--images", str(tmp_path / "img"), "--masks", str(tmp_path / "gt"), "--role", "val", "--cache", str(root)]
+    code, err = _main(add, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "b.png" in err and "80×78" in err, err
+    assert "ecssd2" not in (root / "panels.toml").read_text() and not (root / "ledger.jsonl").exists()
+    # a mask changed after its panel was added is refused when the labels are read
     code, err = _main(["decode", str(store), "--panel", "ecssd", "--cache", str(root), "-q", "--json", str(tmp_path / "s.json")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "b.png" in err
     assert "80×78" in err
