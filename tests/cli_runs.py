@@ -19,3 +19,10 @@ def probe_main(args: list[str], capsys):
     finally:
         sys.argv = old
     return code, capsys.readouterr()
+
+
+def overridden(base: list[str], extra: tuple | list) -> list:
+    """``base`` (flag, value pairs) without the flags ``extra`` names, then ``extra``: the CLI refuses an option given twice."""
+    named = {flag for flag in extra if str(flag).startswith("--")}
+    kept = [x for flag, value in zip(base[::2], base[1::2], strict=True) if flag not in named for x in (flag, value)]
+    return [*kept, *extra]

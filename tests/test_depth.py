@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from cli_runs import probe_main
+from cli_runs import overridden, probe_main
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -56,11 +56,8 @@ def _network(nyu, name: str, layout: str, arch, seed: int):
 
 
 def _run(nyu, checkpoint, store, capsys, *extra):
-    """``extra`` replaces SHORT's value of an option it names (the CLI refuses an option given twice)."""
     _, _, cache, _, _ = nyu
-    named = {flag for flag in extra if str(flag).startswith("--")}
-    short = [x for flag, value in zip(SHORT[::2], SHORT[1::2], strict=True) if flag not in named for x in (flag, value)]
-    return probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", *short, *extra], capsys)
+    return probe_main(["depth", checkpoint, "--train", "nyu-train", "--val", "nyu-test", "--cache", cache, "--store", store, "-q", *overridden(SHORT, extra)], capsys)
 
 
 def _plain_scores(ds, checkpoint, root, depths):

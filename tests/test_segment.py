@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 import torchvision.transforms.functional as TF
-from cli_runs import probe_main
+from cli_runs import overridden, probe_main
 from PIL import Image
 from segmentation_folders import box_scene, write_ade, write_voc
 
@@ -164,7 +164,7 @@ def dino(ade):
 def _run(ade, dino, capsys, *extra):
     base, root, cache, _ = ade
     checkpoint, store = dino
-    return probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store, "-q", *SHORT, *extra], capsys)
+    return probe_main(["segment", checkpoint, "--train", "ade-train", "--val", "ade-val", "--cache", cache, "--store", store, "-q", *overridden(SHORT, extra)], capsys)
 
 
 def test_same_seed_same_numbers_whatever_the_network_chunk_and_the_threads(ade, dino, capsys):
