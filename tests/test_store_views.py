@@ -218,7 +218,7 @@ def test_limit_is_at_most_n_and_says_so(probe, tmp_path, tiny_checkpoints, odd_s
     store = tmp_path / "l.zarr"
     run = probe("extract", str(tiny_checkpoints["dino-backbone"]), "--images", str(odd_sizes), "--views", "224", "--store", str(store), "-q", "--limit", "3")
     assert run.returncode == 0, run.stderr
-    assert "3/4 images done" in run.stdout and "--limit 3: 1 images of this shard left" in run.stdout
+    assert "3/4 images extracted in views 224 (3 written now, 0 skipped now)" in run.stdout and "--limit 3: 1 images of this shard left" in run.stdout
     assert open_store(store).sizes["image"] == 3
 
 

@@ -52,6 +52,7 @@ from ..infra import lazy_dask
 from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
 from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
+from .sources import DIGESTS, STATS
 from .views import NAMES as VIEW_ORDER
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
@@ -365,8 +366,9 @@ def require(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
 
 # what a damaged or foreign store's one line tells the user to do (open_store, store/describe.py)
 DAMAGED_STORE_FIX = "restore the store from a copy, or extract its images again into a new store"
-# the arrays every store has whatever its views, and the prefixes of each view's flags and grids
-FLAGS = ("image", "done", "failed", "image_height", "image_width", "image_sha256")  # image_sha256: store/sources.py
+# the arrays every store has whatever its views (bookkeeping: no protocol reads them; the photographs'
+# sha256 and size+mtime are store/sources.py's), and the prefixes of each view's flags and grids
+FLAGS = ("image", "done", "failed", "image_height", "image_width", DIGESTS, STATS)
 PER_VIEW = ("done_", "failed_", "grid_rows_", "grid_cols_")
 
 

@@ -38,6 +38,7 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 from ..infra.errors import IntegrityError
 from .group import array_names as _names
 from .hints import extract_arguments
+from .sources import DIGESTS, STATS
 
 CHECKSUM = "crc32c"
 WHOLE = ("image",)  # one chunk, written when the store is created (with the grids)
@@ -165,7 +166,7 @@ def kind(name: str) -> str:
     """``whole`` (one chunk written at creation), ``flag``, ``sizes`` or ``data``."""
     if name in WHOLE or name.startswith(("grid_rows_", "grid_cols_")):
         return "whole"
-    if name in FLAG_PREFIXES or name.startswith(tuple(f"{p}_" for p in FLAG_PREFIXES)) or name == "image_sha256":
+    if name in FLAG_PREFIXES or name.startswith(tuple(f"{p}_" for p in FLAG_PREFIXES)) or name in (DIGESTS, STATS):
         return "flag"  # written after the images it describes: not required to be there
     if name in SIZES:
         return "sizes"
