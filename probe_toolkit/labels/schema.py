@@ -196,6 +196,10 @@ def result_problems(results: Any) -> list[str]:
             found.append(f"{where}: score {entry['score']!r} is not a finite number")
         if "category_id" in entry and not _whole(entry["category_id"]):
             found.append(f"{where}: category_id {entry['category_id']!r} is not a whole number")
+        if "mask" in entry and not _whole(entry["mask"]):  # CorLoc and saliency score each image's first mask
+            found.append(f"{where}: mask {entry['mask']!r} is not a whole number (the mask's index in its image)")
+        if "patch_box" in entry and not (isinstance(entry["patch_box"], list) and len(entry["patch_box"]) == 4 and all(_finite(v) for v in entry["patch_box"])):
+            found.append(f"{where}: patch_box {entry['patch_box']!r} is not four finite numbers [x1, y1, x2, y2]")
         if entry.get("bbox") is None:  # the evaluator reads both (segm and bbox AP), masks as RLEs
             found.append(f"{where}: bbox is {'null' if 'bbox' in entry else 'absent'}")
         if not isinstance(entry.get("segmentation"), dict):
