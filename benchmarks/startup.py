@@ -298,7 +298,7 @@ def main() -> None:
     rows = []
     for (name, tree), values in times.items():
         wall, cpu = statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
-        rows.append({"command": name, "tree": str(trees[tree]), "median_wall_s": wall, "median_cpu_s": cpu})
+        rows.append({"command": name, "tree": tree, "median_wall_s": wall, "median_cpu_s": cpu})
         target = name.startswith("probe") and "figures" not in name
         mark = ("  ok" if cpu < TARGET else f"  over the {TARGET} s target") if target else ""
         label = name if len(trees) == 1 else f"{name} [{tree}]"
@@ -314,7 +314,7 @@ def main() -> None:
                 "cpu": platform.processor() or platform.machine(),
                 "cores": os.cpu_count(),
                 "load": max(loads),
-                "trees": {k: str(v) for k, v in trees.items()},
+                "trees": sorted(trees),  # the trees by their labels (this, base): a record names the machine, never its folders
                 "rows": rows,
             }
         )
