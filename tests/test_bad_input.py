@@ -107,7 +107,7 @@ def test_incomplete_store_and_missing_array(tmp_path, tiny_checkpoints, image_di
     with pytest.raises(ProbeError, match=r"incomplete: 2/7.*--partial"):
         open_store(report.store, allow_partial=False)
     assert open_store(report.store).sizes["image"] == 2
-    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract CKPT --views 480`"):
+    with pytest.raises(ProbeError, match=r"no array keys_480; rerun `probe extract \S+ --images \S+ --views 480 .*--store \S+s.zarr`"):
         require(open_store(report.store), "keys_480")
 
 
@@ -136,13 +136,19 @@ def _add(cache, annotations, images, name="p"):
     [
         ("this is { not json", "is not a COCO annotation file", "add"),
         ('{"info": {}, "licenses": []}', "is not a COCO annotation file", "add"),
-        ('{"images": [], "annotations": [], "categories": []}', "lists no images", "score"),
-        ('{"images": [{"id": 1, "file_name": "ghost.png", "width": 8, "height": 8}], "annotations": [], "categories": []}', "not in", "score"),
+        ('{"images": [], "annotations": [], "categories": []}', "lists no image", "add"),
+        ('{"images": [{"id": 1, "file_name": "ghost.png", "width": 8, "height": 8}], "annotations": [], "categories": []}', "holds no object", "add"),
+        (
+            '{"images": [{"id": 1, "file_name": "ghost.png", "width": 8, "height": 8}], "categories": [{"id": 1, "name": "x"}],'
+            ' "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 4, 4], "area": 16, "iscrowd": 0}]}',
+            "not in",
+            "add",
+        ),
     ],
 )
 def test_bad_annotation_files_are_one_line_at_the_first_read(tmp_path, panel_dir, content, needle, refused_by):
-    """A file that is no COCO file is refused when the panel is added (its schema is checked there);
-    one whose images are missing or absent, at the first label read."""
+    """A file that is no COCO file, lists no image or object, or names an image its folder lacks is
+    refused when the panel is added (its schema and its files are checked there), in one line."""
     folder, _ = panel_dir
     bad = tmp_path / "bad.json"
     bad.write_text(content)

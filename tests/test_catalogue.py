@@ -1500,6 +1500,153 @@ CASES += [
 ]
 
 
+def _store_copy(w, stem: str, damage: Callable[[Path], None]) -> Path:
+    """A copy of the world's store (results aside) under ``stores/``, damaged by ``damage``."""
+    copy = w.root / "stores" / stem / "teacher.zarr"
+    if copy.exists():
+        shutil.rmtree(copy.parent)
+    shutil.copytree(w.store, copy, ignore=shutil.ignore_patterns("results"))
+    damage(copy)
+    return copy
+
+
+def _wrong_dimension_names(store: Path) -> None:
+    meta_file = store / "tokens_224" / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    meta["dimension_names"] = None  # zarr allows it; probe's readers name each axis
+    meta_file.write_text(json.dumps(meta))
+
+
+def _elsewhere(w, mp=None) -> None:
+    """A store outside the cache, and panels of its images copied to other folders under other
+    names (``elsewhere``, train; ``elsewhere-val``, val): the store holds none of their files."""
+    _store_copy(w, "outside", lambda s: None)
+    for name, role, names in (("elsewhere", "train", ["a.png", "b.png"]), ("elsewhere-val", "val", ["c.png", "d.png"])):
+        folder = w.root / name
+        if not folder.exists():
+            folder.mkdir()
+            data = coco(names)
+            for image in data["images"]:
+                shutil.copy(w.images / image["file_name"], folder / f"x{image['file_name']}")
+                image["file_name"] = f"x{image['file_name']}"
+            write(w.root / f"{name}.json", json.dumps(data))
+            assert probe("panel", "add", name, "--annotations", w.root / f"{name}.json", "--images", folder, "--role", role, "--cache", w.cache).code == 0
+
+
+# the careless trial of issue 46, round four: one case per finding
+CASES += [
+    Case(  # the printed extract wrote into the cache, where the rerun never looks (a looping fix)
+        "linear-panel-elsewhere-extracts-beside-the-store",
+        lambda w: ["linear", w.root / "stores" / "outside" / "teacher.zarr", "--train", "elsewhere", "--val", "va", "--level", "image", *w.q],
+        2,
+        ("outside", "--panel elsewhere", "--store", "teacher-panel-elsewhere.zarr"),
+        lambda w: ["linear", w.root / "stores" / "outside" / "teacher.zarr", "--train", "elsewhere", "--val", "va", "--level", "image", *w.q],
+        setup=_elsewhere,
+        printed_fix=True,
+    ),
+    Case(  # the line printed `probe extract CKPT --images DIR, and pass that store`: no command that parses
+        "decode-panel-elsewhere-extracts-a-store-to-pass",
+        lambda w: ["decode", w.root / "stores" / "outside" / "teacher.zarr", "--panel", "elsewhere-val", *w.q],
+        2,
+        ("outside", "holds none", "--panel elsewhere-val", "teacher-panel-elsewhere-val.zarr"),
+        lambda w: ["decode", w.root / "stores" / "outside" / "teacher-panel-elsewhere-val.zarr", "--panel", "elsewhere-val", *w.q],
+        setup=_elsewhere,
+        printed_fix=True,
+    ),
+    Case(
+        "store-flag-array-deleted",
+        lambda w: ["decode", w.root / "stores" / "flagless" / "teacher.zarr", *w.q],
+        1,
+        ("flagless", "array done is gone", "new store"),
+        lambda w: ["extract", w.ckpt, "--images", w.images, "--views", "224,480", "--chunk", "2", "--store", w.fresh(), *w.q],
+        setup=lambda w, mp: _store_copy(w, "flagless", lambda s: shutil.rmtree(s / "done")),
+    ),
+    Case(
+        "store-data-array-deleted",
+        lambda w: ["decode", w.root / "stores" / "keyless" / "teacher.zarr", *w.q],
+        1,
+        ("keyless", "array keys_480 is gone", "into this store"),
+        lambda w: ["decode", w.root / "stores" / "keyless" / "teacher.zarr", *w.q],
+        setup=lambda w, mp: _store_copy(w, "keyless", lambda s: shutil.rmtree(s / "keys_480")),
+        printed_fix=True,
+    ),
+    Case(
+        "store-array-dimension-names-damaged",
+        lambda w: ["neighbours", w.root / "stores" / "dims" / "teacher.zarr", "--boot", "100", "-q"],
+        2,
+        ("dims", "tokens_224 names 0 dimensions for its 3 axes"),
+        lambda w: ["neighbours", w.store, "--boot", "100", "-q"],
+        setup=lambda w, mp: _store_copy(w, "dims", _wrong_dimension_names),
+    ),
+    Case(
+        "panel-add-names-absent-images",
+        lambda w: [
+            "panel",
+            "add",
+            "absent",
+            "--annotations",
+            write(
+                w.root / "bad" / "absent.json",
+                json.dumps(coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone.png", "width": 8, "height": 8}])),
+            ),
+            "--images",
+            w.images,
+            "--role",
+            "val",
+            "--cache",
+            w.cache,
+        ],
+        2,
+        ("absent.json", "gone.png", "--images DIR"),
+        lambda w: ["panel", "add", "absent", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+    ),
+    Case(
+        "panel-add-empty-segmentation",
+        lambda w: [
+            "panel",
+            "add",
+            "emptyseg",
+            "--annotations",
+            write(w.root / "bad" / "emptyseg.json", json.dumps(_with_first_annotation(segmentation=[]))),
+            "--images",
+            w.images,
+            "--role",
+            "val",
+            "--cache",
+            w.cache,
+        ],
+        2,
+        ("emptyseg.json", "segmentation is an empty list"),
+        lambda w: ["panel", "add", "emptyseg", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+    ),
+    Case(
+        "panel-add-no-object",
+        lambda w: [
+            "panel",
+            "add",
+            "noobject",
+            "--annotations",
+            write(w.root / "bad" / "noobject.json", json.dumps(coco(["c.png", "d.png"], annotations=[]))),
+            "--images",
+            w.images,
+            "--role",
+            "val",
+            "--cache",
+            w.cache,
+        ],
+        2,
+        ("noobject.json", "holds no object"),
+        lambda w: ["panel", "add", "noobject", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+    ),
+]
+
+
+def _with_first_annotation(**changes) -> dict:
+    data = coco(["c.png", "d.png"])
+    data["annotations"][0].update(changes)
+    return data
+
+
 # ----------------------------------------------------------------------------------------------
 # the catalogue test
 

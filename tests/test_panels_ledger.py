@@ -32,7 +32,9 @@ def test_registry_round_trips_and_never_opens_the_annotations(tmp_path, panel_fi
         panels.add_panel("val-1", annotations, images, "val", cache=root)
         odd = tmp_path / 'we"ird ü\\dir'
         odd.mkdir()
-        (odd / "a.png").write_bytes((images / "a.png").read_bytes())
+        for name in ("a.png", "sub/b.png"):  # every image the annotations name (checked when a panel is added)
+            (odd / name).parent.mkdir(parents=True, exist_ok=True)
+            (odd / name).write_bytes((images / name).read_bytes())
         panels.add_panel("held_out", annotations, odd, "test", cache=root)
         listed = panels.list_panels(root)
         assert panels.panel_images("val-1", root) == images.resolve()

@@ -46,13 +46,13 @@ def _main() -> None:
         refuse_repeated(sys.argv[1:])
         code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
     except IntegrityError as error:
-        err_console.print(f"[bold red]integrity:[/] {error.line()}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]integrity:[/] {carried(error.line(), sys.argv[1:])}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_INTEGRITY)
     except SettingError as error:  # the API names the parameter; the command line names its flag
-        err_console.print(f"[bold red]error:[/] {flagged(error)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {carried(flagged(error), sys.argv[1:])}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except ProbeError as error:
-        err_console.print(f"[bold red]error:[/] {error.line()}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {carried(error.line(), sys.argv[1:])}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Interrupted as error:
         err_console.print(f"[bold yellow]{_stopped(terminated())}:[/] {error}", highlight=False, soft_wrap=True)
@@ -87,13 +87,7 @@ def refuse_repeated(args: list[str]) -> None:
     twice = [f for f, n in Counter(flags).items() if n > 1]
     if not twice:
         return
-    import typer
-
-    command = typer.main.get_command(app)
-    for word in args:
-        if word.startswith("-") or not hasattr(command, "commands") or word not in command.commands:
-            break
-        command = command.commands[word]
+    command, _ = _command(args)
     single = {o for p in getattr(command, "params", []) if not getattr(p, "multiple", False) and not getattr(p, "is_flag", False) for o in p.opts}
     for flag_ in twice:
         if flag_ in single:
@@ -103,6 +97,47 @@ def refuse_repeated(args: list[str]) -> None:
                 f"is given {len(values)} times ({', '.join(values)}); the last would be used alone",
                 f"give it once (e.g. {flag_} {','.join(values)} where it takes a list)",
             )
+
+
+def carried(line: str, args: list[str]) -> str:
+    """A fix printed by a run given ``--cache DIR`` carries it: each whole command in backticks
+    whose command takes ``--cache`` and does not name it gets it, so that, pasted, it reads the
+    panels, ledger and stores the failed run read (issue 46, class 5), wherever it was built."""
+    import re
+    import shlex
+
+    given = next((a.partition("=")[2] for a in args if a.startswith("--cache=")), None)
+    if given is None and "--cache" in args[:-1]:
+        given = args[args.index("--cache") + 1]
+    if not given:
+        return line
+
+    def add(match: re.Match) -> str:
+        text = match.group(1)
+        try:
+            words = shlex.split(text)[1:]
+        except ValueError:
+            return match.group(0)
+        command, depth = _command(words)
+        rest = words[depth:]
+        takes = command is not None and any("--cache" in getattr(p, "opts", ()) for p in command.params)
+        if not takes or not rest or "--cache" in words:  # a command only named (`probe extract`) stays a name
+            return match.group(0)
+        return f"`{text} --cache {shlex.quote(given)}`"
+
+    return re.sub(r"`(probe [^`]+)`", add, line)
+
+
+def _command(words: list[str]) -> tuple[object | None, int]:
+    """The (sub)command ``words`` name, and how many words name it (None, 0: no command)."""
+    import typer
+
+    command, depth = typer.main.get_command(app), 0
+    for word in words:
+        if not hasattr(command, "commands") or word not in command.commands:
+            break
+        command, depth = command.commands[word], depth + 1
+    return (command if depth else None), depth
 
 
 def _stopped(by_sigterm: bool) -> str:

@@ -115,9 +115,12 @@ def _check_kinds(train: Panel, val: Panel) -> None:
         )
 
 
-def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel, checkpoint: str) -> None:
+def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel) -> None:
     """Every view the protocol reads is held, and finished, for every image of the panel."""
-    extract = f"probe extract {checkpoint} --panel {panel.name} --views {','.join(views)}"
+    from .panel_stores import panel_extract
+
+    store, meta = Path(ds.attrs.get("store")), dict(ds.attrs.get("manifest") or {})
+    extract = panel_extract(meta, store, panel.name, views)
     for view in views:
         if f"tokens_{view}" not in ds:
             raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
@@ -126,7 +129,7 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
                 ds.attrs.get("store"),
                 f"holds its {view} view in the order probe used before it followed open-hummingbird-eval's "
                 "(the 8-bit crop jittered; the reference jitters the whole image, normalises, then crops the float tensor)",
-                f"extract the memory views into a new store: `{extract} --store NEW.zarr`",
+                f"extract the memory views into a new store: `{panel_extract(meta, store, panel.name, views, into='NEW.zarr')}`",
             )
         flag = f"done_{view}"
         if flag in ds:
@@ -216,11 +219,10 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     panels = [(train_panel, panel_ids(train_panel), memory_views), (val_panel, panel_ids(val_panel), (query_view,))]  # VOC's share JPEGImages/
     source = locate(store, panels, "patch", (query_view, *memory_views))
     meta = source.manifest
-    checkpoint_path = str((meta.get("checkpoint") or {}).get("path", "CKPT"))
     train_ds, train_ids = source.panel_stores[train_panel.name]
     val_ds, val_ids = source.panel_stores[val_panel.name]
-    _check_views(train_ds, train_ids, memory_views, train_panel, checkpoint_path)
-    _check_views(val_ds, val_ids, (query_view,), val_panel, checkpoint_path)
+    _check_views(train_ds, train_ids, memory_views, train_panel)
+    _check_views(val_ds, val_ids, (query_view,), val_panel)
     grid = settings.size // patch
     cut = grid * patch  # the pixels the network reads (512 at /16; at the default 512, the top-left 504 at /14)
     n_views = len(train_ids) * len(memory_views)

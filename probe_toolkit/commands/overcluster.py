@@ -27,7 +27,7 @@ from ..infra.settings import SettingError
 from ..labels import voc_segmentation
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import cache, hbird_views, parts, views
-from .panel_stores import locate, panel_ids
+from .panel_stores import locate, panel_extract, panel_ids
 from .runs import result_provenance
 
 RESULT = "overcluster"
@@ -98,10 +98,8 @@ def run(inputs: Inputs, settings, context: RunContext) -> OverclusterReport:
     except ProbeError as error:
         if f"has no array tokens_{view}" not in error.problem:
             raise
-        checkpoint = cache.manifest(cache.open_store(store))["checkpoint"]["path"]  # the view, not another one: overcluster reads this one
-        raise ProbeError(
-            error.where, f"has no {view} view for panel {the_panel.name!r}", f"run `probe extract {checkpoint} --panel {the_panel.name} --views {view}`"
-        ) from None
+        extract = panel_extract(cache.manifest(cache.open_store(store)), store, the_panel.name, [view])  # the view, not another one: overcluster reads this one
+        raise ProbeError(error.where, f"has no {view} view for panel {the_panel.name!r}", f"run `{extract}`") from None
     ds, ids = source.panel_stores[the_panel.name]
     norm = parts.final_norm(source.manifest, store)
     tokens, side = features(ds, list(ids), norm, view)

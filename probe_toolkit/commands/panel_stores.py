@@ -46,6 +46,21 @@ def _sibling(store: Path, panel: str) -> Path:
     return store.parent / f"{base}-panel-{panel}.zarr"
 
 
+def panel_extract(meta: dict[str, Any], store: Path, panel: str, views: Sequence[str], into: str | Path | None = None) -> str:
+    """The ``probe extract`` that writes a panel's images into ``store``'s panel sibling, with the
+    store's own settings (checkpoint, network, interpolation, ...): the command every "this store
+    lacks the panel's images" line prints, so that the rerun finds them where it looks (``into``:
+    another store instead)."""
+    import shlex
+
+    from ..store.hints import extract_arguments
+
+    args = extract_arguments(meta, [str(v) for v in views], "PANEL")
+    at = args.index("--images")
+    args[at : at + 2] = ["--panel", panel]
+    return "probe extract " + shlex.join([*args, "--store", str(into or _sibling(Path(store), panel))])
+
+
 def _same_network(a: dict[str, Any], b: dict[str, Any], views: Sequence[str] = ()) -> bool:
     """A store and its panel sibling are read as one set of tokens (``store/pairing.py``)."""
     from ..store.pairing import differences
@@ -133,10 +148,7 @@ def locate(
                 else f"was extracted from another folder than the one of panel {panel.name!r} ({panel.images})"
             )
             beside = f"the {sibling.name} beside it was extracted otherwise ({unlike})" if unlike else f"no {sibling.name} of the same network beside it holds them"
-            extract = (
-                f"probe extract {meta['checkpoint']['path']} --panel {panel.name} --network {meta['network']} --views {','.join(own[0] if own else views)}"
-                f"{' --convert' if meta['checkpoint'].get('converted') else ''}"
-            )
+            extract = panel_extract(meta, store, panel.name, own[0] if own else views)
             raise ProbeError(store, f"{what}, and {beside}", f"move {sibling} away, then run `{extract}`" if unlike else f"run `{extract}`")
         held = source.panel_stores[panel.name][0]
         cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))

@@ -384,18 +384,9 @@ def read_labels(
 
         dataset = coco20k_subset(dataset, panel.annotations)
     file_names = {int(im["id"]): str(im.get("file_name", "")) for im in dataset["images"]}
-    if not file_names:
+    if not file_names:  # (COCO20k's subset of a file that is not COCO-2014 train)
         raise ProbeError(panel.annotations, "lists no images", "a panel needs at least one annotated image")
-    absent = sorted(name for name in file_names.values() if not (panel.images / name).is_file())
-    if absent:
-        from ..infra.spelling import fix_command
-
-        again = fix_command("panel add", panel.name, annotations=panel.annotations, images="DIR", role=panel.role, replace=True)
-        raise ProbeError(
-            panel.annotations,
-            f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
-            f"add the panel again with DIR the folder its file_name entries are relative to: `{again}`",
-        )
+    schema.files_present(dataset, panel)
     image_map: dict[str, int] = {}
     if images is not None:
         image_map = match_images(images, file_names)

@@ -49,6 +49,10 @@ def problems(dataset: Any, image_size: Callable[[str], tuple[int, int] | None] |
             found.append(f"field {key} is {type(dataset.get(key)).__name__ if key in dataset else 'absent'}, not a list")
     if found:
         return found
+    if not dataset["images"]:
+        return ["field images is empty: the panel lists no image"]
+    if not dataset["annotations"]:
+        return ["field annotations is empty: the panel holds no object, and every score of it would describe nothing"]
     categories = dataset.get("categories", [])
     if not isinstance(categories, list):
         return [f"field categories is a {type(categories).__name__}, not a list"]
@@ -138,6 +142,8 @@ def _segmentation(where: str, segmentation: Any, size: tuple[int, int] | None) -
     if segmentation is None:
         return []
     if isinstance(segmentation, list):
+        if not segmentation:
+            return [f"{where}: segmentation is an empty list, no polygon (pycocotools cannot rasterise it)"]
         for polygon in segmentation:
             if not (isinstance(polygon, list) and len(polygon) >= 6 and len(polygon) % 2 == 0 and all(_finite(v) for v in polygon)):
                 return [f"{where}: segmentation holds {str(polygon)[:40]!r}, not a polygon of 3 or more finite (x, y) points"]
@@ -246,7 +252,29 @@ def checked(panel):
     finally:
         inside.active = False
     check(dataset, panel.annotations, header_size(panel.images))
+    if panel.kind == "coco20k":
+        from .kinds import coco20k_subset
+
+        dataset = coco20k_subset(dataset, panel.annotations)
+    files_present(dataset, panel, replace=False)
     return panel
+
+
+def files_present(dataset: dict, panel, *, replace: bool = True) -> None:
+    """Every image the dataset names is a file of the panel's image folder (when it is added and
+    when it is read): an image named but absent would be scored as one with no prediction, or a
+    store of that folder would hold other photographs than the labels describe."""
+    names = [str(im.get("file_name", "")) for im in dataset["images"]]
+    absent = sorted(name for name in names if not (panel.images / name).is_file())
+    if absent:
+        from ..infra.spelling import fix_command
+
+        again = fix_command("panel add", panel.name, annotations=panel.annotations, images="DIR", role=panel.role, replace=replace)
+        raise ProbeError(
+            panel.annotations,
+            f"names {len(absent)} images that are not in {panel.images} (e.g. {absent[0]!r})",
+            f"add the panel again with DIR the folder its file_name entries are relative to: `{again}`",
+        )
 
 
 def covered(panel, matched: int, listed: int, given_count: int, cover: str, given: str) -> None:

@@ -221,7 +221,12 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
         from .coverage import panel_coverage
 
         recorded["coverage"] = panel_coverage(
-            inputs["store"], inputs["panel"], inputs.get("cache_dir"), bool(inputs.get("allow_partial")), sibling=protocol.reads.panel_sibling
+            inputs["store"],
+            inputs["panel"],
+            inputs.get("cache_dir"),
+            bool(inputs.get("allow_partial")),
+            sibling=protocol.reads.panel_sibling,
+            views=(getattr(settings, "view", None),) if isinstance(getattr(settings, "view", None), str) else protocol.reads.views,
         )  # before any label read
     current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
     chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read

@@ -34,12 +34,15 @@ def _held(ds, found, ids) -> int:
     return held
 
 
-def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False, sibling: bool = False) -> dict[str, Any]:
+def panel_coverage(
+    store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False, sibling: bool = False, views: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """``{"panel", "panel_images", "held"}`` for a store and a registered panel, or a ProbeError
     when the store holds none of the panel's images (or only some, unless ``allow_partial``).
     ``sibling``: the protocol reads the panel's tokens from the store's panel sibling when the
-    store lacks them (``Reads.panel_sibling``), so the sibling's images count too."""
-    from ..commands.panel_stores import _same_network, _sibling, panel_ids
+    store lacks them (``Reads.panel_sibling``), so the sibling's images count too. ``views``: those
+    the protocol reads (the fix extracts them; none: the store's own)."""
+    from ..commands.panel_stores import _same_network, _sibling, panel_extract, panel_ids
     from ..labels.panels import get_panel
     from ..store import cache
 
@@ -56,18 +59,20 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
         other = cache.open_store(beside)
         if _same_network(cache.manifest(ds), cache.manifest(other)):
             held = max(held, _held(other, found, ids))
-    extract = f"probe extract {cache.manifest(ds).get('checkpoint', {}).get('path', 'CKPT')} --images {found.images}"
+    meta = cache.manifest(ds)
+    extract = f"`{panel_extract(meta, Path(store), panel, [str(v) for v in views or meta.get('views', [])])}`"
+    then = "then rerun" if sibling else f"then pass {beside} instead"  # a protocol that reads the sibling finds it there itself
     if ids and not held:
         raise ProbeError(
             store,
             f"holds none of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe no image",
-            f"extract them first: {extract}, and pass that store",
+            f"extract them first: {extract}, {then}",
         )
     if ids and held < len(ids) and not allow_partial:
         raise ProbeError(
             store,
             f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
-            f"extract the panel's images ({extract}) or pass --allow-partial to score the {held} held",
+            f"extract the panel's images ({extract}, {then}) or pass --allow-partial to score the {held} held",
         )
     return {"panel": panel, "panel_images": len(ids), "held": held}
 

@@ -135,6 +135,7 @@ def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str
     group = zarr.open_group(path, mode="r", use_consolidated=False)
     if "manifest" not in group.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
+    integrity.check_listed(path, group)  # an array deleted from outside: one line, not a KeyError deep in a reader
     integrity.check_present(path, integrity.shared_arrays(group), group=group)  # ids, grids, sizes: read by every command
     integrity.check_flags(path, group)  # a deleted flag chunk is damage, not images dropped as unfinished
     done, failed = _flags(group, [arrays] if isinstance(arrays, str) else arrays)
@@ -331,23 +332,43 @@ def _named_block(ds: xr.Dataset | StoreData, block: int | None) -> int | None:
 
 
 def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
-    """How to get a missing array: the extract flag, or the view the store holds it in."""
+    """How to get a missing array: the whole ``probe extract`` that adds it to this very store (its
+    checkpoint, images and settings from the manifest; a command with CKPT left to fill where the
+    store's images cannot be found), or the view the store holds it in."""
     wanted = layout.parse(name)
     view = wanted.view
-    flag = ARRAY_FLAGS.get(name, f"--views {view}")
-    fix = f"rerun `probe extract CKPT {flag}` with the store's checkpoint"
-    if block is not None:  # the whole command: its flags are extract's, not the failed command's (issue 46, class 5)
-        from ..infra.spelling import fix_command
-
+    shlex_flags = ARRAY_FLAGS.get(name, f"--views {view}").split()
+    attention = shlex_flags[shlex_flags.index("--attention") + 1] if "--attention" in shlex_flags else None
+    extra: list[str] = []
+    if block is not None:  # another block's attention map is among every block's
         facet = layout.ArrayName(wanted.kind, view).facet if wanted.kind != "attention" else None
-        extract = fix_command(
-            "extract", "CKPT", views=view, **({"attention": "all"} if wanted.kind == "attention" else {"blocks": str(block)}), facets=facet
-        )  # another block's attention map is among every block's
-        fix = f"rerun `{extract}` with the store's checkpoint"
+        attention = "all" if wanted.kind == "attention" else attention
+        extra = [] if wanted.kind == "attention" else ["--blocks", str(block), *(["--facets", facet] if facet else [])]
+    extract = _extract_into(ds, view, attention, extra)
+    fix = f"rerun `{extract}`" + (" with the store's checkpoint and images" if " CKPT " in extract else "")
     held = hints.other_views(ds.attrs.get("store"), name, view, VIEW_ORDER) if block is None else []
     if held:  # the same array of another view: reading that view is the nearer fix
         fix = f"it holds {', '.join(f'{name[: -len(view)]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
     return fix
+
+
+def _extract_into(ds: xr.Dataset | StoreData, view: str, attention: str | None, extra: list[str]) -> str:
+    """``probe extract`` of ``view`` into the store ``ds`` was opened from (the whole command, issue 46
+    class 5: pasted, it adds the array where the rerun reads it)."""
+    import shlex
+
+    from .sources import image_folder_or_none
+
+    store, meta = ds.attrs.get("store"), dict(ds.attrs.get("manifest") or {})
+    source = image_folder_or_none(store, meta) if store and meta else None
+    if source is None or not Path(source).is_dir():  # (moved, or another machine's): the user names them
+        args = ["CKPT", "--views", view, *(["--attention", attention] if attention else []), *extra]
+        return "probe extract " + shlex.join(args)
+    args = hints.extract_arguments(meta, [view], source)
+    if attention and "--attention" in args:
+        at = args.index("--attention")
+        del args[at : at + 2]
+    return "probe extract " + shlex.join([*args, *(["--attention", attention] if attention else []), *extra, "--store", str(store)])
 
 
 def require(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> xr.DataArray:

@@ -221,6 +221,7 @@ def create_store(
                     "use another --cache root or --store, or delete the store to start again",
                 )
             else:
+                integrity.check_listed(path, group, growing=True)  # a deleted flag or grid array (--repair cannot bring back what it held)
                 if not repair:  # every flag, the global ``done`` too: a deleted one is damage, not "0 written" with exit 0
                     integrity.check_flags(path, group)
                 _no_space(path, lambda: _grow(path, group, old, manifest, arrays, view_grids))

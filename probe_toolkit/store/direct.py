@@ -121,6 +121,8 @@ class StoreData(Variables):
             members = sorted(group.arrays())
         for name, array in members:
             dims = tuple(array.metadata.dimension_names or ())
+            if len(dims) != len(array.shape):  # metadata edited or damaged: said here, inside open_store's reader, not later in a read
+                raise ValueError(f"array {name} names {len(dims)} dimensions for its {len(array.shape)} axes")
             self.variables[name] = StoreArray(array, name, dims, kept, image, encoding={"chunks": tuple(array.chunks)})  # as xarray's encoding
         self.sizes: dict[str, int] = {}
         for var in self.variables.values():

@@ -38,3 +38,17 @@ def array_names(group: zarr.Group) -> list[str]:
         if entry.is_dir() and meta.is_file() and json.loads(meta.read_text()).get("node_type") == "array":
             names.append(entry.name)
     return names
+
+
+def listed_names(store: str | Path) -> list[str]:
+    """The arrays the store's consolidated metadata lists (every array it held when a writer last
+    consolidated it; none for a store written without consolidated metadata). A name listed here
+    whose folder is gone is an array deleted from outside: probe never deletes one of a store."""
+    try:
+        meta = json.loads((Path(store) / "zarr.json").read_text()).get("consolidated_metadata") or {}
+    except (OSError, ValueError):
+        return []  # the root's own reader says what is wrong with it
+    nodes = meta.get("metadata") if isinstance(meta, dict) else None
+    if not isinstance(nodes, dict):
+        return []
+    return sorted(name for name, node in nodes.items() if "/" not in name and isinstance(node, dict) and node.get("node_type") == "array")

@@ -26,6 +26,7 @@ re-extracts only those:
 from __future__ import annotations
 
 import itertools
+import shlex
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +38,7 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 
 from ..infra.errors import IntegrityError
 from .group import array_names as _names
+from .group import listed_names
 from .hints import extract_arguments
 from .sources import DIGESTS, STATS
 
@@ -261,6 +263,35 @@ def flag_damage(store: str | Path, group: zarr.Group, digests: bool = True) -> l
             if (every & recorded()[lo:hi]).any():
                 damage.append(("done", c, FLAG_GONE))
     return damage
+
+
+class MissingArray(IntegrityError):
+    """An array the store's metadata lists whose folder is gone (deleted from outside)."""
+
+
+def check_listed(store: str | Path, group: zarr.Group, *, growing: bool = False) -> None:
+    """Before a store is read or grown: every array its metadata lists is there. A deleted data
+    array is extracted again by the same ``probe extract`` (``growing``: the writer creates it
+    anew); a deleted flag, image list, grid or size array is not (what was finished went with
+    it): a new store."""
+    gone = sorted(set(listed_names(store)) - set(_names(group)))
+    if growing:
+        gone = [name for name in gone if kind(name) != "data"]
+    if not gone:
+        return
+    meta = dict(group.attrs.get("manifest", {}))
+    from .sources import image_folder_or_none
+
+    source = image_folder_or_none(store, meta) or "IMAGES"
+    args = extract_arguments(meta, _store_views(meta), source)
+    named = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+    problem = f"its array {named} is gone" if len(gone) == 1 else f"its arrays {named} are gone"
+    problem += " (deleted from outside probe: the store's metadata lists it)"
+    if all(kind(name) == "data" for name in gone):
+        fix = f"extract it again into this store: `probe extract {shlex.join([*args, '--store', str(store)])}`"
+    else:
+        fix = f"what was finished went with it: extract the images again into a new store: `probe extract {shlex.join(args)} --store NEW.zarr`"
+    raise MissingArray(str(store), problem, fix)
 
 
 def check_flags(store: str | Path, group: zarr.Group, digests: bool = True) -> None:
