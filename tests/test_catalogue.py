@@ -1535,6 +1535,47 @@ def _elsewhere(w, mp=None) -> None:
 
 # the careless trial of issue 46, round four: one case per finding
 CASES += [
+    Case(  # rich read "[x, y, width, height]" as markup and dropped it
+        "panel-add-line-keeps-its-brackets",
+        lambda w: [
+            "panel",
+            "add",
+            "brackets",
+            "--annotations",
+            write(w.root / "bad" / "brackets.json", json.dumps(_with_first_annotation(bbox=[1, 2, 3]))),
+            "--images",
+            w.images,
+            "--role",
+            "val",
+            "--cache",
+            w.cache,
+        ],
+        2,
+        ("brackets.json", "[1, 2, 3] is not four finite numbers [x, y, width, height]"),
+        lambda w: ["panel", "add", "brackets", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+    ),
+    Case(  # rich turned SPair's "…:cat:" into an emoji
+        "panel-add-line-keeps-its-colons",
+        lambda w: [
+            "panel",
+            "add",
+            "colons",
+            "--annotations",
+            write(
+                w.root / "bad" / "colons.json",
+                json.dumps(coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone:cat:.png", "width": 8, "height": 8}])),
+            ),
+            "--images",
+            w.images,
+            "--role",
+            "val",
+            "--cache",
+            w.cache,
+        ],
+        2,
+        ("'gone:cat:.png'",),
+        lambda w: ["panel", "add", "colons", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+    ),
     Case(  # the printed extract wrote into the cache, where the rerun never looks (a looping fix)
         "linear-panel-elsewhere-extracts-beside-the-store",
         lambda w: ["linear", w.root / "stores" / "outside" / "teacher.zarr", "--train", "elsewhere", "--val", "va", "--level", "image", *w.q],

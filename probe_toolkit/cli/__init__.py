@@ -33,6 +33,8 @@ def main() -> None:
 
 
 def _main() -> None:
+    from rich.markup import escape  # a line's own brackets ("kps entry [x, y]") are text, not rich markup
+
     from ..infra.collector import fewer_full_collections
     from ..infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, ProbeError, os_error_line
     from ..infra.lifeline import STATUS, follow_launcher, terminated
@@ -46,22 +48,22 @@ def _main() -> None:
         refuse_repeated(sys.argv[1:])
         code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
     except IntegrityError as error:
-        err_console.print(f"[bold red]integrity:[/] {carried(error.line(), sys.argv[1:])}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]integrity:[/] {escape(carried(error.line(), sys.argv[1:]))}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_INTEGRITY)
     except SettingError as error:  # the API names the parameter; the command line names its flag
-        err_console.print(f"[bold red]error:[/] {carried(flagged(error), sys.argv[1:])}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(carried(flagged(error), sys.argv[1:]))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except ProbeError as error:
-        err_console.print(f"[bold red]error:[/] {carried(error.line(), sys.argv[1:])}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(carried(error.line(), sys.argv[1:]))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Interrupted as error:
-        err_console.print(f"[bold yellow]{_stopped(terminated())}:[/] {error}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold yellow]{_stopped(terminated())}:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(STATUS if terminated() else EXIT_INTERRUPTED)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print(f"{_stopped(terminated())}; nothing half-written is kept, rerun the command", highlight=False)
         sys.exit(STATUS if terminated() else EXIT_INTERRUPTED)
     except OSError as error:  # a full disk, a read-only folder, a file where a folder belongs: one line, not a traceback
-        err_console.print(f"[bold red]error:[/] {os_error_line(error)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(os_error_line(error))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
         if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ KIND = "spair"
 SPLITS = ("trn", "val", "test")
 BINS = (0, 1, 2)  # viewpoint_variation
 FIX = "restore the file from the SPair-71k release"
-SHOWN = 20  # problems printed one a line before the panel is refused
 
 
 @dataclass(frozen=True)
@@ -186,14 +184,11 @@ def parse(root: Path, split: str, read, image_size=None) -> tuple[list[Pair], li
 
 
 def refuse(problems: list[str], where: Path) -> None:
-    """Print each problem on its own line (the first ``SHOWN``), then raise the last shown as the error."""
+    """Refuse in one line: the first problem, and how many more there are (as a COCO file's)."""
     if not problems:
         return
-    shown = problems[:SHOWN]
-    for line in shown[:-1]:
-        print(line, file=sys.stderr)
-    more = f" ({len(problems) - SHOWN} more problems not shown)" if len(problems) > SHOWN else ""
-    raise ProbeError(None, shown[-1] + more)
+    more = f" ({len(problems) - 1} more problems)" if len(problems) > 1 else ""
+    raise ProbeError(None, problems[0] + more)
 
 
 def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Path, Path]:
