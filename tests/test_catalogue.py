@@ -1533,8 +1533,36 @@ def _elsewhere(w, mp=None) -> None:
             assert probe("panel", "add", name, "--annotations", w.root / f"{name}.json", "--images", folder, "--role", role, "--cache", w.cache).code == 0
 
 
+def _ade_with_a_narrow_mask(w, mp=None) -> None:
+    """An ADE20K folder whose one training mask is narrower than its image (panels ``adenarrow-t``
+    and ``adenarrow-v``), and a store of its validation image."""
+    from PIL import Image
+    from segmentation_folders import box_scene, write_ade
+
+    root = w.root / "ade-narrow"
+    if root.exists():
+        return
+    write_ade(root, {"training": ["ADE_train_00000001"], "validation": ["ADE_val_00000001"]}, lambda split, n: box_scene(n, (40, 36), 151, True, box=14, room=16))
+    mask = root / "annotations" / "training" / "ADE_train_00000001.png"
+    Image.fromarray(np.asarray(Image.open(mask))[:, :30], mode="L").save(mask)
+    for name, role in (("adenarrow-t", "train"), ("adenarrow-v", "val")):
+        assert probe("panel", "add", name, "--ade20k", root, "--role", role, "--cache", w.cache).code == 0
+    made = probe(
+        "extract", w.ckpt, "--images", root / "images" / "validation", "--views", "96", "--chunk", "1", "--store", w.root / "stores" / "ade" / "teacher.zarr", *w.q
+    )
+    assert made.code == 0, made.err
+
+
 # the careless trial of issue 46, round four: one case per finding
 CASES += [
+    Case(  # overcluster and hummingbird stretched such a mask onto the image's view and scored it; segment checked its train panel only
+        "label-map-of-another-size-than-its-image",
+        lambda w: ["segment", w.ckpt, "--train", "adenarrow-t", "--val", "adenarrow-v", "--store", w.root / "stores" / "ade" / "teacher.zarr", "--device", "cpu", *w.q],
+        2,
+        ("ADE_train_00000001.png", "is 30x36 px, its image", "40x36"),
+        None,
+        setup=_ade_with_a_narrow_mask,
+    ),
     Case(  # rich read "[x, y, width, height]" as markup and dropped it
         "panel-add-line-keeps-its-brackets",
         lambda w: [

@@ -269,5 +269,5 @@ def test_a_mask_of_another_size_is_refused_before_the_network_is_built(tmp_path,
 
     monkeypatch.setattr(backbone.Backbone, "from_checkpoint", never)
     code, printed = probe_main(["segment", checkpoint, "--train", "t", "--val", "v", "--cache", cache, "--store", store, "-q", *SHORT], capsys)
-    assert code == 2 and "ADE_train_00000001.jpg" in printed.err and "40x36 px, its mask 30x36" in printed.err
-    assert [e.fields["purpose"] for e in ledger.entries(cache)] == ["linear-segmentation: train"]
+    assert code == 2 and "ADE_train_00000001.jpg 40x36" in printed.err and "is 30x36 px, its image" in printed.err
+    assert list(ledger.entries(cache)) == []  # refused before the read's ledger entry (label_maps.sized_as_images): nothing was handed out

@@ -47,7 +47,7 @@ from ..labels.panels import Panel
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.hummingbird import HummingbirdSettings
 from ..results import records
-from ..store import cache, hbird_views, images, parts, views
+from ..store import cache, hbird_views, parts, views
 from . import shards
 from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
@@ -143,20 +143,11 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
 
 
 def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[int]]:
-    """(file names, indices into ``read.maps``) in the order of ``store_ids``; each map checked to
-    be its image's size (from the first pass's shapes and the image headers: nothing decoded)."""
+    """(file names, indices into ``read.maps``) in the order of ``store_ids`` (each map is its
+    image's size: ``label_maps.sized_as_images`` refused any other when they were read)."""
     position = {name: i for i, name in enumerate(read.ids)}
     names = [read.image_map[s] for s in store_ids]
-    order = [position[n] for n in names]
-    for name, i in zip(names, order):
-        width, height = images.header_size(Path(panel.images) / name)
-        if read.shapes[i] != (height, width):
-            raise ProbeError(
-                Path(panel.annotations) / f"{Path(name).stem}.png (its mask)",
-                f"is {read.shapes[i][1]}x{read.shapes[i][0]} px, its image {width}x{height}",
-                "restore the devkit's masks",
-            )
-    return names, order
+    return names, [position[n] for n in names]
 
 
 def shard_scores(

@@ -40,7 +40,7 @@ from ..labels.panels import Panel
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.segment import SegmentSettings
 from ..store import cache
-from ..store.images import header_size, load_image
+from ..store.images import load_image
 from .panel_stores import panel_ids
 
 RESULT = "linear-segmentation"
@@ -190,10 +190,6 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
     n_classes = len(classes)
 
     train_read = context.read("train", layout.read_label_maps, purpose=f"{RESULT}: train", checkpoint=ck.sha256)
-    for name, shape in zip(train_read.ids, train_read.shapes):  # from the files' headers, before the network is built
-        width, height = header_size(Path(train_panel.images) / name)
-        if shape != (height, width):
-            raise ProbeError(Path(train_panel.images) / name, f"is {width}x{height} px, its mask {shape[1]}x{shape[0]}", "restore the data set's masks")
     from ..store.backbone import Backbone
 
     model = Backbone.from_checkpoint(ck).to(device).eval()

@@ -113,6 +113,25 @@ def open_mask(raw: bytes, where: Path, wrong_mode: str, fix: str, release: str) 
         raise ProbeError(where, f"is not a readable PNG ({error})", f"restore the file from {release}") from None
 
 
+def sized_as_images(panel, names: list[str], files: list[Path], shapes: list[tuple[int, int]]) -> None:
+    """Every mask is its image's size (the image's header; the masks' shapes from the read's first
+    pass). Every protocol resizes a mask onto its image's view: a mask of another size would be
+    stretched there and scored as if it were the image's, so it is refused, for every protocol
+    that reads label maps, in this one place."""
+    from .schema import header_size
+
+    size = header_size(Path(panel.images))
+    wrong = []
+    for file, name, shape in zip(files, names, shapes):
+        found = size(name)
+        if found is not None and (found[1], found[0]) != tuple(shape):
+            wrong.append((file, name, shape, found))
+    if wrong:
+        file, name, (height, width), (image_width, image_height) = wrong[0]
+        more = f" (and {len(wrong) - 1} more masks)" if len(wrong) > 1 else ""
+        raise ProbeError(file, f"is {width}x{height} px, its image {Path(panel.images) / name} {image_width}x{image_height}{more}", "restore the data set's masks")
+
+
 def restrict(names: list[str], images: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     """(the split's names that the store ids ``images`` match, in split order; store id → name);
     every name and an empty map when ``images`` is None (``matching.match_images``)."""
@@ -154,6 +173,7 @@ def read_masks(
             shapes.append(tuple(decode(data, f).shape[:2]))
             digests.append(hashlib.sha256(data).digest())
             digest.update(f.name.encode() + b"\0" + digests[-1])
+    sized_as_images(panel, names, files, shapes)  # before the ledger entry: a refused read hands nothing out
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)
     from .panels import log_checked_read  # the one place a read's entry is assembled
