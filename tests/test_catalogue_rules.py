@@ -65,6 +65,19 @@ def propagate(w, checkpoint, *more) -> list:
     ]
 
 
+def _davis_rgb(w) -> Path:
+    """A copy of the DAVIS folder whose first frame's annotation was saved as RGB (converted, its
+    colours' grey levels were read as object ids, and the sequence propagated and scored on them)."""
+    from PIL import Image
+
+    root = w.root / "DAVIS-rgb"
+    if not root.exists():
+        shutil.copytree(_davis(w), root)
+        for path in sorted((root / "Annotations" / "480p" / "pair").glob("*.png"))[:1]:
+            Image.open(path).convert("RGB").save(path)
+    return root
+
+
 def _edited(w) -> tuple[Path, Path]:
     """A copy of the scenes, its store (views 224, 480) and val panel ``ed`` on c.png and d.png."""
     folder, store = w.root / "edited", w.root / "stores" / "edited" / "teacher.zarr"
@@ -224,6 +237,13 @@ def _dinov3_store(w) -> Path:
 
 
 RULES = [
+    Case(  # issue 46's trial, round four
+        "propagate-rgb-annotation",
+        lambda w: [*propagate(w, w.ckpt)[:3], _davis_rgb(w), *propagate(w, w.ckpt)[4:]],
+        2,
+        ("DAVIS-rgb", "00000.png", "RGB image, not an indexed"),
+        lambda w: propagate(w, w.ckpt),
+    ),
     # --- class 1: inputs that must belong together ---
     Case(
         "propagate-store-of-another-checkpoint",

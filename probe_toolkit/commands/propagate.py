@@ -407,16 +407,20 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     report = PropagationReport(out, [s.name for s in found], sum(len(s.frames) for s in found), seconds, ledger={"first_frames": first_entry})
     if not inputs.score:
         return context.finish(report)
-    truth, score_entry = read_davis_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
-    report.ledger["score"] = score_entry
     soft = {}
-    for seq in found:
-        predicted, soft[seq.name] = read_predictions(out, seq, digests[seq.name])
-        soft[seq.name] = ([f.stem for f in seq.frames[1:]], soft[seq.name])
-        try:
-            report.scores.append(davis.score_sequence(seq.name, truth[seq.name], predicted))
-        except ValueError as error:
-            raise ProbeError(seq.annotations, str(error), "every frame needs an annotation of the frame's size; a sequence needs 3 frames or more") from None
+    try:  # a bad annotation met only now, by the scorer: the line says the predictions are kept, whole
+        truth, score_entry = read_davis_annotations(davis_dir, found, checkpoint=ck.sha256, cache=cache_dir)
+        report.ledger["score"] = score_entry
+        for seq in found:
+            predicted, soft[seq.name] = read_predictions(out, seq, digests[seq.name])
+            soft[seq.name] = ([f.stem for f in seq.frames[1:]], soft[seq.name])
+            try:
+                report.scores.append(davis.score_sequence(seq.name, truth[seq.name], predicted))
+            except ValueError as error:
+                raise ProbeError(seq.annotations, str(error), "every frame needs an annotation of the frame's size; a sequence needs 3 frames or more") from None
+    except ProbeError as error:
+        kept = f"the predictions of the {len(found)} sequences are in {out}, each whole, and nothing was scored (the rerun writes them again)"
+        raise type(error)(error.where or None, error.problem, f"{error.fix}; {kept}" if error.fix else kept) from None
     report.global_scores = davis.global_row(report.scores)
     write_tables(out, settings.subset, report.scores, report.global_scores)
     target = Path(store) if store else cache.store_path(cache.cache_root(cache_dir), ck.stem, ck.sha256, network)

@@ -52,10 +52,12 @@ def davis_sequences(root: str | Path, subset: str = "val", resolution: str = "48
 
 def _davis_read(
     root: Path, files: list[Path], purpose: str, checkpoint: str | None, cache: str | Path | None, command: str | None, subset: str
-) -> tuple[list[bytes], str]:
+) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], str]:
+    """Read and decode ``files`` inside the guard, then write the ledger entry: (indexed array, palette) each."""
     inside.active = True
     try:
         raw = [f.read_bytes() for f in files]
+        decoded = [_indexed(data, f) for f, data in zip(files, raw)]  # a bad annotation is refused before the ledger entry: nothing handed out
     except OSError as error:
         raise ProbeError(error.filename, f"cannot be read ({error.strerror})", "restore the DAVIS annotations") from None
     finally:
@@ -77,7 +79,7 @@ def _davis_read(
         checkpoint=checkpoint,
         unseal=None,
     )
-    return raw, entry.id
+    return decoded, entry.id
 
 
 def _indexed(data: bytes, where: Path) -> tuple[np.ndarray, np.ndarray | None]:
@@ -85,8 +87,10 @@ def _indexed(data: bytes, where: Path) -> tuple[np.ndarray, np.ndarray | None]:
 
     try:
         with Image.open(io.BytesIO(data)) as image:
+            if image.mode not in ("P", "L"):  # converted, its colours' grey levels would be read as object ids
+                raise ProbeError(where, f"is a {image.mode} image, not an indexed (palette) annotation PNG", "restore the DAVIS annotations")
             palette = image.getpalette() if image.mode == "P" else None
-            array = np.asarray(image if image.mode in ("P", "L") else image.convert("L"))
+            array = np.asarray(image)
     except OSError as error:
         raise ProbeError(where, f"is not a readable annotation PNG ({error})", "restore the DAVIS annotations") from None
     return array.copy(), (np.asarray(palette, np.uint8).reshape(-1, 3) if palette is not None else None)
@@ -104,8 +108,8 @@ def read_first_annotations(
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray | None]], str]:
     """Each sequence's first-frame annotation (indexed array, palette): the only label propagation reads; one ledger entry."""
     files = [s.annotations / f"{s.frames[0].stem}.png" for s in sequences]
-    raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
-    return {s.name: _indexed(data, f) for s, f, data in zip(sequences, files, raw)}, entry
+    decoded, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
+    return {s.name: found for s, found in zip(sequences, decoded)}, entry
 
 
 def read_davis_annotations(
@@ -126,10 +130,10 @@ def read_davis_annotations(
             if not path.is_file():
                 raise ProbeError(path, "is missing", "the scorer needs every frame's annotation (restore the Annotations folder)")
             files.append(path)
-    raw, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
+    decoded, entry = _davis_read(Path(root), files, purpose, checkpoint, cache, command, subset)
     out: dict[str, list[np.ndarray]] = {}
     k = 0
     for s in sequences:
-        out[s.name] = [_indexed(raw[k + i], files[k + i])[0] for i in range(len(s.frames))]
+        out[s.name] = [decoded[k + i][0] for i in range(len(s.frames))]
         k += len(s.frames)
     return out, entry
