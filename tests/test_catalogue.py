@@ -287,7 +287,13 @@ CASES = [
         setup=lambda w, mp: (shutil.copytree(w.small, w.root / "out" / "corrupt", dirs_exist_ok=True), write(w.root / "out" / "corrupt" / "broken.png", b"\x89PNG\r\n")),
         after=lambda w: (w.root / "out" / "corrupt" / "broken.png").unlink(),
     ),
-    Case("checkpoint-missing", lambda w: ["extract", w.root / "none.pth", "--images", w.small, "--store", w.fresh(), *w.q], 2, ("none.pth",), lambda w: extract(w)),
+    Case(
+        "checkpoint-missing",
+        lambda w: ["extract", w.root / "none.pth", "--images", w.small, "--store", w.fresh(), *w.q],
+        2,
+        ("none.pth", "Hugging Face Hub repository (org/name"),
+        lambda w: extract(w),
+    ),
     Case(
         "checkpoint-not-a-checkpoint",
         lambda w: ["extract", write(w.root / "out" / "text.pth", "hello"), "--images", w.small, "--store", w.fresh(), *w.q],
@@ -1555,6 +1561,13 @@ def _ade_with_a_narrow_mask(w, mp=None) -> None:
 
 # the careless trial of issue 46, round four: one case per finding
 CASES += [
+    Case(  # --views 224 was dropped without a word: the store held decode's keys_480 alone
+        "extract-for-with-views-of-another-family",
+        lambda w: ["extract", w.ckpt, "--images", w.small, "--for", "decode", "--views", "224", "--store", w.fresh(), *w.q],
+        2,
+        ("--views 224 beside --for decode", "keys_480"),
+        lambda w: ["extract", w.ckpt, "--images", w.small, "--for", "decode", "--store", w.fresh(), *w.q],
+    ),
     Case(  # overcluster and hummingbird stretched such a mask onto the image's view and scored it; segment checked its train panel only
         "label-map-of-another-size-than-its-image",
         lambda w: ["segment", w.ckpt, "--train", "adenarrow-t", "--val", "adenarrow-v", "--store", w.root / "stores" / "ade" / "teacher.zarr", "--device", "cpu", *w.q],

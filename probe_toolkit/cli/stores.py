@@ -59,6 +59,17 @@ def planned_settings(views: str | None, for_: str | None, blocks: str, facets: s
                 f"--for {for_}: {', '.join(names)} read{'s' if len(names) == 1 else ''} no store arrays (a checkpoint or masks)",
                 "name protocols that read a store, e.g. --for knn,decode",
             )
+        from ..store.layout import parse as parse_array
+
+        families = {view_table.view(parse_array(a).view).family for a in stores}
+        idle = [v for v in view_list if view_table.view(v).family not in families]
+        if idle:  # it would move none of the protocols' arrays, and be dropped without a word
+            raise ProbeError(
+                None,
+                f"--views {','.join(idle)} beside --for {for_}: no array {', '.join(names)} read{'s' if len(names) == 1 else ''} is of its family "
+                f"({', '.join(sorted(dict.fromkeys(stores)))})",
+                "give --views a size of the family to move them to (e.g. square@S for a 480 array), or drop --views",
+            )
         wanted, view_list = plan_of(stores, view_list), ()
     from ..store.layout import view_of
 

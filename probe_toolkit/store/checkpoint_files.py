@@ -55,7 +55,7 @@ def read_file(path: str | Path) -> Any:
     A safetensors file is read by the ``safetensors`` package instead."""
     path = Path(path)
     if not path.is_file():
-        raise ProbeError(path, "no such checkpoint file", "check the path")
+        raise ProbeError(path, "no such checkpoint file", "check the path, or name a Hugging Face Hub repository (org/name or hf-hub:org/name, read from its cache)")
     if path.stat().st_size == 0:
         raise ProbeError(path, "is empty (0 bytes)", "the download or copy did not finish; fetch the file again")
     if is_safetensors(path):
