@@ -427,7 +427,9 @@ def test_the_printed_new_store_command_extracts_the_edited_photographs(w):
     try:
         result = probe("decode", store, "--panel", "ed", *w.q)
         refused(result, 2, ("has changed",))
-        command = result.lines[0].split("extract these into a new store: probe ", 1)[1].split()
+        import fix_commands
+
+        (command,) = fix_commands.printed(result.lines[0].split("extract these into a new store: ", 1)[1])
         assert probe(*command, "-q").code == 0
         fresh = Path(command[command.index("--store") + 1])
         again = probe("decode", fresh, "--panel", "ed", *w.q)
@@ -454,3 +456,27 @@ def test_stats_and_digests_are_recorded_for_every_finished_image(w):
     group = zarr.open_group(str(store), mode="r")
     stats, digests = np.asarray(group["image_stat"][:]), np.asarray(group["image_sha256"][:])
     assert stats.shape == (4, 2) and stats.all() and digests.any(axis=1).all()
+
+
+def test_a_panel_sibling_of_an_edited_photograph_is_extracted_again_at_its_name(w):
+    """A store the protocols find by its name (``<network>-panel-<panel>.zarr``) holding an edited
+    photograph: the fix was a new ``…-new.zarr`` no protocol looks for (the rerun refused again);
+    it is the extraction at the sibling's own name, once the old one is moved aside."""
+    import fix_commands
+
+    folder = w.root / "sibstale"
+    if not folder.exists():
+        folder.mkdir()
+        for name in ("c.png", "d.png"):
+            shutil.copy(w.images / name, folder / name)
+        assert probe("panel", "add", "sibstale", "--annotations", w.root / "val.json", "--images", folder, "--role", "val", "--cache", w.cache).code == 0
+    sibling = w.root / "stores" / "sibstale" / "teacher-panel-sibstale.zarr"
+    assert probe("extract", w.ckpt, "--panel", "sibstale", "--views", "480", "--store", sibling, "--cache", w.cache, "-q").code == 0
+    synthetic_scene(folder / "c.png", SCENES["c.png"][0], [], seed=98)
+    result = probe("decode", sibling, "--panel", "sibstale", "--cache", w.cache, "-q")
+    refused(result, 2, ("c.png", "has changed", f"move {sibling} aside", f"--store {sibling} "))
+    (command,) = fix_commands.printed(result.lines[0])
+    sibling.rename(sibling.with_name("old.zarr"))
+    assert probe(*command, "-q").code == 0
+    again = probe("decode", sibling, "--panel", "sibstale", "--cache", w.cache, "-q")
+    assert again.code == 0, again.err

@@ -235,12 +235,23 @@ def check_current(store: str | Path, files: list[tuple[str, Path]], fix: str = "
         raise ProbeError(
             path,
             f"{why} since {store} was extracted from it{more}: the store holds the features of the old file",
-            fix or f"restore the photographs the store was extracted from, or extract these into a new store: {new_store_command(store)}",
+            fix or _stale_fix(Path(store)),
         )
 
 
-def new_store_command(store: str | Path) -> str:
-    """``probe extract`` of the store's photographs as they are now, with its settings, into a new store beside it."""
+def _stale_fix(store: Path) -> str:
+    """A panel sibling (``<network>-panel-<panel>.zarr``) is found by its name: the new extraction
+    must take that name, or the rerun reads the old one again (a fix that loops)."""
+    if "-panel-" in store.name:
+        again = new_store_command(store, store)
+        return f"restore the photographs the store was extracted from, or move {store} aside and extract them again at its name, where the protocols look: `{again}`"
+    return f"restore the photographs the store was extracted from, or extract these into a new store: `{new_store_command(store)}`"
+
+
+def new_store_command(store: str | Path, into: str | Path | None = None) -> str:
+    """``probe extract`` of the store's photographs as they are now, with its settings, into a new store beside it (or ``into``)."""
+    import shlex
+
     import zarr
 
     from .hints import extract_arguments
@@ -249,7 +260,7 @@ def new_store_command(store: str | Path) -> str:
     meta = dict(zarr.open_group(str(store), mode="r", use_consolidated=False).attrs.get("manifest", {}))
     source = image_folder_or_none(store, meta) or meta.get("image_source") or "IMAGES"
     views = [str(v) for v in meta.get("views", [])]
-    return f"probe extract {' '.join(extract_arguments(meta, views, source))} --store {store.with_name(store.stem + '-new.zarr')}"
+    return "probe extract " + shlex.join([*extract_arguments(meta, views, source), "--store", str(into or store.with_name(store.stem + "-new.zarr"))])
 
 
 def finished(store: str | Path) -> list[str]:
