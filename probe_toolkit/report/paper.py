@@ -209,7 +209,7 @@ def markdown(table: PaperTable) -> str:
     notes = [
         "",
         "Cells: % (or tokens) [95 % bootstrap interval where the record has one]; – where a checkpoint has no record measured that way.",
-        *(f"- {n}" for n in table.notes),
+        *(["", *(f"- {n}" for n in table.notes)] if table.notes else []),  # a list after a blank line: Python-Markdown (mkdocs) renders it as one
     ]
     return "\n".join(lines + notes) + "\n"
 
