@@ -229,11 +229,7 @@ def read_depth_maps(
     from .guard import inside
     from .label_maps import restrict
 
-    panel = panels.check_readable(panel, unseal, cache)
-    if panel.kind != KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel, not an {KIND} one", "register the NYU folder with probe panel add --nyu DIR")
-    if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or train, ...)")
+    panel = panels.open_for_reading(panel, KIND, purpose=purpose, unseal=unseal, cache=cache, register="register the NYU folder with probe panel add --nyu DIR")
     root = Path(panel.annotations)
     listing = split_file(root, panel.split or "test")
     inside.active = True
