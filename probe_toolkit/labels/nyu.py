@@ -16,7 +16,7 @@ reads ``nyu_train.txt``; ``VAL`` and ``TEST`` both read ``nyu_test.txt``: panels
 file, ``--split train`` or ``--split test``.
 
 ``check_layout`` (when the panel is added) reads the split file and every image's and depth
-map's header (format, size, mode: no depth value), refusing the panel with one line per problem
+map's header (format, size, mode: no depth value), refusing the panel in one line (the first problem and how many more)
 (file, line, field, fix); it hands out no label and writes no ledger entry. ``read_depth_maps``
 opens every depth map of the split once, hashes it, writes the ledger entry and only then hands
 out a ``DepthMaps``: it keeps each file's sha256, not its pixels (24,231 maps of 600 kB would not

@@ -193,7 +193,7 @@ def refuse(problems: list[str], where: Path) -> None:
 
 def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Path, Path]:
     """(the SPair-71k folder, its JPEGImages/) of a new panel: the folders, then every pair file
-    of the split and every image annotation it names, field by field (one line per problem)."""
+    of the split and every image annotation it names, field by field (refused in one line: the first problem and how many more)."""
     from .guard import inside
 
     root = annotations.resolve()
