@@ -38,7 +38,6 @@ import numpy as np
 from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.errors import ProbeError
-from ..infra.placement import Placement
 from ..infra.runner import Where, map_images
 from ..infra.settings import SettingError
 from ..labels.panels import read_labels
@@ -165,13 +164,13 @@ def prefix_names(registers: int) -> list[str]:
 
 
 def shard_masks(
-    ds: StoreData, store: Path, placement: Placement, row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None, where: Where
+    ds: StoreData, store: Path, shard: tuple[int, int], row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None, where: Where
 ) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
     from . import shards
 
     ids = [str(i) for i in ds["image"].values]
-    which, (a, b) = shards.share(placement, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
+    which, (a, b) = shards.share(shard, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
     arrays = masks_of_store(ds, row, head, mass, heads, progress, where, (a, b)) if b > a else {"mask": np.zeros((0, heads, 0), bool)}
     import xarray as xr
 
@@ -209,10 +208,10 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
     patch = int(meta.get("arch", {}).get("patch", 16))
     with context.placed() as where:
         progress = context.task("masks", ds.sizes["image"])
-        if not context.placement.sharded:
+        if not context.sharded:
             arrays = masks_of_store(ds, row, head, mass, heads, progress, where)
         else:
-            arrays, missing = shard_masks(ds, store, context.placement, row, head, mass, heads, progress, where)
+            arrays, missing = shard_masks(ds, store, context.shard(), row, head, mass, heads, progress, where)
             if arrays is None:  # a shard that finished before the others
                 return context.finish(MasksReport(store, row, mass, ds.sizes["image"], 0, waiting=missing))
     masks = arrays["mask"]

@@ -160,8 +160,7 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Decode
 
 def decode_store(store: Path, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> DecodeReport:
     """The masks of every image of the store (label-free), as the report's ``decoded`` and ``encoded``."""
-    placement = context.placement
-    backend, device = placement.backend, placement.device
+    backend, device, threads = context.decoder()
     size = int(view) if view == "480" else view
     check_view(size)
     src = open_keys(store, size, keys)
@@ -176,18 +175,16 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
     folder = rows_folder(src.store)
     try:
         with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
-            if not placement.sharded:
+            if not context.sharded:
                 if settings.color_lambda:
                     decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
                     encoded.add(decoded)
                 else:  # each block's arrays written as it comes (SavedRows): no image's arrays are kept
                     rows = SavedRows(src, settings, folder, also=encoded)
-                    decode_keys(src.keys, settings, tick, placement.threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=rows, keep=False)
+                    decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=rows, keep=False)
             else:
                 task = colour_task(src, settings, photos) if settings.color_lambda else None
-                decoded, missing = decode_shard(
-                    src, settings, placement, where=where, backend=backend, device=device, threads=placement.threads, on_image=tick, task=task
-                )
+                decoded, missing = decode_shard(src, settings, context.shard(), where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
                 if decoded is None:
                     return DecodeReport(
                         store=src.store,

@@ -37,7 +37,6 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
-from ..analyses import search
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images
 from ..infra.settings import SettingError
@@ -201,8 +200,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     absent, --workers beside --dask-address) was checked before the run: before any label read."""
     from ..analyses import search_torch
 
-    placement = context.placement
-    device = placement.device if placement.backend == "torch" else None
+    device = context.search_device()
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles, kinds and seals checked before the run
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
@@ -233,7 +231,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
     values = {"values": cache.require(val_ds, f"tokens_{query_view}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
-    which, (a, b) = shards.share(placement, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
+    which, (a, b) = shards.share(context.shard(), len(val_ids), QUERY_BLOCK)  # every val image when not sharded
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
     bank_rows, n_classes = [rows for _, rows in plan], len(classes)
     progress = context.task("hummingbird", (b - a) * len(settings.memory))
@@ -249,7 +247,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                     norm=norm,
                     k=settings.k,
                     temperature=settings.temperature,
-                    block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK),
+                    block=context.search_block(query_block * grid * grid, BANK_BLOCK),
                     device=device,
                 )
                 try:
@@ -290,7 +288,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                 i += 1
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
     memory = [memory_name(s) for s in settings.memory]
-    if placement.sharded:
+    if context.sharded:
         identity = {
             "settings": json.dumps(settings.as_dict(), sort_keys=True),
             "memory_rows": [int(r) for r in bank_rows],

@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..analyses import knn, search
+from ..analyses import knn
 from ..infra.errors import ProbeError
-from ..infra.placement import Placement
 from ..infra.runner import map_images
 from ..infra.settings import SettingError
 from ..infra.shared import shared_blocks
@@ -166,7 +165,7 @@ def feature_width(ds: StoreData, feature: str, view: str) -> int:
 
 def shard_nearest(
     store: Path,
-    placement: Placement,
+    shard: tuple[int, int],
     fn,
     values: dict[str, StoreArray],
     val_ids: list[str],
@@ -182,7 +181,7 @@ def shard_nearest(
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
-    which, (a, b) = shards.share(placement, len(val_ids), knn.TEST_BLOCK)
+    which, (a, b) = shards.share(shard, len(val_ids), knn.TEST_BLOCK)
     if b > a:
         near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, image_range=(a, b), torch_free=torch_free)
     else:
@@ -237,8 +236,7 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     (``commands.shards``), the last shard scores."""
     from ..analyses import search_torch
 
-    placement = context.placement  # checked before the run: a GPU asked for and absent is refused before any label read
-    device = placement.device if placement.backend == "torch" else None
+    device = context.search_device()  # checked before the run: a GPU asked for and absent is refused before any label read
     given = settings.ks is not None
     ks = tuple(NB_KNN if settings.ks is None else settings.ks)
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles and seals checked before the run
@@ -285,16 +283,16 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
             feature=chosen,
             norm=norm,
             k=ks[-1],
-            train_block=search.block_rows(placement.work_memory, test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
+            train_block=context.search_block(test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
             device=device,
         )
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         progress = context.task("k-NN", len(val_ids))
         try:
-            if not placement.sharded:
+            if not context.sharded:
                 near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, torch_free=device is None)
             else:
-                near, missing = shard_nearest(store, placement, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
+                near, missing = shard_nearest(store, context.shard(), fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
                 if near is None:  # a shard that finished before the others
                     return context.finish(KnnReport(store, source.name, None, chosen, classes, {}, ledger, temperature, view, missing))
         finally:

@@ -150,7 +150,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     norm = parts.final_norm(meta, store)
     classifiers = ld.grid(settings.n_last_blocks, settings.avgpool, settings.learning_rates, settings.batch_size)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
-    device = "cpu" if context.placement.device == "auto" else context.placement.device
+    device = str(context.device(auto="cpu"))
 
     def panel_features(panel, labels) -> tuple[np.ndarray, np.ndarray]:
         ds, found = stores[panel.name]

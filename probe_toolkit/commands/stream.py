@@ -108,8 +108,7 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Stream
 def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> StreamReport:
     """The images not yet done, through the network and the decoder, into the masks store."""
     checkpoint_path, image_dir, network, chunk, batch_size = inputs.checkpoint, inputs.images, inputs.network, inputs.chunk, inputs.batch_size
-    placement = context.placement
-    backend, device = placement.backend, placement.device
+    backend, device, _ = context.decoder()
     size = int(view) if view == "480" else view
     interpolation = "dino"
     from .decode_views import check_view
@@ -143,7 +142,7 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
     for key in ("decoder", "backend", "keys_dtype", "keys_kind"):
         if writer.manifest.get(key, "plain" if key == "keys_kind" else None) != meta[key]:
             raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})", "pass the same decoder options, or another --store / --cache")
-    todo = writer.todo(placement.shard_pair())
+    todo = writer.todo(context.shard() or (0, 1))
     if inputs.stop_after is not None:
         todo = todo[: inputs.stop_after]
     tick = context.task("stream", sum(b - a for a, b, _ in todo))

@@ -86,6 +86,14 @@ class Inputs:
         return f"Inputs({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
 
 
+class Decoding(NamedTuple):
+    """Where a decoder runs (``RunContext.decoder``)."""
+
+    backend: str
+    device: str
+    threads: int
+
+
 class Saving(NamedTuple):
     """One record a run writes at its end: ``<store>/results/<result>/<run id>``."""
 
@@ -180,20 +188,51 @@ class RunContext:
         return reader(self.panel(name), purpose=purpose, unseal=None if role == "train" else self.unseal, cache=self.cache_dir, **options)
 
     @contextlib.contextmanager
-    def placed(self) -> Iterator[Where]:
+    def placed(self, device: str | None = None) -> Iterator[Where]:
         """The runner's ``Where`` for this run's placement (local workers or the cluster's client,
-        closed after); the placement was checked before the run began."""
+        closed after); the placement was checked before the run began. ``device``: the device the
+        run resolved ``auto`` to (a GPU's run is one process)."""
         from ..infra.runner import placed
 
-        with placed(self.placement) as where:
+        with placed(self.placement if device is None else dataclasses.replace(self.placement, device=device)) as where:
             yield where
 
-    def device(self) -> Any:
-        """The placement's device as torch takes it (``auto``: a GPU when one is visible; a named
-        one was checked before the run began, ``Placement.check_device``)."""
+    def device(self, auto: str | None = None) -> Any:
+        """The placement's device as torch takes it (``auto``: a GPU when one is visible, or the
+        device ``auto`` names where a protocol keeps it on the CPU; a named one was checked before
+        the run began, ``Placement.check_device``)."""
         from ..store.extract_forward import resolve_device
 
-        return resolve_device(self.placement.device)
+        asked = self.placement.device
+        return resolve_device(auto if asked == "auto" and auto is not None else asked)
+
+    def gpu_asked(self) -> bool:
+        """Whether the caller named a GPU (``auto`` and ``cpu`` do not)."""
+        return self.placement.device not in ("cpu", "auto")
+
+    def search_device(self) -> str | None:
+        """The device an exact search runs on: the placement's with backend torch, None (numpy) with scipy."""
+        return self.placement.device if self.placement.backend == "torch" else None
+
+    def search_block(self, query_rows: int, default: int) -> int:
+        """Bank rows per block of a search of ``query_rows`` rows: sized to the placement's
+        ``work_memory`` (``default`` where none is given); never changes a number."""
+        from ..analyses.search import block_rows
+
+        return block_rows(self.placement.work_memory, query_rows, default)
+
+    def decoder(self) -> Decoding:
+        """Where the decoder runs: the placement's backend, device and BLAS threads per task."""
+        return Decoding(self.placement.backend, self.placement.device, self.placement.threads)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this process runs one shard of n (``shard``, or torchrun's)."""
+        return self.placement.sharded
+
+    def shard(self) -> tuple[int, int] | None:
+        """(i, n) of this process's shard (``shard``, or torchrun's); None when the run is not sharded."""
+        return self.placement.shard_pair() if self.placement.sharded else None
 
     def loaders(self, default: int = 2) -> Any:
         """A thread pool that prepares the next batches while this one trains: the placement's
