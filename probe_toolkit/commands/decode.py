@@ -61,20 +61,20 @@ def _settings_file(path: Path) -> Settings:
     """The settings a ``probe decode-sweep`` wrote (``settings`` and ``chosen_by``), or one line
     naming the file: another summary (an entropy ``--json``), or a value no preset takes (the
     file's, not a flag's: ``--preset`` was not given)."""
-    fix = "pass the file `probe decode-sweep --settings-out` wrote, or drop --settings"
+    fix = "pass the file `probe decode-sweep --settings-out` wrote, or drop settings_file"
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError) as error:
-        raise ProbeError(path, f"is not a decoder settings file (not JSON: {str(error)[:60]})", fix) from None
+        raise SettingError("settings_file", f"is not a decoder settings file (not JSON: {str(error)[:60]})", fix, path) from None
     stored = data.get("settings") if isinstance(data, dict) else None
     if not isinstance(stored, dict) or not isinstance(data.get("chosen_by"), dict):
         kind = f"a {data['analysis']} summary" if isinstance(data, dict) and isinstance(data.get("analysis"), str) else "another file"
-        raise ProbeError(path, f"is not a decoder settings file (no settings chosen by a sweep: it is {kind})", fix)
+        raise SettingError("settings_file", f"is not a decoder settings file (no settings chosen by a sweep: it is {kind})", fix, path)
     try:
         return Settings(**{k: v for k, v in stored.items() if k in Settings.__dataclass_fields__})
     except (ProbeError, ValueError, TypeError) as error:
         problem = error.problem if isinstance(error, ProbeError) else str(error)
-        raise ProbeError(path, f"holds settings no decoder takes ({problem})", fix) from None
+        raise SettingError("settings_file", f"holds settings no decoder takes ({problem})", fix, path) from None
 
 
 def resolve_settings(*, preset: str | None, overrides: dict[str, Any], settings_file: Path | None, cache_dir: str | Path | None) -> tuple[Settings, str]:

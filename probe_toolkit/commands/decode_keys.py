@@ -17,6 +17,7 @@ from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
 from ..analyses.decoder_settings import Settings
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.runner import Where, map_images
+from ..infra.settings import SettingError
 from ..labels.masks import coco_results, decoder_attrs, decoder_coords, decoder_variables
 from ..store import cache, own_size
 from ..store.grids import view_grid
@@ -92,6 +93,11 @@ def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndar
     return np.stack([rows, cols], axis=1), patch
 
 
+def refused_keys(where: Any, keys: str, why: str) -> SettingError:
+    """Keys a store or network cannot give, said per caller: ``keys='plain'`` from Python, ``--keys plain`` on the command line."""
+    return SettingError("keys", where=where, requirement="plain here", value=keys, example="plain", why=why)
+
+
 def open_keys(store: str | Path, size: int | str = 480, keys: str = "plain") -> StoreKeys:
     """The store's keys of one view: before RoPE (``plain``) or, on a DINOv3 store, after it (``rope``)."""
     view = check_view(size)
@@ -100,9 +106,9 @@ def open_keys(store: str | Path, size: int | str = 480, keys: str = "plain") -> 
     try:
         name = keys_array(meta.get("arch") or {}, view, keys)
     except ValueError as error:
-        raise ProbeError(store, str(error), "use --keys plain") from None
+        raise refused_keys(store, keys, str(error)) from None
     if name not in ds and f"keys_{view}" in ds:
-        raise ProbeError(store, f"was extracted before keys after RoPE were stored (it has no {name})", "extract into a new store, or pass --keys plain")
+        raise refused_keys(store, keys, f"it was extracted before keys after RoPE were stored (it has no {name}: a new store has them)")
     values = cache.require(ds, name)
     if ds.sizes.get("image", 0) == 0:
         raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")

@@ -124,7 +124,7 @@ def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepRe
     settings_list = load_grid(grid)
     from ..infra.owned import check_output_file
 
-    check_output_file(settings_out, "--settings-out", [store])  # before any work: never over the store read, nor a user's file
+    check_output_file(settings_out, "settings_out", [store])  # before any work: never over the store read, nor a user's file
     check_view(size)
     src = open_keys(store, size, settings.keys)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks

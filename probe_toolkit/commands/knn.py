@@ -51,6 +51,7 @@ from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.knn import NB_KNN, KnnSettings
 from ..results import records
 from ..store import arrays, cache, images, parts
+from ..store.completion import computed_on
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
@@ -332,5 +333,6 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, context.command),
+        "computed_on": computed_on(store, val_ids, scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
     }
     return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))

@@ -315,7 +315,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     target_device = context.device()
     davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():
-        raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
+        raise SettingError("store", "has no zarr.json, so no probe extract wrote it", "pass store=PATH of a probe extract output, or leave it out", store)
     found = davis_sequences(davis_dir, settings.subset)
     if sequences:
         names = {s.name for s in found}
@@ -329,7 +329,7 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
     # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;
     # every shard lists the same entries (all sequences', the tables, .shards/), so their manifests agree
-    output = owned.claim(out, "--out")
+    output = owned.claim(out, "out")
     entries = [*(f"{s.name}/" for s in found), f"global_results-{settings.subset}.csv", f"per-sequence_results-{settings.subset}.csv", ".shards/"]
     output.check(e.rstrip("/") for e in entries)
     with context.placed(device=target_device.type) as where:  # auto resolved: a GPU's run is one process

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 
 
 def _held(ds, found, ids) -> int:
@@ -64,10 +65,11 @@ def panel_coverage(store: str | Path, panel: str, cache_dir: str | Path | None =
             f"extract them first: {extract}, and pass that store",
         )
     if ids and held < len(ids) and not allow_partial:
-        raise ProbeError(
-            store,
+        raise SettingError(
+            "allow_partial",
             f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
-            f"extract the panel's images ({extract}) or pass --allow-partial to score the {held} held",
+            f"extract the panel's images (`{extract}`) or pass allow_partial to score the {held} held",
+            store,
         )
     return {"panel": panel, "panel_images": len(ids), "held": held}
 
