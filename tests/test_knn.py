@@ -319,7 +319,7 @@ def test_knn_imports_no_torch_and_needs_no_checkpoint_with_a_recorded_norm(class
     import shutil
 
     import zarr
-    from test_startup import loaded_by
+    from test_startup import loaded, loaded_by
 
     root, store = class_folders
     c = str(tmp_path / "cache")
@@ -330,8 +330,9 @@ def test_knn_imports_no_torch_and_needs_no_checkpoint_with_a_recorded_norm(class
     meta = cache.manifest(copy)
     assert meta["final_norm"]["encoding"] == "float32 little-endian, base64"
     args = ["--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "-q", "--workers", "1"]
-    heavy = loaded_by(["knn", str(copy), *args, "--json", str(tmp_path / "new.json")])
+    heavy, first = loaded(["knn", str(copy), *args, "--json", str(tmp_path / "new.json")])
     assert "torch" not in heavy and "timm" not in heavy
+    assert first == []  # the panels' stores read with zarr alone: xarray and pandas come only to save the result
     recorded = records.load(copy, "knn")
     group = zarr.open_group(copy, mode="r+", use_consolidated=False)
     old = dict(group.attrs["manifest"])
