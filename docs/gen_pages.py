@@ -549,9 +549,9 @@ class ResultsTable(NamedTuple):  # (a NamedTuple: a dataclass needs its module i
 RESULTS = (
     ResultsTable(
         "The demo: a tiny SelfPatch network, trained and at random initialisation",
-        "`probe demo --quick` on this repository's shipped photographs and synthetic labelled scenes (a ViT of width 128 and "
-        "depth 2 trained for 4 epochs on the spot, beside the same network before training): numbers that show what the "
-        "table holds, not a benchmark of any released checkpoint.",
+        "Records of `probe demo --quick` (copied by `tools/docs_records.py`): the shipped photographs and synthetic labelled "
+        "scenes, a tiny SelfPatch network trained on the spot beside the same network before training. The numbers show what "
+        "the table holds; they are no benchmark of any released checkpoint.",
         {"demo SelfPatch, trained": "demo-trained.zarr", "demo SelfPatch, random init": "demo-random.zarr"},
     ),
 )

@@ -19,6 +19,8 @@ file (``--settings``, else ``<cache>/decoder-settings.json`` written by the swee
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ from ..protocols.discovery import DecodeSettings
 from ..results import records
 from ..store import cache
 from ..store.completion import computed_on
-from .decode_keys import BlockResults, colour_task, decode_keys, decode_with_colour, open_keys
+from .decode_keys import BlockResults, SavedRows, colour_task, decode_keys, decode_with_colour, open_keys
 from .decode_scores import check_masks_out, file_sha256, masks_meta_path, refine_bilateral, saliency_record, scores_record
 from .decode_shards import decode_shard
 from .decode_views import check_view, view_check
@@ -169,60 +171,70 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
 
     from .decode_colour import photographs
 
-    with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
-        if not context.sharded:
-            if settings.color_lambda:
-                decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
-                encoded.add(decoded)
+    rows: SavedRows | None = None
+    folder = rows_folder(src.store)
+    try:
+        with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
+            if not context.sharded:
+                if settings.color_lambda:
+                    decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
+                    encoded.add(decoded)
+                else:  # each block's arrays written as it comes (SavedRows): no image's arrays are kept
+                    rows = SavedRows(src, settings, folder, also=encoded)
+                    decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=rows, keep=False)
             else:
-                decoded = src.with_grids(
-                    decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=encoded)
-                )
+                task = colour_task(src, settings, photos) if settings.color_lambda else None
+                decoded, missing = decode_shard(src, settings, context.shard(), where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
+                if decoded is None:
+                    return DecodeReport(
+                        store=src.store,
+                        settings=settings,
+                        settings_source=settings_source,
+                        n_images=len(src.image_ids),
+                        n_masks=0,
+                        degenerate=0,
+                        dense_solves=0,
+                        seconds=time.perf_counter() - t0,
+                        masks_file=None,
+                        extra={"waiting_for_shards": missing},
+                    )
+                encoded.add(decoded)
+        seconds = time.perf_counter() - t0
+        unit = uuid.uuid4().hex
+        if rows is not None:
+            counts = (rows.n_masks, rows.degenerate, rows.dense_solves)
+            saved = rows.written()
         else:
-            task = colour_task(src, settings, photos) if settings.color_lambda else None
-            decoded, missing = decode_shard(src, settings, context.shard(), where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
-            if decoded is None:
-                return DecodeReport(
-                    store=src.store,
-                    settings=settings,
-                    settings_source=settings_source,
-                    n_images=len(src.image_ids),
-                    n_masks=0,
-                    degenerate=0,
-                    dense_solves=0,
-                    seconds=time.perf_counter() - t0,
-                    masks_file=None,
-                    extra={"waiting_for_shards": missing},
-                )
-            encoded.add(decoded)
-    seconds = time.perf_counter() - t0
-    unit = uuid.uuid4().hex
-    context.save(
-        src.store,
-        "decoder",
-        decoder_dataset(decoded, src.image_ids),
-        {
-            "manifest": src.manifest,
-            "settings": settings.as_dict(),
-            "settings_source": settings_source,
-            "size": size,
-            "view": src.view,
-            "keys": src.keys_kind,
-            "seconds": seconds,
-            "provenance": provenance.stamp(),
-            "unit": unit,
-            "computed_on": computed_on(src.store, src.image_ids),
-            "backend": backend,
-        },
-    )
+            counts = (int(decoded.n_masks.sum()), int(decoded.degenerate.sum()), int(decoded.dense_solves.sum()))
+            saved = decoder_dataset(decoded, src.image_ids)
+        context.save(
+            src.store,
+            "decoder",
+            saved,
+            {
+                "manifest": src.manifest,
+                "settings": settings.as_dict(),
+                "settings_source": settings_source,
+                "size": size,
+                "view": src.view,
+                "keys": src.keys_kind,
+                "seconds": seconds,
+                "provenance": provenance.stamp(),
+                "unit": unit,
+                "computed_on": computed_on(src.store, src.image_ids),
+                "backend": backend,
+            },
+        )
+    finally:  # saved: the folder was moved into the record; stopped: nothing half written stays
+        shutil.rmtree(folder, ignore_errors=True)
     report = DecodeReport(
         store=src.store,
         settings=settings,
         settings_source=settings_source,
         n_images=len(src.image_ids),
-        n_masks=int(decoded.n_masks.sum()),
-        degenerate=int(decoded.degenerate.sum()),
-        dense_solves=int(decoded.dense_solves.sum()),
+        n_masks=counts[0],
+        degenerate=counts[1],
+        dense_solves=counts[2],
         seconds=seconds,
         masks_file=records.results_path(src.store, "decoder-masks.json"),
         extra={"settings_source": settings_source, "keys": src.keys_kind},
@@ -231,6 +243,12 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
         unit=unit,
     )
     return report
+
+
+def rows_folder(store: Path) -> Path:
+    """Where a run writes its decoder arrays block by block before ``records.save`` moves them into
+    the record: a temporary name of this process (``infra.litter``: removed by the next run if it is killed)."""
+    return records.results_path(store, "decoder") / f".rows.tmp-{os.getpid()}"
 
 
 def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refine: str | None, context: RunContext) -> list[Saving]:

@@ -18,9 +18,10 @@ from ..analyses.decoder_settings import Settings
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.runner import Where, map_images
 from ..infra.settings import SettingError
-from ..labels.masks import coco_results
+from ..labels.masks import coco_results, decoder_attrs, decoder_coords, decoder_variables
 from ..store import cache, own_size
 from ..store.grids import view_grid
+from ..store.plain_rows import Rows, Written
 from ..store.views import keys_array
 from .decode_views import OWN_SIZE, check_view
 
@@ -147,18 +148,20 @@ def decode_keys(
     device: str = "cpu",
     grids: dict[str, StoreArray] | None = None,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
-) -> Decoded:
+    keep: bool = True,
+) -> Decoded | None:
     """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
     Each image is computed alone with one BLAS thread (``threads`` when this process computes):
     one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
     slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: an
     own-size view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
-    ``each``: the runner's per-block hook (``BlockResults``).
+    ``each``: the runner's per-block hook (``BlockResults``, ``SavedRows``); ``keep`` False: the blocks go
+    to ``each`` only and None is returned (memory holds a few blocks, whatever the images).
     """
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
-    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image), each=each)
-    return as_decoded(arrays, settings)
+    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image), each=each, keep=keep)
+    return as_decoded(arrays, settings) if keep else None
 
 
 def colour_task(src: StoreKeys, settings: Settings, photos: tuple) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
@@ -201,3 +204,34 @@ class BlockResults:
         if coco_ids is None:
             return [dict(r, image_id=a + r["image_id"]) for a, part in self.parts for r in part]
         return [dict(r, image_id=int(coco_ids[r["file_name"]])) for _, part in self.parts for r in part if r["file_name"] in coco_ids]
+
+
+class SavedRows:
+    """The runner's per-block hook that writes each block's ``results/decoder`` arrays as it comes
+    (``store.plain_rows.Rows``, in a temporary folder of the results that ``records.save`` moves into the
+    record) and keeps only each image's counts: memory stays flat in the number of images. The
+    saved arrays are ``labels.masks.decoder_dataset``'s, bit for bit. ``also``: another hook
+    handed every block too (``BlockResults``)."""
+
+    def __init__(self, src: StoreKeys, settings: Settings, folder: Path, also: Callable[[int, int, dict[str, np.ndarray]], None] | None = None) -> None:
+        self.src, self.settings, self.also = src, settings, also
+        self.rows = Rows(folder, len(src.image_ids))
+        self.n_masks = self.degenerate = self.dense_solves = 0
+        self.finite_degree = False
+        self.last: Decoded | None = None  # a block's decode, for the masks' geometry
+
+    def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
+        if self.also is not None:
+            self.also(a, b, arrays)
+        block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
+        self.rows.add(decoder_variables(block))
+        self.n_masks += int(block.n_masks.sum())
+        self.degenerate += int(block.degenerate.sum())
+        self.dense_solves += int(block.dense_solves.sum())
+        self.finite_degree |= block.degree is not None and bool(np.isfinite(block.degree).any())
+        self.last = block
+
+    def written(self) -> Written:
+        """Every block in: the results to save (``RunContext.save``)."""
+        drop = () if self.finite_degree else ("degree", "expansion")
+        return self.rows.written(decoder_coords(self.last, self.src.image_ids), decoder_attrs(self.last), drop)

@@ -47,6 +47,7 @@ from ..protocols.hummingbird import HummingbirdSettings
 from ..results import records
 from ..results.hummingbird_report import HummingbirdReport
 from ..store import cache, hbird_views, images, parts, views
+from ..store.completion import computed_on
 from . import shards
 from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
@@ -301,6 +302,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row ({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, context.command),
+        "computed_on": computed_on(store, list(val_ids), scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
     }
     if norm is None:
         context.note("note: the network has no final norm; its stored patch tokens are the features")

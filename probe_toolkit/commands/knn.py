@@ -36,10 +36,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import knn
 from ..infra.errors import ProbeError
@@ -52,8 +51,12 @@ from ..protocols.knn import NB_KNN, KnnSettings
 from ..results import records
 from ..results.knn_report import KnnReport, view_text
 from ..store import cache, images, parts
+from ..store.completion import computed_on
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
+
+if TYPE_CHECKING:
+    from ..store.direct import StoreArray, StoreData
 
 VIEWS = (images.EVAL, "224")  # DINO's evaluation view first; the 224 view where a store lacks it
 
@@ -62,7 +65,7 @@ def stored_name(feature: str, view: str) -> str:
     return f"{'cls_tokens' if feature.startswith('cls') else 'tokens'}_{view}"
 
 
-def choose_view(datasets: Sequence[xr.Dataset], feature: str) -> str:
+def choose_view(datasets: Sequence[StoreData], feature: str) -> str:
     """DINO's evaluation view where every dataset holds the feature's array in it, else the 224 view."""
     return next((v for v in VIEWS if all(stored_name(feature, v) in ds for ds in datasets)), "224")
 
@@ -93,18 +96,18 @@ def describe(feature: str, checkpoint: str, family: str = "vit") -> str:
     }[feature]
 
 
-def feature_array(ds: xr.Dataset, ids: Sequence[str], feature: str, view: str) -> xr.DataArray:
+def feature_array(ds: StoreData, ids: Sequence[str], feature: str, view: str) -> StoreArray:
     """The stored array the feature is made from, lazily, at the given images (in their order)."""
     return cache.require(ds, stored_name(feature, view)).sel(image=list(ids))
 
 
-def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> Callable[[int, int], np.ndarray]:
+def reader(ds: StoreData, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> Callable[[int, int], np.ndarray]:
     """Rows a..b of the chosen feature, read from the store only when asked."""
     array = feature_array(ds, ids, feature, view)
     return lambda a, b: knn.features(array.isel(image=slice(a, b)).values, feature, norm)
 
 
-def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str):
+def train_bank(ds: StoreData, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str):
     """The train images' features, L2-normalised, one block at a time, as the workers read them
     (a ``Shared`` file written block by block: memory holds one block, whatever the train set)."""
     rows = reader(ds, ids, feature, norm, view)
@@ -112,7 +115,7 @@ def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.Fin
     return (knn.normalise(rows(a, min(a + knn.TRAIN_BLOCK, n))) for a in range(0, n, knn.TRAIN_BLOCK))
 
 
-def feature_width(ds: xr.Dataset, feature: str, view: str) -> int:
+def feature_width(ds: StoreData, feature: str, view: str) -> int:
     """D of the chosen feature (the stored array's last axis)."""
     return int(cache.require(ds, stored_name(feature, view)).shape[-1])
 
@@ -121,7 +124,7 @@ def shard_nearest(
     store: Path,
     shard: tuple[int, int],
     fn,
-    values: dict[str, xr.DataArray],
+    values: dict[str, StoreArray],
     val_ids: list[str],
     train_ids: list[str],
     feature: str,
@@ -140,6 +143,8 @@ def shard_nearest(
         near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, image_range=(a, b), torch_free=torch_free)
     else:
         near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
+    import xarray as xr
+
     part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
     identity = {"feature": feature, "view": view, "k": int(k), "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
     whole, missing = shards.gather(store, "knn", which, part, identity)
@@ -200,7 +205,7 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         from ..store.cache import cache_root
 
         hygiene.check_apart(*((p.name, p.role, p.images, ids) for p, ids in panels), cache_root(context.cache_dir))
-    source = locate(store, panels, "image", VIEWS)
+    source = locate(store, panels, "image", VIEWS, plain=True)  # zarr alone: xarray is imported once the neighbours are found
     meta = source.manifest
     chosen = choose_feature(settings.feature, meta.get("arch", {}), store)
     norm = parts.final_norm(meta, store) if chosen == "cls-normed" else None
@@ -255,6 +260,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     family = str(meta.get("arch", {}).get("family", "vit"))
     text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")), family)
     counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
+    import xarray as xr
+
     ds = xr.Dataset(
         {
             "top1": ("k", result.top1),
@@ -282,5 +289,6 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, context.command),
+        "computed_on": computed_on(store, val_ids, scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
     }
     return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))
