@@ -29,7 +29,6 @@ import functools
 import json
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +42,10 @@ from ..infra.settings import SettingError
 from ..infra.shared import spooled
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.hummingbird import HummingbirdSettings
 from ..results import records
+from ..results.hummingbird_report import HummingbirdReport
 from ..store import cache, hbird_views, images, parts, views
 from ..store.completion import computed_on
 from . import shards
@@ -61,43 +61,6 @@ BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numb
 # the panel kinds hummingbird reads: their reader and the classes it scores (open-hummingbird-eval: VOC's 21 with the
 # background; ADE20K's 150 and "other", label 0, as a 151st class, hbird/data/ade20k/ade20k_data.py get_num_classes)
 LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES), ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
-
-
-@dataclass
-class HummingbirdReport(Outcome):
-    """mIoU at each memory size of one store on one pair of segmentation panels, with the memory's rows and the data set's kind."""
-
-    store: Path
-    name: str
-    memory: list[str]
-    scores: list[hb.MiouResult]
-    bank_rows: list[int]
-    per_view: list[int]
-    classes: tuple[str, ...]
-    counts: dict[str, int]
-    ledger: dict[str, str]
-    matching: str
-    kind: str = voc_segmentation.KIND  # the panels' kind: published numbers exist for VOC only
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    def headline(self) -> list[float]:
-        return [s.miou_hungarian if self.matching == "hungarian" else s.miou for s in self.scores]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "memory": self.memory,
-            "matching": self.matching,
-            "miou": [s.miou for s in self.scores],
-            "miou_hungarian": [s.miou_hungarian for s in self.scores],
-            "iou": [s.iou.tolist() for s in self.scores],
-            "bank_rows": self.bank_rows,
-            "per_view": self.per_view,
-            "classes": list(self.classes),
-            "counts": self.counts,
-            "ledger": self.ledger,
-        }
 
 
 def _check_kinds(train: Panel, val: Panel) -> None:
@@ -339,7 +302,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row ({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, context.command),
-        "computed_on": computed_on(store, list(val_ids), scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
+        "computed_on": computed_on(store, list(val_ids), scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored
     }
     if norm is None:
         context.note("note: the network has no final norm; its stored patch tokens are the features")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +46,11 @@ from ..infra.runner import map_images
 from ..infra.settings import SettingError
 from ..infra.shared import shared_blocks
 from ..labels.panels import ClassLabels, read_classes
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.knn import NB_KNN, KnnSettings
 from ..results import records
-from ..store import arrays, cache, images, parts
+from ..results.knn_report import KnnReport, view_text
+from ..store import cache, images, parts
 from ..store.completion import computed_on
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
@@ -61,14 +61,6 @@ if TYPE_CHECKING:
 VIEWS = (images.EVAL, "224")  # DINO's evaluation view first; the 224 view where a store lacks it
 
 
-def view_text(view: str) -> str:
-    """What the features saw, and, off DINO's view, how to get it."""
-    text = f"{view} view: {arrays.geometry(view)}"
-    if view != images.EVAL:
-        text += f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): `probe extract --views {images.EVAL}` adds that view"
-    return text
-
-
 def stored_name(feature: str, view: str) -> str:
     return f"{'cls_tokens' if feature.startswith('cls') else 'tokens'}_{view}"
 
@@ -76,42 +68,6 @@ def stored_name(feature: str, view: str) -> str:
 def choose_view(datasets: Sequence[StoreData], feature: str) -> str:
     """DINO's evaluation view where every dataset holds the feature's array in it, else the 224 view."""
     return next((v for v in VIEWS if all(stored_name(feature, v) in ds for ds in datasets)), "224")
-
-
-@dataclass
-class KnnReport(Outcome):
-    """What ``probe knn`` measured: accuracies per k with the feature, view and panels that produced them."""
-
-    store: Path
-    name: str
-    result: knn.KnnResult | None  # None: a shard done before the others
-    feature: str
-    classes: list[str]
-    counts: dict[str, int]
-    ledger: dict[str, str]
-    temperature: float
-    view: str
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    @property
-    def view_line(self) -> str:
-        return view_text(self.view)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "feature": self.feature,
-            "view": self.view,
-            "view_text": view_text(self.view),
-            "temperature": self.temperature,
-            "ledger": self.ledger,
-            "counts": self.counts,
-            "classes": self.classes,
-            "k": list(self.result.ks),
-            "top1": [float(v) for v in self.result.top1],
-            "top5": [None if not np.isfinite(v) else float(v) for v in self.result.top5],
-        }
 
 
 def choose_feature(feature: str, arch: dict[str, Any], where: Path) -> str:
@@ -333,6 +289,6 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, context.command),
-        "computed_on": computed_on(store, val_ids, scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
+        "computed_on": computed_on(store, val_ids, scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored (`probe table` groups by them)
     }
     return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))

@@ -28,11 +28,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..infra.placement import Placement
 from ..results import records
+from ..results.outcome import Inputs, Outcome, Run
 
 if TYPE_CHECKING:
     from ..infra.runner import Where
     from ..labels.panels import Panel
     from .registry import Protocol
+
+__all__ = ["Decoding", "Inputs", "Outcome", "Progress", "Run", "RunContext", "Saving"]  # Inputs, Outcome, Run: from results/, where tables read them
 
 R = TypeVar("R")
 
@@ -63,29 +66,6 @@ class Progress:
         print(text, file=sys.stderr)
 
 
-class Inputs:
-    """A run's inputs by their declared names (``inputs.store``, ``inputs.train``); a name the
-    protocol does not declare is an AttributeError, not a silent None."""
-
-    def __init__(self, values: dict[str, Any]):
-        self._values = dict(values)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_values"][name]
-        except KeyError:
-            raise AttributeError(f"no input named {name!r} (declared: {', '.join(self.__dict__['_values'])})") from None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._values.get(name, default)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
-
-    def __repr__(self) -> str:
-        return f"Inputs({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
-
-
 class Decoding(NamedTuple):
     """Where a decoder runs (``RunContext.decoder``)."""
 
@@ -101,39 +81,6 @@ class Saving(NamedTuple):
     result: str
     data: Any  # an xarray Dataset, or a store.plain.Results
     attrs: dict[str, Any] | None = None
-
-
-@dataclass
-class Run:
-    """One run of a protocol: what it was asked, where it ran, what it saved, what it reported."""
-
-    protocol: str
-    run_id: str
-    settings: Any
-    placement: Placement
-    report: Any
-    records: list[records.Record]
-    inputs: Inputs = field(default_factory=lambda: Inputs({}))
-
-
-class Outcome:
-    """Base of a protocol's result type: ``finish`` sets ``run`` (the ``Run``: settings, inputs,
-    records) on it, so its table reads what the run was asked from the result itself."""
-
-    run: Run | None = None
-
-    @property
-    def saved(self) -> Path | None:
-        """Where the run's last record went (None: a shard that waits for the others, or nothing saved)."""
-        return self.run.records[-1].path if self.run is not None and self.run.records else None
-
-    @property
-    def pending(self) -> bool:
-        """A shard done before the others: it has no numbers yet, so no ``--json`` is written."""
-        return bool(getattr(self, "waiting", None))
-
-    def summary(self) -> dict[str, Any]:  # overridden: the numbers ``--json`` writes
-        raise NotImplementedError
 
 
 @dataclass
