@@ -6,7 +6,8 @@ baseline is a bare ``python -c pass`` in the same rounds. Rounds are interleaved
 compared (this machine is noisy). Target: under 1.5 s each, judged on
 the CPU seconds a run uses (its wall time on a quiet machine; wall time is printed beside it).
 
-    python benchmarks/startup.py [--rounds 3] [--full] [--compare OTHER_CHECKOUT]
+    python benchmarks/startup.py [--rounds 3] [--full] [--compare OTHER_CHECKOUT] [--record]
+    python benchmarks/startup.py --first-image [--full] [--rounds 3] [--compare OTHER_CHECKOUT] [--record]
     python benchmarks/startup.py --collections [--rounds 5]
 
 ``--first-image`` measures what the target is stated on, the CPU seconds before a command's first
@@ -45,6 +46,7 @@ import time
 from pathlib import Path
 
 TARGET = 1.5
+RECORDS = Path(__file__).resolve().parent / "records" / "startup.jsonl"
 
 
 def cpu_model() -> str:
@@ -138,8 +140,10 @@ print(json.dumps(mark[0] if mark else None))
 """
 
 
-def first_image(rounds: int, full: bool) -> None:
-    """``--first-image``: CPU seconds before each command's first block of images (medians)."""
+def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | None = None) -> None:
+    """``--first-image``: CPU seconds before each command's first block of images (medians); with
+    ``compare``, the other checkout's run of each command interleaved with this one's, on the same stores."""
+    trees = {"this": Path(__file__).resolve().parents[1], **({"other": compare.resolve()} if compare is not None else {})}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store, cache = str(build_store(root)), ["--cache", str(root / "cache")]
@@ -152,37 +156,40 @@ def first_image(rounds: int, full: bool) -> None:
             panels = str(build_panel_store(root))
             chosen["knn"] = ["knn", panels, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", "--workers", "1", *cache]
             chosen["attention-masks"] = ["attention-masks", panels, "--panel", "bench-val", "-q", "--workers", "1", *cache]
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        seconds: dict[str, list[float]] = {name: [] for name in chosen}
+        envs = {tree: dict(os.environ, PYTHONPATH=str(path)) for tree, path in trees.items()}
+        seconds: dict[tuple[str, str], list[float]] = {(name, tree): [] for name in chosen for tree in trees}
         loads = [os.getloadavg()[0]]
         for r in range(rounds + 1):  # round 0 warms the page cache
             for name, args in chosen.items():
-                out = subprocess.run([sys.executable, "-c", FIRST, json.dumps(args)], env=env, cwd=root, capture_output=True, text=True)
-                if out.returncode:
-                    raise SystemExit(f"probe {' '.join(args)} failed: {out.stderr[-800:]}")
-                value = json.loads(out.stdout.strip().splitlines()[-1])
-                if r and value is not None:
-                    seconds[name].append(value)
+                for tree in trees:
+                    out = subprocess.run([sys.executable, "-c", FIRST, json.dumps(args)], env=envs[tree], cwd=root, capture_output=True, text=True)
+                    if out.returncode:
+                        raise SystemExit(f"probe {' '.join(args)} [{tree}] failed: {out.stderr[-800:]}")
+                    value = json.loads(out.stdout.strip().splitlines()[-1])
+                    if r and value is not None:
+                        seconds[(name, tree)].append(value)
             loads.append(os.getloadavg()[0])
-    rows = {name: statistics.median(v) if v else None for name, v in seconds.items()}
-    for name, value in rows.items():
-        mark = "no block reached the runner" if value is None else ("ok" if value <= FIRST_TARGET else f"over the {FIRST_TARGET} s target")
-        print(f"probe {name:18s} CPU before its first image {value if value is not None else float('nan'):5.2f} s  {mark}")
+    rows = {tree: {name: statistics.median(v) if (v := seconds[(name, tree)]) else None for name in chosen} for tree in trees}
+    for name in chosen:
+        for tree in trees:
+            value = rows[tree][name]
+            mark = "no block reached the runner" if value is None else ("ok" if value <= FIRST_TARGET else f"over the {FIRST_TARGET} s target")
+            label = f"{name} [{tree}]" if len(trees) > 1 else name
+            print(f"probe {label:26s} CPU before its first image {value if value is not None else float('nan'):5.2f} s  {mark}")
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    print(
-        json.dumps(
-            {
-                "benchmark": "startup-first-image",
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": cpu_model(),
-                "target_s": FIRST_TARGET,
-                "cores": os.cpu_count(),
-                "load": max(loads),
-                "rounds": rounds,
-                "cpu_s": rows,
-            }
-        )
-    )
+    record = {
+        "benchmark": "startup-first-image",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": cpu_model(),
+        "target_s": FIRST_TARGET,
+        "cores": os.cpu_count(),
+        "load": max(loads),
+        "rounds": rounds,
+        "cpu_s": rows["this"],
+    }
+    if "other" in rows:  # the trees by their labels, never their folders
+        record["other_cpu_s"] = rows["other"]
+    emit(record, RECORDS, keep)
 
 
 def _children_cpu() -> float:
@@ -273,11 +280,12 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="another checkout of the toolkit, run interleaved (e.g. main before a change)")
     parser.add_argument("--collections", action="store_true", help="full garbage collections while importing torch and timm, CPython's thresholds against probe's")
     parser.add_argument("--first-image", action="store_true", help="CPU seconds before each command's first image (the target's measure)")
+    parser.add_argument("--record", action="store_true", help="append the JSON line to benchmarks/records/startup.jsonl")
     args = parser.parse_args()
     if args.collections:
         return collections(args.rounds)
     if args.first_image:
-        return first_image(args.rounds, args.full)
+        return first_image(args.rounds, args.full, args.record, args.compare)
     trees = {"this": Path(__file__).resolve().parents[1]}
     if args.compare is not None:
         trees["other"] = args.compare.resolve()
@@ -304,8 +312,8 @@ def main() -> None:
         label = name if len(trees) == 1 else f"{name} [{tree}]"
         print(f"{label:44s} wall {wall:6.2f} s   CPU {cpu:5.2f} s{mark}", flush=True)
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
-    print(
-        json.dumps(
+    emit(
+        (
             {
                 "benchmark": "startup",
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -317,7 +325,9 @@ def main() -> None:
                 "trees": sorted(trees),  # the trees by their labels (this, base): a record names the machine, never its folders
                 "rows": rows,
             }
-        )
+        ),
+        RECORDS,
+        args.record,
     )
 
 

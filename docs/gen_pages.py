@@ -10,6 +10,7 @@ build, never to ``docs/`` on disk, so no generated text is ever edited by hand o
 - ``views.md`` from ``probe_toolkit.store.views.TABLE`` and ``panel-kinds.md`` from
   ``probe_toolkit.labels.catalogue.KINDS``;
 - ``benchmarks.md`` from the JSON records the benchmarks append (``benchmarks/records/*.jsonl``);
+- ``results.md``: each table of ``RESULTS``, written by ``probe table``'s code from the records under ``docs/data/records``;
 - ``training.md``: ``training/README.md``.
 
 ``on_page_markdown`` replaces ``<!-- readme-example: NAME -->`` with the README's example block of
@@ -27,6 +28,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -516,6 +518,79 @@ def api_reports_table() -> str:
     return "\n".join(out) + "\n"
 
 
+DATA = ROOT / "docs" / "data" / "records"  # the records the results page reads (tools/docs_records.py copies them out of a demo)
+
+
+class ResultsTable(NamedTuple):  # (a NamedTuple: a dataclass needs its module in sys.modules, which a hook file is not)
+    """One table of the results page: ``probe table`` over stores kept under ``docs/data/records``."""
+
+    title: str
+    about: str  # where the stores' records come from, in a sentence
+    stores: dict[str, str]  # row label (``--label``) -> store folder under docs/data/records
+    protocols: tuple[str, ...] = ("knn", "decode", "hummingbird", "entropy")
+
+    def paths(self) -> list[str]:
+        """The stores as the command names them, from the repository's root."""
+        return [(DATA / name).relative_to(ROOT).as_posix() for name in self.stores.values()]
+
+    def arguments(self) -> list[str]:
+        """``probe table``'s arguments that print this table."""
+        labels = [part for label, path in zip(self.stores, self.paths()) for part in ("--label", f"{label}={path}")]
+        return ["table", *self.paths(), "--protocols", ",".join(self.protocols), *labels, "--format", "markdown"]
+
+    def text(self) -> str:
+        """The table as ``probe table`` writes it: the same build and render, on the same records."""
+        from probe_toolkit.report import paper
+
+        stores = [ROOT / path for path in self.paths()]
+        return paper.render(paper.build(stores, self.protocols, {str(s): label for s, label in zip(stores, self.stores)}), "markdown")
+
+
+RESULTS = (
+    ResultsTable(
+        "The demo: a tiny SelfPatch network, trained and at random initialisation",
+        "Records of `probe demo --quick` (copied by `tools/docs_records.py`): the shipped photographs and synthetic labelled "
+        "scenes, a tiny SelfPatch network trained on the spot beside the same network before training. The numbers show what "
+        "the table holds; they are no benchmark of any released checkpoint.",
+        {"demo SelfPatch, trained": "demo-trained.zarr", "demo SelfPatch, random init": "demo-random.zarr"},
+    ),
+)
+
+
+def _store_line(label: str, store: Path) -> str:
+    """What a row's store is, from its manifest: the network, its size, the checkpoint's digest and the images."""
+    from probe_toolkit.store import cache
+
+    manifest = cache.manifest(store)
+    arch = manifest.get("arch") or {}
+    checkpoint = manifest.get("checkpoint") or {}
+    size = ", ".join(f"{key} {arch[key]}" for key in ("width", "depth", "heads", "patch") if key in arch)
+    return (
+        f"- **{label}**: network `{manifest.get('network', '?')}` ({size}), checkpoint sha256 `{str(checkpoint.get('sha256', '?'))[:12]}`, "
+        f"{manifest.get('n_images', '?')} images, extracted by probe {manifest.get('toolkit_version', '?')}"
+    )
+
+
+def results_page(tables: tuple[ResultsTable, ...] = RESULTS) -> str:
+    import shlex
+
+    out = [
+        "# Results",
+        "",
+        "Every table on this page is written by `probe table` ([a paper table from records](commands/report.md#probe-table-a-paper-table-from-records)) from the records "
+        "kept under `docs/data/records/` in this repository, at every build of this site: the same code, on the same "
+        "records, as the command printed under each table, which prints it again from a checkout. Only records measured "
+        "alike share a column; each column's title says on which images and with which settings (those that differ from "
+        "the protocol's defaults) its numbers were measured.",
+        "",
+    ]
+    for table in tables:
+        out += [f"## {table.title}", "", table.about, ""]
+        out += [_store_line(label, ROOT / path) for label, path in zip(table.stores, table.paths())]
+        out += ["", "```bash", shlex.join(["probe", *table.arguments()]), "```", "", table.text()]
+    return "\n".join(out) + "\n"
+
+
 # the placeholders a hand-written page may hold, each replaced by text generated from the code
 GENERATED = {
     "architectures": architectures_table,
@@ -642,6 +717,7 @@ def pages() -> dict[str, str]:
     out["views.md"] = views_page()
     out["panel-kinds.md"] = panel_kinds_page()
     out["benchmarks.md"] = benchmarks_page()
+    out["results.md"] = results_page()
     out["training.md"] = training_page()
     out["commands/options.md"] = options_page()
     return out

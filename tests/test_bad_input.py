@@ -116,6 +116,14 @@ def test_not_a_store(tmp_path):
         open_store(tmp_path)
 
 
+def test_a_path_is_printed_as_written_never_as_markup_or_an_emoji(tmp_path):
+    # SPair's pair names end in ``:cat:``; a folder may hold ``[bold]``: rich would style, drop or
+    # mis-parse them, so the line would name a file that does not exist
+    odd = tmp_path / "x[bold]:cat:" / "[dim]nope.zarr"
+    odd.parent.mkdir()
+    one_line_error(run_probe("info", str(odd)), f"{odd}: is not a probe store")
+
+
 # --- panels ---------------------------------------------------------------------------------
 
 

@@ -339,7 +339,7 @@ RULES = [
         "segment-without-its-store-prints-the-extract-that-makes-it",
         segment,
         2,
-        ("is not a probe store of this checkpoint", "run `probe extract "),
+        ("was not written by probe extract for this checkpoint", "run `probe extract ", "or pass --store STORE"),
         segment,
         printed_fix=True,
     ),

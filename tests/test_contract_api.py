@@ -153,3 +153,18 @@ def test_fix_commands_are_spelled_as_the_parser_reads_them():
 def test_every_protocol_runs_through_the_run_context():
     """The protocols not yet converted to ``run(inputs, settings, context)`` (this list only shrinks)."""
     assert LEGACY == []
+
+
+def test_a_table_in_results_takes_its_protocols_result_type_declared_in_results():
+    """Where a protocol's result type lives in ``results/`` (beside its table, before commands/ in the flow),
+    its table's ``report`` is annotated with it: the table reads that type's fields, nothing guessed."""
+    import inspect
+
+    typed = 0
+    for protocol in registry.protocols():
+        if not isinstance(protocol.result, str) or not protocol.result.startswith("results.") or protocol.command is None:
+            continue
+        table = registry.resolve(protocol.command.table)
+        assert inspect.signature(table).parameters["report"].annotation == registry.resolve(protocol.result).__name__, (protocol.name, protocol.command.table)
+        typed += 1
+    assert typed >= 4  # knn, hummingbird, entropy, neighbours

@@ -222,7 +222,7 @@ def test_labels_are_read_only_through_the_ledger_and_the_seal_holds(spair, capsy
     assert len(opened) == len(annotations)
 
 
-def test_a_broken_panel_is_refused_when_added_in_one_line_naming_the_first_problem(tmp_path, capsys):
+def test_a_broken_panel_is_refused_when_added_in_one_line_with_the_count(tmp_path, capsys):
     folder = write_spair(tmp_path / "SPair-71k", {"cat": 2}, seed=1)
     pair_files = sorted((folder / "PairAnnotation" / "test").glob("*.json"))
     data = json.loads(pair_files[0].read_text())
@@ -236,8 +236,8 @@ def test_a_broken_panel_is_refused_when_added_in_one_line_naming_the_first_probl
     code, printed = probe_main(["panel", "add", "bad", "--spair", str(folder), "--role", "val", "--cache", str(tmp_path / "c")], capsys)
     lines = printed.err.strip().splitlines()
     assert code == 2 and len(lines) == 1, printed.err  # the first problem (file, entry, field; fix) and how many more
-    assert f"{pair_files[0]}: pair {data['filename']}: field viewpoint_variation is 'wide'" in lines[0]  # SPair's "…:cat:" is text, no emoji
-    assert "; " in lines[0] and "(2 more problems)" in lines[0]
+    assert f"{pair_files[0]}: pair {data['filename']}: field viewpoint_variation is 'wide'" in lines[0]
+    assert "; " in lines[0] and lines[0].endswith(f"(2 more problems in {folder})"), lines[0]
     assert not (tmp_path / "c" / "panels.toml").exists()
     code, printed = probe_main(["panel", "add", "bad", "--spair", str(folder), "--split", "train", "--role", "val", "--cache", str(tmp_path / "c")], capsys)
     assert code == 2 and "--split 'train'" in printed.err

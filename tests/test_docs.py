@@ -7,11 +7,14 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_runs import probe_main
+from report_reader import absolute_paths
 
 from probe_toolkit.protocols.registry import protocols
 
@@ -70,6 +73,25 @@ def test_benchmarks_page_comes_from_records_only(tmp_path):
     page = gen.benchmarks_page(tmp_path)
     assert "## knn" in page and "1.234" in page and "test-cpu" in page and "knn.jsonl:1" in page
     assert "None were recorded" not in page
+
+
+def test_the_results_page_is_what_probe_table_prints_from_the_kept_records(capsys, monkeypatch):
+    """Each table of the results page is `probe table --format markdown` on the records under docs/data/records, shown
+    under that very command; the kept records name no folder of the machine they were made on."""
+    gen = gen_pages()
+    page = gen.results_page()
+    monkeypatch.chdir(ROOT)  # the page's command runs from a checkout's root
+    for table in gen.RESULTS:
+        code, printed = probe_main(table.arguments(), capsys)
+        assert code == 0, printed.err
+        assert printed.out == table.text()
+        assert "| checkpoint |" in printed.out and all(f"| {label} |" in printed.out for label in table.stores)
+        command = shlex.join(["probe", *table.arguments()])
+        assert f"```bash\n{command}\n```\n\n{printed.out}" in page
+    kept = list(gen.DATA.rglob("*.json"))
+    assert kept
+    for path in kept:
+        assert absolute_paths(path.read_text(encoding="utf-8"), [ROOT, Path.home()]) == [], path
 
 
 def test_readme_is_short_and_its_links_land():

@@ -16,6 +16,7 @@ import gen_pages  # noqa: E402
 # flags of other programs a page quotes: pip / uv (installing), mkdocs, torchrun, LOST's and DSM's own scripts
 OTHER_PROGRAMS = {
     "--index-url",
+    "--torch-backend",  # uv pip install's (docs/getting-started.md, the CPU-only set)
     "--extra",
     "--upgrade",
     "--upgrade-package",

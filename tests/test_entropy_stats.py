@@ -69,8 +69,11 @@ def test_own_size_statistics_equal_each_images_own_maps(stores):
 
 def test_statistics_refuse_a_followed_patch_and_the_cli_reads_any_view(stores, capsys):
     _, _, _, stats = stores
-    with pytest.raises(ProbeError, match="statistics, not its maps: --patch follows one patch's row"):
+    with pytest.raises(ProbeError, match="statistics, not its maps: patch=3 follows one token's row") as refused:
         probe.run("entropy", [stats], patch=3, boot=100)
+    assert "--patch" not in str(refused.value) and "drop patch, or" in str(refused.value)  # the Python caller's keyword
+    code, printed = probe_main(["entropy", str(stats), "--patch", "3", "--boot", "100", "-q"], capsys)
+    assert code == 2 and "--patch 3 follows one token's row" in printed.err and "drop --patch, or" in printed.err, printed.err
     code, printed = probe_main(["entropy", str(stats), "--view", "native-crop", "--boot", "100", "-q"], capsys)
     assert code == 0, printed.err
     code, printed = probe_main(["entropy", str(stats), "--view", "square@64", "--boot", "100", "-q"], capsys)

@@ -32,7 +32,7 @@ from probe_toolkit.infra.errors import ProbeError
 
 # no shrinking in the default run: a failure is reported as drawn (each example runs a command)
 FAST = settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None, phases=(Phase.explicit, Phase.generate))
-SLOW = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+SLOW = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -282,6 +282,7 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     assert list(saved.memory.values) == ["100", "1000", "full"] and list(saved.per_view.values) == [10, 100, 0]
     assert np.array_equal(saved.confusion.values, np.stack([p[0] for p in plain]))
     assert list(saved.shown.values) == [f"{i}.jpg" for i in VAL]
+    assert saved.attrs["computed_on"]["scope"] == "panel" and saved.attrs["computed_on"]["images"] == len(VAL)  # `probe table` groups by these
     for j, name in enumerate(VAL):
         assert np.array_equal(saved.truth.values[j], plain[0][1][f"{name}.jpg"][0])
         for m in range(3):

@@ -15,6 +15,7 @@ from probe_toolkit.analyses import knn
 from probe_toolkit.cli import app
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
+from probe_toolkit.infra.provenance import list_hash
 from probe_toolkit.labels import ledger
 from probe_toolkit.labels.panels import read_classes
 from probe_toolkit.results import records
@@ -188,6 +189,8 @@ def test_knn_command_end_to_end(class_folders, tmp_path):
         assert summary["top1"][j] == pytest.approx(np.mean(preds == val))
     saved = records.load(store, "knn")
     assert list(saved.k.values) == [1, 3, 12] and saved.attrs["feature"] == "cls-normed" and saved.attrs["temperature"] == 0.2
+    on = saved.attrs["computed_on"]  # the val images scored: `probe table` puts only records of the same images in one column
+    assert on["scope"] == "panel" and on["images"] == len(saved.image) and on["images_sha256"] == list_hash([str(i) for i in saved.image.values])
     purposes = [e.fields["purpose"] for e in ledger.entries(tmp_path / "cache")]
     assert purposes == ["knn: neighbours' classes", "knn: score"]
 
@@ -316,7 +319,7 @@ def test_knn_imports_no_torch_and_needs_no_checkpoint_with_a_recorded_norm(class
     import shutil
 
     import zarr
-    from test_startup import loaded_by
+    from test_startup import loaded, loaded_by
 
     root, store = class_folders
     c = str(tmp_path / "cache")
@@ -327,8 +330,9 @@ def test_knn_imports_no_torch_and_needs_no_checkpoint_with_a_recorded_norm(class
     meta = cache.manifest(copy)
     assert meta["final_norm"]["encoding"] == "float32 little-endian, base64"
     args = ["--train", "tr", "--val", "va", "--k", "1,3,12", "--cache", c, "-q", "--workers", "1"]
-    heavy = loaded_by(["knn", str(copy), *args, "--json", str(tmp_path / "new.json")])
+    heavy, first = loaded(["knn", str(copy), *args, "--json", str(tmp_path / "new.json")])
     assert "torch" not in heavy and "timm" not in heavy
+    assert first == []  # the panels' stores read with zarr alone: xarray and pandas come only to save the result
     recorded = records.load(copy, "knn")
     group = zarr.open_group(copy, mode="r+", use_consolidated=False)
     old = dict(group.attrs["manifest"])

@@ -83,3 +83,17 @@ def test_training_imports_the_toolkit_by_its_stage_paths():
     text = "\n".join(p.read_text() for p in (PACKAGE.parent / "training").rglob("*.py"))
     assert "from probe_toolkit.store.backbone import" in text
     assert "from probe_toolkit.analyses import selection" in text
+
+
+def test_no_command_unpacks_the_placement():
+    """A protocol's run asks its ``RunContext`` where it runs (``device()``, ``decoder()``,
+    ``search_device()``, ``sharded``, ``shard()``, ``placed()``): the placement's fields are read in
+    the run context and the runner only, so each rule (``auto``, backend torch, a shard) is written once."""
+    unpacked = []
+    for path in sorted((PACKAGE / "commands").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                held = node.value
+                if (isinstance(held, ast.Name) and held.id == "placement") or (isinstance(held, ast.Attribute) and held.attr == "placement"):
+                    unpacked.append(f"{path.relative_to(PACKAGE)}:{node.lineno} reads placement.{node.attr}")
+    assert unpacked == []

@@ -350,7 +350,7 @@ def test_four_blocks_from_a_store_of_the_last_block_are_refused_before_any_label
     _panels(root, cache)
     code, printed = probe_main(["linear-dinov2", stores["dino"][1], "--train", "tr", "--val", "va", "--cache", cache, "-q"], capsys)
     err = " ".join(printed.err.split())
-    assert code == 2 and "n_last_blocks 4 reads blocks" in err and "--n-last-blocks 1" in err and len(printed.err.strip().splitlines()) == 1, printed.err
+    assert code == 2 and "--n-last-blocks 4 reads blocks" in err and "--n-last-blocks 1" in err and len(printed.err.strip().splitlines()) == 1, printed.err
     assert ledger.entries(cache) == []
     for argv, words in (
         (["--avgpool", "sometimes"], "avgpool 'sometimes' is not one of both, off, on"),

@@ -23,7 +23,7 @@ def test_a_new_or_empty_folder_is_taken_and_a_users_folder_refused(tmp_path):
     assert owned.claim(tmp_path / "empty").groups == {}
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "fig1-my-result.jpg").write_bytes(b"x")
-    with pytest.raises(ProbeError, match=r"mine: is not empty and not probe's output folder.*'fig1-my-result.jpg'.*pick a new --out folder, or empty this one"):
+    with pytest.raises(ProbeError, match=r"mine: is not empty and not probe's output folder.*'fig1-my-result.jpg'.*pick a new out folder, or empty this one"):
         owned.claim(tmp_path / "mine")
     (tmp_path / "file").write_text("x")
     with pytest.raises(ProbeError, match="is a file, not a folder"):
@@ -84,3 +84,17 @@ def test_single_files_and_the_same_file_under_other_names(tmp_path):
     (tmp_path / "sub").mkdir()
     assert owned.same_file(path, tmp_path / "link.pth") and owned.same_file(path, tmp_path / "sub" / ".." / "c.pth")
     assert not owned.same_file(path, tmp_path / "other.pth")
+
+
+def test_the_folder_and_the_summary_are_named_per_caller(tmp_path):
+    """The Python API names the keyword (``out``, ``json_path``), the command line its flag."""
+    from probe_toolkit.cli import flagged
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.md").write_text("mine")
+    with pytest.raises(ProbeError) as caught:
+        owned.claim(tmp_path / "mine")
+    assert caught.value.line().endswith("pick a new out folder, or empty this one") and flagged(caught.value).endswith("pick a new --out folder, or empty this one")
+    with pytest.raises(ProbeError) as caught:
+        owned.check_output_file(tmp_path / "mine", "json_path")
+    assert caught.value.line().endswith("(json_path); pass json_path a file path") and flagged(caught.value).endswith("(--json); pass --json a file path")

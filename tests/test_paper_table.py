@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.report import paper
 from probe_toolkit.results import records
+from probe_toolkit.store import completion
 from probe_toolkit.store.extract import Settings, extract
 
 KNN_DEFAULTS = {"ks": None, "temperature": 0.07, "feature": "auto"}
@@ -111,3 +114,37 @@ def test_bad_requests_are_one_line(two_stores, tmp_path, capsys):
     assert code == 2 and theirs.read_text() == "my notes"
     code, out = probe_main(["table", alpha, "--protocols", "entropy", "--out", tmp_path / "t.md"], capsys)
     assert code == 0 and (tmp_path / "t.md").read_text().startswith("| checkpoint |")
+
+
+def test_the_default_block_is_no_setting_even_where_the_record_names_a_store_not_here(two_stores, tmp_path):
+    """A record copied with its store (docs/data/records) names the folder it was made in; the table takes the last block
+    from the store the record lies in, so the last block reads as the default and another block is named."""
+    moved = tmp_path / "moved.zarr"
+    moved.mkdir()
+    shutil.copy(two_stores[0] / "zarr.json", moved / "zarr.json")  # the manifest alone: the table reads records only
+    last = json.loads((moved / "zarr.json").read_text())["attributes"]["manifest"]["arch"]["depth"] - 1
+    for block in (last, 0):
+        context = records.RunStamp(
+            "knn",
+            settings=dict(KNN_DEFAULTS),
+            inputs={"panel": "val", "store": "/elsewhere/teacher.zarr"},
+            selection={"block": block, "facet": None},
+            defaults=KNN_DEFAULTS,
+        )
+        with records.opened(context):
+            records.save(
+                moved, "knn", xr.Dataset({"top1": ("k", np.array([0.5]))}, coords={"k": [20]}), {"computed_on": {"images": 4, "images_sha256": "dd", "scope": "panel"}}
+            )
+        (column,) = paper.build([moved], ["knn"]).columns
+        assert column.measured.endswith("; defaults" if block == last else "; block=0"), column.measured
+
+
+def test_images_read_from_a_panels_own_store_are_not_checked_against_the_records_store(two_stores):
+    """knn and hummingbird record the val images they scored (the table groups by them); read from the panel's own store
+    beside the record's, they are scope panel-store, which the report never calls current (or stale) by the record's store."""
+    alpha, beta = two_stores
+    own = completion.computed_on(alpha, ["a.jpg", "b.jpg"], scope="panel", read_from=alpha)
+    other = completion.computed_on(alpha, ["a.jpg", "b.jpg"], scope="panel", read_from=beta)
+    assert own["scope"] == "panel" and other["scope"] == "panel-store" and own["images_sha256"] == other["images_sha256"]
+    assert completion.staleness(alpha, {**other, "store": {"image_list_sha256": "changed"}}) is None
+    assert completion.staleness(alpha, {**own, "store": {"image_list_sha256": "changed"}}) == "the store's image list changed since"

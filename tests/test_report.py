@@ -362,7 +362,7 @@ def test_write_replaces_its_own_files_and_leaves_the_rest(bare, monkeypatch, tmp
     (mine / "figures").mkdir(parents=True)
     (mine / "figures" / "fig1-my-result.jpg").write_bytes(b"mine")
     (mine / "report.md").write_text("my own report")
-    with pytest.raises(ProbeError, match=r"not probe's output folder.*pick a new --out"):
+    with pytest.raises(ProbeError, match=r"not probe's output folder.*pick a new out folder"):
         write_report(stores, mine, formats="png")
     assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == ["figures", "figures/fig1-my-result.jpg", "report.md"]
     assert (mine / "report.md").read_text() == "my own report"

@@ -10,7 +10,8 @@ components come from scipy.sparse.csgraph). ``probe entropy`` and ``probe neighb
 torch either (neighbours runs the selection rules training runs, ``analyses/selection.py``, on
 numpy arrays; ``tests/test_selection.py`` holds them to the torch results), and neither does
 ``probe attention-masks`` on a network with a class token (``probe knn``'s is checked in
-``tests/test_knn.py``, on labelled panels). What these
+``tests/test_knn.py``, on labelled panels); those two load no heavy library before their first
+image (xarray only to save their results). What these
 commands read and write instead is checked here too: the same values as xarray's reading, the
 same bytes as xarray's writing.
 """
@@ -30,23 +31,39 @@ HEAVY = ("torch", "timm", "sklearn", "matplotlib", "distributed", "dask.array", 
 
 PROGRAM = """
 import json, sys
+from probe_toolkit.infra import runner
 from probe_toolkit.cli import main
 args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+first = []
+def noting(real):
+    def noted(*a, **k):
+        if not first:
+            first.append(sorted(m for m in sys.modules if m in heavy))
+        return real(*a, **k)
+    return noted
+runner.map_blocks = noting(runner.map_blocks)  # in this process: a worker's _call is pickled by name
 sys.argv = ["probe", *args]
 try:
     main()
 except SystemExit as error:
     assert not error.code, error.code
-print(json.dumps(sorted(m for m in sys.modules if m in heavy)))
+print(json.dumps([sorted(m for m in sys.modules if m in heavy), first[0] if first else None]))
 """
 
 
-def loaded_by(args: list[str]) -> list[str]:
+def loaded(args: list[str]) -> tuple[list[str], list[str] | None]:
+    """The heavy modules a run had loaded when it ended, and when the runner started on its first
+    block of images (None: no block reached the runner), what ``benchmarks/startup.py --first-image`` times."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     run = subprocess.run([sys.executable, "-c", PROGRAM, json.dumps(args), json.dumps(HEAVY)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    end, first = json.loads(run.stdout.strip().splitlines()[-1])
+    return end, first
+
+
+def loaded_by(args: list[str]) -> list[str]:
+    return loaded(args)[0]
 
 
 @pytest.fixture()
@@ -72,8 +89,9 @@ def test_neighbours_loads_no_heavy_library(store):
 
 def test_attention_masks_of_a_class_token_load_no_torch(store, tmp_path):
     # DINO's rule reads the stored attention; only SelfPatch's aggregation head computes with torch
-    heavy = loaded_by(["attention-masks", str(store), "-q", "--workers", "1", "--cache", str(tmp_path / "cache")])
+    heavy, first = loaded(["attention-masks", str(store), "-q", "--workers", "1", "--cache", str(tmp_path / "cache")])
     assert "torch" not in heavy and "timm" not in heavy
+    assert first == []  # the store read with zarr alone: xarray and pandas come only to save the masks
     assert list((store / "results" / "attention_masks").glob("*/zarr.json"))  # the run did compute
 
 
@@ -190,6 +208,10 @@ def test_stores_read_with_zarr_alone_match_xarray(tmp_path):
         assert mine.dims == xr_array.dims and mine.attrs == xr_array.attrs and mine.encoding["probe_image_edges"] == xr_array.encoding["probe_image_edges"]
         assert np.array_equal(mine.isel(image=slice(1, 4)).values, xr_array.isel(image=slice(1, 4)).values)
         assert np.array_equal(mine.coords["image"].values, xr_array.coords["image"].values)
+        picked = [str(i) for i in xr_array.coords["image"].values[::-2]]  # ids out of the store's order, as knn picks a panel's
+        assert np.array_equal(mine.sel(image=picked).isel(image=slice(1, 3)).values, xr_array.sel(image=picked).isel(image=slice(1, 3)).values)
+        with pytest.raises(KeyError):
+            mine.sel(image=["absent.png"])
 
 
 def test_xarray_still_knows_a_dask_array_when_there_is_one():

@@ -33,7 +33,6 @@ def main() -> None:
 
 
 def _main() -> None:
-    from rich.markup import escape  # a line's own brackets ("kps entry [x, y]") are text, not rich markup
 
     from ..infra.collector import fewer_full_collections
     from ..infra.errors import EXIT_INTEGRITY, EXIT_INTERRUPTED, IntegrityError, Interrupted, ProbeError, os_error_line
@@ -48,22 +47,22 @@ def _main() -> None:
         refuse_repeated(sys.argv[1:])
         code = app(standalone_mode=False)  # typer returns the status of typer.Exit (and 130 on Ctrl-C) here
     except IntegrityError as error:
-        err_console.print(f"[bold red]integrity:[/] {escape(carried(error.line(), sys.argv[1:]))}", highlight=False, soft_wrap=True)
+        _say("integrity:", "bold red", carried(error.line(), sys.argv[1:]))
         sys.exit(EXIT_INTEGRITY)
     except SettingError as error:  # the API names the parameter; the command line names its flag
-        err_console.print(f"[bold red]error:[/] {escape(carried(flagged(error), sys.argv[1:]))}", highlight=False, soft_wrap=True)
+        _say("error:", "bold red", carried(flagged(error), sys.argv[1:]))
         sys.exit(2)
     except ProbeError as error:
-        err_console.print(f"[bold red]error:[/] {escape(carried(error.line(), sys.argv[1:]))}", highlight=False, soft_wrap=True)
+        _say("error:", "bold red", carried(error.line(), sys.argv[1:]))
         sys.exit(2)
     except Interrupted as error:
-        err_console.print(f"[bold yellow]{_stopped(terminated())}:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+        _say(f"{_stopped(terminated())}:", "bold yellow", str(error))
         sys.exit(STATUS if terminated() else EXIT_INTERRUPTED)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print(f"{_stopped(terminated())}; nothing half-written is kept, rerun the command", highlight=False)
         sys.exit(STATUS if terminated() else EXIT_INTERRUPTED)
     except OSError as error:  # a full disk, a read-only folder, a file where a folder belongs: one line, not a traceback
-        err_console.print(f"[bold red]error:[/] {escape(os_error_line(error))}", highlight=False, soft_wrap=True)
+        _say("error:", "bold red", os_error_line(error))
         sys.exit(2)
     except Exception as error:  # usage errors (typer's bundled click) carry their own message and exit code
         if callable(getattr(error, "show", None)) and isinstance(getattr(error, "exit_code", None), int):
@@ -75,6 +74,14 @@ def _main() -> None:
         code = STATUS if terminated() else code
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _say(label: str, style: str, line: str) -> None:
+    """One failure line: the label styled, the message as plain text (a path or a file's own text may hold
+    ``[tag]`` or ``:name:``, which rich would read as markup or an emoji code)."""
+    from rich.text import Text
+
+    err_console.print(Text.assemble((label, style), " ", line), highlight=False, soft_wrap=True)
 
 
 def refuse_repeated(args: list[str]) -> None:

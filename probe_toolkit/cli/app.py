@@ -20,7 +20,8 @@ panel_app = typer.Typer(no_args_is_help=True, help="Labelled image sets (COCO fi
 ledger_app = typer.Typer(no_args_is_help=True, help="The hash-chained record of every read of labels.")
 app.add_typer(panel_app, name="panel")
 app.add_typer(ledger_app, name="ledger")
-console = Console(emoji=False)  # a name such as SPair's "000001-a-b:cat:" is text, never an emoji code
+# no emoji codes: a printed name such as SPair's ``…:cat:`` pair stays as written
+console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
 
 from ..infra.spelling import FLAGS, flag  # noqa: E402,F401  (one table of parameter -> flag, shared with the fix commands)

@@ -31,15 +31,13 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import attention_masks as am
 from ..analyses.linear import view_labels
 from ..infra.errors import ProbeError
-from ..infra.placement import Placement
 from ..infra.runner import Where, map_images
 from ..infra.settings import SettingError
 from ..labels.panels import read_labels
@@ -47,6 +45,9 @@ from ..protocols.attention_masks import AttentionMasksSettings
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import cache, images, parts
 from .runs import result_provenance
+
+if TYPE_CHECKING:
+    from ..store.direct import StoreData
 
 ROW_TEXT = {
     "cls": "the class token's row of the last block (DINO's visualize_attention.py)",
@@ -119,7 +120,7 @@ def choose_row(row: str, meta: dict[str, Any], store: Path) -> tuple[str, dict |
     return row, head
 
 
-def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
+def grid_of(ds: StoreData, n_patches: int) -> tuple[int, int]:
     """The 224 view's (rows, cols), from the store's grid arrays when it has them, else square."""
     if "grid_rows_224" in ds and ds.sizes.get("image", 0):
         return int(ds["grid_rows_224"].values[0]), int(ds["grid_cols_224"].values[0])
@@ -130,7 +131,7 @@ def grid_of(ds: xr.Dataset, n_patches: int) -> tuple[int, int]:
 
 
 def masks_of_store(
-    ds: xr.Dataset,
+    ds: StoreData,
     row: str,
     head: dict | None,
     mass: float,
@@ -163,14 +164,16 @@ def prefix_names(registers: int) -> list[str]:
 
 
 def shard_masks(
-    ds: xr.Dataset, store: Path, placement: Placement, row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None, where: Where
+    ds: StoreData, store: Path, shard: tuple[int, int], row: str, head: dict | None, mass: float, heads: int, progress: Callable[[int], None] | None, where: Where
 ) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's masks saved as a part; (every image's masks, []) once all parts are in."""
     from . import shards
 
-    ids = [str(i) for i in ds.image.values]
-    which, (a, b) = shards.share(placement, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
+    ids = [str(i) for i in ds["image"].values]
+    which, (a, b) = shards.share(shard, len(ids), int(ds.attrs["manifest"].get("chunk") or 16))
     arrays = masks_of_store(ds, row, head, mass, heads, progress, where, (a, b)) if b > a else {"mask": np.zeros((0, heads, 0), bool)}
+    import xarray as xr
+
     part = xr.Dataset({name: (DIMS[name], values.astype(np.uint8) if name.endswith("mask") else values) for name, values in arrays.items()}, coords={"image": ids[a:b]})
     identity = {"row": row, "mass": float(mass), "images_sha256": shards.images_sha256(ids)}
     whole, missing = shards.gather(store, "attention_masks", which, part, identity)
@@ -197,7 +200,7 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
     share, ``commands.shards``), saved; scored by Jaccard on the panel when one is given (by the
     shard that completes the set)."""
     store, mass = inputs.store, float(settings.mass)
-    ds = cache.open_store(store, allow_partial=settings.partial)
+    ds = cache.open_store(store, allow_partial=settings.partial, plain=True)  # zarr alone: xarray is imported once the masks are made
     meta = cache.manifest(ds)
     row, head = choose_row(settings.row, meta, store)
     cache.require(ds, "tokens_224" if row == "aggregation" else "attention_224")
@@ -205,16 +208,16 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
     patch = int(meta.get("arch", {}).get("patch", 16))
     with context.placed() as where:
         progress = context.task("masks", ds.sizes["image"])
-        if not context.placement.sharded:
+        if not context.sharded:
             arrays = masks_of_store(ds, row, head, mass, heads, progress, where)
         else:
-            arrays, missing = shard_masks(ds, store, context.placement, row, head, mass, heads, progress, where)
+            arrays, missing = shard_masks(ds, store, context.shard(), row, head, mass, heads, progress, where)
             if arrays is None:  # a shard that finished before the others
                 return context.finish(MasksReport(store, row, mass, ds.sizes["image"], 0, waiting=missing))
     masks = arrays["mask"]
     n, h, p = masks.shape
     rows, cols = grid_of(ds, p)
-    ids = [str(i) for i in ds.image.values]
+    ids = [str(i) for i in ds["image"].values]
     data = {"mask": (("image", "head", "patch"), masks.astype(np.uint8))}
     report = MasksReport(store, row, mass, n, 0)
     tokens = prefix_names(int(meta.get("arch", {}).get("registers", 0)))
@@ -238,7 +241,7 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
         union = np.full((n, h), np.nan)
         best = np.full(n, np.nan)
         per_object = np.full(n, np.nan)
-        widths, heights = ds.image_width.values.astype(int), ds.image_height.values.astype(int)
+        widths, heights = ds["image_width"].values.astype(int), ds["image_height"].values.astype(int)
         objects_seen = 0
         for i, sid in enumerate(ids):
             if sid not in read.image_map:
@@ -277,6 +280,8 @@ def run(inputs: Inputs, settings: AttentionMasksSettings, context: RunContext) -
         report.counts = {"images": n, "in_panel": len(read.image_map), "scored": scored, "objects": objects_seen}
         attrs.update({"panel": {"name": read.panel.name, "role": read.panel.role}, "ledger_entry": read.entry_id, "counts": report.counts})
     coords = {"image": ids, "head": np.arange(h), **({"storage": tokens[1:], "token": tokens, "key": [*tokens, "patches"]} if "prefix_mass" in data else {})}
+    import xarray as xr
+
     result = xr.Dataset(data, coords=coords)
     if report.looks is not None:
         attrs["looks"] = report.looks

@@ -7,7 +7,7 @@ viewpoint bin (0, 1, 2 and every pair, each its own sample of at most 200 pairs 
 that have pairs. Order, which the ledger shows: the store is checked for the panel's images and
 the view (no label read), then the pairs are read once (purpose ``correspond: score``), then the
 pairs are matched in blocks on the runner (``--workers``, ``--dask-address``), each pair on its own,
-so the numbers do not depend on the placement. ``--shard i/n`` (or torchrun): shard i matches its
+so the numbers are the same wherever they run. ``--shard i/n`` (or torchrun): shard i matches its
 contiguous share of the sampled pairs (whole blocks) and saves it as ``results/correspond-part-i-of-n``;
 the shard that finds every part in (``shards.collect``) scores them all and saves the record
 (every shard reads the pairs' annotations: the sample is drawn from them). Results ``results/correspond``:
@@ -37,7 +37,6 @@ import xarray as xr
 
 from ..analyses import correspond
 from ..infra.errors import ProbeError
-from ..infra.placement import Placement
 from ..infra.runner import map_blocks
 from ..infra.settings import SettingError
 from ..infra.spelling import fix_command
@@ -114,12 +113,12 @@ def pair_block(
 
 
 def shard_pairs(
-    store: Path, placement: Placement, n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str], identity: dict[str, Any]
+    store: Path, shard: tuple[int, int], n_pairs: int, match: Callable[[int, int], dict[str, np.ndarray]], names: Sequence[str], identity: dict[str, Any]
 ) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """This shard's pairs [a, b) (whole blocks of ``BLOCK``: the blocks of a one-process run)
     matched and saved as ``results/correspond-part-i-of-n``; (every pair's errors and matches in
     pair order, []) once every part with this ``identity`` is in, else (None, the shards missing)."""
-    which, (a, b) = shards.share(placement, n_pairs, BLOCK)
+    which, (a, b) = shards.share(shard, n_pairs, BLOCK)
     got = match(a, b)
     part = xr.Dataset({"error": (("pair", "keypoint"), got["error"]), "predicted": (("pair", "keypoint", "xy"), got["predicted"])}, coords={"pair": list(names[a:b])})
     identity = {**identity, "pairs": int(n_pairs)}
@@ -149,11 +148,10 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
 
         return run_navi(inputs, settings, context)
     not_for(settings, NAVI_ONLY, "SPair-71k")
-    if context.placement.device not in ("cpu", "auto"):
+    if context.gpu_asked():
         raise SettingError("device", "a SPair-71k panel is scored on the store's tokens, on the CPU", "drop device: it runs NAVI's network")
     thresholds, instances = tuple(float(t) for t in settings.thresholds), settings.instances
     seed = SPAIR_SEED if settings.seed is None else settings.seed
-    placement = context.placement
     store = inputs.store
     source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,))
     ds, ids = source.panel_stores[the_panel.name]
@@ -216,7 +214,7 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
 
     progress = context.task("correspond", len(chosen))
 
-    if placement.sharded:
+    if context.sharded:
         identity = {
             "view": VIEW,
             "instances": int(instances),
@@ -227,7 +225,7 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
             "pairs_sha256": images_sha256([p.name for p in chosen]),
             "images_sha256": images_sha256([f"{store_id[p.source]}|{store_id[p.target]}" for p in chosen]),
         }
-        out, missing = shard_pairs(store, placement, len(chosen), match, [p.name for p in chosen], identity)
+        out, missing = shard_pairs(store, context.shard(), len(chosen), match, [p.name for p in chosen], identity)
         if out is None:  # a shard that finished before the others
             empty = np.zeros((0, len(BIN_NAMES), len(thresholds)))
             return context.finish(

@@ -38,7 +38,6 @@ import xarray as xr
 
 from ..analyses import navi
 from ..infra.errors import IntegrityError, ProbeError, worker_name
-from ..infra.placement import Placement
 from ..infra.runner import map_blocks
 from ..labels import navi_read
 from ..labels.navi import MAX_ANGLE, PAIR_SEED, STRIDE, NaviImage
@@ -206,13 +205,13 @@ def _scores(out: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def _placed(
-    store: Path, placement: Placement, score: Callable[[int, int], dict[str, np.ndarray]], names: list[str], identity: dict[str, Any]
+    store: Path, shard: tuple[int, int] | None, score: Callable[[int, int], dict[str, np.ndarray]], names: list[str], identity: dict[str, Any]
 ) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """Every pair's numbers in pair order, or, on a shard that finished before the others, (None, the shards missing):
     the shard's contiguous share of the pairs (whole blocks) saved as ``results/correspond-navi-part-i-of-n``."""
-    if not placement.sharded:
+    if shard is None:
         return score(0, len(names)), []
-    which, (a, b) = shards.share(placement, len(names), BLOCK)
+    which, (a, b) = shards.share(shard, len(names), BLOCK)
     got = score(a, b)
     part = xr.Dataset({key: (("pair", "match", "xy")[: v.ndim], v) for key, v in got.items()}, coords={"pair": names[a:b]})
     found, missing = shards.exchange(store, RESULT, which, part, identity)
@@ -228,7 +227,6 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
     from ..store.backbone import Backbone, forget, remember
 
     not_for(settings, SPAIR_ONLY, "NAVI")
-    placement = context.placement
     store = Path(inputs.store)
     if not (store / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store", "pass a store written by probe extract: its checkpoint runs on the NAVI views")
@@ -238,7 +236,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
     seed = PAIR_SEED if settings.seed is None else int(settings.seed)
     labels = context.read("panel", navi_read.read_navi, purpose="correspond: score", checkpoint=ck.sha256, seed=seed)
     start = time.perf_counter()
-    device = "cpu" if placement.device == "auto" else placement.device
+    device = str(context.device(auto="cpu"))
     load = (("heads", (meta.get("arch") or {}).get("heads")), ("convert", bool(info.get("converted"))), ("checked_sha256", ck.sha256))
     job = Job(
         str(Path(str(info.get("path"))).resolve()),
@@ -289,7 +287,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
         "pairs_sha256": shards.images_sha256(names),
     }
     try:
-        out, missing = _placed(store, placement, score, names, identity)
+        out, missing = _placed(store, context.shard(), score, names, identity)
         source_view, target_view = shown_views(job, SHOWN) if out is not None else (None, None)
     finally:
         forget()

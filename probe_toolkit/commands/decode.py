@@ -19,6 +19,8 @@ file (``--settings``, else ``<cache>/decoder-settings.json`` written by the swee
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ from ..protocols.discovery import DecodeSettings
 from ..results import records
 from ..store import cache
 from ..store.completion import computed_on
-from .decode_keys import BlockResults, colour_task, decode_keys, decode_with_colour, open_keys
+from .decode_keys import BlockResults, SavedRows, colour_task, decode_keys, decode_with_colour, open_keys
 from .decode_scores import check_masks_out, file_sha256, masks_meta_path, refine_bilateral, saliency_record, scores_record
 from .decode_shards import decode_shard
 from .decode_views import check_view, view_check
@@ -59,20 +61,20 @@ def _settings_file(path: Path) -> Settings:
     """The settings a ``probe decode-sweep`` wrote (``settings`` and ``chosen_by``), or one line
     naming the file: another summary (an entropy ``--json``), or a value no preset takes (the
     file's, not a flag's: ``--preset`` was not given)."""
-    fix = "pass the file `probe decode-sweep --settings-out` wrote, or drop --settings"
+    fix = "pass the file `probe decode-sweep --settings-out` wrote, or drop settings_file"
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError) as error:
-        raise ProbeError(path, f"is not a decoder settings file (not JSON: {str(error)[:60]})", fix) from None
+        raise SettingError("settings_file", f"is not a decoder settings file (not JSON: {str(error)[:60]})", fix, path) from None
     stored = data.get("settings") if isinstance(data, dict) else None
     if not isinstance(stored, dict) or not isinstance(data.get("chosen_by"), dict):
         kind = f"a {data['analysis']} summary" if isinstance(data, dict) and isinstance(data.get("analysis"), str) else "another file"
-        raise ProbeError(path, f"is not a decoder settings file (no settings chosen by a sweep: it is {kind})", fix)
+        raise SettingError("settings_file", f"is not a decoder settings file (no settings chosen by a sweep: it is {kind})", fix, path)
     try:
         return Settings(**{k: v for k, v in stored.items() if k in Settings.__dataclass_fields__})
     except (ProbeError, ValueError, TypeError) as error:
         problem = error.problem if isinstance(error, ProbeError) else str(error)
-        raise ProbeError(path, f"holds settings no decoder takes ({problem})", fix) from None
+        raise SettingError("settings_file", f"holds settings no decoder takes ({problem})", fix, path) from None
 
 
 def resolve_settings(*, preset: str | None, overrides: dict[str, Any], settings_file: Path | None, cache_dir: str | Path | None) -> tuple[Settings, str]:
@@ -150,80 +152,90 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Decode
         raise SettingError("refine", "refine bilateral refines masks for saliency scores, so it needs panel", "pass a saliency panel", others=("panel",))
     if out is not None:  # the user's file, or the store's own, is never written over
         check_masks_out(out, store)
-    report = decode_store(store, chosen, source, settings.view, settings.keys, context)
+    report = decode_store(store, chosen, source, settings.view, settings.keys, context, scored=panel is not None)
     if report.masks_file is None:  # a shard done before the others
         return context.finish(report)
     return context.finish(report, *score_masks(report, panel, out, refine, context))
 
 
-def decode_store(store: Path, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> DecodeReport:
-    """The masks of every image of the store (label-free), as the report's ``decoded`` and ``encoded``."""
-    placement = context.placement
-    backend, device = placement.backend, placement.device
+def decode_store(store: Path, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext, scored: bool = True) -> DecodeReport:
+    """The masks of every image of the store (label-free), as the report's ``decoded`` and ``encoded``;
+    ``scored`` False: no panel will score them, so ``encoded`` keeps the masks JSON's text only."""
+    backend, device, threads = context.decoder()
     size = int(view) if view == "480" else view
     check_view(size)
     src = open_keys(store, size, keys)
     tick = context.task("decode", len(src.image_ids))
     t0 = time.perf_counter()
-    encoded = BlockResults(src, settings)
+    encoded = BlockResults(src, settings, as_text=not scored)
     from contextlib import nullcontext
 
     from .decode_colour import photographs
 
-    with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
-        if not placement.sharded:
-            if settings.color_lambda:
-                decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
-                encoded.add(decoded)
+    rows: SavedRows | None = None
+    folder = rows_folder(src.store)
+    try:
+        with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
+            if not context.sharded:
+                if settings.color_lambda:
+                    decoded = decode_with_colour(src, settings, tick, where=where, photos=photos)
+                    encoded.add(decoded)
+                else:  # each block's arrays written as it comes (SavedRows): no image's arrays are kept
+                    rows = SavedRows(src, settings, folder, also=encoded)
+                    decode_keys(src.keys, settings, tick, threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=rows, keep=False)
             else:
-                decoded = src.with_grids(
-                    decode_keys(src.keys, settings, tick, placement.threads, where=where, backend=backend, device=device, grids=src.grid_arrays(), each=encoded)
-                )
+                task = colour_task(src, settings, photos) if settings.color_lambda else None
+                decoded, missing = decode_shard(src, settings, context.shard(), where=where, backend=backend, device=device, threads=threads, on_image=tick, task=task)
+                if decoded is None:
+                    return DecodeReport(
+                        store=src.store,
+                        settings=settings,
+                        settings_source=settings_source,
+                        n_images=len(src.image_ids),
+                        n_masks=0,
+                        degenerate=0,
+                        dense_solves=0,
+                        seconds=time.perf_counter() - t0,
+                        masks_file=None,
+                        extra={"waiting_for_shards": missing},
+                    )
+                encoded.add(decoded)
+        seconds = time.perf_counter() - t0
+        unit = uuid.uuid4().hex
+        if rows is not None:
+            counts = (rows.n_masks, rows.degenerate, rows.dense_solves)
+            saved = rows.written()
         else:
-            task = colour_task(src, settings, photos) if settings.color_lambda else None
-            decoded, missing = decode_shard(src, settings, placement, where=where, backend=backend, device=device, threads=placement.threads, on_image=tick, task=task)
-            if decoded is None:
-                return DecodeReport(
-                    store=src.store,
-                    settings=settings,
-                    settings_source=settings_source,
-                    n_images=len(src.image_ids),
-                    n_masks=0,
-                    degenerate=0,
-                    dense_solves=0,
-                    seconds=time.perf_counter() - t0,
-                    masks_file=None,
-                    extra={"waiting_for_shards": missing},
-                )
-            encoded.add(decoded)
-    seconds = time.perf_counter() - t0
-    unit = uuid.uuid4().hex
-    context.save(
-        src.store,
-        "decoder",
-        decoder_dataset(decoded, src.image_ids),
-        {
-            "manifest": src.manifest,
-            "settings": settings.as_dict(),
-            "settings_source": settings_source,
-            "size": size,
-            "view": src.view,
-            "keys": src.keys_kind,
-            "seconds": seconds,
-            "provenance": provenance.stamp(),
-            "unit": unit,
-            "computed_on": computed_on(src.store, src.image_ids),
-            "backend": backend,
-        },
-    )
+            counts = (int(decoded.n_masks.sum()), int(decoded.degenerate.sum()), int(decoded.dense_solves.sum()))
+            saved = decoder_dataset(decoded, src.image_ids)
+        context.save(
+            src.store,
+            "decoder",
+            saved,
+            {
+                "manifest": src.manifest,
+                "settings": settings.as_dict(),
+                "settings_source": settings_source,
+                "size": size,
+                "view": src.view,
+                "keys": src.keys_kind,
+                "seconds": seconds,
+                "provenance": provenance.stamp(),
+                "unit": unit,
+                "computed_on": computed_on(src.store, src.image_ids),
+                "backend": backend,
+            },
+        )
+    finally:  # saved: the folder was moved into the record; stopped: nothing half written stays
+        shutil.rmtree(folder, ignore_errors=True)
     report = DecodeReport(
         store=src.store,
         settings=settings,
         settings_source=settings_source,
         n_images=len(src.image_ids),
-        n_masks=int(decoded.n_masks.sum()),
-        degenerate=int(decoded.degenerate.sum()),
-        dense_solves=int(decoded.dense_solves.sum()),
+        n_masks=counts[0],
+        degenerate=counts[1],
+        dense_solves=counts[2],
         seconds=seconds,
         masks_file=records.results_path(src.store, "decoder-masks.json"),
         extra={"settings_source": settings_source, "keys": src.keys_kind},
@@ -232,6 +244,12 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
         unit=unit,
     )
     return report
+
+
+def rows_folder(store: Path) -> Path:
+    """Where a run writes its decoder arrays block by block before ``records.save`` moves them into
+    the record: a temporary name of this process (``infra.litter``: removed by the next run if it is killed)."""
+    return records.results_path(store, "decoder") / f".rows.tmp-{os.getpid()}"
 
 
 def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refine: str | None, context: RunContext) -> list[Saving]:
@@ -243,8 +261,11 @@ def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refin
     labels: LabelRead | None = None
     if panel is not None:
         labels = context.read("panel", read_labels, purpose="score", checkpoint=src.checkpoint, images=src.image_ids)
-    results = encoded.entries(labels.image_map if labels is not None else None)
-    write_json(report.masks_file, results)
+    if labels is not None:
+        results = encoded.entries(labels.image_map)
+        write_json(report.masks_file, results)
+    else:
+        encoded.write(report.masks_file)  # no scores: the entries kept as the file's text
     write_json(
         masks_meta_path(report.masks_file),
         {

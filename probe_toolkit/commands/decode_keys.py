@@ -15,11 +15,14 @@ import numpy as np
 from ..analyses.decoder import Decoded
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
 from ..analyses.decoder_settings import Settings
+from ..infra.atomic import json_text, write_json, write_json_list
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.runner import Where, map_images
-from ..labels.masks import coco_results
+from ..infra.settings import SettingError
+from ..labels.masks import coco_results, decoder_attrs, decoder_coords, decoder_variables
 from ..store import cache, own_size
 from ..store.grids import view_grid
+from ..store.plain_rows import Rows, Written
 from ..store.views import keys_array
 from .decode_views import OWN_SIZE, check_view
 
@@ -91,6 +94,11 @@ def native_grids(store: str | Path, ds: xr.Dataset | StoreData, heights: np.ndar
     return np.stack([rows, cols], axis=1), patch
 
 
+def refused_keys(where: Any, keys: str, why: str) -> SettingError:
+    """Keys a store or network cannot give, said per caller: ``keys='plain'`` from Python, ``--keys plain`` on the command line."""
+    return SettingError("keys", where=where, requirement="plain here", value=keys, example="plain", why=why)
+
+
 def open_keys(store: str | Path, size: int | str = 480, keys: str = "plain") -> StoreKeys:
     """The store's keys of one view: before RoPE (``plain``) or, on a DINOv3 store, after it (``rope``)."""
     view = check_view(size)
@@ -99,9 +107,9 @@ def open_keys(store: str | Path, size: int | str = 480, keys: str = "plain") -> 
     try:
         name = keys_array(meta.get("arch") or {}, view, keys)
     except ValueError as error:
-        raise ProbeError(store, str(error), "use --keys plain") from None
+        raise refused_keys(store, keys, str(error)) from None
     if name not in ds and f"keys_{view}" in ds:
-        raise ProbeError(store, f"was extracted before keys after RoPE were stored (it has no {name})", "extract into a new store, or pass --keys plain")
+        raise refused_keys(store, keys, f"it was extracted before keys after RoPE were stored (it has no {name}: a new store has them)")
     values = cache.require(ds, name)
     if ds.sizes.get("image", 0) == 0:
         raise ProbeError(store, "has no finished images", "run `probe extract` to completion first")
@@ -141,18 +149,20 @@ def decode_keys(
     device: str = "cpu",
     grids: dict[str, StoreArray] | None = None,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
-) -> Decoded:
+    keep: bool = True,
+) -> Decoded | None:
     """Decode every image of a lazy (image, patch, channel) array, block by block, through the runner.
 
     Each image is computed alone with one BLAS thread (``threads`` when this process computes):
     one image's problems are small, and a busy machine makes multi-threaded OpenBLAS spin (60×
     slower measured on the shared 2-core box). Results do not depend on ``where``. ``grids``: an
     own-size view's ``rows`` and ``cols`` (``StoreKeys.grid_arrays``), read block by block beside the keys.
-    ``each``: the runner's per-block hook (``BlockResults``).
+    ``each``: the runner's per-block hook (``BlockResults``, ``SavedRows``); ``keep`` False: the blocks go
+    to ``each`` only and None is returned (memory holds a few blocks, whatever the images).
     """
     fn = partial(decode_block, settings=settings, backend=backend, device=device)
-    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image), each=each)
-    return as_decoded(arrays, settings)
+    arrays = map_images(fn, {"keys": keys, **(grids or {})}, where=where, threads=threads, progress=_ticks(on_image), each=each, keep=keep)
+    return as_decoded(arrays, settings) if keep else None
 
 
 def colour_task(src: StoreKeys, settings: Settings, photos: tuple) -> tuple[Callable[..., dict[str, np.ndarray]], dict[str, Any]]:
@@ -177,14 +187,21 @@ class BlockResults:
     """The masks JSON's entries, encoded block by block as the runner hands the blocks over: this
     process draws and RLE-encodes one block's masks while the workers decode the next ones,
     instead of encoding every mask after the last block. Entries are kept by store position;
-    ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set."""
+    ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set. ``as_text``
+    (no panel will be scored: the entries are only written) keeps each block's entries as the
+    masks JSON's text instead of Python objects (a few times smaller), written by ``write``."""
 
-    def __init__(self, src: StoreKeys, settings: Settings) -> None:
-        self.src, self.settings, self.parts = src, settings, []
+    def __init__(self, src: StoreKeys, settings: Settings, as_text: bool = False) -> None:
+        self.src, self.settings, self.as_text = src, settings, as_text
+        self.parts: list[tuple[int, list[dict[str, Any]] | str]] = []
 
     def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
         block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
-        self.parts.append((a, coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])))
+        found = coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])
+        if self.as_text:  # the masks JSON's items for these images, under their store positions
+            self.parts.append((a, json_text([dict(r, image_id=a + r["image_id"]) for r in found], None, (",", ":"))[1:-1]))
+        else:
+            self.parts.append((a, found))
 
     def add(self, decoded: Decoded) -> None:
         """A whole decode at once (the colour term's and the shards' paths)."""
@@ -192,6 +209,46 @@ class BlockResults:
 
     def entries(self, coco_ids: dict[str, int] | None = None) -> list[dict[str, Any]]:
         """Every entry in image order; with ``coco_ids`` only that map's images, under their COCO ids."""
+        if self.as_text:
+            raise ValueError("entries kept as text are written (write), not read back")
         if coco_ids is None:
             return [dict(r, image_id=a + r["image_id"]) for a, part in self.parts for r in part]
         return [dict(r, image_id=int(coco_ids[r["file_name"]])) for _, part in self.parts for r in part if r["file_name"] in coco_ids]
+
+    def write(self, path: Path) -> None:
+        """The masks JSON of every entry under its store position (``write_json``'s bytes, from the text kept)."""
+        if self.as_text:
+            write_json_list(path, (text for _, text in self.parts))
+        else:
+            write_json(path, self.entries())
+
+
+class SavedRows:
+    """The runner's per-block hook that writes each block's ``results/decoder`` arrays as it comes
+    (``store.plain_rows.Rows``, in a temporary folder of the results that ``records.save`` moves into the
+    record) and keeps only each image's counts: memory stays flat in the number of images. The
+    saved arrays are ``labels.masks.decoder_dataset``'s, bit for bit. ``also``: another hook
+    handed every block too (``BlockResults``)."""
+
+    def __init__(self, src: StoreKeys, settings: Settings, folder: Path, also: Callable[[int, int, dict[str, np.ndarray]], None] | None = None) -> None:
+        self.src, self.settings, self.also = src, settings, also
+        self.rows = Rows(folder, len(src.image_ids))
+        self.n_masks = self.degenerate = self.dense_solves = 0
+        self.finite_degree = False
+        self.last: Decoded | None = None  # a block's decode, for the masks' geometry
+
+    def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
+        if self.also is not None:
+            self.also(a, b, arrays)
+        block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
+        self.rows.add(decoder_variables(block))
+        self.n_masks += int(block.n_masks.sum())
+        self.degenerate += int(block.degenerate.sum())
+        self.dense_solves += int(block.dense_solves.sum())
+        self.finite_degree |= block.degree is not None and bool(np.isfinite(block.degree).any())
+        self.last = block
+
+    def written(self) -> Written:
+        """Every block in: the results to save (``RunContext.save``)."""
+        drop = () if self.finite_degree else ("degree", "expansion")
+        return self.rows.written(decoder_coords(self.last, self.src.image_ids), decoder_attrs(self.last), drop)

@@ -222,9 +222,12 @@ def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreRe
     except (OSError, ValueError) as error:
         raise ProbeError(masks_file, f"is not a COCO results JSON ({type(error).__name__}: {str(error)[:80]})", "pass the file `probe decode --out` wrote") from None
     meta = bound_meta(masks_file)
-    from ..labels.schema import result_problems
+    from ..labels.schema import header_size, result_problems
 
-    found = result_problems(results)  # field by field, before any label is read: a wrong type is one line, not a traceback in the evaluator
+    images = context.panel("panel").images
+    # field by field, and each mask's size against its image's header, before any label is read: a wrong type is one line,
+    # not a traceback in the evaluator
+    found = result_problems(results, header_size(Path(images)) if images else None)
     if found:
         more = f" ({len(found) - 1} more problems)" if len(found) > 1 else ""
         raise ProbeError(masks_file, f"is not a COCO results JSON probe can score: {found[0]}{more}", "score masks written by `probe decode`")
@@ -239,6 +242,7 @@ def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreRe
         given=f"the masks of {masks_file.name}",
     )  # allow_partial some: refused
     mapped = [dict(r, image_id=labels.image_map[r["file_name"]]) for r in results if r["file_name"] in labels.image_map]
+    _same_sizes(mapped, labels.coco, masks_file)
     store = Path(meta["store"]) if meta.get("store") else None
     in_store = store is not None and (store / "zarr.json").is_file()
     if labels.panel.kind == "saliency":
@@ -251,6 +255,22 @@ def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreRe
     scores = evaluate(labels.coco, mapped)
     saving = [scores_record(store, scores, labels, meta.get("settings"), cache.manifest(store), masks_file, unit=meta.get("unit"))] if in_store else []
     return context.finish(ScoreReport(scores, labels.entry_id), *saving)
+
+
+def _same_sizes(mapped: list[dict], coco: Any, masks_file: Path) -> None:
+    """Each mask is its image's size as the panel records it, and a well-formed compressed RLE (the
+    evaluator would compare another mask with the image's objects and print a number): the check
+    behind the header check, for images whose file was not found under the name the mask gives."""
+    from ..labels.schema import result_mask_problems
+
+    for n, result in enumerate(mapped):
+        image = coco.imgs.get(result["image_id"], {})
+        if "height" in image and "width" in image:
+            found = result_mask_problems(f"result [{n}] ({result['file_name']})", result["segmentation"], image["height"], image["width"])
+            if found:
+                raise ProbeError(
+                    masks_file, f"is not a COCO results JSON probe can score: {found[0]}", "score masks decoded from a store of this panel's images (`probe decode`)"
+                )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,33 +19,32 @@ import numpy as np
 from ..analyses.decoder import Decoded
 from ..analyses.decoder_blocks import as_decoded, decode_block, group_arrays, sweep_block
 from ..analyses.decoder_settings import Settings
-from ..infra.placement import Placement
 from ..infra.runner import Where, map_images
 from ..labels.masks import decoded_from_dataset, decoder_dataset
 from .shards import gather, share
 
 
 def decode_shard(
-    src, settings: Settings, placement: Placement, *, where: Where, backend: str, device: str, threads: int = 1, on_image=None, task: tuple | None = None
+    src, settings: Settings, shard: tuple[int, int], *, where: Where, backend: str, device: str, threads: int = 1, on_image=None, task: tuple | None = None
 ) -> tuple[Decoded | None, list[int]]:
     """(all parts as one ``Decoded``, []) once every shard is in, else (None, missing shards).
     ``task``: (block function, arrays) in place of the keys' decode (DSM's colour term,
     ``decode_keys.colour_task``; it computes nothing with torch)."""
     fn, arrays = task or (partial(decode_block, settings=settings, backend=backend, device=device), {"keys": src.keys, **src.grid_arrays()})
-    which, (a, b), computed = _share(src, placement, fn, arrays, where, threads, on_image, torch_free=task is not None)
+    which, (a, b), computed = _share(src, shard, fn, arrays, where, threads, on_image, torch_free=task is not None)
     decoded = as_decoded(computed if computed is not None else _empty(settings, src.keys.sizes["patch"]), settings)
     identity = {"settings": settings.as_dict(), "backend": backend, "image_list_sha256": src.manifest.get("image_list_sha256"), "images": src.image_ids}
     return _gathered(src, "decoder", which, (a, b), decoded, identity)
 
 
 def sweep_shard(
-    src, groups: list[Settings], placement: Placement, *, where: Where, backend: str, device: str, threads: int = 1, on_image=None
+    src, groups: list[Settings], shard: tuple[int, int], *, where: Where, backend: str, device: str, threads: int = 1, on_image=None
 ) -> tuple[list[Decoded] | None, list[int]]:
     """``probe decode-sweep --shard i/n``: this shard's images under every setting group, saved as
     one part per group (``results/decoder-sweep-g<k>-part-<i>-of-<n>``); (every group's
     ``Decoded`` over all images, []) once every shard is in, else (None, missing shards)."""
     fn = partial(sweep_block, groups=groups, backend=backend, device=device)
-    which, (a, b), computed = _share(src, placement, fn, {"keys": src.keys, **src.grid_arrays()}, where, threads, on_image)
+    which, (a, b), computed = _share(src, shard, fn, {"keys": src.keys, **src.grid_arrays()}, where, threads, on_image)
     identity = {
         "groups": [s.as_dict() for s in groups],
         "backend": backend,
@@ -62,11 +61,11 @@ def sweep_shard(
     return (None, sorted(missing)) if missing else (wholes, [])
 
 
-def _share(src, placement: Placement, fn, arrays: dict, where: Where, threads: int, on_image, torch_free: bool = False):
+def _share(src, shard: tuple[int, int], fn, arrays: dict, where: Where, threads: int, on_image, torch_free: bool = False):
     """(i, n), this shard's image range (whole store chunks) and ``fn`` over it (None when the
     range is empty: more shards than chunks)."""
     block = int(src.manifest.get("chunk") or 16)
-    which, (a, b) = share(placement, len(src.image_ids), block)
+    which, (a, b) = share(shard, len(src.image_ids), block)
     if b <= a:
         return which, (a, b), None
     progress = (lambda k: [on_image() for _ in range(k)]) if on_image else None

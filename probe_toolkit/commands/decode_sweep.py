@@ -119,13 +119,12 @@ def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepRe
     saved scores (the others return ``waiting``)."""
     store, grid, metric, settings_out = inputs.store, settings.grid, settings.metric, settings.settings_out
     panel = context.panel("panel")
-    placement = context.placement
-    backend, device = placement.backend, placement.device
+    backend, device, threads = context.decoder()
     size = int(settings.view) if settings.view == "480" else settings.view
     settings_list = load_grid(grid)
     from ..infra.owned import check_output_file
 
-    check_output_file(settings_out, "--settings-out", [store])  # before any work: never over the store read, nor a user's file
+    check_output_file(settings_out, "settings_out", [store])  # before any work: never over the store read, nor a user's file
     check_view(size)
     src = open_keys(store, size, settings.keys)
     # one decode per (rule, centring, τ, ε), run for the most masks any setting of the group asks
@@ -136,12 +135,12 @@ def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepRe
     group_settings = [Settings.from_preset(key[0], center=key[1], tau=key[2], eps=key[3], masks=most) for key, most in groups.items()]
     tick = context.task("sweep", len(src.image_ids))
     with context.placed() as where:
-        if not placement.sharded:
+        if not context.sharded:
             fn = partial(sweep_block, groups=group_settings, backend=backend, device=device)
-            arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=placement.threads, progress=_ticks(tick))
+            arrays = map_images(fn, {"keys": src.keys, **src.grid_arrays()}, where=where, threads=threads, progress=_ticks(tick))
             per_group = [src.with_grids(as_decoded(group_arrays(arrays, g), s)) for g, s in enumerate(group_settings)]
         else:
-            per_group, missing = sweep_shard(src, group_settings, placement, where=where, backend=backend, device=device, threads=placement.threads, on_image=tick)
+            per_group, missing = sweep_shard(src, group_settings, context.shard(), where=where, backend=backend, device=device, threads=threads, on_image=tick)
             if per_group is None:
                 return context.finish(SweepReport(table=[], best=None, best_row={}, metric=metric, ledger_entry="", settings_file=None, waiting=missing))
     decoded = dict(zip(groups, per_group))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 from ..store import cache, own_size
 
 # the views of each image at its own size, zero-padded up, cut down or resized to whole patches
@@ -22,9 +22,7 @@ def check_view(size: int | str) -> str:
     accepted) or a fixed view's side in pixels (480 by default)."""
     view = str(size).strip().lower().replace("-", "_")
     if view not in OWN_SIZE and not view.isdigit():
-        raise ProbeError(
-            f"--view {view}", f"is neither {', '.join(OWN_SIZE)} nor a fixed view's size", "use --view 480, --view native, --view native_crop or --view native_resized"
-        )
+        raise SettingError("view", f"view {view} is neither {', '.join(OWN_SIZE)} nor a side in pixels", "use view 480, native, native_crop or native_resized")
     return view
 
 

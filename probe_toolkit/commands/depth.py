@@ -33,6 +33,7 @@ from ..analyses import depth_published as pub
 from ..analyses.segment import center_pad
 from ..infra import provenance
 from ..infra.errors import IntegrityError, ProbeError
+from ..infra.settings import SettingError
 from ..labels import nyu
 from ..labels.panels import Panel
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
@@ -128,19 +129,22 @@ def _check_network(settings, ck, preset: pub.Preset, block: int | None = None) -
     last for a one-block preset); a network it cannot read is refused."""
     arch = ck.arch
     if preset.class_token and not arch.class_token:
-        raise ProbeError(
-            ck.path, f"has no class token, which preset {preset.name} concatenates to every patch token (DINOv2's BNHead)", "use --preset dinov3 (patch tokens only)"
+        raise SettingError(
+            "preset",
+            f"has no class token, which preset {preset.name} concatenates to every patch token (DINOv2's BNHead)",
+            "use preset dinov3 (patch tokens only)",
+            ck.path,
         )
     if preset.blocks == "four" and arch.depth < 4:
-        raise ProbeError(ck.path, f"has {arch.depth} blocks; preset {preset.name} reads four", "use --preset dinov2-lin1 or dinov3")
+        raise SettingError("preset", f"has {arch.depth} blocks; preset {preset.name} reads four", "use preset dinov2-lin1 or dinov3", ck.path)
     if min(settings.crop) < arch.patch:
-        from ..infra.settings import SettingError
-
         raise SettingError("crop", f"crop {tuple(settings.crop)} is smaller than the network's {arch.patch}-pixel patch", "give crop=(416, 544) (published)")
     if block is None:
         return pub.blocks_of(preset, arch.depth)
     if preset.blocks != "last":
-        raise ProbeError(None, f"preset {preset.name} reads its own four blocks, not block {block}", "drop the block, or use --preset dinov3 or dinov2-lin1")
+        raise SettingError(
+            "preset", f"preset {preset.name} reads its own four blocks, not block {block}", "drop block, or use preset dinov3 or dinov2-lin1", others=("block",)
+        )
     if not -arch.depth <= block < arch.depth:
         raise ProbeError(ck.path, f"has {arch.depth} blocks, no block {block}", f"give a block from 0 to {arch.depth - 1}")
     return (block % arch.depth,)
@@ -152,10 +156,11 @@ def _check_sizes(panel: Panel, names: list[str], crop: tuple[int, int]) -> None:
         width, height = header_size(Path(panel.images) / name)
         x1, y1, x2, y2 = aug.nyu_box(height, width)
         if y2 - y1 < crop[0] or x2 - x1 < crop[1]:
-            raise ProbeError(
+            raise SettingError(
+                "crop",
+                f"is {width}x{height} px: {x2 - x1}x{y2 - y1} inside NYU's border, smaller than the {crop[1]}x{crop[0]} training window",
+                "use NYU's 640x480 photographs, or a smaller crop=(HEIGHT, WIDTH)",
                 Path(panel.images) / name,
-                f"is {width}x{height} px: after the NYU crop {x2 - x1}x{y2 - y1}, smaller than the {crop[1]}x{crop[0]} training crop",
-                "use NYU's 640x480 photographs, or a smaller crop (--crop HEIGHT,WIDTH)",
             )
 
 
@@ -170,11 +175,10 @@ def run(inputs: Inputs, settings, context: RunContext) -> DepthReport:
     ck = load_checkpoint(checkpoint, inputs.network)
     target = Path(inputs.store) if inputs.store is not None else cache.store_path(cache.cache_root(context.cache_dir), ck.stem, ck.sha256, inputs.network)
     if not (target / "zarr.json").is_file():
-        raise ProbeError(
-            target,
-            "is not a probe store of this checkpoint (the record is kept in one)",
-            f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: "
-            "its depth maps are labels), or pass --store STORE",
+        from ..protocols.heads import unextracted
+
+        raise unextracted(
+            target, f"run `probe extract {checkpoint} --images PHOTOS --views 224` on any folder of photographs (not the NYU folder: its depth maps are labels)"
         )
     preset = pub.PRESETS[settings.preset]
     blocks = _check_network(settings, ck, preset, context.block)

@@ -7,6 +7,8 @@ from pathlib import Path
 from ..infra.errors import ProbeError
 from ..infra.progress import within
 from ..infra.runner import per_image
+from ..infra.settings import SettingError
+from ..infra.spelling import fix_command
 from ..protocols.context import Inputs, RunContext
 from ..protocols.entropy import EntropySettings
 from ..store import grids
@@ -40,10 +42,11 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
     view = canonical(settings.view)
     read = {str(store): needs(store, view) for store in inputs.stores}
     if settings.patch is not None and any(name != f"attention_{view}" for name in read.values()):
-        raise ProbeError(
+        raise SettingError(
+            "patch",
+            f"holds the {view} view's attention statistics, not its maps: patch={settings.patch} follows one token's row, which statistics do not keep",
+            f"drop patch, or extract the maps: `{fix_command('extract', 'CKPT', views=view, attention='last')}`",
             next(s for s, n in read.items() if n != f"attention_{view}"),
-            f"holds the {view} view's attention statistics, not its maps: --patch follows one patch's row, which statistics do not keep",
-            f"drop --patch, or extract the maps: probe extract --views {view} --attention last",
         )
 
     def analyse(ds, progress, where):

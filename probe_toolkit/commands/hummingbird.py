@@ -29,7 +29,6 @@ import functools
 import json
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +36,18 @@ import numpy as np
 import xarray as xr
 
 from ..analyses import hummingbird as hb
-from ..analyses import search
 from ..infra.errors import ProbeError
 from ..infra.runner import map_images
 from ..infra.settings import SettingError
 from ..infra.shared import spooled
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.hummingbird import HummingbirdSettings
 from ..results import records
+from ..results.hummingbird_report import HummingbirdReport
 from ..store import cache, hbird_views, parts, views
+from ..store.completion import computed_on
 from . import shards
 from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
@@ -61,43 +61,6 @@ BANK_BLOCK = 16384  # bank rows per product block (any value gives the same numb
 # the panel kinds hummingbird reads: their reader and the classes it scores (open-hummingbird-eval: VOC's 21 with the
 # background; ADE20K's 150 and "other", label 0, as a 151st class, hbird/data/ade20k/ade20k_data.py get_num_classes)
 LAYOUTS = {voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES), ade_segmentation.KIND: (ade_segmentation, ("other", *ade_segmentation.CLASSES))}
-
-
-@dataclass
-class HummingbirdReport(Outcome):
-    """mIoU at each memory size of one store on one pair of segmentation panels, with the memory's rows and the data set's kind."""
-
-    store: Path
-    name: str
-    memory: list[str]
-    scores: list[hb.MiouResult]
-    bank_rows: list[int]
-    per_view: list[int]
-    classes: tuple[str, ...]
-    counts: dict[str, int]
-    ledger: dict[str, str]
-    matching: str
-    kind: str = voc_segmentation.KIND  # the panels' kind: published numbers exist for VOC only
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    def headline(self) -> list[float]:
-        return [s.miou_hungarian if self.matching == "hungarian" else s.miou for s in self.scores]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "memory": self.memory,
-            "matching": self.matching,
-            "miou": [s.miou for s in self.scores],
-            "miou_hungarian": [s.miou_hungarian for s in self.scores],
-            "iou": [s.iou.tolist() for s in self.scores],
-            "bank_rows": self.bank_rows,
-            "per_view": self.per_view,
-            "classes": list(self.classes),
-            "counts": self.counts,
-            "ledger": self.ledger,
-        }
 
 
 def _check_kinds(train: Panel, val: Panel) -> None:
@@ -195,8 +158,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     absent, --workers beside --dask-address) was checked before the run: before any label read."""
     from ..analyses import search_torch
 
-    placement = context.placement
-    device = placement.device if placement.backend == "torch" else None
+    device = context.search_device()
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles, kinds and seals checked before the run
     _check_kinds(train_panel, val_panel)
     layout, classes = LAYOUTS[train_panel.kind]
@@ -226,7 +188,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
     values = {"values": cache.require(val_ds, f"tokens_{query_view}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
-    which, (a, b) = shards.share(placement, len(val_ids), QUERY_BLOCK) if placement.sharded else ((0, 1), (0, len(val_ids)))
+    which, (a, b) = shards.share(context.shard(), len(val_ids), QUERY_BLOCK)  # every val image when not sharded
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
     bank_rows, n_classes = [rows for _, rows in plan], len(classes)
     progress = context.task("hummingbird", (b - a) * len(settings.memory))
@@ -242,7 +204,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                     norm=norm,
                     k=settings.k,
                     temperature=settings.temperature,
-                    block=search.block_rows(placement.work_memory, query_block * grid * grid, BANK_BLOCK),
+                    block=context.search_block(query_block * grid * grid, BANK_BLOCK),
                     device=device,
                 )
                 try:
@@ -283,7 +245,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                 i += 1
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
     memory = [memory_name(s) for s in settings.memory]
-    if placement.sharded:
+    if context.sharded:
         identity = {
             "settings": json.dumps(settings.as_dict(), sort_keys=True),
             "memory_rows": [int(r) for r in bank_rows],
@@ -333,6 +295,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row ({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, context.command),
+        "computed_on": computed_on(store, list(val_ids), scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored
     }
     if norm is None:
         context.note("note: the network has no final norm; its stored patch tokens are the features")

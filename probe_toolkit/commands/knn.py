@@ -35,81 +35,39 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
-from ..analyses import knn, search
+from ..analyses import knn
 from ..infra.errors import ProbeError
-from ..infra.placement import Placement
 from ..infra.runner import map_images
 from ..infra.settings import SettingError
 from ..infra.shared import shared_blocks
 from ..labels.panels import ClassLabels, read_classes
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.knn import NB_KNN, KnnSettings
 from ..results import records
-from ..store import arrays, cache, images, parts
+from ..results.knn_report import KnnReport, view_text
+from ..store import cache, images, parts
+from ..store.completion import computed_on
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
+if TYPE_CHECKING:
+    from ..store.direct import StoreArray, StoreData
+
 VIEWS = (images.EVAL, "224")  # DINO's evaluation view first; the 224 view where a store lacks it
-
-
-def view_text(view: str) -> str:
-    """What the features saw, and, off DINO's view, how to get it."""
-    text = f"{view} view: {arrays.geometry(view)}"
-    if view != images.EVAL:
-        text += f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): `probe extract --views {images.EVAL}` adds that view"
-    return text
 
 
 def stored_name(feature: str, view: str) -> str:
     return f"{'cls_tokens' if feature.startswith('cls') else 'tokens'}_{view}"
 
 
-def choose_view(datasets: Sequence[xr.Dataset], feature: str) -> str:
+def choose_view(datasets: Sequence[StoreData], feature: str) -> str:
     """DINO's evaluation view where every dataset holds the feature's array in it, else the 224 view."""
     return next((v for v in VIEWS if all(stored_name(feature, v) in ds for ds in datasets)), "224")
-
-
-@dataclass
-class KnnReport(Outcome):
-    """What ``probe knn`` measured: accuracies per k with the feature, view and panels that produced them."""
-
-    store: Path
-    name: str
-    result: knn.KnnResult | None  # None: a shard done before the others
-    feature: str
-    classes: list[str]
-    counts: dict[str, int]
-    ledger: dict[str, str]
-    temperature: float
-    view: str
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    @property
-    def view_line(self) -> str:
-        return view_text(self.view)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "feature": self.feature,
-            "view": self.view,
-            "view_text": view_text(self.view),
-            "temperature": self.temperature,
-            "ledger": self.ledger,
-            "counts": self.counts,
-            "classes": self.classes,
-            "k": list(self.result.ks),
-            "top1": [float(v) for v in self.result.top1],
-            "top5": [None if not np.isfinite(v) else float(v) for v in self.result.top5],
-        }
 
 
 def choose_feature(feature: str, arch: dict[str, Any], where: Path) -> str:
@@ -138,18 +96,18 @@ def describe(feature: str, checkpoint: str, family: str = "vit") -> str:
     }[feature]
 
 
-def feature_array(ds: xr.Dataset, ids: Sequence[str], feature: str, view: str) -> xr.DataArray:
+def feature_array(ds: StoreData, ids: Sequence[str], feature: str, view: str) -> StoreArray:
     """The stored array the feature is made from, lazily, at the given images (in their order)."""
     return cache.require(ds, stored_name(feature, view)).sel(image=list(ids))
 
 
-def reader(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> Callable[[int, int], np.ndarray]:
+def reader(ds: StoreData, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str) -> Callable[[int, int], np.ndarray]:
     """Rows a..b of the chosen feature, read from the store only when asked."""
     array = feature_array(ds, ids, feature, view)
     return lambda a, b: knn.features(array.isel(image=slice(a, b)).values, feature, norm)
 
 
-def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str):
+def train_bank(ds: StoreData, ids: Sequence[str], feature: str, norm: parts.FinalNorm | None, view: str):
     """The train images' features, L2-normalised, one block at a time, as the workers read them
     (a ``Shared`` file written block by block: memory holds one block, whatever the train set)."""
     rows = reader(ds, ids, feature, norm, view)
@@ -157,16 +115,16 @@ def train_bank(ds: xr.Dataset, ids: Sequence[str], feature: str, norm: parts.Fin
     return (knn.normalise(rows(a, min(a + knn.TRAIN_BLOCK, n))) for a in range(0, n, knn.TRAIN_BLOCK))
 
 
-def feature_width(ds: xr.Dataset, feature: str, view: str) -> int:
+def feature_width(ds: StoreData, feature: str, view: str) -> int:
     """D of the chosen feature (the stored array's last axis)."""
     return int(cache.require(ds, stored_name(feature, view)).shape[-1])
 
 
 def shard_nearest(
     store: Path,
-    placement: Placement,
+    shard: tuple[int, int],
     fn,
-    values: dict[str, xr.DataArray],
+    values: dict[str, StoreArray],
     val_ids: list[str],
     train_ids: list[str],
     feature: str,
@@ -180,11 +138,13 @@ def shard_nearest(
     """This shard's val rows (whole test blocks) saved as a part; (every row's neighbours, []) once all parts are in."""
     from . import shards
 
-    which, (a, b) = shards.share(placement, len(val_ids), knn.TEST_BLOCK)
+    which, (a, b) = shards.share(shard, len(val_ids), knn.TEST_BLOCK)
     if b > a:
         near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, image_range=(a, b), torch_free=torch_free)
     else:
         near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
+    import xarray as xr
+
     part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
     identity = {"feature": feature, "view": view, "k": int(k), "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
     whole, missing = shards.gather(store, "knn", which, part, identity)
@@ -233,8 +193,7 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     (``commands.shards``), the last shard scores."""
     from ..analyses import search_torch
 
-    placement = context.placement  # checked before the run: a GPU asked for and absent is refused before any label read
-    device = placement.device if placement.backend == "torch" else None
+    device = context.search_device()  # checked before the run: a GPU asked for and absent is refused before any label read
     given = settings.ks is not None
     ks = tuple(NB_KNN if settings.ks is None else settings.ks)
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles and seals checked before the run
@@ -246,7 +205,7 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         from ..store.cache import cache_root
 
         hygiene.check_apart(*((p.name, p.role, p.images, ids) for p, ids in panels), cache_root(context.cache_dir))
-    source = locate(store, panels, "image", VIEWS)
+    source = locate(store, panels, "image", VIEWS, plain=True)  # zarr alone: xarray is imported once the neighbours are found
     meta = source.manifest
     chosen = choose_feature(settings.feature, meta.get("arch", {}), store)
     norm = parts.final_norm(meta, store) if chosen == "cls-normed" else None
@@ -281,16 +240,16 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
             feature=chosen,
             norm=norm,
             k=ks[-1],
-            train_block=search.block_rows(placement.work_memory, test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
+            train_block=context.search_block(test_block, knn.DEVICE_TRAIN_BLOCK if on_gpu else knn.TRAIN_BLOCK),
             device=device,
         )
         values = {"values": feature_array(val_ds, val_ids, chosen, view)}
         progress = context.task("k-NN", len(val_ids))
         try:
-            if not placement.sharded:
+            if not context.sharded:
                 near = map_images(fn, values, where=where, block=test_block, fixed=True, progress=progress, torch_free=device is None)
             else:
-                near, missing = shard_nearest(store, placement, fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
+                near, missing = shard_nearest(store, context.shard(), fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
                 if near is None:  # a shard that finished before the others
                     return context.finish(KnnReport(store, source.name, None, chosen, classes, {}, ledger, temperature, view, missing))
         finally:
@@ -301,6 +260,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     family = str(meta.get("arch", {}).get("family", "vit"))
     text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")), family)
     counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
+    import xarray as xr
+
     ds = xr.Dataset(
         {
             "top1": ("k", result.top1),
@@ -328,5 +289,6 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, context.command),
+        "computed_on": computed_on(store, val_ids, scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored (`probe table` groups by them)
     }
     return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))

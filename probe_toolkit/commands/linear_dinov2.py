@@ -37,6 +37,7 @@ import xarray as xr
 
 from ..analyses import linear_dinov2 as ld
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 from ..labels.panels import ClassLabels, read_classes
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..store import images, parts
@@ -92,11 +93,12 @@ def blocks_read(ds, blocks: int) -> list[int]:
     wanted = list(range(last - blocks + 1, last + 1))
     held = token_rows.held_blocks(ds, "class", VIEW)
     if wanted[0] < 0 or any(b not in held for b in wanted):
-        raise ProbeError(
-            ds.attrs.get("store"),
+        raise SettingError(
+            "n_last_blocks",
             f"holds block{'s' if len(held) > 1 else ''} {', '.join(map(str, held))} of cls_tokens_{VIEW}; "
-            f"n_last_blocks {blocks} reads blocks {', '.join(map(str, wanted))}",
-            "run with --n-last-blocks 1, or extract the store again holding the last blocks",
+            f"n_last_blocks={blocks} reads blocks {', '.join(map(str, wanted))}",
+            "run with n_last_blocks=1, or extract the store again holding the last blocks",
+            ds.attrs.get("store"),
         )
     return wanted
 
@@ -150,7 +152,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     norm = parts.final_norm(meta, store)
     classifiers = ld.grid(settings.n_last_blocks, settings.avgpool, settings.learning_rates, settings.batch_size)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
-    device = "cpu" if context.placement.device == "auto" else context.placement.device
+    device = str(context.device(auto="cpu"))
 
     def panel_features(panel, labels) -> tuple[np.ndarray, np.ndarray]:
         ds, found = stores[panel.name]

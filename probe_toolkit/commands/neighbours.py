@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..analyses.grid import grid_side
-from ..infra.errors import ProbeError
 from ..infra.progress import within
 from ..infra.runner import per_image
+from ..infra.settings import SettingError
 from ..protocols.context import Inputs, RunContext
 from ..protocols.neighbours import NeighboursSettings
 from ..store.cache import open_store, require
@@ -45,9 +45,9 @@ def choose_view(stores: list[Path], view: str | None, grid: int | None) -> str:
         held = held_grids(store)
         matching = [v for v, g in held.items() if g == grid]
         if (view is None and not matching) or (view is not None and held.get(str(view), grid) != grid):
-            has = ", ".join(f"{g}×{g} at the {v} view" for v, g in held.items()) or "no token view"
-            fix = f"pass --view {view or DEFAULT_VIEW} without --grid" if held else "run `probe extract` with --views 224"
-            raise ProbeError(store, f"holds {has}, not a {grid}×{grid} grid (--grid {grid})", fix)
+            has = ", ".join(f"{g}×{g} patches at {v}" for v, g in held.items()) or "no token array"
+            fix = f"pass view={view or DEFAULT_VIEW} without grid" if held else "run `probe extract` with --views 224"
+            raise SettingError("grid", f"holds {has}, not {grid}×{grid} (grid={grid})", fix, store, others=("view",))
         if view is None:
             view = matching[0]
     view_array(view)

@@ -14,13 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import xarray as xr
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..infra.errors import ProbeError
 from ..labels.panels import Panel
 from ..store import cache, images
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..store.direct import StoreData
 
 Level = Literal["patch", "image"]
 
@@ -32,7 +35,7 @@ class Source:
     store: Path  # the store given; results go here
     name: str
     manifest: dict[str, Any]
-    panel_stores: dict[str, tuple[xr.Dataset, list[str]]] = field(default_factory=dict)  # panel → (dataset, its ids there)
+    panel_stores: dict[str, tuple[xr.Dataset | StoreData, list[str]]] = field(default_factory=dict)  # panel → (dataset, its ids there)
 
 
 def store_name(manifest: dict[str, Any]) -> str:
@@ -81,7 +84,7 @@ def panel_ids(panel: Panel) -> list[str]:
     return [ref.id for ref in images.list_images(panel.images)]
 
 
-def wanted_ids(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+def wanted_ids(ds: xr.Dataset | StoreData, panel: Panel, ids: Sequence[str]) -> list[str] | None:
     """The ids a panel's images have in this store, or None when it was extracted from another folder.
 
     A store records the folder it was extracted from (``image_source``). When that folder still
@@ -103,23 +106,29 @@ def wanted_ids(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | 
     return [prefix + i for i in ids]
 
 
-def ids_in(ds: xr.Dataset, panel: Panel, ids: Sequence[str]) -> list[str] | None:
+def ids_in(ds: xr.Dataset | StoreData, panel: Panel, ids: Sequence[str]) -> list[str] | None:
     """The store ids of a panel's images when this store holds all of them (finished), else None."""
     wanted = wanted_ids(ds, panel, ids)
-    return wanted if wanted is not None and not set(wanted) - set(ds.image.values.tolist()) else None
+    return wanted if wanted is not None and not set(wanted) - set(ds["image"].values.tolist()) else None
 
 
 def locate(
-    store: str | Path, panels: Sequence[tuple[Panel, list[str]] | tuple[Panel, list[str], Sequence[str]]], level: Level, views: Sequence[str] = ("224",)
+    store: str | Path,
+    panels: Sequence[tuple[Panel, list[str]] | tuple[Panel, list[str], Sequence[str]]],
+    level: Level,
+    views: Sequence[str] = ("224",),
+    plain: bool = False,
 ) -> Source:
     """The datasets holding each panel's images for one STORE argument, or a ProbeError listing the missing.
 
     Each must hold the level's array in one of ``views`` (the error names the first). A panel given
     with its own views (a third element) is read from the store, or its sibling, that holds every
     one of them for it: when two panels share an image folder (VOC's train and val in one
-    JPEGImages/), the first store holding the images may not hold the view this panel needs."""
+    JPEGImages/), the first store holding the images may not hold the view this panel needs. ``plain``:
+    the datasets are read with zarr alone (``store.direct``), for a protocol that only reads arrays
+    at images (``StoreArray.sel``)."""
     store = Path(store)
-    ds = cache.open_store(store)
+    ds = cache.open_store(store, plain=plain)
     meta = cache.manifest(ds)
     source = Source(store, store_name(meta), meta)
     for panel, ids, *own in panels:
@@ -127,7 +136,7 @@ def locate(
         sibling = _sibling(store, panel.name)
         unlike = ""
         if sibling.resolve() != store.resolve() and (sibling / "zarr.json").is_file():
-            other = cache.open_store(sibling)
+            other = cache.open_store(sibling, plain=plain)
             from ..store.pairing import differences
 
             unlike = "; ".join(differences(meta, cache.manifest(other), views))
@@ -140,7 +149,7 @@ def locate(
             source.panel_stores[panel.name] = (complete or holding)[0]
         else:
             wanted = wanted_ids(ds, panel, ids)
-            missing = sorted(set(wanted) - set(ds.image.values.tolist())) if wanted is not None else []
+            missing = sorted(set(wanted) - set(ds["image"].values.tolist())) if wanted is not None else []
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             what = (
                 f"lacks {len(missing)} of the {len(ids)} images of panel {panel.name!r} ({shown})"

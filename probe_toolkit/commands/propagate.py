@@ -30,7 +30,6 @@ against the digest of what was written, so sequences propagated on a dask cluste
 from __future__ import annotations
 
 import csv
-import dataclasses
 import hashlib
 import io
 import json
@@ -52,7 +51,7 @@ from ..analyses import propagation, tracking
 from ..infra import owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
-from ..infra.runner import for_workers, map_blocks, placed, shard_range, torch_threads
+from ..infra.runner import for_workers, map_blocks, shard_range, torch_threads
 from ..infra.settings import SettingError
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
@@ -314,10 +313,9 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
     checkpoint, davis_dir, out, network, sequences, store = inputs.checkpoint, inputs.davis, inputs.out, inputs.network, inputs.sequences, inputs.store
     cache_dir = context.cache_dir
     target_device = context.device()
-    placement = dataclasses.replace(context.placement, device=target_device.type)  # auto resolved: a GPU's run is one process
     davis_dir, out = Path(davis_dir).resolve(), Path(out)  # absolute at the boundary: workers read the frames this process names
     if store is not None and not (Path(store) / "zarr.json").is_file():
-        raise ProbeError(store, "is not a probe store", "pass --store with a store written by probe extract, or leave it out")
+        raise SettingError("store", "has no zarr.json, so no probe extract wrote it", "pass store=PATH of a probe extract output, or leave it out", store)
     found = davis_sequences(davis_dir, settings.subset)
     if sequences:
         names = {s.name for s in found}
@@ -327,14 +325,14 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
                 "sequences", f"sequences {unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}"
             )
         found = [s for s in found if s.name in set(sequences)]
-    which = placement.shard_pair() if placement.sharded else None
+    which = context.shard()
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
     # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;
     # every shard lists the same entries (all sequences', the tables, .shards/), so their manifests agree
-    output = owned.claim(out, "--out")
+    output = owned.claim(out, "out")
     entries = [*(f"{s.name}/" for s in found), f"global_results-{settings.subset}.csv", f"per-sequence_results-{settings.subset}.csv", ".shards/"]
     output.check(e.rstrip("/") for e in entries)
-    with placed(placement) as where:
+    with context.placed(device=target_device.type) as where:  # auto resolved: a GPU's run is one process
         ck = load_checkpoint(checkpoint, network=network)
         model = Backbone.from_checkpoint(ck).to(target_device)
         firsts, first_entry = read_first_annotations(davis_dir, mine, checkpoint=ck.sha256, cache=cache_dir) if mine else ({}, "")

@@ -10,13 +10,13 @@ per store and the JSON summary (``RunContext.finish``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..infra import provenance
-from ..protocols.context import Outcome, RunContext, Saving
+from ..protocols.context import RunContext, Saving
 from ..results import summaries
+from ..results.over_stores_report import OverStoresReport
 from ..store.cache import open_store, require
 from ..store.completion import computed_on
 
@@ -25,19 +25,6 @@ if TYPE_CHECKING:
 
     from ..store.direct import StoreData
     from ..store.plain import Results
-
-
-@dataclass
-class OverStoresReport(Outcome):
-    """One analysis over several stores, by store path, in the order given."""
-
-    name: str
-    results: dict[str, xr.Dataset | Results]
-    followed: int | None = None  # index of the image whose --patch detail is reported
-    payload: dict = field(default_factory=dict)
-
-    def summary(self) -> dict:
-        return self.payload
 
 
 def result_provenance(ds: xr.Dataset | StoreData, command: str) -> dict:

@@ -181,7 +181,9 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
             network=network if network != "teacher" and store is None else None,
             cache=context.cache_dir if store is None else None,
         )
-        raise ProbeError(target, "is not a probe store of this checkpoint (the record is kept in one)", f"run `{extract}` first, or pass --store STORE")
+        from ..protocols.heads import unextracted
+
+        raise unextracted(target, f"run `{extract}` first")
     patch = int(ck.arch.patch)
     if settings.crop < patch or settings.size < patch:
         raise _small_window(settings, patch)

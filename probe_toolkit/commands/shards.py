@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..infra.placement import Placement, parse_shard
 from ..infra.runner import shard_range
 from ..results import records
 
@@ -26,10 +25,10 @@ if TYPE_CHECKING:
     from ..store.plain import Results
 
 
-def share(placement: Placement | str | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(i, n) of this process and its images [start, stop): whole blocks, so its blocks are the
-    one-process run's (``placement``: the run's, or a command's ``--shard`` not yet converted)."""
-    which = placement.shard_pair() if isinstance(placement, Placement) else parse_shard(placement)
+def share(shard: tuple[int, int] | None, n_images: int, block: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(i, n) of this process (``RunContext.shard()``; None: not sharded, (0, 1)) and its images
+    [start, stop): whole blocks, so its blocks are the one-process run's."""
+    which = shard or (0, 1)
     return which, shard_range(n_images, block, which)
 
 

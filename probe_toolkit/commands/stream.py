@@ -31,9 +31,9 @@ from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
 from ..analyses.decoder_settings import Settings
 from ..infra import provenance
 from ..infra.atomic import write_json
-from ..infra.errors import ProbeError
 from ..infra.memory import reusing_blocks
 from ..infra.runner import map_blocks, process_pool
+from ..infra.settings import SettingError
 from ..labels.masks import coco_results, decoder_dataset
 from ..protocols.context import Inputs, Outcome, RunContext, Saving
 from ..protocols.discovery import DecodeSettings
@@ -108,8 +108,7 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Stream
 def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> StreamReport:
     """The images not yet done, through the network and the decoder, into the masks store."""
     checkpoint_path, image_dir, network, chunk, batch_size = inputs.checkpoint, inputs.images, inputs.network, inputs.chunk, inputs.batch_size
-    placement = context.placement
-    backend, device = placement.backend, placement.device
+    backend, device, _ = context.decoder()
     size = int(view) if view == "480" else view
     interpolation = "dino"
     from .decode_views import check_view
@@ -121,7 +120,9 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
     try:
         key_name = keys_array(checkpoint.arch.as_dict(), view, keys)
     except ValueError as error:
-        raise ProbeError(checkpoint_path, str(error), "use --keys plain") from None
+        from .decode_keys import refused_keys
+
+        raise refused_keys(checkpoint_path, keys, str(error)) from None
     extraction = extract_plan.Settings(views=(view,), attention="none", dtype=KEYS_DTYPE, chunk=chunk, interpolation=interpolation)
     refs = images.list_images(image_dir)
     store = inputs.store
@@ -142,8 +143,14 @@ def stream(inputs: Inputs, settings: Settings, settings_source: str, view: str, 
         writer = create_store(path, meta, [r.id for r in refs], _plan(settings.masks, patches), grid)
     for key in ("decoder", "backend", "keys_dtype", "keys_kind"):
         if writer.manifest.get(key, "plain" if key == "keys_kind" else None) != meta[key]:
-            raise ProbeError(path, f"holds masks decoded with another {key} ({writer.manifest.get(key)})", "pass the same decoder options, or another --store / --cache")
-    todo = writer.todo(placement.shard_pair())
+            raise SettingError(
+                "store",
+                f"holds masks decoded with another {key} ({writer.manifest.get(key)})",
+                "pass the same decoder options, or another store or cache_dir",
+                path,
+                others=("cache_dir",),
+            )
+    todo = writer.todo(context.shard() or (0, 1))
     if inputs.stop_after is not None:
         todo = todo[: inputs.stop_after]
     tick = context.task("stream", sum(b - a for a, b, _ in todo))

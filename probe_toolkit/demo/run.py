@@ -74,7 +74,7 @@ def run_demo(out: str | Path = Path("reports/demo"), *, quick: bool = False, qui
     from ..infra import owned
 
     out = Path(out)
-    owned.claim(out, "--out").adopt("demo", ["work/"])  # the user's own folder is refused; the report beside work/ is probe's
+    owned.claim(out, "out").adopt("demo", ["work/"])  # the user's own folder is refused; the report beside work/ is probe's
     work = out / "work"
     cache = work / "cache"
     demo = Demo(out=out)

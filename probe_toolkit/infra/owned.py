@@ -31,6 +31,7 @@ from pathlib import Path
 from . import litter
 from .atomic import write_json
 from .errors import ProbeError
+from .settings import SettingError
 
 MANIFEST = ".probe-output.json"
 SUMMARY_MARK = "written_by"  # the key every summary file probe writes opens with
@@ -47,7 +48,7 @@ class Output:
     """A folder probe may write into, and what its manifest says probe wrote there."""
 
     folder: Path
-    flag: str = "--out"
+    parameter: str = "out"  # the keyword that names the folder (the command line's --out)
     groups: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -66,12 +67,17 @@ class Output:
         for name in names:
             path = self.folder / name
             if (path.exists() or path.is_symlink()) and not self.owns(name):
-                raise ProbeError(
-                    path, f"is not a file probe wrote here (not listed in {MANIFEST}) and would be replaced", f"move it out of {self.folder}, or pick a new {self.flag}"
+                raise SettingError(
+                    self.parameter,
+                    f"is not a file probe wrote here (not listed in {MANIFEST}) and would be replaced",
+                    f"move it elsewhere, or pick a new {self.parameter} folder",
+                    path,
                 )
             for parent in Path(name).parents:  # a user's file where probe needs a folder
                 if str(parent) != "." and (self.folder / parent).exists() and not (self.folder / parent).is_dir():
-                    raise ProbeError(self.folder / parent, "is a file where probe writes a folder", f"move it out of {self.folder}, or pick a new {self.flag}")
+                    raise SettingError(
+                        self.parameter, "is a file where probe writes a folder", f"move it elsewhere, or pick a new {self.parameter} folder", self.folder / parent
+                    )
 
     def _write(self) -> None:
         groups = {g: sorted(set(n)) for g, n in sorted(self.groups.items()) if n}
@@ -106,36 +112,38 @@ class Output:
         self._write()
 
 
-def claim(folder: str | Path, flag: str = "--out") -> Output:
+def claim(folder: str | Path, parameter: str = "out") -> Output:
     """The folder as probe's output (it writes nothing yet): refused, with one line, when it is a
-    file, when its manifest is not probe's, or when it holds anything and has no manifest."""
+    file, when its manifest is not probe's, or when it holds anything and has no manifest
+    (``parameter``: the keyword naming it, spelled as its flag on the command line)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise ProbeError(folder, f"is a file, not a folder ({flag})", f"pass {flag} a new folder path")
+        raise SettingError(parameter, f"is a file, not a folder ({parameter})", f"pass {parameter} a new folder path", folder)
     if not folder.is_dir():
-        return Output(folder, flag)
+        return Output(folder, parameter)
     manifest = folder / MANIFEST
     if not manifest.is_file():
         held = _entries(folder)
         if held:
-            raise ProbeError(
-                folder,
+            raise SettingError(
+                parameter,
                 f"is not empty and not probe's output folder (no {MANIFEST}; it holds {held[0]!r}{f' and {len(held) - 1} more' if len(held) > 1 else ''})",
-                f"pick a new {flag} folder, or empty this one",
+                f"pick a new {parameter} folder, or empty this one",
+                folder,
             )
-        return Output(folder, flag)
+        return Output(folder, parameter)
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
         files = data["files"] if isinstance(data, dict) and data.get("kind") == KIND else None
         if not isinstance(files, dict) or not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in files.values()):
             raise ValueError("not a probe-output manifest")
     except (OSError, ValueError, KeyError, TypeError):
-        raise ProbeError(manifest, "is not a manifest probe wrote", f"pick a new {flag} folder, or empty this one") from None
+        raise SettingError(parameter, "is not a manifest probe wrote", f"pick a new {parameter} folder, or empty this one", manifest) from None
     for names in files.values():  # a listed path must stay inside the folder
         for name in names:
             if Path(name).is_absolute() or ".." in Path(name).parts:
-                raise ProbeError(manifest, f"lists {name!r}, outside its folder", f"pick a new {flag} folder, or empty this one")
-    return Output(folder, flag, {str(g): list(v) for g, v in files.items()})
+                raise SettingError(parameter, f"lists {name!r}, outside its folder", f"pick a new {parameter} folder, or empty this one", manifest)
+    return Output(folder, parameter, {str(g): list(v) for g, v in files.items()})
 
 
 def refuse_existing(path: str | Path, force: bool, what: str = "file") -> Path:
@@ -158,7 +166,7 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return a.resolve() == b.resolve()
 
 
-def check_output_file(path: str | Path | None, flag: str, inputs: Iterable[str | Path] = ()) -> None:
+def check_output_file(path: str | Path | None, parameter: str, inputs: Iterable[str | Path] = ()) -> None:
     """A summary file a command writes (``--json``), before any work: never inside a store or
     folder the command reads (its own input: a store's ``zarr.json`` once lost a store so), never
     a folder, and an existing file only where it is a summary an earlier run wrote (a JSON object
@@ -170,11 +178,11 @@ def check_output_file(path: str | Path | None, flag: str, inputs: Iterable[str |
     for source in inputs:
         source = Path(source).resolve()
         if target == source:
-            raise ProbeError(path, f"is the file this command reads ({flag})", f"write {flag} to another path")
+            raise SettingError(parameter, f"is the file this command reads ({parameter})", f"write {parameter} to another path", path)
         if source in target.parents:
-            raise ProbeError(path, f"lies inside {source.name}, which this command reads ({flag})", f"write {flag} outside it")
+            raise SettingError(parameter, f"lies inside {source.name}, which this command reads ({parameter})", f"write {parameter} outside it", path)
     if path.is_dir():
-        raise ProbeError(path, f"is a folder, not a file ({flag})", f"pass {flag} a file path")
+        raise SettingError(parameter, f"is a folder, not a file ({parameter})", f"pass {parameter} a file path", path)
     if path.exists():
         try:
             written = json.loads(path.read_text(encoding="utf-8"))
@@ -182,7 +190,7 @@ def check_output_file(path: str | Path | None, flag: str, inputs: Iterable[str |
         except (OSError, ValueError):
             ours = False
         if not ours:
-            raise ProbeError(path, f"exists and is not a JSON summary probe wrote ({flag})", f"choose another {flag} path, or move the file")
+            raise SettingError(parameter, f"exists and is not a JSON summary probe wrote ({parameter})", f"choose another {parameter} path, or move the file", path)
 
 
 def write_summary(path: str | Path, summary: dict, indent: int | None = None) -> Path:

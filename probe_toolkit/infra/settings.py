@@ -97,11 +97,14 @@ def _rebuild(parameter, requirement, value, example, why, fix, where):
 
 
 def _flagged(line: str, parameter: str, flag: str) -> str:
-    """A free text's ``parameter`` (and ``parameter=``) spelled as the flag."""
+    """A free text's ``parameter`` (and ``parameter=``) spelled as the flag; a command in backticks
+    is the command line's already (``fix_command``), so it is left as written."""
     import re
 
-    line = re.sub(rf"(?<![\w-]){re.escape(parameter)}(?![\w])", flag, line)
-    return line.replace(f"{flag}=", f"{flag} ")
+    parts = line.split("`")
+    for i in range(0, len(parts), 2):  # outside the backticks
+        parts[i] = re.sub(rf"(?<![\w-]){re.escape(parameter)}(?![\w])", flag, parts[i]).replace(f"{flag}=", f"{flag} ")
+    return "`".join(parts)
 
 
 def spelled(value: Any) -> str:

@@ -58,11 +58,7 @@ def read_label_maps(
     """
     from . import panels
 
-    panel = panels.check_readable(panel, unseal, cache)
-    if panel.kind != KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel, not an {KIND} one", f"register the ADEChallengeData2016 folder with kind {KIND}")
-    if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
+    panel = panels.open_for_reading(panel, KIND, purpose=purpose, unseal=unseal, cache=cache, register=f"register the ADEChallengeData2016 folder with kind {KIND}")
     root, split = Path(panel.annotations), panel.split or "validation"
     every = names_in(image_folder(root, split))
     names, image_map = restrict(every, images)

@@ -186,33 +186,49 @@ def saved_masks(ds: xr.Dataset, i: int, height: int, width: int, original: tuple
 def decoder_dataset(decoded: Decoded, image_ids: list[str]) -> Results:
     """The patch-level results saved as ``results/decoder`` (dims image, mask, patch); written
     without xarray (``store.plain``), read back as an xarray Dataset."""
+    variables = decoder_variables(decoded)
+    if "degree" in variables and not np.isfinite(decoded.degree).any():
+        del variables["degree"], variables["expansion"]
+    return Results(variables, coords=decoder_coords(decoded, image_ids), attrs=decoder_attrs(decoded))
+
+
+def decoder_variables(decoded: Decoded) -> dict[str, tuple[tuple[str, ...] | str, np.ndarray]]:
+    """The arrays of ``results/decoder`` for these images (all or a block of them), each with its
+    dimensions. LOST's degree and seed expansion per patch are among them wherever computed; the
+    whole set's are saved only where some are finite (``decoder_dataset``, ``decode_keys.SavedRows``)."""
     dims2 = ("image", "mask")
     vectors = {} if decoded.fiedler is None else {"fiedler": (("image", "patch"), decoded.fiedler), "seed": ("image", decoded.seed)}
-    if decoded.degree is not None and np.isfinite(decoded.degree).any():  # LOST: its degree and seed expansion per patch
+    if decoded.degree is not None:  # LOST: its degree and seed expansion per patch
         vectors.update(degree=(("image", "patch"), decoded.degree), expansion=(("image", "patch"), decoded.expansion))
     if decoded.grids is not None:  # an own-size view: masks padded to the view's most patches, each image's grid beside them
         vectors.update(grid_rows=("image", np.asarray(decoded.grids[:, 0], dtype=np.int64)), grid_cols=("image", np.asarray(decoded.grids[:, 1], dtype=np.int64)))
+    return {
+        **vectors,
+        "masks": (("image", "mask", "patch"), decoded.masks),
+        "score": (dims2, decoded.score),
+        "lambda2": (dims2, decoded.lambda2),
+        "lambda3": (dims2, decoded.lambda3),
+        "gap": (dims2, decoded.gap),
+        "ncut": (dims2, decoded.ncut),
+        "n_masks": ("image", decoded.n_masks),
+        "degenerate": ("image", decoded.degenerate),
+        "stop": ("image", decoded.stop),
+        "cuts": ("image", decoded.cuts),
+        "dense_solves": ("image", decoded.dense_solves),
+    }
+
+
+def decoder_coords(decoded: Decoded, image_ids: list[str]) -> dict[str, np.ndarray]:
+    return {"image": np.asarray(image_ids, dtype=object), "mask": np.arange(decoded.masks.shape[1])}
+
+
+def decoder_attrs(decoded: Decoded) -> dict[str, Any]:
+    """The masks' geometry (one grid, or each image's on an own-size view) and the stop reasons."""
+    if decoded.grids is not None:
         grid_attrs = {"grid": "per image (grid_rows, grid_cols)", "view": decoded.view, "patch_size": int(decoded.patch)}
     else:
         grid_attrs = {"grid": grid_of(decoded.masks.shape[2])}
-    return Results(
-        {
-            **vectors,
-            "masks": (("image", "mask", "patch"), decoded.masks),
-            "score": (dims2, decoded.score),
-            "lambda2": (dims2, decoded.lambda2),
-            "lambda3": (dims2, decoded.lambda3),
-            "gap": (dims2, decoded.gap),
-            "ncut": (dims2, decoded.ncut),
-            "n_masks": ("image", decoded.n_masks),
-            "degenerate": ("image", decoded.degenerate),
-            "stop": ("image", decoded.stop),
-            "cuts": ("image", decoded.cuts),
-            "dense_solves": ("image", decoded.dense_solves),
-        },
-        coords={"image": np.asarray(image_ids, dtype=object), "mask": np.arange(decoded.masks.shape[1])},
-        attrs={**grid_attrs, "stops": list(STOPS)},
-    )
+    return {**grid_attrs, "stops": list(STOPS)}
 
 
 def decoded_from_dataset(ds: xr.Dataset | Results) -> Decoded:

@@ -23,7 +23,7 @@ after the pairs are drawn). The reference lists objects, collections and images 
 ``os.listdir`` return them (the file system's); here they are sorted, so the pairs are reproducible.
 
 ``check_layout`` opens every annotation file and every image's and depth map's header when the panel
-is added, and refuses it with one line per problem; it hands out no label (the files are opened inside
+is added, and refuses it in one line (the first problem, and how many more); it hands out no label (the files are opened inside
 the readers' guard, ``guard.inside``), so it writes no ledger entry; ``navi_read.read_navi`` opens them
 again, writes the entry, and only then hands out poses and depth paths. An image without a partner
 within 120° is refused here: the reference's ``torch.multinomial`` fails on it.

@@ -37,11 +37,7 @@ def read_navi(
     from .guard import inside
     from .navi import PAIR_SEED
 
-    panel = panels.check_readable(panel, unseal, cache)
-    if panel.kind != KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel, not a {KIND} one", "register the navi_v1 folder with probe panel add NAME --navi DIR")
-    if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score'")
+    panel = panels.open_for_reading(panel, KIND, purpose=purpose, unseal=unseal, cache=cache, register="register the navi_v1 folder with probe panel add NAME --navi DIR")
     root = Path(panel.annotations)
     inside.active = True
     try:

@@ -16,7 +16,7 @@ reads ``nyu_train.txt``; ``VAL`` and ``TEST`` both read ``nyu_test.txt``: panels
 file, ``--split train`` or ``--split test``.
 
 ``check_layout`` (when the panel is added) reads the split file and every image's and depth
-map's header (format, size, mode: no depth value), refusing the panel with one line per problem
+map's header (format, size, mode: no depth value), refusing the panel in one line (the first problem and how many more)
 (file, line, field, fix); it hands out no label and writes no ledger entry. ``read_depth_maps``
 opens every depth map of the split once, hashes it, writes the ledger entry and only then hands
 out a ``DepthMaps``: it keeps each file's sha256, not its pixels (24,231 maps of 600 kB would not
@@ -229,11 +229,7 @@ def read_depth_maps(
     from .guard import inside
     from .label_maps import restrict
 
-    panel = panels.check_readable(panel, unseal, cache)
-    if panel.kind != KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel, not an {KIND} one", "register the NYU folder with probe panel add --nyu DIR")
-    if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or train, ...)")
+    panel = panels.open_for_reading(panel, KIND, purpose=purpose, unseal=unseal, cache=cache, register="register the NYU folder with probe panel add --nyu DIR")
     root = Path(panel.annotations)
     listing = split_file(root, panel.split or "test")
     inside.active = True

@@ -336,6 +336,18 @@ def check_readable(panel: str | Panel, unseal: str | None = None, cache: str | P
     return panel
 
 
+def open_for_reading(panel: str | Panel, kind: str, *, purpose: str, unseal: str | None, cache: str | Path | None, register: str) -> Panel:
+    """The panel of ``kind`` a label reader may open (registered, unsealed when sealed, of that kind,
+    read for a stated purpose), checked before the reader touches a file; ``register`` is the fix
+    for a panel of another kind."""
+    panel = check_readable(panel, unseal, cache)
+    if panel.kind != kind:
+        raise ProbeError(panel.name, f"is a {panel.kind} panel, not {'an' if kind[0] in 'aeiou' else 'a'} {kind} one", register)
+    if not purpose:
+        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or train, sweep, probe: why the labels are read)")
+    return panel
+
+
 def read_labels(
     panel: str | Panel,
     *,
@@ -359,7 +371,7 @@ def read_labels(
     root = cache_root(cache)
     panel = check_readable(panel, unseal, cache)
     if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
+        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or train, sweep, probe: why the labels are read)")
     if panel.kind == "classes":
         raise ProbeError(panel.name, "is a classes panel, not an annotated one", "use it where image classes are read (probe knn)")
     inside.active = True

@@ -185,9 +185,11 @@ def header_size(folder: Path) -> Callable[[str], tuple[int, int] | None]:
     return size
 
 
-def result_problems(results: Any) -> list[str]:
+def result_problems(results: Any, image_size: Callable[[str], tuple[int, int] | None] | None = None) -> list[str]:
     """Every problem of a COCO results file (``probe decode``'s masks: a list of predictions, each
-    with a ``file_name``, a ``score``, a ``bbox`` and a ``segmentation``, as the evaluator reads them)."""
+    with a ``file_name``, a ``score``, a ``bbox`` and a ``segmentation``, as the evaluator reads them).
+    ``image_size`` (``header_size`` of the panel's images) gives a named image's (width, height): a
+    mask of another size would be scored against the image's objects as if it were its own."""
     if not isinstance(results, list):
         return [f"is a JSON {type(results).__name__}, not a list of results"]
     found: list[str] = []
@@ -211,9 +213,37 @@ def result_problems(results: Any) -> list[str]:
         if not isinstance(entry.get("segmentation"), dict):
             found.append(f"{where}: segmentation is {type(entry.get('segmentation')).__name__}, not an RLE (`probe decode` writes masks as RLEs)")
             continue
-        found += _bbox(where, entry.get("bbox"), None)
-        found += _segmentation(where, entry.get("segmentation"), None)
+        size = image_size(entry["file_name"]) if image_size is not None and isinstance(entry.get("file_name"), str) and entry["file_name"] else None
+        found += _bbox(where, entry.get("bbox"), size)
+        wrong = _segmentation(where, entry.get("segmentation"), size)
+        found += wrong or ([] if size is None else _compressed_rle(where, entry["segmentation"]))
     return found
+
+
+def _compressed_rle(where: str, segmentation: dict) -> list[str]:
+    """The mask is a compressed RLE (pycocotools' ``mask.encode``, as ``probe decode`` writes it) whose
+    runs fill its size exactly: decoding it and encoding it again gives the same counts. An
+    uncompressed list, or a string whose runs do not add up, would be scored as some other mask.
+    Called once the size is known to be the image's (decoding allocates height × width bytes)."""
+    counts = segmentation["counts"]
+    if not isinstance(counts, str):
+        return [f"{where}: segmentation's RLE counts are a list (an uncompressed RLE), not the compressed string pycocotools' mask.encode writes"]
+    import numpy as np
+    from pycocotools import mask as mask_utils
+
+    try:
+        again = mask_utils.encode(np.asfortranarray(mask_utils.decode({"size": segmentation["size"], "counts": counts.encode()})))["counts"].decode()
+    except (ValueError, TypeError, UnicodeError):
+        again = None
+    if again != counts:
+        height, width = segmentation["size"]
+        return [f"{where}: segmentation's RLE counts {counts[:20]!r} do not describe a {height}×{width} mask (encoding the decoded mask again gives other counts)"]
+    return []
+
+
+def result_mask_problems(where: str, segmentation: dict, height: int, width: int) -> list[str]:
+    """A scored mask against its image's size as the panel records it: the size, then the runs."""
+    return _segmentation(where, segmentation, (width, height)) or _compressed_rle(where, segmentation)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ annotated in both images. Pair files are taken in sorted order (the reference ta
 order, which the file system decides).
 
 ``check_layout`` (when the panel is added) opens every pair file of the split and the image
-annotations they name, and refuses the panel with one line per problem (file, entry, field, fix).
+annotations they name, and refuses the panel in one line: the first problem (file, entry, field, fix) and how many more.
 It hands out no label, only where a file is malformed, so it writes no ledger entry (the files are
 opened inside the readers' guard, ``guard.inside``); ``spair_read.read_pairs`` opens them again,
 writes the ledger entry, and only then hands the pairs out. This module knows the layout only, so
@@ -184,16 +184,16 @@ def parse(root: Path, split: str, read, image_size=None) -> tuple[list[Pair], li
 
 
 def refuse(problems: list[str], where: Path) -> None:
-    """Refuse in one line: the first problem, and how many more there are (as a COCO file's)."""
-    if not problems:
-        return
-    more = f" ({len(problems) - 1} more problems)" if len(problems) > 1 else ""
-    raise ProbeError(None, problems[0] + more)
+    """Refuse in one line: the first problem found, and how many more ``where`` holds (as ``schema`` does)."""
+    if problems:
+        n = len(problems) - 1
+        more = f" ({n} more problem{'s' if n > 1 else ''} in {where})" if n else ""
+        raise ProbeError(None, problems[0] + more)
 
 
 def check_layout(annotations: Path, images: Path | None, split: str) -> tuple[Path, Path]:
     """(the SPair-71k folder, its JPEGImages/) of a new panel: the folders, then every pair file
-    of the split and every image annotation it names, field by field (one line per problem)."""
+    of the split and every image annotation it names, field by field (refused in one line: the first problem and how many more)."""
     from .guard import inside
 
     root = annotations.resolve()

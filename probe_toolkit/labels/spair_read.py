@@ -41,11 +41,7 @@ def read_pairs(
     from .guard import inside
     from .matching import match_images
 
-    panel = panels.check_readable(panel, unseal, cache)
-    if panel.kind != KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel, not a {KIND} one", "register the SPair-71k folder with probe panel add --spair DIR")
-    if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score'")
+    panel = panels.open_for_reading(panel, KIND, purpose=purpose, unseal=unseal, cache=cache, register="register the SPair-71k folder with probe panel add --spair DIR")
     root, split = panel.annotations, panel.split or "test"
     inside.active = True
     try:

@@ -63,11 +63,7 @@ def read_label_maps(
     """
     from . import panels
 
-    panel = panels.check_readable(panel, unseal, cache)
-    if panel.kind != KIND:
-        raise ProbeError(panel.name, f"is a {panel.kind} panel, not a {KIND} one", f"register the VOC2012 folder with kind {KIND}")
-    if not purpose:
-        raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or sweep, probe...)")
+    panel = panels.open_for_reading(panel, KIND, purpose=purpose, unseal=unseal, cache=cache, register=f"register the VOC2012 folder with kind {KIND}")
     root, split = panel.annotations, panel.split or "val"
     listing, masks = split_file(root, split), mask_folder(root, split)
     try:

@@ -213,7 +213,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     refuse_panel_kinds(protocol, inputs)
     pair_inputs(inputs)  # a checkpoint and a store, masks and their store: they belong together, before any work
     read = [v for key in SOURCES for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)]) if isinstance(v, (str, Path))]
-    check_output_file(inputs.get("json_path"), "--json", read)  # before any work: never over an input or a user's file
+    check_output_file(inputs.get("json_path"), "json_path", read)  # before any work: never over an input or a user's file
     typed = _typed(protocol, inputs)
     panels = _panels(protocol, typed)
     recorded = {k: _absolute(v) for k, v in typed.as_dict().items() if not callable(v) and k not in ("quiet", "json_path", "allow_partial")}

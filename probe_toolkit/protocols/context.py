@@ -28,11 +28,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..infra.placement import Placement
 from ..results import records
+from ..results.outcome import Inputs, Outcome, Run
 
 if TYPE_CHECKING:
     from ..infra.runner import Where
     from ..labels.panels import Panel
     from .registry import Protocol
+
+__all__ = ["Decoding", "Inputs", "Outcome", "Progress", "Run", "RunContext", "Saving"]  # Inputs, Outcome, Run: from results/, where tables read them
 
 R = TypeVar("R")
 
@@ -63,27 +66,12 @@ class Progress:
         print(text, file=sys.stderr)
 
 
-class Inputs:
-    """A run's inputs by their declared names (``inputs.store``, ``inputs.train``); a name the
-    protocol does not declare is an AttributeError, not a silent None."""
+class Decoding(NamedTuple):
+    """Where a decoder runs (``RunContext.decoder``)."""
 
-    def __init__(self, values: dict[str, Any]):
-        self._values = dict(values)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_values"][name]
-        except KeyError:
-            raise AttributeError(f"no input named {name!r} (declared: {', '.join(self.__dict__['_values'])})") from None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._values.get(name, default)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
-
-    def __repr__(self) -> str:
-        return f"Inputs({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+    backend: str
+    device: str
+    threads: int
 
 
 class Saving(NamedTuple):
@@ -93,39 +81,6 @@ class Saving(NamedTuple):
     result: str
     data: Any  # an xarray Dataset, or a store.plain.Results
     attrs: dict[str, Any] | None = None
-
-
-@dataclass
-class Run:
-    """One run of a protocol: what it was asked, where it ran, what it saved, what it reported."""
-
-    protocol: str
-    run_id: str
-    settings: Any
-    placement: Placement
-    report: Any
-    records: list[records.Record]
-    inputs: Inputs = field(default_factory=lambda: Inputs({}))
-
-
-class Outcome:
-    """Base of a protocol's result type: ``finish`` sets ``run`` (the ``Run``: settings, inputs,
-    records) on it, so its table reads what the run was asked from the result itself."""
-
-    run: Run | None = None
-
-    @property
-    def saved(self) -> Path | None:
-        """Where the run's last record went (None: a shard that waits for the others, or nothing saved)."""
-        return self.run.records[-1].path if self.run is not None and self.run.records else None
-
-    @property
-    def pending(self) -> bool:
-        """A shard done before the others: it has no numbers yet, so no ``--json`` is written."""
-        return bool(getattr(self, "waiting", None))
-
-    def summary(self) -> dict[str, Any]:  # overridden: the numbers ``--json`` writes
-        raise NotImplementedError
 
 
 @dataclass
@@ -180,20 +135,51 @@ class RunContext:
         return reader(self.panel(name), purpose=purpose, unseal=None if role == "train" else self.unseal, cache=self.cache_dir, **options)
 
     @contextlib.contextmanager
-    def placed(self) -> Iterator[Where]:
+    def placed(self, device: str | None = None) -> Iterator[Where]:
         """The runner's ``Where`` for this run's placement (local workers or the cluster's client,
-        closed after); the placement was checked before the run began."""
+        closed after); the placement was checked before the run began. ``device``: the device the
+        run resolved ``auto`` to (a GPU's run is one process)."""
         from ..infra.runner import placed
 
-        with placed(self.placement) as where:
+        with placed(self.placement if device is None else dataclasses.replace(self.placement, device=device)) as where:
             yield where
 
-    def device(self) -> Any:
-        """The placement's device as torch takes it (``auto``: a GPU when one is visible; a named
-        one was checked before the run began, ``Placement.check_device``)."""
+    def device(self, auto: str | None = None) -> Any:
+        """The placement's device as torch takes it (``auto``: a GPU when one is visible, or the
+        device ``auto`` names where a protocol keeps it on the CPU; a named one was checked before
+        the run began, ``Placement.check_device``)."""
         from ..store.extract_forward import resolve_device
 
-        return resolve_device(self.placement.device)
+        asked = self.placement.device
+        return resolve_device(auto if asked == "auto" and auto is not None else asked)
+
+    def gpu_asked(self) -> bool:
+        """Whether the caller named a GPU (``auto`` and ``cpu`` do not)."""
+        return self.placement.device not in ("cpu", "auto")
+
+    def search_device(self) -> str | None:
+        """The device an exact search runs on: the placement's with backend torch, None (numpy) with scipy."""
+        return self.placement.device if self.placement.backend == "torch" else None
+
+    def search_block(self, query_rows: int, default: int) -> int:
+        """Bank rows per block of a search of ``query_rows`` rows: sized to the placement's
+        ``work_memory`` (``default`` where none is given); never changes a number."""
+        from ..analyses.search import block_rows
+
+        return block_rows(self.placement.work_memory, query_rows, default)
+
+    def decoder(self) -> Decoding:
+        """Where the decoder runs: the placement's backend, device and BLAS threads per task."""
+        return Decoding(self.placement.backend, self.placement.device, self.placement.threads)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this process runs one shard of n (``shard``, or torchrun's)."""
+        return self.placement.sharded
+
+    def shard(self) -> tuple[int, int] | None:
+        """(i, n) of this process's shard (``shard``, or torchrun's); None when the run is not sharded."""
+        return self.placement.shard_pair() if self.placement.sharded else None
 
     def loaders(self, default: int = 2) -> Any:
         """A thread pool that prepares the next batches while this one trains: the placement's

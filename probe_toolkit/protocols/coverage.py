@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import ProbeError
+from ..infra.settings import SettingError
 
 
 def _held(ds, found, ids) -> int:
     """How many of a panel's images ``ds`` holds: by their ids there, else by file name."""
     from ..commands.panel_stores import wanted_ids
 
-    held_ids = {str(i) for i in ds.image.values.tolist()}
+    held_ids = {str(i) for i in ds["image"].values.tolist()}
     wanted = wanted_ids(ds, found, ids)
     held = len(set(wanted) & held_ids) if wanted is not None else 0
     if not held:  # a store extracted from another folder: matched by file name, as the label read matches
@@ -52,11 +53,11 @@ def panel_coverage(
     if found.kind == "classes" or found.images is None or not Path(found.images).is_dir():
         return {"panel": panel, "panel_images": None, "held": None}  # the command's own checks name what is wrong
     ids = panel_ids(found)
-    ds = cache.open_store(store)
+    ds = cache.open_store(store, plain=True)
     held = _held(ds, found, ids)
     beside = _sibling(Path(store), panel)  # `probe extract --panel` writes the panel's images beside the store
     if sibling and held < len(ids) and beside.resolve() != Path(store).resolve() and (beside / "zarr.json").is_file():
-        other = cache.open_store(beside)
+        other = cache.open_store(beside, plain=True)
         if _same_network(cache.manifest(ds), cache.manifest(other)):
             held = max(held, _held(other, found, ids))
     meta = cache.manifest(ds)
@@ -69,10 +70,11 @@ def panel_coverage(
             f"extract them first: {extract}, {then}",
         )
     if ids and held < len(ids) and not allow_partial:
-        raise ProbeError(
-            store,
+        raise SettingError(
+            "allow_partial",
             f"holds {held} of the {len(ids)} images of panel {panel!r} ({found.images}); its scores would describe only those",
-            f"extract the panel's images ({extract}, {then}) or pass --allow-partial to score the {held} held",
+            f"extract the panel's images ({extract}, {then}) or pass allow_partial to score the {held} held",
+            store,
         )
     return {"panel": panel, "panel_images": len(ids), "held": held}
 
@@ -94,11 +96,11 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
     candidates = [Path(store)]
     beside = _sibling(Path(store), panel)
     if beside.resolve() != Path(store).resolve() and (beside / "zarr.json").is_file():
-        if _same_network(cache.manifest(cache.open_store(store)), cache.manifest(cache.open_store(beside))):
+        if _same_network(cache.manifest(cache.open_store(store, plain=True)), cache.manifest(cache.open_store(beside, plain=True))):
             candidates.append(beside)
     for candidate in candidates:
-        ds = cache.open_store(candidate)
-        held = [str(i) for i in ds.image.values.tolist()]
+        ds = cache.open_store(candidate, plain=True)
+        held = [str(i) for i in ds["image"].values.tolist()]
         wanted = wanted_ids(ds, found, ids)
         if wanted is not None:
             check_current(candidate, [(w, Path(found.images) / i) for w, i in zip(wanted, ids) if w in set(held)])

@@ -39,7 +39,7 @@ PROTOCOL = register(
         inputs=(Input("stores", "Stores written by probe extract (several: side by side).", "stores", True), json_input("Also write the numbers to this JSON file.")),
         reads=Reads(arrays=("attention_224", "attention_blocks_224"), views=("224",), stores=("attention_stats_224",)),
         results=("entropy",),
-        result="commands.runs:OverStoresReport",
+        result="results.over_stores_report:OverStoresReport",
         references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino vision_transformer.py"),),
         differences=(
             Difference(

@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
-from ..infra.settings import Settings
+from pathlib import Path
+
+from ..infra.settings import SettingError, Settings
 
 UNSCORED = ("seed", "chunk", "figure_images")  # settings that change no published value
+
+
+def unextracted(target: Path, run: str) -> SettingError:
+    """The store that keeps a head's record was not extracted: ``run`` (the ``probe extract`` that
+    makes it, in backticks), or another store (``store=`` from Python, ``--store`` on the command line)."""
+    return SettingError("store", "was not written by probe extract for this checkpoint (the record is kept with its tokens)", f"{run}, or pass store=STORE", target)
 
 
 class PresetSettings(Settings):

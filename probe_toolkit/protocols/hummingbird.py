@@ -128,7 +128,7 @@ PROTOCOL = register(
             Input("unseal", "Reason to open a sealed test panel (recorded in the ledger)."),
             CACHE,
         ),
-        result="commands.hummingbird:HummingbirdReport",
+        result="results.hummingbird_report:HummingbirdReport",
         differences=DIFFERENCES,
         run="commands.hummingbird:run",
         command=Command(

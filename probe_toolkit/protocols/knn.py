@@ -42,7 +42,7 @@ PROTOCOL = register(
             stores=("cls_tokens_eval224", "cls_normed_eval224"),
         ),
         results=("knn",),
-        result="commands.knn:KnnReport",
+        result="results.knn_report:KnnReport",
         references=(
             Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino eval_knn.py"),
             Reference("Siméoni et al., DINOv3 (2025)", "facebookresearch/dinov3 dinov3/eval/knn.py"),

@@ -43,7 +43,7 @@ PROTOCOL = register(
         inputs=(Input("stores", "Stores written by probe extract (several: side by side).", "stores", True), json_input("Also write the numbers to this JSON file.")),
         reads=Reads(arrays=("tokens_224", "tokens_96"), views=("224", "96")),
         results=("neighbours_g<grid>", "neighbours_g<grid>_nowrap"),
-        result="commands.runs:OverStoresReport",
+        result="results.over_stores_report:OverStoresReport",
         references=(
             Reference(
                 "Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)", "alinlab/SelfPatch selfpatch_vision_transformer.py"

@@ -93,7 +93,7 @@ def write_report(
     kinds = parse_formats(formats)
     names = parse_labels(labels, [Path(s) for s in stores])
     target = Path(out) if out is not None else DEFAULT_ROOT / default_name(stores)
-    output = owned.claim(target, "--out")  # the user's own folder is refused before any work
+    output = owned.claim(target, "out")  # the user's own folder is refused before any work
     report = gather([Path(s) for s in stores], follow=follow, patch=patch, cache_dir=cache_dir, run=run, labels=names)
     target.mkdir(parents=True, exist_ok=True)
     litter.sweep(target)  # a killed report's .report.tmp-PID and .figures.old-PID

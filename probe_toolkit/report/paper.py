@@ -130,6 +130,17 @@ def _label(store: Path) -> str:
     return f"{name} ({manifest.get('network', store.stem)})"
 
 
+def _with_last_block(meta: dict[str, Any], store: Path) -> dict[str, Any]:
+    """``meta`` whose selection knows the last block of the store the record lies in, so that ``differ`` leaves out the
+    default block even where the record's ``inputs.store`` names a folder that is not here (stores copied or moved)."""
+    from ..store import cache
+
+    depth = (cache.manifest(store).get("arch") or {}).get("depth")
+    if isinstance(meta.get("selection"), dict) and isinstance(depth, int):
+        meta["selection"] = {"last_block": depth - 1, **meta["selection"]}
+    return meta
+
+
 def _measured(meta: dict[str, Any], ds) -> str:
     on = ds.attrs.get("computed_on") if isinstance(ds.attrs.get("computed_on"), dict) else {}
     panel = (meta.get("inputs") or {}).get("panel") or ((ds.attrs.get("panels") or {}).get("val") or {}).get("name")
@@ -163,7 +174,7 @@ def build(stores: Iterable[str | Path], protocols: Iterable[str] = DEFAULT_PROTO
                 ds = records.load(store, result) if found is not None else None
                 if ds is None:
                     continue
-                meta = dict(found.meta)
+                meta = _with_last_block(dict(found.meta), store)
                 measured = _measured(meta, ds)
                 for heading, number in metric.numbers(ds).items():
                     column = columns.setdefault((protocol, result, heading, measured), Column(protocol, result, heading, measured))
@@ -209,7 +220,7 @@ def markdown(table: PaperTable) -> str:
     notes = [
         "",
         "Cells: % (or tokens) [95 % bootstrap interval where the record has one]; – where a checkpoint has no record measured that way.",
-        *(f"- {n}" for n in table.notes),
+        *(["", *(f"- {n}" for n in table.notes)] if table.notes else []),  # a list after a blank line: Python-Markdown (mkdocs) renders it as one
     ]
     return "\n".join(lines + notes) + "\n"
 

@@ -10,12 +10,17 @@ write them, and no stage imports a later one) and reads the run's settings, inpu
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
 from ..labels.coco_metrics import METRICS
+
+if TYPE_CHECKING:
+    from .hummingbird_report import HummingbirdReport
+    from .knn_report import KnnReport
+    from .over_stores_report import OverStoresReport
 
 
 class Unwrapped(str):
@@ -107,7 +112,7 @@ def waiting_line(shard: str | None, waiting: Any, what: str) -> str:
     return f"shard {shard or 'of torchrun'} done; waiting for shards {waiting} ({what})"
 
 
-def entropy(report: Any) -> list[Any]:
+def entropy(report: OverStoresReport) -> list[Any]:
     """``probe entropy``: the stores side by side, then the followed patch's tables."""
     from .summaries import detail_tables, entropy_table
 
@@ -118,7 +123,7 @@ def entropy(report: Any) -> list[Any]:
     return out
 
 
-def neighbours(report: Any) -> list[Any]:
+def neighbours(report: OverStoresReport) -> list[Any]:
     from .summaries import neighbours_table
 
     return [neighbours_table(report.results)]
@@ -142,7 +147,7 @@ def linear(report: Any) -> list[Any]:
     ]
 
 
-def knn(report: Any) -> list[Any]:
+def knn(report: KnnReport) -> list[Any]:
     """``probe knn``: top-1 and top-5 per k, then the panels, feature, temperature and view that produced them."""
     run = report.run
     if report.waiting:
@@ -166,7 +171,7 @@ def knn(report: Any) -> list[Any]:
     return lines
 
 
-def hummingbird(report: Any) -> list[Any]:
+def hummingbird(report: HummingbirdReport) -> list[Any]:
     """mIoU per memory size, identity and Hungarian-matched, on the panels' data set, beside the
     published numbers of released weights (marked as other weights: not this store's network)."""
     if report.waiting:

@@ -66,8 +66,8 @@ class StoreArray:
             return {}
         return {"image": StoreArray(self.image, "image", ("image",), self.kept)}
 
-    def isel(self, image: slice | None = None, **one: int) -> StoreArray:
-        """These images ``image`` (a slice of positions among them), or one index of another
+    def isel(self, image: slice | np.ndarray | None = None, **one: int) -> StoreArray:
+        """These images ``image`` (a slice or an array of positions among them), or one index of another
         dimension (``block=3``: that dimension dropped, as xarray's ``isel`` with an int), still unread."""
         if one:
             picked = list(self.picked)
@@ -84,6 +84,15 @@ class StoreArray:
         out = StoreArray(self.array, self.name, self._dims_of_array(), np.asarray(kept, dtype=np.int64), self.image, self.attrs, self.encoding, self.picked)
         out.encoding.pop("probe_image_edges", None)
         return out
+
+    def sel(self, image: list[str]) -> StoreArray:
+        """These images by id, in the order given, as ``DataArray.sel(image=[...])``; an id the
+        array lacks is a KeyError, as xarray's."""
+        held = {str(i): p for p, i in enumerate(self.coords["image"].values.tolist())}
+        missing = [i for i in image if str(i) not in held]
+        if missing:
+            raise KeyError(f"not all values found in index 'image': {missing[:5]}")
+        return self.isel(image=np.asarray([held[str(i)] for i in image], dtype=np.int64))
 
     def _dims_of_array(self) -> tuple[str, ...]:
         """A name for each axis of the zarr array, as the constructor takes them (a picked axis: a placeholder it drops)."""

@@ -125,7 +125,11 @@ def _attr(value: Any) -> Any:
 
 def write(results: Results, path: str | Path) -> None:
     """Create the zarr v3 group ``path`` (replacing one there) holding ``results``, array for
-    array and attribute for attribute as ``to_zarr(path, mode="w", consolidated=False, zarr_format=3)``."""
+    array and attribute for attribute as ``to_zarr(path, mode="w", consolidated=False, zarr_format=3)``.
+    Results already written row block by row block (``store.plain_rows.Written``) are moved there."""
+    if not isinstance(results, Results):
+        results.move(path)
+        return
     import zarr
 
     group = zarr.open_group(str(path), mode="w", zarr_format=3)
@@ -133,12 +137,22 @@ def write(results: Results, path: str | Path) -> None:
     data_vars = [n for n in results.variables if n not in results.coord_names]
     for name in [*data_vars, *results.coord_names]:  # xarray's order: data variables, then coordinates
         var = results.variables[name]
-        data, attrs = var.data, {"_FillValue": NAN_FILL} if var.data.dtype.kind == "f" else {}
-        if data.dtype.kind == "O" and data.size == 0:  # xarray infers float64 for an empty object array (no _FillValue)
-            data = np.zeros(data.shape)
-        dtype: Any = str if data.dtype.kind == "O" else data.dtype  # object arrays hold str (image ids, names)
-        fill = np.nan if data.dtype.kind == "f" else None
-        array = group.create(name, shape=data.shape, dtype=dtype, fill_value=fill, chunks="auto", dimension_names=var.dims, overwrite=True, config={})
-        if attrs:
-            array.attrs.put(attrs)
-        array[...] = data
+        create(group, name, var.dims, var.data)[...] = stored(var.data)
+
+
+def stored(data: np.ndarray) -> np.ndarray:
+    """The values written for a variable: xarray infers float64 for an empty object array."""
+    return np.zeros(data.shape) if data.dtype.kind == "O" and data.size == 0 else data
+
+
+def create(group: Any, name: str, dims: tuple[str, ...], like: np.ndarray, shape: tuple[int, ...] | None = None) -> Any:
+    """The zarr array ``to_zarr`` creates for a variable like ``like`` (its dtype; its shape unless
+    ``shape`` is given): zarr's own chunks (``"auto"``), str for objects, NaN as the fill value of a
+    floating-point one, with the CF ``_FillValue`` unless it was an (empty) object array."""
+    data = stored(like)
+    dtype: Any = str if data.dtype.kind == "O" else data.dtype  # object arrays hold str (image ids, names)
+    fill = np.nan if data.dtype.kind == "f" else None
+    array = group.create(name, shape=data.shape if shape is None else shape, dtype=dtype, fill_value=fill, chunks="auto", dimension_names=dims, overwrite=True, config={})
+    if like.dtype.kind == "f":
+        array.attrs.put({"_FillValue": NAN_FILL})
+    return array

@@ -343,5 +343,5 @@ def keys_array(arch: dict[str, Any], view: str, keys: str = "plain") -> str:
     if keys not in KEY_KINDS:
         raise ValueError(f"keys {keys!r} is not one of {', '.join(KEY_KINDS)}")
     if keys == "rope" and arch.get("family") != "dinov3":
-        raise ValueError("its network has a position table, not RoPE: its keys have no form after RoPE")
+        raise ValueError("its network has a position table, not RoPE")
     return f"keys_rope_{view}" if keys == "rope" else f"keys_{view}"
