@@ -1559,6 +1559,16 @@ def _ade_with_a_narrow_mask(w, mp=None) -> None:
     assert made.code == 0, made.err
 
 
+def _added(name: str, data: Callable[[], dict] | None = None) -> Args:
+    """``probe panel add NAME`` of ``data`` (a COCO dict, written to bad/NAME.json), or of the sound val.json."""
+
+    def args(w) -> list:
+        source = write(w.root / "bad" / f"{name}.json", json.dumps(data())) if data else w.root / "val.json"
+        return ["panel", "add", name, "--annotations", source, "--images", w.images, "--role", "val", "--cache", w.cache]
+
+    return args
+
+
 # the careless trial of issue 46, round four: one case per finding
 CASES += [
     Case(  # --views 224 was dropped without a word: the store held decode's keys_480 alone
@@ -1576,46 +1586,21 @@ CASES += [
         None,
         setup=_ade_with_a_narrow_mask,
     ),
-    Case(  # rich read "[x, y, width, height]" as markup and dropped it
+    Case(
         "panel-add-line-keeps-its-brackets",
-        lambda w: [
-            "panel",
-            "add",
-            "brackets",
-            "--annotations",
-            write(w.root / "bad" / "brackets.json", json.dumps(_with_first_annotation(bbox=[1, 2, 3]))),
-            "--images",
-            w.images,
-            "--role",
-            "val",
-            "--cache",
-            w.cache,
-        ],
+        _added("brackets", lambda: _with_first_annotation(bbox=[1, 2, 3])),
         2,
         ("brackets.json", "[1, 2, 3] is not four finite numbers [x, y, width, height]"),
-        lambda w: ["panel", "add", "brackets", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+        _added("brackets"),
     ),
-    Case(  # rich turned SPair's "…:cat:" into an emoji
+    Case(
         "panel-add-line-keeps-its-colons",
-        lambda w: [
-            "panel",
-            "add",
-            "colons",
-            "--annotations",
-            write(
-                w.root / "bad" / "colons.json",
-                json.dumps(coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone:cat:.png", "width": 8, "height": 8}])),
-            ),
-            "--images",
-            w.images,
-            "--role",
-            "val",
-            "--cache",
-            w.cache,
-        ],
+        _added(
+            "colons", lambda: coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone:cat:.png", "width": 8, "height": 8}])
+        ),
         2,
         ("'gone:cat:.png'",),
-        lambda w: ["panel", "add", "colons", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+        _added("colons"),
     ),
     Case(  # the printed extract wrote into the cache, where the rerun never looks (a looping fix)
         "linear-panel-elsewhere-extracts-beside-the-store",
@@ -1662,63 +1647,24 @@ CASES += [
     ),
     Case(
         "panel-add-names-absent-images",
-        lambda w: [
-            "panel",
-            "add",
-            "absent",
-            "--annotations",
-            write(
-                w.root / "bad" / "absent.json",
-                json.dumps(coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone.png", "width": 8, "height": 8}])),
-            ),
-            "--images",
-            w.images,
-            "--role",
-            "val",
-            "--cache",
-            w.cache,
-        ],
+        _added("absent", lambda: coco(["c.png", "d.png"], images=[*coco(["c.png", "d.png"])["images"], {"id": 9, "file_name": "gone.png", "width": 8, "height": 8}])),
         2,
         ("absent.json", "gone.png", "--images DIR"),
-        lambda w: ["panel", "add", "absent", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+        _added("absent"),
     ),
     Case(
         "panel-add-empty-segmentation",
-        lambda w: [
-            "panel",
-            "add",
-            "emptyseg",
-            "--annotations",
-            write(w.root / "bad" / "emptyseg.json", json.dumps(_with_first_annotation(segmentation=[]))),
-            "--images",
-            w.images,
-            "--role",
-            "val",
-            "--cache",
-            w.cache,
-        ],
+        _added("emptyseg", lambda: _with_first_annotation(segmentation=[])),
         2,
         ("emptyseg.json", "segmentation is an empty list"),
-        lambda w: ["panel", "add", "emptyseg", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+        _added("emptyseg"),
     ),
     Case(
         "panel-add-no-object",
-        lambda w: [
-            "panel",
-            "add",
-            "noobject",
-            "--annotations",
-            write(w.root / "bad" / "noobject.json", json.dumps(coco(["c.png", "d.png"], annotations=[]))),
-            "--images",
-            w.images,
-            "--role",
-            "val",
-            "--cache",
-            w.cache,
-        ],
+        _added("noobject", lambda: coco(["c.png", "d.png"], annotations=[])),
         2,
         ("noobject.json", "holds no object"),
-        lambda w: ["panel", "add", "noobject", "--annotations", w.root / "val.json", "--images", w.images, "--role", "val", "--cache", w.cache],
+        _added("noobject"),
     ),
 ]
 
