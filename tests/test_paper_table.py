@@ -16,6 +16,7 @@ from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.report import paper
 from probe_toolkit.results import records
+from probe_toolkit.store import completion
 from probe_toolkit.store.extract import Settings, extract
 
 KNN_DEFAULTS = {"ks": None, "temperature": 0.07, "feature": "auto"}
@@ -136,3 +137,14 @@ def test_the_default_block_is_no_setting_even_where_the_record_names_a_store_not
             )
         (column,) = paper.build([moved], ["knn"]).columns
         assert column.measured.endswith("; defaults" if block == last else "; block=0"), column.measured
+
+
+def test_images_read_from_a_panels_own_store_are_not_checked_against_the_records_store(two_stores):
+    """knn and hummingbird record the val images they scored (the table groups by them); read from the panel's own store
+    beside the record's, they are scope panel-store, which the report never calls current (or stale) by the record's store."""
+    alpha, beta = two_stores
+    own = completion.computed_on(alpha, ["a.jpg", "b.jpg"], scope="panel", read_from=alpha)
+    other = completion.computed_on(alpha, ["a.jpg", "b.jpg"], scope="panel", read_from=beta)
+    assert own["scope"] == "panel" and other["scope"] == "panel-store" and own["images_sha256"] == other["images_sha256"]
+    assert completion.staleness(alpha, {**other, "store": {"image_list_sha256": "changed"}}) is None
+    assert completion.staleness(alpha, {**own, "store": {"image_list_sha256": "changed"}}) == "the store's image list changed since"

@@ -1,5 +1,6 @@
 """Results written block by block (store/plain_rows.py, what ``probe decode`` saves as it decodes)
-are the files ``store.plain.write`` writes from the whole arrays, byte for byte."""
+are the files ``store.plain.write`` writes from the whole arrays, byte for byte; the masks JSON
+written from each block's text is the file ``write_json`` writes from the whole list."""
 
 from __future__ import annotations
 
@@ -61,3 +62,19 @@ def test_rows_refuse_a_block_that_disagrees(tmp_path):
         rows.add({"a": ("image", np.zeros(2)), "b": ("image", np.zeros(1))})
     with pytest.raises(ValueError):
         rows.written({}, {})  # 2 of 4 rows in
+
+
+def test_a_json_list_written_from_its_blocks_texts_is_the_bytes_of_one_write(tmp_path):
+    """The masks JSON kept as each block's text (decode without a panel, ``infra.atomic.write_json_list``):
+    the bytes ``write_json`` writes for the whole list, a block without masks adding nothing."""
+    from probe_toolkit.infra.atomic import json_text, write_json, write_json_list
+
+    entries = [{"image_id": i, "segmentation": {"size": [4, 6], "counts": "0a1"}, "score": [0.5, float("nan")][i % 2], "bbox": [1.0, 2.5]} for i in range(7)]
+    blocks = [entries[:3], [], entries[3:4], entries[4:]]
+    write_json(tmp_path / "whole.json", entries)
+    write_json_list(tmp_path / "blocks.json", (json_text(b, None, (",", ":"))[1:-1] for b in blocks))
+    assert (tmp_path / "blocks.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    write_json(tmp_path / "none.json", [])
+    write_json_list(tmp_path / "none-blocks.json", ["", ""])
+    assert (tmp_path / "none-blocks.json").read_bytes() == (tmp_path / "none.json").read_bytes() == b"[]\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocks.json", "none-blocks.json", "none.json", "whole.json"]  # no temporary name left

@@ -152,21 +152,22 @@ def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> Decode
         raise SettingError("refine", "refine bilateral refines masks for saliency scores, so it needs panel", "pass a saliency panel", others=("panel",))
     if out is not None:  # the user's file, or the store's own, is never written over
         check_masks_out(out, store)
-    report = decode_store(store, chosen, source, settings.view, settings.keys, context)
+    report = decode_store(store, chosen, source, settings.view, settings.keys, context, scored=panel is not None)
     if report.masks_file is None:  # a shard done before the others
         return context.finish(report)
     return context.finish(report, *score_masks(report, panel, out, refine, context))
 
 
-def decode_store(store: Path, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext) -> DecodeReport:
-    """The masks of every image of the store (label-free), as the report's ``decoded`` and ``encoded``."""
+def decode_store(store: Path, settings: Settings, settings_source: str, view: str, keys: str, context: RunContext, scored: bool = True) -> DecodeReport:
+    """The masks of every image of the store (label-free), as the report's ``decoded`` and ``encoded``;
+    ``scored`` False: no panel will score them, so ``encoded`` keeps the masks JSON's text only."""
     backend, device, threads = context.decoder()
     size = int(view) if view == "480" else view
     check_view(size)
     src = open_keys(store, size, keys)
     tick = context.task("decode", len(src.image_ids))
     t0 = time.perf_counter()
-    encoded = BlockResults(src, settings)
+    encoded = BlockResults(src, settings, as_text=not scored)
     from contextlib import nullcontext
 
     from .decode_colour import photographs
@@ -260,8 +261,11 @@ def score_masks(report: DecodeReport, panel: str | None, out: Path | None, refin
     labels: LabelRead | None = None
     if panel is not None:
         labels = context.read("panel", read_labels, purpose="score", checkpoint=src.checkpoint, images=src.image_ids)
-    results = encoded.entries(labels.image_map if labels is not None else None)
-    write_json(report.masks_file, results)
+    if labels is not None:
+        results = encoded.entries(labels.image_map)
+        write_json(report.masks_file, results)
+    else:
+        encoded.write(report.masks_file)  # no scores: the entries kept as the file's text
     write_json(
         masks_meta_path(report.masks_file),
         {

@@ -15,6 +15,7 @@ import numpy as np
 from ..analyses.decoder import Decoded
 from ..analyses.decoder_blocks import ARRAYS, as_decoded, decode_block
 from ..analyses.decoder_settings import Settings
+from ..infra.atomic import json_text, write_json, write_json_list
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.runner import Where, map_images
 from ..infra.settings import SettingError
@@ -186,14 +187,21 @@ class BlockResults:
     """The masks JSON's entries, encoded block by block as the runner hands the blocks over: this
     process draws and RLE-encodes one block's masks while the workers decode the next ones,
     instead of encoding every mask after the last block. Entries are kept by store position;
-    ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set."""
+    ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set. ``as_text``
+    (no panel will be scored: the entries are only written) keeps each block's entries as the
+    masks JSON's text instead of Python objects (a few times smaller), written by ``write``."""
 
-    def __init__(self, src: StoreKeys, settings: Settings) -> None:
-        self.src, self.settings, self.parts = src, settings, []
+    def __init__(self, src: StoreKeys, settings: Settings, as_text: bool = False) -> None:
+        self.src, self.settings, self.as_text = src, settings, as_text
+        self.parts: list[tuple[int, list[dict[str, Any]] | str]] = []
 
     def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
         block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
-        self.parts.append((a, coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])))
+        found = coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])
+        if self.as_text:  # the masks JSON's items for these images, under their store positions
+            self.parts.append((a, json_text([dict(r, image_id=a + r["image_id"]) for r in found], None, (",", ":"))[1:-1]))
+        else:
+            self.parts.append((a, found))
 
     def add(self, decoded: Decoded) -> None:
         """A whole decode at once (the colour term's and the shards' paths)."""
@@ -201,9 +209,18 @@ class BlockResults:
 
     def entries(self, coco_ids: dict[str, int] | None = None) -> list[dict[str, Any]]:
         """Every entry in image order; with ``coco_ids`` only that map's images, under their COCO ids."""
+        if self.as_text:
+            raise ValueError("entries kept as text are written (write), not read back")
         if coco_ids is None:
             return [dict(r, image_id=a + r["image_id"]) for a, part in self.parts for r in part]
         return [dict(r, image_id=int(coco_ids[r["file_name"]])) for _, part in self.parts for r in part if r["file_name"] in coco_ids]
+
+    def write(self, path: Path) -> None:
+        """The masks JSON of every entry under its store position (``write_json``'s bytes, from the text kept)."""
+        if self.as_text:
+            write_json_list(path, (text for _, text in self.parts))
+        else:
+            write_json(path, self.entries())
 
 
 class SavedRows:

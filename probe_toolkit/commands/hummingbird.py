@@ -302,7 +302,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         "search": (f"exact: float64 products rounded to float32, running top-{settings.k}, equal cosines by bank row ({'torch on ' + device if device else 'numpy'})"),
         "source": "vpariza/open-hummingbird-eval hbird/hbird_eval.py (HbirdEvaluation)",
         "provenance": result_provenance(val_ds, context.command),
-        "computed_on": computed_on(store, list(val_ids), scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
+        "computed_on": computed_on(store, list(val_ids), scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored
     }
     if norm is None:
         context.note("note: the network has no final norm; its stored patch tokens are the features")

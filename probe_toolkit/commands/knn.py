@@ -289,6 +289,6 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
         "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
         "provenance": result_provenance(train_ds, context.command),
-        "computed_on": computed_on(store, val_ids, scope="panel"),  # the val images scored (`probe table` groups by them); the record's store, as linear's
+        "computed_on": computed_on(store, val_ids, scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored (`probe table` groups by them)
     }
     return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,35 @@ def publish(tmp: Path, out: Path) -> Path:
 
 def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
     """JSON written atomically (temp name, then ``os.replace``), undefined values as null."""
+    separators = None if indent else (",", ":")
+    return _atomic_text(path, [json_text(obj, indent, separators) + "\n"])
+
+
+def write_json_list(path: str | Path, items: Iterable[str]) -> Path:
+    """A JSON list written atomically from its items' texts, each ``json_text`` of an item (or of
+    several, comma-joined, their brackets dropped; an empty text adds nothing): the bytes
+    ``write_json`` writes for the whole list, with one item's text in memory at a time."""
+
+    def parts() -> Iterator[str]:
+        yield "["
+        first = True
+        for text in items:
+            if text:
+                yield text if first else "," + text
+                first = False
+        yield "]\n"
+
+    return _atomic_text(path, parts())
+
+
+def _atomic_text(path: str | Path, parts: Iterable[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    separators = None if indent else (",", ":")
     try:
-        tmp.write_text(json_text(obj, indent, separators) + "\n")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for part in parts:
+                handle.write(part)
         publish(tmp, path)
     except BaseException as error:  # a full disk or Ctrl-C leaves neither a half file nor the temp name
         tmp.unlink(missing_ok=True)

@@ -88,7 +88,7 @@ def freshness(ctx) -> Section:
             made = ds.attrs.get("record") if isinstance(ds.attrs.get("record"), dict) else {}
             status = "no record of its images" if not record else (f"STALE: {why}" if why else "current")
             images = record.get("images")
-            if not record:  # a panel's or a video's result: what it read is in the record's inputs (probe.run writes them)
+            if not record or record.get("scope") == "panel-store":  # what it read is in the record's inputs (probe.run writes them)
                 images, status = _from_inputs(store.path, name, made.get("run_id"), ds, status)
             if why:
                 stale.append(f"{store.label} {name}")

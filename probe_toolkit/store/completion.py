@@ -31,19 +31,24 @@ def completion(store: str | Path) -> dict[str, Any]:
     return {"done": int((done & ~failed).sum()), "failed": int(failed.sum()), "total": int(done.size), "image_list_sha256": manifest.get("image_list_sha256")}
 
 
-def computed_on(store: str | Path, image_ids: Iterable[str], scope: str = "store") -> dict[str, Any]:
+def computed_on(store: str | Path, image_ids: Iterable[str], scope: str = "store", read_from: str | Path | None = None) -> dict[str, Any]:
     """The ``computed_on`` record of a result that read ``image_ids`` of ``store``.
 
     ``scope``: ``store`` for analyses of every finished image (entropy, neighbours, decoder),
-    ``panel`` for those that read a panel's images only (probes, scores)."""
+    ``panel`` for those that read a panel's images only (probes, scores). ``read_from``: the store the
+    images were read from; where it is another (the panel's own store beside ``store``), the scope is
+    ``panel-store``: ``store``'s completion then says nothing of those images, and the report does not
+    call the record current by it."""
     ids = [str(i) for i in image_ids]
+    if read_from is not None and Path(read_from).resolve() != Path(store).resolve():
+        scope = "panel-store"
     return {"images": len(ids), "images_sha256": list_hash(ids), "scope": scope, "store": completion(store)}
 
 
 def staleness(store: str | Path, record: dict[str, Any] | None) -> str | None:
     """Why a result no longer describes its store (None when it still does, or when it predates
     these records: then ``unknown`` is for the caller to say)."""
-    if not record:
+    if not record or record.get("scope") == "panel-store":  # images of another store: this one says nothing of them
         return None
     then, now = record.get("store", {}), completion(store)
     if then.get("image_list_sha256") != now["image_list_sha256"]:
