@@ -12,6 +12,7 @@ from .summaries import store_label
 
 if TYPE_CHECKING:
     from .overcluster_report import OverclusterReport
+    from .similarity_report import SimilarityReport
 
 
 def _num(value: float, digits: int = 2) -> str:
@@ -67,7 +68,7 @@ def position(report: Any) -> list[Any]:
     ]
 
 
-def similarity(report: Any) -> list[Any]:
+def similarity(report: SimilarityReport) -> list[Any]:
     """``probe similarity``: the CKA matrix (sets of the first store as rows), the minibatch estimator's beside it."""
     rows = list(range(len(report.sets)))
     cols = [j for j, s in enumerate(report.sets) if s.startswith("b:")] if report.other else rows
