@@ -12,6 +12,8 @@ from .summaries import store_label
 
 if TYPE_CHECKING:
     from .overcluster_report import OverclusterReport
+    from .position_report import PositionReport
+    from .rank_report import RankReport
     from .similarity_report import SimilarityReport
 
 
@@ -19,7 +21,7 @@ def _num(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else "–"
 
 
-def rank(report: Any) -> list[Any]:
+def rank(report: RankReport) -> list[Any]:
     """``probe rank``: RankMe per store and kind of tokens, the sample-size curve, LiDAR."""
     kinds = list(report.stores[0].rankme) if report.stores else []
     table = Table(title=f"RankMe at the {report.view} view (Garrido et al. 2023; ε = 1e-7)")
@@ -40,7 +42,7 @@ def rank(report: Any) -> list[Any]:
     return out
 
 
-def position(report: Any) -> list[Any]:
+def position(report: PositionReport) -> list[Any]:
     """``probe position``: the held-out error of the position probe per store."""
     table = Table(title=f"Linear position probe at the {report.view} view (NVlabs/RADIO position_predictor.py)")
     table.add_column("store", overflow="fold")
