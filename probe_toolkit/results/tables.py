@@ -18,8 +18,10 @@ from rich.table import Table
 from ..labels.coco_metrics import METRICS
 
 if TYPE_CHECKING:
+    from .correspond_report import CorrespondReport
     from .hummingbird_report import HummingbirdReport
     from .knn_report import KnnReport
+    from .navi_report import NaviReport
     from .over_stores_report import OverStoresReport
     from .propagation_report import PropagationReport
     from .segment_report import SegmentReport
@@ -282,10 +284,10 @@ def propagate(report: PropagationReport) -> list[Any]:
     return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
-def correspond(report: Any) -> list[Any]:
+def correspond(report: CorrespondReport | NaviReport) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
-    if getattr(report, "dataset", "spair") == "navi":
+    if getattr(report, "dataset", "spair") == "navi":  # a NAVI panel's result (NaviReport)
         from .tables_correspond import navi
 
         return navi(report)
