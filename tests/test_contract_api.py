@@ -167,4 +167,4 @@ def test_a_table_in_results_takes_its_protocols_result_type_declared_in_results(
         table = registry.resolve(protocol.command.table)
         assert inspect.signature(table).parameters["report"].annotation == registry.resolve(protocol.result).__name__, (protocol.name, protocol.command.table)
         typed += 1
-    assert typed >= 4  # knn, hummingbird, entropy, neighbours
+    assert typed >= 9  # knn, hummingbird, entropy, neighbours, depth, linear-segmentation, linear-dinov2, overcluster, propagate

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .hummingbird_report import HummingbirdReport
     from .knn_report import KnnReport
     from .over_stores_report import OverStoresReport
+    from .propagation_report import PropagationReport
+    from .segment_report import SegmentReport
 
 
 class Unwrapped(str):
@@ -264,7 +266,7 @@ def looks_table(looks: dict[str, list]) -> Any:
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
 
 
-def propagate(report: Any) -> list[Any]:
+def propagate(report: PropagationReport) -> list[Any]:
     """``probe propagate``: what was written where, then DAVIS's J&F table and where its CSV tables went."""
     subset = report.run.settings.subset
     lines: list[Any] = [f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}"]
@@ -372,7 +374,7 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     return out
 
 
-def segmentation(report: Any) -> list[Any]:
+def segmentation(report: SegmentReport) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
     train, val = report.run.inputs.train, report.run.inputs.val

@@ -4,11 +4,14 @@ rich tables built from a run's report, nothing read or computed here."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from .summaries import store_label
+
+if TYPE_CHECKING:
+    from .overcluster_report import OverclusterReport
 
 
 def _num(value: float, digits: int = 2) -> str:
@@ -92,7 +95,7 @@ def similarity(report: Any) -> list[Any]:
     return out
 
 
-def overcluster(report: Any) -> list[Any]:
+def overcluster(report: OverclusterReport) -> list[Any]:
     """``probe overcluster``: mIoU at each k, mean over seeds and its spread."""
     table = Table(title=f"Overclustering on {report.panel} (vpariza/NeCo eval_overcluster.py)")
     for column in ("k", "matching", "mIoU (%)", "over seeds (%)"):
