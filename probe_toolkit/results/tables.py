@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .correspond_report import CorrespondReport
     from .hummingbird_report import HummingbirdReport
     from .knn_report import KnnReport
+    from .masks_report import MasksReport
     from .navi_report import NaviReport
     from .over_stores_report import OverStoresReport
     from .propagation_report import PropagationReport
@@ -221,7 +222,7 @@ def hummingbird(report: HummingbirdReport) -> list[Any]:
     ]
 
 
-def attention_masks(report: Any) -> list[Any]:
+def attention_masks(report: MasksReport) -> list[Any]:
     """``probe attention-masks``: the masks' rule, the Jaccards on the panel, and where the prefix tokens look."""
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
