@@ -168,4 +168,4 @@ def test_a_table_in_results_takes_its_protocols_result_type_declared_in_results(
         annotated = inspect.signature(table).parameters["report"].annotation.split(" | ")  # correspond's: CorrespondReport | NaviReport
         assert registry.resolve(protocol.result).__name__ in annotated, (protocol.name, protocol.command.table)
         typed += 1
-    assert typed >= 14  # all but decode, score, decode-sweep, decode-stream and linear
+    assert typed >= 15  # all but decode, score, decode-sweep and decode-stream

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .correspond_report import CorrespondReport
     from .hummingbird_report import HummingbirdReport
     from .knn_report import KnnReport
+    from .linear_report import LinearReport
     from .masks_report import MasksReport
     from .navi_report import NaviReport
     from .over_stores_report import OverStoresReport
@@ -134,7 +135,7 @@ def neighbours(report: OverStoresReport) -> list[Any]:
     return [neighbours_table(report.results)]
 
 
-def linear(report: Any) -> list[Any]:
+def linear(report: LinearReport) -> list[Any]:
     """``probe linear``: every store's scores and chosen regularisation, then the ledger reads and label space."""
     train, val, seed = report.run.inputs.train, report.run.inputs.val, report.run.settings.seed
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
