@@ -19,6 +19,7 @@ from ..labels.coco_metrics import METRICS
 
 if TYPE_CHECKING:
     from .correspond_report import CorrespondReport
+    from .decode_report import DecodeReport
     from .hummingbird_report import HummingbirdReport
     from .knn_report import KnnReport
     from .linear_report import LinearReport
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
     from .navi_report import NaviReport
     from .over_stores_report import OverStoresReport
     from .propagation_report import PropagationReport
+    from .score_report import ScoreReport
     from .segment_report import SegmentReport
+    from .sweep_report import SweepReport
 
 
 class Unwrapped(str):
@@ -61,7 +64,7 @@ def scores(title: str, scores: Any) -> list[Any]:
     ]
 
 
-def decode_summary(report: Any, source: str) -> str:
+def decode_summary(report: DecodeReport, source: str) -> str:
     s = report.settings
     return (
         f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
@@ -70,7 +73,7 @@ def decode_summary(report: Any, source: str) -> str:
     )
 
 
-def decode(report: Any) -> list[Any]:
+def decode(report: DecodeReport) -> list[Any]:
     """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
     if report.masks_file is None:  # a shard that finished before the others
         return [waiting_line(report.run.placement.shard, report.extra["waiting_for_shards"], "the last one writes the masks")]
@@ -80,13 +83,13 @@ def decode(report: Any) -> list[Any]:
     return out
 
 
-def score(report: Any) -> list[Any]:
+def score(report: ScoreReport) -> list[Any]:
     """``probe score``: the panel's scores of a masks file, and where the record went."""
     out = scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out + ([f"saved → {report.saved}"] if report.saved else [])
 
 
-def sweep(report: Any, top: int) -> list[Any]:
+def sweep(report: SweepReport, top: int) -> list[Any]:
     """``probe decode-sweep``: the ``top`` settings by the metric, and the best one with where it was written."""
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one scores every setting")]
