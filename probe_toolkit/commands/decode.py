@@ -131,6 +131,7 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
 
     rows: SavedRows | None = None
     folder = rows_folder(src.store)
+    made = [p for p in (folder.parent, folder.parent.parent) if not p.exists()]  # results/decoder/ of a first record: this run's until saved
     try:
         with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
             if not context.sharded:
@@ -185,6 +186,9 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
         )
     finally:  # saved: the folder was moved into the record; stopped: nothing half written stays
         shutil.rmtree(folder, ignore_errors=True)
+        for path in made:
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
     report = DecodeReport(
         store=src.store,
         settings=settings,
