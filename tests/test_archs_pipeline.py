@@ -239,8 +239,8 @@ def test_grid_option_names_the_grid_the_store_holds(pipeline):
     store, _ = stores["s8"]
     result = CliRunner().invoke(app, ["neighbours", str(store), "--grid", "14", "-q"])
     assert isinstance(result.exception, ProbeError)  # main() prints it as one line, exit 2
-    line = result.exception.line()
-    assert "28×28 at the 224 view" in line and "12×12 at the 96 view" in line and "--view 224" in line
+    line = flagged(result.exception)  # as main() prints it: the keywords re-spelled as flags
+    assert "28×28 patches at 224" in line and "12×12 patches at 96" in line and "--view 224" in line, line
     ok = CliRunner().invoke(app, ["neighbours", str(store), "--grid", "12", "--boot", "100", "-q"])
     assert ok.exit_code == 0, ok.output
     assert records.load(store, "neighbours_g12").attrs["array"] == "tokens_96"

@@ -231,12 +231,32 @@ def test_a_panel_is_checked_field_by_field_when_added(tmp_path, capsys):
     Image.fromarray(np.zeros((72, 96), np.uint8)).save(root / "office" / "sync_depth_00003.png")  # 8-bit
     Image.fromarray(np.zeros((70, 96), np.uint16)).save(root / "office" / "sync_depth_00004.png")  # another size
     (root / "nyu_test.txt").write_text("\n".join(lines + [lines[2]]) + "\n")  # office/00003 listed twice
+    good = (root / "nyu_test.txt").read_text().splitlines()
+    good[0], good[1] = good[0].removesuffix(" extra"), good[1].replace("focal", "518.8579")
+
+    def listing(text_lines):
+        return lambda: (root / "nyu_test.txt").write_text("\n".join(text_lines) + "\n")
+
+    def depth_map(name):
+        return lambda: Image.fromarray(np.zeros((72, 96), np.uint16)).save(root / "office" / name)
+
+    # one line each time: the first problem and how many more (the map listed twice counts twice); each repaired in
+    # turn, then the panel is added
+    repairs = (
+        ("has 4 fields, not 3", 5, listing([good[0], *lines[1:], lines[2]])),
+        ("field focal is 'focal'", 4, listing([*good[:2], *lines[2:], lines[2]])),
+        ("is listed again", 3, listing(good[:4])),
+        ("not a 16-bit grey PNG", 1, depth_map("sync_depth_00003.png")),
+        ("is 96x70 px, its photograph", 0, depth_map("sync_depth_00004.png")),
+    )
+    for problem, more, repair in repairs:
+        code, printed = probe_main(["panel", "add", "broken", "--nyu", root, "--role", "val", "--cache", tmp_path / "cache"], capsys)
+        assert code == 2 and len(printed.err.strip().splitlines()) == 1 and problem in printed.err, (problem, printed.err)
+        assert (f"({more} more problem" in printed.err) if more else "more problem" not in printed.err, printed.err
+        assert not (tmp_path / "cache" / "panels.toml").exists()
+        repair()
     code, printed = probe_main(["panel", "add", "broken", "--nyu", root, "--role", "val", "--cache", tmp_path / "cache"], capsys)
-    assert code == 2
-    text = printed.err
-    for problem in ("has 4 fields, not 3", "field focal is 'focal'", "is listed again", "not a 16-bit grey PNG", "is 96x70 px, its photograph"):
-        assert problem in text, problem
-    assert not (tmp_path / "cache" / "panels.toml").exists()
+    assert code == 0, printed.err
 
 
 def test_a_depth_map_changed_after_its_ledger_read_is_refused(tmp_path):

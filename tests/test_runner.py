@@ -65,9 +65,15 @@ def test_a_real_local_dask_cluster_gives_the_same_bits(store):
     settings = Settings.from_preset("centred")
     src = open_keys(store)
     here = _arrays(decode_keys(src.keys, settings, where=Where(workers=1)))
+    fn = partial(decode_block, settings=settings)
+    handed: list[tuple[int, int, dict]] = []
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         there = _arrays(decode_keys(src.keys, settings, where=Where(client=client)))
+        # blocks handed over one by one, in order, none kept (how probe decode saves as it goes: cluster.in_order)
+        kept = map_images(fn, {"keys": src.keys}, where=Where(client=client), block=2, each=lambda a, b, part: handed.append((a, b, part)), keep=False)
     _same(here, there)
+    assert kept == {} and [(a, b) for a, b, _ in handed] == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    _same(here, {name: np.concatenate([part[name] for _, _, part in handed]) for name in here})
 
 
 def test_shards_cover_every_image_once_in_whole_blocks():

@@ -17,6 +17,7 @@ import pytest
 from test_catalogue import probe
 
 from probe_toolkit.demo.samples import TINY_DINOV3, write_checkpoint
+from probe_toolkit.infra.settings import declared
 from probe_toolkit.protocols import registry
 from probe_toolkit.report import tables as report_tables
 from probe_toolkit.results import records
@@ -26,11 +27,21 @@ from probe_toolkit.store.extract import Settings, extract
 
 @pytest.mark.parametrize("protocol", [p.name for p in registry.protocols()])
 def test_any_setting_of_any_protocol_is_named_when_it_differs(protocol):
-    base = registry.get(protocol).settings().as_dict()
+    settings = registry.get(protocol).settings
+    base = settings().as_dict()
+    # a setting that only picks what a figure shows (entropy's patch and image) moves no number: never named
+    pickers = {f.name for f in dataclasses.fields(settings) if (d := declared(f)) is not None and not d.moves_numbers}
     assert differing({"protocol": protocol, "settings": base}) == {}
     for name in base:
         moved = dict(base, **{name: "SENTINEL"})
-        assert differing_text({"protocol": protocol, "settings": moved}) == f"{name}=SENTINEL"
+        assert differing_text({"protocol": protocol, "settings": moved}) == ("" if name in pickers else f"{name}=SENTINEL")
+
+
+def test_a_setting_is_shown_as_its_declaration_spells_it():
+    base = registry.get("hummingbird").settings().as_dict()
+    assert differing_text({"protocol": "hummingbird", "settings": dict(base, memory=[1000, None])}) == "memory=1000,full"
+    entropy = registry.get("entropy").settings().as_dict()
+    assert differing({"protocol": "entropy", "settings": dict(entropy, patch=34, image="photos/chelsea.jpg")}) == {}
 
 
 def test_block_and_facet_are_named_unless_the_default():

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,9 @@ from ..infra.runner import map_blocks
 from ..infra.settings import SettingError
 from ..infra.spelling import fix_command
 from ..labels import spair_read
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.correspond import CorrespondSettings
+from ..results.correspond_report import BIN_NAMES, CorrespondReport
 from ..store import arrays, cache, grids, images
 from . import shards
 from .panel_stores import locate, panel_ids
@@ -51,45 +51,6 @@ from .shards import images_sha256
 
 VIEW = images.SQUARE
 BLOCK = 64  # pairs per runner task (a category's pairs share images: each is read and normalised once a block)
-BIN_NAMES = ("0", "1", "2", "all")
-
-
-@dataclass
-class CorrespondReport(Outcome):
-    """PCK of one store on one SPair-71k panel, by category, viewpoint bin and threshold."""
-
-    store: Path
-    name: str
-    panel: str
-    categories: list[str]
-    thresholds: tuple[float, ...]
-    pck: np.ndarray  # (category, bin, threshold)
-    mean: np.ndarray  # (bin, threshold)
-    counts: dict[str, int]
-    ledger: str
-    seconds: float
-    dtype: str = "float16"
-    extra: dict[str, Any] = field(default_factory=dict)
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    def summary(self) -> dict[str, Any]:
-        def clean(v: float) -> float | None:
-            return None if not np.isfinite(v) else float(v)
-
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "panel": self.panel,
-            "ledger": self.ledger,
-            "counts": self.counts,
-            "bins": list(BIN_NAMES),
-            "thresholds": list(self.thresholds),
-            "tokens_dtype": self.dtype,
-            "mean": {f"{t:g}": [clean(self.mean[b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)},
-            "categories": {
-                c: {f"{t:g}": [clean(self.pck[k, b, i]) for b in range(len(BIN_NAMES))] for i, t in enumerate(self.thresholds)} for k, c in enumerate(self.categories)
-            },
-        }
 
 
 def pair_block(

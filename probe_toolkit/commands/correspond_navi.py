@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,50 +42,14 @@ from ..infra.runner import map_blocks
 from ..labels import navi_read
 from ..labels.navi import MAX_ANGLE, PAIR_SEED, STRIDE, NaviImage
 from ..labels.navi_pairs import camera
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.navi_report import BIN_NAMES, NaviReport
 from . import shards
 from .runs import result_provenance
 
 RESULT = "correspond-navi"
 BLOCK = 4  # pairs per runner task
 SHOWN = 4  # pairs whose two views the record keeps for the report's figure
-BIN_NAMES = tuple(f"{a}-{b}" for a, b in zip(navi.BINS[:-1], navi.BINS[1:]))
-
-
-@dataclass
-class NaviReport(Outcome):
-    store: Path
-    name: str
-    panel: str
-    recall_cm: np.ndarray
-    recall_px: np.ndarray
-    binned: np.ndarray
-    counts: dict[str, int]
-    ledger: str
-    seconds: float
-    waiting: list[int] = field(default_factory=list)
-    dataset: str = "navi"
-
-    @property
-    def bins_mean(self) -> float:
-        finite = self.binned[np.isfinite(self.binned)]
-        return float(finite.mean()) if len(finite) else float("nan")
-
-    def summary(self) -> dict[str, Any]:
-        def clean(v: float) -> float | None:
-            return None if not np.isfinite(v) else float(v)
-
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "panel": self.panel,
-            "ledger": self.ledger,
-            "counts": self.counts,
-            "recall_cm": {f"{t * 100:g}": clean(v) for t, v in zip(navi.CM, self.recall_cm)},
-            "recall_px": {f"{t:g}": clean(v) for t, v in zip(navi.PX, self.recall_px)},
-            "binned_2cm": {b: clean(v) for b, v in zip(BIN_NAMES, self.binned)},
-            "bins_mean": clean(self.bins_mean),
-        }
 
 
 @dataclass(frozen=True)

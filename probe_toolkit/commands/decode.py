@@ -23,7 +23,6 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +34,11 @@ from ..infra.settings import SettingError
 from ..labels import saliency
 from ..labels.masks import decoder_dataset
 from ..labels.panels import LabelRead, read_labels
-from ..labels.scoring import Scores, evaluate
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..labels.scoring import evaluate
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.discovery import DecodeSettings
 from ..results import records
+from ..results.decode_report import DecodeReport
 from ..store import cache
 from ..store.completion import computed_on
 from .decode_keys import BlockResults, SavedRows, colour_task, decode_keys, decode_with_colour, open_keys
@@ -95,49 +95,6 @@ def resolve_settings(*, preset: str | None, overrides: dict[str, Any], settings_
 # decoding a store
 
 
-@dataclass
-class DecodeReport(Outcome):
-    """What ``probe decode`` decoded, with which resolved settings, and the panel's scores when one was given."""
-
-    store: Path
-    settings: Settings
-    settings_source: str
-    n_images: int
-    n_masks: int
-    degenerate: int
-    dense_solves: int
-    seconds: float
-    masks_file: Path | None
-    scores: Scores | None = None
-    ledger_entry: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    source: Any = field(default=None, repr=False)  # the keys read (``decode_keys.open_keys``), for the masks JSON and the scores
-    encoded: Any = field(default=None, repr=False)  # every mask as a COCO result (``decode_keys.BlockResults``)
-    unit: str = ""  # the id the decoder record, the masks JSON and the scores share
-
-    @property
-    def pending(self) -> bool:
-        return self.masks_file is None  # a shard done before the others
-
-    def summary(self) -> dict[str, Any]:
-        out = {
-            "store": str(self.store),
-            "settings": self.settings.as_dict(),
-            "settings_source": self.settings_source,
-            "images": self.n_images,
-            "masks": self.n_masks,
-            "degenerate": self.degenerate,
-            "dense_solves": self.dense_solves,
-            "seconds": round(self.seconds, 3),
-            "masks_file": str(self.masks_file) if self.masks_file else None,
-            **self.extra,
-        }
-        if self.scores is not None:
-            out.update(scores=self.scores.table(), counts=self.scores.counts, ledger_entry=self.ledger_entry)
-        out.update(self.extra)
-        return out
-
-
 def run(inputs: Inputs, settings: DecodeSettings, context: RunContext) -> DecodeReport:
     """Decode a store (label-free), save ``results/decoder`` and the masks JSON; score on a panel.
 
@@ -174,6 +131,7 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
 
     rows: SavedRows | None = None
     folder = rows_folder(src.store)
+    made = [p for p in (folder.parent, folder.parent.parent) if not p.exists()]  # results/decoder/ of a first record: this run's until saved
     try:
         with context.placed() as where, photographs(src) if settings.color_lambda else nullcontext() as photos:
             if not context.sharded:
@@ -228,6 +186,9 @@ def decode_store(store: Path, settings: Settings, settings_source: str, view: st
         )
     finally:  # saved: the folder was moved into the record; stopped: nothing half written stays
         shutil.rmtree(folder, ignore_errors=True)
+        for path in made:
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
     report = DecodeReport(
         store=src.store,
         settings=settings,

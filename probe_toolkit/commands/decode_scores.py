@@ -6,7 +6,6 @@ the metadata written beside it."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,9 @@ from ..infra.settings import SettingError
 from ..labels import saliency
 from ..labels.panels import LabelRead, read_labels
 from ..labels.scoring import METRICS, Scores, evaluate
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.discovery import ScoreSettings
+from ..results.score_report import ScoreReport
 from ..store import cache
 from ..store.completion import computed_on
 from .decode_views import view_check
@@ -198,18 +198,6 @@ def saliency_record(
         **({"view": view} if view else {}),
     }
     return Saving(store, f"saliency_{labels.panel.name}", ds, attrs)
-
-
-@dataclass
-class ScoreReport(Outcome):
-    """A masks file's scores on one panel (COCO's, or a saliency panel's)."""
-
-    scores: Scores | saliency.SaliencyScores
-    ledger_entry: str
-    warnings: list[str] = field(default_factory=list)  # the masks' view is not the one the preset was published on for this panel
-
-    def summary(self) -> dict[str, Any]:
-        return {"scores": self.scores.table(), "counts": self.scores.counts, "ledger_entry": self.ledger_entry}
 
 
 def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreReport:

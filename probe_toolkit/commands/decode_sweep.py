@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import itertools
 import tomllib
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -27,8 +25,9 @@ from ..infra.settings import SettingError
 from ..labels.masks import coco_results
 from ..labels.panels import read_labels
 from ..labels.scoring import evaluate
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.discovery import SweepSettings
+from ..results.sweep_report import SweepReport
 from ..store.completion import computed_on
 from .decode import settings_path
 from .decode_keys import _ticks, open_keys
@@ -95,22 +94,6 @@ def _prefix(decoded: Decoded, k: int, settings: Settings) -> Decoded:
         patch=decoded.patch,
         view=decoded.view,
     )
-
-
-@dataclass
-class SweepReport(Outcome):
-    """Every setting of the grid scored on the val panel, the best by the metric, and where it was written."""
-
-    table: list[dict[str, Any]]  # one row per setting: settings + scores
-    best: Settings | None
-    best_row: dict[str, Any]
-    metric: str
-    ledger_entry: str
-    settings_file: Path | None
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    def summary(self) -> dict[str, Any]:
-        return {"metric": self.metric, "ledger_entry": self.ledger_entry, "table": self.table}
 
 
 def run(inputs: Inputs, settings: SweepSettings, context: RunContext) -> SweepReport:

@@ -19,9 +19,7 @@ images scored. The science is ``analyses.depth`` and ``analyses.depth_augment``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,46 +34,14 @@ from ..infra.errors import IntegrityError, ProbeError
 from ..infra.settings import SettingError
 from ..labels import nyu
 from ..labels.panels import Panel
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.depth_report import DepthReport
 from ..store import cache
 from ..store.images import header_size, load_image
 from .panel_stores import panel_ids
 from .segment import Stream
 
 RESULT = "linear-depth"
-
-
-@dataclass
-class DepthReport(Outcome):
-    store: Path
-    name: str
-    preset: str
-    metrics: dict[str, float]
-    iterations: int
-    full_schedule: bool
-    losses: np.ndarray
-    counts: dict[str, int]
-    ledger: dict[str, str]
-    blocks: tuple[int, ...]
-    settings: dict[str, Any] = field(default_factory=dict)
-    unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "preset": self.preset,
-            "metrics": self.metrics,
-            "iterations": self.iterations,
-            "full_schedule": self.full_schedule,
-            "unpublished": self.unpublished,
-            "blocks": list(self.blocks),
-            "loss_first": float(self.losses[0]),
-            "loss_last": float(self.losses[-1]),
-            "counts": self.counts,
-            "ledger": self.ledger,
-            "settings": self.settings,
-        }
 
 
 def feature_fn(model, blocks: tuple[int, ...], norm: bool, chunk: int, device: torch.device) -> dep.Features:

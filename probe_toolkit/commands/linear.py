@@ -37,8 +37,6 @@ attrs of both: ``level``, ``settings`` (fit settings, chosen weight decay or C, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,48 +46,14 @@ from ..analyses import linear
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from ..labels.panels import LabelRead, read_labels
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.linear import LinearSettings
+from ..results.linear_report import LinearReport, StoreScores
 from ..store import cache, images
 from ..store.completion import computed_on
 from .panel_stores import Level, Source, locate, panel_ids
 
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
-
-
-@dataclass
-class StoreScores:
-    """One store's probe: its val scores and the regularisation its hold-out chose."""
-
-    store: Path
-    name: str
-    scores: dict[str, float]
-    chosen: float
-
-
-@dataclass
-class LinearReport(Outcome):
-    """What ``probe linear`` measured: every store's scores, on one label space, from one pair of ledger reads."""
-
-    level: str
-    outcomes: list[StoreScores]
-    ledger: dict[str, str]
-    label_space: linear.LabelSpace
-    settings: dict[str, Any]
-
-    def summary(self) -> dict[str, Any]:
-        """The table as JSON (NaN scores become null)."""
-        saved = {str(r.store): str(r.path) for r in (self.run.records if self.run else [])}
-        return {
-            "level": self.level,
-            "ledger": self.ledger,
-            "label_space": self.label_space.as_dict(),
-            "settings": self.settings,
-            "stores": [
-                {"store": str(o.store), "name": o.name, "scores": {k: _finite(v) for k, v in o.scores.items()}, "chosen": o.chosen, "saved": saved.get(str(o.store))}
-                for o in self.outcomes
-            ],
-        }
 
 
 def features(ds: xr.Dataset, ids: Sequence[str], level: Level, class_token: bool) -> np.ndarray:
@@ -325,7 +289,3 @@ def image_results(
         },
     )
     return ds, {"map": m}
-
-
-def _finite(value: float) -> float | None:
-    return None if value is None or not np.isfinite(value) else float(value)

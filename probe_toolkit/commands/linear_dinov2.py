@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,8 @@ from ..analyses import linear_dinov2 as ld
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 from ..labels.panels import ClassLabels, read_classes
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.linear_dinov2_report import LinearDinov2Report
 from ..store import images, parts
 from . import token_rows
 from .panel_stores import locate, panel_ids
@@ -51,40 +51,6 @@ READ_CHUNK = 256  # images normed and averaged at a time
 FEATURE = (
     "class tokens of the last {blocks} through the final norm (DINOv2's get_intermediate_layers(norm=True)), the last block's patch tokens through it averaged per image"
 )
-
-
-@dataclass
-class LinearDinov2Report(Outcome):
-    store: Path
-    name: str
-    classifiers: list[ld.Classifier]
-    top1_val: np.ndarray
-    top5_val: np.ndarray
-    evaluated: list[int]
-    chosen: int | None
-    accuracy: float  # the chosen classifier's, on test where given, else on val
-    reported_on: str  # val or test
-    counts: dict[str, int]
-    ledger: dict[str, str]
-
-    @property
-    def chosen_name(self) -> str:
-        return self.classifiers[self.chosen].name if self.chosen is not None else ""
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "chosen": self.chosen_name,
-            "accuracy": self.accuracy,
-            "reported_on": self.reported_on,
-            "classifiers": [
-                {"name": c.name, "blocks": c.blocks, "avgpool": c.avgpool, "rate": c.rate, "top1_val": float(t1), "top5_val": float(t5), "evaluated": i in self.evaluated}
-                for i, (c, t1, t5) in enumerate(zip(self.classifiers, self.top1_val, self.top5_val))
-            ],
-            "counts": self.counts,
-            "ledger": self.ledger,
-        }
 
 
 def blocks_read(ds, blocks: int) -> list[int]:

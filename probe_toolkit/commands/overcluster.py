@@ -16,7 +16,6 @@ through the network's final norm, standardised, projected and clustered at every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,37 +24,14 @@ from ..analyses import overcluster as oc
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 from ..labels import voc_segmentation
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.overcluster_report import OverclusterReport
 from ..store import cache, hbird_views, parts, views
 from .panel_stores import locate, panel_extract, panel_ids
 from .runs import result_provenance
 
 RESULT = "overcluster"
 READ_BLOCK = 64  # images read at a time
-
-
-@dataclass
-class OverclusterReport(Outcome):
-    store: Path
-    panel: str
-    ks: list[int]
-    miou: list[float]
-    miou_seed: np.ndarray
-    matching: list[str]
-    counts: dict[str, int]
-    ledger: str
-
-    def summary(self) -> dict:
-        return {
-            "store": str(self.store),
-            "panel": self.panel,
-            "k": self.ks,
-            "miou": self.miou,
-            "miou_seed": self.miou_seed.tolist(),
-            "matching": self.matching,
-            "counts": self.counts,
-            "ledger": self.ledger,
-        }
 
 
 def check_panel(panel) -> None:

@@ -14,7 +14,6 @@ in ``MEMORY``). Result ``results/position``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,47 +21,13 @@ import numpy as np
 from ..analyses import position
 from ..analyses.grid import grid_side
 from ..infra.errors import ProbeError
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.position_report import RESULT, PositionReport, StorePosition
 from ..store import cache, views
 from . import token_rows
 from .runs import result_provenance
 
-RESULT = "position"
 MEMORY = 2 << 30  # training tokens held in memory up to this many bytes; beyond, read again each epoch
-
-
-@dataclass
-class StorePosition:
-    store: Path
-    block: int
-    fit: position.PositionResult
-    grid: int
-    images: dict[str, int]
-
-
-@dataclass
-class PositionReport(Outcome):
-    view: str
-    stores: list[StorePosition] = field(default_factory=list)
-
-    def summary(self) -> dict:
-        return {
-            "analysis": RESULT,
-            "view": self.view,
-            "stores": {
-                str(s.store): {
-                    "block": s.block,
-                    "loss": s.fit.loss,
-                    "l1": s.fit.l1,
-                    "l1_row": s.fit.l1_row,
-                    "l1_col": s.fit.l1_col,
-                    "chance": s.fit.chance,
-                    "grid": s.grid,
-                    "images": s.images,
-                }
-                for s in self.stores
-            },
-        }
 
 
 def _reader(array, indices: np.ndarray, batch: int):

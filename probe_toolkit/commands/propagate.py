@@ -37,7 +37,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,8 +55,9 @@ from ..infra.runner import for_workers, map_blocks, shard_range, torch_threads
 from ..infra.settings import SettingError
 from ..labels import davis
 from ..labels.davis_folders import DavisSequence, davis_sequences, read_davis_annotations, read_first_annotations
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.propagate import PropagateSettings
+from ..results.propagation_report import PropagationReport
 from ..store import cache
 from ..store.backbone import Backbone, forget, loaded, normed_patch_tokens, remember
 from ..store.checkpoints import load_checkpoint
@@ -66,31 +67,6 @@ from .shards import collect
 
 BATCH = 8  # frames per forward pass
 SOFT = "soft.npy"  # beside a sequence's PNGs: (frame, label, row, column) float32, its frames 1.. soft segmentations
-
-
-@dataclass
-class PropagationReport(Outcome):
-    """What ``probe propagate`` wrote and scored: the sequences, their J&F, the ledger reads of first frames and scores."""
-
-    out: Path
-    sequences: list[str]
-    frames: int
-    seconds: float
-    scores: list[davis.SequenceScores] = field(default_factory=list)
-    global_scores: dict[str, float] | None = None
-    ledger: dict[str, str] = field(default_factory=dict)
-    waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "out": str(self.out),
-            "sequences": self.sequences,
-            "frames": self.frames,
-            "seconds": self.seconds,
-            "ledger": self.ledger,
-            "global": self.global_scores,
-            "objects": [r for s in self.scores for r in s.rows()],
-        }
 
 
 def indexed_png(labels: np.ndarray, palette: np.ndarray) -> bytes:

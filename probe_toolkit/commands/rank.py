@@ -15,55 +15,17 @@ nested seeded subsets of the rows. Result ``results/rank``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..analyses import rank
 from ..infra.runner import task_threads
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.rank_report import RESULT, RankReport, StoreRank
 from ..store import cache, hbird_views, views
 from . import token_rows
 from .runs import result_provenance
-
-RESULT = "rank"
-
-
-@dataclass
-class StoreRank:
-    store: Path
-    block: int
-    rankme: dict[str, float]
-    rows: dict[str, int]
-    curve: dict[str, dict[int, float]]
-    lidar: float
-    lidar_note: str
-    width: int
-
-
-@dataclass
-class RankReport(Outcome):
-    view: str
-    stores: list[StoreRank] = field(default_factory=list)
-
-    def summary(self) -> dict:
-        return {
-            "analysis": RESULT,
-            "view": self.view,
-            "stores": {
-                str(s.store): {
-                    "block": s.block,
-                    "rankme": s.rankme,
-                    "rows": s.rows,
-                    "width": s.width,
-                    "curve": {k: {str(n): v for n, v in c.items()} for k, c in s.curve.items()},
-                    "lidar": None if not np.isfinite(s.lidar) else s.lidar,
-                    "lidar_note": s.lidar_note,
-                }
-                for s in self.stores
-            },
-        }
 
 
 def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tuple[int, ...], seed: int, progress=None) -> dict:

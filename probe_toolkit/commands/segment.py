@@ -22,9 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -37,8 +35,9 @@ from ..infra.errors import ProbeError
 from ..infra.spelling import fix_command
 from ..labels import ade_segmentation, voc_segmentation
 from ..labels.panels import Panel
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.segment import SegmentSettings
+from ..results.segment_report import SegmentReport
 from ..store import cache
 from ..store.images import load_image
 from .panel_stores import panel_ids
@@ -46,45 +45,6 @@ from .panel_stores import panel_ids
 RESULT = "linear-segmentation"
 # panel kind → (reader, the classes scored, whether label 0 is dropped as DINOv3 and mmseg do for ADE20K)
 LAYOUTS = {ade_segmentation.KIND: (ade_segmentation, ade_segmentation.CLASSES, True), voc_segmentation.KIND: (voc_segmentation, voc_segmentation.CLASSES, False)}
-
-
-@dataclass
-class SegmentReport(Outcome):
-    """The trained head's mIoU with the schedule and the settings that produced it."""
-
-    store: Path
-    name: str
-    kind: str
-    preset: str
-    scores: seg.Scores
-    classes: tuple[str, ...]
-    iterations: int
-    full_schedule: bool
-    losses: np.ndarray
-    counts: dict[str, int]
-    ledger: dict[str, str]
-    settings: dict[str, Any] = field(default_factory=dict)
-    unpublished: dict[str, Any] = field(default_factory=dict)  # settings other than the preset's published values
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "store": str(self.store),
-            "name": self.name,
-            "kind": self.kind,
-            "preset": self.preset,
-            "miou": self.scores.miou,
-            "accuracy": self.scores.accuracy,
-            "iou": [None if np.isnan(v) else float(v) for v in self.scores.iou],
-            "classes": list(self.classes),
-            "iterations": self.iterations,
-            "full_schedule": self.full_schedule,
-            "unpublished": self.unpublished,
-            "loss_first": float(self.losses[0]),
-            "loss_last": float(self.losses[-1]),
-            "counts": self.counts,
-            "ledger": self.ledger,
-            "settings": self.settings,
-        }
 
 
 def _check_kinds(train: Panel, val: Panel) -> None:

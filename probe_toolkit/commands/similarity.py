@@ -16,7 +16,6 @@ before any token is read. Result ``results/similarity``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,39 +24,13 @@ from ..analyses import similarity
 from ..infra.errors import ProbeError
 from ..infra.runner import task_threads
 from ..infra.settings import SettingError
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
+from ..results.similarity_report import RESULT, SimilarityReport
 from ..store import cache, views
 from . import token_rows
 from .runs import result_provenance
 
-RESULT = "similarity"
 MEMORY = 2 << 30  # bytes the full estimator on whole images may hold (one set's tokens, every set's n × n Gram)
-
-
-@dataclass
-class SimilarityReport(Outcome):
-    store: Path
-    other: Path | None
-    sets: list[str]
-    cka: np.ndarray
-    cka_minibatch: np.ndarray
-    examples: int
-    minibatch_note: str
-
-    def summary(self) -> dict:
-        def plain(m):
-            return [[None if not np.isfinite(v) else float(v) for v in row] for row in m]
-
-        return {
-            "analysis": RESULT,
-            "store": str(self.store),
-            "other": str(self.other) if self.other else None,
-            "sets": self.sets,
-            "cka": plain(self.cka),
-            "cka_minibatch": plain(self.cka_minibatch),
-            "examples": self.examples,
-            "minibatch_note": self.minibatch_note,
-        }
 
 
 def _kind(examples: str) -> str:

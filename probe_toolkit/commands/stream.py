@@ -20,7 +20,6 @@ from __future__ import annotations
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -35,9 +34,10 @@ from ..infra.memory import reusing_blocks
 from ..infra.runner import map_blocks, process_pool
 from ..infra.settings import SettingError
 from ..labels.masks import coco_results, decoder_dataset
-from ..protocols.context import Inputs, Outcome, RunContext, Saving
+from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.discovery import DecodeSettings
 from ..results import records
+from ..results.stream_report import StreamReport
 from ..store import cache, extract_forward, extract_load, extract_plan, images
 from ..store.backbone import Backbone
 from ..store.checkpoints import load_checkpoint
@@ -46,30 +46,6 @@ from ..store.views import keys_array
 
 DTYPE = "float64"  # every decoder array round-trips exactly (bools, ints and float64 values)
 KEYS_DTYPE = "float16"  # the keys as the forward pass rounds them, as a store's would be (they are never written)
-
-
-@dataclass
-class StreamReport(Outcome):
-    """How far a stream came: the masks store, its images done, and the masks file once every one is."""
-
-    store: Path  # the masks store
-    n_images: int
-    written: int
-    done: int
-    seconds: float
-    masks_file: Path | None  # written once every image is done
-    decoded: Decoded | None
-    chosen: Settings | None = None  # the decoder's settings, resolved
-
-    def summary(self) -> dict:
-        return {
-            "store": str(self.store),
-            "images": self.n_images,
-            "done": self.done,
-            "written": self.written,
-            "masks_file": str(self.masks_file) if self.masks_file else None,
-            "settings": self.chosen.as_dict() if self.chosen else None,
-        }
 
 
 VIEW = "decoded"  # the masks store's one "view": its arrays are ``<name>_decoded``, with their own flags

@@ -17,7 +17,8 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -171,6 +172,30 @@ def on_cluster(client, calls: list[tuple], tag: str, done: Callable[[int, dict],
         if done:
             done(i, result)
     return parts
+
+
+def in_order(client, calls: list[tuple], tag: str, ahead: int) -> Iterator[dict[str, np.ndarray]]:
+    """Every call ``(fn, *args)`` as a task on the cluster, at most ``ahead`` of them submitted and
+    not yet handed over; their results yielded in order, so the client holds a few blocks' results
+    however many blocks there are (``on_cluster`` submits every call and keeps every result). A
+    lost scheduler, worker or task ends the wait with one line (``gather``)."""
+    stamp = time.monotonic_ns()
+    todo, pending = iter(enumerate(calls)), deque()
+
+    def submit() -> None:
+        for i, call in todo:
+            try:
+                pending.append(client.submit(*call, key=f"{tag}-{i}-{stamp}", pure=False))
+            except Exception as error:  # a client whose scheduler is gone
+                raise lost_cluster(client, f"went away mid-run ({type(error).__name__})") from None
+            return
+
+    for _ in range(max(1, ahead)):
+        submit()
+    while pending:
+        for _, result in gather(client, [pending.popleft()]):
+            yield result
+        submit()
 
 
 def lost_cluster(client, why: str) -> ProbeError:

@@ -306,7 +306,7 @@ def map_images(
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
     torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``,
-    ``keep``: as in ``map_blocks`` (on a cluster, ``each`` once, with the whole range's result).
+    ``keep``: as in ``map_blocks``.
 
     Local workers read their own blocks (``StoreBlock``) when every array is one store's; arrays
     made in memory are read here and shipped.
@@ -321,10 +321,7 @@ def map_images(
     start, stop = image_range if image_range is not None else (0, first.sizes["image"])
     if where.client is not None:
         ranges = [(start + a, start + b) for a, b in blocks(stop - start, block)]
-        whole = _on_store_cluster(where.client, fn, arrays, ranges, progress)
-        if each:
-            each(start, stop, whole)
-        return whole if keep else {}
+        return _on_store_cluster(where.client, fn, arrays, ranges, progress, each, keep)
 
     size = block if fixed else block_size(stop - start, where.workers, block)
     ranges = [(start + a, start + b) for a, b in blocks(stop - start, size)]
@@ -335,10 +332,14 @@ def map_images(
     return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each, keep=keep)
 
 
-def _on_store_cluster(client, fn: BlockFn, arrays: Mapping[str, Any], ranges: list[tuple[int, int]], progress) -> dict[str, np.ndarray]:
+def _on_store_cluster(
+    client, fn: BlockFn, arrays: Mapping[str, Any], ranges: list[tuple[int, int]], progress, each: Callable | None = None, keep: bool = True
+) -> dict[str, np.ndarray]:
     """Every block on the cluster, read by the worker that computes it (``cluster.proven_read``)
-    under one thread (``task_threads``), as a local worker reads and computes it."""
-    from .cluster import on_cluster, proven_call
+    under one thread (``task_threads``), as a local worker reads and computes it. With ``each``,
+    the blocks are submitted a few ahead of the one handed over and go to ``each`` in order as
+    they come (``cluster.in_order``), kept only with ``keep``, as ``map_blocks`` hands them."""
+    from .cluster import in_order, on_cluster, proven_call
 
     source = _one_store(arrays)
     if not ranges:
@@ -349,8 +350,27 @@ def _on_store_cluster(client, fn: BlockFn, arrays: Mapping[str, Any], ranges: li
     read = _Coordinates(arrays, store, mark)
     task = partial(_in_task_threads, fn)
     calls = [(proven_call, task, read.stored, store, mark, list(read(a, b).ids), read.check) for a, b in ranges]
-    parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, _: progress(ranges[i][1] - ranges[i][0]) if progress else None)
+    if each is None:
+        parts = on_cluster(client, calls, f"probe-chunk-{mark[:8]}", lambda i, _: progress(ranges[i][1] - ranges[i][0]) if progress else None)
+    else:
+        parts = []
+        for (a, b), part in zip(ranges, in_order(client, calls, f"probe-chunk-{mark[:8]}", 2 * _cluster_threads(client))):
+            each(a, b, part)
+            if keep:
+                parts.append(part)
+            if progress:
+                progress(b - a)
+        if not parts:
+            return {}
     return {key: np.concatenate([p[key] for p in parts], axis=0) for key in parts[0]}
+
+
+def _cluster_threads(client) -> int:
+    """The cluster's worker threads (4 where the scheduler does not say)."""
+    try:
+        return max(1, sum(client.nthreads().values()))
+    except Exception:
+        return 4
 
 
 def per_image(where: Where = Where(), *, block: int | None = None, progress: Callable[[int], None] | None = None) -> Callable[..., dict[str, np.ndarray]]:

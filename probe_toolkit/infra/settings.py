@@ -276,13 +276,15 @@ class Each(Constraint):
 class Declared:
     """What ``setting`` attaches to a field: its help, its constraint, and how the command line
     spells it (``cli``: ``negated`` for a ``--no-…`` switch, ``either`` for ``--x/--no-x``; ``parse``:
-    text → value; ``spell``: value → text, for defaults and errors)."""
+    text → value; ``spell``: value → text, for defaults, errors and tables; ``moves_numbers``: False
+    for a setting that only picks what a figure or table shows, which no table then lists)."""
 
     help: str
     constraint: Constraint | None = None
     cli: str | None = None
     parse: Callable[[str], Any] | None = None
     spell: Callable[[Any], str] | None = None
+    moves_numbers: bool = True
 
 
 def setting(
@@ -293,10 +295,11 @@ def setting(
     cli: str | None = None,
     parse: Callable[[str], Any] | None = None,
     spell: Callable[[Any], str] | None = None,
+    moves_numbers: bool = True,
 ) -> Any:
     """A settings field: its default (None: resolved by the run, e.g. from a preset, and always
     allowed), its help, and the constraint a value other than None must meet."""
-    return dataclasses.field(default=default, metadata={"setting": Declared(help, constraint, cli, parse, spell)})
+    return dataclasses.field(default=default, metadata={"setting": Declared(help, constraint, cli, parse, spell, moves_numbers)})
 
 
 def declared(field: dataclasses.Field) -> Declared | None:

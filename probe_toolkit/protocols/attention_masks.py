@@ -33,7 +33,7 @@ PROTOCOL = register(
         ),
         reads=Reads(arrays=("attention_224", "tokens_224"), views=("224",), labels=True, panel_kinds=("coco", "coco20k", "saliency")),
         results=("attention_masks",),
-        result="commands.attention_masks:MasksReport",
+        result="results.masks_report:MasksReport",
         references=(Reference("Caron et al., Emerging Properties in Self-Supervised Vision Transformers (ICCV 2021)", "facebookresearch/dino visualize_attention.py"),),
         differences=(
             Difference(

@@ -73,7 +73,7 @@ PROTOCOL = register(
             Input("unseal", "Reason to open a sealed test panel (recorded in the ledger)."),
             CACHE,
         ),
-        result="commands.correspond:CorrespondReport",
+        result="results.correspond_report:CorrespondReport",
         differences=(
             Difference(
                 "pairs are taken in sorted file order before the seeded shuffle",

@@ -146,7 +146,7 @@ PROTOCOL = register(
         ),
         differences=DIFFERENCES,
         run="commands.depth:run",
-        result="commands.depth:DepthReport",
+        result="results.depth_report:DepthReport",
         command=Command(
             "Linear depth on NYUv2 as DINOv3 (and DINOv2) train it: a linear head over 256 depth bins on frozen patch tokens; RMSE.",
             options=(

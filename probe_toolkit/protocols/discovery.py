@@ -130,7 +130,7 @@ register(
         ),
         reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency"), stores=("keys_480",)),
         results=("decoder", "scores_<panel>", "saliency_<panel>"),
-        result="commands.decode:DecodeReport",
+        result="results.decode_report:DecodeReport",
         references=REFERENCES,
         differences=DECODE_DIFFERENCES,
         run="commands.decode:run",
@@ -187,7 +187,7 @@ register(
         ),
         reads=Reads(views=KEY_VIEWS, source="checkpoint"),
         results=("decoder",),
-        result="commands.stream:StreamReport",
+        result="results.stream_report:StreamReport",
         references=REFERENCES,
         differences=(*DECODE_DIFFERENCES, Difference("the keys are never written", "a stream holds one batch's keys at a time", "none")),
         run="commands.stream:run",
@@ -209,7 +209,7 @@ register(
         ),
         reads=Reads(labels=True, panel_kinds=("coco", "voc", "coco20k", "saliency"), source="masks"),
         results=("scores_<panel>", "saliency_<panel>"),
-        result="commands.decode_scores:ScoreReport",
+        result="results.score_report:ScoreReport",
         references=REFERENCES[:1] + REFERENCES[2:3],
         differences=(
             Difference(
@@ -243,7 +243,7 @@ register(
         ),
         reads=Reads(arrays=tuple(f"keys_{v}" for v in KEY_VIEWS), views=KEY_VIEWS, labels=True, panel_kinds=("coco", "voc", "coco20k"), stores=("keys_480",)),
         results=("sweep_<panel>",),
-        result="commands.decode_sweep:SweepReport",
+        result="results.sweep_report:SweepReport",
         references=REFERENCES,
         differences=(
             Difference(

@@ -21,8 +21,8 @@ from .summaries import OverStoresSettings
 
 @dataclass(frozen=True)
 class EntropySettings(OverStoresSettings):
-    patch: int | None = setting(None, "Follow this patch of the 224 view (patch = G·row + column).", AtLeast(0))
-    image: str | None = setting(None, "Image id for the --patch tables (default: the first).")
+    patch: int | None = setting(None, "Follow this patch of the 224 view (patch = G·row + column).", AtLeast(0), moves_numbers=False)
+    image: str | None = setting(None, "Image id for the --patch tables (default: the first).", moves_numbers=False)
     view: str = setting(
         "224",
         "Whose attention: its explicit maps, or its attention statistics (probe extract --attention stats) where the "

@@ -34,7 +34,7 @@ PROTOCOL = register(
         ),
         reads=Reads(arrays=("tokens_224",), views=("224",), labels=True, panel_kinds=("coco", "voc"), stores=("tokens_224", "cls_tokens_224")),
         results=("linear_patch", "linear_image"),
-        result="commands.linear:LinearReport",
+        result="results.linear_report:LinearReport",
         references=(
             Reference(
                 "Yun et al., Patch-level Representation Learning for Self-supervised Vision Transformers (CVPR 2022)", "alinlab/SelfPatch (linear segmentation protocol)"

@@ -75,7 +75,7 @@ PROTOCOL = register(
         ),
         reads=Reads(arrays=("cls_tokens_eval224", "tokens_eval224"), views=("eval224",), labels=True, panel_kinds=("classes", "coco"), blocks="last4"),
         results=("linear-dinov2",),
-        result="commands.linear_dinov2:LinearDinov2Report",
+        result="results.linear_dinov2_report:LinearDinov2Report",
         references=(Reference("Oquab et al., DINOv2: Learning Robust Visual Features without Supervision (TMLR 2024)", "facebookresearch/dinov2 dinov2/eval/linear.py"),),
         differences=(
             Difference(

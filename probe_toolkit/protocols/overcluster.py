@@ -84,7 +84,7 @@ PROTOCOL = register(
             CACHE,
         ),
         run="commands.overcluster:run",
-        result="commands.overcluster:OverclusterReport",
+        result="results.overcluster_report:OverclusterReport",
         command=Command(
             "Overclustering (NeCo): k-means on a panel's patch tokens, clusters matched to its classes; VOC mIoU at each k.",
             options=("panel", "view", "k", "pca_dim", "seeds", "iterations", "restarts", "unseal", "json_path", "cache", "quiet"),

@@ -62,7 +62,7 @@ PROTOCOL = register(
             json_input("Also write the numbers as JSON."),
         ),
         run="commands.position:run",
-        result="commands.position:PositionReport",
+        result="results.position_report:PositionReport",
         command=Command(
             "A linear probe of each patch token's normalised (row, col), trained and scored on held-out images of the store.",
             options=("view", "held_out", "epochs", "lr", "batch", "seed", "json_path", "partial", "quiet"),

@@ -72,7 +72,7 @@ PROTOCOL = register(
             json_input("Also write the J&F tables and settings as JSON."),
             CACHE,
         ),
-        result="commands.propagate:PropagationReport",
+        result="results.propagation_report:PropagationReport",
         differences=(
             Difference(
                 "a sequence's forward passes are batched 8 frames at a time",

@@ -83,7 +83,7 @@ PROTOCOL = register(
             json_input("Also write the numbers as JSON."),
         ),
         run="commands.rank:run",
-        result="commands.rank:RankReport",
+        result="results.rank_report:RankReport",
         command=Command(
             "RankMe of a block's class and patch tokens, and LiDAR where the store holds several views of each image.",
             options=("view", "tokens", "sizes", "seed", "lidar", "json_path", "partial", "quiet"),

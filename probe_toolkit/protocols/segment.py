@@ -141,7 +141,7 @@ PROTOCOL = register(
             json_input("Also write the scores and settings as JSON."),
             CACHE,
         ),
-        result="commands.segment:SegmentReport",
+        result="results.segment_report:SegmentReport",
         differences=DIFFERENCES,
         run="commands.segment:run",
         command=Command(

@@ -85,7 +85,7 @@ PROTOCOL = register(
             json_input("Also write the numbers as JSON."),
         ),
         run="commands.similarity:run",
-        result="commands.similarity:SimilarityReport",
+        result="results.similarity_report:SimilarityReport",
         command=Command(
             "Linear CKA between the blocks of a store, or between two checkpoints' stores of the same images (--other).",
             options=("other", "view", "examples", "estimators", "batch", "epochs", "seed", "json_path", "partial", "quiet"),

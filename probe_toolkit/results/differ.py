@@ -64,17 +64,20 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def differing(found: Any) -> dict[str, Any]:
-    """The record's settings that differ from its protocol's defaults, by name, then the block and facet read when the record
-    names them (a record of one block of many)."""
+    """The record's settings that differ from its protocol's defaults, by name (spelled as declared; a setting
+    declared ``moves_numbers=False``, which only picks what a figure shows, left out), then the block and facet read
+    when the record names them (a record of one block of many)."""
     meta = _meta(found)
     settings = meta.get("settings")
     out: dict[str, Any] = {}
     if isinstance(settings, Mapping):
         base = defaults(meta)
+        declared = _declared(str(meta.get("protocol") or ""))
         for name in sorted({*base, *settings}):  # record.json keeps its keys sorted: one order, read back or not
             value = settings.get(name, _UNSET)
-            if value is not _UNSET and not _same(value, base.get(name, _UNSET)):
-                out[name] = value
+            said = declared.get(name)
+            if value is not _UNSET and not _same(value, base.get(name, _UNSET)) and (said is None or said.moves_numbers):
+                out[name] = _spelled(value, said.spell) if said is not None and said.spell is not None else value
     selection = meta.get("selection")
     if isinstance(selection, Mapping):
         if selection.get("block") is not None and selection["block"] != _last_block(meta):
@@ -82,6 +85,28 @@ def differing(found: Any) -> dict[str, Any]:
         if selection.get("facet") is not None:
             out["facet"] = selection["facet"]
     return out
+
+
+def _spelled(value: Any, spell: Any) -> Any:
+    """A value as its declaration spells it (Hummingbird's memory ``1000,full``, not ``1000,None``)."""
+    if isinstance(value, str):  # already text (a record of another writer): as recorded
+        return value
+    try:
+        return spell(tuple(value) if isinstance(value, list) else value)
+    except (TypeError, ValueError, AttributeError):
+        return value
+
+
+def _declared(protocol: str) -> dict[str, Any]:
+    """Each setting's declaration (``infra.settings.Declared``) of a protocol's settings class, by name."""
+    import dataclasses
+
+    from ..infra.settings import declared
+
+    cls = SETTINGS.get(protocol)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: d for f in dataclasses.fields(cls) if (d := declared(f)) is not None}
 
 
 def _last_block(meta: Mapping[str, Any]) -> int | None:

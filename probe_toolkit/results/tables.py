@@ -18,9 +18,18 @@ from rich.table import Table
 from ..labels.coco_metrics import METRICS
 
 if TYPE_CHECKING:
+    from .correspond_report import CorrespondReport
+    from .decode_report import DecodeReport
     from .hummingbird_report import HummingbirdReport
     from .knn_report import KnnReport
+    from .linear_report import LinearReport
+    from .masks_report import MasksReport
+    from .navi_report import NaviReport
     from .over_stores_report import OverStoresReport
+    from .propagation_report import PropagationReport
+    from .score_report import ScoreReport
+    from .segment_report import SegmentReport
+    from .sweep_report import SweepReport
 
 
 class Unwrapped(str):
@@ -55,7 +64,7 @@ def scores(title: str, scores: Any) -> list[Any]:
     ]
 
 
-def decode_summary(report: Any, source: str) -> str:
+def decode_summary(report: DecodeReport, source: str) -> str:
     s = report.settings
     return (
         f"{report.n_images} images → {report.n_masks} masks ({s.preset}: τ {s.tau}, ε {s.eps}, centred {s.center}, rule {s.rule}, "
@@ -64,7 +73,7 @@ def decode_summary(report: Any, source: str) -> str:
     )
 
 
-def decode(report: Any) -> list[Any]:
+def decode(report: DecodeReport) -> list[Any]:
     """``probe decode``: what was decoded with which settings, then the panel's scores when one was given."""
     if report.masks_file is None:  # a shard that finished before the others
         return [waiting_line(report.run.placement.shard, report.extra["waiting_for_shards"], "the last one writes the masks")]
@@ -74,13 +83,13 @@ def decode(report: Any) -> list[Any]:
     return out
 
 
-def score(report: Any) -> list[Any]:
+def score(report: ScoreReport) -> list[Any]:
     """``probe score``: the panel's scores of a masks file, and where the record went."""
     out = scores(f"{report.run.inputs.panel} (ledger entry {report.ledger_entry[:12]})", report.scores)
     return out + ([f"saved → {report.saved}"] if report.saved else [])
 
 
-def sweep(report: Any, top: int) -> list[Any]:
+def sweep(report: SweepReport, top: int) -> list[Any]:
     """``probe decode-sweep``: the ``top`` settings by the metric, and the best one with where it was written."""
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one scores every setting")]
@@ -129,7 +138,7 @@ def neighbours(report: OverStoresReport) -> list[Any]:
     return [neighbours_table(report.results)]
 
 
-def linear(report: Any) -> list[Any]:
+def linear(report: LinearReport) -> list[Any]:
     """``probe linear``: every store's scores and chosen regularisation, then the ledger reads and label space."""
     train, val, seed = report.run.inputs.train, report.run.inputs.val, report.run.settings.seed
     columns = ("mIoU", "accuracy", "mIoU dense", "weight decay") if report.level == "patch" else ("mAP", "C")
@@ -217,7 +226,7 @@ def hummingbird(report: HummingbirdReport) -> list[Any]:
     ]
 
 
-def attention_masks(report: Any) -> list[Any]:
+def attention_masks(report: MasksReport) -> list[Any]:
     """``probe attention-masks``: the masks' rule, the Jaccards on the panel, and where the prefix tokens look."""
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/attention_masks")]
@@ -264,7 +273,7 @@ def looks_table(looks: dict[str, list]) -> Any:
 DAVIS_COLUMNS = ("J&F-Mean", "J-Mean", "J-Recall", "J-Decay", "F-Mean", "F-Recall", "F-Decay")
 
 
-def propagate(report: Any) -> list[Any]:
+def propagate(report: PropagationReport) -> list[Any]:
     """``probe propagate``: what was written where, then DAVIS's J&F table and where its CSV tables went."""
     subset = report.run.settings.subset
     lines: list[Any] = [f"{len(report.sequences)} sequences, {report.frames} frames in {report.seconds:.1f} s → {report.out}"]
@@ -280,10 +289,10 @@ def propagate(report: Any) -> list[Any]:
     return [*lines, table, Unwrapped(f"tables: {report.out}/global_results-{subset}.csv, per-sequence_results-{subset}.csv{saved}")]
 
 
-def correspond(report: Any) -> list[Any]:
+def correspond(report: CorrespondReport | NaviReport) -> list[Any]:
     """``probe correspond``: PCK per category and viewpoint bin at the reference's 0.10 (or the first
     threshold asked), then the mean over categories at every threshold."""
-    if getattr(report, "dataset", "spair") == "navi":
+    if getattr(report, "dataset", "spair") == "navi":  # a NAVI panel's result (NaviReport)
         from .tables_correspond import navi
 
         return navi(report)
@@ -372,7 +381,7 @@ def catalogue(protocols: list[Any], views: list[Any], archs: dict[str, Any], pan
     return out
 
 
-def segmentation(report: Any) -> list[Any]:
+def segmentation(report: SegmentReport) -> list[Any]:
     """The mIoU of the trained head, with the schedule that produced it, beside the published
     numbers of released weights on ADE20K (marked as other weights: not this checkpoint)."""
     train, val = report.run.inputs.train, report.run.inputs.val

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
 from .tables import Unwrapped, waiting_line
 
+if TYPE_CHECKING:
+    from .navi_report import NaviReport
 
-def navi(report: Any) -> list[Any]:
+
+def navi(report: NaviReport) -> list[Any]:
     if report.waiting:
         return [waiting_line(report.run.placement.shard, report.waiting, "the last one saves results/correspond-navi")]
 

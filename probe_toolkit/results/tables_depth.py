@@ -4,11 +4,14 @@ them, beside the published RMSE of released weights (marked as other weights: no
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from .tables import Unwrapped
+
+if TYPE_CHECKING:
+    from .depth_report import DepthReport
 
 SHOWN = (("rmse", "RMSE (m)"), ("abs_rel", "AbsRel"), ("a1", "δ1"), ("a2", "δ2"), ("a3", "δ3"), ("log_10", "log10"))
 
@@ -20,7 +23,7 @@ def value(metric: str, v: float) -> str:
     return f"{100 * v:.1f}" if metric in ("a1", "a2", "a3") else f"{v:.3f}"
 
 
-def depth(report: Any) -> list[Any]:
+def depth(report: DepthReport) -> list[Any]:
     """``probe depth``: the metrics beside the published RMSE (other weights), then the schedule, blocks, panels and ledger."""
     from ..analyses.depth_published import ITERATIONS, PUBLISHED
 

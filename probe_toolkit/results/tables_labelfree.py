@@ -4,18 +4,24 @@ rich tables built from a run's report, nothing read or computed here."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from .summaries import store_label
+
+if TYPE_CHECKING:
+    from .overcluster_report import OverclusterReport
+    from .position_report import PositionReport
+    from .rank_report import RankReport
+    from .similarity_report import SimilarityReport
 
 
 def _num(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else "–"
 
 
-def rank(report: Any) -> list[Any]:
+def rank(report: RankReport) -> list[Any]:
     """``probe rank``: RankMe per store and kind of tokens, the sample-size curve, LiDAR."""
     kinds = list(report.stores[0].rankme) if report.stores else []
     table = Table(title=f"RankMe at the {report.view} view (Garrido et al. 2023; ε = 1e-7)")
@@ -36,7 +42,7 @@ def rank(report: Any) -> list[Any]:
     return out
 
 
-def position(report: Any) -> list[Any]:
+def position(report: PositionReport) -> list[Any]:
     """``probe position``: the held-out error of the position probe per store."""
     table = Table(title=f"Linear position probe at the {report.view} view (NVlabs/RADIO position_predictor.py)")
     table.add_column("store", overflow="fold")
@@ -64,7 +70,7 @@ def position(report: Any) -> list[Any]:
     ]
 
 
-def similarity(report: Any) -> list[Any]:
+def similarity(report: SimilarityReport) -> list[Any]:
     """``probe similarity``: the CKA matrix (sets of the first store as rows), the minibatch estimator's beside it."""
     rows = list(range(len(report.sets)))
     cols = [j for j, s in enumerate(report.sets) if s.startswith("b:")] if report.other else rows
@@ -92,7 +98,7 @@ def similarity(report: Any) -> list[Any]:
     return out
 
 
-def overcluster(report: Any) -> list[Any]:
+def overcluster(report: OverclusterReport) -> list[Any]:
     """``probe overcluster``: mIoU at each k, mean over seeds and its spread."""
     table = Table(title=f"Overclustering on {report.panel} (vpariza/NeCo eval_overcluster.py)")
     for column in ("k", "matching", "mIoU (%)", "over seeds (%)"):

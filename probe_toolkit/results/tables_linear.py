@@ -3,14 +3,17 @@ the chosen one, and where its reported number was measured; built from the run's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from .summaries import store_label
 
+if TYPE_CHECKING:
+    from .linear_dinov2_report import LinearDinov2Report
 
-def linear_dinov2(report: Any) -> list[Any]:
+
+def linear_dinov2(report: LinearDinov2Report) -> list[Any]:
     """One row per (blocks, avgpool) family, one column per rate: val top-1 (%), the chosen one marked."""
     rates = list(dict.fromkeys(c.rate for c in report.classifiers))
     families = list(dict.fromkeys((c.blocks, c.avgpool) for c in report.classifiers))
