@@ -110,6 +110,23 @@ def _spelled(value) -> list[str]:
     return [str(value)]
 
 
+def _as_declared(protocol, key: str, value) -> list[str]:
+    """The value as its setting's declaration spells it (Hummingbird's memory ``1000,full``), when it declares one."""
+    import dataclasses
+
+    from probe_toolkit.infra.settings import declared
+    from probe_toolkit.protocols import registry
+
+    try:
+        fields = {f.name: declared(f) for f in dataclasses.fields(registry.get(str(protocol)).settings)}
+    except Exception:  # noqa: BLE001 - a record of no registered protocol: no declared spelling
+        return []
+    said = fields.get(key)
+    if said is None or said.spell is None:
+        return []
+    return [said.spell(tuple(value) if isinstance(value, list) else value)]
+
+
 def _views(found) -> set[str]:
     from probe_toolkit.store import views
 
@@ -243,7 +260,9 @@ def _differs_as_said(ds, named: dict[str, str]) -> bool:
             if str((record.get("selection") or {}).get("block")) != said:
                 return False
             continue
-        if key not in settings or (said not in _spelled(settings[key]) and not _same_number(said, settings[key])):
+        if key not in settings or (
+            said not in _spelled(settings[key]) + _as_declared(record.get("protocol"), key, settings[key]) and not _same_number(said, settings[key])
+        ):
             return False
         if key in defaults and defaults[key] == settings[key]:
             return False

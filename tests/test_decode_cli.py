@@ -193,7 +193,7 @@ def test_sweep_shards_read_labels_once_and_give_the_one_process_table(setup, tmp
 
 def test_extraction_and_decoding_of_a_real_store_never_open_annotations(tmp_path, tiny_checkpoints, image_dir):
     """Extraction from a panel's folder and decoding its keys, under the guard."""
-    scenes = [Scene("scenes/one.png", 480, 640, [])]
+    scenes = [Scene("scenes/one.png", 480, 640, [(2, 5, 2, 5)])]  # one object: a panel of none is refused when added
     annotations, _ = write_panel(tmp_path / "p", scenes, GRID)
     root = tmp_path / "cache"
     panels.add_panel("v", annotations, image_dir, "val", cache=root)

@@ -142,6 +142,10 @@ def test_the_registry_keeps_the_kind_and_split(tmp_path, voc):
     assert vs.KIND in panels.KINDS
     with pytest.raises(ProbeError, match="is a coco panel"):
         coco = tmp_path / "a.json"
-        coco.write_text(json.dumps({"images": [], "annotations": []}))
+        name = sorted(p.name for p in (root / "JPEGImages").iterdir())[0]
+        width, height = Image.open(root / "JPEGImages" / name).size
+        image = {"id": 1, "file_name": name, "width": width, "height": height}
+        box = {"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 2, 2], "area": 4, "iscrowd": 0}
+        coco.write_text(json.dumps({"images": [image], "annotations": [box], "categories": [{"id": 1, "name": "thing"}]}))
         panels.add_panel("c", coco, root / "JPEGImages", "val", cache=cache)
         vs.read_label_maps("c", purpose="score", cache=cache)
