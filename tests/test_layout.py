@@ -97,3 +97,35 @@ def test_no_command_unpacks_the_placement():
                 if (isinstance(held, ast.Name) and held.id == "placement") or (isinstance(held, ast.Attribute) and held.attr == "placement"):
                     unpacked.append(f"{path.relative_to(PACKAGE)}:{node.lineno} reads placement.{node.attr}")
     assert unpacked == []
+
+
+def _torch_loads_without_weights_only(path: Path) -> list[int]:
+    """Lines of ``path`` that call ``torch.load`` without ``weights_only=True`` written out."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load":
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == "torch":
+                safe = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords)
+                if not safe:
+                    bad.append(node.lineno)
+    return bad
+
+
+def test_every_torch_load_reads_weights_only():
+    """Safety: a checkpoint is a pickle, and only ``weights_only=True`` keeps it from running code (the package, the
+    training code, the benchmarks, the tools and the tests alike)."""
+    repository = Path(probe_toolkit.__file__).resolve().parents[1]
+    files = [p for folder in ("probe_toolkit", "training", "benchmarks", "tools", "tests") for p in sorted((repository / folder).rglob("*.py"))]
+    assert len(files) > 100
+    found = {str(p.relative_to(repository)): lines for p in files if (lines := _torch_loads_without_weights_only(p))}
+    assert not found, found
+    assert _torch_loads_without_weights_only_text("torch.load(f, weights_only=False)") == [1]  # the check is not vacuous
+
+
+def _torch_loads_without_weights_only_text(text: str) -> list[int]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.py"
+        path.write_text(text, encoding="utf-8")
+        return _torch_loads_without_weights_only(path)
