@@ -128,3 +128,18 @@ def test_the_search_in_many_small_parts_is_the_full_matrix_sort(monkeypatch):
         for width in (64, 700, 9):
             got = search.running_topk(queries, lambda width=width: ((a, bank[a : a + width]) for a in range(0, len(bank), width)), k)
             assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0]), (k, width)
+
+
+def test_a_label_view_is_resized_by_the_plain_nearest_rule():
+    """``store.hbird_views.resize_nearest`` (every label view) pixel by pixel: source = floor(dst ·
+    (in / out in float32)), clamped; the label's dtype kept."""
+    from probe_toolkit.store.hbird_views import resize_nearest
+
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        y = rng.integers(0, 256, (int(rng.integers(1, 30)), int(rng.integers(1, 30)))).astype(np.uint8)
+        size = (int(rng.integers(1, 40)), int(rng.integers(1, 40)))
+        src = [[min(int(np.floor(np.float32(i) * (np.float32(n_in) / np.float32(n_out)))), n_in - 1) for i in range(n_out)] for n_in, n_out in zip(y.shape, size)]
+        want = np.array([[y[r, c] for c in src[1]] for r in src[0]], np.uint8)
+        got = resize_nearest(y, size)
+        assert got.dtype == np.uint8 and np.array_equal(got, want), (y.shape, size)
