@@ -44,7 +44,7 @@ from ..protocols.correspond import CorrespondSettings
 from ..results.correspond_report import BIN_NAMES, CorrespondReport
 from ..store import arrays, cache, grids, images
 from . import shards
-from .panel_stores import locate, panel_ids
+from .panel_stores import image_sizes, locate, panel_ids
 from .runs import result_provenance
 from .shards import images_sha256
 
@@ -96,8 +96,7 @@ def shard_pairs(
 def _sizes(ds: xr.Dataset, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     if "image_width" not in ds or "image_height" not in ds:
         raise ProbeError(ds.attrs.get("store"), "does not record its images' sizes", "extract the store again with this version")
-    widths, heights = (ds[name].sel(image=list(ids)).values for name in ("image_width", "image_height"))
-    return {i: (int(w), int(h)) for i, w, h in zip(ids, widths, heights)}
+    return dict(zip(ids, image_sizes(ds, ids)))
 
 
 def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> CorrespondReport:
