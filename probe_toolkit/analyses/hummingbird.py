@@ -317,27 +317,48 @@ def _bilinear_axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return lo, hi, (src - lo).astype(np.float32)
 
 
+def _width_pass(s: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(each SOURCE row resized along the width (gh, W, C), the height's (y0, y1, wy)): torch's
+    first step, which depends on the source row only, so it is computed once per source row."""
+    (y0, y1, wy), (x0, x1, wx) = _bilinear_axis(s.shape[0], size[0]), _bilinear_axis(s.shape[1], size[1])
+    return (1 - wx)[:, None] * s[:, x0] + wx[:, None] * s[:, x1], (y0, y1, wy)
+
+
 def upsample(scores: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """(classes, H, W) float32: (gh, gw, classes) grid scores resized bilinearly to ``size``
     (half-pixel centres, edges clamped: ``F.interpolate(mode="bilinear", align_corners=False)``;
     equal to torch's within a float32 rounding or two, as its kernel rounds its sums in another way)."""
-    s = np.asarray(scores, np.float32)
-    (y0, y1, wy), (x0, x1, wx) = _bilinear_axis(s.shape[0], size[0]), _bilinear_axis(s.shape[1], size[1])
-    ay, ax = (1 - wy)[:, None, None], (1 - wx)[None, :, None]
-    by, bx = wy[:, None, None], wx[None, :, None]
-    # torch's order: along the width in each of the two source rows, then between the rows
-    top = ax * s[y0][:, x0] + bx * s[y0][:, x1]  # (H, W, C)
-    bottom = ax * s[y1][:, x0] + bx * s[y1][:, x1]
-    return np.ascontiguousarray((ay * top + by * bottom).transpose(2, 0, 1))
+    rows, (y0, y1, wy) = _width_pass(np.asarray(scores, np.float32), size)  # then between the two source rows
+    return np.ascontiguousarray(((1 - wy)[:, None, None] * rows[y0] + wy[:, None, None] * rows[y1]).transpose(2, 0, 1))
 
 
 def predict(soft_labels: np.ndarray, grid: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
     """(H, W) int64 label map of one image: its patches' soft labels (patches row-major) reshaped
-    to ``grid``, upsampled to ``size``, argmax over classes (equal scores: the lower class)."""
+    to ``grid``, upsampled to ``size``, argmax over classes (equal scores: the lower class).
+
+    ``upsample``'s arithmetic, one class's (H, W) plane at a time (in cache) with a running
+    maximum, the first class kept on a tie (a NaN score: ``upsample``'s argmax, which takes the first NaN)."""
     s = np.asarray(soft_labels, np.float32)
     if s.shape[0] != grid[0] * grid[1]:
         raise ValueError(f"{s.shape[0]} patches do not fill a {grid[0]}x{grid[1]} grid")
-    return upsample(s.reshape(grid[0], grid[1], -1), size).argmax(0).astype(np.int64)
+    s = s.reshape(grid[0], grid[1], -1)
+    if not np.isfinite(s).all():
+        return upsample(s, size).argmax(0).astype(np.int64)
+    rows, (y0, y1, wy) = _width_pass(s, size)
+    planes, top, bottom = np.ascontiguousarray(rows.transpose(2, 0, 1)), (1 - wy)[:, None], wy[:, None]  # (C, gh, W)
+    best, plane, lower, gathered = (np.empty(size, np.float32) for _ in range(4))  # reused: no temporary per class
+    label, better = np.zeros(size, np.int64), np.empty(size, bool)
+    for c in range(len(planes)):
+        np.multiply(top, np.take(planes[c], y0, axis=0, out=gathered, mode="clip"), out=best if c == 0 else plane)
+        np.multiply(bottom, np.take(planes[c], y1, axis=0, out=gathered, mode="clip"), out=lower)
+        if c == 0:
+            best += lower
+            continue
+        plane += lower
+        np.greater(plane, best, out=better)
+        np.copyto(label, c, where=better)
+        np.maximum(best, plane, out=best)
+    return label
 
 
 def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -357,8 +378,8 @@ def confusion(truth: np.ndarray, prediction: np.ndarray, n_classes: int, ignore_
     """(classes, classes) int64 counts, rows the true class, columns the predicted one, of one
     image's pixels whose truth is not ``ignore_index`` and both values lie in 0..classes-1
     (``PredsmIoU.update``). Sum it over images."""
-    t = np.asarray(truth).astype(np.int64).ravel()
-    p = np.asarray(prediction).astype(np.int64).ravel()
+    t = np.asarray(truth).astype(np.int64, copy=False).ravel()
+    p = np.asarray(prediction).astype(np.int64, copy=False).ravel()
     if t.shape != p.shape:
         raise ValueError(f"truth and prediction differ in size ({np.asarray(truth).shape} and {np.asarray(prediction).shape})")
     keep = (t != ignore_index) & (t >= 0) & (t < n_classes) & (p >= 0) & (p < n_classes)

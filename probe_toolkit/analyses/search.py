@@ -34,6 +34,9 @@ EMPTY = np.uint64(np.iinfo(np.uint64).max)  # a free place in a running list: wo
 U32 = 2.0**-24  # float32's unit roundoff
 NORM_TOLERANCE = 1e-5  # a bank row's norm may exceed 1 by this much (rounding of ``normalise``)
 PAIRS = 4096  # (query, row) pairs settled at once: (PAIRS × D) float64 values
+FIRST_COLUMNS = 256  # bank rows of the first product: a partition of each of its rows sets the floor the later parts are screened against
+SCREEN_VALUES = 2**20  # products screened at once after the first (query rows × bank rows): a few MiB that stay in cache
+MIN_COLUMNS = 1024  # but at least this many bank rows each (fewer, larger matrix products)
 
 
 def normalise(features: np.ndarray) -> np.ndarray:
@@ -91,7 +94,7 @@ def _below(values: np.ndarray, margin: np.ndarray) -> np.ndarray:
     return np.nextafter((values.astype(np.float64) - margin).astype(np.float32), np.float32(-np.inf))
 
 
-def block_candidates(sim: np.ndarray, offset: int, k: int, floor: np.ndarray | None, margin: np.ndarray) -> np.ndarray:
+def block_candidates(sim: np.ndarray, offset: int, k: int, floor: np.ndarray | None, margin: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Keys of a block's screened values that can belong to each row's top-k, padded with ``EMPTY``.
 
     ``margin`` (rows,): how far a screened value may lie from its cosine, twice (the value and
@@ -105,16 +108,34 @@ def block_candidates(sim: np.ndarray, offset: int, k: int, floor: np.ndarray | N
         cols = np.broadcast_to(np.arange(width), sim.shape)
         return keys(sim, offset + cols)
     threshold = _below(_kth_largest(sim, k), margin) if floor is None else floor
-    flat = np.flatnonzero(sim >= threshold[:, None])
+    flat = np.flatnonzero(np.greater_equal(sim, threshold[:, None], out=mask))  # ``mask``: a bool array of sim's shape to reuse
     r = flat // width
+    values = sim.ravel()[flat]
     counts = np.bincount(r, minlength=rows)
     crowded = np.flatnonzero(counts > k) if floor is not None else ()
     if len(crowded):  # those rows keep their values near or above their own k-th largest
         own = np.full(rows, -np.inf, np.float32)
-        own[crowded] = _below(_kth_largest(sim[crowded], k), margin[crowded])
-        flat = flat[sim.ravel()[flat] >= own[r]]
-        r = flat // width
-    return _padded(rows, r, keys(sim.ravel()[flat], offset + flat - r * width))
+        own[crowded] = _below(_crowded_kth(values, r, counts, crowded, k), margin[crowded])
+        keep = values >= own[r]
+        flat, r, values = flat[keep], r[keep], values[keep]
+    return _padded(rows, r, keys(values, offset + flat - r * width))
+
+
+def _crowded_kth(values: np.ndarray, r: np.ndarray, counts: np.ndarray, crowded: np.ndarray, k: int) -> np.ndarray:
+    """The k-th largest value of each ``crowded`` row among its own ``values`` (row ``r``
+    ascending; more than k each): its row's k-th largest, as a row's k best all lie above the
+    floor that chose the values. Partitions (crowded rows × their most values), not whole rows."""
+    starts = np.cumsum(counts) - counts
+    widest = int(counts[crowded].max())
+    padded = np.full((len(crowded), widest), -np.inf, np.float32)
+    place = np.zeros(len(counts), np.int64)
+    place[crowded] = np.arange(len(crowded))
+    is_crowded = np.zeros(len(counts), bool)
+    is_crowded[crowded] = True
+    mine = is_crowded[r]
+    rr = r[mine]
+    padded[place[rr], np.flatnonzero(mine) - starts[rr]] = values[mine]
+    return _kth_largest(padded, k)
 
 
 def kept(merged: np.ndarray, k: int, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,17 +209,24 @@ def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, n
     margin = screen_slack(q) if screen else np.zeros(q.shape[0])
     best = np.full((q.shape[0], 0), EMPTY, np.uint64)
     floor, seen = None, 0
+    step, first = max(SCREEN_VALUES // max(1, q.shape[0]), MIN_COLUMNS, k), max(FIRST_COLUMNS, 2 * k)
+    products, mask = np.empty(q.shape[0] * max(step, first), np.float32), np.empty(q.shape[0] * max(step, first), bool)  # every part's
     for offset, block in blocks():
         x = np.ascontiguousarray(block, np.float32)
         if screen:
             check_normalised(x, offset)
-        sim = q @ x.T if screen else (q64 @ x.astype(np.float64).T).astype(np.float32)
-        merged = np.concatenate([best, block_candidates(sim, offset, k, floor, margin)], axis=1)
-        seen += x.shape[0]
-        if seen >= k:
-            best, floor = kept(merged, k, margin)
-        else:
-            best = merged
+        a = 0
+        while a < x.shape[0]:  # a block's rows a part at a time: the first few, then parts whose products stay in cache
+            b = min(a + (first if floor is None else step), x.shape[0])
+            part, shape = x[a:b], (q.shape[0], b - a)
+            sim = np.matmul(q, part.T, out=products[: q.shape[0] * (b - a)].reshape(shape)) if screen else (q64 @ part.astype(np.float64).T).astype(np.float32)
+            merged = np.concatenate([best, block_candidates(sim, offset + a, k, floor, margin, mask[: sim.size].reshape(shape))], axis=1)
+            seen += b - a
+            if seen >= k:
+                best, floor = kept(merged, k, margin)
+            else:
+                best = merged
+            a = b
     if not screen:
         return unkey(np.sort(best[:, :k], axis=1))
     return settle(q64, best, blocks(), k)
