@@ -30,10 +30,9 @@ import json
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import hummingbird as hb
 from ..infra.errors import ProbeError
@@ -53,6 +52,9 @@ from . import shards
 from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
 DEVICE_QUERY_BLOCK = 16  # val views per task on a GPU: fewer, larger products (the same numbers)
@@ -140,6 +142,8 @@ def shard_scores(
     as ``results/hummingbird-part-i-of-n``; (the summed counts and every shown image, []) once all
     parts with this ``identity`` are in (integer sums: the one-process run's counts), else (None, missing)."""
     a, b = share
+    import xarray as xr
+
     mine = slice(min(a, shown), min(b, shown))  # the shown images in this share
     part = xr.Dataset(
         {
@@ -178,12 +182,12 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     store = inputs.store
     query_view, *augmented = views.hbird_views(settings.size)  # hbird@S and its memory views (hbird512, hbird512_aug<e> at 512)
     memory_views = tuple(augmented[: settings.augmentation_epochs])
-    patch = int(cache.manifest(cache.open_store(store))["arch"]["patch"])
+    patch = int(cache.manifest(cache.open_store(store, plain=True))["arch"]["patch"])
     if settings.size % patch and views.view(query_view).alias is None:  # hbird512 keeps its rule: at /14 its top-left 504 px
         low, high = settings.size // patch * patch, -(-settings.size // patch) * patch
         raise SettingError("size", f"size {settings.size} is not a multiple of the network's {patch}-px patch", f"use size {low} or {high}")
     panels = [(train_panel, panel_ids(train_panel), memory_views), (val_panel, panel_ids(val_panel), (query_view,))]  # VOC's share JPEGImages/
-    source = locate(store, panels, "patch", (query_view, *memory_views))
+    source = locate(store, panels, "patch", (query_view, *memory_views), plain=True)  # xarray only to save the result
     meta = source.manifest
     train_ds, train_ids = source.panel_stores[train_panel.name]
     val_ds, val_ids = source.panel_stores[val_panel.name]
@@ -275,6 +279,8 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                 )
             )
         confusions, truth_shown, predicted_shown = whole
+    import xarray as xr
+
     results = [hb.miou(c) for c in confusions]
     counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
     ds = xr.Dataset(

@@ -18,15 +18,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import hummingbird as hb
 from ..infra.memory import reusing_blocks
 from ..infra.settings import SettingError
 from ..infra.shared import Shared, spooled
 from ..store import cache, hbird_views
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 READ_BLOCK = 64  # memory views (train images of one epoch) read, labelled and drawn at a time
 
