@@ -83,7 +83,7 @@ def _check_kinds(train: Panel, val: Panel) -> None:
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel) -> None:
     """Every view the protocol reads is held, and finished, for every image of the panel (the fix
-    command is made only for a refusal: it imports the network's code)."""
+    command is made only for a refusal)."""
     from .panel_stores import panel_extract
 
     store, meta = Path(ds.attrs.get("store")), dict(ds.attrs.get("manifest") or {})
