@@ -16,7 +16,6 @@ number of the record) must be equal, which is printed and recorded.
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,15 +24,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402
+from startup import _children_cpu, cpu_model, emit, options  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird-cpu.jsonl"
 MEMORY = 102400  # benchmarks/scale.py's
-
-
-def _children_cpu() -> float:
-    use = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return use.ru_utime + use.ru_stime
 
 
 def run(tree: Path, folder: Path, workers: int) -> tuple[float, float, Path]:
