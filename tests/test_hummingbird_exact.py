@@ -143,3 +143,17 @@ def test_a_label_view_is_resized_by_the_plain_nearest_rule():
         want = np.array([[y[r, c] for c in src[1]] for r in src[0]], np.uint8)
         got = resize_nearest(y, size)
         assert got.dtype == np.uint8 and np.array_equal(got, want), (y.shape, size)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64, np.uint64, np.float32])
+def test_patch_distributions_are_the_plain_shares_in_any_label_dtype(dtype):
+    """Each patch's share of each class, counted pixel by pixel (255 counted as class 0)."""
+    rng = np.random.default_rng(6)
+    y = rng.choice([0, 1, 3, 255], size=(12, 8)).astype(dtype)
+    y[:4, :4] = 2
+    got = hb.patch_distributions(y, 4, 5)
+    want = np.zeros((6, 5))
+    for i in range(12):
+        for j in range(8):
+            want[(i // 4) * 2 + j // 4, 0 if y[i, j] == 255 else int(y[i, j])] += 1
+    assert got.dtype == np.float32 and np.array_equal(got, (want / 16).astype(np.float32))
