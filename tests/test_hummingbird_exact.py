@@ -157,3 +157,19 @@ def test_patch_distributions_are_the_plain_shares_in_any_label_dtype(dtype):
         for j in range(8):
             want[(i // 4) * 2 + j // 4, 0 if y[i, j] == 255 else int(y[i, j])] += 1
     assert got.dtype == np.float32 and np.array_equal(got, (want / 16).astype(np.float32))
+
+
+def test_the_parts_are_never_wider_than_the_callers_blocks():
+    """Blocks narrower than a part (a small ``--work-memory``): the reused product and mask arrays
+    are a block's, not a part's, so memory stays what the caller's block allows."""
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    queries, bank = _unit(rng.normal(size=(400, 8))), _unit(rng.normal(size=(3000, 8)))
+    want = _reference(queries, bank, 5)
+    tracemalloc.start()
+    got = search.running_topk(queries, lambda: ((a, bank[a : a + 64]) for a in range(0, len(bank), 64)), 5)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+    assert peak < 400 * search.MIN_COLUMNS * 4 / 2, peak  # a part's float32 products alone would be twice this

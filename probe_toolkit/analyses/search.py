@@ -213,11 +213,14 @@ def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, n
     best = np.full((q.shape[0], 0), EMPTY, np.uint64)
     floor, seen = None, 0
     step, first = max(SCREEN_VALUES // max(1, q.shape[0]), MIN_COLUMNS, k), max(FIRST_COLUMNS, 2 * k)
-    products, mask = np.empty(q.shape[0] * max(step, first), np.float32), np.empty(q.shape[0] * max(step, first), bool)  # every part's
+    products, mask = np.zeros(0, np.float32), np.zeros(0, bool)  # every part's, reused: never wider than a block (the caller's bound on memory)
     for offset, block in blocks():
         x = np.ascontiguousarray(block, np.float32)
         if screen:
             check_normalised(x, offset)
+        need = q.shape[0] * min(max(step, first), x.shape[0])
+        if products.size < need:
+            products, mask = np.empty(need, np.float32), np.empty(need, bool)
         a = 0
         while a < x.shape[0]:  # a block's rows a part at a time: the first few, then parts whose products stay in cache
             b = min(a + (first if floor is None else step), x.shape[0])
