@@ -11,10 +11,23 @@ the CPU seconds a run uses (its wall time on a quiet machine; wall time is print
     python benchmarks/startup.py --collections [--rounds 5]
 
 ``--first-image`` measures what the target is stated on, the CPU seconds before a command's first
-image: each command (one worker where it takes ``--workers``) in a fresh interpreter whose runner
-notes the process's CPU time when it starts on its images (``infra.runner.map_blocks`` or
-``_call``, patched by the measuring program before the command's ``main``), on the
-2-image store and, with ``--full``, the labelled panels; medians of ``--rounds``; target 1.0 s.
+image: each command (one worker where it takes ``--workers``) in a fresh interpreter that notes
+the process's CPU time at the first of: the runner starting on a block of images
+(``infra.runner.map_blocks`` or ``_call``), the first read of a store's image array (a
+``tokens_``, ``cls_tokens_``, ``keys_`` or ``attention_`` array, through zarr), or the first
+photograph decoded (``store.images.load_image``: the commands that run a network on images). The
+measuring program wraps those functions as their modules are imported, so it imports nothing a
+command would not. Medians of ``--rounds``; target 1.0 s. Without ``--full``: decode, entropy and
+neighbours on the 2-image store. ``--full`` adds k-NN, the attention masks and DINOv2's linear
+protocol on two labelled panels of scenes, and every other protocol command on the stores,
+panels and folders ``probe demo --quick`` makes (a SelfPatch network at random weights; two
+minutes more): score, decode-sweep, decode of an image folder (``--images``), linear, propagate,
+correspond on SPair-71k and on NAVI, hummingbird, segment, depth, rank, position, similarity and
+overcluster. ``score`` reads no image (it scores a masks file against a panel's labels): its whole
+run's CPU seconds are taken instead (the record lists such commands under ``whole_run``). The
+commands that run a network before their first image (propagate, segment, depth, NAVI's
+correspondence, decode ``--images``) cannot go below importing torch and timm (about 2 CPU
+seconds here: ``python benchmarks/startup.py --full``'s torch row): their rows measure the rest.
 
 ``--collections`` counts the full garbage collections, and the CPU seconds they take, while a
 fresh interpreter imports torch and timm, under CPython's thresholds and under probe's
