@@ -116,8 +116,9 @@ def build_store(root: Path) -> Path:
     return extract(ckpt, folder, settings=Settings(views=(224, 480), chunk=2), cache_dir=root / "cache", quiet=True).store
 
 
-def build_panel_store(root: Path) -> Path:
-    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``."""
+def build_panel_store(root: Path, views: tuple[str, ...] = ("224",), store: Path | None = None) -> Path:
+    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``
+    (once: a second call extracts other ``views`` of the same network into ``store``)."""
     from probe_toolkit.demo import scenes
     from probe_toolkit.demo.samples import TINY, write_checkpoint
     from probe_toolkit.labels.panels import add_panel
@@ -125,10 +126,11 @@ def build_panel_store(root: Path) -> Path:
 
     data = root / "scenes"
     for name, count, seed, role in (("bench-train", 4, 1, "train"), ("bench-val", 2, 2, "val")):
-        annotations = scenes.write_panel(data / name, count, seed)
-        add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
+        if not (data / name).is_dir():
+            annotations = scenes.write_panel(data / name, count, seed)
+            add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
     ckpt = write_checkpoint(root / "tiny-panels.pth", "dino-full", TINY, 1)
-    return extract(ckpt, data, settings=Settings(views=(224,), chunk=2), cache_dir=root / "cache", quiet=True).store
+    return extract(ckpt, data, settings=Settings(views=views, chunk=2), store=store, cache_dir=root / "cache", quiet=True).store
 
 
 FIRST_TARGET = 1.0
@@ -185,11 +187,13 @@ def protocol_commands(root: Path) -> dict[str, list[str]]:
     settings the demo runs it with, spelled as the command line spells them (``infra.spelling``)."""
     import shlex
 
-    from probe_toolkit.demo.run import run_demo
     from probe_toolkit.infra.spelling import fix_command
 
-    demo = run_demo(root / "demo", quick=True, quiet=True, say=lambda line: None)
-    work, (store, other) = demo.out / "work", demo.stores
+    # its own process: this folder's training.py would shadow the toolkit's training package the demo imports
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    subprocess.run([sys.executable, "-m", "probe_toolkit", "demo", "--quick", "--out", str(root / "demo")], env=env, cwd=root, capture_output=True, check=True)
+    work = root / "demo" / "work"
+    (store,), (other,) = (list(work.glob(f"cache/{pattern}/teacher.zarr")) for pattern in ("tiny-random-*", "checkpoint-*"))
     cache, checkpoint = work / "cache", work / "checkpoints" / "tiny-random.pth"
     masks = next(store.glob("results/decoder-masks.json"))
     grid = root / "grid.toml"
@@ -232,7 +236,8 @@ def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | Non
             panels = str(build_panel_store(root))
             chosen["knn"] = ["knn", panels, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", "--workers", "1", *cache]
             chosen["attention-masks"] = ["attention-masks", panels, "--panel", "bench-val", "-q", "--workers", "1", *cache]
-            chosen["linear-dinov2"] = ["linear-dinov2", panels, "--train", "bench-train", "--val", "bench-val", *LINEAR_DINOV2, "-q", *cache]
+            evaluated = str(build_panel_store(root, ("eval224",), root / "eval224.zarr"))  # DINOv2's protocol reads its eval224 view
+            chosen["linear-dinov2"] = ["linear-dinov2", evaluated, "--train", "bench-train", "--val", "bench-val", *LINEAR_DINOV2, "-q", *cache]
             chosen.update(protocol_commands(root))
         envs = {tree: dict(os.environ, PYTHONPATH=str(path)) for tree, path in trees.items()}
         seconds: dict[tuple[str, str], list[float]] = {(name, tree): [] for name in chosen for tree in trees}
