@@ -21,7 +21,10 @@ best screened values, every value within twice that slack of the k-th (the true 
 among them); at the end their cosines are computed in float64 (a second read of the bank's
 blocks, a few hundred products per query) and the k best kept. The list is a few entries longer
 than k on spread features and longer where values crowd within the slack (many equal rows).
-Memory is (query rows) × (block rows) values whatever the bank's size.
+Each block is multiplied a part at a time: a narrow first part, whose k-th largest per row sets
+the floor, then parts of about ``SCREEN_VALUES`` products, which stay in cache (at a small width,
+the screening, not the product, is most of the time). Memory is (query rows) × (block rows)
+values at most whatever the bank's size.
 """
 
 from __future__ import annotations
