@@ -11,10 +11,23 @@ the CPU seconds a run uses (its wall time on a quiet machine; wall time is print
     python benchmarks/startup.py --collections [--rounds 5]
 
 ``--first-image`` measures what the target is stated on, the CPU seconds before a command's first
-image: each command (one worker where it takes ``--workers``) in a fresh interpreter whose runner
-notes the process's CPU time when it starts on its images (``infra.runner.map_blocks`` or
-``_call``, patched by the measuring program before the command's ``main``), on the
-2-image store and, with ``--full``, the labelled panels; medians of ``--rounds``; target 1.0 s.
+image: each command (one worker where it takes ``--workers``) in a fresh interpreter that notes
+the process's CPU time at the first of: the runner starting on a block of images
+(``infra.runner.map_blocks`` or ``_call``), the first read of a store's image array (a
+``tokens_``, ``cls_tokens_``, ``keys_`` or ``attention_`` array, through zarr), or the first
+photograph decoded (``store.images.load_image``: the commands that run a network on images). The
+measuring program wraps those functions as their modules are imported, so it imports nothing a
+command would not. Medians of ``--rounds``; target 1.0 s. Without ``--full``: decode, entropy and
+neighbours on the 2-image store. ``--full`` adds k-NN, the attention masks and DINOv2's linear
+protocol on two labelled panels of scenes, and every other protocol command on the stores,
+panels and folders ``probe demo --quick`` makes (a SelfPatch network at random weights; two
+minutes more): score, decode-sweep, decode of an image folder (``--images``), linear, propagate,
+correspond on SPair-71k and on NAVI, hummingbird, segment, depth, rank, position, similarity and
+overcluster. ``score`` reads no image (it scores a masks file against a panel's labels): its whole
+run's CPU seconds are taken instead (the record lists such commands under ``whole_run``). The
+commands that run a network before their first image (propagate, segment, depth, NAVI's
+correspondence, decode ``--images``) cannot go below importing torch and timm (about 2 CPU
+seconds here: ``python benchmarks/startup.py --full``'s torch row): their rows measure the rest.
 
 ``--collections`` counts the full garbage collections, and the CPU seconds they take, while a
 fresh interpreter imports torch and timm, under CPython's thresholds and under probe's
@@ -103,8 +116,9 @@ def build_store(root: Path) -> Path:
     return extract(ckpt, folder, settings=Settings(views=(224, 480), chunk=2), cache_dir=root / "cache", quiet=True).store
 
 
-def build_panel_store(root: Path) -> Path:
-    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``."""
+def build_panel_store(root: Path, views: tuple[str, ...] = ("224",), store: Path | None = None) -> Path:
+    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``
+    (once: a second call extracts other ``views`` of the same network into ``store``)."""
     from probe_toolkit.demo import scenes
     from probe_toolkit.demo.samples import TINY, write_checkpoint
     from probe_toolkit.labels.panels import add_panel
@@ -112,10 +126,11 @@ def build_panel_store(root: Path) -> Path:
 
     data = root / "scenes"
     for name, count, seed, role in (("bench-train", 4, 1, "train"), ("bench-val", 2, 2, "val")):
-        annotations = scenes.write_panel(data / name, count, seed)
-        add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
+        if not (data / name).is_dir():
+            annotations = scenes.write_panel(data / name, count, seed)
+            add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
     ckpt = write_checkpoint(root / "tiny-panels.pth", "dino-full", TINY, 1)
-    return extract(ckpt, data, settings=Settings(views=(224,), chunk=2), cache_dir=root / "cache", quiet=True).store
+    return extract(ckpt, data, settings=Settings(views=views, chunk=2), store=store, cache_dir=root / "cache", quiet=True).store
 
 
 FIRST_TARGET = 1.0
@@ -172,11 +187,13 @@ def protocol_commands(root: Path) -> dict[str, list[str]]:
     settings the demo runs it with, spelled as the command line spells them (``infra.spelling``)."""
     import shlex
 
-    from probe_toolkit.demo.run import run_demo
     from probe_toolkit.infra.spelling import fix_command
 
-    demo = run_demo(root / "demo", quick=True, quiet=True, say=lambda line: None)
-    work, (store, other) = demo.out / "work", demo.stores
+    # its own process: this folder's training.py would shadow the toolkit's training package the demo imports
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    subprocess.run([sys.executable, "-m", "probe_toolkit", "demo", "--quick", "--out", str(root / "demo")], env=env, cwd=root, capture_output=True, check=True)
+    work = root / "demo" / "work"
+    (store,), (other,) = (list(work.glob(f"cache/{pattern}/teacher.zarr")) for pattern in ("tiny-random-*", "checkpoint-*"))
     cache, checkpoint = work / "cache", work / "checkpoints" / "tiny-random.pth"
     masks = next(store.glob("results/decoder-masks.json"))
     grid = root / "grid.toml"
@@ -219,7 +236,8 @@ def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | Non
             panels = str(build_panel_store(root))
             chosen["knn"] = ["knn", panels, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", "--workers", "1", *cache]
             chosen["attention-masks"] = ["attention-masks", panels, "--panel", "bench-val", "-q", "--workers", "1", *cache]
-            chosen["linear-dinov2"] = ["linear-dinov2", panels, "--train", "bench-train", "--val", "bench-val", *LINEAR_DINOV2, "-q", *cache]
+            evaluated = str(build_panel_store(root, ("eval224",), root / "eval224.zarr"))  # DINOv2's protocol reads its eval224 view
+            chosen["linear-dinov2"] = ["linear-dinov2", evaluated, "--train", "bench-train", "--val", "bench-val", *LINEAR_DINOV2, "-q", *cache]
             chosen.update(protocol_commands(root))
         envs = {tree: dict(os.environ, PYTHONPATH=str(path)) for tree, path in trees.items()}
         seconds: dict[tuple[str, str], list[float]] = {(name, tree): [] for name in chosen for tree in trees}

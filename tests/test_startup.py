@@ -11,7 +11,9 @@ torch either (neighbours runs the selection rules training runs, ``analyses/sele
 numpy arrays; ``tests/test_selection.py`` holds them to the torch results), and neither does
 ``probe attention-masks`` on a network with a class token (``probe knn``'s is checked in
 ``tests/test_knn.py``, on labelled panels); those two load no heavy library before their first
-image (xarray only to save their results). What these
+image (xarray only to save their results). The modules that correspond, hummingbird, linear,
+linear-dinov2 and overcluster run before their first image load none of them either (checked by
+importing them: their full runs need panels this file does not build). What these
 commands read and write instead is checked here too: the same values as xarray's reading, the
 same bytes as xarray's writing.
 """

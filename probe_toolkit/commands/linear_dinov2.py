@@ -117,7 +117,6 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     norm = parts.final_norm(meta, store)
     classifiers = ld.grid(settings.n_last_blocks, settings.avgpool, settings.learning_rates, settings.batch_size)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
-    device = str(context.device(auto="cpu"))
 
     def panel_features(panel, labels) -> tuple[np.ndarray, np.ndarray]:
         ds, found = stores[panel.name]
@@ -128,6 +127,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     train_labels = context.read("train", read_classes, purpose="linear-dinov2: fit", checkpoint=checkpoint)
     classes = list(train_labels.classes)
     x_cls, x_mean = panel_features(train_panel, train_labels)
+    device = str(context.device(auto="cpu"))  # resolved with torch, which the training imports anyway
     training = ld.train(
         x_cls,
         x_mean,
