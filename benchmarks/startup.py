@@ -11,10 +11,23 @@ the CPU seconds a run uses (its wall time on a quiet machine; wall time is print
     python benchmarks/startup.py --collections [--rounds 5]
 
 ``--first-image`` measures what the target is stated on, the CPU seconds before a command's first
-image: each command (one worker where it takes ``--workers``) in a fresh interpreter whose runner
-notes the process's CPU time when it starts on its images (``infra.runner.map_blocks`` or
-``_call``, patched by the measuring program before the command's ``main``), on the
-2-image store and, with ``--full``, the labelled panels; medians of ``--rounds``; target 1.0 s.
+image: each command (one worker where it takes ``--workers``) in a fresh interpreter that notes
+the process's CPU time at the first of: the runner starting on a block of images
+(``infra.runner.map_blocks`` or ``_call``), the first read of a store's image array (a
+``tokens_``, ``cls_tokens_``, ``keys_`` or ``attention_`` array, through zarr), or the first
+photograph decoded (``store.images.load_image``: the commands that run a network on images). The
+measuring program wraps those functions as their modules are imported, so it imports nothing a
+command would not. Medians of ``--rounds``; target 1.0 s. Without ``--full``: decode, entropy and
+neighbours on the 2-image store. ``--full`` adds k-NN, the attention masks and DINOv2's linear
+protocol on two labelled panels of scenes, and every other protocol command on the stores,
+panels and folders ``probe demo --quick`` makes (a SelfPatch network at random weights; two
+minutes more): score, decode-sweep, decode of an image folder (``--images``), linear, propagate,
+correspond on SPair-71k and on NAVI, hummingbird, segment, depth, rank, position, similarity and
+overcluster. ``score`` reads no image (it scores a masks file against a panel's labels): its whole
+run's CPU seconds are taken instead (the record lists such commands under ``whole_run``). The
+commands that run a network before their first image (propagate, segment, depth, NAVI's
+correspondence, decode ``--images``) cannot go below importing torch and timm (about 2 CPU
+seconds here: ``python benchmarks/startup.py --full``'s torch row): their rows measure the rest.
 
 ``--collections`` counts the full garbage collections, and the CPU seconds they take, while a
 fresh interpreter imports torch and timm, under CPython's thresholds and under probe's
@@ -103,8 +116,9 @@ def build_store(root: Path) -> Path:
     return extract(ckpt, folder, settings=Settings(views=(224, 480), chunk=2), cache_dir=root / "cache", quiet=True).store
 
 
-def build_panel_store(root: Path) -> Path:
-    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``."""
+def build_panel_store(root: Path, views: tuple[str, ...] = ("224",), store: Path | None = None) -> Path:
+    """A store of two small labelled panels (4 train, 2 val scenes), registered in ``root/cache``
+    (once: a second call extracts other ``views`` of the same network into ``store``)."""
     from probe_toolkit.demo import scenes
     from probe_toolkit.demo.samples import TINY, write_checkpoint
     from probe_toolkit.labels.panels import add_panel
@@ -112,32 +126,98 @@ def build_panel_store(root: Path) -> Path:
 
     data = root / "scenes"
     for name, count, seed, role in (("bench-train", 4, 1, "train"), ("bench-val", 2, 2, "val")):
-        annotations = scenes.write_panel(data / name, count, seed)
-        add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
+        if not (data / name).is_dir():
+            annotations = scenes.write_panel(data / name, count, seed)
+            add_panel(name, annotations=annotations, images=data / name / "images", role=role, cache=root / "cache")
     ckpt = write_checkpoint(root / "tiny-panels.pth", "dino-full", TINY, 1)
-    return extract(ckpt, data, settings=Settings(views=(224,), chunk=2), cache_dir=root / "cache", quiet=True).store
+    return extract(ckpt, data, settings=Settings(views=views, chunk=2), store=store, cache_dir=root / "cache", quiet=True).store
 
 
 FIRST_TARGET = 1.0
+LINEAR_DINOV2 = ["--n-last-blocks", "1", "--learning-rates", "0.001,0.05", "--epochs", "2", "--epoch-length", "5"]  # a short schedule
+FRESH = "run-FRESH"  # a folder of its own for each run of a command that writes outside the store (a finished one is resumed, not redone)
 FIRST = """
-import json, sys, time
-from probe_toolkit.infra import runner
+import functools, importlib.abc, importlib.machinery, json, sys, time
 mark = []
+def note():
+    if not mark:
+        mark.append(time.process_time())
 def noting(real):
+    @functools.wraps(real)  # pickled by its name for a worker, as the real one
     def noted(*args, **kwargs):
-        if not mark:
-            mark.append(time.process_time())
+        note()
         return real(*args, **kwargs)
     return noted
-runner._call, runner.map_blocks = noting(runner._call), noting(runner.map_blocks)
+def reading(real):
+    async def read(self, *args, **kwargs):
+        if self.store_path.path.rpartition("/")[2].startswith(("tokens_", "cls_tokens_", "keys_", "attention_")):
+            note()
+        return await real(self, *args, **kwargs)
+    return read
+WRAP = {
+    "probe_toolkit.infra.runner": lambda m: (setattr(m, "_call", noting(m._call)), setattr(m, "map_blocks", noting(m.map_blocks))),
+    "probe_toolkit.store.images": lambda m: setattr(m, "load_image", noting(m.load_image)),
+    "zarr.core.array": lambda m: setattr(m.AsyncArray, "_get_selection", reading(m.AsyncArray._get_selection)),
+}
+class Wrapping(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in WRAP:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+        def exec_module(module):
+            load(module)
+            WRAP[name](module)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, Wrapping())
 from probe_toolkit.cli import main
 sys.argv = ["probe", *json.loads(sys.argv[1])]
 try:
     main()
 except SystemExit as error:
     assert not error.code, error.code
-print(json.dumps(mark[0] if mark else None))
+print(json.dumps([mark[0] if mark else None, time.process_time()]))
 """
+
+
+def protocol_commands(root: Path) -> dict[str, list[str]]:
+    """Every other protocol command on ``probe demo --quick``'s stores, panels and folders (its
+    random-weight network's store; the trained network's as ``similarity``'s other), each with the
+    settings the demo runs it with, spelled as the command line spells them (``infra.spelling``)."""
+    import shlex
+
+    from probe_toolkit.infra.spelling import fix_command
+
+    # its own process: this folder's training.py would shadow the toolkit's training package the demo imports
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    subprocess.run([sys.executable, "-m", "probe_toolkit", "demo", "--quick", "--out", str(root / "demo")], env=env, cwd=root, capture_output=True, check=True)
+    work = root / "demo" / "work"
+    (store,), (other,) = (list(work.glob(f"cache/{pattern}/teacher.zarr")) for pattern in ("tiny-random-*", "checkpoint-*"))
+    cache, checkpoint = work / "cache", work / "checkpoints" / "tiny-random.pth"
+    masks = next(store.glob("results/decoder-masks.json"))
+    grid = root / "grid.toml"
+    grid.write_text('preset = ["tokencut"]\ncenter = [true]\ntau = [0.2]\nmasks = [1]\n')
+    seg = {"train": "demo-seg-train", "val": "demo-seg-val"}
+    short = {"iterations": 4, "batch_size": 2, "chunk": 2}
+    common = {"cache": cache, "quiet": True, "workers": 1}  # one worker: every CPU second in the measured process
+    spelled = {
+        "score": fix_command("score", masks, panel="demo-val", cache=cache),
+        "decode-sweep": fix_command("decode-sweep", store, panel="demo-val", grid=grid, settings_out=root / FRESH / "best.json", **common),
+        "decode --images (stream)": fix_command("decode", checkpoint, images=work / "data" / "photos", **{**common, "cache": root / FRESH / "cache"}),
+        "linear": fix_command("linear", store, train="demo-train", val="demo-val", epochs=50, cache=cache, quiet=True),
+        "propagate": fix_command("propagate", checkpoint, davis=work / "davis", out=root / FRESH / "davis-out", store=store, **common),
+        "correspond": fix_command("correspond", store, panel="demo-spair", **common),
+        "correspond (NAVI)": fix_command("correspond", store, panel="demo-navi", **common),
+        "hummingbird": fix_command("hummingbird", store, memory=(1000,), **seg, **common),
+        "segment": fix_command("segment", checkpoint, store=store, crop=32, size=32, stride=21, **seg, **short, **common),
+        "depth": fix_command("depth", checkpoint, train="demo-nyu-train", val="demo-nyu-test", store=store, device="cpu", replicas=1, crop=(48, 64), **short, **common),
+        "rank": fix_command("rank", store, tokens=("patch",), quiet=True),
+        "position": fix_command("position", store, quiet=True),
+        "similarity": fix_command("similarity", store, other=other, quiet=True),
+        "overcluster": fix_command("overcluster", store, panel="demo-seg-val", view="hbird@512", k=(21, 100), cache=cache, quiet=True),
+    }
+    return {name: shlex.split(line)[1:] for name, line in spelled.items()}
 
 
 def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | None = None) -> None:
@@ -156,26 +236,34 @@ def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | Non
             panels = str(build_panel_store(root))
             chosen["knn"] = ["knn", panels, "--train", "bench-train", "--val", "bench-val", "--k", "1,3", "-q", "--workers", "1", *cache]
             chosen["attention-masks"] = ["attention-masks", panels, "--panel", "bench-val", "-q", "--workers", "1", *cache]
+            evaluated = str(build_panel_store(root, ("eval224",), root / "eval224.zarr"))  # DINOv2's protocol reads its eval224 view
+            chosen["linear-dinov2"] = ["linear-dinov2", evaluated, "--train", "bench-train", "--val", "bench-val", *LINEAR_DINOV2, "-q", *cache]
+            chosen.update(protocol_commands(root))
         envs = {tree: dict(os.environ, PYTHONPATH=str(path)) for tree, path in trees.items()}
         seconds: dict[tuple[str, str], list[float]] = {(name, tree): [] for name in chosen for tree in trees}
+        whole: set[str] = set()
         loads = [os.getloadavg()[0]]
         for r in range(rounds + 1):  # round 0 warms the page cache
             for name, args in chosen.items():
                 for tree in trees:
-                    out = subprocess.run([sys.executable, "-c", FIRST, json.dumps(args)], env=envs[tree], cwd=root, capture_output=True, text=True)
+                    fresh = [a.replace(FRESH, f"run-{r}-{tree}") for a in args]
+                    out = subprocess.run([sys.executable, "-c", FIRST, json.dumps(fresh)], env=envs[tree], cwd=root, capture_output=True, text=True)
                     if out.returncode:
-                        raise SystemExit(f"probe {' '.join(args)} [{tree}] failed: {out.stderr[-800:]}")
-                    value = json.loads(out.stdout.strip().splitlines()[-1])
-                    if r and value is not None:
-                        seconds[(name, tree)].append(value)
+                        raise SystemExit(f"probe {' '.join(fresh)} [{tree}] failed: {out.stderr[-800:]}")
+                    first, end = json.loads(out.stdout.strip().splitlines()[-1])
+                    if first is None:
+                        whole.add(name)
+                    if r:
+                        seconds[(name, tree)].append(end if first is None else first)
             loads.append(os.getloadavg()[0])
-    rows = {tree: {name: statistics.median(v) if (v := seconds[(name, tree)]) else None for name in chosen} for tree in trees}
+    rows = {tree: {name: statistics.median(seconds[(name, tree)]) for name in chosen} for tree in trees}
     for name in chosen:
         for tree in trees:
             value = rows[tree][name]
-            mark = "no block reached the runner" if value is None else ("ok" if value <= FIRST_TARGET else f"over the {FIRST_TARGET} s target")
+            mark = "ok" if value <= FIRST_TARGET else f"over the {FIRST_TARGET} s target"
             label = f"{name} [{tree}]" if len(trees) > 1 else name
-            print(f"probe {label:26s} CPU before its first image {value if value is not None else float('nan'):5.2f} s  {mark}")
+            what = "its whole run (no image read)" if name in whole else "before its first image"
+            print(f"probe {label:28s} CPU {what:29s} {value:5.2f} s  {mark}")
     print(f"load average during the run: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
     record = {
         "benchmark": "startup-first-image",
@@ -184,8 +272,10 @@ def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | Non
         "target_s": FIRST_TARGET,
         "cores": os.cpu_count(),
         "load": max(loads),
+        "load_min": min(loads),
         "rounds": rounds,
         "cpu_s": rows["this"],
+        "whole_run": sorted(whole),  # commands that read no image: their whole run's CPU seconds
     }
     if "other" in rows:  # the trees by their labels, never their folders
         record["other_cpu_s"] = rows["other"]

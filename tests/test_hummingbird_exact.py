@@ -128,3 +128,48 @@ def test_the_search_in_many_small_parts_is_the_full_matrix_sort(monkeypatch):
         for width in (64, 700, 9):
             got = search.running_topk(queries, lambda width=width: ((a, bank[a : a + width]) for a in range(0, len(bank), width)), k)
             assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0]), (k, width)
+
+
+def test_a_label_view_is_resized_by_the_plain_nearest_rule():
+    """``store.hbird_views.resize_nearest`` (every label view) pixel by pixel: source = floor(dst ·
+    (in / out in float32)), clamped; the label's dtype kept."""
+    from probe_toolkit.store.hbird_views import resize_nearest
+
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        y = rng.integers(0, 256, (int(rng.integers(1, 30)), int(rng.integers(1, 30)))).astype(np.uint8)
+        size = (int(rng.integers(1, 40)), int(rng.integers(1, 40)))
+        src = [[min(int(np.floor(np.float32(i) * (np.float32(n_in) / np.float32(n_out)))), n_in - 1) for i in range(n_out)] for n_in, n_out in zip(y.shape, size)]
+        want = np.array([[y[r, c] for c in src[1]] for r in src[0]], np.uint8)
+        got = resize_nearest(y, size)
+        assert got.dtype == np.uint8 and np.array_equal(got, want), (y.shape, size)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64, np.uint64, np.float32])
+def test_patch_distributions_are_the_plain_shares_in_any_label_dtype(dtype):
+    """Each patch's share of each class, counted pixel by pixel (255 counted as class 0)."""
+    rng = np.random.default_rng(6)
+    y = rng.choice([0, 1, 3, 255], size=(12, 8)).astype(dtype)
+    y[:4, :4] = 2
+    got = hb.patch_distributions(y, 4, 5)
+    want = np.zeros((6, 5))
+    for i in range(12):
+        for j in range(8):
+            want[(i // 4) * 2 + j // 4, 0 if y[i, j] == 255 else int(y[i, j])] += 1
+    assert got.dtype == np.float32 and np.array_equal(got, (want / 16).astype(np.float32))
+
+
+def test_the_parts_are_never_wider_than_the_callers_blocks():
+    """Blocks narrower than a part (a small ``--work-memory``): the reused product and mask arrays
+    are a block's, not a part's, so memory stays what the caller's block allows."""
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    queries, bank = _unit(rng.normal(size=(400, 8))), _unit(rng.normal(size=(3000, 8)))
+    want = _reference(queries, bank, 5)
+    tracemalloc.start()
+    got = search.running_topk(queries, lambda: ((a, bank[a : a + 64]) for a in range(0, len(bank), 64)), 5)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+    assert peak < 400 * search.MIN_COLUMNS * 4 / 2, peak  # a part's float32 products alone would be twice this

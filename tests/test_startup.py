@@ -11,7 +11,9 @@ torch either (neighbours runs the selection rules training runs, ``analyses/sele
 numpy arrays; ``tests/test_selection.py`` holds them to the torch results), and neither does
 ``probe attention-masks`` on a network with a class token (``probe knn``'s is checked in
 ``tests/test_knn.py``, on labelled panels); those two load no heavy library before their first
-image (xarray only to save their results). What these
+image (xarray only to save their results). The modules that correspond, hummingbird, linear,
+linear-dinov2 and overcluster run before their first image load none of them either (checked by
+importing them: their full runs need panels this file does not build). What these
 commands read and write instead is checked here too: the same values as xarray's reading, the
 same bytes as xarray's writing.
 """
@@ -93,6 +95,37 @@ def test_attention_masks_of_a_class_token_load_no_torch(store, tmp_path):
     assert "torch" not in heavy and "timm" not in heavy
     assert first == []  # the store read with zarr alone: xarray and pandas come only to save the masks
     assert list((store / "results" / "attention_masks").glob("*/zarr.json"))  # the run did compute
+
+
+IMPORTED = """
+import json, sys
+exec(sys.argv[1])
+print(json.dumps(sorted(m for m in sys.modules if m in json.loads(sys.argv[2]))))
+"""
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import probe_toolkit.commands.correspond, probe_toolkit.analyses.correspond",
+        "import probe_toolkit.commands.hummingbird",
+        "import probe_toolkit.commands.linear",
+        "import probe_toolkit.commands.linear_dinov2",
+        "import probe_toolkit.commands.overcluster",
+        "from probe_toolkit.store.hints import extract_arguments; extract_arguments({'views': [224], 'interpolation': 'dino'}, ['224'], 'PANEL')",
+    ],
+    ids=["correspond", "hummingbird", "linear", "linear-dinov2", "overcluster", "a-panel's-fix-command"],
+)
+def test_what_a_protocol_runs_before_its_first_image_loads_no_heavy_library(statement):
+    """The modules a protocol's run resolves to, and the fix command every panel's coverage check
+    spells, load none of the heavy libraries: these commands read their stores with zarr alone and
+    import xarray where a result is saved, torch where pairs are matched or a classifier trained
+    (``benchmarks/startup.py --first-image --full`` times them)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", IMPORTED, statement, json.dumps(HEAVY)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == []
 
 
 FULL_SWEEPS = """

@@ -17,7 +17,9 @@ by ``evals/datasets/spair.py`` at ``use_bbox=False``, ``image_size=800`` (``conf
 - a pair scores the keypoints annotated in both images.
 
 Pure torch over arrays; the store, the panel and the sampling of pairs are the caller's. Float32
-throughout, with the reference's operations in its order, so errors equal the reference's.
+throughout, with the reference's operations in its order, so errors equal the reference's. torch is
+imported where a pair is matched or a PCK counted, not with the module: the pairs are chosen and
+their keypoints placed (numpy) before the first image is read.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
 
 SIDE = 800  # configs/spair_correspondence.yaml image_size
 THRESHOLD = 0.10  # evaluate_spair_correspondence.py thresh
@@ -57,6 +61,9 @@ def threshold_scale(box: Sequence[int], size: tuple[int, int]) -> float:
 
 def normalised(tokens: np.ndarray | torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """(rows · cols, D) tokens → (D, rows, cols) float32, L2-normalised per patch (``F.normalize``)."""
+    import torch
+    import torch.nn.functional as F
+
     t = torch.as_tensor(np.asarray(tokens)).float().reshape(rows, cols, -1).permute(2, 0, 1)
     return F.normalize(t, p=2, dim=0)
 
@@ -72,6 +79,9 @@ class Matched:
 
 def match(source: torch.Tensor, target: torch.Tensor, source_kps: np.ndarray, target_kps: np.ndarray, scale: float, side: int = SIDE) -> Matched:
     """``source`` / ``target`` (D, rows, cols) from ``normalised``; keypoints from ``view_keypoints``."""
+    import torch
+    import torch.nn.functional as F
+
     cols = target.shape[-1]
     src = torch.from_numpy(source_kps).float()
     trg = torch.from_numpy(target_kps).float()
@@ -101,6 +111,8 @@ def sample(pairs: Sequence, category: str, viewpoint: int | None, instances: int
 
 def pck(errors: np.ndarray, threshold: float) -> float:
     """Percentage of errors below ``threshold`` (the reference's recall, ``(errors < thresh).mean() * 100``); NaN when none."""
+    import torch
+
     errors = torch.as_tensor(np.asarray(errors, np.float32))
     return float("nan") if errors.numel() == 0 else (errors < threshold).float().mean().item() * 100.0
 

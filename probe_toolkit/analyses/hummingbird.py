@@ -137,7 +137,8 @@ class Evaluation:
 def patch_distributions(label_map: np.ndarray, patch_size: int, n_classes: int, ignore_index: int = IGNORE_INDEX) -> np.ndarray:
     """(patches, classes) float32 share of each patch's pixels per class, patches in row-major
     grid order; ``ignore_index`` counts as class 0 (the reference's ``y[y == 255] = 0``)."""
-    y = np.asarray(label_map).astype(np.int64)
+    y = np.asarray(label_map)
+    y = y if y.dtype.kind in "ui" and y.dtype != np.uint64 else y.astype(np.int64)  # counted in its own dtype (a PNG's uint8: no 8-byte copies)
     h, w = y.shape
     if h % patch_size or w % patch_size:
         raise ValueError(f"label map of {h}x{w} is not a whole number of {patch_size}-pixel patches")
@@ -318,8 +319,7 @@ def _bilinear_axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def _width_pass(s: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(each SOURCE row resized along the width (gh, W, C), the height's (y0, y1, wy)): torch's
-    first step, which depends on the source row only, so it is computed once per source row."""
+    """(each source row resized along the width (gh, W, C): torch's first step, once per source row; the height's (y0, y1, wy))."""
     (y0, y1, wy), (x0, x1, wx) = _bilinear_axis(s.shape[0], size[0]), _bilinear_axis(s.shape[1], size[1])
     return (1 - wx)[:, None] * s[:, x0] + wx[:, None] * s[:, x1], (y0, y1, wy)
 
@@ -334,10 +334,8 @@ def upsample(scores: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def predict(soft_labels: np.ndarray, grid: tuple[int, int], size: tuple[int, int]) -> np.ndarray:
     """(H, W) int64 label map of one image: its patches' soft labels (patches row-major) reshaped
-    to ``grid``, upsampled to ``size``, argmax over classes (equal scores: the lower class).
-
-    ``upsample``'s arithmetic, one class's (H, W) plane at a time (in cache) with a running
-    maximum, the first class kept on a tie (a NaN score: ``upsample``'s argmax, which takes the first NaN)."""
+    to ``grid``, upsampled to ``size``, argmax over classes (equal scores: the lower class):
+    ``upsample``'s arithmetic one class plane at a time (in cache) with a running maximum (a NaN: ``upsample``'s argmax)."""
     s = np.asarray(soft_labels, np.float32)
     if s.shape[0] != grid[0] * grid[1]:
         raise ValueError(f"{s.shape[0]} patches do not fill a {grid[0]}x{grid[1]} grid")

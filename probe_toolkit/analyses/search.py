@@ -21,7 +21,10 @@ best screened values, every value within twice that slack of the k-th (the true 
 among them); at the end their cosines are computed in float64 (a second read of the bank's
 blocks, a few hundred products per query) and the k best kept. The list is a few entries longer
 than k on spread features and longer where values crowd within the slack (many equal rows).
-Memory is (query rows) × (block rows) values whatever the bank's size.
+Each block is multiplied a part at a time: a narrow first part, whose k-th largest per row sets
+the floor, then parts of about ``SCREEN_VALUES`` products, which stay in cache (at a small width,
+the screening, not the product, is most of the time). Memory is (query rows) × (block rows)
+values at most whatever the bank's size.
 """
 
 from __future__ import annotations
@@ -210,11 +213,14 @@ def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, n
     best = np.full((q.shape[0], 0), EMPTY, np.uint64)
     floor, seen = None, 0
     step, first = max(SCREEN_VALUES // max(1, q.shape[0]), MIN_COLUMNS, k), max(FIRST_COLUMNS, 2 * k)
-    products, mask = np.empty(q.shape[0] * max(step, first), np.float32), np.empty(q.shape[0] * max(step, first), bool)  # every part's
+    products, mask = np.zeros(0, np.float32), np.zeros(0, bool)  # every part's, reused: never wider than a block (the caller's bound on memory)
     for offset, block in blocks():
         x = np.ascontiguousarray(block, np.float32)
         if screen:
             check_normalised(x, offset)
+        need = q.shape[0] * min(max(step, first), x.shape[0])
+        if products.size < need:
+            products, mask = np.empty(need, np.float32), np.empty(need, bool)
         a = 0
         while a < x.shape[0]:  # a block's rows a part at a time: the first few, then parts whose products stay in cache
             b = min(a + (first if floor is None else step), x.shape[0])

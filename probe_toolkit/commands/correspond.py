@@ -29,10 +29,9 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import correspond
 from ..infra.errors import ProbeError
@@ -45,9 +44,12 @@ from ..protocols.correspond import CorrespondSettings
 from ..results.correspond_report import BIN_NAMES, CorrespondReport
 from ..store import arrays, cache, grids, images
 from . import shards
-from .panel_stores import locate, panel_ids
+from .panel_stores import image_sizes, locate, panel_ids
 from .runs import result_provenance
 from .shards import images_sha256
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 VIEW = images.SQUARE
 BLOCK = 64  # pairs per runner task (a category's pairs share images: each is read and normalised once a block)
@@ -79,6 +81,8 @@ def shard_pairs(
     """This shard's pairs [a, b) (whole blocks of ``BLOCK``: the blocks of a one-process run)
     matched and saved as ``results/correspond-part-i-of-n``; (every pair's errors and matches in
     pair order, []) once every part with this ``identity`` is in, else (None, the shards missing)."""
+    import xarray as xr
+
     which, (a, b) = shards.share(shard, n_pairs, BLOCK)
     got = match(a, b)
     part = xr.Dataset({"error": (("pair", "keypoint"), got["error"]), "predicted": (("pair", "keypoint", "xy"), got["predicted"])}, coords={"pair": list(names[a:b])})
@@ -92,8 +96,7 @@ def shard_pairs(
 def _sizes(ds: xr.Dataset, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     if "image_width" not in ds or "image_height" not in ds:
         raise ProbeError(ds.attrs.get("store"), "does not record its images' sizes", "extract the store again with this version")
-    chosen = ds[["image_width", "image_height"]].sel(image=list(ids))
-    return {i: (int(w), int(h)) for i, w, h in zip(ids, chosen.image_width.values, chosen.image_height.values)}
+    return dict(zip(ids, image_sizes(ds, ids)))
 
 
 def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> CorrespondReport:
@@ -114,7 +117,7 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
     thresholds, instances = tuple(float(t) for t in settings.thresholds), settings.instances
     seed = SPAIR_SEED if settings.seed is None else settings.seed
     store = inputs.store
-    source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,))
+    source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (VIEW,), plain=True)  # xarray only to save the result
     ds, ids = source.panel_stores[the_panel.name]
     rows, cols = grids.fixed_grid(ds, VIEW)
     meta = source.manifest
@@ -211,6 +214,8 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
     counts = {"pairs_in_panel": len(labels.pairs), "pairs_matched": len(chosen), "categories": len(categories), "keypoints_scored": int(np.isfinite(out["error"]).sum())}
     dtype = str(tokens.dtype)
     report = CorrespondReport(store, source.name, the_panel.name, categories, thresholds, table, mean, counts, labels.entry_id, seconds, dtype=dtype)
+    import xarray as xr
+
     ds_out = xr.Dataset(
         {
             "pck": (("category", "bin", "threshold"), table),

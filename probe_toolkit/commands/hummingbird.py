@@ -30,13 +30,13 @@ import json
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import hummingbird as hb
 from ..infra.errors import ProbeError
+from ..infra.memory import reusing_blocks
 from ..infra.runner import map_images
 from ..infra.settings import SettingError
 from ..infra.shared import spooled
@@ -52,6 +52,9 @@ from . import shards
 from .hummingbird_memory import MemorySource, built, memory_name, memory_plan
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
 DEVICE_QUERY_BLOCK = 16  # val views per task on a GPU: fewer, larger products (the same numbers)
@@ -79,14 +82,18 @@ def _check_kinds(train: Panel, val: Panel) -> None:
 
 
 def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel: Panel) -> None:
-    """Every view the protocol reads is held, and finished, for every image of the panel."""
+    """Every view the protocol reads is held, and finished, for every image of the panel (the fix
+    command is made only for a refusal)."""
     from .panel_stores import panel_extract
 
     store, meta = Path(ds.attrs.get("store")), dict(ds.attrs.get("manifest") or {})
-    extract = panel_extract(meta, store, panel.name, views)
+
+    def extract() -> str:
+        return panel_extract(meta, store, panel.name, views)
+
     for view in views:
         if f"tokens_{view}" not in ds:
-            raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract}`")
+            raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract()}`")
         if hbird_views.epoch(view) is not None and cache.view_facts(ds.attrs.get("manifest") or {}, view).get("augmentation") != hbird_views.ORDER:
             raise ProbeError(
                 ds.attrs.get("store"),
@@ -101,7 +108,7 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
                 raise ProbeError(
                     ds.attrs.get("store"),
                     f"has not finished its {view} view for {int((~done).sum())} of the {len(ids)} images of panel {panel.name!r}",
-                    f"rerun `{extract}` to finish it",
+                    f"rerun `{extract()}` to finish it",
                 )
 
 
@@ -111,6 +118,14 @@ def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], l
     position = {name: i for i, name in enumerate(read.ids)}
     names = [read.image_map[s] for s in store_ids]
     return names, [position[n] for n in names]
+
+
+def soft_labels(values: np.ndarray, **search) -> dict[str, np.ndarray]:
+    """``analyses.hummingbird.soft_labels_block`` (the task a worker runs) with freed blocks kept in
+    the heap (``infra.memory.reusing_blocks``): the search's parts allocate the same arrays again
+    and again, which the command's 128 KiB mmap threshold would otherwise map and fault in each time."""
+    with reusing_blocks():
+        return hb.soft_labels_block(values, **search)
 
 
 def shard_scores(
@@ -127,6 +142,8 @@ def shard_scores(
     as ``results/hummingbird-part-i-of-n``; (the summed counts and every shown image, []) once all
     parts with this ``identity`` are in (integer sums: the one-process run's counts), else (None, missing)."""
     a, b = share
+    import xarray as xr
+
     mine = slice(min(a, shown), min(b, shown))  # the shown images in this share
     part = xr.Dataset(
         {
@@ -165,12 +182,12 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     store = inputs.store
     query_view, *augmented = views.hbird_views(settings.size)  # hbird@S and its memory views (hbird512, hbird512_aug<e> at 512)
     memory_views = tuple(augmented[: settings.augmentation_epochs])
-    patch = int(cache.manifest(cache.open_store(store))["arch"]["patch"])
+    patch = int(cache.manifest(cache.open_store(store, plain=True))["arch"]["patch"])
     if settings.size % patch and views.view(query_view).alias is None:  # hbird512 keeps its rule: at /14 its top-left 504 px
         low, high = settings.size // patch * patch, -(-settings.size // patch) * patch
         raise SettingError("size", f"size {settings.size} is not a multiple of the network's {patch}-px patch", f"use size {low} or {high}")
     panels = [(train_panel, panel_ids(train_panel), memory_views), (val_panel, panel_ids(val_panel), (query_view,))]  # VOC's share JPEGImages/
-    source = locate(store, panels, "patch", (query_view, *memory_views))
+    source = locate(store, panels, "patch", (query_view, *memory_views), plain=True)  # xarray only to save the result
     meta = source.manifest
     train_ds, train_ids = source.panel_stores[train_panel.name]
     val_ds, val_ids = source.panel_stores[val_panel.name]
@@ -198,7 +215,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
             spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
             with built(memory_source, size, settings.seed, folder) as (bank, labels, _):
                 fn = functools.partial(
-                    hb.soft_labels_block,
+                    soft_labels,
                     bank=bank,
                     labels=labels,
                     norm=norm,
@@ -232,17 +249,18 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
         predicted_shown = np.zeros((len(soft), shown, cut, cut), np.uint8)
         confusions = np.zeros((len(soft), n_classes, n_classes), np.int64)
         i = a
-        for portion in val_read.maps.portions(val_order[a:b]):  # this shard's val images (all of them when not sharded), a portion at a time
-            for y in portion:
-                truth = hbird_views.label_view(y, query_view, val_names[i])[:cut, :cut]
-                for m, scores in enumerate(soft):
-                    predicted = hb.predict(scores.rows(i - a, i - a + 1)[0], (grid, grid), (cut, cut))
-                    confusions[m] += hb.confusion(truth, predicted, n_classes)
+        with reusing_blocks():  # every image allocates the same arrays: the heap's pages serve again
+            for portion in val_read.maps.portions(val_order[a:b]):  # this shard's val images (all of them when not sharded), a portion at a time
+                for y in portion:
+                    truth = hbird_views.label_view(y, query_view, val_names[i])[:cut, :cut]
+                    for m, scores in enumerate(soft):
+                        predicted = hb.predict(scores.rows(i - a, i - a + 1)[0], (grid, grid), (cut, cut))
+                        confusions[m] += hb.confusion(truth, predicted, n_classes)
+                        if i < shown:
+                            predicted_shown[m, i] = predicted
                     if i < shown:
-                        predicted_shown[m, i] = predicted
-                if i < shown:
-                    truth_shown[i] = truth
-                i += 1
+                        truth_shown[i] = truth
+                    i += 1
     ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
     memory = [memory_name(s) for s in settings.memory]
     if context.sharded:
@@ -261,6 +279,8 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                 )
             )
         confusions, truth_shown, predicted_shown = whole
+    import xarray as xr
+
     results = [hb.miou(c) for c in confusions]
     counts = {"train": len(train_ids), "memory_views": n_views, "val": len(val_ids), "pixels": int(results[0].pixels) if results else 0}
     ds = xr.Dataset(

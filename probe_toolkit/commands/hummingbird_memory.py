@@ -18,14 +18,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import hummingbird as hb
+from ..infra.memory import reusing_blocks
 from ..infra.settings import SettingError
 from ..infra.shared import Shared, spooled
 from ..store import cache, hbird_views
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 READ_BLOCK = 64  # memory views (train images of one epoch) read, labelled and drawn at a time
 
@@ -104,11 +108,12 @@ def built(source: MemorySource, memory_size: int | None, seed: int, folder: Path
     width = int(source.ds[f"tokens_{source.views[0]}"].shape[-1])
     with spooled((draws.rows, width), np.float32, folder, "hbird-bank") as bank, spooled((draws.rows, source.n_classes), np.float32, folder, "hbird-labels") as labels:
         arrays = {view: cache.checked(source.ds, f"tokens_{view}").sel(image=list(source.ids)) for view in source.views}
-        for e, a, b, label_views in source.portions():
-            rows = draws.take(label_views)
-            tokens = np.asarray(arrays[source.views[e]].isel(image=slice(a, b)).values, np.float32)
-            chosen = tokens[rows.view - e * n - a, rows.patch]
-            bank.append(hb.normalise(source.norm(chosen) if source.norm is not None else chosen))
-            labels.append(rows.labels)
+        with reusing_blocks():  # every portion allocates the same arrays: the heap's pages serve again
+            for e, a, b, label_views in source.portions():
+                rows = draws.take(label_views)
+                tokens = np.asarray(arrays[source.views[e]].isel(image=slice(a, b)).values, np.float32)
+                chosen = tokens[rows.view - e * n - a, rows.patch]
+                bank.append(hb.normalise(source.norm(chosen) if source.norm is not None else chosen))
+                labels.append(rows.labels)
         draws.finish()
         yield bank.shared(), labels.shared(), draws.per_view

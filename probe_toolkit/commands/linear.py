@@ -37,10 +37,9 @@ attrs of both: ``level``, ``settings`` (fit settings, chosen weight decay or C, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import linear
 from ..infra import provenance
@@ -51,7 +50,10 @@ from ..protocols.linear import LinearSettings
 from ..results.linear_report import LinearReport, StoreScores
 from ..store import cache, images
 from ..store.completion import computed_on
-from .panel_stores import Level, Source, locate, panel_ids
+from .panel_stores import Level, Source, image_sizes, locate, panel_ids
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 DENSE_RESOLUTION = "original pixels of the 224 view's crop region (centres inside the view); logits sampled bilinearly there"
 
@@ -62,12 +64,6 @@ def features(ds: xr.Dataset, ids: Sequence[str], level: Level, class_token: bool
         return cache.require(ds, "cls_tokens_224").sel(image=list(ids)).values.astype(np.float32)
     tokens = cache.require(ds, "tokens_224").sel(image=list(ids)).values.astype(np.float32)
     return tokens.mean(1) if level == "image" else tokens
-
-
-def image_sizes(ds: xr.Dataset, ids: Sequence[str]) -> list[tuple[int, int]]:
-    """(width, height) of the originals, as the store recorded them."""
-    sub = ds[["image_width", "image_height"]].sel(image=list(ids))
-    return list(zip(sub.image_width.values.astype(int).tolist(), sub.image_height.values.astype(int).tolist()))
 
 
 def _labelled(read: LabelRead, source: Source, panel: str, ids: Sequence[str]) -> tuple[list[int], list[int], list[tuple[int, int]]]:
@@ -129,7 +125,7 @@ def run(inputs: Inputs, settings: LinearSettings, context: RunContext) -> Linear
     stores = inputs.stores
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles and seals checked before the run
     train_ids, val_ids = panel_ids(train_panel), panel_ids(val_panel)
-    sources = [locate(s, [(train_panel, train_ids), (val_panel, val_ids)], level) for s in stores]
+    sources = [locate(s, [(train_panel, train_ids), (val_panel, val_ids)], level, plain=True) for s in stores]  # xarray only to save the results
     checkpoints = ",".join(dict.fromkeys(s.manifest["checkpoint"]["sha256"] for s in sources))
 
     # 1. train labels, then every fit
@@ -245,6 +241,8 @@ def patch_results(
         region = linear.class_map(read.coco, cid, space)[y0:y1, x0:x1]
         dense += linear.dense_confusion(logits[i].T.reshape(n, g, g), region, geometry, n)
     scores = {"miou": linear.mean_iou(conf), "accuracy": linear.accuracy(conf), "miou_dense": linear.mean_iou(dense)}
+    import xarray as xr
+
     names = list(space.patch_classes)
     ds = xr.Dataset(
         {
@@ -279,6 +277,8 @@ def image_results(
     scores_val = linear.image_scores(fit.model, features_val)
     ap = linear.average_precision(targets, scores_val)
     m = float(np.nanmean(ap)) if np.isfinite(ap).any() else float("nan")
+    import xarray as xr
+
     ds = xr.Dataset(
         {"map": ((), m), "ap": ("category", ap), "holdout_map": ("c", fit.holdout_map), "score": (("image", "category"), scores_val)},
         coords={

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import linear_dinov2 as ld
 from ..infra.errors import ProbeError
@@ -109,7 +108,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
         for (a, a_ids), (b, b_ids) in itertools.combinations(panels, 2):
             hygiene.check_apart((a.name, a.role, a.images, a_ids), (b.name, b.role, b.images, b_ids), cache_root(context.cache_dir))
     store = Path(inputs.store)
-    source = locate(store, panels, "image", (VIEW,))
+    source = locate(store, panels, "image", (VIEW,), plain=True)  # xarray only to save the result
     meta = source.manifest
     if not meta.get("arch", {}).get("class_token"):
         raise ProbeError(store, "comes from a network without a class token; DINOv2's linear protocol reads class tokens", "use probe linear")
@@ -118,7 +117,6 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     norm = parts.final_norm(meta, store)
     classifiers = ld.grid(settings.n_last_blocks, settings.avgpool, settings.learning_rates, settings.batch_size)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
-    device = str(context.device(auto="cpu"))
 
     def panel_features(panel, labels) -> tuple[np.ndarray, np.ndarray]:
         ds, found = stores[panel.name]
@@ -129,6 +127,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     train_labels = context.read("train", read_classes, purpose="linear-dinov2: fit", checkpoint=checkpoint)
     classes = list(train_labels.classes)
     x_cls, x_mean = panel_features(train_panel, train_labels)
+    device = str(context.device(auto="cpu"))  # resolved with torch, which the training imports anyway
     training = ld.train(
         x_cls,
         x_mean,
@@ -163,6 +162,8 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
     evaluated = ld.evaluated(classifiers)
     best = training.weights[chosen] if chosen is not None else None
     width = x_cls.shape[-1]
+    import xarray as xr
+
     ds = xr.Dataset(
         {
             "top1_val": ("classifier", scores[:, 0]),

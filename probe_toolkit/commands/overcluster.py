@@ -70,7 +70,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> OverclusterReport:
     store = Path(inputs.store)
     view = views.canonical(settings.view)
     try:
-        source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (view,))
+        source = locate(store, [(the_panel, panel_ids(the_panel))], "patch", (view,), plain=True)  # xarray only to save the result
     except ProbeError as error:
         if f"has no array tokens_{view}" not in error.problem:
             raise

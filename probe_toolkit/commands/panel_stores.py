@@ -106,6 +106,12 @@ def wanted_ids(ds: xr.Dataset | StoreData, panel: Panel, ids: Sequence[str]) -> 
     return [prefix + i for i in ids]
 
 
+def image_sizes(ds: xr.Dataset | StoreData, ids: Sequence[str]) -> list[tuple[int, int]]:
+    """(width, height) of each image's original, as the store recorded them (read with xarray or zarr alone)."""
+    widths, heights = (ds[name].sel(image=list(ids)).values.astype(int).tolist() for name in ("image_width", "image_height"))
+    return list(zip(widths, heights))
+
+
 def ids_in(ds: xr.Dataset | StoreData, panel: Panel, ids: Sequence[str]) -> list[str] | None:
     """The store ids of a panel's images when this store holds all of them (finished), else None."""
     wanted = wanted_ids(ds, panel, ids)

@@ -93,13 +93,13 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
     if found.images is None or not Path(found.images).is_dir():
         return  # the command's own checks name what is wrong
     ids = panel_ids(found)
-    candidates = [Path(store)]
+    candidates = {Path(store): cache.open_store(store, plain=True)}  # each store opened once (its checks read every flag)
     beside = _sibling(Path(store), panel)
     if beside.resolve() != Path(store).resolve() and (beside / "zarr.json").is_file():
-        if _same_network(cache.manifest(cache.open_store(store, plain=True)), cache.manifest(cache.open_store(beside, plain=True))):
-            candidates.append(beside)
-    for candidate in candidates:
-        ds = cache.open_store(candidate, plain=True)
+        other = cache.open_store(beside, plain=True)
+        if _same_network(cache.manifest(candidates[Path(store)]), cache.manifest(other)):
+            candidates[beside] = other
+    for candidate, ds in candidates.items():
         held = [str(i) for i in ds["image"].values.tolist()]
         wanted = wanted_ids(ds, found, ids)
         if wanted is not None:

@@ -8,7 +8,12 @@ of start-up); ``backbone`` builds the network from it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Literal
+
+# the rules that resample a position table to another grid (``backbone``); --interp's values, declared here
+# (plain data) so that a fix command naming them imports no torch
+Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
+INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,10 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ..infra.progress import within
-from .architectures import Arch
+from .architectures import INTERPOLATIONS, Arch, Interpolation
 from .readout import Readout, last_block, whole_patches
 from .taps import Capture, Taps
 
-Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
-INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
 # tokens in one forward pass from which its blocks show as steps under the bar (``infra.progress.within``):
 # a 1024 × 1024 image at /16; below it a pass is short and a line per pass would only flicker
 LONG_FORWARD_TOKENS = 4096

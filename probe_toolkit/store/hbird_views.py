@@ -206,7 +206,7 @@ def resize_nearest(label_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         scale = np.float32(n_in) / np.float32(n_out)
         return np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1)
 
-    return y[index(size[0], y.shape[0])[:, None], index(size[1], y.shape[1])[None, :]]
+    return np.take(np.take(y, index(size[0], y.shape[0]), axis=0), index(size[1], y.shape[1]), axis=1)  # rows, then columns: no 2-D fancy index
 
 
 def label_view(label_map: np.ndarray, view: str, name: str, side: int | None = None) -> np.ndarray:

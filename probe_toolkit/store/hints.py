@@ -97,7 +97,7 @@ def extract_arguments(meta: dict[str, Any], views: list[str], source: str | Path
     arch = meta.get("arch") or {}
     if arch.get("heads") and arch.get("width") and int(arch["heads"]) != int(arch["width"]) // 64:
         args += ["--heads", str(arch["heads"])]
-    from .backbone import INTERPOLATIONS  # --interp's values; DINOv3's recorded "none" (no table) is what auto gives, and is no value of it
+    from .architectures import INTERPOLATIONS  # --interp's values; DINOv3's recorded "none" (no table) is what auto gives, and is no value of it
 
     if meta.get("interpolation") in INTERPOLATIONS:
         args += ["--interp", str(meta["interpolation"])]

@@ -326,10 +326,11 @@ def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray
         if not (Path(store) / "zarr.json").is_file():
             return  # not a store on this machine's disk: its reader says so
         group = zarr.open_group(store, mode="r", use_consolidated=False)
+    memo: dict = {}  # each view's flags read once for all its arrays
     for name in names:
         if name not in group or name == "image":
             continue
-        gone = missing_chunks(store, group, name, positions)
+        gone = missing_chunks(store, group, name, positions, memo)
         if gone:
             raise DamagedChunk(store, name, gone[0], "is missing, though it holds finished images" + (f" ({len(gone)} such chunks)" if len(gone) > 1 else ""))
     if "image" in group and missing_chunks(store, group, "image", None):
