@@ -75,7 +75,7 @@ def test_layout_errors_are_one_line_naming_the_file(ade_root, tmp_path, capsys):
 def test_a_colour_mask_or_a_label_above_150_is_refused_naming_it():
     rgb = Image.fromarray(np.zeros((4, 4, 3), np.uint8))
     high = Image.fromarray(np.full((4, 4), 151, np.uint8), mode="L")
-    for image, words in ((rgb, "is a RGB image"), (high, "holds label 151")):
+    for image, words in ((rgb, "is an image of mode RGB"), (high, "holds label 151")):
         import io
 
         raw = io.BytesIO()

@@ -241,7 +241,7 @@ RULES = [
         "propagate-rgb-annotation",
         lambda w: [*propagate(w, w.ckpt)[:3], _davis_rgb(w), *propagate(w, w.ckpt)[4:]],
         2,
-        ("DAVIS-rgb", "00000.png", "RGB image, not an indexed"),
+        ("DAVIS-rgb", "00000.png", "of mode RGB, not an indexed"),
         lambda w: propagate(w, w.ckpt),
     ),
     # --- class 1: inputs that must belong together ---

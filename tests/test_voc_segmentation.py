@@ -128,7 +128,7 @@ def test_a_mask_with_foreign_values_or_colours_is_refused_naming_it(tmp_path, vo
     with pytest.raises(ProbeError, match=r"2008_000001\.png: holds values \[40\] outside 0\.\.20 and 255"):
         vs.read_label_maps("v", purpose="score", cache=cache)
     Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save(root / "SegmentationClass" / "2008_000001.png")
-    with pytest.raises(ProbeError, match="is a RGB image, not a palette or grey mask"):
+    with pytest.raises(ProbeError, match="is an image of mode RGB, not a palette or grey mask"):
         vs.read_label_maps("v", purpose="score", cache=cache)
     assert ledger.entries(cache) == []  # nothing was handed out, nothing recorded
 

@@ -88,7 +88,7 @@ def _indexed(data: bytes, where: Path) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         with Image.open(io.BytesIO(data)) as image:
             if image.mode not in ("P", "L"):  # converted, its colours' grey levels would be read as object ids
-                raise ProbeError(where, f"is a {image.mode} image, not an indexed (palette) annotation PNG", "restore the DAVIS annotations")
+                raise ProbeError(where, f"is an image of mode {image.mode}, not an indexed (palette) annotation PNG", "restore the DAVIS annotations")
             palette = image.getpalette() if image.mode == "P" else None
             array = np.asarray(image)
     except OSError as error:

@@ -107,7 +107,7 @@ def open_mask(raw: bytes, where: Path, wrong_mode: str, fix: str, release: str) 
     try:
         with Image.open(io.BytesIO(raw)) as image:
             if image.mode not in ("P", "L"):
-                raise ProbeError(where, f"is a {image.mode} image, not {wrong_mode}", fix)
+                raise ProbeError(where, f"is an image of mode {image.mode}, not {wrong_mode}", fix)
             return np.asarray(image).copy()
     except OSError as error:
         raise ProbeError(where, f"is not a readable PNG ({error})", f"restore the file from {release}") from None

@@ -156,7 +156,7 @@ def parse(root: Path, read, header=None) -> tuple[list[NaviImage], list[str], li
             if (iw, ih) != (dw, dh):
                 problems.append(f"{where}: its depth map is {dw}x{dh}, its image {iw}x{ih}; {DOWNSAMPLE}")
             elif mode not in ("I;16", "I;16B", "I"):
-                problems.append(f"{where}: its depth map {depth.name} is a {mode} image, not 16-bit; {FIX}")
+                problems.append(f"{where}: its depth map {depth.name} is an image of mode {mode}, not 16-bit; {FIX}")
             elif fields is not None:
                 q, t, focal, size = fields
                 out.append(NaviImage(obj.name, WILD, image_id, str(image.relative_to(root)), str(depth.relative_to(root)), q, t, focal, size))

@@ -101,7 +101,7 @@ def depth_header(raw_or_path, where: Path) -> tuple[tuple[int, int] | None, str 
     try:
         with Image.open(io.BytesIO(raw_or_path) if isinstance(raw_or_path, bytes) else raw_or_path) as opened:
             if opened.format != "PNG" or opened.mode not in DEPTH_MODES:
-                return None, f"{where}: is a {opened.format} {opened.mode} image, not a 16-bit grey PNG of millimetres; {FIX}"
+                return None, f"{where}: is {opened.format} of mode {opened.mode}, not a 16-bit grey PNG of millimetres; {FIX}"
             return opened.size, None
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
         return None, f"{where}: is not a readable PNG ({error}); {FIX}"

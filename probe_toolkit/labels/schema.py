@@ -55,12 +55,12 @@ def problems(dataset: Any, image_size: Callable[[str], tuple[int, int] | None] |
         return ["field annotations is empty: the panel holds no object, and every score of it would describe nothing"]
     categories = dataset.get("categories", [])
     if not isinstance(categories, list):
-        return [f"field categories is a {type(categories).__name__}, not a list"]
+        return [f"field categories is of type {type(categories).__name__}, not a list"]
     sizes: dict[int, tuple[int, int] | None] = {}
     for n, image in enumerate(dataset["images"]):
         where = f"images[{n}]"
         if not isinstance(image, dict):
-            found.append(f"{where} is a {type(image).__name__}, not an object")
+            found.append(f"{where} is of type {type(image).__name__}, not an object")
             continue
         image_id, name = image.get("id"), image.get("file_name")
         if not _whole(image_id):
@@ -93,7 +93,7 @@ def problems(dataset: Any, image_size: Callable[[str], tuple[int, int] | None] |
     for n, ann in enumerate(dataset["annotations"]):
         where = f"annotations[{n}]"
         if not isinstance(ann, dict):
-            found.append(f"{where} is a {type(ann).__name__}, not an object")
+            found.append(f"{where} is of type {type(ann).__name__}, not an object")
             continue
         if "id" in ann:
             if not _whole(ann["id"]):
@@ -159,7 +159,7 @@ def _segmentation(where: str, segmentation: Any, size: tuple[int, int] | None) -
         if size is not None and rle_size != [size[1], size[0]]:
             return [f"{where}: its RLE mask is {rle_size} (height, width), its image {size[1]}×{size[0]}"]
         return []
-    return [f"{where}: segmentation is a {type(segmentation).__name__}, not polygons or an RLE"]
+    return [f"{where}: segmentation is of type {type(segmentation).__name__}, not polygons or an RLE"]
 
 
 def check(dataset: Any, where: str | Path, image_size: Callable[[str], tuple[int, int] | None] | None = None, fix: str = FIX) -> None:
@@ -196,7 +196,7 @@ def result_problems(results: Any, image_size: Callable[[str], tuple[int, int] | 
     for n, entry in enumerate(results):
         where = f"result [{n}]"
         if not isinstance(entry, dict):
-            found.append(f"{where} is a {type(entry).__name__}, not an object")
+            found.append(f"{where} is of type {type(entry).__name__}, not an object")
             continue
         if not isinstance(entry.get("file_name"), str) or not entry["file_name"]:
             found.append(f"{where}: file_name {entry.get('file_name')!r} is not an image's name, so it matches no panel image")
