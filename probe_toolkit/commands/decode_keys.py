@@ -4,6 +4,7 @@ encode each block's masks as the runner hands it over."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -188,18 +189,21 @@ class BlockResults:
     process draws and RLE-encodes one block's masks while the workers decode the next ones,
     instead of encoding every mask after the last block. Entries are kept by store position;
     ``entries`` gives them as ``labels.masks.coco_results`` does for the whole set. ``as_text``
-    (no panel will be scored: the entries are only written) keeps each block's entries as the
-    masks JSON's text instead of Python objects (a few times smaller), written by ``write``."""
+    (no panel will be scored: the entries are only written) spools each block's entries, as the
+    masks JSON's text, to an anonymous temporary file, one line a block (the text holds no newline),
+    which ``write`` copies into the masks JSON a block at a time: the command's memory stays flat
+    in the number of images (``benchmarks/scale.py``)."""
 
     def __init__(self, src: StoreKeys, settings: Settings, as_text: bool = False) -> None:
         self.src, self.settings, self.as_text = src, settings, as_text
-        self.parts: list[tuple[int, list[dict[str, Any]] | str]] = []
+        self.parts: list[tuple[int, list[dict[str, Any]]]] = []
+        self.spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n") if as_text else None  # unlinked at once: gone with the process
 
     def __call__(self, a: int, b: int, arrays: dict[str, np.ndarray]) -> None:
         block = self.src.with_grids(as_decoded(arrays, self.settings), a, b)
         found = coco_results(block, self.src.image_ids[a:b], self.src.heights[a:b], self.src.widths[a:b])
-        if self.as_text:  # the masks JSON's items for these images, under their store positions
-            self.parts.append((a, json_text([dict(r, image_id=a + r["image_id"]) for r in found], None, (",", ":"))[1:-1]))
+        if self.spool is not None:  # the masks JSON's items for these images, under their store positions
+            self.spool.write(json_text([dict(r, image_id=a + r["image_id"]) for r in found], None, (",", ":"))[1:-1] + "\n")
         else:
             self.parts.append((a, found))
 
@@ -217,10 +221,12 @@ class BlockResults:
 
     def write(self, path: Path) -> None:
         """The masks JSON of every entry under its store position (``write_json``'s bytes, from the text kept)."""
-        if self.as_text:
-            write_json_list(path, (text for _, text in self.parts))
-        else:
+        if self.spool is None:
             write_json(path, self.entries())
+            return
+        self.spool.seek(0)
+        write_json_list(path, (line.rstrip("\n") for line in self.spool))
+        self.spool.close()
 
 
 class SavedRows:
