@@ -27,6 +27,8 @@ OTHER_PROGRAMS = {
     "--no",
     "--eigenseg",
     "--help",
+    "--folder",  # benchmarks/hummingbird_cpu.py's (docs/scaling.md)
+    "--compare",
 }
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
