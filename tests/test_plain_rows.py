@@ -78,3 +78,18 @@ def test_a_json_list_written_from_its_blocks_texts_is_the_bytes_of_one_write(tmp
     write_json_list(tmp_path / "none-blocks.json", ["", ""])
     assert (tmp_path / "none-blocks.json").read_bytes() == (tmp_path / "none.json").read_bytes() == b"[]\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocks.json", "none-blocks.json", "none.json", "whole.json"]  # no temporary name left
+
+
+def test_rows_waiting_for_their_chunk_do_not_keep_the_block_they_were_cut_from(tmp_path):
+    """A column of a block's array handed in is a view: kept as it is until its chunk row fills (for
+    a small array's one chunk, the last block), it would keep the whole block alive, and a large
+    store's run would hold every block's arrays."""
+    import weakref
+
+    rows = Rows(tmp_path / "r", 1000)
+    block = np.arange(32.0).reshape(16, 2).copy()  # an array that owns its data
+    watched = weakref.ref(block)
+    rows.add({"a": ("image", block[:, 1])})
+    del block
+    assert watched() is None
+    assert np.array_equal(rows.pending["a"][0], np.arange(1.0, 32.0, 2))

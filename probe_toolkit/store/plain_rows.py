@@ -18,6 +18,8 @@ import numpy as np
 
 from .plain import _attr, create, stored
 
+PENDING_PARTS = 64  # blocks' rows held apart before they are joined into one array
+
 
 class Rows:
     """A zarr group at ``folder`` filled along ``image``, ``n`` rows in all, block after block."""
@@ -45,7 +47,9 @@ class Rows:
                     raise ValueError(f"{name}: dimensions {dims} for {values.ndim} axes, image first")
                 self.arrays[name] = create(self.group, name, dims, values, (self.n, *values.shape[1:]))
                 self.pending[name], self.done[name] = [], 0
-            self.pending[name].append(values)
+            # a view (a column of a block's array) would keep its whole block alive until its chunk row
+            # fills, which for a small array's one chunk is the last block: its own rows are kept instead
+            self.pending[name].append(values if values.base is None else values.copy())
             self._flush(name, last=False)
         self.given += rows.pop()
 
@@ -55,6 +59,8 @@ class Rows:
         step = int(self.arrays[name].chunks[0])
         ready = held if last else held // step * step
         if not ready:
+            if len(self.pending[name]) > PENDING_PARTS:  # one array, not thousands of small ones
+                self.pending[name] = [np.concatenate(self.pending[name])]
             return
         joined = np.concatenate(self.pending[name]) if len(self.pending[name]) > 1 else self.pending[name][0]
         start = self.done[name]
