@@ -164,12 +164,18 @@ def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str
 
 def _record_chunk_edges(ds: xr.Dataset | StoreData, kept: np.ndarray) -> None:
     """Each image array's zarr chunk boundaries among the kept images (``infra.cluster.image_chunk_edges``),
-    where dask would have kept them as its chunks: readers then read each chunk once."""
+    where dask would have kept them as its chunks: readers then read each chunk once. One array of
+    edges per chunk height, shared by the arrays cut alike (not a list of Python ints per array:
+    the edges grow with the store, and a local worker forked later maps them too)."""
+    edges: dict[int, np.ndarray] = {}
     for variable in ds.variables.values():
         chunks = variable.encoding.get("chunks")
         if chunks and variable.dims and variable.dims[0] == "image" and variable.ndim > 1:
-            starts = np.flatnonzero(np.diff(kept // int(chunks[0]))) + 1
-            variable.encoding["probe_image_edges"] = [0, *starts.tolist(), int(kept.size)]
+            step = int(chunks[0])
+            if step not in edges:
+                starts = np.flatnonzero(np.diff(kept // step)) + 1
+                edges[step] = np.concatenate([[0], starts, [kept.size]]).astype(np.int64)
+            variable.encoding["probe_image_edges"] = edges[step]
 
 
 def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
