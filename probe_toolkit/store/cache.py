@@ -51,7 +51,7 @@ import zarr
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
-from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
+from .group import array_names, consolidate, whole  # noqa: F401  (where readers and writers found them first)
 from .sources import DIGESTS, STATS
 from .views import NAMES as VIEW_ORDER
 
@@ -182,7 +182,7 @@ def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | No
     """(done, failed) per image: of the views ``arrays`` belong to, else of the whole store."""
 
     def read(name: str) -> np.ndarray:
-        return np.asarray(group[name][:], dtype=bool)
+        return np.asarray(whole(group[name]), dtype=bool)
 
     views = sorted({grids.view_of(a) for a in arrays}) if arrays else []
     if views and all(f"done_{v}" in group and f"failed_{v}" in group for v in views):
