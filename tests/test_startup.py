@@ -128,7 +128,6 @@ def test_what_a_protocol_runs_before_its_first_image_loads_no_heavy_library(stat
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
 
 
-
 def test_the_decoders_main_process_loads_no_scipy_before_its_first_image():
     """The decoding modules import scipy's sparse and dense linear algebra where they solve (0.2 s
     of imports): the command's own process, which hands blocks of images to its workers, and
@@ -140,6 +139,7 @@ def test_the_decoders_main_process_loads_no_scipy_before_its_first_image():
     run = subprocess.run([sys.executable, "-c", IMPORTED, statement, json.dumps(HEAVY + scipy)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+
 
 FULL_SWEEPS = """
 import gc, json, sys
