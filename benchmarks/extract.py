@@ -24,7 +24,7 @@ must not share a process with the probe). The probe side runs under the command 
 then reuses its blocks, ``infra.memory.reusing_blocks``). ``--bare-reuse`` gives the bare side
 the same block reuse, which leaves the probe's own costs beside the forward.
 
-    python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|dinov3-s16|dinov3-b16|...] [--full] [--threads 1]
+    python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|dinov3-s16|dinov3-b16|...] [--full] [--threads 1] [--record]
     python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]
     python benchmarks/extract.py --budget [--arch vit-s16] [--images-224 64] [--rounds 3]
     python benchmarks/extract.py --host [--images-224 256] [--rounds 2] [--decoders 2]
@@ -74,6 +74,7 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -87,6 +88,11 @@ from probe_toolkit.store.architectures import DINOV3_B16, DINOV3_RELEASED, DINOV
 from probe_toolkit.store.backbone import Backbone
 from probe_toolkit.store.checkpoints import load_checkpoint
 from probe_toolkit.store.extract import SAVERS, Settings, extract
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import cpu_model, emit  # noqa: E402  (the benchmarks' shared record helpers)
+
+RECORDS = Path(__file__).resolve().parent / "records" / "extract.jsonl"
 
 # the released sizes, and DINOv3's (timm's Eva with RoPE: the bare side is that same timm model) by their
 # registry names and the short names dinov3-s16 / dinov3-b16
@@ -504,6 +510,7 @@ def main() -> None:
         help="both sides' device (auto: a visible GPU, else the CPU); the bare side's inputs wait on it already decoded",
     )
     parser.add_argument("--batch", type=int, default=None, help="images per forward pass on both sides (default 16 at 224, 8 at 480)")
+    parser.add_argument("--record", action="store_true", help="append the JSON line to benchmarks/records/extract.jsonl")
     args = parser.parse_args()
     keep_memory_flat()  # as the command line does (probe_toolkit.cli.main)
     if args.decoding:
@@ -559,7 +566,7 @@ def main() -> None:
         "images_224": n224,
         "images_480": n480,
         "rounds": rounds,
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+        "machine": f"{cpu_model()}, {torch.get_num_threads()} threads",
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "bare_allocator": "reusing blocks" if args.bare_reuse else "glibc default",
@@ -578,7 +585,8 @@ def main() -> None:
         line[f"probe_{size}_img_s"] = round(probe["wall"], 3)
         line[f"probe_{size}_setup_s"] = round(probe["setup_s"], 3)
         line[f"bare_{size}_img_s"] = round(base["wall"], 3)
-    print(json.dumps(line))
+    line["load"] = round(os.getloadavg()[0], 2)  # the 1-minute load at the end: a shared machine's ratio says so
+    emit(line, RECORDS, args.record)
 
 
 def _pos(model: Backbone, size: int) -> torch.Tensor:

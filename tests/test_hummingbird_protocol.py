@@ -292,6 +292,46 @@ def test_every_number_equals_a_plain_computation(voc, tmp_path):
     assert [e.fields["panel"] for e in entries] == ["voc-train", "voc-val"] and summary["ledger"]["val"] == entries[1].id
 
 
+def test_the_memory_reads_each_train_image_once_whatever_the_portions(voc, monkeypatch):
+    """Building the memory a portion at a time touches each train view's tokens and label map once
+    (a portion's work is its own images', never the data set's): counted, not timed."""
+    from probe_toolkit import run
+    from probe_toolkit.commands import hummingbird_memory
+    from probe_toolkit.labels import label_maps
+    from probe_toolkit.store import direct
+
+    root, _, store, _, _ = voc
+    read, decoded = [], []
+    values, decode = direct.StoreArray.values, label_maps.LabelMaps._decoded
+    monkeypatch.setattr(direct.StoreArray, "values", property(lambda self: read.append((self.name, self.shape[0])) or values.fget(self)))
+    monkeypatch.setattr(label_maps.LabelMaps, "_decoded", lambda self, i, raw: decoded.append(len(self)) or decode(self, i, raw))
+    monkeypatch.setattr(hummingbird_memory, "READ_BLOCK", 2)
+    run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), augmentation_epochs=2, cache_dir=root / "cache", workers=1)
+    for view in ("hbird512_aug0", "hbird512_aug1"):
+        assert [n for name, n in read if name == f"tokens_{view}"] == [2, 2, 1]  # 5 train images, two at a time, once
+    assert decoded.count(len(TRAIN)) == 2 * len(TRAIN)  # each train map decoded once per epoch (the val maps: once)
+
+
+def test_the_photographs_check_gathers_the_stores_ids_once(voc, monkeypatch):
+    """The check that the panel's photographs are those extracted (every protocol, before its labels)
+    puts each of the store's ids into a set once, not once per panel image (quadratic in the data set)."""
+    import builtins
+
+    from probe_toolkit.protocols import coverage
+
+    root, _, store, _, _ = voc
+    touched = []
+
+    def counted(items=()):
+        items = list(items)
+        touched.append(len(items))
+        return builtins.set(items)
+
+    monkeypatch.setattr(coverage, "set", counted, raising=False)  # the module's name `set` before the builtin
+    coverage.current_photographs(store, "voc-train", root / "cache")
+    assert touched and sum(touched) <= len(TRAIN) + len(VAL)
+
+
 def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
     """Blocks of val views, of bank rows (``work_memory`` 16 MiB: 512 rows of products per block),
     portions of memory views and of label maps of any size (the memory built two views at a time,

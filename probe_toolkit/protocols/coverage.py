@@ -103,7 +103,8 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
         held = [str(i) for i in ds["image"].values.tolist()]
         wanted = wanted_ids(ds, found, ids)
         if wanted is not None:
-            check_current(candidate, [(w, Path(found.images) / i) for w, i in zip(wanted, ids) if w in set(held)])
+            kept = set(held)  # once: a set built per panel image made this check quadratic in the data set
+            check_current(candidate, [(w, Path(found.images) / i) for w, i in zip(wanted, ids) if w in kept])
             continue
         by_name = {Path(h).name: h for h in held}  # extracted from another folder: matched by file name, as the label read matches
         other = changed(candidate, [(by_name[Path(i).name], Path(found.images) / i) for i in ids if Path(i).name in by_name])
