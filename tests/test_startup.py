@@ -219,6 +219,40 @@ def test_results_written_without_xarray_are_the_bytes_xarray_writes(tmp_path):
     assert len([f for f in _files(tmp_path / "large-plain") if f.startswith("fiedler/c/")]) > 1  # zarr chose several chunks
 
 
+
+def test_scores_are_written_without_xarray_as_xarray_writes_them(tmp_path):
+    """probe score's record (``decode_scores.scores_dataset``: 0-d numbers, string coordinates,
+    store ids) is written by store.plain with every file xarray's to_zarr writes."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from probe_toolkit.commands.decode_scores import scores_dataset
+    from probe_toolkit.labels.scoring import METRICS, Scores
+    from probe_toolkit.store import plain
+
+    scores = Scores(
+        segm={m: 0.1 * i for i, m in enumerate(METRICS)},
+        bbox={m: 0.05 * i for i, m in enumerate(METRICS)},
+        corloc=0.375,
+        mean_best_iou=0.42,
+        image_ids=[7, 3],
+        corloc_hit=np.asarray([True, False]),
+        first_box_iou=np.asarray([0.6, 0.1]),
+        object_ids=np.asarray([11, 12, 13], dtype=np.int64),
+        object_images=np.asarray([7, 7, 3], dtype=np.int64),
+        best_iou=np.asarray([0.7, 0.2, 0.0]),
+    )
+    labels = SimpleNamespace(image_map={"sub/a.jpg": 7}, coco=SimpleNamespace(imgs={7: {"file_name": "a.jpg"}, 3: {"file_name": "b.jpg"}}))
+    results = scores_dataset(scores, labels)
+    results.attrs.update(panel="demo-val", counts={"images": 2})
+    plain.write(results, tmp_path / "plain")
+    results.to_xarray().to_zarr(tmp_path / "xarray", mode="w", consolidated=False, zarr_format=3)
+    ours, theirs = _files(tmp_path / "plain"), _files(tmp_path / "xarray")
+    assert sorted(ours) == sorted(theirs)
+    assert [f for f in ours if ours[f] != theirs[f]] == []
+    assert list(results["image"].values) == ["sub/a.jpg", "b.jpg"] and list(results["object_image"].values) == ["sub/a.jpg", "sub/a.jpg", "b.jpg"]
+
 def test_decode_saves_what_it_saved_through_xarray(store, tmp_path):
     """probe decode's saved arrays, read back with xarray, equal a reference written by xarray from them."""
     import numpy as np

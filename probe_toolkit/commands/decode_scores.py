@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -24,10 +24,8 @@ from ..protocols.discovery import ScoreSettings
 from ..results.score_report import ScoreReport
 from ..store import cache
 from ..store.completion import computed_on
+from ..store.plain import Results
 from .decode_views import view_check
-
-if TYPE_CHECKING:
-    import xarray as xr
 
 
 def masks_meta_path(masks_file: Path) -> Path:
@@ -89,13 +87,13 @@ def bound_meta(masks_file: Path) -> dict[str, Any]:
     return meta
 
 
-def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
-    """Scores as an xarray Dataset (dims metric, image, object); ids are store ids where known."""
+def scores_dataset(scores: Scores, labels: LabelRead) -> Results:
+    """Scores as results (dims metric, image, object; ids are store ids where known), written
+    without xarray (``store.plain``: the layout a Dataset's ``to_zarr`` gives, read back by xarray)."""
     inverse = {v: k for k, v in labels.image_map.items()}
     files = {i: labels.coco.imgs[i].get("file_name", str(i)) for i in scores.image_ids}
     name = lambda i: inverse.get(i, files.get(i, str(i)))  # noqa: E731
-    xr = lazy_dask.xarray()
-    return xr.Dataset(
+    return Results(
         {
             "segm": ("metric", [scores.segm[m] for m in METRICS]),
             "bbox": ("metric", [scores.bbox[m] for m in METRICS]),
@@ -108,7 +106,7 @@ def scores_dataset(scores: Scores, labels: LabelRead) -> xr.Dataset:
             "object_image": ("object", np.asarray([name(int(i)) for i in scores.object_images], dtype=object)),
         },
         coords={
-            "metric": list(METRICS),
+            "metric": np.asarray(METRICS, dtype=object),
             "image": np.asarray([name(i) for i in scores.image_ids], dtype=object),
             "object": scores.object_ids,
         },
