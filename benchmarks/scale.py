@@ -1,4 +1,4 @@
-"""A scale run anyone can repeat on a CPU: synthetic panels of 1 k, 10 k and 100 k images, a tiny network, extract → knn → decode → hummingbird.
+"""A scale run anyone can repeat on a CPU: synthetic panels of 1 k, 10 k and 100 k images, a tiny network, extract → knn → decode → hummingbird → segment.
 
 Each size is one folder under ``--root`` (kept between runs: a size already done is read back, a
 size stopped half-way resumes where it stopped, as ``probe extract`` resumes a store): a VOC2012
@@ -12,7 +12,10 @@ about 60 KB an image), and four commands run as a user runs them, each a fresh `
 2. ``probe knn`` (COCO panels: each image's largest category), k = 10, 20;
 3. ``probe decode --preset tokencut`` (label-free, every image);
 4. ``probe hummingbird`` (the VOC panels) with the published 1024·10² memory and one
-   augmentation epoch.
+   augmentation epoch;
+5. ``probe segment`` (the VOC panels; 20 iterations of 4 crops, windows of 32 px: what grows with
+   the set is reading the train panel's label maps, a portion at a time after one ledger entry
+   that hashes them all, and scoring every val image), timed per image of the whole set.
 
 For each command: wall seconds per image of the set (the whole set for extract and decode, the
 val images for knn and hummingbird), CPU seconds per image (every process of the run), the peak
@@ -25,9 +28,10 @@ design (a few microseconds per train image here), and is printed, not held to th
 
 ``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
 thread each, ``--workers`` of them) instead of local processes; the cluster's workers are the
-process tree's too. ``--sizes`` picks the sizes (default 1000,10000; 100000 on a machine with the
+process tree's too (segment has no cluster placement: its ``--workers`` decoding threads stay in
+its process). ``--sizes`` picks the sizes (default 1000,10000; 100000 on a machine with the
 hours it takes: about an hour of extraction alone on two quiet cores). ``--stages`` picks the
-commands (default all four; extract runs first where a size has no store yet, as the others read it)
+commands (default all five; extract runs first where a size has no store yet, as the others read it)
 and the record holds only those.
 
     python benchmarks/scale.py [--root /tmp/probe-scale] [--sizes 1000,10000] [--stages knn,decode] [--dask] [--record]
@@ -53,7 +57,7 @@ SIDE = (64, 48)  # synthetic photographs' width, height
 CLASSES = 20  # VOC's object classes (label 0 is the background)
 VIEWS = "224,480,hbird512,hbird512_aug0"
 MEMORY = 102400  # open-hummingbird-eval's first published memory size (1024·10²)
-STAGES = ("extract", "knn", "decode", "hummingbird")
+STAGES = ("extract", "knn", "decode", "hummingbird", "segment")
 
 
 def scene(i: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int], int]:
@@ -228,6 +232,21 @@ def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | No
                 *place,
             ],
             val,
+        ),
+        "segment": (
+            [
+                "segment",
+                str(checkpoint),
+                "--train",
+                "voc-train",
+                "--val",
+                "voc-val",
+                "--store",
+                str(store),
+                *("--crop", "32", "--size", "32", "--stride", "21", "--iterations", "20", "--batch-size", "4"),
+                *("--device", "cpu", "--workers", str(workers), "-q", "--cache", str(cache)),
+            ],
+            n,
         ),
     }
     if dask_address:

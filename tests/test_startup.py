@@ -128,6 +128,19 @@ def test_what_a_protocol_runs_before_its_first_image_loads_no_heavy_library(stat
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
 
 
+def test_the_decoders_main_process_loads_no_scipy_before_its_first_image():
+    """The decoding modules import scipy's sparse and dense linear algebra where they solve (0.2 s
+    of imports): the command's own process, which hands blocks of images to its workers, and
+    every process until its first image, load none of it."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    statement = "import probe_toolkit.commands.decode, probe_toolkit.commands.decode_sweep, probe_toolkit.commands.decode_scores"
+    scipy = ("scipy.linalg", "scipy.sparse", "scipy.sparse.linalg", "scipy.spatial")
+    run = subprocess.run([sys.executable, "-c", IMPORTED, statement, json.dumps(HEAVY + scipy)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+
+
 FULL_SWEEPS = """
 import gc, json, sys
 if sys.argv[1] == "probe":

@@ -52,7 +52,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.linalg
 
 from ..infra.errors import ProbeError
 from .decoder_cut import normalized_cut
@@ -298,6 +297,8 @@ def tokencut_dense(keys: np.ndarray, tau: float = 0.2, eps: float = 1e-5, center
     threshold at the plain mean, the side holding argmax |x|, its 4-connected component. It
     shares no code with ``normalized_cut`` (tests and ``benchmarks/decoder.py`` compare them).
     """
+    import scipy.linalg  # the reference alone
+
     f = np.asarray(keys, dtype=np.float64)
     if center:
         f = f - f.mean(axis=0)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
 
 from .decoder_graph import Graph
+
+if TYPE_CHECKING:  # scipy where it is used: a command's main process, which hands the images to workers, never loads it
+    import scipy.sparse.linalg
 
 SOLVERS = ("lanczos", "arpack", "dense")
 DENSE_BELOW = 256  # dense eigh of 𝒩 is faster than ARPACK for small graphs
@@ -79,6 +81,8 @@ def _normalized(graph: Graph) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndar
 
 
 def _dense_cut(graph: Graph, scale: np.ndarray) -> Cut:
+    import scipy.linalg
+
     w = graph.dense()
     normal = scale[:, None] * w * scale[None, :]
     n = graph.n
@@ -101,6 +105,8 @@ def _largest(op: scipy.sparse.linalg.LinearOperator, start: np.ndarray, tol: flo
     is well separated), a longer one when that does not converge in a few restarts (clusters).
     A near-degenerate pair may not converge in 100 restarts of the long basis either; the
     caller then falls back to the dense solver."""
+    import scipy.sparse.linalg
+
     n = op.shape[0]
     try:
         values, vectors = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=start, tol=tol, ncv=min(short, n - 1), maxiter=4)
@@ -128,6 +134,8 @@ def _lanczos(
     residual norms β·|s_last| and ``ritz(k)`` the first k Ritz vectors (computed on demand), or
     until ``most`` vectors (the caller checks residuals explicitly).
     """
+    import scipy.linalg
+
     n = start.shape[0]
     most = max(wanted + 1, min(most, n - 1))
     basis = np.empty((most + 1, n))
@@ -181,6 +189,8 @@ def normalized_cut(graph: Graph, *, seed: int = 0, enough: Callable[[Cut], bool]
     as rigorous at that residual as at machine precision. Where it never holds, the run goes on
     to machine precision as without it.
     """
+    import scipy.sparse.linalg
+
     n = graph.n
     scale, top, apply = _normalized(graph)
     if n <= DENSE_BELOW:

@@ -5,11 +5,14 @@ exactly as float64 would (``adjacency``, ``key_graph``), stored sparse as A or i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse
 
 from ..infra.errors import ProbeError
+
+if TYPE_CHECKING:  # scipy where it is used: a command's main process, which hands the images to workers, never loads it
+    import scipy.sparse
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ def adjacency(cos: Cosines, tau: float, painted: np.ndarray | None = None) -> np
 
 def key_graph(cos: Cosines, tau: float, eps: float, painted: np.ndarray | None = None) -> Graph:
     """TokenCut's binary graph on the keys; the sparse 0/1 matrix of A, or of Ā when A is over half full."""
+    import scipy.sparse
+
     a = _decided(cos, tau, painted)
     n, stride = a.shape
     flat = np.flatnonzero(a)  # sorted, so each row's entries lie between multiples of the stride

@@ -26,14 +26,16 @@ Pure: arrays in, arrays out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse
 
 from ..infra.errors import ProbeError
 from ..infra.settings import SettingError
 from .grid import components
+
+if TYPE_CHECKING:  # scipy where it is used: a command's main process, which hands the images to workers, never loads it
+    import scipy.sparse
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class DsmResult:
 
 def affinity(keys: np.ndarray, color: np.ndarray | scipy.sparse.spmatrix | None = None, color_lambda: float = 0.0) -> np.ndarray:
     """DSM's W: positive cosines of the keys scaled to a maximum of 1, plus λ·W_colour."""
+    import scipy.sparse
+
     keys = np.asarray(keys, dtype=np.float64)
     norm = np.linalg.norm(keys, axis=1, keepdims=True)
     f = np.divide(keys, norm, out=np.zeros_like(keys), where=norm > 0)
@@ -64,6 +68,7 @@ def affinity(keys: np.ndarray, color: np.ndarray | scipy.sparse.spmatrix | None 
 def knn_color_affinity(image: np.ndarray, neighbors: tuple[int, ...] = (20, 10), weights: tuple[float, ...] = (2.0, 0.1)) -> scipy.sparse.csr_array:
     """DSM's ``knn_affinity`` of an (h, w, 3) image in [0, 1]: for each (k, weight), link every pixel
     to its k nearest in (r, g, b, weight·x, weight·y), x and y in [0, 1]; symmetric, duplicates summed."""
+    import scipy.sparse
     import scipy.spatial  # only the colour term needs it; decode's start-up does not
 
     h, w = image.shape[:2]
@@ -94,6 +99,8 @@ def largest_component(mask: np.ndarray) -> np.ndarray:
 
 def dsm(keys: np.ndarray, grid: tuple[int, int], *, color: np.ndarray | None = None, color_lambda: float = 0.0, gap_tol: float = 1e-9) -> DsmResult:
     """DSM's single-object mask of one image: ``keys`` (rows·cols, C), ``grid`` (rows, cols)."""
+    import scipy.linalg
+
     rows, cols = grid
     keys = np.asarray(keys)
     if keys.ndim != 2 or keys.shape[0] != rows * cols or keys.shape[0] < 3:

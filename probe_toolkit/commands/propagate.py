@@ -300,7 +300,8 @@ def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> Pro
             raise SettingError(
                 "sequences", f"sequences {unknown[0]!r} is not listed in ImageSets/2017/{settings.subset}.txt", f"choose from {', '.join(sorted(names)[:5])}"
             )
-        found = [s for s in found if s.name in set(sequences)]
+        named = set(sequences)
+        found = [s for s in found if s.name in named]
     which = context.shard()
     mine = found if which is None else found[slice(*shard_range(len(found), 1, which))]
     # --out is probe's output folder (infra.owned): the user's own is refused before any work or label read;

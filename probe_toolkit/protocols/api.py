@@ -211,25 +211,28 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     if source is not None:
         inputs[protocol.source] = _source(protocol, source)
     refuse_panel_kinds(protocol, inputs)
-    pair_inputs(inputs)  # a checkpoint and a store, masks and their store: they belong together, before any work
-    read = [v for key in SOURCES for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)]) if isinstance(v, (str, Path))]
-    check_output_file(inputs.get("json_path"), "json_path", read)  # before any work: never over an input or a user's file
-    typed = _typed(protocol, inputs)
-    panels = _panels(protocol, typed)
-    recorded = {k: _absolute(v) for k, v in typed.as_dict().items() if not callable(v) and k not in ("quiet", "json_path", "allow_partial")}
-    if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
-        from .coverage import panel_coverage
+    from ..store.cache import one_opening_each
 
-        recorded["coverage"] = panel_coverage(
-            inputs["store"],
-            inputs["panel"],
-            inputs.get("cache_dir"),
-            bool(inputs.get("allow_partial")),
-            sibling=protocol.reads.panel_sibling,
-            views=(getattr(settings, "view", None),) if isinstance(getattr(settings, "view", None), str) else protocol.reads.views,
-        )  # before any label read
-    current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
-    chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
+    with one_opening_each():  # the checks below open the same stores: once each
+        pair_inputs(inputs)  # a checkpoint and a store, masks and their store: they belong together, before any work
+        read = [v for key in SOURCES for v in (inputs.get(key) if isinstance(inputs.get(key), list) else [inputs.get(key)]) if isinstance(v, (str, Path))]
+        check_output_file(inputs.get("json_path"), "json_path", read)  # before any work: never over an input or a user's file
+        typed = _typed(protocol, inputs)
+        panels = _panels(protocol, typed)
+        recorded = {k: _absolute(v) for k, v in typed.as_dict().items() if not callable(v) and k not in ("quiet", "json_path", "allow_partial")}
+        if protocol.reads.labels and inputs.get("panel") and inputs.get("store") is not None and protocol.source == "store":
+            from .coverage import panel_coverage
+
+            recorded["coverage"] = panel_coverage(
+                inputs["store"],
+                inputs["panel"],
+                inputs.get("cache_dir"),
+                bool(inputs.get("allow_partial")),
+                sibling=protocol.reads.panel_sibling,
+                views=(getattr(settings, "view", None),) if isinstance(getattr(settings, "view", None), str) else protocol.reads.views,
+            )  # before any label read
+        current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
+        chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
     stamp = records.RunStamp(
         protocol=protocol.name,
         settings=settings.as_dict(),

@@ -29,11 +29,12 @@ def neighbour_map(ctx: Context) -> Section:
     for grid, group in by_grid.items():
         anchor = ctx.patch_of(group[0][0])
         window = group[0][1].window[anchor]
+        in_window = set(window.tolist())
         maps = []
         for store, n in group:
             topk, crop = n.topk[anchor], n.top_crop[anchor]
             maps.append((store.label, n.cosine[anchor], topk, crop))
-            inside = [int(p) for p in crop if p in set(window.tolist())]
+            inside = [int(p) for p in crop if p in in_window]
             rows.append(
                 [
                     store.label,

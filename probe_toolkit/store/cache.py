@@ -123,8 +123,31 @@ def open_store(
     (a store growing a new view stays complete for the views it already had). A store whose
     metadata is damaged or foreign is one line (``infra.errors.reading``), never a traceback.
     """
+    shared = _CHECKS.get() if plain else None
+    key = (Path(path).resolve(), done_only, allow_partial, str(arrays))
+    if shared is not None and key in shared:
+        return shared[key]
     with reading(path, "probe store", DAMAGED_STORE_FIX):
-        return _open_store(Path(path), done_only=done_only, allow_partial=allow_partial, arrays=arrays, plain=plain)
+        opened = _open_store(Path(path), done_only=done_only, allow_partial=allow_partial, arrays=arrays, plain=plain)
+    if shared is not None:
+        shared[key] = opened
+    return opened
+
+
+_CHECKS: ContextVar[dict | None] = ContextVar("probe_checks_openings", default=None)
+
+
+@contextmanager
+def one_opening_each() -> Iterator[None]:
+    """Within it, a store opened with ``plain`` is opened once (later calls get the same
+    ``StoreData``): the checks before a run (pairing, panel coverage, current photographs, per
+    panel) open the same stores, each opening re-reading every flag chunk; and they then judge
+    one snapshot of it."""
+    token = _CHECKS.set({})
+    try:
+        yield
+    finally:
+        _CHECKS.reset(token)
 
 
 def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str | list[str] | None, plain: bool) -> xr.Dataset | StoreData:

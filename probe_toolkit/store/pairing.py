@@ -89,7 +89,7 @@ def masks_store(masks_file: str | Path, meta: Mapping[str, Any]) -> None:
     store = meta.get("store")
     if not store or not (Path(store) / "zarr.json").is_file():
         return
-    manifest = cache.manifest(cache.open_store(Path(store)))
+    manifest = cache.manifest(cache.open_store(Path(store), plain=True))  # zarr alone: no xarray for a manifest
     mine = (manifest.get("checkpoint") or {}).get("sha256")
     said = {
         "checkpoint": (meta.get("checkpoint"), mine),
