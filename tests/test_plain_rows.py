@@ -47,8 +47,7 @@ def test_rows_written_block_by_block_are_the_bytes_of_one_write(tmp_path, sizes)
         start += size
     chunked = [name for name, array in rows.arrays.items() if int(array.chunks[0]) < n]
     assert "masks" in chunked and "fiedler" in chunked  # the test crosses chunk rows
-    held = max(sum(len(v) for v in pending) for pending in rows.pending.values())
-    assert held < max(int(rows.arrays[name].chunks[0]) for name in chunked)  # at most a chunk row waits
+    assert all(spool.held < int(spool.step) for spool in rows.spools.values())  # a full chunk row is written at once
     rows.written(coords, attrs, drop=("degree",)).copy().move(tmp_path / "rows")
     ours, theirs = _files(tmp_path / "rows"), _files(tmp_path / "whole")
     assert sorted(ours) == sorted(theirs) and [f for f in ours if ours[f] != theirs[f]] == []
@@ -80,16 +79,33 @@ def test_a_json_list_written_from_its_blocks_texts_is_the_bytes_of_one_write(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocks.json", "none-blocks.json", "none.json", "whole.json"]  # no temporary name left
 
 
-def test_rows_waiting_for_their_chunk_do_not_keep_the_block_they_were_cut_from(tmp_path):
-    """A column of a block's array handed in is a view: kept as it is until its chunk row fills (for
-    a small array's one chunk, the last block), it would keep the whole block alive, and a large
-    store's run would hold every block's arrays."""
+def test_rows_waiting_for_their_chunk_are_not_kept_in_memory(tmp_path):
+    """zarr picks taller chunks for a larger array, so the rows waiting for their chunk grow with
+    the store: they wait on disk, and a chunk row is written one chunk at a time. The traced peak
+    of handing in blocks and writing them stays under half of one chunk row's bytes (rows kept in
+    memory until their chunk row filled took the chunk row, and more on joining and writing it)."""
+    import tracemalloc
     import weakref
 
-    rows = Rows(tmp_path / "r", 1000)
-    block = np.arange(32.0).reshape(16, 2).copy()  # an array that owns its data
-    watched = weakref.ref(block)
-    rows.add({"a": ("image", block[:, 1])})
-    del block
-    assert watched() is None
-    assert np.array_equal(rows.pending["a"][0], np.arange(1.0, 32.0, 2))
+    import zarr
+
+    n, width = 10000, 1024
+    rows = Rows(tmp_path / "r", n)
+    values = (np.arange(n * width, dtype=np.float32) % 97).reshape(n, width)
+    first = values[:16].copy()
+    watched = weakref.ref(first)
+    rows.add({"fiedler": (("image", "patch"), first)})
+    del first
+    assert watched() is None  # the block handed in is not kept
+    tall, wide = (int(c) for c in rows.arrays["fiedler"].chunks)
+    assert tall >= 1000 and width // wide >= 8  # a chunk row of several chunks, each of many blocks' rows
+    tracemalloc.start()
+    try:
+        for a in range(16, n, 16):
+            rows.add({"fiedler": (("image", "patch"), values[a : a + 16])})
+        written = rows.written({"image": np.arange(n)}, {})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < tall * width * 4 / 2, (peak, tall * width * 4)
+    assert np.array_equal(zarr.open_array(str(written.folder / "fiedler"), mode="r")[:], values)

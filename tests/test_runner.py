@@ -288,3 +288,19 @@ def test_two_shared_arrays_of_a_run_stay_mapped_and_go_with_their_files(tmp_path
             assert np.array_equal(a.value(), first) and np.array_equal(b.value(), second)
         assert sorted(hashed) == sorted([a.path, b.path])  # each file hashed once
     assert not shared_module._shared and not list(tmp_path.iterdir())  # both files and arrays gone with the run
+
+
+def test_a_worker_finds_each_image_by_its_id_as_a_dict_of_ids_would():
+    """A worker keeps the store's ids as sorted numpy strings (``cluster._Ids``), not a dict of
+    Python strings that grows several times their bytes: the positions a dict gives (a repeated
+    id: its last position), every missing id named, and an id longer than the stored ones not cut
+    to match one."""
+    from probe_toolkit.infra.cluster import _Ids
+
+    rng = np.random.default_rng(0)
+    stored = np.asarray([f"s{i:03d}" for i in rng.permutation(300)] + ["s007"], dtype=object)
+    known = {str(v): i for i, v in enumerate(stored)}
+    asked = ["s007", "s250", "s0070", "zz", "s000", "s299", ""]
+    positions, missing = _Ids(stored).positions(asked)
+    assert positions.tolist() == [known[i] for i in asked if i in known] and missing == ["s0070", "zz", ""]
+    assert _Ids(stored).positions([])[0].size == 0 and _Ids(stored[:0]).positions(["s001"])[1] == ["s001"]

@@ -14,6 +14,7 @@ import numpy as np
 from ..analyses.decoder_settings import Settings
 from ..infra import lazy_dask, provenance
 from ..infra.errors import IntegrityError, ProbeError
+from ..infra.provenance import file_sha256  # a mebibyte at a time: a masks file grows with the store
 from ..infra.settings import SettingError
 from ..labels import saliency
 from ..labels.panels import LabelRead, read_labels
@@ -68,12 +69,6 @@ def check_masks_out(out: str | Path, store: str | Path) -> Path:
 # ``unit`` id, and the metadata holds the sha256 of the masks file, written last. A run killed
 # between the writes leaves a masks file whose hash its metadata does not hold, which
 # ``probe score`` refuses, so masks are never scored under another run's settings.
-
-
-def file_sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def bound_meta(masks_file: Path) -> dict[str, Any]:

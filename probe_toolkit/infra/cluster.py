@@ -77,7 +77,25 @@ def image_chunk_edges(array) -> list[int]:
 # ----------------------------------------------------------------------------------------------
 # on the cluster: proven reads, bounded waits
 
-_known_ids: dict[tuple[str, str], dict[str, int]] = {}  # per worker process: (store, fingerprint) → id → position
+_known_ids: dict[tuple[str, str], _Ids] = {}  # per worker process: (store, fingerprint) → the store's image ids
+
+
+class _Ids:
+    """A store's image ids as sorted numpy strings, looked up by bisection: a worker keeps them for
+    its whole run, and a dict of Python strings would hold several times the bytes of the ids,
+    growing with the store."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.dtypes.StringDType())  # variable width: a longer id is never cut to match
+        self.order = np.argsort(ids, kind="stable")
+        self.sorted = ids[self.order]
+
+    def positions(self, ids: list[str]) -> tuple[np.ndarray, list[str]]:
+        """(each id's position in the store, the ids it lacks); a repeated id: its last position."""
+        wanted = np.asarray(ids, dtype=self.sorted.dtype)
+        at = np.searchsorted(self.sorted, wanted, side="right") - 1
+        found = (at >= 0) & (self.sorted[np.maximum(at, 0)] == wanted) if len(self.sorted) else np.zeros(len(ids), bool)
+        return self.order[at[found]], [ids[i] for i in np.flatnonzero(~found)]
 
 
 def proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str], check: str | None = None) -> dict[str, np.ndarray]:
@@ -133,11 +151,11 @@ def proven_read(stored: dict[str, str], store: str, mark: str, ids: list[str], c
         raise IntegrityError(worker, f"sees another store at {store} (its manifest differs from the client's)", fix)
     known = _known_ids.get((store, mark))
     if known is None:
-        known = _known_ids[(store, mark)] = {str(v): i for i, v in enumerate(group["image"][:])}
-    missing = [i for i in ids if i not in known]
+        known = _known_ids[(store, mark)] = _Ids(np.asarray(group["image"][:]))
+    positions, missing = known.positions(ids)
     if missing:
         raise IntegrityError(worker, f"finds no image {missing[0]!r} in {store}", fix)
-    positions = np.asarray([known[i] for i in ids], dtype=np.int64)
+    positions = positions.astype(np.int64)
     arrays = {name: ref.partition("#")[0] for name, ref in stored.items()}  # "<array>#<axis>:<index>": one block of it
     done, failed = _flags(group, arrays.values(), positions)
     if not done.all() or failed.any():

@@ -427,11 +427,11 @@ class _Coordinates:
         self.stored = {name: str(array.name) + (f"#{array.attrs['probe_pick']}" if array.attrs.get("probe_pick") else "") for name, array in arrays.items()}
         self.store, self.mark = store, mark
         first = next(iter(arrays.values()))
-        self.ids = [str(i) for i in first.coords["image"].values]
+        self.ids = first.coords["image"].values  # as stored: a block's ids become Python strings when it is shipped
         self.check = store_check(first)
 
     def __call__(self, a: int, b: int) -> StoreBlock:
-        return StoreBlock(self.stored, self.store, self.mark, tuple(self.ids[a:b]), self.check)
+        return StoreBlock(self.stored, self.store, self.mark, tuple(str(i) for i in self.ids[a:b]), self.check)
 
 
 class _ChunkReader:

@@ -51,7 +51,7 @@ import zarr
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
-from .group import array_names, consolidate  # noqa: F401  (where readers and writers found them first)
+from .group import array_names, consolidate, whole  # noqa: F401  (where readers and writers found them first)
 from .sources import DIGESTS, STATS
 from .views import NAMES as VIEW_ORDER
 
@@ -187,19 +187,25 @@ def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str
 
 def _record_chunk_edges(ds: xr.Dataset | StoreData, kept: np.ndarray) -> None:
     """Each image array's zarr chunk boundaries among the kept images (``infra.cluster.image_chunk_edges``),
-    where dask would have kept them as its chunks: readers then read each chunk once."""
+    where dask would have kept them as its chunks: readers then read each chunk once. One array of
+    edges per chunk height, shared by the arrays cut alike (not a list of Python ints per array:
+    the edges grow with the store, and a local worker forked later maps them too)."""
+    edges: dict[int, np.ndarray] = {}
     for variable in ds.variables.values():
         chunks = variable.encoding.get("chunks")
         if chunks and variable.dims and variable.dims[0] == "image" and variable.ndim > 1:
-            starts = np.flatnonzero(np.diff(kept // int(chunks[0]))) + 1
-            variable.encoding["probe_image_edges"] = [0, *starts.tolist(), int(kept.size)]
+            step = int(chunks[0])
+            if step not in edges:
+                starts = np.flatnonzero(np.diff(kept // step)) + 1
+                edges[step] = np.concatenate([[0], starts, [kept.size]]).astype(np.int64)
+            variable.encoding["probe_image_edges"] = edges[step]
 
 
 def _flags(group: zarr.Group, arrays: list[str] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(done, failed) per image: of the views ``arrays`` belong to, else of the whole store."""
 
     def read(name: str) -> np.ndarray:
-        return np.asarray(group[name][:], dtype=bool)
+        return np.asarray(whole(group[name]), dtype=bool)
 
     views = sorted({grids.view_of(a) for a in arrays}) if arrays else []
     if views and all(f"done_{v}" in group and f"failed_{v}" in group for v in views):

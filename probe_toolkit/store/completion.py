@@ -17,6 +17,7 @@ import numpy as np
 import zarr
 
 from ..infra.provenance import list_hash
+from .group import whole
 
 
 def completion(store: str | Path) -> dict[str, Any]:
@@ -25,8 +26,8 @@ def completion(store: str | Path) -> dict[str, Any]:
 
     group = zarr.open_group(str(store), mode="r", use_consolidated=False)
     check_flags(store, group)  # a deleted flag chunk would count its images as not done
-    done = np.asarray(group["done"][:], dtype=bool)
-    failed = np.asarray(group["failed"][:], dtype=bool) if "failed" in group else np.zeros_like(done)
+    done = np.asarray(whole(group["done"]), dtype=bool)
+    failed = np.asarray(whole(group["failed"]), dtype=bool) if "failed" in group else np.zeros_like(done)
     manifest = dict(group.attrs.get("manifest", {}))
     return {"done": int((done & ~failed).sum()), "failed": int(failed.sum()), "total": int(done.size), "image_list_sha256": manifest.get("image_list_sha256")}
 

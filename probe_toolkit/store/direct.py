@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from .group import whole
 from .plain import Variables
 
 
@@ -109,9 +110,11 @@ class StoreArray:
         picked = dict(self.picked)
         rest = tuple(picked.get(axis, slice(None)) for axis in range(1, len(self.array.shape)))
         if self.kept is None or not self.dims or self.dims[0] != "image":
-            return np.asarray(self.array[(picked.get(0, slice(None)), *rest)])
+            if 0 in picked or not self.array.shape:
+                return np.asarray(self.array[(picked.get(0, slice(None)), *rest)])
+            return whole(self.array, slice(None), rest)
         if self.kept.size and np.array_equal(self.kept, np.arange(self.kept[0], self.kept[0] + self.kept.size)):
-            return np.asarray(self.array[(slice(int(self.kept[0]), int(self.kept[0]) + self.kept.size), *rest)])  # contiguous: one slice read
+            return whole(self.array, slice(int(self.kept[0]), int(self.kept[0]) + self.kept.size), rest)  # contiguous: slices read
         return np.asarray(self.array.get_orthogonal_selection((self.kept, *rest)))
 
     def rename(self, names: dict[str, str]) -> StoreArray:

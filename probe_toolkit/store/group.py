@@ -1,6 +1,7 @@
 """A store's zarr group on disk: the names of its arrays, read from its folder, and its
 consolidated metadata. The lowest piece of the store room: the cache, the integrity checks, the
 image sources and the writers all list or consolidate a store, and none of them owns that.
+Also how a whole per-image array is read (``whole``): a few chunks at a time.
 """
 
 from __future__ import annotations
@@ -8,8 +9,24 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import zarr
+
+PORTION = 64  # chunks read at once by ``whole``
+
+
+def whole(array: Any, rows: slice = slice(None), rest: tuple = ()) -> np.ndarray:
+    """Rows ``rows`` (all by default) of a zarr array, ``rest`` indexing the other axes, read
+    ``PORTION`` chunks along the first axis at a time. zarr starts a read of every chunk a selection
+    touches at once; the flags and sizes of a large store are thousands of small chunks, and the
+    memory of those reads stays with the process (a local worker forked later maps it too)."""
+    start, stop, _ = rows.indices(int(array.shape[0]))
+    step = int(array.chunks[0]) * PORTION
+    edges = [start, *range(start - start % step + step, stop, step), stop]
+    parts = [np.asarray(array[(slice(a, b), *rest)]) for a, b in zip(edges[:-1], edges[1:])]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def consolidate(store: str | Path) -> None:

@@ -38,7 +38,7 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 
 from ..infra.errors import IntegrityError
 from .group import array_names as _names
-from .group import listed_names
+from .group import listed_names, whole
 from .hints import extract_arguments
 from .sources import DIGESTS, STATS
 
@@ -152,7 +152,7 @@ def _finished(group: zarr.Group, view: str | None) -> np.ndarray:
     """Images finished (done, not failed) in ``view`` (None: in any view: their sizes were written)."""
 
     def flag(name: str) -> np.ndarray:
-        return np.asarray(group[name][:], dtype=bool) if name in group else np.zeros(int(group["image"].shape[0]), bool)
+        return np.asarray(whole(group[name]), dtype=bool) if name in group else np.zeros(int(group["image"].shape[0]), bool)
 
     if view is None:
         views = [n[len("done_") :] for n in _names(group) if n.startswith("done_")]
@@ -244,21 +244,22 @@ def flag_damage(store: str | Path, group: zarr.Group, digests: bool = True) -> l
 
     def values(name: str) -> np.ndarray:
         if name not in cached:
-            cached[name] = np.asarray(group[name][:], dtype=bool) if name in names else np.zeros(n, dtype=bool)
+            cached[name] = np.asarray(whole(group[name]), dtype=bool) if name in names else np.zeros(n, dtype=bool)
         return cached[name]
 
     def recorded() -> np.ndarray:
         if "recorded" not in cached:
-            cached["recorded"] = np.asarray(group["image_sha256"][:]).any(axis=1) if "image_sha256" in names else np.zeros(n, dtype=bool)
+            cached["recorded"] = whole(group["image_sha256"]).any(axis=1) if "image_sha256" in names else np.zeros(n, dtype=bool)
         return cached["recorded"]
 
     damage = []
+    flags = {v: group[f"done_{v}"] for v in views}  # opened once: a store has a flag chunk per few images
     for c in range(int(done_array.cdata_shape[0])):
         lo, hi = c * size, min((c + 1) * size, n)
         if _chunk_present(store, done_array, "done", c):
             if values("done")[lo:hi].any():
-                damage += [(f"done_{v}", c, FLAG_GONE) for v in views if not _chunk_present(store, group[f"done_{v}"], f"done_{v}", c)]
-        elif digests and all(_chunk_present(store, group[f"done_{v}"], f"done_{v}", c) for v in views):
+                damage += [(f"done_{v}", c, FLAG_GONE) for v in views if not _chunk_present(store, flags[v], f"done_{v}", c)]
+        elif digests and all(_chunk_present(store, flags[v], f"done_{v}", c) for v in views):
             every = np.logical_and.reduce([values(f"done_{v}")[lo:hi] for v in views])
             if (every & recorded()[lo:hi]).any():
                 damage.append(("done", c, FLAG_GONE))

@@ -3,14 +3,21 @@
 ``probe decode`` on a large store would otherwise keep every image's masks and numbers until the
 last block, then join them: memory growing with the images. ``Rows`` creates each array (every
 dimension but the first, ``image``, known from the first block) with the chunks zarr picks for
-the whole array, as ``plain.write`` does, and writes whole chunk rows as the blocks come in: a
-chunk is written once, with the bytes a write of the whole array gives (``tests/test_startup.py``
-compares every file). Memory holds at most one chunk row of each array beside a block.
+the whole array, as ``plain.write`` does, so each chunk is written once, with the bytes a write of
+the whole array gives (``tests/test_plain_rows.py`` compares every file).
+
+A chunk holds rows of many blocks, and zarr picks taller chunks for a larger array, so the rows
+waiting for their chunk would grow with the store. They wait on disk instead, in an anonymous
+temporary file laid out chunk by chunk (``_Spool``), and each chunk is read back and written
+alone once its rows are in: memory holds one block and one chunk, whatever the number of images.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +25,57 @@ import numpy as np
 
 from .plain import _attr, create, stored
 
-PENDING_PARTS = 64  # blocks' rows held apart before they are joined into one array
+
+class _Spool:
+    """One array's rows of its current chunk row (every chunk that begins at the same image), kept
+    in an anonymous temporary file where each chunk's part is contiguous, so a chunk is read back
+    in one piece. Gone with the file's handle (closed by ``close`` or with the process)."""
+
+    def __init__(self, array: Any) -> None:
+        self.array, self.step = array, int(array.chunks[0])
+        self.dtype = np.dtype(array.dtype)
+        spans = [[slice(a, min(a + c, s)) for a in range(0, s, c)] for s, c in zip(array.shape[1:], array.chunks[1:])]
+        self.parts = [tuple(part) for part in product(*spans)]  # each chunk's columns (every axis but image)
+        self.row_bytes = [self.dtype.itemsize * int(np.prod([p.stop - p.start for p in part])) for part in self.parts]
+        self.offsets = np.concatenate([[0], np.cumsum([self.step * b for b in self.row_bytes])])[:-1].tolist()
+        self.file = tempfile.TemporaryFile()  # unlinked at once
+        self.start = self.held = 0  # the chunk row's first image; its rows on disk
+
+    def add(self, values: np.ndarray) -> None:
+        """Rows after those given before; each chunk row written as soon as its rows are in."""
+        given = 0
+        while given < len(values):
+            take = min(len(values) - given, self.step - self.held)
+            rows = values[given : given + take]
+            for part, offset, size in zip(self.parts, self.offsets, self.row_bytes):
+                os.pwrite(self.file.fileno(), np.ascontiguousarray(rows[(slice(None), *part)]).data, offset + self.held * size)
+            self.held, given = self.held + take, given + take
+            if self.held == self.step:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write every chunk of the rows on disk, one chunk in memory at a time."""
+        if not self.held:
+            return
+        for part, offset, size in zip(self.parts, self.offsets, self.row_bytes):
+            data = _read(self.file.fileno(), self.held * size, offset)
+            shape = (self.held, *(p.stop - p.start for p in part))
+            self.array[(slice(self.start, self.start + self.held), *part)] = np.frombuffer(data, self.dtype).reshape(shape)
+        self.start, self.held = self.start + self.held, 0
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _read(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` (a short read, which a regular file gives only past its end, is an error)."""
+    data = os.pread(fd, size, offset)
+    while len(data) < size:
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            raise OSError(f"a temporary file of rows ended {size - len(data)} bytes short")
+        data += more
+    return data
 
 
 class Rows:
@@ -31,8 +88,7 @@ class Rows:
         self.folder.parent.mkdir(parents=True, exist_ok=True)
         self.group = zarr.open_group(str(self.folder), mode="w", zarr_format=3)
         self.arrays: dict[str, Any] = {}
-        self.pending: dict[str, list[np.ndarray]] = {}
-        self.done: dict[str, int] = {}  # rows written to zarr
+        self.spools: dict[str, _Spool] = {}
         self.given = 0  # rows handed in
 
     def add(self, variables: dict[str, tuple[tuple[str, ...] | str, np.ndarray]]) -> None:
@@ -40,41 +96,26 @@ class Rows:
         rows = {len(np.asarray(values)) for _, values in variables.values()}
         if len(rows) != 1 or (self.arrays and set(variables) != set(self.arrays)):
             raise ValueError(f"a block's variables disagree: {sorted(variables)} with {sorted(rows)} rows")
+        if self.given + next(iter(rows)) > self.n:
+            raise ValueError(f"{self.given + next(iter(rows))} rows handed in for {self.n}")
         for name, (dims, values) in variables.items():
             dims, values = (dims,) if isinstance(dims, str) else tuple(dims), np.asarray(values)
             if name not in self.arrays:
-                if dims[0] != "image" or values.ndim != len(dims):
-                    raise ValueError(f"{name}: dimensions {dims} for {values.ndim} axes, image first")
+                if dims[0] != "image" or values.ndim != len(dims) or values.dtype.kind == "O":
+                    raise ValueError(f"{name}: dimensions {dims} for {values.ndim} axes of {values.dtype}, image first, numbers")
                 self.arrays[name] = create(self.group, name, dims, values, (self.n, *values.shape[1:]))
-                self.pending[name], self.done[name] = [], 0
-            # a view (a column of a block's array) would keep its whole block alive until its chunk row
-            # fills, which for a small array's one chunk is the last block: its own rows are kept instead
-            self.pending[name].append(values if values.base is None else values.copy())
-            self._flush(name, last=False)
+                self.spools[name] = _Spool(self.arrays[name])
+            self.spools[name].add(values)
         self.given += rows.pop()
-
-    def _flush(self, name: str, last: bool) -> None:
-        """Write the whole chunk rows pending (every row pending once the last block is in)."""
-        held = sum(len(v) for v in self.pending[name])
-        step = int(self.arrays[name].chunks[0])
-        ready = held if last else held // step * step
-        if not ready:
-            if len(self.pending[name]) > PENDING_PARTS:  # one array, not thousands of small ones
-                self.pending[name] = [np.concatenate(self.pending[name])]
-            return
-        joined = np.concatenate(self.pending[name]) if len(self.pending[name]) > 1 else self.pending[name][0]
-        start = self.done[name]
-        self.arrays[name][start : start + ready] = joined[:ready]
-        self.pending[name] = [joined[ready:]] if ready < held else []
-        self.done[name] = start + ready
 
     def written(self, coords: dict[str, Any], attrs: dict[str, Any], drop: tuple[str, ...] = ()) -> Written:
         """Every row in: the last rows written, the coordinates beside them, the variables in ``drop``
         removed (a variable known to be absent only once every image is seen), as results to save."""
         if self.given != self.n:
             raise ValueError(f"{self.given} rows written of {self.n}")
-        for name in list(self.arrays):
-            self._flush(name, last=True)
+        for spool in self.spools.values():
+            spool.flush()
+            spool.close()
         for name, values in coords.items():
             values = np.asarray(values)
             create(self.group, name, (name,), values)[...] = stored(values)
