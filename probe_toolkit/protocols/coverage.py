@@ -15,6 +15,7 @@ describe a subset the user did not choose, and the record says which share it wa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +100,16 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
         other = cache.open_store(beside, plain=True)
         if _same_network(cache.manifest(candidates[Path(store)]), cache.manifest(other)):
             candidates[beside] = other
+    folder = str(found.images)  # each file named as text: a list of a data set's Path objects is several times its names' size
     for candidate, ds in candidates.items():
         held = [str(i) for i in ds["image"].values.tolist()]
         wanted = wanted_ids(ds, found, ids)
         if wanted is not None:
             kept = set(held)  # once: a set built per panel image made this check quadratic in the data set
-            check_current(candidate, [(w, Path(found.images) / i) for w, i in zip(wanted, ids) if w in kept])
+            check_current(candidate, [(w, os.path.join(folder, i)) for w, i in zip(wanted, ids) if w in kept])
             continue
         by_name = {Path(h).name: h for h in held}  # extracted from another folder: matched by file name, as the label read matches
-        other = changed(candidate, [(by_name[Path(i).name], Path(found.images) / i) for i in ids if Path(i).name in by_name])
+        other = changed(candidate, [(by_name[Path(i).name], os.path.join(folder, i)) for i in ids if Path(i).name in by_name])
         if other:
             source = image_folder_or_none(candidate, cache.manifest(ds)) or cache.manifest(ds).get("image_source")
             checkpoint = (cache.manifest(ds).get("checkpoint") or {}).get("path", "CKPT")

@@ -114,6 +114,7 @@ def record_absolute(store: str | Path, source: str | Path) -> bool:
 
 DIGESTS = "image_sha256"  # (image, byte) uint8: the sha256 of each image's file as extracted; zeros: not recorded
 STATS = "image_stat"  # (image, 2) int64: the file's size and mtime (ns) when its sha256 was taken; zeros: not recorded
+CHECKED_AT_ONCE = 4096  # images whose records ``changed`` holds at a time
 
 
 def _stat(path: Path) -> tuple[int, int]:
@@ -206,7 +207,15 @@ def changed(store: str | Path, files: list[tuple[str, Path]]) -> list[tuple[Path
     taken as unchanged without reading it; any other is hashed (``benchmarks/freshness.py``
     measures both). Images the store recorded nothing of are not judged."""
     found = []
-    wanted = recorded(store, positions_of(store, [i for i, _ in files])) if files else []
+    positions = positions_of(store, [i for i, _ in files]) if files else []
+    for a in range(0, len(files), CHECKED_AT_ONCE):  # the records of a portion at a time: a data set's whole is large as Python objects
+        found += _changed(files[a : a + CHECKED_AT_ONCE], recorded(store, positions[a : a + CHECKED_AT_ONCE]))
+    return found
+
+
+def _changed(files: list[tuple[str, Path]], wanted: list[tuple[str | None, tuple[int, int] | None]]) -> list[tuple[Path, str]]:
+    """``changed`` of files whose records are ``wanted``."""
+    found = []
     for (_, path), (digest, stat) in zip(files, wanted):
         if digest is None:
             continue
