@@ -219,7 +219,6 @@ def test_results_written_without_xarray_are_the_bytes_xarray_writes(tmp_path):
     assert len([f for f in _files(tmp_path / "large-plain") if f.startswith("fiedler/c/")]) > 1  # zarr chose several chunks
 
 
-
 def test_scores_are_written_without_xarray_as_xarray_writes_them(tmp_path):
     """probe score's record (``decode_scores.scores_dataset``: 0-d numbers, string coordinates,
     store ids) is written by store.plain with every file xarray's to_zarr writes."""
@@ -252,6 +251,7 @@ def test_scores_are_written_without_xarray_as_xarray_writes_them(tmp_path):
     assert sorted(ours) == sorted(theirs)
     assert [f for f in ours if ours[f] != theirs[f]] == []
     assert list(results["image"].values) == ["sub/a.jpg", "b.jpg"] and list(results["object_image"].values) == ["sub/a.jpg", "sub/a.jpg", "b.jpg"]
+
 
 def test_decode_saves_what_it_saved_through_xarray(store, tmp_path):
     """probe decode's saved arrays, read back with xarray, equal a reference written by xarray from them."""
