@@ -86,13 +86,17 @@ class _Ids:
     growing with the store."""
 
     def __init__(self, ids: np.ndarray) -> None:
-        ids = np.asarray(ids, dtype=np.dtypes.StringDType())  # variable width: a longer id is never cut to match
+        # fixed-width unicode, not numpy's StringDType: its strings sit behind an allocator lock, and
+        # its comparisons failed in the runner's workers ("Failed to load string in string comparison",
+        # tests/test_block_sweep.py); a plain unicode array has no such state
+        ids = np.asarray([str(i) for i in np.asarray(ids).tolist()], dtype=str)
         self.order = np.argsort(ids, kind="stable")
         self.sorted = ids[self.order]
 
     def positions(self, ids: list[str]) -> tuple[np.ndarray, list[str]]:
-        """(each id's position in the store, the ids it lacks); a repeated id: its last position."""
-        wanted = np.asarray(ids, dtype=self.sorted.dtype)
+        """(each id's position in the store, the ids it lacks); a repeated id: its last position.
+        The ids asked keep their own width, so a longer one is never cut to match a stored one."""
+        wanted = np.asarray([str(i) for i in ids], dtype=str)
         at = np.searchsorted(self.sorted, wanted, side="right") - 1
         found = (at >= 0) & (self.sorted[np.maximum(at, 0)] == wanted) if len(self.sorted) else np.zeros(len(ids), bool)
         return self.order[at[found]], [ids[i] for i in np.flatnonzero(~found)]
