@@ -24,7 +24,10 @@ with psutil) and of its largest process. The tree's peak counts the worker proce
 which is fewer on a small set (k-NN's 200 val images of the 1 k set are one block, computed in the
 command's own process; 2,000 are two, on two workers), so the flat-scale target holds each
 per-image time and each process's peak within 1.3× from 1 k to 100 k. k-NN's exact search is O(train) per query: its per-image time grows with the set by
-design (a few microseconds per train image here), and is printed, not held to the target.
+design (a few microseconds per train image here), and is printed, not held to the target; its
+panels here are COCO files, which are parsed whole (json: the 100 k set's train file is 15 MB,
+about 100 MiB of Python objects while it is read), so its largest process grows with the set
+where a class-folder panel (ImageNet's layout) holds only file names.
 
 ``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
 thread each, ``--workers`` of them) instead of local processes; the cluster's workers are the
