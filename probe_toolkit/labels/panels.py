@@ -11,8 +11,9 @@ registered by name in ``panels.toml`` in the cache root::
 
 Registering a panel checks its annotation file field by field (``schema``), inside the readers'
 guard, handing out nothing (so it writes no ledger entry). ``read_labels`` is the only code in the
-toolkit that hands labels out: it reads the bytes once, hashes them, builds the pycocotools ``COCO`` object in
-memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test`` panel is sealed:
+toolkit that hands labels out (``coco_classes.read``, each image's class for k-NN, reads through
+its ``annotation_bytes`` and ends with its ``log_coco_read``): it reads the bytes once, hashes them,
+builds the pycocotools ``COCO`` object in memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test`` panel is sealed:
 ``read_labels`` refuses it unless given an ``unseal`` reason, which the ledger records.
 
 Image ids. A store's image ids are paths relative to the folder it was extracted from
