@@ -179,3 +179,39 @@ def test_the_read_holds_a_few_columns_not_a_dict_per_object(tmp_path):
     print(peak / size)
     assert peak < 4 * size, (peak, size)
     assert coco_classes.SIZES_AT_ONCE >= 1024
+
+
+def test_a_folders_image_ids_are_rglobs_without_a_path_per_image(tmp_path):
+    """``images.image_ids`` / ``list_images`` list what ``Path.rglob`` finds (links to folders not
+    followed, hidden files and folders skipped, suffixes in any case), and the listing of 3,000
+    images holds their names, not a Path each (rglob keeps every Path it yields)."""
+    import os
+
+    from probe_toolkit.store import images
+
+    tree = tmp_path / "tree"
+    for name in ("x.jpg", "y.JPG", "a/z.png", "a/b/w.jpeg", ".h.jpg", ".hid/q.jpg", "c/.d/r.jpg", "c/s.txt", "e/t.Png", "a/b/.u.jpg", "sp ace.jpg", "dir.jpg/in.png"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(b"x")
+    os.symlink(tree / "a", tree / "linkdir")
+    os.symlink(tree / "x.jpg", tree / "link.jpg")
+    os.symlink(tree / "nowhere.jpg", tree / "broken.jpg")
+    reference = sorted(
+        p.relative_to(tree).as_posix()
+        for p in tree.rglob("*")
+        if p.is_file() and p.suffix.lower() in images.EXTENSIONS and not any(part.startswith(".") for part in p.relative_to(tree).parts)
+    )
+    assert reference == ["a/b/w.jpeg", "a/z.png", "dir.jpg/in.png", "e/t.Png", "link.jpg", "sp ace.jpg", "x.jpg", "y.JPG"]
+    assert images.image_ids(tree) == reference == [r.id for r in images.list_images(tree)]
+    assert [r.path for r in images.list_images(tree)] == [tree / i for i in reference]
+    many = tmp_path / "many"
+    many.mkdir()
+    for n in range(3000):
+        (many / f"image_{n:05d}.jpg").write_bytes(b"")
+    tracemalloc.start()
+    try:
+        ids = images.image_ids(many)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(ids) == 3000 and peak < 300 * 3000, peak  # rglob's Paths: ~0.5 KiB an image

@@ -81,7 +81,7 @@ def panel_ids(panel: Panel) -> list[str]:
         return voc_layout.split_images(panel)
     if panel.kind == nyu.KIND:
         return nyu.split_images(panel)
-    return [ref.id for ref in images.list_images(panel.images)]
+    return images.image_ids(panel.images)
 
 
 def wanted_ids(ds: xr.Dataset | StoreData, panel: Panel, ids: Sequence[str]) -> list[str] | None:
