@@ -18,7 +18,8 @@ about 60 KB an image), and four commands run as a user runs them, each a fresh `
    that hashes them all, and scoring every val image), timed per image of the whole set.
 
 For each command: wall seconds per image of the set (the whole set for extract and decode, the
-val images for knn and hummingbird), CPU seconds per image (every process of the run), the peak
+val images for knn and hummingbird), CPU seconds per image (every process of the run: with ``--dask`` the
+cluster's workers too, whose share is their CPU time's difference around the command), the peak
 memory of the command's whole process tree (the largest sum of resident sets, sampled every 0.2 s
 with psutil) and of its largest process. The tree's peak counts the worker processes a run starts,
 which is fewer on a small set (k-NN's 200 val images of the 1 k set are one block, computed in the
@@ -145,12 +146,31 @@ class TreeMemory:
         return self.peak / 2**20, self.largest / 2**20
 
 
+def cluster_cpu(pids: list[int]) -> float:
+    """CPU seconds used so far by a dask cluster's worker processes (``pids``) and their
+    descendants: they outlive each command, so ``RUSAGE_CHILDREN`` (which counts children once
+    they are waited for) never sees them, and a stage's share is the difference around it."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                times = p.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
 def timed(args: list[str], env: dict, also: list[int] | None = None) -> dict:
-    """(wall s, CPU s of the command's processes, peak MiB of its process tree and of its largest
-    process) of one ``probe`` run."""
+    """(wall s, CPU s of the command's processes and of the cluster's workers ``also``, peak MiB of
+    its process tree and of its largest process) of one ``probe`` run."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cluster_before = cluster_cpu(also or [])
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "probe_toolkit", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     memory = TreeMemory(proc.pid, also)
@@ -160,7 +180,7 @@ def timed(args: list[str], env: dict, also: list[int] | None = None) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise SystemExit(f"probe {' '.join(args)} failed ({proc.returncode}): {err[-1500:]}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) + cluster_cpu(also or []) - cluster_before
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak, 1), "process_peak_mib": round(largest, 1)}
 
 
@@ -333,6 +353,7 @@ def main() -> None:
             "cores": os.cpu_count(),
             "load": round(os.getloadavg()[0], 2),
             "dask": bool(args.dask),
+            "cpu_counts": "the command's processes and the dask cluster's workers" if args.dask else "the command's processes",
             "workers": args.workers,
             "stages": list(chosen),
             "views": VIEWS,

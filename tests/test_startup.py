@@ -128,6 +128,21 @@ def test_what_a_protocol_runs_before_its_first_image_loads_no_heavy_library(stat
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.parametrize("module", ["segment", "depth", "propagate", "correspond_navi"])
+def test_the_commands_that_run_a_network_load_no_pandas_before_their_first_image(module):
+    """The commands that run a network on images cannot avoid torch and timm, but they import
+    xarray (and with it pandas) where they write their result, and DAVIS's scorer imports scipy
+    where it measures a boundary: none of it before the first image."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    statement = f"import probe_toolkit.commands.{module}"
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORTED, statement, json.dumps(["xarray", "pandas", "scipy.ndimage", "torch"])], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == ([] if module == "correspond_navi" else ["torch"])
+
+
 def test_the_decoders_main_process_loads_no_scipy_before_its_first_image():
     """The decoding modules import scipy's sparse and dense linear algebra where they solve (0.2 s
     of imports): the command's own process, which hands blocks of images to its workers, and

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from ..analyses import navi
+from ..infra import lazy_dask
 from ..infra.errors import IntegrityError, ProbeError, worker_name
 from ..infra.runner import map_blocks
 from ..labels import navi_read
@@ -177,7 +177,7 @@ def _placed(
         return score(0, len(names)), []
     which, (a, b) = shards.share(shard, len(names), BLOCK)
     got = score(a, b)
-    part = xr.Dataset({key: (("pair", "match", "xy")[: v.ndim], v) for key, v in got.items()}, coords={"pair": names[a:b]})
+    part = lazy_dask.xarray().Dataset({key: (("pair", "match", "xy")[: v.ndim], v) for key, v in got.items()}, coords={"pair": names[a:b]})
     found, missing = shards.exchange(store, RESULT, which, part, identity)
     if missing:
         return None, missing
@@ -263,7 +263,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> NaviReport:
     recall_cm, recall_px, binned = _scores(out)
     counts = {"images": len(labels.images), "pairs": len(names), "correspondences": int(out["matches"].sum()), "pairs_short": int((out["matches"] < k).sum())}
     report = NaviReport(store, store.name, labels.panel.name, recall_cm, recall_px, binned, counts, labels.entry_id, time.perf_counter() - start)
-    ds = xr.Dataset(
+    ds = lazy_dask.xarray().Dataset(
         {
             "recall_cm": ("cm", recall_cm),
             "recall_px": ("px", recall_px),

@@ -20,16 +20,16 @@ images scored. The science is ``analyses.depth`` and ``analyses.depth_augment``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import xarray as xr
 
 from ..analyses import depth as dep
 from ..analyses import depth_augment as aug
 from ..analyses import depth_published as pub
 from ..analyses.segment import center_pad
-from ..infra import provenance
+from ..infra import lazy_dask, provenance
 from ..infra.errors import IntegrityError, ProbeError
 from ..infra.settings import SettingError
 from ..labels import nyu
@@ -40,6 +40,9 @@ from ..store import cache
 from ..store.images import header_size, load_image
 from .panel_stores import panel_ids
 from .segment import Stream
+
+if TYPE_CHECKING:
+    import xarray as xr  # imported where a result is written (lazy_dask.xarray): it brings pandas
 
 RESULT = "linear-depth"
 
@@ -329,4 +332,4 @@ def _dataset(means, per_image, ids, losses, rates, betas, head: dep.DepthHead, s
                 for k, v in (("mean", head.bn.running_mean), ("var", head.bn.running_var), ("weight", head.bn.weight), ("bias", head.bn.bias))
             }
         )
-    return xr.Dataset(data, coords={"image": list(ids), "metric": list(pub.METRICS), "shown": list(ids[: len(shown["truth"])])})
+    return lazy_dask.xarray().Dataset(data, coords={"image": list(ids), "metric": list(pub.METRICS), "shown": list(ids[: len(shown["truth"])])})

@@ -40,15 +40,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import xarray as xr
 from PIL import Image
 
 from ..analyses import propagation, tracking
-from ..infra import owned, provenance
+from ..infra import lazy_dask, owned, provenance
 from ..infra.atomic import write_json
 from ..infra.errors import IntegrityError, ProbeError, worker_name
 from ..infra.runner import for_workers, map_blocks, shard_range, torch_threads
@@ -64,6 +63,9 @@ from ..store.checkpoints import load_checkpoint
 from ..store.images import load_image
 from ..store.sources import file_digest, read_checked
 from .shards import collect
+
+if TYPE_CHECKING:
+    import xarray as xr  # imported where a result is written (lazy_dask.xarray): it brings pandas
 
 BATCH = 8  # frames per forward pass
 SOFT = "soft.npy"  # beside a sequence's PNGs: (frame, label, row, column) float32, its frames 1.. soft segmentations
@@ -276,7 +278,7 @@ def results_dataset(scores: list[davis.SequenceScores], overall: dict[str, float
     for name, (frames, grids) in (soft or {}).items():
         data[f"soft_{name}"] = ((f"frame_{name}", f"label_{name}", f"row_{name}", f"col_{name}"), grids)
         coords[f"frame_{name}"] = frames
-    return xr.Dataset(data, coords=coords)
+    return lazy_dask.xarray().Dataset(data, coords=coords)
 
 
 def run(inputs: Inputs, settings: PropagateSettings, context: RunContext) -> PropagationReport:

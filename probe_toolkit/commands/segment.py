@@ -26,11 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import xarray as xr
 
 from ..analyses import segment as seg
 from ..analyses import segment_augment as aug
-from ..infra import provenance
+from ..infra import lazy_dask, provenance
 from ..infra.errors import ProbeError
 from ..infra.spelling import fix_command
 from ..labels import ade_segmentation, voc_segmentation
@@ -212,7 +211,7 @@ def run(inputs: Inputs, settings: SegmentSettings, context: RunContext) -> Segme
         "label": "published schedule" if full else f"short schedule: {settings.iterations} of {seg.ITERATIONS} iterations, batch {settings.batch_size}",
         "unpublished_settings": {k: resolved[k] for k in changed},
     }
-    ds = xr.Dataset(
+    ds = lazy_dask.xarray().Dataset(
         {
             "miou": ((), result.miou),
             "accuracy": ((), result.accuracy),

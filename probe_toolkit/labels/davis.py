@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import ndimage
 
 THRESHOLD = 0.008  # davis2017-evaluation db_eval_boundary bound_th
 
@@ -59,6 +58,8 @@ def tolerance(shape: tuple[int, int], threshold: float = THRESHOLD) -> int:
 
 def boundary_f(truth: np.ndarray, prediction: np.ndarray, threshold: float = THRESHOLD) -> float:
     """The boundary F-measure of one object in one frame."""
+    from scipy import ndimage  # here: propagate's start-up, up to its first frame, needs no scipy
+
     fg, gt = seg2bmap(prediction), seg2bmap(truth)
     structure = disk(tolerance(fg.shape, threshold))
     fg_dil = ndimage.binary_dilation(fg, structure=structure)

@@ -90,31 +90,37 @@ def clip_geometry(annotations: list[dict[str, Any]], sizes: dict[int, tuple[int,
     out, clipped = [], 0
     for ann in annotations:
         size = sizes.get(int(ann["image_id"]))
-        if size is None:
-            out.append(ann)
-            continue
-        width, height = size
-        changed = dict(ann)
-        if isinstance(ann.get("bbox"), list) and len(ann["bbox"]) == 4:
-            changed["bbox"] = _clip_box(ann["bbox"], width, height)
-        if isinstance(ann.get("segmentation"), list):
-            polygons = []
-            for polygon in ann["segmentation"]:
-                xs = [min(max(float(v), 0.0), width) for v in polygon[0::2]]
-                ys = [min(max(float(v), 0.0), height) for v in polygon[1::2]]
-                polygons.append([c for pair in zip(xs, ys) for c in pair])
-            changed["segmentation"] = polygons
-        elif isinstance(ann.get("segmentation"), dict) and ann["segmentation"].get("size"):
-            if [int(v) for v in ann["segmentation"]["size"]] != [height, width]:
-                raise ProbeError(
-                    None,
-                    f"annotation {ann.get('id')!r}: its RLE mask is {ann['segmentation']['size']} (h, w), its image {height}×{width}",
-                    "fix the annotation file: an RLE mask has its image's size",
-                )
-        if changed.get("bbox") != ann.get("bbox") or changed.get("segmentation") != ann.get("segmentation"):
-            clipped += 1
+        changed = ann if size is None else clipped_to(ann, *size)
+        clipped += changed is not ann and moved(ann, changed)
         out.append(changed)
     return out, clipped
+
+
+def moved(ann: dict[str, Any], changed: dict[str, Any]) -> bool:
+    """Whether clipping (``clipped_to``) changed the annotation's box or polygons."""
+    return changed.get("bbox") != ann.get("bbox") or changed.get("segmentation") != ann.get("segmentation")
+
+
+def clipped_to(ann: dict[str, Any], width: int, height: int) -> dict[str, Any]:
+    """One annotation (a copy) with its box and polygons clipped to a ``width`` × ``height`` image."""
+    changed = dict(ann)
+    if isinstance(ann.get("bbox"), list) and len(ann["bbox"]) == 4:
+        changed["bbox"] = _clip_box(ann["bbox"], width, height)
+    if isinstance(ann.get("segmentation"), list):
+        polygons = []
+        for polygon in ann["segmentation"]:
+            xs = [min(max(float(v), 0.0), width) for v in polygon[0::2]]
+            ys = [min(max(float(v), 0.0), height) for v in polygon[1::2]]
+            polygons.append([c for pair in zip(xs, ys) for c in pair])
+        changed["segmentation"] = polygons
+    elif isinstance(ann.get("segmentation"), dict) and ann["segmentation"].get("size"):
+        if [int(v) for v in ann["segmentation"]["size"]] != [height, width]:
+            raise ProbeError(
+                None,
+                f"annotation {ann.get('id')!r}: its RLE mask is {ann['segmentation']['size']} (h, w), its image {height}×{width}",
+                "fix the annotation file: an RLE mask has its image's size",
+            )
+    return changed
 
 
 def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[dict[str, str], dict[str, list]]:

@@ -11,8 +11,9 @@ registered by name in ``panels.toml`` in the cache root::
 
 Registering a panel checks its annotation file field by field (``schema``), inside the readers'
 guard, handing out nothing (so it writes no ledger entry). ``read_labels`` is the only code in the
-toolkit that hands labels out: it reads the bytes once, hashes them, builds the pycocotools ``COCO`` object in
-memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test`` panel is sealed:
+toolkit that hands labels out (``coco_classes.read``, each image's class for k-NN, reads through
+its ``annotation_bytes`` and ends with its ``log_coco_read``): it reads the bytes once, hashes them,
+builds the pycocotools ``COCO`` object in memory, appends a ledger entry (``ledger.py``) and only then returns. A ``test`` panel is sealed:
 ``read_labels`` refuses it unless given an ``unseal`` reason, which the ledger records.
 
 Image ids. A store's image ids are paths relative to the folder it was extracted from
@@ -316,6 +317,24 @@ def log_checked_read(
     )
 
 
+def log_coco_read(root: Path, panel: Panel, annotation_sha256: str, file_names: list[str], clipped: int, before_entry=None, **read: Any) -> ledger.Entry:
+    """The end of a COCO read (``read_labels``, ``coco_classes.read``): the images handed out
+    (``file_names``, as the file writes them) hashed and refused if a panel of the other role holds
+    them, ``before_entry`` (a last refusal), the ledger entry (``read``: purpose, command,
+    checkpoint, unseal), and a note of the objects clipped."""
+    hashes, fresh = hygiene.content_hashes(root, panel.images, file_names)
+    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)
+    if before_entry is not None:
+        before_entry()
+    names = sorted(clean_name(name) for name in file_names)
+    content = provenance.list_hash(sorted(hashes))
+    where = {"panel": panel.name, "role": panel.role, "annotations": str(panel.annotations)}
+    entry = log_read(root, **where, annotation_sha256=annotation_sha256, names=names, **read, images_content_sha256=content, clipped=clipped)
+    if clipped:
+        print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it (ledger entry {entry.id[:12]})", file=sys.stderr)
+    return entry
+
+
 def _coco(dataset: dict[str, Any]):
     from pycocotools.coco import COCO
 
@@ -348,6 +367,25 @@ def open_for_reading(panel: str | Panel, kind: str, *, purpose: str, unseal: str
     return panel
 
 
+def annotation_bytes(panel: Panel) -> tuple[bytes, Any]:
+    """(the bytes the annotation hash is taken of, the dataset of a kind that is not one COCO file,
+    else None), read inside the readers' guard; one line when a file cannot be read. Called by
+    ``read_labels`` and ``coco_classes.read`` only, which hand labels out after the ledger entry."""
+    inside.active = True
+    try:
+        if panel.kind not in ("coco", "coco20k"):
+            from .kinds import load_dataset
+
+            return load_dataset(panel, lambda path: Path(path).read_bytes())
+        return panel.annotations.read_bytes(), None
+    except OSError as error:
+        raise ProbeError(
+            getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`"
+        ) from None
+    finally:
+        inside.active = False
+
+
 def read_labels(
     panel: str | Panel,
     *,
@@ -374,20 +412,7 @@ def read_labels(
         raise ProbeError(None, "a read of labels needs a purpose", "pass purpose='score' (or train, sweep, probe: why the labels are read)")
     if panel.kind == "classes":
         raise ProbeError(panel.name, "is a classes panel, not an annotated one", "use it where image classes are read (probe knn)")
-    inside.active = True
-    try:
-        if panel.kind not in ("coco", "coco20k"):
-            from .kinds import load_dataset
-
-            raw, dataset = load_dataset(panel, lambda path: Path(path).read_bytes())  # raw: what the annotation hash is taken of
-        else:
-            raw = panel.annotations.read_bytes()
-    except OSError as error:
-        raise ProbeError(
-            getattr(error, "filename", None) or panel.annotations, f"cannot be read ({error.strerror})", "fix the path with `probe panel add --replace`"
-        ) from None
-    finally:
-        inside.active = False
+    raw, dataset = annotation_bytes(panel)
     if panel.kind in ("coco", "coco20k"):
         dataset = schema.coco_json(raw, panel.annotations)
     schema.check(dataset, panel.annotations, schema.header_size(panel.images))  # every field, every kind that becomes COCO: before any label leaves
@@ -410,28 +435,19 @@ def read_labels(
     sizes = hygiene.check_sizes(panel.annotations, panel.images, dataset["images"])
     dataset = dict(dataset)
     dataset["annotations"], clipped = hygiene.clip_geometry(dataset["annotations"], sizes)
-    hashes, fresh = hygiene.content_hashes(root, panel.images, [str(im.get("file_name", "")) for im in dataset["images"]])
-    annotation_sha256 = hashlib.sha256(raw).hexdigest()
-    hygiene.check_overlap(root, panel.name, panel.role, annotation_sha256, hashes, fresh)  # a leak first: the cover is then the user's choice
-    if images is not None:
-        schema.covered(panel, len(set(image_map.values())), len(file_names), len(images), cover, given)  # before the ledger entry: no label leaves
-    names = sorted(clean_name(str(im.get("file_name", ""))) for im in dataset["images"])
-    entry = log_read(
+    covered = (lambda: schema.covered(panel, len(set(image_map.values())), len(file_names), len(images), cover, given)) if images is not None else None
+    entry = log_coco_read(
         root,
-        panel=panel.name,
-        role=panel.role,
-        annotations=str(panel.annotations),
-        annotation_sha256=annotation_sha256,
-        names=names,
+        panel,
+        hashlib.sha256(raw).hexdigest(),
+        [str(im.get("file_name", "")) for im in dataset["images"]],
+        clipped,
         purpose=purpose,
         command=command,
         checkpoint=checkpoint,
         unseal=unseal,
-        images_content_sha256=provenance.list_hash(sorted(hashes)),
-        clipped=clipped,
+        before_entry=covered,  # a leak first: the cover is then the user's choice; before the ledger entry: no label leaves
     )
-    if clipped:
-        print(f"note: {panel.annotations}: {clipped} annotations reached outside their image and were clipped to it (ledger entry {entry.id[:12]})", file=sys.stderr)
     return LabelRead(coco=_coco(dataset), entry_id=entry.id, entry=entry.fields, panel=panel, image_map=image_map)
 
 
@@ -488,25 +504,10 @@ def read_classes(
     category; equal areas go to the lower category id)."""
     if isinstance(panel, str):
         panel = get_panel(panel, cache)
-    if panel.kind == "coco":
-        read = read_labels(panel, purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)
-        cats = sorted(int(c["id"]) for c in read.coco.dataset.get("categories", []))
-        names = {int(c["id"]): str(c.get("name", c["id"])) for c in read.coco.dataset.get("categories", [])}
-        ids, labels, dropped = [], [], 0
-        for image_id in read.image_ids:
-            area: dict[int, float] = {}
-            for ann in read.coco.imgToAnns.get(image_id, []):
-                if not ann.get("iscrowd", 0):
-                    area[int(ann["category_id"])] = area.get(int(ann["category_id"]), 0.0) + float(ann.get("area", 0.0))
-            if not area:
-                dropped += 1
-                continue
-            best = min(area, key=lambda c: (-area[c], c))
-            ids.append(clean_name(str(read.coco.imgs[image_id]["file_name"])))
-            labels.append(cats.index(best))
-        if len({*labels}) < 2:
-            raise ProbeError(panel.annotations, f"gives its images {len({*labels})} distinct largest categories", "a classification panel needs at least two classes")
-        return ClassLabels(ids, np.asarray(labels, np.int64), [names[c] for c in cats], read.entry_id, panel, "largest annotated category (summed area)", dropped)
+    if panel.kind == "coco":  # entry by entry: k-NN needs each image's class, not an index of every object
+        from .coco_classes import read
+
+        return read(panel, purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)
     if panel.sealed and not (unseal and unseal.strip()):
         raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
     classes = _folder_classes(panel.images)

@@ -58,70 +58,85 @@ def problems(dataset: Any, image_size: Callable[[str], tuple[int, int] | None] |
         return [f"field categories is of type {type(categories).__name__}, not a list"]
     sizes: dict[int, tuple[int, int] | None] = {}
     for n, image in enumerate(dataset["images"]):
-        where = f"images[{n}]"
-        if not isinstance(image, dict):
-            found.append(f"{where} is of type {type(image).__name__}, not an object")
-            continue
-        image_id, name = image.get("id"), image.get("file_name")
-        if not _whole(image_id):
-            found.append(f"{where}: id {image_id!r} is not a whole number")
-            continue
-        if image_id in sizes:
-            found.append(f"{where}: id {image_id} is listed twice")
-        if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
-            found.append(f"{where} (id {image_id}): file_name {name!r} is not a path relative to the image folder")
-        width, height = image.get("width"), image.get("height")
-        size = None
-        if width is not None or height is not None:
-            if not (_whole(width) and _whole(height) and width > 0 and height > 0):
-                found.append(f"{where} (id {image_id}): width/height {width!r}/{height!r} are not whole numbers above 0")
-            else:
-                size = (width, height)
-        if size is None and image_size is not None and isinstance(name, str):
-            size = image_size(name)
-        sizes[image_id] = size
-    category_ids = set()
+        found += image_problems(n, image, sizes, image_size)
+    category_ids: set[int] = set()
     for n, category in enumerate(categories):
-        cid = category.get("id") if isinstance(category, dict) else None
-        if not _whole(cid):
-            found.append(f"categories[{n}]: id {cid!r} is not a whole number")
-        elif cid in category_ids:
-            found.append(f"categories[{n}]: id {cid} is listed twice")
-        else:
-            category_ids.add(cid)
-    seen = set()
+        found += category_problems(n, category, category_ids)
+    seen: set[int] = set()
     for n, ann in enumerate(dataset["annotations"]):
-        where = f"annotations[{n}]"
-        if not isinstance(ann, dict):
-            found.append(f"{where} is of type {type(ann).__name__}, not an object")
-            continue
-        if "id" in ann:
-            if not _whole(ann["id"]):
-                found.append(f"{where}: id {ann['id']!r} is not a whole number")
-                continue
-            if ann["id"] in seen:
-                found.append(f"{where}: id {ann['id']} is listed twice")
-            seen.add(ann["id"])
-            where = f"annotation {ann['id']!r}"
-        image_id = ann.get("image_id")
-        if not _whole(image_id):
-            found.append(f"{where}: image_id {image_id!r} is not a whole number (a string names no image, and its objects would count for nothing)")
-            continue
-        if image_id not in sizes:
-            found.append(f"{where} names image id {image_id!r}, which the file's images list lacks")
-            continue
-        cid = ann.get("category_id")
-        if cid is not None and not _whole(cid):
-            found.append(f"{where}: category_id {cid!r} is not a whole number")
-        elif cid is not None and categories and cid not in category_ids:
-            found.append(f"{where}: category_id {cid} names no listed category")
-        if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd"), bool):
-            found.append(f"{where}: iscrowd {ann.get('iscrowd')!r} is not 0 or 1")
-        if "area" in ann and not (_finite(ann["area"]) and ann["area"] >= 0):
-            found.append(f"{where}: area {ann['area']!r} is not a finite number ≥ 0")
-        size = sizes[image_id]
-        found += _bbox(where, ann.get("bbox"), size)
-        found += _segmentation(where, ann.get("segmentation"), size)
+        found += annotation_problems(n, ann, sizes, category_ids if categories else None, seen)
+    return found
+
+
+def image_problems(n: int, image: Any, sizes: dict, image_size: Callable[[str], tuple[int, int] | None] | None = None) -> list[str]:
+    """The problems of ``images[n]``; its size (None when unknown) joins ``sizes`` under its id.
+    One entry at a time, so a reader may check a file entry by entry (``coco_classes``)."""
+    where = f"images[{n}]"
+    if not isinstance(image, dict):
+        return [f"{where} is of type {type(image).__name__}, not an object"]
+    found = []
+    image_id, name = image.get("id"), image.get("file_name")
+    if not _whole(image_id):
+        return [f"{where}: id {image_id!r} is not a whole number"]
+    if image_id in sizes:
+        found.append(f"{where}: id {image_id} is listed twice")
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        found.append(f"{where} (id {image_id}): file_name {name!r} is not a path relative to the image folder")
+    width, height = image.get("width"), image.get("height")
+    size = None
+    if width is not None or height is not None:
+        if not (_whole(width) and _whole(height) and width > 0 and height > 0):
+            found.append(f"{where} (id {image_id}): width/height {width!r}/{height!r} are not whole numbers above 0")
+        else:
+            size = (width, height)
+    if size is None and image_size is not None and isinstance(name, str):
+        size = image_size(name)
+    sizes[image_id] = size
+    return found
+
+
+def category_problems(n: int, category: Any, category_ids: set) -> list[str]:
+    """The problems of ``categories[n]``; its id joins ``category_ids``."""
+    cid = category.get("id") if isinstance(category, dict) else None
+    if not _whole(cid):
+        return [f"categories[{n}]: id {cid!r} is not a whole number"]
+    if cid in category_ids:
+        return [f"categories[{n}]: id {cid} is listed twice"]
+    category_ids.add(cid)
+    return []
+
+
+def annotation_problems(n: int, ann: Any, sizes: dict, category_ids: set | None, seen: set) -> list[str]:
+    """The problems of ``annotations[n]`` against the images' ``sizes`` and the listed
+    ``category_ids`` (None: the file lists no category); its id joins ``seen``."""
+    where = f"annotations[{n}]"
+    if not isinstance(ann, dict):
+        return [f"{where} is of type {type(ann).__name__}, not an object"]
+    found = []
+    if "id" in ann:
+        if not _whole(ann["id"]):
+            return [f"{where}: id {ann['id']!r} is not a whole number"]
+        if ann["id"] in seen:
+            found.append(f"{where}: id {ann['id']} is listed twice")
+        seen.add(ann["id"])
+        where = f"annotation {ann['id']!r}"
+    image_id = ann.get("image_id")
+    if not _whole(image_id):
+        return found + [f"{where}: image_id {image_id!r} is not a whole number (a string names no image, and its objects would count for nothing)"]
+    if image_id not in sizes:
+        return found + [f"{where} names image id {image_id!r}, which the file's images list lacks"]
+    cid = ann.get("category_id")
+    if cid is not None and not _whole(cid):
+        found.append(f"{where}: category_id {cid!r} is not a whole number")
+    elif cid is not None and category_ids is not None and cid not in category_ids:
+        found.append(f"{where}: category_id {cid} names no listed category")
+    if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd"), bool):
+        found.append(f"{where}: iscrowd {ann.get('iscrowd')!r} is not 0 or 1")
+    if "area" in ann and not (_finite(ann["area"]) and ann["area"] >= 0):
+        found.append(f"{where}: area {ann['area']!r} is not a finite number ≥ 0")
+    size = sizes[image_id]
+    found += _bbox(where, ann.get("bbox"), size)
+    found += _segmentation(where, ann.get("segmentation"), size)
     return found
 
 
@@ -294,7 +309,11 @@ def files_present(dataset: dict, panel, *, replace: bool = True) -> None:
     """Every image the dataset names is a file of the panel's image folder (when it is added and
     when it is read): an image named but absent would be scored as one with no prediction, or a
     store of that folder would hold other photographs than the labels describe."""
-    names = [str(im.get("file_name", "")) for im in dataset["images"]]
+    names_present([str(im.get("file_name", "")) for im in dataset["images"]], panel, replace=replace)
+
+
+def names_present(names: list[str], panel, *, replace: bool = True) -> None:
+    """``files_present`` of the images' file names alone."""
     absent = sorted(name for name in names if not (panel.images / name).is_file())
     if absent:
         from ..infra.spelling import fix_command

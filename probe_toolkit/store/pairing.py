@@ -40,7 +40,7 @@ def checkpoint_store(store: str | Path, checkpoint: str | Path, network: str = "
     store, checkpoint = Path(store), Path(checkpoint)
     if not (store / "zarr.json").is_file() or not checkpoint.is_file():
         return  # the command's own checks say what is missing
-    meta = cache.manifest(cache.open_store(store))
+    meta = cache.manifest(cache.open_store(store, plain=True))  # zarr alone: no xarray (pandas) for a manifest
     theirs = meta.get("checkpoint") or {}
     mine = sha256 or file_sha256(checkpoint)
     if theirs.get("sha256") and theirs["sha256"] != mine:
