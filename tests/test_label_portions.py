@@ -93,3 +93,29 @@ def test_peak_memory_of_handing_out_the_maps_does_not_grow_with_the_data_set(tmp
         tracemalloc.stop()
         assert total > 0
     assert peaks[1] < 1.3 * peaks[0], peaks
+
+
+def test_a_read_keeps_no_python_object_per_mask(tmp_path):
+    """What a read holds per mask until the run ends is compact (``label_maps.FolderFiles``, the digests
+    and shapes in arrays): no Path, digest or shape tuple per mask (~0.5 KiB a mask at 100 k images)."""
+    import gc
+
+    def kept(name: str, n: int) -> tuple[int, object]:
+        root = tmp_path / name / "VOC2012"
+        _voc(root, n, size=(4, 4))
+        panels.add_panel(name, root, "", "val", cache=tmp_path / "cache", kind=vs.KIND, split="val")
+        gc.collect()
+        before = len(gc.get_objects())
+        read = vs.read_label_maps(name, purpose="score", cache=tmp_path / "cache")
+        gc.collect()
+        return len(gc.get_objects()) - before, read
+
+    gc.freeze()  # the test process's objects out of every collection and count: fast
+    try:
+        kept("warm", 5)  # first-call caches out of the count
+        small, _few = kept("small", 10)
+        large, many = kept("large", 110)
+    finally:
+        gc.unfreeze()
+    assert len(many.maps) == 110 and many.shapes == [(4, 4)] * 110
+    assert (large - small) / 100 < 0.1  # container objects kept per mask (before: a Path, its parts list and a shape tuple)

@@ -112,12 +112,14 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
                 )
 
 
-def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], list[int]]:
+def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], np.ndarray]:
     """(file names, indices into ``read.maps``) in the order of ``store_ids`` (each map is its
-    image's size: ``label_maps.sized_as_images`` refused any other when they were read)."""
-    position = {name: i for i, name in enumerate(read.ids)}
+    image's size: ``label_maps.sized_as_images`` refused any other when they were read). The
+    indices found by bisection in the sorted names, not a dict of every name (its objects outlive it, scattered in the heap)."""
     names = [read.image_map[s] for s in store_ids]
-    return names, [position[n] for n in names]
+    ids = np.array(read.ids, dtype=str)
+    by_name = np.argsort(ids, kind="stable")
+    return names, by_name[np.searchsorted(ids[by_name], np.array(names, dtype=str))]
 
 
 def soft_labels(values: np.ndarray, **search) -> dict[str, np.ndarray]:
@@ -241,6 +243,8 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                 finally:
                     search_torch.forget()
             soft.append(spool.shared())
+        train_entry = train_read.entry_id
+        del train_read, memory_source, names, order  # every memory is built: the train maps' files, digests and names go before the val read
 
         val_read = context.read("val", layout.read_label_maps, purpose="hummingbird: score", checkpoint=checkpoint, images=val_ids)
         val_names, val_order = _ordered(val_read, val_ids, val_panel)
@@ -261,7 +265,7 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                     if i < shown:
                         truth_shown[i] = truth
                     i += 1
-    ledger = {"train": train_read.entry_id, "val": val_read.entry_id}
+    ledger = {"train": train_entry, "val": val_read.entry_id}
     memory = [memory_name(s) for s in settings.memory]
     if context.sharded:
         identity = {

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..infra.errors import ProbeError
 from .ade_layout import CLASSES, KIND, OTHER, SPLITS, check_layout, image_folder, mask_folder, names_in, split_images  # noqa: F401
-from .label_maps import SegmentationLabels, open_mask, read_masks, restrict
+from .label_maps import FolderFiles, SegmentationLabels, open_mask, read_masks, restrict
 
 
 def decode(raw: bytes, where: Path) -> np.ndarray:
@@ -63,7 +63,7 @@ def read_label_maps(
     every = names_in(image_folder(root, split))
     names, image_map = restrict(every, images)
     masks = mask_folder(root, split)
-    files = [masks / f"{Path(n).stem}.png" for n in names]
+    files = FolderFiles(masks, (f"{Path(n).stem}.png" for n in names))
     absent = [f for f in files if not f.is_file()]
     if absent:
         raise ProbeError(absent[0], f"is missing ({len(absent)} of the {len(files)} masks)", "restore the release's annotations")

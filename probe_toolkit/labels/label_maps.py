@@ -9,7 +9,9 @@ In portions, so memory does not grow with the data set (ADE20K's 20,210 training
 shape; the ledger entry (one, naming the portion size) is written over those hashes; the maps
 are then handed out by ``LabelMaps``, which reads and decodes them again, ``PORTION`` at a time
 or one by one, each checked against the hash the entry covers (a file changed since is refused).
-Every mask is opened twice; memory holds one portion.
+Every mask is opened twice; memory holds one portion. What the read keeps per mask is compact
+(``FolderFiles``: one folder and a fixed-width unicode array of names; the digests and shapes in
+integer arrays): a Python object per mask would be held for the whole run (~0.5 KiB a mask).
 """
 
 from __future__ import annotations
@@ -27,13 +29,29 @@ from ..store.cache import cache_root
 PORTION = 256  # maps read and decoded at a time
 
 
+class FolderFiles(Sequence):
+    """Files of one folder: the folder and each file's name (a fixed-width unicode array), each
+    ``Path`` made when it is asked (a list of a data set's Path objects costs ~0.3 KiB a file)."""
+
+    def __init__(self, folder: Path, names: Iterable[str]) -> None:
+        self.folder, self.names = Path(folder), np.array(list(names), dtype=str)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.folder / str(self.names[i])
+
+
 class LabelMaps(Sequence):
     """The (H, W) uint8 maps of a read, in the read's order, decoded from their files when asked:
     ``maps[i]`` one map, iteration (``portions``) ``PORTION`` maps at a time. Each file's bytes are
     checked against the sha256 the ledger entry covers; nothing is kept after it is handed out."""
 
-    def __init__(self, files: list[Path], digests: list[bytes], shapes: list[tuple[int, int]], decode: Callable[[bytes, Path], np.ndarray]) -> None:
-        self.files, self.digests, self.shapes, self._decode = files, digests, shapes, decode
+    def __init__(self, files: Sequence[Path], digests: np.ndarray, shapes: np.ndarray, decode: Callable[[bytes, Path], np.ndarray]) -> None:
+        self.files, self.digests, self.shapes, self._decode = files, digests, shapes, decode  # (n, 32) uint8 sha256s, (n, 2) (H, W)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -57,7 +75,7 @@ class LabelMaps(Sequence):
             yield [self._decoded(i, raw) for i, raw in zip(chosen, _read([self.files[i] for i in chosen]))]
 
     def _decoded(self, i: int, raw: bytes) -> np.ndarray:
-        if hashlib.sha256(raw).digest() != self.digests[i]:
+        if hashlib.sha256(raw).digest() != self.digests[i].tobytes():
             raise ProbeError(
                 self.files[i],
                 "changed while its panel was read (its bytes are not those the ledger entry hashed)",
@@ -93,7 +111,7 @@ class SegmentationLabels:
     @property
     def shapes(self) -> list[tuple[int, int]]:
         """(H, W) of every map, known from the first pass (no map decoded again)."""
-        return self.maps.shapes
+        return [(int(h), int(w)) for h, w in self.maps.shapes]
 
 
 def open_mask(raw: bytes, where: Path, wrong_mode: str, fix: str, release: str) -> np.ndarray:
@@ -113,7 +131,7 @@ def open_mask(raw: bytes, where: Path, wrong_mode: str, fix: str, release: str) 
         raise ProbeError(where, f"is not a readable PNG ({error})", f"restore the file from {release}") from None
 
 
-def sized_as_images(panel, names: list[str], files: list[Path], shapes: list[tuple[int, int]]) -> None:
+def sized_as_images(panel, names: Sequence[str], files: Sequence[Path], shapes: np.ndarray) -> None:
     """Every mask is its image's size (the image's header; the masks' shapes from the read's first
     pass). Every protocol resizes a mask onto its image's view: a mask of another size would be
     stretched there and scored as if it were the image's, so it is refused, for every protocol
@@ -124,8 +142,8 @@ def sized_as_images(panel, names: list[str], files: list[Path], shapes: list[tup
     wrong = []
     for file, name, shape in zip(files, names, shapes):
         found = size(name)
-        if found is not None and (found[1], found[0]) != tuple(shape):
-            wrong.append((file, name, shape, found))
+        if found is not None and (found[1], found[0]) != (int(shape[0]), int(shape[1])):
+            wrong.append((file, name, (int(shape[0]), int(shape[1])), found))
     if wrong:
         file, name, (height, width), (image_width, image_height) = wrong[0]
         more = f" (and {len(wrong) - 1} more masks)" if len(wrong) > 1 else ""
@@ -148,7 +166,7 @@ def restrict(names: list[str], images: Sequence[str] | None) -> tuple[list[str],
 def read_masks(
     panel,
     names: list[str],
-    files: list[Path],
+    files: Sequence[Path],
     *,
     listing: tuple[str, bytes],
     decode: Callable[[bytes, Path], np.ndarray],
@@ -166,13 +184,14 @@ def read_masks(
     hash covers ``listing``, the split's name and bytes, and every mask's bytes), then hand out the
     maps (``LabelMaps``: decoded again when asked, each checked against the hash)."""
     digest = hashlib.sha256(listing[0].encode() + b"\0" + hashlib.sha256(listing[1]).digest())
-    digests, shapes = [], []
+    digests, shapes = np.zeros((len(files), 32), np.uint8), np.zeros((len(files), 2), np.int64)
     for a in range(0, len(files), PORTION):
         part = files[a : a + PORTION]
-        for f, data in zip(part, _read(part)):
-            shapes.append(tuple(decode(data, f).shape[:2]))
-            digests.append(hashlib.sha256(data).digest())
-            digest.update(f.name.encode() + b"\0" + digests[-1])
+        for i, (f, data) in enumerate(zip(part, _read(part)), start=a):
+            shapes[i] = decode(data, f).shape[:2]
+            sha = hashlib.sha256(data).digest()
+            digests[i] = np.frombuffer(sha, np.uint8)
+            digest.update(f.name.encode() + b"\0" + sha)
     sized_as_images(panel, names, files, shapes)  # before the ledger entry: a refused read hands nothing out
     annotation_sha256 = digest.hexdigest()
     store = cache_root(cache)

@@ -5,6 +5,7 @@ opening a mask."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..infra.errors import ProbeError
@@ -62,7 +63,8 @@ def split_images(panel) -> list[str]:
         raise ProbeError(listing, f"cannot be read ({error.strerror})", "restore the devkit's ImageSets/Segmentation") from None
 
 
-def missing_files(paths: list[Path], listing: Path) -> None:
+def missing_files(paths: Sequence[Path], listing: Path) -> None:
+    """The first of ``paths`` that is not a file, named (one Path at a time: ``paths`` may make them when asked)."""
     absent = [p for p in paths if not p.is_file()]
     if absent:
         more = f" (and {len(absent) - 1} more of the {len(paths)} files it lists)" if len(absent) > 1 else ""

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..infra.errors import ProbeError
-from .label_maps import SegmentationLabels, open_mask, read_masks, restrict  # noqa: F401  (SegmentationLabels: this reader's answer)
+from .label_maps import FolderFiles, SegmentationLabels, open_mask, read_masks, restrict  # noqa: F401  (SegmentationLabels: this reader's answer)
 from .voc_layout import CLASSES, IGNORE, KIND, mask_folder, missing_files, split_file, split_ids  # noqa: F401
 
 
@@ -71,7 +71,7 @@ def read_label_maps(
     except OSError as error:
         raise ProbeError(listing, f"cannot be read ({error.strerror})", "restore the devkit's files") from None
     names, image_map = restrict([f"{i}.jpg" for i in split_ids(listing_raw)], images)
-    files = [masks / f"{Path(n).stem}.png" for n in names]
+    files = FolderFiles(masks, (f"{Path(n).stem}.png" for n in names))
     missing_files(files, listing)
     return read_masks(
         panel,
