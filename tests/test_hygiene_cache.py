@@ -213,3 +213,21 @@ def test_the_cache_files_are_read_without_an_object_per_image(tmp_path):
     assert memo_peak < 2.5 * sizes["panel-hashes.json"] < old_memo_peak, (memo_peak, old_memo_peak, sizes)
     assert index_peak < 2.5 * sizes["panel-images.json"] < old_index_peak, (index_peak, old_index_peak, sizes)
     assert os.path.getsize(root / "panel-images.json") == sizes["panel-images.json"]
+
+
+@pytest.mark.parametrize("layout", [{"indent": 1}, {"ensure_ascii": False}, {"separators": (",", ":"), "ensure_ascii": False}])
+def test_files_of_another_layout_are_read_member_by_member_with_the_same_answers(world, tmp_path, layout):
+    folder, names, cache = world
+    _new(cache, folder, names[:20], "tr", "train", "ann1")
+    odd = folder / 'c0' / 'é "q".png'
+    odd.write_bytes(b"odd")
+    for name in ("panel-images.json", "panel-hashes.json"):
+        found = json.loads((cache / name).read_text())
+        if name == "panel-images.json":
+            found["tr"]["hashes"][hashlib.sha256(b"odd").hexdigest()] = odd.name
+            found["tr"]["hashes"]["not a digest"] = 3
+        (cache / name).write_text(json.dumps(found, **layout))
+    for read in (("tr", "train", "ann1"), ("va", "val", "ann1"), ("tr", "train", "ann2")):
+        for group in (names[:20], [*names[20:], "c0/" + odd.name], names[:10]):
+            (old, old_files), (new, new_files) = _both(tmp_path, cache, folder, group, *read)
+            assert new == old and new_files == old_files
