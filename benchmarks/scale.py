@@ -31,7 +31,8 @@ about 100 MiB of Python objects while it is read), so its largest process grows 
 where a class-folder panel (ImageNet's layout) holds only file names.
 
 ``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
-thread each, ``--workers`` of them) instead of local processes; the cluster's workers are the
+thread each, ``--workers`` of them, dask's worker profiler off: it keeps an hour of stack samples,
+so a worker grows with the run's length) instead of local processes; the cluster's workers are the
 process tree's too (segment has no cluster placement: its ``--workers`` decoding threads stay in
 its process). ``--sizes`` picks the sizes (default 1000,10000; 100000 on a machine with the
 hours it takes: about an hour of extraction alone on two quiet cores). ``--stages`` picks the
@@ -321,8 +322,13 @@ def main() -> None:
     cluster = client = None
     pids: list[int] = []
     if args.dask:
+        import dask
         from distributed import Client, LocalCluster
 
+        # dask's own statistical profiler samples each worker's stack every 10 ms and keeps an
+        # hour of it: a worker's memory then grows with the run's length (decode at 100 k images: about
+        # 10 MiB a minute), whatever the task. Off, so that the record measures probe's memory.
+        dask.config.set({"distributed.worker.profile.enabled": False})
         cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
         pids = [int(p) for p in client.run(os.getpid).values()]
@@ -354,6 +360,7 @@ def main() -> None:
             "load": round(os.getloadavg()[0], 2),
             "dask": bool(args.dask),
             "cpu_counts": "the command's processes and the dask cluster's workers" if args.dask else "the command's processes",
+            **({"dask_worker_profiler": False} if args.dask else {}),
             "workers": args.workers,
             "stages": list(chosen),
             "views": VIEWS,
