@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.provenance import file_sha256
+from . import hash_files
+from .hash_files import ContentHashes
 
 INDEX = "panel-images.json"
 MEMO = "panel-hashes.json"
@@ -123,24 +128,25 @@ def clipped_to(ann: dict[str, Any], width: int, height: int) -> dict[str, Any]:
     return changed
 
 
-def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[dict[str, str], dict[str, list]]:
+def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[ContentHashes, dict[str, list]]:
     """(sha256 of each image file's bytes → its file name, the memo entries hashed afresh).
 
     A file is hashed again only when its size or modification time changed since the last read:
     ``panel-hashes.json`` in the cache root keeps each absolute path's [size, mtime_ns, sha256]
     (written by ``check_overlap`` once the panel passes), so reading an ImageNet-sized panel a
-    second time costs a stat per file, not 140 GB of reads.
+    second time costs a stat per file, not 140 GB of reads. The memo is read member by member
+    (``hash_files``): only this panel's entries are kept, as arrays.
     """
-    memo = _read_json(root / MEMO)
-    out, fresh = {}, {}
-    for name in names:
-        path = (folder / name).absolute()
-        stat = path.stat()
-        seen = memo.get(str(path))
-        if not (isinstance(seen, list) and len(seen) == 3 and seen[:2] == [stat.st_size, stat.st_mtime_ns]):
-            seen = fresh[str(path)] = [stat.st_size, stat.st_mtime_ns, file_sha256(path)]
-        out[seen[2]] = name
-    return out, fresh
+    paths = [str((folder / name).absolute()) for name in names]
+    size, mtime, found, digests = hash_files.memo_entries(root / MEMO, paths)
+    fresh = {}
+    for i, path in enumerate(paths):
+        stat = os.stat(path)
+        if not (found[i] and size[i] == stat.st_size and mtime[i] == stat.st_mtime_ns):
+            fresh[path] = [stat.st_size, stat.st_mtime_ns, file_sha256(Path(path))]
+            digests[i] = np.frombuffer(bytes.fromhex(fresh[path][2]), np.uint8)
+    del paths
+    return ContentHashes(digests, names), fresh
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -152,30 +158,47 @@ def _read_json(path: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: dict[str, str], fresh: dict[str, list] | None = None) -> None:
+def _shared_refusal(name: str, role: str, other: str, other_role: Any, count: int, mine: str, theirs: Any) -> ProbeError:
+    return ProbeError(
+        name,
+        f"({role}) shares {count} images with panel {other!r} ({other_role}), e.g. {mine!r} = {theirs!r} (same content)",
+        "remove the shared images from one panel: a panel of one role must not hold another's images",
+    )
+
+
+def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes, fresh: dict[str, list] | None = None) -> None:
     """Refuse images that a panel of another role holds too; then remember this panel's, and the
-    files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it)."""
+    files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it). The
+    index is read panel by panel into digest arrays (``hash_files.Index``); it is decoded whole
+    only when this panel's entry changes and is written again."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{INDEX}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         path = root / INDEX
-        index = _read_json(path)  # an unreadable index is rebuilt from the reads that follow
-        for other, seen in sorted(index.items()):
-            if other == panel_name or seen.get("role") == role:
+        index = hash_files.Index(path)  # an unreadable index is rebuilt from the reads that follow
+        for other, seen in sorted(index.panels.items()):
+            if other == panel_name or seen.fields.get("role") == role:
                 continue
-            shared = sorted(set(hashes) & set(seen.get("hashes", {})))
-            if shared:
-                first = shared[0]
-                raise ProbeError(
-                    panel_name,
-                    f"({role}) shares {len(shared)} images with panel {other!r} ({seen.get('role')}), e.g. {hashes[first]!r} = {seen['hashes'][first]!r} (same content)",
-                    "remove the shared images from one panel: a panel of one role must not hold another's images",
-                )
-        mine = index.get(panel_name, {})
-        kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
-        entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes}}
-        if index.get(panel_name) != entry:  # an unchanged panel's read writes nothing
-            write_json(path, {**index, panel_name: entry})
+            shared, mine, theirs = np.intersect1d(hashes.sorted, seen.sorted, assume_unique=True, return_indices=True)
+            if len(shared):
+                raise _shared_refusal(panel_name, role, other, seen.fields.get("role"), len(shared), hashes.name(mine[0]), index.name(seen, theirs[0]))
+        own = index.panels.get(panel_name)
+        unchanged = (
+            own is not None
+            and own.has_hashes
+            and set(own.fields) == {"role", "annotation_sha256"}
+            and own.fields["role"] == role
+            and own.fields["annotation_sha256"] == annotation_sha256
+            and index.same_names(own, hashes)
+        )
+        del index
+        if not unchanged:  # the old reading, and its bytes, where this panel's entry is written
+            whole_index = _read_json(path)
+            mine = whole_index.get(panel_name, {})
+            kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
+            entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes.as_dict()}}
+            if whole_index.get(panel_name) != entry:  # an unchanged panel's read writes nothing
+                write_json(path, {**whole_index, panel_name: entry})
         if fresh:
             write_json(root / MEMO, {**_read_json(root / MEMO), **fresh})
 
@@ -188,13 +211,9 @@ def check_apart(first: tuple[str, str, Path, list[str]], second: tuple[str, str,
         return
     hashes_a, _ = content_hashes(root, folder_a, names_a)
     hashes_b, _ = content_hashes(root, folder_b, names_b)
-    shared = sorted(set(hashes_a) & set(hashes_b))
-    if shared:
-        raise ProbeError(
-            name_b,
-            f"({role_b}) shares {len(shared)} images with panel {name_a!r} ({role_a}), e.g. {hashes_b[shared[0]]!r} = {hashes_a[shared[0]]!r} (same content)",
-            "remove the shared images from one panel: a panel of one role must not hold another's images",
-        )
+    shared, in_a, in_b = np.intersect1d(hashes_a.sorted, hashes_b.sorted, assume_unique=True, return_indices=True)
+    if len(shared):
+        raise _shared_refusal(name_b, role_b, name_a, role_a, len(shared), hashes_b.name(in_b[0]), hashes_a.name(in_a[0]))
 
 
 def forget(root: Path, panel_name: str) -> None:

@@ -312,7 +312,7 @@ def log_checked_read(
         command=command,
         checkpoint=checkpoint,
         unseal=unseal,
-        images_content_sha256=provenance.list_hash(sorted(hashes)),
+        images_content_sha256=hashes.list_hash(),
         **more,
     )
 
@@ -327,7 +327,7 @@ def log_coco_read(root: Path, panel: Panel, annotation_sha256: str, file_names: 
     if before_entry is not None:
         before_entry()
     names = sorted(clean_name(name) for name in file_names)
-    content = provenance.list_hash(sorted(hashes))
+    content = hashes.list_hash()
     where = {"panel": panel.name, "role": panel.role, "annotations": str(panel.annotations)}
     entry = log_read(root, **where, annotation_sha256=annotation_sha256, names=names, **read, images_content_sha256=content, clipped=clipped)
     if clipped:

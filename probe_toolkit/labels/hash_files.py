@@ -1,0 +1,315 @@
+"""The label-hygiene cache files (``panel-hashes.json``, ``panel-images.json``) read without a
+Python object per image: at 100 k images, ``json.loads`` of either kept tens of MiB of dicts and
+lists in every labelled command. The files keep their format (``hygiene`` writes them as before);
+here they are decoded one member at a time (``json.decoder.scanstring`` for keys,
+``JSONDecoder.raw_decode`` for values) and kept as sorted arrays of 32-byte digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from json.decoder import WHITESPACE, scanstring
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_DECODER = json.JSONDecoder()
+_CHUNK = 1024  # members decoded before their digests join the arrays
+_HEX = frozenset("0123456789abcdef")
+_TEXT = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes
+_INT = r"(-?(?:0|[1-9][0-9]*))"
+_MEMO_MEMBER = re.compile(_TEXT + r":\[" + _INT + "," + _INT + r',"([0-9a-f]{64})"\]')
+_HASH_MEMBER = re.compile(r'"([0-9a-f]{64})":' + _TEXT)
+
+
+def digest_bytes(text: Any) -> bytes | None:
+    """The 32 bytes of a lowercase sha256 hex text, as ``file_sha256`` writes it; else None."""
+    if isinstance(text, str) and len(text) == 64 and _HEX.issuperset(text):
+        return bytes.fromhex(text)
+    return None
+
+
+def _rows(digests: np.ndarray) -> np.ndarray:
+    """(n, 32) uint8 digests as one void value each (sorted bytewise, as their hex texts sort)."""
+    return np.ascontiguousarray(digests, dtype=np.uint8).view("V32").ravel()
+
+
+class ContentHashes:
+    """What ``hygiene.content_hashes`` found: each distinct content's sha256 → the file name holding
+    it (the last of several copies, as a dict filled in name order keeps), held as a sorted (m, 32)
+    digest array and an index into ``names``."""
+
+    def __init__(self, digests: np.ndarray, names: Sequence[str]):
+        rows = _rows(digests)
+        self._names = names
+        last_first = rows[::-1]
+        self.sorted, at = np.unique(last_first, return_index=True)  # sorted distinct digests
+        self._last = len(rows) - 1 - at  # the last name holding each
+        self._first = np.unique(rows, return_index=True)[1]  # where each first appears (a dict's order)
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def name(self, position: int) -> str:
+        """The file name of the ``position``-th digest in sorted order."""
+        return self._names[int(self._last[position])]
+
+    def hex(self, position: int) -> str:
+        return self.sorted[position].tobytes().hex()
+
+    def list_hash(self) -> str:
+        """``provenance.list_hash(sorted(digests as hex))``: the images' content identity."""
+        out = hashlib.sha256()
+        for i in range(len(self.sorted)):
+            out.update((("\n" if i else "") + self.hex(i)).encode())
+        return out.hexdigest()
+
+    def as_dict(self) -> dict[str, str]:
+        """The dict ``content_hashes`` used to return (first-seen order, last name): only for writing."""
+        order = np.argsort(self._first, kind="stable")
+        return {self.hex(int(i)): self.name(int(i)) for i in order}
+
+
+def _skip(text: str, i: int) -> int:
+    return WHITESPACE.match(text, i).end()
+
+
+def members(text: str, i: int) -> Iterator[tuple[str, int]]:
+    """Each member of the JSON object starting at ``text[i]``: (key, where its value starts). The
+    caller hands back where the value ended (``send``); ValueError where the text is not JSON."""
+    i = _skip(text, i)
+    if text[i : i + 1] != "{":
+        raise ValueError("not an object")
+    i = _skip(text, i + 1)
+    if text[i : i + 1] == "}":
+        return i + 1
+    while True:
+        if text[i : i + 1] != '"':
+            raise ValueError("a key is not a string")
+        key, i = scanstring(text, i + 1)
+        i = _skip(text, i)
+        if text[i : i + 1] != ":":
+            raise ValueError("no colon")
+        end = yield key, _skip(text, i + 1)
+        i = _skip(text, end)
+        if text[i : i + 1] == "}":
+            return i + 1
+        if text[i : i + 1] != ",":
+            raise ValueError("no comma")
+        i = _skip(text, i + 1)
+
+
+def walk(text: str, i: int, each) -> int:
+    """Call ``each(key, value_start)`` (which returns where the value ended) for every member of the
+    object at ``text[i]``; return where the object ends."""
+    it = members(text, i)
+    try:
+        key, start = next(it)
+        while True:
+            key, start = it.send(each(key, start))
+    except StopIteration as stop:
+        return stop.value
+
+
+def whole(text: str, end: int) -> None:
+    """Refuse text after the top-level value, as ``json.loads`` does."""
+    if _skip(text, end) != len(text):
+        raise ValueError("extra data")
+
+
+def _plain(pattern: re.Pattern, text: str, i: int, take) -> int | None:
+    """Where the object at ``text[i]`` ends when it is only ``pattern``'s members, written compact
+    (as ``write_json`` writes them), handing ``take`` the matches a chunk at a time; None where it
+    has another form (the caller then undoes what it took and reads it member by member)."""
+    if text[i : i + 1] != "{":
+        return None
+    pos = i + 1
+    if text[pos : pos + 1] == "}":
+        return pos + 1
+    chunk: list[re.Match] = []
+    for found in pattern.finditer(text, pos):
+        if found.start() != pos:
+            return None
+        chunk.append(found)
+        pos = found.end()
+        if text[pos : pos + 1] == "}":
+            take(chunk)
+            return pos + 1
+        if text[pos : pos + 1] != ",":
+            return None
+        pos += 1
+        if len(chunk) >= _CHUNK:
+            take(chunk)
+            chunk = []
+    return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text() if path.is_file() else None
+    except ValueError:  # undecodable bytes: json.loads of the text would have failed too
+        return None
+
+
+def memo_entries(path: Path, wanted: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each path text in ``wanted``: size and mtime_ns (int64), found (bool) and an (n, 32) digest
+    array, from the memo's members of the form [int, int, sha256 hex] (the last where a key repeats);
+    a path with no such member is not ``found``. An unreadable memo finds nothing (as before)."""
+    n = len(wanted)
+    keys = np.array([w.encode("utf-8", "surrogatepass") for w in wanted], dtype=bytes) if n else np.zeros(0, "S1")
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    size, mtime, found = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool)
+    digests = np.zeros((n, 32), np.uint8)
+    text = _read_text(path)
+    if text is None or not n:
+        return size, mtime, found, digests
+
+    def take(chunk: list[re.Match]) -> None:
+        got = np.array([m[1].encode("utf-8", "surrogatepass") for m in chunk], dtype=bytes)
+        lo, hi = np.searchsorted(ordered, got, "left"), np.searchsorted(ordered, got, "right")
+        for j in np.flatnonzero(hi > lo):
+            match, at = chunk[j], order[lo[j] : hi[j]]
+            small = all(-(2**63) <= int(v) < 2**63 for v in match.group(2, 3))
+            found[at] = small
+            if small:
+                size[at], mtime[at] = int(match[2]), int(match[3])
+                digests[at] = np.frombuffer(bytes.fromhex(match[4]), np.uint8)
+
+    try:
+        end = _plain(_MEMO_MEMBER, text, 0, take)
+        if end is not None:
+            whole(text, end)
+            return size, mtime, found, digests
+    except ValueError:
+        pass
+    found[:] = False  # another layout: member by member
+    pending: list[tuple[str, Any]] = []
+
+    def flush() -> None:
+        got = np.array([k.encode("utf-8", "surrogatepass") for k, _ in pending], dtype=bytes)
+        lo, hi = np.searchsorted(ordered, got, "left"), np.searchsorted(ordered, got, "right")
+        for j in np.flatnonzero(hi > lo):
+            value = pending[j][1]
+            at = order[lo[j] : hi[j]]
+            usable = isinstance(value, list) and len(value) == 3 and all(type(v) is int and -(2**63) <= v < 2**63 for v in value[:2])
+            digest = digest_bytes(value[2]) if usable else None
+            found[at] = digest is not None
+            if digest is not None:
+                size[at], mtime[at] = value[0], value[1]
+                digests[at] = np.frombuffer(digest, np.uint8)
+        pending.clear()
+
+    def each(key: str, start: int) -> int:
+        value, end = _DECODER.raw_decode(text, start)
+        pending.append((key, value))
+        if len(pending) >= _CHUNK:
+            flush()
+        return end
+
+    try:
+        whole(text, walk(text, 0, each))
+        if pending:
+            flush()
+    except (ValueError, IndexError):
+        found[:] = False
+    return size, mtime, found, digests
+
+
+class Panel:
+    """One panel of ``panel-images.json`` as read: its role and annotation hash (as decoded, or
+    absent), whether it has other fields, its digests sorted (``sorted``) with where each one's name
+    starts in the text, and whether its hashes were all [sha256 hex → name text] without repeats."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        self.sorted = np.zeros(0, "V32")
+        self.starts = np.zeros(0, np.int64)
+        self.plain = True  # hashes: an object of distinct hex digests → strings
+        self.has_hashes = False
+
+
+class Index:
+    """``panel-images.json`` decoded panel by panel; its text is kept for the names asked for."""
+
+    def __init__(self, path: Path):
+        self.panels: dict[str, Panel] = {}
+        self.text = _read_text(path) or ""
+        if not self.text:
+            return
+        try:
+            whole(self.text, walk(self.text, 0, self._panel))
+        except (ValueError, IndexError):
+            self.panels = {}  # an unreadable index is rebuilt from the reads that follow (as before)
+
+    def _panel(self, name: str, start: int) -> int:
+        panel = self.panels[name] = Panel()  # a repeated panel: the last one counts, as json.loads keeps it
+
+        def field(key: str, at: int) -> int:
+            if key == "hashes":
+                panel.has_hashes = True
+                if self.text[at : at + 1] == "{":
+                    return self._hashes(panel, at)
+                panel.plain = False
+            value, end = _DECODER.raw_decode(self.text, at)
+            panel.fields[key] = value
+            return end
+
+        if self.text[_skip(self.text, start) : _skip(self.text, start) + 1] != "{":
+            raise ValueError("a panel is not an object")
+        return walk(self.text, start, field)
+
+    def _hashes(self, panel: Panel, at: int) -> int:
+        parts: list[bytes] = []
+        starts: list[np.ndarray] = []
+
+        def take(chunk: list[re.Match]) -> None:
+            parts.append(bytes.fromhex("".join(m[1] for m in chunk)))
+            starts.append(np.fromiter((m.start(2) - 1 for m in chunk), np.int64, len(chunk)))
+
+        end = _plain(_HASH_MEMBER, self.text, at, take)
+        if end is not None:
+            self._keep(panel, b"".join(parts), np.concatenate(starts) if starts else np.zeros(0, np.int64))
+            return end
+        return self._hashes_slowly(panel, at)
+
+    def _keep(self, panel: Panel, digests: bytes, starts: np.ndarray) -> None:
+        rows = np.frombuffer(digests, np.uint8).reshape(-1, 32)
+        distinct, where = np.unique(_rows(rows)[::-1], return_index=True)  # a repeated key: the last counts
+        if len(distinct) != len(starts):
+            panel.plain = False
+        panel.sorted = distinct
+        panel.starts = starts[::-1][where]
+
+    def _hashes_slowly(self, panel: Panel, at: int) -> int:
+        digests: list[bytes] = []
+        starts: list[int] = []
+
+        def each(key: str, start: int) -> int:
+            digest = digest_bytes(key)
+            if digest is None or self.text[start : start + 1] != '"':
+                panel.plain = False
+            if digest is not None:
+                digests.append(digest)
+                starts.append(start)
+            return _DECODER.raw_decode(self.text, start)[1]
+
+        end = walk(self.text, at, each)
+        self._keep(panel, b"".join(digests), np.asarray(starts, np.int64))
+        return end
+
+    def name(self, panel: Panel, position: int) -> Any:
+        """The name (as decoded) of the ``position``-th of ``panel``'s sorted digests."""
+        return _DECODER.raw_decode(self.text, int(panel.starts[position]))[0]
+
+    def same_names(self, panel: Panel, hashes: ContentHashes) -> bool:
+        """Whether ``panel`` holds every digest of ``hashes`` under the same name."""
+        at = np.searchsorted(panel.sorted, hashes.sorted)
+        inside = at < len(panel.sorted)
+        if not inside.all() or not (panel.sorted[at[inside]] == hashes.sorted).all():
+            return False
+        return all(self.name(panel, int(a)) == hashes.name(i) for i, a in enumerate(at))
