@@ -39,7 +39,7 @@ hours it takes: about an hour of extraction alone on two quiet cores). ``--stage
 commands (default all five; extract runs first where a size has no store yet, as the others read it)
 and the record holds only those.
 
-    python benchmarks/scale.py [--root /tmp/probe-scale] [--sizes 1000,10000] [--stages knn,decode] [--dask] [--record]
+    python benchmarks/scale.py [--root /tmp/probe-scale] [--sizes 1000,10000] [--stages knn,decode] [--again] [--dask] [--record]
 """
 
 from __future__ import annotations
@@ -185,8 +185,10 @@ def timed(args: list[str], env: dict, also: list[int] | None = None) -> dict:
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak, 1), "process_peak_mib": round(largest, 1)}
 
 
-def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | None, cluster_pids: list[int], chosen: tuple[str, ...] = STAGES) -> dict:
-    """Every stage at one size; a stage whose result is in ``stages.json`` is not run again."""
+def run_size(
+    root: Path, n: int, env: dict, workers: int, dask_address: str | None, cluster_pids: list[int], chosen: tuple[str, ...] = STAGES, again: bool = False
+) -> dict:
+    """Every stage at one size; a stage whose result is in ``stages.json`` is not run again (unless ``again`` and chosen)."""
     from dataclasses import replace
 
     from probe_toolkit.demo.samples import TINY, write_checkpoint
@@ -276,7 +278,7 @@ def run_size(root: Path, n: int, env: dict, workers: int, dask_address: str | No
     if dask_address:
         stages.setdefault("extract", json.loads((folder / "stages.json").read_text())["extract"] if (folder / "stages.json").exists() else None)
     for name, (args, images) in plan.items():
-        if stages.get(name) or (name not in chosen and (name != "extract" or (folder / "store.zarr").exists())):
+        if (stages.get(name) and not (again and name in chosen)) or (name not in chosen and (name != "extract" or (folder / "store.zarr").exists())):
             continue
         found = timed(args, env, cluster_pids if dask_address and name != "extract" else None)
         stages[name] = {
@@ -303,11 +305,13 @@ def main() -> None:
             "dask": "knn, decode and hummingbird on a local dask cluster",
             "workers": "local processes or dask workers",
             "stages": f"comma-separated commands of {','.join(STAGES)} (a size's finished ones are read back)",
+            "again": "run the chosen stages again where a size has them (after a change to the code they run)",
         },
         RECORDS,
         root="/tmp/probe-scale",
         sizes="1000,10000",
         stages=",".join(STAGES),
+        again=False,
         dask=False,
         workers=2,
         note="",
@@ -333,7 +337,7 @@ def main() -> None:
         client = Client(cluster)
         pids = [int(p) for p in client.run(os.getpid).values()]
     try:
-        results = [run_size(root, n, env, args.workers, cluster.scheduler_address if cluster else None, pids, chosen) for n in sizes]
+        results = [run_size(root, n, env, args.workers, cluster.scheduler_address if cluster else None, pids, chosen, args.again) for n in sizes]
     finally:
         if client is not None:
             client.close()
