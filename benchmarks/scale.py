@@ -26,9 +26,10 @@ which is fewer on a small set (k-NN's 200 val images of the 1 k set are one bloc
 command's own process; 2,000 are two, on two workers), so the flat-scale target holds each
 per-image time and each process's peak within 1.3× from 1 k to 100 k. k-NN's exact search is O(train) per query: its per-image time grows with the set by
 design (a few microseconds per train image here), and is printed, not held to the target; its
-panels here are COCO files, which are parsed whole (json: the 100 k set's train file is 15 MB,
-about 100 MiB of Python objects while it is read), so its largest process grows with the set
-where a class-folder panel (ImageNet's layout) holds only file names.
+panels here are COCO files, read an entry at a time keeping each image's class
+(``labels/coco_classes.py``), and the label-hygiene files (``labels/hash_files.py``) likewise; what
+its command still holds after the search (the val and train ids and classes, the heap it freed)
+grows with the set, and its peak comes while it builds its record on top of that.
 
 ``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
 thread each, ``--workers`` of them, dask's worker profiler off: it keeps an hour of stack samples,
