@@ -219,7 +219,7 @@ def test_the_cache_files_are_read_without_an_object_per_image(tmp_path):
 def test_files_of_another_layout_are_read_member_by_member_with_the_same_answers(world, tmp_path, layout):
     folder, names, cache = world
     _new(cache, folder, names[:20], "tr", "train", "ann1")
-    odd = folder / 'c0' / 'é "q".png'
+    odd = folder / "c0" / 'é "q".png'
     odd.write_bytes(b"odd")
     for name in ("panel-images.json", "panel-hashes.json"):
         found = json.loads((cache / name).read_text())
