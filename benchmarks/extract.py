@@ -23,6 +23,9 @@ must not share a process with the probe). The probe side runs under the command 
 (``probe`` pins glibc's mmap threshold at start-up, ``infra.memory.keep_memory_flat``; extraction
 then reuses its blocks, ``infra.memory.reusing_blocks``). ``--bare-reuse`` gives the bare side
 the same block reuse, which leaves the probe's own costs beside the forward.
+On the CPU the probe's forward pass runs as one single-threaded stream per torch thread, each on
+its share of a batch (``store.streams``); the bare side is timm's forward as a user calls it, every
+operation split over torch's threads.
 
     python benchmarks/extract.py [--arch vit-s16|vit-s8|vit-b16|vit-b8|dinov2-s14-reg|dinov3-s16|dinov3-b16|...] [--full] [--threads 1] [--record]
     python benchmarks/extract.py --decoding [--images-224 96] [--rounds 3]

@@ -15,11 +15,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+
+_HELD = threading.Lock()
 
 
 def hold(fd: int) -> None:
-    os.write(fd, b"held")
-    os.close(fd)
+    """Say ``held`` once (the forward pass may run on several threads, ``store.streams``), then wait."""
+    if _HELD.acquire(blocking=False):
+        os.write(fd, b"held")
+        os.close(fd)
     while True:  # until the test kills this process; a signal handler that raises ends the wait
         signal.pause()
 

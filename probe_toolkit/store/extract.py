@@ -12,7 +12,9 @@ the forward pass (the first run already while the checkpoint is read); where the
 leaves cores free (beside a GPU), images are decoded by several processes and several runs
 written at once by others (``extract_load.host_pool``; pixels and the device's copies cross as
 shared memory, ``writer.SharedBuffers``), so that the loop launching the network's kernels does
-not wait on Python's lock; on a CPU-only machine these are threads. Neither ever changes a
+not wait on Python's lock; on a CPU-only machine these are threads, and the forward pass runs as
+one single-threaded stream per torch thread, each on its share of a batch (``store.streams``), so
+that a core lent to them does not hold the others at every operation. None of this ever changes a
 stored value. An image is marked done only when every value of its arrays is finite.
 """
 
@@ -40,6 +42,7 @@ from .create import create_store, lock_file
 from .extract_forward import finite_images, resolve_device, view_data
 from .extract_load import Loaded, decoder_processes, decoder_threads, host_pool, load_run, pixel_bytes, shared_memory_room
 from .extract_plan import OnError, Settings, at_least, build_manifest, kept_layout, native_grids, plan_arrays
+from .streams import Streams, cpu_streams
 from .writer import SharedBuffers, chunk_ranges, shared_tensors, shared_views, write_in_process
 
 SAVERS = 4  # runs compressed and written at once, at most (and at most one per decoding thread)
@@ -229,7 +232,12 @@ def extract(
 
         report.seconds["setup"] = time.perf_counter() - started
         try:
-            with ThreadPoolExecutor(1) as loader, host_pool(savers, writing, "probe-write") as saver, bar("images", quiet) as progress:
+            with (
+                ThreadPoolExecutor(1) as loader,
+                host_pool(savers, writing, "probe-write") as saver,
+                bar("images", quiet) as progress,
+                Streams(backbone, cpu_streams(torch_device)) as streams,
+            ):
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
@@ -247,7 +255,9 @@ def extract(
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
                         wanted = {name: spec for name, spec in stored.items() if layout.unit_of(name) in lacking and layout.view_of(name) == view}
-                        data = view_data(backbone, loaded, view, wanted, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None)
+                        data = view_data(
+                            backbone, loaded, view, wanted, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None, streams=streams
+                        )
                         ok = ~loaded.failed[view]
                         good = finite_images(data, wanted, grids[view][0][start:stop], grids[view][1][start:stop], ok, checkpoint.arch.prefix)
                         for i in np.flatnonzero(ok & ~good):

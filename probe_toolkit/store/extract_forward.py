@@ -16,6 +16,7 @@ from .architectures import Arch
 from .backbone import Backbone
 from .extract_load import Loaded
 from .extract_plan import Settings
+from .streams import Streams
 from .taps import Capture, Taps
 from .writer import SharedBuffers
 
@@ -160,13 +161,15 @@ def forward_view(
     tick: Callable[[int], None],
     shared: SharedBuffers | None = None,
     overlap: bool | None = None,
+    streams: Streams | None = None,
 ) -> dict[str, np.ndarray]:
     """Forward one view of some images in batches; returns the arrays ``names`` (of that view).
     ``shared``: each array is copied from the device, batch by batch, into one shared-memory
     tensor of the whole run (taken from ``shared``), which a writing process then reads without
     a copy (``writer.shared_views``); the same values. Statistics stay float32 (``arrays.STATS_DTYPE``).
     On a GPU each batch's arrays come back while the next batch computes (``Copies``; ``overlap``
-    False: one after the other, as on the CPU)."""
+    False: one after the other, as on the CPU). ``streams``: each batch's images shared out over
+    single-threaded streams (``store.streams``, the CPU's); the same values."""
     taps = taps_for(names, backbone.arch)
     parts: dict[str, list[np.ndarray]] = {}
     whole: dict[str, torch.Tensor] = {}
@@ -186,11 +189,13 @@ def forward_view(
                 whole[name] = shared.take((pixels.shape[0], *value.shape[1:]), value.dtype)
             whole[name][start : start + value.shape[0]].copy_(value)
 
+    def arrays_of(model: Backbone, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        capture = model.capture(batch, taps)
+        return {name: stored(name, cut(capture, name, model.arch)) for name in names}
+
     for start in range(0, pixels.shape[0], batch_size):
-        batch = pixels[start : start + batch_size]
-        capture = backbone.capture(copies.pixels(batch), taps)
-        copies.send(start, {name: stored(name, cut(capture, name, backbone.arch)) for name in names}, deliver)
-        del capture
+        batch = copies.pixels(pixels[start : start + batch_size])
+        copies.send(start, arrays_of(backbone, batch) if streams is None else streams.run(batch, arrays_of), deliver)
         tick(batch.shape[0])
     copies.flush(deliver)
     if shared is not None:
@@ -216,13 +221,14 @@ def view_data(
     device: torch.device,
     tick,
     shared: SharedBuffers | None = None,
+    streams: Streams | None = None,
 ) -> dict[str, np.ndarray]:
     """One view's arrays (those of ``plan`` that belong to it, in any of its parts) for the ``n``
-    images of a run: NaN rows where an image has no value (``shared``: see ``forward_view``)."""
+    images of a run: NaN rows where an image has no value (``shared``, ``streams``: see ``forward_view``)."""
     names = [name for name in plan if layout.view_of(name) == view]
     if view not in images.OWN_SIZE:
         where, pixels = loaded.fixed[view]
-        out = forward_view(backbone, pixels, names, settings, batch_size, device, tick, shared) if pixels is not None else {}
+        out = forward_view(backbone, pixels, names, settings, batch_size, device, tick, shared, streams=streams) if pixels is not None else {}
         if len(where) == n and sorted(out) == sorted(names) and all(out[k].shape == (n, *plan[k][1]) for k in names):
             return out  # every image decoded: the arrays as they come, no NaN-filled copy
         data = {name: _blank(plan, name, n, settings) for name in names}
@@ -235,7 +241,7 @@ def view_data(
         shapes.setdefault(tuple(tensor.shape), []).append((i, tensor))
     for group in shapes.values():  # one batch shape per grid: images of one size forward together
         where = [i for i, _ in group]
-        out = forward_view(backbone, torch.stack([t for _, t in group]), names, settings, batch_size, device, tick)
+        out = forward_view(backbone, torch.stack([t for _, t in group]), names, settings, batch_size, device, tick, streams=streams)
         for name, values in out.items():
             corner = tuple(slice(0, size) for size in values.shape[1:])  # padded along its patch (and token) axes
             for row, i in enumerate(where):
