@@ -335,18 +335,31 @@ def test_the_photographs_check_gathers_the_stores_ids_once(voc, monkeypatch):
 def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):
     """Blocks of val views, of bank rows (``work_memory`` 16 MiB: 512 rows of products per block),
     portions of memory views and of label maps of any size (the memory built two views at a time,
-    the maps decoded two at a time), on 1 or 2 workers: the same numbers."""
+    the maps decoded two at a time), on 1 or 2 workers: the same numbers. The two workers are
+    forked before the train labels are read (a forked worker starts as a copy of the command's
+    memory) and gone before the val labels are."""
+    import multiprocessing
+
     from probe_toolkit import run
     from probe_toolkit.commands import hummingbird as command
     from probe_toolkit.commands import hummingbird_memory
     from probe_toolkit.labels import label_maps
+    from probe_toolkit.protocols.context import RunContext
 
     root, year, store, labels, _ = voc
     first = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=1)
-    monkeypatch.setattr(command, "QUERY_BLOCK", 3)
+    monkeypatch.setattr(command, "QUERY_BLOCK", 1)  # three blocks of the three val views: both workers search
     monkeypatch.setattr(hummingbird_memory, "READ_BLOCK", 2)
     monkeypatch.setattr(label_maps, "PORTION", 2)
+    reads, read, others = [], RunContext.read, len(multiprocessing.active_children())
+
+    def counted(self, role, *args, **kwargs):  # the command's worker processes alive at each label read
+        reads.append((role, len(multiprocessing.active_children()) - others))
+        return read(self, role, *args, **kwargs)
+
+    monkeypatch.setattr(RunContext, "read", counted)
     second = run("hummingbird", store, train="voc-train", val="voc-val", memory=(100, None), cache_dir=root / "cache", workers=2, work_memory=16)
+    assert reads == [("train", 2), ("val", 0)]
     a, b = (records.load(store, "hummingbird", r.run_id) for r in (first, second))
     for name in ("confusion", "prediction", "miou", "miou_hungarian", "bank_rows"):
         assert np.array_equal(a[name].values, b[name].values), name

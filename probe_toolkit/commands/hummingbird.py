@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,8 @@ import numpy as np
 
 from ..analyses import hummingbird as hb
 from ..infra.errors import ProbeError
-from ..infra.memory import reusing_blocks
-from ..infra.runner import map_images
+from ..infra.memory import keep_memory_flat, reusing_blocks
+from ..infra.runner import Where, map_images, process_pool
 from ..infra.settings import SettingError
 from ..infra.shared import spooled
 from ..labels import ade_segmentation, voc_segmentation
@@ -54,6 +54,8 @@ from .panel_stores import locate, panel_ids
 from .runs import result_provenance
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     import xarray as xr
 
 QUERY_BLOCK = 2  # val views per worker task (any value gives the same numbers)
@@ -120,6 +122,22 @@ def _ordered(read, store_ids: Sequence[str], panel: Panel) -> tuple[list[str], n
     ids = np.array(read.ids, dtype=str)
     by_name = np.argsort(ids, kind="stable")
     return names, by_name[np.searchsorted(ids[by_name], np.array(names, dtype=str))]
+
+
+@contextmanager
+def _search_workers(where: Where, blocks: int, device: str | None) -> Iterator[ProcessPoolExecutor | None]:
+    """The search's local workers, forked now (a fork pool forks every worker at its first task):
+    a forked worker starts as a copy of this process, which from the train labels' read on holds
+    per-image data the workers never use. None where ``map_images`` makes the pool as before: one
+    block, a cluster, or a torch search (whose workers are spawned once torch is loaded)."""
+    if where.client is not None or device is not None:
+        yield None
+        return
+    keep_memory_flat()  # the workers inherit the command's malloc settings, as map_images sets them
+    with process_pool(min(where.workers, blocks), torch_free=True) as pool:  # torch_free: forked
+        if pool is not None:
+            pool.submit(int).result()
+        yield pool
 
 
 def soft_labels(values: np.ndarray, **search) -> dict[str, np.ndarray]:
@@ -202,16 +220,17 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
     norm = parts.final_norm(meta, store)
     checkpoint = str((meta.get("checkpoint") or {}).get("sha256", "?"))
 
-    train_read = context.read("train", layout.read_label_maps, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids)
-    names, order = _ordered(train_read, train_ids, train_panel)
-    memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
     values = {"values": cache.require(val_ds, f"tokens_{query_view}").sel(image=list(val_ids))}  # checked, and a cluster's workers read it themselves
     query_block = DEVICE_QUERY_BLOCK if device not in (None, "cpu") else QUERY_BLOCK
     which, (a, b) = shards.share(context.shard(), len(val_ids), QUERY_BLOCK)  # every val image when not sharded
     folder = records.results_path(train_ds.attrs.get("store") or store, "")
     bank_rows, n_classes = [rows for _, rows in plan], len(classes)
-    progress = context.task("hummingbird", (b - a) * len(settings.memory))
     with ExitStack() as files, context.placed() as where:
+        pool = files.enter_context(_search_workers(where, -(-(b - a) // query_block), device))  # before the label reads: forked small
+        train_read = context.read("train", layout.read_label_maps, purpose="hummingbird: memory", checkpoint=checkpoint, images=train_ids)
+        names, order = _ordered(train_read, train_ids, train_panel)
+        memory_source = MemorySource(train_ds, list(train_ids), train_read.maps, order, names, tuple(memory_views), grid, cut, norm, len(classes))
+        progress = context.task("hummingbird", (b - a) * len(settings.memory))
         soft = []  # per memory size: every val patch's soft labels, spooled to a file as the blocks come
         for size in settings.memory:
             spool = files.enter_context(spooled((b - a, grid * grid, n_classes), np.float32, folder, f"hbird-soft-{memory_name(size)}"))
@@ -239,10 +258,13 @@ def run(inputs: Inputs, settings: HummingbirdSettings, context: RunContext) -> H
                             torch_free=device is None,
                             each=lambda _a, _b, part, spool=spool: spool.append(part["soft"]),
                             keep=False,
+                            pool=pool,
                         )
                 finally:
                     search_torch.forget()
             soft.append(spool.shared())
+        if pool is not None:
+            pool.shutdown()  # the search is done: no idle worker waits through the scoring
         train_entry = train_read.entry_id
         del train_read, memory_source, names, order  # every memory is built: the train maps' files, digests and names go before the val read
 

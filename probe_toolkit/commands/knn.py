@@ -52,7 +52,7 @@ from ..results import records
 from ..results.knn_report import KnnReport, view_text
 from ..store import cache, images, parts
 from ..store.completion import computed_on
-from .panel_stores import locate, panel_ids
+from .panel_stores import locate, panels_ids
 from .runs import result_provenance
 
 if TYPE_CHECKING:
@@ -125,8 +125,8 @@ def shard_nearest(
     shard: tuple[int, int],
     fn,
     values: dict[str, StoreArray],
-    val_ids: list[str],
-    train_ids: list[str],
+    val_ids: Sequence[str],
+    train_ids: Sequence[str],
     feature: str,
     view: str,
     k: int,
@@ -145,7 +145,7 @@ def shard_nearest(
         near = {"similarity": np.zeros((0, k), np.float32), "neighbour": np.zeros((0, k), np.int64)}
     import xarray as xr
 
-    part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": val_ids[a:b]})
+    part = xr.Dataset({name: (("image", "rank"), array) for name, array in near.items()}, coords={"image": [str(i) for i in val_ids[a:b]]})
     identity = {"feature": feature, "view": view, "k": int(k), "train_sha256": shards.images_sha256(train_ids), "images_sha256": shards.images_sha256(val_ids)}
     whole, missing = shards.gather(store, "knn", which, part, identity)
     if whole is None:
@@ -198,7 +198,7 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     ks = tuple(NB_KNN if settings.ks is None else settings.ks)
     train_panel, val_panel = context.panel("train"), context.panel("val")  # roles and seals checked before the run
     store = inputs.store
-    panels = [(train_panel, panel_ids(train_panel)), (val_panel, panel_ids(val_panel))]
+    panels = list(zip((train_panel, val_panel), panels_ids((train_panel, val_panel))))
     ks, narrowed = fitting_ks(ks, len(panels[0][1]), train_panel.name, given)
     if train_panel.kind == val_panel.kind == "classes":  # class folders: every image is the panel's, known without a label
         from ..labels import hygiene
@@ -228,6 +228,14 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
         context.note(narrowed)
     ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
+    counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
+    rules = {"train": train_labels.rule, "val": val_labels.rule}
+    train_classes, name = train_labels.labels, source.name
+    # The ids kept as fixed-width text (what the record's coordinates hold), the rest let go: the
+    # folder's listing and the labels' ids are a Python string per image, which the search and the
+    # record's step (xarray's import) would otherwise sit on.
+    train_ids, val_ids = np.asarray(train_ids), np.asarray(val_ids)
+    del panels, source, train_labels, val_labels, train_found, val_found
     temperature = float(settings.temperature)
     on_gpu = device not in (None, "cpu")
     test_block = knn.DEVICE_TEST_BLOCK if on_gpu else knn.TEST_BLOCK
@@ -251,15 +259,32 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
             else:
                 near, missing = shard_nearest(store, context.shard(), fn, values, val_ids, train_ids, chosen, view, ks[-1], where, progress, test_block, device is None)
                 if near is None:  # a shard that finished before the others
-                    return context.finish(KnnReport(store, source.name, None, chosen, classes, {}, ledger, temperature, view, missing))
+                    return context.finish(KnnReport(store, name, None, chosen, classes, {}, ledger, temperature, view, missing))
         finally:
             search_torch.forget()
     width = knn.vote_width(len(classes))
-    ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_labels.labels, len(classes), ks, temperature, width)
+    ranked = knn.ranked_votes(near["similarity"], near["neighbour"], train_classes, len(classes), ks, temperature, width)
     result = knn.scored(ks, ranked, val_targets, len(classes), near["neighbour"], near["similarity"], min(5, ks[-1]))
     family = str(meta.get("arch", {}).get("family", "vit"))
     text = describe(chosen, str((meta.get("checkpoint") or {}).get("path", "?")), family)
-    counts = {"train": n_train, "val": len(val_ids), "classes": len(classes), "val_dropped": val_labels.dropped, "train_dropped": train_labels.dropped}
+    attrs = {  # before xarray's import: the provenance reads the store's ids, a transient of their own
+        "feature": chosen,
+        "feature_text": text,
+        "view": view,
+        "view_text": view_text(view),
+        "temperature": temperature,
+        "ledger": ledger,
+        "panels": {
+            "train": {"name": train_panel.name, "role": train_panel.role, "rule": rules["train"]},
+            "val": {"name": val_panel.name, "role": val_panel.role, "rule": rules["val"]},
+        },
+        "counts": counts,
+        "source": SOURCES.get(family, SOURCE),
+        "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
+        "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
+        "provenance": result_provenance(train_ds, context.command),
+        "computed_on": computed_on(store, val_ids, scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored (`probe table` groups by them)
+    }
     import xarray as xr
 
     ds = xr.Dataset(
@@ -273,22 +298,4 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         },
         coords={"k": list(ks), "image": val_ids, "train_image": train_ids, "class": classes},
     )
-    attrs = {
-        "feature": chosen,
-        "feature_text": text,
-        "view": view,
-        "view_text": view_text(view),
-        "temperature": temperature,
-        "ledger": ledger,
-        "panels": {
-            "train": {"name": train_panel.name, "role": train_panel.role, "rule": train_labels.rule},
-            "val": {"name": val_panel.name, "role": val_panel.role, "rule": val_labels.rule},
-        },
-        "counts": counts,
-        "source": SOURCES.get(family, SOURCE),
-        "search": f"exact: float32 rounding of float64 products, running top-{ks[-1]}, equal cosines by train index ({'torch on ' + device if device else 'numpy'})",
-        "stores": {"train": str(train_ds.attrs.get("store") or store), "val": str(val_ds.attrs.get("store") or store)},  # where each panel's images were read
-        "provenance": result_provenance(train_ds, context.command),
-        "computed_on": computed_on(store, val_ids, scope="panel", read_from=val_ds.attrs.get("store") or store),  # the val images scored (`probe table` groups by them)
-    }
-    return context.finish(KnnReport(store, source.name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))
+    return context.finish(KnnReport(store, name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))

@@ -84,6 +84,21 @@ def panel_ids(panel: Panel) -> list[str]:
     return images.image_ids(panel.images)
 
 
+def panels_ids(panels: Sequence[Panel]) -> list[list[str]]:
+    """Each panel's ``panel_ids``, a folder listed once: panels whose images are their whole folder
+    (COCO, class folders) and share it get the same list (100 k ids are 100 k Python strings)."""
+    from ..labels import nyu, voc_layout
+
+    def listing(panel: Panel) -> tuple[str, Any]:  # what decides the ids a panel lists
+        return ("split", panel.name) if panel.kind in (voc_layout.KIND, nyu.KIND) else ("folder", panel.images)
+
+    listed: dict[tuple[str, Any], list[str]] = {}
+    for panel in panels:
+        if listing(panel) not in listed:
+            listed[listing(panel)] = panel_ids(panel)
+    return [listed[listing(panel)] for panel in panels]
+
+
 def wanted_ids(ds: xr.Dataset | StoreData, panel: Panel, ids: Sequence[str]) -> list[str] | None:
     """The ids a panel's images have in this store, or None when it was extracted from another folder.
 

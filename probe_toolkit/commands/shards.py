@@ -12,7 +12,7 @@ its shares in its output folder.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +32,11 @@ def share(shard: tuple[int, int] | None, n_images: int, block: int) -> tuple[tup
     return which, shard_range(n_images, block, which)
 
 
-def images_sha256(ids: list[str]) -> str:
+def images_sha256(ids: Iterable[str]) -> str:
     """The identity of the image list the shards split (a hash: an attribute stays small)."""
-    import hashlib
+    from ..infra.provenance import list_hash
 
-    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    return list_hash(ids)
 
 
 def collect(shard: tuple[int, int], save: Callable[[], Any], load: Callable[[int], Any], matches: Callable[[Any], bool]) -> tuple[list, list[int]]:

@@ -297,6 +297,7 @@ def map_images(
     torch_free: bool = False,
     each: Callable[[int, int, dict[str, np.ndarray]], None] | None = None,
     keep: bool = True,
+    pool: ProcessPoolExecutor | None = None,
 ) -> dict[str, np.ndarray]:
     """``fn`` over the images of lazily opened arrays (xarray, dim ``image`` first), in order.
 
@@ -306,7 +307,7 @@ def map_images(
     whatever the worker count, for an ``fn`` whose batched math (a matmul over the block) could
     round differently on another block shape. ``torch_free``: ``fn`` computes nothing with
     torch, so local workers may be forked even once torch is loaded (``process_pool``). ``each``,
-    ``keep``: as in ``map_blocks``.
+    ``keep``, ``pool``: as in ``map_blocks``.
 
     Local workers read their own blocks (``StoreBlock``) when every array is one store's; arrays
     made in memory are read here and shipped.
@@ -329,7 +330,7 @@ def map_images(
         ranges = tapered(ranges, where.workers)
     source = _one_store(arrays) if min(where.workers, len(ranges)) > 1 else None
     read = _Coordinates(arrays, *source) if source else _ChunkReader(arrays, start, stop)
-    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, progress=progress, torch_free=torch_free, each=each, keep=keep)
+    return map_blocks(fn, read, ranges, workers=where.workers, threads=threads, pool=pool, progress=progress, torch_free=torch_free, each=each, keep=keep)
 
 
 def _on_store_cluster(

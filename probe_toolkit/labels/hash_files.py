@@ -7,7 +7,6 @@ here they are decoded one member at a time (``json.decoder.scanstring`` for keys
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..infra import provenance
 
 _DECODER = json.JSONDecoder()
 _CHUNK = 1024  # members decoded before their digests join the arrays
@@ -63,10 +64,7 @@ class ContentHashes:
 
     def list_hash(self) -> str:
         """``provenance.list_hash(sorted(digests as hex))``: the images' content identity."""
-        out = hashlib.sha256()
-        for i in range(len(self.sorted)):
-            out.update((("\n" if i else "") + self.hex(i)).encode())
-        return out.hexdigest()
+        return provenance.list_hash(self.hex(i) for i in range(len(self.sorted)))
 
     def as_dict(self) -> dict[str, str]:
         """The dict ``content_hashes`` used to return (first-seen order, last name): only for writing."""

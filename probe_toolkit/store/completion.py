@@ -9,7 +9,7 @@ shown beside a store that has since finished as if it described all 40.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ def completion(store: str | Path) -> dict[str, Any]:
     return {"done": int((done & ~failed).sum()), "failed": int(failed.sum()), "total": int(done.size), "image_list_sha256": manifest.get("image_list_sha256")}
 
 
-def computed_on(store: str | Path, image_ids: Iterable[str], scope: str = "store", read_from: str | Path | None = None) -> dict[str, Any]:
+def computed_on(store: str | Path, image_ids: Collection[str], scope: str = "store", read_from: str | Path | None = None) -> dict[str, Any]:
     """The ``computed_on`` record of a result that read ``image_ids`` of ``store``.
 
     ``scope``: ``store`` for analyses of every finished image (entropy, neighbours, decoder),
@@ -40,10 +40,10 @@ def computed_on(store: str | Path, image_ids: Iterable[str], scope: str = "store
     images were read from; where it is another (the panel's own store beside ``store``), the scope is
     ``panel-store``: ``store``'s completion then says nothing of those images, and the report does not
     call the record current by it."""
-    ids = [str(i) for i in image_ids]
     if read_from is not None and Path(read_from).resolve() != Path(store).resolve():
         scope = "panel-store"
-    return {"images": len(ids), "images_sha256": list_hash(ids), "scope": scope, "store": completion(store)}
+    images_sha256 = list_hash(map(str, image_ids))  # a few thousand at a time: no copy of a store's ids as Python strings
+    return {"images": len(image_ids), "images_sha256": images_sha256, "scope": scope, "store": completion(store)}
 
 
 def staleness(store: str | Path, record: dict[str, Any] | None) -> str | None:
