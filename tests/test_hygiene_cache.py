@@ -231,3 +231,14 @@ def test_files_of_another_layout_are_read_member_by_member_with_the_same_answers
         for group in (names[:20], [*names[20:], "c0/" + odd.name], names[:10]):
             (old, old_files), (new, new_files) = _both(tmp_path, cache, folder, group, *read)
             assert new == old and new_files == old_files
+
+
+def test_the_memo_keys_are_the_names_absolute_paths_made_when_asked(tmp_path, monkeypatch):
+    """``content_hashes`` keys the memo by each name's absolute path text, made one at a time (a list of
+    a 100 k panel's paths sat beside the memo's text while it was read): the same texts as before,
+    for a relative folder and names Path would normalise."""
+    monkeypatch.chdir(tmp_path)
+    names = ["a.png", "sub/b.png", "./c.png", "d//e.png"]
+    for folder in (Path("rel/images"), tmp_path / "images", Path(".")):
+        made = hygiene._Paths(folder, names)
+        assert len(made) == 4 and list(made) == [str((folder / name).absolute()) for name in names]
