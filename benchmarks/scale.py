@@ -27,9 +27,9 @@ command's own process; 2,000 are two, on two workers), so the flat-scale target 
 per-image time and each process's peak within 1.3× from 1 k to 100 k. k-NN's exact search is O(train) per query: its per-image time grows with the set by
 design (a few microseconds per train image here), and is printed, not held to the target; its
 panels here are COCO files, read an entry at a time keeping each image's class
-(``labels/coco_classes.py``), and the label-hygiene files (``labels/hash_files.py``) likewise; what
-its command still holds after the search (the val and train ids and classes, the heap it freed)
-grows with the set, and its peak comes while it builds its record on top of that.
+(``labels/coco_classes.py``), and the label-hygiene files (``labels/hash_files.py``) likewise; the
+ids it keeps for its record are fixed-width text, and the folder listings and label reads are let
+go before the search, so what grows with the set is a few bytes of id per image.
 
 ``--dask`` runs knn, decode and hummingbird on a dask.distributed cluster of local workers (one
 thread each, ``--workers`` of them, dask's worker profiler off: it keeps an hour of stack samples,
