@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ProbeError
+from .task_threads import task_threads
 
 if TYPE_CHECKING:
     from .placement import Placement
@@ -141,28 +142,6 @@ def _one_thread(parent: int | None = None) -> None:
         import torch
 
         torch.set_num_threads(1)
-
-
-@contextmanager
-def task_threads(threads: int = 1) -> Iterator[None]:
-    """Every task computes under ``threads`` BLAS / OpenMP threads and as many torch threads, in
-    this process as on a worker, so its arithmetic is the same at any worker count (a matmul
-    with a long inner dimension is split between threads, and rounds otherwise). Restored after:
-    torch's count is read before the OpenMP limit (inside it torch reports the limit, and
-    "restoring" that left MKL on one thread for what ran later, e.g. a linear probe)."""
-    from threadpoolctl import threadpool_limits
-
-    torch = sys.modules.get("torch")  # not imported here: a task that needs it brought it
-    before = torch.get_num_threads() if torch is not None else None
-    with threadpool_limits(limits=threads):
-        if torch is None:
-            yield
-            return
-        torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
 
 
 def _in_task_threads(fn: BlockFn, **arrays: np.ndarray) -> dict[str, np.ndarray]:
