@@ -15,7 +15,7 @@ image: each command (one worker where it takes ``--workers``) in a fresh interpr
 the process's CPU time at the first of: the runner starting on a block of images
 (``infra.runner.map_blocks`` or ``_call``), the first read of a store's image array (a
 ``tokens_``, ``cls_tokens_``, ``keys_`` or ``attention_`` array, through zarr), or the first
-photograph decoded (``store.images.load_image``: the commands that run a network on images). The
+photograph decoded (``store.images.load_image``, or ``load_photo`` as extraction decodes: the commands that run a network on images). The
 measuring program wraps those functions as their modules are imported, so it imports nothing a
 command would not. Medians of ``--rounds``; target 1.0 s. Without ``--full``: decode, entropy and
 neighbours on the 2-image store. ``--full`` adds k-NN, the attention masks and DINOv2's linear
@@ -156,7 +156,7 @@ def reading(real):
     return read
 WRAP = {
     "probe_toolkit.infra.runner": lambda m: (setattr(m, "_call", noting(m._call)), setattr(m, "map_blocks", noting(m.map_blocks))),
-    "probe_toolkit.store.images": lambda m: setattr(m, "load_image", noting(m.load_image)),
+    "probe_toolkit.store.images": lambda m: [setattr(m, n, noting(getattr(m, n))) for n in ("load_image", "load_photo") if hasattr(m, n)],
     "zarr.core.array": lambda m: setattr(m.AsyncArray, "_get_selection", reading(m.AsyncArray._get_selection)),
 }
 class Wrapping(importlib.abc.MetaPathFinder):

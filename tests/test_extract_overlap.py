@@ -77,13 +77,13 @@ def _mixed_folder(tmp_path, photos):
 
 def test_any_number_of_decoding_threads_gives_the_same_store(tmp_path, tiny_checkpoints, photos, monkeypatch):
     folder = _mixed_folder(tmp_path, photos)
-    seen, real = set(), images.load_image
+    seen, real = set(), images.load_photo
 
     def watched(path):
         seen.add(threading.current_thread().name.split("_")[0])
         return real(path)
 
-    monkeypatch.setattr(images, "load_image", watched)
+    monkeypatch.setattr(images, "load_photo", watched)
     settings = Settings(views=(224, 480, "native"), chunk=3)
     stores = {}
     for n in (1, 3):
@@ -115,7 +115,7 @@ def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(
 
     lock, live, shared, written, real = threading.Lock(), {}, [], [], StoreWriter.write_views
 
-    def watched(self, start, views, sizes):
+    def watched(self, start, views, sizes, files=None):
         home = start // self.chunk
         with lock:
             if home in live.values():
@@ -123,7 +123,7 @@ def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(
             live[start] = home
             written.append(home)
         try:
-            return real(self, start, views, sizes)
+            return real(self, start, views, sizes, files)
         finally:
             with lock:
                 del live[start]
@@ -146,14 +146,14 @@ def test_runs_written_at_once_give_the_same_store_and_one_chunk_is_never_shared(
 def test_the_first_bad_image_in_image_order_fails_the_run(tmp_path, tiny_checkpoints, photos, monkeypatch):
     folder = _mixed_folder(tmp_path, photos)
     (folder / "04a-broken.jpg").write_bytes(b"not an image")
-    real = images.load_image
+    real = images.load_photo
 
     def slow_first_break(path):  # the later broken file is found first
         if "03a-broken" in str(path):
             threading.Event().wait(0.3)
         return real(path)
 
-    monkeypatch.setattr(images, "load_image", slow_first_break)
+    monkeypatch.setattr(images, "load_photo", slow_first_break)
     with pytest.raises(ProbeError, match="03a-broken.jpg"):
         extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=8), store=tmp_path / "s.zarr", decoders=4, quiet=True)
     assert not (tmp_path / "s.zarr").exists()
@@ -366,13 +366,13 @@ def test_without_room_in_shared_memory_processes_give_way_to_threads(tmp_path, t
 
     assert shared_memory_room(0, str(tmp_path)) and not shared_memory_room(1 << 60, str(tmp_path))
     assert not shared_memory_room(0, str(tmp_path / "missing"))
-    seen, real = set(), images.load_image
+    seen, real = set(), images.load_photo
 
     def watched(path):
         seen.add(threading.current_thread().name.split("_")[0])
         return real(path)
 
-    monkeypatch.setattr(images, "load_image", watched)
+    monkeypatch.setattr(images, "load_photo", watched)
     monkeypatch.setattr(extraction, "shared_memory_room", lambda needed: False)
     settings = Settings(views=(224,), chunk=3)
     crowded = extract(tiny_checkpoints["dino-backbone"], image_dir, settings=settings, store=tmp_path / "c.zarr", decoders=2, processes=True, quiet=True)

@@ -34,7 +34,7 @@ from ..infra.errors import ProbeError, os_fix
 from ..infra.memory import reusing_blocks
 from ..infra.placement import parse_shard
 from ..infra.progress import bar
-from . import cache, footprint, images, layout
+from . import cache, footprint, images, layout, sources
 from . import views as view_table
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
@@ -202,19 +202,17 @@ def extract(
         manifest["checkpoint"]["path"] = str(checkpoint.path.absolute() if checkpoint.source else checkpoint.path.resolve())
         existed = (path / "zarr.json").is_file()
         if existed:  # its photographs changed in place: growing it would pair old features with new pixels, and "0 written" would hide it
-            from .sources import check_current, finished
-
-            held = set(finished(path))
-            check_current(path, [(r.id, r.path) for r in refs if r.id in held])
+            held = set(sources.finished(path))
+            sources.check_current(path, [(r.id, r.path) for r in refs if r.id in held])
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
+            sources.record_arrays(path)  # each file's sha256 and stat, written with its image's flags
         except OSError as error:  # a read-only folder while the store is created: nothing is left but swept names
             raise ProbeError(path, f"could not be created ({error.strerror or error})", os_fix(error, "rerun (or choose another --store)")) from None
         if existed:  # once the store's settings were found to agree (create_store)
-            from .sources import record_absolute
             from .verify import repair as mark_damaged
 
-            record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
+            sources.record_absolute(path, image_dir)  # a store that recorded its folder relative names it absolute from now on
             if repair:  # its photographs were checked unchanged above (their sha256), before any change
                 mark_damaged(path, list(views))
         stored = writer.stored(plan)  # each array under the name the store holds it by (a later part's where a view grew)
@@ -245,6 +243,8 @@ def extract(
                     loaded = upcoming.result()
                     upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
                     n, needed, lacking = stop - start, list(loaded.failed), todo[index][2]
+                    if existed:  # its files were checked unchanged when the run began: still the same bytes?
+                        sources.check_decoded(path, writer.group, start, [r.path for r in refs[start:stop]], loaded.files.sha256)
                     ticked = [0.0]
 
                     def tick(count: int, share: float = 1.0 / len(needed), ticked: list[float] = ticked) -> None:
@@ -283,10 +283,10 @@ def extract(
                         _written(writes.popleft()[1], path)
                     if writing:  # the arrays cross as shared memory (writer.shared_views), the process writes them
                         sent = shared_views(out)
-                        writes.append((home, saver.submit(write_in_process, str(path), start, sent, loaded.original)))
+                        writes.append((home, saver.submit(write_in_process, str(path), start, sent, loaded.original, loaded.files)))
                         writes[-1][1].add_done_callback(lambda _, sent=sent: buffers.give_back(shared_tensors(sent)))
                     else:
-                        writes.append((home, saver.submit(writer.write_views, start, out, loaded.original)))
+                        writes.append((home, saver.submit(writer.write_views, start, out, loaded.original, loaded.files)))
                     report.written += int(any_ok.sum())
                     report.skipped += loaded.errors
                     progress.advance(task, n - ticked[0])
@@ -300,9 +300,8 @@ def extract(
                 shutil.rmtree(path, ignore_errors=True)
                 lock_file(path).unlink(missing_ok=True)  # the store's lock goes with it (docs/guarantees.md, "Leftovers")
             raise
-        from .sources import record_digests
-
-        record_digests(path, image_dir)  # each finished image's file sha256, for later commands to check (store/sources.py)
+        if existed:  # images finished by an extraction before sha256 were recorded as files were decoded
+            sources.record_digests(path, image_dir)
         finished = np.logical_and.reduce([writer.done(v) for v in units])
         failed = np.asarray(writer.group["failed"][:], dtype=bool) if "failed" in writer.group else np.zeros_like(finished)
         report.done, report.failed = int((finished & ~failed).sum()), int((finished & failed).sum())

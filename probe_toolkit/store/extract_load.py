@@ -32,12 +32,22 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class FileFacts:
+    """Each file of a run as decoded (``images.load_photo``): the sha256 of its bytes and its
+    (size, mtime ns), zeros where it could not be read; ``store.writer`` records them."""
+
+    sha256: np.ndarray  # (n, 32) uint8
+    stat: np.ndarray  # (n, 2) int64
+
+
+@dataclass
 class Loaded:
     """One run's decoded images: the fixed views stacked, each own-size view's tensors one by one."""
 
     fixed: dict[str, tuple[list[int], torch.Tensor | None]]
     own: dict[str, list[tuple[int, torch.Tensor]]]  # own-size view -> (image, pixels)
     original: np.ndarray  # (n, 2) height, width; 0 where the file could not be read
+    files: FileFacts  # what the files decoded were
     failed: dict[str, np.ndarray]  # per view: images that cannot have it
     errors: list[str]
     shared: list = field(default_factory=list)  # shared-memory tensors the pixels were decoded into, to give back after the forward pass
@@ -48,6 +58,8 @@ class _Picture:
     """One file decoded and cut: its size, its fixed views, its own-size views, or why not."""
 
     size: tuple[int, int] = (0, 0)  # height, width
+    sha256: bytes = b""  # of the bytes decoded
+    stat: tuple[int, int] = (0, 0)  # the file's size and mtime (ns) as it was opened
     fixed: dict[str, torch.Tensor] = field(default_factory=dict)
     own: dict[str, torch.Tensor] = field(default_factory=dict)  # own-size view -> pixels
     error: ProbeError | None = None  # the file cannot be read: no view
@@ -58,10 +70,11 @@ def _picture(ref: images.ImageRef, expected: dict[str, tuple[int, int]], *, fixe
     """Decode and cut one image (runs on a decoding thread: PIL and numpy release the GIL);
     ``expected``: its grid in each own-size view asked for, as the store was created with."""
     try:
-        picture = images.load_image(ref.path)
+        photo = images.load_photo(ref.path)
     except ProbeError as error:
         return _Picture(error=error)
-    out = _Picture(size=(picture.height, picture.width))
+    picture = photo.image
+    out = _Picture(size=(picture.height, picture.width), sha256=photo.sha256, stat=photo.stat)
     for v in fixed:
         out.fixed[v] = images.fixed_pixels(picture, v, resample, ref.id, patch)
     for view, grid in expected.items():
@@ -220,6 +233,7 @@ def load_run(
     where: dict[str, list[int]] = {v: [] for v in fixed}
     own: dict[str, list[tuple[int, torch.Tensor]]] = {v: [] for v in own_views}
     original = np.zeros((len(refs), 2), dtype=np.int32)
+    files = FileFacts(np.zeros((len(refs), 32), dtype=np.uint8), np.zeros((len(refs), 2), dtype=np.int64))
     failed = {v: np.zeros(len(refs), dtype=bool) for v in views}
     errors: list[str] = []
 
@@ -248,6 +262,8 @@ def load_run(
             fail(i, picture.error, views)
             continue
         original[i] = picture.size
+        files.sha256[i] = np.frombuffer(picture.sha256, dtype=np.uint8)
+        files.stat[i] = picture.stat
         for v in fixed:
             if v not in into:
                 fixed[v].append(_as_tensor(picture.fixed[v]))
@@ -260,4 +276,4 @@ def load_run(
     stacked = {v: (where[v], images.stack(t) if t else None) for v, t in fixed.items()}
     for v, whole in into.items():  # every image there: the tensor as it is; else the decoded rows
         stacked[v] = (where[v], whole if len(where[v]) == len(refs) else whole[where[v]] if where[v] else None)
-    return Loaded(stacked, own, original, failed, errors, list(into.values()))
+    return Loaded(stacked, own, original, files, failed, errors, list(into.values()))

@@ -39,6 +39,8 @@ up; greyscale, palette, RGBA, CMYK and 16-bit images become RGB.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import threading
 import warnings
@@ -196,11 +198,41 @@ _CHECKED_AT_OPEN = frozenset({"JPEG", "PNG", "BMP", "PPM"})
 def load_image(path: str | Path) -> Image.Image:
     """Decode one file to RGB; an unreadable file is a ProbeError naming it. Safe on several
     threads at once (extraction's decoding threads)."""
+    return _load(Path(path), Path(path))
+
+
+@dataclass(frozen=True)
+class Photo:
+    """A file decoded from one read of it, with the sha256 of the bytes decoded and the file's
+    (size, mtime ns) as it was opened (``store.sources``: what later commands check a file against)."""
+
+    image: Image.Image
+    sha256: bytes
+    stat: tuple[int, int]
+
+
+def load_photo(path: str | Path) -> Photo:
+    """``load_image``, and what the bytes decoded were: extraction records the very bytes its
+    features came from (a file replaced while the run lasts cannot lend its sha256 to the old
+    file's features), and no second pass reads the data set again to hash it. The stat is taken
+    before the read, so a later change in place moves the mtime away from the one recorded."""
     path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            found = os.fstat(handle.fileno())
+            data = handle.read()
+    except OSError as error:
+        raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it") from None
+    image = _load(path, io.BytesIO(data))
+    return Photo(image, hashlib.sha256(data).digest(), (int(found.st_size), int(found.st_mtime_ns)))
+
+
+def _load(path: Path, source: Path | io.BytesIO) -> Image.Image:
+    """Decode ``source`` (the file at ``path``, or its bytes) to RGB; errors name ``path``."""
     try:
         with _FILTERS, warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            opened = Image.open(path)
+            opened = Image.open(source)
             if opened.format not in _CHECKED_AT_OPEN:
                 _decoded(opened)
         with opened:

@@ -231,7 +231,7 @@ def flag_damage(store: str | Path, group: zarr.Group, digests: bool = True) -> l
 
     - ``done`` true in a chunk whose ``done_<view>`` chunk is absent (``done`` follows ``done_<view>``);
     - ``done`` absent where every ``done_<view>`` is true for an image whose sha256 was recorded
-      (``image_sha256``: written for finished images once a run ended). ``digests=False`` skips
+      (``image_sha256``: written after an image's flags, ``store.writer``). ``digests=False`` skips
       this case (a writer checking before it writes: it reads only the views' own flags).
     """
     names = set(_names(group))

@@ -107,7 +107,8 @@ def record_absolute(store: str | Path, source: str | Path) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# each photograph's sha256 (and its size and mtime), recorded beside the store's arrays: every
+# each photograph's sha256 (and its size and mtime), taken as it is decoded (``images.load_photo``)
+# and recorded beside the store's arrays (``store.writer``): every
 # read path that pairs stored features with files read now (labels, masks, pictures) checks that
 # the files are still the ones extracted (``changed``), and ``probe extract`` refuses to grow a
 # store whose photographs changed in place
@@ -122,24 +123,18 @@ def _stat(path: Path) -> tuple[int, int]:
     return int(found.st_size), int(found.st_mtime_ns)
 
 
-def record_digests(store: str | Path, folder: str | Path) -> int:
-    """After ``probe extract``: the sha256 of every finished image's file that has none recorded
-    yet (an older store gets them on its next extraction), in ``image_sha256``, with the file's
-    size and mtime in ``image_stat`` (an image recorded before stats were gets them once its hash
-    is found unchanged). Each shard writes its own chunks (an image's row is written by whoever
-    finds it finished and unrecorded: the same bytes either way). The number recorded now."""
+def record_arrays(store: str | Path) -> None:
+    """``image_sha256`` and ``image_stat`` in the store, made once (under the lock shards create
+    and grow a store by; an older store gets them on its next extraction)."""
     import fcntl
 
-    import numpy as np
     import zarr
 
     from .codec import compressors
+    from .create import lock_file
     from .group import consolidate
 
-    store, folder = Path(store), Path(folder)
-    from .create import lock_file
-
-    with open(lock_file(store), "w") as lock:  # the lock under which the store is created or grown
+    with open(lock_file(store), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
         n, chunk = int(group["image"].shape[0]), int(group["done"].chunks[0])
@@ -152,15 +147,52 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
                 made = True
         if made:
             consolidate(store)  # plain xarray.open_zarr lists them too
+
+
+def check_decoded(store: Path, group, start: int, paths: list[Path], sha256) -> None:
+    """While ``probe extract`` grows a store: one line when a file decoded now is not the bytes
+    recorded for it (checked unchanged when the run began, replaced since), before anything of it
+    is written; the store would otherwise pair its old views with the new file's."""
+    import numpy as np
+
+    held = np.asarray(group[DIGESTS][start : start + len(paths)])
+    for i in np.flatnonzero(held.any(axis=1) & sha256.any(axis=1) & (held != sha256).any(axis=1)):
+        raise ProbeError(
+            paths[i],
+            f"has changed while the run lasted (sha256 {held[i].tobytes().hex()[:12]} when extracted): the store holds the features of the old file",
+            _stale_fix(Path(store)),
+        )
+
+
+def record_digests(store: str | Path, folder: str | Path) -> int:
+    """After ``probe extract`` grew a store: the sha256 of every finished image's file that has
+    none recorded yet (finished by an extraction before sha256 were recorded as images were
+    decoded, ``store.writer``), with the file's size and mtime in ``image_stat`` (an image recorded
+    before stats were gets them once its hash is found unchanged). Each shard writes its own
+    chunks (an image's row is written by whoever finds it finished and unrecorded: the same bytes
+    either way). The number recorded now."""
+    import numpy as np
+    import zarr
+
+    store, folder = Path(store), Path(folder)
+    record_arrays(store)
+    group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
     digests, stats = group[DIGESTS], group[STATS]
-    ids = [str(v) for v in group["image"][:]]
+    n, chunk = int(group["image"].shape[0]), int(group["done"].chunks[0])
     finished = np.asarray(group["done"][:], dtype=bool) & ~np.asarray(group["failed"][:], dtype=bool)
+    ids = None
     recorded = 0
     for c in range(-(-n // chunk)):
         lo, hi = c * chunk, min((c + 1) * chunk, n)
+        if not finished[lo:hi].any():
+            continue
         rows, sizes = np.asarray(digests[lo:hi]), np.asarray(stats[lo:hi])
-        new = [i for i in range(lo, hi) if finished[i] and not rows[i - lo].any() and (folder / ids[i]).is_file()]
-        unstated = [i for i in range(lo, hi) if finished[i] and rows[i - lo].any() and not sizes[i - lo].any() and (folder / ids[i]).is_file()]
+        hashed, stated = rows.any(axis=1), sizes.any(axis=1)
+        if not (finished[lo:hi] & ~(hashed & stated)).any():
+            continue
+        ids = [str(v) for v in group["image"][:]] if ids is None else ids
+        new = [i for i in range(lo, hi) if finished[i] and not hashed[i - lo] and (folder / ids[i]).is_file()]
+        unstated = [i for i in range(lo, hi) if finished[i] and hashed[i - lo] and not stated[i - lo] and (folder / ids[i]).is_file()]
         for i in new:
             sizes[i - lo] = _stat(folder / ids[i])
             rows[i - lo] = np.frombuffer(bytes.fromhex(file_digest(folder / ids[i])), dtype=np.uint8)

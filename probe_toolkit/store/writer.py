@@ -14,6 +14,7 @@ import zarr
 from . import grids, layout
 from .cache import FLAGS, PER_VIEW, array_names
 from .codec import encode_without_gil
+from .sources import DIGESTS, STATS
 
 
 def chunk_ranges(n_images: int, chunk: int, shard: tuple[int, int] = (0, 1)) -> list[tuple[int, int]]:
@@ -99,9 +100,10 @@ class StoreWriter:
         """Write every view of images ``start:start+len(failed)``: arrays, then flags (``done`` last)."""
         self.write_views(start, {view: ({k: v for k, v in data.items() if grids.view_of(k) == view}, failed) for view in self.views}, sizes)
 
-    def write_views(self, start: int, views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]], sizes: np.ndarray) -> None:
+    def write_views(self, start: int, views: dict[str, tuple[dict[str, np.ndarray], np.ndarray]], sizes: np.ndarray, files=None) -> None:
         """Write some views of images ``start:stop``: each view's arrays and ``failed_<view>``, then
-        the sizes, then each ``done_<view>``, then the global flags (``done`` last)."""
+        the sizes, then each ``done_<view>``, then the global flags, then what ``files``
+        (``extract_load.FileFacts``) says the files decoded were."""
         stop = start + len(sizes)
         for view, (data, failed) in views.items():
             for name, values in data.items():
@@ -116,6 +118,19 @@ class StoreWriter:
         for view in views:
             self._array(f"done_{view}")[start:stop] = np.ones(stop - start, dtype=bool)
         self._settle(start, stop, {view: np.asarray(failed, dtype=bool) for view, (_, failed) in views.items()})
+        if files is not None:
+            self._record_files(start, stop, files)
+
+    def _record_files(self, start: int, stop: int, files) -> None:
+        """Each file's sha256 and stat as decoded, after the flags: a recorded sha256 means its
+        image's flags were written (``integrity.flag_damage`` reads a missing ``done`` chunk
+        beside one as damage). An image not read now keeps what an earlier run recorded."""
+        read = files.sha256.any(axis=1)
+        if not read.any():
+            return
+        for name, values in ((DIGESTS, files.sha256), (STATS, files.stat)):
+            array = self._array(name)
+            array[start:stop] = values if read.all() else np.where(read[:, None], values, np.asarray(array[start:stop]))
 
     def _settle(self, start: int, stop: int, written: dict[str, np.ndarray]) -> None:
         """The global flags of images ``start:stop`` from the views' own: those ``written`` just
@@ -189,7 +204,7 @@ def shared_tensors(views: dict) -> list:
 _WRITERS: dict[str, StoreWriter] = {}  # a writing process's writer of each store (opened once per process)
 
 
-def write_in_process(path: str, start: int, views: dict, sizes: np.ndarray) -> None:
+def write_in_process(path: str, start: int, views: dict, sizes: np.ndarray, files=None) -> None:
     """``StoreWriter.write_views`` in a writing process (``extract_load.host_pool``): the same
     writes in the same order, arrays then flags (``done`` last), from the shared tensors."""
     writer = _WRITERS.get(path)
@@ -198,4 +213,4 @@ def write_in_process(path: str, start: int, views: dict, sizes: np.ndarray) -> N
     arrays = {
         view: ({name: values if isinstance(values, np.ndarray) else values.numpy() for name, values in data.items()}, failed) for view, (data, failed) in views.items()
     }
-    writer.write_views(start, arrays, sizes)
+    writer.write_views(start, arrays, sizes, files)
