@@ -201,9 +201,10 @@ def extract(
         # a Hub snapshot's file is a link into the cache's blobs: the snapshot path keeps the commit and the file name
         manifest["checkpoint"]["path"] = str(checkpoint.path.absolute() if checkpoint.source else checkpoint.path.resolve())
         existed = (path / "zarr.json").is_file()
+        unrecorded: list[int] = []  # finished images whose files' sha256 or stat an older extraction did not record
         if existed:  # its photographs changed in place: growing it would pair old features with new pixels, and "0 written" would hide it
             held = set(sources.finished(path))
-            sources.check_current(path, [(r.id, r.path) for r in refs if r.id in held])
+            sources.check_current(path, [(r.id, r.path) for r in refs if r.id in held], unrecorded=unrecorded)
         try:
             writer = create_store(path, manifest, [r.id for r in refs], plan, grids, repair=repair)
             sources.record_arrays(path)  # each file's sha256 and stat, written with its image's flags
@@ -300,8 +301,8 @@ def extract(
                 shutil.rmtree(path, ignore_errors=True)
                 lock_file(path).unlink(missing_ok=True)  # the store's lock goes with it (docs/guarantees.md, "Leftovers")
             raise
-        if existed:  # images finished by an extraction before sha256 were recorded as files were decoded
-            sources.record_digests(path, image_dir)
+        if unrecorded:  # images finished by an extraction before sha256 were recorded as files were decoded
+            sources.record_digests(path, image_dir, unrecorded)
         finished = np.logical_and.reduce([writer.done(v) for v in units])
         failed = np.asarray(writer.group["failed"][:], dtype=bool) if "failed" in writer.group else np.zeros_like(finished)
         report.done, report.failed = int((finished & ~failed).sum()), int((finished & failed).sum())

@@ -164,13 +164,14 @@ def check_decoded(store: Path, group, start: int, paths: list[Path], sha256) -> 
         )
 
 
-def record_digests(store: str | Path, folder: str | Path) -> int:
+def record_digests(store: str | Path, folder: str | Path, positions=None) -> int:
     """After ``probe extract`` grew a store: the sha256 of every finished image's file that has
     none recorded yet (finished by an extraction before sha256 were recorded as images were
     decoded, ``store.writer``), with the file's size and mtime in ``image_stat`` (an image recorded
     before stats were gets them once its hash is found unchanged). Each shard writes its own
     chunks (an image's row is written by whoever finds it finished and unrecorded: the same bytes
-    either way). The number recorded now."""
+    either way). ``positions``: only these images (those ``check_current`` found unrecorded when the
+    run began; the run's own are recorded as they are written). The number recorded now."""
     import numpy as np
     import zarr
 
@@ -180,31 +181,36 @@ def record_digests(store: str | Path, folder: str | Path) -> int:
     digests, stats = group[DIGESTS], group[STATS]
     n, chunk = int(group["image"].shape[0]), int(group["done"].chunks[0])
     finished = np.asarray(group["done"][:], dtype=bool) & ~np.asarray(group["failed"][:], dtype=bool)
+    if positions is not None:
+        finished &= np.isin(np.arange(n), np.asarray(positions, dtype=np.int64))
     ids = None
     recorded = 0
-    for c in range(-(-n // chunk)):
-        lo, hi = c * chunk, min((c + 1) * chunk, n)
-        if not finished[lo:hi].any():
+    step = max(1, CHECKED_AT_ONCE // chunk) * chunk  # rows read a portion at a time (one call over its chunks), written a chunk at a time
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        if not finished[a:b].any():
             continue
-        rows, sizes = np.asarray(digests[lo:hi]), np.asarray(stats[lo:hi])
+        rows, sizes = np.asarray(digests[a:b]), np.asarray(stats[a:b])
         hashed, stated = rows.any(axis=1), sizes.any(axis=1)
-        if not (finished[lo:hi] & ~(hashed & stated)).any():
+        if not (finished[a:b] & ~(hashed & stated)).any():  # every finished image recorded (as extraction records them now)
             continue
         ids = [str(v) for v in group["image"][:]] if ids is None else ids
-        new = [i for i in range(lo, hi) if finished[i] and not hashed[i - lo] and (folder / ids[i]).is_file()]
-        unstated = [i for i in range(lo, hi) if finished[i] and hashed[i - lo] and not stated[i - lo] and (folder / ids[i]).is_file()]
-        for i in new:
-            sizes[i - lo] = _stat(folder / ids[i])
-            rows[i - lo] = np.frombuffer(bytes.fromhex(file_digest(folder / ids[i])), dtype=np.uint8)
-        for i in unstated:  # recorded before stats were: the stat of these very bytes only
-            stat = _stat(folder / ids[i])
-            if file_digest(folder / ids[i]) == rows[i - lo].tobytes().hex():
-                sizes[i - lo] = stat
-        if new:
-            digests[lo:hi] = rows
-        if new or unstated:
-            stats[lo:hi] = sizes
-        recorded += len(new)
+        for lo in range(a, b, chunk):
+            hi = min(lo + chunk, b)
+            new = [i for i in range(lo, hi) if finished[i] and not hashed[i - a] and (folder / ids[i]).is_file()]
+            unstated = [i for i in range(lo, hi) if finished[i] and hashed[i - a] and not stated[i - a] and (folder / ids[i]).is_file()]
+            for i in new:
+                sizes[i - a] = _stat(folder / ids[i])
+                rows[i - a] = np.frombuffer(bytes.fromhex(file_digest(folder / ids[i])), dtype=np.uint8)
+            for i in unstated:  # recorded before stats were: the stat of these very bytes only
+                stat = _stat(folder / ids[i])
+                if file_digest(folder / ids[i]) == rows[i - a].tobytes().hex():
+                    sizes[i - a] = stat
+            if new:  # this chunk alone: another shard may be writing the chunks beside it
+                digests[lo:hi] = rows[lo - a : hi - a]
+            if new or unstated:
+                stats[lo:hi] = sizes[lo - a : hi - a]
+            recorded += len(new)
     return recorded
 
 
@@ -233,15 +239,19 @@ def positions_of(store: str | Path, ids: list[str]) -> list[int]:
     return [at[i] for i in ids]
 
 
-def changed(store: str | Path, files: list[tuple[str, Path]]) -> list[tuple[Path, str]]:
+def changed(store: str | Path, files: list[tuple[str, Path]], unrecorded: list[int] | None = None) -> list[tuple[Path, str]]:
     """Of ``(store id, file now)`` pairs, the files that are not the bytes the store was extracted
     from, with why: gone, or another sha256. A file whose size and mtime are those recorded is
     taken as unchanged without reading it; any other is hashed (``benchmarks/freshness.py``
-    measures both). Images the store recorded nothing of are not judged."""
+    measures both). Images the store recorded nothing of are not judged; ``unrecorded`` (a list)
+    gets the store positions of those, and of those without a stat, from the same read."""
     found = []
     positions = positions_of(store, [i for i, _ in files]) if files else []
     for a in range(0, len(files), CHECKED_AT_ONCE):  # the records of a portion at a time: a data set's whole is large as Python objects
-        found += _changed(files[a : a + CHECKED_AT_ONCE], recorded(store, positions[a : a + CHECKED_AT_ONCE]))
+        wanted = recorded(store, positions[a : a + CHECKED_AT_ONCE])
+        found += _changed(files[a : a + CHECKED_AT_ONCE], wanted)
+        if unrecorded is not None:
+            unrecorded += [positions[a + k] for k, (digest, stat) in enumerate(wanted) if digest is None or stat is None]
     return found
 
 
@@ -265,11 +275,11 @@ def _changed(files: list[tuple[str, Path]], wanted: list[tuple[str | None, tuple
     return found
 
 
-def check_current(store: str | Path, files: list[tuple[str, Path]], fix: str = "") -> None:
+def check_current(store: str | Path, files: list[tuple[str, Path]], fix: str = "", unrecorded: list[int] | None = None) -> None:
     """One line when any of the files differs from what the store was extracted from: its stored
     features are of the old file, and pairing them with labels, masks or pictures read now would
     give another image's number. The fix names the extraction of the new files into a new store."""
-    found = changed(store, files)
+    found = changed(store, files, unrecorded)
     if found:
         path, why = found[0]
         more = f"; {len(found) - 1} more changed ({', '.join(p.name for p, _ in found[1:4])}{', …' if len(found) > 4 else ''})" if len(found) > 1 else ""
