@@ -218,7 +218,8 @@ def extract(
                 mark_damaged(path, list(views))
         stored = writer.stored(plan)  # each array under the name the store holds it by (a later part's where a view grew)
         units = sorted({layout.unit_of(name) for name in stored}, key=lambda u: (views.index(layout.split_unit(u)[0]), u))
-        todo, left = _limited(writer.todo(shard_range, units), limit)
+        flags = {unit: writer.done(unit) for unit in units}  # a data set's store has a flag chunk per few images: read once where nothing is written
+        todo, left = _limited(writer.todo(shard_range, units, flags), limit)
         report = Report(store=path, n_images=len(refs), views=views, left=left, limit=limit)
         # the device's copies of the runs being written (and two more) beside the pixels, in shared memory
         outputs = (savers + 2) * writer.chunk * sum(int(np.prod(spec[1])) for spec in plan.values()) * np.dtype(settings.dtype).itemsize
@@ -303,7 +304,8 @@ def extract(
             raise
         if unrecorded:  # images finished by an extraction before sha256 were recorded as files were decoded
             sources.record_digests(path, image_dir, unrecorded)
-        finished = np.logical_and.reduce([writer.done(v) for v in units])
+        fresh = todo or shard_range != (0, 1)  # another shard's workers may be writing theirs
+        finished = np.logical_and.reduce([writer.done(v) if fresh else flags[v] for v in units])
         failed = np.asarray(writer.group["failed"][:], dtype=bool) if "failed" in writer.group else np.zeros_like(finished)
         report.done, report.failed = int((finished & ~failed).sum()), int((finished & failed).sum())
         report.seconds["images"] = time.perf_counter() - started - report.seconds["setup"]

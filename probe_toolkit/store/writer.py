@@ -77,11 +77,13 @@ class StoreWriter:
         """The chunk-aligned (start, stop) ranges of shard i of n, contiguous and disjoint."""
         return chunk_ranges(self.n_images, self.chunk, shard)
 
-    def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
+    def todo(self, shard: tuple[int, int] = (0, 1), views: list[str] | None = None, done: dict[str, np.ndarray] | None = None) -> list[tuple[int, int, tuple[str, ...]]]:
         """Runs (start, stop, views lacking) of images some of ``views`` still lack, never crossing
-        a chunk; the images of a run lack the same views. Flags are read once."""
+        a chunk; the images of a run lack the same views. Flags are read once (``done``: each
+        view's, read already)."""
         views = self.views if views is None else views
-        missing = np.stack([~self.done(view) for view in views], axis=1) if views else np.zeros((self.n_images, 0), dtype=bool)
+        done = done or {}
+        missing = np.stack([~(done[view] if view in done else self.done(view)) for view in views], axis=1) if views else np.zeros((self.n_images, 0), dtype=bool)
         runs = []
         for a, b in self.chunk_ranges(shard):
             position = a
