@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -15,19 +16,28 @@ from .errors import ProbeError
 def undefined_as_null(obj: Any) -> Any:
     """``obj`` with every non-finite float (an undefined value: segm AP on a panel of boxes, a
     mean over nothing) as None, so it is written as JSON null: Python's NaN token is not JSON,
-    and other readers (jq, JavaScript's JSON.parse) refuse the whole file."""
+    and other readers (jq, JavaScript's JSON.parse) refuse the whole file. A container that holds
+    no undefined value is ``obj`` itself, not a copy (a data set's index of file digests is
+    written without a second dict of it)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: undefined_as_null(v) for k, v in obj.items()}
+        changed = {k: n for k, v in obj.items() if (n := undefined_as_null(v)) is not v}
+        return {k: changed[k] if k in changed else v for k, v in obj.items()} if changed else obj
     if isinstance(obj, (list, tuple)):
-        return [undefined_as_null(v) for v in obj]
+        items = [undefined_as_null(v) for v in obj]
+        return items if any(n is not v for n, v in zip(items, obj)) else obj
     return obj
 
 
 def json_text(obj: Any, indent: int | None = None, separators: tuple[str, str] | None = None) -> str:
     """Strict JSON: undefined values as null (``undefined_as_null``)."""
     return json.dumps(undefined_as_null(obj), indent=indent, separators=separators, allow_nan=False)
+
+
+def json_parts(obj: Any, indent: int | None = None, separators: tuple[str, str] | None = None) -> Iterator[str]:
+    """``json_text``'s text in the encoder's pieces (the same characters), never the whole at once."""
+    return json.JSONEncoder(indent=indent, separators=separators, allow_nan=False).iterencode(undefined_as_null(obj))
 
 
 def umask() -> int:
@@ -53,9 +63,10 @@ def publish(tmp: Path, out: Path) -> Path:
 
 
 def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
-    """JSON written atomically (temp name, then ``os.replace``), undefined values as null."""
+    """JSON written atomically (temp name, then ``os.replace``), undefined values as null; the
+    text goes to the file piece by piece (a data set's index of digests is tens of MB of text)."""
     separators = None if indent else (",", ":")
-    return _atomic_text(path, [json_text(obj, indent, separators) + "\n"])
+    return _atomic_text(path, itertools.chain(json_parts(obj, indent, separators), ["\n"]))
 
 
 def write_json_list(path: str | Path, items: Iterable[str]) -> Path:
