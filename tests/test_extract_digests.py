@@ -141,3 +141,13 @@ def test_a_rerun_hashes_only_the_finished_images_an_older_run_left_unrecorded(tm
     monkeypatch.setattr(sources, "record_digests", lambda *args: scans.append(args))
     extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=store, batch_size=2, quiet=True)
     assert scans == []
+
+
+def test_a_file_that_cannot_be_read_is_one_line_saying_so_not_a_decoding_error(tmp_path):
+    """Gone since the folder was listed, or a folder at that name: the line says it cannot be read."""
+    (tmp_path / "a-folder.jpg").mkdir()
+    for path, why in ((tmp_path / "gone.jpg", "No such file"), (tmp_path / "a-folder.jpg", "Is a directory")):
+        with pytest.raises(ProbeError) as refused:
+            images.load_photo(path)
+        line = refused.value.line()
+        assert line.startswith(str(path)) and f"cannot be read ({why}" in line and "readable file" in line and "decoded" not in line

@@ -221,8 +221,8 @@ def load_photo(path: str | Path) -> Photo:
         with open(path, "rb") as handle:
             found = os.fstat(handle.fileno())
             data = handle.read()
-    except OSError as error:
-        raise ProbeError(path, f"cannot be decoded ({error})", "the file may be truncated; replace it") from None
+    except OSError as error:  # not the bytes' fault: gone since the folder was listed, unreadable, a folder
+        raise ProbeError(path, f"cannot be read ({error.strerror or error})", "make it a readable file (or remove it from the folder), then rerun") from None
     image = _load(path, io.BytesIO(data))
     return Photo(image, hashlib.sha256(data).digest(), (int(found.st_size), int(found.st_mtime_ns)))
 
