@@ -71,7 +71,7 @@ def _new(root, folder, names, panel, role, annotation):
     hashes, fresh = hygiene.content_hashes(root, folder, names)
     content = hashes.list_hash()
     hygiene.check_overlap(root, panel, role, annotation, hashes, fresh)
-    return hashes.as_dict(), fresh, content
+    return hashes.as_dict(), dict(fresh.items()), content
 
 
 def _old(root, folder, names, panel, role, annotation):
@@ -209,7 +209,7 @@ def test_the_cache_files_are_read_without_an_object_per_image(tmp_path):
         old_index_peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert fresh == {} and len(hashes) == 5 and hashes.as_dict() == old_hashes
+    assert len(fresh) == 0 and len(hashes) == 5 and hashes.as_dict() == old_hashes
     assert memo_peak < 2.5 * sizes["panel-hashes.json"] < old_memo_peak, (memo_peak, old_memo_peak, sizes)
     assert index_peak < 2.5 * sizes["panel-images.json"] < old_index_peak, (index_peak, old_index_peak, sizes)
     assert os.path.getsize(root / "panel-images.json") == sizes["panel-images.json"]

@@ -86,6 +86,20 @@ def write_json_list(path: str | Path, items: Iterable[str]) -> Path:
     return _atomic_text(path, parts())
 
 
+def write_json_object(path: str | Path, members: Iterable[str]) -> Path:
+    """A JSON object written atomically from its members' texts (``"key":value``, each as
+    ``write_json`` writes it): the bytes ``write_json`` writes for the whole object, with one
+    member's text in memory at a time."""
+
+    def parts() -> Iterator[str]:
+        yield "{"
+        for i, text in enumerate(members):
+            yield text if i == 0 else "," + text
+        yield "}\n"
+
+    return _atomic_text(path, parts())
+
+
 def _atomic_text(path: str | Path, parts: Iterable[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

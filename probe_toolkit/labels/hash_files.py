@@ -1,8 +1,9 @@
-"""The label-hygiene cache files (``panel-hashes.json``, ``panel-images.json``) read without a
-Python object per image: at 100 k images, ``json.loads`` of either kept tens of MiB of dicts and
-lists in every labelled command. The files keep their format (``hygiene`` writes them as before);
-here they are decoded one member at a time (``json.decoder.scanstring`` for keys,
-``JSONDecoder.raw_decode`` for values) and kept as sorted arrays of 32-byte digests.
+"""The label-hygiene index (``panel-images.json``) read without a Python object per image: at
+100 k images, ``json.loads`` of it kept tens of MiB of dicts in every labelled command. The file
+keeps its format (``hygiene`` writes it as before); here it is decoded one member at a time
+(``json.decoder.scanstring`` for keys, ``JSONDecoder.raw_decode`` for values) and kept as sorted
+arrays of 32-byte digests. The memo of hashed files (``panel-hashes.json``) is ``hash_memo``'s,
+which shares the patterns and the member walk declared here.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ import numpy as np
 
 from ..infra import provenance
 
-_DECODER = json.JSONDecoder()
-_CHUNK = 1024  # members decoded before their digests join the arrays
+DECODER = json.JSONDecoder()
+CHUNK = 1024  # members decoded before their digests join the arrays
 _HEX = frozenset("0123456789abcdef")
-_TEXT = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes
-_INT = r"(-?(?:0|[1-9][0-9]*))"
-_MEMO_MEMBER = re.compile(_TEXT + r":\[" + _INT + "," + _INT + r',"([0-9a-f]{64})"\]')
-_HASH_MEMBER = re.compile(r'"([0-9a-f]{64})":' + _TEXT)
+TEXT = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes
+INT = r"(-?(?:0|[1-9][0-9]*))"
+_HASH_MEMBER = re.compile(r'"([0-9a-f]{64})":' + TEXT)
 
 
 def digest_bytes(text: Any) -> bytes | None:
@@ -140,82 +140,17 @@ def _plain(pattern: re.Pattern, text: str, i: int, take) -> int | None:
         if text[pos : pos + 1] != ",":
             return None
         pos += 1
-        if len(chunk) >= _CHUNK:
+        if len(chunk) >= CHUNK:
             take(chunk)
             chunk = []
     return None
 
 
-def _read_text(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
     try:
         return path.read_text() if path.is_file() else None
     except ValueError:  # undecodable bytes: json.loads of the text would have failed too
         return None
-
-
-def memo_entries(path: Path, wanted: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For each path text in ``wanted``: size and mtime_ns (int64), found (bool) and an (n, 32) digest
-    array, from the memo's members of the form [int, int, sha256 hex] (the last where a key repeats);
-    a path with no such member is not ``found``. An unreadable memo finds nothing (as before)."""
-    n = len(wanted)
-    keys = np.array([w.encode("utf-8", "surrogatepass") for w in wanted], dtype=bytes) if n else np.zeros(0, "S1")
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
-    size, mtime, found = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool)
-    digests = np.zeros((n, 32), np.uint8)
-    text = _read_text(path)
-    if text is None or not n:
-        return size, mtime, found, digests
-
-    def take(chunk: list[re.Match]) -> None:
-        got = np.array([m[1].encode("utf-8", "surrogatepass") for m in chunk], dtype=bytes)
-        lo, hi = np.searchsorted(ordered, got, "left"), np.searchsorted(ordered, got, "right")
-        for j in np.flatnonzero(hi > lo):
-            match, at = chunk[j], order[lo[j] : hi[j]]
-            small = all(-(2**63) <= int(v) < 2**63 for v in match.group(2, 3))
-            found[at] = small
-            if small:
-                size[at], mtime[at] = int(match[2]), int(match[3])
-                digests[at] = np.frombuffer(bytes.fromhex(match[4]), np.uint8)
-
-    try:
-        end = _plain(_MEMO_MEMBER, text, 0, take)
-        if end is not None:
-            whole(text, end)
-            return size, mtime, found, digests
-    except ValueError:
-        pass
-    found[:] = False  # another layout: member by member
-    pending: list[tuple[str, Any]] = []
-
-    def flush() -> None:
-        got = np.array([k.encode("utf-8", "surrogatepass") for k, _ in pending], dtype=bytes)
-        lo, hi = np.searchsorted(ordered, got, "left"), np.searchsorted(ordered, got, "right")
-        for j in np.flatnonzero(hi > lo):
-            value = pending[j][1]
-            at = order[lo[j] : hi[j]]
-            usable = isinstance(value, list) and len(value) == 3 and all(type(v) is int and -(2**63) <= v < 2**63 for v in value[:2])
-            digest = digest_bytes(value[2]) if usable else None
-            found[at] = digest is not None
-            if digest is not None:
-                size[at], mtime[at] = value[0], value[1]
-                digests[at] = np.frombuffer(digest, np.uint8)
-        pending.clear()
-
-    def each(key: str, start: int) -> int:
-        value, end = _DECODER.raw_decode(text, start)
-        pending.append((key, value))
-        if len(pending) >= _CHUNK:
-            flush()
-        return end
-
-    try:
-        whole(text, walk(text, 0, each))
-        if pending:
-            flush()
-    except (ValueError, IndexError):
-        found[:] = False
-    return size, mtime, found, digests
 
 
 class Panel:
@@ -236,7 +171,7 @@ class Index:
 
     def __init__(self, path: Path):
         self.panels: dict[str, Panel] = {}
-        self.text = _read_text(path) or ""
+        self.text = read_text(path) or ""
         if not self.text:
             return
         try:
@@ -253,7 +188,7 @@ class Index:
                 if self.text[at : at + 1] == "{":
                     return self._hashes(panel, at)
                 panel.plain = False
-            value, end = _DECODER.raw_decode(self.text, at)
+            value, end = DECODER.raw_decode(self.text, at)
             panel.fields[key] = value
             return end
 
@@ -294,7 +229,7 @@ class Index:
             if digest is not None:
                 digests.append(digest)
                 starts.append(start)
-            return _DECODER.raw_decode(self.text, start)[1]
+            return DECODER.raw_decode(self.text, start)[1]
 
         end = walk(self.text, at, each)
         self._keep(panel, b"".join(digests), np.asarray(starts, np.int64))
@@ -302,7 +237,7 @@ class Index:
 
     def name(self, panel: Panel, position: int) -> Any:
         """The name (as decoded) of the ``position``-th of ``panel``'s sorted digests."""
-        return _DECODER.raw_decode(self.text, int(panel.starts[position]))[0]
+        return DECODER.raw_decode(self.text, int(panel.starts[position]))[0]
 
     def same_names(self, panel: Panel, hashes: ContentHashes) -> bool:
         """Whether ``panel`` holds every digest of ``hashes`` under the same name."""

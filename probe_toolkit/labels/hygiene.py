@@ -26,8 +26,9 @@ import numpy as np
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.provenance import file_sha256
-from . import hash_files
+from . import hash_files, hash_memo
 from .hash_files import ContentHashes
+from .hash_memo import Fresh
 
 INDEX = "panel-images.json"
 MEMO = "panel-hashes.json"
@@ -143,25 +144,25 @@ class _Paths(Sequence[str]):
         return str(self._folder / self._names[i])
 
 
-def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[ContentHashes, dict[str, list]]:
+def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[ContentHashes, Fresh]:
     """(sha256 of each image file's bytes → its file name, the memo entries hashed afresh).
 
     A file is hashed again only when its size or modification time changed since the last read:
     ``panel-hashes.json`` in the cache root keeps each absolute path's [size, mtime_ns, sha256]
     (written by ``check_overlap`` once the panel passes), so reading an ImageNet-sized panel a
-    second time costs a stat per file, not 140 GB of reads. The memo is read member by member
-    (``hash_files``): only this panel's entries are kept, as arrays.
+    second time costs a stat per file, not 140 GB of reads. The memo is read a block at a time
+    (``hash_memo``): only this panel's entries are kept, as arrays, and so are the fresh ones.
     """
     paths = _Paths(folder, names)
-    size, mtime, found, digests = hash_files.memo_entries(root / MEMO, paths)
-    fresh = {}
+    size, mtime, found, digests = hash_memo.memo_entries(root / MEMO, paths)
+    fresh = np.zeros(len(names), bool)
     for i, path in enumerate(paths):
         stat = os.stat(path)
         if not (found[i] and size[i] == stat.st_size and mtime[i] == stat.st_mtime_ns):
-            fresh[path] = [stat.st_size, stat.st_mtime_ns, file_sha256(Path(path))]
-            digests[i] = np.frombuffer(bytes.fromhex(fresh[path][2]), np.uint8)
-    del paths
-    return ContentHashes(digests, names), fresh
+            fresh[i], size[i], mtime[i] = True, stat.st_size, stat.st_mtime_ns
+            digests[i] = np.frombuffer(bytes.fromhex(file_sha256(Path(path))), np.uint8)
+    at = np.flatnonzero(fresh)
+    return ContentHashes(digests, names), Fresh(paths, at, size[at], mtime[at], digests[at])
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -181,7 +182,7 @@ def _shared_refusal(name: str, role: str, other: str, other_role: Any, count: in
     )
 
 
-def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes, fresh: dict[str, list] | None = None) -> None:
+def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes, fresh: Fresh | None = None) -> None:
     """Refuse images that a panel of another role holds too; then remember this panel's, and the
     files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it). The
     index is read panel by panel into digest arrays (``hash_files.Index``); it is decoded whole
@@ -214,8 +215,8 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
             entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes.as_dict()}}
             if whole_index.get(panel_name) != entry:  # an unchanged panel's read writes nothing
                 write_json(path, {**whole_index, panel_name: entry})
-        if fresh:
-            write_json(root / MEMO, {**_read_json(root / MEMO), **fresh})
+        if fresh is not None:
+            hash_memo.write_memo(root / MEMO, fresh)
 
 
 def check_apart(first: tuple[str, str, Path, list[str]], second: tuple[str, str, Path, list[str]], root: Path) -> None:
