@@ -66,7 +66,7 @@ def write_json(path: str | Path, obj: Any, indent: int | None = None) -> Path:
     """JSON written atomically (temp name, then ``os.replace``), undefined values as null; the
     text goes to the file piece by piece (a data set's index of digests is tens of MB of text)."""
     separators = None if indent else (",", ":")
-    return _atomic_text(path, itertools.chain(json_parts(obj, indent, separators), ["\n"]))
+    return write_json_parts(path, itertools.chain(json_parts(obj, indent, separators), ["\n"]))
 
 
 def write_json_list(path: str | Path, items: Iterable[str]) -> Path:
@@ -83,7 +83,7 @@ def write_json_list(path: str | Path, items: Iterable[str]) -> Path:
                 first = False
         yield "]\n"
 
-    return _atomic_text(path, parts())
+    return write_json_parts(path, parts())
 
 
 def write_json_object(path: str | Path, members: Iterable[str]) -> Path:
@@ -97,10 +97,11 @@ def write_json_object(path: str | Path, members: Iterable[str]) -> Path:
             yield text if i == 0 else "," + text
         yield "}\n"
 
-    return _atomic_text(path, parts())
+    return write_json_parts(path, parts())
 
 
-def _atomic_text(path: str | Path, parts: Iterable[str]) -> Path:
+def write_json_parts(path: str | Path, parts: Iterable[str]) -> Path:
+    """Text written atomically from its pieces, one at a time (the caller's pieces make the JSON)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

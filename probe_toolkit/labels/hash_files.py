@@ -68,8 +68,20 @@ class ContentHashes:
 
     def as_dict(self) -> dict[str, str]:
         """The dict ``content_hashes`` used to return (first-seen order, last name): only for writing."""
-        order = np.argsort(self._first, kind="stable")
-        return {self.hex(int(i)): self.name(int(i)) for i in order}
+        return dict(self.items())
+
+    def items(self, skip: np.ndarray | None = None) -> Iterator[tuple[str, str]]:
+        """``as_dict``'s (sha256 hex, name) pairs one at a time, leaving out the digests whose
+        ``position`` is True in ``skip``."""
+        for i in np.argsort(self._first, kind="stable"):
+            if skip is None or not skip[i]:
+                yield self.hex(int(i)), self.name(int(i))
+
+    def position(self, digest: bytes) -> int | None:
+        """Where a 32-byte digest sits among ``sorted``; None if this set lacks it."""
+        row = np.frombuffer(digest, np.uint8).view("V32")
+        at = int(np.searchsorted(self.sorted, row)[0])
+        return at if at < len(self.sorted) and self.sorted[at] == row[0] else None
 
 
 def _skip(text: str, i: int) -> int:
@@ -164,6 +176,8 @@ class Panel:
         self.starts = np.zeros(0, np.int64)
         self.plain = True  # hashes: an object of distinct hex digests → strings
         self.has_hashes = False
+        self.order: list[str] = []  # its keys, "hashes" among them, where each first appears (json.loads' order)
+        self.hashes_at = 0  # where the (last) hashes object starts in the text
 
 
 class Index:
@@ -172,19 +186,22 @@ class Index:
     def __init__(self, path: Path):
         self.panels: dict[str, Panel] = {}
         self.text = read_text(path) or ""
+        self.readable = True  # False: text that is not an object of panels (json.loads may still read it)
         if not self.text:
             return
         try:
             whole(self.text, walk(self.text, 0, self._panel))
         except (ValueError, IndexError):
-            self.panels = {}  # an unreadable index is rebuilt from the reads that follow (as before)
+            self.panels, self.readable = {}, False  # an unreadable index is rebuilt from the reads that follow (as before)
 
     def _panel(self, name: str, start: int) -> int:
         panel = self.panels[name] = Panel()  # a repeated panel: the last one counts, as json.loads keeps it
 
         def field(key: str, at: int) -> int:
+            if key not in panel.order:
+                panel.order.append(key)
             if key == "hashes":
-                panel.has_hashes = True
+                panel.has_hashes, panel.hashes_at = True, at
                 if self.text[at : at + 1] == "{":
                     return self._hashes(panel, at)
                 panel.plain = False

@@ -26,7 +26,7 @@ import numpy as np
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.provenance import file_sha256
-from . import hash_files, hash_memo
+from . import hash_files, hash_memo, index_write
 from .hash_files import ContentHashes
 from .hash_memo import Fresh
 
@@ -185,8 +185,8 @@ def _shared_refusal(name: str, role: str, other: str, other_role: Any, count: in
 def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes, fresh: Fresh | None = None) -> None:
     """Refuse images that a panel of another role holds too; then remember this panel's, and the
     files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it). The
-    index is read panel by panel into digest arrays (``hash_files.Index``); it is decoded whole
-    only when this panel's entry changes and is written again."""
+    index is read panel by panel into digest arrays (``hash_files.Index``) and, when this panel's
+    entry changes, written again member by member (``index_write``)."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{INDEX}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -207,8 +207,8 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
             and own.fields["annotation_sha256"] == annotation_sha256
             and index.same_names(own, hashes)
         )
-        del index
-        if not unchanged:  # the old reading, and its bytes, where this panel's entry is written
+        if not unchanged and not index_write.write_panel(path, index, panel_name, role, annotation_sha256, hashes):
+            del index  # an index of another form: decoded whole, and its bytes written as before
             whole_index = _read_json(path)
             mine = whole_index.get(panel_name, {})
             kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}

@@ -1,0 +1,101 @@
+"""``panel-images.json`` written back with one panel's entry replaced, a member at a time.
+
+A panel's first read adds its entry to the index of every panel's content hashes: 1.28 M
+digests and names for ImageNet's training set. Decoding the whole index into dicts to add the
+entry (and building the entry itself as a dict) held several times the file's text; here the
+other panels are re-encoded member by member from the text ``hash_files.Index`` already read,
+and the new entry from the digest arrays, so the bytes are those ``write_json`` writes for
+``{**index, panel: entry}`` with one member's text in memory at a time. An index this cannot
+re-encode member by member (a panel whose hashes repeat a key or are not all digests → names,
+text that is not an object of panels) is left to the whole-dict writing (``write_panel`` says
+False before writing anything).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..infra.atomic import json_text, write_json_parts
+from . import hash_files
+from .hash_files import ContentHashes, Index, Panel
+
+
+def _members(text: str, at: int) -> Iterator[tuple[str, object]]:
+    """(key, decoded value) of each member of the object at ``text[at]``, one at a time."""
+    walker = hash_files.members(text, at)
+    try:
+        key, start = next(walker)
+        while True:
+            value, end = hash_files.DECODER.raw_decode(text, start)
+            yield key, value
+            key, start = walker.send(end)
+    except StopIteration:
+        return
+
+
+def _compact(value: object) -> str:
+    return json_text(value, separators=(",", ":"))
+
+
+def _hashes(pairs: Iterator[tuple[str, object]]) -> Iterator[str]:
+    yield "{"
+    for i, (digest, name) in enumerate(pairs):
+        yield f"{',' if i else ''}{json.dumps(digest)}:{_compact(name)}"
+    yield "}"
+
+
+def _panel(index: Index, panel: Panel) -> Iterator[str]:
+    """An unchanged panel's value as ``write_json`` writes it once decoded (its keys where they first
+    appear, each one's last value)."""
+    yield "{"
+    for i, key in enumerate(panel.order):
+        yield f"{',' if i else ''}{json.dumps(key)}:"
+        if key == "hashes":
+            yield from _hashes(_members(index.text, panel.hashes_at))
+        else:
+            yield _compact(panel.fields[key])
+    yield "}"
+
+
+def _merged(index: Index, kept: Panel | None, hashes: ContentHashes) -> Iterator[tuple[str, object]]:
+    """``{**kept hashes, **hashes}``'s pairs: the kept ones in their order, each digest this read holds
+    under this read's name, then this read's other digests in ``hashes``' order."""
+    used = np.zeros(len(hashes), bool)
+    if kept is not None:
+        for digest, name in _members(index.text, kept.hashes_at):
+            at = hashes.position(bytes.fromhex(digest))
+            if at is None:
+                yield digest, name
+            else:
+                used[at] = True
+                yield digest, hashes.name(at)
+    yield from hashes.items(skip=used)
+
+
+def write_panel(path, index: Index, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes) -> bool:
+    """Write the index with ``panel_name``'s entry {role, annotation_sha256, hashes} (its old hashes
+    kept where role and annotation are unchanged, as ``hygiene.check_overlap`` always did); False,
+    with nothing written, where the index must be decoded whole instead."""
+    if not index.readable or any(p.has_hashes and not p.plain for p in index.panels.values()):
+        return False
+    own = index.panels.get(panel_name)
+    keep = own is not None and own.has_hashes and own.fields.get("annotation_sha256") == annotation_sha256 and own.fields.get("role") == role
+
+    def parts() -> Iterator[str]:
+        yield "{"
+        names = list(index.panels) if own is not None else [*index.panels, panel_name]
+        for i, name in enumerate(names):
+            yield f"{',' if i else ''}{json.dumps(name)}:"
+            if name == panel_name:
+                yield f'{{"role":{json.dumps(role)},"annotation_sha256":{json.dumps(annotation_sha256)},"hashes":'
+                yield from _hashes(_merged(index, own if keep else None, hashes))
+                yield "}"
+            else:
+                yield from _panel(index, index.panels[name])
+        yield "}\n"
+
+    write_json_parts(path, parts())
+    return True
