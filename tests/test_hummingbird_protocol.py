@@ -312,24 +312,28 @@ def test_the_memory_reads_each_train_image_once_whatever_the_portions(voc, monke
     assert decoded.count(len(TRAIN)) == 2 * len(TRAIN)  # each train map decoded once per epoch (the val maps: once)
 
 
-def test_the_photographs_check_gathers_the_stores_ids_once(voc, monkeypatch):
+def test_the_photographs_check_looks_the_stores_ids_up_once_as_arrays(voc, monkeypatch):
     """The check that the panel's photographs are those extracted (every protocol, before its labels)
-    puts each of the store's ids into a set once, not once per panel image (quadratic in the data set)."""
-    import builtins
-
+    looks the panel's ids up among the store's as sorted arrays (``infra.names.lookup``: once for the
+    ids the store holds, once for their positions), not once per panel image (quadratic in the data
+    set) nor through a set of a data set's names."""
+    from probe_toolkit.infra import names
     from probe_toolkit.protocols import coverage
 
     root, _, store, _, _ = voc
-    touched = []
+    looked_up, lookup = [], names.lookup
 
-    def counted(items=()):
-        items = list(items)
-        touched.append(len(items))
-        return builtins.set(items)
+    def counted(held, wanted):
+        looked_up.append((len(held), len(wanted)))
+        return lookup(held, wanted)
 
-    monkeypatch.setattr(coverage, "set", counted, raising=False)  # the module's name `set` before the builtin
+    def refused(*_):
+        raise AssertionError("a set of the store's ids")
+
+    monkeypatch.setattr(names, "lookup", counted)
+    monkeypatch.setattr(coverage, "set", refused, raising=False)  # the module's name `set` before the builtin
     coverage.current_photographs(store, "voc-train", root / "cache")
-    assert touched and sum(touched) <= len(TRAIN) + len(VAL)
+    assert len(looked_up) == 2 and all(wanted <= len(TRAIN) + len(VAL) for _, wanted in looked_up)
 
 
 def test_numbers_do_not_depend_on_blocks_or_workers(voc, monkeypatch):

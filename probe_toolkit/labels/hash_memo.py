@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..infra.atomic import write_json, write_json_object
+from ..infra.names import as_keys
 from . import hash_files
 
 BLOCK = 1 << 20  # characters of the memo's text read at a time
@@ -87,14 +88,9 @@ def _plain_chunks(path: Path, block: int) -> Iterator[list[re.Match]]:
                 return
 
 
-def _keys(texts: Sequence[str]) -> np.ndarray:
-    """Path texts as one bytes array (they are compared bytewise, as sorted arrays)."""
-    return np.array([t.encode("utf-8", "surrogatepass") for t in texts], dtype=bytes) if len(texts) else np.zeros(0, "S1")
-
-
 def _lookup(ordered: np.ndarray, chunk: list[re.Match]) -> tuple[np.ndarray, np.ndarray]:
     """For each match of ``chunk``: where its key's run starts and ends in ``ordered``."""
-    got = _keys([m[1] for m in chunk])
+    got = as_keys([m[1] for m in chunk])
     return np.searchsorted(ordered, got, "left"), np.searchsorted(ordered, got, "right")
 
 
@@ -103,7 +99,7 @@ def memo_entries(path: Path, wanted: Sequence[str], block: int = BLOCK) -> tuple
     array, from the memo's members of the form [int, int, sha256 hex] (the last where a key repeats);
     a path with no such member is not ``found``. An unreadable memo finds nothing (as before)."""
     n = len(wanted)
-    keys = _keys(wanted)
+    keys = as_keys(wanted)
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
     del keys
@@ -136,7 +132,7 @@ def _whole_entries(path: Path, ordered, order, size, mtime, found, digests) -> N
     pending: list[tuple[str, Any]] = []
 
     def flush() -> None:
-        got = _keys([k for k, _ in pending])
+        got = as_keys([k for k, _ in pending])
         lo, hi = np.searchsorted(ordered, got, "left"), np.searchsorted(ordered, got, "right")
         for j in np.flatnonzero(hi > lo):
             value = pending[j][1]
@@ -190,7 +186,7 @@ def write_memo(path: Path, fresh: Fresh, block: int = BLOCK) -> None:
     the old memo read ``block`` characters at a time; one of another layout is decoded whole."""
     if not len(fresh):
         return
-    keys = _keys([fresh.paths[int(p)] for p in fresh.positions])
+    keys = as_keys([fresh.paths[int(p)] for p in fresh.positions])
     distinct, first = np.unique(keys, return_index=True)  # a name listed twice: its first entry, as a dict keeps it
     del keys
     used = np.zeros(len(distinct), bool)

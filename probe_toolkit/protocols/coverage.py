@@ -85,10 +85,13 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
     store (or its panel sibling of the same network, which the protocols may read) holds is still the file it was
     extracted from (``store.sources.changed``: size and mtime, the sha256 where they moved). A
     photograph edited in place would be scored as its old features against its new labels."""
+    import numpy as np
+
     from ..commands.panel_stores import _same_network, _sibling, panel_ids, wanted_ids
+    from ..infra.names import lookup
     from ..labels.panels import get_panel
     from ..store import cache
-    from ..store.sources import changed, check_current, image_folder_or_none
+    from ..store.sources import Pairs, changed, check_current, image_folder_or_none
 
     found = get_panel(panel, cache_dir)
     if found.images is None or not Path(found.images).is_dir():
@@ -102,11 +105,10 @@ def current_photographs(store: str | Path, panel: str, cache_dir: str | Path | N
             candidates[beside] = other
     folder = str(found.images)  # each file named as text: a list of a data set's Path objects is several times its names' size
     for candidate, ds in candidates.items():
-        held = [str(i) for i in ds["image"].values.tolist()]
+        held = ds["image"].values  # looked up as sorted arrays (infra.names): a set of a data set's names is tens of MiB
         wanted = wanted_ids(ds, found, ids)
         if wanted is not None:
-            kept = set(held)  # once: a set built per panel image made this check quadratic in the data set
-            check_current(candidate, [(w, os.path.join(folder, i)) for w, i in zip(wanted, ids) if w in kept])
+            check_current(candidate, Pairs(wanted, folder, ids, np.flatnonzero(lookup(held, wanted)[1])))
             continue
         by_name = {Path(h).name: h for h in held}  # extracted from another folder: matched by file name, as the label read matches
         other = changed(candidate, [(by_name[Path(i).name], os.path.join(folder, i)) for i in ids if Path(i).name in by_name])

@@ -11,7 +11,8 @@ each worker proves it read the same bytes (``check``) instead of whatever its ma
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,10 +234,36 @@ def recorded(store: str | Path, positions) -> list[tuple[str | None, tuple[int, 
     return [(row.tobytes().hex() if row.any() else None, (int(st[0]), int(st[1])) if st.any() else None) for row, st in zip(rows, stats)]
 
 
-def positions_of(store: str | Path, ids: list[str]) -> list[int]:
-    """The store positions of images ``ids`` (as the store names them)."""
-    at = {name: i for i, name in enumerate(_ids(store))}
-    return [at[i] for i in ids]
+def positions_of(store: str | Path, ids: Sequence[str]):
+    """The store positions of images ``ids`` (as the store names them; a name held twice: its last),
+    looked up as sorted arrays (``infra.names``); KeyError for a name the store lacks."""
+    import numpy as np
+    import zarr
+
+    from ..infra.names import lookup
+
+    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    at, found = lookup(group["image"][:] if "image" in group else [], ids)  # the names as read, not a list of them
+    if not found.all():
+        raise KeyError(ids[int(np.argmin(found))])
+    return at
+
+
+class Pairs(Sequence[tuple[str, str]]):
+    """(store id, file path) pairs for ``changed``, made when asked: ``store_ids[k]`` and ``folder`` /
+    ``names[k]`` for each k of ``at`` (a list of a data set's pairs is tens of MiB of tuples and paths)."""
+
+    def __init__(self, store_ids: Sequence[str], folder: str, names: Sequence[str], at):
+        self._ids, self._folder, self._names, self._at = store_ids, folder, names, at
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        i = int(self._at[k])
+        return self._ids[i], os.path.join(self._folder, self._names[i])
 
 
 def changed(store: str | Path, files: list[tuple[str, Path]], unrecorded: list[int] | None = None) -> list[tuple[Path, str]]:
@@ -251,7 +278,7 @@ def changed(store: str | Path, files: list[tuple[str, Path]], unrecorded: list[i
         wanted = recorded(store, positions[a : a + CHECKED_AT_ONCE])
         found += _changed(files[a : a + CHECKED_AT_ONCE], wanted)
         if unrecorded is not None:
-            unrecorded += [positions[a + k] for k, (digest, stat) in enumerate(wanted) if digest is None or stat is None]
+            unrecorded += [int(positions[a + k]) for k, (digest, stat) in enumerate(wanted) if digest is None or stat is None]
     return found
 
 
