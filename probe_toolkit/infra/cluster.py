@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import IntegrityError, ProbeError, worker_name
+from .names import SortedNames
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -80,26 +81,20 @@ def image_chunk_edges(array) -> list[int]:
 _known_ids: dict[tuple[str, str], _Ids] = {}  # per worker process: (store, fingerprint) → the store's image ids
 
 
-class _Ids:
-    """A store's image ids as sorted numpy strings, looked up by bisection: a worker keeps them for
-    its whole run, and a dict of Python strings would hold several times the bytes of the ids,
-    growing with the store."""
+class _Ids(SortedNames):
+    """A store's image ids as sorted byte strings (``infra.names``), looked up by bisection: a worker
+    keeps them for its whole run, and a dict of Python strings would hold several times the bytes
+    of the ids, growing with the store. Not numpy's StringDType: its strings sit behind an allocator
+    lock, and its comparisons failed in the runner's workers ("Failed to load string in string
+    comparison", tests/test_block_sweep.py)."""
 
     def __init__(self, ids: np.ndarray) -> None:
-        # fixed-width unicode, not numpy's StringDType: its strings sit behind an allocator lock, and
-        # its comparisons failed in the runner's workers ("Failed to load string in string comparison",
-        # tests/test_block_sweep.py); a plain unicode array has no such state
-        ids = np.asarray([str(i) for i in np.asarray(ids).tolist()], dtype=str)
-        self.order = np.argsort(ids, kind="stable")
-        self.sorted = ids[self.order]
+        super().__init__([str(i) for i in np.asarray(ids).tolist()])
 
     def positions(self, ids: list[str]) -> tuple[np.ndarray, list[str]]:
-        """(each id's position in the store, the ids it lacks); a repeated id: its last position.
-        The ids asked keep their own width, so a longer one is never cut to match a stored one."""
-        wanted = np.asarray([str(i) for i in ids], dtype=str)
-        at = np.searchsorted(self.sorted, wanted, side="right") - 1
-        found = (at >= 0) & (self.sorted[np.maximum(at, 0)] == wanted) if len(self.sorted) else np.zeros(len(ids), bool)
-        return self.order[at[found]], [ids[i] for i in np.flatnonzero(~found)]
+        """(each id's position in the store, the ids it lacks); a repeated id: its last position."""
+        at, found = self.find([str(i) for i in ids])
+        return at[found], [ids[i] for i in np.flatnonzero(~found)]
 
 
 def proven_call(fn: ChunkFn, stored: dict[str, str], store: str, mark: str, ids: list[str], check: str | None = None) -> dict[str, np.ndarray]:

@@ -20,14 +20,26 @@ def as_keys(texts: Sequence[str]) -> np.ndarray:
     return np.array([t.encode("utf-8", "surrogatepass") for t in texts], dtype=bytes) if len(texts) else np.zeros(0, "S1")
 
 
+class SortedNames:
+    """Names as their sorted UTF-8 bytes (``sorted``) and where each came from (``order``), looked up by bisection."""
+
+    def __init__(self, held: Sequence[str]) -> None:
+        keys = as_keys(held)
+        self.order = np.argsort(keys, kind="stable")
+        self.sorted = keys[self.order]
+
+    def find(self, wanted: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """For each of ``wanted``: its position among the names (the last of a name held twice, as a
+        dict of them keeps it; 0 where absent) and whether they hold it. The names asked keep their
+        own width, so a longer one is never cut to match a held one."""
+        want = as_keys(wanted)
+        if not len(self.sorted):
+            return np.zeros(len(want), np.int64), np.zeros(len(want), bool)
+        at = np.searchsorted(self.sorted, want, side="right") - 1
+        found = (at >= 0) & (self.sorted[np.maximum(at, 0)] == want)
+        return np.where(found, self.order[np.maximum(at, 0)], 0), found
+
+
 def lookup(held: Sequence[str], wanted: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``wanted``: its position in ``held`` (the last of a name held twice, as a dict
-    of ``held`` keeps it; 0 where absent) and whether ``held`` has it."""
-    keys = as_keys(held)
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
-    del keys
-    want = as_keys(wanted)
-    at = np.searchsorted(ordered, want, side="right") - 1
-    found = (at >= 0) & (ordered[np.maximum(at, 0)] == want) if len(ordered) else np.zeros(len(want), bool)
-    return np.where(found, order[np.maximum(at, 0)] if len(ordered) else 0, 0), found
+    """``SortedNames(held).find(wanted)``: positions in ``held`` and whether found."""
+    return SortedNames(held).find(wanted)
