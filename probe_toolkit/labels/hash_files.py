@@ -158,6 +158,15 @@ def _plain(pattern: re.Pattern, text: str, i: int, take) -> int | None:
     return None
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object kept in the cache root, decoded whole; an unreadable one only costs its rebuilding."""
+    try:
+        found = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def read_text(path: Path) -> str | None:
     try:
         return path.read_text() if path.is_file() else None

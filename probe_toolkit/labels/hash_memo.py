@@ -208,13 +208,4 @@ def write_memo(path: Path, fresh: Fresh, block: int = BLOCK) -> None:
     try:
         write_json_object(path, members())
     except (_NotPlain, ValueError):  # another layout (nothing was written): the whole memo decoded, as before
-        write_json(path, {**_whole_memo(path), **dict(fresh.items())})
-
-
-def _whole_memo(path: Path) -> dict[str, Any]:
-    """The memo as one dict; an unreadable one only costs its rebuilding."""
-    try:
-        found = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
+        write_json(path, {**hash_files.read_json(path), **dict(fresh.items())})

@@ -165,15 +165,6 @@ def content_hashes(root: Path, folder: Path, names: list[str]) -> tuple[ContentH
     return ContentHashes(digests, names), Fresh(paths, at, size[at], mtime[at], digests[at])
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object kept in the cache root; an unreadable one only costs its rebuilding."""
-    try:
-        found = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
 def _shared_refusal(name: str, role: str, other: str, other_role: Any, count: int, mine: str, theirs: Any) -> ProbeError:
     return ProbeError(
         name,
@@ -209,7 +200,7 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
         )
         if not unchanged and not index_write.write_panel(path, index, panel_name, role, annotation_sha256, hashes):
             del index  # an index of another form: decoded whole, and its bytes written as before
-            whole_index = _read_json(path)
+            whole_index = hash_files.read_json(path)
             mine = whole_index.get(panel_name, {})
             kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
             entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes.as_dict()}}
