@@ -198,8 +198,9 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
             and own.fields["annotation_sha256"] == annotation_sha256
             and index.same_names(own, hashes)
         )
-        if not unchanged and not index_write.write_panel(path, index, panel_name, role, annotation_sha256, hashes):
-            del index  # an index of another form: decoded whole, and its bytes written as before
+        settled = unchanged or index_write.write_panel(path, index, panel_name, role, annotation_sha256, hashes)
+        del index  # its text is not kept while the memo is written
+        if not settled:  # an index of another form: decoded whole, and its bytes written as before
             whole_index = hash_files.read_json(path)
             mine = whole_index.get(panel_name, {})
             kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
