@@ -157,7 +157,7 @@ def add_panel(
         raise ProbeError(None, f"--role {role!r} is not one of {', '.join(ROLES)}", "use --role val")
     annotations, images = Path(annotations).resolve(), Path(images).resolve()
     if kind == "classes":
-        _folder_classes(images)
+        _folder_classes(images, _class_folder_ids(images))
     elif kind == "coco" and not annotations.is_file():
         raise ProbeError(annotations, "is not a file", "pass --annotations with a COCO annotation file")
     elif kind == "coco" and (annotations.suffix.lower() != ".json" or annotations.stat().st_size == 0):  # its name and size: the file is not opened
@@ -168,9 +168,9 @@ def add_panel(
         )
     if not images.is_dir():
         raise ProbeError(images, "is not a folder", "pass --images with the panel's image folder")
-    from ..store.images import list_images  # here: it brings torch, which reading panels never needs
+    from ..store.images import require_images
 
-    list_images(images)  # a folder holding no images is refused here, before it is registered
+    require_images(images)  # a folder holding no images is refused here, before it is registered
     schema.checked(Panel(name, annotations, images, role, "", kind, split, no_hard))  # field by field, before it is registered
     path = _registry_path(cache)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -455,19 +455,23 @@ def read_labels(
 # image classes: a class-folder panel's sub-folders, or a COCO panel's largest category
 
 
-def _folder_classes(folder: Path) -> list[str]:
-    """The sub-folders of ``folder`` that hold images (sorted, as torchvision's ImageFolder); at least two."""
+def _class_folder_ids(folder: Path) -> list[str]:
+    """The ids (CLASS/FILE) of a class-folder panel's images, sorted: names only, listed once."""
     if not folder.is_dir():
         raise ProbeError(folder, "is not a folder", "pass --classes-from-folders with a folder holding one sub-folder per class")
-    from ..store.images import list_images  # here: it brings torch, which reading panels never needs
+    from ..store.images import image_ids
 
-    refs = list_images(folder)
-    loose = [r.id for r in refs if "/" not in r.id]
+    return image_ids(folder)
+
+
+def _folder_classes(folder: Path, ids: list[str]) -> list[str]:
+    """The sub-folders of ``folder`` that hold images (``ids``, its listing; sorted, as torchvision's ImageFolder); at least two."""
+    loose = [i for i in ids if "/" not in i]
     if loose:
         raise ProbeError(
             folder, f"holds {len(loose)} images outside any class folder (e.g. {loose[0]!r})", "put every image in the sub-folder of its class (DIR/CLASS/IMAGE.jpg)"
         )
-    classes = sorted({r.id.split("/", 1)[0] for r in refs})
+    classes = sorted({i.split("/", 1)[0] for i in ids})
     if len(classes) < 2:
         raise ProbeError(
             folder,
@@ -510,25 +514,23 @@ def read_classes(
         return read(panel, purpose=purpose, checkpoint=checkpoint, unseal=unseal, cache=cache, command=command)
     if panel.sealed and not (unseal and unseal.strip()):
         raise ProbeError(panel.name, "is a sealed test panel", 'pass --unseal "reason" to open it (the reason is recorded in the ledger)')
-    classes = _folder_classes(panel.images)
-    from ..store.images import list_images
-
-    refs = list_images(panel.images)
-    ids = [r.id for r in refs]
-    listing = "\n".join(ids).encode()
+    ids = _class_folder_ids(panel.images)
+    classes = _folder_classes(panel.images, ids)
+    listing = hashlib.sha256("\n".join(ids).encode()).hexdigest()
     root = cache_root(cache)
-    hygiene.check_overlap(root, panel.name, panel.role, hashlib.sha256(listing).hexdigest(), *hygiene.content_hashes(root, panel.images, ids))
+    hygiene.check_overlap(root, panel.name, panel.role, listing, *hygiene.content_hashes(root, panel.images, ids))
     entry = log_read(
         root,
         panel=panel.name,
         role=panel.role,
         annotations=str(panel.annotations),
-        annotation_sha256=hashlib.sha256(listing).hexdigest(),
+        annotation_sha256=listing,
         names=ids,
         purpose=purpose,
         command=command,
         checkpoint=checkpoint,
         unseal=unseal,
     )
-    labels = np.asarray([classes.index(i.split("/", 1)[0]) for i in ids], np.int64)
+    number = {name: n for n, name in enumerate(classes)}
+    labels = np.fromiter((number[i.split("/", 1)[0]] for i in ids), np.int64, len(ids))
     return ClassLabels(ids, labels, classes, entry.id, panel, "class folder")

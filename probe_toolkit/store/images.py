@@ -125,12 +125,21 @@ def header_size(path: str | Path) -> tuple[int, int]:
     return width, height
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ImageRef:
-    """One image of a source: its id (path relative to the source folder) and its file."""
+    """One image of a source: its id (path relative to the source folder) and its file.
+
+    The file is kept as text and made a ``Path`` when asked: a listing holds one of these per
+    image of the data set for the whole extraction, and a ``Path`` (its parts cached) with a
+    dataclass's ``__dict__`` made a 100,000-image listing about 45 MiB; ImageNet's 1.28 M
+    images, about 580 MiB."""
 
     id: str
-    path: Path
+    file: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
 
 
 def _image_files(folder: Path) -> Iterator[tuple[str, str]]:
@@ -168,7 +177,14 @@ def _listed(folder: Path) -> Iterator[tuple[str, str]]:
 
 def list_images(folder: str | Path) -> list[ImageRef]:
     """Every image file under ``folder``, recursively, sorted by id; hidden files are skipped."""
-    return sorted((ImageRef(i, Path(path)) for i, path in _listed(Path(folder))), key=lambda r: r.id)
+    return sorted((ImageRef(i, path) for i, path in _listed(Path(folder))), key=lambda r: r.id)
+
+
+def require_images(folder: str | Path) -> None:
+    """Refuse a folder that is not one or holds no image, as ``list_images`` does, reading the
+    listing only up to its first image (registering a panel of ImageNet's 1.28 M files checks
+    this; it need not list them all)."""
+    next(_listed(Path(folder)))
 
 
 def image_ids(folder: str | Path) -> list[str]:
