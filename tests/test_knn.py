@@ -99,6 +99,31 @@ def test_blocked_running_topk_equals_brute_force(n_classes):
     assert 0.5 < result.top1[3] <= 1.0  # the clusters are separable: a wrong vote would not reach this
 
 
+@pytest.mark.parametrize("values", [1, 13, 300, 2**20])
+def test_votes_ranked_a_portion_of_rows_at_a_time_are_the_whole_rankings(monkeypatch, values):
+    """``ranked_votes`` ranks ``VOTE_VALUES // classes`` rows at a time (one row, a few, all of
+    them): the classes are those of the brute-force vote of every row at once, ties to the lower
+    class, unvoted classes -1 after the first; the ks in any order."""
+    rng = np.random.default_rng(values)
+    n_classes, n_test, ks = 23, 41, (20, 1, 7, 3)
+    neighbour = rng.integers(0, 60, (n_test, 20))
+    train_labels = rng.integers(0, n_classes, 60)
+    similarity = np.round(rng.uniform(-1, 1, (n_test, 20)), 1).astype(np.float32)  # rounded: equal votes happen
+    similarity = -np.sort(-similarity, axis=1)
+    monkeypatch.setattr(knn, "VOTE_VALUES", values)
+    got = knn.ranked_votes(similarity, neighbour, train_labels, n_classes, ks, 0.07, 5)
+    assert got.shape == (n_test, len(ks), 5) and got.dtype == np.int64
+    weights = np.exp(similarity.astype(np.float32) / np.float32(0.07))
+    for j, k in enumerate(ks):
+        for row in range(n_test):
+            votes = np.zeros(n_classes, np.float32)
+            for rank in range(k):
+                votes[train_labels[neighbour[row, rank]]] += weights[row, rank]
+            ranked = sorted(range(n_classes), key=lambda c: (-votes[c], c))
+            expected = [c if (i == 0 or votes[c] > 0) else -1 for i, c in enumerate(ranked[:5])]
+            assert got[row, j].tolist() == expected
+
+
 def test_top5_counts_as_dinos_script():
     """Against DINO's own formula: a class without votes is no top-5 hit (its 1000 class columns
     bury it among empty ones), and with k < 5 only k classes can be. Spread-out clusters leave
