@@ -216,7 +216,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     unknown = sorted(set(val_labels.classes[i] for i in set(val_labels.labels.tolist())) - set(classes))
     if unknown:
         raise ProbeError(val_panel.images, f"has classes the train panel lacks ({', '.join(unknown[:5])})", "give both panels the same class folders")
-    val_targets = np.asarray([classes.index(val_labels.classes[i]) for i in val_labels.labels], np.int64)
+    position = {c: n for n, c in enumerate(classes)}  # each val class's train index, once per class (not a search per image)
+    val_targets = np.asarray([position.get(c, -1) for c in val_labels.classes], np.int64)[val_labels.labels]  # -1: a class no val image has
     n_train = len(train_labels.image_ids)
     if ks[-1] > n_train:  # a COCO panel annotating fewer images than its folder holds: known only now
         ks, narrowed = fitting_ks(NB_KNN if not given else ks, n_train, train_panel.name, given)

@@ -88,7 +88,8 @@ def _targets(labels: ClassLabels, classes: list[str], where: Any) -> np.ndarray:
     unknown = sorted({labels.classes[i] for i in set(labels.labels.tolist())} - set(classes))
     if unknown:
         raise ProbeError(where, f"has classes the train panel lacks ({', '.join(unknown[:5])})", "give every panel the train panel's class folders")
-    return np.asarray([classes.index(labels.classes[i]) for i in labels.labels], np.int64)
+    position = {c: n for n, c in enumerate(classes)}  # once per class, not a search of the classes per image
+    return np.asarray([position.get(c, -1) for c in labels.classes], np.int64)[labels.labels]  # -1: a class no image has
 
 
 def _store_ids(labels: ClassLabels, panel_order: list[str], store_order: list[str]) -> list[str]:
