@@ -190,3 +190,23 @@ def test_peak_memory_does_not_grow_with_the_bank(tmp_path):
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
     assert peaks[1] < 1.15 * peaks[0], peaks
+
+
+def test_a_bank_of_equal_rows_keeps_k_candidates_not_the_bank(tmp_path):
+    """A collapsed network gives every image the same features, so every cosine ties: the search
+    keeps each query's k best as it goes (the k lowest rows), and its peak allocation is the same
+    for 8,192 equal rows as for 65,536 (the running list once held every one of them)."""
+    rng = np.random.default_rng(4)
+    dim = 64
+    row = unit(rng.normal(size=(1, dim)))
+    queries = unit(rng.normal(size=(256, dim)))
+    want = reference(search.normalise(queries), np.repeat(row, 100, axis=0), 100)  # nearest normalises its queries
+    peaks = []
+    for n in (8192, 65536):
+        with shared_blocks((np.repeat(row, 4096, axis=0) for _ in range(n // 4096)), (n, dim), np.float32, tmp_path, "bank") as handle:
+            tracemalloc.start()
+            got = search.nearest(queries, handle, 100, 4096)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+    assert peaks[1] < 1.15 * peaks[0], peaks

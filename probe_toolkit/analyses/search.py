@@ -20,7 +20,11 @@ cosine from the exact product by u · a · b more, so the running list keeps, be
 best screened values, every value within twice that slack of the k-th (the true k best are
 among them); at the end their cosines are computed in float64 (a second read of the bank's
 blocks, a few hundred products per query) and the k best kept. The list is a few entries longer
-than k on spread features and longer where values crowd within the slack (many equal rows).
+than k on spread features and longer where values crowd within the slack (many equal rows: on a
+collapsed network's features, every row of the bank). Past ``crowded_width(k)`` entries its cosines are
+computed at once (one more read of the bank) and from then on each part's candidates as the part
+comes (``exact_keys``), the list holding the k best cosines, no more: memory stays bounded
+whatever the bank's values, and spread features, whose list never grows so wide, pay nothing.
 Each block is multiplied a part at a time: a narrow first part, whose k-th largest per row sets
 the floor, then parts of about ``SCREEN_VALUES`` products, which stay in cache (at a small width,
 the screening, not the product, is most of the time). Memory is (query rows) × (block rows)
@@ -37,6 +41,7 @@ EMPTY = np.uint64(np.iinfo(np.uint64).max)  # a free place in a running list: wo
 U32 = 2.0**-24  # float32's unit roundoff
 NORM_TOLERANCE = 1e-5  # a bank row's norm may exceed 1 by this much (rounding of ``normalise``)
 PAIRS = 4096  # (query, row) pairs settled at once: (PAIRS × D) float64 values
+DENSE_GAIN = 16  # a float64 matrix product costs about this much less a pair than gathered dot products
 FIRST_COLUMNS = 256  # bank rows of the first product: a partition of each of its rows sets the floor the later parts are screened against
 SCREEN_VALUES = 2**20  # products screened at once after the first (query rows × bank rows): a few MiB that stay in cache
 MIN_COLUMNS = 1024  # but at least this many bank rows each (fewer, larger matrix products)
@@ -176,9 +181,9 @@ def check_normalised(block: np.ndarray, offset: int) -> None:
         raise ValueError(f"bank rows {offset}..{offset + block.shape[0]} are not normalised (a norm of {np.sqrt(widest):.6g})")
 
 
-def settle(queries64: np.ndarray, running: np.ndarray, blocks: Iterable[tuple[int, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The running list's candidates ranked by their cosines (float64 products of the query and
-    its candidates' rows, read again from ``blocks``), the k best, sorted: (cosines, rows)."""
+def settle(queries64: np.ndarray, running: np.ndarray, blocks: Iterable[tuple[int, np.ndarray]], k: int) -> np.ndarray:
+    """The keys of the running list's k best candidates by their cosines (float64 products of the
+    query and its candidates' rows, read again from ``blocks``)."""
     r, c = np.nonzero(running != EMPTY)
     index = unkey(running[r, c])[1]
     order = np.argsort(index, kind="stable")
@@ -193,7 +198,33 @@ def settle(queries64: np.ndarray, running: np.ndarray, blocks: Iterable[tuple[in
     settled[r, c] = keys(exact, index)
     if settled.shape[1] > k:
         settled = np.partition(settled, k - 1, axis=1)[:, :k]
-    return unkey(np.sort(settled, axis=1))
+    return settled
+
+
+def exact_keys(queries64: np.ndarray, found: np.ndarray, part: np.ndarray, offset: int) -> np.ndarray:
+    """``found``'s keys (rows of ``part``, which starts at bank row ``offset``; padded with ``EMPTY``)
+    with their cosines (``settle``'s, while the part is at hand). Where the pairs fill more than
+    1 / ``DENSE_GAIN`` of (queries × the part's rows any query keeps) one float64 matrix product
+    of those rows, else the pairs' own dot products."""
+    r, c = np.nonzero(found != EMPTY)
+    index = unkey(found[r, c])[1]
+    local = index - offset
+    cols = np.unique(local)  # the part's rows some query keeps
+    if len(r) * DENSE_GAIN >= found.shape[0] * len(cols):
+        exact = (queries64 @ np.asarray(part[cols], np.float64).T)[r, np.searchsorted(cols, local)].astype(np.float32)
+    else:
+        exact = np.empty(len(r), np.float32)
+        for a in range(0, len(r), PAIRS):
+            b = min(a + PAIRS, len(r))
+            exact[a:b] = np.einsum("ij,ij->i", queries64[r[a:b]], np.asarray(part[local[a:b]], np.float64))
+    out = np.full(found.shape, EMPTY, np.uint64)
+    out[r, c] = keys(exact, index)
+    return out
+
+
+def crowded_width(k: int) -> int:
+    """Entries of a running list past which its values crowd within the screen's slack: 2k, at least k + 256."""
+    return max(2 * k, k + 256)
 
 
 def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, np.ndarray]]], k: int, screen: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -210,6 +241,8 @@ def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, n
     q = np.ascontiguousarray(queries, np.float32)
     q64 = q.astype(np.float64)
     margin = screen_slack(q) if screen else np.zeros(q.shape[0])
+    none = np.zeros(q.shape[0])
+    exact = not screen  # the list's values are cosines (it then keeps the k best, no more)
     best = np.full((q.shape[0], 0), EMPTY, np.uint64)
     floor, seen = None, 0
     step, first = max(SCREEN_VALUES // max(1, q.shape[0]), MIN_COLUMNS, k), max(FIRST_COLUMNS, 2 * k)
@@ -226,16 +259,21 @@ def running_topk(queries: np.ndarray, blocks: Callable[[], Iterable[tuple[int, n
             b = min(a + (first if floor is None else step), x.shape[0])
             part, shape = x[a:b], (q.shape[0], b - a)
             sim = np.matmul(q, part.T, out=products[: q.shape[0] * (b - a)].reshape(shape)) if screen else (q64 @ part.astype(np.float64).T).astype(np.float32)
-            merged = np.concatenate([best, block_candidates(sim, offset + a, k, floor, margin, mask[: sim.size].reshape(shape))], axis=1)
+            found = block_candidates(sim, offset + a, k, floor, margin, mask[: sim.size].reshape(shape))
+            merged = np.concatenate([best, exact_keys(q64, found, part, offset + a) if exact and screen else found], axis=1)
             seen += b - a
-            if seen >= k:
-                best, floor = kept(merged, k, margin)
-            else:
+            if seen < k:
                 best = merged
+            elif exact:
+                best = kept(merged, k, none)[0]
+                floor = _below(unkey(best.max(1))[0], margin)  # the k-th cosine less the slack: what a screened value must reach
+            else:
+                best, floor = kept(merged, k, margin)
+                if best.shape[1] > crowded_width(k):  # values crowd within the slack: their cosines now, then each part's as it comes
+                    best, exact = settle(q64, best, blocks(), k), True
+                    floor = _below(unkey(best.max(1))[0], margin)
             a = b
-    if not screen:
-        return unkey(np.sort(best[:, :k], axis=1))
-    return settle(q64, best, blocks(), k)
+    return unkey(np.sort(best[:, :k] if exact else settle(q64, best, blocks(), k), axis=1))
 
 
 PRODUCT_BYTES = 16  # host or device bytes a block product needs per (query, bank row): its float32 or float64 value, a copy, a mask
