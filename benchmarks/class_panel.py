@@ -14,7 +14,14 @@ same steps with another checkout's toolkit (e.g. a ``git worktree`` of an older 
 that both give the same classes, labels and ledger listing hash; its commit is recorded, not its
 folder.
 
-    python benchmarks/class_panel.py [--images 100000] [--classes 1000] [--rounds 3] [--compare OTHER_CHECKOUT] [--record]
+``--knn VAL`` then runs ``probe knn`` as a user does on that layout: VAL more images in ``val/``
+beside ``train/`` (the same classes), a store of a tiny random network (width 32, depth 1, patch
+32; view 224) extracted over both, the two panels registered in a fresh cache, and ``probe knn
+--k 10,20`` read twice (the first read hashes every file), each side's command timed as
+``scale.py`` times one (wall and CPU seconds, the peak of its process tree and of its largest
+process, sampled every 0.2 s); both sides must print the same accuracies.
+
+    python benchmarks/class_panel.py [--images 100000] [--classes 1000] [--rounds 3] [--compare OTHER_CHECKOUT] [--knn 20000] [--record]
 """
 
 from __future__ import annotations
@@ -41,18 +48,19 @@ RECORDS = ROOT / "benchmarks" / "records" / "class-panel.jsonl"
 STEPS = ("add", "first", "second")
 
 
-def make_panel(folder: Path, images: int, classes: int) -> None:
-    """``images`` JPEG files of 8 × 8 px over ``classes`` folders, each file's bytes distinct (a
-    counter after the image's end, which decoders ignore), so every file has its own sha256."""
+def make_panel(folder: Path, images: int, classes: int, first: int = 0) -> None:
+    """``images`` JPEG files of 8 × 8 random pixels (numbered from ``first``) over ``classes`` folders:
+    every file has its own bytes and its own features (a k-NN of identical images is another case)."""
+    import numpy as np
     from PIL import Image
 
-    buffer = io.BytesIO()
-    Image.new("RGB", (8, 8), (90, 120, 30)).save(buffer, "JPEG")
-    jpeg = buffer.getvalue()
+    rng = np.random.default_rng(first)
     for c in range(classes):
         (folder / f"n{c:08d}").mkdir(parents=True)
-    for i in range(images):
-        (folder / f"n{i % classes:08d}" / f"img_{i:08d}.JPEG").write_bytes(jpeg + i.to_bytes(8, "little"))
+    for i in range(first, first + images):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), np.uint8)).save(buffer, "JPEG")
+        (folder / f"n{i % classes:08d}" / f"img_{i:08d}.JPEG").write_bytes(buffer.getvalue())
 
 
 def bare(folder: Path) -> list[str]:
@@ -112,6 +120,44 @@ def run_side(side: str, folder: Path, tmp: Path, traced: bool, n: int) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
+def knn_runs(data: Path, sides: dict[str, str], tmp: Path) -> dict[str, dict]:
+    """``probe knn`` on ``data/train`` and ``data/val`` as class-folder panels, with each side's code:
+    a store extracted once (this checkout), then per side a fresh cache, both panels added and two reads."""
+    from dataclasses import replace
+
+    from scale import timed
+
+    from probe_toolkit.demo.samples import TINY, write_checkpoint
+
+    checkpoint, store = tmp / "tiny.pth", tmp / "store.zarr"
+    write_checkpoint(checkpoint, "dino-full", replace(TINY, width=32, depth=1, heads=1, patch=32, mlp_hidden=64, pos_grid=7), seed=0)
+    here = {**os.environ, "PYTHONPATH": str(ROOT)}
+    extraction = ["extract", str(checkpoint), "--images", str(data), "--store", str(store), "--cache", str(tmp / "x")]
+    extracted = timed([*extraction, *"--views 224 --attention none --device cpu -q".split()], here)
+    print(f"store of {data} extracted: {extracted}", file=sys.stderr)
+    out: dict[str, dict] = {}
+    for side, where in sides.items():
+        if side == "bare":
+            continue
+        env, cache = {**os.environ, "PYTHONPATH": where}, tmp / f"knn-{side}"
+        for name, folder, role in (("tr", "train", "train"), ("va", "val", "val")):
+            subprocess.run(
+                [sys.executable, "-m", "probe_toolkit", "panel", "add", name, "--classes-from-folders", str(data / folder), "--role", role, "--cache", str(cache)],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+        for read in ("first", "second"):
+            answer = cache / f"{read}.json"
+            got = timed(["knn", str(store), "--train", "tr", "--val", "va", "--k", "10,20", "-q", "--cache", str(cache), "--json", str(answer)], env)
+            got["top1"] = json.loads(answer.read_text())["top1"]
+            out[f"{side}_{read}"] = got
+            print(f"{side:8s} knn {read} read {got}", file=sys.stderr)
+    if len({json.dumps(r["top1"]) for r in out.values()}) != 1:
+        raise SystemExit(f"the sides' k-NN accuracies differ: { {k: r['top1'] for k, r in out.items()} }")
+    return out
+
+
 def commit(checkout: str) -> str:
     found = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return found.stdout.strip() or "unknown"
@@ -124,18 +170,27 @@ def main() -> None:
         return
     args = options(
         __doc__,
-        {"images": "image files in the panel", "classes": "class folders", "rounds": "rounds, medians taken", "compare": "another checkout's root (a git worktree)"},
+        {
+            "images": "image files in the panel",
+            "classes": "class folders",
+            "rounds": "rounds, medians taken",
+            "compare": "another checkout's root (a git worktree)",
+            "knn": "val images for a probe knn run (0: none)",
+        },
         record=RECORDS,
         images=100_000,
         classes=1_000,
         rounds=3,
         compare="",
+        knn=0,
     )
     sides = {"probe": str(ROOT), "bare": "bare", **({"compare": str(Path(args.compare).resolve())} if args.compare else {})}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "train"
+        folder = Path(tmp) / "data" / "train"
         made = time.perf_counter()
         make_panel(folder, args.images, args.classes)
+        if args.knn:
+            make_panel(folder.parent / "val", args.knn, args.classes, first=args.images)
         print(f"{args.images} files in {args.classes} folders made in {time.perf_counter() - made:.1f} s", file=sys.stderr)
         cpu: dict[str, list[dict]] = {s: [] for s in sides}
         memory: dict[str, dict] = {}
@@ -146,6 +201,7 @@ def main() -> None:
                     n += 1
                     got = run_side(where, folder, Path(tmp), traced, n)
                     (memory.__setitem__(side, got) if traced else cpu[side].append(got))
+        knn = knn_runs(folder.parent, sides, Path(tmp)) if args.knn else None
     answers = {s: {r["answer"] for r in rows} | ({memory[s]["answer"]} if s in memory else set()) for s, rows in cpu.items() if s != "bare"}
     if len(set().union(*answers.values())) != 1:
         raise SystemExit(f"the sides read other classes: {answers}")
@@ -172,6 +228,7 @@ def main() -> None:
         "probe_commit": commit(str(ROOT)),
         **({"compare_commit": commit(sides["compare"])} if args.compare else {}),
         "rows": rows,
+        **({"knn_val": args.knn, "knn": knn} if knn else {}),
         "second_read_over_bare_cpu": round(rows["probe"]["second_cpu_s"] / rows["bare"]["bare_cpu_s"], 2),
     }
     emit(record, RECORDS, args.record)
