@@ -249,11 +249,15 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, pr
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file).
     ``block``: the store's block it reads (0-based; None: the last; ``protocols.selection``)."""
     from ..store.cache import reading_block
+    from ..store.group import snapshot
 
     protocol = get(name)
-    context = prepare(protocol, source, placement, progress, keywords, block)
-    with records.opened(context.stamp), reading_block(context.block):
-        result = resolve(protocol.run)(context.inputs, context.settings, context)
+    given = [source, *(keywords.get(key) for key in SOURCES)]
+    stores = [v for value in given for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, Path))]
+    with snapshot(stores):  # the stores' flags read once for the run's checks (``store.group.snapshot``)
+        context = prepare(protocol, source, placement, progress, keywords, block)
+        with records.opened(context.stamp), reading_block(context.block):
+            result = resolve(protocol.run)(context.inputs, context.settings, context)
     if not context.finished:
         raise RuntimeError(f"{name}'s run returned without RunContext.finish: its records and summary were not written")
     return result.run

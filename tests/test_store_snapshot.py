@@ -1,0 +1,39 @@
+"""A protocol run reads its stores' whole per-image arrays once (``store.group.snapshot``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import zarr
+
+from probe_toolkit.store import group
+
+
+def _store(path, values):
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("done", shape=(len(values),), chunks=(4,), dtype=bool, fill_value=False)[:] = values
+    return g
+
+
+def test_a_whole_array_is_read_once_under_a_snapshot_and_each_caller_gets_a_copy(tmp_path, monkeypatch):
+    first = np.array([True, False] * 9)
+    _store(tmp_path / "s.zarr", first)
+    other = _store(tmp_path / "o.zarr", first)
+    reads = []
+    real = zarr.Array.__getitem__
+
+    def counted(self, selection):
+        reads.append(str(self.store.root))
+        return real(self, selection)
+
+    monkeypatch.setattr(zarr.Array, "__getitem__", counted)
+    reader = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    with group.snapshot([tmp_path / "s.zarr", tmp_path / "missing.zarr"]):
+        a = group.whole(reader["done"])
+        a[:] = False  # a caller's own copy
+        zarr.open_group(str(tmp_path / "s.zarr"), mode="r+")["done"][:] = ~first  # another writer meanwhile
+        assert group.whole(reader["done"]).tolist() == first.tolist()  # the state the run first read
+        assert len(reads) == 1
+        assert group.whole(reader["done"], slice(2, 7)).tolist() == (~first)[2:7].tolist()  # a part: read from disk
+        assert group.whole(other["done"]).tolist() == first.tolist() and group.whole(other["done"]).tolist() == first.tolist()
+        assert len(reads) == 4  # another store: read each time
+    assert group.whole(reader["done"]).tolist() == (~first).tolist()  # after the run: read again
