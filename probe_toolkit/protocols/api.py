@@ -252,9 +252,9 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, pr
     from ..store.group import snapshot
 
     protocol = get(name)
-    given = [source, *(keywords.get(key) for key in SOURCES)]
+    given = [source, *(keywords.get(key) for key in ("store", "stores"))] if protocol.source in ("store", "stores") else []  # (decode-stream writes its store)
     stores = [v for value in given for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, Path))]
-    with snapshot(stores):  # the stores' flags read once for the run's checks (``store.group.snapshot``)
+    with snapshot(stores):  # the stores it reads: their flags read once for the run's checks (``store.group.snapshot``)
         context = prepare(protocol, source, placement, progress, keywords, block)
         with records.opened(context.stamp), reading_block(context.block):
             result = resolve(protocol.run)(context.inputs, context.settings, context)
