@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import zarr
 
+from probe_toolkit.protocols.api import get, read_stores
 from probe_toolkit.store import group
 
 
@@ -37,3 +38,10 @@ def test_a_whole_array_is_read_once_under_a_snapshot_and_each_caller_gets_a_copy
         assert group.whole(other["done"]).tolist() == first.tolist() and group.whole(other["done"]).tolist() == first.tolist()
         assert len(reads) == 4  # another store: read each time
     assert group.whole(reader["done"]).tolist() == (~first).tolist()  # after the run: read again
+
+
+def test_a_run_keeps_the_stores_it_reads_never_one_it_writes():
+    """k-NN reads its store; decode-stream writes the masks store its ``store`` names."""
+    assert read_stores(get("knn"), "a.zarr", {}) == ["a.zarr"]
+    assert read_stores(get("similarity"), None, {"stores": ["a.zarr", "b.zarr"]}) == ["a.zarr", "b.zarr"]
+    assert read_stores(get("decode-stream"), "ck.pth", {"store": "masks.zarr"}) == []

@@ -245,6 +245,16 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
     return RunContext(protocol, settings, placement, typed, stamp, progress or Progress(), block=chosen, panels=panels)
 
 
+def read_stores(protocol: Protocol, source: Any, keywords: dict[str, Any]) -> list[str | Path]:
+    """The stores a run of ``protocol`` reads and never writes, whose whole per-image arrays it may
+    keep (``store.group.snapshot``): its source's where that is a store (decode-stream's ``store``
+    is the masks store it writes)."""
+    if protocol.source not in ("store", "stores"):
+        return []
+    given = [source, *(keywords.get(key) for key in ("store", "stores"))]
+    return [v for value in given for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, Path))]
+
+
 def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, block: int | None = None, **keywords: Any) -> Run:
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file).
     ``block``: the store's block it reads (0-based; None: the last; ``protocols.selection``)."""
@@ -252,9 +262,7 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, pr
     from ..store.group import snapshot
 
     protocol = get(name)
-    given = [source, *(keywords.get(key) for key in ("store", "stores"))] if protocol.source in ("store", "stores") else []  # (decode-stream writes its store)
-    stores = [v for value in given for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, Path))]
-    with snapshot(stores):  # the stores it reads: their flags read once for the run's checks (``store.group.snapshot``)
+    with snapshot(read_stores(protocol, source, keywords)):  # their flags read once for the run's checks
         context = prepare(protocol, source, placement, progress, keywords, block)
         with records.opened(context.stamp), reading_block(context.block):
             result = resolve(protocol.run)(context.inputs, context.settings, context)
