@@ -139,7 +139,7 @@ def knn_runs(data: Path, sides: dict[str, str], tmp: Path) -> dict[str, dict]:
     for side, where in sides.items():
         if side == "bare":
             continue
-        env, cache = {**os.environ, "PYTHONPATH": where}, tmp / f"knn-{side}"
+        env, cache = {**os.environ, "PYTHONPATH": where, "PYTHONSAFEPATH": "1"}, tmp / f"knn-{side}"  # safe path: -m would import the current folder's toolkit first
         for name, folder, role in (("tr", "train", "train"), ("va", "val", "val")):
             subprocess.run(
                 [sys.executable, "-m", "probe_toolkit", "panel", "add", name, "--classes-from-folders", str(data / folder), "--role", role, "--cache", str(cache)],
