@@ -45,14 +45,14 @@ def _content(names: list[str], contents: list[bytes]) -> tuple[hash_files.Conten
     return hash_files.ContentHashes(digests, names), as_dict
 
 
-def _write(tmp_path: Path, text: str, panel: str, role: str, annotation: str, names: list[str], contents: list[bytes]):
+def _write(tmp_path: Path, text: str, panel: str, role: str, annotation: str, names: list[str], contents: list[bytes], block: int = hash_files.BLOCK):
     path = tmp_path / "panel-images.json"
     if text:
         path.write_text(text)
     elif path.exists():
         path.unlink()
     hashes, as_dict = _content(names, contents)
-    written = index_write.write_panel(path, hash_files.Index(path), panel, role, annotation, hashes)
+    written = index_write.write_panel(path, hash_files.Index(path, block), panel, role, annotation, hashes)
     return written, (path.read_text() if written else None), _expected(text, panel, role, annotation, as_dict)
 
 
@@ -62,8 +62,11 @@ def _h(b: bytes) -> str:
 
 OTHER = {"role": "val", "annotation_sha256": "b" * 64, "hashes": {_h(b"x"): "x.png", _h(b"y"): "dir/y é.png", _h(b"q"): 'q"uote\\.png'}}
 MINE = {"role": "train", "annotation_sha256": "a" * 64, "hashes": {_h(b"1"): "1.png", _h(b"2"): "2.png"}}
+PLAIN = {"role": "val", "annotation_sha256": "b" * 64, "hashes": {_h(b"x"): "x.png", _h(b"y"): "dir/y.png", _h(b"2"): "two 2.png"}}
 INDEXES = {
     "none": "",
+    "compact, plain names": json.dumps({"o": PLAIN, "tr": MINE}, separators=(",", ":")) + "\n",
+    "compact, mine first": json.dumps({"tr": MINE, "o": PLAIN, "p": {**PLAIN, "role": "train"}}, separators=(",", ":")),
     "compact": json.dumps({"o": OTHER, "tr": MINE}, separators=(",", ":")),
     "indented": json.dumps({"tr": MINE, "o": OTHER}, indent=2, ensure_ascii=False),
     "mine absent": json.dumps({"o": OTHER}),
@@ -77,10 +80,11 @@ INDEXES = {
 
 @pytest.mark.parametrize("layout", sorted(INDEXES))
 @pytest.mark.parametrize("read", ["same annotation", "new annotation"])
-def test_the_index_is_written_as_the_whole_dict_would_be(tmp_path, layout, read):
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_the_index_is_written_as_the_whole_dict_would_be(tmp_path, layout, read, block):
     annotation = "a" * 64 if read == "same annotation" else "c" * 64
     names, contents = ["2b.png", "3.png", "3-copy.png", "x-again.png"], [b"2", b"3", b"3", b"x"]
-    written, got, expected = _write(tmp_path, INDEXES[layout], "tr", "train", annotation, names, contents)
+    written, got, expected = _write(tmp_path, INDEXES[layout], "tr", "train", annotation, names, contents, block)
     assert written and got == expected
     assert [p.name for p in tmp_path.iterdir()] == ["panel-images.json"]  # no temporary file left
 
@@ -114,18 +118,20 @@ _NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_s
     roles=st.lists(st.sampled_from(["train", "val"]), min_size=4, max_size=4),
     read=st.lists(st.tuples(_NAMES, st.sampled_from([b"a", b"b", b"c", b"e", b"f"])), max_size=5),
     indent=st.sampled_from([None, 1]),
+    block=st.sampled_from([1, 5, 64, 1 << 20]),
 )
-def test_any_index_and_read_give_the_whole_dicts_bytes(tmp_path_factory, others, roles, read, indent):
+def test_any_index_and_read_give_the_whole_dicts_bytes(tmp_path_factory, others, roles, read, indent, block):
     index = {name: {"role": role, "annotation_sha256": "a" * 64, "hashes": {_h(c): n for c, n in hashes.items()}} for (name, hashes), role in zip(others.items(), roles)}
     text = json.dumps(index, indent=indent, separators=None if indent else (",", ":")) if index else ""
-    written, got, expected = _write(tmp_path_factory.mktemp("index"), text, "tr", "train", "a" * 64, [n for n, _ in read], [c for _, c in read])
+    written, got, expected = _write(tmp_path_factory.mktemp("index"), text, "tr", "train", "a" * 64, [n for n, _ in read], [c for _, c in read], block)
     assert written and got == expected
 
 
 def test_a_member_of_the_index_is_held_not_the_index(tmp_path):
-    """A first read of a 200-image panel beside an index of 2 × 10 k digests (about 1.8 MB): the
-    writing holds a member's text beside what the check already read (peak traced under 5 % of the
-    file); decoding the index whole to add the entry holds over twice the file."""
+    """A first read of a 200-image panel beside an index of 2 × 10 k digests (about 1.8 MB), read
+    8 k characters at a time: the read keeps 40 bytes a digest, not the text (under half the file,
+    peak under 0.8 of it); the writing holds a few blocks and members beside that (peak traced
+    under 5 % of the file); decoding the index whole to add the entry holds over twice the file."""
     path = tmp_path / "panel-images.json"
     rng = np.random.default_rng(0)
     index = {f"p{p}": {"role": "val", "annotation_sha256": "0" * 64, "hashes": {rng.bytes(32).hex(): f"img_{i:08d}.JPEG" for i in range(10_000)}} for p in range(2)}
@@ -136,7 +142,8 @@ def test_a_member_of_the_index_is_held_not_the_index(tmp_path):
     hashes, as_dict = _content(names, [n.encode() for n in names])
     tracemalloc.start()
     try:
-        read = hash_files.Index(path)
+        read = hash_files.Index(path, 1 << 13)
+        read_held, read_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
         assert index_write.write_panel(path, read, "tr", "train", "a" * 64, hashes)
@@ -149,4 +156,60 @@ def test_a_member_of_the_index_is_held_not_the_index(tmp_path):
     finally:
         tracemalloc.stop()
     assert whole["tr"]["hashes"] == as_dict and len(whole) == 3
+    assert read_held < 0.5 * size and read_peak < 0.8 * size, (read_held, read_peak, size)
     assert write_peak < 0.05 * size and whole_peak > 2 * size, (write_peak, whole_peak, size)
+
+
+def _contents(pairs: list[tuple[str, str]]) -> hash_files.ContentHashes:
+    digests = np.array([np.frombuffer(bytes.fromhex(d), np.uint8) for d, _ in pairs], np.uint8).reshape(-1, 32)
+    return hash_files.ContentHashes(digests, [n for _, n in pairs])
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+def test_a_compact_index_is_read_by_blocks_with_the_whole_texts_answers(tmp_path, block):
+    """The compact index (as probe writes it) is read by blocks and keeps no text; its panels,
+    fields, digests, names, pairs and name checks are those of the same index written with an
+    indent (read from its whole text) and of the dicts themselves."""
+    rng = np.random.default_rng(1)
+    index = {
+        p: {"role": role, "annotation_sha256": "a" * 64, "x": [1, {"y": 2.5}, None], "hashes": {rng.bytes(32).hex(): f"{p}/img {i}.png" for i in range(n)}}
+        for p, role, n in (("p", "train", 50), ("q", "val", 0), ("r", "val", 30))
+    }
+    compact, spaced = tmp_path / "compact.json", tmp_path / "spaced.json"
+    compact.write_text(json.dumps(index, separators=(",", ":")) + "\n")
+    spaced.write_text(json.dumps(index, indent=1))
+    by_blocks, whole = hash_files.Index(compact, block), hash_files.Index(spaced, block)
+    assert by_blocks.text is None and whole.text is not None
+    assert list(by_blocks.panels) == list(whole.panels) == list(index)
+    for name, panel in by_blocks.panels.items():
+        other, hashes = whole.panels[name], index[name]["hashes"]
+        assert panel.fields == other.fields == {k: v for k, v in index[name].items() if k != "hashes"}
+        assert panel.order == other.order == list(index[name]) and panel.plain and other.plain
+        assert (panel.sorted == other.sorted).all() and [d.tobytes().hex() for d in panel.sorted] == sorted(hashes)
+        names = [hashes[d] for d in sorted(hashes)]
+        assert [by_blocks.name(panel, i) for i in range(len(hashes))] == names == [whole.name(other, i) for i in range(len(hashes))]
+        assert list(by_blocks.pairs(panel)) == list(hashes.items()) == list(whole.pairs(other))
+    items = list(index["p"]["hashes"].items())
+    for pairs, same in (
+        (items[5:40], True),
+        ([], True),
+        ([*items[:3], (items[3][0], "another.png")], False),
+        ([*items[:3], (rng.bytes(32).hex(), "new.png")], False),
+    ):
+        assert by_blocks.same_names(by_blocks.panels["p"], _contents(pairs)) == same == whole.same_names(whole.panels["p"], _contents(pairs))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"o": {"hashes": {_h(b"x"): "a.png", _h(b"y"): "a.png"}}}, separators=(",", ":")).replace(_h(b"y"), _h(b"x")),
+        json.dumps({"o": {"hashes": {_h(b"x"): "dir/é.png"}}}, separators=(",", ":"), ensure_ascii=False),
+        json.dumps({"o": {"hashes": {_h(b"x"): 'q"uote.png'}}}, separators=(",", ":")),
+        json.dumps({"o": {"hashes": {_h(b"x"): "a.png"}}}, separators=(",", ":")) + " x",
+    ],
+)
+def test_an_index_of_another_form_is_read_from_its_whole_text(tmp_path, text):
+    path = tmp_path / "panel-images.json"
+    path.write_text(text)
+    read = hash_files.Index(path, 4)
+    assert read.text == text

@@ -1,19 +1,23 @@
-"""The label-hygiene index (``panel-images.json``) read without a Python object per image: at
-100 k images, ``json.loads`` of it kept tens of MiB of dicts in every labelled command. The file
-keeps its format (``hygiene`` writes it as before); here it is decoded one member at a time
-(``json.decoder.scanstring`` for keys, ``JSONDecoder.raw_decode`` for values) and kept as sorted
-arrays of 32-byte digests. The memo of hashed files (``panel-hashes.json``) is ``hash_memo``'s,
-which shares the patterns and the member walk declared here.
+"""The label-hygiene index (``panel-images.json``) read without a Python object per image and
+without its text: at ImageNet's 1.28 M training images the index is about 125 MB of text, which
+``json.loads`` turned into several times that in dicts, and which holding whole (to look names up
+later) still kept in every labelled command. The file keeps its format (``hygiene`` writes it as
+before). In the compact form ``write_json`` gives it, it is read ``BLOCK`` characters at a time
+(``Blocks``) and kept as sorted arrays of 32-byte digests, each with the byte offset of its name,
+so a name is read again from the file when asked for. An index of any other layout is decoded one
+member at a time from its whole text (``json.decoder.scanstring`` for keys,
+``JSONDecoder.raw_decode`` for values), with the same answers. The memo of hashed files
+(``panel-hashes.json``) is ``hash_memo``'s, which shares the block reading and the patterns.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from json.decoder import WHITESPACE, scanstring
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -21,6 +25,8 @@ from ..infra import provenance
 
 DECODER = json.JSONDecoder()
 CHUNK = 1024  # members decoded before their digests join the arrays
+BLOCK = 1 << 20  # characters of a cache file read at a time
+LONGEST = 1 << 16  # a member longer than this sends the file to the whole-text reading
 _HEX = frozenset("0123456789abcdef")
 TEXT = r'"([^"\\\x00-\x1f]*)"'  # a JSON string without escapes
 INT = r"(-?(?:0|[1-9][0-9]*))"
@@ -158,6 +164,128 @@ def _plain(pattern: re.Pattern, text: str, i: int, take) -> int | None:
     return None
 
 
+class NotPlain(Exception):
+    """The file is not in the compact form ``write_json`` gives it: read it whole instead."""
+
+
+class Blocks:
+    """A cache file's text read ``block`` characters at a time from byte ``start``, decoded as ASCII
+    (``write_json`` escapes every other character), so that the character at ``pos`` sits at byte
+    ``base + pos`` and can be read again later; other bytes raise ``NotPlain``."""
+
+    def __init__(self, handle: BinaryIO, block: int, start: int = 0):
+        handle.seek(start)
+        self.handle, self.block, self.base, self.text, self.pos, self.eof = handle, block, start, "", 0, False
+        self.more()
+
+    def more(self) -> bool:
+        """Drop the text before ``pos`` and read another block; False at the end of the file."""
+        if self.eof:
+            return False
+        extra = self.handle.read(self.block)
+        self.eof = not extra
+        try:
+            added = extra.decode("ascii")
+        except UnicodeDecodeError:
+            raise NotPlain from None
+        self.base += self.pos
+        self.text, self.pos = self.text[self.pos :] + added, 0
+        return not self.eof
+
+    def peek(self) -> str:
+        """The next character ('' at the end of the file)."""
+        while self.pos >= len(self.text) and self.more():
+            pass
+        return self.text[self.pos : self.pos + 1]
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise NotPlain
+        self.pos += 1
+
+    def decoded(self, decode: Callable[[str, int], tuple[Any, int]]) -> Any:
+        """The value ``decode(text, pos)`` gives, the text read further while the value may be cut
+        by the block's end (a number is whole only where a character follows it)."""
+        while True:
+            try:
+                value, end = decode(self.text, self.pos)
+                if end < len(self.text) or self.eof:
+                    self.pos = end
+                    return value
+            except ValueError:
+                if self.eof:
+                    raise NotPlain from None
+            if len(self.text) - self.pos > LONGEST:
+                raise NotPlain
+            self.more()
+
+    def key(self) -> str:
+        """A member's key and its colon."""
+        if self.peek() != '"':
+            raise NotPlain
+        key = self.decoded(lambda text, at: scanstring(text, at + 1))
+        self.expect(":")
+        return key
+
+    def walk(self, each: Callable[[str], None]) -> None:
+        """``each(key)`` (which reads the value) for every member of the compact object at ``pos``."""
+        self.expect("{")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            each(self.key())
+            after = self.peek()
+            self.pos += 1
+            if after == "}":
+                return
+            if after != ",":
+                raise NotPlain
+
+    def rest_blank(self) -> None:
+        """Refuse anything but whitespace after the top-level value, as ``json.loads`` does."""
+        while True:
+            if WHITESPACE.match(self.text, self.pos).end() != len(self.text):
+                raise NotPlain
+            self.pos = len(self.text)
+            if not self.more():
+                return
+
+
+def plain_chunks(blocks: Blocks, pattern: re.Pattern, size: int = CHUNK) -> Iterator[list[re.Match]]:
+    """The members of the object at ``blocks.pos``, ``size`` matches at a time, where it is only
+    ``pattern``'s members written compact (``NotPlain`` otherwise); leaves ``pos`` after its "}".
+    Each chunk's matches (and ``blocks.base``) refer to the text as it is when the chunk comes: use
+    them before asking for the next."""
+    blocks.expect("{")
+    if blocks.peek() == "}":
+        blocks.pos += 1
+        return
+    chunk: list[re.Match] = []
+    while True:
+        found = pattern.match(blocks.text, blocks.pos)
+        if found is None or found.end() >= len(blocks.text):  # not a member, or cut by the block's end
+            if found is None and len(blocks.text) - blocks.pos > LONGEST:
+                raise NotPlain
+            if chunk:
+                yield chunk
+                chunk = []
+            if blocks.more():
+                continue
+            raise NotPlain
+        chunk.append(found)
+        after = blocks.text[found.end()]
+        blocks.pos = found.end() + 1
+        if after == "}":
+            break
+        if after != ",":
+            raise NotPlain
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    yield chunk
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object kept in the cache root, decoded whole; an unreadable one only costs its rebuilding."""
     try:
@@ -177,7 +305,7 @@ def read_text(path: Path) -> str | None:
 class Panel:
     """One panel of ``panel-images.json`` as read: its role and annotation hash (as decoded, or
     absent), whether it has other fields, its digests sorted (``sorted``) with where each one's name
-    starts in the text, and whether its hashes were all [sha256 hex → name text] without repeats."""
+    starts (in the file read by blocks, else in the text), and whether its hashes were all [sha256 hex → name text] without repeats."""
 
     def __init__(self) -> None:
         self.fields: dict[str, Any] = {}
@@ -186,22 +314,66 @@ class Panel:
         self.plain = True  # hashes: an object of distinct hex digests → strings
         self.has_hashes = False
         self.order: list[str] = []  # its keys, "hashes" among them, where each first appears (json.loads' order)
-        self.hashes_at = 0  # where the (last) hashes object starts in the text
+        self.hashes_at = 0  # where the (last) hashes object starts (as ``starts``)
 
 
 class Index:
-    """``panel-images.json`` decoded panel by panel; its text is kept for the names asked for."""
+    """``panel-images.json`` read panel by panel into digest arrays: by blocks where it is in the
+    compact form ``write_json`` gives it (``text`` is then None and names are read from the file
+    again), else decoded from its whole text, which is kept for the names asked for."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, block: int = BLOCK):
+        self.path, self.block = path, block
         self.panels: dict[str, Panel] = {}
-        self.text = read_text(path) or ""
+        self.text: str | None = None
         self.readable = True  # False: text that is not an object of panels (json.loads may still read it)
+        if not path.is_file():
+            return
+        try:
+            with open(path, "rb") as handle:
+                blocks = Blocks(handle, block)
+                blocks.walk(lambda name: self._streamed_panel(name, blocks))
+                blocks.rest_blank()
+            return
+        except NotPlain:
+            self.panels = {}
+        self.text = read_text(path) or ""
         if not self.text:
             return
         try:
             whole(self.text, walk(self.text, 0, self._panel))
         except (ValueError, IndexError):
             self.panels, self.readable = {}, False  # an unreadable index is rebuilt from the reads that follow (as before)
+
+    def _streamed_panel(self, name: str, blocks: Blocks) -> None:
+        panel = self.panels[name] = Panel()  # a repeated panel: the last one counts, as json.loads keeps it
+
+        def field(key: str) -> None:
+            if key not in panel.order:
+                panel.order.append(key)
+            if key == "hashes":
+                panel.has_hashes, panel.hashes_at = True, blocks.base + blocks.pos
+                self._streamed_hashes(panel, blocks)
+            else:
+                panel.fields[key] = blocks.decoded(DECODER.raw_decode)
+
+        blocks.walk(field)
+
+    @staticmethod
+    def _streamed_hashes(panel: Panel, blocks: Blocks) -> None:
+        """The digests of a hashes object of distinct [sha256 hex → name text] members, sorted, each
+        with its name's byte offset; ``NotPlain`` for any other hashes object."""
+        digests, starts = bytearray(), bytearray()
+        for chunk in plain_chunks(blocks, _HASH_MEMBER):
+            digests += bytes.fromhex("".join(m[1] for m in chunk))
+            starts += np.fromiter((blocks.base + m.start(2) - 1 for m in chunk), np.int64, len(chunk)).tobytes()
+        rows = _rows(np.frombuffer(digests, np.uint8).reshape(-1, 32))
+        order = np.argsort(rows, kind="stable")
+        panel.sorted = rows[order]
+        del rows, digests
+        panel.starts = np.frombuffer(starts, np.int64)[order]
+        if (panel.sorted[1:] == panel.sorted[:-1]).any():
+            raise NotPlain  # a repeated digest: the text reading keeps the last
 
     def _panel(self, name: str, start: int) -> int:
         panel = self.panels[name] = Panel()  # a repeated panel: the last one counts, as json.loads keeps it
@@ -263,7 +435,36 @@ class Index:
 
     def name(self, panel: Panel, position: int) -> Any:
         """The name (as decoded) of the ``position``-th of ``panel``'s sorted digests."""
-        return DECODER.raw_decode(self.text, int(panel.starts[position]))[0]
+        if self.text is not None:
+            return DECODER.raw_decode(self.text, int(panel.starts[position]))[0]
+        with open(self.path, "rb") as handle:
+            return Blocks(handle, min(self.block, 4096), int(panel.starts[position])).decoded(lambda text, at: scanstring(text, at + 1))
+
+    def chunks(self, panel: Panel, size: int = CHUNK) -> Iterator[list[tuple[str, Any]]]:
+        """``panel``'s hashes as (key, decoded value) pairs in the file's order, ``size`` at a time."""
+        if self.text is None:
+            with open(self.path, "rb") as handle:
+                for chunk in plain_chunks(Blocks(handle, self.block, panel.hashes_at), _HASH_MEMBER, size):
+                    yield [m.group(1, 2) for m in chunk]
+            return
+        walker, pairs = members(self.text, panel.hashes_at), []
+        try:
+            key, start = next(walker)
+            while True:
+                value, end = DECODER.raw_decode(self.text, start)
+                pairs.append((key, value))
+                if len(pairs) >= size:
+                    yield pairs
+                    pairs = []
+                key, start = walker.send(end)
+        except StopIteration:
+            yield pairs
+
+    def pairs(self, panel: Panel) -> Iterator[tuple[str, Any]]:
+        """``panel``'s hashes as (key, decoded value) pairs in the file's order, one at a time (read
+        a few dozen at a time: the index is written while they are read)."""
+        for chunk in self.chunks(panel, 64):
+            yield from chunk
 
     def same_names(self, panel: Panel, hashes: ContentHashes) -> bool:
         """Whether ``panel`` holds every digest of ``hashes`` under the same name."""
@@ -271,4 +472,14 @@ class Index:
         inside = at < len(panel.sorted)
         if not inside.all() or not (panel.sorted[at[inside]] == hashes.sorted).all():
             return False
-        return all(self.name(panel, int(a)) == hashes.name(i) for i, a in enumerate(at))
+        if self.text is not None:
+            return all(self.name(panel, int(a)) == hashes.name(i) for i, a in enumerate(at))
+        if not len(hashes):
+            return True
+        for chunk in self.chunks(panel):  # distinct digests on both sides: each of hashes' is met once
+            rows = _rows(np.frombuffer(bytes.fromhex("".join(key for key, _ in chunk)), np.uint8).reshape(-1, 32))
+            where = np.minimum(np.searchsorted(hashes.sorted, rows), len(hashes.sorted) - 1)
+            for j in np.flatnonzero(hashes.sorted[where] == rows):
+                if chunk[j][1] != hashes.name(int(where[j])):
+                    return False
+        return True

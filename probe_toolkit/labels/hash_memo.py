@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from json.decoder import WHITESPACE
 from pathlib import Path
 from typing import Any
 
@@ -26,66 +25,19 @@ from ..infra.atomic import write_json, write_json_object
 from ..infra.names import as_keys
 from . import hash_files
 
-BLOCK = 1 << 20  # characters of the memo's text read at a time
-LONGEST = 1 << 16  # a member longer than this sends the memo to the whole-text reading
+BLOCK = hash_files.BLOCK
 _MEMBER = re.compile(hash_files.TEXT + r":\[" + hash_files.INT + "," + hash_files.INT + r',"([0-9a-f]{64})"\]')
 
 
-class _NotPlain(Exception):
-    """The memo is not one compact object of [int, int, sha256] members: read it whole instead."""
-
-
 def _plain_chunks(path: Path, block: int) -> Iterator[list[re.Match]]:
-    """The memo's members, a few thousand matches at a time, read ``block`` characters at a time
-    (the text decoded as ``Path.read_text`` decodes it); ``_NotPlain`` where the text is not one
-    object of ``_MEMBER``'s members written compact, then only whitespace (``json.loads``' rule).
-    Each chunk's matches refer to the text read so far: use them before asking for the next."""
-    with open(path) as handle:
-        text, pos, eof = handle.read(block), 1, False
-
-        def more() -> bool:
-            nonlocal text, pos, eof
-            if eof:
-                return False
-            extra = handle.read(block)
-            eof = not extra
-            text, pos = text[pos:] + extra, 0
-            return not eof
-
-        if text[:1] != "{":
-            raise _NotPlain
-        while pos >= len(text) and more():
-            pass
-        if text[pos : pos + 1] != "}":
-            chunk: list[re.Match] = []
-            while True:
-                found = _MEMBER.match(text, pos)
-                if found is None or found.end() >= len(text):  # not a member, or cut by the block's end
-                    if found is None and len(text) - pos > LONGEST:
-                        raise _NotPlain
-                    if chunk:
-                        yield chunk
-                        chunk = []
-                    if more():
-                        continue
-                    raise _NotPlain
-                chunk.append(found)
-                pos = found.end()
-                if text[pos] == "}":
-                    break
-                if text[pos] != ",":
-                    raise _NotPlain
-                pos += 1
-                if len(chunk) >= hash_files.CHUNK:
-                    yield chunk
-                    chunk = []
-            yield chunk
-        pos += 1
-        while True:  # only whitespace may follow the object
-            if WHITESPACE.match(text, pos).end() != len(text):
-                raise _NotPlain
-            if not more():
-                return
+    """The memo's members, a few thousand matches at a time, read ``block`` characters at a time;
+    ``hash_files.NotPlain`` where the text is not one object of ``_MEMBER``'s members written
+    compact, then only whitespace (``json.loads``' rule). Each chunk's matches refer to the text
+    read so far: use them before asking for the next."""
+    with open(path, "rb") as handle:
+        blocks = hash_files.Blocks(handle, block)
+        yield from hash_files.plain_chunks(blocks, _MEMBER)
+        blocks.rest_blank()
 
 
 def _lookup(ordered: np.ndarray, chunk: list[re.Match]) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +70,7 @@ def memo_entries(path: Path, wanted: Sequence[str], block: int = BLOCK) -> tuple
                     size[at], mtime[at] = int(match[2]), int(match[3])
                     digests[at] = np.frombuffer(bytes.fromhex(match[4]), np.uint8)
         return size, mtime, found, digests
-    except (_NotPlain, ValueError):  # another layout, or bytes that are not text
+    except hash_files.NotPlain:  # another layout, or bytes that are not ASCII text
         found[:] = False
     _whole_entries(path, ordered, order, size, mtime, found, digests)
     return size, mtime, found, digests
@@ -207,5 +159,5 @@ def write_memo(path: Path, fresh: Fresh, block: int = BLOCK) -> None:
 
     try:
         write_json_object(path, members())
-    except (_NotPlain, ValueError):  # another layout (nothing was written): the whole memo decoded, as before
+    except hash_files.NotPlain:  # another layout (nothing was written): the whole memo decoded, as before
         write_json(path, {**hash_files.read_json(path), **dict(fresh.items())})

@@ -3,8 +3,9 @@
 A panel's first read adds its entry to the index of every panel's content hashes: 1.28 M
 digests and names for ImageNet's training set. Decoding the whole index into dicts to add the
 entry (and building the entry itself as a dict) held several times the file's text; here the
-other panels are re-encoded member by member from the text ``hash_files.Index`` already read,
-and the new entry from the digest arrays, so the bytes are those ``write_json`` writes for
+other panels are re-encoded member by member as ``hash_files.Index`` reads them again (from the
+old file, by blocks, while the new one is written beside it; or from the text it kept), and the
+new entry from the digest arrays, so the bytes are those ``write_json`` writes for
 ``{**index, panel: entry}`` with one member's text in memory at a time. An index this cannot
 re-encode member by member (a panel whose hashes repeat a key or are not all digests → names,
 text that is not an object of panels) is left to the whole-dict writing (``write_panel`` says
@@ -19,21 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..infra.atomic import json_text, write_json_parts
-from . import hash_files
 from .hash_files import ContentHashes, Index, Panel
-
-
-def _members(text: str, at: int) -> Iterator[tuple[str, object]]:
-    """(key, decoded value) of each member of the object at ``text[at]``, one at a time."""
-    walker = hash_files.members(text, at)
-    try:
-        key, start = next(walker)
-        while True:
-            value, end = hash_files.DECODER.raw_decode(text, start)
-            yield key, value
-            key, start = walker.send(end)
-    except StopIteration:
-        return
 
 
 def _compact(value: object) -> str:
@@ -54,7 +41,7 @@ def _panel(index: Index, panel: Panel) -> Iterator[str]:
     for i, key in enumerate(panel.order):
         yield f"{',' if i else ''}{json.dumps(key)}:"
         if key == "hashes":
-            yield from _hashes(_members(index.text, panel.hashes_at))
+            yield from _hashes(index.pairs(panel))
         else:
             yield _compact(panel.fields[key])
     yield "}"
@@ -65,7 +52,7 @@ def _merged(index: Index, kept: Panel | None, hashes: ContentHashes) -> Iterator
     under this read's name, then this read's other digests in ``hashes``' order."""
     used = np.zeros(len(hashes), bool)
     if kept is not None:
-        for digest, name in _members(index.text, kept.hashes_at):
+        for digest, name in index.pairs(kept):
             at = hashes.position(bytes.fromhex(digest))
             if at is None:
                 yield digest, name
