@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe_toolkit.labels import hash_files, hash_memo
+from probe_toolkit.labels import hash_memo, json_members
 
 
 def _dump(obj) -> str:
@@ -105,7 +105,7 @@ def test_a_member_longer_than_the_longest_is_read_whole_with_the_same_answers(tm
     path = tmp_path / "panel-hashes.json"
     long_key = "/data/" + "x" * 300 + ".jpg"
     path.write_text(_dump({**MEMO, long_key: [1, 2, _digest(8)]}))
-    monkeypatch.setattr(hash_files, "LONGEST", 100)
+    monkeypatch.setattr(json_members, "LONGEST", 100)
     assert _entries(path, [*WANTED, long_key], 16) == _expected_entries(path, [*WANTED, long_key])
     hash_memo.write_memo(path, _fresh({long_key: [3, 4, _digest(9)]}), 16)
     assert json.loads(path.read_text())[long_key] == [3, 4, _digest(9)]

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe_toolkit.labels import hash_files, index_write
+from probe_toolkit.labels import hash_files, index_write, json_members
 
 
 def _null(obj):
@@ -45,7 +45,7 @@ def _content(names: list[str], contents: list[bytes]) -> tuple[hash_files.Conten
     return hash_files.ContentHashes(digests, names), as_dict
 
 
-def _write(tmp_path: Path, text: str, panel: str, role: str, annotation: str, names: list[str], contents: list[bytes], block: int = hash_files.BLOCK):
+def _write(tmp_path: Path, text: str, panel: str, role: str, annotation: str, names: list[str], contents: list[bytes], block: int = json_members.BLOCK):
     path = tmp_path / "panel-images.json"
     if text:
         path.write_text(text)

@@ -23,20 +23,20 @@ import numpy as np
 
 from ..infra.atomic import write_json, write_json_object
 from ..infra.names import as_keys
-from . import hash_files
+from . import hash_files, json_members
 
-BLOCK = hash_files.BLOCK
-_MEMBER = re.compile(hash_files.TEXT + r":\[" + hash_files.INT + "," + hash_files.INT + r',"([0-9a-f]{64})"\]')
+BLOCK = json_members.BLOCK
+_MEMBER = re.compile(json_members.TEXT + r":\[" + json_members.INT + "," + json_members.INT + r',"([0-9a-f]{64})"\]')
 
 
 def _plain_chunks(path: Path, block: int) -> Iterator[list[re.Match]]:
     """The memo's members, a few thousand matches at a time, read ``block`` characters at a time;
-    ``hash_files.NotPlain`` where the text is not one object of ``_MEMBER``'s members written
+    ``json_members.NotPlain`` where the text is not one object of ``_MEMBER``'s members written
     compact, then only whitespace (``json.loads``' rule). Each chunk's matches refer to the text
     read so far: use them before asking for the next."""
     with open(path, "rb") as handle:
-        blocks = hash_files.Blocks(handle, block)
-        yield from hash_files.plain_chunks(blocks, _MEMBER)
+        blocks = json_members.Blocks(handle, block)
+        yield from json_members.plain_chunks(blocks, _MEMBER)
         blocks.rest_blank()
 
 
@@ -70,7 +70,7 @@ def memo_entries(path: Path, wanted: Sequence[str], block: int = BLOCK) -> tuple
                     size[at], mtime[at] = int(match[2]), int(match[3])
                     digests[at] = np.frombuffer(bytes.fromhex(match[4]), np.uint8)
         return size, mtime, found, digests
-    except hash_files.NotPlain:  # another layout, or bytes that are not ASCII text
+    except json_members.NotPlain:  # another layout, or bytes that are not ASCII text
         found[:] = False
     _whole_entries(path, ordered, order, size, mtime, found, digests)
     return size, mtime, found, digests
@@ -78,7 +78,7 @@ def memo_entries(path: Path, wanted: Sequence[str], block: int = BLOCK) -> tuple
 
 def _whole_entries(path: Path, ordered, order, size, mtime, found, digests) -> None:
     """``memo_entries`` for a memo of another layout: its whole text, member by member."""
-    text = hash_files.read_text(path)
+    text = json_members.read_text(path)
     if text is None:
         return
     pending: list[tuple[str, Any]] = []
@@ -98,14 +98,14 @@ def _whole_entries(path: Path, ordered, order, size, mtime, found, digests) -> N
         pending.clear()
 
     def each(key: str, start: int) -> int:
-        value, end = hash_files.DECODER.raw_decode(text, start)
+        value, end = json_members.DECODER.raw_decode(text, start)
         pending.append((key, value))
-        if len(pending) >= hash_files.CHUNK:
+        if len(pending) >= json_members.CHUNK:
             flush()
         return end
 
     try:
-        hash_files.whole(text, hash_files.walk(text, 0, each))
+        json_members.whole(text, json_members.walk(text, 0, each))
         if pending:
             flush()
     except (ValueError, IndexError):
@@ -159,5 +159,5 @@ def write_memo(path: Path, fresh: Fresh, block: int = BLOCK) -> None:
 
     try:
         write_json_object(path, members())
-    except hash_files.NotPlain:  # another layout (nothing was written): the whole memo decoded, as before
-        write_json(path, {**hash_files.read_json(path), **dict(fresh.items())})
+    except json_members.NotPlain:  # another layout (nothing was written): the whole memo decoded, as before
+        write_json(path, {**json_members.read_json(path), **dict(fresh.items())})

@@ -26,7 +26,7 @@ import numpy as np
 from ..infra.atomic import write_json
 from ..infra.errors import ProbeError
 from ..infra.provenance import file_sha256
-from . import hash_files, hash_memo, index_write
+from . import hash_files, hash_memo, index_write, json_members
 from .hash_files import ContentHashes
 from .hash_memo import Fresh
 
@@ -208,7 +208,7 @@ def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str
         settled = unchanged or index_write.write_panel(path, index, panel_name, role, annotation_sha256, hashes)
         del index  # its text is not kept while the memo is written
         if not settled:  # an index of another form: decoded whole, and its bytes written as before
-            whole_index = hash_files.read_json(path)
+            whole_index = json_members.read_json(path)
             mine = whole_index.get(panel_name, {})
             kept = mine.get("hashes", {}) if mine.get("annotation_sha256") == annotation_sha256 and mine.get("role") == role else {}
             entry = {"role": role, "annotation_sha256": annotation_sha256, "hashes": {**kept, **hashes.as_dict()}}
