@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -232,15 +231,18 @@ def check_apart(first: tuple[str, str, Path, list[str]], second: tuple[str, str,
 
 
 def forget(root: Path, panel_name: str) -> None:
-    """Drop a panel's remembered images (it was replaced by ``probe panel add --replace``)."""
+    """Drop a panel's remembered images (it was replaced by ``probe panel add --replace``): the index
+    read by blocks and written back without it (``index_write``), or, in another form, decoded whole."""
     path = root / INDEX
     if not path.is_file():
         return
     with open(root / f".{INDEX}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            index = json.loads(path.read_text())
-        except ValueError:
-            index = {}
-        if index.pop(panel_name, None) is not None:
-            write_json(path, index)
+        index = hash_files.Index(path)
+        if panel_name not in index.panels and index.readable:
+            return
+        if not index_write.write_without(path, index, panel_name):
+            del index
+            whole = json_members.read_json(path)
+            if whole.pop(panel_name, None) is not None:
+                write_json(path, whole)

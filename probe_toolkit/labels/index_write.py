@@ -62,27 +62,49 @@ def _merged(index: Index, kept: Panel | None, hashes: ContentHashes) -> Iterator
     yield from hashes.items(skip=used)
 
 
-def write_panel(path, index: Index, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes) -> bool:
-    """Write the index with ``panel_name``'s entry {role, annotation_sha256, hashes} (its old hashes
-    kept where role and annotation are unchanged, as ``hygiene.check_overlap`` always did); False,
-    with nothing written, where the index must be decoded whole instead."""
-    if not index.readable or any(p.has_hashes and not p.plain for p in index.panels.values()):
-        return False
-    own = index.panels.get(panel_name)
-    keep = own is not None and own.has_hashes and own.fields.get("annotation_sha256") == annotation_sha256 and own.fields.get("role") == role
+def _writable(index: Index) -> bool:
+    """Whether every panel of ``index`` can be re-encoded member by member."""
+    return index.readable and not any(p.has_hashes and not p.plain for p in index.panels.values())
+
+
+def _write(path, index: Index, names: list[str], own: str | None = None, entry: Iterator[str] | None = None) -> None:
+    """The index of ``names``' panels in that order: each as read, but ``own``, whose value ``entry`` gives."""
 
     def parts() -> Iterator[str]:
         yield "{"
-        names = list(index.panels) if own is not None else [*index.panels, panel_name]
         for i, name in enumerate(names):
             yield f"{',' if i else ''}{json.dumps(name)}:"
-            if name == panel_name:
-                yield f'{{"role":{json.dumps(role)},"annotation_sha256":{json.dumps(annotation_sha256)},"hashes":'
-                yield from _hashes(_merged(index, own if keep else None, hashes))
-                yield "}"
+            if name == own and entry is not None:
+                yield from entry
             else:
                 yield from _panel(index, index.panels[name])
         yield "}\n"
 
     write_json_parts(path, parts())
+
+
+def write_panel(path, index: Index, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes) -> bool:
+    """Write the index with ``panel_name``'s entry {role, annotation_sha256, hashes} (its old hashes
+    kept where role and annotation are unchanged, as ``hygiene.check_overlap`` always did); False,
+    with nothing written, where the index must be decoded whole instead."""
+    if not _writable(index):
+        return False
+    own = index.panels.get(panel_name)
+    keep = own is not None and own.has_hashes and own.fields.get("annotation_sha256") == annotation_sha256 and own.fields.get("role") == role
+
+    def entry() -> Iterator[str]:
+        yield f'{{"role":{json.dumps(role)},"annotation_sha256":{json.dumps(annotation_sha256)},"hashes":'
+        yield from _hashes(_merged(index, own if keep else None, hashes))
+        yield "}"
+
+    _write(path, index, list(index.panels) if own is not None else [*index.panels, panel_name], panel_name, entry())
+    return True
+
+
+def write_without(path, index: Index, panel_name: str) -> bool:
+    """Write the index without ``panel_name``'s entry (``probe panel add --replace`` forgets it); False,
+    with nothing written, where the index must be decoded whole instead."""
+    if not _writable(index):
+        return False
+    _write(path, index, [name for name in index.panels if name != panel_name])
     return True
