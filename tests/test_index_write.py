@@ -67,6 +67,7 @@ INDEXES = {
     "none": "",
     "compact, plain names": json.dumps({"o": PLAIN, "tr": MINE}, separators=(",", ":")) + "\n",
     "compact, mine first": json.dumps({"tr": MINE, "o": PLAIN, "p": {**PLAIN, "role": "train"}}, separators=(",", ":")),
+    "compact, a raw DEL in a name": json.dumps({"o": PLAIN, "tr": MINE}, separators=(",", ":")).replace("x.png", "x\x7f.png"),  # json.dumps writes \u007f
     "compact": json.dumps({"o": OTHER, "tr": MINE}, separators=(",", ":")),
     "indented": json.dumps({"tr": MINE, "o": OTHER}, indent=2, ensure_ascii=False),
     "mine absent": json.dumps({"o": OTHER}),
@@ -206,6 +207,7 @@ def test_a_compact_index_is_read_by_blocks_with_the_whole_texts_answers(tmp_path
         json.dumps({"o": {"hashes": {_h(b"x"): "dir/é.png"}}}, separators=(",", ":"), ensure_ascii=False),
         json.dumps({"o": {"hashes": {_h(b"x"): 'q"uote.png'}}}, separators=(",", ":")),
         json.dumps({"o": {"hashes": {_h(b"x"): "a.png"}}}, separators=(",", ":")) + " x",
+        json.dumps({"o": {"hashes": {_h(b"x"): "a.png"}}}, separators=(",", ":")).replace("a.png", "a\x7f.png"),
     ],
 )
 def test_an_index_of_another_form_is_read_from_its_whole_text(tmp_path, text):

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..infra import provenance
-from .json_members import BLOCK, CHUNK, DECODER, TEXT, Blocks, NotPlain, after_blank, members, plain_chunks, plain_members, read_text, walk, whole
+from ..infra.errors import ProbeError
+from .json_members import BLOCK, CHUNK, DECODER, Blocks, NotPlain, after_blank, members, plain_chunks, plain_members, read_text, walk, whole
 
 _HEX = frozenset("0123456789abcdef")
-_HASH_MEMBER = re.compile(r'"([0-9a-f]{64})":' + TEXT)
+_HASH_MEMBER = re.compile(r'"([0-9a-f]{64})":"([ !#-\[\]-~]*)"')  # a name json.dumps writes as it is: printable ASCII
 
 
 def digest_bytes(text: Any) -> bytes | None:
@@ -97,6 +98,7 @@ class Panel:
         self.has_hashes = False
         self.order: list[str] = []  # its keys, "hashes" among them, where each first appears (json.loads' order)
         self.hashes_at = 0  # where the (last) hashes object starts (as ``starts``)
+        self.hashes_end = 0  # where it ends, in a file read by blocks
 
 
 class Index:
@@ -149,6 +151,7 @@ class Index:
         for chunk in plain_chunks(blocks, _HASH_MEMBER):
             digests += bytes.fromhex("".join(m[1] for m in chunk))
             starts += np.fromiter((blocks.base + m.start(2) - 1 for m in chunk), np.int64, len(chunk)).tobytes()
+        panel.hashes_end = blocks.base + blocks.pos
         rows = _rows(np.frombuffer(digests, np.uint8).reshape(-1, 32))
         order = np.argsort(rows, kind="stable")
         panel.sorted = rows[order]
@@ -241,6 +244,27 @@ class Index:
                 key, start = walker.send(end)
         except StopIteration:
             yield pairs
+
+    def hashes_text(self, panel: Panel) -> Iterator[str] | None:
+        """``panel``'s hashes object as written in a file read by blocks, a block at a time: the text
+        ``write_json`` writes for it once decoded (compact, distinct digests, names of printable
+        ASCII other than quote and backslash, which ``json.dumps`` leaves as they are); None for
+        an index kept as text."""
+        if self.text is not None:
+            return None
+
+        def read() -> Iterator[str]:
+            with open(self.path, "rb") as handle:
+                handle.seek(panel.hashes_at)
+                left = panel.hashes_end - panel.hashes_at
+                while left > 0:
+                    block = handle.read(min(self.block, left))
+                    if not block:
+                        raise ProbeError(str(self.path), "was cut short while probe read it (another program writes it?)", "run the command again")
+                    left -= len(block)
+                    yield block.decode("ascii")
+
+        return read()
 
     def pairs(self, panel: Panel) -> Iterator[tuple[str, Any]]:
         """``panel``'s hashes as (key, decoded value) pairs in the file's order, one at a time (read

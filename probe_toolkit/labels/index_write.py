@@ -41,7 +41,8 @@ def _panel(index: Index, panel: Panel) -> Iterator[str]:
     for i, key in enumerate(panel.order):
         yield f"{',' if i else ''}{json.dumps(key)}:"
         if key == "hashes":
-            yield from _hashes(index.pairs(panel))
+            as_read = index.hashes_text(panel)
+            yield from as_read if as_read is not None else _hashes(index.pairs(panel))
         else:
             yield _compact(panel.fields[key])
     yield "}"
