@@ -10,6 +10,7 @@ for values), which gives the answers ``json.loads`` would.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -188,38 +189,49 @@ class Blocks:
                 return
 
 
+@functools.cache
+def _separated(pattern: re.Pattern) -> re.Pattern:
+    """``pattern`` followed by its member's separator (the last group: a comma, or the closing brace)."""
+    return re.compile(f"(?:{pattern.pattern})([,}}])", pattern.flags)
+
+
 def plain_chunks(blocks: Blocks, pattern: re.Pattern, size: int = CHUNK) -> Iterator[list[re.Match]]:
     """The members of the object at ``blocks.pos``, ``size`` matches at a time, where it is only
     ``pattern``'s members written compact (``NotPlain`` otherwise); leaves ``pos`` after its "}".
     Each chunk's matches (and ``blocks.base``) refer to the text as it is when the chunk comes: use
-    them before asking for the next."""
+    them before asking for the next. The members of a block are found by one ``finditer`` (each
+    must start where the last one's separator ended); one cut by the block's end is read again
+    with the next block."""
     blocks.expect("{")
     if blocks.peek() == "}":
         blocks.pos += 1
         return
+    separated = _separated(pattern)
+    last = separated.groups
     chunk: list[re.Match] = []
     while True:
-        found = pattern.match(blocks.text, blocks.pos)
-        if found is None or found.end() >= len(blocks.text):  # not a member, or cut by the block's end
-            if found is None and len(blocks.text) - blocks.pos > LONGEST:
-                raise NotPlain
-            if chunk:
+        pos = blocks.pos
+        for found in separated.finditer(blocks.text, pos):
+            if found.start() != pos:
+                break
+            chunk.append(found)
+            pos = found.end()
+            if found[last] == "}":
+                blocks.pos = pos
+                yield chunk
+                return
+            if len(chunk) >= size:
+                blocks.pos = pos
                 yield chunk
                 chunk = []
-            if blocks.more():
-                continue
+        blocks.pos = pos  # no member here: one cut by the block's end, or another form
+        if len(blocks.text) - pos > LONGEST:
             raise NotPlain
-        chunk.append(found)
-        after = blocks.text[found.end()]
-        blocks.pos = found.end() + 1
-        if after == "}":
-            break
-        if after != ",":
-            raise NotPlain
-        if len(chunk) >= size:
+        if chunk:
             yield chunk
             chunk = []
-    yield chunk
+        if not blocks.more():
+            raise NotPlain
 
 
 def read_json(path: Path) -> dict[str, Any]:
