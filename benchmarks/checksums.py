@@ -31,7 +31,7 @@ from zarr.codecs import ZstdCodec
 from probe_toolkit.store import codec, integrity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
+from startup import cpu_model, emit, header, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
 
 RECORDS = Path(__file__).resolve().parent / "records" / "checksums.jsonl"
 DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
@@ -100,11 +100,7 @@ def main() -> None:
     )
     emit(
         {
-            "benchmark": "checksums",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("checksums"),
             "images": args.images,
             "patches": args.patches,
             "channels": args.channels,

@@ -37,11 +37,10 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402
+from startup import emit, header, options  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "records" / "class-panel.jsonl"
@@ -217,11 +216,7 @@ def main() -> None:
     for side, row in rows.items():
         print(f"{side:8s} " + "  ".join(f"{k} {v}" for k, v in row.items()), file=sys.stderr)
     record = {
-        "benchmark": "class-panel",
-        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(os.getloadavg()[0], 2),
+        **header("class-panel"),
         "images": args.images,
         "classes": args.classes,
         "rounds": args.rounds,

@@ -30,7 +30,7 @@ import zarr
 from probe_toolkit.store import sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
+from startup import cpu_model, emit, header, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
 
 RECORDS = Path(__file__).resolve().parent / "records" / "freshness.jsonl"
 
@@ -87,11 +87,7 @@ def main() -> None:
     print(f"  ratio {stat_s / base_s:.3f} (unchanged / baseline); touched / baseline {hashed_s / base_s:.3f}")
     emit(
         {
-            "benchmark": "freshness",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("freshness"),
             "images": args.images,
             "kilobytes": args.kilobytes,
             "rounds": args.rounds,

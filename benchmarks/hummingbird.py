@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from startup import cpu_model, emit  # the processor's name, as the startup benchmark records it
+from startup import cpu_model, emit, header  # the processor's name, as the startup benchmark records it
 
 from probe_toolkit.analyses import hummingbird as hb
 
@@ -129,11 +129,7 @@ def main() -> None:
         f"same transferred label on {100 * same_label:.2f} %"
     )
     fields = {
-        "benchmark": "hummingbird",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(os.getloadavg()[0], 2),
+        **header("hummingbird"),
         "memory": args.memory,
         "queries": args.queries,
         "dim": args.dim,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import _children_cpu, cpu_model, emit, options  # noqa: E402
+from startup import _children_cpu, cpu_model, emit, header, options  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird-cpu.jsonl"
 MEMORY = 102400  # benchmarks/scale.py's
@@ -100,11 +100,7 @@ def main() -> None:
     )
     emit(
         {
-            "benchmark": "hummingbird-cpu",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("hummingbird-cpu"),
             "images": train + val,
             "train": train,
             "val": val,

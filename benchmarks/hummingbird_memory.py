@@ -20,11 +20,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402
+from startup import emit, header, options  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parent / "records" / "hummingbird-memory.jsonl"
 MEMORY = 102400  # benchmarks/scale.py's
@@ -85,11 +84,7 @@ def main() -> None:
     same = len({(f["bank_sha256"], f["labels_sha256"]) for f in found.values()}) == 1 if "other" in found else None
     this = found["this"]
     record = {
-        "benchmark": "hummingbird-memory",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(os.getloadavg()[0], 2),
+        **header("hummingbird-memory"),
         "train": this["train"],
         "memory": MEMORY,
         "bank_rows": this["bank_rows"],

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402
+from startup import cpu_model, emit, header, options  # noqa: E402
 
 from probe_toolkit.analyses import hummingbird as hb  # noqa: E402
 from probe_toolkit.analyses import search  # noqa: E402
@@ -210,11 +210,7 @@ def main() -> None:
     print(f"  first 8 queries: the same neighbours and cosines as every cosine sorted: {fields['exact']}")
     emit(
         {
-            "benchmark": "hummingbird-scale",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("hummingbird-scale"),
             "memory": args.memory,
             "views": args.views,
             "queries": queries,

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402  (the processor's name, the command line and the record, as every benchmark has them)
+from startup import cpu_model, emit, header, options  # noqa: E402  (the processor's name, the command line and the record, as every benchmark has them)
 
 from probe_toolkit.analyses import knn, search  # noqa: E402
 from probe_toolkit.infra.runner import local_cores, map_blocks  # noqa: E402
@@ -207,11 +207,7 @@ def main() -> None:
 
     emit(
         {
-            "benchmark": "knn-scale",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("knn-scale"),
             "torch": torch.__version__,
             "train": args.train,
             "test": args.test,

@@ -26,13 +26,12 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from datetime import UTC, datetime
 from pathlib import Path
 
 from probe_toolkit.labels import hygiene
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model  # noqa: E402
+from startup import header  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parent / "records" / "label-cache.jsonl"
 
@@ -119,11 +118,7 @@ def main() -> None:
             f"second read {row['second_peak_mib']:7.1f} MiB, {row['second_cpu_s']:5.2f} s"
         )
     record = {
-        "benchmark": "label_cache",
-        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(os.getloadavg()[0], 2),
+        **header("label_cache"),
         "panel": args.panel,
         "others": args.others,
         "rows": rows,

@@ -24,7 +24,6 @@ width and weights named, not its folder).
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -32,7 +31,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-from startup import cpu_model, emit, options
+from startup import cpu_model, emit, header, options
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -133,11 +132,7 @@ def main() -> None:
         cka_base, cka_base_s, cka_base_mib = measured(lambda: cka_product(x, y), args.rounds)
         cka_ours, cka_probe_s, cka_probe_mib = measured(lambda: cka_probe(x, y, args.chunk), args.rounds)
     record = {
-        "benchmark": "labelfree",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": cpu_model(),
-        "cores": os.cpu_count(),
-        "load": round(os.getloadavg()[0], 2),
+        **header("labelfree"),
         "blas_threads": 1,
         "rows": args.rows,
         "width": args.width,

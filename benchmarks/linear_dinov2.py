@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
+from startup import cpu_model, emit, header, options  # noqa: E402  (the processor's name and the record, as every benchmark writes them)
 
 RECORDS = Path(__file__).resolve().parent / "records" / "linear_dinov2.jsonl"
 
@@ -117,11 +117,7 @@ def main() -> None:
     )
     emit(
         {
-            "benchmark": "linear_dinov2",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("linear_dinov2"),
             "device": device_name,
             "torch": torch.__version__,
             "images": args.images,

@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import cpu_model, emit, options  # noqa: E402
+from startup import cpu_model, emit, header, options  # noqa: E402
 
 RECORDS = Path(__file__).resolve().parent / "records" / "scale.jsonl"
 SIDE = (64, 48)  # synthetic photographs' width, height
@@ -361,11 +361,7 @@ def main() -> None:
             print(f"  n = {r['n']:>7,} {name:12s} CPU per image {t:5.2f}×, peak memory {m:5.2f}× ({'largest process' if per != 'peak_mib' else 'tree'}){note}")
     emit(
         {
-            "benchmark": "scale",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": cpu_model(),
-            "cores": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 2),
+            **header("scale"),
             "dask": bool(args.dask),
             "cpu_counts": "the command's processes and the dask cluster's workers" if args.dask else "the command's processes",
             **({"dask_worker_profiler": False} if args.dask else {}),

@@ -73,6 +73,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def header(benchmark: str) -> dict:
+    """The fields every benchmark record opens with: its name, the UTC time, the machine, its cores
+    and the load beside the run (a record names the machine, never its folders)."""
+    return {
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": cpu_model(),
+        "cores": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 2),
+    }
+
+
 def options(doc: str, helps: dict[str, str] | None = None, record: Path | None = None, **defaults) -> argparse.Namespace:
     """A benchmark's command line, one option per keyword (``train_images=100`` is ``--train-images``,
     typed by its default; ``False`` is a switch), so every benchmark parses the same way; ``record``
