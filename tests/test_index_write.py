@@ -52,7 +52,8 @@ def _write(tmp_path: Path, text: str, panel: str, role: str, annotation: str, na
     elif path.exists():
         path.unlink()
     hashes, as_dict = _content(names, contents)
-    written = index_write.write_panel(path, hash_files.Index(path, block), panel, role, annotation, hashes)
+    read = hash_files.Index(path, block, own=panel, against=hashes.sorted)  # as hygiene.check_overlap reads it
+    written = index_write.write_panel(path, read, panel, role, annotation, hashes)
     return written, (path.read_text() if written else None), _expected(text, panel, role, annotation, as_dict)
 
 
@@ -130,8 +131,10 @@ def test_any_index_and_read_give_the_whole_dicts_bytes(tmp_path_factory, others,
 
 def test_a_member_of_the_index_is_held_not_the_index(tmp_path):
     """A first read of a 200-image panel beside an index of 2 × 10 k digests (about 1.8 MB), read
-    8 k characters at a time: the read keeps 40 bytes a digest, not the text (under half the file,
-    peak under 0.8 of it); the writing holds a few blocks and members beside that (peak traced
+    8 k characters at a time: read whole, the index keeps 40 bytes a digest, not the text (under
+    half the file, peak under 0.8 of it); read against the panel's digests, as its check reads it,
+    it keeps under 2 % of the file (peak under a quarter: 8 bytes a digest of one panel at a time,
+    and a chunk of members); the writing holds a few blocks and members beside that (peak traced
     under 5 % of the file); decoding the index whole to add the entry holds over twice the file."""
     path = tmp_path / "panel-images.json"
     rng = np.random.default_rng(0)
@@ -145,6 +148,11 @@ def test_a_member_of_the_index_is_held_not_the_index(tmp_path):
     try:
         read = hash_files.Index(path, 1 << 13)
         read_held, read_peak = tracemalloc.get_traced_memory()
+        del read
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        read = hash_files.Index(path, 1 << 13, own="tr", against=hashes.sorted)
+        held_against, peak_against = (m - before for m in tracemalloc.get_traced_memory())
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
         assert index_write.write_panel(path, read, "tr", "train", "a" * 64, hashes)
@@ -158,6 +166,7 @@ def test_a_member_of_the_index_is_held_not_the_index(tmp_path):
         tracemalloc.stop()
     assert whole["tr"]["hashes"] == as_dict and len(whole) == 3
     assert read_held < 0.5 * size and read_peak < 0.8 * size, (read_held, read_peak, size)
+    assert held_against < 0.02 * size and peak_against < 0.25 * size, (held_against, peak_against, size)
     assert write_peak < 0.05 * size and whole_peak > 2 * size, (write_peak, whole_peak, size)
 
 
@@ -198,6 +207,57 @@ def test_a_compact_index_is_read_by_blocks_with_the_whole_texts_answers(tmp_path
         ([*items[:3], (rng.bytes(32).hex(), "new.png")], False),
     ):
         assert by_blocks.same_names(by_blocks.panels["p"], _contents(pairs)) == same == whole.same_names(whole.panels["p"], _contents(pairs))
+
+
+def _shared(panel: dict[str, str], against: list[str]) -> tuple[int, tuple[int, str] | None]:
+    """What a panel's hashes (hex → name) share with sorted hex digests, from sets and lists."""
+    shared = sorted(set(panel) & set(against))
+    return len(shared), (against.index(shared[0]), panel[shared[0]]) if shared else None
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+def test_other_panels_are_matched_as_read_and_keep_no_arrays(tmp_path, block):
+    """Read against one set of digests (as a panel's check is), every other panel of a compact
+    index keeps no arrays, and what it shares with the set (how many; the first in sorted order:
+    its place in the set and the panel's name for it) is what sets of hex texts give, and what
+    the same index read from its whole text (its arrays kept) gives."""
+    rng = np.random.default_rng(2)
+    index = {
+        p: {"role": role, "annotation_sha256": "a" * 64, "hashes": {rng.bytes(32).hex(): f"{p}/img {i}.png" for i in range(n)}}
+        for p, role, n in (("r", "val", 30), ("own", "train", 50), ("q", "val", 0), ("s", "test", 40), ("t", "val", 25))
+    }
+    r, s = list(index["r"]["hashes"]), list(index["s"]["hashes"])
+    mine = sorted({*r[3:9], *s[::7], *list(index["own"]["hashes"])[:5], *(rng.bytes(32).hex() for _ in range(20))})
+    against = _contents([(d, f"mine {i}") for i, d in enumerate(mine)]).sorted
+    compact, spaced = tmp_path / "compact.json", tmp_path / "spaced.json"
+    compact.write_text(json.dumps(index, separators=(",", ":")) + "\n")
+    spaced.write_text(json.dumps(index, indent=1))
+    by_blocks = hash_files.Index(compact, block, own="own", against=against)
+    whole = hash_files.Index(spaced, block, own="own", against=against)
+    assert by_blocks.text is None and whole.text is not None
+    for name, panel in by_blocks.panels.items():
+        expected = _shared(index[name]["hashes"], mine)
+        assert by_blocks.overlap(panel, against) == expected == whole.overlap(whole.panels[name], against)
+        assert (panel.passed is None) == (name == "own") and len(panel.sorted) == len(panel.starts) == (50 if name == "own" else 0)
+    assert _shared(index["r"]["hashes"], mine)[0] == 6 and _shared(index["s"]["hashes"], mine)[0] == 6 and _shared(index["t"]["hashes"], mine) == (0, None)
+    with pytest.raises(ValueError):
+        by_blocks.overlap(by_blocks.panels["r"], against.copy())
+
+
+def test_two_digests_of_a_panel_read_past_that_share_8_bytes_send_it_to_the_text(tmp_path):
+    """A panel read past keeps 8 bytes a digest to find a repeat: two distinct digests that share
+    them are read from the whole text instead, with the same answers."""
+    a, b = "ab" * 8 + "01" * 24, "ab" * 8 + "02" * 24
+    hashes = {a: "a.png", b: "b.png", _h(b"z"): "z.png"}
+    path = tmp_path / "panel-images.json"
+    path.write_text(json.dumps({"o": {"role": "val", "hashes": hashes}}, separators=(",", ":")))
+    against = _contents([(b, "mine.png")]).sorted
+    read = hash_files.Index(path, 5, own="tr", against=against)
+    assert read.text is not None and read.overlap(read.panels["o"], against) == (1, (0, "b.png"))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"o": {"role": "val", "hashes": {a: "a.png", _h(b"z"): "z.png"}}}, separators=(",", ":")))
+    read = hash_files.Index(other, 5, own="tr", against=against)
+    assert read.text is None and read.overlap(read.panels["o"], against) == (0, None)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,10 @@ without its text: at ImageNet's 1.28 M training images the index is about 125 MB
 later) still kept in every labelled command. The file keeps its format (``hygiene`` writes it as
 before). In the compact form ``write_json`` gives it, it is read ``BLOCK`` characters at a time
 (``json_members.Blocks``) and kept as sorted arrays of 32-byte digests, each with the byte offset of its name,
-so a name is read again from the file when asked for. An index of any other layout is decoded one
+so a name is read again from the file when asked for. A read that only asks how much each other
+panel shares with one set of digests (``against``) keeps none of those panels' arrays: each is
+matched against the set as it is read, keeping 8 bytes a digest to find a repeated one (``Passed``).
+An index of any other layout is decoded one
 member at a time from its whole text (``json.decoder.scanstring`` for keys,
 ``JSONDecoder.raw_decode`` for values), with the same answers. The memo of hashed files
 (``panel-hashes.json``) is ``hash_memo``'s; both read their text with ``json_members``.
@@ -13,7 +16,7 @@ member at a time from its whole text (``json.decoder.scanstring`` for keys,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from json.decoder import scanstring
 from pathlib import Path
 from typing import Any
@@ -99,15 +102,43 @@ class Panel:
         self.order: list[str] = []  # its keys, "hashes" among them, where each first appears (json.loads' order)
         self.hashes_at = 0  # where the (last) hashes object starts (as ``starts``)
         self.hashes_end = 0  # where it ends, in a file read by blocks
+        self.passed: Passed | None = None  # matched against ``Index.against`` as read, its arrays not kept
+
+
+class Passed:
+    """What a panel read past shares with ``Index.against``: how many digests, and for the first of
+    them in sorted order its position in ``against`` and the byte offset of this panel's name for it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: tuple[int, int] | None = None  # (position in against, name offset)
+
+    def take(self, against: np.ndarray, rows: np.ndarray, starts: Callable[[int], int]) -> None:
+        """Count the ``rows`` (digests as read) that ``against`` holds; ``starts(j)``: row ``j``'s name offset."""
+        if not len(against) or not len(rows):
+            return
+        at = np.searchsorted(against, rows)
+        hit = np.flatnonzero(against[np.minimum(at, len(against) - 1)] == rows)
+        if not len(hit):
+            return
+        self.count += len(hit)
+        j = int(hit[np.argmin(at[hit])])
+        if self.first is None or at[j] < self.first[0]:
+            self.first = (int(at[j]), starts(j))
 
 
 class Index:
     """``panel-images.json`` read panel by panel into digest arrays: by blocks where it is in the
     compact form ``write_json`` gives it (``text`` is then None and names are read from the file
-    again), else decoded from its whole text, which is kept for the names asked for."""
+    again), else decoded from its whole text, which is kept for the names asked for.
 
-    def __init__(self, path: Path, block: int = BLOCK):
+    ``against`` (sorted ``V32`` digests): read by blocks, every panel but ``own`` is only matched
+    against these (``Panel.passed``; ``overlap`` answers for it) and keeps no arrays: a set's check
+    beside ImageNet's training panel held that panel's 40 bytes an image."""
+
+    def __init__(self, path: Path, block: int = BLOCK, *, own: str | None = None, against: np.ndarray | None = None):
         self.path, self.block = path, block
+        self.own, self.against = own, against
         self.panels: dict[str, Panel] = {}
         self.text: str | None = None
         self.readable = True  # False: text that is not an object of panels (json.loads may still read it)
@@ -137,7 +168,10 @@ class Index:
                 panel.order.append(key)
             if key == "hashes":
                 panel.has_hashes, panel.hashes_at = True, blocks.base + blocks.pos
-                self._streamed_hashes(panel, blocks)
+                if self.against is None or name == self.own:
+                    self._streamed_hashes(panel, blocks)
+                else:
+                    self._passed_hashes(panel, blocks, self.against)
             else:
                 panel.fields[key] = blocks.decoded(DECODER.raw_decode)
 
@@ -159,6 +193,23 @@ class Index:
         panel.starts = np.frombuffer(starts, np.int64)[order]
         if (panel.sorted[1:] == panel.sorted[:-1]).any():
             raise NotPlain  # a repeated digest: the text reading keeps the last
+
+    @staticmethod
+    def _passed_hashes(panel: Panel, blocks: Blocks, against: np.ndarray) -> None:
+        """A hashes object of distinct [sha256 hex → name text] members matched against ``against``
+        as it is read (``NotPlain`` for any other): 8 bytes a digest are kept, to find a repeat; two
+        digests that share them send the index to the text reading, which keeps them whole."""
+        passed, prefixes = Passed(), bytearray()
+        for chunk in plain_chunks(blocks, _HASH_MEMBER):
+            digests = np.frombuffer(bytes.fromhex("".join(m[1] for m in chunk)), np.uint8).reshape(-1, 32)
+            prefixes += digests[:, :8].tobytes()
+            passed.take(against, _rows(digests), lambda j, base=blocks.base, chunk=chunk: base + chunk[j].start(2) - 1)
+        panel.hashes_end = blocks.base + blocks.pos
+        seen = np.frombuffer(prefixes, np.uint64)
+        seen.sort()  # in place, in the bytes grown as read: one copy of the prefixes
+        if (seen[1:] == seen[:-1]).any():
+            raise NotPlain
+        panel.passed = passed
 
     def _panel(self, name: str, start: int) -> int:
         panel = self.panels[name] = Panel()  # a repeated panel: the last one counts, as json.loads keeps it
@@ -220,10 +271,25 @@ class Index:
 
     def name(self, panel: Panel, position: int) -> Any:
         """The name (as decoded) of the ``position``-th of ``panel``'s sorted digests."""
+        return self._name_at(int(panel.starts[position]))
+
+    def _name_at(self, start: int) -> Any:
+        """The name (as decoded) whose text starts at ``start`` (in the text, or the file read by blocks)."""
         if self.text is not None:
-            return DECODER.raw_decode(self.text, int(panel.starts[position]))[0]
+            return DECODER.raw_decode(self.text, start)[0]
         with open(self.path, "rb") as handle:
-            return Blocks(handle, min(self.block, 4096), int(panel.starts[position])).decoded(lambda text, at: scanstring(text, at + 1))
+            return Blocks(handle, min(self.block, 4096), start).decoded(lambda text, at: scanstring(text, at + 1))
+
+    def overlap(self, panel: Panel, against: np.ndarray) -> tuple[int, tuple[int, Any] | None]:
+        """How many of ``against``'s digests (sorted ``V32``, distinct) ``panel`` holds, and for the first
+        of them in sorted order: its position in ``against`` and ``panel``'s name for it."""
+        if panel.passed is not None:
+            if against is not self.against:
+                raise ValueError("a panel read past was matched against another set of digests")
+            first = panel.passed.first
+            return panel.passed.count, None if first is None else (first[0], self._name_at(first[1]))
+        shared, mine, theirs = np.intersect1d(against, panel.sorted, assume_unique=True, return_indices=True)
+        return len(shared), (int(mine[0]), self.name(panel, int(theirs[0]))) if len(shared) else None
 
     def chunks(self, panel: Panel, size: int = CHUNK) -> Iterator[list[tuple[str, Any]]]:
         """``panel``'s hashes as (key, decoded value) pairs in the file's order, ``size`` at a time."""

@@ -182,19 +182,20 @@ def _shared_refusal(name: str, role: str, other: str, other_role: Any, count: in
 def check_overlap(root: Path, panel_name: str, role: str, annotation_sha256: str, hashes: ContentHashes, fresh: Fresh | None = None) -> None:
     """Refuse images that a panel of another role holds too; then remember this panel's, and the
     files ``content_hashes`` hashed afresh (a refused read leaves the cache as it found it). The
-    index is read panel by panel into digest arrays (``hash_files.Index``) and, when this panel's
-    entry changes, written again member by member (``index_write``)."""
+    index is read panel by panel (``hash_files.Index``): the other panels matched against this
+    one's digests as they are read, this one's kept as arrays; when its entry changes, the index is
+    written again member by member (``index_write``)."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{INDEX}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         path = root / INDEX
-        index = hash_files.Index(path)  # an unreadable index is rebuilt from the reads that follow
+        index = hash_files.Index(path, own=panel_name, against=hashes.sorted)  # an unreadable index is rebuilt from the reads that follow
         for other, seen in sorted(index.panels.items()):
             if other == panel_name or seen.fields.get("role") == role:
                 continue
-            shared, mine, theirs = np.intersect1d(hashes.sorted, seen.sorted, assume_unique=True, return_indices=True)
-            if len(shared):
-                raise _shared_refusal(panel_name, role, other, seen.fields.get("role"), len(shared), hashes.name(mine[0]), index.name(seen, theirs[0]))
+            count, first = index.overlap(seen, hashes.sorted)
+            if first is not None:
+                raise _shared_refusal(panel_name, role, other, seen.fields.get("role"), count, hashes.name(first[0]), first[1])
         own = index.panels.get(panel_name)
         unchanged = (
             own is not None
@@ -238,7 +239,7 @@ def forget(root: Path, panel_name: str) -> None:
         return
     with open(root / f".{INDEX}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        index = hash_files.Index(path)
+        index = hash_files.Index(path, against=np.zeros(0, "V32"))  # no panel's arrays: only its text is copied
         if panel_name not in index.panels and index.readable:
             return
         if not index_write.write_without(path, index, panel_name):
