@@ -3,9 +3,9 @@
 A panel's first read adds its entry to the index of every panel's content hashes: 1.28 M
 digests and names for ImageNet's training set. Decoding the whole index into dicts to add the
 entry (and building the entry itself as a dict) held several times the file's text; here the
-other panels are re-encoded member by member as ``hash_files.Index`` reads them again (from the
-old file, by blocks, while the new one is written beside it; or from the text it kept), and the
-new entry from the digest arrays, so the bytes are those ``write_json`` writes for
+other panels are copied as ``hash_files.Index`` reads their text again (from the old file, by
+blocks, while the new one is written beside it), or re-encoded member by member from the text it
+kept, and the new entry is written from the digest arrays, so the bytes are those ``write_json`` writes for
 ``{**index, panel: entry}`` with one member's text in memory at a time. An index this cannot
 re-encode member by member (a panel whose hashes repeat a key or are not all digests → names,
 text that is not an object of panels) is left to the whole-dict writing (``write_panel`` says
