@@ -1,6 +1,7 @@
 """What extraction overlaps with the forward pass changes nothing stored: the first run decoded
-while the checkpoint is read, images decoded on several threads, and freed blocks reused
-(infra/memory.py) instead of mapped anew."""
+while the checkpoint is read, images decoded on several threads, each run's pass begun before the
+last run is collected (store/ahead.py), and freed blocks reused (infra/memory.py) instead of
+mapped anew."""
 
 from __future__ import annotations
 
@@ -73,6 +74,31 @@ def _mixed_folder(tmp_path, photos):
     (folder / "03a-broken.jpg").write_bytes((photos / names[0]).read_bytes()[:300])
     images.load_image(photos / names[1]).resize((9, 12)).save(folder / "05a-tiny.png")
     return folder
+
+
+def test_runs_passed_ahead_store_the_same_bytes_and_fail_where_they_did(tmp_path, tiny_checkpoints, photos, monkeypatch):
+    """Extraction on two streams (each run's pass begun before the last is collected) against one
+    (each run in turn): the same store for a folder with a broken file and images of several sizes
+    in a native view (passes of single images on the loop's own copy of the network), and with
+    ``--on-error fail`` (the 224 view: a native view reads every image's size first) the same error
+    at the same run, the runs before it written and kept."""
+    folder = _mixed_folder(tmp_path, photos)
+    settings = Settings(views=(224, "native"), attention="last", chunk=2)
+    stores, errors = {}, {}
+    for count in (1, 2):
+        monkeypatch.setattr(extraction, "cpu_streams", lambda device, count=count: count)
+        report = extract(tiny_checkpoints["dino-backbone"], folder, settings=settings, store=tmp_path / f"s{count}.zarr", on_error="skip", batch_size=2, quiet=True)
+        stores[count] = (report.skipped, report.done, _arrays(report.store))
+        with pytest.raises(ProbeError) as raised:
+            extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / f"f{count}.zarr", batch_size=2, quiet=True)
+        errors[count] = (str(raised.value), np.asarray(_arrays(tmp_path / f"f{count}.zarr")["done"]))
+    (skipped, done, one), (skipped2, done2, two) = stores[1], stores[2]
+    assert skipped == skipped2 and len(skipped) == 2 and done == done2 == 7 and one.keys() == two.keys()
+    for name in one:
+        assert np.array_equal(one[name], two[name], equal_nan=one[name].dtype.kind == "f"), name
+    assert errors[1][0] == errors[2][0] and "03a-broken.jpg" in errors[1][0]
+    # the broken file is the 5th image (runs of 2): the two runs before its run are written and kept
+    assert errors[1][1].tolist() == errors[2][1].tolist() == [True] * 4 + [False] * 5
 
 
 def test_any_number_of_decoding_threads_gives_the_same_store(tmp_path, tiny_checkpoints, photos, monkeypatch):

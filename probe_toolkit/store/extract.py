@@ -25,6 +25,7 @@ import shutil
 import time
 from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from ..infra.placement import parse_shard
 from ..infra.progress import bar
 from . import cache, footprint, images, layout, sources
 from . import views as view_table
+from .ahead import Ahead
 from .backbone import Backbone
 from .checkpoints import load_checkpoint
 from .create import create_store, lock_file
@@ -237,29 +239,48 @@ def extract(
                 host_pool(savers, writing, "probe-write") as saver,
                 bar("images", quiet) as progress,
                 Streams(backbone, cpu_streams(torch_device)) as streams,
+                ExitStack() as stack,
             ):
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
-                upcoming = (early[1] if early and early[0] == todo[0] else loader.submit(load, todo[0])) if todo else None
-                for index, (start, stop, _) in enumerate(todo):
-                    loaded = upcoming.result()
-                    upcoming = loader.submit(load, todo[index + 1]) if index + 1 < len(todo) else None
-                    n, needed, lacking = stop - start, list(loaded.failed), todo[index][2]
-                    if existed:  # its files were checked unchanged when the run began: still the same bytes?
-                        sources.check_decoded(path, writer.group, start, [r.path for r in refs[start:stop]], loaded.files.sha256)
-                    ticked = [0.0]
+                decodes: dict[int, Future] = {0: early[1]} if todo and early and early[0] == todo[0] else {}
 
-                    def tick(count: int, share: float = 1.0 / len(needed), ticked: list[float] = ticked) -> None:
+                def take(i: int) -> Loaded:  # run i's decoded pixels; the next run's decoding begins
+                    pending = decodes.pop(i, None) or loader.submit(load, todo[i])
+                    if i + 1 < len(todo):
+                        decodes[i + 1] = loader.submit(load, todo[i + 1])
+                    return pending.result()
+
+                def forward(i: int, loaded: Loaded) -> tuple[dict[str, tuple[dict, dict[str, np.ndarray]]], list[float]]:
+                    """Run i's arrays of each view it lacks (view → (the arrays wanted, their values)), and its progress."""
+                    start, stop, lacking = todo[i]
+                    needed, ticked = list(loaded.failed), [0.0]
+
+                    def tick(count: int, share: float = 1.0 / len(needed)) -> None:
                         ticked[0] += count * share
                         progress.advance(task, count * share)
 
+                    arrays = {}
+                    for view in needed:
+                        wanted = {name: spec for name, spec in stored.items() if layout.unit_of(name) in lacking and layout.view_of(name) == view}
+                        shared = buffers if writing else None
+                        arrays[view] = (
+                            wanted,
+                            view_data(backbone, loaded, view, wanted, stop - start, settings, batch_size, torch_device, tick, shared=shared, streams=streams),
+                        )
+                    return arrays, ticked
+
+                # on the CPU's streams each run's pass begins before the run before it is collected (store.ahead)
+                runs = stack.enter_context(Ahead(len(todo), take, forward, depth=1 if streams.parallel else 0))
+                for index, (start, stop, _) in enumerate(todo):
+                    loaded, (arrays, ticked) = runs.get(index)
+                    n, needed = stop - start, list(loaded.failed)
+                    if existed:  # its files were checked unchanged when the run began: still the same bytes?
+                        sources.check_decoded(path, writer.group, start, [r.path for r in refs[start:stop]], loaded.files.sha256)
                     out: dict[str, tuple[dict[str, np.ndarray], np.ndarray]] = {}
                     any_ok = np.zeros(n, dtype=bool)
                     for view in needed:
-                        wanted = {name: spec for name, spec in stored.items() if layout.unit_of(name) in lacking and layout.view_of(name) == view}
-                        data = view_data(
-                            backbone, loaded, view, wanted, n, settings, batch_size, torch_device, tick, shared=buffers if writing else None, streams=streams
-                        )
+                        wanted, data = arrays[view]
                         ok = ~loaded.failed[view]
                         good = finite_images(data, wanted, grids[view][0][start:stop], grids[view][1][start:stop], ok, checkpoint.arch.prefix)
                         for i in np.flatnonzero(ok & ~good):
