@@ -78,12 +78,11 @@ def _mixed_folder(tmp_path, photos):
 
 def test_runs_passed_ahead_store_the_same_bytes_and_fail_where_they_did(tmp_path, tiny_checkpoints, photos, monkeypatch):
     """Extraction on two streams (each run's pass begun before the last is collected) against one
-    (each run in turn): the same store for a folder with a broken file and images of several sizes
-    in a native view (passes of single images on the loop's own copy of the network), and with
-    ``--on-error fail`` (the 224 view: a native view reads every image's size first) the same error
-    at the same run, the runs before it written and kept."""
+    (each run in turn): the same store for a folder with a broken file, a tiny image and a last run
+    of a single image (passed on the forwarding thread's own copy of the network), and with
+    ``--on-error fail`` the same error at the same run, the runs before it written and kept."""
     folder = _mixed_folder(tmp_path, photos)
-    settings = Settings(views=(224, "native"), attention="last", chunk=2)
+    settings = Settings(views=(224, 480), attention="last", chunk=2)
     stores, errors = {}, {}
     for count in (1, 2):
         monkeypatch.setattr(extraction, "cpu_streams", lambda device, count=count: count)
@@ -93,7 +92,7 @@ def test_runs_passed_ahead_store_the_same_bytes_and_fail_where_they_did(tmp_path
             extract(tiny_checkpoints["dino-backbone"], folder, settings=Settings(views=(224,), chunk=2), store=tmp_path / f"f{count}.zarr", batch_size=2, quiet=True)
         errors[count] = (str(raised.value), np.asarray(_arrays(tmp_path / f"f{count}.zarr")["done"]))
     (skipped, done, one), (skipped2, done2, two) = stores[1], stores[2]
-    assert skipped == skipped2 and len(skipped) == 2 and done == done2 == 7 and one.keys() == two.keys()
+    assert skipped == skipped2 and len(skipped) == 1 and done == done2 == 8 and one.keys() == two.keys()
     for name in one:
         assert np.array_equal(one[name], two[name], equal_nan=one[name].dtype.kind == "f"), name
     assert errors[1][0] == errors[2][0] and "03a-broken.jpg" in errors[1][0]

@@ -270,8 +270,11 @@ def extract(
                         )
                     return arrays, ticked
 
-                # on the CPU's streams each run's pass begins before the run before it is collected (store.ahead)
-                runs = stack.enter_context(Ahead(len(todo), take, forward, depth=1 if streams.parallel else 0))
+                # on the CPU's streams each run's pass begins before the run before it is collected
+                # (store.ahead); not with an image's own size, passed an image at a time: two such
+                # passes at once would hold twice the memory footprint.check_maps allows one
+                ahead = 1 if streams.parallel and not own_views else 0
+                runs = stack.enter_context(Ahead(len(todo), take, forward, depth=ahead))
                 for index, (start, stop, _) in enumerate(todo):
                     loaded, (arrays, ticked) = runs.get(index)
                     n, needed = stop - start, list(loaded.failed)
