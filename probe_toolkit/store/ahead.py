@@ -2,9 +2,9 @@
 
 On the CPU the pass runs as streams (``store.streams``) that share out a batch's images and meet
 once the batch is done: the stream that finishes first waits for its partner, which the threads
-decoding and writing beside the pass slow at random (measured: about 6 % of the pass's time
-with runs of 16 images on two cores). Given the next run's pass before this run's last share is
-done, each stream goes on to its share of it instead. The runs are still collected, checked and
+decoding and writing beside the pass slow at random (``benchmarks/extract.py`` measures what
+that cost). Given the next run's pass before this run's last share is done, each stream goes on
+to its share of it instead. The runs are still collected, checked and
 written one at a time in order; a run whose decoding failed raises when the loop reaches it,
 after the runs before it are written, as it did when each run was decoded and passed in turn.
 """
