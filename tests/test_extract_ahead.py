@@ -53,6 +53,18 @@ def test_runs_come_back_in_order_with_their_passes_begun_ahead(depth):
     assert all((name == main) == (depth == 0) for name in log.threads.values())
 
 
+def test_a_run_not_yet_decoded_is_not_waited_for_before_the_run_before_it_is_collected():
+    """Run 2's pixels are not there when run 1 is collected: run 1 comes back without run 2 being
+    taken (a loader held on run 2 must not keep run 1, already computed, from being written)."""
+    log = Log()
+    decoded = {0, 1, 3}
+    with Ahead(4, log.take, log.forward, 1, ready=lambda i: i in decoded) as runs:
+        assert runs.get(0)[0] == "pixels 0" and [j for kind, j in log.events if kind == "take"] == [0, 1]
+        assert runs.get(1)[0] == "pixels 1" and [j for kind, j in log.events if kind == "take"] == [0, 1]
+        assert runs.get(2)[0] == "pixels 2" and [j for kind, j in log.events if kind == "take"] == [0, 1, 2, 3]
+        assert runs.get(3) == ("pixels 3", "arrays of pixels 3")
+
+
 @pytest.mark.parametrize("depth", [0, 1])
 def test_a_run_that_cannot_be_decoded_raises_when_it_is_reached(depth):
     log = Log(bad=2)

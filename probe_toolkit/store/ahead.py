@@ -7,6 +7,8 @@ that cost). Given the next run's pass before this run's last share is done, each
 to its share of it instead. The runs are still collected, checked and
 written one at a time in order; a run whose decoding failed raises when the loop reaches it,
 after the runs before it are written, as it did when each run was decoded and passed in turn.
+A run is passed ahead only once it is decoded: waiting for its pixels would keep the run before
+it, already computed, from being written (a killed run would lose it).
 """
 
 from __future__ import annotations
@@ -21,18 +23,21 @@ Passed = TypeVar("Passed")
 
 class Ahead(Generic[Taken, Passed]):
     """Runs ``0 .. count - 1``: ``take(i)`` (a run's decoded pixels, waited for) and ``forward(i,
-    taken)`` (its pass), each started ``depth`` runs before ``get`` collects it (0: both when
-    collected, on the caller's thread). A context manager whose exit waits for the passes started."""
+    taken)`` (its pass), each started up to ``depth`` runs before ``get`` collects it, once
+    ``ready(i)`` says its pixels are there (0: both when collected, on the caller's thread). A
+    context manager whose exit waits for the passes started."""
 
-    def __init__(self, count: int, take: Callable[[int], Taken], forward: Callable[[int, Taken], Passed], depth: int) -> None:
-        self.count, self.take, self.forward, self.depth = count, take, forward, depth
+    def __init__(
+        self, count: int, take: Callable[[int], Taken], forward: Callable[[int, Taken], Passed], depth: int, ready: Callable[[int], bool] = lambda i: True
+    ) -> None:
+        self.count, self.take, self.forward, self.depth, self.ready = count, take, forward, depth, ready
         self.pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="probe-forward") if depth else None
         self._started: dict[int, tuple[Taken | None, Future | BaseException | None]] = {}
         self._next = 0  # the first run not started
 
     def get(self, i: int) -> tuple[Taken, Passed]:
-        """Run ``i``'s (taken, passed); runs up to ``i + depth`` started first."""
-        while self._next <= min(i + self.depth, self.count - 1):
+        """Run ``i``'s (taken, passed); the runs after it up to ``i + depth`` started first where ready."""
+        while self._next <= min(i + self.depth, self.count - 1) and (self._next <= i or self.ready(self._next)):
             self._start(self._next)
         taken, started = self._started.pop(i)
         if isinstance(started, BaseException):

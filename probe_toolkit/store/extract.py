@@ -274,7 +274,7 @@ def extract(
                 # (store.ahead); not with an image's own size, passed an image at a time: two such
                 # passes at once would hold twice the memory footprint.check_maps allows one
                 ahead = 1 if streams.parallel and not own_views else 0
-                runs = stack.enter_context(Ahead(len(todo), take, forward, depth=ahead))
+                runs = stack.enter_context(Ahead(len(todo), take, forward, depth=ahead, ready=lambda i: i in decodes and decodes[i].done()))
                 for index, (start, stop, _) in enumerate(todo):
                     loaded, (arrays, ticked) = runs.get(index)
                     n, needed = stop - start, list(loaded.failed)
