@@ -244,11 +244,17 @@ def extract(
                 task = progress.add_task(f"extract {path.parent.name}/{path.name}", total=sum(b - a for a, b, _ in todo))
                 writes: deque[tuple[int, Future]] = deque()  # (chunk, write) of the runs being written, oldest first
                 decodes: dict[int, Future] = {0: early[1]} if todo and early and early[0] == todo[0] else {}
+                # on the CPU's streams each run's pass begins before the run before it is collected
+                # (store.ahead), and its decoding one run earlier still, so that it is ready then; not
+                # with an image's own size, passed an image at a time: two such passes at once would
+                # hold twice the memory footprint.check_maps allows one
+                ahead = 1 if streams.parallel and not own_views else 0
 
-                def take(i: int) -> Loaded:  # run i's decoded pixels; the next run's decoding begins
+                def take(i: int) -> Loaded:  # run i's decoded pixels; the decoding of the runs after it begins
                     pending = decodes.pop(i, None) or loader.submit(load, todo[i])
-                    if i + 1 < len(todo):
-                        decodes[i + 1] = loader.submit(load, todo[i + 1])
+                    for j in range(i + 1, min(i + 2 + ahead, len(todo))):
+                        if j not in decodes:
+                            decodes[j] = loader.submit(load, todo[j])
                     return pending.result()
 
                 def forward(i: int, loaded: Loaded) -> tuple[dict[str, tuple[dict, dict[str, np.ndarray]]], list[float]]:
@@ -270,10 +276,6 @@ def extract(
                         )
                     return arrays, ticked
 
-                # on the CPU's streams each run's pass begins before the run before it is collected
-                # (store.ahead); not with an image's own size, passed an image at a time: two such
-                # passes at once would hold twice the memory footprint.check_maps allows one
-                ahead = 1 if streams.parallel and not own_views else 0
                 runs = stack.enter_context(Ahead(len(todo), take, forward, depth=ahead, ready=lambda i: i in decodes and decodes[i].done()))
                 for index, (start, stop, _) in enumerate(todo):
                     loaded, (arrays, ticked) = runs.get(index)
