@@ -146,3 +146,19 @@ def test_a_single_image_runs_on_a_copy_made_from_no_pass():
     assert copy is not streams.models[0] and copy is not streams.models[1]
     assert not any(m._forward_hooks for m in copy.modules())
     assert all(a is b for a, b in zip(copy.parameters(), model.parameters()))
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_caller_going_on_past_a_failed_run_gets_each_later_run_in_turn(depth):
+    """The runs after a failed one are not begun ahead; a caller that catches the failure and goes
+    on gets each of them taken and passed when reached, with its own pixels."""
+    log = Log(bad=1)
+    got = {}
+    with Ahead(5, log.take, log.forward, depth) as runs:
+        for i in range(5):
+            try:
+                got[i] = runs.get(i)
+            except ValueError:
+                got[i] = "failed"
+    assert got == {0: ("pixels 0", "arrays of pixels 0"), 1: "failed", **{i: (f"pixels {i}", f"arrays of pixels {i}") for i in (2, 3, 4)}}
+    assert [j for kind, j in log.events if kind == "take"] == [0, 1, 2, 3, 4]

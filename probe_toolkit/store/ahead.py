@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 
 Taken = TypeVar("Taken")
 Passed = TypeVar("Passed")
+_HELD = object()  # a run not begun because a run before it failed (begun when reached)
 
 
 class Ahead(Generic[Taken, Passed]):
@@ -32,11 +33,13 @@ class Ahead(Generic[Taken, Passed]):
     ) -> None:
         self.count, self.take, self.forward, self.depth, self.ready = count, take, forward, depth, ready
         self.pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="probe-forward") if depth else None
-        self._started: dict[int, tuple[Taken | None, Future | BaseException | None]] = {}
+        self._started: dict[int, tuple[Taken | None, Future | BaseException | object | None]] = {}
         self._next = 0  # the first run not started
 
     def get(self, i: int) -> tuple[Taken, Passed]:
         """Run ``i``'s (taken, passed); the runs after it up to ``i + depth`` started first where ready."""
+        if self._started.get(i, (None, None))[1] is _HELD:  # a caller went on past a failed run: begin again here
+            self._next = i
         while self._next <= min(i + self.depth, self.count - 1) and (self._next <= i or self.ready(self._next)):
             self._start(self._next)
         taken, started = self._started.pop(i)
@@ -49,7 +52,7 @@ class Ahead(Generic[Taken, Passed]):
     def _start(self, j: int) -> None:
         self._next = j + 1
         if any(isinstance(s, BaseException) for _, s in self._started.values()):
-            self._started[j] = (None, None)  # never reached: the loop stops at the failed run before it
+            self._started[j] = (None, _HELD)  # extraction stops at the failed run; nothing decoded in vain
             return
         try:
             taken = self.take(j)
