@@ -285,3 +285,36 @@ def test_heads_of_a_file_without_periods(tmp_path):
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.attention, b.attention)
     with pytest.raises(ProbeError, match="heads"):
         load_checkpoint(_write(tmp_path, "dinov3-official", arch), heads=2)
+
+
+@pytest.mark.parametrize("arch", [TINY_DINOV3, TINY_DINOV3_SWIGLU, DINOV3_RELEASED["vit-s16-dinov3"]], ids=["mlp", "swiglu", "s16"])
+def test_a_meta_build_is_timms_network_without_its_fills(arch, monkeypatch):
+    """On the meta device timm's initialisation is skipped (store.dinov3._FillsSkippedOnMeta): the
+    same parameters, buffers, shapes, dtypes and flags as timm's own build, and no fill run."""
+    import contextlib
+
+    from torch.overrides import TorchFunctionMode
+
+    from probe_toolkit.store import dinov3
+
+    fills = []
+
+    class Fills(TorchFunctionMode):  # the fills that reach torch under a build
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("uniform_", "erfinv_", "clamp_", "zero_", "fill_", "zeros_", "constant_"):
+                fills.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    def described(model):
+        tensors = [*model.named_parameters(), *model.named_buffers()]
+        return [(n, tuple(t.shape), t.dtype, t.device.type, t.requires_grad) for n, t in tensors]
+
+    with Fills():
+        skipped = dinov3.build_dinov3(arch, device="meta")
+    assert fills == []
+    monkeypatch.setattr(dinov3, "_FillsSkippedOnMeta", contextlib.nullcontext)  # timm's own build, every fill run
+    with Fills():
+        timms = dinov3.build_dinov3(arch, device="meta")
+    assert len(fills) >= 5 * arch.depth  # timm's initialisation, which the skipped build leaves out
+    assert described(skipped) == described(timms)
+    assert list(skipped.state_dict()) == list(timms.state_dict())

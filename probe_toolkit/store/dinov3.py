@@ -23,12 +23,14 @@ recomputed from that same input with the block's own weights, rotated by timm's 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .architectures import Arch
 from .readout import Readout, last_block, whole_patches
@@ -48,27 +50,48 @@ def timm_model_name(arch: Arch) -> str:
     return TIMM_MODELS[(arch.ffn, arch.qkv_bias)]
 
 
+class _FillsSkippedOnMeta(TorchFunctionMode):
+    """Skips the in-place fills of timm's initialisers (``trunc_normal_``, ``zeros_``, ...) on meta
+    tensors. A meta tensor holds no values, so they change nothing, but ``Eva`` has no option to
+    leave them out, and on the meta device each goes through torch's Python reference kernels:
+    most of the cost of building the network whose shapes a checkpoint is checked against, and then
+    assigned. Only value fills are named (an op that could change a shape or a flag still runs).
+    Torch function modes are per thread."""
+
+    FILLS = frozenset({"uniform_", "normal_", "erfinv_", "mul_", "add_", "div_", "clamp_", "zero_", "fill_"})
+    FILLS |= {"trunc_normal_", "zeros_", "ones_", "constant_", "kaiming_uniform_", "xavier_uniform_"}  # torch.nn.init's
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        filled = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes its tensor by keyword
+        if getattr(func, "__name__", "") in self.FILLS and isinstance(filled, torch.Tensor) and filled.is_meta:
+            return filled
+        return func(*args, **kwargs)
+
+
 def build_dinov3(arch: Arch, device: str | torch.device | None = None, init: bool = True) -> nn.Module:
-    """timm's DINOv3 ``Eva`` for ``arch`` (``init`` is timm's own initialisation, cheap on the meta device)."""
+    """timm's DINOv3 ``Eva`` for ``arch``. On the meta device timm's initialisation is skipped
+    (``_FillsSkippedOnMeta``); elsewhere it runs, whatever ``init`` says, as timm builds it."""
     import timm
 
     if arch.family != "dinov3":
         raise ValueError(f"arch family {arch.family!r} is not dinov3")
     extra = {"swiglu_align_to": 1} if arch.ffn == "swiglu" else {}  # mlp_hidden is already DINOv3's aligned width
-    model = timm.create_model(
-        timm_model_name(arch),
-        pretrained=False,
-        patch_size=arch.patch,
-        embed_dim=arch.width,
-        depth=arch.depth,
-        num_heads=arch.heads,
-        mlp_ratio=(arch.mlp_hidden + 0.5) / arch.width,  # timm takes int(width * ratio) = mlp_hidden
-        num_reg_tokens=arch.registers,
-        num_classes=0,
-        global_pool="token",
-        device=device,
-        **extra,
-    )
+    with _FillsSkippedOnMeta() if device is not None and torch.device(device).type == "meta" else contextlib.nullcontext():
+        model = timm.create_model(
+            timm_model_name(arch),
+            pretrained=False,
+            patch_size=arch.patch,
+            embed_dim=arch.width,
+            depth=arch.depth,
+            num_heads=arch.heads,
+            mlp_ratio=(arch.mlp_hidden + 0.5) / arch.width,  # timm takes int(width * ratio) = mlp_hidden
+            num_reg_tokens=arch.registers,
+            num_classes=0,
+            global_pool="token",
+            device=device,
+            **extra,
+        )
     first = model.blocks[0].mlp
     hidden = (first.fc1_g if arch.ffn == "swiglu" else first.fc1).out_features
     if hidden != arch.mlp_hidden:
