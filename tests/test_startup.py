@@ -128,6 +128,36 @@ def test_what_a_protocol_runs_before_its_first_image_loads_no_heavy_library(stat
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
 
 
+REFUSED = """
+import json, sys
+from probe_toolkit.cli import main
+sys.argv = ["probe", *json.loads(sys.argv[1])]
+try:
+    main()
+except SystemExit as error:
+    code = error.code
+print(json.dumps([code, sorted(m for m in sys.modules if m in ("torch", "timm"))]))
+"""
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--views", "999"], ["--views", "224", "--blocks", "x"], ["--for", "knn", "--views", "square@480"]],
+    ids=["view", "blocks", "for-beside-views"],
+)
+def test_extract_refuses_a_bad_option_before_importing_torch(tiny_checkpoints, image_dir, options, tmp_path):
+    """A mistyped option of `probe extract` is one line and exit 2 before torch and timm are
+    imported (seconds of start-up): the settings are checked with plain data (store/architectures.py,
+    store/extract_plan.py import neither)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    args = ["extract", str(tiny_checkpoints["dino-full"]), "--images", str(image_dir), *options, "--cache", str(tmp_path / "cache")]
+    run = subprocess.run([sys.executable, "-c", REFUSED, json.dumps(args)], env=env, capture_output=True, text=True, timeout=300)
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [2, []], run.stderr[-2000:]
+    assert run.stderr.startswith("error: ") and len(run.stderr.strip().splitlines()) <= 2
+    assert not (tmp_path / "cache").exists()  # nothing written
+
+
 @pytest.mark.parametrize("module", ["segment", "depth", "propagate", "correspond_navi"])
 def test_the_commands_that_run_a_network_load_no_pandas_before_their_first_image(module):
     """The commands that run a network on images cannot avoid torch and timm, but they import

@@ -14,6 +14,14 @@ from typing import Any, Literal
 # (plain data) so that a fix command naming them imports no torch
 Interpolation = Literal["auto", "dino", "dinov2-reg", "timm"]
 INTERPOLATIONS = ("auto", "dino", "dinov2-reg", "timm")
+# each rule as the manifest records it (``interpolation_rule``)
+RULES = {
+    "dino": "bicubic, scale_factor (g+0.1)/g0, no antialias (facebookresearch/dino vision_transformer.py; DINOv2 with interpolate_offset=0.1)",
+    "dinov2-reg": "bicubic, size (rows, cols), antialias, float32 (DINOv2 register models: interpolate_offset=0.0, interpolate_antialias=True)",
+    "timm": "timm resample_abs_pos_embed (bicubic, size, antialias)",
+    "none": "no position table: DINOv3's RoPE is computed per grid (any multiple of the patch is native), nothing interpolated",
+}
+AttentionMode = Literal["last", "all", "none"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,20 @@ class Arch:
             if out[key] == default:
                 del out[key]
         return out
+
+
+def resolve_interpolation(method: str, arch: Arch) -> str:
+    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ; DINOv3
+    has no table, so ``none``, and any other rule is refused rather than recorded untrue)."""
+    if arch.family == "dinov3":
+        if method not in ("auto", "none"):
+            raise ValueError(f"interpolation {method!r}: a DINOv3 network has no position table (RoPE); use auto")
+        return "none"
+    if method not in INTERPOLATIONS:
+        raise ValueError(f"interpolation {method!r} is not one of {INTERPOLATIONS}")
+    if method != "auto":
+        return method
+    return "dinov2-reg" if arch.registers else "dino"
 
 
 VIT_S16 = Arch(width=384, depth=12, heads=6, patch=16, class_token=True, final_norm=True, pos_grid=14, mlp_hidden=1536)

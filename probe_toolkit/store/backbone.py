@@ -22,7 +22,7 @@ convolution never reaches, as in DINO's ``PatchEmbed``).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,34 +31,13 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ..infra.progress import within
-from .architectures import INTERPOLATIONS, Arch, Interpolation
+from .architectures import INTERPOLATIONS, Arch, AttentionMode, Interpolation, resolve_interpolation
 from .readout import Readout, last_block, whole_patches
 from .taps import Capture, Taps
 
 # tokens in one forward pass from which its blocks show as steps under the bar (``infra.progress.within``):
 # a 1024 × 1024 image at /16; below it a pass is short and a line per pass would only flicker
 LONG_FORWARD_TOKENS = 4096
-RULES = {
-    "dino": "bicubic, scale_factor (g+0.1)/g0, no antialias (facebookresearch/dino vision_transformer.py; DINOv2 with interpolate_offset=0.1)",
-    "dinov2-reg": "bicubic, size (rows, cols), antialias, float32 (DINOv2 register models: interpolate_offset=0.0, interpolate_antialias=True)",
-    "timm": "timm resample_abs_pos_embed (bicubic, size, antialias)",
-    "none": "no position table: DINOv3's RoPE is computed per grid (any multiple of the patch is native), nothing interpolated",
-}
-AttentionMode = Literal["last", "all", "none"]
-
-
-def resolve_interpolation(method: str, arch: Arch) -> str:
-    """``auto``: the rule the checkpoint's own code uses (DINOv2's register models differ; DINOv3
-    has no table, so ``none``, and any other rule is refused rather than recorded untrue)."""
-    if arch.family == "dinov3":
-        if method not in ("auto", "none"):
-            raise ValueError(f"interpolation {method!r}: a DINOv3 network has no position table (RoPE); use auto")
-        return "none"
-    if method not in INTERPOLATIONS:
-        raise ValueError(f"interpolation {method!r} is not one of {INTERPOLATIONS}")
-    if method != "auto":
-        return method
-    return "dinov2-reg" if arch.registers else "dino"
 
 
 def build_vit(arch: Arch, device: str | torch.device | None = None, init: bool = True) -> VisionTransformer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import zarr
@@ -14,9 +14,10 @@ import zarr
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from . import arrays, cache, grids, images, layout, own_size, parts, views
-from .architectures import Arch
-from .backbone import RULES, AttentionMode, Interpolation, resolve_interpolation
-from .checkpoints import Checkpoint
+from .architectures import RULES, Arch, AttentionMode, Interpolation, resolve_interpolation
+
+if TYPE_CHECKING:  # checkpoints imports torch: `probe extract` refuses bad options before it is imported
+    from .checkpoints import Checkpoint
 
 OnError = Literal["fail", "skip"]
 RESAMPLES = tuple(images.RESAMPLE)
@@ -56,7 +57,7 @@ class Settings:
     attention: AttentionMode = "last"
     dtype: str = "float16"
     chunk: int = 16
-    interpolation: Interpolation = "auto"  # the checkpoint's own rule (backbone.resolve_interpolation)
+    interpolation: Interpolation = "auto"  # the checkpoint's own rule (architectures.resolve_interpolation)
     resample: str = "bicubic"
     blocks: str | tuple[int, ...] = "last"
     facets: tuple[str, ...] | None = None

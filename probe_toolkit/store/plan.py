@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arrays, attention_stats, layout, views
+from . import arrays, layout, views
 from .architectures import Arch
 
 STATS = "attention_stats"  # a plan's kind for every block's attention statistics
@@ -78,6 +78,8 @@ def forward_bytes(request: arrays.Request, arch: Arch, patches: int, batch: int)
         blocks = arch.depth if request.maps == "all" else 1
         out["explicit maps"] = batch * blocks * arch.heads * tokens * tokens * 4
     if request.stats:
+        from . import attention_stats  # (torch: imported only where statistics are planned, not by every refused option)
+
         tile = attention_stats.query_tile(batch, arch.heads, tokens)
         out["statistics' tile"] = 2 * batch * arch.heads * tile * tokens * 8  # the float64 scores and their exponentials
     return out
