@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import zarr
 
 from probe_toolkit.protocols.api import get, read_stores
@@ -45,3 +46,34 @@ def test_a_run_keeps_the_stores_it_reads_never_one_it_writes():
     assert read_stores(get("knn"), "a.zarr", {}) == ["a.zarr"]
     assert read_stores(get("similarity"), None, {"stores": ["a.zarr", "b.zarr"]}) == ["a.zarr", "b.zarr"]
     assert read_stores(get("decode-stream"), "ck.pth", {"store": "masks.zarr"}) == []
+
+
+def test_a_read_group_reads_each_members_metadata_once_per_opening(tmp_path, monkeypatch):
+    """``group.open_read``: a member looked up again (a test, then its use) is not read from disk
+    again in one opening; a name not found is looked for again (an array added later is found);
+    another opening reads the folder again."""
+    from zarr.core import group as zarr_group
+
+    first = np.array([True, False] * 9)
+    writer = _store(tmp_path / "s.zarr", first)
+    reads = []
+    real = zarr_group.get_node
+
+    async def counted(store, path, zarr_format):
+        reads.append(path)
+        return await real(store=store, path=path, zarr_format=zarr_format)
+
+    monkeypatch.setattr(zarr_group, "get_node", counted)
+    opened = group.open_read(tmp_path / "s.zarr")
+    assert "done" in opened and opened["done"].shape == (18,) and "done" in opened
+    assert opened["done"][:].tolist() == first.tolist() and opened["done"] is opened["done"]
+    assert reads == ["done"]
+    assert "failed" not in opened and "failed" not in opened
+    assert reads == ["done", "failed", "failed"]
+    writer.create_array("failed", shape=(18,), chunks=(4,), dtype=bool, fill_value=False)
+    assert "failed" in opened and opened["failed"].shape == (18,)
+    assert reads == ["done", "failed", "failed", "failed"]
+    with pytest.raises(KeyError):
+        opened["sizes"]
+    assert group.open_read(tmp_path / "s.zarr")["done"].shape == (18,)
+    assert reads == ["done", "failed", "failed", "failed", "sizes", "done"]

@@ -51,7 +51,7 @@ import zarr
 from ..infra import lazy_dask
 from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
-from .group import array_names, consolidate, whole  # noqa: F401  (where readers and writers found them first)
+from .group import array_names, consolidate, open_read, whole  # noqa: F401  (where readers and writers found them first)
 from .sources import DIGESTS, STATS
 from .views import NAMES as VIEW_ORDER
 
@@ -155,7 +155,7 @@ def _open_store(path: Path, *, done_only: bool, allow_partial: bool, arrays: str
     if not (path / "zarr.json").is_file():
         raise ProbeError(path, "is not a probe store (no zarr.json)", "run `probe extract` first")
     integrity.install()  # a chunk that does not decode is one line (store/integrity.py)
-    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    group = open_read(path)
     if "manifest" not in group.attrs:
         raise ProbeError(path, "has no manifest", "it was not written by `probe extract`")
     integrity.check_listed(path, group)  # an array deleted from outside: one line, not a KeyError deep in a reader

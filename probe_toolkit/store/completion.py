@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zarr
 
 from ..infra.provenance import list_hash
-from .group import whole
+from .group import open_read, whole
 
 
 def completion(store: str | Path) -> dict[str, Any]:
     """The store's completion now: images done (and not failed), failed, total, image-list hash."""
     from .integrity import check_flags
 
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    group = open_read(store)
     check_flags(store, group)  # a deleted flag chunk would count its images as not done
     done = np.asarray(whole(group["done"]), dtype=bool)
     failed = np.asarray(whole(group["failed"]), dtype=bool) if "failed" in group else np.zeros_like(done)

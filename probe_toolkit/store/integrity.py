@@ -38,7 +38,7 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 
 from ..infra.errors import IntegrityError
 from .group import array_names as _names
-from .group import listed_names, whole
+from .group import listed_names, open_read, whole
 from .hints import extract_arguments
 from .sources import DIGESTS, STATS
 
@@ -326,7 +326,7 @@ def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray
     if group is None:
         if not (Path(store) / "zarr.json").is_file():
             return  # not a store on this machine's disk: its reader says so
-        group = zarr.open_group(store, mode="r", use_consolidated=False)
+        group = open_read(store)
     memo: dict = {}  # each view's flags read once for all its arrays
     for name in names:
         if name not in group or name == "image":
@@ -351,7 +351,7 @@ def describe(store: str | Path, damage: list[tuple[str, int, str]]) -> tuple[str
     store = str(store)
     array, chunk, why = damage[0]
     try:
-        group = zarr.open_group(store, mode="r", use_consolidated=False)
+        group = open_read(store)
         meta = dict(group.attrs.get("manifest", {}))
         ids = _ids(group)
         size = int(group[array].chunks[0]) if kind(array) != "whole" else len(ids)

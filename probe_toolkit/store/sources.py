@@ -24,9 +24,9 @@ def _holds(folder: Path, ids: list[str]) -> bool:
 
 
 def _ids(store: str | Path) -> list[str]:
-    import zarr
+    from .group import open_read
 
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    group = open_read(store)
     return [str(v) for v in group["image"][:]] if "image" in group else []
 
 
@@ -223,9 +223,10 @@ def recorded_digests(store: str | Path, positions) -> list[str | None]:
 def recorded(store: str | Path, positions) -> list[tuple[str | None, tuple[int, int] | None]]:
     """(sha256, (size, mtime ns)) recorded for the images at ``positions`` (None where not recorded)."""
     import numpy as np
-    import zarr
 
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    from .group import open_read
+
+    group = open_read(store)
     at = (np.asarray(positions, dtype=np.int64),)
     if DIGESTS not in group:
         return [(None, None)] * len(positions)
@@ -238,11 +239,11 @@ def positions_of(store: str | Path, ids: Sequence[str]):
     """The store positions of images ``ids`` (as the store names them; a name held twice: its last),
     looked up as sorted arrays (``infra.names``); KeyError for a name the store lacks."""
     import numpy as np
-    import zarr
 
     from ..infra.names import lookup
+    from .group import open_read
 
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    group = open_read(store)
     at, found = lookup(group["image"][:] if "image" in group else [], ids)  # the names as read, not a list of them
     if not found.all():
         raise KeyError(ids[int(np.argmin(found))])
@@ -330,12 +331,11 @@ def new_store_command(store: str | Path, into: str | Path | None = None) -> str:
     """``probe extract`` of the store's photographs as they are now, with its settings, into a new store beside it (or ``into``)."""
     import shlex
 
-    import zarr
-
+    from .group import open_read
     from .hints import extract_arguments
 
     store = Path(store)
-    meta = dict(zarr.open_group(str(store), mode="r", use_consolidated=False).attrs.get("manifest", {}))
+    meta = dict(open_read(store).attrs.get("manifest", {}))
     source = image_folder_or_none(store, meta) or meta.get("image_source") or "IMAGES"
     views = [str(v) for v in meta.get("views", [])]
     return "probe extract " + shlex.join([*extract_arguments(meta, views, source), "--store", str(into or store.with_name(store.stem + "-new.zarr"))])
@@ -344,9 +344,10 @@ def new_store_command(store: str | Path, into: str | Path | None = None) -> str:
 def finished(store: str | Path) -> list[str]:
     """The ids of the store's finished images (done, not failed)."""
     import numpy as np
-    import zarr
 
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    from .group import open_read
+
+    group = open_read(store)
     if "done" not in group:
         return []
     ok = np.asarray(group["done"][:], dtype=bool) & ~(np.asarray(group["failed"][:], dtype=bool) if "failed" in group else False)
