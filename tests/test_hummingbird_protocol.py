@@ -312,6 +312,19 @@ def test_the_memory_reads_each_train_image_once_whatever_the_portions(voc, monke
     assert decoded.count(len(TRAIN)) == 2 * len(TRAIN)  # each train map decoded once per epoch (the val maps: once)
 
 
+def test_a_run_opens_its_store_once_for_its_checks_and_its_run(voc, monkeypatch):
+    """The checks before the run (current photographs, panel coverage) and the run itself
+    (``panel_stores.locate``) share one opening of the store (``cache.one_opening_each`` around a
+    store-reading run): each opening reads the store's flags and checks every array again."""
+    from probe_toolkit import run
+
+    root, _, store, _, _ = voc
+    opened, real = [], cache._open_store
+    monkeypatch.setattr(cache, "_open_store", lambda path, **kw: opened.append(Path(path).resolve()) or real(path, **kw))
+    run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), augmentation_epochs=2, cache_dir=root / "cache", workers=1)
+    assert opened == [Path(store).resolve()]
+
+
 def test_the_photographs_check_looks_the_stores_ids_up_once_as_arrays(voc, monkeypatch):
     """The check that the panel's photographs are those extracted (every protocol, before its labels)
     looks the panel's ids up among the store's as sorted arrays (``infra.names.lookup``: once for the

@@ -21,6 +21,7 @@ coverage of each panel. Only then does the protocol read a label (``RunContext.r
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +249,9 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
 def read_stores(protocol: Protocol, source: Any, keywords: dict[str, Any]) -> list[str | Path]:
     """The stores a run of ``protocol`` reads and never writes, whose whole per-image arrays it may
     keep (``store.group.snapshot``): its source's where that is a store (decode-stream's ``store``
-    is the masks store it writes)."""
+    is the masks store it writes). A protocol whose source is a store writes no array into any
+    store (its results go to the store's ``results`` folder), so where this is not empty every
+    store the run opens, its panels' siblings too, is opened once (``cache.one_opening_each``)."""
     if protocol.source not in ("store", "stores"):
         return []
     given = [source, *(keywords.get(key) for key in ("store", "stores"))]
@@ -258,11 +261,12 @@ def read_stores(protocol: Protocol, source: Any, keywords: dict[str, Any]) -> li
 def run(name: str, source: Any = None, *, placement: Placement | None = None, progress: Progress | None = None, block: int | None = None, **keywords: Any) -> Run:
     """Run protocol ``name`` on ``source`` (a store, a list of stores, a checkpoint or a masks file).
     ``block``: the store's block it reads (0-based; None: the last; ``protocols.selection``)."""
-    from ..store.cache import reading_block
+    from ..store.cache import one_opening_each, reading_block
     from ..store.group import snapshot
 
     protocol = get(name)
-    with snapshot(read_stores(protocol, source, keywords)):  # their flags read once for the run's checks
+    read = read_stores(protocol, source, keywords)
+    with snapshot(read), one_opening_each() if read else nullcontext():  # their flags read once; each store opened once, checks and run
         context = prepare(protocol, source, placement, progress, keywords, block)
         with records.opened(context.stamp), reading_block(context.block):
             result = resolve(protocol.run)(context.inputs, context.settings, context)
