@@ -77,3 +77,27 @@ def test_a_read_group_reads_each_members_metadata_once_per_opening(tmp_path, mon
         opened["sizes"]
     assert group.open_read(tmp_path / "s.zarr")["done"].shape == (18,)
     assert reads == ["done", "failed", "failed", "failed", "sizes", "done"]
+
+
+def test_an_array_read_from_a_plain_opening_is_checked_in_that_opening(tiny_stores, monkeypatch):
+    """``cache.require`` on a store opened with zarr alone checks the array's chunks (a stat per
+    chunk, every time) through the opening's group: the array's metadata is read from disk once
+    (its first lookup there), the flags' not again."""
+    from zarr.core import group as zarr_group
+
+    from probe_toolkit.store import cache, integrity
+
+    ds = cache.open_store(tiny_stores["dino"], plain=True)
+    reads, checks = [], []
+    real, present = zarr_group.get_node, integrity._chunk_keys
+
+    async def counted(store, path, zarr_format):
+        reads.append(path)
+        return await real(store=store, path=path, zarr_format=zarr_format)
+
+    monkeypatch.setattr(zarr_group, "get_node", counted)
+    monkeypatch.setattr(integrity, "_chunk_keys", lambda array, chunk: checks.append(chunk) or present(array, chunk))
+    for _ in range(2):
+        assert cache.require(ds, "tokens_224").shape[0] == 7
+    assert reads == ["tokens_224"]
+    assert checks == [0, 1, 0] * 2  # in each read: the two chunks of tokens_224 (7 images, 4 a chunk), the image list's one

@@ -342,7 +342,7 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
         raise ProbeError(ds.attrs.get("store"), f"has no array {name}" + (f" at block {named}" if named is not None else ""), _fix(ds, name, named))
     _part_finished(ds, name, found)
     if ds.attrs.get("store"):
-        integrity.check_present(ds.attrs["store"], [found])
+        integrity.check_present(ds.attrs["store"], [found], group=getattr(ds, "zarr_group", None))  # a plain opening's group, else opened again
     array = ds[found]
     array = array.copy(deep=False) if hasattr(array, "copy") else array.rename({})  # its own attrs: the dataset's stay as stored
     if index is not None and "block" in array.dims:

@@ -125,6 +125,7 @@ class StoreData(Variables):
     """The arrays of a store at the images ``kept``, by name, with the root attributes (the manifest)."""
 
     def __init__(self, group: zarr.Group, kept: np.ndarray | None, attrs: dict[str, Any]):
+        self.zarr_group = group  # its opening: the integrity check of each array read looks its members up there (``cache.checked``)
         image = group["image"] if "image" in group else None
         self.attrs = dict(attrs)
         self.variables: dict[str, StoreArray] = {}

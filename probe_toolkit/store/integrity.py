@@ -323,9 +323,9 @@ def check_present(store: str | Path, names: Iterable[str], positions: np.ndarray
     """Before a read: every chunk of ``names`` holding a finished image is there (a stat per
     chunk), else ``DamagedChunk`` for the first one missing."""
     store = str(store)
+    if not (Path(store) / "zarr.json").is_file():
+        return  # not a store on this machine's disk (any more): its reader says so, not a chunk of it
     if group is None:
-        if not (Path(store) / "zarr.json").is_file():
-            return  # not a store on this machine's disk: its reader says so
         group = open_read(store)
     memo: dict = {}  # each view's flags read once for all its arrays
     for name in names:
