@@ -74,9 +74,9 @@ class ReadGroup(zarr.Group):
     folder once, at its first lookup, then kept for this opening.
 
     Opening a store for a protocol runs its checks (listing, present chunks, flags, damage), and
-    they look the same arrays up again and again: about 240 lookups before ``hummingbird``'s
-    first image on the demo's three stores, each a ``zarr.json`` read and parsed through zarr's
-    event loop. A fresh lookup per call would only matter for a store whose arrays change while
+    they look the same arrays up again and again: 386 lookups before ``hummingbird``'s first
+    image on the demo's three stores (``name in group`` included), each a ``zarr.json`` read and
+    parsed through zarr's event loop. A fresh lookup per call would only matter for a store whose arrays change while
     one opening lasts, which no reader does (a protocol writes its results beside the arrays, and
     reads one state of a store: ``snapshot``); a new opening reads the folder again. A name not
     found is not kept: it is looked for again at its next lookup."""
