@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import zarr
 
 from ..infra import provenance
 from ..infra.errors import ProbeError
 from . import arrays, cache, grids, images, layout, own_size, parts, views
 from .architectures import RULES, Arch, AttentionMode, Interpolation, resolve_interpolation
+from .group import open_read
 
 if TYPE_CHECKING:  # checkpoints imports torch: `probe extract` refuses bad options before it is imported
     from .checkpoints import Checkpoint
@@ -262,7 +262,7 @@ def kept_layout(path: Path, plan: dict) -> dict:
     without them: its finished images have none, so the store keeps the layout it was made with."""
     if not (path / "zarr.json").is_file():
         return plan
-    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    group = open_read(path)
     present = set(cache.array_names(group))
 
     def started(view: str) -> bool:

@@ -16,6 +16,7 @@ import zarr
 
 from ..infra.errors import IntegrityError, ProbeError
 from .group import array_names as _names
+from .group import open_read
 from .integrity import DamagedChunk, _chunk_keys, _view, describe, flag_damage, has_checksums, install, kind, missing_chunks
 
 
@@ -39,7 +40,7 @@ def verify(store: str | Path, views: list[str] | None = None) -> Verified:
     store = str(store)
     if not (Path(store) / "zarr.json").is_file():
         raise ProbeError(store, "is not a probe store (no zarr.json)", "run `probe extract` first")
-    group = zarr.open_group(store, mode="r", use_consolidated=False)
+    group = open_read(store)
     damaged, read, checksummed, memo = list(flag_damage(store, group)), 0, True, {}
     for name in _names(group):
         if views is not None and kind(name) in ("data",) and _view(name) not in views:
@@ -112,7 +113,7 @@ def _clear(store: str, group: zarr.Group, name: str, lo: int, hi: int) -> None:
 
 def chunk_summary(store: str | Path) -> str:
     """``probe info``'s row: chunk files of finished images present or missing (stat only, no read)."""
-    group = zarr.open_group(str(store), mode="r", use_consolidated=False)
+    group = open_read(store)
     memo: dict = {}
     gone = [(n, c, "is missing, though it holds finished images") for n in _names(group) for c in missing_chunks(store, group, n, None, memo)]
     gone += flag_damage(store, group)
