@@ -1,4 +1,5 @@
-"""A protocol run reads its stores' whole per-image arrays once (``store.group.snapshot``)."""
+"""A protocol run reads its stores' whole per-image arrays once (``store.group.snapshot``), and a store
+opened to read looks each array's metadata up once per opening (``store.group.open_read``)."""
 
 from __future__ import annotations
 
