@@ -30,8 +30,9 @@ correspond on SPair-71k and on NAVI, hummingbird, segment, depth, rank, position
 overcluster. ``score`` reads no image (it scores a masks file against a panel's labels): its whole
 run's CPU seconds are taken instead (the record lists such commands under ``whole_run``). The
 commands that run a network before their first image (propagate, segment, depth, NAVI's
-correspondence, decode ``--images``) cannot go below importing torch and timm (about 2 CPU
-seconds here: ``python benchmarks/startup.py --full``'s torch row): their rows measure the rest.
+correspondence, decode ``--images``) cannot go below importing torch and timm: ``--full`` measures
+that floor in the same rounds (a fresh interpreter that imports both and notes its CPU time) and
+records it apart, as ``floor_cpu_s``, so what probe adds above it can be read beside each row.
 
 ``--collections`` counts the full garbage collections, and the CPU seconds they take, while a
 fresh interpreter imports torch and timm, under CPython's thresholds and under probe's
@@ -151,6 +152,8 @@ def build_panel_store(root: Path, views: tuple[str, ...] = ("224",), store: Path
 
 FIRST_TARGET = 1.0
 LINEAR_DINOV2 = ["--n-last-blocks", "1", "--learning-rates", "0.001,0.05", "--epochs", "2", "--epoch-length", "5"]  # a short schedule
+FLOOR = "import torch, timm (the network commands' floor)"
+FLOOR_PROGRAM = "import json, time, torch, timm\nprint(json.dumps([None, time.process_time()]))"
 FRESH = "run-FRESH"  # a folder of its own for each run of a command that writes outside the store (a finished one is resumed, not redone)
 FIRST = """
 import functools, importlib.abc, importlib.machinery, json, sys, time
@@ -255,24 +258,30 @@ def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | Non
             evaluated = str(build_panel_store(root, ("eval224",), root / "eval224.zarr"))  # DINOv2's protocol reads its eval224 view
             chosen["linear-dinov2"] = ["linear-dinov2", evaluated, "--train", "bench-train", "--val", "bench-val", *LINEAR_DINOV2, "-q", *cache]
             chosen.update(protocol_commands(root))
+        programs = {name: [sys.executable, "-c", FIRST, json.dumps(args)] for name, args in chosen.items()}
+        if full:
+            programs[FLOOR] = [sys.executable, "-c", FLOOR_PROGRAM]
         envs = {tree: child_env(path, root) for tree, path in trees.items()}
-        seconds: dict[tuple[str, str], list[float]] = {(name, tree): [] for name in chosen for tree in trees}
+        runs = [(name, tree) for name in chosen for tree in trees] + [(FLOOR, "this")] * (FLOOR in programs)
+        seconds: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
         whole: set[str] = set()
         loads = [os.getloadavg()[0]]
         for r in range(rounds + 1):  # round 0 warms the page cache and writes the bytecode cache (child_env)
-            for name, args in chosen.items():
-                for tree in trees:
-                    fresh = [a.replace(FRESH, f"run-{r}-{tree}") for a in args]
-                    out = subprocess.run([sys.executable, "-c", FIRST, json.dumps(fresh)], env=envs[tree], cwd=root, capture_output=True, text=True)
-                    if out.returncode:
-                        raise SystemExit(f"probe {' '.join(fresh)} [{tree}] failed: {out.stderr[-800:]}")
-                    first, end = json.loads(out.stdout.strip().splitlines()[-1])
-                    if first is None:
-                        whole.add(name)
-                    if r:
-                        seconds[(name, tree)].append(end if first is None else first)
+            for name, tree in runs:
+                fresh = [a.replace(FRESH, f"run-{r}-{tree}") for a in programs[name]]
+                out = subprocess.run(fresh, env=envs[tree], cwd=root, capture_output=True, text=True)
+                if out.returncode:
+                    raise SystemExit(f"{name} [{tree}] failed: {out.stderr[-800:]}")
+                first, end = json.loads(out.stdout.strip().splitlines()[-1])
+                if first is None and name != FLOOR:
+                    whole.add(name)
+                if r:
+                    seconds[(name, tree)].append(end if first is None else first)
             loads.append(os.getloadavg()[0])
     rows = {tree: {name: statistics.median(seconds[(name, tree)]) for name in chosen} for tree in trees}
+    floor = statistics.median(seconds[(FLOOR, "this")]) if FLOOR in programs else None
+    if floor is not None:
+        print(f"{FLOOR:57s} {floor:5.2f} s  (no target: torch's and timm's own imports)")
     for name in chosen:
         for tree in trees:
             value = rows[tree][name]
@@ -294,6 +303,8 @@ def first_image(rounds: int, full: bool, keep: bool = False, compare: Path | Non
         "whole_run": sorted(whole),  # commands that read no image: their whole run's CPU seconds
         "bytecode": "cached",  # child_env
     }
+    if floor is not None:
+        record["floor_cpu_s"] = {"import torch, timm": floor}
     if "other" in rows:  # the trees by their labels, never their folders
         record["other_cpu_s"] = rows["other"]
     emit(record, RECORDS, keep)
