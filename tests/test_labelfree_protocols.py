@@ -185,3 +185,17 @@ def test_position_on_synthetic_stores_reads_a_linear_code_and_not_noise(stores, 
     assert linear.l1 < 1e-3  # position linearly in the tokens: error ≈ 0 (measured 2.6e-5)
     assert blind.chance == pytest.approx(chance_l1(14, 14)) == pytest.approx(14 / 26)
     assert abs(blind.l1 - blind.chance) < 0.1  # no position in the tokens: chance level (measured 0.568; a fit of the training noise only adds)
+
+
+def test_similarity_says_how_to_get_its_minibatch_estimator_in_a_command_that_works_when_pasted(stores, capsys):
+    import shlex
+
+    for examples in ("class", "patch"):  # 6 images, fewer than a minibatch of 256; patch tokens: whole images instead
+        note = run("similarity", stores["dino"], other=stores["dinov3"], examples=examples).report.minibatch_note
+        assert note.endswith(f"--examples {'image' if examples == 'patch' else examples} --batch 6")
+        assert np.isnan(float(records.load(stores["dino"], "similarity").cka_minibatch.sel(set="a:1", other="b:1")))
+        code, printed = probe_main([*shlex.split(note.partition(": probe ")[2]), "-q"], capsys)
+        assert code == 0, printed.err
+        ds = records.load(stores["dino"], "similarity")
+        assert ds.attrs["minibatch_note"] == "" and ds.attrs["batch"] == 6
+        assert np.isfinite(float(ds.cka_minibatch.sel(set="a:1", other="b:1")))

@@ -24,6 +24,7 @@ from ..analyses import similarity
 from ..infra.errors import ProbeError
 from ..infra.runner import task_threads
 from ..infra.settings import SettingError
+from ..infra.spelling import fix_command
 from ..protocols.context import Inputs, RunContext, Saving
 from ..results.similarity_report import RESULT, SimilarityReport
 from ..store import cache, views
@@ -131,10 +132,13 @@ def run(inputs: Inputs, settings, context: RunContext) -> SimilarityReport:
     advance(n)
     mb, batches, note = np.full((len(sets),) * 2, np.nan), 0, ""
     if "minibatch" in settings.estimators:
+        # the rerun that computes it: whole images for patch tokens, and at most one minibatch of the store's images
+        fits = n if n < settings.batch else None
+        rerun = fix_command("similarity", store, other=other, view=settings.view, examples="image" if settings.examples == "patch" else settings.examples, batch=fits)
         if settings.examples == "patch":
-            note = "the minibatch estimator takes whole images or class tokens as examples (examples=image or class)"
-        elif n < settings.batch:
-            note = f"the store has {n} images, fewer than one minibatch of {settings.batch}: pass batch ≤ {n}"
+            note = f"the minibatch estimator takes whole images or class tokens as examples: {rerun}"
+        elif fits is not None:
+            note = f"the store has {n} images, fewer than one minibatch of {settings.batch}: {rerun}"
         else:
             with task_threads(1):
                 mb, batches = minibatch_cka(sets, settings.batch, settings.epochs, settings.seed)
