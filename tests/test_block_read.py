@@ -126,3 +126,21 @@ def test_workers_read_the_same_block(blocked_store):
     want = values["attention_blocks_224"][:, 2].reshape(N, -1).astype(np.float64).sum(1)
     np.testing.assert_allclose(here["sum"], want, rtol=1e-6)
     np.testing.assert_array_equal(there["sum"], here["sum"])
+
+
+@pytest.mark.parametrize("held", [("keys_224",), ("keys_224", "keys_native")])
+def test_a_missing_key_view_is_offered_only_in_a_view_the_decoders_cut(tmp_path, held):
+    """Keys of the 224 view (``--facets k``) are no fix for a decoder asking for keys_480: the
+    decoders cut 480 and the own-size views alone, so the line names those or the extract rerun."""
+    arrays = {name: ((f"patch_{name[5:]}", "channel"), (PATCHES, WIDTH)) for name in held}
+    manifest = {"kind": "probe-store", "checkpoint": {"path": "x.pth", "sha256": "cd" * 32, "format": "synthetic"}, "network": "teacher"}
+    manifest |= {"arch": {"width": WIDTH, "depth": DEPTH, "heads": HEADS, "patch": 16, "class_token": True}, "views": [224], "dtype": "float32"}
+    writer = create_store(tmp_path / "keys.zarr", {**manifest, "chunk": 2, "image_list_sha256": "0" * 64, "n_images": N}, [f"{i}.jpg" for i in range(N)], arrays)
+    values = {name: np.zeros((N, PATCHES, WIDTH), np.float32) for name in held}
+    writer.write_views(0, {"224": (values, np.zeros(N, bool))}, np.full((N, 2), 32))
+    ds = cache.open_store(tmp_path / "keys.zarr", arrays="keys_224")
+    with pytest.raises(ProbeError) as raised:
+        cache.require(ds, "keys_480")
+    message = str(raised.value)
+    assert "--view 224" not in message and "probe extract CKPT --views 480" in message, message
+    assert ("it holds keys_native: read it with --view native, or rerun" in message) == ("keys_native" in held), message

@@ -17,7 +17,7 @@ from ..labels.coco_metrics import SWEEP_METRICS
 from ..store import views
 from .registry import ALLOW_PARTIAL, CACHE, Command, Difference, Input, Option, Protocol, Reads, Reference, json_input, register
 
-KEY_VIEWS = tuple(v.name for v in views.TABLE if any(a.startswith("keys_") for a in v.arrays))  # the views whose keys the decoders cut
+KEY_VIEWS = views.KEY_VIEWS
 PRESET_NAMES = ("centred", "tokencut", "maskcut", "lost", "dsm")
 VIEW_HELP = (
     "480 (default), native: each image at its own size, zero-padded to the patch (TokenCut's and LOST's main_*.py), native_crop: cut to whole "

@@ -53,6 +53,7 @@ from ..infra.errors import ProbeError, reading
 from . import grids, hints, integrity, layout
 from .group import array_names, consolidate, open_read, whole  # noqa: F401  (where readers and writers found them first)
 from .sources import DIGESTS, STATS
+from .views import KEY_VIEWS
 from .views import NAMES as VIEW_ORDER
 
 lazy_dask.defer_on_import()  # before xarray builds a variable: it would import dask.array to type-check numpy data
@@ -379,7 +380,8 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
         extra = [] if wanted.kind == "attention" else ["--blocks", str(block), *(["--facets", facet] if facet else [])]
     extract = _extract_into(ds, view, attention, extra)
     fix = f"rerun `{extract}`" + (" with the store's checkpoint and images" if " CKPT " in extract else "")
-    held = hints.other_views(ds.attrs.get("store"), name, view, VIEW_ORDER) if block is None else []
+    readable = KEY_VIEWS if wanted.kind == "keys" else VIEW_ORDER  # keys are read by the decoders alone, in the views they cut
+    held = hints.other_views(ds.attrs.get("store"), name, view, readable) if block is None else []
     if held:  # the same array of another view: reading that view is the nearer fix
         fix = f"it holds {', '.join(f'{name[: -len(view)]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
     return fix

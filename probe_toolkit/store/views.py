@@ -335,6 +335,7 @@ def of_array(array: str) -> str:
 # a cut compares keys with keys, and RoPE makes k_i · k_j depend on where i and j lie (a rotation by their
 # offset); on DINOv3 networks TokenCut and LOST masks came out worse after RoPE (benchmarks/dinov3_keys.py).
 KEY_KINDS = ("plain", "rope")
+KEY_VIEWS = tuple(v.name for v in TABLE if any(a.startswith("keys_") for a in v.arrays))  # the views whose keys the decoders cut
 
 
 def keys_array(arch: dict[str, Any], view: str, keys: str = "plain") -> str:
