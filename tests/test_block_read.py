@@ -144,3 +144,20 @@ def test_a_missing_key_view_is_offered_only_in_a_view_the_decoders_cut(tmp_path,
     message = str(raised.value)
     assert "--view 224" not in message and "probe extract CKPT --views 480" in message, message
     assert ("it holds keys_native: read it with --view native, or rerun" in message) == ("keys_native" in held), message
+
+
+def test_a_missing_view_is_offered_only_where_the_run_could_read_it(blocked_store):
+    """Within a run, the line offers the store's other view only where the protocol could be told
+    to read it: ``--view`` of a protocol that has one, taking that view; never for a fixed view."""
+    from probe_toolkit.protocols import api, registry
+
+    path, _ = blocked_store
+    ds = cache.open_store(path, arrays="tokens_224")
+    for protocol, offered in (("rank", True), ("neighbours", True), ("linear", False), ("hummingbird", False)):
+        settings = registry.get(protocol).make_settings()
+        with cache.reading_block(None, views=api.view_choices(settings)), pytest.raises(ProbeError) as raised:
+            cache.require(ds, "tokens_480")
+        message = str(raised.value)
+        assert ("read it with --view 224" in message) == offered and "rerun `probe extract CKPT --views 480`" in message, (protocol, message)
+    takes = api.view_choices(registry.get("decode").make_settings())
+    assert [v for v in ("224", "480", "native", "native_crop", "hbird512") if takes(v)] == ["480", "native", "native_crop"]

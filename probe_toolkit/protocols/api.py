@@ -21,6 +21,7 @@ coverage of each panel. Only then does the protocol read a label (``RunContext.r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -268,11 +269,28 @@ def run(name: str, source: Any = None, *, placement: Placement | None = None, pr
     read = read_stores(protocol, source, keywords)
     with snapshot(read), one_opening_each() if read else nullcontext():  # their flags read once; each store opened once, checks and run
         context = prepare(protocol, source, placement, progress, keywords, block)
-        with records.opened(context.stamp), reading_block(context.block):
+        with records.opened(context.stamp), reading_block(context.block, views=view_choices(context.settings)):
             result = resolve(protocol.run)(context.inputs, context.settings, context)
     if not context.finished:
         raise RuntimeError(f"{name}'s run returned without RunContext.finish: its records and summary were not written")
     return result.run
+
+
+def view_choices(settings: Any) -> Callable[[str], bool]:
+    """Whether a run with ``settings`` could be told to read view ``v`` instead (``--view v``): never
+    where its protocol has no view setting (it reads fixed views), else where its settings take ``v``.
+    A line naming a missing array offers only such views (``cache.reading_block``)."""
+    if not any(f.name == "view" for f in dataclasses.fields(settings)):
+        return lambda view: False
+
+    def takes(view: str) -> bool:
+        try:
+            dataclasses.replace(settings, view=view)
+        except (ProbeError, ValueError, TypeError):
+            return False
+        return True
+
+    return takes
 
 
 def sweep(name: str, source: Any = None, *, blocks: list[int] | tuple[int, ...], **keywords: Any) -> list[Run]:

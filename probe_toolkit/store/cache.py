@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -254,17 +254,21 @@ def resolve_block(ds: xr.Dataset | StoreData, block: int | None) -> int | None:
 
 # the block a run reads where a reader names none (``protocols.api.run`` sets it from ``--block`` / ``block=``)
 _READING: ContextVar[int | None] = ContextVar("probe_reading_block", default=None)
+_READABLE: ContextVar[Callable[[str], bool] | None] = ContextVar("probe_readable_views", default=None)
 
 
 @contextmanager
-def reading_block(block: int | None) -> Iterator[None]:
+def reading_block(block: int | None, views: Callable[[str], bool] | None = None) -> Iterator[None]:
     """Within it, ``require`` and ``checked`` read ``block`` where their caller names none (arrays
-    holding every block still come whole): a protocol reads the run's block without passing it."""
-    token = _READING.set(block)
+    holding every block still come whole): a protocol reads the run's block without passing it.
+    ``views``: whether the run could be told to read a view instead (its ``--view``), so that a
+    missing array's line offers only such views of the store (None: any view)."""
+    tokens = _READING.set(block), _READABLE.set(views)
     try:
         yield
     finally:
-        _READING.reset(token)
+        _READING.reset(tokens[0])
+        _READABLE.reset(tokens[1])
 
 
 def locate(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> tuple[str, int | None]:
@@ -381,7 +385,8 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
     extract = _extract_into(ds, view, attention, extra)
     fix = f"rerun `{extract}`" + (" with the store's checkpoint and images" if " CKPT " in extract else "")
     readable = KEY_VIEWS if wanted.kind == "keys" else VIEW_ORDER  # keys are read by the decoders alone, in the views they cut
-    held = hints.other_views(ds.attrs.get("store"), name, view, readable) if block is None else []
+    accepts = _READABLE.get() or (lambda other: True)
+    held = [v for v in hints.other_views(ds.attrs.get("store"), name, view, readable) if accepts(v)] if block is None else []
     if held:  # the same array of another view: reading that view is the nearer fix
         fix = f"it holds {', '.join(f'{name[: -len(view)]}{v}' for v in held)}: read it with --view {held[0]}, or {fix}"
     return fix
