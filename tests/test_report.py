@@ -130,6 +130,9 @@ def test_a_store_without_results_shows_only_what_its_arrays_give(bare):
         assert f"{section.title} (not available)" in md
     for key in FROM_ARRAYS:
         assert f'data-section="{key}" data-present="true"' in html_text
+    # the per-block section names what it draws: rank and position draw their own per-block lines
+    blocks_missing = next(b.text for b in report.section("blocks").blocks if isinstance(b, Note))
+    assert "k-NN top-1, linear accuracy (patch)" in blocks_missing and "rank and position draw theirs in their own sections" in blocks_missing
     # the followed image defaults to the first image both stores hold; patch 34 of its grid
     assert report.follow == "astronaut.jpg" and report.patch == PATCH
 

@@ -128,7 +128,8 @@ def blocks(ctx: Context) -> Section:
         rows = [[label, str(b), f"{v:.4g}"] for label, points in lines.items() for b, v in points.items()]
         section.blocks.append(Table(["store", "block", curve.label], rows, f"{curve.label} by block (0-based)."))
     if not drawn:
-        section.missing(f"No protocol was run at two blocks or more yet: {HOW}.")
+        drawn_here = ", ".join(curve.label for curve in CURVES)
+        section.missing(f"None of these was measured at two blocks or more yet: {drawn_here} (rank and position draw theirs in their own sections): {HOW}.")
     return section
 
 
