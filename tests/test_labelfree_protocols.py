@@ -190,10 +190,15 @@ def test_position_on_synthetic_stores_reads_a_linear_code_and_not_noise(stores, 
 def test_similarity_says_how_to_get_its_minibatch_estimator_in_a_command_that_works_when_pasted(stores, capsys):
     import shlex
 
+    from probe_toolkit.report import sections_labelfree
+
     for examples in ("class", "patch"):  # 6 images, fewer than a minibatch of 256; patch tokens: whole images instead
         note = run("similarity", stores["dino"], other=stores["dinov3"], examples=examples).report.minibatch_note
         assert note.endswith(f"--examples {'image' if examples == 'patch' else examples} --batch 6")
-        assert np.isnan(float(records.load(stores["dino"], "similarity").cka_minibatch.sel(set="a:1", other="b:1")))
+        written = records.load(stores["dino"], "similarity")
+        assert np.isnan(float(written.cka_minibatch.sel(set="a:1", other="b:1")))
+        shown = sections_labelfree.placeholders(written.attrs["minibatch_note"], written.attrs["stores"])  # the report names no folder
+        assert shown.endswith(f"probe similarity STORE --other OTHER --view 224 --examples {'image' if examples == 'patch' else examples} --batch 6")
         code, printed = probe_main([*shlex.split(note.partition(": probe ")[2]), "-q"], capsys)
         assert code == 0, printed.err
         ds = records.load(stores["dino"], "similarity")

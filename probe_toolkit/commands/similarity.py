@@ -134,7 +134,9 @@ def run(inputs: Inputs, settings, context: RunContext) -> SimilarityReport:
     if "minibatch" in settings.estimators:
         # the rerun that computes it: whole images for patch tokens, and at most one minibatch of the store's images
         fits = n if n < settings.batch else None
-        rerun = fix_command("similarity", store, other=other, view=settings.view, examples="image" if settings.examples == "patch" else settings.examples, batch=fits)
+        examples = "image" if settings.examples == "patch" else settings.examples
+        paths = [Path(p).absolute() if p is not None else None for p in (store, other)]  # as the record names them (the report shows placeholders)
+        rerun = fix_command("similarity", paths[0], other=paths[1], view=settings.view, examples=examples, batch=fits)
         if settings.examples == "patch":
             note = f"the minibatch estimator takes whole images or class tokens as examples: {rerun}"
         elif fits is not None:

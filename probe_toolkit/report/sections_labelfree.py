@@ -28,6 +28,17 @@ def _num(value, digits: int = 2) -> str:
     return f"{v:.{digits}f}" if np.isfinite(v) else "–"
 
 
+def placeholders(note: str, stores: dict) -> str:
+    """A record's note with its stores' paths as STORE and OTHER: a report names no folder of the machine it was made on."""
+    import shlex
+
+    for key, placeholder in (("a", "STORE"), ("b", "OTHER")):
+        path = (stores.get(key) or {}).get("path")
+        if path:
+            note = note.replace(shlex.quote(path), placeholder).replace(path, placeholder)
+    return note
+
+
 def by_block(store, result: str, like: dict) -> dict[int, object]:
     """The latest record of ``result`` of each block in ``store`` whose attrs agree with ``like`` (comparable runs only)."""
     out = {}
@@ -185,7 +196,7 @@ def similarity(ctx) -> Section:
                 )
             )
         if ds.attrs.get("minibatch_note"):
-            section.blocks.append(Note(f"{label}: minibatch estimator not computed — {ds.attrs['minibatch_note']}."))
+            section.blocks.append(Note(f"{label}: minibatch estimator not computed — {placeholders(ds.attrs['minibatch_note'], ds.attrs.get('stores') or {})}."))
         if ds.attrs.get("examples") != "class" or int(ds.attrs.get("examples_count", 0)) < 10 * 384:
             section.blocks.append(
                 Note(
