@@ -12,21 +12,25 @@ from ..infra.spelling import fix_command
 from ..protocols.context import Inputs, RunContext
 from ..protocols.entropy import EntropySettings
 from ..store import grids
-from ..store.cache import require
+from ..store.cache import depth, require
 from .runs import OverStoresReport, finish, over_stores
 
 
-def needs(store: Path, view: str) -> str:
-    """What ``probe entropy`` reads of ``store`` at ``view``: its explicit maps where it holds them, else the statistics."""
+def needs(store: Path, view: str, block: int | None = None) -> str:
+    """What ``probe entropy`` reads of ``store`` at ``view``: its explicit maps where they hold ``block``
+    (every block's maps, or the last block's where the run reads the last), else the statistics."""
     import zarr
 
     from ..store.group import array_names
 
     if not (Path(store) / "zarr.json").is_file():
         return f"attention_{view}"  # open_store says what it is not
-    held = array_names(zarr.open_group(store, mode="r", use_consolidated=False))
+    group = zarr.open_group(store, mode="r", use_consolidated=False)
+    held = array_names(group)
     maps, stats = f"attention_{view}", f"attention_entropy_{view}"
-    if maps in held or not any(name.startswith(stats) for name in held):
+    depth = ((dict(group.attrs).get("manifest") or {}).get("arch") or {}).get("depth")
+    last = block is None or depth is None or block == int(depth) - 1
+    if f"attention_blocks_{view}" in held or (maps in held and last) or not any(name.startswith(stats) for name in held):
         return maps  # require's one line names the flag where neither is there
     return next(name for name in held if name.startswith(stats))
 
@@ -40,13 +44,13 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
     from ..store.views import canonical
 
     view = canonical(settings.view)
-    read = {str(store): needs(store, view) for store in inputs.stores}
+    read = {Path(store).resolve(): needs(store, view, context.block) for store in inputs.stores}
     if settings.patch is not None and any(name != f"attention_{view}" for name in read.values()):
         raise SettingError(
             "patch",
             f"holds the {view} view's attention statistics, not its maps: patch={settings.patch} follows one token's row, which statistics do not keep",
             f"drop patch, or extract the maps: `{fix_command('extract', 'CKPT', views=view, attention='last')}`",
-            next(s for s, n in read.items() if n != f"attention_{view}"),
+            next(str(store) for store in inputs.stores if read[Path(store).resolve()] != f"attention_{view}"),
         )
 
     def analyse(ds, progress, where):
@@ -54,10 +58,10 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
             arch = ds.attrs["manifest"].get("arch", {})
             cls, registers = bool(arch.get("class_token", False)), int(arch.get("registers", 0))
             bootstrap, blocks_run = Bootstrap(settings.boot, settings.seed, progress=boot), per_image(where, progress=progress)
-            if f"attention_{view}" not in ds:
+            if not read[Path(ds.attrs["store"]).resolve()].startswith(f"attention_{view}"):  # the statistics (needs)
                 from ..analyses.entropy_stats import entropy_from_statistics
 
-                return entropy_from_statistics(
+                result = entropy_from_statistics(
                     require(ds, f"attention_entropy_{view}"),
                     require(ds, f"attention_distance_{view}"),
                     require(ds, f"grid_rows_{view}"),
@@ -68,9 +72,10 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
                     boot=bootstrap,
                     run_blocks=blocks_run,
                 )
+                return read_at(result, ds)
             blocks = require(ds, f"attention_blocks_{view}") if f"attention_blocks_{view}" in ds else None
             grid = None if view == "224" else grids.fixed_grid(ds, view)
-            return entropy(
+            result = entropy(
                 require(ds, f"attention_{view}"),
                 class_token=cls,
                 registers=registers,
@@ -80,8 +85,17 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
                 boot=bootstrap,
                 run_blocks=blocks_run,
             )
+            return read_at(result, ds)
 
-    runs = over_stores(inputs.stores, analyse, lambda store: read[str(store)], settings.partial, context)
+    def read_at(result, ds):
+        """The result with the block its summary measured (0-based; the last where the run named none), which its table's title names."""
+        last = depth(ds)
+        block = context.block if context.block is not None else (last - 1 if last is not None else None)
+        if block is not None:
+            result.attrs["block"] = int(block)
+        return result
+
+    runs = over_stores(inputs.stores, analyse, lambda store: read[Path(store).resolve()], settings.partial, context)
     followed = None
     if settings.patch is not None:
         followed = 0

@@ -101,7 +101,9 @@ def neighbours_table(results: dict[str, xr.Dataset]) -> Table:
 def entropy_table(results: dict[str, xr.Dataset]) -> Table:
     first = next(iter(results.values()))
     level = int(round(100 * first.attrs["level"]))
-    table = summary_table(results, ENTROPY_LABELS, f"Last-block attention spread; mean over images [{level} % bootstrap]")
+    blocks = {ds.attrs.get("block") for ds in results.values()}
+    which = f"Block {blocks.pop()} (0-based)" if len(blocks) == 1 and None not in blocks else "Last-block"
+    table = summary_table(results, ENTROPY_LABELS, f"{which} attention spread; mean over images [{level} % bootstrap]")
     heads = max(ds.sizes["head"] for ds in results.values())
     for head in range(heads):
         row = [f"head {head}: e^H · share · distance"]

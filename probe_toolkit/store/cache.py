@@ -271,13 +271,19 @@ def reading_block(block: int | None, views: Callable[[str], bool] | None = None)
         _READABLE.reset(tokens[1])
 
 
+def _per_block(name: str) -> bool:
+    """Whether ``name`` is one block's array, read at the run's block where its reader names none: not
+    an array of every block (``layout.BLOCKED``), nor a view's grids and flags (``PER_VIEW``)."""
+    return layout.parse(name).kind not in layout.BLOCKED and not name.startswith(PER_VIEW)
+
+
 def locate(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> tuple[str, int | None]:
     """Where ``name`` at ``block`` is stored: (the array, the index along its ``block`` dimension, or
     None where it holds one block). ``name`` is the array's plain name (``tokens_224``); the block's
     own array (``tokens_b3_224``, or in a later part ``tokens_b3_224.p1``: ``store.layout``) is found
     by its kind and view. ``block`` None: the last block, as every store holds it."""
     wanted = layout.parse(name)
-    if block is None and wanted.kind not in layout.BLOCKED:
+    if block is None and _per_block(name):
         block = _READING.get()
     index = resolve_block(ds, block)
     blocks = depth(ds)
@@ -339,7 +345,7 @@ def checked(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> 
     block's array, its ``block`` dimension dropped, the same shape as the last block's; None: the
     last block, as every store holds it (an array holding every block, ``attention_blocks_224``,
     is then returned whole). The array's ``attrs`` say which block and facet it holds."""
-    if block is None and layout.parse(name).kind not in layout.BLOCKED:
+    if block is None and _per_block(name):
         block = _READING.get()  # the run's block (reading_block)
     found, index = locate(ds, name, block)
     if found not in ds:
