@@ -124,3 +124,43 @@ def test_the_report_draws_each_protocols_number_by_block(swept, knn_sweep, tmp_p
     md = (tmp_path / "r" / "report.md").read_text()
     assert "k-NN top-1 by block (0-based)" in md and "patch rows' entropy (nats)" in md
     assert records.runs(store, "knn")[0].meta["selection"] == {"block": 0, "facet": None}
+
+
+def test_entropy_at_a_block_reads_every_blocks_statistics_and_the_refusal_prints_the_extraction_that_serves_it(swept, tmp_path, capsys):
+    """``probe entropy --block B`` on a store of attention statistics (``--attention stats``: every
+    block) reads block B from them, also beside the last block's maps; a store with neither is
+    refused with the whole ``probe extract`` that adds them, which works when pasted."""
+    import shlex
+    import shutil
+
+    root, _, last, c = swept
+    stats = extract(root / "dino.pth", root / "data", settings=Settings(views=(224,), attention="stats", chunk=8), store=tmp_path / "stats.zarr", quiet=True).store
+    at = {b: probe.run("entropy", [stats], boot=100, block=b).report.results[str(stats)] for b in (0, DEPTH - 1)}
+    whole = probe.run("entropy", [stats], boot=100).report.results[str(stats)]
+    np.testing.assert_array_equal(np.asarray(at[DEPTH - 1]["patch_entropy"]), np.asarray(whole["patch_entropy"]))  # the last block, asked or not
+    assert at[0].attrs["block"] == 0 and not np.array_equal(np.asarray(at[0]["patch_entropy"]), np.asarray(whole["patch_entropy"]))
+    copy = tmp_path / "last.zarr"
+    shutil.copytree(last, copy)  # the 224 view without attention
+    code, printed = probe_main(["entropy", str(copy), "--block", "0", "--boot", "100", "-q"], capsys)
+    assert code == 2 and "holds none of what entropy reads" in printed.err and len(printed.err.strip().splitlines()) == 1
+    command = printed.err.split("`")[1]
+    assert command.startswith(f"probe extract {root / 'dino.pth'} --images {root / 'data'}") and "--for entropy --blocks 0" in command
+    code, printed = probe_main([*shlex.split(command)[1:], "-q"], capsys)
+    assert code == 0, printed.err
+    code, printed = probe_main(["entropy", str(copy), "--block", "0", "--boot", "100"], capsys)
+    assert code == 0, printed.err
+    assert "Block 0 (0-based) attention spread" in printed.out
+    pasted = records.load(copy, "entropy")
+    np.testing.assert_array_equal(pasted.patch_entropy.values, np.asarray(at[0]["patch_entropy"]))  # the same statistics, the same block
+    assert pasted.attrs["block"] == 0
+
+
+def test_a_block_is_checked_at_the_runs_own_view():
+    """What a run at a block must find is what it reads at its view (``--view``), not at the protocol's default view."""
+    from probe_toolkit.protocols import registry, selection
+
+    assert selection.wanted(registry.get("overcluster"), "hbird@512") == ("tokens_hbird512",)
+    assert selection.wanted(registry.get("decode"), "native-crop") == ("keys_native_crop",)
+    assert selection.wanted(registry.get("entropy"), "224") == ("attention_224", "attention_blocks_224", "attention_stats_224")
+    assert selection.wanted(registry.get("rank"), "short@448") == ("tokens_short@448", "cls_tokens_short@448")
+    assert selection.wanted(registry.get("hummingbird"), None) == ("tokens_hbird512", "tokens_hbird512_aug0", "tokens_hbird512_aug1")

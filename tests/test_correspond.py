@@ -319,3 +319,30 @@ def test_the_same_pck_at_one_and_two_workers_on_a_cluster_and_in_shards(spair, c
             np.testing.assert_array_equal(other[name].values, saved[0][name].values, err_msg=name)
         assert list(other.pair.values) == list(saved[0].pair.values)
     assert [r.placement.dask_address is not None for r in runs] == [False, False, True]
+
+
+def test_a_block_the_panels_own_store_lacks_is_one_line_naming_that_store_before_any_label(spair, capsys, tmp_path):
+    """A store of other photographs reads the panel's tokens from the store beside it
+    (``<network>-panel-<panel>.zarr``): a block that store lacks is refused naming its extraction,
+    which works when pasted, and no label is read before."""
+    import shlex
+
+    from probe_toolkit.demo.samples import sample_photos
+
+    _, checkpoint, cache, _ = spair
+    main = extract(checkpoint, sample_photos(), settings=Settings(views=(224,)), store=tmp_path / "photos" / "teacher.zarr", quiet=True).store
+    beside = main.parent / "teacher-panel-sp-test.zarr"
+    code, printed = probe_main(["extract", str(checkpoint), "--panel", "sp-test", "--views", "square800", "--store", str(beside), "--cache", str(cache), "-q"], capsys)
+    assert code == 0, printed.err
+    asked = ["correspond", str(main), "--panel", "sp-test", "--unseal", "test of the tests", "--cache", str(cache), "--block", "0", "-q"]
+    before = len(ledger.entries(cache))
+    code, printed = probe_main(asked, capsys)
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and f"{beside}: has no array tokens_square800 at block 0" in printed.err
+    assert len(ledger.entries(cache)) == before
+    code, printed = probe_main([*shlex.split(printed.err.split("`")[1])[1:], "-q"], capsys)
+    assert code == 0, printed.err
+    code, printed = probe_main(asked, capsys)
+    assert code == 0, printed.err
+    from probe_toolkit.results import records
+
+    assert records.runs(main, "correspond")[-1].meta["selection"]["block"] == 0

@@ -234,7 +234,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
                 views=(getattr(settings, "view", None),) if isinstance(getattr(settings, "view", None), str) else protocol.reads.views,
             )  # before any label read
         current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
-        chosen = selection.resolve(protocol, inputs, block)  # the block it reads, held by the store: before any label read
+        chosen = selection.resolve(protocol, inputs, block, _view(settings))  # the block it reads, held by the store: before any label read
     stamp = records.RunStamp(
         protocol=protocol.name,
         settings=settings.as_dict(),
@@ -308,5 +308,12 @@ def check_blocks(name: str, source: Any, blocks: list[int] | tuple[int, ...], ke
         inputs[protocol.source] = _source(protocol, source)
     if not blocks:
         raise SettingError("blocks", "blocks is empty", "pass 0-based block indices, e.g. blocks=[3, 7, 11]")
+    view = _view(protocol.settings.build(**split(protocol, keywords)[0]))
     for block in blocks:
-        selection.resolve(protocol, inputs, block)
+        selection.resolve(protocol, inputs, block, view)
+
+
+def _view(settings: Any) -> str | None:
+    """The run's view, where its protocol's settings have one (``selection.wanted``)."""
+    view = getattr(settings, "view", None)
+    return view if isinstance(view, str) else None

@@ -4,8 +4,12 @@ and checked before any label is read.
 A block is 0-based, as DINOv2's and DINOv3's ``get_intermediate_layers`` and ``probe extract
 --blocks`` count them (negative: from the end); None is the store's last block, what every store
 holds. A run of a protocol that reads a store is refused in one line where the store holds none
-of the arrays the protocol reads (``Reads.arrays``, any of them) at that block, naming the
-extraction that adds it; a protocol that reads a checkpoint or masks has no block to choose. The
+of the arrays the protocol reads (``wanted``: ``Reads.arrays`` and what ``probe extract --for``
+stores for it, any of them, at the run's ``--view``; every block's attention statistics serve every
+block) at that block, naming the whole extraction that adds it (``extraction``). A protocol that
+reads a panel's tokens from the store beside its source (``Reads.panel_sibling``) is left to that
+read where the source holds none of its view: its line names that store. A protocol that reads
+a checkpoint or masks has no block to choose. The
 record says which block it read (``selection``: the resolved index, the last where none was
 asked and the store's network is known). Within the run, ``store.cache.require`` reads that block
 where the protocol names none (``cache.reading_block``).
@@ -35,6 +39,34 @@ def _depth(store: Path) -> int | None:
     return int(depth) if depth is not None else None
 
 
+STATS = "attention_stats"  # the plan's name for every block's attention statistics (``--attention stats``; store.plan)
+
+
+def wanted(protocol, view: str | None) -> tuple[str, ...]:
+    """The arrays a run of ``protocol`` could read (plain last-block names, any of them): those it
+    declares (``Reads.arrays``, and what ``probe extract --for`` stores for it), at the run's
+    ``view`` where its settings have one (declared at their default view)."""
+    from ..store import layout, views
+
+    names = tuple(dict.fromkeys((*protocol.reads.arrays, *(protocol.reads.stores or ()))))
+    default = protocol.settings.defaults().get("view")
+    if view is None or not isinstance(default, str):
+        return names
+    default, view = views.canonical(default), views.canonical(str(view))
+    return tuple(dict.fromkeys(name[: -len(default)] + view for name in names if layout.view_of(name) == default))
+
+
+def _holds_view(store: Path, name: str) -> bool:
+    """Whether ``store`` holds ``name``'s kind at its view at any block."""
+    import zarr
+
+    from ..store import layout
+    from ..store.group import array_names
+
+    wanted = layout.parse(name)
+    return any((a.kind, a.view) == (wanted.kind, wanted.view) for a in map(layout.parse, array_names(zarr.open_group(store, mode="r", use_consolidated=False))))
+
+
 def held(store: Path, names: tuple[str, ...], block: int, depth: int) -> bool:
     """Whether ``store`` holds any of ``names`` (plain last-block names) at ``block`` (0-based)."""
     import zarr
@@ -49,6 +81,8 @@ def held(store: Path, names: tuple[str, ...], block: int, depth: int) -> bool:
         same = [a for a in present if a.view == wanted.view]
         if wanted.kind in layout.BLOCKED and any(a.kind == wanted.kind for a in same):
             return True
+        if wanted.kind == STATS and any(a.kind in layout.BLOCKED and a.kind != "attention_blocks" for a in same):
+            return True  # the statistics hold every block
         if wanted.kind == "attention" and not last and any(a.kind == "attention_blocks" for a in same):
             return True
         if any(a.kind == wanted.kind and a.block == (None if last else block) for a in same):
@@ -56,8 +90,9 @@ def held(store: Path, names: tuple[str, ...], block: int, depth: int) -> bool:
     return False
 
 
-def resolve(protocol, inputs: dict[str, Any], block: Any) -> int | None:
-    """The 0-based block the run reads, checked against every store it reads (see the module's text)."""
+def resolve(protocol, inputs: dict[str, Any], block: Any, view: str | None = None) -> int | None:
+    """The 0-based block the run reads, checked against every store it reads (see the module's text);
+    ``view``: the run's view, where the protocol's settings have one."""
     stores = _stores(inputs) if protocol.source in ("store", "stores") else []
     depths = [d for d in (_depth(s) for s in stores) if d is not None]
     if block is None:
@@ -77,15 +112,50 @@ def resolve(protocol, inputs: dict[str, Any], block: Any) -> int | None:
                 f"pass a 0-based block index, e.g. block={depth - 1} (the last)",
             )
         index = int(block) % depth
-        names = protocol.reads.arrays
+        names = wanted(protocol, view)
+        if protocol.reads.panel_sibling and names and not any(_holds_view(store, n) for n in names):
+            names = ()  # read from the panel's store beside it (commands.panel_stores), whose own read names that store's extraction
         if names and not held(store, names, index, depth):
-            from ..store.layout import view_of
-
-            views = sorted({view_of(n) for n in names})
             raise SettingError(
                 "block",
                 f"{store} holds none of what {protocol.name} reads ({', '.join(names)}) at block {index}",
-                f"extract it first: probe extract CKPT --images DIR --store {store} --views {views[0]} --blocks {index} (or --for {protocol.name} --blocks {index})",
+                f"extract it first: `{extraction(protocol, store, index, names, view)}`",
             )
         resolved = index if resolved is None else resolved
     return resolved if resolved is not None else int(block)
+
+
+def extraction(protocol, store: Path, block: int, names: tuple[str, ...], view: str | None) -> str:
+    """The ``probe extract`` that adds what the run reads at ``block`` to ``store``, with the store's
+    checkpoint, images and settings (CKPT and DIR where its images cannot be found): ``--for`` the
+    protocol at its own views; at another view, that view's arrays (keys as ``--facets k``, attention
+    as its statistics, which hold every block)."""
+    import shlex
+
+    import zarr
+
+    from ..store import layout, views
+    from ..store.hints import extract_arguments
+    from ..store.sources import image_folder_or_none
+
+    meta = dict(zarr.open_group(store, mode="r").attrs).get("manifest") or {}
+    default = protocol.settings.defaults().get("view")
+    own_views = view is None or not isinstance(default, str) or views.canonical(str(view)) == views.canonical(default)
+    target = layout.view_of(names[0])
+    source = image_folder_or_none(store, meta)
+    if source is not None and Path(source).is_dir():
+        args = extract_arguments(meta, [target], source)
+        for flag in ("--views", "--attention"):  # chosen below
+            if flag in args:
+                at = args.index(flag)
+                del args[at : at + 2]
+    else:
+        args = ["CKPT", "--images", "DIR"]
+    kinds = {layout.parse(n).kind for n in names}
+    if own_views:
+        chosen = ["--for", protocol.name, "--blocks", str(block)]
+    elif kinds & {"attention", "attention_blocks", STATS}:
+        chosen = ["--views", target, "--attention", "stats"]
+    else:
+        chosen = ["--views", target, "--blocks", str(block), *(["--facets", "k"] if "keys" in kinds else [])]
+    return "probe extract " + shlex.join([*args, *chosen, "--store", str(store)])
