@@ -93,6 +93,7 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
         block = context.block if context.block is not None else (last - 1 if last is not None else None)
         if block is not None:
             result.attrs["block"] = int(block)
+            result.attrs["last_block"] = last is not None and int(block) == last - 1
         return result
 
     runs = over_stores(inputs.stores, analyse, lambda store: read[Path(store).resolve()], settings.partial, context)

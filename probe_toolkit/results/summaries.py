@@ -102,7 +102,8 @@ def entropy_table(results: dict[str, xr.Dataset]) -> Table:
     first = next(iter(results.values()))
     level = int(round(100 * first.attrs["level"]))
     blocks = {ds.attrs.get("block") for ds in results.values()}
-    which = f"Block {blocks.pop()} (0-based)" if len(blocks) == 1 and None not in blocks else "Last-block"
+    last = all(ds.attrs.get("last_block", True) for ds in results.values())  # a record without it read the last block
+    which = "Last-block" if last or len(blocks) != 1 or None in blocks else f"Block {blocks.pop()} (0-based)"
     table = summary_table(results, ENTROPY_LABELS, f"{which} attention spread; mean over images [{level} % bootstrap]")
     heads = max(ds.sizes["head"] for ds in results.values())
     for head in range(heads):
