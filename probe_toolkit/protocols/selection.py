@@ -56,15 +56,15 @@ def wanted(protocol, view: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name[: -len(default)] + view for name in names if layout.view_of(name) == default))
 
 
-def _holds_view(store: Path, name: str) -> bool:
-    """Whether ``store`` holds ``name``'s kind at its view at any block."""
+def _holds_views(store: Path, names: tuple[str, ...]) -> bool:
+    """Whether ``store`` holds any of ``names``' kinds at its view, at any block."""
     import zarr
 
     from ..store import layout
     from ..store.group import array_names
 
-    wanted = layout.parse(name)
-    return any((a.kind, a.view) == (wanted.kind, wanted.view) for a in map(layout.parse, array_names(zarr.open_group(store, mode="r", use_consolidated=False))))
+    present = {(a.kind, a.view) for a in map(layout.parse, array_names(zarr.open_group(store, mode="r", use_consolidated=False)))}
+    return any((w.kind, w.view) in present for w in map(layout.parse, names))
 
 
 def held(store: Path, names: tuple[str, ...], block: int, depth: int) -> bool:
@@ -113,7 +113,7 @@ def resolve(protocol, inputs: dict[str, Any], block: Any, view: str | None = Non
             )
         index = int(block) % depth
         names = wanted(protocol, view)
-        if protocol.reads.panel_sibling and names and not any(_holds_view(store, n) for n in names):
+        if protocol.reads.panel_sibling and names and not _holds_views(store, names):
             names = ()  # read from the panel's store beside it (commands.panel_stores), whose own read names that store's extraction
         if names and not held(store, names, index, depth):
             raise SettingError(
