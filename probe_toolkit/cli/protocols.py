@@ -29,7 +29,7 @@ from ..infra.settings import declared as declared_setting
 from ..infra.settings import default_of, spelled
 from ..protocols import registry
 from ..protocols.context import Progress
-from .app import GROUPS, SHARED, app, err_console, flag, run, show
+from .app import GROUPS, SHARED, app, console, err_console, flag, run, show
 
 TYPES = {"str": str, "int": int, "float": float, "bool": bool, "path": Path, "strs": list[str], "negated": bool, "either": bool, "ints": str, "floats": str}
 KEYWORDS = {"cache": "cache_dir"}  # a shared option's name → the keyword ``run`` takes
@@ -155,6 +155,7 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
             given = {KEYWORDS.get(n, n): _value(options[n], v) if n in options else v for n, v in typed.items()}
             if sweep is None:
                 body(source, given)
+                _read_at(given.get("block"))
                 return
             if given.get("block") is not None:
                 raise ProbeError("--block", "and --blocks are both given", "give one: --block 11, or --blocks 3,7,11 (one record per block)")
@@ -164,6 +165,7 @@ def declared(protocol: str | registry.Protocol, target: typer.Typer = app):
             for block in sweep:  # one run, one record, one table per block
                 err_console.print(f"[bold]block {block}[/]", highlight=False)
                 body(source, {**given, "block": block})
+                _read_at(block)
 
         command.__signature__ = inspect.Signature(parameters)
         command.__doc__ = protocol.command.help
@@ -188,6 +190,13 @@ BLOCKS = Annotated[
         help="Run once per block (0-based, comma-separated, e.g. 3,7,11): one record and one table each, each naming its block.",
     ),
 ]
+
+
+def _read_at(block: int | None) -> None:
+    """Below a run's table, on the table's stream, the block it read where one was asked (``--block``,
+    each of ``--blocks``): the numbers are that block's, and a table printed alone must say so."""
+    if block is not None:
+        console.print(f"read at block {block} ({'from the end' if block < 0 else '0-based'}, as probe extract --blocks counts)", highlight=False)
 
 
 def _blocks(text: str | None) -> list[int] | None:
