@@ -337,7 +337,8 @@ def test_a_block_the_panels_own_store_lacks_is_one_line_naming_that_store_before
     asked = ["correspond", str(main), "--panel", "sp-test", "--unseal", "test of the tests", "--cache", str(cache), "--block", "0", "-q"]
     before = len(ledger.entries(cache))
     code, printed = probe_main(asked, capsys)
-    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and f"{beside}: has no array tokens_square800 at block 0" in printed.err
+    said = f"{beside} (the panel store beside {main}) holds none of what correspond reads (tokens_square800) at --block 0"
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and said in printed.err
     assert len(ledger.entries(cache)) == before
     code, printed = probe_main([*shlex.split(printed.err.split("`")[1])[1:], "-q"], capsys)
     assert code == 0, printed.err
@@ -345,4 +346,28 @@ def test_a_block_the_panels_own_store_lacks_is_one_line_naming_that_store_before
     assert code == 0, printed.err
     from probe_toolkit.results import records
 
+    assert records.runs(main, "correspond")[-1].meta["selection"]["block"] == 0
+
+
+def test_a_panel_no_store_holds_at_a_block_is_refused_with_the_extraction_at_that_block(spair, capsys, tmp_path):
+    """A store of other photographs and no store of the panel's beside it, at ``--block 0``: the
+    line's extraction writes the panel's store at that block (``--blocks 0``), so that the pasted
+    command and the rerun are all it takes; the rerun's table says the block it read."""
+    import shlex
+
+    from probe_toolkit.demo.samples import sample_photos
+    from probe_toolkit.results import records
+
+    _, checkpoint, cache, _ = spair
+    main = extract(checkpoint, sample_photos(), settings=Settings(views=(224,)), store=tmp_path / "photos" / "teacher.zarr", quiet=True).store
+    asked = ["correspond", str(main), "--panel", "sp-test", "--unseal", "test of the tests", "--cache", str(cache), "--block", "0", "-q"]
+    before = len(ledger.entries(cache))
+    code, printed = probe_main(asked, capsys)
+    fix = printed.err.split("`")[1]
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and " --blocks 0 --store " in fix, printed.err
+    assert len(ledger.entries(cache)) == before
+    code, printed = probe_main([*shlex.split(fix)[1:], "-q"], capsys)
+    assert code == 0, printed.err
+    code, printed = probe_main(asked, capsys)
+    assert code == 0 and printed.out.rstrip().endswith("read at block 0 (0-based, as probe extract --blocks counts)"), printed.err
     assert records.runs(main, "correspond")[-1].meta["selection"]["block"] == 0

@@ -679,3 +679,50 @@ def test_any_input_size_as_the_reference_resizes(voc, tmp_path, layout, size, ca
             got = saved.prediction.values[m, j]
             assert np.array_equal(saved.truth.values[j], truth)
             assert np.array_equal(got[(margin > 1e-5) & ~tied], predicted[(margin > 1e-5) & ~tied])
+
+
+def test_a_block_the_panels_own_stores_lack_is_one_line_naming_both_and_the_pasted_fix_gives_the_blocks_numbers(voc, tmp_path, capsys):
+    """A store of other photographs reads both panels' views from the stores beside it
+    (``<network>-panel-<panel>.zarr``): at a block those stores lack, one line names both and the
+    extraction that adds it to each (joined with ``&&``, each carrying ``--cache``), before any label
+    read. Pasted, the rerun reads that block: the numbers of one store holding every view at that
+    block, not the last block's, and the table says which block it read."""
+    import shlex
+
+    from probe_toolkit.demo.samples import sample_photos
+
+    root, year, plain, _, checkpoint = voc
+    c = root / "cache"
+    main = extract(checkpoint, sample_photos(), settings=Settings(views=(224,), chunk=4, dtype="float32"), store=tmp_path / "photos" / "dino.zarr", quiet=True).store
+    for panel, views in (("voc-train", "hbird512_aug0,hbird512_aug1"), ("voc-val", "hbird512")):
+        beside = main.parent / f"dino-panel-{panel}.zarr"
+        asked = ["extract", checkpoint, "--panel", panel, "--views", views, "--chunk", "4", "--dtype", "float32", "--store", beside, "--cache", c, "-q"]
+        code, printed = probe_main(asked, capsys)
+        assert code == 0, printed.err
+    asked = ["hummingbird", main, "--train", "voc-train", "--val", "voc-val", "--memory", "100", "--cache", c, "--block", "0", "-q"]
+    before = len(ledger.entries(c))
+    code, printed = probe_main(asked, capsys)
+    line = printed.err.strip()
+    assert code == 2 and len(line.splitlines()) == 1, printed.err
+    assert "dino-panel-voc-train.zarr, " in line and "dino-panel-voc-val.zarr (the panel stores beside" in line and "at --block 0" in line, line
+    assert len(ledger.entries(c)) == before
+    fixes = line.split("`")[1].split(" && ")
+    assert len(fixes) == 2 and all(f.startswith("probe extract ") and " --blocks 0 --store " in f and f.endswith(f" --cache {c}") for f in fixes), fixes
+    for fix in fixes:
+        code, printed = probe_main([*shlex.split(fix)[1:], "-q"], capsys)
+        assert code == 0, printed.err
+    code, printed = probe_main(asked, capsys)
+    assert code == 0 and printed.out.rstrip().endswith("read at block 0 (0-based, as probe extract --blocks counts)"), printed.err
+    beside = records.load(main, "hummingbird")
+    store = tmp_path / "every-view.zarr"  # one store of every view at block 0 (the module's store stays as it is)
+    asked = ["extract", checkpoint, "--images", year / "JPEGImages", "--views", ",".join(VIEWS), "--blocks", "0", "--chunk", "4", "--dtype", "float32"]
+    code, printed = probe_main([*asked, "--store", store, "-q"], capsys)
+    assert code == 0, printed.err
+    from probe_toolkit import run
+
+    one = records.load(store, "hummingbird", run("hummingbird", store, train="voc-train", val="voc-val", memory=(100,), cache_dir=c, block=0).run_id)
+    last = records.load(plain, "hummingbird", run("hummingbird", plain, train="voc-train", val="voc-val", memory=(100,), cache_dir=c).run_id)
+    for name in ("confusion", "prediction", "miou"):
+        assert np.array_equal(beside[name].values, one[name].values), name
+    assert not np.array_equal(one["prediction"].values, last["prediction"].values)  # block 0's tokens, not the last block's
+    assert records.runs(main, "hummingbird")[-1].meta["selection"]["block"] == 0

@@ -110,8 +110,9 @@ def refuse_repeated(args: list[str]) -> None:
 
 def carried(line: str, args: list[str]) -> str:
     """A fix printed by a run given ``--cache DIR`` carries it: each whole command in backticks
-    whose command takes ``--cache`` and does not name it gets it, so that, pasted, it reads the
-    panels, ledger and stores the failed run read (issue 46, class 5), wherever it was built."""
+    (each of commands joined with ``&&``) whose command takes ``--cache`` and does not name it gets
+    it, so that, pasted, it reads the panels, ledger and stores the failed run read (issue 46,
+    class 5), wherever it was built."""
     import re
     import shlex
 
@@ -121,20 +122,19 @@ def carried(line: str, args: list[str]) -> str:
     if not given:
         return line
 
-    def add(match: re.Match) -> str:
-        text = match.group(1)
+    def add(text: str) -> str:
         try:
             words = shlex.split(text)[1:]
         except ValueError:
-            return match.group(0)
+            return text
         command, depth = _command(words)
         rest = words[depth:]
         takes = command is not None and any("--cache" in getattr(p, "opts", ()) for p in command.params)
-        if not takes or not rest or "--cache" in words:  # a command only named (`probe extract`) stays a name
-            return match.group(0)
-        return f"`{text} --cache {shlex.quote(given)}`"
+        if not text.startswith("probe ") or not takes or not rest or "--cache" in words:  # a command only named (`probe extract`) stays a name
+            return text
+        return f"{text} --cache {shlex.quote(given)}"
 
-    return re.sub(r"`(probe [^`]+)`", add, line)
+    return re.sub(r"`(probe [^`]+)`", lambda match: "`" + " && ".join(map(add, match.group(1).split(" && "))) + "`", line)
 
 
 def _command(words: list[str]) -> tuple[object | None, int]:

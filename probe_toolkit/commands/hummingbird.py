@@ -94,7 +94,7 @@ def _check_views(ds: xr.Dataset, ids: Sequence[str], views: Sequence[str], panel
         return panel_extract(meta, store, panel.name, views)
 
     for view in views:
-        if f"tokens_{view}" not in ds:
+        if not cache.holds(ds, f"tokens_{view}"):  # at the run's block
             raise ProbeError(ds.attrs.get("store"), f"has no {view} view for panel {panel.name!r}", f"run `{extract()}`")
         if hbird_views.epoch(view) is not None and cache.view_facts(ds.attrs.get("manifest") or {}, view).get("augmentation") != hbird_views.ORDER:
             raise ProbeError(

@@ -105,9 +105,9 @@ def built(source: MemorySource, memory_size: int | None, seed: int, folder: Path
     ``folder`` (gone when the block ends), built a portion at a time."""
     draws = hb.BankDraws(source.n_views, source.grid, memory_size=memory_size, seed=seed, epochs=len(source.views), n_classes=source.n_classes)
     n = len(source.ids)
-    width = int(source.ds[f"tokens_{source.views[0]}"].shape[-1])
+    arrays = {view: cache.checked(source.ds, f"tokens_{view}").sel(image=list(source.ids)) for view in source.views}  # at the run's block
+    width = int(arrays[source.views[0]].shape[-1])
     with spooled((draws.rows, width), np.float32, folder, "hbird-bank") as bank, spooled((draws.rows, source.n_classes), np.float32, folder, "hbird-labels") as labels:
-        arrays = {view: cache.checked(source.ds, f"tokens_{view}").sel(image=list(source.ids)) for view in source.views}
         with reusing_blocks():  # every portion allocates the same arrays: the heap's pages serve again
             for e, a, b, label_views in source.portions():
                 rows = draws.take(label_views)

@@ -49,11 +49,12 @@ def _sibling(store: Path, panel: str) -> Path:
     return store.parent / f"{base}-panel-{panel}.zarr"
 
 
-def panel_extract(meta: dict[str, Any], store: Path, panel: str, views: Sequence[str], into: str | Path | None = None) -> str:
+def panel_extract(meta: dict[str, Any], store: Path, panel: str, views: Sequence[str], into: str | Path | None = None, block: int | None = None) -> str:
     """The ``probe extract`` that writes a panel's images into ``store``'s panel sibling, with the
     store's own settings (checkpoint, network, interpolation, ...): the command every "this store
     lacks the panel's images" line prints, so that the rerun finds them where it looks (``into``:
-    another store instead)."""
+    another store instead). ``block``: the block the run reads (None: the run's own,
+    ``cache.run_block``); where it is not the network's last, ``--blocks`` adds it."""
     import shlex
 
     from ..store.hints import extract_arguments
@@ -61,6 +62,9 @@ def panel_extract(meta: dict[str, Any], store: Path, panel: str, views: Sequence
     args = extract_arguments(meta, [str(v) for v in views], "PANEL")
     at = args.index("--images")
     args[at : at + 2] = ["--panel", panel]
+    block, depth = cache.run_block() if block is None else block, (meta.get("arch") or {}).get("depth")
+    if block is not None and depth is not None and -int(depth) <= int(block) < int(depth) and int(block) % int(depth) != int(depth) - 1:
+        args += ["--blocks", str(int(block) % int(depth))]
     return "probe extract " + shlex.join([*args, "--store", str(into or _sibling(Path(store), panel))])
 
 
@@ -165,7 +169,7 @@ def locate(
                 candidates.append(other)
         kind = "tokens" if level == "patch" or not meta["arch"].get("class_token") else "cls_tokens"
         holding = [(c, found) for c in candidates if (found := ids_in(c, panel, ids)) is not None]
-        complete = [(c, found) for c, found in holding if not own or all(f"{kind}_{v}" in c for v in own[0])]
+        complete = [(c, found) for c, found in holding if not own or all(cache.holds(c, f"{kind}_{v}") for v in own[0])]  # at the run's block
         if holding:
             source.panel_stores[panel.name] = (complete or holding)[0]
         else:
@@ -181,5 +185,5 @@ def locate(
             extract = panel_extract(meta, store, panel.name, own[0] if own else views)
             raise ProbeError(store, f"{what}, and {beside}", f"move {sibling} away, then run `{extract}`" if unlike else f"run `{extract}`")
         held = source.panel_stores[panel.name][0]
-        cache.require(held, next((f"{kind}_{v}" for v in views if f"{kind}_{v}" in held), f"{kind}_{views[0]}"))
+        cache.require(held, next((f"{kind}_{v}" for v in views if cache.holds(held, f"{kind}_{v}")), f"{kind}_{views[0]}"))
     return source

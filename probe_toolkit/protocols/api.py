@@ -232,6 +232,7 @@ def prepare(protocol: Protocol, source: Any, placement: Placement | None, progre
                 bool(inputs.get("allow_partial")),
                 sibling=protocol.reads.panel_sibling,
                 views=(getattr(settings, "view", None),) if isinstance(getattr(settings, "view", None), str) else protocol.reads.views,
+                block=block if isinstance(block, int) and not isinstance(block, bool) else None,
             )  # before any label read
         current(protocol, inputs)  # the photographs behind the stored features are the files the labels describe, before any label read
         chosen = selection.resolve(protocol, inputs, block, _view(settings))  # the block it reads, held by the store: before any label read

@@ -37,13 +37,19 @@ def _held(ds, found, ids) -> int:
 
 
 def panel_coverage(
-    store: str | Path, panel: str, cache_dir: str | Path | None = None, allow_partial: bool = False, sibling: bool = False, views: tuple[str, ...] = ()
+    store: str | Path,
+    panel: str,
+    cache_dir: str | Path | None = None,
+    allow_partial: bool = False,
+    sibling: bool = False,
+    views: tuple[str, ...] = (),
+    block: int | None = None,
 ) -> dict[str, Any]:
     """``{"panel", "panel_images", "held"}`` for a store and a registered panel, or a ProbeError
     when the store holds none of the panel's images (or only some, unless ``allow_partial``).
     ``sibling``: the protocol reads the panel's tokens from the store's panel sibling when the
     store lacks them (``Reads.panel_sibling``), so the sibling's images count too. ``views``: those
-    the protocol reads (the fix extracts them; none: the store's own)."""
+    the protocol reads (the fix extracts them; none: the store's own), at ``block`` (the run's)."""
     from ..commands.panel_stores import _same_network, _sibling, panel_extract, panel_ids
     from ..labels.panels import get_panel
     from ..store import cache
@@ -62,7 +68,7 @@ def panel_coverage(
         if _same_network(cache.manifest(ds), cache.manifest(other)):
             held = max(held, _held(other, found, ids))
     meta = cache.manifest(ds)
-    extract = f"`{panel_extract(meta, Path(store), panel, [str(v) for v in views or meta.get('views', [])])}`"
+    extract = f"`{panel_extract(meta, Path(store), panel, [str(v) for v in views or meta.get('views', [])], block=block)}`"
     then = "then rerun" if sibling else f"then pass {beside} instead"  # a protocol that reads the sibling finds it there itself
     if ids and not held:
         raise ProbeError(

@@ -111,7 +111,7 @@ PROTOCOL = register(
         name="hummingbird",
         summary="Dense in-context retrieval (Hummingbird): label maps transferred from a memory of train patches by their 30 nearest neighbours; VOC or ADE20K mIoU.",
         settings=HummingbirdSettings,
-        reads=Reads(arrays=tuple(f"tokens_{v}" for v in VIEWS), views=VIEWS, labels=True, panel_kinds=("voc-segmentation", "ade20k")),
+        reads=Reads(arrays=tuple(f"tokens_{v}" for v in VIEWS), views=VIEWS, labels=True, panel_kinds=("voc-segmentation", "ade20k"), panel_sibling=True),
         results=("hummingbird",),
         references=(
             Reference("Balažević et al., Towards In-context Scene Understanding (NeurIPS 2023)", "vpariza/open-hummingbird-eval hbird/hbird_eval.py"),

@@ -7,8 +7,10 @@ holds. A run of a protocol that reads a store is refused in one line where the s
 of the arrays the protocol reads (``wanted``: ``Reads.arrays`` and what ``probe extract --for``
 stores for it, any of them, at the run's ``--view``; every block's attention statistics serve every
 block) at that block, naming the whole extraction that adds it (``extraction``). A protocol that
-reads a panel's tokens from the store beside its source (``Reads.panel_sibling``) is left to that
-read where the source holds none of its view: its line names that store. A protocol that reads
+reads a panel's tokens from the store beside its source (``Reads.panel_sibling``), where the source
+holds none of its views, is checked on the panels' stores beside it instead (``_siblings_hold``);
+a panel with no store beside is left to the read, whose line names its extraction at the block
+(``commands.panel_stores.panel_extract``). A protocol that reads
 a checkpoint or masks has no block to choose. The
 record says which block it read (``selection``: the resolved index, the last where none was
 asked and the store's network is known). Within the run, ``store.cache.require`` reads that block
@@ -114,7 +116,8 @@ def resolve(protocol, inputs: dict[str, Any], block: Any, view: str | None = Non
         index = int(block) % depth
         names = wanted(protocol, view)
         if protocol.reads.panel_sibling and names and not _holds_views(store, names):
-            names = ()  # read from the panel's store beside it (commands.panel_stores), whose own read names that store's extraction
+            _siblings_hold(protocol, inputs, store, index, depth, names)
+            names = ()  # read from the panels' stores beside it (commands.panel_stores), checked just now where they exist
         if names and not held(store, names, index, depth):
             raise SettingError(
                 "block",
@@ -123,6 +126,47 @@ def resolve(protocol, inputs: dict[str, Any], block: Any, view: str | None = Non
             )
         resolved = index if resolved is None else resolved
     return resolved if resolved is not None else int(block)
+
+
+def _siblings_hold(protocol, inputs: dict[str, Any], store: Path, block: int, depth: int, names: tuple[str, ...]) -> None:
+    """Refused in one line where a panel's store beside ``store`` (``<network>-panel-<panel>.zarr``,
+    which a protocol with ``Reads.panel_sibling`` reads when ``store`` lacks its views) holds them
+    at some block but not at ``block``: the line names every such store and the ``probe extract
+    --panel ... --blocks`` that adds the block to each (joined with ``&&``). A panel with no store
+    beside is left to the read, whose line names the extraction that writes it."""
+    import zarr
+
+    from ..commands.panel_stores import _sibling, panel_extract
+    from ..store import layout
+
+    short, fixes = [], []
+    for panel in dict.fromkeys(str(inputs[i.name]) for i in protocol.inputs if i.panel and isinstance(inputs.get(i.name), (str, Path))):
+        beside = _sibling(store, panel)
+        if beside.resolve() == store.resolve() or not (beside / "zarr.json").is_file() or not _holds_views(beside, names):
+            continue
+        if held(beside, names, block, depth):
+            continue
+        present = {(a.kind, a.view) for a in map(layout.parse, _array_names(beside))}
+        views = list(dict.fromkeys(w.view for w in map(layout.parse, names) if (w.kind, w.view) in present))
+        meta = dict(zarr.open_group(beside, mode="r").attrs).get("manifest") or {}
+        short.append(str(beside))
+        fixes.append(panel_extract(meta, beside, panel, views, into=beside, block=block))
+    if short:
+        plural = len(short) > 1
+        raise SettingError(
+            "block",
+            f"{', '.join(short)} (the panel {'stores' if plural else 'store'} beside {store}) {'hold' if plural else 'holds'} none of what "
+            f"{protocol.name} reads ({', '.join(names)}) at block {block}",
+            f"extract it first: `{' && '.join(fixes)}`",
+        )
+
+
+def _array_names(store: Path) -> list[str]:
+    import zarr
+
+    from ..store.group import array_names
+
+    return array_names(zarr.open_group(store, mode="r", use_consolidated=False))
 
 
 def extraction(protocol, store: Path, block: int, names: tuple[str, ...], view: str | None) -> str:

@@ -271,6 +271,11 @@ def reading_block(block: int | None, views: Callable[[str], bool] | None = None)
         _READABLE.reset(tokens[1])
 
 
+def run_block() -> int | None:
+    """The block the current run reads (``reading_block``; None outside a run)."""
+    return _READING.get()
+
+
 def _per_block(name: str) -> bool:
     """Whether ``name`` is one block's array, read at the run's block where its reader names none: not
     an array of every block (``layout.BLOCKED``), nor a view's grids and flags (``PER_VIEW``)."""
@@ -296,6 +301,13 @@ def locate(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> t
         return name, None
     label = wanted.block if index is None else (None if blocks is not None and index == blocks - 1 else index)
     return (_find(ds, wanted.kind, wanted.view, label) or layout.ArrayName(wanted.kind, wanted.view, label).name), None
+
+
+def holds(ds: xr.Dataset | StoreData, name: str, block: int | None = None) -> bool:
+    """Whether ``ds`` holds ``name`` (a plain name, ``tokens_224``) at ``block`` (None: the run's
+    block, ``reading_block``, else the last): a store extracted with ``--blocks B`` alone holds
+    ``tokens_bB_224`` and no ``tokens_224``."""
+    return locate(ds, name, block)[0] in ds
 
 
 def _names(ds: xr.Dataset | StoreData) -> list[str]:
