@@ -60,23 +60,17 @@ def wanted(protocol, view: str | None) -> tuple[str, ...]:
 
 def _holds_views(store: Path, names: tuple[str, ...]) -> bool:
     """Whether ``store`` holds any of ``names``' kinds at its view, at any block."""
-    import zarr
-
     from ..store import layout
-    from ..store.group import array_names
 
-    present = {(a.kind, a.view) for a in map(layout.parse, array_names(zarr.open_group(store, mode="r", use_consolidated=False)))}
+    present = {(a.kind, a.view) for a in map(layout.parse, _array_names(store))}
     return any((w.kind, w.view) in present for w in map(layout.parse, names))
 
 
 def held(store: Path, names: tuple[str, ...], block: int, depth: int) -> bool:
     """Whether ``store`` holds any of ``names`` (plain last-block names) at ``block`` (0-based)."""
-    import zarr
-
     from ..store import layout
-    from ..store.group import array_names
 
-    present = [layout.parse(n) for n in array_names(zarr.open_group(store, mode="r", use_consolidated=False))]
+    present = [layout.parse(n) for n in _array_names(store)]
     last = block == depth - 1
     for name in names:
         wanted = layout.parse(name)
