@@ -204,3 +204,30 @@ def test_similarity_says_how_to_get_its_minibatch_estimator_in_a_command_that_wo
         ds = records.load(stores["dino"], "similarity")
         assert ds.attrs["minibatch_note"] == "" and ds.attrs["batch"] == 6
         assert np.isfinite(float(ds.cka_minibatch.sel(set="a:1", other="b:1")))
+
+
+def test_lidar_at_a_block_reads_that_blocks_views_or_says_the_extraction_that_adds_them(stores, tmp_path, capsys):
+    """``probe rank --block 0``: LiDAR from the Hummingbird views' class tokens of block 0 (``cls_tokens_b0_*``,
+    written out here in float64 as RADIO computes it), not the last block's; a store holding those views at the last
+    block alone still gives RankMe at block 0, and LiDAR is left out with the extraction that adds them at that block."""
+    photos = sample_photos()
+    checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", ARCHS["tiny"], seed=3)
+    every = extract(checkpoint, photos, settings=Settings(views=("224", *HBIRD), blocks="all", chunk=4), store=tmp_path / "all.zarr", quiet=True, batch_size=4).store
+    code, printed = probe_main(["rank", every, "--block", "0", "--sizes", "64", "-q"], capsys)
+    assert code == 0, printed.err
+    ds = records.load(every, "rank")
+    views = np.stack([tokens(every, f"cls_tokens_b0_{v}") for v in HBIRD], axis=1)
+    assert ds.attrs["block"] == 0 and float(ds.lidar) == pytest.approx(lidar_written_out(views), rel=1e-8)
+    last = np.stack([tokens(every, f"cls_tokens_{v}") for v in HBIRD], axis=1)
+    assert float(ds.lidar) != pytest.approx(lidar_written_out(last), rel=1e-3)
+    code, printed = probe_main(["rank", stores["dino"], "--block", "0", "--sizes", "64", "-q"], capsys)
+    assert code == 2, printed.err  # the dino store holds the 224 tokens at the last block only: refused, naming the extraction
+    plain = extract(checkpoint, photos, settings=Settings(views=("224", *HBIRD), blocks=(0,), chunk=4), store=tmp_path / "b0.zarr", quiet=True, batch_size=4).store
+    apart = extract(checkpoint, photos, settings=Settings(views=("224",), blocks=(0,), chunk=4), store=tmp_path / "apart.zarr", quiet=True, batch_size=4).store
+    extract(checkpoint, photos, settings=Settings(views=HBIRD, chunk=4), store=apart, quiet=True, batch_size=4)  # the views at the last block alone
+    for store, lidar in ((plain, True), (apart, False)):
+        code, printed = probe_main(["rank", store, "--block", "0", "--sizes", "64", "-q"], capsys)
+        assert code == 0, printed.err
+        ds = records.load(store, "rank")
+        assert ds.attrs["block"] == 0 and np.isnan(float(ds.lidar)) != lidar
+    assert "at block 0: probe extract CKPT --views hbird512,hbird512_aug0,hbird512_aug1 --blocks 0" in ds.attrs["lidar_note"]

@@ -52,17 +52,23 @@ def measure(ds, kinds: tuple[str, ...], view: str, block: int | None, sizes: tup
     return out
 
 
-def lidar_views(ds) -> tuple[tuple[str, ...], str]:
+def lidar_views(ds, block: int | None = None) -> tuple[tuple[str, ...], str]:
     """The Hummingbird views of the same images the store holds at one size (the query view and its
-    augmented ones; 512 px first), and why not."""
-    sizes = sorted({views.view(views.of_array(name)).size for name in ds if str(name).startswith("cls_tokens_hbird")}, key=lambda s: s != 512)
+    augmented ones; 512 px first) at ``block`` (None: the run's, ``cache.holds``), and why not."""
+    from ..store import layout
+
+    named = [layout.parse(str(name)) for name in ds]
+    sizes = sorted({views.view(a.view).size for a in named if a.kind == "cls_tokens" and a.view.startswith("hbird")}, key=lambda s: s != 512)
     for size in sizes:
-        held = tuple(v for v in views.hbird_views(size) if f"cls_tokens_{v}" in ds)
+        held = tuple(v for v in views.hbird_views(size) if cache.holds(ds, f"cls_tokens_{v}", block))
         if held and held[0] == views.hbird_views(size)[0] and len(held) >= 2:
             break
     else:
         wanted = ",".join(hbird_views.VIEWS)
-        return (), f"LiDAR needs several views of each image; the store holds no Hummingbird view with its augmented views: probe extract CKPT --views {wanted}"
+        other = block is not None and block != token_rows.last_block(ds)  # the last block is every store's: no flag adds it
+        at, flags = (f" at block {block}", f" --blocks {block}") if other else ("", "")
+        fix = f"probe extract CKPT --views {wanted}{flags}"
+        return (), f"LiDAR needs several views of each image; the store holds no Hummingbird view with its augmented views{at}: {fix}"
     order = {cache.view_facts(ds.attrs.get("manifest") or {}, v).get("augmentation", "8-bit crop jittered (before 2026-12)") for v in held[1:]}
     return held, f"{len(held)} views of each image: {', '.join(held)}, augmented as {'; '.join(sorted(order))} (RADIO: 1 + 99 RandAugment views)"
 
@@ -91,7 +97,7 @@ def run(inputs: Inputs, settings, context: RunContext) -> RankReport:
     for store, ds in opened.items():
         with task_threads(1):  # one BLAS thread: the same bits on any machine (and no spinning threads on a busy one)
             measured = measure(ds, kinds, view, context.block, tuple(settings.sizes), settings.seed, context.task(str(store), ds.sizes.get("image", 0)))
-            held, note = lidar_views(ds) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
+            held, note = lidar_views(ds, context.block) if settings.lidar and "class" in kinds else ((), "not asked" if not settings.lidar else "needs class tokens")
             lidar = measure_lidar(ds, held, context.block) if held else float("nan")
         block = token_rows.block_of(token_rows.read(ds, kinds[0], view, context.block), ds)
         found, data, attrs = result(store, ds, measured, lidar, held, note, settings, view, block, context.command)
