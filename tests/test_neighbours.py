@@ -358,3 +358,26 @@ def test_cli_refuses_a_growing_store_unless_partial(tmp_path):
     assert run.exit_code == 0, run.output
     saved = records.load(path, "neighbours_g14")
     assert saved.sizes["image"] == 4 and saved.attrs["images_read"] == 4 and saved.attrs["store_manifest"]["n_images"] == 8
+
+
+def test_grid_is_read_from_any_blocks_tokens(tmp_path, capsys):
+    """A store extracted with ``--blocks 0`` alone holds ``tokens_b0_224`` and no ``tokens_224``: ``--grid 14``
+    still finds its 224 view (every block has the view's grid), and the run at block 0 gives the numbers of
+    ``--view 224`` at block 0."""
+    from cli_runs import probe_main
+
+    from probe_toolkit.commands.neighbours import held_grids
+    from probe_toolkit.demo.samples import TINY, sample_photos, write_checkpoint
+    from probe_toolkit.store.extract import Settings, extract
+
+    checkpoint = write_checkpoint(tmp_path / "dino.pth", "dino-full", TINY, seed=1)
+    store = extract(checkpoint, sample_photos(), settings=Settings(views=("224", "96"), blocks=(0,), chunk=4), store=tmp_path / "b0.zarr", quiet=True).store
+    assert held_grids(store) == {"224": 14, "96": 6}
+    saved = []
+    for chosen in (["--grid", "14"], ["--view", "224"]):
+        code, printed = probe_main(["neighbours", store, *chosen, "--block", "0", "--boot", "100", "-q"], capsys)
+        assert code == 0 and printed.out.rstrip().endswith("read at block 0 (0-based, as probe extract --blocks counts)"), printed.err
+        saved.append(records.load(store, "neighbours_g14"))
+    for name in saved[0].data_vars:
+        np.testing.assert_array_equal(saved[0][name].values, saved[1][name].values, err_msg=name)
+    assert saved[0].attrs["record"]["selection"]["block"] == 0

@@ -22,11 +22,18 @@ DEFAULT_VIEW = "224"
 
 
 def held_grids(store: Path) -> dict[str, int]:
-    """The grid side each token view of a store holds, from its arrays' shapes."""
+    """The grid side each token view of a store holds, from its arrays' shapes (any block's: a store
+    of ``--blocks B`` alone holds ``tokens_bB_224`` and no ``tokens_224``; every block has the grid)."""
     from ..analyses.neighbours import VIEWS
+    from ..store import layout
 
     ds = open_store(store, done_only=False, plain=True)
-    return {view: grid_side(ds[f"tokens_{view}"].shape[1], f"tokens_{view}") for view in VIEWS if f"tokens_{view}" in ds}
+    found = {}
+    for name in map(str, ds):
+        parsed = layout.parse(name)
+        if parsed.kind == "tokens" and parsed.view in VIEWS and parsed.view not in found:
+            found[parsed.view] = grid_side(ds[name].shape[1], name)
+    return {view: found[view] for view in VIEWS if view in found}
 
 
 def choose_view(stores: list[Path], view: str | None, grid: int | None) -> str:
