@@ -122,7 +122,11 @@ def test_the_report_draws_each_protocols_number_by_block(swept, knn_sweep, tmp_p
     code, printed = probe_main(["report", str(store), "--out", str(tmp_path / "r"), "--cache", str(c)], capsys)
     assert code == 0, printed.err
     md = (tmp_path / "r" / "report.md").read_text()
-    assert "k-NN top-1 by block (0-based)" in md and "patch rows' entropy (nats)" in md
+    assert "k-NN top-1 (%), k = 1, by block (0-based)" in md and "patch rows' entropy (nats)" in md
+    for block in (0, 1, 2):  # in per cent, as knn's own table and probe table print it, each block's own record
+        record = next(r for r in reversed(records.runs(store, "knn")) if r.meta["selection"]["block"] == block)
+        top1 = float(records.load(store, "knn", record.run_id).top1.values[0])
+        assert f"| {block} | {100 * top1:.2f} |" in md
     assert records.runs(store, "knn")[0].meta["selection"] == {"block": 0, "facet": None}
 
 

@@ -6,8 +6,10 @@ among the runs of one setting (comparable runs only), one line per store: k-NN
 top-1 (k = 20, else the first k), linear accuracy, CorLoc, Hummingbird mIoU (the largest memory),
 PCK@0.10 (the mean over categories, every pair), and the patch rows' entropy (from records of
 ``probe entropy --block``; without those, one record of every block's maps or statistics draws
-its own per-block line). Blocks are 0-based, as ``--block`` and ``get_intermediate_layers``
-count them.
+its own per-block line). Each is headed as ``probe table`` heads it (``report.paper.METRICS``
+where that table has the protocol): its unit, in per cent as the protocol's own table prints
+it, and the setting that chose it (the k, the memory), so the curve reads beside the tables.
+Blocks are 0-based, as ``--block`` and ``get_intermediate_layers`` count them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..results import records
 from . import figures
 from .content import Section, Table
 from .context import Context
+from .paper import METRICS, Number
 
 HOW = "run a protocol once per block: `probe knn STORE --train A --val B --blocks 3,7,11` (the store extracted with `--blocks`)"
 
@@ -29,39 +32,43 @@ HOW = "run a protocol once per block: `probe knn STORE --train A --val B --block
 @dataclass(frozen=True)
 class Curve:
     result: str  # the result's name; a prefix where it carries a panel (``scores_``)
-    label: str
-    metric: Callable  # the record's Dataset → its number
+    label: str  # what the section's missing note calls it
+    numbers: Callable  # the record's Dataset → {heading (its unit and the setting that chose it): Number}
 
 
-def _first(values) -> float:
-    flat = np.asarray(values, dtype=np.float64).ravel()
-    return float(flat[0]) if flat.size else float("nan")
+def _last(numbers: dict[str, Number]) -> dict[str, Number]:
+    """The last of a record's numbers (Hummingbird's: its largest memory)."""
+    heading = list(numbers)[-1]
+    return {heading: numbers[heading]}
 
 
-def _knn(ds) -> float:
-    ks = [int(k) for k in ds.k.values]
-    return float(ds.top1.values[ks.index(20)]) if 20 in ks else _first(ds.top1.values)
+def _linear(level: str) -> Callable:
+    return lambda ds: {f"linear accuracy (%), {level} level": Number(float(ds.accuracy.values))}
 
 
-def _pck(ds) -> float:
+def _pck(ds) -> dict[str, Number]:
     thresholds = [float(t) for t in ds.threshold.values] if "threshold" in ds.coords else []
     values = np.asarray(ds.pck_mean.values)
     column = thresholds.index(0.1) if 0.1 in thresholds else 0
-    return float(values[-1, column]) if values.ndim == 2 else _first(values)
+    at = f"@{thresholds[column]:.2f}" if thresholds else ""
+    return {f"PCK{at} (%), mean over categories": Number(float(values[-1, column]) if values.ndim == 2 else float(values.ravel()[0]))}
 
 
-def _entropy(ds) -> float:
-    return float(ds.summary_mean.sel(statistic="patch_entropy").values)
+ENTROPY = "patch rows' entropy (nats)"
 
 
-CURVES = (
-    Curve("knn", "k-NN top-1", _knn),
-    Curve("linear_patch", "linear accuracy (patch)", lambda ds: float(ds.accuracy.values)),
-    Curve("linear_image", "linear accuracy (image)", lambda ds: float(ds.accuracy.values)),
-    Curve("scores_", "CorLoc", lambda ds: float(ds.corloc.values)),
-    Curve("hummingbird", "Hummingbird mIoU", lambda ds: float(np.asarray(ds.miou.values).ravel()[-1])),
+def _entropy(ds) -> dict[str, Number]:
+    return {ENTROPY: Number(float(ds.summary_mean.sel(statistic="patch_entropy").values), share=False)}
+
+
+CURVES = (  # the paper table's numbers (``report.paper.METRICS``) where it has the protocol: the same heading, unit and choice
+    Curve("knn", "k-NN top-1", METRICS["knn"].numbers),
+    Curve("linear_patch", "linear accuracy (patch)", _linear("patch")),
+    Curve("linear_image", "linear accuracy (image)", _linear("image")),
+    Curve("scores_", "CorLoc", METRICS["decode"].numbers),
+    Curve("hummingbird", "Hummingbird mIoU", lambda ds: _last(METRICS["hummingbird"].numbers(ds))),
     Curve("correspond", "PCK@0.10", _pck),
-    Curve("entropy", "patch rows' entropy (nats)", _entropy),
+    Curve("entropy", ENTROPY, _entropy),
 )
 
 
@@ -99,34 +106,36 @@ def _results(store: Path, prefix: str) -> list[str]:
 
 
 def blocks(ctx: Context) -> Section:
-    """Each protocol's number at every block a store's records read."""
+    """Each protocol's number at every block a store's records read: one figure and table per
+    heading (a number measured otherwise, another k or memory, gets its own)."""
     section = Section("blocks", "Per block")
     drawn = 0
     for curve in CURVES:
-        lines: dict[str, dict[int, float]] = {}
+        lines: dict[str, dict[str, dict[int, Number]]] = {}  # heading → line → block → number
         for store in ctx.stores:
             for result in _results(store.path, curve.result):
-                points = {}
+                points: dict[str, dict[int, Number]] = {}
                 for block, record in by_block(store.path, result).items():
                     ds = records.load(store.path, result, record.run_id)
-                    if ds is not None:
-                        points[block] = curve.metric(ds)
-                if len(points) < 2 and curve.result == "entropy":
-                    points = every_block_entropy(store.result("entropy"))
-                if len(points) >= 2:
-                    lines[store.label + ("" if result == curve.result else f" ({result})")] = points
-        if not lines:
-            continue
-        drawn += 1
-        section.blocks.append(
-            ctx.figure(
-                f"blocks-{curve.result.rstrip('_')}",
-                per_block_figure(lines, curve.label),
-                f"{curve.label} of each store at every block its records read (the latest record of each block).",
+                    for heading, number in (curve.numbers(ds) if ds is not None else {}).items():
+                        points.setdefault(heading, {})[block] = number
+                if curve.result == "entropy" and len(points.get(ENTROPY, {})) < 2:
+                    points = {ENTROPY: {b: Number(v, share=False) for b, v in every_block_entropy(store.result("entropy")).items()}}
+                for heading, at in points.items():
+                    if len(at) >= 2:
+                        lines.setdefault(heading, {})[store.label + ("" if result == curve.result else f" ({result})")] = at
+        for i, (heading, drawn_lines) in enumerate(lines.items()):
+            drawn += 1
+            scale = {label: {b: (100.0 if n.share else 1.0) * n.value for b, n in at.items()} for label, at in drawn_lines.items()}
+            section.blocks.append(
+                ctx.figure(
+                    f"blocks-{curve.result.rstrip('_')}" + (f"-{i}" if i else ""),
+                    per_block_figure(scale, heading),
+                    f"{heading}: each store at every block its records read (the latest record of each block).",
+                )
             )
-        )
-        rows = [[label, str(b), f"{v:.4g}"] for label, points in lines.items() for b, v in points.items()]
-        section.blocks.append(Table(["store", "block", curve.label], rows, f"{curve.label} by block (0-based)."))
+            rows = [[label, str(b), n.text(2 if n.share else 3)] for label, at in drawn_lines.items() for b, n in at.items()]
+            section.blocks.append(Table(["store", "block", heading], rows, f"{heading}, by block (0-based)."))
     if not drawn:
         drawn_here = ", ".join(curve.label for curve in CURVES)
         section.missing(f"None of these was measured at two blocks or more yet: {drawn_here} (rank and position draw theirs in their own sections): {HOW}.")
