@@ -5,6 +5,7 @@ estimator from Song's HSIC₁); pairing errors are one line before any record is
 
 from __future__ import annotations
 
+import shlex
 import shutil
 
 import numpy as np
@@ -230,4 +231,11 @@ def test_lidar_at_a_block_reads_that_blocks_views_or_says_the_extraction_that_ad
         assert code == 0, printed.err
         ds = records.load(store, "rank")
         assert ds.attrs["block"] == 0 and np.isnan(float(ds.lidar)) != lidar
-    assert "at block 0: probe extract CKPT --views hbird512,hbird512_aug0,hbird512_aug1 --blocks 0" in ds.attrs["lidar_note"]
+    note = ds.attrs["lidar_note"]
+    assert "augmented views at block 0: probe extract " in note and " --views hbird512,hbird512_aug0,hbird512_aug1 " in note, note
+    code, printed = probe_main([*shlex.split(note.split("at block 0: ")[1])[1:], "-q"], capsys)  # the note's extraction, pasted
+    assert code == 0, printed.err
+    code, printed = probe_main(["rank", apart, "--block", "0", "--sizes", "64", "-q"], capsys)
+    assert code == 0, printed.err
+    views = np.stack([tokens(apart, f"cls_tokens_b0_{v}.p1") for v in HBIRD], axis=1)  # added to the store as a later part
+    assert float(records.load(apart, "rank").lidar) == pytest.approx(lidar_written_out(views), rel=1e-8)

@@ -66,8 +66,8 @@ def lidar_views(ds, block: int | None = None) -> tuple[tuple[str, ...], str]:
     else:
         wanted = ",".join(hbird_views.VIEWS)
         other = block is not None and block != token_rows.last_block(ds)  # the last block is every store's: no flag adds it
-        at, flags = (f" at block {block}", f" --blocks {block}") if other else ("", "")
-        fix = f"probe extract CKPT --views {wanted}{flags}"
+        fix = cache.extract_into(ds, wanted, extra=["--blocks", str(block)] if other else [])
+        at = f" at block {block}" if other else ""
         return (), f"LiDAR needs several views of each image; the store holds no Hummingbird view with its augmented views{at}: {fix}"
     order = {cache.view_facts(ds.attrs.get("manifest") or {}, v).get("augmentation", "8-bit crop jittered (before 2026-12)") for v in held[1:]}
     return held, f"{len(held)} views of each image: {', '.join(held)}, augmented as {'; '.join(sorted(order))} (RADIO: 1 + 99 RandAugment views)"

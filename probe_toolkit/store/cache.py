@@ -400,7 +400,7 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
         facet = layout.ArrayName(wanted.kind, view).facet if wanted.kind != "attention" else None
         attention = "all" if wanted.kind == "attention" else attention
         extra = [] if wanted.kind == "attention" else ["--blocks", str(block), *(["--facets", facet] if facet else [])]
-    extract = _extract_into(ds, view, attention, extra)
+    extract = extract_into(ds, view, attention, extra)
     fix = f"rerun `{extract}`" + (" with the store's checkpoint and images" if " CKPT " in extract else "")
     readable = KEY_VIEWS if wanted.kind == "keys" else VIEW_ORDER  # keys are read by the decoders alone, in the views they cut
     accepts = _READABLE.get() or (lambda other: True)
@@ -410,9 +410,9 @@ def _fix(ds: xr.Dataset | StoreData, name: str, block: int | None) -> str:
     return fix
 
 
-def _extract_into(ds: xr.Dataset | StoreData, view: str, attention: str | None, extra: list[str]) -> str:
-    """``probe extract`` of ``view`` into the store ``ds`` was opened from (the whole command, issue 46
-    class 5: pasted, it adds the array where the rerun reads it)."""
+def extract_into(ds: xr.Dataset | StoreData, view: str, attention: str | None = None, extra: list[str] | tuple[str, ...] = ()) -> str:
+    """``probe extract`` of ``view`` (views, comma-separated) into the store ``ds`` was opened from
+    (the whole command, issue 46 class 5: pasted, it adds the array where the rerun reads it)."""
     import shlex
 
     from .sources import image_folder_or_none
