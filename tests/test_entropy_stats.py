@@ -91,3 +91,24 @@ def test_statistics_run_in_memory_linear_in_the_tokens():
     q = torch.randn(1, 2, 4 * 5 + 1, 8)
     one = attention_stats.statistics(q, q.clone(), class_token=True, registers=0, grid=(4, 5), budget=8 * 2 * 21 * 3)  # three queries a tile
     assert one["entropy"].shape == (1, 2, 21) and one["distance"].shape == (1, 2, 21) and one["topk"].shape == (1, 2, 21, 3)
+
+
+def test_a_followed_patch_on_statistics_prints_the_extraction_that_serves_it(stores, capsys, tmp_path):
+    """The refusal's extraction is the whole command (checkpoint, images, settings, this store):
+    pasted, it adds the 224 maps as a later part (``attention_224.p1``), and the rerun follows the
+    patch with the numbers of a store extracted with the maps from the start."""
+    import shlex
+    import shutil
+
+    _, _, maps, stats = stores
+    copy = shutil.copytree(stats, tmp_path / "stats.zarr")
+    code, printed = probe_main(["entropy", str(copy), "--patch", "3", "--boot", "100", "-q"], capsys)
+    fix = printed.err.split("`")[1]
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and "CKPT" not in fix and fix.endswith(f"--attention last --store {copy}"), printed.err
+    code, printed = probe_main([*shlex.split(fix)[1:], "-q"], capsys)
+    assert code == 0, printed.err
+    followed = probe.run("entropy", [copy], patch=3, boot=100).report.results[str(copy)]
+    explicit = probe.run("entropy", [maps], patch=3, boot=100).report.results[str(maps)]
+    assert "attention statistics" not in followed.attrs.get("source", "")
+    for name in ("patch_entropy", "distance", "cls_entropy", "detail_effective", "detail_weight", "detail_key"):  # the followed patch's row
+        np.testing.assert_allclose(np.asarray(followed[name]), np.asarray(explicit[name]), rtol=1e-6, atol=1e-6, err_msg=name)

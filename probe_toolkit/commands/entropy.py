@@ -8,11 +8,10 @@ from ..infra.errors import ProbeError
 from ..infra.progress import within
 from ..infra.runner import per_image
 from ..infra.settings import SettingError
-from ..infra.spelling import fix_command
 from ..protocols.context import Inputs, RunContext
 from ..protocols.entropy import EntropySettings
 from ..store import grids
-from ..store.cache import depth, require
+from ..store.cache import depth, extract_into, open_store, require
 from .runs import OverStoresReport, finish, over_stores
 
 
@@ -22,11 +21,12 @@ def needs(store: Path, view: str, block: int | None = None) -> str:
     import zarr
 
     from ..store.group import array_names
+    from ..store.layout import split_unit
 
     if not (Path(store) / "zarr.json").is_file():
         return f"attention_{view}"  # open_store says what it is not
     group = zarr.open_group(store, mode="r", use_consolidated=False)
-    held = array_names(group)
+    held = [split_unit(name)[0] for name in array_names(group)]  # maps added later are a part (attention_224.p1: store/layout.py)
     maps, stats = f"attention_{view}", f"attention_entropy_{view}"
     depth = ((dict(group.attrs).get("manifest") or {}).get("arch") or {}).get("depth")
     last = block is None or depth is None or block == int(depth) - 1
@@ -46,11 +46,12 @@ def run(inputs: Inputs, settings: EntropySettings, context: RunContext) -> OverS
     view = canonical(settings.view)
     read = {Path(store).resolve(): needs(store, view, context.block) for store in inputs.stores}
     if settings.patch is not None and any(name != f"attention_{view}" for name in read.values()):
+        held = next(str(store) for store in inputs.stores if read[Path(store).resolve()] != f"attention_{view}")
         raise SettingError(
             "patch",
             f"holds the {view} view's attention statistics, not its maps: patch={settings.patch} follows one token's row, which statistics do not keep",
-            f"drop patch, or extract the maps: `{fix_command('extract', 'CKPT', views=view, attention='last')}`",
-            next(str(store) for store in inputs.stores if read[Path(store).resolve()] != f"attention_{view}"),
+            f"drop patch, or extract the maps: `{extract_into(open_store(held, plain=True), view, 'last')}`",
+            held,
         )
 
     def analyse(ds, progress, where):
