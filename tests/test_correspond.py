@@ -371,3 +371,19 @@ def test_a_panel_no_store_holds_at_a_block_is_refused_with_the_extraction_at_tha
     code, printed = probe_main(asked, capsys)
     assert code == 0 and printed.out.rstrip().endswith("read at block 0 (0-based, as probe extract --blocks counts)"), printed.err
     assert records.runs(main, "correspond")[-1].meta["selection"]["block"] == 0
+
+
+def test_a_store_holding_another_size_than_the_annotation_names_a_new_extraction(spair, capsys, monkeypatch):
+    """Where the store holds an image at another size than its annotation (photographs replaced
+    before stores recorded their digests), the line's fix is the whole extraction of the panel's
+    photographs into a new store, never a placeholder."""
+    from probe_toolkit.commands import correspond as command
+
+    folder, checkpoint, cache, store = spair
+    held = command._sizes
+    monkeypatch.setattr(command, "_sizes", lambda ds, ids: {k: (w + 1, h) for k, (w, h) in held(ds, ids).items()})
+    code, printed = probe_main(["correspond", str(store), "--panel", "sp-test", "--unseal", "test of the tests", "--cache", str(cache), "-q"], capsys)
+    fix = printed.err.split("`")[1]
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and "its annotation says" in printed.err, printed.err
+    assert fix.startswith(f"probe extract {checkpoint} --images {folder / 'JPEGImages'} --views square800 ")
+    assert f"--store {store.with_name('teacher-new.zarr')} --cache {cache}" in fix

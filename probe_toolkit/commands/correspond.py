@@ -37,12 +37,12 @@ from ..analyses import correspond
 from ..infra.errors import ProbeError
 from ..infra.runner import map_blocks
 from ..infra.settings import SettingError
-from ..infra.spelling import fix_command
 from ..labels import spair_read
 from ..protocols.context import Inputs, RunContext, Saving
 from ..protocols.correspond import CorrespondSettings
 from ..results.correspond_report import BIN_NAMES, CorrespondReport
 from ..store import arrays, cache, grids, images
+from ..store.sources import new_store_command, stale_fix
 from . import shards
 from .panel_stores import image_sizes, locate, panel_ids
 from .runs import result_provenance
@@ -95,7 +95,8 @@ def shard_pairs(
 
 def _sizes(ds: xr.Dataset, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     if "image_width" not in ds or "image_height" not in ds:
-        raise ProbeError(ds.attrs.get("store"), "does not record its images' sizes", "extract the store again with this version")
+        held = ds.attrs.get("store")
+        raise ProbeError(held, "does not record its images' sizes (written before stores did)", f"extract its images again into a new store: `{new_store_command(held)}`")
     return dict(zip(ids, image_sizes(ds, ids)))
 
 
@@ -128,11 +129,8 @@ def run(inputs: Inputs, settings: CorrespondSettings, context: RunContext) -> Co
     for pair in labels.pairs:
         for image, size in ((pair.source, pair.source_size), (pair.target, pair.target_size)):
             if sizes[store_id[image]] != size:
-                raise ProbeError(
-                    store,
-                    f"holds {image} at {sizes[store_id[image]]}, its annotation says {size}",
-                    f"extract the store again: `{fix_command('extract', 'CKPT', panel=the_panel.name, views=VIEW)}`",
-                )
+                held = Path(ds.attrs["store"])  # the panel's own store, or this one
+                raise ProbeError(held, f"holds {image} at {sizes[store_id[image]]}, its annotation says {size}", stale_fix(held))
     start = time.perf_counter()
     categories = sorted({p.category for p in labels.pairs})
     samples = {(c, b): correspond.sample(labels.pairs, c, v, instances, seed) for c in categories for b, v in zip(BIN_NAMES, correspond.BINS)}

@@ -161,7 +161,7 @@ def check_decoded(store: Path, group, start: int, paths: list[Path], sha256) -> 
         raise ProbeError(
             paths[i],
             f"has changed while the run lasted (sha256 {held[i].tobytes().hex()[:12]} when extracted): the store holds the features of the old file",
-            _stale_fix(Path(store)),
+            stale_fix(Path(store)),
         )
 
 
@@ -314,11 +314,11 @@ def check_current(store: str | Path, files: list[tuple[str, Path]], fix: str = "
         raise ProbeError(
             path,
             f"{why} since {store} was extracted from it{more}: the store holds the features of the old file",
-            fix or _stale_fix(Path(store)),
+            fix or stale_fix(Path(store)),
         )
 
 
-def _stale_fix(store: Path) -> str:
+def stale_fix(store: Path) -> str:
     """A panel sibling (``<network>-panel-<panel>.zarr``) is found by its name: the new extraction
     must take that name, or the rerun reads the old one again (a fix that loops)."""
     if "-panel-" in store.name:
