@@ -168,3 +168,16 @@ def test_a_block_is_checked_at_the_runs_own_view():
     assert selection.wanted(registry.get("entropy"), "224") == ("attention_224", "attention_blocks_224", "attention_stats_224")
     assert selection.wanted(registry.get("rank"), "short@448") == ("tokens_short@448", "cls_tokens_short@448")
     assert selection.wanted(registry.get("hummingbird"), None) == ("tokens_hbird512", "tokens_hbird512_aug0", "tokens_hbird512_aug1")
+
+
+def test_a_sweeps_refusal_names_the_sweep_it_was_given(swept, capsys):
+    """A block of ``--blocks`` the store lacks, or its network has not, is said of ``--blocks`` (the
+    flag given), with the block and the extraction that adds it; a lone ``--block`` keeps its own."""
+    root, store, last, c = swept
+    code, printed = probe_main(["knn", str(last), "--train", "tr", "--val", "va", "--blocks", "0,2", "--cache", str(c)], capsys)
+    assert code == 2 and "holds none of what knn reads" in printed.err and "at block 0 (asked in --blocks 0,2); extract it first: `" in printed.err
+    assert "--block " not in printed.err.split("`")[0] and " --blocks 0 " in printed.err.split("`")[1], printed.err
+    code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--blocks", "0,7", "--cache", str(c)], capsys)
+    assert code == 2 and "holds a 3-block network: block 7 is not one of 0..2 (asked in --blocks 0,7); pass a 0-based block index, e.g. --blocks 2" in printed.err
+    code, printed = probe_main(["knn", str(store), "--train", "tr", "--val", "va", "--block", "7", "--cache", str(c)], capsys)
+    assert code == 2 and "holds a 3-block network: --block 7 is not one of 0..2" in printed.err, printed.err

@@ -29,7 +29,7 @@ from typing import Any
 from ..infra.errors import ProbeError
 from ..infra.owned import check_output_file
 from ..infra.placement import Placement
-from ..infra.settings import SettingError
+from ..infra.settings import SettingError, spelled
 from ..results import records
 from . import selection
 from .context import Inputs, Progress, Run, RunContext
@@ -311,7 +311,13 @@ def check_blocks(name: str, source: Any, blocks: list[int] | tuple[int, ...], ke
         raise SettingError("blocks", "blocks is empty", "pass 0-based block indices, e.g. blocks=[3, 7, 11]")
     view = _view(protocol.settings.build(**split(protocol, keywords)[0]))
     for block in blocks:
-        selection.resolve(protocol, inputs, block, view)
+        try:
+            selection.resolve(protocol, inputs, block, view)
+        except SettingError as refused:  # said of the sweep the caller gave (--blocks), not of a --block never given
+            if refused.parameter != "block":
+                raise
+            fix = refused.fix.replace("block=", "blocks=")
+            raise SettingError("blocks", f"{refused.problem} (asked in blocks {spelled(list(blocks))})", fix, refused.where or None) from None
 
 
 def _view(settings: Any) -> str | None:

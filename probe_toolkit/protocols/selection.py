@@ -104,7 +104,7 @@ def resolve(protocol, inputs: dict[str, Any], block: Any, view: str | None = Non
         if not -depth <= int(block) < depth:
             raise SettingError(
                 "block",
-                f"{store} holds a network of {depth} blocks: block {block} is not one of 0..{depth - 1}",
+                f"{store} holds a {depth}-block network: block {block} is not one of 0..{depth - 1}",
                 f"pass a 0-based block index, e.g. block={depth - 1} (the last)",
             )
         index = int(block) % depth
