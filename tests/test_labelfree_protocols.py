@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from test_labelfree_science import (
 
 from probe_toolkit import run
 from probe_toolkit.demo.samples import ARCHS, sample_photos, write_checkpoint
+from probe_toolkit.infra.errors import ProbeError
 from probe_toolkit.results import records
 from probe_toolkit.store.extract import Settings, extract
 
@@ -239,3 +241,19 @@ def test_lidar_at_a_block_reads_that_blocks_views_or_says_the_extraction_that_ad
     assert code == 0, printed.err
     views = np.stack([tokens(apart, f"cls_tokens_b0_{v}.p1") for v in HBIRD], axis=1)  # added to the store as a later part
     assert float(records.load(apart, "rank").lidar) == pytest.approx(lidar_written_out(views), rel=1e-8)
+
+
+def test_a_network_without_class_token_is_refused_with_the_flag_that_reads_its_patches(stores, capsys):
+    """SelfPatch's backbone has no class token: rank's default (class and patch rows) and
+    similarity's ``--examples class`` are refused in one line naming the caller's own flag, whose
+    value, given, measures the patch rows."""
+    root = Path(stores["dino"]).parent
+    checkpoint = write_checkpoint(root / "selfpatch.pth", "selfpatch-full", ARCHS["tiny"], seed=3)
+    store = extract(checkpoint, root / "photos", settings=Settings(views=("224",), chunk=4), store=root / "selfpatch.zarr", quiet=True, batch_size=4).store
+    for asked, flag in ((["rank", store, "--sizes", "64"], ["--tokens", "patch"]), (["similarity", store, "--other", stores["dino"]], ["--examples", "patch"])):
+        code, printed = probe_main([*asked, *([] if flag[0] == "--tokens" else ["--examples", "class"]), "-q"], capsys)
+        assert code == 2 and len(printed.err.strip().splitlines()) == 1, printed.err
+        assert printed.err.rstrip().endswith(f"has no class token (its network has none); read its patch rows instead: {' '.join(flag)}"), printed.err
+        code, printed = probe_main([*asked, *flag, "-q"], capsys)
+        assert code == 0, printed.err
+    assert "tokens=patch" in str(pytest.raises(ProbeError, run, "rank", store).value)  # the Python caller's keyword

@@ -65,7 +65,7 @@ def check_pair(a, b, a_path: Path, b_path: Path, kind: str, view: str) -> None:
 
 
 def _sets(ds, store_name: str, kind: str, view: str):
-    return [(f"{store_name}:{b}", store_name, b, token_rows.read(ds, kind, view, b)) for b in token_rows.held_blocks(ds, kind, view)]
+    return [(f"{store_name}:{b}", store_name, b, token_rows.read(ds, kind, view, b, ("examples", "patch"))) for b in token_rows.held_blocks(ds, kind, view)]
 
 
 def full_cka(sets, examples: str) -> np.ndarray:

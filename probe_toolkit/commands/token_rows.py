@@ -46,11 +46,14 @@ def last_block(ds) -> int:
     return max(depth(ds) - 1, 0)
 
 
-def read(ds, kind: str, view: str, block: int | None = None):
-    """One block's array of ``kind`` tokens at ``view`` (None: the last block), as ``store.cache.require`` gives it."""
+def read(ds, kind: str, view: str, block: int | None = None, instead: tuple[str, str] = ("tokens", "patch")):
+    """One block's array of ``kind`` tokens at ``view`` (None: the last block), as ``store.cache.require`` gives it.
+    ``instead``: the setting, and its value, that reads patch tokens where a network has no class token
+    (rank's ``tokens=patch``, similarity's ``examples=patch``), spelled as the caller's flag in the refusal."""
     name = array_name(kind, view)
     if kind == "class" and not ds.attrs.get("manifest", {}).get("arch", {}).get("class_token", False):
-        raise ProbeError(ds.attrs.get("store"), "has no class token (its network has none)", "measure its patch tokens (tokens=patch)")
+        setting, value = instead
+        raise SettingError(setting, "has no class token (its network has none)", f"read its patch rows instead: {setting}={value}", ds.attrs.get("store"))
     return cache.require(ds, name, block=block)
 
 
