@@ -257,3 +257,20 @@ def test_a_network_without_class_token_is_refused_with_the_flag_that_reads_its_p
         code, printed = probe_main([*asked, *flag, "-q"], capsys)
         assert code == 0, printed.err
     assert "tokens=patch" in str(pytest.raises(ProbeError, run, "rank", store).value)  # the Python caller's keyword
+
+
+def test_full_cka_beyond_its_memory_is_refused_with_the_flags_that_fit(stores, capsys, monkeypatch):
+    """Full CKA on whole images past its memory bound: one line naming the command line's flags
+    (``--estimators minibatch``, ``--examples patch``); either, given, runs."""
+    from probe_toolkit.commands import similarity as command
+
+    monkeypatch.setattr(command, "MEMORY", 1024)
+    asked = ["similarity", stores["dino"], "--other", stores["dinov3"], "--batch", "4"]
+    code, printed = probe_main([*asked, "-q"], capsys)
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1, printed.err
+    assert "full CKA on whole images would hold" in printed.err and printed.err.rstrip().endswith(
+        "use the minibatch estimator alone: --estimators minibatch, or compare every patch token: --examples patch"
+    ), printed.err
+    for given in (["--estimators", "minibatch"], ["--examples", "patch"]):
+        code, printed = probe_main([*asked, *given, "-q"], capsys)
+        assert code == 0, printed.err

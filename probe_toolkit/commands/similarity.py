@@ -74,10 +74,12 @@ def full_cka(sets, examples: str) -> np.ndarray:
         n, per = int(arrays[0].shape[0]), int(np.prod(arrays[0].shape[1:]))
         need = max(n * per * 4, len(arrays) * n * n * 8)
         if need > MEMORY:
-            raise ProbeError(
-                None,
-                f"full CKA on whole images would hold {need / 2**30:.1f} GiB ({n} images)",
-                "use the minibatch estimator alone (estimators=minibatch), or examples=patch",
+            raise SettingError(
+                "estimators",
+                f"full CKA on whole images would hold {need / 2**30:.1f} GiB ({n} images, more than {MEMORY / 2**30:.0f} GiB)",
+                "use the minibatch estimator alone: estimators=minibatch, or compare every patch token: examples=patch",
+                arrays[0].attrs.get("probe_store"),
+                others=("examples",),
             )
         grams = similarity.ExampleGrams()
         for array in arrays:
