@@ -135,6 +135,8 @@ def test_blocks_are_counted_as_get_intermediate_layers_counts_them(tmp_path, fol
     for bad, said in (("12", "the network has 12 blocks, 0..11"), ("last13", "has 12 blocks"), ("-1", "distinct 0-based"), ("3,3", "distinct"), ("x", "last<N>")):
         with pytest.raises(ProbeError, match=said):
             resolve_blocks(bad, 12)
+    with pytest.raises(ProbeError, match=r"--blocks 0,9: the network has 2 blocks, 0..1; use e.g. --blocks 0 \(0-based.*\), last2, all or last"):
+        resolve_blocks("0,9", 2)  # the example is one this network has
     with pytest.raises(ProbeError, match="--facets w is not one of tokens, normed, q, k, v"):
         Settings(views=(224,), facets=("w",))
     path = write_checkpoint(tmp_path / "sp.pth", "selfpatch-backbone", TINY, seed=1)

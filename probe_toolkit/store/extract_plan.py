@@ -162,7 +162,13 @@ def resolve_blocks(blocks: str | tuple[int, ...], depth: int) -> tuple[int, ...]
     else:
         chosen = spec
         if chosen[-1] >= depth:
-            raise ProbeError(None, f"--blocks {','.join(map(str, chosen))}: the network has {depth} blocks, 0..{depth - 1}", BLOCKS_FIX)
+            held = [str(b) for b in chosen if b < depth]
+            example = ",".join(held) if held else str(depth - 1)
+            raise ProbeError(
+                None,
+                f"--blocks {','.join(map(str, chosen))}: the network has {depth} blocks, 0..{depth - 1}",
+                f"use e.g. --blocks {example} (0-based, as get_intermediate_layers counts), last{min(4, depth)}, all or last",
+            )
     return None if chosen == (depth - 1,) else chosen
 
 
