@@ -179,3 +179,32 @@ def test_no_other_module_reads_annotation_paths():
     assert offenders == []
     source = Path(panels.__file__).read_text()
     assert source.count(".annotations.read_bytes()") == 1
+
+
+def test_listed_names_and_printed_numbers_are_never_cut_at_80_columns(tmp_path, panel_files):
+    """``panel list`` and ``ledger show`` keep each panel's name whole on its line (it is what every
+    command takes), and a protocol's table too wide for 80 columns folds its cells where rich would
+    cut them to "…" (a number shown as ``63.…``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from probe_toolkit.cli.app import whole
+
+    annotations, images = panel_files
+    root = tmp_path / "a-cache-folder-whose-path-is-long-enough-to-squeeze-every-column"
+    names = ["voc07-trainval-discovery", "voc07-trainval-discovery-hard"]
+    for name in names:
+        panels.add_panel(name, annotations, images, "val", cache=root)
+    listed = runner.invoke(app, ["panel", "list", "--cache", str(root)], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0 and "…" not in listed.output, listed.output
+    for name in names:
+        assert any(line.split("│")[1].strip() == name for line in listed.output.splitlines() if line.startswith("│ voc07")), listed.output
+    wide = Table()
+    wide.add_column("store")
+    for k in range(12):
+        wide.add_column(f"k={k}", justify="right")
+    wide.add_row("a-long-store-name/teacher.zarr", *[f"{50 + 1.234 * k:.2f}" for k in range(12)])
+    console = Console(width=80, record=True)
+    console.print(whole(wide))
+    text = console.export_text()
+    assert "…" not in text and text.count("│") > 13

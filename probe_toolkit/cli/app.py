@@ -43,6 +43,19 @@ GROUPS = {
 }
 
 
+def whole(table: Any) -> Any:
+    """A table whose every cell is printed whole: a cell wider than its column folds onto the next
+    line, where rich would cut it to "…" (at 80 columns a panel's name read ``demo-nyu-t…`` for two
+    panels, a number ``63.…``)."""
+    from rich.table import Table
+
+    if isinstance(table, Table):
+        for column in table.columns:
+            if column.overflow == "ellipsis":  # rich's default; a column that chose otherwise keeps it
+                column.overflow = "fold"
+    return table
+
+
 def show(renderables: list[Any]) -> None:
     """Print a protocol's presentation (``results/tables.py``): tables, and lines as typed."""
     from ..results.tables import Unwrapped
@@ -51,7 +64,7 @@ def show(renderables: list[Any]) -> None:
         if isinstance(item, str):
             console.print(item, highlight=False, soft_wrap=isinstance(item, Unwrapped))
         else:
-            console.print(item)
+            console.print(whole(item))
 
 
 def run(name: str, source: Any, **keywords: Any):

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..infra.errors import ProbeError
-from .app import CacheOpt, console, ledger_app, panel_app
+from .app import CacheOpt, console, ledger_app, panel_app, whole
 
 
 @panel_app.command("add")
@@ -134,12 +134,13 @@ def panel_list(cache: CacheOpt = None) -> None:
     from ..labels.panels import list_panels
 
     table = Table(title="panels")
-    for column in ("name", "role", "kind", "annotations", "images", "added"):
+    table.add_column("name", no_wrap=True)  # the name every command takes: never cut nor folded
+    for column in ("role", "kind", "annotations", "images", "added"):
         table.add_column(column)
     for p in list_panels(cache):
         kind = p.kind + (f" {p.split}" if p.split else "") + (" no-hard" if p.no_hard else "")
         table.add_row(p.name, p.role + (" (sealed)" if p.sealed else ""), kind, str(p.annotations), str(p.images), p.added)
-    console.print(table)
+    console.print(whole(table))
 
 
 @ledger_app.command("show")
@@ -156,13 +157,13 @@ def ledger_show(
     rows = entries(cache_root(cache))
     table = Table(title=f"ledger ({len(rows)} entries)")
     for column in ("n", "id", "time", "panel", "role", "images", "purpose", "checkpoint", "unseal"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in ("n", "time", "panel", "role", "images"))  # a panel's name whole, as commands take it
     for e in rows[-last:] if last else rows:
         f = e.fields
         table.add_row(
             str(e.n),
             e.id[:12],
-            f.get("time", ""),
+            f.get("time", "")[:16].replace("T", " "),  # to the minute, UTC (the ledger file keeps the seconds and the zone)
             f.get("panel", ""),
             f.get("role", ""),
             str(f.get("images", "")),
@@ -170,7 +171,7 @@ def ledger_show(
             (f.get("checkpoint") or "")[:12],
             f.get("unseal") or "",
         )
-    console.print(table)
+    console.print(whole(table))
 
 
 @ledger_app.command("verify")

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..infra.errors import ProbeError
-from .app import CacheOpt, QuietOpt, app, console, err_console
+from .app import CacheOpt, QuietOpt, app, console, err_console, whole
 
 VIEWS_HELP = "Views to read (default 224,480, or the views --for's protocols read): see `probe list`."
 ATTENTION_HELP = (
@@ -318,7 +318,7 @@ def info(
     for field, value in describe_store(store):
         table.add_row(field, value)
     table.add_row("results", ", ".join(f"{n} ({len(records.runs(store, n))})" for n in records.results(store)) or "none yet")
-    console.print(table)
+    console.print(whole(table))
 
 
 @app.command("make-checkpoint")
@@ -358,7 +358,7 @@ def doctor(cache: CacheOpt = None) -> None:
     for check in results:
         mark = "[green]ok[/]" if check.ok else ("[red]FAIL[/]" if check.required else "[yellow]missing[/]")
         table.add_row(check.name, mark, check.detail)
-    console.print(table)
+    console.print(whole(table))
     failed = [c.name for c in results if c.required and not c.ok]
     if failed:
         err_console.print(
@@ -379,7 +379,7 @@ def list_command() -> None:
     from ..store.views import listed
 
     for table in catalogue(protocols(), list(listed()), {**RELEASED, **DINOV3_RELEASED}, KINDS):
-        console.print(table)
+        console.print(whole(table))
 
 
 @app.command("results")
@@ -398,4 +398,4 @@ def results_command(
     found = records.runs(store, result) if result else records.every_record(store)
     if result and not found:
         raise ProbeError(store, f"holds no record of {result!r}", f"results it holds: {', '.join(records.results(store)) or 'none yet'}")
-    console.print(records_table(found))
+    console.print(whole(records_table(found)))
