@@ -490,8 +490,9 @@ def test_configs_load_and_bad_settings_are_named():
     assert (sp.optim.batch_size, sp.optim.micro_batch, sp.optim.lr_backbone, sp.optim.lr_heads, sp.optim.clip_grad) == (256, 32, 1e-5, 1e-4, 3.0)
     assert load_config("contrastive").rule.temperature == 0.2
     assert load_config("tiny", ["optim.epochs=7", "data.global_scale=[0.3, 1.0]"]).optim.epochs == 7
-    with pytest.raises(ProbeError, match="unknown key optim.epoch"):
+    with pytest.raises(ProbeError, match="unknown key optim.epoch") as refused:
         load_config("tiny", ["optim.epoch=2"])
+    assert refused.value.where == "--set"  # the override, not the config file, holds the key
     with pytest.raises(ProbeError, match="is not a int"):
         load_config("tiny", ["optim.epochs=two"])
 
@@ -555,3 +556,21 @@ def test_window_without_wrap_masks_missing_candidates():
     torch.testing.assert_close(masked[0], net.ca_head.norm(corner)[0], rtol=1e-5, atol=1e-6)
     t = trainer(**{"rule.wrap": False, "optim.warmup_epochs": 0})
     assert math.isfinite(train_step(t, fixed_batch(), step=0, epoch=0)["loss"])
+
+
+def test_a_bad_image_folder_is_one_line_naming_the_config_key_before_any_file(tmp_path, capsys):
+    """probe train takes its photographs from ``data.images`` (a config key): a folder that is none,
+    or holds no image, is refused in one line whose fix names that key, before the config is echoed
+    and before the run folder is made."""
+    from cli_runs import probe_main
+
+    (tmp_path / "empty").mkdir()
+    fix = "set data.images to a folder of photographs, in the config or with --set data.images=DIR"
+    kinds = " (.bmp, .gif, .jpeg, .jpg, .pbm, .pgm, .png, .ppm, .tif, .tiff, .webp)"
+    for folder, said in ((tmp_path / "nothere", "is not a folder"), (tmp_path / "empty", f"holds no images{kinds}")):
+        out = tmp_path / "runs" / folder.name
+        code, printed = probe_main(["train", "tiny", "--set", f"data.images={folder}", "--set", f"run.out={out}", "--quiet"], capsys)
+        assert code == 2 and printed.out == "" and printed.err.strip() == f"error: {folder}: {said}; {fix}", printed
+        assert not (tmp_path / "runs").exists()
+    code, printed = probe_main(["train", "tiny", "--set", "data.imagez=x"], capsys)
+    assert code == 2 and "--set: unknown key data.imagez" in printed.err

@@ -8,6 +8,7 @@ import sys
 from probe_toolkit.infra.errors import ProbeError
 
 from .config import load_config
+from .data import require_folder
 from .loop import train
 
 
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         config = load_config(options.config, options.sets)
+        require_folder(config.data.images)  # one line, not the config printed then refused
         print(config.to_json(), flush=True)
         run = train(options.config, options.sets, quiet=options.quiet)
     except ProbeError as error:

@@ -171,6 +171,16 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     return config
 
 
+def _known(section: str, key: str, where: str) -> None:
+    """An override's section and key are the config's, or one line naming the override."""
+    sections = {f.name: f for f in fields(Config)}
+    if section not in sections:
+        raise ProbeError(where, f"{section}.{key}: unknown section [{section}]", f"sections are {sorted(sections)}")
+    hints = get_type_hints(type(getattr(Config(), section)))
+    if key not in hints:
+        raise ProbeError(where, f"unknown key {section}.{key}", f"keys of [{section}] are {sorted(hints)}")
+
+
 def validate(config: Config, source: str = "config") -> None:
     if config.rule.name not in RULES:
         raise ProbeError(source, f"rule.name {config.rule.name!r} is not one of {RULES}", f"pick one of {', '.join(RULES)}")
@@ -228,5 +238,6 @@ def load_config(name_or_path: str | Path, overrides: dict[str, Any] | list[str] 
     pairs = overrides.items() if isinstance(overrides, dict) else (parse_override(o) for o in overrides)
     for dotted, value in pairs:
         section, _, key = dotted.partition(".")
+        _known(section, key, "--set" if not isinstance(overrides, dict) else "overrides")  # named as given, not as the file's
         data.setdefault(section, {})[key] = value
     return from_dict(data, str(path))

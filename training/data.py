@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from probe_toolkit.infra.errors import ProbeError
-from probe_toolkit.store.images import list_images, load_image
+from probe_toolkit.store.images import list_images, load_image, require_images
 
 from .augment import MultiCrop
 from .config import DataCfg
@@ -28,12 +28,16 @@ def crop_seed(seed: int, epoch: int, index: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+# the folder of photographs is a config key (data.images), not a flag of probe train
+FOLDER_FIX = "set data.images to a folder of photographs, in the config or with --set data.images=DIR"
+
+
 class ImageFolder(Dataset):
     """Images of a folder (recursively, sorted by relative path), each → the list of its crops."""
 
     def __init__(self, folder: str | Path, transform: MultiCrop, seed: int = 0):
         self.folder = Path(folder)
-        self.refs = list_images(self.folder)
+        self.refs = list_images(self.folder, FOLDER_FIX)
         self.transform = transform
         self.seed = seed
 
@@ -85,10 +89,16 @@ class Batches:
             yield [next(micro) for _ in range(self.accumulation)]
 
 
+def require_folder(images: str) -> None:
+    """data.images names a folder holding an image (read up to its first), or one line before any work."""
+    if not images:
+        raise ProbeError("data.images", "no image folder given", FOLDER_FIX)
+    require_images(images, FOLDER_FIX)
+
+
 def make_batches(cfg: DataCfg, batch_size: int, micro_batch: int, rank: int, world: int, seed: int) -> Batches:
     """The data of one process: DistributedSampler (shuffled by seed + epoch, drop_last) and micro-batches."""
-    if not cfg.images:
-        raise ProbeError("data.images", "no image folder given", "set data.images in the config or --set data.images=DIR")
+    require_folder(cfg.images)
     transform = MultiCrop(tuple(cfg.global_scale), tuple(cfg.local_scale), cfg.local_crops, cfg.global_size, cfg.local_size)
     dataset = ImageFolder(cfg.images, transform, seed)
     if batch_size % (micro_batch * world):

@@ -372,11 +372,11 @@ def train(config: Config | str | Path, overrides: dict[str, Any] | list[str] | t
 
 
 def _train(cfg: Config, ctx: Dist, quiet: bool, source: str | None) -> Run:
+    batches = make_batches(cfg.data, cfg.optim.batch_size, cfg.optim.micro_batch, ctx.rank, ctx.world, cfg.run.seed)  # a bad folder: before any file
     run_dir = Path(cfg.run.out).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = {name: run_dir / name for name in ("config.json", "manifest.json", "log.jsonl")}
     latest = run_dir / state.LATEST
-    batches = make_batches(cfg.data, cfg.optim.batch_size, cfg.optim.micro_batch, ctx.rank, ctx.world, cfg.run.seed)
     dataset = batches.dataset
     steps_per_epoch = batches.steps_per_epoch
     watch = hygiene.Watch(

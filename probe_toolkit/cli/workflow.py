@@ -20,8 +20,10 @@ def train(
     """Train DINO, SelfPatch or the contrastive rule; write checkpoints that probe extract reads."""
     from training import load_config
     from training import train as run_training
+    from training.data import require_folder
 
     resolved = load_config(config, sets or [])
+    require_folder(resolved.data.images)  # one line, not the config echoed then refused
     console.print_json(resolved.to_json())
     run = run_training(config, sets or [], quiet=quiet)
     console.print(f"{run.steps} steps over {run.epochs} epochs; checkpoint {run.checkpoint}; log {run.log}; manifest {run.manifest}")

@@ -164,27 +164,29 @@ def _image_files(folder: Path) -> Iterator[tuple[str, str]]:
                     yield prefix + entry.name, entry.path
 
 
-def _listed(folder: Path) -> Iterator[tuple[str, str]]:
+def _listed(folder: Path, fix: str | None = None) -> Iterator[tuple[str, str]]:
+    """``fix``: how the caller's user names another folder (probe train's is a config key, not --images)."""
     if not folder.is_dir():
-        raise ProbeError(folder, "is not a folder", "pass --images DIR with your photographs")
+        raise ProbeError(folder, "is not a folder", fix or "pass --images DIR with your photographs")
     found = iter(_image_files(folder))
     first = next(found, None)
     if first is None:
-        raise ProbeError(folder, f"holds no images ({', '.join(sorted(EXTENSIONS))})", "point --images at a folder of photographs")
+        raise ProbeError(folder, f"holds no images ({', '.join(sorted(EXTENSIONS))})", fix or "point --images at a folder of photographs")
     yield first
     yield from found
 
 
-def list_images(folder: str | Path) -> list[ImageRef]:
-    """Every image file under ``folder``, recursively, sorted by id; hidden files are skipped."""
-    return sorted((ImageRef(i, path) for i, path in _listed(Path(folder))), key=lambda r: r.id)
+def list_images(folder: str | Path, fix: str | None = None) -> list[ImageRef]:
+    """Every image file under ``folder``, recursively, sorted by id; hidden files are skipped
+    (``fix``: the refusal's fix where the folder is none or holds no image, as the caller's user names one)."""
+    return sorted((ImageRef(i, path) for i, path in _listed(Path(folder), fix)), key=lambda r: r.id)
 
 
-def require_images(folder: str | Path) -> None:
+def require_images(folder: str | Path, fix: str | None = None) -> None:
     """Refuse a folder that is not one or holds no image, as ``list_images`` does, reading the
     listing only up to its first image (registering a panel of ImageNet's 1.28 M files checks
     this; it need not list them all)."""
-    next(_listed(Path(folder)))
+    next(_listed(Path(folder), fix))
 
 
 def image_ids(folder: str | Path) -> list[str]:
