@@ -360,3 +360,27 @@ def test_four_blocks_from_a_store_of_the_last_block_are_refused_before_any_label
         code, printed = probe_main(["linear-dinov2", stores["dino"][1], "--train", "tr", "--val", "va", "--cache", cache, "-q", *argv], capsys)
         assert code == 2 and words in " ".join(printed.err.split()), printed.err
     assert ledger.entries(cache) == []
+
+
+def test_a_network_without_class_token_is_refused_first_with_the_knn_that_classifies_it(folders, tmp_path, capsys):
+    """SelfPatch's backbone has no class token: refused in one line before any view is asked for
+    (a store of the 224 view alone is not sent to extract eval224 first) and before any label read;
+    the line's ``probe knn`` (DINO's k-NN on the mean patch token), pasted, runs."""
+    import shlex
+
+    from cli_runs import probe_main
+
+    from probe_toolkit.demo.samples import TINY, write_checkpoint
+    from probe_toolkit.labels import ledger
+    from probe_toolkit.store.extract import Settings, extract
+
+    root, _ = folders
+    cache = tmp_path / "cache"
+    _panels(root, cache)
+    checkpoint = write_checkpoint(tmp_path / "selfpatch.pth", "selfpatch-backbone", TINY, seed=4)
+    store = extract(checkpoint, root / "data", settings=Settings(views=(224,), attention="none", chunk=8), store=tmp_path / "sp.zarr", quiet=True).store
+    code, printed = probe_main(["linear-dinov2", store, "--train", "tr", "--val", "va", "--cache", cache, "-q"], capsys)
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1 and "without a class token" in printed.err and "eval224" not in printed.err, printed.err
+    assert ledger.entries(cache) == []
+    code, printed = probe_main([*shlex.split(printed.err.split("`")[1])[1:], "-q"], capsys)
+    assert code == 0 and "mean of the last block's patch tokens" in printed.out, printed.err

@@ -39,7 +39,7 @@ from ..infra.settings import SettingError
 from ..labels.panels import ClassLabels, read_classes
 from ..protocols.context import Inputs, RunContext, Saving
 from ..results.linear_dinov2_report import LinearDinov2Report
-from ..store import images, parts
+from ..store import cache, images, parts
 from . import token_rows
 from .panel_stores import locate, panel_ids
 from .runs import result_provenance
@@ -109,10 +109,17 @@ def run(inputs: Inputs, settings, context: RunContext) -> LinearDinov2Report:
         for (a, a_ids), (b, b_ids) in itertools.combinations(panels, 2):
             hygiene.check_apart((a.name, a.role, a.images, a_ids), (b.name, b.role, b.images, b_ids), cache_root(context.cache_dir))
     store = Path(inputs.store)
+    if not (cache.manifest(cache.open_store(store, plain=True)).get("arch") or {}).get("class_token"):  # before any view is asked for
+        import shlex
+
+        knn = shlex.join(["probe", "knn", str(store), "--train", train_panel.name, "--val", val_panel.name])
+        raise ProbeError(
+            store,
+            "comes from a network without a class token; DINOv2's linear protocol reads class tokens",
+            f"classify on its mean patch token with DINO's k-NN: `{knn}`",
+        )
     source = locate(store, panels, "image", (VIEW,), plain=True)  # xarray only to save the result
     meta = source.manifest
-    if not meta.get("arch", {}).get("class_token"):
-        raise ProbeError(store, "comes from a network without a class token; DINOv2's linear protocol reads class tokens", "use probe linear")
     stores = {p.name: source.panel_stores[p.name] for p, _ in panels}
     wanted = {name: blocks_read(ds, max(settings.n_last_blocks)) for name, (ds, _) in stores.items()}
     norm = parts.final_norm(meta, store)
