@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -264,9 +265,12 @@ def test_knn_reads_dinos_eval_view_when_the_store_has_it(class_folders, tmp_path
     extract(root / "dino.pth", root / "data", settings=Settings(views=(224,), attention="none", chunk=8), store=store, quiet=True)
     old, printed = knn_json()
     assert old["view"] == "224" and "not DINO's" in old["view_text"] and "probe extract --views eval224" in old["view_text"]
-    assert "probe extract --views eval224" in printed.replace("\n", " ")
+    line = next(line for line in printed.splitlines() if line.startswith("view: 224 view"))  # the terminal's: the whole extraction
+    pasted = line.split("`")[1]
+    assert pasted.startswith(f"probe extract {root / 'dino.pth'} --images {root / 'data'} --views eval224 ") and pasted.endswith(f"--store {store}")
     assert records.load(store, "knn").attrs["view"] == "224"
-    extract(root / "dino.pth", root / "data", settings=Settings(views=("eval224",), chunk=8), store=store, quiet=True)
+    r = runner.invoke(app, [*shlex.split(pasted)[1:], "-q"])
+    assert r.exit_code == 0, r.output
     summary, _ = knn_json()
     saved = records.load(store, "knn")
     assert summary["view"] == saved.attrs["view"] == "eval224"

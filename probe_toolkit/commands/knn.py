@@ -226,6 +226,8 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
     train_ids = _store_ids(train_labels, panels[0][1], train_found, store)
     val_ids = _store_ids(val_labels, panels[1][1], val_found, store)
     view = choose_view([train_ds, val_ds], chosen)
+    unread = {} if view == images.EVAL else {str(ds.attrs.get("store")): ds for ds in (train_ds, val_ds) if stored_name(chosen, images.EVAL) not in ds}
+    extract = " && ".join(cache.extract_into(ds, images.EVAL) for ds in unread.values())  # pasted, the rerun reads DINO's view
     if narrowed:  # printed once every refusal has passed: a refused run prints its one line only
         context.note(narrowed)
     ledger = {"train": train_labels.entry_id, "val": val_labels.entry_id}
@@ -299,4 +301,5 @@ def run(inputs: Inputs, settings: KnnSettings, context: RunContext) -> KnnReport
         },
         coords={"k": list(ks), "image": val_ids, "train_image": train_ids, "class": classes},
     )
-    return context.finish(KnnReport(store, name, result, text, classes, counts, ledger, temperature, view), Saving(store, "knn", ds, attrs))
+    report = KnnReport(store, name, result, text, classes, counts, ledger, temperature, view, extract=extract)
+    return context.finish(report, Saving(store, "knn", ds, attrs))

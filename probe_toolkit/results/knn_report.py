@@ -13,11 +13,12 @@ from ..store import arrays, images
 from .outcome import Outcome
 
 
-def view_text(view: str) -> str:
-    """What the features saw, and, off DINO's view, how to get it."""
+def view_text(view: str, extract: str = "") -> str:
+    """What the features saw, and, off DINO's view, how to get it (``extract``: the whole command that
+    adds it to the stores read, for the terminal; the record keeps the short form, the report naming no folder)."""
     text = f"{view} view: {arrays.geometry(view)}"
     if view != images.EVAL:
-        text += f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): `probe extract --views {images.EVAL}` adds that view"
+        text += f"; not DINO's (facebookresearch/dino eval_knn.py: short side 256, centre crop 224): `{extract or f'probe extract --views {images.EVAL}'}` adds that view"
     return text
 
 
@@ -35,10 +36,11 @@ class KnnReport(Outcome):
     temperature: float
     view: str
     waiting: list[int] = field(default_factory=list)  # a shard done before the others: the shards still missing
+    extract: str = ""  # off DINO's view: the probe extract (joined by &&) that adds it to every store read
 
     @property
     def view_line(self) -> str:
-        return view_text(self.view)
+        return view_text(self.view, self.extract)
 
     def summary(self) -> dict[str, Any]:
         return {
