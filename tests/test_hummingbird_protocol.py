@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from probe_toolkit.cli import app
 from probe_toolkit.demo.samples import TINY, write_checkpoint
 from probe_toolkit.labels import ledger
+from probe_toolkit.labels.panels import list_panels
 from probe_toolkit.results import records
 from probe_toolkit.store import cache, hbird_views
 from probe_toolkit.store.extract import Settings, extract
@@ -558,6 +559,8 @@ def test_a_panel_of_another_kind_or_a_sealed_one_is_refused(voc, tmp_path, capsy
         assert code == 0, printed.err
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "folders", "--cache", c, "-q"], capsys)
     assert code == 2 and "is a classes panel; hummingbird reads voc-segmentation or ade20k panels" in " ".join(printed.err.split()), printed.err
+    fitting = sorted(f"{p.name} ({p.kind}, {p.role})" for p in list_panels(c) if p.kind == "voc-segmentation")
+    assert len(fitting) >= 2 and printed.err.rstrip().endswith(f"pass one: registered, {', '.join(fitting)}"), printed.err  # the panels that would do
     code, printed = probe_main(["hummingbird", store, "--train", "voc-train", "--val", "voc-test", "--cache", c, "-q"], capsys)
     assert code == 2 and "is a sealed test panel" in printed.err, printed.err
     assert len(ledger.entries(c)) == before

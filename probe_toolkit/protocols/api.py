@@ -105,15 +105,18 @@ def refuse_panel_kinds(protocol: Protocol, inputs: dict[str, Any]) -> None:
     names = [(key, inputs.get(key)) for key in ("panel", "train", "val") if isinstance(inputs.get(key), str)]
     if not kinds or not names:
         return
-    from ..labels.panels import get_panel
+    from ..labels.panels import get_panel, list_panels
 
     for key, name in names:
         kind = get_panel(name, inputs.get("cache_dir")).kind
         if kind not in kinds:
+            fitting = sorted(f"{p.name} ({p.kind}, {p.role})" for p in list_panels(inputs.get("cache_dir")) if p.kind in kinds)
             raise ProbeError(
                 name,
                 f"is a {kind} panel; {protocol.name} reads {' or '.join(kinds)} panels (as {key})",
-                f"pass a {' or '.join(kinds)} panel (`probe panel list` shows each panel's kind)",
+                f"pass one: registered, {', '.join(fitting)}"
+                if fitting
+                else f"register a panel of kind {' or '.join(kinds)} with probe panel add (none is registered; `probe panel list` shows each panel's kind)",
             )
 
 
