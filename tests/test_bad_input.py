@@ -217,3 +217,18 @@ def test_an_option_of_one_value_given_twice_is_refused_before_any_work(tmp_path)
     # the parser would keep the last value and run on 480 alone
     one_line_error(run_probe("extract", str(tmp_path / "x.pth"), "--views", "224", "--views=480"), "--views", "2 times (224, 480)")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_fix_carries_the_runs_cache_into_whole_commands_only():
+    """A run given ``--cache C`` adds it to each whole command of its fix (each part of ``&&``), so
+    that, pasted, it reads the same panels; a command only named, or an option named without its
+    value (``probe decode --out``), stays as written, never ``probe decode --out --cache C``."""
+    from probe_toolkit.cli import carried
+
+    args = ["knn", "s.zarr", "--cache", "my cache"]
+    assert carried("run `probe knn s.zarr --train a --val b`", args) == "run `probe knn s.zarr --train a --val b --cache 'my cache'`"
+    both = carried("`probe extract c.pth --panel p --store x.zarr && probe knn s.zarr --train a --val b`", args)
+    assert both == "`probe extract c.pth --panel p --store x.zarr --cache 'my cache' && probe knn s.zarr --train a --val b --cache 'my cache'`"
+    for named in ("pass the file `probe decode --out` wrote", "see `probe extract`", "`probe info --verify` reads them", "`probe knn s --cache d`"):
+        assert carried(named, args) == named
+    assert carried("run `probe knn s.zarr --train a --val b`", ["knn", "s.zarr"]) == "run `probe knn s.zarr --train a --val b`"

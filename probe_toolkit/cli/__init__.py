@@ -132,6 +132,9 @@ def carried(line: str, args: list[str]) -> str:
         takes = command is not None and any("--cache" in getattr(p, "opts", ()) for p in command.params)
         if not text.startswith("probe ") or not takes or not rest or "--cache" in words:  # a command only named (`probe extract`) stays a name
             return text
+        last = next((p for p in command.params if rest[-1] in getattr(p, "opts", ())), None)
+        if last is not None and not getattr(last, "is_flag", False):  # an option named without its value (`probe decode --out`): a name too
+            return text
         return f"{text} --cache {shlex.quote(given)}"
 
     return re.sub(r"`(probe [^`]+)`", lambda match: "`" + " && ".join(map(add, match.group(1).split(" && "))) + "`", line)
