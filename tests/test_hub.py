@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -102,6 +103,43 @@ def test_a_name_not_in_the_cache_says_how_to_fetch_it(offline_cache):
     assert "hf download facebook/dinov3-vits16-pretrain-lvd1689m" in text
     with pytest.raises(ProbeError, match="is a path"):
         hub.locate(__file__, revision="main")
+
+
+def test_an_unreachable_hub_is_one_line_and_one_round_of_retries(tmp_path, monkeypatch):
+    """Online but with the Hub unreachable (a refused port here): the first weights file is asked of
+    the Hub once (huggingface_hub's own retries), the second of the cache alone, and no retry of
+    huggingface_hub's is printed: what failed is the one line."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    nowhere = "http://127.0.0.1:1"  # a refused port: no test reaches the Hub
+    monkeypatch.setattr(constants, "ENDPOINT", nowhere)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", nowhere + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr("huggingface_hub.utils._http.time.sleep", lambda seconds: None)  # its backoff, not waited here
+    asked, download = [], huggingface_hub.hf_hub_download
+
+    def spy(repo, filename, **keywords):
+        asked.append((filename, keywords.get("local_files_only", False)))
+        return download(repo, filename, **keywords, endpoint=nowhere)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", spy)
+    said = []
+
+    class Keep(logging.Handler):  # what huggingface_hub's logger would print (its own handler writes to the terminal)
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("huggingface_hub").addHandler(keep)
+    try:
+        with pytest.raises(ProbeError, match="none could be fetched"):
+            load_checkpoint("facebook/dinov2-small")
+    finally:
+        logging.getLogger("huggingface_hub").removeHandler(keep)
+    assert asked == [("model.safetensors", False), ("pytorch_model.bin", True)]
+    assert not [line for line in said if "Retrying" in line or "thrown while requesting" in line], said
 
 
 def test_a_missing_file_path_stays_a_path():

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,12 +93,14 @@ def _from_hub(repo: str, revision: str | None, prefixed: bool = True) -> Located
         raise ProbeError(repo, "is not a Hugging Face repository name (org/name)", "name it as hf-hub:timm/vit_small_patch16_dinov3.lvd1689m or facebook/dinov2-small")
     wanted = f"{repo}@{revision}" if revision else repo
     fetch = f"hf download {repo}{f' --revision {revision}' if revision else ''}"
-    missing = []
+    missing, unreachable = [], False
     for filename in WEIGHTS:
         try:
-            path = Path(hf_hub_download(repo, filename, revision=revision))
-        except LocalEntryNotFoundError:
+            with _quiet_hub():
+                path = Path(hf_hub_download(repo, filename, revision=revision, local_files_only=unreachable))
+        except LocalEntryNotFoundError:  # neither cached nor fetched: the Hub unreachable (or offline), after its own retries
             missing.append(filename)
+            unreachable = True  # the next file from the cache alone: the same retries would fail the same way
             continue
         except GatedRepoError:
             raise ProbeError(
@@ -128,12 +132,28 @@ def _from_hub(repo: str, revision: str | None, prefixed: bool = True) -> Located
     )
 
 
+@contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """huggingface_hub's own warnings held back (a line per retry of an unreachable Hub: two dozen
+    lines over half a minute offline); what failed is said once, by the caller's one line."""
+    import logging
+
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _cached(repo: str, filename: str, revision: str | None) -> Path | None:
     """A small companion file of the repository, fetched where allowed; None where it cannot be had."""
     from huggingface_hub import hf_hub_download
 
     try:
-        return Path(hf_hub_download(repo, filename, revision=revision))
+        with _quiet_hub():
+            return Path(hf_hub_download(repo, filename, revision=revision))
     except Exception:  # a missing model card or config only leaves that field unstated
         return None
 
