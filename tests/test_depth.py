@@ -218,7 +218,7 @@ def test_refusals_come_before_any_label_is_read(nyu, dino, capsys, tmp_path):
         with pytest.raises(ProbeError, match="dask|shards|threads"):
             probe.run("linear-depth", checkpoint, train="nyu-train", val="nyu-test", cache_dir=cache, store=store, iterations=2, **placement)
     code, printed = probe_main(["extract", checkpoint, "--panel", "nyu-test", "--cache", cache], capsys)
-    assert code == 2 and "labels as images" in printed.err
+    assert code == 2 and "labels as images" in printed.err and f"`probe extract {checkpoint} --images PHOTOS --cache {cache}` of another folder" in printed.err
     assert len(ledger.entries(cache)) == before
 
 

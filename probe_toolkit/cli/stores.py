@@ -147,7 +147,7 @@ def extract(
     if panel is not None:
         from ..labels.panels import panel_images
 
-        source = panel_images(panel, cache)
+        source = panel_images(panel, cache, str(checkpoint))
         if store is None:
             from ..store.cache import cache_root, store_path
             from ..store.checkpoint_files import sha256_file

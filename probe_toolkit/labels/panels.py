@@ -214,7 +214,7 @@ def list_panels(cache: str | Path | None = None) -> list[Panel]:
     return sorted(load_registry(cache).values(), key=lambda p: p.name)
 
 
-def panel_images(name: str, cache: str | Path | None = None) -> Path:
+def panel_images(name: str, cache: str | Path | None = None, checkpoint: str = "CKPT") -> Path:
     """The image folder of a panel (for ``probe extract --panel``); labels are not touched. An NYU
     panel's folder holds its depth maps beside the photographs, which extraction would read as
     images: refused."""
@@ -223,7 +223,8 @@ def panel_images(name: str, cache: str | Path | None = None) -> Path:
         raise ProbeError(
             panel.name,
             "is an NYU panel, whose folder holds the depth maps (labels) beside the photographs: extracting it would store labels as images",
-            "probe depth keeps its record in any store of the checkpoint: `probe extract CKPT --images PHOTOS` of another folder, or pass probe depth --store",
+            f"probe depth keeps its record in any store of the checkpoint: `probe extract {shlex.quote(checkpoint)} --images PHOTOS` of another folder, "
+            "or pass probe depth --store",
         )
     return panel.images
 
