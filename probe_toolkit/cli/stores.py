@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -136,7 +137,7 @@ def extract(
 ) -> None:
     """Cache a checkpoint's tokens, keys and attention: by default the last block's tokens (224), keys (480) and attention (224)."""
     if (images is None) == (panel is None):
-        raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", "e.g. probe extract CKPT --images photos/")
+        raise ProbeError(None, "give exactly one of --images DIR or --panel NAME", f"e.g. probe extract {shlex.quote(str(checkpoint))} --images photos/")
     if on_error not in ("fail", "skip"):
         raise ProbeError(None, f"--on-error {on_error!r} is not fail or skip", "use --on-error skip")
     if interp not in ("auto", "dino", "dinov2-reg", "timm"):
