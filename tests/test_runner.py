@@ -173,6 +173,7 @@ def test_cuda_absent_is_one_line(store, tmp_path, capsys):
         pytest.skip("a CUDA device is present")
     code, err = _main(["decode", str(store), "-q", "--cache", str(tmp_path), "--backend", "torch", "--device", "cuda"], capsys)
     assert code == 2 and "--device cuda is not available here: torch sees no CUDA GPU" in err and len(err.strip().splitlines()) == 1
+    assert err.rstrip().endswith("; use --device cpu (or run on a machine with a GPU)"), err  # the flag and its value as typed
 
 
 def test_probe_decode_backend_torch_equals_scipy_where_certified(store, tmp_path, capsys):

@@ -83,7 +83,7 @@ class Placement(Settings):
             except ImportError:
                 raise SettingError("backend", "backend torch needs torch, which is not installed", "pip install torch, or use backend='scipy'") from None
             if not torch.cuda.is_available():
-                raise SettingError("device", f"device {self.device} is not available here: torch sees no CUDA GPU", "use device='cpu' (or run on a machine with a GPU)")
+                raise SettingError("device", f"device {self.device} is not available here: torch sees no CUDA GPU", "use device=cpu (or run on a machine with a GPU)")
 
 
 def launcher_shard(environ: Mapping[str, str] | None = None, shardable: bool = True) -> str | None:
