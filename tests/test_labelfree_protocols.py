@@ -274,3 +274,10 @@ def test_full_cka_beyond_its_memory_is_refused_with_the_flags_that_fit(stores, c
     for given in (["--estimators", "minibatch"], ["--examples", "patch"]):
         code, printed = probe_main([*asked, *given, "-q"], capsys)
         assert code == 0, printed.err
+
+
+def test_a_view_of_own_sizes_is_refused_with_views_of_one_size(stores, capsys):
+    code, printed = probe_main(["rank", stores["dino"], "--view", "native", "-q"], capsys)
+    assert code == 2 and printed.err.strip() == (
+        "error: --view native has each image at its own size: its rows do not pair up; use one of a fixed size, e.g. --view 224 or --view short@448"
+    ), printed.err

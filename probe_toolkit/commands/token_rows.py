@@ -28,7 +28,7 @@ def check_view(name: str) -> str:
     ``224``, ``eval224``, ``short@448``, ``hbird@448``, ...), or a SettingError naming ``view``."""
     spec = views.view(name)  # an unknown name is a SettingError naming the views
     if spec.size is None:
-        raise SettingError("view", f"view {name!r} has each image at its own size: its rows do not pair up", "use a sized view, e.g. view='224' or 'short@448'")
+        raise SettingError("view", f"view {name} has each image at its own size: its rows do not pair up", "use one of a fixed size, e.g. view=224 or view=short@448")
     return views.canonical(name)
 
 
