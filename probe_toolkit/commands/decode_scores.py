@@ -201,7 +201,7 @@ def run(inputs: Inputs, settings: ScoreSettings, context: RunContext) -> ScoreRe
     try:
         results = json.loads(masks_file.read_bytes())
     except (OSError, ValueError) as error:
-        raise ProbeError(masks_file, f"is not a COCO results JSON ({type(error).__name__}: {str(error)[:80]})", "pass the masks file probe decode --out wrote") from None
+        raise ProbeError(masks_file, f"is not a COCO results JSON ({type(error).__name__}: {str(error)[:80]})", "pass the file `probe decode --out` wrote") from None
     meta = bound_meta(masks_file)
     from ..labels.schema import header_size, result_problems
 
