@@ -249,14 +249,14 @@ RULES = [
         "propagate-store-of-another-checkpoint",
         lambda w: propagate(w, _other_checkpoint(w), "--store", w.store),
         2,
-        ("teacher.zarr", "was extracted from", "tiny.pth", "other.pth", "leave --store out"),
+        ("teacher.zarr", "was extracted from", "tiny.pth", "other.pth", "leave --store out", " --images "),  # the same photographs, whole
         lambda w: propagate(w, _other_checkpoint(w)),
     ),
     Case(
         "propagate-store-of-another-network",
         lambda w: propagate(w, w.ckpt, "--network", "student", "--store", w.store),
         2,
-        ("holds the teacher network", "--network teacher"),
+        ("holds the teacher network", "--network teacher", " --images ", " --network student"),
         lambda w: propagate(w, w.ckpt, "--store", w.store),
     ),
     Case(

@@ -43,18 +43,25 @@ def checkpoint_store(store: str | Path, checkpoint: str | Path, network: str = "
     meta = cache.manifest(cache.open_store(store, plain=True))  # zarr alone: no xarray (pandas) for a manifest
     theirs = meta.get("checkpoint") or {}
     mine = sha256 or file_sha256(checkpoint)
+    from .sources import image_folder_or_none
+
+    photos = image_folder_or_none(store, meta) or "DIR"  # the same photographs, through this checkpoint
+
+    def extract(network: str) -> str:
+        return fix_command("extract", checkpoint, images=photos, network=None if network == "teacher" else network)
+
     if theirs.get("sha256") and theirs["sha256"] != mine:
         raise ProbeError(
             store,
             f"was extracted from {theirs.get('path', '?')} (sha256 {_short(theirs['sha256'])}), not from {checkpoint} "
             f"(sha256 {_short(mine)}): its record would give this checkpoint's numbers the other's name",
-            f"pass the store of {checkpoint.name} (`{fix_command('extract', checkpoint)}` makes it), or leave --store out",
+            f"pass the store of {checkpoint.name} (`{extract(network)}` makes it), or leave --store out",
         )
     if meta.get("network") and meta["network"] != network:
         raise ProbeError(
             store,
             f"holds the {meta['network']} network of {checkpoint.name}, not the {network}",
-            f"pass --network {meta['network']}, or the store of the {network} (probe extract {checkpoint} --network {network})",
+            f"pass --network {meta['network']}, or the store of the {network} (`{extract(network)}` makes it)",
         )
 
 
