@@ -108,5 +108,5 @@ def masks_store(masks_file: str | Path, meta: Mapping[str, Any]) -> None:
         raise ProbeError(
             masks_file,
             f"was decoded from another store than the one now at {store} (its {', '.join(differ)} differ): its scores would be saved under the wrong checkpoint",
-            f"decode that store again (probe decode {store}) and score the new masks",
+            f"decode that store again into this file, then score it: `{fix_command('decode', store, out=masks_file)}`",
         )
