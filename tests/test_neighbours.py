@@ -381,3 +381,22 @@ def test_grid_is_read_from_any_blocks_tokens(tmp_path, capsys):
     for name in saved[0].data_vars:
         np.testing.assert_array_equal(saved[0][name].values, saved[1][name].values, err_msg=name)
     assert saved[0].attrs["record"]["selection"]["block"] == 0
+
+
+def test_a_store_of_keys_alone_names_the_extraction_of_its_tokens(tiny_checkpoints, image_dir, tmp_path, capsys):
+    """``--grid`` on a store holding no token array (``--for decode``: keys alone): the line's
+    extraction writes the 224 tokens into that store; pasted, the rerun measures them."""
+    import shlex
+
+    from cli_runs import probe_main
+
+    keys = tmp_path / "keys.zarr"
+    code, printed = probe_main(["extract", tiny_checkpoints["dino-full"], "--images", image_dir, "--for", "decode", "--store", keys, "-q"], capsys)
+    assert code == 0, printed.err
+    code, printed = probe_main(["neighbours", keys, "--grid", "14", "--boot", "100", "-q"], capsys)
+    fix = printed.err.split("`")[1]
+    assert code == 2 and "holds no token array" in printed.err and fix.endswith(f"--views 224 --chunk 16 --dtype float16 --interp dino --attention none --store {keys}")
+    code, printed = probe_main([*shlex.split(fix)[1:], "-q"], capsys)
+    assert code == 0, printed.err
+    code, printed = probe_main(["neighbours", keys, "--grid", "14", "--boot", "100", "-q"], capsys)
+    assert code == 0 and records.runs(keys, "neighbours_g14"), printed.err

@@ -15,7 +15,7 @@ from ..infra.runner import per_image
 from ..infra.settings import SettingError
 from ..protocols.context import Inputs, RunContext
 from ..protocols.neighbours import NeighboursSettings
-from ..store.cache import open_store, require
+from ..store.cache import extract_into, open_store, require
 from .runs import OverStoresReport, finish, over_stores
 
 DEFAULT_VIEW = "224"
@@ -53,7 +53,7 @@ def choose_view(stores: list[Path], view: str | None, grid: int | None) -> str:
         matching = [v for v, g in held.items() if g == grid]
         if (view is None and not matching) or (view is not None and held.get(str(view), grid) != grid):
             has = ", ".join(f"{g}×{g} patches at {v}" for v, g in held.items()) or "no token array"
-            fix = f"pass view={view or DEFAULT_VIEW} without grid" if held else "run `probe extract` with --views 224"
+            fix = f"pass view={view or DEFAULT_VIEW} without grid" if held else f"extract its tokens: `{extract_into(open_store(store, plain=True), DEFAULT_VIEW)}`"
             raise SettingError("grid", f"holds {has}, not {grid}×{grid} (grid={grid})", fix, store, others=("view",))
         if view is None:
             view = matching[0]

@@ -46,7 +46,9 @@ def view_grid(ds: xr.Dataset, view: str) -> tuple[np.ndarray, np.ndarray]:
         return ds[rows].values.astype(np.int64), ds[cols].values.astype(np.int64)
     dim = f"patch_{view}"
     if dim not in ds.dims:
-        raise ProbeError(ds.attrs.get("store"), f"holds no {view} view", f"rerun `probe extract` with --views {view}")
+        from .cache import extract_into
+
+        raise ProbeError(ds.attrs.get("store"), f"holds no {view} view", f"add it: `{extract_into(ds, view)}`")
     n = int(ds.sizes[dim])
     side = math.isqrt(n)
     if side * side != n:
