@@ -461,7 +461,12 @@ CARELESS = [  # (id, bad arguments, needles, corrected arguments); S the store, 
         ("is not a COCO annotation file", "not a .json file"),
         ["panel", "add", "junk", "--annotations", "VALJSON", "--images", "IMAGES", "--role", "val"],
     ),
-    ("report-run-id-of-no-record", ["report", "S", "--run", "19990101", "--out", "R"], ("--run", "'19990101' is the run id of no record"), ["report", "S", "--out", "R"]),
+    (
+        "report-run-id-of-no-record",
+        ["report", "S", "--run", "19990101", "--out", "R"],
+        ("--run", "'19990101' is the run id of no record", "`probe results "),
+        ["report", "S", "--out", "R"],
+    ),
     (
         "extract-into-another-stores-results",
         ["extract", "CKPT", "--images", "IMAGES", "--views", "224", "--chunk", "2", "--store", "S/results/inner.zarr"],

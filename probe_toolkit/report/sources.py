@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from ..infra.errors import ProbeError
+from ..infra.spelling import fix_command
 from ..labels import ledger
 from ..results import records
 from ..results.summaries import store_label
@@ -158,9 +159,13 @@ def open_stores(paths: list[Path], run: str | None = None, labels: dict[Path, st
             raise ProbeError(
                 "--run",
                 f"{run!r} begins {len(several)} run ids ({', '.join(several[:3])}{', …' if len(several) > 3 else ''})",
-                "give enough of the run id to name one run (`probe results STORE` lists them)",
+                f"give enough of the run id to name one run (`{fix_command('results', views[0].path)}` lists them)",
             )
-        raise ProbeError("--run", f"{run!r} is the run id of no record in {', '.join(str(v.path) for v in views)}", "pick one of the run ids `probe results STORE` lists")
+        raise ProbeError(
+            "--run",
+            f"{run!r} is the run id of no record in {', '.join(str(v.path) for v in views)}",
+            f"pick one of the run ids `{fix_command('results', views[0].path)}` lists",
+        )
     seen: dict[str, int] = {}
     for view in views:
         count = seen.get(view.label, 0)
