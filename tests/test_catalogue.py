@@ -1460,7 +1460,7 @@ CASES += [
         lambda w: ["linear", w.store, "--train", "tr", "--val", "va", "--level", "image", *w.q],
     ),
     Case("info-path-missing", lambda w: ["info", w.root / "nowhere.zarr"], 2, ("nowhere.zarr",), lambda w: ["info", w.store]),
-    Case("results-not-a-store", lambda w: ["results", w.root], 2, ("not a store written by probe extract",), lambda w: ["results", w.store]),
+    Case("results-not-a-store", lambda w: ["results", w.root], 2, ("is not a probe store (no zarr.json)", "`probe extract`"), lambda w: ["results", w.store]),
     Case(
         "score-masks-missing",
         lambda w: ["score", w.root / "none.json", "--panel", "va", "--cache", w.cache],

@@ -395,7 +395,7 @@ def results_command(
 
     protocols()  # each protocol's defaults, for records written before they carried theirs
     if not (Path(store) / "zarr.json").is_file():
-        raise ProbeError(store, "is not a store written by probe extract", "pass a store folder (`probe info STORE` shows one)")
+        raise ProbeError(store, "is not a probe store (no zarr.json)", "pass a store written by `probe extract`")
     found = records.runs(store, result) if result else records.every_record(store)
     if result and not found:
         raise ProbeError(store, f"holds no record of {result!r}", f"results it holds: {', '.join(records.results(store)) or 'none yet'}")
