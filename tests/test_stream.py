@@ -174,3 +174,21 @@ def test_streaming_dsm_with_its_colour_term_equals_extract_then_decode(tmp_path,
         a, b = saved[name].values, streamed[name].values
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
     assert json.loads(report.masks_file.read_text()) == json.loads(ref.masks_file.read_text())
+
+
+def test_a_store_scoring_option_given_with_images_is_refused_not_dropped(tmp_path, tiny_checkpoints, image_dir, capsys):
+    """``probe decode CKPT --images DIR`` writes its masks to the stream's store: ``--out``,
+    ``--allow-partial``, ``--unseal``, ``--panel`` and ``--refine`` would each be ignored there, so
+    each is one line before any image is read, and nothing is written (a user's file named by
+    ``--out`` least of all)."""
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    for extra, said in (
+        (["--out", mine], "--out does not apply to --images: the masks go to the stream's store"),
+        (["--allow-partial"], "--allow-partial does not apply to --images"),
+        (["--unseal", "why"], "--unseal does not apply to --images"),
+        (["--panel", "p"], "--images streams without --panel"),
+    ):
+        code, printed = probe_main(["decode", tiny_checkpoints["dino-full"], "--images", image_dir, *extra, "--cache", tmp_path / "c", "-q"], capsys)
+        assert code == 2 and said in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
+    assert mine.read_text() == "mine" and not (tmp_path / "c").exists()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..infra.errors import ProbeError
-from .app import console, err_console, run, show
+from .app import console, err_console, flag, run, show
 from .protocols import declared, shown
 
 STREAMED = ("images", "batch_size", "chunk")  # decode's options that only streaming takes
@@ -40,8 +40,11 @@ def decode(store: Any, given: dict[str, Any]) -> None:
             raise ProbeError(None, "--images streams without --panel", "score the masks JSON with `probe score`")
         if given["refine"] is not None:
             raise ProbeError(None, "--refine applies to a store's masks scored on a saliency panel, not to --images", "drop --refine")
-        for scoring in SCORING:
-            given.pop(scoring)
+        for scoring in SCORING:  # given to a stream, each would be ignored: refused, never dropped in silence
+            if given.pop(scoring) not in (None, False):
+                where = "the masks go to the stream's store (results/decoder-masks.json), as the run prints"
+                where = where if scoring == "out" else "it applies to a store's masks scored on a panel"
+                raise ProbeError(None, f"{flag(scoring)} does not apply to --images: {where}", f"drop {flag(scoring)}")
         with shown("images", "stream", quiet) as progress:
             report = run("decode-stream", None, checkpoint=store, progress=progress, **streamed, **given).report
         tail = f"masks → {report.masks_file}" if report.masks_file else "other shards still running; the last to finish writes the masks"
