@@ -192,3 +192,5 @@ def test_a_store_scoring_option_given_with_images_is_refused_not_dropped(tmp_pat
         code, printed = probe_main(["decode", tiny_checkpoints["dino-full"], "--images", image_dir, *extra, "--cache", tmp_path / "c", "-q"], capsys)
         assert code == 2 and said in printed.err and len(printed.err.strip().splitlines()) == 1, printed.err
     assert mine.read_text() == "mine" and not (tmp_path / "c").exists()
+    code, printed = probe_main(["decode", tmp_path / "any.zarr", "--chunk", "4", "--batch-size", "2", "-q"], capsys)  # and the stream's own, without it
+    assert code == 2 and printed.err.strip() == "error: --batch-size, --chunk apply with --images (streaming) alone; drop --batch-size --chunk", printed.err

@@ -35,6 +35,8 @@ def decode(store: Any, given: dict[str, Any]) -> None:
             raise ProbeError("--size", f"{size} and --view {given['view']} name two views", f"give one: --view {given['view']}")
         given["view"] = str(size)
     streamed = {name: given.pop(name) for name in STREAMED}
+    if streamed["images"] is None and (named := [flag(n) for n in STREAMED if streamed[n] is not None]):  # a store's decode would ignore them
+        raise ProbeError(None, f"{', '.join(named)} {'applies' if len(named) == 1 else 'apply'} with --images (streaming) alone", f"drop {' '.join(named)}")
     if streamed["images"] is not None:
         if given["panel"] is not None:
             raise ProbeError(None, "--images streams without --panel", "score the masks JSON with `probe score`")
